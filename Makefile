@@ -1,0 +1,53 @@
+# clozeline: `make run` runs the pipeline, `make test` runs the test suite. Both create .venv if missing.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Offline and quiet: no library may reach a hub or send analytics (see README "Offline").
+export HF_HUB_OFFLINE=1
+export HF_DATASETS_OFFLINE=1
+export TRANSFORMERS_OFFLINE=1
+export HF_HUB_DISABLE_PROGRESS_BARS=1
+export HF_HUB_DISABLE_TELEMETRY=1
+export DVC_NO_ANALYTICS=1
+export MLFLOW_DISABLE_TELEMETRY=true
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
+export TOKENIZERS_PARALLELISM=false
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: install run test test-fast bench mlflow-ui prefect-server clean
+
+install: $(STAMP)
+
+# torch first and pinned: pip then takes the local CPU wheel instead of a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
+	$(BIN)/dvc config --local core.analytics false 2>/dev/null || true
+	touch $(STAMP)
+
+run: install
+	$(BIN)/python -m flows.pipeline
+
+test: install
+	$(BIN)/python -m pytest -m "not gpu" --durations=15
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not gpu and not slow"
+
+bench: install
+	for b in benchmarks/*.py; do $(BIN)/python $$b; done
+
+mlflow-ui: install
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --workers 1
+
+prefect-server: install
+	$(BIN)/prefect server start --host 127.0.0.1
+
+clean:
+	rm -rf data models metrics/*.json reports/figures mlruns mlruns.db

@@ -1,0 +1,126 @@
+"""Typed params: the only reader of ``params.yaml``.
+
+Every value a run depends on lives in ``params.yaml``; the pydantic models here forbid unknown keys, so a
+typo fails at load time instead of silently falling back to a default. Each stage's section has its own
+module in this package (``tasks/config/<stage>.py``); this module holds the root model and the loader.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tasks.config.base import StrictModel
+from tasks.config.dedup import DedupParams
+from tasks.config.finetune import FinetuneParams
+from tasks.config.ingest import IngestParams
+from tasks.config.leakage import LeakageParams
+from tasks.config.paths import Paths
+from tasks.config.pipeline import PipelineParams
+from tasks.config.pretrain import PretrainParams
+from tasks.config.probe import ProbeParams
+from tasks.config.report import ReportParams
+from tasks.config.split import SplitParams
+from tasks.config.tokenize import TokenizeParams
+from tasks.config.tokenizer import TokenizerParams
+
+__all__ = ["Params", "ParamsError", "load_params", "StrictModel", "Paths"]
+
+
+class ParamsError(ValueError):
+    """``params.yaml`` is missing, is not valid YAML, or fails validation (message names the dotted key)."""
+
+
+class Params(StrictModel):
+    """The whole of ``params.yaml``: ``paths`` plus one section per stage (section name = stage name)."""
+
+    paths: Paths
+    pipeline: PipelineParams
+    ingest: IngestParams
+    dedup: DedupParams
+    split: SplitParams
+    leakage: LeakageParams
+    tokenizer: TokenizerParams
+    tokenize: TokenizeParams
+    pretrain: PretrainParams
+    finetune: FinetuneParams
+    probe: ProbeParams
+    report: ReportParams
+
+    def section(self, stage: str) -> StrictModel:
+        """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
+        if stage not in type(self).model_fields or stage == "paths":
+            raise ParamsError(f"params.yaml has no stage section {stage!r}")
+        return getattr(self, stage)
+
+
+# PyYAML follows YAML 1.1, where "1e-5" (no dot) is a string. Accept YAML 1.2 floats.
+_FLOAT_RE = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class _Yaml12FloatLoader(yaml.SafeLoader):
+    """SafeLoader that resolves ``1e-5`` as a float, as YAML 1.2 does."""
+
+
+_Yaml12FloatLoader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12FloatLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file with YAML 1.2 float rules; raises ``ParamsError`` naming the file and line."""
+    try:
+        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_Yaml12FloatLoader)
+    except FileNotFoundError as err:
+        raise ParamsError(f"{path}: file not found") from err
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: invalid YAML: {err}") from err
+
+
+def _format_errors(path: Path, err: ValidationError) -> str:
+    lines = [f"{path}: {err.error_count()} invalid value(s)"]
+    for item in err.errors():
+        dotted = ".".join(str(part) for part in item["loc"]) or "<root>"
+        got = item.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"  {dotted}: {item['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def load_params(path: Path | str = "params.yaml", overrides: dict[str, Any] | None = None) -> Params:
+    """Load and validate ``params.yaml``.
+
+    ``overrides`` maps dotted keys (``"dedup.threshold"``) to values, applied before validation (tests use
+    it to shrink runs). Raises ``ParamsError`` whose message names every invalid dotted key.
+    """
+    path = Path(path)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: top level must be a mapping of sections")
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise ParamsError(_format_errors(path, err)) from None
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value

@@ -1,0 +1,7 @@
+"""The ``dedup:`` section of params.yaml."""
+
+from tasks.config.base import StrictModel
+
+
+class DedupParams(StrictModel):
+    """Params of the ``dedup`` stage."""

@@ -1,0 +1,200 @@
+"""Experiment tracking: the only module that imports MLflow.
+
+Stages receive a ``RunLog`` and never import mlflow. ``NullLog`` is a no-op stand-in (tests, dry runs), so
+call sites need no ``if``; ``MlflowLog`` writes to MLflow. Names and values MLflow would reject are
+sanitized deterministically here, so a run never crashes because of a param value or a metric name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+LOG = logging.getLogger("clozeline")
+
+#: Environment variable through which the flow hands its parent run id to stage processes. Not
+#: ``MLFLOW_RUN_ID``: MLflow would then write every stage into that one run.
+PARENT_RUN_ENV = "CLOZELINE_PARENT_RUN_ID"
+MAX_PARAM_VALUE = 6000  # MLflow's limit on a param value, characters
+MAX_KEY = 250  # MLflow's limit on a param, metric or tag key, characters
+_KEY_OK = re.compile(r"[^0-9A-Za-z_\-. /:]")
+
+
+def sanitize_key(key: str) -> str:
+    """A key MLflow accepts: bad characters become ``_``; a changed or too-long key gets an 8-hex md5 suffix.
+
+    The suffix hashes the original key, so two different keys never collide after sanitizing.
+    """
+    clean = _KEY_OK.sub("_", str(key))
+    if clean == key and len(clean) <= MAX_KEY:
+        return clean
+    digest = hashlib.md5(str(key).encode("utf-8")).hexdigest()[:8]
+    return f"{clean[: MAX_KEY - 9]}~{digest}"
+
+
+def sanitize_value(value: Any) -> str:
+    """A param value as a string of at most ``MAX_PARAM_VALUE`` chars (long ones end in ``...md5:<hex>``)."""
+    text = str(value)
+    if len(text) <= MAX_PARAM_VALUE:
+        return text
+    digest = hashlib.md5(text.encode("utf-8")).hexdigest()
+    return f"{text[: MAX_PARAM_VALUE - 40]}...md5:{digest}"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    """Nested mappings to one level with dotted keys; lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name, sep))
+        else:
+            flat[name] = value
+    return flat
+
+
+def numeric_leaves(tree: Mapping[str, Any]) -> dict[str, float]:
+    """The finite int/float/bool leaves of a nested mapping, flattened with ``/`` (what MLflow can plot)."""
+    out = {}
+    for key, value in flatten(tree, sep="/").items():
+        if isinstance(value, bool | int | float) and math.isfinite(float(value)):
+            out[key] = float(value)
+    return out
+
+
+class NullLog:
+    """A RunLog that records nothing beyond Python logging. ``run_id`` is ``None``."""
+
+    run_id: str | None = None
+
+    def info(self, message: str) -> None:
+        """Log a progress message (Python logging, logger ``clozeline``)."""
+        LOG.info(message)
+
+    def params(self, values: Mapping[str, Any]) -> None:
+        """Record params (ignored)."""
+
+    def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        """Record metrics at an optional step (ignored)."""
+
+    def tags(self, values: Mapping[str, Any]) -> None:
+        """Record tags (ignored)."""
+
+    def artifact(self, path: Path | str, folder: str | None = None) -> None:
+        """Attach a file or folder to the run (ignored)."""
+
+    @contextmanager
+    def child(self, name: str) -> Iterator[NullLog]:
+        """A nested run (here: another NullLog)."""
+        yield NullLog()
+
+
+class MlflowLog(NullLog):
+    """A RunLog bound to one active MLflow run id."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def _client(self):
+        import mlflow
+
+        return mlflow.MlflowClient()
+
+    def params(self, values: Mapping[str, Any]) -> None:
+        """Log params; keys and values are sanitized (see ``sanitize_key``/``sanitize_value``)."""
+        from mlflow.entities import Param
+
+        items = [Param(sanitize_key(k), sanitize_value(v)) for k, v in flatten(values).items()]
+        for start in range(0, len(items), 100):  # MLflow's batch limit is 100 params
+            self._client().log_batch(self.run_id, params=items[start : start + 100])
+
+    def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        """Log the numeric leaves of ``values`` (nested keys joined by ``/``) at ``step``."""
+        import time
+
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        items = [Metric(sanitize_key(k), v, stamp, step or 0) for k, v in numeric_leaves(values).items()]
+        for start in range(0, len(items), 1000):
+            self._client().log_batch(self.run_id, metrics=items[start : start + 1000])
+
+    def tags(self, values: Mapping[str, Any]) -> None:
+        """Set tags; keys and values are sanitized."""
+        from mlflow.entities import RunTag
+
+        items = [RunTag(sanitize_key(k), sanitize_value(v)) for k, v in values.items()]
+        self._client().log_batch(self.run_id, tags=items)
+
+    def artifact(self, path: Path | str, folder: str | None = None) -> None:
+        """Upload a file or a whole folder as run artifacts, under ``folder`` when given."""
+        path = Path(path)
+        if path.is_dir():
+            self._client().log_artifacts(self.run_id, str(path), folder)
+        elif path.exists():
+            self._client().log_artifact(self.run_id, str(path), folder)
+
+    @contextmanager
+    def child(self, name: str) -> Iterator[MlflowLog]:
+        """A nested run (tag ``mlflow.parentRunId``); ends FAILED if the block raises."""
+        with open_run(name, parent_run_id=self.run_id) as log:
+            yield log
+
+
+def tracking_uri(root: Path) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<root>/mlruns.db`` as an absolute path.
+
+    The path is absolute so ``dvc exp run --temp`` (which runs in ``.dvc/tmp/exps/...``) writes to the
+    project's database, not a throwaway copy.
+    """
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    root = Path(root).resolve()
+    parts = root.parts
+    if ".dvc" in parts:  # inside a dvc temp experiment workspace: use the main workspace
+        root = Path(*parts[: parts.index(".dvc")])
+    return f"sqlite:///{root / 'mlruns.db'}"
+
+
+class RunKilled(BaseException):
+    """Raised from a SIGTERM handler so the active run can be ended KILLED."""
+
+
+@contextmanager
+def open_run(
+    name: str, parent_run_id: str | None = None, experiment: str = "clozeline", root: Path | None = None
+) -> Iterator[MlflowLog]:
+    """Start an MLflow run named ``name``; end it FINISHED, FAILED on an exception, KILLED on ``RunKilled``.
+
+    ``parent_run_id`` (or the ``CLOZELINE_PARENT_RUN_ID`` environment variable) makes it a child run.
+    """
+    import mlflow
+
+    if root is not None:
+        mlflow.set_tracking_uri(tracking_uri(root))
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    parent = parent_run_id or os.environ.get(PARENT_RUN_ENV) or None
+    tags = {"mlflow.runName": name}
+    if parent:
+        tags["mlflow.parentRunId"] = parent
+    run = client.create_run(exp_id, tags=tags, run_name=name)
+    log = MlflowLog(run.info.run_id)
+    try:
+        yield log
+    except RunKilled:
+        client.set_terminated(log.run_id, "KILLED")
+        raise
+    except BaseException:
+        client.set_terminated(log.run_id, "FAILED")
+        raise
+    client.set_terminated(log.run_id, "FINISHED")

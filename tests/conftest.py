@@ -1,0 +1,23 @@
+"""Test-wide settings: offline, quiet, and tracking that never touches the repo's mlruns.db."""
+
+import os
+import tempfile
+
+_TMP = tempfile.mkdtemp(prefix="clozeline-tests-")
+os.environ.update(
+    HF_HUB_OFFLINE="1",
+    HF_DATASETS_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    HF_HUB_DISABLE_TELEMETRY="1",
+    DVC_NO_ANALYTICS="1",
+    MLFLOW_DISABLE_TELEMETRY="true",
+    PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
+    PREFECT_HOME=os.path.join(_TMP, "prefect"),
+    TOKENIZERS_PARALLELISM="false",
+    MLFLOW_ALLOW_FILE_STORE="true",
+    MLFLOW_TRACKING_URI="file://" + os.path.join(_TMP, "mlruns"),
+)
+os.environ.pop("MLFLOW_RUN_ID", None)
+os.environ.pop("CLOZELINE_PARENT_RUN_ID", None)
