@@ -36,7 +36,7 @@ def sanitize_key(key: str) -> str:
     if clean == key and len(clean) <= MAX_KEY:
         return clean
     digest = hashlib.md5(str(key).encode("utf-8")).hexdigest()[:8]
-    return f"{clean[: MAX_KEY - 9]}~{digest}"
+    return f"{clean[: MAX_KEY - 10]}-h{digest}"
 
 
 def sanitize_value(value: Any) -> str:

@@ -1,0 +1,55 @@
+"""params.yaml loading: strict keys, dotted-key errors, YAML 1.2 floats."""
+
+from pathlib import Path
+
+import pytest
+
+from tasks.config import ParamsError, load_params, read_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_default_params_load():
+    params = load_params(ROOT / "params.yaml")
+    assert params.paths.data == Path("data")
+    assert params.section("ingest") is params.ingest
+
+
+def test_unknown_key_fails_with_dotted_path(tmp_path):
+    text = (ROOT / "params.yaml").read_text() + "\nbogus_section: 1\n"
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(ParamsError, match="bogus_section"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_wrong_type_names_the_dotted_key(tmp_path):
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    with pytest.raises(ParamsError, match=r"pipeline\.retries"):
+        load_params(tmp_path / "params.yaml", overrides={"pipeline.retries": "three"})
+
+
+def test_nested_unknown_key_is_named(tmp_path):
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    with pytest.raises(ParamsError, match=r"pipeline\.retriez"):
+        load_params(tmp_path / "params.yaml", overrides={"pipeline.retriez": 1})
+
+
+@pytest.mark.parametrize(("literal", "value"), [("1e-5", 1e-5), ("3E+2", 300.0), ("2.5e-3", 0.0025), ("-1e3", -1000.0)])
+def test_exponent_without_dot_loads_as_float(tmp_path, literal, value):
+    (tmp_path / "x.yaml").write_text(f"lr: {literal}\nsteps: 10\nname: 1e5x\n")
+    loaded = read_yaml(tmp_path / "x.yaml")
+    assert isinstance(loaded["lr"], float) and loaded["lr"] == value
+    assert loaded["steps"] == 10 and isinstance(loaded["steps"], int)
+    assert loaded["name"] == "1e5x"
+
+
+def test_invalid_yaml_names_file(tmp_path):
+    (tmp_path / "params.yaml").write_text("paths: [unclosed\n")
+    with pytest.raises(ParamsError, match="params.yaml"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_unknown_stage_section():
+    params = load_params(ROOT / "params.yaml")
+    with pytest.raises(ParamsError, match="nope"):
+        params.section("nope")

@@ -1,0 +1,129 @@
+"""MLflow wrapper: sanitizing, run status on success, failure and SIGTERM, stage runner wiring."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import mlflow
+import pytest
+
+import tasks.__main__ as stage_main
+from tasks.tracking import (
+    MAX_KEY,
+    MAX_PARAM_VALUE,
+    RunKilled,
+    numeric_leaves,
+    open_run,
+    sanitize_key,
+    sanitize_value,
+    tracking_uri,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sanitize_key_is_deterministic_and_collision_free():
+    a, b = sanitize_key("f1[LOC]"), sanitize_key("f1(LOC)")
+    assert a != b  # both map '[' and '(' to '_' but the md5 suffix differs
+    assert a == sanitize_key("f1[LOC]")
+    assert sanitize_key("test/accuracy") == "test/accuracy"  # valid keys are untouched
+    long = sanitize_key("x" * 400)
+    assert len(long) <= MAX_KEY and long != sanitize_key("x" * 401)
+
+
+def test_sanitize_value_caps_length_with_hash():
+    text = "a" * (MAX_PARAM_VALUE + 10)
+    clean = sanitize_value(text)
+    assert len(clean) <= MAX_PARAM_VALUE and clean != sanitize_value(text + "b")
+    assert sanitize_value([1, 2]) == "[1, 2]"
+
+
+def test_numeric_leaves_flattens_and_drops_non_numbers():
+    got = numeric_leaves({"a": {"b": 1, "c": [1, 2], "d": "x"}, "e": float("nan"), "f": True})
+    assert got == {"a/b": 1.0, "f": 1.0}
+
+
+def test_tracking_uri_is_absolute_and_escapes_dvc_temp(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    temp = tmp_path / "repo" / ".dvc" / "tmp" / "exps" / "run1"
+    assert tracking_uri(temp) == f"sqlite:///{tmp_path / 'repo' / 'mlruns.db'}"
+
+
+def _status(run_id: str) -> str:
+    return mlflow.MlflowClient().get_run(run_id).info.status
+
+
+def test_run_ends_failed_on_exception():
+    with pytest.raises(ValueError):
+        with open_run("boom") as log:
+            run_id = log.run_id
+            raise ValueError("inside a stage")
+    assert _status(run_id) == "FAILED"
+
+
+def test_child_run_has_parent_tag():
+    with open_run("parent") as parent, parent.child("kid") as kid:
+        kid.metrics({"score": 1.0}, step=3)
+    run = mlflow.MlflowClient().get_run(kid.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == parent.run_id
+    assert run.data.metrics["score"] == 1.0
+
+
+def test_weird_param_and_metric_names_never_crash():
+    with open_run("weird") as log:
+        log.params({"a" * 300: "v" * 9000, "b{c}": 1})
+        log.metrics({"f1[LOC]": 0.5, "f1(LOC)": 0.25})
+    metrics = mlflow.MlflowClient().get_run(log.run_id).data.metrics
+    assert sorted(metrics.values()) == [0.25, 0.5]
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch):
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _last_run(name: str):
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.mlflow.runName = '{name}'",
+                              order_by=["attributes.start_time DESC"], output_format="list")
+    return runs[0]
+
+
+def test_stage_runner_writes_metrics_and_logs_them(workdir, monkeypatch):
+    monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"docs": {"in": 3}})
+    assert stage_main.main(["ingest"]) == 0
+    assert json.loads((workdir / "metrics" / "ingest.json").read_text()) == {"docs": {"in": 3}}
+    run = _last_run("ingest")
+    assert run.info.status == "FINISHED" and run.data.metrics["docs/in"] == 3.0
+    assert "git_commit" in run.data.tags
+
+
+def test_stage_exception_marks_run_failed(workdir, monkeypatch):
+    def explode(stage, params, log, item=None):
+        raise RuntimeError("forced failure")
+
+    monkeypatch.setattr(stage_main, "run_stage", explode)
+    with pytest.raises(RuntimeError, match="forced failure"):
+        stage_main.main(["dedup"])
+    assert _last_run("dedup").info.status == "FAILED"
+    assert not (workdir / "metrics" / "dedup.json").exists()
+
+
+def test_sigterm_marks_run_killed(workdir, monkeypatch):
+    def terminate(stage, params, log, item=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM handler did not fire")
+
+    monkeypatch.setattr(stage_main, "run_stage", terminate)
+    try:
+        assert stage_main.main(["split"]) == 143
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert _last_run("split").info.status == "KILLED"
+
+
+def test_runkilled_is_not_an_exception_subclass():
+    # so a stage's `except Exception` cannot swallow a SIGTERM
+    assert not issubclass(RunKilled, Exception)
