@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from tasks.__main__ import git_commit
 from tasks.config import load_params
-from tasks.tracking import PARENT_RUN_ENV, open_run
+from tasks.snapshot import snapshot
+from tasks.tracking import PARENT_RUN_ENV, MlflowLog, open_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,35 +53,88 @@ def dvc_env(parent_run_id: str | None) -> dict[str, str]:
     return env
 
 
+PROGRESS_EVERY_SECONDS = 5.0  # forward a progress-bar refresh at most this often
+
+
+def forward_output(stream, logger, stage: str) -> list[str]:
+    """Log each output line of a stage; tqdm's carriage-return refreshes are throttled. Returns the last 30."""
+    tail: list[str] = []
+    last_progress = 0.0
+    pending = b""
+    for chunk in iter(lambda: stream.read1(4096), b""):
+        *lines, pending = re.split(rb"[\r\n]", pending + chunk)
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").rstrip()
+            is_bar = "%|" in line or "it/s]" in line or "s/it]" in line
+            if not line or (is_bar and time.monotonic() - last_progress < PROGRESS_EVERY_SECONDS):
+                continue
+            last_progress = time.monotonic() if is_bar else last_progress
+            logger.info("[%s] %s", stage, line)
+            tail = (tail + [line])[-30:]
+    if pending.strip():
+        logger.info("[%s] %s", stage, pending.decode("utf-8", "replace").rstrip())
+    return tail
+
+
 @task(cache_policy=NO_CACHE, log_prints=False)
 def repro_stage(stage: str, position: str, parent_run_id: str | None) -> None:
-    """``dvc repro --single-item <stage>``, forwarding every output line to the Prefect run logger.
+    """``dvc repro --single-item <stage>``, forwarding its output to the Prefect run logger.
 
-    Raises ``RuntimeError`` with the last lines when DVC exits non-zero.
+    Raises ``RuntimeError`` with the last output lines when DVC exits non-zero.
     """
     logger = get_run_logger()
     logger.info("stage %s: %s", position, stage)
+    started = time.monotonic()
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=dvc_env(parent_run_id), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
-    tail: list[str] = []
-    for line in proc.stdout:
-        logger.info("[%s] %s", stage, line.rstrip())
-        tail = (tail + [line.rstrip()])[-30:]
+                            stderr=subprocess.STDOUT)
+    tail = forward_output(proc.stdout, logger, stage)
     if proc.wait() != 0:
         raise RuntimeError(f"dvc repro {stage} failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    logger.info("stage %s: %s done in %.1f s", position, stage, time.monotonic() - started)
+
+
+@task(cache_policy=NO_CACHE)
+def snapshot_step(run_id: str) -> dict[str, str]:
+    """Tag the pipeline run with the dvc.lock md5s, push to the DVC remote, optionally git-commit."""
+    params = load_params(ROOT / "params.yaml")
+    tags = snapshot(ROOT, params.snapshot, MlflowLog(run_id))
+    get_run_logger().info("snapshot: %d outputs recorded, remote: %s", len(tags) - 1, tags["dvc.remote"])
+    return tags
+
+
+@task(cache_policy=NO_CACHE)
+def publish_report(run_id: str) -> None:
+    """Log the claim table files to the pipeline's MLflow run and publish it as a Prefect markdown artifact."""
+    reports = ROOT / "reports"
+    claims = reports / "claims.md"
+    if not claims.exists():
+        get_run_logger().warning("no %s: the report stage did not run", claims)
+        return
+    run_log = MlflowLog(run_id)
+    for name in ("claims.md", "claims.html", "claims.yaml"):
+        run_log.artifact(reports / name, "report")
+    run_log.artifact(reports / "figures", "report/figures")
+    create_markdown_artifact(markdown=claims.read_text(encoding="utf-8"), key="claim-table",
+                             description="clozeline claim table")
 
 
 @flow(name="clozeline-pipeline", log_prints=True)
 def pipeline(stages: list[str] | None = None) -> list[str]:
-    """Run every stage of ``dvc.yaml`` (or the given subset, in dvc.yaml order); returns the stages run."""
+    """Run the stages of ``dvc.yaml`` in order (all when ``stages`` is None), then snapshot and publish.
+
+    ``stages`` may name stages (``finetune``) or foreach items (``finetune@cls``); returns those run.
+    """
     params = load_params(ROOT / "params.yaml")
     wanted = [s for s in stage_names() if stages is None or s in stages or s.split("@")[0] in stages]
     retrying = repro_stage.with_options(retries=params.pipeline.retries,
                                         retry_delay_seconds=params.pipeline.retry_delay_seconds)
     with open_run("pipeline", root=ROOT) as run:
+        run.tags({"git_commit": git_commit(ROOT), "stages": ",".join(wanted)})
         for index, stage in enumerate(wanted, start=1):
             retrying(stage, f"{index}/{len(wanted)}", run.run_id)
+        snapshot_step(run.run_id)
+        publish_report(run.run_id)
     return wanted
 
 

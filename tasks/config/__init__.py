@@ -24,6 +24,7 @@ from tasks.config.pipeline import PipelineParams
 from tasks.config.pretrain import PretrainParams
 from tasks.config.probe import ProbeParams
 from tasks.config.report import ReportParams
+from tasks.config.snapshot import SnapshotParams
 from tasks.config.split import SplitParams
 from tasks.config.tokenize import TokenizeParams
 from tasks.config.tokenizer import TokenizerParams
@@ -50,10 +51,11 @@ class Params(StrictModel):
     finetune: FinetuneParams
     probe: ProbeParams
     report: ReportParams
+    snapshot: SnapshotParams
 
     def section(self, stage: str) -> StrictModel:
         """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
-        if stage not in type(self).model_fields or stage == "paths":
+        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot"):
             raise ParamsError(f"params.yaml has no stage section {stage!r}")
         return getattr(self, stage)
 

@@ -1,0 +1,64 @@
+"""The flow's last step: record which data a pipeline run used, and optionally push and commit it.
+
+``dvc.lock`` pins every stage output by md5; copying those md5s onto the pipeline's MLflow run as tags links
+each tracked run to the exact data snapshot, and ``dvc checkout`` of that ``dvc.lock`` restores it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tasks.config.snapshot import SnapshotParams
+
+
+def lock_md5s(lock_path: Path) -> dict[str, str]:
+    """``{"<stage>:<out path>": md5}`` for every output in ``dvc.lock`` (empty if the file is absent)."""
+    if not lock_path.exists():
+        return {}
+    stages = (yaml.safe_load(lock_path.read_text(encoding="utf-8")) or {}).get("stages", {})
+    return {
+        f"{stage}:{out['path']}": out.get("md5", "")
+        for stage, body in sorted(stages.items())
+        for out in body.get("outs", [])
+    }
+
+
+def default_remote(root: Path) -> str | None:
+    """The default DVC remote's name, or ``None`` when none is configured."""
+    out = _dvc(root, "remote", "default", check=False)
+    name = out.stdout.strip()
+    return name if out.returncode == 0 and name and "No default remote" not in name else None
+
+
+def snapshot(root: Path, cfg: SnapshotParams, log) -> dict[str, str]:
+    """Tag the run with ``dvc.lock`` md5s, ``dvc push`` if a remote exists, git-commit if asked.
+
+    Returns the tags set. Raises ``subprocess.CalledProcessError`` if a push or commit fails.
+    """
+    tags = {f"dvc.out.{key}": md5 for key, md5 in lock_md5s(root / "dvc.lock").items()}
+    remote = default_remote(root)
+    tags["dvc.remote"] = remote or "none"
+    log.tags(tags)
+    if remote and cfg.push:
+        log.info(f"snapshot: dvc push to remote {remote!r}")
+        _dvc(root, "push")
+    if cfg.git_commit:
+        _git_commit(root)
+    return tags
+
+
+def _dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
+                          check=check)
+
+
+def _git_commit(root: Path) -> None:
+    paths = [p for p in ("dvc.lock", "params.yaml", "metrics") if (root / p).exists()]
+    subprocess.run(["git", "add", "--", *paths], cwd=root, check=True)
+    staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=root)
+    if staged.returncode != 0:
+        subprocess.run(["git", "commit", "-m", "clozeline: data snapshot after pipeline run"], cwd=root, check=True)
