@@ -1,0 +1,488 @@
+"""dedup stage: exact and MinHash near-duplicate clusters over all sources at once.
+
+Reads ``<data>/ingest/<source>.parquet``, writes ``<data>/dedup/<source>.parquet`` (every row, plus
+``cluster_id`` and ``is_duplicate``) and ``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
+
+Method (text-dedup / datatrove style, with verification):
+1. Normalize (``tasks.textnorm``: NFKC, zero-width removal, casefold, whitespace collapsed). Rows with the same
+   normalized text are exact duplicates (md5 of the normalized text).
+2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997),
+   in the ``affine32`` scheme of datasketch, computed with numpy over hashed shingles in worker processes.
+   Documents with fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
+3. A single datasketch ``MinHashLSH`` over all sources (bands and rows from datasketch's optimiser) proposes
+   candidate pairs; each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so
+   precision is 1.0 by construction. Clusters are the connected components (union-find).
+
+Kept row of a cluster (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer, and
+the pretraining copy of an evaluation document is the one that must go), then the longest normalized text
+(characters), then the smallest ``doc_id``. ``cluster_id`` is the kept row's ``doc_id`` (a singleton's own).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import shutil
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasketch import MinHash, MinHashLSH
+from tqdm import tqdm
+
+from tasks import textnorm
+from tasks.config import Paths
+from tasks.config.dedup import DedupParams, lsh_bands_rows
+
+REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
+ROLE_RANK = {"task": 0, "pretrain": 1}
+SIGNATURE_BLOCK_ROWS = 1 << 15  # shingles per numpy block: (rows, num_perm) uint32 stays ~16 MiB at 128 perms
+_SHINGLE_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of the rolling hash
+_FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
+
+
+def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
+    """Cluster exact and near duplicates of every ingest source; write the dedup outputs; return metrics.
+
+    Raises ``FileNotFoundError`` if ``<data>/ingest`` is missing and ``ValueError`` naming the file for a
+    missing column, a null text, an unknown role or a ``doc_id`` seen twice.
+    """
+    corpus = read_corpus(paths.stage_data("ingest"))
+    log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources")
+    docs = sign_documents(corpus.text, cfg)
+    rank = keep_rank(corpus, docs)
+    clusters = UnionFind(rank)
+    exact_rep = merge_exact(docs.text_hash, rank, clusters)
+    bands, rows = lsh_bands_rows(cfg.threshold, cfg.num_perm, *cfg.lsh_weights)
+    lsh_counts = merge_near(corpus.text, docs, exact_rep, rank, clusters, cfg, (bands, rows))
+    labels = label_rows(exact_rep, docs, clusters, cfg.shingle_size_words)
+    out_dir = paths.stage_data("dedup")
+    write_sources(out_dir, corpus, labels)
+    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, labels, cfg)
+    metrics = dedup_metrics(corpus, labels, report)
+    metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
+    log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------- input
+
+
+@dataclass
+class Corpus:
+    """All rows of all sources, in file order (sources sorted by file name)."""
+
+    tables: dict[str, pa.Table]  # source (file stem) -> its ingest table
+    doc_id: list[str]
+    source: list[str]
+    role: list[str]
+    text: list[str]
+    label: list[str | None]
+
+
+def read_corpus(in_dir: Path) -> Corpus:
+    """Read every ``*.parquet`` in ``in_dir`` (sorted); an empty folder gives an empty corpus.
+
+    Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows.
+    """
+    if not in_dir.is_dir():
+        raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
+    corpus = Corpus({}, [], [], [], [], [])
+    first_file: dict[str, Path] = {}
+    for path in sorted(in_dir.glob("*.parquet")):
+        table = pq.read_table(path)
+        columns = _checked_columns(path, table)
+        for doc_id in columns["doc_id"]:
+            if doc_id in first_file:
+                raise ValueError(f"{path}: doc_id {doc_id!r} already seen in {first_file[doc_id]}")
+            first_file[doc_id] = path
+        corpus.tables[path.stem] = table
+        corpus.doc_id += columns["doc_id"]
+        corpus.source += [path.stem] * table.num_rows
+        corpus.role += columns["role"]
+        corpus.text += columns["text"]
+        corpus.label += columns["label"]
+    return corpus
+
+
+def _checked_columns(path: Path, table: pa.Table) -> dict[str, list]:
+    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; ingest rows need {list(REQUIRED_COLUMNS)}")
+    columns = {name: table.column(name).to_pylist() for name in REQUIRED_COLUMNS}
+    for name in ("doc_id", "text", "role"):
+        if None in columns[name]:
+            raise ValueError(f"{path}: row {columns[name].index(None)} has a null {name}")
+    unknown = sorted(set(columns["role"]) - set(ROLE_RANK))
+    if unknown:
+        raise ValueError(f"{path}: unknown role(s) {unknown}; expected one of {sorted(ROLE_RANK)}")
+    return columns
+
+
+# ---------------------------------------------------------------------------------------------- signatures
+
+
+@dataclass
+class DocSignatures:
+    """Per-document results of the worker pass; arrays have one row per document."""
+
+    text_hash: list[str]  # md5 hex of the normalized text
+    n_words: np.ndarray  # (docs,) int64
+    n_chars: np.ndarray  # (docs,) int64, length of the normalized text
+    signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
+
+
+def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
+    """Hash, count and MinHash-sign every text, sharded over ``cfg.num_proc`` processes, with a progress bar.
+
+    Shards are contiguous and results come back in order, so the output does not depend on ``num_proc``.
+    """
+    a, b = MinHash(num_perm=cfg.num_perm, seed=cfg.seed).permutations  # datasketch's affine32 (a, b)
+    shards = [texts[start : start + cfg.shard_size_docs] for start in range(0, len(texts), cfg.shard_size_docs)]
+    jobs = [(shard, cfg.shingle_size_words, a, b) for shard in shards]
+    parts = []
+    with tqdm(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
+        for part in _map(_sign_shard, jobs, cfg.num_proc):
+            parts.append(part)
+            bar.update(len(part[0]))
+    if not parts:
+        return DocSignatures([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cfg.num_perm), np.uint32))
+    return DocSignatures(
+        text_hash=[h for part in parts for h in part[0]],
+        n_words=np.concatenate([part[1] for part in parts]),
+        n_chars=np.concatenate([part[2] for part in parts]),
+        signature=np.concatenate([part[3] for part in parts]),
+    )
+
+
+def _map(func, jobs: list, num_proc: int):
+    if num_proc == 1 or len(jobs) <= 1:
+        yield from map(func, jobs)
+        return
+    # fork: workers need only numpy and textnorm, and spawn would re-import pandas/datasketch in each.
+    with ProcessPoolExecutor(num_proc, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield from pool.map(func, jobs)
+
+
+def _sign_shard(job: tuple) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    texts, n, a, b = job
+    cache = _WordHashes()
+    normalized = [textnorm.normalize(text) for text in texts]
+    tokens = [textnorm.words(norm) for norm in normalized]  # normalize is idempotent
+    hashes = [hashlib.md5(norm.encode("utf-8")).hexdigest() for norm in normalized]
+    shingle_hashes = [shingle_hashes_of(toks, n, cache) for toks in tokens]
+    return (
+        hashes,
+        np.array([len(toks) for toks in tokens], dtype=np.int64),
+        np.array([len(norm) for norm in normalized], dtype=np.int64),
+        minhash_signatures(shingle_hashes, a, b),
+    )
+
+
+class _WordHashes(dict):
+    """word -> stable 64-bit hash (blake2b), computed once per word (Python's ``hash`` is salted per process)."""
+
+    def __missing__(self, word: str) -> int:
+        value = self[word] = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+        return value
+
+
+def shingle_hashes_of(tokens: list[str], n: int, cache: dict[str, int] | None = None) -> np.ndarray:
+    """32-bit hashes of the word ``n``-gram shingles of ``tokens``: shape ``(max(len(tokens) - n + 1, 0),)``.
+
+    A shingle's hash is a polynomial rolling hash of its words' 64-bit blake2b hashes (mod 2**64, as in
+    Rabin-Karp), folded to 32 bits; equal shingles get equal hashes, in any document and any process.
+    """
+    count = len(tokens) - n + 1
+    if count <= 0:
+        return np.zeros(0, np.uint32)
+    cache = _WordHashes() if cache is None else cache
+    word_hash = np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
+    rolling = np.zeros(count, np.uint64)
+    for offset in range(n):
+        rolling = rolling * _SHINGLE_MULTIPLIER + word_hash[offset : offset + count]
+    return ((rolling >> np.uint64(32)) ^ rolling).astype(np.uint32)
+
+
+def minhash_signatures(shingle_hashes: list[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """MinHash signatures ``(docs, num_perm)`` uint32 of per-document 32-bit shingle hash arrays.
+
+    The same values as datasketch 2.0 ``MinHash(scheme="affine32", hashfunc=identity).update_batch(hashes)``:
+    a MurmurHash3 fmix32 pre-mix, then ``a * h + b mod 2**32`` per permutation and a column minimum; a document
+    without shingles keeps the empty value 2**32-1. Vectorised over blocks of documents with
+    ``np.minimum.reduceat`` instead of one Python call per shingle.
+    """
+    num_perm = len(a)
+    out = np.full((len(shingle_hashes), num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+    filled = [i for i, h in enumerate(shingle_hashes) if len(h)]
+    for block in _blocks(filled, [len(shingle_hashes[i]) for i in filled]):
+        hv = _fmix32(np.concatenate([shingle_hashes[i] for i in block]))
+        starts = np.cumsum([0] + [len(shingle_hashes[i]) for i in block[:-1]])
+        out[block] = np.minimum.reduceat(hv[:, None] * a[None, :] + b[None, :], starts, axis=0)
+    return out
+
+
+def _blocks(indices: list[int], sizes: list[int]) -> list[list[int]]:
+    blocks, current, rows = [], [], 0
+    for index, size in zip(indices, sizes):
+        if current and rows + size > SIGNATURE_BLOCK_ROWS:
+            blocks.append(current)
+            current, rows = [], 0
+        current.append(index)
+        rows += size
+    return blocks + [current] if current else blocks
+
+
+def _fmix32(hv: np.ndarray) -> np.ndarray:
+    s1, m1, s2, m2, s3 = _FMIX32  # MurmurHash3 finalizer (Appleby), as datasketch's affine32 pre-mix
+    hv = hv ^ (hv >> s1)
+    hv = hv * m1
+    hv = hv ^ (hv >> s2)
+    hv = hv * m2
+    return hv ^ (hv >> s3)
+
+
+# ---------------------------------------------------------------------------------------------- clustering
+
+
+def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:
+    """Position of each row in the keep order (0 = kept first): task before pretrain, longer, smaller doc_id."""
+    order = sorted(
+        range(len(corpus.doc_id)),
+        key=lambda i: (ROLE_RANK[corpus.role[i]], -int(docs.n_chars[i]), corpus.doc_id[i]),
+    )
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+class UnionFind:
+    """Disjoint sets over row indices whose root is always the member of lowest keep rank (the kept row)."""
+
+    def __init__(self, rank: np.ndarray) -> None:
+        self.rank = rank
+        self.parent = list(range(len(rank)))
+
+    def find(self, i: int) -> int:
+        """The root (kept row) of ``i``'s set, with path halving."""
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, i: int, j: int) -> None:
+        """Merge the sets of ``i`` and ``j``; the root of lower keep rank stays root."""
+        ri, rj = self.find(i), self.find(j)
+        if ri != rj:
+            low, high = (ri, rj) if self.rank[ri] < self.rank[rj] else (rj, ri)
+            self.parent[high] = low
+
+
+def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind) -> list[int]:
+    """Union rows with equal normalized text; returns each row's exact-group representative (first in rank)."""
+    rep_of_hash: dict[str, int] = {}
+    for i in np.argsort(rank):
+        rep_of_hash.setdefault(text_hash[i], int(i))
+    exact_rep = [rep_of_hash[h] for h in text_hash]
+    for i, rep in enumerate(exact_rep):
+        clusters.union(i, rep)
+    return exact_rep
+
+
+def merge_near(
+    texts: list[str],
+    docs: DocSignatures,
+    exact_rep: list[int],
+    rank: np.ndarray,
+    clusters: UnionFind,
+    cfg: DedupParams,
+    bands_rows: tuple[int, int],
+) -> dict[str, int]:
+    """Union exact-group representatives whose LSH candidates pass exact Jaccard >= ``cfg.threshold``.
+
+    One ``MinHashLSH`` holds every source. Returns counts of candidate pairs checked, merged and rejected.
+    """
+    signed = [i for i in np.argsort(rank).tolist() if exact_rep[i] == i and docs.n_words[i] >= cfg.shingle_size_words]
+    lsh = MinHashLSH(num_perm=cfg.num_perm, params=bands_rows)
+    a, b = MinHash(num_perm=cfg.num_perm, seed=cfg.seed).permutations
+    sketches = {i: MinHash(hashvalues=docs.signature[i], permutations=(a, b), scheme="affine32") for i in signed}
+    with lsh.insertion_session() as session:
+        for i in signed:
+            session.insert(i, sketches[i], check_duplication=False)
+    shingle_sets = _ShingleSets(texts, cfg.shingle_size_words)
+    counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0}
+    for i in tqdm(signed, desc="dedup: lsh query", unit="doc"):
+        for j in sorted(lsh.query(sketches[i]), key=lambda k: rank[k]):
+            if rank[j] <= rank[i] or clusters.find(i) == clusters.find(j):
+                continue
+            counts["candidate_pairs"] += 1
+            if jaccard(shingle_sets[i], shingle_sets[j]) >= cfg.threshold:
+                clusters.union(i, j)
+                counts["merged_pairs"] += 1
+            else:
+                counts["rejected_pairs"] += 1
+    return counts
+
+
+class _ShingleSets(dict):
+    """row index -> its set of word n-gram shingles (strings), built on first use."""
+
+    def __init__(self, texts: list[str], n: int) -> None:
+        super().__init__()
+        self.texts, self.n = texts, n
+
+    def __missing__(self, i: int) -> set[str]:
+        value = self[i] = textnorm.shingles(textnorm.words(self.texts[i]), self.n)
+        return value
+
+
+def jaccard(x: set, y: set) -> float:
+    """|x ∩ y| / |x ∪ y|; 1.0 for two empty sets."""
+    union = len(x | y)
+    return len(x & y) / union if union else 1.0
+
+
+# ----------------------------------------------------------------------------------------------- labelling
+
+
+@dataclass
+class RowLabels:
+    """Per-row outcome: the kept row of its cluster, and why it is a duplicate."""
+
+    kept: list[int]  # row index of the cluster's kept row
+    kind: list[str]  # "unique" | "kept" | "exact" (same normalized text as a better row) | "near"
+    exact_of: list[int]  # exact-group representative
+    short: list[bool]  # fewer words than the shingle size: exact matching only
+    empty: list[bool]  # empty normalized text (also short)
+
+    @property
+    def is_duplicate(self) -> list[bool]:
+        """All rows but the kept one of each cluster."""
+        return [kind in ("exact", "near") for kind in self.kind]
+
+
+def label_rows(exact_rep: list[int], docs: DocSignatures, clusters: UnionFind, n: int) -> RowLabels:
+    """Resolve every row to its cluster's kept row and a duplicate kind."""
+    kept = [clusters.find(i) for i in range(len(exact_rep))]
+    size = np.bincount(kept, minlength=len(kept)) if kept else np.zeros(0, np.int64)
+    kind = []
+    for i, root in enumerate(kept):
+        if size[root] == 1:
+            kind.append("unique")
+        elif root == i:
+            kind.append("kept")
+        else:
+            kind.append("exact" if exact_rep[i] != i else "near")
+    return RowLabels(kept, kind, list(exact_rep), (docs.n_words < n).tolist(), (docs.n_chars == 0).tolist())
+
+
+# ------------------------------------------------------------------------------------------------- output
+
+
+def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels) -> None:
+    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``."""
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    cluster_id = [corpus.doc_id[k] for k in labels.kept]
+    is_duplicate = labels.is_duplicate
+    start = 0
+    for source, table in corpus.tables.items():
+        stop = start + table.num_rows
+        table = table.append_column("cluster_id", pa.array(cluster_id[start:stop], pa.string()))
+        table = table.append_column("is_duplicate", pa.array(is_duplicate[start:stop], pa.bool_()))
+        pq.write_table(table, out_dir / f"{source}.parquet")
+        start = stop
+
+
+def write_cluster_report(path: Path, corpus: Corpus, labels: RowLabels, cfg: DedupParams) -> list[dict]:
+    """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records.
+
+    A record lists its members (kept row first, each with its kind and exact-group representative), the
+    exact Jaccard of every pair of distinct normalized texts (at most ``cfg.report_max_pairs_per_cluster``;
+    copies of the same text have Jaccard 1.0 and are listed through ``exact_of`` instead), its sources and
+    its distinct labels.
+    """
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, root in enumerate(labels.kept):
+        members[root].append(i)
+    shingle_sets = _ShingleSets(corpus.text, cfg.shingle_size_words)
+    records = []
+    for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r]):
+        rows = sorted(members[root], key=lambda i: (i != root, corpus.doc_id[i]))
+        records.append(_cluster_record(root, rows, corpus, labels, shingle_sets, cfg.report_max_pairs_per_cluster))
+    path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records), "utf-8")
+    return records
+
+
+def _cluster_record(root, rows, corpus, labels, shingle_sets, max_pairs) -> dict[str, Any]:
+    distinct = [i for i in rows if labels.exact_of[i] == i]
+    pairs = []
+    for x, i in enumerate(distinct):
+        for j in distinct[x + 1 :]:
+            if len(pairs) < max_pairs:
+                pairs.append([corpus.doc_id[i], corpus.doc_id[j], round(jaccard(shingle_sets[i], shingle_sets[j]), 6)])
+    n_distinct_pairs = len(distinct) * (len(distinct) - 1) // 2
+    return {
+        "cluster_id": corpus.doc_id[root],
+        "kept": corpus.doc_id[root],
+        "size": len(rows),
+        "sources": sorted({corpus.source[i] for i in rows}),
+        "labels": sorted({corpus.label[i] for i in rows if corpus.label[i] is not None}),
+        "members": [
+            {
+                "doc_id": corpus.doc_id[i],
+                "source": corpus.source[i],
+                "kind": labels.kind[i],
+                "exact_of": corpus.doc_id[labels.exact_of[i]],
+            }
+            for i in rows
+        ],
+        "pairs": pairs,
+        "pairs_truncated": n_distinct_pairs > len(pairs),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+def dedup_metrics(corpus: Corpus, labels: RowLabels, report: list[dict]) -> dict[str, Any]:
+    """Per-source and overall counts. ``clusters`` counts clusters of two or more rows touching the source."""
+    sources = {source: _source_counts(corpus, labels, report, {source}) for source in corpus.tables}
+    overall = _source_counts(corpus, labels, report, set(corpus.tables))
+    overall["cross_source_clusters"] = sum(len(r["sources"]) > 1 for r in report)
+    overall["label_conflict_clusters"] = sum(len(r["labels"]) > 1 for r in report)
+    return {"sources": sources, "all": overall}
+
+
+def _source_counts(corpus: Corpus, labels: RowLabels, report: list[dict], sources: set[str]) -> dict[str, Any]:
+    rows = [i for i, source in enumerate(corpus.source) if source in sources]
+    exact = sum(labels.kind[i] == "exact" for i in rows)
+    near = sum(labels.kind[i] == "near" for i in rows)
+    return {
+        "docs_in": len(rows),
+        "docs_kept": len(rows) - exact - near,
+        "docs_removed": exact + near,
+        "exact_duplicates": exact,
+        "near_duplicates": near,
+        "clusters": sum(bool(sources.intersection(r["sources"])) for r in report),
+        "fraction_removed": (exact + near) / len(rows) if rows else 0.0,
+        "short_docs": sum(labels.short[i] for i in rows),
+        "empty_docs": sum(labels.empty[i] for i in rows),
+    }
+
+
+def lsh_summary(threshold: float, bands: int, rows: int) -> dict[str, float]:
+    """LSH shape and ``P(candidate) = 1 - (1 - s**r)**b`` at the threshold and at threshold + 0.05."""
+    return {
+        "bands": bands,
+        "rows": rows,
+        "p_detect_at_threshold": 1.0 - (1.0 - threshold**rows) ** bands,
+        "p_detect_at_threshold_plus_0_05": 1.0 - (1.0 - min(threshold + 0.05, 1.0) ** rows) ** bands,
+    }
