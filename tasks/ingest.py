@@ -1,0 +1,228 @@
+"""Stage ``ingest``: read every source in ``params.yaml: ingest.sources`` into the document row contract.
+
+Writes ``data/ingest/<source>.parquet`` (columns ``doc_id, source, role, text, label, group, tokens, tags,
+meta``; see tasks/CONTRACTS.md) and ``data/ingest/dropped.jsonl`` (one line per dropped document:
+``source, doc_id, reason, where, detail``). Every source is read completely before anything is written,
+and the output folder is swapped in by rename, so bad input never leaves a half-written output.
+
+Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from tasks.config.ingest import IngestParams
+from tasks.sources import Record, SourceError, read_source
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("label", pa.string()),
+        ("group", pa.string()),
+        ("tokens", pa.list_(pa.string())),
+        ("tags", pa.list_(pa.string())),
+        ("meta", pa.string()),
+    ]
+)
+DROPPED_FILE = "dropped.jsonl"
+SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are in dropped.jsonl)
+
+
+@dataclass
+class SourceResult:
+    """What one source produced: its rows (input order), dropped entries and counters."""
+
+    name: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+
+
+def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
+    """Ingest all sources; returns ``{"sources": {name: {...}}, "totals": {...}}`` (see ``source_metrics``)."""
+    results = [ingest_source(spec) for spec in cfg.sources]
+    write_outputs(paths.stage_data("ingest"), results)
+    for result in results:
+        log_drops(result, log)
+    return summarize(results)
+
+
+def ingest_source(spec) -> SourceResult:
+    """Read, normalize and sample one source. Raises ``SourceError`` for bad input or a repeated id."""
+    result = SourceResult(spec.name)
+    first_seen: dict[str, str] = {}
+    kept: list[tuple[str, dict[str, Any]]] = []
+    for record in tqdm(read_source(spec), desc=f"ingest {spec.name}", unit="doc", mininterval=2):
+        result.counts["docs_in"] += 1
+        doc_id = f"{spec.name}:{record.local_id}"
+        if doc_id in first_seen:
+            raise SourceError(f"{record.where}: id {record.local_id!r} repeats the one at {first_seen[doc_id]}")
+        first_seen[doc_id] = record.where
+        reason, row = build_row(spec, doc_id, record, result.counts)
+        if reason:
+            result.dropped.append(drop_entry(spec.name, doc_id, reason, record.where, record.detail))
+        else:
+            kept.append((record.local_id, row))
+    result.rows = sample(kept, spec.max_docs, result, spec.name)
+    check_identity(result)
+    return result
+
+
+def build_row(spec, doc_id: str, record: Record, counts: Counter) -> tuple[str | None, dict[str, Any] | None]:
+    """``(drop reason, None)`` or ``(None, row)``; counts text changes in ``counts``."""
+    if record.drop:
+        return record.drop, None
+    if record.text is None:
+        return "missing_text", None
+    text, nfc_changed, whitespace_changed = normalize_text(record.text)
+    if not text:
+        return "empty", None
+    meta = dict(record.meta)
+    if nfc_changed:
+        meta["raw_text"] = record.text  # kept only when normalization changed more than whitespace
+    tokens = normalize_tokens(record.tokens, record.where)
+    if tokens is not None:
+        text = " ".join(tokens)  # token-labelled text is its (NFC) words joined by one space
+    counts["nfc_changed"] += nfc_changed
+    counts["whitespace_normalized"] += whitespace_changed
+    row = {
+        "doc_id": doc_id,
+        "source": spec.name,
+        "role": spec.role,
+        "text": text,
+        "label": record.label,
+        "group": record.group if record.group is not None else doc_id,
+        "tokens": tokens,
+        "tags": record.tags,
+        "meta": json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str),
+    }
+    return None, row
+
+
+_HORIZONTAL_SPACE = re.compile(r"[^\S\n]+")
+_SPACE_AROUND_NEWLINE = re.compile(r" ?\n ?")
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+
+def normalize_text(raw: str) -> tuple[str, bool, bool]:
+    """``(text, nfc_changed, whitespace_changed)``: Unicode NFC, then whitespace normalized.
+
+    Whitespace: CR/CRLF -> LF; any run of other whitespace (tabs, no-break spaces...) -> one space;
+    no space at line ends; at most one blank line in a row (paragraph breaks survive); stripped.
+    ``whitespace_changed`` ignores the stripping of the ends alone.
+    """
+    nfc = unicodedata.normalize("NFC", raw)
+    text = nfc.replace("\r\n", "\n").replace("\r", "\n")
+    text = _BLANK_LINES.sub("\n\n", _SPACE_AROUND_NEWLINE.sub("\n", _HORIZONTAL_SPACE.sub(" ", text))).strip()
+    return text, nfc != raw, text != nfc.strip()  # a file's final newline is not worth counting
+
+
+def normalize_tokens(tokens: list[str] | None, where: str) -> list[str] | None:
+    """NFC of each word; raises ``SourceError`` for an empty word or one holding whitespace."""
+    if tokens is None:
+        return None
+    words = [unicodedata.normalize("NFC", token) for token in tokens]
+    bad = next((word for word in words if not word or len(word.split()) != 1 or word != word.strip()), None)
+    if bad is not None:
+        raise SourceError(f"{where}: word {bad!r} is empty or holds whitespace")
+    return words
+
+
+def sample(kept: list[tuple[str, dict]], max_docs: int | None, result: SourceResult, name: str) -> list[dict]:
+    """At most ``max_docs`` rows: those whose own id has the smallest md5, kept in input order.
+
+    Hashing the source's own id (not the doc_id) picks the same documents for two sources built on the
+    same corpus (``bbc_news`` and ``bbc_news_pretrain``), with no RNG and independent of input order.
+    Rows left out are dropped with reason ``max_docs``.
+    """
+    if max_docs is None or len(kept) <= max_docs:
+        return [row for _, row in kept]
+    ranked = sorted(range(len(kept)), key=lambda i: hashlib.md5(kept[i][0].encode("utf-8")).hexdigest())
+    chosen = set(ranked[:max_docs])
+    for i in sorted(set(range(len(kept))) - chosen):
+        result.dropped.append(drop_entry(name, kept[i][1]["doc_id"], "max_docs", None, f"max_docs={max_docs}"))
+    return [kept[i][1] for i in sorted(chosen)]
+
+
+def drop_entry(source: str, doc_id: str, reason: str, where: str | None, detail: str | None) -> dict[str, Any]:
+    """One line of ``dropped.jsonl``."""
+    return {"source": source, "doc_id": doc_id, "reason": reason, "where": where, "detail": detail}
+
+
+def check_identity(result: SourceResult) -> None:
+    """Raise ``RuntimeError`` unless ``docs_in == docs_out + dropped`` for this source."""
+    docs_in, docs_out, dropped = result.counts["docs_in"], len(result.rows), len(result.dropped)
+    if docs_in != docs_out + dropped:
+        raise RuntimeError(f"{result.name}: docs_in {docs_in} != docs_out {docs_out} + dropped {dropped}")
+
+
+def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
+    """Write every Parquet file and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    old = out_dir.with_name(f".{out_dir.name}.old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for result in results:
+        table = pa.Table.from_pylist(result.rows, schema=ROW_SCHEMA)
+        pq.write_table(table, tmp / f"{result.name}.parquet", compression="zstd")
+    with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
+        for result in results:
+            for entry in result.dropped:
+                handle.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
+    if out_dir.exists():
+        out_dir.rename(old)
+    tmp.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def source_metrics(result: SourceResult) -> dict[str, Any]:
+    """``docs_in, docs_out, dropped_total, dropped: {reason: n}, nfc_changed, whitespace_normalized,
+    chars_out, labels: {label: n}, tokens_out``."""
+    reasons = Counter(entry["reason"] for entry in result.dropped)
+    labels = Counter(row["label"] for row in result.rows if row["label"] is not None)
+    return {
+        "docs_in": result.counts["docs_in"],
+        "docs_out": len(result.rows),
+        "dropped_total": len(result.dropped),
+        "dropped": dict(sorted(reasons.items())),
+        "nfc_changed": result.counts["nfc_changed"],
+        "whitespace_normalized": result.counts["whitespace_normalized"],
+        "chars_out": sum(len(row["text"]) for row in result.rows),
+        "tokens_out": sum(len(row["tokens"]) for row in result.rows if row["tokens"] is not None),
+        "labels": dict(sorted(labels.items())),
+    }
+
+
+def summarize(results: list[SourceResult]) -> dict[str, Any]:
+    """Per-source metrics plus totals over all sources."""
+    per_source = {result.name: source_metrics(result) for result in results}
+    totals = {key: sum(m[key] for m in per_source.values()) for key in ("docs_in", "docs_out", "dropped_total")}
+    return {"sources": per_source, "totals": totals}
+
+
+def log_drops(result: SourceResult, log) -> None:
+    """Log the drop counts of a source and the first few dropped documents of each reason by name."""
+    shown: Counter = Counter()
+    for entry in result.dropped:
+        if entry["reason"] != "max_docs" and shown[entry["reason"]] < SHOWN_PER_REASON:
+            shown[entry["reason"]] += 1
+            log.info(f"{result.name}: dropped {entry['where']} ({entry['reason']}: {entry['detail']})")
+    metrics = source_metrics(result)
+    log.info(f"{result.name}: {metrics['docs_in']} in, {metrics['docs_out']} out, dropped {metrics['dropped']}")
