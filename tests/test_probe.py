@@ -1,0 +1,253 @@
+"""probe stage: layer bookkeeping, the scores against hand-derived values, the shipped probe set, and the
+reference MiniLM's sense separation for "port"."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.model_selection import LeaveOneOut, cross_val_score
+from sklearn.neighbors import KNeighborsClassifier
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+from tasks import probe
+from tasks.config import read_yaml
+from tasks.config.paths import Paths
+from tasks.config.probe import ProbeParams
+from tasks.tracking import NullLog
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "tasks" / "data" / "probe_senses.jsonl"
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def make_cfg(senses_file: Path = SHIPPED, **changes) -> ProbeParams:
+    values = dict(senses_file=senses_file, variants=["pretrained", "random", "reference"], random_init_seed=0,
+                  batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8)
+    return ProbeParams(**{**values, **changes})
+
+
+def make_paths(root: Path) -> Paths:
+    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+
+
+def save_tiny_pretrained(folder: Path) -> None:
+    """A 2-layer BertForMaskedLM plus a WordPiece tokenizer trained on the shipped probe sentences."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    texts = [json.loads(line)["sentence"] for line in SHIPPED.read_text(encoding="utf-8").splitlines()]
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=400, special_tokens=SPECIALS))
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                   ("[CLS]", tok.token_to_id("[CLS]")))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    config = BertConfig(vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(1)
+    BertForMaskedLM(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("probe")
+    save_tiny_pretrained(root / "models" / "pretrained")
+    return root
+
+
+@pytest.fixture(scope="module")
+def full_run(tiny_root) -> dict:
+    """The whole stage on all three variants (tiny pretrained, its random twin, the real MiniLM)."""
+    return probe.run(make_cfg(), make_paths(tiny_root), NullLog())
+
+
+# --- layers ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["pretrained", "reference"])
+def test_layer_count_and_last_layer_is_last_hidden_state(tiny_root, variant):
+    encoder, tokenizer = probe.load_variant(variant, tiny_root / "models" / "pretrained", seed=0)
+    rows = probe.read_probe_set(SHIPPED, 8)[:5]
+    batch = probe.encode(tokenizer, rows, batch_size=5, max_seq_len_tokens=128)[0]
+    states = probe.hidden_layers(encoder, batch.inputs)
+    assert states.shape[0] == encoder.config.num_hidden_layers + 1
+    assert states.shape[0] == {"pretrained": 3, "reference": 7}[variant]
+    with torch.no_grad():
+        out = encoder(**batch.inputs)
+        embeddings = encoder.embeddings(input_ids=batch.inputs["input_ids"],
+                                        token_type_ids=batch.inputs.get("token_type_ids"))
+    torch.testing.assert_close(states[-1], out.last_hidden_state)
+    torch.testing.assert_close(states[0], embeddings)  # layer 0 is the embedding output
+    assert not encoder.training
+
+
+def test_target_vector_is_mean_of_its_subwords_and_ignores_padding(tiny_root):
+    encoder, tokenizer = probe.load_variant("reference", tiny_root / "models" / "pretrained", seed=0)
+    text = "He caught a largemouth bass near the reeds."
+    row = probe.ProbeSentence("largemouth", "fish", text, 1, text.index("largemouth"), text.index(" bass"))
+    longer = probe.parse_row(json.dumps({"word": "bank", "sense": "river", "sentence":
+                                         "We sat for hours on the grassy bank of the slow, wide, muddy river."}),
+                             Path("x.jsonl"), 2)
+    batch = probe.encode(tokenizer, [row], batch_size=1, max_seq_len_tokens=64)[0]
+    pieces = tokenizer.convert_ids_to_tokens(batch.inputs["input_ids"][0, batch.target_tokens[0]].tolist())
+    assert pieces == ["large", "##mouth"]  # found by offsets, two subwords
+    states = probe.hidden_layers(encoder, batch.inputs)
+    expected = states[:, 0, batch.target_tokens[0]].mean(dim=1).double().numpy()
+    alone = probe.target_vectors(encoder, [batch], desc="t")[:, 0]
+    padded = probe.target_vectors(encoder, probe.encode(tokenizer, [row, longer], 2, 64), desc="t")[:, 0]
+    np.testing.assert_allclose(alone, expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(padded, alone, rtol=0, atol=1e-4)
+
+
+def test_tokenizer_that_glues_word_to_neighbour_is_rejected():
+    text = "the port."
+    row = probe.ProbeSentence("port", "harbour", text, 7, 4, 8)
+    glued = [[0, 0], [0, 3], [4, 9], [0, 0]]  # one token "port." spans past the word
+    with pytest.raises(ValueError, match="line 7"):
+        probe.word_tokens(row, glued, [None, 0, 1, None])
+    assert probe.word_tokens(row, [[0, 0], [0, 3], [4, 6], [6, 8], [8, 9], [0, 0]], [None, 0, 1, 1, 2, None]) == [2, 3]
+
+
+# --- scores ------------------------------------------------------------------------------------------------
+
+
+def test_scores_hand_derived():
+    # cos: (0,1)=0, (0,2)=1/sqrt2, (0,3)=-1, (1,2)=1/sqrt2, (1,3)=0, (2,3)=-1/sqrt2
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
+    scores = probe.sense_scores(vectors, ["a", "a", "b", "b"])
+    r = 1 / math.sqrt(2)
+    within = (0 + -r) / 2
+    across = (r + -1 + r + 0) / 4
+    assert scores["within"] == pytest.approx(within)
+    assert scores["across"] == pytest.approx(across)
+    assert scores["separation"] == pytest.approx(within - across)
+    # nearest neighbours: 0->2 (b), 1->2 (b), 2->0 (tie with 1, lower index; a), 3->1 (a): all wrong
+    assert scores["knn_accuracy"] == 0.0
+
+
+def test_scores_scale_invariant_clusters():
+    vectors = np.array([[1.0, 0.0], [3.0, 0.1], [0.0, 2.0], [0.1, 5.0], [-1.0, -1.0], [-2.0, -2.0]])
+    scores = probe.sense_scores(vectors, ["x", "x", "y", "y", "z", "z"])
+    assert scores["knn_accuracy"] == 1.0
+    assert scores["within"] == pytest.approx(np.mean([np.cos(np.arctan(0.1 / 3)), np.cos(np.arctan(0.1 / 5)), 1.0]))
+    assert scores["separation"] > 1.0  # across includes negative cosines with cluster z
+
+
+def test_knn_matches_sklearn_leave_one_out():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(40, 6)) + np.repeat(rng.normal(size=(4, 6)), 10, axis=0)
+    senses = np.repeat(["a", "b", "c", "d"], 10)
+    knn = KNeighborsClassifier(n_neighbors=1, metric="cosine", algorithm="brute")
+    reference = cross_val_score(knn, vectors, senses, cv=LeaveOneOut()).mean()
+    assert probe.sense_scores(vectors, list(senses))["knn_accuracy"] == pytest.approx(reference)
+
+
+def test_layer_scores_average_words_equally():
+    rows = [probe.ProbeSentence(w, s, f"{w}", i, 0, len(w)) for i, (w, s) in
+            enumerate([("p", "a"), ("p", "a"), ("p", "b"), ("p", "b"), ("q", "a"), ("q", "a"), ("q", "b"), ("q", "b")])]
+    layer = np.array([[1, 0], [1, 0], [0, 1], [0, 1],  # p: within 1, across 0
+                      [1, 0], [1, 0], [1, 0], [1, 0]], dtype=float)  # q: within 1, across 1
+    model = probe.layer_scores(np.stack([layer, layer]), rows)
+    assert model["layers"] == 2
+    assert model["per_word"]["p"]["separation"] == [1.0, 1.0]
+    assert model["per_word"]["q"]["separation"] == [0.0, 0.0]
+    assert model["separation"] == [0.5, 0.5]
+    assert model["per_word"]["q"]["knn_accuracy"] == [0.5, 0.5]  # all tied: 1-NN is the lowest other index
+
+
+# --- probe set ---------------------------------------------------------------------------------------------
+
+
+def test_shipped_probe_set_counts_and_single_occurrence():
+    lines = SHIPPED.read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    per_sense = Counter((row["word"], row["sense"]) for row in rows)
+    assert min(per_sense.values()) >= 8
+    assert {"port", "bank", "bass", "spring"} <= {word for word, _ in per_sense}
+    assert all(sum(1 for w, _ in per_sense if w == word) >= 2 for word, _ in per_sense)
+    for row in rows:
+        tokens = re.findall(r"[\w']+", row["sentence"].lower())
+        assert tokens.count(row["word"]) == 1, row
+    assert len(set(lines)) == len(lines)
+    assert len(probe.read_probe_set(SHIPPED, 8)) == len(rows)
+
+
+def test_bad_probe_files_name_the_line(tmp_path):
+    good = {"word": "port", "sense": "harbour", "sentence": "Ships left the port."}
+    twice = {"word": "port", "sense": "harbour", "sentence": "The port of the port."}
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(twice) + "\n")
+    with pytest.raises(ValueError, match=r"p\.jsonl:2: 'port' occurs 2 times"):
+        probe.read_probe_set(path, 2)
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "sense": "computing"}) + "\n")
+    with pytest.raises(ValueError, match="sense 'computing' has 1 sentences"):
+        probe.read_probe_set(path, 2)
+    path.write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"p\.jsonl:1: not valid JSON"):
+        probe.read_probe_set(path, 2)
+
+
+def test_params_section_loads_and_rejects_bad_values():
+    cfg = ProbeParams.model_validate(read_yaml(REPO / "params.yaml")["probe"])  # only our section
+    assert cfg.senses_file == Path("tasks/data/probe_senses.jsonl")
+    with pytest.raises(ValueError, match="unique"):
+        make_cfg(variants=["random", "random"])
+    with pytest.raises(ValueError):
+        make_cfg(variants=["bert-large"])
+    with pytest.raises(ValueError):
+        make_cfg(min_sentences_per_sense=1)
+
+
+# --- the stage ---------------------------------------------------------------------------------------------
+
+
+def test_run_writes_contract_layout(full_run, tiny_root):
+    assert set(full_run["models"]) == {"pretrained", "random", "reference"}
+    for variant, n_layers in [("pretrained", 3), ("random", 3), ("reference", 7)]:
+        model = full_run["models"][variant]
+        assert model["layers"] == n_layers
+        for name in ("separation", "within", "across", "knn_accuracy"):
+            assert len(model[name]) == n_layers
+        assert set(model["per_word"]) == {"port", "bank", "bass", "spring", "mouse", "crane"}
+        assert len(model["per_word"]["port"]["knn_accuracy"]) == n_layers
+    assert full_run["models"]["pretrained"]["separation"] != full_run["models"]["random"]["separation"]
+    assert full_run["static_baseline"]["layer"] == 0
+    assert full_run["probe_set"]["sentences"] == 120
+    out = tiny_root / "data" / "probe"
+    table = (out / "layers.tsv").read_text().splitlines()
+    assert table[0].split("\t") == ["variant", "word", "layer", "within", "across", "separation", "knn_accuracy"]
+    assert len(table) == 1 + (3 + 3 + 7) * 7  # (mean + 6 words) rows per layer
+    assert (out / "sense_separation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len((out / "targets.tsv").read_text().splitlines()) == 1 + 3 * 120
+
+
+def test_reference_port_separation_rises_above_static_layer(full_run):
+    port = full_run["models"]["reference"]["per_word"]["port"]["separation"]
+    assert max(port[1:]) > port[0]
+
+
+def test_same_params_give_identical_bytes_and_keep_global_rng(tiny_root, tmp_path):
+    state = torch.get_rng_state()
+    outputs = []
+    for name in ("a", "b"):
+        root = tmp_path / name
+        (root / "models").mkdir(parents=True)
+        (root / "models" / "pretrained").symlink_to(tiny_root / "models" / "pretrained")
+        metrics = probe.run(make_cfg(variants=["pretrained", "random"]), make_paths(root), NullLog())
+        files = {p.name: p.read_bytes() for p in sorted((root / "data" / "probe").iterdir())}
+        outputs.append((json.dumps(metrics, sort_keys=True), files))
+    assert outputs[0] == outputs[1]
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_missing_pretrained_model_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no pretrained model"):
+        probe.run(make_cfg(variants=["random"]), make_paths(tmp_path), NullLog())
