@@ -80,7 +80,7 @@ def match_files(pattern: str) -> list[tuple[Path, str]]:
     """
     path = Path(pattern)
     if _GLOB_CHARS.search(pattern):
-        fixed = [part for part in path.parts[: _first_glob_part(path)]]
+        fixed = path.parts[: _first_glob_part(path)]
         root = Path(*fixed) if fixed else Path(".")
         found = [Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file()]
     elif path.is_dir():
@@ -267,7 +267,10 @@ def read_csv(spec: CsvSource) -> Iterator[Record]:
 
 
 def read_parquet(spec: ParquetSource) -> Iterator[Record]:
-    """Parquet shards; the schema is the union of the shards'. Ids default to ``<file>:<row>`` (1-based)."""
+    """Parquet shards; the schema is the union of the shards'. Ids default to ``<file>:<row>`` (0-based).
+
+    Raises ``SourceError`` naming both files when one column has different Arrow types in two shards.
+    """
     import pyarrow.parquet as pq
 
     shards = match_files(spec.path)
@@ -277,12 +280,15 @@ def read_parquet(spec: ParquetSource) -> Iterator[Record]:
             if str(column.type) != "null":
                 types.check(column.name, str(column.type), f"{path}")
     for path, name in shards:
-        for row_no, row in enumerate(pq.read_table(path).to_pylist(), start=1):
+        for row_no, row in enumerate(pq.read_table(path).to_pylist()):
             yield record_from_row(spec, row, f"{name}:{row_no}", f"{path}:row {row_no}")
 
 
 def read_hf_disk(spec: HfDiskSource) -> Iterator[Record]:
-    """A ``save_to_disk`` folder; a DatasetDict is read split by split (sorted). ClassLabel ids -> names."""
+    """A ``save_to_disk`` folder; a DatasetDict is read split by split (sorted). ClassLabel ids -> names.
+
+    Ids default to ``<split>:<row>`` (0-based; just ``<row>`` for a single Dataset).
+    """
     import datasets
 
     loaded = datasets.load_from_disk(spec.path)

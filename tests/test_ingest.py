@@ -238,7 +238,7 @@ def test_parquet_shards_load_as_the_union_and_mixed_types_are_reported(tmp_path)
     run_ingest(tmp_path, spec)
     rows = read_rows(tmp_path, "docs")
     assert [(r["doc_id"], r["label"], json.loads(r["meta"])) for r in rows] == [
-        ("docs:part-0.parquet:1", "p", {}), ("docs:part-1.parquet:1", "q", {"score": 0.5})]
+        ("docs:part-0.parquet:0", "p", {}), ("docs:part-1.parquet:0", "q", {"score": 0.5})]
     pq.write_table(pa.table({"text": ["gamma"], "y": [7]}), shards / "part-2.parquet")
     with pytest.raises(SourceError, match=r"part-2.parquet: column 'y' is int64 here but string at .*part-0"):
         run_ingest(tmp_path, spec)
