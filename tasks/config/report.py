@@ -1,7 +1,39 @@
 """The ``report:`` section of params.yaml."""
 
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
 from tasks.config.base import StrictModel
 
 
+class FigureRuns(StrictModel):
+    """Which fine-tuning run (``<variant>/<mode>/<head>``) the per-run figures draw."""
+
+    cls: str = Field(description="run key in metrics/finetune_cls.json whose confusion matrix is drawn")
+    ner: str = Field(description="run key in metrics/finetune_ner.json whose span errors are drawn")
+
+    @field_validator("cls", "ner")
+    @classmethod
+    def _three_parts(cls, value: str) -> str:
+        if len(value.split("/")) != 3:
+            raise ValueError(f"must be '<variant>/<mode>/<head>', got {value!r}")
+        return value
+
+
 class ReportParams(StrictModel):
-    """Params of the ``report`` stage."""
+    """Params of the ``report`` stage: the statistics of the claim table and where its inputs live."""
+
+    confidence_level: float = Field(gt=0.5, lt=1.0, description="two-sided confidence level of every CI")
+    paired_method: Literal["t", "bootstrap"] = Field(
+        description="CI of a paired difference: paired t over seeds, or a paired percentile bootstrap"
+    )
+    bootstrap_resamples: int = Field(ge=1000, description="resamples of the paired bootstrap")
+    bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
+    figure_runs: FigureRuns
+    figure_dpi: int = Field(ge=50, le=600, description="resolution of the PNG figures, dots per inch")
+    params_file: Path = Field(description="params.yaml read for the experiment ledger, relative to the repo root")
+    dvc_lock_file: Path = Field(description="dvc.lock read for data md5s, relative to the repo root")

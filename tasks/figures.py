@@ -1,0 +1,158 @@
+"""The report's figures (matplotlib, Agg backend, PNG): each function draws one figure from metrics and
+returns its path, or raises ``NotRun`` saying which input is missing. PNG metadata is pinned so the same
+metrics give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from tasks.claims import Metrics, NotRun, dig, mean_ci  # noqa: E402
+
+PNG_METADATA = {"Software": None}  # no library version in the file: stable bytes across upgrades
+
+
+def _save(fig, path: Path, dpi: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi, format="png", metadata=PNG_METADATA)
+    plt.close(fig)
+    return path
+
+
+def read_curve(path: Path) -> dict[str, list[tuple[float, float]]]:
+    """``metrics/pretrain_curve.tsv`` (``step, train_loss, lr, eval_loss``) as ``{column: [(step, value)]}``.
+
+    Empty or ``nan`` cells (eval_loss is only logged at eval steps) are skipped. Raises ``NotRun`` if the
+    file is missing or has no ``step`` column.
+    """
+    if not path.exists():
+        raise NotRun(f"{path} is missing (pretrain not run)")
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        if "step" not in (reader.fieldnames or []):
+            raise NotRun(f"{path} has no 'step' column (columns: {reader.fieldnames})")
+        series: dict[str, list[tuple[float, float]]] = {c: [] for c in ("train_loss", "eval_loss", "lr")}
+        for row in reader:
+            for column, points in series.items():
+                cell = (row.get(column) or "").strip()
+                if cell and math.isfinite(float(cell)):
+                    points.append((float(row["step"]), float(cell)))
+    return series
+
+
+def loss_curve(curve_path: Path, out: Path, dpi: int) -> Path:
+    """Pretraining train/eval MLM loss against optimizer step, learning rate on a second axis."""
+    series = read_curve(curve_path)
+    if not series["train_loss"] and not series["eval_loss"]:
+        raise NotRun(f"{curve_path} has no loss values")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for column, style in (("train_loss", "-"), ("eval_loss", "o-")):
+        if series[column]:
+            ax.plot(*zip(*series[column]), style, label=column.replace("_", " "), markersize=3)
+    ax.set(xlabel="optimizer step", ylabel="MLM cross-entropy (nats/token)", title="Pretraining loss")
+    ax.legend(loc="upper left")
+    if series["lr"]:
+        lr_ax = ax.twinx()
+        lr_ax.plot(*zip(*series["lr"]), color="grey", alpha=0.4, linewidth=1)
+        lr_ax.set_ylabel("learning rate", color="grey")
+    return _save(fig, out, dpi)
+
+
+def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Path, dpi: int) -> Path:
+    """Per-seed scores of every run of ``metrics/finetune_<task>.json`` as points, with mean and t-CI bars."""
+    runs = dig(metrics.get(f"finetune_{task}"), ["runs"], f"metrics/finetune_{task}.json")
+    keys = sorted(k for k in runs if isinstance(runs[k], dict) and metric in runs[k])
+    if not keys:
+        raise NotRun(f"metrics/finetune_{task}.json has no run with {metric!r}")
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(keys)), 4))
+    for x, key in enumerate(keys):
+        values = [float(v) for v in runs[key][metric].get("per_seed") or []]
+        if not values:
+            continue
+        est = mean_ci(tuple(values), level)
+        ax.scatter([x] * len(values), values, s=18, alpha=0.6, color="tab:blue", zorder=3)
+        if est.has_ci:
+            ax.errorbar([x + 0.15], [est.mean], yerr=[[est.mean - est.low], [est.high - est.mean]],
+                        fmt="s", color="black", capsize=4, zorder=4)
+        else:
+            ax.plot([x + 0.15], [est.mean], "s", color="black")
+    ax.set_xticks(range(len(keys)), keys, rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel=metric, title=f"{task}: per-seed {metric}, mean and {level:.0%} CI")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out, dpi)
+
+
+def confusion_matrix(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Path:
+    """The classification confusion matrix (rows = gold, columns = predicted) of one run's ``details``.
+
+    Accepts ``details.confusion_matrix`` as ``{"labels": [..], "matrix": [[..]]}`` or as a list of rows with
+    the names in ``details.labels``.
+    """
+    where = "metrics/finetune_cls.json"
+    details = dig(metrics.get("finetune_cls"), ["runs", run_key, "details"], where)
+    matrix, labels = _matrix_and_labels(dig(details, ["confusion_matrix"], f"{where} runs[{run_key!r}].details"),
+                                        details)
+    fig, ax = plt.subplots(figsize=(1.0 * len(labels) + 2, 1.0 * len(labels) + 1.5))
+    image = ax.imshow(matrix, cmap="Blues")
+    for i, row in enumerate(matrix):
+        for j, count in enumerate(row):
+            ax.text(j, i, f"{count:g}", ha="center", va="center",
+                    color="white" if count > max(map(max, matrix)) / 2 else "black")
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set(xlabel="predicted", ylabel="gold", title=f"cls confusion matrix ({run_key})")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    return _save(fig, out, dpi)
+
+
+def _matrix_and_labels(raw, details: dict) -> tuple[list[list[float]], list[str]]:
+    if isinstance(raw, dict):
+        matrix, labels = raw.get("matrix"), raw.get("labels")
+    else:
+        matrix, labels = raw, details.get("labels")
+    if not matrix or not all(isinstance(r, list) and len(r) == len(matrix) for r in matrix):
+        raise NotRun("confusion_matrix is not a square list of rows")
+    labels = [str(x) for x in labels] if labels and len(labels) == len(matrix) else [str(i) for i in range(len(matrix))]
+    return [[float(c) for c in r] for r in matrix], labels
+
+
+def span_errors(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Path:
+    """NER span-error counts (exact match, boundary, type, missed, spurious) of one run as bars."""
+    where = "metrics/finetune_ner.json"
+    raw = dig(metrics.get("finetune_ner"), ["runs", run_key, "details", "span_errors"], where)
+    counts = {str(k): float(v) for k, v in sorted(raw.items()) if isinstance(v, int | float)} if isinstance(raw, dict) else {}
+    if not counts:
+        raise NotRun(f"{where} runs[{run_key!r}].details.span_errors holds no counts")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    bars = ax.bar(list(counts), list(counts.values()), color="tab:orange")
+    ax.bar_label(bars, fmt="%g")
+    ax.set(ylabel="entities", title=f"NER span errors ({run_key})")
+    ax.tick_params(axis="x", rotation=20)
+    return _save(fig, out, dpi)
+
+
+def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
+    """Sense separation (within - across mean cosine) and 1-NN sense accuracy by layer, one line per model."""
+    models = dig(metrics.get("probe"), ["models"], "metrics/probe.json")
+    if not models:
+        raise NotRun("metrics/probe.json lists no models")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for variant in sorted(models):
+        for ax, key in zip(axes, ("separation", "knn_accuracy")):
+            values = models[variant].get(key) or []
+            if values:
+                ax.plot(range(len(values)), values, "o-", label=variant, markersize=4)
+    axes[0].set(xlabel="layer (0 = embeddings)", ylabel="within - across cosine", title="Sense separation by layer")
+    axes[1].set(xlabel="layer (0 = embeddings)", ylabel="leave-one-out 1-NN accuracy", title="Sense 1-NN accuracy")
+    for ax in axes:
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return _save(fig, out, dpi)

@@ -1,0 +1,301 @@
+"""The report stage: statistics against scipy and hand computation, verdicts, not-run rows, rendering."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from tasks import report
+from tasks.claims import (
+    ClaimsError,
+    Estimate,
+    Metrics,
+    StatsConfig,
+    difference_verdict,
+    evaluate,
+    load_claims,
+    mean_ci,
+    paired_ci,
+    proportion_ci,
+    welch_ci,
+)
+from tasks.config import read_yaml
+from tasks.config.paths import Paths
+from tasks.config.report import ReportParams
+from tasks.tracking import NullLog
+
+REPO = Path(__file__).resolve().parents[1]
+CLAIMS_YAML = REPO / "reports" / "claims.yaml"
+STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
+TREAT, BASE = (0.80, 0.82, 0.84), (0.70, 0.71, 0.72)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def test_welch_ci_matches_scipy_and_hand_computation():
+    est = welch_ci(TREAT, BASE, 0.95)
+    # By hand: diff 0.11; se^2 = 0.0004/3 + 0.0001/3; Welch df = 2.941; t_0.975(2.941) = 3.2146.
+    se = math.sqrt(0.0004 / 3 + 0.0001 / 3)
+    df = (0.0004 / 3 + 0.0001 / 3) ** 2 / ((0.0004 / 3) ** 2 / 2 + (0.0001 / 3) ** 2 / 2)
+    half = stats.t.ppf(0.975, df) * se
+    assert est.mean == pytest.approx(0.11)
+    assert round(est.low, 3) == round(0.11 - half, 3) == 0.068
+    assert round(est.high, 3) == round(0.11 + half, 3) == 0.152
+    assert df == pytest.approx(2.941, abs=1e-3)
+
+
+def test_three_seeds_clear_min_effect_is_supported():
+    est = welch_ci(TREAT, BASE, 0.95)
+    assert difference_verdict(est, 0.05)[0] == "supported"
+    # the same seeds, paired: differences 0.10, 0.11, 0.12 -> 0.11 +- t_0.975(2) * 0.01/sqrt(3)
+    paired = paired_ci(TREAT, BASE, 0.95, "t", 9999, 0)
+    half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
+    assert (round(paired.low, 3), round(paired.high, 3)) == (round(0.11 - half, 3), round(0.11 + half, 3))
+    assert (round(paired.low, 3), round(paired.high, 3)) == (0.085, 0.135)
+    assert difference_verdict(paired, 0.05)[0] == "supported"
+
+
+def test_overlapping_results_are_inconclusive():
+    est = welch_ci((0.70, 0.75, 0.80), (0.69, 0.74, 0.78), 0.95)
+    assert est.low < 0 < est.high
+    assert difference_verdict(est, 0.05)[0] == "inconclusive"
+
+
+def test_clearly_worse_treatment_is_contradicted_and_small_effect_inconclusive():
+    worse = welch_ci(BASE, TREAT, 0.95)
+    assert difference_verdict(worse, 0.05)[0] == "contradicted"
+    # real but smaller than min_effect: CI inside (0, min_effect)
+    small = Estimate(0.02, 0.01, 0.03, 3, "x")
+    assert difference_verdict(small, 0.05)[0] == "inconclusive"
+    # non-inferiority: CI above -0.05 supports, CI below -0.05 contradicts
+    assert difference_verdict(Estimate(-0.02, -0.04, 0.0, 3, "x"), -0.05)[0] == "supported"
+    assert difference_verdict(Estimate(-0.2, -0.3, -0.1, 3, "x"), -0.05)[0] == "contradicted"
+
+
+def test_mean_ci_and_proportion_ci_against_scipy():
+    est = mean_ci(TREAT, 0.95)
+    half = stats.t.ppf(0.975, 2) * stats.sem(TREAT)
+    assert (est.low, est.high) == pytest.approx((0.82 - half, 0.82 + half))
+    assert not mean_ci((0.5,), 0.95).has_ci
+    # Clopper-Pearson with 0 events in n: upper = 1 - (alpha/2)^(1/n)
+    prop = proportion_ci(0, 640, 0.95)
+    assert prop.low == 0.0 and prop.high == pytest.approx(1 - 0.025 ** (1 / 640))
+
+
+def test_paired_bootstrap_is_seeded_and_brackets_the_mean():
+    t = (0.81, 0.85, 0.79, 0.83, 0.80, 0.84)
+    b = (0.75, 0.76, 0.74, 0.79, 0.73, 0.77)
+    one = paired_ci(t, b, 0.95, "bootstrap", 2000, 7)
+    two = paired_ci(t, b, 0.95, "bootstrap", 2000, 7)
+    assert (one.low, one.high) == (two.low, two.high)
+    deltas = np.subtract(t, b)
+    assert deltas.min() <= one.low < deltas.mean() < one.high <= deltas.max()
+
+
+# ---------------------------------------------------------------- fixtures: contract-shaped metrics
+
+
+def _summary(values, seeds=(0, 1, 2)):
+    mean = float(np.mean(values))
+    return {"per_seed": list(values), "seeds": list(seeds), "mean": mean, "std": float(np.std(values, ddof=1)),
+            "ci95_low": 0.0, "ci95_high": 1.0, "n": len(values)}
+
+
+def _run(metric_values: dict, run_id: str, diverged=(), details=None):
+    run = {m: _summary(v) for m, v in metric_values.items()}
+    run.update(mlflow_run_id=run_id, diverged_seeds=list(diverged), details=details or {})
+    return run
+
+
+def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
+    """Hand-made metrics files following tasks/CONTRACTS.md."""
+    files = {
+        "finetune_cls": {"runs": {
+            "pretrained/full/cls-pool": _run({"test_macro_f1": TREAT, "test_accuracy": TREAT}, "run-pf", details={
+                "confusion_matrix": {"labels": ["biz", "sport"], "matrix": [[40, 2], [3, 55]]}}),
+            "random/full/cls-pool": _run({"test_macro_f1": BASE, "test_accuracy": BASE}, "run-rf", diverged=[2]),
+            "pretrained/frozen/cls-pool": _run({"test_macro_f1": (0.70, 0.75, 0.80)}, "run-pz"),
+            "pretrained/frozen/mean-pool": _run({"test_macro_f1": (0.69, 0.74, 0.78)}, "run-pzm"),
+        }},
+        "finetune_ner": {"runs": {
+            "pretrained/full/first": _run({"test_entity_f1": (0.30, 0.32, 0.31)}, "run-nf", details={
+                "span_errors": {"exact": 120, "boundary": 30, "type": 12, "missed": 80, "spurious": 25}}),
+            "random/full/first": _run({"test_entity_f1": (0.10, 0.12, 0.11)}, "run-nr"),
+        }},
+        "probe": {"models": {"pretrained": {
+            "layers": 3, "separation": [0.01, 0.05, 0.08], "within": [0.9, 0.8, 0.7], "across": [0.89, 0.75, 0.62],
+            "knn_accuracy": [0.5, 0.7, 0.8],
+            "per_word": {"bank": {"separation": [0.00, 0.06, 0.09]}, "bass": {"separation": [0.02, 0.05, 0.07]},
+                         "port": {"separation": [0.01, 0.04, 0.08]}}}}},
+        "leakage": {"eval_sets": {"bbc_news/test": {"rate_before": 0.25, "rate_after": 0.0, "docs": 400},
+                                  "bbc_news/dev": {"rate_before": 0.2, "rate_after": 0.0, "docs": 200},
+                                  "wnut16/test": {"rate_before": 0.0, "rate_after": 0.0, "docs": 300}}},
+        "dedup": {"sources": {"bbc_news": {"docs_in": 2224, "exact_duplicates": 98, "near_duplicates": 12,
+                                           "clusters": 2110, "fraction_removed": 0.0495}}},
+        "tokenize": {"cls": {"clozeline": {"truncation_rate": 0.125}, "reference": {"truncation_rate": 0.3}}},
+        "pretrain": {"heldout_loss": 5.1, "hardware": {"device": "cpu", "count": 2}},
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in files.items():
+        if name not in skip:
+            (folder / f"{name}.json").write_text(json.dumps(body), encoding="utf-8")
+    if "pretrain" not in skip:
+        rows = ["step\ttrain_loss\tlr\teval_loss", "0\t9.0\t0.0\t9.1", "10\t7.5\t0.001\t", "20\t6.0\t0.0005\t6.4"]
+        (folder / "pretrain_curve.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+@pytest.fixture()
+def workspace(tmp_path):
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
+                  reports=tmp_path / "reports")
+    paths.reports.mkdir(parents=True)
+    shutil.copy(CLAIMS_YAML, paths.reports / "claims.yaml")
+    lock = {"schema": "2.0", "stages": {
+        "finetune@cls": {"cmd": "python -m tasks finetune cls", "deps": [
+            {"path": "data/tokenize", "md5": "aaaa.dir"}, {"path": "tasks/finetune.py", "md5": "code"}]},
+        "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]}}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
+    section = read_yaml(REPO / "params.yaml")["report"]
+    section.update(params_file=str(REPO / "params.yaml"), dvc_lock_file=str(tmp_path / "dvc.lock"))
+    return ReportParams.model_validate(section), paths
+
+
+def _rows_by_id(cfg, paths):
+    claims = load_claims(paths.reports / "claims.yaml")
+    lock = report.read_lock(cfg.dvc_lock_file)
+    return {c.id: evaluate(c, Metrics(paths.metrics), lock, STATS) for c in claims.claims}
+
+
+# ---------------------------------------------------------------- claims against metrics files
+
+
+def test_missing_metrics_file_gives_not_run_row(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics, skip=("finetune_ner",))
+    rows = _rows_by_id(cfg, paths)
+    row = rows["pretraining-helps-ner"]
+    assert row.verdict == "not run"
+    assert row.reason.startswith("not run: ") and "finetune_ner.json is missing" in row.reason
+    # the missing run of an existing file names the run and what exists
+    assert rows["ours-within-5pt-of-reference"].verdict == "not run"
+    assert "reference/full/cls-pool" in rows["ours-within-5pt-of-reference"].reason
+
+
+def test_claim_rows_from_contract_metrics(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    rows = _rows_by_id(cfg, paths)
+    cls = rows["pretraining-helps-cls"]
+    assert cls.verdict == "supported"
+    assert cls.pairing.startswith("paired by seed")
+    half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
+    assert (cls.difference.low, cls.difference.high) == pytest.approx((0.11 - half, 0.11 + half))
+    assert cls.run_ids == ["run-pf", "run-rf"]
+    assert cls.data_md5 == {"data/tokenize": "aaaa.dir"}
+    confounders = "\n".join(cls.confounders)
+    assert "25.00% of 400 eval docs before the audit, 0.00% after" in confounders
+    assert "4.95% of 2224 docs removed (98 exact, 12 near)" in confounders
+    assert "clozeline 12.50%" in confounders and "random/full/cls-pool: 1" in confounders
+    assert any("diverged seeds 2" in n for n in cls.notes)
+    assert rows["mean-pool-beats-cls-frozen"].verdict == "inconclusive"
+    # probe: paired over the 3 words, last layer vs layer 0: deltas 0.09, 0.05, 0.07
+    probe = rows["contextual-layers-separate-senses"]
+    assert probe.pairing.startswith("paired by word") and probe.difference.n == 3
+    assert probe.difference.mean == pytest.approx(0.07)
+    assert probe.verdict == "supported"
+    assert rows["reference-contextual-layers-separate-senses"].verdict == "not run"
+    # leakage: 0 of 900 pooled eval docs after the audit; Clopper-Pearson upper 1 - 0.025^(1/900) < 0.01
+    leak = rows["no-eval-leakage-after-audit"]
+    assert leak.verdict == "supported" and leak.treatment.n == 900
+    assert leak.treatment.high == pytest.approx(1 - 0.025 ** (1 / 900))
+    assert leak.baseline.mean == pytest.approx((100 + 40) / 900)
+
+
+def test_invalid_claims_file_names_the_key(tmp_path):
+    bad = yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))
+    bad["claims"][1]["id"] = bad["claims"][0]["id"]
+    del bad["claims"][2]["min_effect"]
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(bad), encoding="utf-8")
+    with pytest.raises(ClaimsError, match=r"claims\.2\.min_effect") as err:
+        load_claims(path)
+    assert "claims.yaml" in str(err.value)
+
+
+# ---------------------------------------------------------------- the stage end to end
+
+
+def test_run_writes_md_html_figures_with_every_claim(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics, skip=("finetune_ner",))
+    out = report.run(cfg, paths, NullLog())
+    md = (paths.reports / "claims.md").read_text(encoding="utf-8")
+    page = (paths.reports / "claims.html").read_text(encoding="utf-8")
+    claim_ids = [c["id"] for c in yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))["claims"]]
+    for claim_id in claim_ids:
+        assert f"| {claim_id}: " in md
+        assert f'<tr id="{claim_id}"' in page
+    assert md.count("not run: ") >= 2 and "not drawn: " in md
+    assert out["verdicts"]["not_run"] == sum(r["verdict"] == "not run" for r in out["claims"].values())
+    assert sum(out["verdicts"].values()) == len(claim_ids)
+    figures = sorted(p.name for p in (paths.reports / "figures").glob("*.png"))
+    assert figures == ["cls_confusion.png", "pretrain_loss.png", "seeds_cls.png", "sense_separation.png"]
+    assert page.count("data:image/png;base64,") == 4 and "src=\"figures/" not in page
+    assert "![Pretraining loss curve](figures/pretrain_loss.png)" in md
+    for key in ("question", "git commit", "data snapshot", "preprocessing hash", "seeds", "hardware",
+                "library versions", "metric implementations", "ingest: data/ingest: bbbb.dir", "transformers"):
+        assert key in md
+    assert [p.name for p in report.report_files(paths)][:2] == ["claims.md", "claims.html"]
+    table = report.claim_table_markdown(cfg, paths)
+    assert table.splitlines()[0].startswith("| claim |") and len(table.splitlines()) == 2 + len(claim_ids)
+    # determinism: a second run writes the same bytes
+    before = {p.name: p.read_bytes() for p in report.report_files(paths)}
+    report.run(cfg, paths, NullLog())
+    assert {p.name: p.read_bytes() for p in report.report_files(paths)} == before
+
+
+def test_run_with_no_metrics_at_all_still_lists_every_claim(workspace):
+    cfg, paths = workspace
+    out = report.run(cfg, paths, NullLog())
+    assert out["verdicts"]["not_run"] == len(out["claims"]) == 9
+    assert list((paths.reports / "figures").glob("*.png")) == []
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium)")
+def test_html_opens_in_headless_chromium(workspace, tmp_path):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    report.run(cfg, paths, NullLog())
+    page = (paths.reports / "claims.html").resolve()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([str(CHROMIUM), *flags, "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert '<table id="claims">' in dom.stdout and 'id="pretraining-helps-cls"' in dom.stdout
+    console_errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+    assert console_errors == []
+    shot = tmp_path / "claims.png"
+    subprocess.run([str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1400,900", page.as_uri()],
+                   capture_output=True, text=True, timeout=120, check=True)
+    # the table's header row is grey (#eee) and a supported row green (#d4f4d4): both must be on screen
+    from matplotlib import image
+
+    pixels = (image.imread(shot)[..., :3] * 255).round().astype(int).reshape(-1, 3)
+    assert (pixels == (0xEE, 0xEE, 0xEE)).all(axis=1).sum() > 500
+    assert (pixels == (0xD4, 0xF4, 0xD4)).all(axis=1).sum() > 500
