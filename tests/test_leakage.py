@@ -1,0 +1,205 @@
+"""leakage stage: hand-made contamination cases, the n-gram matcher against a set-intersection reference,
+check (a)/(b) scoping, actions and rates."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks import leakage
+from tasks.config import Paths, read_yaml
+from tasks.config.leakage import LeakageParams
+from tasks.textnorm import shingles, words
+from tasks.tracking import NullLog
+
+PARAGRAPH = (
+    "The regional water authority said on Tuesday that the reservoir near Eldham had fallen to its lowest "
+    "level since records began in 1921, and that a hosepipe ban covering four districts would come into "
+    "force at midnight. Engineers are pumping from two boreholes while a new pipeline from the northern "
+    "catchment is finished, a project the authority now expects to complete before the autumn rains."
+)
+SHORT = "Yellow submarine docks at Portmeirion harbour"  # 6 words
+COMMON = (
+    "On the other hand, at the same time, as a result of the meeting, it is said that the authority "
+    "would come into the office on Tuesday. In the end, the new project is expected to be finished before "
+    "the end of the year, and at the same time the water is said to be on the other hand of the river."
+)
+
+
+def params(**changes) -> LeakageParams:
+    """The repo's ``leakage:`` params with ``changes`` applied."""
+    return LeakageParams(**{**read_yaml("params.yaml")["leakage"], **changes})
+
+
+def filler(n_words: int, seed: int) -> str:
+    """Unrelated text: words drawn from a made-up vocabulary disjoint from the eval texts."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"zq{k}x" for k in range(3000)]
+    return " ".join(rng.choice(vocab, size=n_words))
+
+
+def rewrap(text: str, per_line: int) -> str:
+    tokens = text.split()
+    return "\n".join(" ".join(tokens[k : k + per_line]) for k in range(0, len(tokens), per_line))
+
+
+def frame(source, role, docs) -> pd.DataFrame:
+    """A split-contract frame from ``[(doc_id, split, text)]``."""
+    return pd.DataFrame(
+        {
+            "doc_id": [d for d, _, _ in docs],
+            "source": source,
+            "role": role,
+            "text": [t for _, _, t in docs],
+            "label": None,
+            "group": None,
+            "meta": "{}",
+            "cluster_id": [d for d, _, _ in docs],
+            "is_duplicate": False,
+            "split": [s for _, s, _ in docs],
+        }
+    )
+
+
+def run_leakage(tmp_path, frames, cfg=None):
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "m", metrics=tmp_path / "x", reports=tmp_path / "r")
+    folder = paths.stage_data("split")
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in frames:
+        f.to_parquet(folder / f"{f['source'].iloc[0]}.parquet", index=False)
+    metrics = leakage.run(cfg or params(), paths, NullLog())
+    return metrics, paths.stage_data("leakage")
+
+
+@pytest.fixture(scope="module")
+def hand_case(tmp_path_factory):
+    """Task eval: the paragraph and the 6-word text. Pretraining: one doc per contamination case."""
+    task = frame("task", "task", [("ev-par", "test", PARAGRAPH), ("ev-short", "dev", SHORT), ("tr-1", "train", filler(80, 9))])
+    pre = frame(
+        "pre",
+        "pretrain",
+        [
+            ("verbatim", "train", filler(30, 1) + " " + PARAGRAPH + " " + filler(30, 2)),
+            ("rewrapped", "train", rewrap(PARAGRAPH.upper(), 8)),
+            ("in-filler", "train", filler(1000, 3) + " " + PARAGRAPH + " " + filler(1000, 4)),
+            ("short-inside", "train", filler(50, 5) + " " + SHORT.lower() + ". " + filler(50, 6)),
+            ("common", "train", COMMON),
+            ("unrelated", "heldout", filler(300, 7)),
+        ],
+    )
+    metrics, out = run_leakage(tmp_path_factory.mktemp("hand"), [task, pre])
+    return metrics, out, pd.read_parquet(out / "table.parquet")
+
+
+def methods_for(table, train_doc, eval_doc):
+    return set(table.loc[(table["train_doc"] == train_doc) & (table["eval_doc"] == eval_doc), "method"])
+
+
+def test_verbatim_copy_is_flagged_by_ngram_and_passage(hand_case):
+    _, _, table = hand_case
+    assert {"ngram", "minhash_passage"} <= methods_for(table, "verbatim", "ev-par")
+    row = table[(table["train_doc"] == "verbatim") & (table["method"] == "ngram")].iloc[0]
+    assert row["score"] == 1.0  # every 13-gram of the paragraph is in the training doc
+    assert row["span"] == " ".join(words(PARAGRAPH)[:64])  # longest matched run, cut to max_span_words
+
+
+def test_rewrapped_uppercased_copy_is_flagged_by_every_method(hand_case):
+    _, _, table = hand_case
+    assert methods_for(table, "rewrapped", "ev-par") == {"ngram", "minhash_doc", "minhash_passage"}
+
+
+def test_paragraph_inside_2000_words_of_filler_is_flagged_by_passage_not_doc_minhash(hand_case):
+    _, _, table = hand_case
+    # whole-doc Jaccard is ~60/2060 shingles, so only passage windows and n-grams can see it
+    assert methods_for(table, "in-filler", "ev-par") == {"ngram", "minhash_passage"}
+
+
+def test_six_word_eval_text_inside_training_doc_is_flagged(hand_case):
+    _, _, table = hand_case
+    assert methods_for(table, "short-inside", "ev-short") == {"ngram"}  # n = its whole length, 6
+
+
+def test_unrelated_docs_with_common_phrases_are_not_flagged(hand_case):
+    _, out, table = hand_case
+    assert not {"common", "unrelated", "tr-1"} & set(table["train_doc"])
+    kept = pd.read_parquet(out / "pre.parquet").set_index("doc_id")
+    assert set(kept.index) == {"common", "unrelated"}
+    assert not kept["leak_flag"].any()
+
+
+def test_pretraining_leaks_are_removed_and_listed_and_rates_computed(hand_case):
+    metrics, out, _ = hand_case
+    removed = [json.loads(line) for line in (out / "removed.jsonl").read_text().splitlines()]
+    assert [r["doc_id"] for r in removed] == ["in-filler", "rewrapped", "short-inside", "verbatim"]
+    assert removed[0]["eval_docs"] == ["ev-par"] and removed[0]["reason"] == "leakage:pretrain"
+    assert metrics["eval_sets"]["task/test"] == {
+        "docs": 1, "rate_before": 1.0, "rate_after": 0.0,
+        "pretrain": {"docs": 1, "rate_before": 1.0, "rate_after": 0.0},
+        "task_train": {"docs": 1, "rate_before": 0.0, "rate_after": 0.0},
+    }
+    assert metrics["sources"]["pre"] == {"docs_in": 6, "docs_out": 2, "removed": 4, "flagged": 0}
+
+
+def test_task_train_is_checked_against_its_own_eval_only_and_flagged(tmp_path):
+    a = frame("a", "task", [("a-ev", "test", PARAGRAPH), ("a-tr", "train", PARAGRAPH + " " + filler(20, 1))])
+    b = frame("b", "task", [("b-ev", "dev", filler(40, 2)), ("b-tr", "train", "Intro. " + PARAGRAPH)])
+    metrics, out = run_leakage(tmp_path, [a, b])
+    table = pd.read_parquet(out / "table.parquet")
+    assert set(table["train_doc"]) == {"a-tr"} and set(table["check"]) == {"task_train"}
+    kept_a = pd.read_parquet(out / "a.parquet").set_index("doc_id")
+    assert kept_a.loc["a-tr", "leak_flag"] and not kept_a.loc["a-ev", "leak_flag"]
+    assert metrics["eval_sets"]["a/test"]["rate_after"] == 1.0  # flagged, not removed: still contaminated
+    assert metrics["eval_sets"]["b/dev"]["rate_before"] == 0.0
+
+
+def test_bbc_in_both_roles_gives_nonzero_before_and_zero_after(tmp_path):
+    texts = [filler(60, 100 + k) for k in range(10)]
+    splits = ["train"] * 8 + ["dev", "test"]
+    task = frame("news", "task", [(f"n{k}", s, t) for k, (s, t) in enumerate(zip(splits, texts))])
+    pre = frame("news_pre", "pretrain", [(f"p{k}", "train", t) for k, t in enumerate(texts)])
+    metrics, out = run_leakage(tmp_path, [task, pre])
+    for name in ("news/dev", "news/test"):
+        assert metrics["eval_sets"][name]["rate_before"] == 1.0 and metrics["eval_sets"][name]["rate_after"] == 0.0
+    assert metrics["sources"]["news_pre"] == {"docs_in": 10, "docs_out": 8, "removed": 2, "flagged": 0}
+    assert sorted(pd.read_parquet(out / "news_pre.parquet")["doc_id"]) == [f"p{k}" for k in range(8)]
+
+
+def test_ngram_matcher_agrees_with_set_intersection_reference():
+    rng = np.random.default_rng(0)
+    vocab = [f"w{k}" for k in range(12)]  # tiny vocabulary: many chance 3-gram collisions
+    evals = [list(rng.choice(vocab, size=int(rng.integers(3, 30)))) for _ in range(30)]
+    trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
+    cfg = params(ngram_words=3, min_match_words=1)
+    got = {(i, j) for i, j, *_ in leakage.ngram_matches(leakage.Side([], trains), leakage.Side([], evals), cfg)}
+    want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if shingles(t, 3) & shingles(e, 3)}
+    assert got == want and len(want) > 50
+
+
+def test_short_eval_texts_below_min_match_words_match_only_whole_docs(tmp_path):
+    task = frame("t", "task", [("ev", "test", "Good day today!")])
+    pre = frame("p", "pretrain", [("inside", "train", "It was a good day today for us."), ("same", "train", "good DAY  today")])
+    _, out = run_leakage(tmp_path, [task, pre])
+    table = pd.read_parquet(out / "table.parquet")
+    assert table[["train_doc", "method"]].values.tolist() == [["same", "exact"]]
+
+
+def test_outputs_are_byte_identical_across_runs(tmp_path):
+    task = frame("t", "task", [("ev", "test", PARAGRAPH), ("tr", "train", filler(50, 1))])
+    pre = frame("p", "pretrain", [("x", "train", PARAGRAPH), ("y", "train", filler(90, 2))])
+    _, first = run_leakage(tmp_path / "a", [task, pre])
+    _, second = run_leakage(tmp_path / "b", [task, pre])
+    for name in ("table.parquet", "removed.jsonl", "p.parquet", "t.parquet"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+
+
+def test_bad_params_and_inputs_fail_clearly(tmp_path):
+    with pytest.raises(ValueError, match="passage_stride_words must be <="):
+        params(passage_stride_words=64)
+    with pytest.raises(ValueError, match="pretrain_action"):
+        params(pretrain_action="delete")
+    bad = frame("t", "task", [("a", "test", "x")]).drop(columns=["split"])
+    with pytest.raises(ValueError, match=r"t\.parquet: missing column\(s\) \['split'\]"):
+        run_leakage(tmp_path, [bad])
