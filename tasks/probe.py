@@ -46,6 +46,7 @@ STATIC_BASELINE_NOTE = (
 DECIMALS = 6  # rounding of every score written out, so reruns are byte-identical
 REQUIRED_KEYS = ("word", "sense", "sentence")
 SCORES = ("within", "across", "separation", "knn_accuracy")
+PLOT_COLUMNS = 4  # panels per row of the figure
 
 
 @dataclass(frozen=True)
@@ -369,15 +370,19 @@ def plot_separation(models: dict, path: Path) -> None:
 
     words = list(next(iter(models.values()))["per_word"])
     panels = [("mean over words", None), *((word, word) for word in words)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), sharey=True, squeeze=False)
-    for ax, (title, word) in zip(axes[0], panels, strict=True):
+    n_cols = min(PLOT_COLUMNS, len(panels))
+    n_rows = -(-len(panels) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 2.8 * n_rows), sharey=True, squeeze=False)
+    for ax, (title, word) in zip(axes.flat, panels):
         for variant, model in models.items():
             values = model["separation"] if word is None else model["per_word"][word]["separation"]
-            ax.plot(range(model["layers"]), values, marker="o", label=variant)
+            ax.plot(range(model["layers"]), values, marker="o", markersize=3, label=variant)
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_title(title)
-        ax.set_xlabel("layer (0 = static embeddings)")
         ax.xaxis.get_major_locator().set_params(integer=True)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    fig.supxlabel("layer (0 = static embeddings: differences come from position only)")
     axes[0][0].set_ylabel("within - across sense cosine")
     axes[0][0].legend()
     fig.tight_layout()
