@@ -1,7 +1,101 @@
 """The ``finetune:`` section of params.yaml."""
 
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
 from tasks.config.base import StrictModel
+
+Variant = Literal["pretrained", "random", "reference"]
+Mode = Literal["full", "frozen"]
+Task = Literal["cls", "ner"]
+
+#: Heads allowed per task: the pooling of a classifier, the label scheme of a tagger.
+HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
+
+
+class RunSpec(StrictModel):
+    """One configuration to fine-tune: initial weights x training mode x head. Written ``variant/mode/head``."""
+
+    variant: Variant
+    mode: Mode
+    head: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value):
+        if isinstance(value, str):
+            parts = value.split("/")
+            if len(parts) != 3:
+                raise ValueError(f"expected 'variant/mode/head' (e.g. 'pretrained/full/cls-pool'), got {value!r}")
+            return dict(zip(("variant", "mode", "head"), parts, strict=True))
+        return value
+
+    @property
+    def key(self) -> str:
+        """``variant/mode/head``: the key of this configuration in ``metrics/finetune_<task>.json``."""
+        return f"{self.variant}/{self.mode}/{self.head}"
+
+
+class TaskParams(StrictModel):
+    """Data budget, optimisation and the list of configurations for one task (cls or ner)."""
+
+    configs: list[RunSpec] = Field(min_length=1, description="configurations to run, each over every seed")
+    max_train_docs: int | None = Field(gt=0, description="train docs kept (a seeded hash sample); null = all")
+    max_dev_docs: int | None = Field(gt=0, description="dev docs kept for early stopping; null = all")
+    max_test_docs: int | None = Field(gt=0, description="test docs kept; null = all (the honest setting)")
+    max_seq_len_tokens: int | None = Field(
+        ge=8, description="cut inputs to this many tokens, [CLS]/[SEP] included (cls only); null = as tokenized"
+    )
+    batch_size: int = Field(gt=0, description="sequences (cls docs or ner windows) per optimizer step")
+    max_epochs: int = Field(gt=0, description="upper bound on passes over the train set")
+    patience_epochs: int = Field(gt=0, description="stop after this many epochs without a better dev score")
+    lr_encoder: float = Field(gt=0, description="AdamW peak learning rate of the encoder (full mode)")
+    lr_head: float = Field(gt=0, description="AdamW peak learning rate of the head")
+    weight_decay: float = Field(ge=0, description="AdamW decoupled weight decay (not on biases/LayerNorm)")
+    warmup_fraction: float = Field(ge=0, lt=1, description="share of optimizer steps with linear LR warmup")
+    max_grad_norm: float = Field(gt=0, description="gradient clipping threshold (L2 norm)")
+    head_dropout: float = Field(ge=0, lt=1, description="dropout before the linear head")
+    divergence_margin: float = Field(
+        ge=0, description="a run whose best dev score is <= chance + this margin is reported as diverged "
+        "(cls: dev accuracy vs majority-class rate; ner: dev entity F1 vs 0)"
+    )
 
 
 class FinetuneParams(StrictModel):
-    """Params of the ``finetune`` stage."""
+    """Params of the ``finetune`` stage (a DVC foreach over ``cls`` and ``ner``)."""
+
+    seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
+    data_seed: int = Field(ge=0, description="seed of the hash sample that picks the train/dev/test docs kept")
+    confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
+    torch_threads: int = Field(gt=0, description="torch intra-op threads (results are reproducible per value)")
+    cls: TaskParams
+    ner: TaskParams
+
+    @field_validator("seeds")
+    @classmethod
+    def _unique_seeds(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"seeds must be unique, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _heads_fit_tasks(self) -> FinetuneParams:
+        for task in ("cls", "ner"):
+            keys = [spec.key for spec in getattr(self, task).configs]
+            for spec in getattr(self, task).configs:
+                if spec.head not in HEADS[task]:
+                    raise ValueError(f"{task}.configs: head {spec.head!r} in {spec.key!r} is not one of {HEADS[task]}")
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"{task}.configs has duplicates: {keys}")
+        if self.ner.max_seq_len_tokens is not None:
+            raise ValueError("ner.max_seq_len_tokens must be null: NER windows are sized by the tokenize stage")
+        return self
+
+    def task(self, name: str) -> TaskParams:
+        """The params of task ``name`` (``cls`` or ``ner``); raises ``ValueError`` for another name."""
+        if name not in HEADS:
+            raise ValueError(f"finetune: unknown task {name!r}, expected one of {sorted(HEADS)}")
+        return getattr(self, name)

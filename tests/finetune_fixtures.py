@@ -1,0 +1,97 @@
+"""Tiny stand-ins for the finetune stage's inputs: a 2-layer BERT + WordPiece tokenizer saved with
+``save_pretrained``, and hand-made tokenized cls/ner datasets that follow tasks/CONTRACTS.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import torch
+from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+from tasks import ner_align
+from tasks.config.finetune import FinetuneParams
+
+SPORT = "goal match team ball score win football coach".split()
+TECH = "chip code data phone software network server laptop".split()
+OTHER = "the a of and new city london paris john smith mary visited said".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *SPORT, *TECH, *OTHER, "##er", "##s", "##ton"]
+
+
+def save_tiny_bert(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer BertForMaskedLM and its tokenizer in ``folder`` (save_pretrained)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = BertTokenizerFast(vocab={word: i for i, word in enumerate(VOCAB)})  # transformers 5: vocab=, not vocab_file=
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(VOCAB), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=2 * hidden, max_position_embeddings=64)
+    BertForMaskedLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def cls_rows(tok, n_docs: int, max_seq_len: int, prefix: str) -> list[dict]:
+    """Docs of class 0 (sport words) or 1 (tech words); every third doc is long enough to be truncated."""
+    rows = []
+    for i in range(n_docs):
+        label = i % 2
+        words = (SPORT if label == 0 else TECH)[i % 5 : i % 5 + 3] + ["the", "city"] * (1 + 6 * (i % 3 == 0))
+        ids = tok(" ".join(words))["input_ids"]
+        cut = ids[: max_seq_len - 1] + ids[-1:] if len(ids) > max_seq_len else ids
+        rows.append({"doc_id": f"{prefix}{i:03d}", "input_ids": cut, "attention_mask": [1] * len(cut),
+                     "label": label, "truncated": len(ids) > max_seq_len, "n_tokens_full": len(ids)})
+    return rows
+
+
+NER_SENTENCES = [
+    (["john", "smith", "visited", "london"], ["B-PER", "I-PER", "O", "B-LOC"]),
+    (["mary", "said", "the", "new", "footballer", "visited", "paris", "and", "smithston"],
+     ["B-PER", "O", "O", "O", "O", "O", "B-LOC", "O", "B-LOC"]),
+    (["the", "coach", "of", "paris", "said", "data"], ["O", "O", "O", "B-LOC", "O", "O"]),
+]
+
+
+def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
+    """Windowed sentences built with ``ner_align`` exactly as the tokenize contract describes."""
+    names = ner_align.label_names([t for _, tags in NER_SENTENCES for t in tags])
+    label2id = {n: i for i, n in enumerate(names)}
+    rows = []
+    for i in range(n_docs):
+        words, tags = NER_SENTENCES[i % len(NER_SENTENCES)]
+        enc = tok(words, is_split_into_words=True, add_special_tokens=False)
+        word_ids = enc.word_ids()
+        per_word = [word_ids.count(w) for w in range(len(words))]
+        windows = ner_align.plan_windows(per_word, capacity, overlap=2)
+        pieces = ner_align.window_encodings(enc["input_ids"], word_ids, windows, tok.cls_token_id, tok.sep_token_id)
+        for index, (ids, w_ids) in enumerate(pieces):
+            rows.append({"doc_id": f"{prefix}{i:03d}", "window_index": index, "input_ids": ids,
+                         "attention_mask": [1] * len(ids), "word_ids": w_ids,
+                         "labels_first": ner_align.align_labels(w_ids, tags, label2id, "first"),
+                         "labels_all": ner_align.align_labels(w_ids, tags, label2id, "all"),
+                         "words": words, "word_tags": tags})
+    return rows, names
+
+
+def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[str, int]) -> None:
+    """``<root>/tokenize/{cls,ner}/<tok_name>/{train,dev,test}`` + ``labels.json`` for one tokenizer."""
+    tok = BertTokenizerFast.from_pretrained(model_folder)
+    for split, n in n_docs.items():
+        cls_folder = root / "tokenize" / "cls" / tok_name
+        datasets.Dataset.from_list(cls_rows(tok, n, 12, f"{split}-")).save_to_disk(str(cls_folder / split))
+        rows, names = ner_rows(tok, n, capacity=6, prefix=f"{split}-")
+        datasets.Dataset.from_list(rows).save_to_disk(str(root / "tokenize" / "ner" / tok_name / split))
+    (root / "tokenize" / "cls" / tok_name / "labels.json").write_text(json.dumps(["sport", "tech"]))
+    (root / "tokenize" / "ner" / tok_name / "labels.json").write_text(json.dumps(names))
+
+
+def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], epochs: int = 2) -> FinetuneParams:
+    """Params for a seconds-long run on the fixtures."""
+    task = {"max_train_docs": None, "max_dev_docs": None, "max_test_docs": None, "batch_size": 4,
+            "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_head": 1e-2, "weight_decay": 0.01,
+            "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0}
+    return FinetuneParams.model_validate({
+        "seeds": seeds, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1,
+        "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10},
+        "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
+    })

@@ -1,0 +1,186 @@
+"""finetune: frozen encoder, masked-mean pooling, seeding, word-level strict NER scoring, seed statistics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from finetune_fixtures import NER_SENTENCES, ner_rows, save_tiny_bert, tiny_params
+from seqeval.metrics import f1_score as seqeval_f1
+from transformers import BertTokenizerFast
+
+from tasks import finetune_cls, finetune_ner
+from tasks.config.finetune import FinetuneParams
+from tasks.finetune import kept_doc_ids
+from tasks.finetune_model import build_model, masked_mean, optimizer_for
+from tasks.seedstats import summarize
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    return save_tiny_bert(tmp_path_factory.mktemp("ft_model") / "pretrained")
+
+
+def _batch(ids_lists, pad_id=0):
+    return finetune_cls.collate([{"input_ids": ids, "label": 0} for ids in ids_lists], pad_id)
+
+
+def test_frozen_encoder_is_unchanged_after_an_optimizer_step(tiny_bert):
+    model = build_model("pretrained", tiny_bert, "cls-pool", 3, "frozen", 0.1, seed=0)
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    head_before = model.head.weight.clone()
+    optimizer = optimizer_for(model, lr_encoder=1e-2, lr_head=1e-2, weight_decay=0.1)
+    model.train()
+    batch = _batch([[2, 5, 6, 7, 3], [2, 8, 3]])
+    loss = torch.nn.functional.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), torch.tensor([0, 2]))
+    loss.backward()
+    optimizer.step()
+    assert not model.encoder.training  # no dropout in a frozen encoder, even in train()
+    assert all(torch.equal(before[k], v) for k, v in model.encoder.state_dict().items())
+    assert not torch.equal(head_before, model.head.weight)
+    assert all(p.grad is None for p in model.encoder.parameters())
+
+
+def test_full_mode_updates_the_encoder(tiny_bert):
+    model = build_model("pretrained", tiny_bert, "cls-pool", 3, "full", 0.0, seed=0)
+    before = model.encoder.embeddings.word_embeddings.weight.clone()
+    optimizer = optimizer_for(model, lr_encoder=1e-2, lr_head=1e-2, weight_decay=0.0)
+    batch = _batch([[2, 5, 6, 7, 3]])
+    torch.nn.functional.cross_entropy(model(batch["input_ids"], batch["attention_mask"]), torch.tensor([1])).backward()
+    optimizer.step()
+    assert not torch.equal(before, model.encoder.embeddings.word_embeddings.weight)
+
+
+def test_masked_mean_vector_is_the_same_alone_and_padded_next_to_a_longer_text(tiny_bert):
+    model = build_model("pretrained", tiny_bert, "mean-pool", 2, "full", 0.1, seed=0).eval()
+    short, longer = [2, 5, 6, 3], [2, 9, 10, 11, 12, 13, 14, 15, 3]
+    with torch.no_grad():
+        alone = model.features(**{k: v for k, v in _batch([short]).items() if k != "labels"})[0]
+        batch = _batch([short, longer], pad_id=7)  # a non-[PAD] id: padding must be masked, not just zero
+        padded = model.features(batch["input_ids"], batch["attention_mask"])[0]
+        # the hand formula on the unpadded hidden states
+        hidden = model.encoder(input_ids=torch.tensor([short])).last_hidden_state[0]
+    torch.testing.assert_close(padded, alone, rtol=0, atol=1e-6)
+    torch.testing.assert_close(alone, hidden.mean(dim=0), rtol=0, atol=1e-6)
+
+
+def test_masked_mean_by_hand():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    assert masked_mean(hidden, torch.tensor([[1, 1, 0]])).tolist() == [[2.0, 3.0]]
+
+
+def test_different_seeds_give_different_heads_and_the_same_seed_the_same(tiny_bert):
+    heads = {s: build_model("pretrained", tiny_bert, "cls-pool", 3, "full", 0.1, seed=s).head.weight for s in (1, 2)}
+    again = build_model("pretrained", tiny_bert, "cls-pool", 3, "full", 0.1, seed=1).head.weight
+    assert not torch.equal(heads[1], heads[2])
+    assert torch.equal(heads[1], again)
+    r1 = build_model("random", tiny_bert, "first", 3, "full", 0.1, seed=1).encoder.embeddings.word_embeddings.weight
+    r2 = build_model("random", tiny_bert, "first", 3, "full", 0.1, seed=2).encoder.embeddings.word_embeddings.weight
+    pre = build_model("pretrained", tiny_bert, "first", 3, "full", 0.1, seed=1).encoder.embeddings.word_embeddings
+    assert not torch.equal(r1, r2) and not torch.equal(r1, pre.weight)
+
+
+def test_seqeval_strict_scores_an_entity_starting_with_I_as_a_miss():
+    gold, pred = [["B-LOC", "I-LOC"]], [["I-LOC", "I-LOC"]]
+    scores = finetune_ner.score([{"doc_id": "d", "gold": gold[0], "pred": pred[0]}], ["O", "B-LOC", "I-LOC"])
+    assert scores["entity_f1"] == 0.0 and scores["entity_recall"] == 0.0
+    assert scores["span_errors"] == {"exact": 0, "type": 0, "boundary": 0, "boundary_and_type": 0, "missed": 1,
+                                     "spurious": 0}
+    assert seqeval_f1(gold, pred) == 1.0  # the lenient default (conlleval) mode would have counted a hit
+
+
+def test_span_error_table_by_hand():
+    gold = [["B-PER", "I-PER", "O", "B-LOC", "O", "B-ORG", "O", "B-LOC", "I-LOC", "O", "B-PER", "O"]]
+    pred = [["B-PER", "I-PER", "O", "B-ORG", "O", "B-ORG", "I-ORG", "O", "B-PER", "O", "O", "B-LOC"]]
+    # PER 0-2 exact; LOC 3 -> ORG 3 type; ORG 5 -> ORG 5-7 boundary; LOC 7-9 -> PER 8 boundary_and_type;
+    # PER 10 missed; LOC 11 spurious
+    assert finetune_ner.span_errors(gold, pred) == {"exact": 1, "type": 1, "boundary": 1, "boundary_and_type": 1,
+                                                     "missed": 1, "spurious": 1}
+
+
+def test_entity_f1_is_computed_on_words_not_subwords(tiny_bert):
+    tok = BertTokenizerFast.from_pretrained(tiny_bert)
+    rows, names = ner_rows(tok, 2, capacity=6, prefix="d")
+    exs = finetune_ner.examples(rows, None, "all")
+    label_id = {n: i for i, n in enumerate(names)}
+    assert len({ex["doc_id"] for ex in exs}) < len(exs)  # sentence 2 spans several windows
+    # right on every word's first subword, wrong ("B-PER") on every continuation subword and special token
+    predicted = []
+    for ex in exs:
+        preds, previous = [], None
+        for w in ex["word_ids"]:
+            is_first = w != -1 and w != previous
+            preds.append(label_id[ex["word_tags"][w]] if is_first else label_id["B-PER"])
+            previous = w
+        predicted.append(preds)
+    assert any(ex["word_ids"].count(w) > 1 for ex in exs for w in set(ex["word_ids"]) if w != -1)
+    recs = finetune_ner.records(exs, predicted, names)
+    assert [r["gold"] for r in recs] == [NER_SENTENCES[0][1], NER_SENTENCES[1][1]]
+    assert [r["pred"] for r in recs] == [r["gold"] for r in recs]
+    scores = finetune_ner.score(recs, names)
+    assert scores["entity_f1"] == 1.0
+    assert scores["span_errors"]["exact"] == 5 and scores["span_errors"]["spurious"] == 0
+
+
+def test_cls_scores_by_hand():
+    recs = [{"doc_id": str(i), "gold": g, "pred": p, "truncated": t} for i, (g, p, t) in enumerate(
+        [("a", "a", True), ("a", "b", True), ("b", "b", False), ("c", "b", False)])]
+    s = finetune_cls.score(recs, ["a", "b", "c"])
+    # F1: a = 2*1*0.5/1.5 = 2/3; b = 2*(1/3)*1/(4/3) = 1/2; c = 0
+    assert s["accuracy"] == 0.5
+    assert s["per_class_f1"] == pytest.approx({"a": 2 / 3, "b": 0.5, "c": 0.0})
+    assert s["macro_f1"] == pytest.approx((2 / 3 + 0.5) / 3)
+    assert s["confusion_matrix"]["matrix"] == [[1, 1, 0], [0, 1, 0], [0, 1, 0]]
+    assert s["accuracy_by_length"] == {"truncated": {"docs": 2, "accuracy": 0.5},
+                                       "not_truncated": {"docs": 2, "accuracy": 0.5}}
+
+
+def test_cls_examples_cut_to_max_len_keep_sep_and_mark_truncation():
+    row = {"doc_id": "x", "input_ids": [2, 10, 11, 12, 13, 3], "label": 1, "truncated": False, "n_tokens_full": 6}
+    short, whole = finetune_cls.examples([row], 4, "cls-pool")[0], finetune_cls.examples([row], 6, "cls-pool")[0]
+    assert short["input_ids"] == [2, 10, 11, 3] and short["truncated"] is True
+    assert whole["input_ids"] == row["input_ids"] and whole["truncated"] is False
+
+
+def test_summarize_is_the_student_t_interval():
+    out = summarize([0.8, 0.9, 1.0], [1, 2, 3], 0.95)
+    # mean 0.9, sample std 0.1, t_{0.975, 2} = 4.302652729749464 (t table), half-width = 4.3027 * 0.1 / sqrt(3)
+    half = 4.302652729749464 * 0.1 / 3**0.5
+    assert out["mean"] == pytest.approx(0.9) and out["std"] == pytest.approx(0.1) and out["n"] == 3
+    assert (out["ci95_low"], out["ci95_high"]) == pytest.approx((0.9 - half, 0.9 + half))
+    assert out["per_seed"] == [0.8, 0.9, 1.0] and out["seeds"] == [1, 2, 3]
+    assert summarize([0.7], [5], 0.95)["ci95_low"] is None
+    with pytest.raises(ValueError, match="one value per seed"):
+        summarize([0.1], [1, 2], 0.95)
+
+
+def test_doc_sample_is_a_hash_rank_stable_under_supersets():
+    ids = [f"doc{i}" for i in range(50)]
+    small = kept_doc_ids(ids[:30], 5, data_seed=0)
+    assert len(small) == 5 and small == kept_doc_ids(list(reversed(ids[:30])), 5, data_seed=0)
+    assert kept_doc_ids(ids, 10, 0) & set(ids[:30]) <= kept_doc_ids(ids[:30], 10, 0)
+    assert kept_doc_ids(ids, 5, 1) != kept_doc_ids(ids, 5, 0)
+    assert kept_doc_ids(ids, None, 0) == set(ids)
+
+
+@pytest.mark.parametrize(("configs", "match"), [
+    (["pretrained/full"], "variant/mode/head"),
+    (["pretrained/full/first"], "head 'first'"),
+    (["pretrained/full/cls-pool", "pretrained/full/cls-pool"], "duplicates"),
+    (["bert/full/cls-pool"], "variant"),
+])
+def test_bad_configs_fail_at_load_time(configs, match):
+    good = tiny_params(["pretrained/full/cls-pool"], ["pretrained/full/first"], [1]).model_dump(mode="json")
+    good["cls"]["configs"] = configs
+    with pytest.raises(ValueError, match=match):
+        FinetuneParams.model_validate(good)
+
+
+def test_predictions_file_is_sorted_jsonl(tmp_path):
+    from tasks.finetune import write_predictions
+
+    path = write_predictions(tmp_path / "p.jsonl", [{"doc_id": "b", "gold": "x", "pred": "y", "truncated": True},
+                                                    {"doc_id": "a", "gold": "x", "pred": "x", "truncated": False}])
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"doc_id": "a", "gold": "x", "pred": "x"}, {"doc_id": "b", "gold": "x", "pred": "y"}]

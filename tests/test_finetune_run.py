@@ -1,0 +1,130 @@
+"""finetune end to end on tiny fixtures: metrics layout of the contract, predictions, fresh-process replay."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
+
+from tasks import finetune_model
+from tasks.config import Paths
+from tasks.config.finetune import FinetuneParams
+from tasks.finetune import run
+from tasks.tracking import NullLog
+
+ROOT = Path(__file__).resolve().parents[1]
+N_DOCS = {"train": 12, "dev": 6, "test": 5}
+STAT_KEYS = {"per_seed", "seeds", "mean", "std", "ci95_low", "ci95_high", "n"}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """models/pretrained (tiny, hidden 32), a 'reference' model of another width, and both tokenizations."""
+    root = tmp_path_factory.mktemp("ft_ws")
+    pretrained = save_tiny_bert(root / "models" / "pretrained", hidden=32, seed=0)
+    reference = save_tiny_bert(root / "reference", hidden=48, seed=1)
+    write_task_data(root / "data", pretrained, "clozeline", N_DOCS)
+    write_task_data(root / "data", reference, "reference", N_DOCS)
+    paths = Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+    return root, paths, reference
+
+
+def _no_timing(metrics: dict) -> dict:
+    for entry in metrics["runs"].values():
+        for seed in entry["details"]["per_seed"].values():
+            seed.pop("train_seconds")
+    return metrics
+
+
+@pytest.mark.slow
+def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
+    root, paths, reference = workspace
+    monkeypatch.setattr(finetune_model, "reference_model_dir", lambda: reference)
+    configs = ["pretrained/full/cls-pool", "random/full/cls-pool", "pretrained/frozen/mean-pool",
+               "reference/full/cls-pool"]
+    metrics = run(tiny_params(configs, ["pretrained/full/first"], [3, 4]), paths, NullLog(), "cls")
+    assert sorted(metrics["runs"]) == sorted(configs)
+    assert metrics["labels"] == ["sport", "tech"]
+    assert metrics["docs"]["clozeline"]["test"] == {"docs_available": 5, "docs_kept": 5, "docs_dropped_by_cap": 0}
+    for key, entry in metrics["runs"].items():
+        for name in ("test_accuracy", "test_macro_f1"):
+            stats = entry[name]
+            assert set(stats) == STAT_KEYS and stats["seeds"] == [3, 4] and stats["n"] == 2
+            assert stats["ci95_low"] <= stats["mean"] <= stats["ci95_high"]
+            assert all(0 <= v <= 1 for v in stats["per_seed"])
+        per_seed = entry["details"]["per_seed"]
+        assert entry["diverged_seeds"] == [int(s) for s, d in per_seed.items() if d["diverged"]]
+        for seed, d in per_seed.items():
+            assert d["diverged"] == (d["dev_divergence_score"] <= d["dev_chance"])
+            assert sum(map(sum, d["details"]["confusion_matrix"]["matrix"])) == N_DOCS["test"]
+            lines = (paths.data / "finetune" / "cls" / key / f"seed{seed}.test.jsonl").read_text().splitlines()
+            rows = [json.loads(line) for line in lines]
+            assert [r["doc_id"] for r in rows] == sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
+            assert {r["gold"] for r in rows} <= {"sport", "tech"}
+            correct = sum(r["gold"] == r["pred"] for r in rows) / len(rows)
+            assert correct == pytest.approx(entry["test_accuracy"]["per_seed"][entry["test_accuracy"]["seeds"].index(int(seed))])
+        pooled = entry["details"]["confusion_matrix"]["matrix"]
+        assert sum(map(sum, pooled)) == 2 * N_DOCS["test"]
+        buckets = entry["details"]["accuracy_by_length"]
+        assert buckets["truncated"]["docs"] + buckets["not_truncated"]["docs"] == N_DOCS["test"]
+    json.dumps(metrics, allow_nan=False)  # the report reads strict JSON
+
+
+@pytest.mark.slow
+def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
+    root, paths, reference = workspace
+    monkeypatch.setattr(finetune_model, "reference_model_dir", lambda: reference)
+    configs = ["pretrained/full/first", "pretrained/full/all", "reference/full/first"]
+    base = tiny_params(["pretrained/full/cls-pool"], configs, [5, 6]).model_dump()
+    base["ner"]["divergence_margin"] = 1.0  # every dev F1 <= 0 + 1: every seed must be reported as diverged
+    cfg = FinetuneParams.model_validate(base)
+    metrics = run(cfg, paths, NullLog(), "ner")
+    assert sorted(metrics["runs"]) == sorted(configs)
+    for key, entry in metrics["runs"].items():
+        assert {"test_entity_f1", "test_entity_precision", "test_entity_recall"} <= set(entry)
+        assert entry["diverged_seeds"] == [5, 6]
+        spans = entry["details"]["span_errors"]
+        for seed in ("5", "6"):
+            rows = [json.loads(x) for x in
+                    (paths.data / "finetune" / "ner" / key / f"seed{seed}.test.jsonl").read_text().splitlines()]
+            assert len(rows) == N_DOCS["test"] and all(len(r["gold"]) == len(r["pred"]) for r in rows)
+        n_gold = 2 * sum(len([t for t in r["gold"] if t.startswith("B-")]) for r in rows)
+        assert spans["exact"] + spans["type"] + spans["boundary"] + spans["boundary_and_type"] + spans["missed"] == n_gold
+
+
+REPLAY = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from finetune_fixtures import tiny_params
+from tasks.config import Paths
+from tasks.finetune import run
+from tasks.finetune_model import build_model
+from tasks.tracking import NullLog
+root = Path({root!r})
+paths = Paths(data=root / "replay", models=root / "models", metrics=root / "m", reports=root / "r")
+head = build_model("pretrained", root / "models" / "pretrained", "cls-pool", 2, "full", 0.1, 7).head.weight
+metrics = run(tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [7]), paths, NullLog(), "cls")
+print(json.dumps({{"head": head.flatten().tolist(), "metrics": metrics}}))
+"""
+
+
+@pytest.mark.slow
+def test_same_seed_reproduces_exactly_in_a_fresh_process(workspace):
+    root, paths, _ = workspace
+    (root / "replay").mkdir(exist_ok=True)
+    (root / "replay" / "tokenize").symlink_to(paths.data / "tokenize")
+    here = run(tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [7]), paths, NullLog(), "cls")
+    head = finetune_model.build_model("pretrained", paths.models / "pretrained", "cls-pool", 2, "full", 0.1, 7)
+    script = REPLAY.format(tests=str(ROOT / "tests"), root=str(root))
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    there = json.loads(done.stdout.strip().splitlines()[-1])
+    assert there["head"] == head.head.weight.flatten().tolist()
+    assert _no_timing(there["metrics"]) == _no_timing(json.loads(json.dumps(here)))
+    key = "pretrained/full/mean-pool/seed7.test.jsonl"
+    assert (root / "replay" / "finetune" / "cls" / key).read_bytes() == (paths.data / "finetune" / "cls" / key).read_bytes()
