@@ -1,0 +1,249 @@
+"""Tests of the ``tokenize`` stage on hand-made leakage parquet files and a tiny trained tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from datasets import load_from_disk
+from pydantic import ValidationError
+from transformers import AutoTokenizer
+
+from tasks import ner_align
+from tasks import tokenize as stage
+from tasks import tokenizer as tokenizer_stage
+from tasks.config.tokenize import TokenizeParams
+from tasks.ner_align import IGNORE
+from tasks.tracking import NullLog
+from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
+
+SEQ = 16
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+
+
+def tokenize_params(**changes) -> TokenizeParams:
+    values = {
+        "pretrain_sources": ["pre"],
+        "tasks": {"cls": "news", "ner": "tweets"},
+        "max_seq_len_tokens": SEQ,
+        "num_proc": 1,
+        "map_batch_size_docs": 7,
+        "ner_window_overlap_tokens": 4,
+        "ner_invalid_iob2": "repair",
+    }
+    values.update(changes)
+    return TokenizeParams.model_validate(values)
+
+
+def pretrain_rows(n_train: int = 30) -> list[dict]:
+    rows = [{"doc_id": f"pre:{i:03d}", "role": "pretrain", "split": "train", "text": TRAIN_SENTENCES[i % 4]}
+            for i in range(n_train)]
+    rows += [{"doc_id": f"pre:h{i}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[i]}
+             for i in range(4)]
+    rows.append({"doc_id": "pre:dup", "role": "pretrain", "split": "train", "text": "dup " * 50, "is_duplicate": True})
+    return rows
+
+
+def news_rows() -> list[dict]:
+    long_text = " ".join(["the harbour"] * 20)  # 40 words: truncated at SEQ
+    return [
+        {"doc_id": "n:1", "role": "task", "split": "train", "text": "ships and grain", "label": "sport"},
+        {"doc_id": "n:2", "role": "task", "split": "train", "text": long_text, "label": "business"},
+        {"doc_id": "n:3", "role": "task", "split": "dev", "text": "the market", "label": "sport"},
+        {"doc_id": "n:4", "role": "task", "split": "test", "text": "salt and fish", "label": "tech"},
+    ]
+
+
+def tweet_rows() -> list[dict]:
+    long_words = [WORDS[i % len(WORDS)] for i in range(40)]
+    long_tags = ["O"] * 40
+    long_tags[33:35] = ["B-LOC", "I-LOC"]
+    return [
+        {"doc_id": "t:1", "role": "task", "split": "train", "tokens": ["Paris", "\u200b", "France"],
+         "tags": ["B-LOC", "O", "B-LOC"]},
+        {"doc_id": "t:2", "role": "task", "split": "train", "tokens": ["the", "harbour", "opened"],
+         "tags": ["O", "I-ORG", "I-ORG"]},  # invalid: I-ORG after O
+        {"doc_id": "t:3", "role": "task", "split": "dev", "tokens": long_words, "tags": long_tags},
+        {"doc_id": "t:4", "role": "task", "split": "test", "tokens": ["grain"], "tags": ["B-PER"]},
+        {"doc_id": "t:5", "role": "task", "split": "test", "tokens": ["salt"], "tags": ["O"], "is_duplicate": True},
+    ]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A tiny corpus, a trained tokenizer and one tokenize run: (paths, metrics)."""
+    paths = make_paths(tmp_path_factory.mktemp("tok"))
+    write_source(paths, "pre", pretrain_rows())
+    write_source(paths, "news", news_rows())
+    write_source(paths, "tweets", tweet_rows())
+    tokenizer_stage.run(tokenizer_params(pretrain_sources=["pre"], unk_eval_sources=[]), paths, NullLog())
+    return paths, stage.run(tokenize_params(), paths, NullLog())
+
+
+def our_tok(paths):
+    return AutoTokenizer.from_pretrained(tokenizer_stage.tokenizer_dir(paths))
+
+
+def test_packed_blocks_are_exactly_max_seq_len_and_reproduce_the_stream(built):
+    paths, metrics = built
+    tok = our_tok(paths)
+    texts = [TRAIN_SENTENCES[i % 4] for i in range(30)]  # doc_id order == this order
+    stream = []
+    for text in texts:  # independent: one unbatched call per document
+        stream += tok(text, add_special_tokens=False)["input_ids"] + [tok.sep_token_id]
+    n_blocks = len(stream) // (SEQ - 1)
+    blocks = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "train"))
+    assert len(blocks) == n_blocks > 0
+    ids = np.asarray(blocks["input_ids"])
+    assert ids.shape == (n_blocks, SEQ)
+    assert (ids[:, 0] == tok.cls_token_id).all()
+    assert ids[:, 1:].reshape(-1).tolist() == stream[: n_blocks * (SEQ - 1)]
+    assert np.asarray(blocks["attention_mask"]).min() == 1
+    special = np.isin(ids, [tok.cls_token_id, tok.sep_token_id])
+    assert (np.asarray(blocks["special_tokens_mask"]) == special).all()
+    train = metrics["pretrain"]["train"]
+    assert train["docs"] == 30  # the duplicate is excluded
+    assert train["tokens"] == len(stream)
+    assert train["dropped_tail_tokens"] == len(stream) - n_blocks * (SEQ - 1)
+    held = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "heldout"))
+    assert len(held) == metrics["pretrain"]["heldout"]["blocks"] > 0
+
+
+def test_too_short_corpus_is_a_clear_error(tmp_path):
+    paths = make_paths(tmp_path)
+    rows = [{"doc_id": "p:1", "role": "pretrain", "split": "train", "text": "ships"},
+            {"doc_id": "p:2", "role": "pretrain", "split": "heldout", "text": "salt"}]
+    write_source(paths, "pre", rows)
+    tokenizer_stage.run(tokenizer_params(vocab_from="reference", pretrain_sources=["pre"], unk_eval_sources=[]),
+                        paths, NullLog())
+    with pytest.raises(ValueError, match="fewer than one block"):
+        stage.run(tokenize_params(), paths, NullLog())
+
+
+@pytest.mark.parametrize("tok_name", ["clozeline", "reference"])
+def test_cls_truncation_matches_hf_and_is_counted(built, tok_name):
+    paths, metrics = built
+    folder = paths.data / "tokenize" / "cls" / tok_name
+    tok = our_tok(paths) if tok_name == "clozeline" else AutoTokenizer.from_pretrained(
+        tokenizer_stage.reference_tokenizer_path())
+    assert json.loads((folder / "labels.json").read_text()) == ["business", "sport", "tech"]
+    train = load_from_disk(str(folder / "train"))
+    texts = [r["text"] for r in news_rows() if r["split"] == "train"]
+    assert train["doc_id"] == ["n:1", "n:2"]
+    assert train["label"] == [1, 0]
+    for row, text in zip(train, texts):
+        assert row["input_ids"] == tok(text, truncation=True, max_length=SEQ)["input_ids"]
+        full = len(tok(text)["input_ids"])
+        assert row["n_tokens_full"] == full
+        assert row["truncated"] == (full > SEQ)
+    assert train["truncated"] == [False, True]  # "the harbour" x 20 = 42 tokens with specials
+    m = metrics["cls"][tok_name]["train"]
+    assert m["truncated_docs"] == 1 and m["truncation_rate"] == 0.5
+    assert m["tokens_cut"] == 42 - SEQ
+    assert m["label_distribution"] == {"business": 1, "sport": 1}
+
+
+@pytest.mark.parametrize("tok_name", ["clozeline", "reference"])
+def test_ner_zero_subword_word_keeps_three_words_aligned(built, tok_name):
+    paths, metrics = built
+    folder = paths.data / "tokenize" / "ner" / tok_name
+    names = json.loads((folder / "labels.json").read_text())
+    assert names == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    row = next(r for r in load_from_disk(str(folder / "train")) if r["doc_id"] == "t:1")
+    assert row["words"] == ["Paris", "\u200b", "France"]
+    assert sorted(set(row["word_ids"]) - {-1}) == [0, 1, 2]
+    first = [names[x] if x != IGNORE else None for x in row["labels_first"]]
+    assert [lab for lab in first if lab is not None] == ["B-LOC", "O", "B-LOC"]
+    assert row["labels_first"][0] == row["labels_first"][-1] == IGNORE
+    assert row["labels_all"][0] == row["labels_all"][-1] == IGNORE
+    u200b_pos = row["word_ids"].index(1)
+    assert row["input_ids"][u200b_pos] == (1 if tok_name == "clozeline" else 100)  # [UNK]
+    assert metrics["ner"][tok_name]["train"]["zero_subword_words"] == 1
+
+
+def test_ner_invalid_iob2_is_counted_and_repaired(built):
+    paths, metrics = built
+    assert metrics["ner_input"]["invalid_iob2_tags"] == 1
+    assert metrics["ner_input"]["invalid_iob2_sentences_repaired"] == 1
+    assert metrics["ner_input"]["sentences_in"] == 4  # the duplicate is excluded before counting
+    row = next(r for r in load_from_disk(str(paths.data / "tokenize" / "ner" / "clozeline" / "train"))
+               if r["doc_id"] == "t:2")
+    assert row["word_tags"] == ["O", "B-ORG", "I-ORG"]
+
+
+def test_ner_invalid_iob2_drop_and_error_policies(built):
+    paths, _ = built
+    metrics = stage.run(tokenize_params(ner_invalid_iob2="drop"), paths, NullLog())
+    assert metrics["ner_input"]["dropped"] == {"invalid_iob2": 1}
+    assert metrics["ner_input"]["sentences_kept"] + 1 == metrics["ner_input"]["sentences_in"]
+    with pytest.raises(ValueError, match=r"doc_id 't:2': invalid IOB2 at word\(s\) \[1\]"):
+        stage.run(tokenize_params(ner_invalid_iob2="error"), paths, NullLog())
+    stage.run(tokenize_params(), paths, NullLog())  # leave the module fixture's outputs as they were
+
+
+@pytest.mark.parametrize("tok_name", ["clozeline", "reference"])
+def test_long_sentence_windows_recover_every_word(built, tok_name):
+    paths, metrics = built
+    names = json.loads((paths.data / "tokenize" / "ner" / tok_name / "labels.json").read_text())
+    rows = [r for r in load_from_disk(str(paths.data / "tokenize" / "ner" / tok_name / "dev"))]
+    assert len(rows) > 1 and [r["window_index"] for r in rows] == list(range(len(rows)))
+    for row in rows:
+        assert len(row["input_ids"]) <= SEQ
+        assert row["word_ids"][0] == row["word_ids"][-1] == -1
+    gold = rows[0]["word_tags"]
+    for scheme in ("first", "all"):
+        windows = [(r["word_ids"], [names[x] if x != IGNORE else "O" for x in r[f"labels_{scheme}"]]) for r in rows]
+        assert ner_align.words_from_windows(windows, len(gold)) == gold
+    assert metrics["ner"][tok_name]["dev"]["windowed_sentences"] == 1
+    assert metrics["ner"][tok_name]["dev"]["truncated_sentences"] == 0
+
+
+def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
+    tok = AutoTokenizer.from_pretrained(tokenizer_stage.reference_tokenizer_path())
+    words = [WORDS[i % len(WORDS)] for i in range(200)]
+    tags = ["O"] * 200
+    tags[180] = "B-PER"
+    (ids, word_ids), = stage.encode_words(tok, [words])[0]
+    windows = ner_align.plan_windows(np.bincount(word_ids).tolist(), capacity=128 - 2, overlap=32)
+    assert len(windows) >= 2
+    encodings = ner_align.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
+    label2id = {"O": 0, "B-PER": 1, "I-PER": 2}
+    per_window = []
+    for w_ids, w_words in encodings:
+        assert len(w_ids) <= 128
+        labels = ner_align.align_labels(w_words, tags, label2id, "first")
+        per_window.append((w_words, labels))
+    merged = ner_align.words_from_windows(per_window, 200)
+    assert merged[180] == 1
+    assert merged == [label2id[t] for t in tags]
+
+
+def test_outputs_are_byte_identical_across_runs(built, tmp_path):
+    paths, _ = built
+    root = paths.data / "tokenize"
+    before = {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    stage.run(tokenize_params(), paths, NullLog())
+    after = {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    assert before.keys() == after.keys() and before == after
+
+
+def test_metrics_report_lengths_and_label_distribution(built):
+    _, metrics = built
+    dev = metrics["ner"]["clozeline"]["dev"]
+    assert dev["label_distribution_first"]["B-LOC"] == 1
+    assert dev["word_tag_distribution"] == {"B-LOC": 1, "I-LOC": 1, "O": 38}
+    assert dev["tokens_per_doc_mean"] > SEQ
+    assert json.loads(json.dumps(metrics, allow_nan=False)) == metrics
+
+
+@pytest.mark.parametrize(
+    "changes, key",
+    [({"ner_window_overlap_tokens": SEQ - 2}, "ner_window_overlap_tokens"),
+     ({"ner_invalid_iob2": "ignore"}, "ner_invalid_iob2"),
+     ({"max_seq_len_tokens": 4}, "max_seq_len_tokens"),
+     ({"tasks": {"cls": "news"}}, "ner")],
+)
+def test_bad_params_fail_at_load_time(changes, key):
+    with pytest.raises(ValidationError, match=key):
+        tokenize_params(**changes)
