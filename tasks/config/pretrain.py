@@ -1,7 +1,87 @@
-"""The ``pretrain:`` section of params.yaml."""
+"""The ``pretrain:`` section of params.yaml: model size, masking, optimisation, checkpoints, evaluation.
+
+Every field is required (no hidden defaults). ``size`` picks one entry of ``presets``; the vocabulary size is
+read from the trained tokenizer, never from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
 
 
+class ModelPreset(StrictModel):
+    """One BERT encoder size (Devlin et al. 2019: base = 12 layers x 768 hidden, 12 heads, 3072 FFN)."""
+
+    num_hidden_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=8)
+    num_attention_heads: int = Field(ge=1)
+    intermediate_size: int = Field(ge=8, description="feed-forward width")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
+            )
+        return self
+
+
 class PretrainParams(StrictModel):
-    """Params of the ``pretrain`` stage."""
+    """Params of the ``pretrain`` stage (BERT MLM from scratch on the packed blocks of ``tokenize``)."""
+
+    seed: int = Field(ge=0)
+    size: str = Field(description="key of `presets` to train")
+    presets: dict[str, ModelPreset]
+    max_position_embeddings: int = Field(ge=8, description="tokens; >= the block length (fine-tuning may use more)")
+    dropout_prob: float = Field(ge=0.0, lt=1.0, description="hidden + attention dropout (Cramming uses 0)")
+
+    mlm_probability: float = Field(gt=0.0, lt=1.0, description="fraction of non-special tokens selected")
+    whole_word_mask: bool = Field(description="select whole words (a token plus its '##' pieces)")
+
+    batch_size_blocks: int = Field(ge=1, description="blocks per micro-batch per process")
+    grad_accum_steps: int = Field(ge=1, description="micro-batches per optimizer step")
+    max_steps: int = Field(ge=1, description="optimizer steps")
+    budget_minutes: float | None = Field(
+        gt=0.0,
+        description="wall-clock training budget; set: the schedule follows elapsed time and training stops at "
+        "the budget (Cramming, Geiping & Goldstein 2023; not bit-reproducible); null: steps only",
+    )
+    lr: float = Field(gt=0.0, description="peak learning rate")
+    lr_schedule: Literal["linear", "cosine"] = Field(description="decay after warmup, to 0 at the end")
+    warmup_fraction: float = Field(ge=0.0, lt=1.0, description="of max_steps (or of budget_minutes)")
+    weight_decay: float = Field(ge=0.0)
+    adam_betas: tuple[float, float]
+    adam_eps: float = Field(gt=0.0)
+    max_grad_norm: float = Field(gt=0.0, description="clip the global L2 gradient norm")
+    bf16: bool = Field(description="bf16 autocast on CUDA (ignored on CPU)")
+    compile: bool = Field(description="torch.compile the model")
+    nproc_per_node: int = Field(ge=1, description="processes torchrun starts (dvc.yaml cmd)")
+    num_threads: int | None = Field(ge=1, description="torch intra-op threads per process; null = torch default")
+
+    log_every_steps: int = Field(ge=1)
+    eval_every_steps: int = Field(ge=1, description="held-out evaluation interval, optimizer steps")
+    eval_max_blocks: int | None = Field(ge=1, description="held-out blocks evaluated; null = all")
+    checkpoint_every_steps: int | None = Field(ge=1)
+    checkpoint_every_minutes: float | None = Field(gt=0.0)
+    fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
+    fill_mask_top_k: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.size not in self.presets:
+            raise ValueError(f"size {self.size!r} is not one of presets {sorted(self.presets)}")
+        if not 0.0 < self.adam_betas[0] < 1.0 or not 0.0 < self.adam_betas[1] < 1.0:
+            raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
+        for sentence in self.fill_mask:
+            if sentence.count("[MASK]") != 1:
+                raise ValueError(f"fill_mask sentence {sentence!r} must contain exactly one [MASK]")
+        return self
+
+    @property
+    def preset(self) -> ModelPreset:
+        """The encoder size selected by ``size``."""
+        return self.presets[self.size]

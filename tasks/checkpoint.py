@@ -1,0 +1,76 @@
+"""Resumable training checkpoints without pickle: model weights in safetensors, the rest via ``weights_only``.
+
+A checkpoint is a folder ``step_<NNNNNNNN>/`` holding ``model.safetensors`` (tied weights handled by
+``safetensors.torch.save_model``), ``optimizer.pt`` (AdamW state dict) and ``trainer_state.pt`` (step, data
+position, schedule clock, RNG states, the loss curve so far and a fingerprint of the run). It is written to a
+temporary folder and renamed into place, so a process killed mid-write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+
+PREFIX = "step_"
+
+
+def save(folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+    """Write checkpoint ``folder/step_<step>`` atomically and delete older ones; returns its path.
+
+    ``state`` must hold only tensors, numbers, strings, lists and dicts (what ``torch.load(weights_only=True)``
+    reads back).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{PREFIX}{step:08d}"
+    tmp = folder / f".tmp_{PREFIX}{step:08d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_model(model, str(tmp / "model.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(state, tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in _complete(folder):
+        if old != final:
+            shutil.rmtree(old)
+    return final
+
+
+def latest(folder: Path) -> Path | None:
+    """The newest complete checkpoint under ``folder``, or ``None``."""
+    found = _complete(folder)
+    return found[-1] if found else None
+
+
+def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> dict[str, Any]:
+    """Load weights and optimizer state from checkpoint ``path`` in place; returns the trainer state dict.
+
+    Raises ``RuntimeError`` naming the file if the weights do not fit the model.
+    """
+    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False, device=str(device))
+    if missing or unexpected:
+        raise RuntimeError(f"{path / 'model.safetensors'}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    return torch.load(path / "trainer_state.pt", weights_only=True)
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """Only the trainer state of checkpoint ``path`` (to check its fingerprint before loading weights)."""
+    return torch.load(path / "trainer_state.pt", weights_only=True)
+
+
+def clear(folder: Path) -> None:
+    """Delete every checkpoint under ``folder`` (a run with other params must not resume from them)."""
+    for old in _complete(folder):
+        shutil.rmtree(old)
+
+
+def _complete(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith(PREFIX))

@@ -1,0 +1,124 @@
+"""BERT masked-language-model pieces: dynamic 80/10/10 masking and a loss computed on masked positions only.
+
+Masking follows BERT (Devlin et al. 2019, section 3.1 and appendix C.2) with RoBERTa's dynamic masking (Liu et
+al. 2019): a fresh mask is drawn every time a block is seen. Whole-word masking follows the BERT repository's
+``create_pretraining_data.py`` (a WordPiece continuation ``##x`` joins the word before it). The loss gathers
+the masked positions before the vocabulary projection, as ModernBERT (Warner et al. 2024) and MosaicBERT do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch cross_entropy's ignore_index)
+
+
+@dataclass(frozen=True)
+class MaskingVocab:
+    """What masking needs from a tokenizer.
+
+    ``special_ids``: ids never selected; ``random_ids``: non-special ids random replacements come from;
+    ``continuation``: bool ``(vocab_size,)``, True for WordPiece pieces that continue a word (``##x``).
+    """
+
+    mask_token_id: int
+    special_ids: torch.Tensor
+    random_ids: torch.Tensor
+    continuation: torch.Tensor
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> MaskingVocab:
+        """Build from an HF fast tokenizer; raises ``ValueError`` if it has no mask token."""
+        if tokenizer.mask_token_id is None:
+            raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no mask token")
+        vocab_size = len(tokenizer)
+        special = torch.zeros(vocab_size, dtype=torch.bool)
+        special[sorted(set(tokenizer.all_special_ids))] = True
+        continuation = torch.zeros(vocab_size, dtype=torch.bool)
+        prefix = getattr(tokenizer.backend_tokenizer.model, "continuing_subword_prefix", None) or "##"
+        for token, index in tokenizer.get_vocab().items():
+            continuation[index] = token.startswith(prefix) and len(token) > len(prefix)
+        return cls(
+            mask_token_id=int(tokenizer.mask_token_id),
+            special_ids=special.nonzero().flatten(),
+            random_ids=(~special).nonzero().flatten(),
+            continuation=continuation & ~special,
+        )
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    maskable: torch.Tensor,
+    vocab: MaskingVocab,
+    mlm_probability: float,
+    generator: torch.Generator,
+    whole_word_mask: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw a BERT mask: select ``mlm_probability`` of maskable tokens; 80% [MASK], 10% random, 10% kept.
+
+    ``input_ids`` and ``maskable`` are ``(batch, seq_len)``; ``maskable`` is False at special and pad
+    positions, which are therefore never selected. Random replacements are drawn uniformly from
+    ``vocab.random_ids`` (never a special token). Returns ``(masked_input_ids, labels)``, both
+    ``(batch, seq_len)``, with ``labels = IGNORE_INDEX`` where nothing is predicted. With ``whole_word_mask``
+    the selection probability applies per word and all pieces of a selected word are selected.
+    """
+    maskable = maskable & ~torch.isin(input_ids, vocab.special_ids)
+    draw = torch.rand(input_ids.shape, generator=generator)
+    if whole_word_mask:
+        draw = draw.gather(1, _word_start_index(input_ids, maskable, vocab.continuation))
+    selected = (draw < mlm_probability) & maskable
+    labels = torch.where(selected, input_ids, IGNORE_INDEX)
+
+    action = torch.rand(input_ids.shape, generator=generator)
+    to_mask = selected & (action < 0.8)
+    to_random = selected & (action >= 0.8) & (action < 0.9)
+    random_pick = torch.randint(len(vocab.random_ids), input_ids.shape, generator=generator)
+    masked = torch.where(to_mask, vocab.mask_token_id, input_ids)
+    masked = torch.where(to_random, vocab.random_ids[random_pick], masked)
+    return masked, labels
+
+
+def _word_start_index(input_ids: torch.Tensor, maskable: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """``(batch, seq_len)`` index of the first piece of the word each position belongs to.
+
+    A piece starts a word unless it is a ``##`` continuation that follows a maskable piece; so a continuation
+    cut off at the start of a packed block is a word of its own.
+    """
+    prev_maskable = F.pad(maskable[:, :-1], (1, 0), value=False)
+    starts = ~(continuation[input_ids] & prev_maskable)
+    positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+    return torch.where(starts, positions, 0).cummax(dim=1).values
+
+
+class MaskedOnlyMLM(nn.Module):
+    """Wraps an HF ``BertForMaskedLM``: encoder on all tokens, MLM head only on the masked positions.
+
+    Gathering before the head skips the ``(batch, seq_len, vocab)`` logits: for small models the vocabulary
+    projection is most of the FLOPs. The HF model's own ``bert`` encoder and ``cls`` head are used, so the
+    weights are the HF model's and ``save_pretrained`` of ``self.mlm`` gives a standard checkpoint.
+    """
+
+    def __init__(self, mlm: nn.Module) -> None:
+        super().__init__()
+        self.mlm = mlm
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(batch, seq_len)`` tensors -> ``(mean loss, n_masked, n_correct)``.
+
+        The loss is a sum over masked positions divided by ``max(n_masked, 1)``: 0.0 (not NaN) when nothing
+        was selected, and still connected to every parameter, which DDP requires.
+        """
+        hidden = self.mlm.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        selected = labels != IGNORE_INDEX
+        logits = self.mlm.cls(hidden[selected]).float()  # (n_masked, vocab)
+        targets = labels[selected]
+        n_masked = targets.numel()
+        loss = F.cross_entropy(logits, targets, reduction="sum") / max(n_masked, 1)
+        n_correct = (logits.argmax(dim=-1) == targets).sum()
+        return loss, torch.tensor(n_masked), n_correct
