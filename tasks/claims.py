@@ -9,8 +9,9 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
   of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``); units are
   words, so the CI says how much the effect varies over the ambiguous words sampled. Without ``per_word``
   it falls back to the single pooled value (n=1, no CI).
-- ``leakage/<source>/<split>|all/rate_before|rate_after``: a contamination proportion of
-  ``metrics/leakage.json`` -> ``eval_sets``; ``all`` pools every eval set. Its CI is Clopper-Pearson.
+- ``leakage/<source>/<split>|all/[<check>/]rate_before|rate_after``: a contamination proportion of
+  ``metrics/leakage.json`` -> ``eval_sets``; ``all`` pools every eval set; ``<check>`` (``pretrain`` or
+  ``task_train``) selects the rates of one side of the audit. Its CI is Clopper-Pearson.
 
 Statistics (all quantiles from scipy, none written by hand):
 
@@ -184,8 +185,10 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
     if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
         return _probe_sample(rest[0], rest[2], metric, metrics)
-    if kind == "leakage" and len(rest) in (2, 3):
-        return _leakage_sample("/".join(rest[:-1]), rest[-1], metrics)
+    if kind == "leakage" and len(rest) >= 2:
+        width = 1 if rest[0] == "all" else 2
+        if len(rest) in (width + 1, width + 2):
+            return _leakage_sample("/".join(rest[:width]), rest[width:-1], rest[-1], metrics)
     raise NotRun(f"malformed reference {ref!r} (see the grammar in tasks/claims.py)")
 
 
@@ -214,14 +217,16 @@ def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sa
         raise NotRun(f"{where} models[{variant!r}].{metric} has {len(pooled)} layers, no layer {layer}")
     per_word = model.get("per_word") or {}
     words = sorted(w for w in per_word if isinstance(per_word[w], dict) and metric in per_word[w])
+    static = (metrics.get("probe").get("static_baseline") or {}).get("note") if index == 0 else None
+    notes = (f"layer 0: {static}",) if static else ()
     if len(words) >= 2:
         values = tuple(float(per_word[w][metric][index]) for w in words)
-        return Sample(values, tuple(words), "word", where, extra={"layer": index})
-    note = "no per-word values: single pooled value, no CI"
-    return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=(note,), extra={"layer": index})
+        return Sample(values, tuple(words), "word", where, notes=notes, extra={"layer": index})
+    notes += ("no per-word values: single pooled value, no CI",)
+    return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes, extra={"layer": index})
 
 
-def _leakage_sample(eval_set: str, key: str, metrics: Metrics) -> Sample:
+def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics) -> Sample:
     where = "metrics/leakage.json"
     sets = dig(metrics.get("leakage"), ["eval_sets"], where)
     names = sorted(sets) if eval_set == "all" else [eval_set]
@@ -229,7 +234,7 @@ def _leakage_sample(eval_set: str, key: str, metrics: Metrics) -> Sample:
         raise NotRun(f"{where} lists no eval sets")
     events = trials = 0
     for name in names:
-        entry = dig(sets, [name], f"{where} eval_sets")
+        entry = dig(sets, [name, *check], f"{where} eval_sets")
         docs = int(dig(entry, ["docs"], f"{where} eval_sets[{name!r}]"))
         events += round(float(dig(entry, [key], f"{where} eval_sets[{name!r}]")) * docs)
         trials += docs
@@ -435,8 +440,10 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
         entry = (metrics.optional("leakage") or {}).get("eval_sets", {}).get(claim.data_slice)
         if entry is None:
             return f"eval_leakage: not measured (no eval set {claim.data_slice!r} in metrics/leakage.json)"
+        checks = [f"{c}: {_pct(entry[c].get('rate_before'))} -> {_pct(entry[c].get('rate_after'))}"
+                  for c in sorted(entry) if isinstance(entry[c], dict)]
         return (f"eval_leakage: {_pct(entry.get('rate_before'))} of {entry.get('docs')} eval docs before the "
-                f"audit, {_pct(entry.get('rate_after'))} after")
+                f"audit, {_pct(entry.get('rate_after'))} after" + (f" ({'; '.join(checks)})" if checks else ""))
     if name == "duplicate_rate":
         entry = (metrics.optional("dedup") or {}).get("sources", {}).get(source)
         if entry is None:
@@ -456,7 +463,28 @@ def _truncation(claim: Claim, metrics: Metrics) -> str:
     for tok_name in sorted({_tokenizer_of(ref) for ref in (claim.treatment, claim.baseline)}):
         rate = tok.get(claim.task, {}).get(tok_name, {}).get("truncation_rate")
         parts.append(f"{tok_name} {_pct(rate)}" if rate is not None else f"{tok_name} not measured")
-    return f"truncation_rate ({claim.task}): " + ", ".join(parts)
+    parts += [_finetune_truncation(ref, metrics) for ref in dict.fromkeys((claim.treatment, claim.baseline))]
+    return f"truncation_rate ({claim.task}, at tokenize): " + ", ".join(p for p in parts if p)
+
+
+def _finetune_truncation(ref: str, metrics: Metrics) -> str:
+    """Share of test docs cut at the fine-tuning length, and accuracy on cut vs whole docs (cls details)."""
+    parts = ref.split("/")
+    if parts[0] != "finetune" or len(parts) != 5:
+        return ""
+    run = (metrics.optional(f"finetune_{parts[1]}") or {}).get("runs", {}).get("/".join(parts[2:])) or {}
+    buckets = (run.get("details") or {}).get("accuracy_by_length")
+    if not isinstance(buckets, dict) or not {"truncated", "not_truncated"} <= set(buckets):
+        return ""
+    cut, whole = buckets["truncated"], buckets["not_truncated"]
+    total = (cut.get("docs") or 0) + (whole.get("docs") or 0)
+    share = _pct(cut.get("docs", 0) / total) if total else "n/a"
+    return (f"{'/'.join(parts[2:])} test docs cut at fine-tuning {share}, accuracy cut {_num(cut.get('accuracy'))}"
+            f" vs whole {_num(whole.get('accuracy'))}")
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{float(value):.4f}"
 
 
 def _tokenizer_of(ref: str) -> str:

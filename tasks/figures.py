@@ -13,9 +13,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tasks.claims import Metrics, NotRun, dig, mean_ci  # noqa: E402
 
+SPAN_ORDER = ("exact", "boundary", "type", "boundary_and_type", "missed", "spurious")  # best to worst
 PNG_METADATA = {"Software": None}  # no library version in the file: stable bytes across upgrades
 
 
@@ -72,7 +74,7 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
     keys = sorted(k for k in runs if isinstance(runs[k], dict) and metric in runs[k])
     if not keys:
         raise NotRun(f"metrics/finetune_{task}.json has no run with {metric!r}")
-    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(keys)), 4))
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.2 * len(keys)), 4.5))
     for x, key in enumerate(keys):
         values = [float(v) for v in runs[key][metric].get("per_seed") or []]
         if not values:
@@ -85,7 +87,8 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
         else:
             ax.plot([x + 0.15], [est.mean], "s", color="black")
     ax.set_xticks(range(len(keys)), keys, rotation=30, ha="right", fontsize=8)
-    ax.set(ylabel=metric, title=f"{task}: per-seed {metric}, mean and {level:.0%} CI")
+    ax.set(ylabel=metric)
+    ax.set_title(f"{task}: {metric} per seed (dots),\nmean and {level:.0%} t-CI (squares)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, out, dpi)
 
@@ -100,7 +103,7 @@ def confusion_matrix(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Pat
     details = dig(metrics.get("finetune_cls"), ["runs", run_key, "details"], where)
     matrix, labels = _matrix_and_labels(dig(details, ["confusion_matrix"], f"{where} runs[{run_key!r}].details"),
                                         details)
-    fig, ax = plt.subplots(figsize=(1.0 * len(labels) + 2, 1.0 * len(labels) + 1.5))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.0 * len(labels) + 2), max(5.0, 1.0 * len(labels) + 1.5)))
     image = ax.imshow(matrix, cmap="Blues")
     for i, row in enumerate(matrix):
         for j, count in enumerate(row):
@@ -108,7 +111,8 @@ def confusion_matrix(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Pat
                     color="white" if count > max(map(max, matrix)) / 2 else "black")
     ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     ax.set_yticks(range(len(labels)), labels)
-    ax.set(xlabel="predicted", ylabel="gold", title=f"cls confusion matrix ({run_key})")
+    ax.set(xlabel="predicted", ylabel="gold")
+    ax.set_title(f"cls confusion matrix\n{run_key}, counts summed over seeds", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046)
     return _save(fig, out, dpi)
 
@@ -125,18 +129,26 @@ def _matrix_and_labels(raw, details: dict) -> tuple[list[list[float]], list[str]
 
 
 def span_errors(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Path:
-    """NER span-error counts (exact match, boundary, type, missed, spurious) of one run as bars."""
+    """NER span-error counts (exact, boundary, type, boundary_and_type, missed, spurious) of one run as bars,
+    summed over seeds as ``finetune`` pools them."""
     where = "metrics/finetune_ner.json"
     raw = dig(metrics.get("finetune_ner"), ["runs", run_key, "details", "span_errors"], where)
-    counts = {str(k): float(v) for k, v in sorted(raw.items()) if isinstance(v, int | float)} if isinstance(raw, dict) else {}
+    counts = span_counts(raw)
     if not counts:
         raise NotRun(f"{where} runs[{run_key!r}].details.span_errors holds no counts")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     bars = ax.bar(list(counts), list(counts.values()), color="tab:orange")
     ax.bar_label(bars, fmt="%g")
-    ax.set(ylabel="entities", title=f"NER span errors ({run_key})")
-    ax.tick_params(axis="x", rotation=20)
+    ax.set(ylabel="entities (summed over seeds)", title=f"NER span errors ({run_key})")
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     return _save(fig, out, dpi)
+
+
+def span_counts(raw) -> dict[str, float]:
+    """The numeric entries of a span-error table, known classes in ``SPAN_ORDER`` first, others by name."""
+    numeric = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)} if isinstance(raw, dict) else {}
+    rank = {name: i for i, name in enumerate(SPAN_ORDER)}
+    return {k: numeric[k] for k in sorted(numeric, key=lambda k: (rank.get(k, len(rank)), k))}
 
 
 def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
@@ -153,6 +165,7 @@ def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
     axes[0].set(xlabel="layer (0 = embeddings)", ylabel="within - across cosine", title="Sense separation by layer")
     axes[1].set(xlabel="layer (0 = embeddings)", ylabel="leave-one-out 1-NN accuracy", title="Sense 1-NN accuracy")
     for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend()
         ax.grid(alpha=0.3)
     return _save(fig, out, dpi)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tasks.claims import Estimate, Row
 
-TABLE_HEADER = ("claim", "treatment", "baseline", "difference", "min_effect", "verdict", "statistics")
+TABLE_HEADER = ("claim", "treatment", "baseline", "difference", "min_effect", "verdict", "statistics",
+                "confounders (measured)", "MLflow runs; data md5 (dvc.lock)")
 STATS_NOTE = (
     "Each value is mean [lower, upper] of a two-sided {level:.0%} CI with n units (seeds, probe words or eval "
     "docs). Arms: Student-t over units; rates: Clopper-Pearson. Differences (treatment - baseline): paired "
@@ -33,9 +34,20 @@ def fmt_estimate(est: Estimate | None) -> str:
 def table_cells(row: Row) -> tuple[str, ...]:
     """The claim-table cells of one row, in ``TABLE_HEADER`` order (plain text)."""
     c = row.claim
-    verdict = row.reason if row.verdict == "not run" else row.verdict
+    verdict = row.reason if row.verdict == "not run" else f"{row.verdict} ({row.reason})"
     return (f"{c.id}: {c.statement}", fmt_estimate(row.treatment), fmt_estimate(row.baseline),
-            fmt_estimate(row.difference), f"{c.min_effect:g}", verdict, row.pairing or "-")
+            fmt_estimate(row.difference), f"{c.min_effect:g}", verdict, row.pairing or "-",
+            "; ".join(row.confounders) or "none listed")
+
+
+def run_url(mlflow_ui_url: str, run_id: str) -> str:
+    """The MLflow UI's direct run page (``#/runs/<id>``, which redirects to the run's experiment)."""
+    return f"{mlflow_ui_url.rstrip('/')}/#/runs/{run_id}"
+
+
+def md5_text(row: Row) -> str:
+    """``path md5`` pairs of the data behind a row, or why there are none."""
+    return "; ".join(f"{p} {m}" for p, m in row.data_md5.items()) or "no dvc.lock entry"
 
 
 def detail_items(row: Row) -> list[tuple[str, str | list[str]]]:
@@ -62,10 +74,13 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def claim_table_md(rows: list[Row]) -> str:
-    """The claim table alone as a Markdown (GFM) table, one line per claim."""
+def claim_table_md(rows: list[Row], mlflow_ui_url: str) -> str:
+    """The claim table alone as a Markdown (GFM) table, one line per claim; run ids link to the MLflow UI."""
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
-    lines += ["| " + " | ".join(_md_cell(c) for c in table_cells(r)) + " |" for r in rows]
+    for row in rows:
+        runs = ", ".join(f"[{r}]({run_url(mlflow_ui_url, r)})" for r in row.run_ids) or "no run ids"
+        cells = [_md_cell(c) for c in table_cells(row)] + [f"{runs}; {_md_cell(md5_text(row))}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -81,12 +96,12 @@ def _md_items(items) -> list[str]:
 
 
 def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-             level: float) -> str:
+             level: float, mlflow_ui_url: str) -> str:
     """The full ``claims.md``: question, claim table, statistics note, per-claim details, figures, ledger.
 
     ``figures`` maps a title to a PNG path relative to the Markdown file, or to a ``not drawn: <why>`` string.
     """
-    parts = ["# clozeline claim table", "", f"**Question.** {question}", "", claim_table_md(rows),
+    parts = ["# clozeline claim table", "", f"**Question.** {question}", "", claim_table_md(rows, mlflow_ui_url),
              STATS_NOTE.format(level=level), "", "## Claims in detail", ""]
     for row in rows:
         parts += [f"### {row.claim.id}", "", *_md_items(detail_items(row)), ""]
@@ -124,12 +139,14 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def claim_table_html(rows: list[Row]) -> str:
+def claim_table_html(rows: list[Row], mlflow_ui_url: str) -> str:
     """The claim table as an HTML ``<table id="claims">``; each row's class is its verdict."""
     head = "".join(f"<th>{_e(h)}</th>" for h in TABLE_HEADER)
     body = []
     for row in rows:
-        cells = "".join(f"<td>{_e(c)}</td>" for c in table_cells(row))
+        runs = ", ".join(f'<a href="{_e(run_url(mlflow_ui_url, r))}">{_e(r)}</a>' for r in row.run_ids)
+        provenance = f"{runs or 'no run ids'}; {_e(md5_text(row))}"
+        cells = "".join(f"<td>{_e(c)}</td>" for c in table_cells(row)) + f"<td>{provenance}</td>"
         body.append(f'<tr id="{_e(row.claim.id)}" class="{row.verdict.replace(" ", "-")}">{cells}</tr>')
     return f'<table id="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -151,12 +168,12 @@ def _img(path: Path, title: str) -> str:
 
 
 def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-              level: float) -> str:
+              level: float, mlflow_ui_url: str) -> str:
     """The full ``claims.html``, self-contained. ``figures`` maps a title to an absolute PNG path or a reason."""
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
              "<h1>clozeline claim table</h1>", f"<p><b>Question.</b> {_e(question)}</p>",
-             claim_table_html(rows), f"<p>{_e(STATS_NOTE.format(level=level))}</p>", "<h2>Claims in detail</h2>"]
+             claim_table_html(rows, mlflow_ui_url), f"<p>{_e(STATS_NOTE.format(level=level))}</p>", "<h2>Claims in detail</h2>"]
     for row in rows:
         parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>', _html_items(detail_items(row))]
     parts.append("<h2>Figures</h2>")

@@ -50,7 +50,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     rows = evaluate_all(claims, metrics, lock, stats_config(cfg))
     figures = draw_figures(cfg, paths, metrics)
     ledger = build_ledger(claims.question, cfg, metrics, lock)
-    write_reports(paths, claims.question, rows, figures, ledger, cfg.confidence_level)
+    write_reports(paths, claims.question, rows, figures, ledger, cfg)
     for path in report_files(paths):
         log.artifact(path, "report")
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
@@ -76,7 +76,7 @@ def claim_table_markdown(cfg: ReportParams, paths: Paths) -> str:
     """
     claims = load_claims(claims_path(paths))
     rows = evaluate_all(claims, Metrics(paths.metrics), read_lock(cfg.dvc_lock_file), stats_config(cfg))
-    return render.claim_table_md(rows)
+    return render.claim_table_md(rows, cfg.mlflow_ui_url)
 
 
 def stats_config(cfg: ReportParams) -> StatsConfig:
@@ -140,13 +140,13 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str,
 
 
 def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],
-                  ledger: dict, level: float) -> None:
+                  ledger: dict, cfg: ReportParams) -> None:
     """Write ``claims.md`` (figures linked relative to it) and ``claims.html`` (figures embedded)."""
     paths.reports.mkdir(parents=True, exist_ok=True)
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
-    md = render.markdown(question, rows, relative, ledger, level)
+    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
-    page = render.html_page(question, rows, figures, ledger, level)
+    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")
 
 

@@ -34,6 +34,7 @@ class ReportParams(StrictModel):
     bootstrap_resamples: int = Field(ge=1000, description="resamples of the paired bootstrap")
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
     figure_runs: FigureRuns
+    mlflow_ui_url: str = Field(pattern=r"^https?://", description="MLflow UI base URL the run-id links point at")
     figure_dpi: int = Field(ge=50, le=600, description="resolution of the PNG figures, dots per inch")
     params_file: Path = Field(description="params.yaml read for the experiment ledger, relative to the repo root")
     dvc_lock_file: Path = Field(description="dvc.lock read for data md5s, relative to the repo root")
