@@ -72,9 +72,16 @@ def full_run(tiny_root) -> dict:
 # --- layers ------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def loaded(tiny_root) -> dict:
+    """Encoder and tokenizer per variant, loaded once for the module."""
+    return {variant: probe.load_variant(variant, tiny_root / "models" / "pretrained", seed=0)
+            for variant in ("pretrained", "reference")}
+
+
 @pytest.mark.parametrize("variant", ["pretrained", "reference"])
-def test_layer_count_and_last_layer_is_last_hidden_state(tiny_root, variant):
-    encoder, tokenizer = probe.load_variant(variant, tiny_root / "models" / "pretrained", seed=0)
+def test_layer_count_and_last_layer_is_last_hidden_state(loaded, variant):
+    encoder, tokenizer = loaded[variant]
     rows = probe.read_probe_set(SHIPPED, 8)[:5]
     batch = probe.encode(tokenizer, rows, batch_size=5, max_seq_len_tokens=128)[0]
     states = probe.hidden_layers(encoder, batch.inputs)
@@ -89,8 +96,8 @@ def test_layer_count_and_last_layer_is_last_hidden_state(tiny_root, variant):
     assert not encoder.training
 
 
-def test_target_vector_is_mean_of_its_subwords_and_ignores_padding(tiny_root):
-    encoder, tokenizer = probe.load_variant("reference", tiny_root / "models" / "pretrained", seed=0)
+def test_target_vector_is_mean_of_its_subwords_and_ignores_padding(loaded):
+    encoder, tokenizer = loaded["reference"]
     text = "He caught a largemouth bass near the reeds."
     row = probe.ProbeSentence("largemouth", "fish", text, 1, text.index("largemouth"), text.index(" bass"))
     longer = probe.parse_row(json.dumps({"word": "bank", "sense": "river", "sentence":
@@ -209,6 +216,7 @@ def test_params_section_loads_and_rejects_bad_values():
 # --- the stage ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the whole stage on three models, the real MiniLM included
 def test_run_writes_contract_layout(full_run, tiny_root):
     assert set(full_run["models"]) == {"pretrained", "random", "reference"}
     for variant, n_layers in [("pretrained", 3), ("random", 3), ("reference", 7)]:
@@ -229,21 +237,27 @@ def test_run_writes_contract_layout(full_run, tiny_root):
     assert len((out / "targets.tsv").read_text().splitlines()) == 1 + 3 * 120
 
 
+@pytest.mark.slow  # the whole stage on three models, the real MiniLM included
 def test_reference_port_separation_rises_above_static_layer(full_run):
     port = full_run["models"]["reference"]["per_word"]["port"]["separation"]
     assert max(port[1:]) > port[0]
 
 
 def test_same_params_give_identical_bytes_and_keep_global_rng(tiny_root, tmp_path):
+    lines = [line for line in SHIPPED.read_text(encoding="utf-8").splitlines() if '"word": "port"' in line]
+    subset = tmp_path / "port.jsonl"
+    subset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = make_cfg(subset, variants=["pretrained", "random"])
     state = torch.get_rng_state()
     outputs = []
     for name in ("a", "b"):
         root = tmp_path / name
         (root / "models").mkdir(parents=True)
         (root / "models" / "pretrained").symlink_to(tiny_root / "models" / "pretrained")
-        metrics = probe.run(make_cfg(variants=["pretrained", "random"]), make_paths(root), NullLog())
+        metrics = probe.run(cfg, make_paths(root), NullLog())
         files = {p.name: p.read_bytes() for p in sorted((root / "data" / "probe").iterdir())}
         outputs.append((json.dumps(metrics, sort_keys=True), files))
+    assert json.loads(outputs[0][0])["probe_set"]["sentences"] == 20
     assert outputs[0] == outputs[1]
     assert torch.equal(torch.get_rng_state(), state)
 
