@@ -11,7 +11,9 @@ Method (text-dedup / datatrove style, with verification):
    Documents with fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
 3. A single datasketch ``MinHashLSH`` over all sources (bands and rows from datasketch's optimiser) proposes
    candidate pairs; each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so
-   precision is 1.0 by construction. Clusters are the connected components (union-find).
+   every merge is a true near duplicate. The sets are held as sorted 64-bit shingle hashes (two distinct
+   shingles collide with probability ~2**-64). Clusters are the connected components (union-find), so a
+   chain A~B~C joins A and C even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain.
 
 Kept row of a cluster (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer, and
 the pretraining copy of an evaluation document is the one that must go), then the longest normalized text
@@ -42,7 +44,7 @@ from tasks.config.dedup import DedupParams, lsh_bands_rows
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
 ROLE_RANK = {"task": 0, "pretrain": 1}
-SIGNATURE_BLOCK_ROWS = 1 << 15  # shingles per numpy block: (rows, num_perm) uint32 stays ~16 MiB at 128 perms
+SIGNATURE_BLOCK_ROWS = 1 << 13  # shingles per numpy block: (num_perm, rows) uint32 is 4 MiB at 128 perms
 _SHINGLE_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of the rolling hash
 _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
 
@@ -60,11 +62,11 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     clusters = UnionFind(rank)
     exact_rep = merge_exact(docs.text_hash, rank, clusters)
     bands, rows = lsh_bands_rows(cfg.threshold, cfg.num_perm, *cfg.lsh_weights)
-    lsh_counts = merge_near(corpus.text, docs, exact_rep, rank, clusters, cfg, (bands, rows))
+    edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows))
     labels = label_rows(exact_rep, docs, clusters, cfg.shingle_size_words)
     out_dir = paths.stage_data("dedup")
     write_sources(out_dir, corpus, labels)
-    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, labels, cfg)
+    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, cfg)
     metrics = dedup_metrics(corpus, labels, report)
     metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
     log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
@@ -136,6 +138,7 @@ class DocSignatures:
     n_words: np.ndarray  # (docs,) int64
     n_chars: np.ndarray  # (docs,) int64, length of the normalized text
     signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
+    shingles: list[np.ndarray]  # per doc: sorted unique uint64 shingle hashes (the set that Jaccard is taken on)
 
 
 def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
@@ -150,14 +153,13 @@ def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
     with tqdm(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
         for part in _map(_sign_shard, jobs, cfg.num_proc):
             parts.append(part)
-            bar.update(len(part[0]))
-    if not parts:
-        return DocSignatures([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cfg.num_perm), np.uint32))
+            bar.update(len(part.text_hash))
     return DocSignatures(
-        text_hash=[h for part in parts for h in part[0]],
-        n_words=np.concatenate([part[1] for part in parts]),
-        n_chars=np.concatenate([part[2] for part in parts]),
-        signature=np.concatenate([part[3] for part in parts]),
+        text_hash=[h for part in parts for h in part.text_hash],
+        n_words=np.concatenate([np.zeros(0, np.int64)] + [part.n_words for part in parts]),
+        n_chars=np.concatenate([np.zeros(0, np.int64)] + [part.n_chars for part in parts]),
+        signature=np.concatenate([np.zeros((0, cfg.num_perm), np.uint32)] + [part.signature for part in parts]),
+        shingles=[s for part in parts for s in part.shingles],
     )
 
 
@@ -170,19 +172,19 @@ def _map(func, jobs: list, num_proc: int):
         yield from pool.map(func, jobs)
 
 
-def _sign_shard(job: tuple) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+def _sign_shard(job: tuple) -> DocSignatures:
     texts, n, a, b = job
     cache = _WordHashes()
-    normalized = [textnorm.normalize(text) for text in texts]
-    tokens = [textnorm.words(norm) for norm in normalized]  # normalize is idempotent
-    hashes = [hashlib.md5(norm.encode("utf-8")).hexdigest() for norm in normalized]
-    shingle_hashes = [shingle_hashes_of(toks, n, cache) for toks in tokens]
-    return (
-        hashes,
-        np.array([len(toks) for toks in tokens], dtype=np.int64),
-        np.array([len(norm) for norm in normalized], dtype=np.int64),
-        minhash_signatures(shingle_hashes, a, b),
-    )
+    hashes, n_words, n_chars, shingles = [], [], [], []
+    for text in texts:
+        normalized = textnorm.normalize(text)
+        tokens = textnorm.words_of_normalized(normalized)
+        hashes.append(hashlib.md5(normalized.encode("utf-8")).hexdigest())
+        n_words.append(len(tokens))
+        n_chars.append(len(normalized))
+        shingles.append(np.unique(shingle_hashes_of(tokens, n, cache)))
+    signature = minhash_signatures([fold_to_32_bits(s) for s in shingles], a, b)
+    return DocSignatures(hashes, np.array(n_words, np.int64), np.array(n_chars, np.int64), signature, shingles)
 
 
 class _WordHashes(dict):
@@ -194,37 +196,44 @@ class _WordHashes(dict):
 
 
 def shingle_hashes_of(tokens: list[str], n: int, cache: dict[str, int] | None = None) -> np.ndarray:
-    """32-bit hashes of the word ``n``-gram shingles of ``tokens``: shape ``(max(len(tokens) - n + 1, 0),)``.
+    """64-bit hashes of the word ``n``-gram shingles of ``tokens``: ``(max(len(tokens) - n + 1, 0),)`` uint64.
 
     A shingle's hash is a polynomial rolling hash of its words' 64-bit blake2b hashes (mod 2**64, as in
-    Rabin-Karp), folded to 32 bits; equal shingles get equal hashes, in any document and any process.
+    Rabin-Karp): equal shingles get equal hashes in any document and process, and two distinct shingles
+    collide with probability about 2**-64, so Jaccard on these hash sets is the Jaccard of the shingle sets.
     """
     count = len(tokens) - n + 1
     if count <= 0:
-        return np.zeros(0, np.uint32)
+        return np.zeros(0, np.uint64)
     cache = _WordHashes() if cache is None else cache
     word_hash = np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
     rolling = np.zeros(count, np.uint64)
     for offset in range(n):
         rolling = rolling * _SHINGLE_MULTIPLIER + word_hash[offset : offset + count]
-    return ((rolling >> np.uint64(32)) ^ rolling).astype(np.uint32)
+    return rolling
+
+
+def fold_to_32_bits(hashes: np.ndarray) -> np.ndarray:
+    """uint64 -> uint32 by xor of the two halves (the input width of datasketch's affine32 scheme)."""
+    return ((hashes >> np.uint64(32)) ^ hashes).astype(np.uint32)
 
 
 def minhash_signatures(shingle_hashes: list[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """MinHash signatures ``(docs, num_perm)`` uint32 of per-document 32-bit shingle hash arrays.
+    """MinHash signatures ``(docs, num_perm)`` uint32 of per-document uint32 shingle hash arrays.
 
     The same values as datasketch 2.0 ``MinHash(scheme="affine32", hashfunc=identity).update_batch(hashes)``:
-    a MurmurHash3 fmix32 pre-mix, then ``a * h + b mod 2**32`` per permutation and a column minimum; a document
-    without shingles keeps the empty value 2**32-1. Vectorised over blocks of documents with
-    ``np.minimum.reduceat`` instead of one Python call per shingle.
+    a MurmurHash3 fmix32 pre-mix, then ``a * h + b mod 2**32`` per permutation and a minimum over shingles; a
+    document without shingles keeps the empty value 2**32-1. Vectorised over blocks of documents
+    (``(num_perm, shingles)`` products reduced with ``np.minimum.reduceat``), not one call per shingle.
     """
-    num_perm = len(a)
-    out = np.full((len(shingle_hashes), num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+    out = np.full((len(shingle_hashes), len(a)), np.iinfo(np.uint32).max, dtype=np.uint32)
     filled = [i for i, h in enumerate(shingle_hashes) if len(h)]
     for block in _blocks(filled, [len(shingle_hashes[i]) for i in filled]):
         hv = _fmix32(np.concatenate([shingle_hashes[i] for i in block]))
         starts = np.cumsum([0] + [len(shingle_hashes[i]) for i in block[:-1]])
-        out[block] = np.minimum.reduceat(hv[:, None] * a[None, :] + b[None, :], starts, axis=0)
+        permuted = a[:, None] * hv[None, :]
+        permuted += b[:, None]
+        out[block] = np.minimum.reduceat(permuted, starts, axis=1).T
     return out
 
 
@@ -296,17 +305,17 @@ def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind) -> 
 
 
 def merge_near(
-    texts: list[str],
     docs: DocSignatures,
     exact_rep: list[int],
     rank: np.ndarray,
     clusters: UnionFind,
     cfg: DedupParams,
     bands_rows: tuple[int, int],
-) -> dict[str, int]:
+) -> tuple[list[tuple[int, int, float]], dict[str, int]]:
     """Union exact-group representatives whose LSH candidates pass exact Jaccard >= ``cfg.threshold``.
 
-    One ``MinHashLSH`` holds every source. Returns counts of candidate pairs checked, merged and rejected.
+    One ``MinHashLSH`` holds every source. Candidates already in one cluster are not checked again. Returns
+    the merges ``(row, row, jaccard)`` and counts of candidate pairs checked, merged and rejected.
     """
     signed = [i for i in np.argsort(rank).tolist() if exact_rep[i] == i and docs.n_words[i] >= cfg.shingle_size_words]
     lsh = MinHashLSH(num_perm=cfg.num_perm, params=bands_rows)
@@ -315,37 +324,28 @@ def merge_near(
     with lsh.insertion_session() as session:
         for i in signed:
             session.insert(i, sketches[i], check_duplication=False)
-    shingle_sets = _ShingleSets(texts, cfg.shingle_size_words)
+    edges: list[tuple[int, int, float]] = []
     counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0}
     for i in tqdm(signed, desc="dedup: lsh query", unit="doc"):
         for j in sorted(lsh.query(sketches[i]), key=lambda k: rank[k]):
             if rank[j] <= rank[i] or clusters.find(i) == clusters.find(j):
                 continue
             counts["candidate_pairs"] += 1
-            if jaccard(shingle_sets[i], shingle_sets[j]) >= cfg.threshold:
+            similarity = jaccard(docs.shingles[i], docs.shingles[j])
+            if similarity >= cfg.threshold:
                 clusters.union(i, j)
+                edges.append((i, j, similarity))
                 counts["merged_pairs"] += 1
             else:
                 counts["rejected_pairs"] += 1
-    return counts
+    return edges, counts
 
 
-class _ShingleSets(dict):
-    """row index -> its set of word n-gram shingles (strings), built on first use."""
-
-    def __init__(self, texts: list[str], n: int) -> None:
-        super().__init__()
-        self.texts, self.n = texts, n
-
-    def __missing__(self, i: int) -> set[str]:
-        value = self[i] = textnorm.shingles(textnorm.words(self.texts[i]), self.n)
-        return value
-
-
-def jaccard(x: set, y: set) -> float:
-    """|x ∩ y| / |x ∪ y|; 1.0 for two empty sets."""
-    union = len(x | y)
-    return len(x & y) / union if union else 1.0
+def jaccard(x: np.ndarray, y: np.ndarray) -> float:
+    """|x ∩ y| / |x ∪ y| of two sorted unique arrays (shingle hash sets); 1.0 for two empty sets."""
+    shared = len(np.intersect1d(x, y, assume_unique=True))
+    union = len(x) + len(y) - shared
+    return shared / union if union else 1.0
 
 
 # ----------------------------------------------------------------------------------------------- labelling
@@ -401,33 +401,45 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels) -> None:
         start = stop
 
 
-def write_cluster_report(path: Path, corpus: Corpus, labels: RowLabels, cfg: DedupParams) -> list[dict]:
+def write_cluster_report(
+    path: Path,
+    corpus: Corpus,
+    docs: DocSignatures,
+    labels: RowLabels,
+    edges: list[tuple[int, int, float]],
+    cfg: DedupParams,
+) -> list[dict]:
     """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records.
 
     A record lists its members (kept row first, each with its kind and exact-group representative), the
-    exact Jaccard of every pair of distinct normalized texts (at most ``cfg.report_max_pairs_per_cluster``;
-    copies of the same text have Jaccard 1.0 and are listed through ``exact_of`` instead), its sources and
-    its distinct labels.
+    verified LSH merges that built it (``edges``; union-find chains them, so two members can be below the
+    threshold with each other), the exact Jaccard of every pair of distinct normalized texts (``pairs``, at
+    most ``cfg.report_max_pairs_per_cluster``; copies of one text have Jaccard 1.0 and are listed through
+    ``exact_of`` instead), its sources and its distinct labels.
     """
     members: dict[int, list[int]] = defaultdict(list)
     for i, root in enumerate(labels.kept):
         members[root].append(i)
-    shingle_sets = _ShingleSets(corpus.text, cfg.shingle_size_words)
+    edges_of: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
+    for edge in edges:
+        edges_of[labels.kept[edge[0]]].append(edge)
     records = []
     for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r]):
         rows = sorted(members[root], key=lambda i: (i != root, corpus.doc_id[i]))
-        records.append(_cluster_record(root, rows, corpus, labels, shingle_sets, cfg.report_max_pairs_per_cluster))
+        record = _cluster_record(root, rows, corpus, docs, labels, cfg.report_max_pairs_per_cluster)
+        record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
+        records.append(record)
     path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records), "utf-8")
     return records
 
 
-def _cluster_record(root, rows, corpus, labels, shingle_sets, max_pairs) -> dict[str, Any]:
+def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, Any]:
     distinct = [i for i in rows if labels.exact_of[i] == i]
     pairs = []
     for x, i in enumerate(distinct):
         for j in distinct[x + 1 :]:
             if len(pairs) < max_pairs:
-                pairs.append([corpus.doc_id[i], corpus.doc_id[j], round(jaccard(shingle_sets[i], shingle_sets[j]), 6)])
+                pairs.append([corpus.doc_id[i], corpus.doc_id[j], round(jaccard(docs.shingles[i], docs.shingles[j]), 6)])
     n_distinct_pairs = len(distinct) * (len(distinct) - 1) // 2
     return {
         "cluster_id": corpus.doc_id[root],

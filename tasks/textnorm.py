@@ -11,19 +11,26 @@ import hashlib
 import re
 import unicodedata
 
-_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))
+_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def normalize(text: str) -> str:
     """NFKC, zero-width removal, casefold, whitespace collapsed to single spaces, stripped."""
-    folded = unicodedata.normalize("NFKC", text.translate(_ZERO_WIDTH)).casefold()
+    for char in _ZERO_WIDTH:  # str.replace, not str.translate: translate is ~100x slower on non-ASCII text
+        text = text.replace(char, "")
+    folded = unicodedata.normalize("NFKC", text).casefold()
     return " ".join(folded.split())
 
 
 def words(text: str) -> list[str]:
     """Word tokens (``\\w+`` runs) of the normalized text; punctuation is dropped."""
-    return _WORD.findall(normalize(text))
+    return words_of_normalized(normalize(text))
+
+
+def words_of_normalized(normalized: str) -> list[str]:
+    """``words`` of a text that ``normalize`` already returned (skips normalizing twice)."""
+    return _WORD.findall(normalized)
 
 
 def shingles(tokens: list[str], n: int) -> set[str]:
