@@ -142,6 +142,9 @@ def test_cls_truncation_matches_hf_and_is_counted(built, tok_name):
     assert m["truncated_docs"] == 1 and m["truncation_rate"] == 0.5
     assert m["tokens_cut"] == 42 - SEQ
     assert m["label_distribution"] == {"business": 1, "sport": 1}
+    # all splits together, the keys the report reads: 1 of the 4 docs truncated
+    assert metrics["cls"][tok_name]["truncated_docs"] == 1
+    assert metrics["cls"][tok_name]["truncation_rate"] == 0.25
 
 
 @pytest.mark.parametrize("tok_name", ["clozeline", "reference"])
@@ -197,6 +200,7 @@ def test_long_sentence_windows_recover_every_word(built, tok_name):
         assert ner_align.words_from_windows(windows, len(gold)) == gold
     assert metrics["ner"][tok_name]["dev"]["windowed_sentences"] == 1
     assert metrics["ner"][tok_name]["dev"]["truncated_sentences"] == 0
+    assert metrics["ner"][tok_name]["windowed_docs"] == 1 and metrics["ner"][tok_name]["truncation_rate"] == 0.0
 
 
 def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
