@@ -56,6 +56,10 @@ class NotRun(Exception):
     """An input of a claim is missing; the message is the ``not run: <why>`` reason."""
 
 
+#: What reading a metrics file of an unexpected shape raises; such a claim is ``not run``, not a crash.
+MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError)
+
+
 # ---------------------------------------------------------------- claims.yaml
 
 
@@ -385,6 +389,9 @@ def evaluate(claim: Claim, metrics: Metrics, lock: dict, cfg: StatsConfig) -> Ro
         base = resolve(claim.baseline, claim.metric, metrics)
     except NotRun as why:
         return Row(claim, "not run", f"not run: {why}", confounders=confounders, data_md5=md5s)
+    except MALFORMED as err:
+        why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
+        return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
     row = _estimate(claim, treat, base, cfg)
     row.confounders, row.data_md5 = confounders, md5s
     row.run_ids = sorted(set(treat.run_ids) | set(base.run_ids))
@@ -431,7 +438,13 @@ def align(treat: Sample, base: Sample) -> tuple[tuple[float, ...], tuple[float, 
 
 def measure_confounders(claim: Claim, metrics: Metrics) -> list[str]:
     """One line per known confounder, with its measured value or why it is not measured."""
-    return [_measure(name, claim, metrics) for name in claim.known_confounders]
+    lines = []
+    for name in claim.known_confounders:
+        try:
+            lines.append(_measure(name, claim, metrics))
+        except MALFORMED as err:
+            lines.append(f"{name}: not measured (malformed metrics: {type(err).__name__}: {err})")
+    return lines
 
 
 def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
@@ -454,7 +467,7 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
         return _truncation(claim, metrics)
     if name == "diverged_seeds":
         return _diverged(claim, metrics)
-    return f"{name} (not measured)"
+    return f"not measured: {name}"
 
 
 def _truncation(claim: Claim, metrics: Metrics) -> str:

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from tasks import figures as fig
 from tasks import render
 from tasks.__main__ import git_commit
-from tasks.claims import Metrics, NotRun, Row, StatsConfig, evaluate_all, load_claims
+from tasks.claims import MALFORMED, Metrics, NotRun, Row, StatsConfig, evaluate_all, load_claims
 from tasks.config import ParamsError, load_params
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
@@ -39,7 +39,6 @@ from tasks.tracking import flatten
 PREPROCESSING_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
 VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "scikit-learn", "seqeval", "scipy",
                       "matplotlib", "dvc", "mlflow", "prefect")
-SEED_POINT_METRICS = {"cls": "test_macro_f1", "ner": "test_entity_f1"}
 
 
 def run(cfg: ReportParams, paths: Paths, log) -> dict:
@@ -122,9 +121,9 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str,
         "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
                                                          out / "pretrain_loss.png", dpi),
         "Classification: per-seed scores": lambda: fig.seed_points(
-            metrics, "cls", SEED_POINT_METRICS["cls"], level, out / "seeds_cls.png", dpi),
+            metrics, "cls", cfg.figure_metrics.cls, level, out / "seeds_cls.png", dpi),
         "NER: per-seed scores": lambda: fig.seed_points(
-            metrics, "ner", SEED_POINT_METRICS["ner"], level, out / "seeds_ner.png", dpi),
+            metrics, "ner", cfg.figure_metrics.ner, level, out / "seeds_ner.png", dpi),
         "Classification confusion matrix": lambda: fig.confusion_matrix(
             metrics, cfg.figure_runs.cls, out / "cls_confusion.png", dpi),
         "NER span errors": lambda: fig.span_errors(metrics, cfg.figure_runs.ner, out / "ner_span_errors.png", dpi),
@@ -136,6 +135,8 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str,
             drawn[title] = draw()
         except NotRun as why:
             drawn[title] = f"not drawn: {why}"
+        except MALFORMED as err:
+            drawn[title] = f"not drawn: malformed input: {type(err).__name__}: {err}"
     return drawn
 
 

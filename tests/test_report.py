@@ -176,7 +176,7 @@ def workspace(tmp_path):
         "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]}}}
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
     section = read_yaml(REPO / "params.yaml")["report"]
-    section.update(params_file=str(REPO / "params.yaml"), dvc_lock_file=str(tmp_path / "dvc.lock"))
+    section.update(params_file=str(REPO / "params.yaml"), dvc_lock_file=str(tmp_path / "dvc.lock"), figure_dpi=50)
     return ReportParams.model_validate(section), paths
 
 
@@ -336,3 +336,20 @@ def test_curve_reader_skips_empty_and_nan_cells_and_span_bars_keep_severity_orde
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(figures.NotRun, match="no key 'runs.random/full/all'"):
         figures.span_errors(Metrics(tmp_path / "metrics"), "random/full/all", tmp_path / "t.png", 50)
+
+
+def test_malformed_metrics_give_not_run_rows_and_no_figure(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    broken = json.loads((paths.metrics / "finetune_cls.json").read_text())
+    broken["runs"]["random/full/cls-pool"]["test_macro_f1"]["per_seed"] = [0.7, None, 0.72]
+    broken["runs"]["pretrained/full/cls-pool"]["details"]["confusion_matrix"] = {"labels": ["a"], "matrix": [[1, 2]]}
+    (paths.metrics / "finetune_cls.json").write_text(json.dumps(broken))
+    (paths.metrics / "probe.json").write_text("{not json")
+    rows = _rows_by_id(cfg, paths)
+    assert rows["pretraining-helps-cls"].verdict == "not run"
+    assert "malformed metrics" in rows["pretraining-helps-cls"].reason
+    assert "probe.json is not valid JSON" in rows["contextual-layers-separate-senses"].reason
+    drawn = report.draw_figures(cfg, paths, Metrics(paths.metrics))
+    assert drawn["Classification confusion matrix"] == "not drawn: confusion_matrix is not a square list of rows"
+    assert drawn["Sense separation by layer"].startswith("not drawn: ") and isinstance(drawn["NER span errors"], Path)

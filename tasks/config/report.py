@@ -24,6 +24,13 @@ class FigureRuns(StrictModel):
         return value
 
 
+class FigureMetrics(StrictModel):
+    """Which test metric the per-seed figure of each task plots."""
+
+    cls: Literal["test_accuracy", "test_macro_f1"]
+    ner: Literal["test_entity_f1", "test_entity_precision", "test_entity_recall"]
+
+
 class ReportParams(StrictModel):
     """Params of the ``report`` stage: the statistics of the claim table and where its inputs live."""
 
@@ -34,6 +41,7 @@ class ReportParams(StrictModel):
     bootstrap_resamples: int = Field(ge=1000, description="resamples of the paired bootstrap")
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
     figure_runs: FigureRuns
+    figure_metrics: FigureMetrics
     mlflow_ui_url: str = Field(pattern=r"^https?://", description="MLflow UI base URL the run-id links point at")
     figure_dpi: int = Field(ge=50, le=600, description="resolution of the PNG figures, dots per inch")
     params_file: Path = Field(description="params.yaml read for the experiment ledger, relative to the repo root")
