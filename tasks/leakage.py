@@ -24,8 +24,9 @@ line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide
 Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent),
 ``data/leakage/removed.jsonl`` (one line per removed row, with its reason) and ``data/leakage/table.parquet``
 (train_doc, eval_doc, method, score, span, plus sources, eval split and check). Returns
-``eval_sets.<source>/<split>`` ``{docs, rate_before, rate_after}`` (share of eval docs with at least one
-matching training doc, before and after the action; flagged docs still count after) and the same per check.
+``eval_sets.<source>/<split>`` ``{docs, rate_before, rate_after}``: the share of eval docs with at least one
+matching pretraining doc, before and after the action, plus ``task_train_rate_*`` (check b) and ``any_rate_*``
+(flagged docs still count after the action; see ``leakage_metrics``).
 """
 
 from __future__ import annotations
@@ -312,26 +313,28 @@ def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed:
 
 
 def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict) -> dict:
-    """Contamination rate per eval set before/after the action, overall and per check; row accounting."""
+    """Contamination rates per eval set before/after the action, and row accounting per source.
+
+    ``rate_before``/``rate_after`` are check (a), pretraining contamination (what the claim table reads as a
+    confounder of pretraining gains); ``task_train_rate_*`` are check (b) and ``any_rate_*`` either check.
+    A flagged document still counts after the action; only removal lowers a rate.
+    """
     live = table[~table["train_doc"].isin(list(removed))]
     eval_sets = {}
     for (source, split), part in evals.groupby(["source", "split"], sort=True):
         ids = set(part["doc_id"])
-        entry = _rates(ids, table, live)
-        for check in ("pretrain", "task_train"):
-            entry[check] = _rates(ids, table[table["check"] == check], live[live["check"] == check])
+        entry = {"docs": len(ids)}
+        for prefix, check in (("", "pretrain"), ("task_train_", "task_train"), ("any_", None)):
+            before = table if check is None else table[table["check"] == check]
+            after = live if check is None else live[live["check"] == check]
+            entry[f"{prefix}rate_before"] = round(len(ids & set(before["eval_doc"])) / len(ids), 6)
+            entry[f"{prefix}rate_after"] = round(len(ids & set(after["eval_doc"])) / len(ids), 6)
         eval_sets[f"{source}/{split}"] = entry
+    matched = set(table["train_doc"])
     sources = {}
     for source, part in rows.groupby("source", sort=True):
         gone = int(part["doc_id"].isin(list(removed)).sum())
-        flagged = int(part["doc_id"].isin(list(set(table["train_doc"]))).sum()) - gone
+        flagged = int(part["doc_id"].isin(list(matched)).sum()) - gone
         sources[source] = {"docs_in": len(part), "docs_out": len(part) - gone, "removed": gone, "flagged": flagged}
     methods = {m: int(n) for m, n in table["method"].value_counts().sort_index().items()}
     return {"eval_sets": eval_sets, "sources": sources, "pairs_by_method": methods}
-
-
-def _rates(eval_ids: set[str], before: pd.DataFrame, after: pd.DataFrame) -> dict:
-    hit_before = len(eval_ids & set(before["eval_doc"]))
-    hit_after = len(eval_ids & set(after["eval_doc"]))
-    n = len(eval_ids)
-    return {"docs": n, "rate_before": round(hit_before / n, 6), "rate_after": round(hit_after / n, 6)}

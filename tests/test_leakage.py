@@ -136,9 +136,8 @@ def test_pretraining_leaks_are_removed_and_listed_and_rates_computed(hand_case):
     assert [r["doc_id"] for r in removed] == ["in-filler", "rewrapped", "short-inside", "verbatim"]
     assert removed[0]["eval_docs"] == ["ev-par"] and removed[0]["reason"] == "leakage:pretrain"
     assert metrics["eval_sets"]["task/test"] == {
-        "docs": 1, "rate_before": 1.0, "rate_after": 0.0,
-        "pretrain": {"docs": 1, "rate_before": 1.0, "rate_after": 0.0},
-        "task_train": {"docs": 1, "rate_before": 0.0, "rate_after": 0.0},
+        "docs": 1, "rate_before": 1.0, "rate_after": 0.0, "any_rate_before": 1.0, "any_rate_after": 0.0,
+        "task_train_rate_before": 0.0, "task_train_rate_after": 0.0,
     }
     assert metrics["sources"]["pre"] == {"docs_in": 6, "docs_out": 2, "removed": 4, "flagged": 0}
 
@@ -151,8 +150,10 @@ def test_task_train_is_checked_against_its_own_eval_only_and_flagged(tmp_path):
     assert set(table["train_doc"]) == {"a-tr"} and set(table["check"]) == {"task_train"}
     kept_a = pd.read_parquet(out / "a.parquet").set_index("doc_id")
     assert kept_a.loc["a-tr", "leak_flag"] and not kept_a.loc["a-ev", "leak_flag"]
-    assert metrics["eval_sets"]["a/test"]["rate_after"] == 1.0  # flagged, not removed: still contaminated
-    assert metrics["eval_sets"]["b/dev"]["rate_before"] == 0.0
+    rates = metrics["eval_sets"]["a/test"]
+    assert rates["task_train_rate_after"] == rates["any_rate_after"] == 1.0  # flagged, not removed
+    assert rates["rate_before"] == 0.0  # no pretraining source here
+    assert metrics["eval_sets"]["b/dev"]["any_rate_before"] == 0.0
 
 
 def test_bbc_in_both_roles_gives_nonzero_before_and_zero_after(tmp_path):
