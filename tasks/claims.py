@@ -45,7 +45,6 @@ from scipy import stats
 from tasks.config.base import StrictModel
 
 Verdict = Literal["supported", "contradicted", "inconclusive", "not run"]
-MEASURED_CONFOUNDERS = ("eval_leakage", "duplicate_rate", "truncation_rate", "diverged_seeds")
 
 
 class ClaimsError(ValueError):
@@ -179,7 +178,6 @@ class Sample:
     run_ids: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     proportion: tuple[int, int] | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
@@ -209,7 +207,7 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
     notes = (f"diverged seeds {', '.join(diverged)} (kept in the values)",) if diverged else ()
     run_id = run.get("mlflow_run_id")
     return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
-                  run_ids=(str(run_id),) if run_id else (), notes=notes, extra={"diverged_seeds": diverged})
+                  run_ids=(str(run_id),) if run_id else (), notes=notes)
 
 
 def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sample:
@@ -222,12 +220,12 @@ def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sa
     per_word = model.get("per_word") or {}
     words = sorted(w for w in per_word if isinstance(per_word[w], dict) and metric in per_word[w])
     static = (metrics.get("probe").get("static_baseline") or {}).get("note") if index == 0 else None
-    notes = (f"layer 0: {static}",) if static else ()
+    notes = (f"{variant} layer {index} of 0..{len(pooled) - 1}",) + ((f"layer 0: {static}",) if static else ())
     if len(words) >= 2:
         values = tuple(float(per_word[w][metric][index]) for w in words)
-        return Sample(values, tuple(words), "word", where, notes=notes, extra={"layer": index})
+        return Sample(values, tuple(words), "word", where, notes=notes + (f"words: {', '.join(words)}",))
     notes += ("no per-word values: single pooled value, no CI",)
-    return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes, extra={"layer": index})
+    return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes)
 
 
 def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics) -> Sample:
@@ -244,8 +242,9 @@ def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics)
         trials += docs
     if trials == 0:
         raise NotRun(f"{where}: eval sets {names} hold 0 docs")
-    return Sample((events / trials,), (eval_set,), "eval docs", where, proportion=(events, trials),
-                  extra={"eval_sets": names})
+    side = f", {check[0]} side" if check else ""
+    note = f"{events} of {trials} eval docs ({key}{side}) over {', '.join(names)}"
+    return Sample((events / trials,), (eval_set,), "eval docs", where, notes=(note,), proportion=(events, trials))
 
 
 # ---------------------------------------------------------------- statistics

@@ -231,6 +231,9 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert leak.verdict == "supported" and leak.treatment.n == 900
     assert leak.treatment.high == pytest.approx(1 - 0.025 ** (1 / 900))
     assert leak.baseline.mean == pytest.approx((100 + 40) / 900)
+    assert ("treatment: 0 of 900 eval docs (rate_after, pretrain side) over bbc_news/dev, bbc_news/test, "
+            "wnut16/test") in leak.notes
+    assert "treatment: pretrained layer 2 of 0..2" in probe.notes
 
 
 def test_invalid_claims_file_names_the_key(tmp_path):
