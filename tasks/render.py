@@ -32,12 +32,11 @@ def fmt_estimate(est: Estimate | None) -> str:
 
 
 def table_cells(row: Row) -> tuple[str, ...]:
-    """The claim-table cells of one row, in ``TABLE_HEADER`` order (plain text)."""
+    """The plain-text cells of one row for the first seven columns of ``TABLE_HEADER``."""
     c = row.claim
     verdict = row.reason if row.verdict == "not run" else f"{row.verdict} ({row.reason})"
     return (f"{c.id}: {c.statement}", fmt_estimate(row.treatment), fmt_estimate(row.baseline),
-            fmt_estimate(row.difference), f"{c.min_effect:g}", verdict, row.pairing or "-",
-            "; ".join(row.confounders) or "none listed")
+            fmt_estimate(row.difference), f"{c.min_effect:g}", verdict, row.pairing or "-")
 
 
 def run_url(mlflow_ui_url: str, run_id: str) -> str:
@@ -79,7 +78,8 @@ def claim_table_md(rows: list[Row], mlflow_ui_url: str) -> str:
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
     for row in rows:
         runs = ", ".join(f"[{r}]({run_url(mlflow_ui_url, r)})" for r in row.run_ids) or "no run ids"
-        cells = [_md_cell(c) for c in table_cells(row)] + [f"{runs}; {_md_cell(md5_text(row))}"]
+        confounders = _md_cell("; ".join(row.confounders) or "none listed")
+        cells = [_md_cell(c) for c in table_cells(row)] + [confounders, f"{runs}; {_md_cell(md5_text(row))}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -131,7 +131,7 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #bbb;padding:4px 6px;vertical-align:top}
 th{background:#eee}.supported{background:#d4f4d4}.contradicted{background:#f8d0d0}
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
-img{max-width:100%;border:1px solid #ddd}code{font-size:12px}
+img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
 """
 
 
@@ -146,7 +146,9 @@ def claim_table_html(rows: list[Row], mlflow_ui_url: str) -> str:
     for row in rows:
         runs = ", ".join(f'<a href="{_e(run_url(mlflow_ui_url, r))}">{_e(r)}</a>' for r in row.run_ids)
         provenance = f"{runs or 'no run ids'}; {_e(md5_text(row))}"
-        cells = "".join(f"<td>{_e(c)}</td>" for c in table_cells(row)) + f"<td>{provenance}</td>"
+        confounders = "".join(f"<li>{_e(c)}</li>" for c in row.confounders) or "<li>none listed</li>"
+        cells = "".join(f"<td>{_e(c)}</td>" for c in table_cells(row))
+        cells += f'<td><ul class="tight">{confounders}</ul></td><td>{provenance}</td>'
         body.append(f'<tr id="{_e(row.claim.id)}" class="{row.verdict.replace(" ", "-")}">{cells}</tr>')
     return f'<table id="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
