@@ -291,7 +291,7 @@ class Trainer:
             tokens, train_s = tokens + step_tokens, train_s + seconds
             window.append(loss)
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{step_tokens / seconds:.0f}")
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{step_tokens / seconds:.0f}", refresh=False)
             step = self.state["step"]
             if step % cfg.log_every_steps == 0:
                 self._log_step(step, sum(window) / len(window), grad_norm, step_tokens / seconds)

@@ -1,0 +1,226 @@
+"""The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume, torchrun DDP."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from tasks import checkpoint
+from tasks.config import read_yaml
+from tasks.config.paths import Paths
+from tasks.config.pretrain import PretrainParams
+from tasks.pretrain import lr_factor, run
+from tasks.tracking import NullLog
+
+ROOT = Path(__file__).resolve().parents[1]
+SEQ_LEN = 32
+
+#: A very small model and run; every test starts from the real params.yaml section and overrides these.
+TINY = {
+    "size": "micro",
+    "presets": {"micro": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}},
+    "max_position_embeddings": 64,
+    "batch_size_blocks": 8,
+    "num_threads": 1,
+    "log_every_steps": 5,
+    "eval_every_steps": 20,
+    "eval_max_blocks": 16,
+    "checkpoint_every_steps": 10,
+    "checkpoint_every_minutes": None,
+    "fill_mask": ["the ship entered the [MASK]."],
+    "fill_mask_top_k": 5,
+}
+
+
+def make_cfg(**overrides) -> PretrainParams:
+    raw = read_yaml(ROOT / "params.yaml")["pretrain"]
+    raw.update(TINY)
+    raw.update(overrides)
+    return PretrainParams.model_validate(raw)
+
+
+def make_paths(root: Path) -> Paths:
+    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: a second OpenMP thread only adds waiting (much more so on a shared machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A WordPiece tokenizer (vocab 400) and 32-token packed blocks from 120 real BBC News articles."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from pretrain import build_data  # benchmarks/pretrain.py: the same builder the benchmark uses
+
+    root = tmp_path_factory.mktemp("corpus")
+    build_data(root, vocab_size=400, seq_len=SEQ_LEN, heldout_every=10, max_docs=120)
+    return root
+
+
+def clone(corpus: Path, dest: Path) -> Paths:
+    """A fresh workspace sharing the corpus's data and tokenizer (symlinks), with empty outputs."""
+    (dest / "models").mkdir(parents=True)
+    (dest / "data").symlink_to(corpus / "data")
+    (dest / "models" / "tokenizer").symlink_to(corpus / "models" / "tokenizer")
+    return make_paths(dest)
+
+
+def test_lr_schedule_by_hand():
+    assert lr_factor(0.05, 0.1, "linear") == pytest.approx(0.5)
+    assert lr_factor(0.1, 0.1, "linear") == pytest.approx(1.0)
+    assert lr_factor(0.55, 0.1, "linear") == pytest.approx(0.5)
+    assert lr_factor(0.55, 0.1, "cosine") == pytest.approx(0.5)
+    assert lr_factor(0.325, 0.1, "cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert lr_factor(1.0, 0.1, "cosine") == pytest.approx(0.0)
+
+
+def test_bad_params_fail_at_load_time():
+    with pytest.raises(ValueError, match="size 'huge'"):
+        make_cfg(size="huge")
+    with pytest.raises(ValueError, match="exactly one"):
+        make_cfg(fill_mask=["no mask here"])
+    with pytest.raises(ValueError, match="divisible"):
+        make_cfg(presets={"micro": {**TINY["presets"]["micro"], "num_attention_heads": 3}})
+
+
+@pytest.mark.slow
+def test_overfit_save_and_reload(corpus, tmp_path):
+    """A fixed batch of 8 blocks (train = held-out) is memorised: loss at least halves in 200 steps. The
+    saved model reloads with AutoModelForMaskedLM with exactly the final checkpoint's weights."""
+    paths = clone(corpus, tmp_path)
+    small = tmp_path / "fixed"
+    from datasets import load_from_disk
+
+    fixed = load_from_disk(str(corpus / "data" / "tokenize" / "pretrain" / "train")).select(range(8))
+    for split in ("train", "heldout"):
+        fixed.save_to_disk(str(small / split))
+    paths = paths.model_copy(update={"data": tmp_path / "fixeddata"})
+    (tmp_path / "fixeddata" / "tokenize").mkdir(parents=True)
+    (tmp_path / "fixeddata" / "tokenize" / "pretrain").symlink_to(small)
+    wider = {"micro": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}}
+    cfg = make_cfg(presets=wider, max_steps=200, lr=3e-3, warmup_fraction=0.05, checkpoint_every_steps=100)
+
+    metrics = run(cfg, paths, NullLog())
+
+    assert metrics["steps"] == 200 and metrics["resumed_from_step"] == 0
+    assert metrics["heldout_loss"] <= 0.5 * metrics["heldout_loss_initial"]
+    assert metrics["heldout_loss_initial"] == pytest.approx(math.log(400), rel=0.1)  # untrained: ~uniform
+    assert metrics["heldout_perplexity"] == pytest.approx(math.exp(metrics["heldout_loss"]))
+    assert 0.0 <= metrics["heldout_mlm_accuracy"] <= 1.0
+    assert len(metrics["fill_mask"]["the ship entered the [MASK]."]["tokens"]) == 5
+
+    reloaded = AutoModelForMaskedLM.from_pretrained(paths.models / "pretrained")
+    final_ckpt = load_file(checkpoint.latest(paths.models / "checkpoints" / "pretrain") / "model.safetensors")
+    state = reloaded.state_dict()
+    assert final_ckpt.keys() <= state.keys()
+    for name, tensor in final_ckpt.items():
+        assert torch.equal(state[name], tensor), name
+    assert len(AutoTokenizer.from_pretrained(paths.models / "pretrained")) == 400
+
+    rows = (paths.metrics / "pretrain_curve.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == ["step", "train_loss", "lr", "eval_loss"]
+    steps = [int(r.split("\t")[0]) for r in rows[1:]]
+    assert steps == list(range(5, 201, 5))
+    assert rows[-1].split("\t")[3] != ""  # the final evaluation is on the curve
+
+
+def _worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str = "") -> Path:
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import torch
+        from tasks.config.paths import Paths
+        from tasks.config.pretrain import PretrainParams
+        from tasks.tracking import NullLog
+        import tasks.pretrain as P
+        cfg = PretrainParams.model_validate_json({cfg.model_dump_json()!r})
+        paths = Paths.model_validate_json({paths.model_dump_json()!r})
+        {extra}
+        P.run(cfg, paths, NullLog())
+    """))
+    return script
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes_to_the_uninterrupted_weights(corpus, tmp_path):
+    cfg = make_cfg(max_steps=150, checkpoint_every_steps=5, eval_every_steps=50)
+    paths = clone(corpus, tmp_path / "killed")
+    ckpt_dir = paths.models / "checkpoints" / "pretrain"
+    proc = subprocess.Popen([sys.executable, str(_worker_script(tmp_path, cfg, paths))], env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while checkpoint.latest(ckpt_dir) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = checkpoint.read_state(checkpoint.latest(ckpt_dir))["step"]
+    assert 5 <= killed_at < 150
+
+    resumed = run(cfg, paths, NullLog())
+    assert resumed["resumed_from_step"] == killed_at and resumed["steps"] == 150
+
+    fresh_paths = clone(corpus, tmp_path / "uninterrupted")
+    fresh = run(cfg, fresh_paths, NullLog())
+    assert fresh["resumed_from_step"] == 0 and fresh["steps"] == 150
+    assert resumed["heldout_loss_initial"] == fresh["heldout_loss_initial"]
+    a = load_file(paths.models / "pretrained" / "model.safetensors")
+    b = load_file(fresh_paths.models / "pretrained" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the curve spans the whole run, not only the part after the resume
+    rows = (paths.metrics / "pretrain_curve.tsv").read_text().splitlines()
+    assert int(rows[1].split("\t")[0]) == 5 and int(rows[-1].split("\t")[0]) == 150
+
+
+@pytest.mark.slow
+def test_torchrun_two_cpu_processes_keep_identical_weights(corpus, tmp_path):
+    cfg = make_cfg(max_steps=3, grad_accum_steps=2, batch_size_blocks=4, eval_every_steps=2, checkpoint_every_steps=2)
+    paths = clone(corpus, tmp_path / "ddp")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    dump = textwrap.dedent(f"""
+        from safetensors.torch import save_model
+        import torch.distributed as dist
+        fit = P.Trainer.fit
+        def fit_and_dump(self):
+            metrics = fit(self)
+            save_model(self.model, {str(out)!r} + f"/rank{{self.env.rank}}.safetensors")
+            (open({str(out)!r} + f"/rank{{self.env.rank}}.json", "w")).write(str(metrics["steps"]))
+            return metrics
+        P.Trainer.fit = fit_and_dump
+    """).replace("\n", "\n        ")
+    script = _worker_script(tmp_path, cfg, paths, dump)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    result = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc_per_node", "2", str(script)],
+        env=_env(), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    r0, r1 = load_file(out / "rank0.safetensors"), load_file(out / "rank1.safetensors")
+    assert all(torch.equal(r0[k], r1[k]) for k in r0)
+    assert (out / "rank0.json").read_text() == (out / "rank1.json").read_text() == "3"
+    saved = load_file(paths.models / "pretrained" / "model.safetensors")
+    assert all(torch.equal(saved[k], r0[k]) for k in saved)
+    assert json.loads("3") == checkpoint.read_state(checkpoint.latest(paths.models / "checkpoints" / "pretrain"))["step"]
