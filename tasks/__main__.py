@@ -12,6 +12,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 
 from tasks.config import load_params
-from tasks.tracking import RunKilled, open_run
+from tasks.tracking import NullLog, RunKilled, open_run
 
 STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize", "pretrain", "finetune", "probe", "report")
 
@@ -34,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     params = load_params(root / "params.yaml")
     run_name = f"{args.stage}@{args.item}" if args.item else args.stage
     signal.signal(signal.SIGTERM, _raise_killed)
+    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone tracks and writes metrics
+        run_stage(args.stage, params, NullLog(), args.item)
+        return 0
     try:
         with open_run(run_name, root=root) as log:
             log.params(params.section(args.stage).model_dump(mode="json"))
