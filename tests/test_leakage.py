@@ -174,9 +174,34 @@ def test_ngram_matcher_agrees_with_set_intersection_reference():
     evals = [list(rng.choice(vocab, size=int(rng.integers(3, 30)))) for _ in range(30)]
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
     cfg = params(ngram_words=3, min_match_words=1)
-    got = {(i, j) for i, j, *_ in leakage.ngram_matches(leakage.Side([], trains), leakage.Side([], evals), cfg)}
+    got = {(i, j) for i, j, *_ in leakage.ngram_matches(*leakage.make_sides(trains, evals), cfg)}
     want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if shingles(t, 3) & shingles(e, 3)}
     assert got == want and len(want) > 50
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.8])
+def test_bands_and_rows_match_datasketch_minhashlsh(threshold):
+    from datasketch import MinHashLSH
+
+    lsh = MinHashLSH(threshold=threshold, num_perm=64)
+    assert leakage.optimal_bands(threshold, 64) == (lsh.b, lsh.r)
+
+
+def test_minhash_signatures_estimate_jaccard():
+    rng = np.random.default_rng(1)
+    base = list(rng.integers(1, 10_000, size=300).astype(np.uint64))
+    docs = [np.array(base, dtype=np.uint64)]
+    for changed in (15, 60, 150):  # replace words -> true 5-gram Jaccard well below 1
+        edit = list(base)
+        for pos in rng.choice(300, size=changed, replace=False):
+            edit[pos] = np.uint64(20_000 + pos)
+        docs.append(np.array(edit, dtype=np.uint64))
+    windows = [(d, 0, 300) for d in range(len(docs))]
+    sigs = leakage.signatures(docs, windows, 5, leakage.minhash_permutations(256, 0))
+    for d in range(1, len(docs)):
+        exact = leakage.exact_jaccard(docs, windows[0], docs, windows[d], 5)
+        estimate = float(np.mean(sigs[0] == sigs[d]))
+        assert abs(estimate - exact) < 4 * np.sqrt(exact * (1 - exact) / 256) + 0.01
 
 
 def test_short_eval_texts_below_min_match_words_match_only_whole_docs(tmp_path):
