@@ -49,7 +49,9 @@ from tasks.textnorm import words
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 EVAL_SPLITS = ("dev", "test")
-TABLE_COLUMNS = ["train_doc", "eval_doc", "method", "score", "span", "train_source", "eval_source", "eval_split", "check"]
+TABLE_COLUMNS = [
+    "train_doc", "eval_doc", "method", "score", "span", "train_source", "eval_source", "eval_split", "check"
+]
 _MULT = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier of the polynomial n-gram hash (golden ratio)
 
 
@@ -146,7 +148,8 @@ def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
         start, j, q = inside[rows], docs[at], starts[at]
         offsets = np.arange(length)
         same = (train_all[start[:, None] + offsets] == eval_all[(eval_offset[j] + q)[:, None] + offsets]).all(axis=1)
-        found.append(pd.DataFrame({"i": train_doc[start[same]], "pos": train_pos[start[same]], "j": j[same], "q": q[same]}))
+        start = start[same]
+        found.append(pd.DataFrame({"i": train_doc[start], "pos": train_pos[start], "j": j[same], "q": q[same]}))
     hits = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["i", "pos", "j", "q"])
     out = []
     for (i, j), part in hits.groupby(["i", "j"], sort=True):
@@ -356,9 +359,8 @@ def audit_table(matches: list[tuple], trains: pd.DataFrame, evals: pd.DataFrame)
         check = "pretrain" if train["role"] == "pretrain" else "task_train"
         if check == "task_train" and train["source"] != ev["source"]:
             continue  # (b) compares a task's train split with its own dev/test only
-        records.append(
-            (train["doc_id"], ev["doc_id"], method, round(float(score), 6), span, train["source"], ev["source"], ev["split"], check)
-        )
+        pair = (train["doc_id"], ev["doc_id"], method, round(float(score), 6), span)
+        records.append(pair + (train["source"], ev["source"], ev["split"], check))
     table = pd.DataFrame.from_records(records, columns=TABLE_COLUMNS)
     return table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
 
