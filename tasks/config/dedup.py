@@ -11,6 +11,7 @@ false-negative weight is set high in params.yaml (recall matters, precision is g
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -29,6 +30,13 @@ class DedupParams(StrictModel):
     num_proc: int = Field(ge=1, description="worker processes for signatures (1 = in-process)")
     shard_size_docs: int = Field(ge=1, description="documents per worker task (and per progress-bar step)")
     report_max_pairs_per_cluster: int = Field(ge=0, description="cap on Jaccard pairs listed per cluster")
+    keep_one_per: Literal["role", "cluster"] = Field(
+        description=(
+            "unit that keeps one row of each cluster: 'role' keeps the best task row and the best pretrain row "
+            "(a pretraining copy of a task document stays pretraining text; cross-role overlap is the leakage "
+            "stage's job), 'cluster' keeps one row of the whole cluster"
+        )
+    )
 
     @field_validator("threshold")
     @classmethod
