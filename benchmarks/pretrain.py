@@ -12,20 +12,23 @@ On CUDA it also measures the ``base`` preset in bf16 and its MFU against the den
 
 from __future__ import annotations
 
-import argparse
-import bz2
-import json
-import platform
-import resource
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
+# run as a script, this folder comes first on sys.path, and benchmarks/tokenize.py would shadow the stdlib
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import bz2  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -76,3 +79,174 @@ def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 2
             "attention_mask": [[1] * seq_len for _ in blocks],
             "special_tokens_mask": [[1] + [int(i in (cls_id, sep_id)) for i in b[1:-1]] + [1] for b in blocks],
         }).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / split))  # fmt: skip
+
+
+def stage_config(preset: str, batch: int, mlm_probability: float, bf16: bool):
+    """The real ``pretrain`` params section with only size/batch/precision overridden (no eval, no checkpoints)."""
+    from tasks.config import read_yaml
+    from tasks.config.pretrain import PretrainParams
+
+    raw = read_yaml(ROOT / "params.yaml")["pretrain"]
+    raw.update(size=preset, batch_size_blocks=batch, grad_accum_steps=1, max_steps=10**6, budget_minutes=None,
+               mlm_probability=mlm_probability, bf16=bf16, checkpoint_every_steps=None,
+               checkpoint_every_minutes=None)  # fmt: skip
+    return PretrainParams.model_validate(raw)
+
+
+def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, float]:
+    """Train tokens/s of the stage's own step (``tasks.pretrain.Trainer._step``: masking + masked-only loss)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from tasks.mlm import MaskingVocab
+    from tasks.pretrain import Trainer, build_model, load_blocks, setup_distributed
+    from tasks.tracking import NullLog
+
+    env = setup_distributed()
+    torch.manual_seed(cfg.seed)
+    tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
+    train = load_blocks(data / "data" / "tokenize" / "pretrain" / "train")
+    model = build_model(cfg, len(tok), train["input_ids"].shape[1], tok.pad_token_id).to(env.device)
+    trainer = Trainer(cfg, model, MaskingVocab.from_tokenizer(tok), train, train, env, NullLog(), data / "ckpt")
+    for i in range(warmup + steps):
+        if i == warmup:
+            _sync(env.device)
+            start = (time.perf_counter(), time.process_time())
+        trainer._step(trainer._next_batch())
+        trainer.state["step"] += 1
+    _sync(env.device)
+    tokens = steps * cfg.batch_size_blocks * train["input_ids"].shape[1]
+    return tokens / (time.perf_counter() - start[0]), tokens / (time.process_time() - start[1])
+
+
+def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> tuple[float, float]:
+    """Train tokens/s of HF ``Trainer`` + ``DataCollatorForLanguageModeling`` (full-vocab logits), same model/batch."""
+    import torch
+    from datasets import load_from_disk
+    from transformers import (AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainerCallback,
+                              TrainingArguments)  # fmt: skip
+
+    from tasks.pretrain import build_model
+
+    torch.manual_seed(cfg.seed)
+    tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
+    train = load_from_disk(str(data / "data" / "tokenize" / "pretrain" / "train"))
+    model = build_model(cfg, len(tok), len(train[0]["input_ids"]), tok.pad_token_id)
+    stamps: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            stamps.append((time.perf_counter(), time.process_time()))
+
+    cuda = torch.cuda.is_available()
+    args = TrainingArguments(
+        output_dir=str(data / "hf_trainer"), per_device_train_batch_size=cfg.batch_size_blocks,
+        max_steps=warmup + steps + 1, learning_rate=cfg.lr, save_strategy="no", report_to=[], seed=cfg.seed,
+        bf16=cuda and cfg.bf16, use_cpu=not cuda, disable_tqdm=True,
+    )  # fmt: skip
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=cfg.mlm_probability)
+    Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[Clock()]).train()
+    tokens = steps * cfg.batch_size_blocks * len(train[0]["input_ids"])
+    (wall0, cpu0), (wall1, cpu1) = stamps[warmup], stamps[warmup + steps]
+    return tokens / (wall1 - wall0), tokens / (cpu1 - cpu0)
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """Measure one variant in this process; returns tokens/s, peak memory and (on CUDA) MFU."""
+    import torch
+
+    from tasks.pretrain import bf16_peak_flops, build_model, train_flops_per_token
+
+    cfg = stage_config(args.preset, args.batch, args.mlm_probability, bf16=True)
+    measure = measure_stage if args.variant == "stage" else measure_hf_trainer
+    tokens_per_s, tokens_per_cpu_s = measure(Path(args.data), cfg, args.warmup, args.steps)
+    out = {"variant": args.variant, "tokens_per_s": tokens_per_s, "tokens_per_cpu_s": tokens_per_cpu_s,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
+    if torch.cuda.is_available():
+        device = torch.device("cuda")
+        out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        model = build_model(cfg, 8000, args.seq_len, 0)
+        # the same FLOP count for both variants (the stage's, i.e. the work needed), so MFU ratios = speed ratios
+        peak = bf16_peak_flops(device)
+        if peak:
+            out["mfu"] = tokens_per_s * train_flops_per_token(model, args.seq_len, args.mlm_probability) / peak
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def spawn(variant: str, data: Path, preset: str, batch: int, steps: int, warmup: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--preset", preset,
+           "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(data: Path, preset: str, batch: int, steps: int, warmup: int, rounds: int) -> dict:
+    """Alternate stage / HF Trainer workers ``rounds`` times; medians and their ratio."""
+    runs: dict[str, list[dict]] = {"stage": [], "hf_trainer": []}
+    for _ in range(rounds):
+        for variant in runs:
+            runs[variant].append(spawn(variant, data, preset, batch, steps, warmup))
+            print(json.dumps(runs[variant][-1]), flush=True)
+    med = {v: statistics.median(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
+    cpu = {v: statistics.median(r["tokens_per_cpu_s"] for r in rs) for v, rs in runs.items()}
+    return {
+        "preset": preset, "batch_blocks": batch, "steps_timed": steps, "rounds": rounds,
+        "stage_tokens_per_s": med["stage"], "hf_trainer_tokens_per_s": med["hf_trainer"],
+        "speedup": med["stage"] / med["hf_trainer"],
+        # tokens per second of process CPU time: less sensitive to other jobs on a shared machine
+        "speedup_cpu_time": cpu["stage"] / cpu["hf_trainer"],
+        "peak_rss_mb": {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()}, "runs": runs,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=["stage", "hf_trainer"])
+    parser.add_argument("--data", help="folder from build_data (default: built in a temp dir)")
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--batch", type=int, default=32, help="blocks per step")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per block")
+    parser.add_argument("--mlm-probability", type=float, default=0.15)
+    parser.add_argument("--steps", type=int, default=12, help="timed steps per worker")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain.json"))
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
+        data = Path(args.data) if args.data else Path(tmp)
+        if not args.data:
+            build_data(data, vocab_size=8000, seq_len=args.seq_len)
+        result = {
+            "what": "train tokens/s: pretrain stage step vs HF Trainer + DataCollatorForLanguageModeling",
+            "machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__},
+            "cpu": compare(data, args.preset, args.batch, args.steps, args.warmup, args.rounds),
+            "target_speedup_cpu": 1.3,
+        }
+        if torch.cuda.is_available():
+            result["gpu_base_bf16"] = compare(data, "base", 64, 30, 5, 1)
+        else:
+            result["gpu_base_bf16"] = {"skipped": "no CUDA device in this run"}
+    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in result["cpu"].items() if k != "runs"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -19,7 +19,9 @@ from safetensors.torch import load_model, save_model
 PREFIX = "step_"
 
 
-def save(folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+def save(
+    folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> Path:
     """Write checkpoint ``folder/step_<step>`` atomically and delete older ones; returns its path.
 
     ``state`` must hold only tensors, numbers, strings, lists and dicts (what ``torch.load(weights_only=True)``

@@ -107,9 +107,11 @@ class MaskedOnlyMLM(nn.Module):
         self.mlm = mlm
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(batch, seq_len)`` tensors -> ``(mean loss, n_masked, n_correct)``.
+        """``(batch, seq_len)`` tensors (``attention_mask`` None = attend everywhere) ->
+        ``(mean loss, n_masked, n_correct)``; ``n_correct`` (top-1 hits on the
+        masked positions) is counted in eval mode only, 0 in training mode.
 
         The loss is a sum over masked positions divided by ``max(n_masked, 1)``: 0.0 (not NaN) when nothing
         was selected, and still connected to every parameter, which DDP requires.
@@ -120,5 +122,6 @@ class MaskedOnlyMLM(nn.Module):
         targets = labels[selected]
         n_masked = targets.numel()
         loss = F.cross_entropy(logits, targets, reduction="sum") / max(n_masked, 1)
-        n_correct = (logits.argmax(dim=-1) == targets).sum()
+        # accuracy is an evaluation metric: skip the argmax over the vocabulary while training
+        n_correct = torch.tensor(0) if self.training else (logits.argmax(dim=-1) == targets).sum()
         return loss, torch.tensor(n_masked), n_correct

@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ from tasks import checkpoint
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
 from tasks.mlm import MaskedOnlyMLM, MaskingVocab, mask_tokens
+
+#: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
+NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
+                      "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node"}  # fmt: skip
 
 #: Dense (not 2:4 sparse) bf16 tensor-core peaks, FLOP/s, from the vendors' datasheets.
 BF16_DENSE_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
@@ -120,7 +125,10 @@ def load_blocks(folder: Path, max_blocks: int | None = None) -> dict[str, torch.
 
 
 def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int) -> BertForMaskedLM:
-    """A freshly initialised ``BertForMaskedLM`` of preset ``cfg.size``; raises ``ValueError`` if blocks are too long."""
+    """A freshly initialised ``BertForMaskedLM`` of preset ``cfg.size``.
+
+    Raises ``ValueError`` if blocks are longer than ``max_position_embeddings``.
+    """
     if block_len > cfg.max_position_embeddings:
         raise ValueError(f"blocks of {block_len} tokens exceed pretrain.max_position_embeddings")
     preset = cfg.preset
@@ -166,6 +174,12 @@ def bf16_peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((peak for key, peak in BF16_DENSE_PEAK.items() if key in name), None)
+
+
+def hardware(env: Dist) -> dict[str, Any]:
+    """Where the run trained: device type and name, number of processes, torch threads per process."""
+    name = torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else platform.processor() or "cpu"
+    return {"device": env.device.type, "device_name": name, "world_size": env.world, "torch_threads": torch.get_num_threads()}
 
 
 class Trainer:
@@ -225,6 +239,7 @@ class Trainer:
             "train_blocks": len(self.train["input_ids"]),
             "heldout_blocks": len(self.heldout["input_ids"]),
             "seq_len_tokens": self.seq_len,
+            "hardware": hardware(self.env),
         }
         if self.peak:
             metrics["mfu"] = tokens_per_s * self.flops_per_token / (self.peak * self.env.world)
@@ -232,7 +247,8 @@ class Trainer:
 
     def _fingerprint(self) -> str:
         ids = self.train["input_ids"]
-        digest = {"params": self.cfg.model_dump(mode="json"), "world": self.env.world, "train": list(ids.shape)}
+        params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT)
+        digest = {"params": params, "world": self.env.world, "train": list(ids.shape)}
         digest["train_sum"] = int(ids[:, :8].sum())
         return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
@@ -270,7 +286,8 @@ class Trainer:
         return self.cfg.lr * lr_factor(self._progress(), self.cfg.warmup_fraction, self.cfg.lr_schedule)
 
     def _done(self) -> bool:
-        done = torch.tensor(float(self.state["step"] >= self.cfg.max_steps or self._progress() >= 1.0))
+        finished = self.state["step"] >= self.cfg.max_steps or self._progress() >= 1.0
+        done = torch.tensor(float(finished), device=self.env.device)
         if self.env.world > 1:  # the clock of rank 0 decides, so all ranks stop together
             dist.broadcast(done, src=0)
         return bool(done)
@@ -308,8 +325,9 @@ class Trainer:
 
     def _checkpoint_due(self, step: int, last: float) -> bool:
         by_steps = self.cfg.checkpoint_every_steps and step % self.cfg.checkpoint_every_steps == 0
-        by_time = self.cfg.checkpoint_every_minutes and time.monotonic() - last >= 60 * self.cfg.checkpoint_every_minutes
-        due = torch.tensor(float(bool(by_steps or by_time)))
+        minutes = self.cfg.checkpoint_every_minutes
+        by_time = minutes and time.monotonic() - last >= 60 * minutes
+        due = torch.tensor(float(bool(by_steps or by_time)), device=self.env.device)
         if self.env.world > 1:
             dist.broadcast(due, src=0)
         return bool(due)
@@ -349,7 +367,9 @@ class Trainer:
             input_ids, maskable, self.vocab, self.cfg.mlm_probability, generator, self.cfg.whole_word_mask
         )
         device = self.env.device
-        return masked.to(device), attention.to(device), labels.to(device)
+        # packed blocks are rarely padded: without a mask, attention takes SDPA's mask-free (faster) kernel
+        attention = None if bool(attention.all()) else attention.to(device)
+        return masked.to(device), attention, labels.to(device)
 
     def _maybe_no_sync(self, sync: bool):
         return nullcontext() if sync else self.net.no_sync()
@@ -376,9 +396,10 @@ class Trainer:
                 loss, n_masked, n_correct = self.inner(input_ids, attention, labels)
             totals += torch.tensor([float(loss) * int(n_masked), int(n_masked), int(n_correct)], dtype=torch.float64)
         if self.env.world > 1:
+            totals = totals.to(self.env.device)  # nccl reduces CUDA tensors only
             dist.all_reduce(totals)
         self.inner.train()
-        loss_sum, n_masked, n_correct = totals.tolist()
+        loss_sum, n_masked, n_correct = totals.cpu().tolist()
         return {"loss": loss_sum / max(n_masked, 1), "accuracy": n_correct / max(n_masked, 1)}
 
     def _log_step(self, step: int, loss: float, grad_norm: float, tokens_per_s: float) -> None:

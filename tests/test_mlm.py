@@ -103,7 +103,7 @@ def test_masked_only_loss_equals_hf_full_vocab_loss():
     ids, maskable = make_blocks(8, 32)
     masked, labels = mask_tokens(ids, maskable, make_vocab(), 0.3, torch.Generator().manual_seed(2))
     attention = torch.ones_like(ids)
-    loss, n_masked, n_correct = MaskedOnlyMLM(model)(masked, attention, labels)
+    loss, n_masked, n_correct = MaskedOnlyMLM(model).eval()(masked, attention, labels)
     reference = model(input_ids=masked, attention_mask=attention, labels=labels)
     assert torch.allclose(loss, reference.loss, atol=1e-5)
     assert n_masked.item() == (labels != IGNORE_INDEX).sum().item()

@@ -1,6 +1,6 @@
 """The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume, torchrun DDP."""
 
-import json
+import importlib.util
 import math
 import os
 import signal
@@ -28,7 +28,9 @@ SEQ_LEN = 32
 #: A very small model and run; every test starts from the real params.yaml section and overrides these.
 TINY = {
     "size": "micro",
-    "presets": {"micro": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}},
+    "presets": {
+        "micro": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+    },
     "max_position_embeddings": 64,
     "batch_size_blocks": 8,
     "num_threads": 1,
@@ -65,8 +67,10 @@ def one_thread():
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """A WordPiece tokenizer (vocab 400) and 32-token packed blocks from 120 real BBC News articles."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from pretrain import build_data  # benchmarks/pretrain.py: the same builder the benchmark uses
+    spec = importlib.util.spec_from_file_location("bench_pretrain", ROOT / "benchmarks" / "pretrain.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # the same data builder as the benchmark
+    build_data = bench.build_data
 
     root = tmp_path_factory.mktemp("corpus")
     build_data(root, vocab_size=400, seq_len=SEQ_LEN, heldout_every=10, max_docs=120)
@@ -223,4 +227,4 @@ def test_torchrun_two_cpu_processes_keep_identical_weights(corpus, tmp_path):
     assert (out / "rank0.json").read_text() == (out / "rank1.json").read_text() == "3"
     saved = load_file(paths.models / "pretrained" / "model.safetensors")
     assert all(torch.equal(saved[k], r0[k]) for k in saved)
-    assert json.loads("3") == checkpoint.read_state(checkpoint.latest(paths.models / "checkpoints" / "pretrain"))["step"]
+    assert checkpoint.read_state(checkpoint.latest(paths.models / "checkpoints" / "pretrain"))["step"] == 3
