@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 import argparse  # noqa: E402
 import bz2  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
@@ -186,7 +187,9 @@ def worker(args: argparse.Namespace) -> dict:
 def spawn(variant: str, data: Path, preset: str, batch: int, steps: int, warmup: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--preset", preset,
            "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # both variants alike: idle OpenMP threads sleep (spinning ones collapse throughput on a shared machine)
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

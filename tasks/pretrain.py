@@ -209,7 +209,7 @@ class Trainer:
         if self.env.world > 1:
             ids = [self.env.device.index] if self.env.device.type == "cuda" else None
             # the buffers (position ids) are constants: broadcasting them each forward only costs time
-            return torch.nn.parallel.DistributedDataParallel(net, device_ids=ids, broadcast_buffers=False)
+            return torch.nn.parallel.DistributedDataParallel(net, device_ids=ids, forward_sync_buffers=False)
         return net
 
     @property
@@ -246,10 +246,11 @@ class Trainer:
         return metrics
 
     def _fingerprint(self) -> str:
+        """Hash of what the trained weights depend on: params, number of processes and the train blocks."""
         ids = self.train["input_ids"]
         params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT)
-        digest = {"params": params, "world": self.env.world, "train": list(ids.shape)}
-        digest["train_sum"] = int(ids[:, :8].sum())
+        blocks = hashlib.sha256(ids.numpy().tobytes()).hexdigest()
+        digest = {"params": params, "world": self.env.world, "train": list(ids.shape), "blocks_sha256": blocks}
         return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
     def _resume(self) -> int:

@@ -163,7 +163,7 @@ def _worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT)}
 
 
 @pytest.mark.slow
@@ -228,3 +228,15 @@ def test_torchrun_two_cpu_processes_keep_identical_weights(corpus, tmp_path):
     saved = load_file(paths.models / "pretrained" / "model.safetensors")
     assert all(torch.equal(saved[k], r0[k]) for k in saved)
     assert checkpoint.read_state(checkpoint.latest(paths.models / "checkpoints" / "pretrain"))["step"] == 3
+
+
+def test_masking_vocab_from_a_real_wordpiece_tokenizer(corpus):
+    from tasks.mlm import MaskingVocab
+
+    tok = AutoTokenizer.from_pretrained(corpus / "models" / "tokenizer")
+    vocab = MaskingVocab.from_tokenizer(tok)
+    specials = {tok.convert_tokens_to_ids(t) for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]}
+    assert set(vocab.special_ids.tolist()) == specials and vocab.mask_token_id == tok.mask_token_id
+    assert set(vocab.random_ids.tolist()) == set(range(len(tok))) - specials
+    pieces = {i for t, i in tok.get_vocab().items() if t.startswith("##")}
+    assert pieces and set(vocab.continuation.nonzero().flatten().tolist()) == pieces
