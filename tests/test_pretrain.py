@@ -240,3 +240,11 @@ def test_masking_vocab_from_a_real_wordpiece_tokenizer(corpus):
     assert set(vocab.random_ids.tolist()) == set(range(len(tok))) - specials
     pieces = {i for t, i in tok.get_vocab().items() if t.startswith("##")}
     assert pieces and set(vocab.continuation.nonzero().flatten().tolist()) == pieces
+
+
+def test_time_budget_stops_training_at_the_budget(corpus, tmp_path):
+    cfg = make_cfg(max_steps=10**6, budget_minutes=0.02, eval_every_steps=10**6, checkpoint_every_steps=None)
+    metrics = run(cfg, clone(corpus, tmp_path), NullLog())
+    assert 0 < metrics["steps"] < 10**6
+    # the step that crosses the budget finishes, so training time is the budget plus at most a little
+    assert 0.02 <= metrics["train_minutes"] < 0.02 + 0.5
