@@ -17,6 +17,8 @@ export MLFLOW_DISABLE_TELEMETRY=true
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
 export TOKENIZERS_PARALLELISM=false
+# OpenMP spin-waiting makes torch 5-7x slower when another process shares the 2 cores.
+export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: install run test test-fast bench mlflow-ui prefect-server clean
