@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 from tasks.config.leakage import LeakageParams
 from tasks.textnorm import words
+from tasks.stageio import read_source_frames
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 EVAL_SPLITS = ("dev", "test")
@@ -89,17 +90,7 @@ def run(cfg: LeakageParams, paths, log) -> dict:
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
     """``{source: frame}`` for every ``<folder>/*.parquet`` (sorted); checks the split columns."""
-    files = sorted(Path(folder).glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the split stage first)")
-    frames = {}
-    for file in files:
-        frame = pd.read_parquet(file)
-        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-        if missing:
-            raise ValueError(f"{file}: missing column(s) {missing}")
-        frames[file.stem] = frame
-    return frames
+    return read_source_frames(folder, REQUIRED_COLUMNS, producer="split")
 
 
 def eval_rows(rows: pd.DataFrame) -> pd.DataFrame:

@@ -47,6 +47,7 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
+from tasks.stageio import read_source_frames
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
@@ -83,19 +84,12 @@ def run(cfg: SplitParams, paths, log) -> dict:
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
     """``{source: frame}`` for every ``<folder>/*.parquet``, sorted by file name; checks the dedup columns."""
-    files = sorted(Path(folder).glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the dedup stage first)")
-    frames = {}
-    for file in files:
-        frame = pd.read_parquet(file)
-        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-        if missing:
-            raise ValueError(f"{file}: missing column(s) {missing}")
+    frames = read_source_frames(folder, REQUIRED_COLUMNS, producer="dedup")
+    for file_stem, frame in frames.items():
         bad_role = sorted(set(frame["role"]) - set(SPLITS_OF_ROLE))
         if bad_role:
-            raise ValueError(f"{file}: unknown role(s) {bad_role}; expected one of {sorted(SPLITS_OF_ROLE)}")
-        frames[file.stem] = frame
+            raise ValueError(f"{folder / file_stem}.parquet: unknown role(s) {bad_role}; "
+                             f"expected one of {sorted(SPLITS_OF_ROLE)}")
     return frames
 
 
