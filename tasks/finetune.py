@@ -15,7 +15,9 @@ import json
 import math
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import datasets
 import torch
@@ -45,8 +47,9 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     labels = same_labels(data, item)
     runs = {}
     for spec in tcfg.configs:
+        job = make_job(item, spec, tcfg, data[TOKENIZATION[spec.variant]]["rows"], labels, paths.models)
         with log.child(f"{item}/{spec.key}") as parent:
-            runs[spec.key] = run_config(item, spec, cfg, tcfg, data[TOKENIZATION[spec.variant]], labels, paths, out_dir, parent)
+            runs[spec.key] = run_config(job, cfg, out_dir, parent)
     return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs}
 
 
@@ -75,7 +78,8 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
         keep = kept_doc_ids([r["doc_id"] for r in table], caps[split], data_seed)
         rows[split] = [r for r in table if r["doc_id"] in keep]
         available = len({r["doc_id"] for r in table})
-        counts[split] = {"docs_available": available, "docs_kept": len(keep), "docs_dropped_by_cap": available - len(keep)}
+        counts[split] = {"docs_available": available, "docs_kept": len(keep),
+                         "docs_dropped_by_cap": available - len(keep)}
     return {"rows": rows, "labels": json.loads(labels_file.read_text(encoding="utf-8")), "counts": counts}
 
 
@@ -100,75 +104,100 @@ def same_labels(data: dict, item: str) -> list[str]:
     return first
 
 
-def run_config(item, spec: RunSpec, cfg, tcfg, data, labels, paths, out_dir, log) -> dict:
-    """Train and test ``spec`` once per seed; returns its entry of ``metrics.runs``."""
+@dataclass(frozen=True)
+class Job:
+    """What every seed of one configuration shares: task module, spec, params, examples and model folder."""
+
+    item: str
+    task: ModuleType  # tasks.finetune_cls or tasks.finetune_ner
+    spec: RunSpec
+    tcfg: TaskParams
+    exs: dict[str, list[dict]]  # split -> examples
+    labels: list[str]
+    folder: Path
+    pad_id: int
+
+
+def make_job(item: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> Job:
+    """Examples for ``spec`` (its tokenization, its label scheme) and its model folder and pad id."""
     task = TASKS[item]
-    folder = model_dir(spec.variant, paths.models)
-    pad_id = pad_token_id(folder)
-    exs = {split: task.examples(data["rows"][split], tcfg.max_seq_len_tokens, spec.head) for split in SPLITS}
-    log.params({"task": item, "variant": spec.variant, "mode": spec.mode, "head": spec.head, "model_dir": folder,
-                "seeds": cfg.seeds, **{f"{s}_examples": len(e) for s, e in exs.items()}})
+    folder = model_dir(spec.variant, models)
+    exs = {split: task.examples(rows[split], tcfg.max_seq_len_tokens, spec.head) for split in SPLITS}
+    return Job(item, task, spec, tcfg, exs, labels, folder, pad_token_id(folder))
+
+
+def run_config(job: Job, cfg: FinetuneParams, out_dir: Path, log) -> dict:
+    """Train and test ``job`` once per seed, each in a nested run; returns its entry of ``metrics.runs``."""
+    spec = job.spec
+    log.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
+                "model_dir": job.folder, "seeds": cfg.seeds, **{f"{s}_examples": len(e) for s, e in job.exs.items()}})
     seeds = []
     for seed in cfg.seeds:
-        with log.child(f"{item}/{spec.key}/seed{seed}") as child:
-            seeds.append(run_seed(task, spec, seed, tcfg, exs, labels, folder, pad_id, out_dir, child))
-    return aggregate(task, seeds, cfg, log.run_id)
+        with log.child(f"{job.item}/{spec.key}/seed{seed}") as child:
+            seeds.append(run_seed(job, seed, out_dir, child))
+    return aggregate(job.task, seeds, cfg, log.run_id)
 
 
-def run_seed(task, spec, seed, tcfg, exs, labels, folder, pad_id, out_dir, log) -> dict:
+def run_seed(job: Job, seed: int, out_dir: Path, log) -> dict:
     """One run: seeded model, training with early stopping on dev, one test evaluation, predictions file."""
     log.params({"seed": seed})
-    model = build_model(spec.variant, folder, spec.head, len(labels), spec.mode, tcfg.head_dropout, seed)
+    spec = job.spec
+    model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout, seed)
     started = time.perf_counter()
-    fit = train(model, task, exs, tcfg, labels, pad_id, seed, log, desc=f"{spec.key} seed {seed}")
-    test_recs = task.records(exs["test"], predict(model, task, exs["test"], pad_id, tcfg.batch_size), labels)
-    scores = task.score(test_recs, labels)
-    pred_file = write_predictions(out_dir / spec.key / f"seed{seed}.test.jsonl", test_recs)
-    log.artifact(pred_file, "predictions")
-    log.metrics(task.headline(scores))
-    return {"seed": seed, "test": task.headline(scores), "details": task.details(scores),
+    fit = train(model, job, seed, log)
+    test_recs, scores = evaluate(model, job, "test")
+    log.artifact(write_predictions(out_dir / spec.key / f"seed{seed}.test.jsonl", test_recs), "predictions")
+    log.metrics(job.task.headline(scores))
+    return {"seed": seed, "test": job.task.headline(scores), "details": job.task.details(scores),
             **fit, "train_seconds": round(time.perf_counter() - started, 1)}
 
 
-def train(model, task, exs, tcfg: TaskParams, labels, pad_id, seed, log, desc) -> dict:
+def train(model, job: Job, seed: int, log) -> dict:
     """AdamW with linear warmup/decay for at most ``max_epochs``; after each epoch the dev score decides
     (early stopping with ``patience_epochs``). Restores the best epoch's weights into ``model``.
 
-    A non-finite training loss stops the run. Returns ``best_epoch``, ``epochs_run``, ``dev_best``,
+    A non-finite training loss stops the run. Returns ``best_epoch``, ``epochs_run``, the best dev score,
     ``dev_chance`` and ``diverged`` (non-finite loss, or best dev score <= chance + divergence_margin).
     """
-    train_exs = exs["train"]
-    steps_per_epoch = math.ceil(len(train_exs) / tcfg.batch_size)
+    tcfg, task, select = job.tcfg, job.task, job.task.SELECT_METRIC
+    total_steps = math.ceil(len(job.exs["train"]) / tcfg.batch_size) * tcfg.max_epochs
     optimizer = optimizer_for(model, tcfg.lr_encoder, tcfg.lr_head, tcfg.weight_decay)
-    total = steps_per_epoch * tcfg.max_epochs
-    schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total), total)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total_steps), total_steps)
     generator = torch.Generator().manual_seed(seed)
     best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}
     finite, epoch = True, 0
     for epoch in range(1, tcfg.max_epochs + 1):
-        loss = train_epoch(model, task, train_exs, optimizer, schedule, generator, tcfg, pad_id, f"{desc} epoch {epoch}")
-        dev = task.score(task.records(exs["dev"], predict(model, task, exs["dev"], pad_id, tcfg.batch_size), labels), labels)
-        log.metrics({"train_loss": loss, f"dev_{task.SELECT_METRIC}": dev[task.SELECT_METRIC]}, step=epoch)
+        loss = train_epoch(model, job, optimizer, schedule, generator, f"{job.spec.key} seed {seed} epoch {epoch}")
+        _, dev = evaluate(model, job, "dev")
+        log.metrics({"train_loss": loss, f"dev_{select}": dev[select]}, step=epoch)
         finite = math.isfinite(loss)
-        if dev[task.SELECT_METRIC] > best["score"]:
-            best = {"score": dev[task.SELECT_METRIC], "epoch": epoch, "divergence_score": task.divergence_score(dev),
+        if dev[select] > best["score"]:
+            best = {"score": dev[select], "epoch": epoch, "divergence_score": task.divergence_score(dev),
                     "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
         if not finite or epoch - best["epoch"] >= tcfg.patience_epochs:
             break
     model.load_state_dict(best["state"])
-    chance = task.chance(exs["dev"])
+    chance = task.chance(job.exs["dev"])
     diverged = not finite or best["divergence_score"] <= chance + tcfg.divergence_margin
-    return {"best_epoch": best["epoch"], "epochs_run": epoch, f"dev_best_{task.SELECT_METRIC}": best["score"],
+    return {"best_epoch": best["epoch"], "epochs_run": epoch, f"dev_best_{select}": best["score"],
             "dev_chance": chance, "dev_divergence_score": best["divergence_score"], "diverged": diverged}
 
 
-def train_epoch(model, task, train_exs, optimizer, schedule, generator, tcfg, pad_id, desc) -> float:
+def evaluate(model, job: Job, split: str) -> tuple[list[dict], dict]:
+    """Prediction records and scores of ``split`` (``dev`` after each epoch, ``test`` once at the end)."""
+    recs = job.task.records(job.exs[split], predict(model, job, job.exs[split]), job.labels)
+    return recs, job.task.score(recs, job.labels)
+
+
+def train_epoch(model, job: Job, optimizer, schedule, generator, desc: str) -> float:
     """One shuffled pass (order from ``generator``); returns the mean training loss (nan if it blew up)."""
     model.train()
-    order = torch.randperm(len(train_exs), generator=generator).tolist()
+    exs, tcfg = job.exs["train"], job.tcfg
+    batches = length_grouped_batches([len(ex["input_ids"]) for ex in exs], tcfg.batch_size,
+                                     tcfg.length_group_batches, generator)
     losses = []
-    for start in tqdm(range(0, len(order), tcfg.batch_size), desc=desc, leave=False, mininterval=5):
-        batch = task.collate([train_exs[i] for i in order[start : start + tcfg.batch_size]], pad_id)
+    for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5):
+        batch = job.task.collate([exs[i] for i in batch_idx], job.pad_id)
         logits = model(batch["input_ids"], batch["attention_mask"])
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
         if not torch.isfinite(loss):
@@ -182,18 +211,35 @@ def train_epoch(model, task, train_exs, optimizer, schedule, generator, tcfg, pa
     return sum(losses) / len(losses)
 
 
+def length_grouped_batches(lengths: list[int], batch_size: int, group_batches: int, generator) -> list[list[int]]:
+    """Shuffled batches of example indices whose members have similar lengths, so little padding is computed.
+
+    A random permutation is cut into groups of ``group_batches * batch_size`` examples, each group is sorted
+    by length and cut into batches, and the batches are shuffled (the ``group_by_length`` megabatches of HF
+    ``Trainer``). ``group_batches = 1`` is a plain shuffle. Every index appears exactly once.
+    """
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    span = group_batches * batch_size
+    batches = []
+    for start in range(0, len(order), span):
+        group = sorted(order[start : start + span], key=lambda i: lengths[i])
+        batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
 @torch.no_grad()
-def predict(model, task, exs: list[dict], pad_id: int, batch_size: int) -> list:
+def predict(model, job: Job, exs: list[dict]) -> list:
     """Predictions per example in input order (eval mode, no gradients); batches are length-sorted so
     little padding is computed, which cannot change results because padding is masked."""
     model.eval()
     order = sorted(range(len(exs)), key=lambda i: len(exs[i]["input_ids"]))
     out: list = [None] * len(exs)
-    for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
+    for start in range(0, len(order), job.tcfg.batch_size):
+        idx = order[start : start + job.tcfg.batch_size]
         batch_exs = [exs[i] for i in idx]
-        batch = task.collate(batch_exs, pad_id)
-        for i, pred in zip(idx, task.decode(model(batch["input_ids"], batch["attention_mask"]), batch_exs), strict=True):
+        batch = job.task.collate(batch_exs, job.pad_id)
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        for i, pred in zip(idx, job.task.decode(logits, batch_exs), strict=True):
             out[i] = pred
     return out
 

@@ -79,7 +79,8 @@ def score(recs: list[dict], label_names: list[str]) -> dict:
         "accuracy": float(accuracy_score(gold, pred)),
         "macro_f1": float(f1_score(gold, pred, labels=label_names, average="macro", zero_division=0)),
         "per_class_f1": {name: float(v) for name, v in zip(label_names, per_class, strict=True)},
-        "confusion_matrix": {"labels": label_names, "matrix": confusion_matrix(gold, pred, labels=label_names).tolist()},
+        "confusion_matrix": {"labels": label_names,
+                             "matrix": confusion_matrix(gold, pred, labels=label_names).tolist()},
         "accuracy_by_length": _by_length(recs),
     }
 

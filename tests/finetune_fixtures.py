@@ -85,9 +85,11 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
     (root / "tokenize" / "ner" / tok_name / "labels.json").write_text(json.dumps(names))
 
 
-def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], epochs: int = 2) -> FinetuneParams:
+def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,
+                epochs: int = 2) -> FinetuneParams:
     """Params for a seconds-long run on the fixtures."""
-    task = {"max_train_docs": None, "max_dev_docs": None, "max_test_docs": None, "batch_size": 4,
+    task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
+            "batch_size": 4, "length_group_batches": 2,
             "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_head": 1e-2, "weight_decay": 0.01,
             "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0}
     return FinetuneParams.model_validate({

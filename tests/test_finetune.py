@@ -12,7 +12,7 @@ from transformers import BertTokenizerFast
 
 from tasks import finetune_cls, finetune_ner
 from tasks.config.finetune import FinetuneParams
-from tasks.finetune import kept_doc_ids
+from tasks.finetune import kept_doc_ids, length_grouped_batches
 from tasks.finetune_model import build_model, masked_mean, optimizer_for
 from tasks.seedstats import summarize
 
@@ -184,3 +184,12 @@ def test_predictions_file_is_sorted_jsonl(tmp_path):
                                                     {"doc_id": "a", "gold": "x", "pred": "x", "truncated": False}])
     assert [json.loads(line) for line in path.read_text().splitlines()] == [
         {"doc_id": "a", "gold": "x", "pred": "x"}, {"doc_id": "b", "gold": "x", "pred": "y"}]
+
+
+def test_length_grouped_batches_cover_every_example_once_with_little_padding():
+    lengths = [5, 50, 6, 51, 7, 52, 8, 53, 9, 54, 10, 55]
+    batches = length_grouped_batches(lengths, 2, 6, torch.Generator().manual_seed(0))
+    assert sorted(i for b in batches for i in b) == list(range(12))
+    assert all(max(lengths[i] for i in b) - min(lengths[i] for i in b) <= 1 for b in batches)  # one group: sorted
+    plain = length_grouped_batches(lengths, 5, 1, torch.Generator().manual_seed(0))
+    assert sorted(len(b) for b in plain) == [2, 5, 5] and sorted(i for b in plain for i in b) == list(range(12))

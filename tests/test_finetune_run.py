@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,24 @@ def workspace(tmp_path_factory):
     return root, paths, reference
 
 
+class RecordingLog(NullLog):
+    """A RunLog that records its nested runs, params and artifacts (what MLflow would receive)."""
+
+    def __init__(self, name: str = "stage") -> None:
+        self.name, self.run_id, self.children, self.artifacts, self.logged = name, f"id-{name}", [], [], {}
+
+    def params(self, values):
+        self.logged.update(values)
+
+    def artifact(self, path, folder=None):
+        self.artifacts.append((Path(path), folder))
+
+    @contextmanager
+    def child(self, name):
+        self.children.append(RecordingLog(name))
+        yield self.children[-1]
+
+
 def _no_timing(metrics: dict) -> dict:
     for entry in metrics["runs"].values():
         for seed in entry["details"]["per_seed"].values():
@@ -40,16 +59,27 @@ def _no_timing(metrics: dict) -> dict:
     return metrics
 
 
-@pytest.mark.slow
 def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
     root, paths, reference = workspace
     monkeypatch.setattr(finetune_model, "reference_model_dir", lambda: reference)
     configs = ["pretrained/full/cls-pool", "random/full/cls-pool", "pretrained/frozen/mean-pool",
                "reference/full/cls-pool"]
-    metrics = run(tiny_params(configs, ["pretrained/full/first"], [3, 4]), paths, NullLog(), "cls")
+    log = RecordingLog()
+    metrics = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], max_train_docs=10), paths, log, "cls")
     assert sorted(metrics["runs"]) == sorted(configs)
+    # MLflow layout: one parent run per configuration, one nested run per seed holding its predictions
+    assert [c.name for c in log.children] == [f"cls/{k}" for k in configs]
+    for parent, key in zip(log.children, configs, strict=True):
+        assert metrics["runs"][key]["mlflow_run_id"] == parent.run_id
+        assert parent.logged["variant"] == key.split("/")[0] and parent.logged["test_examples"] == N_DOCS["test"]
+        assert [c.name for c in parent.children] == [f"cls/{key}/seed3", f"cls/{key}/seed4"]
+        for seed_run, seed in zip(parent.children, (3, 4), strict=True):
+            assert seed_run.logged["seed"] == seed
+            pred_file = paths.data / "finetune" / "cls" / key / f"seed{seed}.test.jsonl"
+            assert seed_run.artifacts == [(pred_file, "predictions")]
     assert metrics["labels"] == ["sport", "tech"]
     assert metrics["docs"]["clozeline"]["test"] == {"docs_available": 5, "docs_kept": 5, "docs_dropped_by_cap": 0}
+    assert metrics["docs"]["reference"]["train"] == {"docs_available": 12, "docs_kept": 10, "docs_dropped_by_cap": 2}
     for key, entry in metrics["runs"].items():
         for name in ("test_accuracy", "test_macro_f1"):
             stats = entry[name]
@@ -66,7 +96,8 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
             assert [r["doc_id"] for r in rows] == sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
             assert {r["gold"] for r in rows} <= {"sport", "tech"}
             correct = sum(r["gold"] == r["pred"] for r in rows) / len(rows)
-            assert correct == pytest.approx(entry["test_accuracy"]["per_seed"][entry["test_accuracy"]["seeds"].index(int(seed))])
+            accuracy = entry["test_accuracy"]
+            assert correct == pytest.approx(accuracy["per_seed"][accuracy["seeds"].index(int(seed))])
         pooled = entry["details"]["confusion_matrix"]["matrix"]
         assert sum(map(sum, pooled)) == 2 * N_DOCS["test"]
         buckets = entry["details"]["accuracy_by_length"]
@@ -74,7 +105,6 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
     json.dumps(metrics, allow_nan=False)  # the report reads strict JSON
 
 
-@pytest.mark.slow
 def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
     root, paths, reference = workspace
     monkeypatch.setattr(finetune_model, "reference_model_dir", lambda: reference)
@@ -93,7 +123,7 @@ def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
                     (paths.data / "finetune" / "ner" / key / f"seed{seed}.test.jsonl").read_text().splitlines()]
             assert len(rows) == N_DOCS["test"] and all(len(r["gold"]) == len(r["pred"]) for r in rows)
         n_gold = 2 * sum(len([t for t in r["gold"] if t.startswith("B-")]) for r in rows)
-        assert spans["exact"] + spans["type"] + spans["boundary"] + spans["boundary_and_type"] + spans["missed"] == n_gold
+        assert sum(spans[k] for k in ("exact", "type", "boundary", "boundary_and_type", "missed")) == n_gold
 
 
 REPLAY = """
@@ -127,4 +157,5 @@ def test_same_seed_reproduces_exactly_in_a_fresh_process(workspace):
     assert there["head"] == head.head.weight.flatten().tolist()
     assert _no_timing(there["metrics"]) == _no_timing(json.loads(json.dumps(here)))
     key = "pretrained/full/mean-pool/seed7.test.jsonl"
-    assert (root / "replay" / "finetune" / "cls" / key).read_bytes() == (paths.data / "finetune" / "cls" / key).read_bytes()
+    replayed = (root / "replay" / "finetune" / "cls" / key).read_bytes()
+    assert replayed == (paths.data / "finetune" / "cls" / key).read_bytes()

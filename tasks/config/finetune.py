@@ -50,6 +50,10 @@ class TaskParams(StrictModel):
         ge=8, description="cut inputs to this many tokens, [CLS]/[SEP] included (cls only); null = as tokenized"
     )
     batch_size: int = Field(gt=0, description="sequences (cls docs or ner windows) per optimizer step")
+    length_group_batches: int = Field(
+        gt=0, description="shuffle, then sort by length within groups of this many batches (less padding); 1 = "
+        "plain shuffle"
+    )
     max_epochs: int = Field(gt=0, description="upper bound on passes over the train set")
     patience_epochs: int = Field(gt=0, description="stop after this many epochs without a better dev score")
     lr_encoder: float = Field(gt=0, description="AdamW peak learning rate of the encoder (full mode)")
