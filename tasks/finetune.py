@@ -39,6 +39,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     Reads ``data/tokenize/<item>/<tok>/`` and the variants' model folders; writes ``data/finetune/<item>/``.
     Raises ``FileNotFoundError``/``ValueError`` naming the folder or key when an input is missing or bad.
     """
+    started = time.perf_counter()
     tcfg = cfg.task(item)
     torch.set_num_threads(cfg.torch_threads)
     out_dir = fresh_dir(paths.stage_data("finetune") / item)
@@ -50,7 +51,9 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
         job = make_job(item, spec, tcfg, data[TOKENIZATION[spec.variant]]["rows"], labels, paths.models)
         with log.child(f"{item}/{spec.key}") as parent:
             runs[spec.key] = run_config(job, cfg, out_dir, parent)
-    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs}
+    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
+            "metric_implementations": TASKS[item].METRIC_IMPLEMENTATIONS,
+            "elapsed_minutes": round((time.perf_counter() - started) / 60, 2)}
 
 
 def fresh_dir(folder: Path) -> Path:

@@ -14,6 +14,10 @@ import torch
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
 SELECT_METRIC = "macro_f1"  # dev metric for early stopping
+METRIC_IMPLEMENTATIONS = {
+    "test_accuracy": "sklearn.metrics.accuracy_score",
+    "test_macro_f1": "sklearn.metrics.f1_score(average='macro', labels=all classes, zero_division=0)",
+}
 
 
 def examples(rows: list[dict], max_seq_len: int | None, head: str) -> list[dict]:

@@ -19,6 +19,11 @@ from seqeval.scheme import IOB2, Entities
 from tasks.ner_align import IGNORE, words_from_windows
 
 SELECT_METRIC = "entity_f1"  # dev metric for early stopping
+_SEQEVAL = "seqeval.metrics.classification_report(mode='strict', scheme=IOB2)['micro avg']"
+METRIC_IMPLEMENTATIONS = {
+    f"test_entity_{m}": f"{_SEQEVAL}['{key}'] on words (ner_align.words_from_windows)"
+    for m, key in (("f1", "f1-score"), ("precision", "precision"), ("recall", "recall"))
+}
 SPAN_CLASSES = ("exact", "type", "boundary", "boundary_and_type", "missed", "spurious")
 
 

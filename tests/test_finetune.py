@@ -61,7 +61,7 @@ def test_masked_mean_vector_is_the_same_alone_and_padded_next_to_a_longer_text(t
         padded = model.features(batch["input_ids"], batch["attention_mask"])[0]
         # the hand formula on the unpadded hidden states
         hidden = model.encoder(input_ids=torch.tensor([short])).last_hidden_state[0]
-    torch.testing.assert_close(padded, alone, rtol=0, atol=1e-6)
+    assert torch.equal(padded, alone)  # identical, not merely close: padded keys get exactly zero attention weight
     torch.testing.assert_close(alone, hidden.mean(dim=0), rtol=0, atol=1e-6)
 
 

@@ -53,6 +53,7 @@ class RecordingLog(NullLog):
 
 
 def _no_timing(metrics: dict) -> dict:
+    metrics.pop("elapsed_minutes")
     for entry in metrics["runs"].values():
         for seed in entry["details"]["per_seed"].values():
             seed.pop("train_seconds")
@@ -78,6 +79,7 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
             pred_file = paths.data / "finetune" / "cls" / key / f"seed{seed}.test.jsonl"
             assert seed_run.artifacts == [(pred_file, "predictions")]
     assert metrics["labels"] == ["sport", "tech"]
+    assert set(metrics["metric_implementations"]) == {"test_accuracy", "test_macro_f1"}
     assert metrics["docs"]["clozeline"]["test"] == {"docs_available": 5, "docs_kept": 5, "docs_dropped_by_cap": 0}
     assert metrics["docs"]["reference"]["train"] == {"docs_available": 12, "docs_kept": 10, "docs_dropped_by_cap": 2}
     for key, entry in metrics["runs"].items():
