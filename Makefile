@@ -17,6 +17,9 @@ export MLFLOW_DISABLE_TELEMETRY=true
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
 export TOKENIZERS_PARALLELISM=false
+# transformers 5 prints a key-by-key load report when an encoder is loaded from an MLM checkpoint.
+export TRANSFORMERS_VERBOSITY=error
+export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 # OpenMP spin-waiting makes torch 5-7x slower when another process shares the 2 cores.
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)

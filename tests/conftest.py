@@ -16,6 +16,7 @@ os.environ.update(
     PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120",
     PREFECT_HOME=os.path.join(_TMP, "prefect"),
     TOKENIZERS_PARALLELISM="false",
+    TRANSFORMERS_VERBOSITY="error",
     OMP_WAIT_POLICY="PASSIVE",  # OpenMP spin-waiting slows torch 5-7x when processes share the cores
     MLFLOW_ALLOW_FILE_STORE="true",
     MLFLOW_TRACKING_URI="file://" + os.path.join(_TMP, "mlruns"),
