@@ -242,7 +242,7 @@ def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics)
         trials += docs
     if trials == 0:
         raise NotRun(f"{where}: eval sets {names} hold 0 docs")
-    side = f", {check[0]} side" if check else ""
+    side = f", {check[0]} side" if check else ", pretraining side"  # headline rates: pretraining side
     note = f"{events} of {trials} eval docs ({key}{side}) over {', '.join(names)}"
     return Sample((events / trials,), (eval_set,), "eval docs", where, notes=(note,), proportion=(events, trials))
 
@@ -452,10 +452,12 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
         entry = (metrics.optional("leakage") or {}).get("eval_sets", {}).get(claim.data_slice)
         if entry is None:
             return f"eval_leakage: not measured (no eval set {claim.data_slice!r} in metrics/leakage.json)"
-        checks = [f"{c}: {_pct(entry[c].get('rate_before'))} -> {_pct(entry[c].get('rate_after'))}"
-                  for c in sorted(entry) if isinstance(entry[c], dict)]
-        return (f"eval_leakage: {_pct(entry.get('rate_before'))} of {entry.get('docs')} eval docs before the "
-                f"audit, {_pct(entry.get('rate_after'))} after" + (f" ({'; '.join(checks)})" if checks else ""))
+        task_train = ""
+        if "task_train_rate_before" in entry:
+            task_train = (f"; task-train overlap (flagged, kept) {_pct(entry['task_train_rate_before'])} -> "
+                          f"{_pct(entry.get('task_train_rate_after'))}")
+        return (f"eval_leakage: {_pct(entry.get('rate_before'))} of {entry.get('docs')} eval docs found in the "
+                f"pretraining corpus before the audit, {_pct(entry.get('rate_after'))} after{task_train}")
     if name == "duplicate_rate":
         entry = (metrics.optional("dedup") or {}).get("sources", {}).get(source)
         if entry is None:

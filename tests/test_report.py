@@ -116,10 +116,10 @@ def _run(metric_values: dict, run_id: str, diverged=(), details=None):
     return run
 
 
-def _leak(docs, before, after, **checks):
-    entry = {"docs": docs, "rate_before": before, "rate_after": after}
-    entry.update({c: {"docs": docs, "rate_before": b, "rate_after": a} for c, (b, a) in checks.items()})
-    return entry
+def _leak(docs, pretrain, task_train):
+    """One eval set of metrics/leakage.json: headline rates = pretraining side, task_train_rate_* = task side."""
+    return {"docs": docs, "rate_before": pretrain[0], "rate_after": pretrain[1],
+            "task_train_rate_before": task_train[0], "task_train_rate_after": task_train[1]}
 
 
 def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
@@ -147,9 +147,9 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
                          "port": {"separation": [0.01, 0.04, 0.08]}}}},
                   "static_baseline": {"layer": 0, "note": "only position embeddings differ"}},
         "leakage": {"eval_sets": {  # flagged task-train overlaps still count after the audit
-            "bbc_news/test": _leak(400, 0.30, 0.05, pretrain=(0.25, 0.0), task_train=(0.05, 0.05)),
-            "bbc_news/dev": _leak(200, 0.2, 0.0, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
-            "wnut16/test": _leak(300, 0.01, 0.01, pretrain=(0.0, 0.0), task_train=(0.01, 0.01))}},
+            "bbc_news/test": _leak(400, pretrain=(0.25, 0.0), task_train=(0.05, 0.05)),
+            "bbc_news/dev": _leak(200, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
+            "wnut16/test": _leak(300, pretrain=(0.0, 0.0), task_train=(0.01, 0.01))}},
         "dedup": {"sources": {"bbc_news": {"docs_in": 2224, "exact_duplicates": 98, "near_duplicates": 12,
                                            "clusters": 2110, "fraction_removed": 0.0495}}},
         "tokenize": {"cls": {"clozeline": {"truncation_rate": 0.125}, "reference": {"truncation_rate": 0.3}}},
@@ -213,8 +213,8 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert cls.run_ids == ["run-pf", "run-rf"]
     assert cls.data_md5 == {"data/tokenize": "aaaa.dir"}
     confounders = "\n".join(cls.confounders)
-    assert ("30.00% of 400 eval docs before the audit, 5.00% after (pretrain: 25.00% -> 0.00%; "
-            "task_train: 5.00% -> 5.00%)") in confounders
+    assert ("25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after; "
+            "task-train overlap (flagged, kept) 5.00% -> 5.00%") in confounders
     assert "pretrained/full/cls-pool test docs cut at fine-tuning 25.00%, accuracy cut 0.8000 vs whole 0.9000" in confounders
     assert "4.95% of 2224 docs removed (98 exact, 12 near)" in confounders
     assert "clozeline 12.50%" in confounders and "random/full/cls-pool: 1" in confounders
@@ -231,7 +231,7 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert leak.verdict == "supported" and leak.treatment.n == 900
     assert leak.treatment.high == pytest.approx(1 - 0.025 ** (1 / 900))
     assert leak.baseline.mean == pytest.approx((100 + 40) / 900)
-    assert ("treatment: 0 of 900 eval docs (rate_after, pretrain side) over bbc_news/dev, bbc_news/test, "
+    assert ("treatment: 0 of 900 eval docs (rate_after, pretraining side) over bbc_news/dev, bbc_news/test, "
             "wnut16/test") in leak.notes
     assert "treatment: pretrained layer 2 of 0..2" in probe.notes
 
@@ -265,7 +265,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     cls_row = next(line for line in md.splitlines() if line.startswith("| pretraining-helps-cls: "))
     assert "supported (CI lower bound 0.0852 > min_effect 0.02)" in cls_row
     assert "[run-pf](http://127.0.0.1:5000/#/runs/run-pf)" in cls_row and "data/tokenize aaaa.dir" in cls_row
-    assert "eval_leakage: 30.00% of 400 eval docs before the audit, 5.00% after" in cls_row
+    assert "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in cls_row
     assert 'href="http://127.0.0.1:5000/#/runs/run-rf"' in page
     assert out["verdicts"]["not_run"] == sum(r["verdict"] == "not run" for r in out["claims"].values())
     assert sum(out["verdicts"].values()) == len(claim_ids)
