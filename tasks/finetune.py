@@ -164,7 +164,9 @@ def train(model, job: Job, seed: int, log) -> dict:
     """
     tcfg, task, select = job.tcfg, job.task, job.task.SELECT_METRIC
     total_steps = math.ceil(len(job.exs["train"]) / tcfg.batch_size) * tcfg.max_epochs
-    optimizer = optimizer_for(model, tcfg.lr_encoder, tcfg.lr_head, tcfg.weight_decay)
+    # MiniLM is a fully trained encoder: it takes the usual BERT fine-tuning LR, not our small models' one
+    lr_encoder = tcfg.lr_encoder_reference if job.spec.variant == "reference" else tcfg.lr_encoder
+    optimizer = optimizer_for(model, lr_encoder, tcfg.lr_head, tcfg.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total_steps), total_steps)
     generator = torch.Generator().manual_seed(seed)
     best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}

@@ -90,7 +90,7 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
     """Params for a seconds-long run on the fixtures."""
     task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
             "batch_size": 4, "length_group_batches": 2,
-            "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_head": 1e-2, "weight_decay": 0.01,
+            "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
             "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0}
     return FinetuneParams.model_validate({
         "seeds": seeds, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1,

@@ -57,6 +57,9 @@ class TaskParams(StrictModel):
     max_epochs: int = Field(gt=0, description="upper bound on passes over the train set")
     patience_epochs: int = Field(gt=0, description="stop after this many epochs without a better dev score")
     lr_encoder: float = Field(gt=0, description="AdamW peak learning rate of the encoder (full mode)")
+    lr_encoder_reference: float = Field(
+        gt=0, description="AdamW peak learning rate of the reference MiniLM encoder (a fully trained model)"
+    )
     lr_head: float = Field(gt=0, description="AdamW peak learning rate of the head")
     weight_decay: float = Field(ge=0, description="AdamW decoupled weight decay (not on biases/LayerNorm)")
     warmup_fraction: float = Field(ge=0, lt=1, description="share of optimizer steps with linear LR warmup")
