@@ -82,13 +82,29 @@ def git_commit(root: Path) -> str:
 
 
 def input_md5_tags(root: Path, dvc_stage: str) -> dict[str, str]:
-    """``dvc.dep.<path>: <md5>`` for each dependency of ``dvc_stage`` recorded in dvc.lock (empty if unknown)."""
-    lock = root / "dvc.lock"
-    if not lock.exists():
-        return {}
-    stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {})
-    deps = stages.get(dvc_stage, {}).get("deps", [])
-    return {f"dvc.dep.{dep['path']}": dep.get("md5", "") for dep in deps}
+    """``dvc.dep.<path>: <md5>`` for each dependency of ``dvc_stage`` (``stage`` or ``stage@item``).
+
+    Data inputs take the md5 that dvc.lock records for the upstream stage's output, which DVC has updated
+    by the time this stage runs; the stage's own dvc.lock entry (its previous run) fills in source files.
+    Unknown md5s are left out, so a first run on a fresh clone tags only what is known.
+    """
+    lock_path = root / "dvc.lock"
+    lock = (yaml.safe_load(lock_path.read_text(encoding="utf-8")) or {}) if lock_path.exists() else {}
+    stages = lock.get("stages", {})
+    md5 = {dep["path"]: dep.get("md5") for dep in stages.get(dvc_stage, {}).get("deps", [])}
+    md5.update({out["path"]: out.get("md5") for body in stages.values() for out in body.get("outs", [])})
+    return {f"dvc.dep.{path}": md5[path] for path in declared_deps(root, dvc_stage) if md5.get(path)}
+
+
+def declared_deps(root: Path, dvc_stage: str) -> list[str]:
+    """The ``deps`` of a stage in dvc.yaml, with ``${item}`` filled in for a foreach item."""
+    name, _, item = dvc_stage.partition("@")
+    if not (root / "dvc.yaml").exists():
+        return []
+    body = (yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages", {}).get(name, {})
+    deps = body.get("do", body).get("deps", [])
+    return [str(dep).replace("${item}", item) for dep in deps if isinstance(dep, str) and "${" not in
+            str(dep).replace("${item}", "")]
 
 
 def _raise_killed(signum, frame) -> None:
