@@ -3,6 +3,8 @@
 import os
 import tempfile
 
+import pytest
+
 _TMP = tempfile.mkdtemp(prefix="clozeline-tests-")
 os.environ.update(
     HF_HUB_OFFLINE="1",
@@ -23,3 +25,14 @@ os.environ.update(
 )
 os.environ.pop("MLFLOW_RUN_ID", None)
 os.environ.pop("CLOZELINE_PARENT_RUN_ID", None)
+
+
+@pytest.fixture()
+def torch_one_thread():
+    """One torch thread for tests on tiny tensors: a second OpenMP thread only adds waiting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

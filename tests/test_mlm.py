@@ -10,13 +10,7 @@ VOCAB = 1000
 PAD, UNK, CLS, SEP, MASK = range(5)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second OpenMP thread only adds waiting (much more so on a shared machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def make_vocab() -> MaskingVocab:

@@ -55,13 +55,7 @@ def make_paths(root: Path) -> Paths:
     return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: a second OpenMP thread only adds waiting (much more so on a shared machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")
