@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         pipeline.serve(name=args.name, cron=args.cron)
     else:
         pipeline()
+        print(f"clozeline: done. Claim table: {ROOT / 'reports' / 'claims.html'} (and claims.md); "
+              "runs: `make mlflow-ui`, then http://127.0.0.1:5000")
 
 
 if __name__ == "__main__":

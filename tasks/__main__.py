@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from tasks.config import load_params
+from tasks.config import ParamsError, load_params
 from tasks.tracking import NullLog, RunKilled, open_run
 
 STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize", "pretrain", "finetune", "probe", "report")
@@ -32,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = Path.cwd()
-    params = load_params(root / "params.yaml")
+    try:
+        params = load_params(root / "params.yaml")
+    except ParamsError as err:
+        print(f"clozeline: {err}", file=sys.stderr)
+        return 2
     run_name = f"{args.stage}@{args.item}" if args.item else args.stage
     signal.signal(signal.SIGTERM, _raise_killed)
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone tracks and writes metrics

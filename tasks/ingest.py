@@ -223,6 +223,7 @@ def log_drops(result: SourceResult, log) -> None:
     for entry in result.dropped:
         if entry["reason"] != "max_docs" and shown[entry["reason"]] < SHOWN_PER_REASON:
             shown[entry["reason"]] += 1
-            log.info(f"{result.name}: dropped {entry['where']} ({entry['reason']}: {entry['detail']})")
+            detail = f": {entry['detail']}" if entry["detail"] else ""
+            log.info(f"{result.name}: dropped {entry['where']} ({entry['reason']}{detail})")
     metrics = source_metrics(result)
     log.info(f"{result.name}: {metrics['docs_in']} in, {metrics['docs_out']} out, dropped {metrics['dropped']}")

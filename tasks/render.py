@@ -95,13 +95,21 @@ def _md_items(items) -> list[str]:
     return out
 
 
+def verdict_summary(rows: list[Row]) -> str:
+    """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims)"``: the table in one line."""
+    counts = {verdict: sum(row.verdict == verdict for row in rows)
+              for verdict in ("supported", "inconclusive", "contradicted", "not run")}
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(rows)} claims)"
+
+
 def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
              level: float, mlflow_ui_url: str) -> str:
     """The full ``claims.md``: question, claim table, statistics note, per-claim details, figures, ledger.
 
     ``figures`` maps a title to a PNG path relative to the Markdown file, or to a ``not drawn: <why>`` string.
     """
-    parts = ["# clozeline claim table", "", f"**Question.** {question}", "", claim_table_md(rows, mlflow_ui_url),
+    parts = ["# clozeline claim table", "", f"**Question.** {question}", "",
+             f"**Verdicts.** {verdict_summary(rows)}", "", claim_table_md(rows, mlflow_ui_url),
              STATS_NOTE.format(level=level), "", "## Claims in detail", ""]
     for row in rows:
         parts += [f"### {row.claim.id}", "", *_md_items(detail_items(row)), ""]
@@ -175,6 +183,7 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
              "<h1>clozeline claim table</h1>", f"<p><b>Question.</b> {_e(question)}</p>",
+             f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
              claim_table_html(rows, mlflow_ui_url), f"<p>{_e(STATS_NOTE.format(level=level))}</p>", "<h2>Claims in detail</h2>"]
     for row in rows:
         parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>', _html_items(detail_items(row))]

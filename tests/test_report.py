@@ -262,6 +262,11 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
         assert f"| {claim_id}: " in md
         assert f'<tr id="{claim_id}"' in page
     assert md.count("not run: ") >= 2 and "not drawn: " in md
+    verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
+    counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| "))
+               for v in ("supported", "inconclusive", "contradicted", "not run")}
+    assert verdicts == ["**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items())
+                        + f" (of {len(claim_ids)} claims)"]
     cls_row = next(line for line in md.splitlines() if line.startswith("| pretraining-helps-cls: "))
     assert "supported (CI lower bound 0.0852 > min_effect 0.02)" in cls_row
     assert "[run-pf](http://127.0.0.1:5000/#/runs/run-pf)" in cls_row and "data/tokenize aaaa.dir" in cls_row

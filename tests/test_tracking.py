@@ -140,3 +140,11 @@ def test_input_md5_tags_take_upstream_outputs_from_dvc_lock(tmp_path):
     assert stage_main.input_md5_tags(tmp_path, "dedup") == {"dvc.dep.tasks/dedup.py": "bbb",
                                                              "dvc.dep.data/ingest": "aaa.dir"}
     assert stage_main.input_md5_tags(tmp_path, "finetune@cls") == {"dvc.dep.data/tokenize/cls": "ccc.dir"}
+
+
+def test_invalid_params_exit_2_with_the_dotted_key_and_no_traceback(workdir, capsys):
+    text = (workdir / "params.yaml").read_text().replace("retries: 0", "retries: -1", 1)
+    (workdir / "params.yaml").write_text(text)
+    assert stage_main.main(["ingest"]) == 2
+    err = capsys.readouterr().err
+    assert "pipeline.retries" in err and "Traceback" not in err

@@ -97,7 +97,7 @@ def _format_errors(path: Path, err: ValidationError) -> str:
     for item in err.errors():
         dotted = ".".join(str(part) for part in item["loc"]) or "<root>"
         got = item.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        shown = "" if isinstance(got, dict) or "(got " in item["msg"] else f" (got {got!r})"
         lines.append(f"  {dotted}: {item['msg']}{shown}")
     return "\n".join(lines)
 
