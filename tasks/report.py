@@ -164,11 +164,25 @@ def build_ledger(question: str, cfg: ReportParams, metrics: Metrics, lock: dict)
         "data snapshot (dvc.lock outs md5)": data_snapshot(lock),
         "preprocessing hash (sha256 of the dvc.lock entries of ingest..tokenize)": preprocessing_hash(lock),
         "model and training config (params.yaml)": config,
+        "pretrained model quality (metrics/pretrain.json)": pretrain_quality(metrics),
         "seeds": seeds(metrics, config),
         "hardware": hardware(metrics),
         "library versions": library_versions(),
         "metric implementations": metric_implementations(metrics),
     }
+
+
+def pretrain_quality(metrics: Metrics) -> dict[str, str] | str:
+    """Held-out MLM loss before/after, perplexity, masked-token accuracy and fill-mask top-5: how much the
+    encoder behind the ``pretrained`` arms actually learned (a weak one explains weak downstream claims)."""
+    pre = metrics.optional("pretrain")
+    if not pre:
+        return "not available (metrics/pretrain.json missing)"
+    quality = {key: str(pre[key]) for key in ("heldout_loss_initial", "heldout_loss", "heldout_perplexity",
+                                              "heldout_mlm_accuracy", "steps") if key in pre}
+    for prompt, top in sorted((pre.get("fill_mask") or {}).items()):
+        quality[f"fill-mask: {prompt}"] = " ".join(top.get("tokens", []))
+    return quality
 
 
 def data_snapshot(lock: dict) -> dict[str, str]:

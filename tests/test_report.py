@@ -262,6 +262,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
         assert f"| {claim_id}: " in md
         assert f'<tr id="{claim_id}"' in page
     assert md.count("not run: ") >= 2 and "not drawn: " in md
+    assert "- **pretrained model quality (metrics/pretrain.json)**:\n  - heldout_loss: 5.1" in md
     verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
     counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| "))
                for v in ("supported", "inconclusive", "contradicted", "not run")}
