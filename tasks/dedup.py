@@ -45,6 +45,7 @@ from tqdm import tqdm
 from tasks import textnorm
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams, lsh_bands_rows
+from tasks.unionfind import UnionFind
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
 ROLE_RANK = {"task": 0, "pretrain": 1}
@@ -63,7 +64,7 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources")
     docs = sign_documents(corpus.text, cfg)
     rank = keep_rank(corpus, docs)
-    clusters = UnionFind(rank)
+    clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
     exact_rep = merge_exact(docs.text_hash, rank, clusters)
     bands, rows = lsh_bands_rows(cfg.threshold, cfg.num_perm, *cfg.lsh_weights)
     edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows))
@@ -273,28 +274,6 @@ def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return rank
-
-
-class UnionFind:
-    """Disjoint sets over row indices whose root is always the member of lowest keep rank (the kept row)."""
-
-    def __init__(self, rank: np.ndarray) -> None:
-        self.rank = rank
-        self.parent = list(range(len(rank)))
-
-    def find(self, i: int) -> int:
-        """The root (kept row) of ``i``'s set, with path halving."""
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, i: int, j: int) -> None:
-        """Merge the sets of ``i`` and ``j``; the root of lower keep rank stays root."""
-        ri, rj = self.find(i), self.find(j)
-        if ri != rj:
-            low, high = (ri, rj) if self.rank[ri] < self.rank[rj] else (rj, ri)
-            self.parent[high] = low
 
 
 def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind) -> list[int]:

@@ -48,6 +48,7 @@ import pandas as pd
 
 from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
 from tasks.stageio import read_source_frames
+from tasks.unionfind import UnionFind
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
@@ -98,27 +99,6 @@ def check_unique_ids(rows: pd.DataFrame) -> None:
     dupes = rows["doc_id"][rows["doc_id"].duplicated()]
     if len(dupes):
         raise ValueError(f"doc_id {dupes.iloc[0]!r} occurs more than once across data/dedup sources")
-
-
-class UnionFind:
-    """Disjoint sets over string labels; each set is named by its smallest label (order-independent)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, node: str) -> str:
-        """The root of ``node`` (added as a singleton when new), with path halving."""
-        self.parent.setdefault(node, node)
-        while self.parent[node] != node:
-            self.parent[node] = self.parent[self.parent[node]]
-            node = self.parent[node]
-        return node
-
-    def union(self, a: str, b: str) -> None:
-        """Merge the sets of ``a`` and ``b``; the smaller label becomes the root."""
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
 
 
 def merge_groups(rows: pd.DataFrame) -> list[str]:
