@@ -100,12 +100,10 @@ class MlflowLog(NullLog):
     """A RunLog bound to one active MLflow run id."""
 
     def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-
-    def _client(self):
         import mlflow
 
-        return mlflow.MlflowClient()
+        self.run_id = run_id
+        self._client = mlflow.MlflowClient()  # one client per run: per-step metrics must not rebuild it
 
     def params(self, values: Mapping[str, Any]) -> None:
         """Log params; keys and values are sanitized (see ``sanitize_key``/``sanitize_value``)."""
@@ -113,7 +111,7 @@ class MlflowLog(NullLog):
 
         items = [Param(sanitize_key(k), sanitize_value(v)) for k, v in flatten(values).items()]
         for start in range(0, len(items), 100):  # MLflow's batch limit is 100 params
-            self._client().log_batch(self.run_id, params=items[start : start + 100])
+            self._client.log_batch(self.run_id, params=items[start : start + 100])
 
     def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
         """Log the numeric leaves of ``values`` (nested keys joined by ``/``) at ``step``."""
@@ -124,22 +122,22 @@ class MlflowLog(NullLog):
         stamp = int(time.time() * 1000)
         items = [Metric(sanitize_key(k), v, stamp, step or 0) for k, v in numeric_leaves(values).items()]
         for start in range(0, len(items), 1000):
-            self._client().log_batch(self.run_id, metrics=items[start : start + 1000])
+            self._client.log_batch(self.run_id, metrics=items[start : start + 1000])
 
     def tags(self, values: Mapping[str, Any]) -> None:
         """Set tags; keys and values are sanitized."""
         from mlflow.entities import RunTag
 
         items = [RunTag(sanitize_key(k), sanitize_value(v)) for k, v in values.items()]
-        self._client().log_batch(self.run_id, tags=items)
+        self._client.log_batch(self.run_id, tags=items)
 
     def artifact(self, path: Path | str, folder: str | None = None) -> None:
         """Upload a file or a whole folder as run artifacts, under ``folder`` when given."""
         path = Path(path)
         if path.is_dir():
-            self._client().log_artifacts(self.run_id, str(path), folder)
+            self._client.log_artifacts(self.run_id, str(path), folder)
         elif path.exists():
-            self._client().log_artifact(self.run_id, str(path), folder)
+            self._client.log_artifact(self.run_id, str(path), folder)
 
     @contextmanager
     def child(self, name: str) -> Iterator[MlflowLog]:
