@@ -106,9 +106,8 @@ def declared_deps(root: Path, dvc_stage: str) -> list[str]:
     if not (root / "dvc.yaml").exists():
         return []
     body = (yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages", {}).get(name, {})
-    deps = body.get("do", body).get("deps", [])
-    return [str(dep).replace("${item}", item) for dep in deps if isinstance(dep, str) and "${" not in
-            str(dep).replace("${item}", "")]
+    deps = [dep.replace("${item}", item) for dep in body.get("do", body).get("deps", []) if isinstance(dep, str)]
+    return [dep for dep in deps if "${" not in dep]  # other templated paths need DVC's params to resolve
 
 
 def _raise_killed(signum, frame) -> None:
