@@ -38,7 +38,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from scipy import sparse  # noqa: E402
 
-from tasks import dedup, textnorm  # noqa: E402
+from tasks import dedup  # noqa: E402
+from tasks.common import textnorm  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
 from tasks.config.dedup import DedupParams, lsh_bands_rows  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402

@@ -30,11 +30,11 @@ import time  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from tasks import ingest, leakage, split  # noqa: E402
+from tasks.common.textnorm import shingles, words  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
 from tasks.config.ingest import IngestParams  # noqa: E402
 from tasks.config.leakage import LeakageParams  # noqa: E402
 from tasks.config.split import SplitParams  # noqa: E402
-from tasks.textnorm import shingles, words  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402
 
 

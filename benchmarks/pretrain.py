@@ -99,8 +99,8 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, floa
     import torch
     from transformers import AutoTokenizer
 
-    from tasks.mlm import MaskingVocab
     from tasks.pretrain import Trainer, build_model, load_blocks, setup_distributed
+    from tasks.pretrain.mlm import MaskingVocab
     from tasks.tracking import NullLog
 
     env = setup_distributed()
@@ -124,8 +124,13 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> tuple[float,
     """Train tokens/s of HF ``Trainer`` + ``DataCollatorForLanguageModeling`` (full-vocab logits), same model/batch."""
     import torch
     from datasets import load_from_disk
-    from transformers import (AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainerCallback,
-                              TrainingArguments)  # fmt: skip
+    from transformers import (
+        AutoTokenizer,
+        DataCollatorForLanguageModeling,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,  # fmt: skip
+    )
 
     from tasks.pretrain import build_model
 

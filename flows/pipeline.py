@@ -20,27 +20,16 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from tasks.__main__ import git_commit
+from flows.snapshot import snapshot
+from tasks.common.provenance import git_commit, stage_names
 from tasks.config import load_params
-from tasks.snapshot import snapshot
 from tasks.tracking import PARENT_RUN_ENV, MlflowLog, open_run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def stage_names(dvc_yaml: Path = ROOT / "dvc.yaml") -> list[str]:
-    """Stage names in file order; a ``foreach`` stage expands to ``<stage>@<item>`` per item."""
-    stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages", {})
-    names: list[str] = []
-    for name, body in stages.items():
-        items = body.get("foreach") if isinstance(body, dict) else None
-        names.extend(f"{name}@{item}" for item in items) if items else names.append(name)
-    return names
 
 
 def dvc_env(parent_run_id: str | None) -> dict[str, str]:
@@ -126,7 +115,7 @@ def pipeline(stages: list[str] | None = None) -> list[str]:
     ``stages`` may name stages (``finetune``) or foreach items (``finetune@cls``); returns those run.
     """
     params = load_params(ROOT / "params.yaml")
-    wanted = [s for s in stage_names() if stages is None or s in stages or s.split("@")[0] in stages]
+    wanted = [s for s in stage_names(ROOT) if stages is None or s in stages or s.split("@")[0] in stages]
     retrying = repro_stage.with_options(retries=params.pipeline.retries,
                                         retry_delay_seconds=params.pipeline.retry_delay_seconds)
     with open_run("pipeline", root=ROOT) as run:

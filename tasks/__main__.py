@@ -14,24 +14,20 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from tasks.common.provenance import DVC_LOCK, Lock, declared_deps, git_commit, stage_modules
 from tasks.config import ParamsError, load_params
 from tasks.tracking import NullLog, RunKilled, open_run
-
-STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize", "pretrain", "finetune", "probe", "report")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (143 when killed by SIGTERM)."""
-    args = _parse(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = Path.cwd()
+    args = _parse(argv, root)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         params = load_params(root / "params.yaml")
     except ParamsError as err:
@@ -75,48 +71,23 @@ def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
     path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def git_commit(root: Path) -> str:
-    """The HEAD commit (with ``-dirty`` if the tree has changes), or ``unknown`` outside git."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=root, capture_output=True, text=True)
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 def input_md5_tags(root: Path, dvc_stage: str) -> dict[str, str]:
-    """``dvc.dep.<path>: <md5>`` for each dependency of ``dvc_stage`` (``stage`` or ``stage@item``).
-
-    Data inputs take the md5 that dvc.lock records for the upstream stage's output, which DVC has updated
-    by the time this stage runs; the stage's own dvc.lock entry (its previous run) fills in source files.
-    Unknown md5s are left out, so a first run on a fresh clone tags only what is known.
-    """
-    lock_path = root / "dvc.lock"
-    lock = (yaml.safe_load(lock_path.read_text(encoding="utf-8")) or {}) if lock_path.exists() else {}
-    stages = lock.get("stages", {})
-    md5 = {dep["path"]: dep.get("md5") for dep in stages.get(dvc_stage, {}).get("deps", [])}
-    md5.update({out["path"]: out.get("md5") for body in stages.values() for out in body.get("outs", [])})
-    return {f"dvc.dep.{path}": md5[path] for path in declared_deps(root, dvc_stage) if md5.get(path)}
-
-
-def declared_deps(root: Path, dvc_stage: str) -> list[str]:
-    """The ``deps`` of a stage in dvc.yaml, with ``${item}`` filled in for a foreach item."""
-    name, _, item = dvc_stage.partition("@")
-    if not (root / "dvc.yaml").exists():
-        return []
-    body = (yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages", {}).get(name, {})
-    deps = [dep.replace("${item}", item) for dep in body.get("do", body).get("deps", []) if isinstance(dep, str)]
-    return [dep for dep in deps if "${" not in dep]  # other templated paths need DVC's params to resolve
+    """``dvc.dep.<path>: <md5>`` for each declared dependency of ``dvc_stage`` (``stage`` or ``stage@item``)."""
+    md5s = Lock.read(root / DVC_LOCK).input_md5s(dvc_stage, declared_deps(root, dvc_stage))
+    return {f"dvc.dep.{path}": md5 for path, md5 in md5s.items()}
 
 
 def _raise_killed(signum, frame) -> None:
     raise RunKilled(f"signal {signum}")
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def _parse(argv: list[str] | None, root: Path) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tasks", description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=STAGES)
+    try:
+        stages = stage_modules(root)  # the stages are what dvc.yaml declares, not a list kept here
+    except FileNotFoundError as err:
+        parser.error(str(err))
+    parser.add_argument("stage", choices=stages)
     parser.add_argument("item", nargs="?", default=None, help="foreach item, e.g. the task of finetune (cls|ner)")
     return parser.parse_args(argv)
 

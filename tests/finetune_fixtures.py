@@ -10,7 +10,7 @@ import datasets
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-from tasks import ner_align
+from tasks.common import alignment
 from tasks.config.finetune import FinetuneParams
 
 SPORT = "goal match team ball score win football coach".split()
@@ -54,7 +54,7 @@ NER_SENTENCES = [
 
 def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
     """Windowed sentences built with ``ner_align`` exactly as the tokenize contract describes."""
-    names = ner_align.label_names([t for _, tags in NER_SENTENCES for t in tags])
+    names = alignment.label_names([t for _, tags in NER_SENTENCES for t in tags])
     label2id = {n: i for i, n in enumerate(names)}
     rows = []
     for i in range(n_docs):
@@ -62,13 +62,13 @@ def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
         enc = tok(words, is_split_into_words=True, add_special_tokens=False)
         word_ids = enc.word_ids()
         per_word = [word_ids.count(w) for w in range(len(words))]
-        windows = ner_align.plan_windows(per_word, capacity, overlap=2)
-        pieces = ner_align.window_encodings(enc["input_ids"], word_ids, windows, tok.cls_token_id, tok.sep_token_id)
+        windows = alignment.plan_windows(per_word, capacity, overlap=2)
+        pieces = alignment.window_encodings(enc["input_ids"], word_ids, windows, tok.cls_token_id, tok.sep_token_id)
         for index, (ids, w_ids) in enumerate(pieces):
             rows.append({"doc_id": f"{prefix}{i:03d}", "window_index": index, "input_ids": ids,
                          "attention_mask": [1] * len(ids), "word_ids": w_ids,
-                         "labels_first": ner_align.align_labels(w_ids, tags, label2id, "first"),
-                         "labels_all": ner_align.align_labels(w_ids, tags, label2id, "all"),
+                         "labels_first": alignment.align_labels(w_ids, tags, label2id, "first"),
+                         "labels_all": alignment.align_labels(w_ids, tags, label2id, "all"),
                          "words": words, "word_tags": tags})
     return rows, names
 

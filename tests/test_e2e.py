@@ -106,10 +106,10 @@ def test_every_stage_wrote_metrics_and_the_claim_table_is_complete(pipeline_run)
     html = (repo / "reports" / "claims.html").read_text()
     for claim in claims:
         assert claim["id"] in table_md and claim["id"] in html, claim["id"]
-    from flows.pipeline import stage_names
+    from tasks.common.provenance import stage_names
 
     log = first.stdout + first.stderr
-    names = stage_names(repo / "dvc.yaml")
+    names = stage_names(repo)
     for position, stage in enumerate(names, start=1):
         assert f"stage {position}/{len(names)}: {stage} done in" in log, stage
 
@@ -127,9 +127,9 @@ def test_mlflow_has_a_parent_run_with_one_child_per_stage(pipeline_run):
     parents = [r for r in runs if r.info.run_name == "pipeline"]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     children = {r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
-    from flows.pipeline import stage_names
+    from tasks.common.provenance import stage_names
 
-    assert set(stage_names(repo / "dvc.yaml")) <= children
+    assert set(stage_names(repo)) <= children
     assert any(key.startswith("dvc.out.") for key in parents[0].data.tags)
 
 

@@ -10,11 +10,12 @@ from finetune_fixtures import NER_SENTENCES, ner_rows, save_tiny_bert, tiny_para
 from seqeval.metrics import f1_score as seqeval_f1
 from transformers import BertTokenizerFast
 
-from tasks import finetune_cls, finetune_ner
+from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams
+from tasks.finetune import cls as finetune_cls
 from tasks.finetune import kept_doc_ids, length_grouped_batches
-from tasks.finetune_model import build_model, masked_mean, optimizer_for
-from tasks.seedstats import summarize
+from tasks.finetune import ner as finetune_ner
+from tasks.finetune.model import build_model, masked_mean, optimizer_for
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 
-from tasks import finetune_model
+from tasks.common import encoders
 from tasks.config import Paths
 from tasks.config.finetune import FinetuneParams
+from tasks.finetune import model as finetune_model
 from tasks.finetune import run
 from tasks.tracking import NullLog
 
@@ -62,7 +63,7 @@ def _no_timing(metrics: dict) -> dict:
 
 def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
     root, paths, reference = workspace
-    monkeypatch.setattr(finetune_model, "reference_model_dir", lambda: reference)
+    monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)
     configs = ["pretrained/full/cls-pool", "random/full/cls-pool", "pretrained/frozen/mean-pool",
                "reference/full/cls-pool"]
     log = RecordingLog()
@@ -109,7 +110,7 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
 
 def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
     root, paths, reference = workspace
-    monkeypatch.setattr(finetune_model, "reference_model_dir", lambda: reference)
+    monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)
     configs = ["pretrained/full/first", "pretrained/full/all", "reference/full/first"]
     base = tiny_params(["pretrained/full/cls-pool"], configs, [5, 6]).model_dump()
     base["ner"]["divergence_margin"] = 1.0  # every dev F1 <= 0 + 1: every seed must be reported as diverged
@@ -135,7 +136,7 @@ from pathlib import Path
 from finetune_fixtures import tiny_params
 from tasks.config import Paths
 from tasks.finetune import run
-from tasks.finetune_model import build_model
+from tasks.finetune.model import build_model
 from tasks.tracking import NullLog
 root = Path({root!r})
 paths = Paths(data=root / "replay", models=root / "models", metrics=root / "m", reports=root / "r")

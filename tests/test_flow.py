@@ -11,22 +11,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_stage_names_follow_dvc_yaml_and_expand_foreach():
-    from flows.pipeline import stage_names
+    from tasks.common.provenance import stage_names
 
-    assert stage_names(ROOT / "dvc.yaml") == [
+    assert stage_names(ROOT) == [
         "ingest", "dedup", "split", "leakage", "tokenizer", "tokenize", "pretrain",
         "finetune@cls", "finetune@ner", "probe", "report",
     ]
 
 
 def test_forward_output_logs_lines_and_throttles_progress_bars(caplog):
-    from flows.pipeline import forward_output
+    from flows.pipeline import forward_output  # the first prefect import replaces the root logger's handlers
 
     bars = "".join(f"\rdedup:  {p}%|###| {p}/100 [00:01<00:00, 90.0it/s]" for p in range(1, 101))
     stream = io.BufferedReader(io.BytesIO(f"Running stage 'dedup':\n{bars}\nUpdating lock file\n".encode()))
     logger = logging.getLogger("test-forward")
-    with caplog.at_level(logging.INFO, logger="test-forward"):
-        tail = forward_output(stream, logger, "dedup")
+    logger.addHandler(caplog.handler)  # so caplog sees the records whatever prefect did to the root logger
+    logger.propagate = False  # and sees each record once
+    try:
+        with caplog.at_level(logging.INFO, logger="test-forward"):
+            tail = forward_output(stream, logger, "dedup")
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.propagate = True
     messages = [r.getMessage() for r in caplog.records]
     assert messages[0] == "[dedup] Running stage 'dedup':"
     assert messages[-1] == "[dedup] Updating lock file"

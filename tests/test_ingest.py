@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from tasks import ingest
 from tasks.config import Paths, read_yaml
 from tasks.config.ingest import IngestParams
-from tasks.sources import SourceError
+from tasks.ingest.records import SourceError
 from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.mlm import IGNORE_INDEX, MaskedOnlyMLM, MaskingVocab, mask_tokens
+from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, MaskingVocab, mask_tokens
 
 VOCAB = 1000
 PAD, UNK, CLS, SEP, MASK = range(5)

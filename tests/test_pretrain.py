@@ -15,11 +15,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from tasks import checkpoint
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.pretrain import PretrainParams
-from tasks.pretrain import lr_factor, run
+from tasks.pretrain import checkpoint, run
+from tasks.pretrain.trainer import lr_factor
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,7 +225,7 @@ def test_torchrun_two_cpu_processes_keep_identical_weights(corpus, tmp_path):
 
 
 def test_masking_vocab_from_a_real_wordpiece_tokenizer(corpus):
-    from tasks.mlm import MaskingVocab
+    from tasks.pretrain.mlm import MaskingVocab
 
     tok = AutoTokenizer.from_pretrained(corpus / "models" / "tokenizer")
     vocab = MaskingVocab.from_tokenizer(tok)

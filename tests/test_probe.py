@@ -75,7 +75,7 @@ def full_run(tiny_root) -> dict:
 @pytest.fixture(scope="module")
 def loaded(tiny_root) -> dict:
     """Encoder and tokenizer per variant, loaded once for the module."""
-    return {variant: probe.load_variant(variant, tiny_root / "models" / "pretrained", seed=0)
+    return {variant: probe.load_variant(variant, tiny_root / "models", seed=0)
             for variant in ("pretrained", "reference")}
 
 
@@ -263,5 +263,5 @@ def test_same_params_give_identical_bytes_and_keep_global_rng(tiny_root, tmp_pat
 
 
 def test_missing_pretrained_model_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no pretrained model"):
+    with pytest.raises(FileNotFoundError, match=r"random: no config.json in .*models/pretrained \(run the pretrain stage first\)"):
         probe.run(make_cfg(variants=["random"]), make_paths(tmp_path), NullLog())

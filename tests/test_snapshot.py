@@ -3,8 +3,8 @@
 import subprocess
 import sys
 
+from flows.snapshot import default_remote, snapshot
 from tasks.config.snapshot import SnapshotParams
-from tasks.snapshot import default_remote, lock_md5s, snapshot
 
 
 class RecordingLog:
@@ -20,14 +20,6 @@ class RecordingLog:
 
 def _dvc(repo, *args):
     subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, check=True, capture_output=True)
-
-
-def test_lock_md5s_lists_every_output(tmp_path):
-    (tmp_path / "dvc.lock").write_text(
-        "schema: '2.0'\nstages:\n  b:\n    outs:\n    - path: data/b\n      md5: bb.dir\n"
-        "  a:\n    outs:\n    - path: data/a\n      md5: aa.dir\n    - path: metrics/a.json\n      md5: a1\n")
-    assert lock_md5s(tmp_path / "dvc.lock") == {"a:data/a": "aa.dir", "a:metrics/a.json": "a1", "b:data/b": "bb.dir"}
-    assert lock_md5s(tmp_path / "missing.lock") == {}
 
 
 def test_snapshot_tags_and_finds_the_default_remote(tmp_path):

@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 from datasets import load_from_disk
 from pydantic import ValidationError
+from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
 from transformers import AutoTokenizer
 
-from tasks import ner_align
+from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks import tokenize as stage
 from tasks import tokenizer as tokenizer_stage
+from tasks.common import alignment
+from tasks.common.alignment import IGNORE
 from tasks.config.tokenize import TokenizeParams
-from tasks.ner_align import IGNORE
 from tasks.tracking import NullLog
-from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
 
 SEQ = 16
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
@@ -82,7 +83,7 @@ def built(tmp_path_factory):
 
 
 def our_tok(paths):
-    return AutoTokenizer.from_pretrained(tokenizer_stage.tokenizer_dir(paths))
+    return AutoTokenizer.from_pretrained(tokenizer_dir(paths))
 
 
 def test_packed_blocks_are_exactly_max_seq_len_and_reproduce_the_stream(built):
@@ -126,7 +127,7 @@ def test_cls_truncation_matches_hf_and_is_counted(built, tok_name):
     paths, metrics = built
     folder = paths.data / "tokenize" / "cls" / tok_name
     tok = our_tok(paths) if tok_name == "clozeline" else AutoTokenizer.from_pretrained(
-        tokenizer_stage.reference_tokenizer_path())
+        reference_model_dir())
     assert json.loads((folder / "labels.json").read_text()) == ["business", "sport", "tech"]
     train = load_from_disk(str(folder / "train"))
     texts = [r["text"] for r in news_rows() if r["split"] == "train"]
@@ -197,28 +198,28 @@ def test_long_sentence_windows_recover_every_word(built, tok_name):
     gold = rows[0]["word_tags"]
     for scheme in ("first", "all"):
         windows = [(r["word_ids"], [names[x] if x != IGNORE else "O" for x in r[f"labels_{scheme}"]]) for r in rows]
-        assert ner_align.words_from_windows(windows, len(gold)) == gold
+        assert alignment.words_from_windows(windows, len(gold)) == gold
     assert metrics["ner"][tok_name]["dev"]["windowed_sentences"] == 1
     assert metrics["ner"][tok_name]["dev"]["truncated_sentences"] == 0
     assert metrics["ner"][tok_name]["windowed_docs"] == 1 and metrics["ner"][tok_name]["truncation_rate"] == 0.0
 
 
 def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
-    tok = AutoTokenizer.from_pretrained(tokenizer_stage.reference_tokenizer_path())
+    tok = AutoTokenizer.from_pretrained(reference_model_dir())
     words = [WORDS[i % len(WORDS)] for i in range(200)]
     tags = ["O"] * 200
     tags[180] = "B-PER"
     (ids, word_ids), = stage.encode_words(tok, [words])[0]
-    windows = ner_align.plan_windows(np.bincount(word_ids).tolist(), capacity=128 - 2, overlap=32)
+    windows = alignment.plan_windows(np.bincount(word_ids).tolist(), capacity=128 - 2, overlap=32)
     assert len(windows) >= 2
-    encodings = ner_align.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
+    encodings = alignment.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
     label2id = {"O": 0, "B-PER": 1, "I-PER": 2}
     per_window = []
     for w_ids, w_words in encodings:
         assert len(w_ids) <= 128
-        labels = ner_align.align_labels(w_words, tags, label2id, "first")
+        labels = alignment.align_labels(w_words, tags, label2id, "first")
         per_window.append((w_words, labels))
-    merged = ner_align.words_from_windows(per_window, 200)
+    merged = alignment.words_from_windows(per_window, 200)
     assert merged[180] == 1
     assert merged == [label2id[t] for t in tags]
 

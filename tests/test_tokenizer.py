@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 from transformers import AutoTokenizer
 
+from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks import tokenizer as stage
 from tasks.config import Paths
 from tasks.config.tokenizer import TokenizerParams
@@ -102,7 +103,7 @@ def corpus(tmp_path) -> Paths:
 
 def test_vocab_never_sees_dev_test_heldout_or_duplicates(corpus):
     stage.run(tokenizer_params(), corpus, NullLog())
-    vocab = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus)).get_vocab()
+    vocab = AutoTokenizer.from_pretrained(tokenizer_dir(corpus)).get_vocab()
     # control: a word of the train split with the same frequency (10 docs) is learned as a whole word
     assert "quinceberry" in vocab
     for unseen in ("devonlyword", "testonlyword", "heldoutonlyword", "duplicateonlyword"):
@@ -111,7 +112,7 @@ def test_vocab_never_sees_dev_test_heldout_or_duplicates(corpus):
 
 def test_saved_folder_loads_with_auto_tokenizer_and_specials_first(corpus):
     metrics = stage.run(tokenizer_params(), corpus, NullLog())
-    tok = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir(corpus))
     assert tok.is_fast
     assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [0, 1, 2, 3, 4]
     ids = tok("The Harbour")["input_ids"]
@@ -122,15 +123,15 @@ def test_saved_folder_loads_with_auto_tokenizer_and_specials_first(corpus):
 
 def test_training_is_byte_identical_across_runs(corpus, tmp_path):
     stage.run(tokenizer_params(), corpus, NullLog())
-    first = (stage.tokenizer_dir(corpus) / "tokenizer.json").read_bytes()
+    first = (tokenizer_dir(corpus) / "tokenizer.json").read_bytes()
     for _ in range(2):  # tokenizers#1794 made this flaky: several repeats catch the hash-order dependence
         stage.run(tokenizer_params(), corpus, NullLog())
-        assert (stage.tokenizer_dir(corpus) / "tokenizer.json").read_bytes() == first
+        assert (tokenizer_dir(corpus) / "tokenizer.json").read_bytes() == first
 
 
 def test_unk_rate_and_fertility_by_hand(corpus):
     metrics = stage.run(tokenizer_params(), corpus, NullLog())
-    tok = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir(corpus))
     dev = metrics["dev"]["task"]
     # dev text: 30 x "devonlyword" + "жжж"; "ж" never occurs in train, so "жжж" is one [UNK] (WordPiece maps
     # an untokenizable word to a single [UNK])
@@ -146,8 +147,8 @@ def test_unk_rate_and_fertility_by_hand(corpus):
 
 def test_reference_vocab_matches_packaged_minilm_tokenizer(corpus):
     metrics = stage.run(tokenizer_params(vocab_from="reference"), corpus, NullLog())
-    ours = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
-    ref = AutoTokenizer.from_pretrained(stage.reference_tokenizer_path())
+    ours = AutoTokenizer.from_pretrained(tokenizer_dir(corpus))
+    ref = AutoTokenizer.from_pretrained(reference_model_dir())
     assert metrics["vocab_size"] == 30522
     text = "The Harbour of Marseille, opened at dawn; naïve café TRADERS argued."
     assert ours(text)["input_ids"] == ref(text)["input_ids"]
@@ -158,7 +159,7 @@ def test_vocab_file_is_loaded(corpus, tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
     stage.run(tokenizer_params(vocab_from="file", vocab_file=str(path)), corpus, NullLog())
-    tok = AutoTokenizer.from_pretrained(stage.tokenizer_dir(corpus))
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir(corpus))
     assert tok("grains and ships")["input_ids"] == [2, 6, 7, 8, 5, 3]
 
 

@@ -80,7 +80,8 @@ def test_weird_param_and_metric_names_never_crash():
 
 @pytest.fixture()
 def workdir(tmp_path, monkeypatch):
-    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    for name in ("params.yaml", "dvc.yaml"):  # the stage names come from dvc.yaml
+        (tmp_path / name).write_text((ROOT / name).read_text())
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -1,16 +1,13 @@
 """The ``dedup:`` section of params.yaml.
 
-MinHash LSH maths (Broder 1997; Leskovec, Rajaraman & Ullman, *Mining of Massive Datasets*, ch. 3): with
-``b`` bands of ``r`` rows, a pair of documents at Jaccard ``s`` shares at least one band, and so becomes an
-LSH candidate, with probability ``1 - (1 - s**r)**b``. datasketch picks ``(b, r)`` with ``b * r <= num_perm``
-to minimise ``fp_weight * P(false positive) + fn_weight * P(false negative)`` around ``threshold``. Every
-candidate is then verified by exact Jaccard, so false positives cost only time; that is why the
-false-negative weight is set high in params.yaml (recall matters, precision is guaranteed).
+The LSH shape (bands, rows) is derived from ``threshold``, ``num_perm`` and the two weights by the dedup stage
+(``tasks.common.minhash.lsh_bands_rows``, datasketch's optimiser). Every candidate is verified by exact
+Jaccard, so false positives cost only time; that is why the false-negative weight is set high in
+params.yaml (recall matters, precision is guaranteed).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -49,34 +46,16 @@ class DedupParams(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _datasketch_accepts(self) -> DedupParams:
-        try:
-            lsh_bands_rows(
-                self.threshold, self.num_perm, self.lsh_false_positive_weight, self.lsh_false_negative_weight
-            )
-        except ValueError as err:
+    def _weights_sum_to_one(self) -> DedupParams:
+        total = self.lsh_false_positive_weight + self.lsh_false_negative_weight
+        if abs(total - 1.0) > 1e-9:
             raise ValueError(
-                f"datasketch MinHashLSH rejects threshold={self.threshold}, num_perm={self.num_perm}, "
-                f"weights=({self.lsh_false_positive_weight}, {self.lsh_false_negative_weight}): {err} "
-                "(weights must sum to 1.0; a high threshold needs more num_perm; for threshold 1.0 "
-                "exact dedup alone is enough)"
-            ) from None
+                f"lsh_false_positive_weight + lsh_false_negative_weight must be 1.0 (got {total:g}): "
+                "datasketch's LSH optimiser weighs the two error areas against each other"
+            )
         return self
 
     @property
     def lsh_weights(self) -> tuple[float, float]:
         """``(false_positive_weight, false_negative_weight)`` as datasketch takes them."""
         return (self.lsh_false_positive_weight, self.lsh_false_negative_weight)
-
-
-@lru_cache(maxsize=16)
-def lsh_bands_rows(threshold: float, num_perm: int, fp_weight: float, fn_weight: float) -> tuple[int, int]:
-    """``(bands, rows)`` that datasketch's ``MinHashLSH`` derives for these values (its own optimiser).
-
-    Raises ``ValueError`` with datasketch's message when it rejects them (weights not summing to 1.0, fewer
-    than 2 bands). Cached because the grid search integrates numerically and every stage loads params.
-    """
-    from datasketch import MinHashLSH  # imported here: other stages load params without needing datasketch
-
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=(fp_weight, fn_weight))
-    return lsh.b, lsh.r

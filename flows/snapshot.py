@@ -10,21 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
+from tasks.common.provenance import DVC_LOCK, Lock
 from tasks.config.snapshot import SnapshotParams
-
-
-def lock_md5s(lock_path: Path) -> dict[str, str]:
-    """``{"<stage>:<out path>": md5}`` for every output in ``dvc.lock`` (empty if the file is absent)."""
-    if not lock_path.exists():
-        return {}
-    stages = (yaml.safe_load(lock_path.read_text(encoding="utf-8")) or {}).get("stages", {})
-    return {
-        f"{stage}:{out['path']}": out.get("md5", "")
-        for stage, body in sorted(stages.items())
-        for out in body.get("outs", [])
-    }
 
 
 def default_remote(root: Path) -> str | None:
@@ -39,7 +26,7 @@ def snapshot(root: Path, cfg: SnapshotParams, log) -> dict[str, str]:
 
     Returns the tags set. Raises ``subprocess.CalledProcessError`` if a push or commit fails.
     """
-    tags = {f"dvc.out.{key}": md5 for key, md5 in lock_md5s(root / "dvc.lock").items()}
+    tags = {f"dvc.out.{stage}:{path}": md5 for (stage, path), md5 in Lock.read(root / DVC_LOCK).out_md5s().items()}
     remote = default_remote(root)
     tags["dvc.remote"] = remote or "none"
     log.tags(tags)
@@ -57,7 +44,7 @@ def _dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 
 def _git_commit(root: Path) -> None:
-    paths = [p for p in ("dvc.lock", "params.yaml", "metrics") if (root / p).exists()]
+    paths = [p for p in (DVC_LOCK, "params.yaml", "metrics") if (root / p).exists()]
     subprocess.run(["git", "add", "--", *paths], cwd=root, check=True)
     staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=root)
     if staged.returncode != 0:

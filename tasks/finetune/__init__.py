@@ -24,12 +24,14 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks import finetune_cls, finetune_ner
+from tasks.common.encoders import TOKENIZATION, model_dir, pad_token_id
+from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune_model import TOKENIZATION, build_model, model_dir, optimizer_for, pad_token_id
-from tasks.seedstats import summarize
+from tasks.finetune import cls as cls_task
+from tasks.finetune import ner as ner_task
+from tasks.finetune.model import build_model, optimizer_for
 
-TASKS = {"cls": finetune_cls, "ner": finetune_ner}
+TASKS = {"cls": cls_task, "ner": ner_task}
 SPLITS = ("train", "dev", "test")
 
 
@@ -112,7 +114,7 @@ class Job:
     """What every seed of one configuration shares: task module, spec, params, examples and model folder."""
 
     item: str
-    task: ModuleType  # tasks.finetune_cls or tasks.finetune_ner
+    task: ModuleType  # tasks.finetune.cls or tasks.finetune.ner
     spec: RunSpec
     tcfg: TaskParams
     exs: dict[str, list[dict]]  # split -> examples

@@ -1,7 +1,7 @@
 """NER for the finetune stage: windows in, word-level IOB2 predictions out, entity-level scores on words.
 
 Rows follow the tokenize contract (one per window: ``doc_id, window_index, input_ids, word_ids,
-labels_first, labels_all, words, word_tags``). The model predicts one label per subword; ``ner_align.
+labels_first, labels_all, words, word_tags``). The model predicts one label per subword; ``alignment.
 words_from_windows`` keeps each word's prediction at its first subword in its max-context window, so every
 head (label scheme ``first`` or ``all``) is scored on the same words. Scores: seqeval in strict IOB2 mode
 (an ``I-X`` that starts a chunk is no entity), entity-level precision/recall/F1, per-type F1, and a
@@ -16,12 +16,12 @@ import torch
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2, Entities
 
-from tasks.ner_align import IGNORE, words_from_windows
+from tasks.common.alignment import IGNORE, words_from_windows
 
 SELECT_METRIC = "entity_f1"  # dev metric for early stopping
 _SEQEVAL = "seqeval.metrics.classification_report(mode='strict', scheme=IOB2)['micro avg']"
 METRIC_IMPLEMENTATIONS = {
-    f"test_entity_{m}": f"{_SEQEVAL}['{key}'] on words (ner_align.words_from_windows)"
+    f"test_entity_{m}": f"{_SEQEVAL}['{key}'] on words (alignment.words_from_windows)"
     for m, key in (("f1", "f1-score"), ("precision", "precision"), ("recall", "recall"))
 }
 SPAN_CLASSES = ("exact", "type", "boundary", "boundary_and_type", "missed", "spurious")
@@ -64,7 +64,7 @@ def decode(logits: torch.Tensor, batch: list[dict]) -> list[list[int]]:
 def records(exs: list[dict], predicted: list[list[int]], label_names: list[str]) -> list[dict]:
     """One record per sentence ``{doc_id, gold, pred}``: gold and predicted IOB2 tags per word.
 
-    Windows of a sentence are merged by ``ner_align.words_from_windows``. Raises ``ValueError`` when the
+    Windows of a sentence are merged by ``alignment.words_from_windows``. Raises ``ValueError`` when the
     windows of a sentence carry different gold tags.
     """
     windows: dict[str, list] = defaultdict(list)

@@ -1,14 +1,7 @@
-"""``pretrain``: BERT masked-language-model pretraining from scratch on the packed blocks of ``tokenize``.
+"""The MLM training loop of ``pretrain``: data order, masking, AdamW steps, held-out evaluation, checkpoints,
+throughput and MFU, and metric logging; plus the process group it runs in (one process or ``torchrun``).
 
-Reads ``data/tokenize/pretrain/{train,heldout}`` and ``models/tokenizer/``; writes ``models/pretrained/``
-(``save_pretrained`` of ``BertForMaskedLM`` + tokenizer), ``models/checkpoints/pretrain/`` and
-``metrics/pretrain_curve.tsv``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
-Masking and the masked-only loss live in ``tasks/mlm.py``, checkpoint files in ``tasks/checkpoint.py``.
-
-Resuming: the data order of epoch ``e`` is a permutation seeded by ``seed + e`` and the mask of each
-micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint sees exactly
-the batches and masks of an uninterrupted one; on CPU with ``budget_minutes: null`` the final weights are
-equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs are not reproducible.
+Masking and the masked-only loss are ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``.
 """
 
 from __future__ import annotations
@@ -26,14 +19,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from datasets import load_from_disk
 from tqdm import tqdm
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, pipeline
+from transformers import BertForMaskedLM
 
-from tasks import checkpoint
-from tasks.config import Paths
-from tasks.config.pretrain import PretrainParams
-from tasks.mlm import MaskedOnlyMLM, MaskingVocab, mask_tokens
+from tasks.pretrain import checkpoint
+from tasks.pretrain.mlm import MaskedOnlyMLM, mask_tokens
 
 #: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
 NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
@@ -56,37 +46,6 @@ class Dist:
         return self.rank == 0
 
 
-def run(cfg: PretrainParams, paths: Paths, log) -> dict[str, Any]:
-    """Train, evaluate and save the MLM; returns the metrics (``metrics/pretrain.json``)."""
-    env = setup_distributed()
-    try:
-        return _train_and_save(cfg, paths, log, env)
-    finally:
-        if env.world > 1:
-            dist.destroy_process_group()
-
-
-def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[str, Any]:
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    torch.manual_seed(cfg.seed)
-    tokenizer = AutoTokenizer.from_pretrained(paths.models / "tokenizer")
-    vocab = MaskingVocab.from_tokenizer(tokenizer)
-    train = load_blocks(paths.data / "tokenize" / "pretrain" / "train")
-    heldout = load_blocks(paths.data / "tokenize" / "pretrain" / "heldout", cfg.eval_max_blocks)
-    model = build_model(cfg, len(tokenizer), train["input_ids"].shape[1], tokenizer.pad_token_id).to(env.device)
-    log.info(f"pretrain: {count_params(model) / 1e6:.2f}M params, {len(train['input_ids'])} train blocks")
-    trainer = Trainer(cfg, model, vocab, train, heldout, env, log, paths.models / "checkpoints" / "pretrain")
-    summary = trainer.fit()
-    if env.main:
-        out = paths.models / "pretrained"
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve)
-        summary["fill_mask"] = fill_mask(model, tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
-    return summary
-
-
 def setup_distributed() -> Dist:
     """Join the ``torchrun`` process group if ``WORLD_SIZE > 1`` (nccl on CUDA, gloo on CPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -100,50 +59,6 @@ def setup_distributed() -> Dist:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return Dist(rank, world, device)
-
-
-def load_blocks(folder: Path, max_blocks: int | None = None) -> dict[str, torch.Tensor]:
-    """Packed blocks as tensors ``input_ids``, ``attention_mask``, ``maskable`` (not special, not pad), each
-    ``(n_blocks, seq_len)``.
-
-    Raises ``FileNotFoundError``/``ValueError`` naming ``folder`` if it is missing, empty or ragged.
-    """
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder}: no tokenized blocks (run the tokenize stage)")
-    data = load_from_disk(str(folder)).with_format("torch")
-    if max_blocks is not None:
-        data = data.select(range(min(max_blocks, len(data))))
-    if len(data) == 0:
-        raise ValueError(f"{folder}: no blocks")
-    try:
-        input_ids = data["input_ids"][:].long()
-        attention_mask = data["attention_mask"][:].long()
-        maskable = (attention_mask == 1) & (data["special_tokens_mask"][:] == 0)
-    except (RuntimeError, ValueError) as err:  # rows of different lengths cannot stack
-        raise ValueError(f"{folder}: rows must all have the same length (packed blocks): {err}") from err
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "maskable": maskable}
-
-
-def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int) -> BertForMaskedLM:
-    """A freshly initialised ``BertForMaskedLM`` of preset ``cfg.size``.
-
-    Raises ``ValueError`` if blocks are longer than ``max_position_embeddings``.
-    """
-    if block_len > cfg.max_position_embeddings:
-        raise ValueError(f"blocks of {block_len} tokens exceed pretrain.max_position_embeddings")
-    preset = cfg.preset
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=preset.hidden_size,
-        num_hidden_layers=preset.num_hidden_layers,
-        num_attention_heads=preset.num_attention_heads,
-        intermediate_size=preset.intermediate_size,
-        max_position_embeddings=cfg.max_position_embeddings,
-        hidden_dropout_prob=cfg.dropout_prob,
-        attention_probs_dropout_prob=cfg.dropout_prob,
-        pad_token_id=pad_token_id,
-    )
-    return BertForMaskedLM(config)
 
 
 def count_params(model: torch.nn.Module) -> int:
@@ -422,24 +337,3 @@ class Trainer:
             self.curve.append([step, train_loss, lr, eval_loss])
         if not math.isnan(eval_loss) and self.env.main:
             self.log.metrics({"heldout/loss": eval_loss}, step=step)
-
-
-def write_curve(path: Path, rows: list[list[float]]) -> None:
-    """``step, train_loss, lr, eval_loss`` as TSV (a DVC plot); unmeasured cells are empty."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["step\ttrain_loss\tlr\teval_loss"]
-    for step, train_loss, lr, eval_loss in rows:
-        cells = [str(int(step))] + ["" if math.isnan(v) else f"{v:.6g}" for v in (train_loss, lr, eval_loss)]
-        lines.append("\t".join(cells))
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def fill_mask(model, tokenizer, sentences: list[str], top_k: int, device: torch.device) -> dict[str, Any]:
-    """Top-k predictions of the final model for each sentence's ``[MASK]`` (HF fill-mask pipeline)."""
-    model.eval()
-    fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device=device, top_k=top_k)
-    out = {}
-    for sentence in sentences:
-        preds = fill(sentence.replace("[MASK]", tokenizer.mask_token))
-        out[sentence] = {"tokens": [p["token_str"] for p in preds], "scores": [round(p["score"], 6) for p in preds]}
-    return out

@@ -16,6 +16,7 @@ import re
 import shutil
 import unicodedata
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from tasks.config.ingest import IngestParams
-from tasks.sources import Record, SourceError, read_source
+from tasks.config.ingest import (
+    BuiltinSource,
+    ConllSource,
+    CsvSource,
+    HfDiskSource,
+    IngestParams,
+    JsonlSource,
+    ParquetSource,
+    TextSource,
+)
+from tasks.ingest import tabular, text
+from tasks.ingest.builtin import BUILTINS
+from tasks.ingest.records import Record, SourceError
 
 ROW_SCHEMA = pa.schema(
     [
@@ -40,6 +52,14 @@ ROW_SCHEMA = pa.schema(
         ("meta", pa.string()),
     ]
 )
+READERS = {
+    JsonlSource: tabular.read_jsonl,
+    CsvSource: tabular.read_csv,
+    ParquetSource: tabular.read_parquet,
+    HfDiskSource: tabular.read_hf_disk,
+    TextSource: text.read_text,
+    ConllSource: text.read_conll,
+}
 DROPPED_FILE = "dropped.jsonl"
 SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are in dropped.jsonl)
 
@@ -61,6 +81,13 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     for result in results:
         log_drops(result, log)
     return summarize(results)
+
+
+def read_source(spec) -> Iterator[Record]:
+    """All records of one source (a model from ``tasks.config.ingest``), in a deterministic order."""
+    if isinstance(spec, BuiltinSource):
+        return BUILTINS[spec.corpus]()
+    return READERS[type(spec)](spec)
 
 
 def ingest_source(spec) -> SourceResult:

@@ -15,7 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tasks.claims import Metrics, NotRun, dig, mean_ci  # noqa: E402
+from tasks.report.claims import Metrics, NotRun, dig  # noqa: E402
+from tasks.report.statistics import mean_ci  # noqa: E402
 
 SPAN_ORDER = ("exact", "boundary", "type", "boundary_and_type", "missed", "spurious")  # best to worst
 PNG_METADATA = {"Software": None}  # no library version in the file: stable bytes across upgrades

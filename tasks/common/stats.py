@@ -1,0 +1,49 @@
+"""Student-t intervals: the one implementation every stage and the claim table use.
+
+A mean of a few i.i.d. measurements (seeds, probe words) gets the two-sided interval
+``mean +- t_{(1+level)/2, n-1} * s / sqrt(n)`` with ``s`` the sample standard deviation (ddof=1) and the
+quantile from ``scipy.stats.t`` (Student 1908; any statistics text, e.g. Wasserman, *All of Statistics*, 6.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from scipy import stats
+
+
+def t_interval(values: Sequence[float], level: float) -> tuple[float, float, float, float]:
+    """``(mean, std, low, high)`` of ``values`` at two-sided coverage ``level`` (e.g. 0.95).
+
+    Zero spread gives ``low == high == mean``. Raises ``ValueError`` for fewer than 2 values or a
+    non-finite value (one value has no spread to estimate, and JSON has no NaN).
+    """
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"a t-interval needs at least 2 values, got {n}")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"non-finite value among {list(values)}")
+    mean = math.fsum(values) / n
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = stats.t.ppf((1 + level) / 2, df=n - 1) * std / math.sqrt(n)
+    return mean, std, mean - half, mean + half
+
+
+def summarize(values: Sequence[float], seeds: Sequence[int], level: float) -> dict:
+    """``{per_seed, seeds, mean, std, ci95_low, ci95_high, n}`` for one metric measured once per seed.
+
+    The interval is ``t_interval``; its keys say ``ci95`` as the metrics contract fixes them, ``level`` sets
+    the coverage. With one seed ``std`` and the interval are ``None``. Raises ``ValueError`` when values and
+    seeds differ in length or are empty, or a value is not finite.
+    """
+    if len(values) != len(seeds) or not values:
+        raise ValueError(f"need one value per seed, got {len(values)} values for {len(seeds)} seeds")
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"non-finite metric value among {list(values)}")
+    n = len(values)
+    out = {"per_seed": [float(v) for v in values], "seeds": [int(s) for s in seeds], "n": n}
+    if n < 2:
+        return {**out, "mean": math.fsum(values) / n, "std": None, "ci95_low": None, "ci95_high": None}
+    mean, std, low, high = t_interval(values, level)
+    return {**out, "mean": mean, "std": std, "ci95_low": low, "ci95_high": high}

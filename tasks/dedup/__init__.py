@@ -1,0 +1,256 @@
+"""dedup stage: exact and MinHash near-duplicate clusters over all sources at once.
+
+Reads ``<data>/ingest/<source>.parquet``, writes ``<data>/dedup/<source>.parquet`` (every row, plus
+``cluster_id`` and ``is_duplicate``) and ``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
+
+Method (text-dedup / datatrove style, with verification):
+1. Normalize (``tasks.textnorm``: NFKC, zero-width removal, casefold, whitespace collapsed). Rows with the same
+   normalized text are exact duplicates (md5 of the normalized text).
+2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997),
+   in the ``affine32`` scheme of datasketch, computed with numpy over hashed shingles in worker processes.
+   Documents with fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
+3. A single datasketch ``MinHashLSH`` over all sources (bands and rows from datasketch's optimiser) proposes
+   candidate pairs; each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so
+   every merge is a true near duplicate. The sets are held as sorted 64-bit shingle hashes (two distinct
+   shingles collide with probability ~2**-64). Clusters are the connected components (union-find), so a
+   chain A~B~C joins A and C even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain.
+
+Keep rule (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer), then the longest
+normalized text (characters), then the smallest ``doc_id``. ``cluster_id`` is the ``doc_id`` of the cluster's
+first row in that order (a singleton's own). With ``keep_one_per: role`` (the default) each cluster keeps its
+first row *within each role*: a pretraining document that duplicates a task document is not a duplicate here
+(it keeps the shared ``cluster_id``); train-side copies of evaluation documents are the leakage stage's to
+remove, and copies of train-split documents are legitimate in-domain pretraining text. Duplicates within a role
+are still marked. With ``keep_one_per: cluster`` one row survives per cluster across roles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from tasks.common import minhash, textnorm
+from tasks.common.unionfind import UnionFind
+from tasks.config import Paths
+from tasks.config.dedup import DedupParams
+from tasks.dedup.outputs import ROLE_RANK, dedup_metrics, label_rows, lsh_summary, write_cluster_report, write_sources
+
+REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
+
+
+def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
+    """Cluster exact and near duplicates of every ingest source; write the dedup outputs; return metrics.
+
+    Raises ``FileNotFoundError`` if ``<data>/ingest`` is missing and ``ValueError`` naming the file for a
+    missing column, a null text, an unknown role or a ``doc_id`` seen twice.
+    """
+    corpus = read_corpus(paths.stage_data("ingest"))
+    log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources")
+    docs = sign_documents(corpus.text, cfg)
+    rank = keep_rank(corpus, docs)
+    clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
+    exact_rep = merge_exact(docs.text_hash, rank, clusters)
+    bands, rows = band_shape(cfg)
+    edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows))
+    labels = label_rows(corpus, docs, rank, clusters, cfg)
+    out_dir = paths.stage_data("dedup")
+    write_sources(out_dir, corpus, labels)
+    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, cfg)
+    metrics = dedup_metrics(corpus, labels, report)
+    metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
+    log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------- input
+
+
+@dataclass
+class Corpus:
+    """All rows of all sources, in file order (sources sorted by file name)."""
+
+    tables: dict[str, pa.Table]  # source (file stem) -> its ingest table
+    doc_id: list[str]
+    source: list[str]
+    role: list[str]
+    text: list[str]
+    label: list[str | None]
+
+
+def read_corpus(in_dir: Path) -> Corpus:
+    """Read every ``*.parquet`` in ``in_dir`` (sorted); an empty folder gives an empty corpus.
+
+    Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows.
+    """
+    if not in_dir.is_dir():
+        raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
+    corpus = Corpus({}, [], [], [], [], [])
+    first_file: dict[str, Path] = {}
+    for path in sorted(in_dir.glob("*.parquet")):
+        table = pq.read_table(path)
+        columns = _checked_columns(path, table)
+        for doc_id in columns["doc_id"]:
+            if doc_id in first_file:
+                raise ValueError(f"{path}: doc_id {doc_id!r} already seen in {first_file[doc_id]}")
+            first_file[doc_id] = path
+        corpus.tables[path.stem] = table
+        corpus.doc_id += columns["doc_id"]
+        corpus.source += [path.stem] * table.num_rows
+        corpus.role += columns["role"]
+        corpus.text += columns["text"]
+        corpus.label += columns["label"]
+    return corpus
+
+
+def _checked_columns(path: Path, table: pa.Table) -> dict[str, list]:
+    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; ingest rows need {list(REQUIRED_COLUMNS)}")
+    columns = {name: table.column(name).to_pylist() for name in REQUIRED_COLUMNS}
+    for name in ("doc_id", "text", "role"):
+        if None in columns[name]:
+            raise ValueError(f"{path}: row {columns[name].index(None)} has a null {name}")
+    unknown = sorted(set(columns["role"]) - set(ROLE_RANK))
+    if unknown:
+        raise ValueError(f"{path}: unknown role(s) {unknown}; expected one of {sorted(ROLE_RANK)}")
+    return columns
+
+
+# ---------------------------------------------------------------------------------------------- signatures
+
+
+@dataclass
+class DocSignatures:
+    """Per-document results of the worker pass; arrays have one row per document."""
+
+    text_hash: list[str]  # md5 hex of the normalized text
+    n_words: np.ndarray  # (docs,) int64
+    n_chars: np.ndarray  # (docs,) int64, length of the normalized text
+    signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
+    shingles: list[np.ndarray]  # per doc: sorted unique uint64 shingle hashes (the set that Jaccard is taken on)
+
+
+def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
+    """Hash, count and MinHash-sign every text, sharded over ``cfg.num_proc`` processes, with a progress bar.
+
+    Shards are contiguous and results come back in order, so the output does not depend on ``num_proc``.
+    """
+    a, b = minhash.permutations(cfg.num_perm, cfg.seed)
+    shards = [texts[start : start + cfg.shard_size_docs] for start in range(0, len(texts), cfg.shard_size_docs)]
+    jobs = [(shard, cfg.shingle_size_words, a, b) for shard in shards]
+    parts = []
+    with tqdm(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
+        for part in _map(_sign_shard, jobs, cfg.num_proc):
+            parts.append(part)
+            bar.update(len(part.text_hash))
+    return DocSignatures(
+        text_hash=[h for part in parts for h in part.text_hash],
+        n_words=np.concatenate([np.zeros(0, np.int64)] + [part.n_words for part in parts]),
+        n_chars=np.concatenate([np.zeros(0, np.int64)] + [part.n_chars for part in parts]),
+        signature=np.concatenate([np.zeros((0, cfg.num_perm), np.uint32)] + [part.signature for part in parts]),
+        shingles=[s for part in parts for s in part.shingles],
+    )
+
+
+def _map(func, jobs: list, num_proc: int):
+    if num_proc == 1 or len(jobs) <= 1:
+        yield from map(func, jobs)
+        return
+    # fork: workers need only numpy and textnorm, and spawn would re-import pandas/datasketch in each.
+    with ProcessPoolExecutor(num_proc, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield from pool.map(func, jobs)
+
+
+def _sign_shard(job: tuple) -> DocSignatures:
+    texts, n, a, b = job
+    cache = minhash.WordHashes()
+    hashes, n_words, n_chars, shingles = [], [], [], []
+    for text in texts:
+        normalized = textnorm.normalize(text)
+        tokens = textnorm.words_of_normalized(normalized)
+        hashes.append(hashlib.md5(normalized.encode("utf-8")).hexdigest())
+        n_words.append(len(tokens))
+        n_chars.append(len(normalized))
+        shingles.append(np.unique(minhash.shingle_hashes(tokens, n, cache)))
+    signature = minhash.signatures(shingles, a, b)
+    return DocSignatures(hashes, np.array(n_words, np.int64), np.array(n_chars, np.int64), signature, shingles)
+
+
+# ---------------------------------------------------------------------------------------------- clustering
+
+
+def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:
+    """Position of each row in the keep order (0 = kept first): task before pretrain, longer, smaller doc_id."""
+    order = sorted(
+        range(len(corpus.doc_id)),
+        key=lambda i: (ROLE_RANK[corpus.role[i]], -int(docs.n_chars[i]), corpus.doc_id[i]),
+    )
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind) -> list[int]:
+    """Union rows with equal normalized text; returns each row's exact-group representative (first in rank)."""
+    rep_of_hash: dict[str, int] = {}
+    for i in np.argsort(rank):
+        rep_of_hash.setdefault(text_hash[i], int(i))
+    exact_rep = [rep_of_hash[h] for h in text_hash]
+    for i, rep in enumerate(exact_rep):
+        clusters.union(i, rep)
+    return exact_rep
+
+
+def band_shape(cfg: DedupParams) -> tuple[int, int]:
+    """``(bands, rows)`` of the LSH for ``cfg`` (``minhash.lsh_bands_rows``); raises ``ValueError`` naming the
+    keys when datasketch's optimiser finds no shape (fewer than 2 bands: raise ``num_perm`` or lower the
+    threshold)."""
+    try:
+        return minhash.lsh_bands_rows(cfg.threshold, cfg.num_perm, cfg.lsh_weights)
+    except ValueError as err:
+        raise ValueError(
+            f"dedup.threshold={cfg.threshold}, dedup.num_perm={cfg.num_perm}, dedup.lsh_*_weight="
+            f"{cfg.lsh_weights}: datasketch finds no LSH shape ({err}); a high threshold needs more num_perm"
+        ) from None
+
+
+def merge_near(
+    docs: DocSignatures,
+    exact_rep: list[int],
+    rank: np.ndarray,
+    clusters: UnionFind,
+    cfg: DedupParams,
+    bands_rows: tuple[int, int],
+) -> tuple[list[tuple[int, int, float]], dict[str, int]]:
+    """Union exact-group representatives whose LSH candidates pass exact Jaccard >= ``cfg.threshold``.
+
+    One banding holds every source. Pairs are checked in keep order (the better row first, its candidates
+    by rank), and candidates already in one cluster are not checked again. Returns the merges
+    ``(row, row, jaccard)`` and counts of candidate pairs checked, merged and rejected.
+    """
+    signed = [i for i in np.argsort(rank).tolist() if exact_rep[i] == i and docs.n_words[i] >= cfg.shingle_size_words]
+    keys = minhash.band_keys(docs.signature[signed], *bands_rows)
+    edges: list[tuple[int, int, float]] = []
+    counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0}
+    for x, y in tqdm(minhash.candidate_pairs(keys, keys), desc="dedup: lsh candidates", unit="pair"):
+        i, j = signed[x], signed[y]
+        if y <= x or clusters.find(i) == clusters.find(j):
+            continue
+        counts["candidate_pairs"] += 1
+        similarity = minhash.jaccard(docs.shingles[i], docs.shingles[j])
+        if similarity >= cfg.threshold:
+            clusters.union(i, j)
+            edges.append((i, j, similarity))
+            counts["merged_pairs"] += 1
+        else:
+            counts["rejected_pairs"] += 1
+    return edges, counts

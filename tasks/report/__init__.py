@@ -1,0 +1,120 @@
+"""The ``report`` stage: the claim table.
+
+Reads the hand-written claims (``reports/claims.yaml``), every ``metrics/*.json`` and ``dvc.lock``; writes
+``reports/claims.md``, a self-contained ``reports/claims.html`` and ``reports/figures/*.png``. Each claim
+becomes one row (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
+data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
+
+The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar),
+``statistics`` (estimates and verdicts), ``confounders``, ``evaluation`` (one row per claim), ``ledger``
+(the experiment ledger, built from the params ``dvc.lock`` recorded for each stage), ``figures`` and
+``render`` (Markdown and HTML).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tqdm import tqdm
+
+from tasks.common.provenance import Lock
+from tasks.config.paths import Paths
+from tasks.config.report import ReportParams
+from tasks.report import figures as fig
+from tasks.report import render
+from tasks.report.claims import MALFORMED, Metrics, NotRun, load_claims
+from tasks.report.evaluation import Row, evaluate_all
+from tasks.report.ledger import build_ledger
+from tasks.report.statistics import StatsConfig
+
+
+def run(cfg: ReportParams, paths: Paths, log) -> dict:
+    """Build the claim table and its figures; returns verdict counts and each claim's difference."""
+    claims = load_claims(claims_path(paths))
+    metrics = Metrics(paths.metrics)
+    lock = Lock.read(cfg.dvc_lock_file)
+    rows = evaluate_all(claims, metrics, lock, stats_config(cfg))
+    figures = draw_figures(cfg, paths, metrics)
+    ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
+    write_reports(paths, claims.question, rows, figures, ledger, cfg)
+    for path in report_files(paths):
+        log.artifact(path, "report")
+    log.info(f"report: {len(rows)} claims, {summarize(rows)}")
+    return {"verdicts": summarize(rows), "claims": {row.claim.id: row_metrics(row) for row in rows}}
+
+
+def claims_path(paths: Paths) -> Path:
+    """``<reports>/claims.yaml``, the hand-written claims."""
+    return paths.reports / "claims.yaml"
+
+
+def report_files(paths: Paths) -> list[Path]:
+    """The generated files that exist: ``claims.md``, ``claims.html`` and each figure (sorted)."""
+    files = [paths.reports / "claims.md", paths.reports / "claims.html"]
+    files += sorted((paths.reports / "figures").glob("*.png"))
+    return [f for f in files if f.exists()]
+
+
+def stats_config(cfg: ReportParams) -> StatsConfig:
+    """The statistics settings of the params section."""
+    return StatsConfig(cfg.confidence_level, cfg.paired_method, cfg.bootstrap_resamples, cfg.bootstrap_seed)
+
+
+def summarize(rows: list[Row]) -> dict[str, int]:
+    """Number of claims per verdict (every verdict listed, zeros included)."""
+    verdicts = ("supported", "contradicted", "inconclusive", "not run")
+    return {v.replace(" ", "_"): sum(r.verdict == v for r in rows) for v in verdicts}
+
+
+def row_metrics(row: Row) -> dict:
+    """Numeric summary of one row for metrics/report.json (empty difference for a ``not run`` row)."""
+    out: dict = {"verdict": row.verdict}
+    if row.difference is not None:
+        out.update(difference=row.difference.mean, n=row.difference.n)
+        if row.difference.has_ci:
+            out.update(difference_ci_low=row.difference.low, difference_ci_high=row.difference.high)
+    return out
+
+
+# ---------------------------------------------------------------- figures
+
+
+def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str, Path | str]:
+    """Draw every figure into ``<reports>/figures``; ``{title: path}`` or ``{title: "not drawn: <why>"}``."""
+    out = paths.reports / "figures"
+    for stale in out.glob("*.png"):
+        stale.unlink()  # a figure whose input vanished must not survive from an older run
+    dpi, level = cfg.figure_dpi, cfg.confidence_level
+    jobs = {
+        "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
+                                                         out / "pretrain_loss.png", dpi),
+        "Classification: per-seed scores": lambda: fig.seed_points(
+            metrics, "cls", cfg.figure_metrics.cls, level, out / "seeds_cls.png", dpi),
+        "NER: per-seed scores": lambda: fig.seed_points(
+            metrics, "ner", cfg.figure_metrics.ner, level, out / "seeds_ner.png", dpi),
+        "Classification confusion matrix": lambda: fig.confusion_matrix(
+            metrics, cfg.figure_runs.cls, out / "cls_confusion.png", dpi),
+        "NER span errors": lambda: fig.span_errors(metrics, cfg.figure_runs.ner, out / "ner_span_errors.png", dpi),
+        "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
+    }
+    drawn: dict[str, Path | str] = {}
+    for title, draw in tqdm(jobs.items(), desc="figures", unit="fig"):
+        try:
+            drawn[title] = draw()
+        except NotRun as why:
+            drawn[title] = f"not drawn: {why}"
+        except MALFORMED as err:
+            drawn[title] = f"not drawn: malformed input: {type(err).__name__}: {err}"
+    return drawn
+
+
+def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],
+                  ledger: dict, cfg: ReportParams) -> None:
+    """Write ``claims.md`` (figures linked relative to it) and ``claims.html`` (figures embedded)."""
+    paths.reports.mkdir(parents=True, exist_ok=True)
+    relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
+    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url)
+    (paths.reports / "claims.md").write_text(md, encoding="utf-8")
+    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url)
+    (paths.reports / "claims.html").write_text(page, encoding="utf-8")

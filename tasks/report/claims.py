@@ -1,0 +1,227 @@
+"""The claims of ``reports/claims.yaml`` and the metrics files they point at: loading, validation and the
+reference grammar that turns a claim's ``treatment`` / ``baseline`` into the values of one arm.
+
+Reference grammar (``treatment`` / ``baseline`` of a claim):
+
+- ``finetune/<task>/<variant>/<mode>/<head>``: the ``per_seed`` values of ``claim.metric`` in
+  ``metrics/finetune_<task>.json`` -> ``runs["<variant>/<mode>/<head>"]``; units are seeds.
+- ``probe/<variant>/layer/<k|last>``: ``claim.metric`` (``separation`` or ``knn_accuracy``) at layer ``k``
+  of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``); units are
+  words, so the CI says how much the effect varies over the ambiguous words sampled. Without ``per_word``
+  it falls back to the single pooled value (n=1, no CI).
+- ``leakage/<source>/<split>|all/[<check>/]rate_before|rate_after``: a contamination proportion of
+  ``metrics/leakage.json`` -> ``eval_sets``; ``all`` pools every eval set; ``<check>`` (``pretrain`` or
+  ``task_train``) selects the rates of one side of the audit. Its CI is Clopper-Pearson.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+
+from tasks.config.base import StrictModel
+
+
+class ClaimsError(ValueError):
+    """``reports/claims.yaml`` is missing or invalid (the message names the file and key)."""
+
+
+class NotRun(Exception):
+    """An input of a claim is missing; the message is the ``not run: <why>`` reason."""
+
+
+#: What reading a metrics file of an unexpected shape raises; such a claim is ``not run``, not a crash.
+MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError)
+
+
+# ---------------------------------------------------------------- claims.yaml
+
+
+class Claim(StrictModel):
+    """One hand-written claim; ``treatment``/``baseline`` follow the reference grammar of this module."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    statement: str = Field(min_length=1)
+    kind: Literal["difference", "upper_bound"]
+    task: str
+    data_slice: str
+    metric: str
+    treatment: str
+    baseline: str
+    ablation: str = Field(description="the component removed in the baseline")
+    min_effect: float = Field(description="difference: smallest effect that counts; upper_bound: the bound")
+    known_confounders: list[str]
+
+    @field_validator("treatment", "baseline")
+    @classmethod
+    def _known_prefix(cls, value: str) -> str:
+        if value.split("/")[0] not in ("finetune", "probe", "leakage"):
+            raise ValueError(f"reference must start with finetune/, probe/ or leakage/, got {value!r}")
+        return value
+
+
+class ClaimsFile(StrictModel):
+    """The whole of ``reports/claims.yaml``: the experiment's question and its claims (unique ids)."""
+
+    question: str = Field(min_length=1)
+    claims: list[Claim] = Field(min_length=1)
+
+    @field_validator("claims")
+    @classmethod
+    def _unique_ids(cls, claims: list[Claim]) -> list[Claim]:
+        ids = [c.id for c in claims]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate claim ids: {dupes}")
+        return claims
+
+
+def load_claims(path: Path) -> ClaimsFile:
+    """Parse and validate ``claims.yaml``; raises ``ClaimsError`` naming the file and the dotted key."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return ClaimsFile.model_validate(raw)
+    except FileNotFoundError as err:
+        raise ClaimsError(f"{path}: file not found") from err
+    except yaml.YAMLError as err:
+        raise ClaimsError(f"{path}: invalid YAML: {err}") from err
+    except ValidationError as err:
+        lines = [f"{path}: {err.error_count()} invalid value(s)"]
+        lines += [f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
+        raise ClaimsError("\n".join(lines)) from None
+
+
+# ---------------------------------------------------------------- metrics files
+
+
+class Metrics:
+    """Lazy, cached reader of ``metrics/<name>.json``; a missing or broken file raises ``NotRun``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self._cache: dict[str, dict] = {}
+
+    def get(self, name: str) -> dict:
+        """The parsed ``<folder>/<name>.json``; raises ``NotRun`` if it is absent or not a JSON object."""
+        if name not in self._cache:
+            path = self.folder / f"{name}.json"
+            if not path.exists():
+                raise NotRun(f"{path} is missing (stage not run)")
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                raise NotRun(f"{path} is not valid JSON: {err}") from err
+            if not isinstance(data, dict):
+                raise NotRun(f"{path} is not a JSON object")
+            self._cache[name] = data
+        return self._cache[name]
+
+    def optional(self, name: str) -> dict | None:
+        """Like ``get`` but ``None`` when the file is missing or broken."""
+        try:
+            return self.get(name)
+        except NotRun:
+            return None
+
+
+def dig(tree: dict, keys: list[str], where: str):
+    """``tree[k0][k1]...``; raises ``NotRun`` naming ``where`` and the first missing key (with what exists)."""
+    node = tree
+    for depth, key in enumerate(keys):
+        if not isinstance(node, dict) or key not in node:
+            have = sorted(node)[:8] if isinstance(node, dict) else type(node).__name__
+            raise NotRun(f"{where} has no key {'.'.join(keys[: depth + 1])!r} (have: {have})")
+        node = node[key]
+    return node
+
+
+# ---------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The values of one arm of a claim.
+
+    ``values[i]`` was measured on unit ``units[i]`` (a seed, a probe word). ``proportion`` is
+    ``(events, trials)`` for a rate. ``run_ids`` are MLflow run ids, ``notes`` caveats (diverged seeds).
+    """
+
+    values: tuple[float, ...]
+    units: tuple[str, ...]
+    unit_name: str
+    source: str
+    run_ids: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    proportion: tuple[int, int] | None = None
+
+
+def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
+    """The ``Sample`` a reference points at; raises ``NotRun`` when the file, run, metric or layer is absent."""
+    kind, *rest = ref.split("/")
+    if kind == "finetune" and len(rest) == 4:
+        return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
+    if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
+        return _probe_sample(rest[0], rest[2], metric, metrics)
+    if kind == "leakage" and len(rest) >= 2:
+        width = 1 if rest[0] == "all" else 2
+        if len(rest) in (width + 1, width + 2):
+            return _leakage_sample("/".join(rest[:width]), rest[width:-1], rest[-1], metrics)
+    raise NotRun(f"malformed reference {ref!r} (see the grammar in tasks/report/claims.py)")
+
+
+def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> Sample:
+    name = f"finetune_{task}"
+    where = f"metrics/{name}.json"
+    run = dig(metrics.get(name), ["runs", run_key], where)
+    entry = dig(run, [metric], f"{where} runs[{run_key!r}]")
+    values = [float(v) for v in dig(entry, ["per_seed"], f"{where} runs[{run_key!r}].{metric}")]
+    seeds = entry.get("seeds") or list(range(len(values)))
+    if not values:
+        raise NotRun(f"{where} runs[{run_key!r}].{metric}.per_seed is empty")
+    diverged = [str(s) for s in run.get("diverged_seeds") or []]
+    notes = (f"diverged seeds {', '.join(diverged)} (kept in the values)",) if diverged else ()
+    run_id = run.get("mlflow_run_id")
+    return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
+                  run_ids=(str(run_id),) if run_id else (), notes=notes)
+
+
+def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sample:
+    where = "metrics/probe.json"
+    model = dig(metrics.get("probe"), ["models", variant], where)
+    pooled = dig(model, [metric], f"{where} models[{variant!r}]")
+    index = len(pooled) - 1 if layer == "last" else int(layer)
+    if not 0 <= index < len(pooled):
+        raise NotRun(f"{where} models[{variant!r}].{metric} has {len(pooled)} layers, no layer {layer}")
+    per_word = model.get("per_word") or {}
+    words = sorted(w for w in per_word if isinstance(per_word[w], dict) and metric in per_word[w])
+    static = (metrics.get("probe").get("static_baseline") or {}).get("note") if index == 0 else None
+    notes = (f"{variant} layer {index} of 0..{len(pooled) - 1}",) + ((f"layer 0: {static}",) if static else ())
+    if len(words) >= 2:
+        values = tuple(float(per_word[w][metric][index]) for w in words)
+        return Sample(values, tuple(words), "word", where, notes=notes + (f"words: {', '.join(words)}",))
+    notes += ("no per-word values: single pooled value, no CI",)
+    return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes)
+
+
+def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics) -> Sample:
+    where = "metrics/leakage.json"
+    sets = dig(metrics.get("leakage"), ["eval_sets"], where)
+    names = sorted(sets) if eval_set == "all" else [eval_set]
+    if not names:
+        raise NotRun(f"{where} lists no eval sets")
+    events = trials = 0
+    for name in names:
+        entry = dig(sets, [name, *check], f"{where} eval_sets")
+        docs = int(dig(entry, ["docs"], f"{where} eval_sets[{name!r}]"))
+        events += round(float(dig(entry, [key], f"{where} eval_sets[{name!r}]")) * docs)
+        trials += docs
+    if trials == 0:
+        raise NotRun(f"{where}: eval sets {names} hold 0 docs")
+    side = f", {check[0]} side" if check else ", pretraining side"  # headline rates: pretraining side
+    note = f"{events} of {trials} eval docs ({key}{side}) over {', '.join(names)}"
+    return Sample((events / trials,), (eval_set,), "eval docs", where, notes=(note,), proportion=(events, trials))

@@ -1,0 +1,160 @@
+"""The experiment ledger of the claim table: what a reader needs to reproduce or doubt the numbers.
+
+Question, git commit, data snapshot (dvc.lock out md5s), a hash of the preprocessing sub-graph, every params
+value each stage last ran with (as ``dvc.lock`` recorded it, so the ledger shows what ran, not what
+``params.yaml`` says now), how much the pretrained encoder learned, seeds, hardware, library versions and the
+metric implementations. A part that is not available says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+
+from tasks.common.nested import flatten
+from tasks.common.provenance import Lock, git_commit
+from tasks.report.claims import Metrics
+
+PREPROCESSING_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
+VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "scikit-learn", "seqeval", "scipy",
+                      "matplotlib", "dvc", "mlflow", "prefect")
+
+
+def build_ledger(question: str, root: Path, metrics: Metrics, lock: Lock) -> dict:
+    """The ledger as ``{section: text or {key: text}}``; ``root`` is the checkout whose git commit is shown."""
+    params = params_as_run(lock)
+    return {
+        "question": question,
+        "git commit": git_commit(root),
+        "data snapshot (dvc.lock outs md5)": data_snapshot(lock),
+        "preprocessing hash (sha256 of the dvc.lock entries of ingest..tokenize)": preprocessing_hash(lock),
+        "params as run (dvc.lock, every stage)": params,
+        "pretrained model quality (metrics/pretrain.json)": pretrain_quality(metrics),
+        "seeds": seeds(metrics, params),
+        "hardware": hardware(metrics),
+        "library versions": library_versions(),
+        "metric implementations": metric_implementations(metrics),
+    }
+
+
+def params_as_run(lock: Lock) -> dict[str, str]:
+    """Every params value the stages last ran with, as dotted keys (sorted), read from ``dvc.lock``.
+
+    A key that two stages recorded with different values (one stage reran after an edit, the other did
+    not) lists each value with its stage, so the ledger never hides that the runs disagree.
+    """
+    by_key: dict[str, dict[str, str]] = defaultdict(dict)
+    for stage in lock.stages:
+        if stage == "report":  # its own entry is from its previous run
+            continue
+        for key, value in flatten(lock.params(stage)).items():
+            by_key[key][stage] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    out = {}
+    for key, values in sorted(by_key.items()):
+        distinct = set(values.values())
+        out[key] = distinct.pop() if len(distinct) == 1 else "; ".join(f"{v} ({s})" for s, v in values.items())
+    return out or {"dvc.lock": "no params recorded (no stage reproduced yet)"}
+
+
+def pretrain_quality(metrics: Metrics) -> dict[str, str] | str:
+    """Held-out MLM loss before/after, perplexity, masked-token accuracy and fill-mask top-5: how much the
+    encoder behind the ``pretrained`` arms actually learned (a weak one explains weak downstream claims)."""
+    pre = metrics.optional("pretrain")
+    if not pre:
+        return "not available (metrics/pretrain.json missing)"
+    quality = {key: str(pre[key]) for key in ("heldout_loss_initial", "heldout_loss", "heldout_perplexity",
+                                              "heldout_mlm_accuracy", "steps") if key in pre}
+    for prompt, top in sorted((pre.get("fill_mask") or {}).items()):
+        quality[f"fill-mask: {prompt}"] = " ".join(top.get("tokens", []))
+    return quality
+
+
+def data_snapshot(lock: Lock) -> dict[str, str]:
+    """``{"<stage>: <path>": md5}`` of every output recorded in dvc.lock, sorted."""
+    snapshot = {f"{stage}: {path}": md5 or "no md5" for (stage, path), md5 in lock.out_md5s().items()}
+    return snapshot or {"dvc.lock": "not available (no stage reproduced yet)"}
+
+
+def preprocessing_hash(lock: Lock) -> str:
+    """sha256 (16 hex) of the dvc.lock entries (cmd, deps, params, outs) of the preprocessing stages.
+
+    It changes exactly when a preprocessing input, param or output changes. ``not available`` without them.
+    """
+    present = lock.entries(PREPROCESSING_STAGES)
+    if not present:
+        return "not available (dvc.lock has none of " + ", ".join(PREPROCESSING_STAGES) + ")"
+    missing = [s for s in PREPROCESSING_STAGES if s not in present]
+    digest = hashlib.sha256(json.dumps(present, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return digest + (f" (stages missing from dvc.lock: {', '.join(missing)})" if missing else "")
+
+
+def seeds(metrics: Metrics, config: dict[str, str]) -> dict[str, str]:
+    """Seed params (keys containing ``seed``) and the seeds each fine-tuning task actually ran."""
+    out = {k: v for k, v in config.items() if "seed" in k.split(".")[-1]}
+    for task in ("cls", "ner"):
+        runs = (metrics.optional(f"finetune_{task}") or {}).get("runs", {})
+        ran = sorted({str(s) for run in runs.values() if isinstance(run, dict)
+                      for entry in run.values() if isinstance(entry, dict) for s in entry.get("seeds") or []})
+        out[f"finetune {task} seeds run"] = ", ".join(ran) if ran else "not run"
+    return out
+
+
+def hardware(metrics: Metrics) -> dict[str, str]:
+    """Hardware recorded by pretrain (``metrics/pretrain.json`` -> ``hardware``) and that of this machine."""
+    recorded = (metrics.optional("pretrain") or {}).get("hardware")
+    out = {f"pretrain: {k}": str(v) for k, v in sorted(recorded.items())} if isinstance(recorded, dict) else {
+        "pretrain": "no hardware recorded in metrics/pretrain.json"}
+    out["report machine: CPU"] = f"{cpu_name()} ({os.cpu_count()} logical cores)"
+    out["report machine: GPU"] = ", ".join(gpu_names()) or "none"
+    out["report machine: OS"] = f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return out
+
+
+def cpu_name() -> str:
+    """The CPU model name from ``/proc/cpuinfo`` (Linux), else ``platform.processor()``."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def gpu_names() -> list[str]:
+    """GPU names from ``nvidia-smi`` (empty without an NVIDIA driver); avoids importing torch for this."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    res = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    return [line.strip() for line in res.stdout.splitlines() if line.strip()] if res.returncode == 0 else []
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries the numbers depend on (``importlib.metadata``, no imports)."""
+    out = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def metric_implementations(metrics: Metrics) -> dict[str, str]:
+    """What computed each score: ``metric_implementations`` of the finetune metrics when recorded there."""
+    out = {}
+    for task in ("cls", "ner"):
+        data = metrics.optional(f"finetune_{task}")
+        recorded = (data or {}).get("metric_implementations")
+        if isinstance(recorded, dict):
+            out.update({f"{task}: {k}": str(v) for k, v in sorted(recorded.items())})
+        else:
+            out[task] = f"not recorded in metrics/finetune_{task}.json"
+    return out

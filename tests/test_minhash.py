@@ -1,0 +1,80 @@
+"""The shared MinHash kit (tasks/common/minhash.py) against datasketch and against hand-computed values."""
+
+import numpy as np
+import pytest
+from datasketch import MinHash, MinHashLSH
+
+from tasks.common import minhash
+
+
+def test_rolling_hash_is_the_polynomial_mod_2_64():
+    values = np.array([3, 1, 4, 1, 5], dtype=np.uint64)
+    m = int(minhash.MULTIPLIER)
+    want = [(a * m * m + b * m + c) % 2**64 for a, b, c in zip([3, 1, 4], [1, 4, 1], [4, 1, 5])]
+    assert minhash.rolling_hashes(values, 3).tolist() == want
+    assert minhash.rolling_hashes(values, 6).size == 0
+
+
+def test_equal_shingles_hash_equal_across_documents_and_caches():
+    a = minhash.shingle_hashes("the cat sat on the mat".split(), 3)
+    b = minhash.shingle_hashes("a dog sat on the mat".split(), 3, minhash.WordHashes())
+    assert a[2:].tolist() == b[2:].tolist() and a[0] != b[0]
+
+
+def test_signatures_equal_datasketch_update_batch():
+    rng = np.random.default_rng(0)
+    a, b = minhash.permutations(64, 7)
+    shingles = [rng.integers(0, 2**63, size=n, dtype=np.uint64) for n in (1, 5, 300, 9000)]
+    ours = minhash.signatures(shingles + [np.zeros(0, np.uint64)], a, b)
+    for row, h in zip(ours, shingles):
+        reference = MinHash(num_perm=64, seed=7, hashfunc=int)
+        reference.update_batch(minhash.fold_to_32_bits(h).tolist())
+        np.testing.assert_array_equal(row, reference.hashvalues)
+    assert (ours[-1] == 2**32 - 1).all()
+
+
+def test_window_signatures_equal_signatures_of_the_cut_windows():
+    words = np.random.default_rng(1).integers(0, 2**63, size=200, dtype=np.uint64)
+    a, b = minhash.permutations(32, 0)
+    windows = [(0, 200), (10, 60), (150, 200)]
+    got = minhash.window_signatures(words, windows, 5, a, b)
+    want = minhash.signatures([minhash.rolling_hashes(words[s:e], 5) for s, e in windows], a, b)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_signature_agreement_estimates_jaccard():
+    base = [f"w{i}" for i in range(300)]
+    edit = base[:230] + [f"x{i}" for i in range(70)]  # 5-grams: I = 226, S = 296, J = 226 / 366
+    a, b = minhash.permutations(256, 1)
+    sig = minhash.signatures([np.unique(minhash.shingle_hashes(t, 5)) for t in (base, edit)], a, b)
+    # 256 permutations: standard error sqrt(J(1-J)/256) = 0.03; allow 4 sigma
+    assert float(np.mean(sig[0] == sig[1])) == pytest.approx(226 / 366, abs=0.12)
+
+
+@pytest.mark.parametrize(("threshold", "weights"), [(0.3, (0.5, 0.5)), (0.5, (0.5, 0.5)), (0.8, (0.05, 0.95))])
+def test_bands_and_rows_are_datasketchs(threshold, weights):
+    lsh = MinHashLSH(threshold=threshold, num_perm=64, weights=weights)
+    assert minhash.lsh_bands_rows(threshold, 64, weights) == (lsh.b, lsh.r)
+    assert minhash.p_candidate(threshold, lsh.b, lsh.r) == pytest.approx(1 - (1 - threshold**lsh.r) ** lsh.b)
+
+
+def test_candidate_pairs_equal_datasketch_lsh_queries():
+    rng = np.random.default_rng(2)
+    base = rng.integers(0, 2**63, size=80, dtype=np.uint64)
+    docs = [np.unique(np.where(rng.random(80) < p, rng.integers(0, 2**63, size=80, dtype=np.uint64), base))
+            for p in np.linspace(0.0, 0.9, 40)]  # from near copies to unrelated sets
+    a, b = minhash.permutations(64, 3)
+    sigs = minhash.signatures(docs, a, b)
+    bands, rows = minhash.lsh_bands_rows(0.5, 64)
+    got = minhash.candidate_pairs(*(minhash.band_keys(sigs, bands, rows),) * 2)
+    lsh = MinHashLSH(num_perm=64, params=(bands, rows))
+    sketches = [MinHash(hashvalues=s, permutations=(a, b), scheme="affine32") for s in sigs]
+    for i, sketch in enumerate(sketches):
+        lsh.insert(i, sketch)
+    want = sorted((i, j) for i, sketch in enumerate(sketches) for j in lsh.query(sketch))
+    assert got == want and len(want) > len(docs)  # more than the self-pairs
+
+
+def test_jaccard_of_hash_sets():
+    assert minhash.jaccard(np.array([1, 2, 3], np.uint64), np.array([2, 3, 4, 5], np.uint64)) == pytest.approx(2 / 5)
+    assert minhash.jaccard(np.zeros(0, np.uint64), np.zeros(0, np.uint64)) == 1.0
