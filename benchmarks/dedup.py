@@ -40,8 +40,9 @@ from scipy import sparse  # noqa: E402
 
 from tasks import dedup  # noqa: E402
 from tasks.common import textnorm  # noqa: E402
+from tasks.common.minhash import lsh_bands_rows  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
-from tasks.config.dedup import DedupParams, lsh_bands_rows  # noqa: E402
+from tasks.config.dedup import DedupParams  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "dedup.json"
@@ -53,6 +54,11 @@ BOILERPLATE = (
     "Follow us on social media and share this article with your friends. All rights reserved."
 )
 TARGETS = {"speedup": 3.0, "recall": 0.95, "precision": 1.0}
+
+
+def word_ngrams(tokens: list[str], n: int) -> set[str]:
+    """Word n-gram shingles as strings: the plain-Python reference (the stage hashes them to 64 bits)."""
+    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
 
 
 def main() -> None:
@@ -143,7 +149,7 @@ def true_jaccard_pairs(texts: list[str], n: int, floor: float) -> dict[tuple[int
     vocab: dict[str, int] = {}
     rows, cols = [], []
     for i, text in enumerate(texts):
-        ids = [vocab.setdefault(s, len(vocab)) for s in textnorm.shingles(textnorm.words(text), n)]
+        ids = [vocab.setdefault(s, len(vocab)) for s in word_ngrams(textnorm.words(text), n)]
         rows += [i] * len(ids)
         cols += ids
     incidence = sparse.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(len(texts), len(vocab)))
@@ -202,8 +208,8 @@ def run_naive(cfg: DedupParams, work: Path) -> tuple[list[int], list[list[int]]]
     from datasketch import MinHash, MinHashLSH
 
     texts = pq.read_table(work / "data" / "ingest" / "bench.parquet", columns=["text"]).column(0).to_pylist()
-    shingle_sets = [textnorm.shingles(textnorm.words(text), cfg.shingle_size_words) for text in texts]
-    lsh = MinHashLSH(num_perm=cfg.num_perm, params=lsh_bands_rows(cfg.threshold, cfg.num_perm, *cfg.lsh_weights))
+    shingle_sets = [word_ngrams(textnorm.words(text), cfg.shingle_size_words) for text in texts]
+    lsh = MinHashLSH(num_perm=cfg.num_perm, params=lsh_bands_rows(cfg.threshold, cfg.num_perm, cfg.lsh_weights))
     sketches = []
     for i, shingles in enumerate(shingle_sets):
         sketch = MinHash(num_perm=cfg.num_perm, seed=cfg.seed)
@@ -239,7 +245,7 @@ def run_naive(cfg: DedupParams, work: Path) -> tuple[list[int], list[list[int]]]
 def summarize(cfg, texts, kinds, truth, stage, naive) -> dict:
     """Throughput ratio, recall, precision and memory, plus the corpus composition."""
     n_docs = len(texts)
-    bands, rows = lsh_bands_rows(cfg.threshold, cfg.num_perm, *cfg.lsh_weights)
+    bands, rows = lsh_bands_rows(cfg.threshold, cfg.num_perm, cfg.lsh_weights)
     stage_docs_s, naive_docs_s = n_docs / stage["seconds"], n_docs / naive["seconds"]
     quality = {name: score(part, truth, cfg.threshold) for name, part in (("stage", stage), ("naive", naive))}
     speedup = stage_docs_s / naive_docs_s

@@ -6,7 +6,7 @@ its own cluster) in a temporary folder, then times, on the same normalized words
 - ``baseline_set_intersection``: plain Python, per training doc ``set(n-grams) & eval n-grams`` for every
   n-gram length in use (13 and the shorter whole-text lengths), as a naive decontamination script does;
 - ``ngram``: ``tasks.leakage.ngram_matches`` (numpy hashed n-grams, word-verified hits, spans and scores),
-  including the word-id mapping;
+  including the word hashing;
 - ``minhash``: ``minhash_doc_matches`` + ``minhash_passage_matches`` (signatures, banding, exact Jaccard).
 
 Timings are noisy on a shared machine, so the result is the ratio to the baseline measured in the same run.
@@ -30,12 +30,17 @@ import time  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from tasks import ingest, leakage, split  # noqa: E402
-from tasks.common.textnorm import shingles, words  # noqa: E402
+from tasks.common.textnorm import words  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
 from tasks.config.ingest import IngestParams  # noqa: E402
 from tasks.config.leakage import LeakageParams  # noqa: E402
 from tasks.config.split import SplitParams  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402
+
+
+def word_ngrams(tokens: list[str], n: int) -> set[str]:
+    """Word n-grams as strings: the plain-Python reference the stage's hashed n-grams must agree with."""
+    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
 
 
 def default_corpora(raw: dict, folder: Path):
@@ -58,9 +63,9 @@ def baseline_hits(train_tokens, eval_tokens, cfg: LeakageParams) -> set[int]:
     for tokens in eval_tokens:
         if len(tokens) >= cfg.min_match_words:
             length = min(cfg.ngram_words, len(tokens))
-            by_length.setdefault(length, set()).update(shingles(tokens, length))
+            by_length.setdefault(length, set()).update(word_ngrams(tokens, length))
     return {
-        i for i, tokens in enumerate(train_tokens) if any(shingles(tokens, n) & grams for n, grams in by_length.items())
+        i for i, tokens in enumerate(train_tokens) if any(word_ngrams(tokens, n) & grams for n, grams in by_length.items())
     }
 
 

@@ -2,7 +2,7 @@
 
 Baseline: ``transformers.Trainer`` with ``DataCollatorForLanguageModeling`` (full-vocabulary logits, default
 settings apart from the batch size, learning rate and steps) on the same ``BertForMaskedLM``, the same packed
-blocks and the same batch. Candidate: the stage's own step (``tasks.pretrain.Trainer``: masked-only loss). The
+blocks and the same batch. Candidate: the stage's own step (``tasks.pretrain.trainer.Trainer``: masked-only loss). The
 two run alternately, each in a fresh subprocess (so peak RSS is per variant), ``--rounds`` times; the
 reported speedup is the ratio of the medians, which survives a machine shared with other jobs.
 On CUDA it also measures the ``base`` preset in bf16 and its MFU against the dense bf16 peak.
@@ -95,12 +95,13 @@ def stage_config(preset: str, batch: int, mlm_probability: float, bf16: bool):
 
 
 def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, float]:
-    """Train tokens/s of the stage's own step (``tasks.pretrain.Trainer._step``: masking + masked-only loss)."""
+    """Train tokens/s of the stage's own step (``tasks.pretrain.trainer.Trainer._step``: masking + masked-only loss)."""
     import torch
     from transformers import AutoTokenizer
 
-    from tasks.pretrain import Trainer, build_model, load_blocks, setup_distributed
+    from tasks.pretrain import build_model, load_blocks
     from tasks.pretrain.mlm import MaskingVocab
+    from tasks.pretrain.trainer import Trainer, setup_distributed
     from tasks.tracking import NullLog
 
     env = setup_distributed()
@@ -170,7 +171,8 @@ def worker(args: argparse.Namespace) -> dict:
     """Measure one variant in this process; returns tokens/s, peak memory and (on CUDA) MFU."""
     import torch
 
-    from tasks.pretrain import bf16_peak_flops, build_model, train_flops_per_token
+    from tasks.pretrain import build_model
+    from tasks.pretrain.trainer import bf16_peak_flops, train_flops_per_token
 
     cfg = stage_config(args.preset, args.batch, args.mlm_probability, bf16=True)
     measure = measure_stage if args.variant == "stage" else measure_hf_trainer

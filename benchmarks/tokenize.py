@@ -35,7 +35,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from tasks import tokenize as stage  # noqa: E402
-from tasks.tokenizer import reference_tokenizer_path  # noqa: E402
+from tasks.common.encoders import reference_model_dir  # noqa: E402
 
 SEQ = 128
 BATCH = 1000
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "tokenize.json")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    tok = AutoTokenizer.from_pretrained(str(reference_tokenizer_path()))
+    tok = AutoTokenizer.from_pretrained(str(reference_model_dir()))
     texts = bbc_texts()
     ref, base_times = timed(lambda: baseline(tok, texts), args.repeats)
     results = {"baseline": {"seconds": base_times, "tokens_per_s": ref.size / min(base_times)}}

@@ -133,14 +133,8 @@ def _train_once(texts: list[str], cfg: TokenizerParams, reserved: list[str]) -> 
 
 def wrap_fast(backend: Tokenizer, specials: SpecialTokens) -> PreTrainedTokenizerFast:
     """The ``transformers`` fast tokenizer around ``backend`` with the five special tokens declared."""
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=specials.pad,
-        unk_token=specials.unk,
-        cls_token=specials.cls,
-        sep_token=specials.sep,
-        mask_token=specials.mask,
-    )
+    named = {f"{role}_token": token for role, token in specials.model_dump().items()}  # pad_token=..., ...
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **named)
 
 
 def text_stats(tok: PreTrainedTokenizerFast, texts: list[str]) -> dict[str, float]:

@@ -14,10 +14,10 @@ import yaml
 from scipy import stats
 
 from tasks import report
+from tasks.common.provenance import Lock
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
-from tasks.common.provenance import Lock
 from tasks.report.claims import ClaimsError, Metrics, load_claims
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import (

@@ -11,11 +11,11 @@ from pydantic import ValidationError
 from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
 from transformers import AutoTokenizer
 
-from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks import tokenize as stage
 from tasks import tokenizer as tokenizer_stage
 from tasks.common import alignment
 from tasks.common.alignment import IGNORE
+from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.config.tokenize import TokenizeParams
 from tasks.tracking import NullLog
 

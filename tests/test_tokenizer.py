@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 from transformers import AutoTokenizer
 
-from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks import tokenizer as stage
+from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.tokenizer import TokenizerParams
 from tasks.tracking import NullLog

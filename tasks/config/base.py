@@ -1,4 +1,4 @@
-"""The base model every params section derives from."""
+"""The base model every params section derives from, and the checks several sections share."""
 
 from pydantic import BaseModel, ConfigDict
 
@@ -7,3 +7,11 @@ class StrictModel(BaseModel):
     """Unknown keys are errors, values are validated on assignment, and models are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_assignment=True)
+
+
+def require_unique(values: list, what: str) -> list:
+    """``values`` unchanged; raises ``ValueError`` naming ``what`` and the repeated entries."""
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{what} must be unique, got {values} (repeated: {', '.join(repeated)})")
+    return values

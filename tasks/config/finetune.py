@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.config.base import StrictModel
+from tasks.config.base import StrictModel, require_unique
 
 Variant = Literal["pretrained", "random", "reference"]
 Mode = Literal["full", "frozen"]
@@ -84,9 +84,7 @@ class FinetuneParams(StrictModel):
     @field_validator("seeds")
     @classmethod
     def _unique_seeds(cls, value: list[int]) -> list[int]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"seeds must be unique, got {value}")
-        return value
+        return require_unique(value, "seeds")
 
     @model_validator(mode="after")
     def _heads_fit_tasks(self) -> FinetuneParams:

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from tasks.config.base import StrictModel
+from tasks.config.base import StrictModel, require_unique
 
 Variant = Literal["pretrained", "random", "reference"]
 
@@ -32,6 +32,4 @@ class ProbeParams(StrictModel):
     @field_validator("variants")
     @classmethod
     def _unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"variants must be unique, got {value}")
-        return value
+        return require_unique(value, "variants")

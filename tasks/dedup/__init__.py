@@ -4,16 +4,18 @@ Reads ``<data>/ingest/<source>.parquet``, writes ``<data>/dedup/<source>.parquet
 ``cluster_id`` and ``is_duplicate``) and ``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
 
 Method (text-dedup / datatrove style, with verification):
-1. Normalize (``tasks.textnorm``: NFKC, zero-width removal, casefold, whitespace collapsed). Rows with the same
+1. Normalize (``tasks.common.textnorm``: NFKC, zero-width removal, casefold, whitespace collapsed). Rows with the same
    normalized text are exact duplicates (md5 of the normalized text).
-2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997),
-   in the ``affine32`` scheme of datasketch, computed with numpy over hashed shingles in worker processes.
-   Documents with fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
-3. A single datasketch ``MinHashLSH`` over all sources (bands and rows from datasketch's optimiser) proposes
-   candidate pairs; each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so
-   every merge is a true near duplicate. The sets are held as sorted 64-bit shingle hashes (two distinct
-   shingles collide with probability ~2**-64). Clusters are the connected components (union-find), so a
-   chain A~B~C joins A and C even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain.
+2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997)
+   from the MinHash kit the leakage audit shares (``tasks.common.minhash``: datasketch's ``affine32`` values,
+   computed with numpy in worker processes). Documents with fewer than ``n`` words have no shingle: they are
+   matched exactly only ("short docs").
+3. One LSH banding over all sources (bands and rows from datasketch's optimiser) proposes candidate pairs;
+   each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so every merge is a
+   true near duplicate. The sets are held as sorted 64-bit shingle hashes (two distinct shingles collide with
+   probability ~2**-64). Clusters are the connected components (union-find), so a chain A~B~C joins A and C
+   even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. The remaining parts (row
+   labels, output files, metrics) are ``tasks/dedup/outputs.py``.
 
 Keep rule (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer), then the longest
 normalized text (characters), then the smallest ``doc_id``. ``cluster_id`` is the ``doc_id`` of the cluster's
