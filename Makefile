@@ -52,7 +52,7 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"
 
 bench: install
-	for b in benchmarks/*.py; do $(BIN)/python $$b; done
+	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b; done
 
 mlflow-ui: install
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --workers 1

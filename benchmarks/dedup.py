@@ -38,6 +38,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from scipy import sparse  # noqa: E402
 
+from benchmarks._reference import word_ngrams  # noqa: E402
 from tasks import dedup  # noqa: E402
 from tasks.common import textnorm  # noqa: E402
 from tasks.common.minhash import lsh_bands_rows  # noqa: E402
@@ -54,11 +55,6 @@ BOILERPLATE = (
     "Follow us on social media and share this article with your friends. All rights reserved."
 )
 TARGETS = {"speedup": 3.0, "recall": 0.95, "precision": 1.0}
-
-
-def word_ngrams(tokens: list[str], n: int) -> set[str]:
-    """Word n-gram shingles as strings: the plain-Python reference (the stage hashes them to 64 bits)."""
-    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
 
 
 def main() -> None:

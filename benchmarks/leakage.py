@@ -29,6 +29,7 @@ import time  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
+from benchmarks._reference import word_ngrams  # noqa: E402
 from tasks import ingest, leakage, split  # noqa: E402
 from tasks.common.textnorm import words  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
@@ -36,11 +37,6 @@ from tasks.config.ingest import IngestParams  # noqa: E402
 from tasks.config.leakage import LeakageParams  # noqa: E402
 from tasks.config.split import SplitParams  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402
-
-
-def word_ngrams(tokens: list[str], n: int) -> set[str]:
-    """Word n-grams as strings: the plain-Python reference the stage's hashed n-grams must agree with."""
-    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
 
 
 def default_corpora(raw: dict, folder: Path):

@@ -6,7 +6,7 @@ rows of task sources. Two checks:
 - (a) every pretraining row (train and heldout) against every task dev/test document;
 - (b) every task train row against the dev/test documents of the same task source.
 
-Three detectors, all on ``tasks.textnorm.words`` (the dedup normalization: NFKC, casefold, whitespace and
+Three detectors, all on ``tasks.common.textnorm.words`` (the dedup normalization: NFKC, casefold, whitespace and
 line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide nothing:
 
 - ``ngram``: word n-gram overlap as in GPT-3 (Brown et al. 2020, appendix C) and lm-eval-harness
@@ -18,8 +18,8 @@ line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide
   match only a training doc whose whole normalized text is the same.
 - ``minhash_doc`` / ``minhash_passage``: MinHash (Broder 1997) LSH over word ``shingle_words``-gram
   shingles, candidates confirmed by exact Jaccard (as in text-dedup), with the kit dedup uses
-  (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so a text gets the
-  same signature in both stages). One permuted matrix per document serves all of its windows. Passages are windows of
+  (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so with equal seed,
+  ``num_perm`` and shingle size a text gets the same signature in both stages). One permuted matrix per document serves all of its windows. Passages are windows of
   ``passage_words`` words every ``passage_stride_words`` words on both sides, so an eval paragraph inside a
   long training document is compared with a window of about its own size. With stride s and window w the
   worst alignment still shares ``w - s/2`` words.
@@ -60,7 +60,7 @@ class Side:
     """Documents of one side, index-aligned with its frame: normalized words and their 64-bit hashes."""
 
     tokens: list[list[str]]
-    ids: list[np.ndarray]
+    hashes: list[np.ndarray]
 
 
 def run(cfg: LeakageParams, paths, log) -> dict:
@@ -72,7 +72,7 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     rows = pd.concat(list(frames.values()), ignore_index=True)
     eval_frame, train_frame = eval_rows(rows), train_rows(rows)
     trains, evals = make_sides([words(x) for x in train_frame["text"]], [words(x) for x in eval_frame["text"]])
-    log.info(f"leakage: {len(trains.ids)} training docs vs {len(evals.ids)} eval docs")
+    log.info(f"leakage: {len(trains.hashes)} training docs vs {len(evals.hashes)} eval docs")
     matches = (
         ngram_matches(trains, evals, cfg)
         + exact_matches(trains, evals, cfg.min_match_words)
@@ -118,12 +118,12 @@ def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     (``minhash.rolling_hashes`` of the word hashes) are computed once over all training docs concatenated
     (windows crossing a document boundary are dropped); every hash hit is then confirmed word by word.
     """
-    train_all, train_doc, train_pos = _concatenate(trains.ids)
-    eval_all, eval_doc, _ = _concatenate(evals.ids)
-    eval_offset = np.searchsorted(eval_doc, np.arange(len(evals.ids)))
-    doc_len = np.array([len(x) for x in trains.ids], dtype=np.int64)
+    train_all, train_doc, train_pos = _concatenate(trains.hashes)
+    eval_all, eval_doc, _ = _concatenate(evals.hashes)
+    eval_offset = np.searchsorted(eval_doc, np.arange(len(evals.hashes)))
+    doc_len = np.array([len(x) for x in trains.hashes], dtype=np.int64)
     found = []
-    for length, (keys, docs, starts) in tqdm(_ngram_index(evals.ids, cfg).items(), desc="leakage ngram", unit="n"):
+    for length, (keys, docs, starts) in tqdm(_ngram_index(evals.hashes, cfg).items(), desc="leakage ngram", unit="n"):
         h = minhash.rolling_hashes(train_all, length)
         inside = np.flatnonzero(train_pos[: len(h)] + length <= doc_len[train_doc[: len(h)]])
         lo = np.minimum(np.searchsorted(keys, h[inside], side="left"), len(keys) - 1)
@@ -139,15 +139,15 @@ def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     hits = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["i", "pos", "j", "q"])
     out = []
     for (i, j), part in hits.groupby(["i", "j"], sort=True):
-        length = min(cfg.ngram_words, len(evals.ids[j]))
-        score = part["q"].nunique() / (len(evals.ids[j]) - length + 1)
+        length = min(cfg.ngram_words, len(evals.hashes[j]))
+        score = part["q"].nunique() / (len(evals.hashes[j]) - length + 1)
         span = _longest_span(trains.tokens[i], sorted(set(part["pos"])), length, cfg.max_span_words)
         out.append((int(i), int(j), "ngram", score, span))
     return out
 
 
 def _concatenate(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All docs' word ids end to end, with the doc index and the position in its doc of every word."""
+    """All docs' word hashes end to end, with the doc index and the position in its doc of every word."""
     lengths = np.array([len(x) for x in docs], dtype=np.int64)
     flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.uint64)
     doc = np.repeat(np.arange(len(docs)), lengths)
@@ -201,18 +201,18 @@ def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:
 
 def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     """Whole-document MinHash LSH at ``doc_threshold``, confirmed by exact shingle Jaccard."""
-    train_windows = [(i, 0, len(x)) for i, x in enumerate(trains.ids) if len(x) >= cfg.shingle_words]
-    eval_windows = [(j, 0, len(x)) for j, x in enumerate(evals.ids) if len(x) >= cfg.shingle_words]
-    pairs = lsh_pairs(trains.ids, train_windows, evals.ids, eval_windows, cfg.doc_threshold, cfg)
+    train_windows = [(i, 0, len(x)) for i, x in enumerate(trains.hashes) if len(x) >= cfg.shingle_words]
+    eval_windows = [(j, 0, len(x)) for j, x in enumerate(evals.hashes) if len(x) >= cfg.shingle_words]
+    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.doc_threshold, cfg)
     return [(train_windows[a][0], eval_windows[b][0], "minhash_doc", score, None) for a, b, score in pairs]
 
 
 def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     """Passage-window MinHash LSH at ``passage_threshold``; best window pair per (train doc, eval doc)."""
-    train_windows = [(i, s, e) for i, x in enumerate(trains.ids) for s, e in passage_windows(len(x), cfg)]
-    eval_windows = [(j, s, e) for j, x in enumerate(evals.ids) for s, e in passage_windows(len(x), cfg)]
+    train_windows = [(i, s, e) for i, x in enumerate(trains.hashes) for s, e in passage_windows(len(x), cfg)]
+    eval_windows = [(j, s, e) for j, x in enumerate(evals.hashes) for s, e in passage_windows(len(x), cfg)]
     best: dict[tuple[int, int], tuple[float, str]] = {}
-    for a, b, score in lsh_pairs(trains.ids, train_windows, evals.ids, eval_windows, cfg.passage_threshold, cfg):
+    for a, b, score in lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg):
         (i, start, end), j = train_windows[a], eval_windows[b][0]
         if score > best.get((i, j), (-1.0, ""))[0]:
             best[(i, j)] = (score, " ".join(trains.tokens[i][start:end]))

@@ -10,7 +10,7 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
 - ``data/tokenize/cls/<tok>/{train,dev,test}``: truncated to ``max_seq_len``; ``truncated`` and
   ``n_tokens_full`` say what the model never sees.
 - ``data/tokenize/ner/<tok>/{train,dev,test}``: one row per window, ``labels_first`` and ``labels_all``
-  (see ``tasks/alignment.py``); long sentences become overlapping windows, so no gold word is lost.
+  (see ``tasks/common/alignment.py``); long sentences become overlapping windows, so no gold word is lost.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ NER_SENTENCES = [
 
 
 def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
-    """Windowed sentences built with ``ner_align`` exactly as the tokenize contract describes."""
+    """Windowed sentences built with ``tasks.common.alignment`` exactly as the tokenize contract describes."""
     names = alignment.label_names([t for _, tags in NER_SENTENCES for t in tags])
     label2id = {n: i for i, n in enumerate(names)}
     rows = []

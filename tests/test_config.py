@@ -53,3 +53,11 @@ def test_unknown_stage_section():
     params = load_params(ROOT / "params.yaml")
     with pytest.raises(ParamsError, match="nope"):
         params.section("nope")
+
+
+def test_require_unique_names_every_repeated_value():
+    from tasks.config.base import require_unique
+
+    assert require_unique([3, 1, 2], "seeds") == [3, 1, 2]
+    with pytest.raises(ValueError, match=r"^seeds must be unique; repeated: \[1, 3\]$"):
+        require_unique([3, 1, 2, 1, 3], "seeds")

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasketch import MinHashLSH
 from pydantic import ValidationError
+from reference import word_ngrams
 
 from tasks import dedup
 from tasks.common import textnorm
@@ -77,18 +78,13 @@ def tail_replaced(total_words: int, shared_prefix_words: int) -> tuple[str, str]
     return " ".join(first), " ".join(second)
 
 
-def string_shingles(tokens: list[str], n: int) -> set[str]:
-    """The word n-grams of ``tokens`` as strings: the reference the 64-bit hashed shingles must agree with."""
-    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
-
-
 def string_jaccard(x: str, y: str, n: int = 5) -> float:
     """Reference Jaccard on the shingle *string* sets (the stage works on 64-bit hashes of them)."""
-    a, b = (string_shingles(textnorm.words(t), n) for t in (x, y))
+    a, b = (word_ngrams(textnorm.words(t), n) for t in (x, y))
     return len(a & b) / len(a | b)
 
 
-# ------------------------------------------------------------------------------------------- issue checks
+# ------------------------------------------------------------------------------------------ cluster checks
 
 
 def test_cat_dog_cat_at_5_grams_gives_two_clusters(tmp_path):

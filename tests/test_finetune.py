@@ -168,7 +168,7 @@ def test_doc_sample_is_a_hash_rank_stable_under_supersets():
 @pytest.mark.parametrize(("configs", "match"), [
     (["pretrained/full"], "variant/mode/head"),
     (["pretrained/full/first"], "head 'first'"),
-    (["pretrained/full/cls-pool", "pretrained/full/cls-pool"], "duplicates"),
+    (["pretrained/full/cls-pool", "pretrained/full/cls-pool"], r"cls.configs must be unique; repeated: \[.pretrained/full/cls-pool.\]"),
     (["bert/full/cls-pool"], "variant"),
 ])
 def test_bad_configs_fail_at_load_time(configs, match):

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from reference import word_ngrams
 
 from tasks import leakage
 from tasks.common.textnorm import words
@@ -168,11 +169,6 @@ def test_bbc_in_both_roles_gives_nonzero_before_and_zero_after(tmp_path):
     assert sorted(pd.read_parquet(out / "news_pre.parquet")["doc_id"]) == [f"p{k}" for k in range(8)]
 
 
-def shingles(tokens: list[str], n: int) -> set[str]:
-    """Reference n-grams as strings (the stage works on 64-bit hashes of them)."""
-    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
-
-
 def test_ngram_matcher_agrees_with_set_intersection_reference():
     rng = np.random.default_rng(0)
     vocab = [f"w{k}" for k in range(12)]  # tiny vocabulary: many chance 3-gram collisions
@@ -180,7 +176,7 @@ def test_ngram_matcher_agrees_with_set_intersection_reference():
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
     cfg = params(ngram_words=3, min_match_words=1)
     got = {(i, j) for i, j, *_ in leakage.ngram_matches(*leakage.make_sides(trains, evals), cfg)}
-    want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if shingles(t, 3) & shingles(e, 3)}
+    want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if word_ngrams(t, 3) & word_ngrams(e, 3)}
     assert got == want and len(want) > 50
 
 

@@ -24,7 +24,7 @@ from tasks.config.probe import ProbeParams
 from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = REPO / "tasks" / "data" / "probe_senses.jsonl"
+SHIPPED = REPO / "tasks" / "probe" / "senses.jsonl"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -204,7 +204,7 @@ def test_bad_probe_files_name_the_line(tmp_path):
 
 def test_params_section_loads_and_rejects_bad_values():
     cfg = ProbeParams.model_validate(read_yaml(REPO / "params.yaml")["probe"])  # only our section
-    assert cfg.senses_file == Path("tasks/data/probe_senses.jsonl")
+    assert cfg.senses_file == Path("tasks/probe/senses.jsonl")
     with pytest.raises(ValueError, match="unique"):
         make_cfg(variants=["random", "random"])
     with pytest.raises(ValueError):

@@ -171,7 +171,7 @@ def workspace(tmp_path):
     shutil.copy(CLAIMS_YAML, paths.reports / "claims.yaml")
     lock = {"schema": "2.0", "stages": {
         "finetune@cls": {"cmd": "python -m tasks finetune cls", "deps": [
-            {"path": "data/tokenize", "md5": "aaaa.dir"}, {"path": "tasks/finetune.py", "md5": "code"}]},
+            {"path": "data/tokenize", "md5": "aaaa.dir"}, {"path": "tasks/finetune/__init__.py", "md5": "code"}]},
         "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]}}}
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
     section = read_yaml(REPO / "params.yaml")["report"]

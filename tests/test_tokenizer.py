@@ -180,7 +180,7 @@ def test_missing_source_names_the_file(corpus):
     [
         ({"vocab_from": "file"}, "vocab_file"),
         ({"vocab_file": "x.txt"}, "vocab_file"),
-        ({"special_tokens": {**SPECIALS, "mask": "[PAD]"}}, "distinct"),
+        ({"special_tokens": {**SPECIALS, "mask": "[PAD]"}}, r"special tokens must be unique; repeated: \[.\[PAD\].\]"),
         ({"vocab_size_tokens": 10}, "vocab_size_tokens"),
         ({"typo_key": 1}, "typo_key"),
     ],

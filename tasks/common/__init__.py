@@ -5,7 +5,8 @@
 - ``unionfind``: disjoint sets (dedup clusters, split groups);
 - ``alignment``: subword <-> word alignment and IOB2 (tokenize, finetune);
 - ``parquet``: the per-source Parquet files stages hand on (split, leakage, tokenizer, tokenize);
-- ``encoders``: tokenizers and the pretrained / random / reference encoders (tokenizer .. probe);
+- ``encoders``: tokenizers and the pretrained / random / reference encoders (tokenizer, tokenize, pretrain,
+  finetune, probe);
 - ``stats``: the one Student-t interval (finetune, report);
 - ``provenance``: git commit, ``dvc.yaml`` and ``dvc.lock`` (the runner, report, the flow);
 - ``nested``: dotted-key flattening of nested params and metrics (tracking, report).

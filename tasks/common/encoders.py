@@ -21,9 +21,6 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, 
 
 from tasks.config.paths import Paths
 
-#: Which tokenizer's ids each variant reads: ``clozeline`` (ours, under ``<models>/tokenizer``) or ``reference``.
-TOKENIZATION = {"pretrained": "clozeline", "random": "clozeline", "reference": "reference"}
-
 
 @lru_cache(maxsize=1)
 def reference_model_dir() -> Path:
@@ -38,19 +35,24 @@ def tokenizer_dir(paths: Paths) -> Path:
     return Path(paths.models) / "tokenizer"
 
 
+def pretrained_dir(models: Path) -> Path:
+    """``<models>/pretrained``: where pretrain saves our ``BertForMaskedLM`` and its tokenizer."""
+    return Path(models) / "pretrained"
+
+
 def model_dir(variant: str, models: Path) -> Path:
     """Folder with the config, weights and tokenizer of ``variant``; ``random`` reuses the pretrained config.
 
     Raises ``FileNotFoundError`` naming the folder when it has no ``config.json``.
     """
-    folder = reference_model_dir() if variant == "reference" else Path(models) / "pretrained"
+    folder = reference_model_dir() if variant == "reference" else pretrained_dir(models)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{variant}: no config.json in {folder} (run the pretrain stage first)")
     return folder
 
 
 def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
-    """The bare encoder of ``variant`` from ``folder`` (see ``model_dir``), in training mode.
+    """The bare encoder of ``variant`` from ``folder`` (see ``model_dir``); callers set train or eval mode.
 
     ``random`` initialises the config at ``folder`` from torch seed ``seed`` inside a forked RNG, so the
     caller's random state is untouched and the same seed always gives the same weights. The other variants

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from tasks.config import read_yaml
+
 DVC_YAML = "dvc.yaml"
 DVC_LOCK = "dvc.lock"
 PARAMS_YAML = "params.yaml"
@@ -48,12 +50,15 @@ def stage_names(root: Path) -> list[str]:
     names: list[str] = []
     for name, body in read_dvc_yaml(root).items():
         items = body.get("foreach") if isinstance(body, dict) else None
-        names.extend(f"{name}@{item}" for item in items) if items else names.append(name)
+        if items:
+            names.extend(f"{name}@{item}" for item in items)
+        else:
+            names.append(name)
     return names
 
 
 def stage_modules(root: Path) -> list[str]:
-    """The distinct stage modules (``tasks.<name>``) behind the ``dvc.yaml`` stages, in file order."""
+    """The stage names without ``@item`` (each the module ``tasks.<name>``), distinct, in dvc.yaml order."""
     return list(dict.fromkeys(name.partition("@")[0] for name in stage_names(root)))
 
 
@@ -66,7 +71,7 @@ def declared_deps(root: Path, dvc_stage: str) -> list[str]:
     except FileNotFoundError:
         return []
     params_file = Path(root) / PARAMS_YAML
-    params = (yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}) if params_file.is_file() else {}
+    params = (read_yaml(params_file) or {}) if params_file.is_file() else {}
     variables = {"item": item} if item else {}
     resolved = (_interpolate(dep, params, variables) for dep in body.get("do", body).get("deps", []) if isinstance(dep, str))
     return [dep for dep in resolved if dep is not None]
@@ -126,7 +131,8 @@ class Lock:
         return {str(dep.get("path")): str(dep.get("md5", "")) for dep in self.stages.get(stage, {}).get("deps", [])}
 
     def params(self, stage: str) -> dict[str, Any]:
-        """The params values ``stage`` last ran with, as DVC recorded them (nested as in ``params.yaml``)."""
+        """The params values ``stage`` last ran with, as DVC recorded them: a whole section listed in dvc.yaml
+        stays nested (``{"dedup": {...}}``), a key listed on its own stays dotted (``{"finetune.seeds": [...]}``)."""
         recorded = self.stages.get(stage, {}).get("params", {})
         merged: dict[str, Any] = {}
         for values in recorded.values():  # one mapping per params file

@@ -11,7 +11,7 @@ class StrictModel(BaseModel):
 
 def require_unique(values: list, what: str) -> list:
     """``values`` unchanged; raises ``ValueError`` naming ``what`` and the repeated entries."""
-    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    repeated = sorted({v for v in values if values.count(v) > 1}, key=str)
     if repeated:
-        raise ValueError(f"{what} must be unique, got {values} (repeated: {', '.join(repeated)})")
+        raise ValueError(f"{what} must be unique; repeated: {repeated}")
     return values

@@ -89,12 +89,10 @@ class FinetuneParams(StrictModel):
     @model_validator(mode="after")
     def _heads_fit_tasks(self) -> FinetuneParams:
         for task in ("cls", "ner"):
-            keys = [spec.key for spec in getattr(self, task).configs]
             for spec in getattr(self, task).configs:
                 if spec.head not in HEADS[task]:
                     raise ValueError(f"{task}.configs: head {spec.head!r} in {spec.key!r} is not one of {HEADS[task]}")
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"{task}.configs has duplicates: {keys}")
+            require_unique([spec.key for spec in getattr(self, task).configs], f"{task}.configs")
         if self.ner.max_seq_len_tokens is not None:
             raise ValueError("ner.max_seq_len_tokens must be null: NER windows are sized by the tokenize stage")
         return self

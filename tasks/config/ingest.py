@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.config.base import StrictModel
+from tasks.config.base import StrictModel, require_unique
 
 #: A source name becomes a file name (``data/ingest/<name>.parquet``) and the prefix of every ``doc_id``.
 SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
@@ -124,8 +124,5 @@ class IngestParams(StrictModel):
 
     @model_validator(mode="after")
     def _unique_names(self):
-        names = [source.name for source in self.sources]
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise ValueError(f"source names must be unique; repeated: {repeated}")
+        require_unique([source.name for source in self.sources], "source names")
         return self

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from tasks.config.base import StrictModel
+from tasks.config.base import StrictModel, require_unique
 
 
 class SpecialTokens(StrictModel):
@@ -21,9 +21,7 @@ class SpecialTokens(StrictModel):
 
     @model_validator(mode="after")
     def _distinct(self) -> SpecialTokens:
-        names = self.in_order()
-        if len(set(names)) != len(names):
-            raise ValueError(f"special tokens must be distinct, got {names}")
+        require_unique(self.in_order(), "special tokens")
         return self
 
     def in_order(self) -> list[str]:

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks.common.encoders import TOKENIZATION, model_dir, pad_token_id
+from tasks.common.encoders import model_dir, pad_token_id
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import cls as cls_task
@@ -33,6 +33,8 @@ from tasks.finetune.model import build_model, optimizer_for
 
 TASKS = {"cls": cls_task, "ner": ner_task}
 SPLITS = ("train", "dev", "test")
+#: Which tokenization (``data/tokenize/<task>/<tok>/``) each variant reads: its own tokenizer's ids.
+TOKENIZATION = {"pretrained": "clozeline", "random": "clozeline", "reference": "reference"}
 
 
 def run(cfg: FinetuneParams, paths, log, item: str) -> dict:

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from datasets import load_from_disk
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, pipeline
+from transformers import BertConfig, BertForMaskedLM, pipeline
 
+from tasks.common.encoders import load_tokenizer, pretrained_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
 from tasks.pretrain.mlm import MaskingVocab
@@ -43,7 +44,7 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
-    tokenizer = AutoTokenizer.from_pretrained(paths.models / "tokenizer")
+    tokenizer = load_tokenizer(tokenizer_dir(paths))
     vocab = MaskingVocab.from_tokenizer(tokenizer)
     train = load_blocks(paths.data / "tokenize" / "pretrain" / "train")
     heldout = load_blocks(paths.data / "tokenize" / "pretrain" / "heldout", cfg.eval_max_blocks)
@@ -52,7 +53,7 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
     trainer = Trainer(cfg, model, vocab, train, heldout, env, log, paths.models / "checkpoints" / "pretrain")
     summary = trainer.fit()
     if env.main:
-        out = paths.models / "pretrained"
+        out = pretrained_dir(paths.models)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve)
