@@ -6,23 +6,25 @@ rows of task sources. Two checks:
 - (a) every pretraining row (train and heldout) against every task dev/test document;
 - (b) every task train row against the dev/test documents of the same task source.
 
-Three detectors, all on ``tasks.common.textnorm.words`` (the dedup normalization: NFKC, casefold, whitespace and
-line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide nothing:
+Three detectors, all on ``tasks.common.textnorm.words`` (the dedup normalization: NFKC, casefold, whitespace
+and line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide nothing:
 
 - ``ngram``: word n-gram overlap as in GPT-3 (Brown et al. 2020, appendix C) and lm-eval-harness
   decontamination: any shared ``ngram_words``-gram is a hit; an eval text shorter than n uses its whole
-  length as the n-gram. N-grams are 64-bit rolling hashes of the words' 64-bit hashes (numpy), and every
-  n-gram hit is confirmed word by word, so an n-gram hash collision cannot create a match. Score = share of
+  length as the n-gram. N-grams are 64-bit rolling hashes of the words' 64-bit blake2b hashes (numpy), and
+  every n-gram hit is confirmed word by word on those word hashes, so an n-gram hash collision cannot create
+  a match (only two distinct words with equal blake2b hashes could, probability ~2**-64). Score = share of
   the eval doc's n-grams found.
 - ``exact``: eval texts under ``min_match_words`` words (2-word tweets would occur inside almost any text)
   match only a training doc whose whole normalized text is the same.
 - ``minhash_doc`` / ``minhash_passage``: MinHash (Broder 1997) LSH over word ``shingle_words``-gram
   shingles, candidates confirmed by exact Jaccard (as in text-dedup), with the kit dedup uses
   (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so with equal seed,
-  ``num_perm`` and shingle size a text gets the same signature in both stages). One permuted matrix per document serves all of its windows. Passages are windows of
-  ``passage_words`` words every ``passage_stride_words`` words on both sides, so an eval paragraph inside a
-  long training document is compared with a window of about its own size. With stride s and window w the
-  worst alignment still shares ``w - s/2`` words.
+  ``num_perm`` and shingle size a text gets the same signature in both stages). One permuted matrix per
+  document serves all of its windows. Passages are windows of ``passage_words`` words every
+  ``passage_stride_words`` words on both sides, so an eval paragraph inside a long training document is
+  compared with a window of about its own size. With stride s and window w the worst alignment still shares
+  ``w - s/2`` words.
 
 Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent),
 ``data/leakage/removed.jsonl`` (one line per removed row, with its reason) and ``data/leakage/table.parquet``

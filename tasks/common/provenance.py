@@ -73,7 +73,8 @@ def declared_deps(root: Path, dvc_stage: str) -> list[str]:
     params_file = Path(root) / PARAMS_YAML
     params = (read_yaml(params_file) or {}) if params_file.is_file() else {}
     variables = {"item": item} if item else {}
-    resolved = (_interpolate(dep, params, variables) for dep in body.get("do", body).get("deps", []) if isinstance(dep, str))
+    deps = [dep for dep in body.get("do", body).get("deps", []) if isinstance(dep, str)]
+    resolved = (_interpolate(dep, params, variables) for dep in deps)
     return [dep for dep in resolved if dep is not None]
 
 

@@ -44,4 +44,6 @@ class ReportParams(StrictModel):
     figure_metrics: FigureMetrics
     mlflow_ui_url: str = Field(pattern=r"^https?://", description="MLflow UI base URL the run-id links point at")
     figure_dpi: int = Field(ge=50, le=600, description="resolution of the PNG figures, dots per inch")
-    dvc_lock_file: Path = Field(description="dvc.lock read for data md5s and the params each stage ran with, relative to the repo root")
+    dvc_lock_file: Path = Field(
+        description="dvc.lock read for data md5s and the params each stage ran with, relative to the repo root"
+    )
