@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tasks.common.provenance import DVC_LOCK, Lock, declared_deps, git_commit, stage_modules
+from tasks.common.provenance import DVC_LOCK, Lock, declared_deps, git_commit, stage_modules, stage_names
 from tasks.config import ParamsError, load_params
 from tasks.tracking import NullLog, RunKilled, open_run
 
@@ -84,12 +84,17 @@ def _raise_killed(signum, frame) -> None:
 def _parse(argv: list[str] | None, root: Path) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tasks", description=__doc__.splitlines()[0])
     try:
-        stages = stage_modules(root)  # the stages are what dvc.yaml declares, not a list kept here
+        names = stage_names(root)  # the stages are what dvc.yaml declares, not a list kept here
     except FileNotFoundError as err:
         parser.error(str(err))
-    parser.add_argument("stage", choices=stages)
+    parser.add_argument("stage", choices=stage_modules(root))
     parser.add_argument("item", nargs="?", default=None, help="foreach item, e.g. the task of finetune (cls|ner)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    items = [name.partition("@")[2] for name in names if name.startswith(f"{args.stage}@")]
+    if (args.item or None) not in (items or [None]):
+        wanted = f"one item of {items}" if items else "no item"
+        parser.error(f"stage {args.stage!r} takes {wanted}")
+    return args
 
 
 if __name__ == "__main__":

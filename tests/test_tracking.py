@@ -143,6 +143,16 @@ def test_input_md5_tags_take_upstream_outputs_from_dvc_lock(tmp_path):
     assert stage_main.input_md5_tags(tmp_path, "finetune@cls") == {"dvc.dep.data/tokenize/cls": "ccc.dir"}
 
 
+def test_stage_items_are_checked_against_dvc_yaml(workdir, capsys):
+    for argv, message in ((["finetune"], "stage 'finetune' takes one item of ['cls', 'ner']"),
+                          (["finetune", "pos"], "stage 'finetune' takes one item of ['cls', 'ner']"),
+                          (["dedup", "cls"], "stage 'dedup' takes no item"),
+                          (["nope"], "invalid choice: 'nope'")):
+        with pytest.raises(SystemExit) as exit_:
+            stage_main.main(argv)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_invalid_params_exit_2_with_the_dotted_key_and_no_traceback(workdir, capsys):
     text = (workdir / "params.yaml").read_text().replace("retries: 0", "retries: -1", 1)
     (workdir / "params.yaml").write_text(text)

@@ -1,6 +1,7 @@
 """The ``report`` stage: the claim table.
 
-Reads the hand-written claims (``reports/claims.yaml``), every ``metrics/*.json`` and ``dvc.lock``; writes
+Reads the hand-written claims (``reports/claims.yaml``), the ``metrics/*.json`` of dedup, leakage, tokenize,
+pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; writes
 ``reports/claims.md``, a self-contained ``reports/claims.html`` and ``reports/figures/*.png``. Each claim
 becomes one row (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
 data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
