@@ -87,7 +87,7 @@ def _parse(argv: list[str] | None, root: Path) -> argparse.Namespace:
         names = stage_names(root)  # the stages are what dvc.yaml declares, not a list kept here
     except FileNotFoundError as err:
         parser.error(str(err))
-    parser.add_argument("stage", choices=stage_modules(root))
+    parser.add_argument("stage", choices=stage_modules(names))
     parser.add_argument("item", nargs="?", default=None, help="foreach item, e.g. the task of finetune (cls|ner)")
     args = parser.parse_args(argv)
     items = [name.partition("@")[2] for name in names if name.startswith(f"{args.stage}@")]

@@ -71,7 +71,7 @@ def test_stage_names_expand_foreach_and_deps_fill_in_item_and_params(tmp_path):
     (tmp_path / "dvc.yaml").write_text(DVC_YAML)
     (tmp_path / "params.yaml").write_text("paths:\n  data: store\n")
     assert stage_names(tmp_path) == ["a", "b", "finetune@cls", "finetune@ner"]
-    assert stage_modules(tmp_path) == ["a", "b", "finetune"]
+    assert stage_modules(stage_names(tmp_path)) == ["a", "b", "finetune"]
     assert declared_deps(tmp_path, "b") == ["tasks/b.py", "store/a"]  # other.file is in no params: left out
     assert declared_deps(tmp_path, "finetune@ner") == ["store/tokenize/ner", "models/pretrained"]
     with pytest.raises(FileNotFoundError, match="dvc.yaml: no such file"):

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from tasks.common.nested import flatten
 from tasks.config import read_yaml
 
 DVC_YAML = "dvc.yaml"
@@ -57,9 +58,9 @@ def stage_names(root: Path) -> list[str]:
     return names
 
 
-def stage_modules(root: Path) -> list[str]:
-    """The stage names without ``@item`` (each the module ``tasks.<name>``), distinct, in dvc.yaml order."""
-    return list(dict.fromkeys(name.partition("@")[0] for name in stage_names(root)))
+def stage_modules(names: list[str]) -> list[str]:
+    """``names`` (from ``stage_names``) without ``@item``, distinct, in order: each the module ``tasks.<name>``."""
+    return list(dict.fromkeys(name.partition("@")[0] for name in names))
 
 
 def declared_deps(root: Path, dvc_stage: str) -> list[str]:
@@ -71,28 +72,17 @@ def declared_deps(root: Path, dvc_stage: str) -> list[str]:
     except FileNotFoundError:
         return []
     params_file = Path(root) / PARAMS_YAML
-    params = (read_yaml(params_file) or {}) if params_file.is_file() else {}
-    variables = {"item": item} if item else {}
+    values = flatten(read_yaml(params_file) or {}) if params_file.is_file() else {}
+    values.update({"item": item} if item else {})
     deps = [dep for dep in body.get("do", body).get("deps", []) if isinstance(dep, str)]
-    resolved = (_interpolate(dep, params, variables) for dep in deps)
+    resolved = (_interpolate(dep, values) for dep in deps)
     return [dep for dep in resolved if dep is not None]
 
 
-def _interpolate(text: str, params: dict[str, Any], variables: dict[str, str]) -> str | None:
-    """``text`` with every ``${key}`` replaced (``variables`` first, then dotted keys of ``params``)."""
-    def value(match: re.Match) -> str:
-        key = match.group(1)
-        if key in variables:
-            return variables[key]
-        node: Any = params
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise KeyError(key)
-            node = node[part]
-        return str(node)
-
+def _interpolate(text: str, values: dict[str, Any]) -> str | None:
+    """``text`` with every ``${key}`` replaced by ``values[key]`` (dotted keys), or ``None`` if one is unknown."""
     try:
-        return _VARIABLE.sub(value, text)
+        return _VARIABLE.sub(lambda match: str(values[match.group(1)]), text)
     except KeyError:
         return None
 
