@@ -152,7 +152,8 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
         "dedup": {"sources": {"bbc_news": {"docs_in": 2224, "exact_duplicates": 98, "near_duplicates": 12,
                                            "clusters": 2110, "fraction_removed": 0.0495}}},
         "tokenize": {"cls": {"clozeline": {"truncation_rate": 0.125}, "reference": {"truncation_rate": 0.3}}},
-        "pretrain": {"heldout_loss": 5.1, "hardware": {"device": "cpu", "count": 2}},
+        "pretrain": {"heldout_loss": 5.1, "heldout_unigram_ce": 6.7, "heldout_gap_to_unigram_nats": 1.6,
+                     "hardware": {"device": "cpu", "count": 2}},
     }
     folder.mkdir(parents=True, exist_ok=True)
     for name, body in files.items():
@@ -235,6 +236,26 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert "treatment: pretrained layer 2 of 0..2" in probe.notes
 
 
+def test_a_failed_precondition_gives_not_resolvable_never_contradicted(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    pre = json.loads((paths.metrics / "pretrain.json").read_text())
+    pre["heldout_gap_to_unigram_nats"] = 0.31  # the encoder learned token frequencies and little more
+    (paths.metrics / "pretrain.json").write_text(json.dumps(pre))
+    rows = _rows_by_id(cfg, paths)
+    row = rows["pretraining-helps-cls"]
+    assert row.verdict == "not resolvable"
+    assert row.reason == ("not resolvable: the pretrained encoder beats the unigram baseline by at least 1 nat on "
+                          "the held-out masks (pretrain/heldout_gap_to_unigram_nats >= 1), measured 0.31")
+    assert row.difference is not None  # the arms are still shown, only the verdict is withheld
+    assert rows["no-eval-leakage-after-audit"].verdict == "supported"  # no precondition: unaffected
+
+    del pre["heldout_gap_to_unigram_nats"]
+    (paths.metrics / "pretrain.json").write_text(json.dumps(pre))
+    row = _rows_by_id(cfg, paths)["pretraining-helps-cls"]
+    assert row.verdict == "not resolvable" and "not measured" in row.reason
+
+
 def test_invalid_claims_file_names_the_key(tmp_path):
     bad = yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))
     bad["claims"][1]["id"] = bad["claims"][0]["id"]
@@ -264,7 +285,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert "- **pretrained model quality (metrics/pretrain.json)**:\n  - heldout_loss: 5.1" in md
     verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
     counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| "))
-               for v in ("supported", "inconclusive", "contradicted", "not run")}
+               for v in ("supported", "inconclusive", "contradicted", "not resolvable", "not run")}
     assert verdicts == ["**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items())
                         + f" (of {len(claim_ids)} claims)"]
     cls_row = next(line for line in md.splitlines() if line.startswith("| pretraining-helps-cls: "))
@@ -293,7 +314,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
 def test_run_with_no_metrics_at_all_still_lists_every_claim(workspace):
     cfg, paths = workspace
     out = report.run(cfg, paths, NullLog())
-    assert out["verdicts"]["not_run"] == len(out["claims"]) == 9
+    assert out["verdicts"]["not_run"] == len(out["claims"]) == 10
     assert list((paths.reports / "figures").glob("*.png")) == []
 
 
@@ -336,7 +357,7 @@ def test_curve_reader_skips_empty_and_nan_cells_and_span_bars_keep_severity_orde
     curve.write_text("step\ttrain_loss\tlr\teval_loss\n0\t9.0\t0.0\t9.1\n5\t8.0\t1e-3\t\n10\tnan\t5e-4\t7.0\n")
     series = figures.read_curve(curve)
     assert series == {"train_loss": [(0.0, 9.0), (5.0, 8.0)], "eval_loss": [(0.0, 9.1), (10.0, 7.0)],
-                      "lr": [(0.0, 0.0), (5.0, 1e-3), (10.0, 5e-4)]}
+                      "lr": [(0.0, 0.0), (5.0, 1e-3), (10.0, 5e-4)], "unigram_ce": []}
     raw = {"spurious": 1, "exact": 5, "zeta": 2, "missed": 3, "boundary": 4, "type": 0, "note": "x"}
     assert list(figures.span_counts(raw)) == ["exact", "boundary", "type", "missed", "spurious", "zeta"]
     write_metrics(tmp_path / "metrics")

@@ -27,7 +27,7 @@ from tasks.report import render
 from tasks.report.claims import MALFORMED, Metrics, NotRun, load_claims
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.ledger import build_ledger
-from tasks.report.statistics import StatsConfig
+from tasks.report.statistics import VERDICTS, StatsConfig
 
 
 def run(cfg: ReportParams, paths: Paths, log) -> dict:
@@ -64,8 +64,7 @@ def stats_config(cfg: ReportParams) -> StatsConfig:
 
 def summarize(rows: list[Row]) -> dict[str, int]:
     """Number of claims per verdict (every verdict listed, zeros included)."""
-    verdicts = ("supported", "contradicted", "inconclusive", "not run")
-    return {v.replace(" ", "_"): sum(r.verdict == v for r in rows) for v in verdicts}
+    return {v.replace(" ", "_"): sum(r.verdict == v for r in rows) for v in VERDICTS}
 
 
 def row_metrics(row: Row) -> dict:
@@ -98,6 +97,10 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str,
             metrics, cfg.figure_runs.cls, out / "cls_confusion.png", dpi),
         "NER span errors": lambda: fig.span_errors(metrics, cfg.figure_runs.ner, out / "ner_span_errors.png", dpi),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
+        "Classification: score against pretraining steps": lambda: fig.dose_response(
+            metrics, "cls", cfg.figure_metrics.cls, level, out / "dose_cls.png", dpi),
+        "NER: score against pretraining steps": lambda: fig.dose_response(
+            metrics, "ner", cfg.figure_metrics.ner, level, out / "dose_ner.png", dpi),
     }
     drawn: dict[str, Path | str] = {}
     for title, draw in tqdm(jobs.items(), desc="figures", unit="fig"):

@@ -42,6 +42,35 @@ MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError)
 # ---------------------------------------------------------------- claims.yaml
 
 
+class Precondition(StrictModel):
+    """What must hold before a claim's arms can speak to it: the number at ``value``
+    (``<metrics file>/<dotted.key>``, e.g. ``pretrain/heldout_gap_to_unigram_nats``) is ``>= at_least``
+    and/or ``<= at_most``. ``what`` says it in words (shown when it fails)."""
+
+    what: str = Field(min_length=1)
+    value: str = Field(pattern=r"^[a-z0-9_]+/[A-Za-z0-9_.]+$")
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @field_validator("at_most")
+    @classmethod
+    def _has_a_bound(cls, at_most, info):
+        if at_most is None and info.data.get("at_least") is None:
+            raise ValueError("a precondition needs at_least or at_most")
+        return at_most
+
+    def check(self, metrics: Metrics) -> str | None:
+        """``None`` when it holds; else why not, with the measured value. Raises ``NotRun`` if the value is absent."""
+        name, key = self.value.split("/", 1)
+        measured = float(dig(metrics.get(name), key.split("."), f"metrics/{name}.json"))
+        low_ok = self.at_least is None or measured >= self.at_least
+        high_ok = self.at_most is None or measured <= self.at_most
+        if low_ok and high_ok:
+            return None
+        bound = f">= {self.at_least:g}" if not low_ok else f"<= {self.at_most:g}"
+        return f"{self.what} ({self.value} {bound}), measured {measured:.4g}"
+
+
 class Claim(StrictModel):
     """One hand-written claim; ``treatment``/``baseline`` follow the reference grammar of this module."""
 
@@ -56,6 +85,9 @@ class Claim(StrictModel):
     ablation: str = Field(description="the component removed in the baseline")
     min_effect: float = Field(description="difference: smallest effect that counts; upper_bound: the bound")
     known_confounders: list[str]
+    preconditions: list[Precondition] = Field(
+        default_factory=list, description="checked before the verdict; a failed one makes it `not resolvable`"
+    )
 
     @field_validator("treatment", "baseline")
     @classmethod

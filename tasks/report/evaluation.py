@@ -54,10 +54,26 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
     row = _estimate(claim, treat, base, cfg)
+    failed = failed_preconditions(claim, metrics)
+    if failed:
+        row.verdict, row.reason = "not resolvable", "not resolvable: " + "; ".join(failed)
     row.confounders, row.data_md5 = confounders, md5s
     row.run_ids = sorted(set(treat.run_ids) | set(base.run_ids))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
     return row
+
+
+def failed_preconditions(claim: Claim, metrics: Metrics) -> list[str]:
+    """Why each failed precondition of ``claim`` failed (empty: all hold); an absent value counts as failed."""
+    failed = []
+    for pre in claim.preconditions:
+        try:
+            why = pre.check(metrics)
+        except (NotRun, *MALFORMED) as err:
+            why = f"{pre.what} ({pre.value}): not measured: {err}"
+        if why:
+            failed.append(why)
+    return failed
 
 
 def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:

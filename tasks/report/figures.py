@@ -31,7 +31,8 @@ def _save(fig, path: Path, dpi: int) -> Path:
 
 
 def read_curve(path: Path) -> dict[str, list[tuple[float, float]]]:
-    """``metrics/pretrain_curve.tsv`` (``step, train_loss, lr, eval_loss``) as ``{column: [(step, value)]}``.
+    """``metrics/pretrain_curve.tsv`` (``step, train_loss, lr, eval_loss, unigram_ce``) as ``{column: [(step,
+    value)]}``.
 
     Empty or ``nan`` cells (eval_loss is only logged at eval steps) are skipped. Raises ``NotRun`` if the
     file is missing or has no ``step`` column.
@@ -42,7 +43,8 @@ def read_curve(path: Path) -> dict[str, list[tuple[float, float]]]:
         reader = csv.DictReader(handle, delimiter="\t")
         if "step" not in (reader.fieldnames or []):
             raise NotRun(f"{path} has no 'step' column (columns: {reader.fieldnames})")
-        series: dict[str, list[tuple[float, float]]] = {c: [] for c in ("train_loss", "eval_loss", "lr")}
+        columns = ("train_loss", "eval_loss", "lr", "unigram_ce")
+        series: dict[str, list[tuple[float, float]]] = {c: [] for c in columns}
         for row in reader:
             for column, points in series.items():
                 cell = (row.get(column) or "").strip()
@@ -52,7 +54,8 @@ def read_curve(path: Path) -> dict[str, list[tuple[float, float]]]:
 
 
 def loss_curve(curve_path: Path, out: Path, dpi: int) -> Path:
-    """Pretraining train/eval MLM loss against optimizer step, learning rate on a second axis."""
+    """Pretraining train/eval MLM loss against optimizer step, learning rate on a second axis, and the unigram
+    baseline's held-out cross-entropy as a horizontal line (below it, the model uses context)."""
     series = read_curve(curve_path)
     if not series["train_loss"] and not series["eval_loss"]:
         raise NotRun(f"{curve_path} has no loss values")
@@ -60,12 +63,38 @@ def loss_curve(curve_path: Path, out: Path, dpi: int) -> Path:
     for column, style in (("train_loss", "-"), ("eval_loss", "o-")):
         if series[column]:
             ax.plot(*zip(*series[column]), style, label=column.replace("_", " "), markersize=3)
+    if series["unigram_ce"]:
+        unigram = series["unigram_ce"][-1][1]
+        ax.axhline(unigram, color="tab:red", linestyle="--", linewidth=1, label=f"unigram baseline ({unigram:.2f})")
     ax.set(xlabel="optimizer step", ylabel="MLM cross-entropy (nats/token)", title="Pretraining loss")
     ax.legend(loc="upper left")
     if series["lr"]:
         lr_ax = ax.twinx()
         lr_ax.plot(*zip(*series["lr"]), color="grey", alpha=0.4, linewidth=1)
         lr_ax.set_ylabel("learning rate", color="grey")
+    return _save(fig, out, dpi)
+
+
+def dose_response(metrics: Metrics, task: str, metric: str, level: float, out: Path, dpi: int) -> Path:
+    """Dose-response: the test score (mean and t-CI over seeds) of the ``dose_response`` configuration of
+    ``metrics/finetune_<task>.json`` fine-tuned from each pretraining snapshot and from the final model,
+    against pretraining steps. A monotone rise is stronger evidence for pretraining than one endpoint."""
+    where = f"metrics/finetune_{task}.json"
+    tree = metrics.get(f"finetune_{task}")
+    dose = dig(tree, ["dose_response"], where)
+    final_step = int(dig(metrics.get("pretrain"), ["steps"], "metrics/pretrain.json"))
+    points = sorted([(int(step), key) for step, key in dose["runs"].items()] + [(final_step, dose["config"])])
+    xs, estimates = [], []
+    for step, key in points:
+        values = dig(tree, ["runs", key, metric, "per_seed"], where)
+        xs.append(step)
+        estimates.append(mean_ci(tuple(float(v) for v in values), level))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    means = [e.mean for e in estimates]
+    low = [e.mean - e.low if e.has_ci else 0.0 for e in estimates]
+    high = [e.high - e.mean if e.has_ci else 0.0 for e in estimates]
+    ax.errorbar(xs, means, yerr=[low, high], fmt="o-", capsize=4)
+    ax.set(xlabel="pretraining steps", ylabel=metric, title=f"{task}: {dose['config']} against pretraining steps")
     return _save(fig, out, dpi)
 
 

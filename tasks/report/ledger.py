@@ -64,13 +64,18 @@ def params_as_run(lock: Lock) -> dict[str, str]:
 
 
 def pretrain_quality(metrics: Metrics) -> dict[str, str] | str:
-    """Held-out MLM loss before/after, perplexity, masked-token accuracy and fill-mask top-5: how much the
-    encoder behind the ``pretrained`` arms actually learned (a weak one explains weak downstream claims)."""
+    """Held-out MLM loss before/after against the unigram baseline, per source, perplexity, masked-token
+    accuracy and fill-mask top-5: how much the encoder behind the ``pretrained`` (or ``adapted``) arms
+    learned (a weak one explains weak downstream claims)."""
     pre = metrics.optional("pretrain")
     if not pre:
         return "not available (metrics/pretrain.json missing)"
-    quality = {key: str(pre[key]) for key in ("heldout_loss_initial", "heldout_loss", "heldout_perplexity",
-                                              "heldout_mlm_accuracy", "steps") if key in pre}
+    keys = ("variant", "init_from", "heldout_loss_initial", "heldout_loss", "heldout_unigram_ce",
+            "heldout_gap_to_unigram_nats", "heldout_perplexity", "heldout_mlm_accuracy", "heldout_unigram_accuracy",
+            "steps", "train_minutes")  # fmt: skip
+    quality = {key: str(pre[key]) for key in keys if key in pre}
+    for source, scores in sorted((pre.get("heldout_by_source") or {}).items()):
+        quality[f"held-out loss: {source}"] = f"{scores['loss']:.3f} (unigram {scores['unigram_ce']:.3f})"
     for prompt, top in sorted((pre.get("fill_mask") or {}).items()):
         quality[f"fill-mask: {prompt}"] = " ".join(top.get("tokens", []))
     return quality

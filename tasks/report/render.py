@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tasks.report.evaluation import Row
-from tasks.report.statistics import Estimate
+from tasks.report.statistics import VERDICTS, Estimate
 
 TABLE_HEADER = ("claim", "treatment", "baseline", "difference", "min_effect", "verdict", "statistics",
                 "confounders (measured)", "MLflow runs; data md5 (dvc.lock)")
@@ -20,7 +20,9 @@ STATS_NOTE = (
     "otherwise Welch's t; the method used is named in each row. All quantiles come from scipy. Verdict: "
     "supported when the difference's CI lower bound exceeds min_effect; contradicted when its upper bound is "
     "below min(0, min_effect); inconclusive otherwise. An upper_bound claim compares the treatment's CI with "
-    "min_effect as the bound. A claim whose inputs are missing reads `not run: <why>`."
+    "min_effect as the bound. A claim whose inputs are missing reads `not run: <why>`; one whose "
+    "precondition failed (e.g. the pretrained encoder did not beat the unigram baseline) reads "
+    "`not resolvable: <precondition>, measured <value>`: its arms say nothing about the claim."
 )
 
 
@@ -35,7 +37,7 @@ def fmt_estimate(est: Estimate | None) -> str:
 def table_cells(row: Row) -> tuple[str, ...]:
     """The plain-text cells of one row for the first seven columns of ``TABLE_HEADER``."""
     c = row.claim
-    verdict = row.reason if row.verdict == "not run" else f"{row.verdict} ({row.reason})"
+    verdict = row.reason if row.verdict in ("not run", "not resolvable") else f"{row.verdict} ({row.reason})"
     return (f"{c.id}: {c.statement}", fmt_estimate(row.treatment), fmt_estimate(row.baseline),
             fmt_estimate(row.difference), f"{c.min_effect:g}", verdict, row.pairing or "-")
 
@@ -99,7 +101,7 @@ def _md_items(items) -> list[str]:
 def verdict_summary(rows: list[Row]) -> str:
     """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims)"``: the table in one line."""
     counts = {verdict: sum(row.verdict == verdict for row in rows)
-              for verdict in ("supported", "inconclusive", "contradicted", "not run")}
+              for verdict in VERDICTS}
     return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(rows)} claims)"
 
 
@@ -140,6 +142,7 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #bbb;padding:4px 6px;vertical-align:top}
 th{background:#eee}.supported{background:#d4f4d4}.contradicted{background:#f8d0d0}
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
+.not-resolvable{background:#e0e4f4;font-style:italic}
 img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
 """
 

@@ -13,7 +13,9 @@ Verdicts of a ``difference`` claim: ``supported`` when the CI's lower bound exce
 ``min_effect`` is a non-inferiority margin); ``inconclusive`` otherwise. An ``upper_bound`` claim
 (``treatment`` must stay at or below ``min_effect``, e.g. a leakage rate) is ``supported`` when the
 treatment's CI upper bound is <= ``min_effect``, ``contradicted`` when its lower bound is above it.
-A claim whose inputs are missing gets verdict ``not run`` with the reason; it never disappears.
+A claim whose inputs are missing gets verdict ``not run`` with the reason; it never disappears. A claim whose
+precondition fails (e.g. the pretrained encoder never beat the unigram baseline, so the treatment was never
+produced) gets ``not resolvable: <precondition>, measured <value>``, never ``contradicted``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from scipy import stats
 
 from tasks.common.stats import t_interval
 
-Verdict = Literal["supported", "contradicted", "inconclusive", "not run"]
+Verdict = Literal["supported", "contradicted", "inconclusive", "not resolvable", "not run"]
+#: Every verdict, in the order the summaries list them.
+VERDICTS: tuple[Verdict, ...] = ("supported", "inconclusive", "contradicted", "not resolvable", "not run")
 
 
 @dataclass(frozen=True)
