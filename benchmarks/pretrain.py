@@ -53,7 +53,7 @@ def corpus_texts(max_docs: int | None = None) -> list[str]:
 
 def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 20, max_docs: int | None = None) -> None:
     """A WordPiece tokenizer in ``root/models/tokenizer`` and packed blocks in
-    ``root/data/tokenize/pretrain/{train,heldout}`` ([CLS] + seq_len-2 tokens + [SEP]), as the real stages write."""
+    ``root/data/tokenize/pretrain/clozeline/{train,heldout}`` ([CLS] + seq_len-2 tokens + [SEP]), as the real stages write."""
     from datasets import Dataset
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -79,7 +79,9 @@ def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 2
             "input_ids": blocks,
             "attention_mask": [[1] * seq_len for _ in blocks],
             "special_tokens_mask": [[1] + [int(i in (cls_id, sep_id)) for i in b[1:-1]] + [1] for b in blocks],
-        }).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / split))  # fmt: skip
+            # two named sources (every 4th block "bbc_b"), so per-source held-out reporting has two to report
+            "source": ["bbc_b" if i % 4 == 3 else "bbc_a" for i in range(len(blocks))],
+        }).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / "clozeline" / split))  # fmt: skip
 
 
 def stage_config(preset: str, batch: int, mlm_probability: float, bf16: bool):
@@ -99,15 +101,17 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, floa
     import torch
     from transformers import AutoTokenizer
 
-    from tasks.pretrain import build_model, load_blocks
+    from tasks.pretrain.blocks import load_blocks
+    from tasks.pretrain.hardware import setup_distributed
+    from tasks.pretrain.init import build_model
     from tasks.pretrain.mlm import MaskingVocab
-    from tasks.pretrain.trainer import Trainer, setup_distributed
+    from tasks.pretrain.trainer import Trainer
     from tasks.tracking import NullLog
 
     env = setup_distributed()
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
-    train = load_blocks(data / "data" / "tokenize" / "pretrain" / "train")
+    train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
     model = build_model(cfg, len(tok), train["input_ids"].shape[1], tok.pad_token_id).to(env.device)
     trainer = Trainer(cfg, model, MaskingVocab.from_tokenizer(tok), train, train, env, NullLog(), data / "ckpt")
     for i in range(warmup + steps):
@@ -133,11 +137,11 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> tuple[float,
         TrainingArguments,  # fmt: skip
     )
 
-    from tasks.pretrain import build_model
+    from tasks.pretrain.init import build_model
 
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
-    train = load_from_disk(str(data / "data" / "tokenize" / "pretrain" / "train"))
+    train = load_from_disk(str(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train"))
     model = build_model(cfg, len(tok), len(train[0]["input_ids"]), tok.pad_token_id)
     stamps: list[float] = []
 
@@ -171,8 +175,8 @@ def worker(args: argparse.Namespace) -> dict:
     """Measure one variant in this process; returns tokens/s, peak memory and (on CUDA) MFU."""
     import torch
 
-    from tasks.pretrain import build_model
-    from tasks.pretrain.trainer import bf16_peak_flops, train_flops_per_token
+    from tasks.pretrain.hardware import peak_flops, train_flops_per_token
+    from tasks.pretrain.init import build_model
 
     cfg = stage_config(args.preset, args.batch, args.mlm_probability, bf16=True)
     measure = measure_stage if args.variant == "stage" else measure_hf_trainer
@@ -184,7 +188,7 @@ def worker(args: argparse.Namespace) -> dict:
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
         model = build_model(cfg, 8000, args.seq_len, 0)
         # the same FLOP count for both variants (the stage's, i.e. the work needed), so MFU ratios = speed ratios
-        peak = bf16_peak_flops(device)
+        peak = peak_flops(device, bf16=True)
         if peak:
             out["mfu"] = tokens_per_s * train_flops_per_token(model, args.seq_len, args.mlm_probability) / peak
         out["gpu"] = torch.cuda.get_device_name(device)

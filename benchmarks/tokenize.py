@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from tasks import tokenize as stage  # noqa: E402
 from tasks.common.encoders import reference_model_dir  # noqa: E402
+from tasks.tokenize import pretrain as stage  # noqa: E402
 
 SEQ = 128
 BATCH = 1000

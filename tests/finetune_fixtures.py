@@ -11,6 +11,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
 from tasks.common import alignment
+from tasks.common.encoders import write_pretraining_record
 from tasks.config.finetune import FinetuneParams
 
 SPORT = "goal match team ball score win football coach".split()
@@ -28,6 +29,7 @@ def save_tiny_bert(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
                         intermediate_size=2 * hidden, max_position_embeddings=64)
     BertForMaskedLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
+    write_pretraining_record(folder, "pretrained", "scratch", "clozeline")
     return folder
 
 
@@ -86,14 +88,15 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
 
 
 def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,
-                epochs: int = 2) -> FinetuneParams:
+                epochs: int = 2, cls_dose_response: str | None = None) -> FinetuneParams:
     """Params for a seconds-long run on the fixtures."""
     task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
             "batch_size": 4, "length_group_batches": 2,
             "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
-            "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0}
+            "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,
+            "dose_response": None}
     return FinetuneParams.model_validate({
         "seeds": seeds, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1,
-        "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10},
+        "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
         "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
     })

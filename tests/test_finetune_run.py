@@ -108,6 +108,35 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
     json.dumps(metrics, allow_nan=False)  # the report reads strict JSON
 
 
+def test_dose_response_fine_tunes_the_config_from_every_snapshot(tmp_path):
+    pretrained = save_tiny_bert(tmp_path / "models" / "pretrained", hidden=32, seed=0)
+    for step, seed in ((0, 5), (7, 6)):  # two snapshots with other weights than the final model
+        save_tiny_bert(pretrained / "snapshots" / f"step_{step:08d}", hidden=32, seed=seed)
+    write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
+    params = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3, 4],
+                         cls_dose_response="pretrained/full/mean-pool")
+    log = RecordingLog()
+    metrics = run(params, paths, log, "cls")
+    keys = ["pretrained/full/mean-pool", "pretrained@step_00000000/full/mean-pool",
+            "pretrained@step_00000007/full/mean-pool"]
+    assert sorted(metrics["runs"]) == sorted(keys)
+    assert metrics["dose_response"] == {"config": keys[0], "runs": {0: keys[1], 7: keys[2]}}
+    folders = {c.name: Path(c.logged["model_dir"]) for c in log.children}  # each run loaded its own weights
+    assert folders == {f"cls/{keys[0]}": pretrained, f"cls/{keys[1]}": pretrained / "snapshots" / "step_00000000",
+                       f"cls/{keys[2]}": pretrained / "snapshots" / "step_00000007"}
+    for key in keys:
+        assert (paths.data / "finetune" / "cls" / key / "seed3.test.jsonl").is_file()
+
+
+def test_dose_response_without_snapshots_names_the_param(workspace):
+    _, paths, _ = workspace
+    params = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3],
+                         cls_dose_response="pretrained/full/mean-pool")
+    with pytest.raises(FileNotFoundError, match="dose_snapshot_fractions"):
+        run(params, paths, NullLog(), "cls")
+
+
 def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
     root, paths, reference = workspace
     monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)

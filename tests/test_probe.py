@@ -18,6 +18,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
 from tasks import probe
+from tasks.common.encoders import write_pretraining_record
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
@@ -54,6 +55,7 @@ def save_tiny_pretrained(folder: Path) -> None:
     torch.manual_seed(1)
     BertForMaskedLM(config).save_pretrained(folder)
     fast.save_pretrained(folder)
+    write_pretraining_record(folder, "pretrained", "scratch", "clozeline")
 
 
 @pytest.fixture(scope="module")

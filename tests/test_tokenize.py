@@ -17,6 +17,8 @@ from tasks.common import alignment
 from tasks.common.alignment import IGNORE
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.config.tokenize import TokenizeParams
+from tasks.tokenize.ner import encode_words
+from tasks.tokenize.pretrain import block_sources
 from tasks.tracking import NullLog
 
 SEQ = 16
@@ -94,8 +96,9 @@ def test_packed_blocks_are_exactly_max_seq_len_and_reproduce_the_stream(built):
     for text in texts:  # independent: one unbatched call per document
         stream += tok(text, add_special_tokens=False)["input_ids"] + [tok.sep_token_id]
     n_blocks = len(stream) // (SEQ - 1)
-    blocks = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "train"))
+    blocks = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "clozeline" / "train"))
     assert len(blocks) == n_blocks > 0
+    assert set(blocks["source"]) == {"pre"}
     ids = np.asarray(blocks["input_ids"])
     assert ids.shape == (n_blocks, SEQ)
     assert (ids[:, 0] == tok.cls_token_id).all()
@@ -103,12 +106,21 @@ def test_packed_blocks_are_exactly_max_seq_len_and_reproduce_the_stream(built):
     assert np.asarray(blocks["attention_mask"]).min() == 1
     special = np.isin(ids, [tok.cls_token_id, tok.sep_token_id])
     assert (np.asarray(blocks["special_tokens_mask"]) == special).all()
-    train = metrics["pretrain"]["train"]
+    train = metrics["pretrain"]["clozeline"]["train"]
     assert train["docs"] == 30  # the duplicate is excluded
     assert train["tokens"] == len(stream)
     assert train["dropped_tail_tokens"] == len(stream) - n_blocks * (SEQ - 1)
-    held = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "heldout"))
-    assert len(held) == metrics["pretrain"]["heldout"]["blocks"] > 0
+    held = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "clozeline" / "heldout"))
+    assert len(held) == metrics["pretrain"]["clozeline"]["heldout"]["blocks"] > 0
+    ref = load_from_disk(str(paths.data / "tokenize" / "pretrain" / "reference" / "train"))
+    ref_ids = np.asarray(ref["input_ids"])  # the MiniLM tokenizer's blocks of the same text
+    assert ref_ids.shape[1] == SEQ and ref_ids.max() >= len(tok)  # ids beyond our vocab: MiniLM's
+
+
+def test_block_sources_name_each_block_after_its_first_body_token():
+    # docs of 3, 2 and 4 tokens, each followed by [SEP]: stream positions 0-3 a, 4-6 b, 7-11 c; body 3 per block
+    sources = block_sources(np.array(["a", "b", "c"]), np.array([3, 2, 4]), (4, 4))
+    assert sources.tolist() == ["a", "a", "b", "c"]  # blocks start at stream positions 0, 3, 6, 9
 
 
 def test_too_short_corpus_is_a_clear_error(tmp_path):
@@ -209,7 +221,7 @@ def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
     words = [WORDS[i % len(WORDS)] for i in range(200)]
     tags = ["O"] * 200
     tags[180] = "B-PER"
-    (ids, word_ids), = stage.encode_words(tok, [words])[0]
+    (ids, word_ids), = encode_words(tok, [words])[0]
     windows = alignment.plan_windows(np.bincount(word_ids).tolist(), capacity=128 - 2, overlap=32)
     assert len(windows) >= 2
     encodings = alignment.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)

@@ -5,9 +5,12 @@
 - ``unionfind``: disjoint sets (dedup clusters, split groups);
 - ``alignment``: subword <-> word alignment and IOB2 (tokenize, finetune);
 - ``parquet``: the per-source Parquet files stages hand on (split, leakage, tokenizer, tokenize);
-- ``encoders``: tokenizers and the pretrained / random / reference encoders (tokenizer, tokenize, pretrain,
-  finetune, probe);
+- ``encoders``: tokenizers and the pretrained / adapted / random / reference encoders (tokenizer, tokenize,
+  pretrain, finetune, probe);
 - ``stats``: the one Student-t interval (finetune, report);
+- ``optim``: AdamW parameter groups without decay on biases and LayerNorm (pretrain, finetune);
+- ``imports``: a module's project imports, transitively, and their sha256 (pretrain's checkpoint fingerprint,
+  the layout tests);
 - ``provenance``: git commit, ``dvc.yaml`` and ``dvc.lock`` (the runner, report, the flow);
 - ``nested``: dotted-key flattening of nested params and metrics (tracking, report).
 """

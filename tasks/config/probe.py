@@ -1,13 +1,10 @@
 """The ``probe:`` section of params.yaml."""
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, field_validator
 
-from tasks.config.base import StrictModel, require_unique
-
-Variant = Literal["pretrained", "random", "reference"]
+from tasks.config.base import StrictModel, Variant, require_unique
 
 
 class ProbeParams(StrictModel):

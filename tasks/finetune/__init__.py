@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks.common.encoders import model_dir, pad_token_id
+from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import cls as cls_task
@@ -33,8 +33,8 @@ from tasks.finetune.model import build_model, optimizer_for
 
 TASKS = {"cls": cls_task, "ner": ner_task}
 SPLITS = ("train", "dev", "test")
-#: Which tokenization (``data/tokenize/<task>/<tok>/``) each variant reads: its own tokenizer's ids.
-TOKENIZATION = {"pretrained": "clozeline", "random": "clozeline", "reference": "reference"}
+#: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
+TRAINED_ENCODERS = ("reference", "adapted")
 
 
 def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
@@ -47,15 +47,20 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     tcfg = cfg.task(item)
     torch.set_num_threads(cfg.torch_threads)
     out_dir = fresh_dir(paths.stage_data("finetune") / item)
-    toks = sorted({TOKENIZATION[spec.variant] for spec in tcfg.configs})
+    tok_of = {spec.variant: tokenization(spec.variant, paths.models) for spec in tcfg.configs}
+    toks = sorted(set(tok_of.values()))
     data = {tok: load_task_data(paths.stage_data("tokenize") / item / tok, cfg.data_seed, tcfg) for tok in toks}
     labels = same_labels(data, item)
+    jobs = [make_job(item, spec, tcfg, data[tok_of[spec.variant]]["rows"], labels, paths.models)
+            for spec in tcfg.configs]  # fmt: skip
+    dose = dose_jobs(item, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models) if tcfg.dose_response else {}
     runs = {}
-    for spec in tcfg.configs:
-        job = make_job(item, spec, tcfg, data[TOKENIZATION[spec.variant]]["rows"], labels, paths.models)
-        with log.child(f"{item}/{spec.key}") as parent:
-            runs[spec.key] = run_config(job, cfg, out_dir, parent)
-    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
+    for job in jobs + list(dose.values()):
+        with log.child(f"{item}/{job.key}") as parent:
+            runs[job.key] = run_config(job, cfg, out_dir, parent)
+    steps = {step: job.key for step, job in dose.items()}
+    extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
+    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs, **extra,
             "metric_implementations": TASKS[item].METRIC_IMPLEMENTATIONS,
             "elapsed_minutes": round((time.perf_counter() - started) / 60, 2)}
 
@@ -123,14 +128,36 @@ class Job:
     labels: list[str]
     folder: Path
     pad_id: int
+    key: str  # the run's name in metrics and MLflow: spec.key, or pretrained@step_<N>/... for a snapshot
 
 
-def make_job(item: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> Job:
-    """Examples for ``spec`` (its tokenization, its label scheme) and its model folder and pad id."""
+def make_job(item: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
+             folder: Path | None = None, key: str | None = None) -> Job:  # fmt: skip
+    """Examples for ``spec`` (its tokenization, its label scheme) and its model folder (default: the
+    variant's) and pad id; ``key`` names the run (default ``spec.key``)."""
     task = TASKS[item]
-    folder = model_dir(spec.variant, models)
+    folder = folder or model_dir(spec.variant, models)
     exs = {split: task.examples(rows[split], tcfg.max_seq_len_tokens, spec.head) for split in SPLITS}
-    return Job(item, task, spec, tcfg, exs, labels, folder, pad_token_id(folder))
+    return Job(item, task, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key)
+
+
+def dose_jobs(item: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> dict[int, Job]:
+    """``{pretraining step: job}``: the ``dose_response`` config from each snapshot in
+    ``<models>/pretrained/snapshots/step_<N>``, run key ``pretrained@step_<N>/<mode>/<head>``.
+
+    Raises ``FileNotFoundError`` when pretrain saved no snapshots.
+    """
+    spec = next(s for s in tcfg.configs if s.key == tcfg.dose_response)
+    folders = snapshot_dirs(models)
+    if not folders:
+        raise FileNotFoundError(f"finetune.{item}.dose_response: no snapshots in {pretrained_dir(models)}/snapshots "
+                                "(set pretrain.dose_snapshot_fractions)")  # fmt: skip
+    jobs = {}
+    for folder in folders:
+        step = int(folder.name.removeprefix("step_"))
+        key = f"{spec.variant}@{folder.name}/{spec.mode}/{spec.head}"
+        jobs[step] = make_job(item, spec, tcfg, rows, labels, models, folder=folder, key=key)
+    return jobs
 
 
 def run_config(job: Job, cfg: FinetuneParams, out_dir: Path, log) -> dict:
@@ -140,7 +167,7 @@ def run_config(job: Job, cfg: FinetuneParams, out_dir: Path, log) -> dict:
                 "model_dir": job.folder, "seeds": cfg.seeds, **{f"{s}_examples": len(e) for s, e in job.exs.items()}})
     seeds = []
     for seed in cfg.seeds:
-        with log.child(f"{job.item}/{spec.key}/seed{seed}") as child:
+        with log.child(f"{job.item}/{job.key}/seed{seed}") as child:
             seeds.append(run_seed(job, seed, out_dir, child))
     return aggregate(job.task, seeds, cfg, log.run_id)
 
@@ -153,7 +180,7 @@ def run_seed(job: Job, seed: int, out_dir: Path, log) -> dict:
     started = time.perf_counter()
     fit = train(model, job, seed, log)
     test_recs, scores = evaluate(model, job, "test")
-    log.artifact(write_predictions(out_dir / spec.key / f"seed{seed}.test.jsonl", test_recs), "predictions")
+    log.artifact(write_predictions(out_dir / job.key / f"seed{seed}.test.jsonl", test_recs), "predictions")
     log.metrics(job.task.headline(scores))
     return {"seed": seed, "test": job.task.headline(scores), "details": job.task.details(scores),
             **fit, "train_seconds": round(time.perf_counter() - started, 1)}
@@ -169,14 +196,14 @@ def train(model, job: Job, seed: int, log) -> dict:
     tcfg, task, select = job.tcfg, job.task, job.task.SELECT_METRIC
     total_steps = math.ceil(len(job.exs["train"]) / tcfg.batch_size) * tcfg.max_epochs
     # MiniLM is a fully trained encoder: it takes the usual BERT fine-tuning LR, not our small models' one
-    lr_encoder = tcfg.lr_encoder_reference if job.spec.variant == "reference" else tcfg.lr_encoder
+    lr_encoder = tcfg.lr_encoder_reference if job.spec.variant in TRAINED_ENCODERS else tcfg.lr_encoder
     optimizer = optimizer_for(model, lr_encoder, tcfg.lr_head, tcfg.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total_steps), total_steps)
     generator = torch.Generator().manual_seed(seed)
     best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}
     finite, epoch = True, 0
     for epoch in range(1, tcfg.max_epochs + 1):
-        loss = train_epoch(model, job, optimizer, schedule, generator, f"{job.spec.key} seed {seed} epoch {epoch}")
+        loss = train_epoch(model, job, optimizer, schedule, generator, f"{job.key} seed {seed} epoch {epoch}")
         _, dev = evaluate(model, job, "dev")
         log.metrics({"train_loss": loss, f"dev_{select}": dev[select]}, step=epoch)
         finite = math.isfinite(loss)

@@ -1,10 +1,12 @@
-"""``pretrain``: BERT masked-language-model pretraining from scratch on the packed blocks of ``tokenize``.
+"""``pretrain``: BERT masked-language-model pretraining on the packed blocks of ``tokenize``, from scratch or
+continued from an existing encoder (``pretrain.init_from``, see ``init.py``).
 
-Reads ``data/tokenize/pretrain/{train,heldout}`` and ``models/tokenizer/``; writes ``models/pretrained/``
-(``save_pretrained`` of ``BertForMaskedLM`` + tokenizer), ``models/checkpoints/pretrain/`` and
+Reads ``data/tokenize/pretrain/<tok>/{train,heldout}`` and ``models/tokenizer/`` (or the initial model's
+folder); writes ``models/pretrained/`` (``save_pretrained`` of the masked LM + tokenizer + ``pretraining.json``
+naming the variant: ``pretrained`` from scratch, ``adapted`` continued), ``models/checkpoints/pretrain/`` and
 ``metrics/pretrain_curve.tsv``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
-The training loop is ``tasks/pretrain/trainer.py``, masking and the masked-only loss ``mlm.py``, checkpoint
-files ``checkpoint.py``.
+The training loop is ``trainer.py``, masking, the masked-only loss and the unigram baseline ``mlm.py``,
+blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
 
 Resuming: the data order of epoch ``e`` is a permutation seeded by ``seed + e`` and the mask of each
 micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint sees exactly
@@ -15,19 +17,23 @@ equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from datasets import load_from_disk
-from transformers import BertConfig, BertForMaskedLM, pipeline
+from transformers import pipeline
 
-from tasks.common.encoders import load_tokenizer, pretrained_dir, tokenizer_dir
+from tasks.common.encoders import pretrained_dir, write_pretraining_record
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
+from tasks.pretrain import checkpoint
+from tasks.pretrain.blocks import blocks_dir, load_blocks
+from tasks.pretrain.hardware import Dist, setup_distributed
+from tasks.pretrain.init import Start, initial_model, resolve_start
 from tasks.pretrain.mlm import MaskingVocab
-from tasks.pretrain.trainer import Dist, Trainer, count_params, setup_distributed
+from tasks.pretrain.trainer import Trainer, count_params
 
 
 def run(cfg: PretrainParams, paths: Paths, log) -> dict[str, Any]:
@@ -44,73 +50,48 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
-    tokenizer = load_tokenizer(tokenizer_dir(paths))
-    vocab = MaskingVocab.from_tokenizer(tokenizer)
-    train = load_blocks(paths.data / "tokenize" / "pretrain" / "train")
-    heldout = load_blocks(paths.data / "tokenize" / "pretrain" / "heldout", cfg.eval_max_blocks)
-    model = build_model(cfg, len(tokenizer), train["input_ids"].shape[1], tokenizer.pad_token_id).to(env.device)
-    log.info(f"pretrain: {count_params(model) / 1e6:.2f}M params, {len(train['input_ids'])} train blocks")
+    start = resolve_start(cfg, paths)
+    vocab = MaskingVocab.from_tokenizer(start.tokenizer)
+    train = load_blocks(blocks_dir(paths.data, start.tokenization, "train"))
+    heldout = load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks)
+    model = initial_model(cfg, start, train["input_ids"].shape[1]).to(env.device)
+    log.info(f"pretrain: {start.variant} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
+             f"{len(train['input_ids'])} train blocks ({start.tokenization} tokenizer)")  # fmt: skip
     trainer = Trainer(cfg, model, vocab, train, heldout, env, log, paths.models / "checkpoints" / "pretrain")
-    summary = trainer.fit()
+    summary = {"variant": start.variant, "init_from": cfg.init_from, **trainer.fit()}
     if env.main:
         out = pretrained_dir(paths.models)
         model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-        write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve)
-        summary["fill_mask"] = fill_mask(model, tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
+        start.tokenizer.save_pretrained(out)
+        write_pretraining_record(out, start.variant, cfg.init_from, start.tokenization)
+        copy_snapshots(trainer, out, start, cfg.init_from)
+        write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve, summary["heldout_unigram_ce"])
+        summary["fill_mask"] = fill_mask(model, start.tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
     return summary
 
 
-def load_blocks(folder: Path, max_blocks: int | None = None) -> dict[str, torch.Tensor]:
-    """Packed blocks as tensors ``input_ids``, ``attention_mask``, ``maskable`` (not special, not pad), each
-    ``(n_blocks, seq_len)``.
-
-    Raises ``FileNotFoundError``/``ValueError`` naming ``folder`` if it is missing, empty or ragged.
-    """
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder}: no tokenized blocks (run the tokenize stage)")
-    data = load_from_disk(str(folder)).with_format("torch")
-    if max_blocks is not None:
-        data = data.select(range(min(max_blocks, len(data))))
-    if len(data) == 0:
-        raise ValueError(f"{folder}: no blocks")
-    try:
-        input_ids = data["input_ids"][:].long()
-        attention_mask = data["attention_mask"][:].long()
-        maskable = (attention_mask == 1) & (data["special_tokens_mask"][:] == 0)
-    except (RuntimeError, ValueError) as err:  # rows of different lengths cannot stack
-        raise ValueError(f"{folder}: rows must all have the same length (packed blocks): {err}") from err
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "maskable": maskable}
+def copy_snapshots(trainer: Trainer, out: Path, start: Start, init_from: str) -> None:
+    """The dose-response snapshots of this run into ``<out>/snapshots/step_<N>/``, each a model folder that
+    finetune loads like ``models/pretrained`` (weights, tokenizer, ``pretraining.json``); older ones go."""
+    shutil.rmtree(out / checkpoint.SNAPSHOTS, ignore_errors=True)
+    for folder in checkpoint.snapshots(trainer.ckpt_dir):
+        if int(folder.name.removeprefix(checkpoint.PREFIX)) not in trainer.snapshot_steps:
+            continue
+        dest = out / checkpoint.SNAPSHOTS / folder.name
+        shutil.copytree(folder, dest, dirs_exist_ok=True)
+        start.tokenizer.save_pretrained(dest)
+        write_pretraining_record(dest, start.variant, init_from, start.tokenization)
 
 
-def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int) -> BertForMaskedLM:
-    """A freshly initialised ``BertForMaskedLM`` of preset ``cfg.size``.
-
-    Raises ``ValueError`` if blocks are longer than ``max_position_embeddings``.
-    """
-    if block_len > cfg.max_position_embeddings:
-        raise ValueError(f"blocks of {block_len} tokens exceed pretrain.max_position_embeddings")
-    preset = cfg.preset
-    config = BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=preset.hidden_size,
-        num_hidden_layers=preset.num_hidden_layers,
-        num_attention_heads=preset.num_attention_heads,
-        intermediate_size=preset.intermediate_size,
-        max_position_embeddings=cfg.max_position_embeddings,
-        hidden_dropout_prob=cfg.dropout_prob,
-        attention_probs_dropout_prob=cfg.dropout_prob,
-        pad_token_id=pad_token_id,
-    )
-    return BertForMaskedLM(config)
-
-
-def write_curve(path: Path, rows: list[list[float]]) -> None:
-    """``step, train_loss, lr, eval_loss`` as TSV (a DVC plot); unmeasured cells are empty."""
+def write_curve(path: Path, rows: list[list[float]], unigram_ce: float) -> None:
+    """``step, train_loss, lr, eval_loss, unigram_ce`` as TSV (a DVC plot); unmeasured cells are empty.
+    ``unigram_ce`` (nats, the same on every row) is the held-out loss of the token-frequency baseline: the
+    line a model that learned context must fall below."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["step\ttrain_loss\tlr\teval_loss"]
+    lines = ["step\ttrain_loss\tlr\teval_loss\tunigram_ce"]
     for step, train_loss, lr, eval_loss in rows:
-        cells = [str(int(step))] + ["" if math.isnan(v) else f"{v:.6g}" for v in (train_loss, lr, eval_loss)]
+        values = (train_loss, lr, eval_loss, unigram_ce)
+        cells = [str(int(step))] + ["" if math.isnan(v) else f"{v:.6g}" for v in values]
         lines.append("\t".join(cells))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

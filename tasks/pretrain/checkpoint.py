@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 PREFIX = "step_"
+SNAPSHOTS = "snapshots"
 
 
 def save(
@@ -67,9 +68,21 @@ def read_state(path: Path) -> dict[str, Any]:
 
 
 def clear(folder: Path) -> None:
-    """Delete every checkpoint under ``folder`` (a run with other params must not resume from them)."""
+    """Delete every checkpoint and snapshot under ``folder`` (a run with other params must not resume from them)."""
     for old in _complete(folder):
         shutil.rmtree(old)
+    shutil.rmtree(folder / SNAPSHOTS, ignore_errors=True)
+
+
+def snapshot_dir(folder: Path, step: int) -> Path:
+    """``folder/snapshots/step_<NNNNNNNN>``: the model saved at ``step`` for dose-response fine-tuning."""
+    return folder / SNAPSHOTS / f"{PREFIX}{step:08d}"
+
+
+def snapshots(folder: Path) -> list[Path]:
+    """The snapshot folders under ``folder/snapshots``, in step order."""
+    root = folder / SNAPSHOTS
+    return sorted(p for p in root.iterdir() if p.name.startswith(PREFIX)) if root.is_dir() else []
 
 
 def _complete(folder: Path) -> list[Path]:

@@ -94,11 +94,35 @@ def _word_start_index(input_ids: torch.Tensor, maskable: torch.Tensor, continuat
     return torch.where(starts, positions, 0).cummax(dim=1).values
 
 
+def unigram_log_probs(input_ids: torch.Tensor, maskable: torch.Tensor, vocab: MaskingVocab) -> torch.Tensor:
+    """Log-probabilities ``(vocab_size,)`` of the unigram (token-frequency) baseline: add-one smoothed counts of
+    the maskable tokens of ``input_ids`` (``(n_blocks, seq_len)``) over the non-special ids; special ids (never
+    a target) get ``-inf``.
+
+    Its cross-entropy on masked positions is what a model that ignores context scores (the first plateau of
+    MLM training); its argmax is the frequency baseline's answer at every mask.
+    """
+    counts = torch.bincount(input_ids[maskable], minlength=len(vocab.continuation)).double() + 1.0
+    counts[vocab.special_ids] = 0.0
+    return (counts / counts.sum()).log()
+
+
+def mlm_head(model: nn.Module) -> nn.Module:
+    """The MLM head of an HF masked-LM model: ``cls`` (BERT), ``lm_head`` (RoBERTa family) or ``head`` then
+    ``decoder`` (ModernBERT); maps ``(..., hidden)`` to ``(..., vocab)``. Raises ``TypeError`` otherwise."""
+    for name in ("cls", "lm_head"):
+        if isinstance(getattr(model, name, None), nn.Module):
+            return getattr(model, name)
+    if isinstance(getattr(model, "head", None), nn.Module) and isinstance(getattr(model, "decoder", None), nn.Module):
+        return nn.Sequential(model.head, model.decoder)
+    raise TypeError(f"{type(model).__name__} has no MLM head (cls, lm_head or head + decoder)")
+
+
 class MaskedOnlyMLM(nn.Module):
     """Wraps an HF ``BertForMaskedLM``: encoder on all tokens, MLM head only on the masked positions.
 
     Gathering before the head skips the ``(batch, seq_len, vocab)`` logits: for small models the vocabulary
-    projection is most of the FLOPs. The HF model's own ``bert`` encoder and ``cls`` head are used, so the
+    projection is most of the FLOPs. The HF model's own encoder (``base_model``) and MLM head are used, so the
     weights are the HF model's and ``save_pretrained`` of ``self.mlm`` gives a standard checkpoint.
     """
 
@@ -116,9 +140,9 @@ class MaskedOnlyMLM(nn.Module):
         The loss is a sum over masked positions divided by ``max(n_masked, 1)``: 0.0 (not NaN) when nothing
         was selected, and still connected to every parameter, which DDP requires.
         """
-        hidden = self.mlm.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         selected = labels != IGNORE_INDEX
-        logits = self.mlm.cls(hidden[selected]).float()  # (n_masked, vocab)
+        logits = mlm_head(self.mlm)(hidden[selected]).float()  # (n_masked, vocab)
         targets = labels[selected]
         n_masked = targets.numel()
         loss = F.cross_entropy(logits, targets, reduction="sum") / max(n_masked, 1)

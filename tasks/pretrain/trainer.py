@@ -1,5 +1,5 @@
 """The MLM training loop of ``pretrain``: data order, masking, AdamW steps, held-out evaluation, checkpoints,
-throughput and MFU, and metric logging; plus the process group it runs in (one process or ``torchrun``).
+throughput and MFU, and metric logging. The process group and hardware peaks are ``tasks.pretrain.hardware``.
 
 Masking and the masked-only loss are ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``.
 """
@@ -9,56 +9,43 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import platform
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
-from transformers import BertForMaskedLM
 
+from tasks.common.imports import ROOT, code_sha256, import_closure
+from tasks.common.optim import decay_groups
 from tasks.pretrain import checkpoint
-from tasks.pretrain.mlm import MaskedOnlyMLM, mask_tokens
+from tasks.pretrain.hardware import Dist, hardware, peak_flops, train_flops_per_token
+from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, mask_tokens, unigram_log_probs
 
 #: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
 NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                       "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node"}  # fmt: skip
 
-#: Dense (not 2:4 sparse) bf16 tensor-core peaks, FLOP/s, from the vendors' datasheets.
-BF16_DENSE_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12}
+
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class Dist:
-    """This process's place in the job: ``rank`` of ``world`` processes, on ``device``."""
-
-    rank: int
-    world: int
-    device: torch.device
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
+def pretrain_code_files() -> set[Path]:
+    """The code that makes the weights: every project file ``tasks.pretrain`` imports, transitively
+    (``tasks.common.imports``), except ``tasks/config`` (params enter the fingerprint by value)."""
+    config = ROOT / "tasks" / "config"
+    return {f for f in import_closure(["tasks.pretrain"]) if config not in f.parents}
 
 
-def setup_distributed() -> Dist:
-    """Join the ``torchrun`` process group if ``WORLD_SIZE > 1`` (nccl on CUDA, gloo on CPU)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-    else:
-        device = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Dist(rank, world, device)
+@lru_cache(maxsize=1)
+def pretrain_code_sha256() -> str:
+    """sha256 of ``pretrain_code_files``: an edit to the masking or the loop never resumes a checkpoint the
+    old code wrote."""
+    return code_sha256(pretrain_code_files())
 
 
 def count_params(model: torch.nn.Module) -> int:
@@ -74,27 +61,23 @@ def lr_factor(progress: float, warmup_fraction: float, schedule: str) -> float:
     return 1.0 - rest if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * rest))
 
 
-def train_flops_per_token(model: BertForMaskedLM, seq_len: int, mlm_probability: float) -> float:
-    """Training FLOPs per input token: 6 x encoder weights + attention scores (PaLM, Chowdhery et al. 2022,
-    appendix B), plus the MLM head on the masked fraction only (the head runs on gathered positions)."""
-    c = model.config
-    encoder = sum(p.numel() for p in model.bert.encoder.parameters())
-    head = c.hidden_size * c.hidden_size + c.hidden_size * c.vocab_size
-    return 6 * encoder + 12 * c.num_hidden_layers * c.hidden_size * seq_len + 6 * head * mlm_probability
+#: Columns of the held-out sums that ``Trainer.evaluate`` adds up per source (and over ranks).
+EVAL_SUMS = ("loss_sum", "masked_tokens", "correct", "unigram_nll_sum", "unigram_correct", "blocks")
 
 
-def bf16_peak_flops(device: torch.device) -> float | None:
-    """Dense bf16 peak of the detected GPU (FLOP/s), or ``None`` on CPU / an unknown GPU."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in BF16_DENSE_PEAK.items() if key in name), None)
-
-
-def hardware(env: Dist) -> dict[str, Any]:
-    """Where the run trained: device type and name, number of processes, torch threads per process."""
-    name = torch.cuda.get_device_name(env.device) if env.device.type == "cuda" else platform.processor() or "cpu"
-    return {"device": env.device.type, "device_name": name, "world_size": env.world, "torch_threads": torch.get_num_threads()}
+def eval_summary(sums: torch.Tensor) -> dict[str, float]:
+    """Means from one row of ``EVAL_SUMS``: loss and unigram cross-entropy (nats per masked token),
+    accuracies, and the counts they rest on."""
+    loss_sum, n, correct, unigram_nll, unigram_correct, blocks = sums.tolist()
+    n_safe = max(n, 1.0)
+    return {
+        "loss": loss_sum / n_safe,
+        "accuracy": correct / n_safe,
+        "unigram_ce": unigram_nll / n_safe,
+        "unigram_accuracy": unigram_correct / n_safe,
+        "masked_tokens": int(n),
+        "blocks": int(blocks),
+    }
 
 
 class Trainer:
@@ -105,22 +88,24 @@ class Trainer:
         self.train, self.heldout, self.ckpt_dir = train, heldout, ckpt_dir
         self.inner = MaskedOnlyMLM(model)
         self.net = self._wrap(self.inner)
-        fused = env.device.type == "cuda"
+        # fused: one kernel for all tensors, on CPU too (5x faster than the per-tensor loop in finetune)
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps,
-            weight_decay=cfg.weight_decay, fused=fused,
-        )  # fmt: skip
+            decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True
+        )
+        self.unigram = unigram_log_probs(train["input_ids"], train["maskable"], vocab).float()
+        self.unigram_argmax = int(self.unigram.argmax())
         self.seq_len = train["input_ids"].shape[1]
         self.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
         if self.global_batch > len(train["input_ids"]):
             raise ValueError(f"a step needs {self.global_batch} blocks but train has {len(train['input_ids'])}")
         self.flops_per_token = train_flops_per_token(model, self.seq_len, cfg.mlm_probability)
-        self.peak = bf16_peak_flops(env.device)
+        self.peak = peak_flops(env.device, cfg.bf16)
         self.state: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "elapsed_s": 0.0, "curve": []}
+        self.snapshot_steps = sorted({round(f * cfg.max_steps) for f in cfg.dose_snapshot_fractions})
 
     def _wrap(self, net: torch.nn.Module) -> torch.nn.Module:
         if self.cfg.compile:
-            net.mlm.bert.compile()
+            net.mlm.base_model.compile()
         if self.env.world > 1:
             ids = [self.env.device.index] if self.env.device.type == "cuda" else None
             # the buffers (position ids) are constants: broadcasting them each forward only costs time
@@ -137,15 +122,21 @@ class Trainer:
         resumed_from = self._resume()
         if resumed_from == 0:
             self.state["heldout_loss_initial"] = self.evaluate()["loss"]
+            self._snapshot_if_due(0)
         tokens_per_s = self._loop()
         final = self.evaluate()
-        self._record(self.state["step"], float("nan"), self._lr(), final["loss"])
+        self._record(self.state["step"], float("nan"), self._step_lr(), final["loss"])
         self._checkpoint()
         metrics = {
             "heldout_loss_initial": self.state["heldout_loss_initial"],
             "heldout_loss": final["loss"],
             "heldout_perplexity": math.exp(min(final["loss"], 50.0)),
             "heldout_mlm_accuracy": final["accuracy"],
+            "heldout_unigram_ce": final["unigram_ce"],
+            "heldout_unigram_accuracy": final["unigram_accuracy"],
+            "heldout_gap_to_unigram_nats": final["unigram_ce"] - final["loss"],
+            "heldout_masked_tokens": final["masked_tokens"],
+            "heldout_by_source": final["by_source"],
             "steps": self.state["step"],
             "resumed_from_step": resumed_from,
             "train_tokens_per_s": tokens_per_s,
@@ -156,24 +147,31 @@ class Trainer:
             "seq_len_tokens": self.seq_len,
             "hardware": hardware(self.env),
         }
-        if self.peak:
-            metrics["mfu"] = tokens_per_s * self.flops_per_token / (self.peak * self.env.world)
+        metrics["peak_flops_per_s"] = self.peak  # null: CPU or a GPU not in hardware.GPU_PEAKS (MFU unknown)
+        metrics["mfu"] = tokens_per_s * self.flops_per_token / (self.peak * self.env.world) if self.peak else None
         return metrics
 
-    def _fingerprint(self) -> str:
-        """Hash of what the trained weights depend on: params, number of processes and the train blocks."""
+    def _fingerprint(self) -> dict[str, str]:
+        """sha256 of each thing the trained weights depend on: params, number of processes, the train blocks
+        and the code (``pretrain_code_sha256``). A checkpoint resumes only if all four match."""
         ids = self.train["input_ids"]
         params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT)
-        blocks = hashlib.sha256(ids.numpy().tobytes()).hexdigest()
-        digest = {"params": params, "world": self.env.world, "train": list(ids.shape), "blocks_sha256": blocks}
-        return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
+        return {
+            "params": _sha256(params),
+            "world": _sha256(self.env.world),
+            "data": _sha256([list(ids.shape), hashlib.sha256(ids.numpy().tobytes()).hexdigest()]),
+            "code": pretrain_code_sha256(),
+        }
 
     def _resume(self) -> int:
         path = checkpoint.latest(self.ckpt_dir)
         if path is None:
             return 0
-        if checkpoint.read_state(path).get("fingerprint") != self._fingerprint():
-            self.log.info(f"pretrain: {path} was made with other params or data; starting afresh")
+        saved = checkpoint.read_state(path).get("fingerprint")
+        current = self._fingerprint()
+        changed = sorted(k for k in current if not isinstance(saved, dict) or saved.get(k) != current[k])
+        if changed:
+            self.log.info(f"pretrain: not resuming {path}: made with other {', '.join(changed)}; starting afresh")
             if self.env.main:
                 checkpoint.clear(self.ckpt_dir)
             return 0
@@ -181,6 +179,7 @@ class Trainer:
         torch.set_rng_state(state.pop("torch_rng"))
         if self.env.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state(state.pop("cuda_rng"), self.env.device)
+        state.pop("fingerprint", None)
         self.state.update(state)
         self.log.info(f"pretrain: resumed from {path} at step {self.state['step']}")
         return self.state["step"]
@@ -193,13 +192,31 @@ class Trainer:
             state["cuda_rng"] = torch.cuda.get_rng_state(self.env.device)
         checkpoint.save(self.ckpt_dir, self.state["step"], self.model, self.optimizer, state)
 
-    def _progress(self) -> float:
+    def _snapshot_if_due(self, step: int) -> None:
+        """Save the model at a dose-response step into ``<ckpt_dir>/snapshots/step_<N>`` (``save_pretrained``;
+        kept with the checkpoints, so a killed run still has the snapshots it passed when it resumes)."""
+        if step in self.snapshot_steps and self.env.main:
+            self.model.save_pretrained(checkpoint.snapshot_dir(self.ckpt_dir, step))
+
+    def _progress(self, steps_done: float | None = None) -> float:
+        """Fraction of the run done after ``steps_done`` steps (default: those taken so far); with a budget,
+        whichever of steps and the clock is further along."""
+        steps = self.state["step"] if steps_done is None else steps_done
+        by_steps = min(1.0, steps / self.cfg.max_steps)
         if self.cfg.budget_minutes is None:
-            return self.state["step"] / self.cfg.max_steps
-        return min(1.0, self.state["elapsed_s"] / (60 * self.cfg.budget_minutes))
+            return by_steps
+        return max(by_steps, min(1.0, self.state["elapsed_s"] / (60 * self.cfg.budget_minutes)))
 
     def _lr(self) -> float:
-        return self.cfg.lr * lr_factor(self._progress(), self.cfg.warmup_fraction, self.cfg.lr_schedule)
+        """Learning rate of the step being taken, read at the step's midpoint: the first step of warmup and
+        the last of the decay both move the weights (at the step's start, step 1 would run at LR 0, as HF's
+        ``get_linear_schedule_with_warmup`` does; at its end, the last step would)."""
+        progress = self._progress(self.state["step"] + 0.5)
+        return self.cfg.lr * lr_factor(progress, self.cfg.warmup_fraction, self.cfg.lr_schedule)
+
+    def _step_lr(self) -> float:
+        """The learning rate the last step ran at (what the curve and MLflow show)."""
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def _done(self) -> bool:
         finished = self.state["step"] >= self.cfg.max_steps or self._progress() >= 1.0
@@ -230,7 +247,8 @@ class Trainer:
                 self._log_step(step, sum(window) / len(window), grad_norm, step_tokens / seconds)
                 window = []
             if step % cfg.eval_every_steps == 0 and step < cfg.max_steps:  # fit() evaluates the last step
-                self._record(step, float("nan"), self._lr(), self.evaluate()["loss"])
+                self._record(step, float("nan"), self._step_lr(), self.evaluate()["loss"])
+            self._snapshot_if_due(step)
             if self._checkpoint_due(step, last_ckpt):
                 self._checkpoint()
                 last_ckpt = time.monotonic()
@@ -265,7 +283,8 @@ class Trainer:
         cfg, losses = self.cfg, []
         for micro, rows in enumerate(indices):
             seed = ((cfg.seed * 1_000_003 + self.state["step"]) * 1009 + micro) * 1031 + self.env.rank
-            input_ids, attention, labels = self._masked(rows, torch.Generator().manual_seed(seed), self.train)
+            generator = torch.Generator().manual_seed(seed)
+            input_ids, attention, labels = self._masked(rows, generator, self.train, cfg.mlm_probability)
             sync = micro == len(indices) - 1 or self.env.world == 1
             with self._maybe_no_sync(sync), self._autocast():
                 loss, _, _ = self.net(input_ids, attention, labels)
@@ -276,11 +295,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return float(torch.stack(losses).mean()), float(grad_norm)
 
-    def _masked(self, rows: torch.Tensor, generator: torch.Generator, blocks: dict[str, torch.Tensor]):
+    def _masked(self, rows: torch.Tensor, generator: torch.Generator, blocks: dict[str, Any], probability: float):
         input_ids, maskable = blocks["input_ids"][rows], blocks["maskable"][rows]
         attention = blocks["attention_mask"][rows]
         masked, labels = mask_tokens(
-            input_ids, maskable, self.vocab, self.cfg.mlm_probability, generator, self.cfg.whole_word_mask
+            input_ids, maskable, self.vocab, probability, generator, self.cfg.whole_word_mask
         )
         device = self.env.device
         # packed blocks are rarely padded: without a mask, attention takes SDPA's mask-free (faster) kernel
@@ -295,31 +314,47 @@ class Trainer:
         return torch.autocast(device_type=self.env.device.type, dtype=torch.bfloat16, enabled=on_cuda)
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Masked-token loss (nats) and accuracy on this rank's share of the held-out blocks, summed over ranks.
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out masked-token loss (nats) and accuracy, with the unigram baseline on the same masks, overall
+        and per source; this rank's share of the blocks, summed over ranks.
 
         The masks come from a generator seeded by ``(seed, rank)`` alone, so every evaluation (initial,
-        periodic, final) scores the same masked positions.
+        periodic, final) scores the same masked positions. Keys: ``loss``, ``accuracy``, ``unigram_ce``,
+        ``unigram_accuracy``, ``masked_tokens``, ``blocks`` and ``by_source`` (the same per source name).
         """
         self.inner.eval()
         generator = torch.Generator().manual_seed(self.cfg.seed * 7919 + self.env.rank)
         mine = torch.arange(self.env.rank, len(self.heldout["input_ids"]), self.env.world)
-        totals = torch.zeros(3, dtype=torch.float64)
-        for rows in mine.split(self.cfg.batch_size_blocks):
-            input_ids, attention, labels = self._masked(rows, generator, self.heldout)
-            with self._autocast():
-                # the unwrapped module: DDP's forward is a collective, and ranks may hold unequal shares
-                loss, n_masked, n_correct = self.inner(input_ids, attention, labels)
-            totals += torch.tensor([float(loss) * int(n_masked), int(n_masked), int(n_correct)], dtype=torch.float64)
+        names = self.heldout["source_names"]
+        totals = torch.zeros(len(names), len(EVAL_SUMS), dtype=torch.float64)
+        for source in range(len(names)):
+            rows = mine[self.heldout["source_id"][mine] == source]
+            totals[source, EVAL_SUMS.index("blocks")] = len(rows)
+            for batch in rows.split(self.cfg.batch_size_blocks):
+                totals[source] += self._eval_sums(batch, generator)
         if self.env.world > 1:
             totals = totals.to(self.env.device)  # nccl reduces CUDA tensors only
             dist.all_reduce(totals)
         self.inner.train()
-        loss_sum, n_masked, n_correct = totals.cpu().tolist()
-        return {"loss": loss_sum / max(n_masked, 1), "accuracy": n_correct / max(n_masked, 1)}
+        totals = totals.cpu()
+        by_source = {name: eval_summary(row) for name, row in zip(names, totals) if row[1] > 0}
+        return {**eval_summary(totals.sum(dim=0)), "by_source": by_source}
+
+    def _eval_sums(self, rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """``EVAL_SUMS`` of one held-out batch (``blocks`` left 0: the caller counts them)."""
+        # a fixed evaluation rate: held-out losses of runs with other training mlm_probability stay comparable
+        input_ids, attention, labels = self._masked(rows, generator, self.heldout, self.cfg.eval_mlm_probability)
+        with self._autocast():
+            # the unwrapped module: DDP's forward is a collective, and ranks may hold unequal shares
+            loss, n_masked, n_correct = self.inner(input_ids, attention, labels)
+        targets = labels[labels != IGNORE_INDEX].cpu()
+        unigram_nll = -float(self.unigram[targets].sum())
+        unigram_hits = int((targets == self.unigram_argmax).sum())
+        n = int(n_masked)
+        return torch.tensor([float(loss) * n, n, int(n_correct), unigram_nll, unigram_hits, 0], dtype=torch.float64)
 
     def _log_step(self, step: int, loss: float, grad_norm: float, tokens_per_s: float) -> None:
-        values = {"train/loss": loss, "train/lr": self._lr(), "train/grad_norm": grad_norm}
+        values = {"train/loss": loss, "train/lr": self._step_lr(), "train/grad_norm": grad_norm}
         values["train/tokens_per_s"] = tokens_per_s
         if self.peak:
             values["train/mfu"] = tokens_per_s * self.flops_per_token / (self.peak * self.env.world)

@@ -1,0 +1,88 @@
+"""The pretrain tests' shared inputs: the real params section shrunk to a micro model, and a corpus of real
+BBC News blocks built by the benchmark's data builder (two named sources), plus the MiniLM tokenization."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+
+from tasks.common.encoders import load_tokenizer, reference_model_dir
+from tasks.config import read_yaml
+from tasks.config.paths import Paths
+from tasks.config.pretrain import PretrainParams
+from tasks.config.tokenize import TokenizeParams
+from tasks.tokenize.pretrain import pack_pretrain
+from tasks.tracking import NullLog
+
+ROOT = Path(__file__).resolve().parents[1]
+SEQ_LEN = 32
+
+#: A very small model and run; every test starts from the real params.yaml section and overrides these.
+TINY = {
+    "size": "micro",
+    "presets": {
+        "micro": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+    },
+    "max_position_embeddings": 64,
+    "batch_size_blocks": 8,
+    "num_threads": 1,
+    "log_every_steps": 5,
+    "eval_every_steps": 20,
+    "eval_max_blocks": 16,
+    "checkpoint_every_steps": 10,
+    "checkpoint_every_minutes": None,
+    "fill_mask": ["the ship entered the [MASK]."],
+    "fill_mask_top_k": 5,
+}
+
+
+def make_cfg(**overrides) -> PretrainParams:
+    raw = read_yaml(ROOT / "params.yaml")["pretrain"]
+    raw.update(TINY)
+    raw.update(overrides)
+    return PretrainParams.model_validate(raw)
+
+
+def make_paths(root: Path) -> Paths:
+    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+
+
+def build_corpus(tmp_path_factory) -> Path:
+    """A WordPiece tokenizer (vocab 400) and 32-token packed blocks from 120 real BBC News articles."""
+    root = tmp_path_factory.mktemp("corpus")
+    bench_module().build_data(root, vocab_size=400, seq_len=SEQ_LEN, heldout_every=10, max_docs=120)
+    return root
+
+
+def clone(corpus: Path, dest: Path) -> Paths:
+    """A fresh workspace sharing the corpus's data and tokenizer (symlinks), with empty outputs."""
+    (dest / "models").mkdir(parents=True)
+    (dest / "data").symlink_to(corpus / "data")
+    (dest / "models" / "tokenizer").symlink_to(corpus / "models" / "tokenizer")
+    return make_paths(dest)
+
+
+def bench_module():
+    """``benchmarks/pretrain.py`` as a module (its data builder is the tests' too)."""
+    spec = importlib.util.spec_from_file_location("bench_pretrain", ROOT / "benchmarks" / "pretrain.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def add_reference_blocks(corpus: Path, max_docs: int = 40) -> None:
+    """``data/tokenize/pretrain/reference/{train,heldout}``: real BBC articles packed with the MiniLM tokenizer
+    by the tokenize stage's own ``pack_pretrain`` (every 5th article held out; two sources)."""
+    texts = bench_module().corpus_texts(max_docs)
+    rows = pd.DataFrame({
+        "doc_id": [f"bbc:{i:04d}" for i in range(len(texts))],
+        "text": texts,
+        "source": ["bbc_a" if i % 2 else "bbc_b" for i in range(len(texts))],
+        "split": ["heldout" if i % 5 == 0 else "train" for i in range(len(texts))],
+    })  # fmt: skip
+    raw = read_yaml(ROOT / "params.yaml")["tokenize"]
+    tcfg = TokenizeParams.model_validate({**raw, "max_seq_len_tokens": SEQ_LEN, "ner_window_overlap_tokens": 8})
+    out = corpus / "data" / "tokenize" / "pretrain" / "reference"
+    pack_pretrain(rows, tcfg, load_tokenizer(reference_model_dir()), out, NullLog())
