@@ -51,7 +51,11 @@ def pretrained_dir(models: Path) -> Path:
 
 def snapshot_dirs(models: Path) -> list[Path]:
     """``<models>/pretrained/snapshots/step_<N>``: models pretrain saved part-way (dose-response), in step order."""
-    root = pretrained_dir(models) / "snapshots"
+    return step_folders(pretrained_dir(models) / "snapshots")
+
+
+def step_folders(root: Path) -> list[Path]:
+    """The model folders ``root/step_<N>`` (with a ``config.json``), in step order; none if ``root`` is absent."""
     found = [p for p in root.glob("step_*") if (p / "config.json").is_file()] if root.is_dir() else []
     return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
 

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
+from tasks.common.encoders import step_folders
+
 PREFIX = "step_"
 SNAPSHOTS = "snapshots"
 
@@ -81,8 +83,7 @@ def snapshot_dir(folder: Path, step: int) -> Path:
 
 def snapshots(folder: Path) -> list[Path]:
     """The snapshot folders under ``folder/snapshots``, in step order."""
-    root = folder / SNAPSHOTS
-    return sorted(p for p in root.iterdir() if p.name.startswith(PREFIX)) if root.is_dir() else []
+    return step_folders(folder / SNAPSHOTS)
 
 
 def _complete(folder: Path) -> list[Path]:
