@@ -45,6 +45,12 @@ def test_bad_params_fail_at_load_time():
         make_cfg(fill_mask=["no mask here"])
     with pytest.raises(ValueError, match="divisible"):
         make_cfg(presets={"micro": {**TINY["presets"]["micro"], "num_attention_heads": 3}})
+    with pytest.raises(ValueError, match="neither scratch, reference nor an HF model folder"):
+        make_cfg(init_from="/nonexistent/model")
+    with pytest.raises(ValueError, match="neither scratch"):
+        make_cfg(init_from="Scratch")  # a typo is not taken for a path
+    with pytest.raises(ValueError, match=r"same step twice at max_steps 3 \(steps \[0, 0, 2\]\)"):
+        make_cfg(max_steps=3, dose_snapshot_fractions=[0.0, 0.1, 0.5])
 
 
 @pytest.mark.slow

@@ -74,7 +74,8 @@ def model_dir(variant: str, models: Path) -> Path:
     made = pretraining_record(folder)["variant"]
     if variant != "random" and made != variant:
         hint = "scratch" if variant == "pretrained" else "reference (or an HF folder)"
-        raise ValueError(f"{variant}: {folder} holds the {made!r} variant; set pretrain.init_from: {hint}")
+        raise ValueError(f"{variant}: {folder} holds the {made!r} variant (its pretraining.json); rerun the "
+                         f"pretrain stage with pretrain.init_from: {hint}")  # fmt: skip
     return folder
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import ValidationError, model_validator
 
 from tasks.config.base import StrictModel
 from tasks.config.dedup import DedupParams
@@ -52,6 +52,13 @@ class Params(StrictModel):
     probe: ProbeParams
     report: ReportParams
     snapshot: SnapshotParams
+
+    @model_validator(mode="after")
+    def _dose_response_has_snapshots(self) -> Params:
+        for task in ("cls", "ner"):
+            if getattr(self.finetune, task).dose_response and not self.pretrain.dose_snapshot_fractions:
+                raise ValueError(f"finetune.{task}.dose_response needs pretrain.dose_snapshot_fractions (none set)")
+        return self
 
     def section(self, stage: str) -> StrictModel:
         """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""

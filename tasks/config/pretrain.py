@@ -6,9 +6,10 @@ read from the trained tokenizer, never from here.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import StrictModel
 
@@ -89,6 +90,13 @@ class PretrainParams(StrictModel):
     fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
     fill_mask_top_k: int = Field(ge=1)
 
+    @field_validator("init_from")
+    @classmethod
+    def _known_start(cls, value: str) -> str:
+        if value in ("scratch", "reference") or (Path(value) / "config.json").is_file():
+            return value
+        raise ValueError(f"{value!r} is neither scratch, reference nor an HF model folder (no config.json in it)")
+
     @model_validator(mode="after")
     def _consistent(self):
         if self.size not in self.presets:
@@ -97,6 +105,10 @@ class PretrainParams(StrictModel):
             raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
         if any(not 0.0 <= f < 1.0 for f in self.dose_snapshot_fractions):
             raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} must lie in [0, 1)")
+        steps = [round(f * self.max_steps) for f in self.dose_snapshot_fractions]
+        if len(set(steps)) < len(steps):
+            raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} fall on the same step twice "
+                             f"at max_steps {self.max_steps} (steps {steps})")  # fmt: skip
         if self.dose_snapshot_fractions and self.budget_minutes is not None:
             raise ValueError("dose_snapshot_fractions are fractions of max_steps: they need budget_minutes: null")
         for sentence in self.fill_mask:
