@@ -27,6 +27,9 @@ from tasks.config.paths import Paths
 #: HF model types whose base model takes ``add_pooling_layer``.
 POOLER_MODEL_TYPES = ("bert", "roberta", "roberta-prelayernorm")
 
+#: The folder of part-way models (``<folder>/snapshots/step_<N>``), and the prefix of every step folder.
+SNAPSHOTS, STEP_PREFIX = "snapshots", "step_"
+
 #: The file in ``<models>/pretrained`` that names the variant the folder holds.
 PRETRAINING_RECORD = "pretraining.json"
 
@@ -51,13 +54,13 @@ def pretrained_dir(models: Path) -> Path:
 
 def snapshot_dirs(models: Path) -> list[Path]:
     """``<models>/pretrained/snapshots/step_<N>``: models pretrain saved part-way (dose-response), in step order."""
-    return step_folders(pretrained_dir(models) / "snapshots")
+    return step_folders(pretrained_dir(models) / SNAPSHOTS)
 
 
 def step_folders(root: Path) -> list[Path]:
     """The model folders ``root/step_<N>`` (with a ``config.json``), in step order; none if ``root`` is absent."""
-    found = [p for p in root.glob("step_*") if (p / "config.json").is_file()] if root.is_dir() else []
-    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
+    found = [p for p in root.glob(f"{STEP_PREFIX}*") if (p / "config.json").is_file()] if root.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name.removeprefix(STEP_PREFIX)))
 
 
 def model_dir(variant: str, models: Path) -> Path:

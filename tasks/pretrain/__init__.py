@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from transformers import pipeline
 
-from tasks.common.encoders import pretrained_dir, write_pretraining_record
+from tasks.common.encoders import SNAPSHOTS, pretrained_dir, write_pretraining_record
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
@@ -73,11 +73,11 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
 def copy_snapshots(trainer: Trainer, out: Path, start: Start, init_from: str) -> None:
     """The dose-response snapshots of this run into ``<out>/snapshots/step_<N>/``, each a model folder that
     finetune loads like ``models/pretrained`` (weights, tokenizer, ``pretraining.json``); older ones go."""
-    shutil.rmtree(out / checkpoint.SNAPSHOTS, ignore_errors=True)
+    shutil.rmtree(out / SNAPSHOTS, ignore_errors=True)
     for folder in checkpoint.snapshots(trainer.ckpt_dir):
         if int(folder.name.removeprefix(checkpoint.PREFIX)) not in trainer.snapshot_steps:
             continue
-        dest = out / checkpoint.SNAPSHOTS / folder.name
+        dest = out / SNAPSHOTS / folder.name
         shutil.copytree(folder, dest, dirs_exist_ok=True)
         start.tokenizer.save_pretrained(dest)
         write_pretraining_record(dest, start.variant, init_from, start.tokenization)

@@ -16,10 +16,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from tasks.common.encoders import step_folders
+from tasks.common.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
 
-PREFIX = "step_"
-SNAPSHOTS = "snapshots"
+PREFIX = STEP_PREFIX
 
 
 def save(

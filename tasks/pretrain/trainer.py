@@ -101,6 +101,8 @@ class Trainer:
         self.flops_per_token = train_flops_per_token(model, self.seq_len, cfg.mlm_probability)
         self.peak = peak_flops(env.device, cfg.bf16)
         self.state: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "elapsed_s": 0.0, "curve": []}
+        ids = train["input_ids"]  # hashed once: every checkpoint's fingerprint needs it
+        self.data_sha256 = _sha256([list(ids.shape), hashlib.sha256(ids.numpy().tobytes()).hexdigest()])
         self.snapshot_steps = sorted({round(f * cfg.max_steps) for f in cfg.dose_snapshot_fractions})
 
     def _wrap(self, net: torch.nn.Module) -> torch.nn.Module:
@@ -154,12 +156,11 @@ class Trainer:
     def _fingerprint(self) -> dict[str, str]:
         """sha256 of each thing the trained weights depend on: params, number of processes, the train blocks
         and the code (``pretrain_code_sha256``). A checkpoint resumes only if all four match."""
-        ids = self.train["input_ids"]
         params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT)
         return {
             "params": _sha256(params),
             "world": _sha256(self.env.world),
-            "data": _sha256([list(ids.shape), hashlib.sha256(ids.numpy().tobytes()).hexdigest()]),
+            "data": self.data_sha256,
             "code": pretrain_code_sha256(),
         }
 
