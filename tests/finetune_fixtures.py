@@ -33,16 +33,17 @@ def save_tiny_bert(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
     return folder
 
 
-def cls_rows(tok, n_docs: int, max_seq_len: int, prefix: str) -> list[dict]:
-    """Docs of class 0 (sport words) or 1 (tech words); every third doc is long enough to be truncated."""
+def cls_rows(tok, n_docs: int, prefix: str) -> list[dict]:
+    """Whole docs of class 0 (sport words) or 1 (tech words); every third doc is long (cut by a 10-token
+    finetune limit); every fourth eval doc is flagged as overlapping the train split."""
     rows = []
     for i in range(n_docs):
         label = i % 2
         words = (SPORT if label == 0 else TECH)[i % 5 : i % 5 + 3] + ["the", "city"] * (1 + 6 * (i % 3 == 0))
         ids = tok(" ".join(words))["input_ids"]
-        cut = ids[: max_seq_len - 1] + ids[-1:] if len(ids) > max_seq_len else ids
-        rows.append({"doc_id": f"{prefix}{i:03d}", "input_ids": cut, "attention_mask": [1] * len(cut),
-                     "label": label, "truncated": len(ids) > max_seq_len, "n_tokens_full": len(ids)})
+        rows.append({"doc_id": f"{prefix}{i:03d}", "text": " ".join(words), "n_words": len(words),
+                     "train_overlap": prefix != "train-" and i % 4 == 0, "input_ids": ids,
+                     "attention_mask": [1] * len(ids), "label": label, "n_tokens_full": len(ids)})
     return rows
 
 
@@ -71,7 +72,7 @@ def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
                          "attention_mask": [1] * len(ids), "word_ids": w_ids,
                          "labels_first": alignment.align_labels(w_ids, tags, label2id, "first"),
                          "labels_all": alignment.align_labels(w_ids, tags, label2id, "all"),
-                         "words": words, "word_tags": tags})
+                         "words": words, "word_tags": tags, "train_overlap": prefix != "train-" and i % 4 == 0})
     return rows, names
 
 
@@ -80,7 +81,7 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
     tok = BertTokenizerFast.from_pretrained(model_folder)
     for split, n in n_docs.items():
         cls_folder = root / "tokenize" / "cls" / tok_name
-        datasets.Dataset.from_list(cls_rows(tok, n, 12, f"{split}-")).save_to_disk(str(cls_folder / split))
+        datasets.Dataset.from_list(cls_rows(tok, n, f"{split}-")).save_to_disk(str(cls_folder / split))
         rows, names = ner_rows(tok, n, capacity=6, prefix=f"{split}-")
         datasets.Dataset.from_list(rows).save_to_disk(str(root / "tokenize" / "ner" / tok_name / split))
     (root / "tokenize" / "cls" / tok_name / "labels.json").write_text(json.dumps(["sport", "tech"]))
@@ -88,15 +89,17 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
 
 
 def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,
-                epochs: int = 2, cls_dose_response: str | None = None) -> FinetuneParams:
-    """Params for a seconds-long run on the fixtures."""
+                epochs: int = 2, cls_dose_response: str | None = None, lr_grid: tuple[float, ...] = (1.0,),
+                workers: int = 1) -> FinetuneParams:
+    """Params for a seconds-long run on the fixtures (no baselines: the tests that want them add them)."""
     task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
             "batch_size": 4, "length_group_batches": 2,
             "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
             "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,
-            "dose_response": None}
+            "dose_response": None, "baselines": [], "baseline_c_grid": [1.0], "lr_grid": list(lr_grid),
+            "truncation": "head", "head_tokens": 0}
     return FinetuneParams.model_validate({
-        "seeds": seeds, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1,
+        "seeds": seeds, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,
         "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
         "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
     })

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import json
 
 import pytest
@@ -13,9 +15,10 @@ from transformers import BertTokenizerFast
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams
 from tasks.finetune import cls as finetune_cls
-from tasks.finetune import kept_doc_ids, length_grouped_batches
+from tasks.finetune import kept_doc_ids
 from tasks.finetune import ner as finetune_ner
 from tasks.finetune.model import build_model, masked_mean, optimizer_for
+from tasks.finetune.training import length_grouped_batches
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +106,7 @@ def test_span_error_table_by_hand():
 def test_entity_f1_is_computed_on_words_not_subwords(tiny_bert):
     tok = BertTokenizerFast.from_pretrained(tiny_bert)
     rows, names = ner_rows(tok, 2, capacity=6, prefix="d")
-    exs = finetune_ner.examples(rows, None, "all")
+    exs = finetune_ner.examples(rows, None, "all")  # ner ignores the task params
     label_id = {n: i for i, n in enumerate(names)}
     assert len({ex["doc_id"] for ex in exs}) < len(exs)  # sentence 2 spans several windows
     # right on every word's first subword, wrong ("B-PER") on every continuation subword and special token
@@ -137,11 +140,21 @@ def test_cls_scores_by_hand():
                                        "not_truncated": {"docs": 2, "accuracy": 0.5}}
 
 
-def test_cls_examples_cut_to_max_len_keep_sep_and_mark_truncation():
-    row = {"doc_id": "x", "input_ids": [2, 10, 11, 12, 13, 3], "label": 1, "truncated": False, "n_tokens_full": 6}
-    short, whole = finetune_cls.examples([row], 4, "cls-pool")[0], finetune_cls.examples([row], 6, "cls-pool")[0]
-    assert short["input_ids"] == [2, 10, 11, 3] and short["truncated"] is True
-    assert whole["input_ids"] == row["input_ids"] and whole["truncated"] is False
+def test_cls_examples_cut_head_or_head_tail_keep_specials_and_measure_what_was_seen():
+    row = {"doc_id": "x", "input_ids": [2, 10, 11, 12, 13, 14, 15, 3], "label": 1, "n_tokens_full": 8}
+    def cut(max_len, truncation, head_tokens=0):
+        tcfg = SimpleNamespace(max_seq_len_tokens=max_len, truncation=truncation, head_tokens=head_tokens)
+        return finetune_cls.examples([row], tcfg, "cls-pool")[0]
+    # 6 content tokens; a 5-token limit keeps 3 of them
+    head = cut(5, "head")
+    assert head["input_ids"] == [2, 10, 11, 12, 3] and head["truncated"] is True
+    assert head["seen_fraction"] == pytest.approx(3 / 6)
+    # head_tail with 1 head token: the first content token and the last two (Sun et al. 2019)
+    assert cut(5, "head_tail", 1)["input_ids"] == [2, 10, 14, 15, 3]
+    assert cut(5, "head_tail", 3)["input_ids"] == [2, 10, 11, 12, 3]  # all head, no tail
+    assert cut(5, "head_tail", 0)["input_ids"] == [2, 13, 14, 15, 3]  # all tail
+    whole = cut(8, "head_tail", 1)
+    assert whole["input_ids"] == row["input_ids"] and whole["truncated"] is False and whole["seen_fraction"] == 1.0
 
 
 def test_summarize_is_the_student_t_interval():

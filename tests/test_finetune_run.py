@@ -191,3 +191,50 @@ def test_same_seed_reproduces_exactly_in_a_fresh_process(workspace):
     key = "pretrained/full/mean-pool/seed7.test.jsonl"
     replayed = (root / "replay" / "finetune" / "cls" / key).read_bytes()
     assert replayed == (paths.data / "finetune" / "cls" / key).read_bytes()
+
+
+def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs(workspace):
+    _, paths, _ = workspace
+    base = tiny_params(["pretrained/full/mean-pool", "pretrained/frozen/mean-pool"], ["pretrained/full/first"],
+                       [3, 4], lr_grid=(0.1, 1.0, 10.0)).model_dump()
+    base["cls"]["baselines"] = ["majority", "tfidf-lr"]
+    metrics = run(FinetuneParams.model_validate(base), paths, RecordingLog(), "cls")
+    for key in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool"):
+        entry = metrics["runs"][key]
+        sweep = entry["lr_sweep"]
+        assert sweep["seed"] == 3 and set(sweep["dev"]) == {"0.1", "1", "10"}
+        # the chosen multiplier is the dev argmax (ties: the earlier grid value), and every seed used it
+        best = max(sweep["dev"].values())
+        assert sweep["dev"][f"{sweep['chosen_scale']:g}"] == best
+        assert sweep["chosen_scale"] == next(s for s in (0.1, 1.0, 10.0) if sweep["dev"][f"{s:g}"] == best)
+        per_seed = entry["details"]["per_seed"]
+        assert {d["lr_scale"] for d in per_seed.values()} == {sweep["chosen_scale"]}
+        assert per_seed["3"]["dev_best_macro_f1"] == best
+        assert per_seed["3"]["lr_head"] == pytest.approx(1e-2 * sweep["chosen_scale"])
+    for key in ("baseline/majority/labels", "baseline/tfidf-lr/full-text"):
+        entry = metrics["runs"][key]
+        assert entry["test_macro_f1"]["seeds"] == [0] and entry["test_macro_f1"]["std"] is None
+        rows = [json.loads(x) for x in (paths.data / "finetune" / "cls" / key / "seed0.test.jsonl").read_text().splitlines()]
+        assert [r["doc_id"] for r in rows] == sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
+    # 12 train docs, 6 sport and 6 tech: a tie goes to the smaller label id, sport; 3 of 5 test docs are sport
+    assert metrics["runs"]["baseline/majority/labels"]["test_accuracy"]["per_seed"] == [3 / 5]
+    sel = metrics["selection"]
+    assert sel["best_arm"] in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool")
+    assert sel["dev"][sel["best_arm"]] == max(sel["dev"][k] for k in ("pretrained/full/mean-pool",
+                                                                      "pretrained/frozen/mean-pool"))
+    assert sel["best_baseline"] == max(("baseline/majority/labels", "baseline/tfidf-lr/full-text"),
+                                       key=lambda k: (sel["dev"][k], k))
+    items = [json.loads(x) for x in (paths.data / "finetune" / "cls" / "test_items.jsonl").read_text().splitlines()]
+    assert [(r["doc_id"], r["train_overlap"]) for r in items] == [(f"test-{i:03d}", i % 4 == 0) for i in range(5)]
+
+
+@pytest.mark.slow
+def test_two_worker_processes_give_the_same_numbers_as_one(workspace):
+    _, paths, _ = workspace
+    configs = ["pretrained/full/mean-pool", "random/full/cls-pool"]
+    one = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], lr_grid=(0.5, 1.0)), paths, NullLog(), "cls")
+    files = {p: p.read_bytes() for p in sorted((paths.data / "finetune" / "cls").rglob("*.jsonl"))}
+    two = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], lr_grid=(0.5, 1.0), workers=2), paths,
+              NullLog(), "cls")
+    assert _no_timing(two) == _no_timing(one)
+    assert {p: p.read_bytes() for p in sorted((paths.data / "finetune" / "cls").rglob("*.jsonl"))} == files

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from datasets import load_from_disk
 from pydantic import ValidationError
@@ -80,8 +81,16 @@ def built(tmp_path_factory):
     write_source(paths, "pre", pretrain_rows())
     write_source(paths, "news", news_rows())
     write_source(paths, "tweets", tweet_rows())
+    write_leak_table(paths, [("n:1", "n:4", "news", "task_train"), ("pre:001", "n:3", "news", "pretrain"),
+                             ("t:2", "t:4", "tweets", "task_train")])
     tokenizer_stage.run(tokenizer_params(pretrain_sources=["pre"], unk_eval_sources=[]), paths, NullLog())
     return paths, stage.run(tokenize_params(), paths, NullLog())
+
+
+def write_leak_table(paths, pairs: list[tuple[str, str, str, str]]) -> None:
+    """``data/leakage/table.parquet`` with (train_doc, eval_doc, eval_source, check) pairs (other columns unused)."""
+    frame = pd.DataFrame(pairs, columns=["train_doc", "eval_doc", "eval_source", "check"])
+    frame.to_parquet(paths.data / "leakage" / "table.parquet", index=False)
 
 
 def our_tok(paths):
@@ -135,7 +144,7 @@ def test_too_short_corpus_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("tok_name", ["clozeline", "reference"])
-def test_cls_truncation_matches_hf_and_is_counted(built, tok_name):
+def test_cls_docs_are_stored_whole_with_text_and_train_overlap_and_lengths_counted(built, tok_name):
     paths, metrics = built
     folder = paths.data / "tokenize" / "cls" / tok_name
     tok = our_tok(paths) if tok_name == "clozeline" else AutoTokenizer.from_pretrained(
@@ -145,19 +154,22 @@ def test_cls_truncation_matches_hf_and_is_counted(built, tok_name):
     texts = [r["text"] for r in news_rows() if r["split"] == "train"]
     assert train["doc_id"] == ["n:1", "n:2"]
     assert train["label"] == [1, 0]
+    assert train["text"] == texts and train["n_words"] == [3, 40]
     for row, text in zip(train, texts):
-        assert row["input_ids"] == tok(text, truncation=True, max_length=SEQ)["input_ids"]
-        full = len(tok(text)["input_ids"])
-        assert row["n_tokens_full"] == full
-        assert row["truncated"] == (full > SEQ)
-    assert train["truncated"] == [False, True]  # "the harbour" x 20 = 42 tokens with specials
+        assert row["input_ids"] == tok(text)["input_ids"]  # whole: finetune cuts (head or head + tail)
+        assert row["n_tokens_full"] == len(row["input_ids"])
     m = metrics["cls"][tok_name]["train"]
-    assert m["truncated_docs"] == 1 and m["truncation_rate"] == 0.5
+    assert m["truncated_docs"] == 1 and m["truncation_rate"] == 0.5  # "the harbour" x 20 = 42 tokens > SEQ
     assert m["tokens_cut"] == 42 - SEQ
     assert m["label_distribution"] == {"business": 1, "sport": 1}
-    # all splits together, the keys the report reads: 1 of the 4 docs truncated
+    # all splits together, the keys the report reads: 1 of the 4 docs longer than SEQ
     assert metrics["cls"][tok_name]["truncated_docs"] == 1
     assert metrics["cls"][tok_name]["truncation_rate"] == 0.25
+    # only the task_train pair of this source flags its eval doc; a pretraining match does not
+    assert load_from_disk(str(folder / "test"))["train_overlap"] == [True]
+    assert load_from_disk(str(folder / "dev"))["train_overlap"] == [False]
+    ner_test = load_from_disk(str(paths.data / "tokenize" / "ner" / tok_name / "test"))
+    assert ner_test["doc_id"] == ["t:4"] and ner_test["train_overlap"] == [True]
 
 
 @pytest.mark.parametrize("tok_name", ["clozeline", "reference"])

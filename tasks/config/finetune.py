@@ -13,6 +13,8 @@ Task = Literal["cls", "ner"]
 
 #: Heads allowed per task: the pooling of a classifier, the label scheme of a tagger.
 HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
+#: Baselines per task (``tasks/finetune/baselines.py``): no encoder, fitted on the whole train split.
+BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
 
 
 class RunSpec(StrictModel):
@@ -46,7 +48,20 @@ class TaskParams(StrictModel):
     max_dev_docs: int | None = Field(gt=0, description="dev docs kept for early stopping; null = all")
     max_test_docs: int | None = Field(gt=0, description="test docs kept; null = all (the honest setting)")
     max_seq_len_tokens: int | None = Field(
-        ge=8, description="cut inputs to this many tokens, [CLS]/[SEP] included (cls only); null = as tokenized"
+        ge=8, description="cut each document to this many tokens, [CLS]/[SEP] included (cls; ner: null)"
+    )
+    truncation: Literal["head", "head_tail"] = Field(
+        description="cls: keep the first tokens (head), or the first head_tokens and the last ones (head_tail, "
+        "Sun et al. 2019)"
+    )
+    head_tokens: int = Field(ge=0, description="cls head_tail: content tokens kept from the start of the document")
+    baselines: list[str] = Field(description="baselines fitted on the whole train split, scored on the same test")
+    baseline_c_grid: list[float] = Field(
+        min_length=1, description="tfidf-lr: inverse L2 strengths C tried, the best on dev macro-F1 is kept"
+    )
+    lr_grid: list[float] = Field(
+        min_length=1, description="multipliers of every learning rate of an arm, tried with the first seed; the best "
+        "on dev is kept for all seeds of that arm"
     )
     batch_size: int = Field(gt=0, description="sequences (cls docs or ner windows) per optimizer step")
     length_group_batches: int = Field(
@@ -73,6 +88,13 @@ class TaskParams(StrictModel):
         "(pretrain.dose_snapshot_fractions): downstream score against pretraining steps; null = off"
     )
 
+    @field_validator("lr_grid", "baseline_c_grid")
+    @classmethod
+    def _positive_unique(cls, value: list[float]) -> list[float]:
+        if any(v <= 0 for v in value):
+            raise ValueError(f"every value must be > 0, got {value}")
+        return require_unique(value, "grid")
+
     @model_validator(mode="after")
     def _dose_config_listed(self) -> TaskParams:
         if self.dose_response is None:
@@ -89,7 +111,8 @@ class FinetuneParams(StrictModel):
     seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
     data_seed: int = Field(ge=0, description="seed of the hash sample that picks the train/dev/test docs kept")
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
-    torch_threads: int = Field(gt=0, description="torch intra-op threads (results are reproducible per value)")
+    torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
+    workers: int = Field(gt=0, description="runs trained at once, one process each (1 = in-process)")
     cls: TaskParams
     ner: TaskParams
 
@@ -107,6 +130,14 @@ class FinetuneParams(StrictModel):
             require_unique([spec.key for spec in getattr(self, task).configs], f"{task}.configs")
         if self.ner.max_seq_len_tokens is not None:
             raise ValueError("ner.max_seq_len_tokens must be null: NER windows are sized by the tokenize stage")
+        if self.cls.max_seq_len_tokens is None:
+            raise ValueError("cls.max_seq_len_tokens must be set: documents are stored whole (e.g. 128, GPU: 512)")
+        if self.cls.truncation == "head_tail" and self.cls.head_tokens > self.cls.max_seq_len_tokens - 2:
+            raise ValueError(f"cls.head_tokens ({self.cls.head_tokens}) must be <= max_seq_len_tokens - 2")
+        for task in ("cls", "ner"):
+            for name in getattr(self, task).baselines:
+                if name not in BASELINES[task]:
+                    raise ValueError(f"{task}.baselines: {name!r} is not one of {BASELINES[task]}")
         return self
 
     def task(self, name: str) -> TaskParams:

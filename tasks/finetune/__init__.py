@@ -1,18 +1,21 @@
-"""Stage ``finetune`` (DVC foreach item ``cls`` | ``ner``): fine-tune encoders over seeds and compare them.
+"""Stage ``finetune`` (DVC foreach item ``cls`` | ``ner``): fine-tune encoders over seeds, fit baselines, compare.
 
-Every configuration ``variant/mode/head`` of ``params.finetune.<task>.configs`` trains once per seed on the
-same docs, with the same budget; each run selects its epoch on dev (early stopping) and scores test once.
-Per configuration the stage reports mean, std and a Student-t interval over seeds, the per-seed values, and
-the seeds whose dev score stayed at chance (``diverged_seeds``). Test predictions go to
-``data/finetune/<task>/<variant>/<mode>/<head>/seed<k>.test.jsonl`` (``doc_id, gold, pred``).
-MLflow: one child run per configuration under the stage run, with one nested run per seed.
+Every configuration (arm) ``variant/mode/head`` of ``params.finetune.<task>.configs`` picks its own learning
+rate on dev from ``lr_grid`` (``sweep``), then trains once per seed on the same docs with the same budget; each
+run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
+(``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the whole train split
+and score the same test docs. Per arm the stage reports mean, std and a Student-t interval over seeds, the
+per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
+names the best arm and the best baseline on dev. Test predictions go to
+``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred``, cls also ``seen_fraction``),
+and ``data/finetune/<task>/test_items.jsonl`` holds each test doc's slices (``n_words, train_overlap``).
+MLflow: one child run per arm and baseline under the stage run, with one nested run per seed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -20,32 +23,28 @@ from pathlib import Path
 from types import ModuleType
 
 import datasets
-import torch
-from tqdm import tqdm
-from transformers import get_linear_schedule_with_warmup
 
 from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
+from tasks.finetune import baselines
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
-from tasks.finetune.model import build_model, optimizer_for
+from tasks.finetune.sweep import log_job, sweep_and_train
 
 TASKS = {"cls": cls_task, "ner": ner_task}
 SPLITS = ("train", "dev", "test")
-#: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
-TRAINED_ENCODERS = ("reference", "adapted")
 
 
 def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
-    """Fine-tune every configuration of task ``item`` over ``cfg.seeds``; returns the metrics of the contract.
+    """Fine-tune every configuration of task ``item`` over ``cfg.seeds`` and fit its baselines; returns the
+    metrics of the contract.
 
     Reads ``data/tokenize/<item>/<tok>/`` and the variants' model folders; writes ``data/finetune/<item>/``.
     Raises ``FileNotFoundError``/``ValueError`` naming the folder or key when an input is missing or bad.
     """
     started = time.perf_counter()
     tcfg = cfg.task(item)
-    torch.set_num_threads(cfg.torch_threads)
     out_dir = fresh_dir(paths.stage_data("finetune") / item)
     tok_of = {spec.variant: tokenization(spec.variant, paths.models) for spec in tcfg.configs}
     toks = sorted(set(tok_of.values()))
@@ -54,14 +53,21 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     jobs = [make_job(item, spec, tcfg, data[tok_of[spec.variant]]["rows"], labels, paths.models)
             for spec in tcfg.configs]  # fmt: skip
     dose = dose_jobs(item, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models) if tcfg.dose_response else {}
+    results = sweep_and_train(jobs + list(dose.values()), cfg.seeds, tcfg.lr_grid, cfg.torch_threads, cfg.workers)
     runs = {}
     for job in jobs + list(dose.values()):
         with log.child(f"{item}/{job.key}") as parent:
-            runs[job.key] = run_config(job, cfg, out_dir, parent)
+            runs[job.key] = record_job(job, results[job.key], cfg, out_dir, parent)
+    any_tok = data[toks[0]]
+    for name in tcfg.baselines:
+        with log.child(f"{item}/{baselines.KEYS[name]}") as child:
+            runs[baselines.KEYS[name]] = run_baseline(item, name, any_tok, labels, tcfg, cfg, out_dir, child)
+    write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
-    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs, **extra,
-            "metric_implementations": TASKS[item].METRIC_IMPLEMENTATIONS,
+    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
+            "selection": select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines], item),
+            **extra, "metric_implementations": TASKS[item].METRIC_IMPLEMENTATIONS,
             "elapsed_minutes": round((time.perf_counter() - started) / 60, 2)}
 
 
@@ -73,7 +79,8 @@ def fresh_dir(folder: Path) -> Path:
 
 
 def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
-    """Rows of each split (``datasets.load_from_disk``), label names, and kept/available doc counts.
+    """Rows of each split (``datasets.load_from_disk``): ``rows`` (the kept docs), ``all_rows`` (every doc, for
+    the baselines), label names, and kept/available doc counts.
 
     Docs are kept by a seeded hash sample of ``doc_id`` (``kept_doc_ids``), so both tokenizations of a task
     keep the same docs. Raises ``FileNotFoundError`` naming the missing folder or ``labels.json``.
@@ -82,17 +89,18 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
     if not labels_file.exists():
         raise FileNotFoundError(f"finetune: {labels_file} not found (run the tokenize stage first)")
     caps = {"train": tcfg.max_train_docs, "dev": tcfg.max_dev_docs, "test": tcfg.max_test_docs}
-    rows, counts = {}, {}
+    rows, all_rows, counts = {}, {}, {}
     for split in SPLITS:
         if not (folder / split).exists():
             raise FileNotFoundError(f"finetune: {folder / split} not found (run the tokenize stage first)")
         table = datasets.load_from_disk(str(folder / split)).to_list()
         keep = kept_doc_ids([r["doc_id"] for r in table], caps[split], data_seed)
-        rows[split] = [r for r in table if r["doc_id"] in keep]
+        rows[split], all_rows[split] = [r for r in table if r["doc_id"] in keep], table
         available = len({r["doc_id"] for r in table})
         counts[split] = {"docs_available": available, "docs_kept": len(keep),
                          "docs_dropped_by_cap": available - len(keep)}
-    return {"rows": rows, "labels": json.loads(labels_file.read_text(encoding="utf-8")), "counts": counts}
+    labels = json.loads(labels_file.read_text(encoding="utf-8"))
+    return {"rows": rows, "all_rows": all_rows, "labels": labels, "counts": counts}
 
 
 def kept_doc_ids(doc_ids: list[str], cap: int | None, data_seed: int) -> set[str]:
@@ -121,7 +129,6 @@ class Job:
     """What every seed of one configuration shares: task module, spec, params, examples and model folder."""
 
     item: str
-    task: ModuleType  # tasks.finetune.cls or tasks.finetune.ner
     spec: RunSpec
     tcfg: TaskParams
     exs: dict[str, list[dict]]  # split -> examples
@@ -130,6 +137,11 @@ class Job:
     pad_id: int
     key: str  # the run's name in metrics and MLflow: spec.key, or pretrained@step_<N>/... for a snapshot
 
+    @property
+    def task(self) -> ModuleType:
+        """``tasks.finetune.cls`` or ``tasks.finetune.ner`` (a property: modules do not pickle to workers)."""
+        return TASKS[self.item]
+
 
 def make_job(item: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
              folder: Path | None = None, key: str | None = None) -> Job:  # fmt: skip
@@ -137,8 +149,8 @@ def make_job(item: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: lis
     variant's) and pad id; ``key`` names the run (default ``spec.key``)."""
     task = TASKS[item]
     folder = folder or model_dir(spec.variant, models)
-    exs = {split: task.examples(rows[split], tcfg.max_seq_len_tokens, spec.head) for split in SPLITS}
-    return Job(item, task, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key)
+    exs = {split: task.examples(rows[split], tcfg, spec.head) for split in SPLITS}
+    return Job(item, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key)
 
 
 def dose_jobs(item: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> dict[int, Job]:
@@ -160,130 +172,73 @@ def dose_jobs(item: str, tcfg: TaskParams, rows: dict, labels: list[str], models
     return jobs
 
 
-def run_config(job: Job, cfg: FinetuneParams, out_dir: Path, log) -> dict:
-    """Train and test ``job`` once per seed, each in a nested run; returns its entry of ``metrics.runs``."""
-    spec = job.spec
-    log.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
-                "model_dir": job.folder, "seeds": cfg.seeds, **{f"{s}_examples": len(e) for s, e in job.exs.items()}})
-    seeds = []
-    for seed in cfg.seeds:
-        with log.child(f"{job.item}/{job.key}/seed{seed}") as child:
-            seeds.append(run_seed(job, seed, out_dir, child))
-    return aggregate(job.task, seeds, cfg, log.run_id)
+def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log) -> dict:
+    """Write each seed's test predictions, log the arm (``sweep.log_job``); returns its ``metrics.runs`` entry."""
+    predictions = {res["seed"]: write_predictions(out_dir / job.key / f"seed{res['seed']}.test.jsonl",
+                                                  res["test_records"]) for res in result["seeds"]}  # fmt: skip
+    log_job(log, job, result, cfg.seeds, predictions)
+    entry = aggregate(job.task, result["seeds"], cfg, log.run_id)
+    select = f"dev_best_{job.task.SELECT_METRIC}"
+    entry["lr_sweep"] = {"seed": cfg.seeds[0], "chosen_scale": result["scale"], "metric": select,
+                         "dev": {f"{scale:g}": res[select] for scale, res in result["sweep"].items()}}  # fmt: skip
+    seen = [r["seen_fraction"] for r in result["seeds"][0]["test_records"] if "seen_fraction" in r]
+    if seen:  # cls: the share of each test doc's tokens the model saw (the same cut for every seed)
+        entry["test_seen_fraction_mean"] = sum(seen) / len(seen)
+    return entry
 
 
-def run_seed(job: Job, seed: int, out_dir: Path, log) -> dict:
-    """One run: seeded model, training with early stopping on dev, one test evaluation, predictions file."""
-    log.params({"seed": seed})
-    spec = job.spec
-    model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout, seed)
-    started = time.perf_counter()
-    fit = train(model, job, seed, log)
-    test_recs, scores = evaluate(model, job, "test")
-    log.artifact(write_predictions(out_dir / job.key / f"seed{seed}.test.jsonl", test_recs), "predictions")
-    log.metrics(job.task.headline(scores))
-    return {"seed": seed, "test": job.task.headline(scores), "details": job.task.details(scores),
-            **fit, "train_seconds": round(time.perf_counter() - started, 1)}
+def run_baseline(item: str, name: str, data: dict, labels: list[str], tcfg: TaskParams, cfg: FinetuneParams,
+                 out_dir: Path, log) -> dict:  # fmt: skip
+    """Fit baseline ``name`` on the whole train split (``baselines.fit_predict``), score dev and the kept test
+    docs, write its predictions; returns its ``metrics.runs`` entry (one deterministic run, seed 0)."""
+    task, key = TASKS[item], baselines.KEYS[name]
+    rows = {"train": data["all_rows"]["train"], "dev": data["all_rows"]["dev"], "test": data["rows"]["test"]}
+    fit = baselines.fit_predict(name, rows, labels, tcfg.baseline_c_grid)
+    dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
+    path = write_predictions(out_dir / key / f"seed{baselines.SEED}.test.jsonl", fit["test"])
+    log.params({"task": item, "baseline": name, **fit["setting"]})
+    log.metrics(task.headline(test))
+    log.artifact(path, "predictions")
+    seed = {"seed": baselines.SEED, "test": task.headline(test), "details": task.details(test), "diverged": False,
+            f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "train_docs": len(rows["train"]),
+            "dev_docs": len(rows["dev"]), **{k: v for k, v in fit["setting"].items() if k != "dev_macro_f1"}}
+    return aggregate(task, [seed], cfg, log.run_id) | {"baseline": name}
 
 
-def train(model, job: Job, seed: int, log) -> dict:
-    """AdamW with linear warmup/decay for at most ``max_epochs``; after each epoch the dev score decides
-    (early stopping with ``patience_epochs``). Restores the best epoch's weights into ``model``.
-
-    A non-finite training loss stops the run. Returns ``best_epoch``, ``epochs_run``, the best dev score,
-    ``dev_chance`` and ``diverged`` (non-finite loss, or best dev score <= chance + divergence_margin).
-    """
-    tcfg, task, select = job.tcfg, job.task, job.task.SELECT_METRIC
-    total_steps = math.ceil(len(job.exs["train"]) / tcfg.batch_size) * tcfg.max_epochs
-    # MiniLM is a fully trained encoder: it takes the usual BERT fine-tuning LR, not our small models' one
-    lr_encoder = tcfg.lr_encoder_reference if job.spec.variant in TRAINED_ENCODERS else tcfg.lr_encoder
-    optimizer = optimizer_for(model, lr_encoder, tcfg.lr_head, tcfg.weight_decay)
-    schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total_steps), total_steps)
-    generator = torch.Generator().manual_seed(seed)
-    best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}
-    finite, epoch = True, 0
-    for epoch in range(1, tcfg.max_epochs + 1):
-        loss = train_epoch(model, job, optimizer, schedule, generator, f"{job.key} seed {seed} epoch {epoch}")
-        _, dev = evaluate(model, job, "dev")
-        log.metrics({"train_loss": loss, f"dev_{select}": dev[select]}, step=epoch)
-        finite = math.isfinite(loss)
-        if dev[select] > best["score"]:
-            best = {"score": dev[select], "epoch": epoch, "divergence_score": task.divergence_score(dev),
-                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-        if not finite or epoch - best["epoch"] >= tcfg.patience_epochs:
-            break
-    model.load_state_dict(best["state"])
-    chance = task.chance(job.exs["dev"])
-    diverged = not finite or best["divergence_score"] <= chance + tcfg.divergence_margin
-    return {"best_epoch": best["epoch"], "epochs_run": epoch, f"dev_best_{select}": best["score"],
-            "dev_chance": chance, "dev_divergence_score": best["divergence_score"], "diverged": diverged}
+def write_test_items(path: Path, rows: list[dict]) -> Path:
+    """``test_items.jsonl``: per test doc ``{doc_id, n_words, train_overlap}``, the slices the report cuts."""
+    lines = []
+    for row in baselines.documents(rows):
+        n_words = int(row["n_words"]) if "n_words" in row else len(row["words"])
+        lines.append(json.dumps({"doc_id": row["doc_id"], "n_words": n_words,
+                                 "train_overlap": bool(row["train_overlap"])}))  # fmt: skip
+    path.write_text("".join(line + "\n" for line in sorted(lines)), encoding="utf-8")
+    return path
 
 
-def evaluate(model, job: Job, split: str) -> tuple[list[dict], dict]:
-    """Prediction records and scores of ``split`` (``dev`` after each epoch, ``test`` once at the end)."""
-    recs = job.task.records(job.exs[split], predict(model, job, job.exs[split]), job.labels)
-    return recs, job.task.score(recs, job.labels)
+def select_best(runs: dict, arm_keys: list[str], baseline_keys: list[str], item: str) -> dict:
+    """The arm and the baseline with the best mean dev score (``SELECT_METRIC``): what the claims
+    ``finetune/<task>/best-arm`` and ``best-baseline`` name. Chosen on dev, so test stays unseen."""
+    metric = f"dev_best_{TASKS[item].SELECT_METRIC}"
 
+    def dev_mean(key: str) -> float:
+        per_seed = runs[key]["details"]["per_seed"].values()
+        return sum(s[metric] for s in per_seed) / len(per_seed)
 
-def train_epoch(model, job: Job, optimizer, schedule, generator, desc: str) -> float:
-    """One shuffled pass (order from ``generator``); returns the mean training loss (nan if it blew up)."""
-    model.train()
-    exs, tcfg = job.exs["train"], job.tcfg
-    batches = length_grouped_batches([len(ex["input_ids"]) for ex in exs], tcfg.batch_size,
-                                     tcfg.length_group_batches, generator)
-    losses = []
-    for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5):
-        batch = job.task.collate([exs[i] for i in batch_idx], job.pad_id)
-        logits = model(batch["input_ids"], batch["attention_mask"])
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
-        if not torch.isfinite(loss):
-            return math.nan
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    return sum(losses) / len(losses)
-
-
-def length_grouped_batches(lengths: list[int], batch_size: int, group_batches: int, generator) -> list[list[int]]:
-    """Shuffled batches of example indices whose members have similar lengths, so little padding is computed.
-
-    A random permutation is cut into groups of ``group_batches * batch_size`` examples, each group is sorted
-    by length and cut into batches, and the batches are shuffled (the ``group_by_length`` megabatches of HF
-    ``Trainer``). ``group_batches = 1`` is a plain shuffle. Every index appears exactly once.
-    """
-    order = torch.randperm(len(lengths), generator=generator).tolist()
-    span = group_batches * batch_size
-    batches = []
-    for start in range(0, len(order), span):
-        group = sorted(order[start : start + span], key=lambda i: lengths[i])
-        batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
-    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-
-
-@torch.no_grad()
-def predict(model, job: Job, exs: list[dict]) -> list:
-    """Predictions per example in input order (eval mode, no gradients); batches are length-sorted so
-    little padding is computed, which cannot change results because padding is masked."""
-    model.eval()
-    order = sorted(range(len(exs)), key=lambda i: len(exs[i]["input_ids"]))
-    out: list = [None] * len(exs)
-    for start in range(0, len(order), job.tcfg.batch_size):
-        idx = order[start : start + job.tcfg.batch_size]
-        batch_exs = [exs[i] for i in idx]
-        batch = job.task.collate(batch_exs, job.pad_id)
-        logits = model(batch["input_ids"], batch["attention_mask"])
-        for i, pred in zip(idx, job.task.decode(logits, batch_exs), strict=True):
-            out[i] = pred
+    scores = {key: dev_mean(key) for key in arm_keys + baseline_keys}
+    out = {"metric": f"mean over seeds of {metric}", "dev": scores}
+    if arm_keys:
+        out["best_arm"] = max(arm_keys, key=lambda k: (scores[k], k))
+    if baseline_keys:
+        out["best_baseline"] = max(baseline_keys, key=lambda k: (scores[k], k))
     return out
 
 
 def write_predictions(path: Path, recs: list[dict]) -> Path:
-    """JSONL of ``{doc_id, gold, pred}`` sorted by ``doc_id`` (stable bytes for DVC)."""
+    """JSONL of ``{doc_id, gold, pred}`` (cls also ``seen_fraction``) sorted by ``doc_id`` (stable bytes for DVC)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({k: r[k] for k in ("doc_id", "gold", "pred")}, ensure_ascii=False) for r in recs]
+    keys = ("doc_id", "gold", "pred", "seen_fraction")
+    lines = [json.dumps({k: r[k] for k in keys if k in r}, ensure_ascii=False) for r in recs]
     path.write_text("".join(line + "\n" for line in sorted(lines)), encoding="utf-8")
     return path
 
@@ -296,7 +251,8 @@ def aggregate(task, seeds: list[dict], cfg: FinetuneParams, run_id: str | None) 
     metrics = {
         name: summarize([s["test"][name] for s in seeds], seed_ids, cfg.confidence_level) for name in seeds[0]["test"]
     }
-    per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in ("seed", "test")} for s in seeds}
+    hidden = ("seed", "test", "test_records")
+    per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
     pooled = task.pool_details([s["details"] for s in seeds])
     return {**metrics, "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]], "mlflow_run_id": run_id,
             "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}

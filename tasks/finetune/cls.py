@@ -20,23 +20,39 @@ METRIC_IMPLEMENTATIONS = {
 }
 
 
-def examples(rows: list[dict], max_seq_len: int | None, head: str) -> list[dict]:
-    """One example per doc, cut to ``max_seq_len`` tokens keeping the final ``[SEP]``.
+def examples(rows: list[dict], tcfg, head: str) -> list[dict]:
+    """One example per doc, cut to ``tcfg.max_seq_len_tokens`` tokens by ``cut``.
 
     ``head`` (``cls-pool``/``mean-pool``) does not change the inputs; it is part of the task interface.
-    ``truncated`` is true when the doc had more tokens than the model now sees (``n_tokens_full`` > kept).
-    Raises ``ValueError`` naming the doc when a row has no tokens.
+    ``seen_fraction`` is the share of the doc's content tokens (specials excluded) the model sees, and
+    ``truncated`` is true when it is below 1. Raises ``ValueError`` naming the doc when a row has no tokens.
     """
     out = []
     for row in rows:
         ids = list(row["input_ids"])
         if len(ids) < 2:
             raise ValueError(f"cls doc {row['doc_id']!r}: fewer than 2 tokens ([CLS] ... [SEP] expected)")
-        if max_seq_len is not None and len(ids) > max_seq_len:
-            ids = ids[: max_seq_len - 1] + ids[-1:]
-        truncated = bool(row["truncated"]) or int(row["n_tokens_full"]) > len(ids)
-        out.append({"doc_id": row["doc_id"], "input_ids": ids, "label": int(row["label"]), "truncated": truncated})
+        kept = cut(ids, tcfg.max_seq_len_tokens, tcfg.truncation, tcfg.head_tokens)
+        seen = (len(kept) - 2) / max(len(ids) - 2, 1)
+        out.append({"doc_id": row["doc_id"], "input_ids": kept, "label": int(row["label"]), "truncated": seen < 1,
+                    "seen_fraction": round(seen, 6)})
     return out
+
+
+def cut(ids: list[int], max_len: int, truncation: str, head_tokens: int) -> list[int]:
+    """``ids`` (``[CLS] ... [SEP]``) cut to ``max_len`` tokens, keeping both special tokens.
+
+    ``head``: the first ``max_len - 2`` content tokens (HF ``truncation=True``). ``head_tail``: the first
+    ``head_tokens`` and the last ``max_len - 2 - head_tokens`` content tokens, the best truncation in Sun et al.
+    2019 ("How to Fine-Tune BERT for Text Classification?", sec. 5.3: head 128 + tail 382 of 512).
+    """
+    if len(ids) <= max_len:
+        return ids
+    body, budget = ids[1:-1], max_len - 2
+    if truncation == "head":
+        return [ids[0], *body[:budget], ids[-1]]
+    tail = budget - head_tokens
+    return [ids[0], *body[:head_tokens], *(body[-tail:] if tail else []), ids[-1]]
 
 
 def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
@@ -56,9 +72,10 @@ def decode(logits: torch.Tensor, batch: list[dict]) -> list[int]:
 
 
 def records(exs: list[dict], predicted: list[int], label_names: list[str]) -> list[dict]:
-    """Prediction records ``{doc_id, gold, pred, truncated}`` (label names), in example order."""
+    """Prediction records ``{doc_id, gold, pred, truncated, seen_fraction}`` (label names), in example order."""
     return [
-        {"doc_id": ex["doc_id"], "gold": label_names[ex["label"]], "pred": label_names[p], "truncated": ex["truncated"]}
+        {"doc_id": ex["doc_id"], "gold": label_names[ex["label"]], "pred": label_names[p],
+         "truncated": ex["truncated"], "seen_fraction": ex["seen_fraction"]}
         for ex, p in zip(exs, predicted, strict=True)
     ]
 

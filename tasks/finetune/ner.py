@@ -27,11 +27,11 @@ METRIC_IMPLEMENTATIONS = {
 SPAN_CLASSES = ("exact", "type", "boundary", "boundary_and_type", "missed", "spurious")
 
 
-def examples(rows: list[dict], max_seq_len: int | None, head: str) -> list[dict]:
+def examples(rows: list[dict], tcfg, head: str) -> list[dict]:
     """One example per window, with the training labels of scheme ``head`` (``first`` or ``all``).
 
-    ``max_seq_len`` must be None (windows are sized by tokenize). Raises ``ValueError`` naming the doc when
-    a row's lists disagree in length.
+    ``tcfg`` (the task params) changes nothing: windows are sized by tokenize. Raises ``ValueError`` naming
+    the doc when a row's lists disagree in length.
     """
     out = []
     for row in rows:

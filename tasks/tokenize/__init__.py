@@ -8,10 +8,13 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
   [SEP] ...`` and cut every ``max_seq_len - 1`` tokens; each block starts with [CLS] (the "full-sentences"
   packing of RoBERTa, Liu et al. 2019, with BERT's [CLS]). One tail shorter than a block is dropped and
   reported.
-- ``data/tokenize/cls/<tok>/{train,dev,test}``: truncated to ``max_seq_len``; ``truncated`` and
-  ``n_tokens_full`` say what the model never sees.
+- ``data/tokenize/cls/<tok>/{train,dev,test}``: whole documents with their ``text`` and ``n_tokens_full``
+  (finetune cuts them to its own length, head or head + tail).
 - ``data/tokenize/ner/<tok>/{train,dev,test}``: one row per window, ``labels_first`` and ``labels_all``
   (see ``tasks/common/alignment.py``); long sentences become overlapping windows, so no gold word is lost.
+
+Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near duplicate with its task's train split
+(the leakage audit's check b), for the claim table's clean vs overlapping slice.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize.cls import build_cls, read_cls_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows
 from tasks.tokenize.pretrain import pack_pretrain, read_pretrain_rows
+from tasks.tokenize.tables import train_overlap_ids
 
 
 def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
@@ -42,7 +46,10 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
     }
     cls_rows = read_cls_rows(paths, cfg.tasks.cls)
     ner_rows, metrics["ner_input"] = read_ner_rows(paths, cfg.tasks.ner, cfg.ner_invalid_iob2)
-    metrics["cls"] = {name: build_cls(cfg, tok, cls_rows, out / "cls" / name) for name, tok in tokenizers.items()}
-    metrics["ner"] = {name: build_ner(cfg, tok, ner_rows, out / "ner" / name) for name, tok in tokenizers.items()}
+    overlap = {task: train_overlap_ids(paths.data, source) for task, source in cfg.tasks}
+    metrics["cls"] = {name: build_cls(cfg, tok, cls_rows, overlap["cls"], out / "cls" / name)
+                      for name, tok in tokenizers.items()}  # fmt: skip
+    metrics["ner"] = {name: build_ner(cfg, tok, ner_rows, overlap["ner"], out / "ner" / name)
+                      for name, tok in tokenizers.items()}  # fmt: skip
     log.info(f"tokenize: wrote {out}")
     return metrics

@@ -1,4 +1,9 @@
-"""Classification datasets of ``tokenize``: ``data/tokenize/cls/<tok>/{train,dev,test}``, truncated to ``max_seq_len``."""
+"""Classification datasets of ``tokenize``: ``data/tokenize/cls/<tok>/{train,dev,test}``, whole documents.
+
+Documents are stored uncut, with their text: the finetune stage cuts them to its own length (head, or head +
+tail) and the bag-of-words baseline reads the full text. The truncation metrics say how many documents are
+longer than ``max_seq_len``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from tasks.common.parquet import read_clean_source
+from tasks.common.textnorm import words
 from tasks.config import Paths
 from tasks.config.split import TASK_SPLITS
 from tasks.config.tokenize import TokenizeParams
@@ -25,8 +31,11 @@ def read_cls_rows(paths: Paths, source: str) -> pd.DataFrame:
     return rows.sort_values("doc_id", kind="stable").reset_index(drop=True)
 
 
-def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, out: Path) -> dict:
-    """Tokenize, truncate and save each split; write ``labels.json``; returns per-split metrics."""
+def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path) -> dict:
+    """Tokenize and save each split whole; write ``labels.json``; returns per-split metrics.
+
+    ``overlap`` holds the eval doc ids that share text with the train split (``train_overlap`` column).
+    """
     names = sorted(rows["label"].unique().tolist())
     write_labels(names, out)
     label2id = {name: i for i, name in enumerate(names)}
@@ -35,15 +44,16 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, out: Path) -> dict:
     for split in TASK_SPLITS:
         part = rows[rows["split"] == split]
         full = tok(part["text"].tolist(), add_special_tokens=True, verbose=False)["input_ids"]
-        ids = [truncate(seq, cfg.max_seq_len_tokens, tok.sep_token_id) for seq in full]
         n_full = np.asarray([len(seq) for seq in full], dtype=np.int64)
         table = pa.table(
             {
                 "doc_id": pa.array(part["doc_id"].tolist(), pa.string()),
-                "input_ids": pa.array(ids, pa.list_(pa.int32())),
-                "attention_mask": pa.array([[1] * len(seq) for seq in ids], pa.list_(pa.int8())),
+                "text": pa.array(part["text"].tolist(), pa.string()),
+                "n_words": pa.array([len(words(x)) for x in part["text"]], pa.int64()),
+                "train_overlap": pa.array([d in overlap for d in part["doc_id"]], pa.bool_()),
+                "input_ids": pa.array(full, pa.list_(pa.int32())),
+                "attention_mask": pa.array([[1] * len(seq) for seq in full], pa.list_(pa.int8())),
                 "label": pa.array([label2id[x] for x in part["label"]], pa.int64()),
-                "truncated": pa.array((n_full > cfg.max_seq_len_tokens).tolist(), pa.bool_()),
                 "n_tokens_full": pa.array(n_full, pa.int64()),
             }
         )
@@ -57,13 +67,8 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, out: Path) -> dict:
     return {**metrics, **{key: overall[key] for key in ("docs", "truncated_docs", "truncation_rate", "tokens_cut")}}
 
 
-def truncate(ids: list[int], max_seq_len: int, sep_id: int) -> list[int]:
-    """Keep the first ``max_seq_len - 1`` tokens and end with [SEP], as HF ``truncation=True`` does."""
-    return ids if len(ids) <= max_seq_len else [*ids[: max_seq_len - 1], sep_id]
-
-
 def truncation_stats(n_full: np.ndarray, max_seq_len: int) -> dict:
-    """How many documents lost tokens and how many tokens the model never sees (counts include specials)."""
+    """How many documents are longer than ``max_seq_len`` and by how many tokens (counts include specials)."""
     cut = np.clip(n_full - max_seq_len, 0, None)
     truncated = cut > 0
     return {

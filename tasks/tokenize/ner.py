@@ -61,8 +61,11 @@ def read_ner_rows(paths: Paths, source: str, policy: str) -> tuple[pd.DataFrame,
     return pd.DataFrame(kept, columns=["doc_id", "split", "words", "tags"]), report
 
 
-def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, out: Path) -> dict:
-    """Tokenize words, window long sentences, align both label schemes, save each split; returns metrics."""
+def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path) -> dict:
+    """Tokenize words, window long sentences, align both label schemes, save each split; returns metrics.
+
+    ``overlap`` holds the eval sentence ids that share text with the train split (``train_overlap`` column).
+    """
     names = alignment.label_names(tag for tags in rows["tags"] for tag in tags)
     write_labels(names, out)
     label2id = {name: i for i, name in enumerate(names)}
@@ -70,6 +73,7 @@ def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, out: Path) -> dict:
     for split in TASK_SPLITS:
         part = rows[rows["split"] == split]
         columns, stats = ner_windows(cfg, tok, part, label2id)
+        columns["train_overlap"] = [d in overlap for d in columns["doc_id"]]
         save_table(pa.table(columns, schema=NER_SCHEMA), out / split)
         id2label = dict(enumerate(names))
         stats["label_distribution_first"] = label_counts(columns["labels_first"], id2label)
@@ -93,13 +97,14 @@ NER_SCHEMA = pa.schema(
         ("labels_all", pa.list_(pa.int32())),
         ("words", pa.list_(pa.string())),
         ("word_tags", pa.list_(pa.string())),
+        ("train_overlap", pa.bool_()),
     ]
 )
 
 
 def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str, int]) -> tuple[dict, dict]:
     """Column lists (one entry per window) for ``NER_SCHEMA`` and the split's alignment metrics."""
-    columns: dict[str, list] = {name: [] for name in NER_SCHEMA.names}
+    columns: dict[str, list] = {name: [] for name in NER_SCHEMA.names if name != "train_overlap"}
     encodings, zero_subword = encode_words(tok, part["words"].tolist())
     n_full, n_windowed = [], 0
     for row, (ids, word_ids) in zip(part.itertuples(index=False), tqdm(encodings, desc="ner windows", leave=False)):

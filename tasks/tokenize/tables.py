@@ -1,4 +1,5 @@
-"""Helpers the tokenize datasets share: length statistics, label files, Arrow tables saved as datasets."""
+"""Helpers the tokenize datasets share: length statistics, label files, Arrow tables saved as datasets, and the
+eval docs that overlap their task's train split (the clean vs overlapping slice of the claim table)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from datasets import Dataset
 from datasets.table import InMemoryTable
@@ -35,3 +37,18 @@ def save_table(table: pa.Table, path: Path) -> None:
         writer.write_table(table)
     fingerprint = hashlib.md5(sink.getvalue().to_pybytes()).hexdigest()
     Dataset(InMemoryTable(table), fingerprint=fingerprint).save_to_disk(str(path))
+
+
+def train_overlap_ids(data: Path, source: str) -> set[str]:
+    """Dev/test doc ids of ``source`` that share a 13-gram or a near duplicate with its own train split.
+
+    Read from ``<data>/leakage/table.parquet`` (check ``task_train``): the leakage audit flags such pairs and
+    keeps both docs by default, so the claim table can score the clean and the overlapping eval docs apart
+    (GPT-3's contamination analysis, Brown et al. 2020, sec. 4). Raises ``FileNotFoundError`` naming the file.
+    """
+    path = Path(data) / "leakage" / "table.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (run the leakage stage first)")
+    table = pd.read_parquet(path, columns=["eval_doc", "eval_source", "check"])
+    hits = table[(table["check"] == "task_train") & (table["eval_source"] == source)]
+    return set(hits["eval_doc"])

@@ -1,0 +1,155 @@
+"""One fine-tuning run: a seeded model, AdamW with warmup and linear decay, early stopping on dev, one test pass.
+
+``train_and_test`` is a pure function of its ``Run`` (job, seed, learning-rate multiplier): it logs nothing and
+returns everything (per-epoch history, test records and scores), so runs can go to worker processes and the
+parent logs them to MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not
+depend on where it ran.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from tasks.finetune.model import build_model, optimizer_for
+
+#: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
+TRAINED_ENCODERS = ("reference", "adapted")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates."""
+
+    job: object
+    seed: int
+    lr_scale: float
+
+
+def train_and_test(run: Run, show_progress: bool = True) -> dict:
+    """Train ``run`` with early stopping on dev and score test once.
+
+    Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
+    ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` and the facts of ``train``.
+    """
+    job, spec = run.job, run.job.spec
+    model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout,
+                        run.seed)  # fmt: skip
+    started = time.perf_counter()
+    fit = train(model, run, show_progress)
+    test_recs, scores = evaluate(model, job, "test")
+    return {"seed": run.seed, "test": job.task.headline(scores), "details": job.task.details(scores), **fit,
+            "train_seconds": round(time.perf_counter() - started, 1), "test_records": test_recs}
+
+
+def learning_rates(run: Run) -> tuple[float, float]:
+    """``(encoder LR, head LR)`` of a run: the task's peak LRs times ``run.lr_scale``. MiniLM is a fully
+    trained encoder, so it starts from the usual BERT fine-tuning LR rather than our small models' one."""
+    tcfg = run.job.tcfg
+    base = tcfg.lr_encoder_reference if run.job.spec.variant in TRAINED_ENCODERS else tcfg.lr_encoder
+    return base * run.lr_scale, tcfg.lr_head * run.lr_scale
+
+
+def train(model, run: Run, show_progress: bool) -> dict:
+    """AdamW with linear warmup/decay for at most ``max_epochs``; after each epoch the dev score decides
+    (early stopping with ``patience_epochs``). Restores the best epoch's weights into ``model``.
+
+    A non-finite training loss stops the run. Returns ``best_epoch``, ``epochs_run``, the best dev score,
+    ``dev_chance``, ``diverged`` (non-finite loss, or best dev score <= chance + divergence_margin), the LRs
+    and the per-epoch ``history``.
+    """
+    job = run.job
+    tcfg, task, select = job.tcfg, job.task, job.task.SELECT_METRIC
+    total_steps = math.ceil(len(job.exs["train"]) / tcfg.batch_size) * tcfg.max_epochs
+    lr_encoder, lr_head = learning_rates(run)
+    optimizer = optimizer_for(model, lr_encoder, lr_head, tcfg.weight_decay)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total_steps), total_steps)
+    generator = torch.Generator().manual_seed(run.seed)
+    best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}
+    finite, epoch, history = True, 0, []
+    for epoch in range(1, tcfg.max_epochs + 1):
+        desc = f"{job.key} seed {run.seed} lr x{run.lr_scale:g} epoch {epoch}"
+        loss = train_epoch(model, job, optimizer, schedule, generator, desc if show_progress else None)
+        _, dev = evaluate(model, job, "dev")
+        history.append({"epoch": epoch, "train_loss": loss, f"dev_{select}": dev[select]})
+        finite = math.isfinite(loss)
+        if dev[select] > best["score"]:
+            best = {"score": dev[select], "epoch": epoch, "divergence_score": task.divergence_score(dev),
+                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+        if not finite or epoch - best["epoch"] >= tcfg.patience_epochs:
+            break
+    model.load_state_dict(best["state"])
+    chance = task.chance(job.exs["dev"])
+    diverged = not finite or best["divergence_score"] <= chance + tcfg.divergence_margin
+    return {"lr_scale": run.lr_scale, "lr_encoder": lr_encoder, "lr_head": lr_head, "best_epoch": best["epoch"],
+            "epochs_run": epoch, f"dev_best_{select}": best["score"], "dev_chance": chance,
+            "dev_divergence_score": best["divergence_score"], "diverged": diverged, "history": history}
+
+
+def evaluate(model, job, split: str) -> tuple[list[dict], dict]:
+    """Prediction records and scores of ``split`` (``dev`` after each epoch, ``test`` once at the end)."""
+    recs = job.task.records(job.exs[split], predict(model, job, job.exs[split]), job.labels)
+    return recs, job.task.score(recs, job.labels)
+
+
+def train_epoch(model, job, optimizer, schedule, generator, desc: str | None) -> float:
+    """One shuffled pass (order from ``generator``); returns the mean training loss (nan if it blew up).
+
+    ``desc`` labels the progress bar; None hides it (runs in worker processes would interleave their bars).
+    """
+    model.train()
+    exs, tcfg = job.exs["train"], job.tcfg
+    batches = length_grouped_batches([len(ex["input_ids"]) for ex in exs], tcfg.batch_size,
+                                     tcfg.length_group_batches, generator)
+    losses = []
+    for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5, disable=desc is None):
+        batch = job.task.collate([exs[i] for i in batch_idx], job.pad_id)
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
+        if not torch.isfinite(loss):
+            return math.nan
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+    return sum(losses) / len(losses)
+
+
+def length_grouped_batches(lengths: list[int], batch_size: int, group_batches: int, generator) -> list[list[int]]:
+    """Shuffled batches of example indices whose members have similar lengths, so little padding is computed.
+
+    A random permutation is cut into groups of ``group_batches * batch_size`` examples, each group is sorted
+    by length and cut into batches, and the batches are shuffled (the ``group_by_length`` megabatches of HF
+    ``Trainer``). ``group_batches = 1`` is a plain shuffle. Every index appears exactly once.
+    """
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    span = group_batches * batch_size
+    batches = []
+    for start in range(0, len(order), span):
+        group = sorted(order[start : start + span], key=lambda i: lengths[i])
+        batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+@torch.no_grad()
+def predict(model, job, exs: list[dict]) -> list:
+    """Predictions per example in input order (eval mode, no gradients); batches are length-sorted so
+    little padding is computed, which cannot change results because padding is masked."""
+    model.eval()
+    order = sorted(range(len(exs)), key=lambda i: len(exs[i]["input_ids"]))
+    out: list = [None] * len(exs)
+    for start in range(0, len(order), job.tcfg.batch_size):
+        idx = order[start : start + job.tcfg.batch_size]
+        batch_exs = [exs[i] for i in idx]
+        batch = job.task.collate(batch_exs, job.pad_id)
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        for i, pred in zip(idx, job.task.decode(logits, batch_exs), strict=True):
+            out[i] = pred
+    return out
