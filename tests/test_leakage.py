@@ -155,6 +155,10 @@ def test_task_train_is_checked_against_its_own_eval_only_and_flagged(tmp_path):
     assert rates["task_train_rate_after"] == rates["any_rate_after"] == 1.0  # flagged, not removed
     assert rates["rate_before"] == 0.0  # no pretraining source here
     assert metrics["eval_sets"]["b/dev"]["any_rate_before"] == 0.0
+    # no pretraining text to plant into: nothing planted, every eval doc counted with the reason
+    assert metrics["planted"]["eval_docs_excluded"] == {"no_unmatched_pretraining_text": 2}
+    assert (metrics["planted"]["planted"], metrics["planted"]["recall"]) == (0, None)
+    assert metrics["residual"]["contaminated_docs"] == metrics["residual"]["contaminated_docs_before"] == 0
 
 
 def test_bbc_in_both_roles_gives_nonzero_before_and_zero_after(tmp_path):
@@ -174,7 +178,7 @@ def test_ngram_matcher_agrees_with_set_intersection_reference():
     vocab = [f"w{k}" for k in range(12)]  # tiny vocabulary: many chance 3-gram collisions
     evals = [list(rng.choice(vocab, size=int(rng.integers(3, 30)))) for _ in range(30)]
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
-    cfg = params(ngram_words=3, min_match_words=1)
+    cfg = params(ngram_words=3, min_match_words=1, residual={"ngram_words": 2, "min_coverage": 0.1})
     got = {(i, j) for i, j, *_ in leakage.ngram_matches(*leakage.make_sides(trains, evals), cfg)}
     want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if word_ngrams(t, 3) & word_ngrams(e, 3)}
     assert got == want and len(want) > 50

@@ -27,14 +27,20 @@ from tasks.report.statistics import (
     mean_ci,
     paired_ci,
     proportion_ci,
+    untestable,
     welch_ci,
 )
 from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIMS_YAML = REPO / "reports" / "claims.yaml"
-STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
+STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0, max_diverged_fraction=0.5)
 TREAT, BASE = (0.80, 0.82, 0.84), (0.70, 0.71, 0.72)
+
+
+def _verdict(est: Estimate, min_effect: float) -> str:
+    """The CI rule alone (no equivalence test: every p-value 1)."""
+    return difference_verdict(est, min_effect, untestable(), 0.05)[0]
 
 
 # ---------------------------------------------------------------- statistics
@@ -54,30 +60,30 @@ def test_welch_ci_matches_scipy_and_hand_computation():
 
 def test_three_seeds_clear_min_effect_is_supported():
     est = welch_ci(TREAT, BASE, 0.95)
-    assert difference_verdict(est, 0.05)[0] == "supported"
+    assert _verdict(est, 0.05) == "supported"
     # the same seeds, paired: differences 0.10, 0.11, 0.12 -> 0.11 +- t_0.975(2) * 0.01/sqrt(3)
     paired = paired_ci(TREAT, BASE, 0.95, "t", 9999, 0)
     half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
     assert (round(paired.low, 3), round(paired.high, 3)) == (round(0.11 - half, 3), round(0.11 + half, 3))
     assert (round(paired.low, 3), round(paired.high, 3)) == (0.085, 0.135)
-    assert difference_verdict(paired, 0.05)[0] == "supported"
+    assert _verdict(paired, 0.05) == "supported"
 
 
 def test_overlapping_results_are_inconclusive():
     est = welch_ci((0.70, 0.75, 0.80), (0.69, 0.74, 0.78), 0.95)
     assert est.low < 0 < est.high
-    assert difference_verdict(est, 0.05)[0] == "inconclusive"
+    assert _verdict(est, 0.05) == "inconclusive"
 
 
 def test_clearly_worse_treatment_is_contradicted_and_small_effect_inconclusive():
     worse = welch_ci(BASE, TREAT, 0.95)
-    assert difference_verdict(worse, 0.05)[0] == "contradicted"
+    assert _verdict(worse, 0.05) == "contradicted"
     # real but smaller than min_effect: CI inside (0, min_effect)
     small = Estimate(0.02, 0.01, 0.03, 3, "x")
-    assert difference_verdict(small, 0.05)[0] == "inconclusive"
+    assert _verdict(small, 0.05) == "inconclusive"
     # non-inferiority: CI above -0.05 supports, CI below -0.05 contradicts
-    assert difference_verdict(Estimate(-0.02, -0.04, 0.0, 3, "x"), -0.05)[0] == "supported"
-    assert difference_verdict(Estimate(-0.2, -0.3, -0.1, 3, "x"), -0.05)[0] == "contradicted"
+    assert _verdict(Estimate(-0.02, -0.04, 0.0, 3, "x"), -0.05) == "supported"
+    assert _verdict(Estimate(-0.2, -0.3, -0.1, 3, "x"), -0.05) == "contradicted"
 
 
 def test_mean_ci_and_proportion_ci_against_scipy():
@@ -125,13 +131,13 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Hand-made metrics files following tasks/CONTRACTS.md."""
     files = {
         "finetune_cls": {"runs": {
-            "pretrained/full/cls-pool": _run({"test_macro_f1": TREAT, "test_accuracy": TREAT}, "run-pf", details={
+            "pretrained/full/mean-pool": _run({"test_macro_f1": TREAT, "test_accuracy": TREAT}, "run-pf", details={
                 "confusion_matrix": {"labels": ["biz", "sport"], "matrix": [[40, 2], [3, 55]]},
                 "accuracy_by_length": {"truncated": {"docs": 25, "accuracy": 0.8},
                                        "not_truncated": {"docs": 75, "accuracy": 0.9}}}),
-            "random/full/cls-pool": _run({"test_macro_f1": BASE, "test_accuracy": BASE}, "run-rf", diverged=[2]),
-            "pretrained/frozen/cls-pool": _run({"test_macro_f1": (0.70, 0.75, 0.80)}, "run-pz"),
-            "pretrained/full/mean-pool": _run({"test_macro_f1": (0.83, 0.80, 0.85)}, "run-pfm"),
+            "random/full/mean-pool": _run({"test_macro_f1": BASE, "test_accuracy": BASE}, "run-rf", diverged=[2]),
+            "pretrained/frozen/mean-pool": _run({"test_macro_f1": (0.70, 0.75, 0.80)}, "run-pz"),
+            "pretrained/full/cls-pool": _run({"test_macro_f1": (0.83, 0.80, 0.85)}, "run-pfm"),
         }},
         "finetune_ner": {"runs": {
             "pretrained/full/first": _run({"test_entity_f1": (0.30, 0.32, 0.31)}, "run-nf", details={
@@ -148,7 +154,11 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
         "leakage": {"eval_sets": {  # flagged task-train overlaps still count after the audit
             "bbc_news/test": _leak(400, pretrain=(0.25, 0.0), task_train=(0.05, 0.05)),
             "bbc_news/dev": _leak(200, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
-            "wnut16/test": _leak(300, pretrain=(0.0, 0.0), task_train=(0.01, 0.01))}},
+            "wnut16/test": _leak(300, pretrain=(0.0, 0.0), task_train=(0.01, 0.01))},
+            "planted": {"planted": 200, "found": 200, "missed": 0,
+                        "variants": {"verbatim": {"planted": 40, "found": 40, "missed": 0}}},
+            "residual": {"detector": "pooled 8-gram coverage >= 0.1", "eval_docs": 900, "contaminated_docs": 0,
+                         "contaminated_docs_before": 140}},
         "dedup": {"sources": {"bbc_news": {"docs_in": 2224, "exact_duplicates": 98, "near_duplicates": 12,
                                            "clusters": 2110, "fraction_removed": 0.0495}}},
         "tokenize": {"cls": {"clozeline": {"truncation_rate": 0.125}, "reference": {"truncation_rate": 0.3}}},
@@ -176,7 +186,7 @@ def workspace(tmp_path):
         "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]}}}
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
     section = read_yaml(REPO / "params.yaml")["report"]
-    section.update(dvc_lock_file=str(tmp_path / "dvc.lock"), figure_dpi=50)
+    section.update(dvc_lock_file=str(tmp_path / "dvc.lock"), figure_dpi=50, max_diverged_seed_fraction=0.5)
     return ReportParams.model_validate(section), paths
 
 
@@ -198,7 +208,7 @@ def test_missing_metrics_file_gives_not_run_row(workspace):
     assert row.reason.startswith("not run: ") and "finetune_ner.json is missing" in row.reason
     # the missing run of an existing file names the run and what exists
     assert rows["ours-within-5pt-of-reference"].verdict == "not run"
-    assert "reference/full/cls-pool" in rows["ours-within-5pt-of-reference"].reason
+    assert "reference/full/mean-pool" in rows["ours-within-5pt-of-reference"].reason
 
 
 def test_claim_rows_from_contract_metrics(workspace):
@@ -215,10 +225,15 @@ def test_claim_rows_from_contract_metrics(workspace):
     confounders = "\n".join(cls.confounders)
     assert ("25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after; "
             "task-train overlap (flagged, kept) 5.00% -> 5.00%") in confounders
-    assert "pretrained/full/cls-pool test docs cut at fine-tuning 25.00%, accuracy cut 0.8000 vs whole 0.9000" in confounders
+    assert "pretrained/full/mean-pool test docs cut at fine-tuning 25.00%, accuracy cut 0.8000 vs whole 0.9000" in confounders
     assert "4.95% of 2224 docs removed (98 exact, 12 near)" in confounders
-    assert "clozeline 12.50%" in confounders and "random/full/cls-pool: 1" in confounders
+    assert "clozeline 12.50%" in confounders and "random/full/mean-pool: 1" in confounders
     assert any("diverged seeds 2" in n for n in cls.notes)
+    # paired t over 3 seeds (no predictions folder given): one-sided p of H0 diff <= 0.02 from ttest_1samp
+    deltas = np.subtract(TREAT, BASE)
+    assert cls.p_value == pytest.approx(stats.ttest_1samp(deltas, 0.02, alternative="greater").pvalue)
+    # Cohen's d with the pooled SD: sd(TREAT) = 0.02, sd(BASE) = 0.01 -> pooled sqrt((0.0004 + 0.0001) / 2)
+    assert cls.effect_size == pytest.approx(0.11 / math.sqrt(0.00025))
     assert rows["mean-pool-beats-cls-pool"].verdict == "inconclusive"
     # probe: paired over the 3 words, last layer vs layer 0: deltas 0.09, 0.05, 0.07
     probe = rows["contextual-layers-separate-senses"]
@@ -226,13 +241,14 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert probe.difference.mean == pytest.approx(0.07)
     assert probe.verdict == "supported" and "baseline: layer 0: only position embeddings differ" in probe.notes
     assert rows["reference-contextual-layers-separate-senses"].verdict == "not run"
-    # leakage, pretraining side: 0 of 900 pooled eval docs after; Clopper-Pearson upper 1 - 0.025^(1/900) < 0.01
+    # residual leakage: 0 of 900 eval docs after; Clopper-Pearson upper 1 - 0.025^(1/900) < 0.01
     leak = rows["no-eval-leakage-after-audit"]
     assert leak.verdict == "supported" and leak.treatment.n == 900
     assert leak.treatment.high == pytest.approx(1 - 0.025 ** (1 / 900))
-    assert leak.baseline.mean == pytest.approx((100 + 40) / 900)
-    assert ("treatment: 0 of 900 eval docs (rate_after, pretraining side) over bbc_news/dev, bbc_news/test, "
-            "wnut16/test") in leak.notes
+    assert leak.baseline.mean == pytest.approx(140 / 900)
+    # exact binomial p of H0 "rate >= 0.01" with 0 of 900: 0.99^900
+    assert leak.p_value == pytest.approx(0.99**900)
+    assert rows["leakage-audit-finds-planted-copies"].verdict == "supported"
     assert "treatment: pretrained layer 2 of 0..2" in probe.notes
 
 
@@ -279,25 +295,30 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     page = (paths.reports / "claims.html").read_text(encoding="utf-8")
     claim_ids = [c["id"] for c in yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))["claims"]]
     for claim_id in claim_ids:
-        assert f"| {claim_id}: " in md
-        assert f'<tr id="{claim_id}"' in page
+        assert f"| [{claim_id}](#{claim_id}) | " in md and f'<a id="{claim_id}"></a>{claim_id}' in md
+        assert f'<tr id="{claim_id}"' in page and f'<a href="#detail-{claim_id}">' in page
     assert md.count("not run: ") >= 2 and "not drawn: " in md
     assert "- **pretrained model quality (metrics/pretrain.json)**:\n  - heldout_loss: 5.1" in md
     verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
     counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| "))
-               for v in ("supported", "inconclusive", "contradicted", "not resolvable", "not run")}
+               for v in ("supported", "equivalent", "inconclusive", "contradicted", "not resolvable", "not run")}
     assert verdicts == ["**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items())
                         + f" (of {len(claim_ids)} claims)"]
-    cls_row = next(line for line in md.splitlines() if line.startswith("| pretraining-helps-cls: "))
-    assert "supported (CI lower bound 0.0852 > min_effect 0.02)" in cls_row
-    assert "[run-pf](http://127.0.0.1:5000/#/runs/run-pf)" in cls_row and "data/tokenize aaaa.dir" in cls_row
-    assert "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in cls_row
-    assert 'href="http://127.0.0.1:5000/#/runs/run-rf"' in page
+    cls_row = next(line for line in md.splitlines() if line.startswith("| [pretraining-helps-cls]"))
+    # the headline row: verdict with its Holm-adjusted p, the difference and its CI; the reason is in the details
+    assert "| supported (Holm p " in cls_row and "| 0.1100 [0.0852, 0.1348] | 0.02 |" in cls_row
+    details = md.split('<a id="pretraining-helps-cls"></a>')[1].split("### ")[0]
+    assert "supported: CI lower bound 0.0852 > min_effect 0.02" in details
+    assert "run-pf: http://127.0.0.1:5000/#/runs/run-pf" in details and "data/tokenize: aaaa.dir" in details
+    assert "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in details
+    assert "run-rf: http://127.0.0.1:5000/#/runs/run-rf" in page
+    # the forest plot sits between the headline table and the details
+    assert md.index("![Forest plot") < md.index("## Claims in detail") and "## Slices" in md
     assert out["verdicts"]["not_run"] == sum(r["verdict"] == "not run" for r in out["claims"].values())
     assert sum(out["verdicts"].values()) == len(claim_ids)
     figures = sorted(p.name for p in (paths.reports / "figures").glob("*.png"))
-    assert figures == ["cls_confusion.png", "pretrain_loss.png", "seeds_cls.png", "sense_separation.png"]
-    assert page.count("data:image/png;base64,") == 4 and "src=\"figures/" not in page
+    assert figures == ["cls_confusion.png", "forest.png", "pretrain_loss.png", "seeds_cls.png", "sense_separation.png"]
+    assert page.count("data:image/png;base64,") == 5 and "src=\"figures/" not in page
     assert "![Pretraining loss curve](figures/pretrain_loss.png)" in md
     for key in ("question", "git commit", "data snapshot", "preprocessing hash", "seeds", "hardware",
                 "library versions", "metric implementations", "ingest: data/ingest: bbbb.dir", "transformers"):
@@ -314,7 +335,8 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
 def test_run_with_no_metrics_at_all_still_lists_every_claim(workspace):
     cfg, paths = workspace
     out = report.run(cfg, paths, NullLog())
-    assert out["verdicts"]["not_run"] == len(out["claims"]) == 10
+    n_claims = len(yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))["claims"])
+    assert out["verdicts"]["not_run"] == len(out["claims"]) == n_claims
     assert list((paths.reports / "figures").glob("*.png")) == []
 
 
@@ -328,7 +350,7 @@ def test_html_opens_in_headless_chromium(workspace, tmp_path):
     cfg, paths = workspace
     write_metrics(paths.metrics)
     report.run(cfg, paths, NullLog())
-    assert len(list((paths.reports / "figures").glob("*.png"))) == 6
+    assert len(list((paths.reports / "figures").glob("*.png"))) == 7
     page = (paths.reports / "claims.html").resolve()
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run",
@@ -371,14 +393,14 @@ def test_malformed_metrics_give_not_run_rows_and_no_figure(workspace):
     cfg, paths = workspace
     write_metrics(paths.metrics)
     broken = json.loads((paths.metrics / "finetune_cls.json").read_text())
-    broken["runs"]["random/full/cls-pool"]["test_macro_f1"]["per_seed"] = [0.7, None, 0.72]
-    broken["runs"]["pretrained/full/cls-pool"]["details"]["confusion_matrix"] = {"labels": ["a"], "matrix": [[1, 2]]}
+    broken["runs"]["random/full/mean-pool"]["test_macro_f1"]["per_seed"] = [0.7, None, 0.72]
+    broken["runs"]["pretrained/full/mean-pool"]["details"]["confusion_matrix"] = {"labels": ["a"], "matrix": [[1, 2]]}
     (paths.metrics / "finetune_cls.json").write_text(json.dumps(broken))
     (paths.metrics / "probe.json").write_text("{not json")
     rows = _rows_by_id(cfg, paths)
     assert rows["pretraining-helps-cls"].verdict == "not run"
     assert "malformed metrics" in rows["pretraining-helps-cls"].reason
     assert "probe.json is not valid JSON" in rows["contextual-layers-separate-senses"].reason
-    drawn = report.draw_figures(cfg, paths, Metrics(paths.metrics))
+    drawn = report.draw_figures(cfg, paths, Metrics(paths.metrics), [])
     assert drawn["Classification confusion matrix"] == "not drawn: confusion_matrix is not a square list of rows"
     assert drawn["Sense separation by layer"].startswith("not drawn: ") and isinstance(drawn["NER span errors"], Path)

@@ -9,8 +9,41 @@ from pydantic import Field, model_validator
 from tasks.config.base import StrictModel
 
 
+class PlantedParams(StrictModel):
+    """``leakage.planted``: planted contaminations that measure the audit's recall (``tasks/leakage/planted.py``)."""
+
+    seed: int = Field(description="salt of the sha256 hash rank that picks the eval docs and the filler docs")
+    docs_per_variant: int = Field(
+        ge=1, description="eval docs planted per variant (distinct docs per variant; fewer if too few are eligible)"
+    )
+    min_words: int = Field(
+        ge=1,
+        description="eval docs with fewer words (textnorm.words) are not planted; shorter texts are matched "
+        "with shorter n-grams or only as whole docs by the audit's design",
+    )
+    line_words: int = Field(ge=1, description="rewrapped variant: words per line")
+    filler_words: int = Field(ge=1, description="in_filler variant: words of unrelated pretraining text on each side")
+    paragraph_words: int = Field(ge=1, description="in_filler variant: words of the eval doc planted (its middle)")
+    replace_every: int = Field(ge=2, description="replaced variant: every n-th word is replaced by a filler word")
+    format_every: int = Field(
+        ge=1, description="unicode variant: every n-th word gets a format character (ZWSP, ZWJ, soft hyphen in turn)"
+    )
+
+
+class ResidualParams(StrictModel):
+    """``leakage.residual``: the independent detector run on the cleaned corpus (``tasks/leakage/residual.py``)."""
+
+    ngram_words: int = Field(ge=1, description="word n-gram length, n (PaLM's contamination check uses 8)")
+    min_coverage: float = Field(
+        gt=0.0,
+        le=1.0,
+        description="an eval doc is contaminated when this share of its distinct n-grams occurs anywhere in the "
+        "cleaned pretraining corpus (pooled over docs; PaLM uses 0.7)",
+    )
+
+
 class LeakageParams(StrictModel):
-    """Params of the ``leakage`` stage (eval-set contamination audit; see ``tasks/leakage.py``)."""
+    """Params of the ``leakage`` stage (eval-set contamination audit; see ``tasks/leakage/__init__.py``)."""
 
     ngram_words: int = Field(ge=1, description="n of the word n-gram overlap check (GPT-3 / lm-eval use 13)")
     min_match_words: int = Field(
@@ -28,6 +61,9 @@ class LeakageParams(StrictModel):
     pretrain_action: Literal["remove", "flag"] = Field(description="what happens to leaking pretraining docs")
     task_train_action: Literal["remove", "flag"] = Field(description="what happens to leaking task train docs")
     max_span_words: int = Field(ge=1, description="longest matched span stored in the leakage table, words")
+    max_examples: int = Field(ge=0, description="missed planted docs and residual examples listed in the metrics")
+    planted: PlantedParams
+    residual: ResidualParams
 
     @model_validator(mode="after")
     def _check(self) -> LeakageParams:
@@ -35,4 +71,10 @@ class LeakageParams(StrictModel):
             raise ValueError("leakage.passage_stride_words must be <= leakage.passage_words (windows would skip text)")
         if self.shingle_words >= self.passage_words:
             raise ValueError("leakage.shingle_words must be < leakage.passage_words")
+        if self.planted.min_words < self.ngram_words:
+            raise ValueError("leakage.planted.min_words must be >= leakage.ngram_words (a shorter eval doc is one "
+                             "n-gram, so a single perturbed word hides it by design)")
+        if self.residual.ngram_words >= self.ngram_words:
+            raise ValueError("leakage.residual.ngram_words must be < leakage.ngram_words (the residual check must "
+                             "survive perturbations that break the audit's n-grams)")
         return self

@@ -36,9 +36,13 @@ class ReportParams(StrictModel):
 
     confidence_level: float = Field(gt=0.5, lt=1.0, description="two-sided confidence level of every CI")
     paired_method: Literal["t", "bootstrap"] = Field(
-        description="CI of a paired difference: paired t over seeds, or a paired percentile bootstrap"
+        description="CI of a paired difference without test items (probe words): paired t, or a percentile bootstrap"
     )
-    bootstrap_resamples: int = Field(ge=1000, description="resamples of the paired bootstrap")
+    bootstrap_resamples: int = Field(ge=1000, description="resamples of every bootstrap behind a claim")
+    slice_bootstrap_resamples: int = Field(ge=500, description="resamples per cell of the slice tables")
+    max_diverged_seed_fraction: float = Field(
+        ge=0, lt=1, description="an arm with a larger share of diverged seeds makes its claims not resolvable"
+    )
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
     figure_runs: FigureRuns
     figure_metrics: FigureMetrics

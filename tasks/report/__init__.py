@@ -27,22 +27,28 @@ from tasks.report import render
 from tasks.report.claims import MALFORMED, Metrics, NotRun, load_claims
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.ledger import build_ledger
+from tasks.report.slices import slice_tables
 from tasks.report.statistics import VERDICTS, StatsConfig
 
 
 def run(cfg: ReportParams, paths: Paths, log) -> dict:
     """Build the claim table and its figures; returns verdict counts and each claim's difference."""
     claims = load_claims(claims_path(paths))
-    metrics = Metrics(paths.metrics)
+    predictions = paths.stage_data("finetune")
+    if not predictions.is_dir():  # metrics without the finetune stage's outputs: seed-level statistics only
+        log.info(f"report: {predictions} not found; fine-tuning claims get seed-level intervals only")
+    metrics = Metrics(paths.metrics, predictions=predictions if predictions.is_dir() else None)
     lock = Lock.read(cfg.dvc_lock_file)
     rows = evaluate_all(claims, metrics, lock, stats_config(cfg))
-    figures = draw_figures(cfg, paths, metrics)
+    slices = slice_tables(claims, metrics, stats_config(cfg))
+    figures = draw_figures(cfg, paths, metrics, rows)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
-    write_reports(paths, claims.question, rows, figures, ledger, cfg)
+    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices)
     for path in report_files(paths):
         log.artifact(path, "report")
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
-    return {"verdicts": summarize(rows), "claims": {row.claim.id: row_metrics(row) for row in rows}}
+    return {"verdicts": summarize(rows), "family_wise_alpha": round(1 - cfg.confidence_level, 6),
+            "claims": {row.claim.id: row_metrics(row) for row in rows}}
 
 
 def claims_path(paths: Paths) -> Path:
@@ -59,7 +65,8 @@ def report_files(paths: Paths) -> list[Path]:
 
 def stats_config(cfg: ReportParams) -> StatsConfig:
     """The statistics settings of the params section."""
-    return StatsConfig(cfg.confidence_level, cfg.paired_method, cfg.bootstrap_resamples, cfg.bootstrap_seed)
+    return StatsConfig(cfg.confidence_level, cfg.paired_method, cfg.bootstrap_resamples, cfg.bootstrap_seed,
+                       cfg.max_diverged_seed_fraction, cfg.slice_bootstrap_resamples)
 
 
 def summarize(rows: list[Row]) -> dict[str, int]:
@@ -70,6 +77,8 @@ def summarize(rows: list[Row]) -> dict[str, int]:
 def row_metrics(row: Row) -> dict:
     """Numeric summary of one row for metrics/report.json (empty difference for a ``not run`` row)."""
     out: dict = {"verdict": row.verdict}
+    if row.p_adjusted is not None:
+        out.update(p_value=row.p_value, p_holm=row.p_adjusted)
     if row.difference is not None:
         out.update(difference=row.difference.mean, n=row.difference.n)
         if row.difference.has_ci:
@@ -80,13 +89,14 @@ def row_metrics(row: Row) -> dict:
 # ---------------------------------------------------------------- figures
 
 
-def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str, Path | str]:
+def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[Row]) -> dict[str, Path | str]:
     """Draw every figure into ``<reports>/figures``; ``{title: path}`` or ``{title: "not drawn: <why>"}``."""
     out = paths.reports / "figures"
     for stale in out.glob("*.png"):
         stale.unlink()  # a figure whose input vanished must not survive from an older run
     dpi, level = cfg.figure_dpi, cfg.confidence_level
     jobs = {
+        render.FOREST: lambda: fig.forest(rows, out / "forest.png", dpi),
         "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
                                                          out / "pretrain_loss.png", dpi),
         "Classification: per-seed scores": lambda: fig.seed_points(
@@ -114,11 +124,11 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics) -> dict[str,
 
 
 def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],
-                  ledger: dict, cfg: ReportParams) -> None:
+                  ledger: dict, cfg: ReportParams, slices: dict) -> None:
     """Write ``claims.md`` (figures linked relative to it) and ``claims.html`` (figures embedded)."""
     paths.reports.mkdir(parents=True, exist_ok=True)
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
-    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url)
+    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
-    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url)
+    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")

@@ -4,14 +4,23 @@ reference grammar that turns a claim's ``treatment`` / ``baseline`` into the val
 Reference grammar (``treatment`` / ``baseline`` of a claim):
 
 - ``finetune/<task>/<variant>/<mode>/<head>``: the ``per_seed`` values of ``claim.metric`` in
-  ``metrics/finetune_<task>.json`` -> ``runs["<variant>/<mode>/<head>"]``; units are seeds.
+  ``metrics/finetune_<task>.json`` -> ``runs["<variant>/<mode>/<head>"]`` (a baseline is
+  ``baseline/<name>/<input>``), with the run's test predictions per seed read back as per-item counts
+  (``tasks.report.items``) when the predictions folder is known, so the claim table resamples seeds and test
+  items; ``finetune/<task>/best-arm`` and ``finetune/<task>/best-baseline`` name the run the finetune stage
+  chose on dev (``selection``). ``claim.items`` (``all``, ``clean``, ``overlapping``) restricts both arms to
+  the test items without / with text shared with the train split.
 - ``probe/<variant>/layer/<k|last>``: ``claim.metric`` (``separation`` or ``knn_accuracy``) at layer ``k``
   of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``); units are
   words, so the CI says how much the effect varies over the ambiguous words sampled. Without ``per_word``
   it falls back to the single pooled value (n=1, no CI).
 - ``leakage/<source>/<split>|all/[<check>/]rate_before|rate_after``: a contamination proportion of
   ``metrics/leakage.json`` -> ``eval_sets``; ``all`` pools every eval set; ``<check>`` (``pretrain`` or
-  ``task_train``) selects the rates of one side of the audit. Its CI is Clopper-Pearson.
+  ``task_train``) selects the rates of one side of the audit. ``leakage/planted/<variant>|all/miss_rate``:
+  planted copies of eval docs the audit's detectors missed (``planted``: ``missed`` of ``planted``; ``all``
+  pools the variants); ``leakage/residual/all/rate|rate_before``: eval docs the independent residual detector
+  finds in the corpus after (before) the action (``residual``: ``contaminated_docs[_before]`` of
+  ``eval_docs``). Every leakage CI is Clopper-Pearson.
 """
 
 from __future__ import annotations
@@ -88,6 +97,9 @@ class Claim(StrictModel):
     preconditions: list[Precondition] = Field(
         default_factory=list, description="checked before the verdict; a failed one makes it `not resolvable`"
     )
+    items: Literal["all", "clean", "overlapping"] = Field(
+        default="all", description="finetune claims: the test items scored (clean = no text shared with train)"
+    )
 
     @field_validator("treatment", "baseline")
     @classmethod
@@ -132,10 +144,14 @@ def load_claims(path: Path) -> ClaimsFile:
 
 
 class Metrics:
-    """Lazy, cached reader of ``metrics/<name>.json``; a missing or broken file raises ``NotRun``."""
+    """Lazy, cached reader of ``metrics/<name>.json``; a missing or broken file raises ``NotRun``.
 
-    def __init__(self, folder: Path) -> None:
+    ``predictions`` is the finetune stage's folder (``data/finetune``); None: claims use seed-level values only.
+    """
+
+    def __init__(self, folder: Path, predictions: Path | None = None) -> None:
         self.folder = Path(folder)
+        self.predictions = Path(predictions) if predictions is not None else None
         self._cache: dict[str, dict] = {}
 
     def get(self, name: str) -> dict:
@@ -180,7 +196,8 @@ class Sample:
     """The values of one arm of a claim.
 
     ``values[i]`` was measured on unit ``units[i]`` (a seed, a probe word). ``proportion`` is
-    ``(events, trials)`` for a rate. ``run_ids`` are MLflow run ids, ``notes`` caveats (diverged seeds).
+    ``(events, trials)`` for a rate. ``run_ids`` are MLflow run ids, ``notes`` caveats, ``diverged`` the seeds
+    whose run stayed at chance. ``items`` holds the per-item counts of a finetune arm (``tasks.report.items``).
     """
 
     values: tuple[float, ...]
@@ -190,11 +207,19 @@ class Sample:
     run_ids: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     proportion: tuple[int, int] | None = None
+    diverged: tuple[str, ...] = ()
+    items: object | None = None
+    run_key: str = ""
 
 
 def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
-    """The ``Sample`` a reference points at; raises ``NotRun`` when the file, run, metric or layer is absent."""
+    """The ``Sample`` a reference points at; raises ``NotRun`` when the file, run, metric or layer is absent.
+
+    A finetune sample holds seed-level values; ``tasks.report.items.with_items`` adds its test items.
+    """
     kind, *rest = ref.split("/")
+    if kind == "finetune" and len(rest) == 2 and rest[1] in SELECTED:
+        return _finetune_sample(rest[0], selected_run(rest[0], rest[1], metrics), metric, metrics)
     if kind == "finetune" and len(rest) == 4:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
     if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
@@ -206,6 +231,28 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
     raise NotRun(f"malformed reference {ref!r} (see the grammar in tasks/report/claims.py)")
 
 
+#: ``finetune/<task>/<name>`` -> the key of ``selection`` in metrics/finetune_<task>.json
+SELECTED = {"best-arm": "best_arm", "best-baseline": "best_baseline"}
+
+
+def finetune_run(ref: str, metrics: Metrics) -> tuple[str, str] | None:
+    """``(task, run key)`` of a finetune reference (``best-arm``/``best-baseline`` resolved), else None."""
+    parts = ref.split("/")
+    if parts[0] != "finetune" or len(parts) not in (3, 5):
+        return None
+    if len(parts) == 3:
+        try:
+            return parts[1], selected_run(parts[1], parts[2], metrics)
+        except (NotRun, KeyError):
+            return None
+    return parts[1], "/".join(parts[2:])
+
+
+def selected_run(task: str, name: str, metrics: Metrics) -> str:
+    """The run key the finetune stage chose on dev for ``best-arm`` / ``best-baseline``."""
+    return str(dig(metrics.get(f"finetune_{task}"), ["selection", SELECTED[name]], f"metrics/finetune_{task}.json"))
+
+
 def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> Sample:
     name = f"finetune_{task}"
     where = f"metrics/{name}.json"
@@ -215,11 +262,11 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
     seeds = entry.get("seeds") or list(range(len(values)))
     if not values:
         raise NotRun(f"{where} runs[{run_key!r}].{metric}.per_seed is empty")
-    diverged = [str(s) for s in run.get("diverged_seeds") or []]
-    notes = (f"diverged seeds {', '.join(diverged)} (kept in the values)",) if diverged else ()
+    diverged = tuple(str(s) for s in run.get("diverged_seeds") or [])
+    notes = (f"{run_key}: diverged seeds {', '.join(diverged)}",) if diverged else ()
     run_id = run.get("mlflow_run_id")
     return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
-                  run_ids=(str(run_id),) if run_id else (), notes=notes)
+                  run_ids=(str(run_id),) if run_id else (), notes=notes, diverged=diverged, run_key=run_key)
 
 
 def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sample:
@@ -242,6 +289,8 @@ def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sa
 
 def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics) -> Sample:
     where = "metrics/leakage.json"
+    if eval_set.split("/")[0] in AUDIT_CHECKS and not check:
+        return _audit_check_sample(*eval_set.split("/"), key, metrics)
     sets = dig(metrics.get("leakage"), ["eval_sets"], where)
     names = sorted(sets) if eval_set == "all" else [eval_set]
     if not names:
@@ -257,3 +306,28 @@ def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics)
     side = f", {check[0]} side" if check else ", pretraining side"  # headline rates: pretraining side
     note = f"{events} of {trials} eval docs ({key}{side}) over {', '.join(names)}"
     return Sample((events / trials,), (eval_set,), "eval docs", where, notes=(note,), proportion=(events, trials))
+
+
+#: The measurements of the audit itself in metrics/leakage.json: ``{section: {rate key: (events key, trials
+#: key)}}`` (counts, not rounded rates, so the Clopper-Pearson interval gets the exact events).
+AUDIT_CHECKS = {
+    "planted": {"miss_rate": ("missed", "planted")},
+    "residual": {"rate": ("contaminated_docs", "eval_docs"), "rate_before": ("contaminated_docs_before", "eval_docs")},
+}
+
+
+def _audit_check_sample(section: str, part: str, key: str, metrics: Metrics) -> Sample:
+    """``leakage/planted/<variant>|all/miss_rate`` or ``leakage/residual/all/rate[_before]`` as a proportion."""
+    where = f"metrics/leakage.json {section}"
+    if key not in AUDIT_CHECKS[section] or (section == "residual" and part != "all"):
+        raise NotRun(f"malformed reference leakage/{section}/{part}/{key} (see the grammar in tasks/report/claims.py)")
+    entry = dig(metrics.get("leakage"), [section] + ([] if part == "all" else ["variants", part]), where)
+    events_key, trials_key = AUDIT_CHECKS[section][key]
+    events, trials = (int(dig(entry, [k], where)) for k in (events_key, trials_key))
+    if trials == 0:
+        raise NotRun(f"{where}: 0 {trials_key} for {part} (nothing to measure)")
+    unit = "planted docs" if section == "planted" else "eval docs"
+    note = f"{events} of {trials} {unit} ({section} {part}, {events_key})"
+    if section == "residual":
+        note += f"; detector: {entry.get('detector', 'not recorded')}"
+    return Sample((events / trials,), (part,), unit, where, notes=(note,), proportion=(events, trials))

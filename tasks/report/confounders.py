@@ -7,7 +7,7 @@ any other name is listed as ``not measured``.
 
 from __future__ import annotations
 
-from tasks.report.claims import MALFORMED, Claim, Metrics
+from tasks.report.claims import MALFORMED, Claim, Metrics, finetune_run
 
 
 def measure_confounders(claim: Claim, metrics: Metrics) -> list[str]:
@@ -49,7 +49,7 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
 def _truncation(claim: Claim, metrics: Metrics) -> str:
     tok = metrics.optional("tokenize") or {}
     parts = []
-    for tok_name in sorted({_tokenizer_of(ref) for ref in (claim.treatment, claim.baseline)}):
+    for tok_name in sorted({_tokenizer_of(ref, metrics) for ref in (claim.treatment, claim.baseline)}):
         rate = tok.get(claim.task, {}).get(tok_name, {}).get("truncation_rate")
         parts.append(f"{tok_name} {_pct(rate)}" if rate is not None else f"{tok_name} not measured")
     parts += [_finetune_truncation(ref, metrics) for ref in dict.fromkeys((claim.treatment, claim.baseline))]
@@ -57,18 +57,22 @@ def _truncation(claim: Claim, metrics: Metrics) -> str:
 
 
 def _finetune_truncation(ref: str, metrics: Metrics) -> str:
-    """Share of test docs cut at the fine-tuning length, and accuracy on cut vs whole docs (cls details)."""
-    parts = ref.split("/")
-    if parts[0] != "finetune" or len(parts) != 5:
+    """Share of test docs cut at the fine-tuning length, the mean share of each doc's tokens the model saw,
+    and accuracy on cut vs whole docs (cls details)."""
+    found = finetune_run(ref, metrics)
+    if found is None:
         return ""
-    run = (metrics.optional(f"finetune_{parts[1]}") or {}).get("runs", {}).get("/".join(parts[2:])) or {}
+    task, key = found
+    run = (metrics.optional(f"finetune_{task}") or {}).get("runs", {}).get(key) or {}
     buckets = (run.get("details") or {}).get("accuracy_by_length")
     if not isinstance(buckets, dict) or not {"truncated", "not_truncated"} <= set(buckets):
         return ""
     cut, whole = buckets["truncated"], buckets["not_truncated"]
     total = (cut.get("docs") or 0) + (whole.get("docs") or 0)
     share = _pct(cut.get("docs", 0) / total) if total else "n/a"
-    return (f"{'/'.join(parts[2:])} test docs cut at fine-tuning {share}, accuracy cut {_num(cut.get('accuracy'))}"
+    seen = run.get("test_seen_fraction_mean")
+    seen_text = f", tokens seen per doc {_pct(seen)} on average" if seen is not None else ""
+    return (f"{key} test docs cut at fine-tuning {share}{seen_text}, accuracy cut {_num(cut.get('accuracy'))}"
             f" vs whole {_num(whole.get('accuracy'))}")
 
 
@@ -76,21 +80,21 @@ def _num(value) -> str:
     return "n/a" if value is None else f"{float(value):.4f}"
 
 
-def _tokenizer_of(ref: str) -> str:
-    parts = ref.split("/")
-    variant = parts[2] if parts[0] == "finetune" and len(parts) > 2 else parts[1] if len(parts) > 1 else ""
-    return "reference" if variant == "reference" else "clozeline"
+def _tokenizer_of(ref: str, metrics: Metrics) -> str:
+    found = finetune_run(ref, metrics)
+    variant = found[1].split("/")[0] if found else ref.split("/")[1] if "/" in ref else ""
+    return "reference" if variant in ("reference", "adapted") else "clozeline"
 
 
 def _diverged(claim: Claim, metrics: Metrics) -> str:
     found = []
     for ref in (claim.treatment, claim.baseline):
-        parts = ref.split("/")
-        if parts[0] != "finetune" or len(parts) != 5:
+        resolved = finetune_run(ref, metrics)
+        if resolved is None:
             continue
-        run = (metrics.optional(f"finetune_{parts[1]}") or {}).get("runs", {}).get("/".join(parts[2:]))
+        run = (metrics.optional(f"finetune_{resolved[0]}") or {}).get("runs", {}).get(resolved[1])
         if run is not None:
-            found.append(f"{'/'.join(parts[2:])}: {len(run.get('diverged_seeds') or [])}")
+            found.append(f"{resolved[1]}: {len(run.get('diverged_seeds') or [])}")
     return "diverged_seeds: " + ("; ".join(found) if found else "not measured")
 
 

@@ -8,25 +8,43 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tasks.common.provenance import Lock
+from tasks.report import bootstrap as bs
 from tasks.report.claims import MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
 from tasks.report.confounders import measure_confounders
+from tasks.report.items import metric_function, with_items
 from tasks.report.statistics import (
     Estimate,
     StatsConfig,
+    Tests,
     Verdict,
+    binomial_tests,
     bound_verdict,
     difference_verdict,
+    holm_verdicts,
     mean_ci,
     paired_ci,
     proportion_ci,
+    t_tests,
+    untestable,
     welch_ci,
+    welch_tests,
 )
+
+#: The range of a metric or of a difference of two, to which every interval is clipped.
+UNIT_RANGE, DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)
 
 
 @dataclass
 class Row:
-    """One evaluated claim: what the tables and figures show. ``verdict == "not run"`` leaves stats empty."""
+    """One evaluated claim: what the tables and figures show. ``verdict == "not run"`` leaves stats empty.
+
+    ``p_value`` is the p-value of the verdict's test and ``p_adjusted`` its Holm adjustment across the report;
+    ``best_baseline`` is the task's best baseline on dev (finetune claims), ``effect_size`` Cohen's d over
+    the arms' per-seed values, ``items`` how many test items and seeds the numbers rest on.
+    """
 
     claim: Claim
     verdict: Verdict
@@ -39,6 +57,12 @@ class Row:
     run_ids: list[str] = field(default_factory=list)
     data_md5: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    best_baseline: Estimate | None = None
+    best_baseline_key: str = ""
+    effect_size: float | None = None
+    p_value: float | None = None
+    p_adjusted: float | None = None
+    items: str = ""
 
 
 def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Row:
@@ -46,21 +70,32 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     confounders = measure_confounders(claim, metrics)
     md5s = data_md5(claim, lock)
     try:
-        treat = resolve(claim.treatment, claim.metric, metrics)
-        base = resolve(claim.baseline, claim.metric, metrics)
+        treat, base = (arm(ref, claim, metrics) for ref in (claim.treatment, claim.baseline))
+        row = _estimate(claim, treat, base, cfg)
     except NotRun as why:
         return Row(claim, "not run", f"not run: {why}", confounders=confounders, data_md5=md5s)
     except MALFORMED as err:
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
-    row = _estimate(claim, treat, base, cfg)
-    failed = failed_preconditions(claim, metrics)
+    failed = failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg)
     if failed:
-        row.verdict, row.reason = "not resolvable", "not resolvable: " + "; ".join(failed)
+        row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
     row.confounders, row.data_md5 = confounders, md5s
     row.run_ids = sorted(set(treat.run_ids) | set(base.run_ids))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
+    row.notes += few_seeds_notes(treat, base)
+    row.effect_size = bs.cohens_d(treat.values, base.values) if claim.kind == "difference" else None
+    if claim.task in ("cls", "ner") and claim.kind == "difference":
+        row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
     return row
+
+
+def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
+    """The sample of one arm, with its test items (restricted to ``claim.items``) for a finetune reference."""
+    sample = resolve(ref, claim.metric, metrics)
+    if ref.startswith("finetune/"):
+        return with_items(sample, ref.split("/")[1], claim.metric, metrics, claim.items)
+    return sample
 
 
 def failed_preconditions(claim: Claim, metrics: Metrics) -> list[str]:
@@ -76,22 +111,90 @@ def failed_preconditions(claim: Claim, metrics: Metrics) -> list[str]:
     return failed
 
 
+def diverged_gates(treat: Sample, base: Sample, cfg: StatsConfig) -> list[str]:
+    """An arm with more diverged seeds (dev score at chance) than ``max_diverged_fraction`` of its seeds did not
+    produce the model the claim is about: the claim is then not resolvable, like a failed precondition."""
+    out = []
+    for side, sample in (("treatment", treat), ("baseline", base)):
+        if sample.diverged and len(sample.diverged) / len(sample.units) > cfg.max_diverged_fraction:
+            out.append(f"{side} {sample.run_key}: {len(sample.diverged)} of {len(sample.units)} seeds diverged "
+                       f"(dev score at chance; more than {cfg.max_diverged_fraction:.0%} allowed)")  # fmt: skip
+    return out
+
+
+def few_seeds_notes(treat: Sample, base: Sample) -> list[str]:
+    """A trained arm with fewer than 3 seeds cannot estimate seed variance: its interval is not informative."""
+    return [f"{side}: only {len(s.units)} seed(s); the seed part of its interval is not informative"
+            for side, s in (("treatment", treat), ("baseline", base))
+            if s.unit_name == "seed" and len(s.units) < 3 and not s.run_key.startswith("baseline/")]  # fmt: skip
+
+
+def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str, Estimate | None]:
+    """The run key and estimate of the task's best baseline on dev, on the claim's items (``("", None)``
+    when the finetune stage fitted none)."""
+    try:
+        sample = arm(f"finetune/{claim.task}/best-baseline", claim, metrics)
+    except (NotRun, *MALFORMED):
+        return "", None
+    return sample.run_key, arm_estimate(sample, claim.metric, cfg, cfg.resamples)
+
+
+def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig, resamples: int) -> Estimate:
+    """One arm's estimate: the hierarchical bootstrap over its seeds and test items when it has items,
+    else the t-interval over its units (or Clopper-Pearson for a rate)."""
+    if sample.items is None:
+        return _arm_estimate(sample, cfg.level)
+    function, counts = metric_function(metric), sample.items.headline
+    reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, shared_seeds=True)[:, 0]
+    low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
+    method = f"hierarchical bootstrap over {counts.shape[0]} seed(s) and {counts.shape[1]} test items"
+    return Estimate(bs.point_estimate(counts, function), low, high, counts.shape[1], method)
+
+
 def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
     if claim.kind == "upper_bound":
         t_est, b_est = (_arm_estimate(s, cfg.level) for s in (treat, base))
         diff = Estimate(t_est.mean - b_est.mean, math.nan, math.nan, t_est.n, "point difference")
-        verdict, reason = bound_verdict(t_est, claim.min_effect)
-        return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound")
+        tests = binomial_tests(*treat.proportion) if treat.proportion else t_tests(np.asarray(treat.values))
+        verdict, reason, p = bound_verdict(t_est, claim.min_effect, tests)
+        return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound", p_value=p)
+    if treat.items is not None and base.items is not None:
+        return _item_estimate(claim, treat, base, cfg)
     t_vals, b_vals, paired = align(treat, base)
     t_est, b_est = mean_ci(t_vals, cfg.level), mean_ci(b_vals, cfg.level)
     if paired:
         diff = paired_ci(t_vals, b_vals, cfg.level, cfg.paired_method, cfg.resamples, cfg.seed)
         pairing = f"paired by {treat.unit_name} ({diff.method})"
+        tests = t_tests(np.asarray(t_vals) - np.asarray(b_vals)) if diff.has_ci else untestable()
     else:
         diff = welch_ci(t_vals, b_vals, cfg.level)
         pairing = f"unpaired ({diff.method})"
-    verdict, reason = difference_verdict(diff, claim.min_effect)
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing)
+        tests = welch_tests(t_vals, b_vals) if diff.has_ci else untestable()
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p)
+
+
+def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
+    """Both arms from one paired hierarchical bootstrap: seeds resampled (jointly when both arms ran the same
+    seeds), then test items, with the same item draw for both arms (``bootstrap.hierarchical_bootstrap``)."""
+    t_items, b_items = treat.items, base.items
+    if t_items.doc_ids != b_items.doc_ids:
+        raise NotRun(f"{treat.run_key} and {base.run_key} scored different test items")
+    function, shared = metric_function(claim.metric), t_items.seeds == b_items.seeds
+    reps = bs.hierarchical_bootstrap([t_items.headline, b_items.headline], function, cfg.resamples, cfg.seed, shared)
+    n, deltas = len(t_items.doc_ids), reps[:, 0] - reps[:, 1]
+    method = f"hierarchical bootstrap ({cfg.resamples} resamples)"
+    t_est, b_est = (Estimate(bs.point_estimate(x.headline, function), *bs.percentile_ci(r, cfg.level, UNIT_RANGE),
+                             n, method) for x, r in ((t_items, reps[:, 0]), (b_items, reps[:, 1])))  # fmt: skip
+    diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, DIFF_RANGE), n, method)
+    tests = Tests(lambda m: bs.p_value(deltas, m, "greater"), lambda m: bs.p_value(deltas, m, "less"),
+                  lambda m: bs.tost_p_value(deltas, abs(m)))
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
+    seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per arm"
+    pairing = (f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
+               f"({len(t_items.seeds)} vs {len(b_items.seeds)}); {method}")
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p,
+               items=f"{n} test items ({claim.items}) x {len(t_items.seeds)} vs {len(b_items.seeds)} seeds")
 
 
 def _arm_estimate(sample: Sample, level: float) -> Estimate:
@@ -108,6 +211,21 @@ def align(treat: Sample, base: Sample) -> tuple[tuple[float, ...], tuple[float, 
     order = sorted(treat.units)
     t_map, b_map = dict(zip(treat.units, treat.values)), dict(zip(base.units, base.values))
     return tuple(t_map[u] for u in order), tuple(b_map[u] for u in order), True
+
+
+def apply_holm(rows: list[Row], alpha: float) -> None:
+    """Holm-adjust the p-values of every row that has one (``statistics.holm_verdicts``), in place; a
+    decisive verdict that does not survive the correction becomes ``inconclusive``, with the reason."""
+    tested = {row.claim.id: (row.verdict, row.p_value) for row in rows if row.p_value is not None}
+    adjusted = holm_verdicts(tested, alpha)
+    for row in rows:
+        if row.claim.id not in adjusted:
+            continue
+        verdict, row.p_adjusted = adjusted[row.claim.id]
+        if verdict != row.verdict:
+            row.reason = (f"{row.verdict} before Holm ({row.reason}), but the Holm-adjusted p "
+                          f"{row.p_adjusted:.3g} > {alpha:g}")
+            row.verdict = verdict
 
 
 # ---------------------------------------------------------------- provenance
@@ -130,5 +248,7 @@ def data_md5(claim: Claim, lock: Lock) -> dict[str, str]:
 
 
 def evaluate_all(claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> list[Row]:
-    """Evaluate every claim, in file order."""
-    return [evaluate(c, metrics, lock, cfg) for c in claims.claims]
+    """Evaluate every claim, in file order, then Holm-correct the verdicts across them (family-wise alpha)."""
+    rows = [evaluate(c, metrics, lock, cfg) for c in claims.claims]
+    apply_holm(rows, cfg.alpha)
+    return rows

@@ -116,9 +116,14 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
                         fmt="s", color="black", capsize=4, zorder=4)
         else:
             ax.plot([x + 0.15], [est.mean], "s", color="black")
+    best = (metrics.get(f"finetune_{task}").get("selection") or {}).get("best_baseline")
+    if best in runs and metric in runs[best]:
+        ax.axhline(runs[best][metric]["mean"], color="tab:red", linestyle="--", linewidth=1,
+                   label=f"best baseline on dev: {best}")
+        ax.legend(loc="lower right", fontsize=8)
     ax.set_xticks(range(len(keys)), keys, rotation=30, ha="right", fontsize=8)
     ax.set(ylabel=metric)
-    ax.set_title(f"{task}: {metric} per seed (dots),\nmean and {level:.0%} t-CI (squares)", fontsize=10)
+    ax.set_title(f"{task}: {metric} per seed (dots),\nmean and {level:.0%} t-CI over seeds (squares)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, out, dpi)
 
@@ -199,3 +204,31 @@ def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
         ax.legend()
         ax.grid(alpha=0.3)
     return _save(fig, out, dpi)
+
+
+def forest(rows: list, out: Path, dpi: int) -> Path:
+    """Forest plot of every claim: the difference (an upper_bound claim: the treatment) with its CI as a bar,
+    the claim's ``min_effect`` as a red tick, zero as a grey line, coloured by verdict. ``rows`` are
+    ``evaluation.Row``; raises ``NotRun`` when no claim has an estimate."""
+    shown = [r for r in rows if (r.treatment if r.claim.kind == "upper_bound" else r.difference) is not None]
+    if not shown:
+        raise NotRun("no claim has an estimate")
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(shown) + 1.2))
+    for y, row in enumerate(reversed(shown)):
+        est = row.treatment if row.claim.kind == "upper_bound" else row.difference
+        color = VERDICT_COLORS.get(row.verdict, "grey")
+        if est.has_ci:
+            ax.plot([est.low, est.high], [y, y], color=color, linewidth=2.5)
+        ax.plot([est.mean], [y], "o", color=color, markersize=5)
+        ax.plot([row.claim.min_effect], [y], "|", color="tab:red", markersize=14, markeredgewidth=2)
+    ax.axvline(0.0, color="grey", linewidth=0.8)
+    labels = [f"{r.claim.id} ({r.verdict})" for r in reversed(shown)]
+    ax.set_yticks(range(len(shown)), labels, fontsize=8)
+    ax.set_xlabel("treatment - baseline (upper_bound claims: the treatment's rate); red tick: min_effect")
+    ax.set_title("Every claim with its CI", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, out, dpi)
+
+
+VERDICT_COLORS = {"supported": "tab:green", "equivalent": "tab:cyan", "inconclusive": "goldenrod",
+                  "contradicted": "tab:red", "not resolvable": "tab:purple"}

@@ -9,37 +9,49 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tasks.report.evaluation import Row
+from tasks.report.slices import SliceTable
 from tasks.report.statistics import VERDICTS, Estimate
 
-TABLE_HEADER = ("claim", "treatment", "baseline", "difference", "min_effect", "verdict", "statistics",
-                "confounders (measured)", "MLflow runs; data md5 (dvc.lock)")
+TABLE_HEADER = ("claim", "verdict", "difference [CI]", "min_effect", "treatment", "baseline",
+                "best baseline (dev)", "test items x seeds")
+#: The figure drawn right under the claim table, above the details.
+FOREST = "Forest plot: every claim's difference with its CI"
 STATS_NOTE = (
-    "Each value is mean [lower, upper] of a two-sided {level:.0%} CI with n units (seeds, probe words or eval "
-    "docs). Arms: Student-t over units; rates: Clopper-Pearson. Differences (treatment - baseline): paired "
-    "when both arms share their units (paired t, or a paired percentile bootstrap if params say so), "
-    "otherwise Welch's t; the method used is named in each row. All quantiles come from scipy. Verdict: "
-    "supported when the difference's CI lower bound exceeds min_effect; contradicted when its upper bound is "
-    "below min(0, min_effect); inconclusive otherwise. An upper_bound claim compares the treatment's CI with "
-    "min_effect as the bound. A claim whose inputs are missing reads `not run: <why>`; one whose "
-    "precondition failed (e.g. the pretrained encoder did not beat the unigram baseline) reads "
-    "`not resolvable: <precondition>, measured <value>`: its arms say nothing about the claim."
+    "Each value is mean [lower, upper] of a two-sided {level:.0%} interval, clipped to the metric's range. "
+    "Fine-tuning claims: a paired hierarchical bootstrap that resamples seeds (jointly when both arms ran the "
+    "same seeds), then test items with the same draw for both arms; arms and the best baseline (chosen on dev) "
+    "come from the same resamples. Probe claims: Student-t over probe words (paired t, or a percentile "
+    "bootstrap if params say so); rates: Clopper-Pearson. Verdict: supported when the CI's lower bound exceeds "
+    "min_effect; contradicted when its upper bound is below min(0, min_effect); equivalent when two one-sided "
+    "tests put the difference within +-min_effect; inconclusive otherwise. An upper_bound claim compares the "
+    "treatment's CI with min_effect as the bound. Every decisive verdict must also survive Holm's step-down "
+    "correction across all claims of this report at family-wise alpha = {alpha:.2g} (one-sided p-values), or it "
+    "reads inconclusive. `not run: <why>`: an input is missing. `not resolvable: <why>`: a precondition failed "
+    "(e.g. the pretrained encoder did not beat the unigram baseline, or too many seeds diverged), so the arms "
+    "say nothing about the claim."
 )
 
 
-def fmt_estimate(est: Estimate | None) -> str:
+def fmt_estimate(est: Estimate | None, with_n: bool = True) -> str:
     """``0.8200 [0.7703, 0.8697] n=3``; ``0.8200 (no CI) n=1``; ``-`` for none."""
     if est is None:
         return "-"
     ci = f"[{est.low:.4f}, {est.high:.4f}]" if est.has_ci else "(no CI)"
-    return f"{est.mean:.4f} {ci} n={est.n}"
+    return f"{est.mean:.4f} {ci}" + (f" n={est.n}" if with_n else "")
+
+
+def verdict_text(row: Row) -> str:
+    """The verdict with its Holm-adjusted p-value when it has one."""
+    return row.verdict + (f" (Holm p {row.p_adjusted:.2g})" if row.p_adjusted is not None else "")
 
 
 def table_cells(row: Row) -> tuple[str, ...]:
-    """The plain-text cells of one row for the first seven columns of ``TABLE_HEADER``."""
-    c = row.claim
-    verdict = row.reason if row.verdict in ("not run", "not resolvable") else f"{row.verdict} ({row.reason})"
-    return (f"{c.id}: {c.statement}", fmt_estimate(row.treatment), fmt_estimate(row.baseline),
-            fmt_estimate(row.difference), f"{c.min_effect:g}", verdict, row.pairing or "-")
+    """The plain-text cells of one row of the headline table (``TABLE_HEADER``): one screen wide; the reason,
+    statement, confounders and provenance are in the details."""
+    best = f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline, False)}" if row.best_baseline else "-"
+    items = row.items or (f"n={row.difference.n}" if row.difference is not None else "-")
+    return (row.claim.id, verdict_text(row), fmt_estimate(row.difference, False), f"{row.claim.min_effect:g}",
+            fmt_estimate(row.treatment, False), fmt_estimate(row.baseline, False), best, items)
 
 
 def run_url(mlflow_ui_url: str, run_id: str) -> str:
@@ -52,18 +64,27 @@ def md5_text(row: Row) -> str:
     return "; ".join(f"{p} {m}" for p, m in row.data_md5.items()) or "no dvc.lock entry"
 
 
-def detail_items(row: Row) -> list[tuple[str, str | list[str]]]:
-    """The per-claim detail list: references, confounders, provenance, notes."""
+def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str]]]:
+    """The per-claim detail list: references, statistics, confounders, provenance (MLflow run pages), notes."""
     c = row.claim
+    effect = f"{row.effect_size:.3g}" if row.effect_size is not None else "not defined (no spread over seeds)"
+    p_values = (f"{row.p_value:.3g} one-sided; Holm-adjusted {row.p_adjusted:.3g}" if row.p_adjusted is not None
+                else "none (no test: see the verdict)")
     return [
         ("statement", c.statement),
-        ("kind / task / data slice / metric", f"{c.kind} / {c.task} / {c.data_slice} / {c.metric}"),
-        ("treatment", c.treatment),
-        ("baseline", c.baseline),
+        ("kind / task / metric", f"{c.kind} / {c.task} / {c.metric}"),
+        ("data slice", f"{c.data_slice}; items: {c.items}; " + (row.items or "see the units below")),
+        ("treatment", f"{c.treatment}: {fmt_estimate(row.treatment)}"),
+        ("baseline", f"{c.baseline}: {fmt_estimate(row.baseline)}"),
+        ("best baseline (chosen on dev)", f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline)}"
+         if row.best_baseline else "none (not a fine-tuning claim, or no baseline was fitted)"),
+        ("difference", f"{fmt_estimate(row.difference)}; Cohen's d over per-seed values {effect}"),
         ("ablation (removed in the baseline)", c.ablation),
         ("verdict", f"{row.verdict}: {row.reason}"),
+        ("statistics", row.pairing or "-"),
+        ("p-value of the verdict's test", p_values),
         ("confounders (measured)", row.confounders or ["none listed"]),
-        ("MLflow run ids", row.run_ids or ["none recorded in the metrics"]),
+        ("MLflow runs", [f"{r}: {run_url(mlflow_ui_url, r)}" for r in row.run_ids] or ["none recorded in the metrics"]),
         ("data md5 (dvc.lock)", [f"{p}: {m}" for p, m in row.data_md5.items()] or ["dvc.lock has no entry"]),
         ("notes", row.notes or ["none"]),
     ]
@@ -76,13 +97,12 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def claim_table_md(rows: list[Row], mlflow_ui_url: str) -> str:
-    """The claim table alone as a Markdown (GFM) table, one line per claim; run ids link to the MLflow UI."""
+def claim_table_md(rows: list[Row]) -> str:
+    """The headline claim table as a Markdown (GFM) table, one line per claim, each linking to its details."""
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
     for row in rows:
-        runs = ", ".join(f"[{r}]({run_url(mlflow_ui_url, r)})" for r in row.run_ids) or "no run ids"
-        confounders = _md_cell("; ".join(row.confounders) or "none listed")
-        cells = [_md_cell(c) for c in table_cells(row)] + [confounders, f"{runs}; {_md_cell(md5_text(row))}"]
+        cells = [_md_cell(c) for c in table_cells(row)]
+        cells[0] = f"[{cells[0]}](#{row.claim.id})"
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -106,21 +126,53 @@ def verdict_summary(rows: list[Row]) -> str:
 
 
 def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-             level: float, mlflow_ui_url: str) -> str:
-    """The full ``claims.md``: question, claim table, statistics note, per-claim details, figures, ledger.
+             level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str]) -> str:
+    """The full ``claims.md``: question, claim table, forest plot, statistics note, per-claim details, slice
+    tables, figures, ledger.
 
     ``figures`` maps a title to a PNG path relative to the Markdown file, or to a ``not drawn: <why>`` string.
     """
+    def figure(title: str, fig: Path | str) -> list[str]:
+        return [f"### {title}", "", f"![{title}]({fig})" if isinstance(fig, Path) else f"_{fig}_", ""]
+
     parts = ["# clozeline claim table", "", f"**Question.** {question}", "",
-             f"**Verdicts.** {verdict_summary(rows)}", "", claim_table_md(rows, mlflow_ui_url),
-             STATS_NOTE.format(level=level), "", "## Claims in detail", ""]
+             f"**Verdicts.** {verdict_summary(rows)}", "", claim_table_md(rows)]
+    if FOREST in figures:
+        parts += figure(FOREST, figures[FOREST])
+    parts += [STATS_NOTE.format(level=level, alpha=1 - level), "", "## Claims in detail", ""]
     for row in rows:
-        parts += [f"### {row.claim.id}", "", *_md_items(detail_items(row)), ""]
+        parts += [f'### <a id="{row.claim.id}"></a>{row.claim.id}', "", *_md_items(detail_items(row, mlflow_ui_url)),
+                  ""]  # fmt: skip
+    parts += ["## Slices", ""] + [line for task, table in slices.items() for line in slice_md(task, table)]
     parts += ["## Figures", ""]
     for title, fig in figures.items():
-        parts += [f"### {title}", "", f"![{title}]({fig})" if isinstance(fig, Path) else f"_{fig}_", ""]
+        parts += figure(title, fig) if title != FOREST else []
     parts += ["## Experiment ledger", "", *_md_items(_ledger_items(ledger)), ""]
     return "\n".join(parts)
+
+
+def slice_grids(table: SliceTable) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``(title, header, rows of cells)`` of a task's two slice grids: the headline metric by item slice, and
+    the per-label F1."""
+    def grid(columns: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
+        header = ["arm"] + [f"{c} (n={table.sizes[c]})" for c in columns]
+        body = [[arm] + [fmt_estimate(cells[c], False) for c in columns] for arm, cells in table.rows.items()]
+        return header, body
+
+    kind = "class" if table.task == "cls" else "entity type (n = gold entities)"
+    return [(f"{table.task}: {table.metric} by test slice", *grid(table.columns)),
+            (f"{table.task}: F1 per {kind}", *grid(table.label_columns))]
+
+
+def slice_md(task: str, table: SliceTable | str) -> list[str]:
+    """Markdown lines of one task's slice tables, or the reason they were not computed."""
+    if isinstance(table, str):
+        return [f"### {task}", "", f"_{table}_", ""]
+    lines = []
+    for title, header, body in slice_grids(table):
+        lines += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body] + [""]
+    return lines
 
 
 def _ledger_items(ledger: Mapping[str, object]) -> list[tuple[str, str | list[str]]]:
@@ -142,7 +194,7 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #bbb;padding:4px 6px;vertical-align:top}
 th{background:#eee}.supported{background:#d4f4d4}.contradicted{background:#f8d0d0}
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
-.not-resolvable{background:#e0e4f4;font-style:italic}
+.not-resolvable{background:#e0e4f4;font-style:italic}.equivalent{background:#d4eef4}
 img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
 """
 
@@ -151,16 +203,14 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def claim_table_html(rows: list[Row], mlflow_ui_url: str) -> str:
-    """The claim table as an HTML ``<table id="claims">``; each row's class is its verdict."""
+def claim_table_html(rows: list[Row]) -> str:
+    """The headline claim table as an HTML ``<table id="claims">``; each row's class is its verdict."""
     head = "".join(f"<th>{_e(h)}</th>" for h in TABLE_HEADER)
     body = []
     for row in rows:
-        runs = ", ".join(f'<a href="{_e(run_url(mlflow_ui_url, r))}">{_e(r)}</a>' for r in row.run_ids)
-        provenance = f"{runs or 'no run ids'}; {_e(md5_text(row))}"
-        confounders = "".join(f"<li>{_e(c)}</li>" for c in row.confounders) or "<li>none listed</li>"
-        cells = "".join(f"<td>{_e(c)}</td>" for c in table_cells(row))
-        cells += f'<td><ul class="tight">{confounders}</ul></td><td>{provenance}</td>'
+        first, *rest = table_cells(row)
+        cells = f'<td><a href="#detail-{_e(row.claim.id)}">{_e(first)}</a></td>'
+        cells += "".join(f"<td>{_e(c)}</td>" for c in rest)
         body.append(f'<tr id="{_e(row.claim.id)}" class="{row.verdict.replace(" ", "-")}">{cells}</tr>')
     return f'<table id="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -181,18 +231,38 @@ def _img(path: Path, title: str) -> str:
     return f'<img alt="{_e(title)}" src="data:image/png;base64,{data}">'
 
 
+def slice_html(task: str, table: SliceTable | str) -> str:
+    """One task's slice tables as HTML, or the reason they were not computed."""
+    if isinstance(table, str):
+        return f"<h3>{_e(task)}</h3><p><i>{_e(table)}</i></p>"
+    out = []
+    for title, header, body in slice_grids(table):
+        head = "".join(f"<th>{_e(h)}</th>" for h in header)
+        rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body)
+        out.append(f'<h3>{_e(title)}</h3><table class="slices"><thead><tr>{head}</tr></thead>'
+                   f"<tbody>{rows}</tbody></table>")
+    return "".join(out)
+
+
 def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-              level: float, mlflow_ui_url: str) -> str:
+              level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str]) -> str:
     """The full ``claims.html``, self-contained. ``figures`` maps a title to an absolute PNG path or a reason."""
+    def figure(title: str, fig: Path | str) -> list[str]:
+        return [f"<h3>{_e(title)}</h3>", _img(fig, title) if isinstance(fig, Path) else f"<p><i>{_e(fig)}</i></p>"]
+
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
              "<h1>clozeline claim table</h1>", f"<p><b>Question.</b> {_e(question)}</p>",
-             f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
-             claim_table_html(rows, mlflow_ui_url), f"<p>{_e(STATS_NOTE.format(level=level))}</p>", "<h2>Claims in detail</h2>"]
+             f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>", claim_table_html(rows)]
+    if FOREST in figures:
+        parts += figure(FOREST, figures[FOREST])
+    parts += [f"<p>{_e(STATS_NOTE.format(level=level, alpha=1 - level))}</p>", "<h2>Claims in detail</h2>"]
     for row in rows:
-        parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>', _html_items(detail_items(row))]
+        parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>',
+                  _html_items(detail_items(row, mlflow_ui_url))]  # fmt: skip
+    parts += ["<h2>Slices</h2>"] + [slice_html(task, table) for task, table in slices.items()]
     parts.append("<h2>Figures</h2>")
     for title, fig in figures.items():
-        parts += [f"<h3>{_e(title)}</h3>", _img(fig, title) if isinstance(fig, Path) else f"<p><i>{_e(fig)}</i></p>"]
+        parts += figure(title, fig) if title != FOREST else []
     parts += ["<h2>Experiment ledger</h2>", _html_items(_ledger_items(ledger)), "</body></html>"]
     return "\n".join(parts) + "\n"

@@ -10,7 +10,11 @@ Statistics (all quantiles from scipy, none written by hand):
 
 Verdicts of a ``difference`` claim: ``supported`` when the CI's lower bound exceeds ``min_effect``;
 ``contradicted`` when its upper bound is below ``min(0, min_effect)`` (clearly the other way; a negative
-``min_effect`` is a non-inferiority margin); ``inconclusive`` otherwise. An ``upper_bound`` claim
+``min_effect`` is a non-inferiority margin); ``equivalent`` when two one-sided tests (TOST, Schuirmann 1987)
+put the difference within +-``min_effect`` at ``alpha`` (a tight null result; only for ``min_effect > 0``);
+``inconclusive`` otherwise. Each verdict carries the p-value of its test, and the report applies Holm's
+step-down correction across its claims (``holm_verdicts``): a decisive verdict whose adjusted p-value exceeds
+``alpha = 1 - level`` becomes ``inconclusive``. An ``upper_bound`` claim
 (``treatment`` must stay at or below ``min_effect``, e.g. a leakage rate) is ``supported`` when the
 treatment's CI upper bound is <= ``min_effect``, ``contradicted`` when its lower bound is above it.
 A claim whose inputs are missing gets verdict ``not run`` with the reason; it never disappears. A claim whose
@@ -21,6 +25,7 @@ produced) gets ``not resolvable: <precondition>, measured <value>``, never ``con
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,20 +33,76 @@ import numpy as np
 from scipy import stats
 
 from tasks.common.stats import t_interval
+from tasks.report.bootstrap import holm
 
-Verdict = Literal["supported", "contradicted", "inconclusive", "not resolvable", "not run"]
+Verdict = Literal["supported", "equivalent", "contradicted", "inconclusive", "not resolvable", "not run"]
 #: Every verdict, in the order the summaries list them.
-VERDICTS: tuple[Verdict, ...] = ("supported", "inconclusive", "contradicted", "not resolvable", "not run")
+VERDICTS: tuple[Verdict, ...] = ("supported", "equivalent", "inconclusive", "contradicted", "not resolvable",
+                                 "not run")
 
 
 @dataclass(frozen=True)
 class StatsConfig:
-    """The statistics settings from the ``report`` params section."""
+    """The statistics settings from the ``report`` params section (``alpha`` = 1 - ``level``, family-wise)."""
 
     level: float
     paired_method: str
     resamples: int
     seed: int
+    max_diverged_fraction: float = 0.0
+    slice_resamples: int = 2000
+
+    @property
+    def alpha(self) -> float:
+        """The family-wise error rate of the report's verdicts (Holm), ``1 - level``."""
+        return 1.0 - self.level
+
+
+@dataclass(frozen=True)
+class Tests:
+    """One-sided p-values of a claim's quantity (a difference, or a rate against a bound), as functions:
+    ``greater(null)`` tests H0 "value <= null", ``less(null)`` H0 "value >= null", ``tost(margin)`` the two
+    one-sided tests of equivalence within +-margin (Schuirmann 1987). Each returns a p-value in [0, 1]."""
+
+    greater: Callable[[float], float]
+    less: Callable[[float], float]
+    tost: Callable[[float], float]
+
+
+def t_tests(deltas: np.ndarray) -> Tests:
+    """``Tests`` of the mean of paired differences ``deltas`` (one-sample t, ``scipy.stats.ttest_1samp``)."""
+    def one(null: float, side: str) -> float:
+        if float(np.ptp(deltas)) == 0.0:  # no spread: the test is decided by the sign alone
+            gap = float(deltas[0]) - null
+            return 0.0 if (gap > 0 if side == "greater" else gap < 0) else 1.0
+        return float(stats.ttest_1samp(deltas, null, alternative=side).pvalue)
+
+    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
+                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+
+
+def welch_tests(treatment: tuple[float, ...], baseline: tuple[float, ...]) -> Tests:
+    """``Tests`` of ``mean(treatment) - mean(baseline)`` by Welch's t (the treatment shifted by the null)."""
+    t = np.asarray(treatment, dtype=float)
+
+    def one(null: float, side: str) -> float:
+        return float(stats.ttest_ind(t - null, baseline, equal_var=False, alternative=side).pvalue)
+
+    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
+                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+
+
+def binomial_tests(events: int, trials: int) -> Tests:
+    """``Tests`` of a rate ``events/trials`` against a bound (exact binomial, ``scipy.stats.binomtest``)."""
+    def one(bound: float, side: str) -> float:
+        return float(stats.binomtest(events, trials, min(max(bound, 0.0), 1.0), alternative=side).pvalue)
+
+    return Tests(lambda b: one(b, "greater"), lambda b: one(b, "less"), lambda b: 1.0)
+
+
+def untestable() -> Tests:
+    """``Tests`` when there is nothing to test (no CI): every p-value is 1."""
+    return Tests(lambda _: 1.0, lambda _: 1.0, lambda _: 1.0)
 
 
 @dataclass(frozen=True)
@@ -115,25 +176,46 @@ def paired_ci(treatment: tuple[float, ...], baseline: tuple[float, ...], level: 
     return Estimate(diff, float(ci.low), float(ci.high), n, f"paired percentile bootstrap ({resamples} resamples)")
 
 
-def difference_verdict(diff: Estimate, min_effect: float) -> tuple[Verdict, str]:
-    """Verdict of a ``difference`` claim from its CI (rules in the module docstring), with a short reason."""
+def difference_verdict(diff: Estimate, min_effect: float, tests: Tests, alpha: float) -> tuple[Verdict, str, float]:
+    """Verdict of a ``difference`` claim from its CI (rules in the module docstring), a short reason, and the
+    p-value of the verdict's test (``supported``: H0 diff <= min_effect; ``contradicted``: H0 diff >=
+    min(0, min_effect); ``equivalent``: TOST within +-min_effect; ``inconclusive``: the supported test), which
+    the report adjusts across claims (Holm)."""
     if not diff.has_ci:
-        return "inconclusive", "no CI for the difference"
+        return "inconclusive", "no CI for the difference", 1.0
+    floor = min(0.0, min_effect)
     if diff.low > min_effect:
-        return "supported", f"CI lower bound {diff.low:.4f} > min_effect {min_effect:g}"
-    if diff.high < min(0.0, min_effect):
-        return "contradicted", f"CI upper bound {diff.high:.4f} < {min(0.0, min_effect):g}"
+        return "supported", f"CI lower bound {diff.low:.4f} > min_effect {min_effect:g}", tests.greater(min_effect)
+    if diff.high < floor:
+        return "contradicted", f"CI upper bound {diff.high:.4f} < {floor:g}", tests.less(floor)
+    p_equivalent = tests.tost(min_effect) if min_effect > 0 else 1.0
+    if p_equivalent <= alpha:
+        return "equivalent", f"TOST p {p_equivalent:.3g} <= {alpha:g}: within +-{min_effect:g}", p_equivalent
     if diff.high < min_effect:
-        return "inconclusive", f"effect, if any, is below min_effect {min_effect:g}"
-    return "inconclusive", f"CI [{diff.low:.4f}, {diff.high:.4f}] contains min_effect {min_effect:g}"
+        return "inconclusive", f"effect, if any, is below min_effect {min_effect:g}", tests.greater(min_effect)
+    return ("inconclusive", f"CI [{diff.low:.4f}, {diff.high:.4f}] contains min_effect {min_effect:g}",
+            tests.greater(min_effect))
 
 
-def bound_verdict(value: Estimate, bound: float) -> tuple[Verdict, str]:
-    """Verdict of an ``upper_bound`` claim: is the treatment's CI at or below ``bound``?"""
+def bound_verdict(value: Estimate, bound: float, tests: Tests) -> tuple[Verdict, str, float]:
+    """Verdict of an ``upper_bound`` claim: is the treatment's CI at or below ``bound``? With the p-value of
+    the verdict's test (``supported``/``inconclusive``: H0 value >= bound; ``contradicted``: H0 value <= bound)."""
     if not value.has_ci:
-        return "inconclusive", "no CI for the treatment"
+        return "inconclusive", "no CI for the treatment", 1.0
     if value.high <= bound:
-        return "supported", f"CI upper bound {value.high:.4f} <= {bound:g}"
+        return "supported", f"CI upper bound {value.high:.4f} <= {bound:g}", tests.less(bound)
     if value.low > bound:
-        return "contradicted", f"CI lower bound {value.low:.4f} > {bound:g}"
-    return "inconclusive", f"CI [{value.low:.4f}, {value.high:.4f}] contains the bound {bound:g}"
+        return "contradicted", f"CI lower bound {value.low:.4f} > {bound:g}", tests.greater(bound)
+    return "inconclusive", f"CI [{value.low:.4f}, {value.high:.4f}] contains the bound {bound:g}", tests.less(bound)
+
+
+def holm_verdicts(verdicts: dict[str, tuple[Verdict, float]], alpha: float) -> dict[str, tuple[Verdict, float]]:
+    """``{claim id: (verdict, Holm-adjusted p)}``: a ``supported``, ``contradicted`` or ``equivalent`` verdict
+    whose adjusted p-value exceeds ``alpha`` becomes ``inconclusive`` (family-wise error <= alpha over the
+    claims of one report, Holm 1979). Input: each claim's verdict and the p-value of its test."""
+    adjusted = holm({cid: p for cid, (_, p) in verdicts.items()}) if verdicts else {}
+    out = {}
+    for cid, (verdict, _) in verdicts.items():
+        decisive = verdict in ("supported", "contradicted", "equivalent")
+        out[cid] = ("inconclusive" if decisive and adjusted[cid] > alpha else verdict, adjusted[cid])
+    return out

@@ -1,0 +1,180 @@
+"""leakage: audit every evaluation set for contamination, remove or flag the leaking training docs, then
+measure how well the audit works.
+
+Reads ``data/split/<source>.parquet``. Evaluation documents are the kept (``is_duplicate == false``) dev/test
+rows of task sources. Two checks:
+
+- (a) every pretraining row (train and heldout) against every task dev/test document;
+- (b) every task train row against the dev/test documents of the same task source.
+
+The detectors (word 13-gram overlap as in GPT-3 appendix C, whole-doc equality for short texts, MinHash
+(Broder 1997) LSH over whole docs and over passage windows) live in ``tasks.leakage.detectors``. Two passes
+measure the audit itself, since ``rate_after`` counts only what the same detectors can no longer find:
+
+- ``tasks.leakage.planted``: perturbed copies of real eval docs (verbatim, re-wrapped, a paragraph inside
+  unrelated text, every 20th word replaced, look-alike spaces and format characters), scored by the same
+  detectors and params: the audit's recall (``planted``);
+- ``tasks.leakage.residual``: an independent, differently loose detector (pooled word 8-gram coverage) on
+  the corpus after the action: the contamination left (``residual``).
+
+Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent),
+``data/leakage/removed.jsonl`` (one line per removed row, with its reason) and ``data/leakage/table.parquet``
+(train_doc, eval_doc, method, score, span, plus sources, eval split and check); the two measuring passes
+write nothing there. Returns ``eval_sets.<source>/<split>`` ``{docs, rate_before, rate_after}``: the share of
+eval docs with at least one matching pretraining doc, before and after the action, plus ``task_train_rate_*``
+(check b) and ``any_rate_*`` (flagged docs still count after the action; see ``leakage_metrics``), and the
+``planted`` and ``residual`` metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tasks.common.parquet import read_source_frames
+from tasks.common.textnorm import words
+from tasks.config.leakage import LeakageParams
+from tasks.leakage import planted, residual
+from tasks.leakage.detectors import (
+    Side,
+    detect,
+    make_sides,
+    minhash_doc_matches,
+    minhash_passage_matches,
+    ngram_matches,
+)
+
+# the detectors stay importable from tasks.leakage for benchmarks/leakage.py
+__all__ = ["run", "eval_rows", "train_rows", "make_sides", "ngram_matches", "minhash_doc_matches",
+           "minhash_passage_matches"]
+
+REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
+EVAL_SPLITS = ("dev", "test")
+TABLE_COLUMNS = [
+    "train_doc", "eval_doc", "method", "score", "span", "train_source", "eval_source", "eval_split", "check"
+]
+
+
+def run(cfg: LeakageParams, paths, log) -> dict:
+    """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted`` and
+    ``residual``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file with missing columns.
+    """
+    frames = read_sources(paths.stage_data("split"))
+    rows = pd.concat(list(frames.values()), ignore_index=True)
+    eval_frame, train_frame = eval_rows(rows), train_rows(rows)
+    trains, evals = make_sides([words(x) for x in train_frame["text"]], [words(x) for x in eval_frame["text"]])
+    log.info(f"leakage: {len(trains.hashes)} training docs vs {len(evals.hashes)} eval docs")
+    table = audit_table(detect(trains, evals, cfg), train_frame, eval_frame)
+    removed = removed_docs(table, cfg)
+    out_dir = paths.stage_data("leakage")
+    write_outputs(frames, table, removed, out_dir)
+    log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
+    metrics = leakage_metrics(rows, eval_frame, table, removed)
+    metrics["planted"], metrics["residual"] = measure_audit(eval_frame, evals, train_frame, trains, table, removed, cfg)
+    log.info(f"leakage: planted recall {metrics['planted']['recall']}, residual rate {metrics['residual']['rate']}")
+    return metrics
+
+
+def measure_audit(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, trains: Side,
+                  table: pd.DataFrame, removed: dict, cfg: LeakageParams) -> tuple[dict, dict]:
+    """The audit's recall on planted copies and the residual contamination after its action; writes nothing.
+
+    Filler for the planted copies is the text of pretraining docs that the audit matched to no eval doc.
+    """
+    pretrain = train_frame[train_frame["role"] == "pretrain"]  # train_frame has a 0..n-1 index, as trains
+    tokens = [trains.tokens[i] for i in pretrain.index]
+    unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & np.array([bool(t) for t in tokens])
+    filler = pretrain[unrelated]
+    recall = planted.recall(eval_frame, evals, list(filler["text"]), list(filler["doc_id"]), cfg)
+    left = residual.residual(eval_frame, evals.tokens, list(pretrain["doc_id"]), tokens, set(removed), cfg)
+    return recall, left
+
+
+def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
+    """``{source: frame}`` for every ``<folder>/*.parquet`` (sorted); checks the split columns."""
+    return read_source_frames(folder, REQUIRED_COLUMNS, producer="split")
+
+
+def eval_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Kept dev/test rows of task sources: the documents evaluation scores are computed on."""
+    part = rows[(rows["role"] == "task") & rows["split"].isin(EVAL_SPLITS) & ~rows["is_duplicate"]]
+    return part.reset_index(drop=True)
+
+
+def train_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every pretraining row and every task train row (duplicates too: they carry the same text)."""
+    part = rows[(rows["role"] == "pretrain") | ((rows["role"] == "task") & (rows["split"] == "train"))]
+    return part.reset_index(drop=True)
+
+
+def audit_table(matches: list[tuple], trains: pd.DataFrame, evals: pd.DataFrame) -> pd.DataFrame:
+    """The leakage table: pairs allowed by checks (a) and (b), with doc ids, sorted; scores rounded to 1e-6."""
+    records = []
+    for i, j, method, score, span in matches:
+        train, ev = trains.iloc[i], evals.iloc[j]
+        check = "pretrain" if train["role"] == "pretrain" else "task_train"
+        if check == "task_train" and train["source"] != ev["source"]:
+            continue  # (b) compares a task's train split with its own dev/test only
+        pair = (train["doc_id"], ev["doc_id"], method, round(float(score), 6), span)
+        records.append(pair + (train["source"], ev["source"], ev["split"], check))
+    table = pd.DataFrame.from_records(records, columns=TABLE_COLUMNS)
+    return table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
+
+
+def removed_docs(table: pd.DataFrame, cfg: LeakageParams) -> dict[str, dict]:
+    """``{train doc_id: removal record}`` for matched docs whose check's action is ``remove``."""
+    action = {"pretrain": cfg.pretrain_action, "task_train": cfg.task_train_action}
+    removed = {}
+    for doc_id, part in table.groupby("train_doc", sort=True):
+        if action[part["check"].iloc[0]] == "remove":
+            removed[doc_id] = {
+                "doc_id": doc_id,
+                "source": part["train_source"].iloc[0],
+                "reason": "leakage:" + part["check"].iloc[0],
+                "eval_docs": sorted(set(part["eval_doc"])),
+                "methods": sorted(set(part["method"])),
+            }
+    return removed
+
+
+def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed: dict, out_dir: Path) -> None:
+    """Cleaned ``<source>.parquet`` (+ ``leak_flag``), ``removed.jsonl`` and ``table.parquet``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    matched = set(table["train_doc"])
+    for source, frame in frames.items():
+        kept = frame[~frame["doc_id"].isin(list(removed))]
+        kept.assign(leak_flag=kept["doc_id"].isin(list(matched))).to_parquet(out_dir / f"{source}.parquet", index=False)
+    lines = [json.dumps(removed[d], sort_keys=True) + "\n" for d in sorted(removed)]
+    (out_dir / "removed.jsonl").write_text("".join(lines), encoding="utf-8")
+    table.to_parquet(out_dir / "table.parquet", index=False)
+
+
+def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict) -> dict:
+    """Contamination rates per eval set before/after the action, and row accounting per source.
+
+    ``rate_before``/``rate_after`` are check (a), pretraining contamination (what the claim table reads as a
+    confounder of pretraining gains); ``task_train_rate_*`` are check (b) and ``any_rate_*`` either check.
+    A flagged document still counts after the action; only removal lowers a rate.
+    """
+    live = table[~table["train_doc"].isin(list(removed))]
+    eval_sets = {}
+    for (source, split), part in evals.groupby(["source", "split"], sort=True):
+        ids = set(part["doc_id"])
+        entry = {"docs": len(ids)}
+        for prefix, check in (("", "pretrain"), ("task_train_", "task_train"), ("any_", None)):
+            before = table if check is None else table[table["check"] == check]
+            after = live if check is None else live[live["check"] == check]
+            entry[f"{prefix}rate_before"] = round(len(ids & set(before["eval_doc"])) / len(ids), 6)
+            entry[f"{prefix}rate_after"] = round(len(ids & set(after["eval_doc"])) / len(ids), 6)
+        eval_sets[f"{source}/{split}"] = entry
+    matched = set(table["train_doc"])
+    sources = {}
+    for source, part in rows.groupby("source", sort=True):
+        gone = int(part["doc_id"].isin(list(removed)).sum())
+        flagged = int(part["doc_id"].isin(list(matched)).sum()) - gone
+        sources[source] = {"docs_in": len(part), "docs_out": len(part) - gone, "removed": gone, "flagged": flagged}
+    methods = {m: int(n) for m, n in table["method"].value_counts().sort_index().items()}
+    return {"eval_sets": eval_sets, "sources": sources, "pairs_by_method": methods}
