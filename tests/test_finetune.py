@@ -165,6 +165,9 @@ def test_summarize_is_the_student_t_interval():
     assert (out["ci95_low"], out["ci95_high"]) == pytest.approx((0.9 - half, 0.9 + half))
     assert out["per_seed"] == [0.8, 0.9, 1.0] and out["seeds"] == [1, 2, 3]
     assert summarize([0.7], [5], 0.95)["ci95_low"] is None
+    # two seeds near the top: the t-interval reaches past 1 (0.99 + 12.706 * 0.0141 / sqrt 2), the clip stops it
+    wide = summarize([0.98, 1.0], [1, 2], 0.95)
+    assert wide["ci95_high"] > 1.0 and summarize([0.98, 1.0], [1, 2], 0.95, bounds=(0.0, 1.0))["ci95_high"] == 1.0
     with pytest.raises(ValueError, match="one value per seed"):
         summarize([0.1], [1, 2], 0.95)
 

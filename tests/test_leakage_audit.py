@@ -54,8 +54,8 @@ def test_unicode_uses_look_alike_spaces_and_format_characters_inside_words():
     text = planted.unicode(tokens, iter(()), planted_params(format_every=2))
     # gaps: NBSP, thin space, narrow NBSP, space, NBSP; tokens 2, 4, 6 get ZWSP, ZWJ, soft hyphen at len // 2
     assert text == "ab\u00a0c\u200bd\u2009ef\u202fg\u200dh ij\u00a0k\u00adl"
-    # textnorm folds the spaces and drops ZWSP/ZWJ, but keeps the soft hyphen, which splits "kl"
-    assert words(text) == ["ab", "cd", "ef", "gh", "ij", "k", "l"]
+    # textnorm folds the spaces and drops ZWSP, ZWJ and the soft hyphen: the words come back whole
+    assert words(text) == ["ab", "cd", "ef", "gh", "ij", "kl"]
 
 
 def test_sample_is_a_hash_rank_with_distinct_docs_per_variant_and_counts_what_it_excludes():
@@ -126,17 +126,17 @@ def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path,
 def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
     """Both MinHash thresholds at 0.98 (the highest datasketch's band rule allows at 128 permutations; 0.99
     gives fewer than 2 bands), and ngram_words 55 so the n-gram detector cannot rescue the audit:
-    a 55-gram survives neither the 50-word paragraph, nor a changed word every 20, nor a soft hyphen every
-    15. planted.min_words must be >= ngram_words, so it is 55 too (the eval docs have 60-90 words). Only
-    verbatim and rewrapped copies (and an in_filler paragraph whose passage window aligns by chance) are found.
+    a 55-gram survives neither the 50-word paragraph nor a changed word every 20. planted.min_words must be
+    >= ngram_words, so it is 55 too (the eval docs have 60-90 words). Only verbatim, rewrapped and unicode copies
+    (identical once normalized) and an in_filler paragraph whose passage window aligns by chance are found.
     """
     broken = {"doc_threshold": 0.98, "passage_threshold": 0.98, "ngram_words": 55,
               "planted": planted_params(docs_per_variant=16, min_words=55).model_dump()}
     metrics, rows = audit_rows(tmp_path, corpus, **broken)
     variants = metrics["planted"]["variants"]
-    assert variants["verbatim"]["found"] == variants["rewrapped"]["found"] == 16
-    assert variants["replaced"]["found"] == variants["unicode"]["found"] == 0
-    assert metrics["planted"]["missed"] >= 40
+    assert variants["verbatim"]["found"] == variants["rewrapped"]["found"] == variants["unicode"]["found"] == 16
+    assert variants["replaced"]["found"] == 0
+    assert metrics["planted"]["missed"] >= 16
     assert metrics["planted"]["missed"] == sum(v["missed"] for v in variants.values())
     planted_row = rows["leakage-audit-finds-planted-copies"]
     assert planted_row.verdict == "contradicted" and planted_row.treatment.low > 0.05
@@ -145,12 +145,12 @@ def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
     assert rows["no-eval-leakage-after-audit"].verdict == "contradicted"
 
 
-def test_a_soft_hyphen_in_most_words_hides_a_copy_from_every_detector(tmp_path, corpus):
-    """A known limitation, pinned: textnorm keeps U+00AD, so a soft hyphen inside a word splits it in two.
-    With one in every 3rd word (format_every=1: ZWSP, ZWJ, soft hyphen in turn) no 13-gram and almost no
-    5-gram shingle survives; the audit finds none of the unicode copies."""
+def test_format_characters_in_every_word_hide_no_copy(tmp_path, corpus):
+    """With a format character in every 3rd word (format_every=1: ZWSP, ZWJ, soft hyphen in turn) a split word
+    would leave no 13-gram and almost no 5-gram shingle; textnorm drops all three, so every copy is found.
+    (Before textnorm dropped U+00AD, this setting hid all 16 unicode copies.)"""
     metrics, _ = audit_rows(tmp_path, corpus, planted=planted_params(docs_per_variant=16, format_every=1).model_dump())
-    assert metrics["planted"]["variants"]["unicode"]["found"] == 0
+    assert metrics["planted"]["variants"]["unicode"]["found"] == 16
 
 
 def test_planting_does_not_change_the_stage_outputs(tmp_path, corpus):

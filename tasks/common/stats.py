@@ -30,12 +30,14 @@ def t_interval(values: Sequence[float], level: float) -> tuple[float, float, flo
     return mean, std, mean - half, mean + half
 
 
-def summarize(values: Sequence[float], seeds: Sequence[int], level: float) -> dict:
+def summarize(values: Sequence[float], seeds: Sequence[int], level: float,
+              bounds: tuple[float, float] | None = None) -> dict:
     """``{per_seed, seeds, mean, std, ci95_low, ci95_high, n}`` for one metric measured once per seed.
 
-    The interval is ``t_interval``; its keys say ``ci95`` as the metrics contract fixes them, ``level`` sets
-    the coverage. With one seed ``std`` and the interval are ``None``. Raises ``ValueError`` when values and
-    seeds differ in length or are empty, or a value is not finite.
+    The interval is ``t_interval``, clipped to ``bounds`` (e.g. ``(0, 1)`` for an F1: with 2 seeds a t-interval
+    easily reaches past 1); its keys say ``ci95`` as the metrics contract fixes them, ``level`` sets the
+    coverage. With one seed ``std`` and the interval are ``None``. Raises ``ValueError`` when values and seeds
+    differ in length or are empty, or a value is not finite.
     """
     if len(values) != len(seeds) or not values:
         raise ValueError(f"need one value per seed, got {len(values)} values for {len(seeds)} seeds")
@@ -46,4 +48,6 @@ def summarize(values: Sequence[float], seeds: Sequence[int], level: float) -> di
     if n < 2:
         return {**out, "mean": math.fsum(values) / n, "std": None, "ci95_low": None, "ci95_high": None}
     mean, std, low, high = t_interval(values, level)
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
     return {**out, "mean": mean, "std": std, "ci95_low": low, "ci95_high": high}

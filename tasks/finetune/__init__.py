@@ -249,7 +249,8 @@ def aggregate(task, seeds: list[dict], cfg: FinetuneParams, run_id: str | None) 
     span errors summed over seeds) and, under ``per_seed``, each seed's tables and training facts."""
     seed_ids = [s["seed"] for s in seeds]
     metrics = {
-        name: summarize([s["test"][name] for s in seeds], seed_ids, cfg.confidence_level) for name in seeds[0]["test"]
+        name: summarize([s["test"][name] for s in seeds], seed_ids, cfg.confidence_level, bounds=(0.0, 1.0))
+        for name in seeds[0]["test"]
     }
     hidden = ("seed", "test", "test_records")
     per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
