@@ -7,14 +7,18 @@ at the chosen rate is kept as that seed's result; the others are logged and drop
 arm (``lr_sweep`` in metrics, one nested MLflow run per tried rate).
 
 Runs go to ``workers`` processes (``spawn``: a fresh interpreter, no forked OpenMP state), each with
-``torch_threads`` threads; every run is seeded on its own, so results do not depend on the schedule.
+``torch_threads`` threads; every run is seeded on its own, so results do not depend on the schedule. The
+costliest arms start first and an arm's seeds follow its sweep at once (longest-processing-time-first list
+scheduling, Graham 1969), so a long arm does not run alone at the end.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -25,21 +29,40 @@ from tasks.finetune.training import Run, train_and_test
 def sweep_and_train(jobs: list, seeds: list[int], grid: list[float], threads: int, workers: int) -> dict[str, dict]:
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
-    ``result`` is ``training.train_and_test``'s dict. With one grid value there is no sweep run to spare.
+    ``result`` is ``training.train_and_test``'s dict. An arm's other seeds start as soon as its own sweep is
+    done, and the costliest arms go first (``expected_cost``), so no worker idles while one long arm finishes.
     """
     first, rest = seeds[0], seeds[1:]
+    state = {job.key: {"sweep": {}, "seeds": {}} for job in jobs}
+
+    def follow(run: Run, result: dict) -> list[Run]:
+        entry = state[run.job.key]
+        if run.seed != first:
+            entry["seeds"][run.seed] = result
+            return []
+        entry["sweep"][run.lr_scale] = result
+        if len(entry["sweep"]) < len(grid):
+            return []
+        entry["scale"] = best_scale(entry["sweep"], grid)
+        return [Run(run.job, seed, entry["scale"]) for seed in rest]
+
+    order = sorted(jobs, key=expected_cost, reverse=True)
     with Runner(threads, workers) as runner:
-        swept = runner.map([Run(job, first, scale) for job in jobs for scale in grid], "lr sweep")
-        by_job = {job.key: dict(zip(grid, swept[i * len(grid) : (i + 1) * len(grid)], strict=True))
-                  for i, job in enumerate(jobs)}  # fmt: skip
-        chosen = {key: best_scale(results, grid) for key, results in by_job.items()}
-        later = runner.map([Run(job, seed, chosen[job.key]) for job in jobs for seed in rest], "seeds")
+        runner.run_all([Run(job, first, scale) for job in order for scale in grid], follow,
+                       total=len(jobs) * (len(grid) + len(rest)))  # fmt: skip
     out = {}
-    for i, job in enumerate(jobs):
-        own = later[i * len(rest) : (i + 1) * len(rest)]
-        scale = chosen[job.key]
-        out[job.key] = {"sweep": by_job[job.key], "scale": scale, "seeds": [by_job[job.key][scale], *own]}
+    for key, entry in state.items():
+        sweep = {scale: entry["sweep"][scale] for scale in grid}
+        seeds_run = [sweep[entry["scale"]], *(entry["seeds"][seed] for seed in rest)]
+        out[key] = {"sweep": sweep, "scale": entry["scale"], "seeds": seeds_run}
     return out
+
+
+def expected_cost(job) -> int:
+    """A run's relative cost: bytes of the encoder's weights, tripled when the encoder trains (forward and
+    backward) rather than only runs forward (frozen)."""
+    weights = sum(f.stat().st_size for f in Path(job.folder).glob("*.safetensors"))
+    return weights * (1 if job.spec.mode == "frozen" else 3)
 
 
 def best_scale(results: dict[float, dict], grid: list[float]) -> float:
@@ -51,7 +74,7 @@ def best_scale(results: dict[float, dict], grid: list[float]) -> float:
 
 
 class Runner:
-    """Maps runs over a process pool (``workers > 1``) or in this process, results in input order."""
+    """Runs ``train_and_test`` over a process pool (``workers > 1``) or in this process."""
 
     def __init__(self, threads: int, workers: int) -> None:
         self.threads, self.workers, self.pool = threads, workers, None
@@ -69,13 +92,23 @@ class Runner:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
 
-    def map(self, runs: list[Run], what: str) -> list[dict]:
-        """``train_and_test`` of every run, with one progress bar over the runs."""
-        if self.pool is None:
-            results: Iterable[dict] = (train_and_test(run) for run in runs)
-        else:
-            results = self.pool.map(_quiet_run, runs)
-        return list(tqdm(results, total=len(runs), desc=f"finetune {what}", unit="run"))
+    def run_all(self, runs: list[Run], follow: Callable[[Run, dict], list[Run]], total: int) -> None:
+        """Train every run; each finished run's ``follow(run, result)`` may add runs. One progress bar."""
+        with tqdm(total=total, desc="finetune runs", unit="run") as bar:
+            if self.pool is None:
+                queue = deque(runs)
+                while queue:
+                    run = queue.popleft()
+                    queue.extend(follow(run, train_and_test(run)))
+                    bar.update()
+                return
+            pending = {self.pool.submit(_quiet_run, run): run for run in runs}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    run = pending.pop(future)
+                    pending.update({self.pool.submit(_quiet_run, new): new for new in follow(run, future.result())})
+                    bar.update()
 
 
 def _init_worker(threads: int) -> None:
