@@ -124,14 +124,17 @@ def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path,
 
 
 def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
-    """Both MinHash thresholds at 0.98 (the highest datasketch's band rule allows at 128 permutations; 0.99
-    gives fewer than 2 bands), and ngram_words 55 so the n-gram detector cannot rescue the audit:
-    a 55-gram survives neither the 50-word paragraph nor a changed word every 20. planted.min_words must be
-    >= ngram_words, so it is 55 too (the eval docs have 60-90 words). Only verbatim, rewrapped and unicode copies
-    (identical once normalized) and an in_filler paragraph whose passage window aligns by chance are found.
+    """Both MinHash thresholds at 0.99 (with num_perm 512: at 128 or 256 permutations datasketch's band rule
+    leaves fewer than 2 bands, an error that names the keys), and ngram_words 55 so the n-gram detector cannot
+    rescue the audit: a 55-gram survives neither the 50-word paragraph nor a changed word every 20.
+    planted.min_words must be >= ngram_words, so it is 55 too (the eval docs have 60-90 words). Only verbatim,
+    rewrapped and unicode copies (identical once normalized) and an in_filler paragraph whose passage window
+    aligns by chance are found.
     """
-    broken = {"doc_threshold": 0.98, "passage_threshold": 0.98, "ngram_words": 55,
+    broken = {"doc_threshold": 0.99, "passage_threshold": 0.99, "num_perm": 512, "ngram_words": 55,
               "planted": planted_params(docs_per_variant=16, min_words=55).model_dump()}
+    with pytest.raises(ValueError, match=r"leakage\.num_perm=128: datasketch finds no LSH shape"):
+        audit_rows(tmp_path / "too-few-perms", corpus, **(broken | {"num_perm": 128}))
     metrics, rows = audit_rows(tmp_path, corpus, **broken)
     variants = metrics["planted"]["variants"]
     assert variants["verbatim"]["found"] == variants["rewrapped"]["found"] == variants["unicode"]["found"] == 16

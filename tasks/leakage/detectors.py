@@ -186,9 +186,15 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     """``(query window, indexed window, Jaccard)`` for LSH candidates with exact Jaccard >= ``threshold``.
 
     Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows follow datasketch's
-    rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band.
+    rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band. Raises
+    ``ValueError`` naming the keys when datasketch finds no shape (fewer than 2 bands).
     """
-    bands, rows = minhash.lsh_bands_rows(threshold, cfg.num_perm)
+    try:
+        bands, rows = minhash.lsh_bands_rows(threshold, cfg.num_perm)
+    except ValueError as err:
+        raise ValueError(f"leakage: MinHash threshold {threshold} (leakage.doc_threshold / passage_threshold) with "
+                         f"leakage.num_perm={cfg.num_perm}: datasketch finds no LSH shape ({err}); a threshold this "
+                         "high needs more num_perm (0.99: 512)") from None
     perms = minhash.permutations(cfg.num_perm, cfg.minhash_seed)
     query_keys = minhash.band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)
     index_keys = minhash.band_keys(signatures(index_ids, index_windows, cfg.shingle_words, perms), bands, rows)
