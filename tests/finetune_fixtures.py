@@ -99,7 +99,7 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
             "dose_response": None, "baselines": [], "baseline_c_grid": [1.0], "lr_grid": list(lr_grid),
             "truncation": "head", "head_tokens": 0}
     return FinetuneParams.model_validate({
-        "seeds": seeds, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,
+        "seeds": seeds, "sweep_seed": 99, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,
         "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
         "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
     })

@@ -229,9 +229,9 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert "4.95% of 2224 docs removed (98 exact, 12 near)" in confounders
     assert "clozeline 12.50%" in confounders and "random/full/mean-pool: 1" in confounders
     assert any("diverged seeds 2" in n for n in cls.notes)
-    # paired t over 3 seeds (no predictions folder given): one-sided p of H0 diff <= 0.02 from ttest_1samp
+    # paired t over 3 seeds (no predictions folder given): H0 diff <= 0.02, two-sided (the CI picked the side)
     deltas = np.subtract(TREAT, BASE)
-    assert cls.p_value == pytest.approx(stats.ttest_1samp(deltas, 0.02, alternative="greater").pvalue)
+    assert cls.p_value == pytest.approx(2 * stats.ttest_1samp(deltas, 0.02, alternative="greater").pvalue)
     # Cohen's d with the pooled SD: sd(TREAT) = 0.02, sd(BASE) = 0.01 -> pooled sqrt((0.0004 + 0.0001) / 2)
     assert cls.effect_size == pytest.approx(0.11 / math.sqrt(0.00025))
     assert rows["mean-pool-beats-cls-pool"].verdict == "inconclusive"
@@ -246,8 +246,8 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert leak.verdict == "supported" and leak.treatment.n == 900
     assert leak.treatment.high == pytest.approx(1 - 0.025 ** (1 / 900))
     assert leak.baseline.mean == pytest.approx(140 / 900)
-    # exact binomial p of H0 "rate >= 0.01" with 0 of 900: 0.99^900
-    assert leak.p_value == pytest.approx(0.99**900)
+    # exact binomial p of H0 "rate >= 0.01" with 0 of 900: 0.99^900, doubled (two-sided)
+    assert leak.p_value == pytest.approx(2 * 0.99**900)
     assert rows["leakage-audit-finds-planted-copies"].verdict == "supported"
     assert "treatment: pretrained layer 2 of 0..2" in probe.notes
 

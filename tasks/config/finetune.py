@@ -109,6 +109,8 @@ class FinetuneParams(StrictModel):
     """Params of the ``finetune`` stage (a DVC foreach over ``cls`` and ``ner``)."""
 
     seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
+    sweep_seed: int = Field(description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
+                            "the best of several on dev")
     data_seed: int = Field(ge=0, description="seed of the hash sample that picks the train/dev/test docs kept")
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
@@ -120,6 +122,12 @@ class FinetuneParams(StrictModel):
     @classmethod
     def _unique_seeds(cls, value: list[int]) -> list[int]:
         return require_unique(value, "seeds")
+
+    @model_validator(mode="after")
+    def _sweep_seed_apart(self) -> FinetuneParams:
+        if self.sweep_seed in self.seeds:
+            raise ValueError(f"sweep_seed {self.sweep_seed} must not be one of seeds {self.seeds}")
+        return self
 
     @model_validator(mode="after")
     def _heads_fit_tasks(self) -> FinetuneParams:

@@ -1,8 +1,8 @@
 """Stage ``finetune`` (DVC foreach item ``cls`` | ``ner``): fine-tune encoders over seeds, fit baselines, compare.
 
 Every configuration (arm) ``variant/mode/head`` of ``params.finetune.<task>.configs`` picks its own learning
-rate on dev from ``lr_grid`` (``sweep``), then trains once per seed on the same docs with the same budget; each
-run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
+rate on dev from ``lr_grid`` with ``sweep_seed`` (``sweep``), then trains once per seed on the same docs with the
+same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
 (``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the whole train split
 and score the same test docs. Per arm the stage reports mean, std and a Student-t interval over seeds, the
 per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
@@ -53,7 +53,8 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     jobs = [make_job(item, spec, tcfg, data[tok_of[spec.variant]]["rows"], labels, paths.models)
             for spec in tcfg.configs]  # fmt: skip
     dose = dose_jobs(item, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models) if tcfg.dose_response else {}
-    results = sweep_and_train(jobs + list(dose.values()), cfg.seeds, tcfg.lr_grid, cfg.torch_threads, cfg.workers)
+    results = sweep_and_train(jobs + list(dose.values()), cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, cfg.torch_threads,
+                              cfg.workers)  # fmt: skip
     runs = {}
     for job in jobs + list(dose.values()):
         with log.child(f"{item}/{job.key}") as parent:
@@ -179,7 +180,7 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log) 
     log_job(log, job, result, cfg.seeds, predictions)
     entry = aggregate(job.task, result["seeds"], cfg, log.run_id)
     select = f"dev_best_{job.task.SELECT_METRIC}"
-    entry["lr_sweep"] = {"seed": cfg.seeds[0], "chosen_scale": result["scale"], "metric": select,
+    entry["lr_sweep"] = {"seed": cfg.sweep_seed, "chosen_scale": result["scale"], "metric": select,
                          "dev": {f"{scale:g}": res[select] for scale, res in result["sweep"].items()}}  # fmt: skip
     seen = [r["seen_fraction"] for r in result["seeds"][0]["test_records"] if "seen_fraction" in r]
     if seen:  # cls: the share of each test doc's tokens the model saw (the same cut for every seed)

@@ -1,10 +1,10 @@
 """Running many fine-tuning runs: the per-arm learning-rate sweep on dev, worker processes, MLflow logging.
 
-Every arm (job) first trains its first seed once per multiplier of ``lr_grid``; the multiplier with the best dev
-score (``SELECT_METRIC``, ties to the earlier grid entry) is the arm's own, and its remaining seeds train with
-it. No arm borrows another arm's learning rate, and test never enters the choice (the first seed's test score
-at the chosen rate is kept as that seed's result; the others are logged and dropped). The sweep is logged per
-arm (``lr_sweep`` in metrics, one nested MLflow run per tried rate).
+Every arm (job) first trains with ``sweep_seed`` once per multiplier of ``lr_grid``; the multiplier with the best
+dev score (``SELECT_METRIC``, ties to the earlier grid entry) is the arm's own, and every seed of ``seeds`` trains
+with it. No arm borrows another arm's learning rate, test never enters the choice, and no reported run is the
+best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm (``lr_sweep`` in
+metrics; on the arm's MLflow run, one step per tried rate).
 
 Runs go to ``workers`` processes (``spawn``: a fresh interpreter, no forked OpenMP state), each with
 ``torch_threads`` threads; every run is seeded on its own, so results do not depend on the schedule. The
@@ -26,36 +26,33 @@ from tqdm import tqdm
 from tasks.finetune.training import Run, train_and_test
 
 
-def sweep_and_train(jobs: list, seeds: list[int], grid: list[float], threads: int, workers: int) -> dict[str, dict]:
+def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], threads: int,
+                    workers: int) -> dict[str, dict]:  # fmt: skip
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
-    ``result`` is ``training.train_and_test``'s dict. An arm's other seeds start as soon as its own sweep is
-    done, and the costliest arms go first (``expected_cost``), so no worker idles while one long arm finishes.
+    ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed``. An arm's seeds start as
+    soon as its own sweep is done, and the costliest arms go first (``expected_cost``), so no worker idles while
+    one long arm finishes.
     """
-    first, rest = seeds[0], seeds[1:]
     state = {job.key: {"sweep": {}, "seeds": {}} for job in jobs}
 
     def follow(run: Run, result: dict) -> list[Run]:
         entry = state[run.job.key]
-        if run.seed != first:
+        if run.seed != sweep_seed:
             entry["seeds"][run.seed] = result
             return []
         entry["sweep"][run.lr_scale] = result
         if len(entry["sweep"]) < len(grid):
             return []
         entry["scale"] = best_scale(entry["sweep"], grid)
-        return [Run(run.job, seed, entry["scale"]) for seed in rest]
+        return [Run(run.job, seed, entry["scale"]) for seed in seeds]
 
     order = sorted(jobs, key=expected_cost, reverse=True)
     with Runner(threads, workers) as runner:
-        runner.run_all([Run(job, first, scale) for job in order for scale in grid], follow,
-                       total=len(jobs) * (len(grid) + len(rest)))  # fmt: skip
-    out = {}
-    for key, entry in state.items():
-        sweep = {scale: entry["sweep"][scale] for scale in grid}
-        seeds_run = [sweep[entry["scale"]], *(entry["seeds"][seed] for seed in rest)]
-        out[key] = {"sweep": sweep, "scale": entry["scale"], "seeds": seeds_run}
-    return out
+        runner.run_all([Run(job, sweep_seed, scale) for job in order for scale in grid], follow,
+                       total=len(jobs) * (len(grid) + len(seeds)))  # fmt: skip
+    return {key: {"sweep": {scale: entry["sweep"][scale] for scale in grid}, "scale": entry["scale"],
+                  "seeds": [entry["seeds"][seed] for seed in seeds]} for key, entry in state.items()}  # fmt: skip
 
 
 def expected_cost(job) -> int:

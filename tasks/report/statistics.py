@@ -176,37 +176,49 @@ def paired_ci(treatment: tuple[float, ...], baseline: tuple[float, ...], level: 
     return Estimate(diff, float(ci.low), float(ci.high), n, f"paired percentile bootstrap ({resamples} resamples)")
 
 
+def two_sided(p_one_sided: float) -> float:
+    """The two-sided p-value of a test whose direction the data picked: twice the one-sided one, at most 1.
+
+    The verdicts read a two-sided CI, whose side is chosen after seeing the data; Holm needs the p-value of
+    that two-sided decision, or the family-wise error doubles."""
+    return min(1.0, 2.0 * p_one_sided)
+
+
 def difference_verdict(diff: Estimate, min_effect: float, tests: Tests, alpha: float) -> tuple[Verdict, str, float]:
     """Verdict of a ``difference`` claim from its CI (rules in the module docstring), a short reason, and the
-    p-value of the verdict's test (``supported``: H0 diff <= min_effect; ``contradicted``: H0 diff >=
-    min(0, min_effect); ``equivalent``: TOST within +-min_effect; ``inconclusive``: the supported test), which
-    the report adjusts across claims (Holm)."""
+    p-value of the verdict's test, which the report adjusts across claims (Holm): ``supported``: H0 diff <=
+    min_effect; ``contradicted``: H0 diff >= min(0, min_effect), both two-sided (``two_sided``);
+    ``equivalent``: TOST within +-min_effect (already an intersection of two one-sided tests at alpha);
+    ``inconclusive``: the supported test."""
     if not diff.has_ci:
         return "inconclusive", "no CI for the difference", 1.0
     floor = min(0.0, min_effect)
     if diff.low > min_effect:
-        return "supported", f"CI lower bound {diff.low:.4f} > min_effect {min_effect:g}", tests.greater(min_effect)
+        return ("supported", f"CI lower bound {diff.low:.4f} > min_effect {min_effect:g}",
+                two_sided(tests.greater(min_effect)))
     if diff.high < floor:
-        return "contradicted", f"CI upper bound {diff.high:.4f} < {floor:g}", tests.less(floor)
+        return "contradicted", f"CI upper bound {diff.high:.4f} < {floor:g}", two_sided(tests.less(floor))
     p_equivalent = tests.tost(min_effect) if min_effect > 0 else 1.0
     if p_equivalent <= alpha:
         return "equivalent", f"TOST p {p_equivalent:.3g} <= {alpha:g}: within +-{min_effect:g}", p_equivalent
+    p_supported = two_sided(tests.greater(min_effect))
     if diff.high < min_effect:
-        return "inconclusive", f"effect, if any, is below min_effect {min_effect:g}", tests.greater(min_effect)
-    return ("inconclusive", f"CI [{diff.low:.4f}, {diff.high:.4f}] contains min_effect {min_effect:g}",
-            tests.greater(min_effect))
+        return "inconclusive", f"effect, if any, is below min_effect {min_effect:g}", p_supported
+    return "inconclusive", f"CI [{diff.low:.4f}, {diff.high:.4f}] contains min_effect {min_effect:g}", p_supported
 
 
 def bound_verdict(value: Estimate, bound: float, tests: Tests) -> tuple[Verdict, str, float]:
     """Verdict of an ``upper_bound`` claim: is the treatment's CI at or below ``bound``? With the p-value of
-    the verdict's test (``supported``/``inconclusive``: H0 value >= bound; ``contradicted``: H0 value <= bound)."""
+    the verdict's two-sided test (``supported``/``inconclusive``: H0 value >= bound; ``contradicted``: H0 value
+    <= bound)."""
     if not value.has_ci:
         return "inconclusive", "no CI for the treatment", 1.0
     if value.high <= bound:
-        return "supported", f"CI upper bound {value.high:.4f} <= {bound:g}", tests.less(bound)
+        return "supported", f"CI upper bound {value.high:.4f} <= {bound:g}", two_sided(tests.less(bound))
     if value.low > bound:
-        return "contradicted", f"CI lower bound {value.low:.4f} > {bound:g}", tests.greater(bound)
-    return "inconclusive", f"CI [{value.low:.4f}, {value.high:.4f}] contains the bound {bound:g}", tests.less(bound)
+        return "contradicted", f"CI lower bound {value.low:.4f} > {bound:g}", two_sided(tests.greater(bound))
+    return ("inconclusive", f"CI [{value.low:.4f}, {value.high:.4f}] contains the bound {bound:g}",
+            two_sided(tests.less(bound)))
 
 
 def holm_verdicts(verdicts: dict[str, tuple[Verdict, float]], alpha: float) -> dict[str, tuple[Verdict, float]]:
