@@ -276,3 +276,16 @@ def test_metrics_report_lengths_and_label_distribution(built):
 def test_bad_params_fail_at_load_time(changes, key):
     with pytest.raises(ValidationError, match=key):
         tokenize_params(**changes)
+
+
+def test_train_overlap_ignores_pairs_whose_train_doc_the_audit_removed(tmp_path):
+    from tasks.tokenize.tables import train_overlap_ids
+
+    (tmp_path / "leakage").mkdir()
+    pairs = [("tr:1", "ev:1", "news", "task_train"), ("tr:2", "ev:2", "news", "task_train"),
+             ("pre:1", "ev:3", "news", "pretrain"), ("tr:9", "ev:9", "other", "task_train")]
+    frame = pd.DataFrame(pairs, columns=["train_doc", "eval_doc", "eval_source", "check"])
+    frame.to_parquet(tmp_path / "leakage" / "table.parquet", index=False)
+    assert train_overlap_ids(tmp_path, "news") == {"ev:1", "ev:2"}
+    (tmp_path / "leakage" / "removed.jsonl").write_text(json.dumps({"doc_id": "tr:2", "reason": "leakage:task_train"}))
+    assert train_overlap_ids(tmp_path, "news") == {"ev:1"}  # tr:2 is gone: ev:2 overlaps nothing now

@@ -1,6 +1,7 @@
 """Document classification for the finetune stage: examples, batches, predictions and metrics.
 
-Rows follow the tokenize contract (``doc_id, input_ids, attention_mask, label, truncated, n_tokens_full``).
+Rows follow the tokenize contract (``doc_id, text, n_words, train_overlap, input_ids, attention_mask, label,
+n_tokens_full``: whole documents, cut here to ``max_seq_len_tokens`` by head or head + tail).
 Metrics: accuracy, macro-F1, per-class F1 and the confusion matrix (scikit-learn), and accuracy by length
 bucket (docs cut by truncation vs docs seen whole).
 """
@@ -33,7 +34,7 @@ def examples(rows: list[dict], tcfg, head: str) -> list[dict]:
         if len(ids) < 2:
             raise ValueError(f"cls doc {row['doc_id']!r}: fewer than 2 tokens ([CLS] ... [SEP] expected)")
         kept = cut(ids, tcfg.max_seq_len_tokens, tcfg.truncation, tcfg.head_tokens)
-        seen = (len(kept) - 2) / max(len(ids) - 2, 1)
+        seen = (len(kept) - 2) / (len(ids) - 2) if len(ids) > 2 else 1.0  # [CLS] [SEP] alone: nothing unseen
         out.append({"doc_id": row["doc_id"], "input_ids": kept, "label": int(row["label"]), "truncated": seen < 1,
                     "seen_fraction": round(seen, 6)})
     return out

@@ -6,10 +6,11 @@ pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; w
 becomes one row (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
 data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
 
-The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar),
-``statistics`` (estimates and verdicts), ``confounders``, ``evaluation`` (one row per claim), ``ledger``
-(the experiment ledger, built from the params ``dvc.lock`` recorded for each stage), ``figures`` and
-``render`` (Markdown and HTML).
+The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
+(the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
+Cohen's d), ``statistics`` (estimates and verdicts), ``confounders``, ``evaluation`` (one row per claim, Holm
+across them), ``slices`` (per-slice and per-label tables), ``ledger`` (the experiment ledger, built from the
+params ``dvc.lock`` recorded for each stage), ``figures`` and ``render`` (Markdown and HTML).
 """
 
 from __future__ import annotations

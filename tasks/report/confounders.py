@@ -53,7 +53,8 @@ def _truncation(claim: Claim, metrics: Metrics) -> str:
         rate = tok.get(claim.task, {}).get(tok_name, {}).get("truncation_rate")
         parts.append(f"{tok_name} {_pct(rate)}" if rate is not None else f"{tok_name} not measured")
     parts += [_finetune_truncation(ref, metrics) for ref in dict.fromkeys((claim.treatment, claim.baseline))]
-    return f"truncation_rate ({claim.task}, at tokenize): " + ", ".join(p for p in parts if p)
+    return (f"truncation_rate ({claim.task}; docs longer than tokenize.max_seq_len_tokens, then the cut at "
+            "fine-tuning): " + ", ".join(p for p in parts if p))
 
 
 def _finetune_truncation(ref: str, metrics: Metrics) -> str:

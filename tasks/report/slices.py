@@ -69,6 +69,9 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     arms = {key: with_items(resolve(f"finetune/{task}/{key}", metric, metrics), task, metric, metrics, "all").items
             for key in keys}  # fmt: skip
     first = next(iter(arms.values()))
+    for key, items in arms.items():
+        if items.doc_ids != first.doc_ids:
+            raise NotRun(f"{key} scored other test items than {next(iter(arms))}")
     masks = item_masks(first.doc_ids, read_test_items(metrics.predictions, task))
     labels = gold_labels(first)
     rows = {}

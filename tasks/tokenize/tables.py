@@ -44,11 +44,17 @@ def train_overlap_ids(data: Path, source: str) -> set[str]:
 
     Read from ``<data>/leakage/table.parquet`` (check ``task_train``): the leakage audit flags such pairs and
     keeps both docs by default, so the claim table can score the clean and the overlapping eval docs apart
-    (GPT-3's contamination analysis, Brown et al. 2020, sec. 4). Raises ``FileNotFoundError`` naming the file.
+    (GPT-3's contamination analysis, Brown et al. 2020, sec. 4).
+    A pair whose train doc the audit removed (``task_train_action: remove``, ``removed.jsonl``) no longer
+    overlaps anything. Raises ``FileNotFoundError`` naming the file.
     """
     path = Path(data) / "leakage" / "table.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (run the leakage stage first)")
-    table = pd.read_parquet(path, columns=["eval_doc", "eval_source", "check"])
-    hits = table[(table["check"] == "task_train") & (table["eval_source"] == source)]
+    table = pd.read_parquet(path, columns=["train_doc", "eval_doc", "eval_source", "check"])
+    removed_file = path.with_name("removed.jsonl")
+    lines = removed_file.read_text(encoding="utf-8").splitlines() if removed_file.exists() else []
+    removed = {json.loads(line)["doc_id"] for line in lines if line.strip()}
+    live = ~table["train_doc"].isin(removed)
+    hits = table[(table["check"] == "task_train") & (table["eval_source"] == source) & live]
     return set(hits["eval_doc"])
