@@ -16,7 +16,8 @@ from tasks.config import read_yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Dotted params overrides that shrink the default run to a few hundred documents, a 2-layer model, a few
-#: optimizer steps and 2 seeds (the same code paths as the default run, at a fraction of the cost).
+#: optimizer steps, 2 seeds and a 2-point LR sweep (the same code paths as the default run, at a fraction of the
+#: cost).
 TINY = {
     "tokenizer.vocab_size_tokens": 1500,
     "pretrain.presets.tiny": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
@@ -27,6 +28,8 @@ TINY = {
     "pretrain.eval_max_blocks": 16,
     "pretrain.checkpoint_every_steps": 6,
     "finetune.seeds": [13, 21],
+    "finetune.cls.lr_grid": [1.0, 3.0],
+    "finetune.ner.lr_grid": [1.0, 3.0],
     "finetune.cls.max_train_docs": 48,
     "finetune.cls.max_dev_docs": 24,
     "finetune.cls.max_test_docs": 32,
