@@ -14,10 +14,11 @@ scheduling, Graham 1969), so a long arm does not run alone at the end.
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from itertools import count
 from pathlib import Path
 
 import torch
@@ -47,9 +48,8 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
         entry["scale"] = best_scale(entry["sweep"], grid)
         return [Run(run.job, seed, entry["scale"]) for seed in seeds]
 
-    order = sorted(jobs, key=expected_cost, reverse=True)
     with Runner(threads, workers) as runner:
-        runner.run_all([Run(job, sweep_seed, scale) for job in order for scale in grid], follow,
+        runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in grid], follow,
                        total=len(jobs) * (len(grid) + len(seeds)))  # fmt: skip
     return {key: {"sweep": {scale: entry["sweep"][scale] for scale in grid}, "scale": entry["scale"],
                   "seeds": [entry["seeds"][seed] for seed in seeds]} for key, entry in state.items()}  # fmt: skip
@@ -90,21 +90,33 @@ class Runner:
             self.pool.shutdown(cancel_futures=True)
 
     def run_all(self, runs: list[Run], follow: Callable[[Run, dict], list[Run]], total: int) -> None:
-        """Train every run; each finished run's ``follow(run, result)`` may add runs. One progress bar."""
+        """Train every run; each finished run's ``follow(run, result)`` may add runs. A free worker always takes
+        the costliest waiting run (``expected_cost``), so the long arm's seeds overtake queued short runs.
+        One progress bar."""
+        waiting: list[tuple[int, int, Run]] = []
+        order = count()
+
+        def push(new: list[Run]) -> None:
+            for run in new:
+                heapq.heappush(waiting, (-expected_cost(run.job), next(order), run))
+
+        push(runs)
         with tqdm(total=total, desc="finetune runs", unit="run") as bar:
             if self.pool is None:
-                queue = deque(runs)
-                while queue:
-                    run = queue.popleft()
-                    queue.extend(follow(run, train_and_test(run)))
+                while waiting:
+                    run = heapq.heappop(waiting)[2]
+                    push(follow(run, train_and_test(run)))
                     bar.update()
                 return
-            pending = {self.pool.submit(_quiet_run, run): run for run in runs}
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            running: dict = {}
+            while waiting or running:
+                while waiting and len(running) < self.workers:
+                    run = heapq.heappop(waiting)[2]
+                    running[self.pool.submit(_quiet_run, run)] = run
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
-                    run = pending.pop(future)
-                    pending.update({self.pool.submit(_quiet_run, new): new for new in follow(run, future.result())})
+                    run = running.pop(future)
+                    push(follow(run, future.result()))
                     bar.update()
 
 
