@@ -69,7 +69,8 @@ def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str
     """The per-claim detail list: references, statistics, confounders, provenance (MLflow run pages), notes."""
     c = row.claim
     effect = f"{row.effect_size:.3g}" if row.effect_size is not None else "not defined (no spread over seeds)"
-    p_values = (f"{row.p_value:.3g} one-sided; Holm-adjusted {row.p_adjusted:.3g}" if row.p_adjusted is not None
+    p_values = (f"{row.p_value:.3g} (two-sided; TOST for equivalent); Holm-adjusted {row.p_adjusted:.3g}"
+                if row.p_adjusted is not None
                 else "none (no test: see the verdict)")
     return [
         ("statement", c.statement),
