@@ -76,7 +76,8 @@ def test_item_level_claim_pairs_test_items_and_seeds_and_shows_the_best_baseline
     assert row.verdict == "supported" and "paired by test item (20 all items" in row.pairing
     assert "the same seeds, resampled jointly" in row.pairing and row.items == "20 test items (all) x 3 vs 3 seeds"
     assert row.best_baseline_key == "baseline/tfidf-lr/full-text"
-    assert row.best_baseline.mean == pytest.approx(f1_score(GOLD, ARMS["baseline/tfidf-lr/full-text"][0], average="macro"))
+    tfidf = ARMS["baseline/tfidf-lr/full-text"][0]
+    assert row.best_baseline.mean == pytest.approx(f1_score(GOLD, tfidf, average="macro"))
     assert 0.0 <= row.best_baseline.low <= row.best_baseline.high <= 1.0
     # against the one-seed baseline the seeds are resampled per arm
     vs_base = evaluate(claim("best-arm", "best-baseline"), metrics, Lock({}), STATS)
@@ -149,3 +150,16 @@ def test_slice_tables_score_every_named_arm_and_baseline_per_slice_and_class(tmp
     per_class = [f1_score(GOLD, p, labels=LABELS, average=None)[0] for p in ARMS["random/full/mean-pool"].values()]
     assert table.rows["random/full/mean-pool"]["a"].mean == pytest.approx(np.mean(per_class))
     assert slice_tables(claims, Metrics(tmp_path / "metrics"), STATS)["ner"].startswith("not computed")
+
+
+def test_slice_macro_f1_averages_over_the_classes_present_in_the_slice():
+    from tasks.report.bootstrap import class_counts, macro_f1_from_counts
+    from tasks.report.slices import present_classes
+
+    # 3 classes; the slice has gold a and b only, and one doc wrongly predicted as c
+    gold, pred = np.array([0, 0, 1, 1]), np.array([0, 2, 1, 1])
+    counts = class_counts(gold, pred, 3)[None]
+    expected = f1_score(gold, pred, labels=[0, 1], average="macro")  # sklearn over the present classes
+    assert macro_f1_from_counts(present_classes(counts, "cls").sum(axis=1))[0] == pytest.approx(expected)
+    assert macro_f1_from_counts(counts.sum(axis=1))[0] == pytest.approx(f1_score(gold, pred, average="macro",
+                                                                               labels=[0, 1, 2]))

@@ -162,7 +162,8 @@ def slice_grids(table: SliceTable) -> list[tuple[str, list[str], list[list[str]]
         return header, body
 
     kind = "class" if table.task == "cls" else "entity type (n = gold entities)"
-    return [(f"{table.task}: {table.metric} by test slice", *grid(table.columns)),
+    over = " (macro over the classes present in each slice)" if table.task == "cls" else ""
+    return [(f"{table.task}: {table.metric} by test slice{over}", *grid(table.columns)),
             (f"{table.task}: F1 per {kind}", *grid(table.label_columns))]
 
 

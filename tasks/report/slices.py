@@ -1,6 +1,7 @@
 """Slice tables: every fine-tuning arm a claim names, and every baseline, scored on parts of the test set.
 
-Per task (cls, ner), one table of the headline metric on all test items, on the clean items (no 13-gram or
+Per task (cls, ner), one table of the headline metric (cls: macro-F1 over the classes present in the slice) on
+all test items, on the clean items (no 13-gram or
 near duplicate shared with the train split) and the overlapping ones (the contamination analysis of GPT-3,
 Brown et al. 2020, sec. 4), and on length terciles (words per doc); and one table of per-class F1 (cls) or
 per-entity-type F1 (ner). Each cell is a point estimate with the hierarchical bootstrap CI over the arm's seeds
@@ -76,7 +77,8 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     labels = gold_labels(first)
     rows = {}
     for key, items in arms.items():
-        cells = {name: cell(items.subset(mask).headline, metric_function(metric), cfg) for name, mask in masks.items()}
+        cells = {name: cell(present_classes(items.subset(mask).headline, items.task), metric_function(metric), cfg)
+                 for name, mask in masks.items()}  # fmt: skip
         for label in labels:
             counts, function = items.label_metric(label)
             cells[label] = cell(counts, function, cfg)
@@ -112,6 +114,18 @@ def label_support(items: Items, labels: list[str]) -> dict[str, int]:
         n = len(items.labels)
         return {label: int(tp_fn[i] + tp_fn[2 * n + i]) for i, label in enumerate(labels)}
     return {t: int(items.counts[0, :, 3 * (1 + items.labels.index(t)) + 2].sum()) for t in labels}
+
+
+def present_classes(counts: np.ndarray, task: str) -> np.ndarray:
+    """cls counts (n_seeds, n_items, 3C) restricted to the classes with gold items in this slice, so that its
+    macro-F1 averages over the classes it has (sklearn ``labels=`` the present ones); otherwise a slice without a
+    class would be capped at (C-1)/C. ner counts are returned unchanged (micro F1 has no such cap)."""
+    if task != "cls":
+        return counts
+    n = counts.shape[-1] // 3
+    gold = counts[0, :, :n].sum(axis=0) + counts[0, :, 2 * n :].sum(axis=0)
+    keep = np.flatnonzero(gold > 0)
+    return np.concatenate([counts[..., keep], counts[..., n + keep], counts[..., 2 * n + keep]], axis=-1)
 
 
 def cell(counts: np.ndarray, function, cfg: StatsConfig) -> Estimate:
