@@ -136,15 +136,20 @@ def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str
         sample = arm(f"finetune/{claim.task}/best-baseline", claim, metrics)
     except (NotRun, *MALFORMED):
         return "", None
-    return sample.run_key, arm_estimate(sample, claim.metric, cfg, cfg.resamples)
+    return sample.run_key, arm_estimate(sample, claim.metric, cfg)
 
 
-def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig, resamples: int) -> Estimate:
+def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
     """One arm's estimate: the hierarchical bootstrap over its seeds and test items when it has items,
     else the t-interval over its units (or Clopper-Pearson for a rate)."""
     if sample.items is None:
         return _arm_estimate(sample, cfg.level)
-    function, counts = metric_function(metric), sample.items.headline
+    return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples)
+
+
+def counts_estimate(counts: np.ndarray, function, cfg: StatsConfig, resamples: int) -> Estimate:
+    """Point estimate (mean over seeds) and percentile CI, clipped to [0, 1], of ``function`` on one arm's
+    ``counts`` (n_seeds, n_items, K) from ``resamples`` draws of the hierarchical bootstrap."""
     reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, shared_seeds=True)[:, 0]
     low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
     method = f"hierarchical bootstrap over {counts.shape[0]} seed(s) and {counts.shape[1]} test items"

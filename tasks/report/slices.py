@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.report import bootstrap as bs
 from tasks.report.claims import MALFORMED, ClaimsFile, Metrics, NotRun, finetune_run, resolve
-from tasks.report.evaluation import UNIT_RANGE
+from tasks.report.evaluation import counts_estimate
 from tasks.report.items import Items, metric_function, read_test_items, with_items
 from tasks.report.statistics import Estimate, StatsConfig
 
@@ -133,6 +132,4 @@ def cell(counts: np.ndarray, function, cfg: StatsConfig) -> Estimate:
     an empty slice gives a ``nan`` estimate."""
     if counts.shape[1] == 0:
         return Estimate(float("nan"), float("nan"), float("nan"), 0, "empty slice")
-    reps = bs.hierarchical_bootstrap([counts], function, cfg.slice_resamples, cfg.seed, shared_seeds=True)[:, 0]
-    low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
-    return Estimate(bs.point_estimate(counts, function), low, high, counts.shape[1], "hierarchical bootstrap")
+    return counts_estimate(counts, function, cfg, cfg.slice_resamples)

@@ -69,6 +69,12 @@ class Tests:
     tost: Callable[[float], float]
 
 
+def _from_one_sided(one: Callable[[float, str], float]) -> Tests:
+    """``Tests`` from ``one(null, "greater" | "less")``; TOST is the larger p of the two shifted one-sided tests."""
+    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
+                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+
+
 def t_tests(deltas: np.ndarray) -> Tests:
     """``Tests`` of the mean of paired differences ``deltas`` (one-sample t, ``scipy.stats.ttest_1samp``)."""
     def one(null: float, side: str) -> float:
@@ -77,8 +83,7 @@ def t_tests(deltas: np.ndarray) -> Tests:
             return 0.0 if (gap > 0 if side == "greater" else gap < 0) else 1.0
         return float(stats.ttest_1samp(deltas, null, alternative=side).pvalue)
 
-    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
-                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+    return _from_one_sided(one)
 
 
 def welch_tests(treatment: tuple[float, ...], baseline: tuple[float, ...]) -> Tests:
@@ -88,8 +93,7 @@ def welch_tests(treatment: tuple[float, ...], baseline: tuple[float, ...]) -> Te
     def one(null: float, side: str) -> float:
         return float(stats.ttest_ind(t - null, baseline, equal_var=False, alternative=side).pvalue)
 
-    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
-                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+    return _from_one_sided(one)
 
 
 def binomial_tests(events: int, trials: int) -> Tests:
