@@ -9,6 +9,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -26,12 +27,14 @@ from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "tasks" / "probe" / "senses.jsonl"
+PAIRS = REPO / "tasks" / "probe" / "minimal_pairs.jsonl"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def make_cfg(senses_file: Path = SHIPPED, **changes) -> ProbeParams:
     values = dict(senses_file=senses_file, variants=["pretrained", "random", "reference"], random_init_seed=0,
-                  batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8)
+                  batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8, pairs_file=PAIRS,
+                  pair_variants=["pretrained", "random", "unigram"], pairs_batch_size=256, min_pairs_per_phenomenon=20)
     return ProbeParams(**{**values, **changes})
 
 
@@ -62,7 +65,16 @@ def save_tiny_pretrained(folder: Path) -> None:
 def tiny_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("probe")
     save_tiny_pretrained(root / "models" / "pretrained")
+    save_tiny_blocks(root / "data" / "tokenize" / "pretrain" / "clozeline" / "train", root / "models" / "pretrained")
     return root
+
+
+def save_tiny_blocks(folder: Path, model_folder: Path) -> None:
+    """Pretraining blocks (the unigram variant's counts): the probe sentences in the tiny tokenizer."""
+    tok = PreTrainedTokenizerFast.from_pretrained(model_folder)
+    texts = [json.loads(line)["sentence"] for line in SHIPPED.read_text(encoding="utf-8").splitlines()]
+    enc = tok(texts, return_special_tokens_mask=True)
+    datasets.Dataset.from_dict({k: enc[k] for k in ("input_ids", "special_tokens_mask")}).save_to_disk(folder)
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +249,13 @@ def test_run_writes_contract_layout(full_run, tiny_root):
     assert len(table) == 1 + (3 + 3 + 7) * 7  # (mean + 6 words) rows per layer
     assert (out / "sense_separation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len((out / "targets.tsv").read_text().splitlines()) == 1 + 3 * 120
+    pairs = full_run["minimal_pairs"]
+    assert set(pairs["variants"]) == {"pretrained", "random", "unigram"}
+    n_pairs = len(PAIRS.read_text(encoding="utf-8").splitlines())
+    assert pairs["pairs"] == sum(pairs["phenomena"].values()) == n_pairs
+    for table in pairs["variants"].values():
+        assert table["all"]["passed"] == sum(t["passed"] for t in table["per_phenomenon"].values()) == sum(table["passed"])
+    assert len((out / "pairs.tsv").read_text().splitlines()) == 1 + 3 * n_pairs
 
 
 @pytest.mark.slow  # the whole stage on three models, the real MiniLM included
@@ -256,6 +275,8 @@ def test_same_params_give_identical_bytes_and_keep_global_rng(tiny_root, tmp_pat
         root = tmp_path / name
         (root / "models").mkdir(parents=True)
         (root / "models" / "pretrained").symlink_to(tiny_root / "models" / "pretrained")
+        (root / "data").mkdir()
+        (root / "data" / "tokenize").symlink_to(tiny_root / "data" / "tokenize")
         metrics = probe.run(cfg, make_paths(root), NullLog())
         files = {p.name: p.read_bytes() for p in sorted((root / "data" / "probe").iterdir())}
         outputs.append((json.dumps(metrics, sort_keys=True), files))

@@ -18,7 +18,7 @@ from tasks.common.provenance import Lock
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
-from tasks.report.claims import ClaimsError, Metrics, load_claims
+from tasks.report.claims import EVIDENCE, ClaimsError, Metrics, load_claims
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import (
     Estimate,
@@ -324,8 +324,12 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
                 "library versions", "metric implementations", "ingest: data/ingest: bbbb.dir", "transformers"):
         assert key in md
     assert [p.name for p in report.report_files(paths)][:2] == ["claims.md", "claims.html"]
-    table = [line for line in md.splitlines() if line.startswith("|")]
-    assert table[0].startswith("| claim |") and len(table) == 2 + len(claim_ids)
+    table = [line for line in md[: md.index("## Claims in detail")].splitlines() if line.startswith("|")]
+    assert table[0].startswith("| claim |") and len(table) == 2 + len(claim_ids) + len(EVIDENCE)
+    groups = [line for line in table if line.startswith("| **")]
+    assert [g.split()[1].strip("*") for g in groups] == list(EVIDENCE)  # one heading row per kind, in order
+    assert sum(out["verdicts_by_evidence"]["behavioural"].values()) == sum(
+        c.evidence == "behavioural" for c in load_claims(paths.reports / "claims.yaml").claims)
     # determinism: a second run writes the same bytes
     before = {p.name: p.read_bytes() for p in report.report_files(paths)}
     report.run(cfg, paths, NullLog())

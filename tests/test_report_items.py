@@ -59,7 +59,7 @@ def write_workspace(root: Path, diverged: tuple[int, ...] = (), stale: bool = Fa
 
 
 def claim(treatment: str, baseline: str, min_effect: float = 0.02, items: str = "all", cid: str = "c") -> Claim:
-    return Claim(id=cid, statement="s", kind="difference", task="cls", data_slice="bbc_news/test",
+    return Claim(id=cid, statement="s", evidence="extrinsic", kind="difference", task="cls", data_slice="bbc_news/test",
                  metric="test_macro_f1", treatment=f"finetune/cls/{treatment}", baseline=f"finetune/cls/{baseline}",
                  ablation="x", min_effect=min_effect, known_confounders=[], items=items)
 

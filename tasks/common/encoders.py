@@ -20,7 +20,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from tasks.config.paths import Paths
 
@@ -122,6 +129,25 @@ def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModel.from_config(config, **no_pooler)
+
+
+def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:
+    """The ``AutoModelForMaskedLM`` of ``variant`` from ``folder`` (safetensors); callers set eval mode.
+
+    ``random`` initialises the config at ``folder`` from torch seed ``seed`` in a forked RNG (as
+    ``load_encoder``). Raises ``ValueError`` when the checkpoint has no trained MLM head (e.g. the packaged
+    MiniLM, a sentence encoder): a freshly initialised head would score text at random.
+    """
+    if variant == "random":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder))
+    model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
+    if info["missing_keys"]:
+        raise ValueError(f"{variant}: {folder} has no trained masked-LM head (missing {len(info['missing_keys'])} "
+                         f"weights, e.g. {sorted(info['missing_keys'])[0]}); only models with an MLM head score "
+                         "minimal pairs")  # fmt: skip
+    return model
 
 
 def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:

@@ -1,6 +1,7 @@
 """The ``probe:`` section of params.yaml."""
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -26,7 +27,20 @@ class ProbeParams(StrictModel):
         ge=2, description="fewer sentences in any sense is an error (leave-one-out 1-NN needs at least 2)"
     )
 
-    @field_validator("variants")
+    pairs_file: Path = Field(
+        description="JSONL minimal-pair set, one object per line with keys phenomenon, good (the acceptable "
+        "sentence), bad (the unacceptable one); relative to the repo root"
+    )
+    pair_variants: list[Literal["pretrained", "adapted", "random", "unigram"]] = Field(
+        min_length=1,
+        description="models scored on the pairs by pseudo-log-likelihood: those with an MLM head (pretrained or "
+        "adapted, as models/pretrained holds; random = its config re-initialised) and unigram (token "
+        "frequencies of the pretraining blocks). The reference MiniLM has no MLM head",
+    )
+    pairs_batch_size: int = Field(gt=0, description="masked copies of the pair sentences per forward pass")
+    min_pairs_per_phenomenon: int = Field(ge=1, description="fewer pairs in any phenomenon fails the run")
+
+    @field_validator("variants", "pair_variants")
     @classmethod
-    def _unique(cls, value: list[str]) -> list[str]:
-        return require_unique(value, "variants")
+    def _unique(cls, value: list[str], info) -> list[str]:
+        return require_unique(value, info.field_name)

@@ -1,4 +1,5 @@
-"""probe: do a model's layers separate the senses of an ambiguous word?
+"""probe: do a model's layers separate the senses of an ambiguous word, and does its MLM prefer the acceptable
+sentence of a minimal pair (``pairs``)?
 
 For each model variant and each layer (0 = the embedding output, as in ``output_hidden_states``) the target
 word's vector in every probe sentence is the mean of its subword vectors. Per word we score
@@ -37,6 +38,7 @@ from tqdm import tqdm
 from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
+from tasks.probe.pairs import run_pairs
 
 STATIC_BASELINE_NOTE = (
     "layer 0 is the embedding output; every probe sentence is one segment, so vectors of the same word at "
@@ -66,7 +68,8 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
 
     Writes ``layers.tsv`` (variant, word or ``mean``, layer, within, across, separation, knn_accuracy),
     ``targets.tsv`` (the subwords and position of each target word per variant) and
-    ``sense_separation.png``. Raises ``ValueError`` for a bad probe file, ``FileNotFoundError`` for a
+    ``sense_separation.png``, then scores the minimal pairs of ``cfg.pairs_file`` (``pairs.run_pairs``:
+    ``pairs.tsv`` and ``minimal_pairs`` in the metrics). Raises ``ValueError`` for a bad probe file, ``FileNotFoundError`` for a
     missing model folder.
     """
     sentences = read_probe_set(cfg.senses_file, cfg.min_sentences_per_sense)
@@ -84,11 +87,14 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     write_layer_table(out / "layers.tsv", models)
     write_tsv(out / "targets.tsv", targets)
     plot_separation(models, out / "sense_separation.png")
+    minimal_pairs = run_pairs(cfg.pairs_file, cfg.pair_variants, paths, cfg.random_init_seed, cfg.pairs_batch_size,
+                              cfg.min_pairs_per_phenomenon, log)  # fmt: skip
     log.artifact(out, "probe")
     return {
         "models": models,
         "probe_set": probe_set_summary(sentences, cfg.senses_file),
         "static_baseline": {"layer": 0, "note": STATIC_BASELINE_NOTE},
+        "minimal_pairs": minimal_pairs,
     }
 
 

@@ -3,13 +3,13 @@
 Reads the hand-written claims (``reports/claims.yaml``), the ``metrics/*.json`` of dedup, leakage, tokenize,
 pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; writes
 ``reports/claims.md``, a self-contained ``reports/claims.html`` and ``reports/figures/*.png``. Each claim
-becomes one row (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
+becomes one row, grouped by kind of evidence (intrinsic, extrinsic, behavioural, operational, data) (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
 data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
 
 The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
 (the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
 Cohen's d), ``statistics`` (estimates and verdicts), ``confounders``, ``evaluation`` (one row per claim, Holm
-across them), ``slices`` (per-slice and per-label tables), ``ledger`` (the experiment ledger, built from the
+across them), ``slices`` (per-slice and per-label tables), ``evidence`` (the minimal-pair and operational tables), ``ledger`` (the experiment ledger, built from the
 params ``dvc.lock`` recorded for each stage), ``figures`` and ``render`` (Markdown and HTML).
 """
 
@@ -25,8 +25,9 @@ from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
 from tasks.report import render
-from tasks.report.claims import MALFORMED, Metrics, NotRun, load_claims
+from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims
 from tasks.report.evaluation import Row, evaluate_all
+from tasks.report.evidence import evidence_tables
 from tasks.report.ledger import build_ledger
 from tasks.report.slices import slice_tables
 from tasks.report.statistics import VERDICTS, StatsConfig
@@ -44,11 +45,13 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     slices = slice_tables(claims, metrics, stats_config(cfg))
     figures = draw_figures(cfg, paths, metrics, rows)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
-    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices)
+    tables = evidence_tables(metrics, cfg.confidence_level)
+    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables)
     for path in report_files(paths):
         log.artifact(path, "report")
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
-    return {"verdicts": summarize(rows), "family_wise_alpha": round(1 - cfg.confidence_level, 6),
+    return {"verdicts": summarize(rows), "verdicts_by_evidence": by_evidence(rows),
+            "family_wise_alpha": round(1 - cfg.confidence_level, 6),
             "claims": {row.claim.id: row_metrics(row) for row in rows}}
 
 
@@ -73,6 +76,11 @@ def stats_config(cfg: ReportParams) -> StatsConfig:
 def summarize(rows: list[Row]) -> dict[str, int]:
     """Number of claims per verdict (every verdict listed, zeros included)."""
     return {v.replace(" ", "_"): sum(r.verdict == v for r in rows) for v in VERDICTS}
+
+
+def by_evidence(rows: list[Row]) -> dict[str, dict[str, int]]:
+    """``summarize`` per kind of evidence (``claims.EVIDENCE``; a kind without claims has all zeros)."""
+    return {kind: summarize([r for r in rows if r.claim.evidence == kind]) for kind in EVIDENCE}
 
 
 def row_metrics(row: Row) -> dict:
@@ -125,11 +133,11 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
 
 
 def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],
-                  ledger: dict, cfg: ReportParams, slices: dict) -> None:
+                  ledger: dict, cfg: ReportParams, slices: dict, tables: dict) -> None:
     """Write ``claims.md`` (figures linked relative to it) and ``claims.html`` (figures embedded)."""
     paths.reports.mkdir(parents=True, exist_ok=True)
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
-    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices)
+    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices, tables)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
-    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices)
+    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices, tables)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")

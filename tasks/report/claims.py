@@ -14,6 +14,9 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
   of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``); units are
   words, so the CI says how much the effect varies over the ambiguous words sampled. Without ``per_word``
   it falls back to the single pooled value (n=1, no CI).
+- ``probe/<variant>/pairs/<phenomenon|all>``: the minimal pairs of ``metrics/probe.json`` ->
+  ``minimal_pairs``, one 0/1 value per pair (passed: PLL(good) > PLL(bad)); units are pairs (paired across
+  variants by line), the arm's CI is Clopper-Pearson. ``claim.metric`` is a label (``pair_accuracy``).
 - ``leakage/<source>/<split>|all/[<check>/]rate_before|rate_after``: a contamination proportion of
   ``metrics/leakage.json`` -> ``eval_sets``; ``all`` pools every eval set; ``<check>`` (``pretrain`` or
   ``task_train``) selects the rates of one side of the audit. ``leakage/planted/<variant>|all/miss_rate``:
@@ -80,11 +83,19 @@ class Precondition(StrictModel):
         return f"{self.what} ({self.value} {bound}), measured {measured:.4g}"
 
 
+#: The kinds of evidence a claim gives (the report counts verdicts per kind): intrinsic (does the component
+#: predict what it models: MLM loss), extrinsic (does it help a downstream task), behavioural (do targeted
+#: minimal pairs or probes show the capability), operational (calibration, latency, memory, cost), and data
+#: (the integrity of the evaluation data itself: the leakage audit).
+EVIDENCE = ("intrinsic", "extrinsic", "behavioural", "operational", "data")
+
+
 class Claim(StrictModel):
     """One hand-written claim; ``treatment``/``baseline`` follow the reference grammar of this module."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
     statement: str = Field(min_length=1)
+    evidence: Literal[EVIDENCE] = Field(description="the kind of evidence the claim gives (EVIDENCE)")
     kind: Literal["difference", "upper_bound"]
     task: str
     data_slice: str
@@ -224,6 +235,8 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
     if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
         return _probe_sample(rest[0], rest[2], metric, metrics)
+    if kind == "probe" and len(rest) == 3 and rest[1] == "pairs":
+        return _pairs_sample(rest[0], rest[2], metrics)
     if kind == "leakage" and len(rest) >= 2:
         width = 1 if rest[0] == "all" else 2
         if len(rest) in (width + 1, width + 2):
@@ -285,6 +298,25 @@ def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sa
         return Sample(values, tuple(words), "word", where, notes=notes + (f"words: {', '.join(words)}",))
     notes += ("no per-word values: single pooled value, no CI",)
     return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes)
+
+
+def _pairs_sample(variant: str, phenomenon: str, metrics: Metrics) -> Sample:
+    """The 0/1 outcome of every minimal pair of ``phenomenon`` (``all``: every pair) for ``variant``, units =
+    pair lines, so two variants pair by pair; a rate, so one arm's CI is Clopper-Pearson."""
+    where = "metrics/probe.json minimal_pairs"
+    pairs = dig(metrics.get("probe"), ["minimal_pairs"], "metrics/probe.json")
+    passed = dig(pairs, ["variants", variant, "passed"], where)
+    items = dig(pairs, ["items"], where)
+    index = [i for i, item in enumerate(items) if phenomenon in ("all", item["phenomenon"])]
+    if not index or len(passed) != len(items):
+        raise NotRun(f"{where}: no {phenomenon!r} pairs for {variant} (have: {sorted(pairs.get('phenomena', {}))})")
+    values = tuple(float(passed[i]) for i in index)
+    hits = int(sum(values))
+    table = dig(pairs, ["variants", variant, "all" if phenomenon == "all" else "per_phenomenon"], where)
+    mismatched = (table if phenomenon == "all" else table.get(phenomenon, {})).get("length_mismatched", 0)
+    notes = (f"{variant}: {hits} of {len(index)} {phenomenon} pairs passed; {mismatched} with unequal token counts",)
+    return Sample(values, tuple(str(items[i]["line"]) for i in index), "pair", where, notes=notes,
+                  proportion=(hits, len(index)))
 
 
 def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics) -> Sample:

@@ -8,12 +8,15 @@ import html
 from collections.abc import Mapping
 from pathlib import Path
 
+from tasks.report.claims import EVIDENCE
 from tasks.report.evaluation import Row
 from tasks.report.slices import SliceTable
 from tasks.report.statistics import VERDICTS, Estimate
 
 TABLE_HEADER = ("claim", "verdict", "difference [CI]", "min_effect", "treatment", "baseline",
                 "best baseline (dev)", "test items x seeds")
+#: A titled table: ``(title, header cells, rows of cells)``.
+Grid = tuple[str, list[str], list[list[str]]]
 #: The figure drawn right under the claim table, above the details.
 FOREST = "Forest plot: every claim's difference with its CI"
 STATS_NOTE = (
@@ -74,7 +77,7 @@ def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str
                 else "none (no test: see the verdict)")
     return [
         ("statement", c.statement),
-        ("kind / task / metric", f"{c.kind} / {c.task} / {c.metric}"),
+        ("evidence / kind / task / metric", f"{c.evidence} / {c.kind} / {c.task} / {c.metric}"),
         ("data slice", f"{c.data_slice}; items: {c.items}; " + (row.items or "see the units below")),
         ("treatment", f"{c.treatment}: {fmt_estimate(row.treatment)}"),
         ("baseline", f"{c.baseline}: {fmt_estimate(row.baseline)}"),
@@ -99,13 +102,29 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def by_evidence(rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    """The rows grouped by kind of evidence, in ``EVIDENCE`` order (file order within a kind); empty kinds kept."""
+    return [(kind, [row for row in rows if row.claim.evidence == kind]) for kind in EVIDENCE]
+
+
+def group_title(kind: str, rows: list[Row]) -> str:
+    """``behavioural evidence: 1 supported, 2 inconclusive (3 claims)``, or ``... : no claims``."""
+    if not rows:
+        return f"{kind} evidence: no claims"
+    counts = {v: sum(row.verdict == v for row in rows) for v in VERDICTS}
+    return f"{kind} evidence: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" ({len(rows)} claims)"
+
+
 def claim_table_md(rows: list[Row]) -> str:
-    """The headline claim table as a Markdown (GFM) table, one line per claim, each linking to its details."""
+    """The headline claim table as a Markdown (GFM) table grouped by kind of evidence, one line per claim,
+    each linking to its details."""
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
-    for row in rows:
-        cells = [_md_cell(c) for c in table_cells(row)]
-        cells[0] = f"[{cells[0]}](#{row.claim.id})"
-        lines.append("| " + " | ".join(cells) + " |")
+    for kind, group in by_evidence(rows):
+        lines.append(f"| **{group_title(kind, group)}** |" + " |" * (len(TABLE_HEADER) - 1))
+        for row in group:
+            cells = [_md_cell(c) for c in table_cells(row)]
+            cells[0] = f"[{cells[0]}](#{row.claim.id})"
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -128,7 +147,8 @@ def verdict_summary(rows: list[Row]) -> str:
 
 
 def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-             level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str]) -> str:
+             level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
+             tables: Mapping[str, list[Grid] | str]) -> str:
     """The full ``claims.md``: question, claim table, forest plot, statistics note, per-claim details, slice
     tables, figures, ledger.
 
@@ -138,7 +158,9 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
         return [f"### {title}", "", f"![{title}]({fig})" if isinstance(fig, Path) else f"_{fig}_", ""]
 
     parts = ["# clozeline claim table", "", f"**Question.** {question}", "",
-             f"**Verdicts.** {verdict_summary(rows)}", "", claim_table_md(rows)]
+             f"**Verdicts.** {verdict_summary(rows)}", "",
+             "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)), "",
+             claim_table_md(rows)]
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
     parts += [STATS_NOTE.format(level=level, alpha=1 - level), "", "## Claims in detail", ""]
@@ -146,6 +168,8 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
         parts += [f'### <a id="{row.claim.id}"></a>{row.claim.id}', "", *_md_items(detail_items(row, mlflow_ui_url)),
                   ""]  # fmt: skip
     parts += ["## Slices", ""] + [line for task, table in slices.items() for line in slice_md(task, table)]
+    for name, grids in tables.items():
+        parts += [f"## {name}", "", *grids_md(name, grids)]
     parts += ["## Figures", ""]
     for title, fig in figures.items():
         parts += figure(title, fig) if title != FOREST else []
@@ -153,7 +177,7 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
     return "\n".join(parts)
 
 
-def slice_grids(table: SliceTable) -> list[tuple[str, list[str], list[list[str]]]]:
+def slice_grids(table: SliceTable) -> list[Grid]:
     """``(title, header, rows of cells)`` of a task's two slice grids: the headline metric by item slice, and
     the per-label F1."""
     def grid(columns: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
@@ -167,15 +191,20 @@ def slice_grids(table: SliceTable) -> list[tuple[str, list[str], list[list[str]]
             (f"{table.task}: F1 per {kind}", *grid(table.label_columns))]
 
 
-def slice_md(task: str, table: SliceTable | str) -> list[str]:
-    """Markdown lines of one task's slice tables, or the reason they were not computed."""
-    if isinstance(table, str):
-        return [f"### {task}", "", f"_{table}_", ""]
+def grids_md(name: str, grids: list[Grid] | str) -> list[str]:
+    """Markdown lines of titled tables (``(title, header, rows)``), or ``name`` with the reason there are none."""
+    if isinstance(grids, str):
+        return [f"### {name}", "", f"_{grids}_", ""]
     lines = []
-    for title, header, body in slice_grids(table):
+    for title, header, body in grids:
         lines += [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in body] + [""]
     return lines
+
+
+def slice_md(task: str, table: SliceTable | str) -> list[str]:
+    """Markdown lines of one task's slice tables, or the reason they were not computed."""
+    return grids_md(task, table if isinstance(table, str) else slice_grids(table))
 
 
 def _ledger_items(ledger: Mapping[str, object]) -> list[tuple[str, str | list[str]]]:
@@ -195,7 +224,7 @@ def _ledger_items(ledger: Mapping[str, object]) -> list[tuple[str, str | list[st
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #bbb;padding:4px 6px;vertical-align:top}
-th{background:#eee}.supported{background:#d4f4d4}.contradicted{background:#f8d0d0}
+th{background:#eee}tr.evidence th{background:#dde;text-align:left}.supported{background:#d4f4d4}.contradicted{background:#f8d0d0}
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
 .not-resolvable{background:#e0e4f4;font-style:italic}.equivalent{background:#d4eef4}
 img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
@@ -207,14 +236,18 @@ def _e(text: object) -> str:
 
 
 def claim_table_html(rows: list[Row]) -> str:
-    """The headline claim table as an HTML ``<table id="claims">``; each row's class is its verdict."""
+    """The headline claim table as an HTML ``<table id="claims">`` grouped by kind of evidence (a heading row
+    per kind, class ``evidence``); each claim row's class is its verdict."""
     head = "".join(f"<th>{_e(h)}</th>" for h in TABLE_HEADER)
     body = []
-    for row in rows:
-        first, *rest = table_cells(row)
-        cells = f'<td><a href="#detail-{_e(row.claim.id)}">{_e(first)}</a></td>'
-        cells += "".join(f"<td>{_e(c)}</td>" for c in rest)
-        body.append(f'<tr id="{_e(row.claim.id)}" class="{row.verdict.replace(" ", "-")}">{cells}</tr>')
+    for kind, group in by_evidence(rows):
+        body.append(f'<tr class="evidence" id="evidence-{kind}"><th colspan="{len(TABLE_HEADER)}">'
+                    f"{_e(group_title(kind, group))}</th></tr>")  # fmt: skip
+        for row in group:
+            first, *rest = table_cells(row)
+            cells = f'<td><a href="#detail-{_e(row.claim.id)}">{_e(first)}</a></td>'
+            cells += "".join(f"<td>{_e(c)}</td>" for c in rest)
+            body.append(f'<tr id="{_e(row.claim.id)}" class="{row.verdict.replace(" ", "-")}">{cells}</tr>')
     return f'<table id="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -236,10 +269,15 @@ def _img(path: Path, title: str) -> str:
 
 def slice_html(task: str, table: SliceTable | str) -> str:
     """One task's slice tables as HTML, or the reason they were not computed."""
-    if isinstance(table, str):
-        return f"<h3>{_e(task)}</h3><p><i>{_e(table)}</i></p>"
+    return grids_html(task, table if isinstance(table, str) else slice_grids(table))
+
+
+def grids_html(name: str, grids: list[Grid] | str) -> str:
+    """Titled tables as HTML (class ``slices``), or ``name`` with the reason there are none."""
+    if isinstance(grids, str):
+        return f"<h3>{_e(name)}</h3><p><i>{_e(grids)}</i></p>"
     out = []
-    for title, header, body in slice_grids(table):
+    for title, header, body in grids:
         head = "".join(f"<th>{_e(h)}</th>" for h in header)
         rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body)
         out.append(f'<h3>{_e(title)}</h3><table class="slices"><thead><tr>{head}</tr></thead>'
@@ -248,7 +286,8 @@ def slice_html(task: str, table: SliceTable | str) -> str:
 
 
 def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-              level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str]) -> str:
+              level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
+              tables: Mapping[str, list[Grid] | str]) -> str:
     """The full ``claims.html``, self-contained. ``figures`` maps a title to an absolute PNG path or a reason."""
     def figure(title: str, fig: Path | str) -> list[str]:
         return [f"<h3>{_e(title)}</h3>", _img(fig, title) if isinstance(fig, Path) else f"<p><i>{_e(fig)}</i></p>"]
@@ -256,7 +295,9 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
              "<h1>clozeline claim table</h1>", f"<p><b>Question.</b> {_e(question)}</p>",
-             f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>", claim_table_html(rows)]
+             f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
+             '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows))
+             + "</ul>", claim_table_html(rows)]
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
     parts += [f"<p>{_e(STATS_NOTE.format(level=level, alpha=1 - level))}</p>", "<h2>Claims in detail</h2>"]
@@ -264,6 +305,8 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
         parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>',
                   _html_items(detail_items(row, mlflow_ui_url))]  # fmt: skip
     parts += ["<h2>Slices</h2>"] + [slice_html(task, table) for task, table in slices.items()]
+    for name, grids in tables.items():
+        parts += [f'<h2 id="{_e(name.split(":")[0].lower())}">{_e(name)}</h2>', grids_html(name, grids)]
     parts.append("<h2>Figures</h2>")
     for title, fig in figures.items():
         parts += figure(title, fig) if title != FOREST else []
