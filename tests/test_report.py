@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 from scipy import stats
+from scipy.stats import binomtest, ttest_1samp
 
 from tasks import report
 from tasks.common.provenance import Lock
@@ -27,6 +28,7 @@ from tasks.report.statistics import (
     mean_ci,
     paired_ci,
     proportion_ci,
+    two_proportion_ci,
     untestable,
     welch_ci,
 )
@@ -127,6 +129,23 @@ def _leak(docs, pretrain, task_train):
             "task_train_rate_before": task_train[0], "task_train_rate_after": task_train[1]}
 
 
+def _pairs(passed: dict[str, int], n: int = 40) -> dict:
+    """``minimal_pairs`` of metrics/probe.json: n pairs, half agreement_attractor, half negation; each variant
+    passes its first ``passed[variant]`` pairs."""
+    items = [{"line": i + 1, "phenomenon": "agreement_attractor" if i < n // 2 else "negation"} for i in range(n)]
+    variants = {}
+    for variant, k in passed.items():
+        outcome = [1] * k + [0] * (n - k)
+        per = {ph: {"pairs": n // 2, "passed": sum(o for o, it in zip(outcome, items) if it["phenomenon"] == ph),
+                    "ties": 0, "length_mismatched": 0} for ph in ("agreement_attractor", "negation")}
+        for table in per.values():
+            table["accuracy"] = table["passed"] / table["pairs"]
+        variants[variant] = {"all": {"pairs": n, "passed": k, "ties": 0, "accuracy": k / n, "length_mismatched": 0},
+                             "per_phenomenon": per, "passed": outcome}
+    return {"file": "pairs.jsonl", "method": "PLL", "pairs": n, "items": items, "variants": variants,
+            "phenomena": {"agreement_attractor": n // 2, "negation": n // 2}}
+
+
 def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Hand-made metrics files following tasks/CONTRACTS.md."""
     files = {
@@ -150,7 +169,8 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
             "knn_accuracy": [0.5, 0.7, 0.8],
             "per_word": {"bank": {"separation": [0.00, 0.06, 0.09]}, "bass": {"separation": [0.02, 0.05, 0.07]},
                          "port": {"separation": [0.01, 0.04, 0.08]}}}},
-                  "static_baseline": {"layer": 0, "note": "only position embeddings differ"}},
+                  "static_baseline": {"layer": 0, "note": "only position embeddings differ"},
+                  "minimal_pairs": _pairs({"pretrained": 34, "random": 20, "unigram": 22})},
         "leakage": {"eval_sets": {  # flagged task-train overlaps still count after the audit
             "bbc_news/test": _leak(400, pretrain=(0.25, 0.0), task_train=(0.05, 0.05)),
             "bbc_news/dev": _leak(200, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
@@ -163,6 +183,7 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
                                            "clusters": 2110, "fraction_removed": 0.0495}}},
         "tokenize": {"cls": {"clozeline": {"truncation_rate": 0.125}, "reference": {"truncation_rate": 0.3}}},
         "pretrain": {"heldout_loss": 5.1, "heldout_unigram_ce": 6.7, "heldout_gap_to_unigram_nats": 1.6,
+                     "heldout_mlm_accuracy": 0.3, "heldout_unigram_accuracy": 0.05, "heldout_masked_tokens": 1000,
                      "hardware": {"device": "cpu", "count": 2}},
     }
     folder.mkdir(parents=True, exist_ok=True)
@@ -270,6 +291,37 @@ def test_a_failed_precondition_gives_not_resolvable_never_contradicted(workspace
     (paths.metrics / "pretrain.json").write_text(json.dumps(pre))
     row = _rows_by_id(cfg, paths)["pretraining-helps-cls"]
     assert row.verdict == "not resolvable" and "not measured" in row.reason
+
+
+def test_newcombe_interval_matches_the_paper():
+    # Newcombe (1998), Statistics in Medicine 17:873, Table II, example (a): 56/70 vs 48/80, method 10
+    est = two_proportion_ci((56, 48), (70, 80), 0.95)
+    assert est.mean == pytest.approx(0.2) and (est.low, est.high) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+
+
+def test_intrinsic_and_behavioural_claims(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    rows = _rows_by_id(cfg, paths)
+    heldout = rows["pretrained-mlm-predicts-heldout-masks"]
+    assert heldout.verdict == "supported" and heldout.difference.mean == pytest.approx(0.25)
+    assert (heldout.treatment.low, heldout.treatment.high) == pytest.approx(
+        tuple(binomtest(300, 1000).proportion_ci(0.95, method="exact")))
+    pairs = rows["pretrained-mlm-prefers-acceptable-minimal-pairs"]
+    ci = binomtest(34, 40).proportion_ci(0.95, method="exact")
+    assert (pairs.treatment.mean, pairs.treatment.low, pairs.treatment.high) == pytest.approx((0.85, ci.low, ci.high))
+    deltas = np.array([1] * 34 + [0] * 6) - np.array([1] * 20 + [0] * 20)  # paired by pair line
+    low, high = ttest_1samp(deltas, 0.0).confidence_interval(0.95)
+    assert (pairs.difference.mean, pairs.difference.low, pairs.difference.high) == pytest.approx((0.35, low, high))
+    assert pairs.verdict == "supported" and "paired by pair" in pairs.pairing
+    agreement = rows["pretrained-mlm-agreement-across-attractor"]
+    assert agreement.treatment.mean == 1.0 and agreement.baseline.mean == 1.0  # the first 20 pairs pass for both
+
+    probe = json.loads((paths.metrics / "probe.json").read_text())
+    probe["minimal_pairs"] = _pairs({"pretrained": 34, "random": 36, "unigram": 22})  # a length-biased set
+    (paths.metrics / "probe.json").write_text(json.dumps(probe))
+    row = _rows_by_id(cfg, paths)["pretrained-mlm-prefers-acceptable-minimal-pairs"]
+    assert row.verdict == "not resolvable" and "random-init control sits near chance" in row.reason
 
 
 def test_invalid_claims_file_names_the_key(tmp_path):

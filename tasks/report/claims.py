@@ -14,6 +14,8 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
   of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``); units are
   words, so the CI says how much the effect varies over the ambiguous words sampled. Without ``per_word``
   it falls back to the single pooled value (n=1, no CI).
+- ``pretrain/heldout/mlm|unigram``: masked-token accuracy on the held-out masks of ``metrics/pretrain.json``
+  (the pretrained MLM, or the unigram baseline on the same masks), a rate over the masked tokens.
 - ``probe/<variant>/pairs/<phenomenon|all>``: the minimal pairs of ``metrics/probe.json`` ->
   ``minimal_pairs``, one 0/1 value per pair (passed: PLL(good) > PLL(bad)); units are pairs (paired across
   variants by line), the arm's CI is Clopper-Pearson. ``claim.metric`` is a label (``pair_accuracy``).
@@ -115,8 +117,8 @@ class Claim(StrictModel):
     @field_validator("treatment", "baseline")
     @classmethod
     def _known_prefix(cls, value: str) -> str:
-        if value.split("/")[0] not in ("finetune", "probe", "leakage"):
-            raise ValueError(f"reference must start with finetune/, probe/ or leakage/, got {value!r}")
+        if value.split("/")[0] not in ("finetune", "probe", "leakage", "pretrain"):
+            raise ValueError(f"reference must start with finetune/, probe/, leakage/ or pretrain/, got {value!r}")
         return value
 
 
@@ -235,6 +237,8 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
     if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
         return _probe_sample(rest[0], rest[2], metric, metrics)
+    if kind == "pretrain" and len(rest) == 2 and rest[0] == "heldout":
+        return _heldout_sample(rest[1], metrics)
     if kind == "probe" and len(rest) == 3 and rest[1] == "pairs":
         return _pairs_sample(rest[0], rest[2], metrics)
     if kind == "leakage" and len(rest) >= 2:
@@ -298,6 +302,26 @@ def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sa
         return Sample(values, tuple(words), "word", where, notes=notes + (f"words: {', '.join(words)}",))
     notes += ("no per-word values: single pooled value, no CI",)
     return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes)
+
+
+#: ``pretrain/heldout/<model>`` -> the masked-token accuracy key of metrics/pretrain.json
+HELDOUT = {"mlm": "heldout_mlm_accuracy", "unigram": "heldout_unigram_accuracy"}
+
+
+def _heldout_sample(model: str, metrics: Metrics) -> Sample:
+    """Masked-token accuracy on the held-out masks of the pretrained MLM or of the unigram baseline (the same
+    masks), as a rate over the masked tokens."""
+    where = "metrics/pretrain.json"
+    if model not in HELDOUT:
+        raise NotRun(f"malformed reference pretrain/heldout/{model} (have: {sorted(HELDOUT)})")
+    pretrain = metrics.get("pretrain")
+    accuracy = float(dig(pretrain, [HELDOUT[model]], where))
+    tokens = int(dig(pretrain, ["heldout_masked_tokens"], where))
+    if tokens == 0:
+        raise NotRun(f"{where}: 0 held-out masked tokens")
+    hits = round(accuracy * tokens)
+    note = f"{model}: {hits} of {tokens} held-out masked tokens predicted ({pretrain.get('heldout_blocks')} blocks)"
+    return Sample((hits / tokens,), ("heldout",), "masked tokens", where, notes=(note,), proportion=(hits, tokens))
 
 
 def _pairs_sample(variant: str, phenomenon: str, metrics: Metrics) -> Sample:

@@ -28,6 +28,8 @@ from tasks.report.statistics import (
     paired_ci,
     proportion_ci,
     t_tests,
+    two_proportion_ci,
+    two_proportion_tests,
     untestable,
     welch_ci,
     welch_tests,
@@ -165,8 +167,10 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound", p_value=p)
     if treat.items is not None and base.items is not None:
         return _item_estimate(claim, treat, base, cfg)
+    if treat.proportion and base.proportion and len(treat.units) == len(base.units) == 1:
+        return _rates_estimate(claim, treat, base, cfg)
     t_vals, b_vals, paired = align(treat, base)
-    t_est, b_est = mean_ci(t_vals, cfg.level), mean_ci(b_vals, cfg.level)
+    t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # a rate: Clopper-Pearson
     if paired:
         diff = paired_ci(t_vals, b_vals, cfg.level, cfg.paired_method, cfg.resamples, cfg.seed)
         pairing = f"paired by {treat.unit_name} ({diff.method})"
@@ -177,6 +181,18 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         tests = welch_tests(t_vals, b_vals) if diff.has_ci else untestable()
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p)
+
+
+def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
+    """Two single rates (e.g. masked-token accuracy of the MLM and of the unigram baseline): Newcombe's
+    interval of their difference and z-tests against ``min_effect``."""
+    (e1, n1), (e2, n2) = treat.proportion, base.proportion
+    diff = two_proportion_ci((e1, e2), (n1, n2), cfg.level)
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)),
+                                            cfg.alpha)  # fmt: skip
+    t_est, b_est = proportion_ci(e1, n1, cfg.level), proportion_ci(e2, n2, cfg.level)
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=f"two rates ({diff.method})", p_value=p,
+               items=f"{n1} vs {n2} {treat.unit_name}")
 
 
 def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:

@@ -104,6 +104,22 @@ def binomial_tests(events: int, trials: int) -> Tests:
     return Tests(lambda b: one(b, "greater"), lambda b: one(b, "less"), lambda b: 1.0)
 
 
+def two_proportion_tests(events: tuple[int, int], trials: tuple[int, int]) -> Tests:
+    """``Tests`` of ``p1 - p2`` against a margin for two independent rates: a Wald z-test with the unpooled
+    standard error (``scipy.stats.norm``); TOST from its two one-sided p-values."""
+    p1, p2 = (e / n for e, n in zip(events, trials, strict=True))
+    se = math.sqrt(p1 * (1 - p1) / trials[0] + p2 * (1 - p2) / trials[1])
+
+    def one(margin: float, side: str) -> float:
+        if se == 0.0:
+            return 0.0 if (p1 - p2 > margin if side == "greater" else p1 - p2 < margin) else 1.0
+        z = (p1 - p2 - margin) / se
+        return float(stats.norm.sf(z) if side == "greater" else stats.norm.cdf(z))
+
+    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
+                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+
+
 def untestable() -> Tests:
     """``Tests`` when there is nothing to test (no CI): every p-value is 1."""
     return Tests(lambda _: 1.0, lambda _: 1.0, lambda _: 1.0)
@@ -138,6 +154,21 @@ def proportion_ci(events: int, trials: int, level: float) -> Estimate:
     """A rate ``events/trials`` with its exact Clopper-Pearson CI (``scipy.stats.binomtest``)."""
     ci = stats.binomtest(events, trials).proportion_ci(confidence_level=level, method="exact")
     return Estimate(events / trials, float(ci.low), float(ci.high), trials, "Clopper-Pearson")
+
+
+def two_proportion_ci(events: tuple[int, int], trials: tuple[int, int], level: float) -> Estimate:
+    """CI of ``p1 - p2`` for two independent rates: Newcombe's hybrid score interval (Newcombe 1998, method 10)
+    from each rate's Wilson interval (``scipy.stats.binomtest``). Rates measured on the same items (e.g. the
+    same masked tokens) are paired, so treating them as independent gives a conservative, wider interval."""
+    (p1, l1, u1), (p2, l2, u2) = (
+        (e / n, float(ci.low), float(ci.high))
+        for e, n in zip(events, trials, strict=True)
+        for ci in [stats.binomtest(e, n).proportion_ci(confidence_level=level, method="wilson")]
+    )
+    diff = p1 - p2
+    low = diff - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = diff + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    return Estimate(diff, low, high, min(trials), "Newcombe hybrid score (independent rates)")
 
 
 def welch_ci(treatment: tuple[float, ...], baseline: tuple[float, ...], level: float) -> Estimate:
