@@ -112,7 +112,8 @@ def group_title(kind: str, rows: list[Row]) -> str:
     if not rows:
         return f"{kind} evidence: no claims"
     counts = {v: sum(row.verdict == v for row in rows) for v in VERDICTS}
-    return f"{kind} evidence: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" ({len(rows)} claims)"
+    noun = "claim" if len(rows) == 1 else "claims"
+    return f"{kind} evidence: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" ({len(rows)} {noun})"
 
 
 def claim_table_md(rows: list[Row]) -> str:
