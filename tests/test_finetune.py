@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -114,13 +115,14 @@ def test_entity_f1_is_computed_on_words_not_subwords(tiny_bert):
         preds, previous = [], None
         for w in ex["word_ids"]:
             is_first = w != -1 and w != previous
-            preds.append(label_id[ex["word_tags"][w]] if is_first else label_id["B-PER"])
+            preds.append((label_id[ex["word_tags"][w]], 0.9) if is_first else (label_id["B-PER"], 0.4))
             previous = w
         predicted.append(preds)
     assert any(ex["word_ids"].count(w) > 1 for ex in exs for w in set(ex["word_ids"]) if w != -1)
     recs = finetune_ner.records(exs, predicted, names)
     assert [r["gold"] for r in recs] == [NER_SENTENCES[0][1], NER_SENTENCES[1][1]]
     assert [r["pred"] for r in recs] == [r["gold"] for r in recs]
+    assert [r["probs"] for r in recs] == [[0.9] * len(r["gold"]) for r in recs]  # each from its first subword
     scores = finetune_ner.score(recs, names)
     assert scores["entity_f1"] == 1.0
     assert scores["span_errors"]["exact"] == 5 and scores["span_errors"]["spurious"] == 0
@@ -193,13 +195,50 @@ def test_bad_configs_fail_at_load_time(configs, match):
         FinetuneParams.model_validate(good)
 
 
-def test_predictions_file_is_sorted_jsonl(tmp_path):
+def test_predictions_file_is_sorted_jsonl_with_probs_rounded_to_6_decimals(tmp_path):
     from tasks.finetune import write_predictions
 
-    path = write_predictions(tmp_path / "p.jsonl", [{"doc_id": "b", "gold": "x", "pred": "y", "truncated": True},
-                                                    {"doc_id": "a", "gold": "x", "pred": "x", "truncated": False}])
+    path = write_predictions(tmp_path / "p.jsonl", [
+        {"doc_id": "b", "gold": "x", "pred": "y", "probs": [0.1234564, 0.8765436], "truncated": True},
+        {"doc_id": "a", "gold": "x", "pred": "x", "probs": [2 / 3, 1 / 3], "truncated": False}])
     assert [json.loads(line) for line in path.read_text().splitlines()] == [
-        {"doc_id": "a", "gold": "x", "pred": "x"}, {"doc_id": "b", "gold": "x", "pred": "y"}]
+        {"doc_id": "a", "gold": "x", "pred": "x", "probs": [0.666667, 0.333333]},
+        {"doc_id": "b", "gold": "x", "pred": "y", "probs": [0.123456, 0.876544]}]
+
+
+def test_cls_probs_are_the_softmax_of_the_logits_and_their_argmax_is_pred():
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.5, 1.5, 1.0]])
+    exs = [{"doc_id": d, "label": 0, "truncated": False, "seen_fraction": 1.0} for d in ("a", "b")]
+    recs = finetune_cls.records(exs, finetune_cls.decode(logits, exs), ["x", "y", "z"])
+    for rec, row in zip(recs, logits.tolist(), strict=True):
+        by_hand = [math.exp(v) / sum(math.exp(u) for u in row) for v in row]
+        assert rec["probs"] == pytest.approx(by_hand, abs=1e-6) and sum(rec["probs"]) == pytest.approx(1.0)
+        assert rec["pred"] == "xyz"[max(range(3), key=lambda k: rec["probs"][k])]
+    assert [r["pred"] for r in recs] == ["x", "y"]
+
+
+def test_ner_word_prob_is_the_max_softmax_at_its_first_subword_in_its_max_context_window():
+    # 3 labels; window 0 holds words 0-2, window 1 words 1-3 (-1: [CLS]/[SEP]); word 1 has two subwords
+    w0 = {"doc_id": "s", "window_index": 0, "input_ids": [0] * 6, "word_ids": [-1, 0, 1, 1, 2, -1],
+          "word_tags": ["O", "O", "O", "O"]}
+    w1 = {**w0, "window_index": 1, "input_ids": [0] * 5, "word_ids": [-1, 1, 2, 3, -1]}
+    logits = torch.tensor([
+        [[0, 0, 0], [3.0, 1, 0], [0, 2.0, 0], [0, 0, 9.0], [0, 0, 1.0], [0, 0, 0]],
+        [[0, 0, 0], [5.0, 0, 0], [0, 0, 4.0], [1.0, 2.0, 0], [0, 0, 0], [7, 7, 7]],  # last position: padding
+    ])
+    recs = finetune_ner.records([w0, w1], finetune_ner.decode(logits, [w0, w1]), ["O", "B-X", "I-X"])
+
+    def top(row):  # (argmax, max softmax) of one position, by hand
+        z = [math.exp(v) for v in row]
+        return max(range(3), key=lambda k: z[k]), max(z) / sum(z)
+
+    # max context = min(left, right) context in subwords: word 1 scores 1 in window 0 (0 in window 1), word 2
+    # scores 0 in window 0 and 1 in window 1; words 0 and 3 are in one window each
+    picks = [top(logits[0, 1].tolist()), top(logits[0, 2].tolist()), top(logits[1, 2].tolist()),
+             top(logits[1, 3].tolist())]
+    assert recs[0]["pred"] == [["O", "B-X", "I-X"][k] for k, _ in picks] == ["O", "B-X", "I-X", "B-X"]
+    assert recs[0]["probs"] == pytest.approx([p for _, p in picks], abs=1e-6)
+    assert recs[0]["probs"][1] != pytest.approx(top(logits[0, 3].tolist())[1])  # not the word's second subword
 
 
 def test_length_grouped_batches_cover_every_example_once_with_little_padding():

@@ -98,6 +98,9 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
             rows = [json.loads(line) for line in lines]
             assert [r["doc_id"] for r in rows] == sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
             assert {r["gold"] for r in rows} <= {"sport", "tech"}
+            for r in rows:  # the softmax over both labels, rounded to 6 decimals; its argmax is the prediction
+                assert len(r["probs"]) == 2 and abs(sum(r["probs"]) - 1) <= 2e-6
+                assert r["pred"] == metrics["labels"][r["probs"].index(max(r["probs"]))]
             correct = sum(r["gold"] == r["pred"] for r in rows) / len(rows)
             accuracy = entry["test_accuracy"]
             assert correct == pytest.approx(accuracy["per_seed"][accuracy["seeds"].index(int(seed))])
@@ -154,6 +157,9 @@ def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
             rows = [json.loads(x) for x in
                     (paths.data / "finetune" / "ner" / key / f"seed{seed}.test.jsonl").read_text().splitlines()]
             assert len(rows) == N_DOCS["test"] and all(len(r["gold"]) == len(r["pred"]) for r in rows)
+            # a tag's probability is the max of a softmax over the 5 labels (O, B/I-LOC, B/I-PER): >= 1/5
+            assert all(len(r["probs"]) == len(r["pred"]) and all(0.2 - 1e-6 <= q <= 1 for q in r["probs"])
+                       for r in rows)
         n_gold = 2 * sum(len([t for t in r["gold"] if t.startswith("B-")]) for r in rows)
         assert sum(spans[k] for k in ("exact", "type", "boundary", "boundary_and_type", "missed")) == n_gold
 

@@ -7,8 +7,10 @@ same budget; each run selects its epoch on dev (early stopping) and scores test 
 and score the same test docs. Per arm the stage reports mean, std and a Student-t interval over seeds, the
 per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
 names the best arm and the best baseline on dev. Test predictions go to
-``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred``, cls also ``seen_fraction``),
-and ``data/finetune/<task>/test_items.jsonl`` holds each test doc's slices (``n_words, train_overlap``).
+``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``, cls also
+``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability of
+its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each
+test doc's slices (``n_words, train_overlap``).
 MLflow: one child run per arm and baseline under the stage run, with one nested run per seed.
 """
 
@@ -236,10 +238,13 @@ def select_best(runs: dict, arm_keys: list[str], baseline_keys: list[str], item:
 
 
 def write_predictions(path: Path, recs: list[dict]) -> Path:
-    """JSONL of ``{doc_id, gold, pred}`` (cls also ``seen_fraction``) sorted by ``doc_id`` (stable bytes for DVC)."""
+    """JSONL of ``{doc_id, gold, pred, probs}`` (cls also ``seen_fraction``) sorted by ``doc_id`` (stable
+    bytes for DVC). ``probs`` (cls: the distribution over labels; ner: per word, its tag's probability) is
+    rounded to 6 decimals: far below any calibration difference, and it keeps the files short."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    keys = ("doc_id", "gold", "pred", "seen_fraction")
-    lines = [json.dumps({k: r[k] for k in keys if k in r}, ensure_ascii=False) for r in recs]
+    keys = ("doc_id", "gold", "pred", "probs", "seen_fraction")
+    rounded = ({**r, "probs": [round(p, 6) for p in r["probs"]]} if "probs" in r else r for r in recs)
+    lines = [json.dumps({k: r[k] for k in keys if k in r}, ensure_ascii=False) for r in rounded]
     path.write_text("".join(line + "\n" for line in sorted(lines)), encoding="utf-8")
     return path
 

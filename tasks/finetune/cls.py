@@ -67,17 +67,20 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([ex["label"] for ex in batch])}
 
 
-def decode(logits: torch.Tensor, batch: list[dict]) -> list[int]:
-    """Predicted label id per doc from logits (batch, n_labels)."""
-    return logits.argmax(dim=-1).tolist()
+def decode(logits: torch.Tensor, batch: list[dict]) -> list[tuple[int, list[float]]]:
+    """Per doc ``(predicted label id, predicted distribution)`` from logits (batch, n_labels): the argmax of
+    the logits and their softmax (n_labels probabilities in label id order, summing to 1)."""
+    probs = torch.softmax(logits.float(), dim=-1).tolist()
+    return list(zip(logits.argmax(dim=-1).tolist(), probs, strict=True))
 
 
-def records(exs: list[dict], predicted: list[int], label_names: list[str]) -> list[dict]:
-    """Prediction records ``{doc_id, gold, pred, truncated, seen_fraction}`` (label names), in example order."""
+def records(exs: list[dict], predicted: list[tuple[int, list[float]]], label_names: list[str]) -> list[dict]:
+    """Prediction records ``{doc_id, gold, pred, probs, truncated, seen_fraction}`` in example order: label
+    names, and ``probs`` the predicted distribution in ``label_names`` order (``decode``'s pairs)."""
     return [
-        {"doc_id": ex["doc_id"], "gold": label_names[ex["label"]], "pred": label_names[p],
+        {"doc_id": ex["doc_id"], "gold": label_names[ex["label"]], "pred": label_names[p], "probs": probs,
          "truncated": ex["truncated"], "seen_fraction": ex["seen_fraction"]}
-        for ex, p in zip(exs, predicted, strict=True)
+        for ex, (p, probs) in zip(exs, predicted, strict=True)
     ]
 
 

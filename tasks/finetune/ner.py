@@ -3,9 +3,11 @@
 Rows follow the tokenize contract (one per window: ``doc_id, window_index, input_ids, word_ids,
 labels_first, labels_all, words, word_tags``). The model predicts one label per subword; ``alignment.
 words_from_windows`` keeps each word's prediction at its first subword in its max-context window, so every
-head (label scheme ``first`` or ``all``) is scored on the same words. Scores: seqeval in strict IOB2 mode
-(an ``I-X`` that starts a chunk is no entity), entity-level precision/recall/F1, per-type F1, and a
-span-error table in the spirit of MUC/SemEval-2013 partial matching (exact, type, boundary, missed, spurious).
+head (label scheme ``first`` or ``all``) is scored on the same words; each word also keeps the softmax
+probability of its predicted tag at that subword (``probs``, what the report's calibration reads). Scores:
+seqeval in strict IOB2 mode (an ``I-X`` that starts a chunk is no entity), entity-level precision/recall/F1,
+per-type F1, and a span-error table in the spirit of MUC/SemEval-2013 partial matching (exact, type,
+boundary, missed, spurious).
 """
 
 from __future__ import annotations
@@ -55,16 +57,22 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def decode(logits: torch.Tensor, batch: list[dict]) -> list[list[int]]:
-    """Predicted label id per subword from logits (batch, seq_len, n_labels), cut to each window's length."""
-    best = logits.argmax(dim=-1).tolist()
-    return [row[: len(ex["input_ids"])] for row, ex in zip(best, batch, strict=True)]
+def decode(logits: torch.Tensor, batch: list[dict]) -> list[list[tuple[int, float]]]:
+    """Per window, per subword ``(predicted label id, its softmax probability)`` from logits (batch, seq_len,
+    n_labels), cut to each window's length. The id is the argmax of the logits; the probability is read at
+    that id, so the pair always comes from one position."""
+    best = logits.argmax(dim=-1)
+    prob = torch.softmax(logits.float(), dim=-1).gather(-1, best.unsqueeze(-1)).squeeze(-1)
+    pairs = [list(zip(ids, ps, strict=True)) for ids, ps in zip(best.tolist(), prob.tolist(), strict=True)]
+    return [row[: len(ex["input_ids"])] for row, ex in zip(pairs, batch, strict=True)]
 
 
-def records(exs: list[dict], predicted: list[list[int]], label_names: list[str]) -> list[dict]:
-    """One record per sentence ``{doc_id, gold, pred}``: gold and predicted IOB2 tags per word.
+def records(exs: list[dict], predicted: list[list[tuple[int, float]]], label_names: list[str]) -> list[dict]:
+    """One record per sentence ``{doc_id, gold, pred, probs}``: gold and predicted IOB2 tags per word, and per
+    word the probability of its predicted tag (``decode``'s pairs).
 
-    Windows of a sentence are merged by ``alignment.words_from_windows``. Raises ``ValueError`` when the
+    Windows of a sentence are merged by ``alignment.words_from_windows``, which carries each word's (tag,
+    probability) pair from its first subword in its max-context window. Raises ``ValueError`` when the
     windows of a sentence carry different gold tags.
     """
     windows: dict[str, list] = defaultdict(list)
@@ -76,8 +84,9 @@ def records(exs: list[dict], predicted: list[list[int]], label_names: list[str])
         gold = parts[0][3]
         if any(p[3] != gold for p in parts):
             raise ValueError(f"ner doc {doc_id!r}: windows disagree on the gold word tags")
-        pred_ids = words_from_windows([(p[1], p[2]) for p in parts], len(gold))
-        out.append({"doc_id": doc_id, "gold": gold, "pred": [label_names[i] for i in pred_ids]})
+        pairs = words_from_windows([(p[1], p[2]) for p in parts], len(gold))
+        out.append({"doc_id": doc_id, "gold": gold, "pred": [label_names[i] for i, _ in pairs],
+                    "probs": [prob for _, prob in pairs]})
     return out
 
 

@@ -8,9 +8,11 @@ data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
 
 The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
 (the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
-Cohen's d), ``statistics`` (estimates and verdicts), ``confounders``, ``evaluation`` (one row per claim, Holm
-across them), ``slices`` (per-slice and per-label tables), ``evidence`` (the minimal-pair and operational tables), ``ledger`` (the experiment ledger, built from the
-params ``dvc.lock`` recorded for each stage), ``figures`` and ``render`` (Markdown and HTML).
+Cohen's d), ``calibration`` (ECE, Brier score and their hierarchical bootstrap), ``statistics`` (estimates
+and verdicts), ``confounders``, ``evaluation`` (one row per claim, Holm across them), ``slices`` (per-slice
+and per-label tables), ``evidence`` (the minimal-pair and operational tables), ``ledger`` (the experiment
+ledger, built from the params ``dvc.lock`` recorded for each stage), ``figures`` and ``render`` (Markdown and
+HTML).
 """
 
 from __future__ import annotations

@@ -140,13 +140,12 @@ def _check_arms(arms: Sequence[np.ndarray], shared_seeds: bool) -> list[np.ndarr
     return out
 
 
-def _seed_draws(arms: list[np.ndarray], resamples: int, rng: np.random.Generator, shared: bool) -> list[np.ndarray]:
-    """Per arm, the drawn seed indices ``(resamples, n_seeds)``; a one-seed arm always uses its seed."""
-    n_seeds = arms[0].shape[0]
-    common = rng.integers(0, n_seeds, size=(resamples, n_seeds)) if shared and n_seeds > 1 else None
+def seed_draws(n_seeds: Sequence[int], resamples: int, rng: np.random.Generator, shared: bool) -> list[np.ndarray]:
+    """Per arm, the drawn seed indices ``(resamples, n_seeds[j])`` (with replacement): one draw for every arm
+    when ``shared`` (equal seed counts), else one per arm; a one-seed arm always uses its seed."""
+    common = rng.integers(0, n_seeds[0], size=(resamples, n_seeds[0])) if shared and n_seeds[0] > 1 else None
     draws = []
-    for a in arms:
-        s = a.shape[0]
+    for s in n_seeds:
         if s == 1:
             draws.append(np.zeros((resamples, 1), dtype=np.intp))
         else:
@@ -179,7 +178,7 @@ def hierarchical_bootstrap(
     n_items, k = arms[0].shape[1:]
     rng = np.random.default_rng(seed)
     # Seed draws first, item weights after, chunk by chunk: the stream, hence the result, is chunk-independent.
-    seed_idx = _seed_draws(arms, resamples, rng, shared_seeds)
+    seed_idx = seed_draws([a.shape[0] for a in arms], resamples, rng, shared_seeds)
     # items-major (n_items, n_seeds * K) so one BLAS matmul sums the weighted counts of every seed at once
     flat = [a.transpose(1, 0, 2).reshape(n_items, -1) for a in arms]
     row_bytes = 8 * (2 * n_items + max(a.shape[0] for a in arms) * (k + 1))

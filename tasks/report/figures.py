@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from tasks.report.calibration import reliability  # noqa: E402
 from tasks.report.claims import Metrics, NotRun, dig  # noqa: E402
 from tasks.report.statistics import mean_ci  # noqa: E402
 
@@ -232,3 +233,22 @@ def forest(rows: list, out: Path, dpi: int) -> Path:
 
 VERDICT_COLORS = {"supported": "tab:green", "equivalent": "tab:cyan", "inconclusive": "goldenrod",
                   "contradicted": "tab:red", "not resolvable": "tab:purple"}
+
+
+def reliability_diagram(curves: dict[str, tuple], out: Path, n_bins: int, dpi: int) -> Path:
+    """Reliability diagram: per arm (``curves``: name -> ``(confidence, correct)`` of its units, seeds pooled,
+    e.g. ``calibration.ArmCalibration.pooled()``), accuracy against mean confidence in each of ``n_bins``
+    equal-mass bins (``calibration.reliability``), one line per arm over the diagonal of perfect calibration.
+    Raises ``NotRun`` when ``curves`` is empty, ValueError on bad confidences (``calibration.reliability``)."""
+    if not curves:
+        raise NotRun("no arm to draw a reliability diagram for")
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="perfect calibration")
+    for name, (confidence, correct) in curves.items():
+        mean_conf, accuracy, _ = reliability(confidence, correct, n_bins)
+        ax.plot(mean_conf, accuracy, "o-", markersize=3, label=name)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean confidence in bin", ylabel="accuracy in bin",
+           title=f"Reliability ({n_bins} equal-mass bins, seeds pooled)")  # fmt: skip
+    ax.set_aspect("equal")
+    ax.legend(loc="upper left", fontsize="small")
+    return _save(fig, out, dpi)
