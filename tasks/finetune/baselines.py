@@ -35,7 +35,8 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], c_gri
     ``rows`` are the tokenize rows of each split (cls: ``doc_id, text, label``; ner: one row per window with
     ``doc_id, words, word_tags``). Returns ``{"dev": records, "test": records, "setting": {...}}`` with the
     prediction records of the task module (cls: ``doc_id, gold, pred, truncated, seen_fraction``, the full
-    text seen; ner: ``doc_id, gold, pred`` word tags per sentence). Raises ``ValueError`` for another name.
+    text seen; ner: ``doc_id, gold, pred`` word tags per sentence); ``tfidf-lr`` also returns ``fitted``:
+    ``(vectorizer, classifier)``, for the operational timing. Raises ``ValueError`` for another name.
     """
     if name == "majority":
         counts = Counter(int(r["label"]) for r in rows["train"])
@@ -47,8 +48,8 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], c_gri
         preds = _memorise(rows)
     else:
         raise ValueError(f"unknown baseline {name!r}, expected one of {sorted(KEYS)}")
-    return {split: records(documents(rows[split]), preds[split], labels) for split in ("dev", "test")} | {
-        "setting": preds["setting"]}
+    out = {split: records(documents(rows[split]), preds[split], labels) for split in ("dev", "test")}
+    return out | {k: v for k, v in preds.items() if k in ("setting", "fitted")}
 
 
 def records(docs: list[dict], preds: list, labels: list[str]) -> list[dict]:
@@ -77,7 +78,7 @@ def _tfidf_lr(rows: dict[str, list[dict]], labels: list[str], c_grid: list[float
             best = (score, c, model, pred)
     score, c, model, dev_pred = best
     sweep = {"C": c, "dev_macro_f1": float(score), "vocabulary": len(vectorizer.vocabulary_)}
-    return {"dev": dev_pred, "test": model.predict(x["test"]).tolist(), "setting": sweep}
+    return {"dev": dev_pred, "test": model.predict(x["test"]).tolist(), "setting": sweep, "fitted": (vectorizer, model)}
 
 
 def documents(rows: list[dict]) -> list[dict]:
