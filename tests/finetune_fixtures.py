@@ -90,8 +90,9 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
 
 def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,
                 epochs: int = 2, cls_dose_response: str | None = None, lr_grid: tuple[float, ...] = (1.0,),
-                workers: int = 1) -> FinetuneParams:
-    """Params for a seconds-long run on the fixtures (no baselines: the tests that want them add them)."""
+                workers: int = 1, operational: bool = False) -> FinetuneParams:
+    """Params for a seconds-long run on the fixtures (no baselines: the tests that want them add them); the
+    operational measurement only with ``operational`` (3 batches of 1 doc and 2 of 4 docs, after 1 warm-up)."""
     task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
             "batch_size": 4, "length_group_batches": 2,
             "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
@@ -100,6 +101,7 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
             "truncation": "head", "head_tokens": 0}
     return FinetuneParams.model_validate({
         "seeds": seeds, "sweep_seed": 99, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,
+        "operational": {"enabled": operational, "threads": 1, "timed_batches": {1: 3, 4: 2}, "warmup_batches": 1},
         "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
         "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
     })

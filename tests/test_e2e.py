@@ -38,6 +38,7 @@ TINY = {
     "finetune.ner.max_dev_docs": 24,
     "finetune.ner.max_test_docs": 32,
     "finetune.ner.max_epochs": 1,
+    "finetune.operational.timed_batches": {1: 4, 32: 2},
 }
 MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 30}
 

@@ -121,14 +121,24 @@ def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     caller's random state is untouched and the same seed always gives the same weights. The other variants
     ignore ``seed``. A masked-LM checkpoint loads as its base model (the MLM head is dropped).
     """
-    config = AutoConfig.from_pretrained(folder)
-    # BERT-family base models build a pooler unless told not to (callers pool themselves); ModernBERT has none
-    no_pooler = {"add_pooling_layer": False} if config.model_type in POOLER_MODEL_TYPES else {}
     if variant != "random":
-        return AutoModel.from_pretrained(folder, **no_pooler)
+        return encoder_from_folder(folder)
+    config = AutoConfig.from_pretrained(folder)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return AutoModel.from_config(config, **no_pooler)
+        return AutoModel.from_config(config, **_no_pooler(config))
+
+
+def encoder_from_folder(folder: Path) -> PreTrainedModel:
+    """The bare encoder saved in ``folder`` (``save_pretrained``; a masked LM loads as its base model), from
+    safetensors only: ``from_pretrained`` raises ``OSError`` when the folder has no ``.safetensors`` weights."""
+    config = AutoConfig.from_pretrained(folder)
+    return AutoModel.from_pretrained(folder, use_safetensors=True, **_no_pooler(config))
+
+
+def _no_pooler(config) -> dict:
+    # BERT-family base models build a pooler unless told not to (callers pool themselves); ModernBERT has none
+    return {"add_pooling_layer": False} if config.model_type in POOLER_MODEL_TYPES else {}
 
 
 def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from tasks.config.base import StrictModel, Variant, require_unique
 
@@ -105,6 +105,20 @@ class TaskParams(StrictModel):
         return self
 
 
+class OperationalParams(StrictModel):
+    """How the finetune stage measures each fine-tuned model after training (``tasks/finetune/operational.py``):
+    latency per document, peak memory, parameter count and size on disk."""
+
+    enabled: bool = Field(description="measure every arm's model (its first reported seed) and tfidf-lr; false = skip")
+    threads: int = Field(gt=0, description="torch intra-op threads of the measuring process (runs alone, after "
+                         "training)")
+    timed_batches: dict[PositiveInt, PositiveInt] = Field(
+        min_length=1, description="batch size (docs or ner windows) -> batches timed at that size, cycling through "
+        "the test examples; p50/p95 are over these batches"
+    )
+    warmup_batches: int = Field(ge=0, description="untimed batches run first at each batch size (allocator, caches)")
+
+
 class FinetuneParams(StrictModel):
     """Params of the ``finetune`` stage (a DVC foreach over ``cls`` and ``ner``)."""
 
@@ -115,6 +129,7 @@ class FinetuneParams(StrictModel):
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
     workers: int = Field(gt=0, description="runs trained at once, one process each (1 = in-process)")
+    operational: OperationalParams
     cls: TaskParams
     ner: TaskParams
 

@@ -6,7 +6,9 @@ same budget; each run selects its epoch on dev (early stopping) and scores test 
 (``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the whole train split
 and score the same test docs. Per arm the stage reports mean, std and a Student-t interval over seeds, the
 per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
-names the best arm and the best baseline on dev. Test predictions go to
+names the best arm and the best baseline on dev. ``operational`` (``params.finetune.operational``) measures each
+arm's model, as its first reported seed saved it, and tfidf-lr after all training: latency per document at each
+batch size of ``timed_batches``, peak memory, parameters and size on disk. Test predictions go to
 ``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``, cls also
 ``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability of
 its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each
@@ -29,7 +31,7 @@ import datasets
 from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune import baselines
+from tasks.finetune import baselines, operational
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
 from tasks.finetune.sweep import log_job, sweep_and_train
@@ -55,19 +57,24 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     jobs = [make_job(item, spec, tcfg, data[tok_of[spec.variant]]["rows"], labels, paths.models)
             for spec in tcfg.configs]  # fmt: skip
     dose = dose_jobs(item, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models) if tcfg.dose_response else {}
-    results = sweep_and_train(jobs + list(dose.values()), cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, cfg.torch_threads,
-                              cfg.workers)  # fmt: skip
+    arms = jobs + list(dose.values())
+    save_to = {job.key: operational.folder_for(out_dir, job.key) for job in arms} if cfg.operational.enabled else {}
+    results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, cfg.torch_threads, cfg.workers, save_to)
+    measured = operational.measure_arms(arms, out_dir, cfg.operational, log) if save_to else {}
     runs = {}
-    for job in jobs + list(dose.values()):
+    for job in arms:
         with log.child(f"{item}/{job.key}") as parent:
-            runs[job.key] = record_job(job, results[job.key], cfg, out_dir, parent)
+            runs[job.key] = record_job(job, results[job.key], cfg, out_dir, parent, measured.get(job.key))
     any_tok = data[toks[0]]
     for name in tcfg.baselines:
         with log.child(f"{item}/{baselines.KEYS[name]}") as child:
-            runs[baselines.KEYS[name]] = run_baseline(item, name, any_tok, labels, tcfg, cfg, out_dir, child)
+            runs[baselines.KEYS[name]], timed = run_baseline(item, name, any_tok, labels, tcfg, cfg, out_dir, child)
+        measured |= {baselines.KEYS[name]: timed} if timed else {}
+    operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
+    extra |= {"operational": measured} if cfg.operational.enabled else {}
     return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
             "selection": select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines], item),
             **extra, "metric_implementations": TASKS[item].METRIC_IMPLEMENTATIONS,
@@ -175,11 +182,14 @@ def dose_jobs(item: str, tcfg: TaskParams, rows: dict, labels: list[str], models
     return jobs
 
 
-def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log) -> dict:
-    """Write each seed's test predictions, log the arm (``sweep.log_job``); returns its ``metrics.runs`` entry."""
+def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, measured: dict | None) -> dict:
+    """Write each seed's test predictions, log the arm (``sweep.log_job``) and its ``measured`` operational
+    numbers (``operational/...`` metrics; None: not measured); returns its ``metrics.runs`` entry."""
     predictions = {res["seed"]: write_predictions(out_dir / job.key / f"seed{res['seed']}.test.jsonl",
                                                   res["test_records"]) for res in result["seeds"]}  # fmt: skip
     log_job(log, job, result, cfg.seeds, predictions)
+    if measured is not None:
+        log.metrics({"operational": measured})
     entry = aggregate(job.task, result["seeds"], cfg, log.run_id)
     select = f"dev_best_{job.task.SELECT_METRIC}"
     entry["lr_sweep"] = {"seed": cfg.sweep_seed, "chosen_scale": result["scale"], "metric": select,
@@ -191,9 +201,10 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log) 
 
 
 def run_baseline(item: str, name: str, data: dict, labels: list[str], tcfg: TaskParams, cfg: FinetuneParams,
-                 out_dir: Path, log) -> dict:  # fmt: skip
+                 out_dir: Path, log) -> tuple[dict, dict | None]:  # fmt: skip
     """Fit baseline ``name`` on the whole train split (``baselines.fit_predict``), score dev and the kept test
-    docs, write its predictions; returns its ``metrics.runs`` entry (one deterministic run, seed 0)."""
+    docs, write its predictions; returns its ``metrics.runs`` entry (one deterministic run, seed 0) and its
+    operational numbers (``operational.measure_tfidf``: tfidf-lr with ``operational.enabled``; else None)."""
     task, key = TASKS[item], baselines.KEYS[name]
     rows = {"train": data["all_rows"]["train"], "dev": data["all_rows"]["dev"], "test": data["rows"]["test"]}
     fit = baselines.fit_predict(name, rows, labels, tcfg.baseline_c_grid)
@@ -202,10 +213,16 @@ def run_baseline(item: str, name: str, data: dict, labels: list[str], tcfg: Task
     log.params({"task": item, "baseline": name, **fit["setting"]})
     log.metrics(task.headline(test))
     log.artifact(path, "predictions")
+    timed = None
+    if "fitted" in fit and cfg.operational.enabled:
+        texts = [r["text"] for r in rows["test"]]
+        timed = operational.measure_tfidf(*fit["fitted"], texts, cfg.operational, operational.folder_for(out_dir, key))
+        log.metrics({"operational": timed})
+        log.info(operational.summary(key, timed))
     seed = {"seed": baselines.SEED, "test": task.headline(test), "details": task.details(test), "diverged": False,
             f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "train_docs": len(rows["train"]),
             "dev_docs": len(rows["dev"]), **{k: v for k, v in fit["setting"].items() if k != "dev_macro_f1"}}
-    return aggregate(task, [seed], cfg, log.run_id) | {"baseline": name}
+    return aggregate(task, [seed], cfg, log.run_id) | {"baseline": name}, timed
 
 
 def write_test_items(path: Path, rows: list[dict]) -> Path:

@@ -42,8 +42,9 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], c_gri
     ``rows`` are the tokenize rows of each split (cls: ``doc_id, text, label``; ner: one row per window with
     ``doc_id, words, word_tags``). Returns ``{"dev": records, "test": records, "setting": {...}}`` with the
     prediction records of the task module (cls: ``doc_id, gold, pred, probs, truncated, seen_fraction``, the
-    full text seen; ner: ``doc_id, gold, pred, probs``: word tags and per-word probabilities per sentence).
-    Raises ``ValueError`` for another name.
+    full text seen; ner: ``doc_id, gold, pred, probs``: word tags and per-word probabilities per sentence);
+    ``tfidf-lr`` also returns ``fitted``: ``(vectorizer, classifier)``, for the operational timing. Raises
+    ``ValueError`` for another name.
     """
     if name == "majority":
         preds = _majority(rows, labels)
@@ -53,8 +54,8 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], c_gri
         preds = _memorise(rows)
     else:
         raise ValueError(f"unknown baseline {name!r}, expected one of {sorted(KEYS)}")
-    return {split: records(documents(rows[split]), preds[split], labels) for split in ("dev", "test")} | {
-        "setting": preds["setting"]}
+    out = {split: records(documents(rows[split]), preds[split], labels) for split in ("dev", "test")}
+    return out | {k: v for k, v in preds.items() if k in ("setting", "fitted")}
 
 
 def records(docs: list[dict], preds: list[tuple], labels: list[str]) -> list[dict]:
@@ -95,7 +96,8 @@ def _tfidf_lr(rows: dict[str, list[dict]], labels: list[str], c_grid: list[float
             best = (score, c, model)
     score, c, model = best
     sweep = {"C": c, "dev_macro_f1": float(score), "vocabulary": len(vectorizer.vocabulary_)}
-    return {split: _with_probs(model, x[split], len(labels)) for split in ("dev", "test")} | {"setting": sweep}
+    return {split: _with_probs(model, x[split], len(labels)) for split in ("dev", "test")} | {
+        "setting": sweep, "fitted": (vectorizer, model)}
 
 
 def _with_probs(model: LogisticRegression, x, n_labels: int) -> list[tuple[int, list[float]]]:

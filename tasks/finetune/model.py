@@ -8,16 +8,20 @@ is the feature-based setting of the same paper (sec. 5.3).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel
 
-from tasks.common.encoders import load_encoder
+from tasks.common.encoders import encoder_from_folder, load_encoder
 from tasks.common.optim import decay_groups
 
 POOLING = {"cls-pool": "cls", "mean-pool": "mean", "first": "token", "all": "token"}
+#: Files ``save_model`` writes next to the encoder's ``config.json`` and ``model.safetensors``.
+HEAD_WEIGHTS, HEAD_CONFIG = "head.safetensors", "head.json"
 
 
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -76,6 +80,27 @@ def build_model(variant: str, folder: Path, head: str, n_labels: int, mode: str,
     encoder = load_encoder(variant, folder, seed)
     torch.manual_seed(seed)
     return EncoderWithHead(encoder, n_labels, POOLING[head], dropout, frozen=mode == "frozen")
+
+
+def save_model(model: EncoderWithHead, folder: Path) -> Path:
+    """Save ``model`` to ``folder`` in safetensors only: the encoder with ``save_pretrained`` (``config.json``,
+    ``model.safetensors``; transformers 5 writes no other weight format), the head's weights in
+    ``head.safetensors`` and its pooling and label count in ``head.json``. Returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.encoder.save_pretrained(folder)
+    save_file(model.head.state_dict(), folder / HEAD_WEIGHTS)
+    head = {"pooling": model.pooling, "n_labels": model.head.out_features}
+    (folder / HEAD_CONFIG).write_text(json.dumps(head) + "\n", encoding="utf-8")
+    return folder
+
+
+def load_model(folder: Path) -> EncoderWithHead:
+    """The ``EncoderWithHead`` that ``save_model`` wrote to ``folder``, in eval mode (an inference copy: dropout
+    is off in eval mode, so its rate is 0 and not the training one). Raises ``OSError`` without safetensors."""
+    head = json.loads((folder / HEAD_CONFIG).read_text(encoding="utf-8"))
+    model = EncoderWithHead(encoder_from_folder(folder), head["n_labels"], head["pooling"], 0.0, frozen=False)
+    model.head.load_state_dict(load_file(folder / HEAD_WEIGHTS))
+    return model.eval()
 
 
 def optimizer_for(model: EncoderWithHead, lr_encoder: float, lr_head: float, weight_decay: float):

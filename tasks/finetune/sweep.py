@@ -28,12 +28,12 @@ from tasks.finetune.training import Run, train_and_test
 
 
 def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], threads: int,
-                    workers: int) -> dict[str, dict]:  # fmt: skip
+                    workers: int, save_to: dict[str, Path]) -> dict[str, dict]:  # fmt: skip
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
     ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed``. An arm's seeds start as
     soon as its own sweep is done, and the costliest arms go first (``expected_cost``), so no worker idles while
-    one long arm finishes.
+    one long arm finishes. The run of ``seeds[0]`` of an arm whose key is in ``save_to`` saves its model there.
     """
     state = {job.key: {"sweep": {}, "seeds": {}} for job in jobs}
 
@@ -46,7 +46,8 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
         if len(entry["sweep"]) < len(grid):
             return []
         entry["scale"] = best_scale(entry["sweep"], grid)
-        return [Run(run.job, seed, entry["scale"]) for seed in seeds]
+        folder = save_to.get(run.job.key)
+        return [Run(run.job, seed, entry["scale"], folder if seed == seeds[0] else None) for seed in seeds]
 
     with Runner(threads, workers) as runner:
         runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in grid], follow,

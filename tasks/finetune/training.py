@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks.finetune.model import build_model, optimizer_for
+from tasks.finetune.model import build_model, optimizer_for, save_model
 
 #: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
 TRAINED_ENCODERS = ("reference", "adapted")
@@ -24,15 +25,18 @@ TRAINED_ENCODERS = ("reference", "adapted")
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates."""
+    """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates;
+    ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement."""
 
     job: object
     seed: int
     lr_scale: float
+    save_to: Path | None = None
 
 
 def train_and_test(run: Run, show_progress: bool = True) -> dict:
-    """Train ``run`` with early stopping on dev and score test once.
+    """Train ``run`` with early stopping on dev and score test once; save the model (best epoch) to
+    ``run.save_to`` when set.
 
     Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
     ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` and the facts of ``train``.
@@ -43,8 +47,11 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     started = time.perf_counter()
     fit = train(model, run, show_progress)
     test_recs, scores = evaluate(model, job, "test")
-    return {"seed": run.seed, "test": job.task.headline(scores), "details": job.task.details(scores), **fit,
-            "train_seconds": round(time.perf_counter() - started, 1), "test_records": test_recs}
+    result = {"seed": run.seed, "test": job.task.headline(scores), "details": job.task.details(scores), **fit,
+              "train_seconds": round(time.perf_counter() - started, 1), "test_records": test_recs}
+    if run.save_to is not None:
+        save_model(model, run.save_to)
+    return result
 
 
 def learning_rates(run: Run) -> tuple[float, float]:
