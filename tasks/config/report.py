@@ -44,6 +44,7 @@ class ReportParams(StrictModel):
         ge=0, lt=1, description="an arm with a larger share of diverged seeds makes its claims not resolvable"
     )
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
+    calibration_bins: int = Field(ge=1, description="equal-mass bins of the expected calibration error (ECE)")
     figure_runs: FigureRuns
     figure_metrics: FigureMetrics
     mlflow_ui_url: str = Field(pattern=r"^https?://", description="MLflow UI base URL the run-id links point at")

@@ -29,7 +29,7 @@ from tasks.report import figures as fig
 from tasks.report import render
 from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims
 from tasks.report.evaluation import Row, evaluate_all
-from tasks.report.evidence import evidence_tables
+from tasks.report.evidence import evidence_tables, reliability_curves
 from tasks.report.ledger import build_ledger
 from tasks.report.slices import slice_tables
 from tasks.report.statistics import VERDICTS, StatsConfig
@@ -47,7 +47,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     slices = slice_tables(claims, metrics, stats_config(cfg))
     figures = draw_figures(cfg, paths, metrics, rows)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
-    tables = evidence_tables(metrics, cfg.confidence_level)
+    tables = evidence_tables(metrics, stats_config(cfg))
     write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables)
     for path in report_files(paths):
         log.artifact(path, "report")
@@ -72,7 +72,7 @@ def report_files(paths: Paths) -> list[Path]:
 def stats_config(cfg: ReportParams) -> StatsConfig:
     """The statistics settings of the params section."""
     return StatsConfig(cfg.confidence_level, cfg.paired_method, cfg.bootstrap_resamples, cfg.bootstrap_seed,
-                       cfg.max_diverged_seed_fraction, cfg.slice_bootstrap_resamples)
+                       cfg.max_diverged_seed_fraction, cfg.slice_bootstrap_resamples, cfg.calibration_bins)
 
 
 def summarize(rows: list[Row]) -> dict[str, int]:
@@ -118,6 +118,10 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
             metrics, cfg.figure_runs.cls, out / "cls_confusion.png", dpi),
         "NER span errors": lambda: fig.span_errors(metrics, cfg.figure_runs.ner, out / "ner_span_errors.png", dpi),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
+        "Classification: reliability diagram": lambda: fig.reliability_diagram(
+            reliability_curves("cls", metrics), out / "reliability_cls.png", cfg.calibration_bins, dpi),
+        "NER: reliability diagram (predicted entity spans)": lambda: fig.reliability_diagram(
+            reliability_curves("ner", metrics), out / "reliability_ner.png", cfg.calibration_bins, dpi),
         "Classification: score against pretraining steps": lambda: fig.dose_response(
             metrics, "cls", cfg.figure_metrics.cls, level, out / "dose_cls.png", dpi),
         "NER: score against pretraining steps": lambda: fig.dose_response(

@@ -6,7 +6,7 @@ the reason; it never disappears from the table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from tasks.common.provenance import Lock
 from tasks.report import bootstrap as bs
 from tasks.report.claims import MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
 from tasks.report.confounders import measure_confounders
+from tasks.report.evidence import CALIBRATION_METRICS, HEADLINE, arm_calibration, calibration_estimates
 from tasks.report.items import metric_function, with_items
 from tasks.report.statistics import (
     Estimate,
@@ -86,14 +87,21 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     row.run_ids = sorted(set(treat.run_ids) | set(base.run_ids))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
     row.notes += few_seeds_notes(treat, base)
-    row.effect_size = bs.cohens_d(treat.values, base.values) if claim.kind == "difference" else None
+    calibration = claim.metric in CALIBRATION_METRICS  # per-seed values are the headline metric, not calibration
+    row.effect_size = bs.cohens_d(treat.values, base.values) if claim.kind == "difference" and not calibration else None
     if claim.task in ("cls", "ner") and claim.kind == "difference":
         row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
     return row
 
 
 def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
-    """The sample of one arm, with its test items (restricted to ``claim.items``) for a finetune reference."""
+    """The sample of one arm, with its test items (restricted to ``claim.items``) for a finetune reference.
+
+    A calibration metric (``test_ece``, ``test_brier``) resolves the arm by its task's headline metric (seeds,
+    diverged seeds, run ids) and carries its ``calibration.ArmCalibration`` as ``items``."""
+    if claim.metric in CALIBRATION_METRICS and ref.startswith("finetune/"):
+        sample = resolve(ref, HEADLINE[claim.task], metrics)
+        return replace(sample, items=arm_calibration(claim.task, sample.run_key, metrics))
     sample = resolve(ref, claim.metric, metrics)
     if ref.startswith("finetune/"):
         return with_items(sample, ref.split("/")[1], claim.metric, metrics, claim.items)
@@ -146,6 +154,8 @@ def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
     else the t-interval over its units (or Clopper-Pearson for a rate)."""
     if sample.items is None:
         return _arm_estimate(sample, cfg.level)
+    if metric in CALIBRATION_METRICS:
+        return calibration_estimates([sample.items], CALIBRATION_METRICS[metric], cfg, cfg.resamples)[0][0]
     return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples)
 
 
@@ -165,6 +175,8 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         tests = binomial_tests(*treat.proportion) if treat.proportion else t_tests(np.asarray(treat.values))
         verdict, reason, p = bound_verdict(t_est, claim.min_effect, tests)
         return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound", p_value=p)
+    if claim.metric in CALIBRATION_METRICS:
+        return _calibration_estimate(claim, treat, base, cfg)
     if treat.items is not None and base.items is not None:
         return _item_estimate(claim, treat, base, cfg)
     if treat.proportion and base.proportion and len(treat.units) == len(base.units) == 1:
@@ -181,6 +193,27 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         tests = welch_tests(t_vals, b_vals) if diff.has_ci else untestable()
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p)
+
+
+def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
+    """ECE or Brier score of both arms from one paired hierarchical bootstrap (``evidence.calibration_estimates``).
+    Lower is better calibrated, so the difference is ``baseline - treatment``: positive favours the treatment,
+    as in every other claim, and a negative ``min_effect`` is a non-inferiority margin."""
+    if treat.items is None or base.items is None:
+        raise NotRun(f"{claim.metric} needs finetune references with test predictions")
+    statistic = CALIBRATION_METRICS[claim.metric]
+    (t_est, b_est), reps = calibration_estimates([treat.items, base.items], statistic, cfg, cfg.resamples)
+    gains = reps[:, 1] - reps[:, 0]
+    low, high = bs.percentile_ci(gains, cfg.level, (-1.0, 1.0) if statistic == "ece" else (-2.0, 2.0))
+    diff = Estimate(b_est.mean - t_est.mean, low, high, t_est.n, t_est.method)
+    tests = Tests(lambda m: bs.p_value(gains, m, "greater"), lambda m: bs.p_value(gains, m, "less"),
+                  lambda m: bs.tost_p_value(gains, abs(m)))
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
+    seeds = f"{len(treat.items.seeds)} vs {len(base.items.seeds)} seeds"
+    pairing = (f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
+               f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins")
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p,
+               items=f"{t_est.n} test items x {seeds}")
 
 
 def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:

@@ -6,27 +6,38 @@ Each builder returns ``render.Grid`` tables, or a ``not computed: <why>`` string
 
 from __future__ import annotations
 
+import numpy as np
+
+from tasks.report import bootstrap as bs
+from tasks.report.calibration import ArmCalibration, calibration_estimate, load_calibration, replicates
 from tasks.report.claims import MALFORMED, Metrics, NotRun, dig
-from tasks.report.statistics import proportion_ci
+from tasks.report.statistics import Estimate, StatsConfig, proportion_ci
 
 #: Section titles, in report order.
-PAIRS = "Behavioural: minimal pairs"
+PAIRS, CALIBRATION, COST = "Behavioural: minimal pairs", "Operational: calibration", "Operational: inference cost"
+#: Claim metrics that are calibration statistics (lower is better) -> ``calibration.Statistic``.
+CALIBRATION_METRICS = {"test_ece": "ece", "test_brier": "brier"}
+#: Each task's headline metric: of its slice table, and the seed-level metric by which a calibration claim's
+#: arms are gated and linked (diverged seeds, run ids).
+HEADLINE = {"cls": "test_macro_f1", "ner": "test_entity_f1"}
+TASKS = ("cls", "ner")
 
 
-def evidence_tables(metrics: Metrics, level: float) -> dict[str, list | str]:
+def evidence_tables(metrics: Metrics, cfg: StatsConfig) -> dict[str, list | str]:
     """``{section title: grids or why not}`` for every section of this module."""
     out: dict[str, list | str] = {}
-    for title, build in ((PAIRS, pair_grids),):
+    for title, build in ((PAIRS, pair_grids), (CALIBRATION, calibration_grids), (COST, cost_grids)):
         try:
-            out[title] = build(metrics, level)
+            out[title] = build(metrics, cfg)
         except (NotRun, *MALFORMED) as why:
             out[title] = f"not computed: {why}"
     return out
 
 
-def pair_grids(metrics: Metrics, level: float) -> list:
+def pair_grids(metrics: Metrics, cfg: StatsConfig) -> list:
     """Accuracy per phenomenon (rows) and model (columns) with a Clopper-Pearson interval over pairs, and the
     pairs whose two sentences have unequal token counts under each model's tokenizer."""
+    level = cfg.level
     pairs = dig(metrics.get("probe"), ["minimal_pairs"], "metrics/probe.json")
     variants = dig(pairs, ["variants"], "metrics/probe.json minimal_pairs")
     phenomena = list(pairs["phenomena"]) + ["all"]
@@ -47,3 +58,147 @@ def accuracy_cell(counts: dict, level: float) -> str:
     est = proportion_ci(int(counts["passed"]), int(counts["pairs"]), level)
     ties = f", {counts['ties']} ties" if counts.get("ties") else ""
     return f"{est.mean:.4f} [{est.low:.4f}, {est.high:.4f}] {counts['passed']}/{counts['pairs']}{ties}"
+
+
+# --- calibration -------------------------------------------------------------------------------------------
+
+
+def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration:
+    """The calibration units of one finetune run (every seed it ran), from the prediction files; raises
+    ``NotRun`` when the predictions folder, the run or its ``probs`` are missing."""
+    if metrics.predictions is None:
+        raise NotRun("no predictions folder (data/finetune): calibration needs the test predictions")
+    where = f"metrics/finetune_{task}.json"
+    finetune = metrics.get(f"finetune_{task}")
+    seeds = sorted(int(s) for s in dig(finetune, ["runs", run_key, "details", "per_seed"], where))
+    try:
+        return load_calibration(metrics.predictions, task, run_key, seeds, finetune.get("labels") or [])
+    except ValueError as err:
+        raise NotRun(str(err)) from None
+
+
+def calibration_estimates(arms: list[ArmCalibration], statistic: str, cfg: StatsConfig,
+                          resamples: int) -> tuple[list[Estimate], np.ndarray]:  # fmt: skip
+    """Each arm's estimate and the bootstrap replicates ``(resamples, n_arms)``, from one paired hierarchical
+    bootstrap (``calibration.replicates``, seeds then test items, the same item draw for every arm).
+
+    Brier: the mean over seeds with a percentile interval. ECE: binned ECE is biased upward on a few hundred
+    units (Kumar et al. 2019) and a resample adds to the bias, so the point is the bootstrap bias-corrected
+    ``2 * ECE - mean(replicates)`` and the interval the basic (reflected) one, ``2 * ECE - quantiles``
+    (Davison & Hinkley 1997, sec. 2.4 and 5.2), clipped to [0, 1]; the returned replicates are reflected too.
+    """
+    reps = replicates(arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed))
+    points = np.array([calibration_point(arm, statistic, cfg.calibration_bins) for arm in arms])
+    if statistic == "ece":
+        reps = 2 * points - reps
+    method = (f"{'bias-corrected, basic' if statistic == 'ece' else 'percentile'} hierarchical bootstrap over "
+              f"seeds and {len(arms[0].doc_ids)} test items ({resamples} resamples)")  # fmt: skip
+    out = []
+    for j, arm in enumerate(arms):
+        low, high = bs.percentile_ci(reps[:, j], cfg.level, (0.0, 1.0 if statistic == "ece" else 2.0))
+        mean = float(np.clip(reps[:, j].mean(), 0.0, 1.0)) if statistic == "ece" else float(points[j])
+        out.append(Estimate(mean, low, high, len(arm.doc_ids), method))
+    return out, reps
+
+
+def calibration_point(arm: ArmCalibration, statistic: str, n_bins: int) -> float:
+    """The plug-in value (mean over seeds) of ``statistic`` for ``arm`` (``calibration.calibration_estimate``
+    with one resample only computes it; the point does not depend on the draw)."""
+    return calibration_estimate(arm, statistic, n_bins, 1, np.random.default_rng(0), 0.5).point
+
+
+def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
+    """Per task, every arm and baseline with prediction files: ECE (bias-corrected, basic bootstrap CI),
+    the plug-in ECE, the Brier score (percentile CI) and the units (docs or predicted spans) pooled over seeds."""
+    grids = []
+    for task in TASKS:
+        finetune = metrics.optional(f"finetune_{task}")
+        if finetune is None:
+            continue
+        unit = "docs" if task == "cls" else "predicted entity spans"
+        header = ["run", f"ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} CI]", "ECE (plug-in)",
+                  f"Brier [{cfg.level:.0%} CI]", f"seeds x {unit}"]  # fmt: skip
+        body = [calibration_row(task, key, metrics, cfg) for key in sorted(finetune.get("runs", {}))]
+        grids.append((f"{task}: calibration of the test predictions ({unit})", header, body))
+    if not grids:
+        raise NotRun("no metrics/finetune_<task>.json")
+    return grids
+
+
+def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig) -> list[str]:
+    """One run's cells of the calibration table, or why they are missing."""
+    try:
+        arm = arm_calibration(task, run_key, metrics)
+        (ece_est,), _ = calibration_estimates([arm], "ece", cfg, cfg.slice_resamples)
+        (brier_est,), _ = calibration_estimates([arm], "brier", cfg, cfg.slice_resamples)
+    except (NotRun, ValueError) as why:
+        return [run_key, f"not computed: {why}", "-", "-", "-"]
+    units = sum(u.confidence.size for u in arm.per_seed)
+    return [run_key, f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
+            f"{calibration_point(arm, 'ece', cfg.calibration_bins):.4f}",
+            f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]", f"{len(arm.seeds)} x {units}"]
+
+
+def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
+    """``{run key: (confidence, correct)}`` pooled over seeds, for every run of ``task`` with usable prediction
+    files (the reliability diagram's input); raises ``NotRun`` when none has."""
+    finetune = metrics.get(f"finetune_{task}")
+    curves = {}
+    for key in sorted(finetune.get("runs", {})):
+        try:
+            curves[key] = arm_calibration(task, key, metrics).pooled()
+        except NotRun:
+            continue
+    if not curves:
+        raise NotRun(f"no {task} run has test predictions with probs")
+    return curves
+
+
+# --- inference cost ----------------------------------------------------------------------------------------
+
+def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
+    """Per task, the latency at each measured batch size, memory, parameter count and size of every measured
+    run (``operational`` in metrics/finetune_<task>.json), and the latencies on a GPU under bf16 when measured."""
+    grids = []
+    for task in TASKS:
+        measured = dict(sorted(((metrics.optional(f"finetune_{task}") or {}).get("operational") or {}).items()))
+        if not measured:
+            continue
+        sizes = sorted({size for entry in measured.values() for size in entry.get("batch") or {}}, key=int)
+        header = ["run", "device, threads", "tokens per doc, mean (max)",
+                  *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), f"batch {sizes[-1]}: docs/s",
+                  "peak RSS MiB (+ over start)", "parameters", "size on disk MiB"]  # fmt: skip
+        grids.append((f"{task}: inference cost on this machine, measured in the run", header,
+                       [cost_row(key, entry, sizes) for key, entry in measured.items()]))  # fmt: skip
+        gpu = {key: entry["cuda_bf16"] for key, entry in measured.items() if entry.get("cuda_bf16")}
+        if gpu:
+            grids.append((f"{task}: inference cost on the GPU, bf16 autocast", ["run", "device",
+                          *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), "peak allocated MiB"],
+                          [gpu_row(key, entry, sizes) for key, entry in gpu.items()]))  # fmt: skip
+    if not grids:
+        raise NotRun("no operational measurements in metrics/finetune_<task>.json (finetune.operational.enabled)")
+    return grids
+
+
+def latency_cell(timing: dict | None) -> str:
+    """``p50 / p95`` in ms per doc of one batch size, or ``-``."""
+    return f"{timing['p50_ms_per_doc']:.3g} / {timing['p95_ms_per_doc']:.3g}" if timing else "-"
+
+
+def cost_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
+    """One run's cells of the cost table (``-`` where a measurement does not apply, e.g. tfidf-lr's memory)."""
+    batch = entry.get("batch") or {}
+    largest = batch.get(sizes[-1])
+    peak, grew = entry.get("peak_rss_mib"), entry.get("rss_increase_mib")
+    tokens = entry.get("mean_tokens_per_doc")
+    return [key, f"{entry.get('device')}, {entry.get('threads') or '-'} threads",
+            f"{tokens:.0f} ({entry.get('seq_len_tokens')})" if tokens is not None else "full text (not tokens)",
+            *(latency_cell(batch.get(size)) for size in sizes), f"{largest['docs_per_s']:.1f}" if largest else "-",
+            "-" if peak is None else f"{peak:.0f} (+{grew:.0f})", f"{entry.get('parameters'):,}",
+            f"{entry.get('size_on_disk_mib', float('nan')):.2f}"]  # fmt: skip
+
+
+def gpu_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
+    """One run's cells of the GPU cost table."""
+    cells = [latency_cell((entry.get("batch") or {}).get(size)) for size in sizes]
+    return [key, str(entry.get("device_name")), *cells, f"{entry.get('peak_allocated_mib', float('nan')):.0f}"]

@@ -16,11 +16,9 @@ import numpy as np
 
 from tasks.report.claims import MALFORMED, ClaimsFile, Metrics, NotRun, finetune_run, resolve
 from tasks.report.evaluation import counts_estimate
+from tasks.report.evidence import HEADLINE  # the metric of each task's slice table
 from tasks.report.items import Items, metric_function, read_test_items, with_items
 from tasks.report.statistics import Estimate, StatsConfig
-
-#: The metric of each task's slice table.
-HEADLINE = {"cls": "test_macro_f1", "ner": "test_entity_f1"}
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class StatsConfig:
     seed: int
     max_diverged_fraction: float = 0.0
     slice_resamples: int = 2000
+    calibration_bins: int = 15
 
     @property
     def alpha(self) -> float:
