@@ -12,6 +12,7 @@ from tasks.common.provenance import Lock
 from tasks.report.claims import Claim, Metrics
 from tasks.report.evaluation import evaluate
 from tasks.report.evidence import calibration_grids, cost_grids, reliability_curves
+from tasks.report.ledger import operational_cost
 from tasks.report.statistics import StatsConfig
 
 LABELS = ["a", "b"]
@@ -103,5 +104,7 @@ def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     assert cost_header[3:5] == ["batch 1: p50 / p95 ms per doc", "batch 32: p50 / p95 ms per doc"]
     assert cost_body == [[CALIBRATED, "cpu, 2 threads", "120 (128)", "4 / 6.5", "1.5 / 1.9", "650.0", "450 (+70)",
                           "1,350,000", "5.20"]]
+    assert operational_cost(metrics) == {f"cls {CALIBRATED}": (
+        "cpu: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; 5.20 MiB on disk")}
     curves = reliability_curves("cls", metrics)
     assert set(curves) == {CALIBRATED, OVERCONFIDENT} and len(curves[CALIBRATED][0]) == 3 * N

@@ -39,6 +39,7 @@ def build_ledger(question: str, root: Path, metrics: Metrics, lock: Lock) -> dic
         "pretrained model quality (metrics/pretrain.json)": pretrain_quality(metrics),
         "seeds": seeds(metrics, params),
         "hardware": hardware(metrics),
+        "operational cost (metrics/finetune_<task>.json operational)": operational_cost(metrics),
         "library versions": library_versions(),
         "metric implementations": metric_implementations(metrics),
     }
@@ -109,6 +110,22 @@ def seeds(metrics: Metrics, config: dict[str, str]) -> dict[str, str]:
                       for entry in run.values() if isinstance(entry, dict) for s in entry.get("seeds") or []})
         out[f"finetune {task} seeds run"] = ", ".join(ran) if ran else "not run"
     return out
+
+
+def operational_cost(metrics: Metrics) -> dict[str, str]:
+    """Per measured run: latency per doc (p50) at each batch size, peak memory, parameters and size on disk,
+    as the finetune stage measured them (the report's inference-cost table has the p95s too)."""
+    out = {}
+    for task in ("cls", "ner"):
+        measured = (metrics.optional(f"finetune_{task}") or {}).get("operational") or {}
+        for key, entry in sorted(measured.items()):
+            batches = ", ".join(f"batch {size} p50 {t['p50_ms_per_doc']:.3g} ms/doc"
+                                for size, t in (entry.get("batch") or {}).items())  # fmt: skip
+            peak = entry.get("peak_rss_mib")
+            memory = f"peak RSS {peak:.0f} MiB" if peak is not None else "memory not measured"
+            out[f"{task} {key}"] = (f"{entry.get('device')}: {batches}; {memory}; {entry.get('parameters'):,} "
+                                    f"parameters; {entry.get('size_on_disk_mib', float('nan')):.2f} MiB on disk")
+    return out or {"finetune": "not measured (finetune.operational.enabled, or no finetune metrics)"}
 
 
 def hardware(metrics: Metrics) -> dict[str, str]:
