@@ -25,6 +25,17 @@ def test_equal_mass_bins_sort_stably_and_split_like_array_split():
         cal.equal_mass_bins([0.5], 0)
 
 
+def test_tied_confidences_share_a_bin_whatever_the_unit_order():
+    # a majority-class predictor: confidence 0.25 on all 200 docs, right on the 50 docs of its class, which
+    # sit together in doc order; any order gives one bin and ECE |50/200 - 0.25| = 0
+    correct = np.arange(200) < 50
+    assert cal.equal_mass_bins(np.full(200, 0.25), 15).tolist() == [0] * 200
+    assert cal.ece(np.full(200, 0.25), correct) == pytest.approx(0.0, abs=1e-12)
+    # array_split cuts 0.1 0.2 | 0.2 0.2 | 0.3; both cuts fall in the run of 0.2s and move to its end:
+    # 0.1 0.2 0.2 0.2 | 0.3
+    assert cal.equal_mass_bins([0.2, 0.1, 0.2, 0.3, 0.2], 3).tolist() == [0, 0, 0, 1, 0]
+
+
 def test_a_predictor_calibrated_in_every_bin_has_ece_zero():
     # 15 confidence levels k/20 (k = 3..17), 20 units each with exactly k correct: 300 units, 15 bins of 20
     conf = np.repeat(np.arange(3, 18) / 20, 20)
@@ -138,7 +149,7 @@ def test_the_vectorised_bootstrap_ece_is_the_ece_of_the_repeated_sample():
     rng = np.random.default_rng(2)
     for trial in range(200):
         n = int(rng.integers(1, 40))
-        conf = np.round(rng.random(n), 1)  # many ties: they must be broken by unit order, as in the plain ECE
+        conf = np.round(rng.random(n), 1)  # many ties: they share a bin, as in the plain ECE
         correct = rng.random(n) < conf
         weights = rng.integers(0, 4, size=(6, n)).astype(float)
         weights[0] = 0  # a resample without any unit scores 0
