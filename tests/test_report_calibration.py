@@ -82,6 +82,8 @@ def test_a_calibrated_arm_is_no_worse_than_an_overconfident_one_and_not_the_reve
     assert row.baseline.mean == pytest.approx(0.39, abs=0.02)  # bias-corrected; the plug-in is exactly 0.39
     assert row.treatment.mean < 0.1 and row.treatment.low <= row.treatment.mean <= row.treatment.high
     assert row.difference.mean == pytest.approx(row.baseline.mean - row.treatment.mean)
+    table = {r[0]: r[1] for r in calibration_grids(metrics, STATS)[0][2]}  # the same arm estimates as the table
+    assert table[OVERCONFIDENT].startswith(f"{row.baseline.mean:.4f} [{row.baseline.low:.4f}, {row.baseline.high:.4f}]")
     assert row.verdict == "supported" and "lower is better calibrated" in row.pairing
     assert row.effect_size is None  # per-seed values are macro-F1, not ECE
     reverse = evaluate(claim(OVERCONFIDENT, CALIBRATED), metrics, Lock({}), STATS)
@@ -99,12 +101,13 @@ def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     metrics = write_workspace(tmp_path)
     (title, header, body), = calibration_grids(metrics, STATS)
     assert title.startswith("cls: calibration") and [r[0] for r in body] == [OVERCONFIDENT, CALIBRATED]
-    assert body[0][2] == "0.3900" and body[0][4] == "1 x 200" and body[1][4] == "3 x 600"
+    assert body[0][2] == "0.3900" and body[0][4] == "1 seeds x 200 test docs (200 predictions)"
+    assert body[1][4] == "3 seeds x 200 test docs (600 predictions)"
     (_, cost_header, cost_body), = cost_grids(metrics, STATS)
     assert cost_header[3:5] == ["batch 1: p50 / p95 ms per doc", "batch 32: p50 / p95 ms per doc"]
-    assert cost_body == [[CALIBRATED, "cpu, 2 threads", "120 (128)", "4 / 6.5", "1.5 / 1.9", "650.0", "450 (+70)",
+    assert cost_body == [[CALIBRATED, "cpu, 2 threads", "token ids: 120 (128)", "4 / 6.5", "1.5 / 1.9", "650.0", "450 (+70)",
                           "1,350,000", "5.20"]]
     assert operational_cost(metrics) == {f"cls {CALIBRATED}": (
-        "cpu: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; 5.20 MiB on disk")}
+        "cpu, 2 threads: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; 5.20 MiB on disk")}
     curves = reliability_curves("cls", metrics)
     assert set(curves) == {CALIBRATED, OVERCONFIDENT} and len(curves[CALIBRATED][0]) == 3 * N

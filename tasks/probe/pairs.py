@@ -1,9 +1,10 @@
 """Behavioural minimal pairs: does a masked LM prefer the acceptable sentence of a pair that differs in one place?
 
 Each pair of ``probe.pairs_file`` (JSONL ``{phenomenon, good, bad}``) is scored by pseudo-log-likelihood
-(Salazar et al. 2020, "Masked Language Model Scoring"): every content token is masked in turn and the
+(Salazar et al. 2020, "Masked Language Model Scoring"): every non-special token is masked in turn and the
 log-probability the model gives the original token at the mask is summed over the sentence (nats; [CLS] and
-[SEP] are never masked). A model passes a pair when ``PLL(good) > PLL(bad)``; a tie is a fail. Accuracy per
+[SEP] are never masked; a word of several pieces is scored piece by piece, which favours multi-piece words
+whose pieces predict each other: Kauf & Ivanova 2023). A model passes a pair when ``PLL(good) > PLL(bad)``; a tie is a fail. Accuracy per
 phenomenon is the share of pairs passed (the report gives it a Clopper-Pearson interval over pairs).
 
 Variants: any model with an MLM head (``pretrained`` or ``adapted``, whatever ``<models>/pretrained`` holds,
@@ -35,7 +36,7 @@ from tasks.config.paths import Paths
 REQUIRED_KEYS = ("phenomenon", "good", "bad")
 UNIGRAM = "unigram"  # the frequency-shortcut variant (no network)
 DECIMALS = 6  # rounding of every PLL written out, so reruns are byte-identical
-METHOD = ("pseudo-log-likelihood (Salazar et al. 2020): each content token masked in turn, log-probabilities "
+METHOD = ("pseudo-log-likelihood (Salazar et al. 2020): each non-special token masked in turn, log-probabilities "
           "of the original tokens summed (nats); a pair passes when PLL(good) > PLL(bad), ties fail")
 
 

@@ -46,7 +46,8 @@ class Row:
 
     ``p_value`` is the p-value of the verdict's test and ``p_adjusted`` its Holm adjustment across the report;
     ``best_baseline`` is the task's best baseline on dev (finetune claims), ``effect_size`` Cohen's d over
-    the arms' per-seed values, ``items`` how many test items and seeds the numbers rest on.
+    the arms' unit values (seeds, words or pairs), ``difference_label`` what the difference subtracts (a
+    calibration claim: baseline - treatment, as lower is better), ``items`` how many test items and seeds the numbers rest on.
     """
 
     claim: Claim
@@ -66,6 +67,7 @@ class Row:
     p_value: float | None = None
     p_adjusted: float | None = None
     items: str = ""
+    difference_label: str = "treatment - baseline"
 
 
 def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Row:
@@ -202,7 +204,9 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
     if treat.items is None or base.items is None:
         raise NotRun(f"{claim.metric} needs finetune references with test predictions")
     statistic = CALIBRATION_METRICS[claim.metric]
-    (t_est, b_est), reps = calibration_estimates([treat.items, base.items], statistic, cfg, cfg.resamples)
+    # the arms from their own bootstrap, as the calibration table and the best-baseline cell show them
+    t_est, b_est = (calibration_estimates([s.items], statistic, cfg, cfg.resamples)[0][0] for s in (treat, base))
+    _, reps = calibration_estimates([treat.items, base.items], statistic, cfg, cfg.resamples)
     gains = reps[:, 1] - reps[:, 0]
     low, high = bs.percentile_ci(gains, cfg.level, (-1.0, 1.0) if statistic == "ece" else (-2.0, 2.0))
     diff = Estimate(b_est.mean - t_est.mean, low, high, t_est.n, t_est.method)
@@ -213,7 +217,7 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
     pairing = (f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
                f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins")
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p,
-               items=f"{t_est.n} test items x {seeds}")
+               items=f"{t_est.n} test items x {seeds}", difference_label="baseline - treatment (lower is better)")
 
 
 def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:

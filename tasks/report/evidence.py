@@ -116,8 +116,9 @@ def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
         if finetune is None:
             continue
         unit = "docs" if task == "cls" else "predicted entity spans"
-        header = ["run", f"ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} CI]", "ECE (plug-in)",
-                  f"Brier [{cfg.level:.0%} CI]", f"seeds x {unit}"]  # fmt: skip
+        brier = "multi-class, 0-2" if task == "cls" else "binary, per span, 0-1"
+        header = ["run", f"bias-corrected ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} basic CI]",
+                  "ECE (plug-in)", f"Brier ({brier}) [{cfg.level:.0%} CI]", f"seeds, {unit}"]  # fmt: skip
         body = [calibration_row(task, key, metrics, cfg) for key in sorted(finetune.get("runs", {}))]
         grids.append((f"{task}: calibration of the test predictions ({unit})", header, body))
     if not grids:
@@ -129,14 +130,16 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
     """One run's cells of the calibration table, or why they are missing."""
     try:
         arm = arm_calibration(task, run_key, metrics)
-        (ece_est,), _ = calibration_estimates([arm], "ece", cfg, cfg.slice_resamples)
-        (brier_est,), _ = calibration_estimates([arm], "brier", cfg, cfg.slice_resamples)
+        (ece_est,), _ = calibration_estimates([arm], "ece", cfg, cfg.resamples)  # as the claims compute arms
+        (brier_est,), _ = calibration_estimates([arm], "brier", cfg, cfg.resamples)
     except (NotRun, ValueError) as why:
         return [run_key, f"not computed: {why}", "-", "-", "-"]
     units = sum(u.confidence.size for u in arm.per_seed)
+    per_seed = f"{len(arm.doc_ids)} test docs" if task == "cls" else f"{units / len(arm.seeds):.0f} spans per seed"
     return [run_key, f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
             f"{calibration_point(arm, 'ece', cfg.calibration_bins):.4f}",
-            f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]", f"{len(arm.seeds)} x {units}"]
+            f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
+            f"{len(arm.seeds)} seeds x {per_seed} ({units} predictions)"]
 
 
 def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
@@ -165,7 +168,7 @@ def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
         if not measured:
             continue
         sizes = sorted({size for entry in measured.values() for size in entry.get("batch") or {}}, key=int)
-        header = ["run", "device, threads", "tokens per doc, mean (max)",
+        header = ["run", "device, threads", "timed from: tokens per doc, mean (max)",
                   *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), f"batch {sizes[-1]}: docs/s",
                   "peak RSS MiB (+ over start)", "parameters", "size on disk MiB"]  # fmt: skip
         grids.append((f"{task}: inference cost on this machine, measured in the run", header,
@@ -192,7 +195,8 @@ def cost_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
     peak, grew = entry.get("peak_rss_mib"), entry.get("rss_increase_mib")
     tokens = entry.get("mean_tokens_per_doc")
     return [key, f"{entry.get('device')}, {entry.get('threads') or '-'} threads",
-            f"{tokens:.0f} ({entry.get('seq_len_tokens')})" if tokens is not None else "full text (not tokens)",
+            f"token ids: {tokens:.0f} ({entry.get('seq_len_tokens')})" if tokens is not None
+            else "raw full text (vectorizing timed)",
             *(latency_cell(batch.get(size)) for size in sizes), f"{largest['docs_per_s']:.1f}" if largest else "-",
             "-" if peak is None else f"{peak:.0f} (+{grew:.0f})", f"{entry.get('parameters'):,}",
             f"{entry.get('size_on_disk_mib', float('nan')):.2f}"]  # fmt: skip

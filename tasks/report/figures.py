@@ -223,9 +223,11 @@ def forest(rows: list, out: Path, dpi: int) -> Path:
         ax.plot([est.mean], [y], "o", color=color, markersize=5)
         ax.plot([row.claim.min_effect], [y], "|", color="tab:red", markersize=14, markeredgewidth=2)
     ax.axvline(0.0, color="grey", linewidth=0.8)
-    labels = [f"{r.claim.id} ({r.verdict})" for r in reversed(shown)]
+    labels = [f"{r.claim.id} ({r.verdict})" + ("" if r.difference_label == "treatment - baseline" else " *")
+              for r in reversed(shown)]
     ax.set_yticks(range(len(shown)), labels, fontsize=8)
-    ax.set_xlabel("treatment - baseline (upper_bound: the treatment's rate)\nred tick: min_effect", fontsize=9)
+    ax.set_xlabel("treatment - baseline (upper_bound: the treatment's rate; *: baseline - treatment, lower is "
+                  "better)\nred tick: min_effect", fontsize=9)
     ax.set_title("Every claim with its CI", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out, dpi)

@@ -123,7 +123,8 @@ def operational_cost(metrics: Metrics) -> dict[str, str]:
                                 for size, t in (entry.get("batch") or {}).items())  # fmt: skip
             peak = entry.get("peak_rss_mib")
             memory = f"peak RSS {peak:.0f} MiB" if peak is not None else "memory not measured"
-            out[f"{task} {key}"] = (f"{entry.get('device')}: {batches}; {memory}; {entry.get('parameters'):,} "
+            threads = f", {entry['threads']} threads" if entry.get("threads") else ""
+            out[f"{task} {key}"] = (f"{entry.get('device')}{threads}: {batches}; {memory}; {entry.get('parameters'):,} "
                                     f"parameters; {entry.get('size_on_disk_mib', float('nan')):.2f} MiB on disk")
     return out or {"finetune": "not measured (finetune.operational.enabled, or no finetune metrics)"}
 

@@ -54,7 +54,8 @@ def table_cells(row: Row) -> tuple[str, ...]:
     statement, confounders and provenance are in the details."""
     best = f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline, False)}" if row.best_baseline else "-"
     items = row.items or (f"n={row.difference.n}" if row.difference is not None else "-")
-    return (row.claim.id, verdict_text(row), fmt_estimate(row.difference, False), f"{row.claim.min_effect:g}",
+    flipped = f" ({row.difference_label})" if row.difference_label != "treatment - baseline" else ""
+    return (row.claim.id, verdict_text(row), fmt_estimate(row.difference, False) + flipped, f"{row.claim.min_effect:g}",
             fmt_estimate(row.treatment, False), fmt_estimate(row.baseline, False), best, items)
 
 
@@ -71,7 +72,9 @@ def md5_text(row: Row) -> str:
 def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str]]]:
     """The per-claim detail list: references, statistics, confounders, provenance (MLflow run pages), notes."""
     c = row.claim
-    effect = f"{row.effect_size:.3g}" if row.effect_size is not None else "not defined (no spread over seeds)"
+    effect = f"{row.effect_size:.3g}" if row.effect_size is not None else (
+        "not computed (its per-seed values are the headline metric, not calibration)"
+        if row.difference_label != "treatment - baseline" else "not defined (no spread over units)")
     p_values = (f"{row.p_value:.3g} (two-sided; TOST for equivalent); Holm-adjusted {row.p_adjusted:.3g}"
                 if row.p_adjusted is not None
                 else "none (no test: see the verdict)")
@@ -83,7 +86,8 @@ def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str
         ("baseline", f"{c.baseline}: {fmt_estimate(row.baseline)}"),
         ("best baseline (chosen on dev)", f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline)}"
          if row.best_baseline else "none (not a fine-tuning claim, or no baseline was fitted)"),
-        ("difference", f"{fmt_estimate(row.difference)}; Cohen's d over per-seed values {effect}"),
+        ("difference", f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the arms' unit "
+                       f"values {effect}"),
         ("ablation (removed in the baseline)", c.ablation),
         ("verdict", f"{row.verdict}: {row.reason}"),
         ("statistics", row.pairing or "-"),
@@ -165,7 +169,7 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
     parts += [STATS_NOTE.format(level=level, alpha=1 - level), "", "## Claims in detail", ""]
-    for row in rows:
+    for row in (r for _, group in by_evidence(rows) for r in group):  # the table's order
         parts += [f'### <a id="{row.claim.id}"></a>{row.claim.id}', "", *_md_items(detail_items(row, mlflow_ui_url)),
                   ""]  # fmt: skip
     parts += ["## Slices", ""] + [line for task, table in slices.items() for line in slice_md(task, table)]
@@ -302,7 +306,7 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
     parts += [f"<p>{_e(STATS_NOTE.format(level=level, alpha=1 - level))}</p>", "<h2>Claims in detail</h2>"]
-    for row in rows:
+    for row in (r for _, group in by_evidence(rows) for r in group):  # the table's order
         parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>',
                   _html_items(detail_items(row, mlflow_ui_url))]  # fmt: skip
     parts += ["<h2>Slices</h2>"] + [slice_html(task, table) for task, table in slices.items()]
