@@ -101,7 +101,7 @@ def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     metrics = write_workspace(tmp_path)
     (title, header, body), = calibration_grids(metrics, STATS)
     assert title.startswith("cls: calibration") and [r[0] for r in body] == [OVERCONFIDENT, CALIBRATED]
-    assert body[0][2] == "0.3900" and body[0][4] == "1 seeds x 200 test docs (200 predictions)"
+    assert body[0][2] == "0.3900" and body[0][4] == "1 seed x 200 test docs (200 predictions)"
     assert body[1][4] == "3 seeds x 200 test docs (600 predictions)"
     (_, cost_header, cost_body), = cost_grids(metrics, STATS)
     assert cost_header[3:5] == ["batch 1: p50 / p95 ms per doc", "batch 32: p50 / p95 ms per doc"]

@@ -139,7 +139,7 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
     return [run_key, f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
             f"{calibration_point(arm, 'ece', cfg.calibration_bins):.4f}",
             f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
-            f"{len(arm.seeds)} seeds x {per_seed} ({units} predictions)"]
+            f"{len(arm.seeds)} seed{'s' if len(arm.seeds) != 1 else ''} x {per_seed} ({units} predictions)"]
 
 
 def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
