@@ -226,8 +226,8 @@ def forest(rows: list, out: Path, dpi: int) -> Path:
     labels = [f"{r.claim.id} ({r.verdict})" + ("" if r.difference_label == "treatment - baseline" else " *")
               for r in reversed(shown)]
     ax.set_yticks(range(len(shown)), labels, fontsize=8)
-    ax.set_xlabel("treatment - baseline (upper_bound: the treatment's rate; *: baseline - treatment, lower is "
-                  "better)\nred tick: min_effect", fontsize=9)
+    ax.set_xlabel("treatment - baseline (upper_bound: the treatment's rate)\n*: baseline - treatment (lower is "
+                  "better); red tick: min_effect", fontsize=9)
     ax.set_title("Every claim with its CI", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out, dpi)
