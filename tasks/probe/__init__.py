@@ -23,7 +23,6 @@ sentence, not from its sense.
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from tqdm import tqdm
 from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
-from tasks.probe.pairs import run_pairs
+from tasks.probe.pairs import run_pairs, string_fields
 
 STATIC_BASELINE_NOTE = (
     "layer 0 is the embedding output; every probe sentence is one segment, so vectors of the same word at "
@@ -122,14 +121,7 @@ def read_probe_set(path: Path, min_sentences_per_sense: int) -> list[ProbeSenten
 def parse_row(text: str, path: Path, line_no: int) -> ProbeSentence:
     """One JSONL line to a ``ProbeSentence``; raises ``ValueError`` naming ``path:line_no``."""
     where = f"{path}:{line_no}"
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-    if not isinstance(row, dict) or sorted(row) != sorted(REQUIRED_KEYS):
-        raise ValueError(f"{where}: expected exactly the keys {list(REQUIRED_KEYS)}")
-    if not all(isinstance(row[key], str) and row[key].strip() for key in REQUIRED_KEYS):
-        raise ValueError(f"{where}: word, sense and sentence must be non-empty strings")
+    row = string_fields(text, where, REQUIRED_KEYS)
     matches = list(re.finditer(rf"(?<!\w){re.escape(row['word'])}(?!\w)", row["sentence"], re.IGNORECASE))
     if len(matches) != 1:
         raise ValueError(f"{where}: {row['word']!r} occurs {len(matches)} times in the sentence, expected once")

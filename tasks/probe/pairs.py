@@ -99,16 +99,23 @@ def read_pairs(path: Path, min_pairs: int) -> list[Pair]:
     return pairs
 
 
-def parse_pair(text: str, where: str, line: int) -> Pair:
-    """One JSONL line to a ``Pair``; raises ``ValueError`` naming ``where`` (``path:line``)."""
+def string_fields(text: str, where: str, keys: Sequence[str]) -> dict[str, str]:
+    """One JSONL line that must be an object with exactly ``keys``, each a non-empty string (the probe set and
+    the pair set); raises ``ValueError`` naming ``where`` (``path:line``)."""
     try:
         row = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-    if not isinstance(row, dict) or sorted(row) != sorted(REQUIRED_KEYS):
-        raise ValueError(f"{where}: expected exactly the keys {list(REQUIRED_KEYS)}")
-    if not all(isinstance(row[key], str) and row[key].strip() for key in REQUIRED_KEYS):
-        raise ValueError(f"{where}: phenomenon, good and bad must be non-empty strings")
+    if not isinstance(row, dict) or sorted(row) != sorted(keys):
+        raise ValueError(f"{where}: expected exactly the keys {list(keys)}")
+    if not all(isinstance(row[key], str) and row[key].strip() for key in keys):
+        raise ValueError(f"{where}: {', '.join(keys)} must be non-empty strings")
+    return row
+
+
+def parse_pair(text: str, where: str, line: int) -> Pair:
+    """One JSONL line to a ``Pair``; raises ``ValueError`` naming ``where`` (``path:line``)."""
+    row = string_fields(text, where, REQUIRED_KEYS)
     if row["good"] == row["bad"]:
         raise ValueError(f"{where}: good and bad are the same sentence")
     return Pair(row["phenomenon"], row["good"], row["bad"], line)
