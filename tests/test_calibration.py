@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import brier_score_loss
 
+from tasks.report import bootstrap as bs
 from tasks.report import calibration as cal
 from tasks.report import figures
 from tasks.report.claims import NotRun
@@ -173,15 +174,18 @@ def _cls_arm(name: str, seeds: tuple[int, ...], over: float, n: int = 220) -> ca
 
 
 def test_bootstrap_interval_contains_the_point_and_is_reproducible():
-    # clearly over-confident: near calibration, at 220 docs, binned ECE is noise (about 0.09) and the
-    # replicates of a resample with repeated docs sit above the point (the module docstring)
     arm = _cls_arm("over", (1, 2, 3), over=0.25)
     for statistic in ("ece", "brier"):
-        est = cal.calibration_estimate(arm, statistic, 15, 2000, np.random.default_rng(0), 0.95)
-        assert est.low < est.point < est.high
-        assert est == cal.calibration_estimate(arm, statistic, 15, 2000, np.random.default_rng(0), 0.95)
-    point = np.mean([cal.ece(u.confidence, u.correct) for u in arm.per_seed])
-    assert cal.calibration_estimate(arm, "ece", 15, 10, np.random.default_rng(0), 0.95).point == point
+        (est,), reps = cal.estimates([arm], statistic, 15, 2000, np.random.default_rng(0), 0.95)
+        assert est.low < est.point < est.high and reps.shape == (2000, 1)
+        assert est == cal.estimates([arm], statistic, 15, 2000, np.random.default_rng(0), 0.95)[0][0]
+    plug_in = np.mean([cal.ece(u.confidence, u.correct) for u in arm.per_seed])
+    assert cal.point_estimate(arm, "ece", 15) == plug_in
+    # Brier is a mean of per-item terms: its point is the plug-in mean; ECE's is bias-corrected, below the plug-in
+    (brier,), _ = cal.estimates([arm], "brier", 15, 500, np.random.default_rng(0), 0.95)
+    assert brier.point == cal.point_estimate(arm, "brier", 15)
+    (ece,), reps = cal.estimates([arm], "ece", 15, 2000, np.random.default_rng(0), 0.95)
+    assert ece.point == pytest.approx(reps[:, 0].mean()) and ece.point < plug_in
 
 
 def test_bootstrap_brier_spread_is_the_standard_error_of_a_mean_over_items():
@@ -196,28 +200,26 @@ def test_bootstrap_brier_spread_is_the_standard_error_of_a_mean_over_items():
 
 def test_a_difference_of_an_arm_with_itself_is_exactly_zero():
     arm = _cls_arm("a", (1, 2, 3), over=0.05)
-    diff = cal.calibration_difference(arm, arm, "ece", 15, 500, np.random.default_rng(0), 0.95)
-    assert (diff.point, diff.low, diff.high) == (0.0, 0.0, 0.0) and not diff.replicates.any()
+    (first, second), reps = cal.estimates([arm, arm], "ece", 15, 500, np.random.default_rng(0), 0.95)
+    assert first == second and not (reps[:, 0] - reps[:, 1]).any()
 
 
 def test_a_difference_pairs_items_and_separates_an_over_confident_arm():
     calibrated, over = _cls_arm("c", (1, 2, 3), over=0.0), _cls_arm("o", (1, 2, 3), over=0.25)
     baseline = _cls_arm("b", (0,), over=0.25)  # one seed: repeated in every replicate
     for other in (over, baseline):
-        diff = cal.calibration_difference(calibrated, other, "ece", 15, 2000, np.random.default_rng(0), 0.95)
-        assert diff.high < 0 and diff.replicates.shape == (2000,)
-        assert diff.point == pytest.approx(cal.point_estimate(calibrated, "ece", 15)
-                                           - cal.point_estimate(other, "ece", 15))
+        _, reps = cal.estimates([calibrated, other], "ece", 15, 2000, np.random.default_rng(0), 0.95)
+        low, high = bs.percentile_ci(reps[:, 0] - reps[:, 1], 0.95)
+        assert high < 0 and reps.shape == (2000, 2)
     with pytest.raises(ValueError, match="one test set"):
-        cal.calibration_difference(calibrated, _cls_arm("x", (1,), 0.0, n=10), "ece", 15, 10,
-                                   np.random.default_rng(0), 0.95)
+        cal.estimates([calibrated, _cls_arm("x", (1,), 0.0, n=10)], "ece", 15, 10, np.random.default_rng(0), 0.95)
 
 
 def test_a_ner_seed_without_a_predicted_span_is_named():
     empty = cal.SeedUnits(np.array([], dtype=np.intp), np.array([]), np.array([], dtype=bool), np.array([]))
     arm = cal.ArmCalibration("data/finetune/ner/k", "ner", ("s0",), (4,), (empty,))
     with pytest.raises(ValueError, match="ner/k: seed 4 has no calibration unit"):
-        cal.calibration_estimate(arm, "ece", 15, 10, np.random.default_rng(0), 0.95)
+        cal.estimates([arm], "ece", 15, 10, np.random.default_rng(0), 0.95)
 
 
 # --- figure --------------------------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ replacement, then test items (docs for cls, sentences for ner, each carrying its
 the same item draw for every arm. Binned ECE is biased upward on small samples (Kumar et al. 2019,
 "Verified Uncertainty Calibration"): its bin accuracies carry sampling noise, and a resample adds more. At
 ~220 docs in 15 bins a perfectly calibrated predictor scores about 0.09, and the replicates sit above the
-point estimate, so for an arm within ~0.1 of calibration the percentile interval can exclude its own point
-(a difference of two arms, whose biases are alike, is less affected). The Brier score, a mean of per-item
-terms, has no such bias.
+point estimate, so for an arm within ~0.1 of calibration the percentile interval can exclude its own point;
+``estimates`` therefore bias-corrects ECE with the bootstrap. The Brier score, a mean of per-item terms, has
+no such bias.
 """
 
 from __future__ import annotations
@@ -336,39 +336,32 @@ def replicates(arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int
 
 
 class Interval(NamedTuple):
-    """A point estimate and its two-sided percentile interval."""
+    """A point estimate and its two-sided interval."""
 
     point: float
     low: float
     high: float
 
 
-class Difference(NamedTuple):
-    """``arm_a - arm_b``: point, percentile interval and the bootstrap replicates ``(resamples,)`` of the
-    difference (what ``bootstrap.p_value`` and ``bootstrap.tost_p_value`` take)."""
+def estimates(arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int, resamples: int,
+              rng: np.random.Generator, level: float) -> tuple[list[Interval], np.ndarray]:  # fmt: skip
+    """Each arm's ECE (``n_bins`` equal-mass bins) or Brier score with its ``level`` interval, and the
+    replicates ``(resamples, n_arms)``, all from one paired hierarchical bootstrap (``replicates``).
 
-    point: float
-    low: float
-    high: float
-    replicates: np.ndarray
-
-
-def calibration_estimate(arm: ArmCalibration, statistic: Statistic, n_bins: int, resamples: int,
-                         rng: np.random.Generator, level: float) -> Interval:  # fmt: skip
-    """ECE (``n_bins`` equal-mass bins) or Brier score of one arm: the mean over seeds of the per-seed value
-    and the ``level`` percentile interval (Efron & Tibshirani 1993, sec. 13.3) of ``replicates``. Raises
-    ValueError as ``replicates`` and ``bootstrap.percentile_ci``."""
-    reps = replicates([arm], statistic, n_bins, resamples, rng)[:, 0]
-    return Interval(point_estimate(arm, statistic, n_bins), *bs.percentile_ci(reps, level))
-
-
-def calibration_difference(arm_a: ArmCalibration, arm_b: ArmCalibration, statistic: Statistic, n_bins: int,
-                           resamples: int, rng: np.random.Generator, level: float) -> Difference:  # fmt: skip
-    """``arm_a - arm_b`` of the ECE or Brier score, paired over test items (and over seeds when both arms ran
-    the same seeds), with its percentile interval and replicates. Lower is better calibrated, so a negative
-    difference favours ``arm_a``. Raises ValueError as ``replicates``."""
-    reps = replicates([arm_a, arm_b], statistic, n_bins, resamples, rng)
-    deltas = reps[:, 0] - reps[:, 1]
-    point = point_estimate(arm_a, statistic, n_bins) - point_estimate(arm_b, statistic, n_bins)
-    return Difference(point, *bs.percentile_ci(deltas, level), deltas)
-
+    Brier: the mean over seeds, with the percentile interval (Efron & Tibshirani 1993, sec. 13.3). ECE: binned
+    ECE is biased upward on a few hundred units and a resample adds to the bias (the module docstring), so the
+    point is the bootstrap bias-corrected ``2 * ECE - mean(replicates)`` and the interval the basic (reflected)
+    one, ``2 * ECE - quantiles`` (Davison & Hinkley 1997, sec. 2.4 and 5.2); the returned replicates are
+    reflected too, so differences and p-values taken from them are bias-corrected alike. Clipped to the
+    statistic's range ([0, 1] for ECE, [0, 2] for Brier). Raises ValueError as ``replicates``.
+    """
+    reps = replicates(arms, statistic, n_bins, resamples, rng)
+    points = np.array([point_estimate(arm, statistic, n_bins) for arm in arms])
+    if statistic == "ece":
+        reps = 2 * points - reps
+    bounds = (0.0, 1.0) if statistic == "ece" else (0.0, 2.0)
+    out = []
+    for j in range(len(arms)):
+        point = float(np.clip(reps[:, j].mean(), *bounds)) if statistic == "ece" else float(points[j])
+        out.append(Interval(point, *bs.percentile_ci(reps[:, j], level, bounds)))
+    return out, reps

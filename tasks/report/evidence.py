@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.report import bootstrap as bs
-from tasks.report.calibration import ArmCalibration, calibration_estimate, load_calibration, replicates
+from tasks.report.calibration import ArmCalibration, estimates, load_calibration, point_estimate
 from tasks.report.claims import MALFORMED, Metrics, NotRun, dig
 from tasks.report.statistics import Estimate, StatsConfig, proportion_ci
 
@@ -79,32 +78,14 @@ def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration
 
 def calibration_estimates(arms: list[ArmCalibration], statistic: str, cfg: StatsConfig,
                           resamples: int) -> tuple[list[Estimate], np.ndarray]:  # fmt: skip
-    """Each arm's estimate and the bootstrap replicates ``(resamples, n_arms)``, from one paired hierarchical
-    bootstrap (``calibration.replicates``, seeds then test items, the same item draw for every arm).
-
-    Brier: the mean over seeds with a percentile interval. ECE: binned ECE is biased upward on a few hundred
-    units (Kumar et al. 2019) and a resample adds to the bias, so the point is the bootstrap bias-corrected
-    ``2 * ECE - mean(replicates)`` and the interval the basic (reflected) one, ``2 * ECE - quantiles``
-    (Davison & Hinkley 1997, sec. 2.4 and 5.2), clipped to [0, 1]; the returned replicates are reflected too.
-    """
-    reps = replicates(arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed))
-    points = np.array([calibration_point(arm, statistic, cfg.calibration_bins) for arm in arms])
-    if statistic == "ece":
-        reps = 2 * points - reps
+    """``calibration.estimates`` as report ``Estimate`` s (n = test items), with the bootstrap replicates
+    ``(resamples, n_arms)``: the Brier score with its percentile interval, ECE bias-corrected with the basic
+    interval."""
+    found, reps = estimates(arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed),
+                            cfg.level)  # fmt: skip
     method = (f"{'bias-corrected, basic' if statistic == 'ece' else 'percentile'} hierarchical bootstrap over "
               f"seeds and {len(arms[0].doc_ids)} test items ({resamples} resamples)")  # fmt: skip
-    out = []
-    for j, arm in enumerate(arms):
-        low, high = bs.percentile_ci(reps[:, j], cfg.level, (0.0, 1.0 if statistic == "ece" else 2.0))
-        mean = float(np.clip(reps[:, j].mean(), 0.0, 1.0)) if statistic == "ece" else float(points[j])
-        out.append(Estimate(mean, low, high, len(arm.doc_ids), method))
-    return out, reps
-
-
-def calibration_point(arm: ArmCalibration, statistic: str, n_bins: int) -> float:
-    """The plug-in value (mean over seeds) of ``statistic`` for ``arm`` (``calibration.calibration_estimate``
-    with one resample only computes it; the point does not depend on the draw)."""
-    return calibration_estimate(arm, statistic, n_bins, 1, np.random.default_rng(0), 0.5).point
+    return [Estimate(f.point, f.low, f.high, len(arms[0].doc_ids), method) for f in found], reps
 
 
 def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
@@ -137,7 +118,7 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
     units = sum(u.confidence.size for u in arm.per_seed)
     per_seed = f"{len(arm.doc_ids)} test docs" if task == "cls" else f"{units / len(arm.seeds):.0f} spans per seed"
     return [run_key, f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
-            f"{calibration_point(arm, 'ece', cfg.calibration_bins):.4f}",
+            f"{point_estimate(arm, 'ece', cfg.calibration_bins):.4f}",
             f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
             f"{len(arm.seeds)} seed{'s' if len(arm.seeds) != 1 else ''} x {per_seed} ({units} predictions)"]
 
