@@ -123,10 +123,17 @@ def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     """
     if variant != "random":
         return encoder_from_folder(folder)
+    return _seeded_init(AutoModel, folder, seed, pooled=False)
+
+
+def _seeded_init(auto_class, folder: Path, seed: int, pooled: bool = True) -> PreTrainedModel:
+    """``auto_class.from_config`` of the config at ``folder``, initialised from torch seed ``seed`` inside a
+    forked RNG (the caller's random state is untouched; the same seed always gives the same weights).
+    ``pooled=False`` leaves out a BERT-family pooler."""
     config = AutoConfig.from_pretrained(folder)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return AutoModel.from_config(config, **_no_pooler(config))
+        return auto_class.from_config(config, **({} if pooled else _no_pooler(config)))
 
 
 def encoder_from_folder(folder: Path) -> PreTrainedModel:
@@ -149,10 +156,8 @@ def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     MiniLM, a sentence encoder): a freshly initialised head would score text at random.
     """
     if variant == "random":
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return AutoModelForMaskedLM.from_config(AutoConfig.from_pretrained(folder))
-    model, info = AutoModelForMaskedLM.from_pretrained(folder, output_loading_info=True)
+        return _seeded_init(AutoModelForMaskedLM, folder, seed)
+    model, info = AutoModelForMaskedLM.from_pretrained(folder, use_safetensors=True, output_loading_info=True)
     if info["missing_keys"]:
         raise ValueError(f"{variant}: {folder} has no trained masked-LM head (missing {len(info['missing_keys'])} "
                          f"weights, e.g. {sorted(info['missing_keys'])[0]}); only models with an MLM head score "

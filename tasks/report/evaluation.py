@@ -198,14 +198,15 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
 
 
 def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
-    """ECE or Brier score of both arms from one paired hierarchical bootstrap (``evidence.calibration_estimates``).
-    Lower is better calibrated, so the difference is ``baseline - treatment``: positive favours the treatment,
-    as in every other claim, and a negative ``min_effect`` is a non-inferiority margin."""
+    """ECE or Brier score of each arm from its own bootstrap (``arm_estimate``, as the calibration table and the
+    best-baseline cell show it), and their difference from one paired hierarchical bootstrap
+    (``evidence.calibration_estimates``). Lower is better calibrated, so the difference is
+    ``baseline - treatment``: positive favours the treatment, as in every other claim, and a negative
+    ``min_effect`` is a non-inferiority margin."""
     if treat.items is None or base.items is None:
         raise NotRun(f"{claim.metric} needs finetune references with test predictions")
     statistic = CALIBRATION_METRICS[claim.metric]
-    # the arms from their own bootstrap, as the calibration table and the best-baseline cell show them
-    t_est, b_est = (calibration_estimates([s.items], statistic, cfg, cfg.resamples)[0][0] for s in (treat, base))
+    t_est, b_est = arm_estimate(treat, claim.metric, cfg), arm_estimate(base, claim.metric, cfg)
     _, reps = calibration_estimates([treat.items, base.items], statistic, cfg, cfg.resamples)
     gains = reps[:, 1] - reps[:, 0]
     low, high = bs.percentile_ci(gains, cfg.level, (-1.0, 1.0) if statistic == "ece" else (-2.0, 2.0))
@@ -227,7 +228,7 @@ def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig)
     diff = two_proportion_ci((e1, e2), (n1, n2), cfg.level)
     verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)),
                                             cfg.alpha)  # fmt: skip
-    t_est, b_est = proportion_ci(e1, n1, cfg.level), proportion_ci(e2, n2, cfg.level)
+    t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # Clopper-Pearson
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=f"two rates ({diff.method})", p_value=p,
                items=f"{n1} vs {n2} {treat.unit_name}")
 
