@@ -27,7 +27,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.snapshot import snapshot
 from tasks.common.provenance import git_commit, stage_names
 from tasks.config import load_params
-from tasks.tracking import PARENT_RUN_ENV, MlflowLog, open_run
+from tasks.tracking import PARENT_RUN_ENV, MlflowLog, open_run, runs_page_url
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,18 +92,26 @@ def snapshot_step(run_id: str) -> dict[str, str]:
     return tags
 
 
+#: The report files the pipeline run carries as artifacts (under ``report/``), besides every figure.
+REPORT_ARTIFACTS = ("claims.md", "claims.html", "claims.yaml", "summary.md")
+
+
 @task(cache_policy=NO_CACHE)
 def publish_report(run_id: str) -> None:
-    """Log the claim table files to the pipeline's MLflow run and publish it as a Prefect markdown artifact."""
+    """Log the claim table (md, html, yaml), its summary, figures and plot data to the pipeline's MLflow run,
+    set the summary as the run's description, and publish the table as a Prefect markdown artifact."""
     reports = ROOT / "reports"
     claims = reports / "claims.md"
     if not claims.exists():
         get_run_logger().warning("no %s: the report stage did not run", claims)
         return
     run_log = MlflowLog(run_id)
-    for name in ("claims.md", "claims.html", "claims.yaml"):
+    for name in REPORT_ARTIFACTS:
         run_log.artifact(reports / name, "report")
     run_log.artifact(reports / "figures", "report/figures")
+    run_log.artifact(reports / "plots", "report/plots")
+    if (reports / "summary.md").exists():
+        run_log.note((reports / "summary.md").read_text(encoding="utf-8"))
     create_markdown_artifact(markdown=claims.read_text(encoding="utf-8"), key="claim-table",
                              description="clozeline claim table")
 
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         pipeline()
         print(f"clozeline: done. Claim table: {ROOT / 'reports' / 'claims.html'} (and claims.md); "
-              "runs: `make mlflow-ui`, then http://127.0.0.1:5000")
+              f"runs: `make mlflow-ui`, then {runs_page_url(ROOT)}")
 
 
 if __name__ == "__main__":

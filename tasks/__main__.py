@@ -18,9 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tasks.common.provenance import DVC_LOCK, Lock, declared_deps, git_commit, stage_modules, stage_names
+from tasks.common.provenance import git_commit, input_md5s, stage_modules, stage_names
 from tasks.config import ParamsError, load_params
-from tasks.tracking import NullLog, RunKilled, open_run
+from tasks.tracking import DataInput, NullLog, RunKilled, open_run
+
+#: What a stage uses its input data for: MLflow's dataset context. A stage not listed prepares data.
+DATA_CONTEXT = {"tokenizer": "training", "pretrain": "training", "finetune": "training",
+                "probe": "evaluation", "report": "evaluation"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         with open_run(run_name, root=root) as log:
             log.params(params.section(args.stage).model_dump(mode="json"))
             log.tags({"git_commit": git_commit(root), "stage": args.stage, **input_md5_tags(root, run_name)})
+            log.inputs(input_datasets(root, run_name, params.paths.models))
             metrics = run_stage(args.stage, params, log, args.item)
             write_metrics(params.paths.metrics / metrics_name(args.stage, args.item), metrics)
             log.metrics(metrics)
@@ -73,8 +78,23 @@ def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
 
 def input_md5_tags(root: Path, dvc_stage: str) -> dict[str, str]:
     """``dvc.dep.<path>: <md5>`` for each declared dependency of ``dvc_stage`` (``stage`` or ``stage@item``)."""
-    md5s = Lock.read(root / DVC_LOCK).input_md5s(dvc_stage, declared_deps(root, dvc_stage))
-    return {f"dvc.dep.{path}": md5 for path, md5 in md5s.items()}
+    return {f"dvc.dep.{path}": md5 for path, md5 in input_md5s(root, dvc_stage).items()}
+
+
+def input_datasets(root: Path, dvc_stage: str, models: Path) -> list[DataInput]:
+    """The data deps of ``dvc_stage`` as MLflow dataset inputs (digest = DVC md5, context ``DATA_CONTEXT``).
+
+    Code deps (a ``.py`` file, a package folder) and models (under ``models``, which stay ``dvc.dep.*`` tags)
+    are not datasets; a dep without a known md5 is left out, as in the tags.
+    """
+    context = DATA_CONTEXT.get(dvc_stage.partition("@")[0], "preprocessing")
+    commit = git_commit(root)
+    return [DataInput(path, md5, context, commit) for path, md5 in input_md5s(root, dvc_stage).items()
+            if not _is_code(root / path) and not (root / path).resolve().is_relative_to(models.resolve())]
+
+
+def _is_code(path: Path) -> bool:
+    return path.suffix == ".py" or (path / "__init__.py").is_file()
 
 
 def _raise_killed(signum, frame) -> None:

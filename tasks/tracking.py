@@ -8,12 +8,14 @@ sanitized deterministically here, so a run never crashes because of a param valu
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,30 @@ PARENT_RUN_ENV = "CLOZELINE_PARENT_RUN_ID"
 MAX_PARAM_VALUE = 6000  # MLflow's limit on a param value, characters
 MAX_KEY = 250  # MLflow's limit on a param, metric or tag key, characters
 _KEY_OK = re.compile(r"[^0-9A-Za-z_\-. /:]")
+#: The experiment tag MLflow 3 reads for an experiment's kind, and the value of a model-training experiment (the
+#: values are the UI's ``ExperimentKind`` enum; ``genai_development`` is the other common one).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+#: MLflow 3.17's UI picks GenAI or model-training pages from a per-browser switch that defaults to GenAI and
+#: overrides the experiment tag; this query parameter selects the training view in the links we print.
+TRAINING_VIEW_QUERY = "?workflowType=machine_learning"
+#: The run tag the MLflow UI renders as the run's description (Markdown).
+NOTE_TAG = "mlflow.note.content"
+DATASET_CONTEXT_TAG = "mlflow.data.context"  # MLflow's input tag for what a dataset was used for
+DATASET_SOURCE_TYPE = "dvc"
+
+
+@dataclass(frozen=True)
+class DataInput:
+    """One input of a run as a DVC-tracked dataset: ``path`` relative to the repo root (as in ``dvc.yaml``),
+    ``digest`` its DVC md5 (32 hex, ``.dir`` appended for a folder: at most 36 characters, MLflow's limit),
+    ``context`` what the run used it for (``training``, ``evaluation``, ``preprocessing``), ``git_commit`` of
+    the code that read it."""
+
+    path: str
+    digest: str
+    context: str
+    git_commit: str
 
 
 def sanitize_key(key: str) -> str:
@@ -60,9 +86,10 @@ def numeric_leaves(tree: Mapping[str, Any]) -> dict[str, float]:
 
 
 class NullLog:
-    """A RunLog that records nothing beyond Python logging. ``run_id`` is ``None``."""
+    """A RunLog that records nothing beyond Python logging. ``run_id`` and ``run_name`` are ``None``."""
 
     run_id: str | None = None
+    run_name: str | None = None
 
     def info(self, message: str) -> None:
         """Log a progress message (Python logging, logger ``clozeline``)."""
@@ -80,6 +107,12 @@ class NullLog:
     def artifact(self, path: Path | str, folder: str | None = None) -> None:
         """Attach a file or folder to the run (ignored)."""
 
+    def inputs(self, datasets: Sequence[DataInput]) -> None:
+        """Record the run's input datasets; nested runs opened later inherit them (ignored)."""
+
+    def note(self, markdown: str) -> None:
+        """Set the run's description, shown on its MLflow page (ignored)."""
+
     @contextmanager
     def child(self, name: str) -> Iterator[NullLog]:
         """A nested run (here: another NullLog)."""
@@ -87,13 +120,14 @@ class NullLog:
 
 
 class MlflowLog(NullLog):
-    """A RunLog bound to one active MLflow run id."""
+    """A RunLog bound to one active MLflow run id (and, when known, its name)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, run_name: str | None = None) -> None:
         import mlflow
 
-        self.run_id = run_id
+        self.run_id, self.run_name = run_id, run_name
         self._client = mlflow.MlflowClient()  # one client per run: per-step metrics must not rebuild it
+        self._inputs: tuple[DataInput, ...] = ()
 
     def params(self, values: Mapping[str, Any]) -> None:
         """Log params; keys and values are sanitized (see ``sanitize_key``/``sanitize_value``)."""
@@ -129,10 +163,29 @@ class MlflowLog(NullLog):
         elif path.exists():
             self._client.log_artifact(self.run_id, str(path), folder)
 
+    def inputs(self, datasets: Sequence[DataInput]) -> None:
+        """Log each dataset as an MLflow run input (the UI's Dataset column): name = path, digest = DVC md5,
+        source type ``dvc`` with source ``{"path", "git_commit"}``, input tag ``mlflow.data.context``. Nested
+        runs opened afterwards through ``child`` log the same inputs, so every seed run can be filtered by data
+        version too."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        self._inputs += tuple(datasets)
+        entries = [DatasetInput(Dataset(name=d.path, digest=d.digest, source_type=DATASET_SOURCE_TYPE,
+                                        source=json.dumps({"path": d.path, "git_commit": d.git_commit})),
+                                tags=[InputTag(DATASET_CONTEXT_TAG, d.context)]) for d in datasets]  # fmt: skip
+        if entries:
+            self._client.log_inputs(self.run_id, datasets=entries)
+
+    def note(self, markdown: str) -> None:
+        """Set ``mlflow.note.content``, the run's description on its MLflow page (Markdown)."""
+        self._client.set_tag(self.run_id, NOTE_TAG, markdown)
+
     @contextmanager
     def child(self, name: str) -> Iterator[MlflowLog]:
-        """A nested run (tag ``mlflow.parentRunId``); ends FAILED if the block raises."""
+        """A nested run (tag ``mlflow.parentRunId``) with this run's inputs; ends FAILED if the block raises."""
         with open_run(name, parent_run_id=self.run_id) as log:
+            log.inputs(self._inputs)
             yield log
 
 
@@ -152,6 +205,38 @@ def tracking_uri(root: Path) -> str:
     return f"sqlite:///{root / 'mlruns.db'}"
 
 
+def training_experiment(client, name: str) -> str:
+    """The id of experiment ``name``, created if absent, tagged ``mlflow.experimentKind`` =
+    ``custom_model_development`` (MLflow's kind for model training) when it has no kind yet."""
+    exp = client.get_experiment_by_name(name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(name)
+    if exp is None or EXPERIMENT_KIND_TAG not in exp.tags:
+        client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+    return exp_id
+
+
+def training_view_url(ui_url: str, experiment_id: str | None) -> str:
+    """The MLflow UI page of an experiment's runs, opened on the model-training view
+    (``<ui>/#/experiments/<id>/runs?workflowType=machine_learning``); the experiments list when the id is None."""
+    base = ui_url.rstrip("/")
+    if experiment_id is None:
+        return f"{base}/#/experiments{TRAINING_VIEW_QUERY}"
+    return f"{base}/#/experiments/{experiment_id}/runs{TRAINING_VIEW_QUERY}"
+
+
+def experiment_id(root: Path, name: str = "clozeline") -> str | None:
+    """The id of experiment ``name`` in the store of ``tracking_uri(root)``, or None if it does not exist."""
+    import mlflow
+
+    exp = mlflow.MlflowClient(tracking_uri(root)).get_experiment_by_name(name)
+    return exp.experiment_id if exp else None
+
+
+def runs_page_url(root: Path, ui_url: str = "http://127.0.0.1:5000") -> str:
+    """``training_view_url`` of the ``clozeline`` experiment of the store under ``root``."""
+    return training_view_url(ui_url, experiment_id(root))
+
+
 class RunKilled(BaseException):
     """Raised from a SIGTERM handler so the active run can be ended KILLED."""
 
@@ -169,14 +254,13 @@ def open_run(
     if root is not None:
         mlflow.set_tracking_uri(tracking_uri(root))
     client = mlflow.MlflowClient()
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    exp_id = training_experiment(client, experiment)
     parent = parent_run_id or os.environ.get(PARENT_RUN_ENV) or None
     tags = {"mlflow.runName": name}
     if parent:
         tags["mlflow.parentRunId"] = parent
     run = client.create_run(exp_id, tags=tags, run_name=name)
-    log = MlflowLog(run.info.run_id)
+    log = MlflowLog(run.info.run_id, name)
     try:
         yield log
     except RunKilled:

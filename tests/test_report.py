@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import shutil
@@ -241,7 +242,8 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert cls.pairing.startswith("paired by seed")
     half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
     assert (cls.difference.low, cls.difference.high) == pytest.approx((0.11 - half, 0.11 + half))
-    assert cls.run_ids == ["run-pf", "run-rf"]
+    # no mlflow_run_name in these metrics: the name is the finetune stage's own (task/arm key)
+    assert cls.runs == [("cls/pretrained/full/mean-pool", "run-pf"), ("cls/random/full/mean-pool", "run-rf")]
     assert cls.data_md5 == {"data/tokenize": "aaaa.dir"}
     confounders = "\n".join(cls.confounders)
     assert ("25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after; "
@@ -357,13 +359,24 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert verdicts == ["**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items())
                         + f" (of {len(claim_ids)} claims)"]
     cls_row = next(line for line in md.splitlines() if line.startswith("| [pretraining-helps-cls]"))
-    # the headline row: verdict with its Holm-adjusted p, the difference and its CI; the reason is in the details
-    assert "| supported (Holm p " in cls_row and "| 0.1100 [0.0852, 0.1348] | 0.02 |" in cls_row
+    # the headline row: claim, arms with CIs, difference with CI (min_effect, units), verdict with Holm's p;
+    # the t intervals over 3 seeds are those of test_claim_rows_from_contract_metrics
+    assert cls_row == ("| [pretraining-helps-cls](#pretraining-helps-cls) "
+                       "| treatment 0.8200 [0.7703, 0.8697]<br>baseline 0.7100 [0.6852, 0.7348] "
+                       "| 0.1100 [0.0852, 0.1348]<br>min_effect 0.02<br>n=3 | supported (Holm p 0.016) |")
     details = md.split('<a id="pretraining-helps-cls"></a>')[1].split("### ")[0]
     assert "supported: CI lower bound 0.0852 > min_effect 0.02" in details
-    assert "run-pf: http://127.0.0.1:5000/#/runs/run-pf" in details and "data/tokenize: aaaa.dir" in details
-    assert "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in details
-    assert "run-rf: http://127.0.0.1:5000/#/runs/run-rf" in page
+    # confounders and provenance are folded; run links are named by run, not by id
+    open_part, folded = details.split("<details><summary>")
+    assert "confounders (measured)" not in open_part and "MLflow runs" not in open_part
+    listed = folded.split("**confounders (measured)**:")[1].split("- **MLflow runs**")[0].count("\n  - ")
+    assert folded.startswith(f"confounders ({listed}) and provenance (2 MLflow runs, 1 data md5s)</summary>")
+    assert listed >= 2
+    assert "[cls/pretrained/full/mean-pool](http://127.0.0.1:5000/#/runs/run-pf)" in folded
+    assert "data/tokenize: aaaa.dir" in folded and folded.rstrip().endswith("</details>")
+    assert "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in folded
+    assert '<a href="http://127.0.0.1:5000/#/runs/run-rf">cls/random/full/mean-pool</a>' in page
+    assert ">run-rf<" not in page and "run-rf:" not in page
     # the forest plot sits between the headline table and the details
     assert md.index("![Forest plot") < md.index("## Claims in detail") and "## Slices" in md
     assert out["verdicts"]["not_run"] == sum(r["verdict"] == "not run" for r in out["claims"].values())
@@ -382,6 +395,15 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert [g.split()[1].strip("*") for g in groups] == list(EVIDENCE)  # one heading row per kind, in order
     assert sum(out["verdicts_by_evidence"]["behavioural"].values()) == sum(
         c.evidence == "behavioural" for c in load_claims(paths.reports / "claims.yaml").claims)
+    # what dvc exp show, dvc plots show and the MLflow run description read
+    assert json.loads((paths.metrics / "summary.json").read_text())["verdicts"] == out["verdicts"]
+    with (paths.reports / "plots" / "forest.csv").open() as handle:
+        forest = {line["claim"]: line for line in csv.DictReader(handle)}
+    with_ci = {k: v for k, v in out["claims"].items() if "difference_ci_low" in v}
+    assert set(forest) == set(with_ci) and forest["pretraining-helps-cls"]["verdict"] == "supported"
+    assert float(forest["pretraining-helps-cls"]["ci_low"]) == with_ci["pretraining-helps-cls"]["difference_ci_low"]
+    note = (paths.reports / "summary.md").read_text()
+    assert note.count("\n| ") == len(claim_ids) + 1 and verdicts[0].removeprefix("**Verdicts.** ") in note
     # determinism: a second run writes the same bytes
     before = {p.name: p.read_bytes() for p in report.report_files(paths)}
     report.run(cfg, paths, NullLog())

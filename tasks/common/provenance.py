@@ -8,6 +8,7 @@ schema of both files is interpreted in one place (DVC 3 lock schema ``2.0``).
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 from collections.abc import Iterable
@@ -143,3 +144,22 @@ class Lock:
         md5 = self.dep_md5s(dvc_stage)
         md5.update({path: value for (_, path), value in self.out_md5s().items()})
         return {path: md5[path] for path in deps if md5.get(path)}
+
+    def produced(self, path: str) -> bool:
+        """Whether some stage of the lock outputs ``path``."""
+        return any(out == path for _, out in self.out_md5s())
+
+
+def input_md5s(root: Path, dvc_stage: str) -> dict[str, str]:
+    """md5 of each declared dep of ``dvc_stage`` as the stage runs now: ``Lock.input_md5s``, except that a
+    source file (a dep no stage outputs) is hashed afresh, because ``dvc.lock`` still holds the md5 of the
+    previous run until this stage ends. DVC 3 hashes a file as the md5 of its bytes; a source folder keeps its
+    lock md5 (DVC hashes a folder's manifest, not reproduced here)."""
+    lock = Lock.read(Path(root) / DVC_LOCK)
+    deps = declared_deps(root, dvc_stage)
+    md5 = lock.input_md5s(dvc_stage, deps)
+    for path in deps:
+        file = Path(root) / path
+        if file.is_file() and not lock.produced(path):
+            md5[path] = hashlib.md5(file.read_bytes()).hexdigest()
+    return md5

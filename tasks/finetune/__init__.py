@@ -190,7 +190,7 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, 
     log_job(log, job, result, cfg.seeds, predictions)
     if measured is not None:
         log.metrics({"operational": measured})
-    entry = aggregate(job.task, result["seeds"], cfg, log.run_id)
+    entry = aggregate(job.task, result["seeds"], cfg, log)
     select = f"dev_best_{job.task.SELECT_METRIC}"
     entry["lr_sweep"] = {"seed": cfg.sweep_seed, "chosen_scale": result["scale"], "metric": select,
                          "dev": {f"{scale:g}": res[select] for scale, res in result["sweep"].items()}}  # fmt: skip
@@ -210,7 +210,9 @@ def run_baseline(item: str, name: str, data: dict, labels: list[str], tcfg: Task
     fit = baselines.fit_predict(name, rows, labels, tcfg.baseline_c_grid)
     dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
     path = write_predictions(out_dir / key / f"seed{baselines.SEED}.test.jsonl", fit["test"])
-    log.params({"task": item, "baseline": name, **fit["setting"]})
+    _, variant, head = key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
+    log.params({"task": item, "baseline": name, "variant": variant, "mode": "baseline", "head": head,
+                "seed": baselines.SEED, **fit["setting"]})
     log.metrics(task.headline(test))
     log.artifact(path, "predictions")
     timed = None
@@ -222,7 +224,7 @@ def run_baseline(item: str, name: str, data: dict, labels: list[str], tcfg: Task
     seed = {"seed": baselines.SEED, "test": task.headline(test), "details": task.details(test), "diverged": False,
             f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "train_docs": len(rows["train"]),
             "dev_docs": len(rows["dev"]), **{k: v for k, v in fit["setting"].items() if k != "dev_macro_f1"}}
-    return aggregate(task, [seed], cfg, log.run_id) | {"baseline": name}, timed
+    return aggregate(task, [seed], cfg, log) | {"baseline": name}, timed
 
 
 def write_test_items(path: Path, rows: list[dict]) -> Path:
@@ -266,9 +268,9 @@ def write_predictions(path: Path, recs: list[dict]) -> Path:
     return path
 
 
-def aggregate(task, seeds: list[dict], cfg: FinetuneParams, run_id: str | None) -> dict:
+def aggregate(task, seeds: list[dict], cfg: FinetuneParams, log) -> dict:
     """The contract's entry for one configuration: a ``summarize`` per test metric, ``diverged_seeds``,
-    ``mlflow_run_id`` and ``details``: seed-pooled tables (``task.pool_details``: confusion matrix or
+    ``mlflow_run_id`` and ``mlflow_run_name`` of the arm's run ``log`` (None without tracking), and ``details``: seed-pooled tables (``task.pool_details``: confusion matrix or
     span errors summed over seeds) and, under ``per_seed``, each seed's tables and training facts."""
     seed_ids = [s["seed"] for s in seeds]
     metrics = {
@@ -278,5 +280,5 @@ def aggregate(task, seeds: list[dict], cfg: FinetuneParams, run_id: str | None) 
     hidden = ("seed", "test", "test_records")
     per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
     pooled = task.pool_details([s["details"] for s in seeds])
-    return {**metrics, "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]], "mlflow_run_id": run_id,
-            "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}
+    return {**metrics, "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]], "mlflow_run_id": log.run_id,
+            "mlflow_run_name": log.run_name, "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}

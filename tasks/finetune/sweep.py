@@ -131,7 +131,8 @@ def _quiet_run(run: Run) -> dict:
 
 def log_job(log, job, result: dict, seeds: list[int], predictions: dict) -> None:
     """Log one arm: params and sweep on ``log`` (the arm's run), a nested run per seed with its ``predictions``
-    file (``{seed: path}``)."""
+    file (``{seed: path}``) and the arm's ``task``, ``variant``, ``mode``, ``head`` besides its ``seed`` as
+    params, so MLflow's Group by and parallel-coordinates views compare seeds and arms directly."""
     spec = job.spec
     log.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
                 "model_dir": job.folder, "seeds": seeds, "lr_scale": result["scale"],
@@ -141,7 +142,8 @@ def log_job(log, job, result: dict, seeds: list[int], predictions: dict) -> None
         log.metrics(dev | {"lr_sweep_scale": scale}, step=index)
     for res in result["seeds"]:
         with log.child(f"{job.item}/{job.key}/seed{res['seed']}") as child:
-            child.params({"seed": res["seed"], "lr_scale": res["lr_scale"], "lr_encoder": res["lr_encoder"],
+            child.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
+                          "seed": res["seed"], "lr_scale": res["lr_scale"], "lr_encoder": res["lr_encoder"],
                           "lr_head": res["lr_head"]})  # fmt: skip
             for row in res["history"]:
                 child.metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])

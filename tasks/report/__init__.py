@@ -2,7 +2,9 @@
 
 Reads the hand-written claims (``reports/claims.yaml``), the ``metrics/*.json`` of dedup, leakage, tokenize,
 pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; writes
-``reports/claims.md``, a self-contained ``reports/claims.html`` and ``reports/figures/*.png``. Each claim
+``reports/claims.md``, a self-contained ``reports/claims.html``, ``reports/figures/*.png`` and, for the places
+users look first (``tasks.report.summary``), ``metrics/summary.json``, ``reports/plots/*.csv`` and
+``reports/summary.md``. Each claim
 becomes one row, grouped by kind of evidence (intrinsic, extrinsic, behavioural, operational, data) (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
 data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
 
@@ -26,7 +28,7 @@ from tasks.common.provenance import Lock
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
-from tasks.report import render
+from tasks.report import render, summary
 from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.evidence import evidence_tables, reliability_curves
@@ -49,6 +51,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
     tables = evidence_tables(metrics, stats_config(cfg))
     write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables)
+    write_summaries(paths, rows, metrics, log)
     for path in report_files(paths):
         log.artifact(path, "report")
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
@@ -57,15 +60,26 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
             "claims": {row.claim.id: row_metrics(row) for row in rows}}
 
 
+def write_summaries(paths: Paths, rows: list[Row], metrics: Metrics, log) -> None:
+    """The curated ``metrics/summary.json`` (``dvc exp show``), the plot data under ``<reports>/plots``
+    (``dvc plots show``) and ``<reports>/summary.md``, also set as this run's MLflow description."""
+    summary.write_summary(paths.metrics / summary.SUMMARY_FILE, summary.summary_metrics(rows, summarize(rows), metrics))
+    summary.write_plot_data(paths.reports / "plots", rows, metrics)
+    note = summary.summary_md(rows)
+    (paths.reports / "summary.md").write_text(note, encoding="utf-8")
+    log.note(note)
+
+
 def claims_path(paths: Paths) -> Path:
     """``<reports>/claims.yaml``, the hand-written claims."""
     return paths.reports / "claims.yaml"
 
 
 def report_files(paths: Paths) -> list[Path]:
-    """The generated files that exist: ``claims.md``, ``claims.html`` and each figure (sorted)."""
-    files = [paths.reports / "claims.md", paths.reports / "claims.html"]
-    files += sorted((paths.reports / "figures").glob("*.png"))
+    """The generated files that exist: ``claims.md``, ``claims.html``, ``summary.md``, each figure and each
+    plot data file (sorted)."""
+    files = [paths.reports / "claims.md", paths.reports / "claims.html", paths.reports / "summary.md"]
+    files += sorted((paths.reports / "figures").glob("*.png")) + sorted((paths.reports / "plots").glob("*.csv"))
     return [f for f in files if f.exists()]
 
 

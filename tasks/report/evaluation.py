@@ -58,7 +58,7 @@ class Row:
     difference: Estimate | None = None
     pairing: str = ""
     confounders: list[str] = field(default_factory=list)
-    run_ids: list[str] = field(default_factory=list)
+    runs: list[tuple[str, str]] = field(default_factory=list)  # (name, id) of the arms' MLflow runs
     data_md5: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     best_baseline: Estimate | None = None
@@ -86,7 +86,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     if failed:
         row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
     row.confounders, row.data_md5 = confounders, md5s
-    row.run_ids = sorted(set(treat.run_ids) | set(base.run_ids))
+    row.runs = sorted(set(treat.runs) | set(base.runs))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
     row.notes += few_seeds_notes(treat, base)
     calibration = claim.metric in CALIBRATION_METRICS  # per-seed values are the headline metric, not calibration

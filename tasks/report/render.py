@@ -7,14 +7,16 @@ import base64
 import html
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from tasks.report.claims import EVIDENCE
 from tasks.report.evaluation import Row
 from tasks.report.slices import SliceTable
 from tasks.report.statistics import VERDICTS, Estimate
 
-TABLE_HEADER = ("claim", "verdict", "difference [CI]", "min_effect", "treatment", "baseline",
-                "best baseline (dev)", "test items x seeds")
+#: The headline table: one row per claim. The arms' and the difference's lines share a cell; the statement,
+#: reason, confounders and provenance are in the claim's details.
+TABLE_HEADER = ("claim", "arms [CI]", "difference [CI]", "verdict")
 #: A titled table: ``(title, header cells, rows of cells)``.
 Grid = tuple[str, list[str], list[list[str]]]
 #: The figure drawn right under the claim table, above the details.
@@ -49,14 +51,28 @@ def verdict_text(row: Row) -> str:
     return row.verdict + (f" (Holm p {row.p_adjusted:.2g})" if row.p_adjusted is not None else "")
 
 
-def table_cells(row: Row) -> tuple[str, ...]:
-    """The plain-text cells of one row of the headline table (``TABLE_HEADER``): one screen wide; the reason,
-    statement, confounders and provenance are in the details."""
-    best = f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline, False)}" if row.best_baseline else "-"
-    items = row.items or (f"n={row.difference.n}" if row.difference is not None else "-")
+class Link(NamedTuple):
+    """A hyperlink in a details list: shown as ``text``, pointing at ``url``."""
+
+    text: str
+    url: str
+
+
+#: One headline-table cell: its lines (joined by a line break in both formats).
+Cell = list[str]
+
+
+def table_cells(row: Row) -> tuple[str, Cell, Cell, str]:
+    """The cells of one row of the headline table (``TABLE_HEADER``): the claim id, the arms with their CIs
+    (treatment, baseline, and the best baseline chosen on dev when there is one), the difference with its CI,
+    min_effect and the test items x seeds behind it, and the verdict."""
+    arms = [f"treatment {fmt_estimate(row.treatment, False)}", f"baseline {fmt_estimate(row.baseline, False)}"]
+    if row.best_baseline:
+        arms.append(f"best baseline (dev) {row.best_baseline_key}: {fmt_estimate(row.best_baseline, False)}")
     flipped = f" ({row.difference_label})" if row.difference_label != "treatment - baseline" else ""
-    return (row.claim.id, verdict_text(row), fmt_estimate(row.difference, False) + flipped, f"{row.claim.min_effect:g}",
-            fmt_estimate(row.treatment, False), fmt_estimate(row.baseline, False), best, items)
+    difference = [fmt_estimate(row.difference, False) + flipped, f"min_effect {row.claim.min_effect:g}"]
+    items = row.items or (f"n={row.difference.n}" if row.difference is not None else "")
+    return row.claim.id, arms, difference + ([items] if items else []), verdict_text(row)
 
 
 def run_url(mlflow_ui_url: str, run_id: str) -> str:
@@ -64,13 +80,16 @@ def run_url(mlflow_ui_url: str, run_id: str) -> str:
     return f"{mlflow_ui_url.rstrip('/')}/#/runs/{run_id}"
 
 
-def md5_text(row: Row) -> str:
-    """``path md5`` pairs of the data behind a row, or why there are none."""
-    return "; ".join(f"{p} {m}" for p, m in row.data_md5.items()) or "no dvc.lock entry"
+def run_links(row: Row, mlflow_ui_url: str) -> list[Link]:
+    """The arms' MLflow runs as links named by run name (``cls/pretrained/full/mean-pool``), not by id."""
+    return [Link(name, run_url(mlflow_ui_url, run_id)) for name, run_id in row.runs]
 
 
-def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str]]]:
-    """The per-claim detail list: references, statistics, confounders, provenance (MLflow run pages), notes."""
+Items = list[tuple[str, str | list[str] | list[Link]]]
+
+
+def detail_items(row: Row) -> Items:
+    """The per-claim details shown open: statement, references, statistics and notes."""
     c = row.claim
     effect = f"{row.effect_size:.3g}" if row.effect_size is not None else (
         "not computed (its per-seed values are the headline metric, not calibration)"
@@ -92,11 +111,23 @@ def detail_items(row: Row, mlflow_ui_url: str) -> list[tuple[str, str | list[str
         ("verdict", f"{row.verdict}: {row.reason}"),
         ("statistics", row.pairing or "-"),
         ("p-value of the verdict's test", p_values),
-        ("confounders (measured)", row.confounders or ["none listed"]),
-        ("MLflow runs", [f"{r}: {run_url(mlflow_ui_url, r)}" for r in row.run_ids] or ["none recorded in the metrics"]),
-        ("data md5 (dvc.lock)", [f"{p}: {m}" for p, m in row.data_md5.items()] or ["dvc.lock has no entry"]),
         ("notes", row.notes or ["none"]),
     ]
+
+
+def folded_items(row: Row, mlflow_ui_url: str) -> Items:
+    """The per-claim details folded away by default: measured confounders and provenance."""
+    return [
+        ("confounders (measured)", row.confounders or ["none listed"]),
+        ("MLflow runs", run_links(row, mlflow_ui_url) or ["none recorded in the metrics"]),
+        ("data md5 (dvc.lock)", [f"{p}: {m}" for p, m in row.data_md5.items()] or ["dvc.lock has no entry"]),
+    ]
+
+
+def folded_summary(row: Row) -> str:
+    """The one line shown for the folded details: ``confounders (3) and provenance (2 runs, 4 data md5s)``."""
+    return (f"confounders ({len(row.confounders)}) and provenance ({len(row.runs)} MLflow runs, "
+            f"{len(row.data_md5)} data md5s)")
 
 
 # ---------------------------------------------------------------- markdown
@@ -122,15 +153,20 @@ def group_title(kind: str, rows: list[Row]) -> str:
 
 def claim_table_md(rows: list[Row]) -> str:
     """The headline claim table as a Markdown (GFM) table grouped by kind of evidence, one line per claim,
-    each linking to its details."""
+    each linking to its details; a cell's lines are joined by ``<br>``."""
     lines = ["| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
     for kind, group in by_evidence(rows):
         lines.append(f"| **{group_title(kind, group)}** |" + " |" * (len(TABLE_HEADER) - 1))
         for row in group:
-            cells = [_md_cell(c) for c in table_cells(row)]
-            cells[0] = f"[{cells[0]}](#{row.claim.id})"
+            claim, arms, difference, verdict = table_cells(row)
+            cells = [f"[{_md_cell(claim)}](#{row.claim.id})", *("<br>".join(map(_md_cell, c)) for c in (arms, difference)),
+                     _md_cell(verdict)]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _md_value(value: str | Link) -> str:
+    return f"[{value.text}]({value.url})" if isinstance(value, Link) else str(value)
 
 
 def _md_items(items) -> list[str]:
@@ -138,10 +174,17 @@ def _md_items(items) -> list[str]:
     for key, value in items:
         if isinstance(value, list):
             out.append(f"- **{key}**:")
-            out += [f"  - {v}" for v in value]
+            out += [f"  - {_md_value(v)}" for v in value]
         else:
             out.append(f"- **{key}**: {value}")
     return out
+
+
+def claim_details_md(row: Row, mlflow_ui_url: str) -> list[str]:
+    """One claim's details: the open list, then confounders and provenance in a ``<details>`` block."""
+    return [f'### <a id="{row.claim.id}"></a>{row.claim.id}', "", *_md_items(detail_items(row)), "",
+            f"<details><summary>{html.escape(folded_summary(row))}</summary>", "",
+            *_md_items(folded_items(row, mlflow_ui_url)), "", "</details>", ""]
 
 
 def verdict_summary(rows: list[Row]) -> str:
@@ -170,8 +213,7 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
         parts += figure(FOREST, figures[FOREST])
     parts += [STATS_NOTE.format(level=level, alpha=1 - level), "", "## Claims in detail", ""]
     for row in (r for _, group in by_evidence(rows) for r in group):  # the table's order
-        parts += [f'### <a id="{row.claim.id}"></a>{row.claim.id}', "", *_md_items(detail_items(row, mlflow_ui_url)),
-                  ""]  # fmt: skip
+        parts += claim_details_md(row, mlflow_ui_url)
     parts += ["## Slices", ""] + [line for task, table in slices.items() for line in slice_md(task, table)]
     for name, grids in tables.items():
         parts += [f"## {name}", "", *grids_md(name, grids)]
@@ -233,6 +275,8 @@ th{background:#eee}tr.evidence th{background:#dde;text-align:left}.supported{bac
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
 .not-resolvable{background:#e0e4f4;font-style:italic}.equivalent{background:#d4eef4}
 img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
+#claims td{max-width:32em}#claims td.verdict{white-space:nowrap}
+details{margin:.3em 0 1em}summary{cursor:pointer;color:#345}
 """
 
 
@@ -249,22 +293,36 @@ def claim_table_html(rows: list[Row]) -> str:
         body.append(f'<tr class="evidence" id="evidence-{kind}"><th colspan="{len(TABLE_HEADER)}">'
                     f"{_e(group_title(kind, group))}</th></tr>")  # fmt: skip
         for row in group:
-            first, *rest = table_cells(row)
-            cells = f'<td><a href="#detail-{_e(row.claim.id)}">{_e(first)}</a></td>'
-            cells += "".join(f"<td>{_e(c)}</td>" for c in rest)
+            claim, arms, difference, verdict = table_cells(row)
+            cells = f'<td><a href="#detail-{_e(row.claim.id)}">{_e(claim)}</a></td>'
+            cells += "".join("<td>" + "<br>".join(map(_e, lines)) + "</td>" for lines in (arms, difference))
+            cells += f'<td class="verdict">{_e(verdict)}</td>'
             body.append(f'<tr id="{_e(row.claim.id)}" class="{row.verdict.replace(" ", "-")}">{cells}</tr>')
     return f'<table id="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _html_value(value: str | Link) -> str:
+    return f'<a href="{_e(value.url)}">{_e(value.text)}</a>' if isinstance(value, Link) else _e(value)
 
 
 def _html_items(items) -> str:
     out = []
     for key, value in items:
         if isinstance(value, list):
-            inner = "".join(f"<li>{_e(v)}</li>" for v in value)
+            inner = "".join(f"<li>{_html_value(v)}</li>" for v in value)
             out.append(f"<li><b>{_e(key)}</b>:<ul>{inner}</ul></li>")
         else:
             out.append(f"<li><b>{_e(key)}</b>: {_e(value)}</li>")
     return "<ul>" + "".join(out) + "</ul>"
+
+
+def claim_details_html(row: Row, mlflow_ui_url: str) -> str:
+    """One claim's details (``<section class="claim" id="detail-<id>">``): the open list, then confounders and
+    provenance folded into a ``<details>`` element."""
+    folded = (f"<details><summary>{_e(folded_summary(row))}</summary>"
+              f"{_html_items(folded_items(row, mlflow_ui_url))}</details>")
+    return (f'<section class="claim" id="detail-{_e(row.claim.id)}"><h3>{_e(row.claim.id)}</h3>'
+            f"{_html_items(detail_items(row))}{folded}</section>")
 
 
 def _img(path: Path, title: str) -> str:
@@ -307,8 +365,7 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
         parts += figure(FOREST, figures[FOREST])
     parts += [f"<p>{_e(STATS_NOTE.format(level=level, alpha=1 - level))}</p>", "<h2>Claims in detail</h2>"]
     for row in (r for _, group in by_evidence(rows) for r in group):  # the table's order
-        parts += [f'<h3 id="detail-{_e(row.claim.id)}">{_e(row.claim.id)}</h3>',
-                  _html_items(detail_items(row, mlflow_ui_url))]  # fmt: skip
+        parts.append(claim_details_html(row, mlflow_ui_url))
     parts += ["<h2>Slices</h2>"] + [slice_html(task, table) for task, table in slices.items()]
     for name, grids in tables.items():
         parts += [f'<h2 id="{_e(name.split(":")[0].lower())}">{_e(name)}</h2>', grids_html(name, grids)]

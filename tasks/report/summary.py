@@ -1,0 +1,108 @@
+"""What users see of a report without opening it: the curated metrics of ``dvc exp show``, the data of
+``dvc plots show`` and the run description on MLflow's run page.
+
+- ``metrics/summary.json`` is the one file ``dvc.yaml`` declares as metrics, so ``dvc exp show`` and
+  ``dvc metrics diff`` list a few columns: the verdict counts, each task's headline test metric for the arm
+  and the baseline the finetune stage chose on dev and for the best of our pretrained arms, and the
+  pretraining gap to the unigram baseline. The stages' own ``metrics/<stage>.json`` stay plain outputs.
+- ``<reports>/plots/forest.csv`` (one line per claim with a difference) and ``seeds_<task>.csv`` (one line per
+  arm and seed) are the data of the forest plot and the per-seed scores that ``dvc.yaml``'s ``plots`` draw.
+- ``<reports>/summary.md`` is the verdict counts and one line per claim, set as the MLflow run description.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from tasks.report.claims import Metrics
+from tasks.report.evaluation import Row
+from tasks.report.evidence import HEADLINE, TASKS
+from tasks.report.render import fmt_estimate, verdict_summary, verdict_text
+
+SUMMARY_FILE = "summary.json"
+PRETRAIN_KEYS = ("heldout_perplexity", "heldout_gap_to_unigram_nats", "heldout_mlm_accuracy")
+
+
+def summary_metrics(rows: list[Row], verdicts: dict[str, int], metrics: Metrics) -> dict:
+    """The curated metrics (``metrics/summary.json``); a task or stage whose metrics are missing is left out."""
+    out: dict = {"verdicts": verdicts, "claims": len(rows)}
+    for task in TASKS:
+        headline = task_headline(task, metrics)
+        out |= {task: headline} if headline else {}
+    pretrain = _optional(metrics, "pretrain")
+    kept = {key: pretrain[key] for key in PRETRAIN_KEYS if isinstance(pretrain.get(key), int | float)}
+    return out | ({"pretrain": kept} if kept else {})
+
+
+def task_headline(task: str, metrics: Metrics) -> dict:
+    """``{best_arm, best_arm_<metric>, best_baseline, best_baseline_<metric>, pretrained_arm, ...}``: the mean
+    over seeds of the task's headline test metric (``evidence.HEADLINE``) for the dev-selected arms and the
+    best pretrained arm on dev; empty when the finetune metrics are missing."""
+    data = _optional(metrics, f"finetune_{task}")
+    selection, runs, metric = data.get("selection") or {}, data.get("runs") or {}, HEADLINE[task]
+    dev = selection.get("dev") or {}
+    ours = max((key for key in dev if key.startswith("pretrained/")), key=dev.get, default=None)
+    out = {}
+    for role, key in (("best_arm", selection.get("best_arm")), ("best_baseline", selection.get("best_baseline")),
+                      ("pretrained_arm", ours)):
+        value = (runs.get(key) or {}).get(metric, {}).get("mean") if key else None
+        if isinstance(value, int | float):
+            out |= {role: key, f"{role}_{metric}": value}
+    return out
+
+
+def _optional(metrics: Metrics, name: str) -> dict:
+    return metrics.optional(name) or {}
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    """Write the curated metrics as sorted, indented JSON (stable bytes for DVC)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Path]:
+    """Write ``forest.csv`` (claim, difference, ci_low, ci_high, verdict; claims with an interval) and
+    ``seeds_<task>.csv`` (arm, seed, the headline metric; tasks with finetune metrics); returns the files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.csv"):
+        stale.unlink()  # a task that vanished must not leave its plot data behind
+    forest = [{"claim": r.claim.id, "difference": r.difference.mean, "ci_low": r.difference.low,
+               "ci_high": r.difference.high, "verdict": r.verdict}
+              for r in rows if r.difference is not None and r.difference.has_ci]  # fmt: skip
+    written = [_write_csv(folder / "forest.csv", ["claim", "difference", "ci_low", "ci_high", "verdict"], forest)]
+    for task in TASKS:
+        seeds = seed_scores(task, metrics)
+        if seeds:
+            written.append(_write_csv(folder / f"seeds_{task}.csv", ["arm", "seed", HEADLINE[task]], seeds))
+    return written
+
+
+def seed_scores(task: str, metrics: Metrics) -> list[dict]:
+    """One ``{arm, seed, <headline metric>}`` per arm and seed of ``metrics/finetune_<task>.json``."""
+    metric = HEADLINE[task]
+    out = []
+    for arm, run in sorted((_optional(metrics, f"finetune_{task}").get("runs") or {}).items()):
+        entry = run.get(metric) or {}
+        out += [{"arm": arm, "seed": seed, metric: value}
+                for seed, value in zip(entry.get("seeds") or [], entry.get("per_seed") or [], strict=False)]
+    return out
+
+
+def _write_csv(path: Path, header: list[str], rows: list[dict]) -> Path:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def summary_md(rows: list[Row]) -> str:
+    """The run description: the verdict counts, then one line per claim (difference [CI] and verdict)."""
+    lines = [f"**clozeline claim table**: {verdict_summary(rows)}", "", "| claim | difference [CI] | verdict |",
+             "|---|---|---|"]
+    lines += [f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |" for r in rows]
+    return "\n".join(lines + ["", "The full table, with arms, confounders and provenance: the run's artifact "
+                                  "`report/claims.html`."]) + "\n"

@@ -1,0 +1,53 @@
+"""The report's summaries: the curated metrics of `dvc exp show`, the plot data of `dvc plots show`."""
+
+import csv
+import json
+
+from tasks.report import summary
+from tasks.report.claims import Metrics
+
+
+def _arm(per_seed, seeds=(13, 21)):
+    return {"test_macro_f1": {"per_seed": list(per_seed), "seeds": list(seeds), "mean": sum(per_seed) / len(per_seed)}}
+
+
+def _metrics(folder):
+    folder.mkdir()
+    runs = {"pretrained/full/mean-pool": _arm((0.76, 0.80)), "pretrained/frozen/mean-pool": _arm((0.50, 0.60)),
+            "reference/full/mean-pool": _arm((0.86, 0.90)), "baseline/tfidf-lr/full-text": _arm((0.93,), (0,))}
+    # dev scores: the frozen arm is worse on dev, so the best pretrained arm is the full one
+    dev = {"pretrained/full/mean-pool": 0.80, "pretrained/frozen/mean-pool": 0.61, "reference/full/mean-pool": 0.9,
+           "baseline/tfidf-lr/full-text": 0.95}
+    cls = {"runs": runs, "selection": {"best_arm": "reference/full/mean-pool",
+                                       "best_baseline": "baseline/tfidf-lr/full-text", "dev": dev}}
+    (folder / "finetune_cls.json").write_text(json.dumps(cls))
+    (folder / "pretrain.json").write_text(json.dumps({"heldout_perplexity": 102.5, "heldout_mlm_accuracy": None,
+                                                      "heldout_gap_to_unigram_nats": 2.4}))
+    return Metrics(folder)
+
+
+def test_summary_holds_the_dev_selected_arms_the_best_pretrained_arm_and_the_pretraining_gap(tmp_path):
+    verdicts = {"supported": 2, "inconclusive": 1}
+    got = summary.summary_metrics([], verdicts, _metrics(tmp_path / "metrics"))
+    assert got == {"verdicts": verdicts, "claims": 0,
+                   "cls": {"best_arm": "reference/full/mean-pool", "best_arm_test_macro_f1": 0.88,
+                           "best_baseline": "baseline/tfidf-lr/full-text", "best_baseline_test_macro_f1": 0.93,
+                           "pretrained_arm": "pretrained/full/mean-pool", "pretrained_arm_test_macro_f1": 0.78},
+                   "pretrain": {"heldout_perplexity": 102.5, "heldout_gap_to_unigram_nats": 2.4}}
+    # no finetune_ner.json: no ner columns (not zeros); a null metric is left out too
+
+
+def test_plot_data_has_one_line_per_arm_and_seed_and_drops_stale_files(tmp_path):
+    metrics = _metrics(tmp_path / "metrics")
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    (plots / "seeds_ner.csv").write_text("stale from a run with NER\n")
+    written = summary.write_plot_data(plots, [], metrics)
+    assert [p.name for p in written] == ["forest.csv", "seeds_cls.csv"] and not (plots / "seeds_ner.csv").exists()
+    assert (plots / "forest.csv").read_text() == "claim,difference,ci_low,ci_high,verdict\n"
+    with (plots / "seeds_cls.csv").open() as handle:
+        lines = list(csv.DictReader(handle))
+    assert len(lines) == 2 + 2 + 2 + 1
+    assert lines[0] == {"arm": "baseline/tfidf-lr/full-text", "seed": "0", "test_macro_f1": "0.93"}
+    assert {(r["arm"], r["seed"], float(r["test_macro_f1"])) for r in lines if r["arm"].startswith("pretrained/full")} \
+        == {("pretrained/full/mean-pool", "13", 0.76), ("pretrained/full/mean-pool", "21", 0.80)}
