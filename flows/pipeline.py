@@ -85,9 +85,10 @@ def repro_stage(stage: str, position: str, parent_run_id: str | None) -> None:
 
 @task(cache_policy=NO_CACHE)
 def snapshot_step(run_id: str) -> dict[str, str]:
-    """Tag the pipeline run with the dvc.lock md5s, push to the DVC remote, optionally git-commit."""
+    """Tag the pipeline run with the dvc.lock md5s, log the data outputs as its dataset inputs, push to the DVC
+    remote, optionally git-commit."""
     params = load_params(ROOT / "params.yaml")
-    tags = snapshot(ROOT, params.snapshot, MlflowLog(run_id))
+    tags = snapshot(ROOT, params.snapshot, MlflowLog(run_id), params.paths.data)
     get_run_logger().info("snapshot: %d outputs recorded, remote: %s", len(tags) - 1, tags["dvc.remote"])
     return tags
 

@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tasks.common.provenance import DVC_LOCK, Lock
+from tasks.common.provenance import DVC_LOCK, Lock, git_commit
 from tasks.config.snapshot import SnapshotParams
+from tasks.tracking import DataInput
 
 
 def default_remote(root: Path) -> str | None:
@@ -21,15 +22,23 @@ def default_remote(root: Path) -> str | None:
     return name if out.returncode == 0 and name and "No default remote" not in name else None
 
 
-def snapshot(root: Path, cfg: SnapshotParams, log) -> dict[str, str]:
-    """Tag the run with ``dvc.lock`` md5s, ``dvc push`` if a remote exists, git-commit if asked.
+def snapshot(root: Path, cfg: SnapshotParams, log, data: Path | None = None) -> dict[str, str]:
+    """Tag the run with ``dvc.lock`` md5s, log each output under ``data`` (the params' data folder) as an MLflow
+    dataset input (context ``snapshot``: the run page's Dataset column), ``dvc push`` if a remote exists,
+    git-commit if asked.
 
     Returns the tags set. Raises ``subprocess.CalledProcessError`` if a push or commit fails.
     """
-    tags = {f"dvc.out.{stage}:{path}": md5 for (stage, path), md5 in Lock.read(root / DVC_LOCK).out_md5s().items()}
+    outs = Lock.read(root / DVC_LOCK).out_md5s()
+    tags = {f"dvc.out.{stage}:{path}": md5 for (stage, path), md5 in outs.items()}
     remote = default_remote(root)
     tags["dvc.remote"] = remote or "none"
     log.tags(tags)
+    if data is not None:
+        commit = git_commit(root)
+        under = (root / data).resolve()
+        log.inputs([DataInput(path, md5, "snapshot", commit) for (_, path), md5 in outs.items()
+                    if (root / path).resolve().is_relative_to(under)])  # fmt: skip
     if remote and cfg.push:
         log.info(f"snapshot: dvc push to remote {remote!r}")
         _dvc(root, "push")

@@ -86,10 +86,12 @@ def numeric_leaves(tree: Mapping[str, Any]) -> dict[str, float]:
 
 
 class NullLog:
-    """A RunLog that records nothing beyond Python logging. ``run_id`` and ``run_name`` are ``None``."""
+    """A RunLog that records nothing beyond Python logging. ``run_id``, ``run_name`` and ``experiment_id`` are
+    ``None``."""
 
     run_id: str | None = None
     run_name: str | None = None
+    experiment_id: str | None = None
 
     def info(self, message: str) -> None:
         """Log a progress message (Python logging, logger ``clozeline``)."""
@@ -120,12 +122,12 @@ class NullLog:
 
 
 class MlflowLog(NullLog):
-    """A RunLog bound to one active MLflow run id (and, when known, its name)."""
+    """A RunLog bound to one active MLflow run id (and, when known, its name and experiment id)."""
 
-    def __init__(self, run_id: str, run_name: str | None = None) -> None:
+    def __init__(self, run_id: str, run_name: str | None = None, experiment_id: str | None = None) -> None:
         import mlflow
 
-        self.run_id, self.run_name = run_id, run_name
+        self.run_id, self.run_name, self.experiment_id = run_id, run_name, experiment_id
         self._client = mlflow.MlflowClient()  # one client per run: per-step metrics must not rebuild it
         self._inputs: tuple[DataInput, ...] = ()
 
@@ -215,13 +217,15 @@ def training_experiment(client, name: str) -> str:
     return exp_id
 
 
-def training_view_url(ui_url: str, experiment_id: str | None) -> str:
-    """The MLflow UI page of an experiment's runs, opened on the model-training view
-    (``<ui>/#/experiments/<id>/runs?workflowType=machine_learning``); the experiments list when the id is None."""
+def training_view_url(ui_url: str, experiment_id: str | None, run_id: str | None = None) -> str:
+    """An MLflow UI page on the model-training view: an experiment's runs
+    (``<ui>/#/experiments/<id>/runs?workflowType=machine_learning``), one run of it (``.../runs/<run id>?...``),
+    or the experiments list when ``experiment_id`` is None."""
     base = ui_url.rstrip("/")
     if experiment_id is None:
         return f"{base}/#/experiments{TRAINING_VIEW_QUERY}"
-    return f"{base}/#/experiments/{experiment_id}/runs{TRAINING_VIEW_QUERY}"
+    run = f"/{run_id}" if run_id else ""
+    return f"{base}/#/experiments/{experiment_id}/runs{run}{TRAINING_VIEW_QUERY}"
 
 
 def experiment_id(root: Path, name: str = "clozeline") -> str | None:
@@ -260,7 +264,7 @@ def open_run(
     if parent:
         tags["mlflow.parentRunId"] = parent
     run = client.create_run(exp_id, tags=tags, run_name=name)
-    log = MlflowLog(run.info.run_id, name)
+    log = MlflowLog(run.info.run_id, name, exp_id)
     try:
         yield log
     except RunKilled:

@@ -1,10 +1,17 @@
 """The whole flow on tiny params, in a fresh copy of the repo: every stage runs, the claim table is complete,
-MLflow holds a parent run with one child per stage, and a second run reruns nothing."""
+MLflow holds a parent run with one child per stage, a second run reruns nothing, and what users review (an
+MLflow server with its UI in headless Chromium, ``dvc exp show``, ``dvc plots show``) shows the run."""
 
+import html
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -164,3 +171,167 @@ def test_data_stages_are_byte_for_byte_reproducible(pipeline_run):
     assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
     assert all(f"Running stage '{stage}'" in forced.stdout for stage in DATA_STAGES)
     assert data_md5s(repo) == before
+
+
+# ---------------------------------------------------------------- where users review the run: MLflow, DVC
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(pipeline_run, tmp_path_factory):
+    """``mlflow server`` on 127.0.0.1 over the run's sqlite store, as ``make mlflow-ui`` starts it."""
+    repo, env, _ = pipeline_run
+    log = tmp_path_factory.mktemp("mlflow-server") / "server.log"
+    port = _free_port()
+    cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{repo / 'mlruns.db'}",
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=out,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not _answers(url + "/health"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _pipeline_runs(url: str):
+    """The experiment, the pipeline run, its stage runs by name and every run below them, via the server."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=url)
+    exp = client.get_experiment_by_name("clozeline")
+    runs = client.search_runs([exp.experiment_id], max_results=5000)
+    pipeline = next(r for r in runs if r.info.run_name == "pipeline")
+    children: dict[str, list] = {}
+    for run in runs:
+        children.setdefault(run.data.tags.get("mlflow.parentRunId"), []).append(run)
+    stages = {r.info.run_name: r for r in children[pipeline.info.run_id]}
+    below, frontier = [], list(stages.values())
+    while frontier:
+        kids = children.get(frontier.pop().info.run_id, [])
+        below += kids
+        frontier += kids
+    return client, exp, pipeline, stages, below
+
+
+def _is_data(path: str) -> bool:
+    """A dvc.yaml dep that is data: not a model, and not project code (the probe sets are data in tasks/probe)."""
+    return not path.startswith("models/") and (not path.startswith("tasks/") or path.endswith(".jsonl"))
+
+
+@pytest.mark.slow
+def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params_and_the_report(pipeline_run,
+                                                                                               mlflow_server):
+    repo, _, _ = pipeline_run
+    client, exp, pipeline, stages, below = _pipeline_runs(mlflow_server)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    lock = Lock.read(repo / "dvc.lock")
+    assert set(stages) == set(stage_names(repo))
+    for name, run in stages.items():
+        # every data dep of the stage is one dataset input, its digest the md5 dvc.lock recorded for that run
+        got = {(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs}
+        assert got == {(p, md5) for p, md5 in lock.dep_md5s(name).items() if _is_data(p)}, name
+        assert all(d.dataset.source_type == "dvc" for d in run.inputs.dataset_inputs)
+    contexts = {d.tags[0].value for d in stages["finetune@cls"].inputs.dataset_inputs}
+    assert contexts == {"training"} and {d.tags[0].value for d in stages["report"].inputs.dataset_inputs} == {"evaluation"}
+    # seed runs carry the arm's coordinates as params, and inherit the stage's datasets
+    seeds = [r for r in below if re.fullmatch(r"(cls|ner)/.+/seed\d+", r.info.run_name)]
+    assert len(seeds) >= 2 * 2 * 2  # two tasks, at least two arms, two seeds (TINY)
+    for run in seeds:
+        task, variant, mode, head, seed = run.info.run_name.split("/")
+        assert {k: run.data.params[k] for k in ("task", "variant", "mode", "head", "seed")} == {
+            "task": task, "variant": variant.split("@")[0], "mode": mode, "head": head, "seed": seed[len("seed"):]}
+        assert {d.dataset.name for d in run.inputs.dataset_inputs} == {f"data/tokenize/{task}"}
+    # the pipeline run: the claim table, its figures and plot data as artifacts, its summary as the description
+    report = {a.path for a in client.list_artifacts(pipeline.info.run_id, "report")}
+    assert {f"report/{n}" for n in ("claims.md", "claims.html", "claims.yaml", "summary.md", "figures", "plots")} <= report
+    figures = {a.path for a in client.list_artifacts(pipeline.info.run_id, "report/figures")}
+    assert "report/figures/forest.png" in figures
+    assert pipeline.data.tags["mlflow.note.content"] == (repo / "reports" / "summary.md").read_text(encoding="utf-8")
+    snapshot = {(d.dataset.name, d.dataset.digest) for d in pipeline.inputs.dataset_inputs}
+    assert snapshot == {(p, md5) for (_, p), md5 in lock.out_md5s().items() if p.startswith("data/")}
+
+
+@pytest.mark.slow
+def test_dvc_exp_show_lists_the_curated_metrics_and_dvc_plots_draws_the_report_plots(pipeline_run):
+    repo, env, _ = pipeline_run
+    shown = dvc(repo, env, "exp", "show", "--json")
+    assert shown.returncode == 0, shown.stderr
+    workspace = json.loads(shown.stdout)[0]["data"]
+    assert list(workspace["metrics"]) == ["metrics/summary.json"]  # one file: the curated columns
+    summary = workspace["metrics"]["metrics/summary.json"]["data"]
+    report = json.loads((repo / "metrics" / "report.json").read_text())
+    assert summary["verdicts"] == report["verdicts"] and "heldout_gap_to_unigram_nats" in summary["pretrain"]
+    plots = dvc(repo, env, "plots", "show", "--json")
+    assert plots.returncode == 0, plots.stderr
+    specs = {name: body[0] for name, body in json.loads(plots.stdout).items()}
+    assert {"Pretraining loss curve", "Classification: per-seed scores", "NER: per-seed scores",
+            "Forest plot: every claim's difference with its CI"} <= set(specs)
+    forest = specs["Forest plot: every claim's difference with its CI"]["content"]
+    assert "<DVC_METRIC" not in json.dumps(forest)  # the template's anchors are all filled
+    claims = {row["claim"] for row in forest["data"]["values"]}
+    assert claims == {k for k, v in report["claims"].items() if "difference_ci_low" in v}
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+             "--virtual-time-budget=20000", "--window-size=1400,900"]
+    return subprocess.run([str(CHROMIUM), *flags, *args], capture_output=True, text=True, timeout=180)
+
+
+def _text(dom: str) -> str:
+    body = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", body)))
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium)")
+def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlflow_server, tmp_path):
+    from tasks.tracking import runs_page_url
+
+    repo, _, _ = pipeline_run
+    claims = (repo / "reports" / "claims.html").resolve()
+    counts = json.loads((repo / "metrics" / "summary.json").read_text())["verdicts"]
+    page = _chromium(tmp_path, "--dump-dom", claims.as_uri())
+    assert page.returncode == 0, page.stderr[-2000:]
+    expected = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items())
+    assert expected in _text(page.stdout)  # verdict counts, in the verdicts' order
+    assert page.stdout.count("<details>") == len(read_yaml(repo / "reports" / "claims.yaml")["claims"])
+    # the link users are given opens the runs table on the training view, with the DVC snapshot as datasets
+    url = runs_page_url(repo, mlflow_server)
+    ui = _chromium(tmp_path, "--dump-dom", url)
+    assert ui.returncode == 0, ui.stderr[-2000:]
+    text = _text(ui.stdout)
+    assert "Run Name" in text and "Dataset" in text and "pipeline" in text, text[:2000]
+    assert "Traces 0" not in text and "No data available" not in text  # not the GenAI overview
+    lock = Lock.read(repo / "dvc.lock")
+    entries = [f"{p} ({md5})" for (_, p), md5 in lock.out_md5s().items() if p.startswith("data/")]
+    assert any(entry in text for entry in entries), text[:2000]
+    for name, target in (("claims.png", claims.as_uri()), ("mlflow-runs.png", url)):
+        shot = tmp_path / name
+        assert _chromium(tmp_path, f"--screenshot={shot}", target).returncode == 0
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

@@ -243,7 +243,7 @@ def test_claim_rows_from_contract_metrics(workspace):
     half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
     assert (cls.difference.low, cls.difference.high) == pytest.approx((0.11 - half, 0.11 + half))
     # no mlflow_run_name in these metrics: the name is the finetune stage's own (task/arm key)
-    assert cls.runs == [("cls/pretrained/full/mean-pool", "run-pf"), ("cls/random/full/mean-pool", "run-rf")]
+    assert cls.runs == [("cls/pretrained/full/mean-pool", "run-pf", ""), ("cls/random/full/mean-pool", "run-rf", "")]
     assert cls.data_md5 == {"data/tokenize": "aaaa.dir"}
     confounders = "\n".join(cls.confounders)
     assert ("25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after; "

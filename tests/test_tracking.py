@@ -1,5 +1,6 @@
 """MLflow wrapper: sanitizing, run status on success, failure and SIGTERM, stage runner wiring."""
 
+import hashlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import pytest
 import tasks.__main__ as stage_main
 from tasks.tracking import (
     MAX_KEY,
+    DataInput,
     MAX_PARAM_VALUE,
     RunKilled,
     numeric_leaves,
@@ -18,6 +20,7 @@ from tasks.tracking import (
     sanitize_key,
     sanitize_value,
     tracking_uri,
+    training_view_url,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,3 +162,51 @@ def test_invalid_params_exit_2_with_the_dotted_key_and_no_traceback(workdir, cap
     assert stage_main.main(["ingest"]) == 2
     err = capsys.readouterr().err
     assert "pipeline.retries" in err and "Traceback" not in err
+
+
+def test_inputs_are_dvc_datasets_that_child_runs_inherit_and_the_experiment_is_a_training_one():
+    digest = "0123456789abcdef0123456789abcdef.dir"  # 36 characters: MLflow's digest limit
+    with open_run("with-data") as log:
+        log.inputs([DataInput("data/ingest", digest, "preprocessing", "abc123")])
+        log.note("**2 supported**")
+        with log.child("seed13") as kid:
+            pass
+    client = mlflow.MlflowClient()
+    run, child = client.get_run(log.run_id), client.get_run(kid.run_id)
+    (entry,) = run.inputs.dataset_inputs
+    assert (entry.dataset.name, entry.dataset.digest, entry.dataset.source_type) == ("data/ingest", digest, "dvc")
+    assert json.loads(entry.dataset.source) == {"path": "data/ingest", "git_commit": "abc123"}
+    assert [(t.key, t.value) for t in entry.tags] == [("mlflow.data.context", "preprocessing")]
+    assert [(d.dataset.name, d.dataset.digest) for d in child.inputs.dataset_inputs] == [("data/ingest", digest)]
+    assert run.data.tags["mlflow.note.content"] == "**2 supported**"
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert (log.run_name, log.experiment_id, kid.run_name) == ("with-data", run.info.experiment_id, "seed13")
+
+
+def test_training_view_links():
+    assert training_view_url("http://127.0.0.1:5000/", "7") == (
+        "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning")
+    assert training_view_url("http://h:1", "7", "r1") == "http://h:1/#/experiments/7/runs/r1?workflowType=machine_learning"
+    assert training_view_url("http://h:1", None) == "http://h:1/#/experiments?workflowType=machine_learning"
+
+
+def test_stage_runner_logs_data_deps_as_datasets_with_fresh_md5s(workdir, monkeypatch):
+    # probe's deps: code (not datasets), models/pretrained (a model: a tag, not a dataset), two probe sets
+    senses = workdir / "tasks" / "probe" / "senses.jsonl"
+    senses.parent.mkdir(parents=True)
+    senses.write_bytes(b'{"word": "port"}\n')
+    (senses.parent / "__init__.py").write_text('"""the probe package: code, not data"""\n')
+    monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"ok": 1})
+    # sqlite, as in real runs: the file store cannot hold both tags dvc.dep.tasks/probe and .../senses.jsonl
+    file_store = os.environ["MLFLOW_TRACKING_URI"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlruns.db'}")
+    try:
+        assert stage_main.main(["probe"]) == 0
+        run = _last_run("probe")
+    finally:
+        mlflow.set_tracking_uri(file_store)  # open_run(root=...) set the process-wide URI to the sqlite file
+    got = {(d.dataset.name, d.dataset.digest, d.tags[0].value) for d in run.inputs.dataset_inputs}
+    # DVC 3 hashes a file as the md5 of its bytes; the file is new, so dvc.lock (absent here) cannot know it
+    assert got == {("tasks/probe/senses.jsonl", hashlib.md5(b'{"word": "port"}\n').hexdigest(), "evaluation")}
+    assert run.data.tags["dvc.dep.tasks/probe/senses.jsonl"] == hashlib.md5(senses.read_bytes()).hexdigest()

@@ -8,9 +8,9 @@ schema of both files is interpreted in one place (DVC 3 lock schema ``2.0``).
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -152,14 +152,28 @@ class Lock:
 
 def input_md5s(root: Path, dvc_stage: str) -> dict[str, str]:
     """md5 of each declared dep of ``dvc_stage`` as the stage runs now: ``Lock.input_md5s``, except that a
-    source file (a dep no stage outputs) is hashed afresh, because ``dvc.lock`` still holds the md5 of the
-    previous run until this stage ends. DVC 3 hashes a file as the md5 of its bytes; a source folder keeps its
-    lock md5 (DVC hashes a folder's manifest, not reproduced here)."""
+    source (a dep no stage outputs: a raw data folder, a probe set) is hashed afresh with ``dvc_md5``, because
+    ``dvc.lock`` still holds the md5 of the previous run (or none, on a first run) until this stage ends."""
     lock = Lock.read(Path(root) / DVC_LOCK)
     deps = declared_deps(root, dvc_stage)
     md5 = lock.input_md5s(dvc_stage, deps)
     for path in deps:
-        file = Path(root) / path
-        if file.is_file() and not lock.produced(path):
-            md5[path] = hashlib.md5(file.read_bytes()).hexdigest()
+        if (Path(root) / path).exists() and not lock.produced(path):
+            md5[path] = dvc_md5(root, path)
     return md5
+
+
+def dvc_md5(root: Path, path: str) -> str:
+    """The md5 DVC 3 records for ``path`` (relative to ``root``): of the bytes for a file, of the manifest with a
+    ``.dir`` suffix for a folder, ``.dvcignore`` applied. Computed by dvc-data, DVC's own hashing library, in a
+    dry run that stores nothing."""
+    from dvc.fs import LocalFileSystem
+    from dvc.ignore import DvcIgnoreFilter
+    from dvc_data.hashfile.build import build
+    from dvc_data.hashfile.db.local import LocalHashFileDB
+
+    fs = LocalFileSystem()
+    with tempfile.TemporaryDirectory() as scratch:
+        _, _, obj = build(LocalHashFileDB(fs, scratch), str(Path(root).resolve() / path), fs, "md5", dry_run=True,
+                          ignore=DvcIgnoreFilter(fs, str(Path(root).resolve())))
+    return str(obj.hash_info.value)

@@ -270,7 +270,8 @@ def write_predictions(path: Path, recs: list[dict]) -> Path:
 
 def aggregate(task, seeds: list[dict], cfg: FinetuneParams, log) -> dict:
     """The contract's entry for one configuration: a ``summarize`` per test metric, ``diverged_seeds``,
-    ``mlflow_run_id`` and ``mlflow_run_name`` of the arm's run ``log`` (None without tracking), and ``details``: seed-pooled tables (``task.pool_details``: confusion matrix or
+    ``mlflow_run_id``, ``mlflow_run_name`` and ``mlflow_experiment_id`` of the arm's run ``log`` (None without
+    tracking), and ``details``: seed-pooled tables (``task.pool_details``: confusion matrix or
     span errors summed over seeds) and, under ``per_seed``, each seed's tables and training facts."""
     seed_ids = [s["seed"] for s in seeds]
     metrics = {
@@ -281,4 +282,4 @@ def aggregate(task, seeds: list[dict], cfg: FinetuneParams, log) -> dict:
     per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
     pooled = task.pool_details([s["details"] for s in seeds])
     return {**metrics, "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]], "mlflow_run_id": log.run_id,
-            "mlflow_run_name": log.run_name, "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}
+            "mlflow_run_name": log.run_name, "mlflow_experiment_id": log.experiment_id, "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}

@@ -209,7 +209,7 @@ class Sample:
     """The values of one arm of a claim.
 
     ``values[i]`` was measured on unit ``units[i]`` (a seed, a probe word). ``proportion`` is
-    ``(events, trials)`` for a rate. ``runs`` are ``(name, id)`` of MLflow runs, ``notes`` caveats, ``diverged`` the seeds
+    ``(events, trials)`` for a rate. ``runs`` are ``(name, id, experiment id or "")`` of MLflow runs, ``notes`` caveats, ``diverged`` the seeds
     whose run stayed at chance. ``items`` holds the per-item counts of a finetune arm (``tasks.report.items``).
     """
 
@@ -217,7 +217,7 @@ class Sample:
     units: tuple[str, ...]
     unit_name: str
     source: str
-    runs: tuple[tuple[str, str], ...] = ()
+    runs: tuple[tuple[str, str, str], ...] = ()
     notes: tuple[str, ...] = ()
     proportion: tuple[int, int] | None = None
     diverged: tuple[str, ...] = ()
@@ -282,7 +282,8 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
     diverged = tuple(str(s) for s in run.get("diverged_seeds") or [])
     notes = (f"{run_key}: diverged seeds {', '.join(diverged)}",) if diverged else ()
     run_id = run.get("mlflow_run_id")
-    mlflow_run = (str(run.get("mlflow_run_name") or f"{task}/{run_key}"), str(run_id))  # the stage's naming
+    name = str(run.get("mlflow_run_name") or f"{task}/{run_key}")  # the finetune stage's naming
+    mlflow_run = (name, str(run_id), str(run.get("mlflow_experiment_id") or ""))
     return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
                   runs=(mlflow_run,) if run_id else (), notes=notes, diverged=diverged, run_key=run_key)
 

@@ -58,7 +58,7 @@ class Row:
     difference: Estimate | None = None
     pairing: str = ""
     confounders: list[str] = field(default_factory=list)
-    runs: list[tuple[str, str]] = field(default_factory=list)  # (name, id) of the arms' MLflow runs
+    runs: list[tuple[str, str, str]] = field(default_factory=list)  # (name, id, experiment id) of MLflow runs
     data_md5: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     best_baseline: Estimate | None = None

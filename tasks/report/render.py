@@ -13,6 +13,7 @@ from tasks.report.claims import EVIDENCE
 from tasks.report.evaluation import Row
 from tasks.report.slices import SliceTable
 from tasks.report.statistics import VERDICTS, Estimate
+from tasks.tracking import training_view_url
 
 #: The headline table: one row per claim. The arms' and the difference's lines share a cell; the statement,
 #: reason, confounders and provenance are in the claim's details.
@@ -75,14 +76,18 @@ def table_cells(row: Row) -> tuple[str, Cell, Cell, str]:
     return row.claim.id, arms, difference + ([items] if items else []), verdict_text(row)
 
 
-def run_url(mlflow_ui_url: str, run_id: str) -> str:
-    """The MLflow UI's direct run page (``#/runs/<id>``, which redirects to the run's experiment)."""
+def run_url(mlflow_ui_url: str, run_id: str, experiment_id: str = "") -> str:
+    """The MLflow UI's page of a run: under its experiment on the model-training view when the experiment is
+    known (``#/experiments/<e>/runs/<id>?workflowType=machine_learning``: ``tracking.training_view_url``),
+    else ``#/runs/<id>`` (which redirects to the run's experiment, on the UI's default view)."""
+    if experiment_id:
+        return training_view_url(mlflow_ui_url, experiment_id, run_id)
     return f"{mlflow_ui_url.rstrip('/')}/#/runs/{run_id}"
 
 
 def run_links(row: Row, mlflow_ui_url: str) -> list[Link]:
     """The arms' MLflow runs as links named by run name (``cls/pretrained/full/mean-pool``), not by id."""
-    return [Link(name, run_url(mlflow_ui_url, run_id)) for name, run_id in row.runs]
+    return [Link(name, run_url(mlflow_ui_url, run_id, experiment)) for name, run_id, experiment in row.runs]
 
 
 Items = list[tuple[str, str | list[str] | list[Link]]]
