@@ -12,8 +12,8 @@ import pytest
 import tasks.__main__ as stage_main
 from tasks.tracking import (
     MAX_KEY,
-    DataInput,
     MAX_PARAM_VALUE,
+    DataInput,
     RunKilled,
     numeric_leaves,
     open_run,
