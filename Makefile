@@ -56,7 +56,7 @@ bench: install
 
 # MLflow 3.17 opens an experiment on its GenAI pages unless the link asks for the training view: open this one.
 mlflow-ui: install
-	@$(BIN)/python -c "from tasks.tracking import runs_page_url; print('clozeline runs (training view):', runs_page_url('.'))"
+	@MLFLOW_TRACKING_URI=sqlite:///mlruns.db $(BIN)/python -c "from tasks.tracking import runs_page_url; print('clozeline runs (training view):', runs_page_url('.'))"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --workers 1
 
 prefect-server: install

@@ -283,9 +283,12 @@ def test_dvc_exp_show_lists_the_curated_metrics_and_dvc_plots_draws_the_report_p
     assert summary["verdicts"] == report["verdicts"] and "heldout_gap_to_unigram_nats" in summary["pretrain"]
     plots = dvc(repo, env, "plots", "show", "--json")
     assert plots.returncode == 0, plots.stderr
-    specs = {name: body[0] for name, body in json.loads(plots.stdout).items()}
+    specs = {name: body[0] for name, body in json.loads(plots.stdout)["data"].items()}
     assert {"Pretraining loss curve", "Classification: per-seed scores", "NER: per-seed scores",
             "Forest plot: every claim's difference with its CI"} <= set(specs)
+    for name, spec in specs.items():  # an empty cell would be drawn as 0
+        assert all(row.get("dvc_inferred_y_value", "x") != "" for row in spec["content"]["data"]["values"]), name
+    assert specs["NER: per-seed scores"]["content"]["encoding"]["x"]["type"] == "nominal"  # arms are categories
     forest = specs["Forest plot: every claim's difference with its CI"]["content"]
     assert "<DVC_METRIC" not in json.dumps(forest)  # the template's anchors are all filled
     claims = {row["claim"] for row in forest["data"]["values"]}
@@ -310,7 +313,8 @@ def _text(dom: str) -> str:
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium)")
-def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlflow_server, tmp_path):
+def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlflow_server, tmp_path, monkeypatch):
+    from tasks.report.statistics import VERDICTS
     from tasks.tracking import runs_page_url
 
     repo, _, _ = pipeline_run
@@ -318,11 +322,13 @@ def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlf
     counts = json.loads((repo / "metrics" / "summary.json").read_text())["verdicts"]
     page = _chromium(tmp_path, "--dump-dom", claims.as_uri())
     assert page.returncode == 0, page.stderr[-2000:]
-    expected = ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in counts.items())
-    assert expected in _text(page.stdout)  # verdict counts, in the verdicts' order
+    expected = ", ".join(f"{counts[v.replace(' ', '_')]} {v}" for v in VERDICTS)  # in the table's order
+    assert f"Verdicts. {expected} (of {sum(counts.values())} claims)" in _text(page.stdout)
     assert page.stdout.count("<details>") == len(read_yaml(repo / "reports" / "claims.yaml")["claims"])
     # the link users are given opens the runs table on the training view, with the DVC snapshot as datasets
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # as make mlflow-ui: the repo's own store
     url = runs_page_url(repo, mlflow_server)
+    assert url.endswith("/runs?workflowType=machine_learning"), url
     ui = _chromium(tmp_path, "--dump-dom", url)
     assert ui.returncode == 0, ui.stderr[-2000:]
     text = _text(ui.stdout)

@@ -130,7 +130,7 @@ def diverged_gates(treat: Sample, base: Sample, cfg: StatsConfig) -> list[str]:
     for side, sample in (("treatment", treat), ("baseline", base)):
         if sample.diverged and len(sample.diverged) / len(sample.units) > cfg.max_diverged_fraction:
             out.append(f"{side} {sample.run_key}: {len(sample.diverged)} of {len(sample.units)} seeds diverged "
-                       f"(dev score at chance; more than {cfg.max_diverged_fraction:.0%} allowed)")  # fmt: skip
+                       f"(dev score at chance; at most {cfg.max_diverged_fraction:.0%} allowed)")  # fmt: skip
     return out
 
 

@@ -113,7 +113,7 @@ def detail_items(row: Row) -> Items:
         ("difference", f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the arms' unit "
                        f"values {effect}"),
         ("ablation (removed in the baseline)", c.ablation),
-        ("verdict", f"{row.verdict}: {row.reason}"),
+        ("verdict", row.reason if row.reason.startswith(row.verdict) else f"{row.verdict}: {row.reason}"),
         ("statistics", row.pairing or "-"),
         ("p-value of the verdict's test", p_values),
         ("notes", row.notes or ["none"]),

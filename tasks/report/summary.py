@@ -5,8 +5,9 @@
   ``dvc metrics diff`` list a few columns: the verdict counts, each task's headline test metric for the arm
   and the baseline the finetune stage chose on dev and for the best of our pretrained arms, and the
   pretraining gap to the unigram baseline. The stages' own ``metrics/<stage>.json`` stay plain outputs.
-- ``<reports>/plots/forest.csv`` (one line per claim with a difference) and ``seeds_<task>.csv`` (one line per
-  arm and seed) are the data of the forest plot and the per-seed scores that ``dvc.yaml``'s ``plots`` draw.
+- ``<reports>/plots/forest.csv`` (one line per claim with a difference), ``seeds_<task>.csv`` (one line per
+  arm and seed) and ``pretrain_heldout.csv`` (the eval steps of the pretraining curve) are the data of the
+  forest plot, the per-seed scores and the held-out curve that ``dvc.yaml``'s ``plots`` draw.
 - ``<reports>/summary.md`` is the verdict counts and one line per claim, set as the MLflow run description.
 """
 
@@ -16,10 +17,11 @@ import csv
 import json
 from pathlib import Path
 
-from tasks.report.claims import Metrics
+from tasks.report.claims import MALFORMED, Metrics, NotRun
 from tasks.report.evaluation import Row
 from tasks.report.evidence import HEADLINE, TASKS
-from tasks.report.render import fmt_estimate, verdict_summary, verdict_text
+from tasks.report.figures import read_curve
+from tasks.report.render import by_evidence, fmt_estimate, verdict_summary, verdict_text
 
 SUMMARY_FILE = "summary.json"
 PRETRAIN_KEYS = ("heldout_perplexity", "heldout_gap_to_unigram_nats", "heldout_mlm_accuracy")
@@ -64,8 +66,9 @@ def write_summary(path: Path, summary: dict) -> None:
 
 
 def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Path]:
-    """Write ``forest.csv`` (claim, difference, ci_low, ci_high, verdict; claims with an interval) and
-    ``seeds_<task>.csv`` (arm, seed, the headline metric; tasks with finetune metrics); returns the files."""
+    """Write ``forest.csv`` (claim, difference, ci_low, ci_high, verdict; claims with an interval),
+    ``pretrain_heldout.csv`` (step, eval_loss; when the curve has held-out points) and ``seeds_<task>.csv`` (arm,
+    seed, the headline metric; tasks with finetune metrics); returns the files written."""
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.csv"):
         stale.unlink()  # a task that vanished must not leave its plot data behind
@@ -73,11 +76,24 @@ def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Pat
                "ci_high": r.difference.high, "verdict": r.verdict}
               for r in rows if r.difference is not None and r.difference.has_ci]  # fmt: skip
     written = [_write_csv(folder / "forest.csv", ["claim", "difference", "ci_low", "ci_high", "verdict"], forest)]
+    heldout = heldout_curve(metrics.folder / "pretrain_curve.tsv")
+    if heldout:
+        written.append(_write_csv(folder / "pretrain_heldout.csv", ["step", "eval_loss"], heldout))
     for task in TASKS:
         seeds = seed_scores(task, metrics)
         if seeds:
             written.append(_write_csv(folder / f"seeds_{task}.csv", ["arm", "seed", HEADLINE[task]], seeds))
     return written
+
+
+def heldout_curve(curve: Path) -> list[dict]:
+    """The held-out loss points of the pretraining curve, ``{step, eval_loss}`` (nats): only the eval steps,
+    since the curve file leaves the cell empty elsewhere and DVC's line template would draw those as 0."""
+    try:
+        points = read_curve(curve)["eval_loss"]
+    except (NotRun, *MALFORMED):
+        return []
+    return [{"step": int(step), "eval_loss": loss} for step, loss in points]
 
 
 def seed_scores(task: str, metrics: Metrics) -> list[dict]:
@@ -100,9 +116,11 @@ def _write_csv(path: Path, header: list[str], rows: list[dict]) -> Path:
 
 
 def summary_md(rows: list[Row]) -> str:
-    """The run description: the verdict counts, then one line per claim (difference [CI] and verdict)."""
+    """The run description: the verdict counts, then one line per claim (difference [CI] and verdict), in the
+    claim table's order (grouped by kind of evidence)."""
     lines = [f"**clozeline claim table**: {verdict_summary(rows)}", "", "| claim | difference [CI] | verdict |",
              "|---|---|---|"]
-    lines += [f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |" for r in rows]
+    lines += [f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |"
+              for _, group in by_evidence(rows) for r in group]  # the claim table's order
     return "\n".join(lines + ["", "The full table, with arms, confounders and provenance: the run's artifact "
                                   "`report/claims.html`."]) + "\n"
