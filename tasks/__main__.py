@@ -1,9 +1,10 @@
 """``python -m tasks <stage> [item]``: run one pipeline stage as DVC calls it.
 
 Loads params, opens an MLflow run named after the stage (a child of the flow's run when the flow set
-``CLOZELINE_PARENT_RUN_ID``), logs the stage's flattened params, the git commit and the dvc.lock md5 of each
-input, calls ``tasks.<stage>.run``, writes ``metrics/<stage>[_<item>].json`` and logs the same metrics. The
-run ends FAILED on an exception and KILLED on SIGTERM.
+``CLOZELINE_PARENT_RUN_ID``), logs the stage's flattened params, the git commit and the md5 of each input
+(tags, and its data inputs as MLflow datasets), calls ``tasks.<stage>.run``, writes
+``metrics/<stage>[_<item>].json`` with the run's ``mlflow_run`` (id, name, experiment id) added, and logs the
+same metrics. The run ends FAILED on an exception and KILLED on SIGTERM.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             log.tags({"git_commit": git_commit(root), "stage": args.stage, **input_md5_tags(root, run_name)})
             log.inputs(input_datasets(root, run_name, params.paths.models))
             metrics = run_stage(args.stage, params, log, args.item)
+            metrics["mlflow_run"] = {"id": log.run_id, "name": log.run_name, "experiment_id": log.experiment_id}
             write_metrics(params.paths.metrics / metrics_name(args.stage, args.item), metrics)
             log.metrics(metrics)
     except RunKilled:

@@ -20,6 +20,7 @@ from tasks.common.provenance import Lock
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
+from tasks.report import render
 from tasks.report.claims import EVIDENCE, ClaimsError, Metrics, load_claims
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import (
@@ -318,6 +319,15 @@ def test_intrinsic_and_behavioural_claims(workspace):
     assert pairs.verdict == "supported" and "paired by pair" in pairs.pairing
     agreement = rows["pretrained-mlm-agreement-across-attractor"]
     assert agreement.treatment.mean == 1.0 and agreement.baseline.mean == 1.0  # the first 20 pairs pass for both
+    assert pairs.runs == [] and heldout.runs == []  # these metrics have no mlflow_run: no link, no error
+
+    probe = json.loads((paths.metrics / "probe.json").read_text())
+    probe["mlflow_run"] = {"id": "run-probe", "name": "probe", "experiment_id": "7"}  # as the stage runner adds it
+    (paths.metrics / "probe.json").write_text(json.dumps(probe))
+    pairs = _rows_by_id(cfg, paths)["pretrained-mlm-prefers-acceptable-minimal-pairs"]
+    assert pairs.runs == [("probe", "run-probe", "7")]
+    assert render.run_links(pairs, "http://h:1") == [
+        render.Link("probe", "http://h:1/#/experiments/7/runs/run-probe?workflowType=machine_learning")]
 
     probe = json.loads((paths.metrics / "probe.json").read_text())
     probe["minimal_pairs"] = _pairs({"pretrained": 34, "random": 36, "unigram": 22})  # a length-biased set

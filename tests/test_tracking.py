@@ -98,8 +98,9 @@ def _last_run(name: str):
 def test_stage_runner_writes_metrics_and_logs_them(workdir, monkeypatch):
     monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"docs": {"in": 3}})
     assert stage_main.main(["ingest"]) == 0
-    assert json.loads((workdir / "metrics" / "ingest.json").read_text()) == {"docs": {"in": 3}}
     run = _last_run("ingest")
+    assert json.loads((workdir / "metrics" / "ingest.json").read_text()) == {"docs": {"in": 3}, "mlflow_run": {
+        "id": run.info.run_id, "name": "ingest", "experiment_id": run.info.experiment_id}}
     assert run.info.status == "FINISHED" and run.data.metrics["docs/in"] == 3.0
     assert "git_commit" in run.data.tags
 
