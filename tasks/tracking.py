@@ -56,11 +56,14 @@ class DataInput:
 
 
 def sanitize_key(key: str) -> str:
-    """A key MLflow accepts: bad characters become ``_``; a changed or too-long key gets an 8-hex md5 suffix.
+    """A key MLflow accepts: bad characters become ``_``, and so does every path segment a store would read as
+    a path (empty: ``labels/``, ``a//b``, a leading ``/``; ``.`` or ``..``: ``a/../b``); a changed or too-long
+    key gets an 8-hex md5 suffix.
 
     The suffix hashes the original key, so two different keys never collide after sanitizing.
     """
-    clean = _KEY_OK.sub("_", str(key))
+    segments = _KEY_OK.sub("_", str(key)).split("/")
+    clean = "/".join("_" if segment in ("", ".", "..") else segment for segment in segments)
     if clean == key and len(clean) <= MAX_KEY:
         return clean
     digest = hashlib.md5(str(key).encode("utf-8")).hexdigest()[:8]
@@ -207,6 +210,22 @@ def tracking_uri(root: Path) -> str:
     return f"sqlite:///{root / 'mlruns.db'}"
 
 
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Hold ``<db>.lock`` while a ``sqlite:///<db>`` store is opened and the experiment fetched or created.
+
+    Two stages that start at once on a fresh database would otherwise both run MLflow's schema migration (one
+    dies in alembic) or both create the experiment. Other stores need no lock (a server serialises itself).
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(uri.removeprefix("sqlite:///") + ".lock", timeout=600):
+        yield
+
+
 def training_experiment(client, name: str) -> str:
     """The id of experiment ``name``, created if absent, tagged ``mlflow.experimentKind`` =
     ``custom_model_development`` (MLflow's kind for model training) when it has no kind yet."""
@@ -257,8 +276,9 @@ def open_run(
 
     if root is not None:
         mlflow.set_tracking_uri(tracking_uri(root))
-    client = mlflow.MlflowClient()
-    exp_id = training_experiment(client, experiment)
+    with store_lock(mlflow.get_tracking_uri()):
+        client = mlflow.MlflowClient()
+        exp_id = training_experiment(client, experiment)
     parent = parent_run_id or os.environ.get(PARENT_RUN_ENV) or None
     tags = {"mlflow.runName": name}
     if parent:

@@ -2,8 +2,10 @@
 
 import hashlib
 import json
+import multiprocessing
 import os
 import signal
+import time
 from pathlib import Path
 
 import mlflow
@@ -33,6 +35,19 @@ def test_sanitize_key_is_deterministic_and_collision_free():
     assert sanitize_key("test/accuracy") == "test/accuracy"  # valid keys are untouched
     long = sanitize_key("x" * 400)
     assert len(long) <= MAX_KEY and long != sanitize_key("x" * 401)
+
+
+def test_path_like_keys_become_plain_segments_without_collisions():
+    cases = {"labels/": "labels/_", "a//b": "a/_/b", "/lead": "_/lead", "a/../b": "a/_/b", "a/./b": "a/_/b"}
+    for key, stem in cases.items():
+        clean = sanitize_key(key)
+        digest = hashlib.md5(key.encode("utf-8")).hexdigest()[:8]
+        assert clean == f"{stem}-h{digest}", key
+    assert sanitize_key("a//b") != sanitize_key("a/../b")  # same stem, different keys
+    assert sanitize_key("test/f1/LOC") == "test/f1/LOC" and sanitize_key("v1.2") == "v1.2"
+    with open_run("paths") as log:  # the file store of the tests writes each key as a path: none may escape
+        log.metrics({"labels/": 1.0, "a//b": 2.0, "a/../b": 3.0, "/lead": 4.0})
+    assert sorted(mlflow.MlflowClient().get_run(log.run_id).data.metrics.values()) == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_sanitize_value_caps_length_with_hash():
@@ -211,3 +226,27 @@ def test_stage_runner_logs_data_deps_as_datasets_with_fresh_md5s(workdir, monkey
     # DVC 3 hashes a file as the md5 of its bytes; the file is new, so dvc.lock (absent here) cannot know it
     assert got == {("tasks/probe/senses.jsonl", hashlib.md5(b'{"word": "port"}\n').hexdigest(), "evaluation")}
     assert run.data.tags["dvc.dep.tasks/probe/senses.jsonl"] == hashlib.md5(senses.read_bytes()).hexdigest()
+
+
+def _open_at(uri: str, name: str, start: float) -> None:
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    while time.time() < start:
+        time.sleep(0.001)
+    with open_run(name) as log:
+        log.metrics({"score": 1.0})
+
+
+def test_two_runs_opened_at_once_on_a_fresh_sqlite_file_are_both_recorded(tmp_path):
+    # without the store lock both processes run MLflow's schema migration and (measured) both die in alembic
+    uri = f"sqlite:///{tmp_path / 'fresh.db'}"
+    start = time.time() + 8  # both processes imported mlflow and wait for the same instant
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_open_at, args=(uri, name, start)) for name in ("stage-a", "stage-b")]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    runs = mlflow.MlflowClient(uri).search_runs([mlflow.MlflowClient(uri).get_experiment_by_name("clozeline")
+                                                 .experiment_id])
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [("stage-a", "FINISHED"), ("stage-b", "FINISHED")]
