@@ -14,12 +14,13 @@ import importlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from tasks.common.provenance import git_commit, input_md5s, stage_modules, stage_names
+from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled, open_run
 
@@ -43,19 +44,44 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 alone tracks and writes metrics
         run_stage(args.stage, params, NullLog(), args.item)
         return 0
+    clear_outputs(root, run_name)  # as dvc repro does: a run started by hand must not read its stale outputs
     try:
-        with open_run(run_name, root=root) as log:
-            log.params(params.section(args.stage).model_dump(mode="json"))
-            log.tags({"git_commit": git_commit(root), "stage": args.stage, **input_md5_tags(root, run_name)})
-            log.inputs(input_datasets(root, run_name, params.paths.models))
-            metrics = run_stage(args.stage, params, log, args.item)
-            metrics["mlflow_run"] = {"id": log.run_id, "name": log.run_name, "experiment_id": log.experiment_id}
-            write_metrics(params.paths.metrics / metrics_name(args.stage, args.item), metrics)
-            log.metrics(metrics)
+        tracked_run(root, params, args.stage, args.item)
     except RunKilled:
+        clear_outputs(root, run_name)
         logging.getLogger("clozeline").error("%s: killed by SIGTERM", run_name)
         return 143
+    except BaseException:
+        clear_outputs(root, run_name)  # a failed stage leaves nothing a later stage could take for its result
+        raise
     return 0
+
+
+def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
+    """Run ``stage`` inside its MLflow run: params, provenance tags and dataset inputs, then the stage, then
+    ``metrics/<stage>.json`` (with ``mlflow_run``) and the same metrics logged."""
+    run_name = f"{stage}@{item}" if item else stage
+    with open_run(run_name, root=root) as log:
+        log.params(params.section(stage).model_dump(mode="json"))
+        log.tags({"git_commit": git_commit(root), "stage": stage, **input_md5_tags(root, run_name)})
+        log.inputs(input_datasets(root, run_name, params.paths.models))
+        metrics = run_stage(stage, params, log, item)
+        metrics["mlflow_run"] = {"id": log.run_id, "name": log.run_name, "experiment_id": log.experiment_id}
+        write_metrics(params.paths.metrics / metrics_name(stage, item), metrics)
+        log.metrics(metrics)
+
+
+def clear_outputs(root: Path, dvc_stage: str) -> None:
+    """Remove the outputs ``dvc.yaml`` declares for ``dvc_stage``, but those marked ``persist`` (the pretraining
+    checkpoints a restart resumes from), as ``dvc repro`` removes them before it runs a stage."""
+    for path, persist in declared_outs(root, dvc_stage).items():
+        target = root / path
+        if persist or not (target.exists() or target.is_symlink()):
+            continue
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
 
 
 def run_stage(stage: str, params, log, item: str | None = None) -> dict[str, Any]:

@@ -250,3 +250,40 @@ def test_two_runs_opened_at_once_on_a_fresh_sqlite_file_are_both_recorded(tmp_pa
     runs = mlflow.MlflowClient(uri).search_runs([mlflow.MlflowClient(uri).get_experiment_by_name("clozeline")
                                                  .experiment_id])
     assert sorted((r.info.run_name, r.info.status) for r in runs) == [("stage-a", "FINISHED"), ("stage-b", "FINISHED")]
+
+
+def test_a_direct_stage_run_clears_its_outputs_first_and_a_failed_one_leaves_none(workdir, monkeypatch):
+    stale = workdir / "data" / "dedup" / "source_removed_from_params.parquet"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("from an earlier run")
+
+    def writes(stage, params, log, item=None):
+        assert not stale.exists()  # gone before the stage starts, as under dvc repro
+        (workdir / "data" / "dedup" / "kept.parquet").parent.mkdir(parents=True, exist_ok=True)
+        (workdir / "data" / "dedup" / "kept.parquet").write_text("new")
+        return {"ok": 1}
+
+    monkeypatch.setattr(stage_main, "run_stage", writes)
+    assert stage_main.main(["dedup"]) == 0
+    assert sorted(p.name for p in (workdir / "data" / "dedup").iterdir()) == ["kept.parquet"]
+
+    def fails_halfway(stage, params, log, item=None):
+        (workdir / "data" / "dedup" / "half.parquet").parent.mkdir(parents=True, exist_ok=True)
+        (workdir / "data" / "dedup" / "half.parquet").write_text("partial")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(stage_main, "run_stage", fails_halfway)
+    with pytest.raises(RuntimeError, match="disk full"):
+        stage_main.main(["dedup"])
+    assert not (workdir / "data" / "dedup").exists() and not (workdir / "metrics" / "dedup.json").exists()
+
+
+def test_persist_outputs_survive_a_direct_run(workdir, monkeypatch):
+    checkpoint = workdir / "models" / "checkpoints" / "pretrain" / "step-6" / "state.txt"
+    old_model = workdir / "models" / "pretrained" / "model.safetensors"
+    for path in (checkpoint, old_model):
+        path.parent.mkdir(parents=True)
+        path.write_text("x")
+    monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"ok": 1})
+    assert stage_main.main(["pretrain"]) == 0
+    assert checkpoint.exists() and not old_model.exists()  # the resume point stays; the old model goes

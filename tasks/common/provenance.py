@@ -67,17 +67,36 @@ def stage_modules(names: list[str]) -> list[str]:
 def declared_deps(root: Path, dvc_stage: str) -> list[str]:
     """The ``deps`` of ``dvc_stage`` (``stage`` or ``stage@item``) in dvc.yaml, with ``${item}`` and
     ``${<params key>}`` filled in from ``params.yaml`` as DVC does; a dep whose variable is unknown is left out."""
+    body, values = _stage_body(root, dvc_stage)
+    deps = [dep for dep in body.get("deps", []) if isinstance(dep, str)]
+    resolved = (_interpolate(dep, values) for dep in deps)
+    return [dep for dep in resolved if dep is not None]
+
+
+def declared_outs(root: Path, dvc_stage: str) -> dict[str, bool]:
+    """``{path: persist}`` of every output of ``dvc_stage`` in dvc.yaml (``outs``, ``metrics`` and ``plots``),
+    interpolated as ``declared_deps``; ``persist`` is DVC's flag for an output it keeps across runs."""
+    body, values = _stage_body(root, dvc_stage)
+    outs: dict[str, bool] = {}
+    for entry in (e for section in ("outs", "metrics", "plots") for e in body.get(section, [])):
+        path, flags = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()))
+        resolved = _interpolate(str(path), values)
+        if resolved is not None:
+            outs[resolved] = bool((flags or {}).get("persist", False))
+    return outs
+
+
+def _stage_body(root: Path, dvc_stage: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The dvc.yaml body of ``dvc_stage`` (a ``foreach`` stage's ``do``) and the values its ``${...}`` take."""
     name, _, item = dvc_stage.partition("@")
     try:
         body = read_dvc_yaml(root).get(name, {})
     except FileNotFoundError:
-        return []
+        return {}, {}
     params_file = Path(root) / PARAMS_YAML
     values = flatten(read_yaml(params_file) or {}) if params_file.is_file() else {}
     values.update({"item": item} if item else {})
-    deps = [dep for dep in body.get("do", body).get("deps", []) if isinstance(dep, str)]
-    resolved = (_interpolate(dep, values) for dep in deps)
-    return [dep for dep in resolved if dep is not None]
+    return body.get("do", body), values
 
 
 def _interpolate(text: str, values: dict[str, Any]) -> str | None:
