@@ -188,8 +188,8 @@ def mlflow_server(pipeline_run, tmp_path_factory):
     repo, env, _ = pipeline_run
     log = tmp_path_factory.mktemp("mlflow-server") / "server.log"
     port = _free_port()
-    cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{repo / 'mlruns.db'}",
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
+           f"sqlite:///{repo / 'mlruns.db'}", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=repo, env=env | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -252,7 +252,8 @@ def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params
         assert got == {(p, md5) for p, md5 in lock.dep_md5s(name).items() if _is_data(p)}, name
         assert all(d.dataset.source_type == "dvc" for d in run.inputs.dataset_inputs)
     contexts = {d.tags[0].value for d in stages["finetune@cls"].inputs.dataset_inputs}
-    assert contexts == {"training"} and {d.tags[0].value for d in stages["report"].inputs.dataset_inputs} == {"evaluation"}
+    assert contexts == {"training"}
+    assert {d.tags[0].value for d in stages["report"].inputs.dataset_inputs} == {"evaluation"}
     # seed runs carry the arm's coordinates as params, and inherit the stage's datasets
     seeds = [r for r in below if re.fullmatch(r"(cls|ner)/.+/seed\d+", r.info.run_name)]
     assert len(seeds) >= 2 * 2 * 2  # two tasks, at least two arms, two seeds (TINY)
@@ -263,7 +264,8 @@ def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params
         assert {d.dataset.name for d in run.inputs.dataset_inputs} == {f"data/tokenize/{task}"}
     # the pipeline run: the claim table, its figures and plot data as artifacts, its summary as the description
     report = {a.path for a in client.list_artifacts(pipeline.info.run_id, "report")}
-    assert {f"report/{n}" for n in ("claims.md", "claims.html", "claims.yaml", "summary.md", "figures", "plots")} <= report
+    expected = ("claims.md", "claims.html", "claims.yaml", "summary.md", "figures", "plots")
+    assert {f"report/{name}" for name in expected} <= report
     figures = {a.path for a in client.list_artifacts(pipeline.info.run_id, "report/figures")}
     assert "report/figures/forest.png" in figures
     assert pipeline.data.tags["mlflow.note.content"] == (repo / "reports" / "summary.md").read_text(encoding="utf-8")

@@ -209,8 +209,9 @@ class Sample:
     """The values of one arm of a claim.
 
     ``values[i]`` was measured on unit ``units[i]`` (a seed, a probe word). ``proportion`` is
-    ``(events, trials)`` for a rate. ``runs`` are ``(name, id, experiment id or "")`` of MLflow runs, ``notes`` caveats, ``diverged`` the seeds
-    whose run stayed at chance. ``items`` holds the per-item counts of a finetune arm (``tasks.report.items``).
+    ``(events, trials)`` for a rate. ``runs`` are ``(name, id, experiment id or "")`` of MLflow runs,
+    ``notes`` caveats, ``diverged`` the seeds whose run stayed at chance. ``items`` holds the per-item counts
+    of a finetune arm (``tasks.report.items``).
     """
 
     values: tuple[float, ...]

@@ -164,8 +164,8 @@ def claim_table_md(rows: list[Row]) -> str:
         lines.append(f"| **{group_title(kind, group)}** |" + " |" * (len(TABLE_HEADER) - 1))
         for row in group:
             claim, arms, difference, verdict = table_cells(row)
-            cells = [f"[{_md_cell(claim)}](#{row.claim.id})", *("<br>".join(map(_md_cell, c)) for c in (arms, difference)),
-                     _md_cell(verdict)]  # fmt: skip
+            joined = ("<br>".join(map(_md_cell, lines)) for lines in (arms, difference))
+            cells = [f"[{_md_cell(claim)}](#{row.claim.id})", *joined, _md_cell(verdict)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -33,7 +33,7 @@ def summary_metrics(rows: list[Row], verdicts: dict[str, int], metrics: Metrics)
     for task in TASKS:
         headline = task_headline(task, metrics)
         out |= {task: headline} if headline else {}
-    pretrain = _optional(metrics, "pretrain")
+    pretrain = metrics.optional("pretrain") or {}
     kept = {key: pretrain[key] for key in PRETRAIN_KEYS if isinstance(pretrain.get(key), int | float)}
     return out | ({"pretrain": kept} if kept else {})
 
@@ -42,7 +42,7 @@ def task_headline(task: str, metrics: Metrics) -> dict:
     """``{best_arm, best_arm_<metric>, best_baseline, best_baseline_<metric>, pretrained_arm, ...}``: the mean
     over seeds of the task's headline test metric (``evidence.HEADLINE``) for the dev-selected arms and the
     best pretrained arm on dev; empty when the finetune metrics are missing."""
-    data = _optional(metrics, f"finetune_{task}")
+    data = metrics.optional(f"finetune_{task}") or {}
     selection, runs, metric = data.get("selection") or {}, data.get("runs") or {}, HEADLINE[task]
     dev = selection.get("dev") or {}
     ours = max((key for key in dev if key.startswith("pretrained/")), key=dev.get, default=None)
@@ -53,10 +53,6 @@ def task_headline(task: str, metrics: Metrics) -> dict:
         if isinstance(value, int | float):
             out |= {role: key, f"{role}_{metric}": value}
     return out
-
-
-def _optional(metrics: Metrics, name: str) -> dict:
-    return metrics.optional(name) or {}
 
 
 def write_summary(path: Path, summary: dict) -> None:
@@ -100,7 +96,7 @@ def seed_scores(task: str, metrics: Metrics) -> list[dict]:
     """One ``{arm, seed, <headline metric>}`` per arm and seed of ``metrics/finetune_<task>.json``."""
     metric = HEADLINE[task]
     out = []
-    for arm, run in sorted((_optional(metrics, f"finetune_{task}").get("runs") or {}).items()):
+    for arm, run in sorted(((metrics.optional(f"finetune_{task}") or {}).get("runs") or {}).items()):
         entry = run.get(metric) or {}
         out += [{"arm": arm, "seed": seed, metric: value}
                 for seed, value in zip(entry.get("seeds") or [], entry.get("per_seed") or [], strict=False)]
