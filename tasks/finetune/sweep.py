@@ -147,5 +147,5 @@ def log_job(log, job, result: dict, seeds: list[int], predictions: dict) -> None
                           "lr_head": res["lr_head"]})  # fmt: skip
             for row in res["history"]:
                 child.metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
-            child.metrics(res["test"])
+            child.metrics(res["test"] | {"train_seconds": res["train_seconds"]})  # the run opens after training
             child.artifact(predictions[res["seed"]], "predictions")
