@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled, open_run
 
+#: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
+DATA_ERRORS = (ValueError, FileNotFoundError)
+TRACEBACK_ARTIFACT = "traceback.txt"
 #: What a stage uses its input data for: MLflow's dataset context. A stage not listed prepares data.
 DATA_CONTEXT = {"tokenizer": "training", "pretrain": "training", "finetune": "training",
                 "probe": "evaluation", "report": "evaluation"}
@@ -51,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         clear_outputs(root, run_name)
         logging.getLogger("clozeline").error("%s: killed by SIGTERM", run_name)
         return 143
+    except DATA_ERRORS as err:  # bad input: one line naming the file, line or key; the traceback is in MLflow
+        clear_outputs(root, run_name)
+        print(f"clozeline: {run_name}: {one_line(err)} (traceback: MLflow run {run_name!r}, artifact "
+              f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
+        return 1
     except BaseException:
         clear_outputs(root, run_name)  # a failed stage leaves nothing a later stage could take for its result
         raise
@@ -65,10 +74,19 @@ def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
         log.params(params.section(stage).model_dump(mode="json"))
         log.tags({"git_commit": git_commit(root), "stage": stage, **input_md5_tags(root, run_name)})
         log.inputs(input_datasets(root, run_name, params.paths.models))
-        metrics = run_stage(stage, params, log, item)
+        try:
+            metrics = run_stage(stage, params, log, item)
+        except DATA_ERRORS:
+            log.text(traceback.format_exc(), TRACEBACK_ARTIFACT)
+            raise
         metrics["mlflow_run"] = {"id": log.run_id, "name": log.run_name, "experiment_id": log.experiment_id}
         write_metrics(params.paths.metrics / metrics_name(stage, item), metrics)
         log.metrics(metrics)
+
+
+def one_line(err: BaseException) -> str:
+    """The error's message on one line (an empty message gives the exception's type)."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def clear_outputs(root: Path, dvc_stage: str) -> None:

@@ -115,6 +115,9 @@ class NullLog:
     def inputs(self, datasets: Sequence[DataInput]) -> None:
         """Record the run's input datasets; nested runs opened later inherit them (ignored)."""
 
+    def text(self, content: str, artifact_file: str) -> None:
+        """Attach ``content`` as the text file ``artifact_file`` of the run (ignored)."""
+
     def note(self, markdown: str) -> None:
         """Set the run's description, shown on its MLflow page (ignored)."""
 
@@ -181,6 +184,10 @@ class MlflowLog(NullLog):
                                 tags=[InputTag(DATASET_CONTEXT_TAG, d.context)]) for d in datasets]  # fmt: skip
         if entries:
             self._client.log_inputs(self.run_id, datasets=entries)
+
+    def text(self, content: str, artifact_file: str) -> None:
+        """Attach ``content`` as the text file ``artifact_file`` of the run."""
+        self._client.log_text(self.run_id, content, artifact_file)
 
     def note(self, markdown: str) -> None:
         """Set ``mlflow.note.content``, the run's description on its MLflow page (Markdown)."""

@@ -287,3 +287,19 @@ def test_persist_outputs_survive_a_direct_run(workdir, monkeypatch):
     monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"ok": 1})
     assert stage_main.main(["pretrain"]) == 0
     assert checkpoint.exists() and not old_model.exists()  # the resume point stays; the old model goes
+
+
+def test_a_data_error_is_one_line_naming_the_file_and_the_traceback_goes_to_mlflow(workdir, monkeypatch, capsys):
+    def bad_input(stage, params, log, item=None):
+        raise ValueError("data/ingest/news.parquet: row 3 has a null text")
+
+    monkeypatch.setattr(stage_main, "run_stage", bad_input)
+    assert stage_main.main(["dedup"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("clozeline: dedup: data/ingest/news.parquet: row 3 has a null text "
+                       "(traceback: MLflow run 'dedup', artifact traceback.txt)")
+    assert not any("Traceback" in line for line in err)
+    run = _last_run("dedup")
+    assert run.info.status == "FAILED"
+    text = mlflow.artifacts.load_text(f"{run.info.artifact_uri}/traceback.txt")
+    assert text.startswith("Traceback (most recent call last)") and "row 3 has a null text" in text
