@@ -77,6 +77,7 @@ def run(cfg: SplitParams, paths, log) -> dict:
     straddling = count_straddling(rows)
     if straddling:
         raise SplitLeakError(f"{len(straddling)} group(s) in more than one split, e.g. {straddling[:5]}")
+    check_task_splits_filled(rows, cfg)
     out_dir = paths.stage_data("split")
     write_outputs(frames, rows, out_dir)
     log.info(f"split: {len(rows)} rows from {len(frames)} source(s) -> {out_dir}")
@@ -292,6 +293,21 @@ def cross_role_clusters(rows: pd.DataFrame) -> int:
     """Clusters with rows in both roles (left to the leakage stage, which removes eval twins)."""
     roles = rows.groupby("cluster_id")["role"].nunique()
     return int((roles > 1).sum())
+
+
+def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
+    """Raise ``ValueError`` naming the source and the split when a task source has no kept (non-duplicate)
+    document in a split that ``split.task_fractions`` gives a share: fine-tuning needs train, dev and test,
+    and an empty one would only fail stages later."""
+    tasks = rows[rows["role"] == "task"]
+    for source, part in tasks.groupby("source", sort=True):
+        kept = part[~part["is_duplicate"].astype(bool)]
+        for split in TASK_SPLITS:
+            if cfg.task_fractions.get(split, 0.0) > 0 and not (kept["split"] == split).any():
+                raise ValueError(
+                    f"source {source}: split {split!r} is empty ({len(kept)} kept docs in "
+                    f"{kept['component'].nunique()} groups, split.task_fractions={cfg.task_fractions}): add "
+                    "documents or give the source a larger share")
 
 
 def write_outputs(frames: dict[str, pd.DataFrame], rows: pd.DataFrame, out_dir: Path) -> None:

@@ -186,3 +186,17 @@ def test_bad_inputs_fail_with_a_clear_message(tmp_path):
         params(task_fractions={"train": 0.9, "dev": 0.1, "test": 0.1})
     with pytest.raises(ValueError, match="date_meta_key is required"):
         params(mode="temporal", date_meta_key=None)
+
+
+def test_a_task_split_left_empty_is_an_error_naming_the_source_and_the_split(tmp_path):
+    # 3 docs cannot fill train, dev and test at 80/10/10: the finetune stage would fail stages later
+    with pytest.raises(ValueError, match=r"^source tiny: split '(train|dev|test)' is empty \(3 kept docs in 3 groups"):
+        run_split(tmp_path / "a", [rows_of("tiny", "task", [0, 1, 2])])
+    # a split whose only documents are duplicates (dropped downstream) is empty too: dev holds one single-doc
+    # group of HAND, so 9 kept docs in the other 3 groups remain
+    frame = rows_of("t", "task", HAND)
+    _, out, _ = run_split(tmp_path / "b", [frame])
+    dev_doc = out.loc[out["split"] == "dev", "doc_id"].tolist()
+    frame.loc[frame["doc_id"].isin(dev_doc), "is_duplicate"] = True
+    with pytest.raises(ValueError, match=r"^source t: split 'dev' is empty \(9 kept docs in 3 groups"):
+        run_split(tmp_path / "c", [frame])
