@@ -3,8 +3,7 @@
 Loads params, opens an MLflow run named after the stage (a child of the flow's run when the flow set
 ``CLOZELINE_PARENT_RUN_ID``), logs the stage's flattened params, the git commit and the md5 of each input
 (tags, and its data inputs as MLflow datasets), calls ``tasks.<stage>.run``, writes
-``metrics/<stage>[_<item>].json`` with the run's ``mlflow_run`` (id, name, experiment id) added, and logs the
-same metrics. The run ends FAILED on an exception and KILLED on SIGTERM.
+``metrics/<stage>[_<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED on SIGTERM.
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
     """Run ``stage`` inside its MLflow run: params, provenance tags and dataset inputs, then the stage, then
-    ``metrics/<stage>.json`` (with ``mlflow_run``) and the same metrics logged."""
+    ``metrics/<stage>.json`` and the same metrics logged."""
     run_name = f"{stage}@{item}" if item else stage
     with open_run(run_name, root=root) as log:
         log.params(params.section(stage).model_dump(mode="json"))
@@ -79,7 +78,6 @@ def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
         except DATA_ERRORS:
             log.text(traceback.format_exc(), TRACEBACK_ARTIFACT)
             raise
-        metrics["mlflow_run"] = {"id": log.run_id, "name": log.run_name, "experiment_id": log.experiment_id}
         write_metrics(params.paths.metrics / metrics_name(stage, item), metrics)
         log.metrics(metrics)
 

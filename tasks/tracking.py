@@ -121,6 +121,11 @@ class NullLog:
     def note(self, markdown: str) -> None:
         """Set the run's description, shown on its MLflow page (ignored)."""
 
+    def sibling_runs(self, names: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """``{name: (name, run id, experiment id)}`` of the runs named ``names`` under the same parent run
+        (here: none)."""
+        return {}
+
     @contextmanager
     def child(self, name: str) -> Iterator[NullLog]:
         """A nested run (here: another NullLog)."""
@@ -192,6 +197,18 @@ class MlflowLog(NullLog):
     def note(self, markdown: str) -> None:
         """Set ``mlflow.note.content``, the run's description on its MLflow page (Markdown)."""
         self._client.set_tag(self.run_id, NOTE_TAG, markdown)
+
+    def sibling_runs(self, names: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """The runs named ``names`` under this run's parent (the other stages of one pipeline run), the latest
+        of each name: ``{name: (name, run id, experiment id)}``; empty for a run without a parent."""
+        run = self._client.get_run(self.run_id)
+        parent = run.data.tags.get("mlflow.parentRunId")
+        if not parent:
+            return {}
+        found = self._client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}'",
+                                         order_by=["attributes.start_time ASC"], max_results=1000)  # fmt: skip
+        return {r.info.run_name: (r.info.run_name, r.info.run_id, r.info.experiment_id) for r in found
+                if r.info.run_name in names}
 
     @contextmanager
     def child(self, name: str) -> Iterator[MlflowLog]:

@@ -319,13 +319,9 @@ def test_intrinsic_and_behavioural_claims(workspace):
     assert pairs.verdict == "supported" and "paired by pair" in pairs.pairing
     agreement = rows["pretrained-mlm-agreement-across-attractor"]
     assert agreement.treatment.mean == 1.0 and agreement.baseline.mean == 1.0  # the first 20 pairs pass for both
-    assert pairs.runs == [] and heldout.runs == []  # these metrics have no mlflow_run: no link, no error
-
-    probe = json.loads((paths.metrics / "probe.json").read_text())
-    probe["mlflow_run"] = {"id": "run-probe", "name": "probe", "experiment_id": "7"}  # as the stage runner adds it
-    (paths.metrics / "probe.json").write_text(json.dumps(probe))
-    pairs = _rows_by_id(cfg, paths)["pretrained-mlm-prefers-acceptable-minimal-pairs"]
-    assert pairs.runs == [("probe", "run-probe", "7")]
+    assert pairs.runs == [] and heldout.runs == []  # not finetune arms: their stage's run is linked by the stage
+    report.link_stage_runs([pairs, heldout], {"probe": ("probe", "run-probe", "7")})
+    assert pairs.runs == [("probe", "run-probe", "7")] and heldout.runs == []  # no pretrain run among the siblings
     assert render.run_links(pairs, "http://h:1") == [
         render.Link("probe", "http://h:1/#/experiments/7/runs/run-probe?workflowType=machine_learning")]
 

@@ -53,12 +53,15 @@ def test_plot_data_has_one_line_per_arm_and_seed_and_drops_stale_files(tmp_path)
         == {("pretrained/full/mean-pool", "13", 0.76), ("pretrained/full/mean-pool", "21", 0.80)}
 
 
-def test_heldout_curve_keeps_only_the_eval_steps(tmp_path):
+def test_loss_curves_keep_only_the_steps_each_series_has(tmp_path):
     metrics = _metrics(tmp_path / "metrics")
+    # as the trainer writes it: an eval step that is not a logging step has no train_loss (step 6)
     (tmp_path / "metrics" / "pretrain_curve.tsv").write_text(
-        "step\ttrain_loss\tlr\teval_loss\tunigram_ce\n5\t9.0\t1e-4\t\t7.0\n10\t8.5\t2e-4\t8.7\t7.0\n"
-        "15\t8.0\t3e-4\tnan\t7.0\n20\t7.5\t4e-4\t7.9\t7.0\n")
+        "step\ttrain_loss\tlr\teval_loss\tunigram_ce\n5\t9.0\t1e-4\t\t7.0\n6\t\t1e-4\t8.9\t7.0\n"
+        "10\t8.5\t2e-4\t8.7\t7.0\n15\t8.0\t3e-4\tnan\t7.0\n")
     written = summary.write_plot_data(tmp_path / "plots", [], metrics)
-    assert "pretrain_heldout.csv" in [p.name for p in written]
-    # an empty cell would be drawn as a held-out loss of 0 by DVC's line template
-    assert (tmp_path / "plots" / "pretrain_heldout.csv").read_text() == "step,eval_loss\n10,8.7\n20,7.9\n"
+    assert {"pretrain_train.csv", "pretrain_heldout.csv"} <= {p.name for p in written}
+    # an empty cell would be drawn as a loss of 0 by DVC's line template: each file holds only its own steps
+    assert (tmp_path / "plots" / "pretrain_heldout.csv").read_text() == "step,eval_loss\n6,8.9\n10,8.7\n"
+    assert (tmp_path / "plots" / "pretrain_train.csv").read_text() == (
+        "step,train_loss,unigram_ce\n5,9.0,7.0\n10,8.5,7.0\n15,8.0,7.0\n")

@@ -113,9 +113,8 @@ def _last_run(name: str):
 def test_stage_runner_writes_metrics_and_logs_them(workdir, monkeypatch):
     monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"docs": {"in": 3}})
     assert stage_main.main(["ingest"]) == 0
+    assert json.loads((workdir / "metrics" / "ingest.json").read_text()) == {"docs": {"in": 3}}
     run = _last_run("ingest")
-    assert json.loads((workdir / "metrics" / "ingest.json").read_text()) == {"docs": {"in": 3}, "mlflow_run": {
-        "id": run.info.run_id, "name": "ingest", "experiment_id": run.info.experiment_id}}
     assert run.info.status == "FINISHED" and run.data.metrics["docs/in"] == 3.0
     assert "git_commit" in run.data.tags
 
@@ -198,6 +197,20 @@ def test_inputs_are_dvc_datasets_that_child_runs_inherit_and_the_experiment_is_a
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert (log.run_name, log.experiment_id, kid.run_name) == ("with-data", run.info.experiment_id, "seed13")
+
+
+def test_sibling_runs_are_the_other_children_of_the_parent_latest_first():
+    with open_run("pipeline") as parent:
+        with parent.child("probe") as old_probe:
+            pass
+        time.sleep(0.01)  # start times are in milliseconds: the second probe run must start later
+        with parent.child("probe") as probe, parent.child("report") as report:
+            pass
+    with open_run("probe"):  # the same name outside this pipeline run: not a sibling
+        pass
+    got = report.sibling_runs(["probe", "pretrain"])
+    assert got == {"probe": ("probe", probe.run_id, probe.experiment_id)} and old_probe.run_id != probe.run_id
+    assert parent.sibling_runs(["probe"]) == {}  # a run without a parent has no siblings
 
 
 def test_training_view_links():

@@ -1,12 +1,12 @@
 """The ``report`` stage: the claim table.
 
 Reads the hand-written claims (``reports/claims.yaml``), the ``metrics/*.json`` of dedup, leakage, tokenize,
-pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; writes
-``reports/claims.md``, a self-contained ``reports/claims.html``, ``reports/figures/*.png`` and, for the places
-users look first (``tasks.report.summary``), ``metrics/summary.json``, ``reports/plots/*.csv`` and
-``reports/summary.md``. Each claim
-becomes one row, grouped by kind of evidence (intrinsic, extrinsic, behavioural, operational, data) (treatment, baseline, difference with CIs, verdict, measured confounders, MLflow run ids,
-data md5s); a claim whose inputs are missing becomes a ``not run: <why>`` row.
+pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; writes ``reports/claims.md``, a
+self-contained ``reports/claims.html``, ``reports/figures/*.png`` and, for the places users look first
+(``tasks.report.summary``), ``metrics/summary.json``, ``reports/plots/*.csv`` and ``reports/summary.md``. Each
+claim becomes one row, grouped by kind of evidence (intrinsic, extrinsic, behavioural, operational, data):
+arms and difference with CIs and the verdict, then measured confounders, MLflow runs and data md5s in its
+details; a claim whose inputs are missing becomes a ``not run: <why>`` row.
 
 The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
 (the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
@@ -46,6 +46,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     metrics = Metrics(paths.metrics, predictions=predictions if predictions.is_dir() else None)
     lock = Lock.read(cfg.dvc_lock_file)
     rows = evaluate_all(claims, metrics, lock, stats_config(cfg))
+    link_stage_runs(rows, log.sibling_runs(STAGE_RUNS))
     slices = slice_tables(claims, metrics, stats_config(cfg))
     figures = draw_figures(cfg, paths, metrics, rows)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
@@ -58,6 +59,18 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     return {"verdicts": summarize(rows), "verdicts_by_evidence": by_evidence(rows),
             "family_wise_alpha": round(1 - cfg.confidence_level, 6),
             "claims": {row.claim.id: row_metrics(row) for row in rows}}
+
+
+#: The stages whose claims (``<stage>/...`` references) rest on the stage's one run, not on per-arm runs.
+STAGE_RUNS = ("pretrain", "probe", "leakage")
+
+
+def link_stage_runs(rows: list[Row], runs: dict[str, tuple[str, str, str]]) -> None:
+    """Add to each row the MLflow run of every stage its references name (``runs``: the report's sibling runs
+    under one pipeline run), so a probe, pretrain or leakage claim links its run as a finetune claim does."""
+    for row in rows:
+        named = {ref.split("/")[0] for ref in (row.claim.treatment, row.claim.baseline)}
+        row.runs = sorted(set(row.runs) | {runs[stage] for stage in named if stage in runs})
 
 
 def write_summaries(paths: Paths, rows: list[Row], metrics: Metrics, log) -> None:

@@ -31,7 +31,7 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -230,18 +230,13 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
     """The ``Sample`` a reference points at; raises ``NotRun`` when the file, run, metric or layer is absent.
 
     A finetune sample holds seed-level values and its arm's MLflow run; ``tasks.report.items.with_items`` adds
-    its test items. A probe, pretrain or leakage sample carries the MLflow run of its stage (``mlflow_run`` of
-    its metrics file, written by the stage runner).
+    its test items.
     """
     kind, *rest = ref.split("/")
     if kind == "finetune" and len(rest) == 2 and rest[1] in SELECTED:
         return _finetune_sample(rest[0], selected_run(rest[0], rest[1], metrics), metric, metrics)
     if kind == "finetune" and len(rest) == 4:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
-    return replace(_stage_sample(kind, rest, ref, metric, metrics), runs=stage_run(kind, metrics))
-
-
-def _stage_sample(kind: str, rest: list[str], ref: str, metric: str, metrics: Metrics) -> Sample:
     if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
         return _probe_sample(rest[0], rest[2], metric, metrics)
     if kind == "pretrain" and len(rest) == 2 and rest[0] == "heldout":
@@ -253,15 +248,6 @@ def _stage_sample(kind: str, rest: list[str], ref: str, metric: str, metrics: Me
         if len(rest) in (width + 1, width + 2):
             return _leakage_sample("/".join(rest[:width]), rest[width:-1], rest[-1], metrics)
     raise NotRun(f"malformed reference {ref!r} (see the grammar in tasks/report/claims.py)")
-
-
-def stage_run(stage: str, metrics: Metrics) -> tuple[tuple[str, str, str], ...]:
-    """``((name, id, experiment id),)`` of the stage's MLflow run from ``metrics/<stage>.json``'s ``mlflow_run``
-    (empty when the stage ran without tracking, or before the runner recorded it)."""
-    run = (metrics.optional(stage) or {}).get("mlflow_run")
-    if not isinstance(run, dict) or not run.get("id"):
-        return ()
-    return ((str(run.get("name") or stage), str(run["id"]), str(run.get("experiment_id") or "")),)
 
 
 #: ``finetune/<task>/<name>`` -> the key of ``selection`` in metrics/finetune_<task>.json

@@ -6,8 +6,9 @@
   and the baseline the finetune stage chose on dev and for the best of our pretrained arms, and the
   pretraining gap to the unigram baseline. The stages' own ``metrics/<stage>.json`` stay plain outputs.
 - ``<reports>/plots/forest.csv`` (one line per claim with a difference), ``seeds_<task>.csv`` (one line per
-  arm and seed) and ``pretrain_heldout.csv`` (the eval steps of the pretraining curve) are the data of the
-  forest plot, the per-seed scores and the held-out curve that ``dvc.yaml``'s ``plots`` draw.
+  arm and seed), ``pretrain_train.csv`` and ``pretrain_heldout.csv`` (the logged and the eval steps of the
+  pretraining curve) are the data of the forest plot, the per-seed scores and the pretraining curve that
+  ``dvc.yaml``'s ``plots`` draw.
 - ``<reports>/summary.md`` is the verdict counts and one line per claim, set as the MLflow run description.
 """
 
@@ -63,8 +64,9 @@ def write_summary(path: Path, summary: dict) -> None:
 
 def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Path]:
     """Write ``forest.csv`` (claim, difference, ci_low, ci_high, verdict; claims with an interval),
-    ``pretrain_heldout.csv`` (step, eval_loss; when the curve has held-out points) and ``seeds_<task>.csv`` (arm,
-    seed, the headline metric; tasks with finetune metrics); returns the files written."""
+    ``pretrain_train.csv`` / ``pretrain_heldout.csv`` (``loss_curves``; when the curve has such points) and
+    ``seeds_<task>.csv`` (arm, seed, the headline metric; tasks with finetune metrics); returns the files
+    written."""
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.csv"):
         stale.unlink()  # a task that vanished must not leave its plot data behind
@@ -72,9 +74,9 @@ def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Pat
                "ci_high": r.difference.high, "verdict": r.verdict}
               for r in rows if r.difference is not None and r.difference.has_ci]  # fmt: skip
     written = [_write_csv(folder / "forest.csv", ["claim", "difference", "ci_low", "ci_high", "verdict"], forest)]
-    heldout = heldout_curve(metrics.folder / "pretrain_curve.tsv")
-    if heldout:
-        written.append(_write_csv(folder / "pretrain_heldout.csv", ["step", "eval_loss"], heldout))
+    curve = loss_curves(metrics.folder / "pretrain_curve.tsv")
+    for name, (header, points) in curve.items():
+        written += [_write_csv(folder / name, header, points)] if points else []
     for task in TASKS:
         seeds = seed_scores(task, metrics)
         if seeds:
@@ -82,14 +84,20 @@ def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Pat
     return written
 
 
-def heldout_curve(curve: Path) -> list[dict]:
-    """The held-out loss points of the pretraining curve, ``{step, eval_loss}`` (nats): only the eval steps,
-    since the curve file leaves the cell empty elsewhere and DVC's line template would draw those as 0."""
+def loss_curves(curve: Path) -> dict[str, tuple[list[str], list[dict]]]:
+    """The pretraining curve as two plot files without empty cells (DVC's line template draws an empty cell
+    as 0): ``pretrain_train.csv`` (step, train_loss, unigram_ce: the logged steps) and ``pretrain_heldout.csv``
+    (step, eval_loss: the eval steps), both in nats; ``{}`` when the curve is missing or malformed."""
     try:
-        points = read_curve(curve)["eval_loss"]
+        series = read_curve(curve)
     except (NotRun, *MALFORMED):
-        return []
-    return [{"step": int(step), "eval_loss": loss} for step, loss in points]
+        return {}
+    unigram = dict(series["unigram_ce"])
+    train = [{"step": int(step), "train_loss": loss, "unigram_ce": unigram[step]}
+             for step, loss in series["train_loss"] if step in unigram]  # fmt: skip
+    heldout = [{"step": int(step), "eval_loss": loss} for step, loss in series["eval_loss"]]
+    return {"pretrain_train.csv": (["step", "train_loss", "unigram_ce"], train),
+            "pretrain_heldout.csv": (["step", "eval_loss"], heldout)}
 
 
 def seed_scores(task: str, metrics: Metrics) -> list[dict]:
