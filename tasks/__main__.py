@@ -3,7 +3,8 @@
 Loads params, opens an MLflow run named after the stage (a child of the flow's run when the flow set
 ``CLOZELINE_PARENT_RUN_ID``), logs the stage's flattened params, the git commit and the md5 of each input
 (tags, and its data inputs as MLflow datasets), calls ``tasks.<stage>.run``, writes
-``metrics/<stage>[_<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED on SIGTERM.
+``metrics/<stage>[_<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED
+on SIGTERM.
 """
 
 from __future__ import annotations
@@ -69,10 +70,11 @@ def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
     """Run ``stage`` inside its MLflow run: params, provenance tags and dataset inputs, then the stage, then
     ``metrics/<stage>.json`` and the same metrics logged."""
     run_name = f"{stage}@{item}" if item else stage
+    md5s, commit = input_md5s(root, run_name), git_commit(root)  # once: sources are hashed afresh
     with open_run(run_name, root=root) as log:
         log.params(params.section(stage).model_dump(mode="json"))
-        log.tags({"git_commit": git_commit(root), "stage": stage, **input_md5_tags(root, run_name)})
-        log.inputs(input_datasets(root, run_name, params.paths.models))
+        log.tags({"git_commit": commit, "stage": stage, **input_md5_tags(md5s)})
+        log.inputs(input_datasets(root, run_name, md5s, params.paths.models, commit))
         try:
             metrics = run_stage(stage, params, log, item)
         except DATA_ERRORS:
@@ -120,20 +122,20 @@ def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
     path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def input_md5_tags(root: Path, dvc_stage: str) -> dict[str, str]:
-    """``dvc.dep.<path>: <md5>`` for each declared dependency of ``dvc_stage`` (``stage`` or ``stage@item``)."""
-    return {f"dvc.dep.{path}": md5 for path, md5 in input_md5s(root, dvc_stage).items()}
+def input_md5_tags(md5s: dict[str, str]) -> dict[str, str]:
+    """``dvc.dep.<path>: <md5>`` for each declared dependency of a stage (``provenance.input_md5s``)."""
+    return {f"dvc.dep.{path}": md5 for path, md5 in md5s.items()}
 
 
-def input_datasets(root: Path, dvc_stage: str, models: Path) -> list[DataInput]:
-    """The data deps of ``dvc_stage`` as MLflow dataset inputs (digest = DVC md5, context ``DATA_CONTEXT``).
+def input_datasets(root: Path, dvc_stage: str, md5s: dict[str, str], models: Path, commit: str) -> list[DataInput]:
+    """The data deps among ``md5s`` (``provenance.input_md5s`` of ``dvc_stage``) as MLflow dataset inputs
+    (digest = DVC md5, context ``DATA_CONTEXT``, read by the code at ``commit``).
 
     Code deps (a ``.py`` file, a package folder) and models (under ``models``, which stay ``dvc.dep.*`` tags)
     are not datasets; a dep without a known md5 is left out, as in the tags.
     """
     context = DATA_CONTEXT.get(dvc_stage.partition("@")[0], "preprocessing")
-    commit = git_commit(root)
-    return [DataInput(path, md5, context, commit) for path, md5 in input_md5s(root, dvc_stage).items()
+    return [DataInput(path, md5, context, commit) for path, md5 in md5s.items()
             if not _is_code(root / path) and not (root / path).resolve().is_relative_to(models.resolve())]
 
 

@@ -12,6 +12,7 @@ import mlflow
 import pytest
 
 import tasks.__main__ as stage_main
+from tasks.common.provenance import input_md5s
 from tasks.tracking import (
     MAX_KEY,
     MAX_PARAM_VALUE,
@@ -156,9 +157,9 @@ def test_input_md5_tags_take_upstream_outputs_from_dvc_lock(tmp_path):
         "schema: '2.0'\nstages:\n  ingest:\n    outs:\n    - path: data/ingest\n      md5: aaa.dir\n"
         "  dedup:\n    deps:\n    - path: tasks/dedup/__init__.py\n      md5: bbb\n    - path: data/ingest\n      md5: old.dir\n"
         "  tokenize:\n    outs:\n    - path: data/tokenize/cls\n      md5: ccc.dir\n")
-    assert stage_main.input_md5_tags(tmp_path, "dedup") == {"dvc.dep.tasks/dedup/__init__.py": "bbb",
+    assert stage_main.input_md5_tags(input_md5s(tmp_path, "dedup")) == {"dvc.dep.tasks/dedup/__init__.py": "bbb",
                                                              "dvc.dep.data/ingest": "aaa.dir"}
-    assert stage_main.input_md5_tags(tmp_path, "finetune@cls") == {"dvc.dep.data/tokenize/cls": "ccc.dir"}
+    assert stage_main.input_md5_tags(input_md5s(tmp_path, "finetune@cls")) == {"dvc.dep.data/tokenize/cls": "ccc.dir"}
 
 
 def test_stage_items_are_checked_against_dvc_yaml(workdir, capsys):

@@ -164,10 +164,6 @@ class Lock:
         md5.update({path: value for (_, path), value in self.out_md5s().items()})
         return {path: md5[path] for path in deps if md5.get(path)}
 
-    def produced(self, path: str) -> bool:
-        """Whether some stage of the lock outputs ``path``."""
-        return any(out == path for _, out in self.out_md5s())
-
 
 def input_md5s(root: Path, dvc_stage: str) -> dict[str, str]:
     """md5 of each declared dep of ``dvc_stage`` as the stage runs now: ``Lock.input_md5s``, except that a
@@ -176,8 +172,9 @@ def input_md5s(root: Path, dvc_stage: str) -> dict[str, str]:
     lock = Lock.read(Path(root) / DVC_LOCK)
     deps = declared_deps(root, dvc_stage)
     md5 = lock.input_md5s(dvc_stage, deps)
+    produced = {out for _, out in lock.out_md5s()}
     for path in deps:
-        if (Path(root) / path).exists() and not lock.produced(path):
+        if (Path(root) / path).exists() and path not in produced:
             md5[path] = dvc_md5(root, path)
     return md5
 
