@@ -3,7 +3,7 @@
 Loads params, opens an MLflow run named after the stage (a child of the flow's run when the flow set
 ``CLOZELINE_PARENT_RUN_ID``), logs the stage's flattened params, the git commit and the md5 of each input
 (tags, and its data inputs as MLflow datasets), calls ``tasks.<stage>.run``, writes
-``metrics/<stage>[_<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED
+``metrics/<stage>[/<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED
 on SIGTERM.
 """
 
@@ -112,8 +112,8 @@ def run_stage(stage: str, params, log, item: str | None = None) -> dict[str, Any
 
 
 def metrics_name(stage: str, item: str | None) -> str:
-    """``<stage>.json``, or ``<stage>_<item>.json`` for a foreach item."""
-    return f"{stage}_{item}.json" if item else f"{stage}.json"
+    """``<stage>.json``, or ``<stage>/<item>.json`` for a foreach item (a folder the report depends on whole)."""
+    return f"{stage}/{item}.json" if item else f"{stage}.json"
 
 
 def write_metrics(path: Path, metrics: dict[str, Any]) -> None:
@@ -154,7 +154,7 @@ def _parse(argv: list[str] | None, root: Path) -> argparse.Namespace:
     except FileNotFoundError as err:
         parser.error(str(err))
     parser.add_argument("stage", choices=stage_modules(names))
-    parser.add_argument("item", nargs="?", default=None, help="foreach item, e.g. the task of finetune (cls|ner)")
+    parser.add_argument("item", nargs="?", default=None, help="foreach item: the task name of finetune (params.yaml tasks)")
     args = parser.parse_args(argv)
     items = [name.partition("@")[2] for name in names if name.startswith(f"{args.stage}@")]
     if (args.item or None) not in (items or [None]):

@@ -102,6 +102,12 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
     return FinetuneParams.model_validate({
         "seeds": seeds, "sweep_seed": 99, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,
         "operational": {"enabled": operational, "threads": 1, "timed_batches": {1: 3, 4: 2}, "warmup_batches": 1},
-        "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
-        "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
+        "recipes": {"cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
+                    "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None}},
+        "tasks": TASKS,
     })
+
+
+#: The fixtures' two tasks, as params.yaml's ``tasks`` section names them.
+TASKS = {"cls": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
+         "ner": {"kind": "token_classification", "source": "tweets", "metric": "entity_f1", "recipe": "ner"}}

@@ -8,9 +8,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from tasks.common.imports import import_closure
-from tasks.config import Params
+from tasks.config import Params, load_params
 
 ROOT = Path(__file__).resolve().parents[1]
+PARAMS = load_params(ROOT / "params.yaml")
 
 
 def closure(start: list[str]) -> set[Path]:
@@ -18,8 +19,15 @@ def closure(start: list[str]) -> set[Path]:
     return import_closure(start, ROOT)
 
 
-def keys_read(section: str, other_items: set[str]) -> set[str]:
+def keys_read(section: str, item: str | None) -> set[str]:
     """Dotted params keys a stage reads: every field of its section's model (the model is what the stage is
-    handed) except the sub-sections of other ``foreach`` items, plus ``paths`` (every stage gets it)."""
+    handed), plus ``paths`` (every stage gets it). Two fields read elsewhere: ``tasks``, the copy of the
+    top-level ``tasks`` section (a foreach item over tasks reads only ``tasks.<item>``), and finetune's
+    ``recipes``, of which a task reads only the one its ``recipe`` names."""
     model: type[BaseModel] = Params.model_fields[section].annotation
-    return {f"{section}.{name}" for name in model.model_fields if name not in other_items} | {"paths"}
+    keys = {f"{section}.{name}" for name in model.model_fields if name not in ("tasks", "recipes")} | {"paths"}
+    if "tasks" in model.model_fields:
+        keys.add(f"tasks.{item}" if item else "tasks")
+    if "recipes" in model.model_fields and item:
+        keys.add(f"{section}.recipes.{PARAMS.tasks[item].recipe}")
+    return keys

@@ -35,16 +35,16 @@ TINY = {
     "pretrain.eval_max_blocks": 16,
     "pretrain.checkpoint_every_steps": 6,
     "finetune.seeds": [13, 21],
-    "finetune.cls.lr_grid": [1.0, 3.0],
-    "finetune.ner.lr_grid": [1.0, 3.0],
-    "finetune.cls.max_train_docs": 48,
-    "finetune.cls.max_dev_docs": 24,
-    "finetune.cls.max_test_docs": 32,
-    "finetune.cls.max_epochs": 1,
-    "finetune.ner.max_train_docs": 48,
-    "finetune.ner.max_dev_docs": 24,
-    "finetune.ner.max_test_docs": 32,
-    "finetune.ner.max_epochs": 1,
+    "finetune.recipes.cls.lr_grid": [1.0, 3.0],
+    "finetune.recipes.ner.lr_grid": [1.0, 3.0],
+    "finetune.recipes.cls.max_train_docs": 48,
+    "finetune.recipes.cls.max_dev_docs": 24,
+    "finetune.recipes.cls.max_test_docs": 32,
+    "finetune.recipes.cls.max_epochs": 1,
+    "finetune.recipes.ner.max_train_docs": 48,
+    "finetune.recipes.ner.max_dev_docs": 24,
+    "finetune.recipes.ner.max_test_docs": 32,
+    "finetune.recipes.ner.max_epochs": 1,
     "finetune.operational.timed_batches": {1: 4, 32: 2},
 }
 MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 30}
@@ -286,11 +286,13 @@ def test_dvc_exp_show_lists_the_curated_metrics_and_dvc_plots_draws_the_report_p
     plots = dvc(repo, env, "plots", "show", "--json")
     assert plots.returncode == 0, plots.stderr
     specs = {name: body[0] for name, body in json.loads(plots.stdout)["data"].items()}
-    assert {"Pretraining loss curve", "Classification: per-seed scores", "NER: per-seed scores",
+    assert {"Pretraining loss curve", "Fine-tuning: per-seed test scores",
             "Forest plot: every claim's difference with its CI"} <= set(specs)
     for name, spec in specs.items():  # an empty cell would be drawn as 0
         assert all(row.get("dvc_inferred_y_value", "x") != "" for row in spec["content"]["data"]["values"]), name
-    assert specs["NER: per-seed scores"]["content"]["encoding"]["x"]["type"] == "nominal"  # arms are categories
+    seeds = specs["Fine-tuning: per-seed test scores"]["content"]
+    assert seeds["encoding"]["x"]["type"] == "nominal"  # arms are categories
+    assert {row["task"] for row in seeds["data"]["values"]} == {"cls", "ner"}  # both tasks in one plot
     forest = specs["Forest plot: every claim's difference with its CI"]["content"]
     assert "<DVC_METRIC" not in json.dumps(forest)  # the template's anchors are all filled
     claims = {row["claim"] for row in forest["data"]["values"]}

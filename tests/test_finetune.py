@@ -185,12 +185,12 @@ def test_doc_sample_is_a_hash_rank_stable_under_supersets():
 @pytest.mark.parametrize(("configs", "match"), [
     (["pretrained/full"], "variant/mode/head"),
     (["pretrained/full/first"], "head 'first'"),
-    (["pretrained/full/cls-pool", "pretrained/full/cls-pool"], r"cls.configs must be unique; repeated: \[.pretrained/full/cls-pool.\]"),
+    (["pretrained/full/cls-pool", "pretrained/full/cls-pool"], r"recipes.cls.configs must be unique; repeated: \[.pretrained/full/cls-pool.\]"),
     (["bert/full/cls-pool"], "variant"),
 ])
 def test_bad_configs_fail_at_load_time(configs, match):
     good = tiny_params(["pretrained/full/cls-pool"], ["pretrained/full/first"], [1]).model_dump(mode="json")
-    good["cls"]["configs"] = configs
+    good["recipes"]["cls"]["configs"] = configs
     with pytest.raises(ValueError, match=match):
         FinetuneParams.model_validate(good)
 

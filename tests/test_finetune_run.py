@@ -145,7 +145,7 @@ def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
     monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)
     configs = ["pretrained/full/first", "pretrained/full/all", "reference/full/first"]
     base = tiny_params(["pretrained/full/cls-pool"], configs, [5, 6]).model_dump()
-    base["ner"]["divergence_margin"] = 1.0  # every dev F1 <= 0 + 1: every seed must be reported as diverged
+    base["recipes"]["ner"]["divergence_margin"] = 1.0  # every dev F1 <= 0 + 1: every seed must be reported as diverged
     cfg = FinetuneParams.model_validate(base)
     metrics = run(cfg, paths, NullLog(), "ner")
     assert sorted(metrics["runs"]) == sorted(configs)
@@ -203,7 +203,7 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
     _, paths, _ = workspace
     base = tiny_params(["pretrained/full/mean-pool", "pretrained/frozen/mean-pool"], ["pretrained/full/first"],
                        [3, 4], lr_grid=(0.1, 1.0, 10.0)).model_dump()
-    base["cls"]["baselines"] = ["majority", "tfidf-lr"]
+    base["recipes"]["cls"]["baselines"] = ["majority", "tfidf-lr"]
     metrics = run(FinetuneParams.model_validate(base), paths, RecordingLog(), "cls")
     for key in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool"):
         entry = metrics["runs"][key]

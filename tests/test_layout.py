@@ -15,14 +15,13 @@ from functools import lru_cache
 import pytest
 from layout import ROOT, closure, keys_read
 
-from tasks.common.provenance import declared_deps, read_dvc_yaml
+from tasks.common.provenance import declared_deps, declared_params, foreach_items, read_dvc_yaml
 
 DVC = read_dvc_yaml(ROOT)
 STAGES = [
-    (f"{name}@{item}" if item else name, re.search(r"-m tasks (\w+)", body.get("do", body)["cmd"]).group(1), item,
-     set(body.get("foreach") or []))
+    (f"{name}@{item}" if item else name, re.search(r"-m tasks (\w+)", body.get("do", body)["cmd"]).group(1), item)
     for name, body in DVC.items()
-    for item in (body.get("foreach") or [None])
+    for item in (foreach_items(ROOT, body) if "foreach" in body else [None])
 ]
 CODE = ("tasks/", "flows/")
 
@@ -61,15 +60,13 @@ def test_code_deps_are_exactly_what_the_stage_imports(stage, module):
     assert not stale, f"dvc.yaml stage {stage!r} lists code it does not import (needless reruns): {stale}"
 
 
-@pytest.mark.parametrize(("stage", "module", "item", "items"), STAGES)
-def test_params_list_covers_every_key_the_stage_reads(stage, module, item, items):
-    body = DVC[stage.partition("@")[0]]
-    listed = [p.replace("${item}", item or "") for p in body.get("do", body).get("params", [])]
-    reads = keys_read(module, items - {item})
-    others = {f"{module}.{other}" for other in items - {item}}  # another foreach item's sub-section
+@pytest.mark.parametrize(("stage", "module", "item"), STAGES)
+def test_params_list_covers_every_key_the_stage_reads(stage, module, item):
+    listed = declared_params(ROOT, stage)
+    reads = keys_read(module, item)
     unlisted = sorted(k for k in reads if not covered_key(k, listed))
-    unread = sorted(p for p in listed if any(covered_key(o, [p]) for o in others)
-                    or not any(k == p or k.startswith(p + ".") or p.startswith(k + ".") for k in reads))
+    unread = sorted(p for p in listed if not any(k == p or k.startswith(p + ".") or p.startswith(k + ".")
+                                                 for k in reads))  # fmt: skip
     assert not unlisted, f"dvc.yaml stage {stage!r} reads params it does not list: {unlisted}"
     assert not unread, f"dvc.yaml stage {stage!r} lists params outside its config model or item: {unread}"
 
@@ -85,7 +82,7 @@ def test_every_dep_resolves(stage):
 
 
 def test_only_stages_and_the_runner_sit_at_the_top_of_tasks():
-    stages = {module for _, module, _, _ in STAGES}
+    stages = {module for _, module, _ in STAGES}
     runner = {"__init__", "__main__", "tracking", "config", "common", "CONTRACTS"}
     top = {p.stem if p.is_file() else p.name for p in (ROOT / "tasks").iterdir()
            if p.name != "__pycache__" and not p.name.startswith(".")}
@@ -94,7 +91,7 @@ def test_only_stages_and_the_runner_sit_at_the_top_of_tasks():
 
 def test_a_module_two_stages_import_lives_in_common_or_config():
     users: dict[str, set[str]] = {}
-    for _, module, _, _ in STAGES:
+    for _, module, _ in STAGES:
         for path in imported_files(module):
             users.setdefault(path, set()).add(module)
     shared = {p for p, who in users.items() if len(who) > 1}

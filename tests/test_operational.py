@@ -78,7 +78,7 @@ def test_every_arm_and_tfidf_are_measured_and_the_saved_models_removed(tmp_path,
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     configs = ["pretrained/full/mean-pool", "reference/frozen/cls-pool"]
     base = tiny_params(configs, ["pretrained/full/first"], [3, 4], epochs=1, operational=True).model_dump()
-    base["cls"]["baselines"] = ["majority", "tfidf-lr"]
+    base["recipes"]["cls"]["baselines"] = ["majority", "tfidf-lr"]
     cfg = FinetuneParams.model_validate(base)
     log = MetricsLog()
     ops = run(cfg, paths, log, "cls")["operational"]
@@ -88,7 +88,7 @@ def test_every_arm_and_tfidf_are_measured_and_the_saved_models_removed(tmp_path,
     assert sorted(ops) == sorted([*configs, tfidf])  # majority has no model to time
     assert not (paths.data / "finetune" / "cls" / operational.SCRATCH).exists()
     test_rows = datasets.load_from_disk(str(paths.data / "tokenize" / "cls" / "clozeline" / "test")).to_list()
-    longest = max(min(len(r["input_ids"]), cfg.cls.max_seq_len_tokens) for r in test_rows)
+    longest = max(min(len(r["input_ids"]), cfg.recipes["cls"].max_seq_len_tokens) for r in test_rows)
     for key, entry in ops.items():
         assert log.children[f"cls/{key}"].logged["operational"] == entry  # on the arm's MLflow run
         assert sorted(entry["batch"]) == ["1", "4"]

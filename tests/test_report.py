@@ -151,7 +151,7 @@ def _pairs(passed: dict[str, int], n: int = 40) -> dict:
 def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Hand-made metrics files following tasks/CONTRACTS.md."""
     files = {
-        "finetune_cls": {"runs": {
+        "finetune/cls": {"kind": "classification", "metric": "test_macro_f1", "runs": {
             "pretrained/full/mean-pool": _run({"test_macro_f1": TREAT, "test_accuracy": TREAT}, "run-pf", details={
                 "confusion_matrix": {"labels": ["biz", "sport"], "matrix": [[40, 2], [3, 55]]},
                 "accuracy_by_length": {"truncated": {"docs": 25, "accuracy": 0.8},
@@ -160,7 +160,7 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
             "pretrained/frozen/mean-pool": _run({"test_macro_f1": (0.70, 0.75, 0.80)}, "run-pz"),
             "pretrained/full/cls-pool": _run({"test_macro_f1": (0.83, 0.80, 0.85)}, "run-pfm"),
         }},
-        "finetune_ner": {"runs": {
+        "finetune/ner": {"kind": "token_classification", "metric": "test_entity_f1", "runs": {
             "pretrained/full/first": _run({"test_entity_f1": (0.30, 0.32, 0.31)}, "run-nf", details={
                 "span_errors": {"boundary": 30, "boundary_and_type": 4, "exact": 120, "missed": 80, "spurious": 25,
                                 "type": 12}}),
@@ -191,6 +191,7 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, body in files.items():
         if name not in skip:
+            (folder / f"{name}.json").parent.mkdir(exist_ok=True)
             (folder / f"{name}.json").write_text(json.dumps(body), encoding="utf-8")
     if "pretrain" not in skip:
         rows = ["step\ttrain_loss\tlr\teval_loss", "0\t9.0\t0.0\t9.1", "10\t7.5\t0.001\t", "20\t6.0\t0.0005\t6.4"]
@@ -224,11 +225,11 @@ def _rows_by_id(cfg, paths):
 
 def test_missing_metrics_file_gives_not_run_row(workspace):
     cfg, paths = workspace
-    write_metrics(paths.metrics, skip=("finetune_ner",))
+    write_metrics(paths.metrics, skip=("finetune/ner",))
     rows = _rows_by_id(cfg, paths)
     row = rows["pretraining-helps-ner"]
     assert row.verdict == "not run"
-    assert row.reason.startswith("not run: ") and "finetune_ner.json is missing" in row.reason
+    assert row.reason.startswith("not run: ") and "finetune/ner.json is missing" in row.reason
     # the missing run of an existing file names the run and what exists
     assert rows["ours-within-5pt-of-reference"].verdict == "not run"
     assert "reference/full/mean-pool" in rows["ours-within-5pt-of-reference"].reason
@@ -349,7 +350,7 @@ def test_invalid_claims_file_names_the_key(tmp_path):
 @pytest.mark.slow
 def test_run_writes_md_html_figures_with_every_claim(workspace):
     cfg, paths = workspace
-    write_metrics(paths.metrics, skip=("finetune_ner",))
+    write_metrics(paths.metrics, skip=("finetune/ner",))
     out = report.run(cfg, paths, NullLog())
     md = (paths.reports / "claims.md").read_text(encoding="utf-8")
     page = (paths.reports / "claims.html").read_text(encoding="utf-8")
@@ -467,24 +468,24 @@ def test_curve_reader_skips_empty_and_nan_cells_and_span_bars_keep_severity_orde
     raw = {"spurious": 1, "exact": 5, "zeta": 2, "missed": 3, "boundary": 4, "type": 0, "note": "x"}
     assert list(figures.span_counts(raw)) == ["exact", "boundary", "type", "missed", "spurious", "zeta"]
     write_metrics(tmp_path / "metrics")
-    out = figures.span_errors(Metrics(tmp_path / "metrics"), "pretrained/full/first", tmp_path / "s.png", 50)
+    out = figures.span_errors(Metrics(tmp_path / "metrics"), "ner", "pretrained/full/first", tmp_path / "s.png", 50)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(figures.NotRun, match="no key 'runs.random/full/all'"):
-        figures.span_errors(Metrics(tmp_path / "metrics"), "random/full/all", tmp_path / "t.png", 50)
+        figures.span_errors(Metrics(tmp_path / "metrics"), "ner", "random/full/all", tmp_path / "t.png", 50)
 
 
 def test_malformed_metrics_give_not_run_rows_and_no_figure(workspace):
     cfg, paths = workspace
     write_metrics(paths.metrics)
-    broken = json.loads((paths.metrics / "finetune_cls.json").read_text())
+    broken = json.loads((paths.metrics / "finetune/cls.json").read_text())
     broken["runs"]["random/full/mean-pool"]["test_macro_f1"]["per_seed"] = [0.7, None, 0.72]
     broken["runs"]["pretrained/full/mean-pool"]["details"]["confusion_matrix"] = {"labels": ["a"], "matrix": [[1, 2]]}
-    (paths.metrics / "finetune_cls.json").write_text(json.dumps(broken))
+    (paths.metrics / "finetune/cls.json").write_text(json.dumps(broken))
     (paths.metrics / "probe.json").write_text("{not json")
     rows = _rows_by_id(cfg, paths)
     assert rows["pretraining-helps-cls"].verdict == "not run"
     assert "malformed metrics" in rows["pretraining-helps-cls"].reason
     assert "probe.json is not valid JSON" in rows["contextual-layers-separate-senses"].reason
     drawn = report.draw_figures(cfg, paths, Metrics(paths.metrics), [])
-    assert drawn["Classification confusion matrix"] == "not drawn: confusion_matrix is not a square list of rows"
-    assert drawn["Sense separation by layer"].startswith("not drawn: ") and isinstance(drawn["NER span errors"], Path)
+    assert drawn["cls: confusion matrix"] == "not drawn: confusion_matrix is not a square list of rows"
+    assert drawn["Sense separation by layer"].startswith("not drawn: ") and isinstance(drawn["ner: span errors"], Path)

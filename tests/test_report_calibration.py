@@ -63,10 +63,11 @@ def write_workspace(root: Path) -> Metrics:
                                           "32": {"p50_ms_per_doc": 1.5, "p95_ms_per_doc": 1.9, "docs_per_s": 650.0}},
                                 "peak_rss_mib": 450.0, "rss_increase_mib": 70.0, "parameters": 1_350_000,
                                 "size_on_disk_mib": 5.2}}
-    metrics = {"labels": LABELS, "runs": runs, "operational": operational,
+    metrics = {"kind": "classification", "metric": "test_macro_f1", "labels": LABELS, "runs": runs,
+               "operational": operational,
                "selection": {"best_arm": CALIBRATED, "best_baseline": OVERCONFIDENT}}
-    (root / "metrics").mkdir()
-    (root / "metrics" / "finetune_cls.json").write_text(json.dumps(metrics))
+    (root / "metrics" / "finetune").mkdir(parents=True)
+    (root / "metrics" / "finetune/cls.json").write_text(json.dumps(metrics))
     return Metrics(root / "metrics", predictions=root / "data" / "finetune")
 
 

@@ -18,9 +18,10 @@ def _metrics(folder):
     # dev scores: the frozen arm is worse on dev, so the best pretrained arm is the full one
     dev = {"pretrained/full/mean-pool": 0.80, "pretrained/frozen/mean-pool": 0.61, "reference/full/mean-pool": 0.9,
            "baseline/tfidf-lr/full-text": 0.95}
-    cls = {"runs": runs, "selection": {"best_arm": "reference/full/mean-pool",
+    cls = {"kind": "classification", "metric": "test_macro_f1", "runs": runs, "selection": {"best_arm": "reference/full/mean-pool",
                                        "best_baseline": "baseline/tfidf-lr/full-text", "dev": dev}}
-    (folder / "finetune_cls.json").write_text(json.dumps(cls))
+    (folder / "finetune").mkdir()
+    (folder / "finetune/cls.json").write_text(json.dumps(cls))
     (folder / "pretrain.json").write_text(json.dumps({"heldout_perplexity": 102.5, "heldout_mlm_accuracy": None,
                                                       "heldout_gap_to_unigram_nats": 2.4}))
     return Metrics(folder)
@@ -34,7 +35,7 @@ def test_summary_holds_the_dev_selected_arms_the_best_pretrained_arm_and_the_pre
                            "best_baseline": "baseline/tfidf-lr/full-text", "best_baseline_test_macro_f1": 0.93,
                            "pretrained_arm": "pretrained/full/mean-pool", "pretrained_arm_test_macro_f1": 0.78},
                    "pretrain": {"heldout_perplexity": 102.5, "heldout_gap_to_unigram_nats": 2.4}}
-    # no finetune_ner.json: no ner columns (not zeros); a null metric is left out too
+    # no finetune/ner.json: no ner columns (not zeros); a null metric is left out too
 
 
 def test_plot_data_has_one_line_per_arm_and_seed_and_drops_stale_files(tmp_path):
@@ -43,14 +44,15 @@ def test_plot_data_has_one_line_per_arm_and_seed_and_drops_stale_files(tmp_path)
     plots.mkdir()
     (plots / "seeds_ner.csv").write_text("stale from a run with NER\n")
     written = summary.write_plot_data(plots, [], metrics)
-    assert [p.name for p in written] == ["forest.csv", "seeds_cls.csv"] and not (plots / "seeds_ner.csv").exists()
+    assert [p.name for p in written] == ["forest.csv", "seeds.csv"] and not (plots / "seeds_ner.csv").exists()
     assert (plots / "forest.csv").read_text() == "claim,difference,ci_low,ci_high,verdict\n"
-    with (plots / "seeds_cls.csv").open() as handle:
+    with (plots / "seeds.csv").open() as handle:
         lines = list(csv.DictReader(handle))
     assert len(lines) == 2 + 2 + 2 + 1
-    assert lines[0] == {"arm": "baseline/tfidf-lr/full-text", "seed": "0", "test_macro_f1": "0.93"}
-    assert {(r["arm"], r["seed"], float(r["test_macro_f1"])) for r in lines if r["arm"].startswith("pretrained/full")} \
-        == {("pretrained/full/mean-pool", "13", 0.76), ("pretrained/full/mean-pool", "21", 0.80)}
+    assert lines[0] == {"arm": "cls baseline/tfidf-lr/full-text", "seed": "0", "score": "0.93", "task": "cls",
+                        "metric": "test_macro_f1"}
+    assert {(r["arm"], r["seed"], float(r["score"])) for r in lines if r["arm"].startswith("cls pretrained/full")} \
+        == {("cls pretrained/full/mean-pool", "13", 0.76), ("cls pretrained/full/mean-pool", "21", 0.80)}
 
 
 def test_loss_curves_keep_only_the_steps_each_series_has(tmp_path):

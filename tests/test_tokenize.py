@@ -18,7 +18,7 @@ from tasks.common import alignment
 from tasks.common.alignment import IGNORE
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.config.tokenize import TokenizeParams
-from tasks.tokenize.ner import encode_words
+from tasks.tokenize.ner import encode_words, ner_windows
 from tasks.tokenize.pretrain import block_sources
 from tasks.tracking import NullLog
 
@@ -29,8 +29,10 @@ WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lim
 def tokenize_params(**changes) -> TokenizeParams:
     values = {
         "pretrain_sources": ["pre"],
-        "tasks": {"cls": "news", "ner": "tweets"},
+        "tasks": {"cls": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
+                  "ner": {"kind": "token_classification", "source": "tweets", "metric": "entity_f1", "recipe": "ner"}},
         "max_seq_len_tokens": SEQ,
+        "ner_max_seq_len_tokens": SEQ,
         "num_proc": 1,
         "map_batch_size_docs": 7,
         "ner_window_overlap_tokens": 4,
@@ -233,7 +235,7 @@ def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
     words = [WORDS[i % len(WORDS)] for i in range(200)]
     tags = ["O"] * 200
     tags[180] = "B-PER"
-    (ids, word_ids), = encode_words(tok, [words])[0]
+    (ids, word_ids), = encode_words(tok, [words], ["tweets:0"])[0]
     windows = alignment.plan_windows(np.bincount(word_ids).tolist(), capacity=128 - 2, overlap=32)
     assert len(windows) >= 2
     encodings = alignment.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
@@ -246,6 +248,28 @@ def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
     merged = alignment.words_from_windows(per_window, 200)
     assert merged[180] == 1
     assert merged == [label2id[t] for t in tags]
+
+
+def test_word_longer_than_a_window_keeps_its_first_subwords_and_label():
+    tok = AutoTokenizer.from_pretrained(reference_model_dir())
+    # one word, far more subwords than a 16-token window holds (WordPiece splits at punctuation; a run of
+    # over 100 characters without it would be a single [UNK])
+    url = "https://example.org/" + "/".join(f"page{i}" for i in range(12))
+    words, tags = ["see", url, "from", "Paris"], ["O", "B-URL", "O", "B-LOC"]
+    n_url = len(tok(url, add_special_tokens=False)["input_ids"])
+    assert n_url > SEQ - 2
+    part = pd.DataFrame([{"doc_id": "tweets:7", "split": "dev", "words": words, "tags": tags}])
+    label2id = {"O": 0, "B-URL": 1, "B-LOC": 2, "I-URL": 3, "I-LOC": 4}  # "all" labels continuations I-
+    columns, stats = ner_windows(tokenize_params(), tok, part, label2id)
+    assert stats["words_cut_to_window"] == 1 and stats["subwords_cut"] == n_url - (SEQ - 2)
+    assert stats["words_cut_examples"] == [f"tweets:7: {url[:40]!r}"]
+    assert all(len(ids) <= SEQ for ids in columns["input_ids"])
+    with_url = next(i for i, w in enumerate(columns["word_ids"]) if 1 in w)
+    url_positions = columns["word_ids"][with_url]
+    assert url_positions.count(1) == SEQ - 2  # the URL alone fills a window: its first 14 subwords
+    assert columns["labels_first"][with_url][url_positions.index(1)] == 1
+    windows = list(zip(columns["word_ids"], columns["labels_first"], strict=True))
+    assert alignment.words_from_windows(windows, len(words)) == [0, 1, 0, 2]  # every word keeps its gold label
 
 
 def test_outputs_are_byte_identical_across_runs(built, tmp_path):
@@ -271,7 +295,9 @@ def test_metrics_report_lengths_and_label_distribution(built):
     [({"ner_window_overlap_tokens": SEQ - 2}, "ner_window_overlap_tokens"),
      ({"ner_invalid_iob2": "ignore"}, "ner_invalid_iob2"),
      ({"max_seq_len_tokens": 4}, "max_seq_len_tokens"),
-     ({"tasks": {"cls": "news"}}, "ner")],
+     ({"ner_max_seq_len_tokens": 4}, "ner_max_seq_len_tokens"),
+     ({"tasks": {"cls": {"kind": "classification", "source": "news", "metric": "entity_f1", "recipe": "cls"}}},
+      "metric 'entity_f1' is not one of")],
 )
 def test_bad_params_fail_at_load_time(changes, key):
     with pytest.raises(ValidationError, match=key):

@@ -15,6 +15,7 @@ Used by ``tokenize`` (to build the NER datasets) and by ``finetune`` (to score o
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Literal, TypeVar
 
@@ -111,6 +112,25 @@ def word_token_spans(word_ids: Sequence[int], n_words: int) -> list[tuple[int, i
     if absent:
         raise ValueError(f"words {absent} have no subword; replace them before windowing")
     return [(start, end) for start, end in spans]
+
+
+def cap_word_subwords(ids: Sequence[int], word_ids: Sequence[int], capacity: int) -> tuple[list[int], list[int], list[int]]:
+    """``(ids, word_ids, cut_words)``: every word's subwords cut to its first ``capacity``.
+
+    A word whose subwords alone exceed a window (a long URL, a hash) cannot be windowed; keeping its first
+    subwords keeps its first-subword label and prediction (the ``first`` scheme, Devlin et al. 2019, sec. 5.3)
+    and loses only the inside of one word. ``cut_words`` lists the indices of the words cut. ``ids`` and
+    ``word_ids`` are a special-free sentence encoding (subword positions, word index per position).
+    """
+    kept_ids, kept_words, seen, cut = [], [], Counter(), []
+    for token, word in zip(ids, word_ids, strict=True):
+        seen[word] += 1
+        if seen[word] <= capacity:
+            kept_ids.append(token)
+            kept_words.append(word)
+        elif seen[word] == capacity + 1:
+            cut.append(word)
+    return kept_ids, kept_words, cut
 
 
 def plan_windows(subwords_per_word: Sequence[int], capacity: int, overlap: int) -> list[tuple[int, int]]:

@@ -48,15 +48,36 @@ def read_dvc_yaml(root: Path) -> dict[str, Any]:
 
 
 def stage_names(root: Path) -> list[str]:
-    """Stage names in ``dvc.yaml`` order; a ``foreach`` stage expands to ``<stage>@<item>`` per item."""
+    """Stage names in ``dvc.yaml`` order; a ``foreach`` stage expands to ``<stage>@<item>`` per item (per key
+    of a mapping, such as ``foreach: ${tasks}``, which DVC reads from ``params.yaml``)."""
     names: list[str] = []
     for name, body in read_dvc_yaml(root).items():
-        items = body.get("foreach") if isinstance(body, dict) else None
-        if items:
-            names.extend(f"{name}@{item}" for item in items)
-        else:
+        items = foreach_items(root, body) if isinstance(body, dict) and "foreach" in body else None
+        if items is None:
             names.append(name)
+        else:
+            names.extend(f"{name}@{item}" for item in items)
     return names
+
+
+def foreach_items(root: Path, body: dict[str, Any]) -> dict[str, Any]:
+    """``{item name: item value}`` of a ``foreach`` stage body: a list's items name themselves, a mapping's keys
+    name its items, and ``${key}`` reads that value from ``params.yaml`` (a missing key gives no items)."""
+    items = body["foreach"]
+    if isinstance(items, str):
+        match = _VARIABLE.fullmatch(items.strip())
+        items = _params_value(root, match.group(1)) if match else None
+    if isinstance(items, dict):
+        return {str(key): value for key, value in items.items()}
+    return {str(item): item for item in items or []}
+
+
+def _params_value(root: Path, dotted: str) -> Any:
+    params_file = Path(root) / PARAMS_YAML
+    node: Any = read_yaml(params_file) if params_file.is_file() else {}
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def stage_modules(names: list[str]) -> list[str]:
@@ -71,6 +92,13 @@ def declared_deps(root: Path, dvc_stage: str) -> list[str]:
     deps = [dep for dep in body.get("deps", []) if isinstance(dep, str)]
     resolved = (_interpolate(dep, values) for dep in deps)
     return [dep for dep in resolved if dep is not None]
+
+
+def declared_params(root: Path, dvc_stage: str) -> list[str]:
+    """The ``params`` keys of ``dvc_stage`` in dvc.yaml, interpolated as ``declared_deps``."""
+    body, values = _stage_body(root, dvc_stage)
+    resolved = (_interpolate(str(key), values) for key in body.get("params", []) if isinstance(key, str))
+    return [key for key in resolved if key is not None]
 
 
 def declared_outs(root: Path, dvc_stage: str) -> dict[str, bool]:
@@ -95,7 +123,9 @@ def _stage_body(root: Path, dvc_stage: str) -> tuple[dict[str, Any], dict[str, A
         return {}, {}
     params_file = Path(root) / PARAMS_YAML
     values = flatten(read_yaml(params_file) or {}) if params_file.is_file() else {}
-    values.update({"item": item} if item else {})
+    if item and "foreach" in body:
+        value = foreach_items(root, body).get(item)
+        values.update({"key": item, "item": item} | (flatten(value, "item") if isinstance(value, dict) else {}))
     return body.get("do", body), values
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError, model_validator
 
 from tasks.config.base import StrictModel
 from tasks.config.dedup import DedupParams
-from tasks.config.finetune import FinetuneParams
+from tasks.config.finetune import FinetuneParams, check_recipe
 from tasks.config.ingest import IngestParams
 from tasks.config.leakage import LeakageParams
 from tasks.config.paths import Paths
@@ -26,6 +26,7 @@ from tasks.config.probe import ProbeParams
 from tasks.config.report import ReportParams
 from tasks.config.snapshot import SnapshotParams
 from tasks.config.split import SplitParams
+from tasks.config.tasks import Tasks
 from tasks.config.tokenize import TokenizeParams
 from tasks.config.tokenizer import TokenizerParams
 
@@ -37,10 +38,12 @@ class ParamsError(ValueError):
 
 
 class Params(StrictModel):
-    """The whole of ``params.yaml``: ``paths`` plus one section per stage (section name = stage name)."""
+    """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
+    name = stage name). ``tasks`` is copied into the tokenize and finetune sections, the two stages that read it."""
 
     paths: Paths
     pipeline: PipelineParams
+    tasks: Tasks
     ingest: IngestParams
     dedup: DedupParams
     split: SplitParams
@@ -54,15 +57,31 @@ class Params(StrictModel):
     snapshot: SnapshotParams
 
     @model_validator(mode="after")
-    def _dose_response_has_snapshots(self) -> Params:
-        for task in ("cls", "ner"):
-            if getattr(self.finetune, task).dose_response and not self.pretrain.dose_snapshot_fractions:
-                raise ValueError(f"finetune.{task}.dose_response needs pretrain.dose_snapshot_fractions (none set)")
+    def _tasks_fit(self) -> Params:
+        task_sources = {source.name for source in self.ingest.sources if source.role == "task"}
+        for name, spec in self.tasks.items():
+            if spec.source not in task_sources:
+                raise ValueError(f"tasks.{name}.source: {spec.source!r} is not an ingest source with role: task "
+                                 f"({sorted(task_sources)})")
+            if spec.recipe not in self.finetune.recipes:
+                raise ValueError(f"tasks.{name}.recipe: {spec.recipe!r} is not in finetune.recipes "
+                                 f"({sorted(self.finetune.recipes)})")
+            recipe = self.finetune.recipes[spec.recipe]
+            check_recipe(name, spec, recipe)
+            if recipe.dose_response and not self.pretrain.dose_snapshot_fractions:
+                raise ValueError(f"finetune.recipes.{spec.recipe}.dose_response needs pretrain.dose_snapshot_fractions")
+        return self
+
+    @model_validator(mode="after")
+    def _share_tasks(self) -> Params:
+        # frozen models: model_copy is how a validated section gets the validated tasks
+        object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
+        object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
         return self
 
     def section(self, stage: str) -> StrictModel:
         """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
-        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot"):
+        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks"):
             raise ParamsError(f"params.yaml has no stage section {stage!r}")
         return getattr(self, stage)
 

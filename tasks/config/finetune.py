@@ -7,14 +7,23 @@ from typing import Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from tasks.config.base import StrictModel, Variant, require_unique
+from tasks.config.tasks import Tasks, TaskSpec
 
 Mode = Literal["full", "frozen"]
-Task = Literal["cls", "ner"]
 
-#: Heads allowed per task: the pooling of a classifier, the label scheme of a tagger.
-HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
-#: Baselines per task (``tasks/finetune/baselines.py``): no encoder, fitted on the whole train split.
-BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
+#: Heads allowed per task kind: the pooling of a classifier, the label scheme of a tagger.
+HEADS: dict[str, tuple[str, ...]] = {"classification": ("cls-pool", "mean-pool"),
+                                     "pair_classification": ("cls-pool", "mean-pool"),
+                                     "token_classification": ("first", "all")}  # fmt: skip
+#: Baselines per task kind (``tasks/finetune/baselines.py``): no encoder, fitted on the whole train split. A
+#: pair's bag of words is that of both texts.
+BASELINES: dict[str, tuple[str, ...]] = {"classification": ("majority", "tfidf-lr"),
+                                         "pair_classification": ("majority", "tfidf-lr"),
+                                         "token_classification": ("memorise",)}  # fmt: skip
+#: How each kind may cut a sequence longer than ``max_seq_len_tokens``.
+TRUNCATIONS: dict[str, tuple[str, ...]] = {"classification": ("head", "head_tail"),
+                                           "pair_classification": ("longest_first",),
+                                           "token_classification": ("head",)}  # fmt: skip
 
 
 class RunSpec(StrictModel):
@@ -36,23 +45,24 @@ class RunSpec(StrictModel):
 
     @property
     def key(self) -> str:
-        """``variant/mode/head``: the key of this configuration in ``metrics/finetune_<task>.json``."""
+        """``variant/mode/head``: the key of this configuration in ``metrics/finetune/<task>.json``."""
         return f"{self.variant}/{self.mode}/{self.head}"
 
 
 class TaskParams(StrictModel):
-    """Data budget, optimisation and the list of configurations for one task (cls or ner)."""
+    """A recipe (``finetune.recipes.<name>``): data budget, optimisation and the arms of the tasks that name it."""
 
     configs: list[RunSpec] = Field(min_length=1, description="configurations to run, each over every seed")
     max_train_docs: int | None = Field(gt=0, description="train docs kept (a seeded hash sample); null = all")
     max_dev_docs: int | None = Field(gt=0, description="dev docs kept for early stopping; null = all")
     max_test_docs: int | None = Field(gt=0, description="test docs kept; null = all (the honest setting)")
     max_seq_len_tokens: int | None = Field(
-        ge=8, description="cut each document to this many tokens, [CLS]/[SEP] included (cls; ner: null)"
+        ge=8, description="cut each document to this many tokens, [CLS]/[SEP] included (classification and "
+        "pair tasks; token_classification: null, windows are sized by tokenize.ner_max_seq_len_tokens)"
     )
-    truncation: Literal["head", "head_tail"] = Field(
-        description="cls: keep the first tokens (head), or the first head_tokens and the last ones (head_tail, "
-        "Sun et al. 2019)"
+    truncation: Literal["head", "head_tail", "longest_first"] = Field(
+        description="classification: keep the first tokens (head), or the first head_tokens and the last ones "
+        "(head_tail, Sun et al. 2019); pair: longest_first (HF: drop from the end of the longer text first)"
     )
     head_tokens: int = Field(ge=0, description="cls head_tail: content tokens kept from the start of the document")
     baselines: list[str] = Field(description="baselines fitted on the whole train split, scored on the same test")
@@ -120,7 +130,11 @@ class OperationalParams(StrictModel):
 
 
 class FinetuneParams(StrictModel):
-    """Params of the ``finetune`` stage (a DVC foreach over ``cls`` and ``ner``)."""
+    """Params of the ``finetune`` stage (a DVC foreach over the ``tasks`` of params.yaml).
+
+    ``tasks`` is not written under ``finetune:``: the root model copies the ``tasks`` section here after
+    validating both, so the stage sees the kind and source of the task it runs.
+    """
 
     seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
     sweep_seed: int = Field(description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
@@ -130,8 +144,8 @@ class FinetuneParams(StrictModel):
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
     workers: int = Field(gt=0, description="runs trained at once, one process each (1 = in-process)")
     operational: OperationalParams
-    cls: TaskParams
-    ner: TaskParams
+    recipes: dict[str, TaskParams] = Field(min_length=1, description="recipe name -> arms, budget, optimisation")
+    tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section (see the class docstring)")
 
     @field_validator("seeds")
     @classmethod
@@ -145,26 +159,45 @@ class FinetuneParams(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _heads_fit_tasks(self) -> FinetuneParams:
-        for task in ("cls", "ner"):
-            for spec in getattr(self, task).configs:
-                if spec.head not in HEADS[task]:
-                    raise ValueError(f"{task}.configs: head {spec.head!r} in {spec.key!r} is not one of {HEADS[task]}")
-            require_unique([spec.key for spec in getattr(self, task).configs], f"{task}.configs")
-        if self.ner.max_seq_len_tokens is not None:
-            raise ValueError("ner.max_seq_len_tokens must be null: NER windows are sized by the tokenize stage")
-        if self.cls.max_seq_len_tokens is None:
-            raise ValueError("cls.max_seq_len_tokens must be set: documents are stored whole (e.g. 128, GPU: 512)")
-        if self.cls.truncation == "head_tail" and self.cls.head_tokens > self.cls.max_seq_len_tokens - 2:
-            raise ValueError(f"cls.head_tokens ({self.cls.head_tokens}) must be <= max_seq_len_tokens - 2")
-        for task in ("cls", "ner"):
-            for name in getattr(self, task).baselines:
-                if name not in BASELINES[task]:
-                    raise ValueError(f"{task}.baselines: {name!r} is not one of {BASELINES[task]}")
+    def _unique_configs(self) -> FinetuneParams:
+        for name, recipe in self.recipes.items():
+            require_unique([spec.key for spec in recipe.configs], f"recipes.{name}.configs")
         return self
 
-    def task(self, name: str) -> TaskParams:
-        """The params of task ``name`` (``cls`` or ``ner``); raises ``ValueError`` for another name."""
-        if name not in HEADS:
-            raise ValueError(f"finetune: unknown task {name!r}, expected one of {sorted(HEADS)}")
-        return getattr(self, name)
+    @model_validator(mode="after")
+    def _recipes_fit_tasks(self) -> FinetuneParams:
+        for name, spec in self.tasks.items():  # empty when read from params.yaml: the root model checks there
+            if spec.recipe not in self.recipes:
+                raise ValueError(f"tasks.{name}.recipe: {spec.recipe!r} is not in recipes ({sorted(self.recipes)})")
+            check_recipe(name, spec, self.recipes[spec.recipe])
+        return self
+
+    def spec(self, task: str) -> TaskSpec:
+        """The ``tasks`` entry ``task``; raises ``ValueError`` naming the known tasks for another name."""
+        if task not in self.tasks:
+            raise ValueError(f"finetune: unknown task {task!r}, expected one of {sorted(self.tasks)} (params.yaml tasks)")
+        return self.tasks[task]
+
+    def task(self, task: str) -> TaskParams:
+        """The recipe of task ``task`` (``finetune.recipes[tasks.<task>.recipe]``); raises as ``spec``."""
+        return self.recipes[self.spec(task).recipe]
+
+
+def check_recipe(task: str, spec: TaskSpec, recipe: TaskParams) -> None:
+    """Raise ``ValueError`` when ``recipe`` does not fit the kind of task ``task`` (heads, baselines, lengths)."""
+    where = f"tasks.{task} (kind {spec.kind}, recipe {spec.recipe})"
+    for run in recipe.configs:
+        if run.head not in HEADS[spec.kind]:
+            raise ValueError(f"{where}: head {run.head!r} in {run.key!r} is not one of {HEADS[spec.kind]}")
+    for name in recipe.baselines:
+        if name not in BASELINES[spec.kind]:
+            raise ValueError(f"{where}: baseline {name!r} is not one of {BASELINES[spec.kind]}")
+    if recipe.truncation not in TRUNCATIONS[spec.kind]:
+        raise ValueError(f"{where}: truncation {recipe.truncation!r} is not one of {TRUNCATIONS[spec.kind]}")
+    token = spec.kind == "token_classification"
+    if token and recipe.max_seq_len_tokens is not None:
+        raise ValueError(f"{where}: max_seq_len_tokens must be null: windows are sized by tokenize.ner_max_seq_len_tokens")
+    if not token and recipe.max_seq_len_tokens is None:
+        raise ValueError(f"{where}: max_seq_len_tokens must be set: documents are stored whole (e.g. 128, GPU: 512)")
+    if recipe.truncation == "head_tail" and recipe.head_tokens > recipe.max_seq_len_tokens - 2:
+        raise ValueError(f"{where}: head_tokens ({recipe.head_tokens}) must be <= max_seq_len_tokens - 2")

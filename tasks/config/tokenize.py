@@ -7,21 +7,22 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
-
-
-class TaskSources(StrictModel):
-    """Which ``data/leakage/<source>.parquet`` feeds each fine-tuning task."""
-
-    cls: str = Field(min_length=1, description="source with a `label` per document")
-    ner: str = Field(min_length=1, description="source with word-level `tokens` and IOB2 `tags`")
+from tasks.config.tasks import Tasks
 
 
 class TokenizeParams(StrictModel):
-    """Params of the ``tokenize`` stage: packed MLM blocks plus cls/ner datasets for each tokenizer."""
+    """Params of the ``tokenize`` stage: packed MLM blocks plus one dataset per task and tokenizer.
+
+    ``tasks`` is not written under ``tokenize:``: the root model copies the validated ``tasks`` section here.
+    """
 
     pretrain_sources: list[str] = Field(min_length=1, description="sources whose role=pretrain rows are packed")
-    tasks: TaskSources
-    max_seq_len_tokens: int = Field(ge=8, le=8192, description="block / sequence length, specials included")
+    tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section")
+    max_seq_len_tokens: int = Field(ge=8, le=8192, description="pretraining block length, specials included")
+    ner_max_seq_len_tokens: int = Field(
+        ge=8, le=8192, description="token_classification window length, specials included (a long sentence becomes "
+        "overlapping windows; a word longer than a window alone is cut to its first subwords)"
+    )
     num_proc: int = Field(ge=1, description="datasets.map worker processes (1 = in-process)")
     map_batch_size_docs: int = Field(ge=1, description="documents per datasets.map batch")
     ner_window_overlap_tokens: int = Field(
@@ -33,9 +34,9 @@ class TokenizeParams(StrictModel):
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> TokenizeParams:
-        if self.ner_window_overlap_tokens >= self.max_seq_len_tokens - 2:
+        if self.ner_window_overlap_tokens >= self.ner_max_seq_len_tokens - 2:
             raise ValueError(
-                f"ner_window_overlap_tokens ({self.ner_window_overlap_tokens}) must be < max_seq_len_tokens - 2 "
-                f"({self.max_seq_len_tokens - 2}) so every window advances"
+                f"ner_window_overlap_tokens ({self.ner_window_overlap_tokens}) must be < ner_max_seq_len_tokens - 2 "
+                f"({self.ner_max_seq_len_tokens - 2}) so every window advances"
             )
         return self

@@ -1,6 +1,9 @@
-"""Stage ``finetune`` (DVC foreach item ``cls`` | ``ner``): fine-tune encoders over seeds, fit baselines, compare.
+"""Stage ``finetune`` (DVC foreach item: a task of ``params.tasks``): fine-tune encoders over seeds, fit
+baselines, compare.
 
-Every configuration (arm) ``variant/mode/head`` of ``params.finetune.<task>.configs`` picks its own learning
+A task's kind picks its code: ``cls`` (classification, and pair classification on ``[CLS] a [SEP] b [SEP]``)
+or ``ner`` (token classification). Every configuration (arm) ``variant/mode/head`` of its recipe
+(``params.finetune.recipes[tasks.<task>.recipe].configs``) picks its own learning
 rate on dev from ``lr_grid`` with ``sweep_seed`` (``sweep``), then trains once per seed on the same docs with the
 same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
 (``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the whole train split
@@ -36,7 +39,7 @@ from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
 from tasks.finetune.sweep import log_job, sweep_and_train
 
-TASKS = {"cls": cls_task, "ner": ner_task}
+TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of that kind
 SPLITS = ("train", "dev", "test")
 
 
@@ -48,15 +51,16 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     Raises ``FileNotFoundError``/``ValueError`` naming the folder or key when an input is missing or bad.
     """
     started = time.perf_counter()
-    tcfg = cfg.task(item)
+    spec, tcfg = cfg.spec(item), cfg.task(item)
     out_dir = fresh_dir(paths.stage_data("finetune") / item)
-    tok_of = {spec.variant: tokenization(spec.variant, paths.models) for spec in tcfg.configs}
+    tok_of = {arm.variant: tokenization(arm.variant, paths.models) for arm in tcfg.configs}
     toks = sorted(set(tok_of.values()))
     data = {tok: load_task_data(paths.stage_data("tokenize") / item / tok, cfg.data_seed, tcfg) for tok in toks}
     labels = same_labels(data, item)
-    jobs = [make_job(item, spec, tcfg, data[tok_of[spec.variant]]["rows"], labels, paths.models)
-            for spec in tcfg.configs]  # fmt: skip
-    dose = dose_jobs(item, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models) if tcfg.dose_response else {}
+    jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models)
+            for arm in tcfg.configs]  # fmt: skip
+    dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models)
+            if tcfg.dose_response else {})  # fmt: skip
     arms = jobs + list(dose.values())
     save_to = {job.key: operational.folder_for(out_dir, job.key) for job in arms} if cfg.operational.enabled else {}
     results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, cfg.torch_threads, cfg.workers, save_to)
@@ -68,16 +72,19 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     any_tok = data[toks[0]]
     for name in tcfg.baselines:
         with log.child(f"{item}/{baselines.KEYS[name]}") as child:
-            runs[baselines.KEYS[name]], timed = run_baseline(item, name, any_tok, labels, tcfg, cfg, out_dir, child)
+            runs[baselines.KEYS[name]], timed = run_baseline(item, spec.module, name, any_tok, labels, tcfg, cfg,
+                                                             out_dir, child)  # fmt: skip
         measured |= {baselines.KEYS[name]: timed} if timed else {}
     operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
-    return {"task": item, "labels": labels, "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
-            "selection": select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines], item),
-            **extra, "metric_implementations": TASKS[item].METRIC_IMPLEMENTATIONS,
+    return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
+            "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
+            "selection": select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines],
+                                     spec.module),
+            **extra, "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,
             "elapsed_minutes": round((time.perf_counter() - started) / 60, 2)}
 
 
@@ -136,9 +143,10 @@ def same_labels(data: dict, item: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Job:
-    """What every seed of one configuration shares: task module, spec, params, examples and model folder."""
+    """What every seed of one configuration shares: task, its kind's module, spec, params, examples, model folder."""
 
-    item: str
+    item: str  # the task name
+    module: str  # TaskSpec.module: cls | ner
     spec: RunSpec
     tcfg: TaskParams
     exs: dict[str, list[dict]]  # split -> examples
@@ -150,20 +158,19 @@ class Job:
     @property
     def task(self) -> ModuleType:
         """``tasks.finetune.cls`` or ``tasks.finetune.ner`` (a property: modules do not pickle to workers)."""
-        return TASKS[self.item]
+        return TASKS[self.module]
 
 
-def make_job(item: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
+def make_job(item: str, module: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
              folder: Path | None = None, key: str | None = None) -> Job:  # fmt: skip
     """Examples for ``spec`` (its tokenization, its label scheme) and its model folder (default: the
     variant's) and pad id; ``key`` names the run (default ``spec.key``)."""
-    task = TASKS[item]
     folder = folder or model_dir(spec.variant, models)
-    exs = {split: task.examples(rows[split], tcfg, spec.head) for split in SPLITS}
-    return Job(item, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key)
+    exs = {split: TASKS[module].examples(rows[split], tcfg, spec.head) for split in SPLITS}
+    return Job(item, module, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key)
 
 
-def dose_jobs(item: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> dict[int, Job]:
+def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> dict[int, Job]:
     """``{pretraining step: job}``: the ``dose_response`` config from each snapshot in
     ``<models>/pretrained/snapshots/step_<N>``, run key ``pretrained@step_<N>/<mode>/<head>``.
 
@@ -172,13 +179,13 @@ def dose_jobs(item: str, tcfg: TaskParams, rows: dict, labels: list[str], models
     spec = next(s for s in tcfg.configs if s.key == tcfg.dose_response)
     folders = snapshot_dirs(models)
     if not folders:
-        raise FileNotFoundError(f"finetune.{item}.dose_response: no snapshots in {pretrained_dir(models)}/snapshots "
+        raise FileNotFoundError(f"finetune.recipes.*.dose_response of task {item}: no snapshots in {pretrained_dir(models)}/snapshots "
                                 "(set pretrain.dose_snapshot_fractions)")  # fmt: skip
     jobs = {}
     for folder in folders:
         step = int(folder.name.removeprefix("step_"))
         key = f"{spec.variant}@{folder.name}/{spec.mode}/{spec.head}"
-        jobs[step] = make_job(item, spec, tcfg, rows, labels, models, folder=folder, key=key)
+        jobs[step] = make_job(item, module, spec, tcfg, rows, labels, models, folder=folder, key=key)
     return jobs
 
 
@@ -200,12 +207,12 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, 
     return entry
 
 
-def run_baseline(item: str, name: str, data: dict, labels: list[str], tcfg: TaskParams, cfg: FinetuneParams,
-                 out_dir: Path, log) -> tuple[dict, dict | None]:  # fmt: skip
+def run_baseline(item: str, module: str, name: str, data: dict, labels: list[str], tcfg: TaskParams,
+                 cfg: FinetuneParams, out_dir: Path, log) -> tuple[dict, dict | None]:  # fmt: skip
     """Fit baseline ``name`` on the whole train split (``baselines.fit_predict``), score dev and the kept test
     docs, write its predictions; returns its ``metrics.runs`` entry (one deterministic run, seed 0) and its
     operational numbers (``operational.measure_tfidf``: tfidf-lr with ``operational.enabled``; else None)."""
-    task, key = TASKS[item], baselines.KEYS[name]
+    task, key = TASKS[module], baselines.KEYS[name]
     rows = {"train": data["all_rows"]["train"], "dev": data["all_rows"]["dev"], "test": data["rows"]["test"]}
     fit = baselines.fit_predict(name, rows, labels, tcfg.baseline_c_grid)
     dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
@@ -238,10 +245,10 @@ def write_test_items(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def select_best(runs: dict, arm_keys: list[str], baseline_keys: list[str], item: str) -> dict:
+def select_best(runs: dict, arm_keys: list[str], baseline_keys: list[str], module: str) -> dict:
     """The arm and the baseline with the best mean dev score (``SELECT_METRIC``): what the claims
     ``finetune/<task>/best-arm`` and ``best-baseline`` name. Chosen on dev, so test stays unseen."""
-    metric = f"dev_best_{TASKS[item].SELECT_METRIC}"
+    metric = f"dev_best_{TASKS[module].SELECT_METRIC}"
 
     def dev_mean(key: str) -> float:
         per_seed = runs[key]["details"]["per_seed"].values()

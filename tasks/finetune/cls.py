@@ -1,7 +1,8 @@
 """Document classification for the finetune stage: examples, batches, predictions and metrics.
 
 Rows follow the tokenize contract (``doc_id, text, n_words, train_overlap, input_ids, attention_mask, label,
-n_tokens_full``: whole documents, cut here to ``max_seq_len_tokens`` by head or head + tail).
+n_tokens_full``: whole documents, cut here to ``max_seq_len_tokens`` by head or head + tail; a pair task's rows
+add ``token_type_ids`` and are cut longest first).
 Metrics: accuracy, macro-F1, per-class F1 and the confusion matrix (scikit-learn), and accuracy by length
 bucket (docs cut by truncation vs docs seen whole).
 """
@@ -33,10 +34,15 @@ def examples(rows: list[dict], tcfg, head: str) -> list[dict]:
         ids = list(row["input_ids"])
         if len(ids) < 2:
             raise ValueError(f"cls doc {row['doc_id']!r}: fewer than 2 tokens ([CLS] ... [SEP] expected)")
-        kept = cut(ids, tcfg.max_seq_len_tokens, tcfg.truncation, tcfg.head_tokens)
-        seen = (len(kept) - 2) / (len(ids) - 2) if len(ids) > 2 else 1.0  # [CLS] [SEP] alone: nothing unseen
-        out.append({"doc_id": row["doc_id"], "input_ids": kept, "label": int(row["label"]), "truncated": seen < 1,
-                    "seen_fraction": round(seen, 6)})
+        example = {"doc_id": row["doc_id"], "label": int(row["label"])}
+        if row.get("token_type_ids") is not None:
+            kept, example["token_type_ids"] = cut_pair(ids, list(row["token_type_ids"]), tcfg.max_seq_len_tokens)
+            n_specials = 3
+        else:
+            kept, n_specials = cut(ids, tcfg.max_seq_len_tokens, tcfg.truncation, tcfg.head_tokens), 2
+        content = len(ids) - n_specials
+        seen = (len(kept) - n_specials) / content if content > 0 else 1.0  # specials alone: nothing unseen
+        out.append({**example, "input_ids": kept, "truncated": seen < 1, "seen_fraction": round(seen, 6)})
     return out
 
 
@@ -56,15 +62,43 @@ def cut(ids: list[int], max_len: int, truncation: str, head_tokens: int) -> list
     return [ids[0], *body[:head_tokens], *(body[-tail:] if tail else []), ids[-1]]
 
 
+def cut_pair(ids: list[int], types: list[int], max_len: int) -> tuple[list[int], list[int]]:
+    """``(ids, token_type_ids)`` of ``[CLS] a [SEP] b [SEP]`` cut to ``max_len`` tokens, longest first.
+
+    One token at a time is removed from the end of whichever text is longer (of ``b`` when they tie), as the
+    ``tokenizers`` library's ``truncation="longest_first"`` does; the three special tokens stay. ``types`` is 0
+    up to the first [SEP] and 1 after it. Raises ``ValueError`` when ``max_len`` cannot hold the specials and
+    a token of each.
+    """
+    if len(ids) <= max_len:
+        return ids, types
+    if max_len < 5:
+        raise ValueError(f"max_seq_len_tokens {max_len} cannot hold [CLS] a [SEP] b [SEP] with a token of each")
+    boundary = types.index(1)  # first position of b (after a's [SEP])
+    first, second = ids[1 : boundary - 1], ids[boundary:-1]
+    keep_a, keep_b = len(first), len(second)
+    while keep_a + keep_b > max_len - 3:
+        if keep_a > keep_b:
+            keep_a -= 1
+        else:
+            keep_b -= 1
+    kept = [ids[0], *first[:keep_a], ids[boundary - 1], *second[:keep_b], ids[-1]]
+    return kept, [0] * (keep_a + 2) + [1] * (keep_b + 1)
+
+
 def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad a batch: ``input_ids``, ``attention_mask`` (batch, longest) and ``labels`` (batch,)."""
+    """Right-pad a batch: ``input_ids``, ``attention_mask`` (batch, longest), ``labels`` (batch,), and for a
+    pair task ``token_type_ids`` (batch, longest; 0 on padding)."""
     width = max(len(ex["input_ids"]) for ex in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
+    types = torch.zeros((len(batch), width), dtype=torch.long)
     for i, ex in enumerate(batch):
         ids[i, : len(ex["input_ids"])] = torch.tensor(ex["input_ids"])
         mask[i, : len(ex["input_ids"])] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([ex["label"] for ex in batch])}
+        types[i, : len(ex.get("token_type_ids", ()))] = torch.tensor(ex.get("token_type_ids", []), dtype=torch.long)
+    out = {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([ex["label"] for ex in batch])}
+    return out | ({"token_type_ids": types} if "token_type_ids" in batch[0] else {})
 
 
 def decode(logits: torch.Tensor, batch: list[dict]) -> list[tuple[int, list[float]]]:

@@ -37,7 +37,8 @@ def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
 class EncoderWithHead(nn.Module):
     """An encoder plus dropout and a linear layer; ``pooling`` is ``cls``, ``mean`` or ``token`` (per token).
 
-    ``forward(input_ids, attention_mask)`` with (batch, seq_len) tensors returns logits (batch, n_labels),
+    ``forward(input_ids, attention_mask, token_type_ids=None)`` with (batch, seq_len) tensors returns logits
+    (batch, n_labels),
     or (batch, seq_len, n_labels) for ``token``. With ``frozen=True`` the encoder has no gradients and
     stays in eval mode (no dropout), so only the head changes.
     """
@@ -57,18 +58,26 @@ class EncoderWithHead(nn.Module):
             self.encoder.eval()
         return self
 
-    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Pooled vectors (batch, dim), or token vectors (batch, seq_len, dim) for ``token`` pooling."""
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """Pooled vectors (batch, dim), or token vectors (batch, seq_len, dim) for ``token`` pooling.
+
+        ``token_type_ids`` (a pair's segments) reach only encoders with segment embeddings (BERT's two); ModernBERT
+        and RoBERTa have none and read the pair from its [SEP] alone, as they were pretrained."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None and getattr(self.encoder.config, "type_vocab_size", 1) > 1:
+            inputs["token_type_ids"] = token_type_ids
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = self.encoder(**inputs).last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]
         if self.pooling == "mean":
             return masked_mean(hidden, attention_mask)
         return hidden
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.head(self.dropout(self.features(input_ids, attention_mask)))
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        return self.head(self.dropout(self.features(input_ids, attention_mask, token_type_ids)))
 
 
 def build_model(variant: str, folder: Path, head: str, n_labels: int, mode: str, dropout: float, seed: int):

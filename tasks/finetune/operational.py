@@ -87,7 +87,7 @@ def measure_saved(folder: Path, collate: Callable, exs: list[dict], pad_id: int,
 
     def infer(batch: list[dict]) -> None:
         tensors = collate(batch, pad_id)
-        model(tensors["input_ids"], tensors["attention_mask"])
+        model(tensors["input_ids"], tensors["attention_mask"], tensors.get("token_type_ids"))
 
     with torch.inference_mode():
         batches = latencies(infer, exs, ocfg)
@@ -118,7 +118,8 @@ def cuda_bf16(model, collate: Callable, exs: list[dict], pad_id: int, ocfg) -> d
     def infer(batch: list[dict]) -> None:
         tensors = collate(batch, pad_id)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            model(tensors["input_ids"].to(device), tensors["attention_mask"].to(device))
+            model(tensors["input_ids"].to(device), tensors["attention_mask"].to(device),
+                  None if "token_type_ids" not in tensors else tensors["token_type_ids"].to(device))
         torch.cuda.synchronize(device)
 
     with torch.inference_mode():

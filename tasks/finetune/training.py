@@ -116,7 +116,7 @@ def train_epoch(model, job, optimizer, schedule, generator, desc: str | None) ->
     losses = []
     for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5, disable=desc is None):
         batch = job.task.collate([exs[i] for i in batch_idx], job.pad_id)
-        logits = model(batch["input_ids"], batch["attention_mask"])
+        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
         if not torch.isfinite(loss):
             return math.nan
@@ -156,7 +156,7 @@ def predict(model, job, exs: list[dict]) -> list:
         idx = order[start : start + job.tcfg.batch_size]
         batch_exs = [exs[i] for i in idx]
         batch = job.task.collate(batch_exs, job.pad_id)
-        logits = model(batch["input_ids"], batch["attention_mask"])
+        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
         for i, pred in zip(idx, job.task.decode(logits, batch_exs), strict=True):
             out[i] = pred
     return out

@@ -29,12 +29,13 @@ from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
 from tasks.report import render, summary
-from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims
+from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims, selected_run
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.evidence import evidence_tables, reliability_curves
 from tasks.report.ledger import build_ledger
 from tasks.report.slices import slice_tables
 from tasks.report.statistics import VERDICTS, StatsConfig
+from tasks.report.tasks_run import finetune_tasks, task_headline, task_module
 
 
 def run(cfg: ReportParams, paths: Paths, log) -> dict:
@@ -132,28 +133,15 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
     out = paths.reports / "figures"
     for stale in out.glob("*.png"):
         stale.unlink()  # a figure whose input vanished must not survive from an older run
-    dpi, level = cfg.figure_dpi, cfg.confidence_level
+    dpi = cfg.figure_dpi
     jobs = {
         render.FOREST: lambda: fig.forest(rows, out / "forest.png", dpi),
         "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
                                                          out / "pretrain_loss.png", dpi),
-        "Classification: per-seed scores": lambda: fig.seed_points(
-            metrics, "cls", cfg.figure_metrics.cls, level, out / "seeds_cls.png", dpi),
-        "NER: per-seed scores": lambda: fig.seed_points(
-            metrics, "ner", cfg.figure_metrics.ner, level, out / "seeds_ner.png", dpi),
-        "Classification confusion matrix": lambda: fig.confusion_matrix(
-            metrics, cfg.figure_runs.cls, out / "cls_confusion.png", dpi),
-        "NER span errors": lambda: fig.span_errors(metrics, cfg.figure_runs.ner, out / "ner_span_errors.png", dpi),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
-        "Classification: reliability diagram": lambda: fig.reliability_diagram(
-            reliability_curves("cls", metrics), out / "reliability_cls.png", cfg.calibration_bins, dpi),
-        "NER: reliability diagram (predicted entity spans)": lambda: fig.reliability_diagram(
-            reliability_curves("ner", metrics), out / "reliability_ner.png", cfg.calibration_bins, dpi),
-        "Classification: score against pretraining steps": lambda: fig.dose_response(
-            metrics, "cls", cfg.figure_metrics.cls, level, out / "dose_cls.png", dpi),
-        "NER: score against pretraining steps": lambda: fig.dose_response(
-            metrics, "ner", cfg.figure_metrics.ner, level, out / "dose_ner.png", dpi),
     }
+    for task in finetune_tasks(metrics):
+        jobs |= task_figures(cfg, metrics, task, out)
     drawn: dict[str, Path | str] = {}
     for title, draw in tqdm(jobs.items(), desc="figures", unit="fig"):
         try:
@@ -163,6 +151,37 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
         except MALFORMED as err:
             drawn[title] = f"not drawn: malformed input: {type(err).__name__}: {err}"
     return drawn
+
+
+def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> dict:
+    """``{title: draw}`` of one task's figures: per-seed scores, the confusion matrix (classification) or span
+    errors (token classification) of ``report.figure_runs[task]`` (default: the best arm on dev), reliability
+    diagram, and the score against pretraining steps (with ``dose_response``)."""
+    dpi, level = cfg.figure_dpi, cfg.confidence_level
+    try:
+        cls = task_module(metrics, task) == "cls"
+    except NotRun as err:
+        why = err  # the except name is unbound after the block; the lambda needs it later
+        return {f"{task}: figures": lambda: _raise(why)}
+
+    def figure_run() -> str:
+        return cfg.figure_runs.get(task) or selected_run(task, "best-arm", metrics)
+
+    errors = ((f"{task}: confusion matrix", fig.confusion_matrix, f"{task}_confusion.png") if cls else
+              (f"{task}: span errors", fig.span_errors, f"{task}_span_errors.png"))  # fmt: skip
+    return {
+        f"{task}: per-seed scores": lambda: fig.seed_points(metrics, task, task_headline(metrics, task), level,
+                                                            out / f"seeds_{task}.png", dpi),
+        errors[0]: lambda: errors[1](metrics, task, figure_run(), out / errors[2], dpi),
+        f"{task}: reliability diagram": lambda: fig.reliability_diagram(
+            reliability_curves(task, metrics), out / f"reliability_{task}.png", cfg.calibration_bins, dpi),
+        f"{task}: score against pretraining steps": lambda: fig.dose_response(
+            metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png", dpi),
+    }
+
+
+def _raise(why: Exception):
+    raise why
 
 
 def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],

@@ -189,7 +189,7 @@ class ArmCalibration:
 
 
 def load_calibration(folder: Path, task: str, run_key: str, seeds: Sequence[int],
-                     labels: Sequence[str]) -> ArmCalibration:  # fmt: skip
+                     labels: Sequence[str], module: str) -> ArmCalibration:  # fmt: skip
     """Calibration units of run ``run_key`` per seed, from ``<folder>/<task>/<run_key>/seed<k>.test.jsonl``.
 
     ``labels`` are the cls class names in ``labels.json`` order (ignored for ner). Raises ``NotRun`` naming a
@@ -197,8 +197,8 @@ def load_calibration(folder: Path, task: str, run_key: str, seeds: Sequence[int]
     ``probs`` (predictions from before they were written), ``probs`` of the wrong length, an unknown label,
     no record at all, or seeds that predicted other test docs.
     """
-    if task not in ("cls", "ner"):
-        raise ValueError(f"calibration: unknown task {task!r} (expected 'cls' or 'ner')")
+    if module not in ("cls", "ner"):
+        raise ValueError(f"calibration: task {task!r} has unknown kind module {module!r} (expected 'cls' or 'ner')")
     paths = [Path(folder) / task / run_key / f"seed{seed}.test.jsonl" for seed in seeds]
     records = [read_predictions(path) for path in paths]
     if not records[0]:
@@ -211,7 +211,7 @@ def load_calibration(folder: Path, task: str, run_key: str, seeds: Sequence[int]
         missing = next((r["doc_id"] for r in recs if "probs" not in r), None)
         if missing is not None:
             raise ValueError(f"{path}: doc {missing!r} has no 'probs' (rerun the finetune stage)")
-        per_seed.append(_cls_units(recs, list(labels), path) if task == "cls" else _ner_units(recs, path))
+        per_seed.append(_cls_units(recs, list(labels), path) if module == "cls" else _ner_units(recs, path))
     return ArmCalibration(f"{folder}/{task}/{run_key}", task, doc_ids, tuple(seeds), tuple(per_seed))
 
 

@@ -4,7 +4,7 @@ reference grammar that turns a claim's ``treatment`` / ``baseline`` into the val
 Reference grammar (``treatment`` / ``baseline`` of a claim):
 
 - ``finetune/<task>/<variant>/<mode>/<head>``: the ``per_seed`` values of ``claim.metric`` in
-  ``metrics/finetune_<task>.json`` -> ``runs["<variant>/<mode>/<head>"]`` (a baseline is
+  ``metrics/finetune/<task>.json`` -> ``runs["<variant>/<mode>/<head>"]`` (a baseline is
   ``baseline/<name>/<input>``), with the run's test predictions per seed read back as per-item counts
   (``tasks.report.items``) when the predictions folder is known, so the claim table resamples seeds and test
   items; ``finetune/<task>/best-arm`` and ``finetune/<task>/best-baseline`` name the run the finetune stage
@@ -250,7 +250,7 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
     raise NotRun(f"malformed reference {ref!r} (see the grammar in tasks/report/claims.py)")
 
 
-#: ``finetune/<task>/<name>`` -> the key of ``selection`` in metrics/finetune_<task>.json
+#: ``finetune/<task>/<name>`` -> the key of ``selection`` in metrics/finetune/<task>.json
 SELECTED = {"best-arm": "best_arm", "best-baseline": "best_baseline"}
 
 
@@ -269,11 +269,11 @@ def finetune_run(ref: str, metrics: Metrics) -> tuple[str, str] | None:
 
 def selected_run(task: str, name: str, metrics: Metrics) -> str:
     """The run key the finetune stage chose on dev for ``best-arm`` / ``best-baseline``."""
-    return str(dig(metrics.get(f"finetune_{task}"), ["selection", SELECTED[name]], f"metrics/finetune_{task}.json"))
+    return str(dig(metrics.get(f"finetune/{task}"), ["selection", SELECTED[name]], f"metrics/finetune/{task}.json"))
 
 
 def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> Sample:
-    name = f"finetune_{task}"
+    name = f"finetune/{task}"
     where = f"metrics/{name}.json"
     run = dig(metrics.get(name), ["runs", run_key], where)
     entry = dig(run, [metric], f"{where} runs[{run_key!r}]")

@@ -64,7 +64,7 @@ def _finetune_truncation(ref: str, metrics: Metrics) -> str:
     if found is None:
         return ""
     task, key = found
-    run = (metrics.optional(f"finetune_{task}") or {}).get("runs", {}).get(key) or {}
+    run = (metrics.optional(f"finetune/{task}") or {}).get("runs", {}).get(key) or {}
     buckets = (run.get("details") or {}).get("accuracy_by_length")
     if not isinstance(buckets, dict) or not {"truncated", "not_truncated"} <= set(buckets):
         return ""
@@ -93,7 +93,7 @@ def _diverged(claim: Claim, metrics: Metrics) -> str:
         resolved = finetune_run(ref, metrics)
         if resolved is None:
             continue
-        run = (metrics.optional(f"finetune_{resolved[0]}") or {}).get("runs", {}).get(resolved[1])
+        run = (metrics.optional(f"finetune/{resolved[0]}") or {}).get("runs", {}).get(resolved[1])
         if run is not None:
             found.append(f"{resolved[1]}: {len(run.get('diverged_seeds') or [])}")
     return "diverged_seeds: " + ("; ".join(found) if found else "not measured")

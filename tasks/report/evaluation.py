@@ -14,7 +14,7 @@ from tasks.common.provenance import Lock
 from tasks.report import bootstrap as bs
 from tasks.report.claims import MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
 from tasks.report.confounders import measure_confounders
-from tasks.report.evidence import CALIBRATION_METRICS, HEADLINE, arm_calibration, calibration_estimates
+from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibration_estimates
 from tasks.report.items import metric_function, with_items
 from tasks.report.statistics import (
     Estimate,
@@ -35,6 +35,7 @@ from tasks.report.statistics import (
     welch_ci,
     welch_tests,
 )
+from tasks.report.tasks_run import task_headline
 
 #: The range of a metric or of a difference of two, to which every interval is clipped.
 UNIT_RANGE, DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)
@@ -91,7 +92,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     row.notes += few_seeds_notes(treat, base)
     calibration = claim.metric in CALIBRATION_METRICS  # per-seed values are the headline metric, not calibration
     row.effect_size = bs.cohens_d(treat.values, base.values) if claim.kind == "difference" and not calibration else None
-    if claim.task in ("cls", "ner") and claim.kind == "difference":
+    if claim.treatment.startswith("finetune/") and claim.kind == "difference":
         row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
     return row
 
@@ -102,8 +103,9 @@ def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
     A calibration metric (``test_ece``, ``test_brier``) resolves the arm by its task's headline metric (seeds,
     diverged seeds, run ids) and carries its ``calibration.ArmCalibration`` as ``items``."""
     if claim.metric in CALIBRATION_METRICS and ref.startswith("finetune/"):
-        sample = resolve(ref, HEADLINE[claim.task], metrics)
-        return replace(sample, items=arm_calibration(claim.task, sample.run_key, metrics))
+        task = ref.split("/")[1]
+        sample = resolve(ref, task_headline(metrics, task), metrics)
+        return replace(sample, items=arm_calibration(task, sample.run_key, metrics))
     sample = resolve(ref, claim.metric, metrics)
     if ref.startswith("finetune/"):
         return with_items(sample, ref.split("/")[1], claim.metric, metrics, claim.items)

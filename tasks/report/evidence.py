@@ -11,15 +11,12 @@ import numpy as np
 from tasks.report.calibration import ArmCalibration, estimates, load_calibration, point_estimate
 from tasks.report.claims import MALFORMED, Metrics, NotRun, dig
 from tasks.report.statistics import Estimate, StatsConfig, proportion_ci
+from tasks.report.tasks_run import finetune_tasks, task_module
 
 #: Section titles, in report order.
 PAIRS, CALIBRATION, COST = "Behavioural: minimal pairs", "Operational: calibration", "Operational: inference cost"
 #: Claim metrics that are calibration statistics (lower is better) -> ``calibration.Statistic``.
 CALIBRATION_METRICS = {"test_ece": "ece", "test_brier": "brier"}
-#: Each task's headline metric: of its slice table, and the seed-level metric by which a calibration claim's
-#: arms are gated and linked (diverged seeds, run ids).
-HEADLINE = {"cls": "test_macro_f1", "ner": "test_entity_f1"}
-TASKS = ("cls", "ner")
 
 
 def evidence_tables(metrics: Metrics, cfg: StatsConfig) -> dict[str, list | str]:
@@ -67,11 +64,12 @@ def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration
     ``NotRun`` when the predictions folder, the run or its ``probs`` are missing."""
     if metrics.predictions is None:
         raise NotRun("no predictions folder (data/finetune): calibration needs the test predictions")
-    where = f"metrics/finetune_{task}.json"
-    finetune = metrics.get(f"finetune_{task}")
+    where = f"metrics/finetune/{task}.json"
+    finetune = metrics.get(f"finetune/{task}")
     seeds = sorted(int(s) for s in dig(finetune, ["runs", run_key, "details", "per_seed"], where))
     try:
-        return load_calibration(metrics.predictions, task, run_key, seeds, finetune.get("labels") or [])
+        return load_calibration(metrics.predictions, task, run_key, seeds, finetune.get("labels") or [],
+                                task_module(metrics, task))
     except ValueError as err:
         raise NotRun(str(err)) from None
 
@@ -92,18 +90,16 @@ def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
     """Per task, every arm and baseline with prediction files: ECE (bias-corrected, basic bootstrap CI),
     the plug-in ECE, the Brier score (percentile CI) and the units (docs or predicted spans) pooled over seeds."""
     grids = []
-    for task in TASKS:
-        finetune = metrics.optional(f"finetune_{task}")
-        if finetune is None:
-            continue
-        unit = "docs" if task == "cls" else "predicted entity spans"
-        brier = "multi-class, 0-2" if task == "cls" else "binary, per span, 0-1"
+    for task in finetune_tasks(metrics):
+        finetune, cls = metrics.get(f"finetune/{task}"), task_module(metrics, task) == "cls"
+        unit = "docs" if cls else "predicted entity spans"
+        brier = "multi-class, 0-2" if cls else "binary, per span, 0-1"
         header = ["run", f"bias-corrected ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} basic CI]",
                   "ECE (plug-in)", f"Brier ({brier}) [{cfg.level:.0%} CI]", f"seeds, {unit}"]  # fmt: skip
         body = [calibration_row(task, key, metrics, cfg) for key in sorted(finetune.get("runs", {}))]
         grids.append((f"{task}: calibration of the test predictions ({unit})", header, body))
     if not grids:
-        raise NotRun("no metrics/finetune_<task>.json")
+        raise NotRun("no metrics/finetune/<task>.json")
     return grids
 
 
@@ -116,7 +112,8 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
     except (NotRun, ValueError) as why:
         return [run_key, f"not computed: {why}", "-", "-", "-"]
     units = sum(u.confidence.size for u in arm.per_seed)
-    per_seed = f"{len(arm.doc_ids)} test docs" if task == "cls" else f"{units / len(arm.seeds):.0f} spans per seed"
+    cls = task_module(metrics, task) == "cls"
+    per_seed = f"{len(arm.doc_ids)} test docs" if cls else f"{units / len(arm.seeds):.0f} spans per seed"
     return [run_key, f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
             f"{point_estimate(arm, 'ece', cfg.calibration_bins):.4f}",
             f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
@@ -126,7 +123,7 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
 def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
     """``{run key: (confidence, correct)}`` pooled over seeds, for every run of ``task`` with usable prediction
     files (the reliability diagram's input); raises ``NotRun`` when none has."""
-    finetune = metrics.get(f"finetune_{task}")
+    finetune = metrics.get(f"finetune/{task}")
     curves = {}
     for key in sorted(finetune.get("runs", {})):
         try:
@@ -142,10 +139,10 @@ def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
 
 def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
     """Per task, the latency at each measured batch size, memory, parameter count and size of every measured
-    run (``operational`` in metrics/finetune_<task>.json), and the latencies on a GPU under bf16 when measured."""
+    run (``operational`` in metrics/finetune/<task>.json), and the latencies on a GPU under bf16 when measured."""
     grids = []
-    for task in TASKS:
-        measured = dict(sorted(((metrics.optional(f"finetune_{task}") or {}).get("operational") or {}).items()))
+    for task in finetune_tasks(metrics):
+        measured = dict(sorted(((metrics.optional(f"finetune/{task}") or {}).get("operational") or {}).items()))
         if not measured:
             continue
         sizes = sorted({size for entry in measured.values() for size in entry.get("batch") or {}}, key=int)
@@ -160,7 +157,7 @@ def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
                           *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), "peak allocated MiB"],
                           [gpu_row(key, entry, sizes) for key, entry in gpu.items()]))  # fmt: skip
     if not grids:
-        raise NotRun("no operational measurements in metrics/finetune_<task>.json (finetune.operational.enabled)")
+        raise NotRun("no operational measurements in metrics/finetune/<task>.json (finetune.operational.enabled)")
     return grids
 
 

@@ -78,10 +78,10 @@ def loss_curve(curve_path: Path, out: Path, dpi: int) -> Path:
 
 def dose_response(metrics: Metrics, task: str, metric: str, level: float, out: Path, dpi: int) -> Path:
     """Dose-response: the test score (mean and t-CI over seeds) of the ``dose_response`` configuration of
-    ``metrics/finetune_<task>.json`` fine-tuned from each pretraining snapshot and from the final model,
+    ``metrics/finetune/<task>.json`` fine-tuned from each pretraining snapshot and from the final model,
     against pretraining steps. A monotone rise is stronger evidence for pretraining than one endpoint."""
-    where = f"metrics/finetune_{task}.json"
-    tree = metrics.get(f"finetune_{task}")
+    where = f"metrics/finetune/{task}.json"
+    tree = metrics.get(f"finetune/{task}")
     dose = dig(tree, ["dose_response"], where)
     final_step = int(dig(metrics.get("pretrain"), ["steps"], "metrics/pretrain.json"))
     points = sorted([(int(step), key) for step, key in dose["runs"].items()] + [(final_step, dose["config"])])
@@ -100,11 +100,11 @@ def dose_response(metrics: Metrics, task: str, metric: str, level: float, out: P
 
 
 def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Path, dpi: int) -> Path:
-    """Per-seed scores of every run of ``metrics/finetune_<task>.json`` as points, with mean and t-CI bars."""
-    runs = dig(metrics.get(f"finetune_{task}"), ["runs"], f"metrics/finetune_{task}.json")
+    """Per-seed scores of every run of ``metrics/finetune/<task>.json`` as points, with mean and t-CI bars."""
+    runs = dig(metrics.get(f"finetune/{task}"), ["runs"], f"metrics/finetune/{task}.json")
     keys = sorted(k for k in runs if isinstance(runs[k], dict) and metric in runs[k])
     if not keys:
-        raise NotRun(f"metrics/finetune_{task}.json has no run with {metric!r}")
+        raise NotRun(f"metrics/finetune/{task}.json has no run with {metric!r}")
     fig, ax = plt.subplots(figsize=(max(6.5, 1.2 * len(keys)), 4.5))
     for x, key in enumerate(keys):
         values = [float(v) for v in runs[key][metric].get("per_seed") or []]
@@ -117,7 +117,7 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
                         fmt="s", color="black", capsize=4, zorder=4)
         else:
             ax.plot([x + 0.15], [est.mean], "s", color="black")
-    best = (metrics.get(f"finetune_{task}").get("selection") or {}).get("best_baseline")
+    best = (metrics.get(f"finetune/{task}").get("selection") or {}).get("best_baseline")
     if best in runs and metric in runs[best]:
         ax.axhline(runs[best][metric]["mean"], color="tab:red", linestyle="--", linewidth=1,
                    label=f"best baseline on dev: {best}")
@@ -129,14 +129,14 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
     return _save(fig, out, dpi)
 
 
-def confusion_matrix(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Path:
+def confusion_matrix(metrics: Metrics, task: str, run_key: str, out: Path, dpi: int) -> Path:
     """The classification confusion matrix (rows = gold, columns = predicted) of one run's ``details``.
 
     Accepts ``details.confusion_matrix`` as ``{"labels": [..], "matrix": [[..]]}`` or as a list of rows with
     the names in ``details.labels``.
     """
-    where = "metrics/finetune_cls.json"
-    details = dig(metrics.get("finetune_cls"), ["runs", run_key, "details"], where)
+    where = f"metrics/finetune/{task}.json"
+    details = dig(metrics.get(f"finetune/{task}"), ["runs", run_key, "details"], where)
     matrix, labels = _matrix_and_labels(dig(details, ["confusion_matrix"], f"{where} runs[{run_key!r}].details"),
                                         details)
     fig, ax = plt.subplots(figsize=(max(5.5, 1.0 * len(labels) + 2), max(5.0, 1.0 * len(labels) + 1.5)))
@@ -148,7 +148,7 @@ def confusion_matrix(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Pat
     ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     ax.set_yticks(range(len(labels)), labels)
     ax.set(xlabel="predicted", ylabel="gold")
-    ax.set_title(f"cls confusion matrix\n{run_key}, counts summed over seeds", fontsize=10)
+    ax.set_title(f"{task} confusion matrix\n{run_key}, counts summed over seeds", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046)
     return _save(fig, out, dpi)
 
@@ -164,18 +164,18 @@ def _matrix_and_labels(raw, details: dict) -> tuple[list[list[float]], list[str]
     return [[float(c) for c in r] for r in matrix], labels
 
 
-def span_errors(metrics: Metrics, run_key: str, out: Path, dpi: int) -> Path:
+def span_errors(metrics: Metrics, task: str, run_key: str, out: Path, dpi: int) -> Path:
     """NER span-error counts (exact, boundary, type, boundary_and_type, missed, spurious) of one run as bars,
     summed over seeds as ``finetune`` pools them."""
-    where = "metrics/finetune_ner.json"
-    raw = dig(metrics.get("finetune_ner"), ["runs", run_key, "details", "span_errors"], where)
+    where = f"metrics/finetune/{task}.json"
+    raw = dig(metrics.get(f"finetune/{task}"), ["runs", run_key, "details", "span_errors"], where)
     counts = span_counts(raw)
     if not counts:
         raise NotRun(f"{where} runs[{run_key!r}].details.span_errors holds no counts")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     bars = ax.bar(list(counts), list(counts.values()), color="tab:orange")
     ax.bar_label(bars, fmt="%g")
-    ax.set(ylabel="entities (summed over seeds)", title=f"NER span errors ({run_key})")
+    ax.set(ylabel="entities (summed over seeds)", title=f"{task} span errors ({run_key})")
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     return _save(fig, out, dpi)
 

@@ -4,7 +4,7 @@ An arm ``finetune/<task>/<run key>`` has one ``data/finetune/<task>/<run key>/se
 (``doc_id, gold, pred``). Each item becomes a vector of sufficient statistics in the layouts of
 ``tasks.report.bootstrap`` (cls: per-class tp/fp/fn; ner: entity tp, predicted, gold per sentence, read with
 seqeval's strict IOB2 entities, as the finetune stage scores them), so the claim table can resample test
-items. Every seed's metric recomputed from its counts must equal the value in ``metrics/finetune_<task>.json``
+items. Every seed's metric recomputed from its counts must equal the value in ``metrics/finetune/<task>.json``
 (to 1e-9): predictions that disagree with the metrics make the claim ``not run``, never a silent number.
 ``data/finetune/<task>/test_items.jsonl`` gives each item's slices (``n_words``, ``train_overlap``).
 """
@@ -21,6 +21,7 @@ from seqeval.scheme import IOB2, Entities
 
 from tasks.report import bootstrap as bs
 from tasks.report.claims import Metrics, NotRun, Sample
+from tasks.report.tasks_run import task_module
 
 #: claim metric -> (task, function of summed counts)
 METRICS = {
@@ -34,10 +35,11 @@ METRICS = {
 
 @dataclass(frozen=True)
 class Items:
-    """Per-item counts of one arm of ``task``: ``counts`` (n_seeds, n_items, K) over ``doc_ids`` (sorted),
+    """Per-item counts of one arm of a task of kind ``module`` (``cls``: classification and pair
+    classification; ``ner``: token classification): ``counts`` (n_seeds, n_items, K) over ``doc_ids`` (sorted),
     ``seeds``; ``labels`` are the class names (cls) or entity types (ner) of the count layout."""
 
-    task: str
+    module: str
     counts: np.ndarray
     doc_ids: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -46,17 +48,17 @@ class Items:
     def subset(self, keep: np.ndarray) -> Items:
         """The same arm on the items where ``keep`` (n_items,) is true."""
         ids = tuple(d for d, k in zip(self.doc_ids, keep, strict=True) if k)
-        return Items(self.task, self.counts[:, keep], ids, self.seeds, self.labels)
+        return Items(self.module, self.counts[:, keep], ids, self.seeds, self.labels)
 
     @property
     def headline(self) -> np.ndarray:
         """The counts the headline metrics read: cls every column, ner the micro ``[tp, n_pred, n_gold]``."""
-        return self.counts if self.task == "cls" else self.counts[..., :3]
+        return self.counts if self.module == "cls" else self.counts[..., :3]
 
     def label_metric(self, label: str):
         """``(counts, function)`` of one class's F1 (cls) or one entity type's F1 (ner), for the slice tables."""
         index = self.labels.index(label)
-        if self.task == "cls":
+        if self.module == "cls":
             return self.counts, partial(bs.class_f1_from_counts, c=index)
         return self.counts[..., 3 * (1 + index) : 3 * (2 + index)], bs.micro_f1_from_counts
 
@@ -68,10 +70,11 @@ def metric_function(metric: str):
     return METRICS[metric][1]
 
 
-def load_items(folder: Path, task: str, run_key: str, seeds: list[int], labels: list[str]) -> Items:
+def load_items(folder: Path, task: str, run_key: str, seeds: list[int], labels: list[str], module: str) -> Items:
     """Counts of run ``run_key`` for every seed, from ``<folder>/<task>/<run_key>/seed<k>.test.jsonl``.
 
-    ``labels`` are the cls class names (ignored for ner, whose types come from the gold and predicted tags).
+    ``module`` is the task's kind (``cls`` | ``ner``, ``Metrics.task_module``). ``labels`` are the cls class
+    names (ignored for ner, whose types come from the gold and predicted tags).
     Raises ``NotRun`` naming the file when one is missing, and when seeds disagree on the test doc ids.
     """
     records = [read_predictions(Path(folder) / task / run_key / f"seed{seed}.test.jsonl") for seed in seeds]
@@ -79,12 +82,12 @@ def load_items(folder: Path, task: str, run_key: str, seeds: list[int], labels: 
     for seed, recs in zip(seeds, records, strict=True):
         if tuple(r["doc_id"] for r in recs) != doc_ids:
             raise NotRun(f"{folder}/{task}/{run_key}: seed {seed} predicted other test docs than seed {seeds[0]}")
-    if task == "cls":
+    if module == "cls":
         counts = np.stack([cls_counts(recs, labels) for recs in records])
-        return Items(task, counts, doc_ids, tuple(seeds), tuple(labels))
+        return Items(module, counts, doc_ids, tuple(seeds), tuple(labels))
     types = tuple(sorted({e[3] for recs in records for e in _entities(recs, "gold") | _entities(recs, "pred")}))
     counts = np.stack([ner_counts(recs, types) for recs in records])
-    return Items(task, counts, doc_ids, tuple(seeds), types)
+    return Items(module, counts, doc_ids, tuple(seeds), types)
 
 
 def read_predictions(path: Path) -> list[dict]:
@@ -155,8 +158,9 @@ def with_items(sample: Sample, task: str, metric: str, metrics: Metrics, item_sl
     """
     if metrics.predictions is None:
         return sample
-    labels = list(metrics.get(f"finetune_{task}").get("labels") or [])
-    items = load_items(metrics.predictions, task, sample.run_key, [int(u) for u in sample.units], labels)
+    labels = list(metrics.get(f"finetune/{task}").get("labels") or [])
+    items = load_items(metrics.predictions, task, sample.run_key, [int(u) for u in sample.units], labels,
+                       task_module(metrics, task))
     check_against_metrics(items, metric, dict(zip(items.seeds, sample.values, strict=True)),
                           f"{metrics.predictions}/{task}/{sample.run_key}")  # fmt: skip
     if item_slice != "all":

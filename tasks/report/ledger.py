@@ -21,6 +21,7 @@ from pathlib import Path
 from tasks.common.nested import flatten
 from tasks.common.provenance import Lock, git_commit
 from tasks.report.claims import Metrics
+from tasks.report.tasks_run import finetune_tasks
 
 PREPROCESSING_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
 VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "scikit-learn", "seqeval", "scipy",
@@ -39,7 +40,7 @@ def build_ledger(question: str, root: Path, metrics: Metrics, lock: Lock) -> dic
         "pretrained model quality (metrics/pretrain.json)": pretrain_quality(metrics),
         "seeds": seeds(metrics, params),
         "hardware": hardware(metrics),
-        "operational cost (metrics/finetune_<task>.json operational)": operational_cost(metrics),
+        "operational cost (metrics/finetune/<task>.json operational)": operational_cost(metrics),
         "library versions": library_versions(),
         "metric implementations": metric_implementations(metrics),
     }
@@ -106,8 +107,8 @@ def preprocessing_hash(lock: Lock) -> str:
 def seeds(metrics: Metrics, config: dict[str, str]) -> dict[str, str]:
     """Seed params (keys containing ``seed``) and the seeds each fine-tuning task actually ran."""
     out = {k: v for k, v in config.items() if "seed" in k.split(".")[-1]}
-    for task in ("cls", "ner"):
-        runs = (metrics.optional(f"finetune_{task}") or {}).get("runs", {})
+    for task in finetune_tasks(metrics):
+        runs = (metrics.optional(f"finetune/{task}") or {}).get("runs", {})
         ran = sorted({str(s) for run in runs.values() if isinstance(run, dict)
                       for entry in run.values() if isinstance(entry, dict) for s in entry.get("seeds") or []})
         out[f"finetune {task} seeds run"] = ", ".join(ran) if ran else "not run"
@@ -118,8 +119,8 @@ def operational_cost(metrics: Metrics) -> dict[str, str]:
     """Per measured run: latency per doc (p50) at each batch size, peak memory, parameters and size on disk,
     as the finetune stage measured them (the report's inference-cost table has the p95s too)."""
     out = {}
-    for task in ("cls", "ner"):
-        measured = (metrics.optional(f"finetune_{task}") or {}).get("operational") or {}
+    for task in finetune_tasks(metrics):
+        measured = (metrics.optional(f"finetune/{task}") or {}).get("operational") or {}
         for key, entry in sorted(measured.items()):
             batches = ", ".join(f"batch {size} p50 {t['p50_ms_per_doc']:.3g} ms/doc"
                                 for size, t in (entry.get("batch") or {}).items())  # fmt: skip
@@ -175,11 +176,11 @@ def library_versions() -> dict[str, str]:
 def metric_implementations(metrics: Metrics) -> dict[str, str]:
     """What computed each score: ``metric_implementations`` of the finetune metrics when recorded there."""
     out = {}
-    for task in ("cls", "ner"):
-        data = metrics.optional(f"finetune_{task}")
+    for task in finetune_tasks(metrics):
+        data = metrics.optional(f"finetune/{task}")
         recorded = (data or {}).get("metric_implementations")
         if isinstance(recorded, dict):
             out.update({f"{task}: {k}": str(v) for k, v in sorted(recorded.items())})
         else:
-            out[task] = f"not recorded in metrics/finetune_{task}.json"
+            out[task] = f"not recorded in metrics/finetune/{task}.json"
     return out

@@ -237,8 +237,8 @@ def slice_grids(table: SliceTable) -> list[Grid]:
         body = [[arm] + [fmt_estimate(cells[c], False) for c in columns] for arm, cells in table.rows.items()]
         return header, body
 
-    kind = "class" if table.task == "cls" else "entity type (n = gold entities)"
-    over = " (macro over the classes present in each slice)" if table.task == "cls" else ""
+    kind = "class" if table.module == "cls" else "entity type (n = gold entities)"
+    over = " (macro over the classes present in each slice)" if table.module == "cls" else ""
     return [(f"{table.task}: {table.metric} by test slice{over}", *grid(table.columns)),
             (f"{table.task}: F1 per {kind}", *grid(table.label_columns))]
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from tasks.report.claims import MALFORMED, ClaimsFile, Metrics, NotRun, finetune_run, resolve
 from tasks.report.evaluation import counts_estimate
-from tasks.report.evidence import HEADLINE  # the metric of each task's slice table
 from tasks.report.items import Items, metric_function, read_test_items, with_items
 from tasks.report.statistics import Estimate, StatsConfig
+from tasks.report.tasks_run import finetune_tasks, task_headline
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class SliceTable:
     ner type), for the headline ``metric`` (``columns``) and the per-label F1 (``label_columns``)."""
 
     task: str
+    module: str  # the task's kind: cls | ner (Metrics.task_module)
     metric: str
     columns: tuple[str, ...]
     label_columns: tuple[str, ...]
@@ -37,8 +38,9 @@ class SliceTable:
 def slice_tables(claims: ClaimsFile, metrics: Metrics, cfg: StatsConfig) -> dict[str, SliceTable | str]:
     """``{task: table}``, or ``{task: "not computed: <why>"}`` when its predictions or items are missing."""
     out: dict[str, SliceTable | str] = {}
-    for task, metric in HEADLINE.items():
+    for task in finetune_tasks(metrics):
         try:
+            metric = task_headline(metrics, task)
             out[task] = task_table(task, metric, arm_keys(claims, task, metrics), metrics, cfg)
         except NotRun as why:
             out[task] = f"not computed: {why}"
@@ -55,7 +57,7 @@ def arm_keys(claims: ClaimsFile, task: str, metrics: Metrics) -> list[str]:
             found = finetune_run(ref, metrics)
             if found and found[0] == task:
                 keys.append(found[1])
-    runs = (metrics.optional(f"finetune_{task}") or {}).get("runs") or {}
+    runs = (metrics.optional(f"finetune/{task}") or {}).get("runs") or {}
     keys += sorted(k for k in runs if k.startswith("baseline/"))
     return list(dict.fromkeys(k for k in keys if k in runs))
 
@@ -74,14 +76,14 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     labels = gold_labels(first)
     rows = {}
     for key, items in arms.items():
-        cells = {name: cell(present_classes(items.subset(mask).headline, items.task), metric_function(metric), cfg)
+        cells = {name: cell(present_classes(items.subset(mask).headline, items.module), metric_function(metric), cfg)
                  for name, mask in masks.items()}  # fmt: skip
         for label in labels:
             counts, function = items.label_metric(label)
             cells[label] = cell(counts, function, cfg)
         rows[key] = cells
     sizes = {name: int(mask.sum()) for name, mask in masks.items()} | label_support(first, labels)
-    return SliceTable(task, metric, tuple(masks), tuple(labels), sizes, rows)
+    return SliceTable(task, first.module, metric, tuple(masks), tuple(labels), sizes, rows)
 
 
 def item_masks(doc_ids: tuple[str, ...], test_items: dict[str, dict]) -> dict[str, np.ndarray]:
@@ -99,25 +101,25 @@ def item_masks(doc_ids: tuple[str, ...], test_items: dict[str, dict]) -> dict[st
 
 def gold_labels(items: Items) -> list[str]:
     """The classes (cls) or the entity types present in the gold test tags (ner)."""
-    if items.task == "cls":
+    if items.module == "cls":
         return list(items.labels)
     return [t for t in items.labels if items.counts[0, :, 3 * (1 + items.labels.index(t)) + 2].sum() > 0]
 
 
 def label_support(items: Items, labels: list[str]) -> dict[str, int]:
     """Gold test docs per class (cls) or gold test entities per type (ner)."""
-    if items.task == "cls":
+    if items.module == "cls":
         tp_fn = items.counts[0].sum(axis=0)
         n = len(items.labels)
         return {label: int(tp_fn[i] + tp_fn[2 * n + i]) for i, label in enumerate(labels)}
     return {t: int(items.counts[0, :, 3 * (1 + items.labels.index(t)) + 2].sum()) for t in labels}
 
 
-def present_classes(counts: np.ndarray, task: str) -> np.ndarray:
+def present_classes(counts: np.ndarray, module: str) -> np.ndarray:
     """cls counts (n_seeds, n_items, 3C) restricted to the classes with gold items in this slice, so that its
     macro-F1 averages over the classes it has (sklearn ``labels=`` the present ones); otherwise a slice without a
     class would be capped at (C-1)/C. ner counts are returned unchanged (micro F1 has no such cap)."""
-    if task != "cls":
+    if module != "cls":
         return counts
     n = counts.shape[-1] // 3
     gold = counts[0, :, :n].sum(axis=0) + counts[0, :, 2 * n :].sum(axis=0)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from tasks.report.claims import MALFORMED, Metrics, NotRun
 from tasks.report.evaluation import Row
-from tasks.report.evidence import HEADLINE, TASKS
 from tasks.report.figures import read_curve
 from tasks.report.render import by_evidence, fmt_estimate, verdict_summary, verdict_text
+from tasks.report.tasks_run import finetune_tasks
 
 SUMMARY_FILE = "summary.json"
 PRETRAIN_KEYS = ("heldout_perplexity", "heldout_gap_to_unigram_nats", "heldout_mlm_accuracy")
@@ -31,20 +31,20 @@ PRETRAIN_KEYS = ("heldout_perplexity", "heldout_gap_to_unigram_nats", "heldout_m
 def summary_metrics(rows: list[Row], verdicts: dict[str, int], metrics: Metrics) -> dict:
     """The curated metrics (``metrics/summary.json``); a task or stage whose metrics are missing is left out."""
     out: dict = {"verdicts": verdicts, "claims": len(rows)}
-    for task in TASKS:
-        headline = task_headline(task, metrics)
+    for task in finetune_tasks(metrics):
+        headline = task_summary(task, metrics)
         out |= {task: headline} if headline else {}
     pretrain = metrics.optional("pretrain") or {}
     kept = {key: pretrain[key] for key in PRETRAIN_KEYS if isinstance(pretrain.get(key), int | float)}
     return out | ({"pretrain": kept} if kept else {})
 
 
-def task_headline(task: str, metrics: Metrics) -> dict:
+def task_summary(task: str, metrics: Metrics) -> dict:
     """``{best_arm, best_arm_<metric>, best_baseline, best_baseline_<metric>, pretrained_arm, ...}``: the mean
-    over seeds of the task's headline test metric (``evidence.HEADLINE``) for the dev-selected arms and the
+    over seeds of the task's headline test metric (``tasks.<task>.metric``) for the dev-selected arms and the
     best pretrained arm on dev; empty when the finetune metrics are missing."""
-    data = metrics.optional(f"finetune_{task}") or {}
-    selection, runs, metric = data.get("selection") or {}, data.get("runs") or {}, HEADLINE[task]
+    data = metrics.optional(f"finetune/{task}") or {}
+    selection, runs, metric = data.get("selection") or {}, data.get("runs") or {}, data.get("metric")
     dev = selection.get("dev") or {}
     ours = max((key for key in dev if key.startswith("pretrained/")), key=dev.get, default=None)
     out = {}
@@ -65,7 +65,8 @@ def write_summary(path: Path, summary: dict) -> None:
 def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Path]:
     """Write ``forest.csv`` (claim, difference, ci_low, ci_high, verdict; claims with an interval),
     ``pretrain_train.csv`` / ``pretrain_heldout.csv`` (``loss_curves``; when the curve has such points) and
-    ``seeds_<task>.csv`` (arm, seed, the headline metric; tasks with finetune metrics); returns the files
+    ``seeds.csv`` (arm as ``<task> <arm>``, seed, score = the task's headline metric, task, metric; every task
+    with finetune metrics, one file, as DVC's top-level plots cannot loop over tasks); returns the files
     written."""
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.csv"):
@@ -77,10 +78,9 @@ def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Pat
     curve = loss_curves(metrics.folder / "pretrain_curve.tsv")
     for name, (header, points) in curve.items():
         written += [_write_csv(folder / name, header, points)] if points else []
-    for task in TASKS:
-        seeds = seed_scores(task, metrics)
-        if seeds:
-            written.append(_write_csv(folder / f"seeds_{task}.csv", ["arm", "seed", HEADLINE[task]], seeds))
+    seeds = [row for task in finetune_tasks(metrics) for row in seed_scores(task, metrics)]
+    if seeds:
+        written.append(_write_csv(folder / "seeds.csv", ["arm", "seed", "score", "task", "metric"], seeds))
     return written
 
 
@@ -101,12 +101,13 @@ def loss_curves(curve: Path) -> dict[str, tuple[list[str], list[dict]]]:
 
 
 def seed_scores(task: str, metrics: Metrics) -> list[dict]:
-    """One ``{arm, seed, <headline metric>}`` per arm and seed of ``metrics/finetune_<task>.json``."""
-    metric = HEADLINE[task]
-    out = []
-    for arm, run in sorted(((metrics.optional(f"finetune_{task}") or {}).get("runs") or {}).items()):
+    """One ``{arm: "<task> <arm>", seed, score, task, metric}`` per arm and seed of
+    ``metrics/finetune/<task>.json``; score is the task's headline metric."""
+    data = metrics.optional(f"finetune/{task}") or {}
+    metric, out = data.get("metric"), []
+    for arm, run in sorted((data.get("runs") or {}).items()):
         entry = run.get(metric) or {}
-        out += [{"arm": arm, "seed": seed, metric: value}
+        out += [{"arm": f"{task} {arm}", "seed": seed, "score": value, "task": task, "metric": metric}
                 for seed, value in zip(entry.get("seeds") or [], entry.get("per_seed") or [], strict=False)]
     return out
 

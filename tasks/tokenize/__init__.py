@@ -1,4 +1,4 @@
-"""Stage ``tokenize``: packed MLM blocks for pretraining, and cls/ner datasets for each tokenizer.
+"""Stage ``tokenize``: packed MLM blocks for pretraining, and one dataset per task of ``tasks`` and tokenizer.
 
 Reads ``data/leakage/<source>.parquet`` (``is_duplicate == false`` rows), ``models/tokenizer`` and the packaged
 MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRACTS.md``):
@@ -8,10 +8,12 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
   [SEP] ...`` and cut every ``max_seq_len - 1`` tokens; each block starts with [CLS] (the "full-sentences"
   packing of RoBERTa, Liu et al. 2019, with BERT's [CLS]). One tail shorter than a block is dropped and
   reported.
-- ``data/tokenize/cls/<tok>/{train,dev,test}``: whole documents with their ``text`` and ``n_tokens_full``
-  (finetune cuts them to its own length, head or head + tail).
-- ``data/tokenize/ner/<tok>/{train,dev,test}``: one row per window, ``labels_first`` and ``labels_all``
-  (see ``tasks/common/alignment.py``); long sentences become overlapping windows, so no gold word is lost.
+- ``data/tokenize/<task>/<tok>/{train,dev,test}`` for a classification or pair task: whole documents (a pair
+  as ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids``) with their ``text`` and ``n_tokens_full`` (finetune
+  cuts them to its own length: head, head + tail, or longest first for pairs).
+- ``data/tokenize/<task>/<tok>/{train,dev,test}`` for a token_classification task: one row per window,
+  ``labels_first`` and ``labels_all`` (see ``tasks/common/alignment.py``); long sentences become overlapping
+  windows, so no gold word is lost (a word longer than a window alone keeps its first subwords, counted).
 
 Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near duplicate with its task's train split
 (the leakage audit's check b), for the claim table's clean vs overlapping slice.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from tasks.common.encoders import load_tokenizer, reference_model_dir, tokenizer_dir
 from tasks.config import Paths
+from tasks.config.tasks import TaskSpec
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize.cls import build_cls, read_cls_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows
@@ -32,7 +35,8 @@ from tasks.tokenize.tables import train_overlap_ids
 
 
 def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
-    """Write every tokenized dataset under ``<data>/tokenize`` and return the metrics (per task and tokenizer)."""
+    """Write every tokenized dataset under ``<data>/tokenize`` and return the metrics (per task and tokenizer;
+    a token_classification task's IOB2 input report under ``<task>_input``)."""
     out = Path(paths.data) / "tokenize"
     shutil.rmtree(out, ignore_errors=True)
     tokenizers = {
@@ -44,12 +48,18 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
     metrics["pretrain"] = {
         name: pack_pretrain(pretrain_rows, cfg, tok, out / "pretrain" / name, log) for name, tok in tokenizers.items()
     }
-    cls_rows = read_cls_rows(paths, cfg.tasks.cls)
-    ner_rows, metrics["ner_input"] = read_ner_rows(paths, cfg.tasks.ner, cfg.ner_invalid_iob2)
-    overlap = {task: train_overlap_ids(paths.data, source) for task, source in cfg.tasks}
-    metrics["cls"] = {name: build_cls(cfg, tok, cls_rows, overlap["cls"], out / "cls" / name)
-                      for name, tok in tokenizers.items()}  # fmt: skip
-    metrics["ner"] = {name: build_ner(cfg, tok, ner_rows, overlap["ner"], out / "ner" / name)
-                      for name, tok in tokenizers.items()}  # fmt: skip
+    for task, spec in cfg.tasks.items():
+        metrics |= tokenize_task(cfg, paths, task, spec, tokenizers, out / task)
     log.info(f"tokenize: wrote {out}")
     return metrics
+
+
+def tokenize_task(cfg: TokenizeParams, paths: Paths, task: str, spec: TaskSpec, tokenizers: dict, out: Path) -> dict:
+    """Metrics ``{task: {tokenizer: ...}}`` (token tasks also ``<task>_input``) after writing ``out/<tokenizer>``."""
+    overlap = train_overlap_ids(paths.data, spec.source)
+    if spec.module == "cls":
+        rows = read_cls_rows(paths, spec.source, pair=spec.kind == "pair_classification")
+        return {task: {name: build_cls(cfg, tok, rows, overlap, out / name) for name, tok in tokenizers.items()}}
+    rows, report = read_ner_rows(paths, spec.source, cfg.ner_invalid_iob2)
+    built = {name: build_ner(cfg, tok, rows, overlap, out / name) for name, tok in tokenizers.items()}
+    return {task: built, f"{task}_input": report}

@@ -1,12 +1,15 @@
-"""Classification datasets of ``tokenize``: ``data/tokenize/cls/<tok>/{train,dev,test}``, whole documents.
+"""Classification datasets of ``tokenize``: ``data/tokenize/<task>/<tok>/{train,dev,test}``, whole documents.
 
 Documents are stored uncut, with their text: the finetune stage cuts them to its own length (head, or head +
 tail) and the bag-of-words baseline reads the full text. The truncation metrics say how many documents are
-longer than ``max_seq_len``.
+longer than ``max_seq_len``. A pair task's row is the pair ``meta.text_pair = [a, b]`` that ingest kept
+(its ``text`` is ``a``, a blank line, ``b``: what dedup and leakage match), encoded ``[CLS] a [SEP] b [SEP]``
+by the tokenizer's own pair template, with ``token_type_ids`` 0 up to the first [SEP] and 1 after it.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -22,13 +25,28 @@ from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize.tables import length_stats, save_table, write_labels
 
 
-def read_cls_rows(paths: Paths, source: str) -> pd.DataFrame:
-    """Rows of the cls source (doc_id, text, label, split), sorted by doc_id; raises on a null label."""
+def read_cls_rows(paths: Paths, source: str, pair: bool = False) -> pd.DataFrame:
+    """Rows of a classification source (doc_id, text, label, split; with ``pair`` also ``text_pair``: the two
+    texts), sorted by doc_id. Raises ``ValueError`` naming the file and doc_ids on a null label or, for a pair
+    task, a row without ``meta.text_pair``."""
     rows = read_clean_source(paths.data, source)
+    where = f"data/leakage/{source}.parquet"
     if "label" not in rows.columns or rows["label"].isna().any():
         bad = rows.loc[rows["label"].isna(), "doc_id"].head(5).tolist() if "label" in rows.columns else "column"
-        raise ValueError(f"data/leakage/{source}.parquet: cls rows need a label (missing for {bad})")
-    return rows.sort_values("doc_id", kind="stable").reset_index(drop=True)
+        raise ValueError(f"{where}: classification rows need a label (missing for {bad})")
+    rows = rows.sort_values("doc_id", kind="stable").reset_index(drop=True)
+    if pair:
+        rows["text_pair"] = [text_pair(meta, doc_id, where) for meta, doc_id in zip(rows["meta"], rows["doc_id"])]
+    return rows
+
+
+def text_pair(meta: str, doc_id: str, where: str) -> list[str]:
+    """``[a, b]`` from a row's meta JSON; raises ``ValueError`` naming the doc when it holds no pair."""
+    pair = json.loads(meta or "{}").get("text_pair")
+    if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)):
+        raise ValueError(f"{where}: doc_id {doc_id!r} has no text pair (meta.text_pair; a pair task's source "
+                         "needs text_pair_field)")
+    return pair
 
 
 def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path) -> dict:
@@ -43,8 +61,11 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
     all_full = []
     for split in TASK_SPLITS:
         part = rows[rows["split"] == split]
-        full = tok(part["text"].tolist(), add_special_tokens=True, verbose=False)["input_ids"]
+        encoded = encode(tok, part)
+        full = encoded["input_ids"]
         n_full = np.asarray([len(seq) for seq in full], dtype=np.int64)
+        types = encoded.get("token_type_ids")
+        pair_columns = {} if types is None else {"token_type_ids": pa.array(types, pa.list_(pa.int8()))}
         table = pa.table(
             {
                 "doc_id": pa.array(part["doc_id"].tolist(), pa.string()),
@@ -55,6 +76,7 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
                 "attention_mask": pa.array([[1] * len(seq) for seq in full], pa.list_(pa.int8())),
                 "label": pa.array([label2id[x] for x in part["label"]], pa.int64()),
                 "n_tokens_full": pa.array(n_full, pa.int64()),
+                **pair_columns,
             }
         )
         save_table(table, out / split)
@@ -65,6 +87,15 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
         all_full.append(n_full)
     overall = truncation_stats(np.concatenate(all_full), cfg.max_seq_len_tokens)
     return {**metrics, **{key: overall[key] for key in ("docs", "truncated_docs", "truncation_rate", "tokens_cut")}}
+
+
+def encode(tok, part: pd.DataFrame) -> dict[str, list[list[int]]]:
+    """``input_ids`` (and for pairs ``token_type_ids``) of each row, specials added, nothing cut."""
+    if "text_pair" not in part:
+        return {"input_ids": tok(part["text"].tolist(), add_special_tokens=True, verbose=False)["input_ids"]}
+    first, second = [p[0] for p in part["text_pair"]], [p[1] for p in part["text_pair"]]
+    encoded = tok(first, second, add_special_tokens=True, return_token_type_ids=True, verbose=False)
+    return {"input_ids": encoded["input_ids"], "token_type_ids": encoded["token_type_ids"]}
 
 
 def truncation_stats(n_full: np.ndarray, max_seq_len: int) -> dict:

@@ -105,12 +105,17 @@ NER_SCHEMA = pa.schema(
 def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str, int]) -> tuple[dict, dict]:
     """Column lists (one entry per window) for ``NER_SCHEMA`` and the split's alignment metrics."""
     columns: dict[str, list] = {name: [] for name in NER_SCHEMA.names if name != "train_overlap"}
-    encodings, zero_subword = encode_words(tok, part["words"].tolist())
+    encodings, zero_subword = encode_words(tok, part["words"].tolist(), part["doc_id"].tolist())
     n_full, n_windowed = [], 0
+    capacity, cut_words, cut_subwords = cfg.ner_max_seq_len_tokens - 2, [], 0
     for row, (ids, word_ids) in zip(part.itertuples(index=False), tqdm(encodings, desc="ner windows", leave=False)):
-        counts = np.bincount(word_ids, minlength=len(row.words)).tolist()
-        windows = alignment.plan_windows(counts, cfg.max_seq_len_tokens - 2, cfg.ner_window_overlap_tokens)
         n_full.append(len(ids) + 2)
+        n_subwords = len(ids)
+        ids, word_ids, cut = alignment.cap_word_subwords(ids, word_ids, capacity)
+        cut_words += [f"{row.doc_id}: {row.words[w][:40]!r}" for w in cut]
+        cut_subwords += n_subwords - len(ids)
+        counts = np.bincount(word_ids, minlength=len(row.words)).tolist()
+        windows = alignment.plan_windows(counts, capacity, cfg.ner_window_overlap_tokens)
         n_windowed += len(windows) > 1
         for index, (w_ids, w_words) in enumerate(
             alignment.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
@@ -130,20 +135,25 @@ def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str
         "windows": len(columns["doc_id"]),
         "windowed_sentences": n_windowed,
         "truncated_sentences": 0,  # by construction: long sentences are windowed, never cut
-        "longer_than_max_seq_len": int(np.sum(n_full_arr > cfg.max_seq_len_tokens)),
+        "longer_than_max_seq_len": int(np.sum(n_full_arr > cfg.ner_max_seq_len_tokens)),
         "zero_subword_words": zero_subword,
+        # a word longer than a window alone keeps its first subwords (its label and prediction live there)
+        "words_cut_to_window": len(cut_words),
+        "subwords_cut": cut_subwords,
+        "words_cut_examples": cut_words[:5],
         "words": int(sum(len(w) for w in part["words"])),
         **length_stats(n_full_arr),
     }
     return columns, stats
 
 
-def encode_words(tok, sentences: list[list[str]]) -> tuple[list[tuple[list[int], list[int]]], int]:
+def encode_words(tok, sentences: list[list[str]], doc_ids: list[str]) -> tuple[list[tuple[list[int], list[int]]], int]:
     """Special-free ``(ids, word_ids)`` per sentence, tokenized with ``is_split_into_words=True``.
 
     A word that yields no subword (a lone U+200B, a control character) is replaced by the tokenizer's
     ``unk_token`` and the sentence re-encoded, so every word keeps a position, a label and a prediction.
-    Returns the encodings and the number of replaced words. Raises ``ValueError`` if a word is still missing.
+    Returns the encodings and the number of replaced words. Raises ``ValueError`` naming the doc_id and the
+    word if a word is still missing.
     """
     if not sentences:
         return [], 0
@@ -157,8 +167,10 @@ def encode_words(tok, sentences: list[list[str]]) -> tuple[list[tuple[list[int],
             fixed = [tok.unk_token if w in missing else word for w, word in enumerate(words)]
             enc = tok(fixed, is_split_into_words=True, add_special_tokens=False)
             ids, word_ids = enc["input_ids"], enc.word_ids()
-            if alignment.missing_words(word_ids, len(words)):
-                raise ValueError(f"words {missing} of {words!r} still have no subword after [UNK] replacement")
+            still = alignment.missing_words(word_ids, len(words))
+            if still:
+                raise ValueError(f"doc_id {doc_ids[i]!r}: word {words[still[0]]!r} (word {still[0]}) still has no "
+                                 "subword after [UNK] replacement")
         out.append((list(ids), list(word_ids)))
     return out, replaced
 
