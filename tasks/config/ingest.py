@@ -2,7 +2,10 @@
 
 Each source is one entry of ``ingest.sources``; its ``kind`` selects the model below (a pydantic
 discriminated union), so a field that does not apply to a kind is an unknown key and fails at load time.
-Every field is required (write ``null`` where a field name does not apply): no hidden defaults.
+Required: ``name``, ``kind``, ``role``, ``path`` (file kinds), ``corpus`` (builtin), ``text_field`` (csv),
+``tag_column`` (conll), ``record_separator`` (text with ``unit: record``), and one of ``text_field`` /
+``tokens_field`` (jsonl, parquet, hf_disk). Every other field may be omitted; its default is given below
+(``None`` = the data has no such field). The shipped params.yaml still writes every key it uses.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from tasks.config.base import StrictModel, require_unique
 SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 Role = Literal["pretrain", "task"]
 MaxDocs = Annotated[int | None, Field(ge=1, description="keep at most this many docs (deterministic sample); null = all")]
+Include = Annotated[str, Field(min_length=1, description="glob a found file's path must match (PurePath.match)")]
+Column = Annotated[int, Field(ge=0, description="0-based column index")]
 
 
 class _SourceBase(StrictModel):
     name: SourceName
     role: Role = Field(description="pretrain: MLM text; task: a labelled fine-tuning / evaluation set")
-    max_docs: MaxDocs
+    max_docs: MaxDocs = None
 
 
 class BuiltinSource(_SourceBase):
@@ -32,22 +37,31 @@ class BuiltinSource(_SourceBase):
     corpus: Literal["bbc_news", "wnut16", "wikipedia_sample"]
 
 
-class _FileSource(_SourceBase):
-    path: str = Field(min_length=1, description="a file, a folder or a glob, relative to the repo root")
+class _PathSource(_SourceBase):
+    path: str = Field(min_length=1, description="a file, a folder or a glob; relative to the repo root or absolute")
 
 
-class _RecordFields(_FileSource):
-    """Field names of a record-shaped source; null where the data has no such field."""
+class _FilesSource(_PathSource):
+    """A source read file by file: ``path`` names one file, or a folder / glob searched for files."""
 
-    text_field: str | None
-    label_field: str | None
-    group_field: str | None = Field(description="records sharing a group never straddle splits")
-    id_field: str | None = Field(description="the source's own unique id; null = file + line/row number")
+    include: Include = Field("*", description="files found in a folder or by a glob are read only if they match")
+
+
+class _RecordFields(StrictModel):
+    """Field names of a record-shaped source; None where the data has no such field."""
+
+    text_field: str | None = None
+    label_field: str | None = None
+    group_field: str | None = Field(None, description="records sharing a group never straddle splits")
+    id_field: str | None = Field(None, description="the source's own unique id; None = file + line/row number")
+    missing_label: Literal["error", "drop"] = Field(
+        "error", description="a record whose label is null, empty or NaN: raise naming file and line, or drop it"
+    )
 
 
 class _TokenFields(_RecordFields):
-    tokens_field: str | None = Field(description="list[str] of words; text = words joined by a space")
-    tags_field: str | None = Field(description="list[str] of IOB2 tags, one per word")
+    tokens_field: str | None = Field(None, description="list[str] of words; text = words joined by a space")
+    tags_field: str | None = Field(None, description="list[str] of IOB2 tags, one per word")
 
     @model_validator(mode="after")
     def _fields_make_sense(self):
@@ -58,56 +72,84 @@ class _TokenFields(_RecordFields):
         return self
 
 
-class JsonlSource(_TokenFields):
+class JsonlSource(_FilesSource, _TokenFields):
     """One JSON object per line; shards matched by a glob load as the union of their fields."""
 
     kind: Literal["jsonl"]
 
 
-class ParquetSource(_TokenFields):
-    """Parquet file(s); shards whose schemas differ only by an optional column load as the union."""
+class ParquetSource(_FilesSource, _TokenFields):
+    """Parquet file(s); shards whose schemas differ only by an optional column load as the union.
+
+    ``include`` defaults to ``*.parquet``: Spark and Hive write marker files (``_SUCCESS``) beside the shards.
+    """
 
     kind: Literal["parquet"]
+    include: Include = "*.parquet"
 
 
-class HfDiskSource(_TokenFields):
+class HfDiskSource(_PathSource, _TokenFields):
     """A ``datasets`` ``save_to_disk`` folder (a Dataset or a DatasetDict; ClassLabel ids become names)."""
 
     kind: Literal["hf_disk"]
 
 
-class CsvSource(_RecordFields):
+class CsvSource(_FilesSource, _RecordFields):
     """CSV with a header row (RFC 4180 quoting)."""
 
     kind: Literal["csv"]
+    text_field: str
+
+
+class TextSource(_FilesSource):
+    """Plain UTF-8 text: one document per file, per blank-line separated block, or per separated record."""
+
+    kind: Literal["text"]
+    unit: Literal["file", "block", "record"] = Field(
+        "file", description="record: a line equal to record_separator (after stripping whitespace) ends a record"
+    )
+    record_separator: str | None = Field(None, min_length=1, description="e.g. '%' (the fortune file format)")
+    label_from_parent_dir: bool = Field(False, description="label = name of the folder holding the file")
 
     @model_validator(mode="after")
-    def _needs_text(self):
-        if self.text_field is None:
-            raise ValueError("text_field is required for a csv source")
+    def _separator_with_records(self):
+        if (self.unit == "record") != (self.record_separator is not None):
+            raise ValueError("record_separator goes with unit: record, and unit: record needs it")
+        if self.record_separator is not None and self.record_separator != self.record_separator.strip():
+            raise ValueError("record_separator is compared with stripped lines: it cannot start or end with whitespace")
         return self
 
 
-class TextSource(_FileSource):
-    """Plain UTF-8 text: one document per file, or one per blank-line separated block."""
+class ConllSource(_FilesSource):
+    """Token-per-line IOB2 (CoNLL); a blank line ends a sentence; ``#`` lines are sentence metadata.
 
-    kind: Literal["text"]
-    unit: Literal["file", "block"]
-    label_from_parent_dir: bool = Field(description="label = name of the folder holding the file")
-
-
-class ConllSource(_FileSource):
-    """Token-per-line IOB2 (CoNLL); a blank line ends a sentence; ``#`` lines are sentence metadata."""
+    A sentence's group (what never straddles splits) comes from at most one of ``group_comment`` (a
+    ``# <key> = X`` comment starts document X; default the CoNLL-U ``newdoc id``) and ``group_column``
+    (the value in that column, equal on every token of a sentence; setting it drops the comment default).
+    Neither: each sentence is its own group, but a ``-DOCSTART-`` line (CoNLL-2003) still starts a document.
+    """
 
     kind: Literal["conll"]
-    token_column: int = Field(ge=0, description="0-based column of the word")
-    tag_column: int = Field(ge=0, description="0-based column of the IOB2 tag")
-    separator: Literal["tab", "whitespace"]
+    token_column: Column = 0
+    tag_column: Column
+    separator: Literal["tab", "whitespace"] = "tab"
+    group_comment: str | None = Field("newdoc id", min_length=1, description="key of the comment naming the document")
+    group_column: Column | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _column_replaces_default_comment(cls, data):
+        if isinstance(data, dict) and data.get("group_column") is not None and "group_comment" not in data:
+            return data | {"group_comment": None}  # the ``newdoc id`` default gives way to a chosen column
+        return data
 
     @model_validator(mode="after")
     def _distinct_columns(self):
-        if self.token_column == self.tag_column:
-            raise ValueError("token_column and tag_column must differ")
+        columns = [c for c in (self.token_column, self.tag_column, self.group_column) if c is not None]
+        if len(set(columns)) != len(columns):
+            raise ValueError("token_column, tag_column and group_column must differ")
+        if self.group_column is not None and self.group_comment is not None:
+            raise ValueError("set at most one of group_comment and group_column")
         return self
 
 

