@@ -11,12 +11,11 @@ recipe): BertNormalizer, BertPreTokenizer, ``##`` continuation prefix, ``[CLS] $
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
-from tasks.common.parquet import read_clean_source
+from tasks.common.parquet import read_clean_source, read_pretraining_rows
 from tasks.config import Paths
 from tasks.config.tokenizer import SpecialTokens, TokenizerParams
 
@@ -44,10 +43,9 @@ def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
 
 
 def pretrain_texts(paths: Paths, sources: list[str]) -> dict[str, list[str]]:
-    """``{"train": [...], "heldout": [...]}`` texts of role=pretrain rows, sorted by doc_id (determinism)."""
-    frames = [read_clean_source(paths.data, src) for src in sorted(sources)]
-    rows = pd.concat(frames, ignore_index=True)
-    rows = rows[rows["role"] == "pretrain"].sort_values("doc_id", kind="stable")
+    """``{"train": [...], "heldout": [...]}`` texts of the pretraining rows of ``sources`` (role=pretrain rows;
+    a task source's train and dev split, ``parquet.read_pretraining_rows``), sorted by doc_id (determinism)."""
+    rows = read_pretraining_rows(paths.data, sources)
     return {split: rows.loc[rows["split"] == split, "text"].tolist() for split in ("train", "heldout")}
 
 
@@ -64,7 +62,7 @@ def build_backend(cfg: TokenizerParams, train_texts: list[str]) -> Tokenizer:
     """
     if cfg.vocab_from == "train":
         if not train_texts:
-            raise ValueError("tokenizer: no role=pretrain rows with split=train in the pretrain sources")
+            raise ValueError("tokenizer: no train-split text in tokenizer.pretrain_sources")
         backend = train_wordpiece(train_texts, cfg)
     else:
         vocab = reference_model_dir() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file

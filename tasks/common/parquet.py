@@ -30,6 +30,25 @@ def read_source_frames(folder: Path, required: tuple[str, ...], producer: str) -
     return frames
 
 
+#: The pretraining split a task source's split lends its text to: a corpus that is only a task set can still
+#: train the vocab and the MLM on its own train text (task-adaptive pretraining, Gururangan et al. 2020), with
+#: its dev text as held-out MLM text; its test split is never read.
+TASK_TO_PRETRAIN_SPLIT = {"train": "train", "dev": "heldout"}
+
+
+def read_pretraining_rows(data: Path, sources: list[str]) -> pd.DataFrame:
+    """The clean rows of ``sources`` that are pretraining text, with ``split`` in ``train``/``heldout``, sorted
+    by ``doc_id``: every role=pretrain row, and the train/dev rows of a role=task source (``TASK_TO_PRETRAIN_SPLIT``).
+    Raises as ``read_clean_source``."""
+    frames = []
+    for source in sorted(sources):
+        rows = read_clean_source(data, source)
+        task = rows["role"] == "task"
+        rows.loc[task, "split"] = rows.loc[task, "split"].map(TASK_TO_PRETRAIN_SPLIT)
+        frames.append(rows[rows["split"].notna()])
+    return pd.concat(frames, ignore_index=True).sort_values("doc_id", kind="stable").reset_index(drop=True)
+
+
 def read_clean_source(data: Path, source: str) -> pd.DataFrame:
     """Rows of ``<data>/leakage/<source>.parquet`` with ``is_duplicate == false`` (index reset).
 

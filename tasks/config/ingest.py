@@ -54,6 +54,10 @@ class _RecordFields(StrictModel):
     label_field: str | None = None
     group_field: str | None = Field(None, description="records sharing a group never straddle splits")
     id_field: str | None = Field(None, description="the source's own unique id; None = file + line/row number")
+    text_pair_field: str | None = Field(
+        None, description="second text of a pair (pair_classification tasks): the row's text is the pair, a blank "
+        "line apart, so dedup and leakage match both texts; meta.text_pair keeps [text, text_pair]"
+    )
     missing_label: Literal["error", "drop"] = Field(
         "error", description="a record whose label is null, empty or NaN: raise naming file and line, or drop it"
     )
@@ -69,6 +73,8 @@ class _TokenFields(_RecordFields):
             raise ValueError("set exactly one of text_field and tokens_field (token data: text = words joined by a space)")
         if (self.tokens_field is None) != (self.tags_field is None):
             raise ValueError("tokens_field and tags_field go together: set both or neither")
+        if self.text_pair_field is not None and self.text_field is None:
+            raise ValueError("text_pair_field needs text_field: a pair is two texts, not words and tags")
         return self
 
 

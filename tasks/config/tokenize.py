@@ -16,7 +16,8 @@ class TokenizeParams(StrictModel):
     ``tasks`` is not written under ``tokenize:``: the root model copies the validated ``tasks`` section here.
     """
 
-    pretrain_sources: list[str] = Field(min_length=1, description="sources whose role=pretrain rows are packed")
+    pretrain_sources: list[str] = Field(min_length=1, description="sources packed into MLM blocks: role=pretrain "
+                                        "rows, or a task source's train split (train) and dev split (heldout)")
     tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section")
     max_seq_len_tokens: int = Field(ge=8, le=8192, description="pretraining block length, specials included")
     ner_max_seq_len_tokens: int = Field(

@@ -33,7 +33,7 @@ class TokenizerParams(StrictModel):
     """Params of the ``tokenizer`` stage: a WordPiece vocab trained on the pretraining train split, or loaded."""
 
     pretrain_sources: list[str] = Field(
-        min_length=1, description="data/leakage/<source>.parquet files whose role=pretrain rows train the vocab"
+        min_length=1, description="sources whose train text trains the vocab: role=pretrain rows, or a task source's train split"
     )
     unk_eval_sources: list[str] = Field(
         description="task sources whose dev split gives an [UNK] rate (only measured, never trained on)"

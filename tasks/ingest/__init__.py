@@ -130,9 +130,14 @@ def build_row(spec, doc_id: str, record: Record, counts: Counter) -> tuple[str |
     if record.text is None:
         return "missing_text", None
     text, nfc_changed, whitespace_changed = normalize_text(record.text)
+    meta = dict(record.meta)
+    if record.text_pair is not None:  # a pair's text is both texts, so dedup and leakage match the whole pair
+        second, nfc_pair, space_pair = normalize_text(record.text_pair)
+        meta["text_pair"] = [text, second]
+        text = f"{text}\n\n{second}" if text and second else ""  # a pair with an empty side is dropped as empty
+        nfc_changed, whitespace_changed = nfc_changed or nfc_pair, whitespace_changed or space_pair
     if not text:
         return "empty", None
-    meta = dict(record.meta)
     if nfc_changed:
         meta["raw_text"] = record.text  # kept only when normalization changed more than whitespace
     tokens = normalize_tokens(record.tokens, record.where)

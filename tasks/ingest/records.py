@@ -38,6 +38,7 @@ class Record:
     group: str | None = None
     tokens: list[str] | None = None
     tags: list[str] | None = None
+    text_pair: str | None = None  # the second text of a sentence pair (``text_pair_field``)
     meta: dict[str, Any] = field(default_factory=dict)
     drop: str | None = None
     detail: str | None = None

@@ -70,7 +70,8 @@ def record_from_row(spec, row: Mapping[str, Any], default_id: str, where: str) -
     """
     tokens_field = getattr(spec, "tokens_field", None)
     tags_field = getattr(spec, "tags_field", None)
-    mapped = {spec.text_field, spec.label_field, spec.group_field, spec.id_field, tokens_field, tags_field}
+    pair_field = getattr(spec, "text_pair_field", None)
+    mapped = {spec.text_field, spec.label_field, spec.group_field, spec.id_field, tokens_field, tags_field, pair_field}
     text = row.get(spec.text_field) if spec.text_field else None
     text = None if _json_type(text) == "null" else text  # a NaN text is a missing text, as null is
     if text is not None and not isinstance(text, str):
@@ -82,6 +83,9 @@ def record_from_row(spec, row: Mapping[str, Any], default_id: str, where: str) -
     if text is None and tokens is not None:
         text = " ".join(tokens)
     label, missing = _label(spec, row, where)
+    pair = row.get(pair_field) if pair_field else None
+    if pair_field and not isinstance(pair, str):
+        raise SourceError(f"{where}: text pair field {pair_field!r} is {_json_type(pair)}, expected a string")
     return Record(
         local_id=_own_id(spec, row, default_id, where),
         where=where,
@@ -90,6 +94,7 @@ def record_from_row(spec, row: Mapping[str, Any], default_id: str, where: str) -
         group=_scalar(row, spec.group_field, where),
         tokens=tokens,
         tags=tags,
+        text_pair=pair,
         meta={key: value for key, value in row.items() if key not in mapped},
         drop="missing_label" if missing else None,
         detail=missing,

@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 from datasets import Dataset
 
-from tasks.common.parquet import read_clean_source
+from tasks.common.parquet import read_pretraining_rows
 from tasks.config import Paths
 from tasks.config.split import PRETRAIN_SPLITS
 from tasks.config.tokenize import TokenizeParams
@@ -18,9 +18,9 @@ from tasks.tokenize.tables import length_stats, save_table
 
 
 def read_pretrain_rows(cfg: TokenizeParams, paths: Paths) -> pd.DataFrame:
-    """The clean role=pretrain rows of ``cfg.pretrain_sources``, sorted by ``doc_id``."""
-    rows = pd.concat([read_clean_source(paths.data, src) for src in sorted(cfg.pretrain_sources)], ignore_index=True)
-    return rows[rows["role"] == "pretrain"].sort_values("doc_id", kind="stable")
+    """The clean pretraining rows of ``cfg.pretrain_sources`` (role=pretrain rows, and the train/dev split of a
+    task source as train/heldout: ``parquet.read_pretraining_rows``), sorted by ``doc_id``."""
+    return read_pretraining_rows(paths.data, cfg.pretrain_sources)
 
 
 def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log) -> dict:
