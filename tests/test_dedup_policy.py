@@ -185,7 +185,8 @@ def test_label_conflict_keep_one_keeps_the_best_row_and_lists_every_label(tmp_pa
     assert (metrics["all"]["label_conflict_clusters"], metrics["all"]["tags_conflict_clusters"]) == (1, 0)
     assert metrics["sources"]["cls"]["labelled_docs_removed"] == 2
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert "1 cluster(s) with disagreeing labels and 0 with disagreeing tags (conflict_policy=keep_one" in warning.message
+    want = "1 cluster(s) with disagreeing labels and 0 with disagreeing tags (conflict_policy=keep_one"
+    assert want in warning.message
 
 
 def test_label_conflict_drop_all_drops_the_task_rows_and_under_cluster_the_pretraining_copy(tmp_path):

@@ -109,7 +109,7 @@ def write_cluster_report(
 
     A record lists its kept row per role (``kept``: role -> doc_id; one role under ``keep_one_per: cluster``),
     its members (kept rows first, each with its role, kind and ``exact_of``, the first row of its keep unit
-    with the same normalized text), the verified LSH merges that built it (``edges``; union-find chains them,
+    in its exact group), the verified LSH merges that built it (``edges``; union-find chains them,
     so two members can be below the threshold with each other), the exact Jaccard of every pair of members
     that are their own ``exact_of`` (``pairs``, at most ``cfg.report_max_pairs_per_cluster``; 1.0 for two
     rows of the same normalized text; further copies of one text in a keep unit are listed through
@@ -188,8 +188,9 @@ def dedup_metrics(
     docs_kept + docs_removed``. Labelled data (task rows only): ``entities_in`` / ``entities_removed`` (IOB2
     chunks of ``tags``, conlleval's count) and ``labelled_docs_removed`` (removed task rows with a label or
     tags); ``label_conflict_clusters`` / ``tags_conflict_clusters`` count the conflicting clusters in which
-    the source has a task row with a label / with tags. ``exact_protected_docs``: rows their policy kept out of exact matching (``exact: false`` or under
-    ``exact_min_words``). Each source also reports its resolved ``policy``.
+    the source has a task row with a label / with tags. ``exact_protected_docs``: rows their policy kept out
+    of exact matching (``exact: false`` or under ``exact_min_words``). Each source also reports its resolved
+    ``policy``.
     """
     cross_role = {r["cluster_id"] for r in report if len(r["roles"]) > 1}
     entities = [entity_count(t) if r == "task" else 0 for t, r in zip(corpus.tags, corpus.role)]
@@ -231,7 +232,9 @@ class _Counts:
             "exact_protected_docs": int(sum(self.protected[i] for i in rows)),
             "cross_role_docs": sum(corpus.doc_id[labels.cluster[i]] in self.cross_role for i in rows),
             "label_conflict_clusters": sum(r["label_conflict"] and _takes_part(r, sources, "label") for r in touching),
-            "tags_conflict_clusters": sum(r["tags_conflict"] and _takes_part(r, sources, "tags_digest") for r in touching),
+            "tags_conflict_clusters": sum(
+                r["tags_conflict"] and _takes_part(r, sources, "tags_digest") for r in touching
+            ),
             "entities_in": sum(self.entities[i] for i in rows),
             "entities_removed": sum(self.entities[i] for i in removed),
             "labelled_docs_removed": sum(
