@@ -98,12 +98,14 @@ def test_cat_dog_cat_at_5_grams_gives_two_clusters(tmp_path):
 
 
 def test_short_docs_do_not_collapse_into_one_empty_signature(tmp_path):
-    ids = write_source(tmp_path, "short", ["one two", "three four five", "six", "", "  \u200b "])
+    ids = write_source(tmp_path, "short", ["one two", "three four five", "six", "", "  \u200b ", "six"])
     metrics, rows, _ = run_stage(tmp_path)
-    # four distinct normalized texts; "" and a zero-width space + blanks both normalize to "".
-    assert len({cluster for cluster, _ in rows.values()}) == 4
-    assert rows[ids[4]] == (ids[3], True)
-    assert (metrics["sources"]["short"]["short_docs"], metrics["sources"]["short"]["empty_docs"]) == (5, 2)
+    # "" and a zero-width space + blanks both normalize to "": empty texts hold nothing to compare, so they
+    # stay apart; the two "six" are exact copies. 6 rows, 5 clusters.
+    assert len({cluster for cluster, _ in rows.values()}) == 5
+    assert rows[ids[3]] == (ids[3], False) and rows[ids[4]] == (ids[4], False)
+    assert rows[ids[5]] == (ids[2], True)
+    assert (metrics["sources"]["short"]["short_docs"], metrics["sources"]["short"]["empty_docs"]) == (6, 2)
 
 
 def test_texts_differing_by_a_no_break_space_are_exact_duplicates(tmp_path):
@@ -205,7 +207,8 @@ def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tm
     assert metrics["sources"]["b_pre"]["exact_duplicates"] == 1 and metrics["sources"]["a_task"]["docs_removed"] == 0
     (record,) = records
     assert record["members"][2] == {
-        "doc_id": pre_ids[1], "source": "b_pre", "role": "pretrain", "kind": "exact", "exact_of": pre_ids[0]
+        "doc_id": pre_ids[1], "source": "b_pre", "role": "pretrain", "kind": "exact", "exact_of": pre_ids[0],
+        "label": None, "tags_digest": None,
     }  # fmt: skip
     assert record["pairs"] == [[task_id, pre_ids[0], 1.0]]  # one text, but the first copy in each role
     # the same data under keep_one_per: cluster loses both pretrain copies
@@ -336,8 +339,10 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
     counts = metrics["sources"]["bbc"]
     assert counts["docs_in"] == len(digests) == 2224
     # keep_one_per: role: the pretraining copy is deduplicated within its role only, so its counts are the
-    # task's, and every cluster (2224 - 157 = 2067, each holding both copies of a text) is cross-role.
-    assert metrics["sources"]["bbc_pre"] == counts
+    # task's, and every cluster (2224 - 157 = 2067, each holding both copies of a text) is cross-role. Only
+    # task rows count as labelled data removed.
+    assert metrics["sources"]["bbc_pre"] == {**counts, "labelled_docs_removed": 0}
+    assert counts["labelled_docs_removed"] == 157 and counts["label_conflict_clusters"] == 0
     assert metrics["all"]["cross_role_clusters"] == len(records) == counts["clusters"] == 2224 - 157
     assert counts["cross_role_docs"] == 2224
     # 98 byte-identical copies plus 3 that differ only in whitespace or case (sports/182, 344, 438)

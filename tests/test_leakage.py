@@ -137,8 +137,8 @@ def test_pretraining_leaks_are_removed_and_listed_and_rates_computed(hand_case):
     assert [r["doc_id"] for r in removed] == ["in-filler", "rewrapped", "short-inside", "verbatim"]
     assert removed[0]["eval_docs"] == ["ev-par"] and removed[0]["reason"] == "leakage:pretrain"
     assert metrics["eval_sets"]["task/test"] == {
-        "docs": 1, "rate_before": 1.0, "rate_after": 0.0, "any_rate_before": 1.0, "any_rate_after": 0.0,
-        "task_train_rate_before": 0.0, "task_train_rate_after": 0.0,
+        "docs": 1, "docs_without_words": 0, "rate_before": 1.0, "rate_after": 0.0, "any_rate_before": 1.0,
+        "any_rate_after": 0.0, "task_train_rate_before": 0.0, "task_train_rate_after": 0.0,
     }
     assert metrics["sources"]["pre"] == {"docs_in": 6, "docs_out": 2, "removed": 4, "flagged": 0}
 
@@ -209,3 +209,34 @@ def test_bad_params_and_inputs_fail_clearly(tmp_path):
     bad = frame("t", "task", [("a", "test", "x")]).drop(columns=["split"])
     with pytest.raises(ValueError, match=r"t\.parquet: missing column\(s\) \['split'\]"):
         run_leakage(tmp_path, [bad])
+
+
+def test_copies_differing_only_by_format_characters_leak(tmp_path):
+    # format characters (Cf) from six blocks inside every 4th word: LRM, isolates, Arabic letter mark, BOM,
+    # Kaithi number sign, a tag character. Before every Cf was removed, each split its word in two.
+    marks = ["\u200e", "\u2066", "\u2069", "\u061c", "\ufeff", "\U000110bd", "\U000e0001"]
+    tokens = PARAGRAPH.split()
+    hidden = " ".join(w[:1] + marks[k % len(marks)] + w[1:] if k % 4 == 0 else w for k, w in enumerate(tokens))
+    assert words(hidden) == words(PARAGRAPH)
+    task = frame("task", "task", [("ev", "test", PARAGRAPH), ("tr", "train", filler(80, 1))])
+    pre = frame("pre", "pretrain", [("copy", "train", hidden), ("other", "train", filler(300, 2))])
+    metrics, out = run_leakage(tmp_path, [task, pre])
+    table = pd.read_parquet(out / "table.parquet")
+    assert methods_for(table, "copy", "ev") == {"ngram", "minhash_doc", "minhash_passage"}
+    assert set(table["score"]) == {1.0}  # every 13-gram, and identical shingle sets
+    assert metrics["eval_sets"]["task/test"]["rate_before"] == 1.0
+
+
+def test_wordless_texts_never_match_each_other(tmp_path):
+    # eval texts without words (punctuation, format characters only) against training texts without words:
+    # no n-gram, no shingle, and the whole-doc check needs a word, so nothing matches and nothing is removed
+    task = frame("task", "task", [("ev-punct", "test", "!!!"), ("ev-cf", "dev", "\u200e\u2066\u2069"),
+                                  ("ev-text", "test", SHORT), ("tr-punct", "train", "...")])  # fmt: skip
+    pre = frame("pre", "pretrain", [("pre-punct", "train", "!!!"), ("pre-empty", "train", "\ufeff"),
+                                    ("other", "train", filler(300, 2))])  # fmt: skip
+    metrics, out = run_leakage(tmp_path, [task, pre])
+    assert pd.read_parquet(out / "table.parquet").empty and (out / "removed.jsonl").read_text() == ""
+    assert metrics["eval_sets"]["task/test"] | {"docs": 2, "docs_without_words": 1} == metrics["eval_sets"]["task/test"]
+    assert metrics["eval_sets"]["task/dev"]["docs_without_words"] == 1
+    assert all(metrics["eval_sets"][s]["any_rate_before"] == 0.0 for s in ("task/dev", "task/test"))
+    assert (metrics["residual"]["contaminated_docs_before"], metrics["residual"]["rate_before"]) == (0, 0.0)

@@ -77,4 +77,6 @@ def test_candidate_pairs_equal_datasketch_lsh_queries():
 
 def test_jaccard_of_hash_sets():
     assert minhash.jaccard(np.array([1, 2, 3], np.uint64), np.array([2, 3, 4, 5], np.uint64)) == pytest.approx(2 / 5)
-    assert minhash.jaccard(np.zeros(0, np.uint64), np.zeros(0, np.uint64)) == 1.0
+    # two empty shingle sets share nothing: 0.0, so wordless texts are never near duplicates or leak matches
+    assert minhash.jaccard(np.zeros(0, np.uint64), np.zeros(0, np.uint64)) == 0.0
+    assert minhash.jaccard(np.zeros(0, np.uint64), np.array([7], np.uint64)) == 0.0

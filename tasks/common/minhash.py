@@ -182,7 +182,11 @@ def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 def jaccard(x: np.ndarray, y: np.ndarray) -> float:
-    """``|x ∩ y| / |x ∪ y|`` of two sorted unique arrays (shingle hash sets); 1.0 for two empty sets."""
+    """``|x ∩ y| / |x ∪ y|`` of two sorted unique arrays (shingle hash sets).
+
+    0.0 when both are empty: two texts without a shingle share nothing, so they are never a near duplicate or
+    a MinHash leak match (the 0/0 convention of 1.0 would match every pair of wordless texts).
+    """
     shared = len(np.intersect1d(x, y, assume_unique=True))
     union = len(x) + len(y) - shared
-    return shared / union if union else 1.0
+    return shared / union if union else 0.0

@@ -4,6 +4,11 @@ The LSH shape (bands, rows) is derived from ``threshold``, ``num_perm`` and the 
 (``tasks.common.minhash.lsh_bands_rows``, datasketch's optimiser). Every candidate is verified by exact
 Jaccard, so false positives cost only time; that is why the false-negative weight is set high in
 params.yaml (recall matters, precision is guaranteed).
+
+Per-source policies (``default_policy``, ``source_policy``), the label-conflict policy and the component-size
+warning are optional keys with defaults that reproduce the behaviour before they existed (every source:
+exact and near dedup, no length floor; ``keep_one``). How the stage applies them is
+``tasks/dedup/policy.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,26 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import StrictModel
+
+
+class DedupPolicy(StrictModel):
+    """What dedup may merge for a source's rows (``dedup.default_policy``)."""
+
+    exact: bool = Field(True, description="merge rows with the same normalized text")
+    near: bool = Field(True, description="merge rows whose shingle-set Jaccard reaches the threshold")
+    exact_min_words: int = Field(
+        0, ge=0, description="rows with fewer words (textnorm.words) are never merged as exact copies (words)"
+    )
+
+
+class SourcePolicy(StrictModel):
+    """One source's overrides (``dedup.source_policy.<source>``); an omitted key takes ``default_policy``'s."""
+
+    exact: bool | None = Field(None, description="as DedupPolicy.exact; null/omitted: the default policy's")
+    near: bool | None = Field(None, description="as DedupPolicy.near; null/omitted: the default policy's")
+    exact_min_words: int | None = Field(
+        None, ge=0, description="as DedupPolicy.exact_min_words (words); null/omitted: the default policy's"
+    )
 
 
 class DedupParams(StrictModel):
@@ -33,6 +58,23 @@ class DedupParams(StrictModel):
             "(a pretraining copy of a task document stays pretraining text; cross-role overlap is the leakage "
             "stage's job), 'cluster' keeps one row of the whole cluster"
         )
+    )
+
+    default_policy: DedupPolicy = Field(
+        default_factory=DedupPolicy, description="policy of every source not listed in source_policy"
+    )
+    source_policy: dict[str, SourcePolicy] = Field(
+        default_factory=dict, description="per ingest source name: overrides of default_policy"
+    )
+    conflict_policy: Literal["keep_one", "drop_all"] = Field(
+        "keep_one",
+        description=(
+            "a cluster whose task rows disagree on label or tags: 'keep_one' keeps its best row as any cluster, "
+            "'drop_all' drops every row of the keep unit that holds the disagreeing rows"
+        ),
+    )
+    warn_component_docs: int = Field(
+        50, ge=1, description="warn when the largest cluster (one split group) has more docs than this"
     )
 
     @field_validator("threshold")

@@ -4,8 +4,8 @@ Reads ``<data>/ingest/<source>.parquet``, writes ``<data>/dedup/<source>.parquet
 ``cluster_id`` and ``is_duplicate``) and ``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
 
 Method (text-dedup / datatrove style, with verification):
-1. Normalize (``tasks.common.textnorm``: NFKC, zero-width removal, casefold, whitespace collapsed). Rows with the same
-   normalized text are exact duplicates (md5 of the normalized text).
+1. Normalize (``tasks.common.textnorm``: Unicode format characters (Cf) removed, NFKC, casefold, whitespace
+   collapsed). Rows with the same normalized text are exact duplicates (md5 of the normalized text).
 2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997)
    from the MinHash kit the leakage audit shares (``tasks.common.minhash``: datasketch's ``affine32`` values,
    computed with numpy in worker processes). Documents with fewer than ``n`` words have no shingle: they are
@@ -16,6 +16,11 @@ Method (text-dedup / datatrove style, with verification):
    probability ~2**-64). Clusters are the connected components (union-find), so a chain A~B~C joins A and C
    even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. The remaining parts (row
    labels, output files, metrics) are ``tasks/dedup/outputs.py``.
+
+Which rows may be merged, per source, is ``tasks/dedup/policy.py`` (exact and near dedup on or off, a word
+floor for exact copies; a merge needs both rows' policies to allow its kind). What the merges cost in labelled
+data (label and tag conflicts, with ``conflict_policy`` ``keep_one`` or ``drop_all``; entities removed; the
+largest cluster) is ``tasks/dedup/conflicts.py``; conflicts and an oversized cluster are logged as warnings.
 
 Keep rule (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer), then the longest
 normalized text (characters), then the smallest ``doc_id``. ``cluster_id`` is the ``doc_id`` of the cluster's
@@ -29,9 +34,10 @@ are still marked. With ``keep_one_per: cluster`` one row survives per cluster ac
 from __future__ import annotations
 
 import hashlib
+import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,33 +50,62 @@ from tasks.common import minhash, textnorm
 from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
+from tasks.dedup import policy
+from tasks.dedup.conflicts import Conflicts, drop_conflicting, find_conflicts, largest_component
 from tasks.dedup.outputs import ROLE_RANK, dedup_metrics, label_rows, lsh_summary, write_cluster_report, write_sources
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
+OPTIONAL_COLUMNS = ("tags", "group")  # read when present: the row contract has them, older test files may not
+WARN = logging.getLogger("clozeline.dedup")  # the RunLog has info only; warnings go to Python logging
 
 
 def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     """Cluster exact and near duplicates of every ingest source; write the dedup outputs; return metrics.
 
     Raises ``FileNotFoundError`` if ``<data>/ingest`` is missing and ``ValueError`` naming the file for a
-    missing column, a null text, an unknown role or a ``doc_id`` seen twice.
+    missing column, a null text, an unknown role or a ``doc_id`` seen twice, and for a
+    ``dedup.source_policy`` entry naming no ingest source.
     """
     corpus = read_corpus(paths.stage_data("ingest"))
+    policies = policy.resolve(cfg, list(corpus.tables))
     log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources")
     docs = sign_documents(corpus.text, cfg)
+    allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
     clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
-    exact_rep = merge_exact(docs.text_hash, rank, clusters)
+    exact_rep = merge_exact(docs.text_hash, rank, clusters, allowed.exact)
     bands, rows = band_shape(cfg)
-    edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows))
-    labels = label_rows(corpus, docs, rank, clusters, cfg)
+    edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows), allowed.near)
+    labels = label_rows(corpus, docs, rank, clusters, cfg, exact_rep)
+    conflicts = find_conflicts(corpus, docs, labels)
+    drop_conflicting(corpus, labels, conflicts, cfg)
     out_dir = paths.stage_data("dedup")
     write_sources(out_dir, corpus, labels)
-    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, cfg)
-    metrics = dedup_metrics(corpus, labels, report)
+    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, conflicts, cfg)
+    metrics = dedup_metrics(corpus, labels, report, policies, allowed.exact_protected)
+    metrics["largest_component"] = largest_component(corpus, labels)
     metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
+    warn_about(report, conflicts, metrics["largest_component"], cfg)
     log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
     return metrics
+
+
+def warn_about(report: list[dict], conflicts: Conflicts, component: dict, cfg: DedupParams) -> None:
+    """Log a warning for conflicting clusters (with what ``conflict_policy`` did) and for an oversized cluster."""
+    conflicting = [r["cluster_id"] for r in report if r["label_conflict"] or r["tags_conflict"]]
+    if conflicting:
+        action = "every row of the keep unit dropped" if cfg.conflict_policy == "drop_all" else "best row kept"
+        WARN.warning(
+            f"dedup: {len(conflicts.labels)} cluster(s) with disagreeing labels and {len(conflicts.tags)} with "
+            f"disagreeing tags (conflict_policy={cfg.conflict_policy}: {action}), e.g. {conflicting[:5]}; "
+            "members' labels and tags digests are in clusters.jsonl"
+        )
+    if component["docs"] > cfg.warn_component_docs:
+        WARN.warning(
+            f"dedup: cluster {component['cluster_id']} chains {component['docs']} docs from {component['sources']} "
+            f"source(s) and {component['groups']} group(s), above dedup.warn_component_docs="
+            f"{cfg.warn_component_docs}: the split stage keeps it in one split"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- input
@@ -86,6 +121,8 @@ class Corpus:
     role: list[str]
     text: list[str]
     label: list[str | None]
+    tags: list[list[str] | None] = field(default_factory=list)  # IOB2 tags of token rows, else None
+    group: list[str | None] = field(default_factory=list)
 
 
 def read_corpus(in_dir: Path) -> Corpus:
@@ -110,6 +147,9 @@ def read_corpus(in_dir: Path) -> Corpus:
         corpus.role += columns["role"]
         corpus.text += columns["text"]
         corpus.label += columns["label"]
+        for name in OPTIONAL_COLUMNS:
+            values = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+            getattr(corpus, name).extend(values)
     return corpus
 
 
@@ -201,12 +241,14 @@ def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:
     return rank
 
 
-def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind) -> list[int]:
-    """Union rows with equal normalized text; returns each row's exact-group representative (first in rank)."""
+def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind, allowed: np.ndarray) -> list[int]:
+    """Union the ``allowed`` rows with equal normalized text; returns each row's exact-group representative
+    (the group's first row in rank; a row not allowed is its own)."""
     rep_of_hash: dict[str, int] = {}
     for i in np.argsort(rank):
-        rep_of_hash.setdefault(text_hash[i], int(i))
-    exact_rep = [rep_of_hash[h] for h in text_hash]
+        if allowed[i]:
+            rep_of_hash.setdefault(text_hash[i], int(i))
+    exact_rep = [rep_of_hash[h] if allowed[i] else i for i, h in enumerate(text_hash)]
     for i, rep in enumerate(exact_rep):
         clusters.union(i, rep)
     return exact_rep
@@ -232,20 +274,30 @@ def merge_near(
     clusters: UnionFind,
     cfg: DedupParams,
     bands_rows: tuple[int, int],
+    allowed: np.ndarray,
 ) -> tuple[list[tuple[int, int, float]], dict[str, int]]:
-    """Union exact-group representatives whose LSH candidates pass exact Jaccard >= ``cfg.threshold``.
+    """Union ``allowed`` rows, one per exact group (its first allowed row in rank), whose LSH candidates pass
+    exact Jaccard >= ``cfg.threshold``.
 
     One banding holds every source. Pairs are checked in keep order (the better row first, its candidates
-    by rank), and candidates already in one cluster are not checked again. Returns the merges
+    by rank), and candidates already in one cluster are not checked again; two rows with the same normalized
+    text (kept apart by the exact policy) are skipped (``identical_text_pairs``). Returns the merges
     ``(row, row, jaccard)`` and counts of candidate pairs checked, merged and rejected.
     """
-    signed = [i for i in np.argsort(rank).tolist() if exact_rep[i] == i and docs.n_words[i] >= cfg.shingle_size_words]
+    signed, seen = [], set()
+    for i in np.argsort(rank).tolist():
+        if allowed[i] and exact_rep[i] not in seen:
+            seen.add(exact_rep[i])
+            signed.append(i)
     keys = minhash.band_keys(docs.signature[signed], *bands_rows)
     edges: list[tuple[int, int, float]] = []
-    counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0}
+    counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0, "identical_text_pairs": 0}
     for x, y in tqdm(minhash.candidate_pairs(keys, keys), desc="dedup: lsh candidates", unit="pair"):
         i, j = signed[x], signed[y]
         if y <= x or clusters.find(i) == clusters.find(j):
+            continue
+        if docs.text_hash[i] == docs.text_hash[j]:
+            counts["identical_text_pairs"] += 1
             continue
         counts["candidate_pairs"] += 1
         similarity = minhash.jaccard(docs.shingles[i], docs.shingles[j])

@@ -16,10 +16,12 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash
 from tasks.common.unionfind import UnionFind
+from tasks.dedup.conflicts import entity_count, tags_digest
 
 if TYPE_CHECKING:
-    from tasks.config.dedup import DedupParams
+    from tasks.config.dedup import DedupParams, DedupPolicy
     from tasks.dedup import Corpus, DocSignatures
+    from tasks.dedup.conflicts import Conflicts
 
 ROLE_RANK = {"task": 0, "pretrain": 1}
 
@@ -33,30 +35,35 @@ class RowLabels:
 
     cluster: list[int]  # row index of the cluster's first row in keep order (names the cluster_id)
     kept: list[int]  # row index of the keep unit's kept row
-    kind: list[str]  # "unique" | "kept" | "exact" (same normalized text as a better row of its unit) | "near"
-    exact_of: list[int]  # first row in keep order with the same normalized text in the same keep unit
+    # "unique" | "kept" | "exact" (exact copy of a better row of its unit) | "near" | "conflict" (dropped by
+    # conflict_policy: drop_all, tasks/dedup/conflicts.py)
+    kind: list[str]
+    exact_of: list[int]  # first row in keep order of the same exact group (merged as identical) in the keep unit
     short: list[bool]  # fewer words than the shingle size: exact matching only
     empty: list[bool]  # empty normalized text (also short)
 
     @property
     def is_duplicate(self) -> list[bool]:
-        """All rows but the kept one of each keep unit."""
-        return [kind in ("exact", "near") for kind in self.kind]
+        """All rows but the kept one of each keep unit, and the rows dropped for a conflict."""
+        return [kind in ("exact", "near", "conflict") for kind in self.kind]
 
 
 def label_rows(
-    corpus: Corpus, docs: DocSignatures, rank: np.ndarray, clusters: UnionFind, cfg: DedupParams
+    corpus: Corpus, docs: DocSignatures, rank: np.ndarray, clusters: UnionFind, cfg: DedupParams, exact_rep: list[int]
 ) -> RowLabels:
-    """Resolve every row to its cluster, the kept row of its keep unit (first in ``rank``) and a duplicate kind."""
+    """Resolve every row to its cluster, the kept row of its keep unit (first in ``rank``) and a duplicate kind.
+
+    A row is an ``exact`` copy when a better row of its keep unit is in its exact group (``exact_rep``, from
+    ``merge_exact``), otherwise a ``near`` duplicate."""
     cluster = [clusters.find(i) for i in range(len(rank))]
     unit = [(root, corpus.role[i] if cfg.keep_one_per == "role" else "") for i, root in enumerate(cluster)]
     kept_of: dict[tuple[int, str], int] = {}
-    exact_of_text: dict[tuple[int, str, str], int] = {}
+    exact_of_group: dict[tuple[int, str, int], int] = {}
     for i in np.argsort(rank).tolist():
         kept_of.setdefault(unit[i], i)
-        exact_of_text.setdefault((*unit[i], docs.text_hash[i]), i)
+        exact_of_group.setdefault((*unit[i], exact_rep[i]), i)
     kept = [kept_of[u] for u in unit]
-    exact_of = [exact_of_text[(*u, h)] for u, h in zip(unit, docs.text_hash)]
+    exact_of = [exact_of_group[(*u, rep)] for u, rep in zip(unit, exact_rep)]
     size = np.bincount(cluster, minlength=len(cluster)) if cluster else np.zeros(0, np.int64)
     kind = []
     for i, root in enumerate(cluster):
@@ -95,17 +102,20 @@ def write_cluster_report(
     docs: DocSignatures,
     labels: RowLabels,
     edges: list[tuple[int, int, float]],
+    conflicts: Conflicts,
     cfg: DedupParams,
 ) -> list[dict]:
     """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records.
 
     A record lists its kept row per role (``kept``: role -> doc_id; one role under ``keep_one_per: cluster``),
     its members (kept rows first, each with its role, kind and ``exact_of``, the first row of its keep unit
-    with the same normalized text), the verified LSH merges that built it (``edges``; union-find chains them,
+    in its exact group), the verified LSH merges that built it (``edges``; union-find chains them,
     so two members can be below the threshold with each other), the exact Jaccard of every pair of members
-    that are their own ``exact_of`` (``pairs``, at most ``cfg.report_max_pairs_per_cluster``; further copies
-    of one text in a keep unit have Jaccard 1.0 and are listed through ``exact_of`` instead), its roles,
-    sources and distinct labels.
+    that are their own ``exact_of`` (``pairs``, at most ``cfg.report_max_pairs_per_cluster``; 1.0 for two
+    rows of the same normalized text; further copies of one text in a keep unit are listed through
+    ``exact_of`` instead), its roles, sources and distinct labels, each member's ``label`` and
+    ``tags_digest``, and whether its task rows disagree (``label_conflict``, ``tags_conflict``;
+    ``tasks/dedup/conflicts.py``).
     """
     members: dict[int, list[int]] = defaultdict(list)
     for i, root in enumerate(labels.cluster):
@@ -118,6 +128,7 @@ def write_cluster_report(
         rows = sorted(members[root], key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
         record = _cluster_record(root, rows, corpus, docs, labels, cfg.report_max_pairs_per_cluster)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
+        record["label_conflict"], record["tags_conflict"] = root in conflicts.labels, root in conflicts.tags
         records.append(record)
     path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records), "utf-8")
     return records
@@ -129,11 +140,11 @@ def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, An
     for x, i in enumerate(distinct):
         for j in distinct[x + 1 :]:
             if len(pairs) < max_pairs:
-                pairs.append([corpus.doc_id[i], corpus.doc_id[j], round(minhash.jaccard(docs.shingles[i], docs.shingles[j]), 6)])
+                pairs.append([corpus.doc_id[i], corpus.doc_id[j], _similarity(docs, i, j)])
     n_distinct_pairs = len(distinct) * (len(distinct) - 1) // 2
     return {
         "cluster_id": corpus.doc_id[root],
-        "kept": {corpus.role[i]: corpus.doc_id[i] for i in rows if labels.kept[i] == i},
+        "kept": {corpus.role[i]: corpus.doc_id[i] for i in rows if labels.kind[i] == "kept"},
         "size": len(rows),
         "roles": sorted({corpus.role[i] for i in rows}, key=ROLE_RANK.__getitem__),
         "sources": sorted({corpus.source[i] for i in rows}),
@@ -145,6 +156,8 @@ def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, An
                 "role": corpus.role[i],
                 "kind": labels.kind[i],
                 "exact_of": corpus.doc_id[labels.exact_of[i]],
+                "label": corpus.label[i],
+                "tags_digest": tags_digest(corpus.tags[i]),
             }
             for i in rows
         ],
@@ -153,41 +166,87 @@ def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, An
     }
 
 
+def _similarity(docs: DocSignatures, i: int, j: int) -> float:
+    """Shingle-set Jaccard of rows ``i`` and ``j``, rounded to 1e-6; 1.0 for the same normalized text (also
+    when it is too short for a shingle)."""
+    if docs.text_hash[i] == docs.text_hash[j]:
+        return 1.0
+    return round(minhash.jaccard(docs.shingles[i], docs.shingles[j]), 6)
+
+
 # ------------------------------------------------------------------------------------------------ metrics
 
 
-def dedup_metrics(corpus: Corpus, labels: RowLabels, report: list[dict]) -> dict[str, Any]:
+def dedup_metrics(
+    corpus: Corpus, labels: RowLabels, report: list[dict], policies: dict[str, DedupPolicy], protected: np.ndarray
+) -> dict[str, Any]:
     """Per-source and overall counts. ``clusters`` counts clusters of two or more rows touching the source,
     ``cross_role_docs`` the rows in a cluster that also has a row of the other role (under ``keep_one_per:
     role`` they are not duplicates: the leakage stage judges them), ``all.cross_role_clusters`` those clusters.
+
+    Removed rows: ``docs_removed = exact_duplicates + near_duplicates + conflict_dropped`` and ``docs_in =
+    docs_kept + docs_removed``. Labelled data (task rows only): ``entities_in`` / ``entities_removed`` (IOB2
+    chunks of ``tags``, conlleval's count) and ``labelled_docs_removed`` (removed task rows with a label or
+    tags); ``label_conflict_clusters`` / ``tags_conflict_clusters`` count the conflicting clusters in which
+    the source has a task row with a label / with tags. ``exact_protected_docs``: rows their policy kept out
+    of exact matching (``exact: false`` or under ``exact_min_words``). Each source also reports its resolved
+    ``policy``.
     """
     cross_role = {r["cluster_id"] for r in report if len(r["roles"]) > 1}
-    sources = {s: _source_counts(corpus, labels, report, {s}, cross_role) for s in corpus.tables}
-    overall = _source_counts(corpus, labels, report, set(corpus.tables), cross_role)
+    entities = [entity_count(t) if r == "task" else 0 for t, r in zip(corpus.tags, corpus.role)]
+    counts = _Counts(corpus, labels, report, cross_role, protected, entities)
+    sources = {s: {**counts.of({s}), "policy": policies[s].model_dump()} for s in corpus.tables}
+    overall = counts.of(set(corpus.tables))
     overall["cross_source_clusters"] = sum(len(r["sources"]) > 1 for r in report)
     overall["cross_role_clusters"] = len(cross_role)
-    overall["label_conflict_clusters"] = sum(len(r["labels"]) > 1 for r in report)
     return {"sources": sources, "all": overall}
 
 
-def _source_counts(
-    corpus: Corpus, labels: RowLabels, report: list[dict], sources: set[str], cross_role: set[str]
-) -> dict[str, Any]:
-    rows = [i for i, source in enumerate(corpus.source) if source in sources]
-    exact = sum(labels.kind[i] == "exact" for i in rows)
-    near = sum(labels.kind[i] == "near" for i in rows)
-    return {
-        "docs_in": len(rows),
-        "docs_kept": len(rows) - exact - near,
-        "docs_removed": exact + near,
-        "exact_duplicates": exact,
-        "near_duplicates": near,
-        "clusters": sum(bool(sources.intersection(r["sources"])) for r in report),
-        "fraction_removed": (exact + near) / len(rows) if rows else 0.0,
-        "short_docs": sum(labels.short[i] for i in rows),
-        "empty_docs": sum(labels.empty[i] for i in rows),
-        "cross_role_docs": sum(corpus.doc_id[labels.cluster[i]] in cross_role for i in rows),
-    }
+@dataclass(frozen=True)
+class _Counts:
+    corpus: Corpus
+    labels: RowLabels
+    report: list[dict]
+    cross_role: set[str]
+    protected: np.ndarray
+    entities: list[int]
+
+    def of(self, sources: set[str]) -> dict[str, Any]:
+        """The counts over the rows of ``sources``."""
+        corpus, labels = self.corpus, self.labels
+        rows = [i for i, source in enumerate(corpus.source) if source in sources]
+        kinds = {kind: sum(labels.kind[i] == kind for i in rows) for kind in ("exact", "near", "conflict")}
+        removed = [i for i in rows if labels.kind[i] in kinds]
+        touching = [r for r in self.report if sources.intersection(r["sources"])]
+        return {
+            "docs_in": len(rows),
+            "docs_kept": len(rows) - len(removed),
+            "docs_removed": len(removed),
+            "exact_duplicates": kinds["exact"],
+            "near_duplicates": kinds["near"],
+            "conflict_dropped": kinds["conflict"],
+            "clusters": len(touching),
+            "fraction_removed": len(removed) / len(rows) if rows else 0.0,
+            "short_docs": sum(labels.short[i] for i in rows),
+            "empty_docs": sum(labels.empty[i] for i in rows),
+            "exact_protected_docs": int(sum(self.protected[i] for i in rows)),
+            "cross_role_docs": sum(corpus.doc_id[labels.cluster[i]] in self.cross_role for i in rows),
+            "label_conflict_clusters": sum(r["label_conflict"] and _takes_part(r, sources, "label") for r in touching),
+            "tags_conflict_clusters": sum(
+                r["tags_conflict"] and _takes_part(r, sources, "tags_digest") for r in touching
+            ),
+            "entities_in": sum(self.entities[i] for i in rows),
+            "entities_removed": sum(self.entities[i] for i in removed),
+            "labelled_docs_removed": sum(
+                corpus.role[i] == "task" and (corpus.label[i] is not None or corpus.tags[i] is not None)
+                for i in removed
+            ),
+        }
+
+
+def _takes_part(record: dict, sources: set[str], field: str) -> bool:
+    """Whether a task row of ``sources`` with a ``field`` (label or tags) is a member of the cluster."""
+    return any(m["source"] in sources and m["role"] == "task" and m[field] is not None for m in record["members"])
 
 
 def lsh_summary(threshold: float, bands: int, rows: int) -> dict[str, float]:

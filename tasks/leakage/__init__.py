@@ -72,7 +72,7 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     out_dir = paths.stage_data("leakage")
     write_outputs(frames, table, removed, out_dir)
     log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
-    metrics = leakage_metrics(rows, eval_frame, table, removed)
+    metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens])
     metrics["planted"], metrics["residual"] = measure_audit(eval_frame, evals, train_frame, trains, table, removed, cfg)
     log.info(f"leakage: planted recall {metrics['planted']['recall']}, residual rate {metrics['residual']['rate']}")
     return metrics
@@ -152,8 +152,12 @@ def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed:
     table.to_parquet(out_dir / "table.parquet", index=False)
 
 
-def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict) -> dict:
+def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict,
+                    wordless: list[bool]) -> dict:
     """Contamination rates per eval set before/after the action, and row accounting per source.
+
+    ``docs_without_words`` counts the eval docs of a set that ``wordless`` marks (no words after normalization:
+    no detector can check them, so they never count as contaminated; see ``tasks.leakage.detectors``).
 
     ``rate_before``/``rate_after`` are check (a), pretraining contamination (what the claim table reads as a
     confounder of pretraining gains); ``task_train_rate_*`` are check (b) and ``any_rate_*`` either check.
@@ -163,7 +167,7 @@ def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame
     eval_sets = {}
     for (source, split), part in evals.groupby(["source", "split"], sort=True):
         ids = set(part["doc_id"])
-        entry = {"docs": len(ids)}
+        entry = {"docs": len(ids), "docs_without_words": int(np.asarray(wordless, dtype=bool)[part.index].sum())}
         for prefix, check in (("", "pretrain"), ("task_train_", "task_train"), ("any_", None)):
             before = table if check is None else table[table["check"] == check]
             after = live if check is None else live[live["check"] == check]

@@ -1,8 +1,10 @@
 """The audit's detectors, shared by the real audit and the planted-recall pass (``tasks.leakage.planted``).
 
-All work on ``tasks.common.textnorm.words`` (the dedup normalization: NFKC, zero-width characters dropped,
-casefold, whitespace and line breaks collapsed, punctuation dropped), so re-wrapping or case changes hide
-nothing:
+All work on ``tasks.common.textnorm.words`` (the dedup normalization: Unicode format characters (Cf) dropped,
+NFKC, casefold, whitespace and line breaks collapsed, punctuation dropped), so re-wrapping, case changes or
+invisible characters hide nothing. An eval text without words (only punctuation, symbols or format
+characters) is checked by no detector: it has no n-gram and no shingle, and the whole-doc check needs at
+least one word, since two wordless texts share nothing (``docs_without_words`` in the metrics):
 
 - ``ngram``: word n-gram overlap as in GPT-3 (Brown et al. 2020, appendix C) and lm-eval-harness
   decontamination: any shared ``ngram_words``-gram is a hit; an eval text shorter than n uses its whole
@@ -10,8 +12,8 @@ nothing:
   every n-gram hit is confirmed word by word on those word hashes, so an n-gram hash collision cannot create
   a match (only two distinct words with equal blake2b hashes could, probability ~2**-64). Score = share of
   the eval doc's n-grams found.
-- ``exact``: eval texts under ``min_match_words`` words (2-word tweets would occur inside almost any text)
-  match only a training doc whose whole normalized text is the same.
+- ``exact``: eval texts of 1 to ``min_match_words - 1`` words (2-word tweets would occur inside almost any
+  text) match only a training doc with the same words.
 - ``minhash_doc`` / ``minhash_passage``: MinHash (Broder 1997) LSH over word ``shingle_words``-gram
   shingles, candidates confirmed by exact Jaccard (as in text-dedup), with the kit dedup uses
   (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so with equal seed,
@@ -140,10 +142,11 @@ def _longest_span(tokens: list[str], positions: list[int], length: int, max_word
 
 
 def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:
-    """Eval texts under ``min_words`` words that equal a whole training doc (after normalization)."""
+    """Eval texts of 1 to ``min_words - 1`` words whose words equal a whole training doc's (after normalization);
+    a wordless eval text matches nothing."""
     short: dict[tuple[str, ...], list[int]] = defaultdict(list)
     for j, tokens in enumerate(evals.tokens):
-        if len(tokens) < min_words:
+        if 0 < len(tokens) < min_words:
             short[tuple(tokens)].append(j)
     out = []
     for i, tokens in enumerate(trains.tokens):

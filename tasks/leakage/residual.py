@@ -9,7 +9,8 @@ pooled over the whole corpus, so an eval doc cut into pieces spread over several
 Definition, after PaLM (Chowdhery et al. 2022, dataset contamination; 8-grams at 70%, as Llama 2's appendix A.6
 describes it): an eval doc is contaminated when at least ``min_coverage`` of its distinct word
 ``ngram_words``-grams occur anywhere in the pretraining corpus. An eval doc shorter than ``ngram_words`` words
-has no n-gram; it counts as contaminated when a pretraining doc has exactly its words. ``rate`` is measured on
+has no n-gram; it counts as contaminated when a pretraining doc has exactly its words (an eval doc without
+words is never contaminated: it shares nothing with anything). ``rate`` is measured on
 the pretraining rows kept after the audit's action; ``rate_before`` on all of them (same detector, a sanity
 check that it sees the contamination the audit removed).
 """
@@ -88,8 +89,9 @@ def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], pretrain_i
 
 def coverage(eval_grams: list[set], eval_tokens: list[list[str]], grams: set, whole_docs: set) -> list[float]:
     """Per eval doc, the share of its distinct n-grams in ``grams``; for an eval doc without n-grams, 1.0 when
-    it is one of ``whole_docs`` (word tuples), else 0.0."""
-    return [len(g & grams) / len(g) if g else float(tuple(t) in whole_docs) for g, t in zip(eval_grams, eval_tokens)]
+    it has words and is one of ``whole_docs`` (word tuples), else 0.0."""
+    return [len(g & grams) / len(g) if g else float(bool(t) and tuple(t) in whole_docs)
+            for g, t in zip(eval_grams, eval_tokens)]
 
 
 def example(corpus: Scan, kept: list[int], found: set, tokens: list[str], n: int) -> dict:

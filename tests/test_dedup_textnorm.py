@@ -1,0 +1,64 @@
+"""The shared normalization removes every Unicode format character (Cf), so copies that differ only by them
+are exact duplicates in dedup; wordless texts are never near duplicates."""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+
+from test_dedup_policy import make_cfg, run_stage, text, write_rows
+
+from tasks.common import textnorm
+
+# from different blocks: Latin-1 (soft hyphen), Arabic (letter mark), Mongolian (vowel separator), General
+# Punctuation (LRM, RLM, isolates LRI/RLI/PDI, word joiner), Arabic Presentation Forms-B (BOM), Kaithi
+# (number sign), Musical Symbols (begin beam), Tags (language tag, tag letter a)
+FORMAT = ["\u00ad", "\u061c", "\u180e", "\u200e", "\u200f", "\u2066", "\u2067", "\u2069", "\u2060", "\ufeff",
+          "\U000110bd", "\U0001d173", "\U000e0001", "\U000e0061"]  # fmt: skip
+
+
+def sprinkle(plain: str) -> str:
+    """``plain`` with one format character inside every word, in turn."""
+    return " ".join(w[:2] + FORMAT[k % len(FORMAT)] + w[2:] for k, w in enumerate(plain.split()))
+
+
+def test_every_cf_code_point_and_no_other_is_removed():
+    every = [chr(c) for c in range(sys.maxunicode + 1)]
+    cf = "".join(c for c in every if unicodedata.category(c) == "Cf")
+    other = "".join(c for c in every if unicodedata.category(c) != "Cf")
+    assert len(cf) > 150 and all(unicodedata.category(c) == "Cf" for c in FORMAT)
+    assert textnorm.remove_format_characters(cf) == ""
+    assert textnorm.remove_format_characters(other) == other
+    # NFKC and casefold never produce a Cf character, so removing them first is enough
+    cf_set = set(cf)
+    assert not [c for c in other if not cf_set.isdisjoint(unicodedata.normalize("NFKC", c).casefold())]
+
+
+def test_texts_differing_only_by_format_characters_normalize_alike():
+    plain = "Soft-hyphenated Wörter and bidirectional isolates hide nothing"
+    assert textnorm.normalize(sprinkle(plain)) == textnorm.normalize(plain) == plain.casefold()
+    assert textnorm.words(sprinkle(plain)) == textnorm.words(plain)
+    assert textnorm.normalize("\u200e\u2066\ufeff") == "" and textnorm.words("\u00ad\U000e0001") == []
+
+
+def test_copies_differing_only_by_format_characters_are_exact_duplicates(tmp_path):
+    plain = text("w", 30)
+    ids = write_rows(tmp_path, "src", [{"text": plain}, {"text": sprinkle(plain)}])
+    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    assert [duplicate[d] for d in ids] == [False, True]
+    counts = metrics["sources"]["src"]
+    assert (counts["exact_duplicates"], counts["near_duplicates"]) == (1, 0)
+    assert [m["kind"] for m in records[ids[0]]["members"]] == ["kept", "exact"]
+
+
+def test_wordless_texts_are_not_near_duplicates_and_empty_ones_never_merge(tmp_path):
+    # "!!!" twice: the same characters, an exact copy; "???" has no words either but other characters;
+    # two texts of format characters only normalize to "" and stay apart (empty_docs)
+    ids = write_rows(tmp_path, "src", [{"text": "!!!"}, {"text": "!!!"}, {"text": "???"},
+                                       {"text": "\u200e\u2066"}, {"text": "\ufeff"}])  # fmt: skip
+    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    assert [duplicate[d] for d in ids] == [False, True, False, False, False]
+    counts = metrics["sources"]["src"]
+    assert (counts["exact_duplicates"], counts["near_duplicates"], counts["empty_docs"]) == (1, 0, 2)
+    assert list(records) == [ids[0]] and records[ids[0]]["pairs"] == []
+    assert metrics["lsh"]["candidate_pairs"] == 0
