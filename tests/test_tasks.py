@@ -74,7 +74,7 @@ def write_corpora(raw: Path) -> None:
     lines = []
     for i in range(60):
         words = [f"w{rng.randrange(10**6)}" for _ in range(6)]
-        lines += [f"{w}\tO" for w in words[:2]] + [f"Paris\tB-LOC", f"Hotel{i}\tI-LOC"] + [f"{w}\tO" for w in words[2:]]
+        lines += [f"{w}\tO" for w in words[:2]] + ["Paris\tB-LOC", f"Hotel{i}\tI-LOC"] + [f"{w}\tO" for w in words[2:]]
         lines.append("")
     (raw / "tags.conll").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
