@@ -16,7 +16,7 @@ from pydantic import ValidationError, model_validator
 
 from tasks.config.base import StrictModel
 from tasks.config.dedup import DedupParams
-from tasks.config.finetune import FinetuneParams, check_recipe
+from tasks.config.finetune import FinetuneParams
 from tasks.config.ingest import IngestParams
 from tasks.config.leakage import LeakageParams
 from tasks.config.paths import Paths
@@ -63,12 +63,9 @@ class Params(StrictModel):
             if spec.source not in task_sources:
                 raise ValueError(f"tasks.{name}.source: {spec.source!r} is not an ingest source with role: task "
                                  f"({sorted(task_sources)})")
-            if spec.recipe not in self.finetune.recipes:
-                raise ValueError(f"tasks.{name}.recipe: {spec.recipe!r} is not in finetune.recipes "
-                                 f"({sorted(self.finetune.recipes)})")
-            recipe = self.finetune.recipes[spec.recipe]
-            check_recipe(name, spec, recipe)
-            if recipe.dose_response and not self.pretrain.dose_snapshot_fractions:
+        self.finetune.check_tasks(self.tasks)
+        for spec in self.tasks.values():
+            if self.finetune.recipes[spec.recipe].dose_response and not self.pretrain.dose_snapshot_fractions:
                 raise ValueError(f"finetune.recipes.{spec.recipe}.dose_response needs pretrain.dose_snapshot_fractions")
         return self
 

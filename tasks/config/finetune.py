@@ -11,15 +11,11 @@ from tasks.config.tasks import Tasks, TaskSpec
 
 Mode = Literal["full", "frozen"]
 
-#: Heads allowed per task kind: the pooling of a classifier, the label scheme of a tagger.
-HEADS: dict[str, tuple[str, ...]] = {"classification": ("cls-pool", "mean-pool"),
-                                     "pair_classification": ("cls-pool", "mean-pool"),
-                                     "token_classification": ("first", "all")}  # fmt: skip
-#: Baselines per task kind (``tasks/finetune/baselines.py``): no encoder, fitted on the whole train split. A
+#: Heads allowed per task module (``TaskSpec.module``): the pooling of a classifier, the label scheme of a tagger.
+HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
+#: Baselines per task module (``tasks/finetune/baselines.py``): no encoder, fitted on the whole train split. A
 #: pair's bag of words is that of both texts.
-BASELINES: dict[str, tuple[str, ...]] = {"classification": ("majority", "tfidf-lr"),
-                                         "pair_classification": ("majority", "tfidf-lr"),
-                                         "token_classification": ("memorise",)}  # fmt: skip
+BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
 #: How each kind may cut a sequence longer than ``max_seq_len_tokens``.
 TRUNCATIONS: dict[str, tuple[str, ...]] = {"classification": ("head", "head_tail"),
                                            "pair_classification": ("longest_first",),
@@ -166,11 +162,16 @@ class FinetuneParams(StrictModel):
 
     @model_validator(mode="after")
     def _recipes_fit_tasks(self) -> FinetuneParams:
-        for name, spec in self.tasks.items():  # empty when read from params.yaml: the root model checks there
-            if spec.recipe not in self.recipes:
-                raise ValueError(f"tasks.{name}.recipe: {spec.recipe!r} is not in recipes ({sorted(self.recipes)})")
-            check_recipe(name, spec, self.recipes[spec.recipe])
+        self.check_tasks(self.tasks)  # empty when read from params.yaml: the root model checks there
         return self
+
+    def check_tasks(self, tasks: Tasks) -> None:
+        """Raise ``ValueError`` naming the task whose recipe is missing or does not fit its kind (``check_recipe``)."""
+        for name, spec in tasks.items():
+            if spec.recipe not in self.recipes:
+                raise ValueError(f"tasks.{name}.recipe: {spec.recipe!r} is not in finetune.recipes "
+                                 f"({sorted(self.recipes)})")
+            check_recipe(name, spec, self.recipes[spec.recipe])
 
     def spec(self, task: str) -> TaskSpec:
         """The ``tasks`` entry ``task``; raises ``ValueError`` naming the known tasks for another name."""
@@ -187,11 +188,11 @@ def check_recipe(task: str, spec: TaskSpec, recipe: TaskParams) -> None:
     """Raise ``ValueError`` when ``recipe`` does not fit the kind of task ``task`` (heads, baselines, lengths)."""
     where = f"tasks.{task} (kind {spec.kind}, recipe {spec.recipe})"
     for run in recipe.configs:
-        if run.head not in HEADS[spec.kind]:
-            raise ValueError(f"{where}: head {run.head!r} in {run.key!r} is not one of {HEADS[spec.kind]}")
+        if run.head not in HEADS[spec.module]:
+            raise ValueError(f"{where}: head {run.head!r} in {run.key!r} is not one of {HEADS[spec.module]}")
     for name in recipe.baselines:
-        if name not in BASELINES[spec.kind]:
-            raise ValueError(f"{where}: baseline {name!r} is not one of {BASELINES[spec.kind]}")
+        if name not in BASELINES[spec.module]:
+            raise ValueError(f"{where}: baseline {name!r} is not one of {BASELINES[spec.module]}")
     if recipe.truncation not in TRUNCATIONS[spec.kind]:
         raise ValueError(f"{where}: truncation {recipe.truncation!r} is not one of {TRUNCATIONS[spec.kind]}")
     token = spec.kind == "token_classification"
