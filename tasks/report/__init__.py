@@ -140,9 +140,12 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
                                                          out / "pretrain_loss.png", dpi),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
     }
-    for task in finetune_tasks(metrics):
-        jobs |= task_figures(cfg, metrics, task, out)
     drawn: dict[str, Path | str] = {}
+    for task in finetune_tasks(metrics):
+        try:
+            jobs |= task_figures(cfg, metrics, task, out)
+        except NotRun as why:  # no kind recorded: which figures apply is unknown
+            drawn[f"{task}: figures"] = f"not drawn: {why}"
     for title, draw in tqdm(jobs.items(), desc="figures", unit="fig"):
         try:
             drawn[title] = draw()
@@ -156,13 +159,10 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
 def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> dict:
     """``{title: draw}`` of one task's figures: per-seed scores, the confusion matrix (classification) or span
     errors (token classification) of ``report.figure_runs[task]`` (default: the best arm on dev), reliability
-    diagram, and the score against pretraining steps (with ``dose_response``)."""
+    diagram, and the score against pretraining steps (with ``dose_response``). Raises ``NotRun`` when the
+    task's metrics record no kind."""
     dpi, level = cfg.figure_dpi, cfg.confidence_level
-    try:
-        cls = task_module(metrics, task) == "cls"
-    except NotRun as err:
-        why = err  # the except name is unbound after the block; the lambda needs it later
-        return {f"{task}: figures": lambda: _raise(why)}
+    cls = task_module(metrics, task) == "cls"
 
     def figure_run() -> str:
         return cfg.figure_runs.get(task) or selected_run(task, "best-arm", metrics)
@@ -178,10 +178,6 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
         f"{task}: score against pretraining steps": lambda: fig.dose_response(
             metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png", dpi),
     }
-
-
-def _raise(why: Exception):
-    raise why
 
 
 def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],
