@@ -15,13 +15,13 @@ from functools import lru_cache
 import pytest
 from layout import ROOT, closure, keys_read
 
-from tasks.common.provenance import declared_deps, declared_params, foreach_items, read_dvc_yaml
+from tasks.common.provenance import declared_deps, declared_params, foreach_items, read_dvc_yaml, read_params
 
 DVC = read_dvc_yaml(ROOT)
 STAGES = [
     (f"{name}@{item}" if item else name, re.search(r"-m tasks (\w+)", body.get("do", body)["cmd"]).group(1), item)
     for name, body in DVC.items()
-    for item in (foreach_items(ROOT, body) if "foreach" in body else [None])
+    for item in (foreach_items(body, read_params(ROOT)) if "foreach" in body else [None])
 ]
 CODE = ("tasks/", "flows/")
 

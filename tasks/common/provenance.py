@@ -51,8 +51,9 @@ def stage_names(root: Path) -> list[str]:
     """Stage names in ``dvc.yaml`` order; a ``foreach`` stage expands to ``<stage>@<item>`` per item (per key
     of a mapping, such as ``foreach: ${tasks}``, which DVC reads from ``params.yaml``)."""
     names: list[str] = []
+    params = read_params(root)
     for name, body in read_dvc_yaml(root).items():
-        items = foreach_items(root, body) if isinstance(body, dict) and "foreach" in body else None
+        items = foreach_items(body, params) if isinstance(body, dict) and "foreach" in body else None
         if items is None:
             names.append(name)
         else:
@@ -60,22 +61,28 @@ def stage_names(root: Path) -> list[str]:
     return names
 
 
-def foreach_items(root: Path, body: dict[str, Any]) -> dict[str, Any]:
+def read_params(root: Path) -> dict[str, Any]:
+    """The parsed ``<root>/params.yaml`` (``{}`` when absent): the values ``${...}`` in dvc.yaml take."""
+    params_file = Path(root) / PARAMS_YAML
+    return (read_yaml(params_file) or {}) if params_file.is_file() else {}
+
+
+def foreach_items(body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """``{item name: item value}`` of a ``foreach`` stage body: a list's items name themselves, a mapping's keys
-    name its items, and ``${key}`` reads that value from ``params.yaml`` (a missing key gives no items)."""
+    name its items, and ``${key}`` reads that value from ``params`` (``read_params``; a missing key gives no
+    items)."""
     items = body["foreach"]
     if isinstance(items, str):
         match = _VARIABLE.fullmatch(items.strip())
-        items = _params_value(root, match.group(1)) if match else None
+        items = _dotted(params, match.group(1)) if match else None
     if isinstance(items, dict):
         return {str(key): value for key, value in items.items()}
     return {str(item): item for item in items or []}
 
 
-def _params_value(root: Path, dotted: str) -> Any:
-    params_file = Path(root) / PARAMS_YAML
-    node: Any = read_yaml(params_file) if params_file.is_file() else {}
-    for part in dotted.split("."):
+def _dotted(tree: dict[str, Any], key: str) -> Any:
+    node: Any = tree
+    for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node
 
@@ -121,10 +128,10 @@ def _stage_body(root: Path, dvc_stage: str) -> tuple[dict[str, Any], dict[str, A
         body = read_dvc_yaml(root).get(name, {})
     except FileNotFoundError:
         return {}, {}
-    params_file = Path(root) / PARAMS_YAML
-    values = flatten(read_yaml(params_file) or {}) if params_file.is_file() else {}
+    params = read_params(root)
+    values = flatten(params)
     if item and "foreach" in body:
-        value = foreach_items(root, body).get(item)
+        value = foreach_items(body, params).get(item)
         values.update({"key": item, "item": item} | (flatten(value, "item") if isinstance(value, dict) else {}))
     return body.get("do", body), values
 
