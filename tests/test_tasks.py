@@ -105,10 +105,11 @@ def params(root: Path, tasks: dict):
     })
 
 
-def run_tasks(root: Path, tasks: dict, claims: list[dict]) -> dict:
-    """tokenize, finetune@<task> for each task, report (with ``claims``); returns the report's metrics."""
+def run_tasks(root: Path, tasks: dict, claims: list[dict]) -> tuple[dict, dict]:
+    """tokenize, finetune@<task> for each task, report (with ``claims``); returns the metrics of tokenize and of
+    the report."""
     cfg = params(root, tasks)
-    run_stage("tokenize", cfg, NullLog())
+    tokenize = run_stage("tokenize", cfg, NullLog())
     for task in tasks:
         metrics = run_stage("finetune", cfg, NullLog(), task)
         (root / "metrics" / "finetune").mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def run_tasks(root: Path, tasks: dict, claims: list[dict]) -> dict:
     (root / "reports").mkdir(exist_ok=True)
     claims_file = {"question": "made data", "claims": claims}
     (root / "reports" / "claims.yaml").write_text(json.dumps(claims_file), encoding="utf-8")
-    return run_stage("report", cfg, NullLog())
+    return tokenize, run_stage("report", cfg, NullLog())
 
 
 def claim(task: str, arm: str) -> dict:
@@ -154,8 +155,8 @@ def majority_test_accuracy(root: Path, source: str) -> float:
 def test_two_classification_tasks_and_a_pair_task_run_with_claims_by_name(corpus, tmp_path):
     root = copy_of(corpus, tmp_path)
     chosen = {name: TASKS[name] for name in ("news", "reviews", "nli")}
-    report = run_tasks(root, chosen, [claim("news", "reference/full/mean-pool"),
-                                      claim("nli", "reference/full/mean-pool")])
+    _, report = run_tasks(root, chosen, [claim("news", "reference/full/mean-pool"),
+                                         claim("nli", "reference/full/mean-pool")])
     for task in chosen:
         metrics = json.loads((root / "metrics" / "finetune" / f"{task}.json").read_text())
         assert metrics["kind"] == TASKS[task]["kind"] and metrics["metric"] == f"test_{TASKS[task]['metric']}"
@@ -191,9 +192,8 @@ def test_pair_rows_are_the_tokenizers_own_pair_encoding(corpus, tmp_path):
 
 def test_ner_only_run_needs_no_classification_task(corpus, tmp_path):
     root = copy_of(corpus, tmp_path)
-    report = run_tasks(root, {"tags": TASKS["tags"]}, [claim("tags", "reference/full/first"),
-                                                        claim("news", "reference/full/mean-pool")])
-    tokenize = json.loads(json.dumps(run_stage("tokenize", params(root, {"tags": TASKS["tags"]}), NullLog())))
+    tokenize, report = run_tasks(root, {"tags": TASKS["tags"]}, [claim("tags", "reference/full/first"),
+                                                                  claim("news", "reference/full/mean-pool")])
     assert {k for k in tokenize if k not in ("pretrain", "max_seq_len_tokens")} == {"tags", "tags_input"}
     assert sorted(p.name for p in (root / "metrics" / "finetune").iterdir()) == ["tags.json"]
     assert not report["claims"]["tags-beats-baseline"]["verdict"].startswith("not run")
@@ -202,6 +202,6 @@ def test_ner_only_run_needs_no_classification_task(corpus, tmp_path):
 
 def test_classification_only_run_needs_no_ner_task(corpus, tmp_path):
     root = copy_of(corpus, tmp_path)
-    report = run_tasks(root, {"news": TASKS["news"]}, [claim("news", "reference/full/mean-pool")])
+    _, report = run_tasks(root, {"news": TASKS["news"]}, [claim("news", "reference/full/mean-pool")])
     assert sorted(p.name for p in (root / "data" / "tokenize").iterdir()) == ["news", "pretrain"]
     assert not report["claims"]["news-beats-baseline"]["verdict"].startswith("not run")
