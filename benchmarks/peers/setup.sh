@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the peer tools' own virtual environments under benchmarks/.peers/ (never the pipeline's .venv).
+#   datatrove  datatrove 0.10.1 + what its MinHash and decont paths import (spacy, tokenizers, xxhash<4)
+#   textdedup  text-dedup 0.4.1, which requires Python >= 3.12 (skipped with a message when none is found)
+# Idempotent: a finished environment has a .installed stamp and is left alone. Never fatal: a benchmark
+# reports a peer whose environment is missing as skipped, with the reason.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PEERS=.peers
+mkdir -p "$PEERS"
+
+build() {  # build NAME PYTHON PIP-ARGS...
+  local name=$1 python=$2; shift 2
+  local env="$PEERS/$name"
+  [ -f "$env/.installed" ] && return 0
+  echo "bench: building the $name peer environment ($python)"
+  rm -rf "$env"
+  if "$python" -m venv "$env" && "$env/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 \
+      | { grep -v "is ignored: it is neither" || true; }; then
+    "$env/bin/python" -c "import sys; print(sys.version)" >/dev/null && touch "$env/.installed"
+  fi
+  [ -f "$env/.installed" ] || echo "bench: the $name peer environment failed to build; its rows are skipped" >&2
+}
+
+find_python312() {
+  for candidate in python3.12 python3.13 /root/.pyenv/versions/3.12*/bin/python3.12; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  return 1
+}
+
+build datatrove "${PYTHON:-python3.11}" "datatrove==0.10.1" "spacy>=3.8,<4" "tokenizers" "xxhash<4" "psutil"
+if PY312=$(find_python312); then
+  build textdedup "$PY312" "text-dedup==0.4.1" "psutil"
+else
+  echo "bench: no Python >= 3.12 found; text-dedup 0.4.1 needs one, so its rows are skipped" >&2
+fi
+exit 0
