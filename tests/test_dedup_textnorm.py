@@ -23,15 +23,27 @@ def sprinkle(plain: str) -> str:
 
 
 def test_every_cf_code_point_and_no_other_is_removed():
-    every = [chr(c) for c in range(sys.maxunicode + 1)]
+    every = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]  # no surrogate in UTF-8
     cf = "".join(c for c in every if unicodedata.category(c) == "Cf")
     other = "".join(c for c in every if unicodedata.category(c) != "Cf")
     assert len(cf) > 150 and all(unicodedata.category(c) == "Cf" for c in FORMAT)
     assert textnorm.remove_format_characters(cf) == ""
     assert textnorm.remove_format_characters(other) == other
+    # the Arrow (RE2) class of normalize_many removes the same code points
+    assert textnorm.normalize_many([cf, other]) == ["", textnorm.normalize(other)]
     # NFKC and casefold never produce a Cf character, so removing them first is enough
     cf_set = set(cf)
     assert not [c for c in other if not cf_set.isdisjoint(unicodedata.normalize("NFKC", c).casefold())]
+
+
+def test_many_texts_normalize_as_one_at_a_time():
+    # ASCII and not; Cf inside words; NBSP, ligature, U+2000 and U+2028 (NFKC or str.split spaces), the file
+    # separator U+001C (a str.split space that NFKC keeps), ß and dotted I (casefold), a non-BMP letter, a
+    # combining mark, empty and all-space texts
+    texts = ["", "   ", "\t\nA  B\r\n", "\u00a0x\u00a0y", "\ufb01ne \u2000 a\u2028b\x1cc", "Stra\u00dfe \u0130stanbul",
+             "\U0001d400 \u0301a", "\u3000x\u3000", sprinkle("Soft-hyphenated Wörter and isolates")]  # fmt: skip
+    assert textnorm.normalize_many(texts) == [textnorm.normalize(t) for t in texts]
+    assert textnorm.normalize_many(texts)[4] == "fine a b c" and textnorm.normalize_many(texts)[5] == "strasse i̇stanbul"
 
 
 def test_texts_differing_only_by_format_characters_normalize_alike():

@@ -1,10 +1,13 @@
 """The shared MinHash kit (tasks/common/minhash.py) against datasketch and against hand-computed values."""
 
+import re
+import sys
+
 import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from tasks.common import minhash
+from tasks.common import minhash, textnorm
 
 
 def test_rolling_hash_is_the_polynomial_mod_2_64():
@@ -33,6 +36,33 @@ def test_signatures_equal_datasketch_update_batch():
     assert (ours[-1] == 2**32 - 1).all()
 
 
+@pytest.mark.parametrize(("num_perm", "seed"), [(2, 0), (128, 1), (256, 20240611)])
+def test_permutations_are_datasketchs(num_perm, seed):
+    a, b = minhash.permutations(num_perm, seed)
+    want_a, want_b = MinHash(num_perm=num_perm, seed=seed).permutations
+    assert a.dtype == want_a.dtype == np.uint32 and (a == want_a).all() and (b == want_b).all()
+
+
+def test_word_hash_stream_and_windows_equal_one_document_at_a_time():
+    # pieces holding 0, 1 and 2 words ("--", "it's"), a word with "_", digits, non-ASCII, empty documents
+    texts = ["the cat sat on the mat , it's here -- 42 times", "", "x", "snake_case déjà vu a-b-c", "", "the cat sat on"]
+    cache = minhash.WordHashes()
+    values, doc = minhash.word_hash_stream(texts, cache)
+    words = [textnorm.words_of_normalized(t) for t in texts]
+    assert doc.tolist() == [i for i, w in enumerate(words) for _ in w]
+    assert values.tolist() == [cache[x] for w in words for x in w]
+    windows = minhash.shingle_windows(values, doc, len(texts), 3)
+    assert [w.tolist() for w in windows] == [minhash.shingle_hashes(w, 3, cache).tolist() for w in words]
+
+
+def test_alphanumeric_strings_are_one_regex_word():
+    # word_hash_stream skips the regex for str.isalnum() pieces: every such character must be a \w character
+    every = np.arange(0, sys.maxunicode + 1, dtype="<u4")
+    every = every[(every < 0xD800) | (every > 0xDFFF)].tobytes().decode("utf-32-le")
+    alphanumeric = "".join(c for c in every if c.isalnum())
+    assert textnorm.words_of_normalized(alphanumeric) == [alphanumeric]
+
+
 def test_window_signatures_equal_signatures_of_the_cut_windows():
     words = np.random.default_rng(1).integers(0, 2**63, size=200, dtype=np.uint64)
     a, b = minhash.permutations(32, 0)
@@ -51,11 +81,24 @@ def test_signature_agreement_estimates_jaccard():
     assert float(np.mean(sig[0] == sig[1])) == pytest.approx(226 / 366, abs=0.12)
 
 
-@pytest.mark.parametrize(("threshold", "weights"), [(0.3, (0.5, 0.5)), (0.5, (0.5, 0.5)), (0.8, (0.05, 0.95))])
-def test_bands_and_rows_are_datasketchs(threshold, weights):
-    lsh = MinHashLSH(threshold=threshold, num_perm=64, weights=weights)
-    assert minhash.lsh_bands_rows(threshold, 64, weights) == (lsh.b, lsh.r)
+@pytest.mark.parametrize(
+    ("threshold", "num_perm", "weights"),
+    [(0.3, 64, (0.5, 0.5)), (0.5, 64, (0.5, 0.5)), (0.8, 64, (0.05, 0.95)), (0.8, 128, (0.05, 0.95)),
+     (0.9, 256, (0.5, 0.5)), (0.15, 32, (0.9, 0.1)), (0.0, 16, (0.5, 0.5)), (0.95, 256, (0.3, 0.7))],
+)  # fmt: skip
+def test_bands_and_rows_are_datasketchs(threshold, num_perm, weights):
+    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
+    assert minhash.lsh_bands_rows(threshold, num_perm, weights) == (lsh.b, lsh.r)
     assert minhash.p_candidate(threshold, lsh.b, lsh.r) == pytest.approx(1 - (1 - threshold**lsh.r) ** lsh.b)
+
+
+@pytest.mark.parametrize(("threshold", "num_perm", "weights"), [(0.99, 128, (0.5, 0.5)), (1.5, 64, (0.5, 0.5)),
+                                                                (0.5, 1, (0.5, 0.5)), (0.5, 64, (0.6, 0.6))])  # fmt: skip
+def test_band_rule_raises_where_datasketch_raises(threshold, num_perm, weights):
+    with pytest.raises(ValueError) as theirs:
+        MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
+    with pytest.raises(ValueError, match=re.escape(str(theirs.value))):
+        minhash.lsh_bands_rows(threshold, num_perm, weights)
 
 
 def test_candidate_pairs_equal_datasketch_lsh_queries():

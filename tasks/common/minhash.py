@@ -21,9 +21,14 @@ Method: MinHash (Broder 1997) over word ``k``-gram shingles, LSH banding (Leskov
 from __future__ import annotations
 
 import hashlib
+import itertools
 from functools import lru_cache
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tasks.common.textnorm import words_of_normalized
 
 MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
 EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles
@@ -63,12 +68,60 @@ def shingle_hashes(tokens: list[str], n: int, cache: WordHashes | None = None) -
     return rolling_hashes(word_hashes(tokens, WordHashes() if cache is None else cache), n)
 
 
+def word_hash_stream(normalized: list[str], cache: WordHashes) -> tuple[np.ndarray, np.ndarray]:
+    """The 64-bit hash of every word of many normalized texts, without a Python string per word occurrence.
+
+    Returns ``(values, doc)``, both ``(words,)``: uint64 word hashes, text after text in text order, and the
+    int64 index of each word's text. The words are ``textnorm.words_of_normalized`` of each text: a normalized
+    text has single spaces between pieces and a ``\\w`` run never spans a space, so Arrow splits on the spaces
+    and encodes the pieces as a dictionary, and only each distinct piece is split into words and hashed in
+    Python; the per-occurrence work is numpy gathers.
+    """
+    pieces = pc.split_pattern(pa.array(normalized, type=pa.large_string()), pattern=" ")
+    encoded = pc.list_flatten(pieces).dictionary_encode()
+    piece_doc = pc.list_parent_indices(pieces).to_numpy()
+    # re's \w is str.isalnum() plus "_", so an alphanumeric piece is one word; only the rest need the regex
+    piece_words = [[p] if p.isalnum() else words_of_normalized(p) for p in encoded.dictionary.to_pylist()]
+    counts = np.fromiter(map(len, piece_words), dtype=np.int64, count=len(piece_words))
+    vocabulary_hashes = np.fromiter(
+        map(cache.__getitem__, itertools.chain.from_iterable(piece_words)), dtype=np.uint64, count=int(counts.sum())
+    )
+    occurrence = encoded.indices.to_numpy()
+    per_occurrence = counts[occurrence]
+    # word k of the output is word (k - first output word of its occurrence) of that occurrence's piece
+    shift = (np.cumsum(counts) - counts)[occurrence] - (np.cumsum(per_occurrence) - per_occurrence)
+    positions = np.repeat(shift, per_occurrence) + np.arange(int(per_occurrence.sum()))
+    return vocabulary_hashes[positions], np.repeat(piece_doc, per_occurrence).astype(np.int64)
+
+
+def shingle_windows(values: np.ndarray, doc: np.ndarray, n_docs: int, n: int) -> list[np.ndarray]:
+    """The ``n``-gram shingle hashes of each document, from the word hashes of many documents at once.
+
+    ``values`` ``(words,)`` uint64 word hashes, documents one after another; ``doc`` ``(words,)`` int64 the
+    document of each word (non-decreasing). Returns ``n_docs`` arrays (views of one array), each equal to
+    ``rolling_hashes`` of that document's words: in text order, repeats kept; a window that crosses a
+    document boundary is dropped.
+    """
+    windows = rolling_hashes(values, n)
+    owner = doc[: len(windows)]
+    inside = owner == doc[n - 1 :] if len(windows) else np.zeros(0, bool)
+    windows, owner = windows[inside], owner[inside]
+    bounds = np.searchsorted(owner, np.arange(n_docs + 1))
+    return [windows[bounds[i] : bounds[i + 1]] for i in range(n_docs)]
+
+
 @lru_cache(maxsize=8)
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(a, b)``, each ``(num_perm,)`` uint32: datasketch's affine32 permutations for ``seed``."""
-    from datasketch import MinHash  # imported here: a worker process needs only numpy
+    """``(a, b)``, each ``(num_perm,)`` uint32: datasketch 2.0's affine32 permutations for ``seed``.
 
-    return MinHash(num_perm=num_perm, seed=seed).permutations
+    The same draws as ``datasketch.MinHash(num_perm, seed).permutations`` (``_init_permutations``: an odd
+    ``a`` and any ``b`` from ``np.random.RandomState(seed)``; equality is tested), written out because
+    importing datasketch costs about 1.7 s (it imports ``scipy.integrate``) in every dedup and leakage run.
+    """
+    generator = np.random.RandomState(seed)
+    a = generator.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = generator.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
 
 
 def fold_to_32_bits(hashes: np.ndarray) -> np.ndarray:
@@ -132,18 +185,42 @@ def _fmix32(hv: np.ndarray) -> np.ndarray:
 def lsh_bands_rows(threshold: float, num_perm: int, weights: tuple[float, float] = (0.5, 0.5)) -> tuple[int, int]:
     """``(bands, rows)`` that datasketch's ``MinHashLSH`` derives for ``threshold`` and ``num_perm``.
 
-    datasketch minimises ``fp_weight * P(false positive) + fn_weight * P(false negative)`` (areas under the
-    S-curve around the threshold) over ``bands * rows <= num_perm``. ``weights`` is ``(fp, fn)``. Raises
-    ``ValueError`` with datasketch's message when it rejects the values (weights not summing to 1.0).
+    datasketch (``lsh._optimal_param``) minimises ``fp_weight * P(false positive) + fn_weight * P(false
+    negative)``, the areas under the S-curve below and above the threshold, over ``bands * rows <=
+    num_perm``, keeping the first minimum in (bands, rows) order. It integrates with ``scipy.integrate.quad``;
+    here Gauss-Legendre quadrature with ``num_perm // 2 + 1`` nodes, exact for these integrands (polynomials of
+    degree ``bands * rows <= num_perm``), gives the same areas without importing scipy (equality with
+    datasketch is tested). ``weights`` is ``(fp, fn)``; raises ``ValueError`` with datasketch's message where
+    datasketch raises one (threshold or a weight outside [0, 1], weights not summing to 1.0, fewer than 2
+    permutations or 2 bands).
     """
-    from datasketch import MinHashLSH
+    if threshold > 1.0 or threshold < 0.0:
+        raise ValueError("threshold must be in [0.0, 1.0]")
+    if num_perm < 2:
+        raise ValueError("Too few permutation functions")
+    if any(w < 0.0 or w > 1.0 for w in weights):
+        raise ValueError("Weight must be in [0.0, 1.0]")
+    if sum(weights) != 1.0:
+        raise ValueError("Weights must sum to 1.0")
+    nodes, node_weights = np.polynomial.legendre.leggauss(num_perm // 2 + 1)
+    below = (nodes + 1) * threshold / 2  # nodes mapped from [-1, 1] onto [0, threshold] and [threshold, 1]
+    above = threshold + (nodes + 1) * (1 - threshold) / 2
+    best, shape = float("inf"), (0, 0)
+    for bands in range(1, num_perm + 1):
+        for rows in range(1, num_perm // bands + 1):
+            false_positive = threshold / 2 * node_weights @ p_candidate(below, bands, rows)
+            false_negative = (1 - threshold) / 2 * node_weights @ (1 - p_candidate(above, bands, rows))
+            error = false_positive * weights[0] + false_negative * weights[1]
+            if error < best:
+                best, shape = error, (bands, rows)
+    if shape[0] < 2:
+        raise ValueError("The number of bands are too small (b < 2)")
+    return shape
 
-    lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
-    return lsh.b, lsh.r
 
-
-def p_candidate(similarity: float, bands: int, rows: int) -> float:
-    """Probability that a pair at Jaccard ``similarity`` shares a band: ``1 - (1 - s**rows)**bands``."""
+def p_candidate(similarity, bands: int, rows: int):
+    """Probability that a pair at Jaccard ``similarity`` (a float or an array) shares a band:
+    ``1 - (1 - s**rows)**bands``."""
     return 1.0 - (1.0 - similarity**rows) ** bands
 
 

@@ -18,6 +18,9 @@ import re
 import sys
 import unicodedata
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -26,21 +29,23 @@ def format_characters() -> list[int]:
     return [c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
 
 
-def _character_class(code_points: list[int]) -> re.Pattern[str]:
-    """A compiled ``[a-b...]`` class of ``code_points`` written as ranges of consecutive code points."""
+def code_point_ranges(code_points: list[int]) -> list[tuple[int, int]]:
+    """Ascending ``code_points`` as ``(first, last)`` runs of consecutive code points."""
     ranges: list[list[int]] = []
     for c in code_points:
         if ranges and ranges[-1][1] == c - 1:
             ranges[-1][1] = c
         else:
             ranges.append([c, c])
-    return re.compile("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]")
+    return [(a, b) for a, b in ranges]
 
 
 # Measured on 10k real-ish docs (18 M chars of BBC, WNUT16 and Wikipedia text, a third with a Cf character in
 # every 7th word): this class of 21 ranges takes 0.43 s; str.translate with a {code point: None} table 1.9 s;
 # the same class written as 163 single characters 6.0 s (non-BMP members make re fall back to a slow set).
-_FORMAT = _character_class(format_characters())
+_FORMAT_RANGES = code_point_ranges(format_characters())
+_FORMAT = re.compile("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in _FORMAT_RANGES) + "]")
+_FORMAT_RE2 = "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in _FORMAT_RANGES) + "]"  # RE2 syntax
 
 
 def remove_format_characters(text: str) -> str:
@@ -50,8 +55,7 @@ def remove_format_characters(text: str) -> str:
 
 def normalize(text: str) -> str:
     """Format characters (Cf) removed, NFKC, casefold, whitespace collapsed to single spaces, stripped."""
-    folded = unicodedata.normalize("NFKC", remove_format_characters(text)).casefold()
-    return " ".join(folded.split())
+    return _fold_and_collapse(text if text.isascii() else remove_format_characters(text))
 
 
 def words(text: str) -> list[str]:
@@ -62,3 +66,20 @@ def words(text: str) -> list[str]:
 def words_of_normalized(normalized: str) -> list[str]:
     """``words`` of a text that ``normalize`` already returned (skips normalizing twice)."""
     return _WORD.findall(normalized)
+
+
+def normalize_many(texts: list[str]) -> list[str]:
+    """``normalize`` of every text (the same strings), faster on many texts.
+
+    Format characters are removed by Arrow's RE2 over the whole list in one call, with a class written as
+    explicit code points from Python's own table (``_FORMAT_RE2``), so it removes exactly what ``_FORMAT``
+    does; NFKC, casefold and whitespace stay Python's, whose Unicode tables Arrow's utf8proc does not share.
+    """
+    cleaned = pc.replace_substring_regex(pa.array(texts, type=pa.large_string()), pattern=_FORMAT_RE2, replacement="")
+    return [_fold_and_collapse(text) for text in cleaned.to_pylist()]
+
+
+def _fold_and_collapse(text: str) -> str:
+    if text.isascii():  # O(1) in CPython; ASCII is its own NFKC form, and its casefold is lower
+        return " ".join(text.lower().split())
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())

@@ -171,7 +171,7 @@ def _similarity(docs: DocSignatures, i: int, j: int) -> float:
     when it is too short for a shingle)."""
     if docs.text_hash[i] == docs.text_hash[j]:
         return 1.0
-    return round(minhash.jaccard(docs.shingles[i], docs.shingles[j]), 6)
+    return round(docs.jaccard(i, j), 6)
 
 
 # ------------------------------------------------------------------------------------------------ metrics
