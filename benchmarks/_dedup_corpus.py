@@ -1,0 +1,154 @@
+"""The dedup benchmark's corpora and their ground truth.
+
+Corpus at scale ``k``: the default ingest rows (``params.yaml``'s ingest sources, read by the ingest stage:
+6,948 rows, of which the 2,224 BBC articles listed twice are natural exact copies) plus ``k - 1`` planted
+variants of each row. A variant replaces one word in every ``step`` words (at a random offset) by a random
+word of the corpus: ``step`` 60 for three variants in four (5-gram Jaccard to the original about 0.85, mostly
+above the 0.8 threshold) and 30 for the rest (about 0.72: mostly true negatives). A row of fewer than
+``step`` words gets one replacement.
+
+Truth: the exact Jaccard of 5-gram word shingles (the dedup normalization, ``textnorm.words``; shingles as
+Python tuples, hashed by Python, independent of the stage's hashing) for every pair within a planted group
+(a row and its variants) and every pair between the groups of two rows whose own Jaccard is at least
+``NATURAL_FLOOR`` (found by a sparse incidence product over the rows). A variant resembles other documents
+only through its row, so every other pair is a true negative. Two documents with the same normalized text
+have Jaccard 1 (so wordless copies count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from scipy import sparse
+
+from tasks.common import textnorm
+
+NATURAL_FLOOR = 0.5  # rows this similar get their groups' cross pairs computed
+STEPS = (60, 60, 60, 30)  # variant c of a row replaces every STEPS[(c - 1) % 4]-th word
+
+
+@dataclass
+class Corpus:
+    """Texts in id order: rows first (``0 .. rows-1``), then variant ``c`` of row ``i`` at ``c * rows + i``."""
+
+    texts: list[str]
+    rows: int
+
+    def group(self, doc: int) -> int:
+        return doc % self.rows
+
+
+def read_rows(ingest_dir: Path) -> list[str]:
+    """Texts of every ``*.parquet`` in ``ingest_dir``, files sorted by name."""
+    texts: list[str] = []
+    for path in sorted(ingest_dir.glob("*.parquet")):
+        with pq.ParquetFile(path) as parquet:
+            texts += parquet.read(columns=["text"]).column(0).to_pylist()
+    return texts
+
+
+def planted(rows: list[str], scale: int, seed: int) -> Corpus:
+    """The rows plus ``scale - 1`` planted variants of each (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    vocabulary = sorted({w for text in rows[:500] for w in text.split()})
+    texts = list(rows)
+    for copy in range(1, scale):
+        step = STEPS[(copy - 1) % len(STEPS)]
+        texts += [_variant(text, step, rng, vocabulary) for text in rows]
+    return Corpus(texts, len(rows))
+
+
+def _variant(text: str, step: int, rng: np.random.Generator, vocabulary: list[str]) -> str:
+    words = text.split()
+    if not words:
+        return text
+    for position in range(int(rng.integers(min(step, len(words)))), len(words), step):
+        words[position] = vocabulary[int(rng.integers(len(vocabulary)))]
+    return " ".join(words)
+
+
+@dataclass
+class Truth:
+    """Exact Jaccard of the candidate pairs (``(low id, high id) -> J``) of one corpus."""
+
+    jaccard: dict[tuple[int, int], float]
+
+    def duplicates_of(self, threshold: float) -> dict[int, set[int]]:
+        """doc -> the docs it is a near duplicate of (J >= threshold)."""
+        partners: dict[int, set[int]] = {}
+        for (a, b), value in self.jaccard.items():
+            if value >= threshold:
+                partners.setdefault(a, set()).add(b)
+                partners.setdefault(b, set()).add(a)
+        return partners
+
+
+def truth(corpus: Corpus, n: int) -> Truth:
+    """Exact Jaccard of every within-group pair and of the cross-group pairs of similar rows."""
+    normalized = [textnorm.normalize(text) for text in corpus.texts]
+    sets = [_shingle_set(textnorm.words_of_normalized(text), n) for text in normalized]
+    members: dict[int, list[int]] = {}
+    for doc in range(len(corpus.texts)):
+        members.setdefault(corpus.group(doc), []).append(doc)
+    pairs = {(a, b) for group in members.values() for x, a in enumerate(group) for b in group[x + 1 :]}
+    for d, e in _similar_rows(sets[: corpus.rows], NATURAL_FLOOR) + _same_text_rows(normalized[: corpus.rows]):
+        pairs |= {(min(a, b), max(a, b)) for a in members[d] for b in members[e]}
+    return Truth({(a, b): _jaccard(sets[a], sets[b], normalized[a] == normalized[b]) for a, b in sorted(pairs)})
+
+
+def _same_text_rows(normalized: list[str]) -> list[tuple[int, int]]:
+    """Row pairs with the same normalized text (wordless copies share no shingle)."""
+    by_text: dict[str, list[int]] = {}
+    for row, text in enumerate(normalized):
+        by_text.setdefault(text, []).append(row)
+    return [(a, b) for group in by_text.values() for x, a in enumerate(group) for b in group[x + 1 :]]
+
+
+def _shingle_set(words: list[str], n: int) -> np.ndarray:
+    return np.unique(np.array([hash(tuple(words[k : k + n])) for k in range(len(words) - n + 1)], dtype=np.int64))
+
+
+def _jaccard(x: np.ndarray, y: np.ndarray, same_text: bool) -> float:
+    if same_text:
+        return 1.0
+    shared = len(np.intersect1d(x, y, assume_unique=True))
+    union = len(x) + len(y) - shared
+    return shared / union if union else 0.0
+
+
+def _similar_rows(sets: list[np.ndarray], floor: float) -> list[tuple[int, int]]:
+    """Row pairs ``(d, e)``, d < e, sharing shingles with Jaccard >= ``floor`` (sparse X @ X.T)."""
+    ids = {value: k for k, value in enumerate(np.unique(np.concatenate(sets)))} if sets else {}
+    rows = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
+    cols = np.fromiter((ids[v] for s in sets for v in s.tolist()), dtype=np.int64, count=len(rows))
+    incidence = sparse.csr_matrix((np.ones(len(rows), np.int32), (rows, cols)), shape=(len(sets), len(ids)))
+    sizes = np.asarray(incidence.sum(axis=1)).ravel()
+    overlap = sparse.triu(incidence @ incidence.T, k=1).tocoo()
+    jaccard = overlap.data / (sizes[overlap.row] + sizes[overlap.col] - overlap.data)
+    keep = jaccard >= floor
+    return list(zip(overlap.row[keep].tolist(), overlap.col[keep].tolist()))
+
+
+def score(removed: set[int], corpus: Corpus, known: Truth, threshold: float) -> dict:
+    """Documents removed, precision and recall of one tool's removals (one document kept per cluster).
+
+    - precision: share of removed documents that have a near duplicate (true J >= threshold) in the corpus;
+    - recall: share of pairs with true J >= threshold of which at least one document is removed (a pair
+      whose two documents both survive is a missed duplicate); also over the planted pairs alone.
+    """
+    partners = known.duplicates_of(threshold)
+    wanted = [pair for pair, value in known.jaccard.items() if value >= threshold]
+    planted_pairs = [(a, b) for a, b in wanted if b >= corpus.rows]
+    resolved = [a in removed or b in removed for a, b in wanted]
+    planted_resolved = [a in removed or b in removed for a, b in planted_pairs]
+    return {
+        "docs_removed": len(removed),
+        "precision": sum(doc in partners for doc in removed) / len(removed) if removed else 1.0,
+        "recall": sum(resolved) / len(wanted) if wanted else 1.0,
+        "recall_planted": sum(planted_resolved) / len(planted_pairs) if planted_pairs else 1.0,
+        "true_pairs": len(wanted),
+        "true_planted_pairs": len(planted_pairs),
+    }

@@ -1,0 +1,72 @@
+"""Run one benchmark part in a fresh process and measure it the same way for every tool.
+
+``run_measured`` starts a command, samples the resident set size of its whole process tree every
+``SAMPLE_S`` seconds from ``/proc`` (Linux), and returns:
+- ``seconds``: wall time from spawn to exit, so the interpreter start, imports, input reading and output
+  writing count for every tool alike;
+- ``peak_rss_mib``: the largest single process of the tree (the kernel's ``ru_maxrss`` from ``wait4``);
+- ``peak_tree_rss_mib``: the largest sampled sum over the tree (what a multi-process tool holds at once; a
+  peak shorter than ``SAMPLE_S`` can be missed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+SAMPLE_S = 0.05
+PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_measured(command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None) -> dict:
+    """Run ``command`` to completion; raises ``RuntimeError`` with the tail of its output when it fails."""
+    sink = open(log, "wb") if log else subprocess.DEVNULL
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    peak = {"tree": 0.0}
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sample, args=(process.pid, peak, stop), daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    stop.set()
+    sampler.join()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if log:
+        sink.close()
+    if process.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:] if log else ""
+        raise RuntimeError(f"{' '.join(command[:3])} ... exited {process.returncode}:\n{tail}")
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "peak_tree_rss_mib": peak["tree"]}
+
+
+def _sample(root: int, peak: dict, stop: threading.Event) -> None:
+    while not stop.wait(SAMPLE_S):
+        peak["tree"] = max(peak["tree"], sum(_rss_mib(pid) for pid in _tree(root)))
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])  # the name field may hold spaces and ")"
+            children.setdefault(parent, []).append(int(entry))
+    tree, frontier = [root], [root]
+    while frontier:
+        frontier = [child for pid in frontier for child in children.get(pid, [])]
+        tree += frontier
+    return tree
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_MIB
+    except (OSError, IndexError, ValueError):
+        return 0.0
