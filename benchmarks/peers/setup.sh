@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the peer tools' own virtual environments under benchmarks/.peers/ (never the pipeline's .venv).
-#   datatrove  datatrove 0.10.1 + what its MinHash and decont paths import (spacy, tokenizers, xxhash<4)
+#   datatrove  datatrove 0.10.1 + what its MinHash and decont paths import (spacy, tokenizers, xxhash<4, orjson
+#              for JsonlReader/JsonlWriter)
 #   textdedup  text-dedup 0.4.1, which requires Python >= 3.12 (skipped with a message when none is found)
-# Idempotent: a finished environment has a .installed stamp and is left alone. Never fatal: a benchmark
-# reports a peer whose environment is missing as skipped, with the reason.
+# Idempotent: a finished environment has a .installed stamp (the requirements it was built with) and is left
+# alone while they match. Never fatal: a benchmark reports a peer whose environment is missing as skipped, with
+# the reason.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PEERS=.peers
@@ -12,12 +14,13 @@ mkdir -p "$PEERS"
 build() {  # build NAME PYTHON PIP-ARGS...
   local name=$1 python=$2; shift 2
   local env="$PEERS/$name"
-  [ -f "$env/.installed" ] && return 0
+  # the stamp records the requirements it was built with: a changed list rebuilds the environment
+  [ -f "$env/.installed" ] && [ "$(cat "$env/.installed")" = "$*" ] && return 0
   echo "bench: building the $name peer environment ($python)"
   rm -rf "$env"
   if "$python" -m venv "$env" && "$env/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 \
       | { grep -v "is ignored: it is neither" || true; }; then
-    "$env/bin/python" -c "import sys; print(sys.version)" >/dev/null && touch "$env/.installed"
+    "$env/bin/python" -c "import sys; print(sys.version)" >/dev/null && echo "$*" > "$env/.installed"
   fi
   [ -f "$env/.installed" ] || echo "bench: the $name peer environment failed to build; its rows are skipped" >&2
 }
@@ -31,7 +34,7 @@ find_python312() {
   return 1
 }
 
-build datatrove "${PYTHON:-python3.11}" "datatrove==0.10.1" "spacy>=3.8,<4" "tokenizers" "xxhash<4" "psutil"
+build datatrove "${PYTHON:-python3.11}" "datatrove==0.10.1" "spacy>=3.8,<4" "tokenizers" "xxhash<4" "orjson" "psutil"
 if PY312=$(find_python312); then
   build textdedup "$PY312" "text-dedup==0.4.1" "psutil"
 else
