@@ -1,4 +1,5 @@
-"""The parts of the dedup benchmark that run our code, each in its own fresh process (``dedup.py --part``).
+"""The parts of the dedup benchmark that run our code, each in its own fresh process started by dedup.py:
+``python benchmarks/_dedup_parts.py PART WORKDIR``. Only what the part needs is imported, as in a stage run.
 
 Each writes ``<workdir>/<part>.json``: the ids of the documents it removes (``removed``) where it clusters,
 and ``inner_seconds``, the time of the measured work without the interpreter start and imports.
@@ -6,24 +7,28 @@ and ``inner_seconds``, the time of the measured work without the interpreter sta
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import time
-from concurrent.futures import ProcessPoolExecutor
+import sys
 from pathlib import Path
 
-import numpy as np
-import pyarrow.parquet as pq
-
-from benchmarks._reference import word_ngrams
-from tasks import dedup
-from tasks.common import minhash, textnorm
-from tasks.common.unionfind import UnionFind
-from tasks.config import Paths, read_yaml
-from tasks.config.dedup import DedupParams
-from tasks.tracking import NullLog
-
 REPO = Path(__file__).resolve().parents[1]
+# Run as a script, benchmarks/ would lead sys.path and benchmarks/tokenize.py shadow the standard library's.
+sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
+
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ProcessPoolExecutor  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from benchmarks._reference import word_ngrams  # noqa: E402
+from tasks import dedup  # noqa: E402
+from tasks.common import minhash, textnorm  # noqa: E402
+from tasks.common.unionfind import UnionFind  # noqa: E402
+from tasks.config import Paths, read_yaml  # noqa: E402
+from tasks.config.dedup import DedupParams  # noqa: E402
+from tasks.tracking import NullLog  # noqa: E402
 
 
 def measure(part: str, work: Path) -> None:
@@ -92,3 +97,7 @@ def run_naive(cfg: DedupParams, work: Path) -> dict:
 def _texts(work: Path) -> list[str]:
     with pq.ParquetFile(work / "data" / "ingest" / "bench.parquet") as parquet:
         return parquet.read(columns=["text"]).column(0).to_pylist()
+
+
+if __name__ == "__main__":
+    measure(sys.argv[1], Path(sys.argv[2]))

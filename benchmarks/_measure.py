@@ -4,7 +4,10 @@
 ``SAMPLE_S`` seconds from ``/proc`` (Linux), and returns:
 - ``seconds``: wall time from spawn to exit, so the interpreter start, imports, input reading and output
   writing count for every tool alike;
-- ``peak_rss_mib``: the largest single process of the tree (the kernel's ``ru_maxrss`` from ``wait4``);
+- ``peak_rss_mib``: the largest single process of the tree: the largest ``VmHWM`` (each process's own peak,
+  exact however late it is read) seen in ``/proc``. Not ``wait4``'s ``ru_maxrss``: that misses processes
+  their parent never reaped (a ``forkserver`` pool's workers) and, as the kernel keeps the forked copy's
+  high-water mark across ``exec``, reports at least the benchmark parent's own size;
 - ``peak_tree_rss_mib``: the largest sampled sum over the tree (what a multi-process tool holds at once; a
   peak shorter than ``SAMPLE_S`` can be missed).
 """
@@ -18,7 +21,6 @@ import time
 from pathlib import Path
 
 SAMPLE_S = 0.05
-PAGE_MIB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def run_measured(command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None) -> dict:
@@ -26,11 +28,11 @@ def run_measured(command: list[str], cwd: Path, env: dict[str, str] | None = Non
     sink = open(log, "wb") if log else subprocess.DEVNULL
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
-    peak = {"tree": 0.0}
+    peak = {"tree": 0.0, "process": 0.0}
     stop = threading.Event()
     sampler = threading.Thread(target=_sample, args=(process.pid, peak, stop), daemon=True)
     sampler.start()
-    _, status, usage = os.wait4(process.pid, 0)
+    _, status = os.waitpid(process.pid, 0)
     seconds = time.perf_counter() - start
     stop.set()
     sampler.join()
@@ -40,12 +42,14 @@ def run_measured(command: list[str], cwd: Path, env: dict[str, str] | None = Non
     if process.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:] if log else ""
         raise RuntimeError(f"{' '.join(command[:3])} ... exited {process.returncode}:\n{tail}")
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "peak_tree_rss_mib": peak["tree"]}
+    return {"seconds": seconds, "peak_rss_mib": peak["process"], "peak_tree_rss_mib": peak["tree"]}
 
 
 def _sample(root: int, peak: dict, stop: threading.Event) -> None:
     while not stop.wait(SAMPLE_S):
-        peak["tree"] = max(peak["tree"], sum(_rss_mib(pid) for pid in _tree(root)))
+        memory = [_memory_mib(pid) for pid in _tree(root)]
+        peak["tree"] = max(peak["tree"], sum(rss for rss, _ in memory))
+        peak["process"] = max([peak["process"]] + [high for _, high in memory])
 
 
 def _tree(root: int) -> list[int]:
@@ -65,8 +69,10 @@ def _tree(root: int) -> list[int]:
     return tree
 
 
-def _rss_mib(pid: int) -> float:
+def _memory_mib(pid: int) -> tuple[float, float]:
+    """``(VmRSS, VmHWM)`` of ``pid`` in MiB; zeros for a process that has gone."""
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_MIB
-    except (OSError, IndexError, ValueError):
-        return 0.0
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return 0.0, 0.0

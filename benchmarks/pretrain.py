@@ -5,7 +5,10 @@ settings apart from the batch size, learning rate and steps) on the same ``BertF
 blocks and the same batch. Candidate: the stage's own step (``tasks.pretrain.trainer.Trainer``: masked-only loss). The
 two run alternately, each in a fresh subprocess (so peak RSS is per variant), ``--rounds`` times; the
 reported speedup is the ratio of the medians, which survives a machine shared with other jobs.
-On CUDA it also measures the ``base`` preset in bf16 and its MFU against the dense bf16 peak.
+Both record the model's training FLOPs per token (``tasks.pretrain.hardware.train_flops_per_token``) and the
+achieved FLOP/s; the CPU figure reads against float32 matmul FLOP/s measured in the same run
+(``fraction_of_limit``: achieved FLOP/s over matmul FLOP/s). On CUDA it also measures the ``base`` preset in
+bf16 and its MFU against the dense bf16 peak.
 
     .venv/bin/python benchmarks/pretrain.py            # writes benchmarks/results/pretrain.json
 """
@@ -32,6 +35,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+TARGET_SPEEDUP_CPU = 1.3
 
 
 def corpus_texts(max_docs: int | None = None) -> list[str]:
@@ -181,16 +185,17 @@ def worker(args: argparse.Namespace) -> dict:
     cfg = stage_config(args.preset, args.batch, args.mlm_probability, bf16=True)
     measure = measure_stage if args.variant == "stage" else measure_hf_trainer
     tokens_per_s, tokens_per_cpu_s = measure(Path(args.data), cfg, args.warmup, args.steps)
+    # the same FLOP count for both variants (the stage's, i.e. the work needed), so FLOP/s ratios = speed ratios
+    flops_per_token = train_flops_per_token(build_model(cfg, 8000, args.seq_len, 0), args.seq_len, args.mlm_probability)
     out = {"variant": args.variant, "tokens_per_s": tokens_per_s, "tokens_per_cpu_s": tokens_per_cpu_s,
+           "flops_per_token": flops_per_token, "achieved_flops_per_s": tokens_per_s * flops_per_token,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
     if torch.cuda.is_available():
         device = torch.device("cuda")
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        model = build_model(cfg, 8000, args.seq_len, 0)
-        # the same FLOP count for both variants (the stage's, i.e. the work needed), so MFU ratios = speed ratios
         peak = peak_flops(device, bf16=True)
         if peak:
-            out["mfu"] = tokens_per_s * train_flops_per_token(model, args.seq_len, args.mlm_probability) / peak
+            out["mfu"] = tokens_per_s * flops_per_token / peak
         out["gpu"] = torch.cuda.get_device_name(device)
     return out
 
@@ -215,14 +220,44 @@ def compare(data: Path, preset: str, batch: int, steps: int, warmup: int, rounds
             print(json.dumps(runs[variant][-1]), flush=True)
     med = {v: statistics.median(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
     cpu = {v: statistics.median(r["tokens_per_cpu_s"] for r in rs) for v, rs in runs.items()}
+    flops_per_token = runs["stage"][0]["flops_per_token"]
     return {
         "preset": preset, "batch_blocks": batch, "steps_timed": steps, "rounds": rounds,
+        "flops_per_token": flops_per_token, "stage_achieved_flops_per_s": med["stage"] * flops_per_token,
         "stage_tokens_per_s": med["stage"], "hf_trainer_tokens_per_s": med["hf_trainer"],
         "speedup": med["stage"] / med["hf_trainer"],
         # tokens per second of process CPU time: less sensitive to other jobs on a shared machine
         "speedup_cpu_time": cpu["stage"] / cpu["hf_trainer"],
         "peak_rss_mb": {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()}, "runs": runs,
     }  # fmt: skip
+
+
+def cpu_matmul_flops(size: int = 1024, seconds: float = 2.0) -> float:
+    """FLOP/s of float32 ``size x size`` matmuls on this machine's torch threads: the CPU limit a train step's
+    FLOPs read against (2 * size**3 FLOPs per product; best of repeated 0.25 s windows)."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start, count = time.perf_counter(), 0
+        while time.perf_counter() - start < 0.25:
+            torch.mm(a, b)
+            count += 1
+        best = max(best, 2 * size**3 * count / (time.perf_counter() - start))
+    return best
+
+
+def summary_rows(cpu: dict, matmul_flops: float, target: float) -> list[dict]:
+    """The README/`make bench` row of the CPU comparison (``limit``: tokens/s if every FLOP ran at matmul speed)."""
+    limit = matmul_flops / cpu["flops_per_token"]
+    return [{
+        "benchmark": "pretrain", "case": f"{cpu['preset']} preset, {cpu['batch_blocks']} x 128-token blocks, CPU",
+        "unit": "train tokens/s", "ours": cpu["stage_tokens_per_s"], "best_peer": "HF Trainer",
+        "best_peer_value": cpu["hf_trainer_tokens_per_s"], "ratio_vs_best_peer": cpu["speedup"], "limit": limit,
+        "fraction_of_limit": cpu["stage_tokens_per_s"] / limit, "goal": f">= {target}x HF Trainer",
+        "meets_goal": cpu["speedup"] >= target,
+    }]  # fmt: skip
 
 
 def main() -> None:
@@ -248,11 +283,18 @@ def main() -> None:
         data = Path(args.data) if args.data else Path(tmp)
         if not args.data:
             build_data(data, vocab_size=8000, seq_len=args.seq_len)
+        cpu = compare(data, args.preset, args.batch, args.steps, args.warmup, args.rounds)
+        matmul_flops = cpu_matmul_flops()
+        rows = summary_rows(cpu, matmul_flops, TARGET_SPEEDUP_CPU)
         result = {
             "what": "train tokens/s: pretrain stage step vs HF Trainer + DataCollatorForLanguageModeling",
-            "machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__},
-            "cpu": compare(data, args.preset, args.batch, args.steps, args.warmup, args.rounds),
-            "target_speedup_cpu": 1.3,
+            "machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
+                        "fp32_matmul_flops_per_s": matmul_flops},  # fmt: skip
+            "cpu": cpu,
+            "target_speedup_cpu": TARGET_SPEEDUP_CPU,
+            "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
+            "fraction_of_limit": rows[0]["fraction_of_limit"],
+            "rows": rows,
         }
         if torch.cuda.is_available():
             result["gpu_base_bf16"] = compare(data, "base", 64, 30, 5, 1)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds the peer tools' own virtual environments under benchmarks/.peers/ (never the pipeline's .venv).
 #   datatrove  datatrove 0.10.1 + what its MinHash and decont paths import (spacy, tokenizers, xxhash<4, orjson
-#              for JsonlReader/JsonlWriter)
+#              for JsonlReader/JsonlWriter, regex for its text utilities)
 #   textdedup  text-dedup 0.4.1, which requires Python >= 3.12 (skipped with a message when none is found)
 # Idempotent: a finished environment has a .installed stamp (the requirements it was built with) and is left
 # alone while they match. Never fatal: a benchmark reports a peer whose environment is missing as skipped, with
 # the reason.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-PEERS=.peers
+# From the repository root: in benchmarks/ itself, `python -m venv` would import benchmarks/tokenize.py in
+# place of the standard library's tokenize module.
+cd "$(dirname "$0")/../.."
+PEERS=benchmarks/.peers
 mkdir -p "$PEERS"
 
 build() {  # build NAME PYTHON PIP-ARGS...
@@ -34,7 +36,7 @@ find_python312() {
   return 1
 }
 
-build datatrove "${PYTHON:-python3.11}" "datatrove==0.10.1" "spacy>=3.8,<4" "tokenizers" "xxhash<4" "orjson" "psutil"
+build datatrove "${PYTHON:-python3.11}" "datatrove==0.10.1" "spacy>=3.8,<4" "tokenizers" "xxhash<4" "orjson" "regex" "psutil"
 if PY312=$(find_python312); then
   build textdedup "$PY312" "text-dedup==0.4.1" "psutil"
 else
