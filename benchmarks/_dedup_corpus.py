@@ -7,8 +7,9 @@ word of the corpus: ``step`` 60 for three variants in four (5-gram Jaccard to th
 above the 0.8 threshold) and 30 for the rest (about 0.72: mostly true negatives). A row of fewer than
 ``step`` words gets one replacement.
 
-Truth: the exact Jaccard of 5-gram word shingles (the dedup normalization, ``textnorm.words``; shingles as
-Python tuples, hashed by Python, independent of the stage's hashing) for every pair within a planted group
+Truth: the exact Jaccard of 5-gram word shingles (the dedup normalization, ``textnorm.words``; a shingle is
+identified by its words' vocabulary indices combined in uint64 arithmetic, not by the stage's blake2b word
+hashes and rolling hash, so a fault there cannot agree with the truth) for every pair within a planted group
 (a row and its variants) and every pair between the groups of two rows whose own Jaccard is at least
 ``NATURAL_FLOOR`` (found by a sparse incidence product over the rows). A variant resembles other documents
 only through its row, so every other pair is a true negative. Two documents with the same normalized text
@@ -26,6 +27,7 @@ from scipy import sparse
 
 from tasks.common import textnorm
 
+SPREAD, BASE = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's odd multipliers
 NATURAL_FLOOR = 0.5  # rows this similar get their groups' cross pairs computed
 STEPS = (60, 60, 60, 30)  # variant c of a row replaces every STEPS[(c - 1) % 4]-th word
 
@@ -89,7 +91,9 @@ class Truth:
 def truth(corpus: Corpus, n: int) -> Truth:
     """Exact Jaccard of every within-group pair and of the cross-group pairs of similar rows."""
     normalized = [textnorm.normalize(text) for text in corpus.texts]
-    sets = [_shingle_set(textnorm.words_of_normalized(text), n) for text in normalized]
+    vocabulary: dict[str, int] = {}
+    sets = [_shingle_set([vocabulary.setdefault(w, len(vocabulary)) for w in textnorm.words_of_normalized(text)], n)
+            for text in normalized]  # fmt: skip
     members: dict[int, list[int]] = {}
     for doc in range(len(corpus.texts)):
         members.setdefault(corpus.group(doc), []).append(doc)
@@ -107,8 +111,16 @@ def _same_text_rows(normalized: list[str]) -> list[tuple[int, int]]:
     return [(a, b) for group in by_text.values() for x, a in enumerate(group) for b in group[x + 1 :]]
 
 
-def _shingle_set(words: list[str], n: int) -> np.ndarray:
-    return np.unique(np.array([hash(tuple(words[k : k + n])) for k in range(len(words) - n + 1)], dtype=np.int64))
+def _shingle_set(word_ids: list[int], n: int) -> np.ndarray:
+    """Distinct ``n``-grams of vocabulary indices, each as a 64-bit value: the indices spread by one odd
+    constant, combined by a polynomial in another (splitmix64's), mod 2**64."""
+    ids = (np.asarray(word_ids, dtype=np.uint64) + np.uint64(1)) * SPREAD
+    if len(ids) < n:
+        return np.zeros(0, np.uint64)
+    key = np.zeros(len(ids) - n + 1, np.uint64)
+    for k in range(n):
+        key = key * BASE + ids[k : len(ids) - n + 1 + k]
+    return np.unique(key)
 
 
 def _jaccard(x: np.ndarray, y: np.ndarray, same_text: bool) -> float:

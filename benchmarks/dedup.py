@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -173,6 +174,7 @@ def summarize(cfg: DedupParams, sizes: list[dict]) -> dict:
         "ratio_vs_best_peer": largest["ratio_vs_best_peer"],
         "fraction_of_limit": largest["fraction_of_limit"],
         "rows": rows,
+        "scaling": scaling(sizes),
         "sizes": sizes,
         "params": cfg.model_dump(),
         "goals": GOALS,
@@ -180,6 +182,22 @@ def summarize(cfg: DedupParams, sizes: list[dict]) -> dict:
         "seed": SEED,
         "machine_note": "2 shared cores; every figure from the same run; wall time from spawn to exit",
     }
+
+
+def scaling(sizes: list[dict]) -> dict:
+    """Per tool: seconds and peak tree RSS at each size, and the growth exponent of each between the smallest
+    and the largest size it ran at (``log(t_large / t_small) / log(docs_large / docs_small)``: 1 is linear)."""
+    out = {}
+    for name in sizes[0]["tools"]:
+        ran = [(size["docs"], size["tools"][name]) for size in sizes if "seconds" in size["tools"].get(name, {})]
+        curve = {"docs": [d for d, _ in ran], "seconds": [t["seconds"] for _, t in ran],
+                 "peak_tree_rss_mib": [t["peak_tree_rss_mib"] for _, t in ran]}  # fmt: skip
+        if len(ran) > 1:
+            growth = math.log(ran[-1][0] / ran[0][0])
+            curve["time_exponent"] = math.log(curve["seconds"][-1] / curve["seconds"][0]) / growth
+            curve["memory_exponent"] = math.log(curve["peak_tree_rss_mib"][-1] / curve["peak_tree_rss_mib"][0]) / growth
+        out[name] = curve
+    return out
 
 
 def table_row(size: dict, largest: bool) -> dict:

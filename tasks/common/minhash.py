@@ -238,6 +238,12 @@ def candidate_pairs(query_keys: np.ndarray, index_keys: np.ndarray) -> list[tupl
 
     For a self-join pass the same keys twice; the result then holds ``(i, i)`` and both orders of a pair.
     """
+    query, index = candidate_pair_arrays(query_keys, index_keys)
+    return list(zip(query.tolist(), index.tolist()))
+
+
+def candidate_pair_arrays(query_keys: np.ndarray, index_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``candidate_pairs`` as two int64 arrays ``(query rows, index rows)``, without a Python tuple per pair."""
     found = []
     for band in range(query_keys.shape[1]):
         order = np.argsort(index_keys[:, band], kind="stable")
@@ -248,7 +254,7 @@ def candidate_pairs(query_keys: np.ndarray, index_keys: np.ndarray) -> list[tupl
         )
         found.append(rows * len(index_keys) + order[at])
     flat = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
-    return [(int(x // len(index_keys)), int(x % len(index_keys))) for x in flat]
+    return flat // max(len(index_keys), 1), flat % max(len(index_keys), 1)
 
 
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -264,6 +270,25 @@ def jaccard(x: np.ndarray, y: np.ndarray) -> float:
     0.0 when both are empty: two texts without a shingle share nothing, so they are never a near duplicate or
     a MinHash leak match (the 0/0 convention of 1.0 would match every pair of wordless texts).
     """
-    shared = len(np.intersect1d(x, y, assume_unique=True))
+    shared = intersection_size(x, y)
     union = len(x) + len(y) - shared
     return shared / union if union else 0.0
+
+
+def intersection_size(x: np.ndarray, y: np.ndarray) -> int:
+    """``|x ∩ y|`` of two sorted unique arrays: a binary search of the shorter in the longer (no merge sort)."""
+    if len(x) > len(y):
+        x, y = y, x
+    if not len(x):
+        return 0
+    at = np.searchsorted(y, x)
+    at[at == len(y)] = 0  # past the end: compare with any element; a miss either way
+    return int(np.count_nonzero(y[at] == x))
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-d array by one sort and a neighbour mask (faster on many small arrays)."""
+    ordered = np.sort(values)
+    keep = np.ones(len(ordered), bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]

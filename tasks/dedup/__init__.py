@@ -180,18 +180,11 @@ class DocSignatures:
     n_words: np.ndarray  # (docs,) int64
     n_chars: np.ndarray  # (docs,) int64, length of the normalized text
     signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
-    shingles: list[np.ndarray]  # per doc: uint64 shingle hashes in text order, repeats kept
-    _sets: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    shingles: list[np.ndarray]  # per doc: sorted unique uint64 shingle hashes (the set that Jaccard is taken on)
 
     def jaccard(self, i: int, j: int) -> float:
         """Exact Jaccard of rows ``i`` and ``j`` on their shingle sets (``minhash.jaccard``)."""
-        return minhash.jaccard(self.shingle_set(i), self.shingle_set(j))
-
-    def shingle_set(self, row: int) -> np.ndarray:
-        """Sorted unique shingle hashes of ``row``, computed when first asked: only LSH candidates need one."""
-        if row not in self._sets:
-            self._sets[row] = np.unique(self.shingles[row])
-        return self._sets[row]
+        return minhash.jaccard(self.shingles[i], self.shingles[j])
 
 
 def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
@@ -229,7 +222,7 @@ def _sign_shard(job: tuple) -> DocSignatures:
     texts, n, a, b = job
     normalized = textnorm.normalize_many(texts)
     values, doc = minhash.word_hash_stream(normalized, minhash.WordHashes())
-    shingles = minhash.shingle_windows(values, doc, len(texts), n)
+    shingles = [minhash.sorted_unique(windows) for windows in minhash.shingle_windows(values, doc, len(texts), n)]
     hashes = [hashlib.md5(text.encode("utf-8")).hexdigest() for text in normalized]
     n_words = np.bincount(doc, minlength=len(texts)).astype(np.int64)
     n_chars = np.fromiter(map(len, normalized), dtype=np.int64, count=len(texts))
@@ -301,9 +294,12 @@ def merge_near(
     keys = minhash.band_keys(docs.signature[signed], *bands_rows)
     edges: list[tuple[int, int, float]] = []
     counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0, "identical_text_pairs": 0}
-    for x, y in tqdm(minhash.candidate_pairs(keys, keys), desc="dedup: lsh candidates", unit="pair"):
+    first, second = minhash.candidate_pair_arrays(keys, keys)
+    later = second > first  # a self-join holds (x, x) and both orders of each pair
+    pairs = zip(first[later].tolist(), second[later].tolist())
+    for x, y in tqdm(pairs, total=int(later.sum()), desc="dedup: lsh candidates", unit="pair"):
         i, j = signed[x], signed[y]
-        if y <= x or clusters.find(i) == clusters.find(j):
+        if clusters.find(i) == clusters.find(j):
             continue
         if docs.text_hash[i] == docs.text_hash[j]:
             counts["identical_text_pairs"] += 1
