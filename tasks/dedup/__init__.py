@@ -182,9 +182,25 @@ class DocSignatures:
     signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
     shingles: list[np.ndarray]  # per doc: sorted unique uint64 shingle hashes (the set that Jaccard is taken on)
 
-    def jaccard(self, i: int, j: int) -> float:
-        """Exact Jaccard of rows ``i`` and ``j`` on their shingle sets (``minhash.jaccard``)."""
-        return minhash.jaccard(self.shingles[i], self.shingles[j])
+    def jaccards(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
+        """Exact Jaccard (``minhash.jaccard``) of rows ``left[k]`` and ``right[k]``: ``(pairs,)`` float64, in
+        blocks of ``PAIR_BLOCK`` pairs over ``num_proc`` forked processes, which inherit the shingle sets."""
+        global _FORKED_SETS
+        _FORKED_SETS = self.shingles
+        blocks = [(left[k : k + PAIR_BLOCK], right[k : k + PAIR_BLOCK]) for k in range(0, len(left), PAIR_BLOCK)]
+        try:
+            return np.concatenate([np.zeros(0)] + list(_map(_jaccard_block, blocks, num_proc)))
+        finally:
+            _FORKED_SETS = []
+
+
+PAIR_BLOCK = 20_000  # pairs per Jaccard job: fewer pairs are checked in this process
+_FORKED_SETS: list[np.ndarray] = []  # read by forked Jaccard workers: inherited at fork, never pickled
+
+
+def _jaccard_block(job: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    left, right = job
+    return np.array([minhash.jaccard(_FORKED_SETS[i], _FORKED_SETS[j]) for i, j in zip(left.tolist(), right.tolist())])
 
 
 def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
@@ -296,16 +312,17 @@ def merge_near(
     counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0, "identical_text_pairs": 0}
     first, second = minhash.candidate_pair_arrays(keys, keys)
     later = second > first  # a self-join holds (x, x) and both orders of each pair
-    pairs = zip(first[later].tolist(), second[later].tolist())
-    for x, y in tqdm(pairs, total=int(later.sum()), desc="dedup: lsh candidates", unit="pair"):
-        i, j = signed[x], signed[y]
+    left, right = np.asarray(signed)[first[later]], np.asarray(signed)[second[later]]
+    # every candidate's Jaccard up front, in parallel; the merge pass below stays sequential (its order is the rule)
+    similarities = docs.jaccards(left, right, cfg.num_proc).tolist()
+    pairs = zip(left.tolist(), right.tolist(), similarities)
+    for i, j, similarity in tqdm(pairs, total=len(similarities), desc="dedup: lsh candidates", unit="pair"):
         if clusters.find(i) == clusters.find(j):
             continue
         if docs.text_hash[i] == docs.text_hash[j]:
             counts["identical_text_pairs"] += 1
             continue
         counts["candidate_pairs"] += 1
-        similarity = docs.jaccard(i, j)
         if similarity >= cfg.threshold:
             clusters.union(i, j)
             edges.append((i, j, similarity))

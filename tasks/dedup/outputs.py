@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections import defaultdict
@@ -123,10 +124,15 @@ def write_cluster_report(
     edges_of: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
     for edge in edges:
         edges_of[labels.cluster[edge[0]]].append(edge)
+    clusters = {
+        root: sorted(members[root], key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
+        for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r])
+    }
+    shown = {root: _shown_pairs(rows, labels, cfg.report_max_pairs_per_cluster) for root, rows in clusters.items()}
+    similarity = _similarities([pair for pairs in shown.values() for pair in pairs], docs, cfg.num_proc)
     records = []
-    for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r]):
-        rows = sorted(members[root], key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
-        record = _cluster_record(root, rows, corpus, docs, labels, cfg.report_max_pairs_per_cluster)
+    for root, rows in clusters.items():
+        record = _cluster_record(root, rows, corpus, labels, shown[root], similarity)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
         record["label_conflict"], record["tags_conflict"] = root in conflicts.labels, root in conflicts.tags
         records.append(record)
@@ -134,14 +140,25 @@ def write_cluster_report(
     return records
 
 
-def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, Any]:
-    distinct = [i for i in rows if labels.exact_of[i] == i]
-    pairs = []
-    for x, i in enumerate(distinct):
-        for j in distinct[x + 1 :]:
-            if len(pairs) < max_pairs:
-                pairs.append([corpus.doc_id[i], corpus.doc_id[j], _similarity(docs, i, j)])
-    n_distinct_pairs = len(distinct) * (len(distinct) - 1) // 2
+def _shown_pairs(rows: list[int], labels: RowLabels, max_pairs: int) -> list[tuple[int, int]]:
+    """The first ``max_pairs`` pairs of a cluster's members that are their own ``exact_of``, in member order."""
+    return list(itertools.islice(itertools.combinations([i for i in rows if labels.exact_of[i] == i], 2), max_pairs))
+
+
+def _similarities(pairs: list[tuple[int, int]], docs: DocSignatures, num_proc: int) -> dict[tuple[int, int], float]:
+    """Shingle-set Jaccard of each pair, rounded to 1e-6; 1.0 for the same normalized text (also when it is too
+    short for a shingle)."""
+    left, right = (np.array([pair[k] for pair in pairs], dtype=np.int64) for k in (0, 1))
+    values = docs.jaccards(left, right, num_proc).tolist()
+    return {
+        (i, j): 1.0 if docs.text_hash[i] == docs.text_hash[j] else round(value, 6)
+        for (i, j), value in zip(pairs, values)
+    }
+
+
+def _cluster_record(root, rows, corpus, labels, pairs, similarity) -> dict[str, Any]:
+    distinct = sum(labels.exact_of[i] == i for i in rows)
+    n_distinct_pairs = distinct * (distinct - 1) // 2
     return {
         "cluster_id": corpus.doc_id[root],
         "kept": {corpus.role[i]: corpus.doc_id[i] for i in rows if labels.kind[i] == "kept"},
@@ -161,17 +178,9 @@ def _cluster_record(root, rows, corpus, docs, labels, max_pairs) -> dict[str, An
             }
             for i in rows
         ],
-        "pairs": pairs,
+        "pairs": [[corpus.doc_id[i], corpus.doc_id[j], similarity[(i, j)]] for i, j in pairs],
         "pairs_truncated": n_distinct_pairs > len(pairs),
     }
-
-
-def _similarity(docs: DocSignatures, i: int, j: int) -> float:
-    """Shingle-set Jaccard of rows ``i`` and ``j``, rounded to 1e-6; 1.0 for the same normalized text (also
-    when it is too short for a shingle)."""
-    if docs.text_hash[i] == docs.text_hash[j]:
-        return 1.0
-    return round(docs.jaccard(i, j), 6)
 
 
 # ------------------------------------------------------------------------------------------------ metrics
