@@ -19,7 +19,7 @@ from tasks.common.alignment import IGNORE
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize.ner import encode_words, ner_windows
-from tasks.tokenize.pretrain import block_sources
+from tasks.tokenize.pretrain import block_sources, plain_encoder, tokenize_docs
 from tasks.tracking import NullLog
 
 SEQ = 16
@@ -132,6 +132,18 @@ def test_block_sources_name_each_block_after_its_first_body_token():
     # docs of 3, 2 and 4 tokens, each followed by [SEP]: stream positions 0-3 a, 4-6 b, 7-11 c; body 3 per block
     sources = block_sources(np.array(["a", "b", "c"]), np.array([3, 2, 4]), (4, 4))
     assert sources.tolist() == ["a", "a", "b", "c"]  # blocks start at stream positions 0, 3, 6, 9
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_tokenize_docs_gives_the_wrapper_ids_untruncated_and_unpadded(num_proc):
+    # MiniLM's tokenizer.json truncates and pads to 128, which the bare Rust tokenizer would apply
+    tok = AutoTokenizer.from_pretrained(reference_model_dir())
+    texts = [" ".join(WORDS * 20), "", "Naïve [SEP] café, [MASK]!", "ships and grain"]
+    per_doc = [tok(text, add_special_tokens=False)["input_ids"] for text in texts]  # one unbatched call each
+    ids, lengths = tokenize_docs(texts, plain_encoder(tok), batch_size=3, num_proc=num_proc)
+    assert lengths.tolist() == [len(doc) for doc in per_doc]
+    assert lengths[0] > 128 and lengths[1] == 0
+    assert ids.tolist() == [i for doc in per_doc for i in doc]
 
 
 def test_too_short_corpus_is_a_clear_error(tmp_path):

@@ -24,8 +24,9 @@ class TokenizeParams(StrictModel):
         ge=8, le=8192, description="token_classification window length, specials included (a long sentence becomes "
         "overlapping windows; a word longer than a window alone is cut to its first subwords)"
     )
-    num_proc: int = Field(ge=1, description="datasets.map worker processes (1 = in-process)")
-    map_batch_size_docs: int = Field(ge=1, description="documents per datasets.map batch")
+    num_proc: int = Field(ge=1, description="pretraining tokenization processes (1 = in-process; more: "
+                          "datasets.map workers)")
+    map_batch_size_docs: int = Field(ge=1, description="documents per tokenizer batch call (and datasets.map batch)")
     ner_window_overlap_tokens: int = Field(
         ge=0, description="subword tokens of left context repeated when a long sentence is split into windows"
     )
