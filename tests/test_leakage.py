@@ -14,6 +14,7 @@ from tasks import leakage
 from tasks.common.textnorm import words
 from tasks.config import Paths, read_yaml
 from tasks.config.leakage import LeakageParams
+from tasks.leakage import detectors
 from tasks.tracking import NullLog
 
 PARAGRAPH = (
@@ -182,6 +183,18 @@ def test_ngram_matcher_agrees_with_set_intersection_reference():
     got = {(i, j) for i, j, *_ in leakage.ngram_matches(*leakage.make_sides(trains, evals), cfg)}
     want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if word_ngrams(t, 3) & word_ngrams(e, 3)}
     assert got == want and len(want) > 50
+
+
+def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(monkeypatch):
+    ev = [f"e{k}" for k in range(20)]  # 8 eval 13-grams, starting at 0..7
+    train = ["x", "x"] + ev[0:15] + ["y"] + ev[4:20]  # eval windows 0-2 (15 words), then 4-7 (16 words)
+    cfg = params()
+    sides = leakage.make_sides([["z"] * 30, train, ev[:12]], [ev])
+    ((i, j, method, score, span),) = leakage.ngram_matches(*sides, cfg)
+    assert (i, j, method, score, span) == (1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))
+    assert leakage.ngram_matches(*sides, params(max_span_words=5))[0][4] == " ".join(ev[4:9])
+    monkeypatch.setattr(detectors, "BLOCK_WORDS", 7)  # every doc in its own block: no window lost or added
+    assert leakage.ngram_matches(*sides, cfg) == [(1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))]
 
 
 def test_short_eval_texts_below_min_match_words_match_only_whole_docs(tmp_path):

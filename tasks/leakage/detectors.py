@@ -30,11 +30,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
 from tasks.common import minhash
 from tasks.config.leakage import LeakageParams
+
+BLOCK_WORDS = 1 << 21  # training words per block of the n-gram scan (about 200 MB of transient arrays)
+_INVERSE = np.uint64(pow(int(minhash.MULTIPLIER), -1, 1 << 64))  # M**-1 mod 2**64
 
 
 @dataclass(frozen=True)
@@ -67,38 +69,104 @@ def detect(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
 
 
 def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
-    """GPT-3-style n-gram hits: ``(train_i, eval_j, "ngram", score, span)`` per matching pair.
+    """GPT-3-style n-gram hits: ``(train_i, eval_j, "ngram", score, span)`` per matching pair, sorted by pair.
 
-    Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. N-gram hashes
-    (``minhash.rolling_hashes`` of the word hashes) are computed once over all training docs concatenated
-    (windows crossing a document boundary are dropped); every hash hit is then confirmed word by word.
+    Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. The training
+    docs are scanned in blocks of whole docs (``_hit_windows``); every hash hit is confirmed word by word.
+    Score = share of the eval doc's n-grams found; span = the longest run of overlapping matched windows.
     """
-    train_all, train_doc, train_pos = _concatenate(trains.hashes)
-    eval_all, eval_doc, _ = _concatenate(evals.hashes)
-    eval_offset = np.searchsorted(eval_doc, np.arange(len(evals.hashes)))
-    doc_len = np.array([len(x) for x in trains.hashes], dtype=np.int64)
+    index = _ngram_index(evals.hashes, cfg)
+    eval_all, _, _ = _concatenate(evals.hashes)
+    eval_offset = np.cumsum([0] + [len(x) for x in evals.hashes])[:-1]
+    lengths = np.array([len(x) for x in trains.hashes], dtype=np.int64)
+    blocks = _blocks_of_docs(lengths, BLOCK_WORDS)
+    most = max([int(lengths[a:b].sum()) for a, b in blocks] + [1])
+    powers = (np.cumprod(np.full(most, _INVERSE)), np.cumprod(np.full(most, minhash.MULTIPLIER)))
     found = []
-    for length, (keys, docs, starts) in tqdm(_ngram_index(evals.hashes, cfg).items(), desc="leakage ngram", unit="n"):
-        h = minhash.rolling_hashes(train_all, length)
-        inside = np.flatnonzero(train_pos[: len(h)] + length <= doc_len[train_doc[: len(h)]])
-        lo = np.minimum(np.searchsorted(keys, h[inside], side="left"), len(keys) - 1)
-        inside = inside[keys[lo] == h[inside]]  # the right bound is searched for hits only
-        rows, at = minhash.expand_ranges(
-            np.searchsorted(keys, h[inside], side="left"), np.searchsorted(keys, h[inside], side="right")
-        )
-        start, j, q = inside[rows], docs[at], starts[at]
-        offsets = np.arange(length)
-        same = (train_all[start[:, None] + offsets] == eval_all[(eval_offset[j] + q)[:, None] + offsets]).all(axis=1)
-        start = start[same]
-        found.append(pd.DataFrame({"i": train_doc[start], "pos": train_pos[start], "j": j[same], "q": q[same]}))
-    hits = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=["i", "pos", "j", "q"])
+    for first, stop in blocks:
+        flat, doc, pos = _concatenate(trains.hashes[first:stop])
+        for i, p, j, q in _hit_windows(flat, doc, pos, lengths[first:stop], index, eval_all, eval_offset, powers):
+            found.append((i + first, p, j, q))
+    i, p, j, q = (np.concatenate(col) for col in zip(*found)) if found else [np.zeros(0, np.int64)] * 4
+    if len(i) == 0:
+        return []
+    eval_len = np.array([len(x) for x in evals.hashes], dtype=np.int64)
+    n = np.minimum(cfg.ngram_words, eval_len)
+    order = np.lexsort((q, j, i))  # one pair's distinct eval windows (the score's numerator) are adjacent
+    first_of_pair = _changes(i[order], j[order])
+    distinct_q = np.add.reduceat(_changes(i[order], j[order], q[order]), np.flatnonzero(first_of_pair))
+    order = np.lexsort((p, j, i))
+    i, j, p = i[order], j[order], p[order]
+    keep = _changes(i, j, p)  # distinct matched train positions per pair, ascending
+    i, j, p = i[keep], j[keep], p[keep]
+    new_pair = _changes(i, j)
+    run_start = new_pair | (p > np.roll(p, 1) + n[j])  # windows overlap or touch: the same run
+    starts = np.flatnonzero(run_start)
+    run_end = np.append(starts[1:], len(p)) - 1
+    run_words = p[run_end] + n[j[starts]] - p[starts]
+    run_pair = np.cumsum(new_pair)[starts] - 1
+    best = np.lexsort((np.arange(len(starts)), -run_words, run_pair))  # longest run, the first on ties
+    best = best[_changes(run_pair[best])]
     out = []
-    for (i, j), part in hits.groupby(["i", "j"], sort=True):
-        length = min(cfg.ngram_words, len(evals.hashes[j]))
-        score = part["q"].nunique() / (len(evals.hashes[j]) - length + 1)
-        span = _longest_span(trains.tokens[i], sorted(set(part["pos"])), length, cfg.max_span_words)
-        out.append((int(i), int(j), "ngram", score, span))
+    for k, r in enumerate(best):
+        ti, ej, s = int(i[starts[r]]), int(j[starts[r]]), int(p[starts[r]])
+        length = int(n[ej])
+        score = int(distinct_q[k]) / (int(eval_len[ej]) - length + 1)
+        span = " ".join(trains.tokens[ti][s : min(s + int(run_words[r]), s + cfg.max_span_words)])
+        out.append((ti, ej, "ngram", score, span))
     return out
+
+
+def _hit_windows(flat, doc, pos, doc_len, index, eval_all, eval_offset, powers):
+    """``(doc, pos, eval doc, eval start)`` arrays per n-gram length: word-verified windows of one block.
+
+    All lengths' window hashes come from one prefix array: with ``P[k+1] = P[k] * M + w[k]`` (mod 2**64),
+    the window ``[s, s + n)`` hashes to ``P[s + n] - P[s] * M**n``, the value ``minhash.rolling_hashes``
+    gives; ``P[k+1] = M**(k+1) * sum(w[t] * M**-(t+1), t <= k)`` (M is odd: invertible mod 2**64), with
+    ``powers = (M**-(t+1), M**(t+1))`` for t in 0 .. at least len(flat) - 1. A table of the eval hashes' top
+    bits (``_filter_table``) drops nearly all non-matching windows before the binary search.
+    """
+    if len(flat) == 0:
+        return
+    inverse, forward = powers[0][: len(flat)], powers[1][: len(flat)]
+    prefix = np.empty(len(flat) + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.cumsum(flat * inverse, out=prefix[1:])
+    prefix[1:] *= forward
+    for length, (keys, group, docs, starts, (shift, table)) in index.items():
+        count = len(flat) - length + 1
+        if count <= 0:
+            continue
+        h = prefix[length : length + count] - prefix[:count] * forward[length - 1]
+        cand = np.flatnonzero(table[h >> shift])
+        cand = cand[pos[cand] + length <= doc_len[doc[cand]]]  # windows inside one doc
+        at = np.minimum(np.searchsorted(keys, h[cand]), len(keys) - 1)
+        hit = keys[at] == h[cand]
+        rows, at = minhash.expand_ranges(group[at[hit]], group[at[hit] + 1])
+        start, j, q = cand[hit][rows], docs[at], starts[at]
+        offsets = np.arange(length)
+        same = (flat[start[:, None] + offsets] == eval_all[(eval_offset[j] + q)[:, None] + offsets]).all(axis=1)
+        yield doc[start[same]], pos[start[same]], j[same], q[same]
+
+
+def _changes(*cols: np.ndarray) -> np.ndarray:
+    """True where any of the equally long sorted ``cols`` differs from the row before (and at row 0)."""
+    out = np.zeros(len(cols[0]), dtype=bool)
+    out[:1] = True
+    for col in cols:
+        out[1:] |= col[1:] != col[:-1]
+    return out
+
+
+def _blocks_of_docs(lengths: np.ndarray, words_per_block: int) -> list[tuple[int, int]]:
+    """``(first, stop)`` doc ranges of about ``words_per_block`` words each (at least one doc per block)."""
+    ends = np.cumsum(lengths)
+    blocks, first = [], 0
+    while first < len(lengths):
+        stop = max(int(np.searchsorted(ends, ends[first] - lengths[first] + words_per_block, side="right")), first + 1)
+        blocks.append((first, stop))
+        first = stop
+    return blocks
 
 
 def _concatenate(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,7 +179,11 @@ def _concatenate(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.nda
 
 
 def _ngram_index(eval_ids: list[np.ndarray], cfg: LeakageParams) -> dict[int, tuple]:
-    """``{length: (sorted hashes, eval doc per hash, start per hash)}``, one entry per n-gram length in use."""
+    """``{length: (unique hashes, group, eval doc, start, filter)}``, one entry per n-gram length in use.
+
+    The n-grams of unique hash ``k`` are rows ``group[k]:group[k + 1]`` of ``eval doc`` and ``start``;
+    ``filter`` is ``_filter_table`` of the hashes.
+    """
     parts: dict[int, list] = defaultdict(list)
     for j, ids in enumerate(eval_ids):
         if len(ids) < cfg.min_match_words:
@@ -123,22 +195,22 @@ def _ngram_index(eval_ids: list[np.ndarray], cfg: LeakageParams) -> dict[int, tu
     for length in sorted(parts):
         keys, docs, starts = (np.concatenate(col) for col in zip(*parts[length]))
         order = np.argsort(keys, kind="stable")
-        index[length] = (keys[order], docs[order], starts[order])
+        keys, docs, starts = keys[order], docs[order], starts[order]
+        first = np.flatnonzero(_changes(keys))
+        group = np.append(first, len(keys))
+        index[length] = (keys[first], group, docs, starts, _filter_table(keys))
     return index
 
 
-def _longest_span(tokens: list[str], positions: list[int], length: int, max_words: int) -> str:
-    """The longest run of overlapping matched windows, as words, cut to ``max_words``."""
-    best_start, best_end, start, end = 0, 0, positions[0], positions[0] + length
-    for pos in positions[1:] + [None]:
-        if pos is not None and pos <= end:
-            end = max(end, pos + length)
-            continue
-        if end - start > best_end - best_start:
-            best_start, best_end = start, end
-        if pos is not None:
-            start, end = pos, pos + length
-    return " ".join(tokens[best_start : min(best_end, best_start + max_words)])
+def _filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:
+    """``(shift, table)``: ``table[h >> shift]`` is True for every key h (bool, 2**10 to 2**23 entries).
+
+    About 32 entries per key: a hash that is no key passes with probability about 1/32 or less.
+    """
+    width = int(min(max(np.ceil(np.log2(max(len(keys), 1) * 32)), 10), 23))
+    table = np.zeros(1 << width, dtype=bool)
+    table[keys >> np.uint64(64 - width)] = True
+    return np.uint64(64 - width), table
 
 
 def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:
