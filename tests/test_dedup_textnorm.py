@@ -3,6 +3,7 @@ are exact duplicates in dedup; wordless texts are never near duplicates."""
 
 from __future__ import annotations
 
+import random
 import sys
 import unicodedata
 
@@ -74,3 +75,12 @@ def test_wordless_texts_are_not_near_duplicates_and_empty_ones_never_merge(tmp_p
     assert (counts["exact_duplicates"], counts["near_duplicates"], counts["empty_docs"]) == (1, 0, 2)
     assert list(records) == [ids[0]] and records[ids[0]]["pairs"] == []
     assert metrics["lsh"]["candidate_pairs"] == 0
+
+
+def test_ascii_words_fast_path_equals_the_regex():
+    every_ascii = "".join(map(chr, range(128)))
+    rng = random.Random(0)
+    texts = [every_ascii, every_ascii[::-1], "Snake_Case x-y 3.14 @User_1 -_- ", ""]
+    texts += ["".join(rng.choice(every_ascii) for _ in range(200)) for _ in range(200)]
+    for sample in texts:
+        assert textnorm.words(sample) == textnorm.words_of_normalized(textnorm.normalize(sample))

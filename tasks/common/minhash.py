@@ -253,7 +253,7 @@ def candidate_pair_arrays(query_keys: np.ndarray, index_keys: np.ndarray) -> tup
             np.searchsorted(sorted_keys, query_keys[:, band], side="right"),
         )
         found.append(rows * len(index_keys) + order[at])
-    flat = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    flat = sorted_unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
     return flat // max(len(index_keys), 1), flat % max(len(index_keys), 1)
 
 

@@ -60,7 +60,14 @@ def normalize(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """Word tokens (``\\w+`` runs) of the normalized text; punctuation is dropped."""
+    if text.isascii():  # ASCII \w is [A-Za-z0-9_]: lowercase those bytes, blank every other, split
+        return text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii").split()
     return words_of_normalized(normalize(text))
+
+
+_ASCII_WORD_BYTES = bytes(
+    c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() or c == 95 else 32 for c in range(128)
+) + b" " * 128
 
 
 def words_of_normalized(normalized: str) -> list[str]:
