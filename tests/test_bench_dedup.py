@@ -1,0 +1,39 @@
+"""The dedup benchmark's ground truth and scoring (benchmarks/_dedup_corpus.py) on hand-computed cases."""
+
+import pytest
+
+from benchmarks import _dedup_corpus as corpora
+
+TEN = " ".join(f"w{k}" for k in range(10))  # 10 words: 6 five-gram shingles
+
+
+def test_truth_is_the_exact_shingle_jaccard_within_groups_and_of_similar_rows():
+    edited = TEN.replace("w9", "x9")  # shares 5 of 6 shingles with TEN: J = 5 / 7
+    unrelated = " ".join(f"u{k}" for k in range(10))
+    corpus = corpora.Corpus([TEN, edited, unrelated, TEN.upper()], rows=2)  # 2 rows, 1 variant each
+    truth = corpora.truth(corpus, 5)
+    assert truth.jaccard[(0, 1)] == pytest.approx(5 / 7)  # rows 0 and 1: similar rows, cross pair
+    assert truth.jaccard[(1, 3)] == pytest.approx(5 / 7)  # row 1 and the variant of row 1 (upper case TEN)
+    assert truth.jaccard[(0, 2)] == 0.0  # row 0 and its "variant" 2, which shares nothing
+    assert truth.jaccard[(0, 3)] == 1.0  # the same normalized text (a cross pair of the similar rows' groups)
+    assert truth.duplicates_of(0.8) == {0: {3}, 3: {0}}
+    assert truth.duplicates_of(0.7) == {0: {1, 3}, 1: {0, 3}, 3: {0, 1}}
+
+
+def test_score_counts_precision_over_removed_docs_and_recall_over_pairs():
+    corpus = corpora.Corpus([TEN, "a b c", TEN, "a b c d"], rows=2)  # doc 2 copies row 0
+    truth = corpora.Truth({(0, 2): 1.0, (1, 3): 0.5, (0, 1): 0.0})
+    assert corpora.score({2}, corpus, truth, 0.8) == {
+        "docs_removed": 1, "precision": 1.0, "recall": 1.0, "recall_planted": 1.0, "true_pairs": 1,
+        "true_planted_pairs": 1,
+    }  # fmt: skip
+    missed = corpora.score({3}, corpus, truth, 0.8)  # removes a doc without a duplicate, keeps both copies
+    assert (missed["precision"], missed["recall"]) == (0.0, 0.0)
+
+
+def test_variants_replace_one_word_in_every_step():
+    rows = [" ".join(f"w{k}" for k in range(120))]
+    corpus = corpora.planted(rows, 5, seed=0)
+    changed = [sum(a != b for a, b in zip(rows[0].split(), text.split())) for text in corpus.texts[1:]]
+    # steps 60, 60, 60, 30: 2, 2, 2 and 4 positions (a replacement word can equal the old one: at most)
+    assert all(c <= limit for c, limit in zip(changed, (2, 2, 2, 4))) and sum(changed) >= 8
