@@ -21,9 +21,6 @@ process's own ``VmHWM`` (it includes the corpus it loaded: ``rss_after_load_mb``
   (``benchmarks/peers/datatrove_decont.py``, which states every setting): 13-grams, xxhash64, its
   ``simplify_text`` with numbers and diacritics kept; tokenizer ``split`` (whitespace, the closest to our
   words) at every scale and its English default ``spacy`` at 1x only (about 80 s per 6k docs).
-- ``ours_proposed_textnorm`` (informational, not a row): ``ours`` with a proposed ASCII fast path for
-  ``textnorm.words`` (an ASCII text's words are its ``[A-Za-z0-9_]`` runs lowercased: ASCII is NFKC-stable
-  and holds no format character), the same tokens by construction (its flagged set is checked equal).
 
 Flagged sets are compared: ours with the baseline (must be equal) and with each datatrove run, where the
 differences are counted by cause (eval docs shorter than 13 words, which datatrove cannot use; the rest
@@ -102,25 +99,9 @@ def rss_mb(field: str = "VmRSS") -> float:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
 
-# lowercases A-Z, keeps [a-z0-9_], turns every other byte into a space (non-ASCII texts never use it)
-_ASCII_WORDS = bytes(c + 32 if 65 <= c <= 90 else c if c < 128 and (chr(c).isalnum() or c == 95) else 32
-                     for c in range(256))
-
-
-def proposed_words(text: str) -> list[str]:
-    """``textnorm.words`` with an ASCII fast path (the proposal measured as ``ours_proposed_textnorm``)."""
-    from tasks.common.textnorm import words
-
-    if text.isascii():
-        return text.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
-    return words(text)
-
-
-def part_ours(corpus: dict, cfg, fast_words: bool = False) -> dict:
+def part_ours(corpus: dict, cfg) -> dict:
     from tasks import leakage
     from tasks.common.textnorm import words
-
-    words = proposed_words if fast_words else words
 
     t0, c0 = time.perf_counter(), time.process_time()
     train_tokens, eval_tokens = [words(t) for t in corpus["train"]], [words(t) for t in corpus["eval"]]
@@ -171,8 +152,7 @@ def measure_part(name: str, corpus_file: Path, out: Path) -> None:
     import_seconds = time.perf_counter() - START
     corpus = json.loads(corpus_file.read_text(encoding="utf-8"))
     loaded = rss_mb()
-    parts = {"ours": part_ours, "set_baseline": part_set_baseline,
-             "ours_proposed_textnorm": lambda c, p: part_ours(c, p, fast_words=True)}
+    parts = {"ours": part_ours, "set_baseline": part_set_baseline}
     result = parts[name](corpus, cfg)
     result.update(import_seconds=import_seconds, rss_after_load_mb=loaded,
                   peak_rss_mb=rss_mb("VmHWM"))
@@ -276,7 +256,7 @@ def main() -> dict:
             corpus_file = work / f"corpus-{scale}x.json"
             corpus_file.write_text(json.dumps(corpus), encoding="utf-8")
             repeats = REPEATS.get(scale, 1)
-            tools = {"ours": repeats, "ours_proposed_textnorm": repeats}
+            tools = {"ours": repeats}
             if scale <= BASELINE_MAX_SCALE:
                 tools["set_baseline"] = max(repeats - 1, 1)
             if have_peer:
@@ -307,7 +287,6 @@ def main() -> dict:
             entry.update(train_words=ours["train_words"], eval_words=ours["eval_words"], ours_pairs=ours["pairs"])
             if "set_baseline" in runs:
                 entry["agreement"]["set_baseline"] = {"same": ours["flagged"] == runs["set_baseline"]["flagged"]}
-            entry["proposed_textnorm_same_flagged"] = ours["flagged"] == runs["ours_proposed_textnorm"]["flagged"]
             for tool in ("datatrove_split", "datatrove_spacy"):
                 if tool in runs:
                     entry["agreement"][tool] = compare(ours, runs[tool], corpus)
