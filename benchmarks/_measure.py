@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -23,22 +24,35 @@ from pathlib import Path
 SAMPLE_S = 0.05
 
 
-def run_measured(command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None) -> dict:
-    """Run ``command`` to completion; raises ``RuntimeError`` with the tail of its output when it fails."""
+class TimedOut(RuntimeError):
+    """The command ran past its time limit and was killed (with its process group)."""
+
+
+def run_measured(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None, log: Path | None = None, timeout_s: float = 1e9
+) -> dict:
+    """Run ``command`` to completion; raises ``TimedOut`` after ``timeout_s`` seconds (the whole process group
+    killed) and ``RuntimeError`` with the tail of its output when it fails."""
     sink = open(log, "wb") if log else subprocess.DEVNULL
     start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     peak = {"tree": 0.0, "process": 0.0}
     stop = threading.Event()
     sampler = threading.Thread(target=_sample, args=(process.pid, peak, stop), daemon=True)
     sampler.start()
+    killer = threading.Timer(timeout_s, os.killpg, args=(process.pid, signal.SIGKILL))
+    killer.start()
     _, status = os.waitpid(process.pid, 0)
+    timed_out = not killer.is_alive() and time.perf_counter() - start >= timeout_s
+    killer.cancel()
     seconds = time.perf_counter() - start
     stop.set()
     sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     if log:
         sink.close()
+    if timed_out:
+        raise TimedOut(f"{' '.join(command[:3])} ... killed after its {timeout_s:.0f} s limit")
     if process.returncode != 0:
         tail = log.read_text(errors="replace")[-2000:] if log else ""
         raise RuntimeError(f"{' '.join(command[:3])} ... exited {process.returncode}:\n{tail}")

@@ -47,7 +47,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks import _dedup_corpus as corpora  # noqa: E402
-from benchmarks._measure import run_measured  # noqa: E402
+from benchmarks._measure import TimedOut, run_measured  # noqa: E402
 from tasks.config import read_yaml  # noqa: E402
 from tasks.config.dedup import DedupParams  # noqa: E402
 
@@ -62,6 +62,7 @@ PEER_RUNS = {
     "datatrove (whitespace words)": ("datatrove", "datatrove_minhash.py", "whitespace", 16),
     "text-dedup": ("textdedup", "textdedup_minhash.py", "default", 16),
 }
+PEER_TIMEOUT_S = 900  # a peer still running then is killed and reported with this lower bound on its time
 FULL_REPEATS_UP_TO = 4  # larger scales run each of our parts once
 
 
@@ -147,7 +148,9 @@ def _peer(work: Path, environment: str, runner: str, variant: str) -> dict:
     command = [str(python), str(REPO / "benchmarks" / "peers" / runner), "--input", str(work / "docs.jsonl")]
     command += ["--workdir", str(scratch), "--output", str(output), "--workers", "2", "--variant", variant]
     try:
-        measured = run_measured(command, cwd=work, log=work / f"{environment}-{variant}.log")
+        measured = run_measured(command, cwd=work, log=work / f"{environment}-{variant}.log", timeout_s=PEER_TIMEOUT_S)
+    except TimedOut as err:
+        return {"skipped": f"timed out: {err}", "seconds_at_least": PEER_TIMEOUT_S}
     except RuntimeError as err:
         return {"skipped": f"failed: {err}"}
     result = json.loads(output.read_text())

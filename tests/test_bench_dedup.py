@@ -1,8 +1,11 @@
 """The dedup benchmark's ground truth and scoring (benchmarks/_dedup_corpus.py) on hand-computed cases."""
 
+import sys
+
 import pytest
 
 from benchmarks import _dedup_corpus as corpora
+from benchmarks._measure import TimedOut, run_measured
 
 TEN = " ".join(f"w{k}" for k in range(10))  # 10 words: 6 five-gram shingles
 
@@ -37,3 +40,14 @@ def test_variants_replace_one_word_in_every_step():
     changed = [sum(a != b for a, b in zip(rows[0].split(), text.split())) for text in corpus.texts[1:]]
     # steps 60, 60, 60, 30: 2, 2, 2 and 4 positions (a replacement word can equal the old one: at most)
     assert all(c <= limit for c, limit in zip(changed, (2, 2, 2, 4))) and sum(changed) >= 8
+
+
+def test_run_measured_sees_a_child_peak_and_kills_one_past_its_limit(tmp_path):
+    # 300 MiB touched by a grandchild: the tree's largest process is at least that (the parent's own size does
+    # not leak in through fork + exec)
+    grow = "import subprocess, sys; subprocess.run([sys.executable, '-c', " \
+           "'import time; b = bytearray(300 * 2**20); time.sleep(0.5)'], check=True)"  # fmt: skip
+    measured = run_measured([sys.executable, "-c", grow], cwd=tmp_path)
+    assert 300 <= measured["peak_rss_mib"] < 400 and measured["peak_tree_rss_mib"] >= 300
+    with pytest.raises(TimedOut):
+        run_measured(["sleep", "30"], cwd=tmp_path, timeout_s=0.3)
