@@ -62,7 +62,7 @@ PEER_RUNS = {
     "datatrove (whitespace words)": ("datatrove", "datatrove_minhash.py", "whitespace", 16),
     "text-dedup": ("textdedup", "textdedup_minhash.py", "default", 16),
 }
-PEER_TIMEOUT_S = 900  # a peer still running then is killed and reported with this lower bound on its time
+PEER_TIMEOUT_S = 600  # a peer still running then is killed and reported with this lower bound on its time
 FULL_REPEATS_UP_TO = 4  # larger scales run each of our parts once
 
 
