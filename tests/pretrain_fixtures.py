@@ -4,6 +4,8 @@ BBC News blocks built by the benchmark's data builder (two named sources), plus 
 from __future__ import annotations
 
 import importlib.util
+import os
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -86,3 +88,28 @@ def add_reference_blocks(corpus: Path, max_docs: int = 40) -> None:
     tcfg = TokenizeParams.model_validate({**raw, "max_seq_len_tokens": SEQ_LEN, "ner_window_overlap_tokens": 8})
     out = corpus / "data" / "tokenize" / "pretrain" / "reference"
     pack_pretrain(rows, tcfg, load_tokenizer(reference_model_dir()), out, NullLog())
+
+
+def worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str = "") -> Path:
+    """A script that runs ``tasks.pretrain.run(cfg, paths)`` in a fresh process (or under torchrun), after the
+    Python statements ``extra`` (patches that record what a rank does)."""
+    script = tmp_path / "worker.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import torch
+        from tasks.config.paths import Paths
+        from tasks.config.pretrain import PretrainParams
+        from tasks.tracking import NullLog
+        import tasks.pretrain as P
+        cfg = PretrainParams.model_validate_json({cfg.model_dump_json()!r})
+        paths = Paths.model_validate_json({paths.model_dump_json()!r})
+        {extra}
+        P.run(cfg, paths, NullLog())
+    """))
+    return script
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The test environment for a training subprocess: one OpenMP thread, passive waits, the repo importable."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT), **extra}

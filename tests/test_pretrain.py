@@ -1,22 +1,18 @@
-"""The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume, torchrun DDP."""
+"""The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume (DDP: test_pretrain_ddp.py)."""
 
 import math
-import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import ROOT, TINY, build_corpus, clone, make_cfg
+from pretrain_fixtures import TINY, build_corpus, clone, make_cfg, subprocess_env, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from tasks.config.paths import Paths
-from tasks.config.pretrain import PretrainParams
 from tasks.pretrain import checkpoint, run
 from tasks.pretrain.trainer import lr_factor
 from tasks.tracking import NullLog
@@ -51,6 +47,11 @@ def test_bad_params_fail_at_load_time():
         make_cfg(init_from="Scratch")  # a typo is not taken for a path
     with pytest.raises(ValueError, match=r"same step twice at max_steps 3 \(steps \[0, 0, 2\]\)"):
         make_cfg(max_steps=3, dose_snapshot_fractions=[0.0, 0.1, 0.5])
+    with pytest.raises(ValueError, match=r"nnodes 2 needs an rdzv_endpoint host:port every node can reach"):
+        make_cfg(nnodes=2)  # params.yaml's localhost:0 is one machine's free port
+    with pytest.raises(ValueError, match="rdzv_endpoint"):
+        make_cfg(rdzv_endpoint="node0")  # no port
+    assert make_cfg(nnodes=2, rdzv_endpoint="node0.cluster:29500").nnodes == 2
 
 
 @pytest.mark.slow
@@ -98,34 +99,12 @@ def test_overfit_save_and_reload(corpus, tmp_path):
     assert rows[-1].split("\t")[3] != ""  # the final evaluation is on the curve
 
 
-def _worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str = "") -> Path:
-    script = tmp_path / "worker.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(ROOT)!r})
-        import torch
-        from tasks.config.paths import Paths
-        from tasks.config.pretrain import PretrainParams
-        from tasks.tracking import NullLog
-        import tasks.pretrain as P
-        cfg = PretrainParams.model_validate_json({cfg.model_dump_json()!r})
-        paths = Paths.model_validate_json({paths.model_dump_json()!r})
-        {extra}
-        P.run(cfg, paths, NullLog())
-    """))
-    return script
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT)}
-
-
 @pytest.mark.slow
 def test_sigkill_then_rerun_resumes_to_the_uninterrupted_weights(corpus, tmp_path):
     cfg = make_cfg(max_steps=150, checkpoint_every_steps=5, eval_every_steps=50)
     paths = clone(corpus, tmp_path / "killed")
     ckpt_dir = paths.models / "checkpoints" / "pretrain"
-    proc = subprocess.Popen([sys.executable, str(_worker_script(tmp_path, cfg, paths))], env=_env())
+    proc = subprocess.Popen([sys.executable, str(worker_script(tmp_path, cfg, paths))], env=subprocess_env())
     try:
         deadline = time.monotonic() + 120
         while checkpoint.latest(ckpt_dir) is None and proc.poll() is None and time.monotonic() < deadline:
@@ -150,38 +129,6 @@ def test_sigkill_then_rerun_resumes_to_the_uninterrupted_weights(corpus, tmp_pat
     # the curve spans the whole run, not only the part after the resume
     rows = (paths.metrics / "pretrain_curve.tsv").read_text().splitlines()
     assert int(rows[1].split("\t")[0]) == 5 and int(rows[-1].split("\t")[0]) == 150
-
-
-@pytest.mark.slow
-def test_torchrun_two_cpu_processes_keep_identical_weights(corpus, tmp_path):
-    cfg = make_cfg(max_steps=3, grad_accum_steps=2, batch_size_blocks=4, eval_every_steps=2, checkpoint_every_steps=2)
-    paths = clone(corpus, tmp_path / "ddp")
-    out = tmp_path / "ranks"
-    out.mkdir()
-    dump = textwrap.dedent(f"""
-        from safetensors.torch import save_model
-        import torch.distributed as dist
-        fit = P.Trainer.fit
-        def fit_and_dump(self):
-            metrics = fit(self)
-            save_model(self.model, {str(out)!r} + f"/rank{{self.env.rank}}.safetensors")
-            (open({str(out)!r} + f"/rank{{self.env.rank}}.json", "w")).write(str(metrics["steps"]))
-            return metrics
-        P.Trainer.fit = fit_and_dump
-    """).replace("\n", "\n        ")
-    script = _worker_script(tmp_path, cfg, paths, dump)
-    torchrun = Path(sys.executable).parent / "torchrun"
-    result = subprocess.run(
-        [str(torchrun), "--standalone", "--nproc_per_node", "2", str(script)],
-        env=_env(), capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    r0, r1 = load_file(out / "rank0.safetensors"), load_file(out / "rank1.safetensors")
-    assert all(torch.equal(r0[k], r1[k]) for k in r0)
-    assert (out / "rank0.json").read_text() == (out / "rank1.json").read_text() == "3"
-    saved = AutoModelForMaskedLM.from_pretrained(paths.models / "pretrained").state_dict()
-    assert r0.keys() <= saved.keys() and all(torch.equal(saved[k], r0[k]) for k in r0)
-    assert checkpoint.read_state(checkpoint.latest(paths.models / "checkpoints" / "pretrain"))["step"] == 3
 
 
 def test_masking_vocab_from_a_real_wordpiece_tokenizer(corpus):

@@ -75,7 +75,13 @@ class PretrainParams(StrictModel):
     max_grad_norm: float = Field(gt=0.0, description="clip the global L2 gradient norm")
     bf16: bool = Field(description="bf16 autocast on CUDA (ignored on CPU)")
     compile: bool = Field(description="torch.compile the model")
-    nproc_per_node: int = Field(ge=1, description="processes torchrun starts (dvc.yaml cmd)")
+    nproc_per_node: int = Field(ge=1, description="processes torchrun starts per node (dvc.yaml cmd)")
+    nnodes: int = Field(ge=1, description="machines in the torchrun job (dvc.yaml cmd: --nnodes)")
+    rdzv_endpoint: str = Field(
+        pattern=r"^[^\s:]+:\d+$",
+        description="host:port of the c10d rendezvous (--rdzv-endpoint); localhost:0 = a free local port, one node",
+    )
+    rdzv_id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="job id every node passes (--rdzv-id)")
     num_threads: int | None = Field(ge=1, description="torch intra-op threads per process; null = torch default")
 
     log_every_steps: int = Field(ge=1)
@@ -111,6 +117,9 @@ class PretrainParams(StrictModel):
                              f"at max_steps {self.max_steps} (steps {steps})")  # fmt: skip
         if self.dose_snapshot_fractions and self.budget_minutes is not None:
             raise ValueError("dose_snapshot_fractions are fractions of max_steps: they need budget_minutes: null")
+        if self.nnodes > 1 and self.rdzv_endpoint.endswith(":0"):
+            raise ValueError(f"nnodes {self.nnodes} needs an rdzv_endpoint host:port every node can reach, "
+                             f"not {self.rdzv_endpoint!r} (port 0 is a free port on one machine)")  # fmt: skip
         for sentence in self.fill_mask:
             if sentence.count("[MASK]") != 1:
                 raise ValueError(f"fill_mask sentence {sentence!r} must contain exactly one [MASK]")

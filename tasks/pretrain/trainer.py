@@ -27,7 +27,8 @@ from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, mask_tokens, unigram
 
 #: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
 NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
-                      "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node"}  # fmt: skip
+                      "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node", "nnodes", "rdzv_endpoint",
+                      "rdzv_id"}  # fmt: skip
 
 
 def _sha256(value: Any) -> str:
@@ -86,6 +87,10 @@ class Trainer:
     def __init__(self, cfg, model, vocab, train, heldout, env: Dist, log, ckpt_dir: Path) -> None:
         self.cfg, self.model, self.vocab, self.env, self.log = cfg, model, vocab, env, log
         self.train, self.heldout, self.ckpt_dir = train, heldout, ckpt_dir
+        ids = train["input_ids"]  # hashed once: every checkpoint's fingerprint needs it
+        self.data_sha256 = _sha256([list(ids.shape), hashlib.sha256(ids.numpy().tobytes()).hexdigest()])
+        if env.world > 1:  # before DDP, whose own check of the model shapes says less
+            self._same_run_on_every_rank()
         self.inner = MaskedOnlyMLM(model)
         self.net = self._wrap(self.inner)
         # fused: one kernel for all tensors, on CPU too (5x faster than the per-tensor loop in finetune)
@@ -101,8 +106,6 @@ class Trainer:
         self.flops_per_token = train_flops_per_token(model, self.seq_len, cfg.mlm_probability)
         self.peak = peak_flops(env.device, cfg.bf16)
         self.state: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "elapsed_s": 0.0, "curve": []}
-        ids = train["input_ids"]  # hashed once: every checkpoint's fingerprint needs it
-        self.data_sha256 = _sha256([list(ids.shape), hashlib.sha256(ids.numpy().tobytes()).hexdigest()])
         self.snapshot_steps = sorted({round(f * cfg.max_steps) for f in cfg.dose_snapshot_fractions})
 
     def _wrap(self, net: torch.nn.Module) -> torch.nn.Module:
@@ -163,6 +166,18 @@ class Trainer:
             "data": self.data_sha256,
             "code": pretrain_code_sha256(),
         }
+
+    def _same_run_on_every_rank(self) -> None:
+        """Raise ``ValueError`` on every rank if a rank has other params, train blocks or code than rank 0: nodes
+        started from different checkouts would otherwise train one model on mismatched settings."""
+        digest = int(_sha256(self._fingerprint())[:15], 16)  # 60 bits: fits an int64 tensor
+        mine = torch.tensor([digest], dtype=torch.int64, device=self.env.device)
+        every = [torch.zeros_like(mine) for _ in range(self.env.world)]
+        dist.all_gather(every, mine)
+        differ = [rank for rank, theirs in enumerate(every) if int(theirs) != int(every[0])]
+        if differ:
+            raise ValueError(f"pretrain: ranks {differ} have other params.yaml pretrain values, train blocks or code "
+                             "than rank 0: start every node from the same checkout and data")  # fmt: skip
 
     def _resume(self) -> int:
         path = checkpoint.latest(self.ckpt_dir)
@@ -354,7 +369,18 @@ class Trainer:
         n = int(n_masked)
         return torch.tensor([float(loss) * n, n, int(n_correct), unigram_nll, unigram_hits, 0], dtype=torch.float64)
 
-    def _log_step(self, step: int, loss: float, grad_norm: float, tokens_per_s: float) -> None:
+    def _mean_over_ranks(self, value: float) -> float:
+        """``value`` averaged over the ranks (a collective: every rank calls it at the same step). Each rank's
+        loss is the mean over its masked tokens, and DDP averages the gradients over ranks with equal weights,
+        so the mean of the ranks' losses is the loss the step descended."""
+        if self.env.world == 1:
+            return value
+        total = torch.tensor([value], dtype=torch.float64, device=self.env.device)
+        dist.all_reduce(total)  # SUM: gloo has no AVG
+        return float(total) / self.env.world
+
+    def _log_step(self, step: int, local_loss: float, grad_norm: float, tokens_per_s: float) -> None:
+        loss = self._mean_over_ranks(local_loss)
         values = {"train/loss": loss, "train/lr": self._step_lr(), "train/grad_norm": grad_norm}
         values["train/tokens_per_s"] = tokens_per_s
         if self.peak:
