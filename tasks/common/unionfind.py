@@ -1,13 +1,16 @@
 """Union-find (disjoint sets) shared by dedup (clusters of rows) and split (groups merged with clusters).
 
 Path halving, union by a caller-given priority: the member with the lowest priority is always the root, so
-the name of a set does not depend on the order in which pairs were merged (determinism).
+the name of a set does not depend on the order in which pairs were merged (determinism). ``UnionTimes``
+answers, for many pairs at once, whether they were connected at a given point of a sequence of unions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from typing import Any
+
+import numpy as np
 
 
 class UnionFind:
@@ -34,3 +37,53 @@ class UnionFind:
         if ra != rb:
             low, high = (ra, rb) if self.priority(ra) < self.priority(rb) else (rb, ra)
             self.parent[high] = low
+
+
+class UnionTimes:
+    """When two of the nodes ``0..n-1`` became connected, for unions made in time order.
+
+    A union-by-size forest without path compression (depth <= log2 n): a root attached at time ``t`` carries
+    every older edge of its tree below it, so edge times grow towards the roots and the time two nodes became
+    connected is the latest edge time on the tree path between them (the Kruskal reconstruction tree's idea).
+    """
+
+    def __init__(self, n: int) -> None:
+        self.parent, self.time, self.size = list(range(n)), [-1] * n, [1] * n
+
+    def _root(self, node: int) -> int:
+        while self.parent[node] != node:
+            node = self.parent[node]
+        return node
+
+    def union(self, a: int, b: int, time: int) -> None:
+        """Connect ``a`` and ``b`` at ``time`` (no later than any earlier union's time)."""
+        ra, rb = self._root(a), self._root(b)
+        if ra == rb:
+            return
+        if self.size[ra] < self.size[rb]:
+            ra, rb = rb, ra
+        self.parent[rb], self.time[rb] = ra, time
+        self.size[ra] += self.size[rb]
+
+    def connected_before(self, u: np.ndarray, v: np.ndarray, when: np.ndarray) -> np.ndarray:
+        """``(pairs,)`` bool: whether ``u[k]`` and ``v[k]`` were connected by unions made before ``when[k]``."""
+        parent, time = np.asarray(self.parent, np.int64), np.asarray(self.time, np.int64)
+        depth = _depths(parent)
+        u, v = np.array(u, np.int64), np.array(v, np.int64)
+        latest = np.full(len(u), -1, np.int64)
+        for a, b in ((u, v), (v, u)):  # lift the deeper end to the other's depth
+            while (deeper := depth[a] > depth[b]).any():
+                latest[deeper] = np.maximum(latest[deeper], time[a[deeper]])
+                a[deeper] = parent[a[deeper]]
+        while (apart := (u != v) & (depth[u] > 0)).any():  # equal depths: climb together to the common ancestor
+            latest[apart] = np.maximum(latest[apart], np.maximum(time[u[apart]], time[v[apart]]))
+            u[apart], v[apart] = parent[u[apart]], parent[v[apart]]
+        return (u == v) & (latest < np.asarray(when))
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    depth, node = np.zeros(len(parent), np.int64), np.arange(len(parent))
+    while (moving := parent[node] != node).any():
+        depth += moving
+        node = parent[node]
+    return depth

@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from tasks.common import minhash, textnorm
-from tasks.common.unionfind import UnionFind
+from tasks.common.unionfind import UnionFind, UnionTimes
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
 from tasks.dedup import policy
@@ -182,9 +182,27 @@ class DocSignatures:
     signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
     shingles: list[np.ndarray]  # per doc: sorted unique uint64 shingle hashes (the set that Jaccard is taken on)
 
+    known_pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted pair keys
+    known_jaccards: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (len(known_pairs),) float64
+
     def jaccards(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
-        """Exact Jaccard (``minhash.jaccard``) of rows ``left[k]`` and ``right[k]``: ``(pairs,)`` float64, in
-        blocks of ``PAIR_BLOCK`` pairs over ``num_proc`` forked processes, which inherit the shingle sets."""
+        """Exact Jaccard (``minhash.jaccard``) of rows ``left[k]`` and ``right[k]``: ``(pairs,)`` float64.
+
+        A pair computed by an earlier call is looked up (the cluster report asks again for most of the pairs
+        the LSH pass checked; Jaccard is symmetric); the others are computed in blocks of ``PAIR_BLOCK`` pairs
+        over ``num_proc`` forked processes, which inherit the shingle sets, and remembered."""
+        left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
+        keys = np.minimum(left, right) * len(self.shingles) + np.maximum(left, right)
+        at = np.searchsorted(self.known_pairs, keys).clip(max=max(len(self.known_pairs) - 1, 0))
+        known = self.known_pairs[at] == keys if len(self.known_pairs) else np.zeros(len(keys), bool)
+        values = np.empty(len(keys))
+        values[known] = self.known_jaccards[at[known]]
+        values[~known] = self._compute(left[~known], right[~known], num_proc)
+        pairs, first = np.unique(np.concatenate([self.known_pairs, keys[~known]]), return_index=True)
+        self.known_pairs, self.known_jaccards = pairs, np.concatenate([self.known_jaccards, values[~known]])[first]
+        return values
+
+    def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
         global _FORKED_SETS
         _FORKED_SETS = self.shingles
         blocks = [(left[k : k + PAIR_BLOCK], right[k : k + PAIR_BLOCK]) for k in range(0, len(left), PAIR_BLOCK)]
@@ -308,25 +326,35 @@ def merge_near(
             seen.add(exact_rep[i])
             signed.append(i)
     keys = minhash.band_keys(docs.signature[signed], *bands_rows)
-    edges: list[tuple[int, int, float]] = []
-    counts = {"candidate_pairs": 0, "merged_pairs": 0, "rejected_pairs": 0, "identical_text_pairs": 0}
     first, second = minhash.candidate_pair_arrays(keys, keys)
     later = second > first  # a self-join holds (x, x) and both orders of each pair
-    left, right = np.asarray(signed)[first[later]], np.asarray(signed)[second[later]]
+    left, right = np.asarray(signed, np.int64)[first[later]], np.asarray(signed, np.int64)[second[later]]
     # every candidate's Jaccard up front, in parallel; the merge pass below stays sequential (its order is the rule)
-    similarities = docs.jaccards(left, right, cfg.num_proc).tolist()
-    pairs = zip(left.tolist(), right.tolist(), similarities)
-    for i, j, similarity in tqdm(pairs, total=len(similarities), desc="dedup: lsh candidates", unit="pair"):
-        if clusters.find(i) == clusters.find(j):
-            continue
-        if docs.text_hash[i] == docs.text_hash[j]:
-            counts["identical_text_pairs"] += 1
-            continue
-        counts["candidate_pairs"] += 1
-        if similarity >= cfg.threshold:
-            clusters.union(i, j)
-            edges.append((i, j, similarity))
-            counts["merged_pairs"] += 1
-        else:
-            counts["rejected_pairs"] += 1
+    similarity = docs.jaccards(left, right, cfg.num_proc)
+    text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1]
+    identical = text_id[left] == text_id[right]
+    merging = (similarity >= cfg.threshold) & ~identical
+    edges, times = _merge_in_order(left, right, similarity, np.flatnonzero(merging), clusters, len(docs.text_hash))
+    # the other pairs change no cluster: each is counted if its rows were still apart at its turn in the order
+    others = np.flatnonzero(~merging)
+    apart = ~times.connected_before(left[others], right[others], others)
+    rejected, identical_apart = int((apart & ~identical[others]).sum()), int((apart & identical[others]).sum())
+    counts = {"candidate_pairs": len(edges) + rejected, "merged_pairs": len(edges), "rejected_pairs": rejected,
+              "identical_text_pairs": identical_apart}  # fmt: skip
     return edges, counts
+
+
+def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionFind, n_rows: int):
+    """Union the candidate pairs ``order`` (indices into ``left``/``right``, ascending) whose rows are still in
+    two clusters; returns the merges ``(row, row, jaccard)`` and when each pair of rows became connected (the
+    exact merges before never join two rows that LSH compares: those are one per exact group)."""
+    times = UnionTimes(n_rows)
+    edges: list[tuple[int, int, float]] = []
+    values = similarity[order].tolist()
+    pairs = zip(order.tolist(), left[order].tolist(), right[order].tolist(), values)
+    for t, i, j, value in tqdm(pairs, total=len(order), desc="dedup: lsh merges", unit="pair"):
+        if clusters.find(i) != clusters.find(j):
+            clusters.union(i, j)
+            times.union(i, j, t)
+            edges.append((i, j, value))
+    return edges, times
