@@ -42,6 +42,7 @@ def markdown(rows: list[dict]) -> str:
     for row in rows:
         peer = f"{row['best_peer']}: {_figure(row['best_peer_value'])}" if row["best_peer"] else "none ran"
         verdict = "met" if row["meets_goal"] else "**missed**"
+        goal = "none (information)" if row["goal"] is None else f"{row['goal']}: {verdict}"
         cells = (
             f"`{row['benchmark']}`",
             row["case"],
@@ -50,7 +51,7 @@ def markdown(rows: list[dict]) -> str:
             _ratio(row["ratio_vs_best_peer"]),
             _figure(row["limit"]),
             _percent(row["fraction_of_limit"]),
-            f"{row['goal']}: {verdict}",
+            goal,
         )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

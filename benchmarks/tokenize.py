@@ -210,14 +210,14 @@ def check(outputs: dict, tok) -> dict:
     }
 
 
-def row(case: str, ours: float, peer: float, limit: float) -> dict:
-    """One results row (tokens/s)."""
+def row(case: str, ours: float, peer: float, limit: float, has_goal: bool = True) -> dict:
+    """One results row (tokens/s); a row without a goal (information) has ``goal`` and ``meets_goal`` null."""
     ratio, fraction = ours / peer, ours / limit
     return {
         "benchmark": "tokenize", "case": case, "unit": "tokens/s", "ours": ours,
         "best_peer": "HF run_mlm recipe", "best_peer_value": peer, "ratio_vs_best_peer": ratio,
-        "limit": limit, "fraction_of_limit": fraction, "goal": GOAL,
-        "meets_goal": bool(ratio >= GOAL_RATIO and fraction >= GOAL_FRACTION),
+        "limit": limit, "fraction_of_limit": fraction, "goal": GOAL if has_goal else None,
+        "meets_goal": bool(ratio >= GOAL_RATIO and fraction >= GOAL_FRACTION) if has_goal else None,
     }
 
 
@@ -228,7 +228,7 @@ def report(seconds: dict, counts: dict, docs: int) -> dict:
         row(f"BBC News, {docs:,} docs, num_proc 1", rate["stage_num_proc_1"], rate["run_mlm_num_proc_1"],
             rate["limit"]),
         row(f"BBC News, {docs:,} docs, num_proc 2 (information)", rate["stage_num_proc_2"],
-            rate["run_mlm_num_proc_2"], 2 * rate["limit"]),
+            rate["run_mlm_num_proc_2"], 2 * rate["limit"], has_goal=False),
     ]
     return {
         "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],

@@ -123,3 +123,16 @@ def test_jaccard_of_hash_sets():
     # two empty shingle sets share nothing: 0.0, so wordless texts are never near duplicates or leak matches
     assert minhash.jaccard(np.zeros(0, np.uint64), np.zeros(0, np.uint64)) == 0.0
     assert minhash.jaccard(np.zeros(0, np.uint64), np.array([7], np.uint64)) == 0.0
+
+
+def test_jaccards_with_equals_the_one_pair_jaccard_bit_for_bit():
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        x = np.unique(rng.integers(0, 40, rng.integers(0, 25)).astype(np.uint64))
+        ys = [np.unique(rng.integers(0, 40, rng.integers(0, 25)).astype(np.uint64)) for _ in range(rng.integers(1, 6))]
+        assert minhash.jaccards_with(x, ys).tolist() == [minhash.jaccard(x, y) for y in ys]
+    # by hand: {1,2,3} with {2,3,4} (2 shared of 4), {} (0 of 3), itself (1.0); two empty sets: 0.0 by convention
+    three = np.array([1, 2, 3], np.uint64)
+    got = minhash.jaccards_with(three, [np.array([2, 3, 4], np.uint64), np.array([], np.uint64), three])
+    assert got.tolist() == [0.5, 0.0, 1.0]
+    assert minhash.jaccards_with(np.array([], np.uint64), [np.array([], np.uint64)]).tolist() == [0.0]

@@ -42,25 +42,12 @@ import time
 START = time.perf_counter()
 
 import numpy as np  # noqa: E402
+from _datatrove_words import SplitTokenizer  # noqa: E402
 from datatrove.data import Document  # noqa: E402
 from datatrove.pipeline.decont import NGramsDecontConfig, NGramsDecontFilter, NGramsDecontIndexer  # noqa: E402
 from datatrove.utils.text import TextNormConfig  # noqa: E402
-from datatrove.utils.word_tokenizers import WordTokenizer  # noqa: E402
 
 IMPORT_SECONDS = time.perf_counter() - START
-
-
-class SplitTokenizer(WordTokenizer):
-    """Whitespace split of the already simplified text (punctuation is spaces by then)."""
-
-    def word_tokenize(self, text: str) -> list[str]:
-        return text.split()
-
-    def sent_tokenize(self, text: str) -> list[str]:
-        return [text]
-
-    def span_tokenize(self, text: str) -> list[tuple[int, int]]:
-        return [(0, len(text))]
 
 
 class DocumentsIndexer(NGramsDecontIndexer):

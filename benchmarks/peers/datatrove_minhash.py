@@ -34,6 +34,7 @@ def main() -> None:
     t_imports = time.perf_counter()
     from importlib.metadata import version
 
+    from _datatrove_words import SplitTokenizer
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupCluster, MinhashDedupFilter, MinhashDedupSignature
     from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupBuckets
@@ -42,19 +43,6 @@ def main() -> None:
     from datatrove.utils.hashing import HashConfig
     from datatrove.utils.text import TextNormConfig
     from datatrove.utils.typeshelper import Languages
-    from datatrove.utils.word_tokenizers import WordTokenizer
-
-    class SplitTokenizer(WordTokenizer):
-        """Whitespace split: after simplify_text the text is lowercase, punctuation-free, single-spaced."""
-
-        def word_tokenize(self, text: str) -> list[str]:
-            return text.split()
-
-        def sent_tokenize(self, text: str) -> list[str]:
-            return [text]
-
-        def span_tokenize(self, text: str) -> list[tuple[int, int]]:
-            return [(0, len(text))]
 
     if args.variant == "spacy":
         language, tokenizer_desc = Languages.english, "datatrove default for language='en': spaCy blank('en') tokenizer"

@@ -275,6 +275,25 @@ def jaccard(x: np.ndarray, y: np.ndarray) -> float:
     return shared / union if union else 0.0
 
 
+def jaccards_with(x: np.ndarray, ys: list[np.ndarray]) -> np.ndarray:
+    """``jaccard(x, y)`` for each ``y`` of ``ys`` (sorted unique arrays): ``(len(ys),)`` float64, equal to the
+    one-pair function bit for bit, from one binary search of all of ``ys`` in ``x`` (per-call overhead paid once
+    per document, not once per pair)."""
+    sizes = np.fromiter(map(len, ys), dtype=np.int64, count=len(ys))
+    if not len(x) or not sizes.sum():
+        shared = np.zeros(len(ys), np.int64)
+    else:
+        pooled = np.concatenate(ys)
+        at = np.searchsorted(x, pooled)
+        at[at == len(x)] = 0  # past the end: compare with any element; a miss either way
+        hits = np.concatenate([[0], np.cumsum(x[at] == pooled)])
+        ends = np.cumsum(sizes)
+        shared = hits[ends] - hits[ends - sizes]
+    union = len(x) + sizes - shared
+    # int64 / int64 below 2**53 converts exactly, so this is Python's correctly rounded int / int
+    return np.divide(shared, union, out=np.zeros(len(ys)), where=union > 0)
+
+
 def intersection_size(x: np.ndarray, y: np.ndarray) -> int:
     """``|x ∩ y|`` of two sorted unique arrays: a binary search of the shorter in the longer (no merge sort)."""
     if len(x) > len(y):

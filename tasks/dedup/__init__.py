@@ -218,7 +218,13 @@ _FORKED_SETS: list[np.ndarray] = []  # read by forked Jaccard workers: inherited
 
 def _jaccard_block(job: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     left, right = job
-    return np.array([minhash.jaccard(_FORKED_SETS[i], _FORKED_SETS[j]) for i, j in zip(left.tolist(), right.tolist())])
+    order = np.argsort(left, kind="stable")  # one binary search per left row for all of its partners
+    starts = np.flatnonzero(np.diff(left[order], prepend=-1))
+    out = np.empty(len(left))
+    for group in np.split(order, starts[1:]):
+        sets = [_FORKED_SETS[j] for j in right[group].tolist()]
+        out[group] = minhash.jaccards_with(_FORKED_SETS[int(left[group[0]])], sets)
+    return out
 
 
 def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
