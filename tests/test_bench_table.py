@@ -1,5 +1,7 @@
 """The README's benchmark table is generated from benchmarks/results/*.json (benchmarks/_table.py), never typed."""
 
+import sys
+
 from benchmarks import _table
 
 
@@ -40,7 +42,11 @@ def test_leakage_differences_count_as_explained_only_when_every_one_has_a_named_
 
     spec = importlib.util.spec_from_file_location("bench_leakage", _table.REPO / "benchmarks" / "leakage.py")
     leakage = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(leakage)
+    saved = list(sys.path)  # the script puts the repo root in sys.path[0]: spawned test workers need tests/ there
+    try:
+        spec.loader.exec_module(leakage)
+    finally:
+        sys.path[:] = saved
     train = ["a short tweet", "the long text with an_underscore in it", "plain words only here", "x"]
     ours = {"flagged": [0, 1, 3], "flagged_by_13_grams": [1, 3], "span": {"0": "a short tweet", "1": "an_underscore",
             "3": "x"}}  # fmt: skip

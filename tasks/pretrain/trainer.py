@@ -87,8 +87,8 @@ class Trainer:
     def __init__(self, cfg, model, vocab, train, heldout, env: Dist, log, ckpt_dir: Path) -> None:
         self.cfg, self.model, self.vocab, self.env, self.log = cfg, model, vocab, env, log
         self.train, self.heldout, self.ckpt_dir = train, heldout, ckpt_dir
-        ids = train["input_ids"]  # hashed once: every checkpoint's fingerprint needs it
-        self.data_sha256 = _sha256([list(ids.shape), hashlib.sha256(ids.numpy().tobytes()).hexdigest()])
+        ids = train["input_ids"].numpy()  # hashed once: every checkpoint's fingerprint needs it
+        self.data_sha256 = _sha256([list(ids.shape), hashlib.sha256(ids.tobytes()).hexdigest()])
         if env.world > 1:  # before DDP, whose own check of the model shapes says less
             self._same_run_on_every_rank()
         self.inner = MaskedOnlyMLM(model)
@@ -370,9 +370,8 @@ class Trainer:
         return torch.tensor([float(loss) * n, n, int(n_correct), unigram_nll, unigram_hits, 0], dtype=torch.float64)
 
     def _mean_over_ranks(self, value: float) -> float:
-        """``value`` averaged over the ranks (a collective: every rank calls it at the same step). Each rank's
-        loss is the mean over its masked tokens, and DDP averages the gradients over ranks with equal weights,
-        so the mean of the ranks' losses is the loss the step descended."""
+        """``value`` averaged over the ranks (a collective, at the same step on every rank): DDP averages the
+        ranks' gradients with equal weights, so the ranks' mean loss is the loss the step descended."""
         if self.env.world == 1:
             return value
         total = torch.tensor([value], dtype=torch.float64, device=self.env.device)
