@@ -5,6 +5,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RAY_STAMP := $(VENV)/.installed-ray
 
 # Offline and quiet: no library may reach a hub or send analytics (see README "Offline").
 export HF_HUB_OFFLINE=1
@@ -24,9 +25,16 @@ export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test test-fast bench mlflow-ui prefect-server clean
+.PHONY: install install-ray run test test-fast bench mlflow-ui prefect-server clean
 
 install: $(STAMP)
+
+# The optional group for dedup.engine / leakage.engine: ray; the tests install it to check both engines agree.
+install-ray: $(RAY_STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
+	touch $(RAY_STAMP)
 
 # torch first and pinned: pip then takes the local CPU wheel instead of a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -45,7 +53,7 @@ run: install
 	  $(BIN)/python -m flows.pipeline; \
 	fi
 
-test: install
+test: install-ray
 	$(BIN)/python -m pytest -m "not gpu" --durations=15
 
 test-fast: install

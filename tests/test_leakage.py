@@ -185,6 +185,22 @@ def test_ngram_matcher_agrees_with_set_intersection_reference():
     assert got == want and len(want) > 50
 
 
+def test_a_sharded_eval_index_and_small_blocks_find_the_same_matches(monkeypatch):
+    rng = np.random.default_rng(1)
+    vocab = [f"w{k}" for k in range(12)]
+    evals = [list(rng.choice(vocab, size=int(rng.integers(3, 30)))) for _ in range(30)]
+    trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
+    cfg = params(ngram_words=3, min_match_words=1, residual={"ngram_words": 2, "min_coverage": 0.1})
+    sides = leakage.make_sides(trains, evals)
+    whole = leakage.ngram_matches(*sides, cfg)
+    n_ngrams = sum(max(len(e) - 2, 0) for e in evals)
+    # an n-gram "costs" a quarter of the half of worker_memory_mib: 4 or more shards
+    monkeypatch.setattr(detectors, "BYTES_PER_INDEX_NGRAM", (cfg.worker_memory_mib << 19) * 4 // n_ngrams + 1)
+    assert len(detectors._ngram_index_shards(sides[1].hashes, cfg)) == 8  # 2**ceil(log2(4 + a bit))
+    monkeypatch.setattr(detectors, "block_words", lambda cfg: 50)  # a few docs per block
+    assert leakage.ngram_matches(*sides, cfg) == whole and len(whole) > 50
+
+
 def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(monkeypatch):
     ev = [f"e{k}" for k in range(20)]  # 8 eval 13-grams, starting at 0..7
     train = ["x", "x"] + ev[0:15] + ["y"] + ev[4:20]  # eval windows 0-2 (15 words), then 4-7 (16 words)
@@ -193,7 +209,7 @@ def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(mo
     ((i, j, method, score, span),) = leakage.ngram_matches(*sides, cfg)
     assert (i, j, method, score, span) == (1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))
     assert leakage.ngram_matches(*sides, params(max_span_words=5))[0][4] == " ".join(ev[4:9])
-    monkeypatch.setattr(detectors, "BLOCK_WORDS", 7)  # every doc in its own block: no window lost or added
+    monkeypatch.setattr(detectors, "block_words", lambda cfg: 7)  # every doc in its own block: no window lost or added
     assert leakage.ngram_matches(*sides, cfg) == [(1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))]
 
 

@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError, model_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.cluster import RayParams
 from tasks.config.dedup import DedupParams
 from tasks.config.finetune import FinetuneParams
 from tasks.config.ingest import IngestParams
@@ -55,6 +56,7 @@ class Params(StrictModel):
     probe: ProbeParams
     report: ReportParams
     snapshot: SnapshotParams
+    ray: RayParams = RayParams()
 
     @model_validator(mode="after")
     def _tasks_fit(self) -> Params:
@@ -74,11 +76,13 @@ class Params(StrictModel):
         # frozen models: model_copy is how a validated section gets the validated tasks
         object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
         object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
+        for stage in ("dedup", "leakage"):  # the stages with engine: ray
+            object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
         return self
 
     def section(self, stage: str) -> StrictModel:
         """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
-        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks"):
+        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks", "ray"):
             raise ParamsError(f"params.yaml has no stage section {stage!r}")
         return getattr(self, stage)
 

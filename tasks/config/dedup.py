@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.cluster import RayParams
 
 
 class DedupPolicy(StrictModel):
@@ -76,6 +77,10 @@ class DedupParams(StrictModel):
     warn_component_docs: int = Field(
         50, ge=1, description="warn when the largest cluster (one split group) has more docs than this"
     )
+    engine: Literal["local", "ray"] = Field(
+        "local", description="local: this machine's process pool; ray: Ray Data (byte-identical outputs)"
+    )
+    ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
 
     @field_validator("threshold")
     @classmethod

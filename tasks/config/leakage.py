@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.cluster import RayParams
 
 
 class PlantedParams(StrictModel):
@@ -64,6 +65,15 @@ class LeakageParams(StrictModel):
     max_examples: int = Field(ge=0, description="missed planted docs and residual examples listed in the metrics")
     planted: PlantedParams
     residual: ResidualParams
+    engine: Literal["local", "ray"] = Field(
+        "local", description="local: in this process; ray: training docs in Ray Data blocks (byte-identical outputs)"
+    )
+    worker_memory_mib: int = Field(
+        512, ge=16, description="bound on the n-gram scan's arrays per process (MiB): the eval n-gram index is "
+        "split by hash into shards of at most half of it, and training docs are scanned in blocks of the rest",
+    )
+    batch_docs: int = Field(1000, ge=1, description="training docs per Ray Data task (engine: ray)")
+    ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
 
     @model_validator(mode="after")
     def _check(self) -> LeakageParams:

@@ -69,8 +69,8 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     """
     corpus = read_corpus(paths.stage_data("ingest"))
     policies = policy.resolve(cfg, list(corpus.tables))
-    log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources")
-    docs = sign_documents(corpus.text, cfg)
+    log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources, engine {cfg.engine}")
+    docs = sign_documents(corpus.text, cfg) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
     clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
@@ -192,7 +192,7 @@ class DocSignatures:
         the LSH pass checked; Jaccard is symmetric); the others are computed in blocks of ``PAIR_BLOCK`` pairs
         over ``num_proc`` forked processes, which inherit the shingle sets, and remembered."""
         left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
-        keys = np.minimum(left, right) * len(self.shingles) + np.maximum(left, right)
+        keys = np.minimum(left, right) * len(self.text_hash) + np.maximum(left, right)
         at = np.searchsorted(self.known_pairs, keys).clip(max=max(len(self.known_pairs) - 1, 0))
         known = self.known_pairs[at] == keys if len(self.known_pairs) else np.zeros(len(keys), bool)
         values = np.empty(len(keys))
@@ -201,6 +201,15 @@ class DocSignatures:
         pairs, first = np.unique(np.concatenate([self.known_pairs, keys[~known]]), return_index=True)
         self.known_pairs, self.known_jaccards = pairs, np.concatenate([self.known_jaccards, values[~known]])[first]
         return values
+
+    def candidates(self, signed: list[int], bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """LSH candidates among the ``signed`` rows: ``(left, right)`` int64 rows sharing a band key, ``left``
+        before ``right`` in ``signed``, sorted by (position of left, position of right) in ``signed``."""
+        keys = minhash.band_keys(self.signature[signed], *bands_rows)
+        first, second = minhash.candidate_pair_arrays(keys, keys)
+        later = second > first  # a self-join holds (x, x) and both orders of each pair
+        rows = np.asarray(signed, np.int64)
+        return rows[first[later]], rows[second[later]]
 
     def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
         global _FORKED_SETS
@@ -247,6 +256,13 @@ def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
         signature=np.concatenate([np.zeros((0, cfg.num_perm), np.uint32)] + [part.signature for part in parts]),
         shingles=[s for part in parts for s in part.shingles],
     )
+
+
+def sign_on_ray(paths: Paths, corpus: Corpus, cfg: DedupParams) -> DocSignatures:
+    """``sign_documents`` on Ray Data (``tasks/dedup/ray_engine.py``, imported only here: Ray is optional)."""
+    from tasks.dedup import ray_engine
+
+    return ray_engine.sign_documents(sorted(paths.stage_data("ingest").glob("*.parquet")), corpus, cfg)
 
 
 def _map(func, jobs: list, num_proc: int):
@@ -331,10 +347,7 @@ def merge_near(
         if allowed[i] and exact_rep[i] not in seen:
             seen.add(exact_rep[i])
             signed.append(i)
-    keys = minhash.band_keys(docs.signature[signed], *bands_rows)
-    first, second = minhash.candidate_pair_arrays(keys, keys)
-    later = second > first  # a self-join holds (x, x) and both orders of each pair
-    left, right = np.asarray(signed, np.int64)[first[later]], np.asarray(signed, np.int64)[second[later]]
+    left, right = docs.candidates(signed, bands_rows)
     # every candidate's Jaccard up front, in parallel; the merge pass below stays sequential (its order is the rule)
     similarity = docs.jaccards(left, right, cfg.num_proc)
     text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1]

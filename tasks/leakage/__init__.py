@@ -67,7 +67,8 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     eval_frame, train_frame = eval_rows(rows), train_rows(rows)
     trains, evals = make_sides([words(x) for x in train_frame["text"]], [words(x) for x in eval_frame["text"]])
     log.info(f"leakage: {len(trains.hashes)} training docs vs {len(evals.hashes)} eval docs")
-    table = audit_table(detect(trains, evals, cfg), train_frame, eval_frame)
+    matches = detect(trains, evals, cfg) if cfg.engine == "local" else detect_on_ray(paths, train_frame, evals, cfg)
+    table = audit_table(matches, train_frame, eval_frame)
     removed = removed_docs(table, cfg)
     out_dir = paths.stage_data("leakage")
     write_outputs(frames, table, removed, out_dir)
@@ -91,6 +92,14 @@ def measure_audit(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFra
     recall = planted.recall(eval_frame, evals, list(filler["text"]), list(filler["doc_id"]), cfg)
     left = residual.residual(eval_frame, evals.tokens, list(pretrain["doc_id"]), tokens, set(removed), cfg)
     return recall, left
+
+
+def detect_on_ray(paths, train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> list[tuple]:
+    """``detect`` on Ray Data (``tasks/leakage/ray_engine.py``, imported only here: Ray is optional)."""
+    from tasks.leakage import ray_engine
+
+    files = sorted(paths.stage_data("split").glob("*.parquet"))
+    return ray_engine.detect_on_ray(files, list(train_frame["doc_id"]), evals, cfg)
 
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:

@@ -35,7 +35,8 @@ from tqdm import tqdm
 from tasks.common import minhash
 from tasks.config.leakage import LeakageParams
 
-BLOCK_WORDS = 1 << 21  # training words per block of the n-gram scan (about 200 MB of transient arrays)
+BYTES_PER_BLOCK_WORD = 100  # transient bytes per training word of a scan block (hashes, prefix, windows, masks)
+BYTES_PER_INDEX_NGRAM = 64  # eval n-gram index bytes per n-gram (key, group, doc, start, 32 filter-table bytes)
 _INVERSE = np.uint64(pow(int(minhash.MULTIPLIER), -1, 1 << 64))  # M**-1 mod 2**64
 
 
@@ -71,22 +72,26 @@ def detect(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
 def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     """GPT-3-style n-gram hits: ``(train_i, eval_j, "ngram", score, span)`` per matching pair, sorted by pair.
 
-    Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. The training
-    docs are scanned in blocks of whole docs (``_hit_windows``); every hash hit is confirmed word by word.
-    Score = share of the eval doc's n-grams found; span = the longest run of overlapping matched windows.
+    Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. The eval
+    n-grams are indexed in shards by hash (``_ngram_index_shards``, each at most half of
+    ``cfg.worker_memory_mib``), and the training docs are scanned in blocks of whole docs sized to the other
+    half (``block_words``), each block against each shard in turn (``_hit_windows``), so memory per process
+    is set by the param, not by the corpus; every hash hit is confirmed word by word. Score = share of the
+    eval doc's n-grams found; span = the longest run of overlapping matched windows.
     """
-    index = _ngram_index(evals.hashes, cfg)
+    shards = _ngram_index_shards(evals.hashes, cfg)
     eval_all, _, _ = _concatenate(evals.hashes)
     eval_offset = np.cumsum([0] + [len(x) for x in evals.hashes])[:-1]
     lengths = np.array([len(x) for x in trains.hashes], dtype=np.int64)
-    blocks = _blocks_of_docs(lengths, BLOCK_WORDS)
+    blocks = _blocks_of_docs(lengths, block_words(cfg))
     most = max([int(lengths[a:b].sum()) for a, b in blocks] + [1])
     powers = (np.cumprod(np.full(most, _INVERSE)), np.cumprod(np.full(most, minhash.MULTIPLIER)))
     found = []
     for first, stop in blocks:
         flat, doc, pos = _concatenate(trains.hashes[first:stop])
-        for i, p, j, q in _hit_windows(flat, doc, pos, lengths[first:stop], index, eval_all, eval_offset, powers):
-            found.append((i + first, p, j, q))
+        for index in shards:
+            for i, p, j, q in _hit_windows(flat, doc, pos, lengths[first:stop], index, eval_all, eval_offset, powers):
+                found.append((i + first, p, j, q))
     i, p, j, q = (np.concatenate(col) for col in zip(*found)) if found else [np.zeros(0, np.int64)] * 4
     if len(i) == 0:
         return []
@@ -178,11 +183,19 @@ def _concatenate(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.nda
     return flat, doc, pos
 
 
-def _ngram_index(eval_ids: list[np.ndarray], cfg: LeakageParams) -> dict[int, tuple]:
-    """``{length: (unique hashes, group, eval doc, start, filter)}``, one entry per n-gram length in use.
+def block_words(cfg: LeakageParams) -> int:
+    """Training words per scan block: half of ``cfg.worker_memory_mib`` at ``BYTES_PER_BLOCK_WORD``."""
+    return max((cfg.worker_memory_mib << 19) // BYTES_PER_BLOCK_WORD, 1)
+
+
+def _ngram_index_shards(eval_ids: list[np.ndarray], cfg: LeakageParams) -> list[dict[int, tuple]]:
+    """The eval n-gram index split by the top bits of the hash into ``2**b`` shards, the fewest whose
+    estimated size (``BYTES_PER_INDEX_NGRAM`` per n-gram) is at most half of ``cfg.worker_memory_mib``;
+    each shard is ``{length: (unique hashes, group, eval doc, start, filter)}``, one entry per n-gram length.
 
     The n-grams of unique hash ``k`` are rows ``group[k]:group[k + 1]`` of ``eval doc`` and ``start``;
-    ``filter`` is ``_filter_table`` of the hashes.
+    ``filter`` is ``_filter_table`` of the hashes. A window can only equal a key of its own shard, so
+    scanning every shard finds each hit exactly once.
     """
     parts: dict[int, list] = defaultdict(list)
     for j, ids in enumerate(eval_ids):
@@ -191,9 +204,25 @@ def _ngram_index(eval_ids: list[np.ndarray], cfg: LeakageParams) -> dict[int, tu
         length = min(cfg.ngram_words, len(ids))
         h = minhash.rolling_hashes(ids, length)
         parts[length].append((h, np.full(len(h), j), np.arange(len(h))))
+    columns = {length: [np.concatenate(col) for col in zip(*parts[length])] for length in sorted(parts)}
+    count = sum(len(keys) for keys, _, _ in columns.values())
+    bits = int(np.ceil(np.log2(max(count * BYTES_PER_INDEX_NGRAM / (cfg.worker_memory_mib << 19), 1))))
+    bits = min(bits, int(np.ceil(np.log2(max(count, 1)))))  # no more shards than n-grams
+    shards = []
+    for shard in range(1 << bits):
+        picked = {}
+        for length, (keys, docs, starts) in columns.items():
+            mine = (keys >> np.uint64(64 - bits)) == shard if bits else np.ones(len(keys), bool)
+            if mine.any():
+                picked[length] = (keys[mine], docs[mine], starts[mine])
+        shards.append(_ngram_index(picked))
+    return shards
+
+
+def _ngram_index(columns: dict[int, tuple]) -> dict[int, tuple]:
+    """One shard's index from ``{length: (hashes, eval doc, start)}`` (see ``_ngram_index_shards``)."""
     index = {}
-    for length in sorted(parts):
-        keys, docs, starts = (np.concatenate(col) for col in zip(*parts[length]))
+    for length, (keys, docs, starts) in columns.items():
         order = np.argsort(keys, kind="stable")
         keys, docs, starts = keys[order], docs[order], starts[order]
         first = np.flatnonzero(_changes(keys))

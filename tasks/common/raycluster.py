@@ -1,0 +1,47 @@
+"""The one place that starts or joins Ray, for the stages with ``engine: ray`` (dedup, leakage).
+
+Ray is the optional dependency group ``.[ray]``; nothing imports this module unless a stage's ``engine`` is
+``ray``, so ``make run`` on the default params never imports Ray.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tasks.config.cluster import RayParams
+
+
+def connect(cfg: RayParams) -> Any:
+    """Start a local Ray instance (``cfg.address`` null) or join the cluster at ``cfg.address``; returns ``ray``.
+
+    A local instance gets ``cfg.num_cpus`` CPUs and its dashboard (when enabled) binds to
+    ``cfg.dashboard_host`` (127.0.0.1 by default). Usage statistics are off (this pipeline runs offline).
+    An instance this process already started is reused. Raises ``ImportError`` with the install command
+    when Ray is missing.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+        import ray.data  # noqa: F401  (Ray Data needs its own import; fail here, not mid-stage)
+    except ImportError as err:
+        raise ImportError(f"engine: ray needs Ray Data: pip install -e '.[ray]' ({err})") from None
+    if ray.is_initialized():
+        return ray
+    options: dict[str, Any] = {"address": cfg.address, "log_to_driver": False, "configure_logging": False}
+    if cfg.address is None:
+        options.update(
+            num_cpus=cfg.num_cpus,
+            include_dashboard=cfg.include_dashboard,
+            dashboard_host=cfg.dashboard_host,
+            dashboard_port=cfg.dashboard_port,
+            object_store_memory=None if cfg.object_store_mib is None else cfg.object_store_mib << 20,
+        )
+    ray.init(**options)
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    return ray
+
+
+def cpus(ray: Any) -> int:
+    """CPUs of the cluster ``ray`` is connected to (at least 1)."""
+    return max(int(ray.cluster_resources().get("CPU", 1)), 1)

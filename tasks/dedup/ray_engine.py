@@ -1,0 +1,205 @@
+"""dedup with ``engine: ray``: the per-word work on a Ray cluster, the same outputs as ``local``, byte for byte.
+
+What runs where:
+
+1. **Signatures** (Ray Data): ``read_parquet`` of the ingest shards, then ``map_batches`` of the local
+   engine's own shard function (normalize, shingle, md5, MinHash) plus each doc's LSH band keys. The
+   blocks, shingle sets included, stay in the object store (spilled to disk by Ray when it fills).
+2. **Row facts** (driver): md5, word and character counts per row, ~60 bytes a doc, for the keep order and the
+   policies, as in ``local``.
+3. **Candidates** (Ray tasks): a hash shuffle by ``(band, key)``: each block's band keys of the signed rows
+   are split into ``P`` partitions by key hash; each partition's reducer groups equal keys and emits every
+   pair of its group (``left < right`` in keep order), sorted and unique, so the union over partitions is
+   the ``local`` candidate set exactly.
+4. **Verification** (Ray tasks): exact Jaccard of each candidate, one task per (left block, right block),
+   reading only those two blocks' shingle sets.
+5. **Components** (driver): the candidate list (16 bytes a pair) and Jaccards (8 bytes) come back, and the
+   sequential keep-order union-find of ``local`` runs on them unchanged. This is the part that must fit on
+   one machine: at the default threshold the corpora we measured have well under one candidate per doc
+   (see docs/scaling.md), so a 64 GiB driver holds the edge list and row facts of about 10^8 docs;
+   beyond that the union-find needs a distributed connected-components pass (large-star/small-star).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm import tqdm
+
+from tasks.common import minhash, raycluster
+from tasks.config.dedup import DedupParams
+from tasks.dedup import PAIR_BLOCK, Corpus, DocSignatures, _sign_shard, band_shape
+
+META_COLUMNS = ("row", "text_hash", "n_words", "n_chars")
+
+
+def sign_documents(files: list[Path], corpus: Corpus, cfg: DedupParams) -> DocSignatures:
+    """Sign every row of ``files`` (the ingest shards ``corpus`` was read from) on Ray Data.
+
+    Returns a ``DocSignatures`` whose row facts are on the driver and whose shingle sets stay in Ray's
+    object store; its ``candidates`` and ``jaccards`` run as Ray tasks. Raises ``ImportError`` without Ray.
+    """
+    ray = raycluster.connect(cfg.ray)
+    bands, rows = band_shape(cfg)
+    a, b = minhash.permutations(cfg.num_perm, cfg.seed)
+    ids = ray.put(pa.array(corpus.doc_id, pa.string()))
+    shards = ray.data.read_parquet([str(f) for f in files], columns=["doc_id", "text"])
+    # a file is one read task: split it, so that the signing and the later tasks spread over the workers
+    dataset = shards.repartition(target_num_rows_per_block=cfg.shard_size_docs).map_batches(
+        _sign_batch,
+        batch_format="pyarrow",
+        batch_size=cfg.shard_size_docs,
+        fn_kwargs={"ids": ids, "n": cfg.shingle_size_words, "perms": (a, b), "bands_rows": (bands, rows)},
+    )
+    blocks = dataset.materialize().to_arrow_refs()
+    meta = ray.get([_block_meta.remote(block) for block in blocks]) if blocks else []
+    return RaySignatures.from_blocks(blocks, meta, len(corpus.doc_id))
+
+
+def _sign_batch(batch: pa.Table, ids, n: int, perms, bands_rows) -> pa.Table:
+    """One Ray Data batch: ``_sign_shard``'s results, the global row of each doc, its band keys and shingles."""
+    import ray
+
+    values = ray.get(ids) if isinstance(ids, ray.ObjectRef) else ids
+    part = _sign_shard((batch.column("text").to_pylist(), n, *perms))
+    keys = minhash.band_keys(part.signature, *bands_rows)
+    return pa.table({
+        "row": pc.index_in(batch.column("doc_id"), value_set=values).cast(pa.int64()),
+        "text_hash": pa.array(part.text_hash, pa.string()),
+        "n_words": pa.array(part.n_words), "n_chars": pa.array(part.n_chars),
+        "keys": pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), bands_rows[0]),
+        "shingles": pa.array([s.tobytes() for s in part.shingles], pa.large_binary()),
+    })  # fmt: skip
+
+
+def _remote(func):
+    import ray
+
+    return ray.remote(func)
+
+
+@_remote
+def _block_meta(block: pa.Table) -> pa.Table:
+    return block.select(list(META_COLUMNS))
+
+
+class RaySignatures(DocSignatures):
+    """``DocSignatures`` whose shingle sets live in Ray blocks: row ``r`` is row ``at[r]`` of block ``block_of[r]``."""
+
+    blocks: list
+    block_of: np.ndarray
+    at: np.ndarray
+
+    @classmethod
+    def from_blocks(cls, blocks: list, meta: list[pa.Table], n_rows: int) -> RaySignatures:
+        """Row facts gathered from the blocks' ``META_COLUMNS``, indexed by global row."""
+        table = pa.concat_tables(meta) if meta else pa.table({c: pa.array([], pa.int64()) for c in META_COLUMNS})
+        row = table.column("row").to_numpy()
+        if len(row) != n_rows or len(np.unique(row)) != n_rows:
+            raise ValueError(f"dedup (ray): Ray Data read {len(row)} rows for {n_rows} ingest rows")
+        text_hash = np.empty(n_rows, object)
+        text_hash[row] = table.column("text_hash").to_numpy(zero_copy_only=False)
+        docs = cls(text_hash.tolist(), np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64),
+                   np.zeros((0, 0), np.uint32), [])  # fmt: skip
+        docs.n_words[row], docs.n_chars[row] = table.column("n_words").to_numpy(), table.column("n_chars").to_numpy()
+        docs.blocks = blocks
+        docs.block_of, docs.at = np.empty(n_rows, np.int64), np.empty(n_rows, np.int64)
+        docs.block_of[row] = np.repeat(np.arange(len(meta)), [m.num_rows for m in meta])
+        docs.at[row] = np.concatenate([np.zeros(0, np.int64)] + [np.arange(m.num_rows) for m in meta])
+        return docs
+
+    def candidates(self, signed: list[int], bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """As ``DocSignatures.candidates``, by a hash shuffle of the band keys over Ray tasks."""
+        import ray
+
+        position = np.full(len(self.text_hash), -1, np.int64)
+        position[signed] = np.arange(len(signed))
+        parts = max(raycluster.cpus(ray), 1)
+        position_ref = ray.put(position)
+        split = _partition_keys.options(num_returns=parts)
+        mapped = [split.remote(block, position_ref, parts) for block in self.blocks]
+        mapped = [m if isinstance(m, list) else [m] for m in mapped]
+        reduced = [_bucket_pairs.remote(len(signed), *[m[p] for m in mapped]) for p in range(parts)]
+        pairs = minhash.sorted_unique(np.concatenate([np.zeros(0, np.int64)] + _gather(ray, reduced, "dedup: lsh")))
+        rows = np.asarray(signed, np.int64)
+        return rows[pairs // max(len(signed), 1)], rows[pairs % max(len(signed), 1)]
+
+    def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
+        """Exact Jaccards, one Ray task per (left block, right block) and at most ``PAIR_BLOCK`` pairs."""
+        import ray
+
+        out = np.empty(len(left))
+        if not len(left):
+            return out
+        combo = self.block_of[left] * len(self.blocks) + self.block_of[right]
+        order = np.argsort(combo, kind="stable")
+        starts = np.flatnonzero(np.diff(combo[order], prepend=-1))
+        groups = np.split(order, starts[1:])
+        jobs = [chunk for group in groups for chunk in np.array_split(group, -(-len(group) // PAIR_BLOCK))]
+        refs = [self._jaccard_job(left[job], right[job]) for job in jobs]
+        for job, values in zip(jobs, _gather(ray, refs, "dedup: jaccard")):
+            out[job] = values
+        return out
+
+
+    def _jaccard_job(self, left: np.ndarray, right: np.ndarray):
+        """A Ray task for pairs whose left rows share one block and right rows another."""
+        blocks = self.blocks[self.block_of[left[0]]], self.blocks[self.block_of[right[0]]]
+        return _jaccard_task.remote(*blocks, self.at[left], self.at[right])
+
+
+def _gather(ray, refs: list, desc: str) -> list:
+    """``ray.get`` of ``refs`` with a progress bar; in ``refs`` order."""
+    results = {}
+    pending = list(refs)
+    with tqdm(total=len(refs), desc=desc, unit="task") as bar:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            results[done[0]] = ray.get(done[0])
+            bar.update(1)
+    return [results[ref] for ref in refs]
+
+
+@_remote
+def _partition_keys(block: pa.Table, position: np.ndarray, parts: int):
+    """The map side of the shuffle: ``(band, key, position)`` of the block's signed rows, split by key hash."""
+    pos = position[block.column("row").to_numpy()]
+    signed = pos >= 0
+    keys = pc.list_flatten(block.column("keys")).to_numpy().reshape(block.num_rows, -1)[signed]
+    bands = keys.shape[1] if keys.ndim == 2 else 0
+    band = np.tile(np.arange(bands, dtype=np.int64), len(keys))
+    key, pos = keys.reshape(-1), np.repeat(pos[signed], bands)
+    target = ((key ^ (band.astype(np.uint64) * minhash.MULTIPLIER)) % np.uint64(parts)).astype(np.int64)
+    out = [(band[target == p], key[target == p], pos[target == p]) for p in range(parts)]
+    return out if parts > 1 else out[0]
+
+
+@_remote
+def _bucket_pairs(n_signed: int, *parts) -> np.ndarray:
+    """The reduce side: every pair ``first * n_signed + second`` (``first < second``) that shares a ``(band, key)``."""
+    band, key, pos = (np.concatenate([np.zeros(0, dtype)] + [p[k] for p in parts]) for k, dtype in
+                      enumerate((np.int64, np.uint64, np.int64)))  # fmt: skip
+    order = np.lexsort((pos, key, band))
+    band, key, pos = band[order], key[order], pos[order]
+    new = np.ones(len(pos), bool)
+    new[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
+    group_end = np.append(np.flatnonzero(new)[1:], len(pos))[np.cumsum(new) - 1]
+    rows, partner = minhash.expand_ranges(np.arange(len(pos)) + 1, group_end)
+    return minhash.sorted_unique(pos[rows] * n_signed + pos[partner])
+
+
+@_remote
+def _jaccard_task(left_block: pa.Table, right_block: pa.Table, left_at: np.ndarray, right_at: np.ndarray):
+    """``minhash.jaccards_with`` of rows ``left_at[k]`` of one block and ``right_at[k]`` of another."""
+    left_sets, right_sets = (block.column("shingles") for block in (left_block, right_block))
+    out = np.empty(len(left_at))
+    order = np.argsort(left_at, kind="stable")
+    starts = np.flatnonzero(np.diff(left_at[order], prepend=-1))
+    for group in np.split(order, starts[1:]):
+        x = np.frombuffer(left_sets[int(left_at[group[0]])].as_py(), np.uint64)
+        ys = [np.frombuffer(right_sets[int(j)].as_py(), np.uint64) for j in right_at[group]]
+        out[group] = minhash.jaccards_with(x, ys)
+    return out
