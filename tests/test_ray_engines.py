@@ -107,6 +107,18 @@ def test_ray_engines_match_local_on_made_data(tmp_path, ray_instance):
 
 
 @pytest.mark.slow
+def test_the_ray_dedup_refuses_an_edge_list_that_would_not_fit_on_the_driver(tmp_path, ray_instance, monkeypatch):
+    from tasks.dedup import ray_engine
+
+    made_corpus(tmp_path)
+    _, sections = stage_params(dedup={"engine": "ray", "shard_size_docs": 50})
+    monkeypatch.setattr(ray_engine, "DRIVER_BYTES_PER_PAIR", 2**60)
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
+    with pytest.raises(MemoryError, match="candidate pairs need about"):
+        dedup.run(sections["dedup"], paths, NullLog())
+
+
+@pytest.mark.slow
 def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_path, ray_instance):
     params, sections = stage_params(dedup={"shard_size_docs": 120}, leakage={"batch_docs": 100})
     sources = [spec.model_copy(update={"max_docs": SLICE[spec.name]}) for spec in params.ingest.sources]

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -67,9 +68,9 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     missing column, a null text, an unknown role or a ``doc_id`` seen twice, and for a
     ``dedup.source_policy`` entry naming no ingest source.
     """
-    corpus = read_corpus(paths.stage_data("ingest"))
-    policies = policy.resolve(cfg, list(corpus.tables))
-    log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.tables)} sources, engine {cfg.engine}")
+    corpus = read_corpus(paths.stage_data("ingest"), with_text=cfg.engine == "local")
+    policies = policy.resolve(cfg, list(corpus.files))
+    log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.files)} sources, engine {cfg.engine}")
     docs = sign_documents(corpus.text, cfg) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
@@ -114,9 +115,10 @@ def warn_about(report: list[dict], conflicts: Conflicts, component: dict, cfg: D
 
 @dataclass
 class Corpus:
-    """All rows of all sources, in file order (sources sorted by file name)."""
+    """All rows of all sources, in file order (sources sorted by file name). ``text`` is empty when the corpus
+    was read without it (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
 
-    tables: dict[str, pa.Table]  # source (file stem) -> its ingest table
+    files: dict[str, Path]  # source (file stem) -> its ingest file
     doc_id: list[str]
     source: list[str]
     role: list[str]
@@ -126,8 +128,9 @@ class Corpus:
     group: list[str | None] = field(default_factory=list)
 
 
-def read_corpus(in_dir: Path) -> Corpus:
-    """Read every ``*.parquet`` in ``in_dir`` (sorted); an empty folder gives an empty corpus.
+def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
+    """Read every ``*.parquet`` in ``in_dir`` (sorted), one file in memory at a time; an empty folder gives an
+    empty corpus.
 
     Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows.
     """
@@ -143,11 +146,11 @@ def read_corpus(in_dir: Path) -> Corpus:
             if doc_id in first_file:
                 raise ValueError(f"{path}: doc_id {doc_id!r} already seen in {first_file[doc_id]}")
             first_file[doc_id] = path
-        corpus.tables[path.stem] = table
+        corpus.files[path.stem] = path
         corpus.doc_id += columns["doc_id"]
         corpus.source += [path.stem] * table.num_rows
         corpus.role += columns["role"]
-        corpus.text += columns["text"]
+        corpus.text += table.column("text").to_pylist() if with_text else []
         corpus.label += columns["label"]
         for name in OPTIONAL_COLUMNS:
             values = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
@@ -156,13 +159,15 @@ def read_corpus(in_dir: Path) -> Corpus:
 
 
 def _checked_columns(path: Path, table: pa.Table) -> dict[str, list]:
+    """The row facts of one ingest file as lists (all required columns but ``text``), checked."""
     missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; ingest rows need {list(REQUIRED_COLUMNS)}")
-    columns = {name: table.column(name).to_pylist() for name in REQUIRED_COLUMNS}
     for name in ("doc_id", "text", "role"):
-        if None in columns[name]:
-            raise ValueError(f"{path}: row {columns[name].index(None)} has a null {name}")
+        if table.column(name).null_count:
+            first = pc.index(pc.is_null(table.column(name)), True).as_py()
+            raise ValueError(f"{path}: row {first} has a null {name}")
+    columns = {name: table.column(name).to_pylist() for name in REQUIRED_COLUMNS if name != "text"}
     unknown = sorted(set(columns["role"]) - set(ROLE_RANK))
     if unknown:
         raise ValueError(f"{path}: unknown role(s) {unknown}; expected one of {sorted(ROLE_RANK)}")
@@ -262,7 +267,7 @@ def sign_on_ray(paths: Paths, corpus: Corpus, cfg: DedupParams) -> DocSignatures
     """``sign_documents`` on Ray Data (``tasks/dedup/ray_engine.py``, imported only here: Ray is optional)."""
     from tasks.dedup import ray_engine
 
-    return ray_engine.sign_documents(sorted(paths.stage_data("ingest").glob("*.parquet")), corpus, cfg)
+    return ray_engine.sign_documents(list(corpus.files.values()), corpus, cfg)
 
 
 def _map(func, jobs: list, num_proc: int):

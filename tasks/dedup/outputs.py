@@ -82,14 +82,17 @@ def label_rows(
 
 
 def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels) -> None:
-    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``."""
+    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``; each ingest
+    file is read again here, so only one source's table is in memory at a time."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     cluster_id = [corpus.doc_id[k] for k in labels.cluster]
     is_duplicate = labels.is_duplicate
     start = 0
-    for source, table in corpus.tables.items():
+    for source, path in corpus.files.items():
+        with pq.ParquetFile(path) as parquet:
+            table = parquet.read()
         stop = start + table.num_rows
         table = table.append_column("cluster_id", pa.array(cluster_id[start:stop], pa.string()))
         table = table.append_column("is_duplicate", pa.array(is_duplicate[start:stop], pa.bool_()))
@@ -204,8 +207,8 @@ def dedup_metrics(
     cross_role = {r["cluster_id"] for r in report if len(r["roles"]) > 1}
     entities = [entity_count(t) if r == "task" else 0 for t, r in zip(corpus.tags, corpus.role)]
     counts = _Counts(corpus, labels, report, cross_role, protected, entities)
-    sources = {s: {**counts.of({s}), "policy": policies[s].model_dump()} for s in corpus.tables}
-    overall = counts.of(set(corpus.tables))
+    sources = {s: {**counts.of({s}), "policy": policies[s].model_dump()} for s in corpus.files}
+    overall = counts.of(set(corpus.files))
     overall["cross_source_clusters"] = sum(len(r["sources"]) > 1 for r in report)
     overall["cross_role_clusters"] = len(cross_role)
     return {"sources": sources, "all": overall}

@@ -13,11 +13,13 @@ What runs where:
    the ``local`` candidate set exactly.
 4. **Verification** (Ray tasks): exact Jaccard of each candidate, one task per (left block, right block),
    reading only those two blocks' shingle sets.
-5. **Components** (driver): the candidate list (16 bytes a pair) and Jaccards (8 bytes) come back, and the
-   sequential keep-order union-find of ``local`` runs on them unchanged. This is the part that must fit on
-   one machine: at the default threshold the corpora we measured have well under one candidate per doc
-   (see docs/scaling.md), so a 64 GiB driver holds the edge list and row facts of about 10^8 docs;
-   beyond that the union-find needs a distributed connected-components pass (large-star/small-star).
+5. **Components** (driver): a union-find on the driver, not a distributed algorithm. The candidate list
+   (16 bytes a pair) and its Jaccards come back, and the sequential keep-order union-find of ``local`` runs
+   on them unchanged (its order is the keep rule, which a distributed connected-components pass such as
+   large-star/small-star would not reproduce). Before fetching, the driver sums the reducers' pair counts
+   and raises ``MemoryError`` if ``DRIVER_BYTES_PER_PAIR`` per pair exceeds its free memory. The row facts
+   (doc_id, role, label, tags, group; the texts never come to the driver) cost a few hundred bytes a doc;
+   docs/scaling.md has the measured candidates per doc and where a driver stops fitting.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from tasks.config.dedup import DedupParams
 from tasks.dedup import PAIR_BLOCK, Corpus, DocSignatures, _sign_shard, band_shape
 
 META_COLUMNS = ("row", "text_hash", "n_words", "n_chars")
+# driver bytes per candidate pair: rows (16), Jaccard (8), the Jaccard memo (16), sort and merge temporaries (24)
+DRIVER_BYTES_PER_PAIR = 64
 
 
 def sign_documents(files: list[Path], corpus: Corpus, cfg: DedupParams) -> DocSignatures:
@@ -122,8 +126,10 @@ class RaySignatures(DocSignatures):
         split = _partition_keys.options(num_returns=parts)
         mapped = [split.remote(block, position_ref, parts) for block in self.blocks]
         mapped = [m if isinstance(m, list) else [m] for m in mapped]
-        reduced = [_bucket_pairs.remote(len(signed), *[m[p] for m in mapped]) for p in range(parts)]
-        pairs = minhash.sorted_unique(np.concatenate([np.zeros(0, np.int64)] + _gather(ray, reduced, "dedup: lsh")))
+        reduce = _bucket_pairs.options(num_returns=2)
+        counts, reduced = zip(*[reduce.remote(len(signed), *[m[p] for m in mapped]) for p in range(parts)])
+        _check_driver_fits(sum(_gather(ray, list(counts), "dedup: lsh")))
+        pairs = minhash.sorted_unique(np.concatenate([np.zeros(0, np.int64)] + ray.get(list(reduced))))
         rows = np.asarray(signed, np.int64)
         return rows[pairs // max(len(signed), 1)], rows[pairs % max(len(signed), 1)]
 
@@ -149,6 +155,18 @@ class RaySignatures(DocSignatures):
         """A Ray task for pairs whose left rows share one block and right rows another."""
         blocks = self.blocks[self.block_of[left[0]]], self.blocks[self.block_of[right[0]]]
         return _jaccard_task.remote(*blocks, self.at[left], self.at[right])
+
+
+def _check_driver_fits(pairs: int) -> None:
+    """Raise ``MemoryError`` before the candidate pairs come to the driver if they would not fit in its free memory
+    (``DRIVER_BYTES_PER_PAIR`` each: an upper bound, since a pair found in several bands is counted once per band)."""
+    import psutil
+
+    need, free = pairs * DRIVER_BYTES_PER_PAIR, psutil.virtual_memory().available
+    if need > free:
+        raise MemoryError(f"dedup (ray): up to {pairs:,} candidate pairs need about {need / 2**30:.1f} GiB on the "
+                          f"driver for the union-find, {free / 2**30:.1f} GiB free: run the driver on a larger "
+                          "machine, or raise dedup.threshold (fewer candidates)")
 
 
 def _gather(ray, refs: list, desc: str) -> list:
@@ -178,8 +196,9 @@ def _partition_keys(block: pa.Table, position: np.ndarray, parts: int):
 
 
 @_remote
-def _bucket_pairs(n_signed: int, *parts) -> np.ndarray:
-    """The reduce side: every pair ``first * n_signed + second`` (``first < second``) that shares a ``(band, key)``."""
+def _bucket_pairs(n_signed: int, *parts) -> tuple[int, np.ndarray]:
+    """The reduce side: every pair ``first * n_signed + second`` (``first < second``) that shares a ``(band, key)``,
+    and how many (the driver checks that they fit before it fetches them)."""
     band, key, pos = (np.concatenate([np.zeros(0, dtype)] + [p[k] for p in parts]) for k, dtype in
                       enumerate((np.int64, np.uint64, np.int64)))  # fmt: skip
     order = np.lexsort((pos, key, band))
@@ -188,7 +207,8 @@ def _bucket_pairs(n_signed: int, *parts) -> np.ndarray:
     new[1:] = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
     group_end = np.append(np.flatnonzero(new)[1:], len(pos))[np.cumsum(new) - 1]
     rows, partner = minhash.expand_ranges(np.arange(len(pos)) + 1, group_end)
-    return minhash.sorted_unique(pos[rows] * n_signed + pos[partner])
+    pairs = minhash.sorted_unique(pos[rows] * n_signed + pos[partner])
+    return len(pairs), pairs
 
 
 @_remote
