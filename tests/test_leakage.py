@@ -269,3 +269,21 @@ def test_wordless_texts_never_match_each_other(tmp_path):
     assert metrics["eval_sets"]["task/dev"]["docs_without_words"] == 1
     assert all(metrics["eval_sets"][s]["any_rate_before"] == 0.0 for s in ("task/dev", "task/test"))
     assert (metrics["residual"]["contaminated_docs_before"], metrics["residual"]["rate_before"]) == (0, 0.0)
+
+
+def test_residual_scan_keeps_only_what_docs_hold_and_pools_coverage_by_hand():
+    from tasks.leakage import residual
+
+    cfg = params()  # residual: 8-grams, min_coverage 0.1
+    a, b = [f"a{k}" for k in range(20)], ["short", "eval", "doc"]  # A: 13 distinct 8-grams; B: none (3 words)
+    corpus = [a[:12] + ["x"] * 5, b, ["pre"] + b + ["post"], ["x"] * 30, a[10:20]]
+    targets = residual.eval_targets([a, b], 8)
+    hits, whole = residual.scan_docs(corpus, targets, 8)
+    assert sorted(hits) == [0, 4] and len(hits[0]) == 5 and len(hits[4]) == 3  # a[0:12]: 5 windows; a[10:20]: 3
+    assert whole == {1: tuple(b)}  # doc 2 holds B's words but is not B: no whole-doc match
+    scan = residual.Scan(["d0", "d1", "d2", "d3", "d4"], hits, whole)
+    frame = pd.DataFrame({"doc_id": ["A", "B"], "source": "s", "split": "test"})
+    out = residual.residual(frame, [a, b], scan, {"d1"}, cfg)
+    assert (out["contaminated_docs_before"], out["contaminated_docs"]) == (2, 1)  # B only before d1's removal
+    assert out["examples"] == [{"eval_doc": "A", "coverage": round(8 / 13, 6), "contaminated": True,
+                                "train_docs": ["d0", "d4"], "shared": " ".join(a[:8])}]

@@ -29,11 +29,13 @@ eval docs with at least one matching pretraining doc, before and after the actio
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from tasks.common import minhash
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
@@ -41,6 +43,7 @@ from tasks.leakage import planted, residual
 from tasks.leakage.detectors import (
     Side,
     detect,
+    make_side,
     make_sides,
     minhash_doc_matches,
     minhash_passage_matches,
@@ -65,41 +68,64 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     frames = read_sources(paths.stage_data("split"))
     rows = pd.concat(list(frames.values()), ignore_index=True)
     eval_frame, train_frame = eval_rows(rows), train_rows(rows)
-    trains, evals = make_sides([words(x) for x in train_frame["text"]], [words(x) for x in eval_frame["text"]])
-    log.info(f"leakage: {len(trains.hashes)} training docs vs {len(evals.hashes)} eval docs")
-    matches = detect(trains, evals, cfg) if cfg.engine == "local" else detect_on_ray(paths, train_frame, evals, cfg)
-    table = audit_table(matches, train_frame, eval_frame)
+    evals = make_side([words(x) for x in eval_frame["text"]], minhash.WordHashes())
+    log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
+    scanned = scan_locally(train_frame, evals, cfg) if cfg.engine == "local" else scan_on_ray(paths, train_frame,
+                                                                                               evals, cfg)
+    table = audit_table(scanned.matches, train_frame, eval_frame)
     removed = removed_docs(table, cfg)
     out_dir = paths.stage_data("leakage")
     write_outputs(frames, table, removed, out_dir)
     log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
     metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens])
-    metrics["planted"], metrics["residual"] = measure_audit(eval_frame, evals, train_frame, trains, table, removed, cfg)
+    metrics["planted"], metrics["residual"] = measure_audit(eval_frame, evals, train_frame, scanned, table, removed,
+                                                            cfg)
     log.info(f"leakage: planted recall {metrics['planted']['recall']}, residual rate {metrics['residual']['rate']}")
     return metrics
 
 
-def measure_audit(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, trains: Side,
-                  table: pd.DataFrame, removed: dict, cfg: LeakageParams) -> tuple[dict, dict]:
-    """The audit's recall on planted copies and the residual contamination after its action; writes nothing.
+@dataclass(frozen=True)
+class TrainingScan:
+    """What one pass over the training docs yields: the detectors' matches ``(train_i, eval_j, method, score,
+    span)``, which training rows have words, and the residual scan of the pretraining rows (``residual.Scan``,
+    its docs numbered as the pretraining rows of ``train_frame`` in order)."""
 
-    Filler for the planted copies is the text of pretraining docs that the audit matched to no eval doc.
-    """
-    pretrain = train_frame[train_frame["role"] == "pretrain"]  # train_frame has a 0..n-1 index, as trains
-    tokens = [trains.tokens[i] for i in pretrain.index]
-    unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & np.array([bool(t) for t in tokens])
-    filler = pretrain[unrelated]
-    recall = planted.recall(eval_frame, evals, list(filler["text"]), list(filler["doc_id"]), cfg)
-    left = residual.residual(eval_frame, evals.tokens, list(pretrain["doc_id"]), tokens, set(removed), cfg)
-    return recall, left
+    matches: list[tuple]
+    has_words: np.ndarray  # (len(train_frame),) bool
+    pretrain: residual.Scan
 
 
-def detect_on_ray(paths, train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> list[tuple]:
-    """``detect`` on Ray Data (``tasks/leakage/ray_engine.py``, imported only here: Ray is optional)."""
+def scan_locally(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
+    """``TrainingScan`` in this process."""
+    trains = make_side([words(x) for x in train_frame["text"]], minhash.WordHashes())
+    pretrain = np.flatnonzero(train_frame["role"].to_numpy() == "pretrain")
+    n = cfg.residual.ngram_words
+    hits, whole = residual.scan_docs([trains.tokens[i] for i in pretrain], residual.eval_targets(evals.tokens, n), n)
+    scan = residual.Scan(list(train_frame["doc_id"].iloc[pretrain]), hits, whole)
+    return TrainingScan(detect(trains, evals, cfg), np.array([bool(t) for t in trains.tokens], bool), scan)
+
+
+def scan_on_ray(paths, train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
+    """``TrainingScan`` on Ray Data (``tasks/leakage/ray_engine.py``, imported only here: Ray is optional)."""
     from tasks.leakage import ray_engine
 
     files = sorted(paths.stage_data("split").glob("*.parquet"))
-    return ray_engine.detect_on_ray(files, list(train_frame["doc_id"]), evals, cfg)
+    return ray_engine.scan_on_ray(files, train_frame, evals, cfg)
+
+
+def measure_audit(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, scanned: TrainingScan,
+                  table: pd.DataFrame, removed: dict, cfg: LeakageParams) -> tuple[dict, dict]:
+    """The audit's recall on planted copies and the residual contamination after its action; writes nothing.
+
+    Filler for the planted copies is the text of pretraining docs (with words) that the audit matched to no eval
+    doc.
+    """
+    pretrain = train_frame[train_frame["role"] == "pretrain"]  # train_frame has a 0..n-1 index, as has_words
+    unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & scanned.has_words[pretrain.index]
+    filler = pretrain[unrelated]
+    recall = planted.recall(eval_frame, evals, list(filler["text"]), list(filler["doc_id"]), cfg)
+    left = residual.residual(eval_frame, evals.tokens, scanned.pretrain, set(removed), cfg)
+    return recall, left
 
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:

@@ -1,12 +1,16 @@
-"""leakage with ``engine: ray``: the detectors over blocks of training docs on Ray Data, byte-identical to ``local``.
+"""leakage with ``engine: ray``: one pass over blocks of training docs on Ray, byte-identical to ``local``.
 
-Every detector decides each (training doc, eval doc) pair on its own (n-gram hits, whole-doc equality,
-MinHash LSH with exact Jaccard, the best passage window of one training doc), so running ``detect`` on
-disjoint blocks of training docs against the whole eval side and taking the union gives the ``local``
-matches exactly; the audit table sorts them. Ray Data reads the split shards, keeps the training rows
-(looked up by ``doc_id`` in the driver's list, which fixes each row's index), and runs one block of
-``cfg.batch_docs`` docs per task. The eval side (words and hashes of the eval docs, small) is put in the
-object store once. The planted-recall and residual passes run on the driver, as with ``local``.
+Every detector decides each (training doc, eval doc) pair on its own (n-gram hits, whole-doc equality, MinHash
+LSH with exact Jaccard, the best passage window of one training doc), and the residual scan records per
+pretraining doc what it holds of the eval docs, so running both on disjoint blocks of training docs against
+the whole eval side and taking the union gives the ``local`` results exactly; the audit table sorts them.
+
+Ray Data reads the split shards (``read_parquet``, split into blocks of ``cfg.batch_docs`` rows, kept in the
+object store); one Ray task per block looks its rows up by ``doc_id`` in the driver's list of training rows
+(which fixes each row's index; dev/test rows are skipped), takes their words, and returns the detectors'
+matches, which rows have words, and the sparse residual hits of its pretraining rows. The eval side (words
+and hashes of the eval docs, small) is put in the object store once. The driver never takes the training
+docs' words; it checks that every training row was scanned exactly once.
 """
 
 from __future__ import annotations
@@ -14,48 +18,68 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm import tqdm
 
 from tasks.common import minhash, raycluster
 from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
+from tasks.leakage import TrainingScan, residual
 from tasks.leakage.detectors import Side, detect, make_side
 
-MATCH_SCHEMA = pa.schema([("i", pa.int64()), ("j", pa.int64()), ("method", pa.string()), ("score", pa.float64()),
-                          ("span", pa.string())])  # fmt: skip
 
+def scan_on_ray(files: list[Path], train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
+    """``TrainingScan`` of the rows of ``train_frame`` (row ``i`` is ``train_frame.iloc[i]``) read from ``files``.
 
-def detect_on_ray(files: list[Path], train_ids: list[str], evals: Side, cfg: LeakageParams) -> list[tuple]:
-    """``detect(trains, evals, cfg)`` for the training rows ``train_ids`` (row ``i`` is ``train_ids[i]``) read
-    from ``files``; returns the same ``(train_i, eval_j, method, score, span)`` matches (in ``(i, j, method)``
-    order). Raises ``ImportError`` without Ray."""
+    Raises ``ImportError`` without Ray and ``ValueError`` when the shards do not hold each training row once.
+    """
     ray = raycluster.connect(cfg.ray)
-    kwargs = {"ids": ray.put(pa.array(train_ids, pa.string())), "evals": ray.put(evals), "cfg": cfg}
+    roles = train_frame["role"].to_numpy()
+    pretrain_position = np.cumsum(roles == "pretrain") - 1
+    pretrain_position[roles != "pretrain"] = -1
+    n = cfg.residual.ngram_words
+    shared = [ray.put(x) for x in (pa.array(list(train_frame["doc_id"]), pa.string()), pretrain_position, evals,
+                                   residual.eval_targets(evals.tokens, n))]  # fmt: skip
     shards = ray.data.read_parquet([str(f) for f in files], columns=["doc_id", "text"])
-    found = shards.repartition(target_num_rows_per_block=cfg.batch_docs).map_batches(
-        _detect_batch, batch_format="pyarrow", batch_size=cfg.batch_docs, fn_kwargs=kwargs
-    )
-    blocks = ray.get(found.to_arrow_refs())
-    table = pa.concat_tables([MATCH_SCHEMA.empty_table()] + [b.cast(MATCH_SCHEMA) for b in blocks if b.num_rows])
-    columns = [table.column(name).to_numpy(zero_copy_only=False) for name in ("method", "j", "i")]
-    order = np.lexsort(columns)
-    return [(r["i"], r["j"], r["method"], r["score"], r["span"]) for r in table.take(order).to_pylist()]
+    blocks = shards.repartition(target_num_rows_per_block=cfg.batch_docs).materialize().to_arrow_refs()
+    pending = [_scan_block.remote(block, *shared, cfg) for block in blocks]
+    parts = [ray.get(ref) for ref in tqdm(pending, desc="leakage (ray)", unit="block")]
+    return _merged(parts, len(train_frame), list(train_frame["doc_id"].iloc[np.flatnonzero(roles == "pretrain")]))
 
 
-def _detect_batch(batch: pa.Table, ids, evals, cfg: LeakageParams) -> pa.Table:
-    """One Ray Data batch: ``detect`` on its training rows (dev/test rows are skipped), with global row indices."""
+def _merged(parts: list[tuple], n_rows: int, pretrain_ids: list[str]) -> TrainingScan:
+    """One ``TrainingScan`` from the blocks' results; raises ``ValueError`` unless each row came exactly once."""
+    rows = np.concatenate([np.zeros(0, np.int64)] + [part[0] for part in parts])
+    if len(rows) != n_rows or len(np.unique(rows)) != n_rows:
+        raise ValueError(f"leakage (ray): the split shards gave {len(rows)} training rows ({len(np.unique(rows))} "
+                         f"distinct) for the {n_rows} training rows of data/split")
+    has_words = np.zeros(n_rows, bool)
+    has_words[rows] = np.concatenate([np.zeros(0, bool)] + [part[1] for part in parts])
+    matches = [m for part in parts for m in part[2]]
+    hits = {i: h for part in parts for i, h in part[3].items()}
+    whole = {i: w for part in parts for i, w in part[4].items()}
+    return TrainingScan(sorted(matches, key=lambda m: m[:3]), has_words, residual.Scan(pretrain_ids, hits, whole))
+
+
+def _remote(func):
     import ray
 
-    ids, evals = (ray.get(x) if isinstance(x, ray.ObjectRef) else x for x in (ids, evals))
-    row = pc.index_in(batch.column("doc_id"), value_set=ids)
+    return ray.remote(func)
+
+
+@_remote
+def _scan_block(block: pa.Table, ids: pa.Array, pretrain_position: np.ndarray, evals: Side, targets: tuple,
+                cfg: LeakageParams) -> tuple:
+    """One block: ``(rows, has_words, matches, hits, whole)`` of its training rows, with global numbering."""
+    row = pc.index_in(block.column("doc_id"), value_set=ids)
     train = pc.is_valid(row)
     rows = pc.filter(row, train).to_numpy().astype(np.int64)
-    texts = pc.filter(batch.column("text"), train).to_pylist()
-    matches = detect(make_side([words(t) for t in texts], minhash.WordHashes()), evals, cfg)
-    columns = list(zip(*matches)) or [[]] * 5
-    table = pa.table({"i": pa.array(rows[list(columns[0])] if matches else [], pa.int64()),
-                      "j": pa.array(columns[1], pa.int64()), "method": pa.array(columns[2], pa.string()),
-                      "score": pa.array(columns[3], pa.float64()),
-                      "span": pa.array(columns[4], pa.string())})  # fmt: skip
-    return table
+    tokens = [words(t) for t in pc.filter(block.column("text"), train).to_pylist()]
+    matches = [(int(rows[i]), *rest) for i, *rest in detect(make_side(tokens, minhash.WordHashes()), evals, cfg)]
+    mine = np.flatnonzero(pretrain_position[rows] >= 0)
+    hits, whole = residual.scan_docs([tokens[k] for k in mine], targets, cfg.residual.ngram_words)
+    at = pretrain_position[rows[mine]]
+    has_words = np.array([bool(t) for t in tokens], bool)
+    return rows, has_words, matches, {int(at[k]): h for k, h in hits.items()}, {int(at[k]): w for k, w in whole.items()}

@@ -32,47 +32,65 @@ def ngrams(tokens: list[str], n: int) -> list[tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class Scan:
-    """The pretraining docs and, per doc, the eval n-grams it contains."""
+    """The pretraining docs (``ids``), and only for the few that hold something of an eval doc, what they hold:
+    ``hits[i]``, the eval n-grams doc ``i`` contains (docs with none are absent), and ``whole[i]``, doc ``i``'s
+    words when they equal the words of an eval doc without n-grams (shorter than n words)."""
 
     ids: list[str]
-    tokens: list[list[str]]
-    hits: list[set[tuple[str, ...]]]
+    hits: dict[int, set[tuple[str, ...]]]
+    whole: dict[int, tuple[str, ...]]
 
-    def found(self, docs: list[int]) -> tuple[set, set]:
-        """The eval n-grams that ``docs`` hold, and their word tuples (for eval docs without n-grams)."""
-        return set().union(*(self.hits[i] for i in docs)), {tuple(self.tokens[i]) for i in docs}
+    def found(self, skip: set[int]) -> tuple[set, set]:
+        """The eval n-grams the docs not in ``skip`` hold, and the word tuples of those of them in ``whole``."""
+        return (set().union(*(h for i, h in self.hits.items() if i not in skip)),
+                {w for i, w in self.whole.items() if i not in skip})
 
-    def sharing(self, docs: list[int], grams: set, tokens: list[str]) -> list[str]:
-        """The three of ``docs`` that share the most of ``grams`` (or, without n-grams, all of ``tokens``)."""
-        counts = [(-len(self.hits[i] & grams), self.ids[i]) for i in docs
-                  if (self.hits[i] & grams if grams else self.tokens[i] == tokens)]
+    def sharing(self, skip: set[int], grams: set, tokens: list[str]) -> list[str]:
+        """The three docs not in ``skip`` that share the most of ``grams`` (or, without n-grams, all of
+        ``tokens``); ties by doc id."""
+        if grams:
+            counts = [(-len(h & grams), self.ids[i]) for i, h in self.hits.items() if i not in skip and h & grams]
+        else:
+            counts = [(0, self.ids[i]) for i, w in self.whole.items() if i not in skip and w == tuple(tokens)]
         return [doc_id for _, doc_id in sorted(counts)[:3]]
 
 
-def scan(pretrain_ids: list[str], pretrain_tokens: list[list[str]], eval_grams: list[set], n: int) -> Scan:
-    """Every pretraining doc's eval n-grams: one pass of set intersections (C speed, no hashing of our own)."""
-    every_gram = set().union(*eval_grams)
-    hits = [every_gram.intersection(ngrams(t, n))
-            for t in tqdm(pretrain_tokens, desc="leakage residual", unit="doc", mininterval=5)]
-    return Scan(pretrain_ids, pretrain_tokens, hits)
+def eval_targets(eval_tokens: list[list[str]], n: int) -> tuple[set, set]:
+    """What a scan looks for: every eval n-gram, and the word tuples of the eval docs with words but no n-gram."""
+    return (set().union(*(ngrams(t, n) for t in eval_tokens)),
+            {tuple(t) for t in eval_tokens if 0 < len(t) < n})
 
 
-def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], pretrain_ids: list[str],
-             pretrain_tokens: list[list[str]], removed: set[str], cfg: LeakageParams) -> dict:
-    """The ``residual`` metrics: eval docs whose n-grams the pretraining corpus still holds after the action
-    (``contaminated_docs``, ``rate``), and before it (``*_before``), per eval set and with examples."""
+def scan_docs(tokens: list[list[str]], targets: tuple[set, set], n: int) -> tuple[dict, dict]:
+    """``(hits, whole)`` of ``Scan`` for docs ``0 .. len(tokens) - 1``: one pass of set intersections (C speed,
+    no hashing of our own)."""
+    every_gram, short_docs = targets
+    hits, whole = {}, {}
+    for i, t in enumerate(tqdm(tokens, desc="leakage residual", unit="doc", mininterval=5)):
+        found = every_gram.intersection(ngrams(t, n))
+        if found:
+            hits[i] = found
+        if len(t) < n and tuple(t) in short_docs:
+            whole[i] = tuple(t)
+    return hits, whole
+
+
+def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], corpus: Scan, removed: set[str],
+             cfg: LeakageParams) -> dict:
+    """The ``residual`` metrics from ``corpus`` (``scan_docs`` of every pretraining doc, with or without Ray): eval
+    docs whose n-grams the pretraining corpus still holds after the action (``contaminated_docs``, ``rate``),
+    and before it (``*_before``), per eval set and with examples."""
     n, threshold = cfg.residual.ngram_words, cfg.residual.min_coverage
     eval_grams = [set(ngrams(t, n)) for t in eval_tokens]
-    corpus = scan(pretrain_ids, pretrain_tokens, eval_grams, n)
-    kept = [i for i, doc_id in enumerate(pretrain_ids) if doc_id not in removed]
-    found = corpus.found(kept)
+    gone = {i for i, doc_id in enumerate(corpus.ids) if doc_id in removed}
+    found = corpus.found(gone)
     after = coverage(eval_grams, eval_tokens, *found)
-    before = coverage(eval_grams, eval_tokens, *corpus.found(list(range(len(pretrain_ids)))))
+    before = coverage(eval_grams, eval_tokens, *corpus.found(set()))
     dirty = [c >= threshold for c in after]
     sets = list(evals_frame["source"] + "/" + evals_frame["split"])
     ranked = sorted((-c, doc_id, j) for j, (c, doc_id) in enumerate(zip(after, evals_frame["doc_id"])) if c > 0)
     examples = [{"eval_doc": doc_id, "coverage": round(-c, 6), "contaminated": -c >= threshold,
-                 **example(corpus, kept, found[0], eval_tokens[j], n)} for c, doc_id, j in ranked[: cfg.max_examples]]
+                 **example(corpus, gone, found[0], eval_tokens[j], n)} for c, doc_id, j in ranked[: cfg.max_examples]]
     return {
         "detector": f"word {n}-gram coverage >= {threshold:g}, pooled over the pretraining corpus (PaLM-style; "
                     f"eval docs under {n} words: whole-doc equality), code independent of the audit's",
@@ -94,11 +112,11 @@ def coverage(eval_grams: list[set], eval_tokens: list[list[str]], grams: set, wh
             for g, t in zip(eval_grams, eval_tokens)]
 
 
-def example(corpus: Scan, kept: list[int], found: set, tokens: list[str], n: int) -> dict:
+def example(corpus: Scan, gone: set[int], found: set, tokens: list[str], n: int) -> dict:
     """The kept docs that share the most with one eval doc, and its first n-gram found (or its whole text)."""
     grams = set(ngrams(tokens, n))
     shared = next((g for g in ngrams(tokens, n) if g in found), tokens)
-    return {"train_docs": corpus.sharing(kept, grams, tokens), "shared": " ".join(shared)}
+    return {"train_docs": corpus.sharing(gone, grams, tokens), "shared": " ".join(shared)}
 
 
 def _counts(dirty: list[bool], suffix: str) -> dict:
