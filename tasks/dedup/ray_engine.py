@@ -35,7 +35,7 @@ from tasks.common import minhash, raycluster
 from tasks.config.dedup import DedupParams
 from tasks.dedup import PAIR_BLOCK, Corpus, DocSignatures, _sign_shard, band_shape
 
-META_COLUMNS = ("row", "text_hash", "n_words", "n_chars")
+META_COLUMNS = ("doc_id", "text_hash", "n_words", "n_chars")
 # driver bytes per candidate pair: rows (16), Jaccard (8), the Jaccard memo (16), sort and merge temporaries (24)
 DRIVER_BYTES_PER_PAIR = 64
 
@@ -49,34 +49,37 @@ def sign_documents(files: list[Path], corpus: Corpus, cfg: DedupParams) -> DocSi
     ray = raycluster.connect(cfg.ray)
     bands, rows = band_shape(cfg)
     a, b = minhash.permutations(cfg.num_perm, cfg.seed)
-    ids = ray.put(pa.array(corpus.doc_id, pa.string()))
     shards = ray.data.read_parquet([str(f) for f in files], columns=["doc_id", "text"])
     # a file is one read task: split it, so that the signing and the later tasks spread over the workers
     dataset = shards.repartition(target_num_rows_per_block=cfg.shard_size_docs).map_batches(
         _sign_batch,
         batch_format="pyarrow",
         batch_size=cfg.shard_size_docs,
-        fn_kwargs={"ids": ids, "n": cfg.shingle_size_words, "perms": (a, b), "bands_rows": (bands, rows)},
+        fn_kwargs={"n": cfg.shingle_size_words, "perms": (a, b), "bands_rows": (bands, rows)},
     )
     blocks = dataset.materialize().to_arrow_refs()
     meta = ray.get([_block_meta.remote(block) for block in blocks]) if blocks else []
-    return RaySignatures.from_blocks(blocks, meta, len(corpus.doc_id))
+    return RaySignatures.from_blocks(blocks, meta, pa.array(corpus.doc_id, pa.string()))
 
 
-def _sign_batch(batch: pa.Table, ids, n: int, perms, bands_rows) -> pa.Table:
-    """One Ray Data batch: ``_sign_shard``'s results, the global row of each doc, its band keys and shingles."""
-    import ray
-
-    values = ray.get(ids) if isinstance(ids, ray.ObjectRef) else ids
+def _sign_batch(batch: pa.Table, n: int, perms, bands_rows) -> pa.Table:
+    """One Ray Data batch: ``_sign_shard``'s results with each doc's ``doc_id``, band keys and shingle set."""
     part = _sign_shard((batch.column("text").to_pylist(), n, *perms))
     keys = minhash.band_keys(part.signature, *bands_rows)
     return pa.table({
-        "row": pc.index_in(batch.column("doc_id"), value_set=values).cast(pa.int64()),
-        "text_hash": pa.array(part.text_hash, pa.string()),
+        "doc_id": batch.column("doc_id"), "text_hash": pa.array(part.text_hash, pa.string()),
         "n_words": pa.array(part.n_words), "n_chars": pa.array(part.n_chars),
         "keys": pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), bands_rows[0]),
-        "shingles": pa.array([s.tobytes() for s in part.shingles], pa.large_binary()),
+        "shingles": _binary_column(part.shingles),
     })  # fmt: skip
+
+
+def _binary_column(arrays: list[np.ndarray]) -> pa.Array:
+    """``large_binary`` with one uint64 array's bytes per row, built from two buffers (no bytes object per row)."""
+    ends = np.cumsum([0] + [8 * len(x) for x in arrays], dtype=np.int64)
+    data = np.concatenate([np.zeros(0, np.uint64)] + arrays).view(np.uint8)
+    buffers = [None, pa.py_buffer(ends), pa.py_buffer(data)]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(arrays), buffers)
 
 
 def _remote(func):
@@ -87,29 +90,38 @@ def _remote(func):
 
 @_remote
 def _block_meta(block: pa.Table) -> pa.Table:
-    return block.select(list(META_COLUMNS))
+    table = block.select(list(META_COLUMNS))
+    return table.cast(pa.schema([(name, pa.string() if name in ("doc_id", "text_hash") else pa.int64())
+                                 for name in META_COLUMNS]))  # fmt: skip
 
 
 class RaySignatures(DocSignatures):
     """``DocSignatures`` whose shingle sets live in Ray blocks: row ``r`` is row ``at[r]`` of block ``block_of[r]``."""
 
     blocks: list
+    block_rows: list[np.ndarray]  # the global rows of each block, in block order
     block_of: np.ndarray
     at: np.ndarray
 
     @classmethod
-    def from_blocks(cls, blocks: list, meta: list[pa.Table], n_rows: int) -> RaySignatures:
-        """Row facts gathered from the blocks' ``META_COLUMNS``, indexed by global row."""
-        table = pa.concat_tables(meta) if meta else pa.table({c: pa.array([], pa.int64()) for c in META_COLUMNS})
-        row = table.column("row").to_numpy()
-        if len(row) != n_rows or len(np.unique(row)) != n_rows:
-            raise ValueError(f"dedup (ray): Ray Data read {len(row)} rows for {n_rows} ingest rows")
+    def from_blocks(cls, blocks: list, meta: list[pa.Table], doc_ids: pa.Array) -> RaySignatures:
+        """Row facts gathered from the blocks' ``META_COLUMNS``, indexed by global row (the position of each
+        block row's ``doc_id`` in ``doc_ids``, looked up once for all blocks)."""
+        n_rows = len(doc_ids)
+        empty = pa.table({c: pa.array([], pa.string() if c in ("doc_id", "text_hash") else pa.int64())
+                          for c in META_COLUMNS})  # fmt: skip
+        table = pa.concat_tables(meta) if meta else empty
+        row = pc.index_in(table.column("doc_id"), value_set=doc_ids).to_numpy(zero_copy_only=False)
+        if len(row) != n_rows or np.isnan(row.astype(float)).any() or len(np.unique(row)) != n_rows:
+            raise ValueError(f"dedup (ray): Ray Data read {len(row)} rows for the {n_rows} rows of the ingest files")
+        row = row.astype(np.int64)
         text_hash = np.empty(n_rows, object)
         text_hash[row] = table.column("text_hash").to_numpy(zero_copy_only=False)
         docs = cls(text_hash.tolist(), np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64),
                    np.zeros((0, 0), np.uint32), [])  # fmt: skip
         docs.n_words[row], docs.n_chars[row] = table.column("n_words").to_numpy(), table.column("n_chars").to_numpy()
         docs.blocks = blocks
+        docs.block_rows = np.split(row, np.cumsum([m.num_rows for m in meta])[:-1]) if meta else []
         docs.block_of, docs.at = np.empty(n_rows, np.int64), np.empty(n_rows, np.int64)
         docs.block_of[row] = np.repeat(np.arange(len(meta)), [m.num_rows for m in meta])
         docs.at[row] = np.concatenate([np.zeros(0, np.int64)] + [np.arange(m.num_rows) for m in meta])
@@ -122,9 +134,8 @@ class RaySignatures(DocSignatures):
         position = np.full(len(self.text_hash), -1, np.int64)
         position[signed] = np.arange(len(signed))
         parts = max(raycluster.cpus(ray), 1)
-        position_ref = ray.put(position)
         split = _partition_keys.options(num_returns=parts)
-        mapped = [split.remote(block, position_ref, parts) for block in self.blocks]
+        mapped = [split.remote(block, position[rows], parts) for block, rows in zip(self.blocks, self.block_rows)]
         mapped = [m if isinstance(m, list) else [m] for m in mapped]
         reduce = _bucket_pairs.options(num_returns=2)
         counts, reduced = zip(*[reduce.remote(len(signed), *[m[p] for m in mapped]) for p in range(parts)])
@@ -134,15 +145,14 @@ class RaySignatures(DocSignatures):
         return rows[pairs // max(len(signed), 1)], rows[pairs % max(len(signed), 1)]
 
     def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
-        """Exact Jaccards, one Ray task per (left block, right block) and at most ``PAIR_BLOCK`` pairs."""
+        """Exact Jaccards: one Ray task per left block and at most ``PAIR_BLOCK`` pairs, given the blocks it reads."""
         import ray
 
         out = np.empty(len(left))
         if not len(left):
             return out
-        combo = self.block_of[left] * len(self.blocks) + self.block_of[right]
-        order = np.argsort(combo, kind="stable")
-        starts = np.flatnonzero(np.diff(combo[order], prepend=-1))
+        order = np.argsort(self.block_of[left], kind="stable")
+        starts = np.flatnonzero(np.diff(self.block_of[left][order], prepend=-1))
         groups = np.split(order, starts[1:])
         jobs = [chunk for group in groups for chunk in np.array_split(group, -(-len(group) // PAIR_BLOCK))]
         refs = [self._jaccard_job(left[job], right[job]) for job in jobs]
@@ -150,11 +160,11 @@ class RaySignatures(DocSignatures):
             out[job] = values
         return out
 
-
     def _jaccard_job(self, left: np.ndarray, right: np.ndarray):
-        """A Ray task for pairs whose left rows share one block and right rows another."""
-        blocks = self.blocks[self.block_of[left[0]]], self.blocks[self.block_of[right[0]]]
-        return _jaccard_task.remote(*blocks, self.at[left], self.at[right])
+        """A Ray task for pairs whose left rows share one block, with that block and each block the right rows need."""
+        needed, slot = np.unique(self.block_of[right], return_inverse=True)
+        blocks = [self.blocks[self.block_of[left[0]]]] + [self.blocks[b] for b in needed]
+        return _jaccard_task.remote(self.at[left], self.at[right], slot, *blocks)
 
 
 def _check_driver_fits(pairs: int) -> None:
@@ -182,9 +192,9 @@ def _gather(ray, refs: list, desc: str) -> list:
 
 
 @_remote
-def _partition_keys(block: pa.Table, position: np.ndarray, parts: int):
-    """The map side of the shuffle: ``(band, key, position)`` of the block's signed rows, split by key hash."""
-    pos = position[block.column("row").to_numpy()]
+def _partition_keys(block: pa.Table, pos: np.ndarray, parts: int):
+    """The map side of the shuffle: ``(band, key, position)`` of the block's signed rows (``pos`` is each block
+    row's position in keep order among the signed rows, -1 if unsigned), split by key hash."""
     signed = pos >= 0
     keys = pc.list_flatten(block.column("keys")).to_numpy().reshape(block.num_rows, -1)[signed]
     bands = keys.shape[1] if keys.ndim == 2 else 0
@@ -212,14 +222,23 @@ def _bucket_pairs(n_signed: int, *parts) -> tuple[int, np.ndarray]:
 
 
 @_remote
-def _jaccard_task(left_block: pa.Table, right_block: pa.Table, left_at: np.ndarray, right_at: np.ndarray):
-    """``minhash.jaccards_with`` of rows ``left_at[k]`` of one block and ``right_at[k]`` of another."""
-    left_sets, right_sets = (block.column("shingles") for block in (left_block, right_block))
+def _jaccard_task(left_at: np.ndarray, right_at: np.ndarray, slot: np.ndarray, left_block: pa.Table, *right_blocks):
+    """``minhash.jaccards_with`` of row ``left_at[k]`` of ``left_block`` and row ``right_at[k]`` of
+    ``right_blocks[slot[k]]``; the shingle sets are read in place from the blocks' Arrow buffers."""
+    left_sets, right_sets = _shingle_sets(left_block), [_shingle_sets(block) for block in right_blocks]
     out = np.empty(len(left_at))
     order = np.argsort(left_at, kind="stable")
     starts = np.flatnonzero(np.diff(left_at[order], prepend=-1))
     for group in np.split(order, starts[1:]):
-        x = np.frombuffer(left_sets[int(left_at[group[0]])].as_py(), np.uint64)
-        ys = [np.frombuffer(right_sets[int(j)].as_py(), np.uint64) for j in right_at[group]]
-        out[group] = minhash.jaccards_with(x, ys)
+        ys = [right_sets[s](j) for s, j in zip(slot[group].tolist(), right_at[group].tolist())]
+        out[group] = minhash.jaccards_with(left_sets(int(left_at[group[0]])), ys)
     return out
+
+
+def _shingle_sets(block: pa.Table):
+    """``row -> (shingles,) uint64`` views into the ``shingles`` column of ``block`` (no copy)."""
+    column = block.column("shingles").combine_chunks()
+    _, offsets, data = column.buffers()
+    bounds = np.frombuffer(offsets, np.int64)[column.offset : column.offset + len(column) + 1] // 8
+    values = np.frombuffer(data, np.uint64, count=int(bounds[-1])) if bounds[-1] else np.zeros(0, np.uint64)
+    return lambda row: values[bounds[row] : bounds[row + 1]]

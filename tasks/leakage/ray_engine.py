@@ -6,9 +6,10 @@ pretraining doc what it holds of the eval docs, so running both on disjoint bloc
 the whole eval side and taking the union gives the ``local`` results exactly; the audit table sorts them.
 
 Ray Data reads the split shards (``read_parquet``, split into blocks of ``cfg.batch_docs`` rows, kept in the
-object store); one Ray task per block looks its rows up by ``doc_id`` in the driver's list of training rows
-(which fixes each row's index; dev/test rows are skipped), takes their words, and returns the detectors'
-matches, which rows have words, and the sparse residual hits of its pretraining rows. The eval side (words
+object store); the driver looks every block's ``doc_id``s up in its list of training rows at once (which
+fixes each row's index; dev/test rows are skipped), and one Ray task per block takes its training rows' words
+and returns the detectors' matches, which rows have words, and the sparse residual hits of its pretraining
+rows. The eval side (words
 and hashes of the eval docs, small) is put in the object store once. The driver never takes the training
 docs' words; it checks that every training row was scanned exactly once.
 """
@@ -40,13 +41,22 @@ def scan_on_ray(files: list[Path], train_frame: pd.DataFrame, evals: Side, cfg: 
     pretrain_position = np.cumsum(roles == "pretrain") - 1
     pretrain_position[roles != "pretrain"] = -1
     n = cfg.residual.ngram_words
-    shared = [ray.put(x) for x in (pa.array(list(train_frame["doc_id"]), pa.string()), pretrain_position, evals,
-                                   residual.eval_targets(evals.tokens, n))]  # fmt: skip
+    shared = [ray.put(x) for x in (evals, residual.eval_targets(evals.tokens, n))]
     shards = ray.data.read_parquet([str(f) for f in files], columns=["doc_id", "text"])
     blocks = shards.repartition(target_num_rows_per_block=cfg.batch_docs).materialize().to_arrow_refs()
-    pending = [_scan_block.remote(block, *shared, cfg) for block in blocks]
+    rows = _training_rows(ray, blocks, pa.array(list(train_frame["doc_id"]), pa.string()))
+    positions = [np.where(r >= 0, pretrain_position[np.maximum(r, 0)], -1) for r in rows]
+    pending = [_scan_block.remote(block, r, p, *shared, cfg) for block, r, p in zip(blocks, rows, positions)]
     parts = [ray.get(ref) for ref in tqdm(pending, desc="leakage (ray)", unit="block")]
     return _merged(parts, len(train_frame), list(train_frame["doc_id"].iloc[np.flatnonzero(roles == "pretrain")]))
+
+
+def _training_rows(ray, blocks: list, doc_ids: pa.Array) -> list[np.ndarray]:
+    """Per block, the training row of each of its rows (-1 for a dev/test row), from one lookup over all blocks."""
+    ids = ray.get([_doc_ids.remote(block) for block in blocks])
+    found = pc.index_in(pa.chunked_array(ids, pa.string()), value_set=doc_ids)
+    rows = pc.fill_null(found, -1).to_numpy().astype(np.int64)
+    return np.split(rows, np.cumsum([len(x) for x in ids])[:-1]) if ids else []
 
 
 def _merged(parts: list[tuple], n_rows: int, pretrain_ids: list[str]) -> TrainingScan:
@@ -70,16 +80,21 @@ def _remote(func):
 
 
 @_remote
-def _scan_block(block: pa.Table, ids: pa.Array, pretrain_position: np.ndarray, evals: Side, targets: tuple,
+def _doc_ids(block: pa.Table) -> pa.Array:
+    return block.column("doc_id").combine_chunks().cast(pa.string())  # Ray may hand over large_string
+
+
+@_remote
+def _scan_block(block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray, evals: Side, targets: tuple,
                 cfg: LeakageParams) -> tuple:
-    """One block: ``(rows, has_words, matches, hits, whole)`` of its training rows, with global numbering."""
-    row = pc.index_in(block.column("doc_id"), value_set=ids)
-    train = pc.is_valid(row)
-    rows = pc.filter(row, train).to_numpy().astype(np.int64)
-    tokens = [words(t) for t in pc.filter(block.column("text"), train).to_pylist()]
+    """One block: ``(rows, has_words, matches, hits, whole)`` of its training rows, with global numbering (``row``:
+    each block row's training row or -1; ``pretrain_position``: its position among the pretraining rows or -1)."""
+    train = np.flatnonzero(row >= 0)
+    rows, pretrain_position = row[train], pretrain_position[train]
+    tokens = [words(t) for t in block.column("text").take(pa.array(train)).to_pylist()]
     matches = [(int(rows[i]), *rest) for i, *rest in detect(make_side(tokens, minhash.WordHashes()), evals, cfg)]
-    mine = np.flatnonzero(pretrain_position[rows] >= 0)
+    mine = np.flatnonzero(pretrain_position >= 0)
     hits, whole = residual.scan_docs([tokens[k] for k in mine], targets, cfg.residual.ngram_words)
-    at = pretrain_position[rows[mine]]
+    at = pretrain_position[mine]
     has_words = np.array([bool(t) for t in tokens], bool)
     return rows, has_words, matches, {int(at[k]): h for k, h in hits.items()}, {int(at[k]): w for k, w in whole.items()}
