@@ -95,6 +95,27 @@ def check_dedup_then_leakage(base: Path, sections: dict, split_cfg) -> None:
 
 
 @pytest.mark.slow
+def test_starting_ray_keeps_the_sigterm_handler_and_the_dashboard_off(ray_instance):
+    import signal
+    import socket
+
+    from tasks.common import raycluster
+
+    def handler(signum, frame):
+        raise RuntimeError("the stage runner's handler")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        ray = raycluster.connect(stage_params()[1]["dedup"].ray)
+        assert signal.getsignal(signal.SIGTERM) is handler
+        assert raycluster.cpus(ray) == 2
+        with socket.socket() as probe:  # include_dashboard: false -> nothing listens on its port
+            assert probe.connect_ex(("127.0.0.1", stage_params()[1]["dedup"].ray.dashboard_port)) != 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.slow
 def test_ray_engines_match_local_on_made_data(tmp_path, ray_instance):
     made_corpus(tmp_path)
     planted = load_params(ROOT / "params.yaml").leakage.planted.model_copy(update={"docs_per_variant": 3})

@@ -7,6 +7,8 @@ Ray is the optional dependency group ``.[ray]``; nothing imports this module unl
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from typing import Any
 
 from tasks.config.cluster import RayParams
@@ -17,8 +19,8 @@ def connect(cfg: RayParams) -> Any:
 
     A local instance gets ``cfg.num_cpus`` CPUs and its dashboard (when enabled) binds to
     ``cfg.dashboard_host`` (127.0.0.1 by default). Usage statistics are off (this pipeline runs offline).
-    An instance this process already started is reused. Raises ``ImportError`` with the install command
-    when Ray is missing.
+    An instance this process already started is reused; the SIGTERM handler in place before is kept. Raises
+    ``ImportError`` with the install command when Ray is missing.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
@@ -37,8 +39,10 @@ def connect(cfg: RayParams) -> Any:
             dashboard_port=cfg.dashboard_port,
             object_store_memory=None if cfg.object_store_mib is None else cfg.object_store_mib << 20,
         )
+    handler = signal.getsignal(signal.SIGTERM)
     ray.init(**options)
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)  # ray.init replaces it; the runner's marks the MLflow run KILLED
     return ray
 
 
