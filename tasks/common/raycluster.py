@@ -46,6 +46,27 @@ def connect(cfg: RayParams) -> Any:
     return ray
 
 
+def remote(func):
+    """``ray.remote(func)``, importing Ray only when a ``ray_engine`` module is imported."""
+    import ray
+
+    return ray.remote(func)
+
+
+def gather(refs: list, desc: str) -> list:
+    """``ray.get`` of ``refs`` with a progress bar that advances as each task finishes; results in ``refs`` order."""
+    import ray
+    from tqdm import tqdm
+
+    results, pending = {}, list(refs)
+    with tqdm(total=len(refs), desc=desc, unit="task") as bar:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            results[done[0]] = ray.get(done[0])
+            bar.update(1)
+    return [results[ref] for ref in refs]
+
+
 def cpus(ray: Any) -> int:
     """CPUs of the cluster ``ray`` is connected to (at least 1)."""
     return max(int(ray.cluster_resources().get("CPU", 1)), 1)

@@ -29,13 +29,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm import tqdm
 
 from tasks.common import minhash, raycluster
 from tasks.config.dedup import DedupParams
 from tasks.dedup import PAIR_BLOCK, Corpus, DocSignatures, _sign_shard, band_shape
 
 META_COLUMNS = ("doc_id", "text_hash", "n_words", "n_chars")
+META_SCHEMA = pa.schema([("doc_id", pa.string()), ("text_hash", pa.string()), ("n_words", pa.int64()),
+                         ("n_chars", pa.int64())])  # fmt: skip
 # driver bytes per candidate pair: rows (16), Jaccard (8), the Jaccard memo (16), sort and merge temporaries (24)
 DRIVER_BYTES_PER_PAIR = 64
 
@@ -82,17 +83,9 @@ def _binary_column(arrays: list[np.ndarray]) -> pa.Array:
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(arrays), buffers)
 
 
-def _remote(func):
-    import ray
-
-    return ray.remote(func)
-
-
-@_remote
+@raycluster.remote
 def _block_meta(block: pa.Table) -> pa.Table:
-    table = block.select(list(META_COLUMNS))
-    return table.cast(pa.schema([(name, pa.string() if name in ("doc_id", "text_hash") else pa.int64())
-                                 for name in META_COLUMNS]))  # fmt: skip
+    return block.select(list(META_COLUMNS)).cast(META_SCHEMA)  # Ray may hand over large_string
 
 
 class RaySignatures(DocSignatures):
@@ -108,9 +101,7 @@ class RaySignatures(DocSignatures):
         """Row facts gathered from the blocks' ``META_COLUMNS``, indexed by global row (the position of each
         block row's ``doc_id`` in ``doc_ids``, looked up once for all blocks)."""
         n_rows = len(doc_ids)
-        empty = pa.table({c: pa.array([], pa.string() if c in ("doc_id", "text_hash") else pa.int64())
-                          for c in META_COLUMNS})  # fmt: skip
-        table = pa.concat_tables(meta) if meta else empty
+        table = pa.concat_tables(meta) if meta else META_SCHEMA.empty_table()
         row = pc.index_in(table.column("doc_id"), value_set=doc_ids).to_numpy(zero_copy_only=False)
         if len(row) != n_rows or np.isnan(row.astype(float)).any() or len(np.unique(row)) != n_rows:
             raise ValueError(f"dedup (ray): Ray Data read {len(row)} rows for the {n_rows} rows of the ingest files")
@@ -139,15 +130,13 @@ class RaySignatures(DocSignatures):
         mapped = [m if isinstance(m, list) else [m] for m in mapped]
         reduce = _bucket_pairs.options(num_returns=2)
         counts, reduced = zip(*[reduce.remote(len(signed), *[m[p] for m in mapped]) for p in range(parts)])
-        _check_driver_fits(sum(_gather(ray, list(counts), "dedup: lsh")))
+        _check_driver_fits(sum(raycluster.gather(list(counts), "dedup: lsh")))
         pairs = minhash.sorted_unique(np.concatenate([np.zeros(0, np.int64)] + ray.get(list(reduced))))
         rows = np.asarray(signed, np.int64)
         return rows[pairs // max(len(signed), 1)], rows[pairs % max(len(signed), 1)]
 
     def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
         """Exact Jaccards: one Ray task per left block and at most ``PAIR_BLOCK`` pairs, given the blocks it reads."""
-        import ray
-
         out = np.empty(len(left))
         if not len(left):
             return out
@@ -156,7 +145,7 @@ class RaySignatures(DocSignatures):
         groups = np.split(order, starts[1:])
         jobs = [chunk for group in groups for chunk in np.array_split(group, -(-len(group) // PAIR_BLOCK))]
         refs = [self._jaccard_job(left[job], right[job]) for job in jobs]
-        for job, values in zip(jobs, _gather(ray, refs, "dedup: jaccard")):
+        for job, values in zip(jobs, raycluster.gather(refs, "dedup: jaccard")):
             out[job] = values
         return out
 
@@ -179,19 +168,8 @@ def _check_driver_fits(pairs: int) -> None:
                           "machine, or raise dedup.threshold (fewer candidates)")
 
 
-def _gather(ray, refs: list, desc: str) -> list:
-    """``ray.get`` of ``refs`` with a progress bar; in ``refs`` order."""
-    results = {}
-    pending = list(refs)
-    with tqdm(total=len(refs), desc=desc, unit="task") as bar:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            results[done[0]] = ray.get(done[0])
-            bar.update(1)
-    return [results[ref] for ref in refs]
 
-
-@_remote
+@raycluster.remote
 def _partition_keys(block: pa.Table, pos: np.ndarray, parts: int):
     """The map side of the shuffle: ``(band, key, position)`` of the block's signed rows (``pos`` is each block
     row's position in keep order among the signed rows, -1 if unsigned), split by key hash."""
@@ -205,7 +183,7 @@ def _partition_keys(block: pa.Table, pos: np.ndarray, parts: int):
     return out if parts > 1 else out[0]
 
 
-@_remote
+@raycluster.remote
 def _bucket_pairs(n_signed: int, *parts) -> tuple[int, np.ndarray]:
     """The reduce side: every pair ``first * n_signed + second`` (``first < second``) that shares a ``(band, key)``,
     and how many (the driver checks that they fit before it fetches them)."""
@@ -221,7 +199,7 @@ def _bucket_pairs(n_signed: int, *parts) -> tuple[int, np.ndarray]:
     return len(pairs), pairs
 
 
-@_remote
+@raycluster.remote
 def _jaccard_task(left_at: np.ndarray, right_at: np.ndarray, slot: np.ndarray, left_block: pa.Table, *right_blocks):
     """``minhash.jaccards_with`` of row ``left_at[k]`` of ``left_block`` and row ``right_at[k]`` of
     ``right_blocks[slot[k]]``; the shingle sets are read in place from the blocks' Arrow buffers."""

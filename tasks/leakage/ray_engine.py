@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from tqdm import tqdm
 
 from tasks.common import minhash, raycluster
 from tasks.common.textnorm import words
@@ -47,7 +46,7 @@ def scan_on_ray(files: list[Path], train_frame: pd.DataFrame, evals: Side, cfg: 
     rows = _training_rows(ray, blocks, pa.array(list(train_frame["doc_id"]), pa.string()))
     positions = [np.where(r >= 0, pretrain_position[np.maximum(r, 0)], -1) for r in rows]
     pending = [_scan_block.remote(block, r, p, *shared, cfg) for block, r, p in zip(blocks, rows, positions)]
-    parts = [ray.get(ref) for ref in tqdm(pending, desc="leakage (ray)", unit="block")]
+    parts = raycluster.gather(pending, "leakage (ray)")
     return _merged(parts, len(train_frame), list(train_frame["doc_id"].iloc[np.flatnonzero(roles == "pretrain")]))
 
 
@@ -73,18 +72,12 @@ def _merged(parts: list[tuple], n_rows: int, pretrain_ids: list[str]) -> Trainin
     return TrainingScan(sorted(matches, key=lambda m: m[:3]), has_words, residual.Scan(pretrain_ids, hits, whole))
 
 
-def _remote(func):
-    import ray
-
-    return ray.remote(func)
-
-
-@_remote
+@raycluster.remote
 def _doc_ids(block: pa.Table) -> pa.Array:
     return block.column("doc_id").combine_chunks().cast(pa.string())  # Ray may hand over large_string
 
 
-@_remote
+@raycluster.remote
 def _scan_block(block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray, evals: Side, targets: tuple,
                 cfg: LeakageParams) -> tuple:
     """One block: ``(rows, has_words, matches, hits, whole)`` of its training rows, with global numbering (``row``:
