@@ -168,7 +168,6 @@ def _check_driver_fits(pairs: int) -> None:
                           "machine, or raise dedup.threshold (fewer candidates)")
 
 
-
 @raycluster.remote
 def _partition_keys(block: pa.Table, pos: np.ndarray, parts: int):
     """The map side of the shuffle: ``(band, key, position)`` of the block's signed rows (``pos`` is each block
