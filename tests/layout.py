@@ -23,9 +23,13 @@ def keys_read(section: str, item: str | None) -> set[str]:
     """Dotted params keys a stage reads: every field of its section's model (the model is what the stage is
     handed), plus ``paths`` (every stage gets it). Two fields read elsewhere: ``tasks``, the copy of the
     top-level ``tasks`` section (a foreach item over tasks reads only ``tasks.<item>``), and finetune's
-    ``recipes``, of which a task reads only the one its ``recipe`` names."""
+    ``recipes``, of which a task reads only the one its ``recipe`` names; ``hardware``, the copy of the top-level
+    ``hardware`` section in the model stages."""
     model: type[BaseModel] = Params.model_fields[section].annotation
-    keys = {f"{section}.{name}" for name in model.model_fields if name not in ("tasks", "recipes")} | {"paths"}
+    copied = ("tasks", "recipes", "hardware")
+    keys = {f"{section}.{name}" for name in model.model_fields if name not in copied} | {"paths"}
+    if "hardware" in model.model_fields:
+        keys.add("hardware")
     if "tasks" in model.model_fields:
         keys.add(f"tasks.{item}" if item else "tasks")
     if "recipes" in model.model_fields and item:

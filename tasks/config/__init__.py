@@ -18,6 +18,7 @@ from tasks.config.base import StrictModel
 from tasks.config.cluster import RayParams
 from tasks.config.dedup import DedupParams
 from tasks.config.finetune import FinetuneParams
+from tasks.config.hardware import HardwareParams
 from tasks.config.ingest import IngestParams
 from tasks.config.leakage import LeakageParams
 from tasks.config.paths import Paths
@@ -40,7 +41,8 @@ class ParamsError(ValueError):
 
 class Params(StrictModel):
     """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
-    name = stage name). ``tasks`` is copied into the tokenize and finetune sections, the two stages that read it."""
+    name = stage name). ``tasks`` is copied into the tokenize and finetune sections, the two stages that read it;
+    ``hardware`` into the model stages' (pretrain, finetune, probe); ``ray`` into dedup's and leakage's."""
 
     paths: Paths
     pipeline: PipelineParams
@@ -57,6 +59,7 @@ class Params(StrictModel):
     report: ReportParams
     snapshot: SnapshotParams
     ray: RayParams = RayParams()
+    hardware: HardwareParams = HardwareParams()
 
     @model_validator(mode="after")
     def _tasks_fit(self) -> Params:
@@ -78,11 +81,13 @@ class Params(StrictModel):
         object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
         for stage in ("dedup", "leakage"):  # the stages with engine: ray
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
+        for stage in ("pretrain", "finetune", "probe"):  # the model stages
+            object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
         return self
 
     def section(self, stage: str) -> StrictModel:
         """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
-        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks", "ray"):
+        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks", "ray", "hardware"):
             raise ParamsError(f"params.yaml has no stage section {stage!r}")
         return getattr(self, stage)
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from tasks.config.base import StrictModel, Variant, require_unique
+from tasks.config.hardware import HardwareParams
 from tasks.config.tasks import Tasks, TaskSpec
 
 Mode = Literal["full", "frozen"]
@@ -138,10 +139,13 @@ class FinetuneParams(StrictModel):
     data_seed: int = Field(ge=0, description="seed of the hash sample that picks the train/dev/test docs kept")
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
-    workers: int = Field(gt=0, description="runs trained at once, one process each (1 = in-process)")
+    workers: int = Field(gt=0, description="CPU: runs trained at once, one process each (1 = in-process)")
+    runs_per_gpu: int = Field(gt=0, description="CUDA: runs trained at once on each visible GPU, one process each "
+                              "(small models leave a GPU idle between kernels: 2-4 fill it)")
     operational: OperationalParams
     recipes: dict[str, TaskParams] = Field(min_length=1, description="recipe name -> arms, budget, optimisation")
     tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section (see the class docstring)")
+    hardware: HardwareParams = Field(default_factory=HardwareParams, description="copied from the hardware section")
 
     @field_validator("seeds")
     @classmethod

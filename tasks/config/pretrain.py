@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.hardware import HardwareParams
 
 
 class ModelPreset(StrictModel):
@@ -95,6 +96,7 @@ class PretrainParams(StrictModel):
     )
     fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
     fill_mask_top_k: int = Field(ge=1)
+    hardware: HardwareParams = Field(default_factory=HardwareParams, description="copied from the hardware section")
 
     @field_validator("init_from")
     @classmethod

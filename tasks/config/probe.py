@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from tasks.config.base import StrictModel, Variant, require_unique
+from tasks.config.hardware import HardwareParams
 
 
 class ProbeParams(StrictModel):
@@ -39,6 +40,7 @@ class ProbeParams(StrictModel):
     )
     pairs_batch_size: int = Field(gt=0, description="masked copies of the pair sentences per forward pass")
     min_pairs_per_phenomenon: int = Field(ge=1, description="fewer pairs in any phenomenon fails the run")
+    hardware: HardwareParams = Field(default_factory=HardwareParams, description="copied from the hardware section")
 
     @field_validator("variants", "pair_variants")
     @classmethod

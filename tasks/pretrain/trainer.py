@@ -28,7 +28,7 @@ from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, mask_tokens, unigram
 #: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
 NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                       "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node", "nnodes", "rdzv_endpoint",
-                      "rdzv_id"}  # fmt: skip
+                      "rdzv_id", "hardware"}  # fmt: skip
 
 
 def _sha256(value: Any) -> str:

@@ -1,0 +1,126 @@
+"""Where a model stage runs: one device setting (``hardware.device`` in params.yaml) and one placement helper.
+
+Every model stage (pretrain, finetune, probe) resolves ``hardware.device`` here, moves models and batches with
+``place``, and wraps forward passes in ``autocast``. Nothing else in a stage names a device.
+
+- ``auto``: CUDA when torch sees a GPU, else the CPU. A GPU that the machine has but this torch cannot use
+  (a CPU-only build) is an error, never a silent fall-back to the CPU.
+- ``cpu``, ``cuda`` (the first GPU, or this process's ``LOCAL_RANK`` under torchrun), ``cuda:N``.
+
+On CUDA, float32 matrix products run in TF32 (``torch.backends.cuda.matmul.allow_tf32``), and bf16 autocast
+keeps fp32 master weights (mixed precision as in Micikevicius et al. 2018, with bf16 instead of fp16 and no
+loss scaling). ``hardware.deterministic`` turns on ``torch.use_deterministic_algorithms``: on CUDA the
+atomics-based kernels (index_add / scatter_add backward of embeddings, cuBLAS split-K reductions, flash
+attention backward) either get a deterministic variant or raise, at some cost in speed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import torch
+
+from tasks.config.hardware import DEVICE_PATTERN
+
+#: How to get a CUDA build of the pinned torch (what ``make install`` runs on a host with a GPU).
+CUDA_INSTALL_HINT = "run `make install` on this host (it installs the CUDA build of torch when nvidia-smi sees a GPU)"
+
+
+def gpus_on_host() -> int:
+    """GPUs the machine has, whatever torch can use: ``nvidia-smi -L`` lines, or ``/dev/nvidia<N>`` files."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
+            return sum(line.startswith("GPU ") for line in out.splitlines())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return sum(1 for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
+
+
+def resolve(setting: str, local_rank: int | None = None) -> torch.device:
+    """The ``torch.device`` of ``setting`` (``auto | cpu | cuda | cuda:N``) for this process.
+
+    ``local_rank`` (torchrun's ``LOCAL_RANK``) picks the GPU of a rank with ``auto``/``cuda``; ``cuda:N`` with
+    several ranks is refused (each rank needs its own GPU). Raises ``ValueError`` with one line saying how to
+    fix it when CUDA is asked for but absent, when this torch is a CPU build on a host with a GPU, or when
+    ``cuda:N`` names a GPU that does not exist.
+    """
+    if not re.fullmatch(DEVICE_PATTERN, setting):
+        raise ValueError(f"hardware.device: expected auto, cpu, cuda or cuda:N, got {setting!r}")
+    if setting == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        host = gpus_on_host()
+        if host and torch.version.cuda is None:
+            raise ValueError(f"hardware.device: {setting}: this machine has {host} GPU(s) but torch "
+                             f"{torch.__version__} is a CPU-only build; {CUDA_INSTALL_HINT}, or set hardware.device: cpu")
+        if setting == "auto":
+            return torch.device("cpu")
+        raise ValueError(f"hardware.device: {setting}: torch sees no CUDA device (torch {torch.__version__}, "
+                         f"{host} GPU(s) on the host); set hardware.device: cpu or auto")
+    count = torch.cuda.device_count()
+    index = int(setting.split(":")[1]) if ":" in setting else (local_rank or 0)
+    if ":" in setting and local_rank is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError(f"hardware.device: {setting} names one GPU but torchrun started several ranks; use cuda or auto")
+    if index >= count:
+        raise ValueError(f"hardware.device: {setting}: GPU {index} asked for, but torch sees {count} "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+    return torch.device("cuda", index)
+
+
+def configure(device: torch.device, deterministic: bool) -> None:
+    """Process-wide settings for ``device``: TF32 matmuls and cuDNN convolutions on CUDA, and with
+    ``deterministic`` ``torch.use_deterministic_algorithms(True)`` (cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG``
+    for that, set here before the first cuBLAS call)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+
+
+def place(tensors, device: torch.device):
+    """``tensors`` (a tensor, a mapping of them, or None) on ``device``; other values pass through.
+
+    Host tensors bound for CUDA are copied from pinned memory with ``non_blocking=True``, so the copy overlaps
+    the GPU's work instead of stalling the host; on the CPU (or ``meta``) this is a plain ``.to``."""
+    if tensors is None:
+        return None
+    if isinstance(tensors, Mapping):
+        return {key: place(value, device) for key, value in tensors.items()}
+    if not isinstance(tensors, torch.Tensor):
+        return tensors
+    if device.type == "cuda" and tensors.device.type == "cpu":
+        return tensors.pin_memory().to(device, non_blocking=True)
+    return tensors.to(device)
+
+
+def autocast(device: torch.device, bf16: bool = True) -> AbstractContextManager:
+    """bf16 autocast on CUDA (matrix products in bf16, weights and reductions in fp32); a no-op elsewhere."""
+    return torch.autocast(device_type="cuda" if device.type == "cuda" else "cpu", dtype=torch.bfloat16,
+                          enabled=bf16 and device.type == "cuda")  # fmt: skip
+
+
+def peak_memory_mib(device: torch.device) -> float | None:
+    """``torch.cuda.max_memory_allocated`` of ``device`` in MiB (tensors only: not the CUDA context or the
+    allocator's cache); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 2**20
+
+
+def describe(device: torch.device) -> dict:
+    """``{"device": "cuda:0", "device_name": "NVIDIA H200"}`` (the CPU: ``platform.processor()``)."""
+    if device.type == "cuda":
+        return {"device": str(device), "device_name": torch.cuda.get_device_name(device)}
+    return {"device": device.type, "device_name": platform.processor() or "cpu"}
