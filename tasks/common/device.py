@@ -77,11 +77,10 @@ def resolve(setting: str, local_rank: int | None = None) -> torch.device:
 
 
 def configure(device: torch.device, deterministic: bool) -> None:
-    """Process-wide settings for ``device``: TF32 matmuls and cuDNN convolutions on CUDA, and with
+    """Process-wide settings for a process that computes on ``device``'s type: TF32 matmuls and cuDNN convolutions on CUDA, and with
     ``deterministic`` ``torch.use_deterministic_algorithms(True)`` (cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG``
     for that, set here before the first cuBLAS call)."""
     if device.type == "cuda":
-        torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     if deterministic:

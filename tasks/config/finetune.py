@@ -124,6 +124,8 @@ class OperationalParams(StrictModel):
         "the test examples; p50/p95 are over these batches"
     )
     warmup_batches: int = Field(ge=0, description="untimed batches run first at each batch size (allocator, caches)")
+    cpu_on_gpu_host: bool = Field(False, description="on a CUDA run, also time every model on the CPU (slow for "
+                                  "large models: BERT-base at 512 tokens takes tens of minutes)")
 
 
 class FinetuneParams(StrictModel):
@@ -140,7 +142,7 @@ class FinetuneParams(StrictModel):
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
     workers: int = Field(gt=0, description="CPU: runs trained at once, one process each (1 = in-process)")
-    runs_per_gpu: int = Field(gt=0, description="CUDA: runs trained at once on each visible GPU, one process each "
+    runs_per_gpu: int = Field(1, gt=0, description="CUDA: runs trained at once on each visible GPU, one process each "
                               "(small models leave a GPU idle between kernels: 2-4 fill it)")
     operational: OperationalParams
     recipes: dict[str, TaskParams] = Field(min_length=1, description="recipe name -> arms, budget, optimisation")

@@ -31,13 +31,14 @@ from types import ModuleType
 
 import datasets
 
+from tasks.common.device import resolve
 from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import baselines, operational
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
-from tasks.finetune.sweep import log_job, sweep_and_train
+from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
 
 TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of that kind
 SPLITS = ("train", "dev", "test")
@@ -63,8 +64,12 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
             if tcfg.dose_response else {})  # fmt: skip
     arms = jobs + list(dose.values())
     save_to = {job.key: operational.folder_for(out_dir, job.key) for job in arms} if cfg.operational.enabled else {}
-    results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, cfg.torch_threads, cfg.workers, save_to)
-    measured = operational.measure_arms(arms, out_dir, cfg.operational, log) if save_to else {}
+    device = resolve(cfg.hardware.device)
+    runner = Runner(cfg.torch_threads, slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
+                    cfg.hardware.deterministic)  # fmt: skip
+    log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once)")
+    results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
+    measured = operational.measure_arms(arms, out_dir, cfg.operational, device, log) if save_to else {}
     runs = {}
     for job in arms:
         with log.child(f"{item}/{job.key}") as parent:

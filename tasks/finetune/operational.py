@@ -11,7 +11,9 @@ The inputs are the arm's own test examples batched by its task (``collate``: cls
 (tokenization is not timed). Each batch size of ``timed_batches`` runs ``warmup_batches`` untimed batches and
 then the timed ones, cycling through the test examples in order; a batch's per-document latency is its wall time
 (``time.perf_counter``) over its size, and p50/p95 are ``numpy.percentile`` (linear) over the timed batches.
-With a GPU the same is timed again on it under bf16 autocast, synchronizing after each batch.
+The timing runs on the device the stage trained on (``hardware.device``): on CUDA under bf16 autocast,
+synchronizing after each batch so a timing covers the work, with the GPU's peak allocated memory; there the CPU
+timing is optional (``operational.cpu_on_gpu_host``: BERT-base at 512 tokens takes tens of minutes on a CPU).
 
 The TF-IDF + logistic-regression baseline is timed the same way on the test docs' full text (vectorizing
 included), in the stage's own process, so its memory is not measured. The scratch folder of saved models
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from tasks.common.device import autocast, describe, peak_memory_mib, place
 from tasks.finetune.model import load_model
 
 SCRATCH = ".operational"  # under the task's out dir; removed before the stage returns
@@ -49,9 +52,9 @@ def remove_scratch(out_dir: Path) -> None:
     shutil.rmtree(out_dir / SCRATCH, ignore_errors=True)
 
 
-def measure_arms(jobs: list, out_dir: Path, ocfg, log) -> dict[str, dict]:
+def measure_arms(jobs: list, out_dir: Path, ocfg, device: torch.device, log) -> dict[str, dict]:
     """``{job.key: measure_saved(...)}`` for every job, whose model is in ``folder_for(out_dir, job.key)``;
-    one process per model, one at a time, each logging a line of its headline numbers to ``log``.
+    one process per model, one at a time, each on ``device`` and logging a line of its headline numbers.
 
     ``ocfg`` is ``params.finetune.operational``. Raises what a measurement raised (e.g. ``OSError`` when a
     model folder is missing).
@@ -63,69 +66,58 @@ def measure_arms(jobs: list, out_dir: Path, ocfg, log) -> dict[str, dict]:
         for job in jobs:
             folder = folder_for(out_dir, job.key)
             out[job.key] = pool.submit(measure_saved, folder, job.task.collate, job.exs["test"], job.pad_id,
-                                       ocfg).result()  # fmt: skip
+                                       ocfg, str(device)).result()  # fmt: skip
             log.info(summary(job.key, out[job.key]))
     return out
 
 
-def measure_saved(folder: Path, collate: Callable, exs: list[dict], pad_id: int, ocfg) -> dict:
+def measure_saved(folder: Path, collate: Callable, exs: list[dict], pad_id: int, ocfg, device: str = "cpu") -> dict:
     """Load the model saved in ``folder`` and measure it on ``exs`` (test examples; ``collate(batch, pad_id)``
-    builds the tensors). Meant for a fresh process: the memory numbers are this process's.
+    builds the tensors) on ``device``. Meant for a fresh process: the memory numbers are this process's.
 
-    Returns ``device`` ("cpu"), ``threads``, ``seq_len_tokens`` (longest timed example) and
-    ``mean_tokens_per_doc``, ``batch: {"<size>": timings}`` (see ``timings``), ``rss_before_mib`` (resident
-    memory before loading: interpreter, torch, transformers, the stage's modules), ``peak_rss_mib`` (the
-    process's peak resident memory after the CPU timings), ``rss_increase_mib`` (their difference: weights,
-    activations, allocator caches), ``parameters`` (count), ``size_on_disk_mib`` (the safetensors files:
-    encoder and head; not the config or tokenizer), ``seconds`` (wall time of all of it), and ``cuda_bf16``
-    (``cuda_bf16``) when torch sees a GPU. Memory is from ``/proc/self/status`` (Linux).
+    Returns ``device`` (``cpu``, ``cuda:N``), ``device_name``, ``threads`` (torch's CPU threads), ``seq_len_tokens``
+    (longest timed example) and ``mean_tokens_per_doc``, ``batch: {"<size>": timings}`` (see ``timings``; on
+    CUDA under bf16 autocast, the host-to-device copy of the ids included), ``rss_before_mib`` (resident memory
+    before loading: interpreter, torch, transformers, the stage's modules), ``peak_rss_mib`` (the process's peak
+    resident memory after the timings), ``rss_increase_mib`` (their difference: weights, activations, allocator
+    caches), ``peak_allocated_mib`` (CUDA: ``torch.cuda.max_memory_allocated``, weights plus activations, not
+    the CUDA context; None on the CPU), ``parameters`` (count), ``size_on_disk_mib`` (the safetensors files:
+    encoder and head; not the config or tokenizer), ``seconds`` (wall time of all of it), and on CUDA with
+    ``ocfg.cpu_on_gpu_host`` a ``cpu`` entry with the CPU's ``batch`` timings. Memory is from
+    ``/proc/self/status`` (Linux).
     """
     started = time.perf_counter()
     torch.set_num_threads(ocfg.threads)
     before = memory_mib("VmRSS")
     model = load_model(folder)
-
-    def infer(batch: list[dict]) -> None:
-        tensors = collate(batch, pad_id)
-        model(tensors["input_ids"], tensors["attention_mask"], tensors.get("token_type_ids"))
-
-    with torch.inference_mode():
-        batches = latencies(infer, exs, ocfg)
+    target = torch.device(device)
+    extra = {"cpu": {"batch": time_on(model, collate, exs, pad_id, ocfg, torch.device("cpu"))}} \
+        if target.type == "cuda" and ocfg.cpu_on_gpu_host else {}  # fmt: skip
+    batches = time_on(model.to(target), collate, exs, pad_id, ocfg, target)
     peak = memory_mib("VmHWM")
     lengths = [len(ex["input_ids"]) for ex in exs]
-    entry = {"device": "cpu", "threads": torch.get_num_threads(), "seq_len_tokens": max(lengths),
+    entry = {**describe(target), "threads": torch.get_num_threads(), "seq_len_tokens": max(lengths),
              "mean_tokens_per_doc": sum(lengths) / len(lengths), "batch": batches, "rss_before_mib": before,
-             "peak_rss_mib": peak, "rss_increase_mib": peak - before,
+             "peak_rss_mib": peak, "rss_increase_mib": peak - before, "peak_allocated_mib": peak_memory_mib(target),
              "parameters": sum(p.numel() for p in model.parameters()),
              "size_on_disk_mib": sum(f.stat().st_size for f in folder.glob("*.safetensors")) / MIB}  # fmt: skip
-    if torch.cuda.is_available():
-        entry["cuda_bf16"] = cuda_bf16(model, collate, exs, pad_id, ocfg)
-    return entry | {"seconds": time.perf_counter() - started}
+    return entry | extra | {"seconds": time.perf_counter() - started}
 
 
-def cuda_bf16(model, collate: Callable, exs: list[dict], pad_id: int, ocfg) -> dict:
-    """The CPU timings again on the first GPU under bf16 autocast (fp32 weights, bf16 matrix products), with
-    ``torch.cuda.synchronize`` after each batch so a timing covers the work. Moves ``model`` to the GPU.
-
-    Returns ``device_name``, ``batch`` (as on CPU; the host-to-device copy of the ids is timed) and
-    ``peak_allocated_mib`` (``torch.cuda.max_memory_allocated``: weights plus activations; not the CUDA
-    context or the allocator's cache). Untested on the CPU box this was written on.
-    """
-    device = torch.device("cuda")
-    model.to(device)
-    torch.cuda.reset_peak_memory_stats(device)
-
+def time_on(model, collate: Callable, exs: list[dict], pad_id: int, ocfg, device: torch.device) -> dict:
+    """``latencies`` of ``model`` (already on ``device``) on ``exs``: each batch collated, placed on ``device``,
+    run under ``autocast`` (bf16 on CUDA) and, on CUDA, synchronized, so a timing covers the work."""
     def infer(batch: list[dict]) -> None:
-        tensors = collate(batch, pad_id)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            model(tensors["input_ids"].to(device), tensors["attention_mask"].to(device),
-                  None if "token_type_ids" not in tensors else tensors["token_type_ids"].to(device))
-        torch.cuda.synchronize(device)
+        tensors = place(collate(batch, pad_id), device)
+        with autocast(device):
+            model(tensors["input_ids"], tensors["attention_mask"], tensors.get("token_type_ids"))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     with torch.inference_mode():
-        batches = latencies(infer, exs, ocfg)
-    return {"device_name": torch.cuda.get_device_name(device), "batch": batches,
-            "peak_allocated_mib": torch.cuda.max_memory_allocated(device) / MIB}  # fmt: skip
+        return latencies(infer, exs, ocfg)
 
 
 def measure_tfidf(vectorizer, classifier, texts: list[str], ocfg, folder: Path) -> dict:

@@ -6,10 +6,12 @@ with it. No arm borrows another arm's learning rate, test never enters the choic
 best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm (``lr_sweep`` in
 metrics; on the arm's MLflow run, one step per tried rate).
 
-Runs go to ``workers`` processes (``spawn``: a fresh interpreter, no forked OpenMP state), each with
-``torch_threads`` threads; every run is seeded on its own, so results do not depend on the schedule. The
-costliest arms start first and an arm's seeds follow its sweep at once (longest-processing-time-first list
-scheduling, Graham 1969), so a long arm does not run alone at the end.
+Runs go to worker processes (``spawn``: a fresh interpreter, no forked OpenMP state, no inherited CUDA
+context), each with ``torch_threads`` threads; every run is seeded on its own, so results do not depend on the
+schedule. Each run is given a device slot when it starts (``slots``): on the CPU ``workers`` slots, on CUDA
+``runs_per_gpu`` slots on every visible GPU, a run going to the least busy GPU. The costliest arms start first
+and an arm's seeds follow its sweep at once (longest-processing-time-first list scheduling, Graham 1969), so a
+long arm does not run alone at the end.
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from __future__ import annotations
 import heapq
 import multiprocessing
 from collections.abc import Callable
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import replace
 from itertools import count
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from tasks.common.device import configure
 from tasks.finetune.training import Run, train_and_test
 
 
-def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], threads: int,
-                    workers: int, save_to: dict[str, Path]) -> dict[str, dict]:  # fmt: skip
+def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], runner: Runner,
+                    save_to: dict[str, Path]) -> dict[str, dict]:  # fmt: skip
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
     ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed``. An arm's seeds start as
@@ -49,7 +54,7 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
         folder = save_to.get(run.job.key)
         return [Run(run.job, seed, entry["scale"], folder if seed == seeds[0] else None) for seed in seeds]
 
-    with Runner(threads, workers) as runner:
+    with runner:
         runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in grid], follow,
                        total=len(jobs) * (len(grid) + len(seeds)))  # fmt: skip
     return {key: {"sweep": {scale: entry["sweep"][scale] for scale in grid}, "scale": entry["scale"],
@@ -71,20 +76,36 @@ def best_scale(results: dict[float, dict], grid: list[float]) -> float:
     return max(grid, key=lambda scale: (dev(scale), -grid.index(scale)))
 
 
-class Runner:
-    """Runs ``train_and_test`` over a process pool (``workers > 1``) or in this process."""
+def slots(setting: str, device: torch.device, workers: int, runs_per_gpu: int) -> list[str]:
+    """One entry per run trained at once, naming its device: ``workers`` x ``cpu`` on the CPU; on CUDA
+    ``runs_per_gpu`` x ``cuda:<i>`` for every GPU torch sees, or for the one GPU ``setting`` names (``cuda:N``)."""
+    if device.type != "cuda":
+        return [device.type] * workers
+    gpus = [device.index] if ":" in setting else list(range(torch.cuda.device_count()))
+    return [f"cuda:{gpu}" for gpu in gpus for _ in range(runs_per_gpu)]
 
-    def __init__(self, threads: int, workers: int) -> None:
-        self.threads, self.workers, self.pool = threads, workers, None
+
+class Runner:
+    """Runs ``train_and_test`` on device ``slots`` (``slots``): over a process pool when there are several,
+    else in this process. ``deterministic``: ``hardware.deterministic``, applied in every worker too."""
+
+    def __init__(self, threads: int, slots: list[str], deterministic: bool = False) -> None:
+        self.threads, self.slots, self.deterministic, self.pool = threads, slots, deterministic, None
+        self.workers = len(slots)
 
     def __enter__(self) -> Runner:
         if self.workers > 1:
             context = multiprocessing.get_context("spawn")
             self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_worker,
-                                            initargs=(self.threads,))  # fmt: skip
+                                            initargs=(self.threads, self.slots[0], self.deterministic))  # fmt: skip
         else:
-            torch.set_num_threads(self.threads)
+            _init_worker(self.threads, self.slots[0], self.deterministic)
         return self
+
+    def free_slot(self, running: dict) -> str:
+        """The device with the fewest runs in ``running`` (values: the runs) relative to its slots."""
+        busy = Counter(run.device for run in running.values())
+        return min(dict.fromkeys(self.slots), key=lambda d: busy[d] / self.slots.count(d))
 
     def __exit__(self, *exc) -> None:
         if self.pool is not None:
@@ -105,14 +126,14 @@ class Runner:
         with tqdm(total=total, desc="finetune runs", unit="run") as bar:
             if self.pool is None:
                 while waiting:
-                    run = heapq.heappop(waiting)[2]
+                    run = replace(heapq.heappop(waiting)[2], device=self.slots[0])
                     push(follow(run, train_and_test(run)))
                     bar.update()
                 return
             running: dict = {}
             while waiting or running:
                 while waiting and len(running) < self.workers:
-                    run = heapq.heappop(waiting)[2]
+                    run = replace(heapq.heappop(waiting)[2], device=self.free_slot(running))
                     running[self.pool.submit(_quiet_run, run)] = run
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -121,8 +142,9 @@ class Runner:
                     bar.update()
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, device: str, deterministic: bool) -> None:
     torch.set_num_threads(threads)
+    configure(torch.device(device), deterministic)
 
 
 def _quiet_run(run: Run) -> dict:

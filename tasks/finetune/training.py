@@ -3,7 +3,10 @@
 ``train_and_test`` is a pure function of its ``Run`` (job, seed, learning-rate multiplier): it logs nothing and
 returns everything (per-epoch history, test records and scores), so runs can go to worker processes and the
 parent logs them to MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not
-depend on where it ran.
+depend on where it ran. A run trains on ``Run.device`` (the scheduler in ``sweep`` picks it): models and batches
+move with ``tasks.common.device.place`` and forward passes run under its bf16 ``autocast`` on CUDA. The training
+loop reads no scalar from the device inside an epoch (the losses are summed on the device and read once per
+epoch), so the host queues the next step's kernels while the GPU runs this one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from tasks.common.device import autocast, place
 from tasks.finetune.model import build_model, optimizer_for, save_model
 
 #: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
@@ -26,12 +30,14 @@ TRAINED_ENCODERS = ("reference", "adapted")
 @dataclass(frozen=True)
 class Run:
     """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates;
-    ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement."""
+    ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement;
+    ``device``: where it trains (``cpu``, ``cuda:N``; ``meta`` in the placement tests)."""
 
     job: object
     seed: int
     lr_scale: float
     save_to: Path | None = None
+    device: str = "cpu"
 
 
 def train_and_test(run: Run, show_progress: bool = True) -> dict:
@@ -43,10 +49,10 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     """
     job, spec = run.job, run.job.spec
     model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout,
-                        run.seed)  # fmt: skip
+                        run.seed).to(run.device)  # fmt: skip
     started = time.perf_counter()
     fit = train(model, run, show_progress)
-    test_recs, scores = evaluate(model, job, "test")
+    test_recs, scores = evaluate(model, job, "test", torch.device(run.device))
     result = {"seed": run.seed, "test": job.task.headline(scores), "details": job.task.details(scores), **fit,
               "train_seconds": round(time.perf_counter() - started, 1), "test_records": test_recs}
     if run.save_to is not None:
@@ -79,10 +85,11 @@ def train(model, run: Run, show_progress: bool) -> dict:
     generator = torch.Generator().manual_seed(run.seed)
     best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}
     finite, epoch, history = True, 0, []
+    device = torch.device(run.device)
     for epoch in range(1, tcfg.max_epochs + 1):
         desc = f"{job.key} seed {run.seed} lr x{run.lr_scale:g} epoch {epoch}"
-        loss = train_epoch(model, job, optimizer, schedule, generator, desc if show_progress else None)
-        _, dev = evaluate(model, job, "dev")
+        loss = train_epoch(model, job, optimizer, schedule, generator, device, desc if show_progress else None)
+        _, dev = evaluate(model, job, "dev", device)
         history.append({"epoch": epoch, "train_loss": loss, f"dev_{select}": dev[select]})
         finite = math.isfinite(loss)
         if dev[select] > best["score"]:
@@ -98,35 +105,43 @@ def train(model, run: Run, show_progress: bool) -> dict:
             "dev_divergence_score": best["divergence_score"], "diverged": diverged, "history": history}
 
 
-def evaluate(model, job, split: str) -> tuple[list[dict], dict]:
+def evaluate(model, job, split: str, device: torch.device) -> tuple[list[dict], dict]:
     """Prediction records and scores of ``split`` (``dev`` after each epoch, ``test`` once at the end)."""
-    recs = job.task.records(job.exs[split], predict(model, job, job.exs[split]), job.labels)
+    recs = job.task.records(job.exs[split], predict(model, job, job.exs[split], device), job.labels)
     return recs, job.task.score(recs, job.labels)
 
 
-def train_epoch(model, job, optimizer, schedule, generator, desc: str | None) -> float:
+def train_epoch(model, job, optimizer, schedule, generator, device: torch.device, desc: str | None) -> float:
     """One shuffled pass (order from ``generator``); returns the mean training loss (nan if it blew up).
 
-    ``desc`` labels the progress bar; None hides it (runs in worker processes would interleave their bars).
+    The losses stay on ``device`` until the epoch ends (one host sync per epoch, not per step). A non-finite
+    loss turns the epoch's mean into nan, which stops the run after this epoch (``train``). ``desc`` labels the
+    progress bar; None hides it (runs in worker processes would interleave their bars).
     """
     model.train()
     exs, tcfg = job.exs["train"], job.tcfg
     batches = length_grouped_batches([len(ex["input_ids"]) for ex in exs], tcfg.batch_size,
                                      tcfg.length_group_batches, generator)
-    losses = []
+    total = torch.zeros((), dtype=torch.float64, device=device)
     for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5, disable=desc is None):
-        batch = job.task.collate([exs[i] for i in batch_idx], job.pad_id)
-        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
-        if not torch.isfinite(loss):
-            return math.nan
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = train_step(model, place(job.task.collate([exs[i] for i in batch_idx], job.pad_id), device), device)
         torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
         optimizer.step()
         schedule.step()
-        losses.append(loss.item())
-    return sum(losses) / len(losses)
+        total += loss.detach()
+    return float(total) / len(batches)
+
+
+def train_step(model, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Forward and backward of one collated ``batch`` already on ``device`` (``input_ids``, ``attention_mask``,
+    ``labels``; (batch, seq_len) tensors, labels (batch,) for cls, (batch, seq_len) with -100 for ner); returns
+    the mean cross-entropy (nats, a 0-dim tensor on ``device``) and leaves the gradients in the model."""
+    model.zero_grad(set_to_none=True)
+    with autocast(device):
+        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
+    loss.backward()
+    return loss
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, group_batches: int, generator) -> list[list[int]]:
@@ -145,9 +160,9 @@ def length_grouped_batches(lengths: list[int], batch_size: int, group_batches: i
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
 
-@torch.no_grad()
-def predict(model, job, exs: list[dict]) -> list:
-    """Predictions per example in input order (eval mode, no gradients); batches are length-sorted so
+@torch.inference_mode()
+def predict(model, job, exs: list[dict], device: torch.device) -> list:
+    """Predictions per example in input order (eval mode, no autograd); batches are length-sorted so
     little padding is computed, which cannot change results because padding is masked."""
     model.eval()
     order = sorted(range(len(exs)), key=lambda i: len(exs[i]["input_ids"]))
@@ -155,8 +170,9 @@ def predict(model, job, exs: list[dict]) -> list:
     for start in range(0, len(order), job.tcfg.batch_size):
         idx = order[start : start + job.tcfg.batch_size]
         batch_exs = [exs[i] for i in idx]
-        batch = job.task.collate(batch_exs, job.pad_id)
-        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        for i, pred in zip(idx, job.task.decode(logits, batch_exs), strict=True):
+        batch = place(job.task.collate(batch_exs, job.pad_id), device)
+        with autocast(device):
+            logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        for i, pred in zip(idx, job.task.decode(logits.float().cpu(), batch_exs), strict=True):
             out[i] = pred
     return out

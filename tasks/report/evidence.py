@@ -139,7 +139,8 @@ def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
 
 def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
     """Per task, the latency at each measured batch size, memory, parameter count and size of every measured
-    run (``operational`` in metrics/finetune/<task>.json), and the latencies on a GPU under bf16 when measured."""
+    run (``operational`` in metrics/finetune/<task>.json), on the device the stage ran on (a GPU: bf16 autocast),
+    and the CPU latencies of a GPU run when measured."""
     grids = []
     for task in finetune_tasks(metrics):
         measured = dict(sorted(((metrics.optional(f"finetune/{task}") or {}).get("operational") or {}).items()))
@@ -151,11 +152,11 @@ def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
                   "peak RSS MiB (+ over start)", "parameters", "size on disk MiB"]  # fmt: skip
         grids.append((f"{task}: inference cost on this machine, measured in the run", header,
                        [cost_row(key, entry, sizes) for key, entry in measured.items()]))  # fmt: skip
-        gpu = {key: entry["cuda_bf16"] for key, entry in measured.items() if entry.get("cuda_bf16")}
-        if gpu:
-            grids.append((f"{task}: inference cost on the GPU, bf16 autocast", ["run", "device",
-                          *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), "peak allocated MiB"],
-                          [gpu_row(key, entry, sizes) for key, entry in gpu.items()]))  # fmt: skip
+        cpu = {key: entry["cpu"] for key, entry in measured.items() if entry.get("cpu")}
+        if cpu:
+            grids.append((f"{task}: inference cost on the CPU of the GPU host", ["run",
+                          *(f"batch {size}: p50 / p95 ms per doc" for size in sizes)],
+                          [cpu_row(key, entry, sizes) for key, entry in cpu.items()]))  # fmt: skip
     if not grids:
         raise NotRun("no operational measurements in metrics/finetune/<task>.json (finetune.operational.enabled)")
     return grids
@@ -176,11 +177,15 @@ def cost_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
             f"token ids: {tokens:.0f} ({entry.get('seq_len_tokens')})" if tokens is not None
             else "raw full text (vectorizing timed)",
             *(latency_cell(batch.get(size)) for size in sizes), f"{largest['docs_per_s']:.1f}" if largest else "-",
-            "-" if peak is None else f"{peak:.0f} (+{grew:.0f})", f"{entry.get('parameters'):,}",
+            _memory_cell(peak, grew, entry.get("peak_allocated_mib")), f"{entry.get('parameters'):,}",
             f"{entry.get('size_on_disk_mib', float('nan')):.2f}"]  # fmt: skip
 
 
-def gpu_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
-    """One run's cells of the GPU cost table."""
-    cells = [latency_cell((entry.get("batch") or {}).get(size)) for size in sizes]
-    return [key, str(entry.get("device_name")), *cells, f"{entry.get('peak_allocated_mib', float('nan')):.0f}"]
+def _memory_cell(peak: float | None, grew: float | None, gpu: float | None) -> str:
+    cell = "-" if peak is None else f"{peak:.0f} (+{grew:.0f})"
+    return cell if gpu is None else f"{cell}; GPU {gpu:.0f} allocated"
+
+
+def cpu_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
+    """One run's cells of the CPU cost table of a GPU run (``operational.cpu_on_gpu_host``)."""
+    return [key, *(latency_cell((entry.get("batch") or {}).get(size)) for size in sizes)]
