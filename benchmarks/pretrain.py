@@ -112,7 +112,7 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, floa
     from tasks.pretrain.trainer import Trainer
     from tasks.tracking import NullLog
 
-    env = setup_distributed()
+    env = setup_distributed(cfg.hardware)
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
     train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
@@ -122,7 +122,7 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, floa
         if i == warmup:
             _sync(env.device)
             start = (time.perf_counter(), time.process_time())
-        trainer._step(trainer._next_batch())
+        trainer._step([batch.to(env.device) for batch in trainer._micro_batches(trainer.state["step"])])
         trainer.state["step"] += 1
     _sync(env.device)
     tokens = steps * cfg.batch_size_blocks * train["input_ids"].shape[1]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, MaskingVocab, mask_tokens
+from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, MaskingVocab, mask_tokens, masked_positions
 
 VOCAB = 1000
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -97,10 +97,12 @@ def test_masked_only_loss_equals_hf_full_vocab_loss():
     ids, maskable = make_blocks(8, 32)
     masked, labels = mask_tokens(ids, maskable, make_vocab(), 0.3, torch.Generator().manual_seed(2))
     attention = torch.ones_like(ids)
-    loss, n_masked, n_correct = MaskedOnlyMLM(model).eval()(masked, attention, labels)
+    positions, targets = masked_positions(labels)
+    loss, n_correct = MaskedOnlyMLM(model).eval()(masked, attention, positions, targets)
     reference = model(input_ids=masked, attention_mask=attention, labels=labels)
     assert torch.allclose(loss, reference.loss, atol=1e-5)
-    assert n_masked.item() == (labels != IGNORE_INDEX).sum().item()
+    assert len(targets) == (labels != IGNORE_INDEX).sum().item()
+    assert torch.equal(targets, labels[labels != IGNORE_INDEX])
     ref_correct = (reference.logits.argmax(-1) == labels)[labels != IGNORE_INDEX].sum().item()
     assert n_correct.item() == ref_correct
 
@@ -112,9 +114,9 @@ def test_four_token_sequence_never_gives_nan():
     maskable = torch.tensor([[False, True, True, False]])
     for seed in range(60):  # most draws select nothing at p=0.15
         masked, labels = mask_tokens(ids, maskable, make_vocab(), 0.15, torch.Generator().manual_seed(seed))
-        loss, _, _ = net(masked, torch.ones_like(ids), labels)
+        loss, _ = net(masked, torch.ones_like(ids), *masked_positions(labels))
         loss.backward()
         assert torch.isfinite(loss)
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     empty = torch.full_like(ids, IGNORE_INDEX)
-    assert net(ids, torch.ones_like(ids), empty)[0].item() == 0.0
+    assert net(ids, torch.ones_like(ids), *masked_positions(empty))[0].item() == 0.0

@@ -40,14 +40,11 @@ def test_two_ranks_train_on_disjoint_blocks_report_the_mean_loss_and_keep_identi
         import json
         from safetensors.torch import save_model
         seen = {{"batches": [], "local_losses": []}}
-        next_batch, step, fit = P.Trainer._next_batch, P.Trainer._step, P.Trainer.fit
-        def recorded_next_batch(self):
-            rows = next_batch(self)
-            seen["batches"].append(rows.flatten().tolist())
-            return rows
-        def recorded_step(self, indices):
-            loss, grad_norm = step(self, indices)
-            seen["local_losses"].append(loss)
+        step, fit = P.Trainer._step, P.Trainer.fit
+        def recorded_step(self, batches):
+            seen["batches"].append([r for b in batches for r in b.rows.tolist()])
+            loss, grad_norm = step(self, batches)
+            seen["local_losses"].append(float(loss))
             return loss, grad_norm
         def fit_and_dump(self):
             metrics = fit(self)
@@ -55,7 +52,7 @@ def test_two_ranks_train_on_disjoint_blocks_report_the_mean_loss_and_keep_identi
             seen.update(steps=metrics["steps"], curve=self.curve)
             open({str(out)!r} + f"/rank{{self.env.rank}}.json", "w").write(json.dumps(seen))
             return metrics
-        P.Trainer._next_batch, P.Trainer._step, P.Trainer.fit = recorded_next_batch, recorded_step, fit_and_dump
+        P.Trainer._step, P.Trainer.fit = recorded_step, fit_and_dump
     """).replace("\n", "\n        ")
     command = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", str(worker_script(tmp_path, cfg, paths, record))]
     result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=240)

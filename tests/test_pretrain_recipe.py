@@ -22,7 +22,8 @@ from tasks.pretrain.blocks import blocks_dir, load_blocks, stratified_rows
 from tasks.pretrain.hardware import Dist, gpu_peak, peak_flops
 from tasks.pretrain.init import initial_model, resolve_start
 from tasks.pretrain.mlm import MaskingVocab, unigram_log_probs
-from tasks.pretrain.trainer import Trainer, pretrain_code_files
+from tasks.pretrain.fingerprint import pretrain_code_files
+from tasks.pretrain.trainer import Trainer
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

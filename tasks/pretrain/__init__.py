@@ -38,7 +38,7 @@ from tasks.pretrain.trainer import Trainer, count_params
 
 def run(cfg: PretrainParams, paths: Paths, log) -> dict[str, Any]:
     """Train, evaluate and save the MLM; returns the metrics (``metrics/pretrain.json``)."""
-    env = setup_distributed()
+    env = setup_distributed(cfg.hardware, cfg.nproc_per_node)
     try:
         return _train_and_save(cfg, paths, log, env)
     finally:

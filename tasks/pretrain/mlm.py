@@ -119,33 +119,41 @@ def mlm_head(model: nn.Module) -> nn.Module:
 
 
 class MaskedOnlyMLM(nn.Module):
-    """Wraps an HF ``BertForMaskedLM``: encoder on all tokens, MLM head only on the masked positions.
+    """Wraps an HF masked-LM model: encoder on all tokens, MLM head only on the masked positions.
 
     Gathering before the head skips the ``(batch, seq_len, vocab)`` logits: for small models the vocabulary
     projection is most of the FLOPs. The HF model's own encoder (``base_model``) and MLM head are used, so the
-    weights are the HF model's and ``save_pretrained`` of ``self.mlm`` gives a standard checkpoint.
+    weights are the HF model's and ``save_pretrained`` of ``self.mlm`` gives a standard checkpoint. With
+    ``compile`` the encoder's forward is ``torch.compile``d here, as a function rather than a submodule: the HF
+    model itself stays uncompiled (fill-mask runs it at batch 1, which would recompile a compiled model).
     """
 
-    def __init__(self, mlm: nn.Module) -> None:
+    def __init__(self, mlm: nn.Module, compile: bool = False) -> None:
         super().__init__()
         self.mlm = mlm
+        self.encode = torch.compile(mlm.base_model.forward) if compile else mlm.base_model.forward
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(batch, seq_len)`` tensors (``attention_mask`` None = attend everywhere) ->
-        ``(mean loss, n_masked, n_correct)``; ``n_correct`` (top-1 hits on the
-        masked positions) is counted in eval mode only, 0 in training mode.
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor,
+                targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """``input_ids`` (batch, seq_len), ``attention_mask`` (batch, seq_len) or None (attend everywhere),
+        ``positions`` (n_masked,) flat indices into ``batch * seq_len`` and ``targets`` (n_masked,) their ids ->
+        ``(mean loss, n_correct)``; ``n_correct`` (top-1 hits on the masked positions, a 0-dim tensor) is counted
+        in eval mode only, 0 in training mode. Nothing here reads a value back to the host.
 
         The loss is a sum over masked positions divided by ``max(n_masked, 1)``: 0.0 (not NaN) when nothing
         was selected, and still connected to every parameter, which DDP requires.
         """
-        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        selected = labels != IGNORE_INDEX
-        logits = mlm_head(self.mlm)(hidden[selected]).float()  # (n_masked, vocab)
-        targets = labels[selected]
-        n_masked = targets.numel()
-        loss = F.cross_entropy(logits, targets, reduction="sum") / max(n_masked, 1)
+        hidden = self.encode(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = mlm_head(self.mlm)(hidden.flatten(0, 1).index_select(0, positions)).float()  # (n_masked, vocab)
+        loss = F.cross_entropy(logits, targets, reduction="sum") / max(targets.numel(), 1)
         # accuracy is an evaluation metric: skip the argmax over the vocabulary while training
-        n_correct = torch.tensor(0) if self.training else (logits.argmax(dim=-1) == targets).sum()
-        return loss, torch.tensor(n_masked), n_correct
+        n_correct = (logits.argmax(dim=-1) == targets).sum() if not self.training else targets.new_zeros(())
+        return loss, n_correct
+
+
+def masked_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positions, targets)`` of ``labels`` (batch, seq_len): flat indices of the predicted tokens and
+    their ids, each (n_masked,), as ``MaskedOnlyMLM`` takes them."""
+    flat = labels.flatten()
+    positions = (flat != IGNORE_INDEX).nonzero().flatten()
+    return positions, flat[positions]

@@ -7,11 +7,9 @@ Masking and the masked-only loss are ``tasks.pretrain.mlm``; checkpoint files ``
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from contextlib import nullcontext
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,35 +17,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from tasks.common.imports import ROOT, code_sha256, import_closure
+from tasks.common.device import autocast, peak_memory_mib
 from tasks.common.optim import decay_groups
 from tasks.pretrain import checkpoint
-from tasks.pretrain.hardware import Dist, hardware, peak_flops, train_flops_per_token
-from tasks.pretrain.mlm import IGNORE_INDEX, MaskedOnlyMLM, mask_tokens, unigram_log_probs
-
-#: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
-NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
-                      "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node", "nnodes", "rdzv_endpoint",
-                      "rdzv_id", "hardware"}  # fmt: skip
-
-
-def _sha256(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
-def pretrain_code_files() -> set[Path]:
-    """The code that makes the weights: every project file ``tasks.pretrain`` imports, transitively
-    (``tasks.common.imports``), except ``tasks/config`` (params enter the fingerprint by value)."""
-    config = ROOT / "tasks" / "config"
-    return {f for f in import_closure(["tasks.pretrain"]) if config not in f.parents}
-
-
-@lru_cache(maxsize=1)
-def pretrain_code_sha256() -> str:
-    """sha256 of ``pretrain_code_files``: an edit to the masking or the loop never resumes a checkpoint the
-    old code wrote."""
-    return code_sha256(pretrain_code_files())
-
+from tasks.pretrain.feed import MicroBatch, Prefetcher, masked_batch, needs_attention_mask
+from tasks.pretrain.fingerprint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json
+from tasks.pretrain.hardware import Dist, Throughput, gather_ints, hardware, peak_flops, train_flops_per_token
+from tasks.pretrain.mlm import MaskedOnlyMLM, unigram_log_probs
 
 def count_params(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied weights counted once)."""
@@ -88,11 +64,12 @@ class Trainer:
         self.cfg, self.model, self.vocab, self.env, self.log = cfg, model, vocab, env, log
         self.train, self.heldout, self.ckpt_dir = train, heldout, ckpt_dir
         ids = train["input_ids"].numpy()  # hashed once: every checkpoint's fingerprint needs it
-        self.data_sha256 = _sha256([list(ids.shape), hashlib.sha256(ids.tobytes()).hexdigest()])
+        self.data_sha256 = sha256_json([list(ids.shape), hashlib.sha256(ids.tobytes()).hexdigest()])
         if env.world > 1:  # before DDP, whose own check of the model shapes says less
             self._same_run_on_every_rank()
-        self.inner = MaskedOnlyMLM(model)
+        self.inner = MaskedOnlyMLM(model, compile=cfg.compile)
         self.net = self._wrap(self.inner)
+        self.with_mask = needs_attention_mask(train, heldout)
         # fused: one kernel for all tensors, on CPU too (5x faster than the per-tensor loop in finetune)
         self.optimizer = torch.optim.AdamW(
             decay_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True
@@ -105,12 +82,11 @@ class Trainer:
             raise ValueError(f"a step needs {self.global_batch} blocks but train has {len(train['input_ids'])}")
         self.flops_per_token = train_flops_per_token(model, self.seq_len, cfg.mlm_probability)
         self.peak = peak_flops(env.device, cfg.bf16)
-        self.state: dict[str, Any] = {"step": 0, "epoch": 0, "position": 0, "elapsed_s": 0.0, "curve": []}
+        self.state: dict[str, Any] = {"step": 0, "epoch": 0, "elapsed_s": 0.0, "curve": []}
+        self.throughput = Throughput(self.global_batch * self.seq_len)
         self.snapshot_steps = sorted({round(f * cfg.max_steps) for f in cfg.dose_snapshot_fractions})
 
     def _wrap(self, net: torch.nn.Module) -> torch.nn.Module:
-        if self.cfg.compile:
-            net.mlm.base_model.compile()
         if self.env.world > 1:
             ids = [self.env.device.index] if self.env.device.type == "cuda" else None
             # the buffers (position ids) are constants: broadcasting them each forward only costs time
@@ -128,7 +104,7 @@ class Trainer:
         if resumed_from == 0:
             self.state["heldout_loss_initial"] = self.evaluate()["loss"]
             self._snapshot_if_due(0)
-        tokens_per_s = self._loop()
+        self._loop()
         final = self.evaluate()
         self._record(self.state["step"], float("nan"), self._step_lr(), final["loss"])
         self._checkpoint()
@@ -144,8 +120,9 @@ class Trainer:
             "heldout_by_source": final["by_source"],
             "steps": self.state["step"],
             "resumed_from_step": resumed_from,
-            "train_tokens_per_s": tokens_per_s,
+            **self.throughput.summary(),
             "train_minutes": self.state["elapsed_s"] / 60,
+            "peak_memory_mib": peak_memory_mib(self.env.device),
             "n_params": count_params(self.model),
             "train_blocks": len(self.train["input_ids"]),
             "heldout_blocks": len(self.heldout["input_ids"]),
@@ -153,16 +130,20 @@ class Trainer:
             "hardware": hardware(self.env),
         }
         metrics["peak_flops_per_s"] = self.peak  # null: CPU or a GPU not in hardware.GPU_PEAKS (MFU unknown)
-        metrics["mfu"] = tokens_per_s * self.flops_per_token / (self.peak * self.env.world) if self.peak else None
+        metrics["mfu"] = self._mfu(metrics["train_tokens_per_s"])
         return metrics
+
+    def _mfu(self, tokens_per_s: float) -> float | None:
+        """Model FLOPs utilisation of ``tokens_per_s`` (all ranks) against the device's peak, or None."""
+        return tokens_per_s * self.flops_per_token / (self.peak * self.env.world) if self.peak else None
 
     def _fingerprint(self) -> dict[str, str]:
         """sha256 of each thing the trained weights depend on: params, number of processes, the train blocks
         and the code (``pretrain_code_sha256``). A checkpoint resumes only if all four match."""
         params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT)
         return {
-            "params": _sha256(params),
-            "world": _sha256(self.env.world),
+            "params": sha256_json(params),
+            "world": sha256_json(self.env.world),
             "data": self.data_sha256,
             "code": pretrain_code_sha256(),
         }
@@ -170,11 +151,8 @@ class Trainer:
     def _same_run_on_every_rank(self) -> None:
         """Raise ``ValueError`` on every rank if a rank has other params, train blocks or code than rank 0: nodes
         started from different checkouts would otherwise train one model on mismatched settings."""
-        digest = int(_sha256(self._fingerprint())[:15], 16)  # 60 bits: fits an int64 tensor
-        mine = torch.tensor([digest], dtype=torch.int64, device=self.env.device)
-        every = [torch.zeros_like(mine) for _ in range(self.env.world)]
-        dist.all_gather(every, mine)
-        differ = [rank for rank, theirs in enumerate(every) if int(theirs) != int(every[0])]
+        every = gather_ints(self.env, int(sha256_json(self._fingerprint())[:15], 16))  # 60 bits: fits int64
+        differ = [rank for rank, theirs in enumerate(every) if theirs != every[0]]
         if differ:
             raise ValueError(f"pretrain: ranks {differ} have other params.yaml pretrain values, train blocks or code "
                              "than rank 0: start every node from the same checkout and data")  # fmt: skip
@@ -197,8 +175,17 @@ class Trainer:
             torch.cuda.set_rng_state(state.pop("cuda_rng"), self.env.device)
         state.pop("fingerprint", None)
         self.state.update(state)
+        self._same_step_on_every_rank()
         self.log.info(f"pretrain: resumed from {path} at step {self.state['step']}")
         return self.state["step"]
+
+    def _same_step_on_every_rank(self) -> None:
+        """Raise ``RuntimeError`` on every rank if the ranks resumed at different steps (a node that read an
+        older checkpoint from a stale copy of the checkpoint folder)."""
+        steps = gather_ints(self.env, self.state["step"])
+        if len(set(steps)) > 1:
+            raise RuntimeError(f"pretrain: ranks resumed at different steps {steps}: every rank must read the "
+                               "checkpoint rank 0 wrote (share models/checkpoints/pretrain)")
 
     def _checkpoint(self) -> None:
         if not self.env.main:
@@ -235,99 +222,106 @@ class Trainer:
         return float(self.optimizer.param_groups[0]["lr"])
 
     def _done(self) -> bool:
-        finished = self.state["step"] >= self.cfg.max_steps or self._progress() >= 1.0
-        done = torch.tensor(float(finished), device=self.env.device)
-        if self.env.world > 1:  # the clock of rank 0 decides, so all ranks stop together
-            dist.broadcast(done, src=0)
-        return bool(done)
+        """Whether training stops before this step. Steps are the same count on every rank; the clock of a
+        budget is read only at logging steps, where rank 0's decision is broadcast (no collective per step)."""
+        if self.state["step"] >= self.cfg.max_steps:
+            return True
+        if self.cfg.budget_minutes is None or self.state["step"] % self.cfg.log_every_steps:
+            return False
+        return self._rank0_says(self._progress() >= 1.0)
 
-    def _loop(self) -> float:
-        cfg = self.cfg
+    def _rank0_says(self, value: bool) -> bool:
+        """``value`` of rank 0 on every rank (a broadcast; no-op with one process)."""
+        if self.env.world == 1:
+            return value
+        flag = torch.tensor(float(value), device=self.env.device)
+        dist.broadcast(flag, src=0)
+        return bool(flag)
+
+    def _loop(self) -> None:
+        cfg, feed = self.cfg, Prefetcher(self._micro_batches, self.env.device)
         bar = tqdm(total=cfg.max_steps, initial=self.state["step"], desc="pretrain", disable=not self.env.main)
-        last_ckpt, tokens, train_s, window = time.monotonic(), 0, 0.0, []
-        while not self._done():
-            start = time.monotonic()
-            for group in self.optimizer.param_groups:
-                group["lr"] = self._lr()
-            loss, grad_norm = self._step(self._next_batch())
-            seconds = time.monotonic() - start
-            self.state["step"] += 1
-            self.state["elapsed_s"] += seconds
-            step_tokens = self.global_batch * self.seq_len
-            tokens, train_s = tokens + step_tokens, train_s + seconds
-            window.append(loss)
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{step_tokens / seconds:.0f}", refresh=False)
-            step = self.state["step"]
-            if step % cfg.log_every_steps == 0:
-                self._log_step(step, sum(window) / len(window), grad_norm, step_tokens / seconds)
-                window = []
-            if step % cfg.eval_every_steps == 0 and step < cfg.max_steps:  # fit() evaluates the last step
-                self._record(step, float("nan"), self._step_lr(), self.evaluate()["loss"])
-            self._snapshot_if_due(step)
-            if self._checkpoint_due(step, last_ckpt):
-                self._checkpoint()
-                last_ckpt = time.monotonic()
-        if window:
-            self._log_step(self.state["step"], sum(window) / len(window), grad_norm, step_tokens / seconds)
-        bar.close()
-        return tokens / train_s if train_s else 0.0
+        last_ckpt, loss_sum, steps_in_window = time.monotonic(), None, 0
+        self.throughput.start()
+        try:
+            while not self._done():
+                started = time.monotonic()
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self._lr()
+                loss, grad_norm = self._step(feed.get(self.state["step"]))
+                loss_sum = loss.double() if loss_sum is None else loss_sum + loss.double()
+                self.state["step"] += 1
+                self.state["elapsed_s"] += time.monotonic() - started  # host time: the budget's clock
+                steps_in_window += 1
+                bar.update(1)
+                step = self.state["step"]
+                if step % cfg.log_every_steps == 0 or step == cfg.max_steps:
+                    self._log_step(step, float(loss_sum) / steps_in_window, float(grad_norm), steps_in_window)
+                    bar.set_postfix(loss=f"{self.curve[-1][1]:.3f}", tok_s=f"{self.throughput.last:.0f}", refresh=False)
+                    loss_sum, steps_in_window = None, 0
+                with self.throughput.paused():
+                    last_ckpt = self._between_steps(step, last_ckpt)
+        finally:
+            feed.close()
+            bar.close()
+
+    def _between_steps(self, step: int, last_ckpt: float) -> float:
+        """Held-out evaluation, dose-response snapshot and checkpoint when due; returns the checkpoint clock."""
+        if step % self.cfg.eval_every_steps == 0 and step < self.cfg.max_steps:  # fit() evaluates the last step
+            self._record(step, float("nan"), self._step_lr(), self.evaluate()["loss"])
+        self._snapshot_if_due(step)
+        if self._checkpoint_due(step, last_ckpt):
+            self._checkpoint()
+            return time.monotonic()
+        return last_ckpt
 
     def _checkpoint_due(self, step: int, last: float) -> bool:
-        by_steps = self.cfg.checkpoint_every_steps and step % self.cfg.checkpoint_every_steps == 0
+        """By steps on every rank alike; by minutes only at logging steps, rank 0's clock deciding."""
+        if self.cfg.checkpoint_every_steps and step % self.cfg.checkpoint_every_steps == 0:
+            return True
         minutes = self.cfg.checkpoint_every_minutes
-        by_time = minutes and time.monotonic() - last >= 60 * minutes
-        due = torch.tensor(float(bool(by_steps or by_time)), device=self.env.device)
-        if self.env.world > 1:
-            dist.broadcast(due, src=0)
-        return bool(due)
+        if not minutes or step % self.cfg.log_every_steps:
+            return False
+        return self._rank0_says(time.monotonic() - last >= 60 * minutes)
 
-    def _next_batch(self) -> torch.Tensor:
-        """Block indices of this process for the next step, ``(grad_accum, batch)``; advances the data position."""
+    def _rows(self, step: int) -> torch.Tensor:
+        """Block indices of this process for ``step``, ``(grad_accum, batch)``: epoch ``step // steps_per_epoch``
+        in the order of a permutation seeded by ``seed + epoch`` (the ragged tail of an epoch is dropped)."""
         n = len(self.train["input_ids"])
-        if self.state["position"] + self.global_batch > n:  # drop the ragged tail of an epoch
-            self.state["epoch"] += 1
-            self.state["position"] = 0
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.seed + self.state["epoch"]))
-        start = self.state["position"]
-        self.state["position"] += self.global_batch
+        epoch, index = divmod(step, n // self.global_batch)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.seed + epoch))
+        start = index * self.global_batch
         mine = order[start : start + self.global_batch].view(self.env.world, self.cfg.grad_accum_steps, -1)
         return mine[self.env.rank]
 
-    def _step(self, indices: torch.Tensor) -> tuple[float, float]:
-        """One optimizer step over ``grad_accum_steps`` micro-batches; returns (mean loss, grad norm)."""
-        cfg, losses = self.cfg, []
-        for micro, rows in enumerate(indices):
-            seed = ((cfg.seed * 1_000_003 + self.state["step"]) * 1009 + micro) * 1031 + self.env.rank
+    def _micro_batches(self, step: int) -> list[MicroBatch]:
+        """The masked micro-batches of ``step`` on the host; each mask is seeded by ``(seed, step, micro, rank)``."""
+        cfg, out = self.cfg, []
+        for micro, rows in enumerate(self._rows(step)):
+            seed = ((cfg.seed * 1_000_003 + step) * 1009 + micro) * 1031 + self.env.rank
             generator = torch.Generator().manual_seed(seed)
-            input_ids, attention, labels = self._masked(rows, generator, self.train, cfg.mlm_probability)
-            sync = micro == len(indices) - 1 or self.env.world == 1
-            with self._maybe_no_sync(sync), self._autocast():
-                loss, _, _ = self.net(input_ids, attention, labels)
-            (loss / len(indices)).backward()
+            out.append(masked_batch(self.train, rows, self.vocab, cfg.mlm_probability, generator,
+                                    cfg.whole_word_mask, self.with_mask))  # fmt: skip
+        return out
+
+    def _step(self, batches: list[MicroBatch]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step over the micro-batches (on the device); returns (mean loss, grad norm) as 0-dim
+        device tensors, read by the host only at logging steps."""
+        losses = []
+        for micro, batch in enumerate(batches):
+            sync = micro == len(batches) - 1 or self.env.world == 1
+            with self._maybe_no_sync(sync), autocast(self.env.device, self.cfg.bf16):
+                loss, _ = self.net(batch.input_ids, batch.attention_mask, batch.positions, batch.targets)
+            (loss / len(batches)).backward()
             losses.append(loss.detach())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(torch.stack(losses).mean()), float(grad_norm)
-
-    def _masked(self, rows: torch.Tensor, generator: torch.Generator, blocks: dict[str, Any], probability: float):
-        input_ids, maskable = blocks["input_ids"][rows], blocks["maskable"][rows]
-        attention = blocks["attention_mask"][rows]
-        masked, labels = mask_tokens(
-            input_ids, maskable, self.vocab, probability, generator, self.cfg.whole_word_mask
-        )
-        device = self.env.device
-        # packed blocks are rarely padded: without a mask, attention takes SDPA's mask-free (faster) kernel
-        attention = None if bool(attention.all()) else attention.to(device)
-        return masked.to(device), attention, labels.to(device)
+        self.state["epoch"] = self.state["step"] // (len(self.train["input_ids"]) // self.global_batch)
+        return torch.stack(losses).mean(), grad_norm
 
     def _maybe_no_sync(self, sync: bool):
         return nullcontext() if sync else self.net.no_sync()
-
-    def _autocast(self):
-        on_cuda = self.env.device.type == "cuda" and self.cfg.bf16
-        return torch.autocast(device_type=self.env.device.type, dtype=torch.bfloat16, enabled=on_cuda)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
@@ -357,16 +351,19 @@ class Trainer:
         return {**eval_summary(totals.sum(dim=0)), "by_source": by_source}
 
     def _eval_sums(self, rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """``EVAL_SUMS`` of one held-out batch (``blocks`` left 0: the caller counts them)."""
+        """``EVAL_SUMS`` of one held-out batch (``blocks`` left 0: the caller counts them). The batch is padded
+        to ``batch_size_blocks`` with filler rows that predict nothing, so a compiled encoder sees one shape."""
         # a fixed evaluation rate: held-out losses of runs with other training mlm_probability stay comparable
-        input_ids, attention, labels = self._masked(rows, generator, self.heldout, self.cfg.eval_mlm_probability)
-        with self._autocast():
+        batch = masked_batch(self.heldout, rows, self.vocab, self.cfg.eval_mlm_probability, generator,
+                             self.cfg.whole_word_mask, self.with_mask, pad_to=self.cfg.batch_size_blocks)  # fmt: skip
+        on_device = batch.to(self.env.device)
+        with autocast(self.env.device, self.cfg.bf16):
             # the unwrapped module: DDP's forward is a collective, and ranks may hold unequal shares
-            loss, n_masked, n_correct = self.inner(input_ids, attention, labels)
-        targets = labels[labels != IGNORE_INDEX].cpu()
-        unigram_nll = -float(self.unigram[targets].sum())
-        unigram_hits = int((targets == self.unigram_argmax).sum())
-        n = int(n_masked)
+            loss, n_correct = self.inner(on_device.input_ids, on_device.attention_mask, on_device.positions,
+                                         on_device.targets)  # fmt: skip
+        unigram_nll = -float(self.unigram[batch.targets].sum())
+        unigram_hits = int((batch.targets == self.unigram_argmax).sum())
+        n = batch.n_masked
         return torch.tensor([float(loss) * n, n, int(n_correct), unigram_nll, unigram_hits, 0], dtype=torch.float64)
 
     def _mean_over_ranks(self, value: float) -> float:
@@ -378,12 +375,15 @@ class Trainer:
         dist.all_reduce(total)  # SUM: gloo has no AVG
         return float(total) / self.env.world
 
-    def _log_step(self, step: int, local_loss: float, grad_norm: float, tokens_per_s: float) -> None:
+    def _log_step(self, step: int, local_loss: float, grad_norm: float, steps: int) -> None:
+        """Log the mean train loss of the last ``steps`` steps (over ranks), the grad norm and the throughput
+        of the window (``Throughput.lap``: the host has just synced on the loss, so the window's time is the
+        device's)."""
         loss = self._mean_over_ranks(local_loss)
         values = {"train/loss": loss, "train/lr": self._step_lr(), "train/grad_norm": grad_norm}
-        values["train/tokens_per_s"] = tokens_per_s
+        values["train/tokens_per_s"] = self.throughput.lap(steps)
         if self.peak:
-            values["train/mfu"] = tokens_per_s * self.flops_per_token / (self.peak * self.env.world)
+            values["train/mfu"] = self._mfu(values["train/tokens_per_s"])
         if self.env.main:
             self.log.metrics(values, step=step)
         self._record(step, loss, values["train/lr"], float("nan"))
