@@ -36,18 +36,36 @@ $(RAY_STAMP): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	touch $(RAY_STAMP)
 
-# torch first and pinned: pip then takes the local CPU wheel instead of a multi-GB CUDA build.
+# torch first and pinned. Without a GPU pip takes the local CPU wheel instead of a multi-GB CUDA build; on a host
+# whose nvidia-smi lists a GPU, the CUDA build of the same version (PyPI's Linux wheel bundles CUDA; another
+# index, e.g. https://download.pytorch.org/whl/cu130: TORCH_INDEX_URL=...), and a CPU-only torch there is an error.
+TORCH_INDEX_URL ?= https://pypi.org/simple
+HAS_GPU = nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+CUDA_TORCH = $(BIN)/python -c 'import sys, torch; sys.exit(torch.version.cuda is None)'
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+	if $(HAS_GPU); then \
+	  $(CUDA_TORCH) 2>/dev/null || PIP_CONFIG_FILE=/dev/null $(BIN)/pip install -q --disable-pip-version-check \
+	    --force-reinstall --index-url $(TORCH_INDEX_URL) "torch==2.13.0"; \
+	  $(CUDA_TORCH) || { echo "make install: nvidia-smi lists a GPU but torch $$($(BIN)/python -c 'import torch; print(torch.__version__)') has no CUDA: set TORCH_INDEX_URL to an index with a CUDA build of torch 2.13.0" >&2; exit 1; }; \
+	else \
+	  $(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | { grep -v "is ignored: it is neither" || true; }; \
+	fi
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	$(BIN)/dvc config --local core.analytics false 2>/dev/null || true
 	touch $(STAMP)
 
 # `dvc status` answers in about a second; the Prefect flow would start a temporary server only to skip
 # every stage, so an up-to-date pipeline is reported and left alone.
+# PROFILE=cpu|gpu|gpu-node (profiles/*.yaml): `dvc exp run` with the profile's values, checked first
+# (params validate, the GPUs it asks for exist); DVC writes them into params.yaml and records the experiment.
+PROFILE ?=
+
 run: install
-	@if [ -f dvc.lock ] && $(BIN)/dvc status --quiet >/dev/null 2>&1; then \
+	@if [ -n "$(PROFILE)" ]; then \
+	  args=$$($(BIN)/python -m flows.profiles $(PROFILE)) && $(BIN)/dvc exp run -n $(PROFILE)-$$(date +%Y%m%d-%H%M%S) $$args; \
+	elif [ -f dvc.lock ] && $(BIN)/dvc status --quiet >/dev/null 2>&1; then \
 	  echo "clozeline: every stage is up to date (dvc status): nothing to rerun. Claim table: reports/claims.html"; \
 	else \
 	  $(BIN)/python -m flows.pipeline; \

@@ -61,7 +61,15 @@ class PretrainParams(StrictModel):
 
     batch_size_blocks: int = Field(ge=1, description="blocks per micro-batch per process")
     grad_accum_steps: int = Field(ge=1, description="micro-batches per optimizer step")
-    max_steps: int = Field(ge=1, description="optimizer steps")
+    max_steps: int | None = Field(ge=1, description="optimizer steps; null = derived from train_tokens")
+    train_tokens: int | None = Field(
+        ge=1, description="token budget (tokens seen in training, all ranks): steps = train_tokens / tokens per "
+        "step, capped at max_epochs of the corpus given; null = max_steps"
+    )
+    max_epochs: float | None = Field(
+        gt=0.0, description="with train_tokens: at most this many passes over the train blocks (a budget sized "
+        "for a large corpus never turns into thousands of epochs of a small one); null = no cap"
+    )
     budget_minutes: float | None = Field(
         gt=0.0,
         description="wall-clock training budget; set: the schedule follows elapsed time and training stops at "
@@ -76,7 +84,10 @@ class PretrainParams(StrictModel):
     max_grad_norm: float = Field(gt=0.0, description="clip the global L2 gradient norm")
     bf16: bool = Field(description="bf16 autocast on CUDA (ignored on CPU)")
     compile: bool = Field(description="torch.compile the model")
-    nproc_per_node: int = Field(ge=1, description="processes torchrun starts per node (dvc.yaml cmd)")
+    nproc_per_node: int | Literal["gpu"] = Field(
+        description="processes torchrun starts per node (dvc.yaml cmd); gpu = one per GPU torch sees (torchrun's "
+        "own count); more than the GPUs there are is an error when the stage starts"
+    )
     nnodes: int = Field(ge=1, description="machines in the torchrun job (dvc.yaml cmd: --nnodes)")
     rdzv_endpoint: str = Field(
         pattern=r"^[^\s:]+:\d+$",
@@ -111,9 +122,13 @@ class PretrainParams(StrictModel):
             raise ValueError(f"size {self.size!r} is not one of presets {sorted(self.presets)}")
         if not 0.0 < self.adam_betas[0] < 1.0 or not 0.0 < self.adam_betas[1] < 1.0:
             raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
+        if (self.max_steps is None) == (self.train_tokens is None):
+            raise ValueError(f"set exactly one of max_steps ({self.max_steps}) and train_tokens ({self.train_tokens})")
+        if self.dose_snapshot_fractions and self.max_steps is None:
+            raise ValueError("dose_snapshot_fractions are fractions of max_steps: they need max_steps, not train_tokens")
         if any(not 0.0 <= f < 1.0 for f in self.dose_snapshot_fractions):
             raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} must lie in [0, 1)")
-        steps = [round(f * self.max_steps) for f in self.dose_snapshot_fractions]
+        steps = [round(f * (self.max_steps or 0)) for f in self.dose_snapshot_fractions]
         if len(set(steps)) < len(steps):
             raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} fall on the same step twice "
                              f"at max_steps {self.max_steps} (steps {steps})")  # fmt: skip

@@ -54,6 +54,7 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
     vocab = MaskingVocab.from_tokenizer(start.tokenizer)
     train = load_blocks(blocks_dir(paths.data, start.tokenization, "train"))
     heldout = load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks)
+    cfg = cfg.model_copy(update={"max_steps": planned_steps(cfg, train["input_ids"].shape, env.world, log)})
     model = initial_model(cfg, start, train["input_ids"].shape[1]).to(env.device)
     log.info(f"pretrain: {start.variant} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
              f"{len(train['input_ids'])} train blocks ({start.tokenization} tokenizer)")  # fmt: skip
@@ -68,6 +69,22 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
         write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve, summary["heldout_unigram_ce"])
         summary["fill_mask"] = fill_mask(model, start.tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
     return summary
+
+
+def planned_steps(cfg: PretrainParams, blocks: tuple[int, int], world: int, log) -> int:
+    """``max_steps``, or the steps of the token budget ``train_tokens`` on ``blocks`` = (n_blocks, seq_len) train
+    blocks: budget / (world x batch_size_blocks x grad_accum_steps x seq_len tokens a step), at least 1, and at
+    most ``max_epochs`` epochs (an epoch is n_blocks // blocks per step steps). Logs how it was derived."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    per_step = world * cfg.batch_size_blocks * cfg.grad_accum_steps
+    steps = max(1, math.ceil(cfg.train_tokens / (per_step * blocks[1])))
+    per_epoch = max(1, blocks[0] // per_step)
+    cap = math.inf if cfg.max_epochs is None else max(1, math.floor(cfg.max_epochs * per_epoch))
+    log.info(f"pretrain: train_tokens {cfg.train_tokens:,} = {steps:,} steps of {per_step * blocks[1]:,} tokens; "
+             f"the corpus is {per_epoch:,} steps an epoch" + (f", so max_epochs {cfg.max_epochs:g} caps it at {cap:,} "
+             f"steps ({cap * per_step * blocks[1]:,} tokens)" if cap < steps else ""))  # fmt: skip
+    return int(min(steps, cap))
 
 
 def copy_snapshots(trainer: Trainer, out: Path, start: Start, init_from: str) -> None:
