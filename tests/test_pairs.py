@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import datasets
 import numpy as np
@@ -19,6 +18,7 @@ from tasks.common.encoders import reference_model_dir
 from tasks.probe import pairs
 
 REPO = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
 SHIPPED = REPO / "tasks" / "probe" / "minimal_pairs.jsonl"
 PHENOMENA = {"agreement_attractor", "determiner_noun", "argument_structure", "word_sense", "negation"}
 
@@ -29,14 +29,29 @@ def tokenizer():
 
 
 class FixedLogits(torch.nn.Module):
-    """An MLM whose logits are ``weights`` at every position, whatever the input: log P(w) = log_softmax(weights)[w]."""
+    """An MLM whose logits are ``weights`` at every position, whatever the input: log P(w) = log_softmax(weights)[w].
+
+    Shaped like an HF masked LM for ``pairs.mlm_parts``: ``base_model`` gives ``(batch, seq_len, 1)`` zeros and
+    the head ``cls`` maps each position to ``weights``."""
 
     def __init__(self, weights: torch.Tensor) -> None:
         super().__init__()
-        self.weights = weights
+        self.base_model = ZeroEncoder()
+        self.cls = ConstantHead(weights)
 
+
+class ZeroEncoder(torch.nn.Module):
     def forward(self, input_ids, attention_mask):
-        return SimpleNamespace(logits=self.weights.expand(*input_ids.shape, -1).clone())
+        return (torch.zeros(*input_ids.shape, 1, device=input_ids.device),)
+
+
+class ConstantHead(torch.nn.Module):
+    def __init__(self, weights: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weights", weights)
+
+    def forward(self, hidden):
+        return self.weights.expand(*hidden.shape[:-1], -1)
 
 
 def tiny_mlm(vocab_size: int, seed: int = 0) -> BertForMaskedLM:
@@ -51,7 +66,7 @@ def test_pll_equals_masking_one_token_at_a_time(tokenizer):
     sentences = ["The ship entered the port.", "A robin is a bird.", "Keys open doors quickly today."]
     enc = tokenizer(sentences, return_special_tokens_mask=True)
     got = pairs.pseudo_log_likelihoods(model, enc["input_ids"], enc["special_tokens_mask"],
-                                       tokenizer.mask_token_id, tokenizer.pad_token_id, batch_size=4)
+                                       tokenizer.mask_token_id, tokenizer.pad_token_id, batch_size=4, device=CPU)
     for i, ids in enumerate(enc["input_ids"]):
         expected = 0.0
         for pos in range(1, len(ids) - 1):  # [CLS] ... [SEP]: every content token, one at a time, no padding
@@ -68,7 +83,7 @@ def test_pll_of_a_fixed_distribution_is_a_sum_of_its_log_probs():
     log_p = [w - math.log(sum(math.exp(x) for x in weights.tolist())) for w in weights.tolist()]  # by hand
     ids = [[0, 2, 3, 0], [0, 4, 0]]  # specials at both ends (id 0 doubles as [CLS]/[SEP] here)
     special = [[1, 0, 0, 1], [1, 0, 1]]
-    got = pairs.pseudo_log_likelihoods(model, ids, special, mask_id=1, pad_id=0, batch_size=2)
+    got = pairs.pseudo_log_likelihoods(model, ids, special, mask_id=1, pad_id=0, batch_size=2, device=CPU)
     assert got.tolist() == pytest.approx([log_p[2] + log_p[3], log_p[4]])
 
 
@@ -80,7 +95,7 @@ def forced_scorer(tokenizer, pair: pairs.Pair, prefer_good: bool) -> pairs.Score
     sign = 1.0 if prefer_good else -1.0
     weights[sorted(good_ids - bad_ids)] = sign
     weights[sorted(bad_ids - good_ids)] = -sign
-    return pairs.Scorer(tokenizer, FixedLogits(weights), None)
+    return pairs.Scorer(tokenizer, FixedLogits(weights), None, CPU)
 
 
 def outcome(scorer: pairs.Scorer, prs: list[pairs.Pair]) -> dict:
@@ -99,7 +114,7 @@ def test_forced_preferences_score_100_and_0_percent(tokenizer):
 
 def test_random_init_control_is_at_chance_on_the_shipped_set(tokenizer):
     prs = pairs.read_pairs(SHIPPED, 20)
-    table = outcome(pairs.Scorer(tokenizer, tiny_mlm(len(tokenizer), seed=3), None), prs)
+    table = outcome(pairs.Scorer(tokenizer, tiny_mlm(len(tokenizer), seed=3), None, CPU), prs)
     ci = binomtest(table["all"]["passed"], table["all"]["pairs"]).proportion_ci(0.95, method="exact")
     assert ci.low <= 0.5 <= ci.high
     assert table["all"]["length_mismatched"] == 0

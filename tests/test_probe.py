@@ -1,8 +1,9 @@
-"""probe stage: layer bookkeeping, the scores against hand-derived values, the shipped probe set, and the
-reference MiniLM's sense separation for "port"."""
+"""probe stage: layer bookkeeping, the scores against hand-derived values, the shipped probe set, the
+reference MiniLM's sense separation for "port", and the stage's pairs.tsv against full-forward PLLs."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import re
@@ -19,22 +20,26 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
 from tasks import probe
-from tasks.common.encoders import write_pretraining_record
+from tasks.common.encoders import load_masked_lm, load_tokenizer, model_dir, write_pretraining_record
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
+from tasks.probe import pairs
 from tasks.tracking import NullLog
+from test_probe_pll import full_logits_pll  # tests/ is on sys.path (pytest rootdir import), as for pretrain_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "tasks" / "probe" / "senses.jsonl"
 PAIRS = REPO / "tasks" / "probe" / "minimal_pairs.jsonl"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+CPU = torch.device("cpu")
 
 
 def make_cfg(senses_file: Path = SHIPPED, **changes) -> ProbeParams:
     values = dict(senses_file=senses_file, variants=["pretrained", "random", "reference"], random_init_seed=0,
                   batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8, pairs_file=PAIRS,
-                  pair_variants=["pretrained", "random", "unigram"], pairs_batch_size=256, min_pairs_per_phenomenon=20)
+                  pair_variants=["pretrained", "random", "unigram"], pairs_batch_size=256, min_pairs_per_phenomenon=20,
+                  hardware={"device": "cpu"})  # pinned: on a GPU host auto would mean bf16 (tests/test_probe_gpu.py)
     return ProbeParams(**{**values, **changes})
 
 
@@ -89,7 +94,7 @@ def full_run(tiny_root) -> dict:
 @pytest.fixture(scope="module")
 def loaded(tiny_root) -> dict:
     """Encoder and tokenizer per variant, loaded once for the module."""
-    return {variant: probe.load_variant(variant, tiny_root / "models", seed=0)
+    return {variant: probe.load_variant(variant, tiny_root / "models", seed=0, device=CPU)
             for variant in ("pretrained", "reference")}
 
 
@@ -122,8 +127,8 @@ def test_target_vector_is_mean_of_its_subwords_and_ignores_padding(loaded):
     assert pieces == ["large", "##mouth"]  # found by offsets, two subwords
     states = probe.hidden_layers(encoder, batch.inputs)
     expected = states[:, 0, batch.target_tokens[0]].mean(dim=1).double().numpy()
-    alone = probe.target_vectors(encoder, [batch], desc="t")[:, 0]
-    padded = probe.target_vectors(encoder, probe.encode(tokenizer, [row, longer], 2, 64), desc="t")[:, 0]
+    alone = probe.target_vectors(encoder, [batch], CPU, desc="t")[:, 0]
+    padded = probe.target_vectors(encoder, probe.encode(tokenizer, [row, longer], 2, 64), CPU, desc="t")[:, 0]
     np.testing.assert_allclose(alone, expected, rtol=0, atol=1e-6)
     np.testing.assert_allclose(padded, alone, rtol=0, atol=1e-4)
 
@@ -256,6 +261,23 @@ def test_run_writes_contract_layout(full_run, tiny_root):
     for table in pairs["variants"].values():
         assert table["all"]["passed"] == sum(t["passed"] for t in table["per_phenomenon"].values()) == sum(table["passed"])
     assert len((out / "pairs.tsv").read_text().splitlines()) == 1 + 3 * n_pairs
+    assert full_run["hardware"]["device"] == "cpu"
+
+
+@pytest.mark.slow  # needs the whole stage's pairs.tsv
+def test_pairs_tsv_equals_full_forward_pll(full_run, tiny_root):
+    # masked-only scoring must write the bytes the full (batch, seq_len, vocab) forward wrote before it
+    with (tiny_root / "data" / "probe" / "pairs.tsv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    prs = pairs.read_pairs(PAIRS, 20)
+    for variant in ("pretrained", "random"):
+        folder = model_dir(variant, tiny_root / "models")
+        model, tok = load_masked_lm(variant, folder, seed=0).eval(), load_tokenizer(folder)
+        for side in ("good", "bad"):
+            enc = tok([getattr(p, side) for p in prs], return_special_tokens_mask=True)
+            pll = full_logits_pll(model, enc["input_ids"], enc["special_tokens_mask"], tok.mask_token_id,
+                                  tok.pad_token_id, batch_size=256)  # fmt: skip
+            assert [r[f"pll_{side}"] for r in rows if r["variant"] == variant] == [f"{x:.6f}" for x in pll]
 
 
 @pytest.mark.slow  # the whole stage on three models, the real MiniLM included

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tasks.common.device import autocast, configure, describe, place, resolve
 from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
@@ -68,18 +69,21 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     Writes ``layers.tsv`` (variant, word or ``mean``, layer, within, across, separation, knn_accuracy),
     ``targets.tsv`` (the subwords and position of each target word per variant) and
     ``sense_separation.png``, then scores the minimal pairs of ``cfg.pairs_file`` (``pairs.run_pairs``:
-    ``pairs.tsv`` and ``minimal_pairs`` in the metrics). Raises ``ValueError`` for a bad probe file, ``FileNotFoundError`` for a
-    missing model folder.
+    ``pairs.tsv`` and ``minimal_pairs`` in the metrics). Every model runs on ``cfg.hardware.device`` (bf16
+    autocast on CUDA); the metrics name it under ``hardware``. Raises ``ValueError`` for a bad probe file or an
+    unusable device setting, ``FileNotFoundError`` for a missing model folder.
     """
+    device = resolve(cfg.hardware.device)
+    configure(device, cfg.hardware.deterministic)
     sentences = read_probe_set(cfg.senses_file, cfg.min_sentences_per_sense)
     log.info(f"probe: {len(sentences)} sentences, {len(words_of(sentences))} words from {cfg.senses_file}")
     out = paths.stage_data("probe")
     out.mkdir(parents=True, exist_ok=True)
     models, targets = {}, []
     for variant in cfg.variants:
-        encoder, tokenizer = load_variant(variant, paths.models, cfg.random_init_seed)
+        encoder, tokenizer = load_variant(variant, paths.models, cfg.random_init_seed, device)
         batches = encode(tokenizer, sentences, cfg.batch_size_sentences, cfg.max_seq_len_tokens)
-        vectors = target_vectors(encoder, batches, desc=variant)
+        vectors = target_vectors(encoder, batches, device, desc=variant)
         models[variant] = layer_scores(vectors, sentences)
         targets += target_rows(variant, tokenizer, batches, sentences)
         log_curves(log, variant, models[variant])
@@ -87,13 +91,14 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     write_tsv(out / "targets.tsv", targets)
     plot_separation(models, out / "sense_separation.png")
     minimal_pairs = run_pairs(cfg.pairs_file, cfg.pair_variants, paths, cfg.random_init_seed, cfg.pairs_batch_size,
-                              cfg.min_pairs_per_phenomenon, log)  # fmt: skip
+                              cfg.min_pairs_per_phenomenon, device, log)  # fmt: skip
     log.artifact(out, "probe")
     return {
         "models": models,
         "probe_set": probe_set_summary(sentences, cfg.senses_file),
         "static_baseline": {"layer": 0, "note": STATIC_BASELINE_NOTE},
         "minimal_pairs": minimal_pairs,
+        "hardware": describe(device),
     }
 
 
@@ -164,14 +169,14 @@ def probe_set_summary(rows: Sequence[ProbeSentence], path: Path) -> dict:
 # --- models ------------------------------------------------------------------------------------------------
 
 
-def load_variant(variant: str, models: Path, seed: int) -> tuple[torch.nn.Module, object]:
-    """The encoder (eval mode) and fast tokenizer of one variant (``tasks.common.encoders``).
+def load_variant(variant: str, models: Path, seed: int, device: torch.device) -> tuple[torch.nn.Module, object]:
+    """The encoder (eval mode, on ``device``) and fast tokenizer of one variant (``tasks.common.encoders``).
 
-    ``random`` is the pretrained config initialised from ``seed`` and read with our tokenizer. Raises
-    ``FileNotFoundError`` when the model folder is missing.
+    ``random`` is the pretrained config initialised from ``seed`` on the host (the same weights on every
+    device) and read with our tokenizer. Raises ``FileNotFoundError`` when the model folder is missing.
     """
     folder = model_dir(variant, models)
-    return load_encoder(variant, folder, seed).eval(), load_tokenizer(folder)
+    return load_encoder(variant, folder, seed).eval().to(device), load_tokenizer(folder)
 
 
 # --- vectors -----------------------------------------------------------------------------------------------
@@ -179,10 +184,13 @@ def load_variant(variant: str, models: Path, seed: int) -> tuple[torch.nn.Module
 
 @dataclass(frozen=True)
 class Batch:
-    """Tokenized sentences and, per sentence, the token indices of the target word's subwords."""
+    """Tokenized sentences (host tensors ``(batch, seq_len)``) and the token indices of each target word's
+    subwords: as lists, and padded for one gather on the device (``subword_index``)."""
 
     inputs: dict[str, torch.Tensor]
     target_tokens: list[list[int]]
+    subwords: torch.Tensor
+    subword_mask: torch.Tensor
 
 
 def encode(tokenizer, rows: Sequence[ProbeSentence], batch_size: int, max_seq_len_tokens: int) -> list[Batch]:
@@ -206,8 +214,19 @@ def encode(tokenizer, rows: Sequence[ProbeSentence], batch_size: int, max_seq_le
                 )
         offsets = enc.pop("offset_mapping").tolist()
         targets = [word_tokens(row, offsets[i], enc.word_ids(i)) for i, row in enumerate(chunk)]
-        batches.append(Batch(dict(enc), targets))
+        batches.append(Batch(dict(enc), targets, *subword_index(targets)))
     return batches
+
+
+def subword_index(targets: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``targets`` (token indices per sentence) as a right-padded long tensor ``(batch, max_subwords)`` and its
+    float32 mask (1.0 at a real index, 0.0 at padding)."""
+    width = max(len(tokens) for tokens in targets)
+    subwords = torch.zeros((len(targets), width), dtype=torch.long)
+    mask = torch.zeros((len(targets), width), dtype=torch.float32)
+    for row, tokens in enumerate(targets):
+        subwords[row, : len(tokens)], mask[row, : len(tokens)] = torch.tensor(tokens), 1.0
+    return subwords, mask
 
 
 def word_tokens(row: ProbeSentence, offsets: list[list[int]], word_ids: list[int | None]) -> list[int]:
@@ -232,13 +251,26 @@ def hidden_layers(encoder: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> 
     return torch.stack(encoder(**inputs, output_hidden_states=True).hidden_states)
 
 
-def target_vectors(encoder: torch.nn.Module, batches: Sequence[Batch], desc: str) -> np.ndarray:
-    """Mean subword vector of each target word per layer: float64 ``(n_layers + 1, n_sentences, hidden)``."""
-    per_batch = []
-    for batch in tqdm(batches, desc=f"probe {desc}", unit="batch"):
-        states = hidden_layers(encoder, batch.inputs)
-        per_batch += [states[:, row, tokens].mean(dim=1) for row, tokens in enumerate(batch.target_tokens)]
-    return torch.stack(per_batch, dim=1).double().numpy()
+def target_vectors(encoder: torch.nn.Module, batches: Sequence[Batch], device: torch.device, desc: str) -> np.ndarray:
+    """Mean subword vector of each target word per layer: float64 ``(n_layers + 1, n_sentences, hidden)``.
+
+    ``encoder`` must already be on ``device``; the vectors stay there until the last batch (one host sync)."""
+    per_batch = [batch_vectors(encoder, b, device) for b in tqdm(batches, desc=f"probe {desc}", unit="batch")]
+    return torch.cat(per_batch, dim=1).cpu().double().numpy()
+
+
+@torch.no_grad()
+def batch_vectors(encoder: torch.nn.Module, batch: Batch, device: torch.device) -> torch.Tensor:
+    """Mean subword vector of each target word of ``batch`` per layer, float32 ``(n_layers + 1, batch,
+    hidden)``, left on ``device`` (the caller moves it to the host). Padding subwords are zeroed before the sum
+    (adding an exact 0.0 leaves a float sum unchanged); bf16 states (CUDA autocast) are upcast first."""
+    inputs = place(batch.inputs, device)
+    subwords, mask = place(batch.subwords, device), place(batch.subword_mask, device)
+    with autocast(device):
+        states = hidden_layers(encoder, inputs).float()
+    rows = torch.arange(subwords.shape[0], device=device)[:, None]
+    picked = states[:, rows, subwords] * mask[None, :, :, None]  # (n_layers + 1, batch, max_subwords, hidden)
+    return picked.sum(dim=2) / mask.sum(dim=1)[None, :, None]
 
 
 # --- scores ------------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tasks.common.device import autocast, place
 from tasks.common.encoders import load_masked_lm, load_tokenizer, model_dir, pretrained_dir, tokenization
 from tasks.config.paths import Paths
 
@@ -51,8 +52,9 @@ class Pair:
 
 
 def run_pairs(pairs_file: Path, variants: Sequence[str], paths: Paths, seed: int, batch_size: int,
-              min_pairs: int, log) -> dict:  # fmt: skip
-    """Score every pair with every variant; write ``data/probe/pairs.tsv``; returns ``metrics.minimal_pairs``.
+              min_pairs: int, device: torch.device, log) -> dict:  # fmt: skip
+    """Score every pair with every variant, the masked LMs on ``device``; write ``data/probe/pairs.tsv``;
+    returns ``metrics.minimal_pairs``.
 
     Raises ``ValueError`` naming the file and line of a bad pair, ``FileNotFoundError`` for a missing model or
     pretraining data.
@@ -61,7 +63,7 @@ def run_pairs(pairs_file: Path, variants: Sequence[str], paths: Paths, seed: int
     log.info(f"probe: {len(pairs)} minimal pairs, {len(phenomena_of(pairs))} phenomena from {pairs_file}")
     rows, out = [], {}
     for variant in variants:
-        scorer = Scorer.for_variant(variant, paths, seed)
+        scorer = Scorer.for_variant(variant, paths, seed, device)
         good, bad = (scorer.score([getattr(p, side) for p in pairs], batch_size, f"pairs {variant} {side}")
                      for side in ("good", "bad"))  # fmt: skip
         mismatched = [len(g) != len(b) for g, b in zip(good.tokens, bad.tokens, strict=True)]
@@ -140,21 +142,24 @@ class Scores:
 class Scorer:
     """Scores sentences with one variant: a masked LM by PLL, or the unigram baseline by summed log-frequency."""
 
-    def __init__(self, tokenizer, model: torch.nn.Module | None, unigram: np.ndarray | None) -> None:
-        self.tokenizer, self.model, self.unigram = tokenizer, model, unigram
+    def __init__(self, tokenizer, model: torch.nn.Module | None, unigram: np.ndarray | None,
+                 device: torch.device) -> None:  # fmt: skip
+        """``model`` (a masked LM in eval mode, or None for the unigram baseline) must already be on ``device``."""
+        self.tokenizer, self.model, self.unigram, self.device = tokenizer, model, unigram, device
 
     @classmethod
-    def for_variant(cls, variant: str, paths: Paths, seed: int) -> Scorer:
+    def for_variant(cls, variant: str, paths: Paths, seed: int, device: torch.device) -> Scorer:
         """``unigram``: log-probabilities from the pretraining train blocks, read with the tokenizer of
-        ``<models>/pretrained``; any other variant: its masked LM (eval mode) and tokenizer from ``model_dir``
-        (``random``: the pretrained config initialised from ``seed``)."""
+        ``<models>/pretrained``; any other variant: its masked LM (eval mode, moved to ``device``) and tokenizer
+        from ``model_dir`` (``random``: the pretrained config initialised from ``seed`` on the host, so every
+        device starts from the same weights)."""
         if variant == UNIGRAM:
             folder = pretrained_dir(paths.models)
             tokenizer = load_tokenizer(folder)
             blocks = paths.stage_data("tokenize") / "pretrain" / tokenization("pretrained", paths.models) / "train"
-            return cls(tokenizer, None, unigram_log_probs(blocks, len(tokenizer)))
+            return cls(tokenizer, None, unigram_log_probs(blocks, len(tokenizer)), device)
         folder = model_dir(variant, paths.models)
-        return cls(load_tokenizer(folder), load_masked_lm(variant, folder, seed).eval(), None)
+        return cls(load_tokenizer(folder), load_masked_lm(variant, folder, seed).eval().to(device), None, device)
 
     def score(self, sentences: Sequence[str], batch_size: int, desc: str) -> Scores:
         """PLL (or unigram log-likelihood) of each sentence, nats, with its content token ids."""
@@ -164,7 +169,8 @@ class Scorer:
         if self.model is None:
             return Scores(tokens, np.array([self.unigram[t].sum() for t in tokens], dtype=np.float64))
         pll = pseudo_log_likelihoods(self.model, enc["input_ids"], enc["special_tokens_mask"],
-                                     self.tokenizer.mask_token_id, self.tokenizer.pad_token_id, batch_size, desc)
+                                     self.tokenizer.mask_token_id, self.tokenizer.pad_token_id, batch_size,
+                                     self.device, desc)
         return Scores(tokens, pll)
 
 
@@ -180,32 +186,74 @@ def masked_copies(input_ids: Sequence[Sequence[int]], special_mask: Sequence[Seq
     return copies
 
 
-@torch.no_grad()
 def pseudo_log_likelihoods(model: torch.nn.Module, input_ids: Sequence[Sequence[int]],
                            special_mask: Sequence[Sequence[int]], mask_id: int, pad_id: int, batch_size: int,
-                           desc: str = "pll") -> np.ndarray:  # fmt: skip
+                           device: torch.device, desc: str = "pll") -> np.ndarray:  # fmt: skip
     """PLL of each sentence (Salazar et al. 2020, eq. 1): ``sum_t log P(w_t | W with w_t masked)``, nats.
 
     ``input_ids``: one id list per sentence, specials included; ``special_mask``: 1 at [CLS]/[SEP] (never
-    masked). The masked copies of all sentences go through ``model`` (an ``*ForMaskedLM``, eval mode) in
-    batches of ``batch_size`` copies, right-padded with ``pad_id`` under an ``attention_mask``. Returns
-    float64 ``(n_sentences,)``; a sentence with no content token scores 0.
+    masked). The masked copies of all sentences go through ``model`` (an ``*ForMaskedLM`` in eval mode, already
+    on ``device``) in batches of ``batch_size`` copies, right-padded with ``pad_id`` under an ``attention_mask``.
+    Returns float64 ``(n_sentences,)``; a sentence with no content token scores 0. Raises ``TypeError`` when
+    ``model`` has no MLM head (``mlm_parts``).
     """
+    encoder, head = mlm_parts(model)
     copies = masked_copies(input_ids, special_mask, mask_id)
-    totals = np.zeros(len(input_ids), dtype=np.float64)
+    scores = []  # stays on the device: one host sync at the end instead of one per batch
     for start in tqdm(range(0, len(copies), batch_size), desc=desc, unit="batch", mininterval=5):
-        chunk = copies[start : start + batch_size]
-        width = max(len(ids) for _, _, ids in chunk)
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, (_, _, masked) in enumerate(chunk):
-            ids[row, : len(masked)], attention[row, : len(masked)] = torch.tensor(masked), 1
-        logits = model(input_ids=ids, attention_mask=attention).logits
-        rows, positions = torch.arange(len(chunk)), torch.tensor([pos for _, pos, _ in chunk])
-        log_probs = torch.log_softmax(logits[rows, positions].double(), dim=-1)
-        targets = torch.tensor([input_ids[i][pos] for i, pos, _ in chunk])
-        np.add.at(totals, [i for i, _, _ in chunk], log_probs[rows, targets].numpy())
+        batch = collate(copies[start : start + batch_size], input_ids, pad_id)
+        scores.append(masked_log_probs(encoder, head, batch, device))
+    totals = np.zeros(len(input_ids), dtype=np.float64)
+    if copies:
+        np.add.at(totals, [i for i, _, _ in copies], torch.cat(scores).cpu().double().numpy())
     return totals
+
+
+def mlm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The encoder (``model.base_model``) and MLM head of an HF masked LM: ``cls`` (BERT), ``lm_head`` (RoBERTa
+    family) or ``head`` then ``decoder`` (ModernBERT). Each ``*ForMaskedLM.forward`` is exactly
+    ``head(base_model(...)[0])`` (ModernBERT's ``final_norm`` is inside its base model), so the head applied to
+    some positions gives those positions' logits. Raises ``TypeError`` for a model without one of these heads."""
+    for name in ("cls", "lm_head"):
+        if isinstance(getattr(model, name, None), torch.nn.Module):
+            return model.base_model, getattr(model, name)
+    if all(isinstance(getattr(model, name, None), torch.nn.Module) for name in ("head", "decoder")):
+        return model.base_model, torch.nn.Sequential(model.head, model.decoder)
+    raise TypeError(f"{type(model).__name__} has no MLM head (cls, lm_head or head + decoder)")
+
+
+def collate(chunk: Sequence[tuple[int, int, list[int]]], input_ids: Sequence[Sequence[int]],
+            pad_id: int) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Host tensors of a chunk of ``masked_copies``: ``input_ids`` and ``attention_mask`` ``(batch, seq_len)``
+    (right-padded with ``pad_id``), ``positions`` (the masked position) and ``targets`` (the original id there),
+    both ``(batch,)``."""
+    width = max(len(ids) for _, _, ids in chunk)
+    ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(chunk), width), dtype=torch.long)
+    for row, (_, _, masked) in enumerate(chunk):
+        ids[row, : len(masked)], attention[row, : len(masked)] = torch.tensor(masked), 1
+    return {"input_ids": ids, "attention_mask": attention,
+            "positions": torch.tensor([pos for _, pos, _ in chunk], dtype=torch.long),
+            "targets": torch.tensor([input_ids[i][pos] for i, pos, _ in chunk], dtype=torch.long)}  # fmt: skip
+
+
+@torch.no_grad()
+def masked_log_probs(encoder: torch.nn.Module, head: torch.nn.Module, batch: dict[str, torch.Tensor],
+                     device: torch.device) -> torch.Tensor:  # fmt: skip
+    """``log P(target | masked copy)`` of each copy of ``batch`` (``collate``), float64 ``(batch,)`` nats, left
+    on ``device`` (the caller moves it to the host).
+
+    The encoder reads every token but the head runs at the masked position only: the ``(batch, seq_len,
+    vocab)`` logits of the full forward are never built, and the vocabulary projection is most of a small
+    model's FLOPs. The log-softmax is taken in float64 outside autocast, so bf16 rounds the logits only.
+    """
+    batch = place(batch, device)
+    with autocast(device):
+        hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
+        rows = torch.arange(hidden.shape[0], device=device)
+        logits = head(hidden[rows, batch["positions"]])
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    return log_probs.gather(1, batch["targets"][:, None])[:, 0]
 
 
 def unigram_log_probs(blocks: Path, vocab_size: int) -> np.ndarray:
