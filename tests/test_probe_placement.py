@@ -1,0 +1,95 @@
+"""Placement: one sense-probe batch and one PLL batch computed with the model on the ``meta`` device.
+
+Meta tensors have shapes but no data, so any host tensor that the per-batch code makes or keeps shows up:
+an elementwise op mixing it with a meta tensor raises "Tensor on device meta is not on the expected device
+cpu", and ``HostTensorGuard`` records the rest (indexing with a host index tensor is legal on meta and on CUDA,
+where it costs a synchronising copy per batch). On a GPU the same code then keeps every batch on the GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import transformers.masking_utils
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import AutoTokenizer, BertConfig, BertModel, ModernBertConfig, ModernBertModel
+
+from tasks import probe
+from tasks.common.encoders import reference_model_dir
+from tasks.probe import pairs
+from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # tests/ is on sys.path (rootdir import)
+
+META = torch.device("meta")
+SHIPPED = Path(__file__).resolve().parents[1] / "tasks" / "probe" / "senses.jsonl"
+MOVES = ("aten._to_copy.default", "aten.copy_.default")  # place(): host batch -> device, the one allowed crossing
+
+
+class HostTensorGuard(TorchDispatchMode):
+    """Records each aten op that reads or makes a host tensor with elements, except a copy onto the device.
+
+    0-dim host tensors are let through: kernels take them as scalars, without a device copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leaks: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        host = [t for t in pytree.tree_leaves((args, kwargs, out))
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0]  # fmt: skip
+        moved = str(func) in MOVES and out.device.type != "cpu"
+        if host and not moved:
+            self.leaks.append(f"{func} {[tuple(t.shape) for t in host]}")
+        return out
+
+
+@pytest.fixture(autouse=True)
+def mask_without_host_sync(monkeypatch):
+    # HF's SDPA mask checks padding_mask.all() on the host to skip an all-ones mask; meta tensors have no value
+    # to read, so build the mask instead (what it does for any batch with padding)
+    monkeypatch.setattr(transformers.masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kw: False)
+
+
+def tiny_encoder(kind: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
+    """A 2-layer random bare encoder of ``kind`` (eval mode) on ``meta``."""
+    shape = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+    if kind == "bert":
+        model = BertModel(BertConfig(**shape), add_pooling_layer=False)
+    else:
+        model = ModernBertModel(ModernBertConfig(pad_token_id=pad_id, **shape))
+    return model.eval().to(META)
+
+
+@pytest.mark.parametrize("kind", ["bert", "modernbert"])
+def test_sense_probe_batch_stays_on_the_device(kind):
+    tokenizer = AutoTokenizer.from_pretrained(reference_model_dir())
+    encoder = tiny_encoder(kind, len(tokenizer), tokenizer.pad_token_id)
+    batch = probe.encode(tokenizer, probe.read_probe_set(SHIPPED, 8)[:6], batch_size=6, max_seq_len_tokens=128)[0]
+    with HostTensorGuard() as guard:
+        vectors = probe.batch_vectors(encoder, batch, META)
+    assert guard.leaks == []
+    assert (vectors.device, vectors.dtype, tuple(vectors.shape)) == (META, torch.float32, (3, 6, 32))
+
+
+@pytest.mark.parametrize("kind", ["bert", "modernbert"])
+def test_pll_batch_stays_on_the_device(kind):
+    encoder, head = pairs.mlm_parts(tiny_masked_lm(kind).to(META))
+    ids, special = random_sentences(3)
+    batch = pairs.collate(pairs.masked_copies(ids, special, MASK)[:7], ids, PAD)
+    with HostTensorGuard() as guard:
+        log_probs = pairs.masked_log_probs(encoder, head, batch, META)
+    assert guard.leaks == []
+    assert (log_probs.device, log_probs.dtype, tuple(log_probs.shape)) == (META, torch.float64, (7,))
+
+
+def test_guard_sees_a_host_index_and_meta_refuses_a_host_operand():
+    states = torch.zeros(2, 5, 4, device=META)
+    with HostTensorGuard() as guard:
+        states[torch.arange(2), torch.zeros(2, dtype=torch.long, device=META)]  # legal on meta: only the guard sees it
+    assert guard.leaks and guard.leaks[0].startswith("aten.arange")
+    with pytest.raises(RuntimeError, match="is not on the expected device"):
+        states * torch.ones(2, 5, 1)
