@@ -30,7 +30,7 @@ META = torch.device("meta")
 VOCAB, SEQ = 64, 16
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture()
 def keep_every_mask(monkeypatch):
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)
 
@@ -47,14 +47,14 @@ def ner_batch() -> dict:
 
 @pytest.mark.parametrize(("head", "n_labels", "make_batch"), [("mean-pool", 2, cls_batch), ("cls-pool", 2, cls_batch),
                                                               ("first", 3, ner_batch)])  # fmt: skip
-def test_a_fine_tuning_step_runs_entirely_on_the_models_device(tmp_path, head, n_labels, make_batch):
+def test_a_fine_tuning_step_runs_entirely_on_the_models_device(tmp_path, keep_every_mask, head, n_labels, make_batch):
     model = build_model("pretrained", save_tiny_bert(tmp_path / "m"), head, n_labels, "full", 0.1, 0).to(META)
     loss = train_step(model, place(make_batch(), META), META)
     assert loss.device == META
     assert all(p.grad is not None and p.grad.device == META for p in model.head.parameters())
 
 
-def test_a_batch_left_on_the_host_is_caught(tmp_path):
+def test_a_batch_left_on_the_host_is_caught(tmp_path, keep_every_mask):
     model = build_model("pretrained", save_tiny_bert(tmp_path / "m"), "mean-pool", 2, "full", 0.1, 0).to(META)
     with pytest.raises((RuntimeError, NotImplementedError), match="meta"):
         train_step(model, cls_batch(), META)  # not placed: the check can fail
@@ -74,7 +74,7 @@ def blocks(n: int, with_padding: bool = False) -> dict:
 
 @pytest.mark.parametrize("architecture", ["modernbert", "bert"])
 @pytest.mark.parametrize("with_padding", [False, True])
-def test_a_pretraining_step_and_an_evaluation_batch_run_entirely_on_the_models_device(tmp_path, architecture,
+def test_a_pretraining_step_and_an_evaluation_batch_run_entirely_on_the_models_device(tmp_path, keep_every_mask, architecture,
                                                                                     with_padding):  # fmt: skip
     cfg = make_cfg(architecture=architecture, max_position_embeddings=SEQ, batch_size_blocks=4)
     vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, VOCAB),
@@ -95,3 +95,25 @@ def test_a_pretraining_step_and_an_evaluation_batch_run_entirely_on_the_models_d
     on_meta = batch.to(META)
     loss, n_correct = trainer.inner(on_meta.input_ids, on_meta.attention_mask, on_meta.positions, on_meta.targets)
     assert loss.device == n_correct.device == META and on_meta.input_ids.shape[0] == 4
+
+
+def test_packed_blocks_reach_sdpa_without_a_mask_and_padded_ones_with_one(monkeypatch):
+    """With every ModernBERT layer full_attention, transformers hands SDPA no mask for unpadded blocks, so on
+    CUDA the flash kernel is eligible; a padded batch gets a boolean 4-D mask (memory-efficient kernel)."""
+    masks = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, value, attn_mask=None, **kwargs):
+        masks.append(None if attn_mask is None else (attn_mask.dtype, attn_mask.dim()))
+        return real(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    cfg = make_cfg(architecture="modernbert", max_position_embeddings=SEQ)
+    model = build_mlm(cfg, VOCAB, SEQ, 0)
+    packed = blocks(4)
+    model.base_model(input_ids=packed["input_ids"], attention_mask=None)
+    assert masks == [None] * cfg.preset.num_hidden_layers
+    masks.clear()
+    padded = blocks(4, with_padding=True)
+    model.base_model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"])
+    assert masks == [(torch.bool, 4)] * cfg.preset.num_hidden_layers
