@@ -29,15 +29,16 @@ HELDOUT = 11  # stratified over the two sources: 6 + 5 blocks, so each source en
 
 class Compiles:
     """What dynamo compiled: a count of the graphs it handed the backend, and per call of a compiled function
-    whether that call was in training or evaluation and how many graphs it added."""
+    whether that call was in training or evaluation and how many graphs it added. Each graph runs eagerly, or
+    through ``delegate`` (a dynamo backend: ``tests/test_gpu.py`` passes inductor's ``compile_fx``)."""
 
-    def __init__(self) -> None:
-        self.graphs = 0
+    def __init__(self, delegate=None) -> None:
+        self.graphs, self.delegate = 0, delegate
         self.calls: list[tuple[str, int, tuple]] = []  # (mode, graphs added, input_ids shape)
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs) -> object:
         self.graphs += 1
-        return gm.forward  # eager: no inductor
+        return gm.forward if self.delegate is None else self.delegate(gm, example_inputs)
 
     def compile(self, real):
         """A stand-in for ``torch.compile``: the real one with the counting backend, each call recorded."""
@@ -55,6 +56,14 @@ class Compiles:
             return traced
 
         return fake
+
+    def compiling_calls(self) -> list[int]:
+        """Indices of the calls that compiled something."""
+        return [i for i, call in enumerate(self.calls) if call[1]]
+
+    def first_call_of_each_mode(self) -> list[int]:
+        """Indices of the first training call and the first evaluation call."""
+        return sorted({next(i for i, c in enumerate(self.calls) if c[0] == mode) for mode in ("train", "eval")})
 
 
 @pytest.fixture()
@@ -109,11 +118,8 @@ def test_compiled_pretraining_compiles_once_per_mode_and_fill_mask_runs_uncompil
     assert {c[2] for c in compiles.calls} == {(BATCH, 32)}, "a ragged held-out batch reached the compiled encoder"
     # only the first call of each mode compiled (it may hand over several graphs at graph breaks); every later
     # call, periodic evaluations and ragged last batches included, ran what was already compiled
-    compiled_at = [(i, c) for i, c in enumerate(compiles.calls) if c[1]]
-    first_eval = next(i for i, c in enumerate(compiles.calls) if c[0] == "eval")
-    first_train = next(i for i, c in enumerate(compiles.calls) if c[0] == "train")
-    assert [i for i, _ in compiled_at] == sorted({first_eval, first_train}), compiled_at
-    assert compiles.graphs == sum(c[1] for _, c in compiled_at) >= 2
+    assert compiles.compiling_calls() == compiles.first_call_of_each_mode(), compiles.calls[:12]
+    assert compiles.graphs >= 2
     # fill-mask at batch 1 ran the HF model, not the compiled encoder: nothing compiled, nothing called
     assert at["before_fill_mask"] == at["after_fill_mask"] == at["after_fit"] == compiles.graphs
     assert len(compiles.calls) == 20 + 5 * batches_per_eval

@@ -1,0 +1,229 @@
+"""The model stages on a real GPU: pretraining in bf16 with ``torch.compile`` (inductor) that compiles once per
+mode, fine-tuning of each task kind against the same run on the CPU, the inference-cost timing on CUDA, a
+2-rank NCCL pretraining run (two GPUs or more) and device resolution with its one-line errors.
+
+Deselected by default (``-m 'not gpu'`` in pyproject); every test skips without CUDA. Run them with
+``pytest -m gpu tests/test_gpu.py`` (``benchmarks/gpu_check.sh`` does). Tiny models throughout: the file is
+meant to take under two minutes on one H200, most of it inductor compiling the pretraining encoder. The probe's
+GPU test is ``tests/test_probe_gpu.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from finetune_fixtures import cls_rows, save_tiny_bert, tiny_params, write_task_data
+from pretrain_fixtures import build_corpus, clone, make_cfg, subprocess_env, worker_script
+from test_pretrain_compile import Compiles  # tests/ is on sys.path (rootdir import)
+from transformers import BertTokenizerFast
+
+from tasks.common.device import resolve
+from tasks.config import Paths
+from tasks.config.hardware import HardwareParams
+from tasks.pretrain.hardware import setup_distributed
+from tasks.tracking import NullLog
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+FT_DOCS = {"train": 12, "dev": 6, "test": 8}
+# bf16 autocast on CUDA against float32 on the CPU after one epoch of a tiny model (CPU bf16 autocast, a
+# stand-in: at most 0.001 on a cls probability and 0.003 on a ner tag probability); a doc whose two top
+# classes are closer than that may flip, so scores get a looser bound than probabilities
+PROB_ATOL = 0.05
+SCORE_ATOL = 0.2
+MIN_AGREEMENT = 0.8
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return build_corpus(tmp_path_factory)
+
+
+@pytest.fixture()
+def no_torchrun_env(monkeypatch):
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# ----------------------------------------------------------------------------------------------- pretraining
+
+
+def test_pretraining_bf16_compiled_on_cuda_compiles_once_per_mode_and_learns(corpus, tmp_path, monkeypatch,
+                                                                             no_torchrun_env):  # fmt: skip
+    from torch._inductor.compile_fx import compile_fx
+
+    import tasks.pretrain as stage
+    from tasks.pretrain import mlm
+
+    torch._dynamo.reset()
+    compiles = Compiles(delegate=compile_fx)  # inductor, as torch.compile's default backend, graphs counted
+    monkeypatch.setattr(mlm.torch, "compile", compiles.compile(torch.compile))
+    ends = {}
+    fill_mask = stage.fill_mask
+
+    def counted_fill_mask(*args, **kwargs):
+        ends["before_fill_mask"] = compiles.graphs
+        return fill_mask(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "fill_mask", counted_fill_mask)
+    cfg = make_cfg(compile=True, bf16=True, max_steps=20, batch_size_blocks=8, eval_every_steps=10, eval_max_blocks=11,
+                   log_every_steps=5, checkpoint_every_steps=None, lr=3e-3, hardware={"device": "cuda"})  # fmt: skip
+    log = LossLog()
+    try:
+        metrics = stage.run(cfg, clone(corpus, tmp_path / "run"), log)
+    finally:
+        torch._dynamo.reset()
+
+    assert compiles.compiling_calls() == compiles.first_call_of_each_mode(), compiles.calls[:12]
+    assert ends["before_fill_mask"] == compiles.graphs  # fill-mask ran the uncompiled model
+    assert {call[2] for call in compiles.calls} == {(8, 32)}
+    train_losses = [loss for _, loss in log.losses]
+    assert len(train_losses) == 4 and all(math.isfinite(v) for v in train_losses)
+    assert train_losses[-1] < train_losses[0]
+    assert math.isfinite(metrics["heldout_loss"]) and metrics["heldout_loss"] < metrics["heldout_loss_initial"]
+    assert metrics["hardware"]["device"] == "cuda" and metrics["peak_memory_mib"] > 0
+    assert metrics["peak_flops_per_s"] and 0 < metrics["mfu"] < 1, metrics["hardware"]["device_name"]
+    assert metrics["train_tokens_per_s"] > 0 and metrics["compile_seconds"] is not None
+
+
+class LossLog(NullLog):
+    """A run log that keeps the logged train losses ``(step, loss)``."""
+
+    def __init__(self) -> None:
+        self.losses: list[tuple[int | None, float]] = []
+
+    def metrics(self, values, step=None) -> None:
+        if "train/loss" in values:
+            self.losses.append((step, values["train/loss"]))
+
+
+def test_two_rank_nccl_pretraining_keeps_identical_weights(corpus, tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
+    cfg = make_cfg(max_steps=6, batch_size_blocks=8, nproc_per_node=2, log_every_steps=3, eval_every_steps=3,
+                   checkpoint_every_steps=None, hardware={"device": "cuda"})  # fmt: skip
+    paths = clone(corpus, tmp_path / "ddp")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    record = textwrap.dedent(f"""
+        import json
+        from safetensors.torch import save_model
+        fit = P.Trainer.fit
+        def fit_and_dump(self):
+            metrics = fit(self)
+            save_model(self.model, {str(out)!r} + f"/rank{{self.env.rank}}.safetensors")
+            keep = {{k: metrics[k] for k in ("steps", "hardware", "heldout_loss", "peak_memory_mib")}}
+            keep["device"] = str(next(self.model.parameters()).device)
+            keep["backend"] = torch.distributed.get_backend()
+            open({str(out)!r} + f"/rank{{self.env.rank}}.json", "w").write(json.dumps(keep))
+            return metrics
+        P.Trainer.fit = fit_and_dump
+    """).replace("\n", "\n        ")
+    command = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", str(worker_script(tmp_path, cfg, paths, record))]
+    done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["device"] for r in ranks] == ["cuda:0", "cuda:1"] and {r["backend"] for r in ranks} == {"nccl"}
+    assert all(r["steps"] == 6 and r["hardware"]["world_size"] == 2 and r["peak_memory_mib"] > 0 for r in ranks)
+    assert ranks[0]["heldout_loss"] == ranks[1]["heldout_loss"]  # all-reduced sums
+    from safetensors.torch import load_file
+
+    r0, r1 = load_file(out / "rank0.safetensors"), load_file(out / "rank1.safetensors")
+    assert all(torch.equal(r0[k], r1[k]) for k in r0)
+
+
+# ----------------------------------------------------------------------------------------------- fine-tuning
+
+
+@pytest.fixture(scope="module")
+def ft_workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft_gpu")
+    pretrained = save_tiny_bert(root / "models" / "pretrained", hidden=32, seed=0)
+    write_task_data(root / "data", pretrained, "clozeline", FT_DOCS)
+    return root
+
+
+def finetune_on(root: Path, item: str, device: str) -> tuple[dict, dict[str, dict]]:
+    """``tasks.finetune.run`` of ``item`` (one arm, one seed, one epoch) on ``device`` in a fresh out folder:
+    its metrics and its test predictions by doc id."""
+    from tasks.finetune import run
+
+    paths = Paths(data=root / "data", models=root / "models", metrics=root / f"m-{device}", reports=root / "r")
+    cfg = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3], epochs=1)
+    cfg = cfg.model_copy(update={"hardware": HardwareParams(device=device)})
+    metrics = run(cfg, paths, NullLog(), item)
+    key = next(iter(metrics["runs"]))
+    lines = (paths.data / "finetune" / item / key / "seed3.test.jsonl").read_text().splitlines()
+    return metrics, {rec["doc_id"]: rec for rec in map(json.loads, lines)}
+
+
+def compare_predictions(cpu: dict[str, dict], gpu: dict[str, dict]) -> None:
+    """The same docs, the same number of predictions per doc, mostly the same labels, and where the labels
+    agree, probabilities within ``PROB_ATOL``."""
+    assert sorted(gpu) == sorted(cpu) and len(gpu) > 0
+    agree = total = 0
+    for doc_id, want in cpu.items():
+        got = gpu[doc_id]
+        preds = (got["pred"], want["pred"]) if isinstance(want["pred"], list) else ([got["pred"]], [want["pred"]])
+        probs = (got["probs"], want["probs"])
+        assert len(preds[0]) == len(preds[1]) and len(probs[0]) == len(probs[1]), doc_id
+        for a, b in zip(*preds, strict=True):
+            agree, total = agree + (a == b), total + 1
+        if preds[0] == preds[1]:
+            assert probs[0] == pytest.approx(probs[1], abs=PROB_ATOL), doc_id
+    assert agree / total >= MIN_AGREEMENT, f"{agree} of {total} predictions agree"
+
+
+@pytest.mark.parametrize(("item", "metric"), [("cls", "test_macro_f1"), ("ner", "test_entity_f1")])
+def test_finetune_on_cuda_matches_the_cpu_run(ft_workspace, item, metric):
+    cpu_metrics, cpu_preds = finetune_on(ft_workspace, item, "cpu")
+    gpu_metrics, gpu_preds = finetune_on(ft_workspace, item, "cuda")
+    compare_predictions(cpu_preds, gpu_preds)
+    (cpu_run,), (gpu_run,) = cpu_metrics["runs"].values(), gpu_metrics["runs"].values()
+    assert gpu_run[metric]["mean"] == pytest.approx(cpu_run[metric]["mean"], abs=SCORE_ATOL)
+
+
+def test_inference_cost_is_timed_on_cuda(tmp_path):
+    from tasks.finetune import cls as cls_task
+    from tasks.finetune import operational
+    from tasks.finetune.model import build_model, save_model
+
+    folder = save_tiny_bert(tmp_path / "bert", hidden=32, seed=0)
+    saved = save_model(build_model("random", folder, "mean-pool", 2, "full", 0.1, seed=0), tmp_path / "saved")
+    cfg = tiny_params(["random/full/mean-pool"], ["random/full/first"], [3], operational=True)
+    tok = BertTokenizerFast.from_pretrained(folder)
+    exs = cls_task.examples(cls_rows(tok, 6, "test-"), cfg.recipes["cls"], "mean-pool")
+    entry = operational.measure_saved(saved, cls_task.collate, exs, tok.pad_token_id, cfg.operational, "cuda:0")
+    assert entry["device"] == "cuda:0" and entry["device_name"] == torch.cuda.get_device_name(0)
+    assert entry["peak_allocated_mib"] > 0 and "cpu" not in entry  # cpu_on_gpu_host is off by default
+    for size, count in cfg.operational.timed_batches.items():
+        timed = entry["batch"][str(size)]
+        assert timed["timed_batches"] == count and 0 < timed["p50_ms_per_doc"] <= timed["p95_ms_per_doc"]
+
+
+# ------------------------------------------------------------------------------------------------- devices
+
+
+def test_resolve_names_real_gpus_and_refuses_what_is_not_there(no_torchrun_env, monkeypatch):
+    n = torch.cuda.device_count()
+    assert resolve("cuda") == resolve("auto") == torch.device("cuda", 0)
+    assert resolve(f"cuda:{n - 1}") == torch.device("cuda", n - 1)
+    assert resolve("cuda", local_rank=n - 1) == torch.device("cuda", n - 1)  # a torchrun rank's own GPU
+    with pytest.raises(ValueError, match=rf"^hardware.device: cuda:{n}: GPU {n} asked for, but torch sees {n} "):
+        resolve(f"cuda:{n}")
+    with pytest.raises(ValueError) as too_many:
+        setup_distributed(HardwareParams(device="cuda"), nproc_per_node=n + 1)
+    message = str(too_many.value)
+    assert "\n" not in message
+    assert message.startswith(f"pretrain.nproc_per_node: {n + 1} processes per node, but torch sees {n} GPU(s)")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="names one GPU but torchrun started several ranks"):
+        resolve("cuda:0", local_rank=0)
