@@ -1,16 +1,27 @@
-"""Benchmark of the ``pretrain`` loop: train tokens/s against HF ``Trainer`` in the same run.
+"""Benchmark of the ``pretrain`` loop: train tokens/s against HF ``Trainer`` on the same device in the same run.
 
 Baseline: ``transformers.Trainer`` with ``DataCollatorForLanguageModeling`` (full-vocabulary logits, default
-settings apart from the batch size, learning rate and steps) on the same ``BertForMaskedLM``, the same packed
-blocks and the same batch. Candidate: the stage's own step (``tasks.pretrain.trainer.Trainer``: masked-only loss). The
-two run alternately, each in a fresh subprocess (so peak RSS is per variant), ``--rounds`` times; the
-reported speedup is the ratio of the medians, which survives a machine shared with other jobs.
-Both record the model's training FLOPs per token (``tasks.pretrain.hardware.train_flops_per_token``) and the
-achieved FLOP/s; the CPU figure reads against float32 matmul FLOP/s measured in the same run
-(``fraction_of_limit``: achieved FLOP/s over matmul FLOP/s). On CUDA it also measures the ``base`` preset in
-bf16 and its MFU against the dense bf16 peak.
+settings apart from the batch size, learning rate, steps and, on CUDA, ``bf16=True``) on the same model
+(``tasks.pretrain.init.build_model``: SDPA attention), the same packed blocks, batch and precision. Candidate:
+the stage's own loop pieces (``tasks.pretrain.trainer.Trainer``: ``_micro_batches`` through the ``Prefetcher``
+into ``_step``, masked-only loss; on CUDA bf16 autocast and ``torch.compile`` of the encoder), timed by the
+stage's ``Throughput`` after a synchronize, so ``compile_seconds`` is what the warm-up window took beyond the
+steady rate. The two run alternately, each in a fresh subprocess (peak memory per variant), ``--rounds``
+times; the speedup is the ratio of the medians, which survives a machine shared with other jobs.
 
-    .venv/bin/python benchmarks/pretrain.py            # writes benchmarks/results/pretrain.json
+Both record the model's training FLOPs per token (``tasks.pretrain.hardware.train_flops_per_token``) and the
+achieved FLOP/s, read against a limit measured in the same run on the device that ran (``fraction_of_limit``):
+CPU float32 1024^3 matmuls on torch's threads; CUDA bf16 8192^3 GEMMs, and the GPU's datasheet dense bf16 peak
+(``tasks.pretrain.hardware.peak_flops``: MFU).
+
+- ``--device``: ``auto`` (default: CUDA when torch sees a GPU, ``tasks.common.device.resolve``), ``cpu``,
+  ``cuda``, ``cuda:N``. CPU: the ``tiny`` preset, 32 x 128-token blocks, float32 (compile off, as the stage's
+  default). CUDA: the gpu profile's shape: ``base`` preset, 64 x 512-token blocks, 30,522-token vocabulary,
+  mlm_probability 0.3, bf16, ``torch.compile``.
+- ``--quick``: tiny sizes, few steps, one round (a dry run: under a minute on a 2-core CPU).
+
+    .venv/bin/python benchmarks/pretrain.py          # writes benchmarks/results/pretrain.json; --quick: a dry run
+    .venv/bin/python benchmarks/pretrain.py --device cuda --out benchmarks/results/gpu_check/pretrain_gpu.json
 """
 
 from __future__ import annotations
@@ -28,14 +39,23 @@ import bz2  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-TARGET_SPEEDUP_CPU = 1.3
+TARGET_SPEEDUP = 1.3  # over HF Trainer, on either device
+#: per device type: model preset, blocks per step, tokens per block, tokenizer vocabulary, masking rate, timed
+#: and warm-up steps, rounds; ``quick``: the dry run
+SETTINGS = {
+    "cpu": {"preset": "tiny", "batch": 32, "seq_len": 128, "vocab": 8000, "mlm_probability": 0.15, "steps": 12,
+            "warmup": 3, "rounds": 2, "max_docs": None},
+    "cuda": {"preset": "base", "batch": 64, "seq_len": 512, "vocab": 30522, "mlm_probability": 0.3, "steps": 30,
+             "warmup": 5, "rounds": 1, "max_docs": None},
+    "quick": {"preset": "tiny", "batch": 8, "seq_len": 64, "vocab": 2000, "mlm_probability": 0.15, "steps": 3,
+              "warmup": 1, "rounds": 1, "max_docs": 300},
+}  # fmt: skip
 
 
 def corpus_texts(max_docs: int | None = None) -> list[str]:
@@ -88,25 +108,38 @@ def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 2
         }).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / "clozeline" / split))  # fmt: skip
 
 
-def stage_config(preset: str, batch: int, mlm_probability: float, bf16: bool):
-    """The real ``pretrain`` params section with only size/batch/precision overridden (no eval, no checkpoints)."""
+def stage_config(preset: str, batch: int, mlm_probability: float, device: str):
+    """The real ``pretrain`` params section with size/batch/masking/device overridden (no eval, no checkpoints);
+    on CUDA bf16 autocast and ``torch.compile``, as the gpu profile sets them."""
     from tasks.config import read_yaml
     from tasks.config.pretrain import PretrainParams
 
     raw = read_yaml(ROOT / "params.yaml")["pretrain"]
+    cuda = device.startswith("cuda")
     raw.update(size=preset, batch_size_blocks=batch, grad_accum_steps=1, max_steps=10**6, budget_minutes=None,
-               mlm_probability=mlm_probability, bf16=bf16, checkpoint_every_steps=None,
-               checkpoint_every_minutes=None)  # fmt: skip
+               train_tokens=None, mlm_probability=mlm_probability, bf16=cuda, compile=cuda or raw["compile"],
+               checkpoint_every_steps=None, checkpoint_every_minutes=None, nproc_per_node=1,
+               hardware={"device": device, "deterministic": False})  # fmt: skip
     return PretrainParams.model_validate(raw)
 
 
-def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, float]:
-    """Train tokens/s of the stage's own step (``tasks.pretrain.trainer.Trainer._step``: masking + masked-only loss)."""
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_stage(data: Path, cfg, warmup: int, steps: int) -> dict:
+    """The stage's loop pieces as ``Trainer._loop`` runs them: the next step's masked micro-batches built on the
+    ``Prefetcher`` thread (pinned, ``non_blocking`` copies on CUDA), the step's lr, ``Trainer._step``. Timed by
+    ``Throughput``: a window of ``warmup`` steps (compilation, autotuning), then one of ``steps``."""
     import torch
     from transformers import AutoTokenizer
 
     from tasks.pretrain.blocks import load_blocks
-    from tasks.pretrain.hardware import setup_distributed
+    from tasks.pretrain.feed import Prefetcher
+    from tasks.pretrain.hardware import Throughput, setup_distributed, train_flops_per_token
     from tasks.pretrain.init import build_model
     from tasks.pretrain.mlm import MaskingVocab
     from tasks.pretrain.trainer import Trainer
@@ -116,162 +149,207 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> tuple[float, floa
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
     train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
-    model = build_model(cfg, len(tok), train["input_ids"].shape[1], tok.pad_token_id).to(env.device)
+    seq_len = train["input_ids"].shape[1]
+    model = build_model(cfg, len(tok), seq_len, tok.pad_token_id).to(env.device)
     trainer = Trainer(cfg, model, MaskingVocab.from_tokenizer(tok), train, train, env, NullLog(), data / "ckpt")
-    for i in range(warmup + steps):
-        if i == warmup:
-            _sync(env.device)
-            start = (time.perf_counter(), time.process_time())
-        trainer._step([batch.to(env.device) for batch in trainer._micro_batches(trainer.state["step"])])
-        trainer.state["step"] += 1
+    feed, clock = Prefetcher(trainer._micro_batches, env.device), Throughput(cfg.batch_size_blocks * seq_len)
     _sync(env.device)
-    tokens = steps * cfg.batch_size_blocks * train["input_ids"].shape[1]
-    return tokens / (time.perf_counter() - start[0]), tokens / (time.process_time() - start[1])
+    clock.start()
+    started, first_step_s, cpu_start = time.perf_counter(), None, 0.0
+    try:
+        for i in range(warmup + steps):
+            for group in trainer.optimizer.param_groups:
+                group["lr"] = trainer._lr()
+            trainer._step(feed.get(trainer.state["step"]))
+            trainer.state["step"] += 1
+            if i == 0:
+                _sync(env.device)
+                first_step_s = time.perf_counter() - started
+            if i + 1 == warmup:
+                _sync(env.device)
+                clock.lap(warmup)
+                cpu_start = time.process_time()
+        _sync(env.device)
+        clock.lap(steps)
+        cpu_s = time.process_time() - cpu_start
+    finally:
+        feed.close()
+    timed = clock.summary()
+    return {"tokens_per_s": timed["train_tokens_per_s"], "tokens_per_cpu_s": steps * clock.tokens_per_step / cpu_s,
+            "first_step_seconds": first_step_s, "compile_seconds": timed["compile_seconds"],
+            "compile": cfg.compile, "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability)}
 
 
-def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> tuple[float, float]:
-    """Train tokens/s of HF ``Trainer`` + ``DataCollatorForLanguageModeling`` (full-vocab logits), same model/batch."""
+def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
+    """HF ``Trainer`` + ``DataCollatorForLanguageModeling`` (full-vocab logits), same model, batch and precision:
+    ``warmup + steps`` optimizer steps, the last ``steps`` timed (a synchronize, then the clock, at each step end)."""
     import torch
     from datasets import load_from_disk
-    from transformers import (
-        AutoTokenizer,
-        DataCollatorForLanguageModeling,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,  # fmt: skip
-    )
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
+    from tasks.pretrain.hardware import train_flops_per_token
     from tasks.pretrain.init import build_model
 
+    device = torch.device(cfg.hardware.device)
     torch.manual_seed(cfg.seed)
     tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
     train = load_from_disk(str(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train"))
-    model = build_model(cfg, len(tok), len(train[0]["input_ids"]), tok.pad_token_id)
-    stamps: list[float] = []
+    seq_len = len(train[0]["input_ids"])
+    model = build_model(cfg, len(tok), seq_len, tok.pad_token_id)
+    stamps: list[tuple[float, float]] = []  # after 0, 1, 2, ... steps
 
     class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
+        def on_train_begin(self, args, state, control, **kwargs):
+            _sync(device)
             stamps.append((time.perf_counter(), time.process_time()))
 
-    cuda = torch.cuda.is_available()
+        on_step_end = on_train_begin
+
     args = TrainingArguments(
         output_dir=str(data / "hf_trainer"), per_device_train_batch_size=cfg.batch_size_blocks,
-        max_steps=warmup + steps + 1, learning_rate=cfg.lr, save_strategy="no", report_to=[], seed=cfg.seed,
-        bf16=cuda and cfg.bf16, use_cpu=not cuda, disable_tqdm=True,
+        max_steps=warmup + steps, learning_rate=cfg.lr, save_strategy="no", report_to=[], seed=cfg.seed,
+        bf16=device.type == "cuda" and cfg.bf16, tf32=True if device.type == "cuda" else None,  # as the stage
+        use_cpu=device.type == "cpu", disable_tqdm=True,
     )  # fmt: skip
     collator = DataCollatorForLanguageModeling(tok, mlm_probability=cfg.mlm_probability)
     Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[Clock()]).train()
-    tokens = steps * cfg.batch_size_blocks * len(train[0]["input_ids"])
+    tokens = steps * cfg.batch_size_blocks * seq_len
     (wall0, cpu0), (wall1, cpu1) = stamps[warmup], stamps[warmup + steps]
-    return tokens / (wall1 - wall0), tokens / (cpu1 - cpu0)
-
-
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    return {"tokens_per_s": tokens / (wall1 - wall0), "tokens_per_cpu_s": tokens / (cpu1 - cpu0),
+            "first_step_seconds": stamps[1][0] - stamps[0][0], "compile_seconds": None, "compile": False,
+            "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability)}
 
 
 def worker(args: argparse.Namespace) -> dict:
-    """Measure one variant in this process; returns tokens/s, peak memory and (on CUDA) MFU."""
+    """Measure one variant in this process: tokens/s, FLOPs, peak host and (CUDA) device memory, the device."""
     import torch
 
-    from tasks.pretrain.hardware import peak_flops, train_flops_per_token
-    from tasks.pretrain.init import build_model
+    from tasks.common.device import describe, peak_memory_mib
 
-    cfg = stage_config(args.preset, args.batch, args.mlm_probability, bf16=True)
+    cfg = stage_config(args.preset, args.batch, args.mlm_probability, args.device)
     measure = measure_stage if args.variant == "stage" else measure_hf_trainer
-    tokens_per_s, tokens_per_cpu_s = measure(Path(args.data), cfg, args.warmup, args.steps)
-    # the same FLOP count for both variants (the stage's, i.e. the work needed), so FLOP/s ratios = speed ratios
-    flops_per_token = train_flops_per_token(build_model(cfg, 8000, args.seq_len, 0), args.seq_len, args.mlm_probability)
-    out = {"variant": args.variant, "tokens_per_s": tokens_per_s, "tokens_per_cpu_s": tokens_per_cpu_s,
-           "flops_per_token": flops_per_token, "achieved_flops_per_s": tokens_per_s * flops_per_token,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
-    if torch.cuda.is_available():
-        device = torch.device("cuda")
-        out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        peak = peak_flops(device, bf16=True)
-        if peak:
-            out["mfu"] = tokens_per_s * flops_per_token / peak
-        out["gpu"] = torch.cuda.get_device_name(device)
-    return out
+    out = {"variant": args.variant, **measure(Path(args.data), cfg, args.warmup, args.steps)}
+    device = torch.device(args.device)
+    return out | describe(device) | {
+        "achieved_flops_per_s": out["tokens_per_s"] * out["flops_per_token"],
+        "peak_rss_mb": peak_rss_mb(),
+        "peak_cuda_mib": peak_memory_mib(device), "bf16": device.type == "cuda" and cfg.bf16,
+    }  # fmt: skip
 
 
-def spawn(variant: str, data: Path, preset: str, batch: int, steps: int, warmup: int) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--preset", preset,
-           "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]  # fmt: skip
-    # both variants alike: idle OpenMP threads sleep (spinning ones collapse throughput on a shared machine)
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (``VmHWM``, MiB): not ``ru_maxrss``, which keeps the high-water mark
+    of the parent this process was forked from across ``exec`` (the parent that built the data)."""
+    for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise KeyError("/proc/self/status has no VmHWM")
+
+
+def spawn(variant: str, data: Path, opts: dict, device) -> dict:
+    """One worker in a fresh process; on CUDA it sees only ``device`` (as ``cuda:0``), so HF Trainer cannot
+    spread over other GPUs (DataParallel) and both variants run on the same one."""
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}  # idle threads sleep
+    target = "cpu"
+    if device.type == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[device.index] if visible else str(device.index)
+        target = "cuda:0"
+    cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--device", target,
+           "--preset", opts["preset"], "--batch", str(opts["batch"]), "--steps", str(opts["steps"]),
+           "--warmup", str(opts["warmup"]), "--mlm-probability", str(opts["mlm_probability"])]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def compare(data: Path, preset: str, batch: int, steps: int, warmup: int, rounds: int) -> dict:
+def compare(data: Path, opts: dict, device) -> dict:
     """Alternate stage / HF Trainer workers ``rounds`` times; medians and their ratio."""
     runs: dict[str, list[dict]] = {"stage": [], "hf_trainer": []}
-    for _ in range(rounds):
+    for _ in range(opts["rounds"]):
         for variant in runs:
-            runs[variant].append(spawn(variant, data, preset, batch, steps, warmup))
+            runs[variant].append(spawn(variant, data, opts, device))
             print(json.dumps(runs[variant][-1]), flush=True)
     med = {v: statistics.median(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
     cpu = {v: statistics.median(r["tokens_per_cpu_s"] for r in rs) for v, rs in runs.items()}
     flops_per_token = runs["stage"][0]["flops_per_token"]
     return {
-        "preset": preset, "batch_blocks": batch, "steps_timed": steps, "rounds": rounds,
+        "preset": opts["preset"], "batch_blocks": opts["batch"], "seq_len_tokens": opts["seq_len"],
+        "mlm_probability": opts["mlm_probability"], "steps_timed": opts["steps"], "warmup_steps": opts["warmup"],
+        "rounds": opts["rounds"], "bf16": runs["stage"][0]["bf16"], "compile": runs["stage"][0]["compile"],
         "flops_per_token": flops_per_token, "stage_achieved_flops_per_s": med["stage"] * flops_per_token,
         "stage_tokens_per_s": med["stage"], "hf_trainer_tokens_per_s": med["hf_trainer"],
         "speedup": med["stage"] / med["hf_trainer"],
         # tokens per second of process CPU time: less sensitive to other jobs on a shared machine
         "speedup_cpu_time": cpu["stage"] / cpu["hf_trainer"],
-        "peak_rss_mb": {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()}, "runs": runs,
+        "compile_seconds": statistics.median(r["compile_seconds"] or 0.0 for r in runs["stage"]),
+        "first_step_seconds": {v: statistics.median(r["first_step_seconds"] for r in rs) for v, rs in runs.items()},
+        "peak_rss_mb": {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()},
+        "peak_cuda_mib": {v: max(r["peak_cuda_mib"] or 0.0 for r in rs) or None for v, rs in runs.items()},
+        "runs": runs,
     }  # fmt: skip
 
 
-def cpu_matmul_flops(size: int = 1024, seconds: float = 2.0) -> float:
-    """FLOP/s of float32 ``size x size`` matmuls on this machine's torch threads: the CPU limit a train step's
-    FLOPs read against (2 * size**3 FLOPs per product; best of repeated 0.25 s windows)."""
+def matmul_flops(device, seconds: float = 2.0) -> dict:
+    """The limit a train step's FLOPs read against, measured here: FLOP/s of square matrix products on
+    ``device`` (CPU: float32 1024^3 on torch's threads; CUDA: bf16 8192^3), best window over ``seconds``
+    (2 * size**3 FLOPs per product; each window synchronized, and doubled until it lasts 0.1 s)."""
     import torch
 
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    best, deadline = 0.0, time.perf_counter() + seconds
+    cuda = device.type == "cuda"
+    size, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    torch.mm(a, b)
+    _sync(device)
+    per_window, best, deadline = 1, 0.0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        start, count = time.perf_counter(), 0
-        while time.perf_counter() - start < 0.25:
+        start = time.perf_counter()
+        for _ in range(per_window):
             torch.mm(a, b)
-            count += 1
-        best = max(best, 2 * size**3 * count / (time.perf_counter() - start))
-    return best
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        best = max(best, 2 * size**3 * per_window / elapsed)
+        per_window *= 2 if elapsed < 0.1 else 1
+    del a, b
+    if cuda:
+        torch.cuda.empty_cache()
+    kind = f"{'bf16' if cuda else 'float32'} {size}^3 matmul"
+    return {"kind": kind, "flops_per_s": best, "threads": None if cuda else torch.get_num_threads()}
 
 
-def summary_rows(cpu: dict, matmul_flops: float, target: float) -> list[dict]:
-    """The README/`make bench` row of the CPU comparison (``limit``: tokens/s if every FLOP ran at matmul speed)."""
-    limit = matmul_flops / cpu["flops_per_token"]
+def summary_rows(cmp: dict, limit: dict, device: dict, target: float) -> list[dict]:
+    """The README/``make bench`` row (``limit``: tokens/s if every FLOP ran at the measured matmul speed); on
+    CUDA the case also names the MFU against the GPU's datasheet peak."""
+    tokens_limit = limit["flops_per_s"] / cmp["flops_per_token"]
+    how = [f"{cmp['preset']} preset", *["bf16"] * cmp["bf16"], *["torch.compile"] * cmp["compile"]]
+    case = ", ".join([*how, f"{cmp['batch_blocks']} x {cmp['seq_len_tokens']}-token blocks"])
+    if device["device"].startswith("cuda"):
+        mfu = cmp.get("mfu_vs_datasheet")
+        peak = (f"MFU {mfu:.0%} of the {limit['datasheet_peak_flops_per_s'] / 1e12:,.0f} TFLOP/s bf16 datasheet peak"
+                if mfu is not None else "datasheet peak unknown")  # fmt: skip
+        case += f", {device['device_name']} ({peak})"
+    else:
+        case += ", CPU"
     return [{
-        "benchmark": "pretrain", "case": f"{cpu['preset']} preset, {cpu['batch_blocks']} x 128-token blocks, CPU",
-        "unit": "train tokens/s", "ours": cpu["stage_tokens_per_s"], "best_peer": "HF Trainer",
-        "best_peer_value": cpu["hf_trainer_tokens_per_s"], "ratio_vs_best_peer": cpu["speedup"], "limit": limit,
-        "fraction_of_limit": cpu["stage_tokens_per_s"] / limit, "goal": f">= {target}x HF Trainer",
-        "meets_goal": cpu["speedup"] >= target,
+        "benchmark": "pretrain", "case": case, "unit": "train tokens/s", "ours": cmp["stage_tokens_per_s"],
+        "best_peer": "HF Trainer", "best_peer_value": cmp["hf_trainer_tokens_per_s"],
+        "ratio_vs_best_peer": cmp["speedup"], "limit": tokens_limit,
+        "fraction_of_limit": cmp["stage_tokens_per_s"] / tokens_limit, "goal": f">= {target}x HF Trainer",
+        "meets_goal": cmp["speedup"] >= target,
     }]  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--variant", choices=["stage", "hf_trainer"])
+    parser.add_argument("--variant", choices=["stage", "hf_trainer"], help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, few steps, one round (a dry run)")
     parser.add_argument("--data", help="folder from build_data (default: built in a temp dir)")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--batch", type=int, default=32, help="blocks per step")
-    parser.add_argument("--seq-len", type=int, default=128, help="tokens per block")
-    parser.add_argument("--mlm-probability", type=float, default=0.15)
-    parser.add_argument("--steps", type=int, default=12, help="timed steps per worker")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2)
+    for flag, kind in (("preset", str), ("batch", int), ("seq-len", int), ("vocab", int), ("mlm-probability", float),
+                       ("steps", int), ("warmup", int), ("rounds", int)):  # fmt: skip
+        parser.add_argument(f"--{flag}", type=kind, help="default: per device (SETTINGS), or --quick's")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain.json"))
     args = parser.parse_args()
     if args.worker:
@@ -279,29 +357,41 @@ def main() -> None:
         return
     import torch
 
+    from tasks.common.device import describe, resolve
+    from tasks.pretrain.hardware import peak_flops
+
+    try:
+        device = resolve(args.device)
+    except ValueError as err:  # no such device: one line, not a traceback
+        parser.error(str(err))
+    opts = dict(SETTINGS["quick" if args.quick else device.type])
+    opts.update({k: v for k, v in vars(args).items() if k in opts and v is not None})
+    if opts["warmup"] < 1 or opts["steps"] < 1:
+        parser.error("--warmup and --steps must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
         data = Path(args.data) if args.data else Path(tmp)
         if not args.data:
-            build_data(data, vocab_size=8000, seq_len=args.seq_len)
-        cpu = compare(data, args.preset, args.batch, args.steps, args.warmup, args.rounds)
-        matmul_flops = cpu_matmul_flops()
-        rows = summary_rows(cpu, matmul_flops, TARGET_SPEEDUP_CPU)
-        result = {
-            "what": "train tokens/s: pretrain stage step vs HF Trainer + DataCollatorForLanguageModeling",
-            "machine": {"cpus": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
-                        "fp32_matmul_flops_per_s": matmul_flops},  # fmt: skip
-            "cpu": cpu,
-            "target_speedup_cpu": TARGET_SPEEDUP_CPU,
-            "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
-            "fraction_of_limit": rows[0]["fraction_of_limit"],
-            "rows": rows,
-        }
-        if torch.cuda.is_available():
-            result["gpu_base_bf16"] = compare(data, "base", 64, 30, 5, 1)
-        else:
-            result["gpu_base_bf16"] = {"skipped": "no CUDA device in this run"}
+            build_data(data, vocab_size=opts["vocab"], seq_len=opts["seq_len"], max_docs=opts["max_docs"])
+        cmp = compare(data, opts, device)
+    limit = matmul_flops(device, seconds=0.5 if args.quick else 2.0)
+    where = describe(device)
+    limit["datasheet_peak_flops_per_s"] = peak_flops(device, bf16=True) if device.type == "cuda" else None
+    if limit["datasheet_peak_flops_per_s"]:
+        cmp["mfu_vs_datasheet"] = cmp["stage_achieved_flops_per_s"] / limit["datasheet_peak_flops_per_s"]
+        cmp["hf_trainer_mfu_vs_datasheet"] = cmp["mfu_vs_datasheet"] / cmp["speedup"]
+    cmp["mfu_vs_measured_matmul"] = cmp["stage_achieved_flops_per_s"] / limit["flops_per_s"]
+    rows = summary_rows(cmp, limit, where, TARGET_SPEEDUP)
+    result = {
+        "what": "train tokens/s: pretrain stage loop vs HF Trainer + DataCollatorForLanguageModeling, same device",
+        "device": where, "quick": args.quick, "limit": limit, "comparison": cmp,
+        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+                    "torch": torch.__version__, "cuda": torch.version.cuda},  # fmt: skip
+        "target_speedup": TARGET_SPEEDUP, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
+        "fraction_of_limit": rows[0]["fraction_of_limit"], "rows": rows,
+    }  # fmt: skip
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(json.dumps({k: v for k, v in result["cpu"].items() if k != "runs"}, indent=1))
+    print(json.dumps({k: v for k, v in cmp.items() if k != "runs"} | {"device": where}, indent=1))
 
 
 if __name__ == "__main__":
