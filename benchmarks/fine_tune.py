@@ -356,7 +356,7 @@ def main() -> None:
         return
     import torch
 
-    from benchmarks.pretrain import cpu_matmul_flops
+    from benchmarks.pretrain import matmul_flops
 
     tcfg, threads = recipe()
     with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
@@ -364,7 +364,7 @@ def main() -> None:
         bbc_rows(data, args.steps * tcfg.batch_size, args.eval_docs)
         cpu = compare(data, args, "cpu")
         torch.set_num_threads(threads)  # the limit at the workers' thread count
-        matmul, flops = cpu_matmul_flops(), model_flops(bench_job(data, tcfg))
+        matmul, flops = matmul_flops(torch.device("cpu"))["flops_per_s"], model_flops(bench_job(data, tcfg))
         rows = summary_rows(cpu, flops, matmul, args, tcfg, threads)
         result = {
             "what": "fine-tuning train tokens/s (non-pad) and eval docs/s: finetune train_epoch/predict vs HF Trainer",
