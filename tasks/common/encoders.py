@@ -182,3 +182,16 @@ def pad_token_id(folder: Path) -> int:
     if pad is None:
         raise ValueError(f"{folder}: tokenizer has no pad token")
     return int(pad)
+
+
+def mlm_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The MLM head of an HF masked-LM model: ``cls`` (BERT), ``lm_head`` (RoBERTa family) or ``head`` then
+    ``decoder`` (ModernBERT); maps ``(..., hidden)`` to ``(..., vocab)``. Each ``*ForMaskedLM.forward`` is exactly
+    ``head(base_model(...)[0])`` (ModernBERT's ``final_norm`` is inside its base model), so the head applied to
+    some positions gives those positions' logits. Raises ``TypeError`` otherwise."""
+    for name in ("cls", "lm_head"):
+        if isinstance(getattr(model, name, None), torch.nn.Module):
+            return getattr(model, name)
+    if all(isinstance(getattr(model, name, None), torch.nn.Module) for name in ("head", "decoder")):
+        return torch.nn.Sequential(model.head, model.decoder)
+    raise TypeError(f"{type(model).__name__} has no MLM head (cls, lm_head or head + decoder)")

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tasks.common.encoders import mlm_head
+
 IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch cross_entropy's ignore_index)
 
 
@@ -105,17 +107,6 @@ def unigram_log_probs(input_ids: torch.Tensor, maskable: torch.Tensor, vocab: Ma
     counts = torch.bincount(input_ids[maskable], minlength=len(vocab.continuation)).double() + 1.0
     counts[vocab.special_ids] = 0.0
     return (counts / counts.sum()).log()
-
-
-def mlm_head(model: nn.Module) -> nn.Module:
-    """The MLM head of an HF masked-LM model: ``cls`` (BERT), ``lm_head`` (RoBERTa family) or ``head`` then
-    ``decoder`` (ModernBERT); maps ``(..., hidden)`` to ``(..., vocab)``. Raises ``TypeError`` otherwise."""
-    for name in ("cls", "lm_head"):
-        if isinstance(getattr(model, name, None), nn.Module):
-            return getattr(model, name)
-    if isinstance(getattr(model, "head", None), nn.Module) and isinstance(getattr(model, "decoder", None), nn.Module):
-        return nn.Sequential(model.head, model.decoder)
-    raise TypeError(f"{type(model).__name__} has no MLM head (cls, lm_head or head + decoder)")
 
 
 class MaskedOnlyMLM(nn.Module):

@@ -31,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from tasks.common.device import autocast, place
-from tasks.common.encoders import load_masked_lm, load_tokenizer, model_dir, pretrained_dir, tokenization
+from tasks.common.encoders import load_masked_lm, load_tokenizer, mlm_head, model_dir, pretrained_dir, tokenization
 from tasks.config.paths import Paths
 
 REQUIRED_KEYS = ("phenomenon", "good", "bad")
@@ -210,16 +210,9 @@ def pseudo_log_likelihoods(model: torch.nn.Module, input_ids: Sequence[Sequence[
 
 
 def mlm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The encoder (``model.base_model``) and MLM head of an HF masked LM: ``cls`` (BERT), ``lm_head`` (RoBERTa
-    family) or ``head`` then ``decoder`` (ModernBERT). Each ``*ForMaskedLM.forward`` is exactly
-    ``head(base_model(...)[0])`` (ModernBERT's ``final_norm`` is inside its base model), so the head applied to
-    some positions gives those positions' logits. Raises ``TypeError`` for a model without one of these heads."""
-    for name in ("cls", "lm_head"):
-        if isinstance(getattr(model, name, None), torch.nn.Module):
-            return model.base_model, getattr(model, name)
-    if all(isinstance(getattr(model, name, None), torch.nn.Module) for name in ("head", "decoder")):
-        return model.base_model, torch.nn.Sequential(model.head, model.decoder)
-    raise TypeError(f"{type(model).__name__} has no MLM head (cls, lm_head or head + decoder)")
+    """The encoder (``model.base_model``) and MLM head (``tasks.common.encoders.mlm_head``) of an HF masked LM.
+    Raises ``TypeError`` for a model without an MLM head."""
+    return model.base_model, mlm_head(model)
 
 
 def collate(chunk: Sequence[tuple[int, int, list[int]]], input_ids: Sequence[Sequence[int]],
