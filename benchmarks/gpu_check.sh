@@ -5,7 +5,8 @@
 #      cost, a 2-rank NCCL run when two GPUs exist);
 #   3. benchmarks/pretrain.py: the base preset in bf16 with compile, SDPA, packed blocks and the masked-only
 #      head against HF Trainer on the same model, batch and precision (-> pretrain_gpu.json);
-#   4. a short run of the gpu profile end to end (benchmarks/_gpu_profile_run.py -> gpu_profile_run.json).
+#   4. benchmarks/fine_tune.py: the fine-tuning loop against HF Trainer on the GPU (-> fine_tune_gpu.json);
+#   5. a short run of the gpu profile end to end (benchmarks/_gpu_profile_run.py -> gpu_profile_run.json).
 # Everything goes to $OUT when it is set (else benchmarks/results/gpu_check/), each step's log and its time too.
 #
 #   bash benchmarks/gpu_check.sh             # on a CUDA machine
@@ -63,6 +64,8 @@ if [ "$DRY" = 1 ]; then
   step gpu_tests_collected bash -c "'$PY' -m pytest -m gpu --collect-only -q -p no:cacheprovider | tee /dev/stderr \
     | awk '/tests? collected|selected/ {print}' | grep -Eq '([5-9]|[1-9][0-9]+) (/ [0-9]+ )?tests? (collected|selected)|([5-9]|[1-9][0-9]+) selected'"
   step pretrain_bench "$PY" benchmarks/pretrain.py --quick --device cpu --out "$OUT_DIR/pretrain_gpu.json"
+  step fine_tune_bench "$PY" benchmarks/fine_tune.py --devices cpu --rounds 1 --steps 2 --warmup 1 --eval-docs 16 \
+    --out "$OUT_DIR/fine_tune_gpu.json"
   step gpu_profile_run "$PY" benchmarks/_gpu_profile_run.py --profile gpu --dry-run --out "$OUT_DIR/gpu_profile_run.json"
 else
   step machine machine
@@ -71,6 +74,7 @@ else
   status=0
   step gpu_tests "$PY" -m pytest -m gpu -q -p no:cacheprovider -x || status=1
   step pretrain_bench "$PY" benchmarks/pretrain.py --device cuda --out "$OUT_DIR/pretrain_gpu.json" || status=1
+  step fine_tune_bench "$PY" benchmarks/fine_tune.py --devices cuda --out "$OUT_DIR/fine_tune_gpu.json" || status=1
   step gpu_profile_run "$PY" benchmarks/_gpu_profile_run.py --profile gpu --out "$OUT_DIR/gpu_profile_run.json" || status=1
   echo "== times (step, seconds, exit status)"; cat "$OUT_DIR/times.tsv"
   exit "$status"

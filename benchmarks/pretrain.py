@@ -291,14 +291,15 @@ def compare(data: Path, opts: dict, device) -> dict:
     }  # fmt: skip
 
 
-def matmul_flops(device, seconds: float = 2.0) -> dict:
+def matmul_flops(device, seconds: float = 2.0, bf16: bool | None = None) -> dict:
     """The limit a train step's FLOPs read against, measured here: FLOP/s of square matrix products on
-    ``device`` (CPU: float32 1024^3 on torch's threads; CUDA: bf16 8192^3), best window over ``seconds``
-    (2 * size**3 FLOPs per product; each window synchronized, and doubled until it lasts 0.1 s)."""
+    ``device`` (CPU: float32 1024^3 on torch's threads, bf16 with ``bf16``; CUDA: bf16 8192^3), best window over
+    ``seconds`` (2 * size**3 FLOPs per product; each window synchronized, and doubled until it lasts 0.1 s)."""
     import torch
 
     cuda = device.type == "cuda"
-    size, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
+    bf16 = cuda if bf16 is None else bf16
+    size, dtype = 8192 if cuda else 1024, torch.bfloat16 if bf16 else torch.float32
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     torch.mm(a, b)
     _sync(device)
@@ -314,7 +315,7 @@ def matmul_flops(device, seconds: float = 2.0) -> dict:
     del a, b
     if cuda:
         torch.cuda.empty_cache()
-    kind = f"{'bf16' if cuda else 'float32'} {size}^3 matmul"
+    kind = f"{'bf16' if bf16 else 'float32'} {size}^3 matmul"
     return {"kind": kind, "flops_per_s": best, "threads": None if cuda else torch.get_num_threads()}
 
 

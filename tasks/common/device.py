@@ -104,10 +104,34 @@ def place(tensors, device: torch.device):
     return tensors.to(device)
 
 
-def autocast(device: torch.device, bf16: bool = True) -> AbstractContextManager:
-    """bf16 autocast on CUDA (matrix products in bf16, weights and reductions in fp32); a no-op elsewhere."""
+def autocast(device: torch.device, bf16: bool = True, cpu: bool = False) -> AbstractContextManager:
+    """bf16 autocast (matrix products in bf16, weights and reductions in fp32) on CUDA, and on the CPU when
+    ``cpu`` is set (``cpu_bf16``); a no-op elsewhere."""
+    on = device.type == "cuda" or (cpu and device.type == "cpu")
     return torch.autocast(device_type="cuda" if device.type == "cuda" else "cpu", dtype=torch.bfloat16,
-                          enabled=bf16 and device.type == "cuda")  # fmt: skip
+                          enabled=bf16 and on)  # fmt: skip
+
+
+def cpu_bf16(setting: str) -> bool:
+    """Whether a CPU stage's training steps run under bf16 autocast: ``fp32`` never, ``bf16`` always, ``auto``
+    when the CPU multiplies bf16 in hardware (``native_cpu_bf16``). Raises ``ValueError`` for another value.
+
+    With AVX512-BF16 oneDNN runs bf16 matrix products at about twice the fp32 rate (MiniLM-L6 forward and
+    backward, batch 8 x 128 tokens, one thread: 0.88 s against 1.55 s per step on this project's CI machine);
+    without it they are emulated and slower than fp32, hence ``auto``."""
+    if setting not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"cpu precision: expected auto, bf16 or fp32, got {setting!r}")
+    return setting == "bf16" or (setting == "auto" and native_cpu_bf16())
+
+
+def native_cpu_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """True when the CPU has a bf16 dot-product instruction (the ``avx512_bf16`` or ``amx_bf16`` flag in
+    ``cpuinfo``); False where the file is absent (not Linux) or lists neither."""
+    try:
+        flags = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return re.search(r"\b(avx512_bf16|amx_bf16)\b", flags) is not None
 
 
 def peak_memory_mib(device: torch.device) -> float | None:

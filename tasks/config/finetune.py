@@ -144,6 +144,9 @@ class FinetuneParams(StrictModel):
     workers: int = Field(gt=0, description="CPU: runs trained at once, one process each (1 = in-process)")
     runs_per_gpu: int = Field(1, gt=0, description="CUDA: runs trained at once on each visible GPU, one process each "
                               "(small models leave a GPU idle between kernels: 2-4 fill it)")
+    cpu_train_precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="CPU runs: training steps under bf16 autocast (fp32 master weights; predictions stay "
+        "fp32): auto = when the CPU has AVX512-BF16 or AMX (about 1.8x faster there), bf16 = always, fp32 = never")
     operational: OperationalParams
     recipes: dict[str, TaskParams] = Field(min_length=1, description="recipe name -> arms, budget, optimisation")
     tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section (see the class docstring)")

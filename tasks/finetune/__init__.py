@@ -31,7 +31,7 @@ from types import ModuleType
 
 import datasets
 
-from tasks.common.device import resolve
+from tasks.common.device import cpu_bf16, resolve
 from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
@@ -66,8 +66,9 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     save_to = {job.key: operational.folder_for(out_dir, job.key) for job in arms} if cfg.operational.enabled else {}
     device = resolve(cfg.hardware.device)
     runner = Runner(cfg.torch_threads, slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
-                    cfg.hardware.deterministic)  # fmt: skip
-    log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once)")
+                    cfg.hardware.deterministic, device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision))  # fmt: skip
+    precision = "bf16 autocast" if runner.cpu_bf16 or device.type == "cuda" else "fp32"
+    log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision})")
     results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
     measured = operational.measure_arms(arms, out_dir, cfg.operational, device, log) if save_to else {}
     runs = {}
@@ -85,6 +86,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
+    extra |= {"train_precision": precision}
     return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
             "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
             "selection": select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines],

@@ -87,10 +87,12 @@ def slots(setting: str, device: torch.device, workers: int, runs_per_gpu: int) -
 
 class Runner:
     """Runs ``train_and_test`` on device ``slots`` (``slots``): over a process pool when there are several,
-    else in this process. ``deterministic``: ``hardware.deterministic``, applied in every worker too."""
+    else in this process. ``deterministic``: ``hardware.deterministic``, applied in every worker too;
+    ``cpu_bf16``: given to every run (``Run.cpu_bf16``)."""
 
-    def __init__(self, threads: int, slots: list[str], deterministic: bool = False) -> None:
+    def __init__(self, threads: int, slots: list[str], deterministic: bool = False, cpu_bf16: bool = False) -> None:
         self.threads, self.slots, self.deterministic, self.pool = threads, slots, deterministic, None
+        self.cpu_bf16 = cpu_bf16
         self.workers = len(slots)
 
     def __enter__(self) -> Runner:
@@ -126,14 +128,14 @@ class Runner:
         with tqdm(total=total, desc="finetune runs", unit="run") as bar:
             if self.pool is None:
                 while waiting:
-                    run = replace(heapq.heappop(waiting)[2], device=self.slots[0])
+                    run = replace(heapq.heappop(waiting)[2], device=self.slots[0], cpu_bf16=self.cpu_bf16)
                     push(follow(run, train_and_test(run)))
                     bar.update()
                 return
             running: dict = {}
             while waiting or running:
                 while waiting and len(running) < self.workers:
-                    run = replace(heapq.heappop(waiting)[2], device=self.free_slot(running))
+                    run = replace(heapq.heappop(waiting)[2], device=self.free_slot(running), cpu_bf16=self.cpu_bf16)
                     running[self.pool.submit(_quiet_run, run)] = run
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:

@@ -4,7 +4,9 @@
 returns everything (per-epoch history, test records and scores), so runs can go to worker processes and the
 parent logs them to MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not
 depend on where it ran. A run trains on ``Run.device`` (the scheduler in ``sweep`` picks it): models and batches
-move with ``tasks.common.device.place`` and forward passes run under its bf16 ``autocast`` on CUDA. The training
+move with ``tasks.common.device.place`` and forward passes run under its bf16 ``autocast`` on CUDA; on the CPU the
+training steps do too when ``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``), while predictions stay
+fp32 there, so the scores reported are those of the fp32 weights a user loads. The training
 loop reads no scalar from the device inside an epoch (the losses are summed on the device and read once per
 epoch), so the host queues the next step's kernels while the GPU runs this one.
 """
@@ -31,13 +33,15 @@ TRAINED_ENCODERS = ("reference", "adapted")
 class Run:
     """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates;
     ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement;
-    ``device``: where it trains (``cpu``, ``cuda:N``; ``meta`` in the placement tests)."""
+    ``device``: where it trains (``cpu``, ``cuda:N``; ``meta`` in the placement tests); ``cpu_bf16``: training
+    steps on the CPU under bf16 autocast (``tasks.common.device.cpu_bf16``)."""
 
     job: object
     seed: int
     lr_scale: float
     save_to: Path | None = None
     device: str = "cpu"
+    cpu_bf16: bool = False
 
 
 def train_and_test(run: Run, show_progress: bool = True) -> dict:
@@ -88,7 +92,8 @@ def train(model, run: Run, show_progress: bool) -> dict:
     device = torch.device(run.device)
     for epoch in range(1, tcfg.max_epochs + 1):
         desc = f"{job.key} seed {run.seed} lr x{run.lr_scale:g} epoch {epoch}"
-        loss = train_epoch(model, job, optimizer, schedule, generator, device, desc if show_progress else None)
+        loss = train_epoch(model, job, optimizer, schedule, generator, device, desc if show_progress else None,
+                           run.cpu_bf16)
         _, dev = evaluate(model, job, "dev", device)
         history.append({"epoch": epoch, "train_loss": loss, f"dev_{select}": dev[select]})
         finite = math.isfinite(loss)
@@ -111,12 +116,14 @@ def evaluate(model, job, split: str, device: torch.device) -> tuple[list[dict], 
     return recs, job.task.score(recs, job.labels)
 
 
-def train_epoch(model, job, optimizer, schedule, generator, device: torch.device, desc: str | None) -> float:
+def train_epoch(model, job, optimizer, schedule, generator, device: torch.device, desc: str | None,
+                cpu_bf16: bool = False) -> float:
     """One shuffled pass (order from ``generator``); returns the mean training loss (nan if it blew up).
 
     The losses stay on ``device`` until the epoch ends (one host sync per epoch, not per step). A non-finite
     loss turns the epoch's mean into nan, which stops the run after this epoch (``train``). ``desc`` labels the
-    progress bar; None hides it (runs in worker processes would interleave their bars).
+    progress bar; None hides it (runs in worker processes would interleave their bars). ``cpu_bf16``: see
+    ``train_step``.
     """
     model.train()
     exs, tcfg = job.exs["train"], job.tcfg
@@ -124,7 +131,8 @@ def train_epoch(model, job, optimizer, schedule, generator, device: torch.device
                                      tcfg.length_group_batches, generator)
     total = torch.zeros((), dtype=torch.float64, device=device)
     for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5, disable=desc is None):
-        loss = train_step(model, place(job.task.collate([exs[i] for i in batch_idx], job.pad_id), device), device)
+        batch = place(job.task.collate([exs[i] for i in batch_idx], job.pad_id), device)
+        loss = train_step(model, batch, device, cpu_bf16)
         torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
         optimizer.step()
         schedule.step()
@@ -132,12 +140,13 @@ def train_epoch(model, job, optimizer, schedule, generator, device: torch.device
     return float(total) / len(batches)
 
 
-def train_step(model, batch: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+def train_step(model, batch: dict[str, torch.Tensor], device: torch.device, cpu_bf16: bool = False) -> torch.Tensor:
     """Forward and backward of one collated ``batch`` already on ``device`` (``input_ids``, ``attention_mask``,
     ``labels``; (batch, seq_len) tensors, labels (batch,) for cls, (batch, seq_len) with -100 for ner); returns
-    the mean cross-entropy (nats, a 0-dim tensor on ``device``) and leaves the gradients in the model."""
+    the mean cross-entropy (nats, a 0-dim tensor on ``device``) and leaves the gradients in the model. The
+    forward runs under bf16 autocast on CUDA, and on the CPU with ``cpu_bf16``; the loss is taken in fp32."""
     model.zero_grad(set_to_none=True)
-    with autocast(device):
+    with autocast(device, cpu=cpu_bf16):
         logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
     loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
     loss.backward()
