@@ -35,7 +35,7 @@ from tasks.common.device import cpu_bf16, resolve
 from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune import baselines, operational
+from tasks.finetune import baselines, export, operational
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
 from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
@@ -81,6 +81,9 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
             runs[baselines.KEYS[name]], timed = run_baseline(item, spec.module, name, any_tok, labels, tcfg, cfg,
                                                              out_dir, child)  # fmt: skip
         measured |= {baselines.KEYS[name]: timed} if timed else {}
+    selection = select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines], spec.module)
+    best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (export.py)
+    kept = export.keep_selected(best, results[best.key], selection, cfg, out_dir, runner, log)
     operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
@@ -89,9 +92,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     extra |= {"train_precision": precision}
     return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
             "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
-            "selection": select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines],
-                                     spec.module),
-            **extra, "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,
+            "selection": selection, "export": kept, **extra, "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,
             "elapsed_minutes": round((time.perf_counter() - started) / 60, 2)}
 
 
