@@ -91,7 +91,7 @@ def flow_env(tmp_path: Path) -> dict[str, str]:
 
 def run_flow(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "flows.pipeline"], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=1200)  # two test files run at once (make test -n 2)
 
 
 @pytest.fixture(scope="module")
