@@ -126,6 +126,16 @@ class NullLog:
         (here: none)."""
         return {}
 
+    def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
+                           pip_requirements: list[str]) -> dict | None:  # fmt: skip
+        """Log a transformers ``pipeline`` with MLflow's ``transformers`` flavour (here: nothing; None)."""
+        return None
+
+    def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
+                         move_alias: bool) -> dict | None:  # fmt: skip
+        """Register ``model_uri`` as a new version of ``name`` (here: nothing; None)."""
+        return None
+
     @contextmanager
     def child(self, name: str) -> Iterator[NullLog]:
         """A nested run (here: another NullLog)."""
@@ -209,6 +219,43 @@ class MlflowLog(NullLog):
                                          order_by=["attributes.start_time ASC"], max_results=1000)  # fmt: skip
         return {r.info.run_name: (r.info.run_name, r.info.run_id, r.info.experiment_id) for r in found
                 if r.info.run_name in names}
+
+    def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
+                           pip_requirements: list[str]) -> dict | None:  # fmt: skip
+        """Log ``pipeline`` with MLflow's ``transformers`` flavour under run ``run_id`` (this run when None):
+        the model and tokenizer saved as safetensors, ``input_example`` and the signature MLflow infers from it
+        (by running the pipeline), ``pip_requirements`` as given (no inference in a subprocess). The pipeline's
+        task must be registered with transformers in the loading process (``import clozeline.predict``).
+        Returns ``{model_uri, model_id, run_id, signature}``."""
+        import mlflow
+
+        info = mlflow.transformers.log_model(transformers_model=pipeline, name=sanitize_key(name),
+                                             run_id=run_id or self.run_id, input_example=input_example,
+                                             pip_requirements=pip_requirements)  # fmt: skip
+        signature = info.signature.to_dict() if info.signature is not None else None
+        return {"model_uri": info.model_uri, "model_id": info.model_id, "run_id": run_id or self.run_id,
+                "signature": signature}
+
+    def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
+                         move_alias: bool) -> dict | None:  # fmt: skip
+        """Register ``model_uri`` as a new version of the registered model ``name`` (created if absent), set
+        ``tags`` on that version (sanitized), and point ``alias`` at it when ``move_alias``. Returns
+        ``{name, version, alias, alias_moved, alias_version}`` (the version the alias names afterwards, None
+        when it names none)."""
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        version = mlflow.register_model(model_uri, name, await_registration_for=0)
+        for key, value in tags.items():
+            self._client.set_model_version_tag(name, version.version, sanitize_key(key), sanitize_value(value))
+        if move_alias:
+            self._client.set_registered_model_alias(name, alias, version.version)
+        try:
+            current = self._client.get_model_version_by_alias(name, alias).version
+        except MlflowException:
+            current = None
+        return {"name": name, "version": int(version.version), "alias": alias, "alias_moved": move_alias,
+                "alias_version": int(current) if current is not None else None}
 
     @contextmanager
     def child(self, name: str) -> Iterator[MlflowLog]:

@@ -19,6 +19,10 @@ def closure(start: list[str]) -> set[Path]:
     return import_closure(start, ROOT)
 
 
+#: Fields a section gets from tokenize's (export: the NER windows the tagger was trained on) -> tokenize's key.
+TOKENIZE_COPIES = {"ner_window_tokens": "ner_max_seq_len_tokens", "ner_window_overlap_tokens": "ner_window_overlap_tokens"}
+
+
 def keys_read(section: str, item: str | None) -> set[str]:
     """Dotted params keys a stage reads: every field of its section's model (the model is what the stage is
     handed), plus ``paths`` (every stage gets it). Two fields read elsewhere: ``tasks``, the copy of the
@@ -26,8 +30,9 @@ def keys_read(section: str, item: str | None) -> set[str]:
     ``recipes``, of which a task reads only the one its ``recipe`` names; ``hardware``, the copy of the top-level
     ``hardware`` section in the model stages."""
     model: type[BaseModel] = Params.model_fields[section].annotation
-    copied = ("tasks", "recipes", "hardware")
+    copied = ("tasks", "recipes", "hardware", *TOKENIZE_COPIES)
     keys = {f"{section}.{name}" for name in model.model_fields if name not in copied} | {"paths"}
+    keys |= {f"tokenize.{TOKENIZE_COPIES[name]}" for name in model.model_fields if name in TOKENIZE_COPIES}
     if "hardware" in model.model_fields:
         keys.add("hardware")
     if "tasks" in model.model_fields:

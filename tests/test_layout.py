@@ -23,7 +23,7 @@ STAGES = [
     for name, body in DVC.items()
     for item in (foreach_items(body, read_params(ROOT)) if "foreach" in body else [None])
 ]
-CODE = ("tasks/", "flows/")
+CODE = ("tasks/", "flows/", "clozeline")
 
 
 @lru_cache(maxsize=None)

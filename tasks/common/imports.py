@@ -13,7 +13,7 @@ from pathlib import Path
 
 #: The repository root (the folder holding ``tasks/``).
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("tasks", "flows")
+PACKAGES = ("tasks", "flows", "clozeline")
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:

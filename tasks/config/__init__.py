@@ -17,6 +17,7 @@ from pydantic import ValidationError, model_validator
 from tasks.config.base import StrictModel
 from tasks.config.cluster import RayParams
 from tasks.config.dedup import DedupParams
+from tasks.config.export import ExportParams
 from tasks.config.finetune import FinetuneParams
 from tasks.config.hardware import HardwareParams
 from tasks.config.ingest import IngestParams
@@ -26,6 +27,7 @@ from tasks.config.pipeline import PipelineParams
 from tasks.config.pretrain import PretrainParams
 from tasks.config.probe import ProbeParams
 from tasks.config.report import ReportParams
+from tasks.config.release import ReleaseParams
 from tasks.config.snapshot import SnapshotParams
 from tasks.config.split import SplitParams
 from tasks.config.tasks import Tasks
@@ -41,7 +43,8 @@ class ParamsError(ValueError):
 
 class Params(StrictModel):
     """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
-    name = stage name). ``tasks`` is copied into the tokenize and finetune sections, the two stages that read it;
+    name = stage name). ``tasks`` is copied into the tokenize, finetune and export sections, the stages that read it
+(export also gets tokenize's NER window lengths);
     ``hardware`` into the model stages' (pretrain, finetune, probe); ``ray`` into dedup's and leakage's."""
 
     paths: Paths
@@ -56,7 +59,9 @@ class Params(StrictModel):
     pretrain: PretrainParams
     finetune: FinetuneParams
     probe: ProbeParams
+    export: ExportParams
     report: ReportParams
+    release: ReleaseParams
     snapshot: SnapshotParams
     ray: RayParams = RayParams()
     hardware: HardwareParams = HardwareParams()
@@ -79,6 +84,9 @@ class Params(StrictModel):
         # frozen models: model_copy is how a validated section gets the validated tasks
         object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
         object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
+        windows = {"ner_window_tokens": self.tokenize.ner_max_seq_len_tokens,
+                   "ner_window_overlap_tokens": self.tokenize.ner_window_overlap_tokens}
+        object.__setattr__(self, "export", self.export.model_copy(update={"tasks": self.tasks, **windows}))
         for stage in ("dedup", "leakage"):  # the stages with engine: ray
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
         for stage in ("pretrain", "finetune", "probe"):  # the model stages

@@ -1,0 +1,374 @@
+"""Run an exported clozeline model exactly as the pipeline evaluated it.
+
+An export folder (``models/export/<task>/``) is a standard Hugging Face model folder: ``config.json`` with
+``id2label``/``label2id``, ``model.safetensors`` and the tokenizer, loaded by
+``AutoModelForSequenceClassification`` or ``AutoModelForTokenClassification`` and ``AutoTokenizer``. Three
+things the evaluated model does are not what those classes' ``forward`` or the stock pipelines do, so
+``config.json`` records them under ``"clozeline"`` and this module applies them:
+
+- pooling: a classifier reads the *mean* of the last hidden states over the real tokens (``mean``) or the
+  ``[CLS]`` vector (``cls``), then one linear layer (``classifier``, or ``classifier.out_proj`` where the
+  architecture's head has a dense layer first). ``BertForSequenceClassification.forward`` would pool ``[CLS]``
+  through a pooler and ``ModernBertForSequenceClassification.forward`` adds a dense + norm head: neither is the
+  evaluated model, so ``transformers.pipeline("text-classification", ...)`` does not reproduce it;
+- truncation: ``head_tail`` keeps the first ``head_tokens`` and the last tokens of a long document (Sun et al.
+  2019), ``head`` the first ones; a pair ``[CLS] a [SEP] b [SEP]`` is cut longest first; the stock pipeline
+  cuts the head only;
+- token classification: words are tokenized as given (``is_split_into_words``), long sentences become
+  overlapping windows, and each word takes the tag and probability at its *first* subword in the window where
+  it has the most context; a word without subwords is read as ``[UNK]``.
+
+Usage (importing this module registers the two pipeline tasks with transformers)::
+
+    import clozeline.predict
+    from transformers import pipeline
+
+    classify = pipeline("clozeline-text-classification", model="models/export/cls")
+    classify("Shares in the chip maker rose ...")          # [{'label': 'business', 'score': 0.97}]
+    classify({"text": "a premise", "text_pair": "a hypothesis"})   # a pair task
+    tag = pipeline("clozeline-token-classification", model="models/export/ner")
+    tag("john visited paris")                              # [{'word': 'john', 'entity': 'B-person', ...}, ...]
+    tag(["john", "visited", "paris"], is_split_into_words=True)
+
+Command line (one JSON object per line: ``{"doc_id", "text"}``, ``{"doc_id", "text", "text_pair"}`` or
+``{"doc_id", "words"}``)::
+
+    python -m clozeline.predict models/export/cls --input docs.jsonl --output predictions.jsonl
+
+This module needs only torch and transformers (and ``tasks.common.alignment`` of this package for the NER
+windows). A folder that does not load, or whose labels or recipe are inconsistent, raises ``ExportError`` with
+a one-line message naming the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    TextClassificationPipeline,
+    TokenClassificationPipeline,
+    pipeline,
+)
+from transformers.pipelines import PIPELINE_REGISTRY
+
+from tasks.common import alignment
+
+#: The config.json key of the recipe, and the format version this module reads.
+RECIPE_KEY, FORMAT = "clozeline", 1
+TEXT_TASK, TOKEN_TASK = "clozeline-text-classification", "clozeline-token-classification"
+#: Task kind (params.yaml ``tasks.<name>.kind``) -> the pipeline task that runs it.
+PIPELINE_OF = {"classification": TEXT_TASK, "pair_classification": TEXT_TASK, "token_classification": TOKEN_TASK}
+AUTO_CLASS = {TEXT_TASK: AutoModelForSequenceClassification, TOKEN_TASK: AutoModelForTokenClassification}
+
+
+class ExportError(ValueError):
+    """An export folder that does not load or is inconsistent; the message is one line naming the folder."""
+
+
+# ---------------------------------------------------------------- the recipe and the model's head
+
+
+def recipe(config, folder: str | Path = "") -> dict[str, Any]:
+    """The ``clozeline`` block of a model config, checked: ``kind``, ``pooling`` and the input cut
+    (``max_seq_len_tokens``, ``truncation``, ``head_tokens``; token classification: ``window_tokens``,
+    ``window_overlap_tokens``). Raises ``ExportError`` naming ``folder``."""
+    block = getattr(config, RECIPE_KEY, None)
+    where = f"{folder}: config.json" if folder else "config"
+    if not isinstance(block, dict) or block.get("format") != FORMAT:
+        raise ExportError(f"{where} has no {RECIPE_KEY!r} block of format {FORMAT} (not a clozeline export)")
+    kind = block.get("kind")
+    if kind not in PIPELINE_OF:
+        raise ExportError(f"{where}: {RECIPE_KEY}.kind {kind!r} is not one of {sorted(PIPELINE_OF)}")
+    needed = (("window_tokens", "window_overlap_tokens") if kind == "token_classification"
+              else ("pooling", "max_seq_len_tokens", "truncation", "head_tokens"))  # fmt: skip
+    missing = [key for key in needed if key not in block]
+    if missing:
+        raise ExportError(f"{where}: {RECIPE_KEY} block lacks {missing}")
+    return block
+
+
+def head_layer(model) -> torch.nn.Linear:
+    """The linear layer the evaluated head is: ``classifier``, or ``classifier.out_proj`` (RoBERTa-style heads)."""
+    head = model.classifier
+    return head if isinstance(head, torch.nn.Linear) else head.out_proj
+
+
+def encoder_inputs(model, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``input_ids`` and ``attention_mask``, plus ``token_type_ids`` only for an encoder with segment embeddings
+    (BERT's two; ModernBERT and RoBERTa read a pair from its ``[SEP]`` alone), as the evaluated model did."""
+    out = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+    if "token_type_ids" in inputs and getattr(model.config, "type_vocab_size", 1) > 1:
+        out["token_type_ids"] = inputs["token_type_ids"]
+    return out
+
+
+def logits(model, inputs: dict[str, torch.Tensor], pooling: str) -> torch.Tensor:
+    """The evaluated model's logits: the encoder's last hidden states, pooled (``mean`` over the real tokens,
+    ``cls`` the first position, ``token`` none), then the head's linear layer."""
+    hidden = model.base_model(**encoder_inputs(model, inputs)).last_hidden_state
+    if pooling == "mean":
+        weights = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        hidden = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+    elif pooling == "cls":
+        hidden = hidden[:, 0]
+    return head_layer(model)(hidden)
+
+
+# ---------------------------------------------------------------- cutting the input as in training
+
+
+def cut(ids: list[int], max_len: int, truncation: str, head_tokens: int) -> list[int]:
+    """``[CLS] ... [SEP]`` cut to ``max_len`` tokens keeping both specials: ``head`` (the first ``max_len - 2``
+    content tokens) or ``head_tail`` (the first ``head_tokens`` and the last ``max_len - 2 - head_tokens``)."""
+    if len(ids) <= max_len:
+        return ids
+    body, budget = ids[1:-1], max_len - 2
+    if truncation == "head":
+        return [ids[0], *body[:budget], ids[-1]]
+    tail = budget - head_tokens
+    return [ids[0], *body[:head_tokens], *(body[-tail:] if tail else []), ids[-1]]
+
+
+def cut_pair(ids: list[int], types: list[int], max_len: int) -> tuple[list[int], list[int]]:
+    """``[CLS] a [SEP] b [SEP]`` cut to ``max_len`` tokens longest first: one token at a time from the end of
+    the longer text (of ``b`` on a tie), the three specials kept; ``types`` 0 up to the first [SEP], 1 after."""
+    if len(ids) <= max_len:
+        return ids, types
+    boundary = types.index(1)
+    first, second = ids[1 : boundary - 1], ids[boundary:-1]
+    keep_a, keep_b = len(first), len(second)
+    while keep_a + keep_b > max_len - 3:
+        if keep_a > keep_b:
+            keep_a -= 1
+        else:
+            keep_b -= 1
+    kept = [ids[0], *first[:keep_a], ids[boundary - 1], *second[:keep_b], ids[-1]]
+    return kept, [0] * (keep_a + 2) + [1] * (keep_b + 1)
+
+
+def encode_document(tokenizer, inputs: str | dict, block: dict) -> dict[str, torch.Tensor]:
+    """One document (a string) or pair (``{"text", "text_pair"}``) as the evaluated model read it: tokenized
+    whole with its specials, then cut (``cut`` / ``cut_pair``); tensors of shape (1, length)."""
+    if isinstance(inputs, dict):
+        enc = tokenizer(inputs["text"], inputs["text_pair"], add_special_tokens=True, return_token_type_ids=True,
+                        verbose=False)  # fmt: skip
+        ids, types = cut_pair(list(enc["input_ids"]), list(enc["token_type_ids"]), block["max_seq_len_tokens"])
+        extra = {"token_type_ids": torch.tensor([types])}
+    else:
+        ids = cut(list(tokenizer(inputs, add_special_tokens=True, verbose=False)["input_ids"]),
+                  block["max_seq_len_tokens"], block["truncation"], block["head_tokens"])  # fmt: skip
+        extra = {}
+    return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **extra}
+
+
+def encode_words(tokenizer, words: list[str], block: dict) -> dict[str, Any]:
+    """A sentence's windows as the evaluated tagger read them: the words tokenized as given, a word without
+    subwords replaced by ``[UNK]``, a word longer than a window cut to its first subwords, then overlapping
+    windows of ``window_tokens`` (``[CLS]`` and ``[SEP]`` included), padded into one batch."""
+    capacity = block["window_tokens"] - 2
+    if not words:
+        return {"input_ids": torch.zeros(0, 2, dtype=torch.long), "attention_mask": torch.zeros(0, 2, dtype=torch.long),
+                "word_ids": [], "words": []}  # fmt: skip
+    enc = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+    ids, word_ids = list(enc["input_ids"]), enc.word_ids()
+    missing = alignment.missing_words(word_ids, len(words))
+    if missing:
+        fixed = [tokenizer.unk_token if i in missing else word for i, word in enumerate(words)]
+        enc = tokenizer(fixed, is_split_into_words=True, add_special_tokens=False)
+        ids, word_ids = list(enc["input_ids"]), enc.word_ids()
+    ids, word_ids, _ = alignment.cap_word_subwords(ids, list(word_ids), capacity)
+    counts = [0] * len(words)
+    for word in word_ids:
+        counts[word] += 1
+    windows = alignment.plan_windows(counts, capacity, block["window_overlap_tokens"])
+    pieces = alignment.window_encodings(ids, word_ids, windows, tokenizer.cls_token_id, tokenizer.sep_token_id)
+    width = max(len(p[0]) for p in pieces)
+    input_ids = torch.full((len(pieces), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(pieces), width), dtype=torch.long)
+    for row, (window_ids, _) in enumerate(pieces):
+        input_ids[row, : len(window_ids)], mask[row, : len(window_ids)] = torch.tensor(window_ids), 1
+    return {"input_ids": input_ids, "attention_mask": mask, "word_ids": [p[1] for p in pieces], "words": list(words)}
+
+
+# ---------------------------------------------------------------- the pipelines
+
+
+class ClozelineTextClassificationPipeline(TextClassificationPipeline):
+    """``text-classification`` with the evaluated model's cut and pooling (``clozeline`` block of config.json).
+
+    Input and output as the stock pipeline: a string or ``{"text", "text_pair"}`` (or a list of them);
+    ``[{"label", "score"}]``, or every label's probability with ``top_k=None``."""
+
+    def _sanitize_parameters(self, function_to_apply=None, top_k="", **_ignored):
+        # tokenizer arguments (truncation, max_length) are ignored: the cut is the recipe's
+        return super()._sanitize_parameters(function_to_apply=function_to_apply, top_k=top_k)
+
+    def preprocess(self, inputs, **_ignored) -> dict[str, torch.Tensor]:
+        if isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], list) and len(inputs[0]) == 2:
+            inputs = {"text": inputs[0][0], "text_pair": inputs[0][1]}
+        return encode_document(self.tokenizer, inputs, recipe(self.model.config))
+
+    def _forward(self, model_inputs):
+        return {"logits": logits(self.model, model_inputs, recipe(self.model.config)["pooling"])}
+
+
+class ClozelineTokenClassificationPipeline(TokenClassificationPipeline):
+    """``token-classification`` on words: one tag per word (the tag at its first subword in its max-context
+    window). A string is split on whitespace; a list of words with ``is_split_into_words=True`` is taken as
+    given. Returns ``[{"word", "entity", "score", "index"}]`` per word (``index`` = the word's position)."""
+
+    def _sanitize_parameters(self, is_split_into_words: bool = False, delimiter=None, **_ignored):
+        return {"is_split_into_words": is_split_into_words}, {}, {}
+
+    def __call__(self, inputs, **kwargs):
+        result = super().__call__(inputs, **kwargs)
+        one_sentence = kwargs.get("is_split_into_words") and inputs and all(isinstance(w, str) for w in inputs)
+        return result[0] if one_sentence and result and isinstance(result[0], list) else result
+
+    def preprocess(self, sentence, is_split_into_words: bool = False, **_ignored):
+        # the stock pipeline is a ChunkPipeline: preprocess yields chunks; here one chunk holds all windows
+        words = list(sentence) if is_split_into_words or isinstance(sentence, list) else str(sentence).split()
+        yield {**encode_words(self.tokenizer, words, recipe(self.model.config)), "is_last": True}
+
+    def _forward(self, model_inputs):
+        tensors = {k: model_inputs[k] for k in ("input_ids", "attention_mask")}
+        out = logits(self.model, tensors, "token") if len(model_inputs["words"]) else None
+        return {"logits": out, "word_ids": model_inputs["word_ids"], "words": model_inputs["words"],
+                "is_last": model_inputs["is_last"]}
+
+    def postprocess(self, all_outputs, **_ignored) -> list[dict[str, Any]]:
+        all_outputs = all_outputs[0] if isinstance(all_outputs, list) else all_outputs
+        words = all_outputs["words"]
+        if not words:
+            return []
+        scores = all_outputs["logits"].float()
+        best = scores.argmax(dim=-1)
+        prob = torch.softmax(scores, dim=-1).gather(-1, best.unsqueeze(-1)).squeeze(-1)
+        windows = [(ids, list(zip(b.tolist(), p.tolist(), strict=True))[: len(ids)])
+                   for ids, b, p in zip(all_outputs["word_ids"], best, prob, strict=True)]  # fmt: skip
+        pairs = alignment.words_from_windows(windows, len(words))
+        names = self.model.config.id2label
+        return [{"word": word, "entity": names[label], "score": score, "index": index}
+                for index, (word, (label, score)) in enumerate(zip(words, pairs, strict=True))]  # fmt: skip
+
+
+PIPELINE_REGISTRY.register_pipeline(TEXT_TASK, pipeline_class=ClozelineTextClassificationPipeline,
+                                    pt_model=AutoModelForSequenceClassification, type="text")  # fmt: skip
+PIPELINE_REGISTRY.register_pipeline(TOKEN_TASK, pipeline_class=ClozelineTokenClassificationPipeline,
+                                    pt_model=AutoModelForTokenClassification, type="text")  # fmt: skip
+
+
+# ---------------------------------------------------------------- loading a folder
+
+
+def load(folder: str | Path, labels: list[str] | None = None):
+    """The pipeline of the export in ``folder`` (``clozeline-text-classification`` or
+    ``clozeline-token-classification``, per its recipe), loaded with the standard Auto classes from safetensors.
+
+    ``labels``: the label names in id order the caller expects; a folder whose ``id2label`` holds other names
+    (or whose head has another size) is an error. Raises ``ExportError`` with one line naming the folder."""
+    folder = Path(folder)
+    try:
+        config = AutoConfig.from_pretrained(folder)
+        block = recipe(config, folder)
+        task = PIPELINE_OF[block["kind"]]
+        model = AUTO_CLASS[task].from_pretrained(folder, use_safetensors=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except ExportError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise ExportError(f"{folder}: does not load as a clozeline export: {' '.join(str(err).split())[:300]}") from err
+    check_labels(model, folder, labels)
+    return pipeline(task, model=model, tokenizer=tokenizer)
+
+
+def check_labels(model, folder: Path, labels: list[str] | None) -> None:
+    """``id2label`` covers every class of the head, agrees with ``label2id``, and (with ``labels``) holds the
+    same names as the task. Raises ``ExportError`` naming the folder."""
+    config, n_out = model.config, head_layer(model).out_features
+    names = [config.id2label.get(i) for i in range(n_out)]
+    if None in names or len(config.id2label) != n_out:
+        raise ExportError(f"{folder}: id2label has {len(config.id2label)} labels, the head {n_out} outputs")
+    if any(config.label2id.get(name) != i for i, name in enumerate(names)):
+        raise ExportError(f"{folder}: label2id does not invert id2label")
+    if labels is not None and sorted(names) != sorted(labels):
+        raise ExportError(f"{folder}: labels {names} are not the task's {list(labels)}")
+
+
+# ---------------------------------------------------------------- command line
+
+
+def predict_records(pipe, records: list[dict]) -> list[dict]:
+    """One output per input record: ``doc_id``, ``pred`` (a label, or a tag per word), ``probs`` (a
+    classifier: every label's probability in id order; a tagger: the predicted tag's probability per word) and
+    ``seconds`` (wall time of the pipeline call for this record: tokenization, forward, decoding)."""
+    out = []
+    names = [pipe.model.config.id2label[i] for i in range(len(pipe.model.config.id2label))]
+    for record in records:
+        start = time.perf_counter()
+        if "words" in record:
+            tags = pipe(list(record["words"]), is_split_into_words=True)
+            seconds = time.perf_counter() - start
+            out.append({"doc_id": record["doc_id"], "pred": [t["entity"] for t in tags],
+                        "probs": [t["score"] for t in tags], "seconds": seconds})  # fmt: skip
+            continue
+        inputs = {"text": record["text"], "text_pair": record["text_pair"]} if "text_pair" in record else record["text"]
+        ranked = pipe(inputs, top_k=None)  # every label, most probable first
+        seconds = time.perf_counter() - start
+        out.append({"doc_id": record["doc_id"], "pred": ranked[0]["label"],
+                    "probs": {name: next(s["score"] for s in ranked if s["label"] == name) for name in names},
+                    "seconds": seconds})  # fmt: skip
+    return out
+
+
+def batch_seconds(pipe, records: list[dict], batch_size: int) -> float | None:
+    """Wall time of classifying every record at ``batch_size`` documents per forward pass (padded; ``None`` for
+    a tagger, whose windows are batched per sentence)."""
+    if not records or "words" in records[0]:
+        return None
+    inputs = [{"text": r["text"], "text_pair": r["text_pair"]} if "text_pair" in r else r["text"] for r in records]
+    start = time.perf_counter()
+    pipe(inputs, batch_size=batch_size)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clozeline.predict", description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="an export folder (models/export/<task>)")
+    parser.add_argument("--input", type=Path, required=True, help="JSONL: {doc_id, text[, text_pair]} or {doc_id, words}")
+    parser.add_argument("--output", type=Path, required=True, help="JSONL: {doc_id, pred, probs, seconds}")
+    parser.add_argument("--labels", type=Path, help="JSON list of the label names the task expects (checked)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--batch-size", type=int, help="also time a pass at this many documents per batch")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    labels = json.loads(args.labels.read_text(encoding="utf-8")) if args.labels else None
+    try:
+        pipe = load(args.folder, labels)
+    except ExportError as err:
+        print(f"clozeline.predict: {err}", file=sys.stderr)
+        return 1
+    loaded = time.perf_counter() - started
+    records = [json.loads(line) for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
+    outputs = predict_records(pipe, records)
+    timing = {"load_seconds": loaded, "threads": torch.get_num_threads(),
+              "batch": {str(args.batch_size): batch_seconds(pipe, records, args.batch_size)} if args.batch_size else {}}
+    lines = [json.dumps(o, ensure_ascii=False) for o in outputs] + [json.dumps({"timing": timing})]
+    args.output.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
