@@ -15,6 +15,7 @@ from tasks.report import bootstrap as bs
 from tasks.report.claims import MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
 from tasks.report.confounders import measure_confounders
 from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibration_estimates
+from tasks.report.export import export_gates
 from tasks.report.items import metric_function, with_items
 from tasks.report.statistics import (
     Estimate,
@@ -83,7 +84,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     except MALFORMED as err:
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
-    failed = failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg)
+    failed = failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg) + export_gates(claim, metrics)
     if failed:
         row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
     row.confounders, row.data_md5 = confounders, md5s

@@ -10,6 +10,7 @@ import numpy as np
 
 from tasks.report.calibration import ArmCalibration, estimates, load_calibration, point_estimate
 from tasks.report.claims import MALFORMED, Metrics, NotRun, dig
+from tasks.report.export import EXPORTED, export_cost_row, export_grids
 from tasks.report.statistics import Estimate, StatsConfig, proportion_ci
 from tasks.report.tasks_run import finetune_tasks, task_module
 
@@ -22,7 +23,8 @@ CALIBRATION_METRICS = {"test_ece": "ece", "test_brier": "brier"}
 def evidence_tables(metrics: Metrics, cfg: StatsConfig) -> dict[str, list | str]:
     """``{section title: grids or why not}`` for every section of this module."""
     out: dict[str, list | str] = {}
-    for title, build in ((PAIRS, pair_grids), (CALIBRATION, calibration_grids), (COST, cost_grids)):
+    for title, build in ((PAIRS, pair_grids), (CALIBRATION, calibration_grids), (COST, cost_grids),
+                         (EXPORTED, export_grids)):
         try:
             out[title] = build(metrics, cfg)
         except (NotRun, *MALFORMED) as why:
@@ -150,8 +152,9 @@ def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
         header = ["run", "device, threads", "timed from: tokens per doc, mean (max)",
                   *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), f"batch {sizes[-1]}: docs/s",
                   "peak RSS MiB (+ over start)", "parameters", "size on disk MiB"]  # fmt: skip
+        deployed = [row] if (row := export_cost_row(task, metrics, sizes)) else []  # the export, from raw text
         grids.append((f"{task}: inference cost on this machine, measured in the run", header,
-                       [cost_row(key, entry, sizes) for key, entry in measured.items()]))  # fmt: skip
+                       [cost_row(key, entry, sizes) for key, entry in measured.items()] + deployed))  # fmt: skip
         cpu = {key: entry["cpu"] for key, entry in measured.items() if entry.get("cpu")}
         if cpu:
             grids.append((f"{task}: inference cost on the CPU of the GPU host", ["run",
