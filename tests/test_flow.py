@@ -15,7 +15,7 @@ def test_stage_names_follow_dvc_yaml_and_expand_foreach():
 
     assert stage_names(ROOT) == [
         "ingest", "dedup", "split", "leakage", "tokenizer", "tokenize", "pretrain",
-        "finetune@cls", "finetune@ner", "probe", "report",
+        "finetune@cls", "finetune@ner", "probe", "export@cls", "export@ner", "report", "release@cls", "release@ner",
     ]
 
 

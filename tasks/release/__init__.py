@@ -1,0 +1,99 @@
+"""Stage ``release`` (DVC foreach item: a task of ``params.tasks``), after the report: the export a user takes.
+
+``<models>/export/<task>/`` is the export stage's re-scored folder, byte for byte (each file checked against the
+sha256 the export stage recorded), plus its model card ``README.md`` (``card``): data md5s, params, the
+verdicts of the task's claims, the test figures with CIs, intended use and limits. The export the export stage
+logged with MLflow's ``transformers`` flavour is registered as a new version of ``<prefix><task>``, tagged with
+those verdicts, the data md5s and the git commit; the alias (``release.alias``) moves to it only when every gate
+claim (``release.gate_claims``, default ``best-arm-beats-best-baseline-<task>``) is ``supported`` and the export
+agrees with the evaluated predictions. The report runs before this stage because the verdicts are its output,
+and after the export stage because a disagreeing export gates the claims themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+
+from tasks.common.provenance import Lock, git_commit
+from tasks.config.paths import Paths
+from tasks.config.release import ReleaseParams
+from tasks.release.card import card
+
+
+def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
+    """Write ``<models>/export/<item>/`` with its card and register the version; returns the metrics."""
+    export = read_json(paths.metrics / "export" / f"{item}.json", f"export@{item}")
+    finetune = read_json(paths.metrics / "finetune" / f"{item}.json", f"finetune@{item}")
+    report = read_json(paths.metrics / "report.json", "report")
+    claims = task_claims(paths.reports / "claims.yaml", report, item)
+    source, dest = Path(export["folder"]), paths.models / "export" / item
+    check_files(source, export["files"])
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest)
+    gate = gate_of(cfg, item, claims, export)
+    lock = Lock.read(cfg.dvc_lock_file)
+    stage = f"finetune@{item}"
+    data_md5 = {path: md5 for path, md5 in lock.dep_md5s(stage).items() if path.startswith(str(paths.data))}
+    commit = git_commit(Path.cwd())
+    name = f"{cfg.registered_model_prefix}{item}"
+    (dest / "README.md").write_text(card(item, export, finetune, claims, gate, data_md5, commit, lock.params(stage),
+                                         name), encoding="utf-8")  # fmt: skip
+    tags = {**{f"verdict.{c['id']}": c["verdict"] for c in claims}, **{f"data_md5.{p}": m for p, m in data_md5.items()},
+            "git_commit": commit, "gate": gate["reason"], "export_agrees": export["agrees"],
+            "run": export["run"], "seed": export["seed"], "folder": dest.as_posix()}  # fmt: skip
+    model_uri = (export.get("mlflow") or {}).get("model_uri")
+    registered = log.register_version(model_uri, name, tags, cfg.alias, gate["passed"]) if model_uri else None
+    log.info(f"release {item}: {dest} ({gate['reason']}); registry: {registered or 'not registered (no MLflow model)'}")
+    return {"task": item, "folder": dest.as_posix(), "run": export["run"], "seed": export["seed"], "gate": gate,
+            "verdicts": {c["id"]: c["verdict"] for c in claims}, "data_md5": data_md5, "git_commit": commit,
+            "registered": registered, "registered_model": name}
+
+
+def read_json(path: Path, stage: str) -> dict:
+    """A metrics file; raises ``FileNotFoundError`` naming it and the stage that writes it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"release: {path} not found (run {stage} first)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def task_claims(claims_file: Path, report: dict, task: str) -> list[dict]:
+    """The claims of ``claims_file`` about ``task`` (``task: <task>``) with their ``metrics/report.json`` entry
+    (verdict, difference and CI), in file order."""
+    if not claims_file.is_file():
+        raise FileNotFoundError(f"release: {claims_file} not found")
+    written = (yaml.safe_load(claims_file.read_text(encoding="utf-8")) or {}).get("claims") or []
+    evaluated = report.get("claims") or {}
+    return [{"id": c["id"], "statement": " ".join(str(c.get("statement", "")).split()),
+             **evaluated.get(c["id"], {"verdict": "not run"})} for c in written if c.get("task") == task]  # fmt: skip
+
+
+def gate_of(cfg: ReleaseParams, task: str, claims: list[dict], export: dict) -> dict:
+    """Whether the alias may move: every gate claim ``supported`` and the export agreeing with the evaluation.
+    Returns ``claims`` (ids), ``verdicts``, ``passed`` and ``reason`` (one line)."""
+    ids = cfg.gate_claims.get(task) or [f"best-arm-beats-best-baseline-{task}"]
+    verdicts = {c["id"]: c["verdict"] for c in claims}
+    found = {i: verdicts.get(i, "not in the report") for i in ids}
+    failing = [f"{i}: {v}" for i, v in found.items() if v != "supported"]
+    if not export["agrees"]:
+        failing.append(f"export disagrees with the evaluation ({export['agreement']['disagree']} of "
+                       f"{export['agreement']['items']} items)")  # fmt: skip
+    reason = (f"passed ({', '.join(f'{i}: supported' for i in ids)})" if not failing
+              else f"not passed ({'; '.join(failing)})")  # fmt: skip
+    return {"claims": ids, "verdicts": found, "passed": not failing, "reason": reason}
+
+
+def check_files(folder: Path, expected: dict[str, str]) -> None:
+    """The re-scored folder is still what the export stage measured: every file it recorded, with the same
+    sha256, and no other. Raises ``ValueError`` naming the folder and the first differing file."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"release: {folder} not found (run the export stage first)")
+    present = {p.name for p in folder.iterdir() if p.is_file()}
+    for name in sorted(present | set(expected)):
+        digest = hashlib.sha256((folder / name).read_bytes()).hexdigest() if name in present else None
+        if digest != expected.get(name):
+            raise ValueError(f"release: {folder}: {name} is not the file the export stage re-scored")
