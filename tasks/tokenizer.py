@@ -14,6 +14,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from tasks.common.deps import require_declared
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.common.parquet import read_clean_source, read_pretraining_rows
 from tasks.config import Paths
@@ -24,7 +25,12 @@ CONTINUATION_PREFIX = "##"
 
 
 def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
-    """Build the tokenizer, save it to ``<models>/tokenizer``, and return its metrics."""
+    """Build the tokenizer, save it to ``<models>/tokenizer``, and return its metrics.
+
+    Raises ``ValueError`` first when ``vocab_file`` is not a dvc.yaml dep of the stage (``require_declared``).
+    """
+    if cfg.vocab_from == "file":
+        require_declared("tokenizer", tokenizer_dir(paths), {"tokenizer.vocab_file": cfg.vocab_file})
     corpus = pretrain_texts(paths, cfg.pretrain_sources)
     log.info(f"tokenizer: {len(corpus['train'])} train docs, {len(corpus['heldout'])} heldout docs")
     backend = build_backend(cfg, corpus["train"])

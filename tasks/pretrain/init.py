@@ -32,7 +32,8 @@ from transformers import (
     RobertaPreLayerNormForMaskedLM,
 )
 
-from tasks.common.encoders import load_tokenizer, reference_model_dir, tokenizer_dir
+from tasks.common.deps import require_declared
+from tasks.common.encoders import load_tokenizer, pretrained_dir, reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
 
@@ -52,10 +53,13 @@ def resolve_start(cfg: PretrainParams, paths: Paths) -> Start:
     """The tokenizer, blocks and initial folder for ``cfg.init_from``.
 
     Raises ``FileNotFoundError`` naming ``pretrain.init_from`` if the folder has no ``config.json``, and
-    ``ValueError`` if its tokenizer's vocabulary matches neither tokenization the tokenize stage writes.
+    ``ValueError`` if its tokenizer's vocabulary matches neither tokenization the tokenize stage writes, or if a
+    folder of one's own is not a dvc.yaml dep of the stage (``require_declared``).
     """
     if cfg.init_from == "scratch":
         return Start(load_tokenizer(tokenizer_dir(paths)), "clozeline", None, "pretrained")
+    if cfg.init_from != "reference":
+        require_declared("pretrain", pretrained_dir(paths.models), {"pretrain.init_from": cfg.init_from})
     folder = reference_model_dir() if cfg.init_from == "reference" else Path(cfg.init_from)
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"pretrain.init_from: {folder} has no config.json (an HF model folder)")

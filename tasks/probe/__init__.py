@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tasks.common.deps import require_declared
 from tasks.common.device import autocast, configure, describe, place, resolve
 from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
@@ -70,9 +71,11 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     ``targets.tsv`` (the subwords and position of each target word per variant) and
     ``sense_separation.png``, then scores the minimal pairs of ``cfg.pairs_file`` (``pairs.run_pairs``:
     ``pairs.tsv`` and ``minimal_pairs`` in the metrics). Every model runs on ``cfg.hardware.device`` (bf16
-    autocast on CUDA); the metrics name it under ``hardware``. Raises ``ValueError`` for a bad probe file or an
-    unusable device setting, ``FileNotFoundError`` for a missing model folder.
+    autocast on CUDA); the metrics name it under ``hardware``. Raises ``ValueError`` for a bad probe file, a
+    probe file that is not a dvc.yaml dep of the stage (``require_declared``) or an unusable device setting, ``FileNotFoundError`` for a missing model folder.
     """
+    require_declared("probe", paths.stage_data("probe"),
+                     {"probe.senses_file": cfg.senses_file, "probe.pairs_file": cfg.pairs_file})
     device = resolve(cfg.hardware.device)
     configure(device, cfg.hardware.deterministic)
     sentences = read_probe_set(cfg.senses_file, cfg.min_sentences_per_sense)

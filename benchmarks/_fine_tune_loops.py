@@ -1,0 +1,190 @@
+"""The timed loops of ``benchmarks/fine_tune.py``: ours (``training.train_epoch`` / ``training.predict``) and HF
+``Trainer`` (``train`` / ``predict``) on the same job, each measured in its own worker process; see fine_tune.py's
+docstring for what is counted and how."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED, LR_SCALE = 13, 1.0
+
+
+def cpu_precision() -> bool:
+    """Whether the stage's CPU training steps run in bf16 here (``finetune.cpu_train_precision`` of params.yaml)."""
+    from tasks.common.device import cpu_bf16
+    from tasks.config import read_yaml
+
+    return cpu_bf16(read_yaml(ROOT / "params.yaml")["finetune"].get("cpu_train_precision", "fp32"))
+
+
+def _optional(fn, **kwargs) -> dict:
+    """The ``kwargs`` that ``fn`` accepts: ``train_epoch``/``predict`` take a ``device`` since the device commit."""
+    return {k: v for k, v in kwargs.items() if k in inspect.signature(fn).parameters}
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _clock(device) -> tuple[float, float]:
+    _sync(device)
+    return time.perf_counter(), time.process_time()
+
+
+def measure_ours(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None) -> dict:
+    """Train tokens/s of ``training.train_epoch`` over ``steps`` batches and eval docs/s of ``training.predict``."""
+    import torch
+    from transformers import get_linear_schedule_with_warmup
+
+    from tasks.finetune import training
+    from tasks.finetune.model import build_model, optimizer_for
+
+    tcfg, bs = job.tcfg, job.tcfg.batch_size
+    fields = {f.name for f in dataclasses.fields(training.Run)}
+    run = training.Run(job, SEED, LR_SCALE, **({"device": str(device)} if "device" in fields else {}))
+    model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
+                        tcfg.head_dropout, SEED).to(device)  # fmt: skip
+    lr_encoder, lr_head = training.learning_rates(run)
+    optimizer = optimizer_for(model, lr_encoder, lr_head, tcfg.weight_decay)
+    total = warmup + steps
+    schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total), total)
+    generator = torch.Generator().manual_seed(SEED)
+    train = job.exs["train"]
+    warm_job = dataclasses.replace(job, exs={**job.exs, "train": train[: warmup * bs]})
+    timed_job = dataclasses.replace(job, exs={**job.exs, "train": train[: steps * bs]})
+    extra = _optional(training.train_epoch, device=device, cpu_bf16=cpu_precision())
+    training.train_epoch(model, warm_job, optimizer, schedule, generator, desc=None, **extra)
+    profiler = _profiler(profile)
+    start = _clock(device)
+    loss = training.train_epoch(model, timed_job, optimizer, schedule, generator, desc=None, **extra)
+    end = _clock(device)
+    evals = job.exs["test"][:eval_docs]
+    extra = _optional(training.predict, device=device)
+    training.predict(model, job, evals[:bs], **extra)
+    eval_start = _clock(device)
+    training.predict(model, job, evals, **extra)
+    eval_end = _clock(device)
+    _dump(profiler, profile)
+    tokens = sum(len(ex["input_ids"]) for ex in timed_job.exs["train"])
+    return _figures(tokens, steps, start, end, len(evals), eval_start, eval_end, loss)
+
+
+def for_trainer(model):
+    """The module HF ``Trainer`` drives: ``model`` (an ``EncoderWithHead``) with ``forward(input_ids,
+    attention_mask, labels, token_type_ids) -> {"loss", "logits"}`` (mean cross-entropy over the batch, as ours)."""
+    import torch
+
+    class ForTrainer(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.model = inner
+
+        def forward(self, input_ids, attention_mask, labels=None, token_type_ids=None):
+            logits = self.model(input_ids, attention_mask, token_type_ids)
+            out = {"logits": logits}
+            if labels is not None:
+                out["loss"] = torch.nn.functional.cross_entropy(logits, labels)
+            return out
+
+    return ForTrainer(model)
+
+
+def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None,
+                       bf16: bool = False) -> dict:  # fmt: skip
+    """Train tokens/s of HF ``Trainer.train`` over its last ``steps`` optimizer steps and eval docs/s of
+    ``Trainer.predict``, on the same model, docs, batch size, LRs and clipping; ``bf16``: ``bf16=True`` (autocast)
+    on the CPU (on CUDA always)."""
+    from datasets import Dataset
+    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+
+    from tasks.common.encoders import load_tokenizer
+    from tasks.common.optim import decay_groups
+    from tasks.finetune import training
+    from tasks.finetune.model import build_model
+
+    tcfg, bs = job.tcfg, job.tcfg.batch_size
+    model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
+                        tcfg.head_dropout, SEED)  # fmt: skip
+    lr_encoder, lr_head = training.learning_rates(training.Run(job, SEED, LR_SCALE))
+
+    def dataset(exs):
+        return Dataset.from_list([{"input_ids": ex["input_ids"], "attention_mask": [1] * len(ex["input_ids"]),
+                                   "labels": ex["label"]} for ex in exs])  # fmt: skip
+
+    padding, counts, stamps = DataCollatorWithPadding(load_tokenizer(job.folder)), [], []
+
+    def collate(features):  # the stock collator; counts each batch's non-pad tokens (in batch order)
+        batch = padding(features)
+        counts.append(int(batch["attention_mask"].sum()))
+        return batch
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            stamps.append(_clock(device))
+
+    class TwoRateTrainer(Trainer):  # Trainer's own optimizer class and kwargs, over our groups and LRs
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
+                kwargs = {k: v for k, v in kwargs.items() if k != "lr"}
+                inner = self.model.model
+                groups = decay_groups(inner.encoder, tcfg.weight_decay, lr=lr_encoder)
+                self.optimizer = cls(groups + decay_groups(inner.head, tcfg.weight_decay, lr=lr_head), **kwargs)
+            return self.optimizer
+
+    total = warmup + steps
+    with tempfile.TemporaryDirectory(prefix="bench-ft-hf-") as tmp:
+        args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=bs, per_device_eval_batch_size=bs, max_steps=total,
+            learning_rate=lr_encoder, weight_decay=tcfg.weight_decay, lr_scheduler_type="linear",
+            warmup_steps=int(tcfg.warmup_fraction * total), max_grad_norm=tcfg.max_grad_norm, seed=SEED,
+            save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,
+            train_sampling_strategy="random",  # group_by_length off (transformers 5 names it so)
+            use_cpu=device.type == "cpu", bf16=bf16 or device.type == "cuda",  # ours runs bf16 autocast on CUDA
+        )  # fmt: skip
+        trainer = TwoRateTrainer(model=for_trainer(model), args=args, data_collator=collate, callbacks=[Clock()],
+                                 train_dataset=dataset(job.exs["train"][: steps * bs]))  # fmt: skip
+        profiler = _profiler(profile)
+        loss = trainer.train().training_loss
+        evals = dataset(job.exs["test"][:eval_docs])
+        trainer.predict(evals.select(range(bs)))
+        eval_start = _clock(device)
+        trainer.predict(evals)
+        eval_end = _clock(device)
+        _dump(profiler, profile)
+    tokens = sum(counts[warmup:total])
+    figures = _figures(tokens, steps, stamps[warmup - 1], stamps[total - 1], len(evals), eval_start, eval_end, loss)
+    return figures | {"optim": str(args.optim)}
+
+
+def _figures(tokens, steps, start, end, docs, eval_start, eval_end, loss) -> dict:
+    """Throughputs from ``(wall s, process CPU s)`` clock pairs: train tokens/s and eval docs/s."""
+    return {"train_steps": steps, "train_tokens": tokens, "train_loss": float(loss),
+            "train_tokens_per_s": tokens / (end[0] - start[0]), "train_tokens_per_cpu_s": tokens / (end[1] - start[1]),
+            "eval_docs": docs, "eval_docs_per_s": docs / (eval_end[0] - eval_start[0]),
+            "eval_docs_per_cpu_s": docs / (eval_end[1] - eval_start[1])}  # fmt: skip
+
+
+def _profiler(path: str | None):
+    """A started ``cProfile.Profile`` when ``path`` is set (``--profile``), else None."""
+    if not path:
+        return None
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
+
+
+def _dump(profiler, path: str | None) -> None:
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(path)
