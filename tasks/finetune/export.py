@@ -3,8 +3,8 @@
 The arm is ``selection.best_arm`` (the best mean dev score over seeds, what the claims' ``best-arm`` names); its
 seed is the one with the best dev score of that arm (``dev_best_<SELECT_METRIC>``; a tie goes to the earlier
 seed of ``finetune.seeds``). Test never chooses. The model is the one that seed's run saved for the operational
-measurement when that seed is the first reported one (``operational.folder_for``); otherwise the run is trained
-again in this process: ``training.train_and_test`` is a pure function of its ``Run``, so the same job, seed,
+measurement when that seed is the first reported one (``operational.folder_for``; ``saved_model`` also finds a
+model saved for another seed); otherwise the run is trained again in this process: ``training.train_and_test`` is a pure function of its ``Run``, so the same job, seed,
 learning-rate multiplier and thread count give the same weights and the same test predictions on the CPU (the
 export stage checks the predictions, which is how a difference would show).
 
@@ -42,6 +42,13 @@ def chosen_seed(result: dict, seeds: list[int], metric: str) -> tuple[int, dict[
     return max(seeds, key=lambda s: (dev[s], -seeds.index(s))), {str(s): dev[s] for s in seeds}
 
 
+def saved_model(out_dir: Path, key: str, seed: int, seeds: list[int]) -> Path:
+    """Where a run of arm ``key`` saved its model: ``operational.folder_for`` for the first reported seed, and
+    ``<that folder>@seed<k>`` for another seed (where ``sweep`` saves one, no retraining is needed)."""
+    folder = operational.folder_for(out_dir, key)
+    return folder if seed == seeds[0] else folder.with_name(f"{folder.name}@seed{seed}")
+
+
 def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner, log) -> dict:
     """Write ``<out_dir>/selected/`` for ``job`` (the best arm) and return what ``metrics.export`` records:
     ``run``, ``seed``, ``seed_rule``, ``dev`` (per seed), ``model`` (``saved``: the run's own saved model;
@@ -53,10 +60,10 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
     seed, dev = chosen_seed(result, cfg.seeds, job.task.SELECT_METRIC)
     dest = out_dir / SELECTED
     shutil.rmtree(dest, ignore_errors=True)
-    saved = operational.folder_for(out_dir, job.key)
+    saved = saved_model(out_dir, job.key, seed, cfg.seeds)
     entry: dict = {"run": job.key, "seed": seed, "dev": dev,
                    "seed_rule": f"best dev_best_{job.task.SELECT_METRIC} of the arm's seeds (ties: the earlier seed)"}
-    if seed == cfg.seeds[0] and all((saved / name).is_file() for name in MODEL_FILES):
+    if all((saved / name).is_file() for name in MODEL_FILES):
         shutil.copytree(saved, dest)
         entry["model"] = "saved"
     else:
