@@ -108,7 +108,7 @@ def pipeline_run(tmp_path_factory):
 @pytest.mark.slow
 def test_every_stage_wrote_metrics_and_the_claim_table_is_complete(pipeline_run):
     repo, _, first = pipeline_run
-    expected = [f"{name.replace('@', '_')}.json" for name in stage_names(repo) if name != "report"]
+    expected = [f"{name.replace('@', '/')}.json" for name in stage_names(repo) if name != "report"]  # finetune/cls.json
     missing = [name for name in expected if not (repo / "metrics" / name).exists()]
     assert not missing, missing
     claims = read_yaml(repo / "reports" / "claims.yaml")["claims"]

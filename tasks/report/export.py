@@ -39,7 +39,7 @@ def export_grids(metrics: Metrics, cfg) -> list:
     and the one re-scored from the export (same test items), the items that disagree, the largest probability
     gap and where the export lies."""
     header = ["task", "exported run (chosen on dev)", "metric", "evaluated (that seed)", "re-scored as exported",
-              "items disagreeing", "max |p exported - p evaluated|", "folder", "dev winner"]  # fmt: skip
+              "items disagreeing", "largest probability gap", "folder", "dev winner"]  # fmt: skip
     body = []
     for task in finetune_tasks(metrics):
         export = metrics.optional(f"export/{task}")
