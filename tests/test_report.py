@@ -178,7 +178,8 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
             "bbc_news/dev": _leak(200, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
             "wnut16/test": _leak(300, pretrain=(0.0, 0.0), task_train=(0.01, 0.01))},
             "planted": {"planted": 200, "found": 200, "missed": 0,
-                        "variants": {"verbatim": {"planted": 40, "found": 40, "missed": 0}}},
+                        "variants": {v: {"planted": 40, "found": 40, "missed": 0} for v in (
+                            "verbatim", "rewrapped", "in_filler", "replaced_every_20", "unicode")}},
             "residual": {"detector": "pooled 8-gram coverage >= 0.1", "eval_docs": 900, "contaminated_docs": 0,
                          "contaminated_docs_before": 140}},
         "dedup": {"sources": {"bbc_news": {"docs_in": 2224, "exact_duplicates": 98, "near_duplicates": 12,

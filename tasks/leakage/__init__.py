@@ -2,28 +2,35 @@
 measure how well the audit works.
 
 Reads ``data/split/<source>.parquet``. Evaluation documents are the kept (``is_duplicate == false``) dev/test
-rows of task sources. Two checks:
+rows of task sources. Two lexical checks:
 
 - (a) every pretraining row (train and heldout) against every task dev/test document;
 - (b) every task train row against the dev/test documents of the same task source.
 
 The detectors (word 13-gram overlap as in GPT-3 appendix C, whole-doc equality for short texts, MinHash
-(Broder 1997) LSH over whole docs and over passage windows) live in ``tasks.leakage.detectors``. Two passes
-measure the audit itself, since ``rate_after`` counts only what the same detectors can no longer find:
+(Broder 1997) LSH over whole docs and over passage windows) live in ``tasks.leakage.detectors``; they read
+``tokenize``: ``textnorm.words`` with look-alike letters of other scripts folded to their UTS #39 prototypes
+(``tasks.common.confusables``). Then the semantic detector (``tasks.leakage.semantic``, MiniLM window
+embeddings; its threshold chosen on dev data) checks every eval doc against the pretraining docs kept after the
+lexical action, for paraphrases no n-gram sees; its matches are flagged (``semantic.action: flag``, the
+default: sliced in the report as not semantically clean) or removed. Two passes measure the audit itself, since
+``rate_after`` counts only what the same detectors can no longer find:
 
-- ``tasks.leakage.planted``: perturbed copies of real eval docs (verbatim, re-wrapped, a paragraph inside
-  unrelated text, every 20th word replaced, look-alike spaces and format characters), scored by the same
-  detectors and params: the audit's recall (``planted``);
+- ``tasks.leakage.planted``: perturbed copies of every eval doc at growing edit strength (format, replaced
+  words, synonyms, shuffled sentences, quoted fragments, look-alike letters), scored by every detector with the
+  audit's params: each detector's recall and the audit's (``planted``);
 - ``tasks.leakage.residual``: an independent, differently loose detector (pooled word 8-gram coverage) on
   the corpus after the action: the contamination left (``residual``).
 
 Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent),
-``data/leakage/removed.jsonl`` (one line per removed row, with its reason) and ``data/leakage/table.parquet``
-(train_doc, eval_doc, method, score, span, plus sources, eval split and check); the two measuring passes
-write nothing there. Returns ``eval_sets.<source>/<split>`` ``{docs, rate_before, rate_after}``: the share of
-eval docs with at least one matching pretraining doc, before and after the action, plus ``task_train_rate_*``
-(check b) and ``any_rate_*`` (flagged docs still count after the action; see ``leakage_metrics``), and the
-``planted`` and ``residual`` metrics.
+``data/leakage/removed.jsonl`` (one line per removed row, with its reason), ``data/leakage/table.parquet``
+(train_doc, eval_doc, method, score, span, plus sources, eval split and check; method ``semantic`` for the
+semantic detector's pairs) and ``data/leakage/review.jsonl`` (the semantic detector's labelled review sample and
+its highest-scoring real flags, for a person to check); the two measuring passes write nothing else. Returns ``eval_sets.<source>/<split>`` ``{docs, rate_before, rate_after}``: the share of
+eval docs with at least one lexically matching pretraining doc, before and after the action, plus
+``task_train_rate_*`` (check b), ``any_rate_*`` (flagged docs still count after the action; see
+``leakage_metrics``) and ``semantic_rate`` (a semantic match in the kept corpus), and the ``planted``,
+``residual`` and ``semantic`` metrics.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.common import minhash
+from tasks.common.confusables import fold_words
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
@@ -52,7 +60,7 @@ from tasks.leakage.detectors import (
 
 # the detectors stay importable from tasks.leakage for benchmarks/leakage.py
 __all__ = ["run", "eval_rows", "train_rows", "make_sides", "ngram_matches", "minhash_doc_matches",
-           "minhash_passage_matches"]
+           "minhash_passage_matches", "tokenize"]
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 EVAL_SPLITS = ("dev", "test")
@@ -61,25 +69,52 @@ TABLE_COLUMNS = [
 ]
 
 
+def tokenize(text: str) -> list[str]:
+    """The words every lexical detector reads: ``textnorm.words``, each word's non-ASCII look-alike letters
+    folded to their UTS #39 prototypes (``tasks.common.confusables.fold_words``; ASCII words unchanged)."""
+    return fold_words(words(text))
+
+
 def run(cfg: LeakageParams, paths, log) -> dict:
-    """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted`` and
-    ``residual``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file with missing columns.
+    """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted``,
+    ``residual`` and ``semantic``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file
+    with missing columns.
     """
     frames = read_sources(paths.stage_data("split"))
     rows = pd.concat(list(frames.values()), ignore_index=True)
     eval_frame, train_frame = eval_rows(rows), train_rows(rows)
-    evals = make_side([words(x) for x in eval_frame["text"]], minhash.WordHashes())
+    evals = make_side([tokenize(x) for x in eval_frame["text"]], minhash.WordHashes())
     log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
     scanned = scan_locally(train_frame, evals, cfg) if cfg.engine == "local" else scan_on_ray(paths, train_frame,
                                                                                                evals, cfg)
     table = audit_table(scanned.matches, train_frame, eval_frame)
+    lexical_removed = removed_docs(table, cfg)
+    plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg)
+    found = [set(m) for m in lexical_found]
+    detectors = planted.DETECTORS
+    review: list[dict] = []
+    semantic_metrics = {"enabled": False}
+    scored = None
+    if cfg.semantic.enabled:
+        from tasks.leakage import semantic_audit  # torch and the encoder only when the detector runs
+
+        result = semantic_audit.audit(cfg, eval_frame, evals.tokens, train_frame, set(lexical_removed), plants, log)
+        table = pd.concat([table, pd.DataFrame.from_records(result.rows, columns=TABLE_COLUMNS)], ignore_index=True)
+        table = table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
+        for m, hit in zip(found, result.found):
+            if hit:
+                m.add("semantic")
+        detectors += ("semantic",)
+        review, semantic_metrics, scored = result.review, {"enabled": True, **result.metrics}, result.scored
     removed = removed_docs(table, cfg)
     out_dir = paths.stage_data("leakage")
-    write_outputs(frames, table, removed, out_dir)
+    write_outputs(frames, table, removed, out_dir, review)
     log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
     metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens])
-    metrics["planted"], metrics["residual"] = measure_audit(eval_frame, evals, train_frame, scanned, table, removed,
-                                                            cfg)
+    metrics["planted"] = planted.summarize(plants, found, list(eval_frame["doc_id"]), not_planted, detectors, cfg,
+                                           scored)
+    metrics["residual"] = residual.residual(eval_frame, evals.tokens, scanned.pretrain, set(removed), cfg)
+    metrics["semantic"] = semantic_metrics
     log.info(f"leakage: planted recall {metrics['planted']['recall']}, residual rate {metrics['residual']['rate']}")
     return metrics
 
@@ -97,7 +132,7 @@ class TrainingScan:
 
 def scan_locally(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
     """``TrainingScan`` in this process."""
-    trains = make_side([words(x) for x in train_frame["text"]], minhash.WordHashes())
+    trains = make_side([tokenize(x) for x in train_frame["text"]], minhash.WordHashes())
     pretrain = np.flatnonzero(train_frame["role"].to_numpy() == "pretrain")
     n = cfg.residual.ngram_words
     hits, whole = residual.scan_docs([trains.tokens[i] for i in pretrain], residual.eval_targets(evals.tokens, n), n)
@@ -113,19 +148,23 @@ def scan_on_ray(paths, train_frame: pd.DataFrame, evals: Side, cfg: LeakageParam
     return ray_engine.scan_on_ray(files, train_frame, evals, cfg)
 
 
-def measure_audit(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, scanned: TrainingScan,
-                  table: pd.DataFrame, removed: dict, cfg: LeakageParams) -> tuple[dict, dict]:
-    """The audit's recall on planted copies and the residual contamination after its action; writes nothing.
+def plant_copies(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, scanned: TrainingScan,
+                 table: pd.DataFrame, cfg: LeakageParams) -> tuple[list, list[str], list[set[str]]]:
+    """The planted copies of every eval doc (``tasks.leakage.planted``), the variants not planted, and the
+    lexical methods that find each copy; writes nothing.
 
-    Filler for the planted copies is the text of pretraining docs (with words) that the audit matched to no eval
-    doc.
+    Filler for the planted copies is the text of pretraining docs (with words) that the lexical audit matched
+    to no eval doc.
     """
+    from tasks.leakage import synonyms
+
     pretrain = train_frame[train_frame["role"] == "pretrain"]  # train_frame has a 0..n-1 index, as has_words
     unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & scanned.has_words[pretrain.index]
     filler = pretrain[unrelated]
-    recall = planted.recall(eval_frame, evals, list(filler["text"]), list(filler["doc_id"]), cfg)
-    left = residual.residual(eval_frame, evals.tokens, scanned.pretrain, set(removed), cfg)
-    return recall, left
+    wordnet = synonyms.load(cfg.planted.wordnet_dir)
+    plants, not_planted = planted.make(eval_frame, list(filler["text"]), list(filler["doc_id"]), cfg.planted,
+                                       wordnet.of)
+    return plants, not_planted, planted.found_by(plants, evals, cfg, tokenize) if plants else []
 
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
@@ -160,23 +199,33 @@ def audit_table(matches: list[tuple], trains: pd.DataFrame, evals: pd.DataFrame)
 
 
 def removed_docs(table: pd.DataFrame, cfg: LeakageParams) -> dict[str, dict]:
-    """``{train doc_id: removal record}`` for matched docs whose check's action is ``remove``."""
+    """``{train doc_id: removal record}`` for matched docs one of whose matches has the action ``remove``: its
+    check's (``pretrain_action``, ``task_train_action``) for a lexical match, ``semantic.action`` for a
+    semantic one. ``reason``: ``leakage:<check>``, or ``leakage:semantic`` when only semantic matches remove it."""
     action = {"pretrain": cfg.pretrain_action, "task_train": cfg.task_train_action}
     removed = {}
     for doc_id, part in table.groupby("train_doc", sort=True):
-        if action[part["check"].iloc[0]] == "remove":
-            removed[doc_id] = {
-                "doc_id": doc_id,
-                "source": part["train_source"].iloc[0],
-                "reason": "leakage:" + part["check"].iloc[0],
-                "eval_docs": sorted(set(part["eval_doc"])),
-                "methods": sorted(set(part["method"])),
-            }
+        lexical = part[part["method"] != "semantic"]
+        if len(lexical) and action[lexical["check"].iloc[0]] == "remove":
+            reason = "leakage:" + lexical["check"].iloc[0]
+        elif len(lexical) < len(part) and cfg.semantic.action == "remove":
+            reason = "leakage:semantic"
+        else:
+            continue
+        removed[doc_id] = {
+            "doc_id": doc_id,
+            "source": part["train_source"].iloc[0],
+            "reason": reason,
+            "eval_docs": sorted(set(part["eval_doc"])),
+            "methods": sorted(set(part["method"])),
+        }
     return removed
 
 
-def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed: dict, out_dir: Path) -> None:
-    """Cleaned ``<source>.parquet`` (+ ``leak_flag``), ``removed.jsonl`` and ``table.parquet``."""
+def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed: dict, out_dir: Path,
+                  review: list[dict] | None = None) -> None:
+    """Cleaned ``<source>.parquet`` (+ ``leak_flag``), ``removed.jsonl``, ``table.parquet`` and ``review.jsonl``
+    (the semantic detector's review sample; empty without it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     matched = set(table["train_doc"])
     for source, frame in frames.items():
@@ -185,6 +234,8 @@ def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed:
     lines = [json.dumps(removed[d], sort_keys=True) + "\n" for d in sorted(removed)]
     (out_dir / "removed.jsonl").write_text("".join(lines), encoding="utf-8")
     table.to_parquet(out_dir / "table.parquet", index=False)
+    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in review or []]
+    (out_dir / "review.jsonl").write_text("".join(lines), encoding="utf-8")
 
 
 def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict,
@@ -195,9 +246,13 @@ def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame
     no detector can check them, so they never count as contaminated; see ``tasks.leakage.detectors``).
 
     ``rate_before``/``rate_after`` are check (a), pretraining contamination (what the claim table reads as a
-    confounder of pretraining gains); ``task_train_rate_*`` are check (b) and ``any_rate_*`` either check.
+    confounder of pretraining gains); ``task_train_rate_*`` are check (b) and ``any_rate_*`` either check; all
+    three count the lexical detectors only. ``semantic_rate_before``/``_after``: a semantic match in the
+    pretraining docs kept after the lexical action, before/after the semantic action.
     A flagged document still counts after the action; only removal lowers a rate.
     """
+    semantic_pairs = table[table["method"] == "semantic"]
+    table = table[table["method"] != "semantic"]
     live = table[~table["train_doc"].isin(list(removed))]
     eval_sets = {}
     for (source, split), part in evals.groupby(["source", "split"], sort=True):
@@ -208,12 +263,17 @@ def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame
             after = live if check is None else live[live["check"] == check]
             entry[f"{prefix}rate_before"] = round(len(ids & set(before["eval_doc"])) / len(ids), 6)
             entry[f"{prefix}rate_after"] = round(len(ids & set(after["eval_doc"])) / len(ids), 6)
+        if len(semantic_pairs):
+            kept = semantic_pairs[~semantic_pairs["train_doc"].isin(list(removed))]
+            entry["semantic_rate_before"] = round(len(ids & set(semantic_pairs["eval_doc"])) / len(ids), 6)
+            entry["semantic_rate_after"] = round(len(ids & set(kept["eval_doc"])) / len(ids), 6)
         eval_sets[f"{source}/{split}"] = entry
-    matched = set(table["train_doc"])
+    matched = set(table["train_doc"]) | set(semantic_pairs["train_doc"])
     sources = {}
     for source, part in rows.groupby("source", sort=True):
         gone = int(part["doc_id"].isin(list(removed)).sum())
         flagged = int(part["doc_id"].isin(list(matched)).sum()) - gone
         sources[source] = {"docs_in": len(part), "docs_out": len(part) - gone, "removed": gone, "flagged": flagged}
-    methods = {m: int(n) for m, n in table["method"].value_counts().sort_index().items()}
+    both = pd.concat([table, semantic_pairs])
+    methods = {m: int(n) for m, n in both["method"].value_counts().sort_index().items()}
     return {"eval_sets": eval_sets, "sources": sources, "pairs_by_method": methods}

@@ -1,37 +1,56 @@
-"""Planted contaminations: perturbed copies of real eval docs that measure the audit's recall.
+"""Planted contaminations: perturbed copies of every eval doc, at increasing edit strength, that measure the
+recall of each of the audit's detectors and of the audit as a whole.
 
 ``rate_after`` alone cannot show that the audit works: with ``pretrain_action: remove`` every doc the
 detectors match is gone, so the same detectors find nothing afterwards whatever their recall. Here copies of
 eval docs, each perturbed in a way a real copy on the web could be, are scored by the audit's own detectors
-(``tasks.leakage.detectors.detect``, the same functions and params) against every eval doc; a planted doc is
-*found* when it matches the eval doc it was built from. Nothing planted is written to ``data/``: the stage's
-real outputs are the same bytes with or without this pass.
+(``tasks.leakage.detectors.detect`` with the same params, and the semantic detector of
+``tasks.leakage.semantic`` at its chosen threshold) against every eval doc; a planted doc is *found* by a
+detector when that detector matches it to the eval doc it was built from. Nothing planted is written to
+``data/``: the stage's real outputs are the same bytes with or without this pass.
 
-Variants, on the eval doc's whitespace tokens (``str.split``):
+Every eval doc is planted once per variant (short ones too: a one-word tweet gets its copies like an article,
+and the detectors' minimum lengths then show as misses). Variants, on the eval doc's whitespace tokens
+(``str.split``), grouped in families whose strength grows along the list (``FAMILIES``):
 
-- ``verbatim``: the text as it is;
-- ``rewrapped``: ``line_words`` tokens per line;
-- ``in_filler``: ``paragraph_words`` tokens from the middle of the doc between ``filler_words`` tokens of
-  unrelated pretraining text on each side (a paragraph quoted inside another page);
-- ``replaced``: every ``replace_every``-th token swapped for a filler token (a different word);
-- ``unicode``: the spaces become look-alikes in turn (no-break space U+00A0, thin space U+2009, narrow no-break
-  space U+202F, plain space) and every ``format_every``-th token gets a format character in its middle, in
-  turn zero-width space U+200B, zero-width joiner U+200D and soft hyphen U+00AD (hidden in rendered text).
+- ``format``: ``verbatim`` (the text as it is); ``rewrapped`` (``line_words`` tokens per line); ``unicode``
+  (look-alike spaces: no-break U+00A0, thin U+2009, narrow no-break U+202F, plain, in turn, and a format
+  character inside every ``format_every``-th token: zero-width space U+200B, zero-width joiner U+200D, soft
+  hyphen U+00AD in turn); ``homoglyphs`` (every Latin a e o p c x written with its Cyrillic look-alike
+  а е о р с х, which NFKC does not fold: the detectors fold them with the UTS #39 skeleton,
+  ``tasks.common.confusables``);
+- ``replaced``: every k-th token swapped for a filler token that holds a different word, k in
+  ``replace_every`` (20, 12, 8, 5, 3 by default);
+- ``synonyms``: every k-th content word (alphabetic, 3+ letters, not an English stop word, with a WordNet
+  synonym: ``tasks.leakage.synonyms``) swapped for its synonym, capitalisation kept, k in ``synonym_every``
+  (3, 2, 1 by default); edits by a synonym spinner;
+- ``shuffled``: the sentences (ending in . ! or ?) in another order (a permutation seeded per doc; never the
+  identity when there are two or more sentences);
+- ``quoted``: ``in_filler`` (``paragraph_words`` middle tokens as a paragraph between ``filler_words``
+  tokens of unrelated text on each side), then ``fragment_<n>`` for n in ``fragment_words`` (30, 20, 10 by
+  default): n middle tokens in quotation marks inside ``fragment_filler_words`` tokens of unrelated text on
+  each side (a quotation in another article).
 
-Eval docs are sampled by a sha256 hash rank of ``f"{seed}:{doc_id}"`` (as ``finetune.kept_doc_ids``), each
-variant taking its own docs; filler is the text of pretraining docs the audit did not match, in the hash
-rank of ``f"{seed}:filler:{doc_id}"``. Eval docs under ``min_words`` words are not planted (counted).
+A variant that leaves a doc's text as it was (one sentence to shuffle, no content word with a synonym, a doc
+shorter than the fragment) still counts as planted; ``unchanged`` counts those, and ``words_changed_share``
+is the mean share of the eval doc's tokens a variant changed. Filler is the text of pretraining docs the
+audit did not match, in the hash rank of ``f"{seed}:filler:{doc_id}"``, end to end; each plant reads it from
+a position of its own (``filler_from``), so every plant is a function of its eval doc, variant and seed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pandas as pd
+from scipy.stats import binomtest
+from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from tasks.common import minhash
 from tasks.common.textnorm import words
@@ -40,59 +59,199 @@ from tasks.leakage.detectors import Side, detect, make_side
 
 SPACES = ("\u00a0", "\u2009", "\u202f", " ")  # the gap after token k is SPACES[k % 4]
 FORMATS = ("\u200b", "\u200d", "\u00ad")  # inserted inside every format_every-th token, in turn
+HOMOGLYPHS = str.maketrans("aeopcx", "\u0430\u0435\u043e\u0440\u0441\u0445")  # Latin -> Cyrillic look-alikes
+_CORE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
 
 
 @dataclass(frozen=True)
 class Plant:
-    """One planted doc: its variant, the eval row it was built from and its text."""
+    """One planted doc: its variant, the eval row it was built from, its text, where the eval doc's text lies
+    in it (``span``: character offsets; the whole text for whole-doc variants) and the share of the eval
+    doc's tokens the variant changed."""
 
     variant: str
     eval_index: int
     text: str
+    span: tuple[int, int] = (0, -1)
+    changed: float = 0.0
+    unchanged: bool = False
 
 
-def verbatim(tokens: list[str], filler: Iterator[str], cfg: PlantedParams) -> str:
+@dataclass(frozen=True)
+class Variant:
+    """A variant of the strength ladder: its name, family, strength in words and its builder's argument."""
+
+    name: str
+    family: str
+    strength: str
+    kind: str
+    arg: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def variants(cfg: PlantedParams) -> list[Variant]:
+    """The variants in report order (families, then growing strength)."""
+    out = [Variant("verbatim", "format", "verbatim", "verbatim"),
+           Variant("rewrapped", "format", f"{cfg.line_words} words per line", "rewrapped"),
+           Variant("unicode", "format", f"look-alike spaces, a format character in every {cfg.format_every}th word",
+                   "unicode"),
+           Variant("homoglyphs", "format", "Cyrillic а е о р с х for a e o p c x", "homoglyphs")]
+    out += [Variant(f"replaced_every_{k}", "replaced", f"every {k}th word replaced", "replaced", k)
+            for k in sorted(cfg.replace_every, reverse=True)]
+    out += [Variant(f"synonyms_every_{k}", "synonyms",
+                    "every content word a synonym" if k == 1 else f"every {k}th content word a synonym", "synonyms", k)
+            for k in sorted(cfg.synonym_every, reverse=True)]
+    out += [Variant("shuffled", "shuffled", "sentences shuffled", "shuffled"),
+            Variant("in_filler", "quoted", f"{cfg.paragraph_words}-word paragraph in {cfg.filler_words}-word filler",
+                    "in_filler")]
+    out += [Variant(f"fragment_{n}", "quoted", f"{n}-word quotation in unrelated text", "fragment", n)
+            for n in sorted(cfg.fragment_words, reverse=True)]
+    return out
+
+
+#: The families in report order.
+FAMILIES = ("format", "replaced", "synonyms", "shuffled", "quoted")
+
+
+# ---------------------------------------------------------------- builders: (tokens, filler, cfg, ...) -> Plant parts
+
+
+def verbatim(tokens: list[str]) -> str:
     """The eval doc's tokens, single-spaced (the audit normalizes whitespace anyway)."""
     return " ".join(tokens)
 
 
-def rewrapped(tokens: list[str], filler: Iterator[str], cfg: PlantedParams) -> str:
-    """``cfg.line_words`` tokens per line."""
-    step = cfg.line_words
-    return "\n".join(" ".join(tokens[k : k + step]) for k in range(0, len(tokens), step))
+def rewrapped(tokens: list[str], line_words: int) -> str:
+    """``line_words`` tokens per line."""
+    return "\n".join(" ".join(tokens[k : k + line_words]) for k in range(0, len(tokens), line_words))
 
 
-def in_filler(tokens: list[str], filler: Iterator[str], cfg: PlantedParams) -> str:
-    """``paragraph_words`` middle tokens (all if fewer) as a paragraph between two filler paragraphs."""
-    start = max((len(tokens) - cfg.paragraph_words) // 2, 0)
-    paragraph = tokens[start : start + cfg.paragraph_words]
-    before, after = (list(itertools.islice(filler, cfg.filler_words)) for _ in range(2))
-    return "\n\n".join(" ".join(part) for part in (before, paragraph, after))
-
-
-def replaced(tokens: list[str], filler: Iterator[str], cfg: PlantedParams) -> str:
-    """Every ``replace_every``-th token replaced by the next filler token that holds a different word."""
-    out = list(tokens)
-    for k in range(cfg.replace_every - 1, len(out), cfg.replace_every):
-        out[k] = next(w for w in filler if words(w) and words(w) != words(out[k]))
-    return " ".join(out)
-
-
-def unicode(tokens: list[str], filler: Iterator[str], cfg: PlantedParams) -> str:
+def unicode(tokens: list[str], format_every: int) -> str:
     """Look-alike spaces between tokens and format characters inside every ``format_every``-th token."""
     out = []
     for k, token in enumerate(tokens):
-        if (k + 1) % cfg.format_every == 0:
+        if (k + 1) % format_every == 0:
             mid = len(token) // 2
-            token = token[:mid] + FORMATS[((k + 1) // cfg.format_every - 1) % len(FORMATS)] + token[mid:]
+            token = token[:mid] + FORMATS[((k + 1) // format_every - 1) % len(FORMATS)] + token[mid:]
         out.append(token + (SPACES[k % len(SPACES)] if k < len(tokens) - 1 else ""))
     return "".join(out)
 
 
-#: Variant name -> builder ``(eval tokens, filler tokens, params) -> planted text``, in report order.
-VARIANTS: dict[str, Callable[[list[str], Iterator[str], PlantedParams], str]] = {
-    "verbatim": verbatim, "rewrapped": rewrapped, "in_filler": in_filler, "replaced": replaced, "unicode": unicode,
-}
+def homoglyphs(tokens: list[str]) -> str:
+    """Every Latin a e o p c x replaced by its Cyrillic look-alike."""
+    return " ".join(tokens).translate(HOMOGLYPHS)
+
+
+def replaced(tokens: list[str], filler: Iterator[str], every: int) -> tuple[str, int]:
+    """Every ``every``-th token replaced by the next filler token that holds a different word; the text and the
+    number of tokens changed."""
+    out = list(tokens)
+    for k in range(every - 1, len(out), every):
+        out[k] = next(w for w in filler if words(w) and words(w) != words(out[k]))
+    return " ".join(out), len(range(every - 1, len(out), every))
+
+
+def synonyms(tokens: list[str], every: int, synonym_of) -> tuple[str, int]:
+    """Every ``every``-th content word with a synonym (``synonym_of(lower-case word) -> str | None``) replaced
+    by it, punctuation around it and its capitalisation kept; the text and the number of tokens changed."""
+    out, seen = list(tokens), 0
+    changed = 0
+    for k, token in enumerate(tokens):
+        lead, core, trail = _CORE.match(token).groups()
+        low = core.lower()
+        if not (core.isalpha() and len(core) >= 3 and low not in ENGLISH_STOP_WORDS):
+            continue
+        synonym = synonym_of(low)
+        if synonym is None:
+            continue
+        seen += 1
+        if seen % every == 0:
+            synonym = synonym.upper() if core.isupper() and len(core) > 1 else (
+                synonym.capitalize() if core[0].isupper() else synonym)
+            out[k] = lead + synonym + trail
+            changed += 1
+    return " ".join(out), changed
+
+
+def sentences(tokens: list[str]) -> list[list[str]]:
+    """The tokens cut after every token that ends a sentence (. ! or ?, maybe followed by quotes or brackets)."""
+    out, current = [], []
+    for token in tokens:
+        current.append(token)
+        if _SENTENCE_END.search(token):
+            out.append(current)
+            current = []
+    return out + ([current] if current else [])
+
+
+def shuffled(tokens: list[str], salt: str) -> str:
+    """The sentences in an order drawn from ``random.Random(sha256(salt))``; never the same order when there
+    are two or more sentences (a drawn identity becomes a rotation by one)."""
+    parts = sentences(tokens)
+    order = list(range(len(parts)))
+    random.Random(int(hashlib.sha256(salt.encode()).hexdigest(), 16)).shuffle(order)
+    if len(order) > 1 and order == sorted(order):
+        order = order[1:] + order[:1]
+    return " ".join(" ".join(parts[k]) for k in order)
+
+
+def middle(tokens: list[str], n: int) -> list[str]:
+    """The ``n`` middle tokens (all if fewer)."""
+    start = max((len(tokens) - n) // 2, 0)
+    return tokens[start : start + n]
+
+
+def in_filler(tokens: list[str], filler: Iterator[str], paragraph_words: int, filler_words: int) -> tuple[str, tuple]:
+    """``paragraph_words`` middle tokens as a paragraph between two filler paragraphs; the text and the span."""
+    before, after = (" ".join(itertools.islice(filler, filler_words)) for _ in range(2))
+    paragraph = " ".join(middle(tokens, paragraph_words))
+    start = len(before) + 2
+    return "\n\n".join((before, paragraph, after)), (start, start + len(paragraph))
+
+
+def fragment(tokens: list[str], filler: Iterator[str], n: int, filler_words: int) -> tuple[str, tuple]:
+    """``n`` middle tokens in quotation marks inside unrelated text; the text and the span of the quotation."""
+    before, after = (" ".join(itertools.islice(filler, filler_words)) for _ in range(2))
+    quote = " ".join(middle(tokens, n))
+    start = len(before) + 2
+    return f'{before} "{quote}" {after}', (start, start + len(quote))
+
+
+def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator[str], cfg: PlantedParams,
+              synonym_of) -> Plant:
+    """The plant of ``variant`` for eval row ``k``."""
+    tokens = text.split()
+    n = max(len(tokens), 1)
+    kind = variant.kind
+    if kind == "verbatim":
+        return Plant(variant.name, k, verbatim(tokens))
+    if kind == "rewrapped":
+        return Plant(variant.name, k, rewrapped(tokens, cfg.line_words))
+    if kind == "unicode":
+        return Plant(variant.name, k, unicode(tokens, cfg.format_every))
+    if kind == "homoglyphs":
+        out = homoglyphs(tokens)
+        return Plant(variant.name, k, out, changed=sum(t != t.translate(HOMOGLYPHS) for t in tokens) / n,
+                     unchanged=out == verbatim(tokens))
+    if kind == "replaced":
+        out, changed = replaced(tokens, filler, variant.arg)
+        return Plant(variant.name, k, out, changed=changed / n, unchanged=changed == 0)
+    if kind == "synonyms":
+        out, changed = synonyms(tokens, variant.arg, synonym_of)
+        return Plant(variant.name, k, out, changed=changed / n, unchanged=changed == 0)
+    if kind == "shuffled":
+        out = shuffled(tokens, f"{cfg.seed}:shuffle:{doc_id}")
+        return Plant(variant.name, k, out, unchanged=out == verbatim(tokens))
+    if kind == "in_filler":
+        out, span = in_filler(tokens, filler, cfg.paragraph_words, cfg.filler_words)
+        return Plant(variant.name, k, out, span, changed=1 - min(cfg.paragraph_words, len(tokens)) / n)
+    out, span = fragment(tokens, filler, variant.arg, cfg.fragment_filler_words)
+    return Plant(variant.name, k, out, span, changed=1 - min(variant.arg, len(tokens)) / n,
+                 unchanged=len(tokens) <= variant.arg)
+
+
+# ---------------------------------------------------------------- sampling and scoring
 
 
 def hash_rank(doc_ids: list[str], salt: str) -> list[int]:
@@ -105,62 +264,135 @@ def filler_stream(texts: list[str]) -> Iterator[str]:
     return itertools.cycle(token for text in texts for token in text.split())
 
 
-def sample(eval_ids: list[str], eval_tokens: list[list[str]], has_filler: bool,
-           cfg: PlantedParams) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """``{variant: eval rows}`` (distinct rows per variant, round robin in hash rank) and the excluded counts."""
-    excluded = Counter("under_min_words" for t in eval_tokens if len(t) < cfg.min_words)
-    eligible = [k for k in hash_rank(eval_ids, str(cfg.seed)) if len(eval_tokens[k]) >= cfg.min_words]
-    if not has_filler:  # in_filler and replaced need unrelated pretraining text
-        excluded["no_unmatched_pretraining_text"] += len(eligible)
-        eligible = []
-    picks = {name: eligible[v :: len(VARIANTS)][: cfg.docs_per_variant] for v, name in enumerate(VARIANTS)}
-    return picks, dict(sorted(excluded.items()))
+def filler_from(tokens: list[str], salt: str) -> Iterator[str]:
+    """``tokens`` end to end, repeated forever, from the position ``sha256(salt)`` picks: each plant draws its
+    own filler, so a plant depends on its eval doc alone (another doc, or a test doc changed, changes no dev
+    plant)."""
+    if not tokens:
+        return iter(())
+    start = int(hashlib.sha256(salt.encode()).hexdigest(), 16) % len(tokens)
+    return (tokens[(start + k) % len(tokens)] for k in itertools.count())
 
 
-def build(picks: dict[str, list[int]], eval_texts: list[str], filler: Iterator[str],
-          cfg: PlantedParams) -> list[Plant]:
-    """The planted docs, variant by variant, drawing filler tokens from one stream in that order."""
-    return [Plant(name, k, VARIANTS[name](eval_texts[k].split(), filler, cfg)) for name in picks for k in picks[name]]
+def planted_rows(eval_ids: list[str], cfg: PlantedParams) -> list[int]:
+    """The eval rows planted: all of them (``max_docs`` null), else the first ``max_docs`` by hash rank; in
+    hash rank order."""
+    ranked = hash_rank(eval_ids, str(cfg.seed))
+    return ranked if cfg.max_docs is None else ranked[: cfg.max_docs]
 
 
-def found_by(plants: list[Plant], evals: Side, cfg: LeakageParams) -> list[set[str]]:
-    """For each planted doc, the audit methods that match it to the eval doc it was built from."""
-    side = make_side([words(p.text) for p in plants], minhash.WordHashes())
-    methods: dict[tuple[int, int], set[str]] = defaultdict(set)
+def found_by(plants: list[Plant], evals: Side, cfg: LeakageParams, tokenize) -> list[set[str]]:
+    """For each planted doc, the lexical audit methods that match it to the eval doc it was built from
+    (``tokenize``: text -> the detectors' words)."""
+    side = make_side([tokenize(p.text) for p in plants], minhash.WordHashes())
+    methods: dict[tuple[int, int], set[str]] = {}
     for i, j, method, _, _ in detect(side, evals, cfg):
-        methods[(i, j)].add(method)
+        methods.setdefault((i, j), set()).add(method)
     return [methods.get((i, p.eval_index), set()) for i, p in enumerate(plants)]
 
 
-def recall(evals_frame: pd.DataFrame, evals: Side, filler_texts: list[str], filler_ids: list[str],
-           cfg: LeakageParams) -> dict:
-    """The ``planted`` metrics: how many planted copies the audit's detectors find, per variant and pooled.
+def clopper_pearson(found: int, n: int, level: float = 0.95) -> tuple[float | None, float | None]:
+    """Exact (Clopper-Pearson) interval of ``found / n`` (``scipy.stats.binomtest``); ``None``s when n = 0."""
+    if n == 0:
+        return None, None
+    ci = binomtest(found, n).proportion_ci(confidence_level=level, method="exact")
+    return round(float(ci.low), 6), round(float(ci.high), 6)
 
-    ``filler_texts`` are pretraining docs the audit did not match (``filler_ids`` their doc ids).
+
+def recall_entry(hits: list[bool]) -> dict:
+    """``found``, ``recall`` and its Clopper-Pearson 95% interval."""
+    found, n = sum(hits), len(hits)
+    low, high = clopper_pearson(found, n)
+    return {"found": found, "recall": round(found / n, 6) if n else None, "ci_low": low, "ci_high": high}
+
+
+def counts(n: int, found: int) -> dict:
+    """``planted = found + missed``, recall and miss rate (``None`` without planted docs), rounded to 1e-6."""
+    rate = (lambda x: round(x / n, 6)) if n else (lambda x: None)
+    return {"planted": n, "found": found, "missed": n - found, "recall": rate(found), "miss_rate": rate(n - found)}
+
+
+def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[str], cfg: PlantedParams,
+         synonym_of) -> tuple[list[Plant], list[str]]:
+    """The plants of every eval row (``planted_rows``) and variant, and the variants not planted: without
+    unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids) the variants that need filler."""
+    eval_ids = list(evals_frame["doc_id"])
+    ranked_filler = [filler_texts[k] for k in hash_rank(filler_ids, f"{cfg.seed}:filler")]
+    chosen = [v for v in variants(cfg) if ranked_filler or v.kind not in ("replaced", "in_filler", "fragment")]
+    filler = [token for text in ranked_filler for token in text.split()]
+    texts = [str(t) for t in evals_frame["text"]]
+    rows = planted_rows(eval_ids, cfg)
+    plants = [build_one(v, k, eval_ids[k], texts[k], filler_from(filler, f"{cfg.seed}:{eval_ids[k]}:{v.name}"), cfg,
+                        synonym_of) for v in chosen for k in rows]
+    return plants, [v.name for v in variants(cfg) if v not in chosen]
+
+
+def summarize(plants: list[Plant], methods: list[set[str]], eval_ids: list[str], not_planted: list[str],
+              detectors: tuple[str, ...], cfg: LeakageParams, scored=None) -> dict:
+    """The ``planted`` metrics: per variant (``variants``, in ladder order) and detector, planted copies found
+    with Clopper-Pearson 95% intervals; per family the strongest variant up to which recall stays >= 0.95
+    (``recall_95_up_to``); pooled counts.
+
+    The lexical detectors (and ``lexical``: any of them) are scored on every plant. ``scored`` (per plant, or
+    None: all) marks the plants the semantic detector scored (a sample of eval docs, for its cost): its column
+    and ``audit`` (any detector) are over those, and so are each variant's ``planted``/``found``/``missed`` and
+    the pooled counts, which are the audit's.
     """
     pcfg = cfg.planted
-    eval_ids = list(evals_frame["doc_id"])
-    picks, excluded = sample(eval_ids, evals.tokens, bool(filler_texts), pcfg)
-    ranked_filler = [filler_texts[k] for k in hash_rank(filler_ids, f"{pcfg.seed}:filler")]
-    plants = build(picks, list(evals_frame["text"]), filler_stream(ranked_filler), pcfg)
-    methods = found_by(plants, evals, cfg) if plants else []
-    out = {"seed": pcfg.seed, "eval_docs_eligible": len(evals.tokens) - sum(excluded.values()),
-           "eval_docs_excluded": excluded, **counts(plants, methods)}
-    out["variants"] = {name: counts([p for p in plants if p.variant == name],
-                                    [m for p, m in zip(plants, methods) if p.variant == name], by_method=True)
-                       for name in VARIANTS}
-    missed = [p for p, m in zip(plants, methods) if not m]
+    scored = [True] * len(plants) if scored is None else [bool(x) for x in scored]
+    lexical = tuple(d for d in detectors if d != "semantic")
+    columns = list(detectors) + ["lexical", "audit"]
+    audited = [(p, m) for p, m, s in zip(plants, methods, scored) if s]
+    out = {"seed": pcfg.seed, "eval_docs": len(eval_ids),
+           "eval_docs_planted": len({p.eval_index for p in plants}),
+           "eval_docs_audited": len({p.eval_index for p, _ in audited}), "not_planted": not_planted,
+           "detectors": columns, **counts(len(audited), sum(bool(m) for _, m in audited))}
+    out["variants"] = {}
+    for v in variants(pcfg):
+        if v.name in not_planted:
+            continue
+        mine = [(p, m, s) for p, m, s in zip(plants, methods, scored) if p.variant == v.name]
+        sample = [(p, m) for p, m, s in mine if s]
+        entry = {"family": v.family, "strength": v.strength, **counts(len(sample), sum(bool(m) for _, m in sample))}
+        entry["ci_low"], entry["ci_high"] = clopper_pearson(entry["found"], entry["planted"])
+        entry["unchanged"] = sum(p.unchanged for p, _, _ in mine)
+        entry["words_changed_share"] = round(sum(p.changed for p, _, _ in mine) / len(mine), 6) if mine else None
+        entry["by_detector"] = {d: recall_entry([d in m for _, m, _ in mine]) for d in lexical}
+        if "semantic" in detectors:
+            entry["by_detector"]["semantic"] = recall_entry(["semantic" in m for _, m in sample])
+        entry["by_detector"]["lexical"] = recall_entry([bool(m & set(lexical)) for _, m, _ in mine])
+        entry["by_detector"]["audit"] = recall_entry([bool(m) for _, m in sample])
+        entry["found_by_method"] = dict(sorted(Counter(x for _, m, _ in mine for x in m).items()))
+        out["variants"][v.name] = entry
+    out["recall_95_up_to"] = strongest_at(out["variants"], 0.95)
+    missed = [p for p, m in audited if not m]
     out["missed_examples"] = [{"eval_doc": eval_ids[p.eval_index], "variant": p.variant}
                               for p in missed[: cfg.max_examples]]
     return out
 
 
-def counts(plants: list[Plant], methods: list[set[str]], by_method: bool = False) -> dict:
-    """``planted = found + missed``, recall and miss rate (``None`` without planted docs), rounded to 1e-6."""
-    found = sum(bool(m) for m in methods)
-    rate = (lambda x: round(x / len(plants), 6)) if plants else (lambda x: None)
-    out = {"planted": len(plants), "found": found, "missed": len(plants) - found,
-           "recall": rate(found), "miss_rate": rate(len(plants) - found)}
-    if by_method:  # a doc found by several methods counts under each
-        out["found_by_method"] = dict(sorted(Counter(x for m in methods for x in m).items()))
+#: The lexical detectors of ``tasks.leakage.detectors.detect``, in report order.
+DETECTORS = ("ngram", "exact", "minhash_doc", "minhash_passage")
+
+
+def strongest_at(entries: dict[str, dict], level: float) -> dict[str, dict]:
+    """Per family of the ladder and per detector (``audit`` too), the strongest variant up to which recall
+    stays >= ``level`` at every step (``point``: the estimate; ``ci``: the Clopper-Pearson lower bound);
+    ``None`` when its first step already falls short."""
+    out: dict[str, dict] = {}
+    for family in FAMILIES:
+        steps = [(name, e) for name, e in entries.items() if e["family"] == family]
+        if not steps:
+            continue
+        out[family] = {}
+        for detector in steps[0][1]["by_detector"]:
+            point = ci = None
+            point_on = ci_on = True
+            for name, e in steps:
+                cell = e["by_detector"][detector]
+                point_on = point_on and cell["recall"] is not None and cell["recall"] >= level
+                ci_on = ci_on and cell["ci_low"] is not None and cell["ci_low"] >= level
+                point = name if point_on else point
+                ci = name if ci_on else ci
+            out[family][detector] = {"point": point, "ci": ci}
     return out

@@ -24,9 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.common import minhash, raycluster
-from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import TrainingScan, residual
+from tasks.leakage import TrainingScan, residual, tokenize
 from tasks.leakage.detectors import Side, detect, make_side
 
 
@@ -84,7 +83,7 @@ def _scan_block(block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray,
     each block row's training row or -1; ``pretrain_position``: its position among the pretraining rows or -1)."""
     train = np.flatnonzero(row >= 0)
     rows, pretrain_position = row[train], pretrain_position[train]
-    tokens = [words(t) for t in block.column("text").take(pa.array(train)).to_pylist()]
+    tokens = [tokenize(t) for t in block.column("text").take(pa.array(train)).to_pylist()]
     matches = [(int(rows[i]), *rest) for i, *rest in detect(make_side(tokens, minhash.WordHashes()), evals, cfg)]
     mine = np.flatnonzero(pretrain_position >= 0)
     hits, whole = residual.scan_docs([tokens[k] for k in mine], targets, cfg.residual.ngram_words)

@@ -28,7 +28,7 @@ from tasks.common.provenance import Lock
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
-from tasks.report import render, summary
+from tasks.report import leakage_recall, render, summary
 from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims, selected_run
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.evidence import evidence_tables, reliability_curves
@@ -139,6 +139,7 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
         "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
                                                          out / "pretrain_loss.png", dpi),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
+        leakage_recall.FIGURE: lambda: leakage_recall.recall_figure(metrics, out / "leakage_recall.png", dpi),
     }
     drawn: dict[str, Path | str] = {}
     for task in finetune_tasks(metrics):

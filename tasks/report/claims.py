@@ -25,7 +25,8 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
   planted copies of eval docs the audit's detectors missed (``planted``: ``missed`` of ``planted``; ``all``
   pools the variants); ``leakage/residual/all/rate|rate_before``: eval docs the independent residual detector
   finds in the corpus after (before) the action (``residual``: ``contaminated_docs[_before]`` of
-  ``eval_docs``). Every leakage CI is Clopper-Pearson.
+  ``eval_docs``); ``<v1>+<v2>`` pools variants; ``leakage/semantic/review/false_discovery_rate``: known-clean
+  pairs among the semantic detector's flags on its review sample. Every leakage CI is Clopper-Pearson.
 """
 
 from __future__ import annotations
@@ -110,8 +111,9 @@ class Claim(StrictModel):
     preconditions: list[Precondition] = Field(
         default_factory=list, description="checked before the verdict; a failed one makes it `not resolvable`"
     )
-    items: Literal["all", "clean", "overlapping"] = Field(
-        default="all", description="finetune claims: the test items scored (clean = no text shared with train)"
+    items: Literal["all", "clean", "overlapping", "semantically_clean"] = Field(
+        default="all", description="finetune claims: the test items scored (clean: no text shared with train; "
+        "semantically_clean: no semantic match in the pretraining corpus)"
     )
 
     @field_validator("treatment", "baseline")
@@ -372,22 +374,27 @@ def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics)
 #: key)}}`` (counts, not rounded rates, so the Clopper-Pearson interval gets the exact events).
 AUDIT_CHECKS = {
     "planted": {"miss_rate": ("missed", "planted")},
+    "semantic": {"false_discovery_rate": ("flagged_known_clean", "flagged")},
     "residual": {"rate": ("contaminated_docs", "eval_docs"), "rate_before": ("contaminated_docs_before", "eval_docs")},
 }
 
 
 def _audit_check_sample(section: str, part: str, key: str, metrics: Metrics) -> Sample:
-    """``leakage/planted/<variant>|all/miss_rate`` or ``leakage/residual/all/rate[_before]`` as a proportion."""
+    """A ``planted``, ``residual`` or ``semantic`` reference of the grammar above, as a proportion."""
     where = f"metrics/leakage.json {section}"
-    if key not in AUDIT_CHECKS[section] or (section == "residual" and part != "all"):
+    if key not in AUDIT_CHECKS[section] or part != {"residual": "all", "semantic": "review"}.get(section, part):
         raise NotRun(f"malformed reference leakage/{section}/{part}/{key} (see the grammar in tasks/report/claims.py)")
-    entry = dig(metrics.get("leakage"), [section] + ([] if part == "all" else ["variants", part]), where)
     events_key, trials_key = AUDIT_CHECKS[section][key]
-    events, trials = (int(dig(entry, [k], where)) for k in (events_key, trials_key))
+    if part == "all" or section == "semantic":
+        parts = [dig(metrics.get("leakage"), [section] + (["review"] if section == "semantic" else []), where)]
+    else:  # one variant, or several joined by + (pooled)
+        parts = [dig(metrics.get("leakage"), [section, "variants", p], where) for p in part.split("+")]
+    entry = {k: sum(int(dig(e, [k], where)) for e in parts) for k in (events_key, trials_key)}
+    events, trials = entry[events_key], entry[trials_key]
     if trials == 0:
         raise NotRun(f"{where}: 0 {trials_key} for {part} (nothing to measure)")
-    unit = "planted docs" if section == "planted" else "eval docs"
+    unit = {"planted": "planted docs", "semantic": "flagged review pairs"}.get(section, "eval docs")
     note = f"{events} of {trials} {unit} ({section} {part}, {events_key})"
     if section == "residual":
-        note += f"; detector: {entry.get('detector', 'not recorded')}"
+        note += f"; detector: {parts[0].get('detector', 'not recorded')}"
     return Sample((events / trials,), (part,), unit, where, notes=(note,), proportion=(events, trials))

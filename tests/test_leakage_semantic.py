@@ -1,0 +1,282 @@
+"""The semantic leakage detector and the confusables fold: windows, pooling, search, threshold choice on dev
+data only, the stage's outputs with it (review file, flag and remove actions, bad input counted), and the
+report's semantically clean slice. Fast tests use a tiny random BertModel saved in a temporary folder with
+MiniLM's tokenizer; the real MiniLM runs only in the tests marked slow."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_leakage import PARAGRAPH, filler, frame, params, run_leakage
+
+from tasks import leakage
+from tasks.common import confusables
+from tasks.leakage import semantic, semantic_audit
+from tasks.tracking import NullLog
+
+# ---------------------------------------------------------------- the confusables fold (UTS #39)
+
+
+def test_cyrillic_look_alikes_fold_to_latin_and_ascii_stays_as_it_is():
+    cyrillic = "\u0430\u0435\u043e\u0440\u0441\u0445"  # а е о р с х
+    assert [confusables.fold_word(c) for c in cyrillic] == list("aeopcx")
+    assert confusables.fold_word("p\u0430p\u0435r") == "paper"
+    assert confusables.skeleton("p\u0430p\u0435r") == "paper"  # the standard's function agrees here
+    # ASCII is left alone, though the table maps I -> l and 0 -> O: spans on English text stay byte-identical
+    assert confusables.fold_word("HELLO2010") == "HELLO2010" and confusables.skeleton("I0") == "lO"
+    assert confusables.fold_word("caf\u00e9") == "caf\u00e9"  # accents survive (NFD, no remap, NFC)
+    assert confusables.fold_text("\u0422he p\u0430per") == "The paper"  # text form: case kept
+    assert confusables.table_version() != "unknown" and len(confusables.prototypes()) > 6000
+
+
+def test_homoglyph_copy_is_found_by_the_lexical_detectors_only_after_the_fold(tmp_path):
+    glyphs = PARAGRAPH.translate(str.maketrans("aeopcx", "\u0430\u0435\u043e\u0440\u0441\u0445"))
+    task = frame("task", "task", [("ev", "test", PARAGRAPH), ("tr", "train", filler(80, 1))])
+    pre = frame("pre", "pretrain", [("copy", "train", glyphs), ("other", "train", filler(300, 2))])
+    _, out = run_leakage(tmp_path, [task, pre])
+    table = pd.read_parquet(out / "table.parquet")
+    assert set(table.loc[table["train_doc"] == "copy", "method"]) == {"ngram", "minhash_doc", "minhash_passage"}
+    assert semantic.normalize_text(glyphs) == PARAGRAPH  # the semantic detector reads the folded text too
+
+
+# ---------------------------------------------------------------- a tiny encoder
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """A 2-layer random BertModel (hidden 32) with MiniLM's tokenizer, saved in a temporary folder."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from tasks.common.encoders import reference_model_dir
+
+    folder = tmp_path_factory.mktemp("tiny-encoder")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (reference_model_dir() / name).exists():
+            shutil.copy(reference_model_dir() / name, folder / name)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    return folder
+
+
+def semantic_params(encoder, **changes):
+    raw = params().semantic.model_dump() | {"enabled": True, "encoder": str(encoder), "quantize": "none",
+                                            "window_tokens": 16, "stride_tokens": 14, "planted_docs": None}
+    return raw | changes
+
+
+def encoder_for(folder, **changes):
+    cfg = params(semantic=semantic_params(folder, **changes))
+    return semantic.Encoder(cfg.semantic, cfg.hardware)
+
+
+def test_windows_tile_the_text_and_the_last_one_ends_at_its_end():
+    assert semantic.window_starts(0, 126, 126) == []
+    assert semantic.window_starts(10, 126, 126) == [0]
+    assert semantic.window_starts(300, 126, 126) == [0, 126, 174]
+    assert semantic.window_starts(300, 126, 63) == [0, 63, 126, 174]
+
+
+def test_embeddings_are_mean_pooled_unit_vectors_computed_once_per_window(tiny_encoder):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    enc = encoder_for(tiny_encoder)
+    text = "the reservoir fell to its lowest level since records began"
+    windows = enc.windows([text, "", text + " " + text])
+    assert list(windows.doc) == [0, 2, 2]  # the empty text has no window; 2 x 10 words = 2 windows of 14
+    assert np.allclose(np.linalg.norm(windows.vectors, axis=1), 1.0, atol=1e-5)
+    tok = AutoTokenizer.from_pretrained(tiny_encoder)
+    model = AutoModel.from_pretrained(tiny_encoder).eval()
+    batch = tok([text], return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state[0]
+    want = hidden.mean(dim=0) / hidden.mean(dim=0).norm()  # no padding: the mean over every token, [CLS]/[SEP] too
+    assert np.allclose(windows.vectors[0], want.numpy(), atol=1e-5)
+    before = enc.stats["windows_embedded"]
+    again = enc.windows([text])
+    assert enc.stats["windows_embedded"] == before and np.array_equal(again.vectors[0], windows.vectors[0])
+    padded = enc.embed([np.array(tok(text, add_special_tokens=False)["input_ids"]), np.array([1000, 1001])])
+    assert np.allclose(padded[0], windows.vectors[0], atol=1e-5)  # padding in a batch changes nothing
+
+
+def test_int8_quantised_encoder_agrees_with_fp32(tiny_encoder):
+    text = ["the reservoir fell to its lowest level", "a hosepipe ban in four districts at midnight"]
+    full = encoder_for(tiny_encoder).windows(text).vectors
+    int8 = encoder_for(tiny_encoder, quantize="int8").windows(text).vectors
+    assert (full * int8).sum(axis=1).min() > 0.99
+
+
+def test_exact_and_hnsw_search_find_the_same_pairs():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(0)
+    index = rng.normal(size=(400, 16)).astype(np.float32)
+    index /= np.linalg.norm(index, axis=1, keepdims=True)
+    queries = index[[3, 77, 250]] + 0.05 * rng.normal(size=(3, 16)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    as_windows = lambda v, docs: semantic.Windows(v, np.asarray(docs), np.zeros((len(v), 2), int), [], [])
+    q, i = as_windows(queries, [0, 1, 2]), as_windows(index, np.arange(400) // 4)
+    cfg = params().semantic
+    exact, best = semantic.pair_scores(q, i, 0.9, cfg)
+    ann, best_ann = semantic.pair_scores(q, i, 0.9, cfg.model_copy(update={"exact_max_windows": 100}))
+    assert set(exact) == set(ann) == {(0, 0), (19, 1), (62, 2)} and np.allclose(best, best_ann)
+
+
+# ---------------------------------------------------------------- threshold choice
+
+
+def test_threshold_is_the_lowest_with_dev_precision_at_equal_numbers():
+    positive = np.array([0.95, 0.9, 0.85, 0.8, 0.5])
+    negative = np.array([0.82, 0.6, 0.4, 0.3])
+    # t=0.8: R=0.8, F=0.25 -> P=0.76; t=0.85: R=0.6, F=0 -> 1.0
+    assert semantic.choose_threshold(positive, negative, 0.9)["threshold"] == 0.85
+    # t=0.6: R=0.8, F=0.5 -> 0.615; t=0.8: 0.76 >= 0.7
+    choice = semantic.choose_threshold(positive, negative, 0.7)
+    assert (choice["threshold"], choice["dev_recall"], choice["dev_false_flag_rate"]) == (0.8, 0.8, 0.25)
+    # nothing separates them: just above the highest clean score
+    none = semantic.choose_threshold(np.array([0.5]), np.array([0.9]), 0.9)
+    assert none["threshold"] > 0.9 and none["rule"].startswith("no threshold") and none["dev_recall"] == 0.0
+
+
+def test_known_clean_pairs_are_the_nearest_same_class_doc_outside_the_cluster():
+    vectors = np.eye(4, dtype=np.float32)[[0, 0, 1, 1, 2]]  # docs 0/1 identical, 2/3 identical, 4 alone
+    vectors[4] = (vectors[0] + vectors[4]) / np.sqrt(2)
+    windows = semantic.Windows(vectors, np.arange(5), np.zeros((5, 2), int), [], [])
+    best, partner = semantic.clean_pair_scores(windows, ["a", "a", "b", "b", "a"], ["c0", "c0", "c2", "c3", "c4"])
+    # 0 and 1 share a dedup cluster: never each other's pair; 2 and 3 differ in cluster: they pair
+    assert list(partner) == [4, 4, 3, 2, 0] and np.isclose(best[2], 1.0) and np.isclose(best[0], 1 / np.sqrt(2))
+
+
+def news_corpus():
+    """Task ``news`` (classes x/y, 8 train, 4 dev, 4 test docs) and a pretraining source."""
+    rng = np.random.default_rng(3)
+    docs = [(f"n{k}", ["train"] * 8 + ["dev"] * 4 + ["test"] * 4, filler(int(rng.integers(20, 60)), 50 + k))
+            for k in range(16)]
+    task = frame("news", "task", [(d, s[k], t) for k, (d, s, t) in enumerate(docs)])
+    task["label"] = ["x", "y"] * 8
+    pre = frame("pre", "pretrain", [(f"p{k}", "train", filler(200, 90 + k)) for k in range(6)])
+    return task, pre
+
+
+def audit_once(tiny_encoder, task, pre, **changes):
+    cfg = params(semantic=semantic_params(tiny_encoder, **changes))
+    rows = pd.concat([task, pre], ignore_index=True)
+    evals, trains = leakage.eval_rows(rows), leakage.train_rows(rows)
+    tokens = [leakage.tokenize(t) for t in evals["text"]]
+    plants, _ = leakage.planted.make(evals, list(pre["text"]), list(pre["doc_id"]), cfg.planted, {}.get)
+    return semantic_audit.audit(cfg, evals, tokens, trains, set(), plants, NullLog(),
+                                encoder=semantic.Encoder(cfg.semantic, cfg.hardware))
+
+
+def test_the_threshold_is_chosen_on_dev_data_only(tiny_encoder):
+    task, pre = news_corpus()
+    first = audit_once(tiny_encoder, task, pre).metrics
+    test_changed = task.copy()
+    test_changed.loc[test_changed["split"] == "test", "text"] = [filler(30, 700 + k) for k in range(4)]
+    second = audit_once(tiny_encoder, test_changed, pre).metrics
+    assert first["threshold"] == second["threshold"]  # other test docs (and test plants): the same threshold
+    assert first["review"] != second["review"] or first["by_eval_set"] != second["by_eval_set"]
+    dev_changed = task.copy()
+    dev_changed.loc[dev_changed["split"] == "dev", "text"] = [filler(30, 800 + k) for k in range(4)]
+    assert audit_once(tiny_encoder, dev_changed, pre).metrics["threshold_dev_planted"] == first["threshold_dev_planted"]
+    assert audit_once(tiny_encoder, dev_changed, pre).metrics["threshold"] != first["threshold"]
+
+
+# ---------------------------------------------------------------- the stage with the detector
+
+
+def test_stage_writes_the_review_file_and_counts_bad_input(tmp_path, tiny_encoder):
+    task, pre = news_corpus()
+    extra = frame("news", "task", [("empty", "test", "!!!"), ("one", "test", "Word"),
+                                   ("long", "dev", filler(400, 5))])
+    extra["label"] = "x"
+    task = pd.concat([task, extra], ignore_index=True)
+    cfg = params(semantic=semantic_params(tiny_encoder, review_per_label=3, review_flags=2))
+    metrics, out = run_leakage(tmp_path, [task, pre], cfg)
+    sem = metrics["semantic"]
+    assert sem["eval_docs_not_attempted"] == {"no_words": 1, "under_min_words": 1}
+    assert sem["eval_docs_attempted"] == sem["eval_docs"] - 2 and sem["eval_docs_windowed"] >= 1
+    assert sem["max_windows_per_eval_doc"] >= 400 // 14
+    review = [json.loads(line) for line in (out / "review.jsonl").read_text().splitlines()]
+    labels = [r["label"] for r in review]
+    assert labels[:6] == ["planted"] * 3 + ["known_clean"] * 3 and set(labels[6:]) <= {None}
+    assert all({"score", "flagged", "doc", "other_doc", "text", "other_text"} <= set(r) for r in review)
+    assert sem["review"]["planted"] == 3 and sem["review"]["known_clean"] == 3
+    assert "semantic" in metrics["planted"]["detectors"] and "audit" in metrics["planted"]["detectors"]
+    verbatim = metrics["planted"]["variants"]["verbatim"]
+    # 11 eval docs planted; the 9 long enough are each their own verbatim copy's match (the same windows)
+    assert verbatim["planted"] == 11 and verbatim["by_detector"]["semantic"]["found"] == 9
+
+
+def test_semantic_matches_are_flagged_by_default_and_removed_on_request(tmp_path, tiny_encoder):
+    task, pre = news_corpus()  # nothing lexical to find
+    # a threshold of 0 on a random encoder flags everything: the mechanics, not the detector, are tested here
+    low = {"min_precision": 0.01}
+    flagged, out = run_leakage(tmp_path / "flag", [task, pre], params(semantic=semantic_params(tiny_encoder, **low)))
+    table = pd.read_parquet(out / "table.parquet")
+    sem_rows = table[table["method"] == "semantic"]
+    assert len(sem_rows) and set(sem_rows["check"]) == {"pretrain"}
+    assert flagged["semantic"]["action"] == "flag" and _removed(out) == []
+    assert flagged["eval_sets"]["news/test"]["semantic_rate_after"] == flagged["eval_sets"]["news/test"][
+        "semantic_rate_before"]
+    kept = pd.read_parquet(out / "pre.parquet").set_index("doc_id")
+    assert kept.loc[sorted(set(sem_rows["train_doc"]) & set(kept.index)), "leak_flag"].all()
+    removed, out = run_leakage(tmp_path / "remove", [task, pre],
+                               params(semantic=semantic_params(tiny_encoder, action="remove", **low)))
+    gone = {r["doc_id"]: r for r in _removed(out)}
+    assert set(sem_rows["train_doc"]) <= set(gone) and {r["reason"] for r in gone.values()} == {"leakage:semantic"}
+    assert removed["eval_sets"]["news/test"]["semantic_rate_after"] == 0.0
+
+
+def _removed(out):
+    return [json.loads(line) for line in (out / "removed.jsonl").read_text().splitlines()]
+
+
+# ---------------------------------------------------------------- the real MiniLM
+
+
+@pytest.mark.slow
+def test_minilm_finds_a_hand_written_paraphrase_the_13_gram_detector_misses():
+    """A hand-written paraphrase of PARAGRAPH (same facts, other words, other order) inside a pretraining doc:
+    no 13-gram is shared, the semantic score is far above an unrelated news paragraph's."""
+    paraphrase = (
+        "Two districts? No, four: a ban on hosepipes starts at midnight, the water board announced on Tuesday, "
+        "because the Eldham reservoir is lower than at any time since measurements started in 1921. While a new "
+        "pipe from the catchment in the north is being completed, engineers draw water from a pair of boreholes; "
+        "the board now thinks the project will be done before the rains of autumn arrive."
+    )
+    unrelated = (
+        "The football club confirmed on Monday that its manager had signed a new three-year contract after the "
+        "team finished second in the league, and that two players would leave the club in the summer window."
+    )
+    from reference import word_ngrams
+
+    from tasks.common.textnorm import words
+
+    assert not word_ngrams(words(paraphrase), 13) & word_ngrams(words(PARAGRAPH), 13)
+    cfg = params().semantic.model_copy(update={"enabled": True})
+    enc = semantic.Encoder(cfg, params().hardware)
+    evals, corpus = enc.windows([PARAGRAPH]), enc.windows([paraphrase, unrelated])
+    pairs, best = semantic.pair_scores(evals, corpus, 0.75, cfg)
+    scores = (corpus.vectors @ evals.vectors.T).ravel()
+    assert scores[0] > 0.75 > 0.4 > scores[1] and set(pairs) == {(0, 0)}
+
+
+@pytest.mark.slow
+def test_minilm_pooling_matches_sentence_transformers():
+    st = pytest.importorskip("sentence_transformers")
+    from tasks.common.encoders import reference_model_dir
+
+    texts = ["The reservoir fell to its lowest level.", PARAGRAPH]
+    cfg = params().semantic.model_copy(update={"enabled": True, "quantize": "none", "window_tokens": 256})
+    ours = semantic.Encoder(cfg, params().hardware.model_copy(update={"device": "cpu"})).windows(texts).vectors
+    theirs = st.SentenceTransformer(str(reference_model_dir()), device="cpu").encode(texts, normalize_embeddings=True)
+    assert np.allclose(ours, theirs, atol=1e-5)
+    int8 = semantic.Encoder(cfg.model_copy(update={"quantize": "int8"}), params().hardware).windows(texts).vectors
+    assert (ours * int8).sum(axis=1).min() > 0.98
