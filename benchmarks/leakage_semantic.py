@@ -1,0 +1,139 @@
+"""Cost of the semantic leakage detector against the lexical audit, and int8 against fp32: docs per second.
+
+Corpus: the default sources after ``ingest`` and ``split`` (``benchmarks/leakage.py``'s ``default_corpora``,
+no dedup), or ``data/split`` when it exists (``--from-split``). Timed, in this process, on the same
+training docs (``tasks.leakage.train_rows``) against the same eval docs (``eval_rows``):
+
+- ``lexical``: ``tasks.leakage.tokenize`` (words + UTS #39 fold), word hashes and every lexical detector
+  (``detectors.detect``: 13-grams, whole docs, MinHash docs and passages), as the stage runs them;
+- ``semantic``: the eval docs' and the training docs' windows embedded by ``tasks.leakage.semantic.Encoder``
+  (params.yaml's ``leakage.semantic``: 128-token windows every 126, int8 on the CPU) and the exact search;
+  ``semantic_fp32`` the same without quantisation, on the first ``--fp32-docs`` training docs only (its
+  docs/s is what the full corpus would get), with the agreement of the two: cosine of the same windows'
+  embeddings (min, p1, median) and of the flagged (eval doc, training doc) pairs at thresholds 0.8 and 0.9.
+
+Docs/s is training docs per wall second (the stage runs with every core; the machine is shared, so CPU
+seconds are reported next to it). Writes ``benchmarks/results/leakage_semantic.json``. Run:
+``.venv/bin/python benchmarks/leakage_semantic.py`` (about 5-10 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[0] = str(ROOT)  # benchmarks/tokenize.py would shadow the stdlib module
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "leakage_semantic.json"
+
+
+def corpora(from_split: bool):
+    """``(train frame, eval frame)``."""
+    import pandas as pd
+
+    from tasks import leakage
+    from tasks.config import read_yaml
+
+    folder = ROOT / "data" / "split"
+    if from_split and folder.is_dir():
+        rows = pd.concat([pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))], ignore_index=True)
+        return leakage.train_rows(rows), leakage.eval_rows(rows)
+    from benchmarks.leakage import default_corpora
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return default_corpora(read_yaml(ROOT / "params.yaml"), Path(tmp))
+
+
+def clock():
+    return time.perf_counter(), time.process_time()
+
+
+def since(start) -> dict:
+    wall, cpu = clock()
+    return {"wall_s": round(wall - start[0], 3), "cpu_s": round(cpu - start[1], 3)}
+
+
+def lexical(train_texts: list[str], eval_texts: list[str], cfg) -> dict:
+    from tasks import leakage
+    from tasks.leakage.detectors import detect
+
+    start = clock()
+    trains, evals = leakage.make_sides([leakage.tokenize(t) for t in train_texts],
+                                       [leakage.tokenize(t) for t in eval_texts])
+    matches = detect(trains, evals, cfg)
+    return {**since(start), "pairs": len(matches)}
+
+
+def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, quantize: str):
+    from tasks.leakage import semantic
+
+    scfg = cfg.semantic.model_copy(update={"quantize": quantize, "enabled": True})
+    start = clock()
+    enc = semantic.Encoder(scfg, cfg.hardware)
+    loaded = since(start)
+    evals = enc.windows(eval_texts)
+    corpus = enc.windows(train_texts)
+    embedded = since(start)
+    pairs, _ = semantic.pair_scores(evals, corpus, 0.8, scfg)
+    return ({**since(start), "load": loaded, "embedded": embedded, "windows": int(len(corpus.doc) + len(evals.doc)),
+             "tokens": enc.stats["tokens_embedded"], "pairs_at_0.8": len(pairs)}, evals, corpus)
+
+
+def flagged_pairs(evals, corpus, threshold: float) -> set[tuple[int, int]]:
+    """(eval doc, training doc) pairs with a window pair at or above ``threshold``."""
+    q, i = np.nonzero(evals.vectors @ corpus.vectors.T >= threshold)
+    return set(zip(evals.doc[q].tolist(), corpus.doc[i].tolist()))
+
+
+def agreement(a, b, evals_a, evals_b) -> dict:
+    """Cosine between the same windows' two embeddings, and flagged-pair agreement at two thresholds."""
+    same = np.concatenate([(a.vectors * b.vectors).sum(axis=1), (evals_a.vectors * evals_b.vectors).sum(axis=1)])
+    out = {"windows": int(len(same)), "cosine_min": round(float(same.min()), 5),
+           "cosine_p1": round(float(np.quantile(same, 0.01)), 5), "cosine_median": round(float(np.median(same)), 5)}
+    for t in (0.8, 0.9):
+        sa, sb = flagged_pairs(evals_a, a, t), flagged_pairs(evals_b, b, t)
+        out[f"pairs_at_{t}"] = {"int8": len(sa), "fp32": len(sb), "both": len(sa & sb)}
+    return out
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--from-split", action="store_true", help="read data/split instead of building it")
+    parser.add_argument("--fp32-docs", type=int, default=300)
+    args = parser.parse_args()
+    from tasks.config import load_params
+
+    cfg = load_params(ROOT / "params.yaml").leakage
+    train, evals = corpora(args.from_split)
+    train_texts, eval_texts = [str(t) for t in train["text"]], [str(t) for t in evals["text"]]
+    out = {"train_docs": len(train_texts), "eval_docs": len(eval_texts)}
+    out["lexical"] = lexical(train_texts, eval_texts, cfg)
+    out["semantic"], ev8, cor8 = semantic_pass(train_texts, eval_texts, cfg, "int8")
+    sample = train_texts[: args.fp32_docs]
+    out["semantic_fp32_sample"], ev32, cor32 = semantic_pass(sample, eval_texts, cfg, "none")
+    _, ev8s, cor8s = semantic_pass(sample, eval_texts, cfg, "int8")
+    out["int8_vs_fp32"] = agreement(cor8s, cor32, ev8s, ev32)
+    n = len(train_texts)
+    out["docs_per_s"] = {"lexical": round(n / out["lexical"]["wall_s"], 1),
+                         "semantic_int8": round(n / out["semantic"]["wall_s"], 1),
+                         "semantic_fp32 (sample)": round(len(sample) / out["semantic_fp32_sample"]["wall_s"], 1)}
+    stage = ROOT / "metrics" / "leakage.json"
+    if stage.exists():
+        seconds = json.loads(stage.read_text()).get("semantic", {}).get("seconds")
+        out["stage_semantic_seconds (metrics/leakage.json)"] = seconds
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()
