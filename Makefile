@@ -71,10 +71,10 @@ run: install
 	  $(BIN)/python -m flows.pipeline; \
 	fi
 
-# Two workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one process): the
-# suite is mostly one process waiting on another (subprocess stages, servers), so 2 cores run two files at once.
+# Two workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the
+# longest files first (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order).
 test: install-ray
-	$(BIN)/python -m pytest -m "not gpu" -n 2 --dist loadfile --durations=15
+	$(BIN)/python -m pytest -m "not gpu" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"
