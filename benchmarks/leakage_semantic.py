@@ -1,4 +1,4 @@
-"""Cost of the semantic leakage detector against the lexical audit, and int8 against fp32: docs per second.
+"""Cost of the semantic leakage detector against the lexical audit, and bf16/int8 against fp32: docs per second.
 
 Corpus: the default sources after ``ingest`` and ``split`` (``benchmarks/leakage.py``'s ``default_corpora``,
 no dedup), or ``data/split`` when it exists (``--from-split``). Timed, in this process, on the same
@@ -7,10 +7,10 @@ training docs (``tasks.leakage.train_rows``) against the same eval docs (``eval_
 - ``lexical``: ``tasks.leakage.tokenize`` (words + UTS #39 fold), word hashes and every lexical detector
   (``detectors.detect``: 13-grams, whole docs, MinHash docs and passages), as the stage runs them;
 - ``semantic``: the eval docs' and the training docs' windows embedded by ``tasks.leakage.semantic.Encoder``
-  (params.yaml's ``leakage.semantic``: 128-token windows every 126, int8 on the CPU) and the exact search;
-  ``semantic_fp32`` the same without quantisation, on the first ``--fp32-docs`` training docs only (its
-  docs/s is what the full corpus would get), with the agreement of the two: cosine of the same windows'
-  embeddings (min, p1, median) and of the flagged (eval doc, training doc) pairs at thresholds 0.8 and 0.9.
+  (params.yaml's ``leakage.semantic``: 128-token windows every 126, ``cpu_precision``) and the exact search;
+  then fp32, bf16 autocast and dynamic int8 on the first ``--fp32-docs`` training docs only, with the agreement
+  of bf16 and int8 with fp32: cosine of the same windows' embeddings (min, p1, median) and the flagged
+  (eval doc, training doc) pairs at thresholds 0.8 and 0.9.
 
 Docs/s is training docs per wall second (the stage runs with every core; the machine is shared, so CPU
 seconds are reported next to it). Writes ``benchmarks/results/leakage_semantic.json``. Run:
@@ -72,10 +72,10 @@ def lexical(train_texts: list[str], eval_texts: list[str], cfg) -> dict:
     return {**since(start), "pairs": len(matches)}
 
 
-def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, quantize: str):
+def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, precision: str):
     from tasks.leakage import semantic
 
-    scfg = cfg.semantic.model_copy(update={"quantize": quantize, "enabled": True})
+    scfg = cfg.semantic.model_copy(update={"cpu_precision": precision, "enabled": True})
     start = clock()
     enc = semantic.Encoder(scfg, cfg.hardware)
     loaded = since(start)
@@ -116,15 +116,16 @@ def main() -> dict:
     train_texts, eval_texts = [str(t) for t in train["text"]], [str(t) for t in evals["text"]]
     out = {"train_docs": len(train_texts), "eval_docs": len(eval_texts)}
     out["lexical"] = lexical(train_texts, eval_texts, cfg)
-    out["semantic"], ev8, cor8 = semantic_pass(train_texts, eval_texts, cfg, "int8")
+    out["semantic"], _, _ = semantic_pass(train_texts, eval_texts, cfg, cfg.semantic.cpu_precision)
     sample = train_texts[: args.fp32_docs]
-    out["semantic_fp32_sample"], ev32, cor32 = semantic_pass(sample, eval_texts, cfg, "none")
-    _, ev8s, cor8s = semantic_pass(sample, eval_texts, cfg, "int8")
-    out["int8_vs_fp32"] = agreement(cor8s, cor32, ev8s, ev32)
     n = len(train_texts)
     out["docs_per_s"] = {"lexical": round(n / out["lexical"]["wall_s"], 1),
-                         "semantic_int8": round(n / out["semantic"]["wall_s"], 1),
-                         "semantic_fp32 (sample)": round(len(sample) / out["semantic_fp32_sample"]["wall_s"], 1)}
+                         f"semantic ({cfg.semantic.cpu_precision})": round(n / out["semantic"]["wall_s"], 1)}
+    runs = {p: semantic_pass(sample, eval_texts, cfg, p) for p in ("fp32", "bf16", "int8")}
+    for p, (timing, _, _) in runs.items():
+        out["docs_per_s"][f"semantic {p} (first {len(sample)} docs)"] = round(len(sample) / timing["wall_s"], 1)
+    out["agreement_with_fp32"] = {p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1])
+                                  for p in ("bf16", "int8")}
     stage = ROOT / "metrics" / "leakage.json"
     if stage.exists():
         seconds = json.loads(stage.read_text()).get("semantic", {}).get("seconds")

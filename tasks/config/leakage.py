@@ -68,9 +68,9 @@ class SemanticParams(StrictModel):
         "close to any text that uses the word"
     )
     batch_size: int = Field(ge=1, description="windows per forward pass (sorted by length)")
-    quantize: Literal["int8", "none"] = Field(
-        description="int8: torch dynamic int8 quantisation of the Linear layers on the CPU (agreement with fp32 in "
-        "benchmarks/leakage.py); none: fp32 (on CUDA always bf16 autocast)"
+    cpu_precision: Literal["auto", "bf16", "int8", "fp32"] = Field(
+        description="the encoder on the CPU: bf16 autocast, dynamic int8 Linear layers or fp32; auto: bf16 where "
+        "the CPU multiplies bf16 in hardware (AVX512-BF16/AMX), else fp32 (on CUDA always bf16 autocast)"
     )
     planted_docs: int | None = Field(
         description="eval docs whose planted copies (every variant) the semantic detector scores, the first by hash "

@@ -69,7 +69,7 @@ def semantic_rows(s: dict) -> list[list[str]]:
     skipped = s.get("eval_docs_not_attempted") or {}
     seconds = s.get("seconds") or {}
     return [
-        ["encoder", f"{s.get('encoder')}; {s.get('quantize')}; {s.get('device')}"],
+        ["encoder", f"{s.get('encoder')}; {s.get('precision')}; {s.get('device')}"],
         ["windows", f"{s.get('window_tokens')} tokens every {s.get('stride_tokens')}; corpus "
                     f"{(s.get('corpus') or {}).get('windows')} windows of {(s.get('corpus') or {}).get('docs')} "
                     f"docs ({(s.get('corpus') or {}).get('search')} search)"],
