@@ -35,8 +35,12 @@ Command line (one JSON object per line: ``{"doc_id", "text"}``, ``{"doc_id", "te
 
     python -m clozeline.predict models/export/cls --input docs.jsonl --output predictions.jsonl
 
+A baseline export (``model.skops`` + ``baseline.json``: the TF-IDF + logistic-regression baseline, exported
+when it is the best run on dev) runs through the same command line; ``load_baseline`` loads it with skops,
+trusting scikit-learn, NumPy and SciPy types only (never pickle).
+
 This module needs only torch and transformers (and ``tasks.common.alignment`` of this package for the NER
-windows). A folder that does not load, or whose labels or recipe are inconsistent, raises ``ExportError`` with
+windows; skops for a baseline). A folder that does not load, or whose labels or recipe are inconsistent, raises ``ExportError`` with
 a one-line message naming the folder.
 """
 
@@ -305,6 +309,47 @@ def check_labels(model, folder: Path, labels: list[str] | None) -> None:
         raise ExportError(f"{folder}: labels {names} are not the task's {list(labels)}")
 
 
+# ---------------------------------------------------------------- a baseline export (skops, never pickle)
+
+BASELINE_FILE, BASELINE_RECORD = "model.skops", "baseline.json"
+#: The only types a baseline file may hold: scikit-learn, NumPy, SciPy and builtins (skops refuses the rest).
+SAFE_PREFIXES = ("sklearn.", "numpy.", "scipy.", "builtins.")
+
+
+def load_baseline(folder: str | Path, labels: list[str] | None = None):
+    """``(scikit-learn pipeline, baseline.json)`` of a baseline export (TF-IDF + logistic regression in skops
+    format). Raises ``ExportError`` naming the folder when it does not load, holds a type outside
+    ``SAFE_PREFIXES``, or (with ``labels``) has other label names."""
+    import skops.io
+
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / BASELINE_RECORD).read_text(encoding="utf-8"))
+        types = skops.io.get_untrusted_types(file=folder / BASELINE_FILE)
+    except (OSError, ValueError, KeyError) as err:
+        raise ExportError(f"{folder}: does not load as a clozeline baseline export: {' '.join(str(err).split())[:300]}") from err
+    unsafe = [t for t in types if not t.startswith(SAFE_PREFIXES)]
+    if unsafe:
+        raise ExportError(f"{folder}: {BASELINE_FILE} holds types outside scikit-learn, NumPy and SciPy: {unsafe[:3]}")
+    if labels is not None and sorted(record["labels"]) != sorted(labels):
+        raise ExportError(f"{folder}: labels {record['labels']} are not the task's {list(labels)}")
+    return skops.io.load(folder / BASELINE_FILE, trusted=types), record
+
+
+def predict_baseline(model, record: dict, records: list[dict]) -> list[dict]:
+    """``predict_records`` for a baseline export: the full text (a pair joined by a blank line, as ingest
+    writes it), the predicted label and every label's probability (0 for a label absent from train)."""
+    names, classes, out = record["labels"], record["classes"], []
+    for item in records:
+        text = f"{item['text']}\n\n{item['text_pair']}" if "text_pair" in item else item["text"]
+        start = time.perf_counter()
+        proba, pred = model.predict_proba([text])[0], int(model.predict([text])[0])
+        seconds = time.perf_counter() - start
+        probs = dict.fromkeys(names, 0.0) | {names[c]: float(p) for c, p in zip(classes, proba, strict=True)}
+        out.append({"doc_id": item["doc_id"], "pred": names[pred], "probs": probs, "seconds": seconds})
+    return out
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -355,16 +400,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
     labels = json.loads(args.labels.read_text(encoding="utf-8")) if args.labels else None
+    baseline = (args.folder / BASELINE_FILE).is_file()
     try:
-        pipe = load(args.folder, labels)
+        pipe = load_baseline(args.folder, labels) if baseline else load(args.folder, labels)
     except ExportError as err:
         print(f"clozeline.predict: {err}", file=sys.stderr)
         return 1
     loaded = time.perf_counter() - started
     records = [json.loads(line) for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
-    outputs = predict_records(pipe, records)
-    timing = {"load_seconds": loaded, "threads": torch.get_num_threads(),
-              "batch": {str(args.batch_size): batch_seconds(pipe, records, args.batch_size)} if args.batch_size else {}}
+    outputs = predict_baseline(*pipe, records) if baseline else predict_records(pipe, records)
+    batched = {} if baseline or not args.batch_size else {str(args.batch_size): batch_seconds(pipe, records, args.batch_size)}
+    timing = {"load_seconds": loaded, "threads": torch.get_num_threads(), "batch": batched}
     lines = [json.dumps(o, ensure_ascii=False) for o in outputs] + [json.dumps({"timing": timing})]
     args.output.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return 0

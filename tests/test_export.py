@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from export_fixtures import SOURCES, build_workspace, export_params
+from export_fixtures import SOURCES, build_workspace, export_params, finetune_params
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from clozeline.predict import ExportError, load
@@ -168,8 +168,10 @@ def test_release_writes_the_export_with_its_model_card(exported):
     paths, metrics = exported
     out = _release(paths, "supported", NullLog())
     folder = paths.models / "export" / "cls"
-    assert {p.name for p in folder.iterdir()} == set(metrics["cls"]["files"]) | {"README.md"}
+    shipped_baseline = {"baseline"} if metrics["cls"].get("baseline") else set()  # TF-IDF may win on dev here
+    assert {p.name for p in folder.iterdir()} == set(metrics["cls"]["files"]) | {"README.md"} | shipped_baseline
     card = (folder / "README.md").read_text()
+    assert ("in skops format" in card) == bool(shipped_baseline)
     for needed in ("pipeline_tag: text-classification", "import clozeline.predict", "## How it was chosen",
                    "best-arm-beats-best-baseline-cls", "| supported | 0.1000 [0.0500, 0.1500] |", "95% t CI",
                    "re-scored from raw text", "## Data and code", "data md5", "git commit", "## Params",
@@ -205,3 +207,24 @@ def test_registry_versions_carry_verdicts_and_the_alias_follows_the_gate(exporte
     served = mlflow.pyfunc.load_model("models:/clozeline-cls@candidate").predict([text])
     assert served["label"][0] == load(logged["folder"])(text)[0]["label"]
     assert served["score"][0] == pytest.approx(load(logged["folder"])(text)[0]["score"], abs=1e-6)
+
+
+def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(exported, tmp_path):
+    from tasks.finetune import load_task_data
+    from tasks.finetune.export import keep_baseline
+
+    paths, _ = exported
+    root = tmp_path / "ws"
+    shutil.copytree(paths.data.parent, root)
+    copy = type(paths)(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+    cfg = finetune_params(SEEDS)
+    tcfg = cfg.task("cls")
+    data = load_task_data(copy.data / "tokenize" / "cls" / "clozeline", cfg.data_seed, tcfg)
+    won = {"dev": {"baseline/tfidf-lr/full-text": 1.0, "pretrained/full/mean-pool": 0.5}}
+    assert keep_baseline(won, data, data["labels"], tcfg, copy.data / "finetune" / "cls") == {
+        "baseline": "baseline/tfidf-lr/full-text"}
+    found = export.run(export_params(), copy, NullLog(), "cls")["baseline"]
+    assert found["agrees"] and found["rescored"] == found["evaluated"], found["agreement"]
+    assert {p.name for p in Path(found["folder"]).iterdir()} == {"model.skops", "baseline.json"}
+    assert keep_baseline({"dev": {"baseline/tfidf-lr/full-text": 0.5, "pretrained/full/mean-pool": 0.9}}, data,
+                         data["labels"], tcfg, copy.data / "finetune" / "cls") == {}

@@ -32,6 +32,7 @@ from tasks.config.paths import Paths
 from tasks.export import convert, rescore
 
 MIB = 2**20
+BASELINE = "selected_baseline"  # data/finetune/<task>/: the TF-IDF baseline when it won on dev (tasks/finetune/export.py)
 
 
 def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
@@ -70,9 +71,31 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
                "rescored": rescore.scores(spec.kind, gold, [by_id.get(r["doc_id"]) or blank(r) for r in evaluated],
                                           labels),
                "operational": operational, "files": digests(folder)}  # fmt: skip
+    baseline = paths.stage_data("finetune") / item / BASELINE
+    if baseline.is_dir():  # the TF-IDF baseline won on dev: shipped too, in skops format, and re-scored the same way
+        metrics["baseline"] = export_baseline(baseline, out, inputs, labels, cfg, spec.kind, paths.stage_data("finetune") / item)
     metrics["mlflow"] = log_model(cfg, log, pipe, finetune, record["run"], raw[0], item)
     log.info(summary(metrics))
     return metrics
+
+
+def export_baseline(source: Path, out: Path, inputs: Path, labels: list[str], cfg: ExportParams, kind: str,
+                    predictions: Path) -> dict:  # fmt: skip
+    """Copy the kept baseline to ``<out>/baseline/``, re-score it in a fresh process on the same raw test text
+    and compare with its test predictions; returns ``run``, ``folder``, ``agrees``, ``agreement``,
+    ``evaluated``, ``rescored``, ``operational`` and ``files``."""
+    folder = out / "baseline"
+    shutil.copytree(source, folder)
+    record = json.loads((folder / "baseline.json").read_text(encoding="utf-8"))
+    evaluated = rescore.read_jsonl(predictions / record["predictions"])
+    rescored, info = rescore.run_predict(folder, inputs, out / "baseline_rescored.jsonl", labels, cfg.threads, None)
+    agreement = rescore.compare(evaluated, rescored, labels, cfg.probability_tolerance)
+    gold, by_id = [r["gold"] for r in evaluated], {r["doc_id"]: r["pred"] for r in rescored}
+    size = sum(f.stat().st_size for f in folder.glob("*.skops")) / MIB
+    return {"run": record["run"], "folder": folder.as_posix(), "agrees": agreement["disagree"] == 0,
+            "agreement": agreement, "evaluated": rescore.scores(kind, gold, [r["pred"] for r in evaluated], labels),
+            "rescored": rescore.scores(kind, gold, [by_id.get(r["doc_id"], "") for r in evaluated], labels),
+            "operational": rescore.timing(rescored, info, None, None, size), "files": digests(folder)}
 
 
 def read_finetune(folder: Path, item: str) -> dict:

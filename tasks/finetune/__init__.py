@@ -84,6 +84,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     selection = select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines], spec.module)
     best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (export.py)
     kept = export.keep_selected(best, results[best.key], selection, cfg, out_dir, runner, log)
+    kept |= export.keep_baseline(selection, any_tok, labels, tcfg, out_dir)  # when a baseline won on dev
     operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}

@@ -27,10 +27,11 @@ import torch
 
 from tasks.common.device import configure
 from tasks.common.encoders import load_tokenizer
-from tasks.finetune import operational
+from tasks.finetune import baselines, operational
 from tasks.finetune.training import Run, train_and_test
 
 SELECTED = "selected"  # the folder under data/finetune/<task>/
+SELECTED_BASELINE = "selected_baseline"  # the TF-IDF baseline, when it is the best run on dev (skops, never pickle)
 SELECTED_RECORD = "selected.json"
 MODEL_FILES = ("config.json", "model.safetensors", "head.safetensors", "head.json")
 
@@ -90,3 +91,29 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
               "dev_winner_score": scores.get(winner), "arm_dev_score": scores.get(job.key)}  # fmt: skip
     (dest / SELECTED_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return entry
+
+
+def keep_baseline(selection: dict, data: dict, labels: list[str], tcfg, out_dir: Path) -> dict:
+    """When the best run on dev of arms and baselines together is ``tfidf-lr``, fit it again (deterministic:
+    lbfgs, the same C grid and rows as ``run_baseline``) and write ``<out_dir>/selected_baseline/``:
+    ``model.skops`` (a scikit-learn ``Pipeline`` of the vectorizer and the classifier, skops format: no pickle)
+    and ``baseline.json`` (run key, label names, the classifier's label ids, its predictions file). Returns
+    ``{"baseline": <run key>}``, or ``{}`` when no baseline won on dev (another baseline that wins is not
+    exported: ``majority`` is a constant, ``memorise`` a word list)."""
+    import skops.io
+    from sklearn.pipeline import Pipeline
+
+    dest = out_dir / SELECTED_BASELINE
+    shutil.rmtree(dest, ignore_errors=True)
+    scores, key = selection.get("dev") or {}, baselines.KEYS["tfidf-lr"]
+    if not scores or max(scores, key=lambda k: (scores[k], not k.startswith("baseline/"))) != key:
+        return {}
+    rows = {"train": data["all_rows"]["train"], "dev": data["all_rows"]["dev"], "test": data["rows"]["test"]}
+    fit = baselines.fit_predict("tfidf-lr", rows, labels, tcfg.baseline_c_grid)
+    vectorizer, model = fit["fitted"]
+    dest.mkdir(parents=True)
+    skops.io.dump(Pipeline([("tfidf", vectorizer), ("lr", model)]), dest / "model.skops")
+    record = {"run": key, "labels": list(labels), "classes": [int(c) for c in model.classes_], "C": fit["setting"]["C"],
+              "input": "the full text (a pair: a, a blank line, b)", "predictions": f"{key}/seed{baselines.SEED}.test.jsonl"}
+    (dest / "baseline.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return {"baseline": key}

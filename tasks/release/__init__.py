@@ -35,6 +35,9 @@ def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
     check_files(source, export["files"])
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(source, dest)
+    if export.get("baseline"):  # the TF-IDF baseline that won on dev, in skops format, re-scored likewise
+        check_files(Path(export["baseline"]["folder"]), export["baseline"]["files"])
+        shutil.copytree(export["baseline"]["folder"], dest / "baseline")
     gate = gate_of(cfg, item, claims, export)
     lock = Lock.read(cfg.dvc_lock_file)
     stage = f"finetune@{item}"

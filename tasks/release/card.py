@@ -42,6 +42,12 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
         lines.append(f"- on dev a baseline scored higher: `{export['dev_winner']}` {export['dev_winner_score']:.4f} "
                      f"against this arm's {export['arm_dev_score']:.4f}. No encoder beat it on dev; this encoder is "
                      "shipped because the claims are about it, and the alias gate below says whether to use it.")
+    if export.get("baseline"):
+        base = export["baseline"]
+        lines.append(f"- that baseline is shipped too, in `baseline/` (scikit-learn in skops format, no pickle; "
+                     f"`clozeline.predict.load_baseline`): {name} {fmt(base['rescored'].get(name))} re-scored, "
+                     f"{base['agreement']['disagree']} of {base['agreement']['items']} items disagreeing with its "
+                     "evaluation.")
     lines += ["", f"## Test figures ({agreement['items']} test items)", "",
               "| what | value |", "| --- | --- |",
               f"| {name} of the arm, mean over {stats.get('n', '?')} seeds [95% t CI] | {fmt(stats.get('mean'))} "
