@@ -106,8 +106,9 @@ def test_recall_intervals_and_the_strongest_variant_at_95_percent():
 
     # Clopper-Pearson by its beta-quantile form: [B(0.025; x, n - x + 1), B(0.975; x + 1, n - x)]
     assert planted.recall_entry([True] * 19 + [False]) == {
-        "found": 19, "recall": 0.95, "ci_low": round(beta.ppf(0.025, 19, 2), 6), "ci_high": round(beta.ppf(0.975, 20, 1), 6)}
-    assert planted.recall_entry([]) == {"found": 0, "recall": None, "ci_low": None, "ci_high": None}
+        "found": 19, "n": 20, "recall": 0.95, "ci_low": round(beta.ppf(0.025, 19, 2), 6), "ci_high": round(beta.ppf(0.975, 20, 1), 6)}
+    assert planted.recall_entry([]) == {"found": 0, "n": 0, "recall": None, "ci_low": None, "ci_high": None}
+    assert [planted.ordinal(k) for k in (1, 2, 3, 5, 12, 22)] == ["1st", "2nd", "3rd", "5th", "12th", "22nd"]
     entries = {name: {"family": "replaced", "by_detector": {"audit": {"recall": r, "ci_low": lo}}}
                for name, r, lo in (("k20", 1.0, 0.99), ("k12", 0.97, 0.94), ("k8", 0.99, 0.96), ("k5", 0.5, 0.4))}
     # the point estimate stays >= 0.95 up to k8; the CI lower bound falls short at k12 already

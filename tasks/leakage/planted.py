@@ -1,9 +1,8 @@
 """Planted contaminations: perturbed copies of every eval doc, at increasing edit strength, that measure the
 recall of each of the audit's detectors and of the audit as a whole.
 
-``rate_after`` alone cannot show that the audit works: with ``pretrain_action: remove`` every doc the
-detectors match is gone, so the same detectors find nothing afterwards whatever their recall. Here copies of
-eval docs, each perturbed in a way a real copy on the web could be, are scored by the audit's own detectors
+``rate_after`` alone cannot show that the audit works (what it removes, its detectors no longer find). Here
+copies of eval docs, each perturbed in a way a real copy on the web could be, are scored by the audit's own detectors
 (``tasks.leakage.detectors.detect`` with the same params, and the semantic detector of
 ``tasks.leakage.semantic`` at its chosen threshold) against every eval doc; a planted doc is *found* by a
 detector when that detector matches it to the eval doc it was built from. Nothing planted is written to
@@ -13,19 +12,15 @@ Every eval doc is planted once per variant (short ones too: a one-word tweet get
 and the detectors' minimum lengths then show as misses). Variants, on the eval doc's whitespace tokens
 (``str.split``), grouped in families whose strength grows along the list (``FAMILIES``):
 
-- ``format``: ``verbatim`` (the text as it is); ``rewrapped`` (``line_words`` tokens per line); ``unicode``
-  (look-alike spaces: no-break U+00A0, thin U+2009, narrow no-break U+202F, plain, in turn, and a format
-  character inside every ``format_every``-th token: zero-width space U+200B, zero-width joiner U+200D, soft
-  hyphen U+00AD in turn); ``homoglyphs`` (every Latin a e o p c x written with its Cyrillic look-alike
+- ``format``: ``verbatim``; ``rewrapped`` (``line_words`` tokens per line); ``unicode`` (look-alike spaces
+  U+00A0, U+2009, U+202F in turn, and ZWSP, ZWJ or a soft hyphen inside every ``format_every``-th token); ``homoglyphs`` (every Latin a e o p c x written with its Cyrillic look-alike
   а е о р с х, which NFKC does not fold: the detectors fold them with the UTS #39 skeleton,
   ``tasks.common.confusables``);
 - ``replaced``: every k-th token swapped for a filler token that holds a different word, k in
   ``replace_every`` (20, 12, 8, 5, 3 by default);
 - ``synonyms``: every k-th content word (alphabetic, 3+ letters, not an English stop word, with a WordNet
-  synonym: ``tasks.leakage.synonyms``) swapped for its synonym, capitalisation kept, k in ``synonym_every``
-  (3, 2, 1 by default); edits by a synonym spinner;
-- ``shuffled``: the sentences (ending in . ! or ?) in another order (a permutation seeded per doc; never the
-  identity when there are two or more sentences);
+  synonym: ``tasks.leakage.synonyms``) swapped for it, case kept, k in ``synonym_every`` (3, 2, 1 by default);
+- ``shuffled``: the sentences (ending in . ! or ?) in another order (seeded per doc; never the identity);
 - ``quoted``: ``in_filler`` (``paragraph_words`` middle tokens as a paragraph between ``filler_words``
   tokens of unrelated text on each side), then ``fragment_<n>`` for n in ``fragment_words`` (30, 20, 10 by
   default): n middle tokens in quotation marks inside ``fragment_filler_words`` tokens of unrelated text on
@@ -94,13 +89,14 @@ def variants(cfg: PlantedParams) -> list[Variant]:
     """The variants in report order (families, then growing strength)."""
     out = [Variant("verbatim", "format", "verbatim", "verbatim"),
            Variant("rewrapped", "format", f"{cfg.line_words} words per line", "rewrapped"),
-           Variant("unicode", "format", f"look-alike spaces, a format character in every {cfg.format_every}th word",
+           Variant("unicode", "format", f"look-alike spaces, a format character in every {ordinal(cfg.format_every)} word",
                    "unicode"),
            Variant("homoglyphs", "format", "Cyrillic а е о р с х for a e o p c x", "homoglyphs")]
-    out += [Variant(f"replaced_every_{k}", "replaced", f"every {k}th word replaced", "replaced", k)
+    out += [Variant(f"replaced_every_{k}", "replaced", f"every {ordinal(k)} word replaced", "replaced", k)
             for k in sorted(cfg.replace_every, reverse=True)]
     out += [Variant(f"synonyms_every_{k}", "synonyms",
-                    "every content word a synonym" if k == 1 else f"every {k}th content word a synonym", "synonyms", k)
+                    "every content word a synonym" if k == 1 else f"every {ordinal(k)} content word a synonym",
+                    "synonyms", k)
             for k in sorted(cfg.synonym_every, reverse=True)]
     out += [Variant("shuffled", "shuffled", "sentences shuffled", "shuffled"),
             Variant("in_filler", "quoted", f"{cfg.paragraph_words}-word paragraph in {cfg.filler_words}-word filler",
@@ -108,6 +104,12 @@ def variants(cfg: PlantedParams) -> list[Variant]:
     out += [Variant(f"fragment_{n}", "quoted", f"{n}-word quotation in unrelated text", "fragment", n)
             for n in sorted(cfg.fragment_words, reverse=True)]
     return out
+
+
+def ordinal(k: int) -> str:
+    """``2nd``, ``3rd``, ``12th``, ``21st``."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
 
 
 #: The families in report order.
@@ -303,7 +305,7 @@ def recall_entry(hits: list[bool]) -> dict:
     """``found``, ``recall`` and its Clopper-Pearson 95% interval."""
     found, n = sum(hits), len(hits)
     low, high = clopper_pearson(found, n)
-    return {"found": found, "recall": round(found / n, 6) if n else None, "ci_low": low, "ci_high": high}
+    return {"found": found, "n": n, "recall": round(found / n, 6) if n else None, "ci_low": low, "ci_high": high}
 
 
 def counts(n: int, found: int) -> dict:

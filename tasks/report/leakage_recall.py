@@ -23,9 +23,7 @@ def cell(entry: dict) -> str:
     """``0.9712 [0.9581, 0.9811] 829/853`` (Clopper-Pearson 95%)."""
     if entry.get("recall") is None:
         return "-"
-    n = round(entry["found"] / entry["recall"]) if entry["recall"] else None
-    of = f"{entry['found']}/{n}" if n is not None else f"{entry['found']}"
-    return f"{entry['recall']:.4f} [{entry['ci_low']:.4f}, {entry['ci_high']:.4f}] {of}"
+    return f"{entry['recall']:.4f} [{entry['ci_low']:.4f}, {entry['ci_high']:.4f}] {entry['found']}/{entry['n']}"
 
 
 def recall_grids(metrics: Metrics, cfg=None) -> list:
