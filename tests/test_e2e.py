@@ -46,6 +46,7 @@ TINY = {
     "finetune.recipes.ner.max_test_docs": 32,
     "finetune.recipes.ner.max_epochs": 1,
     "finetune.operational.timed_batches": {1: 4, 32: 2},
+    "leakage.semantic.planted_docs": 40,
 }
 MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 30}
 

@@ -40,6 +40,9 @@ def stage_params(**changes):
     ray = params.ray.model_copy(update={"num_cpus": 2, "object_store_mib": 512})
     sections = {name: getattr(params, name).model_copy(update={"ray": ray, **changes.get(name, {})})
                 for name in ("dedup", "leakage")}  # fmt: skip
+    # the semantic detector runs in the driver with either engine (tests/test_leakage_semantic.py): off here
+    off = sections["leakage"].semantic.model_copy(update={"enabled": False})
+    sections["leakage"] = sections["leakage"].model_copy(update={"semantic": off})
     return params, sections
 
 
@@ -118,7 +121,7 @@ def test_starting_ray_keeps_the_sigterm_handler_and_the_dashboard_off(ray_instan
 @pytest.mark.slow
 def test_ray_engines_match_local_on_made_data(tmp_path, ray_instance):
     made_corpus(tmp_path)
-    planted = load_params(ROOT / "params.yaml").leakage.planted.model_copy(update={"docs_per_variant": 3})
+    planted = load_params(ROOT / "params.yaml").leakage.planted.model_copy(update={"max_docs": 3})
     policy = SourcePolicy(exact=False)
     params, sections = stage_params(
         dedup={"shard_size_docs": 25, "source_policy": {"tweets": policy}},

@@ -100,7 +100,7 @@ def params(root: Path, tasks: dict):
         "finetune.workers": 1, "finetune.operational.enabled": False, "tokenizer.pretrain_sources": texts,
         "tokenizer.unk_eval_sources": [], "tokenizer.vocab_size_tokens": 400, "tokenize.pretrain_sources": texts,
         "tokenize.max_seq_len_tokens": 32, "tokenize.ner_max_seq_len_tokens": 32,
-        "tokenize.ner_window_overlap_tokens": 8, "leakage.planted.docs_per_variant": 2,
+        "tokenize.ner_window_overlap_tokens": 8, "leakage.planted.max_docs": 2,
         "report.bootstrap_resamples": 1000, "report.slice_bootstrap_resamples": 500, "report.figure_runs": {},
     })
 
