@@ -36,12 +36,12 @@ Command line (one JSON object per line: ``{"doc_id", "text"}``, ``{"doc_id", "te
     python -m clozeline.predict models/export/cls --input docs.jsonl --output predictions.jsonl
 
 A baseline export (``model.skops`` + ``baseline.json``: the TF-IDF + logistic-regression baseline, exported
-when it is the best run on dev) runs through the same command line; ``load_baseline`` loads it with skops,
+when it is the best run on dev) runs through the same command line; ``clozeline.baseline.load_baseline`` loads it with skops,
 trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
 This module needs only torch and transformers (and ``tasks.common.alignment`` of this package for the NER
-windows; skops for a baseline). A folder that does not load, or whose labels or recipe are inconsistent, raises ``ExportError`` with
-a one-line message naming the folder.
+windows; skops for a baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe
+are inconsistent, raises ``ExportError`` with a one-line message naming the folder.
 """
 
 from __future__ import annotations
@@ -309,47 +309,6 @@ def check_labels(model, folder: Path, labels: list[str] | None) -> None:
         raise ExportError(f"{folder}: labels {names} are not the task's {list(labels)}")
 
 
-# ---------------------------------------------------------------- a baseline export (skops, never pickle)
-
-BASELINE_FILE, BASELINE_RECORD = "model.skops", "baseline.json"
-#: The only types a baseline file may hold: scikit-learn, NumPy, SciPy and builtins (skops refuses the rest).
-SAFE_PREFIXES = ("sklearn.", "numpy.", "scipy.", "builtins.")
-
-
-def load_baseline(folder: str | Path, labels: list[str] | None = None):
-    """``(scikit-learn pipeline, baseline.json)`` of a baseline export (TF-IDF + logistic regression in skops
-    format). Raises ``ExportError`` naming the folder when it does not load, holds a type outside
-    ``SAFE_PREFIXES``, or (with ``labels``) has other label names."""
-    import skops.io
-
-    folder = Path(folder)
-    try:
-        record = json.loads((folder / BASELINE_RECORD).read_text(encoding="utf-8"))
-        types = skops.io.get_untrusted_types(file=folder / BASELINE_FILE)
-    except (OSError, ValueError, KeyError) as err:
-        raise ExportError(f"{folder}: does not load as a clozeline baseline export: {' '.join(str(err).split())[:300]}") from err
-    unsafe = [t for t in types if not t.startswith(SAFE_PREFIXES)]
-    if unsafe:
-        raise ExportError(f"{folder}: {BASELINE_FILE} holds types outside scikit-learn, NumPy and SciPy: {unsafe[:3]}")
-    if labels is not None and sorted(record["labels"]) != sorted(labels):
-        raise ExportError(f"{folder}: labels {record['labels']} are not the task's {list(labels)}")
-    return skops.io.load(folder / BASELINE_FILE, trusted=types), record
-
-
-def predict_baseline(model, record: dict, records: list[dict]) -> list[dict]:
-    """``predict_records`` for a baseline export: the full text (a pair joined by a blank line, as ingest
-    writes it), the predicted label and every label's probability (0 for a label absent from train)."""
-    names, classes, out = record["labels"], record["classes"], []
-    for item in records:
-        text = f"{item['text']}\n\n{item['text_pair']}" if "text_pair" in item else item["text"]
-        start = time.perf_counter()
-        proba, pred = model.predict_proba([text])[0], int(model.predict([text])[0])
-        seconds = time.perf_counter() - start
-        probs = dict.fromkeys(names, 0.0) | {names[c]: float(p) for c, p in zip(classes, proba, strict=True)}
-        out.append({"doc_id": item["doc_id"], "pred": names[pred], "probs": probs, "seconds": seconds})
-    return out
-
-
 # ---------------------------------------------------------------- command line
 
 
@@ -400,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
     labels = json.loads(args.labels.read_text(encoding="utf-8")) if args.labels else None
+    from clozeline.baseline import BASELINE_FILE, load_baseline, predict_baseline
+
     baseline = (args.folder / BASELINE_FILE).is_file()
     try:
         pipe = load_baseline(args.folder, labels) if baseline else load(args.folder, labels)

@@ -45,7 +45,7 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
     if export.get("baseline"):
         base = export["baseline"]
         lines.append(f"- that baseline is shipped too, in `baseline/` (scikit-learn in skops format, no pickle; "
-                     f"`clozeline.predict.load_baseline`): {name} {fmt(base['rescored'].get(name))} re-scored, "
+                     f"`clozeline.baseline.load_baseline`): {name} {fmt(base['rescored'].get(name))} re-scored, "
                      f"{base['agreement']['disagree']} of {base['agreement']['items']} items disagreeing with its "
                      "evaluation.")
     lines += ["", f"## Test figures ({agreement['items']} test items)", "",
