@@ -81,8 +81,11 @@ def test_every_arm_and_tfidf_are_measured_and_the_saved_models_removed(tmp_path,
     base["recipes"]["cls"]["baselines"] = ["majority", "tfidf-lr"]
     cfg = FinetuneParams.model_validate(base)
     log = MetricsLog()
-    ops = run(cfg, paths, log, "cls")["operational"]
+    metrics = run(cfg, paths, log, "cls")
+    ops = metrics["operational"]
     json.dumps(ops, allow_nan=False)  # the metrics file is strict JSON
+    # every reported seed saved its model, so the export takes the best dev seed's as trained, whichever it is
+    assert metrics["export"]["model"] == "saved" and metrics["export"]["seed"] in (3, 4)
 
     tfidf = "baseline/tfidf-lr/full-text"
     assert sorted(ops) == sorted([*configs, tfidf])  # majority has no model to time
@@ -122,6 +125,8 @@ def test_disabled_measurement_saves_nothing_and_reports_nothing(tmp_path):
     metrics = run(tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3], epochs=1), paths,
                   NullLog(), "cls")  # fmt: skip
     assert "operational" not in metrics
-    assert sorted(p.name for p in (paths.data / "finetune" / "cls").iterdir()) == ["pretrained",
+    # the arm's predictions, the model kept for the export stage (trained again: nothing was saved) and the items
+    assert sorted(p.name for p in (paths.data / "finetune" / "cls").iterdir()) == ["pretrained", "selected",
                                                                                      "test_items.jsonl"]  # fmt: skip
+    assert metrics["export"]["model"] == "retrained"
 

@@ -46,8 +46,7 @@ def chosen_seed(result: dict, seeds: list[int], metric: str) -> tuple[int, dict[
 def saved_model(out_dir: Path, key: str, seed: int, seeds: list[int]) -> Path:
     """Where a run of arm ``key`` saved its model: ``operational.folder_for`` for the first reported seed, and
     ``<that folder>@seed<k>`` for another seed (where ``sweep`` saves one, no retraining is needed)."""
-    folder = operational.folder_for(out_dir, key)
-    return folder if seed == seeds[0] else folder.with_name(f"{folder.name}@seed{seed}")
+    return operational.seed_folder(operational.folder_for(out_dir, key), seed, seeds)
 
 
 def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner, log) -> dict:

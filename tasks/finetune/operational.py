@@ -47,6 +47,13 @@ def folder_for(out_dir: Path, key: str) -> Path:
     return out_dir / SCRATCH / key.replace("/", "__")
 
 
+def seed_folder(folder: Path, seed: int, seeds: list[int]) -> Path:
+    """Where run ``seed`` of an arm saves its model, given the arm's ``folder_for``: that folder for the first
+    reported seed (the one measured here), ``<folder>@seed<k>`` for another (kept for the export stage, which
+    takes the arm's best seed on dev without training it again)."""
+    return folder if seed == seeds[0] else folder.with_name(f"{folder.name}@seed{seed}")
+
+
 def remove_scratch(out_dir: Path) -> None:
     """Delete ``<out_dir>/.operational`` and every model saved in it (absent: nothing to do)."""
     shutil.rmtree(out_dir / SCRATCH, ignore_errors=True)

@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from tasks.common.device import configure
+from tasks.finetune.operational import seed_folder
 from tasks.finetune.training import Run, train_and_test
 
 
@@ -38,7 +39,8 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
 
     ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed``. An arm's seeds start as
     soon as its own sweep is done, and the costliest arms go first (``expected_cost``), so no worker idles while
-    one long arm finishes. The run of ``seeds[0]`` of an arm whose key is in ``save_to`` saves its model there.
+    one long arm finishes. Every reported run of an arm whose key is in ``save_to`` saves its model:
+    ``seeds[0]``'s there, the others' beside it (``operational.seed_folder``).
     """
     state = {job.key: {"sweep": {}, "seeds": {}} for job in jobs}
 
@@ -52,7 +54,7 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
             return []
         entry["scale"] = best_scale(entry["sweep"], grid)
         folder = save_to.get(run.job.key)
-        return [Run(run.job, seed, entry["scale"], folder if seed == seeds[0] else None) for seed in seeds]
+        return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, seeds)) for seed in seeds]
 
     with runner:
         runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in grid], follow,
