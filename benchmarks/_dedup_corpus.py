@@ -144,23 +144,43 @@ def _similar_rows(sets: list[np.ndarray], floor: float) -> list[tuple[int, int]]
     return list(zip(overlap.row[keep].tolist(), overlap.col[keep].tolist()))
 
 
-def score(removed: set[int], corpus: Corpus, known: Truth, threshold: float) -> dict:
-    """Documents removed, precision and recall of one tool's removals (one document kept per cluster).
+def score(
+    clusters: list[list[int]], corpus: Corpus, known: Truth, threshold: float, removed: set[int] | None = None
+) -> dict:
+    """Precision and recall of the clusters a tool found, whichever of a cluster's documents it keeps.
 
-    - precision: share of removed documents that have a near duplicate (true J >= threshold) in the corpus;
-    - recall: share of pairs with true J >= threshold of which at least one document is removed (a pair
-      whose two documents both survive is a missed duplicate); also over the planted pairs alone.
+    ``clusters``: the tool's duplicate clusters (two or more documents each; one document in at most one).
+    - recall: share of the pairs with true J >= threshold whose two documents the tool put in one cluster
+      (``recall_planted``: the planted pairs alone; ``pairs_found``: the count);
+    - precision: share of the clustered documents that have a true near duplicate (J >= threshold) in their own
+      cluster (a clustered document without one was merged wrongly: a false positive, or a chain through one).
+    ``docs_removed`` (where given) is reported, not scored: which row a tool keeps is its own rule.
     """
     partners = known.duplicates_of(threshold)
+    cluster_of = {doc: k for k, members in enumerate(clusters) for doc in members}
     wanted = [pair for pair, value in known.jaccard.items() if value >= threshold]
-    planted_pairs = [(a, b) for a, b in wanted if b >= corpus.rows]
-    resolved = [a in removed or b in removed for a, b in wanted]
-    planted_resolved = [a in removed or b in removed for a, b in planted_pairs]
-    return {
-        "docs_removed": len(removed),
-        "precision": sum(doc in partners for doc in removed) / len(removed) if removed else 1.0,
-        "recall": sum(resolved) / len(wanted) if wanted else 1.0,
-        "recall_planted": sum(planted_resolved) / len(planted_pairs) if planted_pairs else 1.0,
+    together = [a in cluster_of and cluster_of.get(b) == cluster_of[a] for a, b in wanted]
+    planted = [found for (a, b), found in zip(wanted, together) if b >= corpus.rows]
+    members = [doc for cluster in clusters for doc in cluster]
+    grounded = sum(any(cluster_of.get(p) == cluster_of[doc] for p in partners.get(doc, ())) for doc in members)
+    out = {
+        "clusters": len(clusters),
+        "docs_in_clusters": len(members),
+        "precision": grounded / len(members) if members else 1.0,
+        "recall": sum(together) / len(wanted) if wanted else 1.0,
+        "recall_planted": sum(planted) / len(planted) if planted else 1.0,
+        "pairs_found": sum(together),
         "true_pairs": len(wanted),
-        "true_planted_pairs": len(planted_pairs),
+        "true_planted_pairs": len(planted),
     }
+    if removed is not None:
+        out["docs_removed"] = len(removed)
+    return out
+
+
+def clusters_of(labels: list[int]) -> list[list[int]]:
+    """Clusters (two or more documents) from a per-document cluster label."""
+    members: dict[int, list[int]] = {}
+    for doc, label in enumerate(labels):
+        members.setdefault(label, []).append(doc)
+    return [docs for docs in members.values() if len(docs) > 1]

@@ -1,8 +1,9 @@
 """The parts of the dedup benchmark that run our code, each in its own fresh process started by dedup.py:
 ``python benchmarks/_dedup_parts.py PART WORKDIR``. Only what the part needs is imported, as in a stage run.
 
-Each writes ``<workdir>/<part>.json``: the ids of the documents it removes (``removed``) where it clusters,
-and ``inner_seconds``, the time of the measured work without the interpreter start and imports.
+Each writes ``<workdir>/<part>.json``: where it clusters, its duplicate clusters (``clusters``, lists of document
+ids) and the documents it removes (``removed``); and ``inner_seconds``, the time of the measured work without the
+interpreter start and imports.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 
 import json  # noqa: E402
-import multiprocessing  # noqa: E402
 import time  # noqa: E402
+import multiprocessing  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -33,7 +34,9 @@ from tasks.tracking import NullLog  # noqa: E402
 
 def measure(part: str, work: Path) -> None:
     """Run ``part`` ("stage", "naive" or "limit") on ``<work>/data/ingest/bench.parquet``."""
-    cfg = DedupParams.model_validate({**read_yaml(REPO / "params.yaml")["dedup"], "keep_one_per": "cluster"})
+    given = work / "params.json"  # written by dedup.py: params.yaml's dedup values, read without the YAML parser
+    values = json.loads(given.read_text()) if given.exists() else read_yaml(REPO / "params.yaml")["dedup"]
+    cfg = DedupParams.model_validate({**values, "keep_one_per": "cluster"})
     start = time.perf_counter()
     out = {"stage": run_stage, "naive": run_naive, "limit": run_limit}[part](cfg, work)
     out["inner_seconds"] = time.perf_counter() - start
@@ -41,30 +44,79 @@ def measure(part: str, work: Path) -> None:
 
 
 def run_stage(cfg: DedupParams, work: Path) -> dict:
-    """The dedup stage end to end; removed = the rows it marks ``is_duplicate``."""
+    """The dedup stage end to end; clusters from ``cluster_id``, removed = the rows it marks ``is_duplicate``."""
     dedup.run(cfg, Paths(data=work / "data", models=work, metrics=work, reports=work), NullLog())
-    table = pq.read_table(work / "data" / "dedup" / "bench.parquet", columns=["doc_id", "is_duplicate"])
+    with pq.ParquetFile(work / "data" / "dedup" / "bench.parquet") as parquet:
+        table = parquet.read(columns=["doc_id", "cluster_id", "is_duplicate"])
     ids, duplicate = table.column("doc_id").to_pylist(), table.column("is_duplicate").to_pylist()
-    return {"removed": [int(doc_id) for doc_id, flag in zip(ids, duplicate) if flag]}
+    labels = [int(cluster) for cluster in table.column("cluster_id").to_pylist()]
+    clusters = [[int(ids[doc]) for doc in members] for members in _clusters_of(labels)]
+    return {"removed": [int(doc_id) for doc_id, flag in zip(ids, duplicate) if flag], "clusters": clusters}
 
 
 def run_limit(cfg: DedupParams, work: Path) -> dict:
-    """Normalize, split, hash and sign every text already in memory, on the stage's worker count and shards:
-    the per-document work of MinHash at these settings, without I/O, exact matching, LSH or verification."""
-    texts = _texts(work)
-    a, b = minhash.permutations(cfg.num_perm, cfg.seed)
-    shards = [(texts[k : k + cfg.shard_size_docs], cfg.shingle_size_words, a, b)
-              for k in range(0, len(texts), cfg.shard_size_docs)]  # fmt: skip
+    """The limit: what no MinHash dedup at these settings can skip, each step at its fastest known.
+
+    - ``read_seconds``: the Parquet read of the texts (the interpreter start and imports are not counted);
+    - ``normalize_seconds``: ``textnorm.normalize_many`` of every text on the stage's worker count and shards
+      (forked workers; nothing comes back but counts);
+    - ``kernel_seconds``: the fastest known signing kernel, rensa's ``RMinHash.digest_matrix_from_flat_token_hashes``
+      on every document's 5-gram hashes (made beforehand, not counted), else our own ``minhash.signatures``.
+    ``seconds`` is their sum: the interpreter start, imports, word splitting, shingling, LSH, verification and
+    output are not in it.
+    """
+    global _TEXTS
+    start = time.perf_counter()
+    _TEXTS = _texts(work)
+    read_seconds = time.perf_counter() - start
+    bounds = [(k, min(k + cfg.shard_size_docs, len(_TEXTS))) for k in range(0, len(_TEXTS), cfg.shard_size_docs)]
     start = time.perf_counter()
     with ProcessPoolExecutor(cfg.num_proc, mp_context=multiprocessing.get_context("fork")) as pool:
-        signed = sum(len(part) for part in pool.map(_sign, shards))
-    return {"kernel_seconds": time.perf_counter() - start, "signed": signed}
+        normalized = sum(pool.map(_normalize, bounds))
+    normalize_seconds = time.perf_counter() - start
+    shingles = [s for k, stop in bounds for s in _shingles(_TEXTS[k:stop], cfg.shingle_size_words)]
+    flat = np.concatenate([np.zeros(0, np.uint64)] + shingles)
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in shingles])]).astype(np.uint64)
+    try:
+        from rensa import RMinHash
+
+        kernel = f"rensa {_version('rensa')} RMinHash.digest_matrix_from_flat_token_hashes"
+        start = time.perf_counter()
+        RMinHash.digest_matrix_from_flat_token_hashes(flat, offsets, cfg.num_perm, cfg.seed)
+    except ImportError:
+        kernel = "tasks.common.minhash.signatures (rensa not installed)"
+        a, b = minhash.permutations(cfg.num_perm, cfg.seed)
+        start = time.perf_counter()
+        minhash.signatures(shingles, a, b)
+    kernel_seconds = time.perf_counter() - start
+    return {"seconds": read_seconds + normalize_seconds + kernel_seconds, "read_seconds": read_seconds,
+            "normalize_seconds": normalize_seconds, "kernel_seconds": kernel_seconds, "kernel": kernel,
+            "normalized": normalized}  # fmt: skip
 
 
-def _sign(job: tuple) -> np.ndarray:
-    texts, n, a, b = job
+_TEXTS: list[str] = []  # inherited by the forked normalizing workers
+
+
+def _normalize(bounds: tuple[int, int]) -> int:
+    return len(textnorm.normalize_many(_TEXTS[bounds[0] : bounds[1]]))
+
+
+def _shingles(texts: list[str], n: int) -> list[np.ndarray]:
     values, doc = minhash.word_hash_stream(textnorm.normalize_many(texts), minhash.WordHashes())
-    return minhash.signatures(minhash.shingle_windows(values, doc, len(texts), n), a, b)
+    return [minhash.sorted_unique(w) for w in minhash.shingle_windows(values, doc, len(texts), n)]
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
+
+
+def _clusters_of(labels: list[int]) -> list[list[int]]:
+    members: dict[int, list[int]] = {}
+    for doc, label in enumerate(labels):
+        members.setdefault(label, []).append(doc)
+    return [docs for docs in members.values() if len(docs) > 1]
 
 
 def run_naive(cfg: DedupParams, work: Path) -> dict:
@@ -91,7 +143,8 @@ def run_naive(cfg: DedupParams, work: Path) -> dict:
             a, b = shingle_sets[i], shingle_sets[j]
             if j > i and a and len(a & b) >= cfg.threshold * len(a | b):
                 clusters.union(i, j)
-    return {"removed": [i for i in range(len(texts)) if clusters.find(i) != i]}
+    roots = [clusters.find(i) for i in range(len(texts))]
+    return {"removed": [i for i in range(len(texts)) if roots[i] != i], "clusters": _clusters_of(roots)}
 
 
 def _texts(work: Path) -> list[str]:

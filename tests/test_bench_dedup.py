@@ -23,15 +23,22 @@ def test_truth_is_the_exact_shingle_jaccard_within_groups_and_of_similar_rows():
     assert truth.duplicates_of(0.7) == {0: {1, 3}, 1: {0, 3}, 3: {0, 1}}
 
 
-def test_score_counts_precision_over_removed_docs_and_recall_over_pairs():
+def test_score_counts_clusters_found_whichever_row_is_kept():
     corpus = corpora.Corpus([TEN, "a b c", TEN, "a b c d"], rows=2)  # doc 2 copies row 0
     truth = corpora.Truth({(0, 2): 1.0, (1, 3): 0.5, (0, 1): 0.0})
-    assert corpora.score({2}, corpus, truth, 0.8) == {
-        "docs_removed": 1, "precision": 1.0, "recall": 1.0, "recall_planted": 1.0, "true_pairs": 1,
-        "true_planted_pairs": 1,
-    }  # fmt: skip
-    missed = corpora.score({3}, corpus, truth, 0.8)  # removes a doc without a duplicate, keeps both copies
-    assert (missed["precision"], missed["recall"]) == (0.0, 0.0)
+    want = {"clusters": 1, "docs_in_clusters": 2, "precision": 1.0, "recall": 1.0, "recall_planted": 1.0,
+            "pairs_found": 1, "true_pairs": 1, "true_planted_pairs": 1}  # fmt: skip
+    assert corpora.score([[0, 2]], corpus, truth, 0.8) == want
+    # keeping the other copy changes what is removed, not the score
+    assert corpora.score([[2, 0]], corpus, truth, 0.8, removed={0}) == {**want, "docs_removed": 1}
+    wrong = corpora.score([[0, 1], [2, 3]], corpus, truth, 0.8)  # both clusters hold no true pair
+    assert (wrong["precision"], wrong["recall"], wrong["pairs_found"]) == (0.0, 0.0, 0)
+    chained = corpora.score([[0, 1, 2]], corpus, truth, 0.8)  # 1 joined without a true partner in its cluster
+    assert (chained["precision"], chained["recall"]) == (2 / 3, 1.0)
+
+
+def test_clusters_of_labels():
+    assert corpora.clusters_of([0, 1, 0, 3, 3, 5]) == [[0, 2], [3, 4]]
 
 
 def test_variants_replace_one_word_in_every_step():

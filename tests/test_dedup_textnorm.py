@@ -84,3 +84,19 @@ def test_ascii_words_fast_path_equals_the_regex():
     texts += ["".join(rng.choice(every_ascii) for _ in range(200)) for _ in range(200)]
     for sample in texts:
         assert textnorm.words(sample) == textnorm.words_of_normalized(textnorm.normalize(sample))
+
+
+def test_written_out_format_ranges_equal_the_scan():
+    # the table kept for the running Unicode version (import speed) is the scan of Python's own unicodedata
+    assert textnorm.format_ranges() == textnorm.code_point_ranges(textnorm.format_characters())
+    for version, ranges in textnorm._KNOWN_FORMAT_RANGES.items():
+        if version == unicodedata.unidata_version:
+            assert ranges == textnorm.code_point_ranges(textnorm.format_characters())
+
+
+def test_arrow_strings_equal_pa_array():
+    import pyarrow as pa
+
+    texts = ["", "a b", "déjà \U0001d400", "x" * 1000]
+    assert textnorm.arrow_strings(texts).equals(pa.array(texts, pa.large_string()))
+    assert textnorm.normalize_many(pa.chunked_array([pa.array(texts)])) == textnorm.normalize_many(texts)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the peer tools' own virtual environments under benchmarks/.peers/ (never the pipeline's .venv).
+# Builds the peer tools' own virtual environments under benchmarks/.peers/ (never the pipeline's .venv), and
+# installs rensa (pinned in pyproject.toml's "bench" group) into the pipeline's .venv, where its runner runs.
 #   datatrove  datatrove 0.10.1 + what its MinHash and decont paths import (spacy, tokenizers, xxhash<4, orjson
 #              for JsonlReader/JsonlWriter, regex for its text utilities)
 #   textdedup  text-dedup 0.4.1, which requires Python >= 3.12 (skipped with a message when none is found)
@@ -35,6 +36,14 @@ find_python312() {
   done
   return 1
 }
+
+# rensa: a peer that runs in the pipeline's own environment, pinned in pyproject.toml's optional group "bench"
+RENSA_PIN=$(grep -o '"rensa==[^"]*"' pyproject.toml | tr -d '"')
+if [ -n "$RENSA_PIN" ] && [ -x .venv/bin/pip ]; then
+  .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('rensa') != '${RENSA_PIN#rensa==}')" 2>/dev/null \
+    || .venv/bin/pip install -q --disable-pip-version-check "$RENSA_PIN" 2>&1 | { grep -v "is ignored: it is neither" || true; }
+  .venv/bin/python -c "import rensa" 2>/dev/null || echo "bench: $RENSA_PIN did not install; its rows are skipped" >&2
+fi
 
 build datatrove "${PYTHON:-python3.11}" "datatrove==0.10.1" "spacy>=3.8,<4" "tokenizers" "xxhash<4" "orjson" "regex" "psutil"
 if PY312=$(find_python312); then

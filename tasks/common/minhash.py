@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.textnorm import words_of_normalized
+from tasks.common.textnorm import arrow_strings, words_of_normalized
 
 MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
 EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles
@@ -68,30 +68,73 @@ def shingle_hashes(tokens: list[str], n: int, cache: WordHashes | None = None) -
     return rolling_hashes(word_hashes(tokens, WordHashes() if cache is None else cache), n)
 
 
-def word_hash_stream(normalized: list[str], cache: WordHashes) -> tuple[np.ndarray, np.ndarray]:
+class PieceHashes(dict):
+    """space-free piece of a normalized text -> the 64-bit hashes of its words (a tuple: ``words_of_normalized``
+    of the piece, hashed by ``words``); computed once per piece. One kept across the shards of a process makes
+    the per-word Python work (regex, blake2b) proportional to the new pieces only."""
+
+    def __init__(self, words: WordHashes | None = None) -> None:
+        super().__init__()
+        self.words = WordHashes() if words is None else words
+
+    def __missing__(self, piece: str) -> tuple[int, ...]:
+        # re's \w is str.isalnum() plus "_", so an alphanumeric piece is one word; only the rest need the regex
+        found = [piece] if piece.isalnum() else words_of_normalized(piece)
+        value = self[piece] = tuple(map(self.words.__getitem__, found))
+        return value
+
+
+def word_hash_stream(
+    normalized: list[str], cache: WordHashes, pieces: PieceHashes | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The 64-bit hash of every word of many normalized texts, without a Python string per word occurrence.
 
     Returns ``(values, doc)``, both ``(words,)``: uint64 word hashes, text after text in text order, and the
     int64 index of each word's text. The words are ``textnorm.words_of_normalized`` of each text: a normalized
     text has single spaces between pieces and a ``\\w`` run never spans a space, so Arrow splits on the spaces
     and encodes the pieces as a dictionary, and only each distinct piece is split into words and hashed in
-    Python; the per-occurrence work is numpy gathers.
+    Python (``pieces``, a ``PieceHashes`` over ``cache``; a new one when omitted); the per-occurrence work is
+    numpy gathers.
     """
-    pieces = pc.split_pattern(pa.array(normalized, type=pa.large_string()), pattern=" ")
-    encoded = pc.list_flatten(pieces).dictionary_encode()
-    piece_doc = pc.list_parent_indices(pieces).to_numpy()
-    # re's \w is str.isalnum() plus "_", so an alphanumeric piece is one word; only the rest need the regex
-    piece_words = [[p] if p.isalnum() else words_of_normalized(p) for p in encoded.dictionary.to_pylist()]
-    counts = np.fromiter(map(len, piece_words), dtype=np.int64, count=len(piece_words))
-    vocabulary_hashes = np.fromiter(
-        map(cache.__getitem__, itertools.chain.from_iterable(piece_words)), dtype=np.uint64, count=int(counts.sum())
-    )
-    occurrence = encoded.indices.to_numpy()
+    pieces = PieceHashes(cache) if pieces is None else pieces
+    split = pc.split_pattern(arrow_strings(normalized), pattern=" ")
+    encoded = pc.list_flatten(split).dictionary_encode()
+    piece_doc = numpy_view(pc.list_parent_indices(split)).astype(np.int64)
+    hashes = list(map(pieces.__getitem__, encoded.dictionary.to_pylist()))
+    counts = np.fromiter(map(len, hashes), dtype=np.int64, count=len(hashes))
+    flat = np.fromiter(itertools.chain.from_iterable(hashes), dtype=np.uint64, count=int(counts.sum()))
+    first = np.cumsum(counts) - counts  # each distinct piece's first word in ``flat``
+    occurrence = numpy_view(encoded.indices)
     per_occurrence = counts[occurrence]
-    # word k of the output is word (k - first output word of its occurrence) of that occurrence's piece
-    shift = (np.cumsum(counts) - counts)[occurrence] - (np.cumsum(per_occurrence) - per_occurrence)
-    positions = np.repeat(shift, per_occurrence) + np.arange(int(per_occurrence.sum()))
-    return vocabulary_hashes[positions], np.repeat(piece_doc, per_occurrence).astype(np.int64)
+    one = per_occurrence == 1  # most pieces are one word: gathered directly
+    if one.all():
+        return flat[first[occurrence]], piece_doc
+    ends = np.cumsum(per_occurrence)
+    start = ends - per_occurrence  # each occurrence's first output word
+    total = int(ends[-1]) if len(ends) else 0
+    values, doc = np.empty(total, np.uint64), np.empty(total, np.int64)
+    values[start[one]], doc[start[one]] = flat[first[occurrence[one]]], piece_doc[one]
+    many = np.flatnonzero(per_occurrence > 1)  # word k of such an occurrence is word k of its piece
+    k = per_occurrence[many]
+    repeated = np.repeat(many, k)
+    within = np.arange(len(repeated)) - np.repeat(np.cumsum(k) - k, k)
+    values[start[repeated] + within] = flat[first[occurrence[repeated]] + within]
+    doc[start[repeated] + within] = piece_doc[repeated]
+    return values, doc
+
+
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """A null-free Arrow integer array as a read-only numpy view of its buffer: ``Array.to_numpy`` would import
+    pandas (pyarrow's pandas shim), about 0.4 s in each worker process."""
+    if array.null_count:
+        raise ValueError("numpy_view needs an array without nulls")
+    dtype = np.dtype(_NUMPY_INTS[array.type.id])
+    return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+_NUMPY_INTS = {pa.int8().id: np.int8, pa.int16().id: np.int16, pa.int32().id: np.int32, pa.int64().id: np.int64,
+               pa.uint8().id: np.uint8, pa.uint16().id: np.uint16, pa.uint32().id: np.uint32,
+               pa.uint64().id: np.uint64}  # fmt: skip
 
 
 def shingle_windows(values: np.ndarray, doc: np.ndarray, n_docs: int, n: int) -> list[np.ndarray]:
@@ -280,6 +323,23 @@ def jaccards_with(x: np.ndarray, ys: list[np.ndarray]) -> np.ndarray:
     one-pair function bit for bit, from one binary search of all of ``ys`` in ``x`` (per-call overhead paid once
     per document, not once per pair)."""
     sizes = np.fromiter(map(len, ys), dtype=np.int64, count=len(ys))
+    if not len(x) or not len(ys) or not sizes.all():
+        return _jaccards_general(x, ys, sizes)
+    pooled = np.concatenate(ys) if len(ys) > 1 else ys[0]
+    at = x.searchsorted(pooled)
+    np.minimum(at, len(x) - 1, out=at)  # past the end: compare with the last element; a miss either way
+    found = x[at] == pooled
+    if len(ys) > 1:
+        shared = np.add.reduceat(found, np.cumsum(sizes) - sizes, dtype=np.int64)
+    else:
+        shared = found.sum(keepdims=True, dtype=np.int64)
+    union = len(x) + sizes - shared
+    # int64 / int64 below 2**53 converts exactly, so this is Python's correctly rounded int / int (union > 0 here)
+    return shared / union
+
+
+def _jaccards_general(x: np.ndarray, ys: list[np.ndarray], sizes: np.ndarray) -> np.ndarray:
+    """``jaccards_with`` when ``x`` or some ``y`` is empty."""
     if not len(x) or not sizes.sum():
         shared = np.zeros(len(ys), np.int64)
     else:
@@ -290,7 +350,6 @@ def jaccards_with(x: np.ndarray, ys: list[np.ndarray]) -> np.ndarray:
         ends = np.cumsum(sizes)
         shared = hits[ends] - hits[ends - sizes]
     union = len(x) + sizes - shared
-    # int64 / int64 below 2**53 converts exactly, so this is Python's correctly rounded int / int
     return np.divide(shared, union, out=np.zeros(len(ys)), where=union > 0)
 
 

@@ -25,10 +25,11 @@ class UnionFind:
 
     def find(self, node: Hashable) -> Hashable:
         """The root of ``node``'s set (``node`` is added as a singleton when new)."""
-        self.parent.setdefault(node, node)
-        while self.parent[node] != node:
-            self.parent[node] = self.parent[self.parent[node]]
-            node = self.parent[node]
+        parent = self.parent
+        up = parent.setdefault(node, node)
+        while up != node:
+            parent[node] = up = parent[up]
+            node, up = up, parent[up]
         return node
 
     def union(self, a: Hashable, b: Hashable) -> None:

@@ -8,15 +8,18 @@ Method (text-dedup / datatrove style, with verification):
    collapsed). Rows with the same normalized text are exact duplicates (md5 of the normalized text).
 2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997)
    from the MinHash kit the leakage audit shares (``tasks.common.minhash``: datasketch's ``affine32`` values,
-   computed with numpy in worker processes; normalizing and word splitting run over a whole shard at once in
-   Arrow, and only distinct words are hashed in Python). Documents with fewer than ``n`` words have no shingle: they are
+   computed with numpy in forked worker processes, which inherit the texts as Arrow arrays; format characters
+   are removed in Arrow, word splitting runs over a whole shard at once in Arrow, and only pieces a worker has
+   not seen yet are split and hashed in Python). Documents with fewer than ``n`` words have no shingle: they are
    matched exactly only ("short docs").
 3. One LSH banding over all sources (bands and rows from datasketch's optimiser) proposes candidate pairs;
    each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so every merge is a
-   true near duplicate. The sets are held as sorted 64-bit shingle hashes (two distinct shingles collide with
-   probability ~2**-64). Clusters are the connected components (union-find), so a chain A~B~C joins A and C
+   true near duplicate; no Jaccard is computed for a candidate whose rows are already joined. The sets are
+   held as sorted 64-bit shingle hashes (two distinct shingles collide with probability ~2**-64). Clusters
+   are the connected components (union-find), so a chain A~B~C joins A and C
    even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. The remaining parts (row
-   labels, output files, metrics) are ``tasks/dedup/outputs.py``.
+   labels, output files, metrics) are ``tasks/dedup/outputs.py``; the Parquet files are written in a thread
+   while the cluster report is built. Nothing here imports pandas (pyarrow would on ``pa.array`` of a list).
 
 Which rows may be merged, per source, is ``tasks/dedup/policy.py`` (exact and near dedup on or off, a word
 floor for exact copies; a merge needs both rows' policies to allow its kind). What the merges cost in labelled
@@ -37,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,15 +49,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from tasks.common import minhash, textnorm
-from tasks.common.unionfind import UnionFind, UnionTimes
+from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
 from tasks.dedup import policy
 from tasks.dedup.conflicts import Conflicts, drop_conflicting, find_conflicts, largest_component
-from tasks.dedup.outputs import ROLE_RANK, dedup_metrics, label_rows, lsh_summary, write_cluster_report, write_sources
+from tasks.dedup.near import _progress, merge_near
+from tasks.dedup.outputs import (
+    ROLE_RANK,
+    clear_dir,
+    dedup_metrics,
+    label_rows,
+    lsh_summary,
+    write_cluster_report,
+    write_sources,
+)
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
 OPTIONAL_COLUMNS = ("tags", "group")  # read when present: the row contract has them, older test files may not
@@ -71,7 +82,7 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     corpus = read_corpus(paths.stage_data("ingest"), with_text=cfg.engine == "local")
     policies = policy.resolve(cfg, list(corpus.files))
     log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.files)} sources, engine {cfg.engine}")
-    docs = sign_documents(corpus.text, cfg) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
+    docs = sign_documents(corpus.texts(), cfg) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
     clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
@@ -82,8 +93,11 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     conflicts = find_conflicts(corpus, docs, labels)
     drop_conflicting(corpus, labels, conflicts, cfg)
     out_dir = paths.stage_data("dedup")
-    write_sources(out_dir, corpus, labels)
-    report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, conflicts, cfg)
+    clear_dir(out_dir)
+    with ThreadPoolExecutor(1) as writer:  # Parquet in C++ (GIL released) while the report is built in Python
+        written = writer.submit(write_sources, out_dir, corpus, labels, clear=False)
+        report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, conflicts, cfg)
+        written.result()
     metrics = dedup_metrics(corpus, labels, report, policies, allowed.exact_protected)
     metrics["largest_component"] = largest_component(corpus, labels)
     metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
@@ -115,8 +129,9 @@ def warn_about(report: list[dict], conflicts: Conflicts, component: dict, cfg: D
 
 @dataclass
 class Corpus:
-    """All rows of all sources, in file order (sources sorted by file name). ``text`` is empty when the corpus
-    was read without it (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
+    """All rows of all sources, in file order (sources sorted by file name). ``read_corpus`` keeps the texts as
+    Arrow arrays (``text_chunks``; ``texts()`` joins them) and leaves ``text`` empty; neither is filled when the
+    corpus was read without texts (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
 
     files: dict[str, Path]  # source (file stem) -> its ingest file
     doc_id: list[str]
@@ -126,11 +141,20 @@ class Corpus:
     label: list[str | None]
     tags: list[list[str] | None] = field(default_factory=list)  # IOB2 tags of token rows, else None
     group: list[str | None] = field(default_factory=list)
+    text_chunks: list[pa.Array] = field(default_factory=list)  # read_corpus: the texts as Arrow (``text`` empty)
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # source -> its ingest table, when read with text
+
+    def texts(self) -> list[str] | pa.Array:
+        """Every text, as read: one Arrow ``large_string`` array (no Python string per text), else ``text``."""
+        if not self.text_chunks:
+            return self.text
+        return pa.concat_arrays([chunk.cast(pa.large_string()) for chunk in self.text_chunks])
 
 
 def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
-    """Read every ``*.parquet`` in ``in_dir`` (sorted), one file in memory at a time; an empty folder gives an
-    empty corpus.
+    """Read every ``*.parquet`` in ``in_dir`` (sorted); an empty folder gives an empty corpus. ``with_text``: keep
+    each table (its texts are signed, and it is written back with the labels); else only the row facts, one
+    file in memory at a time.
 
     Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows.
     """
@@ -150,7 +174,9 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
         corpus.doc_id += columns["doc_id"]
         corpus.source += [path.stem] * table.num_rows
         corpus.role += columns["role"]
-        corpus.text += table.column("text").to_pylist() if with_text else []
+        if with_text:  # the texts are held anyway: the whole table costs little more, and is not read twice
+            corpus.text_chunks += table.column("text").chunks
+            corpus.tables[path.stem] = table
         corpus.label += columns["label"]
         for name in OPTIONAL_COLUMNS:
             values = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
@@ -241,19 +267,26 @@ def _jaccard_block(job: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return out
 
 
-def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
+def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatures:
     """Hash, count and MinHash-sign every text, sharded over ``cfg.num_proc`` processes, with a progress bar.
 
     Shards are contiguous and results come back in order, so the output does not depend on ``num_proc``.
+    The texts reach the forked workers by inheritance (each job is a row range, not a pickled list of texts),
+    and each shard comes back as a few flat arrays (``_packed``), not one array per document.
     """
+    global _FORKED_TEXTS
     a, b = minhash.permutations(cfg.num_perm, cfg.seed)
-    shards = [texts[start : start + cfg.shard_size_docs] for start in range(0, len(texts), cfg.shard_size_docs)]
-    jobs = [(shard, cfg.shingle_size_words, a, b) for shard in shards]
+    jobs = [(start, min(start + cfg.shard_size_docs, len(texts)), cfg.shingle_size_words, a, b)
+            for start in range(0, len(texts), cfg.shard_size_docs)]  # fmt: skip
     parts = []
-    with tqdm(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
-        for part in _map(_sign_shard, jobs, cfg.num_proc):
-            parts.append(part)
-            bar.update(len(part.text_hash))
+    _FORKED_TEXTS = texts
+    try:
+        with _progress(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
+            for part in _map(_sign_range, jobs, cfg.num_proc):
+                parts.append(_unpacked(part))
+                bar.update(len(part[0]))
+    finally:
+        _FORKED_TEXTS = []
     return DocSignatures(
         text_hash=[h for part in parts for h in part.text_hash],
         n_words=np.concatenate([np.zeros(0, np.int64)] + [part.n_words for part in parts]),
@@ -261,6 +294,27 @@ def sign_documents(texts: list[str], cfg: DedupParams) -> DocSignatures:
         signature=np.concatenate([np.zeros((0, cfg.num_perm), np.uint32)] + [part.signature for part in parts]),
         shingles=[s for part in parts for s in part.shingles],
     )
+
+
+_FORKED_TEXTS: list[str] | pa.Array = []  # read by forked signing workers: inherited at fork, never pickled
+
+
+def _sign_range(job: tuple) -> tuple:
+    start, stop, n, a, b = job
+    return _packed(_sign_shard((_FORKED_TEXTS[start:stop], n, a, b)))
+
+
+def _packed(part: DocSignatures) -> tuple:
+    """A shard's results as a few arrays (cheap to pickle back from a worker): the shingle sets flattened."""
+    sizes = np.fromiter(map(len, part.shingles), np.int64, count=len(part.shingles))
+    flat = np.concatenate([np.zeros(0, np.uint64)] + part.shingles)
+    return part.text_hash, part.n_words, part.n_chars, part.signature, flat, sizes
+
+
+def _unpacked(packed: tuple) -> DocSignatures:
+    text_hash, n_words, n_chars, signature, flat, sizes = packed
+    shingles = np.split(flat, np.cumsum(sizes)[:-1]) if len(sizes) else []
+    return DocSignatures(text_hash, n_words, n_chars, signature, shingles)
 
 
 def sign_on_ray(paths: Paths, corpus: Corpus, cfg: DedupParams) -> DocSignatures:
@@ -279,10 +333,17 @@ def _map(func, jobs: list, num_proc: int):
         yield from pool.map(func, jobs)
 
 
+PIECE_CACHE_MAX = 1_000_000  # distinct pieces one process remembers across its shards (about 150 bytes each)
+_PIECES = minhash.PieceHashes()  # per process: a forked worker fills its own copy over its shards
+
+
 def _sign_shard(job: tuple) -> DocSignatures:
     texts, n, a, b = job
     normalized = textnorm.normalize_many(texts)
-    values, doc = minhash.word_hash_stream(normalized, minhash.WordHashes())
+    if len(_PIECES) > PIECE_CACHE_MAX:
+        _PIECES.clear()
+        _PIECES.words.clear()
+    values, doc = minhash.word_hash_stream(normalized, _PIECES.words, _PIECES)
     shingles = [minhash.sorted_unique(windows) for windows in minhash.shingle_windows(values, doc, len(texts), n)]
     hashes = [hashlib.md5(text.encode("utf-8")).hexdigest() for text in normalized]
     n_words = np.bincount(doc, minlength=len(texts)).astype(np.int64)
@@ -328,57 +389,3 @@ def band_shape(cfg: DedupParams) -> tuple[int, int]:
             f"dedup.threshold={cfg.threshold}, dedup.num_perm={cfg.num_perm}, dedup.lsh_*_weight="
             f"{cfg.lsh_weights}: datasketch finds no LSH shape ({err}); a high threshold needs more num_perm"
         ) from None
-
-
-def merge_near(
-    docs: DocSignatures,
-    exact_rep: list[int],
-    rank: np.ndarray,
-    clusters: UnionFind,
-    cfg: DedupParams,
-    bands_rows: tuple[int, int],
-    allowed: np.ndarray,
-) -> tuple[list[tuple[int, int, float]], dict[str, int]]:
-    """Union ``allowed`` rows, one per exact group (its first allowed row in rank), whose LSH candidates pass
-    exact Jaccard >= ``cfg.threshold``.
-
-    One banding holds every source. Pairs are checked in keep order (the better row first, its candidates
-    by rank), and candidates already in one cluster are not checked again; two rows with the same normalized
-    text (kept apart by the exact policy) are skipped (``identical_text_pairs``). Returns the merges
-    ``(row, row, jaccard)`` and counts of candidate pairs checked, merged and rejected.
-    """
-    signed, seen = [], set()
-    for i in np.argsort(rank).tolist():
-        if allowed[i] and exact_rep[i] not in seen:
-            seen.add(exact_rep[i])
-            signed.append(i)
-    left, right = docs.candidates(signed, bands_rows)
-    # every candidate's Jaccard up front, in parallel; the merge pass below stays sequential (its order is the rule)
-    similarity = docs.jaccards(left, right, cfg.num_proc)
-    text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1]
-    identical = text_id[left] == text_id[right]
-    merging = (similarity >= cfg.threshold) & ~identical
-    edges, times = _merge_in_order(left, right, similarity, np.flatnonzero(merging), clusters, len(docs.text_hash))
-    # the other pairs change no cluster: each is counted if its rows were still apart at its turn in the order
-    others = np.flatnonzero(~merging)
-    apart = ~times.connected_before(left[others], right[others], others)
-    rejected, identical_apart = int((apart & ~identical[others]).sum()), int((apart & identical[others]).sum())
-    counts = {"candidate_pairs": len(edges) + rejected, "merged_pairs": len(edges), "rejected_pairs": rejected,
-              "identical_text_pairs": identical_apart}  # fmt: skip
-    return edges, counts
-
-
-def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionFind, n_rows: int):
-    """Union the candidate pairs ``order`` (indices into ``left``/``right``, ascending) whose rows are still in
-    two clusters; returns the merges ``(row, row, jaccard)`` and when each pair of rows became connected (the
-    exact merges before never join two rows that LSH compares: those are one per exact group)."""
-    times = UnionTimes(n_rows)
-    edges: list[tuple[int, int, float]] = []
-    values = similarity[order].tolist()
-    pairs = zip(order.tolist(), left[order].tolist(), right[order].tolist(), values)
-    for t, i, j, value in tqdm(pairs, total=len(order), desc="dedup: lsh merges", unit="pair"):
-        if clusters.find(i) != clusters.find(j):
-            clusters.union(i, j)
-            times.union(i, j, t)
-            edges.append((i, j, value))
-    return edges, times

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import minhash
+from tasks.common.textnorm import arrow_strings
 from tasks.common.unionfind import UnionFind
 from tasks.dedup.conflicts import entity_count, tags_digest
 
@@ -81,23 +82,42 @@ def label_rows(
 # ------------------------------------------------------------------------------------------------- output
 
 
-def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels) -> None:
-    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``; each ingest
-    file is read again here, so only one source's table is in memory at a time."""
+def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool = True) -> None:
+    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``; a source
+    whose table the corpus does not hold (``engine: ray``) is read again here, one at a time. ``clear``: empty
+    ``out_dir`` first (``clear_dir``). The new columns are built from Arrow buffers (``pa.array`` on a Python list would
+    import pandas), so this runs in C++ with the GIL released: the stage runs it beside the cluster report."""
+    if clear:
+        clear_dir(out_dir)
+    cluster_id = arrow_strings(corpus.doc_id).take(_arrow_indices(labels.cluster)).cast(pa.string())
+    is_duplicate = _arrow_bools(labels.is_duplicate)
+    start = 0
+    for source, path in corpus.files.items():
+        table = corpus.tables.get(source)
+        if table is None:
+            with pq.ParquetFile(path) as parquet:
+                table = parquet.read()
+        stop = start + table.num_rows
+        table = table.append_column("cluster_id", cluster_id.slice(start, table.num_rows))
+        table = table.append_column("is_duplicate", is_duplicate.slice(start, table.num_rows))
+        pq.write_table(table, out_dir / f"{source}.parquet")
+        start = stop
+
+
+def clear_dir(out_dir: Path) -> None:
+    """``out_dir`` made empty (created when missing)."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    cluster_id = [corpus.doc_id[k] for k in labels.cluster]
-    is_duplicate = labels.is_duplicate
-    start = 0
-    for source, path in corpus.files.items():
-        with pq.ParquetFile(path) as parquet:
-            table = parquet.read()
-        stop = start + table.num_rows
-        table = table.append_column("cluster_id", pa.array(cluster_id[start:stop], pa.string()))
-        table = table.append_column("is_duplicate", pa.array(is_duplicate[start:stop], pa.bool_()))
-        pq.write_table(table, out_dir / f"{source}.parquet")
-        start = stop
+
+
+def _arrow_indices(rows: list[int]) -> pa.Array:
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(np.asarray(rows, np.int64))])
+
+
+def _arrow_bools(flags: list[bool]) -> pa.Array:
+    bits = np.packbits(np.asarray(flags, bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(bits)])
 
 
 def write_cluster_report(

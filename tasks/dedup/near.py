@@ -1,0 +1,119 @@
+"""dedup's near-duplicate merge pass: LSH candidates verified by exact Jaccard in keep order, without computing
+a Jaccard for a pair already joined (``merge_near``; the stage is ``tasks/dedup/__init__.py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tasks.common.unionfind import UnionFind, UnionTimes
+
+if TYPE_CHECKING:
+    from tasks.config.dedup import DedupParams
+    from tasks.dedup import DocSignatures
+
+
+def _progress(*args, **kwargs):
+    from tqdm import tqdm  # imported when used: the stage's start-up is part of its cost
+
+    return tqdm(*args, **kwargs)
+
+
+
+def merge_near(
+    docs: DocSignatures,
+    exact_rep: list[int],
+    rank: np.ndarray,
+    clusters: UnionFind,
+    cfg: DedupParams,
+    bands_rows: tuple[int, int],
+    allowed: np.ndarray,
+) -> tuple[list[tuple[int, int, float]], dict[str, int]]:
+    """Union ``allowed`` rows, one per exact group (its first allowed row in rank), whose LSH candidates pass
+    exact Jaccard >= ``cfg.threshold``.
+
+    One banding holds every source. Pairs are checked in keep order (the better row first, its candidates
+    by rank), and candidates already in one cluster are not checked again; two rows with the same normalized
+    text (kept apart by the exact policy) are skipped (``identical_text_pairs``). Returns the merges
+    ``(row, row, jaccard)`` and counts of candidate pairs checked, merged and rejected.
+
+    Locally, no Jaccard is computed for a pair already joined (``_pairs_to_check``); with the shingle sets held
+    elsewhere (``engine: ray``) every candidate is computed up front. The decisions, and so the outputs, are
+    the same either way (``_merge_checked``).
+    """
+    signed, seen = [], set()
+    for i in np.argsort(rank).tolist():
+        if allowed[i] and exact_rep[i] not in seen:
+            seen.add(exact_rep[i])
+            signed.append(i)
+    left, right = docs.candidates(signed, bands_rows)
+    text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1]
+    identical = text_id[left] == text_id[right]
+    if len(docs.shingles) == len(docs.text_hash):
+        check = _pairs_to_check(left, right, identical, clusters, len(docs.text_hash))
+    else:
+        check = np.flatnonzero(~identical)
+    similarity = np.full(len(left), np.nan)
+    similarity[check] = docs.jaccards(left[check], right[check], cfg.num_proc)
+    return _merge_checked(docs, left, right, identical, similarity, clusters, cfg)
+
+
+def _pairs_to_check(left: np.ndarray, right: np.ndarray, identical: np.ndarray, clusters: UnionFind, n_rows: int):
+    """Indices of the candidates that can need a Jaccard: those still apart at their turn if every candidate
+    before them had merged (a throwaway union-find from the exact clusters). The real merges are a subset of
+    those, so a pair joined here may still be apart in reality (after a rejection): ``_merge_checked`` finds
+    such a pair and has it computed."""
+    parent = [clusters.find(i) for i in range(n_rows)]
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]
+        return x
+
+    check = []
+    for k, (i, j, same) in enumerate(zip(left.tolist(), right.tolist(), identical.tolist())):
+        a, b = find(i), find(j)
+        if a != b and not same:
+            check.append(k)
+            parent[a] = b
+    return np.asarray(check, np.int64)
+
+
+def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind, cfg: DedupParams):
+    """The merge pass, in candidate order: a pair still in two clusters at its turn is counted as identical
+    text, merged (Jaccard >= threshold) or rejected. ``similarity`` holds the Jaccards computed so far (NaN: not
+    computed). Only the pairs at or above the threshold are walked in Python; when the other pairs were
+    apart at their turn (``UnionTimes``) is answered in numpy. A pair apart at its turn whose Jaccard was not
+    computed is computed, and the pass is run again from the same start."""
+    start = dict(clusters.parent)
+    while True:
+        merging = np.flatnonzero(similarity >= cfg.threshold)
+        edges, times = _merge_in_order(left, right, similarity, merging, clusters, len(docs.text_hash))
+        others = np.setdiff1d(np.arange(len(left)), merging, assume_unique=True)
+        apart = ~times.connected_before(left[others], right[others], others)
+        unknown = others[apart & ~identical[others] & np.isnan(similarity[others])]
+        if not len(unknown):
+            break
+        similarity[unknown] = docs.jaccards(left[unknown], right[unknown], cfg.num_proc)
+        clusters.parent = dict(start)
+    rejected, identical_apart = int((apart & ~identical[others]).sum()), int((apart & identical[others]).sum())
+    counts = {"candidate_pairs": len(edges) + rejected, "merged_pairs": len(edges), "rejected_pairs": rejected,
+              "identical_text_pairs": identical_apart}  # fmt: skip
+    return edges, counts
+
+
+def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionFind, n_rows: int):
+    """Union the candidate pairs ``order`` (indices into ``left``/``right``, ascending) whose rows are still in
+    two clusters; returns the merges ``(row, row, jaccard)`` and when each pair of rows became connected (the
+    exact merges before never join two rows that LSH compares: those are one per exact group)."""
+    times = UnionTimes(n_rows)
+    edges: list[tuple[int, int, float]] = []
+    values = similarity[order].tolist()
+    pairs = zip(order.tolist(), left[order].tolist(), right[order].tolist(), values)
+    for t, i, j, value in _progress(pairs, total=len(order), desc="dedup: lsh merges", unit="pair"):
+        if clusters.find(i) != clusters.find(j):
+            clusters.union(i, j)
+            times.union(i, j, t)
+            edges.append((i, j, value))
+    return edges, times
