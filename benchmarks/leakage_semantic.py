@@ -126,10 +126,6 @@ def main() -> dict:
         out["docs_per_s"][f"semantic {p} (first {len(sample)} docs)"] = round(len(sample) / timing["wall_s"], 1)
     out["agreement_with_fp32"] = {p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1])
                                   for p in ("bf16", "int8")}
-    stage = ROOT / "metrics" / "leakage.json"
-    if stage.exists():
-        seconds = json.loads(stage.read_text()).get("semantic", {}).get("seconds")
-        out["stage_semantic_seconds (metrics/leakage.json)"] = seconds
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out, indent=1))

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tasks.common.imports import PACKAGES
 from tasks.common.provenance import Lock, stage_names
 from tasks.config import read_yaml
 
@@ -235,8 +236,10 @@ def _pipeline_runs(url: str):
 
 
 def _is_data(path: str) -> bool:
-    """A dvc.yaml dep that is data: not a model, and not project code (the probe sets are data in tasks/probe)."""
-    return not path.startswith("models/") and (not path.startswith("tasks/") or path.endswith(".jsonl"))
+    """A dvc.yaml dep that is data: not a model, and not project code (a package: tasks, flows, clozeline; the
+    probe sets are data in tasks/probe)."""
+    code = path in PACKAGES or path.startswith(tuple(f"{package}/" for package in PACKAGES))
+    return not path.startswith("models/") and (not code or path.endswith(".jsonl"))
 
 
 @pytest.mark.slow
