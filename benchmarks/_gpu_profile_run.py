@@ -57,6 +57,7 @@ DRY = {
     "pretrain.eval_max_blocks": 16,
     "pretrain.log_every_steps": 3,
     "tokenizer.vocab_size_tokens": 1500,
+    "leakage.semantic.planted_docs": 40,  # as the end-to-end test: the MiniLM pass scores 40 docs' planted copies
     "tokenize.max_seq_len_tokens": 128,
     "tokenize.num_proc": 1,
     "finetune.seeds": [13, 21],
