@@ -39,8 +39,8 @@ A baseline export (``model.skops`` + ``baseline.json``: the TF-IDF + logistic-re
 when it is the best run on dev) runs through the same command line; ``clozeline.baseline.load_baseline`` loads it with skops,
 trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
-This module needs only torch and transformers (and ``tasks.common.alignment`` of this package for the NER
-windows; skops for a baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe
+This module needs only torch and transformers (and of this package ``tasks.common.truncation``, the cut
+finetune applies, and ``tasks.common.alignment`` for the NER windows; skops for a baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe
 are inconsistent, raises ``ExportError`` with a one-line message naming the folder.
 """
 
@@ -66,6 +66,7 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from tasks.common import alignment
+from tasks.common.truncation import cut, cut_pair
 
 #: The config.json key of the recipe, and the format version this module reads.
 RECIPE_KEY, FORMAT = "clozeline", 1
@@ -129,35 +130,6 @@ def logits(model, inputs: dict[str, torch.Tensor], pooling: str) -> torch.Tensor
 
 
 # ---------------------------------------------------------------- cutting the input as in training
-
-
-def cut(ids: list[int], max_len: int, truncation: str, head_tokens: int) -> list[int]:
-    """``[CLS] ... [SEP]`` cut to ``max_len`` tokens keeping both specials: ``head`` (the first ``max_len - 2``
-    content tokens) or ``head_tail`` (the first ``head_tokens`` and the last ``max_len - 2 - head_tokens``)."""
-    if len(ids) <= max_len:
-        return ids
-    body, budget = ids[1:-1], max_len - 2
-    if truncation == "head":
-        return [ids[0], *body[:budget], ids[-1]]
-    tail = budget - head_tokens
-    return [ids[0], *body[:head_tokens], *(body[-tail:] if tail else []), ids[-1]]
-
-
-def cut_pair(ids: list[int], types: list[int], max_len: int) -> tuple[list[int], list[int]]:
-    """``[CLS] a [SEP] b [SEP]`` cut to ``max_len`` tokens longest first: one token at a time from the end of
-    the longer text (of ``b`` on a tie), the three specials kept; ``types`` 0 up to the first [SEP], 1 after."""
-    if len(ids) <= max_len:
-        return ids, types
-    boundary = types.index(1)
-    first, second = ids[1 : boundary - 1], ids[boundary:-1]
-    keep_a, keep_b = len(first), len(second)
-    while keep_a + keep_b > max_len - 3:
-        if keep_a > keep_b:
-            keep_a -= 1
-        else:
-            keep_b -= 1
-    kept = [ids[0], *first[:keep_a], ids[boundary - 1], *second[:keep_b], ids[-1]]
-    return kept, [0] * (keep_a + 2) + [1] * (keep_b + 1)
 
 
 def encode_document(tokenizer, inputs: str | dict, block: dict) -> dict[str, torch.Tensor]:
