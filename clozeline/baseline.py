@@ -35,15 +35,47 @@ def load_baseline(folder: str | Path, labels: list[str] | None = None):
     return skops.io.load(folder / BASELINE_FILE, trusted=types), record
 
 
-def predict_baseline(model, record: dict, records: list[dict]) -> list[dict]:
-    """``predict_records`` for a baseline export: the full text (a pair joined by a blank line, as ingest
-    writes it), the predicted label and every label's probability (0 for a label absent from train)."""
+def predict_baseline(model, record: dict, records: list[dict], folder: str | Path | None = None) -> list[dict]:
+    """``predict_records`` for a baseline export: the predicted label and every label's probability (0 for a
+    label absent from train) from the text it was fitted on: the full text (a pair joined by a blank line, as
+    ingest writes it), or, when ``baseline.json`` has a ``cut``, the tokens an arm reads (``_cut_reader``, with
+    the tokenizer saved in ``folder``)."""
     names, classes, out = record["labels"], record["classes"], []
+    reader = _cut_reader(record, folder)
     for item in records:
         text = f"{item['text']}\n\n{item['text_pair']}" if "text_pair" in item else item["text"]
+        text = reader(item) if reader else text
         start = time.perf_counter()
         proba, pred = model.predict_proba([text])[0], int(model.predict([text])[0])
         seconds = time.perf_counter() - start
         probs = dict.fromkeys(names, 0.0) | {names[c]: float(p) for c, p in zip(classes, proba, strict=True)}
         out.append({"doc_id": item["doc_id"], "pred": names[pred], "probs": probs, "seconds": seconds})
     return out
+
+
+def _cut_reader(record: dict, folder: str | Path | None):
+    """None for a full-text baseline; else a function ``item -> text``: the item encoded by the tokenizer in
+    ``folder`` (a pair as a pair), cut as the arms cut it (``tasks.common.truncation``) and decoded without
+    special tokens, as ``tasks.finetune.baselines_tfidf.arm_inputs`` built the baseline's train text. Raises
+    ``ExportError`` when the cut needs a folder and none is given."""
+    cut_cfg = record.get("cut")
+    if not cut_cfg:
+        return None
+    if folder is None:
+        raise ExportError("baseline.json has a cut: predict_baseline needs the export folder (its tokenizer)")
+    from transformers import AutoTokenizer
+
+    from tasks.common.truncation import cut, cut_pair
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    size = cut_cfg["max_seq_len_tokens"]
+
+    def read(item: dict) -> str:
+        if "text_pair" in item:
+            enc = tokenizer(item["text"], item["text_pair"], return_token_type_ids=True)
+            ids, _ = cut_pair(enc["input_ids"], enc["token_type_ids"], size)
+        else:
+            ids = cut(tokenizer(item["text"])["input_ids"], size, cut_cfg["truncation"], cut_cfg["head_tokens"])
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    return read

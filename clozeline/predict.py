@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     loaded = time.perf_counter() - started
     records = [json.loads(line) for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
-    outputs = predict_baseline(*pipe, records) if baseline else predict_records(pipe, records)
+    outputs = predict_baseline(*pipe, records, args.folder) if baseline else predict_records(pipe, records)
     batched = {} if baseline or not args.batch_size else {str(args.batch_size): batch_seconds(pipe, records, args.batch_size)}
     timing = {"load_seconds": loaded, "threads": torch.get_num_threads(), "batch": batched}
     lines = [json.dumps(o, ensure_ascii=False) for o in outputs] + [json.dumps({"timing": timing})]

@@ -97,7 +97,8 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
             "batch_size": 4, "length_group_batches": 2,
             "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
             "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,
-            "dose_response": None, "baselines": [], "baseline_c_grid": [1.0], "lr_grid": list(lr_grid),
+            "dose_response": None, "baselines": [], "baseline_c_grid": [1.0],
+            "baseline_tfidf_ngrams": {"word": [1, 2], "char_wb": [2, 4]}, "baseline_memorise_cases": ["cased", "lowercased"], "lr_grid": list(lr_grid),
             "truncation": "head", "head_tokens": 0}
     return FinetuneParams.model_validate({
         "seeds": seeds, "sweep_seed": 99, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,

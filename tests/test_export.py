@@ -210,7 +210,8 @@ def test_registry_versions_carry_verdicts_and_the_alias_follows_the_gate(exporte
 
 
 def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(exported, tmp_path):
-    from tasks.finetune import load_task_data
+    from tasks.common.encoders import load_tokenizer
+    from tasks.finetune import baselines, load_task_data, run_baseline
     from tasks.finetune.export import keep_baseline
 
     paths, _ = exported
@@ -220,11 +221,14 @@ def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(ex
     cfg = finetune_params(SEEDS)
     tcfg = cfg.task("cls")
     data = load_task_data(copy.data / "tokenize" / "cls" / "clozeline", cfg.data_seed, tcfg)
-    won = {"dev": {"baseline/tfidf-lr/full-text": 1.0, "pretrained/full/mean-pool": 0.5}}
-    assert keep_baseline(won, data, data["labels"], tcfg, copy.data / "finetune" / "cls") == {
-        "baseline": "baseline/tfidf-lr/full-text"}
+    row = next(r for r in baselines.plan(["tfidf-lr"], ["clozeline"]) if not r.reference)  # reads the arms' cut
+    out = copy.data / "finetune" / "cls"
+    _, _, kept = run_baseline("cls", "cls", row, data, load_tokenizer(copy.models / "pretrained"), data["labels"], tcfg,
+                              cfg, out, NullLog())  # fmt: skip
+    won = {"dev": {row.key: 1.0, "pretrained/full/mean-pool": 0.5}}
+    assert keep_baseline(won, {row.key: kept}, data["labels"], out) == {"baseline": row.key}
     found = export.run(export_params(), copy, NullLog(), "cls")["baseline"]
     assert found["agrees"] and found["rescored"] == found["evaluated"], found["agreement"]
-    assert {p.name for p in Path(found["folder"]).iterdir()} == {"model.skops", "baseline.json"}
-    assert keep_baseline({"dev": {"baseline/tfidf-lr/full-text": 0.5, "pretrained/full/mean-pool": 0.9}}, data,
-                         data["labels"], tcfg, copy.data / "finetune" / "cls") == {}
+    assert {"model.skops", "baseline.json", "tokenizer.json"} <= {p.name for p in Path(found["folder"]).iterdir()}
+    assert keep_baseline({"dev": {row.key: 0.5, "pretrained/full/mean-pool": 0.9}}, {row.key: kept}, data["labels"],
+                         out) == {}  # fmt: skip

@@ -217,7 +217,8 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
         # every reported seed used it, and none of them is the sweep run (seed 99, not a reported seed)
         assert sorted(per_seed) == ["3", "4"] and {d["lr_scale"] for d in per_seed.values()} == {sweep["chosen_scale"]}
         assert per_seed["3"]["lr_head"] == pytest.approx(1e-2 * sweep["chosen_scale"])
-    for key in ("baseline/majority/labels", "baseline/tfidf-lr/full-text"):
+    comparators = ("baseline/majority/labels", "baseline/tfidf-lr/clozeline-cut")  # the arms' docs and input
+    for key in (*comparators, "baseline/majority/all-data", "baseline/tfidf-lr/all-data"):
         entry = metrics["runs"][key]
         assert entry["test_macro_f1"]["seeds"] == [0] and entry["test_macro_f1"]["std"] is None
         rows = [json.loads(x) for x in (paths.data / "finetune" / "cls" / key / "seed0.test.jsonl").read_text().splitlines()]
@@ -228,8 +229,9 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
     assert sel["best_arm"] in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool")
     assert sel["dev"][sel["best_arm"]] == max(sel["dev"][k] for k in ("pretrained/full/mean-pool",
                                                                       "pretrained/frozen/mean-pool"))
-    assert sel["best_baseline"] == max(("baseline/majority/labels", "baseline/tfidf-lr/full-text"),
-                                       key=lambda k: (sel["dev"][k], k))
+    assert sel["best_baseline"] == max(comparators, key=lambda k: (sel["dev"][k], k))
+    assert "baseline/tfidf-lr/all-data" not in sel["dev"]  # a reference row is never chosen
+    assert sel["baselines"]["baseline/tfidf-lr/clozeline-cut"]["analyzer"] in ("word", "char_wb")
     items = [json.loads(x) for x in (paths.data / "finetune" / "cls" / "test_items.jsonl").read_text().splitlines()]
     assert [(r["doc_id"], r["train_overlap"]) for r in items] == [(f"test-{i:03d}", i % 4 == 0) for i in range(5)]
 

@@ -14,8 +14,8 @@ Mode = Literal["full", "frozen"]
 
 #: Heads allowed per task module (``TaskSpec.module``): the pooling of a classifier, the label scheme of a tagger.
 HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
-#: Baselines per task module (``tasks/finetune/baselines.py``): no encoder, fitted on the whole train split. A
-#: pair's bag of words is that of both texts.
+#: Baselines per task module (``tasks/finetune/baselines.py``): no encoder, fitted on the arms' train docs and
+#: input. A pair's bag of words is that of both texts.
 BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
 #: How each kind may cut a sequence longer than ``max_seq_len_tokens``.
 TRUNCATIONS: dict[str, tuple[str, ...]] = {"classification": ("head", "head_tail"),
@@ -62,9 +62,18 @@ class TaskParams(StrictModel):
         "(head_tail, Sun et al. 2019); pair: longest_first (HF: drop from the end of the longer text first)"
     )
     head_tokens: int = Field(ge=0, description="cls head_tail: content tokens kept from the start of the document")
-    baselines: list[str] = Field(description="baselines fitted on the whole train split, scored on the same test")
+    baselines: list[str] = Field(description="baselines fitted on the arms' train docs and input (and once more on "
+                                 "every train doc, full text: a reference row), scored on the same test")
     baseline_c_grid: list[float] = Field(
-        min_length=1, description="tfidf-lr: inverse L2 strengths C tried, the best on dev macro-F1 is kept"
+        min_length=1, description="tfidf-lr: inverse L2 strengths C tried with each analyzer, the best pair on dev "
+        "macro-F1 is kept"
+    )
+    baseline_tfidf_ngrams: dict[Literal["word", "char_wb"], tuple[PositiveInt, PositiveInt]] = Field(
+        min_length=1, description="tfidf-lr: analyzer -> n-gram range (min, max) tried with each C of baseline_c_grid"
+    )
+    baseline_memorise_cases: list[Literal["cased", "lowercased", "cased_backoff"]] = Field(
+        min_length=1, description="memorise: word lookups tried, the best on dev entity F1 is kept (cased_backoff: "
+        "the cased word, else its lowercased form)"
     )
     lr_grid: list[float] = Field(
         min_length=1, description="multipliers of every learning rate of an arm, tried with the first seed; the best "
@@ -101,6 +110,19 @@ class TaskParams(StrictModel):
         if any(v <= 0 for v in value):
             raise ValueError(f"every value must be > 0, got {value}")
         return require_unique(value, "grid")
+
+    @field_validator("baseline_tfidf_ngrams")
+    @classmethod
+    def _ordered_ranges(cls, value: dict) -> dict:
+        for analyzer, (low, high) in value.items():
+            if low > high:
+                raise ValueError(f"{analyzer}: n-gram range ({low}, {high}) must have min <= max")
+        return value
+
+    @field_validator("baseline_memorise_cases")
+    @classmethod
+    def _unique_cases(cls, value: list[str]) -> list[str]:
+        return require_unique(value, "baseline_memorise_cases")
 
     @model_validator(mode="after")
     def _dose_config_listed(self) -> TaskParams:

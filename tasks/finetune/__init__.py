@@ -6,8 +6,9 @@ or ``ner`` (token classification). Every configuration (arm) ``variant/mode/head
 (``params.finetune.recipes[tasks.<task>.recipe].configs``) picks its own learning
 rate on dev from ``lr_grid`` with ``sweep_seed`` (``sweep``), then trains once per seed on the same docs with the
 same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
-(``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the whole train split
-and score the same test docs. Per arm the stage reports mean, std and a Student-t interval over seeds, the
+(``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the arms' train docs and
+input, choose their setting on the arms' dev docs, and score the same test docs; each also has a reference row
+``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as the best baseline. Per arm the stage reports mean, std and a Student-t interval over seeds, the
 per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
 names the best arm and the best baseline on dev. ``operational`` (``params.finetune.operational``) measures each
 arm's model, as its first reported seed saved it, and tfidf-lr after all training: latency per document at each
@@ -32,12 +33,13 @@ from types import ModuleType
 import datasets
 
 from tasks.common.device import cpu_bf16, resolve
-from tasks.common.encoders import model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
+from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import baselines, export, operational
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
+from tasks.finetune.baselines_tfidf import arm_inputs
 from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
 
 TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of that kind
@@ -76,15 +78,19 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
         with log.child(f"{item}/{job.key}") as parent:
             runs[job.key] = record_job(job, results[job.key], cfg, out_dir, parent, measured.get(job.key))
     any_tok = data[toks[0]]
-    for name in tcfg.baselines:
-        with log.child(f"{item}/{baselines.KEYS[name]}") as child:
-            runs[baselines.KEYS[name]], timed = run_baseline(item, spec.module, name, any_tok, labels, tcfg, cfg,
-                                                             out_dir, child)  # fmt: skip
-        measured |= {baselines.KEYS[name]: timed} if timed else {}
-    selection = select_best(runs, [j.key for j in jobs], [baselines.KEYS[b] for b in tcfg.baselines], spec.module)
+    folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
+    planned, fitted = baselines.plan(tcfg.baselines, toks), {}
+    for row in planned:
+        tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
+        with log.child(f"{item}/{row.key}") as child:
+            runs[row.key], timed, fitted[row.key] = run_baseline(item, spec.module, row, data[row.tok or toks[0]],
+                                                                 tokenizer, labels, tcfg, cfg, out_dir, child)  # fmt: skip
+        measured |= {row.key: timed} if timed else {}
+    comparators = {row.key: row.tok for row in planned if not row.reference}
+    selection = select_best(runs, {j.key: tok_of[j.spec.variant] for j in jobs}, comparators, spec.module)
     best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (export.py)
     kept = export.keep_selected(best, results[best.key], selection, cfg, out_dir, runner, log)
-    kept |= export.keep_baseline(selection, any_tok, labels, tcfg, out_dir)  # when a baseline won on dev
+    kept |= export.keep_baseline(selection, fitted, labels, out_dir)  # when a baseline won on dev
     operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
@@ -216,31 +222,67 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, 
     return entry
 
 
-def run_baseline(item: str, module: str, name: str, data: dict, labels: list[str], tcfg: TaskParams,
-                 cfg: FinetuneParams, out_dir: Path, log) -> tuple[dict, dict | None]:  # fmt: skip
-    """Fit baseline ``name`` on the whole train split (``baselines.fit_predict``), score dev and the kept test
-    docs, write its predictions; returns its ``metrics.runs`` entry (one deterministic run, seed 0) and its
-    operational numbers (``operational.measure_tfidf``: tfidf-lr with ``operational.enabled``; else None)."""
-    task, key = TASKS[module], baselines.KEYS[name]
-    rows = {"train": data["all_rows"]["train"], "dev": data["all_rows"]["dev"], "test": data["rows"]["test"]}
-    fit = baselines.fit_predict(name, rows, labels, tcfg.baseline_c_grid)
+def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokenizer, labels: list[str],
+                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log) -> tuple[dict, dict | None, dict | None]:  # fmt: skip
+    """Fit baseline ``row`` (``baselines.plan``) and write its test predictions; returns its ``metrics.runs``
+    entry (one deterministic run, seed 0), its operational numbers (``operational.measure_tfidf``: a tfidf-lr
+    comparator with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships
+    (``baseline_input``'s ``fitted``; else None).
+
+    Rows: ``baseline_input``. The entry adds ``baseline`` (name), ``role`` (``comparator``/``reference``),
+    ``input`` (what it read) and ``setting`` (what it chose on dev, ``baselines.fit_predict``).
+    """
+    task = TASKS[module]
+    rows, texts, described = baseline_input(row, data, tokenizer, tcfg)
+    fit = baselines.fit_predict(row.name, rows, labels, tcfg, texts)
     dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
-    path = write_predictions(out_dir / key / f"seed{baselines.SEED}.test.jsonl", fit["test"])
-    _, variant, head = key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
-    log.params({"task": item, "baseline": name, "variant": variant, "mode": "baseline", "head": head,
-                "seed": baselines.SEED, **fit["setting"]})
+    path = write_predictions(out_dir / row.key / f"seed{baselines.SEED}.test.jsonl", fit["test"])
+    _, variant, head = row.key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
+    flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
+    log.params({"task": item, "baseline": row.name, "variant": variant, "mode": "baseline", "head": head,
+                "seed": baselines.SEED, "role": _role(row), "train_docs": len(rows["train"]), **flat})
     log.metrics(task.headline(test))
     log.artifact(path, "predictions")
-    timed = None
-    if "fitted" in fit and cfg.operational.enabled:
-        texts = [r["text"] for r in rows["test"]]
-        timed = operational.measure_tfidf(*fit["fitted"], texts, cfg.operational, operational.folder_for(out_dir, key))
+    timed, kept = None, None
+    if "fitted" in fit:
+        kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
+                "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
+                        "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
+    if "fitted" in fit and cfg.operational.enabled and not row.reference:
+        timed = operational.measure_tfidf(*fit["fitted"], texts["test"], cfg.operational,
+                                          operational.folder_for(out_dir, row.key))  # fmt: skip
         log.metrics({"operational": timed})
-        log.info(operational.summary(key, timed))
+        log.info(operational.summary(row.key, timed))
     seed = {"seed": baselines.SEED, "test": task.headline(test), "details": task.details(test), "diverged": False,
             f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "train_docs": len(rows["train"]),
-            "dev_docs": len(rows["dev"]), **{k: v for k, v in fit["setting"].items() if k != "dev_macro_f1"}}
-    return aggregate(task, [seed], cfg, log) | {"baseline": name}, timed
+            "dev_docs": len(baselines.documents(rows["dev"]))}  # fmt: skip
+    entry = aggregate(task, [seed], cfg, log)
+    return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": fit["setting"]}, timed, kept
+
+
+def _role(row: baselines.Row) -> str:
+    return "reference" if row.reference else "comparator"
+
+
+def baseline_input(row: baselines.Row, data: dict, tokenizer, tcfg: TaskParams) -> tuple[dict, dict | None, str]:
+    """``(rows per split, texts per split or None, description)`` that baseline ``row`` reads.
+
+    Test is always the arms' kept test docs. A comparator trains on the arms' kept train docs and chooses on
+    their kept dev docs (``load_task_data``'s ``rows``); a reference on every doc of both (``all_rows``). A
+    tfidf-lr comparator reads the arms' cut (``baselines_tfidf.arm_inputs`` with ``tokenizer``), its cls rows
+    carrying each doc's ``seen_fraction``; every other row reads the full text (texts None).
+    """
+    pool = data["all_rows"] if row.reference else data["rows"]
+    rows = {"train": pool["train"], "dev": pool["dev"], "test": data["rows"]["test"]}
+    if row.tok is None:
+        whole = "every train doc, full text" if row.reference else "the arms' train docs, full text"
+        return rows, None, whole if row.name != "majority" else whole.replace("full text", "labels only")
+    texts = {}
+    for split, split_rows in rows.items():
+        texts[split], seen = arm_inputs(split_rows, tokenizer, tcfg)
+        rows[split] = [{**r, "seen_fraction": f} for r, f in zip(split_rows, seen, strict=True)]
+    cut = f"{tcfg.truncation} cut to {tcfg.max_seq_len_tokens} tokens of the {row.tok} tokenizer"
+    return rows, texts, f"the arms' train docs, the arms' input ({cut}), decoded"
 
 
 def write_test_items(path: Path, rows: list[dict]) -> Path:
@@ -254,21 +296,31 @@ def write_test_items(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def select_best(runs: dict, arm_keys: list[str], baseline_keys: list[str], module: str) -> dict:
+def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | None], module: str) -> dict:
     """The arm and the baseline with the best mean dev score (``SELECT_METRIC``): what the claims
-    ``finetune/<task>/best-arm`` and ``best-baseline`` name. Chosen on dev, so test stays unseen."""
+    ``finetune/<task>/best-arm`` and ``best-baseline`` name. Chosen on dev, so test stays unseen.
+
+    ``arms``: arm key -> its tokenization; ``comparators``: comparator baseline key -> the tokenization whose cut
+    it reads (None: no cut). The best baseline is chosen among the comparators that read the best arm's input
+    (its tokenization's cut, or no cut), so a claim compares the same docs and input; reference rows
+    (``baseline/<name>/all-data``) are never passed here. Ties: the key that sorts last.
+    """
     metric = f"dev_best_{TASKS[module].SELECT_METRIC}"
 
     def dev_mean(key: str) -> float:
         per_seed = runs[key]["details"]["per_seed"].values()
         return sum(s[metric] for s in per_seed) / len(per_seed)
 
-    scores = {key: dev_mean(key) for key in arm_keys + baseline_keys}
-    out = {"metric": f"mean over seeds of {metric}", "dev": scores}
-    if arm_keys:
-        out["best_arm"] = max(arm_keys, key=lambda k: (scores[k], k))
-    if baseline_keys:
-        out["best_baseline"] = max(baseline_keys, key=lambda k: (scores[k], k))
+    scores = {key: dev_mean(key) for key in [*arms, *comparators]}
+    out = {"metric": f"mean over seeds of {metric}", "dev": scores,
+           "baseline_rule": "best comparator on dev among those reading the best arm's docs and input"}
+    if arms:
+        out["best_arm"] = max(arms, key=lambda k: (scores[k], k))
+    if comparators:
+        tok = arms.get(out.get("best_arm"))
+        same = [k for k, t in comparators.items() if t is None or t == tok] or list(comparators)
+        out["best_baseline"] = max(same, key=lambda k: (scores[k], k))
+        out["baselines"] = {k: runs[k]["setting"] for k in comparators}  # what each comparator chose on dev
     return out
 
 

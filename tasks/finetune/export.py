@@ -92,27 +92,34 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
     return entry
 
 
-def keep_baseline(selection: dict, data: dict, labels: list[str], tcfg, out_dir: Path) -> dict:
-    """When the best run on dev of arms and baselines together is ``tfidf-lr``, fit it again (deterministic:
-    lbfgs, the same C grid and rows as ``run_baseline``) and write ``<out_dir>/selected_baseline/``:
+def keep_baseline(selection: dict, fitted: dict, labels: list[str], out_dir: Path) -> dict:
+    """When the best run on dev of arms and comparator baselines together is a ``tfidf-lr`` row, write its fitted
+    model (``fitted[key]``: ``run_baseline``'s kept fit, not fitted again) to ``<out_dir>/selected_baseline/``:
     ``model.skops`` (a scikit-learn ``Pipeline`` of the vectorizer and the classifier, skops format: no pickle)
-    and ``baseline.json`` (run key, label names, the classifier's label ids, its predictions file). Returns
-    ``{"baseline": <run key>}``, or ``{}`` when no baseline won on dev (another baseline that wins is not
-    exported: ``majority`` is a constant, ``memorise`` a word list)."""
+    and ``baseline.json`` (run key, label names, the classifier's label ids, its chosen setting, its input, its
+    predictions file, and ``cut``: the arms' cut it reads, applied by ``clozeline.baseline`` with the tokenizer
+    saved beside it; null for the full text). Returns ``{"baseline": <run key>}``, or ``{}`` when no tfidf-lr
+    row won on dev (another baseline that wins is not exported: ``majority`` is a constant, ``memorise`` a word
+    list)."""
     import skops.io
     from sklearn.pipeline import Pipeline
 
     dest = out_dir / SELECTED_BASELINE
     shutil.rmtree(dest, ignore_errors=True)
-    scores, key = selection.get("dev") or {}, baselines.KEYS["tfidf-lr"]
-    if not scores or max(scores, key=lambda k: (scores[k], not k.startswith("baseline/"))) != key:
+    scores = selection.get("dev") or {}
+    if not scores:
         return {}
-    rows = {"train": data["all_rows"]["train"], "dev": data["all_rows"]["dev"], "test": data["rows"]["test"]}
-    fit = baselines.fit_predict("tfidf-lr", rows, labels, tcfg.baseline_c_grid)
-    vectorizer, model = fit["fitted"]
+    key = max(scores, key=lambda k: (scores[k], not k.startswith("baseline/")))
+    if not fitted.get(key):
+        return {}
+    kept = fitted[key]
+    vectorizer, model = kept["fitted"]
     dest.mkdir(parents=True)
     skops.io.dump(Pipeline([("tfidf", vectorizer), ("lr", model)]), dest / "model.skops")
-    record = {"run": key, "labels": list(labels), "classes": [int(c) for c in model.classes_], "C": fit["setting"]["C"],
-              "input": "the full text (a pair: a, a blank line, b)", "predictions": f"{key}/seed{baselines.SEED}.test.jsonl"}
+    if kept["cut"] is not None:
+        kept["tokenizer"].save_pretrained(dest)
+    setting = {k: v for k, v in kept["setting"].items() if k != "dev_macro_f1_grid"}
+    record = {"run": key, "labels": list(labels), "classes": [int(c) for c in model.classes_], "setting": setting,
+              "input": kept["input"], "cut": kept["cut"], "predictions": f"{key}/seed{baselines.SEED}.test.jsonl"}
     (dest / "baseline.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return {"baseline": key}

@@ -1,0 +1,75 @@
+"""The ``tfidf-lr`` baseline (cls): TF-IDF + L2 logistic regression, analyzer and C chosen on dev, and the text
+it reads.
+
+Model: scikit-learn ``TfidfVectorizer`` (sublinear tf, ``min_df=2``: a term of one train doc cannot generalise)
++ ``LogisticRegression`` (lbfgs, deterministic: no seed), the bag-of-n-grams baseline of e.g. Wang & Manning
+2012. Every (analyzer, n-gram range) of ``TaskParams.baseline_tfidf_ngrams`` (``word``: word n-grams;
+``char_wb``: character n-grams inside word boundaries) x every C of ``baseline_c_grid`` is fitted on train;
+the pair with the best dev macro-F1 is kept (a tie: the earlier analyzer of the params, then the earlier C).
+
+Input (``arm_inputs``): the comparator row reads exactly the tokens an arm reads: each doc's ``input_ids`` cut
+as ``tasks.finetune.cls.examples`` cuts them for the arms (``head``/``head_tail``/``longest_first`` to
+``max_seq_len_tokens``), decoded with the same tokenizer (``skip_special_tokens``: [CLS]/[SEP]/[PAD] and [UNK]
+go, as the arm sees no characters behind an [UNK]; WordPiece ``##`` continuations rejoin their word). Decoding
+the kept ids, rather than cutting words of the raw text, guarantees no word outside the arm's window reaches the
+baseline, whatever the tokenizer's idea of a word; the decoded text is lowercased by an uncased tokenizer,
+which ``TfidfVectorizer`` does anyway (``lowercase=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+
+from tasks.finetune import cls as cls_task
+
+
+def arm_inputs(rows: list[dict], tokenizer, tcfg) -> tuple[list[str], list[float]]:
+    """The text of the tokens an arm sees of each row, and the share of the row's content tokens that is: the
+    ``cls.examples`` cut (its ``seen_fraction``), decoded by ``tokenizer`` (a Hugging Face tokenizer with
+    ``decode``) without special tokens. Shapes: one string and one fraction per row, in row order.
+
+    Raises ``ValueError`` naming the doc when a row has fewer than 2 tokens (``cls.examples``).
+    """
+    cut = cls_task.examples(rows, tcfg, "mean-pool")  # the head does not change the input
+    texts = [tokenizer.decode(ex["input_ids"], skip_special_tokens=True) for ex in cut]
+    return texts, [ex["seen_fraction"] for ex in cut]
+
+
+def tfidf_lr(texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels: int, ngrams: dict,
+             c_grid: list[float]) -> dict:  # fmt: skip
+    """Fit on ``texts["train"]``/``labels["train"]``, choose (analyzer, C) on dev macro-F1, predict dev and test.
+
+    ``ngrams``: analyzer -> (min n, max n); ``c_grid``: inverse L2 strengths. Returns ``{"dev"|"test": [(label
+    id, distribution over all n_labels ids) per doc], "setting": {"analyzer", "ngram_range", "C",
+    "dev_macro_f1", "vocabulary", "dev_macro_f1_grid": {"<analyzer> C=<c>": score}}, "fitted": (vectorizer,
+    classifier)}``. Raises ``ValueError`` when train holds fewer than 2 labels (``baseline tfidf-lr``).
+    """
+    if len(set(labels["train"])) < 2:
+        raise ValueError(f"baseline tfidf-lr: the train docs hold {len(set(labels['train']))} label(s), need 2")
+    best, grid = None, {}
+    for analyzer, (low, high) in ngrams.items():
+        vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=(low, high), sublinear_tf=True, min_df=2)
+        x_train = vectorizer.fit_transform(texts["train"])
+        x_dev = vectorizer.transform(texts["dev"])
+        for c in c_grid:
+            model = LogisticRegression(C=c, max_iter=2000).fit(x_train, labels["train"])
+            score = float(f1_score(labels["dev"], model.predict(x_dev).tolist(), labels=range(n_labels),
+                                   average="macro", zero_division=0))  # fmt: skip
+            grid[f"{analyzer} C={c:g}"] = score
+            if best is None or score > best[0]:
+                best = (score, analyzer, (low, high), c, vectorizer, model)
+    score, analyzer, ngram_range, c, vectorizer, model = best
+    setting = {"analyzer": analyzer, "ngram_range": list(ngram_range), "C": c, "dev_macro_f1": score,
+               "vocabulary": len(vectorizer.vocabulary_), "dev_macro_f1_grid": grid}  # fmt: skip
+    preds = {split: with_probs(model, vectorizer.transform(texts[split]), n_labels) for split in ("dev", "test")}
+    return preds | {"setting": setting, "fitted": (vectorizer, model)}
+
+
+def with_probs(model: LogisticRegression, x, n_labels: int) -> list[tuple[int, list[float]]]:
+    """``(predicted label id, distribution over all label ids)`` per row; a class absent from train gets 0."""
+    probs = np.zeros((x.shape[0], n_labels))
+    probs[:, model.classes_] = model.predict_proba(x)
+    return list(zip(model.predict(x).tolist(), probs.tolist(), strict=True))
