@@ -24,6 +24,7 @@ from tasks.report import render
 from tasks.report.claims import EVIDENCE, ClaimsError, Metrics, load_claims
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import (
+    VERDICTS,
     Estimate,
     StatsConfig,
     difference_verdict,
@@ -79,12 +80,14 @@ def test_overlapping_results_are_inconclusive():
     assert _verdict(est, 0.05) == "inconclusive"
 
 
-def test_clearly_worse_treatment_is_contradicted_and_small_effect_inconclusive():
+def test_clearly_worse_treatment_is_contradicted_and_small_effect_ruled_out():
     worse = welch_ci(BASE, TREAT, 0.95)
     assert _verdict(worse, 0.05) == "contradicted"
-    # real but smaller than min_effect: CI inside (0, min_effect)
+    # real but smaller than min_effect: CI inside (0, min_effect), so an effect of min_effect is ruled out
     small = Estimate(0.02, 0.01, 0.03, 3, "x")
-    assert _verdict(small, 0.05) == "inconclusive"
+    assert _verdict(small, 0.05) == "ruled out"
+    # the upper bound at min_effect or above: not excluded
+    assert _verdict(Estimate(0.02, 0.01, 0.05, 3, "x"), 0.05) == "inconclusive"
     # non-inferiority: CI above -0.05 supports, CI below -0.05 contradicts
     assert _verdict(Estimate(-0.02, -0.04, 0.0, 3, "x"), -0.05) == "supported"
     assert _verdict(Estimate(-0.2, -0.3, -0.1, 3, "x"), -0.05) == "contradicted"
@@ -363,7 +366,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert "- **pretrained model quality (metrics/pretrain.json)**:\n  - heldout_loss: 5.1" in md
     verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
     counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| "))
-               for v in ("supported", "equivalent", "inconclusive", "contradicted", "not resolvable", "not run")}
+               for v in VERDICTS}
     assert verdicts == ["**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items())
                         + f" (of {len(claim_ids)} claims)"]
     cls_row = next(line for line in md.splitlines() if line.startswith("| [pretraining-helps-cls]"))

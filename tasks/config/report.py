@@ -24,6 +24,11 @@ class ReportParams(StrictModel):
     )
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
     calibration_bins: int = Field(ge=1, description="equal-mass bins of the expected calibration error (ECE)")
+    mde_power: float = Field(gt=0, lt=1, description="power of each claim's minimum detectable effect (Bloom 1995)")
+    floor_baseline: Literal["best", "weakest"] = Field(
+        description="the floor a trained treatment arm must beat on dev: the best or the weakest baseline on dev"
+    )
+    floor_margin: float = Field(ge=0, lt=1, description="dev-score margin over the floor baseline (metric units)")
     figure_runs: dict[str, str] = Field(
         default_factory=dict, description="task name -> run key (<variant>/<mode>/<head>) whose confusion matrix or "
         "span errors are drawn; a task not listed draws its best arm on dev"

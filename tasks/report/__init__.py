@@ -11,7 +11,9 @@ details; a claim whose inputs are missing becomes a ``not run: <why>`` row.
 The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
 (the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
 Cohen's d), ``calibration`` (ECE, Brier score and their hierarchical bootstrap), ``statistics`` (estimates
-and verdicts), ``confounders``, ``evaluation`` (one row per claim, Holm across them), ``slices`` (per-slice
+and verdicts), ``power`` (minimum detectable effects), ``floor`` (the floor gate, optimiser steps),
+``confounders``, ``evaluation`` (one row per claim, Holm within each family), ``answer`` (the report's lead
+sentence), ``slices`` (per-slice
 and per-label tables), ``evidence`` (the minimal-pair and operational tables), ``ledger`` (the experiment
 ledger, built from the params ``dvc.lock`` recorded for each stage), ``figures`` and ``render`` (Markdown and
 HTML).
@@ -29,7 +31,7 @@ from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
 from tasks.report import leakage_recall, render, summary
-from tasks.report.claims import EVIDENCE, MALFORMED, Metrics, NotRun, load_claims, selected_run
+from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, load_claims, selected_run
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.evidence import evidence_tables, reliability_curves
 from tasks.report.ledger import build_ledger
@@ -59,6 +61,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
     return {"verdicts": summarize(rows), "verdicts_by_evidence": by_evidence(rows),
             "family_wise_alpha": round(1 - cfg.confidence_level, 6),
+            "families": {f: [r.claim.id for r in rows if r.claim.family == f] for f in FAMILIES},
             "claims": {row.claim.id: row_metrics(row) for row in rows}}
 
 
@@ -100,7 +103,8 @@ def report_files(paths: Paths) -> list[Path]:
 def stats_config(cfg: ReportParams) -> StatsConfig:
     """The statistics settings of the params section."""
     return StatsConfig(cfg.confidence_level, cfg.paired_method, cfg.bootstrap_resamples, cfg.bootstrap_seed,
-                       cfg.max_diverged_seed_fraction, cfg.slice_bootstrap_resamples, cfg.calibration_bins)
+                       cfg.max_diverged_seed_fraction, cfg.slice_bootstrap_resamples, cfg.calibration_bins,
+                       cfg.mde_power, cfg.floor_margin, cfg.floor_baseline)
 
 
 def summarize(rows: list[Row]) -> dict[str, int]:
@@ -114,8 +118,15 @@ def by_evidence(rows: list[Row]) -> dict[str, dict[str, int]]:
 
 
 def row_metrics(row: Row) -> dict:
-    """Numeric summary of one row for metrics/report.json (empty difference for a ``not run`` row)."""
-    out: dict = {"verdict": row.verdict}
+    """Numeric summary of one row for metrics/report.json (empty difference for a ``not run`` row): the verdict,
+    the Holm family and the verdict before Holm, p-values, the difference and its CI, and the minimum detectable
+    effect (``mde``, at ``mde_power``) with the units that would make ``min_effect`` detectable."""
+    out: dict = {"verdict": row.verdict, "family": row.claim.family,
+                 "verdict_unadjusted": row.unadjusted or row.verdict}
+    if row.power is not None:
+        out.update(mde=row.power.mde, mde_power=row.power.power, min_effect_detectable=row.power.detectable)
+        if not row.power.detectable and row.power.n_needed is not None:
+            out.update(n_needed=row.power.n_needed, n_needed_unit=row.power.unit)
     if row.p_adjusted is not None:
         out.update(p_value=row.p_value, p_holm=row.p_adjusted)
     if row.difference is not None:

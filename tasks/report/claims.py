@@ -58,9 +58,8 @@ MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError)
 
 
 class Precondition(StrictModel):
-    """What must hold before a claim's arms can speak to it: the number at ``value``
-    (``<metrics file>/<dotted.key>``, e.g. ``pretrain/heldout_gap_to_unigram_nats``) is ``>= at_least``
-    and/or ``<= at_most``. ``what`` says it in words (shown when it fails)."""
+    """What must hold before a claim's arms can speak to it: the number at ``value`` (``<metrics file>/<dotted.key>``,
+    e.g. ``pretrain/heldout_gap_to_unigram_nats``) is ``>= at_least`` and/or ``<= at_most`` (``what``: in words)."""
 
     what: str = Field(min_length=1)
     value: str = Field(pattern=r"^[a-z0-9_]+/[A-Za-z0-9_.]+$")
@@ -91,6 +90,8 @@ class Precondition(StrictModel):
 #: minimal pairs or probes show the capability), operational (calibration, latency, memory, cost), and data
 #: (the integrity of the evaluation data itself: the leakage audit).
 EVIDENCE = ("intrinsic", "extrinsic", "behavioural", "operational", "data")
+#: The Holm families, in the report's order: the claims the question names (primary), then the rest.
+FAMILIES = ("primary", "secondary")
 
 
 class Claim(StrictModel):
@@ -108,13 +109,12 @@ class Claim(StrictModel):
     ablation: str = Field(description="the component removed in the baseline")
     min_effect: float = Field(description="difference: smallest effect that counts; upper_bound: the bound")
     known_confounders: list[str]
-    preconditions: list[Precondition] = Field(
-        default_factory=list, description="checked before the verdict; a failed one makes it `not resolvable`"
-    )
+    preconditions: list[Precondition] = Field(default_factory=list, description="checked before the verdict; "
+                                              "a failed one makes it `not resolvable`")
+    family: Literal[FAMILIES] = Field(default="secondary", description="the Holm family (FAMILIES)")
     items: Literal["all", "clean", "overlapping", "semantically_clean"] = Field(
         default="all", description="finetune claims: the test items scored (clean: no text shared with train; "
-        "semantically_clean: no semantic match in the pretraining corpus)"
-    )
+        "semantically_clean: no semantic match in the pretraining corpus)")
 
     @field_validator("treatment", "baseline")
     @classmethod
@@ -173,10 +173,10 @@ class Metrics:
         """The parsed ``<folder>/<name>.json``; raises ``NotRun`` if it is absent or not a JSON object."""
         if name not in self._cache:
             path = self.folder / f"{name}.json"
-            if not path.exists():
-                raise NotRun(f"{path} is missing (stage not run)")
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError as err:
+                raise NotRun(f"{path} is missing (stage not run)") from err
             except json.JSONDecodeError as err:
                 raise NotRun(f"{path} is not valid JSON: {err}") from err
             if not isinstance(data, dict):

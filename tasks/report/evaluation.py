@@ -12,11 +12,13 @@ import numpy as np
 
 from tasks.common.provenance import Lock
 from tasks.report import bootstrap as bs
-from tasks.report.claims import MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
+from tasks.report.claims import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
 from tasks.report.confounders import measure_confounders
 from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibration_estimates
 from tasks.report.export import export_gates
+from tasks.report.floor import floor_gate, pretraining_notes, training_steps
 from tasks.report.items import metric_function, with_items
+from tasks.report.power import Power, power_of, se_from_ci
 from tasks.report.statistics import (
     Estimate,
     StatsConfig,
@@ -46,10 +48,13 @@ UNIT_RANGE, DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)
 class Row:
     """One evaluated claim: what the tables and figures show. ``verdict == "not run"`` leaves stats empty.
 
-    ``p_value`` is the p-value of the verdict's test and ``p_adjusted`` its Holm adjustment across the report;
-    ``best_baseline`` is the task's best baseline on dev (finetune claims), ``effect_size`` Cohen's d over
-    the arms' unit values (seeds, words or pairs), ``difference_label`` what the difference subtracts (a
-    calibration claim: baseline - treatment, as lower is better), ``items`` how many test items and seeds the numbers rest on.
+    ``p_value`` is the p-value of the verdict's test and ``p_adjusted`` its Holm adjustment within the claim's
+    family (``claim.family``); ``unadjusted`` the verdict before Holm; ``best_baseline`` is the task's best
+    baseline on dev (finetune claims), ``effect_size`` Cohen's d over the units the difference's CI rests on
+    (seeds or probe words; None when the CI resamples test items), ``power`` the MDE of the difference
+    (``tasks.report.power``), ``steps`` the optimiser steps of each fine-tuned arm, ``difference_label`` what
+    the difference subtracts (a calibration claim: baseline - treatment, as lower is better), ``items`` how
+    many test items and seeds the numbers rest on.
     """
 
     claim: Claim
@@ -70,6 +75,9 @@ class Row:
     p_adjusted: float | None = None
     items: str = ""
     difference_label: str = "treatment - baseline"
+    unadjusted: Verdict | None = None
+    power: Power | None = None
+    steps: list[str] = field(default_factory=list)
 
 
 def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Row:
@@ -84,15 +92,19 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     except MALFORMED as err:
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
-    failed = failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg) + export_gates(claim, metrics)
+    floor_failed, floor_notes = floor_gate(claim, treat, base, metrics, cfg)
+    failed = (failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg) + floor_failed
+              + export_gates(claim, metrics))
     if failed:
         row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
-    row.confounders, row.data_md5 = confounders, md5s
+    row.confounders, row.data_md5, row.unadjusted = confounders, md5s, row.verdict
     row.runs = sorted(set(treat.runs) | set(base.runs))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
-    row.notes += few_seeds_notes(treat, base)
-    calibration = claim.metric in CALIBRATION_METRICS  # per-seed values are the headline metric, not calibration
-    row.effect_size = bs.cohens_d(treat.values, base.values) if claim.kind == "difference" and not calibration else None
+    row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_notes(claim, treat, base)
+    row.steps = training_steps(claim, treat, base, metrics, lock)
+    # Cohen's d over the units the CI rests on; an item-level CI (test items x seeds) has no seed-only d
+    same_units = claim.kind == "difference" and treat.items is None and base.items is None
+    row.effect_size = bs.cohens_d(treat.values, base.values) if same_units else None
     if claim.treatment.startswith("finetune/") and claim.kind == "difference":
         row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
     return row
@@ -197,7 +209,26 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         pairing = f"unpaired ({diff.method})"
         tests = welch_tests(t_vals, b_vals) if diff.has_ci else untestable()
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p)
+    se, df = unit_se(t_vals, b_vals, paired)
+    power = power_of(se, diff.n, f"{treat.unit_name}s", claim.min_effect, cfg.alpha, cfg.power, df)
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power)
+
+
+def unit_se(treatment: tuple[float, ...], baseline: tuple[float, ...], paired: bool) -> tuple[float, float | None]:
+    """``(SE, df)`` of the difference of means over units, as its t interval has it: paired, ``sd(deltas) /
+    sqrt(n)`` on ``n - 1`` df; unpaired, Welch's ``sqrt(s1^2/n1 + s2^2/n2)`` on Welch-Satterthwaite df (Welch
+    1947). ``(nan, None)`` when a side has fewer than 2 units or the SE is 0 (no spread: no power to speak of)."""
+    t, b = np.asarray(treatment, dtype=float), np.asarray(baseline, dtype=float)
+    if paired and t.size >= 2:
+        se = float(np.std(t - b, ddof=1) / math.sqrt(t.size))
+        return (se, t.size - 1.0) if se > 0 else (math.nan, None)
+    if t.size < 2 or b.size < 2:
+        return math.nan, None
+    v1, v2 = np.var(t, ddof=1) / t.size, np.var(b, ddof=1) / b.size
+    if v1 + v2 == 0:
+        return math.nan, None
+    df = (v1 + v2) ** 2 / (v1**2 / (t.size - 1) + v2**2 / (b.size - 1))
+    return float(math.sqrt(v1 + v2)), float(df)
 
 
 def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
@@ -218,9 +249,10 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
                   lambda m: bs.tost_p_value(gains, abs(m)))
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     seeds = f"{len(treat.items.seeds)} vs {len(base.items.seeds)} seeds"
+    power = power_of(float(np.std(gains, ddof=1)), t_est.n, "test items", claim.min_effect, cfg.alpha, cfg.power)
     pairing = (f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
                f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins")
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p,
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power,
                items=f"{t_est.n} test items x {seeds}", difference_label="baseline - treatment (lower is better)")
 
 
@@ -232,8 +264,10 @@ def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig)
     verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)),
                                             cfg.alpha)  # fmt: skip
     t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # Clopper-Pearson
+    power = power_of(se_from_ci(diff.low, diff.high, cfg.alpha), min(n1, n2), treat.unit_name, claim.min_effect,
+                     cfg.alpha, cfg.power)
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=f"two rates ({diff.method})", p_value=p,
-               items=f"{n1} vs {n2} {treat.unit_name}")
+               items=f"{n1} vs {n2} {treat.unit_name}", power=power)
 
 
 def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
@@ -252,10 +286,11 @@ def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
     tests = Tests(lambda m: bs.p_value(deltas, m, "greater"), lambda m: bs.p_value(deltas, m, "less"),
                   lambda m: bs.tost_p_value(deltas, abs(m)))
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
+    power = power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power)
     seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per arm"
     pairing = (f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
                f"({len(t_items.seeds)} vs {len(b_items.seeds)}); {method}")
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p,
+    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power,
                items=f"{n} test items ({claim.items}) x {len(t_items.seeds)} vs {len(b_items.seeds)} seeds")
 
 
@@ -276,18 +311,20 @@ def align(treat: Sample, base: Sample) -> tuple[tuple[float, ...], tuple[float, 
 
 
 def apply_holm(rows: list[Row], alpha: float) -> None:
-    """Holm-adjust the p-values of every row that has one (``statistics.holm_verdicts``), in place; a
-    decisive verdict that does not survive the correction becomes ``inconclusive``, with the reason."""
-    tested = {row.claim.id: (row.verdict, row.p_value) for row in rows if row.p_value is not None}
-    adjusted = holm_verdicts(tested, alpha)
-    for row in rows:
-        if row.claim.id not in adjusted:
-            continue
-        verdict, row.p_adjusted = adjusted[row.claim.id]
-        if verdict != row.verdict:
-            row.reason = (f"{row.verdict} before Holm ({row.reason}), but the Holm-adjusted p "
-                          f"{row.p_adjusted:.3g} > {alpha:g}")
-            row.verdict = verdict
+    """Holm-adjust the p-values of the rows that have one (``statistics.holm_verdicts``) within each family
+    (``claims.FAMILIES``: the primary claims, then the secondary ones), in place; a decisive verdict that does
+    not survive the correction becomes ``inconclusive``, with the reason, and ``row.unadjusted`` keeps it."""
+    for family in FAMILIES:
+        tested = {row.claim.id: (row.verdict, row.p_value) for row in rows
+                  if row.p_value is not None and row.claim.family == family}  # fmt: skip
+        adjusted = holm_verdicts(tested, alpha)
+        for row in (r for r in rows if r.claim.id in adjusted):
+            verdict, row.p_adjusted = adjusted[row.claim.id]
+            row.unadjusted = row.verdict
+            if verdict != row.verdict:
+                row.reason = (f"{row.verdict} before Holm ({row.reason}), but the Holm-adjusted p "
+                              f"{row.p_adjusted:.3g} > {alpha:g} within the {family} family ({len(tested)} tests)")
+                row.verdict = verdict
 
 
 # ---------------------------------------------------------------- provenance
@@ -310,7 +347,8 @@ def data_md5(claim: Claim, lock: Lock) -> dict[str, str]:
 
 
 def evaluate_all(claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> list[Row]:
-    """Evaluate every claim, in file order, then Holm-correct the verdicts across them (family-wise alpha)."""
+    """Evaluate every claim, in file order, then Holm-correct the verdicts within each family (family-wise
+    alpha per family)."""
     rows = [evaluate(c, metrics, lock, cfg) for c in claims.claims]
     apply_holm(rows, cfg.alpha)
     return rows

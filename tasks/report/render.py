@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from tasks.report.answer import answer, verdict_cell
 from tasks.report.claims import EVIDENCE
 from tasks.report.evaluation import Row
+from tasks.report.power import describe
 from tasks.report.slices import SliceTable
 from tasks.report.statistics import VERDICTS, Estimate
 from tasks.tracking import training_view_url
@@ -29,13 +31,17 @@ STATS_NOTE = (
     "best baseline (chosen on dev) from its own. Probe claims: Student-t over probe words (paired t, or a percentile "
     "bootstrap if params say so); rates: Clopper-Pearson. Verdict: supported when the CI's lower bound exceeds "
     "min_effect; contradicted when its upper bound is below min(0, min_effect); equivalent when two one-sided "
-    "tests put the difference within +-min_effect; inconclusive otherwise. An upper_bound claim compares the "
+    "tests put the difference within +-min_effect; ruled out when, for a positive min_effect, the CI's upper bound "
+    "is below min_effect; inconclusive otherwise. An upper_bound claim compares the "
     "treatment's CI with min_effect as the bound. Every decisive verdict must also survive Holm's step-down "
-    "correction across all claims of this report at family-wise alpha = {alpha:.2g} (two-sided p-values, as the "
-    "CIs are; TOST for equivalent), or it "
-    "reads inconclusive. `not run: <why>`: an input is missing. `not resolvable: <why>`: a precondition failed "
-    "(e.g. the pretrained encoder did not beat the unigram baseline, or too many seeds diverged), so the arms "
-    "say nothing about the claim."
+    "correction within its family (primary: the claims the question names; secondary: the rest) at family-wise "
+    "alpha = {alpha:.2g} per family (two-sided p-values, as the CIs are; TOST for equivalent), or it reads "
+    "inconclusive, with the unadjusted verdict beside it. MDE: the true difference found with 80% power (as "
+    "params mde_power says) at that alpha before Holm, (z + z) x the SE of the difference from the same "
+    "resampling (Bloom 1995); an inconclusive claim whose min_effect is below its MDE says underpowered. "
+    "`not run: <why>`: an input is missing. `not resolvable: <why>`: a precondition failed (e.g. the pretrained "
+    "encoder did not beat the unigram baseline, too many seeds diverged, or the treatment arm's dev score did not "
+    "beat the floor baseline's by report.floor_margin: `<arm> at floor`), so the arms say nothing about the claim."
 )
 
 
@@ -48,8 +54,9 @@ def fmt_estimate(est: Estimate | None, with_n: bool = True) -> str:
 
 
 def verdict_text(row: Row) -> str:
-    """The verdict with its Holm-adjusted p-value when it has one."""
-    return row.verdict + (f" (Holm p {row.p_adjusted:.2g})" if row.p_adjusted is not None else "")
+    """The verdict cell: the verdict, why an inconclusive one was underpowered, its Holm-adjusted p-value and
+    the verdict before Holm when Holm changed it (``answer.verdict_cell``)."""
+    return verdict_cell(row)
 
 
 class Link(NamedTuple):
@@ -97,25 +104,28 @@ def detail_items(row: Row) -> Items:
     """The per-claim details shown open: statement, references, statistics and notes."""
     c = row.claim
     effect = f"{row.effect_size:.3g}" if row.effect_size is not None else (
-        "not computed (its per-seed values are the headline metric, not calibration)"
-        if row.difference_label != "treatment - baseline" else "not defined (no spread over units)")
+        "not computed (the CI resamples test items and seeds; a d over seeds alone would not match it)"
+        if row.items and "test items" in row.items else "not defined (no spread over units)")
     p_values = (f"{row.p_value:.3g} (two-sided; TOST for equivalent); Holm-adjusted {row.p_adjusted:.3g}"
                 if row.p_adjusted is not None
                 else "none (no test: see the verdict)")
     return [
         ("statement", c.statement),
         ("evidence / kind / task / metric", f"{c.evidence} / {c.kind} / {c.task} / {c.metric}"),
+        ("Holm family", f"{c.family}; verdict before Holm: {row.unadjusted or row.verdict}"),
         ("data slice", f"{c.data_slice}; items: {c.items}; " + (row.items or "see the units below")),
         ("treatment", f"{c.treatment}: {fmt_estimate(row.treatment)}"),
         ("baseline", f"{c.baseline}: {fmt_estimate(row.baseline)}"),
         ("best baseline (chosen on dev)", f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline)}"
          if row.best_baseline else "none (not a fine-tuning claim, or no baseline was fitted)"),
-        ("difference", f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the arms' unit "
-                       f"values {effect}"),
+        ("difference", f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the units of "
+                       f"the CI {effect}"),
+        ("minimum detectable effect", describe(row.power)),
         ("ablation (removed in the baseline)", c.ablation),
         ("verdict", row.reason if row.reason.startswith(row.verdict) else f"{row.verdict}: {row.reason}"),
         ("statistics", row.pairing or "-"),
         ("p-value of the verdict's test", p_values),
+        ("optimiser steps per run", row.steps or ["not a fine-tuning claim between trained arms"]),
         ("notes", row.notes or ["none"]),
     ]
 
@@ -210,7 +220,7 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
     def figure(title: str, fig: Path | str) -> list[str]:
         return [f"### {title}", "", f"![{title}]({fig})" if isinstance(fig, Path) else f"_{fig}_", ""]
 
-    parts = ["# clozeline claim table", "", f"**Question.** {question}", "",
+    parts = ["# clozeline claim table", "", f"**Question.** {question}", "", f"**Answer.** {answer(rows)}", "",
              f"**Verdicts.** {verdict_summary(rows)}", "",
              "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)), "",
              claim_table_md(rows)]
@@ -278,7 +288,7 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #bbb;padding:4px 6px;vertical-align:top}
 th{background:#eee}tr.evidence th{background:#dde;text-align:left}.supported{background:#d4f4d4}.contradicted{background:#f8d0d0}
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
-.not-resolvable{background:#e0e4f4;font-style:italic}.equivalent{background:#d4eef4}
+.not-resolvable{background:#e0e4f4;font-style:italic}.equivalent{background:#d4eef4}.ruled-out{background:#f4e4d0}
 img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
 #claims td{max-width:32em}#claims td.verdict{white-space:nowrap}
 details{margin:.3em 0 1em}summary{cursor:pointer;color:#345}
@@ -363,6 +373,7 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
              "<h1>clozeline claim table</h1>", f"<p><b>Question.</b> {_e(question)}</p>",
+             f'<p id="answer"><b>Answer.</b> {_e(answer(rows))}</p>',
              f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
              '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows))
              + "</ul>", claim_table_html(rows)]

@@ -12,9 +12,11 @@ Verdicts of a ``difference`` claim: ``supported`` when the CI's lower bound exce
 ``contradicted`` when its upper bound is below ``min(0, min_effect)`` (clearly the other way; a negative
 ``min_effect`` is a non-inferiority margin); ``equivalent`` when two one-sided tests (TOST, Schuirmann 1987)
 put the difference within +-``min_effect`` at ``alpha`` (a tight null result; only for ``min_effect > 0``);
-``inconclusive`` otherwise. Each verdict carries the p-value of its test, and the report applies Holm's
-step-down correction across its claims (``holm_verdicts``): a decisive verdict whose adjusted p-value exceeds
-``alpha = 1 - level`` becomes ``inconclusive``. An ``upper_bound`` claim
+``ruled out`` when a positive claim (``min_effect > 0``) is not equivalent but its CI's upper bound is
+below ``min_effect`` (an effect as large as claimed is excluded, a smaller one is not); ``inconclusive``
+otherwise. Each verdict carries the p-value of its test, and the report applies Holm's
+step-down correction within each declared family of claims (``holm_verdicts``; primary, then secondary): a
+decisive verdict whose adjusted p-value exceeds ``alpha = 1 - level`` becomes ``inconclusive``. An ``upper_bound`` claim
 (``treatment`` must stay at or below ``min_effect``, e.g. a leakage rate) is ``supported`` when the
 treatment's CI upper bound is <= ``min_effect``, ``contradicted`` when its lower bound is above it.
 A claim whose inputs are missing gets verdict ``not run`` with the reason; it never disappears. A claim whose
@@ -35,15 +37,20 @@ from scipy import stats
 from tasks.common.stats import t_interval
 from tasks.report.bootstrap import holm
 
-Verdict = Literal["supported", "equivalent", "contradicted", "inconclusive", "not resolvable", "not run"]
+Verdict = Literal["supported", "equivalent", "ruled out", "contradicted", "inconclusive", "not resolvable",
+                  "not run"]
 #: Every verdict, in the order the summaries list them.
-VERDICTS: tuple[Verdict, ...] = ("supported", "equivalent", "inconclusive", "contradicted", "not resolvable",
-                                 "not run")
+VERDICTS: tuple[Verdict, ...] = ("supported", "equivalent", "ruled out", "inconclusive", "contradicted",
+                                 "not resolvable", "not run")
+#: The verdicts that reject a null hypothesis, so Holm's correction can demote them to ``inconclusive``.
+DECISIVE: tuple[Verdict, ...] = ("supported", "contradicted", "equivalent", "ruled out")
 
 
 @dataclass(frozen=True)
 class StatsConfig:
-    """The statistics settings from the ``report`` params section (``alpha`` = 1 - ``level``, family-wise)."""
+    """The statistics settings from the ``report`` params section (``alpha`` = 1 - ``level``, family-wise):
+    ``power`` of the minimum detectable effects, and the floor gate (``floor_baseline`` ``best`` | ``weakest``
+    baseline on dev, plus ``floor_margin``) of ``tasks.report.floor``."""
 
     level: float
     paired_method: str
@@ -52,6 +59,9 @@ class StatsConfig:
     max_diverged_fraction: float = 0.0
     slice_resamples: int = 2000
     calibration_bins: int = 15
+    power: float = 0.8
+    floor_margin: float = 0.0
+    floor_baseline: str = "best"
 
     @property
     def alpha(self) -> float:
@@ -225,7 +235,7 @@ def difference_verdict(diff: Estimate, min_effect: float, tests: Tests, alpha: f
     p-value of the verdict's test, which the report adjusts across claims (Holm): ``supported``: H0 diff <=
     min_effect; ``contradicted``: H0 diff >= min(0, min_effect), both two-sided (``two_sided``);
     ``equivalent``: TOST within +-min_effect (already an intersection of two one-sided tests at alpha);
-    ``inconclusive``: the supported test."""
+    ``ruled out``: H0 diff >= min_effect, two-sided; ``inconclusive``: the supported test."""
     if not diff.has_ci:
         return "inconclusive", "no CI for the difference", 1.0
     floor = min(0.0, min_effect)
@@ -237,9 +247,10 @@ def difference_verdict(diff: Estimate, min_effect: float, tests: Tests, alpha: f
     p_equivalent = tests.tost(min_effect) if min_effect > 0 else 1.0
     if p_equivalent <= alpha:
         return "equivalent", f"TOST p {p_equivalent:.3g} <= {alpha:g}: within +-{min_effect:g}", p_equivalent
+    if diff.high < min_effect:  # min_effect > 0 here: the upper bound is in [0, min_effect)
+        return ("ruled out", f"CI upper bound {diff.high:.4f} < min_effect {min_effect:g}: an effect that large "
+                "is excluded", two_sided(tests.less(min_effect)))
     p_supported = two_sided(tests.greater(min_effect))
-    if diff.high < min_effect:
-        return "inconclusive", f"effect, if any, is below min_effect {min_effect:g}", p_supported
     return "inconclusive", f"CI [{diff.low:.4f}, {diff.high:.4f}] contains min_effect {min_effect:g}", p_supported
 
 
@@ -258,12 +269,11 @@ def bound_verdict(value: Estimate, bound: float, tests: Tests) -> tuple[Verdict,
 
 
 def holm_verdicts(verdicts: dict[str, tuple[Verdict, float]], alpha: float) -> dict[str, tuple[Verdict, float]]:
-    """``{claim id: (verdict, Holm-adjusted p)}``: a ``supported``, ``contradicted`` or ``equivalent`` verdict
-    whose adjusted p-value exceeds ``alpha`` becomes ``inconclusive`` (family-wise error <= alpha over the
-    claims of one report, Holm 1979). Input: each claim's verdict and the p-value of its test."""
+    """``{claim id: (verdict, Holm-adjusted p)}``: a decisive verdict (``DECISIVE``) whose adjusted p-value
+    exceeds ``alpha`` becomes ``inconclusive`` (family-wise error <= alpha over the claims given, Holm 1979:
+    call it once per family). Input: each claim's verdict and the p-value of its test."""
     adjusted = holm({cid: p for cid, (_, p) in verdicts.items()}) if verdicts else {}
     out = {}
     for cid, (verdict, _) in verdicts.items():
-        decisive = verdict in ("supported", "contradicted", "equivalent")
-        out[cid] = ("inconclusive" if decisive and adjusted[cid] > alpha else verdict, adjusted[cid])
+        out[cid] = ("inconclusive" if verdict in DECISIVE and adjusted[cid] > alpha else verdict, adjusted[cid])
     return out

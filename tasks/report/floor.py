@@ -1,0 +1,118 @@
+"""What a fine-tuning claim's arms were: whether the treatment beat a floor on dev, how many optimiser steps each
+run took, and what one pretraining run leaves out of a CI.
+
+The floor gate: a trained treatment arm whose mean dev score (``selection.dev`` of
+``metrics/finetune/<task>.json``, the score the finetune stage chose arms by) does not exceed a baseline's dev
+score by more than ``floor_margin`` did not learn what the task's cheapest answer already knows, so a claim
+about it between two arms says nothing: the claim is ``not resolvable: <arm> at floor (dev <score>; ...)``.
+The baseline is the best one on dev (``selection.best_baseline``, ``floor_baseline: best``) or the weakest
+one on dev (``weakest``: the majority class for classification, word memorisation for NER). A claim whose
+baseline is itself a fitted baseline (``baseline/...``) is not gated: it tests that floor on test. A
+baseline arm at the floor is noted, not gated (the treatment may rightly beat a control that did not learn).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tasks.common.nested import flatten
+from tasks.common.provenance import Lock
+from tasks.report.claims import MALFORMED, Claim, Metrics, NotRun, Sample
+
+#: The run keys of fitted baselines in metrics/finetune/<task>.json.
+BASELINE_PREFIX = "baseline/"
+
+
+def floor_of(selection: dict, which: str) -> tuple[str, float]:
+    """``(baseline key, dev score)`` of the floor: the best baseline on dev (``best``) or the weakest (``weakest``)
+    among the baselines of ``selection.dev``. Raises ``KeyError`` when the selection has no baseline."""
+    dev = selection["dev"]
+    if which == "best":
+        key = selection["best_baseline"]
+        return key, float(dev[key])
+    if which != "weakest":
+        raise ValueError(f"floor_baseline must be 'best' or 'weakest', got {which!r}")
+    scores = {k: float(v) for k, v in dev.items() if k.startswith(BASELINE_PREFIX)}
+    key = min(scores, key=lambda k: (scores[k], k))
+    return key, scores[key]
+
+
+def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg) -> tuple[list[str], list[str]]:
+    """``(failed, notes)``: ``failed`` holds ``<arm> at floor (dev <score>; ...)`` when the trained treatment's
+    dev score is at most the floor plus ``cfg.floor_margin``; ``notes`` says when the baseline arm is, or
+    why the gate was not checked. Only ``difference`` claims between two trained finetune arms are gated."""
+    keys = (treat.run_key, base.run_key)
+    if claim.kind != "difference" or not claim.treatment.startswith("finetune/") or not all(keys):
+        return [], []
+    if any(k.startswith(BASELINE_PREFIX) for k in keys):
+        return [], []
+    try:
+        selection = metrics.get(f"finetune/{claim.task}")["selection"]
+        floor_key, floor = floor_of(selection, cfg.floor_baseline)
+        dev = {k: float(selection["dev"][k]) for k in keys}
+    except (NotRun, *MALFORMED) as err:
+        return [], [f"floor gate not checked: no dev scores of the arms and baselines ({type(err).__name__}: {err})"]
+    bar = f"floor: {floor_key} dev {floor:.4f} + margin {cfg.floor_margin:g}"
+    at_floor = {k: dev[k] <= floor + cfg.floor_margin for k in keys}
+    failed = [f"{treat.run_key} at floor (dev {dev[treat.run_key]:.4f}; {bar})"] if at_floor[treat.run_key] else []
+    notes = [f"baseline {base.run_key} at floor (dev {dev[base.run_key]:.4f}; {bar}): the treatment is compared "
+             "with an arm that did not learn the task"] if at_floor[base.run_key] else []
+    return failed, notes
+
+
+def batch_size(lock: Lock, task: str) -> int | None:
+    """``finetune.recipes.<recipe>.batch_size`` as ``finetune@<task>`` last ran with it (dvc.lock), or None."""
+    flat = flatten(lock.params(f"finetune@{task}"))
+    sizes = [v for k, v in flat.items() if re.fullmatch(r"finetune\.recipes\.[^.]+\.batch_size", k)]
+    return int(sizes[0]) if len(sizes) == 1 else None
+
+
+def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
+    """One arm's optimiser steps per seed run: ``epochs run x ceil(train docs / batch size)``, the train docs
+    kept for the arms (``docs.<tokenization>.train.docs_kept``, the same docs for every variant) and the batch
+    size from dvc.lock. Early stopping ends a run at ``epochs_run`` (its model is the ``best_epoch`` one)."""
+    data = metrics.get(f"finetune/{task}")
+    per_seed = data["runs"][run_key]["details"]["per_seed"]
+    epochs = sorted({int(s["epochs_run"]) for s in per_seed.values()})
+    best = sorted({int(s["best_epoch"]) for s in per_seed.values()})
+    kept = {int(t["train"]["docs_kept"]) for t in data.get("docs", {}).values()}
+    size = batch_size(lock, task)
+    span = f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 else f"{epochs[0]}"
+    text = f"{run_key}: {span} epochs run per seed (best epoch {', '.join(map(str, best))})"
+    if size is None or len(kept) != 1:
+        return text + "; steps not derivable (batch size or train docs not recorded)"
+    per_epoch = math.ceil(kept.pop() / size)
+    unit = "windows" if metrics.get(f"finetune/{task}").get("kind") == "token_classification" else "docs"
+    steps = "-".join(str(e * per_epoch) for e in sorted({epochs[0], epochs[-1]}))
+    return (f"{text}; {steps} optimiser steps per run ({per_epoch} per epoch: train docs / batch size {size} "
+            f"{unit}{', windows counted as sentences, a lower bound' if unit == 'windows' else ''})")
+
+
+def training_steps(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, lock: Lock) -> list[str]:
+    """``run_steps`` of each trained finetune arm of the claim (empty for other claims)."""
+    if not claim.treatment.startswith("finetune/"):
+        return []
+    out = []
+    for key in dict.fromkeys((treat.run_key, base.run_key)):
+        if key and not key.startswith(BASELINE_PREFIX):
+            try:
+                out.append(run_steps(claim.task, key, metrics, lock))
+            except (NotRun, *MALFORMED) as err:
+                out.append(f"{key}: optimiser steps not recorded ({type(err).__name__}: {err})")
+    return out
+
+
+#: Variants whose weights come from our one pretraining run.
+PRETRAINED = ("pretrained", "adapted")
+
+
+def pretraining_notes(claim: Claim, treat: Sample, base: Sample) -> list[str]:
+    """A claim resting on our pretrained encoder has one pretraining run behind it: its CI does not include
+    pretraining variance (nor, for fine-tuning claims, the variance of the one draw of the train subset)."""
+    refs = [claim.treatment, claim.baseline, treat.run_key, base.run_key]
+    if not any(part in PRETRAINED or part == "mlm" for ref in refs for part in ref.split("/")):
+        return []
+    finetune = claim.treatment.startswith("finetune/")
+    return ["one pretraining seed: the CI excludes pretraining variance" + (
+        " and the variance of the one draw of the fine-tuning train subset (finetune.data_seed)" if finetune else "")]
