@@ -1,9 +1,8 @@
-"""dedup per-source policies, label/tag conflicts, entities removed and the largest cluster; every expected
-value worked out by hand from the small inputs built here."""
+"""dedup per-source policies, entities removed and the largest cluster (conflicts: test_dedup_conflicts.py);
+every expected value worked out by hand from the small inputs built here."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -153,87 +152,6 @@ def test_source_policy_overrides_the_default_key_by_key_and_unknown_sources_fail
     write_rows(tmp_path, "ner", NER_ROWS)
     with pytest.raises(ValueError, match=r"dedup\.source_policy\.nre: no ingest source of that name"):
         run_stage(tmp_path, make_cfg(source_policy={"nre": {"exact": False}}))
-
-
-# ------------------------------------------------------------------------------------------------ conflicts
-
-
-def conflict_corpus(tmp_path: Path) -> tuple[list[str], list[str], str, str]:
-    """Task: X labelled sport, politics, sport; Y labelled tech. Pretrain: X and Y labelled business (a
-    pretraining row's label takes no part in the comparison)."""
-    x, y = text("x", 20), text("y", 20)
-    task = write_rows(tmp_path, "cls", [{"text": x, "label": "sport"}, {"text": x, "label": "politics"},
-                                        {"text": x, "label": "sport"}, {"text": y, "label": "tech"}])  # fmt: skip
-    pre = write_rows(tmp_path, "pre", [{"text": x, "label": "business"}, {"text": y, "label": "business"}], "pretrain")
-    return task, pre, x, y
-
-
-def test_label_conflict_keep_one_keeps_the_best_row_and_lists_every_label(tmp_path, caplog):
-    task, pre, _, _ = conflict_corpus(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="clozeline.dedup"):
-        metrics, duplicate, records = run_stage(tmp_path, make_cfg())
-    assert [duplicate[d] for d in task + pre] == [False, True, True, False, False, False]
-    record = records[task[0]]
-    assert (record["label_conflict"], record["tags_conflict"]) == (True, False)
-    assert [(m["doc_id"], m["label"], m["kind"]) for m in record["members"]] == [
-        (task[0], "sport", "kept"), (pre[0], "business", "kept"),
-        (task[1], "politics", "exact"), (task[2], "sport", "exact"),
-    ]  # fmt: skip
-    assert records[task[3]]["label_conflict"] is False  # tech vs a pretraining row's business
-    assert metrics["sources"]["cls"]["label_conflict_clusters"] == 1
-    assert metrics["sources"]["pre"]["label_conflict_clusters"] == 0  # its rows do not take part
-    assert (metrics["all"]["label_conflict_clusters"], metrics["all"]["tags_conflict_clusters"]) == (1, 0)
-    assert metrics["sources"]["cls"]["labelled_docs_removed"] == 2
-    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
-    want = "1 cluster(s) with disagreeing labels and 0 with disagreeing tags (conflict_policy=keep_one"
-    assert want in warning.message
-
-
-def test_label_conflict_drop_all_drops_the_task_rows_and_under_cluster_the_pretraining_copy(tmp_path):
-    task, pre, _, _ = conflict_corpus(tmp_path)
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg(conflict_policy="drop_all"))
-    # keep_one_per: role: the three task copies of X are dropped; the pretraining copy stays pretraining text
-    assert [duplicate[d] for d in task + pre] == [True, True, True, False, False, False]
-    record = records[task[0]]
-    assert record["kept"] == {"pretrain": pre[0]}
-    assert [m["kind"] for m in record["members"]] == ["conflict", "kept", "conflict", "conflict"]
-    cls = metrics["sources"]["cls"]
-    assert (cls["conflict_dropped"], cls["exact_duplicates"], cls["docs_removed"], cls["docs_kept"]) == (3, 0, 3, 1)
-    assert cls["labelled_docs_removed"] == 3 and metrics["sources"]["pre"]["docs_removed"] == 0
-
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg(conflict_policy="drop_all", keep_one_per="cluster"))
-    # the whole X cluster goes; in the Y cluster the task row is kept and the pretraining copy is an exact one
-    assert [duplicate[d] for d in task + pre] == [True, True, True, False, True, True]
-    pre_counts = metrics["sources"]["pre"]
-    assert (pre_counts["conflict_dropped"], pre_counts["exact_duplicates"], pre_counts["docs_kept"]) == (1, 1, 0)
-
-
-def test_tags_conflict_between_copies_of_one_sentence(tmp_path):
-    paris, rome = ["Paris", "is", "nice"], ["Rome", "is", "far"]
-    ids = write_rows(tmp_path, "ner", [
-        {"tokens": paris, "tags": ["B-LOC", "O", "O"]},
-        {"tokens": paris, "tags": ["O", "O", "O"]},  # the entity missed: a conflict
-        {"tokens": [w.upper() for w in paris], "tags": ["B-LOC", "O", "O"]},  # same normalized text
-        {"tokens": rome, "tags": ["B-LOC", "O", "O"]},
-        {"tokens": rome, "tags": ["B-LOC", "O", "O"]},  # agrees
-    ])  # fmt: skip
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
-    assert [duplicate[d] for d in ids] == [False, True, True, False, True]
-    digest = {tags: hashlib.md5(json.dumps(list(tags)).encode()).hexdigest()[:16]
-              for tags in (("B-LOC", "O", "O"), ("O", "O", "O"))}  # fmt: skip
-    record = records[ids[0]]
-    assert (record["tags_conflict"], record["label_conflict"], records[ids[3]]["tags_conflict"]) == (True, False, False)
-    assert [m["tags_digest"] for m in record["members"]] == [
-        digest[("B-LOC", "O", "O")], digest[("O", "O", "O")], digest[("B-LOC", "O", "O")]
-    ]  # fmt: skip
-    counts = metrics["sources"]["ner"]
-    assert (counts["tags_conflict_clusters"], counts["entities_in"], counts["entities_removed"]) == (1, 4, 2)
-
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg(conflict_policy="drop_all"))
-    assert [duplicate[d] for d in ids] == [True, True, True, False, True]
-    counts = metrics["sources"]["ner"]
-    assert (counts["conflict_dropped"], counts["exact_duplicates"], counts["entities_removed"]) == (3, 1, 3)
-    assert counts["labelled_docs_removed"] == 4
 
 
 # ----------------------------------------------------------------------------------------- largest cluster

@@ -6,9 +6,9 @@ Jaccard, so false positives cost only time; that is why the false-negative weigh
 params.yaml (recall matters, precision is guaranteed).
 
 Per-source policies (``default_policy``, ``source_policy``), the label-conflict policy and the component-size
-warning are optional keys with defaults that reproduce the behaviour before they existed (every source:
-exact and near dedup, no length floor; ``keep_one``). How the stage applies them is
-``tasks/dedup/policy.py``.
+warning are optional keys with defaults (every source: exact and near dedup, no length floor; conflicts
+decided by ``majority``). How the stage applies them is ``tasks/dedup/policy.py`` and
+``tasks/dedup/conflicts.py``.
 """
 
 from __future__ import annotations
@@ -67,11 +67,12 @@ class DedupParams(StrictModel):
     source_policy: dict[str, SourcePolicy] = Field(
         default_factory=dict, description="per ingest source name: overrides of default_policy"
     )
-    conflict_policy: Literal["keep_one", "drop_all"] = Field(
-        "keep_one",
+    conflict_policy: Literal["majority", "drop_all"] = Field(
+        "majority",
         description=(
-            "a cluster whose task rows disagree on label or tags: 'keep_one' keeps its best row as any cluster, "
-            "'drop_all' drops every row of the keep unit that holds the disagreeing rows"
+            "a cluster whose task rows disagree on label or tags: 'majority' keeps the best row among those with "
+            "the most-voted label and, between tagged copies of one text, the most entities (a tie drops the "
+            "keep unit); 'drop_all' drops every row of the keep unit that holds the disagreeing rows"
         ),
     )
     warn_component_docs: int = Field(
@@ -81,6 +82,16 @@ class DedupParams(StrictModel):
         "local", description="local: this machine's process pool; ray: Ray Data (byte-identical outputs)"
     )
     ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
+
+    @field_validator("conflict_policy", mode="before")
+    @classmethod
+    def _no_keep_one(cls, value: object) -> object:
+        if value == "keep_one":
+            raise ValueError(
+                "'keep_one' was removed: it kept the first row in keep order (longest, then smallest doc_id) "
+                "whatever the copies' labels; use 'majority' (votes decide, a tie drops the rows) or 'drop_all'"
+            )
+        return value
 
     @field_validator("threshold")
     @classmethod

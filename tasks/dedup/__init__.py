@@ -23,12 +23,13 @@ Method (text-dedup / datatrove style, with verification):
 
 Which rows may be merged, per source, is ``tasks/dedup/policy.py`` (exact and near dedup on or off, a word
 floor for exact copies; a merge needs both rows' policies to allow its kind). What the merges cost in labelled
-data (label and tag conflicts, with ``conflict_policy`` ``keep_one`` or ``drop_all``; entities removed; the
+data (label and tag conflicts, decided by ``conflict_policy`` ``majority`` or ``drop_all``; entities removed; the
 largest cluster) is ``tasks/dedup/conflicts.py``; conflicts and an oversized cluster are logged as warnings.
 
 Keep rule (deterministic): a ``task`` row before a ``pretrain`` row (labelled data is scarcer), then the longest
-normalized text (characters), then the smallest ``doc_id``. ``cluster_id`` is the ``doc_id`` of the cluster's
-first row in that order (a singleton's own). With ``keep_one_per: role`` (the default) each cluster keeps its
+normalized text (characters), then the smallest ``doc_id``; in a conflicting cluster, task rows that lost its
+label or entity vote come last (``conflicts.py``). ``cluster_id`` is the ``doc_id`` of the cluster's first row
+in the order before the vote (a singleton's own). With ``keep_one_per: role`` (the default) each cluster keeps its
 first row *within each role*: a pretraining document that duplicates a task document is not a duplicate here
 (it keeps the shared ``cluster_id``); train-side copies of evaluation documents are the leakage stage's to
 remove, and copies of train-split documents are legitimate in-domain pretraining text. Duplicates within a role
@@ -55,7 +56,7 @@ from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
 from tasks.dedup import policy
-from tasks.dedup.conflicts import Conflicts, drop_conflicting, find_conflicts, largest_component
+from tasks.dedup.conflicts import Conflicts, drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.near import _progress, merge_near
 from tasks.dedup.outputs import (
     ROLE_RANK,
@@ -89,32 +90,37 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     exact_rep = merge_exact(docs.text_hash, rank, clusters, allowed.exact)
     bands, rows = band_shape(cfg)
     edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows), allowed.near)
-    labels = label_rows(corpus, docs, rank, clusters, cfg, exact_rep)
-    conflicts = find_conflicts(corpus, docs, labels)
-    drop_conflicting(corpus, labels, conflicts, cfg)
+    cluster = [clusters.find(i) for i in range(len(rank))]
+    conflicts = find_conflicts(corpus, docs, cluster)
+    resolution = resolve(corpus, cluster, conflicts, cfg)
+    labels = label_rows(corpus, docs, rank, cluster, cfg, exact_rep, resolution.losers)
+    drop_conflicting(corpus, labels, resolution.dropped, cfg)
     out_dir = paths.stage_data("dedup")
     clear_dir(out_dir)
     with ThreadPoolExecutor(1) as writer:  # Parquet in C++ (GIL released) while the report is built in Python
         written = writer.submit(write_sources, out_dir, corpus, labels, clear=False)
-        report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, edges, conflicts, cfg)
+        found = (edges, conflicts, resolution)
+        report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, *found, cfg)
         written.result()
     metrics = dedup_metrics(corpus, labels, report, policies, allowed.exact_protected)
     metrics["largest_component"] = largest_component(corpus, labels)
     metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
-    warn_about(report, conflicts, metrics["largest_component"], cfg)
+    warn_about(report, conflicts, metrics["all"]["conflict_rules"], metrics["largest_component"], cfg)
     log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
     return metrics
 
 
-def warn_about(report: list[dict], conflicts: Conflicts, component: dict, cfg: DedupParams) -> None:
-    """Log a warning for conflicting clusters (with what ``conflict_policy`` did) and for an oversized cluster."""
-    conflicting = [r["cluster_id"] for r in report if r["label_conflict"] or r["tags_conflict"]]
+def warn_about(report: list[dict], conflicts: Conflicts, rules: dict, component: dict, cfg: DedupParams) -> None:
+    """Log a warning for conflicting clusters (with how ``conflict_policy`` decided them, ``rules``: clusters per
+    rule) and for an oversized cluster."""
+    conflicting = [r["cluster_id"] for r in report if r["conflict_rule"] is not None]
     if conflicting:
-        action = "every row of the keep unit dropped" if cfg.conflict_policy == "drop_all" else "best row kept"
+        decided = ", ".join(f"{rule} {n}" for rule, n in rules.items() if n)
         WARN.warning(
-            f"dedup: {len(conflicts.labels)} cluster(s) with disagreeing labels and {len(conflicts.tags)} with "
-            f"disagreeing tags (conflict_policy={cfg.conflict_policy}: {action}), e.g. {conflicting[:5]}; "
-            "members' labels and tags digests are in clusters.jsonl"
+            f"dedup: {len(conflicts.labels)} cluster(s) with disagreeing labels ({len(conflicts.labels_exact)} "
+            f"between copies of one text) and {len(conflicts.tags)} with disagreeing tags (conflict_policy="
+            f"{cfg.conflict_policy}: {decided}), e.g. {conflicting[:5]}; members' labels, votes and rules are in "
+            "clusters.jsonl"
         )
     if component["docs"] > cfg.warn_component_docs:
         WARN.warning(

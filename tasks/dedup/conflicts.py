@@ -1,14 +1,33 @@
-"""What dedup's merges cost in labelled data: label and tag conflicts inside a cluster, the entities of removed
-rows, and the largest cluster (which the split stage keeps in one split as a single group).
+"""What dedup's merges cost in labelled data: label and tag conflicts inside a cluster, how they are decided,
+the entities of removed rows, and the largest cluster (which the split stage keeps in one split as a single
+group).
 
-Conflicts. Only task rows take part (a pretraining row's label or tags are not used by any model). A cluster
-has a *label conflict* when its task rows with a ``label`` carry two or more distinct labels (near copies too:
-a label belongs to the whole document). It has a *tags conflict* when two task rows with the same normalized
-text carry different ``tags`` lists (copies of one sentence tagged differently); near copies with other
-words are not compared, since their tags cannot be aligned position by position. ``dedup.conflict_policy``:
-``keep_one`` keeps the best row as in any cluster (its labels win, silently but counted); ``drop_all`` drops
-every row of the keep unit holding the disagreeing rows (kind ``conflict``): the cluster's task rows under
-``keep_one_per: role``, the whole cluster under ``keep_one_per: cluster``.
+Conflicts. Only task rows take part (a pretraining row's label or tags are not used by any model); a cluster's
+task rows are always one keep unit (under ``keep_one_per: role`` its task side, under ``cluster`` the whole
+cluster). A cluster has a *label conflict* when its task rows with a ``label`` carry two or more distinct
+labels (near copies too: a label belongs to the whole document); the conflict is *exact* when two task rows
+of one normalized text disagree (the same document labelled twice), else *near* (only rows with different
+words disagree). It has a *tags conflict* when two task rows with the same normalized text carry different
+``tags`` lists (copies of one sentence tagged differently); near copies with other words are not compared,
+since their tags cannot be aligned position by position.
+
+``dedup.conflict_policy`` decides them by evidence, never by row order:
+
+- ``majority`` (default). Label conflict: each task row with a label is one vote; the label with strictly
+  more votes than any other wins (a plurality: 2 of A, 1 of B, 1 of C gives A). Tags conflict: within each
+  text with disagreeing copies, the copies with the most entities win (a copy that lost an entity loses).
+  Rows that lose either vote (a row without a label also loses a label vote) cannot be kept; the kept task
+  row is the first in keep order among the rest, and the losers stay ``exact`` / ``near`` duplicates of
+  their unit (their text is a copy; only which copy survives is decided here). A tie for the most label votes,
+  a tie for the most entities between copies with different tags, or no row winning both votes leaves no
+  evidence: every row of the keep unit is dropped (kind ``conflict``).
+- ``drop_all``: every conflicting cluster's keep unit is dropped (kind ``conflict``).
+
+Dropping a keep unit drops the cluster's task rows under ``keep_one_per: role`` (its pretraining copies stay
+pretraining text) and the whole cluster under ``keep_one_per: cluster``. Each conflicting cluster gets a rule:
+``majority`` (a label vote decided it; a tags conflict in it, if any, was decided by entities), ``most_entities``
+(tags only), ``tie``, ``no_common_winner`` (the label and the entity votes chose different rows) or
+``drop_all``; the first two keep a task row, the others drop the unit.
 
 Entities are IOB2 chunks counted as conlleval (CoNLL-2000 ``conlleval`` ``startOfChunk``) counts them: a chunk
 starts at every ``B-`` tag and at an ``I-`` tag whose predecessor is ``O``, the sentence start or a tag of
@@ -19,14 +38,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from tasks.config.dedup import DedupParams
     from tasks.dedup import Corpus, DocSignatures
     from tasks.dedup.outputs import RowLabels
+
+KEEPING_RULES = ("majority", "most_entities")  # rules that keep a task row; the others drop the keep unit
+RULES = (*KEEPING_RULES, "tie", "no_common_winner", "drop_all")  # every conflict_rule, in metrics order
 
 
 def entity_count(tags: list[str] | None) -> int:
@@ -49,40 +73,99 @@ def tags_digest(tags: list[str] | None) -> str | None:
 
 @dataclass(frozen=True)
 class Conflicts:
-    """Cluster roots (row index of the cluster's first row in keep order) with each kind of conflict."""
+    """Cluster roots (row index of the cluster's first row in keep order) with each kind of conflict.
+
+    ``votes``: per label-conflict root, ``{label: task rows of the cluster carrying it}``. ``tag_groups``: per
+    tags conflict, ``(root, text md5) -> [task rows of that normalized text with tags]`` (row order)."""
 
     labels: set[int]
+    labels_exact: set[int]  # the label conflicts where two task rows of one normalized text disagree
     tags: set[int]
+    votes: dict[int, dict[str, int]]
+    tag_groups: dict[tuple[int, str], list[int]]
 
     def any(self) -> set[int]:
         """Roots with either kind."""
         return self.labels | self.tags
 
 
-def find_conflicts(corpus: Corpus, docs: DocSignatures, labels: RowLabels) -> Conflicts:
-    """Label and tags conflicts of every cluster (see the module docstring)."""
-    label_sets: dict[int, set[str]] = defaultdict(set)
-    tag_sets: dict[tuple[int, str], set[tuple[str, ...]]] = defaultdict(set)
-    for i, root in enumerate(labels.cluster):
+def find_conflicts(corpus: Corpus, docs: DocSignatures, cluster: list[int]) -> Conflicts:
+    """Label and tags conflicts of every cluster (see the module docstring); ``cluster[i]`` is row ``i``'s root."""
+    label_rows: dict[int, list[int]] = defaultdict(list)
+    tag_rows: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for i, root in enumerate(cluster):
         if corpus.role[i] != "task":
             continue
         if corpus.label[i] is not None:
-            label_sets[root].add(corpus.label[i])
+            label_rows[root].append(i)
         if corpus.tags[i] is not None:
-            tag_sets[(root, docs.text_hash[i])].add(tuple(corpus.tags[i]))
+            tag_rows[(root, docs.text_hash[i])].append(i)
+    labels = {root for root, rows in label_rows.items() if len({corpus.label[i] for i in rows}) > 1}
+    by_text: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for root in labels:
+        for i in label_rows[root]:
+            by_text[(root, docs.text_hash[i])].add(corpus.label[i])
+    tag_groups = {key: rows for key, rows in tag_rows.items() if len({tuple(corpus.tags[i]) for i in rows}) > 1}
     return Conflicts(
-        labels={root for root, values in label_sets.items() if len(values) > 1},
-        tags={root for (root, _), values in tag_sets.items() if len(values) > 1},
+        labels=labels,
+        labels_exact={root for (root, _), values in by_text.items() if len(values) > 1},
+        tags={root for root, _ in tag_groups},
+        votes={root: dict(sorted(Counter(corpus.label[i] for i in label_rows[root]).items())) for root in labels},
+        tag_groups=tag_groups,
     )
 
 
-def drop_conflicting(corpus: Corpus, labels: RowLabels, conflicts: Conflicts, cfg: DedupParams) -> None:
-    """Under ``conflict_policy: drop_all``, set the kind of every row of a conflicting keep unit to ``conflict``."""
-    if cfg.conflict_policy != "drop_all":
-        return
-    roots = conflicts.any()
+@dataclass(frozen=True)
+class Resolution:
+    """What ``conflict_policy`` decided: ``losers`` (``(rows,)`` bool, rows that may not be kept), the roots whose
+    keep unit is dropped, and the rule of each conflicting root (see the module docstring)."""
+
+    losers: np.ndarray
+    dropped: set[int]
+    rule: dict[int, str]
+
+
+def resolve(corpus: Corpus, cluster: list[int], conflicts: Conflicts, cfg: DedupParams) -> Resolution:
+    """Decide every conflicting cluster under ``cfg.conflict_policy`` (``majority`` or ``drop_all``)."""
+    losers = np.zeros(len(cluster), dtype=bool)
+    if cfg.conflict_policy == "drop_all":
+        return Resolution(losers, conflicts.any(), {root: "drop_all" for root in conflicts.any()})
+    tied = set()
+    winner = {}
+    for root, votes in conflicts.votes.items():
+        most = max(votes.values())
+        leaders = [label for label, n in votes.items() if n == most]
+        if len(leaders) > 1:
+            tied.add(root)
+        winner[root] = leaders[0]
+    for (root, _), rows in conflicts.tag_groups.items():
+        entities = [entity_count(corpus.tags[i]) for i in rows]
+        most = max(entities)
+        if len({tuple(corpus.tags[i]) for i, n in zip(rows, entities) if n == most}) > 1:
+            tied.add(root)
+        losers[[i for i, n in zip(rows, entities) if n < most]] = True
+    has_winner = set()
+    for i, root in enumerate(cluster):
+        if root in winner and corpus.role[i] == "task" and corpus.label[i] != winner[root]:
+            losers[i] = True
+        if root in conflicts.any() and corpus.role[i] == "task" and not losers[i]:
+            has_winner.add(root)
+    rule = {}
+    for root in conflicts.any():
+        if root in tied:
+            rule[root] = "tie"
+        elif root not in has_winner:
+            rule[root] = "no_common_winner"
+        else:
+            rule[root] = "majority" if root in conflicts.labels else "most_entities"
+    return Resolution(losers, {root for root, r in rule.items() if r not in KEEPING_RULES}, rule)
+
+
+def drop_conflicting(corpus: Corpus, labels: RowLabels, dropped: set[int], cfg: DedupParams) -> None:
+    """Set the kind of every row of a dropped keep unit (``Resolution.dropped``) to ``conflict``: the cluster's
+    task rows under ``keep_one_per: role``, all its rows under ``cluster``."""
     for i, root in enumerate(labels.cluster):
-        if root in roots and (cfg.keep_one_per == "cluster" or corpus.role[i] == "task"):
+        if root in dropped and (cfg.keep_one_per == "cluster" or corpus.role[i] == "task"):
             labels.kind[i] = "conflict"
 
 

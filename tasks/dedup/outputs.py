@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,13 +17,12 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash
 from tasks.common.textnorm import arrow_strings
-from tasks.common.unionfind import UnionFind
-from tasks.dedup.conflicts import entity_count, tags_digest
+from tasks.dedup.conflicts import RULES, entity_count, tags_digest
 
 if TYPE_CHECKING:
     from tasks.config.dedup import DedupParams, DedupPolicy
     from tasks.dedup import Corpus, DocSignatures
-    from tasks.dedup.conflicts import Conflicts
+    from tasks.dedup.conflicts import Conflicts, Resolution
 
 ROLE_RANK = {"task": 0, "pretrain": 1}
 
@@ -43,6 +42,7 @@ class RowLabels:
     exact_of: list[int]  # first row in keep order of the same exact group (merged as identical) in the keep unit
     short: list[bool]  # fewer words than the shingle size: exact matching only
     empty: list[bool]  # empty normalized text (also short)
+    lost_vote: list[bool]  # a task row that lost a conflict vote (conflicts.resolve): never its unit's kept row
 
     @property
     def is_duplicate(self) -> list[bool]:
@@ -51,17 +51,24 @@ class RowLabels:
 
 
 def label_rows(
-    corpus: Corpus, docs: DocSignatures, rank: np.ndarray, clusters: UnionFind, cfg: DedupParams, exact_rep: list[int]
+    corpus: Corpus,
+    docs: DocSignatures,
+    rank: np.ndarray,
+    cluster: list[int],
+    cfg: DedupParams,
+    exact_rep: list[int],
+    lost_vote: np.ndarray,
 ) -> RowLabels:
-    """Resolve every row to its cluster, the kept row of its keep unit (first in ``rank``) and a duplicate kind.
+    """Resolve every row to its cluster (``cluster[i]``: its root), the kept row of its keep unit and a duplicate
+    kind. The keep order is ``rank`` with the rows that lost a conflict vote (``lost_vote``, ``(rows,)`` bool,
+    ``conflicts.resolve``) moved after all others; the kept row is the unit's first in that order.
 
-    A row is an ``exact`` copy when a better row of its keep unit is in its exact group (``exact_rep``, from
+    A row is an ``exact`` copy when a row before it in its keep unit is in its exact group (``exact_rep``, from
     ``merge_exact``), otherwise a ``near`` duplicate."""
-    cluster = [clusters.find(i) for i in range(len(rank))]
     unit = [(root, corpus.role[i] if cfg.keep_one_per == "role" else "") for i, root in enumerate(cluster)]
     kept_of: dict[tuple[int, str], int] = {}
     exact_of_group: dict[tuple[int, str, int], int] = {}
-    for i in np.argsort(rank).tolist():
+    for i in np.lexsort((rank, lost_vote)).tolist():
         kept_of.setdefault(unit[i], i)
         exact_of_group.setdefault((*unit[i], exact_rep[i]), i)
     kept = [kept_of[u] for u in unit]
@@ -76,7 +83,8 @@ def label_rows(
         else:
             kind.append("exact" if exact_of[i] != i else "near")
     n = cfg.shingle_size_words
-    return RowLabels(cluster, kept, kind, exact_of, (docs.n_words < n).tolist(), (docs.n_chars == 0).tolist())
+    short, empty = (docs.n_words < n).tolist(), (docs.n_chars == 0).tolist()
+    return RowLabels(cluster, kept, kind, exact_of, short, empty, lost_vote.tolist())
 
 
 # ------------------------------------------------------------------------------------------------- output
@@ -127,6 +135,7 @@ def write_cluster_report(
     labels: RowLabels,
     edges: list[tuple[int, int, float]],
     conflicts: Conflicts,
+    resolution: Resolution,
     cfg: DedupParams,
 ) -> list[dict]:
     """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records.
@@ -138,8 +147,10 @@ def write_cluster_report(
     that are their own ``exact_of`` (``pairs``, at most ``cfg.report_max_pairs_per_cluster``; 1.0 for two
     rows of the same normalized text; further copies of one text in a keep unit are listed through
     ``exact_of`` instead), its roles, sources and distinct labels, each member's ``label`` and
-    ``tags_digest``, and whether its task rows disagree (``label_conflict``, ``tags_conflict``;
-    ``tasks/dedup/conflicts.py``).
+    ``tags_digest``, whether its task rows disagree (``label_conflict``, ``label_conflict_exact``: two task
+    rows of one normalized text disagree, ``tags_conflict``), the label votes of a label conflict
+    (``label_votes``: label -> task rows, ``{}`` without one) and the rule that decided a conflict
+    (``conflict_rule``, null without one; ``tasks/dedup/conflicts.py``).
     """
     members: dict[int, list[int]] = defaultdict(list)
     for i, root in enumerate(labels.cluster):
@@ -158,6 +169,9 @@ def write_cluster_report(
         record = _cluster_record(root, rows, corpus, labels, shown[root], similarity)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
         record["label_conflict"], record["tags_conflict"] = root in conflicts.labels, root in conflicts.tags
+        record["label_conflict_exact"] = root in conflicts.labels_exact
+        record["label_votes"] = conflicts.votes.get(root, {})
+        record["conflict_rule"] = resolution.rule.get(root)
         records.append(record)
     path.write_text("".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in records), "utf-8")
     return records
@@ -220,9 +234,12 @@ def dedup_metrics(
     docs_kept + docs_removed``. Labelled data (task rows only): ``entities_in`` / ``entities_removed`` (IOB2
     chunks of ``tags``, conlleval's count) and ``labelled_docs_removed`` (removed task rows with a label or
     tags); ``label_conflict_clusters`` / ``tags_conflict_clusters`` count the conflicting clusters in which
-    the source has a task row with a label / with tags. ``exact_protected_docs``: rows their policy kept out
-    of exact matching (``exact: false`` or under ``exact_min_words``). Each source also reports its resolved
-    ``policy``.
+    the source has a task row with a label / with tags, ``label_conflict_clusters = label_conflict_clusters_exact
+    + label_conflict_clusters_near`` (exact: two task rows of one normalized text disagree); ``lost_vote_docs``
+    are the removed ``exact`` / ``near`` rows that lost a conflict vote (a subset of those two counts, not a
+    further reason). ``all.conflict_rules``: conflicting clusters per rule (``tasks/dedup/conflicts.py``).
+    ``exact_protected_docs``: rows their policy kept out of exact matching (``exact: false`` or under
+    ``exact_min_words``). Each source also reports its resolved ``policy``.
     """
     cross_role = {r["cluster_id"] for r in report if len(r["roles"]) > 1}
     entities = [entity_count(t) if r == "task" else 0 for t, r in zip(corpus.tags, corpus.role)]
@@ -231,6 +248,8 @@ def dedup_metrics(
     overall = counts.of(set(corpus.files))
     overall["cross_source_clusters"] = sum(len(r["sources"]) > 1 for r in report)
     overall["cross_role_clusters"] = len(cross_role)
+    rules = Counter(r["conflict_rule"] for r in report if r["conflict_rule"] is not None)
+    overall["conflict_rules"] = {rule: rules[rule] for rule in RULES}
     return {"sources": sources, "all": overall}
 
 
@@ -264,11 +283,19 @@ class _Counts:
             "exact_protected_docs": int(sum(self.protected[i] for i in rows)),
             "cross_role_docs": sum(corpus.doc_id[labels.cluster[i]] in self.cross_role for i in rows),
             "label_conflict_clusters": sum(r["label_conflict"] and _takes_part(r, sources, "label") for r in touching),
+            "label_conflict_clusters_exact": sum(
+                r["label_conflict_exact"] and _takes_part(r, sources, "label") for r in touching
+            ),
+            "label_conflict_clusters_near": sum(
+                r["label_conflict"] and not r["label_conflict_exact"] and _takes_part(r, sources, "label")
+                for r in touching
+            ),
             "tags_conflict_clusters": sum(
                 r["tags_conflict"] and _takes_part(r, sources, "tags_digest") for r in touching
             ),
             "entities_in": sum(self.entities[i] for i in rows),
             "entities_removed": sum(self.entities[i] for i in removed),
+            "lost_vote_docs": sum(labels.lost_vote[i] and labels.kind[i] in ("exact", "near") for i in rows),
             "labelled_docs_removed": sum(
                 corpus.role[i] == "task" and (corpus.label[i] is not None or corpus.tags[i] is not None)
                 for i in removed
