@@ -82,11 +82,12 @@ def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
     text = f"{run_key}: {span} epochs run per seed (best epoch {', '.join(map(str, best))})"
     if size is None or len(kept) != 1:
         return text + "; steps not derivable (batch size or train docs not recorded)"
-    per_epoch = math.ceil(kept.pop() / size)
-    unit = "windows" if metrics.get(f"finetune/{task}").get("kind") == "token_classification" else "docs"
+    docs = kept.pop()
+    per_epoch = math.ceil(docs / size)
     steps = "-".join(str(e * per_epoch) for e in sorted({epochs[0], epochs[-1]}))
-    return (f"{text}; {steps} optimiser steps per run ({per_epoch} per epoch: train docs / batch size {size} "
-            f"{unit}{', windows counted as sentences, a lower bound' if unit == 'windows' else ''})")
+    ner = data.get("kind") == "token_classification"  # a batch holds windows; a sentence is one window or more
+    return (f"{text}; {steps} optimiser steps per run ({per_epoch} per epoch = ceil({docs} train docs / batch "
+            f"size {size}){'; a lower bound: a long sentence is more than one window' if ner else ''})")
 
 
 def training_steps(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, lock: Lock) -> list[str]:
