@@ -62,9 +62,10 @@ def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg)
 
 
 def batch_size(lock: Lock, task: str) -> int | None:
-    """``finetune.recipes.<recipe>.batch_size`` as ``finetune@<task>`` last ran with it (dvc.lock), or None."""
+    """``finetune.recipes.<recipe>.batch_size`` (an older dvc.lock: ``finetune.<task>.batch_size``) as
+    ``finetune@<task>`` last ran with it, or None when dvc.lock records none or several."""
     flat = flatten(lock.params(f"finetune@{task}"))
-    sizes = [v for k, v in flat.items() if re.fullmatch(r"finetune\.recipes\.[^.]+\.batch_size", k)]
+    sizes = [v for k, v in flat.items() if re.fullmatch(r"finetune\.(recipes\.)?[^.]+\.batch_size", k)]
     return int(sizes[0]) if len(sizes) == 1 else None
 
 

@@ -18,7 +18,8 @@ first test stricter still (``alpha / m``), so the MDE here is a lower bound on w
 More units shrink the SE as ``1 / sqrt(n)``, so ``min_effect`` becomes detectable with
 ``n_needed = n * (MDE / |min_effect|)^2`` units of the kind the SE was resampled over (test items for a
 fine-tuning claim; seeds, probe words, pairs or masked tokens otherwise). Scaling test items assumes the
-item part of the variance dominates: with few seeds, seed variance does not shrink with more items.
+item part of the variance dominates: with few seeds, seed variance does not shrink with more items. For a t
+interval the multiplier is kept at the present df, so ``n_needed`` errs high (more units, more df).
 """
 
 from __future__ import annotations
