@@ -233,8 +233,8 @@ def forest(rows: list, out: Path, dpi: int) -> Path:
     return _save(fig, out, dpi)
 
 
-VERDICT_COLORS = {"supported": "tab:green", "equivalent": "tab:cyan", "inconclusive": "goldenrod",
-                  "contradicted": "tab:red", "not resolvable": "tab:purple"}
+VERDICT_COLORS = {"supported": "tab:green", "equivalent": "tab:cyan", "ruled out": "tab:orange",
+                  "inconclusive": "goldenrod", "contradicted": "tab:red", "not resolvable": "tab:purple"}
 
 
 def reliability_diagram(curves: dict[str, tuple], out: Path, n_bins: int, dpi: int) -> Path:
