@@ -290,7 +290,7 @@ th{background:#eee}tr.evidence th{background:#dde;text-align:left}.supported{bac
 .inconclusive{background:#fff3c4}.not-run{background:#e4e4e4;font-style:italic}
 .not-resolvable{background:#e0e4f4;font-style:italic}.equivalent{background:#d4eef4}.ruled-out{background:#f4e4d0}
 img{max-width:100%;border:1px solid #ddd}ul.tight{margin:0;padding-left:1.1em}
-#claims td{max-width:32em}#claims td.verdict{white-space:nowrap}
+#claims td{max-width:32em}#claims td.verdict{min-width:11em;max-width:22em}
 details{margin:.3em 0 1em}summary{cursor:pointer;color:#345}
 """
 
