@@ -79,6 +79,15 @@ class TaskParams(StrictModel):
         min_length=1, description="multipliers of every learning rate of an arm, tried with the first seed; the best "
         "on dev is kept for all seeds of that arm"
     )
+    frozen_c_grid: list[float] = Field(
+        [0.001, 0.01, 0.1, 1.0, 10.0], min_length=1, description="classification frozen arms: inverse L2 strengths "
+        "C of the logistic-regression probe on standardized pooled features, the best on dev kept (tasks/finetune/"
+        "frozen.py)"
+    )
+    frozen_max_iter: int = Field(
+        5000, gt=0, description="lbfgs iterations a frozen arm's probe may take; one that stops there has not "
+        "converged and fails the stage"
+    )
     batch_size: int = Field(gt=0, description="sequences (cls docs or ner windows) per optimizer step")
     length_group_batches: int = Field(
         gt=0, description="shuffle, then sort by length within groups of this many batches (less padding); 1 = "
@@ -104,7 +113,7 @@ class TaskParams(StrictModel):
         "(pretrain.dose_snapshot_fractions): downstream score against pretraining steps; null = off"
     )
 
-    @field_validator("lr_grid", "baseline_c_grid")
+    @field_validator("lr_grid", "baseline_c_grid", "frozen_c_grid")
     @classmethod
     def _positive_unique(cls, value: list[float]) -> list[float]:
         if any(v <= 0 for v in value):

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from tasks.common.device import autocast, place
+from tasks.finetune import frozen
 from tasks.finetune.model import build_model, optimizer_for, save_model
 
 #: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
@@ -46,7 +47,8 @@ class Run:
 
 def train_and_test(run: Run, show_progress: bool = True) -> dict:
     """Train ``run`` with early stopping on dev and score test once; save the model (best epoch) to
-    ``run.save_to`` when set.
+    ``run.save_to`` when set. A frozen classification arm fits a logistic-regression probe instead
+    (``frozen.probe_and_test``: same keys, no learning rates, ``probe`` added).
 
     Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
     ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` and the facts of ``train``.
@@ -54,6 +56,8 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     job, spec = run.job, run.job.spec
     model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout,
                         run.seed).to(run.device)  # fmt: skip
+    if spec.mode == "frozen" and job.module == "cls":  # a converged logistic-regression probe, not AdamW epochs
+        return frozen.probe_and_test(model, run)
     started = time.perf_counter()
     fit = train(model, run, show_progress)
     test_recs, scores = evaluate(model, job, "test", torch.device(run.device))
