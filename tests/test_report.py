@@ -377,7 +377,8 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     # 0.102, mean-pool-beats-cls-pool 1; the cls claim is second smallest: 3 * 0.00409 = 0.0123
     assert cls_row == ("| [pretraining-helps-cls](#pretraining-helps-cls) "
                        "| treatment 0.8200 [0.7703, 0.8697]<br>baseline 0.7100 [0.6852, 0.7348] "
-                       "| 0.1100 [0.0852, 0.1348]<br>min_effect 0.02<br>n=3 | supported (Holm p 0.012) |")
+                       "| 0.1100 [0.0852, 0.1348]<br>min_effect 0.02<br>n=3 "
+                       "| supported (Holm p 0.012 in the primary family) |")
     details = md.split('<a id="pretraining-helps-cls"></a>')[1].split("### ")[0]
     assert "supported: CI lower bound 0.0852 > min_effect 0.02" in details
     # confounders and provenance are folded; run links are named by run, not by id

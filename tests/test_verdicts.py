@@ -54,8 +54,8 @@ def test_holm_runs_within_each_family_and_keeps_the_unadjusted_verdict():
     assert [r.verdict for r in rows] == ["supported", "supported", "inconclusive", "inconclusive", "inconclusive"]
     assert [r.unadjusted for r in rows] == ["supported", "supported", "supported", "ruled out", "inconclusive"]
     assert "within the secondary family (3 tests)" in rows[2].reason
-    assert verdict_cell(rows[2]) == "inconclusive (Holm p 0.09; unadjusted: supported)"
-    assert verdict_cell(rows[0]) == "supported (Holm p 0.02)"
+    assert verdict_cell(rows[2]) == "inconclusive (Holm p 0.09 in the secondary family; unadjusted: supported)"
+    assert verdict_cell(rows[0]) == "supported (Holm p 0.02 in the primary family)"
     metrics = report.row_metrics(rows[3])
     assert metrics["family"] == "secondary" and metrics["verdict_unadjusted"] == "ruled out"
     assert metrics["verdict"] == "inconclusive" and metrics["p_holm"] == pytest.approx(0.09)
@@ -66,12 +66,13 @@ def test_an_underpowered_inconclusive_verdict_says_so():
     row = _row("a", "primary", "inconclusive", 0.3)
     row.p_adjusted = 0.3
     row.power = Power(mde=0.06, se=0.0214, alpha=0.05, power=0.8, n=200, unit="test items", min_effect=0.02)
-    assert verdict_cell(row) == "inconclusive (underpowered: MDE 0.0600 > min_effect 0.02; Holm p 0.3)"
+    assert verdict_cell(row) == ("inconclusive (underpowered: MDE 0.0600 > min_effect 0.02; Holm p 0.3 in the "
+                                 "primary family)")
     out = report.row_metrics(row)
     assert out["mde"] == 0.06 and out["min_effect_detectable"] is False and out["n_needed"] == 1800
     # a supported verdict does not call itself underpowered, even with a large MDE
     row.verdict = "supported"
-    assert verdict_cell(row) == "supported (Holm p 0.3)"
+    assert verdict_cell(row) == "supported (Holm p 0.3 in the primary family)"
 
 
 def _set_dev(root, dev: dict, **extra) -> None:

@@ -14,8 +14,9 @@ PHRASES = {"supported": "supported", "equivalent": "equivalent (no difference be
 
 
 def verdict_cell(row: Row) -> str:
-    """``supported (Holm p 0.004)``; ``inconclusive (underpowered: MDE 0.06 > min_effect 0.02; Holm p 0.3)``;
-    ``inconclusive (Holm p 0.08 > alpha; unadjusted: supported)``; a ``not resolvable`` row gives its reason."""
+    """``supported (Holm p 0.004 in the primary family)``; ``inconclusive (underpowered: MDE 0.0600 > min_effect
+    0.02; Holm p 0.3 in the secondary family)``; ``inconclusive (Holm p 0.08 in the secondary family; unadjusted:
+    supported)``; a ``not resolvable`` row gives its reason."""
     if row.verdict == "not resolvable":
         return row.reason
     parts = []
@@ -23,7 +24,7 @@ def verdict_cell(row: Row) -> str:
     if why:
         parts.append(why)
     if row.p_adjusted is not None:
-        parts.append(f"Holm p {row.p_adjusted:.2g}")
+        parts.append(f"Holm p {row.p_adjusted:.2g} in the {row.claim.family} family")
     if row.unadjusted and row.unadjusted != row.verdict:
         parts.append(f"unadjusted: {row.unadjusted}")
     return row.verdict + (f" ({'; '.join(parts)})" if parts else "")
