@@ -3,12 +3,12 @@ run took, and what one pretraining run leaves out of a CI.
 
 The floor gate: a trained treatment arm whose mean dev score (``selection.dev`` of
 ``metrics/finetune/<task>.json``, the score the finetune stage chose arms by) does not exceed a baseline's dev
-score by more than ``floor_margin`` did not learn what the task's cheapest answer already knows, so a claim
-about it between two arms says nothing: the claim is ``not resolvable: <arm> at floor (dev <score>; ...)``.
+score by more than ``floor_margin`` does no better than a fitted baseline already does, so a claim about it
+between two arms says nothing about the question: the claim is ``not resolvable: <arm> at floor (dev <score>; ...)``.
 The baseline is the best one on dev (``selection.best_baseline``, ``floor_baseline: best``) or the weakest
 one on dev (``weakest``: the majority class for classification, word memorisation for NER). A claim whose
 baseline is itself a fitted baseline (``baseline/...``) is not gated: it tests that floor on test. A
-baseline arm at the floor is noted, not gated (the treatment may rightly beat a control that did not learn).
+baseline arm at the floor is noted, not gated (the treatment may rightly beat a control below the floor).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg)
     at_floor = {k: dev[k] <= floor + cfg.floor_margin for k in keys}
     failed = [f"{treat.run_key} at floor (dev {dev[treat.run_key]:.4f}; {bar})"] if at_floor[treat.run_key] else []
     notes = [f"baseline {base.run_key} at floor (dev {dev[base.run_key]:.4f}; {bar}): the treatment is compared "
-             "with an arm that did not learn the task"] if at_floor[base.run_key] else []
+             "with an arm that does not beat that baseline on dev"] if at_floor[base.run_key] else []
     return failed, notes
 
 
