@@ -12,7 +12,7 @@ from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.
 
 from tasks import report
 from tasks.common.provenance import Lock
-from tasks.report.answer import answer, verdict_cell
+from tasks.report.answer import answer, verdict_cell, without_parentheses
 from tasks.report.claims import Metrics
 from tasks.report.evaluation import Row, apply_holm, evaluate
 from tasks.report.power import Power
@@ -146,5 +146,7 @@ def test_the_report_leads_with_the_primary_familys_answer():
     assert answer([a, b, c]) == (
         "1 of the 2 primary claims (Holm within the family) is supported: pretraining-helps-cls is supported "
         "(difference +0.0500 [0.0200, 0.0800] against min_effect 0.02); pretraining-helps-ner is not resolvable "
-        "(pretrained/full/first at floor (dev 0.0913; floor: x)).")
+        "(pretrained/full/first at floor).")
     assert answer([c]).startswith("No claim is declared primary")
+    assert without_parentheses("a: 2 of 5 seeds diverged (dev at chance; at most 20%); b at floor (dev 0.09; floor: "
+                               "x (y) z)") == "a: 2 of 5 seeds diverged; b at floor"

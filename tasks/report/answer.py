@@ -30,11 +30,23 @@ def verdict_cell(row: Row) -> str:
     return row.verdict + (f" ({'; '.join(parts)})" if parts else "")
 
 
+def without_parentheses(text: str) -> str:
+    """``text`` without its parenthesized asides (nested ones too), for the one-sentence answer: ``pretrained/full/
+    first at floor (dev 0.09; floor: x (y))`` -> ``pretrained/full/first at floor``."""
+    out, depth = [], 0
+    for char in text:
+        depth += char == "("
+        if depth == 0:
+            out.append(char)
+        depth -= char == ")" and depth > 0
+    return " ".join("".join(out).split()).replace(" ;", ";").replace(" ,", ",")
+
+
 def _clause(row: Row) -> str:
     """``pretraining-helps-cls is supported (difference 0.0410 [0.0120, 0.0700])`` or with the reason."""
     text = f"{row.claim.id} is {PHRASES[row.verdict]}"
     if row.verdict in ("not resolvable", "not run"):
-        return f"{text} ({row.reason.split(': ', 1)[-1]})"
+        return f"{text} ({without_parentheses(row.reason.split(': ', 1)[-1])})"
     diff = row.difference
     if diff is not None and diff.has_ci:
         text += (f" (difference {diff.mean:+.4f} [{diff.low:.4f}, {diff.high:.4f}] against min_effect "
