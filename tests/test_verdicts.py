@@ -15,6 +15,7 @@ from tasks.common.provenance import Lock
 from tasks.report.answer import answer, verdict_cell, without_parentheses
 from tasks.report.claims import Metrics
 from tasks.report.evaluation import Row, apply_holm, evaluate
+from tasks.report.floor import run_steps
 from tasks.report.power import Power
 from tasks.report.statistics import Estimate, Tests, difference_verdict
 
@@ -135,6 +136,13 @@ def test_optimiser_steps_per_run_from_epochs_docs_and_the_batch_size_as_run(tmp_
         "random/full/mean-pool: 4 epochs run per seed (best epoch 3); 12 optimiser steps per run "
         "(3 per epoch = ceil(20 train docs / batch size 8))"]
     assert any(n.startswith("one pretraining seed: the CI excludes pretraining variance") for n in row.notes)
+    # a frozen probe (tasks/finetune/frozen.py) reports its lbfgs iterations at the chosen C instead
+    probe = {"chosen_c": 0.1, "n_iter_by_c": {"0.01": 12, "0.1": 40, "1": 90}}
+    data["runs"][CONTROL]["details"]["per_seed"] = {"1": {"epochs_run": 0, "best_epoch": 0, "probe": probe}}
+    path.write_text(json.dumps(data))
+    assert run_steps("cls", CONTROL, Metrics(tmp_path / "metrics"), lock) == (
+        "random/full/mean-pool: no optimiser steps: a logistic-regression probe on the frozen features (lbfgs, 40 "
+        "iterations at the C chosen on dev)")
 
 
 def test_the_report_leads_with_the_primary_familys_answer():

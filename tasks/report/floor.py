@@ -72,9 +72,15 @@ def batch_size(lock: Lock, task: str) -> int | None:
 def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
     """One arm's optimiser steps per seed run: ``epochs run x ceil(train docs / batch size)``, the train docs
     kept for the arms (``docs.<tokenization>.train.docs_kept``, the same docs for every variant) and the batch
-    size from dvc.lock. Early stopping ends a run at ``epochs_run`` (its model is the ``best_epoch`` one)."""
+    size from dvc.lock. Early stopping ends a run at ``epochs_run`` (its model is the ``best_epoch`` one). A
+    frozen classification arm (``probe`` in its seeds' details) takes no gradient steps: its lbfgs iterations."""
     data = metrics.get(f"finetune/{task}")
     per_seed = data["runs"][run_key]["details"]["per_seed"]
+    probes = [s["probe"] for s in per_seed.values() if s.get("probe")]
+    if probes:  # a frozen classification arm: a logistic-regression probe, no gradient steps
+        iters = sorted({int(p["n_iter_by_c"][f"{float(p['chosen_c']):g}"]) for p in probes})
+        return (f"{run_key}: no optimiser steps: a logistic-regression probe on the frozen features (lbfgs, "
+                f"{'-'.join(map(str, sorted({iters[0], iters[-1]})))} iterations at the C chosen on dev)")
     epochs = sorted({int(s["epochs_run"]) for s in per_seed.values()})
     best = sorted({int(s["best_epoch"]) for s in per_seed.values()})
     kept = {int(t["train"]["docs_kept"]) for t in data.get("docs", {}).values()}
