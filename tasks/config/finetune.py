@@ -113,6 +113,15 @@ class TaskParams(StrictModel):
         "(pretrain.dose_snapshot_fractions): downstream score against pretraining steps; null = off"
     )
 
+    train_sizes: list[PositiveInt] = Field(
+        default_factory=list, description="learning curve: train doc counts, each below the train docs the full-size "
+        "runs keep, at which curve_configs and the comparator baselines run again (the same seeds, dev and test "
+        "docs; tasks/finetune/curve.py); [] = no curve"
+    )
+    curve_configs: list[RunSpec] = Field(
+        default_factory=list, description="learning curve: entries of configs run at every size of train_sizes"
+    )
+
     @field_validator("lr_grid", "baseline_c_grid", "frozen_c_grid")
     @classmethod
     def _positive_unique(cls, value: list[float]) -> list[float]:
@@ -132,6 +141,18 @@ class TaskParams(StrictModel):
     @classmethod
     def _unique_cases(cls, value: list[str]) -> list[str]:
         return require_unique(value, "baseline_memorise_cases")
+
+    @model_validator(mode="after")
+    def _curve_configs_listed(self) -> TaskParams:
+        keys, curve = [spec.key for spec in self.configs], [spec.key for spec in self.curve_configs]
+        require_unique(self.train_sizes, "train_sizes")
+        require_unique(curve, "curve_configs")
+        if [k for k in curve if k not in keys] or bool(curve) != bool(self.train_sizes):
+            raise ValueError(f"curve_configs {curve} must be entries of configs {keys}, given with train_sizes "
+                             f"{self.train_sizes} (both empty: no learning curve)")
+        if self.max_train_docs is not None and any(n >= self.max_train_docs for n in self.train_sizes):
+            raise ValueError(f"train_sizes {self.train_sizes} must be below max_train_docs {self.max_train_docs}")
+        return self
 
     @model_validator(mode="after")
     def _dose_config_listed(self) -> TaskParams:
