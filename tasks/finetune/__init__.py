@@ -8,8 +8,10 @@ rate on dev from ``lr_grid`` with ``sweep_seed`` (``sweep``), then trains once p
 same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
 (``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the arms' train docs and
 input, choose their setting on the arms' dev docs, and score the same test docs; each also has a reference row
-``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as the best baseline. Per arm the stage reports mean, std and a Student-t interval over seeds, the
-per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
+``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as the best baseline. With
+``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
+``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t
+interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
 names the best arm and the best baseline on dev. ``operational`` (``params.finetune.operational``) measures each
 arm's model, as its first reported seed saved it, and tfidf-lr after all training: latency per document at each
 batch size of ``timed_batches``, peak memory, parameters and size on disk. Test predictions go to
@@ -22,7 +24,6 @@ MLflow: one child run per arm and baseline under the stage run, with one nested 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -36,10 +37,11 @@ from tasks.common.device import cpu_bf16, resolve
 from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune import baselines, export, operational
+from tasks.finetune import baselines, curve, export, operational
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
 from tasks.finetune.baselines_tfidf import arm_inputs
+from tasks.finetune.curve import kept_doc_ids
 from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
 
 TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of that kind
@@ -64,15 +66,20 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
             for arm in tcfg.configs]  # fmt: skip
     dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models)
             if tcfg.dose_response else {})  # fmt: skip
-    arms = jobs + list(dose.values())
-    save_to = {job.key: operational.folder_for(out_dir, job.key) for job in arms} if cfg.operational.enabled else {}
+    full_docs, curve_jobs = data[toks[0]]["counts"]["train"]["docs_kept"], []  # the curve ends at the full size
+    for point in curve.points(tcfg, full_docs, item):
+        rows = curve.train_subset(data[tok_of[point.spec.variant]]["rows"], point.size, cfg.data_seed)
+        curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, rows, labels, paths.models, key=point.key))
+    timed_arms = jobs + list(dose.values())  # curve arms are scored, not timed (their full-size runs are)
+    arms = timed_arms + curve_jobs
+    save_to = {job.key: operational.folder_for(out_dir, job.key) for job in timed_arms} if cfg.operational.enabled else {}
     device = resolve(cfg.hardware.device)
     runner = Runner(cfg.torch_threads, slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
                     cfg.hardware.deterministic, device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision))  # fmt: skip
     precision = "bf16 autocast" if runner.cpu_bf16 or device.type == "cuda" else "fp32"
     log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision})")
     results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
-    measured = operational.measure_arms(arms, out_dir, cfg.operational, device, log) if save_to else {}
+    measured = operational.measure_arms(timed_arms, out_dir, cfg.operational, device, log) if save_to else {}
     runs = {}
     for job in arms:
         with log.child(f"{item}/{job.key}") as parent:
@@ -80,11 +87,14 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     any_tok = data[toks[0]]
     folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
     planned, fitted = baselines.plan(tcfg.baselines, toks), {}
-    for row in planned:
+    for size, row in [(None, row) for row in planned] + curve.baseline_rows(planned, tcfg):
         tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
+        source = data[row.tok or toks[0]]  # a curve row: fewer train docs, scored but not timed
+        source = {**source, "rows": curve.train_subset(source["rows"], size, cfg.data_seed)}
+        row_cfg = cfg if size is None else curve.untimed(cfg)
         with log.child(f"{item}/{row.key}") as child:
-            runs[row.key], timed, fitted[row.key] = run_baseline(item, spec.module, row, data[row.tok or toks[0]],
-                                                                 tokenizer, labels, tcfg, cfg, out_dir, child)  # fmt: skip
+            runs[row.key], timed, fitted[row.key] = run_baseline(item, spec.module, row, source, tokenizer, labels,
+                                                                 tcfg, row_cfg, out_dir, child)  # fmt: skip
         measured |= {row.key: timed} if timed else {}
     comparators = {row.key: row.tok for row in planned if not row.reference}
     selection = select_best(runs, {j.key: tok_of[j.spec.variant] for j in jobs}, comparators, spec.module)
@@ -96,6 +106,9 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
+    if tcfg.train_sizes:
+        extra["learning_curve"] = curve.summary(tcfg, full_docs, runs, tok_of, comparators,
+                                                lambda r, a, c: select_best(r, a, c, spec.module), item)  # fmt: skip
     extra |= {"train_precision": precision}
     return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
             "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
@@ -133,18 +146,6 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
                          "docs_dropped_by_cap": available - len(keep)}
     labels = json.loads(labels_file.read_text(encoding="utf-8"))
     return {"rows": rows, "all_rows": all_rows, "labels": labels, "counts": counts}
-
-
-def kept_doc_ids(doc_ids: list[str], cap: int | None, data_seed: int) -> set[str]:
-    """The ``cap`` doc ids with the smallest ``sha256(f"{data_seed}:{doc_id}")`` (all when ``cap`` is None).
-
-    A hash rank, not a shuffle: the sample of a doc set is the same whatever else the set holds.
-    """
-    unique = sorted(set(doc_ids))
-    if cap is None or cap >= len(unique):
-        return set(unique)
-    ranked = sorted(unique, key=lambda d: hashlib.sha256(f"{data_seed}:{d}".encode()).hexdigest())
-    return set(ranked[:cap])
 
 
 def same_labels(data: dict, item: str) -> list[str]:

@@ -1,0 +1,152 @@
+"""The learning curve of the finetune stage (tasks/finetune/curve.py): nested train sizes, the curve runs on
+tiny fixtures, and the validation of train_sizes / curve_configs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
+from pydantic import ValidationError
+
+from tasks.common import encoders
+from tasks.config import Paths
+from tasks.config.finetune import FinetuneParams
+from tasks.finetune import curve, run
+from tasks.tracking import NullLog
+
+N_DOCS = {"train": 12, "dev": 6, "test": 5}
+CURVE = ["pretrained/full/mean-pool", "reference/full/mean-pool"]
+
+
+class Recorder(NullLog):
+    """Keeps each child run's name and params (what MLflow would receive)."""
+
+    def __init__(self, name: str = "stage") -> None:
+        self.name, self.run_id, self.children, self.logged = name, f"id-{name}", [], {}
+
+    def params(self, values):
+        self.logged.update(values)
+
+    @contextmanager
+    def child(self, name):
+        self.children.append(Recorder(name))
+        yield self.children[-1]
+
+
+def smallest_hash(ids: list[str], n: int, seed: int) -> set[str]:
+    """The n ids of smallest sha256("<seed>:<id>"), written out here rather than taken from the code under test."""
+    return set(sorted(ids, key=lambda d: hashlib.sha256(f"{seed}:{d}".encode()).hexdigest())[:n])
+
+
+def test_sizes_are_nested_and_the_same_for_every_tokenization():
+    rows = {"train": [{"doc_id": f"train-{i:03d}", "w": w} for i in range(40) for w in (0, 1)],  # 2 windows a doc
+            "dev": [{"doc_id": "dev-0"}], "test": [{"doc_id": "test-0"}]}
+    ids = [f"train-{i:03d}" for i in range(40)]
+    small, large = (curve.train_subset(rows, n, 3) for n in (8, 20))
+    assert {r["doc_id"] for r in small["train"]} == smallest_hash(ids, 8, 3)
+    assert len(small["train"]) == 16  # every window of a kept sentence
+    assert {r["doc_id"] for r in small["train"]} < {r["doc_id"] for r in large["train"]}
+    assert small["dev"] is rows["dev"] and small["test"] is rows["test"]
+    assert curve.train_subset(rows, None, 3) is rows
+    # the 8 of the 20 kept are the 8 of the whole split: the order of a tokenization's rows does not matter
+    flipped = {**rows, "train": list(reversed(curve.train_subset(rows, 20, 3)["train"]))}
+    assert {r["doc_id"] for r in curve.train_subset(flipped, 8, 3)["train"]} == smallest_hash(ids, 8, 3)
+
+
+def test_a_size_not_below_the_kept_docs_fails_before_training():
+    tcfg = _params(train_sizes=[4, 12], max_train_docs=None).recipes["cls"]
+    with pytest.raises(ValueError, match=r"train_sizes \[12\] of task cls must be below the 12 train docs"):
+        curve.points(tcfg, 12, "cls")
+    assert [p.key for p in curve.points(tcfg, 13, "cls")] == [
+        "pretrained@n4/full/mean-pool", "reference@n4/full/mean-pool",
+        "pretrained@n12/full/mean-pool", "reference@n12/full/mean-pool"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"train_sizes": [4], "curve_configs": ["random/full/mean-pool"]}, "must be entries of configs"),
+    ({"train_sizes": [], "curve_configs": CURVE}, "given with train_sizes"),
+    ({"train_sizes": [4, 4]}, "train_sizes must be unique"),
+    ({"train_sizes": [10], "max_train_docs": 10}, r"must be below max_train_docs 10"),
+])
+def test_curve_params_are_checked(change, message):
+    with pytest.raises(ValidationError, match=message):
+        _params(**change)
+
+
+def _params(train_sizes=(4,), curve_configs=tuple(CURVE), max_train_docs=10, baselines=()) -> FinetuneParams:
+    base = tiny_params(["pretrained/full/mean-pool", "pretrained/full/cls-pool", "reference/full/mean-pool"],
+                       ["pretrained/full/first"], [3, 4], max_train_docs=max_train_docs, lr_grid=(1.0, 3.0)).model_dump()
+    base["recipes"]["cls"] |= {"train_sizes": list(train_sizes), "curve_configs": list(curve_configs),
+                               "baselines": list(baselines)}
+    return FinetuneParams.model_validate(base)
+
+
+@pytest.fixture(scope="module")
+def curve_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("curve_ws")
+    pretrained = save_tiny_bert(root / "models" / "pretrained", hidden=32, seed=0)
+    reference = save_tiny_bert(root / "reference", hidden=48, seed=1)
+    write_task_data(root / "data", pretrained, "clozeline", N_DOCS)
+    write_task_data(root / "data", reference, "reference", N_DOCS)
+    paths = Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+    log = Recorder()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(encoders, "reference_model_dir", lambda: reference)
+        metrics = run(_params(baselines=["majority", "tfidf-lr"]), paths, log, "cls")
+    return metrics, paths, log
+
+
+@pytest.mark.slow
+def test_the_curve_runs_its_arms_and_comparators_on_the_nested_docs(curve_run):
+    metrics, paths, log = curve_run
+    runs, lc = metrics["runs"], metrics["learning_curve"]
+    assert lc["sizes"] == [4, 10] and lc["configs"] == CURVE
+    assert lc["runs"]["n4"] == {"pretrained/full/mean-pool": "pretrained@n4/full/mean-pool",
+                                "reference/full/mean-pool": "reference@n4/full/mean-pool"}
+    assert lc["runs"]["n10"] == {k: k for k in CURVE}  # the largest point is the full-size runs
+    assert "pretrained@n4/full/cls-pool" not in runs  # only curve_configs run again
+    comparators = ["baseline/majority/labels", "baseline/tfidf-lr/clozeline-cut", "baseline/tfidf-lr/reference-cut"]
+    assert lc["baselines"]["n4"] == {k: f"{k}@n4" for k in comparators}
+    assert not any(k.endswith("all-data@n4") for k in runs)  # reference rows are not repeated
+    params = {c.name: c.logged for c in log.children}
+    for key in lc["runs"]["n4"].values():
+        assert params[f"cls/{key}"]["train_examples"] == 4 and params[f"cls/{key}"]["dev_examples"] == N_DOCS["dev"]
+        assert runs[key]["test_macro_f1"]["seeds"] == [3, 4]  # the same seeds
+        assert set(runs[key]["lr_sweep"]["dev"]) == {"1", "3"}  # its own sweep at its size
+    for key in lc["baselines"]["n4"].values():
+        assert runs[key]["details"]["per_seed"]["0"]["train_docs"] == 4
+        assert runs[key]["details"]["per_seed"]["0"]["dev_docs"] == N_DOCS["dev"]
+    # the 4 train docs: label = index % 2 (0 sport, 1 tech); majority picks the more frequent (a tie: sport);
+    # 3 of the 5 test docs are sport
+    four = smallest_hash([f"train-{i:03d}" for i in range(N_DOCS["train"])], 4, 0)
+    tech = sum(int(d[-3:]) % 2 for d in four)
+    assert runs["baseline/majority/labels@n4"]["setting"]["label"] == ("tech" if tech > 2 else "sport")
+    assert runs["baseline/majority/labels@n4"]["test_accuracy"]["per_seed"] == [2 / 5 if tech > 2 else 3 / 5]
+    test_ids = sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
+    for key in [*lc["runs"]["n4"].values(), *lc["baselines"]["n4"].values()]:
+        folder = paths.data / "finetune" / "cls" / key
+        seed = "seed3" if "@n4/" in key else "seed0"
+        lines = (folder / f"{seed}.test.jsonl").read_text().splitlines()
+        assert [json.loads(x)["doc_id"] for x in lines] == test_ids  # the same test docs
+
+
+@pytest.mark.slow
+def test_curve_runs_are_never_the_exported_arm_and_each_size_picks_on_dev(curve_run):
+    metrics, _, _ = curve_run
+    sel, lc = metrics["selection"], metrics["learning_curve"]
+    assert "@" not in sel["best_arm"] and "@" not in sel["best_baseline"]
+    assert not any("@" in k for k in sel["dev"])  # curve runs are not candidates of the export
+    for at, arms in lc["runs"].items():
+        chosen = lc["selection"][at]
+        dev = chosen["dev"]
+        assert set(dev) == {*arms.values(), *lc["baselines"][at].values()}
+        assert chosen["best_arm"] == max(arms.values(), key=lambda k: (dev[k], k))
+        # the best comparator among those reading the best arm's input (its tokenizer's cut, or none)
+        tok = "reference" if chosen["best_arm"].startswith("reference") else "clozeline"
+        same = [k for k in lc["baselines"][at].values() if "tfidf" not in k or f"/{tok}-cut" in k]
+        assert chosen["best_baseline"] == max(same, key=lambda k: (dev[k], k))
+    assert lc["selection"]["n10"]["dev"]["pretrained/full/mean-pool"] == sel["dev"]["pretrained/full/mean-pool"]
