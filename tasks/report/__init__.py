@@ -32,6 +32,7 @@ from tasks.config.report import ReportParams
 from tasks.report import figures as fig
 from tasks.report import leakage_recall, render, summary
 from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, load_claims, selected_run
+from tasks.report.curve import learning_curve
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.evidence import evidence_tables, reliability_curves
 from tasks.report.ledger import build_ledger
@@ -171,7 +172,8 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
 def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> dict:
     """``{title: draw}`` of one task's figures: per-seed scores, the confusion matrix (classification) or span
     errors (token classification) of ``report.figure_runs[task]`` (default: the best arm on dev), reliability
-    diagram, and the score against pretraining steps (with ``dose_response``). Raises ``NotRun`` when the
+    diagram, the score against pretraining steps (with ``dose_response``) and against train docs (with
+    ``learning_curve``, ``tasks.report.curve``). Raises ``NotRun`` when the
     task's metrics record no kind."""
     dpi, level = cfg.figure_dpi, cfg.confidence_level
     cls = task_module(metrics, task) == "cls"
@@ -189,6 +191,8 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
             reliability_curves(task, metrics), out / f"reliability_{task}.png", cfg.calibration_bins, dpi),
         f"{task}: score against pretraining steps": lambda: fig.dose_response(
             metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png", dpi),
+        f"{task}: score against train docs": lambda: learning_curve(
+            metrics, task, task_headline(metrics, task), level, out / f"learning_curve_{task}.png", dpi),
     }
 
 
