@@ -216,7 +216,8 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
         per_seed = entry["details"]["per_seed"]
         # every reported seed used it, and none of them is the sweep run (seed 99, not a reported seed)
         assert sorted(per_seed) == ["3", "4"] and {d["lr_scale"] for d in per_seed.values()} == {sweep["chosen_scale"]}
-        assert per_seed["3"]["lr_head"] == pytest.approx(1e-2 * sweep["chosen_scale"])
+        want = None if "/frozen/" in key else pytest.approx(1e-2 * sweep["chosen_scale"])  # frozen: a probe, no LR
+        assert per_seed["3"]["lr_head"] == want
     comparators = ("baseline/majority/labels", "baseline/tfidf-lr/clozeline-cut")  # the arms' docs and input
     for key in (*comparators, "baseline/majority/all-data", "baseline/tfidf-lr/all-data"):
         entry = metrics["runs"][key]
