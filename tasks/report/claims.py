@@ -112,6 +112,8 @@ class Claim(StrictModel):
     preconditions: list[Precondition] = Field(default_factory=list, description="checked before the verdict; "
                                               "a failed one makes it `not resolvable`")
     family: Literal[FAMILIES] = Field(default="secondary", description="the Holm family (FAMILIES)")
+    contrast: dict[Literal["treatment", "baseline"], str] | None = Field(default=None, min_length=2, description=(
+        "finetune difference: subtract this pair's difference in the same bootstrap (tasks/report/curve.py)"))
     items: Literal["all", "clean", "overlapping", "semantically_clean"] = Field(
         default="all", description="finetune claims: the test items scored (clean: no text shared with train; "
         "semantically_clean: no semantic match in the pretraining corpus)")
