@@ -5,6 +5,9 @@ train docs.
 Whether pretraining helps is sharpest when labels are few: the figure shows the pretrained, random-init and
 reference encoders (``learning_curve.configs``) and, at each size, the comparator baseline chosen on dev at that
 size (``learning_curve.selection.n<docs>.best_baseline``) against the train docs on a log axis.
+
+``contrast_estimate`` evaluates a claim with a ``contrast``: a difference of two paired differences, e.g. "(pretrained
+- random) at 32 docs exceeds (pretrained - random) at 160 docs", from one hierarchical bootstrap of all four runs.
 """
 
 from __future__ import annotations
@@ -16,9 +19,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from tasks.report.claims import Metrics, NotRun, dig  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tasks.report import bootstrap as bs  # noqa: E402
+from tasks.report.claims import Claim, Metrics, NotRun, Sample, dig  # noqa: E402
 from tasks.report.figures import _save  # noqa: E402
-from tasks.report.statistics import Estimate, mean_ci  # noqa: E402
+from tasks.report.items import metric_function  # noqa: E402
+from tasks.report.power import power_of  # noqa: E402
+from tasks.report.statistics import Estimate, StatsConfig, Tests, difference_verdict, mean_ci  # noqa: E402
 
 
 def series(metrics: Metrics, task: str, metric: str, level: float) -> dict[str, list[tuple[int, Estimate]]]:
@@ -71,3 +79,43 @@ def learning_curve(metrics: Metrics, task: str, metric: str, level: float, out: 
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, out, dpi)
+
+
+def contrast_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
+    """The ``Row`` fields (``tasks.report.evaluation.Row``: verdict, reason, the two differences, their
+    difference, tests, power) of a claim with a ``contrast``: ``(T - B) - (CT - CB)`` for ``arms`` =
+    [T, B, CT, CB] (treatment, baseline, contrast treatment, contrast baseline), each a finetune sample with
+    test items.
+
+    One paired hierarchical bootstrap (``bootstrap.hierarchical_bootstrap``) of the four runs: the same item
+    weights for all four (they score the same test docs), the same seed draw for all four when they ran the same
+    seeds (else per run). ``treatment``/``baseline`` of the result are ``T - B`` and ``CT - CB`` with their
+    percentile intervals; ``difference`` their difference, tested against ``claim.min_effect`` like any
+    difference claim. Raises ``NotRun`` when a run has no test predictions or the runs scored different docs.
+    """
+    items = [sample.items for sample in arms]
+    if any(item is None for item in items):
+        raise NotRun("a contrast needs the test predictions of all four runs")
+    if any(item.doc_ids != items[0].doc_ids for item in items):
+        raise NotRun(f"the contrast's runs scored different test items ({', '.join(a.run_key for a in arms)})")
+    function, shared = metric_function(claim.metric), all(item.seeds == items[0].seeds for item in items)
+    reps = bs.hierarchical_bootstrap([item.headline for item in items], function, cfg.resamples, cfg.seed, shared)
+    points = [bs.point_estimate(item.headline, function) for item in items]
+    first, second = reps[:, 0] - reps[:, 1], reps[:, 2] - reps[:, 3]
+    n, method = len(items[0].doc_ids), f"hierarchical bootstrap ({cfg.resamples} resamples)"
+    t_est = Estimate(points[0] - points[1], *bs.percentile_ci(first, cfg.level, (-1.0, 1.0)), n, method)
+    b_est = Estimate(points[2] - points[3], *bs.percentile_ci(second, cfg.level, (-1.0, 1.0)), n, method)
+    deltas = first - second
+    diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, (-2.0, 2.0)), n, method)
+    tests = Tests(lambda m: bs.p_value(deltas, m, "greater"), lambda m: bs.p_value(deltas, m, "less"),
+                  lambda m: bs.tost_p_value(deltas, abs(m)))
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
+    keys = [a.run_key for a in arms]
+    seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per run"
+    return {"verdict": verdict, "reason": reason, "treatment": t_est, "baseline": b_est, "difference": diff,
+            "p_value": p, "power": power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect,
+                                            cfg.alpha, cfg.power),
+            "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
+                       f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
+            "items": f"{n} test items ({claim.items}) x {len(items[0].seeds)} seeds",
+            "difference_label": "(treatment - baseline) - (contrast treatment - contrast baseline)"}
