@@ -11,10 +11,11 @@ input, choose their setting on the arms' dev docs, and score the same test docs;
 ``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as the best baseline. With
 ``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
 ``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t
-interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep; ``selection``
-names the best arm and the best baseline on dev. ``operational`` (``params.finetune.operational``) measures each
-arm's model, as its first reported seed saved it, and tfidf-lr after all training: latency per document at each
-batch size of ``timed_batches``, peak memory, parameters and size on disk. Test predictions go to
+interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the
+sweep; ``selection`` names the best arm and the best baseline on dev. ``operational``
+(``params.finetune.operational``) measures each arm's model, as its first reported seed saved it, and tfidf-lr
+after all training: latency per document at each batch size of ``timed_batches``, peak memory, parameters and
+size on disk. Test predictions go to
 ``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``, cls also
 ``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability of
 its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each
@@ -72,7 +73,8 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
         curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, rows, labels, paths.models, key=point.key))
     timed_arms = jobs + list(dose.values())  # curve arms are scored, not timed (their full-size runs are)
     arms = timed_arms + curve_jobs
-    save_to = {job.key: operational.folder_for(out_dir, job.key) for job in timed_arms} if cfg.operational.enabled else {}
+    measure = cfg.operational.enabled
+    save_to = {job.key: operational.folder_for(out_dir, job.key) for job in timed_arms} if measure else {}
     device = resolve(cfg.hardware.device)
     runner = Runner(cfg.torch_threads, slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
                     cfg.hardware.deterministic, device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision))  # fmt: skip
