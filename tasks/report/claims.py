@@ -112,8 +112,6 @@ class Claim(StrictModel):
     preconditions: list[Precondition] = Field(default_factory=list, description="checked before the verdict; "
                                               "a failed one makes it `not resolvable`")
     family: Literal[FAMILIES] = Field(default="secondary", description="the Holm family (FAMILIES)")
-    contrast: dict[Literal["treatment", "baseline"], str] | None = Field(default=None, min_length=2, description=(
-        "finetune difference: subtract this pair's difference in the same bootstrap (tasks/report/curve.py)"))
     items: Literal["all", "clean", "overlapping", "semantically_clean"] = Field(
         default="all", description="finetune claims: the test items scored (clean: no text shared with train; "
         "semantically_clean: no semantic match in the pretraining corpus)")
@@ -237,7 +235,7 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
     its test items.
     """
     kind, *rest = ref.split("/")
-    if kind == "finetune" and len(rest) == 2 and rest[1].split("@")[0] in SELECTED:
+    if kind == "finetune" and len(rest) == 2 and rest[1] in SELECTED:
         return _finetune_sample(rest[0], selected_run(rest[0], rest[1], metrics), metric, metrics)
     if kind == "finetune" and len(rest) == 4:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
@@ -272,10 +270,8 @@ def finetune_run(ref: str, metrics: Metrics) -> tuple[str, str] | None:
 
 
 def selected_run(task: str, name: str, metrics: Metrics) -> str:
-    """The run key chosen on dev for ``best-arm``/``best-baseline`` (``<name>@n<docs>``: learning_curve.selection)."""
-    base, _, size = name.partition("@")
-    keys = (["learning_curve", "selection", size] if size else ["selection"]) + [SELECTED[base]]
-    return str(dig(metrics.get(f"finetune/{task}"), keys, f"metrics/finetune/{task}.json"))
+    """The run key the finetune stage chose on dev for ``best-arm`` / ``best-baseline``."""
+    return str(dig(metrics.get(f"finetune/{task}"), ["selection", SELECTED[name]], f"metrics/finetune/{task}.json"))
 
 
 def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> Sample:
