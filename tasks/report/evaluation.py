@@ -14,7 +14,7 @@ from tasks.common.provenance import Lock
 from tasks.report import bootstrap as bs
 from tasks.report.claims import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample, resolve
 from tasks.report.confounders import measure_confounders
-from tasks.report.curve import contrast_estimate
+from tasks.report.curve import claim_refs, gap_estimate
 from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibration_estimates
 from tasks.report.export import export_gates
 from tasks.report.floor import floor_gate, pretraining_notes, training_steps
@@ -86,9 +86,8 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     confounders = measure_confounders(claim, metrics)
     md5s = data_md5(claim, lock)
     try:
-        treat, base = (arm(ref, claim, metrics) for ref in (claim.treatment, claim.baseline))
-        other = [arm(claim.contrast[k], claim, metrics) for k in ("treatment", "baseline")] if claim.contrast else []
-        row = Row(claim, **contrast_estimate(claim, [treat, base, *other], cfg)) if other else _estimate(
+        treat, base, *gap = (arm(ref, claim, metrics) for ref in claim_refs(claim, metrics))  # tasks/report/curve.py
+        row = Row(claim, **gap_estimate(claim, [treat, base, *gap], cfg)) if gap else _estimate(
             claim, treat, base, cfg)
     except NotRun as why:
         return Row(claim, "not run", f"not run: {why}", confounders=confounders, data_md5=md5s)
