@@ -1,4 +1,4 @@
-"""The learning curve in the report (tasks/report/curve.py, the best-arm@n<docs> grammar): the interaction claim
+"""The learning curve in the report (tasks/report/curve.py: best-arm@n<docs>, gap references): the interaction claim
 "(pretrained - random) at few docs exceeds (pretrained - random) at many" on made data with a planted effect,
 the per-size best-arm vs best-baseline claim, and the figure."""
 
@@ -13,7 +13,7 @@ from sklearn.metrics import f1_score
 
 from tasks.common.provenance import Lock
 from tasks.report.claims import Claim, Metrics, load_claims, resolve
-from tasks.report.curve import learning_curve, series
+from tasks.report.curve import learning_curve, series, sized
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import StatsConfig
 
@@ -54,8 +54,8 @@ def write_curve(root: Path, wrong: dict[str, int]) -> Metrics:
                            "n40": {"best_arm": "pretrained/full/mean-pool",
                                    "best_baseline": "baseline/tfidf-lr/clozeline-cut"}}}
     metrics = {"kind": "classification", "metric": "test_macro_f1", "labels": LABELS, "runs": runs,
-               "selection": {"best_arm": "pretrained/full/mean-pool", "best_baseline": "baseline/tfidf-lr/clozeline-cut",
-                             "dev": {}},
+               "selection": {"best_arm": "pretrained/full/mean-pool", "dev": {},
+                             "best_baseline": "baseline/tfidf-lr/clozeline-cut"},
                "learning_curve": curve}
     (root / "metrics" / "finetune").mkdir(parents=True, exist_ok=True)
     (root / "metrics" / "finetune" / "cls.json").write_text(json.dumps(metrics))
@@ -65,11 +65,12 @@ def write_curve(root: Path, wrong: dict[str, int]) -> Metrics:
 
 
 def interaction(min_effect: float = 0.0) -> Claim:
+    """(pretrained - random) at 8 docs against (pretrained - random) at 40, in the gap grammar of claims.yaml."""
     return Claim(id="gap", statement="s", evidence="extrinsic", kind="difference", task="cls", data_slice="t",
-                 metric="test_macro_f1", treatment="finetune/cls/pretrained@n8/full/mean-pool",
-                 baseline="finetune/cls/random@n8/full/mean-pool", ablation="x", min_effect=min_effect,
-                 known_confounders=[], contrast={"treatment": "finetune/cls/pretrained/full/mean-pool",
-                                                 "baseline": "finetune/cls/random/full/mean-pool"})
+                 metric="test_macro_f1", ablation="x",
+                 treatment="finetune/cls/pretrained@n8/full/mean-pool - random@n8/full/mean-pool",
+                 baseline="finetune/cls/pretrained/full/mean-pool - random/full/mean-pool",
+                 min_effect=min_effect, known_confounders=[])
 
 
 def _f1(n_wrong: int) -> float:
@@ -89,7 +90,7 @@ def test_a_planted_larger_gap_at_few_docs_is_supported(tmp_path):
     assert row.difference.mean == pytest.approx(small - large)
     assert 0.05 < row.difference.low < row.difference.mean < row.difference.high
     assert row.verdict == "supported" and row.p_value < 0.01
-    assert row.difference_label.startswith("(treatment - baseline) - (contrast")
+    assert row.difference_label == "treatment gap - baseline gap"
     assert "the same seeds, resampled jointly" in row.pairing and "random/full/mean-pool)" in row.pairing
 
 
@@ -104,8 +105,11 @@ def test_equal_gaps_are_not_supported_and_a_reversed_gap_is_contradicted(tmp_pat
     assert row.difference.high < 0 and row.verdict == "contradicted"
 
 
-def test_a_contrast_run_without_predictions_is_not_run(tmp_path):
+def test_a_gap_run_without_predictions_or_a_one_sided_gap_is_not_run(tmp_path):
     metrics = write_curve(tmp_path, PLANTED)
+    one_sided = interaction().model_copy(update={"baseline": "finetune/cls/random/full/mean-pool"})
+    row = evaluate(one_sided, metrics, Lock({}), STATS)
+    assert row.verdict == "not run" and "needs '<run> - <run>' on both sides" in row.reason
     (tmp_path / "data" / "finetune" / "cls" / "random/full/mean-pool" / "seed2.test.jsonl").unlink()
     row = evaluate(interaction(), metrics, Lock({}), STATS)
     assert row.verdict == "not run" and "random/full/mean-pool" in row.reason
@@ -113,10 +117,11 @@ def test_a_contrast_run_without_predictions_is_not_run(tmp_path):
 
 def test_best_arm_at_a_size_resolves_through_the_learning_curve(tmp_path):
     metrics = write_curve(tmp_path, PLANTED)
-    assert resolve("finetune/cls/best-arm@n8", "test_macro_f1", metrics).run_key == "pretrained@n8/full/mean-pool"
-    assert resolve("finetune/cls/best-baseline@n8", "test_macro_f1", metrics).run_key == (
-        "baseline/tfidf-lr/clozeline-cut@n8")
-    assert resolve("finetune/cls/best-arm", "test_macro_f1", metrics).run_key == "pretrained/full/mean-pool"
+    assert sized("finetune/cls/best-arm@n8", metrics) == "finetune/cls/pretrained@n8/full/mean-pool"
+    assert sized("finetune/cls/best-baseline@n8", metrics) == "finetune/cls/baseline/tfidf-lr/clozeline-cut@n8"
+    assert sized("finetune/cls/best-arm", metrics) == "finetune/cls/best-arm"  # the full-size selection, unchanged
+    assert resolve(sized("finetune/cls/best-arm@n40", metrics), "test_macro_f1", metrics).run_key == (
+        "pretrained/full/mean-pool")
     claim = Claim(id="b", statement="s", evidence="extrinsic", kind="difference", task="cls", data_slice="t",
                   metric="test_macro_f1", treatment="finetune/cls/best-arm@n8", ablation="x", min_effect=0.02,
                   baseline="finetune/cls/best-baseline@n8", known_confounders=[])
@@ -143,9 +148,10 @@ def test_the_claims_file_holds_the_learning_curve_claims():
     claims = {c.id: c for c in load_claims(ROOT / "reports" / "claims.yaml").claims}
     for task, small, large in (("cls", 32, 160), ("ner", 80, 400)):
         gap = claims[f"pretraining-helps-most-with-few-labels-{task}"]
-        assert gap.family == "primary" and gap.contrast is not None
-        assert gap.treatment.endswith(f"pretrained@n{small}/full/{'mean-pool' if task == 'cls' else 'first'}")
-        assert "@n" not in gap.contrast["treatment"]
+        head = "mean-pool" if task == "cls" else "first"
+        assert gap.family == "primary"
+        assert gap.treatment == f"finetune/{task}/pretrained@n{small}/full/{head} - random@n{small}/full/{head}"
+        assert gap.baseline == f"finetune/{task}/pretrained/full/{head} - random/full/{head}"
         for size in (small, large):
             best = claims[f"best-arm-beats-best-baseline-at-{size}-docs-{task}"]
             assert (best.treatment, best.baseline) == (f"finetune/{task}/best-arm@n{size}",

@@ -6,8 +6,14 @@ Whether pretraining helps is sharpest when labels are few: the figure shows the 
 reference encoders (``learning_curve.configs``) and, at each size, the comparator baseline chosen on dev at that
 size (``learning_curve.selection.n<docs>.best_baseline``) against the train docs on a log axis.
 
-``contrast_estimate`` evaluates a claim with a ``contrast``: a difference of two paired differences, e.g. "(pretrained
-- random) at 32 docs exceeds (pretrained - random) at 160 docs", from one hierarchical bootstrap of all four runs.
+The claims' grammar for the curve (``claim_refs``, before ``tasks.report.claims.resolve``):
+
+- ``finetune/<task>/best-arm@n<docs>`` / ``best-baseline@n<docs>``: the run chosen on dev among the curve's runs
+  at ``<docs>`` train docs (``learning_curve.selection.n<docs>``);
+- a gap ``finetune/<task>/<run key> - <run key>`` as treatment and as baseline: the claim's difference is
+  ``(T1 - T2) - (B1 - B2)``, a difference of two paired differences (e.g. "(pretrained - random) at 32 docs
+  exceeds (pretrained - random) at 160"), from one hierarchical bootstrap of all four runs
+  (``gap_estimate``).
 """
 
 from __future__ import annotations
@@ -81,23 +87,50 @@ def learning_curve(metrics: Metrics, task: str, metric: str, level: float, out: 
     return _save(fig, out, dpi)
 
 
-def contrast_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
-    """The ``Row`` fields (``tasks.report.evaluation.Row``: verdict, reason, the two differences, their
-    difference, tests, power) of a claim with a ``contrast``: ``(T - B) - (CT - CB)`` for ``arms`` =
-    [T, B, CT, CB] (treatment, baseline, contrast treatment, contrast baseline), each a finetune sample with
-    test items.
+GAP = " - "  # separates the two runs of a gap reference
+
+
+def claim_refs(claim: Claim, metrics: Metrics) -> list[str]:
+    """The references a claim's arms resolve (``tasks.report.claims.resolve``): ``[treatment, baseline]``, or
+    for a gap claim ``[T1, T2, B1, B2]``; ``best-arm@n<docs>`` / ``best-baseline@n<docs>`` become the run chosen
+    at that size. Raises ``NotRun`` when one side is a gap and the other is not, or a size was not run."""
+    sides = [ref.split(GAP) for ref in (claim.treatment, claim.baseline)]
+    if len(sides[0]) != len(sides[1]) or len(sides[0]) > 2:
+        raise NotRun(f"a gap claim needs '<run> - <run>' on both sides, got {claim.treatment!r} / {claim.baseline!r}")
+    prefix = f"finetune/{claim.task}/"
+    refs = [ref if i == 0 else prefix + ref for side in sides for i, ref in enumerate(side)]  # the 2nd: a run key
+    return [sized(ref, metrics) for ref in refs]
+
+
+def sized(ref: str, metrics: Metrics) -> str:
+    """``finetune/<task>/best-arm@n<docs>`` (or ``best-baseline``) as ``finetune/<task>/<run key>`` of the run
+    chosen on dev at that size; any other reference unchanged. Raises ``NotRun`` naming the missing key."""
+    parts = ref.split("/")
+    name, _, at = parts[-1].partition("@")
+    if parts[0] != "finetune" or len(parts) != 3 or not at or name not in ("best-arm", "best-baseline"):
+        return ref
+    where = f"metrics/finetune/{parts[1]}.json"
+    chosen = dig(metrics.get(f"finetune/{parts[1]}"), ["learning_curve", "selection", at], where)
+    key = dig(chosen, [name.replace("-", "_")], f"{where} learning_curve.selection.{at}")
+    return f"finetune/{parts[1]}/{key}"
+
+
+def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
+    """The ``Row`` fields (``tasks.report.evaluation.Row``: verdict, reason, the two gaps, their difference,
+    tests, power) of a gap claim: ``(T1 - T2) - (B1 - B2)`` for ``arms`` = [T1, T2, B1, B2] (``claim_refs``),
+    each a finetune sample with test items.
 
     One paired hierarchical bootstrap (``bootstrap.hierarchical_bootstrap``) of the four runs: the same item
     weights for all four (they score the same test docs), the same seed draw for all four when they ran the same
-    seeds (else per run). ``treatment``/``baseline`` of the result are ``T - B`` and ``CT - CB`` with their
+    seeds (else per run). ``treatment``/``baseline`` of the result are ``T1 - T2`` and ``B1 - B2`` with their
     percentile intervals; ``difference`` their difference, tested against ``claim.min_effect`` like any
     difference claim. Raises ``NotRun`` when a run has no test predictions or the runs scored different docs.
     """
     items = [sample.items for sample in arms]
-    if any(item is None for item in items):
-        raise NotRun("a contrast needs the test predictions of all four runs")
+    if len(arms) != 4 or any(item is None for item in items):
+        raise NotRun("a gap claim needs four finetune runs with test predictions")
     if any(item.doc_ids != items[0].doc_ids for item in items):
-        raise NotRun(f"the contrast's runs scored different test items ({', '.join(a.run_key for a in arms)})")
+        raise NotRun(f"the gap claim's runs scored different test items ({', '.join(a.run_key for a in arms)})")
     function, shared = metric_function(claim.metric), all(item.seeds == items[0].seeds for item in items)
     reps = bs.hierarchical_bootstrap([item.headline for item in items], function, cfg.resamples, cfg.seed, shared)
     points = [bs.point_estimate(item.headline, function) for item in items]
@@ -118,4 +151,4 @@ def contrast_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dic
             "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
                        f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
             "items": f"{n} test items ({claim.items}) x {len(items[0].seeds)} seeds",
-            "difference_label": "(treatment - baseline) - (contrast treatment - contrast baseline)"}
+            "difference_label": "treatment gap - baseline gap"}
