@@ -1,6 +1,7 @@
 """Running many fine-tuning runs: the per-arm learning-rate sweep on dev, worker processes, MLflow logging.
 
-Every arm (job) first trains with ``sweep_seed`` once per multiplier of ``lr_grid``; the multiplier with the best
+Every arm (job) first trains with ``sweep_seed`` once per multiplier of ``lr_grid`` (a frozen cls arm, a
+logistic-regression probe without a learning rate, once); the multiplier with the best
 dev score (``SELECT_METRIC``, ties to the earlier grid entry) is the arm's own, and every seed of ``seeds`` trains
 with it. No arm borrows another arm's learning rate, test never enters the choice, and no reported run is the
 best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm (``lr_sweep`` in
@@ -30,7 +31,7 @@ from tqdm import tqdm
 
 from tasks.common.device import configure
 from tasks.finetune.operational import seed_folder
-from tasks.finetune.training import Run, train_and_test
+from tasks.finetune.training import Run, is_probe, train_and_test
 
 
 def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], runner: Runner,
@@ -42,7 +43,7 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
     one long arm finishes. Every reported run of an arm whose key is in ``save_to`` saves its model:
     ``seeds[0]``'s there, the others' beside it (``operational.seed_folder``).
     """
-    state = {job.key: {"sweep": {}, "seeds": {}} for job in jobs}
+    state = {job.key: {"sweep": {}, "seeds": {}, "grid": arm_grid(job, grid)} for job in jobs}
 
     def follow(run: Run, result: dict) -> list[Run]:
         entry = state[run.job.key]
@@ -50,17 +51,23 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
             entry["seeds"][run.seed] = result
             return []
         entry["sweep"][run.lr_scale] = result
-        if len(entry["sweep"]) < len(grid):
+        if len(entry["sweep"]) < len(entry["grid"]):
             return []
-        entry["scale"] = best_scale(entry["sweep"], grid)
+        entry["scale"] = best_scale(entry["sweep"], entry["grid"])
         folder = save_to.get(run.job.key)
         return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, seeds)) for seed in seeds]
 
     with runner:
-        runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in grid], follow,
-                       total=len(jobs) * (len(grid) + len(seeds)))  # fmt: skip
-    return {key: {"sweep": {scale: entry["sweep"][scale] for scale in grid}, "scale": entry["scale"],
+        runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in state[job.key]["grid"]], follow,
+                       total=sum(len(entry["grid"]) + len(seeds) for entry in state.values()))  # fmt: skip
+    return {key: {"sweep": {scale: entry["sweep"][scale] for scale in entry["grid"]}, "scale": entry["scale"],
                   "seeds": [entry["seeds"][seed] for seed in seeds]} for key, entry in state.items()}  # fmt: skip
+
+
+def arm_grid(job, grid: list[float]) -> list[float]:
+    """The learning-rate multipliers ``job`` tries: ``grid``, or its first entry alone for a logistic-regression
+    probe (``training.is_probe``), which has no learning rate (its C is chosen on dev inside the run)."""
+    return grid[:1] if is_probe(job) else list(grid)
 
 
 def expected_cost(job) -> int:

@@ -45,6 +45,12 @@ class Run:
     cpu_bf16: bool = False
 
 
+def is_probe(job) -> bool:
+    """A frozen classification arm: a converged logistic-regression probe (``frozen``), not AdamW epochs, so it
+    has no learning rate to sweep."""
+    return job.spec.mode == "frozen" and job.module == "cls"
+
+
 def train_and_test(run: Run, show_progress: bool = True) -> dict:
     """Train ``run`` with early stopping on dev and score test once; save the model (best epoch) to
     ``run.save_to`` when set. A frozen classification arm fits a logistic-regression probe instead
@@ -56,7 +62,7 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     job, spec = run.job, run.job.spec
     model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout,
                         run.seed).to(run.device)  # fmt: skip
-    if spec.mode == "frozen" and job.module == "cls":  # a converged logistic-regression probe, not AdamW epochs
+    if is_probe(job):
         return frozen.probe_and_test(model, run)
     started = time.perf_counter()
     fit = train(model, run, show_progress)
