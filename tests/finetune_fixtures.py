@@ -90,7 +90,7 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
 
 def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,
                 epochs: int = 2, cls_dose_response: str | None = None, lr_grid: tuple[float, ...] = (1.0,),
-                workers: int = 1, operational: bool = False) -> FinetuneParams:
+                workers: int = 1, lr_grid_widen: int = 0, operational: bool = False) -> FinetuneParams:
     """Params for a seconds-long run on the fixtures (no baselines: the tests that want them add them); the
     operational measurement only with ``operational`` (3 batches of 1 doc and 2 of 4 docs, after 1 warm-up)."""
     task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
@@ -98,7 +98,7 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
             "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
             "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,
             "dose_response": None, "baselines": [], "baseline_c_grid": [1.0],
-            "baseline_tfidf_ngrams": {"word": [1, 2], "char_wb": [2, 4]}, "baseline_memorise_cases": ["cased", "lowercased"], "lr_grid": list(lr_grid),
+            "baseline_tfidf_ngrams": {"word": [1, 2], "char_wb": [2, 4]}, "baseline_memorise_cases": ["cased", "lowercased"], "lr_grid": list(lr_grid), "lr_grid_widen": lr_grid_widen,
             "truncation": "head", "head_tokens": 0}
     return FinetuneParams.model_validate({
         "seeds": seeds, "sweep_seed": 99, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,

@@ -38,6 +38,8 @@ TINY = {
     "finetune.seeds": [13, 21],
     "finetune.recipes.cls.lr_grid": [1.0, 3.0],
     "finetune.recipes.ner.lr_grid": [1.0, 3.0],
+    "finetune.recipes.cls.lr_grid_widen": 0,  # tests/test_lr_widening.py widens; the suite has no time for it here
+    "finetune.recipes.ner.lr_grid_widen": 0,
     "finetune.recipes.cls.max_train_docs": 48,
     "finetune.recipes.cls.max_dev_docs": 24,
     "finetune.recipes.cls.max_test_docs": 32,

@@ -33,7 +33,7 @@ FILLER = "the a of and to in on for with at by from about after before over unde
 RECIPE = {  # seconds per run: two seeds of the MiniLM, one epoch, no sweep beyond one learning rate
     "configs": ["reference/full/mean-pool"], "baselines": ["majority", "tfidf-lr"], "baseline_c_grid": [1.0],
     "baseline_tfidf_ngrams": {"word": [1, 2]}, "baseline_memorise_cases": ["cased", "lowercased"],
-    "lr_grid": [1.0], "max_train_docs": None, "max_dev_docs": None, "max_test_docs": None, "max_seq_len_tokens": 48,
+    "lr_grid": [1.0], "lr_grid_widen": 0, "max_train_docs": None, "max_dev_docs": None, "max_test_docs": None, "max_seq_len_tokens": 48,
     "truncation": "head", "head_tokens": 0, "batch_size": 8, "length_group_batches": 1, "max_epochs": 1,
     "patience_epochs": 1, "lr_encoder": 5e-4, "lr_encoder_reference": 5e-5, "lr_head": 2e-3, "weight_decay": 0.01,
     "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,

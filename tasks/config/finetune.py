@@ -79,6 +79,10 @@ class TaskParams(StrictModel):
         min_length=1, description="multipliers of every learning rate of an arm, tried with the first seed; the best "
         "on dev is kept for all seeds of that arm"
     )
+    lr_grid_widen: int = Field(
+        ge=0, description="times an arm's sweep may add one multiplier past the grid's edge when the edge is the "
+        "best on dev (one step of the grid's ratio at that edge); 0: the grid as given"
+    )
     frozen_c_grid: list[float] = Field(
         [0.001, 0.01, 0.1, 1.0, 10.0], min_length=1, description="classification frozen arms: inverse L2 strengths "
         "C of the logistic-regression probe on standardized pooled features, the best on dev kept (tasks/finetune/"

@@ -2,8 +2,9 @@
 
 Every arm (job) first trains with ``sweep_seed`` once per multiplier of ``lr_grid`` (a frozen cls arm, a
 logistic-regression probe without a learning rate, once); the multiplier with the best
-dev score (``SELECT_METRIC``, ties to the earlier grid entry) is the arm's own, and every seed of ``seeds`` trains
-with it. No arm borrows another arm's learning rate, test never enters the choice, and no reported run is the
+dev score (``SELECT_METRIC``, ties to the smaller multiplier) is the arm's own, and every seed of ``seeds`` trains
+with it. A choice at the edge of the grid widens it by one step past that edge (``widened``), up to
+``lr_grid_widen`` times, so an arm's LR is chosen inside the range tried, not clipped by it. No arm borrows another arm's learning rate, test never enters the choice, and no reported run is the
 best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm (``lr_sweep`` in
 metrics; on the arm's MLflow run, one step per tried rate).
 
@@ -43,7 +44,7 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
     one long arm finishes. Every reported run of an arm whose key is in ``save_to`` saves its model:
     ``seeds[0]``'s there, the others' beside it (``operational.seed_folder``).
     """
-    state = {job.key: {"sweep": {}, "seeds": {}, "grid": arm_grid(job, grid)} for job in jobs}
+    state = {job.key: {"sweep": {}, "seeds": {}, "grid": arm_grid(job, grid), "widened": 0} for job in jobs}
 
     def follow(run: Run, result: dict) -> list[Run]:
         entry = state[run.job.key]
@@ -54,6 +55,11 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
         if len(entry["sweep"]) < len(entry["grid"]):
             return []
         entry["scale"] = best_scale(entry["sweep"], entry["grid"])
+        wider = widened(entry["grid"], entry["scale"]) if entry["widened"] < run.job.tcfg.lr_grid_widen else None
+        if wider is not None:
+            entry["grid"] = sorted([*entry["grid"], wider])
+            entry["widened"] += 1
+            return [Run(run.job, sweep_seed, wider)]
         folder = save_to.get(run.job.key)
         return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, seeds)) for seed in seeds]
 
@@ -65,9 +71,22 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
 
 
 def arm_grid(job, grid: list[float]) -> list[float]:
-    """The learning-rate multipliers ``job`` tries: ``grid``, or its first entry alone for a logistic-regression
-    probe (``training.is_probe``), which has no learning rate (its C is chosen on dev inside the run)."""
-    return grid[:1] if is_probe(job) else list(grid)
+    """The learning-rate multipliers ``job`` tries first, ascending: ``grid``, or its first entry alone for a
+    logistic-regression probe (``training.is_probe``), which has no learning rate (its C is chosen on dev
+    inside the run)."""
+    return grid[:1] if is_probe(job) else sorted(grid)
+
+
+def widened(grid: list[float], chosen: float) -> float | None:
+    """The next multiplier past the edge of ``grid`` (ascending, at least two entries) that ``chosen`` sits on,
+    one step of the grid's own ratio at that edge beyond it (``[1, 3, 10]`` chose 10: 10 x 10/3); None when
+    ``chosen`` lies inside the grid, so the sweep stops only at an interior optimum or after
+    ``lr_grid_widen`` steps (the metrics' ``lr_sweep.dev`` then shows the chosen LR still at an edge)."""
+    if len(grid) < 2 or grid[0] < chosen < grid[-1]:
+        return None
+    if chosen == grid[-1]:
+        return grid[-1] * grid[-1] / grid[-2]
+    return grid[0] * grid[0] / grid[1]
 
 
 def expected_cost(job) -> int:
