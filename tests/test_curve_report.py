@@ -94,6 +94,16 @@ def test_a_planted_larger_gap_at_few_docs_is_supported(tmp_path):
     assert "the same seeds, resampled jointly" in row.pairing and "random/full/mean-pool)" in row.pairing
 
 
+def test_the_baseline_gaps_diverged_seeds_are_noted(tmp_path):
+    write_curve(tmp_path, PLANTED)
+    path = tmp_path / "metrics" / "finetune" / "cls.json"
+    tree = json.loads(path.read_text())
+    tree["runs"]["random/full/mean-pool"]["diverged_seeds"] = [2]
+    path.write_text(json.dumps(tree))
+    row = evaluate(interaction(), Metrics(tmp_path / "metrics", tmp_path / "data" / "finetune"), Lock({}), STATS)
+    assert "baseline gap: random/full/mean-pool: diverged seeds 2" in row.notes
+
+
 def test_equal_gaps_are_not_supported_and_a_reversed_gap_is_contradicted(tmp_path):
     equal = {**PLANTED, "pretrained@n8/full/mean-pool": 6, "random@n8/full/mean-pool": 9}  # 3 docs at both sizes
     row = evaluate(interaction(), write_curve(tmp_path / "eq", equal), Lock({}), STATS)

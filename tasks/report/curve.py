@@ -151,4 +151,5 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
             "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
                        f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
             "items": f"{n} test items ({claim.items}) x {len(items[0].seeds)} seeds",
-            "difference_label": "treatment gap - baseline gap"}
+            "difference_label": "treatment gap - baseline gap",
+            "notes": [f"baseline gap: {note}" for sample in arms[2:] for note in sample.notes]}  # e.g. diverged seeds
