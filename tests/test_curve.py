@@ -8,6 +8,7 @@ import json
 from contextlib import contextmanager
 from pathlib import Path
 
+import datasets
 import pytest
 from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from pydantic import ValidationError
@@ -150,3 +151,25 @@ def test_curve_runs_are_never_the_exported_arm_and_each_size_picks_on_dev(curve_
         same = [k for k in lc["baselines"][at].values() if "tfidf" not in k or f"/{tok}-cut" in k]
         assert chosen["best_baseline"] == max(same, key=lambda k: (dev[k], k))
     assert lc["selection"]["n10"]["dev"]["pretrained/full/mean-pool"] == sel["dev"]["pretrained/full/mean-pool"]
+
+
+@pytest.mark.slow
+def test_a_ner_curve_keeps_every_window_of_its_sentences(tmp_path):
+    pretrained = save_tiny_bert(tmp_path / "models" / "pretrained", hidden=32, seed=0)
+    write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
+    base = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first", "random/full/first"], [3]).model_dump()
+    base["recipes"]["ner"] |= {"train_sizes": [4], "curve_configs": ["pretrained/full/first", "random/full/first"],
+                               "baselines": ["memorise"]}
+    log = Recorder()
+    metrics = run(FinetuneParams.model_validate(base), paths, log, "ner")
+    train = datasets.load_from_disk(str(tmp_path / "data" / "tokenize" / "ner" / "clozeline" / "train")).to_list()
+    four = smallest_hash(sorted({r["doc_id"] for r in train}), 4, 0)
+    windows = sum(r["doc_id"] in four for r in train)
+    assert windows > 4  # the fixture splits some sentences into several windows
+    params = {c.name: c.logged for c in log.children}
+    assert params["ner/pretrained@n4/full/first"]["train_examples"] == windows
+    lc = metrics["learning_curve"]
+    assert lc["sizes"] == [4, N_DOCS["train"]] and lc["baselines"]["n4"] == {
+        "baseline/memorise/words": "baseline/memorise/words@n4"}
+    assert lc["selection"]["n4"]["best_baseline"] == "baseline/memorise/words@n4"
