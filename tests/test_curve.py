@@ -79,8 +79,9 @@ def test_curve_params_are_checked(change, message):
 
 
 def _params(train_sizes=(4,), curve_configs=tuple(CURVE), max_train_docs=10, baselines=()) -> FinetuneParams:
-    base = tiny_params(["pretrained/full/mean-pool", "pretrained/full/cls-pool", "reference/full/mean-pool"],
-                       ["pretrained/full/first"], [3, 4], max_train_docs=max_train_docs, lr_grid=(1.0, 3.0)).model_dump()
+    configs = ["pretrained/full/mean-pool", "pretrained/full/cls-pool", "reference/full/mean-pool"]
+    base = tiny_params(configs, ["pretrained/full/first"], [3, 4], max_train_docs=max_train_docs,
+                       lr_grid=(1.0, 3.0)).model_dump()
     base["recipes"]["cls"] |= {"train_sizes": list(train_sizes), "curve_configs": list(curve_configs),
                                "baselines": list(baselines)}
     return FinetuneParams.model_validate(base)
