@@ -131,10 +131,18 @@ def test_optimiser_steps_per_run_from_epochs_docs_and_the_batch_size_as_run(tmp_
     row = evaluate(claim(ARM, CONTROL), metrics, lock, STATS)
     # ceil(20 / 8) = 3 steps per epoch; 3 or 4 epochs run
     assert row.steps == [
-        "pretrained/full/mean-pool: 3-4 epochs run per seed (best epoch 2, 3); 9-12 optimiser steps per run "
-        "(3 per epoch = ceil(20 train docs / batch size 8))",
-        "random/full/mean-pool: 4 epochs run per seed (best epoch 3); 12 optimiser steps per run "
-        "(3 per epoch = ceil(20 train docs / batch size 8))"]
+        "pretrained/full/mean-pool: 3-4 epochs run per seed (best epoch 2, 3; the last epoch run in 0 of 3 seeds); "
+        "9-12 optimiser steps per run (3 per epoch = ceil(20 train docs / batch size 8))",
+        "random/full/mean-pool: 4 epochs run per seed (best epoch 3; the last epoch run in 0 of 3 seeds); 12 "
+        "optimiser steps per run (3 per epoch = ceil(20 train docs / batch size 8))"]
+    # a learning-curve run trains on the docs its key names; a best epoch that is the last one run is counted
+    curve = "pretrained@n9/full/mean-pool"
+    data["runs"][curve] = {"details": {"per_seed": {"1": {"epochs_run": 4, "best_epoch": 4},
+                                                    "2": {"epochs_run": 4, "best_epoch": 2}}}}
+    path.write_text(json.dumps(data))
+    assert run_steps("cls", curve, Metrics(tmp_path / "metrics"), lock) == (
+        "pretrained@n9/full/mean-pool: 4 epochs run per seed (best epoch 2, 4; the last epoch run in 1 of 2 seeds: "
+        "dev was still improving); 8 optimiser steps per run (2 per epoch = ceil(9 train docs / batch size 8))")
     assert any(n.startswith("one pretraining seed: the CI excludes pretraining variance") for n in row.notes)
     # a frozen probe (tasks/finetune/frozen.py) reports its lbfgs iterations at the chosen C instead
     probe = {"chosen_c": 0.1, "n_iter_by_c": {"0.01": 12, "0.1": 40, "1": 90}}

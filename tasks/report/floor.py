@@ -73,7 +73,9 @@ def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
     """One arm's optimiser steps per seed run: ``epochs run x ceil(train docs / batch size)``, the train docs
     kept for the arms (``docs.<tokenization>.train.docs_kept``, the same docs for every variant) and the batch
     size from dvc.lock. Early stopping ends a run at ``epochs_run`` (its model is the ``best_epoch`` one). A
-    frozen classification arm (``probe`` in its seeds' details) takes no gradient steps: its lbfgs iterations."""
+    frozen classification arm (``probe`` in its seeds' details) takes no gradient steps: its lbfgs iterations.
+    A learning-curve run (``<variant>@n<docs>/...``) trains on its ``<docs>``. The seeds whose best epoch was the
+    last one run are counted: their dev score was still rising when ``max_epochs`` stopped them."""
     data = metrics.get(f"finetune/{task}")
     per_seed = data["runs"][run_key]["details"]["per_seed"]
     probes = [s["probe"] for s in per_seed.values() if s.get("probe")]
@@ -83,10 +85,13 @@ def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
                 f"{'-'.join(map(str, sorted({iters[0], iters[-1]})))} iterations at the C chosen on dev)")
     epochs = sorted({int(s["epochs_run"]) for s in per_seed.values()})
     best = sorted({int(s["best_epoch"]) for s in per_seed.values()})
-    kept = {int(t["train"]["docs_kept"]) for t in data.get("docs", {}).values()}
+    sized = re.search(r"@n(\d+)/", run_key)  # a learning-curve run (tasks/finetune/curve.py): its own docs
+    kept = {int(sized.group(1))} if sized else {int(t["train"]["docs_kept"]) for t in data.get("docs", {}).values()}
     size = batch_size(lock, task)
     span = f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 else f"{epochs[0]}"
-    text = f"{run_key}: {span} epochs run per seed (best epoch {', '.join(map(str, best))})"
+    last = sum(int(s["best_epoch"]) == int(s["epochs_run"]) for s in per_seed.values())
+    text = (f"{run_key}: {span} epochs run per seed (best epoch {', '.join(map(str, best))}; the last epoch run in "
+            f"{last} of {len(per_seed)} seeds{': dev was still improving' if last else ''})")
     if size is None or len(kept) != 1:
         return text + "; steps not derivable (batch size or train docs not recorded)"
     docs = kept.pop()
