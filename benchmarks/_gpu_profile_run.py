@@ -77,6 +77,10 @@ DRY = {
     "finetune.recipes.ner.max_test_docs": 24,
     "finetune.recipes.ner.batch_size": 8,
     "finetune.recipes.ner.max_epochs": 1,
+    "finetune.recipes.cls.train_sizes": [],  # no learning curve at 32 docs (the end-to-end test runs one)
+    "finetune.recipes.cls.curve_configs": [],
+    "finetune.recipes.ner.train_sizes": [],
+    "finetune.recipes.ner.curve_configs": [],
     "probe.batch_size_sentences": 32,
 }
 DRY_MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}  # as tests/test_e2e.py
