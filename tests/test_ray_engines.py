@@ -20,6 +20,9 @@ from tasks.config.dedup import SourcePolicy
 from tasks.tracking import NullLog
 
 pytest.importorskip("ray.data", reason="engine: ray needs the optional group: pip install -e '.[ray]'")
+# A lost Ray task hangs its driver for good: fail the test (the thread method ends the worker, which xdist
+# replaces) well before CI's limit, with every thread's stack in the output.
+pytestmark = pytest.mark.timeout(600, method="thread")
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 170, "wikipedia_sample": 30}  # 500 docs
