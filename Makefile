@@ -71,10 +71,13 @@ run: install
 	  $(BIN)/python -m flows.pipeline; \
 	fi
 
-# Two workers, a test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the
-# longest files first (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order).
+# The Ray engine tests first, alone, in a fresh process (once, run late in a long-lived xdist worker, a Ray Data
+# read hung with its task lost; alone it never has). Then two workers, a test file each at a time (--dist loadfile
+# keeps a file's module fixtures in one process), the longest files first (tests/conftest.py LONGEST_FIRST;
+# --no-loadscope-reorder keeps that order).
 test: install-ray
-	$(BIN)/python -m pytest -m "not gpu" -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	$(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py
+	$(BIN)/python -m pytest -m "not gpu" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"

@@ -41,11 +41,9 @@ def torch_one_thread():
 #: Test files by wall time, longest first (``--durations`` of a sequential run on 2 cores: the gpu check's dry
 #: run 366 s, the end-to-end flow 350 s, the task-kind flows, the DDP runs, the scheduled flow). ``make test``
 #: runs two files at once (``-n 2 --dist loadfile --no-loadscope-reorder``) in collection order, so these go
-#: first: started last, one of them alone would set the suite's wall time. The Ray engine tests (under a minute)
-#: go before them, so their driver starts in a fresh worker process: once, started after other files in a
-#: long-lived worker, a Ray Data read hung with its task lost (the raylet held no lease); alone it never has.
-LONGEST_FIRST = ("test_ray_engines.py", "test_gpu_check.py", "test_e2e.py", "test_tasks.py", "test_pretrain_ddp.py",
-                 "test_flow.py")
+#: first: started last, one of them alone would set the suite's wall time. (``make test`` runs the Ray engine
+#: tests before, alone: see the Makefile.)
+LONGEST_FIRST = ("test_gpu_check.py", "test_e2e.py", "test_tasks.py", "test_pretrain_ddp.py", "test_flow.py")
 
 
 def pytest_collection_modifyitems(config, items):
