@@ -12,6 +12,7 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
 from tasks.common import alignment
 from tasks.common.encoders import write_pretraining_record
+from tasks.config import Paths
 from tasks.config.finetune import FinetuneParams
 
 SPORT = "goal match team ball score win football coach".split()
@@ -86,6 +87,17 @@ def write_task_data(root: Path, model_folder: Path, tok_name: str, n_docs: dict[
         datasets.Dataset.from_list(rows).save_to_disk(str(root / "tokenize" / "ner" / tok_name / split))
     (root / "tokenize" / "cls" / tok_name / "labels.json").write_text(json.dumps(["sport", "tech"]))
     (root / "tokenize" / "ner" / tok_name / "labels.json").write_text(json.dumps(names))
+
+
+def two_model_workspace(root: Path, n_docs: dict[str, int]) -> tuple[Paths, Path]:
+    """``models/pretrained`` (tiny, hidden 32) and a 'reference' model of another width (hidden 48) at
+    ``<root>/reference``, with both tokenizations' task data; returns the ``Paths`` under ``root`` and the
+    reference folder (to patch in for ``encoders.reference_model_dir``)."""
+    pretrained = save_tiny_bert(root / "models" / "pretrained", hidden=32, seed=0)
+    reference = save_tiny_bert(root / "reference", hidden=48, seed=1)
+    write_task_data(root / "data", pretrained, "clozeline", n_docs)
+    write_task_data(root / "data", reference, "reference", n_docs)
+    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports"), reference
 
 
 def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,

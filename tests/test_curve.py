@@ -10,7 +10,7 @@ from pathlib import Path
 
 import datasets
 import pytest
-from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
+from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, write_task_data
 from pydantic import ValidationError
 
 from tasks.common import encoders
@@ -89,12 +89,7 @@ def _params(train_sizes=(4,), curve_configs=tuple(CURVE), max_train_docs=10, bas
 
 @pytest.fixture(scope="module")
 def curve_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("curve_ws")
-    pretrained = save_tiny_bert(root / "models" / "pretrained", hidden=32, seed=0)
-    reference = save_tiny_bert(root / "reference", hidden=48, seed=1)
-    write_task_data(root / "data", pretrained, "clozeline", N_DOCS)
-    write_task_data(root / "data", reference, "reference", N_DOCS)
-    paths = Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+    paths, reference = two_model_workspace(tmp_path_factory.mktemp("curve_ws"), N_DOCS)
     log = Recorder()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(encoders, "reference_model_dir", lambda: reference)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
+from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, write_task_data
 
 from tasks.common import encoders
 from tasks.config import Paths
@@ -27,11 +27,7 @@ STAT_KEYS = {"per_seed", "seeds", "mean", "std", "ci95_low", "ci95_high", "n"}
 def workspace(tmp_path_factory):
     """models/pretrained (tiny, hidden 32), a 'reference' model of another width, and both tokenizations."""
     root = tmp_path_factory.mktemp("ft_ws")
-    pretrained = save_tiny_bert(root / "models" / "pretrained", hidden=32, seed=0)
-    reference = save_tiny_bert(root / "reference", hidden=48, seed=1)
-    write_task_data(root / "data", pretrained, "clozeline", N_DOCS)
-    write_task_data(root / "data", reference, "reference", N_DOCS)
-    paths = Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+    paths, reference = two_model_workspace(root, N_DOCS)
     return root, paths, reference
 
 
