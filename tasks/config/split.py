@@ -13,7 +13,7 @@ PRETRAIN_SPLITS = ("train", "heldout")
 
 
 class SplitParams(StrictModel):
-    """Params of the ``split`` stage (grouped, document-count-aware assignment; see ``tasks/split.py``)."""
+    """Params of the ``split`` stage (grouped, document-count-aware assignment; see ``tasks/split/``)."""
 
     seed: int = Field(description="salt of hash(seed, group), which orders groups")
     mode: Literal["grouped", "temporal"] = Field(
@@ -28,6 +28,10 @@ class SplitParams(StrictModel):
     date_meta_key: str | None = Field(description="meta JSON key holding an ISO date; required in temporal mode")
     own_split_meta_key: str = Field(
         description="meta JSON key holding a source's own split; a source whose rows all carry it keeps it"
+    )
+    ledger: bool = Field(
+        description="keep every doc's first split forever: read and extend <data>/split_ledger/ledger.parquet "
+        "(needs assignment hash, mode grouped)"
     )
 
     @model_validator(mode="after")
@@ -44,4 +48,9 @@ class SplitParams(StrictModel):
                 raise ValueError(f"split.{name}.train must be > 0")
         if self.mode == "temporal" and not self.date_meta_key:
             raise ValueError("split.date_meta_key is required when split.mode is 'temporal'")
+        if self.ledger and (self.assignment, self.mode) != ("hash", "grouped"):
+            # fill and temporal place a group by looking at every other group, so a from-scratch run over the
+            # union can disagree with the ledger anywhere; hash places each component on its own
+            raise ValueError(f"split.ledger: true needs split.assignment: hash and split.mode: grouped, got "
+                             f"assignment {self.assignment!r}, mode {self.mode!r}")
         return self
