@@ -35,6 +35,8 @@ class ReportParams(StrictModel):
     )
     mlflow_ui_url: str = Field(pattern=r"^https?://", description="MLflow UI base URL the run-id links point at")
     figure_dpi: int = Field(ge=50, le=600, description="resolution of the PNG figures, dots per inch")
+    history_runs: int = Field(ge=1, le=1000, description="earlier runs' claims read back from MLflow for the "
+                              "'Since the last run' section and the claims' trend figure (the latest first)")
     dvc_lock_file: Path = Field(
         description="dvc.lock read for data md5s and the params each stage ran with, relative to the repo root"
     )
