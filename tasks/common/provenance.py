@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from tasks.common.nested import flatten
-from tasks.config import read_yaml
+from tasks.config import SafeLoader, read_yaml
 
 DVC_YAML = "dvc.yaml"
 DVC_LOCK = "dvc.lock"
@@ -44,7 +44,7 @@ def read_dvc_yaml(root: Path) -> dict[str, Any]:
     path = Path(root) / DVC_YAML
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (run from the project root)")
-    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {})
+    return (yaml.load(path.read_text(encoding="utf-8"), Loader=SafeLoader) or {}).get("stages", {})
 
 
 def stage_names(root: Path) -> list[str]:
@@ -162,7 +162,7 @@ class Lock:
         path = Path(path)
         if not path.is_file():
             return cls({})
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SafeLoader)
         stages = data.get("stages") if isinstance(data, dict) else None
         return cls(stages if isinstance(stages, dict) else {})
 

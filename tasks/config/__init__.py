@@ -45,7 +45,8 @@ class Params(StrictModel):
     """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
     name = stage name). ``tasks`` is copied into the tokenize, finetune and export sections, the stages that read it
 (export also gets tokenize's NER window lengths);
-    ``hardware`` into the model stages' (pretrain, finetune, probe, and leakage for its semantic detector); ``ray`` into dedup's and leakage's."""
+    ``hardware`` into the model stages' (pretrain, finetune, probe, and leakage for its semantic detector); ``ray`` into dedup's and leakage's;
+    ``pretrain.init_from`` into leakage's ``pretrain_init_from`` (the lineage it audits)."""
 
     paths: Paths
     pipeline: PipelineParams
@@ -91,6 +92,9 @@ class Params(StrictModel):
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
         for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
+        # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
+        lineage = {"pretrain_init_from": self.pretrain.init_from}
+        object.__setattr__(self, "leakage", self.leakage.model_copy(update=lineage))
         return self
 
     def section(self, stage: str) -> StrictModel:
@@ -111,7 +115,12 @@ _FLOAT_RE = re.compile(
 )
 
 
-class _Yaml12FloatLoader(yaml.SafeLoader):
+#: libyaml's parser when PyYAML was built with it: about 10x faster than the pure-Python one, and every stage
+#: process reads params.yaml, dvc.yaml and dvc.lock at start-up (about 1 s of each stage's start in pure Python).
+SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Yaml12FloatLoader(SafeLoader):
     """SafeLoader that resolves ``1e-5`` as a float, as YAML 1.2 does."""
 
 
