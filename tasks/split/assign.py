@@ -1,0 +1,184 @@
+"""Assignment of components to splits: the from-scratch rule (fill, hash or temporal; see ``tasks/split``'s
+docstring), a pure function of the rows of this run and the params. The ledger (``ledger.py``) overlays it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import Counter
+
+import pandas as pd
+
+from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
+
+SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
+SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
+
+
+class SplitLeakError(RuntimeError):
+    """A group or near-duplicate cluster ended up in more than one split, or a ledger doc moved."""
+
+
+def assign_splits(rows: pd.DataFrame, cfg: SplitParams) -> pd.Series:
+    """The from-scratch split of every row (index aligned with ``rows``, which carry ``component``)."""
+    split = pd.Series("", index=rows.index, dtype=object)
+    for role, splits in SPLITS_OF_ROLE.items():
+        mask = rows["role"] == role
+        if mask.any():
+            split[mask] = assign_role(rows[mask], cfg, role, splits)
+    return split
+
+
+def group_key(seed: int, name: str) -> int:
+    """64-bit ``blake2b(seed, name)``: the position of a component in the assignment order."""
+    digest = hashlib.blake2b(f"{seed}\x00{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[str, ...]) -> pd.Series:
+    """The split of every row of one role (index aligned with ``rows``)."""
+    fractions = cfg.task_fractions if role == "task" else cfg.pretrain_fractions
+    fixed = own_splits(rows, cfg.own_split_meta_key, splits)
+    components = component_table(rows, cfg, role)
+    chosen: dict[str, str] = fixed_components(rows, fixed)
+    for _, members in components.groupby("stratum", sort=True):
+        chosen.update(fill_stratum(members, chosen, fractions, splits, cfg))
+    return rows["component"].map(chosen)
+
+
+def own_splits(rows: pd.DataFrame, key: str, splits: tuple[str, ...]) -> pd.Series:
+    """Split shipped by the source in ``meta[key]`` (NaN where the source ships none).
+
+    A source uses its own split only when every row carries the key; raises ``ValueError`` when only some
+    rows do, or a value is not a split of the role (``validation``/``valid``/``val`` count as ``dev``).
+    """
+    values = pd.Series(index=rows.index, dtype=object)
+    for source, part in rows.groupby("source", sort=True):
+        shipped = [json.loads(m or "{}").get(key) for m in part["meta"]]
+        present = sum(v is not None for v in shipped)
+        if present == 0:
+            continue
+        if present < len(shipped):
+            first = part["doc_id"].iloc[[v is None for v in shipped].index(True)]
+            raise ValueError(f"source {source}: meta[{key!r}] present in {present} of {len(shipped)} rows ({first})")
+        mapped = [SPLIT_ALIASES.get(str(v).lower(), str(v).lower()) for v in shipped]
+        bad = sorted(set(mapped) - set(splits))
+        if bad:
+            raise ValueError(f"source {source}: meta[{key!r}] values {bad} are not among {list(splits)}")
+        values[part.index] = mapped
+    return values
+
+
+def fixed_components(rows: pd.DataFrame, fixed: pd.Series) -> dict[str, str]:
+    """``{component: split}`` for components containing rows with a shipped split.
+
+    Raises ``SplitLeakError`` when one component holds rows of different shipped splits (the source's own
+    split lets a group or near-duplicate cluster straddle).
+    """
+    chosen: dict[str, str] = {}
+    known = fixed.notna()
+    for component, split_values in fixed[known].groupby(rows["component"][known], sort=True):
+        distinct = sorted(set(split_values))
+        if len(distinct) > 1:
+            raise SplitLeakError(f"shipped split puts group {component!r} in {distinct}")
+        chosen[component] = distinct[0]
+    return chosen
+
+
+def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataFrame:
+    """One row per component: ``docs``, ``key``, ``stratum`` (source[/label]) and ``date`` (temporal mode)."""
+    table = rows.groupby("component", sort=True).agg(
+        docs=("doc_id", "size"), source=("source", _most_common), label=("label", _most_common)
+    )
+    table["key"] = [group_key(cfg.seed, name) for name in table.index]
+    with_label = cfg.stratify_by_label and role == "task"
+    table["stratum"] = [
+        f"{src}/{lab}" if with_label and lab is not None else src for src, lab in zip(table["source"], table["label"])
+    ]
+    if cfg.mode == "temporal":
+        table["date"] = component_dates(rows, cfg.date_meta_key)
+    return table
+
+
+def _most_common(values: pd.Series):
+    """The most frequent non-null value (ties: the smallest as a string), or None."""
+    counts = Counter(v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v)))
+    if not counts:
+        return None
+    top = max(counts.values())
+    return min((v for v, c in counts.items() if c == top), key=str)
+
+
+def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
+    """Earliest ``meta[key]`` date per component; raises ``ValueError`` naming a row without a valid date."""
+    dates = []
+    for doc_id, meta in zip(rows["doc_id"], rows["meta"]):
+        value = json.loads(meta or "{}").get(key)
+        try:
+            dates.append(pd.Timestamp(value).tz_localize(None) if value is not None else None)
+        except ValueError as err:
+            raise ValueError(f"doc {doc_id}: meta[{key!r}]={value!r} is not an ISO date") from err
+        if dates[-1] is None:
+            raise ValueError(f"doc {doc_id}: meta[{key!r}] missing (split.mode is temporal)")
+    return pd.Series(dates, index=rows.index).groupby(rows["component"], sort=True).min()
+
+
+def doc_targets(total_docs: int, fractions: dict[str, float], splits: tuple[str, ...]) -> dict[str, int]:
+    """Documents per split: ``round(fraction * total)`` (half up) for evaluation splits, the rest to train."""
+    targets = {s: math.floor(fractions[s] * total_docs + 0.5) for s in splits if s != "train"}
+    targets["train"] = total_docs - sum(targets.values())
+    return targets
+
+
+def fill_stratum(
+    members: pd.DataFrame, chosen: dict[str, str], fractions: dict[str, float], splits: tuple[str, ...], cfg
+) -> dict[str, str]:
+    """Assign the free components of one stratum; fixed ones count toward their split's target."""
+    targets = doc_targets(int(members["docs"].sum()), fractions, splits)
+    counts = Counter()
+    for name, docs in zip(members.index, members["docs"]):
+        if name in chosen:
+            counts[chosen[name]] += docs
+    free = members[~members.index.isin(list(chosen))]
+    if cfg.mode == "temporal":
+        return fill_in_order(free.sort_values(["date", "key"]), targets, counts, splits)
+    if cfg.assignment == "hash":
+        return hash_buckets(free, fractions, splits)
+    return first_fit(free.sort_values("key"), targets, counts, splits)
+
+
+def first_fit(ordered: pd.DataFrame, targets: dict, counts: Counter, splits: tuple[str, ...]) -> dict[str, str]:
+    """Key order; each component to the first evaluation split it fits (docs <= target), else train."""
+    eval_splits = [s for s in splits if s != "train"]
+    out = {}
+    for name, docs in zip(ordered.index, ordered["docs"]):
+        split = next((s for s in eval_splits if counts[s] + docs <= targets[s]), "train")
+        counts[split] += docs
+        out[name] = split
+    return out
+
+
+def fill_in_order(ordered: pd.DataFrame, targets: dict, counts: Counter, splits: tuple[str, ...]) -> dict[str, str]:
+    """Temporal fill: splits in params order (train first); move on once the next component overshoots."""
+    out, current = {}, 0
+    for name, docs in zip(ordered.index, ordered["docs"]):
+        while current < len(splits) - 1 and counts[splits[current]] + docs > targets[splits[current]]:
+            current += 1
+        counts[splits[current]] += docs
+        out[name] = splits[current]
+    return out
+
+
+def hash_buckets(free: pd.DataFrame, fractions: dict[str, float], splits: tuple[str, ...]) -> dict[str, str]:
+    """Pure bucket: ``key / 2**64`` against cumulative fractions (eval splits first, then train)."""
+    ordered_splits = [s for s in splits if s != "train"] + ["train"]
+    edges, total = [], 0.0
+    for split in ordered_splits:
+        total += fractions[split]
+        edges.append(total)
+    out = {}
+    for name, key in zip(free.index, free["key"]):
+        u = key / 2**64
+        out[name] = next((s for s, edge in zip(ordered_splits, edges) if u < edge), "train")
+    return out

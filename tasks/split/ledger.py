@@ -1,0 +1,150 @@
+"""The split ledger: every doc's first split, kept across runs so that no doc ever moves (``split.ledger``).
+
+File: ``<data>/split_ledger/ledger.parquet``, columns ``doc_id, role, split``, sorted by doc_id, no timestamps
+(same rows and same previous ledger -> same bytes). dvc.yaml declares its folder ``persist: true``, so neither DVC
+nor ``python -m tasks split`` deletes it before the stage runs. It keeps history: a doc that leaves the corpus
+stays in the ledger and gets its old split back if it returns. With ``split.ledger: false`` the ledger is not
+read, and is written as this run's splits alone: turning the ledger on later freezes the last run's splits.
+
+Rule per component (this run's union of groups and clusters, ``merge_groups``), with the ledger on:
+
+- docs in the ledger keep their ledger split;
+- a new doc joins the one split of its component's ledger docs;
+- a component whose ledger docs lie in more than one split is *bridged* (a new doc, or a new dedup cluster chain
+  A~N~B, links groups already apart): its new docs are dropped with reason ``bridges_splits`` and its ledger docs
+  stay where they are, so a group or cluster of it may straddle splits (counted, exempt from the straddle check,
+  and left to the leakage audit);
+- a component without ledger docs gets its from-scratch split (``assign.py``).
+
+With ``assignment: hash`` the from-scratch split of a component depends on its own key alone, so the result
+equals a from-scratch run over the union (empty ledger) except for the dropped bridges and ``ledger_overrides``:
+kept docs whose ledger split differs from their from-scratch one (a bridged component, or one whose key changed,
+e.g. when a new cluster links a group with a smaller name, since its docs were recorded).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tasks.split.assign import SPLITS_OF_ROLE
+
+LEDGER_COLUMNS = ["doc_id", "role", "split"]
+BRIDGES = "bridges_splits"
+
+
+def ledger_path(paths) -> Path:
+    """``<data>/split_ledger/ledger.parquet`` (a folder of its own: ``<data>/split`` is rewritten every run)."""
+    return paths.stage_data("split_ledger") / "ledger.parquet"
+
+
+def empty_ledger() -> pd.DataFrame:
+    return pd.DataFrame({column: pd.Series(dtype=object) for column in LEDGER_COLUMNS})
+
+
+def read_ledger(path: Path) -> pd.DataFrame | None:
+    """The previous ledger (``doc_id, role, split``), or None when ``path`` does not exist.
+
+    Raises ``ValueError`` naming the file for a missing column, a doc_id listed twice or a split not of its role.
+    """
+    if not path.exists():
+        return None
+    frame = pd.read_parquet(path)
+    missing = [c for c in LEDGER_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}")
+    dupes = frame["doc_id"][frame["doc_id"].duplicated()]
+    if len(dupes):
+        raise ValueError(f"{path}: doc_id {dupes.iloc[0]!r} occurs more than once")
+    valid = [split in SPLITS_OF_ROLE.get(role, ()) for role, split in zip(frame["role"], frame["split"])]
+    if not all(valid):
+        i = valid.index(False)
+        raise ValueError(f"{path}: doc {frame['doc_id'].iloc[i]!r} has split {frame['split'].iloc[i]!r}, "
+                         f"not a split of role {frame['role'].iloc[i]!r}")
+    return frame[LEDGER_COLUMNS].astype(object)
+
+
+def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """Overlay ``previous`` on the from-scratch ``rows["split"]`` (rows carry ``component``).
+
+    Returns the kept rows (final ``split``, from-scratch ``scratch``), the dropped ones (``source, doc_id, reason,
+    detail``, sorted by doc_id) and the sorted names of bridged components. Raises ``ValueError`` naming ``path``
+    when a ledger doc changed role (its split would not be a split of the new role).
+    """
+    recorded = previous.set_index("doc_id")
+    check_roles(rows, rows["doc_id"].map(recorded["role"]), path)
+    ledger_split = rows["doc_id"].map(recorded["split"])
+    known = ledger_split.notna()
+    splits_of = ledger_split[known].groupby(rows["component"][known]).agg(lambda s: tuple(sorted(set(s))))
+    bridged = sorted(name for name, splits in splits_of.items() if len(splits) > 1)
+    joined = rows["component"].map({name: splits[0] for name, splits in splits_of.items() if len(splits) == 1})
+    out = rows.assign(scratch=rows["split"])
+    out["split"] = ledger_split.where(known, joined.where(joined.notna(), rows["split"]))
+    drop = ~known & rows["component"].isin(bridged)
+    dropped = pd.DataFrame({
+        "source": rows["source"][drop], "doc_id": rows["doc_id"][drop], "reason": BRIDGES,
+        "detail": [f"its group/cluster component {name!r} holds ledger docs in {' and '.join(splits_of[name])}"
+                   for name in rows["component"][drop]],
+    })
+    return out[~drop], dropped.sort_values("doc_id", ignore_index=True), bridged
+
+
+def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:
+    """Raise ``ValueError`` naming the first doc whose role differs from its ledger role."""
+    changed = ledger_role.notna() & (ledger_role != rows["role"])
+    if changed.any():
+        i = changed.idxmax()
+        raise ValueError(f"{path}: doc {rows['doc_id'][i]!r} is {ledger_role[i]} in the ledger but "
+                         f"{rows['role'][i]} now (a ledger split is a split of its role)")
+
+
+def extend_ledger(previous: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
+    """``previous`` (history included) plus the kept docs it lacks, sorted by doc_id."""
+    fresh = kept.loc[~kept["doc_id"].isin(previous["doc_id"]), LEDGER_COLUMNS].astype(object)
+    frames = [f for f in (previous, fresh) if len(f)]
+    ledger = pd.concat(frames) if frames else empty_ledger()
+    return ledger.sort_values("doc_id", ignore_index=True)
+
+
+def write_ledger(ledger: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ledger.to_parquet(path, index=False)
+
+
+def write_dropped(dropped: pd.DataFrame, path: Path) -> None:
+    """One JSON object per dropped doc (``source, doc_id, reason, detail``); an empty file when none."""
+    lines = [json.dumps(dict(zip(dropped.columns, values))) + "\n" for values in dropped.itertuples(index=False)]
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def moved_since(previous: pd.DataFrame, manifest: Path, ledger: Path) -> int:
+    """Docs of ``previous`` whose split differs in the written ``manifest`` or ``ledger``, or that the written
+    ledger lost. Read back from disk, so that it checks the files, not the overlay that made them."""
+    before = previous.set_index("doc_id")["split"]
+    in_manifest = pd.read_csv(manifest, sep="\t", dtype=str, keep_default_na=False).set_index("doc_id")["split"]
+    in_ledger = pd.read_parquet(ledger).set_index("doc_id")["split"]
+    moved = set(before.index.difference(in_ledger.index))
+    for now in (in_manifest, in_ledger):
+        common = before.index.intersection(now.index)
+        moved |= set(common[before[common].to_numpy() != now[common].to_numpy()])
+    return len(moved)
+
+
+def ledger_metrics(enabled: bool, previous: pd.DataFrame | None, rows: pd.DataFrame, kept: pd.DataFrame,
+                   ledger: pd.DataFrame, bridged: list[str], exempt: list[str]) -> dict:
+    """The ledger's part of ``metrics/split.json`` (counts of docs; examples: up to 5 names)."""
+    seen = set() if previous is None else set(previous["doc_id"])
+    return {
+        "ledger": {"enabled": enabled, "found": previous is not None},
+        "new_docs": int((~rows["doc_id"].isin(seen)).sum()),  # bridges included
+        "ledger_docs": len(ledger),
+        "ledger_docs_absent": len(seen - set(rows["doc_id"])),  # history: kept in the ledger, not in this run
+        BRIDGES: len(rows) - len(kept),
+        "bridged_components": len(bridged),
+        "bridged_examples": bridged[:5],
+        "straddling_exempt": len(exempt),
+        "straddling_exempt_examples": exempt[:5],
+        "ledger_overrides": int((kept["split"] != kept["scratch"]).sum()),
+    }
