@@ -82,6 +82,10 @@ class DedupParams(StrictModel):
         "local", description="local: this machine's process pool; ray: Ray Data (byte-identical outputs)"
     )
     ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
+    incremental: bool = Field(
+        True, description="sign only texts not in <data>/dedup_index and reuse its exact Jaccards (the outputs "
+        "equal a from-scratch run; engine ray always signs all); false signs every document again"
+    )
 
     @field_validator("conflict_policy", mode="before")
     @classmethod

@@ -169,6 +169,10 @@ class IngestParams(StrictModel):
     """Params of the ``ingest`` stage: the list of sources, each written to ``data/ingest/<name>.parquet``."""
 
     sources: list[SourceSpec] = Field(min_length=1)
+    incremental: bool = Field(
+        True, description="read only files new or changed since the last run (cache in <data>/ingest_cache; the "
+        "outputs equal a from-scratch run); false reads every file again"
+    )
 
     @model_validator(mode="after")
     def _unique_names(self):
