@@ -6,6 +6,11 @@ meta``; see tasks/CONTRACTS.md) and ``data/ingest/dropped.jsonl`` (one line per 
 and the output folder is swapped in by rename, so bad input never leaves a half-written output.
 
 Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``).
+
+Incremental (``ingest.incremental``, ``tasks/ingest/cache.py``): each file (a builtin or ``hf_disk`` source as
+a whole) is read only when ``<data>/ingest_cache`` holds no entry for its content, spec and code; the steps
+across files (ids never repeated, jsonl / parquet column types, ``max_docs``) run over all of them on every
+run, so the outputs equal a from-scratch run byte for byte. Files read and taken from the cache are logged.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +43,7 @@ from tasks.config.ingest import (
 )
 from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
+from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, spec_facts
 from tasks.ingest.deps import check_declared_deps
 from tasks.ingest.records import Record, SourceError, match_files
 
@@ -83,16 +90,22 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     Raises ``ValueError`` first if a file source is not a dvc.yaml dep of the stage (``deps.check_declared_deps``).
     """
     check_declared_deps(cfg.sources, paths.stage_data("ingest"), Path.cwd())
-    results = [ingest_source(spec) for spec in cfg.sources]
+    cache = UnitCache(paths.stage_data("ingest_cache"), cfg.incremental, ROW_SCHEMA)
+    results = [ingest_source(spec, cache) for spec in cfg.sources]
     write_outputs(paths.stage_data("ingest"), results)
+    cache.prune()
     for result in results:
         log_drops(result, log)
+    mode = "incremental" if cfg.incremental else "full (ingest.incremental: false)"
+    log.info(f"ingest: {mode}: {cache.units_read} file(s) read, {cache.units_cached} taken from the cache")
+    log.metrics({"incremental": {"units_read": cache.units_read, "units_cached": cache.units_cached}})
     return summarize(results)
 
 
 def read_source(spec, result: SourceResult) -> Iterator[Record]:
-    """All records of one source (a model from ``tasks.config.ingest``), in a deterministic order; the paths
-    its file search skipped go to ``result.skipped_paths``."""
+    """All records of one source (a model from ``tasks.config.ingest``), in a deterministic order, read whole
+    (what ``source_outcomes`` falls back on to raise a from-scratch run's error); the paths its file search
+    skipped go to ``result.skipped_paths``."""
     if isinstance(spec, BuiltinSource):
         return BUILTINS[spec.corpus]()
     if isinstance(spec, HfDiskSource):
@@ -102,33 +115,82 @@ def read_source(spec, result: SourceResult) -> Iterator[Record]:
     return FILE_READERS[type(spec)](spec, found.files)
 
 
-def ingest_source(spec) -> SourceResult:
-    """Read, normalize and sample one source. Raises ``SourceError`` for bad input or a repeated id."""
-    result = SourceResult(spec.name)
+def source_outcomes(spec, result: SourceResult, cache: UnitCache) -> Iterator[Outcome]:
+    """Every record's ``Outcome``, unit by unit through ``cache`` (a file, or a builtin / ``hf_disk`` source
+    whole), with the column-type checks across files run over all units. Raises ``SourceError``."""
+    if isinstance(spec, BuiltinSource | HfDiskSource):
+        facts = builtin_facts(spec.corpus) if isinstance(spec, BuiltinSource) else folder_facts(Path(spec.path))
+        whole = (lambda: ([outcome(spec, r) for r in read_source(spec, result)], {}))  # fmt: skip
+        yield from cache.through(spec.name, spec_facts(spec) | facts, whole)[0]
+        return
+    found = match_files(spec.path, spec.include)
+    result.skipped_paths = found.skipped
+    if isinstance(spec, ParquetSource):
+        tabular.check_parquet_types(found.files)  # footers only: the check spans all shards
+    types = tabular.ColumnTypes()
+    for path, name in found.files:
+        outcomes, facts = cache.through(spec.name, spec_facts(spec) | file_facts(path, name),
+                                        partial(read_unit, spec, path, name))  # fmt: skip
+        for column, (value_type, where) in facts.get("types", {}).items():
+            types.check(column, value_type, where)  # jsonl: a column's type must agree across files
+        yield from outcomes
+
+
+def read_unit(spec, path: Path, name: str) -> tuple[list[Outcome], dict[str, Any]]:
+    """One file's outcomes and, for jsonl, ``{"types": {column: [type, where first seen]}}`` in the file."""
+    if not isinstance(spec, JsonlSource):
+        return [outcome(spec, record) for record in FILE_READERS[type(spec)](spec, [(path, name)])], {}
+    types = tabular.ColumnTypes()
+    outcomes = [outcome(spec, record) for record in tabular.read_jsonl(spec, [(path, name)], types)]
+    return outcomes, {"types": types.first}
+
+
+def ingest_source(spec, cache: UnitCache) -> SourceResult:
+    """Read, normalize and sample one source. Raises ``SourceError`` for bad input or a repeated id: the
+    error of a whole from-scratch read (a unit read alone can meet a different error first)."""
+    try:
+        result = SourceResult(spec.name)
+        return collect(spec, source_outcomes(spec, result, cache), result)
+    except SourceError:
+        result = SourceResult(spec.name)
+        collect(spec, (outcome(spec, record) for record in read_source(spec, result)), result)
+        raise
+
+
+def collect(spec, outcomes: Iterator[Outcome], result: SourceResult) -> SourceResult:
+    """Fill ``result``: the source's rows and drops from its outcomes in input order, then ``max_docs``."""
     first_seen: dict[str, str] = {}
     kept: list[tuple[str, dict[str, Any]]] = []
-    for record in tqdm(read_source(spec, result), desc=f"ingest {spec.name}", unit="doc", mininterval=2):
+    for item in tqdm(outcomes, desc=f"ingest {spec.name}", unit="doc", mininterval=2):
         result.counts["docs_in"] += 1
-        doc_id = f"{spec.name}:{record.local_id}"
+        doc_id = f"{spec.name}:{item.local_id}"
         if doc_id in first_seen:
-            raise SourceError(f"{record.where}: id {record.local_id!r} repeats the one at {first_seen[doc_id]}")
-        first_seen[doc_id] = record.where
-        reason, row = build_row(spec, doc_id, record, result.counts)
-        if reason:
-            result.dropped.append(drop_entry(spec.name, doc_id, reason, record.where, record.detail))
+            raise SourceError(f"{item.where}: id {item.local_id!r} repeats the one at {first_seen[doc_id]}")
+        first_seen[doc_id] = item.where
+        if item.drop:
+            result.dropped.append(drop_entry(spec.name, doc_id, item.drop, item.where, item.detail))
         else:
-            kept.append((record.local_id, row))
+            kept.append((item.local_id, item.row))
+            result.counts["nfc_changed"] += item.nfc_changed
+            result.counts["whitespace_normalized"] += item.whitespace_changed
     result.rows = sample(kept, spec.max_docs, result, spec.name)
     check_identity(result)
     return result
 
 
-def build_row(spec, doc_id: str, record: Record, counts: Counter) -> tuple[str | None, dict[str, Any] | None]:
-    """``(drop reason, None)`` or ``(None, row)``; counts text changes in ``counts``."""
+def outcome(spec, record: Record) -> Outcome:
+    """What ingest makes of one record (``build_row``)."""
+    reason, row, nfc_changed, whitespace_changed = build_row(spec, f"{spec.name}:{record.local_id}", record)
+    return Outcome(record.local_id, record.where, reason, record.detail if reason else None, row,
+                   nfc_changed, whitespace_changed)  # fmt: skip
+
+
+def build_row(spec, doc_id: str, record: Record) -> tuple[str | None, dict[str, Any] | None, bool, bool]:
+    """``(drop reason, None, False, False)`` or ``(None, row, nfc_changed, whitespace_changed)``."""
     if record.drop:
-        return record.drop, None
+        return record.drop, None, False, False
     if record.text is None:
-        return "missing_text", None
+        return "missing_text", None, False, False
     text, nfc_changed, whitespace_changed = normalize_text(record.text)
     meta = dict(record.meta)
     if record.text_pair is not None:  # a pair's text is both texts, so dedup and leakage match the whole pair
@@ -137,14 +199,12 @@ def build_row(spec, doc_id: str, record: Record, counts: Counter) -> tuple[str |
         text = f"{text}\n\n{second}" if text and second else ""  # a pair with an empty side is dropped as empty
         nfc_changed, whitespace_changed = nfc_changed or nfc_pair, whitespace_changed or space_pair
     if not text:
-        return "empty", None
+        return "empty", None, False, False
     if nfc_changed:
         meta["raw_text"] = record.text  # kept only when normalization changed more than whitespace
     tokens = normalize_tokens(record.tokens, record.where)
     if tokens is not None:
         text = " ".join(tokens)  # token-labelled text is its (NFC) words joined by one space
-    counts["nfc_changed"] += nfc_changed
-    counts["whitespace_normalized"] += whitespace_changed
     row = {
         "doc_id": doc_id,
         "source": spec.name,
@@ -156,7 +216,7 @@ def build_row(spec, doc_id: str, record: Record, counts: Counter) -> tuple[str |
         "tags": record.tags,
         "meta": json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str),
     }
-    return None, row
+    return None, row, nfc_changed, whitespace_changed
 
 
 _HORIZONTAL_SPACE = re.compile(r"[^\S\n]+")

