@@ -17,7 +17,8 @@ Method (text-dedup / datatrove style, with verification):
    true near duplicate; no Jaccard is computed for a candidate whose rows are already joined. The sets are
    held as sorted 64-bit shingle hashes (two distinct shingles collide with probability ~2**-64). Clusters
    are the connected components (union-find), so a chain A~B~C joins A and C
-   even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. The remaining parts (row
+   even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. Signatures and Jaccards of texts
+   seen before come from ``<data>/dedup_index`` (``incremental.py``: the rule, and why outputs stay equal). The remaining parts (row
    labels, output files, metrics) are ``tasks/dedup/outputs.py``; the Parquet files are written in a thread
    while the cluster report is built. Nothing here imports pandas (pyarrow would on ``pa.array`` of a list).
 
@@ -39,7 +40,6 @@ are still marked. With ``keep_one_per: cluster`` one row survives per cluster ac
 from __future__ import annotations
 
 import hashlib
-import logging
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,7 +56,7 @@ from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
 from tasks.dedup import policy
-from tasks.dedup.conflicts import Conflicts, drop_conflicting, find_conflicts, largest_component, resolve
+from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.near import _progress, merge_near
 from tasks.dedup.outputs import (
     ROLE_RANK,
@@ -65,12 +65,12 @@ from tasks.dedup.outputs import (
     label_rows,
     lsh_summary,
     write_cluster_report,
+    warn_about,
     write_sources,
 )
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
 OPTIONAL_COLUMNS = ("tags", "group")  # read when present: the row contract has them, older test files may not
-WARN = logging.getLogger("clozeline.dedup")  # the RunLog has info only; warnings go to Python logging
 
 
 def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
@@ -83,7 +83,10 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     corpus = read_corpus(paths.stage_data("ingest"), with_text=cfg.engine == "local")
     policies = policy.resolve(cfg, list(corpus.files))
     log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.files)} sources, engine {cfg.engine}")
-    docs = sign_documents(corpus.texts(), cfg) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
+    from tasks.dedup import incremental  # imported here: it builds on this module's DocSignatures
+
+    index = paths.stage_data("dedup_index")
+    docs = incremental.sign(corpus, cfg, index, log) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
     clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
@@ -102,32 +105,13 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
         found = (edges, conflicts, resolution)
         report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, *found, cfg)
         written.result()
+    incremental.save(index, docs, cfg, log)  # after the report: it holds every Jaccard the run computed
     metrics = dedup_metrics(corpus, labels, report, policies, allowed.exact_protected)
     metrics["largest_component"] = largest_component(corpus, labels)
     metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
     warn_about(report, conflicts, metrics["all"]["conflict_rules"], metrics["largest_component"], cfg)
     log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
     return metrics
-
-
-def warn_about(report: list[dict], conflicts: Conflicts, rules: dict, component: dict, cfg: DedupParams) -> None:
-    """Log a warning for conflicting clusters (with how ``conflict_policy`` decided them, ``rules``: clusters per
-    rule) and for an oversized cluster."""
-    conflicting = [r["cluster_id"] for r in report if r["conflict_rule"] is not None]
-    if conflicting:
-        decided = ", ".join(f"{rule} {n}" for rule, n in rules.items() if n)
-        WARN.warning(
-            f"dedup: {len(conflicts.labels)} cluster(s) with disagreeing labels ({len(conflicts.labels_exact)} "
-            f"between copies of one text) and {len(conflicts.tags)} with disagreeing tags (conflict_policy="
-            f"{cfg.conflict_policy}: {decided}), e.g. {conflicting[:5]}; members' labels, votes and rules are in "
-            "clusters.jsonl"
-        )
-    if component["docs"] > cfg.warn_component_docs:
-        WARN.warning(
-            f"dedup: cluster {component['cluster_id']} chains {component['docs']} docs from {component['sources']} "
-            f"source(s) and {component['groups']} group(s), above dedup.warn_component_docs="
-            f"{cfg.warn_component_docs}: the split stage keeps it in one split"
-        )
 
 
 # ---------------------------------------------------------------------------------------------------- input
@@ -229,7 +213,7 @@ class DocSignatures:
         the LSH pass checked; Jaccard is symmetric); the others are computed in blocks of ``PAIR_BLOCK`` pairs
         over ``num_proc`` forked processes, which inherit the shingle sets, and remembered."""
         left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
-        keys = np.minimum(left, right) * len(self.text_hash) + np.maximum(left, right)
+        keys = self.pair_keys(left, right)
         at = np.searchsorted(self.known_pairs, keys).clip(max=max(len(self.known_pairs) - 1, 0))
         known = self.known_pairs[at] == keys if len(self.known_pairs) else np.zeros(len(keys), bool)
         values = np.empty(len(keys))
@@ -238,6 +222,10 @@ class DocSignatures:
         pairs, first = np.unique(np.concatenate([self.known_pairs, keys[~known]]), return_index=True)
         self.known_pairs, self.known_jaccards = pairs, np.concatenate([self.known_jaccards, values[~known]])[first]
         return values
+
+    def pair_keys(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """One int64 key per unordered pair of rows: what ``known_pairs`` holds."""
+        return np.minimum(left, right) * len(self.text_hash) + np.maximum(left, right)
 
     def candidates(self, signed: list[int], bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """LSH candidates among the ``signed`` rows: ``(left, right)`` int64 rows sharing a band key, ``left``

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import shutil
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from tasks.dedup.conflicts import Conflicts, Resolution
 
 ROLE_RANK = {"task": 0, "pretrain": 1}
+WARN = logging.getLogger("clozeline.dedup")  # the RunLog has info only; warnings go to Python logging
 
 
 @dataclass
@@ -316,3 +318,23 @@ def lsh_summary(threshold: float, bands: int, rows: int) -> dict[str, float]:
         "p_detect_at_threshold": minhash.p_candidate(threshold, bands, rows),
         "p_detect_at_threshold_plus_0_05": minhash.p_candidate(min(threshold + 0.05, 1.0), bands, rows),
     }
+
+
+def warn_about(report: list[dict], conflicts: Conflicts, rules: dict, component: dict, cfg: DedupParams) -> None:
+    """Log a warning for conflicting clusters (with how ``conflict_policy`` decided them, ``rules``: clusters per
+    rule) and for an oversized cluster."""
+    conflicting = [r["cluster_id"] for r in report if r["conflict_rule"] is not None]
+    if conflicting:
+        decided = ", ".join(f"{rule} {n}" for rule, n in rules.items() if n)
+        WARN.warning(
+            f"dedup: {len(conflicts.labels)} cluster(s) with disagreeing labels ({len(conflicts.labels_exact)} "
+            f"between copies of one text) and {len(conflicts.tags)} with disagreeing tags (conflict_policy="
+            f"{cfg.conflict_policy}: {decided}), e.g. {conflicting[:5]}; members' labels, votes and rules are in "
+            "clusters.jsonl"
+        )
+    if component["docs"] > cfg.warn_component_docs:
+        WARN.warning(
+            f"dedup: cluster {component['cluster_id']} chains {component['docs']} docs from {component['sources']} "
+            f"source(s) and {component['groups']} group(s), above dedup.warn_component_docs="
+            f"{cfg.warn_component_docs}: the split stage keeps it in one split"
+        )

@@ -1,0 +1,219 @@
+"""Incremental dedup: a persisted index of signatures and exact Jaccards, so a run signs only the texts it has
+not seen, and its outputs equal a from-scratch run's byte for byte.
+
+The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
+
+- ``entries.parquet``: one row per distinct document text of the last run, sorted by ``raw_md5`` (md5 of the
+  ingest text, UTF-8): the md5 of its normalized text (``text_hash``), ``n_words``, ``n_chars``, its MinHash
+  ``signature`` (``num_perm`` uint32) and its sorted unique uint64 shingle hashes (the set exact Jaccard is
+  taken on); the Parquet metadata holds the fingerprint below;
+- ``jaccards.parquet``: every exact Jaccard computed so far between two texts still present, as
+  ``(left, right, jaccard)`` with ``left < right`` normalized-text md5s, sorted.
+
+Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
+when there is no index, or when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed`` and the
+md5 of the code that computes signatures and Jaccards (``tasks/common/minhash.py``, ``tasks/common/textnorm.py``,
+``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
+signature, shingles and counts from it; the others (new documents, and edited ones: their text has a new md5)
+are signed; a pair of texts whose Jaccard is stored is not computed again. A removed document needs nothing:
+its entry is simply not asked for, and is not written back. The other params (threshold, LSH weights,
+policies, keep rule, ``conflict_policy``) change no stored value, so they do not force a full recompute.
+
+Then the clustering runs over the whole corpus as in a from-scratch run: LSH band keys from the signatures
+(a numpy pass; storing band buckets would save little, and the merge order must be the from-scratch one),
+merges in keep order, conflicts, labels, outputs. So the outputs are a from-scratch run's by construction,
+including a longer copy that arrives and becomes its cluster's kept row; the Jaccards computed are only those
+of pairs involving new texts (or pairs a from-scratch run would check that an earlier run never had to).
+``engine: ray`` always recomputes in full and leaves an empty index (its shingle sets stay on the workers).
+
+Which path ran, why, and how many texts were signed are logged and sent to MLflow (tags ``dedup.mode``,
+``dedup.reason``; metric ``incremental/docs_signed``), not written to ``metrics/dedup.json``: that file must
+have the same bytes whichever path produced the outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.common import minhash, textnorm
+from tasks.common.textnorm import arrow_strings
+from tasks.config.dedup import DedupParams
+from tasks.dedup import Corpus, DocSignatures, sign_documents
+
+ENTRIES, JACCARDS = "entries.parquet", "jaccards.parquet"
+FINGERPRINT_KEY = b"clozeline.fingerprint"
+FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(__file__).with_name("__init__.py"))
+
+
+@dataclass
+class IndexedSignatures(DocSignatures):
+    """``DocSignatures`` whose Jaccard memo is keyed by pairs of distinct normalized texts (``text_id``:
+    ``(docs,)`` int64 into ``texts``, the sorted distinct ``text_hash``es), so stored Jaccards apply to every
+    row holding the text; ``raw_md5``: ``(docs,)`` md5 of each ingest text (the index key)."""
+
+    raw_md5: list[str] = field(default_factory=list)
+    texts: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    text_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def pair_keys(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """One int64 key per unordered pair of texts (rows of one text share the key)."""
+        a, b = self.text_id[left], self.text_id[right]
+        return np.minimum(a, b) * len(self.texts) + np.maximum(a, b)
+
+
+def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatures:
+    """Signatures of every row of ``corpus``: from the index at ``folder`` where the rule above allows, else
+    signed (``sign_documents``); logs the path taken to ``log`` (info, MLflow tags and metrics)."""
+    texts = corpus.texts()
+    raw = raw_md5s(texts)
+    stored, reason = load_entries(folder, cfg)
+    mode = "incremental" if stored is not None else "full"
+    stored = stored if stored is not None else {}
+    found = sum(digest in stored for digest in raw)
+    todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in stored}.values())
+    at = _numbers(np.asarray(todo, np.int64), pa.int64())
+    picked = texts.take(at) if isinstance(texts, pa.Array) else [texts[i] for i in todo]
+    fresh = sign_documents(picked, cfg)
+    for k, i in enumerate(todo):
+        stored[raw[i]] = (fresh.text_hash[k], fresh.n_words[k], fresh.n_chars[k], fresh.signature[k], fresh.shingles[k])
+    docs = assemble(raw, stored, cfg.num_perm)
+    if mode == "incremental":
+        docs.known_pairs, docs.known_jaccards = load_jaccards(folder, docs)
+        reason = f"{found} of {len(raw)} docs found in the index"
+    log.info(f"dedup: {mode} ({reason}): {len(todo)} distinct texts signed")
+    log.tags({"dedup.mode": mode, "dedup.reason": reason})
+    log.metrics({"incremental": {"docs_signed": len(todo), "full": int(mode == "full")}})
+    return docs
+
+
+def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
+    """md5 hex of each text's UTF-8 bytes (from the Arrow buffers when ``texts`` is Arrow: no ``str`` per text)."""
+    if not isinstance(texts, pa.Array):
+        return [hashlib.md5(text.encode("utf-8")).hexdigest() for text in texts]
+    offsets = np.frombuffer(texts.buffers()[1], np.int64, count=len(texts) + 1, offset=texts.offset * 8).tolist()
+    data = memoryview(texts.buffers()[2] or b"")
+    return [hashlib.md5(data[start:stop]).hexdigest() for start, stop in zip(offsets, offsets[1:])]
+
+
+def fingerprint(cfg: DedupParams) -> dict[str, Any]:
+    """What every stored value depends on (see the module docstring)."""
+    code = hashlib.md5(b"".join(path.read_bytes() for path in FINGERPRINT_CODE)).hexdigest()
+    return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code}
+
+
+def load_entries(folder: Path, cfg: DedupParams) -> tuple[dict[str, tuple] | None, str]:
+    """``({raw_md5: (text_hash, n_words, n_chars, signature, shingles)}, reason)``, or ``(None, why a full
+    recompute)``."""
+    if not cfg.incremental:
+        return None, "dedup.incremental: false"
+    if not (folder / ENTRIES).is_file():
+        return None, f"no index in {folder}"
+    table = pq.read_table(folder / ENTRIES)
+    old = json.loads(table.schema.metadata[FINGERPRINT_KEY])
+    new = fingerprint(cfg)
+    changed = sorted(key for key in new if old.get(key) != new[key])
+    if changed:
+        return None, f"the index fingerprint changed ({', '.join(changed)})"
+    signature = table.column("signature").combine_chunks()
+    signatures = minhash.numpy_view(signature.values).reshape(len(table), cfg.num_perm)
+    shingles = table.column("shingles").combine_chunks()
+    bounds = minhash.numpy_view(shingles.offsets)
+    flat = minhash.numpy_view(shingles.values)
+    n_words, n_chars = (minhash.numpy_view(table.column(c).combine_chunks()) for c in ("n_words", "n_chars"))
+    rows = zip(table.column("text_hash").to_pylist(), n_words, n_chars, signatures, zip(bounds, bounds[1:]))
+    keys = table.column("raw_md5").to_pylist()
+    return {key: (h, w, c, s, flat[lo:hi]) for key, (h, w, c, s, (lo, hi)) in zip(keys, rows)}, "index found"
+
+
+def assemble(raw: list[str], stored: dict[str, tuple], num_perm: int) -> IndexedSignatures:
+    """Every row's values from ``stored`` (keyed by raw md5), with the text ids of its normalized texts."""
+    values = [stored[digest] for digest in raw]
+    text_hash = [value[0] for value in values]
+    texts, text_id = np.unique(np.asarray(text_hash, object), return_inverse=True) if raw else (np.zeros(0, object), np.zeros(0, np.int64))
+    return IndexedSignatures(
+        text_hash=text_hash,
+        n_words=np.fromiter((v[1] for v in values), np.int64, count=len(values)),
+        n_chars=np.fromiter((v[2] for v in values), np.int64, count=len(values)),
+        signature=np.stack([v[3] for v in values]) if values else np.zeros((0, num_perm), np.uint32),
+        shingles=[v[4] for v in values],
+        raw_md5=raw, texts=texts, text_id=np.asarray(text_id, np.int64),
+    )  # fmt: skip
+
+
+def load_jaccards(folder: Path, docs: IndexedSignatures) -> tuple[np.ndarray, np.ndarray]:
+    """The stored Jaccards between texts of this corpus as ``(sorted pair keys, values)`` (``pair_keys``)."""
+    if not (folder / JACCARDS).is_file():
+        return docs.known_pairs, docs.known_jaccards
+    table = pq.read_table(folder / JACCARDS)
+    ids = {text: k for k, text in enumerate(docs.texts.tolist())}
+    left = np.fromiter((ids.get(t, -1) for t in table.column("left").to_pylist()), np.int64, count=len(table))
+    right = np.fromiter((ids.get(t, -1) for t in table.column("right").to_pylist()), np.int64, count=len(table))
+    present = (left >= 0) & (right >= 0)
+    keys = np.minimum(left, right)[present] * len(docs.texts) + np.maximum(left, right)[present]
+    jaccard = table.column("jaccard").combine_chunks()
+    values = np.frombuffer(jaccard.buffers()[1], np.float64, count=len(jaccard), offset=jaccard.offset * 8)[present]
+    order = np.argsort(keys)
+    return keys[order], values[order].copy()
+
+
+def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
+    """Write the index for this run's corpus (``IndexedSignatures``) or an empty one (``engine: ray``),
+    swapped in by rename."""
+    if not isinstance(docs, IndexedSignatures):
+        log.info("dedup: engine ray: full recompute; the index is left empty (the next local run signs all)")
+        docs = assemble([], {}, cfg.num_perm)
+    tmp, old = folder.with_name(f".{folder.name}.tmp"), folder.with_name(f".{folder.name}.old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    pq.write_table(entries_table(docs, cfg), tmp / ENTRIES, compression="zstd")
+    pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def entries_table(docs: IndexedSignatures, cfg: DedupParams) -> pa.Table:
+    """One row per distinct raw text, sorted by its md5 (the bytes depend only on the corpus' texts)."""
+    first = {digest: i for i, digest in reversed(list(enumerate(docs.raw_md5)))}
+    rows = [first[digest] for digest in sorted(first)]
+    sizes = np.fromiter((len(docs.shingles[i]) for i in rows), np.int64, count=len(rows))
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes)])
+    flat = np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows])
+    signature = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(-1)
+    table = pa.table({
+        "raw_md5": arrow_strings(sorted(first)),
+        "text_hash": arrow_strings([docs.text_hash[i] for i in rows]),
+        "n_words": _numbers(docs.n_words[rows], pa.int64()),
+        "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
+        "signature": pa.FixedSizeListArray.from_arrays(_numbers(signature, pa.uint32()), cfg.num_perm),
+        "shingles": pa.LargeListArray.from_arrays(_numbers(offsets, pa.int64()), _numbers(flat, pa.uint64())),
+    })  # fmt: skip
+    return table.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(fingerprint(cfg), sort_keys=True).encode()})
+
+
+def jaccards_table(docs: IndexedSignatures) -> pa.Table:
+    """Every Jaccard the run knows, as sorted ``(left, right, jaccard)`` normalized-text md5 pairs."""
+    n = max(len(docs.texts), 1)  # known_pairs is sorted: by left text, then right (texts are sorted)
+    return pa.table({
+        "left": arrow_strings(docs.texts[docs.known_pairs // n].tolist()),
+        "right": arrow_strings(docs.texts[docs.known_pairs % n].tolist()),
+        "jaccard": _numbers(np.asarray(docs.known_jaccards, np.float64), pa.float64()),
+    })  # fmt: skip
+
+
+def _numbers(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A numpy array as an Arrow array from its buffer (``pa.array`` would import pandas)."""
+    data = np.ascontiguousarray(values, kind.to_pandas_dtype())
+    return pa.Array.from_buffers(kind, len(data), [None, pa.py_buffer(data)])
