@@ -1,0 +1,255 @@
+"""split ledger (split.ledger): no doc ever moves split across runs, bridges are dropped and counted, and an
+incremental sequence equals a from-scratch run over the union except for the counted bridges."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from tasks import split
+from tasks.config import Paths, read_yaml
+from tasks.config.split import SplitParams
+from tasks.split import ledger
+from tasks.tracking import NullLog
+
+
+def params(**changes) -> SplitParams:
+    """The repo's ``split:`` params in ledger mode (hash), with ``changes`` applied."""
+    base = {"assignment": "hash", "ledger": True, "stratify_by_label": False}
+    return SplitParams(**{**read_yaml("params.yaml")["split"], **base, **changes})
+
+
+def frame(docs: list[dict]) -> pd.DataFrame:
+    """A dedup-contract frame of one source from ``{doc_id, source, role, group, cluster_id}`` dicts."""
+    return pd.DataFrame({
+        "doc_id": [d["doc_id"] for d in docs], "source": [d["source"] for d in docs],
+        "role": [d["role"] for d in docs], "text": [f"text of {d['doc_id']}" for d in docs],
+        "label": [None] * len(docs), "group": [d["group"] for d in docs], "tokens": [None] * len(docs),
+        "tags": [None] * len(docs), "meta": ["{}"] * len(docs), "cluster_id": [d["cluster_id"] for d in docs],
+        "is_duplicate": [False] * len(docs),
+    })
+
+
+def run_night(root, docs: list[dict], cfg: SplitParams):
+    """One scheduled run in ``root`` (data/dedup and data/split rewritten, data/split_ledger kept, as DVC does).
+
+    Returns (metrics, ``{doc_id: split}`` of the output, dropped.jsonl records)."""
+    paths = Paths(data=root / "data", models=root / "m", metrics=root / "x", reports=root / "r")
+    for stage in ("dedup", "split"):
+        shutil.rmtree(paths.stage_data(stage), ignore_errors=True)
+    paths.stage_data("dedup").mkdir(parents=True)
+    for source in sorted({d["source"] for d in docs}):
+        frame([d for d in docs if d["source"] == source]).to_parquet(paths.stage_data("dedup") / f"{source}.parquet")
+    metrics = split.run(cfg, paths, NullLog())
+    out = pd.concat([pd.read_parquet(p) for p in sorted(paths.stage_data("split").glob("*.parquet"))])
+    lines = (paths.stage_data("split") / "dropped.jsonl").read_text().splitlines()
+    return metrics, dict(zip(out["doc_id"], out["split"])), [json.loads(line) for line in lines]
+
+
+class Corpus:
+    """A growing corpus: task source ``t`` (grouped docs) and pretrain source ``p`` (groupless, clusters).
+
+    Doc ids are random hex, so a new doc often sorts before the old ones (the case that renames clusters)."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.docs: dict[str, dict] = {}
+        self.hidden: dict[str, dict] = {}
+        self.joined: set[str] = set()  # groups a later doc linked to another group through a cluster
+        for g in range(60):
+            for _ in range(self.rng.randint(2, 4)):
+                self.add("t", "task", f"g{g:03d}")
+        for _ in range(150):
+            self.add("p", "pretrain", None)
+
+    def add(self, source: str, role: str, group: str | None, cluster: str | None = None) -> str:
+        doc_id = f"{source}{self.rng.getrandbits(40):010x}"
+        self.docs[doc_id] = {"doc_id": doc_id, "source": source, "role": role, "group": group,
+                             "cluster_id": cluster or doc_id}
+        return doc_id
+
+    def groups(self) -> list[str]:
+        return sorted({d["group"] for d in self.docs.values() if d["group"]})
+
+    def of_group(self, group: str) -> list[str]:
+        return sorted(k for k, d in self.docs.items() if d["group"] == group)
+
+    def grow(self, night: int, avoid: set[str]) -> None:
+        """Docs added to 5 existing groups, 4 new groups, 2 near duplicates of old docs in new groups, and 10
+        pretraining docs; ``avoid``: groups whose component a bridge doc keeps bridged (their new docs would be
+        dropped too, which the bridge tests count on their own)."""
+        free = [g for g in self.groups() if g not in avoid]
+        for group in self.rng.sample(free, 5):
+            for _ in range(self.rng.randint(1, 2)):
+                self.add("t", "task", group)
+        for k in range(4):
+            for _ in range(self.rng.randint(1, 3)):
+                self.add("t", "task", f"n{night}-{k}")
+        for k, old in enumerate(self.rng.sample([i for g in free for i in self.of_group(g)], 2)):
+            self.add("t", "task", f"dup{night}-{k}", cluster=self.docs[old]["cluster_id"])
+            self.joined |= {f"dup{night}-{k}", self.docs[old]["group"]}
+        for _ in range(10):
+            self.add("p", "pretrain", None)
+
+    def rename_a_cluster(self) -> None:
+        """A new pretraining near duplicate joins an old cluster, which dedup renames after its first doc."""
+        old = self.rng.choice(sorted(k for k, d in self.docs.items() if d["role"] == "pretrain"))
+        new = self.add("p", "pretrain", None, cluster=self.docs[old]["cluster_id"])
+        members = [k for k, d in self.docs.items() if d["cluster_id"] == self.docs[old]["cluster_id"]]
+        for k in members:
+            self.docs[k]["cluster_id"] = min(members + [new])
+
+    def link(self, a: str, b: str) -> str:
+        """A new doc in ``a``'s group and ``b``'s cluster (joins the two components)."""
+        self.joined |= {self.docs[a]["group"], self.docs[b]["group"]}
+        return self.add("t", "task", self.docs[a]["group"], cluster=self.docs[b]["cluster_id"])
+
+    def rows(self) -> list[dict]:
+        return [dict(d) for d in self.docs.values()]
+
+
+def pick_pair(corpus: Corpus, first: dict[str, str], same: bool, avoid: set[str]) -> tuple[str, str]:
+    """Docs of two untouched groups in the same (``same``) or different splits of the ledger the test keeps."""
+    groups = [g for g in corpus.groups() if g.startswith("g") and g not in avoid]
+    for ga in groups:
+        for gb in groups:
+            a, b = corpus.of_group(ga)[0], corpus.of_group(gb)[0]
+            if ga != gb and (first[a] == first[b]) == same:
+                return a, b
+    raise AssertionError("no such pair")
+
+
+def nights(tmp_path, rename: bool):
+    """Five nights over a growing corpus in ledger mode. Night 2 adds a bridge between groups the test's own
+    record puts in different splits, night 3 a link between groups in the same split, night 2 hides 3 docs
+    that come back on night 4. Yields (night, corpus, metrics, output, dropped, first, expected bridges)."""
+    corpus, first, bridges, avoid = Corpus(seed=11), {}, set(), set()
+    for night in range(5):
+        if night:
+            corpus.grow(night, avoid)
+        if night == 2:
+            for doc_id in sorted(k for k in corpus.docs if k in first)[:3]:
+                corpus.hidden[doc_id] = corpus.docs.pop(doc_id)
+        if night == 4:
+            corpus.docs.update(corpus.hidden)
+        if night in (2, 3):
+            a, b = pick_pair(corpus, first, same=night == 3, avoid=avoid)
+            new = corpus.link(a, b)
+            avoid |= {corpus.docs[a]["group"], corpus.docs[b]["group"]}
+            if night == 2:
+                bridges.add(new)
+        if rename and night >= 1:
+            corpus.rename_a_cluster()
+        metrics, out, dropped = run_night(tmp_path / "incremental", corpus.rows(), params())
+        yield night, corpus, metrics, out, dropped, first, bridges
+        for doc_id, got in out.items():
+            first.setdefault(doc_id, got)
+
+
+def test_no_document_moves_over_five_nights_and_the_ledger_is_what_holds_them(tmp_path):
+    moved_without_ledger = 0
+    for night, corpus, metrics, out, dropped, first, bridges in nights(tmp_path, rename=True):
+        assert {k: v for k, v in out.items() if k in first} == {k: first[k] for k in out if k in first}
+        assert metrics["moved_since_previous"] == (None if night == 0 else 0)
+        assert metrics["new_docs"] == sum(doc_id not in first for doc_id in corpus.docs)
+        assert sorted(d["doc_id"] for d in dropped) == sorted(bridges)
+        # hidden on night 2, back on night 4: the ledger kept them (history) and they got their old split back
+        assert metrics["ledger_docs_absent"] == (3 if night in (2, 3) else 0)
+        _, scratch, _ = run_night(tmp_path / f"scratch{night}", corpus.rows(), params(ledger=False))
+        moved_without_ledger += sum(scratch[k] != first[k] for k in scratch if k in first)
+    # the data would catch a ledger that does nothing: plain hash over the union moves docs of the bridged
+    # groups and of the renamed pretraining clusters
+    assert moved_without_ledger > 0
+
+
+def test_incremental_equals_from_scratch_on_the_union_except_the_counted_bridges(tmp_path):
+    for night, corpus, metrics, out, dropped, first, bridges in nights(tmp_path, rename=False):
+        pass
+    assert len(bridges) == 1 and metrics["bridges_splits"] == 1 and metrics["bridged_components"] == 1
+    scratch_metrics, scratch, _ = run_night(tmp_path / "scratch", corpus.rows(), params())
+    assert scratch_metrics["ledger"] == {"enabled": True, "found": False} and scratch_metrics["bridges_splits"] == 0
+    assert set(scratch) - set(out) == bridges
+    differ = {k for k in out if out[k] != scratch[k]}
+    assert len(differ) == metrics["ledger_overrides"] > 0
+    # only where a later doc joined two groups through a cluster: the bridge, and near duplicates whose new
+    # group has a smaller name than the old one (from scratch the merged component takes the smaller name's key)
+    assert {corpus.docs[k]["group"] for k in differ} <= corpus.joined
+    bridge = corpus.docs[next(iter(bridges))]
+    bridged = {bridge["group"]} | {d["group"] for d in corpus.docs.values() if d["cluster_id"] == bridge["cluster_id"]}
+    renamed = {g for g in corpus.joined - bridged if g.startswith("dup")}
+    assert {corpus.docs[k]["group"] for k in differ} & bridged and renamed
+
+
+def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_the_straddle_check(tmp_path):
+    docs = [{"doc_id": f"t{i:03d}", "source": "t", "role": "task", "group": f"g{i % 100:02d}",
+             "cluster_id": f"t{i:03d}"} for i in range(300)]
+    _, before, _ = run_night(tmp_path, docs, params())
+    a = next(k for k, s in sorted(before.items()) if s == "train")
+    b = next(k for k, s in sorted(before.items()) if s == "test")
+    # N shares a's group and b's cluster; M is a plain new doc of a's group (joins train)
+    docs.append({"doc_id": "t900", "source": "t", "role": "task", "group": docs[int(a[1:])]["group"], "cluster_id": b})
+    docs.append({"doc_id": "t901", "source": "t", "role": "task", "group": "fresh", "cluster_id": "t901"})
+    metrics, after, dropped = run_night(tmp_path, docs, params())
+    assert dropped == [{"source": "t", "doc_id": "t900", "reason": "bridges_splits",
+                        "detail": dropped[0]["detail"]}] and "test and train" in dropped[0]["detail"]
+    assert "t900" not in after and {k: after[k] for k in before} == before and "t901" in after
+    src = metrics["sources"]["t"]
+    assert src["docs_in"] == 302 == sum(src["docs"].values()) + sum(src["dropped"].values())
+    assert src["dropped"] == {"bridges_splits": 1} and metrics["bridges_splits"] == 1
+    assert metrics["bridged_components"] == 1 and metrics["moved_since_previous"] == 0
+    assert metrics["straddling_exempt"] == 0  # without N, a's group and b's cluster no longer touch
+    # a new dedup cluster chain a ~ N ~ b: dedup gives all three one cluster_id, so a (train) and b (test) share
+    # it after N is dropped; that cluster is exempt and named, not a SplitLeakError
+    for d in docs:
+        if d["doc_id"] in (a, b, "t900"):
+            d["cluster_id"] = "chain"
+    docs[-2]["group"] = "lonely"
+    metrics, after, dropped = run_night(tmp_path, docs, params())
+    assert [d["doc_id"] for d in dropped] == ["t900"] and after[a] == "train" and after[b] == "test"
+    assert metrics["straddling_exempt"] == 1 and metrics["straddling_exempt_examples"] == ["cluster:task:chain"]
+    assert metrics["groups_in_multiple_splits"] == 0
+    # the same chain without a ledger is one component in one split (the straddle check still guards it)
+    shutil.rmtree(tmp_path / "data" / "split_ledger")
+    _, scratch, _ = run_night(tmp_path, docs, params())
+    assert scratch[a] == scratch[b] == scratch["t900"]
+
+
+def test_ledger_off_neither_reads_nor_keeps_history_and_its_bytes_are_deterministic(tmp_path):
+    docs = Corpus(seed=3).rows()
+    for root in ("a", "b"):
+        metrics, _, _ = run_night(tmp_path / root, docs, params(ledger=False))
+    ledger = "data/split_ledger/ledger.parquet"
+    assert (tmp_path / "a" / ledger).read_bytes() == (tmp_path / "b" / ledger).read_bytes()
+    assert metrics["ledger"] == {"enabled": False, "found": False} and metrics["moved_since_previous"] is None
+    metrics, _, _ = run_night(tmp_path / "a", docs[:-5], params(ledger=False))
+    written = pd.read_parquet(tmp_path / "a" / ledger)
+    assert len(written) == len(docs) - 5 and list(written["doc_id"]) == sorted(written["doc_id"])
+    assert list(written.columns) == ["doc_id", "role", "split"]
+
+
+def test_ledger_needs_hash_assignment_and_a_bad_ledger_file_is_named(tmp_path):
+    with pytest.raises(ValidationError, match=r"split\.ledger: true needs split\.assignment: hash"):
+        params(assignment="fill")
+    with pytest.raises(ValidationError, match=r"split\.ledger"):
+        params(mode="temporal", date_meta_key="date")
+    docs = Corpus(seed=5).rows()
+    run_night(tmp_path, docs, params())
+    path = tmp_path / "data" / "split_ledger" / "ledger.parquet"
+    pd.read_parquet(path).assign(split="heldout").to_parquet(path, index=False)
+    with pytest.raises(ValueError, match=r"ledger\.parquet: doc '\w+' has split 'heldout', not a split of role 'task'"):
+        run_night(tmp_path, docs, params())
+
+
+def test_moved_since_reads_the_written_files_back(tmp_path):
+    previous = pd.DataFrame({"doc_id": ["a", "b", "c"], "role": "task", "split": ["train", "test", "dev"]})
+    (tmp_path / "manifest.tsv").write_text("doc_id\tsplit\na\ttrain\nb\ttrain\n")  # b moved test -> train
+    previous.iloc[[0, 1]].to_parquet(tmp_path / "ledger.parquet", index=False)  # c lost from the ledger
+    assert ledger.moved_since(previous, tmp_path / "manifest.tsv", tmp_path / "ledger.parquet") == 2
+    previous.to_parquet(tmp_path / "ledger.parquet", index=False)
+    (tmp_path / "manifest.tsv").write_text("doc_id\tsplit\na\ttrain\nb\ttest\nz\tdev\n")
+    assert ledger.moved_since(previous, tmp_path / "manifest.tsv", tmp_path / "ledger.parquet") == 0
