@@ -143,6 +143,10 @@ class LeakageParams(StrictModel):
     hardware: HardwareParams = Field(
         default_factory=HardwareParams, description="copied from the hardware section (the semantic detector's device)"
     )
+    pretrain_init_from: str = Field(
+        "scratch", description="copied from pretrain.init_from: a model folder's pretraining lineage is audited "
+        "against the eval sets (tasks/leakage/lineage.py); scratch and reference have none of ours"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> LeakageParams:
