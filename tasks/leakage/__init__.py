@@ -22,15 +22,21 @@ default: sliced in the report as not semantically clean) or removed. Two passes 
 - ``tasks.leakage.residual``: an independent, differently loose detector (pooled word 8-gram coverage) on
   the corpus after the action: the contamination left (``residual``).
 
+Across runs (``tasks.leakage.lineage``): when pretraining continues a model folder (``pretrain.init_from``), the
+eval docs are also checked, with the same lexical detectors, against the text that model and its ancestors
+trained on (the files its ``pretraining.json`` records by md5); a matched eval doc is removed from its set or
+flagged (``pretrain_action``), and a lineage that cannot be established is ``status: unknown`` (``lineage``).
+
 Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent),
 ``data/leakage/removed.jsonl`` (one line per removed row, with its reason), ``data/leakage/table.parquet``
 (train_doc, eval_doc, method, score, span, plus sources, eval split and check; method ``semantic`` for the
-semantic detector's pairs) and ``data/leakage/review.jsonl`` (the semantic detector's labelled review sample and
+semantic detector's pairs), ``data/leakage/lineage.parquet`` (the lineage audit's pairs) and
+``data/leakage/review.jsonl`` (the semantic detector's labelled review sample and
 its highest-scoring real flags, for a person to check); the two measuring passes write nothing else. Returns ``eval_sets.<source>/<split>`` ``{docs, rate_before, rate_after}``: the share of
 eval docs with at least one lexically matching pretraining doc, before and after the action, plus
 ``task_train_rate_*`` (check b), ``any_rate_*`` (flagged docs still count after the action; see
 ``leakage_metrics``) and ``semantic_rate`` (a semantic match in the kept corpus), and the ``planted``,
-``residual`` and ``semantic`` metrics.
+``residual``, ``semantic`` and ``lineage`` metrics.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from tasks.common.confusables import fold_words
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import planted, residual
+from tasks.leakage import lineage, planted, residual
 from tasks.leakage.detectors import (
     Side,
     detect,
@@ -106,11 +112,16 @@ def run(cfg: LeakageParams, paths, log) -> dict:
                 m.add("semantic")
         detectors += ("semantic",)
         review, semantic_metrics, scored = result.review, {"enabled": True, **result.metrics}, result.scored
-    removed = removed_docs(table, cfg)
+    across = lineage.audit(cfg, paths, eval_frame, evals, tokenize, lineage.dvc_cache(Path.cwd()))
+    log.info(f"leakage: lineage of {cfg.pretrain_init_from}: {across.metrics['status']}, "
+             f"{len(across.metrics['files_checked'])} files checked, {len(across.pairs)} matching pairs")
+    removed = removed_docs(table, cfg) | across.removed
     out_dir = paths.stage_data("leakage")
-    write_outputs(frames, table, removed, out_dir, review)
+    write_outputs(frames, table, removed, out_dir, review, across.marked)
+    across.pairs.to_parquet(out_dir / "lineage.parquet", index=False)
     log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
-    metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens])
+    metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens], across.marked)
+    metrics["lineage"] = across.metrics
     metrics["planted"] = planted.summarize(plants, found, list(eval_frame["doc_id"]), not_planted, detectors, cfg,
                                            scored)
     metrics["residual"] = residual.residual(eval_frame, evals.tokens, scanned.pretrain, set(removed), cfg)
@@ -223,11 +234,12 @@ def removed_docs(table: pd.DataFrame, cfg: LeakageParams) -> dict[str, dict]:
 
 
 def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed: dict, out_dir: Path,
-                  review: list[dict] | None = None) -> None:
-    """Cleaned ``<source>.parquet`` (+ ``leak_flag``), ``removed.jsonl``, ``table.parquet`` and ``review.jsonl``
-    (the semantic detector's review sample; empty without it)."""
+                  review: list[dict] | None = None, marked: set[str] = frozenset()) -> None:
+    """Cleaned ``<source>.parquet`` (+ ``leak_flag``: a matched training doc, or an eval doc in ``marked``,
+    found in the pretraining lineage and kept), ``removed.jsonl``, ``table.parquet`` and ``review.jsonl`` (the
+    semantic detector's review sample; empty without it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    matched = set(table["train_doc"])
+    matched = set(table["train_doc"]) | set(marked)
     for source, frame in frames.items():
         kept = frame[~frame["doc_id"].isin(list(removed))]
         kept.assign(leak_flag=kept["doc_id"].isin(list(matched))).to_parquet(out_dir / f"{source}.parquet", index=False)
@@ -239,8 +251,9 @@ def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed:
 
 
 def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict,
-                    wordless: list[bool]) -> dict:
-    """Contamination rates per eval set before/after the action, and row accounting per source.
+                    wordless: list[bool], marked: set[str] = frozenset()) -> dict:
+    """Contamination rates per eval set before/after the action, and row accounting per source (``removed``
+    also holds the eval docs the lineage audit removed; ``marked`` the ones it flagged and kept).
 
     ``docs_without_words`` counts the eval docs of a set that ``wordless`` marks (no words after normalization:
     no detector can check them, so they never count as contaminated; see ``tasks.leakage.detectors``).
@@ -268,11 +281,11 @@ def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame
             entry["semantic_rate_before"] = round(len(ids & set(semantic_pairs["eval_doc"])) / len(ids), 6)
             entry["semantic_rate_after"] = round(len(ids & set(kept["eval_doc"])) / len(ids), 6)
         eval_sets[f"{source}/{split}"] = entry
-    matched = set(table["train_doc"]) | set(semantic_pairs["train_doc"])
+    matched = set(table["train_doc"]) | set(semantic_pairs["train_doc"]) | set(marked)
     sources = {}
     for source, part in rows.groupby("source", sort=True):
-        gone = int(part["doc_id"].isin(list(removed)).sum())
-        flagged = int(part["doc_id"].isin(list(matched)).sum()) - gone
+        out = ~part["doc_id"].isin(list(removed))
+        gone, flagged = int((~out).sum()), int((part["doc_id"].isin(list(matched)) & out).sum())
         sources[source] = {"docs_in": len(part), "docs_out": len(part) - gone, "removed": gone, "flagged": flagged}
     both = pd.concat([table, semantic_pairs])
     methods = {m: int(n) for m, n in both["method"].value_counts().sort_index().items()}

@@ -3,7 +3,9 @@ continued from an existing encoder (``pretrain.init_from``, see ``init.py``).
 
 Reads ``data/tokenize/pretrain/<tok>/{train,heldout}`` and ``models/tokenizer/`` (or the initial model's
 folder); writes ``models/pretrained/`` (``save_pretrained`` of the masked LM + tokenizer + ``pretraining.json``
-naming the variant: ``pretrained`` from scratch, ``adapted`` continued), ``models/checkpoints/pretrain/`` and
+naming the variant: ``pretrained`` from scratch, ``adapted`` continued, and the model's lineage: the md5 of each
+``data/leakage/<source>.parquet`` its blocks came from and the ancestry of ``init_from``, ``lineage.py``),
+``models/checkpoints/pretrain/`` and
 ``metrics/pretrain_curve.tsv``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
 The training loop is ``trainer.py``, masking, the masked-only loss and the unigram baseline ``mlm.py``,
 blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
@@ -32,6 +34,7 @@ from tasks.pretrain import checkpoint
 from tasks.pretrain.blocks import blocks_dir, load_blocks
 from tasks.pretrain.hardware import Dist, setup_distributed
 from tasks.pretrain.init import Start, initial_model, resolve_start
+from tasks.pretrain.lineage import record_fields
 from tasks.pretrain.mlm import MaskingVocab
 from tasks.pretrain.trainer import Trainer, count_params
 
@@ -64,8 +67,9 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
         out = pretrained_dir(paths.models)
         model.save_pretrained(out)
         start.tokenizer.save_pretrained(out)
-        write_pretraining_record(out, start.variant, cfg.init_from, start.tokenization)
-        copy_snapshots(trainer, out, start, cfg.init_from)
+        fields = record_fields(paths.data, train["source_names"] + heldout["source_names"], cfg.init_from)
+        write_pretraining_record(out, start.variant, cfg.init_from, start.tokenization, fields)
+        copy_snapshots(trainer, out, start, cfg.init_from, fields)
         write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve, summary["heldout_unigram_ce"])
         summary["fill_mask"] = fill_mask(model, start.tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
     return summary
@@ -87,9 +91,10 @@ def planned_steps(cfg: PretrainParams, blocks: tuple[int, int], world: int, log)
     return int(min(steps, cap))
 
 
-def copy_snapshots(trainer: Trainer, out: Path, start: Start, init_from: str) -> None:
+def copy_snapshots(trainer: Trainer, out: Path, start: Start, init_from: str, fields: dict) -> None:
     """The dose-response snapshots of this run into ``<out>/snapshots/step_<N>/``, each a model folder that
-    finetune loads like ``models/pretrained`` (weights, tokenizer, ``pretraining.json``); older ones go."""
+    finetune loads like ``models/pretrained`` (weights, tokenizer, ``pretraining.json`` with the run's lineage
+    ``fields``: a snapshot saw at most the run's data); older ones go."""
     shutil.rmtree(out / SNAPSHOTS, ignore_errors=True)
     for folder in checkpoint.snapshots(trainer.ckpt_dir):
         if int(folder.name.removeprefix(checkpoint.PREFIX)) not in trainer.snapshot_steps:
@@ -97,7 +102,7 @@ def copy_snapshots(trainer: Trainer, out: Path, start: Start, init_from: str) ->
         dest = out / SNAPSHOTS / folder.name
         shutil.copytree(folder, dest, dirs_exist_ok=True)
         start.tokenizer.save_pretrained(dest)
-        write_pretraining_record(dest, start.variant, init_from, start.tokenization)
+        write_pretraining_record(dest, start.variant, init_from, start.tokenization, fields)
 
 
 def write_curve(path: Path, rows: list[list[float]], unigram_ce: float) -> None:

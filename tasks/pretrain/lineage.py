@@ -1,0 +1,36 @@
+"""The lineage fields of ``pretraining.json`` (``tasks.common.lineage``): which text files this run trained on,
+and the ancestry of the model it started from, so a later run that continues this model (``pretrain.init_from``)
+can audit its evaluation sets against everything the model has seen (the leakage stage's ``lineage`` section).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks.common import lineage
+
+#: The split of a pretraining source whose rows the MLM trained on: role=pretrain rows of ``train``, and a task
+#: source's ``train`` rows (``parquet.TASK_TO_PRETRAIN_SPLIT``); heldout rows are only evaluated.
+TRAINED_SPLIT = "train"
+
+
+def data_files(data: Path, sources: list[str]) -> list[dict]:
+    """``[{path, md5, split: "train"}]``, one per source in ``sources`` (the ``source`` column of the packed
+    blocks: the sources tokenize read), for ``<data>/leakage/<source>.parquet``, the file whose train rows
+    tokenize packed (``parquet.read_pretraining_rows``). Sorted by path. Raises ``FileNotFoundError`` naming a
+    missing file: a record must not claim a lineage it cannot hash.
+    """
+    out = []
+    for source in sorted(set(sources)):
+        path = Path(data) / "leakage" / f"{source}.parquet"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file, the text of pretraining source {source!r} (pretraining.json "
+                                    "records the md5 of each file the blocks came from)")
+        out.append({"path": path.as_posix(), "md5": lineage.file_md5(path), "split": TRAINED_SPLIT})
+    return out
+
+
+def record_fields(data: Path, sources: list[str], init_from: str) -> dict:
+    """``{"data": data_files(...), "lineage": lineage.inherited(init_from)}``: the lineage fields of the
+    record of a model trained on ``sources`` starting from ``init_from``."""
+    return {"data": data_files(data, sources), "lineage": lineage.inherited(init_from)}
