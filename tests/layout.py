@@ -21,6 +21,8 @@ def closure(start: list[str]) -> set[Path]:
 
 #: Fields a section gets from tokenize's (export: the NER windows the tagger was trained on) -> tokenize's key.
 TOKENIZE_COPIES = {"ner_window_tokens": "ner_max_seq_len_tokens", "ner_window_overlap_tokens": "ner_window_overlap_tokens"}
+#: Fields a section gets from another stage's key (leakage: the model whose lineage it audits) -> that key.
+OTHER_COPIES = {"pretrain_init_from": "pretrain.init_from"}
 
 
 def keys_read(section: str, item: str | None) -> set[str]:
@@ -28,11 +30,12 @@ def keys_read(section: str, item: str | None) -> set[str]:
     handed), plus ``paths`` (every stage gets it). Two fields read elsewhere: ``tasks``, the copy of the
     top-level ``tasks`` section (a foreach item over tasks reads only ``tasks.<item>``), and finetune's
     ``recipes``, of which a task reads only the one its ``recipe`` names; ``hardware``, the copy of the top-level
-    ``hardware`` section in the model stages."""
+    ``hardware`` section in the model stages; a field of ``OTHER_COPIES`` reads that other stage's key."""
     model: type[BaseModel] = Params.model_fields[section].annotation
-    copied = ("tasks", "recipes", "hardware", *TOKENIZE_COPIES)
+    copied = ("tasks", "recipes", "hardware", *TOKENIZE_COPIES, *OTHER_COPIES)
     keys = {f"{section}.{name}" for name in model.model_fields if name not in copied} | {"paths"}
     keys |= {f"tokenize.{TOKENIZE_COPIES[name]}" for name in model.model_fields if name in TOKENIZE_COPIES}
+    keys |= {OTHER_COPIES[name] for name in model.model_fields if name in OTHER_COPIES}
     if "hardware" in model.model_fields:
         keys.add("hardware")
     if "tasks" in model.model_fields:
