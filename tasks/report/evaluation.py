@@ -17,7 +17,7 @@ from tasks.report.confounders import measure_confounders
 from tasks.report.curve import claim_refs, gap_estimate
 from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibration_estimates
 from tasks.report.export import export_gates
-from tasks.report.floor import floor_gate, pretraining_notes, training_steps
+from tasks.report.floor import floor_gate, lineage_gate, pretraining_notes, training_steps
 from tasks.report.items import metric_function, with_items
 from tasks.report.power import Power, power_of, se_from_ci
 from tasks.report.statistics import (
@@ -96,7 +96,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
     floor_failed, floor_notes = floor_gate(claim, treat, base, metrics, cfg)
     failed = (failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg) + floor_failed
-              + export_gates(claim, metrics))
+              + export_gates(claim, metrics) + lineage_gate(claim, treat, base, metrics))
     if failed:
         row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
     row.confounders, row.data_md5, row.unadjusted = confounders, md5s, row.verdict

@@ -9,6 +9,10 @@ The baseline is the best one on dev (``selection.best_baseline``, ``floor_baseli
 one on dev (``weakest``: the majority class for classification, word memorisation for NER). A claim whose
 baseline is itself a fitted baseline (``baseline/...``) is not gated: it tests that floor on test. A
 baseline arm at the floor is noted, not gated (the treatment may rightly beat a control below the floor).
+
+The lineage gate: a claim scoring our pretrained encoder when the model pretraining continued has an unknown
+pretraining lineage (``metrics/leakage.json`` ``lineage.status``) has no evaluation set known to be clean:
+``not resolvable: unknown pretraining lineage``.
 """
 
 from __future__ import annotations
@@ -120,11 +124,32 @@ def training_steps(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, 
 PRETRAINED = ("pretrained", "adapted")
 
 
+#: The reason of a claim refused for a model whose pretraining lineage cannot be established.
+UNKNOWN_LINEAGE = "unknown pretraining lineage"
+
+
+def lineage_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics) -> list[str]:
+    """``[UNKNOWN_LINEAGE]`` when ``metrics/leakage.json`` says the lineage of the model pretraining started from
+    is ``unknown`` (``tasks/leakage/lineage.py``) and the claim scores our pretrained encoder (a ``pretrained``
+    or ``adapted`` arm, or ``pretrain/heldout/mlm``) on evaluation text that lineage may have trained on:
+    finetune and pretrain claims. Probe claims read the hand-written probe sets, not the corpus: not gated."""
+    if not claim.treatment.startswith(("finetune/", "pretrain/")):
+        return []
+    status = ((metrics.optional("leakage") or {}).get("lineage") or {}).get("status")
+    if status != "unknown" or not _uses_pretrained(claim, treat, base):
+        return []
+    return [UNKNOWN_LINEAGE]
+
+
+def _uses_pretrained(claim: Claim, treat: Sample, base: Sample) -> bool:
+    refs = [claim.treatment, claim.baseline, treat.run_key, base.run_key]
+    return any(part in PRETRAINED or part == "mlm" for ref in refs for part in ref.split("/"))
+
+
 def pretraining_notes(claim: Claim, treat: Sample, base: Sample) -> list[str]:
     """A claim resting on our pretrained encoder has one pretraining run behind it: its CI does not include
     pretraining variance (nor, for fine-tuning claims, the variance of the one draw of the train subset)."""
-    refs = [claim.treatment, claim.baseline, treat.run_key, base.run_key]
-    if not any(part in PRETRAINED or part == "mlm" for ref in refs for part in ref.split("/")):
+    if not _uses_pretrained(claim, treat, base):
         return []
     finetune = claim.treatment.startswith("finetune/")
     return ["one pretraining seed: the CI excludes pretraining variance" + (
