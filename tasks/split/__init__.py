@@ -134,7 +134,8 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> list[str]:
     The name is the smallest label, with ``groups_first`` the smallest group label (hash mode: a new doc's
     cluster id does not rename its group).
     """
-    uf = UnionFind(priority=(lambda node: ("|cluster|" in node, node)) if groups_first else (lambda node: node))
+    uf = UnionFind(priority=(lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first
+                   else (lambda node: node))
     nodes = []
     for role, source, group, cluster in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"]):
         cluster_node = f"{role}|cluster|{cluster}"

@@ -16,6 +16,11 @@ Rule per component (this run's union of groups and clusters, ``merge_groups``), 
   and left to the leakage audit);
 - a component without ledger docs gets its from-scratch split (``assign.py``).
 
+A ledger split also outranks a source's own shipped split (``own_split_meta_key``) that changed since it was
+recorded; such docs are counted in ``ledger_overrides`` like every other difference from a from-scratch run. While
+a dropped bridge doc stays in the corpus it stays new, so it keeps its component bridged: later new docs of that
+component are dropped too (counted), until the bridge doc leaves the corpus.
+
 With ``assignment: hash`` the from-scratch split of a component depends on its own key alone, so the result
 equals a from-scratch run over the union (empty ledger) except for the dropped bridges and ``ledger_overrides``:
 kept docs whose ledger split differs from their from-scratch one (a bridged component, or one whose key changed,
