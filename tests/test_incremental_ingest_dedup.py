@@ -1,0 +1,212 @@
+"""Incremental ingest and dedup (issue 35 items 1-2): a run over a grown, edited or shrunk jsonl folder source
+reads and signs only what is new, and writes the bytes of a from-scratch run over the same data.
+
+Each test keeps one raw folder and two data folders: ``inc`` is run before and after the change (the second
+run is the incremental one), ``full`` only after it (from scratch, nothing persisted). ``where`` fields name
+the raw files, so both read the same paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tasks import dedup, ingest
+from tasks.config import Paths, read_yaml
+from tasks.config.dedup import DedupParams
+from tasks.config.ingest import IngestParams
+from tasks.ingest.records import SourceError
+from tasks.tracking import NullLog
+
+REPO = Path(__file__).resolve().parents[1]
+DEDUP = read_yaml(REPO / "params.yaml")["dedup"]
+VOCAB = [f"w{k}" for k in range(500)]
+
+
+class RecordingLog(NullLog):
+    """A NullLog that keeps what the stages send to MLflow (metrics and tags)."""
+
+    def __init__(self) -> None:
+        self.logged: dict = {}
+
+    def metrics(self, values, step=None) -> None:
+        self.logged.update(values)
+
+    def tags(self, values) -> None:
+        self.logged.update(values)
+
+
+def words(rng: random.Random, n: int = 60) -> str:
+    return " ".join(rng.choice(VOCAB) for _ in range(n))
+
+
+def last_word_changed(text: str) -> str:
+    """A near duplicate: 55 of the 60 shingles of a 60-word text shared, Jaccard 55/60 ~ 0.92 (threshold 0.8)."""
+    return " ".join(text.split()[:-1] + ["changed"])
+
+
+def write_file(raw: Path, name: str, texts: list[str], labels: list | None = None) -> None:
+    labels = labels or ["a"] * len(texts)
+    rows = [{"text": text, "label": label} for text, label in zip(texts, labels)]
+    (raw / name).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def paths_of(root: Path) -> Paths:
+    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
+
+
+def run_both(root: Path, raw: Path, ingest_incremental: bool = True, **dedup_changes) -> tuple[dict, dict]:
+    """Ingest then dedup over the jsonl folder ``raw`` into ``root``; returns ({stage: metrics}, {stage: logged})."""
+    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(raw), "text_field": "text",
+            "label_field": "label"}  # fmt: skip
+    cfg = DedupParams.model_validate({**DEDUP, "num_proc": 1, **dedup_changes})
+    logs = {"ingest": RecordingLog(), "dedup": RecordingLog()}
+    metrics = {"ingest": ingest.run(IngestParams(sources=[spec], incremental=ingest_incremental), paths_of(root),
+                                    logs["ingest"])}  # fmt: skip
+    metrics["dedup"] = dedup.run(cfg, paths_of(root), logs["dedup"])
+    return metrics, {stage: log.logged for stage, log in logs.items()}
+
+
+def outputs(root: Path) -> dict[str, bytes]:
+    """Every file the two stages write for later stages (not the persisted cache and index)."""
+    files = sorted((root / "data" / "ingest").iterdir()) + sorted((root / "data" / "dedup").iterdir())
+    return {f"{p.parent.name}/{p.name}": p.read_bytes() for p in files}
+
+
+def every_file(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "data").rglob("*")) if p.is_file()}
+
+
+def assert_equals_from_scratch(tmp_path: Path, raw: Path, after: dict, **dedup_changes) -> None:
+    """The incremental run's outputs and metrics equal a from-scratch run's on the same raw folder."""
+    shutil.rmtree(tmp_path / "full", ignore_errors=True)  # from scratch: no cache, no index
+    scratch, scratch_logged = run_both(tmp_path / "full", raw, **dedup_changes)
+    assert scratch_logged["dedup"]["dedup.mode"] == "full"
+    assert outputs(tmp_path / "inc") == outputs(tmp_path / "full")
+    assert after == scratch
+
+
+@pytest.fixture()
+def corpus(tmp_path: Path) -> tuple[Path, random.Random, list[list[str]]]:
+    """A raw folder of three jsonl files of 10 distinct 60-word docs each (file 0: a copy of its first doc too;
+    file 2: its last doc a near duplicate of the one before), already run once into ``inc``."""
+    rng = random.Random(35)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    files = [[words(rng) for _ in range(10)] for _ in range(3)]
+    files[0].append(files[0][0])
+    files[2][9] = last_word_changed(files[2][8])
+    for k, texts in enumerate(files):
+        write_file(raw, f"part{k}.jsonl", texts)
+    _, logged = run_both(tmp_path / "inc", raw)
+    assert logged["dedup"]["dedup.mode"] == "full" and logged["dedup"]["incremental"]["docs_signed"] == 30
+    return raw, rng, files
+
+
+def ingest_texts_md5(root: Path) -> list[str]:
+    """md5 of each ingest row's text, in dedup's row order (one source)."""
+    texts = pq.read_table(root / "data" / "ingest" / "docs.parquet").column("text").to_pylist()
+    return [hashlib.md5(text.encode()).hexdigest() for text in texts]
+
+
+def test_a_batch_of_new_files_is_read_and_signed_alone_and_gives_the_from_scratch_bytes(tmp_path, corpus,
+                                                                                         monkeypatch):
+    raw, rng, files = corpus
+    old_texts = {text for texts in files for text in texts}
+    new_a = [words(rng) for _ in range(5)] + [last_word_changed(files[1][4])]
+    new_b = [words(rng) for _ in range(3)] + [files[2][7]]  # an exact copy of an indexed text: nothing to sign
+    write_file(raw, "part3.jsonl", new_a)
+    write_file(raw, "part4.jsonl", new_b)
+    computed = []
+    real = dedup.DocSignatures._compute
+
+    def counted(docs, left, right, num_proc):
+        computed.extend(zip(left.tolist(), right.tolist()))
+        return real(docs, left, right, num_proc)
+
+    monkeypatch.setattr(dedup.DocSignatures, "_compute", counted)
+    after, logged = run_both(tmp_path / "inc", raw)
+    old_md5 = {hashlib.md5(text.encode()).hexdigest() for text in old_texts}
+    docs_md5 = ingest_texts_md5(tmp_path / "inc")
+    # every exact Jaccard computed involves a new text: those between indexed texts come from the index
+    assert computed and all(docs_md5[i] not in old_md5 or docs_md5[j] not in old_md5 for i, j in computed)
+    assert logged["ingest"]["incremental"] == {"units_read": 2, "units_cached": 3}
+    assert logged["dedup"]["dedup.mode"] == "incremental"
+    assert logged["dedup"]["incremental"]["docs_signed"] == 9  # 5 + 1 + 3 new texts; the copy is not signed
+    assert logged["dedup"]["dedup.reason"] == "32 of 41 docs found in the index"
+    assert after["dedup"]["all"]["near_duplicates"] == 2 and after["dedup"]["all"]["exact_duplicates"] == 2
+    assert_equals_from_scratch(tmp_path, raw, after)
+
+
+def test_an_edited_and_a_removed_file_leave_every_output(tmp_path, corpus):
+    raw, rng, files = corpus
+    edited = files[1][:3] + [words(rng)] + files[1][4:]  # line 4 of part1 gets a new text
+    write_file(raw, "part1.jsonl", edited)
+    (raw / "part2.jsonl").unlink()
+    after, logged = run_both(tmp_path / "inc", raw)
+    assert logged["ingest"]["incremental"] == {"units_read": 1, "units_cached": 1}
+    assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 1
+    assert_equals_from_scratch(tmp_path, raw, after)
+    data = b"".join(outputs(tmp_path / "inc").values()) + b"".join(every_file(tmp_path / "inc").values())
+    gone = [files[1][3]] + files[2]  # the old text of the edited line and the removed file's texts
+    assert not any(text.encode() in data for text in gone)
+    assert b"part2.jsonl" not in data and after["ingest"]["totals"]["docs_in"] == 21
+    assert len(list((tmp_path / "inc" / "data" / "ingest_cache" / "docs").iterdir())) == 2
+
+
+def test_a_longer_copy_arriving_becomes_the_kept_row_as_from_scratch(tmp_path, corpus):
+    raw, _, files = corpus
+    first = tmp_path / "inc" / "data" / "dedup" / "clusters.jsonl"
+    before = [json.loads(line) for line in first.read_text().splitlines()]
+    # line 10 of part2 is kept: "changed" is longer than the word it replaced (at most 4 characters)
+    assert [r["kept"] for r in before] == [{"task": "docs:part0.jsonl:1"}, {"task": "docs:part2.jsonl:10"}]
+    write_file(raw, "part3.jsonl", [files[1][2] + " three more words"])  # 56 of 59 shingles: Jaccard 0.95
+    after, _ = run_both(tmp_path / "inc", raw)
+    records = [json.loads(line) for line in first.read_text().splitlines()]
+    longer = next(r for r in records if r["size"] == 2 and r["cluster_id"] == "docs:part3.jsonl:1")
+    assert longer["kept"] == {"task": "docs:part3.jsonl:1"}  # the longer new row, not the indexed one
+    assert {m["doc_id"]: m["kind"] for m in longer["members"]} == {"docs:part3.jsonl:1": "kept",
+                                                                    "docs:part1.jsonl:3": "near"}  # fmt: skip
+    assert_equals_from_scratch(tmp_path, raw, after)
+
+
+def test_nothing_new_reads_and_signs_nothing_and_rewrites_the_same_bytes(tmp_path, corpus):
+    raw, _, _ = corpus
+    before = every_file(tmp_path / "inc")
+    _, logged = run_both(tmp_path / "inc", raw)
+    assert logged["ingest"]["incremental"] == {"units_read": 0, "units_cached": 3}
+    assert logged["dedup"]["incremental"]["docs_signed"] == 0
+    assert every_file(tmp_path / "inc") == before  # with the cache and the index: a forced DVC rerun is a no-op
+
+
+def test_signing_params_force_a_full_recompute_and_other_params_do_not(tmp_path, corpus):
+    raw, rng, _ = corpus
+    write_file(raw, "part3.jsonl", [words(rng)])
+    after, logged = run_both(tmp_path / "inc", raw, seed=7)
+    assert logged["dedup"]["dedup.mode"] == "full" and logged["dedup"]["incremental"]["docs_signed"] == 31
+    assert logged["dedup"]["dedup.reason"] == "the index fingerprint changed (seed)"
+    assert_equals_from_scratch(tmp_path, raw, after, seed=7)
+    again, logged = run_both(tmp_path / "inc", raw, seed=7, threshold=0.5)
+    assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0
+    assert_equals_from_scratch(tmp_path, raw, again, seed=7, threshold=0.5)
+    _, logged = run_both(tmp_path / "inc", raw, ingest_incremental=False, seed=7, incremental=False)
+    assert logged["ingest"]["incremental"] == {"units_read": 4, "units_cached": 0}
+    assert logged["dedup"]["dedup.reason"] == "dedup.incremental: false"
+    assert logged["dedup"]["incremental"]["docs_signed"] == 31
+
+
+def test_a_type_clash_with_a_cached_file_raises_the_from_scratch_error(tmp_path, corpus):
+    raw, rng, _ = corpus
+    write_file(raw, "part3.jsonl", [words(rng)], labels=[3])  # label: a number here, a string in part0-2
+    with pytest.raises(SourceError) as incremental:
+        run_both(tmp_path / "inc", raw)
+    with pytest.raises(SourceError) as scratch:
+        run_both(tmp_path / "full", raw)
+    assert str(incremental.value) == str(scratch.value)
+    assert "part3.jsonl:1: column 'label' is number here but string at" in str(scratch.value)
