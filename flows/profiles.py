@@ -1,5 +1,5 @@
 """Named profiles: partial params files under ``profiles/`` that fit the run to a machine (``cpu``, ``gpu``,
-``gpu-node``), applied by DVC's own experiment mechanism (``dvc exp run -S key=value``, which records the
+``gpu-node``) or to runs on a schedule (``scheduled``: the split ledger), applied by DVC's own experiment mechanism (``dvc exp run -S key=value``, which records the
 experiment and writes the values back into params.yaml).
 
 A profile is nested YAML with the keys it changes; ``extends: <profile>`` starts from another one. Before a

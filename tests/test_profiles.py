@@ -15,8 +15,13 @@ from tasks.tracking import NullLog
 ROOT = PROFILES.parent
 
 
-def test_there_is_one_profile_per_machine_shape():
-    assert names() == ["cpu", "gpu", "gpu-node"]
+def test_there_is_one_profile_per_machine_shape_and_one_for_scheduled_runs():
+    assert names() == ["cpu", "gpu", "gpu-node", "scheduled"]
+
+
+def test_the_scheduled_profile_validates_and_keeps_splits_with_the_ledger():
+    split = load_params(ROOT / "params.yaml", overrides("scheduled")).split
+    assert (split.assignment, split.ledger) == ("hash", True)
 
 
 @pytest.mark.parametrize("name", ["cpu", "gpu", "gpu-node"])
