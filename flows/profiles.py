@@ -1,6 +1,7 @@
 """Named profiles: partial params files under ``profiles/`` that fit the run to a machine (``cpu``, ``gpu``,
-``gpu-node``) or to runs on a schedule (``scheduled``: the split ledger), applied by DVC's own experiment mechanism (``dvc exp run -S key=value``, which records the
-experiment and writes the values back into params.yaml).
+``gpu-node``) or to runs on a schedule (``scheduled``: the split ledger), applied by DVC's own experiment
+mechanism (``dvc exp run -S key=value``, which records the experiment and writes the values back into
+params.yaml).
 
 A profile is nested YAML with the keys it changes; ``extends: <profile>`` starts from another one. Before a
 profile is applied, ``params.yaml`` with it must validate (the same pydantic models, the same dotted-key
