@@ -190,7 +190,8 @@ def test_malformed_jsonl_names_file_and_line_and_writes_nothing(tmp_path):
         run_ingest(tmp_path, jsonl_source(good, name="good"), jsonl_source(bad, name="bad"))
     after = {p.name: p.read_bytes() for p in (tmp_path / "data" / "ingest").iterdir()}
     assert after == before
-    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["ingest"]  # no temp folder left
+    # no temp folder left (ingest_cache: the per-file cache of incremental runs, tasks/ingest/cache.py)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["ingest", "ingest_cache"]
 
 
 def test_csv_missing_column_and_short_row_name_file_and_line(tmp_path):
