@@ -2,7 +2,8 @@
 
 DVC owns the graph and the cache: each task runs ``dvc repro --single-item <stage>``, so an up-to-date stage
 is skipped by DVC, and Prefect's own result caching stays off. The flow opens the parent MLflow run and
-hands its id to the stage processes through ``CLOZELINE_PARENT_RUN_ID``.
+hands its id to the stage processes through ``CLOZELINE_PARENT_RUN_ID``; at the end it publishes the claim table
+and the report's "Since the last run" section (``tasks.report.since``) as Prefect markdown artifacts.
 
 Usage::
 
@@ -93,14 +94,27 @@ def snapshot_step(run_id: str) -> dict[str, str]:
     return tags
 
 
+#: The report's "Since the last run" section (``tasks.report.since``), also this run's second Prefect artifact.
+SINCE_FILE = "since_last_run.md"
 #: The report files the pipeline run carries as artifacts (under ``report/``), besides every figure.
-REPORT_ARTIFACTS = ("claims.md", "claims.html", "claims.yaml", "summary.md")
+REPORT_ARTIFACTS = ("claims.md", "claims.html", "claims.yaml", "summary.md", SINCE_FILE)
+
+
+def since_markdown(text: str, run_id: str) -> str:
+    """The "Since the last run" artifact of pipeline run ``run_id``: the section as the report wrote it, or, when
+    the report stage did not rerun in this run (the section names another run as "this run"), that section
+    under a note saying so."""
+    if run_id in text:
+        return text
+    return ("_The report stage did not rerun in this pipeline run (nothing it reads changed, so no claim changed); "
+            "below is the section of the last run that reran it._\n\n" + text)
 
 
 @task(cache_policy=NO_CACHE)
 def publish_report(run_id: str) -> None:
-    """Log the claim table (md, html, yaml), its summary, figures and plot data to the pipeline's MLflow run,
-    set the summary as the run's description, and publish the table as a Prefect markdown artifact."""
+    """Log the claim table (md, html, yaml), its summary, "Since the last run", figures and plot data to the
+    pipeline's MLflow run, set the summary as the run's description, and publish the table and the section
+    as Prefect markdown artifacts (``claim-table``, ``since-last-run``)."""
     reports = ROOT / "reports"
     claims = reports / "claims.md"
     if not claims.exists():
@@ -115,6 +129,9 @@ def publish_report(run_id: str) -> None:
         run_log.note((reports / "summary.md").read_text(encoding="utf-8"))
     create_markdown_artifact(markdown=claims.read_text(encoding="utf-8"), key="claim-table",
                              description="clozeline claim table")
+    if (reports / SINCE_FILE).exists():
+        create_markdown_artifact(markdown=since_markdown((reports / SINCE_FILE).read_text(encoding="utf-8"), run_id),
+                                 key="since-last-run", description="clozeline: what changed since the last run")
 
 
 @flow(name="clozeline-pipeline", log_prints=True)

@@ -136,6 +136,14 @@ class NullLog:
         """Register ``model_uri`` as a new version of ``name`` (here: nothing; None)."""
         return None
 
+    def pipeline(self) -> NullLog:
+        """The RunLog of the pipeline run this run belongs to: its parent, or itself without one (here: self)."""
+        return self
+
+    def tagged_records(self, tag: str, artifact_file: str, limit: int) -> list[dict] | None:
+        """Earlier runs' JSON records (see ``MlflowLog.tagged_records``; here: None, no history is tracked)."""
+        return None
+
     @contextmanager
     def child(self, name: str) -> Iterator[NullLog]:
         """A nested run (here: another NullLog)."""
@@ -219,6 +227,31 @@ class MlflowLog(NullLog):
                                          order_by=["attributes.start_time ASC"], max_results=1000)  # fmt: skip
         return {r.info.run_name: (r.info.run_name, r.info.run_id, r.info.experiment_id) for r in found
                 if r.info.run_name in names}
+
+    def pipeline(self) -> MlflowLog:
+        """The RunLog of this run's parent (the flow's pipeline run), or this log when the run has none."""
+        run = self._client.get_run(self.run_id)
+        parent = run.data.tags.get("mlflow.parentRunId")
+        return MlflowLog(parent, None, run.info.experiment_id) if parent else self
+
+    def tagged_records(self, tag: str, artifact_file: str, limit: int) -> list[dict]:
+        """The JSON artifact ``artifact_file`` of the ``limit`` latest other runs tagged ``<tag>=true`` in this log's
+        experiment, newest first: ``{run_id, start_ms (UTC, ms since the epoch), git_commit (its tag, "" if none),
+        record}``; a run whose file is missing or not JSON is skipped."""
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        found = self._client.search_runs([self.experiment_id], f"tags.{tag} = 'true'", max_results=limit + 1,
+                                         order_by=["attributes.start_time DESC"])  # + 1: this run, on a retry
+        out = []
+        for run in (r for r in found if r.info.run_id != self.run_id):
+            try:
+                record = json.loads(mlflow.artifacts.load_text(f"{run.info.artifact_uri}/{artifact_file}"))
+            except (OSError, ValueError, MlflowException):  # deleted, or the writer died half-way
+                continue
+            out.append({"run_id": run.info.run_id, "start_ms": run.info.start_time,
+                        "git_commit": run.data.tags.get("git_commit", ""), "record": record})
+        return out[:limit]
 
     def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
                            pip_requirements: list[str]) -> dict | None:  # fmt: skip

@@ -404,7 +404,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
                 "library versions", "metric implementations", "ingest: data/ingest: bbbb.dir", "transformers"):
         assert key in md
     assert [p.name for p in report.report_files(paths)][:2] == ["claims.md", "claims.html"]
-    table = [line for line in md[: md.index("## Claims in detail")].splitlines() if line.startswith("|")]
+    table = [line for line in md[: md.index(f"## {render.SINCE}")].splitlines() if line.startswith("|")]
     assert table[0].startswith("| claim |") and len(table) == 2 + len(claim_ids) + len(EVIDENCE)
     groups = [line for line in table if line.startswith("| **")]
     assert [g.split()[1].strip("*") for g in groups] == list(EVIDENCE)  # one heading row per kind, in order

@@ -6,7 +6,10 @@ self-contained ``reports/claims.html``, ``reports/figures/*.png`` and, for the p
 (``tasks.report.summary``), ``metrics/summary.json``, ``reports/plots/*.csv`` and ``reports/summary.md``. Each
 claim becomes one row, grouped by kind of evidence (intrinsic, extrinsic, behavioural, operational, data):
 arms and difference with CIs and the verdict, then measured confounders, MLflow runs and data md5s in its
-details; a claim whose inputs are missing becomes a ``not run: <why>`` row.
+details; a claim whose inputs are missing becomes a ``not run: <why>`` row. Under the table, "Since the last
+run" compares the claims with the previous run's, read back from MLflow (``tasks.report.since``; also written to
+``reports/since_last_run.md``, and the pipeline run is tagged ``verdict_flipped``): unlike the rest, it depends
+on the MLflow history, which DVC does not see.
 
 The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
 (the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
@@ -15,8 +18,8 @@ and verdicts), ``power`` (minimum detectable effects), ``floor`` (the floor gate
 ``confounders``, ``evaluation`` (one row per claim, Holm within each family), ``answer`` (the report's lead
 sentence), ``slices`` (per-slice
 and per-label tables), ``evidence`` (the minimal-pair and operational tables), ``ledger`` (the experiment
-ledger, built from the params ``dvc.lock`` recorded for each stage), ``figures`` and ``render`` (Markdown and
-HTML).
+ledger, built from the params ``dvc.lock`` recorded for each stage), ``since`` and ``since_plot`` (the changes
+since the last run and the claims' trend figure), ``figures`` and ``render`` (Markdown and HTML).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tasks.common.provenance import Lock
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
-from tasks.report import leakage_recall, render, summary
+from tasks.report import leakage_recall, render, since, since_plot, summary
 from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, load_claims, selected_run
 from tasks.report.curve import learning_curve
 from tasks.report.evaluation import Row, evaluate_all
@@ -55,10 +58,13 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     figures = draw_figures(cfg, paths, metrics, rows)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
     tables = evidence_tables(metrics, stats_config(cfg))
-    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables)
+    changed = since.section(rows, metrics, log, cfg.history_runs, paths.reports, cfg.figure_dpi)
+    figures[since_plot.TITLE] = changed.figure
+    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables | {render.SINCE: changed.grids})
     write_summaries(paths, rows, metrics, log)
     for path in report_files(paths):
         log.artifact(path, "report")
+    since.store(log.pipeline(), changed)  # last: a report that failed must not become the next run's baseline
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
     return {"verdicts": summarize(rows), "verdicts_by_evidence": by_evidence(rows),
             "family_wise_alpha": round(1 - cfg.confidence_level, 6),
@@ -94,9 +100,9 @@ def claims_path(paths: Paths) -> Path:
 
 
 def report_files(paths: Paths) -> list[Path]:
-    """The generated files that exist: ``claims.md``, ``claims.html``, ``summary.md``, each figure and each
-    plot data file (sorted)."""
-    files = [paths.reports / "claims.md", paths.reports / "claims.html", paths.reports / "summary.md"]
+    """The generated files that exist: ``claims.md``, ``claims.html``, ``summary.md``, ``since_last_run.md``,
+    each figure and each plot data file (sorted)."""
+    files = [paths.reports / name for name in ("claims.md", "claims.html", "summary.md", since.SECTION_FILE)]
     files += sorted((paths.reports / "figures").glob("*.png")) + sorted((paths.reports / "plots").glob("*.csv"))
     return [f for f in files if f.exists()]
 

@@ -24,6 +24,7 @@ TABLE_HEADER = ("claim", "arms [CI]", "difference [CI]", "verdict")
 Grid = tuple[str, list[str], list[list[str]]]
 #: The figure drawn right under the claim table, above the details.
 FOREST = "Forest plot: every claim's difference with its CI"
+SINCE = "Since the last run"  # the entry of ``tables`` shown right under the claim table (``tasks.report.since``)
 STATS_NOTE = (
     "Each value is mean [lower, upper] of a two-sided {level:.0%} interval, clipped to the metric's range. "
     "Fine-tuning claims: a paired hierarchical bootstrap that resamples seeds (jointly when both arms ran the "
@@ -212,8 +213,8 @@ def verdict_summary(rows: list[Row]) -> str:
 def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
              level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
              tables: Mapping[str, list[Grid] | str]) -> str:
-    """The full ``claims.md``: question, claim table, forest plot, statistics note, per-claim details, slice
-    tables, figures, ledger.
+    """The full ``claims.md``: question, claim table, "Since the last run" (``tables[SINCE]``, if given), forest
+    plot, statistics note, per-claim details, slice tables, the other ``tables``, figures, ledger.
 
     ``figures`` maps a title to a PNG path relative to the Markdown file, or to a ``not drawn: <why>`` string.
     """
@@ -224,13 +225,14 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
              f"**Verdicts.** {verdict_summary(rows)}", "",
              "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)), "",
              claim_table_md(rows)]
+    parts += [f"## {SINCE}", "", *grids_md(SINCE, tables[SINCE])] if SINCE in tables else []
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
     parts += [STATS_NOTE.format(level=level, alpha=1 - level), "", "## Claims in detail", ""]
     for row in (r for _, group in by_evidence(rows) for r in group):  # the table's order
         parts += claim_details_md(row, mlflow_ui_url)
     parts += ["## Slices", ""] + [line for task, table in slices.items() for line in slice_md(task, table)]
-    for name, grids in tables.items():
+    for name, grids in ((n, g) for n, g in tables.items() if n != SINCE):
         parts += [f"## {name}", "", *grids_md(name, grids)]
     parts += ["## Figures", ""]
     for title, fig in figures.items():
@@ -377,13 +379,14 @@ def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str],
              f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
              '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows))
              + "</ul>", claim_table_html(rows)]
+    parts += [f'<h2 id="since">{SINCE}</h2>', grids_html(SINCE, tables[SINCE])] if SINCE in tables else []
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
     parts += [f"<p>{_e(STATS_NOTE.format(level=level, alpha=1 - level))}</p>", "<h2>Claims in detail</h2>"]
     for row in (r for _, group in by_evidence(rows) for r in group):  # the table's order
         parts.append(claim_details_html(row, mlflow_ui_url))
     parts += ["<h2>Slices</h2>"] + [slice_html(task, table) for task, table in slices.items()]
-    for name, grids in tables.items():
+    for name, grids in ((n, g) for n, g in tables.items() if n != SINCE):
         parts += [f'<h2 id="{_e(name.split(":")[0].lower())}">{_e(name)}</h2>', grids_html(name, grids)]
     parts.append("<h2>Figures</h2>")
     for title, fig in figures.items():
