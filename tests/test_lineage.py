@@ -192,3 +192,36 @@ def test_the_stage_removes_the_leaked_eval_doc_and_counts_it(tmp_path):
     assert metrics["sources"]["news"] == {"docs_in": 3, "docs_out": 2, "removed": 1, "flagged": 0}
     assert metrics["lineage"]["eval_sets"]["news/test"]["flagged_docs"] == ["news/t1"]
     assert set(pd.read_parquet(out / "lineage.parquet")["eval_doc"]) == {"news/t1"}
+
+
+def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp_path, tmp_path_factory):
+    from pretrain_fixtures import build_corpus, clone, make_cfg, make_paths
+
+    from tasks.pretrain import run as pretrain
+
+    corpus = build_corpus(tmp_path_factory)  # blocks of two sources, bbc_a and bbc_b, and no leakage output
+    text = write_text_file(corpus / "data" / "leakage" / "bbc_a.parquet", [("bbc_a/1", DEV_DOC, "train", False)])
+    pretrain(make_cfg(max_steps=2, architecture="bert"), make_paths(corpus), NullLog())
+    first = json.loads((corpus / "models" / "pretrained" / "pretraining.json").read_text())
+    missing = (corpus / "data" / "leakage" / "bbc_b.parquet").as_posix()
+    assert first["data"] == [{"path": text.as_posix(), "md5": common_lineage.file_md5(text), "split": "train"},
+                             {"path": missing, "md5": None, "split": "train"}]  # bbc_b's text was never there
+    assert first["lineage"] == {"status": "none", "data": [], "unknown": []}
+
+    night1 = shutil.copytree(corpus / "models" / "pretrained", tmp_path / "night1")
+    cfg = make_cfg(max_steps=2, architecture="bert", init_from=str(night1))
+    pretrain(cfg, clone(corpus, tmp_path / "night2"), NullLog())
+    second = json.loads((tmp_path / "night2" / "models" / "pretrained" / "pretraining.json").read_text())
+    night2_text = (tmp_path / "night2" / "data" / "leakage" / "bbc_a.parquet").as_posix()  # the same bytes
+    assert second["variant"] == "adapted" and second["data"][0] == {**first["data"][0], "path": night2_text}
+    assert second["lineage"] == {"status": "known", "data": first["data"], "unknown": []}
+    # today's audit of a model continued from night 2: bbc_a's bytes are found (one md5 under two paths: checked
+    # once), bbc_b has no md5 to look for, under either night's path
+    m = run_audit(tmp_path, model_folder(tmp_path / "night3", {"data": [], "lineage": common_lineage.inherited(
+        str(tmp_path / "night2" / "models" / "pretrained"))})).metrics
+    assert m["status"] == "unknown" and m["files_unresolved"] == 2
+    assert [f["path"] for f in m["files_checked"]] == [night2_text]
+    night2_missing = (tmp_path / "night2" / "data" / "leakage" / "bbc_b.parquet").as_posix()
+    assert m["unknown"] == [f"{p}: no md5 recorded (not there when that model was pretrained)"
+                            for p in (missing, night2_missing)]
+    assert m["eval_sets"]["news/dev"]["flagged_docs"] == ["news/d1"]

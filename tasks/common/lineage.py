@@ -4,7 +4,8 @@ A model folder's ``pretraining.json`` (written by pretrain, read by leakage) car
 
 - ``data``: the files this run's pretraining text came from, ``[{path, md5, split}]``: ``path`` relative to the
   repo root (``data/leakage/<source>.parquet``), ``md5`` of its bytes (what DVC 3 records for a file and files
-  its cache under), and the ``split`` whose rows (``is_duplicate == false``) were trained on;
+  its cache under; null when the file was not there to hash), and the ``split`` whose rows
+  (``is_duplicate == false``) were trained on;
 - ``lineage``: ``{status, data, unknown}`` of the model it started from (``pretrain.init_from``): ``data`` is
   that model's own ``data`` plus its ``lineage.data``, flattened (deduplicated by md5 and split, sorted), so a
   model carries its whole ancestry; ``status`` is ``none`` (from scratch or the packaged reference MiniLM: no
@@ -55,17 +56,22 @@ def inherited(init_from: str) -> dict:
 
 
 def flatten(entries: list[dict]) -> list[dict]:
-    """``entries`` without repeats of one (md5, split), sorted by (path, md5, split); the first path is kept."""
+    """``entries`` without repeats of one (md5, split), sorted by (path, md5, split); the first path is kept. An
+    entry without md5 is kept once per (path, split)."""
     seen: dict[tuple[str, str], dict] = {}
     for entry in entries:
-        seen.setdefault((entry["md5"], entry["split"]), {k: entry[k] for k in ("path", "md5", "split")})
-    return sorted(seen.values(), key=lambda e: (e["path"], e["md5"], e["split"]))
+        key = (entry["md5"] or f"path:{entry['path']}", entry["split"])
+        seen.setdefault(key, {k: entry[k] for k in ("path", "md5", "split")})
+    return sorted(seen.values(), key=lambda e: (e["path"], e["md5"] or "", e["split"]))
 
 
 def resolve(entry: dict, cache: Path | None) -> Path | None:
     """Where the bytes of a recorded file are now: the DVC cache's copy, else ``entry["path"]`` if its md5 is
-    still ``entry["md5"]``; ``None`` when neither (an edited or deleted file that DVC never cached)."""
+    still ``entry["md5"]``; ``None`` when neither (an edited or deleted file that DVC never cached) or when no
+    md5 was recorded."""
     md5 = entry["md5"]
+    if md5 is None:
+        return None
     if cache is not None:
         cached = Path(cache) / md5[:2] / md5[2:]
         if cached.is_file():

@@ -77,7 +77,9 @@ def audit(cfg: LeakageParams, paths, eval_frame: pd.DataFrame, evals: Side,
     for entry in record["data"]:
         where = lineage.resolve(entry, cache)
         if where is None:
-            unresolved.append(f"{entry['path']} (md5 {entry['md5']}): neither in the DVC cache nor at its path")
+            unresolved.append(f"{entry['path']}: no md5 recorded (not there when that model was pretrained)"
+                              if entry["md5"] is None else
+                              f"{entry['path']} (md5 {entry['md5']}): neither in the DVC cache nor at its path")
             continue
         rows = trained_rows(where, entry)
         trains = make_side([words(t) for t in rows["text"]], minhash.WordHashes())

@@ -17,16 +17,15 @@ TRAINED_SPLIT = "train"
 def data_files(data: Path, sources: list[str]) -> list[dict]:
     """``[{path, md5, split: "train"}]``, one per source in ``sources`` (the ``source`` column of the packed
     blocks: the sources tokenize read), for ``<data>/leakage/<source>.parquet``, the file whose train rows
-    tokenize packed (``parquet.read_pretraining_rows``). Sorted by path. Raises ``FileNotFoundError`` naming a
-    missing file: a record must not claim a lineage it cannot hash.
+    tokenize packed (``parquet.read_pretraining_rows``). Sorted by path. A file that is not there (blocks made
+    without the leakage stage, as the pretrain benchmark does) gets ``md5: null``: a later audit of a model
+    continued from this one cannot find that text, so its lineage is unknown, never silently clean.
     """
     out = []
     for source in sorted(set(sources)):
         path = Path(data) / "leakage" / f"{source}.parquet"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file, the text of pretraining source {source!r} (pretraining.json "
-                                    "records the md5 of each file the blocks came from)")
-        out.append({"path": path.as_posix(), "md5": lineage.file_md5(path), "split": TRAINED_SPLIT})
+        md5 = lineage.file_md5(path) if path.is_file() else None
+        out.append({"path": path.as_posix(), "md5": md5, "split": TRAINED_SPLIT})
     return out
 
 
