@@ -13,4 +13,6 @@
   the layout tests);
 - ``provenance``: git commit, ``dvc.yaml`` and ``dvc.lock`` (the runner, report, the flow);
 - ``nested``: dotted-key flattening of nested params and metrics (tracking, report).
+- ``lineage``: the lineage fields of ``pretraining.json`` (the md5 of every text file a model and its ancestors
+  trained on) and finding those files again (pretrain writes them, leakage audits against them).
 """
