@@ -63,11 +63,13 @@ def read_ledger(path: Path) -> pd.DataFrame | None:
     dupes = frame["doc_id"][frame["doc_id"].duplicated()]
     if len(dupes):
         raise ValueError(f"{path}: doc_id {dupes.iloc[0]!r} occurs more than once")
-    valid = [split in SPLITS_OF_ROLE.get(role, ()) for role, split in zip(frame["role"], frame["split"])]
-    if not all(valid):
-        i = valid.index(False)
-        raise ValueError(f"{path}: doc {frame['doc_id'].iloc[i]!r} has split {frame['split'].iloc[i]!r}, "
-                         f"not a split of role {frame['role'].iloc[i]!r}")
+    valid = pd.Series(False, index=frame.index)
+    for role, splits in SPLITS_OF_ROLE.items():
+        valid |= (frame["role"] == role) & frame["split"].isin(splits)
+    if not valid.all():
+        i = (~valid).idxmax()
+        raise ValueError(f"{path}: doc {frame['doc_id'][i]!r} has split {frame['split'][i]!r}, "
+                         f"not a split of role {frame['role'][i]!r}")
     return frame[LEDGER_COLUMNS].astype(object)
 
 
@@ -82,9 +84,11 @@ def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tupl
     check_roles(rows, rows["doc_id"].map(recorded["role"]), path)
     ledger_split = rows["doc_id"].map(recorded["split"])
     known = ledger_split.notna()
-    splits_of = ledger_split[known].groupby(rows["component"][known]).agg(lambda s: tuple(sorted(set(s))))
-    bridged = sorted(name for name, splits in splits_of.items() if len(splits) > 1)
-    joined = rows["component"].map({name: splits[0] for name, splits in splits_of.items() if len(splits) == 1})
+    pairs = pd.DataFrame({"component": rows["component"][known], "split": ledger_split[known]}).drop_duplicates()
+    several = pairs["component"].duplicated(keep=False)
+    splits_of = pairs[several].groupby("component")["split"].agg(sorted)
+    bridged = sorted(splits_of.index)
+    joined = rows["component"].map(pairs[~several].set_index("component")["split"])
     out = rows.assign(scratch=rows["split"])
     out["split"] = ledger_split.where(known, joined.where(joined.notna(), rows["split"]))
     drop = ~known & rows["component"].isin(bridged)
@@ -140,12 +144,12 @@ def moved_since(previous: pd.DataFrame, manifest: Path, ledger: Path) -> int:
 def ledger_metrics(enabled: bool, previous: pd.DataFrame | None, rows: pd.DataFrame, kept: pd.DataFrame,
                    ledger: pd.DataFrame, bridged: list[str], exempt: list[str]) -> dict:
     """The ledger's part of ``metrics/split.json`` (counts of docs; examples: up to 5 names)."""
-    seen = set() if previous is None else set(previous["doc_id"])
+    seen = (empty_ledger() if previous is None else previous)["doc_id"]
     return {
         "ledger": {"enabled": enabled, "found": previous is not None},
         "new_docs": int((~rows["doc_id"].isin(seen)).sum()),  # bridges included
         "ledger_docs": len(ledger),
-        "ledger_docs_absent": len(seen - set(rows["doc_id"])),  # history: kept in the ledger, not in this run
+        "ledger_docs_absent": int((~seen.isin(rows["doc_id"])).sum()),  # history: in the ledger, not in this run
         BRIDGES: len(rows) - len(kept),
         "bridged_components": len(bridged),
         "bridged_examples": bridged[:5],
