@@ -18,9 +18,10 @@ Method (text-dedup / datatrove style, with verification):
    held as sorted 64-bit shingle hashes (two distinct shingles collide with probability ~2**-64). Clusters
    are the connected components (union-find), so a chain A~B~C joins A and C
    even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. Signatures and Jaccards of texts
-   seen before come from ``<data>/dedup_index`` (``incremental.py``: the rule, and why outputs stay equal). The remaining parts (row
-   labels, output files, metrics) are ``tasks/dedup/outputs.py``; the Parquet files are written in a thread
-   while the cluster report is built. Nothing here imports pandas (pyarrow would on ``pa.array`` of a list).
+   seen before come from ``<data>/dedup_index`` (``incremental.py``: the rule, and why outputs stay equal). The
+   remaining parts (row labels, output files, metrics) are ``tasks/dedup/outputs.py``; the Parquet files are
+   written in a thread while the cluster report is built. Nothing here imports pandas (pyarrow would on
+   ``pa.array`` of a list).
 
 Which rows may be merged, per source, is ``tasks/dedup/policy.py`` (exact and near dedup on or off, a word
 floor for exact copies; a merge needs both rows' policies to allow its kind). What the merges cost in labelled

@@ -4,9 +4,11 @@ not seen, and its outputs equal a from-scratch run's byte for byte.
 The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 
 - ``entries.parquet``: one row per distinct document text of the last run, sorted by ``raw_md5`` (md5 of the
-  ingest text, UTF-8): the md5 of its normalized text (``text_hash``), ``n_words``, ``n_chars``, its MinHash
-  ``signature`` (``num_perm`` uint32) and its sorted unique uint64 shingle hashes (the set exact Jaccard is
-  taken on); the Parquet metadata holds the fingerprint below;
+  ingest text, UTF-8): the md5 of its normalized text (``text_hash``), ``n_words``, ``n_chars`` and where its
+  shingles start in ``shingles.npy`` (``shingles_start``); the Parquet metadata holds the fingerprint below;
+- ``signatures.npy``: ``(entries, num_perm)`` uint32, the MinHash signatures, in entry order;
+- ``shingles.npy``: ``(total,)`` uint64, each entry's sorted unique shingle hashes (the set exact Jaccard is
+  taken on) one after another (numpy files: Parquet decodes millions of list values many times slower);
 - ``jaccards.parquet``: every exact Jaccard computed so far between two texts still present, as
   ``(left, right, jaccard)`` with ``left < right`` normalized-text md5s, sorted.
 
@@ -50,7 +52,7 @@ from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
 
-ENTRIES, JACCARDS = "entries.parquet", "jaccards.parquet"
+ENTRIES, JACCARDS, SIGNATURES, SHINGLES = "entries.parquet", "jaccards.parquet", "signatures.npy", "shingles.npy"
 FINGERPRINT_KEY = b"clozeline.fingerprint"
 FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(__file__).with_name("__init__.py"))
 
@@ -124,11 +126,8 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[dict[str, tuple] | Non
     changed = sorted(key for key in new if old.get(key) != new[key])
     if changed:
         return None, f"the index fingerprint changed ({', '.join(changed)})"
-    signature = table.column("signature").combine_chunks()
-    signatures = minhash.numpy_view(signature.values).reshape(len(table), cfg.num_perm)
-    shingles = table.column("shingles").combine_chunks()
-    bounds = minhash.numpy_view(shingles.offsets)
-    flat = minhash.numpy_view(shingles.values)
+    signatures, flat = np.load(folder / SIGNATURES), np.load(folder / SHINGLES)
+    bounds = np.append(minhash.numpy_view(table.column("shingles_start").combine_chunks()), len(flat))
     n_words, n_chars = (minhash.numpy_view(table.column(c).combine_chunks()) for c in ("n_words", "n_chars"))
     rows = zip(table.column("text_hash").to_pylist(), n_words, n_chars, signatures, zip(bounds, bounds[1:]))
     keys = table.column("raw_md5").to_pylist()
@@ -139,7 +138,7 @@ def assemble(raw: list[str], stored: dict[str, tuple], num_perm: int) -> Indexed
     """Every row's values from ``stored`` (keyed by raw md5), with the text ids of its normalized texts."""
     values = [stored[digest] for digest in raw]
     text_hash = [value[0] for value in values]
-    texts, text_id = np.unique(np.asarray(text_hash, object), return_inverse=True) if raw else (np.zeros(0, object), np.zeros(0, np.int64))
+    texts, text_id = np.unique(np.asarray(text_hash, object), return_inverse=True) if raw else (np.zeros(0, object), [])
     return IndexedSignatures(
         text_hash=text_hash,
         n_words=np.fromiter((v[1] for v in values), np.int64, count=len(values)),
@@ -176,7 +175,11 @@ def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
     for stale in (tmp, old):
         shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir(parents=True)
-    pq.write_table(entries_table(docs, cfg), tmp / ENTRIES, compression="zstd")
+    rows = entry_rows(docs)
+    signatures = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(len(rows), cfg.num_perm)
+    np.save(tmp / SIGNATURES, signatures)
+    np.save(tmp / SHINGLES, np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows]))
+    pq.write_table(entries_table(docs, rows, cfg), tmp / ENTRIES, compression="zstd")
     pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
     if folder.exists():
         os.replace(folder, old)
@@ -184,21 +187,21 @@ def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def entries_table(docs: IndexedSignatures, cfg: DedupParams) -> pa.Table:
-    """One row per distinct raw text, sorted by its md5 (the bytes depend only on the corpus' texts)."""
+def entry_rows(docs: IndexedSignatures) -> list[int]:
+    """The first row of each distinct raw text, in the order of its md5 (the entry order)."""
     first = {digest: i for i, digest in reversed(list(enumerate(docs.raw_md5)))}
-    rows = [first[digest] for digest in sorted(first)]
+    return [first[digest] for digest in sorted(first)]
+
+
+def entries_table(docs: IndexedSignatures, rows: list[int], cfg: DedupParams) -> pa.Table:
+    """One row per entry (``entry_rows``): the bytes depend only on the corpus' texts."""
     sizes = np.fromiter((len(docs.shingles[i]) for i in rows), np.int64, count=len(rows))
-    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes)])
-    flat = np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows])
-    signature = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(-1)
     table = pa.table({
-        "raw_md5": arrow_strings(sorted(first)),
+        "raw_md5": arrow_strings([docs.raw_md5[i] for i in rows]),
         "text_hash": arrow_strings([docs.text_hash[i] for i in rows]),
         "n_words": _numbers(docs.n_words[rows], pa.int64()),
         "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
-        "signature": pa.FixedSizeListArray.from_arrays(_numbers(signature, pa.uint32()), cfg.num_perm),
-        "shingles": pa.LargeListArray.from_arrays(_numbers(offsets, pa.int64()), _numbers(flat, pa.uint64())),
+        "shingles_start": _numbers(np.cumsum(sizes) - sizes, pa.int64()),
     })  # fmt: skip
     return table.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(fingerprint(cfg), sort_keys=True).encode()})
 
