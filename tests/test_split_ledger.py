@@ -253,3 +253,22 @@ def test_moved_since_reads_the_written_files_back(tmp_path):
     previous.to_parquet(tmp_path / "ledger.parquet", index=False)
     (tmp_path / "manifest.tsv").write_text("doc_id\tsplit\na\ttrain\nb\ttest\nz\tdev\n")
     assert ledger.moved_since(previous, tmp_path / "manifest.tsv", tmp_path / "ledger.parquet") == 0
+
+
+def test_a_ledger_that_would_move_a_doc_fails_and_the_old_ledger_is_left_as_it_was(tmp_path, monkeypatch):
+    docs = [{"doc_id": f"t{i:03d}", "source": "t", "role": "task", "group": f"g{i % 100:02d}",
+             "cluster_id": f"t{i:03d}"} for i in range(300)]
+    _, before, _ = run_night(tmp_path, docs, params())
+    a = next(k for k, s in sorted(before.items()) if s == "train")
+    b = next(k for k, s in sorted(before.items()) if s == "test")
+    docs.append({"doc_id": "t900", "source": "t", "role": "task", "group": docs[int(a[1:])]["group"], "cluster_id": b})
+    path = tmp_path / "data" / "split_ledger" / "ledger.parquet"
+    old = path.read_bytes()
+
+    def from_scratch(rows, previous, where):  # an overlay that ignores the ledger: a and b now share a split
+        return rows.assign(scratch=rows["split"]), pd.DataFrame(columns=["source", "doc_id", "reason", "detail"]), []
+
+    monkeypatch.setattr(split, "apply_ledger", from_scratch)
+    with pytest.raises(split.SplitLeakError, match=r"^\d+ doc\(s\) of .*ledger\.parquet changed split"):
+        run_night(tmp_path, docs, params())
+    assert path.read_bytes() == old and sorted(p.name for p in path.parent.iterdir()) == ["ledger.parquet"]

@@ -56,7 +56,7 @@ from tasks.common.unionfind import UnionFind
 from tasks.config.split import TASK_SPLITS, SplitParams
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
 from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, ledger_metrics, ledger_path,
-                                moved_since, read_ledger, write_dropped, write_ledger)
+                                read_ledger, replace_ledger, write_dropped)
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 __all__ = ["SplitLeakError", "run"]
@@ -88,10 +88,7 @@ def run(cfg: SplitParams, paths, log) -> dict:
     write_outputs(frames, kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
     ledger = extend_ledger(base, kept)
-    write_ledger(ledger, path)
-    moved = None if previous is None else moved_since(previous, out_dir / "manifest.tsv", path)
-    if moved:
-        raise SplitLeakError(f"{moved} doc(s) of {path} changed split in {out_dir} or the new ledger")
+    moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path)
     log.info(f"split: {len(kept)} rows from {len(frames)} source(s) -> {out_dir}; {len(dropped)} dropped "
              f"(bridges_splits), {len(bridged)} bridged component(s)")
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.split.assign import SPLITS_OF_ROLE
+from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError
 
 LEDGER_COLUMNS = ["doc_id", "role", "split"]
 BRIDGES = "bridges_splits"
@@ -117,9 +117,21 @@ def extend_ledger(previous: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     return ledger.sort_values("doc_id", ignore_index=True)
 
 
-def write_ledger(ledger: pd.DataFrame, path: Path) -> None:
+def replace_ledger(ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest: Path, path: Path) -> int | None:
+    """Write ``ledger`` to ``path`` once the docs moved since ``previous`` are checked to be 0; returns that
+    count (None without a previous ledger). The new ledger is written beside the old one and checked there first:
+    the runner does not clear a ``persist`` output after a failure, so a ledger that moved a doc must never
+    replace the old one (the next run would take the move for history). Raises ``SplitLeakError``."""
+    staged = path.with_name(path.name + ".new")
     path.parent.mkdir(parents=True, exist_ok=True)
-    ledger.to_parquet(path, index=False)
+    ledger.to_parquet(staged, index=False)
+    moved = None if previous is None else moved_since(previous, manifest, staged)
+    if moved:
+        staged.unlink()
+        raise SplitLeakError(f"{moved} doc(s) of {path} changed split in {manifest.parent} or the new ledger; "
+                             "the ledger is left as it was")
+    staged.replace(path)
+    return moved
 
 
 def write_dropped(dropped: pd.DataFrame, path: Path) -> None:
