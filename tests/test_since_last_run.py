@@ -203,3 +203,52 @@ def test_prefect_artifact_notes_a_section_from_an_earlier_run():
     assert since_markdown(text, "run-2") == text
     stale = since_markdown(text, "run-3")
     assert stale.startswith("_The report stage did not rerun in this pipeline run") and stale.endswith(text)
+
+
+@pytest.mark.slow
+def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(store, tmp_path):
+    """The stage end to end (test_report's made metrics) in three pipeline runs: the same inputs twice (nothing
+    changes), then claims.yaml without its last claim (one dropped claim)."""
+    from test_report import CLAIMS_YAML, REPO, write_metrics
+
+    from tasks import report
+    from tasks.config import read_yaml
+    from tasks.config.paths import Paths
+    from tasks.config.report import ReportParams
+
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
+                  reports=tmp_path / "reports")  # fmt: skip
+    paths.reports.mkdir(parents=True)
+    claims = read_yaml(CLAIMS_YAML)
+    (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
+    write_metrics(paths.metrics)
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n", encoding="utf-8")
+    section = read_yaml(REPO / "params.yaml")["report"] | {"dvc_lock_file": str(tmp_path / "dvc.lock"),
+                                                          "figure_dpi": 50, "bootstrap_resamples": 1000,
+                                                          "slice_bootstrap_resamples": 500}  # fmt: skip
+    cfg = ReportParams.model_validate(section)
+
+    def pipeline_run() -> str:
+        with open_run("pipeline") as pipeline, pipeline.child("report") as log:
+            report.run(cfg, paths, log)
+        return pipeline.run_id
+
+    first, second = pipeline_run(), pipeline_run()
+    ids = [c["id"] for c in claims["claims"]]
+    stored = mlflow.artifacts.load_text(f"{mlflow.get_run(second).info.artifact_uri}/{since.RECORD_FILE}")
+    assert list(json.loads(stored)["claims"]) == sorted(ids)  # sort_keys
+    md = (paths.reports / "claims.md").read_text(encoding="utf-8")
+    section_at = md.index("## Since the last run")
+    assert md.index("| claim |") < section_at < md.index("## Claims in detail")
+    summary_row = next(line for line in md[section_at:].splitlines() if line.startswith(f"| {second} |"))
+    assert summary_row.startswith(f"| {second} | {first} | ") and summary_row.endswith("| - | 0 | 0 | 0 | 0 |")
+    assert (tags_of(second)["verdict_flipped"], tags_of(second)["claims_compared_with"]) == ("false", first)
+    assert (paths.reports / "figures" / since_plot.FILE).exists()
+    assert "since_last_run.md" in [p.name for p in report.report_files(paths)]
+
+    claims["claims"] = claims["claims"][:-1]
+    (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
+    third = pipeline_run()
+    md = (paths.reports / "since_last_run.md").read_text(encoding="utf-8")
+    assert f"| {third} | {second} | " in md and md.count(f"| {ids[-1]} | ") == 1  # the Dropped claims table
+    assert "### Dropped claims" in md and "### New claims" not in md and "### Verdicts that flipped" not in md

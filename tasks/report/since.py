@@ -88,6 +88,7 @@ def section(rows: list[Row], metrics: Metrics, log, history_runs: int, reports: 
     past = history(pipeline_log, history_runs)
     changes = compare(current, past[0]) if past else None
     grids = section_grids(current, past, changes, pipeline_log.run_id)
+    log.info(f"report: since the last run: {summary(past, changes)}")
     out = reports / "figures" / since_plot.FILE
     try:
         figure: Path | str = since_plot.draw(past, current, datetime.now(UTC), out, dpi)
@@ -96,6 +97,15 @@ def section(rows: list[Row], metrics: Metrics, log, history_runs: int, reports: 
     shown = Path("figures") / since_plot.FILE if isinstance(figure, Path) else figure
     (reports / SECTION_FILE).write_text(section_markdown(grids, shown), encoding="utf-8")
     return Since(grids, current, changes, figure)
+
+
+def summary(past: list[PastRun] | None, changes: Changes | None) -> str:
+    """The comparison in one line, for the stage's log."""
+    if changes is None:
+        return "not compared (no MLflow tracking)" if past is None else "first run"
+    return (f"run {changes.previous.run_id}: {len(changes.flipped)} verdicts flipped "
+            f"{[cid for cid, _, _ in changes.flipped]}, {len(changes.moved)} differences outside the earlier CI, "
+            f"{len(changes.new)} new and {len(changes.dropped)} dropped claims")
 
 
 def claim_record(row: Row) -> dict:
@@ -117,14 +127,17 @@ def data_sizes(metrics: Metrics) -> dict[str, int]:
     (``metrics/ingest.json`` totals), ``dedup/docs_in``, ``dedup/docs_kept`` (``dedup.json`` all) and
     ``split/<source>/<split>`` (``split.json``: the docs kept in each split). A missing file or key leaves its
     counters out."""
-    ingest = (metrics.optional("ingest") or {}).get("totals", {})
-    dedup = (metrics.optional("dedup") or {}).get("all", {})
+    ingest = _dict(_dict(metrics.optional("ingest")).get("totals"))
+    dedup = _dict(_dict(metrics.optional("dedup")).get("all"))
     out = {f"ingest/{k}": ingest.get(k) for k in ("docs_in", "docs_out")}
     out |= {f"dedup/{k}": dedup.get(k) for k in ("docs_in", "docs_kept")}
-    for source, body in sorted(((metrics.optional("split") or {}).get("sources") or {}).items()):
-        kept = body.get("docs_kept") if isinstance(body, dict) else None
-        out |= {f"split/{source}/{part}": n for part, n in sorted((kept or {}).items())}
+    for source, body in sorted(_dict(_dict(metrics.optional("split")).get("sources")).items()):
+        out |= {f"split/{source}/{part}": n for part, n in sorted(_dict(_dict(body).get("docs_kept")).items())}
     return {k: v for k, v in out.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}  # a metrics file of another shape counts nothing
 
 
 def record(rows: list[Row], metrics: Metrics) -> dict:
