@@ -203,12 +203,20 @@ def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_
     assert src["dropped"] == {"bridges_splits": 1} and metrics["bridges_splits"] == 1
     assert metrics["bridged_components"] == 1 and metrics["moved_since_previous"] == 0
     assert metrics["straddling_exempt"] == 0  # without N, a's group and b's cluster no longer touch
+    # while N stays in the corpus it keeps the component bridged: a plain new doc of b's group is dropped too;
+    # once N has left, that doc joins b's split
+    docs.append({"doc_id": "t902", "source": "t", "role": "task", "group": docs[int(b[1:])]["group"],
+                 "cluster_id": "t902"})
+    _, after, dropped = run_night(tmp_path, docs, params())
+    assert [d["doc_id"] for d in dropped] == ["t900", "t902"]
+    _, after, dropped = run_night(tmp_path, [d for d in docs if d["doc_id"] != "t900"], params())
+    assert dropped == [] and after["t902"] == "test"
     # a new dedup cluster chain a ~ N ~ b: dedup gives all three one cluster_id, so a (train) and b (test) share
     # it after N is dropped; that cluster is exempt and named, not a SplitLeakError
     for d in docs:
         if d["doc_id"] in (a, b, "t900"):
             d["cluster_id"] = "chain"
-    docs[-2]["group"] = "lonely"
+    next(d for d in docs if d["doc_id"] == "t900")["group"] = "lonely"
     metrics, after, dropped = run_night(tmp_path, docs, params())
     assert [d["doc_id"] for d in dropped] == ["t900"] and after[a] == "train" and after[b] == "test"
     assert metrics["straddling_exempt"] == 1 and metrics["straddling_exempt_examples"] == ["cluster:task:chain"]
