@@ -78,17 +78,18 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     signed (``sign_documents``); logs the path taken to ``log`` (info, MLflow tags and metrics)."""
     texts = corpus.texts()
     raw = raw_md5s(texts)
-    stored, reason = load_entries(folder, cfg)
-    mode = "incremental" if stored is not None else "full"
-    stored = stored if stored is not None else {}
-    found = sum(digest in stored for digest in raw)
-    todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in stored}.values())
+    entries, keys, reason = load_entries(folder, cfg)
+    mode = "incremental" if entries is not None else "full"
+    entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
+    entry_of = {key: k for k, key in enumerate(keys)}
+    found = sum(digest in entry_of for digest in raw)
+    todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
     at = _numbers(np.asarray(todo, np.int64), pa.int64())
     picked = texts.take(at) if isinstance(texts, pa.Array) else [texts[i] for i in todo]
     fresh = sign_documents(picked, cfg)
-    for k, i in enumerate(todo):
-        stored[raw[i]] = (fresh.text_hash[k], fresh.n_words[k], fresh.n_chars[k], fresh.signature[k], fresh.shingles[k])
-    docs = assemble(raw, stored, cfg.num_perm)
+    entry_of.update({raw[i]: len(keys) + k for k, i in enumerate(todo)})
+    rows = np.fromiter(map(entry_of.__getitem__, raw), np.int64, count=len(raw))
+    docs = assemble(raw, rows, joined(entries, fresh))
     if mode == "incremental":
         docs.known_pairs, docs.known_jaccards = load_jaccards(folder, docs)
         reason = f"{found} of {len(raw)} docs found in the index"
@@ -113,38 +114,48 @@ def fingerprint(cfg: DedupParams) -> dict[str, Any]:
     return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code}
 
 
-def load_entries(folder: Path, cfg: DedupParams) -> tuple[dict[str, tuple] | None, str]:
-    """``({raw_md5: (text_hash, n_words, n_chars, signature, shingles)}, reason)``, or ``(None, why a full
-    recompute)``."""
+def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, list[str], str]:
+    """``(entries, their raw md5s, reason)``: the index's values, one row per entry, or ``(None, [], why a
+    full recompute)``."""
     if not cfg.incremental:
-        return None, "dedup.incremental: false"
+        return None, [], "dedup.incremental: false"
     if not (folder / ENTRIES).is_file():
-        return None, f"no index in {folder}"
+        return None, [], f"no index in {folder}"
     table = pq.read_table(folder / ENTRIES)
     old = json.loads(table.schema.metadata[FINGERPRINT_KEY])
     new = fingerprint(cfg)
     changed = sorted(key for key in new if old.get(key) != new[key])
     if changed:
-        return None, f"the index fingerprint changed ({', '.join(changed)})"
-    signatures, flat = np.load(folder / SIGNATURES), np.load(folder / SHINGLES)
-    bounds = np.append(minhash.numpy_view(table.column("shingles_start").combine_chunks()), len(flat))
+        return None, [], f"the index fingerprint changed ({', '.join(changed)})"
+    flat = np.load(folder / SHINGLES)
+    bounds = np.append(minhash.numpy_view(table.column("shingles_start").combine_chunks()), len(flat)).tolist()
     n_words, n_chars = (minhash.numpy_view(table.column(c).combine_chunks()) for c in ("n_words", "n_chars"))
-    rows = zip(table.column("text_hash").to_pylist(), n_words, n_chars, signatures, zip(bounds, bounds[1:]))
-    keys = table.column("raw_md5").to_pylist()
-    return {key: (h, w, c, s, flat[lo:hi]) for key, (h, w, c, s, (lo, hi)) in zip(keys, rows)}, "index found"
+    entries = DocSignatures(table.column("text_hash").to_pylist(), n_words, n_chars, np.load(folder / SIGNATURES),
+                            [flat[lo:hi] for lo, hi in zip(bounds, bounds[1:])])  # fmt: skip
+    return entries, table.column("raw_md5").to_pylist(), "index found"
 
 
-def assemble(raw: list[str], stored: dict[str, tuple], num_perm: int) -> IndexedSignatures:
-    """Every row's values from ``stored`` (keyed by raw md5), with the text ids of its normalized texts."""
-    values = [stored[digest] for digest in raw]
-    text_hash = [value[0] for value in values]
+def empty(num_perm: int) -> DocSignatures:
+    """No document."""
+    return DocSignatures([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, num_perm), np.uint32), [])
+
+
+def joined(first: DocSignatures, second: DocSignatures) -> DocSignatures:
+    """The rows of ``first`` then those of ``second``."""
+    names = ("n_words", "n_chars", "signature")
+    stacked = (np.concatenate([getattr(first, name), getattr(second, name)]) for name in names)
+    return DocSignatures(first.text_hash + second.text_hash, *stacked, first.shingles + second.shingles)
+
+
+def assemble(raw: list[str], rows: np.ndarray, values: DocSignatures) -> IndexedSignatures:
+    """Every document's values: row ``rows[i]`` of ``values`` for document ``i`` (raw md5 ``raw[i]``), with
+    the text ids of its normalized texts."""
+    picked = rows.tolist()
+    text_hash = [values.text_hash[k] for k in picked]
     texts, text_id = np.unique(np.asarray(text_hash, object), return_inverse=True) if raw else (np.zeros(0, object), [])
     return IndexedSignatures(
-        text_hash=text_hash,
-        n_words=np.fromiter((v[1] for v in values), np.int64, count=len(values)),
-        n_chars=np.fromiter((v[2] for v in values), np.int64, count=len(values)),
-        signature=np.stack([v[3] for v in values]) if values else np.zeros((0, num_perm), np.uint32),
-        shingles=[v[4] for v in values],
+        text_hash=text_hash, n_words=values.n_words[rows], n_chars=values.n_chars[rows],
+        signature=values.signature[rows], shingles=[values.shingles[k] for k in picked],
         raw_md5=raw, texts=texts, text_id=np.asarray(text_id, np.int64),
     )  # fmt: skip
 
@@ -170,7 +181,7 @@ def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
     swapped in by rename."""
     if not isinstance(docs, IndexedSignatures):
         log.info("dedup: engine ray: full recompute; the index is left empty (the next local run signs all)")
-        docs = assemble([], {}, cfg.num_perm)
+        docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
     tmp, old = folder.with_name(f".{folder.name}.tmp"), folder.with_name(f".{folder.name}.old")
     for stale in (tmp, old):
         shutil.rmtree(stale, ignore_errors=True)
