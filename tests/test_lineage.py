@@ -201,7 +201,7 @@ def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp
 
     corpus = build_corpus(tmp_path_factory)  # blocks of two sources, bbc_a and bbc_b, and no leakage output
     text = write_text_file(corpus / "data" / "leakage" / "bbc_a.parquet", [("bbc_a/1", DEV_DOC, "train", False)])
-    pretrain(make_cfg(max_steps=2, architecture="bert"), make_paths(corpus), NullLog())
+    pretrain(make_cfg(max_steps=2), make_paths(corpus), NullLog())  # params.yaml's architecture: ModernBERT
     first = json.loads((corpus / "models" / "pretrained" / "pretraining.json").read_text())
     missing = (corpus / "data" / "leakage" / "bbc_b.parquet").as_posix()
     assert first["data"] == [{"path": text.as_posix(), "md5": common_lineage.file_md5(text), "split": "train"},
@@ -209,7 +209,7 @@ def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp
     assert first["lineage"] == {"status": "none", "data": [], "unknown": []}
 
     night1 = shutil.copytree(corpus / "models" / "pretrained", tmp_path / "night1")
-    cfg = make_cfg(max_steps=2, architecture="bert", init_from=str(night1))
+    cfg = make_cfg(max_steps=2, init_from=str(night1))  # continuing a ModernBERT folder
     pretrain(cfg, clone(corpus, tmp_path / "night2"), NullLog())
     second = json.loads((tmp_path / "night2" / "models" / "pretrained" / "pretraining.json").read_text())
     night2_text = (tmp_path / "night2" / "data" / "leakage" / "bbc_a.parquet").as_posix()  # the same bytes
@@ -225,3 +225,11 @@ def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp
     assert m["unknown"] == [f"{p}: no md5 recorded (not there when that model was pretrained)"
                             for p in (missing, night2_missing)]
     assert m["eval_sets"]["news/dev"]["flagged_docs"] == ["news/d1"]
+
+
+def test_an_init_from_folder_outside_the_leakage_deps_stops_the_dvc_stage(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # writing data/leakage under the repo's dvc.yaml: this run is the DVC stage
+    model = model_folder(tmp_path / "model", None)
+    paths = Paths(data=Path("data"), models=Path("models"), metrics=Path("metrics"), reports=Path("reports"))
+    with pytest.raises(ValueError, match=r"^pretrain\.init_from: .* is not under any dep of the leakage stage"):
+        leakage_lineage.audit(leakage_cfg(model), paths, *today(tmp_path), tokenize, None)

@@ -50,6 +50,7 @@ import pandas as pd
 
 from tasks.common import minhash
 from tasks.common.confusables import fold_words
+from tasks.common.lineage import NO_LINEAGE
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams
@@ -112,7 +113,8 @@ def run(cfg: LeakageParams, paths, log) -> dict:
                 m.add("semantic")
         detectors += ("semantic",)
         review, semantic_metrics, scored = result.review, {"enabled": True, **result.metrics}, result.scored
-    across = lineage.audit(cfg, paths, eval_frame, evals, tokenize, lineage.dvc_cache(Path.cwd()))
+    cache = None if cfg.pretrain_init_from in NO_LINEAGE else lineage.dvc_cache(Path.cwd())  # dvc: 0.5 s to import
+    across = lineage.audit(cfg, paths, eval_frame, evals, tokenize, cache)
     log.info(f"leakage: lineage of {cfg.pretrain_init_from}: {across.metrics['status']}, "
              f"{len(across.metrics['files_checked'])} files checked, {len(across.pairs)} matching pairs")
     removed = removed_docs(table, cfg) | across.removed

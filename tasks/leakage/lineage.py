@@ -93,8 +93,9 @@ def audit(cfg: LeakageParams, paths, eval_frame: pd.DataFrame, evals: Side,
     removed, marked = actions(pairs, cfg.pretrain_action)
     unknown = record["unknown"] + unresolved
     status = "none" if init_from in lineage.NO_LINEAGE else "unknown" if unknown else "known"
-    metrics = lineage_metrics(status, init_from, unknown, files, pairs, eval_frame, cfg.pretrain_action)
-    return LineageAudit(pairs, removed, marked, {**metrics, "files_unresolved": len(unresolved)})
+    metrics = lineage_metrics(status, init_from, unknown, files, len(unresolved), pairs, eval_frame,
+                              cfg.pretrain_action)
+    return LineageAudit(pairs, removed, marked, metrics)
 
 
 def trained_rows(path: Path, entry: dict) -> pd.DataFrame:
@@ -121,18 +122,17 @@ def actions(pairs: pd.DataFrame, action: str) -> tuple[dict[str, dict], set[str]
     return removed, set()
 
 
-def lineage_metrics(status: str, init_from: str, unknown: list[str], files: list[dict], pairs: pd.DataFrame,
-                    eval_frame: pd.DataFrame, action: str) -> dict:
+def lineage_metrics(status: str, init_from: str, unknown: list[str], files: list[dict], unresolved: int,
+                    pairs: pd.DataFrame, eval_frame: pd.DataFrame, action: str) -> dict:
     """The ``lineage`` section: ``status`` (none | known | unknown) and why unknown, ``init_from``, the files
-    checked (path, md5, split, found in ``cache`` or at its ``path``, trained docs; the stage adds how many were
-    ``files_unresolved``), ``action``, and per eval set
-    ``<source>/<split>`` its ``docs``, the ``flagged`` ones (a match in the lineage) and their ``rate``, plus
-    the flagged doc ids and pairs per method."""
+    checked (path, md5, split, found in ``cache`` or at its ``path``, trained docs) and how many were found
+    nowhere (``files_unresolved``), ``action``, and per eval set ``<source>/<split>`` its ``docs``, the
+    ``flagged`` ones (a match in the lineage) and their ``rate``, plus the flagged doc ids and pairs per method."""
     eval_sets = {}
     for (source, split), part in eval_frame.groupby(["source", "split"], sort=True):
         hit = sorted(set(part["doc_id"]) & set(pairs["eval_doc"]))
         eval_sets[f"{source}/{split}"] = {"docs": len(part), "flagged": len(hit),
                                           "rate": round(len(hit) / len(part), 6), "flagged_docs": hit}  # fmt: skip
     methods = {m: int(n) for m, n in pairs["method"].value_counts().sort_index().items()}
-    return {"status": status, "init_from": init_from, "unknown": unknown, "files_checked": files, "action": action,
-            "eval_sets": eval_sets, "pairs_by_method": methods}
+    return {"status": status, "init_from": init_from, "unknown": unknown, "files_checked": files,
+            "files_unresolved": unresolved, "action": action, "eval_sets": eval_sets, "pairs_by_method": methods}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import (
+    AutoConfig,
     AutoModelForMaskedLM,
     BertConfig,
     BertForMaskedLM,
@@ -82,13 +83,22 @@ def initial_model(cfg: PretrainParams, start: Start, block_len: int) -> PreTrain
     """
     if start.folder is None:
         return build_model(cfg, len(start.tokenizer), block_len, start.tokenizer.pad_token_id)
-    dropout = {"hidden_dropout_prob": cfg.dropout_prob, "attention_probs_dropout_prob": cfg.dropout_prob}
+    dropout = dropout_keys(AutoConfig.from_pretrained(start.folder).model_type, cfg.dropout_prob)
     model = AutoModelForMaskedLM.from_pretrained(
         start.folder, tie_word_embeddings=True, attn_implementation="sdpa", **dropout
     )
     if block_len > model.config.max_position_embeddings:
         raise ValueError(f"blocks of {block_len} tokens exceed {start.folder}'s max_position_embeddings")
     return model
+
+
+def dropout_keys(model_type: str, p: float) -> dict[str, float]:
+    """The config keys that set dropout probability ``p`` in an HF model of ``model_type``: ModernBERT has its own
+    names (embedding, MLP, attention); BERT and RoBERTa-style configs take ``hidden_dropout_prob`` and
+    ``attention_probs_dropout_prob`` (an unknown key would reach the model's ``__init__`` and raise)."""
+    if model_type == "modernbert":
+        return {"embedding_dropout": p, "mlp_dropout": p, "attention_dropout": p}
+    return {"hidden_dropout_prob": p, "attention_probs_dropout_prob": p}
 
 
 def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int) -> PreTrainedModel:
@@ -122,9 +132,7 @@ def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_
         max_position_embeddings=cfg.max_position_embeddings,
         # every layer global: the sliding window (128) would cover a whole block anyway, and a mask costs time
         layer_types=["full_attention"] * preset.num_hidden_layers,
-        embedding_dropout=cfg.dropout_prob,
-        mlp_dropout=cfg.dropout_prob,
-        attention_dropout=cfg.dropout_prob,
+        **dropout_keys("modernbert", cfg.dropout_prob),
         **shape,
     )
     return ModernBertForMaskedLM(config)
