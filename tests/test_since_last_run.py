@@ -102,7 +102,8 @@ def test_first_run_says_so_and_records_its_claims(store, tmp_path):
     assert tags["claims_recorded"] == "true"
     text = mlflow.artifacts.load_text(f"{mlflow.get_run(run_id).info.artifact_uri}/{since.RECORD_FILE}")
     stored = json.loads(text)
-    assert stored["claims"]["a"] == {"verdict": "supported", "difference": 0.05, "ci_low": 0.01, "ci_high": 0.09, "n": 3}
+    assert stored["claims"]["a"] == {"verdict": "supported", "difference": 0.05, "ci_low": 0.01, "ci_high": 0.09,
+                                     "n": 3}
     assert stored["data"] == {"ingest/docs_in": 100, "ingest/docs_out": 98, "dedup/docs_in": 98, "dedup/docs_kept": 90,
                               "split/news/dev": 10, "split/news/test": 10, "split/news/train": 70}
 
@@ -252,3 +253,37 @@ def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(st
     md = (paths.reports / "since_last_run.md").read_text(encoding="utf-8")
     assert f"| {third} | {second} | " in md and md.count(f"| {ids[-1]} | ") == 1  # the Dropped claims table
     assert "### Dropped claims" in md and "### New claims" not in md and "### Verdicts that flipped" not in md
+
+
+@pytest.mark.slow
+def test_the_pipeline_run_publishes_the_section_as_a_prefect_markdown_artifact(store, tmp_path, monkeypatch):
+    """``publish_report`` inside a flow (a Prefect test server): the section the report wrote for this pipeline
+    run is the ``since-last-run`` artifact as written, and it is logged to the run under ``report/``."""
+    import asyncio
+
+    from prefect import flow, get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    import flows.pipeline as pipeline_module
+
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "claims.md").write_text("# clozeline claim table\n", encoding="utf-8")
+    monkeypatch.setattr(pipeline_module, "ROOT", tmp_path)
+
+    @flow(name="publish-only")
+    def publish_only(run_id: str) -> None:
+        pipeline_module.publish_report(run_id)
+
+    async def latest_artifacts() -> list:
+        async with get_client() as client:
+            return await client.read_latest_artifacts()
+
+    with open_run("pipeline") as run:
+        text = f"## Since the last run\n\n| this run | previous run |\n|---|---|\n| {run.run_id} | none: first run |\n"
+        (tmp_path / "reports" / since.SECTION_FILE).write_text(text, encoding="utf-8")
+        with prefect_test_harness(server_startup_timeout=120):
+            publish_only(run.run_id)
+            latest = {a.key: a.data for a in asyncio.run(latest_artifacts())}
+    assert latest["since-last-run"] == text and latest["claim-table"] == "# clozeline claim table\n"
+    logged = [a.path for a in mlflow.MlflowClient().list_artifacts(run.run_id, "report")]
+    assert f"report/{since.SECTION_FILE}" in logged
