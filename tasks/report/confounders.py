@@ -1,6 +1,6 @@
 """Known confounders of a claim, each measured from the metrics files where it can be.
 
-``eval_leakage`` (metrics/leakage.json), ``duplicate_rate`` (metrics/dedup.json), ``truncation_rate``
+``eval_leakage`` (metrics/leakage.json, with the eval docs found in the ``init_from`` model's lineage), ``duplicate_rate`` (metrics/dedup.json), ``truncation_rate``
 (metrics/tokenize.json and the fine-tuning length buckets) and ``diverged_seeds`` (metrics/finetune_*.json);
 any other name is listed as ``not measured``.
 """
@@ -32,7 +32,8 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
             task_train = (f"; task-train overlap (flagged, kept) {_pct(entry['task_train_rate_before'])} -> "
                           f"{_pct(entry.get('task_train_rate_after'))}")
         return (f"eval_leakage: {_pct(entry.get('rate_before'))} of {entry.get('docs')} eval docs found in the "
-                f"pretraining corpus before the audit, {_pct(entry.get('rate_after'))} after{task_train}")
+                f"pretraining corpus before the audit, {_pct(entry.get('rate_after'))} after{task_train}"
+                f"{_lineage(claim, metrics)}")
     if name == "duplicate_rate":
         entry = (metrics.optional("dedup") or {}).get("sources", {}).get(source)
         if entry is None:
@@ -44,6 +45,17 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
     if name == "diverged_seeds":
         return _diverged(claim, metrics)
     return f"not measured: {name}"
+
+
+def _lineage(claim: Claim, metrics: Metrics) -> str:
+    """The eval docs of the claim's slice found in what the ``pretrain.init_from`` model's lineage trained on
+    (``tasks/leakage/lineage.py``): removed from the set, or kept flagged (then they are in the scores)."""
+    lineage = (metrics.optional("leakage") or {}).get("lineage") or {}
+    entry = (lineage.get("eval_sets") or {}).get(claim.data_slice)
+    if not entry or not entry.get("flagged"):
+        return ""
+    fate = "removed" if lineage.get("action") == "remove" else "flagged, kept"
+    return f"; in the init_from model's pretraining lineage ({fate}) {entry['flagged']} of {entry['docs']}"
 
 
 def _truncation(claim: Claim, metrics: Metrics) -> str:
