@@ -233,3 +233,18 @@ def test_an_init_from_folder_outside_the_leakage_deps_stops_the_dvc_stage(tmp_pa
     paths = Paths(data=Path("data"), models=Path("models"), metrics=Path("metrics"), reports=Path("reports"))
     with pytest.raises(ValueError, match=r"^pretrain\.init_from: .* is not under any dep of the leakage stage"):
         leakage_lineage.audit(leakage_cfg(model), paths, *today(tmp_path), tokenize, None)
+
+
+def test_the_eval_leakage_confounder_counts_the_lineage_flags_of_the_claims_slice(tmp_path):
+    from tasks.report.claims import Metrics
+    from tasks.report.confounders import measure_confounders
+
+    entry = {"docs": 4, "rate_before": 0.25, "rate_after": 0.0}
+    lineage = {"status": "known", "action": "flag",
+               "eval_sets": {"bbc_news/test": {"docs": 4, "flagged": 1, "rate": 0.25, "flagged_docs": ["x"]}}}
+    (tmp_path / "leakage.json").write_text(json.dumps({"eval_sets": {"bbc_news/test": entry}, "lineage": lineage}))
+    c = claim("pretrained/full/mean-pool", "random/full/mean-pool").model_copy(
+        update={"known_confounders": ["eval_leakage"]})  # data_slice bbc_news/test
+    assert measure_confounders(c, Metrics(tmp_path)) == [
+        "eval_leakage: 25.00% of 4 eval docs found in the pretraining corpus before the audit, 0.00% after; in the "
+        "init_from model's pretraining lineage (flagged, kept) 1 of 4"]
