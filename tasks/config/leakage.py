@@ -143,6 +143,11 @@ class LeakageParams(StrictModel):
     hardware: HardwareParams = Field(
         default_factory=HardwareParams, description="copied from the hardware section (the semantic detector's device)"
     )
+    incremental: bool = Field(
+        True, description="audit only training texts without a result in <data>/leakage_cache, unless the eval sets, "
+        "the detector params or the code changed (the outputs equal a from-scratch run; engine ray always audits "
+        "all); false audits every training doc again"
+    )
     pretrain_init_from: str = Field(
         "scratch", description="copied from pretrain.init_from: a model folder's pretraining lineage is audited "
         "against the eval sets (tasks/leakage/lineage.py); scratch and reference have none of ours"

@@ -33,6 +33,10 @@ class TokenizeParams(StrictModel):
     ner_invalid_iob2: Literal["repair", "drop", "error"] = Field(
         description="I-X after O or after B-Y/I-Y: repair (becomes B-X), drop the sentence, or raise"
     )
+    incremental: bool = Field(
+        True, description="encode only pretraining texts without ids in <data>/tokenize_cache (the outputs equal a "
+        "from-scratch run; a changed tokenizer re-encodes all); false encodes every text again"
+    )
 
     @model_validator(mode="after")
     def _overlap_fits(self) -> TokenizeParams:
