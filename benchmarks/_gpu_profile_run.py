@@ -2,7 +2,9 @@
 
 The checkout is copied to a temporary folder (what git would clone), params.yaml there gets the profile's
 values (``flows/profiles.py``) and the short-run sizes below, and each stage runs as ``python -m tasks <stage>
-[item]`` (what dvc.yaml runs, on one process). Written to ``--out``: each stage's wall time, the held-out loss
+[item]`` (what dvc.yaml runs, on one process; with ``--dry-run`` all stages run in one process through the same
+entry point, because on a 2-core CPU each stage's start-up, the imports of torch, transformers and MLflow, was
+about 9 s and a third of the dry run). Written to ``--out``: each stage's wall time, the held-out loss
 curve of pretraining against the unigram baseline, pretraining throughput and MFU, and whether the pretrained
 encoder beat its random-init control on the classification task (the difference of the mean test macro-F1
 over seeds, with the two arms' t-intervals), reported either way.
@@ -125,11 +127,14 @@ def write_params(root: Path, profile: str, dry: bool) -> dict:
     return values
 
 
-def run_stages(root: Path) -> dict[str, float]:
-    """Every dvc.yaml stage in order as ``python -m tasks <stage> [item]``; seconds per stage. Raises
-    ``RuntimeError`` with the tail of the stage's output when one fails."""
-    seconds = {}
+def run_stages(root: Path, in_process: bool = False) -> dict[str, float]:
+    """Every dvc.yaml stage in order as ``python -m tasks <stage> [item]``, each in its own process as DVC runs
+    it, or with ``in_process`` all in one process through the same entry point (``tasks.__main__.main``);
+    seconds per stage. Raises ``RuntimeError`` with the tail of the output when a stage fails."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlruns.db'}", "PYTHONUNBUFFERED": "1"}
+    if in_process:
+        return _run_in_one_process(root, env)
+    seconds = {}
     for name in stage_names(root):
         stage, _, item = name.partition("@")
         started = time.perf_counter()
@@ -140,6 +145,36 @@ def run_stages(root: Path) -> dict[str, float]:
         if done.returncode:
             raise RuntimeError(f"stage {name} failed:\n{(done.stdout + done.stderr)[-4000:]}")
     return seconds
+
+
+def _run_in_one_process(root: Path, env: dict[str, str]) -> dict[str, float]:
+    """The stages in one child process (this script of ``root``'s copy with ``--stages-here``), which writes
+    ``stage_seconds.json``; raises ``RuntimeError`` with the output's tail when a stage fails."""
+    script = root / "benchmarks" / Path(__file__).name
+    done = subprocess.run([sys.executable, str(script), "--stages-here"], cwd=root, env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    print(done.stdout[-2000:], flush=True)
+    if done.returncode:
+        raise RuntimeError(f"a stage failed:\n{(done.stdout + done.stderr)[-4000:]}")
+    return json.loads((root / "stage_seconds.json").read_text(encoding="utf-8"))
+
+
+def stages_here() -> int:
+    """``--stages-here``: every stage of the checkout this script lies in, in order, in this process (the
+    runner's own ``main``, so each stage still opens its MLflow run and writes its metrics); returns the exit
+    code of the first stage that fails, else 0, after writing ``stage_seconds.json``."""
+    from tasks.__main__ import main as run_one
+
+    seconds = {}
+    for name in stage_names(ROOT):
+        started = time.perf_counter()
+        code = run_one(name.split("@"))
+        seconds[name] = round(time.perf_counter() - started, 1)
+        print(f"{name}: {seconds[name]} s (exit {code})", flush=True)
+        if code:
+            return code
+    (ROOT / "stage_seconds.json").write_text(json.dumps(seconds), encoding="utf-8")
+    return 0
 
 
 def pretrained_vs_random(root: Path) -> dict:
@@ -167,13 +202,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="gpu")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
+    parser.add_argument("--stages-here", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stages_here:
+        sys.exit(stages_here())
+    if not args.out:
+        parser.error("--out is required")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-profile-run-") as tmp:
         root = copy_checkout(Path(tmp))
         values = write_params(root, args.profile, args.dry_run)
-        seconds = run_stages(root)
+        seconds = run_stages(root, in_process=args.dry_run)
         pretrain = json.loads((root / "metrics" / "pretrain.json").read_text())
         result = {"profile": args.profile, "dry_run": args.dry_run, "params_set": values, "stage_seconds": seconds,
                   "total_seconds": round(time.perf_counter() - started, 1), "heldout_curve": heldout_curve(root),
