@@ -1,8 +1,8 @@
 """Known confounders of a claim, each measured from the metrics files where it can be.
 
-``eval_leakage`` (metrics/leakage.json, with the eval docs found in the ``init_from`` model's lineage), ``duplicate_rate`` (metrics/dedup.json), ``truncation_rate``
-(metrics/tokenize.json and the fine-tuning length buckets) and ``diverged_seeds`` (metrics/finetune_*.json);
-any other name is listed as ``not measured``.
+``eval_leakage`` (metrics/leakage.json, with the eval docs found in the ``init_from`` model's lineage),
+``duplicate_rate`` (metrics/dedup.json), ``truncation_rate`` (metrics/tokenize.json and the fine-tuning length
+buckets) and ``diverged_seeds`` (metrics/finetune_*.json); any other name is listed as ``not measured``.
 """
 
 from __future__ import annotations
