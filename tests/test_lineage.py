@@ -91,7 +91,8 @@ def test_an_earlier_run_whose_pretraining_held_todays_test_doc_is_caught(tmp_pat
     ])
     md5 = common_lineage.file_md5(earlier)
     entry = {"path": earlier.as_posix(), "md5": md5, "split": "train"}
-    model = model_folder(tmp_path / "night1" / "model", {"data": [entry], "lineage": common_lineage.inherited("scratch")})
+    fields = {"data": [entry], "lineage": common_lineage.inherited("scratch")}
+    model = model_folder(tmp_path / "night1" / "model", fields)
 
     result = run_audit(tmp_path, model)
 
