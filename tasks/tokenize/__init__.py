@@ -15,6 +15,10 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
   ``labels_first`` and ``labels_all`` (see ``tasks/common/alignment.py``); long sentences become overlapping
   windows, so no gold word is lost (a word longer than a window alone keeps its first subwords, counted).
 
+Incremental (``tokenize.incremental``, ``tasks/tokenize/cache.py``: the rule): the pretraining texts' ids are
+kept per text md5 in ``<data>/tokenize_cache/<tok>`` (kept across runs), so a run encodes only new text unless
+the tokenizer changed; the outputs equal a from-scratch run's byte for byte.
+
 Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near duplicate with its task's train split
 (the leakage audit's check b), for the claim table's clean vs overlapping slice.
 """
@@ -28,9 +32,10 @@ from tasks.common.encoders import load_tokenizer, reference_model_dir, tokenizer
 from tasks.config import Paths
 from tasks.config.tasks import TaskSpec
 from tasks.config.tokenize import TokenizeParams
+from tasks.tokenize.cache import TokenCache
 from tasks.tokenize.cls import build_cls, read_cls_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows
-from tasks.tokenize.pretrain import pack_pretrain, read_pretrain_rows
+from tasks.tokenize.pretrain import pack_pretrain, plain_encoder, read_pretrain_rows
 from tasks.tokenize.tables import train_overlap_ids
 
 
@@ -45,9 +50,12 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
     }
     metrics: dict = {"max_seq_len_tokens": cfg.max_seq_len_tokens}
     pretrain_rows = read_pretrain_rows(cfg, paths)
-    metrics["pretrain"] = {
-        name: pack_pretrain(pretrain_rows, cfg, tok, out / "pretrain" / name, log) for name, tok in tokenizers.items()
-    }
+    metrics["pretrain"] = {}
+    for name, tok in tokenizers.items():
+        cache = TokenCache(Path(paths.data) / "tokenize_cache" / name, plain_encoder(tok), cfg)
+        metrics["pretrain"][name] = pack_pretrain(pretrain_rows, cfg, tok, out / "pretrain" / name, log, cache)
+        cache.log_to(name, log)
+        cache.save()
     for task, spec in cfg.tasks.items():
         metrics |= tokenize_task(cfg, paths, task, spec, tokenizers, out / task)
     log.info(f"tokenize: wrote {out}")

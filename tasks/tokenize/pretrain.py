@@ -26,16 +26,19 @@ def read_pretrain_rows(cfg: TokenizeParams, paths: Paths) -> pd.DataFrame:
     return read_pretraining_rows(paths.data, cfg.pretrain_sources)
 
 
-def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log) -> dict:
+def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log, cache=None) -> dict:
     """Tokenize ``rows`` with ``tok`` and pack each split into ``out/<split>``; returns per-split metrics.
 
     Both tokenizers get their blocks: ``clozeline`` for pretraining from scratch, ``reference`` for continued
-    pretraining of the MiniLM (``pretrain.init_from``)."""
+    pretraining of the MiniLM (``pretrain.init_from``). ``cache`` (a ``tasks.tokenize.cache.TokenCache`` for
+    ``tok``) encodes only the texts it holds no ids for; None encodes every text (test fixtures)."""
     metrics = {}
     encoder = plain_encoder(tok)
     for split in PRETRAIN_SPLITS:
         part = rows.loc[rows["split"] == split, ["doc_id", "text", "source"]]
-        ids, lengths = tokenize_docs(part["text"].tolist(), encoder, cfg.map_batch_size_docs, cfg.num_proc)
+        texts = part["text"].tolist()
+        ids, lengths = cache.encode(texts) if cache is not None else tokenize_docs(
+            texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
         stream = join_with_sep(ids, lengths, tok.sep_token_id)
         blocks, dropped = pack_blocks(stream, cfg.max_seq_len_tokens, tok.cls_token_id, split)
         sources = block_sources(part["source"].to_numpy(), lengths, blocks.shape)

@@ -1,0 +1,129 @@
+"""Incremental tokenize (issue 35 items 1-2): a run after new pretraining docs arrive encodes only their texts,
+a removed doc leaves the outputs, a changed tokenizer re-encodes everything, and every output equals a
+from-scratch run's byte for byte.
+
+Each test keeps two roots: ``inc`` is run before and after the change (the second run is the incremental one),
+``full`` only after it, from scratch (no ``tokenize_cache``). Both read the same tokenizer files (copied), so
+the only difference is the cache.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+from test_tokenize import news_rows, tokenize_params, tweet_rows, write_leak_table
+from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
+
+from tasks import tokenize as stage
+from tasks import tokenizer as tokenizer_stage
+from tasks.tracking import NullLog
+
+class RecordingLog(NullLog):
+    """A NullLog that keeps the tags and metrics a run sends to MLflow (nested metric dicts merged)."""
+
+    def __init__(self) -> None:
+        self.logged: dict = {"incremental": {}}
+
+    def metrics(self, values, step=None) -> None:
+        self.logged["incremental"].update(values.get("incremental", {}))
+
+    def tags(self, values) -> None:
+        self.logged.update(values)
+
+
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
+
+
+def pretrain(n_train: int, removed: tuple[int, ...] = ()) -> list[dict]:
+    """``n_train`` distinct train docs (sentence k plus a word pair naming k) and two heldout docs."""
+    rows = [{"doc_id": f"pre:{k:03d}", "role": "pretrain", "split": "train",
+             "text": f"{TRAIN_SENTENCES[k % 4]} {WORDS[k % 12]} {WORDS[k // 12]}"}
+            for k in range(n_train) if k not in removed]  # fmt: skip
+    rows += [{"doc_id": f"pre:h{k}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[k]} for k in (0, 1)]
+    return rows
+
+
+def write_inputs(root, rows: list[dict]):
+    """The leakage outputs tokenize reads; returns the root's paths."""
+    paths = make_paths(root)
+    write_source(paths, "pre", rows)
+    write_source(paths, "news", news_rows())
+    write_source(paths, "tweets", tweet_rows())
+    write_leak_table(paths, [("n:1", "n:4", "news", "task_train")])
+    return paths
+
+
+def train_tokenizer(paths, **changes) -> None:
+    tokenizer_stage.run(tokenizer_params(pretrain_sources=["pre"], unk_eval_sources=[], **changes), paths, NullLog())
+
+
+def run(paths, **changes) -> dict:
+    """One tokenize run; returns what it sent to MLflow."""
+    log = RecordingLog()
+    stage.run(tokenize_params(**changes), paths, log)
+    return log.logged
+
+
+def outputs(paths) -> dict:
+    root = paths.data / "tokenize"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def from_scratch(tmp_path, rows: list[dict], inc) -> dict:
+    """Outputs of a run over ``rows`` with ``inc``'s tokenizer and no cache."""
+    full = write_inputs(tmp_path / "full", rows)
+    shutil.copytree(inc.models / "tokenizer", full.models / "tokenizer")
+    logged = run(full)
+    assert logged["incremental"]["clozeline"]["full"] == 1
+    return outputs(full)
+
+
+@pytest.fixture()
+def inc(tmp_path):
+    """A root with 20 train docs tokenized once (a full run: no cache yet)."""
+    paths = write_inputs(tmp_path / "inc", pretrain(20))
+    train_tokenizer(paths)
+    logged = run(paths)
+    assert logged["tokenize.clozeline.mode"] == "full" and logged["incremental"]["clozeline"]["texts_encoded"] == 22
+    return paths
+
+
+def test_new_docs_alone_are_encoded_and_outputs_equal_a_from_scratch_run(inc, tmp_path):
+    rows = pretrain(26)  # 6 new train docs, the tokenizer kept (vocab unchanged)
+    write_inputs(tmp_path / "inc", rows)
+    logged = run(inc)
+    for name in ("clozeline", "reference"):
+        assert logged[f"tokenize.{name}.mode"] == "incremental"
+        assert logged["incremental"][name] == {"texts_encoded": 6, "full": 0}
+    assert outputs(inc) == from_scratch(tmp_path, rows, inc)
+    assert run(inc)["incremental"]["clozeline"]["texts_encoded"] == 0  # nothing new: nothing encoded
+
+
+def test_removed_doc_leaves_the_outputs_and_the_cache(inc, tmp_path):
+    rows = pretrain(20, removed=(3,))
+    write_inputs(tmp_path / "inc", rows)
+    logged = run(inc)
+    assert logged["incremental"]["clozeline"]["texts_encoded"] == 0
+    assert outputs(inc) == from_scratch(tmp_path, rows, inc)
+    cached = pq.read_table(inc.data / "tokenize_cache" / "clozeline" / "ids.parquet")
+    assert cached.num_rows == 21  # 19 train + 2 heldout texts: the removed text is not written back
+
+
+def test_changed_tokenizer_re_encodes_everything(inc, tmp_path):
+    rows = pretrain(26)
+    write_inputs(tmp_path / "inc", rows)
+    train_tokenizer(inc, lowercase=False)  # retrained with another normalizer
+    logged = run(inc)
+    assert logged["tokenize.clozeline.mode"] == "full"
+    assert logged["tokenize.clozeline.reason"].startswith("the tokenizer changed")
+    assert logged["incremental"]["clozeline"] == {"texts_encoded": 28, "full": 1}
+    assert logged["incremental"]["reference"] == {"texts_encoded": 6, "full": 0}  # the packaged one is unchanged
+    assert outputs(inc) == from_scratch(tmp_path, rows, inc)
+
+
+def test_incremental_false_encodes_everything(inc):
+    logged = run(inc, incremental=False)
+    assert logged["tokenize.reference.reason"] == "tokenize.incremental: false"
+    assert logged["incremental"]["reference"] == {"texts_encoded": 22, "full": 1}
