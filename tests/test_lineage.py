@@ -71,9 +71,11 @@ def model_folder(path: Path, fields: dict | None, init_from: str = "scratch") ->
     return path
 
 
-def leakage_cfg(init_from: Path):
-    """The leakage section as the stage gets it, with ``pretrain.init_from`` copied in by the config loader."""
-    return load_params(ROOT / "params.yaml", overrides={"pretrain.init_from": str(init_from)}).leakage
+def leakage_cfg(init_from: Path, action: str = "remove"):
+    """The leakage section as the stage gets it, with ``pretrain.init_from`` copied in by the config loader, and
+    ``pretrain_action`` set (what happens to a matched eval doc)."""
+    overrides = {"pretrain.init_from": str(init_from), "leakage.pretrain_action": action}
+    return load_params(ROOT / "params.yaml", overrides=overrides).leakage
 
 
 def run_audit(tmp_path: Path, init_from: Path, cache: Path | None = None):
@@ -107,11 +109,11 @@ def test_an_earlier_run_whose_pretraining_held_todays_test_doc_is_caught(tmp_pat
     assert set(result.pairs["eval_doc"]) == {"news/t1"} and set(result.pairs["train_doc"]) == {"corpus/a"}
     ngram = result.pairs[result.pairs["method"] == "ngram"]
     assert ngram["score"].tolist() == [1.0]  # the whole doc: every one of its 10 13-grams found
-    # params.yaml's pretrain_action is remove: the earlier model cannot unlearn it, so the eval doc leaves its set
+    # pretrain_action remove: the earlier model cannot unlearn it, so the eval doc leaves its set
     assert m["action"] == "remove" and result.marked == set()
     assert result.removed["news/t1"]["reason"] == "leakage:lineage"
     assert result.removed["news/t1"]["lineage_docs"] == [f"{md5}:corpus/a"]
-    flagged = leakage_lineage.audit(leakage_cfg(model).model_copy(update={"pretrain_action": "flag"}),
+    flagged = leakage_lineage.audit(leakage_cfg(model, "flag"),
                                     Paths(data=tmp_path, models=tmp_path, metrics=tmp_path, reports=tmp_path),
                                     *today(tmp_path), tokenize, None)
     assert flagged.removed == {} and flagged.marked == {"news/t1"}
