@@ -127,7 +127,8 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, 
     changed = sorted(key for key in new if old.get(key) != new[key])
     if changed:
         return None, [], f"the index fingerprint changed ({', '.join(changed)})"
-    flat = np.load(folder / SHINGLES)
+    # mapped: pages are read when a Jaccard or the next save needs them (asarray: plain slices, not memmaps)
+    flat = np.asarray(np.load(folder / SHINGLES, mmap_mode="r"))
     bounds = np.append(minhash.numpy_view(table.column("shingles_start").combine_chunks()), len(flat)).tolist()
     n_words, n_chars = (minhash.numpy_view(table.column(c).combine_chunks()) for c in ("n_words", "n_chars"))
     entries = DocSignatures(table.column("text_hash").to_pylist(), n_words, n_chars, np.load(folder / SIGNATURES),
