@@ -210,3 +210,17 @@ def test_a_type_clash_with_a_cached_file_raises_the_from_scratch_error(tmp_path,
         run_both(tmp_path / "full", raw)
     assert str(incremental.value) == str(scratch.value)
     assert "part3.jsonl:1: column 'label' is number here but string at" in str(scratch.value)
+
+
+def test_a_builtin_source_is_cached_whole_and_read_again_only_when_asked(tmp_path):
+    spec = {"name": "ner", "kind": "builtin", "corpus": "wnut16", "role": "task"}
+    runs = []
+    for incremental in (True, True, False):
+        log = RecordingLog()
+        metrics = ingest.run(IngestParams(sources=[spec], incremental=incremental), paths_of(tmp_path), log)
+        runs.append((log.logged["incremental"], metrics, every_file(tmp_path)))
+    assert [counts for counts, _, _ in runs] == [{"units_read": 1, "units_cached": 0},
+                                                 {"units_read": 0, "units_cached": 1},
+                                                 {"units_read": 1, "units_cached": 0}]  # fmt: skip
+    assert runs[0][1]["totals"]["docs_out"] == 2394  # WNUT-16's sentences (tests/test_ingest.py counts them too)
+    assert runs[0][1:] == runs[1][1:] == runs[2][1:]
