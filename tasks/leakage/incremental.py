@@ -1,0 +1,195 @@
+"""Incremental leakage: a persisted cache of each training text's audit result, so a run audits only the training
+texts it has not seen, and its outputs equal a from-scratch run's byte for byte.
+
+The cache, ``<data>/leakage_cache/`` (a DVC output with ``persist: true``), holds one result per distinct training
+text (pretraining rows and task train rows) of the last run, keyed by the md5 of the text (UTF-8):
+
+- ``texts.parquet``: sorted by ``md5``: ``has_words`` (the text has words after normalization), ``grams``
+  (the eval n-grams of the residual detector it holds, each as its words, sorted) and ``whole`` (its words when
+  they equal those of an eval doc shorter than ``residual.ngram_words``, else null); the Parquet metadata holds
+  the fingerprint below;
+- ``matches.parquet``: every lexical match of a text, ``(md5, eval_doc, method, score, span)``, sorted: the
+  matched eval doc's id, the detector, its unrounded score and the span, as ``detectors.detect`` gives them.
+
+Rule. **Full audit** (every training text scanned) when ``leakage.incremental`` is false (every row scanned
+as before this cache existed; the cache is left empty), when there is no cache, or when its
+fingerprint differs: the evaluation sets (md5 over each dev/test doc's id and text md5), the params the
+lexical detectors and the residual scan read (``ngram_words``, ``min_match_words``, ``shingle_words``,
+``num_perm``, ``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``,
+``passage_stride_words``, ``max_span_words``, ``residual.ngram_words``) and the md5 of the code that computes a
+result (``tasks/leakage/{__init__,detectors,residual,incremental}.py``, ``tasks/common/{minhash,textnorm,
+confusables}.py``). **Incremental** otherwise: a training doc whose text has a result takes it; the distinct
+new texts (new and edited docs) are scanned; a text no longer present is not written back, so a removed doc
+leaves every output. The other params (actions, planted, semantic, residual coverage, engine memory) change
+no stored result, so they do not force a full audit. ``engine: ray`` scans every row on Ray and leaves the cache
+as it was (its results are the local ones, byte for byte).
+
+Why the outputs are a from-scratch run's: each detector decides a (training doc, eval doc) pair from the two
+texts alone (n-gram hits, exact words, MinHash LSH candidates confirmed by exact Jaccard, best passage window
+per pair), and the residual scan of a doc depends on its text and the eval n-grams only, so a text's result
+does not depend on the other training docs. The results are then mapped back onto every training row (its
+doc id, role and source come from this run's rows), and the rest of the stage runs over the whole corpus as in
+a from-scratch run: the leakage table, the actions, the lineage audit, the residual metrics.
+
+Not cached, and why: the planted-copy recall measurement and the semantic detector run every time. The planted
+copies take their filler from the pretraining docs the audit matched to nothing, so their input changes with
+every batch of new docs; they cost time in the number of eval docs, not of training docs. The semantic
+detector's threshold is calibrated on the task train docs and it embeds every kept pretraining doc: that
+embedding is the part of the stage still proportional to the corpus (an embedding cache per text would be
+the next step).
+
+Which path ran, why, and how many texts were audited are logged and sent to MLflow (tags ``leakage.mode``,
+``leakage.reason``; metric ``incremental/texts_audited``), not written to ``metrics/leakage.json``, which must
+have the same bytes whichever path produced the outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.common import confusables, minhash, textnorm
+from tasks.config.leakage import LeakageParams
+from tasks.leakage import TrainingScan, detectors, residual, scan_locally
+
+TEXTS, MATCHES = "texts.parquet", "matches.parquet"
+FINGERPRINT_KEY = b"clozeline.fingerprint"
+PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
+          "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
+FINGERPRINT_CODE = (Path(__file__).with_name("__init__.py"), Path(detectors.__file__), Path(residual.__file__),
+                    Path(__file__), Path(minhash.__file__), Path(textnorm.__file__), Path(confusables.__file__))  # fmt: skip
+
+
+@dataclass
+class Result:
+    """One training text's audit result: ``matches`` ``[(eval doc id, method, score, span)]``, ``has_words``,
+    and for the residual scan ``grams`` (the eval n-grams it holds) and ``whole`` (see ``residual.Scan``)."""
+
+    matches: list[tuple]
+    has_words: bool
+    grams: set[tuple[str, ...]]
+    whole: tuple[str, ...] | None
+
+
+def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.Side, cfg: LeakageParams,
+         folder: Path, log) -> TrainingScan:
+    """``TrainingScan`` of every row of ``train_frame`` (as ``scan_locally`` gives it), scanning only the texts
+    the cache at ``folder`` holds no result for (the rule above); writes the cache back and logs the path."""
+    key = fingerprint(cfg, eval_frame)
+    stored, reason = load(folder, key, cfg)
+    digests = [hashlib.md5(str(text).encode("utf-8")).hexdigest() for text in train_frame["text"]]
+    if stored is None and not cfg.incremental:
+        scanned, audited, mode = scan_locally(train_frame, evals, cfg), len(set(digests)), "full"
+        results = {}
+    else:
+        mode = "incremental" if stored is not None else "full"
+        results = dict(stored or {})
+        todo = {d: text for d, text in zip(digests, train_frame["text"]) if d not in results}
+        results.update(scan_texts(todo, evals, list(eval_frame["doc_id"]), cfg))
+        scanned, audited = assemble(train_frame, digests, results, list(eval_frame["doc_id"])), len(todo)
+        reason = reason if mode == "full" else f"{len(set(digests)) - audited} of {len(set(digests))} distinct " \
+            "training texts found in the cache"
+    save(folder, {d: results[d] for d in sorted(set(digests))} if results else {}, key)
+    log.info(f"leakage: {mode} audit ({reason}): {audited} distinct training texts audited")
+    log.tags({"leakage.mode": mode, "leakage.reason": reason})
+    log.metrics({"incremental": {"texts_audited": audited, "full": int(mode == "full")}})
+    return scanned
+
+
+def fingerprint(cfg: LeakageParams, eval_frame: pd.DataFrame) -> dict[str, str]:
+    """What every stored result depends on (see the module docstring)."""
+    params = {key: getattr(cfg, key) for key in PARAMS} | {"residual.ngram_words": cfg.residual.ngram_words}
+    evals = sorted(zip(eval_frame["doc_id"], (hashlib.md5(str(t).encode("utf-8")).hexdigest()
+                                              for t in eval_frame["text"])))  # fmt: skip
+    return {
+        "eval_sets": hashlib.md5(json.dumps(evals).encode("utf-8")).hexdigest(),
+        "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
+        "code": hashlib.md5(b"".join(path.read_bytes() for path in FINGERPRINT_CODE)).hexdigest(),
+    }
+
+
+def scan_texts(texts: dict[str, str], evals: detectors.Side, eval_ids: list[str], cfg: LeakageParams
+               ) -> dict[str, Result]:
+    """``{md5: Result}`` of ``texts`` (``{md5: text}``), each scanned as a pretraining doc (so every text gets
+    its residual scan, whatever role its rows have)."""
+    frame = pd.DataFrame({"doc_id": list(texts), "role": "pretrain", "text": list(texts.values())})
+    part = scan_locally(frame, evals, cfg)
+    results = {d: Result([], bool(part.has_words[i]), part.pretrain.hits.get(i, set()), part.pretrain.whole.get(i))
+               for i, d in enumerate(texts)}  # fmt: skip
+    keys = list(texts)
+    for i, j, method, score, span in part.matches:
+        results[keys[i]].matches.append((eval_ids[j], method, float(score), span))
+    return results
+
+
+def assemble(train_frame: pd.DataFrame, digests: list[str], results: dict[str, Result], eval_ids: list[str]
+             ) -> TrainingScan:
+    """The ``TrainingScan`` of ``train_frame`` from each row's text result (matches in detector order, then
+    by pair, as ``detectors.detect`` lists them; the table is sorted afterwards anyway)."""
+    eval_of = {doc_id: j for j, doc_id in enumerate(eval_ids)}
+    order = {method: k for k, method in enumerate(("ngram", "exact", "minhash_doc", "minhash_passage"))}
+    matches = [(i, eval_of[e], method, score, span) for i, d in enumerate(digests)
+               for e, method, score, span in results[d].matches]  # fmt: skip
+    matches.sort(key=lambda m: (order[m[2]], m[0], m[1]))
+    pretrain = np.flatnonzero(train_frame["role"].to_numpy() == "pretrain").tolist()
+    hits = {p: results[digests[i]].grams for p, i in enumerate(pretrain) if results[digests[i]].grams}
+    whole = {p: results[digests[i]].whole for p, i in enumerate(pretrain) if results[digests[i]].whole is not None}
+    ids = list(train_frame["doc_id"].iloc[pretrain])
+    has_words = np.array([results[d].has_words for d in digests], bool)
+    return TrainingScan(matches, has_words, residual.Scan(ids, hits, whole))
+
+
+def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Result] | None, str]:
+    """``({md5: Result}, "cache found")``, or ``(None, why a full audit)``."""
+    if not cfg.incremental:
+        return None, "leakage.incremental: false"
+    if not (folder / TEXTS).is_file():
+        return None, f"no cache in {folder}"
+    texts = pq.read_table(folder / TEXTS)
+    stored = json.loads(texts.schema.metadata[FINGERPRINT_KEY])
+    changed = sorted(key for key in expected if stored.get(key) != expected[key])
+    if changed:
+        return None, f"the cache fingerprint changed ({', '.join(changed)})"
+    results = {md5: Result([], has_words, {tuple(g) for g in grams}, None if whole is None else tuple(whole))
+               for md5, has_words, grams, whole in zip(*(texts.column(c).to_pylist() for c in
+                                                         ("md5", "has_words", "grams", "whole")))}  # fmt: skip
+    matches = pq.read_table(folder / MATCHES).to_pydict()
+    for md5, *match in zip(*(matches[c] for c in ("md5", "eval_doc", "method", "score", "span"))):
+        results[md5].matches.append(tuple(match))
+    return results, "cache found"
+
+
+def save(folder: Path, results: dict[str, Result], key: dict) -> None:
+    """Write ``results`` (sorted by md5) as the cache, swapped in by rename."""
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    texts = pa.table({
+        "md5": pa.array(list(results), pa.string()),
+        "has_words": pa.array([r.has_words for r in results.values()], pa.bool_()),
+        "grams": pa.array([sorted(list(g) for g in r.grams) for r in results.values()], pa.list_(pa.list_(pa.string()))),
+        "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], pa.list_(pa.string())),
+    })  # fmt: skip
+    texts = texts.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(key, sort_keys=True)})
+    rows = sorted((md5, *m) for md5, r in results.items() for m in r.matches)
+    columns = list(zip(*rows)) if rows else [[]] * 5
+    matches = pa.table({"md5": pa.array(columns[0], pa.string()), "eval_doc": pa.array(columns[1], pa.string()),
+                        "method": pa.array(columns[2], pa.string()), "score": pa.array(columns[3], pa.float64()),
+                        "span": pa.array(columns[4], pa.string())})  # fmt: skip
+    pq.write_table(texts, tmp / TEXTS, compression="zstd")
+    pq.write_table(matches, tmp / MATCHES, compression="zstd")
+    old = folder.with_name(f".{folder.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
