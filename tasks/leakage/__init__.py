@@ -22,6 +22,11 @@ default: sliced in the report as not semantically clean) or removed. Two passes 
 - ``tasks.leakage.residual``: an independent, differently loose detector (pooled word 8-gram coverage) on
   the corpus after the action: the contamination left (``residual``).
 
+Incremental (``leakage.incremental``, ``tasks.leakage.incremental``: the rule): each training text's lexical
+and residual results are kept per text md5 in ``<data>/leakage_cache`` (kept across runs), so a run scans only
+new training texts unless the eval sets, the detector params or the code changed; the outputs equal a
+from-scratch run's byte for byte.
+
 Across runs (``tasks.leakage.lineage``): when pretraining continues a model folder (``pretrain.init_from``), the
 eval docs are also checked, with the same lexical detectors, against the text that model and its ancestors
 trained on (the files its ``pretraining.json`` records by md5); a matched eval doc is removed from its set or
@@ -92,8 +97,10 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     eval_frame, train_frame = eval_rows(rows), train_rows(rows)
     evals = make_side([tokenize(x) for x in eval_frame["text"]], minhash.WordHashes())
     log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
-    scanned = scan_locally(train_frame, evals, cfg) if cfg.engine == "local" else scan_on_ray(paths, train_frame,
-                                                                                               evals, cfg)
+    from tasks.leakage import incremental  # imported here: it builds on this module's scan_locally
+
+    scanned = incremental.scan(train_frame, eval_frame, evals, cfg, paths.stage_data("leakage_cache"), log) \
+        if cfg.engine == "local" else scan_on_ray(paths, train_frame, evals, cfg)
     table = audit_table(scanned.matches, train_frame, eval_frame)
     lexical_removed = removed_docs(table, cfg)
     plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg)
