@@ -1,0 +1,119 @@
+"""Incremental leakage (issue 35 items 1-2): a run after new training docs arrive audits only their texts, a
+changed eval set forces a full audit, a removed doc leaves the outputs, and every output (files and metrics)
+equals a from-scratch run with ``leakage.incremental: false`` (the scan as it was before the cache) byte for
+byte.
+
+Each test keeps two roots: ``inc`` is run before and after the change (the second run is the incremental one),
+``full`` only after it, with the cache off.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from test_leakage import PARAGRAPH, SHORT, filler, frame, params, rewrap
+
+from tasks import leakage
+from tasks.config import Paths
+from tasks.tracking import NullLog
+
+TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train doc quoting the dev doc
+
+
+class RecordingLog(NullLog):
+    """A NullLog that keeps the tags and metrics a run sends to MLflow."""
+
+    def __init__(self) -> None:
+        self.logged: dict = {}
+
+    def metrics(self, values, step=None) -> None:
+        self.logged.update(values)
+
+    def tags(self, values) -> None:
+        self.logged.update(values)
+
+
+def night(extra: list[tuple] = (), removed: tuple[str, ...] = (), eval_text: str = PARAGRAPH) -> list:
+    """The split frames of one night: a task source (two eval docs, two train docs) and pretraining docs."""
+    task = frame("task", "task", [("ev-par", "test", eval_text), ("ev-short", "dev", SHORT),
+                                  ("tr-1", "train", TRAIN_TEXT), ("tr-2", "train", filler(60, 13))])  # fmt: skip
+    docs = [("verbatim", "train", filler(30, 1) + " " + PARAGRAPH + " " + filler(30, 2)),
+            ("rewrapped", "train", rewrap(PARAGRAPH.upper(), 8)), ("common", "train", filler(200, 3)),
+            ("held", "heldout", filler(300, 4)), ("same-as-common", "train", filler(200, 3))]  # fmt: skip
+    pre = frame("pre", "pretrain", [d for d in docs + list(extra) if d[0] not in removed])
+    return [task, pre]
+
+
+def run(root, frames, **changes) -> tuple[dict, dict]:
+    """One leakage run over ``frames`` into ``root``; returns (metrics, what it sent to MLflow)."""
+    paths = Paths(data=root / "data", models=root / "m", metrics=root / "x", reports=root / "r")
+    folder = paths.stage_data("split")
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.parquet"):
+        old.unlink()
+    for f in frames:
+        f.to_parquet(folder / f"{f['source'].iloc[0]}.parquet", index=False)
+    log = RecordingLog()
+    metrics = leakage.run(params(**changes), paths, log)
+    return metrics, log.logged
+
+
+def outputs(root, metrics: dict) -> dict:
+    folder = root / "data" / "leakage"
+    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {**files, "metrics": json.dumps(metrics, sort_keys=True)}
+
+
+def from_scratch(tmp_path, frames) -> dict:
+    metrics, logged = run(tmp_path / "full", frames, incremental=False)
+    assert logged["leakage.mode"] == "full" and logged["leakage.reason"] == "leakage.incremental: false"
+    return outputs(tmp_path / "full", metrics)
+
+
+@pytest.fixture()
+def inc(tmp_path):
+    """A root audited once (no cache yet: a full audit of its 6 distinct training texts)."""
+    _, logged = run(tmp_path / "inc", night())
+    assert logged["leakage.mode"] == "full" and logged["incremental"] == {"texts_audited": 6, "full": 1}
+    return tmp_path / "inc"
+
+
+def test_new_docs_alone_are_audited_and_outputs_equal_a_from_scratch_run(inc, tmp_path):
+    new = [("new-copy", "train", PARAGRAPH + " " + filler(20, 5)),  # leaks: removed
+           ("new-clean", "heldout", filler(100, 6)),
+           ("tr-1-copy", "train", TRAIN_TEXT),  # a task train text, now pretraining: cached, and removed
+           ("common-again", "train", filler(200, 3))]  # fmt: skip
+    frames = night(new)
+    metrics, logged = run(inc, frames)
+    assert logged["leakage.mode"] == "incremental"
+    assert logged["incremental"] == {"texts_audited": 2, "full": 0}  # new-copy and new-clean
+    assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
+    removed = [json.loads(line)["doc_id"] for line in (inc / "data/leakage/removed.jsonl").read_text().splitlines()]
+    assert removed == ["new-copy", "rewrapped", "tr-1-copy", "verbatim"]
+    assert run(inc, frames)[1]["incremental"]["texts_audited"] == 0  # nothing new: nothing audited
+
+
+def test_changed_eval_set_forces_a_full_audit(inc, tmp_path):
+    frames = night(eval_text=PARAGRAPH.replace("Tuesday", "Wednesday"))
+    metrics, logged = run(inc, frames)
+    assert logged["leakage.mode"] == "full" and logged["leakage.reason"] == "the cache fingerprint changed (eval_sets)"
+    assert logged["incremental"] == {"texts_audited": 6, "full": 1}
+    assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
+
+
+def test_changed_detector_param_forces_a_full_audit_and_another_does_not(inc):
+    assert run(inc, night(), pretrain_action="flag")[1]["incremental"]["texts_audited"] == 0
+    logged = run(inc, night(), passage_threshold=0.6)[1]
+    assert logged["leakage.reason"] == "the cache fingerprint changed (params)"
+
+
+def test_removed_doc_leaves_the_outputs_and_the_cache(inc, tmp_path):
+    frames = night(removed=("verbatim",))
+    metrics, logged = run(inc, frames)
+    assert logged["incremental"]["texts_audited"] == 0
+    assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
+    assert pq.read_table(inc / "data/leakage_cache/texts.parquet").num_rows == 5
+    matched = set(pq.read_table(inc / "data/leakage_cache/matches.parquet").column("eval_doc").to_pylist())
+    assert matched == {"ev-par", "ev-short"}  # rewrapped and tr-1 still match
