@@ -182,6 +182,7 @@ def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
     swapped in by rename."""
     if not isinstance(docs, IndexedSignatures):
         log.info("dedup: engine ray: full recompute; the index is left empty (the next local run signs all)")
+        log.tags({"dedup.mode": "full", "dedup.reason": "engine: ray"})
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
     tmp, old = folder.with_name(f".{folder.name}.tmp"), folder.with_name(f".{folder.name}.old")
     for stale in (tmp, old):
