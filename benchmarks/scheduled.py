@@ -1,0 +1,333 @@
+"""Scheduled runs over a growing corpus (issue 35 item 6): the incremental data stages night after night against
+a from-scratch run on the same data, in the same run.
+
+Corpus: the default ingest rows (params.yaml's packaged sources, read once by the ingest stage) at ``--scale``
+1, or with ``scale - 1`` planted variants of each document (one word in 60 or 30 replaced, as
+``benchmarks/_dedup_corpus.py`` builds its 4x/16x corpora; a BBC article's task and pretraining copies get the
+same variant, so they stay cross-role duplicates). Each source becomes a jsonl folder source
+(``data/raw/<source>/night_<k>.jsonl``; wnut16 as tokens + tags, so its shipped split is not carried and it is
+split by hash like the others). ``batches`` puts each document into one arrival night by the md5 of its own id:
+night 0 holds ``1 - (nights - 1) * new_fraction`` of the corpus, every later night ``new_fraction`` more.
+
+Two copies of the checkout (``_gpu_profile_run.copy_checkout``) get params.yaml with profiles/scheduled.yaml's
+values (``split.assignment: hash``, ``split.ledger: true``) and these sources: ``inc`` keeps its data folder
+from night to night with ``ingest.incremental`` and ``dedup.incremental`` on; ``scratch`` starts every night
+from empty data and metrics folders with both off. Each night the new file lands in both raw folders, then each
+data stage (ingest, dedup, split) runs as ``python -m tasks <stage>`` (what dvc.yaml runs, one process each,
+its own MLflow sqlite store), the two copies alternating which goes first. Compared per night:
+
+- seconds per stage, incremental and from scratch (wall time from spawn to exit: start-up included);
+- outputs: the md5 of every file under ``data/{ingest,dedup,split}`` and of ``metrics/{ingest,dedup}.json``
+  (``metrics/split.json`` holds the ledger's history counts, which a fresh folder cannot have). A differing
+  split file is allowed only where ``compare_manifests`` explains every manifest difference by the counted
+  ``bridges_splits`` drops and ``ledger_overrides``;
+- documents moved: ``moved_since_previous`` of metrics/split.json, and independently the previous night's
+  manifest against tonight's (``moved_docs``); both must be 0.
+
+Start-up share: a process that does what a stage process does before the stage's own work (import the runner
+and the stage module, load params, open and close the stage's MLflow run), timed per stage, over the
+incremental stage time of the last night. leakage, tokenizer and tokenize are not run (results' ``not_run``):
+the figures cover the three stages whose input is the corpus alone.
+
+    .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 5     # writes benchmarks/results/scheduled.json
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# run as a script, this folder comes first on sys.path, and benchmarks/tokenize.py would shadow the stdlib
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "scheduled.json"
+STAGES = ("ingest", "dedup", "split")
+SEED = 20240611
+GOAL_FRACTION = 0.15  # issue 35: incremental <= 15% of a from-scratch run's time at 16x
+GOAL_SCALE = 16
+COMPARED_DATA = ("ingest", "dedup", "split")
+COMPARED_METRICS = ("ingest.json", "dedup.json")
+
+
+def night_of(own_id: str, nights: int, new_fraction: float, seed: int = SEED) -> int:
+    """The arrival night (0 .. nights-1) of the document with source id ``own_id``: a uniform draw from the md5
+    of ``seed:own_id``; night 0 takes the first ``1 - (nights-1) * new_fraction`` of [0, 1), each later night the
+    next ``new_fraction``. Raises ``ValueError`` when the later nights would take the whole corpus."""
+    base = 1 - (nights - 1) * new_fraction
+    if nights < 1 or new_fraction <= 0 or base <= 0:
+        raise ValueError(f"--nights {nights} x --new-fraction {new_fraction}: night 0 would hold no documents")
+    u = int(hashlib.md5(f"{seed}:{own_id}".encode()).hexdigest(), 16) / 2**128
+    return 0 if u < base else min(nights - 1, 1 + int((u - base) / new_fraction))
+
+
+def batches(records: list[dict], nights: int, new_fraction: float, seed: int = SEED) -> list[list[dict]]:
+    """``records`` (each with an ``id``) split into ``nights`` arrival batches, input order kept within each."""
+    out: list[list[dict]] = [[] for _ in range(nights)]
+    for record in records:
+        out[night_of(record["id"], nights, new_fraction, seed)].append(record)
+    return out
+
+
+def default_records(work: Path, scale: int) -> dict[str, list[dict]]:
+    """{source: jsonl records} of params.yaml's ingest sources read by the ingest stage, with ``scale - 1``
+    planted variants of each document (id ``<own id>~<copy>``)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from benchmarks._dedup_corpus import STEPS, _variant
+    from tasks import ingest
+    from tasks.config import Paths, read_yaml
+    from tasks.config.ingest import IngestParams
+    from tasks.tracking import NullLog
+
+    cfg = IngestParams.model_validate({**read_yaml(REPO / "params.yaml")["ingest"], "incremental": False})
+    ingest.run(cfg, Paths(data=work, models=work, metrics=work, reports=work), NullLog())
+    out = {}
+    for spec in cfg.sources:
+        rows = pq.read_table(work / "ingest" / f"{spec.name}.parquet").to_pylist()
+        vocabulary = sorted({w for row in rows[:500] for w in row["text"].split()})
+        records = []
+        for copy in range(scale):
+            for row in rows:
+                own = row["doc_id"].split(":", 1)[1]
+                words = row["tokens"] if row["tokens"] is not None else row["text"]
+                if copy:  # the same variant for every source of one article: md5 of the own id seeds it
+                    rng = np.random.default_rng([SEED, copy, int(hashlib.md5(own.encode()).hexdigest()[:8], 16)])
+                    step = STEPS[(copy - 1) % len(STEPS)]
+                    varied = _variant(" ".join(words) if row["tokens"] is not None else words, step, rng, vocabulary)
+                    words = varied.split(" ") if row["tokens"] is not None else varied
+                record = {"id": f"{own}~{copy}" if copy else own, "label": row["label"]}
+                record.update({"tokens": words, "tags": row["tags"]} if row["tokens"] is not None else {"text": words})
+                records.append(record)
+        out[spec.name] = records
+    return out
+
+
+def source_specs(records: dict[str, list[dict]], roles: dict[str, str]) -> list[dict]:
+    """The jsonl folder sources (``data/raw/<source>``, relative, so both copies' ``where`` fields agree)."""
+    specs = []
+    for name, rows in records.items():
+        spec = {"name": name, "kind": "jsonl", "role": roles[name], "path": f"data/raw/{name}", "id_field": "id"}
+        spec.update({"tokens_field": "tokens", "tags_field": "tags"} if "tokens" in rows[0] else {"text_field": "text"})
+        if any(row["label"] is not None for row in rows):
+            spec["label_field"] = "label"
+        specs.append(spec)
+    return specs
+
+
+def make_workspace(dest: Path, sources: list[dict], incremental: bool) -> Path:
+    """A checkout copy whose params.yaml has the scheduled profile, ``sources`` and the incremental flags."""
+    import yaml
+
+    from benchmarks._gpu_profile_run import copy_checkout
+    from flows.profiles import overrides
+    from tasks.config import read_yaml
+
+    dest.mkdir(parents=True)
+    copy_checkout(dest)
+    params = read_yaml(dest / "params.yaml")
+    values = overrides("scheduled") | {"ingest.sources": sources, "ingest.incremental": incremental,
+                                       "dedup.incremental": incremental}  # fmt: skip
+    for dotted, value in values.items():
+        *parents, leaf = dotted.split(".")
+        node = params
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    return dest
+
+
+def run_stage(root: Path, stage: str) -> float:
+    """``python -m tasks <stage>`` in ``root``; seconds from spawn to exit. Raises ``RuntimeError`` with the
+    output's tail when it fails."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlruns.db'}", "PYTHONUNBUFFERED": "1"}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tasks", stage], cwd=root, env=env, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    seconds = time.perf_counter() - started
+    if done.returncode:
+        raise RuntimeError(f"{root.name}: stage {stage} failed:\n{(done.stdout + done.stderr)[-4000:]}")
+    return seconds
+
+
+def output_md5s(root: Path) -> dict[str, str]:
+    """md5 of every compared output file of ``root``, by path relative to it."""
+    files = [p for stage in COMPARED_DATA for p in sorted((root / "data" / stage).rglob("*")) if p.is_file()]
+    files += [root / "metrics" / name for name in COMPARED_METRICS]
+    return {p.relative_to(root).as_posix(): hashlib.md5(p.read_bytes()).hexdigest() for p in files}
+
+
+def read_manifest(path: Path) -> dict[str, str]:
+    """``manifest.tsv`` as {doc_id: split} (header line skipped)."""
+    lines = path.read_text(encoding="utf-8").splitlines()[1:]
+    return dict(line.split("\t") for line in lines)
+
+
+def compare_manifests(inc: dict[str, str], scratch: dict[str, str], bridges: set[str], overrides: int) -> list[str]:
+    """What the counted differences do not explain, one line each (empty = equal apart from them): a doc only in
+    the from-scratch manifest that is not a dropped bridge, a doc only in the incremental one, a bridge still
+    kept, and more docs with another split than ``ledger_overrides`` counts."""
+    problems = [f"{d}: missing from the incremental run, not a counted bridge" for d in scratch.keys() - inc.keys()
+                if d not in bridges]  # fmt: skip
+    problems += [f"{d}: only in the incremental run" for d in inc.keys() - scratch.keys()]
+    problems += [f"{d}: dropped as a bridge but kept" for d in bridges & inc.keys()]
+    moved = sorted(d for d in inc.keys() & scratch.keys() if inc[d] != scratch[d])
+    if len(moved) > overrides:
+        problems.append(f"{len(moved)} docs in another split than from scratch, {overrides} counted: {moved[:5]}")
+    return problems
+
+
+def moved_docs(previous: dict[str, str], current: dict[str, str]) -> list[str]:
+    """Docs of the previous night's manifest that are in tonight's with another split."""
+    return sorted(d for d in previous.keys() & current.keys() if previous[d] != current[d])
+
+
+def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None) -> dict:
+    """The equality and moved checks of one night (see the module docstring)."""
+    ours, theirs = output_md5s(inc), output_md5s(scratch)
+    differing = sorted(p for p in ours.keys() | theirs.keys() if ours.get(p) != theirs.get(p))
+    split = json.loads((inc / "metrics" / "split.json").read_text(encoding="utf-8"))
+    dropped = [json.loads(line) for line in (inc / "data/split/dropped.jsonl").read_text().splitlines() if line]
+    bridges = {row["doc_id"] for row in dropped if row["reason"] == "bridges_splits"}
+    manifest = read_manifest(inc / "data/split/manifest.tsv")
+    unexplained = [p for p in differing if not p.startswith("data/split/")]
+    if any(p.startswith("data/split/") for p in differing):
+        unexplained += compare_manifests(manifest, read_manifest(scratch / "data/split/manifest.tsv"), bridges,
+                                         split.get("ledger_overrides", 0))  # fmt: skip
+    moved = moved_docs(previous, manifest) if previous is not None else []
+    return {"differing_files": differing, "unexplained": unexplained, "bridges_splits": len(bridges),
+            "ledger_overrides": split.get("ledger_overrides", 0),
+            "moved_since_previous": split.get("moved_since_previous"), "moved_by_manifests": len(moved),
+            "docs": len(manifest), "manifest": manifest}  # fmt: skip
+
+
+def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int,
+               new_fraction: float) -> list[dict]:  # fmt: skip
+    """Every night: the new files into both copies, the stages alternated, the comparison."""
+    sources = source_specs(records, roles)
+    inc = make_workspace(work / "inc", sources, incremental=True)
+    scratch = make_workspace(work / "scratch", sources, incremental=False)
+    arrivals = {name: batches(rows, nights, new_fraction) for name, rows in records.items()}
+    out, previous = [], None
+    for night in range(nights):
+        for root in (inc, scratch):
+            for name, batch in arrivals.items():
+                folder = root / "data" / "raw" / name
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / f"night_{night:02d}.jsonl").write_text(
+                    "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in batch[night]), encoding="utf-8")
+        for stale in ("data", "metrics"):  # from scratch: nothing of an earlier night, the raw files aside
+            for path in (scratch / stale).iterdir() if (scratch / stale).is_dir() else []:
+                if path.name != "raw":
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+        seconds = {"incremental": {}, "from_scratch": {}}
+        for stage in STAGES:
+            order = [("incremental", inc), ("from_scratch", scratch)][:: 1 if night % 2 == 0 else -1]
+            for arm, root in order:
+                seconds[arm][stage] = round(run_stage(root, stage), 2)
+        checked = compare_night(inc, scratch, previous)
+        previous = checked.pop("manifest")
+        new_docs = sum(len(batch[night]) for batch in arrivals.values())
+        out.append({"night": night, "new_docs": new_docs, "seconds": seconds, **checked,
+                    "load_average": [round(x, 2) for x in os.getloadavg()]})  # fmt: skip
+        print(json.dumps({k: out[-1][k] for k in ("night", "new_docs", "seconds", "differing_files", "unexplained",
+                          "bridges_splits", "ledger_overrides", "moved_since_previous", "moved_by_manifests")}),
+              flush=True)  # fmt: skip
+    out.append({"startup_seconds": {stage: round(startup_seconds(inc, stage), 2) for stage in STAGES}})
+    return out
+
+
+STARTUP_PROBE = """
+import sys, importlib
+from pathlib import Path
+from tasks.__main__ import main
+from tasks.config import load_params
+from tasks.tracking import open_run
+stage = sys.argv[1]
+load_params(Path('params.yaml'))
+importlib.import_module('tasks.' + stage)
+with open_run(stage + '-startup-probe', root=Path.cwd()):
+    pass
+"""
+
+
+def startup_seconds(root: Path, stage: str) -> float:
+    """Seconds of a process that does a stage process's fixed work (imports, params, an MLflow run) and no more."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlruns.db'}"}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", STARTUP_PROBE, stage], cwd=root, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespace) -> dict:
+    """The results file: per-night figures, and the table rows (data-stage time of the arrival nights,
+    incremental over from scratch; the start-up share; documents moved and unexplained output differences)."""
+    startup = nights.pop()["startup_seconds"]
+    arrivals = nights[1:]  # night 0 is a first run for both copies
+    inc = sum(sum(n["seconds"]["incremental"].values()) for n in arrivals)
+    full = sum(sum(n["seconds"]["from_scratch"].values()) for n in arrivals)
+    last = sum(nights[-1]["seconds"]["incremental"].values())
+    moved = sum((n["moved_since_previous"] or 0) + n["moved_by_manifests"] for n in nights)
+    unexplained = sum(len(n["unexplained"]) for n in nights)
+    case = f"{scale}x: {docs:,} docs, {len(arrivals)} nights of {args.new_fraction:.0%} new"
+    row = {"benchmark": "scheduled", "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None,
+           "limit": None, "fraction_of_limit": None}  # fmt: skip
+    at_goal = scale >= GOAL_SCALE
+    inc, full, last, startup_total = round(inc, 2), round(full, 2), round(last, 2), round(sum(startup.values()), 2)
+    rows = [
+        {**row, "case": f"{case}: data stages (ingest, dedup, split), incremental", "unit": "s", "ours": inc,
+         "best_peer": "from-scratch run (same run)", "best_peer_value": full, "ratio_vs_best_peer": inc / full,
+         "goal": f"<= {GOAL_FRACTION:.2f}x from scratch at {GOAL_SCALE}x" if at_goal else None,
+         "meets_goal": inc / full <= GOAL_FRACTION if at_goal else None},
+        {**row, "case": f"{case}: stage start-up (imports, params, MLflow); limit = last night's incremental time",
+         "unit": "s", "ours": startup_total, "limit": last, "fraction_of_limit": startup_total / last, "goal": None,
+         "meets_goal": None},
+        {**row, "case": f"{case}: docs moved split + output differences not counted as bridges", "unit": "docs",
+         "ours": moved + unexplained, "goal": "= 0", "meets_goal": moved + unexplained == 0},
+    ]  # fmt: skip
+    return {"rows": rows, "scale": scale, "docs": docs, "nights": nights, "startup_seconds": startup,
+            "incremental_seconds": inc, "from_scratch_seconds": full, "new_fraction": args.new_fraction,
+            "stages": list(STAGES), "not_run": "leakage, tokenizer, tokenize (not measured by this benchmark)",
+            "machine_note": f"2 shared cores, other agents' jobs running; load average at the end "
+                            f"{[round(x, 2) for x in os.getloadavg()]} (per night in nights[].load_average); "
+                            "wall time from spawn to exit of each stage process",
+            "command": f"benchmarks/scheduled.py --scale {scale} --nights {args.nights} "
+                       f"--new-fraction {args.new_fraction}"}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=int, default=1, help="1 = the default corpus; 16 = the issue's goal size")
+    parser.add_argument("--nights", type=int, default=5)
+    parser.add_argument("--new-fraction", type=float, default=0.05, help="share of the corpus arriving each night")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    night_of("probe", args.nights, args.new_fraction)  # bad sizes fail before the corpus is built
+    from tasks.config import read_yaml
+
+    roles = {spec["name"]: spec["role"] for spec in read_yaml(REPO / "params.yaml")["ingest"]["sources"]}
+    with tempfile.TemporaryDirectory(prefix="bench-scheduled-") as tmp:
+        records = default_records(Path(tmp) / "corpus", args.scale)
+        nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction)
+    run = summarize(nights, args.scale, sum(map(len, records.values())), args)
+    runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else {}
+    runs[str(args.scale)] = run  # a run at one scale keeps the others' figures (16x takes long)
+    rows = [row for scale in sorted(runs, key=int) for row in runs[scale]["rows"]]
+    args.out.write_text(json.dumps({"rows": rows, "runs": runs}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(json.dumps(run["rows"], indent=2))
+
+
+if __name__ == "__main__":
+    main()

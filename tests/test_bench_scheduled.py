@@ -1,0 +1,118 @@
+"""benchmarks/scheduled.py's own logic: the arrival batches and the checks that decide "outputs equal apart
+from the counted bridges" and "no document moved" (the benchmark itself runs the stages; not here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def scheduled():
+    spec = importlib.util.spec_from_file_location("bench_scheduled", REPO / "benchmarks" / "scheduled.py")
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)  # the script rearranges sys.path: spawned test workers need tests/ there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+def test_batches_partition_the_corpus_deterministically(scheduled):
+    records = [{"id": f"doc{k}"} for k in range(4000)]
+    got = scheduled.batches(records, nights=5, new_fraction=0.05)
+    ids = [r["id"] for batch in got for r in batch]
+    assert sorted(ids) == sorted(r["id"] for r in records)  # every doc once, none invented
+    assert [[r["id"] for r in b] for b in got] == [[r["id"] for r in b] for b in scheduled.batches(records, 5, 0.05)]
+    sizes = [len(b) for b in got]
+    assert abs(sizes[0] - 0.8 * 4000) < 100 and all(abs(s - 200) < 50 for s in sizes[1:])  # 80%, then 5% a night
+    order = {r["id"]: k for k, r in enumerate(records)}
+    assert all([order[r["id"]] for r in b] == sorted(order[r["id"]] for r in b) for b in got)  # input order kept
+    # a doc's night depends on its own id alone: the same id arrives the same night in every source
+    assert scheduled.night_of("doc7", 5, 0.05) == scheduled.night_of("doc7", 5, 0.05)
+    with pytest.raises(ValueError, match="night 0 would hold no documents"):
+        scheduled.night_of("doc7", 21, 0.05)
+
+
+def test_night_boundaries_by_hand(scheduled, monkeypatch):
+    """night_of maps the md5 draw u to nights: [0, 0.8) -> 0, [0.8, 0.85) -> 1, ..., [0.95, 1) -> 4."""
+    draws = {"a": 0.0, "b": 0.7999, "c": 0.8001, "d": 0.8499, "e": 0.8501, "f": 0.9999}
+
+    class FakeMd5:
+        def __init__(self, data: bytes):
+            self.u = draws[data.decode().split(":", 1)[1]]
+
+        def hexdigest(self) -> str:
+            return f"{int(self.u * 2**128):032x}"
+
+    monkeypatch.setattr(scheduled.hashlib, "md5", FakeMd5)
+    assert {k: scheduled.night_of(k, 5, 0.05) for k in draws} == {"a": 0, "b": 0, "c": 1, "d": 1, "e": 2, "f": 4}
+
+
+def write_outputs(root: Path, manifest: dict[str, str], dropped: list[str], split_metrics: dict) -> None:
+    """The files compare_night reads: data/{ingest,dedup,split}, metrics/{ingest,dedup,split}.json."""
+    for stage in ("ingest", "dedup", "split"):
+        (root / "data" / stage).mkdir(parents=True, exist_ok=True)
+    (root / "metrics").mkdir(exist_ok=True)
+    (root / "data/ingest/docs.parquet").write_bytes(b"ingest rows")
+    (root / "data/dedup/docs.parquet").write_bytes(b"dedup rows")
+    (root / "metrics/ingest.json").write_text("{}")
+    (root / "metrics/dedup.json").write_text("{}")
+    (root / "metrics/split.json").write_text(json.dumps(split_metrics))
+    lines = "".join(f"{doc}\t{split}\n" for doc, split in sorted(manifest.items()))
+    (root / "data/split/manifest.tsv").write_text("doc_id\tsplit\n" + lines)
+    (root / "data/split/dropped.jsonl").write_text(
+        "".join(json.dumps({"source": "docs", "doc_id": d, "reason": "bridges_splits", "detail": ""}) + "\n"
+                for d in dropped))  # fmt: skip
+
+
+MANIFEST = {"a": "train", "b": "test", "c": "dev", "n": "train"}
+
+
+def test_equal_outputs_and_no_move_pass(scheduled, tmp_path):
+    for arm in ("inc", "scratch"):
+        write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", {"a": "train", "b": "test"})
+    assert (got["differing_files"], got["unexplained"], got["moved_by_manifests"]) == ([], [], 0)
+
+
+def test_a_counted_bridge_explains_its_difference_and_an_uncounted_one_does_not(scheduled, tmp_path):
+    inc = {k: v for k, v in MANIFEST.items() if k != "n"}
+    write_outputs(tmp_path / "inc", inc, ["n"], {"moved_since_previous": 0, "ledger_overrides": 0})
+    write_outputs(tmp_path / "scratch", MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
+    assert got["differing_files"] == ["data/split/dropped.jsonl", "data/split/manifest.tsv"]
+    assert (got["unexplained"], got["bridges_splits"]) == ([], 1)
+    write_outputs(tmp_path / "inc", inc, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
+    assert got["unexplained"] == ["n: missing from the incremental run, not a counted bridge"]
+
+
+def test_a_differing_output_or_split_fails(scheduled, tmp_path):
+    for arm in ("inc", "scratch"):
+        write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    (tmp_path / "inc/data/dedup/docs.parquet").write_bytes(b"other dedup rows")
+    assert scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"] == [
+        "data/dedup/docs.parquet"]  # fmt: skip
+    (tmp_path / "inc/data/dedup/docs.parquet").write_bytes(b"dedup rows")
+    write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
+    assert got["unexplained"] == ["1 docs in another split than from scratch, 0 counted: ['c']"]
+    write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 1})
+    assert scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"] == []
+
+
+def test_a_doc_that_moved_since_the_previous_night_is_found_in_the_manifests(scheduled, tmp_path):
+    for arm in ("inc", "scratch"):
+        write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    previous = {"a": "train", "b": "dev", "c": "dev", "gone": "test"}  # b moved dev -> test; gone left
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", previous)
+    assert (got["moved_by_manifests"], got["moved_since_previous"]) == (1, 0)
+    assert scheduled.moved_docs(previous, MANIFEST) == ["b"]
