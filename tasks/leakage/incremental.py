@@ -65,8 +65,8 @@ TEXTS, MATCHES = "texts.parquet", "matches.parquet"
 FINGERPRINT_KEY = b"clozeline.fingerprint"
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
-FINGERPRINT_CODE = (Path(__file__).with_name("__init__.py"), Path(detectors.__file__), Path(residual.__file__),
-                    Path(__file__), Path(minhash.__file__), Path(textnorm.__file__), Path(confusables.__file__))  # fmt: skip
+FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, residual, minhash, textnorm, confusables)) + (
+    Path(__file__).with_name("__init__.py"), Path(__file__))
 
 
 @dataclass
@@ -173,11 +173,12 @@ def save(folder: Path, results: dict[str, Result], key: dict) -> None:
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    words = pa.list_(pa.string())
     texts = pa.table({
         "md5": pa.array(list(results), pa.string()),
         "has_words": pa.array([r.has_words for r in results.values()], pa.bool_()),
-        "grams": pa.array([sorted(list(g) for g in r.grams) for r in results.values()], pa.list_(pa.list_(pa.string()))),
-        "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], pa.list_(pa.string())),
+        "grams": pa.array([sorted(list(g) for g in r.grams) for r in results.values()], pa.list_(words)),
+        "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], words),
     })  # fmt: skip
     texts = texts.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(key, sort_keys=True)})
     rows = sorted((md5, *m) for md5, r in results.items() for m in r.matches)
