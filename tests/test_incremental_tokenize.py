@@ -41,7 +41,8 @@ def pretrain(n_train: int, removed: tuple[int, ...] = ()) -> list[dict]:
     rows = [{"doc_id": f"pre:{k:03d}", "role": "pretrain", "split": "train",
              "text": f"{TRAIN_SENTENCES[k % 4]} {WORDS[k % 12]} {WORDS[k // 12]}"}
             for k in range(n_train) if k not in removed]  # fmt: skip
-    rows += [{"doc_id": f"pre:h{k}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[k]} for k in (0, 1)]
+    rows += [{"doc_id": f"pre:h{k}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[k]}
+             for k in (0, 1)]
     return rows
 
 
