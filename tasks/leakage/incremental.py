@@ -69,14 +69,17 @@ FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, residua
     Path(__file__).with_name("__init__.py"), Path(__file__))
 
 
-@dataclass
+NO_GRAMS: frozenset = frozenset()  # shared by the many texts that hold no eval n-gram (memory per cached text)
+
+
+@dataclass(slots=True)
 class Result:
     """One training text's audit result: ``matches`` ``[(eval doc id, method, score, span)]``, ``has_words``,
     and for the residual scan ``grams`` (the eval n-grams it holds) and ``whole`` (see ``residual.Scan``)."""
 
     matches: list[tuple]
     has_words: bool
-    grams: set[tuple[str, ...]]
+    grams: set[tuple[str, ...]] | frozenset
     whole: tuple[str, ...] | None
 
 
@@ -123,7 +126,7 @@ def scan_texts(texts: dict[str, str], evals: detectors.Side, eval_ids: list[str]
     its residual scan, whatever role its rows have)."""
     frame = pd.DataFrame({"doc_id": list(texts), "role": "pretrain", "text": list(texts.values())})
     part = scan_locally(frame, evals, cfg)
-    results = {d: Result([], bool(part.has_words[i]), part.pretrain.hits.get(i, set()), part.pretrain.whole.get(i))
+    results = {d: Result([], bool(part.has_words[i]), part.pretrain.hits.get(i, NO_GRAMS), part.pretrain.whole.get(i))
                for i, d in enumerate(texts)}  # fmt: skip
     keys = list(texts)
     for i, j, method, score, span in part.matches:
@@ -159,9 +162,9 @@ def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Re
     changed = sorted(key for key in expected if stored.get(key) != expected[key])
     if changed:
         return None, f"the cache fingerprint changed ({', '.join(changed)})"
-    results = {md5: Result([], has_words, {tuple(g) for g in grams}, None if whole is None else tuple(whole))
-               for md5, has_words, grams, whole in zip(*(texts.column(c).to_pylist() for c in
-                                                         ("md5", "has_words", "grams", "whole")))}  # fmt: skip
+    columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "grams", "whole"))
+    results = {md5: Result([], has_words, {tuple(g) for g in grams} if grams else NO_GRAMS,
+                           None if whole is None else tuple(whole)) for md5, has_words, grams, whole in zip(*columns)}
     matches = pq.read_table(folder / MATCHES).to_pydict()
     for md5, *match in zip(*(matches[c] for c in ("md5", "eval_doc", "method", "score", "span"))):
         results[md5].matches.append(tuple(match))
