@@ -71,13 +71,18 @@ run: install
 	  $(BIN)/python -m flows.pipeline; \
 	fi
 
-# The Ray engine tests first, alone, in a fresh process (once, run late in a long-lived xdist worker, a Ray Data
-# read hung with its task lost; alone it never has). Then two workers, a test file each at a time (--dist loadfile
-# keeps a file's module fixtures in one process), the longest files first (tests/conftest.py LONGEST_FIRST;
-# --no-loadscope-reorder keeps that order).
+# The Ray engine tests in a fresh process of their own (once, run late in a long-lived xdist worker, a Ray Data
+# read hung with its task lost; in a fresh process it never has), beside the rest: they spend most of their minute
+# waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
+# test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the longest files first
+# (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order).
 test: install-ray
-	$(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py
-	$(BIN)/python -m pytest -m "not gpu" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
+	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
+	  --no-loadscope-reorder --durations=15 || status=$$?; \
+	ray_status=0; wait $$ray_pid || ray_status=$$?; echo "== tests/test_ray_engines.py (run beside the rest)"; \
+	cat "$$ray_log"; rm -f "$$ray_log"; \
+	if [ "$$status" -ne 0 ]; then exit "$$status"; fi; exit "$$ray_status"
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"
