@@ -13,26 +13,13 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from test_incremental_ingest_dedup import RecordingLog
 from test_leakage import PARAGRAPH, SHORT, filler, frame, params, rewrap
 
 from tasks import leakage
 from tasks.config import Paths
-from tasks.tracking import NullLog
 
 TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train doc quoting the dev doc
-
-
-class RecordingLog(NullLog):
-    """A NullLog that keeps the tags and metrics a run sends to MLflow."""
-
-    def __init__(self) -> None:
-        self.logged: dict = {}
-
-    def metrics(self, values, step=None) -> None:
-        self.logged.update(values)
-
-    def tags(self, values) -> None:
-        self.logged.update(values)
 
 
 def night(extra: list[tuple] = (), removed: tuple[str, ...] = (), eval_text: str = PARAGRAPH) -> list:

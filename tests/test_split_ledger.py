@@ -185,14 +185,21 @@ def test_incremental_equals_from_scratch_on_the_union_except_the_counted_bridges
     assert {corpus.docs[k]["group"] for k in differ} & bridged and renamed
 
 
-def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_the_straddle_check(tmp_path):
+def first_night_with_a_bridge(tmp_path) -> tuple[list[dict], dict[str, str], str, str]:
+    """300 docs in 100 groups split once; then a new doc t900 in the group of a train doc ``a`` and the cluster
+    of a test doc ``b`` (appended to the docs, not yet run). Returns the docs, the first night's splits, a, b."""
     docs = [{"doc_id": f"t{i:03d}", "source": "t", "role": "task", "group": f"g{i % 100:02d}",
              "cluster_id": f"t{i:03d}"} for i in range(300)]
     _, before, _ = run_night(tmp_path, docs, params())
     a = next(k for k, s in sorted(before.items()) if s == "train")
     b = next(k for k, s in sorted(before.items()) if s == "test")
-    # N shares a's group and b's cluster; M is a plain new doc of a's group (joins train)
     docs.append({"doc_id": "t900", "source": "t", "role": "task", "group": docs[int(a[1:])]["group"], "cluster_id": b})
+    return docs, before, a, b
+
+
+def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_the_straddle_check(tmp_path):
+    docs, before, a, b = first_night_with_a_bridge(tmp_path)
+    # N = t900 shares a's group and b's cluster; M = t901 is a plain new doc of a fresh group
     docs.append({"doc_id": "t901", "source": "t", "role": "task", "group": "fresh", "cluster_id": "t901"})
     metrics, after, dropped = run_night(tmp_path, docs, params())
     assert dropped == [{"source": "t", "doc_id": "t900", "reason": "bridges_splits",
@@ -264,12 +271,7 @@ def test_moved_since_reads_the_written_files_back(tmp_path):
 
 
 def test_a_ledger_that_would_move_a_doc_fails_and_the_old_ledger_is_left_as_it_was(tmp_path, monkeypatch):
-    docs = [{"doc_id": f"t{i:03d}", "source": "t", "role": "task", "group": f"g{i % 100:02d}",
-             "cluster_id": f"t{i:03d}"} for i in range(300)]
-    _, before, _ = run_night(tmp_path, docs, params())
-    a = next(k for k, s in sorted(before.items()) if s == "train")
-    b = next(k for k, s in sorted(before.items()) if s == "test")
-    docs.append({"doc_id": "t900", "source": "t", "role": "task", "group": docs[int(a[1:])]["group"], "cluster_id": b})
+    docs, _, _, _ = first_night_with_a_bridge(tmp_path)
     path = tmp_path / "data" / "split_ledger" / "ledger.parquet"
     old = path.read_bytes()
 
