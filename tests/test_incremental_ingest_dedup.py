@@ -190,7 +190,7 @@ def test_signing_params_force_a_full_recompute_and_other_params_do_not(tmp_path,
     write_file(raw, "part3.jsonl", [words(rng)])
     after, logged = run_both(tmp_path / "inc", raw, seed=7)
     assert logged["dedup"]["dedup.mode"] == "full" and logged["dedup"]["incremental"]["docs_signed"] == 31
-    assert logged["dedup"]["dedup.reason"] == "the index fingerprint changed (seed)"
+    assert logged["dedup"]["dedup.reason"] == "the cache fingerprint changed (seed)"
     assert_equals_from_scratch(tmp_path, raw, after, seed=7)
     again, logged = run_both(tmp_path / "inc", raw, seed=7, threshold=0.5)
     assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0

@@ -12,7 +12,9 @@
 - ``imports``: a module's project imports, transitively, and their sha256 (pretrain's checkpoint fingerprint,
   the layout tests);
 - ``provenance``: git commit, ``dvc.yaml`` and ``dvc.lock`` (the runner, report, the flow);
-- ``nested``: dotted-key flattening of nested params and metrics (tracking, report).
+- ``nested``: dotted-key flattening of nested params and metrics (tracking, report);
 - ``lineage``: the lineage fields of ``pretraining.json`` (the md5 of every text file a model and its ancestors
-  trained on) and finding those files again (pretrain writes them, leakage audits against them).
+  trained on) and finding those files again (pretrain writes them, leakage audits against them);
+- ``stamped``: cache tables stamped with the fingerprint of what decides their contents (the incremental
+  dedup, leakage and tokenize stages).
 """

@@ -36,7 +36,6 @@ have the same bytes whichever path produced the outputs.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -48,12 +47,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import minhash, textnorm
+from tasks.common.stamped import read_stamped, stamp
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
 
 ENTRIES, JACCARDS, SIGNATURES, SHINGLES = "entries.parquet", "jaccards.parquet", "signatures.npy", "shingles.npy"
-FINGERPRINT_KEY = b"clozeline.fingerprint"
 FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(__file__).with_name("__init__.py"))
 
 
@@ -119,14 +118,9 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, 
     full recompute)``."""
     if not cfg.incremental:
         return None, [], "dedup.incremental: false"
-    if not (folder / ENTRIES).is_file():
-        return None, [], f"no index in {folder}"
-    table = pq.read_table(folder / ENTRIES)
-    old = json.loads(table.schema.metadata[FINGERPRINT_KEY])
-    new = fingerprint(cfg)
-    changed = sorted(key for key in new if old.get(key) != new[key])
-    if changed:
-        return None, [], f"the index fingerprint changed ({', '.join(changed)})"
+    table, reason, _ = read_stamped(folder / ENTRIES, fingerprint(cfg))
+    if table is None:
+        return None, [], reason
     # mapped: pages are read when a Jaccard or the next save needs them (asarray: plain slices, not memmaps)
     flat = np.asarray(np.load(folder / SHINGLES, mmap_mode="r"))
     bounds = np.append(minhash.numpy_view(table.column("shingles_start").combine_chunks()), len(flat)).tolist()
@@ -216,7 +210,7 @@ def entries_table(docs: IndexedSignatures, rows: list[int], cfg: DedupParams) ->
         "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
         "shingles_start": _numbers(np.cumsum(sizes) - sizes, pa.int64()),
     })  # fmt: skip
-    return table.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(fingerprint(cfg), sort_keys=True).encode()})
+    return stamp(table, fingerprint(cfg))
 
 
 def jaccards_table(docs: IndexedSignatures) -> pa.Table:

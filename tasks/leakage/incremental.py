@@ -58,11 +58,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import confusables, minhash, textnorm
+from tasks.common.stamped import read_stamped, stamp
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, residual, scan_locally
 
 TEXTS, MATCHES = "texts.parquet", "matches.parquet"
-FINGERPRINT_KEY = b"clozeline.fingerprint"
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
 FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, residual, minhash, textnorm, confusables)) + (
@@ -155,13 +155,9 @@ def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Re
     """``({md5: Result}, "cache found")``, or ``(None, why a full audit)``."""
     if not cfg.incremental:
         return None, "leakage.incremental: false"
-    if not (folder / TEXTS).is_file():
-        return None, f"no cache in {folder}"
-    texts = pq.read_table(folder / TEXTS)
-    stored = json.loads(texts.schema.metadata[FINGERPRINT_KEY])
-    changed = sorted(key for key in expected if stored.get(key) != expected[key])
-    if changed:
-        return None, f"the cache fingerprint changed ({', '.join(changed)})"
+    texts, reason, _ = read_stamped(folder / TEXTS, expected)
+    if texts is None:
+        return None, reason
     columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "grams", "whole"))
     results = {md5: Result([], has_words, {tuple(g) for g in grams} if grams else NO_GRAMS,
                            None if whole is None else tuple(whole)) for md5, has_words, grams, whole in zip(*columns)}
@@ -183,7 +179,7 @@ def save(folder: Path, results: dict[str, Result], key: dict) -> None:
         "grams": pa.array([sorted(list(g) for g in r.grams) for r in results.values()], pa.list_(words)),
         "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], words),
     })  # fmt: skip
-    texts = texts.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(key, sort_keys=True)})
+    texts = stamp(texts, key)
     rows = sorted((md5, *m) for md5, r in results.items() for m in r.matches)
     columns = list(zip(*rows)) if rows else [[]] * 5
     matches = pa.table({"md5": pa.array(columns[0], pa.string()), "eval_doc": pa.array(columns[1], pa.string()),

@@ -39,11 +39,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from tasks.common.stamped import read_stamped, stamp
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 
 IDS = "ids.parquet"
-FINGERPRINT_KEY = b"clozeline.fingerprint"
 FINGERPRINT_CODE = (Path(pretrain.__file__), Path(__file__))
 NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs"}  # params that change no id
 
@@ -95,7 +95,7 @@ class TokenCache:
         flat = np.concatenate([np.zeros(0, np.int32)] + parts)
         table = pa.table({"md5": pa.array(keys, pa.string()),
                           "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))})
-        table = table.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(self.fingerprint, sort_keys=True)})
+        table = stamp(table, self.fingerprint)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{IDS}.tmp"
         pq.write_table(table, tmp, compression="zstd")
@@ -117,14 +117,9 @@ def load(folder: Path, expected: dict, enabled: bool) -> tuple[dict[str, np.ndar
     """``({md5: ids}, "cache found")``, or ``(None, why a full re-encode)``."""
     if not enabled:
         return None, "tokenize.incremental: false"
-    if not (folder / IDS).is_file():
-        return None, f"no cache in {folder}"
-    table = pq.read_table(folder / IDS)
-    stored = json.loads(table.schema.metadata[FINGERPRINT_KEY])
-    changed = sorted(key for key in expected if stored.get(key) != expected[key])
-    if changed:
-        what = "the tokenizer changed (a retrained vocabulary)" if "tokenizer" in changed else "its fingerprint changed"
-        return None, f"{what}: {', '.join(changed)}"
+    table, reason, changed = read_stamped(folder / IDS, expected)
+    if table is None:
+        return None, ("the tokenizer changed (a retrained vocabulary): " if "tokenizer" in changed else "") + reason
     column = table.column("ids").combine_chunks()
     offsets = column.offsets.to_numpy().tolist()
     flat = column.flatten().to_numpy()

@@ -1,0 +1,44 @@
+"""Stamped cache tables: what makes a stage incremental (tokenize, leakage, dedup).
+
+A cache is a Parquet table whose schema metadata holds the *fingerprint* of everything that decides its contents
+(the stage's params, its code's md5, the md5 of the inputs it was computed against), as sorted JSON under
+``FINGERPRINT_KEY``. A later run uses the cache only when every key it expects has the same value; otherwise it
+recomputes everything and says which keys changed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FINGERPRINT_KEY = b"clozeline.fingerprint"
+
+
+class Stamped(NamedTuple):
+    """A cache read back: ``table`` (None when it cannot be used), ``reason`` (``"cache found"``, or why not, for
+    the log) and ``changed`` (the fingerprint keys whose value differs; empty when the file is missing)."""
+
+    table: pa.Table | None
+    reason: str
+    changed: list[str]
+
+
+def stamp(table: pa.Table, fingerprint: dict) -> pa.Table:
+    """``table`` with ``fingerprint`` (JSON-serialisable) as its schema metadata."""
+    return table.replace_schema_metadata({FINGERPRINT_KEY: json.dumps(fingerprint, sort_keys=True)})
+
+
+def read_stamped(path: Path, expected: dict) -> Stamped:
+    """Read the cache table at ``path`` if its fingerprint holds every key of ``expected`` with the same value."""
+    if not path.is_file():
+        return Stamped(None, f"no cache in {path.parent}", [])
+    table = pq.read_table(path)
+    stored = json.loads(table.schema.metadata[FINGERPRINT_KEY])
+    changed = sorted(key for key in expected if stored.get(key) != expected[key])
+    if changed:
+        return Stamped(None, f"the cache fingerprint changed ({', '.join(changed)})", changed)
+    return Stamped(table, "cache found", [])
