@@ -20,7 +20,8 @@ its own MLflow sqlite store), the two copies alternating which goes first. Compa
 - outputs: the md5 of every file under ``data/{ingest,dedup,split}`` and of ``metrics/{ingest,dedup}.json``
   (``metrics/split.json`` holds the ledger's history counts, which a fresh folder cannot have). A differing
   split file is allowed only where ``compare_manifests`` explains every manifest difference by the counted
-  ``bridges_splits`` drops and ``ledger_overrides``;
+  ``bridges_splits`` drops and ``ledger_overrides``, and each ``<source>.parquet`` equals the from-scratch one
+  but for its ``split`` column and the dropped bridges' rows (``split_rows_differ``);
 - documents moved: ``moved_since_previous`` of metrics/split.json, and independently the previous night's
   manifest against tonight's (``moved_docs``); both must be 0.
 
@@ -190,6 +191,18 @@ def compare_manifests(inc: dict[str, str], scratch: dict[str, str], bridges: set
     return problems
 
 
+def split_rows_differ(inc: Path, scratch: Path, bridges: set[str]) -> bool:
+    """Whether two ``data/split/<source>.parquet`` files differ in more than the ``split`` column (checked
+    against the manifests and ``ledger_overrides``) and the from-scratch file's rows of dropped bridges."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    ours, theirs = pq.read_table(inc), pq.read_table(scratch)
+    theirs = theirs.filter(pc.invert(pc.is_in(theirs["doc_id"], pa.array(sorted(bridges), pa.string()))))
+    return not ours.drop_columns(["split"]).equals(theirs.drop_columns(["split"]))
+
+
 def moved_docs(previous: dict[str, str], current: dict[str, str]) -> list[str]:
     """Docs of the previous night's manifest that are in tonight's with another split."""
     return sorted(d for d in previous.keys() & current.keys() if previous[d] != current[d])
@@ -207,6 +220,8 @@ def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None) -> 
     if any(p.startswith("data/split/") for p in differing):
         unexplained += compare_manifests(manifest, read_manifest(scratch / "data/split/manifest.tsv"), bridges,
                                          split.get("ledger_overrides", 0))  # fmt: skip
+        unexplained += [p for p in differing if p.endswith(".parquet") and p.startswith("data/split/")
+                        and split_rows_differ(inc / p, scratch / p, bridges)]  # fmt: skip
     moved = moved_docs(previous, manifest) if previous is not None else []
     return {"differing_files": differing, "unexplained": unexplained, "bridges_splits": len(bridges),
             "ledger_overrides": split.get("ledger_overrides", 0),

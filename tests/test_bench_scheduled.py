@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,8 +58,10 @@ def test_night_boundaries_by_hand(scheduled, monkeypatch):
     assert {k: scheduled.night_of(k, 5, 0.05) for k in draws} == {"a": 0, "b": 0, "c": 1, "d": 1, "e": 2, "f": 4}
 
 
-def write_outputs(root: Path, manifest: dict[str, str], dropped: list[str], split_metrics: dict) -> None:
-    """The files compare_night reads: data/{ingest,dedup,split}, metrics/{ingest,dedup,split}.json."""
+def write_outputs(root: Path, manifest: dict[str, str], dropped: list[str], split_metrics: dict,
+                  texts: dict[str, str] | None = None) -> None:
+    """The files compare_night reads: data/{ingest,dedup,split} (the split rows also as docs.parquet, text
+    ``texts[doc]`` or ``t-<doc>``), metrics/{ingest,dedup,split}.json."""
     for stage in ("ingest", "dedup", "split"):
         (root / "data" / stage).mkdir(parents=True, exist_ok=True)
     (root / "metrics").mkdir(exist_ok=True)
@@ -68,6 +72,9 @@ def write_outputs(root: Path, manifest: dict[str, str], dropped: list[str], spli
     (root / "metrics/split.json").write_text(json.dumps(split_metrics))
     lines = "".join(f"{doc}\t{split}\n" for doc, split in sorted(manifest.items()))
     (root / "data/split/manifest.tsv").write_text("doc_id\tsplit\n" + lines)
+    docs = sorted(manifest)
+    pq.write_table(pa.table({"doc_id": docs, "text": [(texts or {}).get(d, f"t-{d}") for d in docs],
+                             "split": [manifest[d] for d in docs]}), root / "data/split/docs.parquet")  # fmt: skip
     (root / "data/split/dropped.jsonl").write_text(
         "".join(json.dumps({"source": "docs", "doc_id": d, "reason": "bridges_splits", "detail": ""}) + "\n"
                 for d in dropped))  # fmt: skip
@@ -88,11 +95,12 @@ def test_a_counted_bridge_explains_its_difference_and_an_uncounted_one_does_not(
     write_outputs(tmp_path / "inc", inc, ["n"], {"moved_since_previous": 0, "ledger_overrides": 0})
     write_outputs(tmp_path / "scratch", MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
-    assert got["differing_files"] == ["data/split/dropped.jsonl", "data/split/manifest.tsv"]
+    assert got["differing_files"] == ["data/split/docs.parquet", "data/split/dropped.jsonl", "data/split/manifest.tsv"]
     assert (got["unexplained"], got["bridges_splits"]) == ([], 1)
     write_outputs(tmp_path / "inc", inc, [], {"moved_since_previous": 0, "ledger_overrides": 0})
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
-    assert got["unexplained"] == ["n: missing from the incremental run, not a counted bridge"]
+    assert got["unexplained"] == ["n: missing from the incremental run, not a counted bridge",
+                                  "data/split/docs.parquet"]  # fmt: skip
 
 
 def test_a_differing_output_or_split_fails(scheduled, tmp_path):
@@ -107,6 +115,11 @@ def test_a_differing_output_or_split_fails(scheduled, tmp_path):
     assert got["unexplained"] == ["1 docs in another split than from scratch, 0 counted: ['c']"]
     write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 1})
     assert scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"] == []
+    # a split row whose text differs is not explained by the counted override of its split
+    write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 1},
+                  texts={"a": "edited"})  # fmt: skip
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"]
+    assert got == ["data/split/docs.parquet"]
 
 
 def test_a_doc_that_moved_since_the_previous_night_is_found_in_the_manifests(scheduled, tmp_path):
