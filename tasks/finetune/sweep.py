@@ -144,23 +144,30 @@ class Runner:
     def run_all(self, runs: list[Run], follow: Callable[[Run, dict], list[Run]], total: int) -> None:
         """Train every run; each finished run's ``follow(run, result)`` may add runs. A free worker always takes
         the costliest waiting run (``expected_cost``), so the long arm's seeds overtake queued short runs.
-        One progress bar."""
+        One progress bar, whose ``total`` (the planned runs) grows when ``follow`` adds runs past it (LR widening).
+        """
         waiting: list[tuple[int, int, Run]] = []
         order = count()
+        running: dict = {}
 
         def push(new: list[Run]) -> None:
             for run in new:
                 heapq.heappush(waiting, (-expected_cost(run.job), next(order), run))
+
+        def finished(bar, new: list[Run]) -> None:
+            push(new)
+            bar.update()
+            if bar.n + len(waiting) + len(running) > bar.total:
+                bar.total = bar.n + len(waiting) + len(running)
+                bar.refresh()
 
         push(runs)
         with tqdm(total=total, desc="finetune runs", unit="run") as bar:
             if self.pool is None:
                 while waiting:
                     run = replace(heapq.heappop(waiting)[2], device=self.slots[0], cpu_bf16=self.cpu_bf16)
-                    push(follow(run, train_and_test(run)))
-                    bar.update()
+                    finished(bar, follow(run, train_and_test(run)))
                 return
-            running: dict = {}
             while waiting or running:
                 while waiting and len(running) < self.workers:
                     run = replace(heapq.heappop(waiting)[2], device=self.free_slot(running), cpu_bf16=self.cpu_bf16)
@@ -168,8 +175,7 @@ class Runner:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     run = running.pop(future)
-                    push(follow(run, future.result()))
-                    bar.update()
+                    finished(bar, follow(run, future.result()))
 
 
 def _init_worker(threads: int, device: str, deterministic: bool) -> None:
