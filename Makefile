@@ -25,7 +25,7 @@ export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install install-ray run test test-fast bench mlflow-ui prefect-server clean
+.PHONY: install install-ray run test test-gpucheck test-fast bench mlflow-ui prefect-server clean
 
 install: $(STAMP)
 
@@ -75,14 +75,18 @@ run: install
 # read hung with its task lost; in a fresh process it never has), beside the rest: they spend most of their minute
 # waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
 # test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the longest files first
-# (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order).
+# (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The GPU check's dry run (about
+# 5 min of CPU: every step of benchmarks/gpu_check.sh at tiny sizes) is `make test-gpucheck`; CI runs both.
 test: install-ray
 	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
-	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
+	status=0; $(BIN)/python -m pytest -m "not gpu and not gpucheck" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
 	  --no-loadscope-reorder --durations=15 || status=$$?; \
 	ray_status=0; wait $$ray_pid || ray_status=$$?; echo "== tests/test_ray_engines.py (run beside the rest)"; \
 	cat "$$ray_log"; rm -f "$$ray_log"; \
 	if [ "$$status" -ne 0 ]; then exit "$$status"; fi; exit "$$ray_status"
+
+test-gpucheck: install
+	$(BIN)/python -m pytest -m gpucheck tests/test_gpu_check.py --durations=5
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"

@@ -60,8 +60,10 @@ machine() {
 
 if [ "$DRY" = 1 ]; then
   step machine machine
-  # the GPU tests skip on a CPU: collect them and check there are at least five
-  step gpu_tests_collected bash -c "'$PY' -m pytest -m gpu --collect-only -q -p no:cacheprovider | tee /dev/stderr \
+  # the GPU tests skip on a CPU: collect them and check there are at least five (only the files that mark tests
+  # gpu are collected: importing every test module took 28 s of the dry run)
+  gpu_files=$(grep -lE 'mark\.gpu\b' tests/test_*.py | tr '\n' ' ')
+  step gpu_tests_collected bash -c "'$PY' -m pytest -m gpu --collect-only -q -p no:cacheprovider $gpu_files | tee /dev/stderr \
     | awk '/tests? collected|selected/ {print}' | grep -Eq '([5-9]|[1-9][0-9]+) (/ [0-9]+ )?tests? (collected|selected)|([5-9]|[1-9][0-9]+) selected'"
   step pretrain_bench "$PY" benchmarks/pretrain.py --quick --device cpu --out "$OUT_DIR/pretrain_gpu.json"
   step fine_tune_bench "$PY" benchmarks/fine_tune.py --devices cpu --rounds 1 --steps 2 --warmup 1 --eval-docs 16 \

@@ -38,12 +38,12 @@ def torch_one_thread():
     torch.set_num_threads(before)
 
 
-#: Test files by wall time, longest first (``--durations`` of a sequential run on 2 cores: the gpu check's dry
-#: run 366 s, the end-to-end flow 350 s, the task-kind flows, the DDP runs, the scheduled flow). ``make test``
+#: Test files by wall time, longest first (``--durations`` of ``make test``: the end-to-end flow about 500 s of
+#: set-up and 110 s of byte-for-byte rerun, the task-kind flows, the DDP runs, the scheduled flow). ``make test``
 #: runs two files at once (``-n 2 --dist loadfile --no-loadscope-reorder``) in collection order, so these go
 #: first: started last, one of them alone would set the suite's wall time. (``make test`` runs the Ray engine
-#: tests before, alone: see the Makefile.)
-LONGEST_FIRST = ("test_gpu_check.py", "test_e2e.py", "test_tasks.py", "test_pretrain_ddp.py", "test_flow.py")
+#: tests beside, in a process of their own, and leaves the GPU check's dry run to ``make test-gpucheck``.)
+LONGEST_FIRST = ("test_e2e.py", "test_tasks.py", "test_pretrain_ddp.py", "test_flow.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.gpucheck  # make test-gpucheck (CI runs it after make test)
 def test_gpu_check_dry_run_runs_every_step_on_cpu(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path)}
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--dry-run"], cwd=ROOT, env=env,
