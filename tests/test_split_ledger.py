@@ -210,14 +210,21 @@ def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_
     assert src["dropped"] == {"bridges_splits": 1} and metrics["bridges_splits"] == 1
     assert metrics["bridged_components"] == 1 and metrics["moved_since_previous"] == 0
     assert metrics["straddling_exempt"] == 0  # without N, a's group and b's cluster no longer touch
-    # while N stays in the corpus it keeps the component bridged: a plain new doc of b's group is dropped too;
-    # once N has left, that doc joins b's split
-    docs.append({"doc_id": "t902", "source": "t", "role": "task", "group": docs[int(b[1:])]["group"],
-                 "cluster_id": "t902"})
-    _, after, dropped = run_night(tmp_path, docs, params())
-    assert [d["doc_id"] for d in dropped] == ["t900", "t902"]
+    # N stays in the corpus (dropped again), but only N bridges: a plain new doc of b's group joins test, one of a's
+    # group joins train; two new docs that reach train and test together through a cluster only they carry (one
+    # in a's group, one in b's) are both dropped
+    group_of = {d["doc_id"]: d["group"] for d in docs}
+    docs += [{"doc_id": "t902", "source": "t", "role": "task", "group": group_of[b], "cluster_id": "t902"},
+             {"doc_id": "t903", "source": "t", "role": "task", "group": group_of[a], "cluster_id": "t903"},
+             {"doc_id": "t904", "source": "t", "role": "task", "group": group_of[a], "cluster_id": "c-new"},
+             {"doc_id": "t905", "source": "t", "role": "task", "group": group_of[b], "cluster_id": "c-new"}]
+    metrics, after, dropped = run_night(tmp_path, docs, params())
+    assert [d["doc_id"] for d in dropped] == ["t900", "t904", "t905"]
+    assert "test and train" in dropped[1]["detail"] and "test and train" in dropped[2]["detail"]
+    assert after["t902"] == "test" and after["t903"] == "train" and metrics["bridges_splits"] == 3
+    docs = [d for d in docs if d["doc_id"] not in ("t904", "t905")]
     _, after, dropped = run_night(tmp_path, [d for d in docs if d["doc_id"] != "t900"], params())
-    assert dropped == [] and after["t902"] == "test"
+    assert dropped == [] and after["t902"] == "test" and after["t903"] == "train"
     # a new dedup cluster chain a ~ N ~ b: dedup gives all three one cluster_id, so a (train) and b (test) share
     # it after N is dropped; that cluster is exempt and named, not a SplitLeakError
     for d in docs:

@@ -11,15 +11,18 @@ Rule per component (this run's union of groups and clusters, ``merge_groups``), 
 - docs in the ledger keep their ledger split;
 - a new doc joins the one split of its component's ledger docs;
 - a component whose ledger docs lie in more than one split is *bridged* (a new doc, or a new dedup cluster chain
-  A~N~B, links groups already apart): its new docs are dropped with reason ``bridges_splits`` and its ledger docs
-  stay where they are, so a group or cluster of it may straddle splits (counted, exempt from the straddle check,
-  and left to the leakage audit);
+  A~N~B, links groups already apart). Its ledger docs stay where they are, so a group or cluster of it may
+  straddle splits (counted, exempt from the straddle check, and left to the leakage audit). Each of its new docs
+  is judged by the ledger splits it *reaches*: through its own group and cluster labels, and through labels that
+  only new docs carry (new docs sharing such a label reach together). A label a ledger doc carries is an anchor:
+  the walk stops there, so a new doc that only shares an already-split group with the bridge doc is not joined
+  to it. A new doc that reaches one split joins it; one that reaches several is dropped with reason
+  ``bridges_splits``. So only the docs that do the bridging are dropped, not every later doc of either group;
 - a component without ledger docs gets its from-scratch split (``assign.py``).
 
 A ledger split also outranks a source's own shipped split (``own_split_meta_key``) that changed since it was
-recorded; such docs are counted in ``ledger_overrides`` like every other difference from a from-scratch run. While
-a dropped bridge doc stays in the corpus it stays new, so it keeps its component bridged: later new docs of that
-component are dropped too (counted), until the bridge doc leaves the corpus.
+recorded; such docs are counted in ``ledger_overrides`` like every other difference from a from-scratch run. A
+dropped bridge doc stays new while it stays in the corpus, so it is dropped again each run (counted) until it leaves.
 
 With ``assignment: hash`` the from-scratch split of a component depends on its own key alone, so the result
 equals a from-scratch run over the union (empty ledger) except for the dropped bridges and ``ledger_overrides``:
@@ -30,10 +33,13 @@ e.g. when a new cluster links a group with a smaller name, since its docs were r
 from __future__ import annotations
 
 import json
+import math
+from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
 
+from tasks.common.unionfind import UnionFind
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError
 
 LEDGER_COLUMNS = ["doc_id", "role", "split"]
@@ -88,16 +94,48 @@ def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tupl
     several = pairs["component"].duplicated(keep=False)
     splits_of = pairs[several].groupby("component")["split"].agg(sorted)
     bridged = sorted(splits_of.index)
-    joined = rows["component"].map(pairs[~several].set_index("component")["split"])
+    reach = reached_splits(rows, ledger_split)
+    joined = reach.map(lambda splits: splits[0] if len(splits) == 1 else None)
     out = rows.assign(scratch=rows["split"])
     out["split"] = ledger_split.where(known, joined.where(joined.notna(), rows["split"]))
-    drop = ~known & rows["component"].isin(bridged)
+    drop = reach.map(len) > 1
     dropped = pd.DataFrame({
         "source": rows["source"][drop], "doc_id": rows["doc_id"][drop], "reason": BRIDGES,
-        "detail": [f"its group/cluster component {name!r} holds ledger docs in {' and '.join(splits_of[name])}"
-                   for name in rows["component"][drop]],
+        "detail": [f"it links groups/clusters already in {' and '.join(reach[i])} (component {name!r})"
+                   for i, name in zip(rows.index[drop], rows["component"][drop])],
     })
     return out[~drop], dropped.sort_values("doc_id", ignore_index=True), bridged
+
+
+def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
+    """Per row (index aligned), the sorted tuple of ledger splits a new doc reaches (empty for ledger docs and for
+    new docs of components without one): its own group and cluster labels, and the labels it shares with other
+    new docs only, walked until a label some ledger doc carries (an anchor, whose ledger splits are reached)."""
+    labels = [row_labels(*values) for values in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"])]
+    anchors: defaultdict[str, set] = defaultdict(set)
+    for own, split in zip(labels, ledger_split):
+        if isinstance(split, str):
+            for label in own:
+                anchors[label].add(split)
+    uf = UnionFind()
+    new = [i for i, split in enumerate(ledger_split) if not isinstance(split, str)]
+    for i in new:
+        for label in labels[i]:
+            if label not in anchors:
+                uf.union(f"doc|{i:012d}", label)
+    reached: defaultdict[str, set] = defaultdict(set)
+    for i in new:
+        reached[uf.find(f"doc|{i:012d}")].update(*(anchors.get(label, ()) for label in labels[i]))
+    out = [()] * len(rows)
+    for i in new:
+        out[i] = tuple(sorted(reached[uf.find(f"doc|{i:012d}")]))
+    return pd.Series(out, index=rows.index, dtype=object)
+
+
+def row_labels(role: str, source: str, group, cluster: str) -> list[str]:
+    """A row's cluster label and, when it has a group, its group label (the nodes ``merge_groups`` unions)."""
+    has_group = group is not None and not (isinstance(group, float) and math.isnan(group))
+    return [f"{role}|cluster|{cluster}"] + ([f"{role}|group|{source}|{group}"] if has_group else [])
 
 
 def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:
