@@ -76,7 +76,7 @@ run: install
 # waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
 # test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the longest files first
 # (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The GPU check's dry run (about
-# 5 min of CPU: every step of benchmarks/gpu_check.sh at tiny sizes) is `make test-gpucheck`; CI runs both.
+# 3 min of CPU: every step of benchmarks/gpu_check.sh at tiny sizes) is `make test-gpucheck`; CI runs both.
 test: install-ray
 	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
 	status=0; $(BIN)/python -m pytest -m "not gpu and not gpucheck" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
