@@ -1,7 +1,7 @@
 """Stamped cache tables: what makes a stage incremental (tokenize, leakage, dedup).
 
 A cache is a Parquet table whose schema metadata holds the *fingerprint* of everything that decides its contents
-(the stage's params, its code's md5, the md5 of the inputs it was computed against), as sorted JSON under
+(the stage's params, its code's hash, the md5 of the inputs it was computed against), as sorted JSON under
 ``FINGERPRINT_KEY``. A later run uses the cache only when every key it expects has the same value; otherwise it
 recomputes everything and says which keys changed.
 """

@@ -14,8 +14,8 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
 when there is no index, or when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed`` and the
-md5 of the code that computes signatures and Jaccards (``tasks/common/minhash.py``, ``tasks/common/textnorm.py``,
-``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
+``code_sha256`` of the code that computes signatures and Jaccards (``tasks/common/minhash.py``,
+``tasks/common/textnorm.py``, ``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
 signature, shingles and counts from it; the others (new documents, and edited ones: their text has a new md5)
 are signed; a pair of texts whose Jaccard is stored is not computed again. A removed document needs nothing:
 its entry is simply not asked for, and is not written back. The other params (threshold, LSH weights,
@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import minhash, textnorm
+from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, stamp
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
@@ -109,7 +110,7 @@ def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
 
 def fingerprint(cfg: DedupParams) -> dict[str, Any]:
     """What every stored value depends on (see the module docstring)."""
-    code = hashlib.md5(b"".join(path.read_bytes() for path in FINGERPRINT_CODE)).hexdigest()
+    code = code_sha256(set(FINGERPRINT_CODE))
     return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code}
 
 

