@@ -45,7 +45,6 @@ split of a role. It must be 0 (bridged components aside: ``straddling_exempt``);
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -54,7 +53,7 @@ import pandas as pd
 from tasks.common.parquet import read_source_frames
 from tasks.common.unionfind import UnionFind
 from tasks.config.split import TASK_SPLITS, SplitParams
-from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
+from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
 from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, ledger_metrics, ledger_path,
                                 read_ledger, replace_ledger, write_dropped)
 
@@ -134,11 +133,10 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> list[str]:
     uf = UnionFind(priority=(lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first
                    else (lambda node: node))
     nodes = []
-    for role, source, group, cluster in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"]):
-        cluster_node = f"{role}|cluster|{cluster}"
+    for cluster_node, *group_node in map(row_labels, rows["role"], rows["source"], rows["group"], rows["cluster_id"]):
         uf.find(cluster_node)
-        if group is not None and not (isinstance(group, float) and math.isnan(group)):
-            uf.union(cluster_node, f"{role}|group|{source}|{group}")
+        for node in group_node:
+            uf.union(cluster_node, node)
         nodes.append(cluster_node)
     return [uf.find(node) for node in nodes]
 

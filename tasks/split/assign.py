@@ -16,6 +16,13 @@ SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
 
 
+def row_labels(role: str, source: str, group, cluster: str) -> list[str]:
+    """A row's cluster label and, when it has a group, its group label: the nodes whose union is its component
+    (groups are source-local, clusters global, both within a role)."""
+    has_group = group is not None and not (isinstance(group, float) and math.isnan(group))
+    return [f"{role}|cluster|{cluster}"] + ([f"{role}|group|{source}|{group}"] if has_group else [])
+
+
 class SplitLeakError(RuntimeError):
     """A group or near-duplicate cluster ended up in more than one split, or a ledger doc moved."""
 

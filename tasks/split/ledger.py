@@ -33,14 +33,13 @@ e.g. when a new cluster links a group with a smaller name, since its docs were r
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from pathlib import Path
 
 import pandas as pd
 
 from tasks.common.unionfind import UnionFind
-from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError
+from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, row_labels
 
 LEDGER_COLUMNS = ["doc_id", "role", "split"]
 BRIDGES = "bridges_splits"
@@ -111,7 +110,7 @@ def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
     """Per row (index aligned), the sorted tuple of ledger splits a new doc reaches (empty for ledger docs and for
     new docs of components without one): its own group and cluster labels, and the labels it shares with other
     new docs only, walked until a label some ledger doc carries (an anchor, whose ledger splits are reached)."""
-    labels = [row_labels(*values) for values in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"])]
+    labels = list(map(row_labels, rows["role"], rows["source"], rows["group"], rows["cluster_id"]))
     anchors: defaultdict[str, set] = defaultdict(set)
     for own, split in zip(labels, ledger_split):
         if isinstance(split, str):
@@ -131,11 +130,6 @@ def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
         out[i] = tuple(sorted(reached[uf.find(f"doc|{i:012d}")]))
     return pd.Series(out, index=rows.index, dtype=object)
 
-
-def row_labels(role: str, source: str, group, cluster: str) -> list[str]:
-    """A row's cluster label and, when it has a group, its group label (the nodes ``merge_groups`` unions)."""
-    has_group = group is not None and not (isinstance(group, float) and math.isnan(group))
-    return [f"{role}|cluster|{cluster}"] + ([f"{role}|group|{source}|{group}"] if has_group else [])
 
 
 def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:
