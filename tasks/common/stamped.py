@@ -1,4 +1,5 @@
-"""Stamped cache tables: what makes a stage incremental (tokenize, leakage, dedup).
+"""Stamped cache tables: what makes a stage incremental (tokenize, leakage, dedup); and folders written whole
+(``swapped_in``: those caches, and ingest's output).
 
 A cache is a Parquet table whose schema metadata holds the *fingerprint* of everything that decides its contents
 (the stage's params, its code's hash, the md5 of the inputs it was computed against), as sorted JSON under
@@ -9,6 +10,10 @@ recomputes everything and says which keys changed.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,3 +47,18 @@ def read_stamped(path: Path, expected: dict) -> Stamped:
     if changed:
         return Stamped(None, f"the cache fingerprint changed ({', '.join(changed)})", changed)
     return Stamped(table, "cache found", [])
+
+
+@contextmanager
+def swapped_in(folder: Path) -> Iterator[Path]:
+    """An empty temporary folder beside ``folder`` to write into; when the block ends without an error it replaces
+    ``folder`` by rename, so a killed run leaves the old folder or the new one, never half of one."""
+    tmp, old = folder.with_name(f".{folder.name}.tmp"), folder.with_name(f".{folder.name}.old")
+    for stale in (tmp, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)

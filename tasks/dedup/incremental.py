@@ -36,8 +36,6 @@ have the same bytes whichever path produced the outputs.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp
+from tasks.common.stamped import read_stamped, stamp, swapped_in
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
@@ -179,20 +177,13 @@ def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
         log.info("dedup: engine ray: full recompute; the index is left empty (the next local run signs all)")
         log.tags({"dedup.mode": "full", "dedup.reason": "engine: ray"})
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
-    tmp, old = folder.with_name(f".{folder.name}.tmp"), folder.with_name(f".{folder.name}.old")
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir(parents=True)
     rows = entry_rows(docs)
     signatures = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(len(rows), cfg.num_perm)
-    np.save(tmp / SIGNATURES, signatures)
-    np.save(tmp / SHINGLES, np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows]))
-    pq.write_table(entries_table(docs, rows, cfg), tmp / ENTRIES, compression="zstd")
-    pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(tmp, folder)
-    shutil.rmtree(old, ignore_errors=True)
+    with swapped_in(folder) as tmp:
+        np.save(tmp / SIGNATURES, signatures)
+        np.save(tmp / SHINGLES, np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows]))
+        pq.write_table(entries_table(docs, rows, cfg), tmp / ENTRIES, compression="zstd")
+        pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
 
 
 def entry_rows(docs: IndexedSignatures) -> list[int]:

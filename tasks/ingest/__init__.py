@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from tasks.common.stamped import swapped_in
 from tasks.config.ingest import (
     BuiltinSource,
     ConllSource,
@@ -278,22 +278,14 @@ def check_identity(result: SourceResult) -> None:
 
 def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
     """Write every Parquet file and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
-    old = out_dir.with_name(f".{out_dir.name}.old")
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for result in results:
-        table = pa.Table.from_pylist(result.rows, schema=ROW_SCHEMA)
-        pq.write_table(table, tmp / f"{result.name}.parquet", compression="zstd")
-    with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
+    with swapped_in(out_dir) as tmp:
         for result in results:
-            for entry in result.dropped:
-                handle.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
-    if out_dir.exists():
-        out_dir.rename(old)
-    tmp.rename(out_dir)
-    shutil.rmtree(old, ignore_errors=True)
+            table = pa.Table.from_pylist(result.rows, schema=ROW_SCHEMA)
+            pq.write_table(table, tmp / f"{result.name}.parquet", compression="zstd")
+        with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
+            for result in results:
+                for entry in result.dropped:
+                    handle.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 def source_metrics(result: SourceResult) -> dict[str, Any]:

@@ -47,8 +47,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +57,7 @@ import pyarrow.parquet as pq
 
 from tasks.common import confusables, minhash, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp
+from tasks.common.stamped import read_stamped, stamp, swapped_in
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, residual, scan_locally
 
@@ -170,9 +168,6 @@ def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Re
 
 def save(folder: Path, results: dict[str, Result], key: dict) -> None:
     """Write ``results`` (sorted by md5) as the cache, swapped in by rename."""
-    tmp = folder.with_name(f".{folder.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     words = pa.list_(pa.string())
     texts = pa.table({
         "md5": pa.array(list(results), pa.string()),
@@ -186,11 +181,6 @@ def save(folder: Path, results: dict[str, Result], key: dict) -> None:
     matches = pa.table({"md5": pa.array(columns[0], pa.string()), "eval_doc": pa.array(columns[1], pa.string()),
                         "method": pa.array(columns[2], pa.string()), "score": pa.array(columns[3], pa.float64()),
                         "span": pa.array(columns[4], pa.string())})  # fmt: skip
-    pq.write_table(texts, tmp / TEXTS, compression="zstd")
-    pq.write_table(matches, tmp / MATCHES, compression="zstd")
-    old = folder.with_name(f".{folder.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(tmp, folder)
-    shutil.rmtree(old, ignore_errors=True)
+    with swapped_in(folder) as tmp:
+        pq.write_table(texts, tmp / TEXTS, compression="zstd")
+        pq.write_table(matches, tmp / MATCHES, compression="zstd")
