@@ -15,6 +15,6 @@
 - ``nested``: dotted-key flattening of nested params and metrics (tracking, report);
 - ``lineage``: the lineage fields of ``pretraining.json`` (the md5 of every text file a model and its ancestors
   trained on) and finding those files again (pretrain writes them, leakage audits against them);
-- ``stamped``: cache tables stamped with the fingerprint of what decides their contents (the incremental dedup,
-  leakage and tokenize stages), and folders written whole and swapped in by rename (those caches, ingest).
+- ``stamped``: cache tables stamped with the fingerprint of what decides their contents (the incremental
+  dedup, leakage and tokenize stages).
 """
