@@ -95,3 +95,61 @@ def test_a_seed_level_claim_uses_the_paired_t_se_and_df():
     assert row.power.se == pytest.approx(se) and row.power.df == 2 and row.power.unit == "seeds"
     assert row.power.mde == pytest.approx(se * (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)))
     assert row.power.detectable  # 0.0310 <= 0.2
+
+
+def _exact_power(n: int, rate: float, bound: float) -> float:
+    """P(the 95% Clopper-Pearson upper end <= bound) for events ~ Binomial(n, rate), summed over every count."""
+    counts = np.arange(n + 1)
+    upper = np.array([stats.binomtest(int(k), n).proportion_ci(0.95, "exact").high for k in counts])
+    return float(stats.binom.pmf(counts, n, rate)[upper <= bound].sum())
+
+
+@pytest.mark.parametrize("n", [300, 1000])
+def test_a_rate_bound_claim_is_supported_80_percent_of_the_time_at_its_mde(n):
+    from tasks.report.power import bound_power
+
+    p = bound_power(0.02, 0.05, n, "planted docs", 0.05, 0.8)
+    # the exact binomial sum, not the normal formula: Clopper-Pearson is a little conservative
+    assert 0.77 <= _exact_power(n, 0.05 - p.mde, 0.05) <= 0.83
+    assert _exact_power(n, 0.05 - p.mde / 2, 0.05) < 0.5  # half the gap: far less power
+    assert p.min_effect == pytest.approx(0.03) and p.bound == 0.05 and p.se == pytest.approx(math.sqrt(0.0475 / n))
+
+
+def test_a_bound_claim_states_its_gap_and_what_more_units_would_do():
+    from tasks.report.power import bound_power
+
+    short = bound_power(0.04, 0.05, 300, "planted docs", 0.05, 0.8)  # gap 0.01 < MDE ~0.031
+    assert underpowered(short) == f"underpowered: MDE {short.mde:.4f} > gap to the bound 0.0100"
+    assert short.n_needed == math.ceil(300 * (short.mde / 0.01) ** 2 - 1e-9)
+    over = bound_power(0.06, 0.05, 300, "planted docs", 0.05, 0.8)  # at the point 0.06 no n supports it
+    assert underpowered(over) == "" and over.n_needed is None and "more units cannot support it" in describe(over)
+    tiny = bound_power(0.0, 0.05, 20, "planted docs", 0.05, 0.8)  # 0/20: CP upper 0.168 > 0.05 whatever happens
+    assert math.isinf(tiny.mde) and "not reachable" in describe(tiny)
+    # a mean over units: t quantiles with n - 1 df, SE = sd / sqrt(n)
+    mean = bound_power(0.03, 0.05, 10, "words", 0.05, 0.8, sd=0.02)
+    assert mean.mde == pytest.approx(0.02 / math.sqrt(10) * (stats.t.ppf(0.975, 9) + stats.t.ppf(0.8, 9)))
+
+
+def test_an_upper_bound_claim_row_carries_its_mde():
+    from tasks.report.answer import verdict_cell
+    from tasks.report.claims import Sample
+    from tasks.report.evaluation import _estimate
+
+    bound_claim = claim("a/b/c", "d/e/f", min_effect=0.05).model_copy(update={"kind": "upper_bound"})
+    miss = Sample((12 / 300,), ("fragment_20",), "planted docs", "x", proportion=(12, 300))
+    row = _estimate(bound_claim, miss, miss, STATS)
+    # 12/300 = 0.04: the Clopper-Pearson upper end (about 0.069) is above 0.05, and the gap 0.01 is below the MDE
+    assert row.verdict == "inconclusive" and row.power.unit == "planted docs" and row.power.n == 300
+    assert row.power.mde == pytest.approx(bound_power_mde(300))
+    assert verdict_cell(row).startswith(f"inconclusive (underpowered: MDE {row.power.mde:.4f} > gap to the bound 0.0100")
+
+
+def bound_power_mde(n: int) -> float:
+    """The rate MDE below 0.05 solved by bisection on the one-sample design (alpha 0.05, power 0.8)."""
+    lo, hi = 0.0, 0.05
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        rate = 0.05 - mid
+        need = 1.959964 * math.sqrt(0.05 * 0.95 / n) + 0.841621 * math.sqrt(rate * (1 - rate) / n)
+        lo, hi = (mid, hi) if mid < need else (lo, mid)
+    return (lo + hi) / 2

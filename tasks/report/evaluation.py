@@ -19,7 +19,7 @@ from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibrat
 from tasks.report.export import export_gates
 from tasks.report.floor import floor_gate, lineage_gate, pretraining_notes, training_steps
 from tasks.report.items import metric_function, with_items
-from tasks.report.power import Power, power_of, se_from_ci
+from tasks.report.power import Power, bound_power, power_of, se_from_ci
 from tasks.report.statistics import (
     Estimate,
     StatsConfig,
@@ -193,7 +193,8 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         diff = Estimate(t_est.mean - b_est.mean, math.nan, math.nan, t_est.n, "point difference")
         tests = binomial_tests(*treat.proportion) if treat.proportion else t_tests(np.asarray(treat.values))
         verdict, reason, p = bound_verdict(t_est, claim.min_effect, tests)
-        return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound", p_value=p)
+        return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound", p_value=p,
+                   power=_bound_power(treat, t_est, claim.min_effect, cfg))
     if claim.metric in CALIBRATION_METRICS:
         return _calibration_estimate(claim, treat, base, cfg)
     if treat.items is not None and base.items is not None:
@@ -214,6 +215,15 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
     se, df = unit_se(t_vals, b_vals, paired)
     power = power_of(se, diff.n, f"{treat.unit_name}s", claim.min_effect, cfg.alpha, cfg.power, df)
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power)
+
+
+def _bound_power(treat: Sample, t_est: Estimate, bound: float, cfg: StatsConfig) -> Power | None:
+    """The MDE of an ``upper_bound`` claim: over the rate's trials, or the SD of its units (``power.bound_power``)."""
+    units = treat.unit_name if treat.unit_name.endswith("s") else treat.unit_name + "s"
+    if treat.proportion:
+        return bound_power(t_est.mean, bound, treat.proportion[1], units, cfg.alpha, cfg.power)
+    sd = float(np.std(treat.values, ddof=1)) if len(treat.values) > 1 else math.nan
+    return bound_power(t_est.mean, bound, len(treat.values), units, cfg.alpha, cfg.power, sd)
 
 
 def unit_se(treatment: tuple[float, ...], baseline: tuple[float, ...], paired: bool) -> tuple[float, float | None]:
