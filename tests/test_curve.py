@@ -38,24 +38,9 @@ class Recorder(NullLog):
         yield self.children[-1]
 
 
-def smallest_hash(ids: list[str], n: int, seed: int) -> set[str]:
-    """The n ids of smallest sha256("<seed>:<id>"), written out here rather than taken from the code under test."""
-    return set(sorted(ids, key=lambda d: hashlib.sha256(f"{seed}:{d}".encode()).hexdigest())[:n])
-
-
-def test_sizes_are_nested_and_the_same_for_every_tokenization():
-    rows = {"train": [{"doc_id": f"train-{i:03d}", "w": w} for i in range(40) for w in (0, 1)],  # 2 windows a doc
-            "dev": [{"doc_id": "dev-0"}], "test": [{"doc_id": "test-0"}]}
-    ids = [f"train-{i:03d}" for i in range(40)]
-    small, large = (curve.train_subset(rows, n, 3) for n in (8, 20))
-    assert {r["doc_id"] for r in small["train"]} == smallest_hash(ids, 8, 3)
-    assert len(small["train"]) == 16  # every window of a kept sentence
-    assert {r["doc_id"] for r in small["train"]} < {r["doc_id"] for r in large["train"]}
-    assert small["dev"] is rows["dev"] and small["test"] is rows["test"]
-    assert curve.train_subset(rows, None, 3) is rows
-    # the 8 of the 20 kept are the 8 of the whole split: the order of a tokenization's rows does not matter
-    flipped = {**rows, "train": list(reversed(curve.train_subset(rows, 20, 3)["train"]))}
-    assert {r["doc_id"] for r in curve.train_subset(flipped, 8, 3)["train"]} == smallest_hash(ids, 8, 3)
+def smallest_hash(ids: list[str], n: int, salt: str) -> set[str]:
+    """The n ids of smallest sha256("<salt>:<id>"), written out here rather than taken from the code under test."""
+    return set(sorted(ids, key=lambda d: hashlib.sha256(f"{salt}:{d}".encode()).hexdigest())[:n])
 
 
 def test_a_size_not_below_the_kept_docs_fails_before_training():
@@ -110,24 +95,27 @@ def test_the_curve_runs_its_arms_and_comparators_on_the_nested_docs(curve_run):
     assert lc["baselines"]["n4"] == {k: f"{k}@n4" for k in comparators}
     assert not any(k.endswith("all-data@n4") for k in runs)  # reference rows are not repeated
     params = {c.name: c.logged for c in log.children}
+    seed_params = {s.name: s.logged for c in log.children for s in c.children}
     for key in lc["runs"]["n4"].values():
-        assert params[f"cls/{key}"]["train_examples"] == 4 and params[f"cls/{key}"]["dev_examples"] == N_DOCS["dev"]
+        assert params[f"cls/{key}"]["dev_examples"] == N_DOCS["dev"]
+        assert seed_params[f"cls/{key}/seed3"]["train_examples"] == seed_params[f"cls/{key}/seed4"]["train_examples"] == 4
         assert runs[key]["test_macro_f1"]["seeds"] == [3, 4]  # the same seeds
         assert set(runs[key]["lr_sweep"]["dev"]) == {"1", "3"}  # its own sweep at its size
     for key in lc["baselines"]["n4"].values():
-        assert runs[key]["details"]["per_seed"]["0"]["train_docs"] == 4
-        assert runs[key]["details"]["per_seed"]["0"]["dev_docs"] == N_DOCS["dev"]
-    # the 4 train docs: label = index % 2 (0 sport, 1 tech); majority picks the more frequent (a tie: sport);
-    # 3 of the 5 test docs are sport
-    four = smallest_hash([f"train-{i:03d}" for i in range(N_DOCS["train"])], 4, 0)
-    tech = sum(int(d[-3:]) % 2 for d in four)
-    assert runs["baseline/majority/labels@n4"]["setting"]["label"] == ("tech" if tech > 2 else "sport")
-    assert runs["baseline/majority/labels@n4"]["test_accuracy"]["per_seed"] == [2 / 5 if tech > 2 else 3 / 5]
+        assert sorted(runs[key]["details"]["per_seed"]) == ["3", "4"]  # one fit per seed's draw
+        assert all(s["train_docs"] == 4 and s["dev_docs"] == N_DOCS["dev"] for s in runs[key]["details"]["per_seed"].values())
+    # seed k's 4 train docs: the 4 of smallest sha256("0:<k>:<doc_id>"); label = index % 2 (0 sport, 1 tech);
+    # majority picks the more frequent (a tie: sport); 3 of the 5 test docs are sport
+    expected = {}
+    for seed in (3, 4):
+        four = smallest_hash([f"train-{i:03d}" for i in range(N_DOCS["train"])], 4, f"0:{seed}")
+        expected[seed] = "tech" if sum(int(d[-3:]) % 2 for d in four) > 2 else "sport"
+    majority = runs["baseline/majority/labels@n4"]
+    assert majority["setting"] == {str(seed): {"label": label} for seed, label in expected.items()}
+    assert majority["test_accuracy"]["per_seed"] == [2 / 5 if expected[seed] == "tech" else 3 / 5 for seed in (3, 4)]
     test_ids = sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
     for key in [*lc["runs"]["n4"].values(), *lc["baselines"]["n4"].values()]:
-        folder = paths.data / "finetune" / "cls" / key
-        seed = "seed3" if "@n4/" in key else "seed0"
-        lines = (folder / f"{seed}.test.jsonl").read_text().splitlines()
+        lines = (paths.data / "finetune" / "cls" / key / "seed3.test.jsonl").read_text().splitlines()
         assert [json.loads(x)["doc_id"] for x in lines] == test_ids  # the same test docs
 
 
@@ -160,11 +148,11 @@ def test_a_ner_curve_keeps_every_window_of_its_sentences(tmp_path):
     log = Recorder()
     metrics = run(FinetuneParams.model_validate(base), paths, log, "ner")
     train = datasets.load_from_disk(str(tmp_path / "data" / "tokenize" / "ner" / "clozeline" / "train")).to_list()
-    four = smallest_hash(sorted({r["doc_id"] for r in train}), 4, 0)
+    four = smallest_hash(sorted({r["doc_id"] for r in train}), 4, "0:3")  # seed 3's draw
     windows = sum(r["doc_id"] in four for r in train)
     assert windows > 4  # the fixture splits some sentences into several windows
-    params = {c.name: c.logged for c in log.children}
-    assert params["ner/pretrained@n4/full/first"]["train_examples"] == windows
+    params = {s.name: s.logged for c in log.children for s in c.children}
+    assert params["ner/pretrained@n4/full/first/seed3"]["train_examples"] == windows
     lc = metrics["learning_curve"]
     assert lc["sizes"] == [4, N_DOCS["train"]] and lc["baselines"]["n4"] == {
         "baseline/memorise/words": "baseline/memorise/words@n4"}

@@ -212,6 +212,7 @@ def test_registry_versions_carry_verdicts_and_the_alias_follows_the_gate(exporte
 def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(exported, tmp_path):
     from tasks.common.encoders import load_tokenizer
     from tasks.finetune import baselines, load_task_data, run_baseline
+    from tasks.finetune.draw import Draw
     from tasks.finetune.export import keep_baseline
 
     paths, _ = exported
@@ -224,7 +225,7 @@ def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(ex
     row = next(r for r in baselines.plan(["tfidf-lr"], ["clozeline"]) if not r.reference)  # reads the arms' cut
     out = copy.data / "finetune" / "cls"
     _, _, kept = run_baseline("cls", "cls", row, data, load_tokenizer(copy.models / "pretrained"), data["labels"], tcfg,
-                              cfg, out, NullLog())  # fmt: skip
+                              cfg, out, NullLog(), Draw(tcfg.max_train_docs, cfg.data_seed))  # fmt: skip
     won = {"dev": {row.key: 1.0, "pretrained/full/mean-pool": 0.5}}
     assert keep_baseline(won, {row.key: kept}, data["labels"], out) == {"baseline": row.key}
     found = export.run(export_params(), copy, NullLog(), "cls")["baseline"]

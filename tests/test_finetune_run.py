@@ -218,18 +218,22 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
     comparators = ("baseline/majority/labels", "baseline/tfidf-lr/clozeline-cut")  # the arms' docs and input
     for key in (*comparators, "baseline/majority/all-data", "baseline/tfidf-lr/all-data"):
         entry = metrics["runs"][key]
-        assert entry["test_macro_f1"]["seeds"] == [0] and entry["test_macro_f1"]["std"] is None
-        rows = [json.loads(x) for x in (paths.data / "finetune" / "cls" / key / "seed0.test.jsonl").read_text().splitlines()]
-        assert [r["doc_id"] for r in rows] == sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
-    # 12 train docs, 6 sport and 6 tech: a tie goes to the smaller label id, sport; 3 of 5 test docs are sport
-    assert metrics["runs"]["baseline/majority/labels"]["test_accuracy"]["per_seed"] == [3 / 5]
+        seeds = [0] if key.endswith("all-data") else [3, 4]  # a comparator: one fit per seed's draw, as the arms
+        assert entry["test_macro_f1"]["seeds"] == seeds
+        for seed in seeds:
+            path = paths.data / "finetune" / "cls" / key / f"seed{seed}.test.jsonl"
+            rows = [json.loads(x) for x in path.read_text().splitlines()]
+            assert [r["doc_id"] for r in rows] == sorted(f"test-{i:03d}" for i in range(N_DOCS["test"]))
+    # 12 train docs, 6 sport and 6 tech, every one drawn by each seed (max_train_docs null): a tie goes to the
+    # smaller label id, sport; 3 of 5 test docs are sport
+    assert metrics["runs"]["baseline/majority/labels"]["test_accuracy"]["per_seed"] == [3 / 5, 3 / 5]
     sel = metrics["selection"]
     assert sel["best_arm"] in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool")
     assert sel["dev"][sel["best_arm"]] == max(sel["dev"][k] for k in ("pretrained/full/mean-pool",
                                                                       "pretrained/frozen/mean-pool"))
     assert sel["best_baseline"] == max(comparators, key=lambda k: (sel["dev"][k], k))
     assert "baseline/tfidf-lr/all-data" not in sel["dev"]  # a reference row is never chosen
-    assert sel["baselines"]["baseline/tfidf-lr/clozeline-cut"]["analyzer"] in ("word", "char_wb")
+    assert sel["baselines"]["baseline/tfidf-lr/clozeline-cut"]["3"]["analyzer"] in ("word", "char_wb")
     items = [json.loads(x) for x in (paths.data / "finetune" / "cls" / "test_items.jsonl").read_text().splitlines()]
     assert [(r["doc_id"], r["train_overlap"]) for r in items] == [(f"test-{i:03d}", i % 4 == 0) for i in range(5)]
 

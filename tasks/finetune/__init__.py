@@ -5,10 +5,14 @@ A task's kind picks its code: ``cls`` (classification, and pair classification o
 or ``ner`` (token classification). Every configuration (arm) ``variant/mode/head`` of its recipe
 (``params.finetune.recipes[tasks.<task>.recipe].configs``) picks its own learning
 rate on dev from ``lr_grid`` with ``sweep_seed`` (``sweep``), then trains once per seed on the same docs with the
-same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). The baselines
-(``baselines``: majority, TF-IDF + logistic regression, word memorisation) are fitted on the arms' train docs and
-input, choose their setting on the arms' dev docs, and score the same test docs; each also has a reference row
-``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as the best baseline. With
+same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). Each seed
+draws its own training subset (``draw``: ``max_train_docs`` docs by a hash rank salted with ``data_seed`` and the
+seed; dev and test are one sample for every seed), so the seed level of the report's bootstrap carries the
+draw's variance. The comparator baselines (``baselines``: majority, TF-IDF + logistic regression, word
+memorisation) are fitted once per seed on that seed's train docs and the arms' input (deterministic given the
+subset: seed ``k`` of an arm pairs with the baseline fitted on seed ``k``'s docs), choose their setting on the
+arms' dev docs, and score the same test docs; each also has one reference row ``baseline/<name>/all-data`` (every
+train doc, full text) that is never chosen as the best baseline. With
 ``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
 ``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t
 interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the
@@ -28,7 +32,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -42,7 +46,7 @@ from tasks.finetune import baselines, curve, export, operational
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
 from tasks.finetune.baselines_tfidf import arm_inputs
-from tasks.finetune.curve import kept_doc_ids
+from tasks.finetune.draw import Draw, drawn_doc_ids, kept_doc_ids
 from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
 
 TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of that kind
@@ -62,15 +66,15 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     tok_of = {arm.variant: tokenization(arm.variant, paths.models) for arm in tcfg.configs}
     toks = sorted(set(tok_of.values()))
     data = {tok: load_task_data(paths.stage_data("tokenize") / item / tok, cfg.data_seed, tcfg) for tok in toks}
-    labels = same_labels(data, item)
-    jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models)
+    labels, draw = same_labels(data, item), Draw(tcfg.max_train_docs, cfg.data_seed)
+    jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw)
             for arm in tcfg.configs]  # fmt: skip
-    dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models)
+    dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models, draw)
             if tcfg.dose_response else {})  # fmt: skip
     full_docs, curve_jobs = data[toks[0]]["counts"]["train"]["docs_kept"], []  # the curve ends at the full size
     for point in curve.points(tcfg, full_docs, item):
-        rows = curve.train_subset(data[tok_of[point.spec.variant]]["rows"], point.size, cfg.data_seed)
-        curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, rows, labels, paths.models, key=point.key))
+        curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, data[tok_of[point.spec.variant]]["rows"],
+                                   labels, paths.models, Draw(point.size, cfg.data_seed), key=point.key))  # fmt: skip
     timed_arms = jobs + list(dose.values())  # curve arms are scored, not timed (their full-size runs are)
     arms = timed_arms + curve_jobs
     measure = cfg.operational.enabled
@@ -91,12 +95,11 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     planned, fitted = baselines.plan(tcfg.baselines, toks), {}
     for size, row in [(None, row) for row in planned] + curve.baseline_rows(planned, tcfg):
         tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
-        source = data[row.tok or toks[0]]  # a curve row: fewer train docs, scored but not timed
-        source = {**source, "rows": curve.train_subset(source["rows"], size, cfg.data_seed)}
-        row_cfg = cfg if size is None else curve.untimed(cfg)
+        source = data[row.tok or toks[0]]  # a curve row: fewer train docs per seed, scored but not timed
+        row_cfg, row_draw = (cfg, draw) if size is None else (curve.untimed(cfg), Draw(size, cfg.data_seed))
         with log.child(f"{item}/{row.key}") as child:
             runs[row.key], timed, fitted[row.key] = run_baseline(item, spec.module, row, source, tokenizer, labels,
-                                                                 tcfg, row_cfg, out_dir, child)  # fmt: skip
+                                                                 tcfg, row_cfg, out_dir, child, row_draw)  # fmt: skip
         measured |= {row.key: timed} if timed else {}
     comparators = {row.key: row.tok for row in planned if not row.reference}
     selection = select_best(runs, {j.key: tok_of[j.spec.variant] for j in jobs}, comparators, spec.module)
@@ -126,11 +129,13 @@ def fresh_dir(folder: Path) -> Path:
 
 
 def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
-    """Rows of each split (``datasets.load_from_disk``): ``rows`` (the kept docs), ``all_rows`` (every doc, for
-    the baselines), label names, and kept/available doc counts.
+    """Rows of each split (``datasets.load_from_disk``): ``rows`` (dev, test: the kept docs; train: every doc,
+    from which each seed draws its ``max_train_docs``, ``draw.Draw``), ``all_rows`` (every doc, for the
+    reference baselines), label names, and kept/available doc counts (train: the docs each seed keeps).
 
-    Docs are kept by a seeded hash sample of ``doc_id`` (``kept_doc_ids``), so both tokenizations of a task
-    keep the same docs. Raises ``FileNotFoundError`` naming the missing folder or ``labels.json``.
+    Dev and test docs are kept by a seeded hash sample of ``doc_id`` (``draw.kept_doc_ids``), so both
+    tokenizations of a task keep the same docs. Raises ``FileNotFoundError`` naming the missing folder or
+    ``labels.json``.
     """
     labels_file = folder / "labels.json"
     if not labels_file.exists():
@@ -141,8 +146,8 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
         if not (folder / split).exists():
             raise FileNotFoundError(f"finetune: {folder / split} not found (run the tokenize stage first)")
         table = datasets.load_from_disk(str(folder / split)).to_list()
-        keep = kept_doc_ids([r["doc_id"] for r in table], caps[split], data_seed)
-        rows[split], all_rows[split] = [r for r in table if r["doc_id"] in keep], table
+        keep = kept_doc_ids([r["doc_id"] for r in table], caps[split], data_seed)  # train: the count per seed
+        rows[split], all_rows[split] = table if split == "train" else [r for r in table if r["doc_id"] in keep], table
         available = len({r["doc_id"] for r in table})
         counts[split] = {"docs_available": available, "docs_kept": len(keep),
                          "docs_dropped_by_cap": available - len(keep)}
@@ -161,7 +166,8 @@ def same_labels(data: dict, item: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Job:
-    """What every seed of one configuration shares: task, its kind's module, spec, params, examples, model folder."""
+    """What every seed of one configuration shares: task, its kind's module, spec, params, examples, model folder;
+    ``draw`` picks each seed's train examples from ``exs["train"]`` (``for_seed``; None: all of them)."""
 
     item: str  # the task name
     module: str  # TaskSpec.module: cls | ner
@@ -172,6 +178,13 @@ class Job:
     folder: Path
     pad_id: int
     key: str  # the run's name in metrics and MLflow: spec.key, or pretrained@step_<N>/... for a snapshot
+    draw: Draw | None = None
+
+    def for_seed(self, seed: int) -> Job:
+        """The job a run of ``seed`` trains: ``exs["train"]`` cut to the seed's draw (``draw.Draw.keep``)."""
+        if self.draw is None:
+            return self
+        return replace(self, exs={**self.exs, "train": self.draw.keep(self.exs["train"], seed)}, draw=None)
 
     @property
     def task(self) -> ModuleType:
@@ -180,15 +193,17 @@ class Job:
 
 
 def make_job(item: str, module: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
-             folder: Path | None = None, key: str | None = None) -> Job:  # fmt: skip
+             draw: Draw | None = None, folder: Path | None = None, key: str | None = None) -> Job:  # fmt: skip
     """Examples for ``spec`` (its tokenization, its label scheme) and its model folder (default: the
-    variant's) and pad id; ``key`` names the run (default ``spec.key``)."""
+    variant's) and pad id; ``draw`` cuts each seed's train docs from ``rows["train"]`` (None: every seed trains
+    on all of them); ``key`` names the run (default ``spec.key``)."""
     folder = folder or model_dir(spec.variant, models)
     exs = {split: TASKS[module].examples(rows[split], tcfg, spec.head) for split in SPLITS}
-    return Job(item, module, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key)
+    return Job(item, module, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key, draw)
 
 
-def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path) -> dict[int, Job]:
+def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
+              draw: Draw) -> dict[int, Job]:  # fmt: skip
     """``{pretraining step: job}``: the ``dose_response`` config from each snapshot in
     ``<models>/pretrained/snapshots/step_<N>``, run key ``pretrained@step_<N>/<mode>/<head>``.
 
@@ -203,7 +218,7 @@ def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list
     for folder in folders:
         step = int(folder.name.removeprefix("step_"))
         key = f"{spec.variant}@{folder.name}/{spec.mode}/{spec.head}"
-        jobs[step] = make_job(item, module, spec, tcfg, rows, labels, models, folder=folder, key=key)
+        jobs[step] = make_job(item, module, spec, tcfg, rows, labels, models, draw, folder=folder, key=key)
     return jobs
 
 
@@ -226,41 +241,61 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, 
 
 
 def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokenizer, labels: list[str],
-                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log) -> tuple[dict, dict | None, dict | None]:  # fmt: skip
+                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw) -> tuple[dict, dict | None, dict | None]:  # fmt: skip
     """Fit baseline ``row`` (``baselines.plan``) and write its test predictions; returns its ``metrics.runs``
-    entry (one deterministic run, seed 0), its operational numbers (``operational.measure_tfidf``: a tfidf-lr
-    comparator with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships
-    (``baseline_input``'s ``fitted``; else None).
+    entry, its operational numbers (``operational.measure_tfidf`` of its first seed's fit: a tfidf-lr comparator
+    with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships (the fit of
+    its best seed on dev, ties the earlier seed, with ``seed``; else None).
 
-    Rows: ``baseline_input``. The entry adds ``baseline`` (name), ``role`` (``comparator``/``reference``),
-    ``input`` (what it read) and ``setting`` (what it chose on dev, ``baselines.fit_predict``).
+    A comparator is fitted once per seed of ``cfg.seeds``, on that seed's draw of the train docs (``draw``, the
+    arms' rule), into ``<key>/seed<k>.test.jsonl``: it is deterministic given its docs, so its seeds differ by
+    the draw alone, and seed ``k`` pairs with seed ``k`` of every arm in the report. A reference row is one run,
+    seed ``baselines.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
+    ``baseline`` (name), ``role`` (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per
+    seed, what it chose on dev, ``baselines.fit_predict``); MLflow: one nested run per seed.
     """
-    task = TASKS[module]
+    task, select = TASKS[module], f"dev_best_{TASKS[module].SELECT_METRIC}"
     rows, texts, described = baseline_input(row, data, tokenizer, tcfg)
-    fit = baselines.fit_predict(row.name, rows, labels, tcfg, texts)
-    dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
-    path = write_predictions(out_dir / row.key / f"seed{baselines.SEED}.test.jsonl", fit["test"])
     _, variant, head = row.key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
-    flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
-    log.params({"task": item, "baseline": row.name, "variant": variant, "mode": "baseline", "head": head,
-                "seed": baselines.SEED, "role": _role(row), "train_docs": len(rows["train"]), **flat})
-    log.metrics(task.headline(test))
-    log.artifact(path, "predictions")
-    timed, kept = None, None
-    if "fitted" in fit:
-        kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
-                "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
-                        "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
-    if "fitted" in fit and cfg.operational.enabled and not row.reference:
-        timed = operational.measure_tfidf(*fit["fitted"], texts["test"], cfg.operational,
-                                          operational.folder_for(out_dir, row.key))  # fmt: skip
-        log.metrics({"operational": timed})
-        log.info(operational.summary(row.key, timed))
-    seed = {"seed": baselines.SEED, "test": task.headline(test), "details": task.details(test), "diverged": False,
-            f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "train_docs": len(rows["train"]),
-            "dev_docs": len(baselines.documents(rows["dev"]))}  # fmt: skip
-    entry = aggregate(task, [seed], cfg, log)
-    return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": fit["setting"]}, timed, kept
+    common = {"task": item, "baseline": row.name, "variant": variant, "mode": "baseline", "head": head,
+              "role": _role(row)}  # fmt: skip
+    log.params(common)
+    timed, kept, results = None, None, []
+    for seed in [baselines.SEED] if row.reference else cfg.seeds:
+        seed_rows, seed_texts = (rows, texts) if row.reference else drawn_input(rows, texts, draw, seed)
+        fit = baselines.fit_predict(row.name, seed_rows, labels, tcfg, seed_texts)
+        dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
+        path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
+        flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
+        with log.child(f"{item}/{row.key}/seed{seed}") as child:
+            child.params(common | {"seed": seed, "train_docs": len(seed_rows["train"]), **flat})
+            child.metrics(task.headline(test))
+            child.artifact(path, "predictions")
+        results.append({"seed": seed, "test": task.headline(test), "details": task.details(test),
+                                    "diverged": False, select: dev[task.SELECT_METRIC], "setting": fit["setting"],
+                                    "train_docs": len(seed_rows["train"]),
+                                    "dev_docs": len(baselines.documents(seed_rows["dev"]))})  # fmt: skip
+        if "fitted" in fit and (kept is None or dev[task.SELECT_METRIC] > kept["dev"]):
+            kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
+                    "seed": seed, "dev": dev[task.SELECT_METRIC],
+                    "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
+                            "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
+        if "fitted" in fit and timed is None and cfg.operational.enabled and not row.reference:
+            timed = operational.measure_tfidf(*fit["fitted"], seed_texts["test"], cfg.operational,
+                                              operational.folder_for(out_dir, row.key))  # fmt: skip
+            log.metrics({"operational": timed})
+            log.info(operational.summary(row.key, timed))
+    entry = aggregate(task, results, cfg, log)
+    setting = {str(s["seed"]): s["setting"] for s in results}
+    return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": setting}, timed, kept
+
+
+def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[dict, dict | None]:
+    """``rows`` and ``texts`` (``baseline_input``'s) with train cut to seed ``seed``'s draw (``draw.Draw``)."""
+    ids = drawn_doc_ids([r["doc_id"] for r in rows["train"]], draw.cap, draw.data_seed, seed)
+    pick = [i for i, r in enumerate(rows["train"]) if r["doc_id"] in ids]
+    cut = {**rows, "train": [rows["train"][i] for i in pick]}
+    return cut, texts and {**texts, "train": [texts["train"][i] for i in pick]}
 
 
 def _role(row: baselines.Row) -> str:
@@ -270,8 +305,9 @@ def _role(row: baselines.Row) -> str:
 def baseline_input(row: baselines.Row, data: dict, tokenizer, tcfg: TaskParams) -> tuple[dict, dict | None, str]:
     """``(rows per split, texts per split or None, description)`` that baseline ``row`` reads.
 
-    Test is always the arms' kept test docs. A comparator trains on the arms' kept train docs and chooses on
-    their kept dev docs (``load_task_data``'s ``rows``); a reference on every doc of both (``all_rows``). A
+    Test is always the arms' kept test docs. A comparator's train rows are every train doc, which
+    ``run_baseline`` cuts to each seed's draw, and it chooses on the arms' kept dev docs (``load_task_data``'s
+    ``rows``); a reference trains and chooses on every doc of both (``all_rows``). A
     tfidf-lr comparator reads the arms' cut (``baselines_tfidf.arm_inputs`` with ``tokenizer``), its cls rows
     carrying each doc's ``seen_fraction``; every other row reads the full text (texts None).
     """

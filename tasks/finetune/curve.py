@@ -6,9 +6,10 @@ comparator baselines at each size, with the same seeds, the same dev docs (early
 sweep and the baselines' setting) and the same test docs. The curve's largest point is the full-size runs
 themselves (``max_train_docs``), not a rerun.
 
-The train docs at size ``n`` are the ``n`` docs of smallest ``sha256(f"{data_seed}:{doc_id}")`` among the kept
-train docs (``kept_doc_ids``), i.e. the ``n`` smallest of the whole split: the sizes are nested (every doc of a
-smaller size is in every larger one) and the same for every arm, tokenization and baseline. Each curve arm
+The train docs of seed ``s`` at size ``n`` are seed ``s``'s draw (``draw.Draw``): the ``n`` docs of smallest
+``sha256(f"{data_seed}:{s}:{doc_id}")`` of the whole split, so for one seed the sizes are nested (every doc of a
+smaller size is in every larger one, the full size included) and the same for every arm, tokenization and
+comparator baseline; each seed draws its own subset. Each curve arm
 sweeps ``lr_grid`` on dev at its own size (``sweep.sweep_and_train``): the step count falls with the docs, and
 the rate that suits 160 docs need not suit 32. Run keys: an arm ``<variant>@n<docs>/<mode>/<head>``, a
 comparator ``baseline/<name>/<input>@n<docs>`` (the ``baseline/`` prefix the report reads baselines by); the
@@ -18,24 +19,10 @@ reference rows (``baseline/<name>/all-data``) are not repeated. Curve runs are n
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune.baselines import Row
-
-
-def kept_doc_ids(doc_ids: list[str], cap: int | None, data_seed: int) -> set[str]:
-    """The ``cap`` doc ids with the smallest ``sha256(f"{data_seed}:{doc_id}")`` (all when ``cap`` is None).
-
-    A hash rank, not a shuffle: the sample of a doc set is the same whatever else the set holds, so the
-    ``n`` kept of the ``max_train_docs`` kept are the ``n`` kept of the whole split.
-    """
-    unique = sorted(set(doc_ids))
-    if cap is None or cap >= len(unique):
-        return set(unique)
-    ranked = sorted(unique, key=lambda d: hashlib.sha256(f"{data_seed}:{d}".encode()).hexdigest())
-    return set(ranked[:cap])
 
 
 @dataclass(frozen=True)
@@ -73,15 +60,6 @@ def points(tcfg: TaskParams, kept: int, item: str) -> list[Point]:
     """The curve runs to train: every ``curve_configs`` arm at every size of ``train_sizes`` (ascending).
     Raises ``ValueError`` as ``sizes`` does, before anything trains."""
     return [Point(n, spec, arm_key(spec, n)) for n in sizes(tcfg, kept, item)[:-1] for spec in tcfg.curve_configs]
-
-
-def train_subset(rows: dict[str, list[dict]], size: int | None, data_seed: int) -> dict[str, list[dict]]:
-    """``rows`` (split -> rows) with train cut to the ``size`` docs of smallest hash (``kept_doc_ids``); dev and
-    test unchanged. ``size`` None: ``rows`` itself. Every window of a kept ner sentence is kept."""
-    if size is None:
-        return rows
-    keep = kept_doc_ids([r["doc_id"] for r in rows["train"]], size, data_seed)
-    return {**rows, "train": [r for r in rows["train"] if r["doc_id"] in keep]}
 
 
 def baseline_rows(planned: list[Row], tcfg: TaskParams) -> list[tuple[int, Row]]:

@@ -27,7 +27,7 @@ import torch
 
 from tasks.common.device import configure
 from tasks.common.encoders import load_tokenizer
-from tasks.finetune import baselines, operational
+from tasks.finetune import operational
 from tasks.finetune.training import Run, train_and_test
 
 SELECTED = "selected"  # the folder under data/finetune/<task>/
@@ -94,10 +94,10 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
 
 def keep_baseline(selection: dict, fitted: dict, labels: list[str], out_dir: Path) -> dict:
     """When the best run on dev of arms and comparator baselines together is a ``tfidf-lr`` row, write its fitted
-    model (``fitted[key]``: ``run_baseline``'s kept fit, not fitted again) to ``<out_dir>/selected_baseline/``:
-    ``model.skops`` (a scikit-learn ``Pipeline`` of the vectorizer and the classifier, skops format: no pickle)
-    and ``baseline.json`` (run key, label names, the classifier's label ids, its chosen setting, its input, its
-    predictions file, and ``cut``: the arms' cut it reads, applied by ``clozeline.baseline`` with the tokenizer
+    model (``fitted[key]``: ``run_baseline``'s kept fit, that of its best seed on dev, not fitted again) to
+    ``<out_dir>/selected_baseline/``: ``model.skops`` (a scikit-learn ``Pipeline`` of the vectorizer and the
+    classifier, skops format: no pickle) and ``baseline.json`` (run key, seed, label names, the classifier's label
+    ids, its chosen setting, its input, that seed's predictions file, and ``cut``: the arms' cut it reads, applied by ``clozeline.baseline`` with the tokenizer
     saved beside it; null for the full text). Returns ``{"baseline": <run key>}``, or ``{}`` when no tfidf-lr
     row won on dev (another baseline that wins is not exported: ``majority`` is a constant, ``memorise`` a word
     list)."""
@@ -120,6 +120,7 @@ def keep_baseline(selection: dict, fitted: dict, labels: list[str], out_dir: Pat
         kept["tokenizer"].save_pretrained(dest)
     setting = {k: v for k, v in kept["setting"].items() if k != "dev_macro_f1_grid"}
     record = {"run": key, "labels": list(labels), "classes": [int(c) for c in model.classes_], "setting": setting,
-              "input": kept["input"], "cut": kept["cut"], "predictions": f"{key}/seed{baselines.SEED}.test.jsonl"}
+              "input": kept["input"], "cut": kept["cut"], "predictions": f"{key}/seed{kept['seed']}.test.jsonl",
+              "seed": kept["seed"]}
     (dest / "baseline.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return {"baseline": key}

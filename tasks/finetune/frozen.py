@@ -14,9 +14,10 @@ dev), not a linear head trained with AdamW for a few epochs.
    a label absent from train gets weight 0 and bias ``ABSENT_LOGIT``, probability 0), so the saved model
    (``model.save_model``), the export and the operational timing predict what the probe predicted.
 
-Seeds: the head's seeded init is overwritten, the probe has no dropout and lbfgs is deterministic, so every
-seed of an encoder loaded from its folder (``pretrained``, ``reference``, ``adapted``) gives the same run; for
-``random`` the seed draws the encoder's weights. ``probe.seed_varies`` says which. ``lr_scale`` is the sweep's
+Seeds: each seed draws its own train docs (``draw``) when ``max_train_docs`` cuts the split; besides that, the
+head's seeded init is overwritten, the probe has no dropout and lbfgs is deterministic, so every seed of an
+encoder loaded from its folder (``pretrained``, ``reference``, ``adapted``) on the same docs gives the same run;
+for ``random`` the seed also draws the encoder's weights. ``probe.seed_varies`` says which. ``lr_scale`` is the sweep's
 multiplier, unused here (no learning rate: ``lr_encoder``/``lr_head`` are None, ``history`` is empty and
 ``best_epoch``/``epochs_run`` are 0). Token classification (NER) frozen arms keep the AdamW head
 (``training.train``): a per-token probe is not implemented.
@@ -38,10 +39,11 @@ from tasks.finetune.model import save_model
 
 #: Logit of a label no train document carries: its probability underflows to exactly 0 in float64 and float32.
 ABSENT_LOGIT = -1.0e4
-#: Variants whose encoder is read from a folder, so the seed changes nothing in a frozen run.
+#: Variants whose frozen encoder the seed draws (the others are read from a folder).
 SEEDED_ENCODERS = ("random",)
-SEED_VARIES = {True: "the random encoder's weights",
-               False: "nothing: the encoder is read from its folder and the probe is deterministic"}
+SEED_VARIES = {True: "the random encoder's weights and the train docs drawn (when max_train_docs cuts the split)",
+               False: "the train docs drawn (when max_train_docs cuts the split); nothing else: the encoder is read "
+                      "from its folder and the probe is deterministic"}
 
 
 def probe_and_test(model, run) -> dict:

@@ -39,7 +39,8 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
                     save_to: dict[str, Path]) -> dict[str, dict]:  # fmt: skip
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
-    ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed``. An arm's seeds start as
+    ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed`` (and its own draw of the
+    train docs, ``Job.for_seed``). An arm's seeds start as
     soon as its own sweep is done, and the costliest arms go first (``expected_cost``), so no worker idles while
     one long arm finishes. Every reported run of an arm whose key is in ``save_to`` saves its model:
     ``seeds[0]``'s there, the others' beside it (``operational.seed_folder``).
@@ -194,7 +195,7 @@ def log_job(log, job, result: dict, seeds: list[int], predictions: dict) -> None
     spec = job.spec
     log.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
                 "model_dir": job.folder, "seeds": seeds, "lr_scale": result["scale"],
-                **{f"{s}_examples": len(e) for s, e in job.exs.items()}})  # fmt: skip
+                **{f"{s}_examples": len(e) for s, e in job.exs.items() if s != "train"}})  # train: per seed
     for index, (scale, res) in enumerate(result["sweep"].items()):
         dev = {f"lr_sweep_{k}": v for k, v in res.items() if k.startswith("dev_best_")}
         log.metrics(dev | {"lr_sweep_scale": scale}, step=index)
@@ -202,7 +203,7 @@ def log_job(log, job, result: dict, seeds: list[int], predictions: dict) -> None
         with log.child(f"{job.item}/{job.key}/seed{res['seed']}") as child:
             child.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
                           "seed": res["seed"], "lr_scale": res["lr_scale"], "lr_encoder": res["lr_encoder"],
-                          "lr_head": res["lr_head"]})  # fmt: skip
+                          "lr_head": res["lr_head"], "train_examples": len(job.for_seed(res["seed"]).exs["train"])})
             for row in res["history"]:
                 child.metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
             child.metrics(res["test"] | {"train_seconds": res["train_seconds"]})  # the run opens after training

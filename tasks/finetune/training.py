@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -58,7 +58,9 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
 
     Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
     ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` and the facts of ``train``.
+    The run trains on its seed's draw of the train docs (``Job.for_seed``: each seed draws its own subset).
     """
+    run = replace(run, job=run.job.for_seed(run.seed))
     job, spec = run.job, run.job.spec
     model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout,
                         run.seed).to(run.device)  # fmt: skip

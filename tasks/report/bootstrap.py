@@ -1,10 +1,14 @@
 """Paired hierarchical bootstrap over seeds and test items, with the tests the claim table draws from it.
 
 A claim compares two or more arms (e.g. a pretrained encoder vs a random-init one) that were each run with
-several seeds (a deterministic baseline has one), every seed predicting every item (document or sentence) of
-the same test set. The uncertainty of a metric then comes from both the seeds and the test items, so the
-bootstrap resamples both: seeds with replacement, then items with replacement, with the same item draw for
-every arm so that a difference between arms is paired over items.
+several seeds, every seed predicting every item (document or sentence) of the same test set. Each fine-tuning
+seed draws its own training subset (``tasks/finetune/draw.py``) besides its initialisation and data order, and a
+comparator baseline, deterministic given its docs, is fitted once per seed's subset; so resampling seeds
+resamples the draw of the training subset too, and seed ``k`` of an arm shares its train docs with seed ``k`` of
+every other arm and baseline (``shared_seeds``). An all-data reference baseline has one seed. The uncertainty of
+a metric then comes from both the seeds and the test items, so the bootstrap resamples both: seeds with
+replacement, then items with replacement, with the same item draw for every arm so that a difference between
+arms is paired over items.
 
 The metrics are not item-decomposable (macro-F1, entity F1), so every item carries a vector of nonnegative
 sufficient statistics ("counts") and a metric is a function of the counts summed over items. An arm is an
@@ -162,7 +166,7 @@ def hierarchical_bootstrap(
     counts ``(..., K)`` to values ``(...)``. Replicate ``b`` draws item weights once, multinomial
     (``n_items`` draws with replacement, the same weights for every arm, so arm differences are paired over
     items), and for every arm draws that arm's seeds with replacement: the same seed indices for all arms
-    when ``shared_seeds`` (seed ``s`` of each arm shares something, e.g. the data order), else independently
+    when ``shared_seeds`` (seed ``s`` of each arm shares its training subset and data order), else independently
     per arm. An arm's value is the mean over its drawn seeds of ``metric(weights @ counts[seed])``; a one-seed
     arm uses its seed. This is the two-stage bootstrap (Davison & Hinkley 1997, sec. 3.8) with seeds as the
     first stage and items, crossed with seeds, as the second. ``numpy.random.default_rng(seed)`` makes it

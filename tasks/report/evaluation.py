@@ -102,7 +102,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     row.confounders, row.data_md5, row.unadjusted = confounders, md5s, row.verdict
     row.runs = sorted(set(treat.runs) | set(base.runs))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
-    row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_notes(claim, treat, base)
+    row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_notes(claim, treat, base) + draw_notes(claim)
     row.steps = training_steps(claim, treat, base, metrics, lock)
     # Cohen's d over the units the CI rests on; an item-level CI (test items x seeds) has no seed-only d
     same_units = claim.kind == "difference" and treat.items is None and base.items is None
@@ -156,6 +156,15 @@ def few_seeds_notes(treat: Sample, base: Sample) -> list[str]:
     return [f"{side}: only {len(s.units)} seed(s); the seed part of its interval is not informative"
             for side, s in (("treatment", treat), ("baseline", base))
             if s.unit_name == "seed" and len(s.units) < 3 and not s.run_key.startswith("baseline/")]  # fmt: skip
+
+
+def draw_notes(claim: Claim) -> list[str]:
+    """A fine-tuning claim: each seed trained on its own draw of the train docs (``tasks/finetune/draw.py``), so the
+    seed level of its CI carries the variance of that draw."""
+    if not claim.treatment.startswith("finetune/"):
+        return []
+    return ["each seed draws its own training subset (finetune.data_seed with the seed; a comparator baseline is "
+            "fitted on each seed's draw): the seed level of the CI carries the draw's variance"]
 
 
 def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str, Estimate | None]:
