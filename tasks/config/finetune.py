@@ -194,7 +194,8 @@ class FinetuneParams(StrictModel):
     seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
     sweep_seed: int = Field(description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
                             "the best of several on dev")
-    data_seed: int = Field(ge=0, description="seed of the hash sample that picks the train/dev/test docs kept")
+    data_seed: int = Field(ge=0, description="salt of the hash samples that pick the dev/test docs kept (one sample) and "
+                                             "each seed's train docs (data_seed:seed:doc_id, tasks/finetune/draw.py)")
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
     workers: int = Field(gt=0, description="CPU: runs trained at once, one process each (1 = in-process)")
