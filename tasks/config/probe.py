@@ -27,6 +27,8 @@ class ProbeParams(StrictModel):
     min_sentences_per_sense: int = Field(
         ge=2, description="fewer sentences in any sense is an error (leave-one-out 1-NN needs at least 2)"
     )
+    shuffle_seed: int = Field(ge=0, description="seed of the shuffled-context control: each sentence's context "
+                              "words are permuted by sha256(seed:line) (tasks/probe/control.py)")
 
     pairs_file: Path = Field(
         description="JSONL minimal-pair set, one object per line with keys phenomenon, good (the acceptable "
