@@ -25,6 +25,7 @@ from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
 from tasks.probe import pairs
+from tasks.probe import scores as probe_scores
 from tasks.tracking import NullLog
 from test_probe_pll import full_logits_pll  # tests/ is on sys.path (pytest rootdir import), as for pretrain_fixtures
 
@@ -37,7 +38,8 @@ CPU = torch.device("cpu")
 
 def make_cfg(senses_file: Path = SHIPPED, **changes) -> ProbeParams:
     values = dict(senses_file=senses_file, variants=["pretrained", "random", "reference"], random_init_seed=0,
-                  batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8, pairs_file=PAIRS,
+                  batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8, shuffle_seed=0,
+                  pairs_file=PAIRS,
                   pair_variants=["pretrained", "random", "unigram"], pairs_batch_size=256, min_pairs_per_phenomenon=20,
                   hardware={"device": "cpu"})  # pinned: on a GPU host auto would mean bf16 (tests/test_probe_gpu.py)
     return ProbeParams(**{**values, **changes})
@@ -148,7 +150,7 @@ def test_tokenizer_that_glues_word_to_neighbour_is_rejected():
 def test_scores_hand_derived():
     # cos: (0,1)=0, (0,2)=1/sqrt2, (0,3)=-1, (1,2)=1/sqrt2, (1,3)=0, (2,3)=-1/sqrt2
     vectors = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]])
-    scores = probe.sense_scores(vectors, ["a", "a", "b", "b"])
+    scores = probe_scores.sense_scores(vectors, ["a", "a", "b", "b"])
     r = 1 / math.sqrt(2)
     within = (0 + -r) / 2
     across = (r + -1 + r + 0) / 4
@@ -161,7 +163,7 @@ def test_scores_hand_derived():
 
 def test_scores_scale_invariant_clusters():
     vectors = np.array([[1.0, 0.0], [3.0, 0.1], [0.0, 2.0], [0.1, 5.0], [-1.0, -1.0], [-2.0, -2.0]])
-    scores = probe.sense_scores(vectors, ["x", "x", "y", "y", "z", "z"])
+    scores = probe_scores.sense_scores(vectors, ["x", "x", "y", "y", "z", "z"])
     assert scores["knn_accuracy"] == 1.0
     assert scores["within"] == pytest.approx(np.mean([np.cos(np.arctan(0.1 / 3)), np.cos(np.arctan(0.1 / 5)), 1.0]))
     assert scores["separation"] > 1.0  # across includes negative cosines with cluster z
@@ -173,7 +175,7 @@ def test_knn_matches_sklearn_leave_one_out():
     senses = np.repeat(["a", "b", "c", "d"], 10)
     knn = KNeighborsClassifier(n_neighbors=1, metric="cosine", algorithm="brute")
     reference = cross_val_score(knn, vectors, senses, cv=LeaveOneOut()).mean()
-    assert probe.sense_scores(vectors, list(senses))["knn_accuracy"] == pytest.approx(reference)
+    assert probe_scores.sense_scores(vectors, list(senses))["knn_accuracy"] == pytest.approx(reference)
 
 
 def test_layer_scores_average_words_equally():
@@ -237,23 +239,30 @@ def test_params_section_loads_and_rejects_bad_values():
 
 @pytest.mark.slow  # the whole stage on three models, the real MiniLM included
 def test_run_writes_contract_layout(full_run, tiny_root):
-    assert set(full_run["models"]) == {"pretrained", "random", "reference"}
+    rows = probe.read_probe_set(SHIPPED, 8)
+    words = set(probe.words_of(rows))
+    control = full_run["shuffled_control"]["models"]
+    assert set(full_run["models"]) == set(control) == {"pretrained", "random", "reference"}
     for variant, n_layers in [("pretrained", 3), ("random", 3), ("reference", 7)]:
-        model = full_run["models"][variant]
-        assert model["layers"] == n_layers
-        for name in ("separation", "within", "across", "knn_accuracy"):
-            assert len(model[name]) == n_layers
-        assert set(model["per_word"]) == {"port", "bank", "bass", "spring", "mouse", "crane"}
-        assert len(model["per_word"]["port"]["knn_accuracy"]) == n_layers
+        for model in (full_run["models"][variant], control[variant]):
+            assert model["layers"] == n_layers
+            for name in ("separation", "within", "across", "knn_accuracy"):
+                assert len(model[name]) == n_layers
+            assert set(model["per_word"]) == words
+            assert len(model["per_word"]["port"]["knn_accuracy"]) == n_layers
     assert full_run["models"]["pretrained"]["separation"] != full_run["models"]["random"]["separation"]
-    assert full_run["static_baseline"]["layer"] == 0
-    assert full_run["probe_set"]["sentences"] == 120
+    assert control["reference"]["separation"] != full_run["models"]["reference"]["separation"]
+    assert full_run["static_baseline"]["layer"] == 0 and full_run["shuffled_control"]["seed"] == 0
+    assert full_run["probe_set"]["sentences"] == len(rows) and full_run["probe_set"]["words"] == len(words) >= 30
     out = tiny_root / "data" / "probe"
     table = (out / "layers.tsv").read_text().splitlines()
-    assert table[0].split("\t") == ["variant", "word", "layer", "within", "across", "separation", "knn_accuracy"]
-    assert len(table) == 1 + (3 + 3 + 7) * 7  # (mean + 6 words) rows per layer
+    assert table[0].split("\t") == ["variant", "condition", "word", "layer", "within", "across", "separation",
+                                     "knn_accuracy"]
+    assert len(table) == 1 + 2 * (3 + 3 + 7) * (1 + len(words))  # (mean + words) rows per layer and condition
+    assert {line.split("\t")[1] for line in table[1:]} == {"real", "shuffled"}
     assert (out / "sense_separation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert len((out / "targets.tsv").read_text().splitlines()) == 1 + 3 * 120
+    assert len((out / "targets.tsv").read_text().splitlines()) == 1 + 3 * len(rows)
+    assert full_run["sentence_cosines"] == (out / "sentence_cosines.json").as_posix()
     pairs = full_run["minimal_pairs"]
     assert set(pairs["variants"]) == {"pretrained", "random", "unigram"}
     n_pairs = len(PAIRS.read_text(encoding="utf-8").splitlines())
@@ -303,6 +312,7 @@ def test_same_params_give_identical_bytes_and_keep_global_rng(tiny_root, tmp_pat
         (root / "data").mkdir()
         (root / "data" / "tokenize").symlink_to(tiny_root / "data" / "tokenize")
         metrics = probe.run(cfg, make_paths(root), NullLog())
+        assert metrics.pop("sentence_cosines") == (root / "data" / "probe" / "sentence_cosines.json").as_posix()
         files = {p.name: p.read_bytes() for p in sorted((root / "data" / "probe").iterdir())}
         outputs.append((json.dumps(metrics, sort_keys=True), files))
     assert json.loads(outputs[0][0])["probe_set"]["sentences"] == 20

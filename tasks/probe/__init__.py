@@ -10,26 +10,32 @@ word's vector in every probe sentence is the mean of its subword vectors. Per wo
   is comparable across layers and models),
 - ``knn_accuracy``: leave-one-out 1-nearest-neighbour sense accuracy under cosine similarity,
 
-and average each over words (every word weighs the same). The method follows Ethayarajh (2019), "How
-contextual are contextualized word representations?", and the 1-NN sense probe of Wiedemann et al. (2019),
-"Does BERT make any sense?".
+and average each over words (every word weighs the same; ``scores``). The method follows Ethayarajh (2019),
+"How contextual are contextualized word representations?", and the 1-NN sense probe of Wiedemann et al.
+(2019), "Does BERT make any sense?".
 
-Layer 0 is the static baseline: there a word's vector is LayerNorm(token + position + token-type
-embeddings). Every probe sentence is a single segment, so two occurrences of the same word differ only
-through their position embeddings; whatever separation layer 0 shows comes from where the word sits in the
-sentence, not from its sense.
+Layer 0 is the embedding output: LayerNorm(token + position + token-type embeddings) in BERT, the token
+embedding alone in a model without absolute positions (ModernBERT), where every occurrence of a word has the
+same layer-0 vector and its separation is 0 by construction. The baseline a layer's separation must beat is
+therefore the shuffled-context control (``control``): each sentence with its context words permuted
+(``probe.shuffle_seed``), scored by the same model at the same layer. It keeps the words and the target's
+position and removes the sentence; a model that reads its context as a bag of words scores it as high.
+
+The shipped probe set (``tasks/probe/senses.jsonl``) holds 6 hand-picked words and 26 drawn before any
+result was seen: WordNet 3.0 nouns whose sense 1 and a later sense in another lexicographer file are each
+SemCor-tagged at least twice, in the order of ``sha256("clozeline-senses-2026-12-03:" + word)``, the first 26
+whose two senses are unrelated and usable in ordinary sentences (the rule, the walk and each skip:
+``tasks/probe/SENSES.md``; the rule's code: ``tests/probe_draw.py``), with 8 hand-written sentences per sense.
 """
 
 from __future__ import annotations
 
-import csv
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -39,17 +45,23 @@ from tasks.common.device import autocast, configure, describe, place, resolve
 from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
 from tasks.config.probe import ProbeParams
+from tasks.probe.control import shuffled
+from tasks.probe.outputs import CONDITIONS, log_curves, plot_separation, target_rows, write_cosines
+from tasks.probe.outputs import write_layer_table, write_tsv
 from tasks.probe.pairs import run_pairs, string_fields
+from tasks.probe.scores import layer_scores, word_cosines, words_of
 
 STATIC_BASELINE_NOTE = (
     "layer 0 is the embedding output; every probe sentence is one segment, so vectors of the same word at "
-    "layer 0 differ only through position embeddings (token-type embeddings are equal): its separation "
-    "measures position, not sense"
+    "layer 0 differ only through position embeddings (token-type embeddings are equal; a model without "
+    "absolute positions has none, and its layer-0 separation is 0): its separation measures position, not sense"
 )
-DECIMALS = 6  # rounding of every score written out, so reruns are byte-identical
+CONTROL_NOTE = (
+    "each probe sentence with the words around the target permuted (sha256 of the seed and line; the target "
+    "keeps its index and subwords): the same words without the sentence, scored by the same model and layer"
+)
 REQUIRED_KEYS = ("word", "sense", "sentence")
-SCORES = ("within", "across", "separation", "knn_accuracy")
-PLOT_COLUMNS = 4  # panels per row of the figure
+COSINES_FILE = "sentence_cosines.json"
 
 
 @dataclass(frozen=True)
@@ -65,39 +77,50 @@ class ProbeSentence:
 
 
 def run(cfg: ProbeParams, paths: Paths, log) -> dict:
-    """Probe every variant in ``cfg.variants``; write ``data/probe/`` and return the ``metrics/probe.json`` tree.
+    """Probe every variant in ``cfg.variants`` on the probe set and on its shuffled-context control; write
+    ``data/probe/`` and return the ``metrics/probe.json`` tree.
 
-    Writes ``layers.tsv`` (variant, word or ``mean``, layer, within, across, separation, knn_accuracy),
-    ``targets.tsv`` (the subwords and position of each target word per variant) and
-    ``sense_separation.png``, then scores the minimal pairs of ``cfg.pairs_file`` (``pairs.run_pairs``:
-    ``pairs.tsv`` and ``minimal_pairs`` in the metrics). Every model runs on ``cfg.hardware.device`` (bf16
-    autocast on CUDA); the metrics name it under ``hardware``. Raises ``ValueError`` for a bad probe file, a
-    probe file that is not a dvc.yaml dep of the stage (``require_declared``) or an unusable device setting, ``FileNotFoundError`` for a missing model folder.
+    Writes ``layers.tsv`` (variant, condition, word or ``mean``, layer, within, across, separation,
+    knn_accuracy), ``targets.tsv`` (the subwords and position of each target word per variant),
+    ``sentence_cosines.json`` (every word's pairwise cosines per variant, condition and layer: what the report
+    resamples) and ``sense_separation.png``, then scores the minimal pairs of ``cfg.pairs_file``
+    (``pairs.run_pairs``: ``pairs.tsv`` and ``minimal_pairs`` in the metrics). Every model runs on
+    ``cfg.hardware.device`` (bf16 autocast on CUDA); the metrics name it under ``hardware``. Raises
+    ``ValueError`` for a bad probe file, a probe file that is not a dvc.yaml dep of the stage
+    (``require_declared``) or an unusable device setting, ``FileNotFoundError`` for a missing model folder.
     """
     require_declared("probe", paths.stage_data("probe"),
                      {"probe.senses_file": cfg.senses_file, "probe.pairs_file": cfg.pairs_file})
     device = resolve(cfg.hardware.device)
     configure(device, cfg.hardware.deterministic)
     sentences = read_probe_set(cfg.senses_file, cfg.min_sentences_per_sense)
+    sets = dict(zip(CONDITIONS, (sentences, shuffled(sentences, cfg.shuffle_seed)), strict=True))
     log.info(f"probe: {len(sentences)} sentences, {len(words_of(sentences))} words from {cfg.senses_file}")
     out = paths.stage_data("probe")
     out.mkdir(parents=True, exist_ok=True)
-    models, targets = {}, []
+    models: dict[str, dict] = {condition: {} for condition in CONDITIONS}
+    cosines: dict[str, dict] = {}
+    targets = []
     for variant in cfg.variants:
         encoder, tokenizer = load_variant(variant, paths.models, cfg.random_init_seed, device)
-        batches = encode(tokenizer, sentences, cfg.batch_size_sentences, cfg.max_seq_len_tokens)
-        vectors = target_vectors(encoder, batches, device, desc=variant)
-        models[variant] = layer_scores(vectors, sentences)
-        targets += target_rows(variant, tokenizer, batches, sentences)
-        log_curves(log, variant, models[variant])
+        for condition, rows in sets.items():
+            batches = encode(tokenizer, rows, cfg.batch_size_sentences, cfg.max_seq_len_tokens)
+            vectors = target_vectors(encoder, batches, device, desc=f"{variant} {condition}")
+            models[condition][variant] = layer_scores(vectors, rows)
+            cosines.setdefault(variant, {})[condition] = word_cosines(vectors, rows)
+            targets += target_rows(variant, tokenizer, batches, rows) if condition == "real" else []
+            log_curves(log, variant, models[condition][variant], condition)
     write_layer_table(out / "layers.tsv", models)
     write_tsv(out / "targets.tsv", targets)
+    write_cosines(out / COSINES_FILE, sentences, cosines)
     plot_separation(models, out / "sense_separation.png")
     minimal_pairs = run_pairs(cfg.pairs_file, cfg.pair_variants, paths, cfg.random_init_seed, cfg.pairs_batch_size,
                               cfg.min_pairs_per_phenomenon, device, log)  # fmt: skip
     log.artifact(out, "probe")
     return {
-        "models": models,
+        "models": models["real"],
+        "shuffled_control": {"seed": cfg.shuffle_seed, "note": CONTROL_NOTE, "models": models["shuffled"]},
+        "sentence_cosines": (out / COSINES_FILE).as_posix(),
         "probe_set": probe_set_summary(sentences, cfg.senses_file),
         "static_baseline": {"layer": 0, "note": STATIC_BASELINE_NOTE},
         "minimal_pairs": minimal_pairs,
@@ -152,11 +175,6 @@ def check_counts(rows: Sequence[ProbeSentence], path: Path, min_sentences_per_se
     for word, count in sorted(senses.items()):
         if count < 2:
             raise ValueError(f"{path}: word {word!r} has {count} sense; a sense probe needs at least 2")
-
-
-def words_of(rows: Sequence[ProbeSentence]) -> list[str]:
-    """The probe words in order of first appearance."""
-    return list(dict.fromkeys(row.word for row in rows))
 
 
 def probe_set_summary(rows: Sequence[ProbeSentence], path: Path) -> dict:
@@ -274,127 +292,3 @@ def batch_vectors(encoder: torch.nn.Module, batch: Batch, device: torch.device) 
     rows = torch.arange(subwords.shape[0], device=device)[:, None]
     picked = states[:, rows, subwords] * mask[None, :, :, None]  # (n_layers + 1, batch, max_subwords, hidden)
     return picked.sum(dim=2) / mask.sum(dim=1)[None, :, None]
-
-
-# --- scores ------------------------------------------------------------------------------------------------
-
-
-def cosine_matrix(vectors: np.ndarray) -> np.ndarray:
-    """Pairwise cosine similarity ``(n, n)`` of ``(n, hidden)`` vectors (a zero vector has cosine 0)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    unit = vectors / np.where(norms == 0, 1.0, norms)
-    return unit @ unit.T
-
-
-def sense_scores(vectors: np.ndarray, senses: Sequence[str]) -> dict[str, float]:
-    """``within``, ``across``, ``separation`` and ``knn_accuracy`` of one word at one layer.
-
-    ``vectors``: ``(n, hidden)``, one per sentence; ``senses``: ``n`` labels with at least 2 distinct values
-    and at least 2 sentences each. ``within``/``across`` average the cosine over unordered pairs i < j with
-    equal/different senses. 1-NN leaves the query out and breaks similarity ties by the lower index.
-    """
-    sim = cosine_matrix(vectors)
-    labels = np.asarray(senses)
-    same = labels[:, None] == labels[None, :]
-    upper = np.triu(np.ones_like(same), k=1)
-    within = float(sim[same & upper].mean())
-    across = float(sim[~same & upper].mean())
-    np.fill_diagonal(sim, -np.inf)
-    knn = float((labels[sim.argmax(axis=1)] == labels).mean())
-    return {"within": within, "across": across, "separation": within - across, "knn_accuracy": knn}
-
-
-def layer_scores(vectors: np.ndarray, rows: Sequence[ProbeSentence]) -> dict:
-    """Scores per layer, per word and averaged over words, in the ``metrics/probe.json`` layout of one model.
-
-    ``vectors``: ``(n_layers + 1, n_sentences, hidden)`` aligned with ``rows``. Averages use unrounded
-    per-word scores; everything returned is rounded to ``DECIMALS`` places.
-    """
-    per_word = {}
-    for word in words_of(rows):
-        index = [i for i, row in enumerate(rows) if row.word == word]
-        senses = [rows[i].sense for i in index]
-        layers = [sense_scores(layer[index], senses) for layer in vectors]
-        per_word[word] = {name: np.array([scores[name] for scores in layers]) for name in SCORES}
-    model = {"layers": int(vectors.shape[0])}
-    for name in SCORES:
-        model[name] = rounded(np.mean([per_word[word][name] for word in per_word], axis=0))
-    model["per_word"] = {word: {name: rounded(values) for name, values in table.items()}
-                         for word, table in per_word.items()}
-    return model
-
-
-def rounded(values: np.ndarray) -> list[float]:
-    """A 1-D array as a list of floats rounded to ``DECIMALS`` places (stable JSON and TSV bytes)."""
-    return [round(float(value), DECIMALS) for value in values]
-
-
-# --- outputs -----------------------------------------------------------------------------------------------
-
-
-def target_rows(variant: str, tokenizer, batches: Sequence[Batch], rows: Sequence[ProbeSentence]) -> list[dict]:
-    """One row per sentence: where the target word sits and how this variant's tokenizer splits it."""
-    out = []
-    located = [(batch, i) for batch in batches for i in range(len(batch.target_tokens))]
-    for row, (batch, i) in zip(rows, located, strict=True):
-        tokens = batch.target_tokens[i]
-        pieces = tokenizer.convert_ids_to_tokens(batch.inputs["input_ids"][i, tokens].tolist())
-        out.append({
-            "variant": variant, "word": row.word, "sense": row.sense, "line": row.line,
-            "first_token_position": tokens[0], "n_subwords": len(tokens), "subwords": " ".join(pieces),
-        })
-    return out
-
-
-def write_layer_table(path: Path, models: dict) -> None:
-    """``layers.tsv``: one row per (variant, word or ``mean``, layer)."""
-    rows = []
-    for variant, model in models.items():
-        tables = {"mean": model, **model["per_word"]}
-        for word, table in tables.items():
-            for layer in range(model["layers"]):
-                rows.append({"variant": variant, "word": word, "layer": layer,
-                             **{name: f"{table[name][layer]:.{DECIMALS}f}" for name in SCORES}})
-    write_tsv(path, rows)
-
-
-def write_tsv(path: Path, rows: list[dict]) -> None:
-    """Write dict rows as a tab-separated table with a header (columns in the first row's key order)."""
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def plot_separation(models: dict, path: Path) -> None:
-    """Sense separation by layer, one line per model: the mean over words, then one panel per word."""
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    words = list(next(iter(models.values()))["per_word"])
-    panels = [("mean over words", None), *((word, word) for word in words)]
-    n_cols = min(PLOT_COLUMNS, len(panels))
-    n_rows = -(-len(panels) // n_cols)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 2.8 * n_rows), sharey=True, squeeze=False)
-    for ax, (title, word) in zip(axes.flat, panels):
-        for variant, model in models.items():
-            values = model["separation"] if word is None else model["per_word"][word]["separation"]
-            ax.plot(range(model["layers"]), values, marker="o", markersize=3, label=variant)
-        ax.axhline(0.0, color="grey", linewidth=0.8)
-        ax.set_title(title)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    for ax in axes.flat[len(panels):]:
-        ax.axis("off")
-    fig.supxlabel("layer (0 = static embeddings: differences come from position only)")
-    axes[0][0].set_ylabel("within - across sense cosine")
-    axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-
-
-def log_curves(log, variant: str, model: dict) -> None:
-    """Per-layer mean scores to the run log, with the layer as the step (a curve per metric in MLflow)."""
-    for layer in range(model["layers"]):
-        values = {name: model[name][layer] for name in SCORES}
-        log.metrics({f"layerwise/{variant}": values}, step=layer)
