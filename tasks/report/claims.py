@@ -11,9 +11,11 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
   chose on dev (``selection``). ``claim.items`` (``all``, ``clean``, ``overlapping``) restricts both arms to
   the test items without / with text shared with the train split.
 - ``probe/<variant>/layer/<k|last>``: ``claim.metric`` (``separation`` or ``knn_accuracy``) at layer ``k``
-  of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``); units are
-  words, so the CI says how much the effect varies over the ambiguous words sampled. Without ``per_word``
-  it falls back to the single pooled value (n=1, no CI).
+  of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``);
+  ``probe/<variant>/shuffled/<k|last>``: the same on the shuffled-context control (``shuffled_control``).
+  A ``separation`` arm carries its words' pairwise cosines (``sentence_cosines``) as ``items``, and the claim's
+  CI is the nested bootstrap over words, then sentences (``tasks.report.probe_bootstrap``); otherwise units
+  are words alone. Without ``per_word``: the single pooled value (n=1, no CI).
 - ``pretrain/heldout/mlm|unigram``: masked-token accuracy on the held-out masks of ``metrics/pretrain.json``
   (the pretrained MLM, or the unigram baseline on the same masks), a rate over the masked tokens.
 - ``probe/<variant>/pairs/<phenomenon|all>``: the minimal pairs of ``metrics/probe.json`` ->
@@ -239,8 +241,10 @@ def resolve(ref: str, metric: str, metrics: Metrics) -> Sample:
         return _finetune_sample(rest[0], selected_run(rest[0], rest[1], metrics), metric, metrics)
     if kind == "finetune" and len(rest) == 4:
         return _finetune_sample(rest[0], "/".join(rest[1:]), metric, metrics)
-    if kind == "probe" and len(rest) == 3 and rest[1] == "layer":
-        return _probe_sample(rest[0], rest[2], metric, metrics)
+    if kind == "probe" and len(rest) == 3 and rest[1] in ("layer", "shuffled"):
+        from tasks.report.probe_sample import probe_sample  # here: that module builds on this one's Sample
+
+        return probe_sample(rest[0], rest[1], rest[2], metric, metrics)
     if kind == "pretrain" and len(rest) == 2 and rest[0] == "heldout":
         return _heldout_sample(rest[1], metrics)
     if kind == "probe" and len(rest) == 3 and rest[1] == "pairs":
@@ -290,24 +294,6 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
     mlflow_run = (name, str(run_id), str(run.get("mlflow_experiment_id") or ""))
     return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
                   runs=(mlflow_run,) if run_id else (), notes=notes, diverged=diverged, run_key=run_key)
-
-
-def _probe_sample(variant: str, layer: str, metric: str, metrics: Metrics) -> Sample:
-    where = "metrics/probe.json"
-    model = dig(metrics.get("probe"), ["models", variant], where)
-    pooled = dig(model, [metric], f"{where} models[{variant!r}]")
-    index = len(pooled) - 1 if layer == "last" else int(layer)
-    if not 0 <= index < len(pooled):
-        raise NotRun(f"{where} models[{variant!r}].{metric} has {len(pooled)} layers, no layer {layer}")
-    per_word = model.get("per_word") or {}
-    words = sorted(w for w in per_word if isinstance(per_word[w], dict) and metric in per_word[w])
-    static = (metrics.get("probe").get("static_baseline") or {}).get("note") if index == 0 else None
-    notes = (f"{variant} layer {index} of 0..{len(pooled) - 1}",) + ((f"layer 0: {static}",) if static else ())
-    if len(words) >= 2:
-        values = tuple(float(per_word[w][metric][index]) for w in words)
-        return Sample(values, tuple(words), "word", where, notes=notes + (f"words: {', '.join(words)}",))
-    notes += ("no per-word values: single pooled value, no CI",)
-    return Sample((float(pooled[index]),), ("pooled",), "word", where, notes=notes)
 
 
 #: ``pretrain/heldout/<model>`` -> the masked-token accuracy key of metrics/pretrain.json
