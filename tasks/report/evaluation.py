@@ -20,6 +20,7 @@ from tasks.report.export import export_gates
 from tasks.report.floor import floor_gate, lineage_gate, pretraining_notes, training_steps
 from tasks.report.items import metric_function, with_items
 from tasks.report.power import Power, bound_power, power_of, se_from_ci
+from tasks.report.probe_bootstrap import SenseCosines, sense_estimate
 from tasks.report.statistics import (
     Estimate,
     StatsConfig,
@@ -206,6 +207,8 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
                    power=_bound_power(treat, t_est, claim.min_effect, cfg))
     if claim.metric in CALIBRATION_METRICS:
         return _calibration_estimate(claim, treat, base, cfg)
+    if isinstance(treat.items, SenseCosines) and isinstance(base.items, SenseCosines):  # words, then sentences
+        return Row(claim, **sense_estimate(claim, treat.items, base.items, cfg))
     if treat.items is not None and base.items is not None:
         return _item_estimate(claim, treat, base, cfg)
     if treat.proportion and base.proportion and len(treat.units) == len(base.units) == 1:
