@@ -108,6 +108,17 @@ class ResidualParams(StrictModel):
     )
 
 
+class SubstitutionParams(StrictModel):
+    """``leakage.substitution``: word n-grams that match with some positions substituted
+    (``tasks/leakage/substitution.py``)."""
+
+    window_words: int = Field(ge=2, description="words per compared window (eval texts shorter use their length)")
+    max_substituted_share: float = Field(
+        ge=0.0, lt=0.5, description="a window matches when at most floor(n * this) of its n words differ at the same "
+        "alignment (Hamming distance of word n-grams)"
+    )
+
+
 class LeakageParams(StrictModel):
     """Params of the ``leakage`` stage (eval-set contamination audit; see ``tasks/leakage/__init__.py``)."""
 
@@ -130,6 +141,7 @@ class LeakageParams(StrictModel):
     max_examples: int = Field(ge=0, description="missed planted docs and residual examples listed in the metrics")
     planted: PlantedParams
     residual: ResidualParams
+    substitution: SubstitutionParams
     semantic: SemanticParams
     engine: Literal["local", "ray"] = Field(
         "local", description="local: in this process; ray: training docs in Ray Data blocks (byte-identical outputs)"
