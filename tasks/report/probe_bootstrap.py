@@ -18,8 +18,8 @@ A word whose drawn sentences leave no within-sense pair (every sense drew a sing
 left out of that replicate's mean; a replicate with no word left is dropped, and the count is reported. This is
 the two-stage bootstrap of Davison & Hinkley (1997, sec. 3.8) with words as clusters and sentences within them,
 as Field & Welsh (2007, "Bootstrapping clustered data", JRSS B 69(3)) analyse it: resampling both stages with
-replacement adds the within-word variance once more than the truth has, so the interval errs wide when words are
-few (conservative, not anti-conservative). Percentile intervals and the ``(1 + #) / (B + 1)`` p-values are
+replacement counts the within-word variance about twice (once through the words' own spread, once through the
+sentence draws), so the interval errs wide, not narrow. Percentile intervals and the ``(1 + #) / (B + 1)`` p-values are
 ``tasks.report.bootstrap``'s.
 """
 
