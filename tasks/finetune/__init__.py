@@ -12,8 +12,9 @@ draw's variance. The comparator baselines (``baselines``: majority, TF-IDF + log
 memorisation) are fitted once per seed on that seed's train docs and the arms' input (deterministic given the
 subset: seed ``k`` of an arm pairs with the baseline fitted on seed ``k``'s docs), choose their setting on the
 arms' dev docs, and score the same test docs; each also has one reference row ``baseline/<name>/all-data`` (every
-train doc, full text) that is never chosen as the best baseline. With
-``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
+train doc, full text) that is never chosen as the best baseline. With several pretraining seeds, the arms on our
+pretrained encoder also run from each further seed's model (``pretrain_seeds``: the ``pretraining_seeds`` section).
+With ``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
 ``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t
 interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the
 sweep; ``selection`` names the best arm and the best baseline on dev. ``operational``
@@ -40,16 +41,13 @@ import datasets
 
 from tasks.common.device import cpu_bf16, resolve
 from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
-from tasks.common.stats import summarize
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune import baselines, curve, export, operational
-from tasks.finetune import cls as cls_task
-from tasks.finetune import ner as ner_task
-from tasks.finetune.baselines_tfidf import arm_inputs
-from tasks.finetune.draw import Draw, drawn_doc_ids, kept_doc_ids
+from tasks.finetune import baselines, curve, export, operational, pretrain_seeds
+from tasks.finetune.baseline_runs import run_baseline
+from tasks.finetune.draw import Draw, kept_doc_ids
+from tasks.finetune.records import TASKS, aggregate, write_predictions
 from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
 
-TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of that kind
 SPLITS = ("train", "dev", "test")
 
 
@@ -75,8 +73,11 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     for point in curve.points(tcfg, full_docs, item):
         curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, data[tok_of[point.spec.variant]]["rows"],
                                    labels, paths.models, Draw(point.size, cfg.data_seed), key=point.key))  # fmt: skip
-    timed_arms = jobs + list(dose.values())  # curve arms are scored, not timed (their full-size runs are)
-    arms = timed_arms + curve_jobs
+    further = pretrain_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
+    seed_jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw,
+                          folder=folder, key=key) for arm, folder, key in further]  # fmt: skip
+    timed_arms = jobs + list(dose.values())  # curve and further-seed arms are scored, not timed
+    arms = timed_arms + curve_jobs + seed_jobs
     measure = cfg.operational.enabled
     save_to = {job.key: operational.folder_for(out_dir, job.key) for job in timed_arms} if measure else {}
     device = resolve(cfg.hardware.device)
@@ -111,6 +112,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
+    extra |= {"pretraining_seeds": pretrain_seeds.summary(further)} if further else {}
     if tcfg.train_sizes:
         extra["learning_curve"] = curve.summary(tcfg, full_docs, runs, tok_of, comparators,
                                                 lambda r, a, c: select_best(r, a, c, spec.module), item)  # fmt: skip
@@ -240,90 +242,6 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, 
     return entry
 
 
-def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokenizer, labels: list[str],
-                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw) -> tuple[dict, dict | None, dict | None]:  # fmt: skip
-    """Fit baseline ``row`` (``baselines.plan``) and write its test predictions; returns its ``metrics.runs``
-    entry, its operational numbers (``operational.measure_tfidf`` of its first seed's fit: a tfidf-lr comparator
-    with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships (the fit of
-    its best seed on dev, ties the earlier seed, with ``seed``; else None).
-
-    A comparator is fitted once per seed of ``cfg.seeds``, on that seed's draw of the train docs (``draw``, the
-    arms' rule), into ``<key>/seed<k>.test.jsonl``: it is deterministic given its docs, so its seeds differ by
-    the draw alone, and seed ``k`` pairs with seed ``k`` of every arm in the report. A reference row is one run,
-    seed ``baselines.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
-    ``baseline`` (name), ``role`` (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per
-    seed, what it chose on dev, ``baselines.fit_predict``); MLflow: one nested run per seed.
-    """
-    task, select = TASKS[module], f"dev_best_{TASKS[module].SELECT_METRIC}"
-    rows, texts, described = baseline_input(row, data, tokenizer, tcfg)
-    _, variant, head = row.key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
-    common = {"task": item, "baseline": row.name, "variant": variant, "mode": "baseline", "head": head,
-              "role": _role(row)}  # fmt: skip
-    log.params(common)
-    timed, kept, results = None, None, []
-    for seed in [baselines.SEED] if row.reference else cfg.seeds:
-        seed_rows, seed_texts = (rows, texts) if row.reference else drawn_input(rows, texts, draw, seed)
-        fit = baselines.fit_predict(row.name, seed_rows, labels, tcfg, seed_texts)
-        dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
-        path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
-        flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
-        with log.child(f"{item}/{row.key}/seed{seed}") as child:
-            child.params(common | {"seed": seed, "train_docs": len(seed_rows["train"]), **flat})
-            child.metrics(task.headline(test))
-            child.artifact(path, "predictions")
-        results.append({"seed": seed, "test": task.headline(test), "details": task.details(test),
-                                    "diverged": False, select: dev[task.SELECT_METRIC], "setting": fit["setting"],
-                                    "train_docs": len(seed_rows["train"]),
-                                    "dev_docs": len(baselines.documents(seed_rows["dev"]))})  # fmt: skip
-        if "fitted" in fit and (kept is None or dev[task.SELECT_METRIC] > kept["dev"]):
-            kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
-                    "seed": seed, "dev": dev[task.SELECT_METRIC],
-                    "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
-                            "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
-        if "fitted" in fit and timed is None and cfg.operational.enabled and not row.reference:
-            timed = operational.measure_tfidf(*fit["fitted"], seed_texts["test"], cfg.operational,
-                                              operational.folder_for(out_dir, row.key))  # fmt: skip
-            log.metrics({"operational": timed})
-            log.info(operational.summary(row.key, timed))
-    entry = aggregate(task, results, cfg, log)
-    setting = {str(s["seed"]): s["setting"] for s in results}
-    return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": setting}, timed, kept
-
-
-def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[dict, dict | None]:
-    """``rows`` and ``texts`` (``baseline_input``'s) with train cut to seed ``seed``'s draw (``draw.Draw``)."""
-    ids = drawn_doc_ids([r["doc_id"] for r in rows["train"]], draw.cap, draw.data_seed, seed)
-    pick = [i for i, r in enumerate(rows["train"]) if r["doc_id"] in ids]
-    cut = {**rows, "train": [rows["train"][i] for i in pick]}
-    return cut, texts and {**texts, "train": [texts["train"][i] for i in pick]}
-
-
-def _role(row: baselines.Row) -> str:
-    return "reference" if row.reference else "comparator"
-
-
-def baseline_input(row: baselines.Row, data: dict, tokenizer, tcfg: TaskParams) -> tuple[dict, dict | None, str]:
-    """``(rows per split, texts per split or None, description)`` that baseline ``row`` reads.
-
-    Test is always the arms' kept test docs. A comparator's train rows are every train doc, which
-    ``run_baseline`` cuts to each seed's draw, and it chooses on the arms' kept dev docs (``load_task_data``'s
-    ``rows``); a reference trains and chooses on every doc of both (``all_rows``). A
-    tfidf-lr comparator reads the arms' cut (``baselines_tfidf.arm_inputs`` with ``tokenizer``), its cls rows
-    carrying each doc's ``seen_fraction``; every other row reads the full text (texts None).
-    """
-    pool = data["all_rows"] if row.reference else data["rows"]
-    rows = {"train": pool["train"], "dev": pool["dev"], "test": data["rows"]["test"]}
-    if row.tok is None:
-        whole = "every train doc, full text" if row.reference else "the arms' train docs, full text"
-        return rows, None, whole if row.name != "majority" else whole.replace("full text", "labels only")
-    texts = {}
-    for split, split_rows in rows.items():
-        texts[split], seen = arm_inputs(split_rows, tokenizer, tcfg)
-        rows[split] = [{**r, "seen_fraction": f} for r, f in zip(split_rows, seen, strict=True)]
-    cut = f"{tcfg.truncation} cut to {tcfg.max_seq_len_tokens} tokens of the {row.tok} tokenizer"
-    return rows, texts, f"the arms' train docs, the arms' input ({cut}), decoded"
-
-
 def write_test_items(path: Path, rows: list[dict]) -> Path:
     """``test_items.jsonl``: per test doc ``{doc_id, n_words, train_overlap}``, the slices the report cuts."""
     lines = []
@@ -361,33 +279,3 @@ def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | N
         out["best_baseline"] = max(same, key=lambda k: (scores[k], k))
         out["baselines"] = {k: runs[k]["setting"] for k in comparators}  # what each comparator chose on dev
     return out
-
-
-def write_predictions(path: Path, recs: list[dict]) -> Path:
-    """JSONL of ``{doc_id, gold, pred, probs}`` (cls also ``seen_fraction``) sorted by ``doc_id`` (stable
-    bytes for DVC). ``probs`` (cls: the distribution over labels; ner: per word, its tag's probability) is
-    rounded to 6 decimals: far below any calibration difference, and it keeps the files short."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keys = ("doc_id", "gold", "pred", "probs", "seen_fraction")
-    rounded = ({**r, "probs": [round(p, 6) for p in r["probs"]]} if "probs" in r else r for r in recs)
-    lines = [json.dumps({k: r[k] for k in keys if k in r}, ensure_ascii=False) for r in rounded]
-    path.write_text("".join(line + "\n" for line in sorted(lines)), encoding="utf-8")
-    return path
-
-
-def aggregate(task, seeds: list[dict], cfg: FinetuneParams, log) -> dict:
-    """The contract's entry for one configuration: a ``summarize`` per test metric, ``diverged_seeds``,
-    ``mlflow_run_id``, ``mlflow_run_name`` and ``mlflow_experiment_id`` of the arm's run ``log`` (None without
-    tracking), and ``details``: seed-pooled tables (``task.pool_details``: confusion matrix or
-    span errors summed over seeds) and, under ``per_seed``, each seed's tables and training facts."""
-    seed_ids = [s["seed"] for s in seeds]
-    metrics = {
-        name: summarize([s["test"][name] for s in seeds], seed_ids, cfg.confidence_level, bounds=(0.0, 1.0))
-        for name in seeds[0]["test"]
-    }
-    hidden = ("seed", "test", "test_records")
-    per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
-    pooled = task.pool_details([s["details"] for s in seeds])
-    return {**metrics, "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]], "mlflow_run_id": log.run_id,
-            "mlflow_run_name": log.run_name, "mlflow_experiment_id": log.experiment_id,
-            "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}

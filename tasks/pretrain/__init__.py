@@ -6,13 +6,17 @@ folder); writes ``models/pretrained/`` (``save_pretrained`` of the masked LM + t
 naming the variant: ``pretrained`` from scratch, ``adapted`` continued, and the model's lineage: the md5 of each
 ``data/leakage/<source>.parquet`` its blocks came from and the ancestry of ``init_from``, ``lineage.py``),
 ``models/checkpoints/pretrain/`` and
-``metrics/pretrain_curve.tsv``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
+``metrics/pretrain_curve.tsv``. Those are the first seed's of ``pretrain.seeds``; each further seed trains the same
+recipe from its own initialisation, data order and masks into ``models/pretrained/seeds/<seed>/`` (checkpoints in
+``models/checkpoints/pretrain/seeds/<seed>/``, MLflow child run ``pretrain/seed<seed>``), which finetune fine-tunes
+like the first so that the report resamples pretraining seeds; ``metrics/pretrain.json`` keeps the first seed's
+numbers at its top level and every seed's headline under ``seeds``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
 The training loop is ``trainer.py``, masking, the masked-only loss and the unigram baseline ``mlm.py``,
 blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
 
 Resuming: the data order of epoch ``e`` is a permutation seeded by ``seed + e`` and the mask of each
-micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint sees exactly
-the batches and masks of an uninterrupted one; on CPU with ``budget_minutes: null`` the final weights are
+micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint (each seed from
+its own) sees exactly the batches and masks of an uninterrupted one; on CPU with ``budget_minutes: null`` the final weights are
 equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs are not reproducible.
 """
 
@@ -27,7 +31,7 @@ import torch
 import torch.distributed as dist
 from transformers import pipeline
 
-from tasks.common.encoders import SNAPSHOTS, pretrained_dir, write_pretraining_record
+from tasks.common.encoders import SEEDS, SNAPSHOTS, pretrained_dir, write_pretraining_record
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
@@ -52,27 +56,52 @@ def run(cfg: PretrainParams, paths: Paths, log) -> dict[str, Any]:
 def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[str, Any]:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    torch.manual_seed(cfg.seed)
     start = resolve_start(cfg, paths)
-    vocab = MaskingVocab.from_tokenizer(start.tokenizer)
-    train = load_blocks(blocks_dir(paths.data, start.tokenization, "train"))
-    heldout = load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks)
-    cfg = cfg.model_copy(update={"max_steps": planned_steps(cfg, train["input_ids"].shape, env.world, log)})
+    data = {"vocab": MaskingVocab.from_tokenizer(start.tokenizer),
+            "train": load_blocks(blocks_dir(paths.data, start.tokenization, "train")),
+            "heldout": load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks)}
+    cfg = cfg.model_copy(update={"max_steps": planned_steps(cfg, data["train"]["input_ids"].shape, env.world, log)})
+    summary = _train_seed(cfg, cfg.seed, start, data, paths, log, env)
+    seeds = {cfg.seed: summary}
+    for seed in cfg.seeds[1:]:  # the further seeds: same recipe, own init, order and masks; no dose snapshots
+        with log.child(f"pretrain/seed{seed}") as child:
+            further = cfg.model_copy(update={"dose_snapshot_fractions": []})
+            seeds[seed] = _train_seed(further, seed, start, data, paths, child, env)
+    return summary | {"seeds": {str(seed): seed_headline(found) for seed, found in seeds.items()}}
+
+
+def _train_seed(cfg: PretrainParams, seed: int, start: Start, data: dict, paths: Paths, log, env: Dist) -> dict:
+    """Train pretraining seed ``seed`` on ``data`` (``vocab``, ``train`` and ``heldout`` blocks) and save it
+    (main rank): the first seed of ``pretrain.seeds`` into ``models/pretrained`` with its snapshots, the curve
+    TSV and the fill-mask check; a further one into ``models/pretrained/seeds/<seed>/``. Returns its metrics."""
+    first = seed == cfg.seeds[0]
+    torch.manual_seed(seed)
+    train, heldout = data["train"], data["heldout"]
     model = initial_model(cfg, start, train["input_ids"].shape[1]).to(env.device)
-    log.info(f"pretrain: {start.variant} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
+    log.info(f"pretrain: {start.variant} seed {seed} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
              f"{len(train['input_ids'])} train blocks ({start.tokenization} tokenizer)")  # fmt: skip
-    trainer = Trainer(cfg, model, vocab, train, heldout, env, log, paths.models / "checkpoints" / "pretrain")
+    ckpt = paths.models / "checkpoints" / "pretrain"
+    trainer = Trainer(cfg, model, data["vocab"], train, heldout, env, log, ckpt if first else ckpt / SEEDS / str(seed),
+                      seed)  # fmt: skip
     summary = {"variant": start.variant, "init_from": cfg.init_from, **trainer.fit()}
     if env.main:
-        out = pretrained_dir(paths.models)
+        out = pretrained_dir(paths.models) if first else pretrained_dir(paths.models) / SEEDS / str(seed)
         model.save_pretrained(out)
         start.tokenizer.save_pretrained(out)
         fields = record_fields(paths.data, train["source_names"] + heldout["source_names"], cfg.init_from)
         write_pretraining_record(out, start.variant, cfg.init_from, start.tokenization, fields)
-        copy_snapshots(trainer, out, start, cfg.init_from, fields)
-        write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve, summary["heldout_unigram_ce"])
-        summary["fill_mask"] = fill_mask(model, start.tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
+        if first:
+            copy_snapshots(trainer, out, start, cfg.init_from, fields)
+            write_curve(paths.metrics / "pretrain_curve.tsv", trainer.curve, summary["heldout_unigram_ce"])
+            summary["fill_mask"] = fill_mask(model, start.tokenizer, cfg.fill_mask, cfg.fill_mask_top_k, env.device)
     return summary
+
+
+def seed_headline(summary: dict) -> dict:
+    """One seed's entry of ``metrics/pretrain.json``'s ``seeds``: its held-out MLM numbers, steps and minutes."""
+    keys = ("heldout_loss", "heldout_perplexity", "heldout_mlm_accuracy", "heldout_gap_to_unigram_nats", "steps",
+            "resumed_from_step", "train_minutes")  # fmt: skip
+    return {key: summary[key] for key in keys}
 
 
 def planned_steps(cfg: PretrainParams, blocks: tuple[int, int], world: int, log) -> int:

@@ -1,7 +1,6 @@
 """The MLM training loop of ``pretrain``: data order, masking, AdamW steps, held-out evaluation, checkpoints,
-throughput and MFU, and metric logging. The process group and hardware peaks are ``tasks.pretrain.hardware``.
-
-Masking and the masked-only loss are ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``.
+throughput and MFU, and metric logging. The process group and hardware peaks are ``tasks.pretrain.hardware``;
+masking and the masked-only loss ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``.
 """
 
 from __future__ import annotations
@@ -58,11 +57,12 @@ def eval_summary(sums: torch.Tensor) -> dict[str, float]:
 
 
 class Trainer:
-    """The training loop: data order, masking, AdamW steps, evaluation, checkpoints and metric logging."""
+    """The training loop of pretraining seed ``seed`` (None: ``cfg.seed``, the first): data order, masking, AdamW
+    steps, evaluation, checkpoints and metric logging."""
 
-    def __init__(self, cfg, model, vocab, train, heldout, env: Dist, log, ckpt_dir: Path) -> None:
+    def __init__(self, cfg, model, vocab, train, heldout, env: Dist, log, ckpt_dir: Path, seed: int | None = None) -> None:
         self.cfg, self.model, self.vocab, self.env, self.log = cfg, model, vocab, env, log
-        self.train, self.heldout, self.ckpt_dir = train, heldout, ckpt_dir
+        self.train, self.heldout, self.ckpt_dir, self.seed = train, heldout, ckpt_dir, cfg.seed if seed is None else seed
         ids = train["input_ids"].numpy()  # hashed once: every checkpoint's fingerprint needs it
         self.data_sha256 = sha256_json([list(ids.shape), hashlib.sha256(ids.tobytes()).hexdigest()])
         if env.world > 1:  # before DDP, whose own check of the model shapes says less
@@ -138,9 +138,9 @@ class Trainer:
         return tokens_per_s * self.flops_per_token / (self.peak * self.env.world) if self.peak else None
 
     def _fingerprint(self) -> dict[str, str]:
-        """sha256 of each thing the trained weights depend on: params, number of processes, the train blocks
-        and the code (``pretrain_code_sha256``). A checkpoint resumes only if all four match."""
-        params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT)
+        """sha256 of each thing the trained weights depend on: params (with this run's seed, not the list), number
+        of processes, the train blocks and the code (``pretrain_code_sha256``). Resumed only if all four match."""
+        params = self.cfg.model_dump(mode="json", exclude=NOT_IN_FINGERPRINT | {"seeds"}) | {"seed": self.seed}
         return {
             "params": sha256_json(params),
             "world": sha256_json(self.env.world),
@@ -289,7 +289,7 @@ class Trainer:
         in the order of a permutation seeded by ``seed + epoch`` (the ragged tail of an epoch is dropped)."""
         n = len(self.train["input_ids"])
         epoch, index = divmod(step, n // self.global_batch)
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.cfg.seed + epoch))
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + epoch))
         start = index * self.global_batch
         mine = order[start : start + self.global_batch].view(self.env.world, self.cfg.grad_accum_steps, -1)
         return mine[self.env.rank]
@@ -298,7 +298,7 @@ class Trainer:
         """The masked micro-batches of ``step`` on the host; each mask is seeded by ``(seed, step, micro, rank)``."""
         cfg, out = self.cfg, []
         for micro, rows in enumerate(self._rows(step)):
-            seed = ((cfg.seed * 1_000_003 + step) * 1009 + micro) * 1031 + self.env.rank
+            seed = ((self.seed * 1_000_003 + step) * 1009 + micro) * 1031 + self.env.rank
             generator = torch.Generator().manual_seed(seed)
             out.append(masked_batch(self.train, rows, self.vocab, cfg.mlm_probability, generator,
                                     cfg.whole_word_mask, self.with_mask))  # fmt: skip
@@ -333,7 +333,7 @@ class Trainer:
         ``unigram_accuracy``, ``masked_tokens``, ``blocks`` and ``by_source`` (the same per source name).
         """
         self.inner.eval()
-        generator = torch.Generator().manual_seed(self.cfg.seed * 7919 + self.env.rank)
+        generator = torch.Generator().manual_seed(self.seed * 7919 + self.env.rank)
         mine = torch.arange(self.env.rank, len(self.heldout["input_ids"]), self.env.world)
         names = self.heldout["source_names"]
         totals = torch.zeros(len(names), len(EVAL_SUMS), dtype=torch.float64)

@@ -1,0 +1,96 @@
+"""The baseline rows of the finetune stage run: each comparator fitted once per seed on that seed's draw of the
+arms' train docs, each reference once on every doc (``baselines`` fits; this module feeds it and records it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tasks.config.finetune import FinetuneParams, TaskParams
+from tasks.finetune import baselines, operational
+from tasks.finetune.baselines_tfidf import arm_inputs
+from tasks.finetune.draw import Draw, drawn_doc_ids
+from tasks.finetune.records import TASKS, aggregate, write_predictions
+
+
+def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokenizer, labels: list[str],
+                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw) -> tuple[dict, dict | None, dict | None]:  # fmt: skip
+    """Fit baseline ``row`` (``baselines.plan``) and write its test predictions; returns its ``metrics.runs``
+    entry, its operational numbers (``operational.measure_tfidf`` of its first seed's fit: a tfidf-lr comparator
+    with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships (the fit of
+    its best seed on dev, ties the earlier seed, with ``seed``; else None).
+
+    A comparator is fitted once per seed of ``cfg.seeds``, on that seed's draw of the train docs (``draw``, the
+    arms' rule), into ``<key>/seed<k>.test.jsonl``: it is deterministic given its docs, so its seeds differ by
+    the draw alone, and seed ``k`` pairs with seed ``k`` of every arm in the report. A reference row is one run,
+    seed ``baselines.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
+    ``baseline`` (name), ``role`` (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per
+    seed, what it chose on dev, ``baselines.fit_predict``); MLflow: one nested run per seed.
+    """
+    task, select = TASKS[module], f"dev_best_{TASKS[module].SELECT_METRIC}"
+    rows, texts, described = baseline_input(row, data, tokenizer, tcfg)
+    _, variant, head = row.key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
+    common = {"task": item, "baseline": row.name, "variant": variant, "mode": "baseline", "head": head,
+              "role": _role(row)}  # fmt: skip
+    log.params(common)
+    timed, kept, results = None, None, []
+    for seed in [baselines.SEED] if row.reference else cfg.seeds:
+        seed_rows, seed_texts = (rows, texts) if row.reference else drawn_input(rows, texts, draw, seed)
+        fit = baselines.fit_predict(row.name, seed_rows, labels, tcfg, seed_texts)
+        dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
+        path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
+        flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
+        with log.child(f"{item}/{row.key}/seed{seed}") as child:
+            child.params(common | {"seed": seed, "train_docs": len(seed_rows["train"]), **flat})
+            child.metrics(task.headline(test))
+            child.artifact(path, "predictions")
+        results.append({"seed": seed, "test": task.headline(test), "details": task.details(test),
+                                    "diverged": False, select: dev[task.SELECT_METRIC], "setting": fit["setting"],
+                                    "train_docs": len(seed_rows["train"]),
+                                    "dev_docs": len(baselines.documents(seed_rows["dev"]))})  # fmt: skip
+        if "fitted" in fit and (kept is None or dev[task.SELECT_METRIC] > kept["dev"]):
+            kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
+                    "seed": seed, "dev": dev[task.SELECT_METRIC],
+                    "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
+                            "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
+        if "fitted" in fit and timed is None and cfg.operational.enabled and not row.reference:
+            timed = operational.measure_tfidf(*fit["fitted"], seed_texts["test"], cfg.operational,
+                                              operational.folder_for(out_dir, row.key))  # fmt: skip
+            log.metrics({"operational": timed})
+            log.info(operational.summary(row.key, timed))
+    entry = aggregate(task, results, cfg, log)
+    setting = {str(s["seed"]): s["setting"] for s in results}
+    return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": setting}, timed, kept
+
+
+def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[dict, dict | None]:
+    """``rows`` and ``texts`` (``baseline_input``'s) with train cut to seed ``seed``'s draw (``draw.Draw``)."""
+    ids = drawn_doc_ids([r["doc_id"] for r in rows["train"]], draw.cap, draw.data_seed, seed)
+    pick = [i for i, r in enumerate(rows["train"]) if r["doc_id"] in ids]
+    cut = {**rows, "train": [rows["train"][i] for i in pick]}
+    return cut, texts and {**texts, "train": [texts["train"][i] for i in pick]}
+
+
+def _role(row: baselines.Row) -> str:
+    return "reference" if row.reference else "comparator"
+
+
+def baseline_input(row: baselines.Row, data: dict, tokenizer, tcfg: TaskParams) -> tuple[dict, dict | None, str]:
+    """``(rows per split, texts per split or None, description)`` that baseline ``row`` reads.
+
+    Test is always the arms' kept test docs. A comparator's train rows are every train doc, which
+    ``run_baseline`` cuts to each seed's draw, and it chooses on the arms' kept dev docs (``load_task_data``'s
+    ``rows``); a reference trains and chooses on every doc of both (``all_rows``). A
+    tfidf-lr comparator reads the arms' cut (``baselines_tfidf.arm_inputs`` with ``tokenizer``), its cls rows
+    carrying each doc's ``seen_fraction``; every other row reads the full text (texts None).
+    """
+    pool = data["all_rows"] if row.reference else data["rows"]
+    rows = {"train": pool["train"], "dev": pool["dev"], "test": data["rows"]["test"]}
+    if row.tok is None:
+        whole = "every train doc, full text" if row.reference else "the arms' train docs, full text"
+        return rows, None, whole if row.name != "majority" else whole.replace("full text", "labels only")
+    texts = {}
+    for split, split_rows in rows.items():
+        texts[split], seen = arm_inputs(split_rows, tokenizer, tcfg)
+        rows[split] = [{**r, "seen_fraction": f} for r, f in zip(split_rows, seen, strict=True)]
+    cut = f"{tcfg.truncation} cut to {tcfg.max_seq_len_tokens} tokens of the {row.tok} tokenizer"
+    return rows, texts, f"the arms' train docs, the arms' input ({cut}), decoded"
