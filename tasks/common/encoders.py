@@ -36,6 +36,7 @@ POOLER_MODEL_TYPES = ("bert", "roberta", "roberta-prelayernorm")
 
 #: The folder of part-way models (``<folder>/snapshots/step_<N>``), and the prefix of every step folder.
 SNAPSHOTS, STEP_PREFIX = "snapshots", "step_"
+SEEDS = "seeds"  # <models>/pretrained/seeds/<seed>/: the model of each further pretraining seed
 
 #: The file in ``<models>/pretrained`` that names the variant the folder holds.
 PRETRAINING_RECORD = "pretraining.json"
@@ -62,6 +63,14 @@ def pretrained_dir(models: Path) -> Path:
 def snapshot_dirs(models: Path) -> list[Path]:
     """``<models>/pretrained/snapshots/step_<N>``: models pretrain saved part-way (dose-response), in step order."""
     return step_folders(pretrained_dir(models) / SNAPSHOTS)
+
+
+def pretraining_seed_dirs(models: Path) -> list[Path]:
+    """``<models>/pretrained/seeds/<seed>``: the models of the further pretraining seeds (``pretrain.seeds`` but the
+    first, whose model is ``<models>/pretrained``), in seed order; none if pretrain trained one seed."""
+    root = pretrained_dir(models) / SEEDS
+    found = [p for p in root.iterdir() if p.name.isdigit() and (p / "config.json").is_file()] if root.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name))
 
 
 def step_folders(root: Path) -> list[Path]:

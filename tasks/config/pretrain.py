@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tasks.config.base import StrictModel
+from tasks.config.base import StrictModel, require_unique
 from tasks.config.hardware import HardwareParams
 
 
@@ -36,7 +36,12 @@ class PretrainParams(StrictModel):
     """Params of the ``pretrain`` stage (BERT MLM on the packed blocks of ``tokenize``; ``size``, ``presets`` and
     ``architecture`` apply to ``init_from: scratch`` only, a loaded model keeps its own shape)."""
 
-    seed: int = Field(ge=0)
+    seeds: list[int] = Field(
+        min_length=1,
+        description="pretraining seeds (weights, data order, masks), each >= 0: the first's model is models/pretrained "
+        "(what probe, export and release read); each further seed trains the same recipe into "
+        "models/pretrained/seeds/<seed>/, fine-tuned like the first, so the report resamples pretraining seeds",
+    )
     init_from: str = Field(
         min_length=1,
         description="scratch (a fresh model of preset `size`) | reference (continue MLM from the packaged MiniLM) "
@@ -108,6 +113,18 @@ class PretrainParams(StrictModel):
     fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
     fill_mask_top_k: int = Field(ge=1)
     hardware: HardwareParams = Field(default_factory=HardwareParams, description="copied from the hardware section")
+
+    @property
+    def seed(self) -> int:
+        """The first pretraining seed: the one whose model is ``models/pretrained``."""
+        return self.seeds[0]
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        if any(s < 0 for s in value):
+            raise ValueError(f"pretraining seeds must be >= 0, got {value}")
+        return require_unique(value, "seeds")
 
     @field_validator("init_from")
     @classmethod
