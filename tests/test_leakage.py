@@ -113,18 +113,19 @@ def test_verbatim_copy_is_flagged_by_ngram_and_passage(hand_case):
 
 def test_rewrapped_uppercased_copy_is_flagged_by_every_method(hand_case):
     _, _, table = hand_case
-    assert methods_for(table, "rewrapped", "ev-par") == {"ngram", "minhash_doc", "minhash_passage"}
+    assert methods_for(table, "rewrapped", "ev-par") == {"ngram", "minhash_doc", "minhash_passage", "ngram_substituted"}
 
 
 def test_paragraph_inside_2000_words_of_filler_is_flagged_by_passage_not_doc_minhash(hand_case):
     _, _, table = hand_case
     # whole-doc Jaccard is ~60/2060 shingles, so only passage windows and n-grams can see it
-    assert methods_for(table, "in-filler", "ev-par") == {"ngram", "minhash_passage"}
+    assert methods_for(table, "in-filler", "ev-par") == {"ngram", "minhash_passage", "ngram_substituted"}
 
 
 def test_six_word_eval_text_inside_training_doc_is_flagged(hand_case):
     _, _, table = hand_case
-    assert methods_for(table, "short-inside", "ev-short") == {"ngram"}  # n = its whole length, 6
+    # n = its whole length, 6 (and 0 of 6 words substituted)
+    assert methods_for(table, "short-inside", "ev-short") == {"ngram", "ngram_substituted"}
 
 
 def test_unrelated_docs_with_common_phrases_are_not_flagged(hand_case):
@@ -256,8 +257,8 @@ def test_copies_differing_only_by_format_characters_leak(tmp_path):
     pre = frame("pre", "pretrain", [("copy", "train", hidden), ("other", "train", filler(300, 2))])
     metrics, out = run_leakage(tmp_path, [task, pre])
     table = pd.read_parquet(out / "table.parquet")
-    assert methods_for(table, "copy", "ev") == {"ngram", "minhash_doc", "minhash_passage"}
-    assert set(table["score"]) == {1.0}  # every 13-gram, and identical shingle sets
+    assert methods_for(table, "copy", "ev") == {"ngram", "minhash_doc", "minhash_passage", "ngram_substituted"}
+    assert set(table["score"]) == {1.0}  # every 13-gram, identical shingle sets, no word substituted
     assert metrics["eval_sets"]["task/test"]["rate_before"] == 1.0
 
 

@@ -159,7 +159,8 @@ def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path,
     design = ("verbatim", "rewrapped", "in_filler", "replaced_every_20", "unicode", "homoglyphs")
     assert all(found["variants"][v]["planted"] == found["variants"][v]["found"] == 16 for v in design)
     assert found["eval_docs"] == 405 and found["eval_docs_planted"] == 16
-    assert found["detectors"] == ["ngram", "exact", "minhash_doc", "minhash_passage", "lexical", "audit"]
+    assert found["detectors"] == ["ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted", "lexical",
+                                  "audit"]
     assert found["variants"]["replaced_every_3"]["by_detector"]["ngram"]["found"] == 0  # no 13-gram survives
     assert metrics["sources"]["pre"]["removed"] == 12  # every changed copy
     assert metrics["residual"]["contaminated_docs_before"] == 12 and metrics["residual"]["contaminated_docs"] == 0
@@ -170,12 +171,14 @@ def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path,
 
 def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
     """Both MinHash thresholds at 0.99 (with num_perm 512: at 128 or 256 permutations datasketch's band rule
-    leaves fewer than 2 bands, an error that names the keys), and ngram_words 55 so the n-gram detector cannot
-    rescue the audit: a 55-gram survives neither the 50-word paragraph nor a changed word every 20. Only
+    leaves fewer than 2 bands, an error that names the keys), and ngram_words 55 (the substitution-tolerant
+    windows too, with no word substituted) so the n-gram detectors cannot rescue the audit: a 55-gram survives
+    neither the 50-word paragraph nor a changed word every 20. Only
     verbatim, rewrapped, unicode and homoglyph copies (identical once normalized and folded) and an in_filler
     paragraph whose passage window aligns by chance are found.
     """
     broken = {"doc_threshold": 0.99, "passage_threshold": 0.99, "num_perm": 512, "ngram_words": 55,
+              "substitution": {"window_words": 55, "max_substituted_share": 0.0},
               "planted": planted_params(max_docs=16).model_dump()}
     with pytest.raises(ValueError, match=r"leakage\.num_perm=128: datasketch finds no LSH shape"):
         audit_rows(tmp_path / "too-few-perms", corpus, **(broken | {"num_perm": 128}))

@@ -39,7 +39,8 @@ def test_homoglyph_copy_is_found_by_the_lexical_detectors_only_after_the_fold(tm
     pre = frame("pre", "pretrain", [("copy", "train", glyphs), ("other", "train", filler(300, 2))])
     _, out = run_leakage(tmp_path, [task, pre])
     table = pd.read_parquet(out / "table.parquet")
-    assert set(table.loc[table["train_doc"] == "copy", "method"]) == {"ngram", "minhash_doc", "minhash_passage"}
+    assert set(table.loc[table["train_doc"] == "copy", "method"]) == {"ngram", "minhash_doc", "minhash_passage",
+                                                                      "ngram_substituted"}
     assert semantic.normalize_text(glyphs) == PARAGRAPH  # the semantic detector reads the folded text too
 
 

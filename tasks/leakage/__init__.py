@@ -8,7 +8,8 @@ rows of task sources. Two lexical checks:
 - (b) every task train row against the dev/test documents of the same task source.
 
 The detectors (word 13-gram overlap as in GPT-3 appendix C, whole-doc equality for short texts, MinHash
-(Broder 1997) LSH over whole docs and over passage windows) live in ``tasks.leakage.detectors``; they read
+(Broder 1997) LSH over whole docs and over passage windows, and word 13-grams equal but for a few substituted
+words, ``tasks.leakage.substitution``) live in ``tasks.leakage.detectors``; they read
 ``tokenize``: ``textnorm.words`` with look-alike letters of other scripts folded to their UTS #39 prototypes
 (``tasks.common.confusables``). Then the semantic detector (``tasks.leakage.semantic``, MiniLM window
 embeddings; its threshold chosen on dev data) checks every eval doc against the pretraining docs kept after the

@@ -22,6 +22,8 @@ least one word, since two wordless texts share nothing (``docs_without_words`` i
   ``passage_stride_words`` words on both sides, so an eval paragraph inside a long training document is
   compared with a window of about its own size. With stride s and window w the worst alignment still shares
   ``w - s/2`` words.
+- ``ngram_substituted`` (``tasks.leakage.substitution``): word n-grams equal but for at most a share of their
+  positions at the same alignment (a copy with words swapped for others leaves no 13-gram).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tqdm import tqdm
 
 from tasks.common import minhash
 from tasks.config.leakage import LeakageParams
+from tasks.leakage import substitution
 
 BYTES_PER_BLOCK_WORD = 100  # transient bytes per training word of a scan block (hashes, prefix, windows, masks)
 BYTES_PER_INDEX_NGRAM = 64  # eval n-gram index bytes per n-gram (key, group, doc, start, 32 filter-table bytes)
@@ -66,6 +69,7 @@ def detect(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
         + exact_matches(trains, evals, cfg.min_match_words)
         + minhash_doc_matches(trains, evals, cfg)
         + minhash_passage_matches(trains, evals, cfg)
+        + substitution.substitution_matches(trains, evals, cfg)
     )
 
 

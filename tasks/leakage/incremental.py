@@ -16,9 +16,9 @@ as before this cache existed; the cache is left empty), when there is no cache, 
 fingerprint differs: the evaluation sets (md5 over each dev/test doc's id and text md5), the params the
 lexical detectors and the residual scan read (``ngram_words``, ``min_match_words``, ``shingle_words``,
 ``num_perm``, ``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``,
-``passage_stride_words``, ``max_span_words``, ``residual.ngram_words``) and the ``code_sha256`` of the code that
-computes a result (``tasks/leakage/{__init__,detectors,residual,incremental}.py``, ``tasks/common/{minhash,textnorm,
-confusables}.py``). **Incremental** otherwise: a training doc whose text has a result takes it; the distinct
+``passage_stride_words``, ``max_span_words``, ``residual.ngram_words``, ``substitution.*``) and the
+``code_sha256`` of the code that computes a result (``tasks/leakage/{__init__,detectors,substitution,residual,
+incremental}.py``, ``tasks/common/{minhash,textnorm,confusables}.py``). **Incremental** otherwise: a training doc whose text has a result takes it; the distinct
 new texts (new and edited docs) are scanned; a text no longer present is not written back, so a removed doc
 leaves every output. The other params (actions, planted, semantic, residual coverage, engine memory) change
 no stored result, so they do not force a full audit. ``engine: ray`` scans every row on Ray and leaves the cache
@@ -59,12 +59,13 @@ from tasks.common import confusables, minhash, textnorm
 from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, stamp, swapped_in
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import TrainingScan, detectors, residual, scan_locally
+from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
 
 TEXTS, MATCHES = "texts.parquet", "matches.parquet"
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
-FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, residual, minhash, textnorm, confusables)) + (
+FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, substitution, residual, minhash,
+                                                              textnorm, confusables)) + (
     Path(__file__).with_name("__init__.py"), Path(__file__))
 
 
@@ -109,7 +110,8 @@ def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.S
 
 def fingerprint(cfg: LeakageParams, eval_frame: pd.DataFrame) -> dict[str, str]:
     """What every stored result depends on (see the module docstring)."""
-    params = {key: getattr(cfg, key) for key in PARAMS} | {"residual.ngram_words": cfg.residual.ngram_words}
+    params = {key: getattr(cfg, key) for key in PARAMS} | {"residual.ngram_words": cfg.residual.ngram_words} | {
+        f"substitution.{key}": value for key, value in cfg.substitution.model_dump().items()}
     evals = sorted(zip(eval_frame["doc_id"], (hashlib.md5(str(t).encode("utf-8")).hexdigest()
                                               for t in eval_frame["text"])))  # fmt: skip
     return {
@@ -138,7 +140,7 @@ def assemble(train_frame: pd.DataFrame, digests: list[str], results: dict[str, R
     """The ``TrainingScan`` of ``train_frame`` from each row's text result (matches in detector order, then
     by pair, as ``detectors.detect`` lists them; the table is sorted afterwards anyway)."""
     eval_of = {doc_id: j for j, doc_id in enumerate(eval_ids)}
-    order = {method: k for k, method in enumerate(("ngram", "exact", "minhash_doc", "minhash_passage"))}
+    order = {method: k for k, method in enumerate(planted.DETECTORS)}
     matches = [(i, eval_of[e], method, score, span) for i, d in enumerate(digests)
                for e, method, score, span in results[d].matches]  # fmt: skip
     matches.sort(key=lambda m: (order[m[2]], m[0], m[1]))

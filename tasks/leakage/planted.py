@@ -374,7 +374,7 @@ def summarize(plants: list[Plant], methods: list[set[str]], eval_ids: list[str],
 
 
 #: The lexical detectors of ``tasks.leakage.detectors.detect``, in report order.
-DETECTORS = ("ngram", "exact", "minhash_doc", "minhash_passage")
+DETECTORS = ("ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted")
 
 
 def strongest_at(entries: dict[str, dict], level: float) -> dict[str, dict]:
