@@ -188,16 +188,21 @@ def span_counts(raw) -> dict[str, float]:
 
 
 def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
-    """Sense separation (within - across mean cosine) and 1-NN sense accuracy by layer, one line per model."""
-    models = dig(metrics.get("probe"), ["models"], "metrics/probe.json")
+    """Sense separation (within - across mean cosine) and 1-NN sense accuracy by layer, one line per model, and
+    dashed in the same colour the shuffled-context control of that model (``shuffled_control``) when probed."""
+    probe = metrics.get("probe")
+    models = dig(probe, ["models"], "metrics/probe.json")
     if not models:
         raise NotRun("metrics/probe.json lists no models")
+    control = (probe.get("shuffled_control") or {}).get("models") or {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for variant in sorted(models):
+    for colour, variant in enumerate(sorted(models)):
         for ax, key in zip(axes, ("separation", "knn_accuracy")):
-            values = models[variant].get(key) or []
-            if values:
-                ax.plot(range(len(values)), values, "o-", label=variant, markersize=4)
+            for scores, style, label in ((models[variant], "o-", variant),
+                                         (control.get(variant, {}), "x--", f"{variant}, shuffled context")):
+                values = scores.get(key) or []
+                if values:
+                    ax.plot(range(len(values)), values, style, color=f"C{colour}", label=label, markersize=4)
     axes[0].set(xlabel="layer (0 = embeddings)", ylabel="within - across cosine", title="Sense separation by layer")
     axes[1].set(xlabel="layer (0 = embeddings)", ylabel="leave-one-out 1-NN accuracy", title="Sense 1-NN accuracy")
     for ax in axes:

@@ -29,8 +29,10 @@ STATS_NOTE = (
     "Each value is mean [lower, upper] of a two-sided {level:.0%} interval, clipped to the metric's range. "
     "Fine-tuning claims: a paired hierarchical bootstrap that resamples seeds (jointly when both arms ran the "
     "same seeds), then test items with the same draw for both arms; both arms come from the same resamples, the "
-    "best baseline (chosen on dev) from its own. Probe claims: Student-t over probe words (paired t, or a percentile "
-    "bootstrap if params say so); rates: Clopper-Pearson. Verdict: supported when the CI's lower bound exceeds "
+    "best baseline (chosen on dev) from its own. Sense-probe claims: a paired nested bootstrap that resamples "
+    "probe words, then sentences within each sense of each drawn word, the same draws for both arms; other probe "
+    "claims: Student-t over probe words or pairs (paired t, or a percentile bootstrap if params say so); rates: "
+    "Clopper-Pearson. Verdict: supported when the CI's lower bound exceeds "
     "min_effect; contradicted when its upper bound is below min(0, min_effect); equivalent when two one-sided "
     "tests put the difference within +-min_effect; ruled out when, for a positive min_effect, the CI's upper bound "
     "is below min_effect; inconclusive otherwise. An upper_bound claim compares the "
@@ -108,8 +110,8 @@ def detail_items(row: Row) -> Items:
     """The per-claim details shown open: statement, references, statistics and notes."""
     c = row.claim
     effect = f"{row.effect_size:.3g}" if row.effect_size is not None else (
-        "not computed (the CI resamples test items and seeds; a d over seeds alone would not match it)"
-        if row.items and "test items" in row.items else "not defined (no spread over units)")
+        f"not computed (the CI resamples two levels, {row.items}; a d over the upper level alone would not match "
+        "it)" if row.items else "not defined (no spread over units)")
     p_values = (f"{row.p_value:.3g} (two-sided; TOST for equivalent); Holm-adjusted {row.p_adjusted:.3g}"
                 if row.p_adjusted is not None
                 else "none (no test: see the verdict)")
