@@ -121,11 +121,13 @@ def recall_from_counts(counts: np.ndarray) -> np.ndarray:
     return _ratio(tp, n_gold)
 
 
-def _check_arms(arms: Sequence[np.ndarray], shared_seeds: bool) -> list[np.ndarray]:
-    """The arms as float arrays ``(n_seeds, n_items, K)``; ValueError naming the first inconsistency."""
+def _check_arms(arms: Sequence[np.ndarray], shared_seeds: bool, fine: Sequence[int] | None = None) -> list[np.ndarray]:
+    """The arms as float arrays ``(n_seeds, n_items, K)``; ValueError naming the first inconsistency. ``fine``:
+    per arm, its fine-tuning seeds per pretraining seed (``shared_seeds`` needs them equal; default: all rows)."""
     if not arms:
         raise ValueError("no arms given")
     out = [np.asarray(a, dtype=float) for a in arms]
+    n_fine = [a.shape[0] if a.ndim else 0 for a in out] if fine is None else list(fine)
     for j, a in enumerate(out):
         if a.ndim != 3 or a.shape[0] == 0:
             raise ValueError(f"arm {j}: counts must have shape (n_seeds >= 1, n_items, K), got {a.shape}")
@@ -137,10 +139,43 @@ def _check_arms(arms: Sequence[np.ndarray], shared_seeds: bool) -> list[np.ndarr
             raise ValueError(f"n_items differ: arm 0 has {out[0].shape[1]}, arm {j} has {a.shape[1]}")
         if a.shape[2] != out[0].shape[2]:
             raise ValueError(f"K (counts per item) differ: arm 0 has {out[0].shape[2]}, arm {j} has {a.shape[2]}")
-        if shared_seeds and a.shape[0] != out[0].shape[0]:
-            raise ValueError(
-                f"shared_seeds needs equal seed counts: arm 0 has {out[0].shape[0]} seeds, arm {j} has {a.shape[0]}"
-            )
+        if shared_seeds and n_fine[j] != n_fine[0]:
+            raise ValueError(f"shared_seeds needs equal seed counts: arm 0 has {n_fine[0]} seeds, arm {j} has {n_fine[j]}")
+    return out
+
+
+def pretrain_layout(n_runs: int, labels: Sequence[str] | None) -> tuple[tuple[str, ...], int]:
+    """``(pretraining seeds, fine-tuning seeds under each)`` of an arm of ``n_runs`` runs whose pretraining seed
+    per run is ``labels`` (None: one pretraining seed). The runs must be pretraining-seed-major, every pretraining
+    seed with the same number of fine-tuning runs; ValueError otherwise."""
+    if labels is None:
+        return ("",), n_runs
+    seeds = tuple(dict.fromkeys(labels))
+    fine = n_runs // len(seeds)
+    if len(labels) != n_runs or len(seeds) * fine != n_runs or any(l != seeds[i // fine] for i, l in enumerate(labels)):
+        raise ValueError(f"pretraining seeds per run must be grouped, each with the same runs: {list(labels)}")
+    return seeds, fine
+
+
+def run_draws(n_runs: Sequence[int], pretrain: Sequence[Sequence[str] | None], resamples: int,
+              rng: np.random.Generator, shared: bool) -> list[np.ndarray]:  # fmt: skip
+    """Per arm, the drawn run indices ``(resamples, n_draws)`` of the Multi-Bootstrap (Sellam et al. 2022): its
+    pretraining seeds with replacement (one draw for every arm with the same pretraining seeds), then within each
+    drawn pretraining seed its fine-tuning seeds with replacement (``seed_draws``: jointly when ``shared``). An
+    arm with one pretraining seed (random init, a baseline) draws its fine-tuning seeds alone; with one
+    pretraining seed everywhere this is ``seed_draws`` itself, the same stream."""
+    layouts = [pretrain_layout(n, labels) for n, labels in zip(n_runs, pretrain)]
+    widest = max(len(seeds) for seeds, _ in layouts)
+    if widest == 1:
+        return seed_draws(n_runs, resamples, rng, shared)
+    fine = [f.reshape(resamples, widest, -1) for f in seed_draws([f for _, f in layouts], resamples * widest, rng,
+                                                                  shared)]  # fmt: skip
+    top = {seeds: rng.integers(0, len(seeds), size=(resamples, len(seeds))) for seeds in dict.fromkeys(
+        seeds for seeds, _ in layouts if len(seeds) > 1)}  # fmt: skip
+    out = []
+    for (seeds, n_fine), draw in zip(layouts, fine):
+        drawn = top.get(seeds, np.zeros((resamples, 1), dtype=np.intp))
+        out.append((drawn[:, :, None] * n_fine + draw[:, : len(seeds), :]).reshape(resamples, -1))
     return out
 
 
@@ -158,9 +193,11 @@ def seed_draws(n_seeds: Sequence[int], resamples: int, rng: np.random.Generator,
 
 
 def hierarchical_bootstrap(
-    arms: Sequence[np.ndarray], metric: Metric, resamples: int, seed: int, shared_seeds: bool
+    arms: Sequence[np.ndarray], metric: Metric, resamples: int, seed: int, shared_seeds: bool,
+    pretrain: Sequence[Sequence[str] | None] | None = None,
 ) -> np.ndarray:
-    """Paired two-stage bootstrap replicates of ``metric``, shape ``(resamples, len(arms))``.
+    """Paired two-stage bootstrap replicates of ``metric``, shape ``(resamples, len(arms))``; three-stage with
+    ``pretrain``.
 
     ``arms``: counts arrays ``(n_seeds, n_items, K)`` with equal ``n_items`` and ``K``. ``metric`` maps summed
     counts ``(..., K)`` to values ``(...)``. Replicate ``b`` draws item weights once, multinomial
@@ -172,17 +209,25 @@ def hierarchical_bootstrap(
     first stage and items, crossed with seeds, as the second. ``numpy.random.default_rng(seed)`` makes it
     deterministic; the replicates do not depend on how the resamples are chunked to bound memory.
 
+    ``pretrain`` (per arm, the pretraining seed of each of its runs, pretraining-seed-major, or None for an arm
+    with one) adds the top stage of the Multi-Bootstrap (Sellam et al. 2022, ICLR, "The MultiBERTs"): pretraining
+    seeds drawn with replacement, jointly for arms with the same pretraining seeds, then fine-tuning seeds within
+    each (``run_draws``); an arm's value is the mean over its drawn runs. ``shared_seeds`` then compares the
+    fine-tuning seeds per pretraining seed.
+
     Raises ValueError when ``resamples < 1``, the arms differ in ``n_items`` or ``K``, an arm has 0 items or
     0 seeds or negative counts, ``shared_seeds`` is set with unequal seed counts, or ``metric`` returns a
     wrong shape.
     """
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
-    arms = _check_arms(arms, shared_seeds)
+    pretrain = list(pretrain) if pretrain is not None else [None] * len(arms)
+    fine = [pretrain_layout(np.shape(a)[0], labels)[1] for a, labels in zip(arms, pretrain, strict=True)]
+    arms = _check_arms(arms, shared_seeds, fine)
     n_items, k = arms[0].shape[1:]
     rng = np.random.default_rng(seed)
     # Seed draws first, item weights after, chunk by chunk: the stream, hence the result, is chunk-independent.
-    seed_idx = seed_draws([a.shape[0] for a in arms], resamples, rng, shared_seeds)
+    seed_idx = run_draws([a.shape[0] for a in arms], pretrain, resamples, rng, shared_seeds)
     # items-major (n_items, n_seeds * K) so one BLAS matmul sums the weighted counts of every seed at once
     flat = [a.transpose(1, 0, 2).reshape(n_items, -1) for a in arms]
     row_bytes = 8 * (2 * n_items + max(a.shape[0] for a in arms) * (k + 1))

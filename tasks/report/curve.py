@@ -32,6 +32,7 @@ from tasks.report.claims import Claim, Metrics, NotRun, Sample, dig  # noqa: E40
 from tasks.report.figures import _save  # noqa: E402
 from tasks.report.items import metric_function  # noqa: E402
 from tasks.report.power import power_of  # noqa: E402
+from tasks.report.pretrain_seeds import fine_seeds  # noqa: E402
 from tasks.report.statistics import Estimate, StatsConfig, Tests, difference_verdict, mean_ci  # noqa: E402
 
 
@@ -131,8 +132,9 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
         raise NotRun("a gap claim needs four finetune runs with test predictions")
     if any(item.doc_ids != items[0].doc_ids for item in items):
         raise NotRun(f"the gap claim's runs scored different test items ({', '.join(a.run_key for a in arms)})")
-    function, shared = metric_function(claim.metric), all(item.seeds == items[0].seeds for item in items)
-    reps = bs.hierarchical_bootstrap([item.headline for item in items], function, cfg.resamples, cfg.seed, shared)
+    function, shared = metric_function(claim.metric), all(fine_seeds(item) == fine_seeds(items[0]) for item in items)
+    reps = bs.hierarchical_bootstrap([item.headline for item in items], function, cfg.resamples, cfg.seed, shared,
+                                     [item.pretrain for item in items])  # pretraining seeds first, where several
     points = [bs.point_estimate(item.headline, function) for item in items]
     first, second = reps[:, 0] - reps[:, 1], reps[:, 2] - reps[:, 3]
     n, method = len(items[0].doc_ids), f"hierarchical bootstrap ({cfg.resamples} resamples)"
@@ -150,6 +152,6 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
                                             cfg.alpha, cfg.power),
             "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
                        f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
-            "items": f"{n} test items ({claim.items}) x {len(items[0].seeds)} seeds",
+            "items": f"{n} test items ({claim.items}) x {len(fine_seeds(items[0]))} seeds",
             "difference_label": "treatment gap - baseline gap",
             "notes": [f"baseline gap: {note}" for sample in arms[2:] for note in sample.notes]}  # e.g. diverged seeds

@@ -17,9 +17,11 @@ from tasks.report.confounders import measure_confounders
 from tasks.report.curve import claim_refs, gap_estimate
 from tasks.report.evidence import CALIBRATION_METRICS, arm_calibration, calibration_estimates
 from tasks.report.export import export_gates
-from tasks.report.floor import floor_gate, lineage_gate, pretraining_notes, training_steps
+from tasks.report.floor import floor_gate, lineage_gate, training_steps
 from tasks.report.items import metric_function, with_items
 from tasks.report.power import Power, bound_power, power_of, se_from_ci
+from tasks.report.pretrain_seeds import describe, fine_seeds, with_pretraining_seeds
+from tasks.report.pretrain_seeds import notes as pretraining_seed_notes
 from tasks.report.probe_bootstrap import SenseCosines, sense_estimate
 from tasks.report.statistics import (
     Estimate,
@@ -103,7 +105,8 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     row.confounders, row.data_md5, row.unadjusted = confounders, md5s, row.verdict
     row.runs = sorted(set(treat.runs) | set(base.runs))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
-    row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_notes(claim, treat, base) + draw_notes(claim)
+    row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_seed_notes(claim, treat, base)
+    row.notes += draw_notes(claim)
     row.steps = training_steps(claim, treat, base, metrics, lock)
     # Cohen's d over the units the CI rests on; an item-level CI (test items x seeds) has no seed-only d
     same_units = claim.kind == "difference" and treat.items is None and base.items is None
@@ -124,7 +127,8 @@ def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
         return replace(sample, items=arm_calibration(task, sample.run_key, metrics))
     sample = resolve(ref, claim.metric, metrics)
     if ref.startswith("finetune/"):
-        return with_items(sample, ref.split("/")[1], claim.metric, metrics, claim.items)
+        task = ref.split("/")[1]  # an arm on our encoder also brings its runs from the further pretraining seeds
+        return with_pretraining_seeds(with_items(sample, task, claim.metric, metrics, claim.items), task, claim, metrics)
     return sample
 
 
@@ -185,15 +189,18 @@ def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
         return _arm_estimate(sample, cfg.level)
     if metric in CALIBRATION_METRICS:
         return calibration_estimates([sample.items], CALIBRATION_METRICS[metric], cfg, cfg.resamples)[0][0]
-    return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples)
+    return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples, sample.items.pretrain)
 
 
-def counts_estimate(counts: np.ndarray, function, cfg: StatsConfig, resamples: int) -> Estimate:
-    """Point estimate (mean over seeds) and percentile CI, clipped to [0, 1], of ``function`` on one arm's
-    ``counts`` (n_seeds, n_items, K) from ``resamples`` draws of the hierarchical bootstrap."""
-    reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, shared_seeds=True)[:, 0]
+def counts_estimate(counts: np.ndarray, function, cfg: StatsConfig, resamples: int,
+                    pretrain: tuple[str, ...] | None = None) -> Estimate:  # fmt: skip
+    """Point estimate (mean over runs) and percentile CI, clipped to [0, 1], of ``function`` on one arm's
+    ``counts`` (n_runs, n_items, K) from ``resamples`` draws of the hierarchical bootstrap (``pretrain``: the
+    pretraining seed of each run, drawn first; None: one pretraining seed)."""
+    reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, True, [pretrain])[:, 0]
     low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
-    method = f"hierarchical bootstrap over {counts.shape[0]} seed(s) and {counts.shape[1]} test items"
+    runs = f"{len(set(pretrain))} pretraining x {counts.shape[0] // len(set(pretrain))}" if pretrain else counts.shape[0]
+    method = f"hierarchical bootstrap over {runs} seed(s) and {counts.shape[1]} test items"
     return Estimate(bs.point_estimate(counts, function), low, high, counts.shape[1], method)
 
 
@@ -295,13 +302,16 @@ def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig)
 
 
 def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
-    """Both arms from one paired hierarchical bootstrap: seeds resampled (jointly when both arms ran the same
-    seeds), then test items, with the same item draw for both arms (``bootstrap.hierarchical_bootstrap``)."""
+    """Both arms from one paired hierarchical bootstrap: pretraining seeds resampled when an arm has runs from
+    several (jointly for arms that share them), then fine-tuning seeds (jointly when both arms ran the same seeds:
+    each seed drew its own training subset), then test items, with the same item draw for both arms
+    (``bootstrap.hierarchical_bootstrap``; the Multi-Bootstrap of Sellam et al. 2022)."""
     t_items, b_items = treat.items, base.items
     if t_items.doc_ids != b_items.doc_ids:
         raise NotRun(f"{treat.run_key} and {base.run_key} scored different test items")
-    function, shared = metric_function(claim.metric), t_items.seeds == b_items.seeds
-    reps = bs.hierarchical_bootstrap([t_items.headline, b_items.headline], function, cfg.resamples, cfg.seed, shared)
+    function, shared = metric_function(claim.metric), fine_seeds(t_items) == fine_seeds(b_items)
+    reps = bs.hierarchical_bootstrap([t_items.headline, b_items.headline], function, cfg.resamples, cfg.seed, shared,
+                                     [t_items.pretrain, b_items.pretrain])  # fmt: skip
     n, deltas = len(t_items.doc_ids), reps[:, 0] - reps[:, 1]
     method = f"hierarchical bootstrap ({cfg.resamples} resamples)"
     t_est, b_est = (Estimate(bs.point_estimate(x.headline, function), *bs.percentile_ci(r, cfg.level, UNIT_RANGE),
@@ -313,9 +323,9 @@ def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
     power = power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power)
     seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per arm"
     pairing = (f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
-               f"({len(t_items.seeds)} vs {len(b_items.seeds)}); {method}")
+               f"({describe(t_items)} vs {describe(b_items)}); {method}")
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power,
-               items=f"{n} test items ({claim.items}) x {len(t_items.seeds)} vs {len(b_items.seeds)} seeds")
+               items=f"{n} test items ({claim.items}) x {describe(t_items)} vs {describe(b_items)} seeds")
 
 
 def _arm_estimate(sample: Sample, level: float) -> Estimate:

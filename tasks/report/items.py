@@ -37,18 +37,20 @@ METRICS = {
 class Items:
     """Per-item counts of one arm of a task of kind ``module`` (``cls``: classification and pair
     classification; ``ner``: token classification): ``counts`` (n_seeds, n_items, K) over ``doc_ids`` (sorted),
-    ``seeds``; ``labels`` are the class names (cls) or entity types (ner) of the count layout."""
+    ``seeds``; ``labels`` are the class names (cls) or entity types (ner) of the count layout; ``pretrain`` the
+    pretraining seed of each run (row) when runs of several are stacked (``tasks.report.pretrain_seeds``)."""
 
     module: str
     counts: np.ndarray
     doc_ids: tuple[str, ...]
     seeds: tuple[int, ...]
     labels: tuple[str, ...]
+    pretrain: tuple[str, ...] | None = None  # None: one pretraining seed
 
     def subset(self, keep: np.ndarray) -> Items:
         """The same arm on the items where ``keep`` (n_items,) is true."""
         ids = tuple(d for d, k in zip(self.doc_ids, keep, strict=True) if k)
-        return Items(self.module, self.counts[:, keep], ids, self.seeds, self.labels)
+        return Items(self.module, self.counts[:, keep], ids, self.seeds, self.labels, self.pretrain)
 
     @property
     def headline(self) -> np.ndarray:
