@@ -15,8 +15,9 @@ from tasks.report.claims import Metrics, NotRun, dig
 SECTION = "Data: leakage audit recall against edit strength"
 FIGURE = "Leakage audit: recall against edit strength"
 #: Detector labels in the tables.
-LABELS = {"ngram": "13-gram", "exact": "whole doc", "minhash_doc": "MinHash doc", "minhash_passage": "MinHash passage",
-          "semantic": "semantic", "audit": "audit (any)"}
+LABELS = {"ngram": "13-gram", "ngram_substituted": "13-gram, words substituted", "exact": "whole doc",
+          "minhash_doc": "MinHash doc", "minhash_passage": "MinHash passage", "semantic": "semantic",
+          "lexical": "lexical (any)", "audit": "audit (any)"}
 
 
 def cell(entry: dict) -> str:
