@@ -200,3 +200,23 @@ def test_a_task_split_left_empty_is_an_error_naming_the_source_and_the_split(tmp
     frame.loc[frame["doc_id"].isin(dev_doc), "is_duplicate"] = True
     with pytest.raises(ValueError, match=r"^source t: split 'dev' is empty \(9 kept docs in 3 groups"):
         run_split(tmp_path / "c", [frame])
+
+
+def test_most_common_by_breaks_ties_by_the_smallest_value_and_skips_nulls():
+    from tasks.split.assign import most_common_by
+
+    keys = pd.Series(["a", "a", "a", "b", "b", "c", "d", "d"], dtype=object)
+    values = pd.Series(["y", "x", "y", "q", "p", None, "z", None], dtype=object)
+    got = most_common_by(keys, values)
+    # a: y twice beats x; b: a tie of one each, p < q; c: only a null, so absent; d: the null is not counted
+    assert got.to_dict() == {"a": "y", "b": "p", "d": "z"}
+
+
+def test_dropped_rows_leave_the_source_file_by_position(tmp_path):
+    frames = {"s": rows_of("s", "task", ["g1", "g2", "g3"]), "t": rows_of("t", "task", ["h1", "h2"])}
+    rows = split.working_rows(frames).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"])
+    split.write_outputs(frames, rows, tmp_path)
+    s, t = pd.read_parquet(tmp_path / "s.parquet"), pd.read_parquet(tmp_path / "t.parquet")
+    assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
+    assert list(t["doc_id"]) == ["t-0001"] and list(t["split"]) == ["test"]
+    assert (tmp_path / "manifest.tsv").read_text() == "doc_id\tsplit\ns-0000\ttrain\ns-0002\tdev\nt-0001\ttest\n"

@@ -8,6 +8,7 @@ import json
 import math
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 
 from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
@@ -95,9 +96,10 @@ def fixed_components(rows: pd.DataFrame, fixed: pd.Series) -> dict[str, str]:
 
 def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataFrame:
     """One row per component: ``docs``, ``key``, ``stratum`` (source[/label]) and ``date`` (temporal mode)."""
-    table = rows.groupby("component", sort=True).agg(
-        docs=("doc_id", "size"), source=("source", _most_common), label=("label", _most_common)
-    )
+    table = rows.groupby("component", sort=True)["doc_id"].size().to_frame("docs")
+    table["source"] = most_common_by(rows["component"], rows["source"]).reindex(table.index)
+    table["label"] = most_common_by(rows["component"], rows["label"]).reindex(table.index)
+    table = table.astype({"source": object, "label": object}).replace({np.nan: None})
     table["key"] = [group_key(cfg.seed, name) for name in table.index]
     with_label = cfg.stratify_by_label and role == "task"
     table["stratum"] = [
@@ -108,13 +110,15 @@ def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataF
     return table
 
 
-def _most_common(values: pd.Series):
-    """The most frequent non-null value (ties: the smallest as a string), or None."""
-    counts = Counter(v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v)))
-    if not counts:
-        return None
-    top = max(counts.values())
-    return min((v for v, c in counts.items() if c == top), key=str)
+def most_common_by(keys: pd.Series, values: pd.Series) -> pd.Series:
+    """Per key, the most frequent non-null string of ``values`` (ties: the smallest), indexed by key; a key whose
+    values are all null is absent. One sort over the (key, value) counts, not a Python function per group
+    (~6 s at 100k components)."""
+    known = values.notna()
+    pairs = pd.DataFrame({"key": keys[known], "value": values[known].astype(str)})
+    counts = pairs.value_counts(sort=False).rename("n").reset_index()
+    top = counts.sort_values(["key", "n", "value"], ascending=[True, False, True]).drop_duplicates("key")
+    return top.set_index("key")["value"].astype(object)
 
 
 def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
