@@ -28,7 +28,7 @@ def add_further_seed(root) -> None:
         lines = [json.dumps({"doc_id": f"d{i:02d}", "gold": g, "pred": p}) for i, (g, p) in enumerate(zip(GOLD, pred))]
         (folder / f"seed{seed}.test.jsonl").write_text("\n".join(lines) + "\n")
     values = [float(f1_score(GOLD, p, labels=LABELS, average="macro")) for p in SEED21.values()]
-    data["runs"][FURTHER] = {"test_macro_f1": {"per_seed": values, "seeds": list(SEED21)}, "diverged_seeds": []}
+    data["runs"][FURTHER] = {"test_macro_f1": {"per_seed": values, "seeds": list(SEED21)}, "diverged_seeds": [2]}
     data["pretraining_seeds"] = {"runs": {OURS: {"21": FURTHER}}}
     path.write_text(json.dumps(data))
 
@@ -45,6 +45,7 @@ def test_a_second_pretraining_seed_widens_the_ci_and_the_point_is_the_mean_of_ev
     assert two.items == "20 test items (all) x 2 pretraining x 3 fine-tuning vs 3 seeds"
     assert ONE_SEED in one.notes and ONE_SEED not in two.notes
     assert any(n.startswith("pretraining seeds resampled at the top of the bootstrap (2") for n in two.notes)
+    assert f"treatment: {FURTHER}: diverged seeds 2" in two.notes  # a further seed's caveats reach the row
     again = evaluate(claim(OURS, "random/full/mean-pool"), metrics, Lock({}), STATS)
     assert (again.difference.low, again.difference.high) == (two.difference.low, two.difference.high)
 

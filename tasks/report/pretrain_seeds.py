@@ -28,8 +28,9 @@ ONE_SEED = "CI excludes pretraining variance (1 pretraining seed; pretrain.seeds
 
 def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Metrics) -> Sample:
     """``sample`` (a finetune arm with test items) with the items of its runs from the further pretraining seeds
-    stacked after its own; unchanged without items or further seeds. The seed-level ``values`` stay the first
-    seed's. A ner run's entity types may differ between runs: then only the headline counts are stacked.
+    stacked after its own; unchanged without items or further seeds. The seed-level ``values`` (and the diverged
+    gate) stay the first seed's; a further run's notes (its diverged seeds) join the arm's. A ner run's entity
+    types may differ between runs: then only the headline counts are stacked.
 
     Raises ``NotRun`` when a further seed's run is missing or has other fine-tuning seeds or test items.
     """
@@ -38,10 +39,11 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
     further = ((metrics.get(f"finetune/{task}").get("pretraining_seeds") or {}).get("runs") or {}).get(sample.run_key)
     if not further:
         return sample
-    parts, labels = [sample.items], [FIRST] * len(sample.items.seeds)
+    parts, labels, notes = [sample.items], [FIRST] * len(sample.items.seeds), list(sample.notes)
     for seed, key in sorted(further.items(), key=lambda kv: int(kv[0])):
-        other = with_items(resolve(f"finetune/{task}/{key}", claim.metric, metrics), task, claim.metric, metrics,
-                           claim.items).items  # fmt: skip
+        run = with_items(resolve(f"finetune/{task}/{key}", claim.metric, metrics), task, claim.metric, metrics,
+                         claim.items)  # fmt: skip
+        other, notes = run.items, notes + list(run.notes)
         if other is None or other.seeds != sample.items.seeds or other.doc_ids != sample.items.doc_ids:
             raise NotRun(f"{task}/{key} (pretraining seed {seed}) has other fine-tuning seeds or test items than "
                          f"{sample.run_key}")  # fmt: skip
@@ -51,7 +53,7 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
     counts = np.concatenate([p.counts if same else p.headline for p in parts])
     items = Items(sample.items.module, counts, sample.items.doc_ids, sum((p.seeds for p in parts), ()),
                   sample.items.labels if same else (), tuple(labels))  # fmt: skip
-    return replace(sample, items=items)
+    return replace(sample, items=items, notes=tuple(notes))
 
 
 def pretraining_seeds(items: Items | None) -> int:
