@@ -35,21 +35,11 @@ def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokeniz
     timed, kept, results = None, None, []
     for seed in [baselines.SEED] if row.reference else cfg.seeds:
         seed_rows, seed_texts = (rows, texts) if row.reference else drawn_input(rows, texts, draw, seed)
-        fit = baselines.fit_predict(row.name, seed_rows, labels, tcfg, seed_texts)
-        dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
-        path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
-        flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
-        with log.child(f"{item}/{row.key}/seed{seed}") as child:
-            child.params(common | {"seed": seed, "train_docs": len(seed_rows["train"]), **flat})
-            child.metrics(task.headline(test))
-            child.artifact(path, "predictions")
-        results.append({"seed": seed, "test": task.headline(test), "details": task.details(test),
-                                    "diverged": False, select: dev[task.SELECT_METRIC], "setting": fit["setting"],
-                                    "train_docs": len(seed_rows["train"]),
-                                    "dev_docs": len(baselines.documents(seed_rows["dev"]))})  # fmt: skip
-        if "fitted" in fit and (kept is None or dev[task.SELECT_METRIC] > kept["dev"]):
+        fit, result = fit_seed(item, task, row, seed, seed_rows, seed_texts, labels, tcfg, out_dir, log, common)
+        results.append(result)
+        if "fitted" in fit and (kept is None or result[select] > kept["dev"]):
             kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
-                    "seed": seed, "dev": dev[task.SELECT_METRIC],
+                    "seed": seed, "dev": result[select],
                     "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
                             "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
         if "fitted" in fit and timed is None and cfg.operational.enabled and not row.reference:
@@ -60,6 +50,24 @@ def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokeniz
     entry = aggregate(task, results, cfg, log)
     setting = {str(s["seed"]): s["setting"] for s in results}
     return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": setting}, timed, kept
+
+
+def fit_seed(item: str, task, row: baselines.Row, seed: int, rows: dict, texts: dict | None, labels: list[str],
+             tcfg: TaskParams, out_dir: Path, log, common: dict) -> tuple[dict, dict]:  # fmt: skip
+    """Fit ``row`` on one seed's ``rows`` (and ``texts``) and score it with ``task`` (``tasks.finetune.cls`` or
+    ``ner``), write ``<key>/seed<seed>.test.jsonl`` and log a nested run; returns ``baselines.fit_predict``'s fit
+    and the seed's result (what ``records.aggregate`` reads)."""
+    fit = baselines.fit_predict(row.name, rows, labels, tcfg, texts)
+    dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
+    path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
+    flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
+    with log.child(f"{item}/{row.key}/seed{seed}") as child:
+        child.params(common | {"seed": seed, "train_docs": len(rows["train"]), **flat})
+        child.metrics(task.headline(test))
+        child.artifact(path, "predictions")
+    return fit, {"seed": seed, "test": task.headline(test), "details": task.details(test), "diverged": False,
+                 f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "setting": fit["setting"],
+                 "train_docs": len(rows["train"]), "dev_docs": len(baselines.documents(rows["dev"]))}
 
 
 def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[dict, dict | None]:
