@@ -224,3 +224,33 @@ def test_a_builtin_source_is_cached_whole_and_read_again_only_when_asked(tmp_pat
                                                  {"units_read": 1, "units_cached": 0}]  # fmt: skip
     assert runs[0][1]["totals"]["docs_out"] == 2394  # WNUT-16's sentences (tests/test_ingest.py counts them too)
     assert runs[0][1:] == runs[1][1:] == runs[2][1:]
+
+
+def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp_path):
+    """Rows of cached units stay Arrow (ingest.collect): a dropped record and the max_docs sample across a cached
+    and a new file come out as a whole read's; an entry in the old Parquet format is pruned."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rng = random.Random(7)
+    write_file(raw, "a.jsonl", [words(rng), "   ", words(rng)])  # line 2 is blank once normalized: "empty"
+    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(raw), "text_field": "text",
+            "label_field": "label", "max_docs": 3}  # fmt: skip
+    run = lambda root, incremental: ingest.run(IngestParams(sources=[spec], incremental=incremental),  # noqa: E731
+                                               paths_of(root), RecordingLog())  # fmt: skip
+    run(tmp_path / "inc", True)
+    stale = tmp_path / "inc" / "data" / "ingest_cache" / "docs" / "0123.parquet"
+    stale.write_bytes(b"old format")
+    write_file(raw, "b.jsonl", [words(rng), words(rng)])
+    after = run(tmp_path / "inc", True)
+    assert after == run(tmp_path / "full", False)
+    # 5 records: 1 empty, 4 kept, of which max_docs keeps the 3 of smallest md5 of the own id
+    ids = ["a.jsonl:1", "a.jsonl:3", "b.jsonl:1", "b.jsonl:2"]
+    out = sorted(sorted(ids, key=lambda own: hashlib.md5(own.encode()).hexdigest())[:3], key=ids.index)
+    assert after["sources"]["docs"]["dropped"] == {"empty": 1, "max_docs": 1}
+    for root in ("inc", "full"):
+        rows = pq.read_table(tmp_path / root / "data" / "ingest" / "docs.parquet").column("doc_id").to_pylist()
+        assert rows == [f"docs:{own}" for own in out]
+    inc, full = ({p.name: p.read_bytes() for p in (tmp_path / root / "data" / "ingest").iterdir()}
+                 for root in ("inc", "full"))  # fmt: skip
+    assert inc == full and sorted(inc) == ["docs.parquet", "dropped.jsonl"]
+    assert not stale.exists() and all(p.suffix == ".arrow" for p in stale.parent.iterdir())

