@@ -1,5 +1,5 @@
-"""What a fine-tuning claim's arms were: whether the treatment beat a floor on dev, how many optimiser steps each
-run took, and what one pretraining run leaves out of a CI.
+"""What a fine-tuning claim's arms were: whether the treatment beat a floor on dev, and how many optimiser steps
+each run took; and whether the model's pretraining lineage is known.
 
 The floor gate: a trained treatment arm whose mean dev score (``selection.dev`` of
 ``metrics/finetune/<task>.json``, the score the finetune stage chose arms by) does not exceed a baseline's dev
@@ -120,7 +120,7 @@ def training_steps(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, 
     return out
 
 
-#: Variants whose weights come from our one pretraining run.
+#: Variants whose weights come from our pretraining.
 PRETRAINED = ("pretrained", "adapted")
 
 
@@ -144,13 +144,3 @@ def lineage_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics) ->
 def _uses_pretrained(claim: Claim, treat: Sample, base: Sample) -> bool:
     refs = [claim.treatment, claim.baseline, treat.run_key, base.run_key]
     return any(part in PRETRAINED or part == "mlm" for ref in refs for part in ref.split("/"))
-
-
-def pretraining_notes(claim: Claim, treat: Sample, base: Sample) -> list[str]:
-    """A claim resting on our pretrained encoder has one pretraining run behind it: its CI does not include
-    pretraining variance (nor, for fine-tuning claims, the variance of the one draw of the train subset)."""
-    if not _uses_pretrained(claim, treat, base):
-        return []
-    finetune = claim.treatment.startswith("finetune/")
-    return ["one pretraining seed: the CI excludes pretraining variance" + (
-        " and the variance of the one draw of the fine-tuning train subset (finetune.data_seed)" if finetune else "")]
