@@ -213,9 +213,12 @@ def test_most_common_by_breaks_ties_by_the_smallest_value_and_skips_nulls():
 
 
 def test_dropped_rows_leave_the_source_file_by_position(tmp_path):
+    import pyarrow as pa
+
     frames = {"s": rows_of("s", "task", ["g1", "g2", "g3"]), "t": rows_of("t", "task", ["h1", "h2"])}
-    rows = split.working_rows(frames).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"])
-    split.write_outputs(frames, rows, tmp_path)
+    tables = {name: pa.Table.from_pandas(frame, preserve_index=False) for name, frame in frames.items()}
+    rows = split.working_rows(tables).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"])
+    split.write_outputs(tables, rows, tmp_path)
     s, t = pd.read_parquet(tmp_path / "s.parquet"), pd.read_parquet(tmp_path / "t.parquet")
     assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
     assert list(t["doc_id"]) == ["t-0001"] and list(t["split"]) == ["test"]
