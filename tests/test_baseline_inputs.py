@@ -140,5 +140,8 @@ def test_the_best_baseline_reads_the_best_arms_input_and_reference_rows_are_neve
     # the reference arm wins; the clozeline cut scores higher on dev but is not the input that arm reads
     assert sel["best_arm"] == "reference/full/mean-pool" and sel["best_baseline"] == "baseline/tfidf-lr/reference-cut"
     assert "baseline/tfidf-lr/all-data" not in sel["dev"] and set(sel["baselines"]) == set(comparators)
+    # each arm's floor comparator reads that arm's input: the clozeline cut for ours, whatever the best arm read
+    assert sel["comparator_of"] == {"pretrained/full/mean-pool": "baseline/tfidf-lr/clozeline-cut",
+                                    "reference/full/mean-pool": "baseline/tfidf-lr/reference-cut"}
     runs["reference/full/mean-pool"]["details"]["per_seed"]["0"]["dev_best_macro_f1"] = 0.1
     assert select_best(runs, arms, comparators, "cls")["best_baseline"] == "baseline/tfidf-lr/clozeline-cut"

@@ -76,10 +76,11 @@ def test_an_underpowered_inconclusive_verdict_says_so():
     assert verdict_cell(row) == "supported (Holm p 0.3 in the primary family)"
 
 
-def _set_dev(root, dev: dict, **extra) -> None:
+def _set_dev(root, dev: dict, selection: dict | None = None, **extra) -> None:
     path = root / "metrics" / "finetune" / "cls.json"
     data = json.loads(path.read_text())
     data["selection"]["dev"] = dev
+    data["selection"].update(selection or {})
     data.update(extra)
     path.write_text(json.dumps(data))
 
@@ -98,6 +99,25 @@ def test_a_treatment_arm_at_the_best_baselines_dev_score_is_not_resolvable(tmp_p
     assert any("baseline random/full/mean-pool at floor (dev 0.6000" in n for n in row.notes)
     # the claim against the best baseline itself tests that floor on test: not gated
     assert evaluate(claim("best-arm", "best-baseline"), metrics, Lock({}), FLOOR).verdict != "not resolvable"
+
+
+def test_each_arm_is_gated_by_the_comparator_that_read_its_own_input(tmp_path):
+    metrics = write_workspace(tmp_path)
+    # the treatment read the clozeline cut, whose TF-IDF scored 0.79 on dev; the MiniLM cut's TF-IDF 0.85
+    # (the best arm's, so best_baseline) must not gate it, and the control's own comparator 0.65 is above it
+    cuts = {"baseline/tfidf-lr/clozeline-cut": 0.79, "baseline/tfidf-lr/reference-cut": 0.85}
+    _set_dev(tmp_path, {ARM: 0.80, CONTROL: 0.60, **cuts}, {
+        "best_baseline": "baseline/tfidf-lr/reference-cut",
+        "comparator_of": {ARM: "baseline/tfidf-lr/clozeline-cut", CONTROL: "baseline/tfidf-lr/clozeline-cut"}})
+    row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), replace(FLOOR, floor_margin=0.0))
+    assert row.verdict != "not resolvable"  # 0.80 > 0.79 + 0: above its own floor, below the other cut's
+    assert any(n.startswith("baseline random/full/mean-pool at floor (dev 0.6000; floor: "
+                            "baseline/tfidf-lr/clozeline-cut dev 0.7900") for n in row.notes)
+    without = {ARM: 0.80, CONTROL: 0.60, **cuts}  # an older metrics file: best_baseline for every arm
+    _set_dev(tmp_path, without, {"best_baseline": "baseline/tfidf-lr/reference-cut", "comparator_of": {}})
+    metrics = Metrics(tmp_path / "metrics", predictions=tmp_path / "data" / "finetune")
+    assert evaluate(claim(ARM, CONTROL), metrics, Lock({}), replace(FLOOR, floor_margin=0.0)).reason.startswith(
+        "not resolvable: pretrained/full/mean-pool at floor (dev 0.8000; floor: baseline/tfidf-lr/reference-cut")
 
 
 def test_the_weakest_baseline_floor_and_its_margin(tmp_path):

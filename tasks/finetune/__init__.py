@@ -260,7 +260,8 @@ def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | N
     ``arms``: arm key -> its tokenization; ``comparators``: comparator baseline key -> the tokenization whose cut
     it reads (None: no cut). The best baseline is chosen among the comparators that read the best arm's input
     (its tokenization's cut, or no cut), so a claim compares the same docs and input; reference rows
-    (``baseline/<name>/all-data``) are never passed here. Ties: the key that sorts last.
+    (``baseline/<name>/all-data``) are never passed here. ``comparator_of`` names, for every arm, the best
+    comparator reading that arm's input (the report's floor gate). Ties: the key that sorts last.
     """
     metric = f"dev_best_{TASKS[module].SELECT_METRIC}"
 
@@ -274,8 +275,11 @@ def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | N
     if arms:
         out["best_arm"] = max(arms, key=lambda k: (scores[k], k))
     if comparators:
-        tok = arms.get(out.get("best_arm"))
-        same = [k for k, t in comparators.items() if t is None or t == tok] or list(comparators)
-        out["best_baseline"] = max(same, key=lambda k: (scores[k], k))
+        def best_reading(tok: str | None) -> str:
+            same = [k for k, t in comparators.items() if t is None or t == tok] or list(comparators)
+            return max(same, key=lambda k: (scores[k], k))
+
+        out["best_baseline"] = best_reading(arms.get(out.get("best_arm")))
+        out["comparator_of"] = {arm: best_reading(tok) for arm, tok in arms.items()}
         out["baselines"] = {k: runs[k]["setting"] for k in comparators}  # what each comparator chose on dev
     return out

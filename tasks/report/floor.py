@@ -5,8 +5,10 @@ The floor gate: a trained treatment arm whose mean dev score (``selection.dev`` 
 ``metrics/finetune/<task>.json``, the score the finetune stage chose arms by) does not exceed a baseline's dev
 score by more than ``floor_margin`` does no better than a fitted baseline already does, so a claim about it
 between two arms says nothing about the question: the claim is ``not resolvable: <arm> at floor (dev <score>; ...)``.
-The baseline is the best one on dev (``selection.best_baseline``, ``floor_baseline: best``) or the weakest
-one on dev (``weakest``: the majority class for classification, word memorisation for NER). A claim whose
+The baseline is the best one on dev among the comparators that read the arm's own docs and input
+(``selection.comparator_of``: TF-IDF on the arm's tokenizer's cut, not the MiniLM's; ``floor_baseline: best``; a
+metrics file without it: ``selection.best_baseline``) or the weakest one on dev (``weakest``: the majority class
+for classification, word memorisation for NER). A claim whose
 baseline is itself a fitted baseline (``baseline/...``) is not gated: it tests that floor on test. A
 baseline arm at the floor is noted, not gated (the treatment may rightly beat a control below the floor).
 
@@ -28,12 +30,13 @@ from tasks.report.claims import MALFORMED, Claim, Metrics, NotRun, Sample
 BASELINE_PREFIX = "baseline/"
 
 
-def floor_of(selection: dict, which: str) -> tuple[str, float]:
-    """``(baseline key, dev score)`` of the floor: the best baseline on dev (``best``) or the weakest (``weakest``)
-    among the baselines of ``selection.dev``. Raises ``KeyError`` when the selection has no baseline."""
+def floor_of(selection: dict, which: str, arm: str = "") -> tuple[str, float]:
+    """``(baseline key, dev score)`` of ``arm``'s floor: the best comparator on dev reading the arm's input
+    (``best``) or the weakest baseline of ``selection.dev`` (``weakest``). Raises ``KeyError`` when the
+    selection has no baseline."""
     dev = selection["dev"]
     if which == "best":
-        key = selection["best_baseline"]
+        key = (selection.get("comparator_of") or {}).get(arm) or selection["best_baseline"]
         return key, float(dev[key])
     if which != "weakest":
         raise ValueError(f"floor_baseline must be 'best' or 'weakest', got {which!r}")
@@ -53,15 +56,16 @@ def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg)
         return [], []
     try:
         selection = metrics.get(f"finetune/{claim.task}")["selection"]
-        floor_key, floor = floor_of(selection, cfg.floor_baseline)
+        floors = {k: floor_of(selection, cfg.floor_baseline, k) for k in keys}
         dev = {k: float(selection["dev"][k]) for k in keys}
     except (NotRun, *MALFORMED) as err:
         return [], [f"floor gate not checked: no dev scores of the arms and baselines ({type(err).__name__}: {err})"]
-    bar = f"floor: {floor_key} dev {floor:.4f} + margin {cfg.floor_margin:g}"
-    at_floor = {k: dev[k] <= floor + cfg.floor_margin for k in keys}
-    failed = [f"{treat.run_key} at floor (dev {dev[treat.run_key]:.4f}; {bar})"] if at_floor[treat.run_key] else []
-    notes = [f"baseline {base.run_key} at floor (dev {dev[base.run_key]:.4f}; {bar}): the treatment is compared "
-             "with an arm that does not beat that baseline on dev"] if at_floor[base.run_key] else []
+    bar = {k: f"floor: {floors[k][0]} dev {floors[k][1]:.4f} + margin {cfg.floor_margin:g}" for k in keys}
+    at_floor = {k: dev[k] <= floors[k][1] + cfg.floor_margin for k in keys}
+    t, b = keys
+    failed = [f"{t} at floor (dev {dev[t]:.4f}; {bar[t]})"] if at_floor[t] else []
+    notes = [f"baseline {b} at floor (dev {dev[b]:.4f}; {bar[b]}): the treatment is compared with an arm that does "
+             "not beat that baseline on dev"] if at_floor[b] else []
     return failed, notes
 
 
