@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -113,3 +117,20 @@ def worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The test environment for a training subprocess: one OpenMP thread, passive waits, the repo importable."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT), **extra}
+
+
+def kill_at_first_checkpoint(script: Path, ckpt_dir: Path, timeout_s: float) -> int:
+    """Run the worker ``script`` and SIGKILL it as soon as ``ckpt_dir`` holds a checkpoint (or after
+    ``timeout_s`` seconds); returns the step of the last checkpoint it left. Asserts it died of the SIGKILL."""
+    from tasks.pretrain import checkpoint
+
+    proc = subprocess.Popen([sys.executable, str(script)], env=subprocess_env())
+    try:
+        deadline = time.monotonic() + timeout_s
+        while checkpoint.latest(ckpt_dir) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return checkpoint.read_state(checkpoint.latest(ckpt_dir))["step"]

@@ -2,15 +2,11 @@
 further one trains the same recipe into ``models/pretrained/seeds/<seed>/`` with its own checkpoints, so a SIGKILL
 during a further seed resumes to the uninterrupted weights."""
 
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import build_corpus, clone, make_cfg, subprocess_env, worker_script
+from pretrain_fixtures import build_corpus, clone, kill_at_first_checkpoint, make_cfg, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
@@ -71,16 +67,7 @@ def test_a_sigkill_during_a_further_seed_resumes_to_the_uninterrupted_weights(co
     cfg, uninterrupted, *_ = two_seeds
     paths = clone(corpus, tmp_path / "killed")
     ckpt = paths.models / "checkpoints" / "pretrain" / "seeds" / "21"
-    proc = subprocess.Popen([sys.executable, str(worker_script(tmp_path, cfg, paths))], env=subprocess_env())
-    try:
-        deadline = time.monotonic() + 300
-        while checkpoint.latest(ckpt) is None and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    killed_at = checkpoint.read_state(checkpoint.latest(ckpt))["step"]
+    killed_at = kill_at_first_checkpoint(worker_script(tmp_path, cfg, paths), ckpt, 300)
     assert 5 <= killed_at < STEPS
     resumed = run(cfg, paths, NullLog())
     assert resumed["resumed_from_step"] == STEPS  # the first seed had finished: its last checkpoint is its end

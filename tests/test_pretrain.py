@@ -1,15 +1,12 @@
 """The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume (DDP: test_pretrain_ddp.py)."""
 
 import math
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import TINY, build_corpus, clone, make_cfg, subprocess_env, worker_script
+from pretrain_fixtures import TINY, build_corpus, clone, kill_at_first_checkpoint, make_cfg, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -104,16 +101,7 @@ def test_sigkill_then_rerun_resumes_to_the_uninterrupted_weights(corpus, tmp_pat
     cfg = make_cfg(max_steps=150, checkpoint_every_steps=5, eval_every_steps=50)
     paths = clone(corpus, tmp_path / "killed")
     ckpt_dir = paths.models / "checkpoints" / "pretrain"
-    proc = subprocess.Popen([sys.executable, str(worker_script(tmp_path, cfg, paths))], env=subprocess_env())
-    try:
-        deadline = time.monotonic() + 120
-        while checkpoint.latest(ckpt_dir) is None and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    killed_at = checkpoint.read_state(checkpoint.latest(ckpt_dir))["step"]
+    killed_at = kill_at_first_checkpoint(worker_script(tmp_path, cfg, paths), ckpt_dir, 120)
     assert 5 <= killed_at < 150
 
     resumed = run(cfg, paths, NullLog())
