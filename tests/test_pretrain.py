@@ -1,7 +1,6 @@
 """The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume (DDP: test_pretrain_ddp.py)."""
 
 import math
-import time
 from pathlib import Path
 
 import pytest
