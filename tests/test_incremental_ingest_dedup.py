@@ -254,3 +254,16 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
                  for root in ("inc", "full"))  # fmt: skip
     assert inc == full and sorted(inc) == ["docs.parquet", "dropped.jsonl"]
     assert not stale.exists() and all(p.suffix == ".arrow" for p in stale.parent.iterdir())
+
+
+def test_raw_md5s_reads_string_and_large_string_buffers_and_slices():
+    import pyarrow as pa
+
+    from tasks.dedup.incremental import raw_md5s
+
+    texts = ["a", "bé", "", "ccc"]
+    by_hand = [hashlib.md5(text.encode("utf-8")).hexdigest() for text in texts]
+    for kind in (pa.string(), pa.large_string()):
+        array = pa.array(texts, kind)
+        assert raw_md5s(array) == by_hand
+        assert raw_md5s(array.slice(1, 2)) == by_hand[1:3]  # a slice starts inside the offsets buffer

@@ -74,8 +74,8 @@ class IndexedSignatures(DocSignatures):
 def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatures:
     """Signatures of every row of ``corpus``: from the index at ``folder`` where the rule above allows, else
     signed (``sign_documents``); logs the path taken to ``log`` (info, MLflow tags and metrics)."""
-    texts = corpus.texts()
-    raw = raw_md5s(texts)
+    texts = pa.chunked_array(corpus.text_chunks, pa.string()) if corpus.text_chunks else corpus.text
+    raw = [digest for chunk in texts.chunks for digest in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
     entries, keys, reason = load_entries(folder, cfg)
     mode = "incremental" if entries is not None else "full"
     entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
@@ -83,7 +83,8 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     found = sum(digest in entry_of for digest in raw)
     todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
     at = _numbers(np.asarray(todo, np.int64), pa.int64())
-    picked = texts.take(at) if isinstance(texts, pa.Array) else [texts[i] for i in todo]
+    # only the texts to sign are gathered (concatenating every text cost ~0.7 s at 100k docs)
+    picked = texts.take(at).combine_chunks().cast(pa.large_string()) if corpus.text_chunks else [texts[i] for i in todo]
     fresh = sign_documents(picked, cfg)
     entry_of.update({raw[i]: len(keys) + k for k, i in enumerate(todo)})
     rows = np.fromiter(map(entry_of.__getitem__, raw), np.int64, count=len(raw))
@@ -98,10 +99,13 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
 
 
 def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
-    """md5 hex of each text's UTF-8 bytes (from the Arrow buffers when ``texts`` is Arrow: no ``str`` per text)."""
+    """md5 hex of each text's UTF-8 bytes (from the Arrow buffers when ``texts`` is an Arrow ``string`` or
+    ``large_string`` array: no ``str`` per text)."""
     if not isinstance(texts, pa.Array):
         return [hashlib.md5(text.encode("utf-8")).hexdigest() for text in texts]
-    offsets = np.frombuffer(texts.buffers()[1], np.int64, count=len(texts) + 1, offset=texts.offset * 8).tolist()
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    start = texts.offset * np.dtype(width).itemsize
+    offsets = np.frombuffer(texts.buffers()[1], width, count=len(texts) + 1, offset=start).tolist()
     data = memoryview(texts.buffers()[2] or b"")
     return [hashlib.md5(data[start:stop]).hexdigest() for start, stop in zip(offsets, offsets[1:])]
 
