@@ -187,3 +187,18 @@ def test_the_report_leads_with_the_primary_familys_answer():
     assert answer([c]).startswith("No claim is declared primary")
     assert without_parentheses("a: 2 of 5 seeds diverged (dev at chance; at most 20%); b at floor (dev 0.09; floor: "
                                "x (y) z)") == "a: 2 of 5 seeds diverged; b at floor"
+
+
+def test_an_undefined_best_baseline_estimate_is_shown_as_missing_not_raised(monkeypatch):
+    # e2e: a NER memoriser seed whose draw predicts no entity span has no calibration unit (ValueError)
+    from tasks.report import evaluation
+    from tasks.report.claims import Sample
+
+    sample = Sample((0.5,), ("13",), "seed", "x", run_key="baseline/memorise/words")
+    monkeypatch.setattr(evaluation, "arm", lambda ref, claim, metrics: sample)
+
+    def undefined(*_):
+        raise ValueError("seed 21 has no calibration unit (no predicted entity span)")
+
+    monkeypatch.setattr(evaluation, "arm_estimate", undefined)
+    assert evaluation.best_baseline(claim(ARM, CONTROL), None, FLOOR) == ("baseline/memorise/words", None)

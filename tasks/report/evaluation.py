@@ -174,12 +174,16 @@ def draw_notes(claim: Claim) -> list[str]:
 
 def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str, Estimate | None]:
     """The run key and estimate of the task's best baseline on dev, on the claim's items (``("", None)``
-    when the finetune stage fitted none)."""
+    when the finetune stage fitted none; ``(key, None)`` when its estimate is undefined, e.g. a calibration
+    metric of a NER baseline seed that predicted no entity span)."""
     try:
         sample = arm(f"finetune/{claim.task}/best-baseline", claim, metrics)
     except (NotRun, *MALFORMED):
         return "", None
-    return sample.run_key, arm_estimate(sample, claim.metric, cfg)
+    try:
+        return sample.run_key, arm_estimate(sample, claim.metric, cfg)
+    except (NotRun, *MALFORMED):
+        return sample.run_key, None
 
 
 def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
