@@ -275,6 +275,8 @@ def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params
     assert len(seeds) >= 2 * 2 * 2  # two tasks, at least two arms, two seeds (TINY)
     for run in seeds:
         task, variant, mode, head, seed = run.info.run_name.split("/")
+        if variant == "baseline":  # <task>/baseline/<name>/<input>/seed<k>: a comparator fitted on seed k's draw
+            variant, mode = mode, "baseline"
         assert {k: run.data.params[k] for k in ("task", "variant", "mode", "head", "seed")} == {
             "task": task, "variant": variant.split("@")[0], "mode": mode, "head": head, "seed": seed[len("seed"):]}
         assert {d.dataset.name for d in run.inputs.dataset_inputs} == {f"data/tokenize/{task}"}
