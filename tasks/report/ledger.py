@@ -137,9 +137,25 @@ def hardware(metrics: Metrics) -> dict[str, str]:
     recorded = (metrics.optional("pretrain") or {}).get("hardware")
     out = {f"pretrain: {k}": str(v) for k, v in sorted(recorded.items())} if isinstance(recorded, dict) else {
         "pretrain": "no hardware recorded in metrics/pretrain.json"}
+    out |= model_precision(metrics)
     out["report machine: CPU"] = f"{cpu_name()} ({os.cpu_count()} logical cores)"
     out["report machine: GPU"] = ", ".join(gpu_names()) or "none"
     out["report machine: OS"] = f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return out
+
+
+def model_precision(metrics: Metrics) -> dict[str, str]:
+    """The numeric precision each model stage ran in, as its metrics recorded it: fine-tuning steps per task
+    (``train_precision``) and the semantic leakage encoder. On a CPU it follows the machine
+    (``cpu_train_precision: auto`` is bf16 autocast only with AVX512-BF16/AMX), so the same params and seeds give
+    slightly different scores on another CPU family; this line says which one a reader's numbers come from."""
+    out = {}
+    for task in finetune_tasks(metrics):
+        recorded = (metrics.optional(f"finetune/{task}") or {}).get("train_precision")
+        out[f"finetune {task}: training steps"] = str(recorded) if recorded else "not recorded"
+    semantic = (metrics.optional("leakage") or {}).get("semantic") or {}
+    if semantic.get("enabled"):
+        out["leakage semantic encoder"] = f"{semantic.get('precision', 'not recorded')} on {semantic.get('device')}"
     return out
 
 
