@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -168,7 +169,10 @@ def write_inputs(work: Path, texts: list[str]) -> None:
 
 
 def _part(name: str, work: Path) -> dict:
-    """One fresh-process run of one of our parts. The limit's seconds are its counted steps (``run_limit``)."""
+    """One fresh-process run of one of our parts, from scratch: the stage's incremental index of an earlier
+    round is removed first (a repeat would otherwise reuse every signature and Jaccard). The limit's seconds
+    are its counted steps (``run_limit``)."""
+    shutil.rmtree(work / "data" / "dedup_index", ignore_errors=True)
     command = [sys.executable, str(REPO / "benchmarks" / "_dedup_parts.py"), name, str(work)]
     measured = run_measured(command, cwd=REPO, log=work / f"{name}.log")
     out = json.loads((work / f"{name}.json").read_text())

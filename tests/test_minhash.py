@@ -55,6 +55,20 @@ def test_word_hash_stream_and_windows_equal_one_document_at_a_time():
     assert [w.tolist() for w in windows] == [minhash.shingle_hashes(w, 3, cache).tolist() for w in words]
 
 
+def test_word_hash_stream_equals_the_regex_on_mixed_text():
+    # every ASCII character next to ASCII and non-ASCII word characters (accents, a combining mark, CJK, a
+    # superscript digit) and non-ASCII non-word ones (dash, curly quote, NBSP-free punctuation)
+    rng = np.random.default_rng(0)
+    alphabet = [chr(c) for c in range(32, 127)] + list("éßЖ中²\u0301—’«")
+    texts = ["".join(rng.choice(alphabet, size=int(rng.integers(0, 60)))) for _ in range(400)]
+    texts += ["".join(chr(c) for c in range(32, 127)), "_", "a_b", "__init__", "£600m", "x—y", "—", " a ", ""]
+    cache = minhash.WordHashes()
+    values, doc = minhash.word_hash_stream(texts, cache)
+    words = [textnorm.words_of_normalized(t) for t in texts]
+    assert doc.tolist() == [i for i, w in enumerate(words) for _ in w]
+    assert values.tolist() == [cache[x] for w in words for x in w]
+
+
 def test_alphanumeric_strings_are_one_regex_word():
     # word_hash_stream skips the regex for str.isalnum() pieces: every such character must be a \w character
     every = np.arange(0, sys.maxunicode + 1, dtype="<u4")

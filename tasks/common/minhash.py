@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.textnorm import arrow_strings, words_of_normalized
+from tasks.common.textnorm import words_of_normalized
 
 MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
 EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles
@@ -78,8 +78,9 @@ class PieceHashes(dict):
         self.words = WordHashes() if words is None else words
 
     def __missing__(self, piece: str) -> tuple[int, ...]:
-        # re's \w is str.isalnum() plus "_", so an alphanumeric piece is one word; only the rest need the regex
-        found = [piece] if piece.isalnum() else words_of_normalized(piece)
+        # re's \w is str.isalnum() plus "_", so an alphanumeric piece is one word, and so is an ASCII piece of
+        # ``word_pieces`` (its other ASCII characters are blanked); only the rest need the regex
+        found = [piece] if piece.isalnum() or (piece.isascii() and piece) else words_of_normalized(piece)
         value = self[piece] = tuple(map(self.words.__getitem__, found))
         return value
 
@@ -90,14 +91,13 @@ def word_hash_stream(
     """The 64-bit hash of every word of many normalized texts, without a Python string per word occurrence.
 
     Returns ``(values, doc)``, both ``(words,)``: uint64 word hashes, text after text in text order, and the
-    int64 index of each word's text. The words are ``textnorm.words_of_normalized`` of each text: a normalized
-    text has single spaces between pieces and a ``\\w`` run never spans a space, so Arrow splits on the spaces
-    and encodes the pieces as a dictionary, and only each distinct piece is split into words and hashed in
-    Python (``pieces``, a ``PieceHashes`` over ``cache``; a new one when omitted); the per-occurrence work is
-    numpy gathers.
+    int64 index of each word's text. The words are ``textnorm.words_of_normalized`` of each text:
+    ``word_pieces`` cuts the texts where no ``\\w`` run can continue, Arrow encodes the pieces as a dictionary,
+    and only each distinct piece is split into words and hashed in Python (``pieces``, a ``PieceHashes`` over
+    ``cache``; a new one when omitted); the per-occurrence work is numpy gathers.
     """
     pieces = PieceHashes(cache) if pieces is None else pieces
-    split = pc.split_pattern(arrow_strings(normalized), pattern=" ")
+    split = word_pieces(normalized)
     encoded = pc.list_flatten(split).dictionary_encode()
     piece_doc = numpy_view(pc.list_parent_indices(split)).astype(np.int64)
     hashes = list(map(pieces.__getitem__, encoded.dictionary.to_pylist()))
@@ -121,6 +121,27 @@ def word_hash_stream(
     values[start[repeated] + within] = flat[first[occurrence[repeated]] + within]
     doc[start[repeated] + within] = piece_doc[repeated]
     return values, doc
+
+
+def word_pieces(normalized: list[str]) -> pa.ListArray:
+    """Each normalized text cut into pieces: ``(texts,)`` lists of strings, every ``\\w`` run of a text inside
+    one piece, in text order.
+
+    Every ASCII byte that is not a ``\\w`` character (``[0-9A-Za-z_]``, what Python's ``re`` matches below 128)
+    becomes a space in one ``bytes.translate`` of all texts, and Arrow splits on the space runs. A UTF-8 byte of
+    128 or more is never an ASCII character, so non-ASCII characters stay whole and only pieces holding one
+    need the regex; a piece of ASCII characters is one word. Leading and trailing blanks give empty pieces
+    (no words).
+    """
+    encoded = [text.encode("utf-8") for text in normalized]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, count=len(encoded)), out=offsets[1:])
+    data = b"".join(encoded).translate(_NON_WORD_ASCII_TO_SPACE)
+    blanked = pa.Array.from_buffers(pa.large_string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pc.ascii_split_whitespace(blanked)
+
+
+_NON_WORD_ASCII_TO_SPACE = bytes(c if c >= 128 or chr(c).isalnum() or c == 95 else 32 for c in range(256))
 
 
 def numpy_view(array: pa.Array) -> np.ndarray:
