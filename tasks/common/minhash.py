@@ -105,22 +105,13 @@ def word_hash_stream(
     flat = np.fromiter(itertools.chain.from_iterable(hashes), dtype=np.uint64, count=int(counts.sum()))
     first = np.cumsum(counts) - counts  # each distinct piece's first word in ``flat``
     occurrence = numpy_view(encoded.indices)
-    per_occurrence = counts[occurrence]
-    one = per_occurrence == 1  # most pieces are one word: gathered directly
-    if one.all():
-        return flat[first[occurrence]], piece_doc
-    ends = np.cumsum(per_occurrence)
-    start = ends - per_occurrence  # each occurrence's first output word
-    total = int(ends[-1]) if len(ends) else 0
-    values, doc = np.empty(total, np.uint64), np.empty(total, np.int64)
-    values[start[one]], doc[start[one]] = flat[first[occurrence[one]]], piece_doc[one]
-    many = np.flatnonzero(per_occurrence > 1)  # word k of such an occurrence is word k of its piece
-    k = per_occurrence[many]
-    repeated = np.repeat(many, k)
-    within = np.arange(len(repeated)) - np.repeat(np.cumsum(k) - k, k)
-    values[start[repeated] + within] = flat[first[occurrence[repeated]] + within]
-    doc[start[repeated] + within] = piece_doc[repeated]
-    return values, doc
+    worded = np.flatnonzero(counts[occurrence])  # empty pieces and pieces of punctuation hold no word
+    per, source, owner = counts[occurrence[worded]], first[occurrence[worded]], piece_doc[worded]
+    if (per == 1).all():  # most pieces are one word: gathered directly
+        return flat[source], owner
+    word_of = np.repeat(np.arange(len(per)), per)  # each output word's occurrence
+    within = np.arange(len(word_of)) - np.repeat(np.cumsum(per) - per, per)  # word k of its piece
+    return flat[source[word_of] + within], owner[word_of]
 
 
 def word_pieces(normalized: list[str]) -> pa.ListArray:
