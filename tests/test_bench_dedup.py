@@ -58,3 +58,17 @@ def test_run_measured_sees_a_child_peak_and_kills_one_past_its_limit(tmp_path):
     assert 300 <= measured["peak_rss_mib"] < 400 and measured["peak_tree_rss_mib"] >= 300
     with pytest.raises(TimedOut):
         run_measured(["sleep", "30"], cwd=tmp_path, timeout_s=0.3)
+
+
+def test_every_stage_round_starts_without_the_incremental_index(tmp_path, monkeypatch):
+    # a second round on the same folder would otherwise reuse every signature and Jaccard of the first
+    from benchmarks import dedup as bench
+
+    index = tmp_path / "data" / "dedup_index"
+    index.mkdir(parents=True)
+    (index / "entries.parquet").write_bytes(b"from an earlier round")
+    (tmp_path / "stage.json").write_text('{"clusters": [], "removed": []}')
+    index_at_spawn = []
+    monkeypatch.setattr(bench, "run_measured", lambda command, **kw: index_at_spawn.append(index.exists()) or {})
+    bench._part("stage", tmp_path)
+    assert index_at_spawn == [False]
