@@ -238,15 +238,16 @@ def test_same_input_and_seed_give_identical_outputs_for_any_process_count(tmp_pa
     assert first[0]["sources"]["s"]["exact_duplicates"] == 120  # every text appears twice
 
 
-@pytest.mark.parametrize(("n_docs", "max_docs", "num_proc"), [(6948, 2000, 2), (4527, 2000, 2), (7, 3, 2),
-                                                         (3, 1, 2), (1, 2000, 2), (10, 5, 3), (0, 5, 2)])  # fmt: skip
-def test_even_shards_cover_every_row_once_with_equal_work_per_worker(n_docs, max_docs, num_proc):
-    shards = dedup.even_shards(n_docs, max_docs, num_proc)
-    assert [row for start, stop in shards for row in range(start, stop)] == list(range(n_docs))
-    sizes = [stop - start for start, stop in shards]
-    assert all(size <= max_docs for size in sizes) and max(sizes, default=0) - min(sizes, default=0) <= 1
-    fewest = -(-n_docs // max_docs)  # as few shards as max_docs allows, rounded up to a multiple of num_proc
-    assert len(shards) == min(-(-fewest // num_proc) * num_proc, n_docs)
+@pytest.mark.parametrize(("sizes", "max_docs", "num_proc", "want"), [
+    ([1] * 8, 2000, 2, [(0, 4), (4, 8)]),  # one range per worker, equal rows when the texts are equal
+    ([30, 10, 10, 10], 2000, 2, [(0, 1), (1, 4)]),  # equal bytes, not equal rows: 30 | 10 + 10 + 10
+    ([1] * 7, 3, 2, [(0, 2), (2, 4), (4, 6), (6, 7)]),  # ceil(7 / 3) = 3 ranges, rounded up to 4
+    ([100, 1, 1, 1, 1, 1], 2, 2, [(0, 1), (1, 2), (2, 4), (4, 6)]),  # 5 small rows cut again to <= 2 rows
+    ([5], 2000, 2, [(0, 1)]),
+    ([], 2000, 2, []),
+])  # fmt: skip
+def test_balanced_shards_split_the_text_bytes_evenly_within_the_row_cap(sizes, max_docs, num_proc, want):
+    assert dedup.balanced_shards(np.asarray(sizes, np.int64), max_docs, num_proc) == want
 
 
 # ---------------------------------------------------------------------------------- signatures and params
