@@ -2,176 +2,37 @@
 
 Every value a run depends on lives in ``params.yaml``; the pydantic models here forbid unknown keys, so a
 typo fails at load time instead of silently falling back to a default. Each stage's section has its own
-module in this package (``tasks/config/<stage>.py``); this module holds the root model and the loader.
+module in this package (``tasks/config/<stage>.py``); the root model and the loader are ``root.py``, the YAML
+reader ``yamlfile.py``. The names below are imported on first use (PEP 562 ``__getattr__``): ``from
+tasks.config import Paths`` does not import every section model that ``Params`` needs (about 0.15 s of
+a process's start).
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import ValidationError, model_validator
+if TYPE_CHECKING:
+    from tasks.config.base import StrictModel
+    from tasks.config.paths import Paths
+    from tasks.config.root import Params, load_params
+    from tasks.config.yamlfile import ParamsError, SafeLoader, read_yaml
 
-from tasks.config.base import StrictModel
-from tasks.config.cluster import RayParams
-from tasks.config.dedup import DedupParams
-from tasks.config.export import ExportParams
-from tasks.config.finetune import FinetuneParams
-from tasks.config.hardware import HardwareParams
-from tasks.config.ingest import IngestParams
-from tasks.config.leakage import LeakageParams
-from tasks.config.paths import Paths
-from tasks.config.pipeline import PipelineParams
-from tasks.config.pretrain import PretrainParams
-from tasks.config.probe import ProbeParams
-from tasks.config.report import ReportParams
-from tasks.config.release import ReleaseParams
-from tasks.config.snapshot import SnapshotParams
-from tasks.config.split import SplitParams
-from tasks.config.tasks import Tasks
-from tasks.config.tokenize import TokenizeParams
-from tasks.config.tokenizer import TokenizerParams
-
-__all__ = ["Params", "ParamsError", "load_params", "StrictModel", "Paths"]
-
-
-class ParamsError(ValueError):
-    """``params.yaml`` is missing, is not valid YAML, or fails validation (message names the dotted key)."""
-
-
-class Params(StrictModel):
-    """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
-    name = stage name). ``tasks`` is copied into the tokenize, finetune and export sections, the stages that read it
-(export also gets tokenize's NER window lengths);
-    ``hardware`` into the model stages' (pretrain, finetune, probe, and leakage for its semantic detector); ``ray`` into dedup's and leakage's;
-    ``pretrain.init_from`` into leakage's ``pretrain_init_from`` (the lineage it audits)."""
-
-    paths: Paths
-    pipeline: PipelineParams
-    tasks: Tasks
-    ingest: IngestParams
-    dedup: DedupParams
-    split: SplitParams
-    leakage: LeakageParams
-    tokenizer: TokenizerParams
-    tokenize: TokenizeParams
-    pretrain: PretrainParams
-    finetune: FinetuneParams
-    probe: ProbeParams
-    export: ExportParams
-    report: ReportParams
-    release: ReleaseParams
-    snapshot: SnapshotParams
-    ray: RayParams = RayParams()
-    hardware: HardwareParams = HardwareParams()
-
-    @model_validator(mode="after")
-    def _tasks_fit(self) -> Params:
-        task_sources = {source.name for source in self.ingest.sources if source.role == "task"}
-        for name, spec in self.tasks.items():
-            if spec.source not in task_sources:
-                raise ValueError(f"tasks.{name}.source: {spec.source!r} is not an ingest source with role: task "
-                                 f"({sorted(task_sources)})")
-        self.finetune.check_tasks(self.tasks)
-        for spec in self.tasks.values():
-            if self.finetune.recipes[spec.recipe].dose_response and not self.pretrain.dose_snapshot_fractions:
-                raise ValueError(f"finetune.recipes.{spec.recipe}.dose_response needs pretrain.dose_snapshot_fractions")
-        return self
-
-    @model_validator(mode="after")
-    def _share_tasks(self) -> Params:
-        # frozen models: model_copy is how a validated section gets the validated tasks
-        object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
-        object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
-        windows = {"ner_window_tokens": self.tokenize.ner_max_seq_len_tokens,
-                   "ner_window_overlap_tokens": self.tokenize.ner_window_overlap_tokens}
-        object.__setattr__(self, "export", self.export.model_copy(update={"tasks": self.tasks, **windows}))
-        for stage in ("dedup", "leakage"):  # the stages with engine: ray
-            object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
-        for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
-            object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
-        # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
-        lineage = {"pretrain_init_from": self.pretrain.init_from}
-        object.__setattr__(self, "leakage", self.leakage.model_copy(update=lineage))
-        return self
-
-    def section(self, stage: str) -> StrictModel:
-        """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
-        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks", "ray", "hardware"):
-            raise ParamsError(f"params.yaml has no stage section {stage!r}")
-        return getattr(self, stage)
-
-
-# PyYAML follows YAML 1.1, where "1e-5" (no dot) is a string. Accept YAML 1.2 floats.
-_FLOAT_RE = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-
-
-#: libyaml's parser when PyYAML was built with it: about 10x faster than the pure-Python one, and every stage
-#: process reads params.yaml, dvc.yaml and dvc.lock at start-up (about 1 s of each stage's start in pure Python).
-SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class _Yaml12FloatLoader(SafeLoader):
-    """SafeLoader that resolves ``1e-5`` as a float, as YAML 1.2 does."""
-
-
-_Yaml12FloatLoader.yaml_implicit_resolvers = {
-    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
-    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+_HOMES = {
+    "StrictModel": "tasks.config.base",
+    "Paths": "tasks.config.paths",
+    "Params": "tasks.config.root",
+    "load_params": "tasks.config.root",
+    "ParamsError": "tasks.config.yamlfile",
+    "SafeLoader": "tasks.config.yamlfile",
+    "read_yaml": "tasks.config.yamlfile",
 }
-_Yaml12FloatLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
+__all__ = ["Params", "ParamsError", "Paths", "SafeLoader", "StrictModel", "load_params", "read_yaml"]
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse a YAML file with YAML 1.2 float rules; raises ``ParamsError`` naming the file and line."""
-    try:
-        return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_Yaml12FloatLoader)
-    except FileNotFoundError as err:
-        raise ParamsError(f"{path}: file not found") from err
-    except yaml.YAMLError as err:
-        raise ParamsError(f"{path}: invalid YAML: {err}") from err
-
-
-def _format_errors(path: Path, err: ValidationError) -> str:
-    lines = [f"{path}: {err.error_count()} invalid value(s)"]
-    for item in err.errors():
-        dotted = ".".join(str(part) for part in item["loc"]) or "<root>"
-        got = item.get("input")
-        shown = "" if isinstance(got, dict) or "(got " in item["msg"] else f" (got {got!r})"
-        lines.append(f"  {dotted}: {item['msg']}{shown}")
-    return "\n".join(lines)
-
-
-def load_params(path: Path | str = "params.yaml", overrides: dict[str, Any] | None = None) -> Params:
-    """Load and validate ``params.yaml``.
-
-    ``overrides`` maps dotted keys (``"dedup.threshold"``) to values, applied before validation (tests use
-    it to shrink runs). Raises ``ParamsError`` whose message names every invalid dotted key.
-    """
-    path = Path(path)
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ParamsError(f"{path}: top level must be a mapping of sections")
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
-    try:
-        return Params.model_validate(raw)
-    except ValidationError as err:
-        raise ParamsError(_format_errors(path, err)) from None
-
-
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node = tree
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'tasks.config' has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(_HOMES[name]), name)
+    return value

@@ -1,0 +1,130 @@
+"""The root params model and its loader: ``Params`` holds one section per stage (``tasks/config/<stage>.py``),
+``load_params`` reads and validates ``params.yaml``. Imported on first use of these names (``tasks/config``'s
+``__getattr__``): a stage module that needs only its own section does not import every section's model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError, model_validator
+
+from tasks.config.base import StrictModel
+from tasks.config.cluster import RayParams
+from tasks.config.dedup import DedupParams
+from tasks.config.export import ExportParams
+from tasks.config.finetune import FinetuneParams
+from tasks.config.hardware import HardwareParams
+from tasks.config.ingest import IngestParams
+from tasks.config.leakage import LeakageParams
+from tasks.config.paths import Paths
+from tasks.config.pipeline import PipelineParams
+from tasks.config.pretrain import PretrainParams
+from tasks.config.probe import ProbeParams
+from tasks.config.report import ReportParams
+from tasks.config.release import ReleaseParams
+from tasks.config.snapshot import SnapshotParams
+from tasks.config.split import SplitParams
+from tasks.config.tasks import Tasks
+from tasks.config.tokenize import TokenizeParams
+from tasks.config.tokenizer import TokenizerParams
+from tasks.config.yamlfile import ParamsError, read_yaml
+
+
+class Params(StrictModel):
+    """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
+    name = stage name). ``tasks`` is copied into the tokenize, finetune and export sections, the stages that read
+    it (export also gets tokenize's NER window lengths); ``hardware`` into the model stages' (pretrain, finetune,
+    probe, and leakage for its semantic detector); ``ray`` into dedup's and leakage's; ``pretrain.init_from`` into
+    leakage's ``pretrain_init_from`` (the lineage it audits)."""
+
+    paths: Paths
+    pipeline: PipelineParams
+    tasks: Tasks
+    ingest: IngestParams
+    dedup: DedupParams
+    split: SplitParams
+    leakage: LeakageParams
+    tokenizer: TokenizerParams
+    tokenize: TokenizeParams
+    pretrain: PretrainParams
+    finetune: FinetuneParams
+    probe: ProbeParams
+    export: ExportParams
+    report: ReportParams
+    release: ReleaseParams
+    snapshot: SnapshotParams
+    ray: RayParams = RayParams()
+    hardware: HardwareParams = HardwareParams()
+
+    @model_validator(mode="after")
+    def _tasks_fit(self) -> Params:
+        task_sources = {source.name for source in self.ingest.sources if source.role == "task"}
+        for name, spec in self.tasks.items():
+            if spec.source not in task_sources:
+                raise ValueError(f"tasks.{name}.source: {spec.source!r} is not an ingest source with role: task "
+                                 f"({sorted(task_sources)})")
+        self.finetune.check_tasks(self.tasks)
+        for spec in self.tasks.values():
+            if self.finetune.recipes[spec.recipe].dose_response and not self.pretrain.dose_snapshot_fractions:
+                raise ValueError(f"finetune.recipes.{spec.recipe}.dose_response needs pretrain.dose_snapshot_fractions")
+        return self
+
+    @model_validator(mode="after")
+    def _share_tasks(self) -> Params:
+        # frozen models: model_copy is how a validated section gets the validated tasks
+        object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
+        object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
+        windows = {"ner_window_tokens": self.tokenize.ner_max_seq_len_tokens,
+                   "ner_window_overlap_tokens": self.tokenize.ner_window_overlap_tokens}
+        object.__setattr__(self, "export", self.export.model_copy(update={"tasks": self.tasks, **windows}))
+        for stage in ("dedup", "leakage"):  # the stages with engine: ray
+            object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
+        for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
+            object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
+        # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
+        lineage = {"pretrain_init_from": self.pretrain.init_from}
+        object.__setattr__(self, "leakage", self.leakage.model_copy(update=lineage))
+        return self
+
+    def section(self, stage: str) -> StrictModel:
+        """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
+        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks", "ray", "hardware"):
+            raise ParamsError(f"params.yaml has no stage section {stage!r}")
+        return getattr(self, stage)
+
+
+def _format_errors(path: Path, err: ValidationError) -> str:
+    lines = [f"{path}: {err.error_count()} invalid value(s)"]
+    for item in err.errors():
+        dotted = ".".join(str(part) for part in item["loc"]) or "<root>"
+        got = item.get("input")
+        shown = "" if isinstance(got, dict) or "(got " in item["msg"] else f" (got {got!r})"
+        lines.append(f"  {dotted}: {item['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def load_params(path: Path | str = "params.yaml", overrides: dict[str, Any] | None = None) -> Params:
+    """Load and validate ``params.yaml``.
+
+    ``overrides`` maps dotted keys (``"dedup.threshold"``) to values, applied before validation (tests use
+    it to shrink runs). Raises ``ParamsError`` whose message names every invalid dotted key.
+    """
+    path = Path(path)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: top level must be a mapping of sections")
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise ParamsError(_format_errors(path, err)) from None
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = tree
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value

@@ -1,0 +1,89 @@
+"""dedup's input: every row of every ingest source, checked (``read_corpus``; the stage is
+``tasks/dedup/__init__.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tasks.dedup.outputs import ROLE_RANK
+
+REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
+OPTIONAL_COLUMNS = ("tags", "group")  # read when present: the row contract has them, older test files may not
+
+
+@dataclass
+class Corpus:
+    """All rows of all sources, in file order (sources sorted by file name). ``read_corpus`` keeps the texts as
+    Arrow arrays (``text_chunks``; ``texts()`` joins them) and leaves ``text`` empty; neither is filled when the
+    corpus was read without texts (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
+
+    files: dict[str, Path]  # source (file stem) -> its ingest file
+    doc_id: list[str]
+    source: list[str]
+    role: list[str]
+    text: list[str]
+    label: list[str | None]
+    tags: list[list[str] | None] = field(default_factory=list)  # IOB2 tags of token rows, else None
+    group: list[str | None] = field(default_factory=list)
+    text_chunks: list[pa.Array] = field(default_factory=list)  # read_corpus: the texts as Arrow (``text`` empty)
+    tables: dict[str, pa.Table] = field(default_factory=dict)  # source -> its ingest table, when read with text
+
+    def texts(self) -> list[str] | pa.Array:
+        """Every text, as read: one Arrow ``large_string`` array (no Python string per text), else ``text``."""
+        if not self.text_chunks:
+            return self.text
+        return pa.concat_arrays([chunk.cast(pa.large_string()) for chunk in self.text_chunks])
+
+
+def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
+    """Read every ``*.parquet`` in ``in_dir`` (sorted); an empty folder gives an empty corpus. ``with_text``: keep
+    each table (its texts are signed, and it is written back with the labels); else only the row facts, one
+    file in memory at a time.
+
+    Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows.
+    """
+    if not in_dir.is_dir():
+        raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
+    corpus = Corpus({}, [], [], [], [], [])
+    first_file: dict[str, Path] = {}
+    for path in sorted(in_dir.glob("*.parquet")):
+        with pq.ParquetFile(path) as parquet:  # read_table builds a dataset and imports pandas: ~0.4 s
+            table = parquet.read()
+        columns = _checked_columns(path, table)
+        for doc_id in columns["doc_id"]:
+            if doc_id in first_file:
+                raise ValueError(f"{path}: doc_id {doc_id!r} already seen in {first_file[doc_id]}")
+            first_file[doc_id] = path
+        corpus.files[path.stem] = path
+        corpus.doc_id += columns["doc_id"]
+        corpus.source += [path.stem] * table.num_rows
+        corpus.role += columns["role"]
+        if with_text:  # the texts are held anyway: the whole table costs little more, and is not read twice
+            corpus.text_chunks += table.column("text").chunks
+            corpus.tables[path.stem] = table
+        corpus.label += columns["label"]
+        for name in OPTIONAL_COLUMNS:
+            values = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+            getattr(corpus, name).extend(values)
+    return corpus
+
+
+def _checked_columns(path: Path, table: pa.Table) -> dict[str, list]:
+    """The row facts of one ingest file as lists (all required columns but ``text``), checked."""
+    missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; ingest rows need {list(REQUIRED_COLUMNS)}")
+    for name in ("doc_id", "text", "role"):
+        if table.column(name).null_count:
+            first = pc.index(pc.is_null(table.column(name)), True).as_py()
+            raise ValueError(f"{path}: row {first} has a null {name}")
+    columns = {name: table.column(name).to_pylist() for name in REQUIRED_COLUMNS if name != "text"}
+    unknown = sorted(set(columns["role"]) - set(ROLE_RANK))
+    if unknown:
+        raise ValueError(f"{path}: unknown role(s) {unknown}; expected one of {sorted(ROLE_RANK)}")
+    return columns
