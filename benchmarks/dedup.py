@@ -35,7 +35,8 @@ recall; ``ratio_vs_best_peer`` = our docs/s over the fastest peer variant's (ren
 ``fraction_of_limit`` = our docs/s over the limit's. Goals: >= 1.5x the fastest peer at every size, >= 60% of
 the limit at the largest. The machine is shared, so our stage, the limit and rensa's variants run alternated,
 ``--repeats`` rounds (best of each counted, all listed) up to 4x, ``--repeats-large`` above; datatrove and
-text-dedup once. Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16]`` (about 40 minutes on 2 cores);
+text-dedup once. Dirty pages are written back (``os.sync``) before every measured run, so no tool pays for the
+writeback of the inputs or of the tool before it (our stage writes about 500 MB at 16x: outputs and index). Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16]`` (about 40 minutes on 2 cores);
 writes ``benchmarks/results/dedup.json``.
 """
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -174,6 +176,7 @@ def _part(name: str, work: Path) -> dict:
     are its counted steps (``run_limit``)."""
     shutil.rmtree(work / "data" / "dedup_index", ignore_errors=True)
     command = [sys.executable, str(REPO / "benchmarks" / "_dedup_parts.py"), name, str(work)]
+    os.sync()
     measured = run_measured(command, cwd=REPO, log=work / f"{name}.log")
     out = json.loads((work / f"{name}.json").read_text())
     if name == "limit":
@@ -194,6 +197,7 @@ def _peer(work: Path, environment: str, runner: str, variant: str) -> dict:
     scratch, output = work / f"{environment}-{variant}", work / f"{environment}-{variant}.json"
     command = [str(python), str(REPO / "benchmarks" / "peers" / runner), "--input", str(source)]
     command += ["--workdir", str(scratch), "--output", str(output), "--workers", "2", "--variant", variant]
+    os.sync()
     try:
         measured = run_measured(command, cwd=work, log=work / f"{environment}-{variant}.log", timeout_s=PEER_TIMEOUT_S)
     except TimedOut as err:
@@ -288,7 +292,7 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16], help="corpus sizes, x default rows")
     parser.add_argument("--repeats", type=int, default=3, help="alternated rounds up to 4x; the best of each counts")
-    parser.add_argument("--repeats-large", type=int, default=1, help="alternated rounds above 4x")
+    parser.add_argument("--repeats-large", type=int, default=2, help="alternated rounds above 4x")
     return parser.parse_args()
 
 
