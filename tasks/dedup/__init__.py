@@ -11,8 +11,8 @@ Method (text-dedup / datatrove style, with verification):
    computed with numpy in forked worker processes, which inherit the texts as Arrow arrays; format characters
    are removed in Arrow; a shard's words are cut by one ``bytes.translate`` and Arrow's whitespace split, and
    only words a worker has not seen yet are hashed in Python, pieces holding a non-ASCII character split by the
-   regex; shards are of equal size, a multiple of ``num_proc`` of them). Documents with fewer than ``n`` words have no shingle: they are
-   matched exactly only ("short docs").
+   regex; shards hold equal shares of the text bytes, a multiple of ``num_proc`` of them). Documents with
+   fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
 3. One LSH banding over all sources (bands and rows from datasketch's optimiser) proposes candidate pairs;
    each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so every merge is a
    true near duplicate; no Jaccard is computed for a candidate whose rows are already joined. The sets are
