@@ -36,8 +36,9 @@ recall; ``ratio_vs_best_peer`` = our docs/s over the fastest peer variant's (ren
 the limit at the largest. The machine is shared, so our stage, the limit and rensa's variants run alternated,
 ``--repeats`` rounds (best of each counted, all listed) up to 4x, ``--repeats-large`` above; datatrove and
 text-dedup once. Dirty pages are written back (``os.sync``) before every measured run, so no tool pays for the
-writeback of the inputs or of the tool before it (our stage writes about 500 MB at 16x: outputs and index). Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16]`` (about 40 minutes on 2 cores);
-writes ``benchmarks/results/dedup.json``.
+writeback of the inputs or of the tool before it (our stage writes about 500 MB at 16x: outputs and index).
+Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16]`` (about 20 minutes on 2 cores); writes
+``benchmarks/results/dedup.json``.
 """
 
 from __future__ import annotations
