@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.textnorm import words_of_normalized
+from tasks.common.textnorm import arrow_strings, words_of_normalized
 
 MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
 EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles
@@ -124,12 +124,10 @@ def word_pieces(normalized: list[str]) -> pa.ListArray:
     need the regex; a piece of ASCII characters is one word. Leading and trailing blanks give empty pieces
     (no words).
     """
-    encoded = [text.encode("utf-8") for text in normalized]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), np.int64, count=len(encoded)), out=offsets[1:])
-    data = b"".join(encoded).translate(_NON_WORD_ASCII_TO_SPACE)
-    blanked = pa.Array.from_buffers(pa.large_string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    return pc.ascii_split_whitespace(blanked)
+    texts = arrow_strings(normalized)
+    _, offsets, data = texts.buffers()  # the translation keeps every byte in place: the same offsets hold
+    blanked = pa.py_buffer(data.to_pybytes().translate(_NON_WORD_ASCII_TO_SPACE))
+    return pc.ascii_split_whitespace(pa.Array.from_buffers(pa.large_string(), len(texts), [None, offsets, blanked]))
 
 
 _NON_WORD_ASCII_TO_SPACE = bytes(c if c >= 128 or chr(c).isalnum() or c == 95 else 32 for c in range(256))

@@ -56,8 +56,8 @@ from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
 from tasks.dedup import policy
-from tasks.dedup.corpus import Corpus, read_corpus
 from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
+from tasks.dedup.corpus import Corpus, read_corpus
 from tasks.dedup.near import _progress, merge_near
 from tasks.dedup.outputs import (
     ROLE_RANK,
@@ -69,6 +69,7 @@ from tasks.dedup.outputs import (
     warn_about,
     write_sources,
 )
+
 
 def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     """Cluster exact and near duplicates of every ingest source; write the dedup outputs; return metrics.

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import minhash
+from tasks.common.stamped import read_table
 from tasks.common.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
 
@@ -105,8 +106,7 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool 
     for source, path in corpus.files.items():
         table = corpus.tables.get(source)
         if table is None:
-            with pq.ParquetFile(path) as parquet:
-                table = parquet.read()
+            table = read_table(path)
         stop = start + table.num_rows
         table = table.append_column("cluster_id", cluster_id.slice(start, table.num_rows))
         table = table.append_column("is_duplicate", is_duplicate.slice(start, table.num_rows))
