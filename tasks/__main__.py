@@ -1,7 +1,8 @@
 """``python -m tasks <stage> [item]``: run one pipeline stage as DVC calls it.
 
 Loads params, opens an MLflow run named after the stage (a child of the flow's run when the flow set
-``CLOZELINE_PARENT_RUN_ID``), logs the stage's flattened params, the git commit and the md5 of each input
+``CLOZELINE_PARENT_RUN_ID``; held by a child process, ``tasks/common/tracking_sidecar.py``, so that MLflow's start-up
+overlaps the stage's work), logs the stage's flattened params, the git commit and the md5 of each input
 (tags, and its data inputs as MLflow datasets), calls ``tasks.<stage>.run``, writes
 ``metrics/<stage>[/<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED
 on SIGTERM.
@@ -23,7 +24,8 @@ from typing import Any
 
 from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
 from tasks.config import ParamsError, load_params
-from tasks.tracking import DataInput, NullLog, RunKilled, open_run
+from tasks.tracking import DataInput, NullLog, RunKilled
+from tasks.common.tracking_sidecar import open_sidecar_run
 
 #: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
 DATA_ERRORS = (ValueError, FileNotFoundError)
@@ -71,7 +73,7 @@ def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
     ``metrics/<stage>.json`` and the same metrics logged."""
     run_name = f"{stage}@{item}" if item else stage
     md5s, commit = input_md5s(root, run_name), git_commit(root)  # once: sources are hashed afresh
-    with open_run(run_name, root=root) as log:
+    with open_sidecar_run(run_name, root) as log:
         log.params(params.section(stage).model_dump(mode="json"))
         log.tags({"git_commit": commit, "stage": stage, **input_md5_tags(md5s)})
         log.inputs(input_datasets(root, run_name, md5s, params.paths.models, commit))

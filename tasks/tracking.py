@@ -153,12 +153,14 @@ class NullLog:
 class MlflowLog(NullLog):
     """A RunLog bound to one active MLflow run id (and, when known, its name and experiment id)."""
 
-    def __init__(self, run_id: str, run_name: str | None = None, experiment_id: str | None = None) -> None:
+    def __init__(self, run_id: str, run_name: str | None = None, experiment_id: str | None = None,
+                 inputs: Sequence[DataInput] = ()) -> None:  # fmt: skip
         import mlflow
 
         self.run_id, self.run_name, self.experiment_id = run_id, run_name, experiment_id
         self._client = mlflow.MlflowClient()  # one client per run: per-step metrics must not rebuild it
-        self._inputs: tuple[DataInput, ...] = ()
+        self._inputs = tuple(inputs)  # what nested runs inherit
+        self.end_ms: int | None = None  # the run's end time for open_run (ms since the epoch); None: when it ends
 
     def params(self, values: Mapping[str, Any]) -> None:
         """Log params; keys and values are sanitized (see ``sanitize_key``/``sanitize_value``)."""
@@ -168,13 +170,13 @@ class MlflowLog(NullLog):
         for start in range(0, len(items), 100):  # MLflow's batch limit is 100 params
             self._client.log_batch(self.run_id, params=items[start : start + 100])
 
-    def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
-        """Log the numeric leaves of ``values`` (nested keys joined by ``/``) at ``step``."""
+    def metrics(self, values: Mapping[str, Any], step: int | None = None, stamp_ms: int | None = None) -> None:
+        """Log the numeric leaves of ``values`` (keys joined by ``/``) at ``step``, stamped ``stamp_ms`` (now)."""
         import time
 
         from mlflow.entities import Metric
 
-        stamp = int(time.time() * 1000)
+        stamp = int(time.time() * 1000) if stamp_ms is None else stamp_ms
         items = [Metric(sanitize_key(k), v, stamp, step or 0) for k, v in numeric_leaves(values).items()]
         for start in range(0, len(items), 1000):
             self._client.log_batch(self.run_id, metrics=items[start : start + 1000])
@@ -351,17 +353,13 @@ def training_view_url(ui_url: str, experiment_id: str | None, run_id: str | None
     return f"{base}/#/experiments/{experiment_id}/runs{run}{TRAINING_VIEW_QUERY}"
 
 
-def experiment_id(root: Path, name: str = "clozeline") -> str | None:
-    """The id of experiment ``name`` in the store of ``tracking_uri(root)``, or None if it does not exist."""
+def runs_page_url(root: Path, ui_url: str = "http://127.0.0.1:5000") -> str:
+    """``training_view_url`` of the ``clozeline`` experiment in the store of ``tracking_uri(root)`` (the
+    experiments list while it does not exist)."""
     import mlflow
 
-    exp = mlflow.MlflowClient(tracking_uri(root)).get_experiment_by_name(name)
-    return exp.experiment_id if exp else None
-
-
-def runs_page_url(root: Path, ui_url: str = "http://127.0.0.1:5000") -> str:
-    """``training_view_url`` of the ``clozeline`` experiment of the store under ``root``."""
-    return training_view_url(ui_url, experiment_id(root))
+    exp = mlflow.MlflowClient(tracking_uri(root)).get_experiment_by_name("clozeline")
+    return training_view_url(ui_url, exp.experiment_id if exp else None)
 
 
 class RunKilled(BaseException):
@@ -370,12 +368,13 @@ class RunKilled(BaseException):
 
 @contextmanager
 def open_run(
-    name: str, parent_run_id: str | None = None, experiment: str = "clozeline", root: Path | None = None
+    name: str, parent_run_id: str | None = None, experiment: str = "clozeline", root: Path | None = None,
+    start_ms: int | None = None,
 ) -> Iterator[MlflowLog]:
     """Start an MLflow run named ``name``; end it FINISHED, FAILED on an exception, KILLED on ``RunKilled``.
 
-    ``parent_run_id`` (or the ``CLOZELINE_PARENT_RUN_ID`` environment variable) makes it a child run.
-    """
+    ``parent_run_id`` (or the ``CLOZELINE_PARENT_RUN_ID`` environment variable) makes it a child run. Its start
+    is ``start_ms`` (ms since the epoch; now when None), its end ``log.end_ms`` as the block left it."""
     import mlflow
 
     if root is not None:
@@ -387,14 +386,14 @@ def open_run(
     tags = {"mlflow.runName": name}
     if parent:
         tags["mlflow.parentRunId"] = parent
-    run = client.create_run(exp_id, tags=tags, run_name=name)
+    run = client.create_run(exp_id, start_time=start_ms, tags=tags, run_name=name)
     log = MlflowLog(run.info.run_id, name, exp_id)
     try:
         yield log
     except RunKilled:
-        client.set_terminated(log.run_id, "KILLED")
+        client.set_terminated(log.run_id, "KILLED", log.end_ms)
         raise
     except BaseException:
-        client.set_terminated(log.run_id, "FAILED")
+        client.set_terminated(log.run_id, "FAILED", log.end_ms)
         raise
-    client.set_terminated(log.run_id, "FINISHED")
+    client.set_terminated(log.run_id, "FINISHED", log.end_ms)

@@ -106,9 +106,12 @@ def workdir(tmp_path, monkeypatch):
 
 
 def _last_run(name: str):
-    runs = mlflow.search_runs(search_all_experiments=True, filter_string=f"tags.mlflow.runName = '{name}'",
-                              order_by=["attributes.start_time DESC"], output_format="list")
-    return runs[0]
+    """The latest run named ``name`` in the store the environment names (stage runs are recorded by a child
+    process, tasks/common/tracking_sidecar.py, which reads MLFLOW_TRACKING_URI, not this process's MLflow state)."""
+    client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, filter_string=f"tags.mlflow.runName = '{name}'",
+                              order_by=["attributes.start_time DESC"])[0]
 
 
 def test_stage_runner_writes_metrics_and_logs_them(workdir, monkeypatch):
@@ -229,13 +232,9 @@ def test_stage_runner_logs_data_deps_as_datasets_with_fresh_md5s(workdir, monkey
     (senses.parent / "__init__.py").write_text('"""the probe package: code, not data"""\n')
     monkeypatch.setattr(stage_main, "run_stage", lambda stage, params, log, item=None: {"ok": 1})
     # sqlite, as in real runs: the file store cannot hold both tags dvc.dep.tasks/probe and .../senses.jsonl
-    file_store = os.environ["MLFLOW_TRACKING_URI"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlruns.db'}")
-    try:
-        assert stage_main.main(["probe"]) == 0
-        run = _last_run("probe")
-    finally:
-        mlflow.set_tracking_uri(file_store)  # open_run(root=...) set the process-wide URI to the sqlite file
+    assert stage_main.main(["probe"]) == 0
+    run = _last_run("probe")
     got = {(d.dataset.name, d.dataset.digest, d.tags[0].value) for d in run.inputs.dataset_inputs}
     # DVC 3 hashes a file as the md5 of its bytes; the file is new, so dvc.lock (absent here) cannot know it
     assert got == {("tasks/probe/senses.jsonl", hashlib.md5(b'{"word": "port"}\n').hexdigest(), "evaluation")}

@@ -1,0 +1,293 @@
+"""A stage's MLflow run kept by a child process, so that MLflow's start-up runs beside the stage's work.
+
+A stage process that tracks in-process first pays for ``import mlflow`` and the sqlite store (about 2.5 s and
+1.2 s measured on 2 cores, per process), before any work. ``open_sidecar_run`` starts
+``python -m tasks.common.tracking_sidecar`` instead, which imports MLflow and opens the run while the stage already
+works, on the other core. The stage talks to it through ``SidecarLog``, a RunLog that writes one JSON line per
+call to the child's stdin (JSON only: nothing is pickled):
+
+- params, metrics, tags, inputs, text and note are sent without waiting; keys and values are sanitized here,
+  and each metric carries the time it was logged;
+- ``artifact`` waits for the child's answer (the stage may remove the file afterwards);
+- calls that return MLflow data or need in-process objects (``sibling_runs``, ``pipeline``,
+  ``tagged_records``, ``transformers_model``, ``register_version``, ``child``) open an in-process MlflowLog
+  on the same run id, so only the stages that use them import MLflow themselves.
+
+The run ends FINISHED, FAILED or KILLED as the stage ended, and the stage process waits for the child before it
+exits, so the next stage (and the report, which reads its siblings' runs) finds the run complete. A call MLflow
+rejects fails the stage at its next waiting call or at the end, with MLflow's message (``TrackingError``); a child
+that dies is noticed at the next call. The child ignores SIGINT and SIGTERM, which the stage maps to KILLED and
+passes on; if the stage process dies without a word (SIGKILL), the child sees its stdin close and ends the run
+FAILED.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tasks.common.nested import flatten
+from tasks.tracking import (
+    PARENT_RUN_ENV,
+    DataInput,
+    NullLog,
+    RunKilled,
+    MlflowLog,
+    numeric_leaves,
+    open_run,
+    sanitize_key,
+    sanitize_value,
+    tracking_uri,
+)
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``python -m tasks.common.tracking_sidecar`` imports from
+
+
+class TrackingError(RuntimeError):
+    """MLflow failed to record a stage's run (the message is MLflow's, or says how the tracking process ended)."""
+
+
+class SidecarLog(NullLog):
+    """The RunLog of a run held by the tracking child process ``proc`` (see the module docstring)."""
+
+    def __init__(self, proc: subprocess.Popen, name: str, uri: str) -> None:
+        self._proc, self.run_name, self._uri = proc, name, uri
+        self._opened: dict[str, str] | None = None
+        self._local = None
+        self._inputs: tuple[DataInput, ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        """The MLflow run id (waits until the child has opened the run)."""
+        return self._ids()["run_id"]
+
+    @property
+    def experiment_id(self) -> str:
+        """The MLflow experiment id (waits until the child has opened the run)."""
+        return self._ids()["experiment_id"]
+
+    def params(self, values: Mapping[str, Any]) -> None:
+        """Log params; keys and values are sanitized (``tracking.sanitize_key``/``sanitize_value``)."""
+        self._send("params", values={sanitize_key(k): sanitize_value(v) for k, v in flatten(values).items()})
+
+    def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        """Log the numeric leaves of ``values`` at ``step``, stamped now (ms since the epoch)."""
+        self._send("metrics", values=numeric_leaves(values), step=step, stamp_ms=int(time.time() * 1000))
+
+    def tags(self, values: Mapping[str, Any]) -> None:
+        """Set tags; keys and values are sanitized."""
+        self._send("tags", values={sanitize_key(k): sanitize_value(v) for k, v in values.items()})
+
+    def artifact(self, path: Path | str, folder: str | None = None) -> None:
+        """Upload a file or folder; returns once it is stored (the caller may change it afterwards)."""
+        self._ask("artifact", path=str(Path(path).resolve()), folder=folder)
+
+    def inputs(self, datasets: Sequence[DataInput]) -> None:
+        """Log the run's input datasets (``MlflowLog.inputs``); nested runs opened later inherit them."""
+        self._inputs += tuple(datasets)
+        self._send("inputs", datasets=[asdict(d) for d in datasets])
+
+    def text(self, content: str, artifact_file: str) -> None:
+        """Attach ``content`` as the text file ``artifact_file`` of the run."""
+        self._send("text", content=content, artifact_file=artifact_file)
+
+    def note(self, markdown: str) -> None:
+        """Set the run's description (``mlflow.note.content``)."""
+        self._send("note", markdown=markdown)
+
+    def sibling_runs(self, names: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """``MlflowLog.sibling_runs``, in this process."""
+        return self.in_process().sibling_runs(names)
+
+    def pipeline(self):
+        """``MlflowLog.pipeline``, in this process."""
+        return self.in_process().pipeline()
+
+    def tagged_records(self, tag: str, artifact_file: str, limit: int) -> list[dict] | None:
+        """``MlflowLog.tagged_records``, in this process."""
+        return self.in_process().tagged_records(tag, artifact_file, limit)
+
+    def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
+                           pip_requirements: list[str]) -> dict | None:  # fmt: skip
+        """``MlflowLog.transformers_model``, in this process (the pipeline object lives here)."""
+        return self.in_process().transformers_model(pipeline, name, run_id, input_example, pip_requirements)
+
+    def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
+                         move_alias: bool) -> dict | None:  # fmt: skip
+        """``MlflowLog.register_version``, in this process."""
+        return self.in_process().register_version(model_uri, name, tags, alias, move_alias)
+
+    @contextmanager
+    def child(self, name: str) -> Iterator[NullLog]:
+        """A nested run, opened in this process (``MlflowLog.child``)."""
+        with self.in_process().child(name) as log:
+            yield log
+
+    def in_process(self) -> MlflowLog:
+        """An in-process ``MlflowLog`` on this run (imports MLflow on first use). It finds the child's store
+        through ``MLFLOW_TRACKING_URI``, set here as the child got it, as ``open_run(root=...)`` set it."""
+        if self._local is None:
+            os.environ["MLFLOW_TRACKING_URI"] = self._uri
+            self._local = MlflowLog(self.run_id, self.run_name, self.experiment_id, self._inputs)
+        return self._local
+
+    def finish(self, status: str) -> None:
+        """End the run with ``status`` (FINISHED, FAILED, KILLED) and wait for the child to exit. Raises
+        ``TrackingError`` when the child failed to open the run, to record a call, or to end the run."""
+        try:
+            self._ask("end", status=status, end_ms=int(time.time() * 1000))
+        finally:
+            self._proc.stdin.close()
+            code = self._proc.wait()
+        if code:
+            raise TrackingError(f"MLflow tracking process of run {self.run_name!r} exited with code {code}")
+
+    def _ids(self) -> dict[str, str]:
+        if self._opened is None:
+            self._opened = self._reply("open")
+        return self._opened
+
+    def _send(self, op: str, **fields) -> None:
+        if self._proc.poll() is not None:  # died: its answer to "open" holds the error, if it got that far
+            self._ids()
+            raise TrackingError(f"MLflow tracking process of run {self.run_name!r} exited with code "
+                                f"{self._proc.returncode}")  # fmt: skip
+        try:
+            self._proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            self._ids()
+            raise TrackingError(f"MLflow tracking process of run {self.run_name!r} stopped reading") from None
+
+    def _ask(self, op: str, **fields) -> Any:
+        self._ids()  # its answer comes first
+        self._send(op, **fields)
+        return self._reply(op)
+
+    def _reply(self, op: str) -> Any:
+        line = self._proc.stdout.readline()
+        if not line:
+            raise TrackingError(f"MLflow tracking process of run {self.run_name!r} ended before it answered {op!r}"
+                                f" (its error is above)")  # fmt: skip
+        answer = json.loads(line)
+        if "error" in answer:
+            raise TrackingError(f"MLflow, run {self.run_name!r}, {op}: {answer['error']}")
+        return answer["ok"]
+
+
+@contextmanager
+def open_sidecar_run(name: str, root: Path, experiment: str = "clozeline") -> Iterator[SidecarLog]:
+    """``tracking.open_run(name, root=root)`` with the run held by a child process: MLflow's imports and the
+    store's opening overlap the block. Ends the run FINISHED, FAILED on an exception, KILLED on ``RunKilled``,
+    and waits for the child. Raises ``TrackingError`` (after the block) when MLflow failed."""
+    uri = tracking_uri(root)
+    proc = subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_sidecar"], cwd=PACKAGE_ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")  # fmt: skip
+    log = SidecarLog(proc, name, uri)
+    log._send("open", name=name, parent=os.environ.get(PARENT_RUN_ENV) or None, experiment=experiment, uri=uri,
+              start_ms=int(time.time() * 1000))
+    try:
+        yield log
+    except RunKilled:
+        _finish_quietly(log, "KILLED")
+        raise
+    except BaseException:
+        _finish_quietly(log, "FAILED")
+        raise
+    log.finish("FINISHED")
+
+
+def _finish_quietly(log: SidecarLog, status: str) -> None:
+    """End the run after the stage failed; a tracking error is printed, not raised over the stage's own."""
+    try:
+        log.finish(status)
+    except TrackingError as err:
+        print(f"clozeline: {err}", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------ the child process
+
+#: What each call does to the child's ``MlflowLog``.
+CALLS = {
+    "params": lambda log, m: log.params(m["values"]),
+    "metrics": lambda log, m: log.metrics(m["values"], m["step"], stamp_ms=m["stamp_ms"]),
+    "tags": lambda log, m: log.tags(m["values"]),
+    "inputs": lambda log, m: log.inputs([DataInput(**d) for d in m["datasets"]]),
+    "text": lambda log, m: log.text(m["content"], m["artifact_file"]),
+    "note": lambda log, m: log.note(m["markdown"]),
+    "artifact": lambda log, m: log.artifact(m["path"], m["folder"]),
+}
+ANSWERED = {"artifact"}
+
+
+class _Ended(Exception):
+    """The stage ended the run FAILED (or died): ``open_run`` ends it FAILED."""
+
+
+def serve() -> int:
+    """The child's loop: open the run, apply each call, end the run; returns the exit code (1 when MLflow
+    failed). Answers go to the original stdout; anything MLflow prints goes to stderr."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    calls = (json.loads(line) for line in sys.stdin)
+    opening = next(calls, None)
+    if opening is None:
+        return 0
+    os.environ["MLFLOW_TRACKING_URI"] = opening["uri"]
+    errors: list[str] = []
+    status = "FAILED"
+    try:
+        with open_run(opening["name"], opening["parent"], opening["experiment"], start_ms=opening["start_ms"]) as log:
+            _answer(answers, {"ok": {"run_id": log.run_id, "experiment_id": log.experiment_id}})
+            status = _apply(log, calls, answers, errors)
+            if status == "KILLED":
+                raise RunKilled(status)
+            if status != "FINISHED":
+                raise _Ended(status)
+    except (RunKilled, _Ended):
+        pass
+    except Exception as err:  # noqa: BLE001 - opening or ending failed: the stage hears it at its next waiting call
+        errors.append(f"{type(err).__name__}: {err}")
+    _answer(answers, {"error": errors[0]} if errors else {"ok": status})
+    return 1 if errors else 0
+
+
+def _apply(log, calls, answers, errors: list[str]) -> str:
+    """Apply calls until ``end`` (which sets ``log.end_ms``); returns its status (FAILED when stdin closes
+    first). A failed call is kept in ``errors`` (the first one is reported at the end) and the rest are still
+    applied."""
+    for call in calls:
+        if call["op"] == "end":
+            log.end_ms = call["end_ms"]
+            return call["status"]
+        try:
+            CALLS[call["op"]](log, call)
+        except Exception as err:  # noqa: BLE001 - kept and reported to the stage; the other calls still count
+            errors.append(f"{call['op']}: {type(err).__name__}: {err}")
+            print(f"clozeline: MLflow refused {errors[-1]}", file=sys.stderr)
+            if call["op"] in ANSWERED:
+                _answer(answers, {"error": errors[-1]})
+            continue
+        if call["op"] in ANSWERED:
+            _answer(answers, {"ok": None})
+    return "FAILED"
+
+
+def _answer(stream, message: dict) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
