@@ -25,11 +25,12 @@ its own MLflow sqlite store), the two copies alternating which goes first. Compa
 - documents moved: ``moved_since_previous`` of metrics/split.json, and independently the previous night's
   manifest against tonight's (``moved_docs``); both must be 0.
 
-Start-up share: a process that does what a stage process does before the stage's own work (import the runner
-and the stage module, load params, open and close the stage's MLflow run), timed per stage after each night's
-stages, summed over the arrival nights, over the incremental stage time of the same nights. leakage, tokenizer
-and tokenize are not run (results' ``not_run``): the figures cover the three stages whose input is the corpus
-alone.
+Start-up share: a process that does what a stage process does besides the stage's own work (import the runner
+and the stage module, load params, open and close the stage's MLflow run through the runner's tracking child
+process, ``tasks/common/tracking_sidecar.py``), timed per stage after each night's stages, summed over the
+arrival nights, over the incremental stage time of the same nights. With no work to overlap, the probe waits
+for the child's whole start-up, so it bounds from above what a stage pays. leakage, tokenizer and tokenize are
+not run (results' ``not_run``): the figures cover the three stages whose input is the corpus alone.
 
     .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 5     # writes benchmarks/results/scheduled.json
 """
@@ -270,11 +271,11 @@ import sys, importlib
 from pathlib import Path
 from tasks.__main__ import main
 from tasks.config import load_params
-from tasks.tracking import open_run
+from tasks.common.tracking_sidecar import open_sidecar_run
 stage = sys.argv[1]
 load_params(Path('params.yaml'))
 importlib.import_module('tasks.' + stage)
-with open_run(stage + '-startup-probe', root=Path.cwd()):
+with open_sidecar_run(stage + '-startup-probe', Path.cwd()):
     pass
 """
 

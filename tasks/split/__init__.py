@@ -164,18 +164,18 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> list[str]:
 
 
 def count_straddling(rows: pd.DataFrame) -> list[str]:
-    """Labels of raw groups and clusters found in more than one split of a role (independent re-check)."""
-    straddling = []
+    """Labels of raw groups and clusters found in more than one split of a role (independent re-check), sorted
+    by role and label within each kind."""
     has_group = rows["group"].notna()
     checks = (
         ("group", rows[has_group], [f"{s}|{g}" for s, g in zip(rows["source"][has_group], rows["group"][has_group])]),
         ("cluster", rows, list(rows["cluster_id"])),
     )
+    straddling = []
     for kind, part, labels in checks:
-        seen: dict[tuple[str, str], set[str]] = defaultdict(set)
-        for role, label, split in zip(part["role"], labels, part["split"]):
-            seen[(role, label)].add(split)
-        straddling += [f"{kind}:{role}:{label}" for (role, label), s in sorted(seen.items()) if len(s) > 1]
+        table = pd.DataFrame({"role": list(part["role"]), "label": labels, "split": list(part["split"])})
+        splits = table.groupby(["role", "label"], sort=False)["split"].nunique(dropna=False)
+        straddling += [f"{kind}:{role}:{label}" for role, label in sorted(splits.index[splits.to_numpy() > 1])]
     return straddling
 
 
