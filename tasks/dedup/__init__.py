@@ -98,12 +98,14 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     drop_conflicting(corpus, labels, resolution.dropped, cfg)
     out_dir = paths.stage_data("dedup")
     clear_dir(out_dir)
-    with ThreadPoolExecutor(1) as writer:  # Parquet in C++ (GIL released) while the report is built in Python
-        written = writer.submit(write_sources, out_dir, corpus, labels, clear=False)
+    # Parquet and .npy writes (GIL mostly released) while the report is built in Python; the index's Jaccards
+    # are written as `saving` ends, after the report, which computes some
+    with incremental.saving(index, docs, cfg, log) as save_entries, ThreadPoolExecutor(1) as writer:
+        jobs = [writer.submit(write_sources, out_dir, corpus, labels, clear=False), writer.submit(save_entries)]
         found = (edges, conflicts, resolution)
         report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, *found, cfg)
-        written.result()
-    incremental.save(index, docs, cfg, log)  # after the report: it holds every Jaccard the run computed
+        for job in jobs:
+            job.result()
     metrics = dedup_metrics(corpus, labels, report, policies, allowed.exact_protected)
     metrics["largest_component"] = largest_component(corpus, labels)
     metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}

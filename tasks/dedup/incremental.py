@@ -35,7 +35,10 @@ have the same bytes whichever path produced the outputs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,20 +177,27 @@ def load_jaccards(folder: Path, docs: IndexedSignatures) -> tuple[np.ndarray, np
     return keys[order], values[order].copy()
 
 
-def save(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> None:
+@contextmanager
+def saving(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> Iterator[Callable[[], None]]:
     """Write the index for this run's corpus (``IndexedSignatures``) or an empty one (``engine: ray``),
-    swapped in by rename."""
+    swapped in by rename when the block ends without an error. Yields the job that writes the entries, the
+    signatures and the shingles (a writer thread can run it beside the cluster report: they do not change);
+    the Jaccards are written as the block ends, when the report has added the ones it computed."""
     if not isinstance(docs, IndexedSignatures):
         log.info("dedup: engine ray: full recompute; the index is left empty (the next local run signs all)")
         log.tags({"dedup.mode": "full", "dedup.reason": "engine: ray"})
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
+    with swapped_in(folder) as tmp:
+        yield functools.partial(_save_entries, tmp, docs, cfg)
+        pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
+
+
+def _save_entries(tmp: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:
     rows = entry_rows(docs)
     signatures = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(len(rows), cfg.num_perm)
-    with swapped_in(folder) as tmp:
-        np.save(tmp / SIGNATURES, signatures)
-        np.save(tmp / SHINGLES, np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows]))
-        pq.write_table(entries_table(docs, rows, cfg), tmp / ENTRIES, compression="zstd")
-        pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
+    np.save(tmp / SIGNATURES, signatures)
+    np.save(tmp / SHINGLES, np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows]))
+    pq.write_table(entries_table(docs, rows, cfg), tmp / ENTRIES, compression="zstd")
 
 
 def entry_rows(docs: IndexedSignatures) -> list[int]:
