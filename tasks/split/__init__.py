@@ -45,7 +45,7 @@ split of a role. It must be 0 (bridged components aside: ``straddling_exempt``);
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
