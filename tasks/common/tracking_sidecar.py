@@ -23,6 +23,7 @@ FAILED.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -146,7 +147,8 @@ class SidecarLog(NullLog):
         try:
             self._ask("end", status=status, end_ms=int(time.time() * 1000))
         finally:
-            self._proc.stdin.close()
+            with contextlib.suppress(BrokenPipeError):  # a write the dead child never read is still buffered
+                self._proc.stdin.close()
             code = self._proc.wait()
         if code:
             raise TrackingError(f"MLflow tracking process of run {self.run_name!r} exited with code {code}")
