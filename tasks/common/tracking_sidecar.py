@@ -40,9 +40,9 @@ from tasks.common.nested import flatten
 from tasks.tracking import (
     PARENT_RUN_ENV,
     DataInput,
+    MlflowLog,
     NullLog,
     RunKilled,
-    MlflowLog,
     numeric_leaves,
     open_run,
     sanitize_key,
