@@ -25,7 +25,7 @@ from typing import Any
 from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled
-from tasks.common.tracking_sidecar import open_sidecar_run
+from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 
 #: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
 DATA_ERRORS = (ValueError, FileNotFoundError)
@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         clear_outputs(root, run_name)
         logging.getLogger("clozeline").error("%s: killed by SIGTERM", run_name)
         return 143
+    except TrackingError as err:  # the store cannot be opened or refused a call: one line, MLflow's message
+        clear_outputs(root, run_name)
+        print(f"clozeline: {run_name}: {one_line(err)}", file=sys.stderr)
+        return 1
     except DATA_ERRORS as err:  # bad input: one line naming the file, line or key; the traceback is in MLflow
         clear_outputs(root, run_name)
         print(f"clozeline: {run_name}: {one_line(err)} (traceback: MLflow run {run_name!r}, artifact "

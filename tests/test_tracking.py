@@ -4,6 +4,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -316,3 +317,20 @@ def test_a_data_error_is_one_line_naming_the_file_and_the_traceback_goes_to_mlfl
     assert run.info.status == "FAILED"
     text = mlflow.artifacts.load_text(f"{run.info.artifact_uri}/traceback.txt")
     assert text.startswith("Traceback (most recent call last)") and "row 3 has a null text" in text
+
+
+def test_a_store_that_cannot_be_opened_is_one_line_and_leaves_no_outputs(workdir, monkeypatch, capsys):
+    def writes(stage, params, log, item=None):
+        (workdir / "data" / "ingest").mkdir(parents=True, exist_ok=True)
+        (workdir / "data" / "ingest" / "news.parquet").write_text("written before MLflow failed")
+        return {"ok": 1}
+
+    blocker = workdir / "not-a-folder"
+    blocker.write_text("a file where the store's folder should be")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'mlruns.db'}")
+    monkeypatch.setattr(stage_main, "run_stage", writes)
+    assert stage_main.main(["ingest"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.match(r"clozeline: ingest: MLflow, run 'ingest', open: (NotADirectoryError|FileExistsError): ", err[-1])
+    assert not any("Traceback" in line for line in err)
+    assert not (workdir / "data" / "ingest").exists() and not (workdir / "metrics" / "ingest.json").exists()

@@ -6,14 +6,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import mlflow
 import pytest
 
-from tasks.tracking import DataInput, RunKilled
 from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
+from tasks.tracking import DataInput, RunKilled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,14 +75,35 @@ def test_a_call_mlflow_rejects_fails_the_stage_at_the_end_with_mlflows_message(t
     assert "clozeline: MLflow refused params: MlflowException: Changing param values" in capfd.readouterr().err
 
 
-def test_a_store_that_cannot_be_opened_is_a_tracking_error_not_a_lost_run(tmp_path, monkeypatch):
+def test_a_store_that_cannot_be_opened_fails_the_stage_at_its_next_call_not_at_its_end(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the store's folder should be")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'mlruns.db'}")
-    unopened = "MLflow, run 'nowhere', open: "
+    calls = 0
+    unopened = "MLflow, run 'nowhere', open: (NotADirectoryError|FileExistsError): "
     with pytest.raises(TrackingError, match=unopened), open_sidecar_run("nowhere", tmp_path) as log:
-        log.metrics({"x": 1.0})
-        log.artifact(blocker)
+        while calls < 600:  # a stage logging every 0.1 s hears of it once the child has tried (about 3 s)
+            log.metrics({"step": calls})
+            calls += 1
+            time.sleep(0.1)
+    assert 0 < calls < 600
+
+
+def test_a_sigterm_while_the_child_still_starts_ends_the_run_killed(tmp_path):
+    def killed(signum, frame):
+        raise RunKilled(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, killed)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))  # the child needs seconds to start
+    try:
+        with pytest.raises(RunKilled), open_sidecar_run("early", tmp_path) as log:
+            log.params({"threshold": 0.8})
+            timer.start()  # the stage's work ends here: the signal comes while the stage waits for the child
+    finally:
+        timer.join()
+        signal.signal(signal.SIGTERM, previous)
+    run = _run(log.run_id)
+    assert run.info.status == "KILLED" and run.data.params == {"threshold": "0.8"}
 
 
 def test_a_stage_process_killed_outright_leaves_its_run_failed_not_running(tmp_path):

@@ -14,11 +14,13 @@ call to the child's stdin (JSON only: nothing is pickled):
   on the same run id, so only the stages that use them import MLflow themselves.
 
 The run ends FINISHED, FAILED or KILLED as the stage ended, and the stage process waits for the child before it
-exits, so the next stage (and the report, which reads its siblings' runs) finds the run complete. A call MLflow
-rejects fails the stage at its next waiting call or at the end, with MLflow's message (``TrackingError``); a child
-that dies is noticed at the next call. The child ignores SIGINT and SIGTERM, which the stage maps to KILLED and
-passes on; if the stage process dies without a word (SIGKILL), the child sees its stdin close and ends the run
-FAILED.
+exits, so the next stage (and the report, which reads its siblings' runs) finds the run complete. A SIGTERM
+while the stage waits for the child's start-up ends the run KILLED; once the run is being ended FINISHED,
+SIGINT and SIGTERM are ignored until it is recorded. A store that cannot be opened fails the stage at its
+next call after the child says so; a call MLflow rejects fails it at its next waiting call or at the end, with
+MLflow's message (``TrackingError``); a child that dies is noticed at the next call. The child ignores SIGINT
+and SIGTERM, which the stage maps to KILLED and passes on; if the stage process dies without a word (SIGKILL),
+the child sees its stdin close and ends the run FAILED.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -63,6 +67,7 @@ class SidecarLog(NullLog):
     def __init__(self, proc: subprocess.Popen, name: str, uri: str) -> None:
         self._proc, self.run_name, self._uri = proc, name, uri
         self._opened: dict[str, str] | None = None
+        self._open_failed = False  # the child answered "open" with an error (already raised) and exited
         self._local = None
         self._inputs: tuple[DataInput, ...] = ()
 
@@ -143,22 +148,30 @@ class SidecarLog(NullLog):
 
     def finish(self, status: str) -> None:
         """End the run with ``status`` (FINISHED, FAILED, KILLED) and wait for the child to exit. Raises
-        ``TrackingError`` when the child failed to open the run, to record a call, or to end the run."""
+        ``TrackingError`` when the child failed to open the run, to record a call, or to end the run (not again
+        when its failure to open was raised already)."""
         try:
-            self._ask("end", status=status, end_ms=int(time.time() * 1000))
+            if not self._open_failed:
+                self._ask("end", status=status, end_ms=int(time.time() * 1000))
         finally:
             with contextlib.suppress(BrokenPipeError):  # a write the dead child never read is still buffered
                 self._proc.stdin.close()
             code = self._proc.wait()
-        if code:
+        if code and not self._open_failed:
             raise TrackingError(f"MLflow tracking process of run {self.run_name!r} exited with code {code}")
 
     def _ids(self) -> dict[str, str]:
         if self._opened is None:
-            self._opened = self._reply("open")
+            try:
+                self._opened = self._reply("open")
+            except TrackingError:
+                self._open_failed = True
+                raise
         return self._opened
 
     def _send(self, op: str, **fields) -> None:
+        if self._opened is None and select.select([self._proc.stdout], [], [], 0)[0]:
+            self._ids()  # the child has answered "open": a store that cannot be opened fails the stage now
         if self._proc.poll() is not None:  # died: its answer to "open" holds the error, if it got that far
             self._ids()
             raise TrackingError(f"MLflow tracking process of run {self.run_name!r} exited with code "
@@ -199,13 +212,30 @@ def open_sidecar_run(name: str, root: Path, experiment: str = "clozeline") -> It
               start_ms=int(time.time() * 1000))
     try:
         yield log
+        log._ids()  # the stage is done; the child may still be starting: a SIGTERM now ends the run KILLED
     except RunKilled:
         _finish_quietly(log, "KILLED")
         raise
     except BaseException:
         _finish_quietly(log, "FAILED")
         raise
-    log.finish("FINISHED")
+    with _signals_ignored():  # the run is being recorded FINISHED: a signal now would part MLflow from the outputs
+        log.finish("FINISHED")
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM are ignored in the block (the main thread's handlers, restored after). The block is the
+    final "end" of a run whose child is up: a few store writes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _finish_quietly(log: SidecarLog, status: str) -> None:
