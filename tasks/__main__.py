@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
+from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled
-from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 
 #: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
 DATA_ERRORS = (ValueError, FileNotFoundError)
