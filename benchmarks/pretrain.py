@@ -39,6 +39,7 @@ import bz2  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -46,6 +47,11 @@ import time  # noqa: E402
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TARGET_SPEEDUP = 1.3  # over HF Trainer, on either device
+PROFILE_STEPS = 20  # --profile: steps under torch.profiler, after the timed ones
+#: --profile: a CUDA kernel's kind, by the first pattern its name matches (cuBLAS/CUTLASS GEMMs are nvjet, sm90_*,
+#: *gemm*, cutlass; SDPA's kernels flash/fmha/efficient attention; inductor's fused kernels triton_*)
+KERNEL_KINDS = {"matmul": r"gemm|nvjet|cutlass|xmma|sm90_", "attention": r"flash|fmha|attention",
+                "triton": r"^triton_"}
 #: per device type: model preset, blocks per step, tokens per block, tokenizer vocabulary, masking rate, timed
 #: and warm-up steps, rounds; ``quick``: the dry run
 SETTINGS = {
@@ -130,10 +136,11 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure_stage(data: Path, cfg, warmup: int, steps: int) -> dict:
+def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None = None) -> dict:
     """The stage's loop pieces as ``Trainer._loop`` runs them: the next step's masked micro-batches built on the
     ``Prefetcher`` thread (pinned, ``non_blocking`` copies on CUDA), the step's lr, ``Trainer._step``. Timed by
-    ``Throughput``: a window of ``warmup`` steps (compilation, autotuning), then one of ``steps``."""
+    ``Throughput``: a window of ``warmup`` steps (compilation, autotuning), then one of ``steps``; with
+    ``profile``, ``PROFILE_STEPS`` more steps under ``torch.profiler`` (``profile_steps``), untimed."""
     import torch
     from transformers import AutoTokenizer
 
@@ -156,12 +163,15 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> dict:
     _sync(env.device)
     clock.start()
     started, first_step_s, cpu_start = time.perf_counter(), None, 0.0
+    def one_step() -> None:
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = trainer._lr()
+        trainer._step(feed.get(trainer.state["step"]))
+        trainer.state["step"] += 1
+
     try:
         for i in range(warmup + steps):
-            for group in trainer.optimizer.param_groups:
-                group["lr"] = trainer._lr()
-            trainer._step(feed.get(trainer.state["step"]))
-            trainer.state["step"] += 1
+            one_step()
             if i == 0:
                 _sync(env.device)
                 first_step_s = time.perf_counter() - started
@@ -172,12 +182,48 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int) -> dict:
         _sync(env.device)
         clock.lap(steps)
         cpu_s = time.process_time() - cpu_start
+        if profile:
+            profile_steps(one_step, env.device, profile)
     finally:
         feed.close()
     timed = clock.summary()
     return {"tokens_per_s": timed["train_tokens_per_s"], "tokens_per_cpu_s": steps * clock.tokens_per_step / cpu_s,
             "first_step_seconds": first_step_s, "compile_seconds": timed["compile_seconds"],
             "compile": cfg.compile, "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability)}
+
+
+def profile_steps(run_step, device, out: Path, steps: int = PROFILE_STEPS) -> dict:
+    """``steps`` calls of ``run_step`` under ``torch.profiler`` (CPU, and the device's kernels on CUDA): where a
+    step's time goes. Writes ``out/pretrain_profile.txt`` (the 40 costliest ops by self device time, or by self
+    CPU time on a CPU) and ``out/pretrain_profile.json``: the wall seconds of the steps, the seconds the device's
+    kernels ran (``busy_fraction`` = kernel seconds / wall seconds: under 1, the GPU waited on the host) and
+    those seconds by kernel kind (matrix products, attention, Triton-generated, other; kind by kernel name)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+
+    cuda = device.type == "cuda"
+    _sync(device)
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, *[ProfilerActivity.CUDA] * cuda]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            run_step()
+        _sync(device)
+        wall_s = time.perf_counter() - start
+    events = prof.key_averages()
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    by_kind: dict[str, float] = {}
+    for event in kernels:
+        kind = next((k for k, pattern in KERNEL_KINDS.items() if re.search(pattern, event.key, re.I)), "other")
+        by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e6
+    busy_s = sum(by_kind.values()) if cuda else None
+    summary = {"steps": steps, "wall_s": wall_s, "device_kernel_s": busy_s,
+               "busy_fraction": busy_s / wall_s if cuda else None, "kernel_s_by_kind": by_kind}  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    (out / "pretrain_profile.txt").write_text(events.table(sort_by=sort, row_limit=40), encoding="utf-8")
+    (out / "pretrain_profile.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
 
 
 def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
@@ -227,8 +273,11 @@ def worker(args: argparse.Namespace) -> dict:
     from tasks.common.device import describe, peak_memory_mib
 
     cfg = stage_config(args.preset, args.batch, args.mlm_probability, args.device)
-    measure = measure_stage if args.variant == "stage" else measure_hf_trainer
-    out = {"variant": args.variant, **measure(Path(args.data), cfg, args.warmup, args.steps)}
+    if args.variant == "stage":
+        timed = measure_stage(Path(args.data), cfg, args.warmup, args.steps, args.profile and Path(args.profile))
+    else:
+        timed = measure_hf_trainer(Path(args.data), cfg, args.warmup, args.steps)
+    out = {"variant": args.variant, **timed}
     device = torch.device(args.device)
     return out | describe(device) | {
         "achieved_flops_per_s": out["tokens_per_s"] * out["flops_per_token"],
@@ -258,6 +307,8 @@ def spawn(variant: str, data: Path, opts: dict, device) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--device", target,
            "--preset", opts["preset"], "--batch", str(opts["batch"]), "--steps", str(opts["steps"]),
            "--warmup", str(opts["warmup"]), "--mlm-probability", str(opts["mlm_probability"])]  # fmt: skip
+    if opts.get("profile") and variant == "stage":
+        cmd += ["--profile", opts["profile"]]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
@@ -351,6 +402,8 @@ def main() -> None:
     for flag, kind in (("preset", str), ("batch", int), ("seq-len", int), ("vocab", int), ("mlm-probability", float),
                        ("steps", int), ("warmup", int), ("rounds", int)):  # fmt: skip
         parser.add_argument(f"--{flag}", type=kind, help="default: per device (SETTINGS), or --quick's")
+    parser.add_argument("--profile", help=f"folder: {PROFILE_STEPS} more steps of our loop under torch.profiler "
+                        "(pretrain_profile.txt, pretrain_profile.json; untimed)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain.json"))
     args = parser.parse_args()
     if args.worker:
@@ -367,6 +420,7 @@ def main() -> None:
         parser.error(str(err))
     opts = dict(SETTINGS["quick" if args.quick else device.type])
     opts.update({k: v for k, v in vars(args).items() if k in opts and v is not None})
+    opts["profile"] = args.profile and str(Path(args.profile).resolve())
     if opts["warmup"] < 1 or opts["steps"] < 1:
         parser.error("--warmup and --steps must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
