@@ -39,7 +39,7 @@ FT_DOCS = {"train": 12, "dev": 6, "test": 8}
 # classes are closer than that may flip, so scores get a looser bound than probabilities
 PROB_ATOL = 0.05
 SCORE_ATOL = 0.2
-MIN_AGREEMENT = 0.8
+MIN_AGREEMENT = 0.8  # of ner tags
 
 
 @pytest.fixture(scope="module")
@@ -166,20 +166,26 @@ def finetune_on(root: Path, item: str, device: str) -> tuple[dict, dict[str, dic
 
 
 def compare_predictions(cpu: dict[str, dict], gpu: dict[str, dict]) -> None:
-    """The same docs, the same number of predictions per doc, mostly the same labels, and where the labels
-    agree, probabilities within ``PROB_ATOL``."""
+    """The same docs and the same number of predictions per doc. A cls record holds the whole distribution:
+    every doc's probabilities within ``PROB_ATOL`` of the CPU's, so a label may differ only where the CPU's two
+    likeliest classes are within ``2 * PROB_ATOL`` (a near-tie; the first H200 run flipped 2 of 8 such docs of
+    this one-epoch tiny model). A ner record holds the predicted tag's probability per word: mostly the same
+    tags, and where they agree, probabilities within ``PROB_ATOL``."""
     assert sorted(gpu) == sorted(cpu) and len(gpu) > 0
     agree = total = 0
     for doc_id, want in cpu.items():
         got = gpu[doc_id]
-        preds = (got["pred"], want["pred"]) if isinstance(want["pred"], list) else ([got["pred"]], [want["pred"]])
-        probs = (got["probs"], want["probs"])
-        assert len(preds[0]) == len(preds[1]) and len(probs[0]) == len(probs[1]), doc_id
-        for a, b in zip(*preds, strict=True):
-            agree, total = agree + (a == b), total + 1
-        if preds[0] == preds[1]:
-            assert probs[0] == pytest.approx(probs[1], abs=PROB_ATOL), doc_id
-    assert agree / total >= MIN_AGREEMENT, f"{agree} of {total} predictions agree"
+        if not isinstance(want["pred"], list):  # cls
+            assert got["probs"] == pytest.approx(want["probs"], abs=PROB_ATOL), doc_id
+            top2 = sorted(want["probs"], reverse=True)[:2]
+            assert got["pred"] == want["pred"] or top2[0] - top2[1] < 2 * PROB_ATOL, (doc_id, want, got)
+            continue
+        assert len(got["pred"]) == len(want["pred"]) and len(got["probs"]) == len(want["probs"]), doc_id
+        agree += sum(a == b for a, b in zip(got["pred"], want["pred"], strict=True))
+        total += len(want["pred"])
+        if got["pred"] == want["pred"]:
+            assert got["probs"] == pytest.approx(want["probs"], abs=PROB_ATOL), doc_id
+    assert agree >= MIN_AGREEMENT * total, f"{agree} of {total} ner tags agree"
 
 
 @pytest.mark.parametrize(("item", "metric"), [("cls", "test_macro_f1"), ("ner", "test_entity_f1")])
