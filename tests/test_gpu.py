@@ -94,6 +94,40 @@ def test_pretraining_bf16_compiled_on_cuda_compiles_once_per_mode_and_learns(cor
     assert metrics["train_tokens_per_s"] > 0 and metrics["compile_seconds"] is not None
 
 
+def test_packed_blocks_run_the_flash_kernel_under_bf16_and_compile():
+    """Packed, unpadded blocks (no attention mask) take SDPA's flash kernel in a compiled bf16 training step.
+    ``sdpa_kernel([FLASH_ATTENTION])`` allows no other kernel, so SDPA raises, with its reasons as warnings,
+    where flash cannot run. The first H200 profile (benchmarks/results/gpu_check/pretrain_profile.txt) showed
+    attention as ``bmm`` + a fused softmax, SDPA's math path, about a quarter of the device time: this test
+    names the reason."""
+    import warnings
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tasks.pretrain.init import build_model
+    from tasks.pretrain.mlm import MaskedOnlyMLM
+
+    preset = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256}
+    cfg = make_cfg(presets={"micro": preset}, max_position_embeddings=128, compile=True, bf16=True,
+                   hardware={"device": "cuda"})  # fmt: skip
+    torch._dynamo.reset()
+    net = MaskedOnlyMLM(build_model(cfg, 1000, 128, 0).cuda(), compile=True).train()
+    ids = torch.randint(5, 1000, (8, 128), device="cuda")
+    positions = torch.arange(0, ids.numel(), 7, device="cuda")
+    try:
+        with warnings.catch_warnings(record=True) as caught, sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            warnings.simplefilter("always")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss, _ = net(ids, None, positions, ids.flatten()[positions])
+            loss.backward()
+    except RuntimeError as err:
+        reasons = sorted({str(w.message) for w in caught})
+        pytest.fail(f"flash attention refused: {str(err)[:300]}; SDPA's reasons: {reasons}")
+    finally:
+        torch._dynamo.reset()
+    assert torch.isfinite(loss)
+
+
 class LossLog(NullLog):
     """A run log that keeps the logged train losses ``(step, loss)``."""
 
