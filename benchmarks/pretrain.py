@@ -39,19 +39,15 @@ import bz2  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from benchmarks._device_time import PROFILE_STEPS, matmul_flops, profile_steps, sync  # noqa: E402
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TARGET_SPEEDUP = 1.3  # over HF Trainer, on either device
-PROFILE_STEPS = 20  # --profile: steps under torch.profiler, after the timed ones
-#: --profile: a CUDA kernel's kind, by the first pattern its name matches (cuBLAS/CUTLASS GEMMs are nvjet, sm90_*,
-#: *gemm*, cutlass; SDPA's kernels flash/fmha/efficient attention; inductor's fused kernels triton_*)
-KERNEL_KINDS = {"matmul": r"gemm|nvjet|cutlass|xmma|sm90_", "attention": r"flash|fmha|attention",
-                "triton": r"^triton_"}
 #: per device type: model preset, blocks per step, tokens per block, tokenizer vocabulary, masking rate, timed
 #: and warm-up steps, rounds; ``quick``: the dry run
 SETTINGS = {
@@ -129,13 +125,6 @@ def stage_config(preset: str, batch: int, mlm_probability: float, device: str):
     return PretrainParams.model_validate(raw)
 
 
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None = None) -> dict:
     """The stage's loop pieces as ``Trainer._loop`` runs them: the next step's masked micro-batches built on the
     ``Prefetcher`` thread (pinned, ``non_blocking`` copies on CUDA), the step's lr, ``Trainer._step``. Timed by
@@ -160,7 +149,7 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None
     model = build_model(cfg, len(tok), seq_len, tok.pad_token_id).to(env.device)
     trainer = Trainer(cfg, model, MaskingVocab.from_tokenizer(tok), train, train, env, NullLog(), data / "ckpt")
     feed, clock = Prefetcher(trainer._micro_batches, env.device), Throughput(cfg.batch_size_blocks * seq_len)
-    _sync(env.device)
+    sync(env.device)
     clock.start()
     started, first_step_s, cpu_start = time.perf_counter(), None, 0.0
     def one_step() -> None:
@@ -173,13 +162,13 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None
         for i in range(warmup + steps):
             one_step()
             if i == 0:
-                _sync(env.device)
+                sync(env.device)
                 first_step_s = time.perf_counter() - started
             if i + 1 == warmup:
-                _sync(env.device)
+                sync(env.device)
                 clock.lap(warmup)
                 cpu_start = time.process_time()
-        _sync(env.device)
+        sync(env.device)
         clock.lap(steps)
         cpu_s = time.process_time() - cpu_start
         if profile:
@@ -190,40 +179,6 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None
     return {"tokens_per_s": timed["train_tokens_per_s"], "tokens_per_cpu_s": steps * clock.tokens_per_step / cpu_s,
             "first_step_seconds": first_step_s, "compile_seconds": timed["compile_seconds"],
             "compile": cfg.compile, "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability)}
-
-
-def profile_steps(run_step, device, out: Path, steps: int = PROFILE_STEPS) -> dict:
-    """``steps`` calls of ``run_step`` under ``torch.profiler`` (CPU, and the device's kernels on CUDA): where a
-    step's time goes. Writes ``out/pretrain_profile.txt`` (the 40 costliest ops by self device time, or by self
-    CPU time on a CPU) and ``out/pretrain_profile.json``: the wall seconds of the steps, the seconds the device's
-    kernels ran (``busy_fraction`` = kernel seconds / wall seconds: under 1, the GPU waited on the host) and
-    those seconds by kernel kind (matrix products, attention, Triton-generated, other; kind by kernel name)."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity
-
-    cuda = device.type == "cuda"
-    _sync(device)
-    with torch.profiler.profile(activities=[ProfilerActivity.CPU, *[ProfilerActivity.CUDA] * cuda]) as prof:
-        start = time.perf_counter()
-        for _ in range(steps):
-            run_step()
-        _sync(device)
-        wall_s = time.perf_counter() - start
-    events = prof.key_averages()
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
-    by_kind: dict[str, float] = {}
-    for event in kernels:
-        kind = next((k for k, pattern in KERNEL_KINDS.items() if re.search(pattern, event.key, re.I)), "other")
-        by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e6
-    busy_s = sum(by_kind.values()) if cuda else None
-    summary = {"steps": steps, "wall_s": wall_s, "device_kernel_s": busy_s,
-               "busy_fraction": busy_s / wall_s if cuda else None, "kernel_s_by_kind": by_kind}  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
-    (out / "pretrain_profile.txt").write_text(events.table(sort_by=sort, row_limit=40), encoding="utf-8")
-    (out / "pretrain_profile.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    return summary
 
 
 def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
@@ -246,7 +201,7 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
 
     class Clock(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
-            _sync(device)
+            sync(device)
             stamps.append((time.perf_counter(), time.process_time()))
 
         on_step_end = on_train_begin
@@ -340,34 +295,6 @@ def compare(data: Path, opts: dict, device) -> dict:
         "peak_cuda_mib": {v: max(r["peak_cuda_mib"] or 0.0 for r in rs) or None for v, rs in runs.items()},
         "runs": runs,
     }  # fmt: skip
-
-
-def matmul_flops(device, seconds: float = 2.0, bf16: bool | None = None) -> dict:
-    """The limit a train step's FLOPs read against, measured here: FLOP/s of square matrix products on
-    ``device`` (CPU: float32 1024^3 on torch's threads, bf16 with ``bf16``; CUDA: bf16 8192^3), best window over
-    ``seconds`` (2 * size**3 FLOPs per product; each window synchronized, and doubled until it lasts 0.1 s)."""
-    import torch
-
-    cuda = device.type == "cuda"
-    bf16 = cuda if bf16 is None else bf16
-    size, dtype = 8192 if cuda else 1024, torch.bfloat16 if bf16 else torch.float32
-    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    torch.mm(a, b)
-    _sync(device)
-    per_window, best, deadline = 1, 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        start = time.perf_counter()
-        for _ in range(per_window):
-            torch.mm(a, b)
-        _sync(device)
-        elapsed = time.perf_counter() - start
-        best = max(best, 2 * size**3 * per_window / elapsed)
-        per_window *= 2 if elapsed < 0.1 else 1
-    del a, b
-    if cuda:
-        torch.cuda.empty_cache()
-    kind = f"{'bf16' if bf16 else 'float32'} {size}^3 matmul"
-    return {"kind": kind, "flops_per_s": best, "threads": None if cuda else torch.get_num_threads()}
 
 
 def summary_rows(cmp: dict, limit: dict, device: dict, target: float) -> list[dict]:
