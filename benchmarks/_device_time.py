@@ -11,8 +11,15 @@ from pathlib import Path
 PROFILE_STEPS = 20  # --profile: steps under torch.profiler, after the timed ones
 #: --profile: a CUDA kernel's kind, by the first pattern its name matches (cuBLAS/CUTLASS GEMMs are nvjet, sm90_*,
 #: *gemm*, cutlass; SDPA's kernels flash/fmha/efficient attention; inductor's fused kernels triton_*)
-KERNEL_KINDS = {"matmul": r"gemm|nvjet|cutlass|xmma|sm90_", "attention": r"flash|fmha|attention",
-                "triton": r"^triton_"}
+KERNEL_KINDS = {"matmul": r"gemm|nvjet|cutlass|xmma|sm90_", "attention": r"flash|fmha|attention", "triton": r"^triton_"}
+#: --profile: which of SDPA's paths ran, by op or kernel name (under torch.compile the math path leaves no SDPA op,
+#: only bmm and a fused kernel named after ``_safe_softmax``, as on the first H200 run)
+ATTENTION_PATHS = {
+    "flash": r"_flash_attention|flash_fwd|flash_bwd",
+    "efficient": r"_efficient_attention|fmha",
+    "cudnn": r"_cudnn_attention|cudnn.*(sdpa|attention)",
+    "math": r"_scaled_dot_product_attention_math|_safe_softmax",
+}
 
 
 def sync(device) -> None:
@@ -56,7 +63,8 @@ def profile_steps(run_step, device, out: Path, steps: int = PROFILE_STEPS) -> di
     step's time goes. Writes ``out/pretrain_profile.txt`` (the 40 costliest ops by self device time, or by self
     CPU time on a CPU) and ``out/pretrain_profile.json``: the wall seconds of the steps, the seconds the device's
     kernels ran (``busy_fraction`` = kernel seconds / wall seconds: under 1, the GPU waited on the host) and
-    those seconds by kernel kind (matrix products, attention, Triton-generated, other; kind by kernel name)."""
+    those seconds by kernel kind (matrix products, attention, Triton-generated, other; kind by kernel name),
+    and ``attention_paths``, the SDPA paths that ran (``attention_paths``)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
@@ -77,9 +85,17 @@ def profile_steps(run_step, device, out: Path, steps: int = PROFILE_STEPS) -> di
         by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e6
     busy_s = sum(by_kind.values()) if cuda else None
     summary = {"steps": steps, "wall_s": wall_s, "device_kernel_s": busy_s,
-               "busy_fraction": busy_s / wall_s if cuda else None, "kernel_s_by_kind": by_kind}  # fmt: skip
+               "busy_fraction": busy_s / wall_s if cuda else None, "kernel_s_by_kind": by_kind,
+               "attention_paths": attention_paths(event.key for event in events)}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
     (out / "pretrain_profile.txt").write_text(events.table(sort_by=sort, row_limit=40), encoding="utf-8")
     (out / "pretrain_profile.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
+
+
+def attention_paths(names) -> list[str]:
+    """The SDPA paths (``ATTENTION_PATHS``: flash, efficient, cudnn, math) that profiler op or kernel ``names``
+    show, sorted; empty where no attention ran."""
+    names = list(names)
+    return sorted(path for path, pattern in ATTENTION_PATHS.items() if any(re.search(pattern, n) for n in names))
