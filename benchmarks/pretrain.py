@@ -152,6 +152,7 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None
     sync(env.device)
     clock.start()
     started, first_step_s, cpu_start = time.perf_counter(), None, 0.0
+
     def one_step() -> None:
         for group in trainer.optimizer.param_groups:
             group["lr"] = trainer._lr()
@@ -262,7 +263,7 @@ def spawn(variant: str, data: Path, opts: dict, device) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--device", target,
            "--preset", opts["preset"], "--batch", str(opts["batch"]), "--steps", str(opts["steps"]),
            "--warmup", str(opts["warmup"]), "--mlm-probability", str(opts["mlm_probability"])]  # fmt: skip
-    if opts.get("profile") and variant == "stage":
+    if opts["profile"] and variant == "stage":
         cmd += ["--profile", opts["profile"]]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
@@ -273,9 +274,9 @@ def spawn(variant: str, data: Path, opts: dict, device) -> dict:
 def compare(data: Path, opts: dict, device) -> dict:
     """Alternate stage / HF Trainer workers ``rounds`` times; medians and their ratio."""
     runs: dict[str, list[dict]] = {"stage": [], "hf_trainer": []}
-    for _ in range(opts["rounds"]):
-        for variant in runs:
-            runs[variant].append(spawn(variant, data, opts, device))
+    for i in range(opts["rounds"]):
+        for variant in runs:  # --profile: the first round's stage worker only (a profile per round is one too many)
+            runs[variant].append(spawn(variant, data, opts if i == 0 else {**opts, "profile": None}, device))
             print(json.dumps(runs[variant][-1]), flush=True)
     med = {v: statistics.median(r["tokens_per_s"] for r in rs) for v, rs in runs.items()}
     cpu = {v: statistics.median(r["tokens_per_cpu_s"] for r in rs) for v, rs in runs.items()}
