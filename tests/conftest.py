@@ -1,6 +1,7 @@
 """Test-wide settings: offline, quiet, and tracking that never touches the repo's mlruns.db."""
 
 import os
+import sys
 import tempfile
 
 import pytest
@@ -50,3 +51,14 @@ def pytest_collection_modifyitems(config, items):
     """Put the files of ``LONGEST_FIRST`` first (in that order); every other test keeps its place."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture(autouse=True)
+def mlflow_uri_follows_the_environment():
+    """After each test, MLflow's process-wide tracking URI is the environment's again. ``mlflow.set_tracking_uri``
+    (``open_run`` calls it) outlives ``monkeypatch.setenv``; a later test in the same worker would otherwise read
+    an earlier test's store while its stage's child process writes to the environment's (CI, stop 46)."""
+    yield
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is not None:
+        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI"))

@@ -140,9 +140,13 @@ class SidecarLog(NullLog):
 
     def in_process(self) -> MlflowLog:
         """An in-process ``MlflowLog`` on this run (imports MLflow on first use). It finds the child's store
-        through ``MLFLOW_TRACKING_URI``, set here as the child got it, as ``open_run(root=...)`` set it."""
+        through the URI the child got, set here as ``open_run(root=...)`` sets it: MLflow's process-wide URI (and
+        ``MLFLOW_TRACKING_URI``, which ``mlflow.set_tracking_uri`` also sets), since an earlier
+        ``set_tracking_uri`` in this process would otherwise win over the environment."""
         if self._local is None:
-            os.environ["MLFLOW_TRACKING_URI"] = self._uri
+            import mlflow
+
+            mlflow.set_tracking_uri(self._uri)
             self._local = MlflowLog(self.run_id, self.run_name, self.experiment_id, self._inputs)
         return self._local
 
