@@ -1,8 +1,11 @@
 """Test-wide settings: offline, quiet, and tracking that never touches the repo's mlruns.db."""
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -62,3 +65,32 @@ def mlflow_uri_follows_the_environment():
     mlflow = sys.modules.get("mlflow")
     if mlflow is not None:
         mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI"))
+
+
+@pytest.fixture()
+def warm_server(monkeypatch):
+    """A function that starts a tracking server of the test's own (``tasks/common/tracking_server.py``, in a
+    private runtime folder) and returns its process once it listens; every server started is killed after."""
+    from tasks.common import tracking_server
+
+    runtime = tempfile.mkdtemp(prefix="cz-")  # short: a Unix socket's path holds at most 107 bytes
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    monkeypatch.setenv(tracking_server.ENABLED_ENV, "1")
+    procs = []
+
+    def start(idle_s: float = 120.0) -> subprocess.Popen:
+        path = tracking_server.socket_path()
+        env = {**os.environ, tracking_server.IDLE_ENV: str(idle_s)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_server", str(path)],
+                                      cwd=tracking_server.PACKAGE_ROOT, env=env))  # fmt: skip
+        deadline = time.time() + 120
+        while not path.exists():
+            assert procs[-1].poll() is None and time.time() < deadline, "the tracking server did not start"
+            time.sleep(0.05)
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(runtime, ignore_errors=True)

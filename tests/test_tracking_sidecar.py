@@ -13,17 +13,38 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from tasks.common.tracking_server import ENABLED_ENV
 from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 from tasks.tracking import DataInput, RunKilled
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The tests that hold for a child forked by the warm server as for a cold one run with both.
+BOTH = pytest.mark.parametrize("tracking_child", ["cold", "warm"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def cold_by_default(monkeypatch):
+    """A cold child unless the test asks for both (``tracking_child``)."""
+    monkeypatch.setenv(ENABLED_ENV, "0")
+
+
+@pytest.fixture()
+def tracking_child(request, cold_by_default, warm_server, monkeypatch):
+    """``cold``: every run gets a cold child (no server is started either); ``warm``: a server of the test's own
+    is up and forks it."""
+    if request.param == "warm":
+        warm_server()
+    else:
+        monkeypatch.setenv(ENABLED_ENV, "0")
+    return request.param
 
 
 def _run(run_id: str):
     return mlflow.MlflowClient().get_run(run_id)
 
 
-def test_a_sidecar_run_records_every_call_with_the_stage_times(tmp_path):
+@BOTH
+def test_a_sidecar_run_records_every_call_with_the_stage_times(tmp_path, tracking_child):
     report = tmp_path / "report.md"
     report.write_text("# claims\n")
     started_ms = int(time.time() * 1000)
@@ -40,6 +61,7 @@ def test_a_sidecar_run_records_every_call_with_the_stage_times(tmp_path):
             kid.metrics({"loss": 1.5})
         time.sleep(0.05)
         ended_ms = int(time.time() * 1000)
+    assert type(log._proc).__name__ == {"cold": "Popen", "warm": "ForkedChild"}[tracking_child]
     run = _run(log.run_id)
     assert (run.info.run_name, run.info.status, run.info.experiment_id) == ("stage-x", "FINISHED", log.experiment_id)
     assert run.data.params == {"dedup.threshold": "0.8", "path": "data/x"}
@@ -59,7 +81,8 @@ def test_a_sidecar_run_records_every_call_with_the_stage_times(tmp_path):
     assert [d.dataset.name for d in child.inputs.dataset_inputs] == ["data/ingest"]
 
 
-def test_an_exception_ends_the_run_failed_and_runkilled_ends_it_killed(tmp_path):
+@BOTH
+def test_an_exception_ends_the_run_failed_and_runkilled_ends_it_killed(tmp_path, tracking_child):
     with pytest.raises(ValueError, match="bad row"), open_sidecar_run("fails", tmp_path) as failed:
         raise ValueError("bad row")
     with pytest.raises(RunKilled), open_sidecar_run("killed", tmp_path) as killed:
@@ -67,7 +90,8 @@ def test_an_exception_ends_the_run_failed_and_runkilled_ends_it_killed(tmp_path)
     assert (_run(failed.run_id).info.status, _run(killed.run_id).info.status) == ("FAILED", "KILLED")
 
 
-def test_a_call_mlflow_rejects_fails_the_stage_at_the_end_with_mlflows_message(tmp_path, capfd):
+@BOTH
+def test_a_call_mlflow_rejects_fails_the_stage_at_the_end_with_mlflows_message(tmp_path, tracking_child, capfd):
     refused = r"MLflow, run 'twice', end: params: .*threshold"
     with pytest.raises(TrackingError, match=refused), open_sidecar_run("twice", tmp_path) as log:
         log.params({"threshold": 0.8})
@@ -75,7 +99,10 @@ def test_a_call_mlflow_rejects_fails_the_stage_at_the_end_with_mlflows_message(t
     assert "clozeline: MLflow refused params: MlflowException: Changing param values" in capfd.readouterr().err
 
 
-def test_a_store_that_cannot_be_opened_fails_the_stage_at_its_next_call_not_at_its_end(tmp_path, monkeypatch):
+@BOTH
+def test_a_store_that_cannot_be_opened_fails_the_stage_at_its_next_call_not_at_its_end(
+    tmp_path, tracking_child, monkeypatch
+):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the store's folder should be")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'mlruns.db'}")
@@ -106,7 +133,8 @@ def test_a_sigterm_while_the_child_still_starts_ends_the_run_killed(tmp_path):
     assert run.info.status == "KILLED" and run.data.params == {"threshold": "0.8"}
 
 
-def test_a_stage_process_killed_outright_leaves_its_run_failed_not_running(tmp_path):
+@BOTH
+def test_a_stage_process_killed_outright_leaves_its_run_failed_not_running(tmp_path, tracking_child):
     script = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"

@@ -3,8 +3,10 @@
 A stage process that tracks in-process first pays for ``import mlflow`` and the sqlite store (about 2.5 s and
 1.2 s measured on 2 cores, per process), before any work. ``open_sidecar_run`` starts
 ``python -m tasks.common.tracking_sidecar`` instead, which imports MLflow and opens the run while the stage already
-works, on the other core. The stage talks to it through ``SidecarLog``, a RunLog that writes one JSON line per
-call to the child's stdin (JSON only: nothing is pickled):
+works, on the other core. When a warm tracking server is up (``tasks/common/tracking_server.py``: the first stage
+starts one), the child is forked from it instead, with MLflow already imported. The stage talks to the child
+through ``SidecarLog``, a RunLog that writes one JSON line per call to the child's stdin (JSON only: nothing is
+pickled):
 
 - params, metrics, tags, inputs, text and note are sent without waiting; keys and values are sanitized here,
   and each metric carries the time it was logged;
@@ -40,6 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tasks.common import tracking_server
 from tasks.common.nested import flatten
 from tasks.tracking import (
     PARENT_RUN_ENV,
@@ -62,9 +65,10 @@ class TrackingError(RuntimeError):
 
 
 class SidecarLog(NullLog):
-    """The RunLog of a run held by the tracking child process ``proc`` (see the module docstring)."""
+    """The RunLog of a run held by the tracking child process ``proc``: a cold child, or one forked by the warm
+    server (``tracking_server``); see the module docstring."""
 
-    def __init__(self, proc: subprocess.Popen, name: str, uri: str) -> None:
+    def __init__(self, proc: subprocess.Popen | tracking_server.ForkedChild, name: str, uri: str) -> None:
         self._proc, self.run_name, self._uri = proc, name, uri
         self._opened: dict[str, str] | None = None
         self._open_failed = False  # the child answered "open" with an error (already raised) and exited
@@ -209,8 +213,9 @@ def open_sidecar_run(name: str, root: Path, experiment: str = "clozeline") -> It
     store's opening overlap the block. Ends the run FINISHED, FAILED on an exception, KILLED on ``RunKilled``,
     and waits for the child. Raises ``TrackingError`` (after the block) when MLflow failed."""
     uri = tracking_uri(root)
-    proc = subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_sidecar"], cwd=PACKAGE_ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, encoding="utf-8")  # fmt: skip
+    proc = tracking_server.connect() or subprocess.Popen(
+        [sys.executable, "-m", "tasks.common.tracking_sidecar"], cwd=PACKAGE_ROOT, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, encoding="utf-8")  # fmt: skip
     log = SidecarLog(proc, name, uri)
     log._send("open", name=name, parent=os.environ.get(PARENT_RUN_ENV) or None, experiment=experiment, uri=uri,
               start_ms=int(time.time() * 1000))
@@ -270,13 +275,19 @@ class _Ended(Exception):
 
 
 def serve() -> int:
-    """The child's loop: open the run, apply each call, end the run; returns the exit code (1 when MLflow
-    failed). Answers go to the original stdout; anything MLflow prints goes to stderr."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """A cold child: ``serve_calls`` on stdin; answers go to the original stdout, anything MLflow prints to
+    stderr. Returns the exit code."""
     answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
-    calls = (json.loads(line) for line in sys.stdin)
+    return serve_calls((json.loads(line) for line in sys.stdin), answers)
+
+
+def serve_calls(calls: Iterator[dict], answers) -> int:
+    """The child's loop (a cold child's, or one forked by ``tracking_server``): open the run, apply each call,
+    end the run; returns the exit code (1 when MLflow failed). SIGINT and SIGTERM are ignored: the stage maps
+    them to KILLED and says so."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     opening = next(calls, None)
     if opening is None:
         return 0

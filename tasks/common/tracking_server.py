@@ -1,0 +1,220 @@
+"""A warm tracking server: it forks each stage's MLflow tracking child from a process that has MLflow imported.
+
+Every stage holds its MLflow run in a child process (``tasks/common/tracking_sidecar.py``). A cold child spends
+about 3 s on imports before it can open the run (``import mlflow`` 1.4 s, its SQLAlchemy store 1.3 s, measured on
+2 cores), and the stage waits for it at its end. On a scheduled night over a few new documents that wait is most
+of a stage's time. So the first stage that finds no server starts one (``python -m tasks.common.tracking_server``,
+detached: its own session, stdio on /dev/null) and uses a cold child itself; the stages after it connect.
+
+- The server imports MLflow and its SQLAlchemy store, opens no store, and listens on a Unix socket in a private
+  folder (mode 0700, owned by this user; nothing listens on the network). The socket's name is keyed by the
+  interpreter, the package folder and the tracking code's files, so an edited file or another checkout gets a
+  server of its own.
+- Each connection gets a fork (about 10 ms) that runs the cold child's loop (``tracking_sidecar.serve_calls``)
+  with the stage's environment and working folder (sent as the first JSON line) and the stage's stderr (passed
+  as a file descriptor, SCM_RIGHTS). The wire is JSON lines both ways, as with a cold child: nothing is
+  pickled. The fork's last line is its exit code.
+- The server exits after ``CLOZELINE_TRACKING_SERVER_IDLE_S`` seconds (default 120) without a connection: it
+  removes its socket first, then serves what already queued. ``CLOZELINE_TRACKING_SERVER=0`` turns it off, and
+  every stage starts a cold child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ENABLED_ENV, IDLE_ENV = "CLOZELINE_TRACKING_SERVER", "CLOZELINE_TRACKING_SERVER_IDLE_S"
+DEFAULT_IDLE_S = 120.0
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+#: The files whose code a forked child runs: a change to any of them keys a new server.
+KEY_FILES = ("tasks/tracking.py", "tasks/common/tracking_sidecar.py", "tasks/common/tracking_server.py",
+             "tasks/common/nested.py")  # fmt: skip
+#: torchrun's variables stay with the stage: the server is not one of its ranks.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def socket_path() -> Path | None:
+    """The server's socket for this interpreter, checkout and tracking code; None when the private folder
+    cannot be made or is not this user's alone (mode 0700)."""
+    key = [sys.executable, str(PACKAGE_ROOT)]
+    for name in KEY_FILES:
+        with contextlib.suppress(OSError):
+            stat = (PACKAGE_ROOT / name).stat()
+            key.append(f"{name}:{stat.st_mtime_ns}:{stat.st_size}")
+    folder = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()) / f"clozeline-{os.getuid()}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        stat = folder.stat()
+    except OSError:
+        return None
+    if stat.st_uid != os.getuid() or stat.st_mode & 0o077:
+        return None
+    return folder / f"tracking-{hashlib.sha256(chr(0).join(key).encode()).hexdigest()[:16]}.sock"
+
+
+class ForkedChild:
+    """The stage's side of a connection, shaped as the ``subprocess.Popen`` of a cold child (``stdin``,
+    ``stdout``, ``poll``, ``wait``, ``send_signal``), so that ``SidecarLog`` drives either."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.stdin = _Writer(sock)
+        self.stdout = sock.makefile("r", encoding="utf-8")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code once ``wait`` read it (a dead fork shows as a closed socket at the next call)."""
+        return self.returncode
+
+    def wait(self) -> int:
+        """Read to the end of the connection; returns the fork's exit code (1 when it ended without one)."""
+        if self.returncode is None:
+            code = 1
+            with contextlib.suppress(OSError, ValueError):
+                for line in self.stdout:
+                    code = json.loads(line).get("exit", code)
+            self.returncode = code
+            self._sock.close()
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        """Nothing: the fork is not in the stage's process group, and it ignores SIGINT and SIGTERM anyway."""
+
+
+class _Writer:
+    """A text writer on the socket whose ``close`` shuts the write side, so the fork reads EOF as from a pipe."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock, self._file = sock, sock.makefile("w", encoding="utf-8")
+
+    def write(self, text: str) -> int:
+        return self._file.write(text)
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        try:
+            self._file.flush()
+        finally:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_WR)
+
+
+def connect() -> ForkedChild | None:
+    """A tracking child forked by the warm server, or None (off, or no server yet: one is started for the
+    stages after this one, and the caller starts a cold child)."""
+    if os.environ.get(ENABLED_ENV, "1") == "0":
+        return None
+    path = socket_path()
+    if path is None:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+        socket.send_fds(sock, [b"\n"], [2])  # the stage's stderr, as a cold child inherits it
+        hello = {"env": dict(os.environ), "cwd": os.getcwd()}
+        sock.sendall(json.dumps(hello).encode() + b"\n")
+    except OSError:
+        sock.close()
+        _start(path)
+        return None
+    return ForkedChild(sock)
+
+
+def _start(path: Path) -> None:
+    """Start a detached server on ``path`` (a stale socket file, left by a killed server, is removed first)."""
+    with contextlib.suppress(OSError):
+        if path.is_socket():
+            path.unlink()
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_server", str(path)], cwd=PACKAGE_ROOT, env=env,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ the server process
+
+
+def serve_forever(path: Path, idle_s: float) -> int:
+    """Accept connections on ``path`` until ``idle_s`` seconds pass without one; fork a child for each.
+    Returns 0, also when another server holds ``path`` (the race of two first stages)."""
+    import mlflow
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+    import tasks.common.tracking_sidecar  # noqa: F401
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staged = path.with_name(f"{path.name}.{os.getpid()}")
+    listener.bind(str(staged))
+    listener.listen(64)
+    try:  # linked once listening, so a client never meets a socket that refuses; a link never replaces a file
+        os.link(staged, path)
+    except FileExistsError:
+        return 0
+    finally:
+        staged.unlink()
+    listener.settimeout(idle_s)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forks
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            break
+        _fork(conn, listener)
+    with contextlib.suppress(OSError):
+        path.unlink()  # no new connection can reach the socket now: serve the ones already queued, then exit
+    listener.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            _fork(listener.accept()[0], listener)
+    listener.close()
+    return 0
+
+
+def _fork(conn: socket.socket, listener: socket.socket) -> None:
+    if os.fork():
+        conn.close()
+        return
+    code = 1
+    try:
+        listener.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # MLflow may run and wait for subprocesses
+        conn.setblocking(True)
+        code = _child(conn)
+    finally:
+        os._exit(code)
+
+
+def _child(conn: socket.socket) -> int:
+    """One stage's tracking child: the stage's stderr, environment and folder, then the cold child's loop."""
+    from tasks.common.tracking_sidecar import serve_calls
+
+    _, fds, _, _ = socket.recv_fds(conn, 1, 1)
+    reader, writer = conn.makefile("r", encoding="utf-8"), conn.makefile("w", encoding="utf-8")
+    hello = json.loads(reader.readline())
+    for fd in fds:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(hello["env"])
+    os.chdir(hello["cwd"])
+    code = serve_calls((json.loads(line) for line in reader), writer)
+    with contextlib.suppress(OSError):
+        writer.write(json.dumps({"exit": code}) + "\n")
+        writer.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(serve_forever(Path(sys.argv[1]), float(os.environ.get(IDLE_ENV, DEFAULT_IDLE_S))))

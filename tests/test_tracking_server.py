@@ -1,0 +1,108 @@
+"""The warm tracking server (tasks/common/tracking_server.py): stages after the first get a tracking child forked
+from it, with the stage's environment; it idles out, and a dead one costs a cold child, not a failed stage."""
+
+import os
+import signal
+import socket
+import tempfile
+import time
+
+import mlflow
+import psutil
+import pytest
+
+from tasks.common import tracking_server
+from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
+
+
+def _status_and_metrics(run_id: str) -> tuple[str, dict]:
+    run = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id)
+    return run.info.status, run.data.metrics
+
+
+def _servers_on(path) -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if str(path) in (p.info["cmdline"] or [])]
+
+
+def _wait_listening(path, timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+                return
+            except OSError:
+                assert time.time() < deadline, f"no tracking server on {path}"
+                time.sleep(0.1)
+
+
+@pytest.fixture()
+def runtime(monkeypatch):
+    """A private runtime folder (short: a socket path holds at most 107 bytes); servers on it die after the test."""
+    folder = tempfile.mkdtemp(prefix="cz-")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
+    monkeypatch.setenv(tracking_server.ENABLED_ENV, "1")
+    yield folder
+    for proc in _servers_on(tracking_server.socket_path()):
+        proc.kill()
+
+
+def test_the_first_stage_starts_a_server_and_the_next_gets_a_child_forked_from_it(tmp_path, runtime):
+    path = tracking_server.socket_path()
+    with open_sidecar_run("first", tmp_path) as first:
+        first.metrics({"night": 1.0})
+    assert type(first._proc).__name__ == "Popen"  # no server yet: a cold child, and a server for the next stage
+    _wait_listening(path)
+    with open_sidecar_run("second", tmp_path) as second:
+        second.metrics({"night": 2.0})
+    assert isinstance(second._proc, tracking_server.ForkedChild)
+    assert _status_and_metrics(first.run_id) == ("FINISHED", {"night": 1.0})
+    assert _status_and_metrics(second.run_id) == ("FINISHED", {"night": 2.0})
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+
+
+def test_the_forked_child_runs_with_the_stages_environment_not_the_servers(tmp_path, warm_server, monkeypatch):
+    warm_server()  # started with MLFLOW_ALLOW_FILE_STORE=true (conftest), which the file store needs
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")
+    with pytest.raises(TrackingError, match="MLFLOW_ALLOW_FILE_STORE"), open_sidecar_run("no-file-store", tmp_path):
+        pass
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    with open_sidecar_run("file-store", tmp_path) as log:
+        log.params({"threshold": 0.8})
+    assert isinstance(log._proc, tracking_server.ForkedChild)
+    assert _status_and_metrics(log.run_id)[0] == "FINISHED"
+
+
+def test_an_idle_server_removes_its_socket_and_exits(warm_server):
+    server = warm_server(idle_s=1.0)
+    assert server.wait(timeout=60) == 0
+    assert not tracking_server.socket_path().exists()
+
+
+def test_a_killed_servers_socket_costs_a_cold_child_and_a_new_server(tmp_path, warm_server):
+    server = warm_server()
+    server.send_signal(signal.SIGKILL)
+    server.wait()
+    path = tracking_server.socket_path()
+    assert path.exists()  # the stale socket file of the killed server
+    with open_sidecar_run("after-a-crash", tmp_path) as log:
+        log.metrics({"night": 3.0})
+    assert type(log._proc).__name__ == "Popen"
+    assert _status_and_metrics(log.run_id) == ("FINISHED", {"night": 3.0})
+    _wait_listening(path)  # the stale file was replaced by a new server's socket
+    for proc in _servers_on(path):
+        proc.kill()
+
+
+def test_a_runtime_folder_others_can_enter_is_not_used(runtime):
+    folder = tracking_server.socket_path().parent
+    folder.chmod(0o755)
+    assert tracking_server.socket_path() is None and tracking_server.connect() is None
+
+
+def test_off_means_no_server_and_a_cold_child(tmp_path, runtime, monkeypatch):
+    monkeypatch.setenv(tracking_server.ENABLED_ENV, "0")
+    with open_sidecar_run("cold", tmp_path) as log:
+        pass
+    assert type(log._proc).__name__ == "Popen" and not tracking_server.socket_path().exists()
