@@ -26,6 +26,7 @@ os.environ.update(
     OMP_WAIT_POLICY="PASSIVE",  # OpenMP spin-waiting slows torch 5-7x when processes share the cores
     MLFLOW_ALLOW_FILE_STORE="true",
     MLFLOW_TRACKING_URI="file://" + os.path.join(_TMP, "mlruns"),
+    CLOZELINE_TRACKING_SERVER_IDLE_S="20",  # a warm tracking server a test's stage started outlives the run briefly
 )
 os.environ.pop("MLFLOW_RUN_ID", None)
 os.environ.pop("CLOZELINE_PARENT_RUN_ID", None)

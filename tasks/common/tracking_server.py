@@ -30,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ENABLED_ENV, IDLE_ENV = "CLOZELINE_TRACKING_SERVER", "CLOZELINE_TRACKING_SERVER_IDLE_S"
@@ -121,20 +122,25 @@ def connect() -> ForkedChild | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
-        socket.send_fds(sock, [b"\n"], [2])  # the stage's stderr, as a cold child inherits it
-        hello = {"env": dict(os.environ), "cwd": os.getcwd()}
-        sock.sendall(json.dumps(hello).encode() + b"\n")
-    except OSError:
+    except OSError as err:
         sock.close()
-        _start(path)
+        if isinstance(err, (FileNotFoundError, ConnectionRefusedError)):
+            _start(path, stale=isinstance(err, ConnectionRefusedError))
+        return None
+    try:
+        socket.send_fds(sock, [b"\n"], [2])  # the stage's stderr, as a cold child inherits it
+        sock.sendall(json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\n")
+    except OSError:  # no stderr to pass, or the server went away: this stage gets a cold child
+        sock.close()
         return None
     return ForkedChild(sock)
 
 
-def _start(path: Path) -> None:
-    """Start a detached server on ``path`` (a stale socket file, left by a killed server, is removed first)."""
-    with contextlib.suppress(OSError):
-        if path.is_socket():
+def _start(path: Path, stale: bool) -> None:
+    """Start a detached server on ``path``; ``stale``: a socket file nobody listens on (a killed server's) is
+    there, and is removed first."""
+    if stale:
+        with contextlib.suppress(OSError):
             path.unlink()
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
     subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_server", str(path)], cwd=PACKAGE_ROOT, env=env,
@@ -174,9 +180,11 @@ def serve_forever(path: Path, idle_s: float) -> int:
     with contextlib.suppress(OSError):
         path.unlink()  # no new connection can reach the socket now: serve the ones already queued, then exit
     listener.setblocking(False)
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            _fork(listener.accept()[0], listener)
+    for _ in range(2):  # twice, a moment apart: a connect that had found the path just before it went
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                _fork(listener.accept()[0], listener)
+        time.sleep(0.05)
     listener.close()
     return 0
 
