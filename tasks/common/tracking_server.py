@@ -16,7 +16,8 @@ detached: its own session, stdio on /dev/null) and uses a cold child itself; the
   pickled. The fork's last line is its exit code.
 - The server exits after ``CLOZELINE_TRACKING_SERVER_IDLE_S`` seconds (default 120) without a connection: it
   removes its socket first, then serves what already queued. ``CLOZELINE_TRACKING_SERVER=0`` turns it off, and
-  every stage starts a cold child.
+  every stage starts a cold child; so does every stage off Linux (macOS frameworks are not safe to fork once
+  loaded).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class _Writer:
 def connect() -> ForkedChild | None:
     """A tracking child forked by the warm server, or None (off, or no server yet: one is started for the
     stages after this one, and the caller starts a cold child)."""
-    if os.environ.get(ENABLED_ENV, "1") == "0":
+    if os.environ.get(ENABLED_ENV, "1") == "0" or sys.platform != "linux":  # fork after imports: Linux only
         return None
     path = socket_path()
     if path is None:
