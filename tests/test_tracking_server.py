@@ -4,15 +4,18 @@ from it, with the stage's environment; it idles out, and a dead one costs a cold
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
+import types
 
 import mlflow
 import psutil
 import pytest
 
 from tasks.common import tracking_server
-from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
+from tasks.common.tracking_sidecar import SidecarLog, TrackingError, open_sidecar_run
 
 
 def _status_and_metrics(run_id: str) -> tuple[str, dict]:
@@ -106,3 +109,52 @@ def test_off_means_no_server_and_a_cold_child(tmp_path, runtime, monkeypatch):
     with open_sidecar_run("cold", tmp_path) as log:
         pass
     assert type(log._proc).__name__ == "Popen" and not tracking_server.socket_path().exists()
+
+
+STAGE_WITHOUT_STDERR = """
+import os, sys
+from pathlib import Path
+from tasks.common.tracking_sidecar import open_sidecar_run
+with open_sidecar_run("no-stderr", Path(sys.argv[1])) as log:
+    log.metrics({"night": 4.0})
+print(type(log._proc).__name__, log.run_id, flush=True)
+"""
+
+
+def test_a_stage_with_stderr_closed_gets_a_cold_child_that_records_its_run(tmp_path, warm_server):
+    # with fd 2 closed, the stage's socket would take fd 2 and be passed to the fork as its own stderr
+    warm_server()
+    done = subprocess.run(["bash", "-c", 'exec 2>&-; exec "$0" -c "$1" "$2"', sys.executable, STAGE_WITHOUT_STDERR,
+                           str(tmp_path)], cwd=tracking_server.PACKAGE_ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    kind, run_id = done.stdout.split()
+    assert kind == "Popen" and _status_and_metrics(run_id) == ("FINISHED", {"night": 4.0})
+
+
+def test_a_socket_path_too_long_to_bind_means_no_server(monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", tempfile.mkdtemp(prefix="cz-" + "x" * 60))
+    assert tracking_server.socket_path() is None and tracking_server.connect() is None
+
+
+def test_servers_started_at_once_leave_one_and_the_others_exit_before_importing_mlflow(runtime, tmp_path):
+    path = tracking_server.socket_path()
+    cmd = [sys.executable, "-X", "importtime", "-m", "tasks.common.tracking_server", str(path)]
+    logs = [tmp_path / f"imports-{k}.txt" for k in range(3)]  # -X importtime lists every module imported
+    procs = [subprocess.Popen(cmd, cwd=tracking_server.PACKAGE_ROOT, stderr=log.open("w")) for log in logs]
+    _wait_listening(path)
+    time.sleep(1)
+    exited = [k for k, p in enumerate(procs) if p.poll() is not None]
+    assert len(exited) == 2 and all(procs[k].returncode == 0 for k in exited)
+    assert not any("mlflow" in logs[k].read_text() for k in exited)
+    assert "mlflow" in logs[({0, 1, 2} - set(exited)).pop()].read_text()
+
+
+def test_a_connection_reset_by_a_dead_child_is_a_tracking_error():
+    class Reset:
+        def readline(self):
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    log = SidecarLog(types.SimpleNamespace(stdout=Reset()), "reset", "sqlite:///x.db")
+    with pytest.raises(TrackingError, match="ended before it answered 'open'"):
+        _ = log.run_id

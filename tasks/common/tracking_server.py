@@ -23,6 +23,7 @@ detached: its own session, stdio on /dev/null) and uses a cold child itself; the
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -42,11 +43,13 @@ KEY_FILES = ("tasks/tracking.py", "tasks/common/tracking_sidecar.py", "tasks/com
              "tasks/common/nested.py")  # fmt: skip
 #: torchrun's variables stay with the stage: the server is not one of its ranks.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+#: A Unix socket's path holds at most 107 bytes; the server binds ``<path>.<pid>`` first (pids have <= 7 digits).
+MAX_PATH_BYTES = 107 - 8
 
 
 def socket_path() -> Path | None:
     """The server's socket for this interpreter, checkout and tracking code; None when the private folder
-    cannot be made or is not this user's alone (mode 0700)."""
+    cannot be made or is not this user's alone (mode 0700), or when the path is too long for a socket."""
     key = [sys.executable, str(PACKAGE_ROOT)]
     for name in KEY_FILES:
         with contextlib.suppress(OSError):
@@ -60,7 +63,8 @@ def socket_path() -> Path | None:
         return None
     if stat.st_uid != os.getuid() or stat.st_mode & 0o077:
         return None
-    return folder / f"tracking-{hashlib.sha256(chr(0).join(key).encode()).hexdigest()[:16]}.sock"
+    path = folder / f"tracking-{hashlib.sha256(chr(0).join(key).encode()).hexdigest()[:16]}.sock"
+    return path if len(os.fsencode(path)) <= MAX_PATH_BYTES else None
 
 
 class ForkedChild:
@@ -85,7 +89,9 @@ class ForkedChild:
                 for line in self.stdout:
                     code = json.loads(line).get("exit", code)
             self.returncode = code
-            self._sock.close()
+            for stream in (self.stdout, self.stdin, self._sock):  # the socket's fd goes with its last file
+                with contextlib.suppress(OSError):
+                    stream.close()
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
@@ -105,11 +111,14 @@ class _Writer:
         self._file.flush()
 
     def close(self) -> None:
+        if self._file.closed:
+            return
         try:
             self._file.flush()
         finally:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_WR)
+                self._file.close()
 
 
 def connect() -> ForkedChild | None:
@@ -118,7 +127,7 @@ def connect() -> ForkedChild | None:
     if os.environ.get(ENABLED_ENV, "1") == "0" or sys.platform != "linux":  # fork after imports: Linux only
         return None
     path = socket_path()
-    if path is None:
+    if path is None or not stderr_open():
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -135,6 +144,15 @@ def connect() -> ForkedChild | None:
         sock.close()
         return None
     return ForkedChild(sock)
+
+
+def stderr_open() -> bool:
+    """Whether fd 2 is open: when it is not, the socket would take fd 2 and be passed to the fork as its stderr."""
+    try:
+        os.fstat(2)
+    except OSError:
+        return False
+    return True
 
 
 def _start(path: Path, stale: bool) -> None:
@@ -154,7 +172,14 @@ def _start(path: Path, stale: bool) -> None:
 
 def serve_forever(path: Path, idle_s: float) -> int:
     """Accept connections on ``path`` until ``idle_s`` seconds pass without one; fork a child for each.
-    Returns 0, also when another server holds ``path`` (the race of two first stages)."""
+    Returns 0, also when another server holds ``path`` or its lock (stages that start at once each start one:
+    all but one leave before importing MLflow)."""
+    global _LOCK
+    _LOCK = open(path.with_suffix(".lock"), "w")  # noqa: SIM115 - held for the server's life
+    try:
+        fcntl.flock(_LOCK, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return 0
     import mlflow
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
@@ -190,6 +215,9 @@ def serve_forever(path: Path, idle_s: float) -> int:
     return 0
 
 
+_LOCK = None  # the server's lock file, held open while it serves
+
+
 def _fork(conn: socket.socket, listener: socket.socket) -> None:
     if os.fork():
         conn.close()
@@ -197,6 +225,7 @@ def _fork(conn: socket.socket, listener: socket.socket) -> None:
     code = 1
     try:
         listener.close()
+        _LOCK.close()  # a fork serving a long stage must not keep a new server from starting
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # MLflow may run and wait for subprocesses
         conn.setblocking(True)
         code = _child(conn)

@@ -162,7 +162,7 @@ class SidecarLog(NullLog):
             if not self._open_failed:
                 self._ask("end", status=status, end_ms=int(time.time() * 1000))
         finally:
-            with contextlib.suppress(BrokenPipeError):  # a write the dead child never read is still buffered
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a write the dead child never read
                 self._proc.stdin.close()
             code = self._proc.wait()
         if code and not self._open_failed:
@@ -187,7 +187,7 @@ class SidecarLog(NullLog):
         try:
             self._proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
             self._proc.stdin.flush()
-        except BrokenPipeError:
+        except (BrokenPipeError, ConnectionResetError):
             self._ids()
             raise TrackingError(f"MLflow tracking process of run {self.run_name!r} stopped reading") from None
 
@@ -197,7 +197,10 @@ class SidecarLog(NullLog):
         return self._reply(op)
 
     def _reply(self, op: str) -> Any:
-        line = self._proc.stdout.readline()
+        try:
+            line = self._proc.stdout.readline()
+        except OSError:  # a forked child that died with our calls unread resets its socket: as an ended pipe
+            line = ""
         if not line:
             raise TrackingError(f"MLflow tracking process of run {self.run_name!r} ended before it answered {op!r}"
                                 f" (its error is above)")  # fmt: skip
@@ -215,7 +218,8 @@ def open_sidecar_run(name: str, root: Path, experiment: str = "clozeline") -> It
     uri = tracking_uri(root)
     proc = tracking_server.connect() or subprocess.Popen(
         [sys.executable, "-m", "tasks.common.tracking_sidecar"], cwd=PACKAGE_ROOT, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True, encoding="utf-8")  # fmt: skip
+        stdout=subprocess.PIPE, stderr=None if tracking_server.stderr_open() else subprocess.DEVNULL, text=True,
+        encoding="utf-8")  # fmt: skip
     log = SidecarLog(proc, name, uri)
     log._send("open", name=name, parent=os.environ.get(PARENT_RUN_ENV) or None, experiment=experiment, uri=uri,
               start_ms=int(time.time() * 1000))
