@@ -9,7 +9,8 @@ detached: its own session, stdio on /dev/null) and uses a cold child itself; the
 - The server imports MLflow and its SQLAlchemy store, opens no store, and listens on a Unix socket in a private
   folder (mode 0700, owned by this user; nothing listens on the network). The socket's name is keyed by the
   interpreter, the package folder and the tracking code's files, so an edited file or another checkout gets a
-  server of its own.
+  server of its own. Stages that start at once may each start a server: the first to lock ``<socket>.lock``
+  stays, the others leave before importing MLflow.
 - Each connection gets a fork (about 10 ms) that runs the cold child's loop (``tracking_sidecar.serve_calls``)
   with the stage's environment and working folder (sent as the first JSON line) and the stage's stderr (passed
   as a file descriptor, SCM_RIGHTS). The wire is JSON lines both ways, as with a cold child: nothing is
@@ -17,7 +18,7 @@ detached: its own session, stdio on /dev/null) and uses a cold child itself; the
 - The server exits after ``CLOZELINE_TRACKING_SERVER_IDLE_S`` seconds (default 120) without a connection: it
   removes its socket first, then serves what already queued. ``CLOZELINE_TRACKING_SERVER=0`` turns it off, and
   every stage starts a cold child; so does every stage off Linux (macOS frameworks are not safe to fork once
-  loaded).
+  loaded), a stage whose stderr is closed, and one whose socket path would not fit a Unix socket (107 bytes).
 """
 
 from __future__ import annotations
