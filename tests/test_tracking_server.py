@@ -78,7 +78,7 @@ def test_the_forked_child_runs_with_the_stages_environment_not_the_servers(tmp_p
 
 
 def test_an_idle_server_removes_its_socket_and_exits(warm_server):
-    server = warm_server(idle_s=1.0)
+    server = warm_server(idle_s=3.0)  # long enough to be seen listening on a loaded machine
     assert server.wait(timeout=60) == 0
     assert not tracking_server.socket_path().exists()
 
