@@ -154,9 +154,11 @@ class MlflowLog(NullLog):
     """A RunLog bound to one active MLflow run id (and, when known, its name and experiment id)."""
 
     def __init__(self, run_id: str, run_name: str | None = None, experiment_id: str | None = None,
-                 inputs: Sequence[DataInput] = ()) -> None:  # fmt: skip
+                 inputs: Sequence[DataInput] = (), uri: str | None = None) -> None:  # fmt: skip
         import mlflow
 
+        if uri is not None:  # the store another process opened the run in (tracking_sidecar), over any earlier URI
+            mlflow.set_tracking_uri(uri)
         self.run_id, self.run_name, self.experiment_id = run_id, run_name, experiment_id
         self._client = mlflow.MlflowClient()  # one client per run: per-step metrics must not rebuild it
         self._inputs = tuple(inputs)  # what nested runs inherit
@@ -367,10 +369,8 @@ class RunKilled(BaseException):
 
 
 @contextmanager
-def open_run(
-    name: str, parent_run_id: str | None = None, experiment: str = "clozeline", root: Path | None = None,
-    start_ms: int | None = None,
-) -> Iterator[MlflowLog]:
+def open_run(name: str, parent_run_id: str | None = None, experiment: str = "clozeline", root: Path | None = None,
+             start_ms: int | None = None) -> Iterator[MlflowLog]:  # fmt: skip
     """Start an MLflow run named ``name``; end it FINISHED, FAILED on an exception, KILLED on ``RunKilled``.
 
     ``parent_run_id`` (or the ``CLOZELINE_PARENT_RUN_ID`` environment variable) makes it a child run. Its start

@@ -69,29 +69,38 @@ def mlflow_uri_follows_the_environment():
 
 
 @pytest.fixture()
-def warm_server(monkeypatch):
-    """A function that starts a tracking server of the test's own (``tasks/common/tracking_server.py``, in a
-    private runtime folder) and returns its process once it listens; every server started is killed after."""
+def tracking_runtime(monkeypatch):
+    """A private runtime folder for warm tracking servers (``tasks/common/tracking_server.py``), on; returns the
+    socket path. Every server on it, started by the test or by a stage, is killed after the test."""
+    import psutil
+
     from tasks.common import tracking_server
 
     runtime = tempfile.mkdtemp(prefix="cz-")  # short: a Unix socket's path holds at most 107 bytes
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
     monkeypatch.setenv(tracking_server.ENABLED_ENV, "1")
-    procs = []
+    path = tracking_server.socket_path()
+    yield path
+    for proc in psutil.process_iter(["cmdline"]):
+        if str(path) in (proc.info["cmdline"] or []):
+            proc.kill()
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+@pytest.fixture()
+def warm_server(tracking_runtime):
+    """A function that starts a tracking server on ``tracking_runtime`` and returns its process once it
+    listens."""
+    from tasks.common import tracking_server
 
     def start(idle_s: float = 120.0) -> subprocess.Popen:
-        path = tracking_server.socket_path()
         env = {**os.environ, tracking_server.IDLE_ENV: str(idle_s)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_server", str(path)],
-                                      cwd=tracking_server.PACKAGE_ROOT, env=env))  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_server", str(tracking_runtime)],
+                                cwd=tracking_server.PACKAGE_ROOT, env=env)  # fmt: skip
         deadline = time.time() + 120
-        while not path.exists():
-            assert procs[-1].poll() is None and time.time() < deadline, "the tracking server did not start"
+        while not tracking_runtime.exists():
+            assert proc.poll() is None and time.time() < deadline, "the tracking server did not start"
             time.sleep(0.05)
-        return procs[-1]
+        return proc
 
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-    shutil.rmtree(runtime, ignore_errors=True)
+    return start

@@ -11,7 +11,6 @@ import time
 import types
 
 import mlflow
-import psutil
 import pytest
 
 from tasks.common import tracking_server
@@ -21,10 +20,6 @@ from tasks.common.tracking_sidecar import SidecarLog, TrackingError, open_sideca
 def _status_and_metrics(run_id: str) -> tuple[str, dict]:
     run = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_run(run_id)
     return run.info.status, run.data.metrics
-
-
-def _servers_on(path) -> list[psutil.Process]:
-    return [p for p in psutil.process_iter(["cmdline"]) if str(path) in (p.info["cmdline"] or [])]
 
 
 def _wait_listening(path, timeout_s: float = 120) -> None:
@@ -39,19 +34,8 @@ def _wait_listening(path, timeout_s: float = 120) -> None:
                 time.sleep(0.1)
 
 
-@pytest.fixture()
-def runtime(monkeypatch):
-    """A private runtime folder (short: a socket path holds at most 107 bytes); servers on it die after the test."""
-    folder = tempfile.mkdtemp(prefix="cz-")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
-    monkeypatch.setenv(tracking_server.ENABLED_ENV, "1")
-    yield folder
-    for proc in _servers_on(tracking_server.socket_path()):
-        proc.kill()
-
-
-def test_the_first_stage_starts_a_server_and_the_next_gets_a_child_forked_from_it(tmp_path, runtime):
-    path = tracking_server.socket_path()
+def test_the_first_stage_starts_a_server_and_the_next_gets_a_child_forked_from_it(tmp_path, tracking_runtime):
+    path = tracking_runtime
     with open_sidecar_run("first", tmp_path) as first:
         first.metrics({"night": 1.0})
     assert type(first._proc).__name__ == "Popen"  # no server yet: a cold child, and a server for the next stage
@@ -94,17 +78,15 @@ def test_a_killed_servers_socket_costs_a_cold_child_and_a_new_server(tmp_path, w
     assert type(log._proc).__name__ == "Popen"
     assert _status_and_metrics(log.run_id) == ("FINISHED", {"night": 3.0})
     _wait_listening(path)  # the stale file was replaced by a new server's socket
-    for proc in _servers_on(path):
-        proc.kill()
 
 
-def test_a_runtime_folder_others_can_enter_is_not_used(runtime):
-    folder = tracking_server.socket_path().parent
+def test_a_runtime_folder_others_can_enter_is_not_used(tracking_runtime):
+    folder = tracking_runtime.parent
     folder.chmod(0o755)
     assert tracking_server.socket_path() is None and tracking_server.connect() is None
 
 
-def test_off_means_no_server_and_a_cold_child(tmp_path, runtime, monkeypatch):
+def test_off_means_no_server_and_a_cold_child(tmp_path, tracking_runtime, monkeypatch):
     monkeypatch.setenv(tracking_server.ENABLED_ENV, "0")
     with open_sidecar_run("cold", tmp_path) as log:
         pass
@@ -137,8 +119,8 @@ def test_a_socket_path_too_long_to_bind_means_no_server(monkeypatch):
     assert tracking_server.socket_path() is None and tracking_server.connect() is None
 
 
-def test_servers_started_at_once_leave_one_and_the_others_exit_before_importing_mlflow(runtime, tmp_path):
-    path = tracking_server.socket_path()
+def test_servers_started_at_once_leave_one_and_the_others_exit_before_importing_mlflow(tracking_runtime, tmp_path):
+    path = tracking_runtime
     cmd = [sys.executable, "-X", "importtime", "-m", "tasks.common.tracking_server", str(path)]
     logs = [tmp_path / f"imports-{k}.txt" for k in range(3)]  # -X importtime lists every module imported
     procs = [subprocess.Popen(cmd, cwd=tracking_server.PACKAGE_ROOT, stderr=log.open("w")) for log in logs]

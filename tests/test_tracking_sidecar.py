@@ -29,13 +29,11 @@ def cold_by_default(monkeypatch):
 
 
 @pytest.fixture()
-def tracking_child(request, cold_by_default, warm_server, monkeypatch):
+def tracking_child(request, cold_by_default):
     """``cold``: every run gets a cold child (no server is started either); ``warm``: a server of the test's own
     is up and forks it."""
     if request.param == "warm":
-        warm_server()
-    else:
-        monkeypatch.setenv(ENABLED_ENV, "0")
+        request.getfixturevalue("warm_server")()
     return request.param
 
 

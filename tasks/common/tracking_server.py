@@ -141,7 +141,7 @@ def connect() -> ForkedChild | None:
     try:
         socket.send_fds(sock, [b"\n"], [2])  # the stage's stderr, as a cold child inherits it
         sock.sendall(json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\n")
-    except OSError:  # no stderr to pass, or the server went away: this stage gets a cold child
+    except OSError:  # the server went away: this stage gets a cold child
         sock.close()
         return None
     return ForkedChild(sock)
@@ -186,16 +186,9 @@ def serve_forever(path: Path, idle_s: float) -> int:
 
     import tasks.common.tracking_sidecar  # noqa: F401
 
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    staged = path.with_name(f"{path.name}.{os.getpid()}")
-    listener.bind(str(staged))
-    listener.listen(64)
-    try:  # linked once listening, so a client never meets a socket that refuses; a link never replaces a file
-        os.link(staged, path)
-    except FileExistsError:
+    listener = _listen(path)
+    if listener is None:
         return 0
-    finally:
-        staged.unlink()
     listener.settimeout(idle_s)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the forks
     while True:
@@ -206,14 +199,38 @@ def serve_forever(path: Path, idle_s: float) -> int:
         _fork(conn, listener)
     with contextlib.suppress(OSError):
         path.unlink()  # no new connection can reach the socket now: serve the ones already queued, then exit
+    _drain(listener)
+    return 0
+
+
+def _listen(path: Path) -> socket.socket | None:
+    """A socket listening on ``path``, or None when another server's socket is there. It is bound under a
+    staging name and linked into place once listening, so a client never meets a socket that refuses; a link
+    never replaces a file."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    staged = path.with_name(f"{path.name}.{os.getpid()}")
+    listener.bind(str(staged))
+    listener.listen(64)
+    try:
+        os.link(staged, path)
+    except FileExistsError:
+        listener.close()
+        return None
+    finally:
+        staged.unlink()
+    return listener
+
+
+def _drain(listener: socket.socket) -> None:
+    """Serve the connections already queued on ``listener``, then close it: twice, a moment apart, for a
+    connect that had found the path just before it went."""
     listener.setblocking(False)
-    for _ in range(2):  # twice, a moment apart: a connect that had found the path just before it went
+    for _ in range(2):
         with contextlib.suppress(BlockingIOError):
             while True:
                 _fork(listener.accept()[0], listener)
         time.sleep(0.05)
     listener.close()
-    return 0
 
 
 _LOCK = None  # the server's lock file, held open while it serves

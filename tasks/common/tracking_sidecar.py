@@ -143,15 +143,11 @@ class SidecarLog(NullLog):
             yield log
 
     def in_process(self) -> MlflowLog:
-        """An in-process ``MlflowLog`` on this run (imports MLflow on first use). It finds the child's store
-        through the URI the child got, set here as ``open_run(root=...)`` sets it: MLflow's process-wide URI (and
-        ``MLFLOW_TRACKING_URI``, which ``mlflow.set_tracking_uri`` also sets), since an earlier
-        ``set_tracking_uri`` in this process would otherwise win over the environment."""
+        """An in-process ``MlflowLog`` on this run (imports MLflow on first use), on the store the child got
+        (``MlflowLog(uri=...)`` sets it process-wide, as ``open_run(root=...)`` does: an earlier URI set in this
+        process would otherwise win over the environment)."""
         if self._local is None:
-            import mlflow
-
-            mlflow.set_tracking_uri(self._uri)
-            self._local = MlflowLog(self.run_id, self.run_name, self.experiment_id, self._inputs)
+            self._local = MlflowLog(self.run_id, self.run_name, self.experiment_id, self._inputs, self._uri)
         return self._local
 
     def finish(self, status: str) -> None:
