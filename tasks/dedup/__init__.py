@@ -15,7 +15,8 @@ Method (text-dedup / datatrove style, with verification):
    fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
 3. One LSH banding over all sources (bands and rows from datasketch's optimiser) proposes candidate pairs;
    each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so every merge is a
-   true near duplicate; no Jaccard is computed for a candidate whose rows are already joined. The sets are
+   true near duplicate; no Jaccard is computed for a candidate whose rows are already joined, and the others
+   are merged in compiled code on ``num_proc`` threads (``tasks/common/pairjaccard.py``). The sets are
    held as sorted 64-bit shingle hashes (two distinct shingles collide with probability ~2**-64). Clusters
    are the connected components (union-find), so a chain A~B~C joins A and C
    even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. Signatures and Jaccards of texts
@@ -51,7 +52,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common import minhash, textnorm
+from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
@@ -134,8 +135,8 @@ class DocSignatures:
         """Exact Jaccard (``minhash.jaccard``) of rows ``left[k]`` and ``right[k]``: ``(pairs,)`` float64.
 
         A pair computed by an earlier call is looked up (the cluster report asks again for most of the pairs
-        the LSH pass checked; Jaccard is symmetric); the others are computed in blocks of ``PAIR_BLOCK`` pairs
-        over ``num_proc`` forked processes, which inherit the shingle sets, and remembered."""
+        the LSH pass checked; Jaccard is symmetric); the others are computed by ``pairjaccard.jaccards`` on
+        ``num_proc`` threads, and remembered."""
         left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
         keys = self.pair_keys(left, right)
         at = np.searchsorted(self.known_pairs, keys).clip(max=max(len(self.known_pairs) - 1, 0))
@@ -161,28 +162,7 @@ class DocSignatures:
         return rows[first[later]], rows[second[later]]
 
     def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
-        global _FORKED_SETS
-        _FORKED_SETS = self.shingles
-        blocks = [(left[k : k + PAIR_BLOCK], right[k : k + PAIR_BLOCK]) for k in range(0, len(left), PAIR_BLOCK)]
-        try:
-            return np.concatenate([np.zeros(0)] + list(_map(_jaccard_block, blocks, num_proc)))
-        finally:
-            _FORKED_SETS = []
-
-
-PAIR_BLOCK = 20_000  # pairs per Jaccard job: fewer pairs are checked in this process
-_FORKED_SETS: list[np.ndarray] = []  # read by forked Jaccard workers: inherited at fork, never pickled
-
-
-def _jaccard_block(job: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    left, right = job
-    order = np.argsort(left, kind="stable")  # one binary search per left row for all of its partners
-    starts = np.flatnonzero(np.diff(left[order], prepend=-1))
-    out = np.empty(len(left))
-    for group in np.split(order, starts[1:]):
-        sets = [_FORKED_SETS[j] for j in right[group].tolist()]
-        out[group] = minhash.jaccards_with(_FORKED_SETS[int(left[group[0]])], sets)
-    return out
+        return pairjaccard.jaccards(self.shingles, left, right, threads=num_proc)
 
 
 def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatures:

@@ -32,8 +32,9 @@ import pyarrow.compute as pc
 
 from tasks.common import minhash, raycluster
 from tasks.config.dedup import DedupParams
-from tasks.dedup import PAIR_BLOCK, Corpus, DocSignatures, _sign_shard, band_shape
+from tasks.dedup import Corpus, DocSignatures, _sign_shard, band_shape
 
+PAIR_BLOCK = 20_000  # pairs per Jaccard task at most: a Ray task's share, kept small enough to balance
 META_COLUMNS = ("doc_id", "text_hash", "n_words", "n_chars")
 META_SCHEMA = pa.schema([("doc_id", pa.string()), ("text_hash", pa.string()), ("n_words", pa.int64()),
                          ("n_chars", pa.int64())])  # fmt: skip
