@@ -52,3 +52,22 @@ def test_no_pairs_and_a_row_outside_the_sets():
     assert pairjaccard.jaccards(sets, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
     with pytest.raises(IndexError, match="pair row 3 is outside the 1 sets"):
         pairjaccard.jaccards(sets, np.array([0]), np.array([3]))
+
+
+def test_no_writable_cache_folder_compiles_without_caching(monkeypatch):
+    import numba
+
+    real = numba.njit
+
+    def no_locator(*args, cache=False, **kwargs):
+        if cache:
+            raise RuntimeError("cannot cache function '_intersection_sizes': no locator available for file")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", no_locator)
+    pairjaccard._compiled.cache_clear()
+    try:
+        sets = [np.array([1, 2, 3], np.uint64), np.array([2, 3, 4], np.uint64)]
+        assert _compiled_path(sets, np.array([0]), np.array([1])).tolist() == [0.5]
+    finally:
+        pairjaccard._compiled.cache_clear()  # later tests get the cached compile again

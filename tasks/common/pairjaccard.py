@@ -77,10 +77,15 @@ def _by_search(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray) -> n
 
 @lru_cache(maxsize=1)
 def _compiled():
-    """``_intersection_sizes`` compiled (numba imported here: about 0.3 s; the machine code is cached on disk)."""
+    """``_intersection_sizes`` compiled (numba imported here: about 0.3 s). The machine code is cached next to
+    this file or, where that is read-only, in the user's cache folder (``NUMBA_CACHE_DIR`` overrides both);
+    with neither writable it is compiled in each process (about 1.5 s) instead of failing."""
     import numba
 
-    return numba.njit(cache=True, nogil=True)(_intersection_sizes)
+    try:
+        return numba.njit(cache=True, nogil=True)(_intersection_sizes)
+    except RuntimeError:  # numba's "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(_intersection_sizes)
 
 
 def _intersection_sizes(flat, starts, sizes, left, right):

@@ -165,10 +165,11 @@ def write_cluster_report(
         for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r])
     }
     shown = {root: _shown_pairs(rows, labels, cfg.report_max_pairs_per_cluster) for root, rows in clusters.items()}
-    similarity = _similarities([pair for pairs in shown.values() for pair in pairs], docs, cfg.num_proc)
+    similarity = iter(_similarities([pair for pairs in shown.values() for pair in pairs], docs, cfg.num_proc))
     records = []
     for root, rows in clusters.items():
-        record = _cluster_record(root, rows, corpus, labels, shown[root], similarity)
+        values = list(itertools.islice(similarity, len(shown[root])))
+        record = _cluster_record(root, rows, corpus, labels, shown[root], values)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
         record["label_conflict"], record["tags_conflict"] = root in conflicts.labels, root in conflicts.tags
         record["label_conflict_exact"] = root in conflicts.labels_exact
@@ -184,18 +185,17 @@ def _shown_pairs(rows: list[int], labels: RowLabels, max_pairs: int) -> list[tup
     return list(itertools.islice(itertools.combinations([i for i in rows if labels.exact_of[i] == i], 2), max_pairs))
 
 
-def _similarities(pairs: list[tuple[int, int]], docs: DocSignatures, num_proc: int) -> dict[tuple[int, int], float]:
-    """Shingle-set Jaccard of each pair, rounded to 1e-6; 1.0 for the same normalized text (also when it is too
-    short for a shingle)."""
+def _similarities(pairs: list[tuple[int, int]], docs: DocSignatures, num_proc: int) -> list[float]:
+    """Shingle-set Jaccard of each pair, in order, rounded to 1e-6; 1.0 for the same normalized text (also when it
+    is too short for a shingle)."""
     left, right = (np.array([pair[k] for pair in pairs], dtype=np.int64) for k in (0, 1))
-    values = docs.jaccards(left, right, num_proc).tolist()
-    return {
-        (i, j): 1.0 if docs.text_hash[i] == docs.text_hash[j] else round(value, 6)
-        for (i, j), value in zip(pairs, values)
-    }
+    values = docs.jaccards(left, right, num_proc)
+    hashes = docs.text_hash
+    values[[hashes[i] == hashes[j] for i, j in pairs]] = 1.0
+    return list(map(round, values.tolist(), itertools.repeat(6)))
 
 
-def _cluster_record(root, rows, corpus, labels, pairs, similarity) -> dict[str, Any]:
+def _cluster_record(root, rows, corpus, labels, pairs, similarity: list[float]) -> dict[str, Any]:
     distinct = sum(labels.exact_of[i] == i for i in rows)
     n_distinct_pairs = distinct * (distinct - 1) // 2
     return {
@@ -217,7 +217,7 @@ def _cluster_record(root, rows, corpus, labels, pairs, similarity) -> dict[str, 
             }
             for i in rows
         ],
-        "pairs": [[corpus.doc_id[i], corpus.doc_id[j], similarity[(i, j)]] for i, j in pairs],
+        "pairs": [[corpus.doc_id[i], corpus.doc_id[j], value] for (i, j), value in zip(pairs, similarity)],
         "pairs_truncated": n_distinct_pairs > len(pairs),
     }
 
