@@ -15,7 +15,7 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
 when there is no index, or when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed`` and the
 ``code_sha256`` of the code that computes signatures and Jaccards (``tasks/common/minhash.py``,
-``tasks/common/textnorm.py``, ``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
+``tasks/common/textnorm.py``, ``tasks/common/pairjaccard.py``, ``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
 signature, shingles and counts from it; the others (new documents, and edited ones: their text has a new md5)
 are signed; a pair of texts whose Jaccard is stored is not computed again. A removed document needs nothing:
 its entry is simply not asked for, and is not written back. The other params (threshold, LSH weights,
@@ -45,9 +45,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks.common import minhash, textnorm
+from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, read_table, stamp, swapped_in
 from tasks.common.textnorm import arrow_strings
@@ -55,7 +56,8 @@ from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
 
 ENTRIES, JACCARDS, SIGNATURES, SHINGLES = "entries.parquet", "jaccards.parquet", "signatures.npy", "shingles.npy"
-FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(__file__).with_name("__init__.py"))
+FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(pairjaccard.__file__),
+                    Path(__file__).with_name("__init__.py"))  # fmt: skip
 
 
 @dataclass
@@ -166,9 +168,9 @@ def load_jaccards(folder: Path, docs: IndexedSignatures) -> tuple[np.ndarray, np
     if not (folder / JACCARDS).is_file():
         return docs.known_pairs, docs.known_jaccards
     table = read_table(folder / JACCARDS)
-    ids = {text: k for k, text in enumerate(docs.texts.tolist())}
-    left = np.fromiter((ids.get(t, -1) for t in table.column("left").to_pylist()), np.int64, count=len(table))
-    right = np.fromiter((ids.get(t, -1) for t in table.column("right").to_pylist()), np.int64, count=len(table))
+    texts = arrow_strings(docs.texts.tolist())
+    # Arrow's hash lookup of each stored md5 among this corpus' texts: null (-1 here) for a text now absent
+    left, right = (_indices_in(table.column(side), texts) for side in ("left", "right"))
     present = (left >= 0) & (right >= 0)
     keys = np.minimum(left, right)[present] * len(docs.texts) + np.maximum(left, right)[present]
     jaccard = table.column("jaccard").combine_chunks()
@@ -222,11 +224,18 @@ def entries_table(docs: IndexedSignatures, rows: list[int], cfg: DedupParams) ->
 def jaccards_table(docs: IndexedSignatures) -> pa.Table:
     """Every Jaccard the run knows, as sorted ``(left, right, jaccard)`` normalized-text md5 pairs."""
     n = max(len(docs.texts), 1)  # known_pairs is sorted: by left text, then right (texts are sorted)
+    texts = arrow_strings(docs.texts.tolist())
     return pa.table({
-        "left": arrow_strings(docs.texts[docs.known_pairs // n].tolist()),
-        "right": arrow_strings(docs.texts[docs.known_pairs % n].tolist()),
+        "left": texts.take(_numbers(docs.known_pairs // n, pa.int64())),
+        "right": texts.take(_numbers(docs.known_pairs % n, pa.int64())),
         "jaccard": _numbers(np.asarray(docs.known_jaccards, np.float64), pa.float64()),
     })  # fmt: skip
+
+
+def _indices_in(values: pa.ChunkedArray, texts: pa.Array) -> np.ndarray:
+    """``(len(values),)`` int64: the position of each of ``values`` in ``texts``, -1 where it is not there."""
+    found = pc.index_in(values.cast(texts.type), value_set=texts).combine_chunks()
+    return minhash.numpy_view(found.fill_null(-1).cast(pa.int64()))
 
 
 _NUMPY_OF = {pa.int64().id: np.int64, pa.float64().id: np.float64}
