@@ -70,3 +70,20 @@ def test_random_candidates_decide_as_the_sequential_rule(seed):
     assert counts["rejected_pairs"] == want_counts["rejected"]
     assert counts["identical_text_pairs"] == want_counts["identical"]
     assert counts["merged_pairs"] == len(want_edges) and len(set(computed)) == len(computed) <= len(pairs)
+
+
+def test_shared_bucket_pairs_by_hand_and_against_the_general_band_join():
+    from tasks.common import minhash
+    from tasks.dedup import shared_bucket_pairs
+
+    # band 0 buckets {0, 2, 3} and {1}; band 1 buckets {1, 3}, {0}, {2}: pairs (0,2) (0,3) (2,3) and (1,3)
+    keys = np.array([[5, 1], [6, 2], [5, 3], [5, 2]], np.uint64)
+    first, second = shared_bucket_pairs(keys)
+    assert list(zip(first.tolist(), second.tolist())) == [(0, 2), (0, 3), (1, 3), (2, 3)]
+    rng = np.random.default_rng(1)
+    for n, bands, values in [(0, 4, 5), (1, 4, 5), (300, 16, 40), (3000, 16, 900)]:
+        keys = rng.integers(0, values, (n, bands)).astype(np.uint64)
+        query, index = minhash.candidate_pair_arrays(keys, keys)
+        later = index > query  # the general join's self-join holds (x, x) and both orders of each pair
+        first, second = shared_bucket_pairs(keys)
+        assert first.tolist() == query[later].tolist() and second.tolist() == index[later].tolist()

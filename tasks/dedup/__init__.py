@@ -156,13 +156,31 @@ class DocSignatures:
         """LSH candidates among the ``signed`` rows: ``(left, right)`` int64 rows sharing a band key, ``left``
         before ``right`` in ``signed``, sorted by (position of left, position of right) in ``signed``."""
         keys = minhash.band_keys(self.signature[signed], *bands_rows)
-        first, second = minhash.candidate_pair_arrays(keys, keys)
-        later = second > first  # a self-join holds (x, x) and both orders of each pair
+        first, second = shared_bucket_pairs(keys)
         rows = np.asarray(signed, np.int64)
-        return rows[first[later]], rows[second[later]]
+        return rows[first], rows[second]
 
     def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
         return pairjaccard.jaccards(self.shingles, left, right, threads=num_proc)
+
+
+def shared_bucket_pairs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of rows ``a < b`` of ``keys`` (``(rows, bands)`` band keys) equal in at least one band, as two
+    int64 arrays sorted by ``(a, b)``: ``minhash.candidate_pair_arrays(keys, keys)`` without its ``(x, x)`` pairs
+    and second orders, which a self-join would build (twice the pairs, plus every row once per band) only to
+    drop them. Per band, rows are sorted by key and each run of equal keys gives its pairs."""
+    n, found = len(keys), [np.zeros(0, np.int64)]
+    for band in range(keys.shape[1] if n else 0):
+        order = np.argsort(keys[:, band], kind="stable")
+        ordered = keys[order, band]
+        run_start = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        run_end = np.r_[run_start[1:], n]  # each position's partners are the later positions of its run
+        ends = np.repeat(run_end, run_end - run_start)
+        at, partner = minhash.expand_ranges(np.arange(n) + 1, ends)
+        a, b = order[at], order[partner]
+        found.append(np.minimum(a, b) * n + np.maximum(a, b))
+    pairs = minhash.sorted_unique(np.concatenate(found))
+    return pairs // max(n, 1), pairs % max(n, 1)
 
 
 def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatures:
