@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from tasks.common import minhash, pairjaccard
+from tasks.common import compiled, minhash, pairjaccard
 
 
 def _random_sets(rng, count: int, universe: int, most: int) -> list[np.ndarray]:
@@ -23,7 +23,7 @@ def test_by_hand_both_paths():
 
 def _compiled_path(sets, left, right, threads: int = 1):
     """The numba path whatever the pair count (the count alone would send a small call to numpy's search)."""
-    pairjaccard._compiled()  # loads numba: later calls take the compiled path
+    compiled.jit(pairjaccard._intersection_sizes)  # loads numba: later calls take the compiled path
     return pairjaccard.jaccards(sets, left, right, threads)
 
 
@@ -42,7 +42,7 @@ def test_a_small_first_call_takes_numpy_search_and_agrees(monkeypatch):
     sets = _random_sets(rng, 50, 60, 30)
     left, right = rng.integers(0, 50, 400), rng.integers(0, 50, 400)
     monkeypatch.delitem(__import__("sys").modules, "numba", raising=False)  # as in a process that never loaded it
-    monkeypatch.setattr(pairjaccard, "_compiled", lambda: pytest.fail("a small first call must not load numba"))
+    monkeypatch.setattr(compiled, "jit", lambda func: pytest.fail("a small first call must not load numba"))
     got = pairjaccard.jaccards(sets, left, right)
     assert got.tolist() == [minhash.jaccard(sets[i], sets[j]) for i, j in zip(left.tolist(), right.tolist())]
 
@@ -52,22 +52,3 @@ def test_no_pairs_and_a_row_outside_the_sets():
     assert pairjaccard.jaccards(sets, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
     with pytest.raises(IndexError, match="pair row 3 is outside the 1 sets"):
         pairjaccard.jaccards(sets, np.array([0]), np.array([3]))
-
-
-def test_no_writable_cache_folder_compiles_without_caching(monkeypatch):
-    import numba
-
-    real = numba.njit
-
-    def no_locator(*args, cache=False, **kwargs):
-        if cache:
-            raise RuntimeError("cannot cache function '_intersection_sizes': no locator available for file")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(numba, "njit", no_locator)
-    pairjaccard._compiled.cache_clear()
-    try:
-        sets = [np.array([1, 2, 3], np.uint64), np.array([2, 3, 4], np.uint64)]
-        assert _compiled_path(sets, np.array([0]), np.array([1])).tolist() == [0.5]
-    finally:
-        pairjaccard._compiled.cache_clear()  # later tests get the cached compile again

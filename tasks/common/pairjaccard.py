@@ -6,8 +6,9 @@ of sets of a few hundred hashes each. A numpy binary search per document costs a
 of it per-call overhead; the linear merge of two sorted arrays (the intersection step of set-similarity joins,
 e.g. Bayardo, Ma & Srikant 2007, "Scaling up all pairs similarity search") compiled by numba costs about 2 us,
 and releases the GIL, so ``threads`` threads share one copy of the sets (no forked workers, nothing pickled).
-Loading numba and the cached kernel costs about 0.7 s once per process, as much as 60,000 pairs by numpy (about
-12 us each): a smaller first call takes numpy's search per document (``minhash.jaccards_with``) instead.
+Loading numba costs about 0.7 s once per process, as much as 60,000 pairs by numpy (about 12 us each): a smaller
+call in a process without numba takes numpy's search per document (``minhash.jaccards_with``) instead
+(``tasks/common/compiled.py``).
 
 The values equal ``minhash.jaccard`` of each pair bit for bit: the same integer counts, divided as float64
 (``int64 / int64`` below 2**53 is exact, so numpy's true division is Python's correctly rounded ``int / int``);
@@ -16,16 +17,13 @@ The values equal ``minhash.jaccard`` of each pair bit for bit: the same integer 
 
 from __future__ import annotations
 
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 
 import numpy as np
 
-from tasks.common import minhash
+from tasks.common import compiled, minhash
 
 CHUNK_PAIRS = 16_384  # pairs per kernel call: threads take chunks in turn, so a chunk of long sets never idles one
-COMPILED_MIN_PAIRS = 60_000  # below this, and before numba is loaded, numpy's search is the faster way
 
 
 def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, threads: int = 1) -> np.ndarray:
@@ -39,11 +37,11 @@ def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, thread
     left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
     if not len(left):
         return np.zeros(0)
-    if len(left) < COMPILED_MIN_PAIRS and "numba" not in sys.modules:
-        return _by_search(sets, left, right)
     rows, at = np.unique(np.concatenate([left, right]), return_inverse=True)
     if rows[0] < 0 or rows[-1] >= len(sets):
         raise IndexError(f"pair row {rows[0] if rows[0] < 0 else rows[-1]} is outside the {len(sets)} sets")
+    if not compiled.worth_compiling(len(left)):
+        return _by_search(sets, left, right)
     chosen = [sets[row] for row in rows.tolist()]
     sizes = np.fromiter(map(len, chosen), np.int64, count=len(chosen))
     flat = np.concatenate([np.zeros(0, np.uint64)] + chosen).astype(np.uint64, copy=False)
@@ -51,9 +49,10 @@ def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, thread
     left_at, right_at = at[: len(left)], at[len(left) :]
     shared = np.empty(len(left), np.int64)
     chunks = [slice(k, k + CHUNK_PAIRS) for k in range(0, len(left), CHUNK_PAIRS)]
+    kernel = compiled.jit(_intersection_sizes)  # loaded before the threads start
 
     def merge(chunk: slice) -> None:
-        shared[chunk] = _compiled()(flat, starts, sizes, left_at[chunk], right_at[chunk])
+        shared[chunk] = kernel(flat, starts, sizes, left_at[chunk], right_at[chunk])
 
     if threads > 1 and len(chunks) > 1:
         with ThreadPoolExecutor(threads) as pool:
@@ -73,19 +72,6 @@ def _by_search(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray) -> n
     for group in np.split(order, starts[1:]):
         out[group] = minhash.jaccards_with(sets[int(left[group[0]])], [sets[j] for j in right[group].tolist()])
     return out
-
-
-@lru_cache(maxsize=1)
-def _compiled():
-    """``_intersection_sizes`` compiled (numba imported here: about 0.3 s). The machine code is cached next to
-    this file or, where that is read-only, in the user's cache folder (``NUMBA_CACHE_DIR`` overrides both);
-    with neither writable it is compiled in each process (about 1.5 s) instead of failing."""
-    import numba
-
-    try:
-        return numba.njit(cache=True, nogil=True)(_intersection_sizes)
-    except RuntimeError:  # numba's "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(_intersection_sizes)
 
 
 def _intersection_sizes(flat, starts, sizes, left, right):

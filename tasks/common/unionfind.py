@@ -3,6 +3,7 @@
 Path halving, union by a caller-given priority: the member with the lowest priority is always the root, so
 the name of a set does not depend on the order in which pairs were merged (determinism). ``UnionTimes``
 answers, for many pairs at once, whether they were connected at a given point of a sequence of unions.
+``joining_pairs`` finds which of a long sequence of pairs join two sets (compiled: ``tasks/common/compiled.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
+
+from tasks.common import compiled
 
 
 class UnionFind:
@@ -88,3 +91,39 @@ def _depths(parent: np.ndarray) -> np.ndarray:
         depth += moving
         node = parent[node]
     return depth
+
+
+def joining_pairs(roots: list[int], left: np.ndarray, right: np.ndarray, skip: np.ndarray | None = None) -> np.ndarray:
+    """Indices ``k`` of the pairs that join two sets when ``(left[k], right[k])`` are unioned in order (the
+    edges Kruskal's algorithm keeps), starting from the sets ``roots`` (``(nodes,)``: each node's root), with
+    the pairs where ``skip[k]`` passed over (neither tested nor unioned). ``(joins,)`` int64, ascending.
+
+    Only connectivity decides, so the answer does not depend on which node a union makes root. Run compiled
+    for a long sequence (``compiled.worth_compiling``), in Python over lists otherwise; ``roots`` is not changed.
+    """
+    out = np.zeros(len(left), np.bool_)
+    skip = np.zeros(len(left), np.bool_) if skip is None else np.asarray(skip, np.bool_)
+    if compiled.worth_compiling(len(left)):
+        parent, pairs = np.array(roots, np.int64), (np.asarray(left, np.int64), np.asarray(right, np.int64))
+        compiled.jit(_joins)(parent, *pairs, skip, out)
+    else:
+        _joins(list(roots), np.asarray(left).tolist(), np.asarray(right).tolist(), skip.tolist(), out)
+    return np.flatnonzero(out)
+
+
+def _joins(parent, left, right, skip, out) -> None:
+    """``joining_pairs``' loop over a forest ``parent`` (path halving; a joining pair puts ``left``'s root under
+    ``right``'s): sets ``out[k]`` for each joining pair. Plain Python that numba compiles unchanged."""
+    for k in range(len(left)):
+        if skip[k]:
+            continue
+        a, b = left[k], right[k]
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[a] = b
+            out[k] = True

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.common.unionfind import UnionFind, UnionTimes
+from tasks.common.unionfind import UnionFind, UnionTimes, joining_pairs
 
 if TYPE_CHECKING:
     from tasks.config.dedup import DedupParams
@@ -61,23 +61,10 @@ def merge_near(
 
 def _pairs_to_check(left: np.ndarray, right: np.ndarray, identical: np.ndarray, clusters: UnionFind, n_rows: int):
     """Indices of the candidates that can need a Jaccard: those still apart at their turn if every candidate
-    before them had merged (a throwaway union-find from the exact clusters). The real merges are a subset of
+    before them had merged (``joining_pairs`` from the exact clusters). The real merges are a subset of
     those, so a pair joined here may still be apart in reality (after a rejection): ``_merge_checked`` finds
     such a pair and has it computed."""
-    parent = [clusters.find(i) for i in range(n_rows)]
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = x = parent[parent[x]]
-        return x
-
-    check = []
-    for k, (i, j, same) in enumerate(zip(left.tolist(), right.tolist(), identical.tolist())):
-        a, b = find(i), find(j)
-        if a != b and not same:
-            check.append(k)
-            parent[a] = b
-    return np.asarray(check, np.int64)
+    return joining_pairs([clusters.find(i) for i in range(n_rows)], left, right, identical)
 
 
 def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind, cfg: DedupParams):
@@ -109,11 +96,10 @@ def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionF
     exact merges before never join two rows that LSH compares: those are one per exact group)."""
     times = UnionTimes(n_rows)
     edges: list[tuple[int, int, float]] = []
-    values = similarity[order].tolist()
-    pairs = zip(order.tolist(), left[order].tolist(), right[order].tolist(), values)
-    for t, i, j, value in _progress(pairs, total=len(order), desc="dedup: lsh merges", unit="pair"):
-        if clusters.find(i) != clusters.find(j):
-            clusters.union(i, j)
-            times.union(i, j, t)
-            edges.append((i, j, value))
+    joins = order[joining_pairs([clusters.find(i) for i in range(n_rows)], left[order], right[order])]
+    merges = zip(joins.tolist(), left[joins].tolist(), right[joins].tolist(), similarity[joins].tolist())
+    for t, i, j, value in _progress(merges, total=len(joins), desc="dedup: lsh merges", unit="merge"):
+        clusters.union(i, j)
+        times.union(i, j, t)
+        edges.append((i, j, value))
     return edges, times
