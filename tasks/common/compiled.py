@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 
 MIN_ITEMS = 60_000  # pairs: about 0.7 s of numpy search or Python union-find, what loading numba costs
 
@@ -20,7 +20,7 @@ def worth_compiling(items: int) -> bool:
     return items >= MIN_ITEMS or "numba" in sys.modules
 
 
-@lru_cache(maxsize=None)
+@cache
 def jit(func: Callable) -> Callable:
     """``func`` compiled by numba (imported here: about 0.3 s) with the GIL released, so threads can share it.
 
