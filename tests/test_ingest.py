@@ -378,3 +378,29 @@ def test_two_runs_write_identical_bytes(tmp_path):
     assert sorted(outputs[0]) == ["dropped.jsonl", "ner.parquet", "txt.parquet", "wnut_small.parquet"]
     assert outputs[0] == outputs[1]
     assert pq.read_table(tmp_path / "one" / "data" / "ingest" / "wnut_small.parquet").num_rows == 200
+
+
+def test_normalize_text_equals_the_three_regex_rule_on_every_kind_of_whitespace():
+    """The rule as written in its docstring, by regexes: runs of whitespace other than LF -> one space, no space
+    around a LF, at most one blank line, stripped; against every str.isspace() character and CR/CRLF."""
+    import random
+    import re
+
+    from tasks.ingest import normalize_text
+
+    horizontal, around_newline, blank_lines = re.compile(r"[^\S\n]+"), re.compile(r" ?\n ?"), re.compile(r"\n{3,}")
+
+    def by_regex(raw: str) -> tuple[str, bool, bool]:
+        nfc = unicodedata.normalize("NFC", raw)
+        text = nfc.replace("\r\n", "\n").replace("\r", "\n")
+        text = blank_lines.sub("\n\n", around_newline.sub("\n", horizontal.sub(" ", text))).strip()
+        return text, nfc != raw, text != nfc.strip()
+
+    pieces = [c for c in map(chr, range(0x3001)) if c.isspace()] + ["\r\n", "e\u0301", "a", "bc"]
+    rng = random.Random(7)
+    for _ in range(20_000):
+        raw = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert normalize_text(raw) == by_regex(raw), repr(raw)
+    # by hand: CRLF -> LF, lines " a<NBSP><TAB> b ", "", "", " c<LINE SEPARATOR>d " -> "a b", "", "", "c d",
+    # then one blank line at most; NFC changed nothing, whitespace did
+    assert normalize_text(" a\u00a0\t b \r\n\r\n\r\n c\u2028d ") == ("a b\n\nc d", False, True)
