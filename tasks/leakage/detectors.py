@@ -17,7 +17,8 @@ least one word, since two wordless texts share nothing (``docs_without_words`` i
 - ``minhash_doc`` / ``minhash_passage``: MinHash (Broder 1997) LSH over word ``shingle_words``-gram
   shingles, candidates confirmed by exact Jaccard (as in text-dedup), with the kit dedup uses
   (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so with equal seed,
-  ``num_perm`` and shingle size a text gets the same signature in both stages). One permuted matrix per
+  ``num_perm`` and shingle size a text gets the same signature in both stages; ``tasks.common.pairjaccard``:
+  the same exact Jaccard of many candidate pairs at once). One permuted matrix per
   document serves all of its windows. Passages are windows of ``passage_words`` words every
   ``passage_stride_words`` words on both sides, so an eval paragraph inside a long training document is
   compared with a window of about its own size. With stride s and window w the worst alignment still shares
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from tasks.common import minhash
+from tasks.common import minhash, pairjaccard
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import substitution
 
@@ -306,12 +307,14 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     perms = minhash.permutations(cfg.num_perm, cfg.minhash_seed)
     query_keys = minhash.band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)
     index_keys = minhash.band_keys(signatures(index_ids, index_windows, cfg.shingle_words, perms), bands, rows)
-    out = []
-    for a, b in minhash.candidate_pairs(query_keys, index_keys):
-        score = window_jaccard(query_ids, query_windows[a], index_ids, index_windows[b], cfg.shingle_words)
-        if score >= threshold:
-            out.append((a, b, score))
-    return out
+    query, index = minhash.candidate_pair_arrays(query_keys, index_keys)
+    query_rows, query_at = np.unique(query, return_inverse=True)
+    index_rows, index_at = np.unique(index, return_inverse=True)
+    sets = [window_shingles(query_ids, query_windows[a], cfg.shingle_words) for a in query_rows.tolist()]
+    sets += [window_shingles(index_ids, index_windows[b], cfg.shingle_words) for b in index_rows.tolist()]
+    scores = pairjaccard.jaccards(sets, query_at, index_at + len(query_rows))  # dedup's exact Jaccard
+    keep = scores >= threshold
+    return list(zip(query[keep].tolist(), index[keep].tolist(), scores[keep].tolist()))
 
 
 def signatures(doc_ids: list[np.ndarray], windows: list[tuple], k: int, perms) -> np.ndarray:
@@ -328,8 +331,7 @@ def signatures(doc_ids: list[np.ndarray], windows: list[tuple], k: int, perms) -
     return out
 
 
-def window_jaccard(ids_a, window_a: tuple, ids_b, window_b: tuple, k: int) -> float:
-    """Jaccard of the k-gram shingle sets (64-bit hashed) of two ``(doc, start, end)`` word windows."""
-    (da, sa, ea), (db, sb, eb) = window_a, window_b
-    return minhash.jaccard(np.unique(minhash.rolling_hashes(ids_a[da][sa:ea], k)),
-                           np.unique(minhash.rolling_hashes(ids_b[db][sb:eb], k)))
+def window_shingles(ids, window: tuple, k: int) -> np.ndarray:
+    """The sorted unique k-gram shingle hashes (64-bit) of a ``(doc, start, end)`` word window of ``ids``."""
+    doc, start, end = window
+    return np.unique(minhash.rolling_hashes(ids[doc][start:end], k))
