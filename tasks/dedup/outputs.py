@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -264,26 +265,51 @@ class _Counts:
     protected: np.ndarray
     entities: list[int]
 
+    @functools.cached_property
+    def per_row(self) -> dict[str, np.ndarray]:
+        """``(rows,)`` arrays, built once for every ``of``: the row's source code and the facts it is counted by."""
+        corpus, labels = self.corpus, self.labels
+        flags = {
+            "source": [self.source_code[source] for source in corpus.source],
+            "exact": [kind == "exact" for kind in labels.kind], "near": [kind == "near" for kind in labels.kind],
+            "conflict": [kind == "conflict" for kind in labels.kind], "short": labels.short, "empty": labels.empty,
+            "protected": self.protected, "entities": self.entities,
+            "cross_role": [corpus.doc_id[root] in self.cross_role for root in labels.cluster],
+            "lost_vote": labels.lost_vote,
+            "labelled": [role == "task" and (label is not None or tags is not None)
+                         for role, label, tags in zip(corpus.role, corpus.label, corpus.tags)],
+        }  # fmt: skip
+        arrays = {name: np.asarray(values, np.int64) for name, values in flags.items()}
+        arrays["removed"] = arrays["exact"] + arrays["near"] + arrays["conflict"]
+        return arrays
+
+    @functools.cached_property
+    def source_code(self) -> dict[str, int]:
+        """Each source's code in ``per_row["source"]``."""
+        return {source: k for k, source in enumerate(dict.fromkeys(self.corpus.source))}
+
     def of(self, sources: set[str]) -> dict[str, Any]:
         """The counts over the rows of ``sources``."""
-        corpus, labels = self.corpus, self.labels
-        rows = [i for i, source in enumerate(corpus.source) if source in sources]
-        kinds = {kind: sum(labels.kind[i] == kind for i in rows) for kind in ("exact", "near", "conflict")}
-        removed = [i for i in rows if labels.kind[i] in kinds]
+        at = self.per_row
+        rows = np.isin(at["source"], [self.source_code[source] for source in sources if source in self.source_code])
+        removed = rows & (at["removed"] > 0)
+        total = {name: int(at[name][rows].sum()) for name in ("exact", "near", "conflict", "short", "empty",
+                                                               "protected", "cross_role", "entities")}  # fmt: skip
+        n_rows, n_removed = int(rows.sum()), int(removed.sum())
         touching = [r for r in self.report if sources.intersection(r["sources"])]
         return {
-            "docs_in": len(rows),
-            "docs_kept": len(rows) - len(removed),
-            "docs_removed": len(removed),
-            "exact_duplicates": kinds["exact"],
-            "near_duplicates": kinds["near"],
-            "conflict_dropped": kinds["conflict"],
+            "docs_in": n_rows,
+            "docs_kept": n_rows - n_removed,
+            "docs_removed": n_removed,
+            "exact_duplicates": total["exact"],
+            "near_duplicates": total["near"],
+            "conflict_dropped": total["conflict"],
             "clusters": len(touching),
-            "fraction_removed": len(removed) / len(rows) if rows else 0.0,
-            "short_docs": sum(labels.short[i] for i in rows),
-            "empty_docs": sum(labels.empty[i] for i in rows),
-            "exact_protected_docs": int(sum(self.protected[i] for i in rows)),
-            "cross_role_docs": sum(corpus.doc_id[labels.cluster[i]] in self.cross_role for i in rows),
+            "fraction_removed": n_removed / n_rows if n_rows else 0.0,
+            "short_docs": total["short"],
+            "empty_docs": total["empty"],
+            "exact_protected_docs": total["protected"],
+            "cross_role_docs": total["cross_role"],
             "label_conflict_clusters": sum(r["label_conflict"] and _takes_part(r, sources, "label") for r in touching),
             "label_conflict_clusters_exact": sum(
                 r["label_conflict_exact"] and _takes_part(r, sources, "label") for r in touching
@@ -295,13 +321,10 @@ class _Counts:
             "tags_conflict_clusters": sum(
                 r["tags_conflict"] and _takes_part(r, sources, "tags_digest") for r in touching
             ),
-            "entities_in": sum(self.entities[i] for i in rows),
-            "entities_removed": sum(self.entities[i] for i in removed),
-            "lost_vote_docs": sum(labels.lost_vote[i] and labels.kind[i] in ("exact", "near") for i in rows),
-            "labelled_docs_removed": sum(
-                corpus.role[i] == "task" and (corpus.label[i] is not None or corpus.tags[i] is not None)
-                for i in removed
-            ),
+            "entities_in": total["entities"],
+            "entities_removed": int(at["entities"][removed].sum()),
+            "lost_vote_docs": int((at["lost_vote"][rows] & (at["exact"] + at["near"])[rows]).sum()),
+            "labelled_docs_removed": int(at["labelled"][removed].sum()),
         }
 
 
