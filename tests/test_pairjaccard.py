@@ -52,3 +52,19 @@ def test_no_pairs_and_a_row_outside_the_sets():
     assert pairjaccard.jaccards(sets, np.zeros(0, np.int64), np.zeros(0, np.int64)).shape == (0,)
     with pytest.raises(IndexError, match="pair row 3 is outside the 1 sets"):
         pairjaccard.jaccards(sets, np.array([0]), np.array([3]))
+
+
+def test_bad_arguments_are_errors_on_both_paths(monkeypatch):
+    sets = [np.array([1, 2, 3], np.uint64), np.array([2, 3], np.uint64), np.array([2.0**60])]
+    for worth in (False, True):
+        monkeypatch.setattr(compiled, "worth_compiling", lambda items, worth=worth: worth)
+        with pytest.raises(ValueError, match=r"left \(4,\) and right \(1,\)"):
+            pairjaccard.jaccards(sets, [0, 1, 0, 1], [1])  # the compiled merge would read past right's end
+        with pytest.raises(ValueError, match="1-d"):
+            pairjaccard.jaccards(sets, [[0]], [[1]])
+        with pytest.raises(IndexError, match="pair row -1 is outside"):
+            pairjaccard.jaccards(sets, [-1], [0])
+        with pytest.raises(TypeError, match="set 2 is float64"):
+            pairjaccard.jaccards(sets, [0, 0], [1, 2])  # concatenated, float64 would merge hashes above 2**53
+        # an empty set of another dtype holds no hash to round: allowed, as minhash.jaccard allows it
+        assert pairjaccard.jaccards(sets[:2] + [np.array([])], [0, 0], [1, 2]).tolist() == [2 / 3, 0.0]

@@ -73,3 +73,18 @@ def test_joining_pairs_equal_the_sequential_rule(worth, monkeypatch):
         skip = rng.random(4 * n) < 0.2
         want = _joins_one_by_one(n, list(zip(left.tolist(), right.tolist())), skip.tolist())
         assert unionfind.joining_pairs(list(range(n)), left, right, skip).tolist() == want
+
+
+@pytest.mark.parametrize("worth", [False, True])
+def test_joining_pairs_refuses_bad_arguments_on_both_paths(worth, monkeypatch):
+    from tasks.common import compiled, unionfind
+
+    monkeypatch.setattr(compiled, "worth_compiling", lambda items: worth)
+    with pytest.raises(IndexError, match="node 5 is outside the 3 nodes"):
+        unionfind.joining_pairs([0, 1, 2], [0], [5])  # compiled, it would write outside the forest
+    with pytest.raises(IndexError, match="node -1 is outside"):
+        unionfind.joining_pairs([0, 1, 2], [-1], [0])
+    with pytest.raises(ValueError, match="one length"):
+        unionfind.joining_pairs([0, 1, 2], [0, 1, 2], [1, 2, 0], skip=[True])
+    with pytest.raises(ValueError, match="one length"):
+        unionfind.joining_pairs([0, 1, 2], [0, 1], [1])

@@ -31,20 +31,27 @@ def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, thread
 
     ``sets``: sorted unique uint64 arrays (one per row); ``left``, ``right``: ``(pairs,)`` row indices. The sets
     that the pairs name are copied once into one flat array (a set named by many pairs is copied once), and the
-    pairs are split into chunks of ``CHUNK_PAIRS`` merged on ``threads`` threads. Raises ``IndexError`` for a
-    row outside ``sets``.
+    pairs are split into chunks of ``CHUNK_PAIRS`` merged on ``threads`` threads. Raises ``ValueError`` when
+    ``left`` and ``right`` are not 1-d arrays of one length, ``IndexError`` for a row outside ``sets`` and
+    ``TypeError`` for a named set that is not uint64 (the compiled merge checks no bounds, and a mixed
+    concatenation would round other sets' hashes through float64).
     """
     left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
+    if left.ndim != 1 or left.shape != right.shape:
+        raise ValueError(f"left {left.shape} and right {right.shape} must be 1-d arrays of one length")
     if not len(left):
         return np.zeros(0)
     rows, at = np.unique(np.concatenate([left, right]), return_inverse=True)
     if rows[0] < 0 or rows[-1] >= len(sets):
         raise IndexError(f"pair row {rows[0] if rows[0] < 0 else rows[-1]} is outside the {len(sets)} sets")
+    chosen = [sets[row] for row in rows.tolist()]
+    wrong = next((row for row, s in zip(rows.tolist(), chosen) if len(s) and s.dtype != np.uint64), None)
+    if wrong is not None:
+        raise TypeError(f"set {wrong} is {sets[wrong].dtype}, not sorted unique uint64 hashes")
     if not compiled.worth_compiling(len(left)):
         return _by_search(sets, left, right)
-    chosen = [sets[row] for row in rows.tolist()]
     sizes = np.fromiter(map(len, chosen), np.int64, count=len(chosen))
-    flat = np.concatenate([np.zeros(0, np.uint64)] + chosen).astype(np.uint64, copy=False)
+    flat = np.concatenate([np.zeros(0, np.uint64)] + chosen, dtype=np.uint64, casting="unsafe")  # empties only
     starts = np.cumsum(sizes) - sizes
     left_at, right_at = at[: len(left)], at[len(left) :]
     shared = np.empty(len(left), np.int64)

@@ -100,14 +100,22 @@ def joining_pairs(roots: list[int], left: np.ndarray, right: np.ndarray, skip: n
 
     Only connectivity decides, so the answer does not depend on which node a union makes root. Run compiled
     for a long sequence (``compiled.worth_compiling``), in Python over lists otherwise; ``roots`` is not changed.
+    Raises ``ValueError`` when ``left``, ``right`` and ``skip`` differ in length, ``IndexError`` for a node
+    outside ``0..len(roots)-1`` (the compiled loop checks no bounds).
     """
-    out = np.zeros(len(left), np.bool_)
+    left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
     skip = np.zeros(len(left), np.bool_) if skip is None else np.asarray(skip, np.bool_)
+    if not left.shape == right.shape == skip.shape == (len(left),):
+        raise ValueError(f"left {left.shape}, right {right.shape} and skip {skip.shape} must be one length, 1-d")
+    for side in (left, right):
+        if len(side) and (side.min() < 0 or side.max() >= len(roots)):
+            bad = side.min() if side.min() < 0 else side.max()
+            raise IndexError(f"node {bad} is outside the {len(roots)} nodes")
+    out = np.zeros(len(left), np.bool_)
     if compiled.worth_compiling(len(left)):
-        parent, pairs = np.array(roots, np.int64), (np.asarray(left, np.int64), np.asarray(right, np.int64))
-        compiled.jit(_joins)(parent, *pairs, skip, out)
+        compiled.jit(_joins)(np.array(roots, np.int64), left, right, skip, out)
     else:
-        _joins(list(roots), np.asarray(left).tolist(), np.asarray(right).tolist(), skip.tolist(), out)
+        _joins(list(roots), left.tolist(), right.tolist(), skip.tolist(), out)
     return np.flatnonzero(out)
 
 
