@@ -41,10 +41,11 @@ def sequential(left, right, identical, table, n_rows, threshold):
 def lazy(left, right, identical, table, n_rows):
     docs, clusters = Docs(n_rows, table), UnionFind()
     left, right, identical = np.array(left, np.int64), np.array(right, np.int64), np.array(identical, bool)
-    check = near._pairs_to_check(left, right, identical, clusters, n_rows)
+    roots = [clusters.find(i) for i in range(n_rows)]
+    check = near._pairs_to_check(left, right, identical, roots)
     similarity = np.full(len(left), np.nan)
     similarity[check] = docs.jaccards(left[check], right[check], 1)
-    edges, counts = near._merge_checked(docs, left, right, identical, similarity, clusters, make_cfg())
+    edges, counts = near._merge_checked(docs, left, right, identical, similarity, clusters, roots, make_cfg())
     return edges, counts, [clusters.find(i) for i in range(n_rows)], docs.computed
 
 

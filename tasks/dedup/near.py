@@ -50,24 +50,25 @@ def merge_near(
     left, right = docs.candidates(signed, bands_rows)
     text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1]
     identical = text_id[left] == text_id[right]
+    roots = [clusters.find(i) for i in range(len(docs.text_hash))]  # the exact clusters every pass starts from
     if len(docs.shingles) == len(docs.text_hash):
-        check = _pairs_to_check(left, right, identical, clusters, len(docs.text_hash))
+        check = _pairs_to_check(left, right, identical, roots)
     else:
         check = np.flatnonzero(~identical)
     similarity = np.full(len(left), np.nan)
     similarity[check] = docs.jaccards(left[check], right[check], cfg.num_proc)
-    return _merge_checked(docs, left, right, identical, similarity, clusters, cfg)
+    return _merge_checked(docs, left, right, identical, similarity, clusters, roots, cfg)
 
 
-def _pairs_to_check(left: np.ndarray, right: np.ndarray, identical: np.ndarray, clusters: UnionFind, n_rows: int):
+def _pairs_to_check(left: np.ndarray, right: np.ndarray, identical: np.ndarray, roots: list[int]) -> np.ndarray:
     """Indices of the candidates that can need a Jaccard: those still apart at their turn if every candidate
-    before them had merged (``joining_pairs`` from the exact clusters). The real merges are a subset of
-    those, so a pair joined here may still be apart in reality (after a rejection): ``_merge_checked`` finds
+    before them had merged (``joining_pairs`` from the exact clusters, ``roots``). The real merges are a subset
+    of those, so a pair joined here may still be apart in reality (after a rejection): ``_merge_checked`` finds
     such a pair and has it computed."""
-    return joining_pairs([clusters.find(i) for i in range(n_rows)], left, right, identical)
+    return joining_pairs(roots, left, right, identical)
 
 
-def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind, cfg: DedupParams):
+def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind, roots: list[int], cfg: DedupParams):
     """The merge pass, in candidate order: a pair still in two clusters at its turn is counted as identical
     text, merged (Jaccard >= threshold) or rejected. ``similarity`` holds the Jaccards computed so far (NaN: not
     computed). Only the pairs at or above the threshold are walked in Python; when the other pairs were
@@ -76,7 +77,7 @@ def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind
     start = dict(clusters.parent)
     while True:
         merging = np.flatnonzero(similarity >= cfg.threshold)
-        edges, times = _merge_in_order(left, right, similarity, merging, clusters, len(docs.text_hash))
+        edges, times = _merge_in_order(left, right, similarity, merging, clusters, roots)
         others = np.setdiff1d(np.arange(len(left)), merging, assume_unique=True)
         apart = ~times.connected_before(left[others], right[others], others)
         unknown = others[apart & ~identical[others] & np.isnan(similarity[others])]
@@ -90,13 +91,14 @@ def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind
     return edges, counts
 
 
-def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionFind, n_rows: int):
+def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionFind, roots: list[int]):
     """Union the candidate pairs ``order`` (indices into ``left``/``right``, ascending) whose rows are still in
-    two clusters; returns the merges ``(row, row, jaccard)`` and when each pair of rows became connected (the
-    exact merges before never join two rows that LSH compares: those are one per exact group)."""
-    times = UnionTimes(n_rows)
+    two clusters of ``clusters``, which holds the exact clusters (``roots``: each row's root); returns the merges
+    ``(row, row, jaccard)`` and when each pair of rows became connected (the exact merges before never join two
+    rows that LSH compares: those are one per exact group)."""
+    times = UnionTimes(len(roots))
     edges: list[tuple[int, int, float]] = []
-    joins = order[joining_pairs([clusters.find(i) for i in range(n_rows)], left[order], right[order])]
+    joins = order[joining_pairs(roots, left[order], right[order])]
     merges = zip(joins.tolist(), left[joins].tolist(), right[joins].tolist(), similarity[joins].tolist())
     for t, i, j, value in _progress(merges, total=len(joins), desc="dedup: lsh merges", unit="merge"):
         clusters.union(i, j)
