@@ -123,7 +123,8 @@ def test_candidate_pairs_equal_datasketch_lsh_queries():
     a, b = minhash.permutations(64, 3)
     sigs = minhash.signatures(docs, a, b)
     bands, rows = minhash.lsh_bands_rows(0.5, 64)
-    got = minhash.candidate_pairs(*(minhash.band_keys(sigs, bands, rows),) * 2)
+    query, index = minhash.candidate_pair_arrays(*(minhash.band_keys(sigs, bands, rows),) * 2)
+    got = list(zip(query.tolist(), index.tolist()))
     lsh = MinHashLSH(num_perm=64, params=(bands, rows))
     sketches = [MinHash(hashvalues=s, permutations=(a, b), scheme="affine32") for s in sigs]
     for i, sketch in enumerate(sketches):

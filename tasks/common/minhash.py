@@ -286,17 +286,11 @@ def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return keys
 
 
-def candidate_pairs(query_keys: np.ndarray, index_keys: np.ndarray) -> list[tuple[int, int]]:
-    """Sorted unique ``(query row, index row)`` pairs that share a key in at least one band.
+def candidate_pair_arrays(query_keys: np.ndarray, index_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``(query row, index row)`` pairs that share a key in at least one band, as two int64 arrays.
 
     For a self-join pass the same keys twice; the result then holds ``(i, i)`` and both orders of a pair.
     """
-    query, index = candidate_pair_arrays(query_keys, index_keys)
-    return list(zip(query.tolist(), index.tolist()))
-
-
-def candidate_pair_arrays(query_keys: np.ndarray, index_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``candidate_pairs`` as two int64 arrays ``(query rows, index rows)``, without a Python tuple per pair."""
     found = []
     for band in range(query_keys.shape[1]):
         order = np.argsort(index_keys[:, band], kind="stable")
