@@ -1,9 +1,10 @@
 """When and how dedup's inner loops run as machine code (numba), shared by ``pairjaccard`` and ``unionfind``.
 
-A kernel here is a plain Python function over arrays or lists that numba can compile unchanged. Loading numba
-and a cached kernel costs about 0.7 s once per process, so a loop runs compiled only when it is long enough to
-repay that (``worth_compiling``: ``MIN_ITEMS`` items, or numba already loaded by an earlier loop of the
-process); below that the same function runs in Python, over lists. Either way the results are the same.
+A kernel is a plain Python function over arrays that numba can compile unchanged. Loading numba and a cached
+kernel costs about 0.7 s once per process, so a loop runs compiled only when it is long enough to repay that
+(``worth_compiling``: ``MIN_ITEMS`` items, or numba already loaded by an earlier loop of the process); below
+that the caller takes its uncompiled path (``unionfind``: the same function over lists; ``pairjaccard``: a
+numpy search). Either way the results are the same.
 """
 
 from __future__ import annotations
