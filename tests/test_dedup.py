@@ -371,3 +371,19 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
     for a, b, value in reported:
         assert value == pytest.approx(string_jaccard(text_of[a], text_of[b]), abs=1e-6)
     assert metrics["all"]["label_conflict_clusters"] == 0
+
+
+def test_report_lines_are_json_dumps_of_the_whole_record_with_its_pairs():
+    """The report formats its pair lists straight to text; the line must equal ``json.dumps`` of the full record
+    (sort_keys, ensure_ascii=False), for awkward ids and for values repr writes in exponent form or as 1.0."""
+    from tasks.dedup.outputs import _JsonStrings, _pairs_json, _record_line
+
+    ids = ['a"b', "c\\d", "é\u2028x", "plain", "tab\there"]
+    pairs, values = [(0, 1), (2, 3), (4, 0), (3, 1)], [1e-06, 1.0, 0.123457, 5e-05]
+    record = {"cluster_id": ids[0], "conflict_rule": None, "edges": [[ids[0], ids[1], 0.9]], "kept": {"task": ids[0]},
+              "members": [{"doc_id": i} for i in ids], "pairs_truncated": False, "roles": ["task"], "size": 5}
+    want = json.dumps(record | {"pairs": [[ids[i], ids[j], v] for (i, j), v in zip(pairs, values)]},
+                      sort_keys=True, ensure_ascii=False) + "\n"  # fmt: skip
+    assert _record_line(record, _pairs_json(pairs, values, _JsonStrings(ids))) == want
+    assert _record_line(record, _pairs_json([], [], _JsonStrings(ids))) == json.dumps(
+        record | {"pairs": []}, sort_keys=True, ensure_ascii=False) + "\n"
