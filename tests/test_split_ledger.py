@@ -289,3 +289,51 @@ def test_a_ledger_that_would_move_a_doc_fails_and_the_old_ledger_is_left_as_it_w
     with pytest.raises(split.SplitLeakError, match=r"^\d+ doc\(s\) of .*ledger\.parquet changed split"):
         run_night(tmp_path, docs, params())
     assert path.read_bytes() == old and sorted(p.name for p in path.parent.iterdir()) == ["ledger.parquet"]
+
+
+def reached_by_search(rows: pd.DataFrame, ledger_split: pd.Series) -> list[tuple]:
+    """The reached splits of each row by a breadth-first search over a doc/label graph: from a new doc, a label
+    some ledger doc carries adds those docs' splits and stops the walk; any other label leads to every new doc
+    carrying it, and on to their labels."""
+    labels = [[f"{r}|cluster|{c}"] + ([f"{r}|group|{s}|{g}"] if g is not None else [])
+              for r, s, g, c in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"])]  # fmt: skip
+    new = [not isinstance(split, str) for split in ledger_split]
+    out = []
+    for start in range(len(rows)):
+        if not new[start]:
+            out.append(())
+            continue
+        seen_docs, seen_labels, reached, queue = {start}, set(), set(), [start]
+        while queue:
+            for label in labels[queue.pop()]:
+                if label in seen_labels:
+                    continue
+                seen_labels.add(label)
+                carriers = [i for i in range(len(rows)) if label in labels[i]]
+                anchor_splits = {ledger_split.iloc[i] for i in carriers if not new[i]}
+                if anchor_splits:
+                    reached |= anchor_splits
+                    continue
+                fresh = [i for i in carriers if i not in seen_docs]
+                seen_docs.update(fresh)
+                queue += fresh
+        out.append(tuple(sorted(reached)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_reached_splits_equals_a_breadth_first_search_over_random_rows(seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    rows = pd.DataFrame({
+        "role": [rng.choice(["task", "pretrain"]) for _ in range(n)],
+        "source": [rng.choice(["a", "b"]) for _ in range(n)],
+        "group": [rng.choice([None, "g1", "g2", "g3", "g4"]) for _ in range(n)],
+        "cluster_id": [f"c{rng.randint(0, 8)}" for _ in range(n)],
+    }, index=range(100, 100 + n), dtype=object)
+    splits = {"task": ["train", "dev", "test"], "pretrain": ["train", "eval"]}
+    ledger_split = pd.Series([rng.choice(splits[r]) if rng.random() < 0.6 else float("nan") for r in rows["role"]],
+                             index=rows.index, dtype=object)  # fmt: skip
+    got = ledger.reached_splits(rows, ledger_split)
+    assert list(got.index) == list(rows.index)
+    assert list(got) == reached_by_search(rows, ledger_split)
