@@ -223,3 +223,20 @@ def test_dropped_rows_leave_the_source_file_by_position(tmp_path):
     assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
     assert list(t["doc_id"]) == ["t-0001"] and list(t["split"]) == ["test"]
     assert (tmp_path / "manifest.tsv").read_text() == "doc_id\tsplit\ns-0000\ttrain\ns-0002\tdev\nt-0001\ttest\n"
+
+
+def test_meta_value_equals_parsing_the_whole_meta_for_escaped_and_unescaped_keys():
+    import random
+
+    from tasks.split.assign import meta_value
+
+    rng = random.Random(7)
+    metas = ["", "{}", '{"split": "dev"}', '{"\\u0073plit": "test"}', '{"x": "a\\nb", "split": "train"}',
+             '{"splitter": 1}', '{"x": "split"}', '{"raw_text": "say \\"split\\""}']  # fmt: skip
+    for _ in range(300):
+        meta = {rng.choice(["split", "spl", "x", "sp\u00e9it"]): rng.choice(["dev", "a\\b", "\n", "split"])
+                for _ in range(rng.randint(0, 3))}  # fmt: skip
+        metas.append(json.dumps(meta, ensure_ascii=rng.random() < 0.5))
+    for meta in metas:
+        assert meta_value(meta, "split") == json.loads(meta or "{}").get("split"), meta
+    assert meta_value('{"\\u0073plit": "test"}', "split") == "test"  # an escaped key is still found
