@@ -28,10 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from tasks.common.stamped import swapped_in
+from tasks.common.stamped import swapped_in, write_tables
 from tasks.config.ingest import (
     BuiltinSource,
     ConllSource,
@@ -300,8 +299,7 @@ def check_identity(result: SourceResult) -> None:
 def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
     """Write every Parquet file and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
     with swapped_in(out_dir) as tmp:
-        for result in results:
-            pq.write_table(result.rows, tmp / f"{result.name}.parquet", compression="zstd")
+        write_tables(((result.rows, tmp / f"{result.name}.parquet") for result in results), compression="zstd")
         with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
             for result in results:
                 for entry in result.dropped:

@@ -54,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tasks.common.stamped import write_tables
 from tasks.common.unionfind import UnionFind
 from tasks.config.split import TASK_SPLITS, SplitParams
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
@@ -207,14 +208,15 @@ def write_outputs(tables: dict[str, pa.Table], rows: pd.DataFrame, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     split = np.full(sum(table.num_rows for table in tables.values()), None, dtype=object)
     split[rows.index.to_numpy()] = rows["split"].to_numpy()
-    start = 0
+    parts, start = [], 0
     for source, table in tables.items():
         own = split[start : start + table.num_rows]
         start += table.num_rows
         kept = pd.notna(own)
         part = table if kept.all() else table.filter(pa.array(kept))
         part = part.append_column("split", pa.array(own[kept].tolist(), pa.string()))
-        pq.write_table(part, out_dir / f"{source}.parquet")
+        parts.append((part, out_dir / f"{source}.parquet"))
+    write_tables(parts)
     manifest = rows[["doc_id", "split"]].sort_values("doc_id")
     manifest.to_csv(out_dir / "manifest.tsv", sep="\t", index=False, lineterminator="\n")
 
