@@ -89,3 +89,26 @@ def test_git_commit_is_head_and_says_dirty(tmp_path):
     assert git_commit(tmp_path) == head
     (tmp_path / "f").write_text("2")
     assert git_commit(tmp_path) == head + "-dirty"
+
+
+def test_files_dvc_hashed_give_their_md5_until_they_change(tmp_path):
+    import hashlib
+    import os
+
+    from tasks.common.provenance import dvc_md5, hashed_md5
+
+    folder = tmp_path / "raw" / "src"
+    (folder / "deep").mkdir(parents=True)
+    files = {folder / "a.jsonl": b'{"id": 1}\n', folder / "deep" / "b.txt": b"x" * 5000, tmp_path / "one.txt": b"y"}
+    for file, data in files.items():
+        file.write_bytes(data)
+    assert all(hashed_md5(file) is None for file in files)
+    dvc_md5(tmp_path, "raw/src")
+    dvc_md5(tmp_path, "one.txt")
+    for file, data in files.items():
+        assert hashed_md5(file) == (len(data), hashlib.md5(data).hexdigest())
+    edited = folder / "a.jsonl"
+    stat = edited.stat()
+    edited.write_bytes(b'{"id": 2}\n')  # same size; an mtime a second later
+    os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert hashed_md5(edited) is None

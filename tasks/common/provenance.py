@@ -8,6 +8,7 @@ schema of both files is interpreted in one place (DVC 3 lock schema ``2.0``).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -219,14 +220,38 @@ def input_md5s(root: Path, dvc_stage: str) -> dict[str, str]:
 def dvc_md5(root: Path, path: str) -> str:
     """The md5 DVC 3 records for ``path`` (relative to ``root``): of the bytes for a file, of the manifest with a
     ``.dir`` suffix for a folder, ``.dvcignore`` applied. Computed by dvc-data, DVC's own hashing library, in a
-    dry run that stores nothing."""
+    dry run that stores nothing. The md5 of each file it read is kept for ``hashed_md5``."""
     from dvc.fs import LocalFileSystem
     from dvc.ignore import DvcIgnoreFilter
     from dvc_data.hashfile.build import build
     from dvc_data.hashfile.db.local import LocalHashFileDB
+    from dvc_data.hashfile.tree import Tree
 
-    fs = LocalFileSystem()
+    fs, full = LocalFileSystem(), Path(root).resolve() / path
+    before = {file: _stat_key(file) for file in ([full] if full.is_file() else full.rglob("*")) if file.is_file()}
     with tempfile.TemporaryDirectory() as scratch:
-        _, _, obj = build(LocalHashFileDB(fs, scratch), str(Path(root).resolve() / path), fs, "md5", dry_run=True,
+        _, _, obj = build(LocalHashFileDB(fs, scratch), str(full), fs, "md5", dry_run=True,
                           ignore=DvcIgnoreFilter(fs, str(Path(root).resolve())))
+    hashed = [(full.joinpath(*key), info.value) for key, _, info in obj] if isinstance(obj, Tree) else [
+        (full, obj.hash_info.value)]
+    for file, md5 in hashed:
+        if file in before and before[file] == _stat_key(file):  # unchanged while DVC read it
+            _HASHED[before[file]] = md5
     return str(obj.hash_info.value)
+
+
+#: (absolute path, size, mtime_ns, inode) -> md5 of every file ``dvc_md5`` hashed in this process
+_HASHED: dict[tuple[str, int, int, int], str] = {}
+
+
+def _stat_key(file: Path) -> tuple[str, int, int, int]:
+    stat = file.stat()
+    return os.path.abspath(file), stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+def hashed_md5(file: Path) -> tuple[int, str] | None:
+    """``(size in bytes, md5)`` of ``file`` when ``dvc_md5`` hashed it earlier in this process and its size,
+    mtime and inode are still those it had then (how DVC's own state skips hashing a file twice), else None.
+    A stage whose run hashed its raw inputs for provenance (``input_md5s``) so reads them once, not twice."""
+    key = _stat_key(file)
+    return (key[1], _HASHED[key]) if key in _HASHED else None

