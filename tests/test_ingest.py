@@ -277,6 +277,16 @@ def test_token_records_from_jsonl_and_repeated_ids(tmp_path):
                                                                          ["B-PER", "O"])
 
 
+def test_an_id_repeated_in_a_later_file_names_both_places_with_or_without_the_cache(tmp_path):
+    folder = tmp_path / "in" / "nights"
+    first = write_lines(folder / "a.jsonl", [{"id": "x", "text": "one"}, {"id": "y", "text": ""}])
+    second = write_lines(folder / "b.jsonl", [{"id": "z", "text": "two"}, {"id": "y", "text": "three"}])
+    spec = jsonl_source(folder, id_field="id")
+    for incremental in (False, True, True):  # the last two: units taken from the cache
+        with pytest.raises(SourceError, match=rf"{second}:2: id 'y' repeats the one at {first}:2"):
+            ingest.run(IngestParams(sources=[spec], incremental=incremental), paths_under(tmp_path), NullLog())
+
+
 # ---------------------------------------------------------------- text and CoNLL
 
 

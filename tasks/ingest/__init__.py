@@ -70,6 +70,7 @@ FILE_READERS = {
     ConllSource: text.read_conll,
 }
 DROPPED_FILE = "dropped.jsonl"
+DROP_COLUMNS = ("local_id", "where", "drop", "detail")  # of an outcome table, as drop_entry takes them
 SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are in dropped.jsonl)
 
 
@@ -171,30 +172,41 @@ def check_new_id(first_seen: dict[str, str], name: str, local_id: str, where: st
 
 def collect(spec, units: Iterator[pa.Table], result: SourceResult) -> SourceResult:
     """Fill ``result``: the source's rows and drops from its units' outcome tables in input order, then
-    ``max_docs``. The rows stay Arrow (a cached unit is never turned into Python dicts and back); only the ids,
-    places and drop reasons are read as Python values."""
-    first_seen: dict[str, str] = {}
-    kept_ids: list[str] = []
+    ``max_docs``. The rows stay Arrow (a cached unit is never turned into Python dicts and back); only the drops
+    become Python values, and the ids only when one repeats (``check_unique_ids``) or ``max_docs`` samples."""
+    ids: list[pa.ChunkedArray] = []
+    places: list[pa.ChunkedArray] = []
+    kept_ids: list[pa.ChunkedArray] = []
     parts: list[pa.Array] = []
     for table in tqdm(units, desc=f"ingest {spec.name}", unit="file", mininterval=2):
         result.counts["docs_in"] += table.num_rows
-        ids, places = table.column("local_id").to_pylist(), table.column("where").to_pylist()
-        for local_id, where in zip(ids, places):
-            check_new_id(first_seen, spec.name, local_id, where)
-        drops = table.column("drop").to_pylist()
-        details = table.column("detail").to_pylist()
-        for local_id, where, drop, detail in zip(ids, places, drops, details):
-            if drop:
-                result.dropped.append(drop_entry(spec.name, f"{spec.name}:{local_id}", drop, where, detail))
+        ids.append(table.column("local_id"))
+        places.append(table.column("where"))
+        dropped = table.filter(pc.is_valid(table.column("drop")))
+        for local_id, where, drop, detail in zip(*(dropped.column(c).to_pylist() for c in DROP_COLUMNS)):
+            result.dropped.append(drop_entry(spec.name, f"{spec.name}:{local_id}", drop, where, detail))
         kept = table.filter(pc.is_null(table.column("drop")))
-        kept_ids += kept.column("local_id").to_pylist()
+        kept_ids.append(kept.column("local_id"))
         parts += kept.column("row").chunks
         for counter, column in (("nfc_changed", "nfc_changed"), ("whitespace_normalized", "whitespace_changed")):
             result.counts[counter] += pc.sum(kept.column(column)).as_py() or 0
+    check_unique_ids(spec.name, ids, places)
     rows = pa.Table.from_struct_array(pa.chunked_array(parts, type=ROW_STRUCT)).cast(ROW_SCHEMA)
     result.rows = sample(kept_ids, rows.combine_chunks(), spec.max_docs, result, spec.name)
     check_identity(result)
     return result
+
+
+def check_unique_ids(name: str, ids: list[pa.ChunkedArray], places: list[pa.ChunkedArray]) -> None:
+    """Raise ``SourceError`` naming both places of the first local id that repeats in input order: one Arrow
+    distinct count when none does, the ids as Python strings only when one does."""
+    every = pa.chunked_array([chunk for column in ids for chunk in column.chunks], pa.string())
+    if pc.count_distinct(every, mode="all").as_py() == len(every):
+        return
+    first_seen: dict[str, str] = {}
+    for unit_ids, unit_places in zip(ids, places):
+        for local_id, where in zip(unit_ids.to_pylist(), unit_places.to_pylist()):
+            check_new_id(first_seen, name, local_id, where)
 
 
 def outcome(spec, record: Record) -> Outcome:
@@ -268,15 +280,18 @@ def normalize_tokens(tokens: list[str] | None, where: str) -> list[str] | None:
     return words
 
 
-def sample(local_ids: list[str], rows: pa.Table, max_docs: int | None, result: SourceResult, name: str) -> pa.Table:
-    """At most ``max_docs`` rows: those whose own id has the smallest md5, kept in input order.
+def sample(kept_ids: list[pa.ChunkedArray], rows: pa.Table, max_docs: int | None, result: SourceResult,
+           name: str) -> pa.Table:  # fmt: skip
+    """At most ``max_docs`` rows: those whose own id (``kept_ids``: the rows' local ids, unit by unit) has the
+    smallest md5, kept in input order.
 
     Hashing the source's own id (not the doc_id) picks the same documents for two sources built on the
     same corpus (``bbc_news`` and ``bbc_news_pretrain``), with no RNG and independent of input order.
     Rows left out are dropped with reason ``max_docs``.
     """
-    if max_docs is None or len(local_ids) <= max_docs:
+    if max_docs is None or rows.num_rows <= max_docs:
         return rows
+    local_ids = [local_id for unit in kept_ids for local_id in unit.to_pylist()]
     ranked = sorted(range(len(local_ids)), key=lambda i: hashlib.md5(local_ids[i].encode("utf-8")).hexdigest())
     chosen = set(ranked[:max_docs])
     for i in sorted(set(range(len(local_ids))) - chosen):
