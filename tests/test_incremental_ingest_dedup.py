@@ -267,3 +267,18 @@ def test_raw_md5s_reads_string_and_large_string_buffers_and_slices():
         array = pa.array(texts, kind)
         assert raw_md5s(array) == by_hand
         assert raw_md5s(array.slice(1, 2)) == by_hand[1:3]  # a slice starts inside the offsets buffer
+
+
+def test_stored_md5s_are_found_among_the_texts_or_minus_one_on_sliced_chunks():
+    import pyarrow as pa
+
+    from tasks.dedup.incremental import _indices_in
+
+    rng = random.Random(3)
+    texts = sorted({hashlib.md5(str(i).encode()).hexdigest() for i in range(50)})
+    absent = [hashlib.md5(f"gone {i}".encode()).hexdigest() for i in range(20)]
+    stored = [rng.choice(texts + absent) for _ in range(300)]
+    column = pa.chunked_array([pa.array(stored[:7]), pa.array(stored).slice(7, 200), pa.array(stored[207:])])
+    want = [texts.index(v) if v in texts else -1 for v in stored]
+    assert _indices_in(column, pa.array(texts)).tolist() == want
+    assert _indices_in(pa.chunked_array([pa.array(texts[3:9])]), pa.array(texts)).tolist() == list(range(3, 9))
