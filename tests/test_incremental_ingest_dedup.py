@@ -201,6 +201,61 @@ def test_signing_params_force_a_full_recompute_and_other_params_do_not(tmp_path,
     assert logged["dedup"]["incremental"]["docs_signed"] == 31
 
 
+def damage(index: Path, how: str, other: Path) -> None:
+    """Break the dedup index at ``index`` one way (``other``: an index of a different corpus)."""
+    arrays = {p.name.split("-")[0]: p for p in index.glob("*.npy")}
+    if how.startswith("truncate "):
+        path = index / how.split()[1] if how.split()[1].endswith(".parquet") else arrays[how.split()[1]]
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "entries of another index":
+        shutil.copy(other / "entries.parquet", index / "entries.parquet")
+    elif how == "arrays of another index":  # copied over under the names this index's entries give
+        for old in arrays.values():
+            shutil.copy(next(other.glob(f"{old.name.split('-')[0]}-*.npy")), old)
+    elif how == "no fingerprint":
+        pq.write_table(pq.read_table(index / "entries.parquet").replace_schema_metadata(None), index / "entries.parquet")
+
+
+@pytest.mark.parametrize("how", ["truncate signatures", "truncate shingles", "truncate entries.parquet",
+                                 "entries of another index", "arrays of another index", "no fingerprint"])
+def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_path, corpus, how):
+    raw, rng, _ = corpus
+    other = tmp_path / "other"
+    (other / "raw").mkdir(parents=True)
+    write_file(other / "raw", "part0.jsonl", [words(rng) for _ in range(12)])
+    run_both(other, other / "raw")
+    damage(tmp_path / "inc" / "data" / "dedup_index", how, other / "data" / "dedup_index")
+    write_file(raw, "part3.jsonl", [words(rng)])
+    after, logged = run_both(tmp_path / "inc", raw)
+    if how == "arrays of another index":  # same names, so only the shapes can tell (a shorter corpus here)
+        assert "the arrays do not fit entries.parquet" in logged["dedup"]["dedup.reason"]
+    else:
+        assert logged["dedup"]["dedup.mode"] == "full", logged["dedup"]["dedup.reason"]
+    assert "dedup_index" in logged["dedup"]["dedup.reason"]
+    assert logged["dedup"]["dedup.mode"] == "full"
+    assert_equals_from_scratch(tmp_path, raw, after)
+    _, logged = run_both(tmp_path / "inc", raw)  # the index written by the full run is whole again
+    assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "two entries swapped"])
+def test_a_damaged_or_swapped_ingest_entry_is_read_again_and_named(tmp_path, corpus, how):
+    raw, _, _ = corpus
+    entries = sorted((tmp_path / "inc" / "data" / "ingest_cache" / "docs").glob("*.arrow"))
+    if how == "truncated":
+        entries[0].write_bytes(entries[0].read_bytes()[:1000])
+    elif how == "empty":
+        entries[0].write_bytes(b"")
+    else:  # each file then holds the other's documents under its key
+        first, second = entries[0].read_bytes(), entries[1].read_bytes()
+        entries[0].write_bytes(second)
+        entries[1].write_bytes(first)
+    after, logged = run_both(tmp_path / "inc", raw)
+    damaged = 2 if how == "two entries swapped" else 1
+    assert logged["ingest"]["incremental"] == {"units_read": damaged, "units_cached": 3 - damaged}
+    assert_equals_from_scratch(tmp_path, raw, after)
+
+
 def test_a_type_clash_with_a_cached_file_raises_the_from_scratch_error(tmp_path, corpus):
     raw, rng, _ = corpus
     write_file(raw, "part3.jsonl", [words(rng)], labels=[3])  # label: a number here, a string in part0-2

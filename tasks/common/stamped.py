@@ -46,11 +46,15 @@ def read_table(path: Path) -> pa.Table:
 
 
 def read_stamped(path: Path, expected: dict) -> Stamped:
-    """Read the cache table at ``path`` if its fingerprint holds every key of ``expected`` with the same value."""
+    """Read the cache table at ``path`` if its fingerprint holds every key of ``expected`` with the same value; a
+    file that cannot be read or has no fingerprint is no cache (the reason names it), never an error."""
     if not path.is_file():
         return Stamped(None, f"no cache in {path.parent}", [])
-    table = read_table(path)
-    stored = json.loads(table.schema.metadata[FINGERPRINT_KEY])
+    try:
+        table = read_table(path)
+        stored = json.loads((table.schema.metadata or {})[FINGERPRINT_KEY])
+    except (OSError, ValueError, KeyError) as err:  # damaged, or written by another tool: computed again
+        return Stamped(None, f"the cache {path} cannot be used ({' '.join(str(err).split())})", [])
     changed = sorted(key for key in expected if stored.get(key) != expected[key])
     if changed:
         return Stamped(None, f"the cache fingerprint changed ({', '.join(changed)})", changed)

@@ -6,14 +6,17 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 - ``entries.parquet``: one row per distinct document text of the last run, sorted by ``raw_md5`` (md5 of the
   ingest text, UTF-8): the md5 of its normalized text (``text_hash``), ``n_words``, ``n_chars`` and where its
   shingles start in ``shingles.npy`` (``shingles_start``); the Parquet metadata holds the fingerprint below;
-- ``signatures.npy``: ``(entries, num_perm)`` uint32, the MinHash signatures, in entry order;
-- ``shingles.npy``: ``(total,)`` uint64, each entry's sorted unique shingle hashes (the set exact Jaccard is
-  taken on) one after another (numpy files: Parquet decodes millions of list values many times slower);
+- ``signatures-<tag>.npy``: ``(entries, num_perm)`` uint32, the MinHash signatures, in entry order;
+- ``shingles-<tag>.npy``: ``(total,)`` uint64, each entry's sorted unique shingle hashes (the set exact Jaccard
+  is taken on) one after another (numpy files: Parquet decodes millions of list values many times slower).
+  ``<tag>`` (``generation``: md5 of the fingerprint and the entries' raw md5s) is stored in ``entries.parquet``,
+  so the arrays of another run's index are never paired with these entries;
 - ``jaccards.parquet``: every exact Jaccard computed so far between two texts still present, as
   ``(left, right, jaccard)`` with ``left < right`` normalized-text md5s, sorted.
 
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
-when there is no index, or when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed`` and the
+when there is no usable index (missing, a file damaged or from another index: the reason names the file), or
+when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed`` and the
 ``code_sha256`` of the code that computes signatures and Jaccards (``tasks/common/minhash.py``,
 ``tasks/common/textnorm.py``, ``tasks/common/pairjaccard.py``, ``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
 signature, shingles and counts from it; the others (new documents, and edited ones: their text has a new md5)
@@ -37,6 +40,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,12 +55,14 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, read_table, stamp, swapped_in
+from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, read_table, stamp, swapped_in
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
 
 ENTRIES, JACCARDS, SIGNATURES, SHINGLES = "entries.parquet", "jaccards.parquet", "signatures.npy", "shingles.npy"
+GENERATION = "arrays"  # the stamp key of the tag in the arrays' file names (``array_name``)
+WARN = logging.getLogger("clozeline.dedup")
 FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(pairjaccard.__file__),
                     Path(__file__).with_name("__init__.py"))  # fmt: skip
 
@@ -129,13 +136,41 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, 
     table, reason, _ = read_stamped(folder / ENTRIES, fingerprint(cfg))
     if table is None:
         return None, [], reason
-    # mapped: pages are read when a Jaccard or the next save needs them (asarray: plain slices, not memmaps)
-    flat = np.asarray(np.load(folder / SHINGLES, mmap_mode="r"))
-    bounds = np.append(minhash.numpy_view(table.column("shingles_start").combine_chunks()), len(flat)).tolist()
+    arrays = {name: folder / array_name(name, table) for name in (SIGNATURES, SHINGLES)}
+    try:
+        # mapped: pages are read when a Jaccard or the next save needs them (asarray: plain slices, not memmaps)
+        flat = np.asarray(np.load(arrays[SHINGLES], mmap_mode="r"))
+        signatures = np.load(arrays[SIGNATURES])
+    except (OSError, ValueError) as err:  # missing (files of another run's index), truncated or not numpy
+        return None, [], f"{getattr(err, 'filename', None) or folder}: {one_line(err)}: not usable with {ENTRIES}"
+    starts = minhash.numpy_view(table.column("shingles_start").combine_chunks())
+    if signatures.shape != (table.num_rows, cfg.num_perm) or (len(starts) and starts[-1] > len(flat)):
+        return None, [], f"{folder}: the arrays do not fit {ENTRIES} ({signatures.shape[0]} signatures)"
+    bounds = np.append(starts, len(flat)).tolist()
     n_words, n_chars = (minhash.numpy_view(table.column(c).combine_chunks()) for c in ("n_words", "n_chars"))
-    entries = DocSignatures(table.column("text_hash").to_pylist(), n_words, n_chars, np.load(folder / SIGNATURES),
+    entries = DocSignatures(table.column("text_hash").to_pylist(), n_words, n_chars, signatures,
                             [flat[lo:hi] for lo, hi in zip(bounds, bounds[1:])])  # fmt: skip
     return entries, table.column("raw_md5").to_pylist(), "index found"
+
+
+def array_name(name: str, entries: pa.Table) -> str:
+    """``signatures.npy`` / ``shingles.npy`` of one index as written: ``<stem>-<tag>.npy``, the tag stored in
+    ``entries.parquet``'s stamp (``GENERATION``), so arrays left from another run's index are never taken for
+    this one's (they would pair each entry with another text's values, silently)."""
+    stored = json.loads(entries.schema.metadata[FINGERPRINT_KEY]).get(GENERATION, "")
+    return f"{Path(name).stem}-{stored}.npy"
+
+
+def generation(raw_md5s: list[str], cfg: DedupParams) -> str:
+    """The tag of an index: md5 of its fingerprint and its entries' raw md5s, in entry order (the same texts and
+    params give the same arrays, and the same bytes run after run)."""
+    digest = hashlib.md5(json.dumps(fingerprint(cfg), sort_keys=True).encode())
+    digest.update("".join(raw_md5s).encode())
+    return digest.hexdigest()[:16]
+
+
+def one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def empty(num_perm: int) -> DocSignatures:
@@ -167,7 +202,11 @@ def load_jaccards(folder: Path, docs: IndexedSignatures) -> tuple[np.ndarray, np
     """The stored Jaccards between texts of this corpus as ``(sorted pair keys, values)`` (``pair_keys``)."""
     if not (folder / JACCARDS).is_file():
         return docs.known_pairs, docs.known_jaccards
-    table = read_table(folder / JACCARDS)
+    try:
+        table = read_table(folder / JACCARDS)
+    except (OSError, ValueError) as err:  # a damaged file: the Jaccards are computed again, as on a full run
+        WARN.warning(f"dedup: {folder / JACCARDS}: {one_line(err)}: its Jaccards are computed again")
+        return docs.known_pairs, docs.known_jaccards
     texts = arrow_strings(docs.texts.tolist())
     # Arrow's hash lookup of each stored md5 among this corpus' texts: null (-1 here) for a text now absent
     left, right = (_indices_in(table.column(side), texts) for side in ("left", "right"))
@@ -196,10 +235,12 @@ def saving(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> Iterator
 
 def _save_entries(tmp: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:
     rows = entry_rows(docs)
+    table = entries_table(docs, rows, cfg)
     signatures = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(len(rows), cfg.num_perm)
-    np.save(tmp / SIGNATURES, signatures)
-    np.save(tmp / SHINGLES, np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows]))
-    pq.write_table(entries_table(docs, rows, cfg), tmp / ENTRIES, compression="zstd")
+    np.save(tmp / array_name(SIGNATURES, table), signatures)
+    flat = np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows])
+    np.save(tmp / array_name(SHINGLES, table), flat)
+    pq.write_table(table, tmp / ENTRIES, compression="zstd")
 
 
 def entry_rows(docs: IndexedSignatures) -> list[int]:
@@ -218,7 +259,7 @@ def entries_table(docs: IndexedSignatures, rows: list[int], cfg: DedupParams) ->
         "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
         "shingles_start": _numbers(np.cumsum(sizes) - sizes, pa.int64()),
     })  # fmt: skip
-    return stamp(table, fingerprint(cfg))
+    return stamp(table, fingerprint(cfg) | {GENERATION: generation(table.column("raw_md5").to_pylist(), cfg)})
 
 
 def jaccards_table(docs: IndexedSignatures) -> pa.Table:

@@ -13,7 +13,8 @@ metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl co
 - a file: its path, its name (the id prefix), size and md5 of its content (not its mtime);
 - a builtin source: the version of the package that ships the corpus; ``hf_disk``: every file's md5.
 
-So a new or edited file has no entry and is read; a removed file's entry is not asked for and is deleted at
+So a new or edited file has no entry and is read (as is a file whose entry cannot be read whole or was stored
+for other facts: the log names it); a removed file's entry is not asked for and is deleted at
 the end of the run (``prune``), and its documents leave the output with it. The cross-file steps of a
 source (jsonl column types agree across files, parquet schemas agree, an id is never repeated, ``max_docs``)
 run over all units on every run, so the output equals a from-scratch read byte for byte. ``incremental:
@@ -75,6 +76,7 @@ class UnitCache:
         self.code = ingest_code_hash()
         self.used: dict[str, set[str]] = {}
         self.units_read = self.units_cached = 0
+        self.unusable: list[str] = []  # entries found but not used (damaged, or not what their key says): re-read
 
     def through(self, source: str, key_facts: dict[str, Any], read) -> tuple[pa.Table, dict[str, Any]]:
         """The unit's ``(outcomes, facts)``, the outcomes as a table (``outcome_schema``, one row per record):
@@ -86,16 +88,30 @@ class UnitCache:
         self.used.setdefault(source, set()).add(key)
         path = self.folder / source / f"{key}{SUFFIX}"
         if self.enabled and path.is_file():
-            self.units_cached += 1
-            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-            stored = json.loads(table.schema.metadata[META_KEY])
-            return table.replace_schema_metadata(None), stored
+            entry = self._load(path, facts)
+            if entry is not None:
+                self.units_cached += 1
+                return entry
+            self.unusable.append(str(path))
         self.units_read += 1
         outcomes, extra = read()
         facts |= extra
         table = pa.Table.from_pylist([vars(outcome) for outcome in outcomes], schema=self.schema)
         self._write(path, table, facts)
         return table, facts
+
+    def _load(self, path: Path, facts: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]] | None:
+        """The entry at ``path`` if it reads whole, has the outcome columns and was stored for ``facts`` (a file
+        renamed over another key's would hand one file's documents to another); else None."""
+        try:
+            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            stored = json.loads((table.schema.metadata or {})[META_KEY])
+        except (OSError, ValueError, KeyError):  # truncated, empty, not Arrow, no facts
+            return None
+        if any(stored.get(key) != value for key, value in json.loads(json.dumps(facts, default=str)).items()):
+            return None
+        table = table.replace_schema_metadata(None)
+        return (table, stored) if table.schema == self.schema else None
 
     def _write(self, path: Path, table: pa.Table, facts: dict[str, Any]) -> None:
         """Write one entry by rename, so a killed run never leaves half an entry under its key."""
