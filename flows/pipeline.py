@@ -153,6 +153,17 @@ def pipeline(stages: list[str] | None = None) -> list[str]:
     return wanted
 
 
+def warn_if_splits_can_move() -> None:
+    """A schedule over a growing corpus without the split ledger can move a doc from one run's test set into the
+    next run's training set: say so before serving (the params are read again at each run)."""
+    split = load_params(ROOT / "params.yaml").split
+    if not split.ledger:
+        print(f"clozeline: warning: split.ledger is false (assignment: {split.assignment}): scheduled runs over a "
+              "growing corpus can move documents between splits; apply the scheduled profile first "
+              "(make run PROFILE=scheduled, which writes split: {assignment: hash, ledger: true} to params.yaml)",
+              file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """CLI: run the flow once, or ``serve --cron`` a scheduled deployment."""
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline")
@@ -162,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--name", default="clozeline-nightly")
     args = parser.parse_args(argv)
     if args.command == "serve":
+        warn_if_splits_can_move()
         pipeline.serve(name=args.name, cron=args.cron)
     else:
         pipeline()

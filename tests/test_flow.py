@@ -77,3 +77,20 @@ def test_cron_deployment_runs_the_flow_once(tmp_path):
         deployment, finished = asyncio.run(scenario())
     assert [s.schedule.cron for s in deployment.schedules] == ["0 3 * * *"]
     assert finished.state.is_completed(), finished.state
+
+
+@pytest.mark.parametrize("profile_applied", [False, True])
+def test_serve_warns_when_the_scheduled_params_can_move_documents_between_splits(tmp_path, monkeypatch, capsys,
+                                                                                  profile_applied):
+    import yaml
+
+    from flows import pipeline
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    if profile_applied:
+        params["split"].update(assignment="hash", ledger=True)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.setattr(pipeline, "ROOT", tmp_path)
+    pipeline.warn_if_splits_can_move()
+    warned = "split.ledger is false" in capsys.readouterr().err
+    assert warned is not profile_applied

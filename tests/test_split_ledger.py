@@ -241,17 +241,24 @@ def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_
     assert scratch[a] == scratch[b] == scratch["t900"]
 
 
-def test_ledger_off_neither_reads_nor_keeps_history_and_its_bytes_are_deterministic(tmp_path):
+def test_ledger_off_starts_a_ledger_once_and_never_changes_one_and_its_bytes_are_deterministic(tmp_path):
     docs = Corpus(seed=3).rows()
     for root in ("a", "b"):
-        metrics, _, _ = run_night(tmp_path / root, docs, params(ledger=False))
+        metrics, _, _ = run_night(tmp_path / root, docs[:-5], params(ledger=False))
     ledger = "data/split_ledger/ledger.parquet"
-    assert (tmp_path / "a" / ledger).read_bytes() == (tmp_path / "b" / ledger).read_bytes()
+    first = (tmp_path / "a" / ledger).read_bytes()
+    assert first == (tmp_path / "b" / ledger).read_bytes()
     assert metrics["ledger"] == {"enabled": False, "found": False} and metrics["moved_since_previous"] is None
-    metrics, _, _ = run_night(tmp_path / "a", docs[:-5], params(ledger=False))
     written = pd.read_parquet(tmp_path / "a" / ledger)
     assert len(written) == len(docs) - 5 and list(written["doc_id"]) == sorted(written["doc_id"])
     assert list(written.columns) == ["doc_id", "role", "split"]
+    on, _, _ = run_night(tmp_path / "a", docs, params())  # a scheduled night: the ledger grows by the 5 new docs
+    grown = (tmp_path / "a" / ledger).read_bytes()
+    assert on["new_docs"] == 5 and on["moved_since_previous"] == 0
+    off, _, _ = run_night(tmp_path / "a", docs[5:], params(ledger=False, assignment="fill"))  # a one-off run
+    assert (tmp_path / "a" / ledger).read_bytes() == grown and off["ledger_docs"] == len(docs)
+    again, _, _ = run_night(tmp_path / "a", docs, params())  # the next scheduled night: nothing moved
+    assert again["moved_since_previous"] == 0 and again["new_docs"] == 0
 
 
 def test_ledger_needs_hash_assignment_and_a_bad_ledger_file_is_named(tmp_path):

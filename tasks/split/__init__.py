@@ -90,8 +90,11 @@ def run(cfg: SplitParams, paths, log) -> dict:
     out_dir = paths.stage_data("split")
     write_outputs(tables, kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
-    ledger = extend_ledger(base, kept)
-    moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path)
+    if cfg.ledger or not path.exists():
+        ledger = extend_ledger(base, kept)
+        moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path)
+    else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
+        ledger, moved = read_ledger(path), None
     log.info(f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(dropped)} dropped "
              f"(bridges_splits), {len(bridged)} bridged component(s)")
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
@@ -101,8 +104,10 @@ def run(cfg: SplitParams, paths, log) -> dict:
 
 def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str:
     """The log line saying whether the ledger was read and used."""
+    if not enabled and path.exists():
+        return f"split: split.ledger is false: {path} is neither used nor changed (scheduled runs keep to it)"
     if not enabled:
-        return f"split: split.ledger is false: {path} is not read, and is rewritten with this run's splits"
+        return f"split: split.ledger is false: no ledger at {path}; this run's splits start one"
     if previous is None:
         return f"split: no ledger at {path}: every component gets its from-scratch split; this run starts it"
     return f"split: ledger {path} found and used: its {len(previous)} docs keep their splits"

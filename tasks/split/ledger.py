@@ -3,8 +3,10 @@
 File: ``<data>/split_ledger/ledger.parquet``, columns ``doc_id, role, split``, sorted by doc_id, no timestamps
 (same rows and same previous ledger -> same bytes). dvc.yaml declares its folder ``persist: true``, so neither DVC
 nor ``python -m tasks split`` deletes it before the stage runs. It keeps history: a doc that leaves the corpus
-stays in the ledger and gets its old split back if it returns. With ``split.ledger: false`` the ledger is not
-read, and is written as this run's splits alone: turning the ledger on later freezes the last run's splits.
+stays in the ledger and gets its old split back if it returns. With ``split.ledger: false`` the ledger is neither
+read nor changed when there is one (a one-off run without it, e.g. a plain ``make run`` between scheduled runs,
+cannot erase their history), and is started with this run's splits when there is none: turning the ledger on
+later freezes those.
 
 Rule per component (this run's union of groups and clusters, ``merge_groups``), with the ledger on:
 
