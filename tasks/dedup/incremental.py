@@ -16,12 +16,13 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
 when there is no usable index (missing, a file damaged or from another index: the reason names the file), or
-when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed`` and the
-``code_sha256`` of the code that computes signatures and Jaccards (``tasks/common/minhash.py``,
-``tasks/common/textnorm.py``, ``tasks/common/pairjaccard.py``, ``tasks/dedup/__init__.py``). **Incremental** otherwise: a document whose text has an entry takes its
-signature, shingles and counts from it; the others (new documents, and edited ones: their text has a new md5)
-are signed; a pair of texts whose Jaccard is stored is not computed again. A removed document needs nothing:
-its entry is simply not asked for, and is not written back. The other params (threshold, LSH weights,
+when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed``, the Unicode data version and
+the ``code_sha256`` of the code that computes signatures and Jaccards (``tasks/common/minhash.py``,
+``tasks/common/textnorm.py``, ``tasks/common/pairjaccard.py``, ``tasks/dedup/__init__.py``).
+**Incremental** otherwise: a document whose text has an entry takes its signature, shingles and counts from
+it; the others (new documents, and edited ones: their text has a new md5) are signed; a pair of texts whose
+Jaccard is stored is not computed again. A removed document needs nothing: its entry is simply not asked for,
+and is not written back. The other params (threshold, LSH weights,
 policies, keep rule, ``conflict_policy``) change no stored value, so they do not force a full recompute.
 
 Then the clustering runs over the whole corpus as in a from-scratch run: LSH band keys from the signatures
@@ -42,6 +43,7 @@ import functools
 import hashlib
 import json
 import logging
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -125,7 +127,8 @@ def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
 def fingerprint(cfg: DedupParams) -> dict[str, Any]:
     """What every stored value depends on (see the module docstring)."""
     code = code_sha256(set(FINGERPRINT_CODE))
-    return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code}
+    return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code,
+            "unicode": unicodedata.unidata_version}  # text normalization (NFKC, casefold) follows the Unicode data
 
 
 def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, list[str], str]:

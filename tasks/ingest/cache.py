@@ -8,8 +8,9 @@ row, and whether NFC / whitespace normalization changed its text), with the unit
 metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl column types first seen in it).
 ``key`` is the md5 of everything the entry depends on:
 
-- the ingest code (``code_sha256`` of every ``tasks/ingest/*.py``), the source's spec without ``max_docs``
-  (sampling is a whole-source step that runs after the per-unit read, on every run);
+- the ingest code (``code_sha256`` of every ``tasks/ingest/*.py``), the Unicode data version (NFC follows it),
+  the source's spec without ``max_docs`` (sampling is a whole-source step that runs after the per-unit read, on
+  every run);
 - a file: its path, its name (the id prefix), size and md5 of its content (not its mtime);
 - a builtin source: the version of the package that ships the corpus; ``hf_disk``: every file's md5.
 
@@ -30,6 +31,7 @@ import hashlib
 import json
 import os
 import shutil
+import unicodedata
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -83,7 +85,7 @@ class UnitCache:
         from its entry when there is one, else ``read()`` (which returns ``(list of Outcome, extra facts)``),
         stored as a new entry. ``key_facts`` are the unit's facts minus the code md5; the entry's key is their
         md5 with it."""
-        facts = {"code": self.code, **key_facts}
+        facts = {"code": self.code, "unicode": unicodedata.unidata_version, **key_facts}  # NFC follows it
         key = hashlib.md5(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()
         self.used.setdefault(source, set()).add(key)
         path = self.folder / source / f"{key}{SUFFIX}"
