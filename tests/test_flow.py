@@ -87,8 +87,7 @@ def test_serve_warns_when_the_scheduled_params_can_move_documents_between_splits
     from flows import pipeline
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    if profile_applied:
-        params["split"].update(assignment="hash", ledger=True)
+    params["split"].update(assignment="hash", ledger=True) if profile_applied else params["split"].update(ledger=False)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setattr(pipeline, "ROOT", tmp_path)
     pipeline.warn_if_splits_can_move()

@@ -207,17 +207,21 @@ def damage(index: Path, how: str, other: Path) -> None:
     if how.startswith("truncate "):
         path = index / how.split()[1] if how.split()[1].endswith(".parquet") else arrays[how.split()[1]]
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "empty signatures":  # e.g. a full disk
+        arrays["signatures"].write_bytes(b"")
     elif how == "entries of another index":
         shutil.copy(other / "entries.parquet", index / "entries.parquet")
     elif how == "arrays of another index":  # copied over under the names this index's entries give
         for old in arrays.values():
             shutil.copy(next(other.glob(f"{old.name.split('-')[0]}-*.npy")), old)
     elif how == "no fingerprint":
-        pq.write_table(pq.read_table(index / "entries.parquet").replace_schema_metadata(None), index / "entries.parquet")
+        stripped = pq.read_table(index / "entries.parquet").replace_schema_metadata(None)
+        pq.write_table(stripped, index / "entries.parquet")
 
 
-@pytest.mark.parametrize("how", ["truncate signatures", "truncate shingles", "truncate entries.parquet",
-                                 "entries of another index", "arrays of another index", "no fingerprint"])
+@pytest.mark.parametrize("how", ["truncate signatures", "empty signatures", "truncate shingles",
+                                 "truncate entries.parquet", "entries of another index", "arrays of another index",
+                                 "no fingerprint"])
 def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_path, corpus, how):
     raw, rng, _ = corpus
     other = tmp_path / "other"
@@ -236,6 +240,22 @@ def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_
     assert_equals_from_scratch(tmp_path, raw, after)
     _, logged = run_both(tmp_path / "inc", raw)  # the index written by the full run is whole again
     assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0
+
+
+def test_stored_jaccards_stamped_with_another_fingerprint_are_not_used(tmp_path, corpus):
+    import pyarrow as pa
+
+    from tasks.common.stamped import stamp
+
+    raw, rng, _ = corpus
+    path = tmp_path / "inc" / "data" / "dedup_index" / "jaccards.parquet"
+    table = pq.read_table(path)
+    wrong = table.set_column(2, "jaccard", pa.array([1.0] * table.num_rows))  # would merge every checked pair
+    pq.write_table(stamp(wrong, {"seed": -1}), path)
+    write_file(raw, "part3.jsonl", [words(rng)])
+    after, logged = run_both(tmp_path / "inc", raw)
+    assert logged["dedup"]["dedup.mode"] == "incremental" and table.num_rows > 0
+    assert_equals_from_scratch(tmp_path, raw, after)
 
 
 @pytest.mark.parametrize("how", ["truncated", "empty", "two entries swapped"])

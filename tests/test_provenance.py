@@ -112,3 +112,20 @@ def test_files_dvc_hashed_give_their_md5_until_they_change(tmp_path):
     edited.write_bytes(b'{"id": 2}\n')  # same size; an mtime a second later
     os.utime(edited, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert hashed_md5(edited) is None
+
+
+def test_an_edit_that_sets_the_mtime_back_or_a_path_through_a_link_is_seen(tmp_path):
+    import os
+
+    from tasks.common.provenance import dvc_md5, hashed_md5
+
+    (tmp_path / "raw").mkdir()
+    file = tmp_path / "raw" / "a.txt"
+    file.write_bytes(b"first")
+    dvc_md5(tmp_path, "raw")
+    (tmp_path / "link").symlink_to(tmp_path / "raw")
+    assert hashed_md5(tmp_path / "link" / "a.txt") == hashed_md5(file) is not None
+    stat = file.stat()
+    file.write_bytes(b"other")  # same size, the mtime set back as `cp -p` or `touch -d` would
+    os.utime(file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert hashed_md5(file) is None

@@ -172,7 +172,8 @@ def test_incremental_equals_from_scratch_on_the_union_except_the_counted_bridges
         pass
     assert len(bridges) == 1 and metrics["bridges_splits"] == 1 and metrics["bridged_components"] == 1
     scratch_metrics, scratch, _ = run_night(tmp_path / "scratch", corpus.rows(), params())
-    assert scratch_metrics["ledger"] == {"enabled": True, "found": False} and scratch_metrics["bridges_splits"] == 0
+    assert scratch_metrics["ledger"] == {"enabled": True, "found": False, "history_left_unchanged": False}
+    assert scratch_metrics["bridges_splits"] == 0
     assert set(scratch) - set(out) == bridges
     differ = {k for k in out if out[k] != scratch[k]}
     assert len(differ) == metrics["ledger_overrides"] > 0
@@ -241,22 +242,27 @@ def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_
     assert scratch[a] == scratch[b] == scratch["t900"]
 
 
-def test_ledger_off_starts_a_ledger_once_and_never_changes_one_and_its_bytes_are_deterministic(tmp_path):
+def test_ledger_off_rewrites_its_own_ledger_but_never_one_that_ledger_runs_wrote(tmp_path):
     docs = Corpus(seed=3).rows()
     for root in ("a", "b"):
         metrics, _, _ = run_night(tmp_path / root, docs[:-5], params(ledger=False))
     ledger = "data/split_ledger/ledger.parquet"
-    first = (tmp_path / "a" / ledger).read_bytes()
-    assert first == (tmp_path / "b" / ledger).read_bytes()
-    assert metrics["ledger"] == {"enabled": False, "found": False} and metrics["moved_since_previous"] is None
+    assert (tmp_path / "a" / ledger).read_bytes() == (tmp_path / "b" / ledger).read_bytes()
+    assert metrics["ledger"] == {"enabled": False, "found": False, "history_left_unchanged": False}
+    assert metrics["moved_since_previous"] is None and metrics["ledger_docs"] == len(docs) - 5
     written = pd.read_parquet(tmp_path / "a" / ledger)
     assert len(written) == len(docs) - 5 and list(written["doc_id"]) == sorted(written["doc_id"])
     assert list(written.columns) == ["doc_id", "role", "split"]
-    on, _, _ = run_night(tmp_path / "a", docs, params())  # a scheduled night: the ledger grows by the 5 new docs
-    grown = (tmp_path / "a" / ledger).read_bytes()
-    assert on["new_docs"] == 5 and on["moved_since_previous"] == 0
+    fill, _, _ = run_night(tmp_path / "a", docs[5:], params(ledger=False, assignment="fill"))
+    manifest = pd.read_csv(tmp_path / "a" / "data" / "split" / "manifest.tsv", sep="\t").set_index("doc_id")
+    rewritten = pd.read_parquet(tmp_path / "a" / ledger).set_index("doc_id")["split"]
+    assert rewritten.equals(manifest["split"].loc[rewritten.index])  # the last ledger-off run's splits, frozen
+    on, _, _ = run_night(tmp_path / "a", docs, params())  # a scheduled night keeps them: nothing moved
+    assert on["moved_since_previous"] == 0 and on["new_docs"] == 5
+    history = (tmp_path / "a" / ledger).read_bytes()
     off, _, _ = run_night(tmp_path / "a", docs[5:], params(ledger=False, assignment="fill"))  # a one-off run
-    assert (tmp_path / "a" / ledger).read_bytes() == grown and off["ledger_docs"] == len(docs)
+    assert (tmp_path / "a" / ledger).read_bytes() == history
+    assert off["ledger"]["history_left_unchanged"] and off["ledger_docs"] is None
     again, _, _ = run_night(tmp_path / "a", docs, params())  # the next scheduled night: nothing moved
     assert again["moved_since_previous"] == 0 and again["new_docs"] == 0
 
@@ -302,7 +308,8 @@ def reached_by_search(rows: pd.DataFrame, ledger_split: pd.Series) -> list[tuple
     """The reached splits of each row by a breadth-first search over a doc/label graph: from a new doc, a label
     some ledger doc carries adds those docs' splits and stops the walk; any other label leads to every new doc
     carrying it, and on to their labels."""
-    labels = [[f"{r}|cluster|{c}"] + ([f"{r}|group|{s}|{g}"] if g is not None else [])
+    labels = [[f"{r}|cluster|{c}"] + ([f"{r}|group|{s}|{g}"] if not (g is None or isinstance(g, float) and g != g)
+                                      else [])
               for r, s, g, c in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"])]  # fmt: skip
     new = [not isinstance(split, str) for split in ledger_split]
     out = []
@@ -335,8 +342,8 @@ def test_reached_splits_equals_a_breadth_first_search_over_random_rows(seed):
     rows = pd.DataFrame({
         "role": [rng.choice(["task", "pretrain"]) for _ in range(n)],
         "source": [rng.choice(["a", "b"]) for _ in range(n)],
-        "group": [rng.choice([None, "g1", "g2", "g3", "g4"]) for _ in range(n)],
-        "cluster_id": [f"c{rng.randint(0, 8)}" for _ in range(n)],
+        "group": [rng.choice([None, float("nan"), pd.NA, "g1", "g2", "g3", "g4"]) for _ in range(n)],
+        "cluster_id": [rng.choice([None, *(f"c{k}" for k in range(8))]) for _ in range(n)],
     }, index=range(100, 100 + n), dtype=object)
     splits = {"task": ["train", "dev", "test"], "pretrain": ["train", "eval"]}
     ledger_split = pd.Series([rng.choice(splits[r]) if rng.random() < 0.6 else float("nan") for r in rows["role"]],

@@ -240,18 +240,20 @@ def dvc_md5(root: Path, path: str) -> str:
     return str(obj.hash_info.value)
 
 
-#: (absolute path, size, mtime_ns, inode) -> md5 of every file ``dvc_md5`` hashed in this process
-_HASHED: dict[tuple[str, int, int, int], str] = {}
+#: (real path, size, mtime_ns, ctime_ns, inode) -> md5 of every file ``dvc_md5`` hashed in this process
+_HASHED: dict[tuple[str, int, int, int, int], str] = {}
 
 
-def _stat_key(file: Path) -> tuple[str, int, int, int]:
+def _stat_key(file: Path) -> tuple[str, int, int, int, int]:
+    """The file's identity as far as a stat shows it; the ctime also moves when a write keeps the mtime (``touch
+    -d``, ``cp -p``, ``rsync -t``), which the kernel cannot be told to set back."""
     stat = file.stat()
-    return os.path.abspath(file), stat.st_size, stat.st_mtime_ns, stat.st_ino
+    return os.path.realpath(file), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
 
 
 def hashed_md5(file: Path) -> tuple[int, str] | None:
     """``(size in bytes, md5)`` of ``file`` when ``dvc_md5`` hashed it earlier in this process and its size,
-    mtime and inode are still those it had then (how DVC's own state skips hashing a file twice), else None.
+    mtime, ctime and inode are still those it had then (how DVC's own state skips hashing a file twice), else None.
     A stage whose run hashed its raw inputs for provenance (``input_md5s``) so reads them once, not twice."""
     key = _stat_key(file)
     return (key[1], _HASHED[key]) if key in _HASHED else None

@@ -12,7 +12,7 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
   ``<tag>`` (``generation``: md5 of the fingerprint and the entries' raw md5s) is stored in ``entries.parquet``,
   so the arrays of another run's index are never paired with these entries;
 - ``jaccards.parquet``: every exact Jaccard computed so far between two texts still present, as
-  ``(left, right, jaccard)`` with ``left < right`` normalized-text md5s, sorted.
+  ``(left, right, jaccard)`` with ``left < right`` normalized-text md5s, sorted, stamped with the fingerprint.
 
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
 when there is no usable index (missing, a file damaged or from another index: the reason names the file), or
@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, read_table, stamp, swapped_in
+from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
@@ -104,7 +104,7 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     rows = np.fromiter(map(entry_of.__getitem__, raw), np.int64, count=len(raw))
     docs = assemble(raw, rows, joined(entries, fresh))
     if mode == "incremental":
-        docs.known_pairs, docs.known_jaccards = load_jaccards(folder, docs)
+        docs.known_pairs, docs.known_jaccards = load_jaccards(folder, docs, cfg)
         reason = f"{found} of {len(raw)} docs found in the index"
     log.info(f"dedup: {mode} ({reason}): {len(todo)} distinct texts signed")
     log.tags({"dedup.mode": mode, "dedup.reason": reason})
@@ -144,7 +144,7 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, 
         # mapped: pages are read when a Jaccard or the next save needs them (asarray: plain slices, not memmaps)
         flat = np.asarray(np.load(arrays[SHINGLES], mmap_mode="r"))
         signatures = np.load(arrays[SIGNATURES])
-    except (OSError, ValueError) as err:  # missing (files of another run's index), truncated or not numpy
+    except (OSError, ValueError, EOFError) as err:  # missing (another run's index), truncated, empty, not numpy
         return None, [], f"{getattr(err, 'filename', None) or folder}: {one_line(err)}: not usable with {ENTRIES}"
     starts = minhash.numpy_view(table.column("shingles_start").combine_chunks())
     if signatures.shape != (table.num_rows, cfg.num_perm) or (len(starts) and starts[-1] > len(flat)):
@@ -201,14 +201,15 @@ def assemble(raw: list[str], rows: np.ndarray, values: DocSignatures) -> Indexed
     )  # fmt: skip
 
 
-def load_jaccards(folder: Path, docs: IndexedSignatures) -> tuple[np.ndarray, np.ndarray]:
-    """The stored Jaccards between texts of this corpus as ``(sorted pair keys, values)`` (``pair_keys``)."""
+def load_jaccards(folder: Path, docs: IndexedSignatures, cfg: DedupParams) -> tuple[np.ndarray, np.ndarray]:
+    """The stored Jaccards between texts of this corpus as ``(sorted pair keys, values)`` (``pair_keys``); none
+    when the file is missing, damaged, or stamped with another fingerprint (computed again, as on a full run)."""
     if not (folder / JACCARDS).is_file():
         return docs.known_pairs, docs.known_jaccards
-    try:
-        table = read_table(folder / JACCARDS)
-    except (OSError, ValueError) as err:  # a damaged file: the Jaccards are computed again, as on a full run
-        WARN.warning(f"dedup: {folder / JACCARDS}: {one_line(err)}: its Jaccards are computed again")
+    table, reason, _ = read_stamped(folder / JACCARDS, fingerprint(cfg))
+    if table is None or not {"left", "right", "jaccard"} <= set(table.column_names):
+        WARN.warning(f"dedup: {folder / JACCARDS}: {reason if table is None else 'columns missing'}: "
+                     "its Jaccards are computed again")
         return docs.known_pairs, docs.known_jaccards
     texts = arrow_strings(docs.texts.tolist())
     # Arrow's hash lookup of each stored md5 among this corpus' texts: null (-1 here) for a text now absent
@@ -233,7 +234,7 @@ def saving(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> Iterator
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
     with swapped_in(folder) as tmp:
         yield functools.partial(_save_entries, tmp, docs, cfg)
-        pq.write_table(jaccards_table(docs), tmp / JACCARDS, compression="zstd")
+        pq.write_table(stamp(jaccards_table(docs), fingerprint(cfg)), tmp / JACCARDS, compression="zstd")
 
 
 def _save_entries(tmp: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:

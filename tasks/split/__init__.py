@@ -58,8 +58,8 @@ from tasks.common.stamped import write_tables
 from tasks.common.unionfind import UnionFind
 from tasks.config.split import TASK_SPLITS, SplitParams
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
-from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, ledger_metrics, ledger_path,
-                                read_ledger, replace_ledger, write_dropped)
+from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, holds_ledger_history, ledger_metrics,
+                                ledger_path, read_ledger, replace_ledger, write_dropped)
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 __all__ = ["SplitLeakError", "run"]
@@ -90,11 +90,11 @@ def run(cfg: SplitParams, paths, log) -> dict:
     out_dir = paths.stage_data("split")
     write_outputs(tables, kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
-    if cfg.ledger or not path.exists():
+    if cfg.ledger or not holds_ledger_history(path):
         ledger = extend_ledger(base, kept)
-        moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path)
+        moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path, cfg.ledger)
     else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
-        ledger, moved = read_ledger(path), None
+        ledger, moved = None, None
     log.info(f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(dropped)} dropped "
              f"(bridges_splits), {len(bridged)} bridged component(s)")
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
@@ -104,10 +104,10 @@ def run(cfg: SplitParams, paths, log) -> dict:
 
 def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str:
     """The log line saying whether the ledger was read and used."""
-    if not enabled and path.exists():
-        return f"split: split.ledger is false: {path} is neither used nor changed (scheduled runs keep to it)"
+    if not enabled and holds_ledger_history(path):
+        return f"split: split.ledger is false: {path}, written by ledger runs, is neither used nor changed"
     if not enabled:
-        return f"split: split.ledger is false: no ledger at {path}; this run's splits start one"
+        return f"split: split.ledger is false: {path} is not read, and is rewritten with this run's splits"
     if previous is None:
         return f"split: no ledger at {path}: every component gets its from-scratch split; this run starts it"
     return f"split: ledger {path} found and used: its {len(previous)} docs keep their splits"

@@ -3,10 +3,11 @@
 File: ``<data>/split_ledger/ledger.parquet``, columns ``doc_id, role, split``, sorted by doc_id, no timestamps
 (same rows and same previous ledger -> same bytes). dvc.yaml declares its folder ``persist: true``, so neither DVC
 nor ``python -m tasks split`` deletes it before the stage runs. It keeps history: a doc that leaves the corpus
-stays in the ledger and gets its old split back if it returns. With ``split.ledger: false`` the ledger is neither
-read nor changed when there is one (a one-off run without it, e.g. a plain ``make run`` between scheduled runs,
-cannot erase their history), and is started with this run's splits when there is none: turning the ledger on
-later freezes those.
+stays in the ledger and gets its old split back if it returns. The file's metadata says whether a run with the
+ledger on wrote it (``ENABLED_KEY``). With ``split.ledger: false`` such a ledger is neither used nor changed (a
+one-off run without it, e.g. a plain ``make run`` between scheduled runs, cannot erase their history); any other
+ledger (none, one written by a ledger-off run, or one that cannot be read) is rewritten with this run's splits
+alone, so turning the ledger on later freezes the last run's splits.
 
 Rule per component (this run's union of groups and clusters, ``merge_groups``), with the ledger on:
 
@@ -40,11 +41,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tasks.common.unionfind import UnionFind
-from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError
+from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, row_labels
 
 LEDGER_COLUMNS = ["doc_id", "role", "split"]
+ENABLED_KEY = b"clozeline.ledger_enabled"  # Parquet metadata: "true" when a run with split.ledger on wrote it
 BRIDGES = "bridges_splits"
 
 
@@ -142,9 +146,12 @@ def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
 
 
 def label_columns(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """Every row's cluster label and group label (NaN without a group), as ``assign.row_labels`` writes them."""
-    cluster = rows["role"] + "|cluster|" + rows["cluster_id"]
-    group = (rows["role"] + "|group|" + rows["source"] + "|" + rows["group"].astype(str)).where(rows["group"].notna())
+    """Every row's cluster label and group label (NaN without a group), as ``assign.row_labels`` writes them, out-of-
+    contract values included (a null cluster id, ``pd.NA``), so both walks see the same labels."""
+    role, source = rows["role"].map(str), rows["source"].map(str)
+    has_group = rows["group"].map(lambda group: len(row_labels("", "", group, "")) == 2)
+    cluster = role + "|cluster|" + rows["cluster_id"].map(str)
+    group = (role + "|group|" + source + "|" + rows["group"].map(str)).where(has_group.astype(bool))
     return cluster, group
 
 
@@ -165,14 +172,26 @@ def extend_ledger(previous: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     return ledger.sort_values("doc_id", ignore_index=True)
 
 
-def replace_ledger(ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest: Path, path: Path) -> int | None:
+def holds_ledger_history(path: Path) -> bool:
+    """Whether ``path`` is a ledger that a run with ``split.ledger`` on wrote (its Parquet footer alone is read; a
+    missing or unreadable file holds none)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError):
+        return False
+    return metadata.get(ENABLED_KEY) == b"true"
+
+
+def replace_ledger(ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest: Path, path: Path,
+                   enabled: bool) -> int | None:  # fmt: skip
     """Write ``ledger`` to ``path`` once the docs moved since ``previous`` are checked to be 0; returns that
     count (None without a previous ledger). The new ledger is written beside the old one and checked there first:
     the runner does not clear a ``persist`` output after a failure, so a ledger that moved a doc must never
     replace the old one (the next run would take the move for history). Raises ``SplitLeakError``."""
     staged = path.with_name(path.name + ".new")
     path.parent.mkdir(parents=True, exist_ok=True)
-    ledger.to_parquet(staged, index=False)
+    table = pa.Table.from_pandas(ledger[LEDGER_COLUMNS], preserve_index=False)
+    pq.write_table(table.replace_schema_metadata({ENABLED_KEY: b"true" if enabled else b"false"}), staged)
     moved = None if previous is None else moved_since(previous, manifest, staged)
     if moved:
         staged.unlink()
@@ -202,14 +221,15 @@ def moved_since(previous: pd.DataFrame, manifest: Path, ledger: Path) -> int:
 
 
 def ledger_metrics(enabled: bool, previous: pd.DataFrame | None, rows: pd.DataFrame, kept: pd.DataFrame,
-                   ledger: pd.DataFrame, bridged: list[str], exempt: list[str]) -> dict:
-    """The ledger's part of ``metrics/split.json`` (counts of docs; examples: up to 5 names)."""
+                   ledger: pd.DataFrame | None, bridged: list[str], exempt: list[str]) -> dict:
+    """The ledger's part of ``metrics/split.json`` (counts of docs; examples: up to 5 names). ``ledger`` None: a
+    ledger-off run left the history of ledger runs unread and unchanged, and its counts are null."""
     seen = (empty_ledger() if previous is None else previous)["doc_id"]
     return {
-        "ledger": {"enabled": enabled, "found": previous is not None},
+        "ledger": {"enabled": enabled, "found": previous is not None, "history_left_unchanged": ledger is None},
         "new_docs": int((~rows["doc_id"].isin(seen)).sum()),  # bridges included
-        "ledger_docs": len(ledger),
-        "ledger_docs_absent": int((~seen.isin(rows["doc_id"])).sum()),  # history: in the ledger, not in this run
+        "ledger_docs": None if ledger is None else len(ledger),
+        "ledger_docs_absent": None if ledger is None else int((~seen.isin(rows["doc_id"])).sum()),  # history
         BRIDGES: len(rows) - len(kept),
         "bridged_components": len(bridged),
         "bridged_examples": bridged[:5],
