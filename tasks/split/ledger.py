@@ -149,9 +149,11 @@ def label_columns(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Every row's cluster label and group label (NaN without a group), as ``assign.row_labels`` writes them, out-of-
     contract values included (a null cluster id, ``pd.NA``), so both walks see the same labels."""
     role, source = rows["role"].map(str), rows["source"].map(str)
-    has_group = rows["group"].map(lambda group: len(row_labels("", "", group, "")) == 2)
+    missing = rows["group"].isna().to_numpy()
+    has_group = ~missing  # pandas' nulls but None and float NaN are groups to row_labels (pd.NA, NaT): asked there
+    has_group[missing] = [len(row_labels("", "", group, "")) == 2 for group in rows["group"][missing]]
     cluster = role + "|cluster|" + rows["cluster_id"].map(str)
-    group = (role + "|group|" + source + "|" + rows["group"].map(str)).where(has_group.astype(bool))
+    group = (role + "|group|" + source + "|" + rows["group"].map(str)).where(has_group)
     return cluster, group
 
 
