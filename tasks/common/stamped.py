@@ -54,11 +54,16 @@ def read_stamped(path: Path, expected: dict) -> Stamped:
         table = read_table(path)
         stored = json.loads((table.schema.metadata or {})[FINGERPRINT_KEY])
     except (OSError, ValueError, KeyError) as err:  # damaged, or written by another tool: computed again
-        return Stamped(None, f"the cache {path} cannot be used ({' '.join(str(err).split())})", [])
+        return Stamped(None, f"the cache {path} cannot be used ({one_line(err)})", [])
     changed = sorted(key for key in expected if stored.get(key) != expected[key])
     if changed:
         return Stamped(None, f"the cache fingerprint changed ({', '.join(changed)})", changed)
     return Stamped(table, "cache found", [])
+
+
+def one_line(err: BaseException) -> str:
+    """The error's message on one line (an empty message gives the exception's type), for a log's reason."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 @contextmanager

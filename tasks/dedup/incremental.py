@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in
+from tasks.common.stamped import FINGERPRINT_KEY, one_line, read_stamped, stamp, swapped_in
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, sign_documents
@@ -164,16 +164,12 @@ def array_name(name: str, entries: pa.Table) -> str:
     return f"{Path(name).stem}-{stored}.npy"
 
 
-def generation(raw_md5s: list[str], cfg: DedupParams) -> str:
-    """The tag of an index: md5 of its fingerprint and its entries' raw md5s, in entry order (the same texts and
-    params give the same arrays, and the same bytes run after run)."""
-    digest = hashlib.md5(json.dumps(fingerprint(cfg), sort_keys=True).encode())
+def generation(raw_md5s: list[str], stamped: dict[str, Any]) -> str:
+    """The tag of an index: md5 of its fingerprint (``stamped``) and its entries' raw md5s, in entry order (the
+    same texts and params give the same arrays, and the same bytes run after run)."""
+    digest = hashlib.md5(json.dumps(stamped, sort_keys=True).encode())
     digest.update("".join(raw_md5s).encode())
     return digest.hexdigest()[:16]
-
-
-def one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
 
 
 def empty(num_perm: int) -> DocSignatures:
@@ -263,7 +259,8 @@ def entries_table(docs: IndexedSignatures, rows: list[int], cfg: DedupParams) ->
         "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
         "shingles_start": _numbers(np.cumsum(sizes) - sizes, pa.int64()),
     })  # fmt: skip
-    return stamp(table, fingerprint(cfg) | {GENERATION: generation(table.column("raw_md5").to_pylist(), cfg)})
+    stamped = fingerprint(cfg)  # hashes the code files: once
+    return stamp(table, stamped | {GENERATION: generation(table.column("raw_md5").to_pylist(), stamped)})
 
 
 def jaccards_table(docs: IndexedSignatures) -> pa.Table:
