@@ -387,3 +387,14 @@ def test_report_lines_are_json_dumps_of_the_whole_record_with_its_pairs():
     assert _record_line(record, _pairs_json(pairs, values, _JsonStrings(ids))) == want
     assert _record_line(record, _pairs_json([], [], _JsonStrings(ids))) == json.dumps(
         record | {"pairs": []}, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def test_texts_at_gathers_rows_across_chunks_as_a_chunked_take_does():
+    from tasks.dedup.corpus import Corpus
+
+    chunks = [pa.array(["a", "bb"]), pa.array([], pa.string()), pa.array(["ccc", "d", "é"]), pa.array(["f"])]
+    corpus = Corpus(files={}, doc_id=[], source=[], role=[], text=[], label=[], text_chunks=chunks)
+    for rows in ([], [0], [1, 2, 5], [0, 1, 2, 3, 4, 5], [4]):
+        got = corpus.texts_at(np.asarray(rows, np.int64))
+        assert got.type == pa.large_string()
+        assert got.to_pylist() == pa.chunked_array(chunks).take(pa.array(rows, pa.int64())).to_pylist()

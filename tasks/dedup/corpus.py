@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -38,6 +39,15 @@ class Corpus:
         if not self.text_chunks:
             return self.text
         return pa.concat_arrays([chunk.cast(pa.large_string()) for chunk in self.text_chunks])
+
+    def texts_at(self, rows: np.ndarray) -> pa.Array:
+        """The texts of ``rows`` (``(n,)`` int64, ascending) as one Arrow ``large_string`` array, gathered chunk by
+        chunk: a ``take`` on the chunked array joins every chunk first (~0.4 s for 180 MB of text)."""
+        bounds = np.cumsum([0] + [len(chunk) for chunk in self.text_chunks])
+        cuts = np.searchsorted(rows, bounds)
+        parts = [chunk.take(pa.array(rows[lo:hi] - start)).cast(pa.large_string())
+                 for chunk, start, lo, hi in zip(self.text_chunks, bounds, cuts, cuts[1:])]  # fmt: skip
+        return pa.concat_arrays([pa.array([], pa.large_string())] + parts)
 
 
 def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
