@@ -89,6 +89,7 @@ def default_records(work: Path, scale: int) -> dict[str, list[dict]]:
     import pyarrow.parquet as pq
 
     from benchmarks._dedup_corpus import STEPS, _variant
+    from tasks.common.shards import read_named
     from tasks import ingest
     from tasks.config import Paths, read_yaml
     from tasks.config.ingest import IngestParams
@@ -98,7 +99,7 @@ def default_records(work: Path, scale: int) -> dict[str, list[dict]]:
     ingest.run(cfg, Paths(data=work, models=work, metrics=work, reports=work), NullLog())
     out = {}
     for spec in cfg.sources:
-        rows = pq.read_table(work / "ingest" / f"{spec.name}.parquet").to_pylist()
+        rows = read_named(work / "ingest", spec.name).to_pylist()
         vocabulary = sorted({w for row in rows[:500] for w in row["text"].split()})
         records = []
         for copy in range(scale):

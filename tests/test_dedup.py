@@ -14,6 +14,8 @@ from datasketch import MinHashLSH
 from pydantic import ValidationError
 from reference import word_ngrams
 
+from tasks.common.shards import read_named
+
 from tasks import dedup
 from tasks.common import textnorm
 from tasks.config import Paths, read_yaml
@@ -306,7 +308,7 @@ def test_missing_folder_column_or_repeated_doc_id_is_a_clear_error(tmp_path):
         run_stage(tmp_path)
     (tmp_path / "data" / "ingest" / "bad.parquet").unlink()
     ids = write_source(tmp_path, "other", ["d e f"])
-    pq.write_table(pq.read_table(tmp_path / "data" / "ingest" / "other.parquet"), tmp_path / "data" / "ingest" / "zz.parquet")
+    pq.write_table(read_named(tmp_path / "data" / "ingest", "other"), tmp_path / "data" / "ingest" / "zz.parquet")
     with pytest.raises(ValueError, match=rf"zz\.parquet: doc_id '{ids[0]}' already seen in .*other\.parquet"):
         run_stage(tmp_path)
 
@@ -315,7 +317,7 @@ def test_output_keeps_every_row_and_column(tmp_path):
     ids = write_source(tmp_path, "keep", ["same text here", "same text here", "other"], labels=["a", "b", None])
     _, _, records = run_stage(tmp_path)
     out = pq.read_table(tmp_path / "data" / "dedup" / "keep.parquet")
-    source = pq.read_table(tmp_path / "data" / "ingest" / "keep.parquet")
+    source = read_named(tmp_path / "data" / "ingest", "keep")
     assert out.drop_columns(["cluster_id", "is_duplicate"]).equals(source)
     assert records[0]["labels"] == ["a", "b"] and [m["doc_id"] for m in records[0]["members"]] == ids[:2]
 
@@ -358,14 +360,14 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
     assert metrics["all"]["cross_role_clusters"] == len(records) == counts["clusters"] == 2224 - 157
     assert counts["cross_role_docs"] == 2224
     # 98 byte-identical copies plus 3 that differ only in whitespace or case (sports/182, 344, 438)
-    texts = pq.read_table(tmp_path / "data" / "ingest" / "bbc.parquet").column("text").to_pylist()
+    texts = read_named(tmp_path / "data" / "ingest", "bbc").column("text").to_pylist()
     case_space_folded = {" ".join(text.lower().split()) for text in texts}
     assert counts["exact_duplicates"] == len(texts) - len(case_space_folded) == 101 > byte_duplicates
     assert counts["near_duplicates"] == 56
     assert 2 * counts["docs_kept"] == sum(not dup for _, dup in rows.values()) == 2 * (2224 - 157)
     assert all(edge[2] >= 0.8 for r in records for edge in r["edges"])
     # the stage's Jaccard on 64-bit shingle hashes equals the Jaccard on the shingle strings
-    text_of = dict(zip(pq.read_table(tmp_path / "data" / "ingest" / "bbc.parquet").column("doc_id").to_pylist(), texts))
+    text_of = dict(zip(read_named(tmp_path / "data" / "ingest", "bbc").column("doc_id").to_pylist(), texts))
     reported = [pair for r in records for pair in r["pairs"] if pair[0] in text_of and pair[1] in text_of]
     assert len(reported) >= 56
     for a, b, value in reported:

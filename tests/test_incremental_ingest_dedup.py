@@ -17,6 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tasks.common.shards import read_named
+
 from tasks import dedup, ingest
 from tasks.config import Paths, read_yaml
 from tasks.config.dedup import DedupParams
@@ -75,8 +77,8 @@ def run_both(root: Path, raw: Path, ingest_incremental: bool = True, **dedup_cha
 
 def outputs(root: Path) -> dict[str, bytes]:
     """Every file the two stages write for later stages (not the persisted cache and index)."""
-    files = sorted((root / "data" / "ingest").iterdir()) + sorted((root / "data" / "dedup").iterdir())
-    return {f"{p.parent.name}/{p.name}": p.read_bytes() for p in files}
+    files = sorted((root / "data" / "ingest").rglob("*")) + sorted((root / "data" / "dedup").rglob("*"))
+    return {p.relative_to(root / "data").as_posix(): p.read_bytes() for p in files if p.is_file()}
 
 
 def every_file(root: Path) -> dict[str, bytes]:
@@ -111,7 +113,7 @@ def corpus(tmp_path: Path) -> tuple[Path, random.Random, list[list[str]]]:
 
 def ingest_texts_md5(root: Path) -> list[str]:
     """md5 of each ingest row's text, in dedup's row order (one source)."""
-    texts = pq.read_table(root / "data" / "ingest" / "docs.parquet").column("text").to_pylist()
+    texts = read_named(root / "data" / "ingest", "docs").column("text").to_pylist()
     return [hashlib.md5(text.encode()).hexdigest() for text in texts]
 
 
@@ -157,7 +159,8 @@ def test_an_edited_and_a_removed_file_leave_every_output(tmp_path, corpus):
     gone = [files[1][3]] + files[2]  # the old text of the edited line and the removed file's texts
     assert not any(text.encode() in data for text in gone)
     assert b"part2.jsonl" not in data and after["ingest"]["totals"]["docs_in"] == 21
-    assert len(list((tmp_path / "inc" / "data" / "ingest_cache" / "docs").iterdir())) == 2
+    cached = sorted(p.suffix for p in (tmp_path / "inc" / "data" / "ingest_cache" / "docs").iterdir())
+    assert cached == [".arrow", ".arrow", ".parquet", ".parquet"]  # per file: its records and its output shard
 
 
 def test_a_longer_copy_arriving_becomes_the_kept_row_as_from_scratch(tmp_path, corpus):
@@ -323,12 +326,12 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
     out = sorted(sorted(ids, key=lambda own: hashlib.md5(own.encode()).hexdigest())[:3], key=ids.index)
     assert after["sources"]["docs"]["dropped"] == {"empty": 1, "max_docs": 1}
     for root in ("inc", "full"):
-        rows = pq.read_table(tmp_path / root / "data" / "ingest" / "docs.parquet").column("doc_id").to_pylist()
+        rows = read_named(tmp_path / root / "data" / "ingest", "docs").column("doc_id").to_pylist()
         assert rows == [f"docs:{own}" for own in out]
-    inc, full = ({p.name: p.read_bytes() for p in (tmp_path / root / "data" / "ingest").iterdir()}
-                 for root in ("inc", "full"))  # fmt: skip
-    assert inc == full and sorted(inc) == ["docs.parquet", "dropped.jsonl"]
-    assert not stale.exists() and all(p.suffix == ".arrow" for p in stale.parent.iterdir())
+    inc, full = (outputs(tmp_path / root) for root in ("inc", "full"))
+    assert inc == full and [name for name in inc if name.startswith("ingest/")] == [
+        "ingest/docs/part-00000.parquet", "ingest/docs/part-00001.parquet", "ingest/dropped.jsonl"]
+    assert not stale.exists() and all(p.suffix in (".arrow", ".parquet") for p in stale.parent.iterdir())
 
 
 def test_raw_md5s_reads_string_and_large_string_buffers_and_slices():

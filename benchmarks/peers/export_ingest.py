@@ -1,4 +1,4 @@
-"""Writes the ingest stage's documents (data/ingest/*.parquet) as the peers' JSONL input: {"id", "text"} a line.
+"""Writes the ingest stage's documents (data/ingest/<source>/*.parquet) as the peers' JSONL input: {"id", "text"} a line.
 
 Run with the pipeline's environment (it needs pyarrow)::
 
@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--limit", type=int, default=0, help="at most this many documents (0: all)")
     args = parser.parse_args()
-    paths = sorted(Path(args.ingest).glob("*.parquet"))
+    paths = sorted(Path(args.ingest).rglob("*.parquet"))  # <source>.parquet or <source>/part-*.parquet
     if not paths:
         raise SystemExit(f"no *.parquet under {args.ingest} (run the ingest stage first)")
     n, seen = 0, set()

@@ -265,7 +265,7 @@ def sign_on_ray(paths: Paths, corpus: Corpus, cfg: DedupParams) -> DocSignatures
     """``sign_documents`` on Ray Data (``tasks/dedup/ray_engine.py``, imported only here: Ray is optional)."""
     from tasks.dedup import ray_engine
 
-    return ray_engine.sign_documents(list(corpus.files.values()), corpus, cfg)
+    return ray_engine.sign_documents([path for files in corpus.files.values() for path in files], corpus, cfg)
 
 
 def _map(func, jobs: list, num_proc: int):

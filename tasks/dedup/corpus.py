@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.stamped import read_table
+from tasks.common.shards import read_source, source_files
 from tasks.dedup.outputs import ROLE_RANK
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
@@ -23,7 +23,7 @@ class Corpus:
     Arrow arrays (``text_chunks``; ``texts()`` joins them) and leaves ``text`` empty; neither is filled when the
     corpus was read without texts (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
 
-    files: dict[str, Path]  # source (file stem) -> its ingest file
+    files: dict[str, list[Path]]  # source -> its ingest files in row order (``tasks.common.shards``)
     doc_id: list[str]
     source: list[str]
     role: list[str]
@@ -51,7 +51,8 @@ class Corpus:
 
 
 def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
-    """Read every ``*.parquet`` in ``in_dir`` (sorted); an empty folder gives an empty corpus. ``with_text``: keep
+    """Read every source in ``in_dir`` (``<source>.parquet`` or a folder of shards, ``shards.source_files``; sorted);
+    an empty folder gives an empty corpus. ``with_text``: keep
     each table (its texts are signed, and it is written back with the labels); else only the row facts, one
     file in memory at a time.
 
@@ -61,20 +62,21 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
         raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
     corpus = Corpus({}, [], [], [], [], [])
     first_file: dict[str, Path] = {}
-    for path in sorted(in_dir.glob("*.parquet")):
-        table = read_table(path)
+    for name, files in source_files(in_dir).items():
+        path = files[0] if len(files) == 1 else in_dir / name  # what an error names
+        table = read_source(files)
         columns = _checked_columns(path, table)
         for doc_id in columns["doc_id"]:
             if doc_id in first_file:
                 raise ValueError(f"{path}: doc_id {doc_id!r} already seen in {first_file[doc_id]}")
             first_file[doc_id] = path
-        corpus.files[path.stem] = path
+        corpus.files[name] = files
         corpus.doc_id += columns["doc_id"]
-        corpus.source += [path.stem] * table.num_rows
+        corpus.source += [name] * table.num_rows
         corpus.role += columns["role"]
         if with_text:  # the texts are held anyway: the whole table costs little more, and is not read twice
             corpus.text_chunks += table.column("text").chunks
-            corpus.tables[path.stem] = table
+            corpus.tables[name] = table
         corpus.label += columns["label"]
         for name in OPTIONAL_COLUMNS:
             values = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows

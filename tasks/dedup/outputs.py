@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import minhash
-from tasks.common.stamped import read_table
+from tasks.common.shards import read_source
 from tasks.common.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
 
@@ -105,10 +105,10 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool 
     cluster_id = arrow_strings(corpus.doc_id).take(_arrow_indices(labels.cluster)).cast(pa.string())
     is_duplicate = _arrow_bools(labels.is_duplicate)
     start = 0
-    for source, path in corpus.files.items():
+    for source, files in corpus.files.items():
         table = corpus.tables.get(source)
         if table is None:
-            table = read_table(path)
+            table = read_source(files)
         stop = start + table.num_rows
         table = table.append_column("cluster_id", cluster_id.slice(start, table.num_rows))
         table = table.append_column("is_duplicate", is_duplicate.slice(start, table.num_rows))

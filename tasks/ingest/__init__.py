@@ -1,16 +1,19 @@
 """Stage ``ingest``: read every source in ``params.yaml: ingest.sources`` into the document row contract.
 
-Writes ``data/ingest/<source>.parquet`` (columns ``doc_id, source, role, text, label, group, tokens, tags,
-meta``; see tasks/CONTRACTS.md) and ``data/ingest/dropped.jsonl`` (one line per dropped document:
-``source, doc_id, reason, where, detail``). Every source is read completely before anything is written,
-and the output folder is swapped in by rename, so bad input never leaves a half-written output.
+Writes ``data/ingest/<source>/part-<position>.parquet``, one shard per input unit in input order (columns
+``doc_id, source, role, text, label, group, tokens, tags, meta``; see tasks/CONTRACTS.md; readers list them with
+``tasks.common.shards``) and ``data/ingest/dropped.jsonl`` (one line per dropped document: ``source, doc_id,
+reason, where, detail``). Every source is read completely before anything is written, and the output folder is
+swapped in by rename, so bad input never leaves a half-written output.
 
 Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``).
 
 Incremental (``ingest.incremental``, ``tasks/ingest/cache.py``): each file (a builtin or ``hf_disk`` source as
 a whole) is read only when ``<data>/ingest_cache`` holds no entry for its content, spec and code; the steps
 across files (ids never repeated, jsonl / parquet column types, ``max_docs``) run over all of them on every
-run, so the outputs equal a from-scratch run byte for byte. Files read and taken from the cache are logged.
+run, so the outputs equal a from-scratch run byte for byte. A unit's shard is kept in the cache too and
+hard-linked into the output, so a scheduled run writes only the shards of new or changed files. Files read and
+taken from the cache are logged.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from tasks.common.stamped import swapped_in, write_tables
+from tasks.common.shards import linked_or_copied
+from tasks.common.stamped import swapped_in
 from tasks.config.ingest import (
     BuiltinSource,
     ConllSource,
@@ -43,7 +48,7 @@ from tasks.config.ingest import (
 )
 from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
-from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, spec_facts
+from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, shard_key, spec_facts
 from tasks.ingest.deps import check_declared_deps
 from tasks.ingest.records import Record, SourceError, match_files
 
@@ -81,6 +86,7 @@ class SourceResult:
 
     name: str
     rows: pa.Table = field(default_factory=ROW_SCHEMA.empty_table)
+    units: list[tuple[str, pa.Table]] = field(default_factory=list)  # (shard key, rows): ``rows`` unit by unit
     dropped: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     skipped_paths: list[tuple[str, str]] = field(default_factory=list)
@@ -94,7 +100,7 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     check_declared_deps(cfg.sources, paths.stage_data("ingest"), Path.cwd())
     cache = UnitCache(paths.stage_data("ingest_cache"), cfg.incremental, ROW_SCHEMA)
     results = [ingest_source(spec, cache) for spec in cfg.sources]
-    write_outputs(paths.stage_data("ingest"), results)
+    write_outputs(paths.stage_data("ingest"), results, cache)
     cache.prune()
     for result in results:
         log_drops(result, log)
@@ -120,14 +126,15 @@ def read_source(spec, result: SourceResult) -> Iterator[Record]:
     return FILE_READERS[type(spec)](spec, found.files)
 
 
-def source_units(spec, result: SourceResult, cache: UnitCache) -> Iterator[pa.Table]:
-    """Every unit's outcomes as a table (``cache.outcome_schema``), unit by unit through ``cache`` (a file, or a
-    builtin / ``hf_disk`` source whole), with the column-type checks across files run over all units. Raises
-    ``SourceError``."""
+def source_units(spec, result: SourceResult, cache: UnitCache) -> Iterator[tuple[str, pa.Table]]:
+    """Every unit's ``(cache key, outcomes)``, the outcomes a table (``cache.outcome_schema``), unit by unit through
+    ``cache`` (a file, or a builtin / ``hf_disk`` source whole), with the column-type checks across files run over
+    all units. Raises ``SourceError``."""
     if isinstance(spec, BuiltinSource | HfDiskSource):
         facts = builtin_facts(spec.corpus) if isinstance(spec, BuiltinSource) else folder_facts(Path(spec.path))
         whole = (lambda: ([outcome(spec, r) for r in read_source(spec, result)], {}))  # fmt: skip
-        yield cache.through(spec.name, spec_facts(spec) | facts, whole)[0]
+        table, _, key = cache.through(spec.name, spec_facts(spec) | facts, whole)
+        yield key, table
         return
     found = match_files(spec.path, spec.include)
     result.skipped_paths = found.skipped
@@ -135,11 +142,11 @@ def source_units(spec, result: SourceResult, cache: UnitCache) -> Iterator[pa.Ta
         tabular.check_parquet_types(found.files)  # footers only: the check spans all shards
     types = tabular.ColumnTypes()
     for path, name in found.files:
-        outcomes, facts = cache.through(spec.name, spec_facts(spec) | file_facts(path, name),
-                                        partial(read_unit, spec, path, name))  # fmt: skip
+        outcomes, facts, key = cache.through(spec.name, spec_facts(spec) | file_facts(path, name),
+                                             partial(read_unit, spec, path, name))  # fmt: skip
         for column, (value_type, where) in facts.get("types", {}).items():
             types.check(column, value_type, where)  # jsonl: a column's type must agree across files
-        yield outcomes
+        yield key, outcomes
 
 
 def read_unit(spec, path: Path, name: str) -> tuple[list[Outcome], dict[str, Any]]:
@@ -173,31 +180,39 @@ def check_new_id(first_seen: dict[str, str], name: str, local_id: str, where: st
     first_seen[doc_id] = where
 
 
-def collect(spec, units: Iterator[pa.Table], result: SourceResult) -> SourceResult:
-    """Fill ``result``: the source's rows and drops from its units' outcome tables in input order, then
-    ``max_docs``. The rows stay Arrow (a cached unit is never turned into Python dicts and back); only the drops
-    become Python values, and the ids only when one repeats (``check_unique_ids``) or ``max_docs`` samples."""
+def collect(spec, units: Iterator[tuple[str, pa.Table]], result: SourceResult) -> SourceResult:
+    """Fill ``result``: the source's rows, unit by unit, and drops from its units' outcome tables in input order,
+    then ``max_docs``. The rows stay Arrow, and are not copied (a cached unit is memory-mapped, never turned into
+    Python dicts and back); only the drops become Python values, and the ids only when one repeats
+    (``check_unique_ids``) or ``max_docs`` samples."""
     ids: list[pa.ChunkedArray] = []
     places: list[pa.ChunkedArray] = []
     kept_ids: list[pa.ChunkedArray] = []
-    parts: list[pa.Array] = []
-    for table in tqdm(units, desc=f"ingest {spec.name}", unit="file", mininterval=2):
+    unit_rows: list[tuple[str, pa.Table]] = []
+    for key, table in tqdm(units, desc=f"ingest {spec.name}", unit="file", mininterval=2):
         result.counts["docs_in"] += table.num_rows
         ids.append(table.column("local_id"))
         places.append(table.column("where"))
         dropped = table.filter(pc.is_valid(table.column("drop")))
         for local_id, where, drop, detail in zip(*(dropped.column(c).to_pylist() for c in DROP_COLUMNS)):
             result.dropped.append(drop_entry(spec.name, f"{spec.name}:{local_id}", drop, where, detail))
-        kept = table.filter(pc.is_null(table.column("drop")))
+        kept = table.filter(pc.is_null(table.column("drop"))) if len(dropped) else table
         kept_ids.append(kept.column("local_id"))
-        parts += kept.column("row").chunks
+        unit_rows.append((key, document_rows(kept)))
         for counter, column in (("nfc_changed", "nfc_changed"), ("whitespace_normalized", "whitespace_changed")):
             result.counts[counter] += pc.sum(kept.column(column)).as_py() or 0
     check_unique_ids(spec.name, ids, places)
-    rows = pa.Table.from_struct_array(pa.chunked_array(parts, type=ROW_STRUCT)).cast(ROW_SCHEMA)
-    result.rows = sample(kept_ids, rows.combine_chunks(), spec.max_docs, result, spec.name)
+    result.units = sample(kept_ids, unit_rows, spec.max_docs, result, spec.name)
+    result.rows = pa.concat_tables([ROW_SCHEMA.empty_table()] + [rows for _, rows in result.units])
     check_identity(result)
     return result
+
+
+def document_rows(kept: pa.Table) -> pa.Table:
+    """The ``row`` structs of a unit's kept outcomes as a ``ROW_SCHEMA`` table, sharing their buffers."""
+    if not kept.num_rows:
+        return ROW_SCHEMA.empty_table()  # a table of no chunks has no struct to unpack
+    return pa.Table.from_struct_array(kept.column("row")).cast(ROW_SCHEMA)
 
 
 def check_unique_ids(name: str, ids: list[pa.ChunkedArray], places: list[pa.ChunkedArray]) -> None:
@@ -283,23 +298,29 @@ def normalize_tokens(tokens: list[str] | None, where: str) -> list[str] | None:
     return words
 
 
-def sample(kept_ids: list[pa.ChunkedArray], rows: pa.Table, max_docs: int | None, result: SourceResult,
-           name: str) -> pa.Table:  # fmt: skip
-    """At most ``max_docs`` rows: those whose own id (``kept_ids``: the rows' local ids, unit by unit) has the
-    smallest md5, kept in input order.
+def sample(kept_ids: list[pa.ChunkedArray], units: list[tuple[str, pa.Table]], max_docs: int | None,
+           result: SourceResult, name: str) -> list[tuple[str, pa.Table]]:  # fmt: skip
+    """Each unit's ``(shard key, rows)`` (``cache.shard_key``) with at most ``max_docs`` rows in all: those whose
+    own id (``kept_ids``: the rows' local ids, unit by unit) has the smallest md5, kept in input order.
 
     Hashing the source's own id (not the doc_id) picks the same documents for two sources built on the
     same corpus (``bbc_news`` and ``bbc_news_pretrain``), with no RNG and independent of input order.
     Rows left out are dropped with reason ``max_docs``.
     """
-    if max_docs is None or rows.num_rows <= max_docs:
-        return rows
+    if max_docs is None or sum(rows.num_rows for _, rows in units) <= max_docs:
+        return [(shard_key(key, None), rows) for key, rows in units]
     local_ids = [local_id for unit in kept_ids for local_id in unit.to_pylist()]
     ranked = sorted(range(len(local_ids)), key=lambda i: hashlib.md5(local_ids[i].encode("utf-8")).hexdigest())
-    chosen = set(ranked[:max_docs])
-    for i in sorted(set(range(len(local_ids))) - chosen):
+    chosen = np.zeros(len(local_ids), bool)
+    chosen[ranked[:max_docs]] = True
+    for i in np.flatnonzero(~chosen).tolist():
         result.dropped.append(drop_entry(name, f"{name}:{local_ids[i]}", "max_docs", None, f"max_docs={max_docs}"))
-    return rows.take(pa.array(sorted(chosen), pa.int64()))
+    sampled, start = [], 0
+    for key, rows in units:
+        kept = np.flatnonzero(chosen[start : start + rows.num_rows])
+        sampled.append((shard_key(key, kept), rows.take(pa.array(kept, pa.int64()))))
+        start += rows.num_rows
+    return sampled
 
 
 def drop_entry(source: str, doc_id: str, reason: str, where: str | None, detail: str | None) -> dict[str, Any]:
@@ -314,10 +335,17 @@ def check_identity(result: SourceResult) -> None:
         raise RuntimeError(f"{result.name}: docs_in {docs_in} != docs_out {docs_out} + dropped {dropped}")
 
 
-def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
-    """Write every Parquet file and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
+def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) -> None:
+    """Write ``<source>/part-<position>.parquet`` per unit (the cache's shard, hard-linked: a shard a run before
+    wrote is not written again) and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
     with swapped_in(out_dir) as tmp:
-        write_tables(((result.rows, tmp / f"{result.name}.parquet") for result in results), compression="zstd")
+        for result in results:
+            units = result.units or [(shard_key("no unit", None), ROW_SCHEMA.empty_table())]  # still one shard
+            shards = cache.shards(result.name, units)
+            (tmp / result.name).mkdir()
+            width = max(5, len(str(len(shards) - 1)))
+            for position, shard in enumerate(shards):
+                linked_or_copied(shard, tmp / result.name / f"part-{position:0{width}d}.parquet")
         with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
             for result in results:
                 for entry in result.dropped:

