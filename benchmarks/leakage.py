@@ -62,9 +62,8 @@ def default_corpora(raw: dict, folder: Path):
     """``(train frame, eval frame)`` of the default sources after ingest and split (no dedup)."""
     import pandas as pd
 
-    from tasks.common.shards import read_source, source_files
-
     from tasks import ingest, leakage, split
+    from tasks.common.shards import read_source, source_files
     from tasks.config import Paths
     from tasks.config.ingest import IngestParams
     from tasks.config.split import SplitParams
@@ -76,7 +75,8 @@ def default_corpora(raw: dict, folder: Path):
     dedup_dir.mkdir(parents=True)
     for name, files in source_files(paths.stage_data("ingest")).items():
         frame = read_source(files).to_pandas()
-        frame.assign(cluster_id=frame["doc_id"], is_duplicate=False).to_parquet(dedup_dir / f"{name}.parquet", index=False)
+        labelled = frame.assign(cluster_id=frame["doc_id"], is_duplicate=False)
+        labelled.to_parquet(dedup_dir / f"{name}.parquet", index=False)
     split.run(SplitParams(**raw["split"]), paths, NullLog())
     rows = pd.concat([pd.read_parquet(f) for f in sorted(paths.stage_data("split").glob("*.parquet"))])
     return leakage.train_rows(rows), leakage.eval_rows(rows)

@@ -86,11 +86,10 @@ def default_records(work: Path, scale: int) -> dict[str, list[dict]]:
     """{source: jsonl records} of params.yaml's ingest sources read by the ingest stage, with ``scale - 1``
     planted variants of each document (id ``<own id>~<copy>``)."""
     import numpy as np
-    import pyarrow.parquet as pq
 
     from benchmarks._dedup_corpus import STEPS, _variant
-    from tasks.common.shards import read_named
     from tasks import ingest
+    from tasks.common.shards import read_named
     from tasks.config import Paths, read_yaml
     from tasks.config.ingest import IngestParams
     from tasks.tracking import NullLog

@@ -14,10 +14,9 @@ from datasketch import MinHashLSH
 from pydantic import ValidationError
 from reference import word_ngrams
 
-from tasks.common.shards import read_named
-
 from tasks import dedup
 from tasks.common import textnorm
+from tasks.common.shards import read_named
 from tasks.config import Paths, read_yaml
 from tasks.config.dedup import DedupParams
 from tasks.tracking import NullLog

@@ -17,9 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.common.shards import read_named
-
 from tasks import dedup, ingest
+from tasks.common.shards import read_named
 from tasks.config import Paths, read_yaml
 from tasks.config.dedup import DedupParams
 from tasks.config.ingest import IngestParams
@@ -138,7 +137,7 @@ def test_a_batch_of_new_files_is_read_and_signed_alone_and_gives_the_from_scratc
     docs_md5 = ingest_texts_md5(tmp_path / "inc")
     # every exact Jaccard computed involves a new text: those between indexed texts come from the index
     assert computed and all(docs_md5[i] not in old_md5 or docs_md5[j] not in old_md5 for i, j in computed)
-    assert logged["ingest"]["incremental"] == {"units_read": 2, "units_cached": 3}
+    assert logged["ingest"]["incremental"] == {"units_read": 2, "units_cached": 3, "shards_written": 2}
     assert logged["dedup"]["dedup.mode"] == "incremental"
     assert logged["dedup"]["incremental"]["docs_signed"] == 9  # 5 + 1 + 3 new texts; the copy is not signed
     assert logged["dedup"]["dedup.reason"] == "32 of 41 docs found in the index"
@@ -152,7 +151,7 @@ def test_an_edited_and_a_removed_file_leave_every_output(tmp_path, corpus):
     write_file(raw, "part1.jsonl", edited)
     (raw / "part2.jsonl").unlink()
     after, logged = run_both(tmp_path / "inc", raw)
-    assert logged["ingest"]["incremental"] == {"units_read": 1, "units_cached": 1}
+    assert logged["ingest"]["incremental"] == {"units_read": 1, "units_cached": 1, "shards_written": 1}
     assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 1
     assert_equals_from_scratch(tmp_path, raw, after)
     data = b"".join(outputs(tmp_path / "inc").values()) + b"".join(every_file(tmp_path / "inc").values())
@@ -183,7 +182,7 @@ def test_nothing_new_reads_and_signs_nothing_and_rewrites_the_same_bytes(tmp_pat
     raw, _, _ = corpus
     before = every_file(tmp_path / "inc")
     _, logged = run_both(tmp_path / "inc", raw)
-    assert logged["ingest"]["incremental"] == {"units_read": 0, "units_cached": 3}
+    assert logged["ingest"]["incremental"] == {"units_read": 0, "units_cached": 3, "shards_written": 0}
     assert logged["dedup"]["incremental"]["docs_signed"] == 0
     assert every_file(tmp_path / "inc") == before  # with the cache and the index: a forced DVC rerun is a no-op
 
@@ -199,7 +198,7 @@ def test_signing_params_force_a_full_recompute_and_other_params_do_not(tmp_path,
     assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0
     assert_equals_from_scratch(tmp_path, raw, again, seed=7, threshold=0.5)
     _, logged = run_both(tmp_path / "inc", raw, ingest_incremental=False, seed=7, incremental=False)
-    assert logged["ingest"]["incremental"] == {"units_read": 4, "units_cached": 0}
+    assert logged["ingest"]["incremental"] == {"units_read": 4, "units_cached": 0, "shards_written": 4}
     assert logged["dedup"]["dedup.reason"] == "dedup.incremental: false"
     assert logged["dedup"]["incremental"]["docs_signed"] == 31
 
@@ -275,9 +274,35 @@ def test_a_damaged_or_swapped_ingest_entry_is_read_again_and_named(tmp_path, cor
         entries[1].write_bytes(first)
     after, logged = run_both(tmp_path / "inc", raw)
     damaged = 2 if how == "two entries swapped" else 1
-    assert logged["ingest"]["incremental"] == {"units_read": damaged, "units_cached": 3 - damaged}
+    assert logged["ingest"]["incremental"] == {"units_read": damaged, "units_cached": 3 - damaged,
+                                                 "shards_written": 0}  # the shards are whole
     assert_equals_from_scratch(tmp_path, raw, after)
 
+
+
+@pytest.mark.parametrize("how", ["truncated", "removed", "another shard's bytes"])
+def test_a_damaged_or_missing_cached_shard_is_written_again(tmp_path, corpus, how):
+    raw, _, _ = corpus
+    cache = tmp_path / "inc" / "data" / "ingest_cache" / "docs"
+    shards = sorted(cache.glob("*.parquet"))
+    first_output = tmp_path / "inc" / "data" / "ingest" / "docs" / "part-00000.parquet"
+    assert len(shards) == 3 and first_output.stat().st_nlink == 2  # the output shard is the cached one, linked
+    if how == "truncated":
+        shards[0].write_bytes(shards[0].read_bytes()[:100])
+    elif how == "removed":
+        shards[0].unlink()
+    else:  # a whole Parquet file, but not this unit's rows: its row count differs
+        shutil.copy(read_named_first_rows(tmp_path), shards[0])
+    after, logged = run_both(tmp_path / "inc", raw)
+    assert logged["ingest"]["incremental"] == {"units_read": 0, "units_cached": 3, "shards_written": 1}
+    assert_equals_from_scratch(tmp_path, raw, after)
+
+
+def read_named_first_rows(tmp_path: Path) -> Path:
+    """A Parquet file of the first row of the docs source (fewer rows than any unit of the corpus fixture)."""
+    path = tmp_path / "one_row.parquet"
+    pq.write_table(read_named(tmp_path / "inc" / "data" / "ingest", "docs").slice(0, 1), path)
+    return path
 
 def test_a_type_clash_with_a_cached_file_raises_the_from_scratch_error(tmp_path, corpus):
     raw, rng, _ = corpus
@@ -297,9 +322,9 @@ def test_a_builtin_source_is_cached_whole_and_read_again_only_when_asked(tmp_pat
         log = RecordingLog()
         metrics = ingest.run(IngestParams(sources=[spec], incremental=incremental), paths_of(tmp_path), log)
         runs.append((log.logged["incremental"], metrics, every_file(tmp_path)))
-    assert [counts for counts, _, _ in runs] == [{"units_read": 1, "units_cached": 0},
-                                                 {"units_read": 0, "units_cached": 1},
-                                                 {"units_read": 1, "units_cached": 0}]  # fmt: skip
+    assert [counts for counts, _, _ in runs] == [{"units_read": 1, "units_cached": 0, "shards_written": 1},
+                                                 {"units_read": 0, "units_cached": 1, "shards_written": 0},
+                                                 {"units_read": 1, "units_cached": 0, "shards_written": 1}]  # fmt: skip
     assert runs[0][1]["totals"]["docs_out"] == 2394  # WNUT-16's sentences (tests/test_ingest.py counts them too)
     assert runs[0][1:] == runs[1][1:] == runs[2][1:]
 

@@ -12,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from tasks.common.shards import read_named
-
 from tasks import ingest
+from tasks.common.shards import read_named
 from tasks.config import Paths, read_yaml
 from tasks.config.ingest import IngestParams
 from tasks.ingest.records import SourceError

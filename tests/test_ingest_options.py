@@ -13,9 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
-from tasks.common.shards import read_named
-
 from tasks import ingest
+from tasks.common.shards import read_named
 from tasks.config import Paths
 from tasks.config.ingest import IngestParams
 from tasks.ingest.records import SourceError, match_files

@@ -1,4 +1,5 @@
-"""Writes the ingest stage's documents (data/ingest/<source>/*.parquet) as the peers' JSONL input: {"id", "text"} a line.
+"""Writes the ingest stage's documents (data/ingest/<source>/*.parquet) as the peers' JSONL input: {"id", "text"}
+a line.
 
 Run with the pipeline's environment (it needs pyarrow)::
 

@@ -24,6 +24,7 @@ def source_files(folder: Path) -> dict[str, list[Path]]:
     ``<folder>/<source>/`` of shards (an empty folder is a source with no file), sorted by source. Raises
     ``ValueError`` naming both paths when a source is written both ways."""
     found: dict[str, list[Path]] = {}
+    written_as: dict[str, Path] = {}
     for path in sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []:
         if path.name.startswith("."):
             continue  # a stage's temporary folder
@@ -34,8 +35,8 @@ def source_files(folder: Path) -> dict[str, list[Path]]:
         else:
             continue
         if name in found:
-            raise ValueError(f"{path}: source {name!r} is also written as {folder / (name + SUFFIX)}")
-        found[name] = files
+            raise ValueError(f"{path}: source {name!r} is also written as {written_as[name]}")
+        found[name], written_as[name] = files, path
     return dict(sorted(found.items()))
 
 

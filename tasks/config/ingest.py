@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel, require_unique
 
-#: A source name becomes a file name (``data/ingest/<name>.parquet``) and the prefix of every ``doc_id``.
+#: A source name becomes a folder name (``data/ingest/<name>/``) and the prefix of every ``doc_id``.
 SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 Role = Literal["pretrain", "task"]
 MaxDocs = Annotated[int | None, Field(ge=1, description="keep at most this many docs (deterministic sample); null = all")]
@@ -166,7 +166,7 @@ SourceSpec = Annotated[
 
 
 class IngestParams(StrictModel):
-    """Params of the ``ingest`` stage: the list of sources, each written to ``data/ingest/<name>.parquet``."""
+    """Params of the ``ingest`` stage: the list of sources, each written to ``data/ingest/<name>/`` (a shard per input file)."""
 
     sources: list[SourceSpec] = Field(min_length=1)
     incremental: bool = Field(

@@ -1,7 +1,8 @@
 """dedup stage: exact and MinHash near-duplicate clusters over all sources at once.
 
-Reads ``<data>/ingest/<source>.parquet``, writes ``<data>/dedup/<source>.parquet`` (every row, plus
-``cluster_id`` and ``is_duplicate``) and ``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
+Reads ``<data>/ingest/<source>/`` (a shard per input file; ``tasks.common.shards``), writes
+``<data>/dedup/<source>.parquet`` (every row, plus ``cluster_id`` and ``is_duplicate``) and
+``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
 
 Method (text-dedup / datatrove style, with verification):
 1. Normalize (``tasks.common.textnorm``: Unicode format characters (Cf) removed, NFKC, casefold, whitespace
@@ -66,8 +67,8 @@ from tasks.dedup.outputs import (
     dedup_metrics,
     label_rows,
     lsh_summary,
-    write_cluster_report,
     warn_about,
+    write_cluster_report,
     write_sources,
 )
 

@@ -108,8 +108,10 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
         log.info(f"ingest: {len(cache.unusable)} cache entr(ies) damaged or not matching their key, read again, "
                  f"e.g. {cache.unusable[0]}")
     mode = "incremental" if cfg.incremental else "full (ingest.incremental: false)"
-    log.info(f"ingest: {mode}: {cache.units_read} file(s) read, {cache.units_cached} taken from the cache")
-    log.metrics({"incremental": {"units_read": cache.units_read, "units_cached": cache.units_cached}})
+    log.info(f"ingest: {mode}: {cache.units_read} file(s) read, {cache.units_cached} taken from the cache, "
+             f"{cache.shards_written} output shard(s) written")
+    log.metrics({"incremental": {"units_read": cache.units_read, "units_cached": cache.units_cached,
+                                 "shards_written": cache.shards_written}})  # fmt: skip
     return summarize(results)
 
 

@@ -23,6 +23,10 @@ false`` reads every unit and rewrites every entry.
 
 An entry is an uncompressed Arrow IPC file, memory-mapped when read: at 16x the default corpus, decoding the
 same entries from zstd Parquet took ~3 s of a ~12 s incremental run, mapping them takes milliseconds.
+
+Beside each entry lies the unit's output shard, ``<shard key>.parquet`` (``shards``; the key: ``shard_key``),
+which the stage hard-links into ``data/ingest/<source>/``: a shard that an earlier run wrote is not encoded and
+compressed again (at 16x, rewriting every source took ~1.2 s of each night's ~3 s).
 """
 
 from __future__ import annotations
