@@ -49,7 +49,7 @@ def read_source(files: list[Path], schema: pa.Schema | None = None) -> pa.Table:
         if not table.schema.equals(tables[0].schema, check_metadata=False):
             raise ValueError(f"{path}: columns {table.schema.names} differ from {files[0]}'s {tables[0].schema.names}")
     if not tables:
-        return (schema or pa.schema([])).empty_table()
+        return pa.Table.from_batches([], schema or pa.schema([]))  # empty_table() would import pandas
     meta = tables[0].schema.metadata
     return pa.concat_tables([table.replace_schema_metadata(meta) for table in tables]) if len(tables) > 1 else tables[0]
 

@@ -45,9 +45,15 @@ class Corpus:
         chunk: a ``take`` on the chunked array joins every chunk first (~0.4 s for 180 MB of text)."""
         bounds = np.cumsum([0] + [len(chunk) for chunk in self.text_chunks])
         cuts = np.searchsorted(rows, bounds)
-        parts = [chunk.take(pa.array(rows[lo:hi] - start)).cast(pa.large_string())
+        parts = [chunk.take(_int64s(rows[lo:hi] - start)).cast(pa.large_string())
                  for chunk, start, lo, hi in zip(self.text_chunks, bounds, cuts, cuts[1:])]  # fmt: skip
-        return pa.concat_arrays([pa.array([], pa.large_string())] + parts)
+        return pa.concat_arrays([pa.nulls(0, pa.large_string())] + parts)
+
+
+def _int64s(values: np.ndarray) -> pa.Array:
+    """``values`` as an Arrow int64 array over the same bytes (``pa.array`` of numpy imports pandas)."""
+    values = np.ascontiguousarray(values, np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:

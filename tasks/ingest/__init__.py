@@ -66,6 +66,12 @@ ROW_SCHEMA = pa.schema(
     ]
 )
 ROW_STRUCT = pa.struct(list(ROW_SCHEMA))
+
+
+def no_rows() -> pa.Table:
+    """An empty ``ROW_SCHEMA`` table (``Schema.empty_table`` builds it from Python lists, which imports pandas)."""
+    return pa.Table.from_batches([], ROW_SCHEMA)
+
 #: Readers of the kinds read file by file: ``reader(spec, [(path, name), ...])``.
 FILE_READERS = {
     JsonlSource: tabular.read_jsonl,
@@ -85,7 +91,7 @@ class SourceResult:
     its file search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
 
     name: str
-    rows: pa.Table = field(default_factory=ROW_SCHEMA.empty_table)
+    rows: pa.Table = field(default_factory=no_rows)
     units: list[tuple[str, pa.Table]] = field(default_factory=list)  # (shard key, rows): ``rows`` unit by unit
     dropped: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
@@ -205,7 +211,7 @@ def collect(spec, units: Iterator[tuple[str, pa.Table]], result: SourceResult) -
             result.counts[counter] += pc.sum(kept.column(column)).as_py() or 0
     check_unique_ids(spec.name, ids, places)
     result.units = sample(kept_ids, unit_rows, spec.max_docs, result, spec.name)
-    result.rows = pa.concat_tables([ROW_SCHEMA.empty_table()] + [rows for _, rows in result.units])
+    result.rows = pa.concat_tables([no_rows()] + [rows for _, rows in result.units])
     check_identity(result)
     return result
 
@@ -213,7 +219,7 @@ def collect(spec, units: Iterator[tuple[str, pa.Table]], result: SourceResult) -
 def document_rows(kept: pa.Table) -> pa.Table:
     """The ``row`` structs of a unit's kept outcomes as a ``ROW_SCHEMA`` table, sharing their buffers."""
     if not kept.num_rows:
-        return ROW_SCHEMA.empty_table()  # a table of no chunks has no struct to unpack
+        return no_rows()  # a table of no chunks has no struct to unpack
     return pa.Table.from_struct_array(kept.column("row")).cast(ROW_SCHEMA)
 
 
@@ -342,7 +348,7 @@ def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) 
     wrote is not written again) and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
     with swapped_in(out_dir) as tmp:
         for result in results:
-            units = result.units or [(shard_key("no unit", None), ROW_SCHEMA.empty_table())]  # still one shard
+            units = result.units or [(shard_key("no unit", None), no_rows())]  # still one shard
             shards = cache.shards(result.name, units)
             (tmp / result.name).mkdir()
             width = max(5, len(str(len(shards) - 1)))
