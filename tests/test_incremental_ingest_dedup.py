@@ -178,6 +178,36 @@ def test_a_longer_copy_arriving_becomes_the_kept_row_as_from_scratch(tmp_path, c
     assert_equals_from_scratch(tmp_path, raw, after)
 
 
+
+def segment_inodes(root: Path) -> dict[str, int]:
+    """{segment tag: inode of its signatures file} of the dedup index under ``root``."""
+    index = root / "data" / "dedup_index"
+    return {p.name.split("-", 1)[1]: p.stat().st_ino for p in index.glob("signatures-*.npy")}
+
+
+def test_each_night_appends_one_segment_and_a_shrunk_segment_is_rewritten(tmp_path, corpus):
+    raw, rng, _ = corpus
+    first = segment_inodes(tmp_path / "inc")
+    assert len(first) == 1
+    for night in (3, 4):
+        write_file(raw, f"part{night}.jsonl", [words(rng) for _ in range(4)])
+        after, logged = run_both(tmp_path / "inc", raw)
+        assert logged["dedup"]["incremental"]["docs_signed"] == 4
+        assert_equals_from_scratch(tmp_path, raw, after)
+    segments = segment_inodes(tmp_path / "inc")
+    assert len(segments) == 3 and all(segments[tag] == inode for tag, inode in first.items())  # linked, not written
+    entries = pq.read_table(tmp_path / "inc" / "data" / "dedup_index" / "entries.parquet")
+    assert sorted(entries.column("segment").value_counts().to_pylist(), key=lambda c: c["counts"])[0]["counts"] == 4
+    for name in ("part0.jsonl", "part1.jsonl"):  # 20 of the first segment's 30 texts leave the corpus
+        (raw / name).unlink()
+    after, logged = run_both(tmp_path / "inc", raw)
+    assert logged["dedup"]["incremental"]["docs_signed"] == 0
+    assert_equals_from_scratch(tmp_path, raw, after)
+    rewritten = segment_inodes(tmp_path / "inc")
+    assert len(rewritten) == 3 and not set(first) & set(rewritten)  # its 10 live texts moved to a new segment
+    _, logged = run_both(tmp_path / "inc", raw)  # and read back from there
+    assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0
+
 def test_nothing_new_reads_and_signs_nothing_and_rewrites_the_same_bytes(tmp_path, corpus):
     raw, _, _ = corpus
     before = every_file(tmp_path / "inc")

@@ -5,12 +5,14 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 
 - ``entries.parquet``: one row per distinct document text of the last run, sorted by ``raw_md5`` (md5 of the
   ingest text, UTF-8): the md5 of its normalized text (``text_hash``), ``n_words``, ``n_chars`` and where its
-  shingles start in ``shingles.npy`` (``shingles_start``); the Parquet metadata holds the fingerprint below;
-- ``signatures-<tag>.npy``: ``(entries, num_perm)`` uint32, the MinHash signatures, in entry order;
-- ``shingles-<tag>.npy``: ``(total,)`` uint64, each entry's sorted unique shingle hashes (the set exact Jaccard
-  is taken on) one after another (numpy files: Parquet decodes millions of list values many times slower).
-  ``<tag>`` (``generation``: md5 of the fingerprint and the entries' raw md5s) is stored in ``entries.parquet``,
-  so the arrays of another run's index are never paired with these entries;
+  values lie (``segment``, ``signature_row``, ``shingles_start``, ``shingles_stop``); the Parquet metadata holds
+  the fingerprint below and each segment's shape;
+- per segment (``tasks/dedup/segments.py``: a run appends one with the texts it signed and keeps the others),
+  ``signatures-<tag>.npy``: ``(rows, num_perm)`` uint32, the MinHash signatures, and ``shingles-<tag>.npy``:
+  ``(total,)`` uint64, each row's sorted unique shingle hashes (the set exact Jaccard is taken on) one after
+  another (numpy files: Parquet decodes millions of list values many times slower). ``<tag>`` (``generation``:
+  md5 of the fingerprint and the segment's raw md5s) and the stamped shapes keep the arrays of another run's
+  index from being paired with these entries;
 - ``jaccards.parquet``: every exact Jaccard computed so far between two texts still present, as
   ``(left, right, jaccard)`` with ``left < right`` normalized-text md5s, sorted, stamped with the fingerprint.
 
@@ -57,13 +59,13 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import FINGERPRINT_KEY, one_line, read_stamped, stamp, swapped_in
+from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
-from tasks.dedup import Corpus, DocSignatures, sign_documents
+from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
 
-ENTRIES, JACCARDS, SIGNATURES, SHINGLES = "entries.parquet", "jaccards.parquet", "signatures.npy", "shingles.npy"
-GENERATION = "arrays"  # the stamp key of the tag in the arrays' file names (``array_name``)
+ENTRIES, JACCARDS = "entries.parquet", "jaccards.parquet"
+ENTRY_COLUMNS = ("raw_md5", "text_hash", "n_words", "n_chars", *segments.COLUMNS)
 WARN = logging.getLogger("clozeline.dedup")
 FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(pairjaccard.__file__),
                     Path(__file__).with_name("__init__.py"))  # fmt: skip
@@ -78,6 +80,8 @@ class IndexedSignatures(DocSignatures):
     raw_md5: list[str] = field(default_factory=list)
     texts: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
     text_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    origin: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (docs,) loaded entry, -1: signed
+    stored: segments.Stored = field(default_factory=segments.Stored)  # where the loaded entries lie
 
     def pair_keys(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """One int64 key per unordered pair of texts (rows of one text share the key)."""
@@ -90,7 +94,7 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     signed (``sign_documents``); logs the path taken to ``log`` (info, MLflow tags and metrics)."""
     texts = pa.chunked_array(corpus.text_chunks, pa.string()) if corpus.text_chunks else corpus.text
     raw = [digest for chunk in texts.chunks for digest in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
-    entries, keys, reason = load_entries(folder, cfg)
+    entries, keys, reason, stored = load_entries(folder, cfg)
     mode = "incremental" if entries is not None else "full"
     entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
     entry_of = {key: k for k, key in enumerate(keys)}
@@ -102,6 +106,7 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     entry_of.update({raw[i]: len(keys) + k for k, i in enumerate(todo)})
     rows = np.fromiter(map(entry_of.__getitem__, raw), np.int64, count=len(raw))
     docs = assemble(raw, rows, joined(entries, fresh))
+    docs.origin, docs.stored = np.where(rows < len(keys), rows, -1), stored
     if mode == "incremental":
         docs.known_pairs, docs.known_jaccards = load_jaccards(folder, docs, cfg)
         reason = f"{found} of {len(raw)} docs found in the index"
@@ -130,42 +135,35 @@ def fingerprint(cfg: DedupParams) -> dict[str, Any]:
             "unicode": unicodedata.unidata_version}  # text normalization (NFKC, casefold) follows the Unicode data
 
 
-def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, list[str], str]:
-    """``(entries, their raw md5s, reason)``: the index's values, one row per entry, or ``(None, [], why a
-    full recompute)``."""
+def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, list[str], str, segments.Stored]:
+    """``(entries, their raw md5s, reason, where they lie)``: the index's values, one row per entry, or ``(None,
+    [], why a full recompute, nothing)``."""
     if not cfg.incremental:
-        return None, [], "dedup.incremental: false"
+        return None, [], "dedup.incremental: false", segments.Stored()
     table, reason, _ = read_stamped(folder / ENTRIES, fingerprint(cfg))
+    if table is not None and not set(ENTRY_COLUMNS) <= set(table.column_names):
+        table, reason = None, f"{folder / ENTRIES}: columns missing (an older index)"
     if table is None:
-        return None, [], reason
-    arrays = {name: folder / array_name(name, table) for name in (SIGNATURES, SHINGLES)}
+        return None, [], reason, segments.Stored()
+    shapes = json.loads(table.schema.metadata[FINGERPRINT_KEY]).get(segments.SHAPES, {})
+    stored = segments.Stored(table.column("segment").to_pylist(),
+                             *(_int64s(table.column(c)) for c in segments.COLUMNS[1:]), shapes)  # fmt: skip
     try:
-        # mapped: pages are read when a Jaccard or the next save needs them (asarray: plain slices, not memmaps)
-        flat = np.asarray(np.load(arrays[SHINGLES], mmap_mode="r"))
-        signatures = np.load(arrays[SIGNATURES])
-    except (OSError, ValueError, EOFError) as err:  # missing (another run's index), truncated, empty, not numpy
-        return None, [], f"{getattr(err, 'filename', None) or folder}: {one_line(err)}: not usable with {ENTRIES}"
-    starts = minhash.numpy_view(table.column("shingles_start").combine_chunks())
-    if signatures.shape != (table.num_rows, cfg.num_perm) or (len(starts) and starts[-1] > len(flat)):
-        return None, [], f"{folder}: the arrays do not fit {ENTRIES} ({signatures.shape[0]} signatures)"
-    bounds = np.append(starts, len(flat)).tolist()
-    n_words, n_chars = (minhash.numpy_view(table.column(c).combine_chunks()) for c in ("n_words", "n_chars"))
-    entries = DocSignatures(table.column("text_hash").to_pylist(), n_words, n_chars, signatures,
-                            [flat[lo:hi] for lo, hi in zip(bounds, bounds[1:])])  # fmt: skip
-    return entries, table.column("raw_md5").to_pylist(), "index found"
+        signatures, shingles = segments.load(folder, stored, cfg.num_perm)
+    except segments.UnusableIndex as err:
+        return None, [], f"{err}: not usable with {ENTRIES}", segments.Stored()
+    n_words, n_chars = (_int64s(table.column(c)) for c in ("n_words", "n_chars"))
+    entries = DocSignatures(table.column("text_hash").to_pylist(), n_words, n_chars, signatures, shingles)
+    return entries, table.column("raw_md5").to_pylist(), "index found", stored
 
 
-def array_name(name: str, entries: pa.Table) -> str:
-    """``signatures.npy`` / ``shingles.npy`` of one index as written: ``<stem>-<tag>.npy``, the tag stored in
-    ``entries.parquet``'s stamp (``GENERATION``), so arrays left from another run's index are never taken for
-    this one's (they would pair each entry with another text's values, silently)."""
-    stored = json.loads(entries.schema.metadata[FINGERPRINT_KEY]).get(GENERATION, "")
-    return f"{Path(name).stem}-{stored}.npy"
+def _int64s(column: pa.ChunkedArray) -> np.ndarray:
+    return minhash.numpy_view(column.combine_chunks())
 
 
 def generation(raw_md5s: list[str], stamped: dict[str, Any]) -> str:
-    """The tag of an index: md5 of its fingerprint (``stamped``) and its entries' raw md5s, in entry order (the
-    same texts and params give the same arrays, and the same bytes run after run)."""
+    """The tag of a segment: md5 of the fingerprint (``stamped``) and its rows' raw md5s, in row order (the same
+    texts and params give the same arrays, and the same bytes run after run)."""
     digest = hashlib.md5(json.dumps(stamped, sort_keys=True).encode())
     digest.update("".join(raw_md5s).encode())
     return digest.hexdigest()[:16]
@@ -228,18 +226,23 @@ def saving(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> Iterator
         log.tags({"dedup.mode": "full", "dedup.reason": "engine: ray"})
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
     with swapped_in(folder) as tmp:
-        yield functools.partial(_save_entries, tmp, docs, cfg)
+        yield functools.partial(_save_entries, tmp, folder, docs, cfg)
         pq.write_table(stamp(jaccards_table(docs), fingerprint(cfg)), tmp / JACCARDS, compression="zstd")
 
 
-def _save_entries(tmp: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:
-    rows = entry_rows(docs)
-    table = entries_table(docs, rows, cfg)
-    signatures = np.ascontiguousarray(docs.signature[rows], np.uint32).reshape(len(rows), cfg.num_perm)
-    np.save(tmp / array_name(SIGNATURES, table), signatures)
-    flat = np.concatenate([np.zeros(0, np.uint64)] + [docs.shingles[i] for i in rows])
-    np.save(tmp / array_name(SHINGLES, table), flat)
-    pq.write_table(table, tmp / ENTRIES, compression="zstd")
+def _save_entries(tmp: Path, folder: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:
+    rows = np.asarray(entry_rows(docs), np.int64)
+    stamped = fingerprint(cfg)  # hashes the code files: once
+
+    def values(picked: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        signatures = np.ascontiguousarray(docs.signature[rows[picked]], np.uint32).reshape(len(picked), cfg.num_perm)
+        return signatures, [docs.shingles[i] for i in rows[picked].tolist()]
+
+    def tag_of(picked: np.ndarray) -> str:
+        return generation([docs.raw_md5[i] for i in rows[picked].tolist()], stamped)
+
+    placed = segments.save(tmp, folder, docs.origin[rows], docs.stored, values, tag_of)
+    pq.write_table(entries_table(docs, rows, placed, stamped), tmp / ENTRIES, compression="zstd")
 
 
 def entry_rows(docs: IndexedSignatures) -> list[int]:
@@ -248,18 +251,18 @@ def entry_rows(docs: IndexedSignatures) -> list[int]:
     return [first[digest] for digest in sorted(first)]
 
 
-def entries_table(docs: IndexedSignatures, rows: list[int], cfg: DedupParams) -> pa.Table:
-    """One row per entry (``entry_rows``): the bytes depend only on the corpus' texts."""
-    sizes = np.fromiter((len(docs.shingles[i]) for i in rows), np.int64, count=len(rows))
+def entries_table(docs: IndexedSignatures, rows: np.ndarray, placed: dict, stamped: dict[str, Any]) -> pa.Table:
+    """One row per entry (``entry_rows``), where ``segments.save`` ``placed`` its values; stamped with the
+    fingerprint and the segments' shapes."""
     table = pa.table({
-        "raw_md5": arrow_strings([docs.raw_md5[i] for i in rows]),
-        "text_hash": arrow_strings([docs.text_hash[i] for i in rows]),
+        "raw_md5": arrow_strings([docs.raw_md5[i] for i in rows.tolist()]),
+        "text_hash": arrow_strings([docs.text_hash[i] for i in rows.tolist()]),
         "n_words": _numbers(docs.n_words[rows], pa.int64()),
         "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
-        "shingles_start": _numbers(np.cumsum(sizes) - sizes, pa.int64()),
+        "segment": arrow_strings(placed["segment"]),
+        **{name: _numbers(placed[name], pa.int64()) for name in segments.COLUMNS[1:]},
     })  # fmt: skip
-    stamped = fingerprint(cfg)  # hashes the code files: once
-    return stamp(table, stamped | {GENERATION: generation(table.column("raw_md5").to_pylist(), stamped)})
+    return stamp(table, stamped | {segments.SHAPES: placed[segments.SHAPES]})
 
 
 def jaccards_table(docs: IndexedSignatures) -> pa.Table:
