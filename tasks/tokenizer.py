@@ -10,10 +10,13 @@ recipe): BertNormalizer, BertPreTokenizer, ``##`` continuation prefix, ``[CLS] $
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from tasks.common import vocab_ledger
 from tasks.common.deps import require_declared
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.common.parquet import read_clean_source, read_pretraining_rows
@@ -33,7 +36,8 @@ def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
         require_declared("tokenizer", tokenizer_dir(paths), {"tokenizer.vocab_file": cfg.vocab_file})
     corpus = pretrain_texts(paths, cfg.pretrain_sources)
     log.info(f"tokenizer: {len(corpus['train'])} train docs, {len(corpus['heldout'])} heldout docs")
-    backend = build_backend(cfg, corpus["train"])
+    kept = kept_vocabulary(cfg, paths.stage_data("tokenizer_vocab"), corpus["train"], log)
+    backend = build_backend(cfg, corpus["train"], kept["vocab"])
     fast = wrap_fast(backend, cfg.special_tokens)
     out = tokenizer_dir(paths)
     fast.save_pretrained(out)
@@ -41,11 +45,28 @@ def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
         "vocab_size": len(fast),
         "vocab_from": cfg.vocab_from,
         "train_docs": len(corpus["train"]),
+        "vocab_train_docs": kept["train_docs"],
         "heldout": text_stats(fast, corpus["heldout"]),
         "dev": {src: text_stats(fast, task_texts(paths, src, "dev")) for src in sorted(cfg.unk_eval_sources)},
     }
     log.artifact(out, "tokenizer")
     return metrics
+
+
+def kept_vocabulary(cfg: TokenizerParams, folder: Path, train_texts: list[str], log) -> dict:
+    """``{"vocab": {token: id} or None, "train_docs": docs it was trained on}``: with ``train_once`` the kept
+    vocabulary (``tasks/common/vocab_ledger.py``), trained on ``train_texts`` and kept when there is none to use; with
+    the other modes no vocabulary (``train_docs``: this run's when training), and the folder is left as it is."""
+    if cfg.vocab_from != "train_once":
+        folder.mkdir(parents=True, exist_ok=True)  # a DVC output: it must exist; a kept vocabulary is not erased
+        return {"vocab": None, "train_docs": len(train_texts) if cfg.vocab_from == "train" else None}
+    vocab, reason, trained = vocab_ledger.load(folder, cfg)
+    if vocab is None:
+        vocab = train_wordpiece(train_texts, cfg)
+        trained = vocab_ledger.save(folder, vocab, cfg, len(train_texts))
+    log.info(f"tokenizer: vocab_from train_once: {reason}")
+    log.tags({"tokenizer.vocab": "kept" if "kept from" in reason else "trained", "tokenizer.vocab_reason": reason})
+    return {"vocab": vocab, "train_docs": trained["train_docs"]}
 
 
 def pretrain_texts(paths: Paths, sources: list[str]) -> dict[str, list[str]]:
@@ -61,15 +82,16 @@ def task_texts(paths: Paths, source: str, split: str) -> list[str]:
     return rows.loc[rows["split"] == split].sort_values("doc_id", kind="stable")["text"].tolist()
 
 
-def build_backend(cfg: TokenizerParams, train_texts: list[str]) -> Tokenizer:
-    """A ``tokenizers.Tokenizer``: trained on ``train_texts`` or loaded from a vocab.txt, per ``cfg.vocab_from``.
+def build_backend(cfg: TokenizerParams, train_texts: list[str], kept: dict[str, int] | None = None) -> Tokenizer:
+    """A ``tokenizers.Tokenizer``: trained on ``train_texts`` (or the ``kept`` vocabulary of ``train_once``) or
+    loaded from a vocab.txt, per ``cfg.vocab_from``.
 
     Raises ``ValueError`` when training is asked for on an empty corpus.
     """
-    if cfg.vocab_from == "train":
-        if not train_texts:
-            raise ValueError("tokenizer: no train-split text in tokenizer.pretrain_sources")
-        backend = train_wordpiece(train_texts, cfg)
+    if cfg.vocab_from in ("train", "train_once"):
+        vocab = kept or train_wordpiece(train_texts, cfg)
+        backend = Tokenizer(models.WordPiece(vocab, unk_token=cfg.special_tokens.unk))
+        backend.add_special_tokens(cfg.special_tokens.in_order())
     else:
         vocab = reference_model_dir() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file
         backend = Tokenizer(models.WordPiece.from_file(str(vocab), unk_token=cfg.special_tokens.unk))
@@ -99,8 +121,9 @@ def with_bert_pipeline(backend: Tokenizer, cfg: TokenizerParams) -> Tokenizer:
     return backend
 
 
-def train_wordpiece(texts: list[str], cfg: TokenizerParams) -> Tokenizer:
-    """Train WordPiece with ``tokenizers.trainers.WordPieceTrainer``, deterministically.
+def train_wordpiece(texts: list[str], cfg: TokenizerParams) -> dict[str, int]:
+    """The ``{token: id}`` vocabulary of WordPiece trained with ``tokenizers.trainers.WordPieceTrainer``,
+    deterministically. Raises ``ValueError`` for no text.
 
     tokenizers 0.23 assigns ids to the ``##c`` continuation characters in hash-map order, and ids break ties
     between equally frequent merges, so two runs can give different vocabularies (huggingface/tokenizers#1794,
@@ -108,13 +131,12 @@ def train_wordpiece(texts: list[str], cfg: TokenizerParams) -> Tokenizer:
     the second pass pre-registers them in sorted order so that ties break the same way; the result keeps
     only the real special tokens as added tokens.
     """
+    if not texts:
+        raise ValueError("tokenizer: no train-split text in tokenizer.pretrain_sources")
     specials = cfg.special_tokens.in_order()
     first = _train_once(texts, cfg, specials)
     seeds = sorted(tok for tok in first.get_vocab() if tok.startswith(CONTINUATION_PREFIX) and len(tok) == 3)
-    seeded = _train_once(texts, cfg, specials + seeds)
-    backend = Tokenizer(models.WordPiece(seeded.get_vocab(), unk_token=cfg.special_tokens.unk))
-    backend.add_special_tokens(specials)
-    return backend
+    return _train_once(texts, cfg, specials + seeds).get_vocab()
 
 
 def _train_once(texts: list[str], cfg: TokenizerParams, reserved: list[str]) -> Tokenizer:

@@ -113,7 +113,8 @@ def test_an_edited_vocab_file_listed_in_the_deps_makes_dvc_rerun_the_tokenizer(t
     shutil.copytree(ROOT / "tasks", repo / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "vocab").mkdir()
     (repo / "vocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(300)))
-    for out in ("data/leakage/x", "models/tokenizer/tokenizer.json", "metrics/tokenizer.json"):
+    for out in ("data/leakage/x", "models/tokenizer/tokenizer.json", "metrics/tokenizer.json",
+                "data/tokenizer_vocab/vocab.txt"):
         (repo / out).parent.mkdir(parents=True, exist_ok=True)
         (repo / out).write_text("{}")
     dvc(repo, "init", "--no-scm", "-q")

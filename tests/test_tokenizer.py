@@ -193,3 +193,69 @@ def test_bad_params_fail_at_load_time(changes, key):
 def test_metrics_are_json_serialisable(corpus):
     metrics = stage.run(tokenizer_params(), corpus, NullLog())
     assert json.loads(json.dumps(metrics, allow_nan=False)) == metrics
+
+
+class Tags(NullLog):
+    def __init__(self) -> None:
+        self.tags_sent: dict = {}
+
+    def tags(self, values) -> None:
+        self.tags_sent.update(values)
+
+
+def tokenizer_json(paths: Paths) -> bytes:
+    return (tokenizer_dir(paths) / "tokenizer.json").read_bytes()
+
+
+def test_train_once_keeps_the_first_runs_vocabulary_as_the_corpus_grows(corpus):
+    log = Tags()
+    first = stage.run(tokenizer_params(vocab_from="train_once"), corpus, log)
+    assert log.tags_sent["tokenizer.vocab"] == "trained" and first["vocab_train_docs"] == 40
+    trained_json = tokenizer_json(corpus)
+    # the same vocabulary as a plain train run on the same text, byte for byte
+    stage.run(tokenizer_params(vocab_from="train"), corpus, NullLog())
+    assert tokenizer_json(corpus) == trained_json
+    grown = pretrain_rows() + [{"doc_id": f"pre:new{i}", "role": "pretrain", "split": "train",
+                                "text": "zanzibar cloves and vanilla pods " * 5} for i in range(20)]  # fmt: skip
+    write_source(corpus, "pre", grown)
+    retrained = stage.run(tokenizer_params(vocab_from="train"), corpus, NullLog())
+    assert tokenizer_json(corpus) != trained_json and retrained["train_docs"] == 60  # train moves with the data
+    log = Tags()
+    kept = stage.run(tokenizer_params(vocab_from="train_once"), corpus, log)
+    assert log.tags_sent["tokenizer.vocab"] == "kept" and "40 train docs" in log.tags_sent["tokenizer.vocab_reason"]
+    assert tokenizer_json(corpus) == trained_json
+    assert (kept["train_docs"], kept["vocab_train_docs"]) == (60, 40)
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir(corpus))
+    assert tok.convert_tokens_to_ids("zanzibar") == tok.unk_token_id  # new words are measured, not learnt
+
+
+@pytest.mark.parametrize("how", ["other params", "truncated vocab", "damaged record", "removed"])
+def test_a_kept_vocabulary_that_cannot_be_used_is_trained_again_and_says_why(corpus, how):
+    stage.run(tokenizer_params(vocab_from="train_once"), corpus, NullLog())
+    folder = corpus.data / "tokenizer_vocab"
+    changes, reason = {}, {"other params": "other tokenizer params", "truncated vocab": "distinct tokens recorded",
+                           "damaged record": "trained.json", "removed": "no kept vocabulary"}[how]  # fmt: skip
+    if how == "other params":
+        changes = {"vocab_size_tokens": 250}
+    elif how == "truncated vocab":
+        lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        (folder / "vocab.txt").write_text("".join(lines[:-3]), encoding="utf-8")
+    elif how == "damaged record":
+        (folder / "trained.json").write_text('{"params": ', encoding="utf-8")
+    else:
+        (folder / "vocab.txt").unlink()
+    log = Tags()
+    stage.run(tokenizer_params(vocab_from="train_once", **changes), corpus, log)
+    assert log.tags_sent["tokenizer.vocab"] == "trained" and reason in log.tags_sent["tokenizer.vocab_reason"]
+    stage.run(tokenizer_params(vocab_from="train", **changes), corpus, NullLog())
+    retrained = tokenizer_json(corpus)
+    stage.run(tokenizer_params(vocab_from="train_once", **changes), corpus, log)
+    assert log.tags_sent["tokenizer.vocab"] == "kept" and tokenizer_json(corpus) == retrained
+
+
+def test_other_vocab_modes_leave_a_kept_vocabulary_alone(corpus):
+    stage.run(tokenizer_params(vocab_from="train_once"), corpus, NullLog())
+    folder = corpus.data / "tokenizer_vocab"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    metrics = stage.run(tokenizer_params(vocab_from="reference"), corpus, NullLog())
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before and metrics["vocab_train_docs"] is None

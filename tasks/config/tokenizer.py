@@ -38,9 +38,10 @@ class TokenizerParams(StrictModel):
     unk_eval_sources: list[str] = Field(
         description="task sources whose dev split gives an [UNK] rate (only measured, never trained on)"
     )
-    vocab_from: Literal["train", "reference", "file"] = Field(
-        description="train: WordPiece on the pretrain train split; reference: packaged MiniLM vocab.txt; "
-        "file: the vocab.txt at vocab_file"
+    vocab_from: Literal["train", "train_once", "reference", "file"] = Field(
+        description="train: WordPiece on the pretrain train split; train_once: trained on the first run, kept "
+        "in data/tokenizer_vocab for later runs (scheduled runs, tasks/common/vocab_ledger.py); reference: "
+        "packaged MiniLM vocab.txt; file: the vocab.txt at vocab_file"
     )
     vocab_file: Path | None = Field(description="a BERT vocab.txt; required iff vocab_from == file")
     vocab_size_tokens: int = Field(ge=64, le=1_000_000, description="target vocab size, specials included")
