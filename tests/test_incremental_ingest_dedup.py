@@ -14,6 +14,8 @@ import random
 import shutil
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -159,7 +161,7 @@ def test_an_edited_and_a_removed_file_leave_every_output(tmp_path, corpus):
     assert not any(text.encode() in data for text in gone)
     assert b"part2.jsonl" not in data and after["ingest"]["totals"]["docs_in"] == 21
     cached = sorted(p.suffix for p in (tmp_path / "inc" / "data" / "ingest_cache" / "docs").iterdir())
-    assert cached == [".arrow", ".arrow", ".parquet", ".parquet"]  # per file: its records and its output shard
+    assert cached == [".arrow", ".arrow", ".crc", ".crc", ".parquet", ".parquet"]  # per file: records, shard, check
 
 
 def test_a_longer_copy_arriving_becomes_the_kept_row_as_from_scratch(tmp_path, corpus):
@@ -246,6 +248,15 @@ def damage(index: Path, how: str, other: Path) -> None:
     elif how == "arrays of another index":  # copied over under the names this index's entries give
         for old in arrays.values():
             shutil.copy(next(other.glob(f"{old.name.split('-')[0]}-*.npy")), old)
+    elif how == "signatures changed in place":  # same shape, other values (a bit flip, another corpus' rows)
+        values = np.load(arrays["signatures"])
+        np.save(arrays["signatures"], values ^ np.uint32(1))
+    elif how == "an entry outside its segment":
+        entries = pq.read_table(index / "entries.parquet")
+        at = entries.schema.get_field_index("signature_row")
+        rows = entries.column(at).to_numpy().copy()
+        rows[0] = 10**6
+        pq.write_table(entries.set_column(at, "signature_row", pa.array(rows)), index / "entries.parquet")
     elif how == "no fingerprint":
         stripped = pq.read_table(index / "entries.parquet").replace_schema_metadata(None)
         pq.write_table(stripped, index / "entries.parquet")
@@ -253,7 +264,7 @@ def damage(index: Path, how: str, other: Path) -> None:
 
 @pytest.mark.parametrize("how", ["truncate signatures", "empty signatures", "truncate shingles",
                                  "truncate entries.parquet", "entries of another index", "arrays of another index",
-                                 "no fingerprint"])
+                                 "signatures changed in place", "an entry outside its segment", "no fingerprint"])
 def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_path, corpus, how):
     raw, rng, _ = corpus
     other = tmp_path / "other"
@@ -275,8 +286,6 @@ def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_
 
 
 def test_stored_jaccards_stamped_with_another_fingerprint_are_not_used(tmp_path, corpus):
-    import pyarrow as pa
-
     from tasks.common.stamped import stamp
 
     raw, rng, _ = corpus
@@ -310,19 +319,29 @@ def test_a_damaged_or_swapped_ingest_entry_is_read_again_and_named(tmp_path, cor
 
 
 
-@pytest.mark.parametrize("how", ["truncated", "removed", "another shard's bytes"])
+@pytest.mark.parametrize("how", ["truncated", "removed", "fewer rows", "another unit's shard of as many rows",
+                                 "edited through the output's link"])
 def test_a_damaged_or_missing_cached_shard_is_written_again(tmp_path, corpus, how):
     raw, _, _ = corpus
-    cache = tmp_path / "inc" / "data" / "ingest_cache" / "docs"
-    shards = sorted(cache.glob("*.parquet"))
-    first_output = tmp_path / "inc" / "data" / "ingest" / "docs" / "part-00000.parquet"
-    assert len(shards) == 3 and first_output.stat().st_nlink == 2  # the output shard is the cached one, linked
+    outputs_dir = tmp_path / "inc" / "data" / "ingest" / "docs"
+    cached = {p.stat().st_ino: p for p in (tmp_path / "inc" / "data" / "ingest_cache" / "docs").glob("*.parquet")}
+    shards = [cached[p.stat().st_ino] for p in sorted(outputs_dir.glob("*.parquet"))]  # the output links them
+    assert len(shards) == 3 and all(p.stat().st_nlink == 2 for p in shards)
     if how == "truncated":
-        shards[0].write_bytes(shards[0].read_bytes()[:100])
+        shards[1].write_bytes(shards[1].read_bytes()[:100])
     elif how == "removed":
-        shards[0].unlink()
-    else:  # a whole Parquet file, but not this unit's rows: its row count differs
-        shutil.copy(read_named_first_rows(tmp_path), shards[0])
+        shards[1].unlink()
+    elif how == "fewer rows":  # a whole Parquet file, but not this unit's rows
+        shutil.copy(read_named_first_rows(tmp_path), shards[1])
+    elif how == "another unit's shard of as many rows":  # part1 and part2 hold 10 documents each
+        shutil.copy(shards[2], shards[1])
+    else:  # same rows, another label, written into the same inode
+        table = pq.read_table(outputs_dir / "part-00001.parquet")
+        relabelled = table.set_column(table.schema.get_field_index("label"), "label",
+                                      pa.array(["b"] * table.num_rows))  # fmt: skip
+        with open(outputs_dir / "part-00001.parquet", "r+b") as handle:
+            handle.truncate(0)
+            pq.write_table(relabelled, handle)
     after, logged = run_both(tmp_path / "inc", raw)
     assert logged["ingest"]["incremental"] == {"units_read": 0, "units_cached": 3, "shards_written": 1}
     assert_equals_from_scratch(tmp_path, raw, after)
@@ -386,11 +405,10 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
     inc, full = (outputs(tmp_path / root) for root in ("inc", "full"))
     assert inc == full and [name for name in inc if name.startswith("ingest/")] == [
         "ingest/docs/part-00000.parquet", "ingest/docs/part-00001.parquet", "ingest/dropped.jsonl"]
-    assert not stale.exists() and all(p.suffix in (".arrow", ".parquet") for p in stale.parent.iterdir())
+    assert not stale.exists() and all(p.suffix in (".arrow", ".parquet", ".crc") for p in stale.parent.iterdir())
 
 
 def test_raw_md5s_reads_string_and_large_string_buffers_and_slices():
-    import pyarrow as pa
 
     from tasks.dedup.incremental import raw_md5s
 
@@ -403,7 +421,6 @@ def test_raw_md5s_reads_string_and_large_string_buffers_and_slices():
 
 
 def test_stored_md5s_are_found_among_the_texts_or_minus_one_on_sliced_chunks():
-    import pyarrow as pa
 
     from tasks.dedup.incremental import _indices_in
 

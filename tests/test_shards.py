@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.common.shards import linked_or_copied, read_named, read_source, source_files
+from tasks.common.shards import file_crc32, linked_or_copied, read_named, read_source, source_files
 
 
 def write(path, ids):
@@ -56,3 +56,13 @@ def test_linked_or_copied_links_and_copies_where_links_fail(tmp_path, monkeypatc
     linked_or_copied(tmp_path / "src.parquet", tmp_path / "copy.parquet")
     assert not os.path.samefile(tmp_path / "src.parquet", tmp_path / "copy.parquet")
     assert (tmp_path / "copy.parquet").read_bytes() == (tmp_path / "src.parquet").read_bytes()
+
+
+def test_file_crc32_is_zlibs_crc_of_the_whole_file_whatever_the_block(tmp_path):
+    import zlib
+
+    data = bytes(range(256)) * 41 + b"tail"
+    (tmp_path / "f").write_bytes(data)
+    assert {file_crc32(tmp_path / "f", block) for block in (1, 7, 4096, 1 << 22)} == {zlib.crc32(data)}
+    (tmp_path / "empty").write_bytes(b"")
+    assert file_crc32(tmp_path / "empty") == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,3 +66,13 @@ def linked_or_copied(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+def file_crc32(path: Path, block_bytes: int = 1 << 22) -> int:
+    """CRC-32 (``zlib.crc32``) of the file's bytes, read in ``block_bytes`` blocks: the check that a persisted file is
+    the one a cache recorded (~40 ms for 140 MB in the page cache). Raises ``OSError``."""
+    crc = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(block_bytes):
+            crc = zlib.crc32(block, crc)
+    return crc

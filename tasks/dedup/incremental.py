@@ -64,7 +64,7 @@ from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
 
-ENTRIES, JACCARDS = "entries.parquet", "jaccards.parquet"
+ENTRIES, JACCARDS = segments.ENTRIES, "jaccards.parquet"
 ENTRY_COLUMNS = ("raw_md5", "text_hash", "n_words", "n_chars", *segments.COLUMNS)
 WARN = logging.getLogger("clozeline.dedup")
 FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(pairjaccard.__file__),

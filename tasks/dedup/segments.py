@@ -5,10 +5,11 @@ of arrays took ~1.4 s of each night at 16x the default corpus).
 
 Every entry row of ``entries.parquet`` says where its values lie: ``segment`` (the tag), ``signature_row``,
 ``shingles_start`` and ``shingles_stop`` (in the segment's flat shingle array). The stamp holds each segment's
-shape (``SHAPES``: rows, shingles), checked on load, so arrays of another index are never paired with these
-entries. A segment is rewritten into the new one when under half its rows are still entries (texts that left
-the corpus leave their rows behind), and all are when more than ``MAX_SEGMENTS`` would be kept. A full run
-writes one segment, in entry order. ``<tag>`` is ``incremental.generation`` of the segment's texts.
+shape and checksum (``SHAPES``: rows, shingles, each file's CRC-32), checked on load with the entries' bounds,
+so damaged arrays or arrays of another index are never paired with these entries. A segment is rewritten into
+the new one when under half its rows are still entries (texts that left the corpus leave their rows behind),
+and all are when more than ``MAX_SEGMENTS`` would be kept. A full run writes one segment, in entry order.
+``<tag>`` is ``incremental.generation`` of the segment's texts.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.common.shards import linked_or_copied
+from tasks.common.shards import file_crc32, linked_or_copied
 from tasks.common.stamped import one_line
 
-SHAPES = "segments"  # the stamp key: {tag: [signature rows, shingles]}
+SHAPES = "segments"  # the stamp key: {tag: [signature rows, shingles, CRC-32 of each file]}
+ENTRIES = "entries.parquet"
 MAX_SEGMENTS = 16
 COLUMNS = ("segment", "signature_row", "shingles_start", "shingles_stop")
 
@@ -56,21 +58,33 @@ def load(folder: Path, stored: Stored, num_perm: int) -> tuple[np.ndarray, list[
     for k, tag in enumerate(stored.segment):
         positions.setdefault(tag, []).append(k)
     for tag, at in positions.items():
-        names = file_names(tag)
-        try:
-            values = np.load(folder / names[0])
-            flat = np.asarray(np.load(folder / names[1], mmap_mode="r"))  # pages read when a Jaccard needs them
-        except (OSError, ValueError, EOFError) as err:  # missing (another run's index), truncated, empty, not numpy
-            raise UnusableIndex(f"{getattr(err, 'filename', None) or folder}: {one_line(err)}") from None
-        rows, total = stored.shapes.get(tag, (-1, -1))
-        if values.shape != (rows, num_perm) or flat.shape != (total,):
-            raise UnusableIndex(f"{folder / names[0]}: the arrays do not fit entries.parquet ({values.shape[0]} "
-                                f"signatures, {rows} expected)")  # fmt: skip
+        values, flat = _arrays(folder, tag, stored.shapes.get(tag), num_perm)
         at = np.asarray(at)
-        signature[at] = values[stored.row[at]]
-        for k, lo, hi in zip(at.tolist(), stored.start[at].tolist(), stored.stop[at].tolist()):
+        row, start, stop = stored.row[at], stored.start[at], stored.stop[at]
+        if len(at) and not (row.min() >= 0 and row.max() < len(values) and (0 <= start).all()
+                            and (start <= stop).all() and stop.max() <= len(flat)):  # fmt: skip
+            raise UnusableIndex(f"{folder / ENTRIES}: an entry points outside segment {tag}")
+        signature[at] = values[row]
+        for k, lo, hi in zip(at.tolist(), start.tolist(), stop.tolist()):
             shingles[k] = flat[lo:hi]
     return signature, shingles
+
+
+def _arrays(folder: Path, tag: str, shape: list[int] | None, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """Segment ``tag``'s ``(signatures, flat shingles)``, checked against the ``shape`` its stamp records: rows,
+    shingles and each file's CRC-32 (damaged bytes, or another index's files of the same shape, never pass)."""
+    names = file_names(tag)
+    try:
+        crcs = [file_crc32(folder / name) for name in names]
+        values = np.load(folder / names[0])
+        flat = np.asarray(np.load(folder / names[1], mmap_mode="r"))  # pages read when a Jaccard needs them
+    except (OSError, ValueError, EOFError) as err:  # missing (another run's index), truncated, empty, not numpy
+        raise UnusableIndex(f"{getattr(err, 'filename', None) or folder}: {one_line(err)}") from None
+    rows, total, *expected = shape or (-1, -1)
+    if values.shape != (rows, num_perm) or flat.shape != (total,) or crcs != expected:
+        raise UnusableIndex(f"{folder / names[0]}: the arrays do not fit {ENTRIES} ({values.shape[0]} signatures, "
+                            f"{rows} expected, CRC-32 {crcs} against {expected})")  # fmt: skip
+    return values, flat
 
 
 def save(tmp: Path, folder: Path, kept: np.ndarray, stored: Stored, values, tag_of) -> dict[str, np.ndarray | list]:
@@ -105,7 +119,7 @@ def save(tmp: Path, folder: Path, kept: np.ndarray, stored: Stored, values, tag_
         columns["signature_row"][moved] = np.arange(len(moved))
         columns["shingles_stop"][moved] = np.cumsum(sizes)
         columns["shingles_start"][moved] = columns["shingles_stop"][moved] - sizes
-        shapes[tag] = [len(moved), int(sizes.sum())]
+        shapes[tag] = [len(moved), int(sizes.sum()), *(file_crc32(tmp / name) for name in names)]
     return columns | {SHAPES: shapes}
 
 

@@ -112,7 +112,8 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     for result in results:
         log_drops(result, log)
     if cache.unusable:
-        log.info(f"ingest: {len(cache.unusable)} cache entr(ies) damaged or not matching their key, read again, "
+        log.info(f"ingest: {len(cache.unusable)} cache entr(ies) or shard(s) damaged or not matching their key, "
+                 f"read or written again, "
                  f"e.g. {cache.unusable[0]}")
     mode = "incremental" if cfg.incremental else "full (ingest.incremental: false)"
     log.info(f"ingest: {mode}: {cache.units_read} file(s) read, {cache.units_cached} taken from the cache, "

