@@ -61,11 +61,11 @@ def kept_vocabulary(cfg: TokenizerParams, folder: Path, train_texts: list[str], 
         folder.mkdir(parents=True, exist_ok=True)  # a DVC output: it must exist; a kept vocabulary is not erased
         return {"vocab": None, "train_docs": len(train_texts) if cfg.vocab_from == "train" else None}
     vocab, reason, trained = vocab_ledger.load(folder, cfg)
+    log.info(f"tokenizer: vocab_from train_once: {reason}")
+    log.tags({"tokenizer.vocab": "kept" if vocab is not None else "trained", "tokenizer.vocab_reason": reason})
     if vocab is None:
         vocab = train_wordpiece(train_texts, cfg)
         trained = vocab_ledger.save(folder, vocab, cfg, len(train_texts))
-    log.info(f"tokenizer: vocab_from train_once: {reason}")
-    log.tags({"tokenizer.vocab": "kept" if "kept from" in reason else "trained", "tokenizer.vocab_reason": reason})
     return {"vocab": vocab, "train_docs": trained["train_docs"]}
 
 
@@ -89,7 +89,7 @@ def build_backend(cfg: TokenizerParams, train_texts: list[str], kept: dict[str, 
     Raises ``ValueError`` when training is asked for on an empty corpus.
     """
     if cfg.vocab_from in ("train", "train_once"):
-        vocab = kept or train_wordpiece(train_texts, cfg)
+        vocab = kept if kept is not None else train_wordpiece(train_texts, cfg)
         backend = Tokenizer(models.WordPiece(vocab, unk_token=cfg.special_tokens.unk))
         backend.add_special_tokens(cfg.special_tokens.in_order())
     else:

@@ -233,7 +233,7 @@ def test_train_once_keeps_the_first_runs_vocabulary_as_the_corpus_grows(corpus):
 def test_a_kept_vocabulary_that_cannot_be_used_is_trained_again_and_says_why(corpus, how):
     stage.run(tokenizer_params(vocab_from="train_once"), corpus, NullLog())
     folder = corpus.data / "tokenizer_vocab"
-    changes, reason = {}, {"other params": "other tokenizer params", "truncated vocab": "distinct tokens recorded",
+    changes, reason = {}, {"other params": "other tokenizer params", "truncated vocab": "sha256",
                            "damaged record": "trained.json", "removed": "no kept vocabulary"}[how]  # fmt: skip
     if how == "other params":
         changes = {"vocab_size_tokens": 250}
@@ -259,3 +259,22 @@ def test_other_vocab_modes_leave_a_kept_vocabulary_alone(corpus):
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     metrics = stage.run(tokenizer_params(vocab_from="reference"), corpus, NullLog())
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before and metrics["vocab_train_docs"] is None
+
+
+@pytest.mark.parametrize("edit", ["swap two lines", "byte order mark", "rename a token"])
+def test_an_edited_kept_vocabulary_of_the_same_size_is_trained_again(corpus, edit):
+    stage.run(tokenizer_params(vocab_from="train_once"), corpus, NullLog())
+    first = tokenizer_json(corpus)
+    path = corpus.data / "tokenizer_vocab" / "vocab.txt"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if edit == "swap two lines":
+        lines[10], lines[11] = lines[11], lines[10]
+    elif edit == "byte order mark":
+        lines[0] = "\ufeff" + lines[0]
+    else:
+        lines[12] = "renamed\n"
+    path.write_text("".join(lines), encoding="utf-8")
+    log = Tags()
+    stage.run(tokenizer_params(vocab_from="train_once"), corpus, log)
+    assert log.tags_sent["tokenizer.vocab"] == "trained" and "sha256" in log.tags_sent["tokenizer.vocab_reason"]
+    assert tokenizer_json(corpus) == first  # trained again on the same text: the first run's tokenizer

@@ -11,14 +11,17 @@ drift), so the tokenizer's bytes, the tokenize cache and the model's rows stay v
 Trained once on a train split, it never saw evaluation text: with ``split.ledger`` (the scheduled profile) a
 document in train stays in train, so the first night's train docs are train docs on every later night.
 
-Rule. The kept vocabulary is used when ``vocab.txt`` and ``trained.json`` read whole and ``trained.json``
-holds this run's ``training_params`` (vocab size, min frequency, alphabet limit, case and accent handling,
-special tokens, pretrain sources); otherwise the stage trains on this run's train split and replaces both, and
-the log and the metrics (``vocab_kept``, ``vocab_reason``) say why.
+Rule. The kept vocabulary is used when ``vocab.txt`` and ``trained.json`` read whole, ``vocab.txt`` has the
+sha256 recorded in ``trained.json`` (any edit, a BOM included, is caught), its tokens are distinct with the five
+special tokens at ids 0-4, and ``trained.json`` holds this run's ``training_params`` (vocab size, min frequency,
+alphabet limit, case and accent handling, special tokens, pretrain sources); otherwise the stage trains on this
+run's train split and replaces both, and the log and the MLflow tags (``tokenizer.vocab``,
+``tokenizer.vocab_reason``) say why, before training.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -50,11 +53,13 @@ def load(folder: Path, cfg: TokenizerParams) -> tuple[dict[str, int] | None, str
         return None, f"{path}: {one_line(err)}: trained again", {}
     if not isinstance(trained, dict) or trained.get("params") != training_params(cfg):
         return None, f"{folder / TRAINED}: trained under other tokenizer params: trained again", {}
+    digest = hashlib.sha256((folder / VOCAB).read_bytes()).hexdigest()
+    if digest != trained.get("sha256") or not isinstance(trained.get("train_docs"), int):
+        return None, f"{folder / VOCAB}: not the file recorded in {TRAINED} (sha256): trained again", {}
     vocab = {token: i for i, token in enumerate(tokens)}
-    if len(vocab) != len(tokens) or len(tokens) != trained.get("vocab_size"):
-        recorded = trained.get("vocab_size")
-        return None, f"{folder / VOCAB}: not the {recorded} distinct tokens recorded: trained again", {}
-    return vocab, f"kept from the run of {trained.get('train_docs')} train docs", trained
+    if len(vocab) != len(tokens) or tokens[:5] != cfg.special_tokens.in_order():
+        return None, f"{folder / VOCAB}: repeated tokens or the special tokens not at ids 0-4: trained again", {}
+    return vocab, f"kept from the run of {trained['train_docs']} train docs", trained
 
 
 def save(folder: Path, vocab: dict[str, int], cfg: TokenizerParams, train_docs: int) -> dict[str, Any]:
@@ -62,9 +67,10 @@ def save(folder: Path, vocab: dict[str, int], cfg: TokenizerParams, train_docs: 
     swapped in by rename; returns that record."""
     if sorted(vocab.values()) != list(range(len(vocab))):
         raise ValueError(f"tokenizer: the trained vocabulary's ids are not 0..{len(vocab) - 1}: cannot keep it")
-    trained = {"params": training_params(cfg), "vocab_size": len(vocab), "train_docs": train_docs}
+    text = "".join(f"{token}\n" for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])).encode("utf-8")
+    trained = {"params": training_params(cfg), "vocab_size": len(vocab), "train_docs": train_docs,
+               "sha256": hashlib.sha256(text).hexdigest()}  # fmt: skip
     with swapped_in(folder) as tmp:
-        (tmp / VOCAB).write_text("".join(f"{token}\n" for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])),
-                                 encoding="utf-8")  # fmt: skip
+        (tmp / VOCAB).write_bytes(text)
         (tmp / TRAINED).write_text(json.dumps(trained, sort_keys=True, indent=1) + "\n", encoding="utf-8")
     return trained
