@@ -2,7 +2,7 @@
 
 A source ``name`` under an output folder is either ``<folder>/<name>.parquet`` or ``<folder>/<name>/`` holding
 ``*.parquet`` shards whose rows follow one another in file-name order (ingest writes one shard per input unit,
-``part-<position>-<key>.parquet``, so a scheduled run rewrites only the shards of new or changed files). Readers
+``part-<position>.parquet``, so a scheduled run rewrites only the shards of new or changed files). Readers
 take both forms through ``source_files``.
 """
 

@@ -48,13 +48,13 @@ def load(folder: Path, cfg: TokenizerParams) -> tuple[dict[str, int] | None, str
     try:
         trained = json.loads(path.read_text(encoding="utf-8"))
         path = folder / VOCAB
-        tokens = path.read_text(encoding="utf-8").split("\n")[:-1]
+        data = path.read_bytes()
+        tokens = data.decode("utf-8").split("\n")[:-1]
     except (OSError, ValueError) as err:  # missing, not UTF-8, not JSON
         return None, f"{path}: {one_line(err)}: trained again", {}
     if not isinstance(trained, dict) or trained.get("params") != training_params(cfg):
         return None, f"{folder / TRAINED}: trained under other tokenizer params: trained again", {}
-    digest = hashlib.sha256((folder / VOCAB).read_bytes()).hexdigest()
-    if digest != trained.get("sha256") or not isinstance(trained.get("train_docs"), int):
+    if hashlib.sha256(data).hexdigest() != trained.get("sha256") or not isinstance(trained.get("train_docs"), int):
         return None, f"{folder / VOCAB}: not the file recorded in {TRAINED} (sha256): trained again", {}
     vocab = {token: i for i, token in enumerate(tokens)}
     if len(vocab) != len(tokens) or tokens[:5] != cfg.special_tokens.in_order():

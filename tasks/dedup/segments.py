@@ -95,8 +95,7 @@ def save(tmp: Path, folder: Path, kept: np.ndarray, stored: Stored, values, tag_
     (``COLUMNS``) and ``shapes``."""
     keep = _segments_to_keep(kept, stored)
     moved = np.flatnonzero([k < 0 or stored.segment[k] not in keep for k in kept.tolist()])
-    columns = {"segment": [""] * len(kept), "signature_row": np.zeros(len(kept), np.int64),
-               "shingles_start": np.zeros(len(kept), np.int64), "shingles_stop": np.zeros(len(kept), np.int64)}
+    columns = {"segment": [""] * len(kept), **{name: np.zeros(len(kept), np.int64) for name in COLUMNS[1:]}}
     shapes = {}
     for tag in sorted(keep):
         for name in file_names(tag):
