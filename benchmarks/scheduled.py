@@ -29,10 +29,14 @@ Start-up share: a process that does what a stage process does besides the stage'
 and the stage module, load params, open and close the stage's MLflow run through the runner's tracking child
 process, ``tasks/common/tracking_sidecar.py``), timed per stage after each night's stages, summed over the
 arrival nights, over the incremental stage time of the same nights. With no work to overlap, the probe waits
-for the child's whole start-up, so it bounds from above what a stage pays. leakage, tokenizer and tokenize are
-not run (results' ``not_run``): the figures cover the three stages whose input is the corpus alone.
+for the child's whole start-up, so it bounds from above what a stage pays. tokenizer and tokenize are not run
+(results' ``not_run``); leakage runs with ``--with-leakage`` (``leakage.incremental`` on in ``inc``, off in
+``scratch``; results under ``runs["<scale>+leakage"]``). Its outputs (``data/leakage``, ``metrics/leakage.json``)
+are compared on the nights whose split is byte-equal in both copies (``leakage_compared``): where the ledger
+kept other splits than a fresh run gives, the audit's input differs, and so does its output.
 
     .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 5     # writes benchmarks/results/scheduled.json
+    .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 3 --with-leakage
 """
 
 from __future__ import annotations
@@ -60,7 +64,6 @@ SEED = 20240611
 GOAL_FRACTION = 0.15  # issue 35: incremental <= 15% of a from-scratch run's time at 16x
 GOAL_SCALE = 16
 COMPARED_DATA = ("ingest", "dedup", "split")
-COMPARED_METRICS = ("ingest.json", "dedup.json")
 
 
 def night_of(own_id: str, nights: int, new_fraction: float, seed: int = SEED) -> int:
@@ -130,7 +133,8 @@ def source_specs(records: dict[str, list[dict]], roles: dict[str, str]) -> list[
 
 
 def make_workspace(dest: Path, sources: list[dict], incremental: bool) -> Path:
-    """A checkout copy whose params.yaml has the scheduled profile, ``sources`` and the incremental flags."""
+    """A checkout copy whose params.yaml has the scheduled profile, ``sources`` and the incremental flags
+    (ingest, dedup and leakage)."""
     import yaml
 
     from benchmarks._gpu_profile_run import copy_checkout
@@ -141,7 +145,7 @@ def make_workspace(dest: Path, sources: list[dict], incremental: bool) -> Path:
     copy_checkout(dest)
     params = read_yaml(dest / "params.yaml")
     values = overrides("scheduled") | {"ingest.sources": sources, "ingest.incremental": incremental,
-                                       "dedup.incremental": incremental}  # fmt: skip
+                                       "dedup.incremental": incremental, "leakage.incremental": incremental}
     for dotted, value in values.items():
         *parents, leaf = dotted.split(".")
         node = params
@@ -165,10 +169,11 @@ def run_stage(root: Path, stage: str) -> float:
     return seconds
 
 
-def output_md5s(root: Path) -> dict[str, str]:
-    """md5 of every compared output file of ``root``, by path relative to it."""
-    files = [p for stage in COMPARED_DATA for p in sorted((root / "data" / stage).rglob("*")) if p.is_file()]
-    files += [root / "metrics" / name for name in COMPARED_METRICS]
+def output_md5s(root: Path, stages: tuple[str, ...] = COMPARED_DATA) -> dict[str, str]:
+    """md5 of every compared output file of ``root`` (the data folders and metrics of ``stages``; split's
+    metrics hold the ledger's history), by path relative to it."""
+    files = [p for stage in stages for p in sorted((root / "data" / stage).rglob("*")) if p.is_file()]
+    files += [root / "metrics" / f"{stage}.json" for stage in stages if stage != "split"]
     return {p.relative_to(root).as_posix(): hashlib.md5(p.read_bytes()).hexdigest() for p in files}
 
 
@@ -209,9 +214,11 @@ def moved_docs(previous: dict[str, str], current: dict[str, str]) -> list[str]:
     return sorted(d for d in previous.keys() & current.keys() if previous[d] != current[d])
 
 
-def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None) -> dict:
+def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None,
+                  stages: tuple[str, ...] = STAGES) -> dict:
     """The equality and moved checks of one night (see the module docstring)."""
     ours, theirs = output_md5s(inc), output_md5s(scratch)
+    leakage = compare_leakage(inc, scratch, ours == theirs) if "leakage" in stages else {}
     differing = sorted(p for p in ours.keys() | theirs.keys() if ours.get(p) != theirs.get(p))
     split = json.loads((inc / "metrics" / "split.json").read_text(encoding="utf-8"))
     dropped = [json.loads(line) for line in (inc / "data/split/dropped.jsonl").read_text().splitlines() if line]
@@ -227,11 +234,21 @@ def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None) -> 
     return {"differing_files": differing, "unexplained": unexplained, "bridges_splits": len(bridges),
             "ledger_overrides": split.get("ledger_overrides", 0),
             "moved_since_previous": split.get("moved_since_previous"), "moved_by_manifests": len(moved),
-            "docs": len(manifest), "manifest": manifest}  # fmt: skip
+            "docs": len(manifest), "manifest": manifest, **leakage}  # fmt: skip
+
+
+def compare_leakage(inc: Path, scratch: Path, same_input: bool) -> dict:
+    """leakage's outputs and metrics compared, where its input (every data/ingest, dedup and split file) is the
+    same in both copies; where the split differs (ledger overrides, bridges) its audit differs too."""
+    if not same_input:
+        return {"leakage_compared": False, "leakage_differing_files": []}
+    ours, theirs = output_md5s(inc, ("leakage",)), output_md5s(scratch, ("leakage",))
+    return {"leakage_compared": True,
+            "leakage_differing_files": sorted(p for p in ours.keys() | theirs.keys() if ours.get(p) != theirs.get(p))}
 
 
 def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int,
-               new_fraction: float) -> list[dict]:  # fmt: skip
+               new_fraction: float, stages: tuple[str, ...] = STAGES) -> list[dict]:  # fmt: skip
     """Every night: the new files into both copies, the stages alternated, the comparison."""
     sources = source_specs(records, roles)
     inc = make_workspace(work / "inc", sources, incremental=True)
@@ -250,18 +267,19 @@ def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str]
                 if path.name != "raw":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
         seconds = {"incremental": {}, "from_scratch": {}}
-        for stage in STAGES:
+        for stage in stages:
             order = [("incremental", inc), ("from_scratch", scratch)][:: 1 if night % 2 == 0 else -1]
             for arm, root in order:
                 seconds[arm][stage] = round(run_stage(root, stage), 2)
-        seconds["startup"] = {stage: round(startup_seconds(inc, stage), 2) for stage in STAGES}
-        checked = compare_night(inc, scratch, previous)
+        seconds["startup"] = {stage: round(startup_seconds(inc, stage), 2) for stage in stages}
+        checked = compare_night(inc, scratch, previous, stages)
         previous = checked.pop("manifest")
         new_docs = sum(len(batch[night]) for batch in arrivals.values())
         out.append({"night": night, "new_docs": new_docs, "seconds": seconds, **checked,
                     "load_average": [round(x, 2) for x in os.getloadavg()]})  # fmt: skip
         print(json.dumps({k: out[-1][k] for k in ("night", "new_docs", "seconds", "differing_files", "unexplained",
-                          "bridges_splits", "ledger_overrides", "moved_since_previous", "moved_by_manifests")}),
+                          "bridges_splits", "ledger_overrides", "moved_since_previous", "moved_by_manifests",
+                          "leakage_compared", "leakage_differing_files") if k in out[-1]}),
               flush=True)  # fmt: skip
     return out
 
@@ -295,17 +313,26 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
     inc, full, startup = (sum(sum(n["seconds"][arm].values()) for n in arrivals)
                           for arm in ("incremental", "from_scratch", "startup"))  # fmt: skip
     moved = sum((n["moved_since_previous"] or 0) + n["moved_by_manifests"] for n in nights)
-    unexplained = sum(len(n["unexplained"]) for n in nights)
+    unexplained = sum(len(n["unexplained"]) + len(n.get("leakage_differing_files", [])) for n in nights)
+    stages = tuple(nights[0]["seconds"]["incremental"])
     case = f"{scale}x: {docs:,} docs, {len(arrivals)} nights of {args.new_fraction:.0%} new"
     row = {"benchmark": "scheduled", "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None,
            "limit": None, "fraction_of_limit": None}  # fmt: skip
     at_goal = scale >= GOAL_SCALE
     inc, full, startup = round(inc, 2), round(full, 2), round(startup, 2)
+
+    def part(stage: str, arm: str) -> float:
+        return round(sum(n["seconds"][arm][stage] for n in arrivals), 2)
+
     rows = [
-        {**row, "case": f"{case}: data stages (ingest, dedup, split), incremental", "unit": "s", "ours": inc,
+        {**row, "case": f"{case}: data stages ({', '.join(stages)}), incremental", "unit": "s", "ours": inc,
          "best_peer": "from-scratch run (same run)", "best_peer_value": full, "ratio_vs_best_peer": inc / full,
          "goal": f"<= {GOAL_FRACTION:.2f}x from scratch at {GOAL_SCALE}x" if at_goal else None,
          "meets_goal": inc / full <= GOAL_FRACTION if at_goal else None},
+        *[{**row, "case": f"{case}: {stage} alone, incremental", "unit": "s", "ours": part(stage, "incremental"),
+           "best_peer": "from-scratch run (same run)", "best_peer_value": part(stage, "from_scratch"),
+           "ratio_vs_best_peer": part(stage, "incremental") / part(stage, "from_scratch"), "goal": None,
+           "meets_goal": None} for stage in stages if stage == "leakage"],
         {**row, "case": f"{case}: stage start-up (imports, params, MLflow); limit = the incremental time above",
          "unit": "s", "ours": startup, "limit": inc, "fraction_of_limit": startup / inc, "goal": None,
          "meets_goal": None},
@@ -314,12 +341,13 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
     ]  # fmt: skip
     return {"rows": rows, "scale": scale, "docs": docs, "nights": nights, "startup_seconds": startup,
             "incremental_seconds": inc, "from_scratch_seconds": full, "new_fraction": args.new_fraction,
-            "stages": list(STAGES), "not_run": "leakage, tokenizer, tokenize (not measured by this benchmark)",
+            "stages": list(stages), "not_run": ", ".join(s for s in ("leakage", "tokenizer", "tokenize")
+                                                         if s not in stages) + " (not measured by this benchmark)",
             "machine_note": f"2 shared cores, other agents' jobs running; load average at the end "
                             f"{[round(x, 2) for x in os.getloadavg()]} (per night in nights[].load_average); "
                             "wall time from spawn to exit of each stage process",
             "command": f"benchmarks/scheduled.py --scale {scale} --nights {args.nights} "
-                       f"--new-fraction {args.new_fraction}"}  # fmt: skip
+                       f"--new-fraction {args.new_fraction}" + (" --with-leakage" if "leakage" in stages else "")}
 
 
 def main() -> None:
@@ -327,6 +355,8 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=1, help="1 = the default corpus; 16 = the issue's goal size")
     parser.add_argument("--nights", type=int, default=5)
     parser.add_argument("--new-fraction", type=float, default=0.05, help="share of the corpus arriving each night")
+    parser.add_argument("--with-leakage", action="store_true", help="run the leakage stage too (on two cores, "
+                        "minutes per from-scratch night at 1x: the semantic detector embeds the corpus)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     night_of("probe", args.nights, args.new_fraction)  # bad sizes fail before the corpus is built
@@ -335,11 +365,12 @@ def main() -> None:
     roles = {spec["name"]: spec["role"] for spec in read_yaml(REPO / "params.yaml")["ingest"]["sources"]}
     with tempfile.TemporaryDirectory(prefix="bench-scheduled-") as tmp:
         records = default_records(Path(tmp) / "corpus", args.scale)
-        nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction)
+        stages = STAGES + (("leakage",) if args.with_leakage else ())
+        nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction, stages)
     run = summarize(nights, args.scale, sum(map(len, records.values())), args)
     runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else {}
-    runs[str(args.scale)] = run  # a run at one scale keeps the others' figures (16x takes long)
-    rows = [row for scale in sorted(runs, key=int) for row in runs[scale]["rows"]]
+    runs[f"{args.scale}+leakage" if args.with_leakage else str(args.scale)] = run  # other runs' figures are kept
+    rows = [row for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n)) for row in runs[name]["rows"]]
     args.out.write_text(json.dumps({"rows": rows, "runs": runs}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(json.dumps(run["rows"], indent=2))
 

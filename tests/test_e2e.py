@@ -149,7 +149,7 @@ def test_mlflow_has_a_parent_run_with_one_child_per_stage(pipeline_run):
 
 DATA_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
 #: The data stages' ``persist`` outputs that only make the next run incremental (dvc.yaml).
-PERSISTED_CACHES = ("ingest_cache", "dedup_index", "leakage_cache", "tokenize_cache")
+PERSISTED_CACHES = ("ingest_cache", "dedup_index", "leakage_cache", "leakage_embeddings", "tokenize_cache")
 
 
 def dvc(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

@@ -208,3 +208,23 @@ def mlm_head(model: torch.nn.Module) -> torch.nn.Module:
     if all(isinstance(getattr(model, name, None), torch.nn.Module) for name in ("head", "decoder")):
         return torch.nn.Sequential(model.head, model.decoder)
     raise TypeError(f"{type(model).__name__} has no MLM head (cls, lm_head or head + decoder)")
+
+
+# ---------------------------------------------------------------- sentence embeddings (leakage's semantic detector)
+
+
+def mean_pool(hidden, mask):
+    """sentence-transformers' mean pooling of ``hidden`` (batch, seq_len, dim) over ``mask`` (batch, seq_len),
+    then L2 normalisation: (batch, dim)."""
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    summed = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(summed, p=2, dim=1)
+
+
+def quantize_int8(model):
+    """Dynamic int8 quantisation of every ``torch.nn.Linear`` (weights int8, activations quantised per batch)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)

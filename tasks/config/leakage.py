@@ -67,7 +67,10 @@ class SemanticParams(StrictModel):
         ge=1, description="eval docs with fewer words are not matched semantically (counted): a one-word tweet is "
         "close to any text that uses the word"
     )
-    batch_size: int = Field(ge=1, description="windows per forward pass (sorted by length)")
+    batch_size: int = Field(
+        ge=1, description="windows per forward pass: every batch has this many rows, as wide as its windows rounded "
+        "up to 16 tokens, so a window's vector depends on the window alone (tasks/leakage/embedding_store.py)"
+    )
     cpu_precision: Literal["auto", "bf16", "int8", "fp32"] = Field(
         description="the encoder on the CPU: bf16 autocast, dynamic int8 Linear layers or fp32; auto: bf16 where "
         "the CPU multiplies bf16 in hardware (AVX512-BF16/AMX), else fp32 (on CUDA always bf16 autocast)"

@@ -113,7 +113,8 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     if cfg.semantic.enabled:
         from tasks.leakage import semantic_audit  # torch and the encoder only when the detector runs
 
-        result = semantic_audit.audit(cfg, eval_frame, evals.tokens, train_frame, set(lexical_removed), plants, log)
+        result = semantic_audit.audit(cfg, eval_frame, evals.tokens, train_frame, set(lexical_removed), plants, log,
+                                      store=paths.stage_data("leakage_embeddings"))
         table = pd.concat([table, pd.DataFrame.from_records(result.rows, columns=TABLE_COLUMNS)], ignore_index=True)
         table = table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
         for m, hit in zip(found, result.found):

@@ -22,8 +22,8 @@ characters (Cf) removed, NFKC, non-ASCII look-alike letters folded to their UTS 
 cut into windows of ``window_tokens`` tokens ([CLS] + ``window_tokens - 2`` wordpieces + [SEP]) every
 ``stride_tokens`` wordpieces, the last one ending at the text's end, so a paraphrased paragraph inside a long
 pretraining document meets a window of about its own size, and a long eval doc is matched window by window.
-Each distinct window is embedded once per run (a cache keyed by its token ids: a text that recurs, an eval doc
-and its verbatim copy, costs nothing more), in batches sorted by length.
+Each distinct window is embedded once per run (a text that recurs, an eval doc and its verbatim copy, costs
+nothing more) and kept for later runs (``tasks/leakage/embedding_store.py``), at fixed batch shapes.
 
 **Scores and decisions.** The score of a (pretraining doc, eval doc) pair is the highest cosine between a
 window of each. An eval doc with fewer than ``min_words`` words (``textnorm.words`` after the fold), or none,
@@ -63,6 +63,7 @@ from tqdm import tqdm
 from tasks.common import confusables
 from tasks.common.textnorm import remove_format_characters
 from tasks.config.leakage import SemanticParams
+from tasks.leakage import embedding_store
 
 #: How the detector names itself in the leakage table and the metrics.
 METHOD = "semantic"
@@ -119,10 +120,10 @@ class Encoder:
     """The sentence encoder on its device, with a cache of embedded windows (see the module docstring)."""
 
     def __init__(self, cfg: SemanticParams, hardware) -> None:
-        import torch
         from transformers import AutoModel, AutoTokenizer
 
         from tasks.common import device as dev
+        from tasks.common import encoders
 
         self.cfg = cfg
         self.folder = Path(cfg.encoder) if cfg.encoder else _reference_dir()
@@ -136,12 +137,14 @@ class Encoder:
             cfg.cpu_precision if cfg.cpu_precision != "auto" else ("bf16" if dev.native_cpu_bf16() else "fp32"))
         self.quantized = self.precision == "int8"
         if self.quantized:
-            model = quantize_int8(model)
+            model = encoders.quantize_int8(model)
         self.model = dev.place(model, self.device) if not self.quantized else model
         self.cls, self.sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         self.pad = self.tokenizer.pad_token_id or 0
-        self.cache: dict[bytes, np.ndarray] = {}
+        self.cache: dict[bytes, np.ndarray] = {}  # every window of this run, by embedding_store.key_of
+        self.stored: dict[bytes, np.ndarray] = {}  # the kept vectors of earlier runs (embedding_store.load)
         self.stats = {"windows_embedded": 0, "tokens_embedded": 0, "windows_from_cache": 0, "embed_seconds": 0.0}
+        self.store_stats = {"windows_stored": 0, "windows_computed": 0}
 
     def describe(self) -> dict:
         from tasks.common import device as dev
@@ -186,58 +189,52 @@ class Encoder:
         return Windows(vectors, np.asarray(doc, dtype=np.int64), bounds_array, norm, offsets)
 
     def embed(self, pieces: list[np.ndarray]) -> np.ndarray:
-        """Unit vectors of [CLS] + piece + [SEP] for every piece; distinct pieces are embedded once (cache)."""
+        """Unit vectors ``(len(pieces), dim)`` float32 of [CLS] + piece + [SEP] for each of ``pieces`` (wordpiece
+        ids, no specials). A distinct piece is embedded once per run, and not at all when ``self.stored`` (the
+        kept vectors, ``tasks/leakage/embedding_store.py``) has it; its vector is the same bits either way."""
+        keys = [embedding_store.key_of(p) for p in pieces]
+        new = {k: p for k, p in zip(keys, pieces) if k not in self.cache}
+        self.stats["windows_from_cache"] += len(keys) - len(new)
+        self.stats["windows_embedded"] += len(new)
+        self.stats["tokens_embedded"] += sum(len(p) + 2 for p in new.values())
+        stored = [k for k in new if k in self.stored]
+        self.cache.update((k, self.stored[k]) for k in stored)
+        self.store_stats["windows_stored"] += len(stored)
+        self.compute({k: p for k, p in new.items() if k not in self.stored})
+        dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
+        return np.stack([self.cache[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, dim), np.float32)
+
+    def compute(self, todo: dict[bytes, np.ndarray]) -> None:
+        """Embed ``todo`` (``{key: piece}``) into ``self.cache`` at fixed batch shapes: ``batch_size`` rows (the
+        last batch of a width filled with [CLS][SEP] rows) of ``embedding_store.batch_width`` tokens, so that no
+        vector depends on the other rows of its batch (a padded or reshaped GEMM can round differently)."""
         import torch
 
         from tasks.common import device as dev
+        from tasks.common import encoders
 
-        keys = [p.astype(np.int32).tobytes() for p in pieces]
-        todo = sorted({k: len(p) for k, p in zip(keys, pieces) if k not in self.cache}.items(), key=lambda x: x[1])
-        self.stats["windows_from_cache"] += len(keys) - len(todo)
-        start = time.perf_counter()
-        size = self.cfg.batch_size
+        start, size = time.perf_counter(), self.cfg.batch_size
+        by_width: dict[int, list[bytes]] = {}
+        for k in sorted(todo):
+            by_width.setdefault(embedding_store.batch_width(len(todo[k]), self.cfg.window_tokens), []).append(k)
+        batches = [(w, keys[b : b + size]) for w, keys in sorted(by_width.items()) for b in range(0, len(keys), size)]
         with torch.inference_mode():
-            for b in tqdm(range(0, len(todo), size), desc="leakage semantic: embed", unit="batch", mininterval=10,
-                          disable=len(todo) <= size):
-                batch = [np.frombuffer(k, dtype=np.int32) for k, _ in todo[b : b + size]]
-                width = max(len(x) for x in batch) + 2
-                ids = np.full((len(batch), width), self.pad, dtype=np.int64)
-                mask = np.zeros((len(batch), width), dtype=np.int64)
-                for r, x in enumerate(batch):
-                    ids[r, : len(x) + 2] = np.concatenate([[self.cls], x, [self.sep]])
-                    mask[r, : len(x) + 2] = 1
+            for width, batch in tqdm(batches, desc="leakage semantic: embed", unit="batch", mininterval=10,
+                                     disable=len(batches) <= 1):
+                ids = np.full((size, width), self.pad, dtype=np.int64)
+                mask = np.zeros((size, width), dtype=np.int64)
+                ids[:, :2], mask[:, :2] = (self.cls, self.sep), 1
+                for r, k in enumerate(batch):
+                    ids[r, : len(todo[k]) + 2] = np.concatenate([[self.cls], todo[k], [self.sep]])
+                    mask[r, 2 : len(todo[k]) + 2] = 1
                 inputs = dev.place({"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)},
                                    self.device if not self.quantized else torch.device("cpu"))
                 with dev.autocast(self.device, bf16=self.precision == "bf16", cpu=True):
                     hidden = self.model(**inputs).last_hidden_state
-                pooled = mean_pool(hidden.float(), inputs["attention_mask"])
-                for (k, _), vector in zip(todo[b : b + size], pooled.cpu().numpy()):
-                    self.cache[k] = vector
-                self.stats["windows_embedded"] += len(batch)
-                self.stats["tokens_embedded"] += int(mask.sum())
+                pooled = encoders.mean_pool(hidden.float(), inputs["attention_mask"]).cpu().numpy()
+                self.cache.update(zip(batch, pooled[: len(batch)]))
+        self.store_stats["windows_computed"] += len(todo)
         self.stats["embed_seconds"] += time.perf_counter() - start
-        dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
-        return np.stack([self.cache[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, dim), np.float32)
-
-
-def mean_pool(hidden, mask):
-    """sentence-transformers' mean pooling over the attention mask, then L2 normalisation."""
-    import torch
-
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
-    summed = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(summed, p=2, dim=1)
-
-
-def quantize_int8(model):
-    """Dynamic int8 quantisation of every ``torch.nn.Linear`` (weights int8, activations quantised per batch)."""
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 def _reference_dir() -> Path:

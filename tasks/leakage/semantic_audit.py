@@ -14,12 +14,13 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import semantic
+from tasks.leakage import embedding_store, semantic
 from tasks.leakage.planted import Plant, clopper_pearson
 from tasks.leakage.semantic import METHOD, Encoder, Windows
 
@@ -41,11 +42,14 @@ class SemanticResult:
 
 
 def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[str]], train_frame: pd.DataFrame,
-          removed: set[str], plants: list[Plant], log, encoder: Encoder | None = None) -> SemanticResult:
-    """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``."""
+          removed: set[str], plants: list[Plant], log, encoder: Encoder | None = None,
+          store: Path | None = None) -> SemanticResult:
+    """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``.
+    ``store``: the folder of the kept window vectors (``embedding_store``), read first and written back."""
     scfg = cfg.semantic
     clock = {"start": time.perf_counter()}
     enc = encoder or Encoder(scfg, cfg.hardware)
+    kept = open_store(enc, store, cfg.incremental, log) if store is not None else None
     n_words = np.array([len(w) for w in eval_words])
     attempted = n_words >= scfg.min_words
     texts = [str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)]
@@ -136,7 +140,27 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
                  "semantic_seconds_corpus": clock["corpus"] - clock["threshold"],
                  "semantic_seconds_total": end - clock["start"], "semantic_embed_seconds": enc.stats["embed_seconds"]})
     metrics["planted_docs_scored"] = int(sampled.sum())
+    if kept is not None:
+        close_store(enc, store, kept, cfg.incremental, log)
     return SemanticResult(rows, found, scored, metrics, review)
+
+
+def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
+    """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
+    key = embedding_store.fingerprint(enc)
+    enc.stored, reason = embedding_store.load(folder, key, incremental)
+    mode = "stored" if enc.stored else "none"
+    log.info(f"leakage semantic: {len(enc.stored)} window vectors kept from the last run ({reason})")
+    log.tags({"leakage.semantic_store": mode, "leakage.semantic_store_reason": reason})
+    return key
+
+
+def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -> None:
+    """Write this run's window vectors back (none when ``incremental`` is false) and log the store's share."""
+    embedding_store.save(folder, enc.cache if incremental else {}, key)
+    log.info(f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
+             f"{enc.store_stats['windows_computed']} embedded")
+    log.metrics({"semantic_store": dict(enc.store_stats)})
 
 
 def planted_sample(eval_ids: list[str], cfg: LeakageParams) -> list[int]:

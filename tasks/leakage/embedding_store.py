@@ -1,0 +1,100 @@
+"""The semantic detector's window vectors kept across runs, so a scheduled run embeds only the windows it has
+not seen: on the default corpus the embedding is minutes of the leakage stage on two cores, and a night that
+adds 5% of the documents needs about 5% of the windows.
+
+The store, ``<data>/leakage_embeddings/windows.parquet`` (a DVC output with ``persist: true``), holds one row
+per distinct window the last run used: ``key`` (16 bytes: the md5 of the window's wordpiece ids as int32,
+specials excluded) and ``vector`` (the unit vector, float32), sorted by key, with the fingerprint below in its
+metadata. A vector depends on its window alone: ``Encoder.embed`` runs every batch at a fixed shape
+(``batch_size`` rows, filler rows added; the width is ``batch_width`` of the window's own length), so a
+window gets the same bits in whichever batch it lands (tests/test_leakage_embedding_store.py checks this on
+the packaged encoder). That is why a run that takes vectors from the store gives outputs and metrics equal
+to a from-scratch run's byte for byte.
+
+Rule. **Every window embedded** when ``leakage.incremental`` is false (the store is then written empty), when
+there is no store, or when its fingerprint differs: the encoder's files (sha256 over the folder), the
+precision, the device and its name, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``) and
+thread count, the torch and transformers versions, ``window_tokens`` and ``batch_size`` (both fix the batch
+shape, hence the bits) and the code (this module, ``semantic.py`` and ``tasks/common/encoders.py``).
+**From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the windows this run used are written
+back, so the windows of a removed document leave the store. Which path ran and how many windows were read
+or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and ``leakage.semantic_store_reason``;
+metrics ``semantic_store/windows_stored``, ``semantic_store/windows_computed``), never to
+``metrics/leakage.json``, whose ``windows_embedded`` counts the distinct windows a run needed either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.common.imports import code_sha256
+from tasks.common.stamped import read_stamped, stamp, swapped_in
+
+STORE = "windows.parquet"
+WIDTH_STEP = 16  # batch widths are multiples of 16 tokens: at most 15 pad tokens per window, and few shapes
+
+
+def key_of(piece: np.ndarray) -> bytes:
+    """The store key of a window: md5 of its wordpiece ids (no specials) as int32 bytes (16 bytes)."""
+    return hashlib.md5(np.ascontiguousarray(piece, dtype=np.int32).tobytes()).digest()
+
+
+def batch_width(n_tokens: int, window_tokens: int) -> int:
+    """Token width of the batch a window of ``n_tokens`` wordpieces is embedded in: ``n_tokens + 2`` (its [CLS]
+    and [SEP]) rounded up to a multiple of ``WIDTH_STEP``, at most ``max(window_tokens, n_tokens + 2)``."""
+    need = n_tokens + 2
+    return max(need, min(-(-need // WIDTH_STEP) * WIDTH_STEP, window_tokens))
+
+
+def fingerprint(encoder) -> dict[str, str]:
+    """What a stored vector depends on (see the module docstring); ``encoder`` is a ``semantic.Encoder``."""
+    import torch
+    import transformers
+
+    from tasks.common import encoders
+    from tasks.leakage import semantic
+
+    files = {p for p in Path(encoder.folder).rglob("*") if p.is_file()}
+    return {
+        "encoder": code_sha256(files, root=Path(encoder.folder)),
+        "precision": encoder.precision,
+        "device": json_line(encoder.describe()),
+        "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
+        "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+        "shape": f"window_tokens {encoder.cfg.window_tokens}, batch_size {encoder.cfg.batch_size}",
+        "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(encoders.__file__)}),
+    }
+
+
+def json_line(d: dict) -> str:
+    return ", ".join(f"{k}={d[k]}" for k in sorted(d))
+
+
+def load(folder: Path, expected: dict, incremental: bool) -> tuple[dict[bytes, np.ndarray], str]:
+    """``({key: vector}, "store found")``, or ``({}, why every window is embedded)``."""
+    if not incremental:
+        return {}, "leakage.incremental: false"
+    table, reason, _ = read_stamped(folder / STORE, expected)
+    if table is None:
+        return {}, reason
+    keys = table.column("key").to_pylist()
+    vectors = table.column("vector").combine_chunks()
+    dim = vectors.type.list_size if len(keys) else 0
+    flat = vectors.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(keys), dim)
+    return dict(zip(keys, flat)), "store found"
+
+
+def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict) -> None:
+    """Write ``vectors`` (sorted by key) as the store, swapped in by rename."""
+    keys = sorted(vectors)
+    dim = len(vectors[keys[0]]) if keys else 0
+    flat = np.stack([vectors[k] for k in keys]).astype(np.float32).ravel() if keys else np.zeros(0, np.float32)
+    table = pa.table({"key": pa.array(keys, pa.binary(16)),
+                      "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), max(dim, 1))})
+    with swapped_in(folder) as tmp:
+        pq.write_table(stamp(table, key), tmp / STORE, compression="zstd")

@@ -1,0 +1,117 @@
+"""The semantic detector's kept window vectors (issue 35: leakage does work in proportion to what is new):
+fixed batch shapes give a window the same bits in any batch, a later run embeds only the windows the store
+lacks and gets the vectors a from-scratch run computes, the fingerprint decides when the store is ignored,
+and the leakage stage's outputs and metrics equal a from-scratch run's byte for byte.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_incremental_leakage import PARAGRAPH, filler, night, outputs, run
+from test_leakage import params
+from test_leakage_semantic import semantic_params, tiny_encoder  # noqa: F401 (a fixture)
+
+from tasks.leakage import embedding_store, semantic, semantic_audit
+from tasks.tracking import NullLog
+
+OLD = ["the reservoir fell to its lowest level since records began in the dry summer",
+       filler(150, 21), "a short one"]  # fmt: skip
+NEW = ["the council voted to close the library on sundays after the budget cut", filler(90, 22)]
+
+
+def encoder(folder, **changes) -> semantic.Encoder:
+    cfg = params(semantic=semantic_params(folder, **changes))
+    return semantic.Encoder(cfg.semantic, cfg.hardware)
+
+
+def test_batch_width_rounds_a_window_up_to_16_tokens_within_the_window():
+    assert [embedding_store.batch_width(n, 128) for n in (1, 14, 15, 30, 110, 126)] == [16, 16, 32, 32, 112, 128]
+    assert embedding_store.batch_width(127, 130) == 130  # never past window_tokens (129 -> 144 -> 130) ...
+    assert embedding_store.batch_width(40, 20) == 42  # ... nor under the window's own [CLS] + 40 + [SEP]
+
+
+SENTENCES = ["the reservoir fell to its lowest level since records began", "rain at last",
+             "the council voted to close the library on sundays after the budget cut was announced on monday",
+             "shares rose", "the match was abandoned after an hour because of the floodlights failing twice",
+             "new phone who dis", "a quiet night in the city centre", "the minister denied every charge"]
+
+
+@pytest.mark.slow
+def test_a_window_gets_the_same_bits_alone_and_among_others():
+    """On the packaged MiniLM: short windows embedded one at a time, then together beside a full 128-token
+    window, equal bit for bit. A batch as wide as its longest window, or as tall as its count, does not: on this
+    project's CPU 7 of 8 of these vectors then differ in the last bits (padded to 128 instead of 16 wide)."""
+    enc = semantic.Encoder(params().semantic.model_copy(update={"batch_size": 4, "cpu_precision": "fp32"}),
+                           params().hardware)
+    shorts = enc.tokenize(SENTENCES)[0]
+    full = enc.tokenize([filler(200, 23)])[0][0][:126]
+    alone = []
+    for piece in shorts:
+        alone.append(enc.embed([piece])[0])
+        enc.cache.clear()
+    mixed = enc.embed([full, *shorts])[1:]
+    assert all(np.array_equal(m, a) for m, a in zip(mixed, alone, strict=True))
+
+
+def test_a_later_run_embeds_only_the_windows_the_store_lacks(tiny_encoder, tmp_path):  # noqa: F811
+    first = encoder(tiny_encoder)
+    old_windows = first.windows(OLD)
+    key = embedding_store.fingerprint(first)
+    embedding_store.save(tmp_path, first.cache, key)
+
+    later = encoder(tiny_encoder)
+    later.stored, reason = embedding_store.load(tmp_path, embedding_store.fingerprint(later), incremental=True)
+    assert reason == "store found" and len(later.stored) == len(old_windows.doc)
+    both = later.windows(OLD + NEW)
+    scratch = encoder(tiny_encoder).windows(OLD + NEW)
+    assert np.array_equal(both.vectors, scratch.vectors)  # bit for bit
+    new_windows = int(np.isin(scratch.doc, [3, 4]).sum())
+    assert later.store_stats == {"windows_stored": len(old_windows.doc), "windows_computed": new_windows}
+    assert later.stats["windows_embedded"] == len(scratch.doc)  # what the metrics say: the same either way
+
+
+def test_the_store_is_ignored_when_its_fingerprint_changes_or_it_is_damaged(tiny_encoder, tmp_path):  # noqa: F811
+    enc = encoder(tiny_encoder)
+    enc.windows(OLD)
+    embedding_store.save(tmp_path, enc.cache, embedding_store.fingerprint(enc))
+    for changes, what in (({"batch_size": 8}, "shape"), ({"window_tokens": 18}, "shape")):
+        other = encoder(tiny_encoder, **changes)
+        stored, reason = embedding_store.load(tmp_path, embedding_store.fingerprint(other), incremental=True)
+        assert stored == {} and reason == f"the cache fingerprint changed ({what})"
+    same = embedding_store.fingerprint(encoder(tiny_encoder, min_words=9))  # changes no vector
+    assert len(embedding_store.load(tmp_path, same, incremental=True)[0]) == len(enc.cache)
+    assert embedding_store.load(tmp_path, same, incremental=False) == ({}, "leakage.incremental: false")
+    (tmp_path / embedding_store.STORE).write_bytes(b"not parquet")
+    stored, reason = embedding_store.load(tmp_path, same, incremental=True)
+    assert stored == {} and reason.startswith("the cache ") and "cannot be used" in reason
+
+
+def test_the_store_keeps_only_the_windows_of_the_last_run(tiny_encoder, tmp_path):  # noqa: F811
+    cfg = params(semantic=semantic_params(tiny_encoder))
+    enc = encoder(tiny_encoder)
+    key = semantic_audit.open_store(enc, tmp_path, True, NullLog())
+    enc.windows(OLD)
+    semantic_audit.close_store(enc, tmp_path, key, cfg.incremental, NullLog())
+    again = encoder(tiny_encoder)
+    key = semantic_audit.open_store(again, tmp_path, True, NullLog())
+    again.windows(OLD[:1])  # the other two docs were removed
+    semantic_audit.close_store(again, tmp_path, key, True, NullLog())
+    kept, _ = embedding_store.load(tmp_path, key, incremental=True)
+    assert set(kept) == set(again.cache) and len(kept) == 1
+    semantic_audit.close_store(again, tmp_path, key, False, NullLog())  # incremental false: written empty
+    assert embedding_store.load(tmp_path, key, incremental=True)[0] == {}
+
+
+def test_leakage_with_the_store_equals_a_from_scratch_run(tiny_encoder, tmp_path):  # noqa: F811
+    semantic_on = {"semantic": semantic_params(tiny_encoder, planted_docs=2)}
+    _, logged = run(tmp_path / "inc", night(), **semantic_on)
+    assert logged["leakage.semantic_store"] == "none" and logged["semantic_store"]["windows_stored"] == 0
+    frames = night([("new-copy", "train", PARAGRAPH + " " + filler(20, 5)), ("new-clean", "heldout", filler(100, 6))])
+    metrics, logged = run(tmp_path / "inc", frames, **semantic_on)
+    assert logged["leakage.semantic_store"] == "stored"
+    stored, computed = logged["semantic_store"]["windows_stored"], logged["semantic_store"]["windows_computed"]
+    assert stored > 0 and computed > 0  # the new docs' windows (and the plants' new filler) alone were embedded
+    scratch_metrics, scratch_logged = run(tmp_path / "full", frames, incremental=False, **semantic_on)
+    assert scratch_logged["semantic_store"] == {"windows_stored": 0, "windows_computed": stored + computed}
+    assert outputs(tmp_path / "inc", metrics) == outputs(tmp_path / "full", scratch_metrics)
