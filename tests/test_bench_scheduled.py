@@ -3,6 +3,7 @@ from the counted bridges" and "no document moved" (the benchmark itself runs the
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import sys
@@ -122,6 +123,24 @@ def test_a_differing_output_or_split_fails(scheduled, tmp_path):
     assert got == ["data/split/docs.parquet"]
 
 
+def test_leakage_is_compared_only_where_its_input_split_is_the_same(scheduled, tmp_path):
+    stages = ("ingest", "dedup", "split", "leakage")
+    for arm in ("inc", "scratch"):
+        write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+        (tmp_path / arm / "data/leakage").mkdir()
+        (tmp_path / arm / "data/leakage/table.parquet").write_bytes(b"pairs")
+        (tmp_path / arm / "metrics/leakage.json").write_text("{}")
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert (got["leakage_compared"], got["leakage_differing_files"]) == (True, [])
+    (tmp_path / "inc/metrics/leakage.json").write_text('{"x": 1}')
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert got["leakage_differing_files"] == ["metrics/leakage.json"]
+    write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 1})
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert (got["leakage_compared"], got["leakage_differing_files"], got["unexplained"]) == (False, [], [])
+    assert "leakage_compared" not in scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
+
+
 def test_a_doc_that_moved_since_the_previous_night_is_found_in_the_manifests(scheduled, tmp_path):
     for arm in ("inc", "scratch"):
         write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
@@ -129,3 +148,25 @@ def test_a_doc_that_moved_since_the_previous_night_is_found_in_the_manifests(sch
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", previous)
     assert (got["moved_by_manifests"], got["moved_since_previous"]) == (1, 0)
     assert scheduled.moved_docs(previous, MANIFEST) == ["b"]
+
+
+def test_summary_rows_sum_the_arrival_nights_and_count_leakage_differences(scheduled):
+    def night(k, inc, full, leak_diff=()):
+        return {"night": k, "seconds": {"incremental": inc, "from_scratch": full,
+                                        "startup": {s: 1.0 for s in inc}},
+                "moved_since_previous": 0, "moved_by_manifests": 0, "unexplained": [],
+                "leakage_differing_files": list(leak_diff)}  # fmt: skip
+
+    nights = [night(0, {"split": 9.0, "leakage": 90.0}, {"split": 9.0, "leakage": 90.0}),  # a first run: not summed
+              night(1, {"split": 2.0, "leakage": 10.0}, {"split": 4.0, "leakage": 80.0}),
+              night(2, {"split": 3.0, "leakage": 12.0}, {"split": 5.0, "leakage": 84.0}, ["metrics/leakage.json"])]
+    args = argparse.Namespace(nights=3, new_fraction=0.05)
+    run = scheduled.summarize(nights, 1, 100, args)
+    total, leakage, startup, moved = run["rows"]
+    assert (total["ours"], total["best_peer_value"]) == (27.0, 173.0)  # 2+10+3+12 vs 4+80+5+84
+    assert "(split, leakage)" in total["case"] and total["meets_goal"] is None  # 1x: no goal
+    assert (leakage["ours"], leakage["best_peer_value"]) == (22.0, 164.0)
+    assert (startup["ours"], startup["limit"]) == (4.0, 27.0)
+    assert (moved["ours"], moved["meets_goal"]) == (1, False)  # the differing leakage file
+    assert run["not_run"] == "tokenizer, tokenize (not measured by this benchmark)"
+    assert run["command"].endswith("--with-leakage")

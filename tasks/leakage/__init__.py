@@ -25,8 +25,9 @@ default: sliced in the report as not semantically clean) or removed. Two passes 
 
 Incremental (``leakage.incremental``, ``tasks.leakage.incremental``: the rule): each training text's lexical
 and residual results are kept per text md5 in ``<data>/leakage_cache`` (kept across runs), so a run scans only
-new training texts unless the eval sets, the detector params or the code changed; the outputs equal a
-from-scratch run's byte for byte.
+new training texts unless the eval sets, the detector params or the code changed; the semantic detector's window
+vectors are kept in ``<data>/leakage_embeddings`` (``tasks.leakage.embedding_store``), so it embeds only windows
+it has not seen; the outputs equal a from-scratch run's byte for byte.
 
 Across runs (``tasks.leakage.lineage``): when pretraining continues a model folder (``pretrain.init_from``), the
 eval docs are also checked, with the same lexical detectors, against the text that model and its ancestors

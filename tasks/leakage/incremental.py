@@ -31,12 +31,10 @@ does not depend on the other training docs. The results are then mapped back ont
 doc id, role and source come from this run's rows), and the rest of the stage runs over the whole corpus as in
 a from-scratch run: the leakage table, the actions, the lineage audit, the residual metrics.
 
-Not cached, and why: the planted-copy recall measurement and the semantic detector run every time. The planted
-copies take their filler from the pretraining docs the audit matched to nothing, so their input changes with
-every batch of new docs; they cost time in the number of eval docs, not of training docs. The semantic
-detector's threshold is calibrated on the task train docs and it embeds every kept pretraining doc: that
-embedding is the part of the stage still proportional to the corpus (an embedding cache per text would be
-the next step).
+Not cached, and why: the planted-copy recall measurement runs every time. The planted copies take their filler
+from the pretraining docs the audit matched to nothing, so their input changes with every batch of new docs;
+they cost time in the number of eval docs, not of training docs. The semantic detector keeps its own store of
+window vectors (``tasks/leakage/embedding_store.py``); its threshold and search run every time (seconds).
 
 Which path ran, why, and how many texts were audited are logged and sent to MLflow (tags ``leakage.mode``,
 ``leakage.reason``; metric ``incremental/texts_audited``), not written to ``metrics/leakage.json``, which must
