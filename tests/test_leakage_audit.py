@@ -4,6 +4,7 @@ fixture, with the default audit (supported) and a deliberately broken one (contr
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -17,6 +18,7 @@ from tasks.common.provenance import Lock
 from tasks.common.textnorm import words
 from tasks.config.leakage import PlantedParams
 from tasks.leakage import planted, synonyms
+from tasks.leakage.filler import FillerRing
 from tasks.report.claims import Metrics, load_claims
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import StatsConfig
@@ -24,6 +26,11 @@ from tasks.report.statistics import StatsConfig
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
 CLAIMS = {c.id: c for c in load_claims("reports/claims.yaml").claims}
 
+
+
+def filler_stream(texts: list[str]):
+    """The whitespace tokens of ``texts`` end to end, repeated forever: the filler a builder reads."""
+    return itertools.cycle(token for text in texts for token in text.split())
 
 def planted_params(**changes) -> PlantedParams:
     return params().planted.model_copy(update=changes)
@@ -48,19 +55,19 @@ def test_verbatim_rewrapped_unicode_and_homoglyphs():
 
 def test_in_filler_and_fragment_put_the_middle_of_the_doc_inside_filler():
     tokens = [f"w{k}" for k in range(10)]
-    filler = planted.filler_stream(["f1 f2 f3", "f4 f5"])
+    filler = filler_stream(["f1 f2 f3", "f4 f5"])
     text, span = planted.in_filler(tokens, filler, 4, 2)
     assert text == "f1 f2\n\nw3 w4 w5 w6\n\nf3 f4"  # start = (10 - 4) // 2 = 3
     assert text[span[0] : span[1]] == "w3 w4 w5 w6"
     assert next(filler) == "f5"  # the stream goes on where this doc stopped
-    text, span = planted.fragment(tokens, planted.filler_stream(["x1 x2 x3 x4"]), 3, 2)
+    text, span = planted.fragment(tokens, filler_stream(["x1 x2 x3 x4"]), 3, 2)
     assert text == 'x1 x2 "w3 w4 w5" x3 x4' and text[span[0] : span[1]] == "w3 w4 w5"
-    assert planted.fragment(["one", "two"], planted.filler_stream(["x"]), 30, 1)[0] == 'x "one two" x'
+    assert planted.fragment(["one", "two"], filler_stream(["x"]), 30, 1)[0] == 'x "one two" x'
 
 
 def test_replaced_swaps_every_nth_token_for_a_different_filler_word():
     tokens = "w1 w2 w3 w4 w5 w6 w7".split()
-    filler = planted.filler_stream(["W3 -- x1 x2"])  # "W3" is the same word as "w3", "--" holds no word
+    filler = filler_stream(["W3 -- x1 x2"])  # "W3" is the same word as "w3", "--" holds no word
     assert planted.replaced(tokens, filler, 3) == ("w1 w2 x1 w4 w5 x2 w7", 2)
 
 
@@ -84,6 +91,36 @@ def test_shuffled_changes_the_sentence_order_never_the_sentences():
     assert sorted(map(tuple, planted.sentences(out.split()))) == sorted(map(tuple, planted.sentences(tokens)))
     assert planted.shuffled(tokens, "seed:doc") == out  # seeded per doc
     assert planted.shuffled("no end mark here".split(), "s") == "no end mark here"  # one sentence: unchanged
+
+
+def test_filler_comes_from_the_doc_after_the_plant_on_the_ring():
+    import hashlib
+
+    ring = FillerRing(["a1 a2 a3", "b1 b2", "   "], ["a", "b", "blank"], seed=7)
+    assert len(ring.tokens) == 2  # the blank doc holds no token: left out
+    point = {d: hashlib.sha256(f"7:filler:{d}".encode()).hexdigest() for d in ("a", "b")}
+    docs = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2"]}
+    for salt in ("x", "y", "z", "w"):
+        h = hashlib.sha256(salt.encode()).hexdigest()
+        after = sorted((p, d) for d, p in point.items() if p >= h)
+        first = after[0][1] if after else min((p, d) for d, p in point.items())[1]  # past the last: wrap round
+        other = "b" if first == "a" else "a"
+        offset = int(h, 16) % len(docs[first])
+        want = docs[first][offset:] + docs[other] + docs[first][:offset]
+        assert list(itertools.islice(ring.stream(salt), 10)) == (want * 2)[:10]
+    assert not FillerRing([" "], ["e"], 7) and list(FillerRing([], [], 7).stream("x")) == []
+
+
+def test_new_filler_docs_change_few_plants():
+    """5% more filler docs give other filler to about 5% of the plants (consistent hashing); reading from one
+    stream of all filler, at a position taken modulo its length, gave nearly every plant another text."""
+    texts = [" ".join(f"w{d}_{k}" for k in range(40)) for d in range(400)]
+    ids = [f"doc{d}" for d in range(400)]
+    before, after = FillerRing(texts[:380], ids[:380], 1), FillerRing(texts, ids, 1)
+    salts = [f"1:eval{k}:in_filler" for k in range(1000)]
+    changed = sum(list(itertools.islice(before.stream(s), 30)) != list(itertools.islice(after.stream(s), 30))
+                  for s in salts)  # fmt: skip
+    assert 20 <= changed <= 120  # 20 new docs of 400: about 50 plants, binomial spread (and 30 tokens can run on)
 
 
 def test_every_eval_doc_is_planted_once_per_variant_in_ladder_order():

@@ -29,8 +29,9 @@ and the detectors' minimum lengths then show as misses). Variants, on the eval d
 A variant that leaves a doc's text as it was (one sentence to shuffle, no content word with a synonym, a doc
 shorter than the fragment) still counts as planted; ``unchanged`` counts those, and ``words_changed_share``
 is the mean share of the eval doc's tokens a variant changed. Filler is the text of pretraining docs the
-audit did not match, in the hash rank of ``f"{seed}:filler:{doc_id}"``, end to end; each plant reads it from
-a position of its own (``filler_from``), so every plant is a function of its eval doc, variant and seed.
+audit did not match; each plant reads it from a point of its own on a consistent-hashing ring
+(``tasks/leakage/filler.py``), so a plant depends on its eval doc, variant and seed and on a few filler docs,
+and most plants keep their text when new docs join the pool.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from tasks.common import minhash
 from tasks.common.textnorm import words
 from tasks.config.leakage import LeakageParams, PlantedParams
 from tasks.leakage.detectors import Side, detect, make_side
+from tasks.leakage.filler import FillerRing
 
 SPACES = ("\u00a0", "\u2009", "\u202f", " ")  # the gap after token k is SPACES[k % 4]
 FORMATS = ("\u200b", "\u200d", "\u00ad")  # inserted inside every format_every-th token, in turn
@@ -261,21 +263,6 @@ def hash_rank(doc_ids: list[str], salt: str) -> list[int]:
     return sorted(range(len(doc_ids)), key=lambda k: hashlib.sha256(f"{salt}:{doc_ids[k]}".encode()).hexdigest())
 
 
-def filler_stream(texts: list[str]) -> Iterator[str]:
-    """The whitespace tokens of ``texts`` end to end, repeated forever (empty if ``texts`` hold none)."""
-    return itertools.cycle(token for text in texts for token in text.split())
-
-
-def filler_from(tokens: list[str], salt: str) -> Iterator[str]:
-    """``tokens`` end to end, repeated forever, from the position ``sha256(salt)`` picks: each plant draws its
-    own filler, so a plant depends on its eval doc alone (another doc, or a test doc changed, changes no dev
-    plant)."""
-    if not tokens:
-        return iter(())
-    start = int(hashlib.sha256(salt.encode()).hexdigest(), 16) % len(tokens)
-    return (tokens[(start + k) % len(tokens)] for k in itertools.count())
-
-
 def planted_rows(eval_ids: list[str], cfg: PlantedParams) -> list[int]:
     """The eval rows planted: all of them (``max_docs`` null), else the first ``max_docs`` by hash rank; in
     hash rank order."""
@@ -319,12 +306,11 @@ def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[st
     """The plants of every eval row (``planted_rows``) and variant, and the variants not planted: without
     unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids) the variants that need filler."""
     eval_ids = list(evals_frame["doc_id"])
-    ranked_filler = [filler_texts[k] for k in hash_rank(filler_ids, f"{cfg.seed}:filler")]
-    chosen = [v for v in variants(cfg) if ranked_filler or v.kind not in ("replaced", "in_filler", "fragment")]
-    filler = [token for text in ranked_filler for token in text.split()]
+    ring = FillerRing(filler_texts, filler_ids, cfg.seed)
+    chosen = [v for v in variants(cfg) if ring or v.kind not in ("replaced", "in_filler", "fragment")]
     texts = [str(t) for t in evals_frame["text"]]
     rows = planted_rows(eval_ids, cfg)
-    plants = [build_one(v, k, eval_ids[k], texts[k], filler_from(filler, f"{cfg.seed}:{eval_ids[k]}:{v.name}"), cfg,
+    plants = [build_one(v, k, eval_ids[k], texts[k], ring.stream(f"{cfg.seed}:{eval_ids[k]}:{v.name}"), cfg,
                         synonym_of) for v in chosen for k in rows]
     return plants, [v.name for v in variants(cfg) if v not in chosen]
 
