@@ -61,7 +61,7 @@ def test_a_later_run_embeds_only_the_windows_the_store_lacks(tiny_encoder, tmp_p
     embedding_store.save(tmp_path, first.cache, key)
 
     later = encoder(tiny_encoder)
-    later.stored, reason = embedding_store.load(tmp_path, embedding_store.fingerprint(later), incremental=True)
+    later.stored, reason = embedding_store.load(tmp_path, embedding_store.fingerprint(later), incremental=True, dim=32)
     assert reason == "store found" and len(later.stored) == len(old_windows.doc)
     both = later.windows(OLD + NEW)
     scratch = encoder(tiny_encoder).windows(OLD + NEW)
@@ -77,13 +77,21 @@ def test_the_store_is_ignored_when_its_fingerprint_changes_or_it_is_damaged(tiny
     embedding_store.save(tmp_path, enc.cache, embedding_store.fingerprint(enc))
     for changes, what in (({"batch_size": 8}, "shape"), ({"window_tokens": 18}, "shape")):
         other = encoder(tiny_encoder, **changes)
-        stored, reason = embedding_store.load(tmp_path, embedding_store.fingerprint(other), incremental=True)
+        stored, reason = embedding_store.load(tmp_path, embedding_store.fingerprint(other), incremental=True, dim=32)
         assert stored == {} and reason == f"the cache fingerprint changed ({what})"
     same = embedding_store.fingerprint(encoder(tiny_encoder, min_words=9))  # changes no vector
-    assert len(embedding_store.load(tmp_path, same, incremental=True)[0]) == len(enc.cache)
-    assert embedding_store.load(tmp_path, same, incremental=False) == ({}, "leakage.incremental: false")
+    assert len(embedding_store.load(tmp_path, same, incremental=True, dim=32)[0]) == len(enc.cache)
+    assert embedding_store.load(tmp_path, same, incremental=False, dim=32) == ({}, "leakage.incremental: false")
+    good = dict(enc.cache)
+    for damaged in ({**good, next(iter(good)): np.full(32, np.nan, np.float32)},  # a NaN vector
+                    {k: v[:16] / np.linalg.norm(v[:16]) for k, v in good.items()}):  # another dimension
+        embedding_store.save(tmp_path, damaged, embedding_store.fingerprint(enc))
+        stored, reason = embedding_store.load(tmp_path, same, incremental=True, dim=32)
+        assert stored == {} and reason.endswith("cannot be used (keys or vectors not as written)")
+    int8 = encoder(tiny_encoder, cpu_precision="int8")  # its vectors depend on the batch: never kept
+    assert embedding_store.load(tmp_path, embedding_store.fingerprint(int8), True, 32)[0] == {}
     (tmp_path / embedding_store.STORE).write_bytes(b"not parquet")
-    stored, reason = embedding_store.load(tmp_path, same, incremental=True)
+    stored, reason = embedding_store.load(tmp_path, same, incremental=True, dim=32)
     assert stored == {} and reason.startswith("the cache ") and "cannot be used" in reason
 
 
@@ -97,10 +105,10 @@ def test_the_store_keeps_only_the_windows_of_the_last_run(tiny_encoder, tmp_path
     key = semantic_audit.open_store(again, tmp_path, True, NullLog())
     again.windows(OLD[:1])  # the other two docs were removed
     semantic_audit.close_store(again, tmp_path, key, True, NullLog())
-    kept, _ = embedding_store.load(tmp_path, key, incremental=True)
+    kept, _ = embedding_store.load(tmp_path, key, incremental=True, dim=32)
     assert set(kept) == set(again.cache) and len(kept) == 1
     semantic_audit.close_store(again, tmp_path, key, False, NullLog())  # incremental false: written empty
-    assert embedding_store.load(tmp_path, key, incremental=True)[0] == {}
+    assert embedding_store.load(tmp_path, key, incremental=True, dim=32)[0] == {}
 
 
 def test_leakage_with_the_store_equals_a_from_scratch_run(tiny_encoder, tmp_path):  # noqa: F811
@@ -115,3 +123,8 @@ def test_leakage_with_the_store_equals_a_from_scratch_run(tiny_encoder, tmp_path
     scratch_metrics, scratch_logged = run(tmp_path / "full", frames, incremental=False, **semantic_on)
     assert scratch_logged["semantic_store"] == {"windows_stored": 0, "windows_computed": stored + computed}
     assert outputs(tmp_path / "inc", metrics) == outputs(tmp_path / "full", scratch_metrics)
+
+
+def test_the_store_folder_exists_with_the_semantic_detector_off(tmp_path):
+    run(tmp_path, night())  # the tests' params turn the detector off
+    assert (tmp_path / "data" / "leakage_embeddings").is_dir()  # dvc.yaml declares it an output

@@ -111,6 +111,7 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     review: list[dict] = []
     semantic_metrics = {"enabled": False}
     scored = None
+    paths.stage_data("leakage_embeddings").mkdir(parents=True, exist_ok=True)  # a DVC output, semantic or not
     if cfg.semantic.enabled:
         from tasks.leakage import semantic_audit  # torch and the encoder only when the detector runs
 

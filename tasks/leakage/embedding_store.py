@@ -11,11 +11,13 @@ window gets the same bits in whichever batch it lands (tests/test_leakage_embedd
 the packaged encoder). That is why a run that takes vectors from the store gives outputs and metrics equal
 to a from-scratch run's byte for byte.
 
-Rule. **Every window embedded** when ``leakage.incremental`` is false (the store is then written empty), when
-there is no store, or when its fingerprint differs: the encoder's files (sha256 over the folder), the
-precision, the device and its name, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``) and
+Rule. **Every window embedded** when ``leakage.incremental`` is false (the store is then written empty), with
+``cpu_precision: int8`` (dynamic int8 scales each batch's activations together, so a vector depends on its
+batch), when there is no store, when its rows are not distinct keys with finite unit vectors of the encoder's
+width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the
+precision, the device, its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``) and
 thread count, the torch and transformers versions, ``window_tokens`` and ``batch_size`` (both fix the batch
-shape, hence the bits) and the code (this module, ``semantic.py`` and ``tasks/common/encoders.py``).
+shape, hence the bits) and the code (this module, ``semantic.py``, ``tasks/common/{encoders,device}.py``).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the windows this run used are written
 back, so the windows of a removed document leave the store. Which path ran and how many windows were read
 or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and ``leakage.semantic_store_reason``;
@@ -56,18 +58,19 @@ def fingerprint(encoder) -> dict[str, str]:
     import torch
     import transformers
 
-    from tasks.common import encoders
+    from tasks.common import device, encoders
     from tasks.leakage import semantic
 
     files = {p for p in Path(encoder.folder).rglob("*") if p.is_file()}
     return {
         "encoder": code_sha256(files, root=Path(encoder.folder)),
         "precision": encoder.precision,
-        "device": json_line(encoder.describe()),
+        "device": json_line(device.describe(encoder.device)) + f", deterministic={encoder.deterministic}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
         "shape": f"window_tokens {encoder.cfg.window_tokens}, batch_size {encoder.cfg.batch_size}",
-        "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(encoders.__file__)}),
+        "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(encoders.__file__),
+                             Path(device.__file__)}),
     }
 
 
@@ -75,17 +78,25 @@ def json_line(d: dict) -> str:
     return ", ".join(f"{k}={d[k]}" for k in sorted(d))
 
 
-def load(folder: Path, expected: dict, incremental: bool) -> tuple[dict[bytes, np.ndarray], str]:
-    """``({key: vector}, "store found")``, or ``({}, why every window is embedded)``."""
+def load(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[dict[bytes, np.ndarray], str]:
+    """``({key: vector}, "store found")``, or ``({}, why every window is embedded)``: also when the store's rows
+    are not distinct 16-byte keys with finite unit vectors of ``dim`` floats (a damaged or edited store)."""
     if not incremental:
         return {}, "leakage.incremental: false"
+    if expected["precision"] == "int8":  # dynamic int8 scales activations per batch: a vector depends on its batch
+        return {}, "cpu_precision int8: vectors depend on their batch, none kept"
     table, reason, _ = read_stamped(folder / STORE, expected)
     if table is None:
         return {}, reason
-    keys = table.column("key").to_pylist()
-    vectors = table.column("vector").combine_chunks()
-    dim = vectors.type.list_size if len(keys) else 0
-    flat = vectors.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(keys), dim)
+    try:
+        keys = table.column("key").to_pylist()
+        flat = np.stack(table.column("vector").to_pylist()).astype(np.float32) if keys else np.zeros((0, dim))
+    except (KeyError, ValueError, TypeError) as err:
+        return {}, f"the cache {folder / STORE} cannot be used ({type(err).__name__})"
+    norms = np.linalg.norm(flat, axis=1) if len(keys) else np.ones(0)
+    if flat.shape != (len(keys), dim) or len(set(keys)) != len(keys) or any(len(k) != 16 for k in keys) \
+            or not np.all(np.abs(norms - 1) < 1e-3):
+        return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
     return dict(zip(keys, flat)), "store found"
 
 

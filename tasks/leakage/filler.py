@@ -39,7 +39,7 @@ class FillerRing:
         point = hashlib.sha256(salt.encode()).hexdigest()
         first = bisect.bisect_left(self.points, point) % len(self.tokens)
         offset = int(point, 16) % len(self.tokens[first])
-        order = self.tokens[first:] + self.tokens[:first]
-        once = itertools.chain(order[0][offset:], *order[1:], order[0][:offset])
-        return itertools.cycle(once)
+        n, doc = len(self.tokens), self.tokens[first]
+        following = itertools.chain.from_iterable(self.tokens[(first + k) % n] for k in range(1, n))
+        return itertools.cycle(itertools.chain(doc[offset:], following, doc[:offset]))  # lazy: O(1) per plant
 

@@ -129,6 +129,7 @@ class Encoder:
         self.folder = Path(cfg.encoder) if cfg.encoder else _reference_dir()
         self.device = dev.resolve(hardware.device)
         dev.configure(self.device, hardware.deterministic)
+        self.deterministic = hardware.deterministic
         self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
         model = AutoModel.from_pretrained(self.folder)
         model.eval()

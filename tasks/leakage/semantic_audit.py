@@ -148,7 +148,7 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
 def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
     key = embedding_store.fingerprint(enc)
-    enc.stored, reason = embedding_store.load(folder, key, incremental)
+    enc.stored, reason = embedding_store.load(folder, key, incremental, enc.model.config.hidden_size)
     mode = "stored" if enc.stored else "none"
     log.info(f"leakage semantic: {len(enc.stored)} window vectors kept from the last run ({reason})")
     log.tags({"leakage.semantic_store": mode, "leakage.semantic_store_reason": reason})
