@@ -14,13 +14,13 @@ to a from-scratch run's byte for byte.
 Rule. **Every window embedded** when ``leakage.incremental`` is false (the store is then written empty), with
 ``cpu_precision: int8`` (dynamic int8 scales each batch's activations together, so a vector depends on its
 batch), when there is no store, when its rows are not distinct keys with finite unit vectors of the encoder's
-width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the
-precision, the device, its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``) and
-thread count, the torch and transformers versions, ``window_tokens`` and ``batch_size`` (both fix the batch
-shape, hence the bits) and the code (this module, ``semantic.py``, ``tasks/common/{encoders,device}.py``).
-**From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the windows this run used are written
-back, so the windows of a removed document leave the store. Which path ran and how many windows were read
-or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and ``leakage.semantic_store_reason``;
+width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the precision, the device,
+its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``)
+and thread count, the torch and transformers versions, ``window_tokens`` and ``batch_size`` (both fix the
+batch shape, hence the bits) and the code (this module, ``semantic.py``, ``tasks/common/{encoders,device}.py``).
+**From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
+windows this run used are written back, so the windows of a removed document leave the store. Which path ran
+and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and ``leakage.semantic_store_reason``;
 metrics ``semantic_store/windows_stored``, ``semantic_store/windows_computed``), never to
 ``metrics/leakage.json``, whose ``windows_embedded`` counts the distinct windows a run needed either way.
 """
@@ -90,12 +90,15 @@ def load(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[dic
         return {}, reason
     try:
         keys = table.column("key").to_pylist()
-        flat = np.stack(table.column("vector").to_pylist()).astype(np.float32) if keys else np.zeros((0, dim))
-    except (KeyError, ValueError, TypeError) as err:
+        vectors = table.column("vector").combine_chunks()
+    except KeyError as err:
         return {}, f"the cache {folder / STORE} cannot be used ({type(err).__name__})"
+    if not pa.types.is_fixed_size_list(vectors.type) or (len(keys) and vectors.type.list_size != dim):
+        return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
+    width = vectors.type.list_size
+    flat = vectors.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(keys), width)
     norms = np.linalg.norm(flat, axis=1) if len(keys) else np.ones(0)
-    if flat.shape != (len(keys), dim) or len(set(keys)) != len(keys) or any(len(k) != 16 for k in keys) \
-            or not np.all(np.abs(norms - 1) < 1e-3):
+    if len(set(keys)) != len(keys) or any(len(k) != 16 for k in keys) or not np.all(np.abs(norms - 1) < 1e-3):
         return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
     return dict(zip(keys, flat)), "store found"
 
