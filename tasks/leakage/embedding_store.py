@@ -20,9 +20,9 @@ and thread count, the torch and transformers versions, ``window_tokens`` and ``b
 batch shape, hence the bits) and the code (this module, ``semantic.py``, ``tasks/common/{encoders,device}.py``).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
-and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and ``leakage.semantic_store_reason``;
-metrics ``semantic_store/windows_stored``, ``semantic_store/windows_computed``), never to
-``metrics/leakage.json``, whose ``windows_embedded`` counts the distinct windows a run needed either way.
+and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
+``leakage.semantic_store_reason``; metrics ``semantic_store/windows_stored``, ``semantic_store/windows_computed``),
+never to ``metrics/leakage.json``, whose ``windows_embedded`` counts the distinct windows a run needed either way.
 """
 
 from __future__ import annotations
