@@ -91,6 +91,14 @@ def test_equal_outputs_and_no_move_pass(scheduled, tmp_path):
     assert (got["differing_files"], got["unexplained"], got["moved_by_manifests"]) == ([], [], 0)
 
 
+def test_a_night_without_its_from_scratch_copy_is_marked_uncompared(scheduled, tmp_path):
+    write_outputs(tmp_path / "inc", MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 3})
+    got = scheduled.uncompared_night(tmp_path / "inc")
+    assert (got["compared"], got["docs"], got["ledger_overrides"], got["manifest"]) == (False, 4, 3, MANIFEST)
+    write_outputs(tmp_path / "scratch", MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+    assert scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["compared"] is True
+
+
 def test_a_counted_bridge_explains_its_difference_and_an_uncounted_one_does_not(scheduled, tmp_path):
     inc = {k: v for k, v in MANIFEST.items() if k != "n"}
     write_outputs(tmp_path / "inc", inc, ["n"], {"moved_since_previous": 0, "ledger_overrides": 0})
