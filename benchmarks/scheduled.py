@@ -257,8 +257,8 @@ def compare_leakage(inc: Path, scratch: Path, same_input: bool) -> dict:
             "leakage_differing_files": sorted(p for p in ours.keys() | theirs.keys() if ours.get(p) != theirs.get(p))}
 
 
-def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int,
-               new_fraction: float, stages: tuple[str, ...] = STAGES, scratch_night0: bool = True) -> list[dict]:  # fmt: skip
+def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int, new_fraction: float,
+               stages: tuple[str, ...] = STAGES, scratch_night0: bool = True) -> list[dict]:  # fmt: skip
     """Every night: the new files into both copies, the stages alternated, the comparison. Without
     ``scratch_night0`` the from-scratch copy skips night 0 (``uncompared_night``): its time is in no ratio, and
     at 16x with leakage it costs half an hour."""

@@ -104,3 +104,15 @@ def test_removed_doc_leaves_the_outputs_and_the_cache(inc, tmp_path):
     assert pq.read_table(inc / "data/leakage_cache/texts.parquet").num_rows == 5
     matched = set(pq.read_table(inc / "data/leakage_cache/matches.parquet").column("eval_doc").to_pylist())
     assert matched == {"ev-par", "ev-short"}  # rewrapped and tr-1 still match
+
+
+def test_a_damaged_or_missing_matches_file_forces_a_full_audit(inc, tmp_path):
+    matches = inc / "data/leakage_cache/matches.parquet"
+    data = bytearray(matches.read_bytes())
+    data[len(data) // 3] ^= 0x01  # a page of the matches (written with page CRCs), not the texts' stamp
+    matches.write_bytes(bytes(data))
+    metrics, logged = run(inc, night())
+    assert logged["leakage.mode"] == "full" and "matches.parquet cannot be used" in logged["leakage.reason"]
+    assert outputs(inc, metrics) == from_scratch(tmp_path, night())
+    (inc / "data/leakage_cache/matches.parquet").unlink()
+    assert run(inc, night())[1]["incremental"] == {"texts_audited": 6, "full": 1}

@@ -280,6 +280,17 @@ def test_ledger_needs_hash_assignment_and_a_bad_ledger_file_is_named(tmp_path):
         run_night(tmp_path, docs, params())
 
 
+def test_a_damaged_ledger_is_an_error_naming_it_never_an_empty_history(tmp_path):
+    docs = Corpus(seed=5).rows()
+    run_night(tmp_path, docs, params())
+    path = tmp_path / "data" / "split_ledger" / "ledger.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x01  # in the doc_id column's page: the ledger's page CRC catches it
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"ledger\.parquet: the split ledger cannot be read \(.*\); restore it"):
+        run_night(tmp_path, docs, params())
+
+
 def test_moved_since_reads_the_written_files_back(tmp_path):
     previous = pd.DataFrame({"doc_id": ["a", "b", "c"], "role": "task", "split": ["train", "test", "dev"]})
     (tmp_path / "manifest.tsv").write_text("doc_id\tsplit\na\ttrain\nb\ttrain\n")  # b moved test -> train

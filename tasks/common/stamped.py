@@ -40,9 +40,18 @@ def stamp(table: pa.Table, fingerprint: dict) -> pa.Table:
 
 def read_table(path: Path) -> pa.Table:
     """One Parquet file as a table, schema metadata kept (caches here, dedup's inputs too). ``pq.read_table``
-    builds a dataset, and importing ``pyarrow.dataset`` imports pandas: 0.3 s of a stage's start."""
-    with pq.ParquetFile(path) as parquet:
+    builds a dataset, and importing ``pyarrow.dataset`` imports pandas: 0.3 s of a stage's start. Pages written
+    with a CRC (``write_cache``) are checked: a damaged page raises ``OSError`` instead of reading as other
+    values (a flipped bit inside a zstd page can decode to valid-looking numbers)."""
+    with pq.ParquetFile(path, page_checksum_verification=True) as parquet:
         return parquet.read()
+
+
+def write_cache(table: pa.Table, path: Path) -> None:
+    """Write a persisted state table (a cache, the split ledger): zstd, each page with its CRC-32
+    (``write_page_checksum``, Parquet's page checksum), which ``read_table`` verifies. Raises what
+    ``pq.write_table`` raises."""
+    pq.write_table(table, path, compression="zstd", write_page_checksum=True)
 
 
 def read_stamped(path: Path, expected: dict) -> Stamped:

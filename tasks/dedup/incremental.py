@@ -55,11 +55,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in
+from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in, write_cache
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
@@ -227,7 +226,7 @@ def saving(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> Iterator
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
     with swapped_in(folder) as tmp:
         yield functools.partial(_save_entries, tmp, folder, docs, cfg)
-        pq.write_table(stamp(jaccards_table(docs), fingerprint(cfg)), tmp / JACCARDS, compression="zstd")
+        write_cache(stamp(jaccards_table(docs), fingerprint(cfg)), tmp / JACCARDS)
 
 
 def _save_entries(tmp: Path, folder: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:
@@ -242,7 +241,7 @@ def _save_entries(tmp: Path, folder: Path, docs: IndexedSignatures, cfg: DedupPa
         return generation([docs.raw_md5[i] for i in rows[picked].tolist()], stamped)
 
     placed = segments.save(tmp, folder, docs.origin[rows], docs.stored, values, tag_of)
-    pq.write_table(entries_table(docs, rows, placed, stamped), tmp / ENTRIES, compression="zstd")
+    write_cache(entries_table(docs, rows, placed, stamped), tmp / ENTRIES)
 
 
 def entry_rows(docs: IndexedSignatures) -> list[int]:

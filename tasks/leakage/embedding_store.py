@@ -32,10 +32,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp, swapped_in
+from tasks.common.stamped import read_stamped, stamp, swapped_in, write_cache
 
 STORE = "windows.parquet"
 WIDTH_STEP = 16  # batch widths are multiples of 16 tokens: at most 15 pad tokens per window, and few shapes
@@ -111,4 +110,4 @@ def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict) -> None:
     table = pa.table({"key": pa.array(keys, pa.binary(16)),
                       "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), max(dim, 1))})
     with swapped_in(folder) as tmp:
-        pq.write_table(stamp(table, key), tmp / STORE, compression="zstd")
+        write_cache(stamp(table, key), tmp / STORE)

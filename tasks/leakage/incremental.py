@@ -51,11 +51,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tasks.common import confusables, minhash, textnorm
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp, swapped_in
+from tasks.common.stamped import one_line, read_stamped, read_table, stamp, swapped_in, write_cache
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
 
@@ -160,7 +159,10 @@ def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Re
     columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "grams", "whole"))
     results = {md5: Result([], has_words, {tuple(g) for g in grams} if grams else NO_GRAMS,
                            None if whole is None else tuple(whole)) for md5, has_words, grams, whole in zip(*columns)}
-    matches = pq.read_table(folder / MATCHES).to_pydict()
+    try:
+        matches = read_table(folder / MATCHES).to_pydict()
+    except (OSError, ValueError) as err:  # missing or damaged beside a sound texts.parquet: audit all again
+        return None, f"the cache {folder / MATCHES} cannot be used ({one_line(err)})"
     for md5, *match in zip(*(matches[c] for c in ("md5", "eval_doc", "method", "score", "span"))):
         results[md5].matches.append(tuple(match))
     return results, "cache found"
@@ -182,5 +184,5 @@ def save(folder: Path, results: dict[str, Result], key: dict) -> None:
                         "method": pa.array(columns[2], pa.string()), "score": pa.array(columns[3], pa.float64()),
                         "span": pa.array(columns[4], pa.string())})  # fmt: skip
     with swapped_in(folder) as tmp:
-        pq.write_table(texts, tmp / TEXTS, compression="zstd")
-        pq.write_table(matches, tmp / MATCHES, compression="zstd")
+        write_cache(texts, tmp / TEXTS)
+        write_cache(matches, tmp / MATCHES)

@@ -44,6 +44,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.common.stamped import one_line, read_table, write_cache
 from tasks.common.unionfind import UnionFind
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, row_labels
 
@@ -64,11 +65,17 @@ def empty_ledger() -> pd.DataFrame:
 def read_ledger(path: Path) -> pd.DataFrame | None:
     """The previous ledger (``doc_id, role, split``), or None when ``path`` does not exist.
 
-    Raises ``ValueError`` naming the file for a missing column, a doc_id listed twice or a split not of its role.
+    Raises ``ValueError`` naming the file for a missing column, a doc_id listed twice or a split not of its role,
+    and for a file that cannot be read or fails its page checksums: a ledger is history, so a damaged one is never
+    taken for an empty one (that would let documents move); restore it (``dvc checkout``, a backup).
     """
     if not path.exists():
         return None
-    frame = pd.read_parquet(path)
+    try:
+        frame = read_table(path).to_pandas()
+    except OSError as err:
+        raise ValueError(f"{path}: the split ledger cannot be read ({one_line(err)}); restore it from DVC or a "
+                         "backup: recomputing it could move documents between splits") from err
     missing = [c for c in LEDGER_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}")
@@ -193,7 +200,7 @@ def replace_ledger(ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest
     staged = path.with_name(path.name + ".new")
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(ledger[LEDGER_COLUMNS], preserve_index=False)
-    pq.write_table(table.replace_schema_metadata({ENABLED_KEY: b"true" if enabled else b"false"}), staged)
+    write_cache(table.replace_schema_metadata({ENABLED_KEY: b"true" if enabled else b"false"}), staged)
     moved = None if previous is None else moved_since(previous, manifest, staged)
     if moved:
         staged.unlink()
@@ -214,7 +221,7 @@ def moved_since(previous: pd.DataFrame, manifest: Path, ledger: Path) -> int:
     ledger lost. Read back from disk, so that it checks the files, not the overlay that made them."""
     before = previous.set_index("doc_id")["split"]
     in_manifest = pd.read_csv(manifest, sep="\t", dtype=str, keep_default_na=False).set_index("doc_id")["split"]
-    in_ledger = pd.read_parquet(ledger).set_index("doc_id")["split"]
+    in_ledger = read_table(ledger).to_pandas().set_index("doc_id")["split"]
     moved = set(before.index.difference(in_ledger.index))
     for now in (in_manifest, in_ledger):
         common = before.index.intersection(now.index)

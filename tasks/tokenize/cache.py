@@ -36,11 +36,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp
+from tasks.common.stamped import read_stamped, stamp, write_cache
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 
@@ -99,7 +98,7 @@ class TokenCache:
         table = stamp(table, self.fingerprint)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{IDS}.tmp"
-        pq.write_table(table, tmp, compression="zstd")
+        write_cache(table, tmp)
         os.replace(tmp, self.folder / IDS)
 
 
