@@ -128,3 +128,18 @@ def test_leakage_with_the_store_equals_a_from_scratch_run(tiny_encoder, tmp_path
 def test_the_store_folder_exists_with_the_semantic_detector_off(tmp_path):
     run(tmp_path, night())  # the tests' params turn the detector off
     assert (tmp_path / "data" / "leakage_embeddings").is_dir()  # dvc.yaml declares it an output
+
+
+def test_a_cuda_store_is_stamped_with_the_cublas_wheel_and_a_cpu_one_is_not(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch  # noqa: F401 (imported before distributions() is faked: importing torch walks the entry points)
+
+    fake = [SimpleNamespace(metadata={"Name": "nvidia-cublas-cu12"}, version="12.4.5.8"),
+            SimpleNamespace(metadata={"Name": "numpy"}, version="2.0")]  # fmt: skip
+    monkeypatch.setattr("importlib.metadata.distributions", lambda: fake)
+    monkeypatch.setattr("torch.version.cuda", "12.4")
+    monkeypatch.setattr("torch.backends.cudnn.version", lambda: 90100)
+    assert embedding_store.gpu_libraries(SimpleNamespace(device="cpu")) == ""
+    assert embedding_store.gpu_libraries(SimpleNamespace(device="cuda:1")) == (
+        ", cuda 12.4, cudnn 90100, cublas nvidia-cublas-cu12 12.4.5.8")

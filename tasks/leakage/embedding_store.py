@@ -16,7 +16,7 @@ Rule. **Every window embedded** when ``leakage.incremental`` is false (the store
 batch), when there is no store, when its rows are not distinct keys with finite unit vectors of the encoder's
 width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the precision, the device,
 its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``)
-and thread count, the torch and transformers versions, ``window_tokens`` and ``batch_size`` (both fix the
+and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones), ``window_tokens`` and ``batch_size`` (both fix the
 batch shape, hence the bits) and the code (this module, ``semantic.py``, ``tasks/common/{encoders,device}.py``).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
@@ -66,11 +66,27 @@ def fingerprint(encoder) -> dict[str, str]:
         "precision": encoder.precision,
         "device": json_line(device.describe(encoder.device)) + f", deterministic={encoder.deterministic}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
-        "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+        "versions": f"torch {torch.__version__}, transformers {transformers.__version__}" + gpu_libraries(encoder),
         "shape": f"window_tokens {encoder.cfg.window_tokens}, batch_size {encoder.cfg.batch_size}",
         "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(encoders.__file__),
                              Path(device.__file__)}),
     }
+
+
+def gpu_libraries(encoder) -> str:
+    """On a CUDA device, the CUDA, cuDNN and cuBLAS versions (cuBLAS picks its GEMM kernels per release, so a
+    vector's last bits can change with it while torch's version does not: the pip wheels ``nvidia-cublas-*``
+    can be upgraded under one torch); empty on other devices."""
+    import importlib.metadata
+
+    import torch
+
+    if str(encoder.device).split(":")[0] != "cuda":
+        return ""
+    cublas = sorted(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
+                    if (d.metadata["Name"] or "").lower().startswith("nvidia-cublas"))  # fmt: skip
+    return (f", cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}, "
+            f"cublas {' + '.join(cublas) or 'as built into torch'}")
 
 
 def json_line(d: dict) -> str:
