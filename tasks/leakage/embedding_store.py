@@ -16,8 +16,9 @@ Rule. **Every window embedded** when ``leakage.incremental`` is false (the store
 batch), when there is no store, when its rows are not distinct keys with finite unit vectors of the encoder's
 width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the precision, the device,
 its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``)
-and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones), ``window_tokens`` and ``batch_size`` (both fix the
-batch shape, hence the bits) and the code (this module, ``semantic.py``, ``tasks/common/{encoders,device}.py``).
+and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones),
+``window_tokens`` and ``batch_size`` (both fix the batch shape, hence the bits) and the code (this module,
+``semantic.py``, ``tasks/common/{encoders,device}.py``).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
 and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
