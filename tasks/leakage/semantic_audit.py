@@ -46,29 +46,101 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
           store: Path | None = None) -> SemanticResult:
     """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``.
     ``store``: the folder of the kept window vectors (``embedding_store``), read first and written back."""
-    scfg = cfg.semantic
     clock = {"start": time.perf_counter()}
-    enc = encoder or Encoder(scfg, cfg.hardware)
+    enc = encoder or Encoder(cfg.semantic, cfg.hardware)
     kept = open_store(enc, store, cfg.incremental, log) if store is not None else None
+    side = embed_evals_and_plants(enc, cfg, eval_frame, eval_words, plants, log)
+    clock["plants"] = time.perf_counter()
+    cal = calibrate(enc, cfg, train_frame, side, log)
+    clock["threshold"] = time.perf_counter()
+    scan = scan_corpus(enc, cfg, train_frame, removed, eval_frame, side.evals, cal.threshold)
+    clock["corpus"] = time.perf_counter()
+    review, review_metrics = review_sample(
+        cfg, cal.threshold, plants, side.plant_score, side.plant_on & (side.plant_split == "test"), side.planted,
+        side.evals, eval_frame, cal.task_train, cal.train_windows, cal.clean_score, cal.partner,
+        ~cal.calibration & cal.valid, scan.pairs, scan.corpus, scan.corpus_windows)  # fmt: skip
+    clock["end"] = time.perf_counter()
+    metrics = semantic_metrics(enc, cfg, side, cal.choice, scan, eval_frame, review_metrics)
+    # timings go to the MLflow run only: metrics/leakage.json is a DVC output that must repeat byte for byte
+    log.metrics({"semantic_seconds_eval_and_plants": clock["plants"] - clock["start"],
+                 "semantic_seconds_train_and_threshold": clock["threshold"] - clock["plants"],
+                 "semantic_seconds_corpus": clock["corpus"] - clock["threshold"],
+                 "semantic_seconds_total": clock["end"] - clock["start"],
+                 "semantic_embed_seconds": enc.stats["embed_seconds"]})  # fmt: skip
+    if kept is not None:
+        close_store(enc, store, kept, cfg.incremental, log)
+    found = side.plant_on & (side.plant_score >= cal.threshold)
+    return SemanticResult(scan.rows, found, side.scored, metrics, review)
+
+
+@dataclass
+class EvalSide:
+    """The eval docs' windows and the planted copies' scores; arrays are per eval doc (``n_words``,
+    ``attempted``: long enough to embed, ``sampled``: in ``planted_sample``) or per plant (``scored``: of a
+    sampled doc, ``plant_on``: scored and attempted, ``plant_split``, ``plant_score``: best cosine to its
+    own eval doc)."""
+
+    texts: list[str]
+    n_words: np.ndarray
+    attempted: np.ndarray
+    evals: Windows
+    sampled: np.ndarray
+    scored: np.ndarray
+    plant_on: np.ndarray
+    plant_split: np.ndarray
+    planted: Windows
+    plant_score: np.ndarray
+
+
+def embed_evals_and_plants(enc: Encoder, cfg: LeakageParams, eval_frame: pd.DataFrame,
+                           eval_words: list[list[str]], plants: list[Plant], log) -> EvalSide:  # fmt: skip
+    """Embed the eval docs of at least ``semantic.min_words`` words and the planted copies of the sampled ones
+    (``planted_windows`` windows each, over the copied span), and score each copy against its eval doc."""
+    scfg = cfg.semantic
     n_words = np.array([len(w) for w in eval_words])
     attempted = n_words >= scfg.min_words
     texts = [str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)]
     evals = enc.windows(texts)
     log.info(f"leakage semantic: {int(attempted.sum())} of {len(texts)} eval docs embedded ({len(evals.doc)} windows)")
-
     sampled = np.zeros(len(texts), dtype=bool)
     sampled[planted_sample(list(eval_frame["doc_id"]), cfg)] = True
     scored = np.array([bool(sampled[p.eval_index]) for p in plants], dtype=bool)
     plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
-    spans = [_normalized_span(p) for p in plants]
-    planted = enc.windows(plant_texts, spans=spans, max_windows=scfg.planted_windows)
-    plant_score = semantic.plant_scores(planted, [p.eval_index for p in plants], evals)
-    clock["plants"] = time.perf_counter()
+    planted = enc.windows(plant_texts, spans=[_normalized_span(p) for p in plants], max_windows=scfg.planted_windows)
+    splits = eval_frame["split"].to_numpy()
+    return EvalSide(texts, n_words, attempted, evals, sampled, scored,
+                    plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
+                    plant_split=np.array([splits[p.eval_index] for p in plants], dtype=object), planted=planted,
+                    plant_score=semantic.plant_scores(planted, [p.eval_index for p in plants], evals))  # fmt: skip
 
-    task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
-    task_train = task_train.reset_index(drop=True)
+
+@dataclass
+class Calibration:
+    """The task train docs' windows, their known-clean partners (``partner[i]``, -1 for none; ``valid``), the
+    calibration half (``calibration``) and the threshold chosen on it against the dev plants (``choice``)."""
+
+    task_train: pd.DataFrame
+    train_windows: Windows
+    clean_score: np.ndarray
+    partner: np.ndarray
+    calibration: np.ndarray
+    valid: np.ndarray
+    choice: dict
+
+    @property
+    def threshold(self) -> float:
+        return self.choice["threshold"]
+
+
+def calibrate(enc: Encoder, cfg: LeakageParams, train_frame: pd.DataFrame, side: EvalSide, log) -> Calibration:
+    """Embed the kept task train docs, pair each with its nearest same-class doc of another cluster (known
+    clean), and choose the threshold on the dev plants against the calibration half's clean pairs
+    (``semantic.choose_threshold``)."""
     from tasks.leakage import tokenize  # the detectors' words (folded)
 
+    scfg = cfg.semantic
+    task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
+    task_train = task_train.reset_index(drop=True)
     train_long = [len(tokenize(str(t))) >= scfg.min_words for t in task_train["text"]]
     train_windows = enc.windows([str(t) if ok else "" for t, ok in zip(task_train["text"], train_long)])
     labels = task_train["label"] if "label" in task_train else pd.Series([None] * len(task_train))
@@ -77,72 +149,84 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
     clean_score, partner = semantic.clean_pair_scores(train_windows, groups, clusters)
     calibration = semantic.half(list(task_train["doc_id"]), f"{cfg.planted.seed}:clean")
     valid = partner >= 0
-    splits = eval_frame["split"].to_numpy()
-    plant_split = np.array([splits[p.eval_index] for p in plants], dtype=object)
-    plant_on = scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool)
-    dev_plants = plant_on & (plant_split == "dev")
-    choice = semantic.choose_threshold(plant_score[dev_plants], clean_score[calibration & valid], scfg.min_precision)
-    threshold = choice["threshold"]
-    clock["threshold"] = time.perf_counter()
-    log.info(f"leakage semantic: threshold {threshold} ({choice['rule']}; dev recall {choice['dev_recall']}, "
-             f"dev false flag rate {choice['dev_false_flag_rate']})")
+    dev_plants = side.plant_on & (side.plant_split == "dev")
+    choice = semantic.choose_threshold(side.plant_score[dev_plants], clean_score[calibration & valid],
+                                       scfg.min_precision)  # fmt: skip
+    log.info(f"leakage semantic: threshold {choice['threshold']} ({choice['rule']}; dev recall "
+             f"{choice['dev_recall']}, dev false flag rate {choice['dev_false_flag_rate']})")
+    return Calibration(task_train, train_windows, clean_score, partner, calibration, valid, choice)
 
+
+@dataclass
+class CorpusScan:
+    """The pretraining docs kept after the lexical action, their windows, the flagged (corpus doc, eval doc)
+    pairs (``pairs``: ``(c, e) -> (score, corpus window, eval window)``), each eval doc's best score and the
+    leakage table's rows."""
+
+    corpus: pd.DataFrame
+    corpus_windows: Windows
+    pairs: dict
+    best: np.ndarray
+    rows: list[tuple]
+
+
+def scan_corpus(enc: Encoder, cfg: LeakageParams, train_frame: pd.DataFrame, removed: set[str],
+                eval_frame: pd.DataFrame, evals: Windows, threshold: float) -> CorpusScan:  # fmt: skip
+    """Embed the kept pretraining docs and search them for every eval window at ``threshold``."""
     corpus = train_frame[(train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed))]
     corpus = corpus.reset_index(drop=True)
     corpus_windows = enc.windows([str(t) for t in corpus["text"]])
-    pairs, best = semantic.pair_scores(evals, corpus_windows, threshold, scfg)
-    clock["corpus"] = time.perf_counter()
+    pairs, best = semantic.pair_scores(evals, corpus_windows, threshold, cfg.semantic)
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
         ev = eval_frame.iloc[e]
         rows.append((corpus["doc_id"].iloc[c], ev["doc_id"], METHOD, round(score, 6),
                      corpus_windows.text_of(cw, cfg.max_span_words), corpus["source"].iloc[c], ev["source"],
-                     ev["split"], "pretrain"))
-    found = plant_on & (plant_score >= threshold)
+                     ev["split"], "pretrain"))  # fmt: skip
+    return CorpusScan(corpus, corpus_windows, pairs, best, rows)
 
-    review, review_metrics = review_sample(cfg, threshold, plants, plant_score, plant_on & (plant_split == "test"),
-                                           planted, evals, eval_frame, task_train, train_windows, clean_score,
-                                           partner, ~calibration & valid, pairs, corpus, corpus_windows)
-    flagged_docs = sorted({e for (_, e) in pairs})
+
+def by_eval_set(eval_frame: pd.DataFrame, attempted: np.ndarray, flagged_rows: set[int]) -> dict[str, dict]:
+    """Per eval set (``<source>/<split>``): docs, attempted, flagged, rate and the flagged doc ids."""
     sets = list(eval_frame["source"] + "/" + eval_frame["split"])
-    by_set = {}
+    out = {}
     for name in sorted(set(sets)):
         members = [j for j, s in enumerate(sets) if s == name]
-        flagged = [j for j in members if j in set(flagged_docs)]
-        by_set[name] = {"docs": len(members), "attempted": int(attempted[members].sum()), "flagged": len(flagged),
-                        "rate": round(len(flagged) / len(members), 6) if members else None,
-                        "flagged_docs": sorted(eval_frame["doc_id"].iloc[flagged])}
-    end = time.perf_counter()
-    metrics = {
+        flagged = [j for j in members if j in flagged_rows]
+        out[name] = {"docs": len(members), "attempted": int(attempted[members].sum()), "flagged": len(flagged),
+                     "rate": round(len(flagged) / len(members), 6) if members else None,
+                     "flagged_docs": sorted(eval_frame["doc_id"].iloc[flagged])}  # fmt: skip
+    return out
+
+
+def semantic_metrics(enc: Encoder, cfg: LeakageParams, side: EvalSide, choice: dict, scan: CorpusScan,
+                     eval_frame: pd.DataFrame, review_metrics: dict) -> dict:  # fmt: skip
+    """``metrics["semantic"]`` of the stage: the encoder, the threshold choice, the eval docs embedded and
+    flagged (overall and per eval set), the corpus searched and the review sample."""
+    scfg, evals = cfg.semantic, side.evals
+    flagged_rows = {e for (_, e) in scan.pairs}
+    return {
         **enc.describe(),
         "window_tokens": scfg.window_tokens, "stride_tokens": scfg.stride_tokens, "min_words": scfg.min_words,
         "action": scfg.action,
-        **{f"threshold_{k}" if k not in ("threshold",) else k: v for k, v in choice.items()},
-        "eval_docs": len(texts),
-        "eval_docs_attempted": int(attempted.sum()),
-        "eval_docs_not_attempted": {"no_words": int((n_words == 0).sum()),
-                                    "under_min_words": int(((n_words > 0) & ~attempted).sum())},
-        "eval_docs_windowed": int(sum(len(evals.of_doc(d)) > 1 for d in range(len(texts)))),
-        "eval_windows": int(len(evals.doc)), "max_windows_per_eval_doc": int(np.bincount(evals.doc).max())
-        if len(evals.doc) else 0,
-        "eval_docs_flagged": len(flagged_docs),
-        "pairs_flagged": len(pairs),
-        "by_eval_set": by_set,
-        "best_score_quantiles": _quantiles(best[attempted]),
-        "corpus": {"docs": len(corpus), "windows": int(len(corpus_windows.doc)),
-                   "search": "exact" if len(corpus_windows.doc) <= scfg.exact_max_windows else "faiss_hnsw"},
+        **{f"threshold_{k}" if k != "threshold" else k: v for k, v in choice.items()},
+        "eval_docs": len(side.texts),
+        "eval_docs_attempted": int(side.attempted.sum()),
+        "eval_docs_not_attempted": {"no_words": int((side.n_words == 0).sum()),
+                                    "under_min_words": int(((side.n_words > 0) & ~side.attempted).sum())},
+        "eval_docs_windowed": int(sum(len(evals.of_doc(d)) > 1 for d in range(len(side.texts)))),
+        "eval_windows": int(len(evals.doc)),
+        "max_windows_per_eval_doc": int(np.bincount(evals.doc).max()) if len(evals.doc) else 0,
+        "eval_docs_flagged": len(flagged_rows),
+        "pairs_flagged": len(scan.pairs),
+        "by_eval_set": by_eval_set(eval_frame, side.attempted, flagged_rows),
+        "best_score_quantiles": _quantiles(scan.best[side.attempted]),
+        "corpus": {"docs": len(scan.corpus), "windows": int(len(scan.corpus_windows.doc)),
+                   "search": "exact" if len(scan.corpus_windows.doc) <= scfg.exact_max_windows else "faiss_hnsw"},
         "review": review_metrics,
         **{k: v for k, v in enc.stats.items() if k != "embed_seconds"},
-    }
-    # timings go to the MLflow run only: metrics/leakage.json is a DVC output that must repeat byte for byte
-    log.metrics({"semantic_seconds_eval_and_plants": clock["plants"] - clock["start"],
-                 "semantic_seconds_train_and_threshold": clock["threshold"] - clock["plants"],
-                 "semantic_seconds_corpus": clock["corpus"] - clock["threshold"],
-                 "semantic_seconds_total": end - clock["start"], "semantic_embed_seconds": enc.stats["embed_seconds"]})
-    metrics["planted_docs_scored"] = int(sampled.sum())
-    if kept is not None:
-        close_store(enc, store, kept, cfg.incremental, log)
-    return SemanticResult(rows, found, scored, metrics, review)
+        "planted_docs_scored": int(side.sampled.sum()),
+    }  # fmt: skip
 
 
 def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
