@@ -154,6 +154,10 @@ class LeakageParams(StrictModel):
         "split by hash into shards of at most half of it, and training docs are scanned in blocks of the rest",
     )
     batch_docs: int = Field(1000, ge=1, description="training docs per Ray Data task (engine: ray)")
+    num_proc: int = Field(
+        1, ge=1, description="processes of the local lexical scan (engine: local): forked, over blocks of "
+        "training rows, the same results; each holds its own n-gram index shards (up to worker_memory_mib)",
+    )
     ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
     hardware: HardwareParams = Field(
         default_factory=HardwareParams, description="copied from the hardware section (the semantic detector's device)"

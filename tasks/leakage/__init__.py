@@ -155,6 +155,14 @@ class TrainingScan:
 
 
 def scan_locally(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
+    """``TrainingScan`` on this machine: on ``cfg.num_proc`` forked processes over blocks of training rows
+    (``tasks.leakage.forked``: the same scan), or in this process for one process or few rows."""
+    from tasks.leakage import forked
+
+    return forked.scan_forked(train_frame, evals, cfg, scan_in_process)
+
+
+def scan_in_process(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
     """``TrainingScan`` in this process."""
     trains = make_side([tokenize(x) for x in train_frame["text"]], minhash.WordHashes())
     pretrain = np.flatnonzero(train_frame["role"].to_numpy() == "pretrain")
