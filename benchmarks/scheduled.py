@@ -328,7 +328,8 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
     moved = sum((n["moved_since_previous"] or 0) + n["moved_by_manifests"] for n in nights)
     unexplained = sum(len(n["unexplained"]) + len(n.get("leakage_differing_files", [])) for n in nights)
     stages = tuple(nights[0]["seconds"]["incremental"])
-    case = f"{scale}x: {docs:,} docs, {len(arrivals)} nights of {args.new_fraction:.0%} new"
+    nights_text = f"{len(arrivals)} night{'' if len(arrivals) == 1 else 's'}"
+    case = f"{scale}x: {docs:,} docs, {nights_text} of {args.new_fraction:.0%} new"
     row = {"benchmark": "scheduled", "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None,
            "limit": None, "fraction_of_limit": None}  # fmt: skip
     at_goal = scale >= GOAL_SCALE
