@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 from test_incremental_ingest_dedup import RecordingLog
 from test_leakage import PARAGRAPH, SHORT, filler, frame, params, rewrap
 
 from tasks import leakage
+from tasks.common import minhash
 from tasks.config import Paths
 
 TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train doc quoting the dev doc
@@ -116,3 +118,51 @@ def test_a_damaged_or_missing_matches_file_forces_a_full_audit(inc, tmp_path):
     assert outputs(inc, metrics) == from_scratch(tmp_path, night())
     (inc / "data/leakage_cache/matches.parquet").unlink()
     assert run(inc, night())[1]["incremental"] == {"texts_audited": 6, "full": 1}
+
+
+def plants_of(eval_text: str = PARAGRAPH):
+    """The eval rows of ``night(eval_text=...)``, their detector side and their planted copies."""
+    rows = pd.concat(night(eval_text=eval_text), ignore_index=True)
+    evals = leakage.eval_rows(rows)
+    side = leakage.make_side([leakage.tokenize(t) for t in evals["text"]], minhash.WordHashes())
+    pre = rows[rows["role"] == "pretrain"]
+    plants, _ = leakage.planted.make(evals, list(pre["text"]), list(pre["doc_id"]), params().planted, {}.get)
+    return evals, side, plants
+
+
+def test_planted_copies_seen_before_are_taken_from_the_cache_and_equal_a_fresh_scan(tmp_path):
+    from tasks.leakage import plant_cache
+
+    evals, side, plants = plants_of()
+    fresh = leakage.planted.found_by(plants, side, params(), leakage.tokenize)
+    assert any(fresh) and len(plants) > 4
+    log = RecordingLog()
+    assert plant_cache.found_by(plants, evals, side, params(), leakage.tokenize, tmp_path, log) == fresh
+    assert log.logged["planted_cache"] == {"plants_stored": 0, "plants_scanned": len(plants)}
+    assert plant_cache.found_by(plants, evals, side, params(), leakage.tokenize, tmp_path, log) == fresh
+    assert log.logged["planted_cache"] == {"plants_stored": len(plants), "plants_scanned": 0}
+    # one eval doc's text changes: its copies (new texts, and keyed by the new eval text) alone are scanned
+    evals2, side2, plants2 = plants_of(PARAGRAPH.replace("Tuesday", "Wednesday"))
+    changed = evals2["text"].tolist().index(PARAGRAPH.replace("Tuesday", "Wednesday"))
+    got = plant_cache.found_by(plants2, evals2, side2, params(), leakage.tokenize, tmp_path, log)
+    assert got == leakage.planted.found_by(plants2, side2, params(), leakage.tokenize)
+    assert log.logged["planted_cache"]["plants_scanned"] == sum(p.eval_index == changed for p in plants2) > 0
+    # the old copies against the changed eval text: keyed by both texts, they are scanned again, except those
+    # whose text a new copy of that doc has too (the variants that do not hold the changed word)
+    got = plant_cache.found_by(plants, evals2, side2, params(), leakage.tokenize, tmp_path, log)
+    assert got == leakage.planted.found_by(plants, side2, params(), leakage.tokenize)
+    kept = {p.text for p in plants2 if p.eval_index == changed}
+    again = sum(p.eval_index == changed and p.text not in kept for p in plants)
+    assert log.logged["planted_cache"]["plants_scanned"] == again > 0
+    # a changed detector param, or incremental off (the file is removed), scans every copy
+    plant_cache.found_by(plants2, evals2, side2, params(passage_threshold=0.6), leakage.tokenize, tmp_path, log)
+    assert log.logged["planted_cache"]["plants_scanned"] == len(plants2)
+    assert log.logged["leakage.planted_cache_reason"] == "the cache fingerprint changed (params)"
+    plant_cache.found_by(plants2, evals2, side2, params(incremental=False), leakage.tokenize, tmp_path, log)
+    assert log.logged["planted_cache"]["plants_scanned"] == len(plants2)
+    assert not (tmp_path / plant_cache.PLANTS).exists()
+
+
+def test_the_lexical_cache_rewrite_keeps_the_planted_cache_and_a_stage_rerun_scans_no_copy(inc):
+    assert (inc / "data/leakage_cache/plants.parquet").is_file()
+    assert run(inc, night())[1]["planted_cache"]["plants_scanned"] == 0

@@ -25,9 +25,10 @@ default: sliced in the report as not semantically clean) or removed. Two passes 
 
 Incremental (``leakage.incremental``, ``tasks.leakage.incremental``: the rule): each training text's lexical
 and residual results are kept per text md5 in ``<data>/leakage_cache`` (kept across runs), so a run scans only
-new training texts unless the eval sets, the detector params or the code changed; the semantic detector's window
-vectors are kept in ``<data>/leakage_embeddings`` (``tasks.leakage.embedding_store``), so it embeds only windows
-it has not seen; the outputs equal a from-scratch run's byte for byte.
+new training texts unless the eval sets, the detector params or the code changed; which lexical methods find each
+planted copy is kept there too (``tasks.leakage.plant_cache``), so only new copies are scanned; the semantic
+detector's window vectors are kept in ``<data>/leakage_embeddings`` (``tasks.leakage.embedding_store``), so it
+embeds only windows it has not seen; the outputs equal a from-scratch run's byte for byte.
 
 Across runs (``tasks.leakage.lineage``): when pretraining continues a model folder (``pretrain.init_from``), the
 eval docs are also checked, with the same lexical detectors, against the text that model and its ancestors
@@ -105,7 +106,8 @@ def run(cfg: LeakageParams, paths, log) -> dict:
         if cfg.engine == "local" else scan_on_ray(paths, train_frame, evals, cfg)
     table = audit_table(scanned.matches, train_frame, eval_frame)
     lexical_removed = removed_docs(table, cfg)
-    plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg)
+    plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg,
+                                                      paths.stage_data("leakage_cache"), log)  # fmt: skip
     found = [set(m) for m in lexical_found]
     detectors = planted.DETECTORS
     review: list[dict] = []
@@ -181,14 +183,14 @@ def scan_on_ray(paths, train_frame: pd.DataFrame, evals: Side, cfg: LeakageParam
 
 
 def plant_copies(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, scanned: TrainingScan,
-                 table: pd.DataFrame, cfg: LeakageParams) -> tuple[list, list[str], list[set[str]]]:
+                 table: pd.DataFrame, cfg: LeakageParams, cache: Path, log) -> tuple[list, list[str], list[set[str]]]:
     """The planted copies of every eval doc (``tasks.leakage.planted``), the variants not planted, and the
-    lexical methods that find each copy; writes nothing.
+    lexical methods that find each copy (copies seen by an earlier run from ``cache``: ``plant_cache``).
 
     Filler for the planted copies is the text of pretraining docs (with words) that the lexical audit matched
     to no eval doc.
     """
-    from tasks.leakage import synonyms
+    from tasks.leakage import plant_cache, synonyms
 
     pretrain = train_frame[train_frame["role"] == "pretrain"]  # train_frame has a 0..n-1 index, as has_words
     unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & scanned.has_words[pretrain.index]
@@ -196,7 +198,9 @@ def plant_copies(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFram
     wordnet = synonyms.load(cfg.planted.wordnet_dir)
     plants, not_planted = planted.make(eval_frame, list(filler["text"]), list(filler["doc_id"]), cfg.planted,
                                        wordnet.of)
-    return plants, not_planted, planted.found_by(plants, evals, cfg, tokenize) if plants else []
+    if not plants:
+        return plants, not_planted, []
+    return plants, not_planted, plant_cache.found_by(plants, eval_frame, evals, cfg, tokenize, cache, log)
 
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:

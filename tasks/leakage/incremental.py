@@ -31,10 +31,10 @@ does not depend on the other training docs. The results are then mapped back ont
 doc id, role and source come from this run's rows), and the rest of the stage runs over the whole corpus as in
 a from-scratch run: the leakage table, the actions, the lineage audit, the residual metrics.
 
-Not cached, and why: the planted-copy recall measurement runs every time. The planted copies take their filler
-from the pretraining docs the audit matched to nothing, so their input changes with every batch of new docs;
-they cost time in the number of eval docs, not of training docs. The semantic detector keeps its own store of
-window vectors (``tasks/leakage/embedding_store.py``); its threshold and search run every time (seconds).
+The planted-copy recall measurement keeps its own results in this folder (``plants.parquet``, carried over
+when ``save`` rewrites it: ``tasks/leakage/plant_cache.py``), per copy and eval text, so only copies not seen
+before are scanned. The semantic detector keeps its own store of window vectors
+(``tasks/leakage/embedding_store.py``); its threshold and search run every time.
 
 Which path ran, why, and how many texts were audited are logged and sent to MLflow (tags ``leakage.mode``,
 ``leakage.reason``; metric ``incremental/texts_audited``), not written to ``metrics/leakage.json``, which must
@@ -54,11 +54,13 @@ import pyarrow as pa
 
 from tasks.common import confusables, minhash, textnorm
 from tasks.common.imports import code_sha256
+from tasks.common.shards import linked_or_copied
 from tasks.common.stamped import one_line, read_stamped, read_table, stamp, swapped_in, write_cache
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
 
 TEXTS, MATCHES = "texts.parquet", "matches.parquet"
+PLANTS = "plants.parquet"  # tasks/leakage/plant_cache.py's file, carried over when this cache is rewritten
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
 FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, substitution, residual, minhash,
@@ -107,15 +109,21 @@ def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.S
 
 def fingerprint(cfg: LeakageParams, eval_frame: pd.DataFrame) -> dict[str, str]:
     """What every stored result depends on (see the module docstring)."""
-    params = {key: getattr(cfg, key) for key in PARAMS} | {"residual.ngram_words": cfg.residual.ngram_words} | {
-        f"substitution.{key}": value for key, value in cfg.substitution.model_dump().items()}
     evals = sorted(zip(eval_frame["doc_id"], (hashlib.md5(str(t).encode("utf-8")).hexdigest()
                                               for t in eval_frame["text"])))  # fmt: skip
     return {
         "eval_sets": hashlib.md5(json.dumps(evals).encode("utf-8")).hexdigest(),
-        "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
+        "params": params_md5(cfg),
         "code": code_sha256(set(FINGERPRINT_CODE)),
     }
+
+
+def params_md5(cfg: LeakageParams) -> str:
+    """md5 of the params the lexical detectors and the residual scan read (``PARAMS``, ``residual.ngram_words``,
+    ``substitution.*``)."""
+    params = {key: getattr(cfg, key) for key in PARAMS} | {"residual.ngram_words": cfg.residual.ngram_words} | {
+        f"substitution.{key}": value for key, value in cfg.substitution.model_dump().items()}
+    return hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 def scan_texts(texts: dict[str, str], evals: detectors.Side, eval_ids: list[str], cfg: LeakageParams
@@ -186,3 +194,5 @@ def save(folder: Path, results: dict[str, Result], key: dict) -> None:
     with swapped_in(folder) as tmp:
         write_cache(texts, tmp / TEXTS)
         write_cache(matches, tmp / MATCHES)
+        if (folder / PLANTS).is_file():  # the planted copies' cache, rewritten later in the run by plant_cache
+            linked_or_copied(folder / PLANTS, tmp / PLANTS)

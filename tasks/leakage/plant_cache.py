@@ -1,0 +1,101 @@
+"""Which lexical methods find each planted copy, kept across runs: a night scans only the copies it has not seen.
+
+The planted-copy pass (``tasks.leakage.planted``) builds copies of every eval doc and asks the lexical detectors
+which of them match each copy to the eval doc it was built from (``planted.found_by``). That answer depends on
+two texts alone, the copy's and its eval doc's (each detector decides a pair from its two texts: the premise of
+``tasks/leakage/incremental.py`` too), and on the detector params and code. Filler comes from a consistent-hash
+ring (``tasks/leakage/filler.py``), so a night's new documents change few copies; before this cache every copy
+was scanned again every night (at 16x the default corpus, 60,000 copies: minutes).
+
+``<data>/leakage_cache/plants.parquet`` (kept by ``incremental.save`` when it rewrites that folder): one row per
+copy of the last run, ``key`` (md5 of the copy's text, then md5 of its eval doc's text: 32 bytes) and
+``methods`` (sorted); its metadata holds the fingerprint: the detector params the lexical cache is stamped
+with, and the code (the lexical cache's, ``planted.py`` and this module); the eval set is not in it, as each key
+names its eval text. Used when ``leakage.incremental`` is true and the fingerprint
+matches; a missing, damaged or other-fingerprint file means every copy is scanned. Only this run's copies are
+written back; with ``incremental: false`` the file is removed. The counts go to MLflow (metrics
+``planted_cache/plants_stored`` and ``planted_cache/plants_scanned``, tag ``leakage.planted_cache_reason``),
+never to ``metrics/leakage.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from tasks.common.imports import code_sha256
+from tasks.common.stamped import read_stamped, stamp, write_cache
+from tasks.config.leakage import LeakageParams
+from tasks.leakage import planted
+from tasks.leakage.detectors import Side
+
+PLANTS = "plants.parquet"
+
+
+def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, tokenize, folder: Path,
+             log) -> list[set[str]]:  # fmt: skip
+    """``planted.found_by(plants, evals, cfg, tokenize)``, taking each copy with a row in ``folder``'s cache
+    from it and scanning the others; writes the cache back (see the module docstring)."""
+    stamp_key = fingerprint(cfg)
+    texts = [str(t) for t in eval_frame["text"]]
+    keys = [plant_key(p.text, texts[p.eval_index]) for p in plants]
+    stored, reason = load(folder, stamp_key, cfg.incremental)
+    todo = [i for i, k in enumerate(keys) if k not in stored]
+    scanned = planted.found_by([plants[i] for i in todo], evals, cfg, tokenize) if todo else []
+    found = {keys[i]: methods for i, methods in zip(todo, scanned)} | {k: stored[k] for k in keys if k in stored}
+    save(folder, {k: found[k] for k in keys}, stamp_key, cfg.incremental)
+    log.info(f"leakage planted: {len(plants) - len(todo)} of {len(plants)} copies from the cache ({reason}); "
+             f"{len(todo)} scanned")
+    log.tags({"leakage.planted_cache_reason": reason})
+    log.metrics({"planted_cache": {"plants_stored": len(plants) - len(todo), "plants_scanned": len(todo)}})
+    return [set(found[k]) for k in keys]
+
+
+def fingerprint(cfg: LeakageParams) -> dict[str, str]:
+    """The detector params (``incremental.params_md5``) and the code: the lexical cache's, ``planted.py`` and
+    this module."""
+    from tasks.leakage import incremental
+
+    code = {*incremental.FINGERPRINT_CODE, Path(planted.__file__), Path(__file__)}
+    return {"params": incremental.params_md5(cfg), "code": code_sha256(code)}
+
+
+def plant_key(plant_text: str, eval_text: str) -> bytes:
+    """32 bytes: md5 of the copy's text (UTF-8), then md5 of its eval doc's text."""
+    return hashlib.md5(plant_text.encode("utf-8")).digest() + hashlib.md5(eval_text.encode("utf-8")).digest()
+
+
+def load(folder: Path, expected: dict, incremental: bool) -> tuple[dict[bytes, list[str]], str]:
+    """``({key: methods}, "cache found")``, or ``({}, why every copy is scanned)``."""
+    if not incremental:
+        return {}, "leakage.incremental: false"
+    table, reason, _ = read_stamped(folder / PLANTS, expected)
+    if table is None:
+        return {}, reason
+    try:
+        keys, methods = table.column("key").to_pylist(), table.column("methods").to_pylist()
+    except KeyError as err:
+        return {}, f"the cache {folder / PLANTS} cannot be used (no column {err})"
+    if len(set(keys)) != len(keys) or any(not isinstance(k, bytes) or len(k) != 32 for k in keys):
+        return {}, f"the cache {folder / PLANTS} cannot be used (its keys are not distinct 32-byte keys)"
+    return dict(zip(keys, methods)), "cache found"
+
+
+def save(folder: Path, found: dict[bytes, set[str]], key: dict, incremental: bool) -> None:
+    """Replace ``folder/plants.parquet`` by rename with ``found`` (sorted by key); remove it when not
+    ``incremental``."""
+    path = folder / PLANTS
+    if not incremental:
+        path.unlink(missing_ok=True)
+        return
+    keys = sorted(found)
+    table = pa.table({"key": pa.array(keys, pa.binary(32)),
+                      "methods": pa.array([sorted(found[k]) for k in keys], pa.list_(pa.string()))})  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{PLANTS}.tmp"
+    write_cache(stamp(table, key), tmp)
+    os.replace(tmp, path)
