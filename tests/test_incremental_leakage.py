@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_incremental_ingest_dedup import RecordingLog
@@ -166,3 +167,21 @@ def test_planted_copies_seen_before_are_taken_from_the_cache_and_equal_a_fresh_s
 def test_the_lexical_cache_rewrite_keeps_the_planted_cache_and_a_stage_rerun_scans_no_copy(inc):
     assert (inc / "data/leakage_cache/plants.parquet").is_file()
     assert run(inc, night())[1]["planted_cache"]["plants_scanned"] == 0
+
+
+@pytest.mark.parametrize("methods", [pa.array(["ngram"]), pa.array([None], pa.list_(pa.string())),
+                                     pa.array([["ngram", None]], pa.list_(pa.string()))])  # fmt: skip
+def test_a_plant_cache_of_another_column_type_or_with_nulls_is_not_used(tmp_path, methods):
+    from tasks.common.stamped import stamp, write_cache
+    from tasks.leakage import plant_cache
+
+    evals, side, plants = plants_of()
+    key = plant_cache.plant_key(plants[0].text, evals["text"].iloc[plants[0].eval_index])
+    write_cache(stamp(pa.table({"key": pa.array([key], pa.binary(32)), "methods": methods}),
+                      plant_cache.fingerprint(params())), tmp_path / plant_cache.PLANTS)  # fmt: skip
+    stored, reason = plant_cache.load(tmp_path, plant_cache.fingerprint(params()), True)
+    assert stored == {} and "cannot be used" in reason
+    log = RecordingLog()
+    got = plant_cache.found_by(plants, evals, side, params(), leakage.tokenize, tmp_path, log)
+    assert got == leakage.planted.found_by(plants, side, params(), leakage.tokenize)
+    assert log.logged["planted_cache"]["plants_scanned"] == len(plants)

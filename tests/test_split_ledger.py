@@ -289,6 +289,9 @@ def test_a_damaged_ledger_is_an_error_naming_it_never_an_empty_history(tmp_path)
     path.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"ledger\.parquet: the split ledger cannot be read \(.*\); restore it"):
         run_night(tmp_path, docs, params())
+    path.write_bytes(bytes(data[: len(data) // 2]))  # truncated: Arrow raises ArrowInvalid, a ValueError
+    with pytest.raises(ValueError, match=r"ledger\.parquet: the split ledger cannot be read \(.*\); restore it"):
+        ledger.read_ledger(path)
 
 
 def test_moved_since_reads_the_written_files_back(tmp_path):

@@ -45,3 +45,10 @@ def test_a_flipped_bit_in_a_cache_page_makes_it_no_cache_where_an_unchecked_file
     assert plain.num_rows == table.num_rows and not plain.equals(table)
     got = read_stamped(tmp_path / "checked.parquet", {"k": 1})
     assert got.table is None and "CRC checksum verification failed" in got.reason
+
+
+def test_a_fingerprint_that_is_not_a_json_object_is_no_cache(tmp_path):
+    table = pa.table({"v": [1]}).replace_schema_metadata({b"clozeline.fingerprint": b"[]"})
+    write_cache(table, tmp_path / "foreign.parquet")
+    got = read_stamped(tmp_path / "foreign.parquet", {"k": 1})
+    assert got.table is None and "not a JSON object" in got.reason

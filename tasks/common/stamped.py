@@ -64,6 +64,8 @@ def read_stamped(path: Path, expected: dict) -> Stamped:
         stored = json.loads((table.schema.metadata or {})[FINGERPRINT_KEY])
     except (OSError, ValueError, KeyError) as err:  # damaged, or written by another tool: computed again
         return Stamped(None, f"the cache {path} cannot be used ({one_line(err)})", [])
+    if not isinstance(stored, dict):
+        return Stamped(None, f"the cache {path} cannot be used (its fingerprint is not a JSON object)", [])
     changed = sorted(key for key in expected if stored.get(key) != expected[key])
     if changed:
         return Stamped(None, f"the cache fingerprint changed ({', '.join(changed)})", changed)

@@ -76,12 +76,13 @@ def load(folder: Path, expected: dict, incremental: bool) -> tuple[dict[bytes, l
     table, reason, _ = read_stamped(folder / PLANTS, expected)
     if table is None:
         return {}, reason
-    try:
-        keys, methods = table.column("key").to_pylist(), table.column("methods").to_pylist()
-    except KeyError as err:
-        return {}, f"the cache {folder / PLANTS} cannot be used (no column {err})"
-    if len(set(keys)) != len(keys) or any(not isinstance(k, bytes) or len(k) != 32 for k in keys):
-        return {}, f"the cache {folder / PLANTS} cannot be used (its keys are not distinct 32-byte keys)"
+    schema = {"key": pa.binary(32), "methods": pa.list_(pa.string())}
+    wrong = [c for c, t in schema.items() if c not in table.column_names or table.schema.field(c).type != t]
+    if wrong:  # a footer damaged past its checks can give another type: never read methods as other values
+        return {}, f"the cache {folder / PLANTS} cannot be used (column(s) {wrong} missing or of another type)"
+    keys, methods = table.column("key").to_pylist(), table.column("methods").to_pylist()
+    if len(set(keys)) != len(keys) or None in keys or None in methods or any(None in m for m in methods):
+        return {}, f"the cache {folder / PLANTS} cannot be used (its keys are not distinct, or a value is null)"
     return dict(zip(keys, methods)), "cache found"
 
 

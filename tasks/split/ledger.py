@@ -73,7 +73,7 @@ def read_ledger(path: Path) -> pd.DataFrame | None:
         return None
     try:
         frame = read_table(path).to_pandas()
-    except OSError as err:
+    except (OSError, ValueError, KeyError, TypeError) as err:  # Arrow's errors are OSError or ValueError
         raise ValueError(f"{path}: the split ledger cannot be read ({one_line(err)}); restore it from DVC or a "
                          "backup: recomputing it could move documents between splits") from err
     missing = [c for c in LEDGER_COLUMNS if c not in frame.columns]
