@@ -176,7 +176,7 @@ def test_a_plant_cache_of_another_column_type_or_with_nulls_is_not_used(tmp_path
     from tasks.leakage import plant_cache
 
     evals, side, plants = plants_of()
-    key = plant_cache.plant_key(plants[0].text, evals["text"].iloc[plants[0].eval_index])
+    key = plant_cache.plant_keys(plants[:1], evals["text"])[0]
     write_cache(stamp(pa.table({"key": pa.array([key], pa.binary(32)), "methods": methods}),
                       plant_cache.fingerprint(params())), tmp_path / plant_cache.PLANTS)  # fmt: skip
     stored, reason = plant_cache.load(tmp_path, plant_cache.fingerprint(params()), True)

@@ -41,8 +41,7 @@ def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakagePa
     """``planted.found_by(plants, evals, cfg, tokenize)``, taking each copy with a row in ``folder``'s cache
     from it and scanning the others; writes the cache back (see the module docstring)."""
     stamp_key = fingerprint(cfg)
-    texts = [str(t) for t in eval_frame["text"]]
-    keys = [plant_key(p.text, texts[p.eval_index]) for p in plants]
+    keys = plant_keys(plants, eval_frame["text"])
     stored, reason = load(folder, stamp_key, cfg.incremental)
     todo = [i for i, k in enumerate(keys) if k not in stored]
     scanned = planted.found_by([plants[i] for i in todo], evals, cfg, tokenize) if todo else []
@@ -64,9 +63,11 @@ def fingerprint(cfg: LeakageParams) -> dict[str, str]:
     return {"params": incremental.params_md5(cfg), "code": code_sha256(code)}
 
 
-def plant_key(plant_text: str, eval_text: str) -> bytes:
-    """32 bytes: md5 of the copy's text (UTF-8), then md5 of its eval doc's text."""
-    return hashlib.md5(plant_text.encode("utf-8")).digest() + hashlib.md5(eval_text.encode("utf-8")).digest()
+def plant_keys(plants: list, eval_texts) -> list[bytes]:
+    """Per copy, 32 bytes: md5 of its text (UTF-8), then md5 of its eval doc's text (``eval_texts[eval_index]``;
+    each eval text is hashed once, not once per copy: a doc has ~17 copies)."""
+    eval_md5 = [hashlib.md5(str(t).encode("utf-8")).digest() for t in eval_texts]
+    return [hashlib.md5(p.text.encode("utf-8")).digest() + eval_md5[p.eval_index] for p in plants]
 
 
 def load(folder: Path, expected: dict, incremental: bool) -> tuple[dict[bytes, list[str]], str]:
