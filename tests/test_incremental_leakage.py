@@ -1,5 +1,5 @@
 """Incremental leakage (issue 35 items 1-2): a run after new training docs arrive audits only their texts, a
-changed eval set forces a full audit, a removed doc leaves the outputs, and every output (files and metrics)
+changed eval set is audited for its added docs alone, a removed doc leaves the outputs, and every output (files and metrics)
 equals a from-scratch run with ``leakage.incremental: false`` (the scan as it was before the cache) byte for
 byte.
 
@@ -23,6 +23,7 @@ from tasks.common import minhash
 from tasks.config import Paths
 
 TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train doc quoting the dev doc
+NEW_EVAL = " ".join(filler(300, 4).split()[100:140])  # an eval doc added later, quoted by the cached doc "held"
 
 
 def night(extra: list[tuple] = (), removed: tuple[str, ...] = (), eval_text: str = PARAGRAPH) -> list:
@@ -78,19 +79,41 @@ def test_new_docs_alone_are_audited_and_outputs_equal_a_from_scratch_run(inc, tm
     frames = night(new)
     metrics, logged = run(inc, frames)
     assert logged["leakage.mode"] == "incremental"
-    assert logged["incremental"] == {"texts_audited": 2, "full": 0}  # new-copy and new-clean
+    assert logged["incremental"] == {"texts_audited": 2, "full": 0, "texts_rescanned": 0, "eval_docs_added": 0,
+                                     "eval_docs_removed": 0}  # new-copy and new-clean; the eval sets as they were
     assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
     removed = [json.loads(line)["doc_id"] for line in (inc / "data/leakage/removed.jsonl").read_text().splitlines()]
     assert removed == ["new-copy", "rewrapped", "tr-1-copy", "verbatim"]
     assert run(inc, frames)[1]["incremental"]["texts_audited"] == 0  # nothing new: nothing audited
 
 
-def test_changed_eval_set_forces_a_full_audit(inc, tmp_path):
+def test_an_edited_eval_doc_is_forgotten_and_its_new_text_scanned_against_every_cached_text(inc, tmp_path):
     frames = night(eval_text=PARAGRAPH.replace("Tuesday", "Wednesday"))
     metrics, logged = run(inc, frames)
-    assert logged["leakage.mode"] == "full" and logged["leakage.reason"] == "the cache fingerprint changed (eval_sets)"
-    assert logged["incremental"] == {"texts_audited": 6, "full": 1}
+    assert logged["leakage.mode"] == "incremental"
+    assert logged["incremental"] == {"texts_audited": 0, "full": 0, "texts_rescanned": 6, "eval_docs_added": 1,
+                                     "eval_docs_removed": 1}  # ev-par's new text in, its old text out
     assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
+
+
+def test_eval_docs_added_and_removed_with_new_training_docs_equal_a_from_scratch_run(inc, tmp_path):
+    """A night where the eval sets gain a doc (quoted by a cached pretraining doc and by a new one) and lose one
+    (whose matches and residual n-grams must leave the cache), while training docs arrive and leave."""
+    frames = night([("quotes-new-eval", "train", filler(25, 7) + " " + NEW_EVAL + " " + filler(25, 8)),
+                    ("tr-copy", "train", TRAIN_TEXT)], removed=("common",))  # fmt: skip
+    task = frames[0]
+    frames[0] = pd.concat([task[task["doc_id"] != "ev-short"], frame("task", "task", [("ev-new", "test", NEW_EVAL)])],
+                          ignore_index=True)
+    metrics, logged = run(inc, frames)
+    assert logged["incremental"] == {"texts_audited": 1, "full": 0, "texts_rescanned": 6, "eval_docs_added": 1,
+                                     "eval_docs_removed": 1}  # common's text is same-as-common's: all 6 still present
+    assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
+    table = pd.read_parquet(inc / "data/leakage/table.parquet")
+    assert set(table["eval_doc"]) == {"ev-par", "ev-new"}
+    assert {"quotes-new-eval", "held"} <= set(table.loc[table["eval_doc"] == "ev-new", "train_doc"])
+    cached = set(pq.read_table(inc / "data/leakage_cache/matches.parquet").column("eval_doc").to_pylist())
+    assert cached == {"ev-par", "ev-new"}  # ev-short's matches forgotten
+    assert pq.read_table(inc / "data/leakage_cache/evals.parquet").column("doc_id").to_pylist() == ["ev-new", "ev-par"]
 
 
 def test_changed_detector_param_forces_a_full_audit_and_another_does_not(inc):
@@ -119,6 +142,9 @@ def test_a_damaged_or_missing_matches_file_forces_a_full_audit(inc, tmp_path):
     assert outputs(inc, metrics) == from_scratch(tmp_path, night())
     (inc / "data/leakage_cache/matches.parquet").unlink()
     assert run(inc, night())[1]["incremental"] == {"texts_audited": 6, "full": 1}
+    (inc / "data/leakage_cache/evals.parquet").unlink()  # a cache from before the eval docs were kept
+    logged = run(inc, night())[1]
+    assert logged["incremental"] == {"texts_audited": 6, "full": 1} and "evals.parquet" in logged["leakage.reason"]
 
 
 def plants_of(eval_text: str = PARAGRAPH):

@@ -24,9 +24,10 @@ default: sliced in the report as not semantically clean) or removed. Two passes 
   the corpus after the action: the contamination left (``residual``).
 
 Incremental (``leakage.incremental``, ``tasks.leakage.incremental``: the rule): each training text's lexical
-and residual results are kept per text md5 in ``<data>/leakage_cache`` (kept across runs), so a run scans only
-new training texts unless the eval sets, the detector params or the code changed; which lexical methods find each
-planted copy is kept there too (``tasks.leakage.plant_cache``), so only new copies are scanned; the semantic
+and residual results are kept per text md5 in ``<data>/leakage_cache`` (kept across runs), with the eval docs
+they cover, so a run scans new training texts against every eval doc and the kept ones only against the eval docs
+added since (all again when the detector params or the code changed); which lexical methods find each planted
+copy is kept there too (``tasks.leakage.plant_cache``), so only new copies are scanned; the semantic
 detector's window vectors are kept in ``<data>/leakage_embeddings`` (``tasks.leakage.embedding_store``), so it
 embeds only windows it has not seen; the outputs equal a from-scratch run's byte for byte.
 
@@ -59,6 +60,7 @@ import pandas as pd
 
 from tasks.common import minhash
 from tasks.common.confusables import fold_words
+from tasks.common.gcpause import paused_gc
 from tasks.common.lineage import NO_LINEAGE
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
@@ -94,8 +96,15 @@ def tokenize(text: str) -> list[str]:
 def run(cfg: LeakageParams, paths, log) -> dict:
     """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted``,
     ``residual`` and ``semantic``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file
-    with missing columns.
+    with missing columns. The cyclic collector is paused for the stage (``tasks.common.gcpause``): the
+    per-text results hold millions of n-gram tuples, which every collection would walk again.
     """
+    with paused_gc():
+        return audit(cfg, paths, log)
+
+
+def audit(cfg: LeakageParams, paths, log) -> dict:
+    """The stage (``run``), collector state aside."""
     frames = read_sources(paths.stage_data("split"))
     rows = pd.concat(list(frames.values()), ignore_index=True)
     eval_frame, train_frame = eval_rows(rows), train_rows(rows)

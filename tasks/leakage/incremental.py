@@ -9,27 +9,37 @@ text (pretraining rows and task train rows) of the last run, keyed by the md5 of
   they equal those of an eval doc shorter than ``residual.ngram_words``, else null); the Parquet metadata holds
   the fingerprint below;
 - ``matches.parquet``: every lexical match of a text, ``(md5, eval_doc, method, score, span)``, sorted: the
-  matched eval doc's id, the detector, its unrounded score and the span, as ``detectors.detect`` gives them.
+  matched eval doc's id, the detector, its unrounded score and the span, as ``detectors.detect`` gives them;
+- ``evals.parquet``: the eval docs these results were audited against, ``(doc_id, md5 of the text)``, sorted.
 
-Rule. **Full audit** (every training text scanned) when ``leakage.incremental`` is false (every row scanned
-as before this cache existed; the cache is left empty), when there is no cache, or when its
-fingerprint differs: the evaluation sets (md5 over each dev/test doc's id and text md5), the params the
-lexical detectors and the residual scan read (``ngram_words``, ``min_match_words``, ``shingle_words``,
-``num_perm``, ``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``,
-``passage_stride_words``, ``max_span_words``, ``residual.ngram_words``, ``substitution.*``) and the
-``code_sha256`` of the code that computes a result (``tasks/leakage/{__init__,detectors,substitution,residual,
-incremental}.py``, ``tasks/common/{minhash,textnorm,confusables}.py``). **Incremental** otherwise: a training doc whose text has a result takes it; the distinct
-new texts (new and edited docs) are scanned; a text no longer present is not written back, so a removed doc
-leaves every output. The other params (actions, planted, semantic, residual coverage, engine memory) change
-no stored result, so they do not force a full audit. ``engine: ray`` scans every row on Ray and leaves the cache
-as it was (its results are the local ones, byte for byte).
+Rule. **Full audit** (every training text scanned against every eval doc) when ``leakage.incremental`` is false
+(every row scanned as before this cache existed; the cache is left empty), when there is no cache (or a file of
+it cannot be read), or when its fingerprint differs: the params the lexical detectors and the residual scan read
+(``ngram_words``, ``min_match_words``, ``shingle_words``, ``num_perm``, ``minhash_seed``, ``doc_threshold``,
+``passage_threshold``, ``passage_words``, ``passage_stride_words``, ``max_span_words``,
+``residual.ngram_words``, ``substitution.*``) and the ``code_sha256`` of the code that computes a result
+(``tasks/leakage/{__init__,detectors,substitution,residual,incremental}.py``,
+``tasks/common/{minhash,textnorm,confusables}.py``). **Incremental** otherwise:
+
+- eval docs no longer in the eval sets (by id and text md5: an edited doc's old text too) are forgotten: their
+  matches are dropped, and so are the residual n-grams and whole texts no eval doc of this run holds;
+- every training text with a result is scanned against the eval docs added since (new or edited), and the
+  two results merged;
+- the distinct new training texts (new and edited docs) are scanned against every eval doc;
+- a text no longer present is not written back, so a removed doc leaves every output.
+
+The other params (actions, planted, semantic, residual coverage, engine memory) change no stored result, so they
+do not force a full audit. ``engine: ray`` scans every row on Ray and leaves the cache as it was (its results
+are the local ones, byte for byte).
 
 Why the outputs are a from-scratch run's: each detector decides a (training doc, eval doc) pair from the two
 texts alone (n-gram hits, exact words, MinHash LSH candidates confirmed by exact Jaccard, best passage window
-per pair), and the residual scan of a doc depends on its text and the eval n-grams only, so a text's result
-does not depend on the other training docs. The results are then mapped back onto every training row (its
-doc id, role and source come from this run's rows), and the rest of the stage runs over the whole corpus as in
-a from-scratch run: the leakage table, the actions, the lineage audit, the residual metrics.
+per pair, the best substituted window per pair), and the residual scan of a doc holds its text's share of the
+eval n-grams (a set intersection, so it splits by eval doc and shrinks by intersecting), so a text's result
+depends neither on the other training docs nor on which eval docs were scanned with it. The results are then
+mapped back onto every training row (its doc id, role and source come from this run's rows), and the rest of
+the stage runs over the whole corpus as in a from-scratch run: the leakage table, the actions, the lineage
+audit, the residual metrics.
 
 The planted-copy recall measurement keeps its own results in this folder (``plants.parquet``, carried over
 when ``save`` rewrites it: ``tasks/leakage/plant_cache.py``), per copy and eval text, so only copies not seen
@@ -37,7 +47,8 @@ before are scanned. The semantic detector keeps its own store of window vectors
 (``tasks/leakage/embedding_store.py``); its threshold and search run every time.
 
 Which path ran, why, and how many texts were audited are logged and sent to MLflow (tags ``leakage.mode``,
-``leakage.reason``; metric ``incremental/texts_audited``), not written to ``metrics/leakage.json``, which must
+``leakage.reason``; metrics ``incremental/texts_audited``, and on the incremental path ``texts_rescanned``,
+``eval_docs_added``, ``eval_docs_removed``), not written to ``metrics/leakage.json``, which must
 have the same bytes whichever path produced the outputs.
 """
 
@@ -59,7 +70,7 @@ from tasks.common.stamped import one_line, read_stamped, read_table, stamp, swap
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
 
-TEXTS, MATCHES = "texts.parquet", "matches.parquet"
+TEXTS, MATCHES, EVALS = "texts.parquet", "matches.parquet", "evals.parquet"
 PLANTS = "plants.parquet"  # tasks/leakage/plant_cache.py's file, carried over when this cache is rewritten
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
@@ -84,38 +95,79 @@ class Result:
 
 def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.Side, cfg: LeakageParams,
          folder: Path, log) -> TrainingScan:
-    """``TrainingScan`` of every row of ``train_frame`` (as ``scan_locally`` gives it), scanning only the texts
-    the cache at ``folder`` holds no result for (the rule above); writes the cache back and logs the path."""
-    key = fingerprint(cfg, eval_frame)
+    """``TrainingScan`` of every row of ``train_frame`` (as ``scan_locally`` gives it), scanning only what the
+    cache at ``folder`` holds no result for (the rule above); writes the cache back and logs the path."""
+    key, eval_keys = fingerprint(cfg), eval_keys_of(eval_frame)
     stored, reason = load(folder, key, cfg)
     digests = [hashlib.md5(str(text).encode("utf-8")).hexdigest() for text in train_frame["text"]]
+    counts = {"texts_audited": len(set(digests)), "full": 1}
     if stored is None and not cfg.incremental:
-        scanned, audited, mode = scan_locally(train_frame, evals, cfg), len(set(digests)), "full"
-        results = {}
+        scanned, results = scan_locally(train_frame, evals, cfg), {}
     else:
-        mode = "incremental" if stored is not None else "full"
-        results = dict(stored or {})
+        results, covered = stored if stored is not None else ({}, set())
+        results = {d: results[d] for d in dict.fromkeys(digests) if d in results}  # texts gone: not written back
+        added = [j for j, k in enumerate(eval_keys) if k not in covered]
+        gone = covered - set(eval_keys)
+        forget_evals(results, gone, evals, cfg)
+        rescanned = rescan_against(results, train_frame, digests, added, evals, eval_frame, cfg)
         todo = {d: text for d, text in zip(digests, train_frame["text"]) if d not in results}
         results.update(scan_texts(todo, evals, list(eval_frame["doc_id"]), cfg))
-        scanned, audited = assemble(train_frame, digests, results, list(eval_frame["doc_id"])), len(todo)
-        reason = reason if mode == "full" else f"{len(set(digests)) - audited} of {len(set(digests))} distinct " \
-            "training texts found in the cache"
-    save(folder, {d: results[d] for d in sorted(set(digests))} if results else {}, key)
-    log.info(f"leakage: {mode} audit ({reason}): {audited} distinct training texts audited")
+        scanned = assemble(train_frame, digests, results, list(eval_frame["doc_id"]))
+        if stored is not None:
+            counts = {"texts_audited": len(todo), "full": 0, "texts_rescanned": rescanned,
+                      "eval_docs_added": len(added), "eval_docs_removed": len(gone)}
+            reason = (f"{len(results) - len(todo)} of {len(results)} distinct training texts found in the cache; "
+                      f"{len(added)} eval docs added and {len(gone)} removed since it was written")
+    save(folder, {d: results[d] for d in sorted(results)}, key, eval_keys)
+    mode = "full" if counts["full"] else "incremental"
+    rescanned = f", {counts['texts_rescanned']} more against the added eval docs" if not counts["full"] else ""
+    log.info(f"leakage: {mode} audit ({reason}): {counts['texts_audited']} distinct training texts audited{rescanned}")
     log.tags({"leakage.mode": mode, "leakage.reason": reason})
-    log.metrics({"incremental": {"texts_audited": audited, "full": int(mode == "full")}})
+    log.metrics({"incremental": counts})
     return scanned
 
 
-def fingerprint(cfg: LeakageParams, eval_frame: pd.DataFrame) -> dict[str, str]:
-    """What every stored result depends on (see the module docstring)."""
-    evals = sorted(zip(eval_frame["doc_id"], (hashlib.md5(str(t).encode("utf-8")).hexdigest()
-                                              for t in eval_frame["text"])))  # fmt: skip
-    return {
-        "eval_sets": hashlib.md5(json.dumps(evals).encode("utf-8")).hexdigest(),
-        "params": params_md5(cfg),
-        "code": code_sha256(set(FINGERPRINT_CODE)),
-    }
+def eval_keys_of(eval_frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """``(doc_id, md5 of the text)`` of every eval doc, in frame order: what a stored result was audited against."""
+    return [(str(d), hashlib.md5(str(t).encode("utf-8")).hexdigest())
+            for d, t in zip(eval_frame["doc_id"], eval_frame["text"])]  # fmt: skip
+
+
+def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: detectors.Side,
+                 cfg: LeakageParams) -> None:
+    """Drop from ``results`` what came from eval docs no longer in the eval sets (``gone``; an edited doc's old
+    text too): their matches, and the residual n-grams and whole texts that no eval doc of this run holds."""
+    if not gone:
+        return
+    ids = {doc_id for doc_id, _ in gone}
+    every_gram, short_docs = residual.eval_targets(evals.tokens, cfg.residual.ngram_words)
+    for result in results.values():
+        result.matches = [m for m in result.matches if m[0] not in ids]
+        if result.grams:
+            result.grams = (result.grams & every_gram) or NO_GRAMS
+        if result.whole is not None and result.whole not in short_docs:
+            result.whole = None
+
+
+def rescan_against(results: dict[str, Result], train_frame: pd.DataFrame, digests: list[str], added: list[int],
+                   evals: detectors.Side, eval_frame: pd.DataFrame, cfg: LeakageParams) -> int:
+    """Scan every text with a result against the eval docs ``added`` (rows of ``eval_frame``) since, and merge;
+    returns how many texts were scanned. Exact, since a detector decides a pair from its two texts alone."""
+    if not added or not results:
+        return 0
+    texts = {d: text for d, text in zip(digests, train_frame["text"]) if d in results}
+    side = detectors.Side([evals.tokens[j] for j in added], [evals.hashes[j] for j in added])
+    for d, new in scan_texts(texts, side, [str(eval_frame["doc_id"].iloc[j]) for j in added], cfg).items():
+        result = results[d]
+        result.matches += new.matches
+        result.grams = (result.grams | new.grams) or NO_GRAMS
+        result.whole = result.whole if result.whole is not None else new.whole
+    return len(texts)
+
+
+def fingerprint(cfg: LeakageParams) -> dict[str, str]:
+    """What every stored result depends on besides the eval docs (see the module docstring)."""
+    return {"params": params_md5(cfg), "code": code_sha256(set(FINGERPRINT_CODE))}
 
 
 def params_md5(cfg: LeakageParams) -> str:
@@ -157,8 +209,9 @@ def assemble(train_frame: pd.DataFrame, digests: list[str], results: dict[str, R
     return TrainingScan(matches, has_words, residual.Scan(ids, hits, whole))
 
 
-def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Result] | None, str]:
-    """``({md5: Result}, "cache found")``, or ``(None, why a full audit)``."""
+def load(folder: Path, expected: dict, cfg: LeakageParams
+         ) -> tuple[tuple[dict[str, Result], set[tuple[str, str]]] | None, str]:
+    """``(({md5: Result}, the eval keys they cover), "cache found")``, or ``(None, why a full audit)``."""
     if not cfg.incremental:
         return None, "leakage.incremental: false"
     texts, reason, _ = read_stamped(folder / TEXTS, expected)
@@ -167,17 +220,22 @@ def load(folder: Path, expected: dict, cfg: LeakageParams) -> tuple[dict[str, Re
     columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "grams", "whole"))
     results = {md5: Result([], has_words, {tuple(g) for g in grams} if grams else NO_GRAMS,
                            None if whole is None else tuple(whole)) for md5, has_words, grams, whole in zip(*columns)}
-    try:
-        matches = read_table(folder / MATCHES).to_pydict()
-    except (OSError, ValueError) as err:  # missing or damaged beside a sound texts.parquet: audit all again
-        return None, f"the cache {folder / MATCHES} cannot be used ({one_line(err)})"
-    for md5, *match in zip(*(matches[c] for c in ("md5", "eval_doc", "method", "score", "span"))):
+    tables = {}
+    for name, columns in ((MATCHES, ("md5", "eval_doc", "method", "score", "span")), (EVALS, ("doc_id", "md5"))):
+        try:
+            table = read_table(folder / name).to_pydict()
+            tables[name] = [table[c] for c in columns]
+        except (OSError, ValueError, KeyError) as err:  # missing or damaged beside a sound texts.parquet: audit all
+            return None, f"the cache {folder / name} cannot be used ({one_line(err)})"
+    covered = set(zip(*tables[EVALS]))
+    for md5, *match in zip(*tables[MATCHES]):
         results[md5].matches.append(tuple(match))
-    return results, "cache found"
+    return (results, covered), "cache found"
 
 
-def save(folder: Path, results: dict[str, Result], key: dict) -> None:
-    """Write ``results`` (sorted by md5) as the cache, swapped in by rename."""
+def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tuple[str, str]]) -> None:
+    """Write ``results`` (sorted by md5) and the eval docs they were audited against as the cache, swapped in
+    by rename."""
     words = pa.list_(pa.string())
     texts = pa.table({
         "md5": pa.array(list(results), pa.string()),
@@ -194,5 +252,8 @@ def save(folder: Path, results: dict[str, Result], key: dict) -> None:
     with swapped_in(folder) as tmp:
         write_cache(texts, tmp / TEXTS)
         write_cache(matches, tmp / MATCHES)
+        doc_ids, md5s = (list(c) for c in zip(*sorted(eval_keys))) if eval_keys else ([], [])
+        write_cache(pa.table({"doc_id": pa.array(doc_ids, pa.string()), "md5": pa.array(md5s, pa.string())}),
+                    tmp / EVALS)
         if (folder / PLANTS).is_file():  # the planted copies' cache, rewritten later in the run by plant_cache
             linked_or_copied(folder / PLANTS, tmp / PLANTS)

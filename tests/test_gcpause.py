@@ -1,0 +1,32 @@
+"""``tasks.common.gcpause.paused_gc``: the collector is off inside, back to its state after, even on errors."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from tasks.common.gcpause import paused_gc
+
+
+def test_the_collector_is_paused_inside_and_restored_after_even_when_the_block_raises():
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():  # nested: still off after the inner block
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), paused_gc():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
+def test_a_collector_disabled_before_stays_disabled():
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
