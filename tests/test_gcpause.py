@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from tasks.common.gcpause import paused_gc
+from tasks.common.gcpause import freeze, frozen_survivors, paused_gc
 
 
 def test_the_collector_is_paused_inside_and_restored_after_even_when_the_block_raises():
@@ -30,3 +30,12 @@ def test_a_collector_disabled_before_stays_disabled():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_objects_alive_at_freeze_are_out_of_the_collector_until_the_block_ends():
+    with frozen_survivors():
+        before = gc.get_freeze_count()
+        kept = [[k] for k in range(1000)]  # tracked containers alive at the freeze
+        freeze()
+        assert gc.get_freeze_count() >= before + 1000
+    assert gc.get_freeze_count() == 0 and len(kept) == 1000

@@ -58,9 +58,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.common import minhash
+from tasks.common import gcpause, minhash
 from tasks.common.confusables import fold_words
-from tasks.common.gcpause import paused_gc
 from tasks.common.lineage import NO_LINEAGE
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
@@ -96,10 +95,10 @@ def tokenize(text: str) -> list[str]:
 def run(cfg: LeakageParams, paths, log) -> dict:
     """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted``,
     ``residual`` and ``semantic``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file
-    with missing columns. The cyclic collector is paused for the stage (``tasks.common.gcpause``): the
-    per-text results hold millions of n-gram tuples, which every collection would walk again.
+    with missing columns. The lexical scan's millions of n-gram tuples are kept out of the cyclic collector's
+    walks (``tasks.common.gcpause``: paused while they are built, frozen after).
     """
-    with paused_gc():
+    with gcpause.frozen_survivors():
         return audit(cfg, paths, log)
 
 
@@ -112,8 +111,10 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
     log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
     from tasks.leakage import incremental  # imported here: it builds on this module's scan_locally
 
-    scanned = incremental.scan(train_frame, eval_frame, evals, cfg, paths.stage_data("leakage_cache"), log) \
-        if cfg.engine == "local" else scan_on_ray(paths, train_frame, evals, cfg)
+    with gcpause.paused_gc():
+        scanned = incremental.scan(train_frame, eval_frame, evals, cfg, paths.stage_data("leakage_cache"), log) \
+            if cfg.engine == "local" else scan_on_ray(paths, train_frame, evals, cfg)
+    gcpause.freeze()
     table = audit_table(scanned.matches, train_frame, eval_frame)
     lexical_removed = removed_docs(table, cfg)
     plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg,
