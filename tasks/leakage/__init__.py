@@ -276,10 +276,9 @@ def removed_docs(table: pd.DataFrame, cfg: LeakageParams) -> dict[str, dict]:
         elif "semantic" in doc["methods"] and cfg.semantic.action == "remove":
             reason = "leakage:semantic"
         else:
-            reason = None
-        if reason is not None:
-            removed[doc_id] = {"doc_id": doc_id, "source": doc["source"], "reason": reason,
-                               "eval_docs": sorted(doc["eval_docs"]), "methods": sorted(doc["methods"])}
+            continue
+        removed[doc_id] = {"doc_id": doc_id, "source": doc["source"], "reason": reason,
+                           "eval_docs": sorted(doc["eval_docs"]), "methods": sorted(doc["methods"])}
     return removed
 
 

@@ -97,7 +97,7 @@ def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.S
          folder: Path, log) -> TrainingScan:
     """``TrainingScan`` of every row of ``train_frame`` (as ``scan_locally`` gives it), scanning only what the
     cache at ``folder`` holds no result for (the rule above); writes the cache back and logs the path."""
-    key, eval_keys = fingerprint(cfg), eval_keys_of(eval_frame)
+    key, eval_keys, eval_ids = fingerprint(cfg), eval_keys_of(eval_frame), list(eval_frame["doc_id"])
     stored, reason = load(folder, key, cfg)
     digests = [hashlib.md5(str(text).encode("utf-8")).hexdigest() for text in train_frame["text"]]
     counts = {"texts_audited": len(set(digests)), "full": 1}
@@ -109,10 +109,10 @@ def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.S
         added = [j for j, k in enumerate(eval_keys) if k not in covered]
         gone = covered - set(eval_keys)
         forget_evals(results, gone, evals, cfg)
-        rescanned = rescan_against(results, train_frame, digests, added, evals, eval_frame, cfg)
+        rescanned = rescan_against(results, train_frame, digests, added, evals, eval_ids, cfg)
         todo = {d: text for d, text in zip(digests, train_frame["text"]) if d not in results}
-        results.update(scan_texts(todo, evals, list(eval_frame["doc_id"]), cfg))
-        scanned = assemble(train_frame, digests, results, list(eval_frame["doc_id"]))
+        results.update(scan_texts(todo, evals, eval_ids, cfg))
+        scanned = assemble(train_frame, digests, results, eval_ids)
         if stored is not None:
             counts = {"texts_audited": len(todo), "full": 0, "texts_rescanned": rescanned,
                       "eval_docs_added": len(added), "eval_docs_removed": len(gone)}
@@ -150,14 +150,15 @@ def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: 
 
 
 def rescan_against(results: dict[str, Result], train_frame: pd.DataFrame, digests: list[str], added: list[int],
-                   evals: detectors.Side, eval_frame: pd.DataFrame, cfg: LeakageParams) -> int:
-    """Scan every text with a result against the eval docs ``added`` (rows of ``eval_frame``) since, and merge;
-    returns how many texts were scanned. Exact, since a detector decides a pair from its two texts alone."""
+                   evals: detectors.Side, eval_ids: list[str], cfg: LeakageParams) -> int:
+    """Scan every text with a result against the eval docs ``added`` since (indexes into ``evals`` and
+    ``eval_ids``), and merge; returns how many texts were scanned. Exact, since a detector decides a pair from
+    its two texts alone."""
     if not added or not results:
         return 0
     texts = {d: text for d, text in zip(digests, train_frame["text"]) if d in results}
     side = detectors.Side([evals.tokens[j] for j in added], [evals.hashes[j] for j in added])
-    for d, new in scan_texts(texts, side, [str(eval_frame["doc_id"].iloc[j]) for j in added], cfg).items():
+    for d, new in scan_texts(texts, side, [eval_ids[j] for j in added], cfg).items():
         result = results[d]
         result.matches += new.matches
         result.grams = (result.grams | new.grams) or NO_GRAMS
@@ -221,10 +222,10 @@ def load(folder: Path, expected: dict, cfg: LeakageParams
     results = {md5: Result([], has_words, {tuple(g) for g in grams} if grams else NO_GRAMS,
                            None if whole is None else tuple(whole)) for md5, has_words, grams, whole in zip(*columns)}
     tables = {}
-    for name, columns in ((MATCHES, ("md5", "eval_doc", "method", "score", "span")), (EVALS, ("doc_id", "md5"))):
+    for name, names in ((MATCHES, ("md5", "eval_doc", "method", "score", "span")), (EVALS, ("doc_id", "md5"))):
         try:
             table = read_table(folder / name).to_pydict()
-            tables[name] = [table[c] for c in columns]
+            tables[name] = [table[c] for c in names]
         except (OSError, ValueError, KeyError) as err:  # missing or damaged beside a sound texts.parquet: audit all
             return None, f"the cache {folder / name} cannot be used ({one_line(err)})"
     covered = set(zip(*tables[EVALS]))
