@@ -29,14 +29,20 @@ Start-up share: a process that does what a stage process does besides the stage'
 and the stage module, load params, open and close the stage's MLflow run through the runner's tracking child
 process, ``tasks/common/tracking_sidecar.py``), timed per stage after each night's stages, summed over the
 arrival nights, over the incremental stage time of the same nights. With no work to overlap, the probe waits
-for the child's whole start-up, so it bounds from above what a stage pays. tokenizer and tokenize are not run
-(results' ``not_run``); leakage runs with ``--with-leakage`` (``leakage.incremental`` on in ``inc``, off in
-``scratch``; results under ``runs["<scale>+leakage"]``). Its outputs (``data/leakage``, ``metrics/leakage.json``)
-are compared on the nights whose split is byte-equal in both copies (``leakage_compared``): where the ledger
-kept other splits than a fresh run gives, the audit's input differs, and so does its output.
+for the child's whole start-up, so it bounds from above what a stage pays.
+
+leakage runs with ``--with-leakage`` (``leakage.incremental`` on in ``inc``, off in ``scratch``; results under
+``runs["<scale>+leakage"]``), and tokenizer and tokenize after it with ``--with-tokenize`` (also
+``tokenize.incremental``; ``runs["<scale>+leakage+tokenize"]``). Both copies keep the first night's vocabulary
+(``tokenizer.vocab_from: train_once`` of the profile): ``data/tokenizer_vocab`` is a persisted output that a
+from-scratch ``dvc repro -f`` keeps too, so ``inc``'s is copied into ``scratch`` every night. Stages not run are
+listed in the results' ``not_run``. The outputs of these stages (``data/<stage>``, ``metrics/<stage>.json``) are
+compared in order while their input is byte-equal in both copies (``<stage>_compared``): where the ledger kept
+other splits than a fresh run gives, the audit's input differs, and so does its output and what follows it.
 
     .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 5     # writes benchmarks/results/scheduled.json
     .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 3 --with-leakage
+    .venv/bin/python benchmarks/scheduled.py --scale 16 --nights 2 --with-tokenize --skip-scratch-night0
 """
 
 from __future__ import annotations
@@ -58,12 +64,13 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from benchmarks._scheduled_compare import DOWNSTREAM, STAGES, compare_night, uncompared_night  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results" / "scheduled.json"
-STAGES = ("ingest", "dedup", "split")
 SEED = 20240611
 GOAL_FRACTION = 0.15  # issue 35: incremental <= 15% of a from-scratch run's time at 16x
 GOAL_SCALE = 16
-COMPARED_DATA = ("ingest", "dedup", "split")
+KEPT_VOCAB = Path("data") / "tokenizer_vocab"  # tokenizer.vocab_from: train_once (the scheduled profile)
 
 
 def night_of(own_id: str, nights: int, new_fraction: float, seed: int = SEED) -> int:
@@ -134,7 +141,7 @@ def source_specs(records: dict[str, list[dict]], roles: dict[str, str]) -> list[
 
 def make_workspace(dest: Path, sources: list[dict], incremental: bool) -> Path:
     """A checkout copy whose params.yaml has the scheduled profile, ``sources`` and the incremental flags
-    (ingest, dedup and leakage)."""
+    (ingest, dedup, leakage and tokenize)."""
     import yaml
 
     from benchmarks._gpu_profile_run import copy_checkout
@@ -145,7 +152,8 @@ def make_workspace(dest: Path, sources: list[dict], incremental: bool) -> Path:
     copy_checkout(dest)
     params = read_yaml(dest / "params.yaml")
     values = overrides("scheduled") | {"ingest.sources": sources, "ingest.incremental": incremental,
-                                       "dedup.incremental": incremental, "leakage.incremental": incremental}
+                                       "dedup.incremental": incremental, "leakage.incremental": incremental,
+                                       "tokenize.incremental": incremental}
     for dotted, value in values.items():
         *parents, leaf = dotted.split(".")
         node = params
@@ -169,94 +177,6 @@ def run_stage(root: Path, stage: str) -> float:
     return seconds
 
 
-def output_md5s(root: Path, stages: tuple[str, ...] = COMPARED_DATA) -> dict[str, str]:
-    """md5 of every compared output file of ``root`` (the data folders and metrics of ``stages``; split's
-    metrics hold the ledger's history), by path relative to it."""
-    files = [p for stage in stages for p in sorted((root / "data" / stage).rglob("*")) if p.is_file()]
-    files += [root / "metrics" / f"{stage}.json" for stage in stages if stage != "split"]
-    return {p.relative_to(root).as_posix(): hashlib.md5(p.read_bytes()).hexdigest() for p in files}
-
-
-def read_manifest(path: Path) -> dict[str, str]:
-    """``manifest.tsv`` as {doc_id: split} (header line skipped)."""
-    lines = path.read_text(encoding="utf-8").splitlines()[1:]
-    return dict(line.split("\t") for line in lines)
-
-
-def compare_manifests(inc: dict[str, str], scratch: dict[str, str], bridges: set[str], overrides: int) -> list[str]:
-    """What the counted differences do not explain, one line each (empty = equal apart from them): a doc only in
-    the from-scratch manifest that is not a dropped bridge, a doc only in the incremental one, a bridge still
-    kept, and more docs with another split than ``ledger_overrides`` counts."""
-    problems = [f"{d}: missing from the incremental run, not a counted bridge" for d in scratch.keys() - inc.keys()
-                if d not in bridges]  # fmt: skip
-    problems += [f"{d}: only in the incremental run" for d in inc.keys() - scratch.keys()]
-    problems += [f"{d}: dropped as a bridge but kept" for d in bridges & inc.keys()]
-    moved = sorted(d for d in inc.keys() & scratch.keys() if inc[d] != scratch[d])
-    if len(moved) > overrides:
-        problems.append(f"{len(moved)} docs in another split than from scratch, {overrides} counted: {moved[:5]}")
-    return problems
-
-
-def split_rows_differ(inc: Path, scratch: Path, bridges: set[str]) -> bool:
-    """Whether two ``data/split/<source>.parquet`` files differ in more than the ``split`` column (checked
-    against the manifests and ``ledger_overrides``) and the from-scratch file's rows of dropped bridges."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    ours, theirs = pq.read_table(inc), pq.read_table(scratch)
-    theirs = theirs.filter(pc.invert(pc.is_in(theirs["doc_id"], pa.array(sorted(bridges), pa.string()))))
-    return not ours.drop_columns(["split"]).equals(theirs.drop_columns(["split"]))
-
-
-def moved_docs(previous: dict[str, str], current: dict[str, str]) -> list[str]:
-    """Docs of the previous night's manifest that are in tonight's with another split."""
-    return sorted(d for d in previous.keys() & current.keys() if previous[d] != current[d])
-
-
-def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None,
-                  stages: tuple[str, ...] = STAGES) -> dict:
-    """The equality and moved checks of one night (see the module docstring)."""
-    ours, theirs = output_md5s(inc), output_md5s(scratch)
-    leakage = compare_leakage(inc, scratch, ours == theirs) if "leakage" in stages else {}
-    differing = sorted(p for p in ours.keys() | theirs.keys() if ours.get(p) != theirs.get(p))
-    split = json.loads((inc / "metrics" / "split.json").read_text(encoding="utf-8"))
-    dropped = [json.loads(line) for line in (inc / "data/split/dropped.jsonl").read_text().splitlines() if line]
-    bridges = {row["doc_id"] for row in dropped if row["reason"] == "bridges_splits"}
-    manifest = read_manifest(inc / "data/split/manifest.tsv")
-    unexplained = [p for p in differing if not p.startswith("data/split/")]
-    if any(p.startswith("data/split/") for p in differing):
-        unexplained += compare_manifests(manifest, read_manifest(scratch / "data/split/manifest.tsv"), bridges,
-                                         split.get("ledger_overrides", 0))  # fmt: skip
-        unexplained += [p for p in differing if p.endswith(".parquet") and p.startswith("data/split/")
-                        and split_rows_differ(inc / p, scratch / p, bridges)]  # fmt: skip
-    moved = moved_docs(previous, manifest) if previous is not None else []
-    return {"differing_files": differing, "unexplained": unexplained, "bridges_splits": len(bridges),
-            "ledger_overrides": split.get("ledger_overrides", 0),
-            "moved_since_previous": split.get("moved_since_previous"), "moved_by_manifests": len(moved),
-            "docs": len(manifest), "manifest": manifest, "compared": True, **leakage}  # fmt: skip
-
-
-def uncompared_night(inc: Path) -> dict:
-    """A night whose from-scratch copy did not run: its manifest (tonight's, for the next night's moved check),
-    its counts, and no comparison (``compared: false``)."""
-    split = json.loads((inc / "metrics" / "split.json").read_text(encoding="utf-8"))
-    manifest = read_manifest(inc / "data/split/manifest.tsv")
-    return {"compared": False, "differing_files": [], "unexplained": [], "bridges_splits": None,
-            "ledger_overrides": split.get("ledger_overrides", 0), "moved_since_previous": None,
-            "moved_by_manifests": 0, "docs": len(manifest), "manifest": manifest}  # fmt: skip
-
-
-def compare_leakage(inc: Path, scratch: Path, same_input: bool) -> dict:
-    """leakage's outputs and metrics compared, where its input (every data/ingest, dedup and split file) is the
-    same in both copies; where the split differs (ledger overrides, bridges) its audit differs too."""
-    if not same_input:
-        return {"leakage_compared": False, "leakage_differing_files": []}
-    ours, theirs = output_md5s(inc, ("leakage",)), output_md5s(scratch, ("leakage",))
-    return {"leakage_compared": True,
-            "leakage_differing_files": sorted(p for p in ours.keys() | theirs.keys() if ours.get(p) != theirs.get(p))}
-
-
 def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int, new_fraction: float,
                stages: tuple[str, ...] = STAGES, scratch_night0: bool = True) -> list[dict]:  # fmt: skip
     """Every night: the new files into both copies, the stages alternated, the comparison. Without
@@ -278,6 +198,8 @@ def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str]
             for path in (scratch / stale).iterdir() if (scratch / stale).is_dir() else []:
                 if path.name != "raw":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if (inc / KEPT_VOCAB).is_dir():  # a persisted output a from-scratch `dvc repro -f` keeps: the same vocab
+            shutil.copytree(inc / KEPT_VOCAB, scratch / KEPT_VOCAB)
         seconds = {"incremental": {}, "from_scratch": {}}
         compared = night > 0 or scratch_night0
         for stage in stages:
@@ -292,7 +214,8 @@ def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str]
                     "load_average": [round(x, 2) for x in os.getloadavg()]})  # fmt: skip
         print(json.dumps({k: out[-1][k] for k in ("night", "new_docs", "seconds", "differing_files", "unexplained",
                           "bridges_splits", "ledger_overrides", "moved_since_previous", "moved_by_manifests",
-                          "compared", "leakage_compared", "leakage_differing_files") if k in out[-1]}),
+                          "compared", *(f"{s}_{k}" for s in DOWNSTREAM for k in ("compared", "differing_files")))
+                          if k in out[-1]}),
               flush=True)  # fmt: skip
     return out
 
@@ -326,7 +249,8 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
     inc, full, startup = (sum(sum(n["seconds"][arm].values()) for n in arrivals)
                           for arm in ("incremental", "from_scratch", "startup"))  # fmt: skip
     moved = sum((n["moved_since_previous"] or 0) + n["moved_by_manifests"] for n in nights)
-    unexplained = sum(len(n["unexplained"]) + len(n.get("leakage_differing_files", [])) for n in nights)
+    unexplained = sum(len(n["unexplained"]) + sum(len(n.get(f"{s}_differing_files", [])) for s in DOWNSTREAM)
+                      for n in nights)  # fmt: skip
     stages = tuple(nights[0]["seconds"]["incremental"])
     nights_text = f"{len(arrivals)} night{'' if len(arrivals) == 1 else 's'}"
     case = f"{scale}x: {docs:,} docs, {nights_text} of {args.new_fraction:.0%} new"
@@ -346,7 +270,7 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
         *[{**row, "case": f"{case}: {stage} alone, incremental", "unit": "s", "ours": part(stage, "incremental"),
            "best_peer": "from-scratch run (same run)", "best_peer_value": part(stage, "from_scratch"),
            "ratio_vs_best_peer": part(stage, "incremental") / part(stage, "from_scratch"), "goal": None,
-           "meets_goal": None} for stage in stages if stage == "leakage"],
+           "meets_goal": None} for stage in stages if stage in DOWNSTREAM],
         {**row, "case": f"{case}: stage start-up (imports, params, MLflow); limit = the incremental time above",
          "unit": "s", "ours": startup, "limit": inc, "fraction_of_limit": startup / inc, "goal": None,
          "meets_goal": None},
@@ -355,13 +279,13 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
     ]  # fmt: skip
     return {"rows": rows, "scale": scale, "docs": docs, "nights": nights, "startup_seconds": startup,
             "incremental_seconds": inc, "from_scratch_seconds": full, "new_fraction": args.new_fraction,
-            "stages": list(stages), "not_run": ", ".join(s for s in ("leakage", "tokenizer", "tokenize")
-                                                         if s not in stages) + " (not measured by this benchmark)",
+            "stages": list(stages), "not_run": ", ".join(s for s in DOWNSTREAM if s not in stages) or None,
             "machine_note": f"2 shared cores, other agents' jobs running; load average at the end "
                             f"{[round(x, 2) for x in os.getloadavg()]} (per night in nights[].load_average); "
                             "wall time from spawn to exit of each stage process",
             "command": f"benchmarks/scheduled.py --scale {scale} --nights {args.nights} "
                        f"--new-fraction {args.new_fraction}" + (" --with-leakage" if "leakage" in stages else "")
+                       + (" --with-tokenize" if "tokenize" in stages else "")
                        + (" --skip-scratch-night0" if getattr(args, "skip_scratch_night0", False) else "")}
 
 
@@ -372,6 +296,8 @@ def main() -> None:
     parser.add_argument("--new-fraction", type=float, default=0.05, help="share of the corpus arriving each night")
     parser.add_argument("--with-leakage", action="store_true", help="run the leakage stage too (on two cores, "
                         "minutes per from-scratch night at 1x: the semantic detector embeds the corpus)")
+    parser.add_argument("--with-tokenize", action="store_true", help="run tokenizer and tokenize too (after "
+                        "leakage, which this implies; the kept vocabulary of the scheduled profile)")
     parser.add_argument("--skip-scratch-night0", action="store_true", help="night 0 runs the incremental copy "
                         "only: its comparison is given up, its time is in no ratio (for 16x with leakage)")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -382,12 +308,14 @@ def main() -> None:
     roles = {spec["name"]: spec["role"] for spec in read_yaml(REPO / "params.yaml")["ingest"]["sources"]}
     with tempfile.TemporaryDirectory(prefix="bench-scheduled-") as tmp:
         records = default_records(Path(tmp) / "corpus", args.scale)
-        stages = STAGES + (("leakage",) if args.with_leakage else ())
+        stages = STAGES + DOWNSTREAM[: 3 if args.with_tokenize else 1 if args.with_leakage else 0]
         nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction, stages,
                             scratch_night0=not args.skip_scratch_night0)
     run = summarize(nights, args.scale, sum(map(len, records.values())), args)
     runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else {}
-    runs[f"{args.scale}+leakage" if args.with_leakage else str(args.scale)] = run  # other runs' figures are kept
+    name = str(args.scale) + ("+leakage" if args.with_leakage or args.with_tokenize else "") + (
+        "+tokenize" if args.with_tokenize else "")
+    runs[name] = run  # other runs' figures are kept
     rows = [row for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n)) for row in runs[name]["rows"]]
     args.out.write_text(json.dumps({"rows": rows, "runs": runs}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(json.dumps(run["rows"], indent=2))

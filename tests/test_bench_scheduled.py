@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks._scheduled_compare import moved_docs
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -149,13 +151,33 @@ def test_leakage_is_compared_only_where_its_input_split_is_the_same(scheduled, t
     assert "leakage_compared" not in scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
 
 
+def test_tokenize_is_compared_only_after_equal_leakage_outputs(scheduled, tmp_path):
+    stages = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
+    for arm in ("inc", "scratch"):
+        write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
+        for stage in ("leakage", "tokenize"):
+            (tmp_path / arm / "data" / stage).mkdir()
+            (tmp_path / arm / "data" / stage / "rows.arrow").write_bytes(b"rows")
+        for stage in ("leakage", "tokenizer", "tokenize"):
+            (tmp_path / arm / "metrics" / f"{stage}.json").write_text("{}")
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert [got[f"{s}_compared"] for s in stages[3:]] == [True] * 3 and got["tokenize_differing_files"] == []
+    (tmp_path / "inc/data/tokenize/rows.arrow").write_bytes(b"other rows")
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert got["tokenize_differing_files"] == ["data/tokenize/rows.arrow"]
+    (tmp_path / "inc/data/leakage/rows.arrow").write_bytes(b"other rows")  # tokenize's input differs: not compared
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert got["leakage_differing_files"] == ["data/leakage/rows.arrow"]
+    assert [got[f"{s}_compared"] for s in stages[4:]] == [False] * 2 and got["tokenize_differing_files"] == []
+
+
 def test_a_doc_that_moved_since_the_previous_night_is_found_in_the_manifests(scheduled, tmp_path):
     for arm in ("inc", "scratch"):
         write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
     previous = {"a": "train", "b": "dev", "c": "dev", "gone": "test"}  # b moved dev -> test; gone left
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", previous)
     assert (got["moved_by_manifests"], got["moved_since_previous"]) == (1, 0)
-    assert scheduled.moved_docs(previous, MANIFEST) == ["b"]
+    assert moved_docs(previous, MANIFEST) == ["b"]
 
 
 def test_summary_rows_sum_the_arrival_nights_and_count_leakage_differences(scheduled):
@@ -176,5 +198,5 @@ def test_summary_rows_sum_the_arrival_nights_and_count_leakage_differences(sched
     assert (leakage["ours"], leakage["best_peer_value"]) == (22.0, 164.0)
     assert (startup["ours"], startup["limit"]) == (4.0, 27.0)
     assert (moved["ours"], moved["meets_goal"]) == (1, False)  # the differing leakage file
-    assert run["not_run"] == "tokenizer, tokenize (not measured by this benchmark)"
+    assert run["not_run"] == "tokenizer, tokenize"
     assert run["command"].endswith("--with-leakage")

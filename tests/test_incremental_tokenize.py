@@ -20,6 +20,7 @@ from tasks import tokenize as stage
 from tasks import tokenizer as tokenizer_stage
 from tasks.tracking import NullLog
 
+
 class RecordingLog(NullLog):
     """A NullLog that keeps the tags and metrics a run sends to MLflow (nested metric dicts merged)."""
 
@@ -27,7 +28,8 @@ class RecordingLog(NullLog):
         self.logged: dict = {"incremental": {}}
 
     def metrics(self, values, step=None) -> None:
-        self.logged["incremental"].update(values.get("incremental", {}))
+        for name, counts in values.get("incremental", {}).items():
+            self.logged["incremental"].setdefault(name, {}).update(counts)
 
     def tags(self, values) -> None:
         self.logged.update(values)
@@ -46,12 +48,13 @@ def pretrain(n_train: int, removed: tuple[int, ...] = ()) -> list[dict]:
     return rows
 
 
-def write_inputs(root, rows: list[dict]):
-    """The leakage outputs tokenize reads; returns the root's paths."""
+def write_inputs(root, rows: list[dict], news: list[dict] | None = None, tweets: list[dict] | None = None):
+    """The leakage outputs tokenize reads (the task sources default to ``test_tokenize``'s); returns the root's
+    paths."""
     paths = make_paths(root)
     write_source(paths, "pre", rows)
-    write_source(paths, "news", news_rows())
-    write_source(paths, "tweets", tweet_rows())
+    write_source(paths, "news", news_rows() if news is None else news)
+    write_source(paths, "tweets", tweet_rows() if tweets is None else tweets)
     write_leak_table(paths, [("n:1", "n:4", "news", "task_train")])
     return paths
 
@@ -97,9 +100,32 @@ def test_new_docs_alone_are_encoded_and_outputs_equal_a_from_scratch_run(inc, tm
     logged = run(inc)
     for name in ("clozeline", "reference"):
         assert logged[f"tokenize.{name}.mode"] == "incremental"
-        assert logged["incremental"][name] == {"texts_encoded": 6, "full": 0}
+        assert logged["incremental"][name] == {"texts_encoded": 6, "full": 0, "task_inputs_encoded": 0}
     assert outputs(inc) == from_scratch(tmp_path, rows, inc)
-    assert run(inc)["incremental"]["clozeline"]["texts_encoded"] == 0  # nothing new: nothing encoded
+    again = run(inc)["incremental"]
+    assert again["clozeline"]["texts_encoded"] == 0 and again["reference"]["task_inputs_encoded"] == 0  # nothing new
+
+
+def test_new_and_edited_task_rows_alone_are_encoded(inc, tmp_path):
+    news = news_rows()
+    news[2] = {**news[2], "text": "the market fell"}  # edited: a new input
+    news.append({"doc_id": "n:5", "role": "task", "split": "test", "text": "grain ships sail", "label": "tech"})
+    tweets = tweet_rows()
+    tweets.append({"doc_id": "t:6", "role": "task", "split": "dev", "tokens": ["Lima", "harbour"],
+                   "tags": ["B-LOC", "O"]})
+    tweets.append({"doc_id": "t:7", "role": "task", "split": "test", "tokens": ["grain"], "tags": ["O"]})  # as t:4
+    tweets[0] = {**tweets[0], "split": "dev"}  # moved rows keep their encoding (the U+200B word: replaced, cached)
+    write_inputs(tmp_path / "inc", pretrain(20), news=news, tweets=tweets)
+    log = RecordingLog()
+    metrics = stage.run(tokenize_params(), inc, log)
+    for name in ("clozeline", "reference"):
+        assert log.logged["incremental"][name]["task_inputs_encoded"] == 3  # n:3 edited, n:5 and t:6 new
+        assert log.logged["incremental"][name]["texts_encoded"] == 0
+    assert metrics["ner_input"] is not None and metrics["ner"]["clozeline"]["dev"]["zero_subword_words"] == 1
+    scratch = write_inputs(tmp_path / "scratch", pretrain(20), news=news, tweets=tweets)
+    shutil.copytree(inc.models / "tokenizer", scratch.models / "tokenizer")
+    assert stage.run(tokenize_params(incremental=False), scratch, NullLog()) == metrics
+    assert outputs(inc) == outputs(scratch)
 
 
 def test_removed_doc_leaves_the_outputs_and_the_cache(inc, tmp_path):
@@ -119,12 +145,13 @@ def test_changed_tokenizer_re_encodes_everything(inc, tmp_path):
     logged = run(inc)
     assert logged["tokenize.clozeline.mode"] == "full"
     assert logged["tokenize.clozeline.reason"].startswith("the tokenizer changed")
-    assert logged["incremental"]["clozeline"] == {"texts_encoded": 28, "full": 1}
-    assert logged["incremental"]["reference"] == {"texts_encoded": 6, "full": 0}  # the packaged one is unchanged
+    assert logged["incremental"]["clozeline"] == {"texts_encoded": 28, "full": 1, "task_inputs_encoded": 8}
+    assert logged["incremental"]["reference"] == {"texts_encoded": 6, "full": 0,  # the packaged one is unchanged
+                                                  "task_inputs_encoded": 0}
     assert outputs(inc) == from_scratch(tmp_path, rows, inc)
 
 
 def test_incremental_false_encodes_everything(inc):
     logged = run(inc, incremental=False)
     assert logged["tokenize.reference.reason"] == "tokenize.incremental: false"
-    assert logged["incremental"]["reference"] == {"texts_encoded": 22, "full": 1}
+    assert logged["incremental"]["reference"] == {"texts_encoded": 22, "full": 1, "task_inputs_encoded": 8}

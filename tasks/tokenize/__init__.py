@@ -16,8 +16,9 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
   windows, so no gold word is lost (a word longer than a window alone keeps its first subwords, counted).
 
 Incremental (``tokenize.incremental``, ``tasks/tokenize/cache.py``: the rule): the pretraining texts' ids are
-kept per text md5 in ``<data>/tokenize_cache/<tok>`` (kept across runs), so a run encodes only new text unless
-the tokenizer changed; the outputs equal a from-scratch run's byte for byte.
+kept per text md5 in ``<data>/tokenize_cache/<tok>`` (kept across runs), and so are the task documents' and
+sentences' encodings (``tasks/tokenize/task_cache.py``), so a run encodes only new text unless the tokenizer
+changed; the outputs equal a from-scratch run's byte for byte.
 
 Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near duplicate with its task's train split
 (the leakage audit's check b), for the claim table's clean vs overlapping slice.
@@ -37,6 +38,7 @@ from tasks.tokenize.cls import build_cls, read_cls_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows
 from tasks.tokenize.pretrain import pack_pretrain, plain_encoder, read_pretrain_rows
 from tasks.tokenize.tables import train_overlap_ids
+from tasks.tokenize.task_cache import TaskCache
 
 
 def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
@@ -56,18 +58,25 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
         metrics["pretrain"][name] = pack_pretrain(pretrain_rows, cfg, tok, out / "pretrain" / name, log, cache)
         cache.log_to(name, log)
         cache.save()
+    caches = {name: TaskCache(Path(paths.data) / "tokenize_cache" / name, tok, cfg) for name, tok in tokenizers.items()}
     for task, spec in cfg.tasks.items():
-        metrics |= tokenize_task(cfg, paths, task, spec, tokenizers, out / task)
+        metrics |= tokenize_task(cfg, paths, task, spec, tokenizers, out / task, caches)
+    for name, task_cache in caches.items():
+        task_cache.log_to(name, log)
+        task_cache.save()
     log.info(f"tokenize: wrote {out}")
     return metrics
 
 
-def tokenize_task(cfg: TokenizeParams, paths: Paths, task: str, spec: TaskSpec, tokenizers: dict, out: Path) -> dict:
-    """Metrics ``{task: {tokenizer: ...}}`` (token tasks also ``<task>_input``) after writing ``out/<tokenizer>``."""
+def tokenize_task(cfg: TokenizeParams, paths: Paths, task: str, spec: TaskSpec, tokenizers: dict, out: Path,
+                  caches: dict) -> dict:  # fmt: skip
+    """Metrics ``{task: {tokenizer: ...}}`` (token tasks also ``<task>_input``) after writing ``out/<tokenizer>``;
+    ``caches``: per tokenizer, its ``TaskCache``."""
     overlap = train_overlap_ids(paths.data, spec.source)
     if spec.module == "cls":
         rows = read_cls_rows(paths, spec.source, pair=spec.kind == "pair_classification")
-        return {task: {name: build_cls(cfg, tok, rows, overlap, out / name) for name, tok in tokenizers.items()}}
+        return {task: {name: build_cls(cfg, tok, rows, overlap, out / name, caches[name])
+                       for name, tok in tokenizers.items()}}
     rows, report = read_ner_rows(paths, spec.source, cfg.ner_invalid_iob2)
-    built = {name: build_ner(cfg, tok, rows, overlap, out / name) for name, tok in tokenizers.items()}
+    built = {name: build_ner(cfg, tok, rows, overlap, out / name, caches[name]) for name, tok in tokenizers.items()}
     return {task: built, f"{task}_input": report}

@@ -13,8 +13,9 @@ that matters shows there), the tokenize params (all but ``incremental``, ``num_p
 ``map_batch_size_docs``, which change no id) and the ``code_sha256`` of the code that encodes (``pretrain.py`` and this
 module). The tokenizer stage retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so
 after new data the ``clozeline`` cache is usually stale and re-encoded in full (logged with the reason); it is
-kept when the tokenizer comes out the same (``tokenizer.vocab_from: train_once``, ``file`` or ``reference``, or a retraining
-that gives the same vocabulary). The packaged ``reference`` tokenizer never changes, so its cache serves every night.
+kept when the tokenizer comes out the same (``tokenizer.vocab_from: train_once``, ``file`` or ``reference``, or a
+retraining that gives the same vocabulary). The packaged ``reference`` tokenizer never changes, so its cache serves
+every night.
 **Incremental** otherwise: a text whose md5 has a row takes its ids; the others (new and edited documents)
 are encoded; texts no longer present are not written back. A text is encoded on its own (no padding, no
 truncation), so its ids do not depend on which other texts share its batch: the packed blocks are those of a

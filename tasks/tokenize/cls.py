@@ -49,10 +49,11 @@ def text_pair(meta: str, doc_id: str, where: str) -> list[str]:
     return pair
 
 
-def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path) -> dict:
+def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path, cache=None) -> dict:
     """Tokenize and save each split whole; write ``labels.json``; returns per-split metrics.
 
-    ``overlap`` holds the eval doc ids that share text with the train split (``train_overlap`` column).
+    ``overlap`` holds the eval doc ids that share text with the train split (``train_overlap`` column);
+    ``cache``: see ``encode``.
     """
     names = sorted(rows["label"].unique().tolist())
     write_labels(names, out)
@@ -61,7 +62,7 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
     all_full = []
     for split in TASK_SPLITS:
         part = rows[rows["split"] == split]
-        encoded = encode(tok, part)
+        encoded = encode(tok, part, cache)
         full = encoded["input_ids"]
         n_full = np.asarray([len(seq) for seq in full], dtype=np.int64)
         types = encoded.get("token_type_ids")
@@ -89,13 +90,27 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
     return {**metrics, **{key: overall[key] for key in ("docs", "truncated_docs", "truncation_rate", "tokens_cut")}}
 
 
-def encode(tok, part: pd.DataFrame) -> dict[str, list[list[int]]]:
-    """``input_ids`` (and for pairs ``token_type_ids``) of each row, specials added, nothing cut."""
-    if "text_pair" not in part:
-        return {"input_ids": tok(part["text"].tolist(), add_special_tokens=True, verbose=False)["input_ids"]}
-    first, second = [p[0] for p in part["text_pair"]], [p[1] for p in part["text_pair"]]
-    encoded = tok(first, second, add_special_tokens=True, return_token_type_ids=True, verbose=False)
-    return {"input_ids": encoded["input_ids"], "token_type_ids": encoded["token_type_ids"]}
+def encode(tok, part: pd.DataFrame, cache=None) -> dict[str, list[list[int]]]:
+    """``input_ids`` (and for pairs ``token_type_ids``) of each row, specials added, nothing cut. ``cache`` (a
+    ``tasks.tokenize.task_cache.TaskCache`` for ``tok``) encodes only the rows it holds no encoding for."""
+    pair = "text_pair" in part
+    inputs = [["pair", *p] for p in part["text_pair"]] if pair else [["text", t] for t in part["text"]]
+    rows = encode_inputs(tok, inputs) if cache is None else cache.encodings(
+        inputs, lambda todo: encode_inputs(tok, [inputs[p] for p in todo]))
+    return {"input_ids": [r[0] for r in rows], **({"token_type_ids": [r[1] for r in rows]} if pair else {})}
+
+
+def encode_inputs(tok, inputs: list[list[str]]) -> list[tuple[list[int], list[int] | None, int]]:
+    """``(input_ids, token_type_ids or None, 0)`` of each ``["text", t]`` or ``["pair", a, b]`` input (all of one
+    kind), the tokenizer's own template (pair template for pairs)."""
+    if not inputs:
+        return []
+    if inputs[0][0] == "text":
+        return [(ids, None, 0) for ids in tok([x[1] for x in inputs], add_special_tokens=True,
+                                              verbose=False)["input_ids"]]  # fmt: skip
+    encoded = tok([x[1] for x in inputs], [x[2] for x in inputs], add_special_tokens=True,
+                  return_token_type_ids=True, verbose=False)  # fmt: skip
+    return [(ids, types, 0) for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
 
 
 def truncation_stats(n_full: np.ndarray, max_seq_len: int) -> dict:

@@ -61,10 +61,11 @@ def read_ner_rows(paths: Paths, source: str, policy: str) -> tuple[pd.DataFrame,
     return pd.DataFrame(kept, columns=["doc_id", "split", "words", "tags"]), report
 
 
-def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path) -> dict:
+def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], out: Path, cache=None) -> dict:
     """Tokenize words, window long sentences, align both label schemes, save each split; returns metrics.
 
-    ``overlap`` holds the eval sentence ids that share text with the train split (``train_overlap`` column).
+    ``overlap`` holds the eval sentence ids that share text with the train split (``train_overlap`` column);
+    ``cache``: see ``encode_words``.
     """
     names = alignment.label_names(tag for tags in rows["tags"] for tag in tags)
     write_labels(names, out)
@@ -72,7 +73,7 @@ def build_ner(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
     metrics: dict = {"labels": len(names)}
     for split in TASK_SPLITS:
         part = rows[rows["split"] == split]
-        columns, stats = ner_windows(cfg, tok, part, label2id)
+        columns, stats = ner_windows(cfg, tok, part, label2id, cache)
         columns["train_overlap"] = [d in overlap for d in columns["doc_id"]]
         save_table(pa.table(columns, schema=NER_SCHEMA), out / split)
         id2label = dict(enumerate(names))
@@ -102,10 +103,12 @@ NER_SCHEMA = pa.schema(
 )
 
 
-def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str, int]) -> tuple[dict, dict]:
-    """Column lists (one entry per window) for ``NER_SCHEMA`` and the split's alignment metrics."""
+def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str, int],
+                cache=None) -> tuple[dict, dict]:  # fmt: skip
+    """Column lists (one entry per window) for ``NER_SCHEMA`` and the split's alignment metrics (``cache``:
+    see ``encode_words``)."""
     columns: dict[str, list] = {name: [] for name in NER_SCHEMA.names if name != "train_overlap"}
-    encodings, zero_subword = encode_words(tok, part["words"].tolist(), part["doc_id"].tolist())
+    encodings, zero_subword = encode_words(tok, part["words"].tolist(), part["doc_id"].tolist(), cache)
     n_full, n_windowed = [], 0
     capacity, cut_words, cut_subwords = cfg.ner_max_seq_len_tokens - 2, [], 0
     for row, (ids, word_ids) in zip(part.itertuples(index=False), tqdm(encodings, desc="ner windows", leave=False)):
@@ -147,23 +150,33 @@ def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str
     return columns, stats
 
 
-def encode_words(tok, sentences: list[list[str]], doc_ids: list[str]) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """Special-free ``(ids, word_ids)`` per sentence, tokenized with ``is_split_into_words=True``.
+def encode_words(tok, sentences: list[list[str]], doc_ids: list[str],
+                 cache=None) -> tuple[list[tuple[list[int], list[int]]], int]:  # fmt: skip
+    """Special-free ``(ids, word_ids)`` per sentence, tokenized with ``is_split_into_words=True``, and the number
+    of words replaced by ``unk_token`` (``encode_sentences``). ``cache`` (a ``tasks.tokenize.task_cache.TaskCache``
+    for ``tok``) encodes only the sentences it holds no encoding for."""
+    inputs = [["words", list(words)] for words in sentences]
+    rows = encode_sentences(tok, sentences, doc_ids) if cache is None else cache.encodings(
+        inputs, lambda todo: encode_sentences(tok, [sentences[p] for p in todo], [doc_ids[p] for p in todo]))
+    return [(ids, word_ids) for ids, word_ids, _ in rows], sum(replaced for *_, replaced in rows)
+
+
+def encode_sentences(tok, sentences: list[list[str]], doc_ids: list[str]) -> list[tuple[list[int], list[int], int]]:
+    """``(ids, word_ids, replaced)`` per sentence (special-free).
 
     A word that yields no subword (a lone U+200B, a control character) is replaced by the tokenizer's
-    ``unk_token`` and the sentence re-encoded, so every word keeps a position, a label and a prediction.
-    Returns the encodings and the number of replaced words. Raises ``ValueError`` naming the doc_id and the
-    word if a word is still missing.
+    ``unk_token`` and the sentence re-encoded, so every word keeps a position, a label and a prediction;
+    ``replaced`` counts those words. Raises ``ValueError`` naming the doc_id and the word if a word is still
+    missing.
     """
     if not sentences:
-        return [], 0
+        return []
     batch = tok(sentences, is_split_into_words=True, add_special_tokens=False)
-    out, replaced = [], 0
+    out = []
     for i, words in enumerate(sentences):
         ids, word_ids = batch["input_ids"][i], batch.word_ids(i)
         missing = alignment.missing_words(word_ids, len(words))
         if missing:
-            replaced += len(missing)
             fixed = [tok.unk_token if w in missing else word for w, word in enumerate(words)]
             enc = tok(fixed, is_split_into_words=True, add_special_tokens=False)
             ids, word_ids = enc["input_ids"], enc.word_ids()
@@ -171,8 +184,8 @@ def encode_words(tok, sentences: list[list[str]], doc_ids: list[str]) -> tuple[l
             if still:
                 raise ValueError(f"doc_id {doc_ids[i]!r}: word {words[still[0]]!r} (word {still[0]}) still has no "
                                  "subword after [UNK] replacement")
-        out.append((list(ids), list(word_ids)))
-    return out, replaced
+        out.append((list(ids), list(word_ids), len(missing)))
+    return out
 
 
 def label_counts(label_rows: list[list[int]], id2label: dict[int, str]) -> dict[str, int]:
