@@ -143,3 +143,33 @@ def test_a_cuda_store_is_stamped_with_the_cublas_wheel_and_a_cpu_one_is_not(monk
     assert embedding_store.gpu_libraries(SimpleNamespace(device="cpu")) == ""
     assert embedding_store.gpu_libraries(SimpleNamespace(device="cuda:1")) == (
         ", cuda 12.4, cudnn 90100, cublas nvidia-cublas-cu12 12.4.5.8")
+
+
+def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, tmp_path):  # noqa: F811
+    first = encoder(tiny_encoder)
+    key = semantic_audit.open_store(first, tmp_path, True, NullLog())
+    first.windows(OLD)
+    semantic_audit.close_store(first, tmp_path, key, True, NullLog())
+
+    later = encoder(tiny_encoder)
+    semantic_audit.open_store(later, tmp_path, True, NullLog())
+    assert len(later.layouts) == len(OLD)
+    tokenized = []
+    original = later.tokenize
+    later.tokenize = lambda texts: tokenized.extend(texts) or original(texts)
+    both = later.windows(OLD + NEW)
+    assert tokenized == [semantic.normalize_text(t) for t in NEW]  # the kept texts: neither normalised nor cut
+    scratch = encoder(tiny_encoder).windows(OLD + NEW)
+    assert np.array_equal(both.vectors, scratch.vectors) and np.array_equal(both.bounds, scratch.bounds)
+    assert np.array_equal(both.doc, scratch.doc)
+    assert [both.text_of(w, 80) for w in range(len(both.doc))] == [scratch.text_of(w, 80)
+                                                                     for w in range(len(scratch.doc))]
+    # a layout whose window the store lost is not trusted: that text is tokenized again
+    lost = later.layouts[next(iter(later.layouts))][1][0]
+    again = encoder(tiny_encoder)
+    semantic_audit.open_store(again, tmp_path, True, NullLog())
+    again.stored.pop(lost)
+    tokenized.clear()
+    again.tokenize = lambda texts: tokenized.extend(texts) or original(texts)
+    assert np.array_equal(again.windows(OLD).vectors, scratch.vectors[np.isin(scratch.doc, [0, 1, 2])])
+    assert len(tokenized) == 1

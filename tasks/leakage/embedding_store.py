@@ -24,6 +24,19 @@ windows this run used are written back, so the windows of a removed document lea
 and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
 ``leakage.semantic_store_reason``; metrics ``semantic_store/windows_stored``, ``semantic_store/windows_computed``),
 never to ``metrics/leakage.json``, whose ``windows_embedded`` counts the distinct windows a run needed either way.
+
+Layouts. ``texts.parquet``, next to the store, says where each text's windows lie, so a later run does not
+tokenize a text it has seen (on 16x the default corpus, tokenizing every text cost about 40 s of a
+night's run). It holds one row per distinct text that the last run windowed whole (planted copies, cut to
+a span, are not kept), sorted by ``md5``:
+
+- ``md5``: 16 bytes, of the text as given (UTF-8);
+- ``n_tokens``: its wordpieces after normalisation, no specials;
+- ``keys``: its windows' store keys in order, 16 bytes each, concatenated.
+
+A window's bounds follow from ``n_tokens`` (``semantic.window_bounds``). Layouts are read only with the store,
+under its fingerprint plus ``stride_tokens``. A text is tokenized again when a key of its layout is missing
+from the store. Only the texts this run used are written back.
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, stamp, swapped_in, write_cache
 
 STORE = "windows.parquet"
+LAYOUTS = "texts.parquet"
 WIDTH_STEP = 16  # batch widths are multiples of 16 tokens: at most 15 pad tokens per window, and few shapes
 
 
@@ -119,8 +133,10 @@ def load(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[dic
     return dict(zip(keys, flat)), "store found"
 
 
-def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict) -> None:
-    """Write ``vectors`` (sorted by key) as the store, swapped in by rename."""
+def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict, layouts: dict | None = None,
+         layouts_fingerprint: dict | None = None) -> None:  # fmt: skip
+    """Write ``vectors`` (sorted by key) as the store, and ``layouts`` (``save_layouts``) beside it when given,
+    swapped in together by rename."""
     keys = sorted(vectors)
     dim = len(vectors[keys[0]]) if keys else 0
     flat = np.stack([vectors[k] for k in keys]).astype(np.float32).ravel() if keys else np.zeros(0, np.float32)
@@ -128,3 +144,35 @@ def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict) -> None:
                       "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), max(dim, 1))})
     with swapped_in(folder) as tmp:
         write_cache(stamp(table, key), tmp / STORE)
+        if layouts is not None:
+            save_layouts(tmp, layouts, layouts_fingerprint)
+
+
+def layouts_key(encoder) -> dict[str, str]:
+    """The layouts' fingerprint: the store's and ``stride_tokens``."""
+    return {**fingerprint(encoder), "stride": str(encoder.cfg.stride_tokens)}
+
+
+def load_layouts(folder: Path, expected: dict) -> dict[bytes, tuple[int, tuple[bytes, ...]]]:
+    """``{text md5: (n_tokens, window keys)}`` from ``texts.parquet``, or ``{}`` when it cannot be used (missing,
+    damaged, another fingerprint, or rows not as written)."""
+    table, _, _ = read_stamped(folder / LAYOUTS, expected)
+    if table is None:
+        return {}
+    try:
+        digests, counts, keys = (table.column(c).to_pylist() for c in ("md5", "n_tokens", "keys"))
+    except KeyError:
+        return {}
+    if any(len(k) % 16 for k in keys) or len(set(digests)) != len(digests):
+        return {}
+    return {d: (n, tuple(blob[i : i + 16] for i in range(0, len(blob), 16)))
+            for d, n, blob in zip(digests, counts, keys)}  # fmt: skip
+
+
+def save_layouts(folder: Path, layouts: dict[bytes, tuple[int, tuple[bytes, ...]]], key: dict) -> None:
+    """Write ``layouts`` (sorted by text md5) as ``texts.parquet``; call inside the store's ``swapped_in``."""
+    digests = sorted(layouts)
+    table = pa.table({"md5": pa.array(digests, pa.binary(16)),
+                      "n_tokens": pa.array([layouts[d][0] for d in digests], pa.int32()),
+                      "keys": pa.array([b"".join(layouts[d][1]) for d in digests], pa.binary())})
+    write_cache(stamp(table, key), folder / LAYOUTS)

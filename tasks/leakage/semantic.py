@@ -54,7 +54,7 @@ from __future__ import annotations
 import hashlib
 import time
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,7 @@ from tasks.common import confusables
 from tasks.common.textnorm import remove_format_characters
 from tasks.config.leakage import SemanticParams
 from tasks.leakage import embedding_store
+from tasks.leakage.semantic_search import ann_search, exact_search
 
 #: How the detector names itself in the leakage table and the metrics.
 METHOD = "semantic"
@@ -90,23 +91,32 @@ def window_starts(n_tokens: int, content: int, stride: int) -> list[int]:
     return starts + ([] if starts[-1] == last else [last])
 
 
+def window_bounds(n_tokens: int, content: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, end)`` token ranges of a text's windows (``window_starts``)."""
+    return [(s, min(s + content, n_tokens)) for s in window_starts(n_tokens, content, stride)]
+
+
 @dataclass
 class Windows:
     """Embedded windows of some docs: ``vectors`` (n, dim) float32 unit rows, ``doc`` (n,) the doc of each,
-    ``bounds`` (n, 2) its token range; ``texts`` the docs' normalised texts and ``offsets`` their token
-    character offsets (for the matched text)."""
+    ``bounds`` (n, 2) its token range; ``texts`` the docs' texts as given, and ``encoder`` the ``Encoder`` that
+    tokenizes one again for its matched text (a text whose windows were laid out by an earlier run was not)."""
 
     vectors: np.ndarray
     doc: np.ndarray
     bounds: np.ndarray
     texts: list[str]
-    offsets: list[np.ndarray]
+    encoder: Encoder
+    _located: dict = field(default_factory=dict, repr=False)
 
     def text_of(self, w: int, max_words: int) -> str:
-        """The text of window ``w``, at most ``max_words`` words."""
+        """The text of window ``w`` (its normalised text), at most ``max_words`` words."""
         d, (s, e) = int(self.doc[w]), self.bounds[w]
-        off = self.offsets[d]
-        return " ".join(self.texts[d][int(off[s][0]) : int(off[e - 1][1])].split()[:max_words])
+        if d not in self._located:
+            norm = normalize_text(self.texts[d])
+            self._located[d] = (norm, self.encoder.tokenize([norm])[1][0])
+        norm, off = self._located[d]
+        return " ".join(norm[int(off[s][0]) : int(off[e - 1][1])].split()[:max_words])
 
     def of_doc(self, d: int) -> np.ndarray:
         """Indexes of doc ``d``'s windows."""
@@ -144,6 +154,8 @@ class Encoder:
         self.pad = self.tokenizer.pad_token_id or 0
         self.cache: dict[bytes, np.ndarray] = {}  # every window of this run, by embedding_store.key_of
         self.stored: dict[bytes, np.ndarray] = {}  # the kept vectors of earlier runs (embedding_store.load)
+        self.layouts: dict[bytes, tuple] = {}  # per text md5, (n_tokens, window keys) of the last run (kept)
+        self.layouts_used: dict[bytes, tuple] = {}  # the same for the texts of this run (written back)
         self.stats = {"windows_embedded": 0, "tokens_embedded": 0, "windows_from_cache": 0, "embed_seconds": 0.0}
         self.store_stats = {"windows_stored": 0, "windows_computed": 0}
 
@@ -171,37 +183,64 @@ class Encoder:
                 max_windows: int | None = None) -> Windows:
         """Embedded windows of ``texts`` (normalised here). ``spans``: per text a character range; only windows
         overlapping it are kept (after normalisation the range is mapped by character count, so pass spans
-        of texts that normalisation leaves alone). ``max_windows``: the first so many windows per text."""
-        norm = [normalize_text(t) for t in texts]
-        ids, offsets = self.tokenize(norm)
-        content = self.cfg.window_tokens - 2
-        doc, bounds = [], []
-        for d, tokens in enumerate(ids):
-            picked = [(s, min(s + content, len(tokens))) for s in window_starts(len(tokens), content,
-                                                                                self.cfg.stride_tokens)]
-            if spans is not None and spans[d][1] >= 0:
-                a, b = spans[d]
-                picked = [(s, e) for s, e in picked if offsets[d][s][0] < b and offsets[d][e - 1][1] > a]
-            for s, e in picked[:max_windows]:
+        of texts that normalisation leaves alone). ``max_windows``: the first so many windows per text.
+        Without ``spans``, a text laid out before (``laid_out``) is not tokenized: its windows follow from its
+        token count, and their vectors are at hand."""
+        content, stride = self.cfg.window_tokens - 2, self.cfg.stride_tokens
+        digests = [hashlib.md5(t.encode("utf-8")).digest() for t in texts]
+        fresh = [d for d, k in enumerate(digests) if spans is not None or not self.laid_out(k)]
+        tokenized = dict(zip(fresh, zip(*self.tokenize([normalize_text(texts[d]) for d in fresh]))))
+        doc, bounds, keys, pieces = [], [], [], {}
+        for d, text_key in enumerate(digests):
+            if d in tokenized:
+                tokens, off = tokenized[d]
+                picked = window_bounds(len(tokens), content, stride)
+                if spans is not None and spans[d][1] >= 0:
+                    a, b = spans[d]
+                    picked = [(s, e) for s, e in picked if off[s][0] < b and off[e - 1][1] > a]
+                window_keys = [embedding_store.key_of(tokens[s:e]) for s, e in picked]
+                pieces.update(zip(window_keys, (tokens[s:e] for s, e in picked)))
+                if spans is None:
+                    self.layouts_used[text_key] = (len(tokens), tuple(window_keys))
+            else:
+                n_tokens, window_keys = self.layouts_used[text_key] = self.layout_of(text_key)
+                picked = window_bounds(n_tokens, content, stride)
+            for (s, e), key in list(zip(picked, window_keys))[:max_windows]:
                 doc.append(d)
                 bounds.append((s, e))
+                keys.append(key)
+        vectors = self.embed_keys(keys, [e - s for s, e in bounds], pieces)
         bounds_array = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
-        vectors = self.embed([ids[d][s:e] for d, (s, e) in zip(doc, bounds)])
-        return Windows(vectors, np.asarray(doc, dtype=np.int64), bounds_array, norm, offsets)
+        return Windows(vectors, np.asarray(doc, dtype=np.int64), bounds_array, list(texts), self)
+
+    def layout_of(self, text_key: bytes) -> tuple[int, tuple[bytes, ...]] | None:
+        """``(n_tokens, window keys)`` of a text (by the md5 of its UTF-8) laid out in this run or a kept one."""
+        return self.layouts_used.get(text_key) or self.layouts.get(text_key)
+
+    def laid_out(self, text_key: bytes) -> bool:
+        """Whether a text's windows are known without tokenizing it: its layout is, and every window's vector."""
+        known = self.layout_of(text_key)
+        return known is not None and all(k in self.cache or k in self.stored for k in known[1])
 
     def embed(self, pieces: list[np.ndarray]) -> np.ndarray:
         """Unit vectors ``(len(pieces), dim)`` float32 of [CLS] + piece + [SEP] for each of ``pieces`` (wordpiece
-        ids, no specials). A distinct piece is embedded once per run, and not at all when ``self.stored`` (the
-        kept vectors, ``tasks/leakage/embedding_store.py``) has it; its vector is the same bits either way."""
+        ids, no specials): ``embed_keys``."""
         keys = [embedding_store.key_of(p) for p in pieces]
-        new = {k: p for k, p in zip(keys, pieces) if k not in self.cache}
+        return self.embed_keys(keys, [len(p) for p in pieces], dict(zip(keys, pieces)))
+
+    def embed_keys(self, keys: list[bytes], lengths: list[int], pieces: dict[bytes, np.ndarray]) -> np.ndarray:
+        """Unit vectors ``(len(keys), dim)`` float32 of windows given by store key (``embedding_store.key_of``)
+        and length (wordpieces, no specials); ``pieces`` holds the ids of each window not at hand. A distinct
+        window is embedded once per run, and not at all when ``self.stored`` (the kept vectors,
+        ``tasks/leakage/embedding_store.py``) has it; its vector is the same bits either way."""
+        new = {k: n for k, n in zip(keys, lengths) if k not in self.cache}
         self.stats["windows_from_cache"] += len(keys) - len(new)
         self.stats["windows_embedded"] += len(new)
-        self.stats["tokens_embedded"] += sum(len(p) + 2 for p in new.values())
+        self.stats["tokens_embedded"] += sum(n + 2 for n in new.values())
         stored = [k for k in new if k in self.stored]
         self.cache.update((k, self.stored[k]) for k in stored)
         self.store_stats["windows_stored"] += len(stored)
-        self.compute({k: p for k, p in new.items() if k not in self.stored})
+        self.compute({k: pieces[k] for k in new if k not in self.stored})
         dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
         return np.stack([self.cache[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, dim), np.float32)
 
@@ -269,36 +308,6 @@ def pair_scores(query: Windows, index: Windows, threshold: float, cfg: SemanticP
             if score > pairs.get(key, (-2.0,))[0]:
                 pairs[key] = (float(score), int(i_window), int(q_window))
     return pairs, best
-
-
-def exact_search(queries: np.ndarray, index: np.ndarray, block: int, threshold: float):
-    """``(query window, index window, score)``: for every block of ``block`` index windows, each query window's
-    best window in it and every pair scoring at least ``threshold`` (one matrix product per block)."""
-    rows = np.arange(len(queries))
-    for first in range(0, len(index), block):
-        scores = queries @ index[first : first + block].T
-        top = scores.argmax(axis=1)
-        yield from zip(rows.tolist(), (top + first).tolist(), scores[rows, top].astype(float).tolist())
-        q, i = np.nonzero(scores >= threshold)
-        yield from zip(q.tolist(), (i + first).tolist(), scores[q, i].astype(float).tolist())
-
-
-def ann_search(queries: np.ndarray, index: np.ndarray, neighbours: int):
-    """faiss HNSW (inner product): ``(query window, index window, exact score)`` of each query window's
-    ``neighbours`` nearest index windows. Raises ``ImportError`` saying how to install faiss."""
-    try:
-        import faiss
-    except ImportError:
-        raise ImportError(f"leakage.semantic: {len(index)} corpus windows exceed exact_max_windows; the HNSW "
-                          "index needs faiss: pip install -e '.[ann]'") from None
-    hnsw = faiss.IndexHNSWFlat(index.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
-    hnsw.hnsw.efSearch = max(64, 2 * neighbours)
-    hnsw.add(np.ascontiguousarray(index, dtype=np.float32))
-    _, found = hnsw.search(np.ascontiguousarray(queries, dtype=np.float32), neighbours)
-    for q, row in enumerate(found):
-        row = row[row >= 0]
-        for i, score in zip(row.tolist(), (index[row] @ queries[q]).astype(float).tolist()):
-            yield q, i, score
 
 
 def doc_pair_score(a: Windows, da: int, b: Windows, db: int) -> float:

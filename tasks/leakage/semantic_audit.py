@@ -233,15 +233,19 @@ def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
     key = embedding_store.fingerprint(enc)
     enc.stored, reason = embedding_store.load(folder, key, incremental, enc.model.config.hidden_size)
+    enc.layouts = embedding_store.load_layouts(folder, embedding_store.layouts_key(enc)) if enc.stored else {}
     mode = "stored" if enc.stored else "none"
-    log.info(f"leakage semantic: {len(enc.stored)} window vectors kept from the last run ({reason})")
+    log.info(f"leakage semantic: {len(enc.stored)} window vectors and {len(enc.layouts)} text layouts kept from the "
+             f"last run ({reason})")
     log.tags({"leakage.semantic_store": mode, "leakage.semantic_store_reason": reason})
     return key
 
 
 def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -> None:
-    """Write this run's window vectors back (none when ``incremental`` is false) and log the store's share."""
-    embedding_store.save(folder, enc.cache if incremental else {}, key)
+    """Write this run's window vectors and text layouts back (none when ``incremental`` is false) and log the
+    store's share."""
+    embedding_store.save(folder, enc.cache if incremental else {}, key, enc.layouts_used if incremental else {},
+                         embedding_store.layouts_key(enc))  # fmt: skip
     log.info(f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
              f"{enc.store_stats['windows_computed']} embedded")
     log.metrics({"semantic_store": dict(enc.store_stats)})
