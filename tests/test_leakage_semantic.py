@@ -122,7 +122,7 @@ def test_exact_and_hnsw_search_find_the_same_pairs():
     index /= np.linalg.norm(index, axis=1, keepdims=True)
     queries = index[[3, 77, 250]] + 0.05 * rng.normal(size=(3, 16)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    as_windows = lambda v, docs: semantic.Windows(v, np.asarray(docs), np.zeros((len(v), 2), int), [], [])
+    as_windows = lambda v, docs: semantic.Windows(v, np.asarray(docs), np.zeros((len(v), 2), int), [], None)
     q, i = as_windows(queries, [0, 1, 2]), as_windows(index, np.arange(400) // 4)
     cfg = params().semantic
     exact, best = semantic.pair_scores(q, i, 0.9, cfg)
@@ -149,10 +149,13 @@ def test_threshold_is_the_lowest_with_dev_precision_at_equal_numbers():
 def test_known_clean_pairs_are_the_nearest_same_class_doc_outside_the_cluster():
     vectors = np.eye(4, dtype=np.float32)[[0, 0, 1, 1, 2]]  # docs 0/1 identical, 2/3 identical, 4 alone
     vectors[4] = (vectors[0] + vectors[4]) / np.sqrt(2)
-    windows = semantic.Windows(vectors, np.arange(5), np.zeros((5, 2), int), [], [])
+    windows = semantic.Windows(vectors, np.arange(5), np.zeros((5, 2), int), [], None)
     best, partner = semantic.clean_pair_scores(windows, ["a", "a", "b", "b", "a"], ["c0", "c0", "c2", "c3", "c4"])
     # 0 and 1 share a dedup cluster: never each other's pair; 2 and 3 differ in cluster: they pair
     assert list(partner) == [4, 4, 3, 2, 0] and np.isclose(best[2], 1.0) and np.isclose(best[0], 1 / np.sqrt(2))
+    for block in (1, 2):  # scored a few windows at a time: the same pairs
+        blocked = semantic.clean_pair_scores(windows, ["a", "a", "b", "b", "a"], ["c0", "c0", "c2", "c3", "c4"], block)
+        assert np.array_equal(blocked[0], best) and np.array_equal(blocked[1], partner)
 
 
 def news_corpus():

@@ -330,27 +330,28 @@ def plant_scores(plants: Windows, eval_index: list[int], evals: Windows) -> np.n
     return out
 
 
-def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
+                      block: int = 4096) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Per train doc, its best score against another train doc of the same group (source and class) outside its
-    dedup cluster, and which doc that is (-1.0 / -1 when it has none)."""
+    dedup cluster, and which doc that is (-1.0 / -1 when it has none). ``block``: windows scored at a time
+    (memory: ``block`` x the group's windows float32)."""
     n = len(groups)
     best, partner = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
-    cluster_of = np.asarray(clusters, dtype=object)
+    codes: dict = {}
+    cluster_code = np.array([codes.setdefault(c, len(codes)) for c in clusters], dtype=np.int64)
     by_group: dict[str, list[int]] = {}
     for d, g in enumerate(groups):
         by_group.setdefault(g, []).append(d)
     for docs in by_group.values():
         mine = np.flatnonzero(np.isin(train.doc, docs))
-        if len(mine) == 0:
-            continue
-        owner = train.doc[mine]
-        scores = train.vectors[mine] @ train.vectors[mine].T
-        same = cluster_of[owner][:, None] == cluster_of[owner][None, :]
-        scores[same] = -1.0
-        for r, d in enumerate(owner):
-            c = int(np.argmax(scores[r]))
-            if scores[r, c] > best[d]:
-                best[d], partner[d] = float(scores[r, c]), int(owner[c])
+        owner, vectors = train.doc[mine], train.vectors[mine]
+        for first in range(0, len(mine), block):
+            scores = vectors[first : first + block] @ vectors.T
+            scores[cluster_code[owner[first : first + block]][:, None] == cluster_code[owner][None, :]] = -1.0
+            top = scores.argmax(axis=1)
+            for r, (d, c) in enumerate(zip(owner[first : first + block].tolist(), top.tolist())):
+                if scores[r, c] > best[d]:
+                    best[d], partner[d] = float(scores[r, c]), int(owner[c])
     return best, partner
 
 
