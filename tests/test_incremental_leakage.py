@@ -147,6 +147,28 @@ def test_a_damaged_or_missing_matches_file_forces_a_full_audit(inc, tmp_path):
     assert logged["incremental"] == {"texts_audited": 6, "full": 1} and "evals.parquet" in logged["leakage.reason"]
 
 
+def test_the_residual_n_grams_round_trip_through_the_gram_table(inc, tmp_path):
+    import pyarrow as pa
+
+    from tasks.leakage import incremental
+
+    folder = inc / "data/leakage_cache"
+    vocabulary = pq.read_table(folder / "grams.parquet").column("gram").to_pylist()
+    texts = pq.read_table(folder / "texts.parquet")
+    assert vocabulary == sorted(vocabulary) and len(vocabulary) == len({tuple(g) for g in vocabulary}) > 0
+    held = [sorted(tuple(vocabulary[k]) for k in rows) for rows in texts.column("grams").to_pylist()]
+    loaded = incremental.text_results(texts, [tuple(g) for g in vocabulary])
+    assert [sorted(r.grams) for r in loaded.values()] == held
+    bad = texts.set_column(texts.schema.get_field_index("grams"), "grams",
+                           pa.array([[len(vocabulary)]] * texts.num_rows, pa.list_(pa.int32())))
+    pq.write_table(bad.replace_schema_metadata(texts.schema.metadata), folder / "texts.parquet")
+    logged = run(inc, night())[1]  # a row number past the gram table: a full audit, not a wrong n-gram
+    assert logged["leakage.mode"] == "full" and "texts.parquet cannot be used" in logged["leakage.reason"]
+    (folder / "grams.parquet").unlink()
+    logged = run(inc, night())[1]
+    assert logged["leakage.mode"] == "full" and "grams.parquet cannot be used" in logged["leakage.reason"]
+
+
 def plants_of(eval_text: str = PARAGRAPH):
     """The eval rows of ``night(eval_text=...)``, their detector side and their planted copies."""
     rows = pd.concat(night(eval_text=eval_text), ignore_index=True)

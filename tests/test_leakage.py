@@ -207,6 +207,29 @@ def test_a_sharded_eval_index_and_small_blocks_find_the_same_matches(monkeypatch
     assert leakage.ngram_matches(*sides, cfg) == whole and len(whole) > 50
 
 
+def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monkeypatch):
+    rng = np.random.default_rng(2)
+    vocab = [f"w{k}" for k in range(400)]
+    evals = [list(rng.choice(vocab, size=int(rng.integers(5, 80)))) for _ in range(6)]
+    trains = [list(rng.choice(vocab, size=int(rng.integers(0, 120)))) for _ in range(60)]
+    for k in range(0, 60, 3):  # a third of the trains hold a stretch of an eval doc
+        e = evals[k % 6]
+        trains[k] = trains[k][:20] + e[: int(rng.integers(5, len(e) + 1))] + trains[k][20:]
+    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3)
+    sides = leakage.make_sides(trains, evals)
+    # by hand: a train window is signed iff one of its 3-gram shingles is some eval window's
+    windows = [(i, s, e) for i, x in enumerate(trains) for s, e in detectors.passage_windows(len(x), cfg)]
+    eval_windows = [(j, s, e) for j, x in enumerate(evals) for s, e in detectors.passage_windows(len(x), cfg)]
+    shingles = {g for j, s, e in eval_windows for g in word_ngrams(evals[j][s:e], 3)}
+    want = [w for w, (i, s, e) in enumerate(windows) if word_ngrams(trains[i][s:e], 3) & shingles]
+    got = detectors.sharing_windows(sides[0].hashes, windows, sides[1].hashes, eval_windows, 3)
+    assert got == want and 0 < len(want) < len(windows)
+    filtered = (leakage.minhash_doc_matches(*sides, cfg), leakage.minhash_passage_matches(*sides, cfg))
+    monkeypatch.setattr(detectors, "sharing_windows", lambda q, windows, *_: list(range(len(windows))))
+    assert filtered == (leakage.minhash_doc_matches(*sides, cfg), leakage.minhash_passage_matches(*sides, cfg))
+    assert len(filtered[0]) > 3 and len(filtered[1]) > 10
+
+
 def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(monkeypatch):
     ev = [f"e{k}" for k in range(20)]  # 8 eval 13-grams, starting at 0..7
     train = ["x", "x"] + ev[0:15] + ["y"] + ev[4:20]  # eval windows 0-2 (15 words), then 4-7 (16 words)

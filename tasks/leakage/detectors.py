@@ -295,7 +295,8 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     """``(query window, indexed window, Jaccard)`` for LSH candidates with exact Jaccard >= ``threshold``.
 
     Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows follow datasketch's
-    rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band. Raises
+    rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band. Only query windows
+    that share a shingle with some index window are signed (``sharing_windows``; ``threshold`` is above 0). Raises
     ``ValueError`` naming the keys when datasketch finds no shape (fewer than 2 bands).
     """
     try:
@@ -304,6 +305,9 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
         raise ValueError(f"leakage: MinHash threshold {threshold} (leakage.doc_threshold / passage_threshold) with "
                          f"leakage.num_perm={cfg.num_perm}: datasketch finds no LSH shape ({err}); a threshold this "
                          "high needs more num_perm (0.99: 512)") from None
+    kept = np.asarray(sharing_windows(query_ids, query_windows, index_ids, index_windows, cfg.shingle_words),
+                      dtype=np.int64)  # fmt: skip
+    query_windows = [query_windows[w] for w in kept.tolist()]
     perms = minhash.permutations(cfg.num_perm, cfg.minhash_seed)
     query_keys = minhash.band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)
     index_keys = minhash.band_keys(signatures(index_ids, index_windows, cfg.shingle_words, perms), bands, rows)
@@ -314,7 +318,28 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     sets += [window_shingles(index_ids, index_windows[b], cfg.shingle_words) for b in index_rows.tolist()]
     scores = pairjaccard.jaccards(sets, query_at, index_at + len(query_rows))  # dedup's exact Jaccard
     keep = scores >= threshold
-    return list(zip(query[keep].tolist(), index[keep].tolist(), scores[keep].tolist()))
+    return list(zip(kept[query[keep]].tolist(), index[keep].tolist(), scores[keep].tolist()))
+
+
+def sharing_windows(query_ids, query_windows, index_ids, index_windows, k: int) -> list[int]:
+    """Indexes of the ``query_windows`` holding at least one k-gram shingle hash of some index window. Any other
+    window has Jaccard 0 with every index window, so it cannot reach a threshold above 0: LSH need not sign it
+    (a night's few new eval docs share a shingle with few of the corpus's windows)."""
+    shingles = [minhash.rolling_hashes(index_ids[doc][start:end], k) for doc, start, end in index_windows]
+    others = np.unique(np.concatenate(shingles)) if shingles else np.zeros(0, np.uint64)
+    if len(others) == 0:
+        return []
+    by_doc: dict[int, list[int]] = defaultdict(list)
+    for w, (doc, _, _) in enumerate(query_windows):
+        by_doc[doc].append(w)
+    kept = []
+    for doc, members in by_doc.items():
+        rolling = minhash.rolling_hashes(query_ids[doc], k)
+        found = others[np.minimum(np.searchsorted(others, rolling), len(others) - 1)] == rolling
+        hits = np.concatenate([[0], np.cumsum(found)])
+        kept += [w for w in members if hits[max(query_windows[w][2] - k + 1, query_windows[w][1])]
+                 > hits[query_windows[w][1]]]  # fmt: skip
+    return sorted(kept)
 
 
 def signatures(doc_ids: list[np.ndarray], windows: list[tuple], k: int, perms) -> np.ndarray:

@@ -5,9 +5,11 @@ The cache, ``<data>/leakage_cache/`` (a DVC output with ``persist: true``), hold
 text (pretraining rows and task train rows) of the last run, keyed by the md5 of the text (UTF-8):
 
 - ``texts.parquet``: sorted by ``md5``: ``has_words`` (the text has words after normalization), ``grams``
-  (the eval n-grams of the residual detector it holds, each as its words, sorted) and ``whole`` (its words when
-  they equal those of an eval doc shorter than ``residual.ngram_words``, else null); the Parquet metadata holds
-  the fingerprint below;
+  (the eval n-grams of the residual detector it holds, as ascending row numbers of ``grams.parquet``) and
+  ``whole`` (its words when they equal those of an eval doc shorter than ``residual.ngram_words``, else null);
+  the Parquet metadata holds the fingerprint below;
+- ``grams.parquet``: ``gram``, each distinct n-gram the texts hold, as its words, sorted (at 16x the default
+  corpus, 57k texts hold 5.6M n-grams but few distinct ones: numbers read and written far faster than words);
 - ``matches.parquet``: every lexical match of a text, ``(md5, eval_doc, method, score, span)``, sorted: the
   matched eval doc's id, the detector, its unrounded score and the span, as ``detectors.detect`` gives them;
 - ``evals.parquet``: the eval docs these results were audited against, ``(doc_id, md5 of the text)``, sorted.
@@ -70,7 +72,7 @@ from tasks.common.stamped import one_line, read_stamped, read_table, stamp, swap
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
 
-TEXTS, MATCHES, EVALS = "texts.parquet", "matches.parquet", "evals.parquet"
+TEXTS, MATCHES, EVALS, GRAMS = "texts.parquet", "matches.parquet", "evals.parquet", "grams.parquet"
 PLANTS = "plants.parquet"  # tasks/leakage/plant_cache.py's file, carried over when this cache is rewritten
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
@@ -218,30 +220,50 @@ def load(folder: Path, expected: dict, cfg: LeakageParams
     texts, reason, _ = read_stamped(folder / TEXTS, expected)
     if texts is None:
         return None, reason
-    columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "grams", "whole"))
-    results = {md5: Result([], has_words, {tuple(g) for g in grams} if grams else NO_GRAMS,
-                           None if whole is None else tuple(whole)) for md5, has_words, grams, whole in zip(*columns)}
     tables = {}
-    for name, names in ((MATCHES, ("md5", "eval_doc", "method", "score", "span")), (EVALS, ("doc_id", "md5"))):
+    for name, names in ((MATCHES, ("md5", "eval_doc", "method", "score", "span")), (EVALS, ("doc_id", "md5")),
+                        (GRAMS, ("gram",))):  # fmt: skip
         try:
             table = read_table(folder / name).to_pydict()
             tables[name] = [table[c] for c in names]
         except (OSError, ValueError, KeyError) as err:  # missing or damaged beside a sound texts.parquet: audit all
             return None, f"the cache {folder / name} cannot be used ({one_line(err)})"
+    try:
+        results = text_results(texts, [tuple(g) for g in tables[GRAMS][0]])
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        return None, f"the cache {folder / TEXTS} cannot be used ({one_line(err)})"
     covered = set(zip(*tables[EVALS]))
     for md5, *match in zip(*tables[MATCHES]):
         results[md5].matches.append(tuple(match))
     return (results, covered), "cache found"
 
 
+def text_results(texts: pa.Table, vocabulary: list[tuple[str, ...]]) -> dict[str, Result]:
+    """``{md5: Result}`` (matches still empty) from ``texts.parquet``'s rows and ``grams.parquet``'s n-grams.
+    Raises ``KeyError``, ``IndexError``, ``TypeError`` or ``ValueError`` on rows not as written."""
+    column = texts.column("grams").combine_chunks()
+    bounds, flat = column.offsets.to_numpy().tolist(), column.flatten().to_numpy().tolist()
+    if flat and not 0 <= min(flat) <= max(flat) < len(vocabulary):
+        raise IndexError(f"n-gram row numbers outside 0..{len(vocabulary) - 1}")
+    columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "whole"))
+    return {md5: Result([], has_words, {vocabulary[g] for g in flat[lo:hi]} if hi > lo else NO_GRAMS,
+                        None if whole is None else tuple(whole))
+            for (md5, has_words, whole), lo, hi in zip(zip(*columns), bounds, bounds[1:])}  # fmt: skip
+
+
 def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tuple[str, str]]) -> None:
     """Write ``results`` (sorted by md5) and the eval docs they were audited against as the cache, swapped in
     by rename."""
     words = pa.list_(pa.string())
+    vocabulary = sorted(set().union(*(r.grams for r in results.values())))
+    row_of = {gram: k for k, gram in enumerate(vocabulary)}
+    rows = [sorted(row_of[g] for g in r.grams) for r in results.values()]
+    bounds = np.cumsum([0] + [len(r) for r in rows]).astype(np.int32)
+    flat = np.fromiter((k for r in rows for k in r), np.int32, count=int(bounds[-1]))
     texts = pa.table({
         "md5": pa.array(list(results), pa.string()),
         "has_words": pa.array([r.has_words for r in results.values()], pa.bool_()),
-        "grams": pa.array([sorted(list(g) for g in r.grams) for r in results.values()], pa.list_(words)),
+        "grams": pa.ListArray.from_arrays(pa.array(bounds), pa.array(flat, pa.int32())),
         "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], words),
     })  # fmt: skip
     texts = stamp(texts, key)
@@ -253,6 +275,7 @@ def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tu
     with swapped_in(folder) as tmp:
         write_cache(texts, tmp / TEXTS)
         write_cache(matches, tmp / MATCHES)
+        write_cache(pa.table({"gram": pa.array([list(g) for g in vocabulary], words)}), tmp / GRAMS)
         doc_ids, md5s = (list(c) for c in zip(*sorted(eval_keys))) if eval_keys else ([], [])
         write_cache(pa.table({"doc_id": pa.array(doc_ids, pa.string()), "md5": pa.array(md5s, pa.string())}),
                     tmp / EVALS)
