@@ -12,10 +12,15 @@ COMPARED_DATA = ("ingest", "dedup", "split")
 DOWNSTREAM = ("leakage", "tokenizer", "tokenize")  # compared where their input is byte-equal in both copies
 
 
+#: a stage's output folders, where they are not (only) ``data/<stage>``
+OUTPUT_FOLDERS = {"tokenizer": ("models/tokenizer", "data/tokenizer_vocab")}
+
+
 def output_md5s(root: Path, stages: tuple[str, ...] = COMPARED_DATA) -> dict[str, str]:
-    """md5 of every compared output file of ``root`` (the data folders and metrics of ``stages``; split's
+    """md5 of every compared output file of ``root`` (the output folders and metrics of ``stages``; split's
     metrics hold the ledger's history), by path relative to it."""
-    files = [p for stage in stages for p in sorted((root / "data" / stage).rglob("*")) if p.is_file()]
+    folders = [root / folder for stage in stages for folder in OUTPUT_FOLDERS.get(stage, (f"data/{stage}",))]
+    files = [p for folder in folders for p in sorted(folder.rglob("*")) if p.is_file()]
     files += [root / "metrics" / f"{stage}.json" for stage in stages if stage != "split"]
     return {p.relative_to(root).as_posix(): hashlib.md5(p.read_bytes()).hexdigest() for p in files}
 

@@ -160,8 +160,15 @@ def test_tokenize_is_compared_only_after_equal_leakage_outputs(scheduled, tmp_pa
             (tmp_path / arm / "data" / stage / "rows.arrow").write_bytes(b"rows")
         for stage in ("leakage", "tokenizer", "tokenize"):
             (tmp_path / arm / "metrics" / f"{stage}.json").write_text("{}")
+        (tmp_path / arm / "models/tokenizer").mkdir(parents=True)
+        (tmp_path / arm / "models/tokenizer/tokenizer.json").write_text("{}")
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
     assert [got[f"{s}_compared"] for s in stages[3:]] == [True] * 3 and got["tokenize_differing_files"] == []
+    (tmp_path / "inc/models/tokenizer/tokenizer.json").write_text('{"vocab": 1}')  # another tokenizer ...
+    got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
+    assert got["tokenizer_differing_files"] == ["models/tokenizer/tokenizer.json"]
+    assert got["tokenize_compared"] is False  # ... so tokenize's input differs
+    (tmp_path / "inc/models/tokenizer/tokenizer.json").write_text("{}")
     (tmp_path / "inc/data/tokenize/rows.arrow").write_bytes(b"other rows")
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None, stages)
     assert got["tokenize_differing_files"] == ["data/tokenize/rows.arrow"]

