@@ -224,6 +224,9 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     want = [w for w, (i, s, e) in enumerate(windows) if word_ngrams(trains[i][s:e], 3) & shingles]
     got = detectors.sharing_windows(sides[0].hashes, windows, sides[1].hashes, eval_windows, 3)
     assert got == want and 0 < len(want) < len(windows)
+    short = (6, 0, 2)  # two words: no 3-gram, never signed, and the others keep their indexes
+    assert detectors.sharing_windows(sides[0].hashes, [short, *windows], sides[1].hashes, eval_windows, 3) == [
+        w + 1 for w in want]  # fmt: skip
     filtered = (leakage.minhash_doc_matches(*sides, cfg), leakage.minhash_passage_matches(*sides, cfg))
     monkeypatch.setattr(detectors, "sharing_windows", lambda q, windows, *_: list(range(len(windows))))
     assert filtered == (leakage.minhash_doc_matches(*sides, cfg), leakage.minhash_passage_matches(*sides, cfg))

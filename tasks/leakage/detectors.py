@@ -324,22 +324,25 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
 def sharing_windows(query_ids, query_windows, index_ids, index_windows, k: int) -> list[int]:
     """Indexes of the ``query_windows`` holding at least one k-gram shingle hash of some index window. Any other
     window has Jaccard 0 with every index window, so it cannot reach a threshold above 0: LSH need not sign it
-    (a night's few new eval docs share a shingle with few of the corpus's windows)."""
+    (a night's few new eval docs share a shingle with few of the corpus's windows). One pass over the query
+    docs' words laid end to end: a window's shingles never reach past its doc's end."""
     shingles = [minhash.rolling_hashes(index_ids[doc][start:end], k) for doc, start, end in index_windows]
     others = np.unique(np.concatenate(shingles)) if shingles else np.zeros(0, np.uint64)
-    if len(others) == 0:
+    windows = np.asarray(query_windows, dtype=np.int64).reshape(-1, 3)
+    candidates = np.flatnonzero(windows[:, 2] - windows[:, 1] >= k)  # fewer than k words: no shingle
+    windows = windows[candidates]
+    if len(others) == 0 or len(windows) == 0:
         return []
-    by_doc: dict[int, list[int]] = defaultdict(list)
-    for w, (doc, _, _) in enumerate(query_windows):
-        by_doc[doc].append(w)
-    kept = []
-    for doc, members in by_doc.items():
-        rolling = minhash.rolling_hashes(query_ids[doc], k)
-        found = others[np.minimum(np.searchsorted(others, rolling), len(others) - 1)] == rolling
-        hits = np.concatenate([[0], np.cumsum(found)])
-        kept += [w for w in members if hits[max(query_windows[w][2] - k + 1, query_windows[w][1])]
-                 > hits[query_windows[w][1]]]  # fmt: skip
-    return sorted(kept)
+    docs = np.unique(windows[:, 0])
+    lengths = np.array([len(query_ids[d]) for d in docs.tolist()], dtype=np.int64)
+    offset = np.zeros(int(docs[-1]) + 1, dtype=np.int64)
+    offset[docs] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    rolling = minhash.rolling_hashes(np.concatenate([query_ids[d] for d in docs.tolist()]), k)
+    found = others[np.minimum(np.searchsorted(others, rolling), len(others) - 1)] == rolling
+    hits = np.concatenate([[0], np.cumsum(found)])
+    first = offset[windows[:, 0]] + windows[:, 1]
+    held = hits[offset[windows[:, 0]] + windows[:, 2] - k + 1] > hits[first]
+    return candidates[held].tolist()
 
 
 def signatures(doc_ids: list[np.ndarray], windows: list[tuple], k: int, perms) -> np.ndarray:
