@@ -183,10 +183,10 @@ def test_stale_or_damaged_layouts_are_ignored(tiny_encoder, tmp_path, monkeypatc
     key = semantic_audit.open_store(enc, tmp_path, True, NullLog())
     enc.windows(OLD)
     semantic_audit.close_store(enc, tmp_path, key, True, NullLog())
-    expected = embedding_store.layouts_key(enc)
+    expected = embedding_store.layouts_key(key, enc.cfg)
     assert len(embedding_store.load_layouts(tmp_path, expected, enc.cfg)) == len(OLD)
     monkeypatch.setattr("tokenizers.__version__", "0.0.1")  # another tokenizers: texts may cut otherwise
-    assert embedding_store.load_layouts(tmp_path, embedding_store.layouts_key(enc), enc.cfg) == {}
+    assert embedding_store.load_layouts(tmp_path, embedding_store.layouts_key(key, enc.cfg), enc.cfg) == {}
     monkeypatch.undo()
     path = tmp_path / embedding_store.LAYOUTS
     table = pq.read_table(path)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -52,6 +53,31 @@ def write_cache(table: pa.Table, path: Path) -> None:
     (``write_page_checksum``, Parquet's page checksum), which ``read_table`` verifies. Raises what
     ``pq.write_table`` raises."""
     pq.write_table(table, path, compression="zstd", write_page_checksum=True)
+
+
+def replace_cache(table: pa.Table, path: Path) -> None:
+    """``write_cache`` to a hidden name beside ``path`` (its folder made if missing), then renamed over it: a
+    reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write_cache(table, tmp)
+    os.replace(tmp, path)
+
+
+def int_lists(rows) -> pa.ListArray:
+    """A ``list<int32>`` column from per-row integer sequences (lists or arrays), built from one flat array (an
+    Arrow conversion row by row is slow)."""
+    lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    flat = np.concatenate([np.zeros(0, np.int32)] + [np.asarray(r, dtype=np.int32) for r in rows])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
+
+
+def int_rows(column) -> list[np.ndarray]:
+    """The rows of a ``list<int32>`` column (chunked or not) as views of one flat array."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets, flat = column.offsets.to_numpy().tolist(), column.flatten().to_numpy()
+    return [flat[lo:hi] for lo, hi in zip(offsets, offsets[1:])]
 
 
 def read_stamped(path: Path, expected: dict) -> Stamped:

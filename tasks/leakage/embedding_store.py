@@ -149,8 +149,9 @@ def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict, layouts: dic
             save_layouts(tmp, layouts, layouts_fingerprint)
 
 
-def layouts_key(encoder) -> dict[str, str]:
-    """The layouts' fingerprint: the store's, ``stride_tokens``, and what turns a text into wordpieces besides
+def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
+    """The layouts' fingerprint: the store's (``store_key``, from ``fingerprint``: the encoder's files are hashed
+    once), ``stride_tokens`` of ``cfg`` (the ``semantic`` params), and what turns a text into wordpieces besides
     the encoder's files: the normalisation code (``textnorm``, ``confusables``) and its table, Python's Unicode
     data (NFKC, format characters) and the ``tokenizers`` version. A store key names a window's wordpieces, so
     the store needs none of these; a layout maps a text to keys, so it does."""
@@ -161,7 +162,7 @@ def layouts_key(encoder) -> dict[str, str]:
     from tasks.common import confusables, textnorm
 
     table = confusables.table_path()
-    return {**fingerprint(encoder), "stride": str(encoder.cfg.stride_tokens),
+    return {**store_key, "stride": str(cfg.stride_tokens),
             "text": code_sha256({Path(textnorm.__file__), Path(confusables.__file__)})
             + f", confusables.txt {hashlib.sha256(table.read_bytes()).hexdigest()}"
             + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}"}  # fmt: skip

@@ -68,7 +68,7 @@ import pyarrow as pa
 from tasks.common import confusables, minhash, textnorm
 from tasks.common.imports import code_sha256
 from tasks.common.shards import linked_or_copied
-from tasks.common.stamped import one_line, read_stamped, read_table, stamp, swapped_in, write_cache
+from tasks.common.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
 
@@ -257,13 +257,10 @@ def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tu
     words = pa.list_(pa.string())
     vocabulary = sorted(set().union(*(r.grams for r in results.values())))
     row_of = {gram: k for k, gram in enumerate(vocabulary)}
-    rows = [sorted(row_of[g] for g in r.grams) for r in results.values()]
-    bounds = np.cumsum([0] + [len(r) for r in rows]).astype(np.int32)
-    flat = np.fromiter((k for r in rows for k in r), np.int32, count=int(bounds[-1]))
     texts = pa.table({
         "md5": pa.array(list(results), pa.string()),
         "has_words": pa.array([r.has_words for r in results.values()], pa.bool_()),
-        "grams": pa.ListArray.from_arrays(pa.array(bounds), pa.array(flat, pa.int32())),
+        "grams": int_lists([sorted(row_of[g] for g in r.grams) for r in results.values()]),
         "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], words),
     })  # fmt: skip
     texts = stamp(texts, key)

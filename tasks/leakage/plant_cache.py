@@ -21,14 +21,13 @@ never to ``metrics/leakage.json``.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp, write_cache
+from tasks.common.stamped import read_stamped, replace_cache, stamp
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import planted
 from tasks.leakage.detectors import Side
@@ -97,7 +96,4 @@ def save(folder: Path, found: dict[bytes, set[str]], key: dict, incremental: boo
     keys = sorted(found)
     table = pa.table({"key": pa.array(keys, pa.binary(32)),
                       "methods": pa.array([sorted(found[k]) for k in keys], pa.list_(pa.string()))})  # fmt: skip
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{PLANTS}.tmp"
-    write_cache(stamp(table, key), tmp)
-    os.replace(tmp, path)
+    replace_cache(stamp(table, key), path)

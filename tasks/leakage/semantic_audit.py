@@ -233,8 +233,8 @@ def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
     key = embedding_store.fingerprint(enc)
     enc.stored, reason = embedding_store.load(folder, key, incremental, enc.model.config.hidden_size)
-    enc.layouts = embedding_store.load_layouts(folder, embedding_store.layouts_key(enc), enc.cfg) if enc.stored \
-        else {}
+    enc.layouts = embedding_store.load_layouts(folder, embedding_store.layouts_key(key, enc.cfg), enc.cfg) \
+        if enc.stored else {}
     mode = "stored" if enc.stored else "none"
     log.info(f"leakage semantic: {len(enc.stored)} window vectors and {len(enc.layouts)} text layouts kept from the "
              f"last run ({reason})")
@@ -246,7 +246,7 @@ def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -
     """Write this run's window vectors and text layouts back (none when ``incremental`` is false) and log the
     store's share."""
     embedding_store.save(folder, enc.cache if incremental else {}, key, enc.layouts_used if incremental else {},
-                         embedding_store.layouts_key(enc))  # fmt: skip
+                         embedding_store.layouts_key(key, enc.cfg))  # fmt: skip
     log.info(f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
              f"{enc.store_stats['windows_computed']} embedded")
     log.metrics({"semantic_store": dict(enc.store_stats)})

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ import pyarrow as pa
 from tokenizers import Tokenizer
 
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp, write_cache
+from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 
@@ -91,16 +90,8 @@ class TokenCache:
     def save(self) -> None:
         """Write this run's texts (sorted by md5) to ``folder/ids.parquet``, swapped in by rename."""
         keys = sorted(self.used)
-        parts = [self.used[k] for k in keys]
-        offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts], dtype=np.int64)]).astype(np.int32)
-        flat = np.concatenate([np.zeros(0, np.int32)] + parts)
-        table = pa.table({"md5": pa.array(keys, pa.string()),
-                          "ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))})
-        table = stamp(table, self.fingerprint)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f".{IDS}.tmp"
-        write_cache(table, tmp)
-        os.replace(tmp, self.folder / IDS)
+        table = pa.table({"md5": pa.array(keys, pa.string()), "ids": int_lists([self.used[k] for k in keys])})
+        replace_cache(stamp(table, self.fingerprint), self.folder / IDS)
 
 
 def fingerprint(encoder: Tokenizer, cfg: TokenizeParams) -> dict[str, str]:
@@ -121,8 +112,4 @@ def load(folder: Path, expected: dict, enabled: bool) -> tuple[dict[str, np.ndar
     table, reason, changed = read_stamped(folder / IDS, expected)
     if table is None:
         return None, ("the tokenizer changed (a retrained vocabulary): " if "tokenizer" in changed else "") + reason
-    column = table.column("ids").combine_chunks()
-    offsets = column.offsets.to_numpy().tolist()
-    flat = column.flatten().to_numpy()
-    keys = table.column("md5").to_pylist()
-    return {key: flat[lo:hi] for key, lo, hi in zip(keys, offsets, offsets[1:])}, "cache found"
+    return dict(zip(table.column("md5").to_pylist(), int_rows(table.column("ids")))), "cache found"

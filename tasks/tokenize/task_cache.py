@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,7 +41,7 @@ import transformers
 
 from tasks.common import alignment
 from tasks.common.imports import code_sha256
-from tasks.common.stamped import read_stamped, stamp, write_cache
+from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import cache, cls, ner
 from tasks.tokenize.pretrain import plain_encoder
@@ -92,22 +91,11 @@ class TaskCache:
         """Write this run's inputs (sorted by md5) to ``tasks.parquet``, swapped in by rename."""
         keys = sorted(self.used)
         rows = [self.used[k] for k in keys]
-        table = pa.table({"md5": pa.array(keys, pa.string()), "ids": list_column([r[0] for r in rows]),
-                          "aux": list_column([r[1] or [] for r in rows]),
+        table = pa.table({"md5": pa.array(keys, pa.string()), "ids": int_lists([r[0] for r in rows]),
+                          "aux": int_lists([r[1] or [] for r in rows]),
                           "has_aux": pa.array([r[1] is not None for r in rows], pa.bool_()),
                           "replaced": pa.array([r[2] for r in rows], pa.int32())})  # fmt: skip
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{TASKS}.tmp")
-        write_cache(stamp(table, self.fingerprint), tmp)
-        os.replace(tmp, self.path)
-
-
-def list_column(parts: list[list[int]]) -> pa.ListArray:
-    """``list<int32>`` from per-row int lists, built from one flat array (a Python list per row is slow)."""
-    lengths = np.fromiter(map(len, parts), np.int64, count=len(parts))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    flat = np.fromiter((x for part in parts for x in part), np.int32, count=int(lengths.sum()))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
+        replace_cache(stamp(table, self.fingerprint), self.path)
 
 
 def as_lists(row: tuple[np.ndarray, np.ndarray | None, int]) -> Encoded:
@@ -125,7 +113,7 @@ def load(path: Path, expected: dict, enabled: bool) -> tuple[dict, str]:
     if table is None:
         return {}, reason
     try:
-        ids, aux = (split_column(table.column(name).combine_chunks()) for name in ("ids", "aux"))
+        ids, aux = (int_rows(table.column(name)) for name in ("ids", "aux"))
         keys, has_aux, replaced = (table.column(c).to_pylist() for c in ("md5", "has_aux", "replaced"))
     except (KeyError, AttributeError, pa.ArrowInvalid) as err:
         return {}, f"the cache {path} cannot be used ({type(err).__name__})"
@@ -134,8 +122,3 @@ def load(path: Path, expected: dict, enabled: bool) -> tuple[dict, str]:
         return {}, f"the cache {path} cannot be used (rows not as written)"
     return {k: (i, a if h else None, r) for k, i, a, h, r in zip(keys, ids, aux, has_aux, replaced)}, "cache found"
 
-
-def split_column(column: pa.ListArray) -> list[np.ndarray]:
-    offsets = column.offsets.to_numpy()
-    flat = column.flatten().to_numpy()
-    return [flat[lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])]
