@@ -150,14 +150,15 @@ def test_a_damaged_or_missing_matches_file_forces_a_full_audit(inc, tmp_path):
 def test_the_residual_n_grams_round_trip_through_the_gram_table(inc, tmp_path):
     import pyarrow as pa
 
-    from tasks.leakage import incremental
+    from tasks.leakage import incremental, residual
 
     folder = inc / "data/leakage_cache"
     vocabulary = pq.read_table(folder / "grams.parquet").column("gram").to_pylist()
     texts = pq.read_table(folder / "texts.parquet")
-    assert vocabulary == sorted(vocabulary) and len(vocabulary) == len({tuple(g) for g in vocabulary}) > 0
-    held = [sorted(tuple(vocabulary[k]) for k in rows) for rows in texts.column("grams").to_pylist()]
-    loaded = incremental.text_results(texts, [tuple(g) for g in vocabulary])
+    assert vocabulary == sorted(vocabulary) and len(vocabulary) == len(set(vocabulary)) > 0
+    assert {len(g.split(residual.SEP)) for g in vocabulary} == {8}  # residual.ngram_words words each
+    held = [sorted(vocabulary[k] for k in rows) for rows in texts.column("grams").to_pylist()]
+    loaded = incremental.text_results(texts, vocabulary)
     assert [sorted(r.grams) for r in loaded.values()] == held
     bad = texts.set_column(texts.schema.get_field_index("grams"), "grams",
                            pa.array([[len(vocabulary)]] * texts.num_rows, pa.list_(pa.int32())))

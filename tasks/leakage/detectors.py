@@ -338,7 +338,10 @@ def sharing_windows(query_ids, query_windows, index_ids, index_windows, k: int) 
     offset = np.zeros(int(docs[-1]) + 1, dtype=np.int64)
     offset[docs] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     rolling = minhash.rolling_hashes(np.concatenate([query_ids[d] for d in docs.tolist()]), k)
-    found = others[np.minimum(np.searchsorted(others, rolling), len(others) - 1)] == rolling
+    shift, table = _filter_table(others)
+    found = table[rolling >> shift]  # nearly every shingle of no index window is dropped before the binary search
+    maybe = np.flatnonzero(found)
+    found[maybe] = others[np.minimum(np.searchsorted(others, rolling[maybe]), len(others) - 1)] == rolling[maybe]
     hits = np.concatenate([[0], np.cumsum(found)])
     first = offset[windows[:, 0]] + windows[:, 1]
     held = hits[offset[windows[:, 0]] + windows[:, 2] - k + 1] > hits[first]

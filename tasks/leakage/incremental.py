@@ -8,8 +8,9 @@ text (pretraining rows and task train rows) of the last run, keyed by the md5 of
   (the eval n-grams of the residual detector it holds, as ascending row numbers of ``grams.parquet``) and
   ``whole`` (its words when they equal those of an eval doc shorter than ``residual.ngram_words``, else null);
   the Parquet metadata holds the fingerprint below;
-- ``grams.parquet``: ``gram``, each distinct n-gram the texts hold, as its words, sorted (at 16x the default
-  corpus, 57k texts hold 5.6M n-grams but few distinct ones: numbers read and written far faster than words);
+- ``grams.parquet``: ``gram``, each distinct n-gram the texts hold, as ``residual.ngrams`` writes it (its words
+  joined by ``residual.SEP``), sorted (at 16x the default corpus, 57k texts hold 5.6M n-grams but few distinct
+  ones: numbers read and written far faster than strings);
 - ``matches.parquet``: every lexical match of a text, ``(md5, eval_doc, method, score, span)``, sorted: the
   matched eval doc's id, the detector, its unrounded score and the span, as ``detectors.detect`` gives them;
 - ``evals.parquet``: the eval docs these results were audited against, ``(doc_id, md5 of the text)``, sorted.
@@ -91,7 +92,7 @@ class Result:
 
     matches: list[tuple]
     has_words: bool
-    grams: set[tuple[str, ...]] | frozenset
+    grams: set[str] | frozenset
     whole: tuple[str, ...] | None
 
 
@@ -229,7 +230,7 @@ def load(folder: Path, expected: dict, cfg: LeakageParams
         except (OSError, ValueError, KeyError) as err:  # missing or damaged beside a sound texts.parquet: audit all
             return None, f"the cache {folder / name} cannot be used ({one_line(err)})"
     try:
-        results = text_results(texts, [tuple(g) for g in tables[GRAMS][0]])
+        results = text_results(texts, tables[GRAMS][0])
     except (KeyError, IndexError, TypeError, ValueError) as err:
         return None, f"the cache {folder / TEXTS} cannot be used ({one_line(err)})"
     covered = set(zip(*tables[EVALS]))
@@ -238,7 +239,7 @@ def load(folder: Path, expected: dict, cfg: LeakageParams
     return (results, covered), "cache found"
 
 
-def text_results(texts: pa.Table, vocabulary: list[tuple[str, ...]]) -> dict[str, Result]:
+def text_results(texts: pa.Table, vocabulary: list[str]) -> dict[str, Result]:
     """``{md5: Result}`` (matches still empty) from ``texts.parquet``'s rows and ``grams.parquet``'s n-grams.
     Raises ``KeyError``, ``IndexError``, ``TypeError`` or ``ValueError`` on rows not as written."""
     column = texts.column("grams").combine_chunks()
@@ -246,7 +247,9 @@ def text_results(texts: pa.Table, vocabulary: list[tuple[str, ...]]) -> dict[str
     if flat and not 0 <= min(flat) <= max(flat) < len(vocabulary):
         raise IndexError(f"n-gram row numbers outside 0..{len(vocabulary) - 1}")
     columns = (texts.column(c).to_pylist() for c in ("md5", "has_words", "whole"))
-    return {md5: Result([], has_words, {vocabulary[g] for g in flat[lo:hi]} if hi > lo else NO_GRAMS,
+    if not all(isinstance(g, str) for g in vocabulary):
+        raise TypeError("n-grams that are not strings")
+    return {md5: Result([], has_words, set(map(vocabulary.__getitem__, flat[lo:hi])) if hi > lo else NO_GRAMS,
                         None if whole is None else tuple(whole))
             for (md5, has_words, whole), lo, hi in zip(zip(*columns), bounds, bounds[1:])}  # fmt: skip
 
@@ -272,7 +275,7 @@ def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tu
     with swapped_in(folder) as tmp:
         write_cache(texts, tmp / TEXTS)
         write_cache(matches, tmp / MATCHES)
-        write_cache(pa.table({"gram": pa.array([list(g) for g in vocabulary], words)}), tmp / GRAMS)
+        write_cache(pa.table({"gram": pa.array(vocabulary, pa.string())}), tmp / GRAMS)
         doc_ids, md5s = (list(c) for c in zip(*sorted(eval_keys))) if eval_keys else ([], [])
         write_cache(pa.table({"doc_id": pa.array(doc_ids, pa.string()), "md5": pa.array(md5s, pa.string())}),
                     tmp / EVALS)

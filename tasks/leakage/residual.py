@@ -1,7 +1,7 @@
 """Residual contamination of the cleaned pretraining corpus, by a detector independent of the audit's.
 
 The audit removes what its own detectors match, so those detectors cannot judge what is left. This check is
-written separately (tuples of words in Python sets; none of the rolling hashes, MinHash or code of
+written separately (word n-grams as strings in Python sets; none of the rolling hashes, MinHash or code of
 ``tasks.leakage.detectors``, only the shared ``textnorm.words`` normalization) and looks where the audit is
 brittle: word 8-grams survive a changed word every 9 words, which leaves no 13-gram intact, and coverage is
 pooled over the whole corpus, so an eval doc cut into pieces spread over several training docs still adds up.
@@ -25,9 +25,15 @@ from tqdm import tqdm
 from tasks.config.leakage import LeakageParams
 
 
-def ngrams(tokens: list[str], n: int) -> list[tuple[str, ...]]:
-    """The word n-grams of ``tokens`` in text order (none when there are fewer than n words)."""
-    return list(zip(*(tokens[k:] for k in range(n))))
+SEP = "\x1f"  # joins an n-gram's words: a control character, never inside a word (``\\w`` runs, folded)
+
+
+def ngrams(tokens: list[str], n: int) -> list[str]:
+    """The word n-grams of ``tokens`` in text order (none when there are fewer than n words), each its words
+    joined by ``SEP``: a string caches its hash, so the millions of set operations on a corpus's n-grams (and
+    the incremental cache's, ``tasks/leakage/incremental.py``) hash each n-gram once, where a tuple of words
+    would be hashed again at every one."""
+    return list(map(SEP.join, zip(*(tokens[k:] for k in range(n)))))
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class Scan:
     words when they equal the words of an eval doc without n-grams (shorter than n words)."""
 
     ids: list[str]
-    hits: dict[int, set[tuple[str, ...]]]
+    hits: dict[int, set[str]]
     whole: dict[int, tuple[str, ...]]
 
     def found(self, skip: set[int]) -> tuple[set, set]:
@@ -115,7 +121,7 @@ def coverage(eval_grams: list[set], eval_tokens: list[list[str]], grams: set, wh
 def example(corpus: Scan, gone: set[int], found: set, tokens: list[str], n: int) -> dict:
     """The kept docs that share the most with one eval doc, and its first n-gram found (or its whole text)."""
     grams = set(ngrams(tokens, n))
-    shared = next((g for g in ngrams(tokens, n) if g in found), tokens)
+    shared = next((g.split(SEP) for g in ngrams(tokens, n) if g in found), tokens)
     return {"train_docs": corpus.sharing(gone, grams, tokens), "shared": " ".join(shared)}
 
 

@@ -57,8 +57,8 @@ def substitution_matches(trains, evals, cfg: LeakageParams) -> list[tuple]:
     best: dict[tuple[int, int], tuple[float, int, int]] = {}
     for first, stop in _blocks_of_docs(lengths, block_words(cfg)):
         flat, doc, pos = _concatenate(trains.hashes[first:stop])
-        for (n, k, b), (keys, group, docs, starts) in index.items():
-            t, j, q = _seed_hits(flat, doc, pos, lengths[first:stop], b, keys, group, docs, starts)
+        for (n, k, b), seeds in index.items():
+            t, j, q = _seed_hits(flat, doc, pos, lengths[first:stop], b, *seeds)
             for c in range(0, len(t), CHUNK):
                 sl = slice(c, c + CHUNK)
                 for ti, ej, matched, at in _verify(flat, doc, pos, lengths[first:stop], t[sl], j[sl], q[sl], n, k,
@@ -74,9 +74,13 @@ def substitution_matches(trains, evals, cfg: LeakageParams) -> list[tuple]:
 
 
 def _seed_index(eval_hashes: list[np.ndarray], cfg: LeakageParams) -> dict[tuple, tuple]:
-    """``{(n, k, b): (unique seed hashes, group, eval doc, start)}``: every b-gram of every eval doc of at least
-    ``min_match_words`` words, grouped by its doc's window rule; the seeds of unique hash ``u`` are rows
-    ``group[u]:group[u + 1]`` of ``eval doc`` and ``start``."""
+    """``{(n, k, b): (unique seed hashes, group, eval doc, start, filter)}``: every b-gram of every eval doc of at
+    least ``min_match_words`` words, grouped by its doc's window rule; the seeds of unique hash ``u`` are rows
+    ``group[u]:group[u + 1]`` of ``eval doc`` and ``start``; ``filter`` is the 13-gram index's table of the
+    hashes' top bits (``detectors._filter_table``), which drops nearly every training b-gram that is no seed
+    before the binary search (at 16x the default corpus, most of this detector's time)."""
+    from tasks.leakage.detectors import _filter_table
+
     parts: dict[tuple, list] = {}
     for j, ids in enumerate(eval_hashes):
         if len(ids) < cfg.min_match_words:
@@ -90,14 +94,16 @@ def _seed_index(eval_hashes: list[np.ndarray], cfg: LeakageParams) -> dict[tuple
         order = np.argsort(keys, kind="stable")
         keys, docs, starts = keys[order], docs[order], starts[order]
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        index[rule] = (keys[first], np.append(first, len(keys)), docs, starts)
+        index[rule] = (keys[first], np.append(first, len(keys)), docs, starts, _filter_table(keys))
     return index
 
 
-def _seed_hits(flat, doc, pos, doc_len, b, keys, group, docs, starts):
+def _seed_hits(flat, doc, pos, doc_len, b, keys, group, docs, starts, filter_table):
     """``(flat training position, eval doc, eval start)`` of every training b-gram equal (by hash) to a seed."""
     h = minhash.rolling_hashes(flat, b)
-    cand = np.flatnonzero(pos[: len(h)] + b <= doc_len[doc[: len(h)]])  # b-grams inside one doc
+    shift, table = filter_table
+    cand = np.flatnonzero(table[h >> shift])
+    cand = cand[pos[cand] + b <= doc_len[doc[cand]]]  # b-grams inside one doc
     at = np.minimum(np.searchsorted(keys, h[cand]), len(keys) - 1)
     hit = keys[at] == h[cand]
     rows, at = minhash.expand_ranges(group[at[hit]], group[at[hit] + 1])
