@@ -24,7 +24,6 @@ from tqdm import tqdm
 
 from tasks.config.leakage import LeakageParams
 
-
 SEP = "\x1f"  # joins an n-gram's words: a control character, never inside a word (``\\w`` runs, folded)
 
 
