@@ -18,18 +18,14 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-
-import torch
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerFast,
-)
+from typing import TYPE_CHECKING
 
 from tasks.config.paths import Paths
+
+if TYPE_CHECKING:  # torch and transformers are imported where used: the path helpers serve stages that load no
+    # model (tokenizer and tokenize read the folders; at 1x a stage's imports are much of its time)
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 #: HF model types whose base model takes ``add_pooling_layer``.
 POOLER_MODEL_TYPES = ("bert", "roberta", "roberta-prelayernorm")
@@ -134,6 +130,8 @@ def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     caller's random state is untouched and the same seed always gives the same weights. The other variants
     ignore ``seed``. A masked-LM checkpoint loads as its base model (the MLM head is dropped).
     """
+    from transformers import AutoModel
+
     if variant != "random":
         return encoder_from_folder(folder)
     return _seeded_init(AutoModel, folder, seed, pooled=False)
@@ -143,6 +141,9 @@ def _seeded_init(auto_class, folder: Path, seed: int, pooled: bool = True) -> Pr
     """``auto_class.from_config`` of the config at ``folder``, initialised from torch seed ``seed`` inside a
     forked RNG (the caller's random state is untouched; the same seed always gives the same weights).
     ``pooled=False`` leaves out a BERT-family pooler."""
+    import torch
+    from transformers import AutoConfig
+
     config = AutoConfig.from_pretrained(folder)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -152,6 +153,8 @@ def _seeded_init(auto_class, folder: Path, seed: int, pooled: bool = True) -> Pr
 def encoder_from_folder(folder: Path) -> PreTrainedModel:
     """The bare encoder saved in ``folder`` (``save_pretrained``; a masked LM loads as its base model), from
     safetensors only: ``from_pretrained`` raises ``OSError`` when the folder has no ``.safetensors`` weights."""
+    from transformers import AutoConfig, AutoModel
+
     config = AutoConfig.from_pretrained(folder)
     return AutoModel.from_pretrained(folder, use_safetensors=True, **_no_pooler(config))
 
@@ -168,6 +171,8 @@ def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     ``load_encoder``). Raises ``ValueError`` when the checkpoint has no trained MLM head (e.g. the packaged
     MiniLM, a sentence encoder): a freshly initialised head would score text at random.
     """
+    from transformers import AutoModelForMaskedLM
+
     if variant == "random":
         return _seeded_init(AutoModelForMaskedLM, folder, seed)
     model, info = AutoModelForMaskedLM.from_pretrained(folder, use_safetensors=True, output_loading_info=True)
@@ -183,6 +188,8 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:
 
     Fast tokenizers are required: ``word_ids()`` and character offsets exist only there.
     """
+    from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(str(path))
     if not tok.is_fast:
         raise ValueError(f"{path}: not a fast tokenizer (word_ids() and offsets need one)")
@@ -202,6 +209,8 @@ def mlm_head(model: torch.nn.Module) -> torch.nn.Module:
     ``decoder`` (ModernBERT); maps ``(..., hidden)`` to ``(..., vocab)``. Each ``*ForMaskedLM.forward`` is exactly
     ``head(base_model(...)[0])`` (ModernBERT's ``final_norm`` is inside its base model), so the head applied to
     some positions gives those positions' logits. Raises ``TypeError`` otherwise."""
+    import torch
+
     for name in ("cls", "lm_head"):
         if isinstance(getattr(model, name, None), torch.nn.Module):
             return getattr(model, name)
@@ -216,6 +225,8 @@ def mlm_head(model: torch.nn.Module) -> torch.nn.Module:
 def mean_pool(hidden, mask):
     """sentence-transformers' mean pooling of ``hidden`` (batch, seq_len, dim) over ``mask`` (batch, seq_len),
     then L2 normalisation: (batch, dim)."""
+    import torch
+
     weights = mask.unsqueeze(-1).to(hidden.dtype)
     summed = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
     return torch.nn.functional.normalize(summed, p=2, dim=1)
@@ -224,6 +235,8 @@ def mean_pool(hidden, mask):
 def quantize_int8(model):
     """Dynamic int8 quantisation of every ``torch.nn.Linear`` (weights int8, activations quantised per batch)."""
     import warnings
+
+    import torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
