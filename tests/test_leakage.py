@@ -233,6 +233,28 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     assert len(filtered[0]) > 3 and len(filtered[1]) > 10
 
 
+def test_only_near_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_matches_are_the_same(monkeypatch):
+    rng = np.random.default_rng(5)
+    vocab = [f"w{k}" for k in range(300)]
+    evals = [list(rng.choice(vocab, size=int(rng.integers(20, 60)))) for _ in range(5)] + [["w1", "w2", "w3"]]
+    trains = [list(rng.choice(vocab, size=int(rng.integers(0, 90)))) for _ in range(80)]
+    for k in range(0, 80, 4):  # copies of eval stretches, half with every sixth word swapped
+        e = evals[k % 5]
+        copy = [w if k % 8 or p % 6 else "swapped" for p, w in enumerate(e[:30])]
+        trains[k] = trains[k][:15] + copy + trains[k][15:]
+    trains[1], trains[2] = ["w1", "w2", "w3"], ["w1", "w2"]  # the short eval doc whole, and a shorter doc
+    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3)
+    sides = leakage.make_sides(trains, evals)
+    # by hand: under min_match_words (5) words, or sharing a word 3-gram (min(5, shingle_words)) with an eval doc
+    grams = set().union(*(word_ngrams(e, 3) for e in evals))
+    want = [i for i, t in enumerate(trains) if len(t) < 5 or word_ngrams(t, 3) & grams]
+    assert detectors.near_docs(*sides, cfg).tolist() == want and 15 < len(want) < 60
+    found = detectors.detect(*sides, cfg)
+    monkeypatch.setattr(detectors, "near_docs", lambda trains, *_: np.arange(len(trains.hashes)))
+    assert found == detectors.detect(*sides, cfg)
+    assert {m[2] for m in found} == {"ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted"}
+
+
 def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(monkeypatch):
     ev = [f"e{k}" for k in range(20)]  # 8 eval 13-grams, starting at 0..7
     train = ["x", "x"] + ev[0:15] + ["y"] + ev[4:20]  # eval windows 0-2 (15 words), then 4-7 (16 words)

@@ -64,14 +64,33 @@ def make_side(tokens: list[list[str]], cache: minhash.WordHashes) -> Side:
 
 
 def detect(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
-    """Every detector's ``(train_i, eval_j, method, score, span)`` matches, in a fixed order."""
-    return (
-        ngram_matches(trains, evals, cfg)
-        + exact_matches(trains, evals, cfg.min_match_words)
-        + minhash_doc_matches(trains, evals, cfg)
-        + minhash_passage_matches(trains, evals, cfg)
-        + substitution.substitution_matches(trains, evals, cfg)
+    """Every detector's ``(train_i, eval_j, method, score, span)`` matches, in a fixed order (detector, then
+    pair). The n-gram, exact and MinHash detectors see only ``near_docs`` (the rest can match no eval doc for
+    them); the substitution detector, whose seeds are 2 to 4 words, sees every doc."""
+    near = near_docs(trains, evals, cfg)
+    part = Side([trains.tokens[i] for i in near.tolist()], [trains.hashes[i] for i in near.tolist()])
+    lexical = (
+        ngram_matches(part, evals, cfg)
+        + exact_matches(part, evals, cfg.min_match_words)
+        + minhash_doc_matches(part, evals, cfg)
+        + minhash_passage_matches(part, evals, cfg)
     )
+    return [(int(near[i]), *rest) for i, *rest in lexical] + substitution.substitution_matches(trains, evals, cfg)
+
+
+def near_docs(trains: Side, evals: Side, cfg: LeakageParams) -> np.ndarray:
+    """Ascending indexes of the training docs that the n-gram, exact and MinHash detectors could match to some
+    eval doc: those under ``min_match_words`` words (``exact`` compares whole short docs), and those holding a
+    word k-gram of some eval doc, k = min(``min_match_words``, ``shingle_words``). Every other doc has no n-gram
+    of at least ``min_match_words`` words in common with any eval doc, and no MinHash shingle (Jaccard 0, under
+    any threshold, which is above 0), so these detectors need not scan it: a night's few new eval docs share a
+    5-gram with about a third of the kept corpus (``tasks/leakage/incremental.py`` rescans it against them)."""
+    k = min(cfg.min_match_words, cfg.shingle_words)
+    lengths = np.array([len(x) for x in trains.hashes], dtype=np.int64)
+    whole = [(i, 0, n) for i, n in enumerate(lengths.tolist())]
+    targets = [(j, 0, len(x)) for j, x in enumerate(evals.hashes)]
+    shared = np.asarray(sharing_windows(trains.hashes, whole, evals.hashes, targets, k), dtype=np.int64)
+    return np.union1d(np.flatnonzero(lengths < cfg.min_match_words), shared)
 
 
 def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
