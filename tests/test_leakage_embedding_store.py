@@ -157,9 +157,10 @@ def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, 
     tokenized = []
     original = later.tokenize
     later.tokenize = lambda texts: tokenized.extend(texts) or original(texts)
-    both = later.windows(OLD + NEW)
-    assert tokenized == [semantic.normalize_text(t) for t in NEW]  # the kept texts: neither normalised nor cut
-    scratch = encoder(tiny_encoder).windows(OLD + NEW)
+    both = later.windows(OLD + [""] + NEW)
+    assert tokenized == [semantic.normalize_text(t) for t in NEW]  # the kept texts (and the empty one): not cut
+    scratch = encoder(tiny_encoder).windows(OLD + [""] + NEW)
+    assert len(OLD) not in scratch.doc.tolist() and len(OLD) + 1 in scratch.doc.tolist()  # "" has no window
     assert np.array_equal(both.vectors, scratch.vectors) and np.array_equal(both.bounds, scratch.bounds)
     assert np.array_equal(both.doc, scratch.doc)
     assert [both.text_of(w, 80) for w in range(len(both.doc))] == [scratch.text_of(w, 80)

@@ -185,13 +185,15 @@ class Encoder:
         overlapping it are kept (after normalisation the range is mapped by character count, so pass spans
         of texts that normalisation leaves alone). ``max_windows``: the first so many windows per text.
         Without ``spans``, a text laid out before (``laid_out``) is not tokenized: its windows follow from its
-        token count, and their vectors are at hand."""
+        token count, and their vectors are at hand. An empty text has no windows (and is not tokenized)."""
         content, stride = self.cfg.window_tokens - 2, self.cfg.stride_tokens
         digests = [hashlib.md5(t.encode("utf-8")).digest() for t in texts]
-        fresh = [d for d, k in enumerate(digests) if spans is not None or not self.laid_out(k)]
+        fresh = [d for d, k in enumerate(digests) if texts[d] and (spans is not None or not self.laid_out(k))]
         tokenized = dict(zip(fresh, zip(*self.tokenize([normalize_text(texts[d]) for d in fresh]))))
         doc, bounds, keys, pieces = [], [], [], {}
         for d, text_key in enumerate(digests):
+            if not texts[d]:
+                continue  # no windows: most planted copies are not scored, and pass an empty text
             if d in tokenized:
                 tokens, off = tokenized[d]
                 picked = window_bounds(len(tokens), content, stride)

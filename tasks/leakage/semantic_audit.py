@@ -106,7 +106,8 @@ def embed_evals_and_plants(enc: Encoder, cfg: LeakageParams, eval_frame: pd.Data
     sampled[planted_sample(list(eval_frame["doc_id"]), cfg)] = True
     scored = np.array([bool(sampled[p.eval_index]) for p in plants], dtype=bool)
     plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
-    planted = enc.windows(plant_texts, spans=[_normalized_span(p) for p in plants], max_windows=scfg.planted_windows)
+    spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
+    planted = enc.windows(plant_texts, spans=spans, max_windows=scfg.planted_windows)
     splits = eval_frame["split"].to_numpy()
     return EvalSide(texts, n_words, attempted, evals, sampled, scored,
                     plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
