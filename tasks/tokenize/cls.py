@@ -26,8 +26,8 @@ from tasks.tokenize.tables import length_stats, save_table, write_labels
 
 
 def read_cls_rows(paths: Paths, source: str, pair: bool = False) -> pd.DataFrame:
-    """Rows of a classification source (doc_id, text, label, split; with ``pair`` also ``text_pair``: the two
-    texts), sorted by doc_id. Raises ``ValueError`` naming the file and doc_ids on a null label or, for a pair
+    """Rows of a classification source (doc_id, text, label, split, ``n_words``: its ``textnorm.words``, counted
+    once for every tokenizer's table; with ``pair`` also ``text_pair``: the two texts), sorted by doc_id. Raises ``ValueError`` naming the file and doc_ids on a null label or, for a pair
     task, a row without ``meta.text_pair``."""
     rows = read_clean_source(paths.data, source)
     where = f"data/leakage/{source}.parquet"
@@ -35,6 +35,7 @@ def read_cls_rows(paths: Paths, source: str, pair: bool = False) -> pd.DataFrame
         bad = rows.loc[rows["label"].isna(), "doc_id"].head(5).tolist() if "label" in rows.columns else "column"
         raise ValueError(f"{where}: classification rows need a label (missing for {bad})")
     rows = rows.sort_values("doc_id", kind="stable").reset_index(drop=True)
+    rows["n_words"] = np.array([len(words(x)) for x in rows["text"]], dtype=np.int64)
     if pair:
         rows["text_pair"] = [text_pair(meta, doc_id, where) for meta, doc_id in zip(rows["meta"], rows["doc_id"])]
     return rows
@@ -71,7 +72,7 @@ def build_cls(cfg: TokenizeParams, tok, rows: pd.DataFrame, overlap: set[str], o
             {
                 "doc_id": pa.array(part["doc_id"].tolist(), pa.string()),
                 "text": pa.array(part["text"].tolist(), pa.string()),
-                "n_words": pa.array([len(words(x)) for x in part["text"]], pa.int64()),
+                "n_words": pa.array(part["n_words"].to_numpy(), pa.int64()),
                 "train_overlap": pa.array([d in overlap for d in part["doc_id"]], pa.bool_()),
                 "input_ids": pa.array(full, pa.list_(pa.int32())),
                 "attention_mask": pa.array([[1] * len(seq) for seq in full], pa.list_(pa.int8())),
