@@ -27,8 +27,9 @@ from tasks.tokenize.tables import length_stats, save_table, write_labels
 
 def read_cls_rows(paths: Paths, source: str, pair: bool = False) -> pd.DataFrame:
     """Rows of a classification source (doc_id, text, label, split, ``n_words``: its ``textnorm.words``, counted
-    once for every tokenizer's table; with ``pair`` also ``text_pair``: the two texts), sorted by doc_id. Raises ``ValueError`` naming the file and doc_ids on a null label or, for a pair
-    task, a row without ``meta.text_pair``."""
+    once for every tokenizer's table; with ``pair`` also ``text_pair``: the two texts), sorted by doc_id. Raises
+    ``ValueError`` naming the file and doc_ids on a null label or, for a pair task, a row without
+    ``meta.text_pair``."""
     rows = read_clean_source(paths.data, source)
     where = f"data/leakage/{source}.parquet"
     if "label" not in rows.columns or rows["label"].isna().any():
