@@ -3,8 +3,6 @@ one-process scan, match for match, and the stage's outputs are byte-identical.""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 from test_incremental_leakage import night, outputs, run
@@ -57,20 +55,3 @@ def test_the_stage_on_three_processes_writes_the_bytes_of_one(monkeypatch, tmp_p
     one, _ = run(tmp_path / "one", frames, num_proc=1, incremental=False)
     three, _ = run(tmp_path / "three", frames, num_proc=3, incremental=False)
     assert outputs(tmp_path / "three", three) == outputs(tmp_path / "one", one)
-
-
-def test_in_blocks_joins_the_blocks_in_order_and_the_planted_copies_are_found_as_in_one_process(monkeypatch, tmp_path):
-    from test_incremental_leakage import RecordingLog, plants_of
-
-    from tasks.leakage import plant_cache
-
-    monkeypatch.setattr(forked, "MIN_ROWS_PER_PROCESS", 1)
-    seen = forked.in_blocks(lambda part: [(x, tuple(part), os.getpid()) for x in part], list(range(7)),
-                            np.ones(7, np.int64), 3)  # fmt: skip
-    assert [x for x, _, _ in seen] == list(range(7)) and os.getpid() not in {pid for _, _, pid in seen}
-    assert sorted({part for _, part, _ in seen}) == [tuple(range(a, b)) for a, b in forked.blocks_of(np.ones(7), 3)]
-    evals, side, plants = plants_of()
-    fresh = leakage.planted.found_by(plants, side, params(), leakage.tokenize)
-    got = plant_cache.found_by(plants, evals, side, params(num_proc=3, incremental=False), leakage.tokenize,
-                               tmp_path, RecordingLog())  # fmt: skip
-    assert got == fresh and any(fresh) and not all(fresh)

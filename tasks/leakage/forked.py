@@ -1,6 +1,5 @@
 """The local lexical scan on ``leakage.num_proc`` forked processes: contiguous blocks of training rows, each
-scanned against the whole eval side, joined into the one-process ``TrainingScan``; and ``in_blocks``, the same
-for any map whose entries are decided item by item (the planted copies' scan, ``tasks/leakage/plant_cache.py``).
+scanned against the whole eval side, joined into the one-process ``TrainingScan``.
 
 Why the join is the one-process scan: every detector decides a (training doc, eval doc) pair from the two texts
 alone, and the residual scan of a pretraining doc depends on its words and the eval n-grams only (the premise
@@ -31,7 +30,6 @@ from tasks.leakage.detectors import Side
 MIN_ROWS_PER_PROCESS = 500  # below this a fork costs more than the scan it shares out
 
 _FORKED: tuple = ()  # (train_frame, evals, cfg, scan_rows), inherited by the forked workers, never pickled
-_MAPPED: tuple = ()  # (fn, items) of in_blocks, inherited likewise
 
 
 def blocks_of(lengths: np.ndarray, num_proc: int) -> list[tuple[int, int]]:
@@ -73,32 +71,6 @@ def _scan_block(job: tuple[int, int, int]) -> TrainingScan:
         return scan_rows(rows, evals, cfg)
     with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):  # the first block's bars stand for all
         return scan_rows(rows, evals, cfg)
-
-
-def in_blocks(fn, items: list, lengths: np.ndarray, num_proc: int) -> list:
-    """``fn(items)`` (a list, one entry per item, each decided by its item alone) computed over ``blocks_of``
-    ``lengths`` on ``num_proc`` forked processes and joined in item order; in this process for one block.
-    ``fn`` and ``items`` are inherited by the workers, never pickled; the entries come back pickled."""
-    global _MAPPED
-    blocks = blocks_of(lengths, num_proc)
-    if len(blocks) <= 1:
-        return fn(items)
-    _MAPPED = (fn, items)
-    try:
-        with ProcessPoolExecutor(len(blocks), mp_context=multiprocessing.get_context("fork")) as pool:
-            parts = list(pool.map(_map_block, [(k, *block) for k, block in enumerate(blocks)]))
-    finally:
-        _MAPPED = ()
-    return [entry for part in parts for entry in part]
-
-
-def _map_block(job: tuple[int, int, int]) -> list:
-    k, start, stop = job
-    fn, items = _MAPPED
-    if k == 0:
-        return fn(items[start:stop])
-    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):  # the first block's bars stand for all
-        return fn(items[start:stop])
 
 
 def joined(train_frame: pd.DataFrame, blocks: list[tuple[int, int]], parts: list[TrainingScan]) -> TrainingScan:

@@ -23,14 +23,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from tasks.common.imports import code_sha256
 from tasks.common.stamped import read_stamped, replace_cache, stamp
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import forked, planted
+from tasks.leakage import planted
 from tasks.leakage.detectors import Side
 
 PLANTS = "plants.parquet"
@@ -39,14 +38,12 @@ PLANTS = "plants.parquet"
 def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, tokenize, folder: Path,
              log) -> list[set[str]]:  # fmt: skip
     """``planted.found_by(plants, evals, cfg, tokenize)``, taking each copy with a row in ``folder``'s cache
-    from it and scanning the others (on ``leakage.num_proc`` forked processes: a copy's answer is its own);
-    writes the cache back (see the module docstring)."""
+    from it and scanning the others; writes the cache back (see the module docstring)."""
     stamp_key = fingerprint(cfg)
     keys = plant_keys(plants, eval_frame["text"])
     stored, reason = load(folder, stamp_key, cfg.incremental)
     todo = [i for i, k in enumerate(keys) if k not in stored]
-    scanned = forked.in_blocks(lambda part: planted.found_by(part, evals, cfg, tokenize), [plants[i] for i in todo],
-                               np.array([len(plants[i].text) for i in todo], dtype=np.int64), cfg.num_proc)
+    scanned = planted.found_by([plants[i] for i in todo], evals, cfg, tokenize) if todo else []
     found = {keys[i]: methods for i, methods in zip(todo, scanned)} | {k: stored[k] for k in keys if k in stored}
     save(folder, {k: found[k] for k in keys}, stamp_key, cfg.incremental)
     log.info(f"leakage planted: {len(plants) - len(todo)} of {len(plants)} copies from the cache ({reason}); "
