@@ -14,7 +14,7 @@ from tasks import leakage
 from tasks.common.textnorm import words
 from tasks.config import Paths, read_yaml
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import detectors
+from tasks.leakage import detectors, shingles
 from tasks.tracking import NullLog
 
 PARAGRAPH = (
@@ -233,7 +233,7 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     assert len(filtered[0]) > 3 and len(filtered[1]) > 10
 
 
-def test_only_near_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_matches_are_the_same(monkeypatch):
+def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_matches_are_the_same(monkeypatch):
     rng = np.random.default_rng(5)
     vocab = [f"w{k}" for k in range(300)]
     evals = [list(rng.choice(vocab, size=int(rng.integers(20, 60)))) for _ in range(5)] + [["w1", "w2", "w3"]]
@@ -248,9 +248,12 @@ def test_only_near_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_match
     # by hand: under min_match_words (5) words, or sharing a word 3-gram (min(5, shingle_words)) with an eval doc
     grams = set().union(*(word_ngrams(e, 3) for e in evals))
     want = [i for i, t in enumerate(trains) if len(t) < 5 or word_ngrams(t, 3) & grams]
-    assert detectors.near_docs(*sides, cfg).tolist() == want and 15 < len(want) < 60
+    near, held = shingles.screen(*sides, cfg)
+    assert near.tolist() == want and 15 < len(want) < 60
+    windows = [(d, s, e) for d, i in enumerate(want) for s, e in detectors.passage_windows(len(trains[i]), cfg)]
+    assert held(windows) == [w for w, (d, s, e) in enumerate(windows) if word_ngrams(trains[want[d]][s:e], 3) & grams]
     found = detectors.detect(*sides, cfg)
-    monkeypatch.setattr(detectors, "near_docs", lambda trains, *_: np.arange(len(trains.hashes)))
+    monkeypatch.setattr(shingles, "screen", lambda trains, *_: (np.arange(len(trains.hashes)), None))
     assert found == detectors.detect(*sides, cfg)
     assert {m[2] for m in found} == {"ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted"}
 

@@ -37,7 +37,8 @@ from tqdm import tqdm
 
 from tasks.common import minhash, pairjaccard
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import substitution
+from tasks.leakage import shingles, substitution
+from tasks.leakage.shingles import sharing_windows
 
 BYTES_PER_BLOCK_WORD = 100  # transient bytes per training word of a scan block (hashes, prefix, windows, masks)
 BYTES_PER_INDEX_NGRAM = 64  # eval n-gram index bytes per n-gram (key, group, doc, start, 32 filter-table bytes)
@@ -65,32 +66,17 @@ def make_side(tokens: list[list[str]], cache: minhash.WordHashes) -> Side:
 
 def detect(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     """Every detector's ``(train_i, eval_j, method, score, span)`` matches, in a fixed order (detector, then
-    pair). The n-gram, exact and MinHash detectors see only ``near_docs`` (the rest can match no eval doc for
-    them); the substitution detector, whose seeds are 2 to 4 words, sees every doc."""
-    near = near_docs(trains, evals, cfg)
+    pair). The n-gram, exact and MinHash detectors see only the docs ``shingles.screen`` lets through (the rest
+    can match no eval doc for them); the substitution detector, whose seeds are 2 to 4 words, sees every doc."""
+    near, held = shingles.screen(trains, evals, cfg)
     part = Side([trains.tokens[i] for i in near.tolist()], [trains.hashes[i] for i in near.tolist()])
     lexical = (
         ngram_matches(part, evals, cfg)
         + exact_matches(part, evals, cfg.min_match_words)
-        + minhash_doc_matches(part, evals, cfg)
-        + minhash_passage_matches(part, evals, cfg)
+        + minhash_doc_matches(part, evals, cfg, held)
+        + minhash_passage_matches(part, evals, cfg, held)
     )
     return [(int(near[i]), *rest) for i, *rest in lexical] + substitution.substitution_matches(trains, evals, cfg)
-
-
-def near_docs(trains: Side, evals: Side, cfg: LeakageParams) -> np.ndarray:
-    """Ascending indexes of the training docs that the n-gram, exact and MinHash detectors could match to some
-    eval doc: those under ``min_match_words`` words (``exact`` compares whole short docs), and those holding a
-    word k-gram of some eval doc, k = min(``min_match_words``, ``shingle_words``). Every other doc has no n-gram
-    of at least ``min_match_words`` words in common with any eval doc, and no MinHash shingle (Jaccard 0, under
-    any threshold, which is above 0), so these detectors need not scan it: a night's few new eval docs share a
-    5-gram with about a third of the kept corpus (``tasks/leakage/incremental.py`` rescans it against them)."""
-    k = min(cfg.min_match_words, cfg.shingle_words)
-    lengths = np.array([len(x) for x in trains.hashes], dtype=np.int64)
-    whole = [(i, 0, n) for i, n in enumerate(lengths.tolist())]
-    targets = [(j, 0, len(x)) for j, x in enumerate(evals.hashes)]
-    shared = np.asarray(sharing_windows(trains.hashes, whole, evals.hashes, targets, k), dtype=np.int64)
-    return np.union1d(np.flatnonzero(lengths < cfg.min_match_words), shared)
 
 
 def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
@@ -280,20 +266,23 @@ def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:
     return out
 
 
-def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
-    """Whole-document MinHash LSH at ``doc_threshold``, confirmed by exact shingle Jaccard."""
+def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None) -> list[tuple]:
+    """Whole-document MinHash LSH at ``doc_threshold``, confirmed by exact shingle Jaccard (``held``: see
+    ``lsh_pairs``)."""
     train_windows = [(i, 0, len(x)) for i, x in enumerate(trains.hashes) if len(x) >= cfg.shingle_words]
     eval_windows = [(j, 0, len(x)) for j, x in enumerate(evals.hashes) if len(x) >= cfg.shingle_words]
-    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.doc_threshold, cfg)
+    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.doc_threshold, cfg, held)
     return [(train_windows[a][0], eval_windows[b][0], "minhash_doc", score, None) for a, b, score in pairs]
 
 
-def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
-    """Passage-window MinHash LSH at ``passage_threshold``; best window pair per (train doc, eval doc)."""
+def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None) -> list[tuple]:
+    """Passage-window MinHash LSH at ``passage_threshold``; best window pair per (train doc, eval doc)
+    (``held``: see ``lsh_pairs``)."""
     train_windows = [(i, s, e) for i, x in enumerate(trains.hashes) for s, e in passage_windows(len(x), cfg)]
     eval_windows = [(j, s, e) for j, x in enumerate(evals.hashes) for s, e in passage_windows(len(x), cfg)]
     best: dict[tuple[int, int], tuple[float, str]] = {}
-    for a, b, score in lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg):
+    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg, held)
+    for a, b, score in pairs:
         (i, start, end), j = train_windows[a], eval_windows[b][0]
         if score > best.get((i, j), (-1.0, ""))[0]:
             best[(i, j)] = (score, " ".join(trains.tokens[i][start:end]))
@@ -310,12 +299,13 @@ def passage_windows(n_words: int, cfg: LeakageParams) -> list[tuple[int, int]]:
     return [(s, min(s + cfg.passage_words, n_words)) for s in starts]
 
 
-def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: float, cfg) -> list[tuple]:
+def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: float, cfg, held=None) -> list[tuple]:
     """``(query window, indexed window, Jaccard)`` for LSH candidates with exact Jaccard >= ``threshold``.
 
     Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows follow datasketch's
     rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band. Only query windows
-    that share a shingle with some index window are signed (``sharing_windows``; ``threshold`` is above 0). Raises
+    that share a shingle with some index window are signed (``held(query_windows)``, the indexes of those windows,
+    from a screen already computed (``shingles.screen``), else ``sharing_windows``; ``threshold`` is above 0). Raises
     ``ValueError`` naming the keys when datasketch finds no shape (fewer than 2 bands).
     """
     try:
@@ -324,7 +314,8 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
         raise ValueError(f"leakage: MinHash threshold {threshold} (leakage.doc_threshold / passage_threshold) with "
                          f"leakage.num_perm={cfg.num_perm}: datasketch finds no LSH shape ({err}); a threshold this "
                          "high needs more num_perm (0.99: 512)") from None
-    kept = np.asarray(sharing_windows(query_ids, query_windows, index_ids, index_windows, cfg.shingle_words),
+    kept = np.asarray(held(query_windows) if held is not None else
+                      sharing_windows(query_ids, query_windows, index_ids, index_windows, cfg.shingle_words),
                       dtype=np.int64)  # fmt: skip
     query_windows = [query_windows[w] for w in kept.tolist()]
     perms = minhash.permutations(cfg.num_perm, cfg.minhash_seed)
@@ -338,33 +329,6 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     scores = pairjaccard.jaccards(sets, query_at, index_at + len(query_rows))  # dedup's exact Jaccard
     keep = scores >= threshold
     return list(zip(kept[query[keep]].tolist(), index[keep].tolist(), scores[keep].tolist()))
-
-
-def sharing_windows(query_ids, query_windows, index_ids, index_windows, k: int) -> list[int]:
-    """Indexes of the ``query_windows`` holding at least one k-gram shingle hash of some index window. Any other
-    window has Jaccard 0 with every index window, so it cannot reach a threshold above 0: LSH need not sign it
-    (a night's few new eval docs share a shingle with few of the corpus's windows). One pass over the query
-    docs' words laid end to end: a window's shingles never reach past its doc's end."""
-    shingles = [minhash.rolling_hashes(index_ids[doc][start:end], k) for doc, start, end in index_windows]
-    others = np.unique(np.concatenate(shingles)) if shingles else np.zeros(0, np.uint64)
-    windows = np.asarray(query_windows, dtype=np.int64).reshape(-1, 3)
-    candidates = np.flatnonzero(windows[:, 2] - windows[:, 1] >= k)  # fewer than k words: no shingle
-    windows = windows[candidates]
-    if len(others) == 0 or len(windows) == 0:
-        return []
-    docs = np.unique(windows[:, 0])
-    lengths = np.array([len(query_ids[d]) for d in docs.tolist()], dtype=np.int64)
-    offset = np.zeros(int(docs[-1]) + 1, dtype=np.int64)
-    offset[docs] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    rolling = minhash.rolling_hashes(np.concatenate([query_ids[d] for d in docs.tolist()]), k)
-    shift, table = _filter_table(others)
-    found = table[rolling >> shift]  # nearly every shingle of no index window is dropped before the binary search
-    maybe = np.flatnonzero(found)
-    found[maybe] = others[np.minimum(np.searchsorted(others, rolling[maybe]), len(others) - 1)] == rolling[maybe]
-    hits = np.concatenate([[0], np.cumsum(found)])
-    first = offset[windows[:, 0]] + windows[:, 1]
-    held = hits[offset[windows[:, 0]] + windows[:, 2] - k + 1] > hits[first]
-    return candidates[held].tolist()
 
 
 def signatures(doc_ids: list[np.ndarray], windows: list[tuple], k: int, perms) -> np.ndarray:
