@@ -38,7 +38,7 @@ from tqdm import tqdm
 from tasks.common import minhash, pairjaccard
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import shingles, substitution
-from tasks.leakage.shingles import sharing_windows
+from tasks.leakage.shingles import filter_table, sharing_windows
 
 BYTES_PER_BLOCK_WORD = 100  # transient bytes per training word of a scan block (hashes, prefix, windows, masks)
 BYTES_PER_INDEX_NGRAM = 64  # eval n-gram index bytes per n-gram (key, group, doc, start, 32 filter-table bytes)
@@ -139,7 +139,7 @@ def _hit_windows(flat, doc, pos, doc_len, index, eval_all, eval_offset, powers):
     the window ``[s, s + n)`` hashes to ``P[s + n] - P[s] * M**n``, the value ``minhash.rolling_hashes``
     gives; ``P[k+1] = M**(k+1) * sum(w[t] * M**-(t+1), t <= k)`` (M is odd: invertible mod 2**64), with
     ``powers = (M**-(t+1), M**(t+1))`` for t in 0 .. at least len(flat) - 1. A table of the eval hashes' top
-    bits (``_filter_table``) drops nearly all non-matching windows before the binary search.
+    bits (``shingles.filter_table``) drops nearly all non-matching windows before the binary search.
     """
     if len(flat) == 0:
         return
@@ -204,7 +204,7 @@ def _ngram_index_shards(eval_ids: list[np.ndarray], cfg: LeakageParams) -> list[
     each shard is ``{length: (unique hashes, group, eval doc, start, filter)}``, one entry per n-gram length.
 
     The n-grams of unique hash ``k`` are rows ``group[k]:group[k + 1]`` of ``eval doc`` and ``start``;
-    ``filter`` is ``_filter_table`` of the hashes. A window can only equal a key of its own shard, so
+    ``filter`` is ``shingles.filter_table`` of the hashes. A window can only equal a key of its own shard, so
     scanning every shard finds each hit exactly once.
     """
     parts: dict[int, list] = defaultdict(list)
@@ -237,19 +237,8 @@ def _ngram_index(columns: dict[int, tuple]) -> dict[int, tuple]:
         keys, docs, starts = keys[order], docs[order], starts[order]
         first = np.flatnonzero(_changes(keys))
         group = np.append(first, len(keys))
-        index[length] = (keys[first], group, docs, starts, _filter_table(keys))
+        index[length] = (keys[first], group, docs, starts, filter_table(keys))
     return index
-
-
-def _filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:
-    """``(shift, table)``: ``table[h >> shift]`` is True for every key h (bool, 2**10 to 2**23 entries).
-
-    About 32 entries per key: a hash that is no key passes with probability about 1/32 or less.
-    """
-    width = int(min(max(np.ceil(np.log2(max(len(keys), 1) * 32)), 10), 23))
-    table = np.zeros(1 << width, dtype=bool)
-    table[keys >> np.uint64(64 - width)] = True
-    return np.uint64(64 - width), table
 
 
 def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:

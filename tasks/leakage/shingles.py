@@ -8,7 +8,8 @@ detectors need not scan it; a night's few new eval docs share a 5-gram with abou
 end (a k-gram never reaches past its doc's end: a window's count is a difference of running sums) serves the doc
 screen and both MinHash detectors' window screens, whose eval shingles are the same set (passages cover their
 docs). Shingles are 64-bit rolling hashes (``minhash.rolling_hashes``): a collision can only let a doc or window
-through, never hold one back.
+through, never hold one back. ``filter_table`` (a table of the top bits of sorted hashes) stands before every
+binary search of the lexical detectors' keys.
 """
 
 from __future__ import annotations
@@ -21,14 +22,24 @@ from tasks.common import minhash
 from tasks.config.leakage import LeakageParams
 
 
+def filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:
+    """``(shift, table)``: ``table[h >> shift]`` is True for every key h (bool, 2**10 to 2**23 entries).
+
+    About 32 entries per key: a hash that is no key passes with probability about 1/32 or less, so a binary
+    search of the keys (the n-gram index, the substitution seeds, the shingle screen) sees few of the others.
+    """
+    width = int(min(max(np.ceil(np.log2(max(len(keys), 1) * 32)), 10), 23))
+    table = np.zeros(1 << width, dtype=bool)
+    table[keys >> np.uint64(64 - width)] = True
+    return np.uint64(64 - width), table
+
+
 class ShingleHits:
     """For the ``docs`` of ``query_ids`` (all by default), which word k-grams are k-gram shingles of some
     ``index_windows`` (``(doc, start, end)`` word ranges of ``index_ids``); ``held`` answers per query window."""
 
     def __init__(self, query_ids: list[np.ndarray], index_ids: list[np.ndarray], index_windows, k: int,
                  docs: np.ndarray | None = None) -> None:  # fmt: skip
-        from tasks.leakage.detectors import _filter_table
-
         shingles = [minhash.rolling_hashes(index_ids[doc][start:end], k) for doc, start, end in index_windows]
         others = np.unique(np.concatenate(shingles)) if shingles else np.zeros(0, np.uint64)
         docs = np.arange(len(query_ids)) if docs is None else docs
@@ -39,7 +50,7 @@ class ShingleHits:
         rolling = minhash.rolling_hashes(words, k)
         found = np.zeros(len(rolling), dtype=bool)
         if len(others) and len(rolling):
-            shift, table = _filter_table(others)
+            shift, table = filter_table(others)
             maybe = np.flatnonzero(table[rolling >> shift])  # the binary search sees only what the table lets by
             at = np.minimum(np.searchsorted(others, rolling[maybe]), len(others) - 1)
             found[maybe] = others[at] == rolling[maybe]
@@ -78,4 +89,8 @@ def screen(trains, evals, cfg: LeakageParams) -> tuple[np.ndarray, Callable | No
     near = np.union1d(np.flatnonzero(lengths < cfg.min_match_words), np.asarray(sharing, dtype=np.int64))
     if k != cfg.shingle_words:
         return near, None
-    return near, lambda windows: hits.held([(int(near[d]), s, e) for d, s, e in windows])
+    def held(windows) -> list[int]:  # the subset's windows, their docs renumbered to the laid-out ones
+        windows = np.asarray(windows, dtype=np.int64).reshape(-1, 3)
+        return hits.held(np.column_stack([near[windows[:, 0]], windows[:, 1:]]))
+
+    return near, held

@@ -27,6 +27,7 @@ import numpy as np
 
 from tasks.common import minhash
 from tasks.config.leakage import LeakageParams
+from tasks.leakage.shingles import filter_table
 
 METHOD = "ngram_substituted"
 #: candidate alignments verified at once (each costs about 2n gathered words of both sides)
@@ -77,10 +78,8 @@ def _seed_index(eval_hashes: list[np.ndarray], cfg: LeakageParams) -> dict[tuple
     """``{(n, k, b): (unique seed hashes, group, eval doc, start, filter)}``: every b-gram of every eval doc of at
     least ``min_match_words`` words, grouped by its doc's window rule; the seeds of unique hash ``u`` are rows
     ``group[u]:group[u + 1]`` of ``eval doc`` and ``start``; ``filter`` is the 13-gram index's table of the
-    hashes' top bits (``detectors._filter_table``), which drops nearly every training b-gram that is no seed
+    hashes' top bits (``shingles.filter_table``), which drops nearly every training b-gram that is no seed
     before the binary search (at 16x the default corpus, most of this detector's time)."""
-    from tasks.leakage.detectors import _filter_table
-
     parts: dict[tuple, list] = {}
     for j, ids in enumerate(eval_hashes):
         if len(ids) < cfg.min_match_words:
@@ -94,14 +93,14 @@ def _seed_index(eval_hashes: list[np.ndarray], cfg: LeakageParams) -> dict[tuple
         order = np.argsort(keys, kind="stable")
         keys, docs, starts = keys[order], docs[order], starts[order]
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        index[rule] = (keys[first], np.append(first, len(keys)), docs, starts, _filter_table(keys))
+        index[rule] = (keys[first], np.append(first, len(keys)), docs, starts, filter_table(keys))
     return index
 
 
-def _seed_hits(flat, doc, pos, doc_len, b, keys, group, docs, starts, filter_table):
+def _seed_hits(flat, doc, pos, doc_len, b, keys, group, docs, starts, seed_filter):
     """``(flat training position, eval doc, eval start)`` of every training b-gram equal (by hash) to a seed."""
     h = minhash.rolling_hashes(flat, b)
-    shift, table = filter_table
+    shift, table = seed_filter
     cand = np.flatnonzero(table[h >> shift])
     cand = cand[pos[cand] + b <= doc_len[doc[cand]]]  # b-grams inside one doc
     at = np.minimum(np.searchsorted(keys, h[cand]), len(keys) - 1)
