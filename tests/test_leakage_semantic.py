@@ -115,6 +115,11 @@ def test_int8_and_bf16_encoders_agree_with_fp32(tiny_encoder):
     assert (full * int8).sum(axis=1).min() > 0.95 and (full * bf16).sum(axis=1).min() > 0.999
 
 
+def as_windows(vectors: np.ndarray, docs) -> semantic.Windows:
+    """Windows of the given vectors and docs (no texts, no encoder): for the search alone."""
+    return semantic.Windows(vectors, np.asarray(docs), np.zeros((len(vectors), 2), int), [], None)
+
+
 def test_exact_and_hnsw_search_find_the_same_pairs():
     pytest.importorskip("faiss")
     rng = np.random.default_rng(0)
@@ -122,12 +127,37 @@ def test_exact_and_hnsw_search_find_the_same_pairs():
     index /= np.linalg.norm(index, axis=1, keepdims=True)
     queries = index[[3, 77, 250]] + 0.05 * rng.normal(size=(3, 16)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    as_windows = lambda v, docs: semantic.Windows(v, np.asarray(docs), np.zeros((len(v), 2), int), [], None)
     q, i = as_windows(queries, [0, 1, 2]), as_windows(index, np.arange(400) // 4)
     cfg = params().semantic
     exact, best = semantic.pair_scores(q, i, 0.9, cfg)
     ann, best_ann = semantic.pair_scores(q, i, 0.9, cfg.model_copy(update={"exact_max_windows": 100}))
     assert set(exact) == set(ann) == {(0, 0), (19, 1), (62, 2)} and np.allclose(best, best_ann)
+
+
+def test_pair_scores_equal_a_pair_by_pair_reference_whatever_the_block():
+    rng = np.random.default_rng(1)
+    index = rng.normal(size=(60, 8)).astype(np.float32)
+    index[30:40] = index[0:10]  # equal vectors in other docs and in the same doc: ties to break
+    index[5] = index[4]
+    index /= np.linalg.norm(index, axis=1, keepdims=True)
+    queries = np.vstack([index[[4, 12, 33]], rng.normal(size=(4, 8)).astype(np.float32)])
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    q, i = as_windows(queries, [0, 0, 1, 2, 2, 3, 5]), as_windows(index, np.arange(60) // 6)
+    scores = queries @ index.T
+    want_pairs, want_best = {}, np.full(6, -1.0)
+    for qw in range(len(queries)):
+        for iw in range(len(index)):  # by hand: highest score, then the lowest index window, then query window
+            key, s = (int(i.doc[iw]), int(q.doc[qw])), float(scores[qw, iw])
+            want_best[q.doc[qw]] = max(want_best[q.doc[qw]], s)
+            if s >= 0.5 and (key not in want_pairs or (-s, iw, qw) < (-want_pairs[key][0], *want_pairs[key][1:])):
+                want_pairs[key] = (s, iw, qw)
+    for block in (1, 7, 64):
+        cfg = params().semantic.model_copy(update={"search_block_windows": block})
+        pairs, best = semantic.pair_scores(q, i, 0.5, cfg)  # a block's GEMM can round the last bit otherwise
+        assert {k: v[1:] for k, v in pairs.items()} == {k: v[1:] for k, v in want_pairs.items()}
+        assert np.allclose([v[0] for v in pairs.values()], [want_pairs[k][0] for k in pairs], atol=1e-6, rtol=0)
+        assert np.allclose(best, want_best, atol=1e-6, rtol=0)
+    assert want_pairs[(0, 0)][1:] == (4, 0) and want_best[4] == -1.0
 
 
 # ---------------------------------------------------------------- threshold choice

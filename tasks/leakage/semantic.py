@@ -64,7 +64,7 @@ from tasks.common import confusables
 from tasks.common.textnorm import remove_format_characters
 from tasks.config.leakage import SemanticParams
 from tasks.leakage import embedding_store
-from tasks.leakage.semantic_search import ann_search, exact_search
+from tasks.leakage.semantic_search import aligned, ann_search, exact_search, products
 
 #: How the detector names itself in the leakage table and the metrics.
 METHOD = "semantic"
@@ -292,23 +292,22 @@ def pair_scores(query: Windows, index: Windows, threshold: float, cfg: SemanticP
     """``({(index doc, query doc): (score, index window, query window)}`` for pairs scoring ``>= threshold``,
     and the best score of every query doc over the whole index (-1 for a doc without windows)).
 
+    A pair's windows are its best-scoring ones; on a tie, the lowest index window, then the lowest query window.
     Exact below ``cfg.exact_max_windows`` index windows, else faiss HNSW (``ann_search``)."""
     n_docs = max(len(query.texts), int(query.doc.max()) + 1 if len(query.doc) else 0)
     best = np.full(n_docs, -1.0)
-    pairs: dict[tuple[int, int], tuple[float, int, int]] = {}
     if len(query.vectors) == 0 or len(index.vectors) == 0:
-        return pairs, best
+        return {}, best
     if len(index.vectors) > cfg.exact_max_windows:
-        hits = ann_search(query.vectors, index.vectors, cfg.ann_neighbours)
+        window_best, q, i, score = ann_search(query.vectors, index.vectors, cfg.ann_neighbours, threshold)
     else:
-        hits = exact_search(query.vectors, index.vectors, cfg.search_block_windows, threshold)
-    for q_window, i_window, score in hits:
-        q_doc = int(query.doc[q_window])
-        best[q_doc] = max(best[q_doc], score)
-        if score >= threshold:
-            key = (int(index.doc[i_window]), q_doc)
-            if score > pairs.get(key, (-2.0,))[0]:
-                pairs[key] = (float(score), int(i_window), int(q_window))
+        window_best, q, i, score = exact_search(query.vectors, index.vectors, cfg.search_block_windows, threshold)
+    np.maximum.at(best, query.doc, window_best.astype(np.float64))
+    index_doc, query_doc = index.doc[i], query.doc[q]
+    order = np.lexsort((q, i, -score, query_doc, index_doc))
+    first = order[np.r_[True, (np.diff(index_doc[order]) != 0) | (np.diff(query_doc[order]) != 0)]] \
+        if len(order) else order
+    pairs = {(int(index_doc[k]), int(query_doc[k])): (float(score[k]), int(i[k]), int(q[k])) for k in first.tolist()}
     return pairs, best
 
 
@@ -346,9 +345,9 @@ def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
         by_group.setdefault(g, []).append(d)
     for docs in by_group.values():
         mine = np.flatnonzero(np.isin(train.doc, docs))
-        owner, vectors = train.doc[mine], train.vectors[mine]
+        owner, vectors = train.doc[mine], aligned(train.vectors[mine])
         for first in range(0, len(mine), block):
-            scores = vectors[first : first + block] @ vectors.T
+            scores = products(vectors[first : first + block], vectors)
             scores[cluster_code[owner[first : first + block]][:, None] == cluster_code[owner][None, :]] = -1.0
             top = scores.argmax(axis=1)
             for r, (d, c) in enumerate(zip(owner[first : first + block].tolist(), top.tolist())):
