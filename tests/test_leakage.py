@@ -233,7 +233,9 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     assert len(filtered[0]) > 3 and len(filtered[1]) > 10
 
 
-def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_matches_are_the_same(monkeypatch):
+def copies_of_evals() -> tuple[list, list, object]:
+    """``(trains, evals, cfg)``: random docs, some holding copies of eval stretches that all five lexical
+    methods find."""
     rng = np.random.default_rng(5)
     vocab = [f"w{k}" for k in range(300)]
     evals = [list(rng.choice(vocab, size=int(rng.integers(20, 60)))) for _ in range(5)] + [["w1", "w2", "w3"]]
@@ -244,6 +246,11 @@ def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_m
         trains[k] = trains[k][:15] + copy + trains[k][15:]
     trains[1], trains[2] = ["w1", "w2", "w3"], ["w1", "w2"]  # the short eval doc whole, and a shorter doc
     cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3)
+    return trains, evals, cfg
+
+
+def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_matches_are_the_same(monkeypatch):
+    trains, evals, cfg = copies_of_evals()
     sides = leakage.make_sides(trains, evals)
     # by hand: under min_match_words (5) words, or sharing a word 3-gram (min(5, shingle_words)) with an eval doc
     grams = set().union(*(word_ngrams(e, 3) for e in evals))
@@ -256,6 +263,17 @@ def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_m
     monkeypatch.setattr(shingles, "screen", lambda trains, *_: (np.arange(len(trains.hashes)), None))
     assert found == detectors.detect(*sides, cfg)
     assert {m[2] for m in found} == {"ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted"}
+
+
+def test_an_owner_per_training_doc_keeps_exactly_its_pairs_of_the_full_detection():
+    trains, evals, cfg = copies_of_evals()
+    sides = leakage.make_sides(trains, evals)
+    found = detectors.detect(*sides, cfg)
+    owner = np.array([k % 5 if k % 4 == 0 else 5 if k == 1 else (k + 1) % 5 for k in range(len(trains))])
+    owner[::20] = 5  # copies of eval doc 0 owned by another: their pairs are dropped
+    mine = [m for m in found if owner[m[0]] == m[1]]
+    assert detectors.detect(*sides, cfg, owner=owner) == mine and len(mine) < len(found)
+    assert {m[2] for m in mine} == {"ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted"}
 
 
 def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(monkeypatch):

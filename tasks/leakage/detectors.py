@@ -64,19 +64,26 @@ def make_side(tokens: list[list[str]], cache: minhash.WordHashes) -> Side:
     return Side(tokens, [minhash.word_hashes(x, cache) for x in tokens])
 
 
-def detect(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
+def detect(trains: Side, evals: Side, cfg: LeakageParams, owner: np.ndarray | None = None) -> list[tuple]:
     """Every detector's ``(train_i, eval_j, method, score, span)`` matches, in a fixed order (detector, then
     pair). The n-gram, exact and MinHash detectors see only the docs ``shingles.screen`` lets through (the rest
-    can match no eval doc for them); the substitution detector, whose seeds are 2 to 4 words, sees every doc."""
+    can match no eval doc for them); the substitution detector, whose seeds are 2 to 4 words, sees every doc.
+
+    ``owner`` (per training doc, an eval doc index): only the pairs ``(i, owner[i])`` are wanted (the planted
+    copies, each scored against the eval doc it was built from); the substitution and MinHash detectors verify
+    no other candidate, and only those pairs are returned, each decided as without ``owner``."""
     near, held = shingles.screen(trains, evals, cfg)
     part = Side([trains.tokens[i] for i in near.tolist()], [trains.hashes[i] for i in near.tolist()])
+    part_owner = None if owner is None else owner[near]
     lexical = (
         ngram_matches(part, evals, cfg)
         + exact_matches(part, evals, cfg.min_match_words)
-        + minhash_doc_matches(part, evals, cfg, held)
-        + minhash_passage_matches(part, evals, cfg, held)
+        + minhash_doc_matches(part, evals, cfg, held, part_owner)
+        + minhash_passage_matches(part, evals, cfg, held, part_owner)
     )
-    return [(int(near[i]), *rest) for i, *rest in lexical] + substitution.substitution_matches(trains, evals, cfg)
+    found = [(int(near[i]), *rest) for i, *rest in lexical] + substitution.substitution_matches(trains, evals, cfg,
+                                                                                                owner)  # fmt: skip
+    return found if owner is None else [m for m in found if owner[m[0]] == m[1]]
 
 
 def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
@@ -255,22 +262,23 @@ def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:
     return out
 
 
-def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None) -> list[tuple]:
-    """Whole-document MinHash LSH at ``doc_threshold``, confirmed by exact shingle Jaccard (``held``: see
-    ``lsh_pairs``)."""
+def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None, owner=None) -> list[tuple]:
+    """Whole-document MinHash LSH at ``doc_threshold``, confirmed by exact shingle Jaccard (``held``, ``owner``:
+    see ``lsh_pairs``)."""
     train_windows = [(i, 0, len(x)) for i, x in enumerate(trains.hashes) if len(x) >= cfg.shingle_words]
     eval_windows = [(j, 0, len(x)) for j, x in enumerate(evals.hashes) if len(x) >= cfg.shingle_words]
-    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.doc_threshold, cfg, held)
+    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.doc_threshold, cfg, held, owner)
     return [(train_windows[a][0], eval_windows[b][0], "minhash_doc", score, None) for a, b, score in pairs]
 
 
-def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None) -> list[tuple]:
+def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None, owner=None) -> list[tuple]:
     """Passage-window MinHash LSH at ``passage_threshold``; best window pair per (train doc, eval doc)
-    (``held``: see ``lsh_pairs``)."""
+    (``held``, ``owner``: see ``lsh_pairs``)."""
     train_windows = [(i, s, e) for i, x in enumerate(trains.hashes) for s, e in passage_windows(len(x), cfg)]
     eval_windows = [(j, s, e) for j, x in enumerate(evals.hashes) for s, e in passage_windows(len(x), cfg)]
     best: dict[tuple[int, int], tuple[float, str]] = {}
-    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg, held)
+    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg, held,
+                      owner)
     for a, b, score in pairs:
         (i, start, end), j = train_windows[a], eval_windows[b][0]
         if score > best.get((i, j), (-1.0, ""))[0]:
@@ -288,13 +296,16 @@ def passage_windows(n_words: int, cfg: LeakageParams) -> list[tuple[int, int]]:
     return [(s, min(s + cfg.passage_words, n_words)) for s in starts]
 
 
-def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: float, cfg, held=None) -> list[tuple]:
+def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: float, cfg, held=None,
+              owner=None) -> list[tuple]:  # fmt: skip
     """``(query window, indexed window, Jaccard)`` for LSH candidates with exact Jaccard >= ``threshold``.
 
     Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows follow datasketch's
     rule with equal weights (``minhash.lsh_bands_rows``); candidates share at least one band. Only query windows
     that share a shingle with some index window are signed (``held(query_windows)``, the indexes of those windows,
-    from a screen already computed (``shingles.screen``), else ``sharing_windows``; ``threshold`` is above 0). Raises
+    from a screen already computed (``shingles.screen``), else ``sharing_windows``; ``threshold`` is above 0).
+    ``owner`` (per query doc, an index doc): only candidates of a query window and a window of its doc's owner
+    are confirmed (``detect``). Raises
     ``ValueError`` naming the keys when datasketch finds no shape (fewer than 2 bands).
     """
     try:
@@ -311,6 +322,11 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     query_keys = minhash.band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)
     index_keys = minhash.band_keys(signatures(index_ids, index_windows, cfg.shingle_words, perms), bands, rows)
     query, index = minhash.candidate_pair_arrays(query_keys, index_keys)
+    if owner is not None:
+        query_doc = np.array([doc for doc, _, _ in query_windows], dtype=np.int64)
+        index_doc = np.array([doc for doc, _, _ in index_windows], dtype=np.int64)
+        wanted = owner[query_doc[query]] == index_doc[index]
+        query, index = query[wanted], index[wanted]
     query_rows, query_at = np.unique(query, return_inverse=True)
     index_rows, index_at = np.unique(index, return_inverse=True)
     sets = [window_shingles(query_ids, query_windows[a], cfg.shingle_words) for a in query_rows.tolist()]

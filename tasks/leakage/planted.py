@@ -36,6 +36,7 @@ and most plants keep their text when new docs join the pool.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import random
@@ -44,6 +45,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -59,6 +61,7 @@ FORMATS = ("\u200b", "\u200d", "\u00ad")  # inserted inside every format_every-t
 HOMOGLYPHS = str.maketrans("aeopcx", "\u0430\u0435\u043e\u0440\u0441\u0445")  # Latin -> Cyrillic look-alikes
 _CORE = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+FILLED = ("replaced", "in_filler", "fragment")  # the kinds of variant that read filler
 
 
 @dataclass(frozen=True)
@@ -159,23 +162,33 @@ def replaced(tokens: list[str], filler: Iterator[str], every: int) -> tuple[str,
 def synonyms(tokens: list[str], every: int, synonym_of) -> tuple[str, int]:
     """Every ``every``-th content word with a synonym (``synonym_of(lower-case word) -> str | None``) replaced
     by it, punctuation around it and its capitalisation kept; the text and the number of tokens changed."""
-    out, seen = list(tokens), 0
-    changed = 0
+    return swapped(tokens, synonym_swaps(tokens, synonym_of), every)
+
+
+def synonym_swaps(tokens: list[str], synonym_of) -> list[tuple[int, str]]:
+    """``(position, token with its synonym)`` of each content word (alphabetic, 3+ letters, no stop word) with a
+    synonym, in order: the candidates of ``synonyms``, shared by a doc's ``synonym_every`` variants."""
+    out = []
     for k, token in enumerate(tokens):
         lead, core, trail = _CORE.match(token).groups()
         low = core.lower()
         if not (core.isalpha() and len(core) >= 3 and low not in ENGLISH_STOP_WORDS):
             continue
         synonym = synonym_of(low)
-        if synonym is None:
-            continue
-        seen += 1
-        if seen % every == 0:
+        if synonym is not None:
             synonym = synonym.upper() if core.isupper() and len(core) > 1 else (
                 synonym.capitalize() if core[0].isupper() else synonym)
-            out[k] = lead + synonym + trail
-            changed += 1
-    return " ".join(out), changed
+            out.append((k, lead + synonym + trail))
+    return out
+
+
+def swapped(tokens: list[str], swaps: list[tuple[int, str]], every: int) -> tuple[str, int]:
+    """Every ``every``-th of ``swaps`` applied; the text and the number of tokens changed."""
+    out = list(tokens)
+    picked = swaps[every - 1 :: every]
+    for k, token in picked:
+        out[k] = token
+    return " ".join(out), len(picked)
 
 
 def sentences(tokens: list[str]) -> list[list[str]]:
@@ -223,8 +236,8 @@ def fragment(tokens: list[str], filler: Iterator[str], n: int, filler_words: int
 
 
 def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator[str], cfg: PlantedParams,
-              synonym_of) -> Plant:
-    """The plant of ``variant`` for eval row ``k``."""
+              swaps) -> Plant:
+    """The plant of ``variant`` for eval row ``k``; ``swaps()`` gives the doc's ``synonym_swaps``."""
     tokens = text.split()
     n = max(len(tokens), 1)
     kind = variant.kind
@@ -242,7 +255,7 @@ def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator
         out, changed = replaced(tokens, filler, variant.arg)
         return Plant(variant.name, k, out, changed=changed / n, unchanged=changed == 0)
     if kind == "synonyms":
-        out, changed = synonyms(tokens, variant.arg, synonym_of)
+        out, changed = swapped(tokens, swaps(), variant.arg)
         return Plant(variant.name, k, out, changed=changed / n, unchanged=changed == 0)
     if kind == "shuffled":
         out = shuffled(tokens, f"{cfg.seed}:shuffle:{doc_id}")
@@ -275,7 +288,7 @@ def found_by(plants: list[Plant], evals: Side, cfg: LeakageParams, tokenize) -> 
     (``tokenize``: text -> the detectors' words)."""
     side = make_side([tokenize(p.text) for p in plants], minhash.WordHashes())
     methods: dict[tuple[int, int], set[str]] = {}
-    for i, j, method, _, _ in detect(side, evals, cfg):
+    for i, j, method, _, _ in detect(side, evals, cfg, owner=np.array([p.eval_index for p in plants], np.int64)):
         methods.setdefault((i, j), set()).add(method)
     return [methods.get((i, p.eval_index), set()) for i, p in enumerate(plants)]
 
@@ -307,11 +320,13 @@ def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[st
     unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids) the variants that need filler."""
     eval_ids = list(evals_frame["doc_id"])
     ring = FillerRing(filler_texts, filler_ids, cfg.seed)
-    chosen = [v for v in variants(cfg) if ring or v.kind not in ("replaced", "in_filler", "fragment")]
+    chosen = [v for v in variants(cfg) if ring or v.kind not in FILLED]
     texts = [str(t) for t in evals_frame["text"]]
     rows = planted_rows(eval_ids, cfg)
-    plants = [build_one(v, k, eval_ids[k], texts[k], ring.stream(f"{cfg.seed}:{eval_ids[k]}:{v.name}"), cfg,
-                        synonym_of) for v in chosen for k in rows]
+    swaps_of = functools.cache(lambda k: synonym_swaps(texts[k].split(), synonym_of))  # one doc, 3 variants
+    plants = [build_one(v, k, eval_ids[k], texts[k], ring.stream(f"{cfg.seed}:{eval_ids[k]}:{v.name}")
+                        if v.kind in FILLED else iter(()), cfg, functools.partial(swaps_of, k))
+              for v in chosen for k in rows]
     return plants, [v.name for v in variants(cfg) if v not in chosen]
 
 

@@ -41,11 +41,12 @@ def window_rule(length: int, cfg: LeakageParams) -> tuple[int, int, int]:
     return n, k, n // (k + 1)
 
 
-def substitution_matches(trains, evals, cfg: LeakageParams) -> list[tuple]:
+def substitution_matches(trains, evals, cfg: LeakageParams, owner=None) -> list[tuple]:
     """``(train_i, eval_j, METHOD, score, span)`` per matching pair (best window), sorted by pair.
 
     ``trains`` / ``evals``: ``detectors.Side``. Memory per block is set by ``worker_memory_mib`` as in the
-    13-gram scan; verification runs in chunks of ``CHUNK`` candidates."""
+    13-gram scan; verification runs in chunks of ``CHUNK`` candidates. ``owner`` (per training doc, an eval
+    doc): only its candidates with that eval doc are verified (``detectors.detect``)."""
     from tasks.leakage.detectors import _blocks_of_docs, _concatenate, block_words
 
     index = _seed_index(evals.hashes, cfg)
@@ -60,6 +61,9 @@ def substitution_matches(trains, evals, cfg: LeakageParams) -> list[tuple]:
         flat, doc, pos = _concatenate(trains.hashes[first:stop])
         for (n, k, b), seeds in index.items():
             t, j, q = _seed_hits(flat, doc, pos, lengths[first:stop], b, *seeds)
+            if owner is not None:
+                wanted = owner[doc[t] + first] == j
+                t, j, q = t[wanted], j[wanted], q[wanted]
             for c in range(0, len(t), CHUNK):
                 sl = slice(c, c + CHUNK)
                 for ti, ej, matched, at in _verify(flat, doc, pos, lengths[first:stop], t[sl], j[sl], q[sl], n, k,
