@@ -6,7 +6,7 @@ training docs (``tasks.leakage.train_rows``) against the same eval docs (``eval_
 
 - ``lexical``: ``tasks.leakage.tokenize`` (words + UTS #39 fold), word hashes and every lexical detector
   (``detectors.detect``: 13-grams, whole docs, MinHash docs and passages), as the stage runs them;
-- ``semantic``: the eval docs' and the training docs' windows embedded by ``tasks.leakage.semantic.Encoder``
+- ``semantic``: the eval docs' and the training docs' windows embedded by ``tasks.leakage.semantic_encoder.Encoder``
   (params.yaml's ``leakage.semantic``: 128-token windows every 126, ``cpu_precision``) and the exact search;
   then fp32, bf16 autocast and dynamic int8 on the first ``--fp32-docs`` training docs only, with the agreement
   of bf16 and int8 with fp32: cosine of the same windows' embeddings (min, p1, median) and the flagged
@@ -73,11 +73,11 @@ def lexical(train_texts: list[str], eval_texts: list[str], cfg) -> dict:
 
 
 def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, precision: str):
-    from tasks.leakage import semantic
+    from tasks.leakage import semantic, semantic_encoder
 
     scfg = cfg.semantic.model_copy(update={"cpu_precision": precision, "enabled": True})
     start = clock()
-    enc = semantic.Encoder(scfg, cfg.hardware)
+    enc = semantic_encoder.Encoder(scfg, cfg.hardware)
     loaded = since(start)
     evals = enc.windows(eval_texts)
     corpus = enc.windows(train_texts)

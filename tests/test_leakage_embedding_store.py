@@ -12,7 +12,7 @@ from test_incremental_leakage import PARAGRAPH, filler, night, outputs, run
 from test_leakage import params
 from test_leakage_semantic import semantic_params, tiny_encoder  # noqa: F401 (a fixture)
 
-from tasks.leakage import embedding_store, semantic, semantic_audit
+from tasks.leakage import embedding_store, semantic, semantic_audit, semantic_encoder
 from tasks.tracking import NullLog
 
 OLD = ["the reservoir fell to its lowest level since records began in the dry summer",
@@ -20,9 +20,9 @@ OLD = ["the reservoir fell to its lowest level since records began in the dry su
 NEW = ["the council voted to close the library on sundays after the budget cut", filler(90, 22)]
 
 
-def encoder(folder, **changes) -> semantic.Encoder:
+def encoder(folder, **changes) -> semantic_encoder.Encoder:
     cfg = params(semantic=semantic_params(folder, **changes))
-    return semantic.Encoder(cfg.semantic, cfg.hardware)
+    return semantic_encoder.Encoder(cfg.semantic, cfg.hardware)
 
 
 def test_batch_width_rounds_a_window_up_to_16_tokens_within_the_window():
@@ -42,8 +42,8 @@ def test_a_window_gets_the_same_bits_alone_and_among_others():
     """On the packaged MiniLM: short windows embedded one at a time, then together beside a full 128-token
     window, equal bit for bit. A batch as wide as its longest window, or as tall as its count, does not: on this
     project's CPU 7 of 8 of these vectors then differ in the last bits (padded to 128 instead of 16 wide)."""
-    enc = semantic.Encoder(params().semantic.model_copy(update={"batch_size": 4, "cpu_precision": "fp32"}),
-                           params().hardware)
+    enc = semantic_encoder.Encoder(params().semantic.model_copy(update={"batch_size": 4, "cpu_precision": "fp32"}),
+                                   params().hardware)
     shorts = enc.tokenize(SENTENCES)[0]
     full = enc.tokenize([filler(200, 23)])[0][0][:126]
     alone = []
@@ -174,6 +174,39 @@ def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, 
     again.tokenize = lambda texts: tokenized.extend(texts) or original(texts)
     assert np.array_equal(again.windows(OLD).vectors, scratch.vectors[np.isin(scratch.doc, [0, 1, 2])])
     assert len(tokenized) == 1
+
+
+def test_a_planted_copy_cut_to_its_span_is_laid_out_once_across_runs(tiny_encoder, tmp_path):  # noqa: F811
+    text = f"{filler(60, 24)} {OLD[0]} {filler(60, 25)}"
+    at = text.index(OLD[0])
+    spans, texts = [(at, at + len(OLD[0])), (0, -1)], [text, text]  # the copied stretch, and the whole text
+    first = encoder(tiny_encoder)
+    key = semantic_audit.open_store(first, tmp_path, True, NullLog())
+    cut = first.windows(texts, spans)
+    semantic_audit.close_store(first, tmp_path, key, True, NullLog())
+    assert 0 < len(cut.of_doc(0)) < len(cut.of_doc(1))  # only the windows over the stretch
+    later = encoder(tiny_encoder)
+    semantic_audit.open_store(later, tmp_path, True, NullLog())
+    later.tokenize = lambda texts: pytest.fail(f"tokenized again: {texts}") if texts else ([], [])
+    again = later.windows(texts, spans)
+    assert np.array_equal(again.vectors, cut.vectors) and np.array_equal(again.bounds, cut.bounds)
+
+
+def test_one_prefetch_gives_the_windows_and_counts_of_separate_calls(tiny_encoder):  # noqa: F811
+    separate = encoder(tiny_encoder)
+    apart = [separate.windows(OLD), separate.windows(NEW), separate.windows(OLD[:1])]
+    pooled = encoder(tiny_encoder)
+    calls = []
+    compute = pooled.compute
+    pooled.compute = lambda todo, into: calls.append(len(todo)) or compute(todo, into)
+    layouts = [pooled.layout(OLD), pooled.layout(NEW), pooled.layout(OLD[:1])]
+    pooled.prefetch(layouts)
+    together = [pooled.embedded(layout) for layout in layouts]
+    assert calls[0] == len({k for layout in layouts for k in layout.keys}) and sum(calls[1:]) == 0
+    assert all(np.array_equal(a.vectors, b.vectors) and np.array_equal(a.bounds, b.bounds)
+               for a, b in zip(apart, together, strict=True))  # fmt: skip
+    assert pooled.stats | {"embed_seconds": 0} == separate.stats | {"embed_seconds": 0}
+    assert pooled.store_stats == separate.store_stats and not pooled.prefetched
 
 
 def test_stale_or_damaged_layouts_are_ignored(tiny_encoder, tmp_path, monkeypatch):  # noqa: F811

@@ -15,7 +15,7 @@ from test_leakage import PARAGRAPH, filler, frame, params, run_leakage
 
 from tasks import leakage
 from tasks.common import confusables
-from tasks.leakage import semantic, semantic_audit
+from tasks.leakage import semantic, semantic_audit, semantic_encoder
 from tasks.tracking import NullLog
 
 # ---------------------------------------------------------------- the confusables fold (UTS #39)
@@ -74,7 +74,7 @@ def semantic_params(encoder, **changes):
 
 def encoder_for(folder, **changes):
     cfg = params(semantic=semantic_params(folder, **changes))
-    return semantic.Encoder(cfg.semantic, cfg.hardware)
+    return semantic_encoder.Encoder(cfg.semantic, cfg.hardware)
 
 
 def test_windows_tile_the_text_and_the_last_one_ends_at_its_end():
@@ -206,7 +206,7 @@ def audit_once(tiny_encoder, task, pre, **changes):
     tokens = [leakage.tokenize(t) for t in evals["text"]]
     plants, _ = leakage.planted.make(evals, list(pre["text"]), list(pre["doc_id"]), cfg.planted, {}.get)
     return semantic_audit.audit(cfg, evals, tokens, trains, set(), plants, NullLog(),
-                                encoder=semantic.Encoder(cfg.semantic, cfg.hardware))
+                                encoder=semantic_encoder.Encoder(cfg.semantic, cfg.hardware))
 
 
 def test_the_threshold_is_chosen_on_dev_data_only(tiny_encoder):
@@ -296,7 +296,7 @@ def test_minilm_finds_a_hand_written_paraphrase_the_13_gram_detector_misses():
 
     assert not word_ngrams(words(paraphrase), 13) & word_ngrams(words(PARAGRAPH), 13)
     cfg = params().semantic.model_copy(update={"enabled": True})
-    enc = semantic.Encoder(cfg, params().hardware)
+    enc = semantic_encoder.Encoder(cfg, params().hardware)
     evals, corpus = enc.windows([PARAGRAPH]), enc.windows([paraphrase, unrelated])
     pairs, best = semantic.pair_scores(evals, corpus, 0.75, cfg)
     scores = (corpus.vectors @ evals.vectors.T).ravel()
@@ -310,8 +310,8 @@ def test_minilm_pooling_matches_sentence_transformers():
 
     texts = ["The reservoir fell to its lowest level.", PARAGRAPH]
     cfg = params().semantic.model_copy(update={"enabled": True, "cpu_precision": "fp32", "window_tokens": 256})
-    ours = semantic.Encoder(cfg, params().hardware.model_copy(update={"device": "cpu"})).windows(texts).vectors
+    ours = semantic_encoder.Encoder(cfg, params().hardware.model_copy(update={"device": "cpu"})).windows(texts).vectors
     theirs = st.SentenceTransformer(str(reference_model_dir()), device="cpu").encode(texts, normalize_embeddings=True)
     assert np.allclose(ours, theirs, atol=1e-5)
-    bf16 = semantic.Encoder(cfg.model_copy(update={"cpu_precision": "bf16"}), params().hardware).windows(texts).vectors
+    bf16 = semantic_encoder.Encoder(cfg.model_copy(update={"cpu_precision": "bf16"}), params().hardware).windows(texts).vectors
     assert (ours * bf16).sum(axis=1).min() > 0.999  # int8 (dynamic Linear) gives only 0.92-0.95 on these

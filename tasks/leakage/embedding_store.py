@@ -18,7 +18,7 @@ width, or when its fingerprint differs: the encoder's files (sha256 over the fol
 its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``)
 and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones),
 ``window_tokens`` and ``batch_size`` (both fix the batch shape, hence the bits) and the code (this module,
-``semantic.py``, ``tasks/common/{encoders,device}.py``).
+``semantic.py``, ``semantic_encoder.py``, ``tasks/common/{encoders,device}.py``).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
 and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
@@ -27,14 +27,15 @@ never to ``metrics/leakage.json``, whose ``windows_embedded`` counts the distinc
 
 Layouts. ``texts.parquet``, next to the store, says where each text's windows lie, so a later run does not
 tokenize a text it has seen (on 16x the default corpus, tokenizing every text cost about 40 s of a
-night's run). It holds one row per distinct text that the last run windowed whole (planted copies, cut to
-a span, are not kept), sorted by ``md5``:
+night's run). It holds one row per distinct text (and span, for the planted copies the detector scores: only
+their windows over the copied eval text count) that the last run windowed, sorted by ``md5``:
 
-- ``md5``: 16 bytes, of the text as given (UTF-8);
+- ``md5``: 16 bytes, ``semantic_encoder.layout_key``: of the text as given (UTF-8), with the span before it if any;
 - ``n_tokens``: its wordpieces after normalisation, no specials;
-- ``keys``: its windows' store keys in order, 16 bytes each, concatenated.
+- ``first``: the first of its windows kept (0 without a span);
+- ``keys``: the kept windows' store keys in order, 16 bytes each, concatenated.
 
-A window's bounds follow from ``n_tokens`` (``semantic.window_bounds``). Layouts are read only with the store,
+A window's bounds follow from ``n_tokens`` (``semantic.window_bounds``) and ``first``. Layouts are read only with the store,
 under its fingerprint plus ``stride_tokens`` and what turns text into wordpieces (``layouts_key``). A text is
 tokenized again when a key of its layout is missing from the store. Only the texts this run used are written
 back.
@@ -69,12 +70,12 @@ def batch_width(n_tokens: int, window_tokens: int) -> int:
 
 
 def fingerprint(encoder) -> dict[str, str]:
-    """What a stored vector depends on (see the module docstring); ``encoder`` is a ``semantic.Encoder``."""
+    """What a stored vector depends on (see the module docstring); ``encoder`` is a ``semantic_encoder.Encoder``."""
     import torch
     import transformers
 
     from tasks.common import device, encoders
-    from tasks.leakage import semantic
+    from tasks.leakage import semantic, semantic_encoder
 
     files = {p for p in Path(encoder.folder).rglob("*") if p.is_file()}
     return {
@@ -84,8 +85,8 @@ def fingerprint(encoder) -> dict[str, str]:
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}" + gpu_libraries(encoder),
         "shape": f"window_tokens {encoder.cfg.window_tokens}, batch_size {encoder.cfg.batch_size}",
-        "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(encoders.__file__),
-                             Path(device.__file__)}),
+        "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(semantic_encoder.__file__),
+                             Path(encoders.__file__), Path(device.__file__)}),
     }
 
 
@@ -127,7 +128,7 @@ def load(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[dic
     if not pa.types.is_fixed_size_list(vectors.type) or (len(keys) and vectors.type.list_size != dim):
         return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
     width = vectors.type.list_size
-    flat = vectors.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(keys), width)
+    flat = np.asarray(vectors.flatten().to_numpy(zero_copy_only=False), np.float32).reshape(len(keys), width)
     norms = np.linalg.norm(flat, axis=1) if len(keys) else np.ones(0)
     if len(set(keys)) != len(keys) or any(len(k) != 16 for k in keys) or not np.all(np.abs(norms - 1) < 1e-3):
         return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
@@ -144,7 +145,7 @@ def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict, layouts: dic
     table = pa.table({"key": pa.array(keys, pa.binary(16)),
                       "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), max(dim, 1))})
     with swapped_in(folder) as tmp:
-        write_cache(stamp(table, key), tmp / STORE)
+        write_cache(stamp(table, key), tmp / STORE, packed=False)  # 277 MB plain against 256 zstd at 16x
         if layouts is not None:
             save_layouts(tmp, layouts, layouts_fingerprint)
 
@@ -168,23 +169,24 @@ def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
             + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}"}  # fmt: skip
 
 
-def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple[int, tuple[bytes, ...]]]:
-    """``{text md5: (n_tokens, window keys)}`` from ``texts.parquet``, or ``{}`` when it cannot be used (missing,
-    damaged, another fingerprint, or rows not as written: a null, a repeated md5, or not one 16-byte key per
-    window that ``n_tokens`` gives under ``encoder_cfg``, the ``semantic`` params)."""
+def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple[int, tuple[bytes, ...], int]]:
+    """``{layout key: (n_tokens, window keys, first)}`` from ``texts.parquet``, or ``{}`` when it cannot be used
+    (missing, damaged, another fingerprint, or rows not as written: a null, a repeated md5, or 16-byte keys for
+    windows ``first ..`` that ``n_tokens`` does not give under ``encoder_cfg``, the ``semantic`` params)."""
     table, _, _ = read_stamped(folder / LAYOUTS, expected)
     if table is None:
         return {}
     try:
-        digests, counts, keys = (table.column(c).to_pylist() for c in ("md5", "n_tokens", "keys"))
+        digests, counts, firsts, keys = (table.column(c).to_pylist() for c in ("md5", "n_tokens", "first", "keys"))
     except KeyError:
         return {}
     windows = [window_count(n, encoder_cfg) if isinstance(n, int) and n >= 0 else -1 for n in counts]
-    if (len(set(digests)) != len(digests) or None in digests or None in keys
-            or any(len(k) != 16 * w for k, w in zip(keys, windows))):  # fmt: skip
+    if (len(set(digests)) != len(digests) or None in digests or None in keys or None in firsts
+            or any(len(k) % 16 or not 0 <= f <= f + len(k) // 16 <= w
+                   for k, f, w in zip(keys, firsts, windows))):  # fmt: skip
         return {}
-    return {d: (n, tuple(blob[i : i + 16] for i in range(0, len(blob), 16)))
-            for d, n, blob in zip(digests, counts, keys)}  # fmt: skip
+    return {d: (n, tuple(blob[i : i + 16] for i in range(0, len(blob), 16)), f)
+            for d, n, f, blob in zip(digests, counts, firsts, keys)}  # fmt: skip
 
 
 def window_count(n_tokens: int, cfg) -> int:
@@ -194,10 +196,11 @@ def window_count(n_tokens: int, cfg) -> int:
     return len(window_starts(n_tokens, cfg.window_tokens - 2, cfg.stride_tokens))
 
 
-def save_layouts(folder: Path, layouts: dict[bytes, tuple[int, tuple[bytes, ...]]], key: dict) -> None:
-    """Write ``layouts`` (sorted by text md5) as ``texts.parquet``; call inside the store's ``swapped_in``."""
+def save_layouts(folder: Path, layouts: dict[bytes, tuple[int, tuple[bytes, ...], int]], key: dict) -> None:
+    """Write ``layouts`` (sorted by layout key) as ``texts.parquet``; call inside the store's ``swapped_in``."""
     digests = sorted(layouts)
     table = pa.table({"md5": pa.array(digests, pa.binary(16)),
                       "n_tokens": pa.array([layouts[d][0] for d in digests], pa.int32()),
+                      "first": pa.array([layouts[d][2] for d in digests], pa.int32()),
                       "keys": pa.array([b"".join(layouts[d][1]) for d in digests], pa.binary())})
     write_cache(stamp(table, key), folder / LAYOUTS)

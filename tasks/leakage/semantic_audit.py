@@ -1,11 +1,11 @@
 """The semantic detector's pass in the leakage stage: threshold on dev, the corpus scan, the review sample.
 
-Order (``audit``): embed the eval docs that are long enough (``semantic.min_words``), the planted copies
-of the ``planted_docs`` sampled eval docs (``planted_windows`` windows each, over the eval text) and the task
-train docs; choose the threshold on the dev
-plants against the known-clean pairs of the calibration half (``semantic.choose_threshold``); embed the
-pretraining docs kept after the lexical action and search them; write the review sample from the test plants
-and the other half's known-clean pairs. Returns the table rows, which plants it finds, the metrics and the
+Order (``audit``): embed, in one go (``Encoder.prefetch``), the eval docs that are long enough
+(``semantic.min_words``), the planted copies of the ``planted_docs`` sampled eval docs (``planted_windows``
+windows each, over the eval text), the task train docs and the pretraining docs kept after the lexical action;
+choose the threshold on the dev plants against the known-clean pairs of the calibration half
+(``semantic.choose_threshold``); search the pretraining docs; write the review sample from the test plants and
+the other half's known-clean pairs. Returns the table rows, which plants it finds, the metrics and the
 review records. See ``tasks/leakage/semantic.py`` for the method.
 """
 
@@ -22,7 +22,8 @@ import pandas as pd
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import embedding_store, semantic
 from tasks.leakage.planted import Plant, clopper_pearson
-from tasks.leakage.semantic import METHOD, Encoder, Windows
+from tasks.leakage.semantic import METHOD, Windows
+from tasks.leakage.semantic_encoder import Encoder
 
 #: Words of each text kept in review.jsonl and in the leakage table's span.
 REVIEW_WORDS = 80
@@ -49,11 +50,15 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
     clock = {"start": time.perf_counter()}
     enc = encoder or Encoder(cfg.semantic, cfg.hardware)
     kept = open_store(enc, store, cfg.incremental, log) if store is not None else None
-    side = embed_evals_and_plants(enc, cfg, eval_frame, eval_words, plants, log)
+    texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants)
+    layouts = [enc.layout(texts.evals), enc.layout(texts.plants, texts.plant_spans, cfg.semantic.planted_windows),
+               enc.layout(texts.train), enc.layout(texts.corpus)]
+    enc.prefetch(layouts)
+    side = embed_evals_and_plants(enc, cfg, texts, eval_frame, plants, layouts[:2], log)
     clock["plants"] = time.perf_counter()
-    cal = calibrate(enc, cfg, train_frame, side, log)
+    cal = calibrate(enc, cfg, texts, side, layouts[2], log)
     clock["threshold"] = time.perf_counter()
-    scan = scan_corpus(enc, cfg, train_frame, removed, eval_frame, side.evals, cal.threshold)
+    scan = scan_corpus(enc, cfg, texts, layouts[3], eval_frame, side.evals, cal.threshold)
     clock["corpus"] = time.perf_counter()
     review, review_metrics = review_sample(
         cfg, cal.threshold, plants, side.plant_score, side.plant_on & (side.plant_split == "test"), side.planted,
@@ -71,6 +76,50 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
         close_store(enc, store, kept, cfg.incremental, log)
     found = side.plant_on & (side.plant_score >= cal.threshold)
     return SemanticResult(scan.rows, found, side.scored, metrics, review)
+
+
+@dataclass
+class Texts:
+    """What the pass embeds, in order: the eval docs long enough (``evals``, "" for the others; ``n_words``,
+    ``attempted``), the planted copies of the sampled docs (``plants``, "" for the others, and ``plant_spans``;
+    ``sampled`` per eval doc, ``scored`` per plant), the kept task train docs (``task_train``, and ``train``:
+    "" for the short ones) and the pretraining docs kept after the lexical action (``corpus_frame``,
+    ``corpus``)."""
+
+    evals: list[str]
+    n_words: np.ndarray
+    attempted: np.ndarray
+    sampled: np.ndarray
+    scored: np.ndarray
+    plants: list[str]
+    plant_spans: list[tuple[int, int]]
+    task_train: pd.DataFrame
+    train: list[str]
+    corpus_frame: pd.DataFrame
+    corpus: list[str]
+
+
+def texts_to_embed(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[str]],
+                   train_frame: pd.DataFrame, removed: set[str], plants: list[Plant]) -> Texts:  # fmt: skip
+    """The ``Texts`` of the pass: all known before the first window is embedded, so ``Encoder.prefetch``
+    embeds what is new in one go."""
+    from tasks.leakage import tokenize  # the detectors' words (folded)
+
+    scfg = cfg.semantic
+    n_words = np.array([len(w) for w in eval_words])
+    attempted = n_words >= scfg.min_words
+    sampled = np.zeros(len(eval_frame), dtype=bool)
+    sampled[planted_sample(list(eval_frame["doc_id"]), cfg)] = True
+    scored = np.array([bool(sampled[p.eval_index]) for p in plants], dtype=bool)
+    plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
+    task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
+    task_train = task_train.reset_index(drop=True)
+    corpus = train_frame[(train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed))]
+    corpus = corpus.reset_index(drop=True)
+    return Texts([str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)], n_words, attempted, sampled,
+                 scored, plant_texts, [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)],
+                 task_train, [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]],
+                 corpus, [str(t) for t in corpus["text"]])  # fmt: skip
 
 
 @dataclass
@@ -92,24 +141,17 @@ class EvalSide:
     plant_score: np.ndarray
 
 
-def embed_evals_and_plants(enc: Encoder, cfg: LeakageParams, eval_frame: pd.DataFrame,
-                           eval_words: list[list[str]], plants: list[Plant], log) -> EvalSide:  # fmt: skip
-    """Embed the eval docs of at least ``semantic.min_words`` words and the planted copies of the sampled ones
-    (``planted_windows`` windows each, over the copied span), and score each copy against its eval doc."""
-    scfg = cfg.semantic
-    n_words = np.array([len(w) for w in eval_words])
-    attempted = n_words >= scfg.min_words
-    texts = [str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)]
-    evals = enc.windows(texts)
-    log.info(f"leakage semantic: {int(attempted.sum())} of {len(texts)} eval docs embedded ({len(evals.doc)} windows)")
-    sampled = np.zeros(len(texts), dtype=bool)
-    sampled[planted_sample(list(eval_frame["doc_id"]), cfg)] = True
-    scored = np.array([bool(sampled[p.eval_index]) for p in plants], dtype=bool)
-    plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
-    spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
-    planted = enc.windows(plant_texts, spans=spans, max_windows=scfg.planted_windows)
+def embed_evals_and_plants(enc: Encoder, cfg: LeakageParams, texts: Texts, eval_frame: pd.DataFrame,
+                           plants: list[Plant], layouts: list, log) -> EvalSide:  # fmt: skip
+    """The windows of the eval docs of at least ``semantic.min_words`` words and of the planted copies of the
+    sampled ones (``layouts``: theirs; ``planted_windows`` windows each, over the copied span), and each
+    copy's score against its eval doc."""
+    attempted, scored = texts.attempted, texts.scored
+    evals, planted = enc.embedded(layouts[0]), enc.embedded(layouts[1])
+    log.info(f"leakage semantic: {int(attempted.sum())} of {len(texts.evals)} eval docs embedded "
+             f"({len(evals.doc)} windows)")
     splits = eval_frame["split"].to_numpy()
-    return EvalSide(texts, n_words, attempted, evals, sampled, scored,
+    return EvalSide(texts.evals, texts.n_words, attempted, evals, texts.sampled, scored,
                     plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
                     plant_split=np.array([splits[p.eval_index] for p in plants], dtype=object), planted=planted,
                     plant_score=semantic.plant_scores(planted, [p.eval_index for p in plants], evals))  # fmt: skip
@@ -133,17 +175,12 @@ class Calibration:
         return self.choice["threshold"]
 
 
-def calibrate(enc: Encoder, cfg: LeakageParams, train_frame: pd.DataFrame, side: EvalSide, log) -> Calibration:
-    """Embed the kept task train docs, pair each with its nearest same-class doc of another cluster (known
-    clean), and choose the threshold on the dev plants against the calibration half's clean pairs
-    (``semantic.choose_threshold``)."""
-    from tasks.leakage import tokenize  # the detectors' words (folded)
-
-    scfg = cfg.semantic
-    task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
-    task_train = task_train.reset_index(drop=True)
-    train_long = [len(tokenize(str(t))) >= scfg.min_words for t in task_train["text"]]
-    train_windows = enc.windows([str(t) if ok else "" for t, ok in zip(task_train["text"], train_long)])
+def calibrate(enc: Encoder, cfg: LeakageParams, texts: Texts, side: EvalSide, layout, log) -> Calibration:
+    """The kept task train docs' windows (``layout``: theirs), each doc paired with its nearest same-class doc
+    of another cluster (known clean), and the threshold chosen on the dev plants against the calibration half's
+    clean pairs (``semantic.choose_threshold``)."""
+    scfg, task_train = cfg.semantic, texts.task_train
+    train_windows = enc.embedded(layout)
     labels = task_train["label"] if "label" in task_train else pd.Series([None] * len(task_train))
     groups = [f"{s}/{'' if pd.isna(y) else y}" for s, y in zip(task_train["source"], labels)]
     clusters = list(task_train["cluster_id"]) if "cluster_id" in task_train else list(task_train["doc_id"])
@@ -171,12 +208,12 @@ class CorpusScan:
     rows: list[tuple]
 
 
-def scan_corpus(enc: Encoder, cfg: LeakageParams, train_frame: pd.DataFrame, removed: set[str],
-                eval_frame: pd.DataFrame, evals: Windows, threshold: float) -> CorpusScan:  # fmt: skip
-    """Embed the kept pretraining docs and search them for every eval window at ``threshold``."""
-    corpus = train_frame[(train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed))]
-    corpus = corpus.reset_index(drop=True)
-    corpus_windows = enc.windows([str(t) for t in corpus["text"]])
+def scan_corpus(enc: Encoder, cfg: LeakageParams, texts: Texts, layout, eval_frame: pd.DataFrame, evals: Windows,
+                threshold: float) -> CorpusScan:  # fmt: skip
+    """The kept pretraining docs' windows (``layout``: theirs), searched for every eval window at
+    ``threshold``."""
+    corpus = texts.corpus_frame
+    corpus_windows = enc.embedded(layout)
     pairs, best = semantic.pair_scores(evals, corpus_windows, threshold, cfg.semantic)
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
