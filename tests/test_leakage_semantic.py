@@ -188,6 +188,26 @@ def test_known_clean_pairs_are_the_nearest_same_class_doc_outside_the_cluster():
         assert np.array_equal(blocked[0], best) and np.array_equal(blocked[1], partner)
 
 
+def test_known_clean_pairs_equal_a_window_by_window_reference_with_ties_and_shared_clusters():
+    rng = np.random.default_rng(4)
+    docs = np.sort(rng.integers(0, 40, size=120))  # windows per doc: 0 to several
+    vectors = rng.integers(-2, 3, size=(120, 6)).astype(np.float32)  # small integers: every dot product exact
+    groups = [f"g{d % 3}" for d in range(40)]
+    clusters = [f"c{d // 2 if d < 10 else d}" for d in range(40)]  # docs 0-9 in pairs share a cluster
+    windows = semantic.Windows(vectors, docs, np.zeros((120, 2), int), [], None)
+    want_best, want_partner = np.full(40, -1.0), np.full(40, -1)
+    for w in range(120):  # in window order: the first window and partner window reaching the best score win
+        for v in range(120):
+            d, e = docs[w], docs[v]
+            if groups[d] == groups[e] and clusters[d] != clusters[e] and vectors[w] @ vectors[v] > want_best[d]:
+                want_best[d], want_partner[d] = vectors[w] @ vectors[v], e
+    want_best = np.where(want_best > -1.0, want_best, -1.0)
+    for block in (7, 4096):
+        best, partner = semantic.clean_pair_scores(windows, groups, clusters, block)
+        assert np.array_equal(best, want_best) and np.array_equal(partner, want_partner)
+    assert (want_partner >= 0).sum() > 20
+
+
 def news_corpus():
     """Task ``news`` (classes x/y, 8 train, 4 dev, 4 test docs) and a pretraining source."""
     rng = np.random.default_rng(3)
@@ -313,5 +333,6 @@ def test_minilm_pooling_matches_sentence_transformers():
     ours = semantic_encoder.Encoder(cfg, params().hardware.model_copy(update={"device": "cpu"})).windows(texts).vectors
     theirs = st.SentenceTransformer(str(reference_model_dir()), device="cpu").encode(texts, normalize_embeddings=True)
     assert np.allclose(ours, theirs, atol=1e-5)
-    bf16 = semantic_encoder.Encoder(cfg.model_copy(update={"cpu_precision": "bf16"}), params().hardware).windows(texts).vectors
+    bf16_cfg = cfg.model_copy(update={"cpu_precision": "bf16"})
+    bf16 = semantic_encoder.Encoder(bf16_cfg, params().hardware).windows(texts).vectors
     assert (ours * bf16).sum(axis=1).min() > 0.999  # int8 (dynamic Linear) gives only 0.92-0.95 on these

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.common import confusables
+from tasks.common import confusables, minhash
 from tasks.common.textnorm import remove_format_characters
 from tasks.config.leakage import SemanticParams
 from tasks.leakage.semantic_search import aligned, ann_search, exact_search, products
@@ -172,8 +172,9 @@ def plant_scores(plants: Windows, eval_index: list[int], evals: Windows) -> np.n
 def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
                       block: int = 4096) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Per train doc, its best score against another train doc of the same group (source and class) outside its
-    dedup cluster, and which doc that is (-1.0 / -1 when it has none). ``block``: windows scored at a time
-    (memory: ``block`` x the group's windows float32)."""
+    dedup cluster, and which doc that is (-1.0 / -1 when it has none; on a tie, the doc of its first window
+    reaching the score, then the first such partner window). ``block``: windows scored at a time (memory:
+    ``block`` x the group's windows float32)."""
     n = len(groups)
     best, partner = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
     codes: dict = {}
@@ -183,15 +184,35 @@ def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
         by_group.setdefault(g, []).append(d)
     for docs in by_group.values():
         mine = np.flatnonzero(np.isin(train.doc, docs))
-        owner, vectors = train.doc[mine], aligned(train.vectors[mine])
-        for first in range(0, len(mine), block):
-            scores = products(vectors[first : first + block], vectors)
-            scores[cluster_code[owner[first : first + block]][:, None] == cluster_code[owner][None, :]] = -1.0
-            top = scores.argmax(axis=1)
-            for r, (d, c) in enumerate(zip(owner[first : first + block].tolist(), top.tolist())):
-                if scores[r, c] > best[d]:
-                    best[d], partner[d] = float(scores[r, c]), int(owner[c])
+        owner = train.doc[mine]  # ascending: a doc's windows are consecutive
+        top, score = _nearest_outside_cluster(aligned(train.vectors[mine]), owner, cluster_code[owner], block)
+        first = np.lexsort((np.arange(len(owner)), -score, owner))
+        first = first[np.r_[True, owner[first][1:] != owner[first][:-1]]] if len(first) else first
+        first = first[score[first] > -1.0]
+        best[owner[first]], partner[owner[first]] = score[first].astype(np.float64), owner[top[first]]
     return best, partner
+
+
+def _nearest_outside_cluster(vectors, owner: np.ndarray, cluster: np.ndarray,
+                             block: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per window (``vectors`` from ``aligned``; ``owner`` its doc, ascending; ``cluster`` its doc's cluster), the
+    first window of another cluster with the highest score, and that score (-1 when there is none). Its own
+    doc's windows are masked as a range; the rare row whose best lands on another doc of its cluster is masked
+    again in full (a boolean matrix for every row cost more than the matrix product)."""
+    own_start, own_end = np.searchsorted(owner, owner, "left"), np.searchsorted(owner, owner, "right")
+    tops, scores = [], []
+    for first in range(0, len(owner), block):
+        rows = slice(first, first + block)
+        block_scores = products(vectors[rows], vectors)
+        r, c = minhash.expand_ranges(own_start[rows], own_end[rows])
+        block_scores[r, c] = -1.0
+        top = block_scores.argmax(axis=1)
+        for k in np.flatnonzero(cluster[top] == cluster[rows]).tolist():
+            block_scores[k, cluster == cluster[first + k]] = -1.0
+            top[k] = block_scores[k].argmax()
+        tops.append(top)
+        scores.append(block_scores[np.arange(len(top)), top])
+    return (np.concatenate(tops), np.concatenate(scores)) if tops else (np.zeros(0, np.int64), np.zeros(0))
 
 
 def choose_threshold(positive: np.ndarray, negative: np.ndarray, min_precision: float) -> dict:
