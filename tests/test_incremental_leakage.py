@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -114,6 +115,10 @@ def test_eval_docs_added_and_removed_with_new_training_docs_equal_a_from_scratch
     cached = set(pq.read_table(inc / "data/leakage_cache/matches.parquet").column("eval_doc").to_pylist())
     assert cached == {"ev-par", "ev-new"}  # ev-short's matches forgotten
     assert pq.read_table(inc / "data/leakage_cache/evals.parquet").column("doc_id").to_pylist() == ["ev-new", "ev-par"]
+    run(tmp_path / "fresh", frames)  # no cache yet: every text scanned, the cache written from fresh results
+    for name in ("texts.parquet", "grams.parquet", "matches.parquet"):  # the rows mapped from the old cache's
+        assert pq.read_table(inc / "data/leakage_cache" / name).equals(
+            pq.read_table(tmp_path / "fresh/data/leakage_cache" / name))
 
 
 def test_changed_detector_param_forces_a_full_audit_and_another_does_not(inc):
@@ -168,6 +173,18 @@ def test_the_residual_n_grams_round_trip_through_the_gram_table(inc, tmp_path):
     (folder / "grams.parquet").unlink()
     logged = run(inc, night())[1]
     assert logged["leakage.mode"] == "full" and "grams.parquet cannot be used" in logged["leakage.reason"]
+
+
+def test_gram_rows_map_the_rows_read_onto_a_vocabulary_that_grew_before_them():
+    from tasks.leakage.incremental import Result, gram_rows
+
+    old = ["b", "d", "f"]
+    read = {"b", "f"}
+    kept = Result([], True, read, None, (read, np.array([0, 2]), old))
+    replaced = Result([], True, {"a", "d"}, None, ({"d"}, np.array([1]), old))  # its set changed since read
+    fresh = Result([], True, {"f"}, None)
+    rows = gram_rows([kept, replaced, fresh], ["a", "b", "d", "f"])
+    assert [list(r) for r in rows] == [[1, 3], [0, 2], [3]]
 
 
 def plants_of(eval_text: str = PARAGRAPH):
