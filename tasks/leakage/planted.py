@@ -184,8 +184,7 @@ def synonym_swaps(tokens: list[str], synonym_of) -> list[tuple[int, str]]:
 
 def swapped(tokens: list[str], swaps: list[tuple[int, str]], every: int) -> tuple[str, int]:
     """Every ``every``-th of ``swaps`` applied; the text and the number of tokens changed."""
-    out = list(tokens)
-    picked = swaps[every - 1 :: every]
+    out, picked = list(tokens), swaps[every - 1 :: every]
     for k, token in picked:
         out[k] = token
     return " ".join(out), len(picked)
