@@ -38,7 +38,7 @@ from tqdm import tqdm
 from tasks.common import minhash, pairjaccard
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import shingles, substitution
-from tasks.leakage.shingles import filter_table, sharing_windows
+from tasks.leakage.shingles import filter_table, key_hits, sharing_windows
 
 BYTES_PER_BLOCK_WORD = 100  # transient bytes per training word of a scan block (hashes, prefix, windows, masks)
 BYTES_PER_INDEX_NGRAM = 64  # eval n-gram index bytes per n-gram (key, group, doc, start, 32 filter-table bytes)
@@ -155,17 +155,12 @@ def _hit_windows(flat, doc, pos, doc_len, index, eval_all, eval_offset, powers):
     prefix[0] = 0
     np.cumsum(flat * inverse, out=prefix[1:])
     prefix[1:] *= forward
-    for length, (keys, group, docs, starts, (shift, table)) in index.items():
+    for length, entries in index.items():
         count = len(flat) - length + 1
         if count <= 0:
             continue
         h = prefix[length : length + count] - prefix[:count] * forward[length - 1]
-        cand = np.flatnonzero(table[h >> shift])
-        cand = cand[pos[cand] + length <= doc_len[doc[cand]]]  # windows inside one doc
-        at = np.minimum(np.searchsorted(keys, h[cand]), len(keys) - 1)
-        hit = keys[at] == h[cand]
-        rows, at = minhash.expand_ranges(group[at[hit]], group[at[hit] + 1])
-        start, j, q = cand[hit][rows], docs[at], starts[at]
+        start, j, q = key_hits(h, length, pos, doc, doc_len, *entries)
         offsets = np.arange(length)
         same = (flat[start[:, None] + offsets] == eval_all[(eval_offset[j] + q)[:, None] + offsets]).all(axis=1)
         yield doc[start[same]], pos[start[same]], j[same], q[same]

@@ -34,6 +34,23 @@ def filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:
     return np.uint64(64 - width), table
 
 
+def key_hits(h: np.ndarray, length: int, pos: np.ndarray, doc: np.ndarray, doc_len: np.ndarray,
+             keys: np.ndarray, group: np.ndarray, docs: np.ndarray, starts: np.ndarray,
+             key_filter: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """``(flat position, eval doc, eval start)`` of every ``length``-word window inside one training doc whose
+    hash (``h[p]``: the window starting at flat position p; ``pos``, ``doc``, ``doc_len`` place it) equals an
+    eval key. ``keys`` are sorted unique hashes, key ``u``'s entries rows ``group[u]:group[u + 1]`` of ``docs``
+    and ``starts``; ``key_filter`` is ``filter_table(keys)``. The 13-gram index and the substitution seeds look
+    up their windows here."""
+    shift, table = key_filter
+    cand = np.flatnonzero(table[h >> shift])
+    cand = cand[pos[cand] + length <= doc_len[doc[cand]]]  # windows inside one doc
+    at = np.minimum(np.searchsorted(keys, h[cand]), len(keys) - 1)
+    hit = keys[at] == h[cand]
+    rows, at = minhash.expand_ranges(group[at[hit]], group[at[hit] + 1])
+    return cand[hit][rows], docs[at], starts[at]
+
+
 class ShingleHits:
     """For the ``docs`` of ``query_ids`` (all by default), which word k-grams are k-gram shingles of some
     ``index_windows`` (``(doc, start, end)`` word ranges of ``index_ids``); ``held`` answers per query window."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from tasks.common import minhash
 from tasks.config.leakage import LeakageParams
-from tasks.leakage.shingles import filter_table
+from tasks.leakage.shingles import filter_table, key_hits
 
 METHOD = "ngram_substituted"
 #: candidate alignments verified at once (each costs about 2n gathered words of both sides)
@@ -60,7 +60,7 @@ def substitution_matches(trains, evals, cfg: LeakageParams, owner=None) -> list[
     for first, stop in _blocks_of_docs(lengths, block_words(cfg)):
         flat, doc, pos = _concatenate(trains.hashes[first:stop])
         for (n, k, b), seeds in index.items():
-            t, j, q = _seed_hits(flat, doc, pos, lengths[first:stop], b, *seeds)
+            t, j, q = key_hits(minhash.rolling_hashes(flat, b), b, pos, doc, lengths[first:stop], *seeds)
             if owner is not None:
                 wanted = owner[doc[t] + first] == j
                 t, j, q = t[wanted], j[wanted], q[wanted]
@@ -99,18 +99,6 @@ def _seed_index(eval_hashes: list[np.ndarray], cfg: LeakageParams) -> dict[tuple
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
         index[rule] = (keys[first], np.append(first, len(keys)), docs, starts, filter_table(keys))
     return index
-
-
-def _seed_hits(flat, doc, pos, doc_len, b, keys, group, docs, starts, seed_filter):
-    """``(flat training position, eval doc, eval start)`` of every training b-gram equal (by hash) to a seed."""
-    h = minhash.rolling_hashes(flat, b)
-    shift, table = seed_filter
-    cand = np.flatnonzero(table[h >> shift])
-    cand = cand[pos[cand] + b <= doc_len[doc[cand]]]  # b-grams inside one doc
-    at = np.minimum(np.searchsorted(keys, h[cand]), len(keys) - 1)
-    hit = keys[at] == h[cand]
-    rows, at = minhash.expand_ranges(group[at[hit]], group[at[hit] + 1])
-    return cand[hit][rows], docs[at], starts[at]
 
 
 def _verify(flat, doc, pos, doc_len, t, j, q, n, k, b, eval_all, eval_offset, eval_len):
