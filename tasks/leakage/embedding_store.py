@@ -35,10 +35,10 @@ their windows over the copied eval text count) that the last run windowed, sorte
 - ``first``: the first of its windows kept (0 without a span);
 - ``keys``: the kept windows' store keys in order, 16 bytes each, concatenated.
 
-A window's bounds follow from ``n_tokens`` (``semantic.window_bounds``) and ``first``. Layouts are read only with the store,
-under its fingerprint plus ``stride_tokens`` and what turns text into wordpieces (``layouts_key``). A text is
-tokenized again when a key of its layout is missing from the store. Only the texts this run used are written
-back.
+A window's bounds follow from ``n_tokens`` (``semantic.window_bounds``) and ``first``. Layouts are read only
+with the store, under its fingerprint plus ``stride_tokens`` and what turns text into wordpieces
+(``layouts_key``). A text is tokenized again when a key of its layout is missing from the store. Only the
+texts this run used are written back.
 """
 
 from __future__ import annotations

@@ -116,10 +116,10 @@ def texts_to_embed(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: lis
     task_train = task_train.reset_index(drop=True)
     corpus = train_frame[(train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed))]
     corpus = corpus.reset_index(drop=True)
+    spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
+    train = [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]]
     return Texts([str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)], n_words, attempted, sampled,
-                 scored, plant_texts, [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)],
-                 task_train, [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]],
-                 corpus, [str(t) for t in corpus["text"]])  # fmt: skip
+                 scored, plant_texts, spans, task_train, train, corpus, [str(t) for t in corpus["text"]])
 
 
 @dataclass
