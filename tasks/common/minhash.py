@@ -304,6 +304,16 @@ def candidate_pair_arrays(query_keys: np.ndarray, index_keys: np.ndarray) -> tup
     return flat // max(len(index_keys), 1), flat % max(len(index_keys), 1)
 
 
+def changes(*cols: np.ndarray) -> np.ndarray:
+    """True where any of the equally long sorted ``cols`` differs from the row before (and at row 0): the first
+    row of each run of equal rows."""
+    out = np.zeros(len(cols[0]), dtype=bool)
+    out[:1] = True
+    for col in cols:
+        out[1:] |= col[1:] != col[:-1]
+    return out
+
+
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For half-open ranges ``[lo[r], hi[r])``: every ``(r, x)`` with x in range r, as two flat arrays."""
     counts = hi - lo

@@ -115,20 +115,20 @@ def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
     eval_len = np.array([len(x) for x in evals.hashes], dtype=np.int64)
     n = np.minimum(cfg.ngram_words, eval_len)
     order = np.lexsort((q, j, i))  # one pair's distinct eval windows (the score's numerator) are adjacent
-    first_of_pair = _changes(i[order], j[order])
-    distinct_q = np.add.reduceat(_changes(i[order], j[order], q[order]), np.flatnonzero(first_of_pair))
+    first_of_pair = minhash.changes(i[order], j[order])
+    distinct_q = np.add.reduceat(minhash.changes(i[order], j[order], q[order]), np.flatnonzero(first_of_pair))
     order = np.lexsort((p, j, i))
     i, j, p = i[order], j[order], p[order]
-    keep = _changes(i, j, p)  # distinct matched train positions per pair, ascending
+    keep = minhash.changes(i, j, p)  # distinct matched train positions per pair, ascending
     i, j, p = i[keep], j[keep], p[keep]
-    new_pair = _changes(i, j)
+    new_pair = minhash.changes(i, j)
     run_start = new_pair | (p > np.roll(p, 1) + n[j])  # windows overlap or touch: the same run
     starts = np.flatnonzero(run_start)
     run_end = np.append(starts[1:], len(p)) - 1
     run_words = p[run_end] + n[j[starts]] - p[starts]
     run_pair = np.cumsum(new_pair)[starts] - 1
     best = np.lexsort((np.arange(len(starts)), -run_words, run_pair))  # longest run, the first on ties
-    best = best[_changes(run_pair[best])]
+    best = best[minhash.changes(run_pair[best])]
     out = []
     for k, r in enumerate(best):
         ti, ej, s = int(i[starts[r]]), int(j[starts[r]]), int(p[starts[r]])
@@ -164,15 +164,6 @@ def _hit_windows(flat, doc, pos, doc_len, index, eval_all, eval_offset, powers):
         offsets = np.arange(length)
         same = (flat[start[:, None] + offsets] == eval_all[(eval_offset[j] + q)[:, None] + offsets]).all(axis=1)
         yield doc[start[same]], pos[start[same]], j[same], q[same]
-
-
-def _changes(*cols: np.ndarray) -> np.ndarray:
-    """True where any of the equally long sorted ``cols`` differs from the row before (and at row 0)."""
-    out = np.zeros(len(cols[0]), dtype=bool)
-    out[:1] = True
-    for col in cols:
-        out[1:] |= col[1:] != col[:-1]
-    return out
 
 
 def _blocks_of_docs(lengths: np.ndarray, words_per_block: int) -> list[tuple[int, int]]:
@@ -237,7 +228,7 @@ def _ngram_index(columns: dict[int, tuple]) -> dict[int, tuple]:
     for length, (keys, docs, starts) in columns.items():
         order = np.argsort(keys, kind="stable")
         keys, docs, starts = keys[order], docs[order], starts[order]
-        first = np.flatnonzero(_changes(keys))
+        first = np.flatnonzero(minhash.changes(keys))
         group = np.append(first, len(keys))
         index[length] = (keys[first], group, docs, starts, filter_table(keys))
     return index

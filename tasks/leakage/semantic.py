@@ -143,8 +143,7 @@ def pair_scores(query: Windows, index: Windows, threshold: float, cfg: SemanticP
     np.maximum.at(best, query.doc, window_best.astype(np.float64))
     index_doc, query_doc = index.doc[i], query.doc[q]
     order = np.lexsort((q, i, -score, query_doc, index_doc))
-    first = order[np.r_[True, (np.diff(index_doc[order]) != 0) | (np.diff(query_doc[order]) != 0)]] \
-        if len(order) else order
+    first = order[minhash.changes(index_doc[order], query_doc[order])]
     pairs = {(int(index_doc[k]), int(query_doc[k])): (float(score[k]), int(i[k]), int(q[k])) for k in first.tolist()}
     return pairs, best
 
@@ -187,7 +186,7 @@ def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
         owner = train.doc[mine]  # ascending: a doc's windows are consecutive
         top, score = _nearest_outside_cluster(aligned(train.vectors[mine]), owner, cluster_code[owner], block)
         first = np.lexsort((np.arange(len(owner)), -score, owner))
-        first = first[np.r_[True, owner[first][1:] != owner[first][:-1]]] if len(first) else first
+        first = first[minhash.changes(owner[first])]
         first = first[score[first] > -1.0]
         best[owner[first]], partner[owner[first]] = score[first].astype(np.float64), owner[top[first]]
     return best, partner
