@@ -65,7 +65,7 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
         side.evals, eval_frame, cal.task_train, cal.train_windows, cal.clean_score, cal.partner,
         ~cal.calibration & cal.valid, scan.pairs, scan.corpus, scan.corpus_windows)  # fmt: skip
     clock["end"] = time.perf_counter()
-    metrics = semantic_metrics(enc, cfg, side, cal.choice, scan, eval_frame, review_metrics)
+    metrics = semantic_metrics(enc, cfg, texts, side.evals, cal.choice, scan, eval_frame, review_metrics)
     # timings go to the MLflow run only: metrics/leakage.json is a DVC output that must repeat byte for byte
     log.metrics({"semantic_seconds_eval_and_plants": clock["plants"] - clock["start"],
                  "semantic_seconds_train_and_threshold": clock["threshold"] - clock["plants"],
@@ -75,7 +75,7 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
     if kept is not None:
         close_store(enc, store, kept, cfg.incremental, log)
     found = side.plant_on & (side.plant_score >= cal.threshold)
-    return SemanticResult(scan.rows, found, side.scored, metrics, review)
+    return SemanticResult(scan.rows, found, texts.scored, metrics, review)
 
 
 @dataclass
@@ -124,17 +124,10 @@ def texts_to_embed(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: lis
 
 @dataclass
 class EvalSide:
-    """The eval docs' windows and the planted copies' scores; arrays are per eval doc (``n_words``,
-    ``attempted``: long enough to embed, ``sampled``: in ``planted_sample``) or per plant (``scored``: of a
-    sampled doc, ``plant_on``: scored and attempted, ``plant_split``, ``plant_score``: best cosine to its
-    own eval doc)."""
+    """The eval docs' windows and the planted copies' scores; arrays are per plant (``plant_on``: scored and
+    its eval doc attempted (``Texts``), ``plant_split``, ``plant_score``: best cosine to its own eval doc)."""
 
-    texts: list[str]
-    n_words: np.ndarray
-    attempted: np.ndarray
     evals: Windows
-    sampled: np.ndarray
-    scored: np.ndarray
     plant_on: np.ndarray
     plant_split: np.ndarray
     planted: Windows
@@ -151,8 +144,7 @@ def embed_evals_and_plants(enc: Encoder, cfg: LeakageParams, texts: Texts, eval_
     log.info(f"leakage semantic: {int(attempted.sum())} of {len(texts.evals)} eval docs embedded "
              f"({len(evals.doc)} windows)")
     splits = eval_frame["split"].to_numpy()
-    return EvalSide(texts.evals, texts.n_words, attempted, evals, texts.sampled, scored,
-                    plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
+    return EvalSide(evals, plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
                     plant_split=np.array([splits[p.eval_index] for p in plants], dtype=object), planted=planted,
                     plant_score=semantic.plant_scores(planted, [p.eval_index for p in plants], evals))  # fmt: skip
 
@@ -237,33 +229,34 @@ def by_eval_set(eval_frame: pd.DataFrame, attempted: np.ndarray, flagged_rows: s
     return out
 
 
-def semantic_metrics(enc: Encoder, cfg: LeakageParams, side: EvalSide, choice: dict, scan: CorpusScan,
-                     eval_frame: pd.DataFrame, review_metrics: dict) -> dict:  # fmt: skip
-    """``metrics["semantic"]`` of the stage: the encoder, the threshold choice, the eval docs embedded and
-    flagged (overall and per eval set), the corpus searched and the review sample."""
-    scfg, evals = cfg.semantic, side.evals
+def semantic_metrics(enc: Encoder, cfg: LeakageParams, texts: Texts, evals: Windows, choice: dict,
+                     scan: CorpusScan, eval_frame: pd.DataFrame, review_metrics: dict) -> dict:  # fmt: skip
+    """``metrics["semantic"]`` of the stage: the encoder, the threshold choice, the eval docs embedded
+    (``evals``: their windows) and flagged (overall and per eval set), the corpus searched and the review
+    sample."""
+    scfg = cfg.semantic
     flagged_rows = {e for (_, e) in scan.pairs}
     return {
         **enc.describe(),
         "window_tokens": scfg.window_tokens, "stride_tokens": scfg.stride_tokens, "min_words": scfg.min_words,
         "action": scfg.action,
         **{f"threshold_{k}" if k != "threshold" else k: v for k, v in choice.items()},
-        "eval_docs": len(side.texts),
-        "eval_docs_attempted": int(side.attempted.sum()),
-        "eval_docs_not_attempted": {"no_words": int((side.n_words == 0).sum()),
-                                    "under_min_words": int(((side.n_words > 0) & ~side.attempted).sum())},
-        "eval_docs_windowed": int(sum(len(evals.of_doc(d)) > 1 for d in range(len(side.texts)))),
+        "eval_docs": len(texts.evals),
+        "eval_docs_attempted": int(texts.attempted.sum()),
+        "eval_docs_not_attempted": {"no_words": int((texts.n_words == 0).sum()),
+                                    "under_min_words": int(((texts.n_words > 0) & ~texts.attempted).sum())},
+        "eval_docs_windowed": int(sum(len(evals.of_doc(d)) > 1 for d in range(len(texts.evals)))),
         "eval_windows": int(len(evals.doc)),
         "max_windows_per_eval_doc": int(np.bincount(evals.doc).max()) if len(evals.doc) else 0,
         "eval_docs_flagged": len(flagged_rows),
         "pairs_flagged": len(scan.pairs),
-        "by_eval_set": by_eval_set(eval_frame, side.attempted, flagged_rows),
-        "best_score_quantiles": _quantiles(scan.best[side.attempted]),
+        "by_eval_set": by_eval_set(eval_frame, texts.attempted, flagged_rows),
+        "best_score_quantiles": _quantiles(scan.best[texts.attempted]),
         "corpus": {"docs": len(scan.corpus), "windows": int(len(scan.corpus_windows.doc)),
                    "search": "exact" if len(scan.corpus_windows.doc) <= scfg.exact_max_windows else "faiss_hnsw"},
         "review": review_metrics,
         **{k: v for k, v in enc.stats.items() if k != "embed_seconds"},
-        "planted_docs_scored": int(side.sampled.sum()),
+        "planted_docs_scored": int(texts.sampled.sum()),
     }  # fmt: skip
 
 
