@@ -9,22 +9,31 @@ sync, once per forward of a padded batch; meta tensors cannot be read), so these
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from finetune_fixtures import save_tiny_bert
+from placement_harness import on_meta
 from pretrain_fixtures import make_cfg
 from transformers import masking_utils
 
 from tasks.common.device import autocast, place
+from tasks.common.encoders import reference_model_dir
+from tasks.config import read_yaml
+from tasks.config.leakage import LeakageParams
 from tasks.finetune import cls, ner
 from tasks.finetune.model import build_model
 from tasks.finetune.training import train_step
+from tasks.leakage import semantic_encoder
 from tasks.pretrain.feed import masked_batch
 from tasks.pretrain.hardware import Dist
 from tasks.pretrain.init import build_model as build_mlm
 from tasks.pretrain.mlm import MaskingVocab
 from tasks.pretrain.trainer import Trainer
 from tasks.tracking import NullLog
+
+pytestmark = pytest.mark.placement
 
 META = torch.device("meta")
 VOCAB, SEQ = 64, 16
@@ -117,3 +126,69 @@ def test_packed_blocks_reach_sdpa_without_a_mask_and_padded_ones_with_one(monkey
     padded = blocks(4, with_padding=True)
     model.base_model(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"])
     assert masks == [(torch.bool, 4)] * cfg.preset.num_hidden_layers
+
+
+# ---------------------------------------------------------------- the harness's own checks
+
+
+def test_place_refuses_a_module():
+    """place() passed a model through unchanged, so leakage's MiniLM stayed on the CPU under CUDA."""
+    with pytest.raises(TypeError, match=r"model\.to\(device\)"):
+        place(torch.nn.Linear(2, 2), META)
+
+
+def test_a_module_left_on_the_host_is_caught(monkeypatch):
+    """Negative control: a stage that resolves the device but forgets to move its model."""
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
+    with on_meta(monkeypatch) as placement:
+        from tasks.common import device as dev
+
+        device = dev.resolve("cuda")
+        model(place(torch.tensor([[1, 2, 3]]), device)).sum().item()  # meta lets a host weight through here
+    assert device == META and len(placement.leaks) == 2 and "weights on the host ['weight']" in placement.leaks[0]
+
+
+def test_a_host_read_of_a_device_tensor_is_answered_and_a_host_operand_still_raises(monkeypatch):
+    with on_meta(monkeypatch) as placement:
+        x = torch.ones(3, 2, device=META)
+        answers = (x.sum().item(), x.tolist(), x.cpu().numpy().shape, float(x.max()))
+        assert answers == (0.0, [[0.0] * 2] * 3, (3, 2), 0.0)
+        with pytest.raises(RuntimeError, match="expected device"):
+            x * torch.ones(3, 2)
+    assert placement.reads.reads == 4
+
+
+# ---------------------------------------------------------------- leakage: the semantic encoder
+
+
+@pytest.fixture(scope="module")
+def tiny_minilm(tmp_path_factory):
+    """A 2-layer random BertModel (hidden 32) with MiniLM's tokenizer, saved in a temporary folder."""
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-minilm")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (reference_model_dir() / name).exists():
+            shutil.copy(reference_model_dir() / name, folder / name)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)  # fmt: skip
+    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
+    return folder
+
+
+def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tiny_minilm):
+    """The stage's Encoder resolves hardware.device itself (auto -> CUDA on a GPU box), loads the encoder and
+    embeds windows; 1e1da4d left the model on the CPU (place() passed it through) and crashed on CUDA."""
+    raw = read_yaml("params.yaml")["leakage"]
+    raw["semantic"] = {**raw["semantic"], "enabled": True, "encoder": str(tiny_minilm), "window_tokens": 16,
+                       "stride_tokens": 14, "batch_size": 4}  # fmt: skip
+    cfg = LeakageParams(**{**raw, "hardware": {"device": "cuda"}})
+    texts = ["the ship entered the harbour at dawn and the crew went ashore for supplies", "a short one", ""]
+    with on_meta(monkeypatch) as placement:
+        encoder = semantic_encoder.Encoder(cfg.semantic, cfg.hardware)
+        windows = encoder.windows(texts)
+    assert placement.resolved == ["cuda"] and encoder.precision == "bf16"
+    assert {p.device for p in encoder.model.parameters()} | {b.device for b in encoder.model.buffers()} == {META}
+    assert placement.leaks == [] and placement.forwards > 0
+    assert windows.vectors.shape[1] == 32 and len(windows.vectors) == encoder.stats["windows_embedded"] > 0

@@ -89,12 +89,17 @@ def configure(device: torch.device, deterministic: bool) -> None:
 
 
 def place(tensors, device: torch.device):
-    """``tensors`` (a tensor, a mapping of them, or None) on ``device``; other values pass through.
+    """``tensors`` (a tensor, a mapping of them, or None) on ``device``; other values pass through, except a
+    ``torch.nn.Module``: a ``TypeError`` (move a model with ``model.to(device)``; passing it through would leave
+    it on the CPU while its inputs go to the device).
 
     Host tensors bound for CUDA are copied from pinned memory with ``non_blocking=True``, so the copy overlaps
     the GPU's work instead of stalling the host; on the CPU (or ``meta``) this is a plain ``.to``."""
     if tensors is None:
         return None
+    if isinstance(tensors, torch.nn.Module):
+        raise TypeError(f"place: got a {type(tensors).__name__} (a torch.nn.Module); move a model with "
+                        "model.to(device), place() moves batches")
     if isinstance(tensors, Mapping):
         return {key: place(value, device) for key, value in tensors.items()}
     if not isinstance(tensors, torch.Tensor):

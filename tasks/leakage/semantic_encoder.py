@@ -77,7 +77,7 @@ class Encoder:
         self.quantized = self.precision == "int8"
         if self.quantized:
             model = encoders.quantize_int8(model)
-        self.model = dev.place(model, self.device) if not self.quantized else model
+        self.model = model.to(self.device) if not self.quantized else model  # a module moves itself: place() refuses it
         self.cls, self.sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         self.pad = self.tokenizer.pad_token_id or 0
         self.cache: dict[bytes, np.ndarray] = {}  # every window of this run, by embedding_store.key_of

@@ -1,0 +1,123 @@
+"""The device-placement harness: a model stage's real code runs with ``hardware.device`` resolved to ``meta``.
+
+``meta`` tensors have shapes and no data, so a CPU box can run a stage's forward and backward passes on a
+device that is not the CPU: an op that mixes a host tensor with a meta one raises "Tensor on device meta is
+not on the expected device cpu" (what CUDA raises for a tensor left on the host). ``on_meta`` adds three
+things so that the stage's host-side bookkeeping still runs and everything left behind is seen:
+
+- every ``resolve`` of ``tasks.common.device`` (and each module that imported it by name) answers ``meta``;
+- ``HostReads``, a ``TorchFunctionMode``, answers the device -> host reads of a meta tensor (``.item()``,
+  ``.tolist()``, ``.cpu()``, ``.numpy()``, ``.to("cpu")``, ``bool()``, ``float()``, ``int()``) with zeros of its
+  shape and dtype, as a GPU would answer them with numbers; nothing else is changed, so mixing devices still
+  raises;
+- a global forward pre-hook records every module called with a parameter or buffer off the device, or with
+  a positional tensor input (with elements) on the host: ``Placement.leaks``, which the tests assert empty.
+
+transformers' SDPA mask builder reads ``padding_mask.all()`` on the host to skip an all-ones mask; here it
+keeps the mask (what it does for any padded batch), as tests/test_placement.py always did.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+
+from tasks.common import device as dev
+
+META = torch.device("meta")
+_REAL_RESOLVE = dev.resolve
+
+
+def _zeros(t: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(t.shape, dtype=t.dtype)
+
+
+def _to_target(args, kwargs) -> torch.device | None:
+    try:
+        target = torch._C._nn._parse_to(*args[1:], **kwargs)[0]
+    except (TypeError, RuntimeError):
+        return None
+    return target
+
+
+class HostReads(TorchFunctionMode):
+    """Answers the host reads of meta tensors with zeros (see the module docstring); counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        this = args[0] if args else None
+        if isinstance(this, torch.Tensor) and this.is_meta:
+            name = getattr(func, "__name__", "")
+            if name in ("item", "__bool__", "__float__", "__int__", "__index__"):
+                self.reads += 1
+                value = torch.zeros((), dtype=this.dtype)
+                cast = {"__bool__": bool, "__float__": float, "__int__": int, "__index__": int}
+                return cast[name](value) if name in cast else value.item()
+            if name == "tolist":
+                self.reads += 1
+                return _zeros(this).tolist()
+            if name in ("cpu", "numpy", "__array__"):
+                self.reads += 1
+                return _zeros(this) if name == "cpu" else np.zeros(tuple(this.shape), dtype=_zeros(this).numpy().dtype)
+            if name == "to":
+                target = _to_target(args, kwargs)
+                if target is not None and target.type == "cpu":
+                    self.reads += 1
+                    given = [a for a in list(args[1:]) + list(kwargs.values()) if isinstance(a, torch.dtype)]
+                    return torch.zeros(this.shape, dtype=given[0] if given else this.dtype)
+        return func(*args, **kwargs)
+
+
+@dataclass
+class Placement:
+    """What ``on_meta`` saw: modules called off the device (``leaks``), host reads answered, resolves."""
+
+    leaks: list[str] = field(default_factory=list)
+    reads: HostReads | None = None
+    resolved: list[str] = field(default_factory=list)
+    forwards: int = 0
+
+
+def _check_module(placement: Placement, module: torch.nn.Module, args) -> None:
+    placement.forwards += 1
+    off = [name for name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
+           if t is not None and t.device.type != "meta"]  # fmt: skip
+    host = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0]
+    if off or host:
+        placement.leaks.append(f"{type(module).__name__}: weights on the host {off[:3]}, host inputs {host[:3]}")
+
+
+@contextmanager
+def on_meta(monkeypatch):
+    """Every ``hardware.device`` resolves to ``meta`` and meta host reads answer zeros, for the ``with`` body;
+    yields the ``Placement`` record (assert ``placement.leaks == []`` after the body)."""
+    from transformers import masking_utils
+
+    placement = Placement()
+
+    def resolve(setting: str, local_rank: int | None = None) -> torch.device:
+        placement.resolved.append(setting)
+        return META
+
+    monkeypatch.setattr(dev, "resolve", resolve)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("tasks.") and getattr(module, "resolve", None) is _REAL_RESOLVE:
+            monkeypatch.setattr(module, "resolve", resolve)
+    monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: _check_module(placement, module, args))
+    try:
+        with HostReads() as reads:
+            placement.reads = reads
+            yield placement
+    finally:
+        handle.remove()
