@@ -27,6 +27,11 @@ Each variant runs in a fresh subprocess, alternately, ``--rounds`` times; the sp
 faster Trainer. ``limit``: the throughput if every
 FLOP ran at this machine's float32 matmul FLOP/s on the same thread count (measured in the same run).
 
+The rows are information (``goal`` None): the CPU speed goal (1.5x the faster Trainer) is retired (issue 57).
+On the CPU this loop runs at 1.0-1.1x Trainer on the same model, batch, length and precision, and the rest of a
+step is matmul time, which no training loop removes. The fine-tuning speed goal is the whole sweep's, on a GPU
+(``benchmarks/fine_tune_sweep.py``: >= 2x one HF Trainer run per configuration).
+
     .venv/bin/python benchmarks/fine_tune.py            # writes benchmarks/results/fine_tune.json
     .venv/bin/python benchmarks/fine_tune.py --rounds 1 --steps 4 --eval-docs 16 --out /tmp/ft.json  # smoke
     .venv/bin/python benchmarks/fine_tune.py --devices cuda       # the GPU only (benchmarks/gpu_check.sh)
@@ -55,7 +60,10 @@ import tempfile  # noqa: E402
 
 from benchmarks._fine_tune_loops import cpu_precision, measure_hf_trainer, measure_ours  # noqa: E402
 
-TARGET_SPEEDUP = 1.5
+#: No speed goal (information rows): on the CPU the loop already runs at 1.0-1.1x Trainer on the same model, batch,
+#: length and precision and the rest is matmul time, so no loop could reach the old 1.5x; the fine-tuning goal is
+#: the whole sweep's, on the GPU (benchmarks/fine_tune_sweep.py: >= 2x one HF Trainer run per configuration).
+GOAL = None
 PEER_NAMES = {"hf_trainer": "HF Trainer (fp32)", "hf_trainer_bf16": "HF Trainer (bf16=True)"}
 ARM = "reference/full/mean-pool"  # the finetune stage's costliest arm (MiniLM-L6 trained whole)
 DATA_SEED = 0
@@ -184,8 +192,7 @@ def summary_rows(cmp: dict, flops: dict, limit: dict, args: argparse.Namespace, 
                      "best_peer": PEER_NAMES[best] if device == "cpu" else "HF Trainer (bf16=True)",
                      "best_peer_value": peer, "ratio_vs_best_peer": ours / peer, "limit": ceiling,
                      "fraction_of_limit": ours / ceiling,
-                     "goal": f">= {TARGET_SPEEDUP}x the faster HF Trainer",
-                     "meets_goal": ours / peer >= TARGET_SPEEDUP})  # fmt: skip
+                     "goal": GOAL, "meets_goal": None})  # fmt: skip
     return rows
 
 
@@ -241,7 +248,7 @@ def main() -> None:
         **next(iter(measured.values()))["flops"],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         **{device: m["compare"] | {"limit": m["limit"]} for device, m in measured.items()},
-        "target_speedup": TARGET_SPEEDUP, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
+        "goal": GOAL, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
         "fraction_of_limit": rows[0]["fraction_of_limit"], "rows": rows,
     }  # fmt: skip
     if "cuda" not in measured:
