@@ -13,11 +13,13 @@ def _write(folder, name, data):
 
 
 def test_each_finetune_task_and_the_semantic_encoder_report_their_precision(tmp_path):
-    _write(tmp_path, "finetune/cls", {"train_precision": "bf16 autocast"})
+    _write(tmp_path, "finetune/cls", {"train_precision": "bf16 autocast", "prediction_precision": "fp32"})
     _write(tmp_path, "finetune/ner", {"train_precision": "fp32"})
     _write(tmp_path, "leakage", {"semantic": {"enabled": True, "precision": "fp32", "device": "cpu"}})
     assert model_precision(Metrics(tmp_path)) == {"finetune cls: training steps": "bf16 autocast",
+                                                  "finetune cls: evaluated predictions (dev, test)": "fp32",
                                                   "finetune ner: training steps": "fp32",
+                                                  "finetune ner: evaluated predictions (dev, test)": "not recorded",
                                                   "leakage semantic encoder": "fp32 on cpu"}
 
 

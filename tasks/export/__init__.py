@@ -11,6 +11,11 @@ a standard Hugging Face model, re-scored exactly as exported.
    (``data/finetune/<task>/<run>/seed<k>.test.jsonl``): the same label, every probability within
    ``export.probability_tolerance``. The report makes the task's claims ``not resolvable`` when any item
    disagrees. The per-document timing from raw text is the deployment row of the inference-cost table.
+   The rule that makes the labels equal on every device: the finetune stage computes every evaluated (dev and
+   test) prediction in fp32 (no autocast, TF32 off on CUDA: ``tasks.finetune.training.fp32_predictions``),
+   whatever precision its training steps ran in, and the export re-scores in fp32 on the CPU; the metrics
+   record both (``evaluated_precision``, ``rescored_precision``). bf16 or TF32 predictions would differ from
+   the export's by about 1e-2 relative in the logits, enough to flip near-tied labels among thousands of items.
 3. With ``export.log_model`` the export is logged with MLflow's ``transformers`` flavour (signature and input
    example) under the arm's finetune run; the release stage registers it after the report.
 
@@ -32,6 +37,8 @@ from tasks.config.paths import Paths
 from tasks.export import convert, rescore
 
 MIB = 2**20
+#: How ``rescore`` computes the export's predictions (``clozeline.predict``: the CPU, no autocast).
+RESCORED_PRECISION = "fp32 on the CPU"
 BASELINE = "selected_baseline"  # data/finetune/<task>/: the TF-IDF baseline when it won on dev (tasks/finetune/export.py)
 
 
@@ -67,6 +74,8 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
                "dev_winner_score": record.get("dev_winner_score"), "arm_dev_score": record.get("arm_dev_score"),
                "folder": folder.as_posix(), "pipeline_task": str(pipe.task), "recipe": block,
                "metric": spec.headline, "agrees": agreement["disagree"] == 0, "agreement": agreement,
+               "evaluated_precision": record.get("prediction_precision", "not recorded"),
+               "rescored_precision": RESCORED_PRECISION,
                "evaluated": rescore.scores(spec.kind, gold, [r["pred"] for r in evaluated], labels),
                "rescored": rescore.scores(spec.kind, gold, [by_id.get(r["doc_id"]) or blank(r) for r in evaluated],
                                           labels),

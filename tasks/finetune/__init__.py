@@ -47,6 +47,7 @@ from tasks.finetune.baseline_runs import run_baseline
 from tasks.finetune.draw import Draw, kept_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
 from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
+from tasks.finetune.training import PREDICTION_PRECISION
 
 SPLITS = ("train", "dev", "test")
 
@@ -84,7 +85,8 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     runner = Runner(cfg.torch_threads, slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
                     cfg.hardware.deterministic, device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision))  # fmt: skip
     precision = "bf16 autocast" if runner.cpu_bf16 or device.type == "cuda" else "fp32"
-    log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision})")
+    log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision}, "
+             f"predictions {PREDICTION_PRECISION})")
     results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
     measured = operational.measure_arms(timed_arms, out_dir, cfg.operational, device, log) if save_to else {}
     runs = {}
@@ -116,7 +118,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     if tcfg.train_sizes:
         extra["learning_curve"] = curve.summary(tcfg, full_docs, runs, tok_of, comparators,
                                                 lambda r, a, c: select_best(r, a, c, spec.module), item)  # fmt: skip
-    extra |= {"train_precision": precision}
+    extra |= {"train_precision": precision, "prediction_precision": PREDICTION_PRECISION}  # dev and test predictions
     return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
             "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
             "selection": selection, "export": kept, **extra, "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,

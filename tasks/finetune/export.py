@@ -12,7 +12,8 @@ export stage checks the predictions, which is how a difference would show).
 ``config.json`` + ``model.safetensors``, ``head.safetensors``, ``head.json``), the tokenizer of the arm's variant
 and ``selected.json`` (``SELECTED_RECORD``): task, kind, run key, seed and how it was chosen, the dev scores,
 the label names and the input cut the model was trained and tested with (``max_seq_len_tokens``,
-``truncation``, ``head_tokens``), the test predictions file of that run, and the best run on dev overall when
+``truncation``, ``head_tokens``), the test predictions file of that run and the precision its predictions were
+computed in (``prediction_precision``: fp32, the export's), and the best run on dev overall when
 that is a baseline (no encoder then beats it on dev; the export stage says so).
 """
 
@@ -28,7 +29,7 @@ import torch
 from tasks.common.device import configure
 from tasks.common.encoders import load_tokenizer
 from tasks.finetune import operational
-from tasks.finetune.training import Run, train_and_test
+from tasks.finetune.training import PREDICTION_PRECISION, Run, train_and_test
 
 SELECTED = "selected"  # the folder under data/finetune/<task>/
 SELECTED_BASELINE = "selected_baseline"  # the TF-IDF baseline, when it is the best run on dev (skops, never pickle)
@@ -86,7 +87,7 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
               "lr_scale": result["scale"], "metric": f"dev_best_{job.task.SELECT_METRIC}",
               "input": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
                         "head_tokens": tcfg.head_tokens},
-              "predictions": f"{job.key}/seed{seed}.test.jsonl",
+              "predictions": f"{job.key}/seed{seed}.test.jsonl", "prediction_precision": PREDICTION_PRECISION,
               "dev_winner_score": scores.get(winner), "arm_dev_score": scores.get(job.key)}  # fmt: skip
     (dest / SELECTED_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return entry

@@ -3,8 +3,8 @@ features (the linear probe of probing papers: Alain & Bengio 2016; Hewitt & Lian
 dev), not a linear head trained with AdamW for a few epochs.
 
 1. Features: the arm's pooling (``cls-pool``: the ``[CLS]`` vector, ``mean-pool``: the masked mean) of the
-   frozen encoder, once per split, in fp32 (no autocast, also on CUDA and with ``cpu_bf16``) with the model on
-   ``Run.device`` (``tasks.common.device.place``), then moved to the CPU: ``(docs, hidden)`` float32.
+   frozen encoder, once per split, in fp32 (no autocast and no TF32, also on CUDA and with ``cpu_bf16``) with
+   the model on ``Run.device`` (``tasks.common.device.place``), then moved to the CPU: ``(docs, hidden)`` float32.
 2. Probe: the train features standardized with their own mean and standard deviation (scikit-learn
    ``StandardScaler``), then ``LogisticRegression(solver="lbfgs", C=c, max_iter=frozen_max_iter)`` (L2, the
    intercept unpenalized; softmax over the labels, a sigmoid for two) for every ``c`` of ``frozen_c_grid``.
@@ -101,16 +101,19 @@ def choose_probe(job, features: dict[str, np.ndarray]) -> tuple[dict, dict]:
 @torch.inference_mode()
 def pooled_features(model, job, exs: list[dict], device: torch.device) -> np.ndarray:
     """``(len(exs), hidden)`` float32 pooled vectors of ``exs`` in input order, from ``model.features`` in fp32
-    (eval mode, no autocast); batches of ``batch_size`` length-sorted docs (padding is masked, so it cannot change
-    a vector)."""
+    (eval mode, no autocast, TF32 off on CUDA: ``training.fp32_predictions``); batches of ``batch_size``
+    length-sorted docs (padding is masked, so it cannot change a vector)."""
+    from tasks.finetune.training import fp32_predictions  # training imports this module
+
     model.eval()
     out = np.zeros((len(exs), model.head.in_features), dtype=np.float32)
     order = sorted(range(len(exs)), key=lambda i: len(exs[i]["input_ids"]))
-    for start in range(0, len(order), job.tcfg.batch_size):
-        idx = order[start : start + job.tcfg.batch_size]
-        batch = place(job.task.collate([exs[i] for i in idx], job.pad_id), device)
-        vectors = model.features(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        out[idx] = vectors.float().cpu().numpy()
+    with fp32_predictions(device):
+        for start in range(0, len(order), job.tcfg.batch_size):
+            idx = order[start : start + job.tcfg.batch_size]
+            batch = place(job.task.collate([exs[i] for i in idx], job.pad_id), device)
+            vectors = model.features(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+            out[idx] = vectors.float().cpu().numpy()
     return out
 
 

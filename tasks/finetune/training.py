@@ -4,9 +4,12 @@
 returns everything (per-epoch history, test records and scores), so runs can go to worker processes and the
 parent logs them to MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not
 depend on where it ran. A run trains on ``Run.device`` (the scheduler in ``sweep`` picks it): models and batches
-move with ``tasks.common.device.place`` and forward passes run under its bf16 ``autocast`` on CUDA; on the CPU the
-training steps do too when ``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``), while predictions stay
-fp32 there, so the scores reported are those of the fp32 weights a user loads. The training
+move with ``tasks.common.device.place`` and training steps run under its bf16 ``autocast`` on CUDA, and on the
+CPU when ``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``). Every evaluated prediction (dev after each
+epoch, test once) is computed in fp32 on every device (``PREDICTION_PRECISION``: no autocast, and TF32 off on
+CUDA for the pass, ``fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32 on
+the CPU), so an exported model's labels are the evaluated ones and the scores reported are those of the fp32
+weights a user loads. The training
 loop reads no scalar from the device inside an epoch (the losses are summed on the device and read once per
 epoch), so the host queues the next step's kernels while the GPU runs this one.
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +33,9 @@ from tasks.finetune.model import build_model, optimizer_for, save_model
 
 #: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
 TRAINED_ENCODERS = ("reference", "adapted")
+#: The precision of every evaluated (dev and test) prediction, on every device: the rule that makes the export's
+#: re-scoring (fp32 on the CPU, ``tasks.export``) reproduce the evaluated labels (README, "Exported models").
+PREDICTION_PRECISION = "fp32 (no autocast; TF32 off on CUDA)"
 
 
 @dataclass(frozen=True)
@@ -183,17 +191,36 @@ def length_grouped_batches(lengths: list[int], batch_size: int, group_batches: i
 
 @torch.inference_mode()
 def predict(model, job, exs: list[dict], device: torch.device) -> list:
-    """Predictions per example in input order (eval mode, no autograd); batches are length-sorted so
-    little padding is computed, which cannot change results because padding is masked."""
+    """Predictions per example in input order (eval mode, no autograd, fp32: ``fp32_predictions``); batches are
+    length-sorted so little padding is computed, which changes no label because padding is masked (only the
+    last float bits of a probability)."""
     model.eval()
     order = sorted(range(len(exs)), key=lambda i: len(exs[i]["input_ids"]))
     out: list = [None] * len(exs)
-    for start in range(0, len(order), job.tcfg.batch_size):
-        idx = order[start : start + job.tcfg.batch_size]
-        batch_exs = [exs[i] for i in idx]
-        batch = place(job.task.collate(batch_exs, job.pad_id), device)
-        with autocast(device):
+    with fp32_predictions(device):
+        for start in range(0, len(order), job.tcfg.batch_size):
+            idx = order[start : start + job.tcfg.batch_size]
+            batch_exs = [exs[i] for i in idx]
+            batch = place(job.task.collate(batch_exs, job.pad_id), device)
             logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        for i, pred in zip(idx, job.task.decode(logits.float().cpu(), batch_exs), strict=True):
-            out[i] = pred
+            for i, pred in zip(idx, job.task.decode(logits.float().cpu(), batch_exs), strict=True):
+                out[i] = pred
     return out
+
+
+@contextmanager
+def fp32_predictions(device: torch.device) -> Iterator[None]:
+    """IEEE fp32 forward passes on ``device`` (``PREDICTION_PRECISION``): no autocast is entered, and on CUDA the
+    TF32 matrix products that ``tasks.common.device.configure`` turns on for training are off until the block
+    ends (then restored). bf16 (8 mantissa bits) or TF32 (10) logits differ from the CPU's fp32 ones by about
+    1e-2 relative, enough to flip a near-tied label among thousands of NER words; fp32 on two devices differs
+    only in summation order (about 1e-6)."""
+    if device.type != "cuda":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

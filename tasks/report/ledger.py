@@ -146,13 +146,16 @@ def hardware(metrics: Metrics) -> dict[str, str]:
 
 def model_precision(metrics: Metrics) -> dict[str, str]:
     """The numeric precision each model stage ran in, as its metrics recorded it: fine-tuning steps per task
-    (``train_precision``) and the semantic leakage encoder. On a CPU it follows the machine
+    (``train_precision``), every evaluated prediction per task (``prediction_precision``: what the claims'
+    predictions were computed in, and the export re-scores in) and the semantic leakage encoder. On a CPU it follows the machine
     (``cpu_train_precision: auto`` is bf16 autocast only with AVX512-BF16/AMX), so the same params and seeds give
     slightly different scores on another CPU family; this line says which one a reader's numbers come from."""
     out = {}
     for task in finetune_tasks(metrics):
         recorded = (metrics.optional(f"finetune/{task}") or {}).get("train_precision")
         out[f"finetune {task}: training steps"] = str(recorded) if recorded else "not recorded"
+        predicted = (metrics.optional(f"finetune/{task}") or {}).get("prediction_precision")
+        out[f"finetune {task}: evaluated predictions (dev, test)"] = str(predicted) if predicted else "not recorded"
     semantic = (metrics.optional("leakage") or {}).get("semantic") or {}
     if semantic.get("enabled"):
         out["leakage semantic encoder"] = f"{semantic.get('precision', 'not recorded')} on {semantic.get('device')}"
