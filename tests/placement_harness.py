@@ -14,7 +14,9 @@ things so that the stage's host-side bookkeeping still runs and everything left 
   a positional tensor input (with elements) on the host: ``Placement.leaks``, which the tests assert empty.
 
 transformers' SDPA mask builder reads ``padding_mask.all()`` on the host to skip an all-ones mask; here it
-keeps the mask (what it does for any padded batch), as tests/test_placement.py always did.
+keeps the mask (what it does for any padded batch), as tests/test_placement.py always did; and fused AdamW,
+which checks its parameters' device against a list (CUDA and the CPU among them), accepts ``meta`` (whose
+fused kernel exists).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.optim import optimizer
 from torch.overrides import TorchFunctionMode
 
 from tasks.common import device as dev
@@ -108,11 +111,14 @@ def on_meta(monkeypatch):
         placement.resolved.append(setting)
         return META
 
-    monkeypatch.setattr(dev, "resolve", resolve)
+    resolve.placement_harness = True
     for name, module in list(sys.modules.items()):
-        if name.startswith("tasks.") and getattr(module, "resolve", None) is _REAL_RESOLVE:
+        found = getattr(module, "resolve", None) if name == "tasks" or name.startswith("tasks.") else None
+        if found is _REAL_RESOLVE or getattr(found, "placement_harness", False):
             monkeypatch.setattr(module, "resolve", resolve)
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)
+    fused = optimizer._get_fused_kernels_supported_devices
+    monkeypatch.setattr(optimizer, "_get_fused_kernels_supported_devices", lambda: [*fused(), "meta"])
     handle = torch.nn.modules.module.register_module_forward_pre_hook(
         lambda module, args: _check_module(placement, module, args))
     try:

@@ -13,17 +13,21 @@ import shutil
 
 import pytest
 import torch
-from finetune_fixtures import save_tiny_bert
+from datasets import load_from_disk
+from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
 from placement_harness import on_meta
 from pretrain_fixtures import make_cfg
 from transformers import masking_utils
 
+from tasks import finetune
+from tasks.common import device as dev
+from tasks.common import encoders
 from tasks.common.device import autocast, place
 from tasks.common.encoders import reference_model_dir
 from tasks.config import read_yaml
 from tasks.config.leakage import LeakageParams
-from tasks.finetune import cls, ner
-from tasks.finetune.model import build_model
+from tasks.finetune import cls, ner, operational
+from tasks.finetune.model import build_model, save_model
 from tasks.finetune.training import train_step
 from tasks.leakage import semantic_encoder
 from tasks.pretrain.feed import masked_batch
@@ -141,8 +145,6 @@ def test_a_module_left_on_the_host_is_caught(monkeypatch):
     """Negative control: a stage that resolves the device but forgets to move its model."""
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
     with on_meta(monkeypatch) as placement:
-        from tasks.common import device as dev
-
         device = dev.resolve("cuda")
         model(place(torch.tensor([[1, 2, 3]]), device)).sum().item()  # meta lets a host weight through here
     assert device == META and len(placement.leaks) == 2 and "weights on the host ['weight']" in placement.leaks[0]
@@ -192,3 +194,53 @@ def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tin
     assert {p.device for p in encoder.model.parameters()} | {b.device for b in encoder.model.buffers()} == {META}
     assert placement.leaks == [] and placement.forwards > 0
     assert windows.vectors.shape[1] == 32 and len(windows.vectors) == encoder.stats["windows_embedded"] > 0
+
+
+# ---------------------------------------------------------------- finetune: the stage's run
+
+
+@pytest.fixture(scope="module")
+def finetune_workspace(tmp_path_factory):
+    """models/pretrained (tiny, hidden 32), a 'reference' of another width, and both tokenizations' task data."""
+    return two_model_workspace(tmp_path_factory.mktemp("ft_meta"), {"train": 8, "dev": 4, "test": 4})
+
+
+def on_cuda(cfg):
+    return cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update={"device": "cuda"})})
+
+
+@pytest.mark.parametrize(("item", "configs"), [
+    ("cls", ["pretrained/full/cls-pool", "pretrained/frozen/mean-pool", "reference/full/mean-pool"]),
+    ("ner", ["pretrained/full/first", "pretrained/frozen/first"]),
+])  # fmt: skip
+def test_finetune_run_trains_predicts_and_pools_features_on_the_resolved_device(monkeypatch, finetune_workspace,
+                                                                                 item, configs):  # fmt: skip
+    """``finetune.run`` as DVC calls it, every arm kind on a device that is not the CPU: full fine-tuning (train
+    steps, dev and test predictions, the selected model's retrain), a frozen encoder (cls: pooled features for
+    the probe; ner: the head trained on it) and the reference encoder."""
+    paths, reference = finetune_workspace
+    monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)
+    other = {"cls": ["pretrained/full/cls-pool"], "ner": ["pretrained/full/first"]}
+    cfg = on_cuda(tiny_params(*[configs if name == item else other[name] for name in ("cls", "ner")], [3], epochs=1))
+    with on_meta(monkeypatch) as placement:
+        metrics = finetune.run(cfg, paths, NullLog(), item)
+    assert placement.resolved == ["cuda"] and placement.forwards > 0
+    assert placement.leaks == []
+    assert sorted(metrics["runs"]) == sorted(configs)
+
+
+@pytest.mark.parametrize("item", ["cls", "ner"])
+def test_finetune_inference_cost_is_timed_on_the_resolved_device(monkeypatch, finetune_workspace, tmp_path, item):
+    """The operational measurement (``measure_saved``: what ``finetune.run`` starts in a fresh process per timed
+    arm, with the resolved device's name) loads a saved model and times its batches there."""
+    paths, _ = finetune_workspace
+    module = {"cls": cls, "ner": ner}[item]
+    head = "mean-pool" if item == "cls" else "first"
+    folder = save_model(build_model("pretrained", paths.models / "pretrained", head, 3, "full", 0.1, 0), tmp_path / "m")
+    params = tiny_params(["pretrained/full/cls-pool"], ["pretrained/full/first"], [3], operational=True)
+    rows = load_from_disk(str(paths.data / "tokenize" / item / "clozeline" / "test")).to_list()
+    exs, ocfg = module.examples(rows, params.task(item), "first"), params.operational
+    with on_meta(monkeypatch) as placement:
+        entry = operational.measure_saved(folder, module.collate, exs, 0, ocfg, str(dev.resolve("cuda")))
+    assert placement.leaks == [] and placement.forwards >= 6
+    assert entry["device"] == "meta" and set(entry["batch"]) == {"1", "4"}

@@ -20,7 +20,12 @@ from transformers import AutoTokenizer, BertConfig, BertModel, ModernBertConfig,
 from tasks import probe
 from tasks.common.encoders import reference_model_dir
 from tasks.probe import pairs
+from tasks.tracking import NullLog
+from placement_harness import on_meta
+from test_probe import make_cfg, make_paths, tiny_root  # noqa: F401 (tiny_root: a fixture)
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # tests/ is on sys.path (rootdir import)
+
+pytestmark = pytest.mark.placement
 
 META = torch.device("meta")
 SHIPPED = Path(__file__).resolve().parents[1] / "tasks" / "probe" / "senses.jsonl"
@@ -93,3 +98,20 @@ def test_guard_sees_a_host_index_and_meta_refuses_a_host_operand():
     assert guard.leaks and guard.leaks[0].startswith("aten.arange")
     with pytest.raises(RuntimeError, match="is not on the expected device"):
         states * torch.ones(2, 5, 1)
+
+
+# ---------------------------------------------------------------- the stage's entry point
+
+
+def test_probe_run_keeps_every_model_and_batch_on_the_resolved_device(monkeypatch, tiny_root):
+    """``probe.run`` as DVC calls it, with ``hardware.device`` resolving to a device that is not the CPU: the
+    sense probe (pretrained, random, reference) and the minimal pairs (pretrained, random; unigram has no
+    model) load, move and run every model there."""
+    cfg = make_cfg(hardware={"device": "cuda"}, pair_variants=["pretrained", "random", "unigram"],
+                   batch_size_sentences=1024, pairs_batch_size=4096)  # few forwards: meta costs a forward, not a row
+    with on_meta(monkeypatch) as placement:
+        metrics = probe.run(cfg, make_paths(tiny_root), NullLog())
+    assert placement.resolved == ["cuda"] and placement.forwards > 0
+    assert placement.leaks == []
+    assert set(metrics["models"]) == {"pretrained", "random", "reference"}
+    assert set(metrics["minimal_pairs"]["variants"]) >= {"pretrained", "random"}
