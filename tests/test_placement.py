@@ -16,10 +16,11 @@ import torch
 from datasets import load_from_disk
 from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
 from placement_harness import on_meta
-from pretrain_fixtures import make_cfg
+from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
+from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
 from transformers import masking_utils
 
-from tasks import finetune
+from tasks import finetune, pretrain
 from tasks.common import device as dev
 from tasks.common import encoders
 from tasks.common.device import autocast, place
@@ -244,3 +245,31 @@ def test_finetune_inference_cost_is_timed_on_the_resolved_device(monkeypatch, fi
         entry = operational.measure_saved(folder, module.collate, exs, 0, ocfg, str(dev.resolve("cuda")))
     assert placement.leaks == [] and placement.forwards >= 6
     assert entry["device"] == "meta" and set(entry["batch"]) == {"1", "4"}
+
+
+# ---------------------------------------------------------------- pretrain: the stage's run
+
+
+@pytest.fixture(scope="module")
+def pretrain_corpus(tmp_path_factory):
+    """A WordPiece tokenizer and 32-token blocks of 40 real BBC articles, and the MiniLM blocks of 20."""
+    root = tmp_path_factory.mktemp("pt_meta")
+    bench_module().build_data(root, vocab_size=400, seq_len=PRETRAIN_SEQ, heldout_every=10, max_docs=40)
+    add_reference_blocks(root, 20)
+    return root
+
+
+@pytest.mark.parametrize("init_from", ["scratch", "reference"])
+def test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device(monkeypatch, pretrain_corpus, tmp_path,
+                                                                              init_from):  # fmt: skip
+    """``pretrain.run`` as DVC calls it (``setup_distributed`` resolves ``hardware.device``): train steps, the
+    held-out evaluations, checkpoints and the fill-mask check, from a fresh model and from the packaged MiniLM
+    (``init_from: reference``, loaded with ``from_pretrained``)."""
+    cfg = make_cfg(init_from=init_from, max_steps=4, eval_every_steps=2, checkpoint_every_steps=2, log_every_steps=1,
+                   batch_size_blocks=4, eval_max_blocks=4, hardware={"device": "cuda"})  # fmt: skip
+    with on_meta(monkeypatch) as placement:
+        metrics = pretrain.run(cfg, clone(pretrain_corpus, tmp_path), NullLog())
+    assert placement.resolved == ["cuda"] and placement.forwards > 0
+    assert placement.leaks == []
+    assert metrics["steps"] == 4 and metrics["variant"] == ("pretrained" if init_from == "scratch" else "adapted")
+    assert list(metrics["fill_mask"]) == cfg.fill_mask
