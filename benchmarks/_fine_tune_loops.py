@@ -97,16 +97,44 @@ def for_trainer(model):
     return ForTrainer(model)
 
 
+def trainer_dataset(exs: list[dict]):
+    """A ``datasets.Dataset`` of cls examples as HF ``Trainer`` reads them: ``input_ids``, ``attention_mask``,
+    ``labels``."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"input_ids": ex["input_ids"], "attention_mask": [1] * len(ex["input_ids"]),
+                               "labels": ex["label"]} for ex in exs])  # fmt: skip
+
+
+def two_rate_trainer(lr_encoder: float, lr_head: float, weight_decay: float):
+    """A ``Trainer`` subclass whose optimizer is Trainer's own class and kwargs (``args.optim``) over our parameter
+    groups and LRs (``decay_groups`` of the encoder at ``lr_encoder`` and of the head at ``lr_head``; a frozen
+    encoder has no trainable parameters, so only the head's groups remain)."""
+    from transformers import Trainer
+
+    from tasks.common.optim import decay_groups
+
+    class TwoRateTrainer(Trainer):
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
+                kwargs = {k: v for k, v in kwargs.items() if k != "lr"}
+                inner = self.model.model
+                groups = decay_groups(inner.encoder, weight_decay, lr=lr_encoder)
+                self.optimizer = cls(groups + decay_groups(inner.head, weight_decay, lr=lr_head), **kwargs)
+            return self.optimizer
+
+    return TwoRateTrainer
+
+
 def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None,
                        bf16: bool = False) -> dict:  # fmt: skip
     """Train tokens/s of HF ``Trainer.train`` over its last ``steps`` optimizer steps and eval docs/s of
     ``Trainer.predict``, on the same model, docs, batch size, LRs and clipping; ``bf16``: ``bf16=True`` (autocast)
     on the CPU (on CUDA always)."""
-    from datasets import Dataset
-    from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments
+    from transformers import DataCollatorWithPadding, TrainerCallback, TrainingArguments
 
     from tasks.common.encoders import load_tokenizer
-    from tasks.common.optim import decay_groups
     from tasks.finetune import training
     from tasks.finetune.model import build_model
 
@@ -114,10 +142,6 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
     model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
                         tcfg.head_dropout, SEED)  # fmt: skip
     lr_encoder, lr_head = training.learning_rates(training.Run(job, SEED, LR_SCALE))
-
-    def dataset(exs):
-        return Dataset.from_list([{"input_ids": ex["input_ids"], "attention_mask": [1] * len(ex["input_ids"]),
-                                   "labels": ex["label"]} for ex in exs])  # fmt: skip
 
     padding, counts, stamps = DataCollatorWithPadding(load_tokenizer(job.folder)), [], []
 
@@ -130,16 +154,6 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
         def on_step_end(self, args, state, control, **kwargs):
             stamps.append(_clock(device))
 
-    class TwoRateTrainer(Trainer):  # Trainer's own optimizer class and kwargs, over our groups and LRs
-        def create_optimizer(self, model=None):
-            if self.optimizer is None:
-                cls, kwargs = self.get_optimizer_cls_and_kwargs(self.args, self.model)
-                kwargs = {k: v for k, v in kwargs.items() if k != "lr"}
-                inner = self.model.model
-                groups = decay_groups(inner.encoder, tcfg.weight_decay, lr=lr_encoder)
-                self.optimizer = cls(groups + decay_groups(inner.head, tcfg.weight_decay, lr=lr_head), **kwargs)
-            return self.optimizer
-
     total = warmup + steps
     with tempfile.TemporaryDirectory(prefix="bench-ft-hf-") as tmp:
         args = TrainingArguments(
@@ -150,11 +164,12 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
             train_sampling_strategy="random",  # group_by_length off (transformers 5 names it so)
             use_cpu=device.type == "cpu", bf16=bf16 or device.type == "cuda",  # ours runs bf16 autocast on CUDA
         )  # fmt: skip
-        trainer = TwoRateTrainer(model=for_trainer(model), args=args, data_collator=collate, callbacks=[Clock()],
-                                 train_dataset=dataset(job.exs["train"][: steps * bs]))  # fmt: skip
+        trainer = two_rate_trainer(lr_encoder, lr_head, tcfg.weight_decay)(
+            model=for_trainer(model), args=args, data_collator=collate, callbacks=[Clock()],
+            train_dataset=trainer_dataset(job.exs["train"][: steps * bs]))  # fmt: skip
         profiler = _profiler(profile)
         loss = trainer.train().training_loss
-        evals = dataset(job.exs["test"][:eval_docs])
+        evals = trainer_dataset(job.exs["test"][:eval_docs])
         trainer.predict(evals.select(range(bs)))
         eval_start = _clock(device)
         trainer.predict(evals)
@@ -163,6 +178,59 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
     tokens = sum(counts[warmup:total])
     figures = _figures(tokens, steps, stamps[warmup - 1], stamps[total - 1], len(evals), eval_start, eval_end, loss)
     return figures | {"optim": str(args.optim)}
+
+
+def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
+    """One configuration run as a user's HF ``Trainer`` script does it: a fresh ``Trainer`` over a fresh model
+    (``build_model``, as the stage builds it for this arm and seed) on seed ``seed``'s train docs
+    (``job.for_seed``), the stage's LRs times ``lr_scale`` (``training.learning_rates``), batch size, epochs
+    (``max_epochs``, no early stopping: Trainer gives none by default), linear warmup/decay over the same steps,
+    clipping and weight decay; dev scored after every epoch (``eval_strategy="epoch"``, macro-F1 in
+    ``compute_metrics``), then one ``predict`` on test. ``bf16``: Trainer's ``bf16=True`` (autocast for training
+    and evaluation). A frozen arm trains its head with AdamW (the encoder has no gradients), the Trainer way to
+    fit a head on a frozen encoder: no cached features. Returns the wall seconds from model construction to the
+    test predictions, the epochs run and the dev/test macro-F1."""
+    import math
+
+    import numpy as np
+    from sklearn.metrics import f1_score
+    from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArguments
+
+    from tasks.common.encoders import load_tokenizer
+    from tasks.finetune import training
+    from tasks.finetune.model import build_model
+
+    started = _clock(device)[0]
+    job = job.for_seed(seed)
+    tcfg, bs, spec = job.tcfg, job.tcfg.batch_size, job.spec
+    model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, tcfg.head_dropout, seed)
+    lr_encoder, lr_head = training.learning_rates(training.Run(job, seed, lr_scale))
+    total = math.ceil(len(job.exs["train"]) / bs) * tcfg.max_epochs
+
+    def macro_f1(pred) -> dict:
+        return {"macro_f1": f1_score(pred.label_ids, np.argmax(pred.predictions, -1), average="macro")}
+
+    with tempfile.TemporaryDirectory(prefix="bench-ft-hf-run-") as tmp:
+        args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=bs, per_device_eval_batch_size=bs,
+            num_train_epochs=tcfg.max_epochs, learning_rate=lr_encoder, weight_decay=tcfg.weight_decay,
+            lr_scheduler_type="linear", warmup_steps=int(tcfg.warmup_fraction * total),
+            max_grad_norm=tcfg.max_grad_norm, seed=seed, save_strategy="no", eval_strategy="epoch", report_to=[],
+            disable_tqdm=True, dataloader_num_workers=0, train_sampling_strategy="random",
+            use_cpu=device.type == "cpu", bf16=bf16,
+        )  # fmt: skip
+        trainer = two_rate_trainer(lr_encoder, lr_head, tcfg.weight_decay)(
+            model=for_trainer(model), args=args, data_collator=DataCollatorWithPadding(load_tokenizer(job.folder)),
+            train_dataset=trainer_dataset(job.exs["train"]), eval_dataset=trainer_dataset(job.exs["dev"]),
+            compute_metrics=macro_f1)  # fmt: skip
+        trainer.remove_callback(PrinterCallback)  # its per-epoch dicts on stdout; log_history keeps them
+        trainer.train()
+        test = trainer.predict(trainer_dataset(job.exs["test"]))
+    ended = _clock(device)[0]
+    dev = [row["eval_macro_f1"] for row in trainer.state.log_history if "eval_macro_f1" in row]
+    return {"arm": job.key, "seed": seed, "lr_scale": lr_scale, "seconds": ended - started,
+            "epochs_run": len(dev), "dev_best_macro_f1": max(dev, default=None),
+            "test_macro_f1": test.metrics.get("test_macro_f1")}  # fmt: skip
 
 
 def _figures(tokens, steps, start, end, docs, eval_start, eval_end, loss) -> dict:
