@@ -16,7 +16,7 @@ ROOT = PROFILES.parent
 
 
 def test_there_is_one_profile_per_machine_shape_and_one_for_scheduled_runs():
-    assert names() == ["cpu", "gpu", "gpu-node", "scheduled"]
+    assert names() == ["cpu", "gpu", "gpu-large", "gpu-node", "scheduled"]
 
 
 def test_the_scheduled_profile_validates_and_keeps_splits_with_the_ledger():
@@ -25,7 +25,7 @@ def test_the_scheduled_profile_validates_and_keeps_splits_with_the_ledger():
     assert params.tokenizer.vocab_from == "train_once"  # tokenize's cache and init_from stay valid night to night
 
 
-@pytest.mark.parametrize("name", ["cpu", "gpu", "gpu-node"])
+@pytest.mark.parametrize("name", ["cpu", "gpu", "gpu-large", "gpu-node"])
 def test_every_profile_validates_against_params_yaml(name):
     params = load_params(ROOT / "params.yaml", overrides(name))
     assert params.hardware.device == ("cpu" if name == "cpu" else "cuda")
@@ -34,19 +34,22 @@ def test_every_profile_validates_against_params_yaml(name):
 def test_the_cpu_profile_is_params_yaml_and_undoes_every_gpu_key():
     committed = flatten(read_yaml(ROOT / "params.yaml"))
     cpu = overrides("cpu")
-    gpu_keys = set(overrides("gpu")) | set(overrides("gpu-node"))
+    gpu_keys = set(overrides("gpu")) | set(overrides("gpu-large")) | set(overrides("gpu-node"))
     assert gpu_keys <= set(cpu), f"keys a GPU profile sets that cpu does not put back: {gpu_keys - set(cpu)}"
     differ = {k: (v, committed.get(k)) for k, v in cpu.items() if committed.get(k) != v}
     assert differ == {"hardware.device": ("cpu", "auto")}
 
 
-def test_gpu_node_extends_gpu_with_a_process_per_gpu():
-    assert overrides("gpu-node") == overrides("gpu") | {"pretrain.nproc_per_node": "gpu"}
+def test_gpu_node_extends_gpu_large_with_a_process_per_gpu_and_the_lr_of_its_global_batch():
+    # the lr and eval interval for 8 GPUs (profiles/gpu-node.yaml; tests/test_profiles_sizing.py checks the rule)
+    assert overrides("gpu-node") == overrides("gpu-large") | {
+        "pretrain.nproc_per_node": "gpu", "pretrain.grad_accum_steps": 1, "pretrain.lr": 7.1e-4,
+        "pretrain.eval_every_steps": 500}
 
 
 def test_set_params_args_are_dvc_exp_run_arguments():
     args = set_params_args("gpu")
-    assert args[0] == "-S" and "pretrain.size=\"base\"" in args and "pretrain.max_steps=null" in args
+    assert args[0] == "-S" and "pretrain.size=\"tiny3\"" in args and "pretrain.max_steps=null" in args
 
 
 def test_an_unknown_profile_or_a_bad_value_is_one_line(tmp_path, capsys):
