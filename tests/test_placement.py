@@ -9,6 +9,7 @@ sync, once per forward of a padded batch; meta tensors cannot be read), so these
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -20,13 +21,15 @@ from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
 from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
 from transformers import masking_utils
 
+from clozeline import predict
 from tasks import finetune, pretrain
 from tasks.common import device as dev
 from tasks.common import encoders
 from tasks.common.device import autocast, place
-from tasks.common.encoders import reference_model_dir
+from tasks.common.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
 from tasks.config.leakage import LeakageParams
+from tasks.export import convert
 from tasks.finetune import cls, ner, operational
 from tasks.finetune.model import build_model, save_model
 from tasks.finetune.training import train_step
@@ -36,6 +39,7 @@ from tasks.pretrain.hardware import Dist
 from tasks.pretrain.init import build_model as build_mlm
 from tasks.pretrain.mlm import MaskingVocab
 from tasks.pretrain.trainer import Trainer
+from tasks.release.card import usage as card_usage
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.placement
@@ -273,3 +277,63 @@ def test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device(mo
     assert placement.leaks == []
     assert metrics["steps"] == 4 and metrics["variant"] == ("pretrained" if init_from == "scratch" else "adapted")
     assert list(metrics["fill_mask"]) == cfg.fill_mask
+
+
+# ---------------------------------------------------------------- export's re-score and the release card
+
+
+@pytest.fixture(scope="module")
+def exports(finetune_workspace, tmp_path_factory):
+    """Per task kind, an export folder (``convert.build``, as the export stage writes it) of a tiny selected
+    model, and its task's labels."""
+    paths, _ = finetune_workspace
+    root, out = tmp_path_factory.mktemp("exports"), {}
+    for item, kind, head in (("cls", "classification", "mean-pool"), ("ner", "token_classification", "first")):
+        labels = json.loads((paths.data / "tokenize" / item / "clozeline" / "labels.json").read_text())
+        selected = save_model(build_model("pretrained", paths.models / "pretrained", head, len(labels), "full", 0.1, 0),
+                              root / item / "selected")  # fmt: skip
+        load_tokenizer(paths.models / "pretrained").save_pretrained(selected)
+        record = {"run": f"pretrained/full/{head}", "seed": 0, "labels": labels,
+                  "input": {"max_seq_len_tokens": 10, "truncation": "head", "head_tokens": 0}}  # fmt: skip
+        (selected / "selected.json").write_text(json.dumps(record))
+        convert.build(selected, root / item / "model", kind, (16, 4))
+        out[kind] = (root / item / "model", labels)
+    return out
+
+
+RAW = {"classification": [{"doc_id": "a", "text": "the match ended in a draw"}, {"doc_id": "b", "text": "chips"}],
+       "token_classification": [{"doc_id": "a", "words": "john visited paris in the spring of that year".split()},
+                                {"doc_id": "b", "words": ["ok"]}]}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["classification", "token_classification"])
+def test_export_rescore_pipeline_keeps_its_batches_on_the_models_device(monkeypatch, exports, kind):
+    """What the re-score's fresh process runs (``clozeline.predict``: ``load``, ``predict_records``,
+    ``batch_seconds``), with the loaded export on a device that is not the CPU: every window, mask and
+    logit stays with the model (the stage itself re-scores on the CPU, as a user's default pipeline does)."""
+    folder, labels = exports[kind]
+    with on_meta(monkeypatch) as placement:
+        pipe = predict.load(folder, labels)
+        pipe.model.to(META)
+        pipe.device = META
+        records = predict.predict_records(pipe, RAW[kind])
+        predict.batch_seconds(pipe, RAW[kind], 2)
+    assert placement.leaks == [] and placement.forwards > 0
+    assert [r["doc_id"] for r in records] == ["a", "b"]
+    assert kind == "classification" or [len(r["pred"]) for r in records] == [9, 1]
+
+
+@pytest.mark.parametrize("kind", ["classification", "token_classification"])
+def test_release_card_usage_runs_on_a_device(monkeypatch, exports, kind):
+    """The release card's usage snippet, run as written with ``device=`` added to its ``pipeline`` call: the
+    registered clozeline pipeline loads the export onto that device and keeps its batches there."""
+    folder, _ = exports[kind]
+    task = predict.PIPELINE_OF[kind]
+    snippet = "\n".join(card_usage(task, kind)).replace('model="<this folder>"', "model=FOLDER, device=DEVICE")
+    assert "device=DEVICE" in snippet
+    with on_meta(monkeypatch) as placement:
+        scope = {"FOLDER": str(folder), "DEVICE": dev.resolve("cuda")}
+        exec(compile(snippet, "release card usage", "exec"), scope)  # noqa: S102 (the card's own code)
+    model = scope["tag" if kind == "token_classification" else "model"].model
+    assert {p.device for p in model.parameters()} == {META}
+    assert placement.leaks == [] and placement.forwards > 0
