@@ -27,13 +27,13 @@ preset and architecture of ``pretrain`` in params.yaml, or the profile's), saved
 Nothing is downloaded. ``--profile gpu`` reads params.yaml with the ``gpu`` profile applied (its recipe, its
 ``runs_per_gpu``, its pretrain preset); the size flags override the recipe.
 
-Row (``_table.py``): unit runs/min (the runs of the sweep per minute of wall time, the same count on both sides),
-``ratio_vs_best_peer`` = Trainer seconds / our seconds; on CUDA goal ">= 2x one HF Trainer run per
-configuration", on the CPU information (no goal). The case names the device, arms, seeds, grid and sizes.
+Row (``_table.py``, benchmark ``fine_tune``): unit runs/min (the runs of the sweep per minute of wall time, the
+same count on both sides), ``ratio_vs_best_peer`` = Trainer seconds / our seconds; on CUDA goal ">= 2x one HF
+Trainer run per configuration", on the CPU information (no goal). The case names the device, arms, seeds, grid
+and sizes. Without ``--device`` and without a GPU (``make bench`` on a CPU machine) it is skipped.
 
     .venv/bin/python benchmarks/fine_tune_sweep.py --device cuda --profile gpu --train-docs 400  # fine_tune_gpu.json
-    .venv/bin/python benchmarks/fine_tune_sweep.py --device cpu --seeds 1 --grid 1 --train-docs 16 --eval-docs 16 \\
-        --max-epochs 1 --workers 1 --arms random/full/mean-pool,pretrained/frozen/mean-pool --out /tmp/sweep.json
+    .venv/bin/python benchmarks/fine_tune_sweep.py --device cpu --tiny --out /tmp/sweep.json    # smoke, ~30 s
 """
 
 from __future__ import annotations
@@ -57,6 +57,10 @@ TASK = "cls"  # the params.yaml task whose recipe (finetune.recipes.cls) the swe
 GOAL_RATIO = 2.0
 GOAL = f">= {GOAL_RATIO:g}x one HF Trainer run per configuration"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fine_tune_gpu.json"
+#: ``--tiny``: a run of seconds per side (a random arm and a frozen probe arm on the pretrain preset's model, one
+#: reported seed, a one-entry grid, 16 docs, 1 epoch, one run at once): tests and ``gpu_check.sh --dry-run``.
+TINY = {"arms": "random/full/mean-pool,pretrained/frozen/mean-pool", "seeds": 1, "grid": "1", "train_docs": 16,
+        "eval_docs": 16, "max_epochs": 1, "workers": 1, "runs_per_gpu": 1}  # fmt: skip
 
 
 def load(args: argparse.Namespace):
@@ -201,7 +205,7 @@ def summary_row(device, name: str, params, seeds: list[int], args, n_runs: int, 
             f"{tcfg.max_epochs} epochs; {n_runs} runs each side, ours {slots} at once")  # fmt: skip
     ours, peer = 60 * n_runs / ours_s, 60 * n_runs / peer_s
     on_gpu = device.type == "cuda"
-    return {"benchmark": "fine_tune_sweep", "case": case, "unit": "runs/min", "ours": ours,
+    return {"benchmark": "fine_tune", "case": case, "unit": "runs/min", "ours": ours,
             "best_peer": "one HF Trainer run per configuration", "best_peer_value": peer,
             "ratio_vs_best_peer": ours / peer, "limit": None, "fraction_of_limit": None,
             "goal": GOAL if on_gpu else None, "meets_goal": ours / peer >= GOAL_RATIO if on_gpu else None}  # fmt: skip
@@ -209,10 +213,13 @@ def summary_row(device, name: str, params, seeds: list[int], args, n_runs: int, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    parser.add_argument("--device", choices=["cpu", "cuda"],
+                        help="default: cuda when torch sees a GPU; without one the benchmark is skipped (make bench)")
+    parser.add_argument("--tiny", action="store_true", help="the smoke size (flags given win): " + " ".join(
+        f"--{k.replace('_', '-')} {v}" for k, v in TINY.items()))  # fmt: skip
     parser.add_argument("--profile", help="apply profiles/<name>.yaml to params.yaml first (e.g. gpu)")
     parser.add_argument("--arms", help="comma-separated arms (default: finetune.recipes.cls.configs)")
-    parser.add_argument("--seeds", type=int, default=2, help="reported seeds: the first N of finetune.seeds")
+    parser.add_argument("--seeds", type=int, help="reported seeds: the first N of finetune.seeds (default 2)")
     parser.add_argument("--grid", help="comma-separated LR multipliers (default: the recipe's lr_grid)")
     parser.add_argument("--train-docs", type=int, help="train docs per seed (default: the recipe's max_train_docs)")
     parser.add_argument("--eval-docs", type=int, help="dev docs, and as many test docs (default: max_dev_docs)")
@@ -222,6 +229,18 @@ def main() -> None:
     parser.add_argument("--out", help=f"results JSON (default on cuda: {DEFAULT_OUT.relative_to(ROOT)}; on the "
                                       "cpu: fine_tune_sweep_cpu.json in the temp folder)")  # fmt: skip
     args = parser.parse_args()
+    for key, value in TINY.items() if args.tiny else ():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.seeds = 2 if args.seeds is None else args.seeds
+    if args.device is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("fine_tune_sweep: skipped, torch sees no CUDA device (the sweep's goal is the GPU's; --device cpu "
+                  "runs it on the CPU as information)")  # fmt: skip
+            return
+        args.device = "cuda"
     if args.device == "cuda":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # one GPU: a Trainer would take every visible one
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
