@@ -58,13 +58,16 @@ $(STAMP): pyproject.toml
 
 # `dvc status` answers in about a second; the Prefect flow would start a temporary server only to skip
 # every stage, so an up-to-date pipeline is reported and left alone.
-# PROFILE=cpu|gpu|gpu-node (profiles/*.yaml): `dvc exp run` with the profile's values, checked first
-# (params validate, the GPUs it asks for exist); DVC writes them into params.yaml and records the experiment.
+# PROFILE=cpu|gpu|gpu-node|scheduled (profiles/*.yaml): `dvc exp run` with the profile's values, checked first
+# (params validate, the GPUs it asks for exist; else one line, exit 2); DVC writes them into params.yaml and
+# records the experiment. flows.profiles builds the whole argument vector and starts $(DVC) itself (no shell
+# word splitting: a list or a string with spaces stays one argument); DVC=... runs another dvc binary.
 PROFILE ?=
+DVC ?= $(BIN)/dvc
 
 run: install
 	@if [ -n "$(PROFILE)" ]; then \
-	  args=$$($(BIN)/python -m flows.profiles $(PROFILE)) && $(BIN)/dvc exp run -n $(PROFILE)-$$(date +%Y%m%d-%H%M%S) $$args; \
+	  $(BIN)/python -m flows.profiles --run --dvc "$(DVC)" "$(PROFILE)"; \
 	elif [ -f dvc.lock ] && $(BIN)/dvc status --quiet >/dev/null 2>&1; then \
 	  echo "clozeline: every stage is up to date (dvc status): nothing to rerun. Claim table: reports/claims.html"; \
 	else \

@@ -5,16 +5,27 @@ params.yaml).
 
 A profile is nested YAML with the keys it changes; ``extends: <profile>`` starts from another one. Before a
 profile is applied, ``params.yaml`` with it must validate (the same pydantic models, the same dotted-key
-errors), and a profile that asks for more GPUs than the machine has stops with one line.
+errors), and a profile that asks for more GPUs than the machine has stops with one line (exit 2).
 
-    python -m flows.profiles gpu      # prints the -S arguments for `dvc exp run`, one per line
-    make run PROFILE=gpu                     # dvc exp run -n gpu <those arguments>
+    python -m flows.profiles gpu                 # prints the -S arguments for `dvc exp run`, shell-quoted
+    python -m flows.profiles --run gpu [--dvc D]  # runs `D exp run -n gpu-<time> <those arguments>` itself
+    make run PROFILE=gpu                         # the same as --run (DVC=... picks the dvc binary)
+
+``--run`` hands DVC its argument vector directly (``os.execvp``), never through a shell, so a value with spaces,
+quotes or a list stays one argument. Each value is written in the grammar DVC parses ``-S`` with (Hydra's
+override grammar): strings quoted with Hydra's escapes, lists and numbers as Hydra reads them
+(``override_value``).
 """
 
 from __future__ import annotations
 
-import json
+import argparse
+import math
+import os
+import re
+import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,40 +62,109 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def override_value(value: Any) -> str:
+    """``value`` in Hydra's override grammar, which ``dvc exp run -S key=<value>`` parses: ``null``, ``true``,
+    numbers, ``[a, b]``, ``{k: v}``, and every string quoted (double quotes, or single ones when it holds a
+    double quote and no single one), so that ``"21"`` or ``"null"`` stay strings. Inside the quotes that quote
+    is ``\\"`` (``\\'``), backslashes just before a quote or at the end are doubled, and ``${``
+    is ``\\${`` (OmegaConf would read an interpolation); everything else (spaces, the other quote, commas,
+    brackets, newlines, any Unicode) is literal. Raises ``ParamsError`` for a value of another type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        quote = "'" if '"' in value and "'" not in value else '"'
+        quoted = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+        quoted = re.sub(rf"(\\*){quote}", lambda m: m.group(1) * 2 + "\\" + quote, quoted)
+        quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)
+        return f"{quote}{quoted}{quote}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(override_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        bad = [key for key in value if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][\w-]*", key)]
+        if bad:
+            raise ParamsError(f"a mapping key DVC's -S cannot take: {bad[0]!r}")
+        return "{" + ", ".join(f"{key}: {override_value(item)}" for key, item in value.items()) + "}"
+    raise ParamsError(f"a value DVC's -S cannot take: {value!r} ({type(value).__name__})")
+
+
 def set_params_args(name: str, params_file: Path | str = "params.yaml") -> list[str]:
-    """``-S key=value`` arguments of profile ``name`` for ``dvc exp run`` (values as JSON, which DVC parses as
-    YAML), after checking that ``params_file`` with them validates. Raises ``ParamsError``."""
+    """``-S key=value`` arguments of profile ``name`` for ``dvc exp run`` (``override_value``), after checking
+    that ``params_file`` with them validates. Raises ``ParamsError``."""
+    return checked_args(name, params_file, gpus=False)
+
+
+def checked_args(name: str, params_file: Path | str = "params.yaml", gpus: bool = True) -> list[str]:
+    """``set_params_args``, and with ``gpus`` also the check that the device and the training processes
+    ``params_file`` with the profile asks for exist here (``check_gpus``). Raises ``ParamsError``."""
     values = overrides(name)
-    load_params(params_file, values)
-    return [arg for key, value in values.items() for arg in ("-S", f"{key}={json.dumps(value)}")]
+    params = load_params(params_file, values)
+    if gpus:
+        check_gpus(params.hardware.device, params.pretrain.nproc_per_node)
+    return [arg for key, value in values.items() for arg in ("-S", f"{key}={override_value(value)}")]
 
 
-def check_gpus(values: dict[str, Any]) -> None:
-    """Raise ``ParamsError`` when the profile asks for CUDA or more training processes than the GPUs torch sees."""
+def exp_run_argv(name: str, dvc: str = "dvc", params_file: Path | str = "params.yaml") -> list[str]:
+    """The whole argument vector of ``dvc exp run`` for profile ``name``, checked (``checked_args``): ``[dvc,
+    "exp", "run", "-n", "<name>-<YYYYmmdd-HHMMSS>", "-S", "key=value", ...]``. Raises ``ParamsError``."""
+    args = checked_args(name, params_file)
+    return [dvc, "exp", "run", "-n", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", *args]
+
+
+def check_gpus(device: str, nproc_per_node: int | str) -> None:
+    """Raise ``ParamsError`` (one line) when ``hardware.device`` cannot be used here, or ``pretrain.nproc_per_node``
+    asks for more training processes than the GPUs torch sees (or for ``gpu`` without one): the checks the
+    pretrain stage's rank setup makes, made before DVC starts (``tasks.config.pretrain.processes_per_node``)."""
     from tasks.common.device import resolve  # torch: only when a profile is applied, never when params load
+    from tasks.config.pretrain import processes_per_node
 
-    device, nproc = values.get("hardware.device", "auto"), values.get("pretrain.nproc_per_node", 1)
     try:
         found = resolve(device)
+        import torch
+
+        processes_per_node(nproc_per_node, torch.cuda.device_count() if found.type == "cuda" else 0)
     except ValueError as err:
         raise ParamsError(str(err)) from None
-    import torch
 
-    if found.type == "cuda" and isinstance(nproc, int) and nproc > torch.cuda.device_count():
-        raise ParamsError(f"pretrain.nproc_per_node: {nproc} processes, but torch sees {torch.cuda.device_count()} GPU(s)")
+
+def one_line(message: str) -> str:
+    """A ``ParamsError`` of several lines (a header, then one invalid key a line) as one line."""
+    first, *rest = [line.strip() for line in message.splitlines() if line.strip()] or [""]
+    return first + (": " + "; ".join(rest) if rest else "")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(f"usage: python -m flows.profiles <{'|'.join(names())}>", file=sys.stderr)
-        return 2
+    """``<profile>``: print the ``-S`` arguments, shell-quoted, one ``-S key=value`` a line. ``--run <profile>``:
+    check, then replace this process with ``dvc exp run`` (``--dvc``: the dvc binary). Exit 2 with one line
+    on an unknown profile, a value that does not validate or GPUs that are not there."""
+    parser = argparse.ArgumentParser(prog="python -m flows.profiles", description=__doc__.split("\n\n")[0])
+    parser.add_argument("profile", help=f"one of {', '.join(names())}")
+    parser.add_argument("--run", action="store_true", help="run dvc exp run with the profile (make run PROFILE=...)")
+    parser.add_argument("--dvc", default="dvc", help="the dvc binary --run starts (default: dvc on PATH)")
+    args = parser.parse_args(argv)
     try:
-        check_gpus(overrides(argv[0]))
-        print("\n".join(set_params_args(argv[0])))
+        if not args.run:
+            pairs = checked_args(args.profile)
+            print("\n".join(shlex.join(pairs[i:i + 2]) for i in range(0, len(pairs), 2)))
+            return 0
+        command = exp_run_argv(args.profile, args.dvc)
     except ParamsError as err:
-        print(f"clozeline: {err}", file=sys.stderr)
+        print(f"clozeline: {one_line(str(err))}", file=sys.stderr)
         return 2
-    return 0
+    sys.stdout.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as err:
+        print(f"clozeline: cannot run {command[0]!r}: {err.strerror}", file=sys.stderr)
+        return 2
+    return 0  # not reached: execvp replaced this process
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ class PretrainParams(StrictModel):
     compile: bool = Field(description="torch.compile the model")
     nproc_per_node: int | Literal["gpu"] = Field(
         description="processes torchrun starts per node (dvc.yaml cmd); gpu = one per GPU torch sees (torchrun's "
-        "own count); more than the GPUs there are is an error when the stage starts"
+        "own count; processes_per_node); more than the GPUs there are is an error when the stage starts"
     )
     nnodes: int = Field(ge=1, description="machines in the torchrun job (dvc.yaml cmd: --nnodes)")
     rdzv_endpoint: str = Field(
@@ -125,6 +125,13 @@ class PretrainParams(StrictModel):
         if any(s < 0 for s in value):
             raise ValueError(f"pretraining seeds must be >= 0, got {value}")
         return require_unique(value, "seeds")
+
+    @field_validator("nproc_per_node")
+    @classmethod
+    def _positive_processes(cls, value: int | str) -> int | str:
+        if value != "gpu" and value < 1:
+            raise ValueError(f"nproc_per_node must be >= 1 or gpu, got {value}")
+        return value
 
     @field_validator("init_from")
     @classmethod
@@ -163,3 +170,23 @@ class PretrainParams(StrictModel):
     def preset(self) -> ModelPreset:
         """The encoder size selected by ``size``."""
         return self.presets[self.size]
+
+
+def processes_per_node(setting: int | str, gpus: int) -> int:
+    """The training processes a node runs for ``pretrain.nproc_per_node``: ``gpu`` = ``gpus``, the GPUs torch
+    sees (what ``torchrun --nproc_per_node gpu`` starts), else the number itself. ``gpus`` is 0 when the run is
+    not on CUDA (then a number is not capped). The one resolution of the setting: the rank setup
+    (``tasks/pretrain/hardware.py``) and the profile check (``flows/profiles.py``) both call it.
+
+    Raises ``ValueError`` (one line) for ``gpu`` without a GPU, or for more processes than GPUs."""
+    if setting == "gpu":
+        if gpus < 1:
+            raise ValueError("pretrain.nproc_per_node: gpu (one process per GPU), but torch sees no GPU: "
+                             "set a number of processes, or run on a host with a GPU")
+        return gpus
+    if not isinstance(setting, int) or isinstance(setting, bool) or setting < 1:
+        raise ValueError(f"pretrain.nproc_per_node: expected a number >= 1 or gpu, got {setting!r}")
+    if gpus and setting > gpus:
+        raise ValueError(f"pretrain.nproc_per_node: {setting} processes per node, but torch sees {gpus} GPU(s): "
+                         "set it to at most that (or gpu)")
+    return setting

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from tasks.common.device import configure, resolve
 from tasks.config.hardware import HardwareParams
+from tasks.config.pretrain import processes_per_node
 
 
 @dataclass(frozen=True)
@@ -90,19 +91,18 @@ class Dist:
         return self.rank == 0
 
 
-def setup_distributed(hw: HardwareParams, nproc_per_node: int = 1) -> Dist:
+def setup_distributed(hw: HardwareParams, nproc_per_node: int | str = 1) -> Dist:
     """Resolve ``hardware.device`` for this rank (``LOCAL_RANK``'s GPU under torchrun) and join the ``torchrun``
     process group if ``WORLD_SIZE > 1`` (nccl on CUDA, gloo on CPU).
 
-    Raises ``ValueError`` (one line) when ``pretrain.nproc_per_node`` asks for more GPUs than torch sees, or when
+    Raises ``ValueError`` (one line) when ``pretrain.nproc_per_node`` (a number, or ``gpu``: one process per GPU
+    torch sees, ``processes_per_node``) asks for more GPUs than torch sees or for ``gpu`` without one, or when
     the device cannot be used (``tasks.common.device.resolve``).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve(hw.device, local if world > 1 else None)
-    if device.type == "cuda" and nproc_per_node > torch.cuda.device_count():
-        raise ValueError(f"pretrain.nproc_per_node: {nproc_per_node} processes per node, but torch sees "
-                         f"{torch.cuda.device_count()} GPU(s): set it to at most that (or auto)")
+    processes_per_node(nproc_per_node, torch.cuda.device_count() if device.type == "cuda" else 0)
     configure(device, hw.deterministic)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # nccl and the default CUDA stream follow the current device

@@ -1,0 +1,132 @@
+"""What a profile turns into once it runs: every value a pretraining rank resolves (device, processes per node,
+world size, its GPU, the process group), ``pretrain.nproc_per_node: gpu`` included, on 1 and on 8 faked GPUs
+(``torch.cuda.is_available`` / ``device_count`` patched, nothing else); ``gpu`` resolved by one function
+(``tasks.config.pretrain.processes_per_node``) that agrees with torchrun's own count; and the ``-S`` values of
+``flows.profiles`` reaching params.yaml unchanged through DVC's own parser, strings with spaces and quotes
+included. The profiles themselves: tests/test_profiles.py; `make run PROFILE=...`: tests/test_make_run.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+import flows.profiles
+from flows.profiles import PROFILES, main, names, overrides, set_params_args
+from tasks.config import ParamsError, load_params
+
+ROOT = PROFILES.parent
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """``fake_gpus(n)``: torch sees ``n`` CUDA GPUs (``is_available``, ``device_count``); the rank setup's side
+    effects (``torch.cuda.set_device``, the process group) are recorded, the TF32 switches put back."""
+    calls: list = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: calls.append(("group", backend)))
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+    def fake(n: int) -> list:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        return calls
+
+    yield fake
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+@pytest.mark.parametrize("name", names())
+def test_every_value_a_rank_sees_resolves_on_1_and_8_gpus(name, gpus, fake_gpus, monkeypatch, capsys):
+    from torch.distributed.run import determine_local_world_size
+
+    from tasks.pretrain.hardware import Dist, setup_distributed
+
+    calls = fake_gpus(gpus)
+    cfg = load_params(ROOT / "params.yaml", overrides(name)).pretrain
+    cuda = name != "cpu"  # the GPU profiles ask for cuda; scheduled keeps params.yaml's auto: the GPU, if there is one
+    nproc = gpus if name == "gpu-node" else 1  # gpu-node: nproc_per_node: gpu, one process per GPU
+    assert determine_local_world_size(str(cfg.nproc_per_node)) == nproc  # what dvc.yaml's torchrun starts
+    assert main([name]) == 0  # make run's check (flows.profiles) lets it through
+    world = cfg.nnodes * nproc
+    ranks = sorted({0, nproc - 1})
+    for rank in ranks:  # the environment torchrun gives each rank
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+        assert setup_distributed(cfg.hardware, cfg.nproc_per_node) == Dist(rank, world, device)
+    per_rank = [[("set_device", torch.device("cuda", rank))] if cuda else [] for rank in ranks]
+    if world > 1:
+        per_rank = [steps + [("group", "nccl" if cuda else "gloo")] for steps in per_rank]
+    assert calls == [call for steps in per_rank for call in steps]
+
+
+def test_nproc_per_node_gpu_is_the_gpus_torch_sees_and_more_is_one_line():
+    from tasks.config.pretrain import processes_per_node
+
+    assert [processes_per_node("gpu", n) for n in (1, 8)] == [1, 8]
+    assert processes_per_node(4, 0) == 4  # not on CUDA: CPU processes (gloo), any number
+    with pytest.raises(ValueError, match=r"^pretrain.nproc_per_node: gpu .*torch sees no GPU") as err:
+        processes_per_node("gpu", 0)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"^pretrain.nproc_per_node: 8 processes per node, but torch sees 1 GPU"):
+        processes_per_node(8, 1)
+    with pytest.raises(ParamsError, match="nproc_per_node"):
+        load_params(ROOT / "params.yaml", {"pretrain.nproc_per_node": 0})
+
+
+def test_the_rank_setup_refuses_more_processes_than_gpus_in_one_line(fake_gpus, monkeypatch):
+    from tasks.config.hardware import HardwareParams
+    from tasks.pretrain.hardware import setup_distributed
+
+    fake_gpus(2)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(ValueError, match=r"^pretrain.nproc_per_node: 4 processes per node, but torch sees 2 GPU"):
+        setup_distributed(HardwareParams(device="cuda"), 4)
+
+
+def test_gpu_node_without_gpus_stops_before_dvc_with_one_line(fake_gpus, capsys):
+    fake_gpus(0)
+    assert main(["gpu-node"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("clozeline: hardware.device: cuda:") and err.count("\n") == 1
+    with pytest.raises(ParamsError, match="nproc_per_node: gpu"):
+        flows.profiles.check_gpus("cpu", "gpu")  # a CPU run cannot start one process per GPU
+
+
+def test_an_invalid_profile_is_one_line_with_every_bad_key(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # make run reads ./params.yaml: here one with two invalid values
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text(encoding="utf-8")
+                                          .replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n", 1)
+                                          .replace("  nproc_per_node: 1", "  nproc_per_node: 0", 1), encoding="utf-8")
+    assert main(["--run", "--dvc", str(tmp_path / "never-started"), "scheduled"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tokenizer.bogus" in err and "pretrain.nproc_per_node" in err, err
+
+
+#: Strings DVC's `-S` parser (Hydra's override grammar, then OmegaConf) must hand back unchanged.
+AWKWARD = ['He said "the [MASK] is here"', "it's the [MASK]", "\"it's\" the [MASK], isn't it", "a  b [MASK] c\\d",
+           "[MASK] café ü", "tab\tthen [MASK]", "two\nlines [MASK]", "[MASK] ends in a backslash\\", "[MASK] \\'x",
+           '[MASK] \\"y', "[MASK] ${not.an.interpolation}", "[MASK] \\${x}", "[MASK] = x, y", "21 [MASK]", "[MASK]"]
+
+
+def test_profile_values_reach_params_yaml_through_dvcs_own_parser_unchanged(tmp_path, monkeypatch):
+    from dvc.utils.hydra import apply_overrides
+
+    profiles = tmp_path / "profiles"
+    shutil.copytree(PROFILES, profiles)
+    # JSON is YAML: a flow sequence of double-quoted strings
+    (profiles / "awkward.yaml").write_text(f"extends: scheduled\npretrain: {{fill_mask: {json.dumps(AWKWARD)}}}\n",
+                                           encoding="utf-8")
+    monkeypatch.setattr(flows.profiles, "PROFILES", profiles)
+    for name in names():
+        args = set_params_args(name, ROOT / "params.yaml")
+        params = tmp_path / f"params-{name}.yaml"
+        shutil.copyfile(ROOT / "params.yaml", params)
+        apply_overrides(params, [args[i + 1] for i in range(0, len(args), 2)])  # what `dvc exp run -S` does
+        assert load_params(params) == load_params(ROOT / "params.yaml", overrides(name)), name
+    assert load_params(tmp_path / "params-awkward.yaml").pretrain.fill_mask == AWKWARD
