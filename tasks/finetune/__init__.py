@@ -26,6 +26,9 @@ size on disk. Test predictions go to
 its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each
 test doc's slices (``n_words, train_overlap``).
 MLflow: one child run per arm and baseline under the stage run, with one nested run per seed.
+On CUDA the baselines (TF-IDF, memorisation, majority: CPU work) are fitted while the GPU sweep trains
+(``sweep.alongside``), their tfidf-lr timing waiting until training ends; on the CPU they follow the sweep as
+before, since the workers already hold the cores (``workers`` x ``torch_threads``).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from tasks.finetune import baselines, curve, export, operational, pretrain_seeds
 from tasks.finetune.baseline_runs import run_baseline
 from tasks.finetune.draw import Draw, kept_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
-from tasks.finetune.sweep import Runner, log_job, slots, sweep_and_train
+from tasks.finetune.sweep import Runner, alongside, log_job, slots, sweep_and_train
 from tasks.finetune.training import PREDICTION_PRECISION
 
 SPLITS = ("train", "dev", "test")
@@ -87,23 +90,37 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     precision = "bf16 autocast" if runner.cpu_bf16 or device.type == "cuda" else "fp32"
     log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision}, "
              f"predictions {PREDICTION_PRECISION})")
-    results = sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
+    any_tok = data[toks[0]]
+    folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
+    planned = baselines.plan(tcfg.baselines, toks)
+    overlap = device.type == "cuda"  # CPU work beside the GPU's; on the CPU it would take the workers' cores
+
+    def fit_baselines() -> dict[str, tuple]:
+        """``{row key: run_baseline's (entry, timed, kept fit)}``; with ``overlap`` the tfidf-lr timing is a
+        callable, run after the sweep (timed on an idle host, not beside the GPU workers)."""
+        out = {}
+        for size, row in [(None, row) for row in planned] + curve.baseline_rows(planned, tcfg):
+            tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
+            source = data[row.tok or toks[0]]  # a curve row: fewer train docs per seed, scored but not timed
+            row_cfg, row_draw = (cfg, draw) if size is None else (curve.untimed(cfg), Draw(size, cfg.data_seed))
+            with log.child(f"{item}/{row.key}") as child:
+                out[row.key] = run_baseline(item, spec.module, row, source, tokenizer, labels, tcfg, row_cfg, out_dir,
+                                            child, row_draw, defer_timing=overlap)  # fmt: skip
+        return out
+
+    def sweep() -> dict[str, dict]:
+        return sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
+
+    results, fits = alongside(sweep, fit_baselines) if overlap else (sweep(), None)
     measured = operational.measure_arms(timed_arms, out_dir, cfg.operational, device, log) if save_to else {}
-    runs = {}
+    runs, fitted = {}, {}
     for job in arms:
         with log.child(f"{item}/{job.key}") as parent:
             runs[job.key] = record_job(job, results[job.key], cfg, out_dir, parent, measured.get(job.key))
-    any_tok = data[toks[0]]
-    folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
-    planned, fitted = baselines.plan(tcfg.baselines, toks), {}
-    for size, row in [(None, row) for row in planned] + curve.baseline_rows(planned, tcfg):
-        tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
-        source = data[row.tok or toks[0]]  # a curve row: fewer train docs per seed, scored but not timed
-        row_cfg, row_draw = (cfg, draw) if size is None else (curve.untimed(cfg), Draw(size, cfg.data_seed))
-        with log.child(f"{item}/{row.key}") as child:
-            runs[row.key], timed, fitted[row.key] = run_baseline(item, spec.module, row, source, tokenizer, labels,
-                                                                 tcfg, row_cfg, out_dir, child, row_draw)  # fmt: skip
-        measured |= {row.key: timed} if timed else {}
+    for key, (entry, timed, fit) in (fits if fits is not None else fit_baselines()).items():
+        timed = timed() if callable(timed) else timed  # a deferred timing runs now, after all training
+        runs[key], fitted[key] = entry, fit
+        measured |= {key: timed} if timed else {}
     comparators = {row.key: row.tok for row in planned if not row.reference}
     selection = select_best(runs, {j.key: tok_of[j.spec.variant] for j in jobs}, comparators, spec.module)
     best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (export.py)

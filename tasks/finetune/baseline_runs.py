@@ -3,6 +3,8 @@ arms' train docs, each reference once on every doc (``baselines`` fits; this mod
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from tasks.config.finetune import FinetuneParams, TaskParams
@@ -13,7 +15,8 @@ from tasks.finetune.records import TASKS, aggregate, write_predictions
 
 
 def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokenizer, labels: list[str],
-                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw) -> tuple[dict, dict | None, dict | None]:  # fmt: skip
+                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw,
+                 defer_timing: bool = False) -> tuple[dict, dict | Callable[[], dict] | None, dict | None]:  # fmt: skip
     """Fit baseline ``row`` (``baselines.plan``) and write its test predictions; returns its ``metrics.runs``
     entry, its operational numbers (``operational.measure_tfidf`` of its first seed's fit: a tfidf-lr comparator
     with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships (the fit of
@@ -24,7 +27,9 @@ def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokeniz
     the draw alone, and seed ``k`` pairs with seed ``k`` of every arm in the report. A reference row is one run,
     seed ``baselines.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
     ``baseline`` (name), ``role`` (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per
-    seed, what it chose on dev, ``baselines.fit_predict``); MLflow: one nested run per seed.
+    seed, what it chose on dev, ``baselines.fit_predict``); MLflow: one nested run per seed. With
+    ``defer_timing`` the operational numbers come back as a callable that measures and logs them when called
+    (the stage calls it after all training, when the fits ran beside the GPU sweep).
     """
     task, select = TASKS[module], f"dev_best_{TASKS[module].SELECT_METRIC}"
     rows, texts, described = baseline_input(row, data, tokenizer, tcfg)
@@ -43,13 +48,20 @@ def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokeniz
                     "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
                             "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
         if "fitted" in fit and timed is None and cfg.operational.enabled and not row.reference:
-            timed = operational.measure_tfidf(*fit["fitted"], seed_texts["test"], cfg.operational,
-                                              operational.folder_for(out_dir, row.key))  # fmt: skip
-            log.metrics({"operational": timed})
-            log.info(operational.summary(row.key, timed))
+            timed = partial(time_tfidf, row.key, fit["fitted"], seed_texts["test"], cfg, out_dir, log)
+            timed = timed if defer_timing else timed()
     entry = aggregate(task, results, cfg, log)
     setting = {str(s["seed"]): s["setting"] for s in results}
     return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": setting}, timed, kept
+
+
+def time_tfidf(key: str, fitted: tuple, texts: list[str], cfg: FinetuneParams, out_dir: Path, log) -> dict:
+    """``operational.measure_tfidf`` of a tfidf-lr fit (``fitted``: vectorizer, classifier) on the test ``texts``,
+    logged on ``log`` (the row's MLflow run)."""
+    timed = operational.measure_tfidf(*fitted, texts, cfg.operational, operational.folder_for(out_dir, key))
+    log.metrics({"operational": timed})
+    log.info(operational.summary(key, timed))
+    return timed
 
 
 def fit_seed(item: str, task, row: baselines.Row, seed: int, rows: dict, texts: dict | None, labels: list[str],

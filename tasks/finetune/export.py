@@ -72,6 +72,8 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
         device = runner.slots[0]
         torch.set_num_threads(cfg.torch_threads)  # a worker's settings: the same weights as the reported run
         configure(torch.device(device), cfg.hardware.deterministic)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))  # pinned host memory on that GPU (``place``)
         train_and_test(Run(job, seed, result["scale"], save_to=dest, device=device, cpu_bf16=runner.cpu_bf16),
                        show_progress=False)
         entry["model"] = "retrained"

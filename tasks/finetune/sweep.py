@@ -11,7 +11,11 @@ metrics; on the arm's MLflow run, one step per tried rate).
 Runs go to worker processes (``spawn``: a fresh interpreter, no forked OpenMP state, no inherited CUDA
 context), each with ``torch_threads`` threads; every run is seeded on its own, so results do not depend on the
 schedule. Each run is given a device slot when it starts (``slots``): on the CPU ``workers`` slots, on CUDA
-``runs_per_gpu`` slots on every visible GPU, a run going to the least busy GPU. The costliest arms start first
+``runs_per_gpu`` slots on every visible GPU, a run going to the least busy GPU. On CUDA every GPU has its own
+pool of ``runs_per_gpu`` workers, and each worker sees that GPU alone: its initializer sets
+``CUDA_VISIBLE_DEVICES`` to the GPU (``visible_gpu``) before any CUDA call and makes it the current device, so
+the run trains on ``cuda:0`` of the worker, its CUDA context, allocator cache and pinned host memory
+(``place``'s ``pin_memory`` uses the current device) live on that GPU only, and no worker wanders to another. The costliest arms start first
 and an arm's seeds follow its sweep at once (longest-processing-time-first list scheduling, Graham 1969), so a
 long arm does not run alone at the end.
 """
@@ -20,12 +24,14 @@ from __future__ import annotations
 
 import heapq
 import multiprocessing
+import os
 from collections.abc import Callable
 from collections import Counter
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import replace
 from itertools import count
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from tqdm import tqdm
@@ -33,6 +39,8 @@ from tqdm import tqdm
 from tasks.common.device import configure
 from tasks.finetune.operational import seed_folder
 from tasks.finetune.training import Run, is_probe, train_and_test
+
+T, U = TypeVar("T"), TypeVar("U")
 
 
 def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], runner: Runner,
@@ -69,6 +77,16 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
                        total=sum(len(entry["grid"]) + len(seeds) for entry in state.values()))  # fmt: skip
     return {key: {"sweep": {scale: entry["sweep"][scale] for scale in entry["grid"]}, "scale": entry["scale"],
                   "seeds": [entry["seeds"][seed] for seed in seeds]} for key, entry in state.items()}  # fmt: skip
+
+
+def alongside(train: Callable[[], T], other: Callable[[], U]) -> tuple[T, U]:
+    """``(train(), other())`` computed at once: ``train`` (the sweep: it only schedules worker processes and
+    waits) on a thread, ``other`` (the baselines' CPU work and their MLflow logging) on this one. An error of
+    either is raised once both have ended."""
+    with ThreadPoolExecutor(1, thread_name_prefix="finetune-sweep") as pool:
+        future = pool.submit(train)
+        done = other()
+        return future.result(), done
 
 
 def arm_grid(job, grid: list[float]) -> list[float]:
@@ -114,21 +132,41 @@ def slots(setting: str, device: torch.device, workers: int, runs_per_gpu: int) -
     return [f"cuda:{gpu}" for gpu in gpus for _ in range(runs_per_gpu)]
 
 
+def visible_gpu(slot: str) -> str | None:
+    """What ``CUDA_VISIBLE_DEVICES`` a worker of device slot ``slot`` gets: for ``cuda:N`` the N-th GPU this
+    process sees (the N-th entry of its own ``CUDA_VISIBLE_DEVICES``, else ``N``); None for the CPU."""
+    if not slot.startswith("cuda"):
+        return None
+    index = int(slot.split(":")[1]) if ":" in slot else 0
+    seen = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
+    return seen[index] if seen else str(index)
+
+
+def worker_device(slot: str) -> str:
+    """The device a run of slot ``slot`` names inside its pool's worker: ``cuda:0`` (the one GPU it sees) for a
+    GPU slot, the slot itself otherwise."""
+    return "cuda:0" if slot.startswith("cuda") else slot
+
+
 class Runner:
-    """Runs ``train_and_test`` on device ``slots`` (``slots``): over a process pool when there are several,
-    else in this process. ``deterministic``: ``hardware.deterministic``, applied in every worker too;
-    ``cpu_bf16``: given to every run (``Run.cpu_bf16``)."""
+    """Runs ``train_and_test`` on device ``slots`` (``slots``): over process pools when there are several, one
+    pool per distinct slot (the CPU, or one GPU) with as many workers as that slot has entries, else in this
+    process. A GPU pool's workers see only their GPU (``CUDA_VISIBLE_DEVICES``, ``visible_gpu``) and train on
+    their ``cuda:0`` (``worker_device``). ``deterministic``: ``hardware.deterministic``, applied in every worker
+    too; ``cpu_bf16``: given to every run (``Run.cpu_bf16``)."""
 
     def __init__(self, threads: int, slots: list[str], deterministic: bool = False, cpu_bf16: bool = False) -> None:
-        self.threads, self.slots, self.deterministic, self.pool = threads, slots, deterministic, None
+        self.threads, self.slots, self.deterministic, self.pools = threads, slots, deterministic, {}
         self.cpu_bf16 = cpu_bf16
         self.workers = len(slots)
 
     def __enter__(self) -> Runner:
         if self.workers > 1:
             context = multiprocessing.get_context("spawn")
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_init_worker,
-                                            initargs=(self.threads, self.slots[0], self.deterministic))  # fmt: skip
+            gpus = {slot: visible_gpu(slot) for slot in self.slots}  # from this process's view, before any pool
+            self.pools = {slot: ProcessPoolExecutor(n, mp_context=context, initializer=_init_worker,
+                                                    initargs=(self.threads, slot, self.deterministic, gpus[slot]))
+                          for slot, n in Counter(self.slots).items()}  # fmt: skip
         else:
             _init_worker(self.threads, self.slots[0], self.deterministic)
         return self
@@ -139,8 +177,9 @@ class Runner:
         return min(dict.fromkeys(self.slots), key=lambda d: busy[d] / self.slots.count(d))
 
     def __exit__(self, *exc) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+        for pool in self.pools.values():
+            pool.shutdown(cancel_futures=True)
+        self.pools = {}
 
     def run_all(self, runs: list[Run], follow: Callable[[Run, dict], list[Run]], total: int) -> None:
         """Train every run; each finished run's ``follow(run, result)`` may add runs. A free worker always takes
@@ -164,7 +203,7 @@ class Runner:
 
         push(runs)
         with tqdm(total=total, desc="finetune runs", unit="run") as bar:
-            if self.pool is None:
+            if not self.pools:
                 while waiting:
                     run = replace(heapq.heappop(waiting)[2], device=self.slots[0], cpu_bf16=self.cpu_bf16)
                     finished(bar, follow(run, train_and_test(run)))
@@ -172,16 +211,26 @@ class Runner:
             while waiting or running:
                 while waiting and len(running) < self.workers:
                     run = replace(heapq.heappop(waiting)[2], device=self.free_slot(running), cpu_bf16=self.cpu_bf16)
-                    running[self.pool.submit(_quiet_run, run)] = run
+                    pool = self.pools[run.device]  # the slot's own pool has a free worker (free_slot)
+                    running[pool.submit(_quiet_run, replace(run, device=worker_device(run.device)))] = run
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     run = running.pop(future)
                     finished(bar, follow(run, future.result()))
 
 
-def _init_worker(threads: int, device: str, deterministic: bool) -> None:
+def _init_worker(threads: int, device: str, deterministic: bool, gpu: str | None = None) -> None:
+    """A worker's (or, with one slot, this process's) settings before its first run. ``gpu``: the worker's
+    ``CUDA_VISIBLE_DEVICES`` (``visible_gpu``), set before any CUDA call, so the worker sees one GPU, its
+    ``cuda:0``; None: this process keeps what it sees. On CUDA the run's device becomes the current one, so
+    pinned host memory and the CUDA context are that GPU's."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+        device = worker_device(device)
     torch.set_num_threads(threads)
     configure(torch.device(device), deterministic)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
 
 
 def _quiet_run(run: Run) -> dict:
