@@ -36,22 +36,26 @@ $(RAY_STAMP): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	touch $(RAY_STAMP)
 
-# torch first and pinned. Without a GPU pip takes the local CPU wheel instead of a multi-GB CUDA build; on a host
-# whose nvidia-smi lists a GPU, the CUDA build of the same version (PyPI's Linux wheel bundles CUDA; another
-# index, e.g. https://download.pytorch.org/whl/cu130: TORCH_INDEX_URL=...), and a CPU-only torch there is an error.
-TORCH_INDEX_URL ?= https://pypi.org/simple
+# torch first and pinned, from the package index pip's own configuration names (pip.conf, PIP_INDEX_URL), or
+# from TORCH_INDEX_URL when it is set (make install TORCH_INDEX_URL=<your index>; the project names no index).
+# On a host whose nvidia-smi lists a GPU, a torch without CUDA is reinstalled (the Linux wheel of the default
+# index bundles CUDA); then scripts/check_gpu_host.py checks, there only, what a GPU run needs: a CUDA build,
+# torch.cuda.is_available() (a driver too old for the build's CUDA sees no GPU), and torch.compile's Triton
+# prerequisites, a C compiler and the Python headers. Each failure: one line saying what to install.
+TORCH_INDEX_URL ?=
+TORCH_INDEX = $(if $(TORCH_INDEX_URL),PIP_INDEX_URL="$(TORCH_INDEX_URL)")
 HAS_GPU = nvidia-smi -L 2>/dev/null | grep -q '^GPU '
 CUDA_TORCH = $(BIN)/python -c 'import sys, torch; sys.exit(torch.version.cuda is None)'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if $(HAS_GPU); then \
-	  $(CUDA_TORCH) 2>/dev/null || PIP_CONFIG_FILE=/dev/null $(BIN)/pip install -q --disable-pip-version-check \
-	    --force-reinstall --index-url $(TORCH_INDEX_URL) "torch==2.13.0"; \
-	  $(CUDA_TORCH) || { echo "make install: nvidia-smi lists a GPU but torch $$($(BIN)/python -c 'import torch; print(torch.__version__)') has no CUDA: set TORCH_INDEX_URL to an index with a CUDA build of torch 2.13.0" >&2; exit 1; }; \
+	  $(CUDA_TORCH) 2>/dev/null || $(TORCH_INDEX) $(BIN)/pip install -q --disable-pip-version-check \
+	    --force-reinstall "torch==2.13.0"; \
 	else \
-	  $(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | { grep -v "is ignored: it is neither" || true; }; \
+	  $(TORCH_INDEX) $(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | { grep -v "is ignored: it is neither" || true; }; \
 	fi
+	$(BIN)/python scripts/check_gpu_host.py
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	$(BIN)/dvc config --local core.analytics false 2>/dev/null || true
 	touch $(STAMP)
