@@ -63,6 +63,14 @@ class PretrainParams(StrictModel):
         gt=0.0, lt=1.0, description="the same for the held-out masks (fixed, so runs of any mlm_probability compare)"
     )
     whole_word_mask: bool = Field(description="select whole words (a token plus its '##' pieces)")
+    mask_token_fraction: float = Field(
+        ge=0.0, le=1.0, description="of the selected tokens, the share replaced by [MASK] (BERT: 0.8; 1.0 with "
+        "random_token_fraction 0 = all-[MASK], Wettig et al. 2023); training masks only, the held-out masks stay 80/10/10"
+    )
+    random_token_fraction: float = Field(
+        ge=0.0, le=1.0, description="of the selected tokens, the share replaced by a random token (BERT: 0.1); the "
+        "rest (1 - mask_token_fraction - random_token_fraction) keep their token"
+    )
 
     batch_size_blocks: int = Field(ge=1, description="blocks per micro-batch per process")
     grad_accum_steps: int = Field(ge=1, description="micro-batches per optimizer step")
@@ -144,6 +152,9 @@ class PretrainParams(StrictModel):
     def _consistent(self):
         if self.size not in self.presets:
             raise ValueError(f"size {self.size!r} is not one of presets {sorted(self.presets)}")
+        if self.mask_token_fraction + self.random_token_fraction > 1.0 + 1e-9:
+            raise ValueError(f"mask_token_fraction {self.mask_token_fraction} + random_token_fraction "
+                             f"{self.random_token_fraction} exceed 1 (they are shares of the selected tokens)")
         if not 0.0 < self.adam_betas[0] < 1.0 or not 0.0 < self.adam_betas[1] < 1.0:
             raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
         if (self.max_steps is None) == (self.train_tokens is None):

@@ -57,11 +57,14 @@ def needs_attention_mask(*block_sets: dict[str, Any]) -> bool:
 
 
 def masked_batch(blocks: dict[str, Any], rows: torch.Tensor, vocab: MaskingVocab, probability: float,
-                 generator: torch.Generator, whole_word: bool, with_mask: bool, pad_to: int = 0) -> MicroBatch:  # fmt: skip
-    """Mask ``rows`` of ``blocks`` (``mask_tokens``); with ``pad_to`` > len(rows), filler rows (copies of the
+                 generator: torch.Generator, whole_word: bool, with_mask: bool, pad_to: int = 0,
+                 corruption: tuple[float, float] = (0.8, 0.1)) -> MicroBatch:  # fmt: skip
+    """Mask ``rows`` of ``blocks`` (``mask_tokens``; ``corruption``: the shares of the selected tokens made [MASK]
+    and random, BERT's 80/10/10 by default); with ``pad_to`` > len(rows), filler rows (copies of the
     first, nothing predicted on them) make the batch ``pad_to`` long, so evaluation batches have one shape."""
     input_ids = blocks["input_ids"][rows]
-    masked, labels = mask_tokens(input_ids, blocks["maskable"][rows], vocab, probability, generator, whole_word)
+    masked, labels = mask_tokens(input_ids, blocks["maskable"][rows], vocab, probability, generator, whole_word,
+                                 *corruption)  # fmt: skip
     attention = blocks["attention_mask"][rows]
     filler = max(0, pad_to - len(rows))
     if filler:

@@ -1,4 +1,5 @@
-"""BERT masked-language-model pieces: dynamic 80/10/10 masking and a loss computed on masked positions only.
+"""BERT masked-language-model pieces: dynamic 80/10/10 masking (or other shares, e.g. all-[MASK]) and a loss
+computed on masked positions only.
 
 Masking follows BERT (Devlin et al. 2019, section 3.1 and appendix C.2) with RoBERTa's dynamic masking (Liu et
 al. 2019): a fresh mask is drawn every time a block is seen. Whole-word masking follows the BERT repository's
@@ -59,14 +60,18 @@ def mask_tokens(
     mlm_probability: float,
     generator: torch.Generator,
     whole_word_mask: bool = False,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw a BERT mask: select ``mlm_probability`` of maskable tokens; 80% [MASK], 10% random, 10% kept.
+    """Draw a BERT mask: select ``mlm_probability`` of maskable tokens; of those, ``mask_fraction`` become [MASK],
+    ``random_fraction`` a random token and the rest are kept (BERT: 80/10/10; ``1.0, 0.0``: all-[MASK]).
 
     ``input_ids`` and ``maskable`` are ``(batch, seq_len)``; ``maskable`` is False at special and pad
     positions, which are therefore never selected. Random replacements are drawn uniformly from
     ``vocab.random_ids`` (never a special token). Returns ``(masked_input_ids, labels)``, both
     ``(batch, seq_len)``, with ``labels = IGNORE_INDEX`` where nothing is predicted. With ``whole_word_mask``
-    the selection probability applies per word and all pieces of a selected word are selected.
+    the selection probability applies per word and all pieces of a selected word are selected. The random draws
+    do not depend on the fractions, so two settings differ only in how the same selected tokens are corrupted.
     """
     maskable = maskable & ~torch.isin(input_ids, vocab.special_ids)
     draw = torch.rand(input_ids.shape, generator=generator)
@@ -76,8 +81,8 @@ def mask_tokens(
     labels = torch.where(selected, input_ids, IGNORE_INDEX)
 
     action = torch.rand(input_ids.shape, generator=generator)
-    to_mask = selected & (action < 0.8)
-    to_random = selected & (action >= 0.8) & (action < 0.9)
+    to_mask = selected & (action < mask_fraction)
+    to_random = selected & (action >= mask_fraction) & (action < mask_fraction + random_fraction)
     random_pick = torch.randint(len(vocab.random_ids), input_ids.shape, generator=generator)
     masked = torch.where(to_mask, vocab.mask_token_id, input_ids)
     masked = torch.where(to_random, vocab.random_ids[random_pick], masked)

@@ -301,7 +301,8 @@ class Trainer:
             seed = ((self.seed * 1_000_003 + step) * 1009 + micro) * 1031 + self.env.rank
             generator = torch.Generator().manual_seed(seed)
             out.append(masked_batch(self.train, rows, self.vocab, cfg.mlm_probability, generator,
-                                    cfg.whole_word_mask, self.with_mask))  # fmt: skip
+                                    cfg.whole_word_mask, self.with_mask,
+                                    corruption=(cfg.mask_token_fraction, cfg.random_token_fraction)))  # fmt: skip
         return out
 
     def _step(self, batches: list[MicroBatch]) -> tuple[torch.Tensor, torch.Tensor]:
