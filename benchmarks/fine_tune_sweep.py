@@ -24,15 +24,16 @@ does), and ``--eval-docs`` dev and ``--eval-docs`` test docs. Arms on ``pretrain
 ``models/pretrained``: it is built here with random weights by the pretrain stage's own ``build_model`` (the
 preset and architecture of ``pretrain`` in params.yaml, or the profile's), saved with the MiniLM tokenizer
 (tokenization ``reference``), so those arms cost what they cost in the stage without pretraining first.
-Nothing is downloaded. ``--profile gpu`` reads params.yaml with the ``gpu`` profile applied (its recipe, its
-``runs_per_gpu``, its pretrain preset); the size flags override the recipe.
+Nothing is downloaded. On CUDA params.yaml is read with the ``gpu`` profile applied (``--profile``: its recipe,
+its ``runs_per_gpu``, its pretrain preset; ``--profile none``: params.yaml as it is, the CPU's default); the size
+flags override the recipe, and a recipe without a train cap (``max_train_docs: null``) runs at 160 train docs.
 
 Row (``_table.py``, benchmark ``fine_tune``): unit runs/min (the runs of the sweep per minute of wall time, the
 same count on both sides), ``ratio_vs_best_peer`` = Trainer seconds / our seconds; on CUDA goal ">= 2x one HF
 Trainer run per configuration", on the CPU information (no goal). The case names the device, arms, seeds, grid
 and sizes. Without ``--device`` and without a GPU (``make bench`` on a CPU machine) it is skipped.
 
-    .venv/bin/python benchmarks/fine_tune_sweep.py --device cuda --profile gpu --train-docs 400  # fine_tune_gpu.json
+    .venv/bin/python benchmarks/fine_tune_sweep.py --device cuda     # gpu profile, 160 docs: fine_tune_gpu.json
     .venv/bin/python benchmarks/fine_tune_sweep.py --device cpu --tiny --out /tmp/sweep.json    # smoke, ~30 s
 """
 
@@ -199,7 +200,8 @@ def summary_row(device, name: str, params, seeds: list[int], args, n_runs: int, 
     fcfg, tcfg = params.finetune, params.finetune.task(TASK)
     arms = ", ".join(arm.key for arm in tcfg.configs)
     grid = ", ".join(f"{x:g}" for x in tcfg.lr_grid)
-    case = (f"{name}: the cls sweep, {len(tcfg.configs)} arms ({arms}), seeds {seeds} + sweep seed "
+    profile = f"profile {args.profile}" if args.profile else "params.yaml"
+    case = (f"{name}, {profile}: the cls sweep, {len(tcfg.configs)} arms ({arms}), seeds {seeds} + sweep seed "
             f"{fcfg.sweep_seed}, LR grid x[{grid}], {args.train_docs} train docs per seed, {args.eval_docs} dev + "
             f"{args.eval_docs} test docs, <= {tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, <= "
             f"{tcfg.max_epochs} epochs; {n_runs} runs each side, ours {slots} at once")  # fmt: skip
@@ -217,7 +219,8 @@ def main() -> None:
                         help="default: cuda when torch sees a GPU; without one the benchmark is skipped (make bench)")
     parser.add_argument("--tiny", action="store_true", help="the smoke size (flags given win): " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in TINY.items()))  # fmt: skip
-    parser.add_argument("--profile", help="apply profiles/<name>.yaml to params.yaml first (e.g. gpu)")
+    parser.add_argument("--profile", help="apply profiles/<name>.yaml to params.yaml first (default: gpu on cuda, "
+                                          "none on the cpu; none: params.yaml as it is)")  # fmt: skip
     parser.add_argument("--arms", help="comma-separated arms (default: finetune.recipes.cls.configs)")
     parser.add_argument("--seeds", type=int, help="reported seeds: the first N of finetune.seeds (default 2)")
     parser.add_argument("--grid", help="comma-separated LR multipliers (default: the recipe's lr_grid)")
@@ -241,6 +244,9 @@ def main() -> None:
                   "runs it on the CPU as information)")  # fmt: skip
             return
         args.device = "cuda"
+    if args.profile is None:
+        args.profile = "gpu" if args.device == "cuda" else "none"
+    args.profile = None if args.profile == "none" else args.profile
     if args.device == "cuda":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # one GPU: a Trainer would take every visible one
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
