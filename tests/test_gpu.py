@@ -128,6 +128,61 @@ def test_packed_blocks_run_the_flash_kernel_under_bf16_and_compile():
     assert torch.isfinite(loss)
 
 
+def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_torchrun_env):
+    """One compiled bf16 ``Trainer._step`` as the gpu profile trains (its ``hardware`` section, through
+    ``setup_distributed``): every SDPA call it makes meets flash's conditions (``tasks.pretrain.attention``, the CPU
+    test's checker), SDPA's own ``can_use_flash_attention(debug=True)`` agrees (its reasons printed and in the
+    failure), and a profiled second step shows a fused attention kernel and not the math path (bmm + softmax)."""
+    import warnings
+
+    from torch.backends.cuda import SDPAParams, can_use_flash_attention
+
+    from benchmarks._device_time import attention_paths
+    from tasks.config import read_yaml
+    from tasks.pretrain import attention
+    from tasks.pretrain.hardware import setup_distributed
+    from tasks.pretrain.init import build_model
+    from tasks.pretrain.mlm import MaskingVocab
+    from tasks.pretrain.trainer import Trainer
+
+    profile = read_yaml(Path(__file__).resolve().parents[1] / "profiles" / "gpu.yaml")
+    preset = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256}
+    cfg = make_cfg(presets={"micro": preset}, max_position_embeddings=128, compile=True, bf16=True, batch_size_blocks=8,
+                   hardware={**profile.get("hardware", {}), "device": "cuda"})  # fmt: skip
+    env = setup_distributed(cfg.hardware)
+    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, 1000),
+                         continuation=torch.zeros(1000, dtype=torch.bool))  # fmt: skip
+    ids = torch.randint(5, 1000, (16, 128))
+    train = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": torch.ones_like(ids, dtype=torch.bool),
+             "source_id": torch.zeros(16, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
+    torch._dynamo.reset()
+    trainer = Trainer(cfg, build_model(cfg, 1000, 128, 0).to(env.device), vocab, train, train, env, NullLog(), tmp_path)
+    try:
+        with attention.capture() as captured:
+            trainer._step([b.to(env.device) for b in trainer._micro_batches(0)])
+        refused = []
+        for call in set(captured.calls):
+            q, k, v = (torch.empty_strided(o.shape, o.stride, dtype=o.dtype, device=env.device, requires_grad=True)
+                       for o in (call.query, call.key, call.value))  # fmt: skip
+            mask = torch.ones(q.shape[0], 1, q.shape[2], k.shape[2], dtype=torch.bool, device=env.device) if call.has_mask else None
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if not can_use_flash_attention(SDPAParams(q, k, v, mask, call.dropout_p, call.is_causal, call.enable_gqa), True):
+                    refused.append(f"{call}: {sorted({str(w.message) for w in caught})}")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+            trainer._step([b.to(env.device) for b in trainer._micro_batches(1)])
+            torch.cuda.synchronize()
+        paths = attention_paths({event.name for event in prof.events()})
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch._dynamo.reset()
+    ours = attention.report(captured)
+    print(f"SDPA paths {paths}; compiled graphs {captured.graph_paths}; our checker {ours}; SDPA refused {refused}; "
+          f"notes {attention.setting_notes()}")  # fmt: skip
+    assert not refused and not ours, f"flash refused: SDPA {refused}; ours {ours}"
+    assert paths and "math" not in paths, f"attention ran on {paths or 'no SDPA kernel'}; compiled graphs {captured.graph_paths}"
+
+
 class LossLog(NullLog):
     """A run log that keeps the logged train losses ``(step, loss)``."""
 
