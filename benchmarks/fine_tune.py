@@ -34,7 +34,7 @@ step is matmul time, which no training loop removes. The fine-tuning speed goal 
 
     .venv/bin/python benchmarks/fine_tune.py            # writes benchmarks/results/fine_tune.json
     .venv/bin/python benchmarks/fine_tune.py --rounds 1 --steps 4 --eval-docs 16 --out /tmp/ft.json  # smoke
-    .venv/bin/python benchmarks/fine_tune.py --devices cuda --out /tmp/ft_gpu.json  # the GPU only (gpu_check.sh runs fine_tune_sweep.py)
+    .venv/bin/python benchmarks/fine_tune.py --devices cuda --out /tmp/ft_gpu.json  # GPU only (information)
 """
 
 from __future__ import annotations
