@@ -20,7 +20,8 @@ SCRIPT = ROOT / "scripts" / "check_gpu_host.py"
 
 NVIDIA_SMI = """#!/bin/sh
 case "$1" in
-  -L) i=0; while [ "$i" -lt "${FAKE_GPUS:-0}" ]; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; i=$((i+1)); done ;;
+  -L) i=0; while [ "$i" -lt "${FAKE_GPUS:-0}" ]; do
+        echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; i=$((i+1)); done ;;
   --query-gpu=driver_version) echo "470.82.01" ;;
 esac
 """

@@ -52,7 +52,8 @@ pretrain:
 """
 FILL_MASK = ['He said "the [MASK] is here"', '"it\'s" the [MASK], isn\'t it', "a  b [MASK] c\\d"]
 QUOTED_ARGV = ["-S", 'split.assignment="hash"', "-S", "split.ledger=true", "-S", 'tokenizer.vocab_from="train_once"',
-               "-S", r"""pretrain.fill_mask=['He said "the [MASK] is here"', "\"it's\" the [MASK], isn't it", "a  b [MASK] c\d"]"""]
+               "-S", r"""pretrain.fill_mask=['He said "the [MASK] is here"', "\"it's\" the [MASK], isn't it", """
+               r""""a  b [MASK] c\d"]"""]
 
 
 @pytest.fixture(scope="module")
