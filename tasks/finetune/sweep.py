@@ -15,9 +15,9 @@ schedule. Each run is given a device slot when it starts (``slots``): on the CPU
 pool of ``runs_per_gpu`` workers, and each worker sees that GPU alone: its initializer sets
 ``CUDA_VISIBLE_DEVICES`` to the GPU (``visible_gpu``) before any CUDA call and makes it the current device, so
 the run trains on ``cuda:0`` of the worker, its CUDA context, allocator cache and pinned host memory
-(``place``'s ``pin_memory`` uses the current device) live on that GPU only, and no worker wanders to another. The costliest arms start first
-and an arm's seeds follow its sweep at once (longest-processing-time-first list scheduling, Graham 1969), so a
-long arm does not run alone at the end.
+(``place``'s ``pin_memory`` uses the current device) live on that GPU only, and no worker wanders to another.
+The costliest arms start first and an arm's seeds follow its sweep at once (longest-processing-time-first list
+scheduling, Graham 1969), so a long arm does not run alone at the end.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
 def alongside(train: Callable[[], T], other: Callable[[], U]) -> tuple[T, U]:
     """``(train(), other())`` computed at once: ``train`` (the sweep: it only schedules worker processes and
     waits) on a thread, ``other`` (the baselines' CPU work and their MLflow logging) on this one. An error of
-    either is raised once both have ended."""
+    either is raised once both have ended (a running sweep is not interrupted)."""
     with ThreadPoolExecutor(1, thread_name_prefix="finetune-sweep") as pool:
         future = pool.submit(train)
         done = other()
