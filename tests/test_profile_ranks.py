@@ -130,3 +130,13 @@ def test_profile_values_reach_params_yaml_through_dvcs_own_parser_unchanged(tmp_
         apply_overrides(params, [args[i + 1] for i in range(0, len(args), 2)])  # what `dvc exp run -S` does
         assert load_params(params) == load_params(ROOT / "params.yaml", overrides(name)), name
     assert load_params(tmp_path / "params-awkward.yaml").pretrain.fill_mask == AWKWARD
+
+
+def test_the_printed_arguments_are_shell_quoted_one_pair_a_line(fake_gpus, capsys):
+    import shlex
+
+    fake_gpus(1)
+    assert main(["gpu"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert [shlex.split(line) for line in printed] == [list(pair) for pair in zip(*[iter(set_params_args("gpu"))] * 2)]
+    assert all(shlex.split(line)[0] == "-S" for line in printed)
