@@ -25,6 +25,7 @@ from tasks.export import rescore
 from tasks.finetune import run as finetune_run
 from tasks.finetune import training
 from tasks.report.claims import Metrics
+from tasks.report.export import export_grids
 from tasks.report.ledger import model_precision
 from tasks.tracking import NullLog
 
@@ -59,8 +60,10 @@ def trained_in_bf16(tmp_path_factory):
             finetune[task] = finetune_run(cfg, paths, NullLog(), task)
             (paths.metrics / "finetune").mkdir(parents=True, exist_ok=True)
             (paths.metrics / "finetune" / f"{task}.json").write_text(json.dumps(finetune[task]), encoding="utf-8")
+    (paths.metrics / "export").mkdir(parents=True, exist_ok=True)
     for task in TASKS:
         exported[task] = export.run(export_params(), paths, NullLog(), task)
+        (paths.metrics / "export" / f"{task}.json").write_text(json.dumps(exported[task]), encoding="utf-8")
     return paths, exported, finetune, entered
 
 
@@ -95,12 +98,15 @@ def test_bf16_predictions_of_the_same_model_would_fail_the_check(trained_in_bf16
     assert bf16["disagree"] > 0 and bf16["max_abs_probability_difference"] > tolerance, bf16
 
 
-def test_the_claim_tables_ledger_names_the_precision_of_the_evaluated_predictions(trained_in_bf16):
+def test_the_claim_tables_ledger_and_export_table_name_the_precision_of_the_predictions(trained_in_bf16):
     paths, *_ = trained_in_bf16
     lines = model_precision(Metrics(paths.metrics))
     for task in TASKS:
         assert lines[f"finetune {task}: training steps"] == "bf16 autocast"
         assert lines[f"finetune {task}: evaluated predictions (dev, test)"] == training.PREDICTION_PRECISION
+    [(_, header, body)] = export_grids(Metrics(paths.metrics), None)
+    cells = [dict(zip(header, row, strict=True))["predictions computed in"] for row in body]
+    assert cells == [f"evaluated: {training.PREDICTION_PRECISION}; re-scored: fp32 on the CPU"] * len(TASKS)
 
 
 def test_predictions_on_cuda_turn_tf32_off_and_restore_it():

@@ -37,9 +37,9 @@ def export_gates(claim: Claim, metrics: Metrics) -> list[str]:
 def export_grids(metrics: Metrics, cfg) -> list:
     """One row per task with an export: the run and seed shipped, the headline test metric the run evaluated
     and the one re-scored from the export (same test items), the items that disagree, the largest probability
-    gap and where the export lies."""
+    gap, the precision both sets of predictions were computed in and where the export lies."""
     header = ["task", "exported run (chosen on dev)", "metric", "evaluated (that seed)", "re-scored as exported",
-              "items disagreeing", "largest probability gap", "folder", "dev winner"]  # fmt: skip
+              "items disagreeing", "largest probability gap", "predictions computed in", "folder", "dev winner"]  # fmt: skip
     body = []
     for task in finetune_tasks(metrics):
         export = metrics.optional(f"export/{task}")
@@ -53,7 +53,9 @@ def export_grids(metrics: Metrics, cfg) -> list:
                      f"{export['evaluated'][name]:.4f}", f"{export['rescored'][name]:.4f}",
                      f"{agreement['disagree']} of {agreement['items']}",
                      f"{agreement['max_abs_probability_difference']:.2g} (tolerance "
-                     f"{agreement['probability_tolerance']:g})", export["folder"], winner])  # fmt: skip
+                     f"{agreement['probability_tolerance']:g})",
+                     f"evaluated: {export.get('evaluated_precision', 'not recorded')}; re-scored: "
+                     f"{export.get('rescored_precision', 'not recorded')}", export["folder"], winner])  # fmt: skip
     if not body:
         raise NotRun("no metrics/export/<task>.json (export stage not run)")
     return [("The model each task ships, re-scored in a fresh process from the raw test text", header, body)]
