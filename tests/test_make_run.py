@@ -5,9 +5,9 @@ argument vector it receives (DVC=...) and a faked GPU count (a `sitecustomize.py
 
 The run happens in a scratch copy of the checkout (flows/ and profiles/ copied, so a test profile can be added;
 the Makefile, params.yaml, tasks/ and .venv linked), with `make -o .venv/.installed`, so that `install` never
-reinstalls however new pyproject.toml is. Each vector is also applied with DVC's own `-S` parser
-(`dvc.utils.hydra.apply_overrides`) to a copy of params.yaml, which must then validate to exactly the values the
-profile asks for. About 3 s a profile (one Python start that imports torch)."""
+reinstalls however new pyproject.toml is. Each vector is also read by DVC's own command-line parser (no stage
+targets) and applied with its `-S` parser (`dvc.utils.hydra.apply_overrides`) to a copy of params.yaml, which
+must then validate to exactly the values the profile asks for. About 3 s a profile (one Python start that imports torch)."""
 
 from __future__ import annotations
 
@@ -89,10 +89,16 @@ def make_run(checkout: Path, profile: str, gpus: int) -> tuple[subprocess.Comple
 
 
 def applied_by_dvc(argv: list[str], tmp_path: Path) -> dict:
-    """params.yaml after DVC's own ``-S`` parser applied the ``-S`` values of ``argv`` to a copy of it, validated."""
+    """params.yaml after DVC's own command line (``dvc.cli.parse_args``: no stage targets, the ``-n`` name) and
+    ``-S`` parser (``to_path_overrides``, ``apply_overrides``) took ``argv``, applied to a copy of it, validated."""
+    from dvc.cli import parse_args
+    from dvc.utils.cli_parse import to_path_overrides
     from dvc.utils.hydra import apply_overrides
 
-    sets = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-S"]
+    args = parse_args(argv[1:])
+    assert (args.targets, args.name) == ([], argv[4])  # before: ['21,', '42]'] became stage targets
+    [(path, sets)] = to_path_overrides(args.set_param).items()
+    assert path == "params.yaml"
     params = tmp_path / "params.yaml"
     shutil.copyfile(ROOT / "params.yaml", params)
     apply_overrides(params, sets)
