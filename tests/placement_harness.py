@@ -16,7 +16,11 @@ things so that the stage's host-side bookkeeping still runs and everything left 
 transformers' SDPA mask builder reads ``padding_mask.all()`` on the host to skip an all-ones mask; here it
 keeps the mask (what it does for any padded batch), as tests/test_placement.py always did; and fused AdamW,
 which checks its parameters' device against a list (CUDA and the CPU among them), accepts ``meta`` (whose
-fused kernel exists).
+fused kernel exists); and ``safetensors.torch.load_file`` (which ``load_model`` calls) asked for ``meta`` reads
+on the CPU and moves the tensors there (safetensors refuses the meta device; a GPU read lands on the GPU), and
+its tied-weight finder knows meta tensors that share a storage (it goes by storage address, which meta lacks);
+``module.to(meta)`` swaps each parameter's contents in place (``set_swap_module_params_on_conversion``), so tied
+weights stay one parameter, as ``.to("cuda")`` keeps them (without it, meta gets a new parameter per reference).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+import safetensors.torch
 import torch
 from torch.optim import optimizer
 from torch.overrides import TorchFunctionMode
@@ -88,6 +93,7 @@ class Placement:
     reads: HostReads | None = None
     resolved: list[str] = field(default_factory=list)
     forwards: int = 0
+    meta_loads: int = 0
 
 
 def _check_module(placement: Placement, module: torch.nn.Module, args) -> None:
@@ -117,13 +123,37 @@ def on_meta(monkeypatch):
         if found is _REAL_RESOLVE or getattr(found, "placement_harness", False):
             monkeypatch.setattr(module, "resolve", resolve)
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False)
+    real_load_file = safetensors.torch.load_file
+
+    def load_file(filename, device="cpu", **kwargs):
+        # safetensors reads onto the CPU or an accelerator, not meta: read, then move, as a GPU read lands there
+        if str(device) != "meta":
+            return real_load_file(filename, device=device, **kwargs)
+        placement.meta_loads += 1
+        return {key: t.to(META) for key, t in real_load_file(filename, device="cpu", **kwargs).items()}
+
+    monkeypatch.setattr(safetensors.torch, "load_file", load_file)
+    real_shared = safetensors.torch._find_shared_tensors
+
+    def find_shared(state_dict):
+        # safetensors tells tied weights by storage address, which meta tensors lack; their storage object is shared
+        groups: dict[int, set[str]] = {}
+        for key, t in state_dict.items():
+            if t.is_meta:
+                groups.setdefault(t.untyped_storage()._cdata, set()).add(key)
+        return real_shared(state_dict) + [names for names in groups.values() if len(names) > 1]
+
+    monkeypatch.setattr(safetensors.torch, "_find_shared_tensors", find_shared)
     fused = optimizer._get_fused_kernels_supported_devices
     monkeypatch.setattr(optimizer, "_get_fused_kernels_supported_devices", lambda: [*fused(), "meta"])
     handle = torch.nn.modules.module.register_module_forward_pre_hook(
         lambda module, args: _check_module(placement, module, args))
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
     try:
         with HostReads() as reads:
             placement.reads = reads
             yield placement
     finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
         handle.remove()

@@ -13,6 +13,7 @@ import json
 import shutil
 
 import pytest
+import safetensors.torch
 import torch
 from datasets import load_from_disk
 from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
@@ -34,6 +35,7 @@ from tasks.finetune import cls, ner, operational
 from tasks.finetune.model import build_model, save_model
 from tasks.finetune.training import train_step
 from tasks.leakage import semantic_encoder
+from tasks.pretrain import checkpoint
 from tasks.pretrain.feed import masked_batch
 from tasks.pretrain.hardware import Dist
 from tasks.pretrain.init import build_model as build_mlm
@@ -263,20 +265,37 @@ def pretrain_corpus(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("init_from", ["scratch", "reference"])
+def pretrain_cfg(**changes):
+    return make_cfg(**{"max_steps": 4, "eval_every_steps": 2, "checkpoint_every_steps": 2, "log_every_steps": 1,
+                       "batch_size_blocks": 4, "eval_max_blocks": 4, **changes})  # fmt: skip
+
+
+@pytest.mark.parametrize(("init_from", "architecture"), [("scratch", "modernbert"), ("scratch", "roberta-prelayernorm"),
+                                                         ("reference", "modernbert")])  # fmt: skip
 def test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device(monkeypatch, pretrain_corpus, tmp_path,
-                                                                              init_from):  # fmt: skip
+                                                                              init_from, architecture):  # fmt: skip
     """``pretrain.run`` as DVC calls it (``setup_distributed`` resolves ``hardware.device``): train steps, the
     held-out evaluations, checkpoints and the fill-mask check, from a fresh model and from the packaged MiniLM
     (``init_from: reference``, loaded with ``from_pretrained``)."""
-    cfg = make_cfg(init_from=init_from, max_steps=4, eval_every_steps=2, checkpoint_every_steps=2, log_every_steps=1,
-                   batch_size_blocks=4, eval_max_blocks=4, hardware={"device": "cuda"})  # fmt: skip
+    cfg = pretrain_cfg(init_from=init_from, architecture=architecture, hardware={"device": "cuda"})
     with on_meta(monkeypatch) as placement:
         metrics = pretrain.run(cfg, clone(pretrain_corpus, tmp_path), NullLog())
     assert placement.resolved == ["cuda"] and placement.forwards > 0
     assert placement.leaks == []
     assert metrics["steps"] == 4 and metrics["variant"] == ("pretrained" if init_from == "scratch" else "adapted")
     assert list(metrics["fill_mask"]) == cfg.fill_mask
+
+
+def test_pretrain_resumes_a_host_checkpoint_onto_the_resolved_device(monkeypatch, pretrain_corpus, tmp_path):
+    """The last checkpoint of a CPU run (the device is not in the checkpoint's fingerprint) is resumed by
+    ``pretrain.run`` on the resolved device: weights and optimizer state are loaded there (``checkpoint.load``'s
+    ``device``), then the final evaluation and the fill-mask check run on it."""
+    paths = clone(pretrain_corpus, tmp_path)
+    pretrain.run(pretrain_cfg(hardware={"device": "cpu"}), paths, NullLog())
+    with on_meta(monkeypatch) as placement:
+        metrics = pretrain.run(pretrain_cfg(hardware={"device": "cuda"}), paths, NullLog())
+    assert placement.resolved == ["cuda"] and placement.leaks == [] and placement.forwards > 0
+    assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 4 and placement.meta_loads == 1
 
 
 # ---------------------------------------------------------------- export's re-score and the release card
@@ -337,3 +356,12 @@ def test_release_card_usage_runs_on_a_device(monkeypatch, exports, kind):
     model = scope["tag" if kind == "token_classification" else "model"].model
     assert {p.device for p in model.parameters()} == {META}
     assert placement.leaks == [] and placement.forwards > 0
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_is_named(tmp_path):
+    """Seen while resuming on meta: ``checkpoint.load`` sliced safetensors' set of missing names, so a
+    checkpoint that does not fit raised ``TypeError: 'set' object is not subscriptable`` instead of naming it."""
+    safetensors.torch.save_model(torch.nn.Linear(2, 2, bias=False), str(tmp_path / "model.safetensors"))
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(RuntimeError, match=r"model\.safetensors: missing \['bias'\]"):
+        checkpoint.load(tmp_path, model, torch.optim.SGD(model.parameters()), torch.device("cpu"))

@@ -58,7 +58,9 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, d
     """
     missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False, device=str(device))
     if missing or unexpected:
-        raise RuntimeError(f"{path / 'model.safetensors'}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        # safetensors returns the missing names as a set: sorted before slicing
+        raise RuntimeError(f"{path / 'model.safetensors'}: missing {sorted(missing)[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
     return torch.load(path / "trainer_state.pt", weights_only=True)
 
