@@ -24,8 +24,8 @@ from tasks.pretrain.mlm import MaskingVocab
 from tasks.pretrain.trainer import Trainer
 from tasks.tracking import NullLog
 
-VOCAB, SEQ = 64, 32
 GPU = read_yaml(ROOT / "profiles" / "gpu.yaml")
+VOCAB, SEQ = 64, GPU["tokenize"]["max_seq_len_tokens"]  # the gpu profile's block length (512)
 
 
 def gpu_training_cfg(**overrides):
