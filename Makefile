@@ -83,17 +83,18 @@ run: install
 # waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
 # test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the longest files first
 # (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The GPU check's dry run (about
-# 3 min of CPU: every step of benchmarks/gpu_check.sh at tiny sizes) is `make test-gpucheck`; CI runs both.
+# 4 min of one core: every step of benchmarks/gpu_check.sh at tiny sizes, tests/test_gpu_check.py) is among them,
+# first; `make test-gpucheck` runs it alone.
 test: install-ray
 	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
-	status=0; $(BIN)/python -m pytest -m "not gpu and not gpucheck" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
+	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
 	  --no-loadscope-reorder --durations=15 || status=$$?; \
 	ray_status=0; wait $$ray_pid || ray_status=$$?; echo "== tests/test_ray_engines.py (run beside the rest)"; \
 	cat "$$ray_log"; rm -f "$$ray_log"; \
 	if [ "$$status" -ne 0 ]; then exit "$$status"; fi; exit "$$ray_status"
 
 test-gpucheck: install
-	$(BIN)/python -m pytest -m gpucheck tests/test_gpu_check.py --durations=5
+	$(BIN)/python -m pytest tests/test_gpu_check.py --durations=5
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"

@@ -1,13 +1,14 @@
 """A short run of a profile end to end (every stage, in dvc.yaml order), for ``benchmarks/gpu_check.sh``.
 
 The checkout is copied to a temporary folder (what git would clone), params.yaml there gets the profile's
-values (``flows/profiles.py``) and the short-run sizes below, and each stage runs as ``python -m tasks <stage>
+values (``flows/profiles.py``) and the tiny sizes below (the semantic pass on), and each stage runs as ``python -m tasks <stage>
 [item]`` (what dvc.yaml runs, on one process; with ``--dry-run`` all stages run in one process through the same
 entry point, because on a 2-core CPU each stage's start-up, the imports of torch, transformers and MLflow, was
 about 9 s and a third of the dry run). Written to ``--out``: each stage's wall time, the held-out loss
 curve of pretraining against the unigram baseline, pretraining throughput and MFU, and whether the pretrained
 encoder beat its random-init control on the classification task (the difference of the mean test macro-F1
-over seeds, with the two arms' t-intervals), reported either way.
+over seeds, with the two arms' t-intervals), reported either way, what the semantic pass ran on, and ``rows``
+for ``benchmarks/_table.py``.
 
     python benchmarks/_gpu_profile_run.py --profile gpu --out $OUT/gpu_profile_run.json
     python benchmarks/_gpu_profile_run.py --profile gpu --dry-run --out /tmp/x.json   # CPU, tiny sizes
@@ -36,40 +37,30 @@ from flows.profiles import overrides  # noqa: E402
 from tasks.common.provenance import stage_names  # noqa: E402
 from tasks.config import read_yaml  # noqa: E402
 
-#: The short run on a GPU: the whole bundled corpus, 10 epochs of BERT-base pretraining at most (one pretraining
-#: seed, not the profile's 3: the check has 8 minutes; tests/test_multiseed.py covers further seeds), 3 fine-tuning
-#: seeds and one learning rate per arm, the arms a reader needs (pretrained, its random-init control, the MiniLM).
-SHORT = {
+#: Tiny sizes on either device (the check's budget holds minutes, not an experiment): a few hundred documents
+#: (the end-to-end test's), the tiny preset for a few dozen steps, one pretraining seed (tests/test_multiseed.py
+#: covers further seeds), 2 fine-tuning seeds and one learning rate of the arms a reader needs (pretrained and its
+#: random-init control), and the semantic pass on: it is the stage a GPU user's first run reaches first.
+TINY = {
     "pretrain.seeds": [13],
-    "finetune.seeds": [13, 21, 42],
-    "finetune.operational.timed_batches": {1: 16, 32: 8},
-    "finetune.recipes.cls.configs": ["pretrained/full/mean-pool", "random/full/mean-pool", "reference/full/mean-pool"],
-    "finetune.recipes.ner.configs": ["pretrained/full/first", "random/full/first", "reference/full/first"],
-    "finetune.recipes.cls.lr_grid": [1.0],
-    "finetune.recipes.ner.lr_grid": [1.0],
-    "finetune.recipes.cls.max_epochs": 3,
-    "finetune.recipes.ner.max_epochs": 3,
-}
-#: ``--dry-run``: the same steps on the CPU at the end-to-end test's sizes (a few hundred documents).
-DRY = {
-    "hardware.device": "cpu",
     "pretrain.size": "tiny",
-    "pretrain.compile": False,
     "pretrain.batch_size_blocks": 8,
+    "pretrain.max_steps": None,
     "pretrain.train_tokens": 12 * 8 * 128,
+    "pretrain.max_epochs": None,
     "pretrain.eval_every_steps": 6,
     "pretrain.eval_max_blocks": 16,
     "pretrain.log_every_steps": 3,
+    "pretrain.dose_snapshot_fractions": [],
     "tokenizer.vocab_size_tokens": 1500,
-    # the MiniLM pass on the CPU is the end-to-end test's (tests/test_e2e.py); on the GPU the check runs it
-    "leakage.semantic.enabled": False,
+    "leakage.semantic.enabled": True,
     "tokenize.max_seq_len_tokens": 128,
-    "tokenize.num_proc": 1,
     "finetune.seeds": [13, 21],
-    "finetune.workers": 2,
     "finetune.recipes.cls.configs": ["pretrained/full/mean-pool", "random/full/mean-pool"],
     "finetune.recipes.ner.configs": ["pretrained/full/first", "random/full/first"],
     "finetune.operational.timed_batches": {1: 2, 8: 1},
+    "finetune.recipes.cls.lr_grid": [1.0],
+    "finetune.recipes.ner.lr_grid": [1.0],
     "finetune.recipes.cls.max_train_docs": 32,
     "finetune.recipes.cls.max_dev_docs": 16,
     "finetune.recipes.cls.max_test_docs": 24,
@@ -88,7 +79,14 @@ DRY = {
     "finetune.recipes.ner.curve_configs": [],
     "probe.batch_size_sentences": 32,
 }
-DRY_MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}  # as tests/test_e2e.py
+#: ``--dry-run``: the same on the CPU (compile off: inductor's CPU build of a tiny model costs more than it saves).
+DRY = {
+    "hardware.device": "cpu",
+    "pretrain.compile": False,
+    "tokenize.num_proc": 1,
+    "finetune.workers": 2,
+}
+MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}  # as tests/test_e2e.py
 
 
 def copy_checkout(dest: Path) -> Path:
@@ -116,16 +114,15 @@ def write_params(root: Path, profile: str, dry: bool) -> dict:
     import yaml
 
     params = read_yaml(root / "params.yaml")
-    values = overrides(profile) | SHORT | (DRY if dry else {})
+    values = overrides(profile) | TINY | (DRY if dry else {})
     for dotted, value in values.items():
         *parents, leaf = dotted.split(".")
         node = params
         for key in parents:
             node = node[key]
         node[leaf] = value
-    if dry:
-        for spec in params["ingest"]["sources"]:
-            spec["max_docs"] = DRY_MAX_DOCS.get(spec["name"], 100)
+    for spec in params["ingest"]["sources"]:
+        spec["max_docs"] = MAX_DOCS.get(spec["name"], 100)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     return values
 
@@ -201,6 +198,33 @@ def heldout_curve(root: Path) -> list[dict]:
                 for r in csv.DictReader(handle, delimiter="\t") if r["eval_loss"]]  # fmt: skip
 
 
+def device_name(dry: bool) -> str:
+    """The GPU's name (``torch.cuda.get_device_name``), or the CPU's model name on a dry run."""
+    import platform
+
+    import torch
+
+    if not dry and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "cpu"
+
+
+def table_rows(result: dict) -> list[dict]:
+    """Rows for ``benchmarks/_table.py`` (information: no peer runs a profile end to end, so no goal): the whole
+    run's wall time, and the pretrained encoder's test macro-F1 lead over its random-init control on BBC."""
+    case = (f"profile {result['profile']} end to end at tiny sizes, semantic pass on, {result['device_name']}"
+            + (" (dry run)" if result["dry_run"] else ""))  # fmt: skip
+    base = {"benchmark": "gpu_profile_run", "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None,
+            "limit": None, "fraction_of_limit": None, "goal": None, "meets_goal": None}  # fmt: skip
+    lead = result["pretrained_beats_random_cls"]
+    return [base | {"case": case, "unit": "s wall time", "ours": result["total_seconds"]},
+            base | {"case": f"{case}: pretrained minus random-init cls test macro-F1 ({lead['answer']})",
+                    "unit": "macro-F1", "ours": lead["difference"]}]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="gpu")
@@ -218,12 +242,18 @@ def main() -> None:
         values = write_params(root, args.profile, args.dry_run)
         seconds = run_stages(root, in_process=args.dry_run)
         pretrain = json.loads((root / "metrics" / "pretrain.json").read_text())
+        semantic = {k: json.loads((root / "metrics" / "leakage.json").read_text())["semantic"].get(k)
+                    for k in ("enabled", "device", "device_name", "precision", "windows_embedded", "eval_docs_flagged")}
         result = {"profile": args.profile, "dry_run": args.dry_run, "params_set": values, "stage_seconds": seconds,
                   "total_seconds": round(time.perf_counter() - started, 1), "heldout_curve": heldout_curve(root),
                   "pretrain": {k: pretrain.get(k) for k in ("steps", "heldout_loss", "heldout_unigram_ce",
                                "heldout_gap_to_unigram_nats", "train_tokens_per_s", "mfu", "peak_flops_per_s",
                                "compile_seconds", "peak_memory_mib", "hardware")},
                   "pretrained_beats_random_cls": pretrained_vs_random(root)}  # fmt: skip
+    result["device_name"] = device_name(args.dry_run)
+    result["leakage_semantic"] = semantic
+    result["rows"] = table_rows(result)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: result[k] for k in ("stage_seconds", "pretrained_beats_random_cls")}, indent=1))
 

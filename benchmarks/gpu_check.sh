@@ -1,30 +1,54 @@
 #!/usr/bin/env bash
-# The whole GPU check in one run (planned for at most 8 minutes on one H200):
-#   1. the machine: nvidia-smi, torch and its CUDA build;
-#   2. pytest -m gpu (the GPU tests: pretraining with compile, fine-tuning per task kind, probe, inference
-#      cost, a 2-rank NCCL run when two GPUs exist);
-#   3. benchmarks/pretrain.py: the base preset in bf16 with compile, SDPA, packed blocks and the masked-only
-#      head against HF Trainer on the same model, batch and precision (-> pretrain_gpu.json);
-#   4. benchmarks/fine_tune.py: the fine-tuning loop against HF Trainer on the GPU (-> fine_tune_gpu.json);
-#   5. a short run of the gpu profile end to end (benchmarks/_gpu_profile_run.py -> gpu_profile_run.json).
-# Everything goes to $OUT when it is set (else benchmarks/results/gpu_check/), each step's log and its time too.
+# The whole GPU check in one run, within a time budget (default 420 s: a lent GPU's 15 minutes hold start-up,
+# transfers and one rerun besides):
+#   1. machine: nvidia-smi, torch and its CUDA build;
+#   2. gpu_tests: every `pytest -m gpu` test (no -x: a failure never hides the tests after it), each test's
+#      result listed at the end (gpu_tests.xml, JUnit);
+#   3. pretrain_bench: benchmarks/pretrain.py, the base preset in bf16 with compile against HF Trainer on the same
+#      model, batch and precision, with a torch.profiler trace of 20 steps (-> pretrain_gpu.json);
+#   4. fine_tune_bench: benchmarks/fine_tune_sweep.py, the finetune stage's own sweep (the default cls arms, 2
+#      seeds, the LR grid) against the same runs done as one HF Trainer run each (-> fine_tune_gpu.json);
+#   5. gpu_profile_run: the gpu profile end to end at tiny sizes, the semantic pass on
+#      (benchmarks/_gpu_profile_run.py -> gpu_profile_run.json).
+# The results files (rows for benchmarks/_table.py) go to $RESULTS (default benchmarks/results, where the table
+# reads); logs, times.tsv, gpu_tests.xml, the profiler trace and gpu_check.json (every step's seconds and status,
+# every GPU test's outcome) go to $OUT (default benchmarks/results/gpu_check), and a copy of the results files
+# to $OUT/results, so a device run sends everything back in $OUT.
 #
-#   bash benchmarks/gpu_check.sh             # on a CUDA machine
-#   bash benchmarks/gpu_check.sh --dry-run   # the same steps on the CPU at tiny sizes (make test runs it)
+# Budget: before each step the script compares the step's expected seconds (EXPECT below) with what is left; a
+# step that would not fit is skipped and recorded as such, and a running step is stopped when the budget runs
+# out. Whatever ran is written either way. Exit status: 0 when every step ran and passed, 1 when one failed,
+# 3 when none failed but one was skipped or stopped by the budget.
+#
+#   bash benchmarks/gpu_check.sh                  # on a CUDA machine, 420 s
+#   bash benchmarks/gpu_check.sh --budget-s 600
+#   bash benchmarks/gpu_check.sh --dry-run        # every step on the CPU at tiny sizes (make test runs it);
+#                                                 # results to $OUT/results, so committed results stay as they are
 #
 # Installation: with .venv (make install) present it is used; otherwise the machine's python3 (a GPU image's
 # CUDA torch), with what it lacks installed without dependencies from the wheels in $CLOZELINE_WHEELS.
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
+usage() { echo "usage: bash benchmarks/gpu_check.sh [--dry-run] [--budget-s SECONDS]" >&2; exit 2; }
 DRY=0
-case "${1:-}" in
-  --dry-run) DRY=1 ;;
-  "") ;;
-  *) echo "usage: bash benchmarks/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
-esac
+BUDGET=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY=1 ;;
+    --budget-s) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; BUDGET=$2; shift ;;
+    --budget-s=*) BUDGET=${1#*=}; [[ "$BUDGET" =~ ^[0-9]+$ ]] || usage ;;
+    *) usage ;;
+  esac
+  shift
+done
+# The CPU runs the dry run's tiny sizes about 4x slower than a GPU runs the real ones: its default budget is longer.
+BUDGET=${BUDGET:-$([ "$DRY" = 1 ] && echo 1500 || echo 420)}
 OUT_DIR=${OUT:-benchmarks/results/gpu_check}
-mkdir -p "$OUT_DIR"
+RESULTS_DIR=${RESULTS:-$([ "$DRY" = 1 ] && echo "$OUT_DIR/results" || echo benchmarks/results)}
+mkdir -p "$OUT_DIR" "$RESULTS_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
   HF_HUB_DISABLE_TELEMETRY=1 DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true TOKENIZERS_PARALLELISM=false \
   TRANSFORMERS_VERBOSITY=error HF_DATASETS_DISABLE_PROGRESS_BARS=1 OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
@@ -51,42 +75,69 @@ print(" ".join(m for m in ("torch", "transformers", "datasets", "pydantic", "seq
     exit 1
   fi
 fi
+
+# Expected seconds per step (GPU: the H200 run of 2026-12-04 and the tiny profile run; dry run: this project's
+# 2-core CI machine), used only to decide whether a step still fits the budget.
+if [ "$DRY" = 1 ]; then
+  declare -A EXPECT=([machine]=10 [gpu_tests]=40 [pretrain_bench]=60 [fine_tune_bench]=60 [gpu_profile_run]=240)
+else
+  declare -A EXPECT=([machine]=10 [gpu_tests]=120 [pretrain_bench]=100 [fine_tune_bench]=100 [gpu_profile_run]=90)
+fi
 : > "$OUT_DIR/times.tsv"
-step() {  # step <name> <command...>: run, log to $OUT_DIR/<name>.log, record its seconds
-  local name=$1 started=$SECONDS status=0
+FAILED=0
+CUT=0
+step() {  # step <name> <command...>: run within the budget, log to $OUT_DIR/<name>.log, record seconds and status
+  local name=$1 started=$SECONDS status=0 left
   shift
-  echo "== $name: $*"
-  "$@" > >(tee "$OUT_DIR/$name.log") 2>&1 || status=$?
-  printf '%s\t%s\t%s\n' "$name" "$((SECONDS - started))" "$status" >> "$OUT_DIR/times.tsv"
-  return "$status"
+  left=$((BUDGET - SECONDS))
+  if [ "${EXPECT[$name]}" -gt "$left" ]; then
+    echo "== $name: skipped: it takes about ${EXPECT[$name]} s and ${left} s of the ${BUDGET} s budget are left"
+    printf '%s\t0\tskipped\n' "$name" >> "$OUT_DIR/times.tsv"
+    CUT=1
+    return 0
+  fi
+  echo "== $name (about ${EXPECT[$name]} s; ${left} s of the budget left): $*"
+  timeout --kill-after=15 "$left" "$@" > >(tee "$OUT_DIR/$name.log") 2>&1 || status=$?
+  local took=$((SECONDS - started)) result=$status
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then result=out-of-budget; CUT=1
+  elif [ "$status" -ne 0 ]; then FAILED=1; fi
+  echo "== $name: exit $status after $took s ($SECONDS s of the $BUDGET s budget used)"
+  printf '%s\t%s\t%s\n' "$name" "$took" "$result" >> "$OUT_DIR/times.tsv"
 }
 
-machine() {
-  nvidia-smi || echo "no nvidia-smi"
-  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
+summary() {  # every step's seconds and status, every GPU test's outcome: printed and written to gpu_check.json
+  cp -f "$RESULTS_DIR"/{pretrain_gpu,fine_tune_gpu,gpu_profile_run}.json "$OUT_DIR/results/" 2>/dev/null || true
+  "$PY" benchmarks/_gpu_check_summary.py --out-dir "$OUT_DIR" --budget-s "$BUDGET" --dry-run "$DRY"
 }
+mkdir -p "$OUT_DIR/results"
+trap summary EXIT
 
 if [ "$DRY" = 1 ]; then
-  step machine machine
-  # the GPU tests skip on a CPU: collect them and check there are at least five (only the files that mark tests
-  # gpu are collected: importing every test module took 28 s of the dry run)
-  gpu_files=$(grep -lE 'mark\.gpu\b' tests/test_*.py | tr '\n' ' ')
-  step gpu_tests_collected bash -c "'$PY' -m pytest -m gpu --collect-only -q -p no:cacheprovider $gpu_files | tee /dev/stderr \
-    | awk '/tests? collected|selected/ {print}' | grep -Eq '([5-9]|[1-9][0-9]+) (/ [0-9]+ )?tests? (collected|selected)|([5-9]|[1-9][0-9]+) selected'"
-  step pretrain_bench "$PY" benchmarks/pretrain.py --quick --device cpu --out "$OUT_DIR/pretrain_gpu.json"
-  step fine_tune_bench "$PY" benchmarks/fine_tune.py --devices cpu --rounds 1 --steps 2 --warmup 1 --eval-docs 16 \
-    --out "$OUT_DIR/fine_tune_gpu.json"
-  step gpu_profile_run "$PY" benchmarks/_gpu_profile_run.py --profile gpu --dry-run --out "$OUT_DIR/gpu_profile_run.json"
+  DEVICE=cpu
+  PRETRAIN=(--quick)
+  FINE_TUNE=(--tiny)
+  PROFILE_RUN=(--dry-run)
 else
-  step machine machine
   "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' \
     || { echo "gpu_check: torch sees no CUDA device (use --dry-run on a CPU machine)" >&2; exit 1; }
-  status=0
-  step gpu_tests "$PY" -m pytest -m gpu -q -p no:cacheprovider -x || status=1
-  step pretrain_bench "$PY" benchmarks/pretrain.py --device cuda --out "$OUT_DIR/pretrain_gpu.json" || status=1
-  step fine_tune_bench "$PY" benchmarks/fine_tune.py --devices cuda --out "$OUT_DIR/fine_tune_gpu.json" || status=1
-  step gpu_profile_run "$PY" benchmarks/_gpu_profile_run.py --profile gpu --out "$OUT_DIR/gpu_profile_run.json" || status=1
-  echo "== times (step, seconds, exit status)"; cat "$OUT_DIR/times.tsv"
-  exit "$status"
+  DEVICE=cuda
+  PRETRAIN=(--profile "$OUT_DIR/pretrain_profile")
+  FINE_TUNE=(--max-epochs 4)  # the gpu profile's recipes (runs_per_gpu 4), at the CPU default's 4 epochs: ~100 s
+  PROFILE_RUN=()
 fi
-echo "== times (step, seconds, exit status)"; cat "$OUT_DIR/times.tsv"
+# Only the files that mark tests gpu are collected (importing every test module took 28 s on 2 cores); on the
+# CPU their tests skip, so the dry run checks the collection and the summary, not the kernels.
+gpu_files=$(grep -lE 'mark\.gpu\b' tests/test_*.py | tr '\n' ' ')
+
+step machine bash -c "nvidia-smi || echo 'no nvidia-smi'; '$PY' -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"gpus\", torch.cuda.device_count())'"
+# shellcheck disable=SC2086  # gpu_files is a list of paths without spaces
+step gpu_tests "$PY" -m pytest -m gpu -q -rA -p no:cacheprovider --junitxml="$OUT_DIR/gpu_tests.xml" $gpu_files
+step pretrain_bench "$PY" benchmarks/pretrain.py --device "$DEVICE" "${PRETRAIN[@]}" --out "$RESULTS_DIR/pretrain_gpu.json"
+step fine_tune_bench "$PY" benchmarks/fine_tune_sweep.py --device "$DEVICE" "${FINE_TUNE[@]}" \
+  --out "$RESULTS_DIR/fine_tune_gpu.json"
+step gpu_profile_run "$PY" benchmarks/_gpu_profile_run.py --profile gpu "${PROFILE_RUN[@]}" \
+  --out "$RESULTS_DIR/gpu_profile_run.json"
+
+if [ "$FAILED" = 1 ]; then exit 1; fi
+if [ "$CUT" = 1 ]; then exit 3; fi
+exit 0
