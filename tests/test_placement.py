@@ -20,6 +20,9 @@ from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
 from placement_harness import on_meta
 from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
 from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
+from test_leakage import params as leakage_params
+from test_leakage import run_leakage
+from test_leakage_semantic import news_corpus, semantic_params
 from transformers import masking_utils
 
 from clozeline import predict
@@ -201,6 +204,18 @@ def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tin
     assert {p.device for p in encoder.model.parameters()} | {b.device for b in encoder.model.buffers()} == {META}
     assert placement.leaks == [] and placement.forwards > 0
     assert windows.vectors.shape[1] == 32 and len(windows.vectors) == encoder.stats["windows_embedded"] > 0
+
+
+def test_leakage_run_audits_semantically_on_the_resolved_device(monkeypatch, tiny_minilm, tmp_path):
+    """``leakage.run`` as DVC calls it, the semantic detector on: the audit builds its Encoder from
+    ``hardware.device`` and embeds the eval docs, planted copies and corpus there."""
+    task, pre = news_corpus()
+    cfg = leakage_params(semantic=semantic_params(tiny_minilm), hardware={"device": "cuda"})
+    with on_meta(monkeypatch) as placement:
+        metrics, _ = run_leakage(tmp_path, [task, pre], cfg)
+    assert placement.resolved == ["cuda"] and placement.forwards > 0
+    assert placement.leaks == []
+    assert metrics["semantic"]["device"] == "meta"
 
 
 # ---------------------------------------------------------------- finetune: the stage's run
