@@ -34,7 +34,7 @@ GENERIC = {"load", "build", "__init__"}
 
 
 def _called(func: ast.expr) -> tuple[str, str]:
-    """``(name, receiver)`` of a call's function: ``AutoModel.from_pretrained`` -> ``("from_pretrained", "AutoModel")``."""
+    """``(name, receiver)`` of a call's function (``AutoModel.from_pretrained``: ``from_pretrained``, ``AutoModel``)."""
     if isinstance(func, ast.Attribute):
         receiver = func.value
         return func.attr, receiver.attr if isinstance(receiver, ast.Attribute) else getattr(receiver, "id", "")

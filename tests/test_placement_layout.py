@@ -59,7 +59,7 @@ def placement_tests() -> set[str]:
     names = set()
     for name in PLACEMENT_FILES:
         tree = ast.parse((TESTS / name).read_text(encoding="utf-8"))
-        names |= {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+        names |= {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
     return names
 
 
