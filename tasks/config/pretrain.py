@@ -57,6 +57,11 @@ class PretrainParams(StrictModel):
         "positions, GeGLU, no biases; Warner et al. 2024)"
     )
     dropout_prob: float = Field(ge=0.0, lt=1.0, description="hidden + attention dropout (Cramming uses 0)")
+    document_mask: bool = Field(
+        False, description="attention stays within each document of a packed block (tasks/pretrain/attention.py: "
+        "FlexAttention block masks on CUDA, an SDPA mask on the CPU); ModernBERT only, dropout_prob 0 (FlexAttention "
+        "has no dropout); false: every token attends to the whole block (SDPA's flash kernel on CUDA)",
+    )
 
     mlm_probability: float = Field(gt=0.0, lt=1.0, description="fraction of non-special tokens selected")
     eval_mlm_probability: float = Field(
@@ -172,6 +177,9 @@ class PretrainParams(StrictModel):
         if self.nnodes > 1 and self.rdzv_endpoint.endswith(":0"):
             raise ValueError(f"nnodes {self.nnodes} needs an rdzv_endpoint host:port every node can reach, "
                              f"not {self.rdzv_endpoint!r} (port 0 is a free port on one machine)")  # fmt: skip
+        if self.document_mask and (self.architecture != "modernbert" or self.dropout_prob > 0):
+            raise ValueError(f"document_mask needs architecture modernbert and dropout_prob 0 (FlexAttention has no "
+                             f"dropout), not {self.architecture} with dropout_prob {self.dropout_prob}")  # fmt: skip
         for sentence in self.fill_mask:
             if sentence.count("[MASK]") != 1:
                 raise ValueError(f"fill_mask sentence {sentence!r} must contain exactly one [MASK]")

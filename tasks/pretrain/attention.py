@@ -224,3 +224,70 @@ def report(captured: Captured) -> list[str]:
     if captured.math_graphs:
         lines.append(f"{captured.math_graphs} compiled graph(s) traced SDPA to its math path (bmm + _safe_softmax)")
     return lines
+
+
+# ------------------------------------------------------------------------------------------ document masking
+#
+# A packed block holds several documents: ``[CLS] doc_a [SEP] doc_b [SEP] doc_c...`` (tasks/tokenize/pretrain.py:
+# each document owns its tokens and the [SEP] after them; the block's [CLS] belongs to its first document). With
+# ``pretrain.document_mask`` a token attends only to tokens of its own document. On CUDA the mask is a FlexAttention
+# ``BlockMask`` (``torch.nn.attention.flex_attention``: blocks of 128 x 128 positions that lie across documents are
+# skipped, not computed and masked); FlexAttention has no backward on the CPU, so there the same mask is a boolean
+# ``(batch, 1, seq, seq)`` SDPA mask (torch's CPU flash kernel takes it). Either way SDPA's CUDA flash kernel is out:
+# the price of exact per-document attention (benchmarks/document_mask.py measures it on the CPU).
+
+LAYER_TYPES = ("full_attention", "sliding_attention")  # ModernBERT's mask per layer type (every layer is full here)
+
+
+def document_ids(input_ids: torch.Tensor, sep_id: int, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``(batch, seq)`` index of the document each token belongs to within its block: the number of [SEP] before
+    it (a [SEP] closes its own document); padding gets -1, so it attends to padding only. Masking never selects a
+    [SEP] nor draws one as a random replacement (``mlm.mask_tokens``), so this holds on masked inputs too."""
+    sep = input_ids == sep_id
+    doc = sep.cumsum(dim=1) - sep.long()
+    return doc if attention_mask is None else doc.masked_fill(attention_mask == 0, -1)
+
+
+def document_mask(input_ids: torch.Tensor, sep_id: int, attention_mask: torch.Tensor | None, flex: bool):
+    """ModernBERT's per-layer-type masks that keep attention within each document: a FlexAttention ``BlockMask``
+    with ``flex``, else a boolean ``(batch, 1, seq, seq)`` SDPA mask (True = attend)."""
+    doc = document_ids(input_ids, sep_id, attention_mask)
+    if flex:
+        mask = _block_mask(doc)
+    else:
+        mask = (doc[:, :, None] == doc[:, None, :]).unsqueeze(1)
+    return dict.fromkeys(LAYER_TYPES, mask)
+
+
+@torch.compiler.disable  # built eagerly, outside the compiled encoder (which takes a BlockMask as an input)
+def _block_mask(doc: torch.Tensor):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def same_document(batch, head, q_idx, kv_idx):
+        return doc[batch, q_idx] == doc[batch, kv_idx]
+
+    batch, seq = doc.shape
+    return create_block_mask(same_document, batch, None, seq, seq, device=doc.device)
+
+
+def with_document_mask(model, sep_id: int):
+    """``model`` (a ModernBERT masked LM) whose encoder keeps attention within each document of a packed block
+    (``document_mask``): its ``base_model.forward`` builds the mask from the input ids (FlexAttention on CUDA, an
+    SDPA mask on the CPU) unless it is handed one. The weights and ``save_pretrained`` are unchanged: a model loaded
+    from the saved folder attends across the whole input again (fine-tuning inputs hold one document each).
+
+    Raises ``ValueError`` for another architecture (``pretrain.document_mask`` is for ModernBERT)."""
+    if model.config.model_type != "modernbert":
+        raise ValueError(f"pretrain.document_mask needs a ModernBERT model, not {model.config.model_type!r}")
+    base = model.base_model
+    forward = base.forward
+
+    def document_masked_forward(input_ids=None, attention_mask=None, **kwargs):
+        if input_ids is not None and not isinstance(attention_mask, dict):
+            flex = input_ids.device.type == "cuda"
+            base.config._attn_implementation = "flex_attention" if flex else "sdpa"
+            attention_mask = document_mask(input_ids, sep_id, attention_mask, flex)
+        return forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    base.forward = document_masked_forward
+    return model

@@ -37,6 +37,7 @@ from tasks.common.deps import require_declared
 from tasks.common.encoders import load_tokenizer, pretrained_dir, reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
+from tasks.pretrain.attention import with_document_mask
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,20 @@ def resolve_start(cfg: PretrainParams, paths: Paths) -> Start:
 def initial_model(cfg: PretrainParams, start: Start, block_len: int) -> PreTrainedModel:
     """The masked LM training starts from: fresh (``start.folder is None``) or loaded from ``start.folder``.
 
-    Raises ``ValueError`` if blocks are longer than the model's position table.
+    Raises ``ValueError`` if blocks are longer than the model's position table, or with ``cfg.document_mask`` if
+    the model is not a ModernBERT.
     """
     if start.folder is None:
-        return build_model(cfg, len(start.tokenizer), block_len, start.tokenizer.pad_token_id)
-    dropout = dropout_keys(AutoConfig.from_pretrained(start.folder).model_type, cfg.dropout_prob)
-    model = AutoModelForMaskedLM.from_pretrained(
-        start.folder, tie_word_embeddings=True, attn_implementation="sdpa", **dropout
-    )
-    if block_len > model.config.max_position_embeddings:
-        raise ValueError(f"blocks of {block_len} tokens exceed {start.folder}'s max_position_embeddings")
-    return model
+        model = build_model(cfg, len(start.tokenizer), block_len, start.tokenizer.pad_token_id)
+    else:
+        dropout = dropout_keys(AutoConfig.from_pretrained(start.folder).model_type, cfg.dropout_prob)
+        model = AutoModelForMaskedLM.from_pretrained(
+            start.folder, tie_word_embeddings=True, attn_implementation="sdpa", **dropout
+        )
+        if block_len > model.config.max_position_embeddings:
+            raise ValueError(f"blocks of {block_len} tokens exceed {start.folder}'s max_position_embeddings")
+    # pretrain.document_mask: attention within each document of a block (tasks/pretrain/attention.py)
+    return with_document_mask(model, start.tokenizer.sep_token_id) if cfg.document_mask else model
 
 
 def dropout_keys(model_type: str, p: float) -> dict[str, float]:
