@@ -313,6 +313,28 @@ def test_pretrain_resumes_a_host_checkpoint_onto_the_resolved_device(monkeypatch
     assert metrics["resumed_from_step"] == 4 and metrics["steps"] == 4 and placement.meta_loads == 1
 
 
+def test_a_stage_that_leaves_its_model_on_the_host_is_caught(monkeypatch, finetune_workspace, tmp_path):
+    """Negative control on a real entry point: the inference-cost measurement with a model whose ``.to`` does
+    nothing (the leakage encoder's old bug) fails under the harness."""
+    paths, _ = finetune_workspace
+    model = build_model("pretrained", paths.models / "pretrained", "mean-pool", 2, "full", 0.1, 0)
+    folder = save_model(model, tmp_path)
+    real_load = operational.load_model
+
+    def stuck(saved):
+        model = real_load(saved)
+        model.to = lambda *args, **kwargs: model  # stays on the CPU, as place() left the MiniLM
+        return model
+
+    monkeypatch.setattr(operational, "load_model", stuck)
+    params = tiny_params(["pretrained/full/cls-pool"], ["pretrained/full/first"], [3], operational=True)
+    rows = load_from_disk(str(paths.data / "tokenize" / "cls" / "clozeline" / "test")).to_list()
+    with on_meta(monkeypatch) as placement, pytest.raises(RuntimeError, match="meta"):
+        operational.measure_saved(folder, cls.collate, cls.examples(rows, params.task("cls"), "first"), 0,
+                                  params.operational, str(dev.resolve("cuda")))  # fmt: skip
+    assert placement.leaks and "weights on the host" in placement.leaks[0]
+
+
 # ---------------------------------------------------------------- export's re-score and the release card
 
 
