@@ -33,6 +33,7 @@ POOLER_MODEL_TYPES = ("bert", "roberta", "roberta-prelayernorm")
 #: The folder of part-way models (``<folder>/snapshots/step_<N>``), and the prefix of every step folder.
 SNAPSHOTS, STEP_PREFIX = "snapshots", "step_"
 SEEDS = "seeds"  # <models>/pretrained/seeds/<seed>/: the model of each further pretraining seed
+ABLATIONS = "ablations"  # <models>/pretrained/ablations/<name>/: the model of each pretrain.ablations arm
 
 #: The file in ``<models>/pretrained`` that names the variant the folder holds.
 PRETRAINING_RECORD = "pretraining.json"
@@ -67,6 +68,13 @@ def pretraining_seed_dirs(models: Path) -> list[Path]:
     root = pretrained_dir(models) / SEEDS
     found = [p for p in root.iterdir() if p.name.isdigit() and (p / "config.json").is_file()] if root.is_dir() else []
     return sorted(found, key=lambda p: int(p.name))
+
+
+def ablation_dirs(models: Path) -> list[Path]:
+    """``<models>/pretrained/ablations/<name>``: the models of the masking ablation arms (``pretrain.ablations``,
+    each from the first pretraining seed), in name order; none without arms."""
+    root = pretrained_dir(models) / ABLATIONS
+    return sorted(p for p in root.iterdir() if (p / "config.json").is_file()) if root.is_dir() else []
 
 
 def step_folders(root: Path) -> list[Path]:

@@ -116,6 +116,11 @@ class TaskParams(StrictModel):
         description="a `pretrained/...` entry of configs to fine-tune again from every pretraining snapshot "
         "(pretrain.dose_snapshot_fractions): downstream score against pretraining steps; null = off"
     )
+    ablation_config: str | None = Field(
+        None, description="a `pretrained/...` (or `adapted/...`) entry of configs to fine-tune again from every "
+        "pretraining ablation arm's model (pretrain.ablations: models/pretrained/ablations/<name>/), run key "
+        "<variant>@ablation_<name>/<mode>/<head>, the arm's seeds and its own learning-rate sweep; null = off"
+    )
 
     train_sizes: list[PositiveInt] = Field(
         default_factory=list, description="learning curve: train doc counts, each below the train docs the full-size "
@@ -165,6 +170,17 @@ class TaskParams(StrictModel):
         keys = [spec.key for spec in self.configs]
         if self.dose_response not in keys or not self.dose_response.startswith("pretrained/"):
             raise ValueError(f"dose_response {self.dose_response!r} must be a pretrained/... entry of configs {keys}")
+        return self
+
+
+    @model_validator(mode="after")
+    def _ablation_config_listed(self) -> TaskParams:
+        if self.ablation_config is None:
+            return self
+        keys = [spec.key for spec in self.configs]
+        if self.ablation_config not in keys or self.ablation_config.split("/")[0] not in ("pretrained", "adapted"):
+            raise ValueError(f"ablation_config {self.ablation_config!r} must be a pretrained/... or adapted/... "
+                             f"entry of configs {keys}")
         return self
 
 

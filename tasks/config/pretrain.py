@@ -32,6 +32,34 @@ class ModelPreset(StrictModel):
         return self
 
 
+#: The recipe keys a pretraining ablation arm may change (the masking; everything else is the main recipe's).
+ABLATION_KEYS = ("mask_token_fraction", "random_token_fraction", "mlm_probability")
+
+
+class AblationArm(StrictModel):
+    """One arm of ``pretrain.ablations``: the main recipe with some masking keys changed (``ABLATION_KEYS``),
+    trained from the first pretraining seed into ``models/pretrained/ablations/<name>/``."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$", description="folder and run-key name, e.g. all-mask")
+    mask_token_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    random_token_fraction: float | None = Field(None, ge=0.0, le=1.0)
+    mlm_probability: float | None = Field(None, gt=0.0, lt=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _masking_keys_only(cls, raw):
+        if isinstance(raw, dict):
+            other = [k for k in raw if k not in ("name", *ABLATION_KEYS)]
+            if other:
+                raise ValueError(f"{raw.get('name', '?')}: {other[0]!r} cannot be changed by an ablation arm "
+                                 f"(only {', '.join(ABLATION_KEYS)})")
+        return raw
+
+    def changes(self) -> dict[str, float]:
+        """The keys this arm sets (``ABLATION_KEYS`` not null)."""
+        return {key: getattr(self, key) for key in ABLATION_KEYS if getattr(self, key) is not None}
+
+
 class PretrainParams(StrictModel):
     """Params of the ``pretrain`` stage (BERT MLM on the packed blocks of ``tokenize``; ``size``, ``presets`` and
     ``architecture`` apply to ``init_from: scratch`` only, a loaded model keeps its own shape)."""
@@ -123,6 +151,11 @@ class PretrainParams(StrictModel):
         description="fractions of max_steps in [0, 1) at which the model is also saved (models/pretrained/"
         "snapshots/step_<N>/) for finetune's dose_response; [] = none"
     )
+    ablations: list[AblationArm] = Field(
+        default_factory=list, description="masking ablation arms, each the main recipe with some of "
+        f"{', '.join(ABLATION_KEYS)} changed, trained after it from the first seed (same steps, model and data; "
+        "no snapshots) into models/pretrained/ablations/<name>/, for finetune's ablation_config; [] = none"
+    )
     fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
     fill_mask_top_k: int = Field(ge=1)
     hardware: HardwareParams = Field(default_factory=HardwareParams, description="copied from the hardware section")
@@ -180,10 +213,29 @@ class PretrainParams(StrictModel):
         if self.document_mask and (self.architecture != "modernbert" or self.dropout_prob > 0):
             raise ValueError(f"document_mask needs architecture modernbert and dropout_prob 0 (FlexAttention has no "
                              f"dropout), not {self.architecture} with dropout_prob {self.dropout_prob}")  # fmt: skip
+        self._check_ablations()
         for sentence in self.fill_mask:
             if sentence.count("[MASK]") != 1:
                 raise ValueError(f"fill_mask sentence {sentence!r} must contain exactly one [MASK]")
         return self
+
+    def _check_ablations(self) -> None:
+        require_unique([arm.name for arm in self.ablations], "ablations names")
+        for arm in self.ablations:
+            changes = arm.changes()
+            if not changes or all(getattr(self, key) == value for key, value in changes.items()):
+                raise ValueError(f"ablations {arm.name}: changes nothing of the main recipe ({changes or 'no key'}); "
+                                 f"set one of {', '.join(ABLATION_KEYS)} to another value")
+            merged = self.ablation(arm.name)
+            if merged.mask_token_fraction + merged.random_token_fraction > 1.0 + 1e-9:
+                raise ValueError(f"ablations {arm.name}: mask_token_fraction {merged.mask_token_fraction} + "
+                                 f"random_token_fraction {merged.random_token_fraction} exceed 1")
+
+    def ablation(self, name: str) -> PretrainParams:
+        """The recipe of ablation arm ``name``: this one with its keys changed, no arms and no dose snapshots."""
+        arm = next(a for a in self.ablations if a.name == name)
+        update = {**arm.changes(), "ablations": [], "dose_snapshot_fractions": []}
+        return self.model_copy(update=update)
 
     @property
     def preset(self) -> ModelPreset:

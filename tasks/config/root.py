@@ -68,6 +68,8 @@ class Params(StrictModel):
         for spec in self.tasks.values():
             if self.finetune.recipes[spec.recipe].dose_response and not self.pretrain.dose_snapshot_fractions:
                 raise ValueError(f"finetune.recipes.{spec.recipe}.dose_response needs pretrain.dose_snapshot_fractions")
+            if self.finetune.recipes[spec.recipe].ablation_config and not self.pretrain.ablations:
+                raise ValueError(f"finetune.recipes.{spec.recipe}.ablation_config needs pretrain.ablations")
         return self
 
     @model_validator(mode="after")

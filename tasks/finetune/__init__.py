@@ -13,7 +13,8 @@ memorisation) are fitted once per seed on that seed's train docs and the arms' i
 subset: seed ``k`` of an arm pairs with the baseline fitted on seed ``k``'s docs), choose their setting on the
 arms' dev docs, and score the same test docs; each also has one reference row ``baseline/<name>/all-data`` (every
 train doc, full text) that is never chosen as the best baseline. With several pretraining seeds, the arms on our
-pretrained encoder also run from each further seed's model (``pretrain_seeds``: the ``pretraining_seeds`` section).
+pretrained encoder also run from each further seed's model (``pretrain_seeds``: the ``pretraining_seeds`` section);
+with ``ablation_config``, that arm also runs from each pretraining ablation arm's model (``ablations``).
 With ``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
 ``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t
 interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the
@@ -45,7 +46,7 @@ import datasets
 from tasks.common.device import cpu_bf16, resolve
 from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune import baselines, curve, export, operational, pretrain_seeds
+from tasks.finetune import ablations, baselines, curve, export, operational, pretrain_seeds
 from tasks.finetune.baseline_runs import run_baseline
 from tasks.finetune.draw import Draw, kept_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
@@ -80,7 +81,10 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     further = pretrain_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
     seed_jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw,
                           folder=folder, key=key) for arm, folder, key in further]  # fmt: skip
-    timed_arms = jobs + list(dose.values())  # curve and further-seed arms are scored, not timed
+    masking = ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
+    seed_jobs += [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models,
+                           draw, folder=folder, key=key) for arm, folder, key in masking]  # fmt: skip
+    timed_arms = jobs + list(dose.values())  # curve, further-seed and ablation arms are scored, not timed
     arms = timed_arms + curve_jobs + seed_jobs
     measure = cfg.operational.enabled
     save_to = {job.key: operational.folder_for(out_dir, job.key) for job in timed_arms} if measure else {}
@@ -132,6 +136,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
     extra |= {"pretraining_seeds": pretrain_seeds.summary(further)} if further else {}
+    extra |= {"ablations": ablations.summary(masking)} if masking else {}
     if tcfg.train_sizes:
         extra["learning_curve"] = curve.summary(tcfg, full_docs, runs, tok_of, comparators,
                                                 lambda r, a, c: select_best(r, a, c, spec.module), item)  # fmt: skip

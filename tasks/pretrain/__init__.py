@@ -10,7 +10,9 @@ naming the variant: ``pretrained`` from scratch, ``adapted`` continued, and the 
 recipe from its own initialisation, data order and masks into ``models/pretrained/seeds/<seed>/`` (checkpoints in
 ``models/checkpoints/pretrain/seeds/<seed>/``, MLflow child run ``pretrain/seed<seed>``), which finetune fine-tunes
 like the first so that the report resamples pretraining seeds; ``metrics/pretrain.json`` keeps the first seed's
-numbers at its top level and every seed's headline under ``seeds``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
+numbers at its top level and every seed's headline under ``seeds``. Then each masking ablation arm of
+``pretrain.ablations`` (the same recipe with some masking keys changed) trains from the first seed into
+``models/pretrained/ablations/<name>/``, its headline under ``ablations``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
 The training loop is ``trainer.py``, masking, the masked-only loss and the unigram baseline ``mlm.py``,
 blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
 
@@ -31,7 +33,7 @@ import torch
 import torch.distributed as dist
 from transformers import pipeline
 
-from tasks.common.encoders import SEEDS, SNAPSHOTS, pretrained_dir, write_pretraining_record
+from tasks.common.encoders import ABLATIONS, SEEDS, SNAPSHOTS, pretrained_dir, write_pretraining_record
 from tasks.config import Paths
 from tasks.config.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
@@ -67,25 +69,46 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
         with log.child(f"pretrain/seed{seed}") as child:
             further = cfg.model_copy(update={"dose_snapshot_fractions": []})
             seeds[seed] = _train_seed(further, seed, start, data, paths, child, env)
-    return summary | {"seeds": {str(seed): seed_headline(found) for seed, found in seeds.items()}}
+    out = summary | {"seeds": {str(seed): seed_headline(found) for seed, found in seeds.items()}}
+    ablations = _train_ablations(cfg, start, data, paths, log, env)  # {} without arms
+    return out | ({"ablations": ablations} if ablations else {})
 
 
-def _train_seed(cfg: PretrainParams, seed: int, start: Start, data: dict, paths: Paths, log, env: Dist) -> dict:
+def _train_ablations(cfg: PretrainParams, start: Start, data: dict, paths: Paths, log, env: Dist) -> dict:
+    """Each arm of ``pretrain.ablations``: the main recipe with the arm's masking keys, from the first seed (same
+    steps, model and data; no snapshots) into ``models/pretrained/ablations/<name>/`` (checkpoints in
+    ``models/checkpoints/pretrain/ablations/<name>/``, MLflow child run ``pretrain/ablation-<name>``). Returns
+    ``{name: its headline (seed_headline) and the keys it changed}``; the held-out masks stay the main
+    recipe's (80/10/10 at eval_mlm_probability), so the held-out losses compare."""
+    if env.main:  # a removed arm's model must not linger for finetune (ablation_dirs)
+        shutil.rmtree(pretrained_dir(paths.models) / ABLATIONS, ignore_errors=True)
+    out = {}
+    for arm in cfg.ablations:
+        with log.child(f"pretrain/ablation-{arm.name}") as child:
+            found = _train_seed(cfg.ablation(arm.name), cfg.seed, start, data, paths, child, env,
+                                sub=Path(ABLATIONS) / arm.name)  # fmt: skip
+        out[arm.name] = {"changes": arm.changes(), "seed": cfg.seed, **seed_headline(found)}
+    return out
+
+
+def _train_seed(cfg: PretrainParams, seed: int, start: Start, data: dict, paths: Paths, log, env: Dist,
+                sub: Path | None = None) -> dict:  # fmt: skip
     """Train pretraining seed ``seed`` on ``data`` (``vocab``, ``train`` and ``heldout`` blocks) and save it
     (main rank): the first seed of ``pretrain.seeds`` into ``models/pretrained`` with its snapshots, the curve
-    TSV and the fill-mask check; a further one into ``models/pretrained/seeds/<seed>/``. Returns its metrics."""
-    first = seed == cfg.seeds[0]
+    TSV and the fill-mask check; a further one into ``models/pretrained/seeds/<seed>/`` (``sub``, relative to
+    ``models/pretrained`` and to the checkpoints: another folder, e.g. an ablation arm's). Returns its metrics."""
+    sub = sub if sub is not None or seed == cfg.seeds[0] else Path(SEEDS) / str(seed)
+    first = sub is None
     torch.manual_seed(seed)
     train, heldout = data["train"], data["heldout"]
     model = initial_model(cfg, start, train["input_ids"].shape[1]).to(env.device)
     log.info(f"pretrain: {start.variant} seed {seed} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
              f"{len(train['input_ids'])} train blocks ({start.tokenization} tokenizer)")  # fmt: skip
     ckpt = paths.models / "checkpoints" / "pretrain"
-    trainer = Trainer(cfg, model, data["vocab"], train, heldout, env, log, ckpt if first else ckpt / SEEDS / str(seed),
-                      seed)  # fmt: skip
+    trainer = Trainer(cfg, model, data["vocab"], train, heldout, env, log, ckpt if first else ckpt / sub, seed)
     summary = {"variant": start.variant, "init_from": cfg.init_from, **trainer.fit()}
     if env.main:
-        out = pretrained_dir(paths.models) if first else pretrained_dir(paths.models) / SEEDS / str(seed)
+        out = pretrained_dir(paths.models) if first else pretrained_dir(paths.models) / sub
         model.save_pretrained(out)
         start.tokenizer.save_pretrained(out)
         fields = record_fields(paths.data, train["source_names"] + heldout["source_names"], cfg.init_from)
