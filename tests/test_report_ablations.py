@@ -1,0 +1,77 @@
+"""The masking-ablation claims of reports/claims.yaml (issue 57 item 7): each pretraining ablation arm's run
+(``<variant>@ablation_<name>/...``) against the main recipe's; ``not computed`` when the arms are off (the cpu
+default), and never among the primary claims the answer line counts."""
+
+from __future__ import annotations
+
+import json
+
+from test_report import CLAIMS_YAML, STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
+
+from tasks import report
+from tasks.report.answer import answer
+from tasks.report.claims import load_claims
+from tasks.tracking import NullLog
+
+CLAIMS = {"all-mask-no-worse-than-80-10-10-cls": ("all-mask", "cls"), "all-mask-no-worse-than-80-10-10-ner":
+          ("all-mask", "ner"), "mask-rate-15-no-worse-than-main-rate-cls": ("mlm-15", "cls"),
+          "mask-rate-15-no-worse-than-main-rate-ner": ("mlm-15", "ner")}  # fmt: skip
+
+
+def add_arms(folder, gaps=(1.5, 1.4)) -> None:
+    """The cls runs of two arms (all-mask 0.01 above the main recipe's, mlm-15 0.11 below) and their pretraining."""
+    path = folder / "finetune" / "cls.json"
+    cls = json.loads(path.read_text())
+    keys = {"all-mask": "pretrained@ablation_all-mask/full/mean-pool", "mlm-15": "pretrained@ablation_mlm-15/full/mean-pool"}
+    cls["runs"][keys["all-mask"]] = _run({"test_macro_f1": [v + 0.01 for v in TREAT]}, "run-am")
+    cls["runs"][keys["mlm-15"]] = _run({"test_macro_f1": [v - 0.11 for v in TREAT]}, "run-15")
+    cls["ablations"] = {"config": "pretrained/full/mean-pool", "runs": keys}
+    path.write_text(json.dumps(cls))
+    pretrain = json.loads((folder / "pretrain.json").read_text())
+    pretrain["ablations"] = {name: {"heldout_gap_to_unigram_nats": gap} for name, gap in zip(keys, gaps)}
+    (folder / "pretrain.json").write_text(json.dumps(pretrain))
+
+
+def test_the_claims_compare_each_arm_with_the_main_recipe_and_are_secondary():
+    claims = {c.id: c for c in load_claims(CLAIMS_YAML).claims}
+    for cid, (arm, task) in CLAIMS.items():
+        claim = claims[cid]
+        assert claim.family == "secondary" and claim.kind == "difference" and claim.min_effect == -0.02
+        head = "full/mean-pool" if task == "cls" else "full/first"
+        assert claim.treatment == f"finetune/{task}/pretrained@ablation_{arm}/{head}"
+        assert claim.baseline == f"finetune/{task}/pretrained/{head}"  # the main recipe, all pretraining seeds
+        assert f"pretrain/ablations.{arm}.heldout_gap_to_unigram_nats" in [p.value for p in claim.preconditions]
+
+
+def test_without_arms_they_read_not_computed_and_the_answer_ignores_them(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    rows = _rows_by_id(cfg, paths)
+    for cid in CLAIMS:
+        assert rows[cid].verdict == "not run"
+        assert rows[cid].reason.startswith("not run: not computed in this run: the pretraining ablation arm")
+        assert "as the gpu profile does" in rows[cid].reason
+    line = answer(list(rows.values()))
+    assert not any(cid in line for cid in CLAIMS) and "of the 7 primary claims" in line
+
+
+def test_with_arms_they_have_verdicts_and_render(workspace):
+    cfg, paths = workspace
+    write_metrics(paths.metrics)
+    add_arms(paths.metrics, gaps=(1.5, 0.4))
+    rows = _rows_by_id(cfg, paths)
+    all_mask, rate = rows["all-mask-no-worse-than-80-10-10-cls"], rows["mask-rate-15-no-worse-than-main-rate-cls"]
+    assert all_mask.verdict == "supported" and round(all_mask.difference.mean, 4) == 0.01
+    assert any("one pretraining seed" in note for note in all_mask.notes)
+    assert rate.verdict == "not resolvable" and "the ablation arm's encoder beats the unigram" in rate.reason
+    assert rows["all-mask-no-worse-than-80-10-10-ner"].reason.startswith("not run: not computed in this run")
+    add_arms(paths.metrics)  # the mlm-15 arm's MLM trained: its 0.11 loss is beyond the margin
+    assert _rows_by_id(cfg, paths)["mask-rate-15-no-worse-than-main-rate-cls"].verdict == "contradicted"
+    report.run(cfg, paths, NullLog())
+    md = (paths.reports / "claims.md").read_text(encoding="utf-8")
+    for cid in CLAIMS:
+        assert f"| [{cid}](#{cid}) | " in md
+    row = next(line for line in md.splitlines() if line.startswith("| [all-mask-no-worse-than-80-10-10-cls]"))
+    assert "| supported (Holm p" in row and "in the secondary family" in row
+    ner = md.split('<a id="all-mask-no-worse-than-80-10-10-ner"></a>')[1].split("### ")[0]
+    assert "not computed in this run: the pretraining ablation arm 'all-mask' is off for ner" in ner
