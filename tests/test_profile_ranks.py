@@ -1,9 +1,10 @@
 """What a profile turns into once it runs: every value a pretraining rank resolves (device, processes per node,
-world size, its GPU, the process group), ``pretrain.nproc_per_node: gpu`` included, on 1 and on 8 faked GPUs
-(``torch.cuda.is_available`` / ``device_count`` patched, nothing else); ``gpu`` resolved by one function
-(``tasks.config.pretrain.processes_per_node``) that agrees with torchrun's own count; and the ``-S`` values of
-``flows.profiles`` reaching params.yaml unchanged through DVC's own parser, strings with spaces and quotes
-included. The profiles themselves: tests/test_profiles.py; `make run PROFILE=...`: tests/test_make_run.py."""
+world size, its GPU, the process group, the steps and peak lr of that world), ``pretrain.nproc_per_node: gpu``
+included, on 1 and on 8 faked GPUs (``torch.cuda.is_available`` / ``device_count`` patched, nothing else); ``gpu``
+resolved by one function (``tasks.config.pretrain.processes_per_node``) that agrees with torchrun's own count; and
+the ``-S`` values of ``flows.profiles`` reaching params.yaml unchanged through DVC's own parser, strings with spaces
+and quotes included. The profiles themselves: tests/test_profiles.py; `make run PROFILE=...`:
+tests/test_make_run.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ import torch
 import flows.profiles
 from flows.profiles import PROFILES, main, names, overrides, set_params_args
 from tasks.config import ParamsError, load_params
+from tasks.pretrain import planned_steps
+from tasks.pretrain.trainer import peak_lr, tokens_per_step
+from tasks.tracking import NullLog
 
 ROOT = PROFILES.parent
 
@@ -63,6 +67,17 @@ def test_every_value_a_rank_sees_resolves_on_1_and_8_gpus(name, gpus, fake_gpus,
     if world > 1:
         per_rank = [steps + [("group", "nccl" if cuda else "gloo")] for steps in per_rank]
     assert calls == [call for steps in per_rank for call in steps]
+    # the run-time plan of that world: steps of the token budget (on a corpus of 10^9 tokens, gpu-large's smallest)
+    # and the peak lr rescaled to the global batch (pretrain.lr_scaling), as the stage and its Trainer compute them
+    seq_len = load_params(ROOT / "params.yaml", overrides(name)).tokenize.max_seq_len_tokens
+    tokens = tokens_per_step(cfg, world, seq_len)
+    steps = planned_steps(cfg, (1_000_000_000 // (seq_len - 1), seq_len), world, NullLog())
+    if name == "gpu-node":  # the table in profiles/gpu-node.yaml: 5e-4 at 131,072 tokens a step, square-root rule
+        assert (tokens, steps) == {1: (32_768, 73_243), 8: (262_144, 9_156)}[gpus]
+        assert peak_lr(cfg, tokens) == pytest.approx({1: 2.5e-4, 8: 5e-4 * 2**0.5}[gpus], rel=1e-12)
+        assert steps // cfg.eval_every_steps >= 10  # held-out evaluations between the start and the end
+    else:  # one process whatever the GPUs: the lr as written (gpu-large's is at its own batch)
+        assert peak_lr(cfg, tokens) == cfg.lr
 
 
 def test_nproc_per_node_gpu_is_the_gpus_torch_sees_and_more_is_one_line():

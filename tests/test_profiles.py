@@ -41,10 +41,12 @@ def test_the_cpu_profile_is_params_yaml_and_undoes_every_gpu_key():
 
 
 def test_gpu_node_extends_gpu_large_with_a_process_per_gpu_and_the_lr_of_its_global_batch():
-    # the lr and eval interval for 8 GPUs (profiles/gpu-node.yaml; tests/test_profiles_sizing.py checks the rule)
+    # gpu-large's lr at its reference batch, rescaled at run time (lr_scaling: sqrt) to the global batch of the GPUs
+    # found; an eval interval for 1 to 8 GPUs (tests/test_profiles_sizing.py checks the rule)
     assert overrides("gpu-node") == overrides("gpu-large") | {
-        "pretrain.nproc_per_node": "gpu", "pretrain.grad_accum_steps": 1, "pretrain.lr": 7.1e-4,
-        "pretrain.eval_every_steps": 500}
+        "pretrain.nproc_per_node": "gpu", "pretrain.grad_accum_steps": 1, "pretrain.eval_every_steps": 500}
+    large = overrides("gpu-large")
+    assert (large["pretrain.lr_scaling"], large["pretrain.lr_reference_tokens_per_step"]) == ("sqrt", 131_072)
 
 
 def test_set_params_args_are_dvc_exp_run_arguments():

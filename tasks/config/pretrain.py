@@ -121,7 +121,15 @@ class PretrainParams(StrictModel):
         description="wall-clock training budget; set: the schedule follows elapsed time and training stops at "
         "the budget (Cramming, Geiping & Goldstein 2023; not bit-reproducible); null: steps only",
     )
-    lr: float = Field(gt=0.0, description="peak learning rate")
+    lr: float = Field(gt=0.0, description="peak learning rate (at lr_reference_tokens_per_step with lr_scaling)")
+    lr_scaling: Literal["none", "sqrt", "linear"] = Field(
+        "none", description="rescale lr at run time to the global batch (world x batch_size_blocks x grad_accum_steps "
+        "x block length tokens a step): peak lr = lr x (tokens a step / lr_reference_tokens_per_step)^k, k = 1/2 for "
+        "sqrt (Adam: Malladi et al. 2022), 1 for linear (SGD: Goyal et al. 2017); none: lr as given"
+    )
+    lr_reference_tokens_per_step: int | None = Field(
+        None, ge=1, description="global tokens a step at which lr is given; set exactly when lr_scaling is not none"
+    )
     lr_schedule: Literal["linear", "cosine"] = Field(description="decay after warmup, to 0 at the end")
     warmup_fraction: float = Field(ge=0.0, lt=1.0, description="of max_steps (or of budget_minutes)")
     weight_decay: float = Field(ge=0.0)
@@ -195,6 +203,10 @@ class PretrainParams(StrictModel):
                              f"{self.random_token_fraction} exceed 1 (they are shares of the selected tokens)")
         if not 0.0 < self.adam_betas[0] < 1.0 or not 0.0 < self.adam_betas[1] < 1.0:
             raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
+        if (self.lr_scaling == "none") != (self.lr_reference_tokens_per_step is None):
+            raise ValueError(f"lr_reference_tokens_per_step ({self.lr_reference_tokens_per_step}) is the batch lr is "
+                             f"given at: set it with lr_scaling sqrt or linear, null with none (lr_scaling is "
+                             f"{self.lr_scaling})")  # fmt: skip
         if (self.max_steps is None) == (self.train_tokens is None):
             raise ValueError(f"set exactly one of max_steps ({self.max_steps}) and train_tokens ({self.train_tokens})")
         if self.dose_snapshot_fractions and self.max_steps is None:
