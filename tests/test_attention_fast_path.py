@@ -159,3 +159,22 @@ def test_flash_blockers_name_each_unmet_condition():
         assert attention.setting_blockers() == ["torch.backends.cuda.flash_sdp_enabled() is False"]
     finally:
         torch.backends.cuda.enable_flash_sdp(True)
+
+
+def test_the_checker_sees_a_mask_and_the_math_path_in_a_compiled_graph(settings):
+    """What the GPU test fails on, made to happen on the CPU: a padded batch (an attention mask) with SDPA held to
+    its math kernel; the report names the mask and the math path, and shows the mask added to the scores."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from tasks.pretrain.mlm import MaskedOnlyMLM
+
+    cfg = gpu_training_cfg()
+    net = MaskedOnlyMLM(build_model(cfg, VOCAB, SEQ, 0), compile=True)
+    packed = blocks(2)
+    packed["attention_mask"][0, -5:] = 0
+    positions = torch.arange(8)
+    with attention.capture() as captured, autocast(torch.device("cpu"), True, cpu=True), sdpa_kernel([SDPBackend.MATH]):
+        net(packed["input_ids"], packed["attention_mask"], positions, packed["input_ids"].flatten()[positions])
+    lines = attention.report(captured)
+    assert any("attn_mask" in line for line in lines) and captured.math_graphs == 1
+    assert "aten.add.Tensor" in captured.math_inputs[0] and f"bfloat16[2, 1, {SEQ}, {SEQ}]" in captured.math_inputs[0]

@@ -178,7 +178,7 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
         torch._dynamo.reset()
     ours = attention.report(captured)
     print(f"SDPA paths {paths}; compiled graphs {captured.graph_paths}; our checker {ours}; SDPA refused {refused}; "
-          f"notes {attention.setting_notes()}")  # fmt: skip
+          f"math-path softmax inputs {captured.math_inputs}; notes {attention.setting_notes()}")  # fmt: skip
     assert not refused and not ours, f"flash refused: SDPA {refused}; ours {ours}"
     assert paths and "math" not in paths, f"attention ran on {paths or 'no SDPA kernel'}; compiled graphs {captured.graph_paths}"
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 FLASH_DTYPES = (torch.float16, torch.bfloat16)
 FLASH_MAX_HEAD_DIM = 256
@@ -78,6 +79,7 @@ class Captured:
 
     calls: list[SdpaCall] = field(default_factory=list)
     graph_paths: list[list[str]] = field(default_factory=list)
+    math_inputs: list[str] = field(default_factory=list)  # per math-path graph: what feeds its softmax (``_lineage``)
 
     @property
     def math_graphs(self) -> int:
@@ -106,7 +108,7 @@ def _sdpa_args(args, kwargs) -> tuple:
             bound.get("is_causal", False), bound.get("enable_gqa", False))  # fmt: skip
 
 
-class _PreGrad:
+class _PreGrad(CustomGraphPass):
     """inductor's pre-grad pass: the SDPA calls of a graph dynamo traced (example values, autocast at compile time)."""
 
     def __init__(self, out: Captured) -> None:
@@ -130,7 +132,7 @@ class _PostGrad(_PreGrad):
     """inductor's post-grad pass: which SDPA path each graph's forward took (the op dispatch chose when tracing)."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        paths = set()
+        paths, softmax = set(), None
         for node in graph.nodes:
             if node.op != "call_function":
                 continue
@@ -138,8 +140,30 @@ class _PostGrad(_PreGrad):
                 paths.add(FUSED_OPS[str(node.target)])
             elif str(node.meta.get("original_aten")) == MATH_MARK or str(node.target) == MATH_MARK:
                 paths.add("math")
+                softmax = softmax or node
         if paths:
             self.out.graph_paths.append(sorted(paths))
+        if softmax is not None:  # where the math path's scores come from: an added mask shows up here
+            self.out.math_inputs.append(_lineage(softmax))
+
+
+def _lineage(node: torch.fx.Node, depth: int = 6) -> str:
+    """The ops that produce ``node``'s first input, ``depth`` steps up, with every tensor operand's shape and dtype
+    (``add(f32[8, 2, 128, 128], bf16[8, 1, 128, 128])``: a mask added to the scores)."""
+    def shown(arg) -> str:
+        value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+        if isinstance(value, torch.Tensor):
+            return f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+        return repr(arg)[:40]
+
+    steps = []
+    while depth and node.op == "call_function":
+        steps.append(f"{node.target}({', '.join(shown(a) for a in node.args if isinstance(a, torch.fx.Node))})")
+        node = next((a for a in node.args if isinstance(a, torch.fx.Node)), None)
+        depth -= 1
+        if node is None:
+            break
+    return " <- ".join(steps)
 
 
 @contextmanager
@@ -222,7 +246,8 @@ def report(captured: Captured) -> list[str]:
                 seen.add((call.source, reason))
                 lines.append(f"{call.source}: {reason}")
     if captured.math_graphs:
-        lines.append(f"{captured.math_graphs} compiled graph(s) traced SDPA to its math path (bmm + _safe_softmax)")
+        lines.append(f"{captured.math_graphs} compiled graph(s) traced SDPA to its math path (bmm + _safe_softmax); "
+                     f"its softmax input: {captured.math_inputs[:1]}")
     return lines
 
 
