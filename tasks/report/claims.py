@@ -283,8 +283,11 @@ def selected_run(task: str, name: str, metrics: Metrics) -> str:
 def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> Sample:
     name = f"finetune/{task}"
     where = f"metrics/{name}.json"
-    if ABLATION in run_key:
-        _ablation_ran(task, run_key, metrics.get(name))
+    ablation = ()
+    if "@ablation_" in run_key:  # a run from a pretraining ablation arm
+        from tasks.report.ablations import ablation_notes  # here: that module builds on this one's NotRun
+
+        ablation = ablation_notes(task, run_key, metrics.get(name))  # NotRun "not computed" when the arms are off
     run = dig(metrics.get(name), ["runs", run_key], where)
     entry = dig(run, [metric], f"{where} runs[{run_key!r}]")
     values = [float(v) for v in dig(entry, ["per_seed"], f"{where} runs[{run_key!r}].{metric}")]
@@ -293,35 +296,12 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
         raise NotRun(f"{where} runs[{run_key!r}].{metric}.per_seed is empty")
     diverged = tuple(str(s) for s in run.get("diverged_seeds") or [])
     notes = (f"{run_key}: diverged seeds {', '.join(diverged)}",) if diverged else ()
-    if ABLATION in run_key:
-        notes += (f"{run_key}: fine-tuned from a pretraining ablation arm trained from one pretraining seed (the "
-                  "first of pretrain.seeds): the arm's own pretraining-seed variance is not in the CI",)
+    notes += ablation
     run_id = run.get("mlflow_run_id")
     name = str(run.get("mlflow_run_name") or f"{task}/{run_key}")  # the finetune stage's naming
     mlflow_run = (name, str(run_id), str(run.get("mlflow_experiment_id") or ""))
     return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
                   runs=(mlflow_run,) if run_id else (), notes=notes, diverged=diverged, run_key=run_key)
-
-
-#: The marker of a run fine-tuned from a pretraining ablation arm (``tasks/finetune/ablations.py``).
-ABLATION = "@ablation_"
-
-
-def _ablation_ran(task: str, run_key: str, data: dict) -> None:
-    """Raises ``NotRun`` (``not computed in this run: ...``) when the ablation arm of ``run_key`` was not fine-tuned:
-    the arms are opt-in (``pretrain.ablations`` with ``finetune.recipes.<recipe>.ablation_config``; the gpu
-    profile turns them on), so their absence is a setting, not a failure."""
-    arm = run_key.split(ABLATION, 1)[1].split("/")[0]
-    section = data.get("ablations") if isinstance(data.get("ablations"), dict) else {}
-    runs = section.get("runs") or {}
-    if run_key in (data.get("runs") or {}):
-        return
-    if not runs:
-        raise NotRun(f"not computed in this run: the pretraining ablation arm {arm!r} is off for {task} (no "
-                     f"ablations in metrics/finetune/{task}.json; set pretrain.ablations and "
-                     f"finetune.recipes.<recipe>.ablation_config, as the gpu profile does)")  # fmt: skip
-    raise NotRun(f"not computed in this run: {run_key!r} is not among the pretraining ablation runs of {task} "
-                 f"(have: {sorted(runs.values())})")
 
 
 #: ``pretrain/heldout/<model>`` -> the masked-token accuracy key of metrics/pretrain.json
