@@ -89,3 +89,27 @@ def test_document_mask_is_for_modernbert_without_dropout():
     bert = build_model(make_cfg(architecture="bert", max_position_embeddings=SEQ), VOCAB, SEQ, 0)
     with pytest.raises(ValueError, match="ModernBERT"):
         with_document_mask(bert, SEP)
+
+
+def test_the_stage_builds_a_document_masked_model_when_asked():
+    """``initial_model`` (the stage's builder) wraps the model with the tokenizer's [SEP]; without the param it
+    leaves SDPA's unmasked path alone."""
+    from tasks.pretrain.init import Start, initial_model
+
+    class Tokenizer:  # what initial_model reads of a tokenizer
+        sep_token_id, pad_token_id = SEP, 0
+
+        def __len__(self) -> int:
+            return VOCAB
+
+    start = Start(Tokenizer(), "clozeline", None, "pretrained")
+    cfg = make_cfg(architecture="modernbert", max_position_embeddings=SEQ, document_mask=True)
+    torch.manual_seed(0)
+    masked = initial_model(cfg, start, SEQ)
+    with capture() as captured:
+        masked.base_model(input_ids=packed())
+    assert captured.calls and all(call.has_mask for call in captured.calls)
+    plain = initial_model(cfg.model_copy(update={"document_mask": False}), start, SEQ)
+    with capture() as captured:
+        plain.base_model(input_ids=packed())
+    assert captured.calls and not any(call.has_mask for call in captured.calls)
