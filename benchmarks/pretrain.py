@@ -136,6 +136,7 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None
     from tasks.pretrain.blocks import load_blocks
     from tasks.pretrain.feed import Prefetcher
     from tasks.pretrain.hardware import Throughput, setup_distributed, train_flops_per_token
+    from tasks.pretrain.attention import with_document_mask
     from tasks.pretrain.init import build_model
     from tasks.pretrain.mlm import MaskingVocab
     from tasks.pretrain.trainer import Trainer
@@ -147,6 +148,8 @@ def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None
     train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
     seq_len = train["input_ids"].shape[1]
     model = build_model(cfg, len(tok), seq_len, tok.pad_token_id).to(env.device)
+    if cfg.document_mask:  # --document-mask: attention within each document (tasks/pretrain/attention.py)
+        with_document_mask(model, tok.sep_token_id)
     trainer = Trainer(cfg, model, MaskingVocab.from_tokenizer(tok), train, train, env, NullLog(), data / "ckpt")
     feed, clock = Prefetcher(trainer._micro_batches, env.device), Throughput(cfg.batch_size_blocks * seq_len)
     sync(env.device)
@@ -230,6 +233,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     cfg = stage_config(args.preset, args.batch, args.mlm_probability, args.device)
     if args.variant == "stage":
+        cfg = cfg.model_copy(update={"document_mask": args.document_mask})
         timed = measure_stage(Path(args.data), cfg, args.warmup, args.steps, args.profile and Path(args.profile))
     else:
         timed = measure_hf_trainer(Path(args.data), cfg, args.warmup, args.steps)
@@ -265,6 +269,7 @@ def spawn(variant: str, data: Path, opts: dict, device) -> dict:
            "--warmup", str(opts["warmup"]), "--mlm-probability", str(opts["mlm_probability"])]  # fmt: skip
     if opts["profile"] and variant == "stage":
         cmd += ["--profile", opts["profile"]]
+    cmd += ["--document-mask"] * opts.get("document_mask", False)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
@@ -285,6 +290,7 @@ def compare(data: Path, opts: dict, device) -> dict:
         "preset": opts["preset"], "batch_blocks": opts["batch"], "seq_len_tokens": opts["seq_len"],
         "mlm_probability": opts["mlm_probability"], "steps_timed": opts["steps"], "warmup_steps": opts["warmup"],
         "rounds": opts["rounds"], "bf16": runs["stage"][0]["bf16"], "compile": runs["stage"][0]["compile"],
+        "document_mask": opts.get("document_mask", False),
         "flops_per_token": flops_per_token, "stage_achieved_flops_per_s": med["stage"] * flops_per_token,
         "stage_tokens_per_s": med["stage"], "hf_trainer_tokens_per_s": med["hf_trainer"],
         "speedup": med["stage"] / med["hf_trainer"],
@@ -302,7 +308,8 @@ def summary_rows(cmp: dict, limit: dict, device: dict, target: float) -> list[di
     """The README/``make bench`` row (``limit``: tokens/s if every FLOP ran at the measured matmul speed); on
     CUDA the case also names the MFU against the GPU's datasheet peak."""
     tokens_limit = limit["flops_per_s"] / cmp["flops_per_token"]
-    how = [f"{cmp['preset']} preset", *["bf16"] * cmp["bf16"], *["torch.compile"] * cmp["compile"]]
+    how = [f"{cmp['preset']} preset", *["bf16"] * cmp["bf16"], *["torch.compile"] * cmp["compile"],
+           *["document mask"] * cmp.get("document_mask", False)]
     case = ", ".join([*how, f"{cmp['batch_blocks']} x {cmp['seq_len_tokens']}-token blocks"])
     if device["device"].startswith("cuda"):
         mfu = cmp.get("mfu_vs_datasheet")
@@ -332,6 +339,8 @@ def main() -> None:
         parser.add_argument(f"--{flag}", type=kind, help="default: per device (SETTINGS), or --quick's")
     parser.add_argument("--profile", help=f"folder: {PROFILE_STEPS} more steps of our loop under torch.profiler "
                         "(pretrain_profile.txt, pretrain_profile.json; untimed)")
+    parser.add_argument("--document-mask", action="store_true", help="our loop with pretrain.document_mask (attention "
+                        "within each document; HF Trainer stays unmasked)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain.json"))
     args = parser.parse_args()
     if args.worker:
@@ -349,6 +358,7 @@ def main() -> None:
     opts = dict(SETTINGS["quick" if args.quick else device.type])
     opts.update({k: v for k, v in vars(args).items() if k in opts and v is not None})
     opts["profile"] = args.profile and str(Path(args.profile).resolve())
+    opts["document_mask"] = args.document_mask
     if opts["warmup"] < 1 or opts["steps"] < 1:
         parser.error("--warmup and --steps must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
