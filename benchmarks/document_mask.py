@@ -99,8 +99,9 @@ def main() -> None:
                     encoder.config._attn_implementation = "sdpa"
             med = {k: statistics.median(v) for k, v in step_s.items()}
             cases.append({
-                "seq_len_tokens": seq_len, "batch_blocks": args.batch, "documents_per_block_mean": float(docs.float().mean()),
-                "train_step_seconds": med, "train_step_cpu_seconds": {k: statistics.median(v) for k, v in step_cpu_s.items()},
+                "seq_len_tokens": seq_len, "batch_blocks": args.batch,
+                "documents_per_block_mean": float(docs.float().mean()), "train_step_seconds": med,
+                "train_step_cpu_seconds": {k: statistics.median(v) for k, v in step_cpu_s.items()},
                 "train_step_ratio": med["document_mask"] / med["unmasked"],
                 "forward_seconds": {k: statistics.median(v) for k, v in forward_s.items()},
                 "rounds": {"train_step_seconds": step_s, "forward_seconds": forward_s},

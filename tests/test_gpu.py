@@ -40,6 +40,7 @@ FT_DOCS = {"train": 12, "dev": 6, "test": 8}
 PROB_ATOL = 0.05
 SCORE_ATOL = 0.2
 MIN_AGREEMENT = 0.8  # of ner tags
+ACTIVITIES = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +154,7 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
     vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, 1000),
                          continuation=torch.zeros(1000, dtype=torch.bool))  # fmt: skip
     ids = torch.randint(5, 1000, (16, 128))
-    train = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": torch.ones_like(ids, dtype=torch.bool),
+    train = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": ids > 4,
              "source_id": torch.zeros(16, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
     torch._dynamo.reset()
     trainer = Trainer(cfg, build_model(cfg, 1000, 128, 0).to(env.device), vocab, train, train, env, NullLog(), tmp_path)
@@ -164,12 +165,14 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
         for call in set(captured.calls):
             q, k, v = (torch.empty_strided(o.shape, o.stride, dtype=o.dtype, device=env.device, requires_grad=True)
                        for o in (call.query, call.key, call.value))  # fmt: skip
-            mask = torch.ones(q.shape[0], 1, q.shape[2], k.shape[2], dtype=torch.bool, device=env.device) if call.has_mask else None
+            shape = (q.shape[0], 1, q.shape[2], k.shape[2])
+            mask = torch.ones(shape, dtype=torch.bool, device=env.device) if call.has_mask else None
+            params = SDPAParams(q, k, v, mask, call.dropout_p, call.is_causal, call.enable_gqa)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                if not can_use_flash_attention(SDPAParams(q, k, v, mask, call.dropout_p, call.is_causal, call.enable_gqa), True):
+                if not can_use_flash_attention(params, True):
                     refused.append(f"{call}: {sorted({str(w.message) for w in caught})}")
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with torch.profiler.profile(activities=ACTIVITIES) as prof:
             trainer._step([b.to(env.device) for b in trainer._micro_batches(1)])
             torch.cuda.synchronize()
         paths = attention_paths({event.name for event in prof.events()})
@@ -180,7 +183,51 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
     print(f"SDPA paths {paths}; compiled graphs {captured.graph_paths}; our checker {ours}; SDPA refused {refused}; "
           f"math-path softmax inputs {captured.math_inputs}; notes {attention.setting_notes()}")  # fmt: skip
     assert not refused and not ours, f"flash refused: SDPA {refused}; ours {ours}"
-    assert paths and "math" not in paths, f"attention ran on {paths or 'no SDPA kernel'}; compiled graphs {captured.graph_paths}"
+    assert paths and "math" not in paths, f"attention ran on {paths or 'no SDPA kernel'}; graphs {captured.graph_paths}"
+
+
+def test_document_masked_training_runs_flex_attention_on_cuda(tmp_path, no_torchrun_env):
+    """``pretrain.document_mask`` on CUDA: a compiled bf16 training step runs FlexAttention (not SDPA's math path),
+    and a token's output does not change when another document of its block does (bf16: within its own run)."""
+    from benchmarks._device_time import attention_paths
+    from tasks.pretrain.attention import with_document_mask
+    from tasks.pretrain.init import build_model
+    from tasks.pretrain.mlm import MaskingVocab
+    from tasks.pretrain.trainer import Trainer
+
+    sep, seq = 3, 256
+    preset = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256}
+    cfg = make_cfg(presets={"micro": preset}, max_position_embeddings=seq, compile=True, bf16=True, batch_size_blocks=8,
+                   document_mask=True, hardware={"device": "cuda"})  # fmt: skip
+    env = setup_distributed(cfg.hardware)
+    ids = torch.randint(5, 1000, (16, seq))
+    ids[:, 0], ids[:, 100], ids[:, 180] = 2, sep, sep
+    train = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": ids > 4,
+             "source_id": torch.zeros(16, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
+    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, 1000),
+                         continuation=torch.zeros(1000, dtype=torch.bool))  # fmt: skip
+    torch._dynamo.reset()
+    model = with_document_mask(build_model(cfg, 1000, seq, 0).to(env.device), sep)
+    trainer = Trainer(cfg, model, vocab, train, train, env, NullLog(), tmp_path)
+    try:
+        loss, _ = trainer._step([b.to(env.device) for b in trainer._micro_batches(0)])
+        with torch.profiler.profile(activities=ACTIVITIES) as prof:
+            loss, _ = trainer._step([b.to(env.device) for b in trainer._micro_batches(1)])
+            torch.cuda.synchronize()
+        names = {event.name for event in prof.events()}
+        model.eval()
+        with torch.no_grad():
+            block = ids[:2].to(env.device)
+            other = block.clone()
+            other[:, 101:180] = torch.randint(5, 1000, (2, 79), device=env.device)
+            before, after = (model.base_model(input_ids=b).last_hidden_state for b in (block, other))
+    finally:
+        torch._dynamo.reset()
+    print(f"document-masked step: loss {float(loss):.3f}; SDPA paths {attention_paths(names)}; "
+          f"flex kernels {sorted(n for n in names if 'flex' in n.lower())[:3]}")  # fmt: skip
+    assert torch.isfinite(loss) and "math" not in attention_paths(names)
+    assert "aten::bmm" not in names  # the math path's products (the encoder has no other batched matmul)
+    assert torch.equal(before[:, :101], after[:, :101]) and torch.equal(before[:, 181:], after[:, 181:])
 
 
 class LossLog(NullLog):

@@ -214,8 +214,9 @@ def flash_blockers(call: SdpaCall) -> list[str]:
         out.append(f"last-dim strides {q.stride[-1]}, {k.stride[-1]}, {v.stride[-1]}: flash needs 1")
     if not q.shape[0] == k.shape[0] == v.shape[0]:
         out.append(f"batch sizes differ: {q.shape[0]}, {k.shape[0]}, {v.shape[0]}")
-    if k.shape[1] != v.shape[1] or (q.shape[1] != k.shape[1] and not (call.enable_gqa and q.shape[1] % k.shape[1] == 0)):
-        out.append(f"heads q {q.shape[1]}, k {k.shape[1]}, v {v.shape[1]}: equal, or k/v heads dividing q's with enable_gqa")
+    grouped = call.enable_gqa and q.shape[1] % k.shape[1] == 0
+    if k.shape[1] != v.shape[1] or (q.shape[1] != k.shape[1] and not grouped):
+        out.append(f"heads q {q.shape[1]}, k {k.shape[1]}, v {v.shape[1]}: equal, or k/v heads dividing q heads (gqa)")
     if min(q.shape[2], k.shape[2]) == 0:
         out.append("a sequence length is 0")
     if call.is_causal and q.shape[2] != k.shape[2]:
@@ -231,7 +232,7 @@ def setting_blockers() -> list[str]:
 def setting_notes() -> list[str]:
     """Process-wide settings that leave flash eligible but cost something: deterministic algorithms."""
     if torch.are_deterministic_algorithms_enabled():
-        return ["deterministic algorithms: flash's backward runs its deterministic (slower) variant; cuDNN attention is off"]
+        return ["deterministic algorithms: flash runs its deterministic (slower) backward; cuDNN attention is off"]
     return []
 
 
