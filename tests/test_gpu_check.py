@@ -79,6 +79,32 @@ def test_a_step_that_would_overrun_the_budget_is_skipped_and_the_summary_still_w
     assert not (tmp_path / "results" / "pretrain_gpu.json").exists()
 
 
+def test_what_an_earlier_run_left_in_out_is_not_reported_as_this_runs(tmp_path):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "pretrain_gpu.json").write_text('{"rows": []}')
+    (tmp_path / "gpu_tests.xml").write_text('<testsuites><testsuite><testcase classname="tests.test_gpu" name="t"/>'
+                                            "</testsuite></testsuites>")  # fmt: skip
+    done = run_check(tmp_path, "--dry-run", "--budget-s", "20", timeout=120)
+    assert done.returncode == 3, (done.stdout + done.stderr)[-4000:]
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["gpu_tests"] == []
+    assert "GPU tests: 0" in done.stdout
+    assert not (tmp_path / "results" / "pretrain_gpu.json").exists()
+
+
+def test_a_relative_out_is_taken_from_where_the_script_was_started(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "RESULTS")} | {"OUT": "check-out"}
+    done = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--budget-s", "20"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 3, (done.stdout + done.stderr)[-4000:]
+    assert (tmp_path / "check-out" / "gpu_check.json").is_file()
+
+
+def test_help_prints_the_usage_and_what_the_check_runs():
+    done = subprocess.run(["bash", str(SCRIPT), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("usage: ") and "--budget-s" in done.stdout
+    assert "gpu_profile_run" in done.stdout
+
+
 @pytest.mark.parametrize("args", [["--fast"], ["--budget-s"], ["--budget-s", "soon"]])
 def test_gpu_check_refuses_an_unknown_flag_or_a_bad_budget(args):
     done = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
