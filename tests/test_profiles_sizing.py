@@ -75,6 +75,7 @@ def test_the_numbers_the_gpu_rule_states():
     assert s["epochs"] == pytest.approx(10.0, abs=0.02)
     assert s["steps"] * s["per_step"] / s["n"] == pytest.approx(30.1, abs=0.05)  # tokens seen per N
     # 4 layers would be more than the corpus supports in 10 epochs: 3 is the largest depth at this width
+    assert non_embedding_params(4, 128, 256) == 673_024  # 4 x (4h^2 + 3hi + 2h) + h^2 + 2h, h = 128, i = 256
     assert non_embedding_params(4, 128, 256) > effective_tokens(s["unique"], 10) / TOKENS_PER_PARAM
 
 
