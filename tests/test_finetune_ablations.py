@@ -49,6 +49,9 @@ def test_the_config_runs_from_every_arm_with_the_same_seeds(tmp_path):
         assert entry["test_macro_f1"]["seeds"] == [3, 4] and "lr_sweep" in entry  # its own sweep, the arm's seeds
         assert (paths.data / "finetune" / "cls" / key / "seed4.test.jsonl").is_file()
     assert metrics["selection"]["best_arm"] in (main, "random/full/mean-pool")  # never an ablation run
+    per_seed = metrics["runs"][keys["mlm-15"]]["details"]["per_seed"].values()  # dev scores for the floor gate
+    mean = sum(s["dev_best_macro_f1"] for s in per_seed) / 2
+    assert metrics["selection"]["dev"][keys["mlm-15"]] == mean
 
 
 def test_off_runs_nothing_and_on_without_models_names_the_param(tmp_path):
@@ -57,3 +60,16 @@ def test_off_runs_nothing_and_on_without_models_names_the_param(tmp_path):
     assert "ablations" not in run(params, paths, NullLog(), "cls")
     with pytest.raises(FileNotFoundError, match="set pretrain.ablations"):
         run(with_ablation_config(params, "pretrained/full/mean-pool"), paths, NullLog(), "cls")
+
+
+def test_an_ablation_run_enters_selection_for_the_floor_gate_with_its_configs_comparator():
+    from tasks.config.finetune import RunSpec
+    from tasks.finetune.ablations import in_selection
+
+    spec, key = RunSpec.model_validate("pretrained/full/mean-pool"), "pretrained@ablation_all-mask/full/mean-pool"
+    selection = {"dev": {spec.key: 0.7, "baseline/tfidf-lr/clozeline-cut": 0.6}, "best_arm": spec.key,
+                 "comparator_of": {spec.key: "baseline/tfidf-lr/clozeline-cut"}}
+    runs = {key: {"details": {"per_seed": {"3": {"dev_best_macro_f1": 0.5}, "4": {"dev_best_macro_f1": 0.7}}}}}
+    out = in_selection(selection, [(spec, Path("all-mask"), key)], runs, "dev_best_macro_f1")
+    assert out["dev"][key] == 0.6 and out["best_arm"] == spec.key
+    assert out["comparator_of"][key] == "baseline/tfidf-lr/clozeline-cut" and key not in selection["dev"]

@@ -127,6 +127,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
         measured |= {key: timed} if timed else {}
     comparators = {row.key: row.tok for row in planned if not row.reference}
     selection = select_best(runs, {j.key: tok_of[j.spec.variant] for j in jobs}, comparators, spec.module)
+    selection = ablations.in_selection(selection, masking, runs, f"dev_best_{TASKS[spec.module].SELECT_METRIC}")
     best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (export.py)
     kept = export.keep_selected(best, results[best.key], selection, cfg, out_dir, runner, log)
     kept |= export.keep_baseline(selection, fitted, labels, out_dir)  # when a baseline won on dev
