@@ -10,7 +10,7 @@ import pytest
 import torch
 from pretrain_fixtures import SEQ_LEN, build_corpus, clone, make_cfg
 
-from tasks.pretrain.trainer import lr_factor, lr_rule, peak_lr, tokens_per_step
+from tasks.pretrain.schedule import lr_factor, lr_rule, peak_lr, tokens_per_step
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

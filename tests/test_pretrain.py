@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from tasks.pretrain import checkpoint, run
-from tasks.pretrain.trainer import lr_factor
+from tasks.pretrain.schedule import lr_factor
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")

@@ -18,7 +18,7 @@ import flows.profiles
 from flows.profiles import PROFILES, main, names, overrides, set_params_args
 from tasks.config import ParamsError, load_params
 from tasks.pretrain import planned_steps
-from tasks.pretrain.trainer import peak_lr, tokens_per_step
+from tasks.pretrain.schedule import peak_lr, tokens_per_step
 from tasks.tracking import NullLog
 
 ROOT = PROFILES.parent
@@ -54,7 +54,7 @@ def test_every_value_a_rank_sees_resolves_on_1_and_8_gpus(name, gpus, fake_gpus,
     cuda = name != "cpu"  # the GPU profiles ask for cuda; scheduled keeps params.yaml's auto: the GPU, if there is one
     nproc = gpus if name == "gpu-node" else 1  # gpu-node: nproc_per_node: gpu, one process per GPU
     assert determine_local_world_size(str(cfg.nproc_per_node)) == nproc  # what dvc.yaml's torchrun starts
-    assert main([name]) == 0  # make run's check (flows.profiles) lets it through
+    flows.profiles.exp_run_argv(name, params_file=ROOT / "params.yaml")  # make run's check lets it through
     world = cfg.nnodes * nproc
     ranks = sorted({0, nproc - 1})
     for rank in ranks:  # the environment torchrun gives each rank
@@ -104,11 +104,13 @@ def test_the_rank_setup_refuses_more_processes_than_gpus_in_one_line(fake_gpus, 
         setup_distributed(HardwareParams(device="cuda"), 4)
 
 
-def test_gpu_node_without_gpus_stops_before_dvc_with_one_line(fake_gpus, capsys):
+def test_gpu_node_without_gpus_stops_before_dvc_with_one_line(fake_gpus, capsys, monkeypatch, tmp_path):
     fake_gpus(0)
-    assert main(["gpu-node"]) == 2
+    monkeypatch.setattr("tasks.common.device.gpus_on_host", lambda: 0)
+    assert main(["--run", "--dvc", str(tmp_path / "never-started"), "gpu-node"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("clozeline: hardware.device: cuda:") and err.count("\n") == 1
+    assert err == ("clozeline: profile gpu-node asks for hardware.device: cuda, but this machine has no GPU (torch "
+                   f"{torch.__version__} sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU\n")
     with pytest.raises(ParamsError, match="nproc_per_node: gpu"):
         flows.profiles.check_gpus("cpu", "gpu")  # a CPU run cannot start one process per GPU
 
@@ -147,11 +149,69 @@ def test_profile_values_reach_params_yaml_through_dvcs_own_parser_unchanged(tmp_
     assert load_params(tmp_path / "params-awkward.yaml").pretrain.fill_mask == AWKWARD
 
 
-def test_the_printed_arguments_are_shell_quoted_one_pair_a_line(fake_gpus, capsys):
+def argv_of_pasted(command: str) -> list[str]:
+    """The argument vector bash gives ``dvc`` when ``command`` is pasted into it (``dvc``: a function printing it)."""
     import shlex
+    import subprocess
+    import sys
 
+    echo = f"{shlex.quote(sys.executable)} -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
+    proc = subprocess.run(["bash", "-c", f'dvc() {{ {echo} "$@"; }}\n{command}'], capture_output=True, text=True,
+                          timeout=60, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_print_mode_prints_one_pasteable_dvc_exp_run_command(fake_gpus, capsys, tmp_path, monkeypatch):
     fake_gpus(1)
-    assert main(["gpu"]) == 0
-    printed = capsys.readouterr().out.splitlines()
-    assert [shlex.split(line) for line in printed] == [list(pair) for pair in zip(*[iter(set_params_args("gpu"))] * 2)]
-    assert all(shlex.split(line)[0] == "-S" for line in printed)
+    profiles = tmp_path / "profiles"
+    shutil.copytree(PROFILES, profiles)  # with awkward strings: quotes, newlines, a backslash at the end, ${...}
+    (profiles / "awkward.yaml").write_text(f"extends: gpu\npretrain: {{fill_mask: {json.dumps(AWKWARD)}}}\n",
+                                           encoding="utf-8")
+    monkeypatch.setattr(flows.profiles, "PROFILES", profiles)
+    for name in ("gpu", "awkward"):
+        assert main([name]) == 0
+        printed = capsys.readouterr().out
+        argv = argv_of_pasted(printed)  # before: one `-S key=value` a line, so bash ran `-S` as a command
+        assert argv[:3] == ["exp", "run", "-n"] and argv[3].startswith(f"{name}-")
+        assert argv[4:] == set_params_args(name), name
+        lines = printed.rstrip("\n").split(" \\\n")
+        assert lines[0].startswith("dvc exp run -n ") and len(lines) == 1 + len(overrides(name))
+
+
+def test_print_mode_checks_the_params_but_not_the_gpus(fake_gpus, capsys, monkeypatch, tmp_path):
+    fake_gpus(0)  # a CPU login node: the command is prepared here, run on the GPU machine
+    monkeypatch.setattr("tasks.common.device.gpus_on_host", lambda: 0)
+    assert main(["gpu-node"]) == 0  # before: exit 2, hardware.device: cuda: torch sees no CUDA device
+    assert argv_of_pasted(capsys.readouterr().out)[4:] == set_params_args("gpu-node")
+    monkeypatch.chdir(tmp_path)  # ./params.yaml with an invalid value: still one line, exit 2
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text(encoding="utf-8")
+                                          .replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n", 1), encoding="utf-8")
+    assert main(["gpu"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "tokenizer.bogus" in captured.err
+
+
+@pytest.mark.parametrize(("profile", "host", "cuda", "expected"), [
+    # a GPU profile on a machine without a GPU: the profile asked for it, so another profile is the fix
+    ("gpu", 0, None, "clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch {v} "
+                     "sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU"),
+    # a GPU the torch cannot use (CPU-only build; a driver too old for the build's CUDA): reinstall, whatever the stamp
+    ("gpu", 2, None, "clozeline: profile gpu asks for hardware.device: cuda, but torch {v} (a CPU-only build) sees "
+                     "none of this machine's 2 GPU(s); {hint}, or use PROFILE=cpu"),
+    ("gpu-large", 1, "13.0", "clozeline: profile gpu-large asks for hardware.device: cuda, but torch {v} (built for "
+                             "CUDA 13.0) sees none of this machine's 1 GPU(s); {hint}, or use PROFILE=cpu"),
+    # a profile that does not set hardware.device: params.yaml's auto, in the stage's own words
+    ("scheduled", 2, None, "clozeline: hardware.device: auto: this machine has 2 GPU(s) but torch {v} is a CPU-only "
+                           "build; {hint}, or set hardware.device: cpu"),
+])
+def test_run_mode_says_what_to_do_when_the_profiles_device_is_not_there(fake_gpus, capsys, monkeypatch, tmp_path,
+                                                                        profile, host, cuda, expected):
+    from tasks.common.device import CUDA_INSTALL_HINT
+
+    fake_gpus(0)
+    monkeypatch.setattr("tasks.common.device.gpus_on_host", lambda: host)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    assert main(["--run", "--dvc", str(tmp_path / "never-started"), profile]) == 2
+    err = capsys.readouterr().err  # before: "... set hardware.device: cpu or auto", a value the profile sets
+    assert err == expected.format(v=torch.__version__, hint=CUDA_INSTALL_HINT) + "\n"
+    assert "`rm -f .venv/.installed && make install`" in CUDA_INSTALL_HINT  # a plain make install: stamp current

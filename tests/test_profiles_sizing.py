@@ -12,7 +12,7 @@ import pytest
 from flows.profiles import PROFILES, overrides
 from tasks.config import load_params
 from tasks.pretrain import planned_steps
-from tasks.pretrain.trainer import peak_lr
+from tasks.pretrain.schedule import peak_lr
 from tasks.tracking import NullLog
 
 ROOT = PROFILES.parent

@@ -1,6 +1,7 @@
 """The MLM training loop of ``pretrain``: data order, masking, AdamW steps, held-out evaluation, checkpoints,
 throughput and MFU, and metric logging. The process group and hardware peaks are ``tasks.pretrain.hardware``;
-masking and the masked-only loss ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``.
+masking and the masked-only loss ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``; the
+learning rate's warm-up, decay and scaling to the global batch ``tasks.pretrain.schedule``.
 """
 
 from __future__ import annotations
@@ -23,45 +24,11 @@ from tasks.pretrain.feed import MicroBatch, Prefetcher, masked_batch, needs_atte
 from tasks.pretrain.fingerprint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json
 from tasks.pretrain.hardware import Dist, Throughput, gather_ints, hardware, peak_flops, train_flops_per_token
 from tasks.pretrain.mlm import MaskedOnlyMLM, unigram_log_probs
+from tasks.pretrain.schedule import lr_factor, lr_record, tokens_per_step
 
 def count_params(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied weights counted once)."""
     return sum(p.numel() for p in model.parameters())
-
-
-def lr_factor(progress: float, warmup_fraction: float, schedule: str) -> float:
-    """Multiplier of the peak lr at ``progress`` in [0, 1]: linear warmup, then linear or cosine decay to 0."""
-    if progress < warmup_fraction:
-        return progress / warmup_fraction
-    rest = min(1.0, (progress - warmup_fraction) / max(1e-12, 1.0 - warmup_fraction))
-    return 1.0 - rest if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * rest))
-
-
-#: Exponent of each ``pretrain.lr_scaling`` rule: square root for Adam (Malladi et al. 2022, "On the SDEs and
-#: Scaling Rules for Adaptive Gradient Algorithms"), linear for SGD (Goyal et al. 2017).
-LR_EXPONENTS = {"sqrt": 0.5, "linear": 1.0}
-
-
-def tokens_per_step(cfg, world: int, seq_len: int) -> int:
-    """Tokens of one optimizer step over all ranks: world x batch_size_blocks x grad_accum_steps x ``seq_len``."""
-    return world * cfg.batch_size_blocks * cfg.grad_accum_steps * seq_len
-
-
-def peak_lr(cfg, tokens: int) -> float:
-    """The peak learning rate of a run whose steps take ``tokens`` tokens (``tokens_per_step``): ``cfg.lr`` itself
-    under ``lr_scaling: none``, else lr x (tokens / lr_reference_tokens_per_step)^(1/2 for sqrt, 1 for linear)."""
-    if cfg.lr_scaling == "none":
-        return cfg.lr
-    ratio = tokens / cfg.lr_reference_tokens_per_step
-    return cfg.lr * (math.sqrt(ratio) if cfg.lr_scaling == "sqrt" else ratio ** LR_EXPONENTS[cfg.lr_scaling])
-
-
-def lr_rule(cfg, tokens: int) -> str:
-    """How ``peak_lr`` came about, in words (metrics and MLflow params)."""
-    if cfg.lr_scaling == "none":
-        return f"none: lr {cfg.lr:g} as given ({tokens:,} tokens a step)"
-    return (f"{cfg.lr_scaling}: {cfg.lr:g} x ({tokens:,} / {cfg.lr_reference_tokens_per_step:,} tokens a step)"
-            f"^{LR_EXPONENTS[cfg.lr_scaling]:g} = {peak_lr(cfg, tokens):.6g}")
 
 
 #: Columns of the held-out sums that ``Trainer.evaluate`` adds up per source (and over ranks).
@@ -99,12 +66,10 @@ class Trainer:
         self.with_mask = needs_attention_mask(train, heldout)
         self.seq_len = train["input_ids"].shape[1]
         self.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
-        self.tokens_per_step = tokens_per_step(cfg, env.world, self.seq_len)
-        self.peak_lr = peak_lr(cfg, self.tokens_per_step)  # cfg.lr rescaled to the global batch (lr_scaling)
+        self.lr = lr_record(cfg, tokens_per_step(cfg, env.world, self.seq_len))  # rescaled to the global batch
         # fused: one kernel for all tensors, on CPU too (5x faster than the per-tensor loop in finetune)
-        self.optimizer = torch.optim.AdamW(
-            decay_groups(model, cfg.weight_decay), lr=self.peak_lr, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True
-        )
+        self.optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=self.lr["lr_effective"],
+                                           betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True)
         self.unigram = unigram_log_probs(train["input_ids"], train["maskable"], vocab).float()
         self.unigram_argmax = int(self.unigram.argmax())
         if self.global_batch > len(train["input_ids"]):
@@ -130,11 +95,9 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Resume if possible, train to ``max_steps`` (or the budget), evaluate; returns the metrics."""
         resumed_from = self._resume()
-        lr = {"lr_effective": self.peak_lr, "lr_rule": lr_rule(self.cfg, self.tokens_per_step),
-              "tokens_per_step": self.tokens_per_step}
         if self.env.main:
-            self.log.params(lr)
-            self.log.info(f"pretrain: peak lr {lr['lr_rule']}")
+            self.log.params(self.lr)
+            self.log.info(f"pretrain: peak lr {self.lr['lr_rule']}")
         if resumed_from == 0:
             self.state["heldout_loss_initial"] = self.evaluate()["loss"]
             self._snapshot_if_due(0)
@@ -161,7 +124,7 @@ class Trainer:
             "train_blocks": len(self.train["input_ids"]),
             "heldout_blocks": len(self.heldout["input_ids"]),
             "seq_len_tokens": self.seq_len,
-            **lr,
+            **self.lr,
             "hardware": hardware(self.env),
         }
         metrics["peak_flops_per_s"] = self.peak  # null: CPU or a GPU not in hardware.GPU_PEAKS (MFU unknown)
@@ -250,7 +213,7 @@ class Trainer:
         the last of the decay both move the weights (at the step's start, step 1 would run at LR 0, as HF's
         ``get_linear_schedule_with_warmup`` does; at its end, the last step would)."""
         progress = self._progress(self.state["step"] + 0.5)
-        return self.peak_lr * lr_factor(progress, self.cfg.warmup_fraction, self.cfg.lr_schedule)
+        return self.lr["lr_effective"] * lr_factor(progress, self.cfg.warmup_fraction, self.cfg.lr_schedule)
 
     def _step_lr(self) -> float:
         """The learning rate the last step ran at (what the curve and MLflow show)."""
