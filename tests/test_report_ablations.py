@@ -75,3 +75,22 @@ def test_with_arms_they_have_verdicts_and_render(workspace):
     assert "| supported (Holm p" in row and "in the secondary family" in row
     ner = md.split('<a id="all-mask-no-worse-than-80-10-10-ner"></a>')[1].split("### ")[0]
     assert "not computed in this run: the pretraining ablation arm 'all-mask' is off for ner" in ner
+
+
+def test_on_items_the_main_recipe_resamples_its_pretraining_seeds_and_the_arm_notes_its_one(tmp_path, monkeypatch):
+    import test_report_items as items
+    from test_multiseed_report import OURS, add_further_seed
+
+    from tasks.common.provenance import Lock
+    from tasks.report.evaluation import evaluate
+
+    key = "pretrained@ablation_all-mask/full/mean-pool"
+    monkeypatch.setitem(items.ARMS, key, {1: items._preds(1, 2), 2: items._preds(2, 9), 3: items._preds(1, 15)})
+    metrics = items.write_workspace(tmp_path)
+    add_further_seed(tmp_path)  # the main recipe's run from pretraining seed 21 too
+    path = tmp_path / "metrics" / "finetune" / "cls.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"ablations": {"config": OURS, "runs": {"all-mask": key}}}))
+    row = evaluate(items.claim(key, OURS, min_effect=-0.02), metrics, Lock({}), items.STATS)
+    assert row.verdict != "not run" and row.items == "20 test items (all) x 3 vs 2 pretraining x 3 fine-tuning seeds"
+    assert any(n.startswith("pretraining seeds resampled at the top of the bootstrap (2") for n in row.notes)
+    assert any("one pretraining seed" in n for n in row.notes)
