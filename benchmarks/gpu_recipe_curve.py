@@ -56,6 +56,19 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def table_rows(result: dict) -> list[dict]:
+    """The row for ``benchmarks/_table.py`` (information: a training curve has no peer and no speed goal): how far
+    below the unigram baseline the reduced recipe's held-out loss ends, and whether it was still falling."""
+    small = result["reduced"]
+    case = (f"gpu profile recipe at reduced size ({small['layers']} layer(s), {small['steps']:,} steps, "
+            f"{small['tokens_per_non_embedding_param']} tokens per non-embedding parameter), held-out loss below "
+            f"unigram at the end ({'still falling' if result['still_falling_at_end'] else 'flat or rising'}), "
+            f"CPU {result['cpu_model']}")
+    return [{"benchmark": "gpu_recipe_curve", "case": case, "unit": "nats", "ours": result["final_gap_to_unigram_nats"],
+             "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None, "limit": None,
+             "fraction_of_limit": None, "goal": None, "meets_goal": None}]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=1)
@@ -152,6 +165,7 @@ def main() -> None:
         "train_tokens_per_s": round(summary["train_tokens_per_s"], 1),
         "data_seconds": round(data_s, 1),
     }
+    result["rows"] = table_rows(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: result[k] for k in ("unigram_ce", "final_gap_to_unigram_nats", "still_falling_at_end",
