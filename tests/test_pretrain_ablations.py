@@ -77,7 +77,8 @@ def test_an_arm_trains_after_the_main_recipe_into_its_own_folder(tmp_path_factor
     single = run(make_cfg(max_steps=6), alone, NullLog())
     main = load_file(pretrained_dir(with_arm.models) / "model.safetensors")
     # the main recipe's model and numbers are those of a run without arms
-    assert all(torch.equal(main[k], v) for k, v in load_file(pretrained_dir(alone.models) / "model.safetensors").items())
+    without = load_file(pretrained_dir(alone.models) / "model.safetensors")
+    assert all(torch.equal(main[k], v) for k, v in without.items())
     assert metrics["heldout_loss"] == single["heldout_loss"] and "ablations" not in single
     [folder] = ablation_dirs(with_arm.models)  # the stale arm is gone
     assert folder == Path(with_arm.models) / "pretrained" / "ablations" / "all-mask"

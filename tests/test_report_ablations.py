@@ -22,7 +22,7 @@ def add_arms(folder, gaps=(1.5, 1.4)) -> None:
     """The cls runs of two arms (all-mask 0.01 above the main recipe's, mlm-15 0.11 below) and their pretraining."""
     path = folder / "finetune" / "cls.json"
     cls = json.loads(path.read_text())
-    keys = {"all-mask": "pretrained@ablation_all-mask/full/mean-pool", "mlm-15": "pretrained@ablation_mlm-15/full/mean-pool"}
+    keys = {name: f"pretrained@ablation_{name}/full/mean-pool" for name in ("all-mask", "mlm-15")}
     cls["runs"][keys["all-mask"]] = _run({"test_macro_f1": [v + 0.01 for v in TREAT]}, "run-am")
     cls["runs"][keys["mlm-15"]] = _run({"test_macro_f1": [v - 0.11 for v in TREAT]}, "run-15")
     cls["ablations"] = {"config": "pretrained/full/mean-pool", "runs": keys}
@@ -89,7 +89,8 @@ def test_on_items_the_main_recipe_resamples_its_pretraining_seeds_and_the_arm_no
     metrics = items.write_workspace(tmp_path)
     add_further_seed(tmp_path)  # the main recipe's run from pretraining seed 21 too
     path = tmp_path / "metrics" / "finetune" / "cls.json"
-    path.write_text(json.dumps(json.loads(path.read_text()) | {"ablations": {"config": OURS, "runs": {"all-mask": key}}}))
+    section = {"ablations": {"config": OURS, "runs": {"all-mask": key}}}
+    path.write_text(json.dumps(json.loads(path.read_text()) | section))
     row = evaluate(items.claim(key, OURS, min_effect=-0.02), metrics, Lock({}), items.STATS)
     assert row.verdict != "not run" and row.items == "20 test items (all) x 3 vs 2 pretraining x 3 fine-tuning seeds"
     assert any(n.startswith("pretraining seeds resampled at the top of the bootstrap (2") for n in row.notes)
