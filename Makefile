@@ -38,10 +38,16 @@ $(RAY_STAMP): $(STAMP)
 
 # torch first and pinned, from the package index pip's own configuration names (pip.conf, PIP_INDEX_URL), or
 # from TORCH_INDEX_URL when it is set (make install TORCH_INDEX_URL=<your index>; the project names no index).
-# On a host whose nvidia-smi lists a GPU, a torch without CUDA is reinstalled (the Linux wheel of the default
-# index bundles CUDA); then scripts/check_gpu_host.py checks, there only, what a GPU run needs: a CUDA build,
+# The pinned torch is (re)installed, --force-reinstall, whenever TORCH_INDEX_URL is set (the user asked for that
+# index's build, e.g. one for an older CUDA) and on a host whose nvidia-smi lists a GPU when the torch there is
+# not a CUDA build (the Linux wheel of the default index bundles CUDA); otherwise pip keeps the torch it has.
+# Then scripts/check_gpu_host.py checks, on a GPU host only, what a GPU run needs: a CUDA build,
 # torch.cuda.is_available() (a driver too old for the build's CUDA sees no GPU), and torch.compile's Triton
-# prerequisites, a C compiler and the Python headers. Each failure: one line saying what to install.
+# prerequisites, a C compiler and the Python headers. Each failure: one line saying what to do; the stamp is not
+# touched, so the next make install runs again. `pip install -e .[dev]` keeps that torch: the pin torch==2.13.0
+# has no local label, so 2.13.0+cu118 (or +cpu) satisfies it (PEP 440) and pip, without --upgrade, leaves it.
+# To redo an install whose stamp is current (e.g. after a CPU-only install on what is now a GPU host):
+# rm -f .venv/.installed && make install.
 TORCH_INDEX_URL ?=
 TORCH_INDEX = $(if $(TORCH_INDEX_URL),PIP_INDEX_URL="$(TORCH_INDEX_URL)")
 HAS_GPU = nvidia-smi -L 2>/dev/null | grep -q '^GPU '
@@ -49,11 +55,12 @@ CUDA_TORCH = $(BIN)/python -c 'import sys, torch; sys.exit(torch.version.cuda is
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if $(HAS_GPU); then \
-	  $(CUDA_TORCH) 2>/dev/null || $(TORCH_INDEX) $(BIN)/pip install -q --disable-pip-version-check \
-	    --force-reinstall "torch==2.13.0"; \
+	if [ -n "$(TORCH_INDEX_URL)" ] || { $(HAS_GPU) && ! $(CUDA_TORCH) 2>/dev/null; }; then \
+	  $(TORCH_INDEX) $(BIN)/pip install -q --disable-pip-version-check --force-reinstall "torch==2.13.0" 2>&1 \
+	    | { grep -v "is ignored: it is neither" || true; }; \
 	else \
-	  $(TORCH_INDEX) $(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | { grep -v "is ignored: it is neither" || true; }; \
+	  $(BIN)/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 \
+	    | { grep -v "is ignored: it is neither" || true; }; \
 	fi
 	$(BIN)/python scripts/check_gpu_host.py
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
@@ -62,7 +69,7 @@ $(STAMP): pyproject.toml
 
 # `dvc status` answers in about a second; the Prefect flow would start a temporary server only to skip
 # every stage, so an up-to-date pipeline is reported and left alone.
-# PROFILE=cpu|gpu|gpu-node|scheduled (profiles/*.yaml): `dvc exp run` with the profile's values, checked first
+# PROFILE=<name>, a profile of profiles/*.yaml (cpu, gpu, gpu-large, ...): `dvc exp run` with its values, checked first
 # (params validate, the GPUs it asks for exist; else one line, exit 2); DVC writes them into params.yaml and
 # records the experiment. flows.profiles builds the whole argument vector and starts $(DVC) itself (no shell
 # word splitting: a list or a string with spaces stays one argument); DVC=... runs another dvc binary.

@@ -1,14 +1,17 @@
-"""Named profiles: partial params files under ``profiles/`` that fit the run to a machine (``cpu``, ``gpu``,
-``gpu-node``) or to runs on a schedule (``scheduled``: the split ledger), applied by DVC's own experiment
-mechanism (``dvc exp run -S key=value``, which records the experiment and writes the values back into
-params.yaml).
+"""Named profiles: partial params files under ``profiles/`` (one per ``*.yaml`` there: ``names()``) that fit the
+run to a machine and a corpus (``cpu``, ``gpu``, ``gpu-large``, ``gpu-node``, ...) or to runs on a schedule
+(``scheduled``: the split ledger), applied by DVC's own experiment mechanism (``dvc exp run -S key=value``,
+which records the experiment and writes the values back into params.yaml).
 
 A profile is nested YAML with the keys it changes; ``extends: <profile>`` starts from another one. Before a
 profile is applied, ``params.yaml`` with it must validate (the same pydantic models, the same dotted-key
-errors), and a profile that asks for more GPUs than the machine has stops with one line (exit 2).
+errors); before ``--run`` starts DVC, a profile that asks for a device or more GPUs than the machine has stops
+with one line (exit 2).
 
-    python -m flows.profiles gpu                 # prints the -S arguments for `dvc exp run`, shell-quoted
-    python -m flows.profiles --run gpu [--dvc D]  # runs `D exp run -n gpu-<time> <those arguments>` itself
+    python -m flows.profiles gpu                 # prints `dvc exp run -n gpu-<time> -S ... -S ...`: one shell
+                                                 #   command (shell-quoted, ` \` continuations) to paste; params
+                                                 #   checked, GPUs not (prepare it on a CPU login node)
+    python -m flows.profiles --run gpu [--dvc D]  # checks the GPUs too, then runs `D exp run -n gpu-<time> ...`
     make run PROFILE=gpu                         # the same as --run (DVC=... picks the dvc binary)
 
 ``--run`` hands DVC its argument vector directly (``os.execvp``), never through a shell, so a value with spaces,
@@ -103,35 +106,73 @@ def set_params_args(name: str, params_file: Path | str = "params.yaml") -> list[
 
 def checked_args(name: str, params_file: Path | str = "params.yaml", gpus: bool = True) -> list[str]:
     """``set_params_args``, and with ``gpus`` also the check that the device and the training processes
-    ``params_file`` with the profile asks for exist here (``check_gpus``). Raises ``ParamsError``."""
+    ``params_file`` with the profile asks for exist here (``check_gpus``; its message names the profile when the
+    profile sets ``hardware.device``). Raises ``ParamsError``."""
     values = overrides(name)
     params = load_params(params_file, values)
     if gpus:
-        check_gpus(params.hardware.device, params.pretrain.nproc_per_node)
+        check_gpus(params.hardware.device, params.pretrain.nproc_per_node,
+                   profile=name if "hardware.device" in values else None)
     return [arg for key, value in values.items() for arg in ("-S", f"{key}={override_value(value)}")]
 
 
-def exp_run_argv(name: str, dvc: str = "dvc", params_file: Path | str = "params.yaml") -> list[str]:
-    """The whole argument vector of ``dvc exp run`` for profile ``name``, checked (``checked_args``): ``[dvc,
-    "exp", "run", "-n", "<name>-<YYYYmmdd-HHMMSS>", "-S", "key=value", ...]``. Raises ``ParamsError``."""
-    args = checked_args(name, params_file)
+def exp_run_argv(name: str, dvc: str = "dvc", params_file: Path | str = "params.yaml", gpus: bool = True) -> list[str]:
+    """The whole argument vector of ``dvc exp run`` for profile ``name``, checked (``checked_args``; the GPUs only
+    with ``gpus``): ``[dvc, "exp", "run", "-n", "<name>-<YYYYmmdd-HHMMSS>", "-S", "key=value", ...]``. Raises
+    ``ParamsError``."""
+    args = checked_args(name, params_file, gpus=gpus)
     return [dvc, "exp", "run", "-n", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", *args]
 
 
-def check_gpus(device: str, nproc_per_node: int | str) -> None:
+def shell_command(argv: list[str]) -> str:
+    """``argv`` (``exp_run_argv``) as one shell command to paste: ``dvc exp run -n <name>`` on the first line, one
+    ``-S key=value`` pair a line after it, every word quoted by ``shlex.quote``, the lines joined with `` \``
+    continuations (a POSIX shell reads it back as exactly ``argv``)."""
+    head, pairs = argv[:5], argv[5:]
+    lines = [shlex.join(head)] + [shlex.join(pairs[i:i + 2]) for i in range(0, len(pairs), 2)]
+    return " \\\n  ".join(lines)
+
+
+def check_gpus(device: str, nproc_per_node: int | str, profile: str | None = None) -> None:
     """Raise ``ParamsError`` (one line) when ``hardware.device`` cannot be used here, or ``pretrain.nproc_per_node``
     asks for more training processes than the GPUs torch sees (or for ``gpu`` without one): the checks the
-    pretrain stage's rank setup makes, made before DVC starts (``tasks.config.pretrain.processes_per_node``)."""
-    from tasks.common.device import resolve  # torch: only when a profile is applied, never when params load
+    pretrain stage's rank setup makes, made before DVC starts (``tasks.config.pretrain.processes_per_node``).
+
+    With ``profile`` (the profile that sets ``hardware.device``), a device torch cannot give is said as that
+    profile's request, with what to do instead (``profile_device_error``); without it, in ``resolve``'s words."""
+    import torch  # only when a profile is applied, never when params load
+
+    from tasks.common.device import resolve
     from tasks.config.pretrain import processes_per_node
 
     try:
         found = resolve(device)
-        import torch
-
+    except ValueError as err:
+        if profile is None or torch.cuda.is_available():  # a cuda:N that is not there: resolve says it best
+            raise ParamsError(str(err)) from None
+        raise ParamsError(profile_device_error(profile, device)) from None
+    try:
         processes_per_node(nproc_per_node, torch.cuda.device_count() if found.type == "cuda" else 0)
     except ValueError as err:
         raise ParamsError(str(err)) from None
+
+
+def profile_device_error(profile: str, device: str) -> str:
+    """One line for profile ``profile`` asking for ``hardware.device: <device>`` where torch sees no GPU: on a
+    machine without one, use a CPU profile; on one whose GPUs this torch cannot use (a CPU-only build, or a
+    driver too old for its CUDA), reinstall (``CUDA_INSTALL_HINT``: ``make install``'s checks then say the rest)."""
+    import torch
+
+    from tasks.common.device import CUDA_INSTALL_HINT, gpus_on_host
+
+    host = gpus_on_host()
+    build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+    asks = f"profile {profile} asks for hardware.device: {device}"
+    if not host:
+        return (f"{asks}, but this machine has no GPU (torch {torch.__version__} sees none); use PROFILE=cpu, or "
+                f"plain make run, on a machine without a GPU")
+    return (f"{asks}, but torch {torch.__version__} ({build}) sees none of this machine's {host} GPU(s); "
+            f"{CUDA_INSTALL_HINT}, or use PROFILE=cpu")
 
 
 def one_line(message: str) -> str:
@@ -141,18 +182,20 @@ def one_line(message: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``<profile>``: print the ``-S`` arguments, shell-quoted, one ``-S key=value`` a line. ``--run <profile>``:
-    check, then replace this process with ``dvc exp run`` (``--dvc``: the dvc binary). Exit 2 with one line
-    on an unknown profile, a value that does not validate or GPUs that are not there."""
+    """``<profile>``: print ``dvc exp run -n <profile>-<time> -S ... -S ...`` as one shell command to paste
+    (``shell_command``), after checking that the params validate; the GPUs are not checked, so it can be prepared
+    on a machine without them. ``--run <profile>``: check the params and the GPUs, then replace this process with
+    ``dvc exp run`` (``--dvc``: the dvc binary, in either mode). Exit 2 with one line on an unknown profile, a
+    value that does not validate or (``--run``) a device or GPUs that are not there."""
     parser = argparse.ArgumentParser(prog="python -m flows.profiles", description=__doc__.split("\n\n")[0])
     parser.add_argument("profile", help=f"one of {', '.join(names())}")
     parser.add_argument("--run", action="store_true", help="run dvc exp run with the profile (make run PROFILE=...)")
-    parser.add_argument("--dvc", default="dvc", help="the dvc binary --run starts (default: dvc on PATH)")
+    parser.add_argument("--dvc", default="dvc", help="the dvc binary --run starts or the printed command names "
+                        "(default: dvc on PATH)")
     args = parser.parse_args(argv)
     try:
         if not args.run:
-            pairs = checked_args(args.profile)
-            print("\n".join(shlex.join(pairs[i:i + 2]) for i in range(0, len(pairs), 2)))
+            print(shell_command(exp_run_argv(args.profile, args.dvc, gpus=False)))
             return 0
         command = exp_run_argv(args.profile, args.dvc)
     except ParamsError as err:

@@ -3,14 +3,16 @@
 What a GPU run needs besides the project's wheels, checked right after torch is installed, so that a host that
 cannot run the GPU profiles fails at install with one line per missing piece instead of in the middle of a run:
 
-- a CUDA build of torch (``torch.version.cuda``): else set ``TORCH_INDEX_URL`` to an index that has one;
+- a CUDA build of torch (``torch.version.cuda``): else ``make install TORCH_INDEX_URL=<an index that has one>``
+  (the recipe reinstalls torch whenever ``TORCH_INDEX_URL`` is set);
 - ``torch.cuda.is_available()``: a CUDA build whose CUDA is newer than the driver supports sees no GPU (torch
-  only warns, and the run fails later); install a driver new enough for that CUDA version;
+  only warns, and the run fails later); install a driver new enough for that CUDA version, or
+  ``make install TORCH_INDEX_URL=<an index with a build for an older CUDA>``;
 - what ``torch.compile`` (the GPU profiles' ``pretrain.compile: true``) needs to build Triton's kernel
   launchers on first use: a C compiler (``$CC``, else ``gcc`` or ``clang`` on PATH: Triton's own lookup) and the
   Python headers (``Python.h`` in this interpreter's include folder, the one Triton compiles against).
 
-Each failure is one line on stderr, ``make install: <what is wrong>: <what to install>``; exit 1 if any.
+Each failure is one line on stderr, ``make install: <what is wrong>: <what to do>``; exit 1 if any.
 Standard library and torch only: it runs before the project's own dependencies are installed.
 
     .venv/bin/python scripts/check_gpu_host.py
@@ -77,13 +79,16 @@ def torch_problems(gpus: int) -> list[str]:
         except ImportError as err:
             return [f"torch does not import ({err}): install torch before these checks"]
         usable = torch.cuda.is_available()
+    public = torch.__version__.split("+")[0]  # the pin, without the build's local label (+cpu, +cu118)
     if torch.version.cuda is None:
-        return [f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} is a CPU-only build: install a CUDA "
-                f"build of it (set TORCH_INDEX_URL to a package index that has one, then make install again)"]
+        return [f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} is a CPU-only build (the package index "
+                f"pip used has no CUDA build of it): run make install TORCH_INDEX_URL=<a package index with CUDA "
+                f"builds of torch {public}>"]
     if not usable:
         return [f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} (CUDA {torch.version.cuda}) sees none: "
                 f"NVIDIA driver {driver_version()} is too old for CUDA {torch.version.cuda}: install a driver that "
-                f"supports CUDA {torch.version.cuda} (or a torch built for an older CUDA, via TORCH_INDEX_URL)"]
+                f"supports CUDA {torch.version.cuda}, or run make install TORCH_INDEX_URL=<a package index with torch "
+                f"{public} built for an older CUDA>"]
     return []
 
 

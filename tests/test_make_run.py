@@ -1,6 +1,7 @@
 """`make run PROFILE=...` as a user types it: the Makefile's own `run` recipe, with a stub `dvc` that records the
 argument vector it receives (DVC=...) and a faked GPU count (a `sitecustomize.py` on PYTHONPATH that patches
-`torch.cuda.is_available` / `device_count` in the profile check's process). Nothing else is faked: the recipe,
+`torch.cuda.is_available` / `device_count`, and optionally `torch.version.cuda`, in the profile check's process;
+a fake `nvidia-smi` on PATH lists the GPUs the host has). Nothing else is faked: the recipe,
 `python -m flows.profiles`, params.yaml and the profiles are the repository's.
 
 The run happens in a scratch copy of the checkout (flows/ and profiles/ copied, so a test profile can be added;
@@ -33,6 +34,14 @@ if os.environ.get("CLOZELINE_FAKE_GPUS") is not None:
     _n = int(os.environ["CLOZELINE_FAKE_GPUS"])
     torch.cuda.is_available = lambda: _n > 0
     torch.cuda.device_count = lambda: _n
+    if os.environ.get("CLOZELINE_FAKE_TORCH_CUDA") is not None:  # "none": a CPU-only build
+        _cuda = os.environ["CLOZELINE_FAKE_TORCH_CUDA"]
+        torch.version.cuda = None if _cuda == "none" else _cuda
+"""
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+[ "$1" = -L ] || exit 0
+i=0; while [ "$i" -lt "${CLOZELINE_HOST_GPUS:-0}" ]; do echo "GPU $i: NVIDIA H100 (UUID: GPU-$i)"; i=$((i+1)); done
 """
 
 STUB_DVC = """\
@@ -73,16 +82,25 @@ def checkout(tmp_path_factory) -> Path:
     stub = fake / "dvc"
     stub.write_text(STUB_DVC.format(python=sys.executable), encoding="utf-8")
     stub.chmod(0o755)
+    smi = fake / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI, encoding="utf-8")
+    smi.chmod(0o755)
     return work
 
 
-def make_run(checkout: Path, profile: str, gpus: int) -> tuple[subprocess.CompletedProcess, list[str] | None]:
-    """``make run PROFILE=<profile>`` in ``checkout`` with ``gpus`` faked GPUs; returns the process and the argv
-    the stub dvc received (None if it was not started)."""
+def make_run(checkout: Path, profile: str, gpus: int, host_gpus: int | None = None,
+             torch_cuda: str | None = None) -> tuple[subprocess.CompletedProcess, list[str] | None]:
+    """``make run PROFILE=<profile>`` in ``checkout`` with ``gpus`` faked GPUs torch sees, ``host_gpus`` (default:
+    ``gpus``) listed by nvidia-smi, and with ``torch_cuda`` torch's CUDA build faked (``"none"``: CPU-only);
+    returns the process and the argv the stub dvc received (None if it was not started)."""
     record = checkout / "fake" / f"argv-{profile}-{gpus}.json"
     record.unlink(missing_ok=True)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("MAKE", "MFLAGS"))}
-    env |= {"PYTHONPATH": str(checkout / "fake"), "CLOZELINE_FAKE_GPUS": str(gpus), "DVC_STUB_ARGV": str(record)}
+    env |= {"PYTHONPATH": str(checkout / "fake"), "CLOZELINE_FAKE_GPUS": str(gpus), "DVC_STUB_ARGV": str(record),
+            "CLOZELINE_HOST_GPUS": str(gpus if host_gpus is None else host_gpus),
+            "PATH": f"{checkout / 'fake'}:{env['PATH']}"}
+    if torch_cuda is not None:
+        env["CLOZELINE_FAKE_TORCH_CUDA"] = torch_cuda
     proc = subprocess.run(["make", "-C", str(checkout), "-o", ".venv/.installed", "run", f"PROFILE={profile}",
                            f"DVC={checkout / 'fake' / 'dvc'}"], env=env, capture_output=True, text=True, timeout=120)
     return proc, json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
@@ -147,4 +165,31 @@ def test_make_run_stops_with_one_line_when_the_gpus_are_not_there(checkout):
     assert argv is None  # dvc never started
     assert proc.returncode == 2
     ours = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
-    assert len(ours) == 1 and ours[0].startswith("clozeline: hardware.device: cuda: torch sees no CUDA device"), ours
+    assert len(ours) == 1 and ours[0].startswith("clozeline: profile gpu-node asks for hardware.device: cuda, "), ours
+
+
+def test_make_run_without_a_gpu_names_the_profile_and_a_cpu_run(checkout):
+    proc, argv = make_run(checkout, "gpu", 0)
+    assert argv is None and proc.returncode == 2
+    ours = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
+    # before: "...; set hardware.device: cpu or auto", a value the profile itself sets
+    assert ours == ["clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch "
+                    f"{torch_version()} sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU"]
+
+
+def test_make_run_with_a_cpu_only_torch_on_a_gpu_host_says_how_to_reinstall_it(checkout):
+    from tasks.common.device import CUDA_INSTALL_HINT
+
+    proc, argv = make_run(checkout, "gpu", 0, host_gpus=1, torch_cuda="none")
+    assert argv is None and proc.returncode == 2
+    ours = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
+    assert len(ours) == 1 and ours[0].endswith(f"; {CUDA_INSTALL_HINT}, or use PROFILE=cpu"), ours
+    # before: "run `make install`", which has nothing to do while .venv/.installed is current
+    # (that the command given does reinstall: tests/test_install_checks.py)
+    assert "rm -f .venv/.installed && make install" in ours[0]
+
+
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__

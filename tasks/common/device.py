@@ -29,8 +29,11 @@ import torch
 
 from tasks.config.hardware import DEVICE_PATTERN
 
-#: How to get a CUDA build of the pinned torch (what ``make install`` runs on a host with a GPU).
-CUDA_INSTALL_HINT = "run `make install` on this host (it installs the CUDA build of torch when nvidia-smi sees a GPU)"
+#: How to get a CUDA build of the pinned torch on a host with a GPU: ``make install`` reinstalls torch there when it
+#: is not a CUDA build, but only when its stamp is out of date, hence the ``rm`` (a plain ``make install`` after a
+#: CPU-only install has nothing to do).
+CUDA_INSTALL_HINT = ("run `rm -f .venv/.installed && make install` on this host (with a GPU in nvidia-smi it installs "
+                     "the CUDA build of torch and checks what the GPU needs)")
 
 
 def gpus_on_host() -> int:
