@@ -62,14 +62,14 @@ def test_an_unknown_profile_or_a_bad_value_is_one_line(tmp_path, capsys):
         set_params_args("gpu", tmp_path / "params.yaml")
 
 
-def test_a_gpu_profile_without_a_gpu_stops_with_one_line(capsys):
+def test_a_gpu_profile_without_a_gpu_stops_with_one_line(capsys, tmp_path):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert main(["gpu"]) == 2
+    assert main(["--run", "--dvc", str(tmp_path / "never-started"), "gpu"]) == 2  # print mode checks no GPU
     err = capsys.readouterr().err
-    assert err.startswith("clozeline: hardware.device: cuda:") and err.count("\n") == 1
+    assert err.startswith("clozeline: profile gpu asks for hardware.device: cuda, but ") and err.count("\n") == 1
 
 
 def test_a_token_budget_becomes_steps_and_is_capped_by_epochs():
