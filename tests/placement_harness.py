@@ -10,8 +10,17 @@ things so that the stage's host-side bookkeeping still runs and everything left 
   ``.tolist()``, ``.cpu()``, ``.numpy()``, ``.to("cpu")``, ``bool()``, ``float()``, ``int()``) with zeros of its
   shape and dtype, as a GPU would answer them with numbers; nothing else is changed, so mixing devices still
   raises;
+- ``HostTensorGuard``, a ``TorchDispatchMode`` (it sees every aten op, forward and backward, indexing and
+  ``copy_`` included), refuses an op that computes with a meta tensor and a host tensor with elements: meta
+  itself lets ``embedding``, ``index``/``x[host_idx]``, ``index_select``, ``gather``, ``scatter``, ``matmul``,
+  ``linear`` and more take a host operand, where CUDA raises (or, for an index, copies it over and syncs).
+  The op is named in ``Placement.leaks`` and raised as a ``RuntimeError``. Allowed: 0-dim host tensors (CUDA
+  kernels take them as scalars) and the transfers themselves (``_to_copy``, ``copy_``: ``place``, ``.to``,
+  ``dst.copy_(src)`` across devices are legal on CUDA too);
 - a global forward pre-hook records every module called with a parameter or buffer off the device, or with
-  a positional tensor input (with elements) on the host: ``Placement.leaks``, which the tests assert empty.
+  a positional tensor input (with elements) on the host, and a global forward hook (``with_kwargs``: the
+  global pre-hook gets no keyword arguments) every module called with such a keyword input:
+  ``Placement.leaks``, which the tests assert empty.
 
 transformers' SDPA mask builder reads ``padding_mask.all()`` on the host to skip an all-ones mask; here it
 keeps the mask (what it does for any padded batch), as tests/test_placement.py always did; and fused AdamW,
@@ -26,6 +35,7 @@ weights stay one parameter, as ``.to("cuda")`` keeps them (without it, meta gets
 from __future__ import annotations
 
 import sys
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -34,6 +44,8 @@ import safetensors.torch
 import torch
 from torch.optim import optimizer
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tasks.common import device as dev
 
@@ -85,12 +97,71 @@ class HostReads(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+#: The transfers (``place``, ``.to(device)``, ``dst.copy_(src)``): a host operand of these is legal on CUDA.
+MOVES = frozenset({"aten._to_copy.default", "aten.copy_.default", "aten._copy_from.default",
+                   "aten._copy_from_and_resize.default"})  # fmt: skip
+
+
+def _host(t: object) -> bool:
+    """A host tensor with elements: CUDA kernels take a 0-dim host tensor as a scalar, anything else is refused."""
+    return isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0
+
+
+def _caller() -> str:
+    """``folder/file:line`` of the innermost stage frame (``tasks/``, ``clozeline/``; else a test's) on the stack."""
+    frames = [f for f in traceback.extract_stack() if not f.filename.endswith("placement_harness.py")]
+    for parts in (("/tasks/", "/clozeline/"), ("/tests/",)):
+        for frame in reversed(frames):
+            name = frame.filename.replace("\\", "/")
+            if "site-packages" not in name and any(part in name for part in parts):
+                return f"{'/'.join(name.split('/')[-2:])}:{frame.lineno}"
+    return "?"
+
+
+class HostTensorGuard(TorchDispatchMode):
+    """Sees every aten op and records the ones that keep a tensor on the host, in ``leaks``.
+
+    Default (``on_meta`` runs it, ``raising``): an op with a meta operand and a host operand with elements, other
+    than a transfer (``MOVES``): what CUDA refuses ("Expected all tensors to be on the same device"; an index
+    tensor it copies over, a sync per call), and meta computes without complaint. ``every=True`` (one batch's
+    code, which should make no host tensor at all): any op that reads or makes a host tensor with elements,
+    except a transfer onto the device. 0-dim host tensors pass both: kernels take them as scalars.
+    """
+
+    def __init__(self, every: bool = False, raising: bool = False, leaks: list[str] | None = None) -> None:
+        super().__init__()
+        self.every, self.raising = every, raising
+        self.leaks: list[str] = [] if leaks is None else leaks
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.every:
+            out = func(*args, **kwargs)
+            host = [tuple(t.shape) for t in pytree.tree_leaves((args, kwargs, out)) if _host(t)]
+            moved = str(func) in MOVES and isinstance(out, torch.Tensor) and out.device.type != "cpu"
+            if host and not moved:
+                self.leaks.append(f"{func} {host}")
+            return out
+        if str(func) not in MOVES:
+            tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            if any(t.is_meta for t in tensors) and any(_host(t) for t in tensors):
+                host = [tuple(t.shape) for t in tensors if _host(t)]
+                leak = (f"{func} at {_caller()}: computes with a meta tensor and host tensor(s) {host[:3]} "
+                        "(CUDA refuses or syncs: place() them on the device)")  # fmt: skip
+                self.leaks.append(leak)
+                if self.raising:
+                    raise RuntimeError(f"placement: {leak}")
+        return func(*args, **kwargs)
+
+
 @dataclass
 class Placement:
-    """What ``on_meta`` saw: modules called off the device (``leaks``), host reads answered, resolves."""
+    """What ``on_meta`` saw: modules called off the device and ops mixing it with the host (``leaks``), host
+    reads answered, resolves."""
 
     leaks: list[str] = field(default_factory=list)
     reads: HostReads | None = None
+    guard: HostTensorGuard | None = None
     resolved: list[str] = field(default_factory=list)
     forwards: int = 0
     meta_loads: int = 0
@@ -100,9 +171,15 @@ def _check_module(placement: Placement, module: torch.nn.Module, args) -> None:
     placement.forwards += 1
     off = [name for name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
            if t is not None and t.device.type != "meta"]  # fmt: skip
-    host = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0]
+    host = [tuple(a.shape) for a in pytree.tree_leaves(args) if _host(a)]
     if off or host:
         placement.leaks.append(f"{type(module).__name__}: weights on the host {off[:3]}, host inputs {host[:3]}")
+
+
+def _check_kwargs(placement: Placement, module: torch.nn.Module, kwargs) -> None:
+    host = {key: tuple(t.shape) for key, value in kwargs.items() for t in pytree.tree_leaves(value) if _host(t)}
+    if host:
+        placement.leaks.append(f"{type(module).__name__}: host keyword inputs {dict(list(host.items())[:3])}")
 
 
 @contextmanager
@@ -148,15 +225,18 @@ def on_meta(monkeypatch):
     monkeypatch.setattr(optimizer, "_get_fused_kernels_supported_devices", lambda: [*fused(), "meta"])
     handle = torch.nn.modules.module.register_module_forward_pre_hook(
         lambda module, args: _check_module(placement, module, args))
+    kwargs_handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda module, args, kwargs, out: _check_kwargs(placement, module, kwargs), with_kwargs=True)
     swap = torch.__future__.get_swap_module_params_on_conversion()
     torch.__future__.set_swap_module_params_on_conversion(True)
     try:
-        with HostReads() as reads:
-            placement.reads = reads
+        with HostReads() as reads, HostTensorGuard(raising=True, leaks=placement.leaks) as guard:
+            placement.reads, placement.guard = reads, guard
             yield placement
     finally:
         torch.__future__.set_swap_module_params_on_conversion(swap)
         handle.remove()
+        kwargs_handle.remove()
         for name, module in list(sys.modules.items()):  # imported inside the body: took the patched name with it
             if name.startswith("tasks") and getattr(getattr(module, "resolve", None), "placement_harness", False):
                 setattr(module, "resolve", _REAL_RESOLVE)

@@ -1,7 +1,9 @@
 """Nothing stays behind on the host: one fine-tuning step per task kind and one pretraining step (train and
 held-out evaluation) run with the model on the ``meta`` device, where any input or intermediate tensor left on
-the CPU raises "Tensor on device meta is not on the expected device cpu". The same code paths run on CUDA, so
-a pass here is what a CPU box can prove about GPU placement (the probe's own check is in tests/test_probe.py).
+the CPU raises: meta's own "Tensor on device meta is not on the expected device cpu", or, for the ops meta lets
+a host operand into (embedding, indexing, gather, matmul ...), the harness's ``HostTensorGuard`` ("placement:
+aten.<op> at <file:line>", tests/placement_harness.py). The same code paths run on CUDA, so a pass here is what
+a CPU box can prove about GPU placement (the probe's own check is in tests/test_probe_placement.py).
 
 transformers' SDPA mask builder reads ``padding_mask.all()`` back to the host to skip an all-ones mask (its own
 sync, once per forward of a padded batch; meta tensors cannot be read), so these tests make it keep the mask.
@@ -154,10 +156,11 @@ def test_place_refuses_a_module():
 def test_a_module_left_on_the_host_is_caught(monkeypatch):
     """Negative control: a stage that resolves the device but forgets to move its model."""
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2))
-    with on_meta(monkeypatch) as placement:
+    with on_meta(monkeypatch) as placement, pytest.raises(RuntimeError, match=r"placement: aten\.embedding"):
         device = dev.resolve("cuda")
-        model(place(torch.tensor([[1, 2, 3]]), device)).sum().item()  # meta lets a host weight through here
-    assert device == META and len(placement.leaks) == 2 and "weights on the host ['weight']" in placement.leaks[0]
+        model(place(torch.tensor([[1, 2, 3]]), device))  # meta itself lets a host weight through here
+    assert device == META and placement.leaks[0] == "Embedding: weights on the host ['weight'], host inputs []"
+    assert len(placement.leaks) == 2 and placement.leaks[1].startswith("aten.embedding.default at tests/test_placement")
 
 
 def test_a_host_read_of_a_device_tensor_is_answered_and_a_host_operand_still_raises(monkeypatch):
@@ -165,9 +168,88 @@ def test_a_host_read_of_a_device_tensor_is_answered_and_a_host_operand_still_rai
         x = torch.ones(3, 2, device=META)
         answers = (x.sum().item(), x.tolist(), x.cpu().numpy().shape, float(x.max()))
         assert answers == (0.0, [[0.0] * 2] * 3, (3, 2), 0.0)
-        with pytest.raises(RuntimeError, match="expected device"):
-            x * torch.ones(3, 2)
+        with pytest.raises(RuntimeError, match=r"placement: aten\.mul\.Tensor at tests/test_placement\.py:\d+"):
+            x * torch.ones(3, 2)  # meta's own check would raise too ("is not on the expected device cpu")
     assert placement.reads.reads == 4
+
+
+class LogProbOfTarget(torch.nn.Module):
+    """pairs.masked_log_probs in small: the log-probability of each row's target, gathered on the device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(4, 6)
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.head(hidden), dim=-1).gather(1, targets[:, None])[:, 0]
+
+
+def test_a_gather_with_a_host_index_is_caught(monkeypatch):
+    """Negative control: the batch placed but its ``targets`` kept on the host (``{**place(batch, device),
+    "targets": batch["targets"]}`` in tasks/probe/pairs.py passed the probe's entry-point test): meta gathers with
+    a host index, CUDA raises. The module is called with the host tensor, so the forward hook sees it too."""
+    batch = {"hidden": torch.zeros(3, 4), "targets": torch.tensor([1, 5, 0])}
+    with on_meta(monkeypatch) as placement:
+        model = LogProbOfTarget().to(dev.resolve("cuda"))
+        assert model(**place(batch, META)).device == META  # placed: no leak
+        assert placement.leaks == []
+        with pytest.raises(RuntimeError, match=r"placement: aten\.gather\.default at tests/test_placement\.py:\d+"):
+            model(**{**place(batch, META), "targets": batch["targets"]})
+    assert len(placement.leaks) == 1 and "host tensor(s) [(3, 1)]" in placement.leaks[0]
+
+
+HOST_OPERAND = {  # each op with a meta operand and a host one: meta computes them all, CUDA refuses (or syncs)
+    "embedding": lambda m, h: torch.nn.functional.embedding(m.long(), h),  # host weight, device index
+    "index_select": lambda m, h: m.index_select(0, h.long()),
+    "index": lambda m, h: m[h.long()],
+    "index_put": lambda m, h: m.index_put_((h.long(),), torch.ones((), device=META)),
+    "gather": lambda m, h: m.gather(0, h.long()),
+    "scatter": lambda m, h: m.scatter(0, h.long(), m),
+    "matmul": lambda m, h: m @ h,
+    "linear": lambda m, h: torch.nn.functional.linear(m, h),
+    "where": lambda m, h: torch.where(h.bool(), m, 0.0),
+    "cat": lambda m, h: torch.cat([m, h]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(HOST_OPERAND))
+def test_an_op_mixing_a_device_tensor_with_a_host_one_is_caught(monkeypatch, op):
+    with on_meta(monkeypatch) as placement, pytest.raises(RuntimeError, match="placement: aten"):
+        HOST_OPERAND[op](torch.zeros(2, 2, device=META), torch.zeros(2, 2))
+    assert len(placement.leaks) == 1 and "host tensor(s) [(2, 2)]" in placement.leaks[0]
+
+
+def test_transfers_and_host_scalars_are_not_leaks(monkeypatch):
+    """Positive control: moving a host tensor onto the device (``place``, ``.to``, ``dst.copy_(src)``: legal on
+    CUDA) and a 0-dim host tensor as an operand (CUDA takes it as a scalar) are allowed; host-only bookkeeping
+    is not the harness's business."""
+    host = torch.arange(6.0).reshape(3, 2)
+    with on_meta(monkeypatch) as placement:
+        x = place(host, META) + host.to(META) + torch.empty(3, 2, device=META).copy_(host)
+        x = x * torch.tensor(2.0) + torch.ones(3, 2, device=META)[torch.tensor(1)]
+        host.sum().item()
+    assert x.device == META and placement.leaks == []
+
+
+class Masked(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.proj(x)  # the mask is only passed along (a real module would use it: that op raises as well)
+
+
+def test_a_host_tensor_passed_by_keyword_is_caught(monkeypatch):
+    """Negative control: a module called with a host tensor as a keyword argument (``model(input_ids=...,
+    attention_mask=host_mask)``); the global forward pre-hook sees positional arguments only."""
+    with on_meta(monkeypatch) as placement:
+        model = Masked().to(dev.resolve("cuda"))
+        model(torch.zeros(3, 2, device=META), mask=torch.ones(3, 2, device=META))
+        assert placement.leaks == []
+        model(torch.zeros(3, 2, device=META), mask=torch.ones(3, 2))
+        model(x=torch.zeros(3, 2, device=META), mask=(torch.ones(3, 2),))
+    assert placement.leaks == ["Masked: host keyword inputs {'mask': (3, 2)}"] * 2
 
 
 # ---------------------------------------------------------------- leakage: the semantic encoder

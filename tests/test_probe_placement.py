@@ -2,8 +2,11 @@
 
 Meta tensors have shapes but no data, so any host tensor that the per-batch code makes or keeps shows up:
 an elementwise op mixing it with a meta tensor raises "Tensor on device meta is not on the expected device
-cpu", and ``HostTensorGuard`` records the rest (indexing with a host index tensor is legal on meta and on CUDA,
-where it costs a synchronising copy per batch). On a GPU the same code then keeps every batch on the GPU.
+cpu", and ``HostTensorGuard(every=True)`` (tests/placement_harness.py) records the rest: any op that reads or
+makes a host tensor with elements (indexing with a host index tensor is legal on meta and on CUDA, where it
+costs a synchronising copy per batch). ``on_meta`` runs the same guard on the whole stage, where it refuses only
+an op that mixes a meta tensor with a host one (a stage keeps host-side bookkeeping). On a GPU the same code
+then keeps every batch on the GPU.
 """
 
 from __future__ import annotations
@@ -13,15 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 import transformers.masking_utils
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoTokenizer, BertConfig, BertModel, ModernBertConfig, ModernBertModel
 
 from tasks import probe
 from tasks.common.encoders import reference_model_dir
 from tasks.probe import pairs
 from tasks.tracking import NullLog
-from placement_harness import on_meta
+from placement_harness import HostTensorGuard, on_meta
 from test_probe import make_cfg, make_paths, tiny_root  # noqa: F401 (tiny_root: a fixture)
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # tests/ is on sys.path (rootdir import)
 
@@ -29,26 +30,6 @@ pytestmark = pytest.mark.placement
 
 META = torch.device("meta")
 SHIPPED = Path(__file__).resolve().parents[1] / "tasks" / "probe" / "senses.jsonl"
-MOVES = ("aten._to_copy.default", "aten.copy_.default")  # place(): host batch -> device, the one allowed crossing
-
-
-class HostTensorGuard(TorchDispatchMode):
-    """Records each aten op that reads or makes a host tensor with elements, except a copy onto the device.
-
-    0-dim host tensors are let through: kernels take them as scalars, without a device copy."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.leaks: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        host = [t for t in pytree.tree_leaves((args, kwargs, out))
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() > 0]  # fmt: skip
-        moved = str(func) in MOVES and out.device.type != "cpu"
-        if host and not moved:
-            self.leaks.append(f"{func} {[tuple(t.shape) for t in host]}")
-        return out
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +55,7 @@ def test_sense_probe_batch_stays_on_the_device(kind):
     tokenizer = AutoTokenizer.from_pretrained(reference_model_dir())
     encoder = tiny_encoder(kind, len(tokenizer), tokenizer.pad_token_id)
     batch = probe.encode(tokenizer, probe.read_probe_set(SHIPPED, 8)[:6], batch_size=6, max_seq_len_tokens=128)[0]
-    with HostTensorGuard() as guard:
+    with HostTensorGuard(every=True) as guard:
         vectors = probe.batch_vectors(encoder, batch, META)
     assert guard.leaks == []
     assert (vectors.device, vectors.dtype, tuple(vectors.shape)) == (META, torch.float32, (3, 6, 32))
@@ -85,7 +66,7 @@ def test_pll_batch_stays_on_the_device(kind):
     encoder, head = pairs.mlm_parts(tiny_masked_lm(kind).to(META))
     ids, special = random_sentences(3)
     batch = pairs.collate(pairs.masked_copies(ids, special, MASK)[:7], ids, PAD)
-    with HostTensorGuard() as guard:
+    with HostTensorGuard(every=True) as guard:
         log_probs = pairs.masked_log_probs(encoder, head, batch, META)
     assert guard.leaks == []
     assert (log_probs.device, log_probs.dtype, tuple(log_probs.shape)) == (META, torch.float64, (7,))
@@ -93,7 +74,7 @@ def test_pll_batch_stays_on_the_device(kind):
 
 def test_guard_sees_a_host_index_and_meta_refuses_a_host_operand():
     states = torch.zeros(2, 5, 4, device=META)
-    with HostTensorGuard() as guard:
+    with HostTensorGuard(every=True) as guard:
         states[torch.arange(2), torch.zeros(2, dtype=torch.long, device=META)]  # legal on meta: only the guard sees it
     assert guard.leaks and guard.leaks[0].startswith("aten.arange")
     with pytest.raises(RuntimeError, match="is not on the expected device"):
