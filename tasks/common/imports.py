@@ -1,19 +1,24 @@
 """The project modules a module imports, read from its import statements (``ast``), transitively.
 
-Used by pretrain to fingerprint the code behind a checkpoint, and by the layout tests to check that every
-stage's ``dvc.yaml`` deps are exactly its import closure.
+Used by pretrain to fingerprint the code behind a checkpoint, by every cache to key its stored results by the
+code that computed them (``closure_fingerprint``: ingest, the dedup index, the leakage caches, the tokenize
+caches), and by the layout tests to check that every stage's ``dvc.yaml`` deps are exactly its import closure.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
 #: The repository root (the folder holding ``tasks/``).
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tasks", "flows", "clozeline")
+#: Left out of a cache's code key: the params' models. Every cache keys its params by value (a changed default
+#: or validator changes the value it is keyed by), as the pretrain checkpoint fingerprint does.
+PARAMS_MODELS = ("tasks/config",)
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -71,3 +76,22 @@ def code_sha256(files: set[Path], root: Path = ROOT) -> str:
     for path in sorted(files):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def closure_files(modules: Iterable[str], root: Path = ROOT, exclude: Iterable[str] = PARAMS_MODELS) -> set[Path]:
+    """Files of every project module that importing ``modules`` runs: each module, its parent packages (importing
+    ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first) and, transitively, what they import
+    (``import_closure``: every import statement, those inside functions too); less the files under ``exclude``
+    (folders relative to ``root``)."""
+    start = {".".join(parts[:i]) for parts in (m.split(".") for m in modules) for i in range(1, len(parts) + 1)}
+    skipped = [root / folder for folder in exclude]
+    return {f for f in import_closure(sorted(start), root) if not any(s in f.parents for s in skipped)}
+
+
+def closure_fingerprint(modules: Iterable[str], root: Path = ROOT) -> str:
+    """The code key of a cache: ``code_sha256`` of ``closure_files(modules)``, where ``modules`` hold the functions
+    whose results the cache stores (a cache module names itself, ``__name__``, when it calls them: they are then
+    in its closure). Computed from the import statements, never listed by hand: an edit to any file those
+    functions can run changes the key; tasks/config is left out, params being keyed by value. Read afresh on
+    every call (a few dozen files, about a millisecond), so a key always describes the code on disk."""
+    return code_sha256(closure_files(modules, root), root)

@@ -19,8 +19,9 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
 when there is no usable index (missing, a file damaged or from another index: the reason names the file), or
 when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed``, the Unicode data version and
-the ``code_sha256`` of the code that computes signatures and Jaccards (``tasks/common/minhash.py``,
-``tasks/common/textnorm.py``, ``tasks/common/pairjaccard.py``, ``tasks/dedup/__init__.py``).
+the code that computes signatures and Jaccards: the sha256 of this module's import closure
+(``imports.closure_fingerprint``: ``tasks/dedup/__init__.py``, ``tasks/common/{minhash,textnorm,pairjaccard}.py``
+and whatever else importing it runs, computed from the import statements, never listed).
 **Incremental** otherwise: a document whose text has an entry takes its signature, shingles and counts from
 it; the others (new documents, and edited ones: their text has a new md5) are signed; a pair of texts whose
 Jaccard is stored is not computed again. A removed document needs nothing: its entry is simply not asked for,
@@ -56,8 +57,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common import minhash, pairjaccard, textnorm
-from tasks.common.imports import code_sha256
+from tasks.common import minhash
+from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in, write_cache
 from tasks.common.textnorm import arrow_strings
 from tasks.config.dedup import DedupParams
@@ -66,8 +67,6 @@ from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
 ENTRIES, JACCARDS = segments.ENTRIES, "jaccards.parquet"
 ENTRY_COLUMNS = ("raw_md5", "text_hash", "n_words", "n_chars", *segments.COLUMNS)
 WARN = logging.getLogger("clozeline.dedup")
-FINGERPRINT_CODE = (Path(minhash.__file__), Path(textnorm.__file__), Path(pairjaccard.__file__),
-                    Path(__file__).with_name("__init__.py"))  # fmt: skip
 
 
 @dataclass
@@ -129,7 +128,7 @@ def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
 
 def fingerprint(cfg: DedupParams) -> dict[str, Any]:
     """What every stored value depends on (see the module docstring)."""
-    code = code_sha256(set(FINGERPRINT_CODE))
+    code = closure_fingerprint([__name__])  # it calls sign_documents and the Jaccards: all in its closure
     return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code,
             "unicode": unicodedata.unidata_version}  # text normalization (NFKC, casefold) follows the Unicode data
 

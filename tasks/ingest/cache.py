@@ -8,7 +8,9 @@ row, and whether NFC / whitespace normalization changed its text), with the unit
 metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl column types first seen in it).
 ``key`` is the md5 of everything the entry depends on:
 
-- the ingest code (``code_sha256`` of every ``tasks/ingest/*.py``), the Unicode data version (NFC follows it),
+- the ingest code (``ingest_code_hash``: the sha256 of the readers' import closure, ``imports.closure_fingerprint``
+  of ``tasks.ingest``: every ``tasks/ingest/*.py`` it imports and the shared code they run, computed, never
+  listed), the Unicode data version (NFC follows it),
   the source's spec without ``max_docs`` (sampling is a whole-source step that runs after the per-unit read, on
   every run);
 - a file: its path, its name (the id prefix), size and md5 of its content (not its mtime);
@@ -46,7 +48,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tasks.common.imports import code_sha256
+from tasks.common.imports import closure_fingerprint
 from tasks.common.provenance import hashed_md5
 from tasks.common.shards import file_crc32
 from tasks.common.stamped import write_tables
@@ -196,9 +198,10 @@ def shard_key(unit_key: str, kept: np.ndarray | None) -> str:
 
 
 def ingest_code_hash() -> str:
-    """Hash of the ingest code (every ``tasks/ingest/*.py``, ``imports.code_sha256``): a change to a reader
-    re-reads all."""
-    return code_sha256(set(Path(__file__).parent.glob("*.py")))
+    """Hash of the ingest code: the import closure of the package that holds the readers (``tasks.ingest``; an
+    entry stores what they made of a unit), ``imports.closure_fingerprint``. A change to a reader, or to anything
+    it runs, re-reads all."""
+    return closure_fingerprint([__package__])
 
 
 def spec_facts(spec) -> dict[str, Any]:

@@ -17,8 +17,9 @@ batch), when there is no store, when its rows are not distinct keys with finite 
 width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the precision, the device,
 its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``)
 and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones),
-``window_tokens`` and ``batch_size`` (both fix the batch shape, hence the bits) and the code (this module,
-``semantic.py``, ``semantic_encoder.py``, ``tasks/common/{encoders,device}.py``).
+``window_tokens`` and ``batch_size`` (both fix the batch shape, hence the bits) and the code: the sha256 of the
+import closure of this module and ``semantic_encoder.py`` (``imports.closure_fingerprint``: ``semantic.py``,
+``tasks/common/{encoders,device}.py`` and whatever else they import, computed, never listed).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
 and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
@@ -49,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tasks.common.imports import code_sha256
+from tasks.common.imports import closure_fingerprint, code_sha256
 from tasks.common.stamped import read_stamped, stamp, swapped_in, write_cache
 
 STORE = "windows.parquet"
@@ -74,8 +75,8 @@ def fingerprint(encoder) -> dict[str, str]:
     import torch
     import transformers
 
-    from tasks.common import device, encoders
-    from tasks.leakage import semantic, semantic_encoder
+    from tasks.common import device
+    from tasks.leakage import semantic_encoder
 
     files = {p for p in Path(encoder.folder).rglob("*") if p.is_file()}
     return {
@@ -85,8 +86,7 @@ def fingerprint(encoder) -> dict[str, str]:
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}" + gpu_libraries(encoder),
         "shape": f"window_tokens {encoder.cfg.window_tokens}, batch_size {encoder.cfg.batch_size}",
-        "code": code_sha256({Path(__file__), Path(semantic.__file__), Path(semantic_encoder.__file__),
-                             Path(encoders.__file__), Path(device.__file__)}),
+        "code": closure_fingerprint([__name__, semantic_encoder.__name__]),  # the code that embeds a window
     }
 
 
@@ -153,7 +153,8 @@ def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict, layouts: dic
 def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
     """The layouts' fingerprint: the store's (``store_key``, from ``fingerprint``: the encoder's files are hashed
     once), ``stride_tokens`` of ``cfg`` (the ``semantic`` params), and what turns a text into wordpieces besides
-    the encoder's files: the normalisation code (``textnorm``, ``confusables``) and its table, Python's Unicode
+    the encoder's files: the normalisation code (the import closure of ``textnorm`` and ``confusables``,
+    ``imports.closure_fingerprint``) and its table, Python's Unicode
     data (NFKC, format characters) and the ``tokenizers`` version. A store key names a window's wordpieces, so
     the store needs none of these; a layout maps a text to keys, so it does."""
     import unicodedata
@@ -164,7 +165,7 @@ def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
 
     table = confusables.table_path()
     return {**store_key, "stride": str(cfg.stride_tokens),
-            "text": code_sha256({Path(textnorm.__file__), Path(confusables.__file__)})
+            "text": closure_fingerprint([textnorm.__name__, confusables.__name__])
             + f", confusables.txt {hashlib.sha256(table.read_bytes()).hexdigest()}"
             + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}"}  # fmt: skip
 

@@ -20,9 +20,10 @@ Rule. **Full audit** (every training text scanned against every eval doc) when `
 it cannot be read), or when its fingerprint differs: the params the lexical detectors and the residual scan read
 (``ngram_words``, ``min_match_words``, ``shingle_words``, ``num_perm``, ``minhash_seed``, ``doc_threshold``,
 ``passage_threshold``, ``passage_words``, ``passage_stride_words``, ``max_span_words``,
-``residual.ngram_words``, ``substitution.*``) and the ``code_sha256`` of the code that computes a result
-(``tasks/leakage/{__init__,detectors,substitution,residual,incremental}.py``,
-``tasks/common/{minhash,textnorm,confusables}.py``). **Incremental** otherwise:
+``residual.ngram_words``, ``substitution.*``) and the code that computes a result: ``code_fingerprint``, the
+sha256 of this module's import closure (``imports.closure_fingerprint``: every project file importing it runs,
+the detectors, ``shingles.py`` and ``tasks/common/pairjaccard.py`` among them, computed from the import
+statements; ``tasks/config`` left out, the params being keyed by value). **Incremental** otherwise:
 
 - eval docs no longer in the eval sets (by id and text md5: an edited doc's old text too) are forgotten: their
   matches are dropped, and so are the residual n-grams and whole texts no eval doc of this run holds;
@@ -66,20 +67,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common import confusables, minhash, textnorm
-from tasks.common.imports import code_sha256
+from tasks.common.imports import closure_fingerprint
 from tasks.common.shards import linked_or_copied
 from tasks.common.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
 from tasks.config.leakage import LeakageParams
-from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally, substitution
+from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally
 
 TEXTS, MATCHES, EVALS, GRAMS = "texts.parquet", "matches.parquet", "evals.parquet", "grams.parquet"
 PLANTS = "plants.parquet"  # tasks/leakage/plant_cache.py's file, carried over when this cache is rewritten
 PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
           "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
-FINGERPRINT_CODE = tuple(Path(module.__file__) for module in (detectors, substitution, residual, minhash,
-                                                              textnorm, confusables)) + (
-    Path(__file__).with_name("__init__.py"), Path(__file__))
 
 
 NO_GRAMS: frozenset = frozenset()  # shared by the many texts that hold no eval n-gram (memory per cached text)
@@ -176,7 +173,13 @@ def rescan_against(results: dict[str, Result], train_frame: pd.DataFrame, digest
 
 def fingerprint(cfg: LeakageParams) -> dict[str, str]:
     """What every stored result depends on besides the eval docs (see the module docstring)."""
-    return {"params": params_md5(cfg), "code": code_sha256(set(FINGERPRINT_CODE))}
+    return {"params": params_md5(cfg), "code": code_fingerprint()}
+
+
+def code_fingerprint() -> str:
+    """sha256 of the code a stored result depends on: this module's import closure (it calls every detector and
+    the residual scan), computed (``imports.closure_fingerprint``), never listed."""
+    return closure_fingerprint([__name__])
 
 
 def params_md5(cfg: LeakageParams) -> str:

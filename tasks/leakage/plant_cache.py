@@ -10,7 +10,8 @@ was scanned again every night (at 16x the default corpus, 60,000 copies: minutes
 ``<data>/leakage_cache/plants.parquet`` (kept by ``incremental.save`` when it rewrites that folder): one row per
 copy of the last run, ``key`` (md5 of the copy's text, then md5 of its eval doc's text: 32 bytes) and
 ``methods`` (sorted); its metadata holds the fingerprint: the detector params the lexical cache is stamped
-with, and the code (the lexical cache's, ``planted.py`` and this module); the eval set is not in it, as each key
+with, and the code: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``planted.py``,
+the detectors and what they import, computed, never listed); the eval set is not in it, as each key
 names its eval text. Used when ``leakage.incremental`` is true and the fingerprint
 matches; a missing, damaged or other-fingerprint file means every copy is scanned. Only this run's copies are
 written back; with ``incremental: false`` the file is removed. The counts go to MLflow (metrics
@@ -26,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common.imports import code_sha256
+from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import read_stamped, replace_cache, stamp
 from tasks.config.leakage import LeakageParams
 from tasks.leakage import planted
@@ -54,12 +55,11 @@ def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakagePa
 
 
 def fingerprint(cfg: LeakageParams) -> dict[str, str]:
-    """The detector params (``incremental.params_md5``) and the code: the lexical cache's, ``planted.py`` and
-    this module."""
+    """The detector params (``incremental.params_md5``) and the code: this module's import closure (it calls
+    ``planted.found_by``, which runs the lexical detectors), ``imports.closure_fingerprint``."""
     from tasks.leakage import incremental
 
-    code = {*incremental.FINGERPRINT_CODE, Path(planted.__file__), Path(__file__)}
-    return {"params": incremental.params_md5(cfg), "code": code_sha256(code)}
+    return {"params": incremental.params_md5(cfg), "code": closure_fingerprint([__name__])}
 
 
 def plant_keys(plants: list, eval_texts) -> list[bytes]:

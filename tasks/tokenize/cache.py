@@ -10,8 +10,9 @@ Rule. **Full re-encode** (every text encoded, no stored ids used) when ``tokeniz
 there is no cache, or when its fingerprint differs: the md5 of the tokenizer as it encodes (its serialized
 ``tokenizer.json`` with truncation and padding off, and ``split_special_tokens``: a change of any tokenizer file
 that matters shows there), the tokenize params (all but ``incremental``, ``num_proc`` and
-``map_batch_size_docs``, which change no id) and the ``code_sha256`` of the code that encodes (``pretrain.py`` and this
-module). The tokenizer stage retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so
+``map_batch_size_docs``, which change no id) and the code that encodes: the sha256 of this module's import
+closure (``imports.closure_fingerprint``: ``pretrain.py`` and whatever importing it runs, computed, never
+listed). The tokenizer stage retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so
 after new data the ``clozeline`` cache is usually stale and re-encoded in full (logged with the reason); it is
 kept when the tokenizer comes out the same (``tokenizer.vocab_from: train_once``, ``file`` or ``reference``, or a
 retraining that gives the same vocabulary). The packaged ``reference`` tokenizer never changes, so its cache serves
@@ -38,13 +39,12 @@ import numpy as np
 import pyarrow as pa
 from tokenizers import Tokenizer
 
-from tasks.common.imports import code_sha256
+from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 
 IDS = "ids.parquet"
-FINGERPRINT_CODE = (Path(pretrain.__file__), Path(__file__))
 NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs"}  # params that change no id
 
 
@@ -101,7 +101,7 @@ def fingerprint(encoder: Tokenizer, cfg: TokenizeParams) -> dict[str, str]:
     return {
         "tokenizer": hashlib.md5(serialized.encode("utf-8")).hexdigest(),
         "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
-        "code": code_sha256(set(FINGERPRINT_CODE)),
+        "code": closure_fingerprint([__name__]),  # it calls pretrain.tokenize_docs: in its closure
     }
 
 

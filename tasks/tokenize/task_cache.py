@@ -15,8 +15,9 @@ Rule. This is the same as ``tasks/tokenize/cache.py``'s rule. Every input is enc
 
 - the tokenizer as it encodes;
 - the tokenize params that can change an id;
-- the ``code_sha256`` of the code that encodes: ``cls.py``, ``ner.py``, ``tasks/common/alignment.py`` (which
-  words get ``[UNK]``) and this module;
+- the code that encodes: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``cls.py``,
+  ``ner.py``, ``tasks/common/alignment.py`` (which words get ``[UNK]``) and whatever else importing it runs,
+  computed, never listed);
 - the ``transformers`` version (the task inputs go through its tokenizer wrapper: templates, ``word_ids``).
 
 Otherwise an input with a row takes it, and the others (new and edited docs) are encoded. Inputs no longer
@@ -39,15 +40,13 @@ import numpy as np
 import pyarrow as pa
 import transformers
 
-from tasks.common import alignment
-from tasks.common.imports import code_sha256
+from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
 from tasks.config.tokenize import TokenizeParams
 from tasks.tokenize import cache, cls, ner
 from tasks.tokenize.pretrain import plain_encoder
 
 TASKS = "tasks.parquet"
-FINGERPRINT_CODE = (Path(cls.__file__), Path(ner.__file__), Path(alignment.__file__), Path(__file__))
 
 #: One input's encoding: ``(ids, aux or None, replaced)`` (see the module docstring).
 Encoded = tuple[list[int], list[int] | None, int]
@@ -59,8 +58,7 @@ class TaskCache:
 
     def __init__(self, folder: Path, tok, cfg: TokenizeParams) -> None:
         self.path = Path(folder) / TASKS
-        self.fingerprint = {**cache.fingerprint(plain_encoder(tok), cfg), "code": code_sha256(set(FINGERPRINT_CODE)),
-                            "transformers": transformers.__version__}  # fmt: skip
+        self.fingerprint = fingerprint(tok, cfg)
         self.stored, self.reason = load(self.path, self.fingerprint, cfg.incremental)
         self.used: dict[str, Encoded] = {}
         self.encoded = 0
@@ -96,6 +94,15 @@ class TaskCache:
                           "has_aux": pa.array([r[1] is not None for r in rows], pa.bool_()),
                           "replaced": pa.array([r[2] for r in rows], pa.int32())})  # fmt: skip
         replace_cache(stamp(table, self.fingerprint), self.path)
+
+
+def fingerprint(tok, cfg: TokenizeParams) -> dict[str, str]:
+    """What every stored encoding depends on (see the module docstring): the id cache's fingerprint of the
+    tokenizer and params, with the code replaced by the import closure of the modules whose encoders this cache
+    stores (``cls``, ``ner``: the ``encode`` callbacks come from them) and of this module, and the
+    ``transformers`` version."""
+    return {**cache.fingerprint(plain_encoder(tok), cfg), "transformers": transformers.__version__,
+            "code": closure_fingerprint([cls.__name__, ner.__name__, __name__])}  # fmt: skip
 
 
 def as_lists(row: tuple[np.ndarray, np.ndarray | None, int]) -> Encoded:
