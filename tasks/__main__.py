@@ -11,6 +11,7 @@ on SIGTERM.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
@@ -29,6 +30,9 @@ from tasks.tracking import DataInput, NullLog, RunKilled
 
 #: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
 DATA_ERRORS = (ValueError, FileNotFoundError)
+#: errno of a write that ran out of room (a full disk, a file size limit, a quota): one line too. Shared writers name
+#: the file (``tasks/common/ioerrors.py``, whose ``NoRoom`` is a ValueError); any other names the stage's outputs.
+NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 TRACEBACK_ARTIFACT = "traceback.txt"
 #: What a stage uses its input data for: MLflow's dataset context. A stage not listed prepares data.
 DATA_CONTEXT = {"tokenizer": "training", "pretrain": "training", "finetune": "training",
@@ -66,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clozeline: {run_name}: {one_line(err)} (traceback: MLflow run {run_name!r}, artifact "
               f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
         return 1
+    except OSError as err:
+        clear_outputs(root, run_name)
+        if err.errno not in NO_ROOM:
+            raise
+        print(f"clozeline: {run_name}: {no_room(err, root, run_name)} (traceback: MLflow run {run_name!r}, artifact "
+              f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
+        return 1
     except BaseException:
         clear_outputs(root, run_name)  # a failed stage leaves nothing a later stage could take for its result
         raise
@@ -86,8 +97,19 @@ def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
         except DATA_ERRORS:
             log.text(traceback.format_exc(), TRACEBACK_ARTIFACT)
             raise
+        except OSError as err:
+            if err.errno in NO_ROOM:
+                log.text(traceback.format_exc(), TRACEBACK_ARTIFACT)
+            raise
         write_metrics(params.paths.metrics / metrics_name(stage, item), metrics)
         log.metrics(metrics)
+
+
+def no_room(err: OSError, root: Path, dvc_stage: str) -> str:
+    """A write out of room, in words: the file when the error names it, else the stage's declared outputs."""
+    where = err.filename or ", ".join(declared_outs(root, dvc_stage)) or "its outputs"
+    return (f"{where}: cannot be written: {os.strerror(err.errno)} (free space on its file system or raise the file "
+            "size limit, then rerun)")
 
 
 def one_line(err: BaseException) -> str:

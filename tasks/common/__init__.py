@@ -15,6 +15,8 @@
 - ``nested``: dotted-key flattening of nested params and metrics (tracking, report);
 - ``lineage``: the lineage fields of ``pretraining.json`` (the md5 of every text file a model and its ancestors
   trained on) and finding those files again (pretrain writes them, leakage audits against them);
+- ``ioerrors``: I/O failures as one-line errors naming the file: a file that cannot be read (``reading``: the
+  stage to rerun) and a write out of room (``writing``: the path being written; what was written removed);
 - ``stamped``: cache tables stamped with the fingerprint of what decides their contents (the incremental
   dedup, leakage and tokenize stages).
 """

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tasks.common.ioerrors import reading
+
 #: Columns every row of the leakage stage's cleaned corpora has (the tokenizer and tokenize contract).
 CLEAN_COLUMNS = ("doc_id", "role", "text", "is_duplicate", "split")
 
@@ -15,14 +17,16 @@ def read_source_frames(folder: Path, required: tuple[str, ...], producer: str) -
     """``{source: frame}`` for every ``<folder>/<source>.parquet``, sorted by file name.
 
     Raises ``FileNotFoundError`` naming ``producer`` (the stage that writes the folder) when there is no file,
-    and ``ValueError`` naming the file when a ``required`` column is missing.
+    and ``ValueError`` naming the file when a ``required`` column is missing or the file cannot be read
+    (``ioerrors.DamagedFile``).
     """
     files = sorted(Path(folder).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the {producer} stage first)")
     frames = {}
     for file in files:
-        frame = pd.read_parquet(file)
+        with reading(file):
+            frame = pd.read_parquet(file)
         missing = [c for c in required if c not in frame.columns]
         if missing:
             raise ValueError(f"{file}: missing column(s) {missing}")
@@ -52,12 +56,14 @@ def read_pretraining_rows(data: Path, sources: list[str]) -> pd.DataFrame:
 def read_clean_source(data: Path, source: str) -> pd.DataFrame:
     """Rows of ``<data>/leakage/<source>.parquet`` with ``is_duplicate == false`` (index reset).
 
-    Raises ``FileNotFoundError`` naming the file, and ``ValueError`` naming missing contract columns.
+    Raises ``FileNotFoundError`` naming the file, and ``ValueError`` naming missing contract columns or a file that
+    cannot be read (``ioerrors.DamagedFile``).
     """
     path = Path(data) / "leakage" / f"{source}.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (source {source!r} named in params.yaml)")
-    frame = pd.read_parquet(path)
+    with reading(path):
+        frame = pd.read_parquet(path)
     missing = [col for col in CLEAN_COLUMNS if col not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing contract columns {missing}")

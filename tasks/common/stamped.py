@@ -22,6 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.common.ioerrors import DamagedFile, reading, writing
+
 FINGERPRINT_KEY = b"clozeline.fingerprint"
 
 
@@ -43,8 +45,9 @@ def read_table(path: Path) -> pa.Table:
     """One Parquet file as a table, schema metadata kept (caches here, dedup's inputs too). ``pq.read_table``
     builds a dataset, and importing ``pyarrow.dataset`` imports pandas: 0.3 s of a stage's start. Pages written
     with a CRC (``write_cache``) are checked: a damaged page raises ``OSError`` instead of reading as other
-    values (a flipped bit inside a zstd page can decode to valid-looking numbers)."""
-    with pq.ParquetFile(path, page_checksum_verification=True) as parquet:
+    values (a flipped bit inside a zstd page can decode to valid-looking numbers). A file that cannot be read
+    raises ``ioerrors.DamagedFile`` naming it and the stage that writes it (``ioerrors.reading``)."""
+    with reading(path), pq.ParquetFile(path, page_checksum_verification=True) as parquet:
         return parquet.read()
 
 
@@ -52,17 +55,19 @@ def write_cache(table: pa.Table, path: Path, packed: bool = True) -> None:
     """Write a persisted state table (a cache, the split ledger): zstd with dictionary pages (``packed``; else
     plain pages as they are: for float vectors, which neither shrinks, at twice the read and write time), each
     page with its CRC-32 (``write_page_checksum``, Parquet's page checksum), which ``read_table`` verifies.
-    Raises what ``pq.write_table`` raises."""
+    Raises what ``pq.write_table`` raises; out of room, ``ioerrors.NoRoom`` naming ``path`` (what it wrote removed)."""
     options = {"compression": "zstd"} if packed else {"compression": "none", "use_dictionary": False}
-    pq.write_table(table, path, write_page_checksum=True, **options)
+    with writing(path):
+        pq.write_table(table, path, write_page_checksum=True, **options)
 
 
 def replace_cache(table: pa.Table, path: Path) -> None:
     """``write_cache`` to a hidden name beside ``path`` (its folder made if missing), then renamed over it: a
-    reader never sees half a file."""
+    reader never sees half a file. Out of room: ``ioerrors.NoRoom`` naming ``path``, the hidden file removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    write_cache(table, tmp)
+    with writing(tmp, named=path):
+        write_cache(table, tmp)
     os.replace(tmp, path)
 
 
@@ -91,7 +96,8 @@ def read_stamped(path: Path, expected: dict) -> Stamped:
         table = read_table(path)
         stored = json.loads((table.schema.metadata or {})[FINGERPRINT_KEY])
     except (OSError, ValueError, KeyError) as err:  # damaged, or written by another tool: computed again
-        return Stamped(None, f"the cache {path} cannot be used ({one_line(err)})", [])
+        cause = err.__cause__ if isinstance(err, DamagedFile) else err  # pyarrow's words: the path is named here
+        return Stamped(None, f"the cache {path} cannot be used ({one_line(cause)})", [])
     if not isinstance(stored, dict):
         return Stamped(None, f"the cache {path} cannot be used (its fingerprint is not a JSON object)", [])
     changed = sorted(key for key in expected if stored.get(key) != expected[key])
@@ -108,12 +114,19 @@ def one_line(err: BaseException) -> str:
 @contextmanager
 def swapped_in(folder: Path) -> Iterator[Path]:
     """An empty temporary folder beside ``folder`` to write into; when the block ends without an error it replaces
-    ``folder`` by rename, so a killed run leaves the old folder or the new one, never half of one."""
+    ``folder`` by rename, so a killed run leaves the old folder or the new one, never half of one. A block that
+    fails leaves ``folder`` as it was and removes the temporary one; one that runs out of room raises
+    ``ioerrors.NoRoom`` naming the file (or else ``folder``) being written."""
     tmp, old = folder.with_name(f".{folder.name}.tmp"), folder.with_name(f".{folder.name}.old")
     for stale in (tmp, old):
         shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir(parents=True)
-    yield tmp
+    try:
+        with writing(tmp, named=folder):
+            yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if folder.exists():
         os.replace(folder, old)
     os.replace(tmp, folder)
@@ -124,9 +137,16 @@ def write_tables(files: Iterable[tuple[pa.Table, Path]], **options) -> None:
     """``pq.write_table(table, path, **options)`` for each ``(table, path)``, on one thread per usable CPU core:
     Arrow encodes and compresses a file with the GIL released, one file per thread, so the per-source files of a
     stage are written side by side (0.69 -> 0.42 s for split's four files at 16x the default corpus, 2 cores).
-    The bytes of each file are those of a serial write. Raises what ``pq.write_table`` raises."""
+    The bytes of each file are those of a serial write. Raises what ``pq.write_table`` raises; out of room,
+    ``ioerrors.NoRoom`` naming the file (``write_table``)."""
     files = list(files)
     workers = max(1, min(len(files), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
     with ThreadPoolExecutor(workers) as pool:
-        for job in [pool.submit(pq.write_table, table, path, **options) for table, path in files]:
+        for job in [pool.submit(write_table, table, path, **options) for table, path in files]:
             job.result()
+
+
+def write_table(table: pa.Table, path: Path, **options) -> None:
+    """``pq.write_table(table, path, **options)``; out of room, ``ioerrors.NoRoom`` naming ``path``, removed."""
+    with writing(path):
+        pq.write_table(table, path, **options)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tasks.common import minhash
+from tasks.common.ioerrors import writing
 from tasks.common.shards import read_source
 from tasks.common.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
@@ -112,7 +113,8 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool 
         stop = start + table.num_rows
         table = table.append_column("cluster_id", cluster_id.slice(start, table.num_rows))
         table = table.append_column("is_duplicate", is_duplicate.slice(start, table.num_rows))
-        pq.write_table(table, out_dir / f"{source}.parquet")
+        with writing(out_dir / f"{source}.parquet"):  # out of room: one line naming the file, not a traceback
+            pq.write_table(table, out_dir / f"{source}.parquet")
         start = stop
 
 
@@ -182,7 +184,8 @@ def write_cluster_report(
         record["conflict_rule"] = resolution.rule.get(root)
         records.append(record)
         lines.append(_record_line(record, _pairs_json(shown[root], values, quoted)))
-    path.write_text("".join(lines), "utf-8")
+    with writing(path):
+        path.write_text("".join(lines), "utf-8")
     return records
 
 

@@ -45,6 +45,7 @@ import datasets
 
 from tasks.common.device import cpu_bf16, resolve
 from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
+from tasks.common.ioerrors import reading
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import ablations, baselines, curve, export, operational, pretrain_seeds
 from tasks.finetune.baseline_runs import run_baseline
@@ -172,7 +173,8 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
     for split in SPLITS:
         if not (folder / split).exists():
             raise FileNotFoundError(f"finetune: {folder / split} not found (run the tokenize stage first)")
-        table = datasets.load_from_disk(str(folder / split)).to_list()
+        with reading(folder / split):  # a damaged Arrow file: one line naming it and the stage that writes it
+            table = datasets.load_from_disk(str(folder / split)).to_list()
         keep = kept_doc_ids([r["doc_id"] for r in table], caps[split], data_seed)  # train: the count per seed
         rows[split], all_rows[split] = table if split == "train" else [r for r in table if r["doc_id"] in keep], table
         available = len({r["doc_id"] for r in table})

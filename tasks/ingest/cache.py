@@ -49,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from tasks.common.imports import closure_fingerprint
+from tasks.common.ioerrors import writing
 from tasks.common.provenance import hashed_md5
 from tasks.common.shards import file_crc32
 from tasks.common.stamped import write_tables
@@ -156,6 +157,7 @@ class UnitCache:
         renamed over another key's would hand one file's documents to another); else None."""
         try:
             table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            table.validate(full=True)  # offsets and UTF-8 checked: a damaged entry is read again, not served
             stored = json.loads((table.schema.metadata or {})[META_KEY])
         except (OSError, ValueError, KeyError):  # truncated, empty, not Arrow, no facts
             return None
@@ -165,12 +167,13 @@ class UnitCache:
         return (table, stored) if table.schema == self.schema else None
 
     def _write(self, path: Path, table: pa.Table, facts: dict[str, Any]) -> None:
-        """Write one entry by rename, so a killed run never leaves half an entry under its key."""
+        """Write one entry by rename, so a killed run never leaves half an entry under its key (out of room:
+        ``ioerrors.NoRoom`` naming the entry, the hidden file removed)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         meta = json.dumps(facts, sort_keys=True, default=str).encode()
         table = table.replace_schema_metadata({META_KEY: meta})
         tmp = path.with_name(f".{path.name}.tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        with writing(tmp, named=path), pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         os.replace(tmp, path)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tasks.common.ioerrors import reading
 from tasks.config.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
 from tasks.ingest.records import Record, SourceError, bad_byte, read_text_file, split_lines
 
@@ -208,13 +209,16 @@ def read_csv(spec: CsvSource, files: list[tuple[Path, str]]) -> Iterator[Record]
 def read_parquet(spec: ParquetSource, files: list[tuple[Path, str]]) -> Iterator[Record]:
     """Parquet shards; the schema is the union of the shards'. Ids default to ``<file>:<row>`` (0-based).
 
-    Raises ``SourceError`` naming both files when one column has different Arrow types in two shards.
+    Raises ``SourceError`` naming both files when one column has different Arrow types in two shards, and
+    ``ioerrors.DamagedFile`` naming a file that cannot be read (truncated, damaged, not Parquet).
     """
     import pyarrow.parquet as pq
 
     check_parquet_types(files)
     for path, name in files:
-        for row_no, row in enumerate(pq.read_table(path).to_pylist()):
+        with reading(path):
+            rows = pq.read_table(path).to_pylist()
+        for row_no, row in enumerate(rows):
             yield record_from_row(spec, row, f"{name}:{row_no}", f"{path}:row {row_no}")
 
 
@@ -225,7 +229,9 @@ def check_parquet_types(files: list[tuple[Path, str]]) -> None:
 
     types = ColumnTypes()
     for path, _ in files:
-        for column in pq.read_schema(path):
+        with reading(path):
+            schema = pq.read_schema(path)
+        for column in schema:
             if str(column.type) != "null":
                 types.check(column.name, str(column.type), f"{path}")
 

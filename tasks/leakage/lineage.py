@@ -27,6 +27,7 @@ import pandas as pd
 
 from tasks.common import lineage, minhash
 from tasks.common.deps import require_declared
+from tasks.common.ioerrors import reading
 from tasks.config.leakage import LeakageParams
 from tasks.leakage.detectors import Side, detect, make_side
 
@@ -100,8 +101,10 @@ def audit(cfg: LeakageParams, paths, eval_frame: pd.DataFrame, evals: Side,
 
 def trained_rows(path: Path, entry: dict) -> pd.DataFrame:
     """The rows of a lineage file that were trained on: ``split == entry["split"]``, ``is_duplicate == false``
-    (index reset). Raises ``ValueError`` naming the recorded path when a column is missing."""
-    frame = pd.read_parquet(path)
+    (index reset). Raises ``ValueError`` naming the recorded path when a column is missing, or ``path`` when it
+    cannot be read (``ioerrors.DamagedFile``)."""
+    with reading(path):
+        frame = pd.read_parquet(path)
     missing = [c for c in LINEAGE_FILE_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{entry['path']} (md5 {entry['md5']}, read from {path}): missing column(s) {missing}")

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from datasets import load_from_disk
 
+from tasks.common.ioerrors import reading
+
 
 def blocks_dir(data: Path, tokenization: str, split: str) -> Path:
     """``<data>/tokenize/pretrain/<tokenization>/<split>``: the blocks the tokenize stage wrote."""
@@ -25,7 +27,8 @@ def load_blocks(folder: Path, max_blocks: int | None = None) -> dict[str, Any]:
     """
     if not folder.exists():
         raise FileNotFoundError(f"{folder}: no tokenized blocks (run the tokenize stage)")
-    data = load_from_disk(str(folder))
+    with reading(folder):  # a damaged Arrow file: one line naming the folder and the stage that writes it
+        data = load_from_disk(str(folder))
     if "source" not in data.column_names:
         raise ValueError(f"{folder}: no 'source' column (written by the tokenize stage; rerun it)")
     names, source_id = np.unique(np.asarray(data["source"], dtype=str), return_inverse=True)

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from tasks.common.device import autocast, place
 from tasks.common.encoders import load_masked_lm, load_tokenizer, mlm_head, model_dir, pretrained_dir, tokenization
+from tasks.common.ioerrors import reading
 from tasks.config.paths import Paths
 
 REQUIRED_KEYS = ("phenomenon", "good", "bad")
@@ -258,7 +259,8 @@ def unigram_log_probs(blocks: Path, vocab_size: int) -> np.ndarray:
     if not Path(blocks).is_dir():
         raise FileNotFoundError(f"{blocks}: pretraining blocks not found (the unigram variant counts them; "
                                 "run the tokenize stage)")  # fmt: skip
-    table = datasets.load_from_disk(str(blocks)).with_format("numpy")
+    with reading(blocks):
+        table = datasets.load_from_disk(str(blocks)).with_format("numpy")
     counts = np.ones(vocab_size, dtype=np.float64)
     for batch in table.iter(batch_size=1024):
         ids = np.concatenate(list(batch["input_ids"]))

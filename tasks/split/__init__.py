@@ -54,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tasks.common.ioerrors import reading
 from tasks.common.stamped import write_tables
 from tasks.common.unionfind import UnionFind
 from tasks.config.split import TASK_SPLITS, SplitParams
@@ -116,13 +117,14 @@ def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str
 def read_sources(folder: Path) -> dict[str, pa.Table]:
     """``{source: table}`` for every ``<folder>/*.parquet``, sorted by file name, as Arrow tables: the texts and
     token lists are only written back, and turning them into pandas objects cost ~2.7 s at 100k docs. Raises
-    ``FileNotFoundError`` when there is none, ``ValueError`` naming the file for a missing column or role."""
+    ``FileNotFoundError`` when there is none, ``ValueError`` naming the file for a missing column or role, or one
+    that cannot be read (``ioerrors.DamagedFile``)."""
     files = sorted(Path(folder).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the dedup stage first)")
     tables = {}
     for file in files:
-        with pq.ParquetFile(file) as parquet:  # read_table builds a dataset: slower for one file
+        with reading(file), pq.ParquetFile(file) as parquet:  # read_table builds a dataset: slower for one file
             table = parquet.read()
         missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
         if missing:

@@ -13,6 +13,8 @@ import pyarrow as pa
 from datasets import Dataset
 from datasets.table import InMemoryTable
 
+from tasks.common.ioerrors import reading, writing
+
 
 def length_stats(n_tokens: np.ndarray) -> dict:
     """``tokens_per_doc_mean`` and ``tokens_per_doc_p95`` (None for an empty split)."""
@@ -27,16 +29,19 @@ def length_stats(n_tokens: np.ndarray) -> dict:
 def write_labels(names: list[str], out: Path) -> None:
     """``<out>/labels.json``: label names in id order."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "labels.json").write_text(json.dumps(names, indent=1) + "\n", encoding="utf-8")
+    with writing(out / "labels.json"):
+        (out / "labels.json").write_text(json.dumps(names, indent=1) + "\n", encoding="utf-8")
 
 
 def save_table(table: pa.Table, path: Path) -> None:
-    """``save_to_disk`` with a content-hash fingerprint, so identical inputs give byte-identical folders."""
+    """``save_to_disk`` with a content-hash fingerprint, so identical inputs give byte-identical folders. Out of
+    room: ``ioerrors.NoRoom`` naming the folder, removed."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     fingerprint = hashlib.md5(sink.getvalue().to_pybytes()).hexdigest()
-    Dataset(InMemoryTable(table), fingerprint=fingerprint).save_to_disk(str(path))
+    with writing(path):
+        Dataset(InMemoryTable(table), fingerprint=fingerprint).save_to_disk(str(path))
 
 
 def train_overlap_ids(data: Path, source: str) -> set[str]:
@@ -46,15 +51,18 @@ def train_overlap_ids(data: Path, source: str) -> set[str]:
     keeps both docs by default, so the claim table can score the clean and the overlapping eval docs apart
     (GPT-3's contamination analysis, Brown et al. 2020, sec. 4).
     A pair whose train doc the audit removed (``task_train_action: remove``, ``removed.jsonl``) no longer
-    overlaps anything. Raises ``FileNotFoundError`` naming the file.
+    overlaps anything. Raises ``FileNotFoundError`` naming the file, ``ioerrors.DamagedFile`` naming one that cannot
+    be read.
     """
     path = Path(data) / "leakage" / "table.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (run the leakage stage first)")
-    table = pd.read_parquet(path, columns=["train_doc", "eval_doc", "eval_source", "check"])
+    with reading(path):
+        table = pd.read_parquet(path, columns=["train_doc", "eval_doc", "eval_source", "check"])
     removed_file = path.with_name("removed.jsonl")
-    lines = removed_file.read_text(encoding="utf-8").splitlines() if removed_file.exists() else []
-    removed = {json.loads(line)["doc_id"] for line in lines if line.strip()}
+    with reading(removed_file):
+        lines = removed_file.read_text(encoding="utf-8").splitlines() if removed_file.exists() else []
+        removed = {json.loads(line)["doc_id"] for line in lines if line.strip()}
     live = ~table["train_doc"].isin(removed)
     hits = table[(table["check"] == "task_train") & (table["eval_source"] == source) & live]
     return set(hits["eval_doc"])
