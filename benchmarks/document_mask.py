@@ -61,7 +61,8 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from benchmarks.pretrain import build_data, stage_config
+    from benchmarks._pretrain_data import build_data
+    from benchmarks.pretrain import stage_config
     from tasks.pretrain.attention import document_ids, document_mask, with_document_mask
     from tasks.pretrain.blocks import load_blocks
     from tasks.pretrain.hardware import Dist

