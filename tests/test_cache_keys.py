@@ -10,6 +10,9 @@ computes each cache's key through the cache's own function, then appends a comme
 - every other file of the package (``tasks/report/render.py``, another stage's code, the params' models, whose
   values the caches key by value) leaves it alone.
 
+Each cache's params key is its params section (sub-model) less the params declared to change no stored result
+(``NOT_IN_KEY``, as tokenize's ``NOT_ENCODING``): a param added later keys the cache by default.
+
 And the replay of the issue: a bug put into ``tasks/leakage/shingles.py`` (on 1e1da4d, outside the lexical
 cache's hand-written list) after a run that cached it is not served once the bug is reverted: the next run
 audits in full (the code key changed) and its outputs equal a from-scratch run's.
@@ -84,9 +87,8 @@ PROBE = textwrap.dedent(
         import torch
         from tasks.leakage import embedding_store
         (Path(scratch) / "weights.bin").write_bytes(b"an encoder's files")
-        cfg = types.SimpleNamespace(window_tokens=128, batch_size=32)
         fake_encoder = types.SimpleNamespace(folder=scratch, precision="fp32", device=torch.device("cpu"),
-                                             deterministic=True, cfg=cfg)
+                                             deterministic=True, cfg=P.leakage.semantic)
     else:
         from tokenizers import Tokenizer
         from tokenizers.models import WordLevel
@@ -194,3 +196,47 @@ def test_replay_a_reverted_bug_in_shingles_is_not_served_from_the_leakage_cache(
     assert buggy["outputs"] != scratch["outputs"]  # the bug shows in the outputs
     assert (fixed["mode"], fixed["reason"]) == ("full", "the cache fingerprint changed (code)")
     assert fixed["outputs"] == scratch["outputs"]
+
+
+def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not(tmp_path):
+    """The params part of the keys: the section less ``NOT_IN_KEY``. A new field (a subclass of the section's
+    model) changes the key when its value changes; a param declared to change no stored result does not."""
+    import types
+
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from tasks.config.dedup import DedupParams
+    from tasks.config.leakage import LeakageParams, SemanticParams
+    from tasks.config.root import load_params
+    from tasks.config.tokenize import TokenizeParams
+    from tasks.dedup import incremental as dedup_incremental
+    from tasks.leakage import embedding_store, plant_cache
+    from tasks.leakage import incremental as leakage_incremental
+    from tasks.tokenize import cache as tokenize_cache
+
+    params = load_params(REPO / "params.yaml")
+    (tmp_path / "weights.bin").write_bytes(b"an encoder's files")
+    word_level = Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+
+    def store_key(semantic):
+        encoder = types.SimpleNamespace(folder=tmp_path, precision="fp32", device=torch.device("cpu"),
+                                        deterministic=True, cfg=semantic)  # fmt: skip
+        return embedding_store.fingerprint(encoder)
+
+    keys = {  # section, its key, a change declared neutral
+        "leakage": (params.leakage, lambda c: (leakage_incremental.fingerprint(c), plant_cache.fingerprint(c)),
+                    {"pretrain_action": "flag", "num_proc": 3,
+                     "residual": params.leakage.residual.model_copy(update={"min_coverage": 0.123})}),
+        "dedup": (params.dedup, dedup_incremental.fingerprint, {"threshold": 0.123, "conflict_policy": "drop_all"}),
+        "semantic": (params.leakage.semantic, store_key, {"min_words": 9, "stride_tokens": 7}),
+        "tokenize": (params.tokenize, lambda c: tokenize_cache.fingerprint(word_level, c), {"num_proc": 3}),
+    }
+    models = {"leakage": LeakageParams, "dedup": DedupParams, "semantic": SemanticParams, "tokenize": TokenizeParams}
+    for name, (section, key, neutral) in keys.items():
+        grown_model = type(f"Grown{models[name].__name__}", (models[name],), {"__annotations__": {"knob": int},
+                                                                               "knob": 0})  # fmt: skip
+        grown = grown_model(**section.model_dump())
+        assert key(grown.model_copy(update={"knob": 1})) != key(grown), f"{name}: a new param does not key it"
+        assert key(section.model_copy(update=neutral)) == key(section), f"{name}: {sorted(neutral)} key it"

@@ -18,15 +18,17 @@ The index, ``<data>/dedup_index/`` (a DVC output with ``persist: true``), holds
 
 Rule. **Full recompute** (every document signed, no stored Jaccard used) when ``dedup.incremental`` is false,
 when there is no usable index (missing, a file damaged or from another index: the reason names the file), or
-when its fingerprint differs: ``shingle_size_words``, ``num_perm``, ``seed``, the Unicode data version and
-the code that computes signatures and Jaccards: the sha256 of this module's import closure
-(``imports.closure_fingerprint``: ``tasks/dedup/__init__.py``, ``tasks/common/{minhash,textnorm,pairjaccard}.py``
-and whatever else importing it runs, computed from the import statements, never listed).
+when its fingerprint differs: the dedup params but ``NOT_IN_KEY`` (those that change no stored value; today
+that keys ``shingle_size_words``, ``num_perm``, ``seed``, and a param added later keys the index until it is
+shown to change no stored value), the Unicode data version and the code that computes signatures and
+Jaccards: the sha256 of this module's import closure (``imports.closure_fingerprint``:
+``tasks/dedup/__init__.py``, ``tasks/common/{minhash,textnorm,pairjaccard}.py`` and whatever else importing it
+runs, computed from the import statements, never listed).
 **Incremental** otherwise: a document whose text has an entry takes its signature, shingles and counts from
 it; the others (new documents, and edited ones: their text has a new md5) are signed; a pair of texts whose
 Jaccard is stored is not computed again. A removed document needs nothing: its entry is simply not asked for,
-and is not written back. The other params (threshold, LSH weights,
-policies, keep rule, ``conflict_policy``) change no stored value, so they do not force a full recompute.
+and is not written back. The other params (``NOT_IN_KEY``: threshold, LSH weights, policies, keep rule,
+``conflict_policy``, how the work is spread) change no stored value, so they do not force a full recompute.
 
 Then the clustering runs over the whole corpus as in a from-scratch run: LSH band keys from the signatures
 (a numpy pass; storing band buckets would save little, and the merge order must be the from-scratch one),
@@ -67,6 +69,12 @@ from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
 ENTRIES, JACCARDS = segments.ENTRIES, "jaccards.parquet"
 ENTRY_COLUMNS = ("raw_md5", "text_hash", "n_words", "n_chars", *segments.COLUMNS)
 WARN = logging.getLogger("clozeline.dedup")
+#: Dedup params that change no stored value (a signature, shingle set or exact Jaccard follows from a text, the
+#: shingle size, the permutations and their seed alone): which pairs are candidates and merged, what is kept and
+#: reported, and how the work is spread. Left out of ``fingerprint``; every other param keys the index.
+NOT_IN_KEY = {"threshold", "lsh_false_positive_weight", "lsh_false_negative_weight", "num_proc", "shard_size_docs",
+              "report_max_pairs_per_cluster", "keep_one_per", "default_policy", "source_policy", "conflict_policy",
+              "warn_component_docs", "engine", "ray", "incremental"}  # fmt: skip
 
 
 @dataclass
@@ -129,7 +137,7 @@ def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
 def fingerprint(cfg: DedupParams) -> dict[str, Any]:
     """What every stored value depends on (see the module docstring)."""
     code = closure_fingerprint([__name__])  # it calls sign_documents and the Jaccards: all in its closure
-    return {"shingle_size_words": cfg.shingle_size_words, "num_perm": cfg.num_perm, "seed": cfg.seed, "code": code,
+    return {**cfg.model_dump(mode="json", exclude=NOT_IN_KEY), "code": code,
             "unicode": unicodedata.unidata_version}  # text normalization (NFKC, casefold) follows the Unicode data
 
 

@@ -17,9 +17,10 @@ batch), when there is no store, when its rows are not distinct keys with finite 
 width, or when its fingerprint differs: the encoder's files (sha256 over the folder), the precision, the device,
 its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backends.cpu.get_cpu_capability``)
 and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones),
-``window_tokens`` and ``batch_size`` (both fix the batch shape, hence the bits) and the code: the sha256 of the
-import closure of this module and ``semantic_encoder.py`` (``imports.closure_fingerprint``: ``semantic.py``,
-``tasks/common/{encoders,device}.py`` and whatever else they import, computed, never listed).
+the ``semantic`` params but ``NOT_IN_KEY`` (today ``window_tokens`` and ``batch_size``, which fix the batch
+shape, hence the bits; a param added later keys the store until it is shown to change no vector) and the code:
+the sha256 of the import closure of this module and ``semantic_encoder.py`` (``imports.closure_fingerprint``:
+``semantic.py``, ``tasks/common/{encoders,device}.py`` and whatever else they import, computed, never listed).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
 and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
@@ -45,6 +46,7 @@ texts this run used are written back.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +57,13 @@ from tasks.common.stamped import read_stamped, stamp, swapped_in, write_cache
 
 STORE = "windows.parquet"
 LAYOUTS = "texts.parquet"
+#: ``semantic`` params that change no stored vector, left out of the store's params key (``shape``): whether and
+#: where the detector runs and what it does with a match (``enabled``, thresholds, planted copies, review, search),
+#: the encoder's folder and ``cpu_precision`` (its files and the precision it resolves to are keyed instead) and
+#: ``stride_tokens`` (where windows start: the layouts' key has it; a window's vector does not depend on it).
+NOT_IN_KEY = {"enabled", "encoder", "cpu_precision", "stride_tokens", "min_words", "planted_docs", "planted_windows",
+              "min_precision", "action", "review_per_label", "review_flags", "exact_max_windows", "ann_neighbours",
+              "search_block_windows"}  # fmt: skip
 WIDTH_STEP = 16  # batch widths are multiples of 16 tokens: at most 15 pad tokens per window, and few shapes
 
 
@@ -85,7 +94,7 @@ def fingerprint(encoder) -> dict[str, str]:
         "device": json_line(device.describe(encoder.device)) + f", deterministic={encoder.deterministic}",
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}" + gpu_libraries(encoder),
-        "shape": f"window_tokens {encoder.cfg.window_tokens}, batch_size {encoder.cfg.batch_size}",
+        "shape": json.dumps(encoder.cfg.model_dump(mode="json", exclude=NOT_IN_KEY), sort_keys=True),
         "code": closure_fingerprint([__name__, semantic_encoder.__name__]),  # the code that embeds a window
     }
 

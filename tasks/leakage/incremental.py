@@ -17,13 +17,15 @@ text (pretraining rows and task train rows) of the last run, keyed by the md5 of
 
 Rule. **Full audit** (every training text scanned against every eval doc) when ``leakage.incremental`` is false
 (every row scanned as before this cache existed; the cache is left empty), when there is no cache (or a file of
-it cannot be read), or when its fingerprint differs: the params the lexical detectors and the residual scan read
-(``ngram_words``, ``min_match_words``, ``shingle_words``, ``num_perm``, ``minhash_seed``, ``doc_threshold``,
-``passage_threshold``, ``passage_words``, ``passage_stride_words``, ``max_span_words``,
-``residual.ngram_words``, ``substitution.*``) and the code that computes a result: ``code_fingerprint``, the
-sha256 of this module's import closure (``imports.closure_fingerprint``: every project file importing it runs,
-the detectors, ``shingles.py`` and ``tasks/common/pairjaccard.py`` among them, computed from the import
-statements; ``tasks/config`` left out, the params being keyed by value). **Incremental** otherwise:
+it cannot be read), or when its fingerprint differs: the leakage params (``params_md5``: the whole section but
+``NOT_IN_KEY``, the params shown to change no stored result, so a param added later keys the cache until it is
+shown to be one of them; today that keys ``ngram_words``, ``min_match_words``, ``shingle_words``, ``num_perm``,
+``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``, ``passage_stride_words``,
+``max_span_words``, ``residual.ngram_words``, ``substitution.*``) and the code that computes a result:
+``code_fingerprint``, the sha256 of this module's import closure (``imports.closure_fingerprint``: every project
+file importing it runs, the detectors, ``shingles.py`` and ``tasks/common/pairjaccard.py`` among them, computed
+from the import statements; ``tasks/config`` left out, the params being keyed by value). **Incremental**
+otherwise:
 
 - eval docs no longer in the eval sets (by id and text md5: an edited doc's old text too) are forgotten: their
   matches are dropped, and so are the residual n-grams and whole texts no eval doc of this run holds;
@@ -75,8 +77,15 @@ from tasks.leakage import TrainingScan, detectors, planted, residual, scan_local
 
 TEXTS, MATCHES, EVALS, GRAMS = "texts.parquet", "matches.parquet", "evals.parquet", "grams.parquet"
 PLANTS = "plants.parquet"  # tasks/leakage/plant_cache.py's file, carried over when this cache is rewritten
-PARAMS = ("ngram_words", "min_match_words", "shingle_words", "num_perm", "minhash_seed", "doc_threshold",
-          "passage_threshold", "passage_words", "passage_stride_words", "max_span_words")  # fmt: skip
+#: Leakage params that change no stored result, left out of ``params_md5`` (``model_dump``'s ``exclude``): what
+#: happens to a leak (actions), the planted copies' making and the semantic detector (neither cached here), the
+#: residual coverage threshold and the examples listed (metrics only), and where and how the scan runs (its
+#: results are the same bytes: ``engine``, ``worker_memory_mib``, ``batch_docs``, ``num_proc``, ``ray``,
+#: ``hardware``), ``incremental`` itself and the lineage audit's ``pretrain_init_from``. Every other param keys.
+NOT_IN_KEY = {"pretrain_action": True, "task_train_action": True, "planted": True, "semantic": True,
+              "residual": {"min_coverage"}, "max_examples": True, "engine": True, "worker_memory_mib": True,
+              "batch_docs": True, "num_proc": True, "ray": True, "hardware": True, "incremental": True,
+              "pretrain_init_from": True}  # fmt: skip
 
 
 NO_GRAMS: frozenset = frozenset()  # shared by the many texts that hold no eval n-gram (memory per cached text)
@@ -183,10 +192,8 @@ def code_fingerprint() -> str:
 
 
 def params_md5(cfg: LeakageParams) -> str:
-    """md5 of the params the lexical detectors and the residual scan read (``PARAMS``, ``residual.ngram_words``,
-    ``substitution.*``)."""
-    params = {key: getattr(cfg, key) for key in PARAMS} | {"residual.ngram_words": cfg.residual.ngram_words} | {
-        f"substitution.{key}": value for key, value in cfg.substitution.model_dump().items()}
+    """md5 of the leakage params a stored result can depend on: the whole section but ``NOT_IN_KEY``."""
+    params = cfg.model_dump(mode="json", exclude=NOT_IN_KEY)
     return hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest()
 
 
