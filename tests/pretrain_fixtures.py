@@ -71,7 +71,8 @@ def clone(corpus: Path, dest: Path) -> Paths:
 
 
 def bench_module():
-    """``benchmarks/pretrain.py`` as a module (its data builder is the tests' too)."""
+    """``benchmarks/pretrain.py`` as a module (its data builder, ``benchmarks/_pretrain_data.build_data``, is the
+    tests' too)."""
     spec = importlib.util.spec_from_file_location("bench_pretrain", ROOT / "benchmarks" / "pretrain.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -81,7 +82,9 @@ def bench_module():
 def add_reference_blocks(corpus: Path, max_docs: int = 40) -> None:
     """``data/tokenize/pretrain/reference/{train,heldout}``: real BBC articles packed with the MiniLM tokenizer
     by the tokenize stage's own ``pack_pretrain`` (every 5th article held out; two sources)."""
-    texts = bench_module().corpus_texts(max_docs)
+    from benchmarks._pretrain_data import corpus_texts
+
+    texts = corpus_texts(max_docs)
     rows = pd.DataFrame({
         "doc_id": [f"bbc:{i:04d}" for i in range(len(texts))],
         "text": texts,
