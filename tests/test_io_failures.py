@@ -155,8 +155,16 @@ def test_the_producing_stage_is_the_folder_under_data_and_a_missing_file_stays_n
     assert producing_stage("/x/report/data/dedup_index/entries.parquet") == "dedup"
     assert producing_stage("data/tokenize/cls/train/data-00000-of-00001.arrow") == "tokenize"
     assert producing_stage("data/raw/news.jsonl") is None
+    assert producing_stage("models/pretrained/model.safetensors") == "pretrain"
+
     with pytest.raises(FileNotFoundError), reading(tmp_path / "none.parquet"):
         (tmp_path / "none.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("source", ["/srv/pretrain/raw/news.parquet", "/home/me/report/corpora/x.jsonl"])
+def test_a_folder_named_like_a_stage_outside_data_is_a_users_source(source):
+    assert producing_stage(source) is None  # only the path below the project's data / models folder says a stage
+    assert str(DamagedFile(source, OSError("bad"))).endswith("replace it with a readable copy and rerun")
 
 
 # --------------------------------------------------------------------------------------------------- writing

@@ -28,6 +28,10 @@ NOT_DAMAGE = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirecto
 #: Folders of a stage's persisted state beside its output folder: ``<data>/<stage><suffix>``.
 STATE_SUFFIXES = ("_cache", "_index")
 TASKS = Path(__file__).resolve().parents[1]
+#: The project's data and models folders (params.yaml ``paths``): a stage is read from a path below one of them only.
+DATA_FOLDER, MODELS_FOLDER = "data", "models"
+#: ``<models>/<folder>`` -> the stage that writes it (dvc.yaml outs).
+MODEL_FOLDERS = {"tokenizer": "tokenizer", "pretrained": "pretrain", "checkpoints": "pretrain", "export": "release"}
 NOT_STAGES = {"common", "config", "tracking", "__init__", "__main__"}
 
 
@@ -55,16 +59,25 @@ def one_line(err: BaseException) -> str:
 
 
 def producing_stage(path: Path | str) -> str | None:
-    """The stage that writes ``path``: its nearest folder named after a stage (``tasks/<stage>``; a state folder
-    ``<stage>_cache`` / ``<stage>_index`` counts as its stage), moving up while that folder's parent is one too
-    (a source named like a stage, ``<data>/ingest/split/``, is ingest's). None outside every stage's folder."""
-    found = None
-    for folder in reversed(Path(path).parts[:-1]):
-        stage = _stage_named(folder)
-        if stage is None and found is not None:
-            break
-        found = stage or found
-    return found
+    """The stage that writes ``path``, from the path below the project's data or models folder only: a folder
+    named ``data`` (``paths.data``) followed by a stage's output or state folder (``<data>/<stage>``,
+    ``<data>/<stage>_cache`` / ``_index``), or one named ``models`` followed by a model folder (``MODEL_FOLDERS``:
+    ``<models>/tokenizer``, ``pretrained``, ``checkpoints``, ``export``). A folder named after a stage anywhere else
+    in an absolute path (``/srv/pretrain/raw/x.parquet``, ``/home/me/report/corpora/x.jsonl``) is a user's source:
+    None. The innermost such ``data`` / ``models`` folder that gives a stage counts (a source named ``data``,
+    ``<data>/ingest/data/``, is ingest's). A data folder configured under another name is not recognised (None:
+    "replace it")."""
+    parts = Path(path).parts[:-1]
+    for i in reversed(range(len(parts) - 1)):
+        if parts[i] == DATA_FOLDER:
+            stage = _stage_named(parts[i + 1])
+        elif parts[i] == MODELS_FOLDER:
+            stage = MODEL_FOLDERS.get(parts[i + 1])
+        else:
+            continue
+        if stage is not None:
+            return stage
+    return None
 
 
 def recovery(path: Path | str) -> str:
