@@ -404,7 +404,8 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
         assert rows == [f"docs:{own}" for own in out]
     inc, full = (outputs(tmp_path / root) for root in ("inc", "full"))
     assert inc == full and [name for name in inc if name.startswith("ingest/")] == [
-        "ingest/docs/part-00000.parquet", "ingest/docs/part-00001.parquet", "ingest/dropped.jsonl"]
+        "ingest/docs/part-00000.parquet", "ingest/docs/part-00001.parquet", "ingest/dropped.jsonl",
+        "ingest/manifest.json"]
     assert not stale.exists() and all(p.suffix in (".arrow", ".parquet", ".crc") for p in stale.parent.iterdir())
 
 

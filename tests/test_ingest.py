@@ -391,7 +391,7 @@ def test_two_runs_write_identical_bytes(tmp_path):
         run_ingest(tmp_path / attempt, *sources)
         folder = tmp_path / attempt / "data" / "ingest"
         outputs.append(tree_bytes(folder))
-    assert sorted(outputs[0]) == ["dropped.jsonl", "ner/part-00000.parquet", "txt/part-00000.parquet",
+    assert sorted(outputs[0]) == ["dropped.jsonl", "manifest.json", "ner/part-00000.parquet", "txt/part-00000.parquet",
                                   "wnut_small/part-00000.parquet"]
     assert outputs[0] == outputs[1]
     assert read_named(tmp_path / "one" / "data" / "ingest", "wnut_small").num_rows == 200

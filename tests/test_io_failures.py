@@ -167,6 +167,38 @@ def test_a_folder_named_like_a_stage_outside_data_is_a_users_source(source):
     assert str(DamagedFile(source, OSError("bad"))).endswith("replace it with a readable copy and rerun")
 
 
+# ---------------------------------------------------------------------------------------------- missing files
+
+
+@pytest.mark.parametrize("deleted", [1, 2])  # one of the source's two shards, or both (its folder left empty)
+def test_dedup_names_a_deleted_ingest_shard_instead_of_reading_fewer_docs(ingested, deleted):
+    root, raw = ingested
+    before = outputs(root)
+    shards = sorted((root / "data" / "ingest" / "docs").glob("part-*.parquet"))
+    assert len(shards) == 2
+    for path in shards[-deleted:]:
+        path.unlink()
+    with pytest.raises(ValueError) as caught:
+        dedup.run(dedup_cfg(), paths_of(root), NullLog())
+    assert_one_line_naming(caught.value, shards[-1], "missing", "rerun `dvc repro --single-item ingest`")
+    assert "missing column" not in str(caught.value)
+    run_both(root, raw)  # what the message says
+    assert outputs(root) == before
+
+
+def test_split_names_a_deleted_dedup_output(ingested):
+    from test_split import params as split_params
+
+    from tasks import split
+
+    root, _ = ingested
+    path = root / "data" / "dedup" / "docs.parquet"
+    path.unlink()
+    with pytest.raises(ValueError) as caught:
+        split.run(split_params(stratify_by_label=False), paths_of(root), NullLog())
+    assert_one_line_naming(caught.value, path, "missing", "rerun `dvc repro --single-item dedup`")
+
+
 # --------------------------------------------------------------------------------------------------- writing
 
 LIMITED = """

@@ -4,10 +4,16 @@ A source ``name`` under an output folder is either ``<folder>/<name>.parquet`` o
 ``*.parquet`` shards whose rows follow one another in file-name order (ingest writes one shard per input unit,
 ``part-<position>.parquet``, so a scheduled run rewrites only the shards of new or changed files). Readers
 take both forms through ``source_files``.
+
+A stage that writes such a folder records what it wrote in ``<folder>/manifest.json`` (``write_manifest``), and
+its readers check the files there against it (``check_manifest``): a deleted shard or source file would otherwise
+be read as a smaller corpus, without an error. A folder without a manifest (written by hand, or by an older
+version) is not checked.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import zlib
@@ -15,9 +21,37 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tasks.common.ioerrors import reading, writing
 from tasks.common.stamped import read_table
 
 SUFFIX = ".parquet"
+#: What a stage wrote to a folder of sources: ``{"files": {source: [paths relative to the folder]}}``.
+MANIFEST = "manifest.json"
+
+
+def write_manifest(folder: Path, files: dict[str, list[Path]]) -> None:
+    """``<folder>/manifest.json``: the ``files`` written for each source (paths under ``folder``), sorted. Out of
+    room: ``ioerrors.NoRoom`` naming it."""
+    listed = {name: sorted(Path(p).relative_to(folder).as_posix() for p in paths) for name, paths in files.items()}
+    text = json.dumps({"files": dict(sorted(listed.items()))}, indent=1, sort_keys=True) + "\n"
+    with writing(Path(folder) / MANIFEST):  # out of room: one line naming it, nothing partial left
+        (Path(folder) / MANIFEST).write_text(text, encoding="utf-8")
+
+
+def check_manifest(folder: Path, stage: str) -> None:
+    """Raise ``ValueError`` in one line naming the files ``<folder>/manifest.json`` lists that are not there (a
+    deleted shard, or a source's file), and that rerunning ``stage`` writes them again. No manifest: no check. A
+    manifest that cannot be read is ``ioerrors.DamagedFile``."""
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        return
+    with reading(path):
+        listed = json.loads(path.read_text(encoding="utf-8"))["files"]
+    missing = [Path(folder) / name for names in listed.values() for name in names if not (Path(folder) / name).is_file()]
+    if missing:
+        shown = ", ".join(str(p) for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise ValueError(f"{shown}: missing ({len(missing)} of the files {stage} wrote, listed in {path}); rerun "
+                         f"`dvc repro --single-item {stage}` to write them again")
 
 
 def source_files(folder: Path) -> dict[str, list[Path]]:

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.shards import read_source, source_files
+from tasks.common.shards import check_manifest, read_source, source_files
 from tasks.dedup.outputs import ROLE_RANK
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
@@ -62,10 +62,12 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
     each table (its texts are signed, and it is written back with the labels); else only the row facts, one
     file in memory at a time.
 
-    Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows.
+    Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows, and naming the
+    shards ingest wrote (``<in_dir>/manifest.json``, ``shards.check_manifest``) that are missing.
     """
     if not in_dir.is_dir():
         raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
+    check_manifest(in_dir, "ingest")  # a deleted shard would be read as fewer documents, without an error
     corpus = Corpus({}, [], [], [], [], [])
     first_file: dict[str, Path] = {}
     for name, files in source_files(in_dir).items():

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from tasks.common import minhash
 from tasks.common.ioerrors import writing
-from tasks.common.shards import read_source
+from tasks.common.shards import read_source, write_manifest
 from tasks.common.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
 
@@ -116,6 +116,7 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool 
         with writing(out_dir / f"{source}.parquet"):  # out of room: one line naming the file, not a traceback
             pq.write_table(table, out_dir / f"{source}.parquet")
         start = stop
+    write_manifest(out_dir, {source: [out_dir / f"{source}.parquet"] for source in corpus.files})  # split checks it
 
 
 def clear_dir(out_dir: Path) -> None:

@@ -2,7 +2,8 @@
 
 Writes ``data/ingest/<source>/part-<position>.parquet``, one shard per input unit in input order (columns
 ``doc_id, source, role, text, label, group, tokens, tags, meta``; see tasks/CONTRACTS.md; readers list them with
-``tasks.common.shards``) and ``data/ingest/dropped.jsonl`` (one line per dropped document: ``source, doc_id,
+``tasks.common.shards``; the shards written listed in ``data/ingest/manifest.json``, which dedup checks) and
+``data/ingest/dropped.jsonl`` (one line per dropped document: ``source, doc_id,
 reason, where, detail``). Every source is read completely before anything is written, and the output folder is
 swapped in by rename, so bad input never leaves a half-written output.
 
@@ -35,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from tasks.common.shards import linked_or_copied
+from tasks.common.shards import linked_or_copied, write_manifest
 from tasks.common.stamped import swapped_in
 from tasks.config.ingest import (
     BuiltinSource,
@@ -356,6 +357,7 @@ def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) 
             width = max(5, len(str(len(shards) - 1)))
             for position, shard in enumerate(shards):
                 linked_or_copied(shard, tmp / result.name / f"part-{position:0{width}d}.parquet")
+        write_manifest(tmp, {result.name: sorted((tmp / result.name).glob("*.parquet")) for result in results})
         with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:
             for result in results:
                 for entry in result.dropped:

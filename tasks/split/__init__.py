@@ -55,6 +55,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.common.ioerrors import reading
+from tasks.common.shards import check_manifest
 from tasks.common.stamped import write_tables
 from tasks.common.unionfind import UnionFind
 from tasks.config.split import TASK_SPLITS, SplitParams
@@ -118,7 +119,9 @@ def read_sources(folder: Path) -> dict[str, pa.Table]:
     """``{source: table}`` for every ``<folder>/*.parquet``, sorted by file name, as Arrow tables: the texts and
     token lists are only written back, and turning them into pandas objects cost ~2.7 s at 100k docs. Raises
     ``FileNotFoundError`` when there is none, ``ValueError`` naming the file for a missing column or role, or one
-    that cannot be read (``ioerrors.DamagedFile``)."""
+    that cannot be read (``ioerrors.DamagedFile``), or naming a file dedup wrote (``<folder>/manifest.json``) that
+    is missing."""
+    check_manifest(folder, "dedup")  # a deleted <source>.parquet would be a source left out, without an error
     files = sorted(Path(folder).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the dedup stage first)")
