@@ -240,3 +240,122 @@ def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not
         grown = grown_model(**section.model_dump())
         assert key(grown.model_copy(update={"knob": 1})) != key(grown), f"{name}: a new param does not key it"
         assert key(section.model_copy(update=neutral)) == key(section), f"{name}: {sorted(neutral)} key it"
+
+
+def test_the_leakage_keys_follow_the_confusables_table_and_the_unicode_data(tmp_path, monkeypatch):
+    """Review finding A: every lexical detector reads ``fold_words(words(text))``, which follows
+    ``confusables.txt`` and Python's Unicode data. A table with three rows cut (the reviewer's: Cyrillic а, о, р
+    then stay Cyrillic) or another ``unicodedata.unidata_version`` changes both leakage keys; the dedup index
+    (which does not fold) follows the Unicode data only, the tokenize ids neither; the embedding store's layouts
+    key keeps its value."""
+    import hashlib
+    import types
+    import unicodedata
+
+    import tokenizers
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from tasks.common import confusables, textnorm
+    from tasks.common.imports import closure_fingerprint
+    from tasks.config.root import load_params
+    from tasks.dedup import incremental as dedup_incremental
+    from tasks.leakage import embedding_store, plant_cache
+    from tasks.leakage import incremental as leakage_incremental
+    from tasks.tokenize import cache as tokenize_cache
+
+    params = load_params(REPO / "params.yaml")
+    (tmp_path / "weights.bin").write_bytes(b"an encoder's files")
+    encoder = types.SimpleNamespace(folder=tmp_path, precision="fp32", device=torch.device("cpu"),
+                                    deterministic=True, cfg=params.leakage.semantic)  # fmt: skip
+    word_level = Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+
+    def keys():
+        return {"lexical": leakage_incremental.fingerprint(params.leakage),
+                "planted": plant_cache.fingerprint(params.leakage),
+                "dedup": dedup_incremental.fingerprint(params.dedup),
+                "tokenize": tokenize_cache.fingerprint(word_level, params.tokenize),
+                "layouts": embedding_store.layouts_key(embedding_store.fingerprint(encoder),
+                                                       params.leakage.semantic)}  # fmt: skip
+
+    before = keys()
+    table = confusables.table_path()
+    assert before["layouts"]["text"] == (  # the store's key as it was written before the shared helper: unchanged
+        closure_fingerprint([textnorm.__name__, confusables.__name__])
+        + f", confusables.txt {hashlib.sha256(table.read_bytes()).hexdigest()}"
+        + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}")
+    assert keys() == before  # nothing changed: the same keys
+    cut = tmp_path / "confusables.txt"
+    rows = table.read_text(encoding="utf-8").splitlines(keepends=True)
+    gone = ("0430 ;", "043E ;", "0440 ;")  # Cyrillic а, о, р
+    kept = [r for r in rows if not r.startswith(gone)]
+    assert len(rows) - len(kept) == 3
+    cut.write_text("".join(kept), encoding="utf-8")
+    monkeypatch.setattr(confusables, "table_path", lambda: cut)
+    after_table = keys()
+    for name in ("lexical", "planted", "layouts"):
+        assert after_table[name] != before[name], f"{name}: a cut confusables.txt leaves its key"
+    for name in ("dedup", "tokenize"):
+        assert after_table[name] == before[name], f"{name}: keyed by confusables.txt, which it does not read"
+    monkeypatch.undo()
+    monkeypatch.setattr(unicodedata, "unidata_version", "99.0.0")
+    after_unicode = keys()
+    for name in ("lexical", "planted", "dedup", "layouts"):
+        assert after_unicode[name] != before[name], f"{name}: other Unicode data leaves its key"
+    assert after_unicode["tokenize"] == before["tokenize"]
+
+
+def test_the_tokenize_keys_follow_the_tokenizers_version(monkeypatch):
+    """Review finding B: the normalizers and pre-tokenizers (their Unicode tables) are built into ``tokenizers``,
+    which ``to_str()`` does not name: another version changes the id cache's and the task cache's keys."""
+    import tokenizers
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    from tasks.config.root import load_params
+    from tasks.tokenize import cache as tokenize_cache
+    from tasks.tokenize import task_cache
+
+    params = load_params(REPO / "params.yaml")
+    word_level = Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=word_level, unk_token="[UNK]")
+
+    def keys():
+        return tokenize_cache.fingerprint(word_level, params.tokenize), task_cache.fingerprint(wrapped, params.tokenize)
+
+    before = keys()
+    assert keys() == before
+    monkeypatch.setattr(tokenizers, "__version__", "99.0.0")
+    after = keys()
+    assert after[0] != before[0], "tokenize ids: another tokenizers version leaves the key"
+    assert after[1] != before[1], "tokenize tasks: another tokenizers version leaves the key"
+
+
+def test_the_ingest_unit_key_of_parquet_and_hf_disk_follows_their_parser(tmp_path, monkeypatch):
+    """Review finding C: a Parquet unit is parsed by ``pyarrow``, an ``hf_disk`` source by ``datasets`` (on
+    ``pyarrow``): another version of either changes their unit keys; a JSON Lines or CSV unit keeps its key."""
+    from tasks.config.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
+    from tasks.ingest import cache as ingest_cache
+
+    specs = {"parquet": ParquetSource(kind="parquet", name="pq", role="pretrain", path="x", text_field="text"),
+             "hf_disk": HfDiskSource(kind="hf_disk", name="hf", role="pretrain", path="x", text_field="text"),
+             "jsonl": JsonlSource(kind="jsonl", name="js", role="pretrain", path="x", text_field="text"),
+             "csv": CsvSource(kind="csv", name="cs", role="pretrain", path="x", text_field="text")}
+    real = ingest_cache.version
+
+    def keys():
+        schema = ingest_cache.pa.schema([("text", ingest_cache.pa.string())])
+        unit_cache = ingest_cache.UnitCache(tmp_path / "cache", False, schema)
+        return {kind: unit_cache.through(spec.name, ingest_cache.spec_facts(spec), lambda: ([], {}))[2]
+                for kind, spec in specs.items()}
+
+    before = keys()
+    assert keys() == before
+    for package, changed in (("pyarrow", {"parquet", "hf_disk"}), ("datasets", {"hf_disk"})):
+        monkeypatch.setattr(ingest_cache, "version", lambda name, p=package: "99.0.0" if name == p else real(name))
+        monkeypatch.setattr(ingest_cache.pa, "__version__", "99.0.0" if package == "pyarrow" else real("pyarrow"))
+        after = keys()
+        assert {kind for kind in specs if after[kind] != before[kind]} == changed, package
+        monkeypatch.undo()

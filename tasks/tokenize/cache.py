@@ -12,8 +12,10 @@ there is no cache, or when its fingerprint differs: the md5 of the tokenizer as 
 that matters shows there), the tokenize params (all but ``incremental``, ``num_proc`` and
 ``map_batch_size_docs``, which change no id) and the code that encodes: the sha256 of this module's import
 closure (``imports.closure_fingerprint``: ``pretrain.py`` and whatever importing it runs, computed, never
-listed). The tokenizer stage retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so
-after new data the ``clozeline`` cache is usually stale and re-encoded in full (logged with the reason); it is
+listed), and the ``tokenizers`` version (the normalizers and pre-tokenizers, their Unicode tables included, are
+built into it; the serialized tokenizer names only its format, ``"version": "1.0"``). The tokenizer stage
+retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so after new data
+the ``clozeline`` cache is usually stale and re-encoded in full (logged with the reason); it is
 kept when the tokenizer comes out the same (``tokenizer.vocab_from: train_once``, ``file`` or ``reference``, or a
 retraining that gives the same vocabulary). The packaged ``reference`` tokenizer never changes, so its cache serves
 every night.
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import tokenizers
 from tokenizers import Tokenizer
 
 from tasks.common.imports import closure_fingerprint
@@ -102,6 +105,7 @@ def fingerprint(encoder: Tokenizer, cfg: TokenizeParams) -> dict[str, str]:
         "tokenizer": hashlib.md5(serialized.encode("utf-8")).hexdigest(),
         "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
         "code": closure_fingerprint([__name__]),  # it calls pretrain.tokenize_docs: in its closure
+        "tokenizers": tokenizers.__version__,  # its normalizers' Unicode tables: to_str() names only format 1.0
     }
 
 

@@ -13,7 +13,7 @@ NER sentence. Its columns are what the encoder returned for it:
 Rule. This is the same as ``tasks/tokenize/cache.py``'s rule. Every input is encoded when
 ``tokenize.incremental`` is false, when there is no cache, or when its fingerprint differs:
 
-- the tokenizer as it encodes;
+- the tokenizer as it encodes, and the ``tokenizers`` version (from ``cache.fingerprint``);
 - the tokenize params that can change an id;
 - the code that encodes: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``cls.py``,
   ``ner.py``, ``tasks/common/alignment.py`` (which words get ``[UNK]``) and whatever else importing it runs,
@@ -98,9 +98,9 @@ class TaskCache:
 
 def fingerprint(tok, cfg: TokenizeParams) -> dict[str, str]:
     """What every stored encoding depends on (see the module docstring): the id cache's fingerprint of the
-    tokenizer and params, with the code replaced by the import closure of the modules whose encoders this cache
-    stores (``cls``, ``ner``: the ``encode`` callbacks come from them) and of this module, and the
-    ``transformers`` version."""
+    tokenizer, its ``tokenizers`` version and params, with the code replaced by the import closure of the
+    modules whose encoders this cache stores (``cls``, ``ner``: the ``encode`` callbacks come from them) and of
+    this module, and the ``transformers`` version."""
     return {**cache.fingerprint(plain_encoder(tok), cfg), "transformers": transformers.__version__,
             "code": closure_fingerprint([cls.__name__, ner.__name__, __name__])}  # fmt: skip
 
