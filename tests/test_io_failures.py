@@ -167,6 +167,61 @@ def test_a_folder_named_like_a_stage_outside_data_is_a_users_source(source):
     assert str(DamagedFile(source, OSError("bad"))).endswith("replace it with a readable copy and rerun")
 
 
+# ------------------------------------------------------------------------------------------ models, checkpoints
+
+
+def test_tokenize_names_a_truncated_tokenizer_json(tmp_path):
+    from test_incremental_tokenize import pretrain, train_tokenizer, write_inputs
+    from test_tokenize import tokenize_params
+
+    from tasks import tokenize
+
+    paths = write_inputs(tmp_path, pretrain(8))
+    train_tokenizer(paths)
+    path = paths.models / "tokenizer" / "tokenizer.json"
+    truncate(path)
+    with pytest.raises(DamagedFile) as caught:
+        tokenize.run(tokenize_params(), paths, NullLog())
+    assert_one_line_naming(caught.value, path, "cannot be read", "rerun `dvc repro --single-item tokenizer`")
+
+
+def tiny_masked_lm():
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=16))  # fmt: skip
+
+
+def test_a_truncated_model_names_its_weights_and_the_stage_that_writes_them(tmp_path):
+    from tasks.common import encoders
+
+    folder = tmp_path / "models" / "pretrained"
+    tiny_masked_lm().save_pretrained(folder)
+    path = folder / "model.safetensors"
+    truncate(path)
+    for load in (encoders.load_masked_lm, encoders.load_encoder):  # probe's and finetune's loads
+        with pytest.raises(DamagedFile) as caught:
+            load("clozeline", folder, 0)
+        assert_one_line_naming(caught.value, path, "cannot be read", "rerun `dvc repro --single-item pretrain`")
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.pt", "trainer_state.pt"])
+def test_a_truncated_checkpoint_says_to_delete_it(tmp_path, name):
+    import torch
+
+    from tasks.pretrain import checkpoint
+
+    model = tiny_masked_lm()
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.zeros(1, 4, dtype=torch.long)).logits.sum().backward()
+    optimizer.step()
+    saved = checkpoint.save(tmp_path / "models" / "checkpoints" / "pretrain", 3, model, optimizer, {"step": 3})
+    truncate(saved / name)
+    with pytest.raises(DamagedFile) as caught:
+        checkpoint.load(checkpoint.latest(saved.parent), model, optimizer, torch.device("cpu"))
+    assert_one_line_naming(caught.value, saved / name, "cannot be read", f"delete {saved} and rerun")
+
+
 # ---------------------------------------------------------------------------------------------- missing files
 
 

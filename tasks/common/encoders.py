@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tasks.common.ioerrors import reading_folder
 from tasks.config.paths import Paths
 
 if TYPE_CHECKING:  # torch and transformers are imported where used: the path helpers serve stages that load no
@@ -163,8 +164,9 @@ def encoder_from_folder(folder: Path) -> PreTrainedModel:
     safetensors only: ``from_pretrained`` raises ``OSError`` when the folder has no ``.safetensors`` weights."""
     from transformers import AutoConfig, AutoModel
 
-    config = AutoConfig.from_pretrained(folder)
-    return AutoModel.from_pretrained(folder, use_safetensors=True, **_no_pooler(config))
+    with reading_folder(folder):  # a damaged weights or config file: one line naming it and the stage to rerun
+        config = AutoConfig.from_pretrained(folder)
+        return AutoModel.from_pretrained(folder, use_safetensors=True, **_no_pooler(config))
 
 
 def _no_pooler(config) -> dict:
@@ -183,7 +185,8 @@ def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:
 
     if variant == "random":
         return _seeded_init(AutoModelForMaskedLM, folder, seed)
-    model, info = AutoModelForMaskedLM.from_pretrained(folder, use_safetensors=True, output_loading_info=True)
+    with reading_folder(folder):  # a damaged weights or config file: one line naming it and the stage to rerun
+        model, info = AutoModelForMaskedLM.from_pretrained(folder, use_safetensors=True, output_loading_info=True)
     if info["missing_keys"]:
         raise ValueError(f"{variant}: {folder} has no trained masked-LM head (missing {len(info['missing_keys'])} "
                          f"weights, e.g. {sorted(info['missing_keys'])[0]}); only models with an MLM head score "
@@ -198,7 +201,8 @@ def load_tokenizer(path: Path) -> PreTrainedTokenizerFast:
     """
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path))
+    with reading_folder(path):  # a damaged tokenizer.json: one line naming it
+        tok = AutoTokenizer.from_pretrained(str(path))
     if not tok.is_fast:
         raise ValueError(f"{path}: not a fast tokenizer (word_ids() and offsets need one)")
     return tok

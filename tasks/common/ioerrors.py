@@ -1,7 +1,9 @@
 """I/O failures as one-line errors naming the file (``tasks/CONTRACTS.md``, bad input).
 
-- ``reading(path)``: a file that exists but cannot be read (a truncated or damaged Parquet, JSONL or Arrow file:
-  pyarrow's ``ArrowInvalid``, ``OSError``, a JSON or UTF-8 decode error) raises ``DamagedFile``, a ``ValueError``
+- ``reading(path)``: a file that exists but cannot be read (a truncated or damaged Parquet, JSONL, JSON or Arrow
+  file: pyarrow's ``ArrowInvalid``, ``OSError``, a JSON or UTF-8 decode error; a safetensors or ``torch.save``
+  file: ``SafetensorError``, ``torch.load``'s ``RuntimeError`` or a truncated pickle; ``reading_folder`` for a model
+  or tokenizer folder names the file in it that is damaged) raises ``DamagedFile``, a ``ValueError``
   that names the file and how to get it back: rerun the stage that writes it, found from the path's folder
   (``<data>/ingest/...`` -> ``dvc repro --single-item ingest``). A missing file stays ``FileNotFoundError``.
 - ``writing(path)``: a write that runs out of room (a full disk ``ENOSPC``, a size limit ``EFBIG``, such as
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import shutil
 import sys
 from collections.abc import Iterator
@@ -36,11 +39,13 @@ NOT_STAGES = {"common", "config", "tracking", "__init__", "__main__"}
 
 
 class DamagedFile(ValueError):
-    """A file that exists but cannot be read; ``path`` is the file, the message says how to recover."""
+    """A file that exists but cannot be read; ``path`` is the file, the message says how to recover (``recover``,
+    else ``recovery(path)``)."""
 
-    def __init__(self, path: Path | str, err: BaseException) -> None:
+    def __init__(self, path: Path | str, err: BaseException, recover: str | None = None) -> None:
         self.path = Path(path)
-        super().__init__(f"{path}: cannot be read (damaged or truncated? {one_line(err)}); {recovery(path)}")
+        super().__init__(f"{path}: cannot be read (damaged or truncated? {one_line(err)}); "
+                         f"{recover or recovery(path)}")
 
     def __reduce__(self):  # from a worker process: the message as it was
         return _damaged_file, (str(self), self.path)
@@ -89,16 +94,68 @@ def recovery(path: Path | str) -> str:
 
 
 @contextmanager
-def reading(path: Path | str) -> Iterator[None]:
-    """Turn a failure to read ``path`` in the block into ``DamagedFile`` (but ``NOT_DAMAGE`` errors)."""
+def reading(path: Path | str, recover: str | None = None) -> Iterator[None]:
+    """Turn a failure to read ``path`` in the block into ``DamagedFile`` (but ``NOT_DAMAGE`` errors): an
+    ``OSError``, ``ValueError`` (JSON, UTF-8), pyarrow's errors, safetensors' ``SafetensorError``, a truncated
+    pickle (``EOFError``, ``UnpicklingError``) and ``torch.load``'s ``RuntimeError`` for a damaged zip archive.
+    ``recover``: how to get it back, when rerunning the stage that writes it is not (``recovery``)."""
     try:
         yield
     except (DamagedFile, *NOT_DAMAGE):
         raise
     except Exception as err:
-        if isinstance(err, (OSError, ValueError)) or _is_arrow_error(err):
-            raise DamagedFile(path, err) from err
+        if is_damage(err):
+            raise DamagedFile(path, err, recover) from err
         raise
+
+
+@contextmanager
+def reading_folder(folder: Path | str, recover: str | None = None) -> Iterator[None]:
+    """``reading(folder)`` for a folder read whole (a model, a tokenizer: ``from_pretrained``), whose error may not
+    say which file failed: the message names the first file in it that does not parse (``damaged_in``), else the
+    folder."""
+    try:
+        with reading(folder, recover):
+            yield
+    except DamagedFile as err:
+        bad = damaged_in(Path(folder))
+        if bad is None:
+            raise
+        raise DamagedFile(bad, err.__cause__ or err, recover) from err.__cause__
+
+
+def damaged_in(folder: Path) -> Path | None:
+    """The first ``*.json`` file in ``folder`` that is not JSON, or ``*.safetensors`` file whose header or size is
+    not a safetensors file's; None when every one reads (called only after a read failed: it parses them all)."""
+    import json
+
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            return path
+    for path in sorted(folder.glob("*.safetensors")) if folder.is_dir() else []:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "np"):
+                pass
+        except Exception as err:
+            if is_damage(err):
+                return path
+            raise
+    return None
+
+
+def is_damage(err: BaseException) -> bool:
+    """Whether ``err``, raised reading a file, says the file is damaged or truncated (see ``reading``)."""
+    if isinstance(err, NOT_DAMAGE):
+        return False
+    if isinstance(err, (OSError, ValueError, EOFError, pickle.UnpicklingError)) or _is_arrow_error(err):
+        return True
+    if type(err).__name__ == "SafetensorError":  # safetensors' Rust error: no Python base to test for
+        return True
+    return isinstance(err, RuntimeError) and "PytorchStreamReader" in str(err)  # torch.load of a damaged zip
 
 
 @contextmanager

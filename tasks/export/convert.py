@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoMod
 
 from clozeline.predict import FORMAT, RECIPE_KEY, head_layer
 from tasks.common.encoders import encoder_from_folder
+from tasks.common.ioerrors import reading, reading_folder
 
 #: The finetune stage's kept model (``tasks/finetune/export.py``): its folder and files.
 SELECTED, HEAD_WEIGHTS, HEAD_CONFIG, RECORD = "selected", "head.safetensors", "head.json", "selected.json"
@@ -30,7 +31,8 @@ def read_selected(folder: Path) -> dict:
     path = folder / RECORD
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (rerun the finetune stage: it keeps the selected model there)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    with reading(path):
+        return json.loads(path.read_text(encoding="utf-8"))
 
 
 def recipe_block(record: dict, kind: str, pooling: str, windows: tuple[int | None, int | None]) -> dict:
@@ -49,13 +51,15 @@ def build(selected: Path, dest: Path, kind: str, windows: tuple[int | None, int 
 
     Raises ``ValueError`` naming the folder when the head's size is not the number of labels."""
     record = read_selected(selected)
-    head_cfg = json.loads((selected / HEAD_CONFIG).read_text(encoding="utf-8"))
+    with reading(selected / HEAD_CONFIG):
+        head_cfg = json.loads((selected / HEAD_CONFIG).read_text(encoding="utf-8"))
     labels = list(record["labels"])
     if head_cfg["n_labels"] != len(labels):
         raise ValueError(f"{selected}: head has {head_cfg['n_labels']} outputs for {len(labels)} labels {labels}")
     token = kind == "token_classification"
     block = recipe_block(record, kind, head_cfg["pooling"], windows)
-    config = AutoConfig.from_pretrained(selected)
+    with reading_folder(selected):
+        config = AutoConfig.from_pretrained(selected)
     config.id2label, config.label2id = dict(enumerate(labels)), {name: i for i, name in enumerate(labels)}
     setattr(config, RECIPE_KEY, block)
     if config.model_type == "modernbert" and not token:
@@ -69,11 +73,14 @@ def build(selected: Path, dest: Path, kind: str, windows: tuple[int | None, int 
     if unexpected:
         raise ValueError(f"{selected}: encoder weights {unexpected[:3]} have no place in {type(model).__name__}")
     head = head_layer(model)
-    head.load_state_dict(load_file(selected / HEAD_WEIGHTS))
+    with reading(selected / HEAD_WEIGHTS):
+        head_weights = load_file(selected / HEAD_WEIGHTS)
+    head.load_state_dict(head_weights)
     loaded = {f"{model.base_model_prefix}.{k}" for k in encoder} | {n for n, _ in named_under(model, head)}
     identity_fill(model, loaded)
     model.eval().save_pretrained(dest)
-    tokenizer = AutoTokenizer.from_pretrained(selected)
+    with reading_folder(selected):
+        tokenizer = AutoTokenizer.from_pretrained(selected)
     tokenizer.model_max_length = block.get("max_seq_len_tokens") or block.get("window_tokens")
     tokenizer.save_pretrained(dest)
     return block

@@ -180,7 +180,8 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
         available = len({r["doc_id"] for r in table})
         counts[split] = {"docs_available": available, "docs_kept": len(keep),
                          "docs_dropped_by_cap": available - len(keep)}
-    labels = json.loads(labels_file.read_text(encoding="utf-8"))
+    with reading(labels_file):
+        labels = json.loads(labels_file.read_text(encoding="utf-8"))
     return {"rows": rows, "all_rows": all_rows, "labels": labels, "counts": counts}
 
 

@@ -18,6 +18,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from tasks.common.encoders import encoder_from_folder, load_encoder
+from tasks.common.ioerrors import reading, reading_folder
 from tasks.common.optim import decay_groups
 
 POOLING = {"cls-pool": "cls", "mean-pool": "mean", "first": "token", "all": "token"}
@@ -107,9 +108,12 @@ def save_model(model: EncoderWithHead, folder: Path) -> Path:
 def load_model(folder: Path) -> EncoderWithHead:
     """The ``EncoderWithHead`` that ``save_model`` wrote to ``folder``, in eval mode (an inference copy: dropout
     is off in eval mode, so its rate is 0 and not the training one). Raises ``OSError`` without safetensors."""
-    head = json.loads((folder / HEAD_CONFIG).read_text(encoding="utf-8"))
+    with reading_folder(folder):
+        head = json.loads((folder / HEAD_CONFIG).read_text(encoding="utf-8"))
     model = EncoderWithHead(encoder_from_folder(folder), head["n_labels"], head["pooling"], 0.0, frozen=False)
-    model.head.load_state_dict(load_file(folder / HEAD_WEIGHTS))
+    with reading(folder / HEAD_WEIGHTS):
+        weights = load_file(folder / HEAD_WEIGHTS)
+    model.head.load_state_dict(weights)
     return model.eval()
 
 

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from tasks.common.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
+from tasks.common.ioerrors import reading
 
 PREFIX = STEP_PREFIX
 
@@ -56,18 +57,28 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, d
 
     Raises ``RuntimeError`` naming the file if the weights do not fit the model.
     """
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False, device=str(device))
+    with reading(path / "model.safetensors", deleting(path)):
+        missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False, device=str(device))
     if missing or unexpected:
         # safetensors returns the missing names as a set: sorted before slicing
         raise RuntimeError(f"{path / 'model.safetensors'}: missing {sorted(missing)[:5]}, "
                            f"unexpected {sorted(unexpected)[:5]}")
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
-    return torch.load(path / "trainer_state.pt", weights_only=True)
+    with reading(path / "optimizer.pt", deleting(path)):
+        state = torch.load(path / "optimizer.pt", map_location=device, weights_only=True)
+    optimizer.load_state_dict(state)
+    return read_state(path)
 
 
 def read_state(path: Path) -> dict[str, Any]:
     """Only the trainer state of checkpoint ``path`` (to check its fingerprint before loading weights)."""
-    return torch.load(path / "trainer_state.pt", weights_only=True)
+    with reading(path / "trainer_state.pt", deleting(path)):
+        return torch.load(path / "trainer_state.pt", weights_only=True)
+
+
+def deleting(path: Path) -> str:
+    """How to recover from a damaged checkpoint ``path``: it persists across runs (a rerun would resume from it and
+    fail the same way), so delete it; the run then resumes from an older one or starts afresh."""
+    return f"delete {path} and rerun `dvc repro --single-item pretrain` (it then resumes from an older checkpoint, if any, or starts afresh)"
 
 
 def clear(folder: Path) -> None:
