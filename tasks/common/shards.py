@@ -47,7 +47,8 @@ def check_manifest(folder: Path, stage: str) -> None:
         return
     with reading(path):
         listed = json.loads(path.read_text(encoding="utf-8"))["files"]
-    missing = [Path(folder) / name for names in listed.values() for name in names if not (Path(folder) / name).is_file()]
+    written = [Path(folder) / name for names in listed.values() for name in names]
+    missing = [file for file in written if not file.is_file()]
     if missing:
         shown = ", ".join(str(p) for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ValueError(f"{shown}: missing ({len(missing)} of the files {stage} wrote, listed in {path}); rerun "

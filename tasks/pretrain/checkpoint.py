@@ -78,7 +78,8 @@ def read_state(path: Path) -> dict[str, Any]:
 def deleting(path: Path) -> str:
     """How to recover from a damaged checkpoint ``path``: it persists across runs (a rerun would resume from it and
     fail the same way), so delete it; the run then resumes from an older one or starts afresh."""
-    return f"delete {path} and rerun `dvc repro --single-item pretrain` (it then resumes from an older checkpoint, if any, or starts afresh)"
+    return (f"delete {path} and rerun `dvc repro --single-item pretrain` (it then resumes from an older checkpoint, "
+            "if any, or starts afresh)")
 
 
 def clear(folder: Path) -> None:
