@@ -33,6 +33,14 @@ DATA_ERRORS = (ValueError, FileNotFoundError)
 #: errno of a write that ran out of room (a full disk, a file size limit, a quota): one line too. Shared writers name
 #: the file (``tasks/common/ioerrors.py``, whose ``NoRoom`` is a ValueError); any other names the stage's outputs.
 NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+#: The same, raised without an errno by writers outside Python's I/O: tokenizers' and safetensors' Rust writers
+#: (``Exception`` / ``SafetensorError``: "... File too large (os error 27)"), found by their words.
+NO_ROOM_WORDS = {errno.EFBIG: ("File too large", "os error 27)"),
+                 errno.ENOSPC: ("No space left on device", "os error 28)"),
+                 errno.EDQUOT: ("Disk quota exceeded", "os error 122)")}
+#: torch.save's zip writer failing: a ``RuntimeError`` that names neither errno nor reason ("unexpected pos 704 vs
+#: 598" past a file size limit); out of room is its likely cause, said with a question mark.
+TORCH_WRITE_FAILED = ("PytorchStreamWriter failed writing", "inline_container.cc")
 TRACEBACK_ARTIFACT = "traceback.txt"
 #: What a stage uses its input data for: MLflow's dataset context. A stage not listed prepares data.
 DATA_CONTEXT = {"tokenizer": "training", "pretrain": "training", "finetune": "training",
@@ -70,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clozeline: {run_name}: {one_line(err)} (traceback: MLflow run {run_name!r}, artifact "
               f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
         return 1
-    except OSError as err:
-        clear_outputs(root, run_name)
-        if err.errno not in NO_ROOM:
+    except Exception as err:
+        clear_outputs(root, run_name)  # a failed stage leaves nothing a later stage could take for its result
+        if room_errno(err) is None:
             raise
         print(f"clozeline: {run_name}: {no_room(err, root, run_name)} (traceback: MLflow run {run_name!r}, artifact "
               f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
@@ -97,18 +105,36 @@ def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
         except DATA_ERRORS:
             log.text(traceback.format_exc(), TRACEBACK_ARTIFACT)
             raise
-        except OSError as err:
-            if err.errno in NO_ROOM:
+        except Exception as err:
+            if room_errno(err) is not None:
                 log.text(traceback.format_exc(), TRACEBACK_ARTIFACT)
             raise
         write_metrics(params.paths.metrics / metrics_name(stage, item), metrics)
         log.metrics(metrics)
 
 
-def no_room(err: OSError, root: Path, dvc_stage: str) -> str:
+def room_errno(err: BaseException) -> int | None:
+    """The errno of a write out of room (``NO_ROOM``): an ``OSError``'s, or one its message names
+    (``NO_ROOM_WORDS``); 0 for torch.save's failed write (``TORCH_WRITE_FAILED``: no reason given); else None."""
+    if isinstance(err, OSError) and err.errno in NO_ROOM:
+        return err.errno
+    text = str(err)
+    for number, words in NO_ROOM_WORDS.items():
+        if any(word in text for word in words):
+            return number
+    if isinstance(err, RuntimeError) and any(word in text for word in TORCH_WRITE_FAILED):
+        return 0
+    return None
+
+
+def no_room(err: BaseException, root: Path, dvc_stage: str) -> str:
     """A write out of room, in words: the file when the error names it, else the stage's declared outputs."""
-    where = err.filename or ", ".join(declared_outs(root, dvc_stage)) or "its outputs"
-    return (f"{where}: cannot be written: {os.strerror(err.errno)} (free space on its file system or raise the file "
+    where = getattr(err, "filename", None) or ", ".join(declared_outs(root, dvc_stage)) or "its outputs"
+    number = room_errno(err)
+    if not number:  # torch.save: its writer failed without saying why
+        return (f"{where}: cannot be written: a write failed ({one_line(err)}); out of room? (free space on its file "
+                "system or raise the file size limit, then rerun)")
+    return (f"{where}: cannot be written: {os.strerror(number)} (free space on its file system or raise the file "
             "size limit, then rerun)")
 
 

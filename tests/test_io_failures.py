@@ -393,3 +393,48 @@ def test_ingest_names_a_truncated_parquet_source_and_says_to_replace_it(tmp_path
     with pytest.raises(DamagedFile) as caught:
         ingest.run(IngestParams(sources=[spec]), paths_of(tmp_path / "root"), NullLog())
     assert_one_line_naming(caught.value, source, "Parquet magic bytes", "replace it with a readable copy")
+
+
+def test_the_runner_names_a_write_out_of_room_that_the_tokenizers_writer_raises(tmp_path):
+    """tokenizers' Rust ``save_pretrained`` past the file size limit raises a bare ``Exception`` ("File too large
+    (os error 27)"), no errno: the runner knows it by its words and names the stage's declared outputs."""
+    from test_incremental_tokenize import pretrain, write_inputs
+
+    write_inputs(tmp_path, pretrain(8))  # the inputs, outside the limit; the tokenizer.json written is ~5 kB
+    body = f"""
+    import tasks.__main__ as runner
+    from test_incremental_tokenize import train_tokenizer
+    from test_tokenizer import make_paths
+    try:
+        train_tokenizer(make_paths(Path({str(tmp_path)!r})))
+    except Exception as err:
+        found = {{"type": type(err).__name__, "errno": runner.room_errno(err), "path": None,
+                  "message": runner.no_room(err, Path.cwd(), "tokenizer")}}
+        print(json.dumps(found))
+        sys.exit(3)"""
+    found = run_limited(body, 4000)
+    assert found["type"] == "Exception" and found["errno"] == 27, found
+    assert found["message"] == ("models/tokenizer, data/tokenizer_vocab, metrics/tokenizer.json: cannot be written: "
+                                "File too large (free space on its file system or raise the file size limit, then "
+                                "rerun)"), found
+
+
+@pytest.mark.parametrize("raised, says", [
+    (Exception("Error while serializing: I/O error: No space left on device (os error 28)"), "No space left on device"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"), "a write failed"),
+])  # fmt: skip
+def test_the_runner_prints_a_writer_out_of_room_without_errno_in_one_line(tmp_path, monkeypatch, capsys, raised, says):
+    for name in ("params.yaml", "dvc.yaml"):
+        shutil.copyfile(ROOT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+
+    def full_disk(stage, params, log, item=None):
+        (tmp_path / "models" / "pretrained").mkdir(parents=True)
+        raise raised  # safetensors' save_file / torch.save: no errno
+
+    monkeypatch.setattr(stage_main, "run_stage", full_disk)
+    assert stage_main.main(["pretrain"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("clozeline: pretrain: models/pretrained, models/checkpoints/pretrain, "), err
+    assert f"cannot be written: {says}" in err[-1] and not any("Traceback" in line for line in err)
+    assert not (tmp_path / "models" / "pretrained").exists()
