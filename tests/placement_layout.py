@@ -6,7 +6,8 @@ A site is a call, inside a function, of
 - ``from_pretrained`` / ``from_config`` (not on a ``*Tokenizer*`` or ``*Config`` class: those build no module);
 - a model class (``*Model``, ``*ForMaskedLM``, ``*ForSequenceClassification``, ``*ForTokenClassification``,
   ``*WithHead``);
-- a weights loader: ``load_file``, ``load_model``, ``load_state_dict``, ``safe_open``, ``torch.load``;
+- a weights loader: ``load_file``, ``load_model``, ``load_state_dict``, ``safe_open``, ``torch.load``
+  (``safe_open(path, "np")``, which reads into numpy and makes no torch tensor, is not one);
 - one of the project's own loaders: a function that contains a site and whose name says it loads or builds a
   model (``HELPER``: ``load_encoder``, ``build_model``, ``initial_model``, the leakage ``Encoder`` class, whose
   ``__init__`` holds the site; found to a fixed point), so a stage that calls a loader is a site of its own.
@@ -41,8 +42,16 @@ def _called(func: ast.expr) -> tuple[str, str]:
     return getattr(func, "id", ""), ""
 
 
-def _is_primitive(func: ast.expr) -> bool:
-    name, receiver = _called(func)
+def _numpy_framework(call: ast.Call) -> bool:
+    """Whether a ``safe_open`` call reads into numpy (``framework`` "np", second argument or keyword)."""
+    given = [kw.value for kw in call.keywords if kw.arg == "framework"] + call.args[1:2]
+    return any(isinstance(arg, ast.Constant) and arg.value == "np" for arg in given)
+
+
+def _is_primitive(call: ast.Call) -> bool:
+    name, receiver = _called(call.func)
+    if name == "safe_open" and _numpy_framework(call):
+        return False
     if name == "load":
         return receiver == "torch"
     if name in LOADERS:
@@ -78,7 +87,7 @@ def sites() -> dict[str, list[str]]:
     while True:
         for file, entries in calls.items():
             for qualname, name, call in entries:
-                if _is_primitive(call.func) or name in helpers:
+                if _is_primitive(call) or name in helpers:
                     found.setdefault(f"{file}::{qualname}", [])
                     where = f"{file}:{call.lineno}"
                     if where not in found[f"{file}::{qualname}"]:

@@ -88,3 +88,16 @@ def test_the_scan_finds_a_new_call_site(tmp_path, monkeypatch):
     monkeypatch.setattr(placement_layout, "ROOT", tmp_path)
     monkeypatch.setattr(placement_layout, "SCANNED", ("tasks",))
     assert placement_layout.sites() == {"tasks/newstage.py::embed": ["tasks/newstage.py:5"]}
+
+
+def test_a_safetensors_header_read_into_numpy_is_not_a_site_but_one_into_torch_is(tmp_path, monkeypatch):
+    import placement_layout
+
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "check.py").write_text(
+        "from safetensors import safe_open\n\n\ndef header(path):\n    return safe_open(path, 'np')\n\n\n"
+        "def named(path):\n    return safe_open(path, framework='np')\n\n\n"
+        "def weights(path):\n    return safe_open(path, framework='pt')\n")  # fmt: skip
+    monkeypatch.setattr(placement_layout, "ROOT", tmp_path)
+    monkeypatch.setattr(placement_layout, "SCANNED", ("tasks",))
+    assert placement_layout.sites() == {"tasks/check.py::weights": ["tasks/check.py:13"]}
