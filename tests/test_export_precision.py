@@ -76,7 +76,7 @@ def test_bf16_training_exports_the_evaluated_labels_exactly(trained_in_bf16, tas
     assert found["agreement"]["label_mismatches"] == 0 and found["agreement"]["missing"] == 0, found["agreement"]
     assert found["agrees"] and found["agreement"]["disagree"] == 0, found["agreement"]
     assert found["rescored"] == found["evaluated"]
-    assert found["evaluated_precision"] == training.PREDICTION_PRECISION == finetune[task]["prediction_precision"]
+    assert found["evaluated_precision"] == device_module.PREDICTION_PRECISION == finetune[task]["prediction_precision"]
     assert found["rescored_precision"] == "fp32 on the CPU"
 
 
@@ -103,10 +103,10 @@ def test_the_claim_tables_ledger_and_export_table_name_the_precision_of_the_pred
     lines = model_precision(Metrics(paths.metrics))
     for task in TASKS:
         assert lines[f"finetune {task}: training steps"] == "bf16 autocast"
-        assert lines[f"finetune {task}: evaluated predictions (dev, test)"] == training.PREDICTION_PRECISION
+        assert lines[f"finetune {task}: evaluated predictions (dev, test)"] == device_module.PREDICTION_PRECISION
     [(_, header, body)] = export_grids(Metrics(paths.metrics), None)
     cells = [dict(zip(header, row, strict=True))["predictions computed in"] for row in body]
-    assert cells == [f"evaluated: {training.PREDICTION_PRECISION}; re-scored: fp32 on the CPU"] * len(TASKS)
+    assert cells == [f"evaluated: {device_module.PREDICTION_PRECISION}; re-scored: fp32 on the CPU"] * len(TASKS)
 
 
 def test_predictions_on_cuda_turn_tf32_off_and_restore_it():
@@ -114,7 +114,7 @@ def test_predictions_on_cuda_turn_tf32_off_and_restore_it():
     matmul, cudnn, seen = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, []
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        with training.fp32_predictions(torch.device("cuda", 0)):
+        with device_module.fp32_predictions(torch.device("cuda", 0)):
             seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
         assert seen == [(False, False)]
         assert torch.backends.cuda.matmul.allow_tf32 is True and torch.backends.cudnn.allow_tf32 is True

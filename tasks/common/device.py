@@ -21,8 +21,8 @@ import platform
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import torch
@@ -118,6 +118,28 @@ def autocast(device: torch.device, bf16: bool = True, cpu: bool = False) -> Abst
     on = device.type == "cuda" or (cpu and device.type == "cpu")
     return torch.autocast(device_type="cuda" if device.type == "cuda" else "cpu", dtype=torch.bfloat16,
                           enabled=bf16 and on)  # fmt: skip
+
+
+#: The precision of every evaluated (dev and test) prediction, on every device: the rule that makes the export's
+#: re-scoring (fp32 on the CPU, ``tasks.export``) reproduce the evaluated labels (README, "Exported models").
+PREDICTION_PRECISION = "fp32 (no autocast; TF32 off on CUDA)"
+
+
+@contextmanager
+def fp32_predictions(device: torch.device) -> Iterator[None]:
+    """IEEE fp32 forward passes on ``device`` (``PREDICTION_PRECISION``): no autocast is entered, and on CUDA the
+    TF32 matrix products that ``configure`` turns on for training are off until the block ends (then restored). bf16 (8 mantissa bits) or TF32 (10) logits differ from the CPU's fp32 ones by about
+    1e-2 relative, enough to flip a near-tied label among thousands of NER words; fp32 on two devices differs
+    only in summation order (about 1e-6)."""
+    if device.type != "cuda":
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
 def cpu_bf16(setting: str) -> bool:

@@ -43,7 +43,7 @@ from types import ModuleType
 
 import datasets
 
-from tasks.common.device import cpu_bf16, resolve
+from tasks.common.device import PREDICTION_PRECISION, cpu_bf16, resolve
 from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.ioerrors import reading
 from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
@@ -52,7 +52,6 @@ from tasks.finetune.baseline_runs import run_baseline
 from tasks.finetune.draw import Draw, kept_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
 from tasks.finetune.sweep import Runner, alongside, log_job, slots, sweep_and_train
-from tasks.finetune.training import PREDICTION_PRECISION
 
 SPLITS = ("train", "dev", "test")
 

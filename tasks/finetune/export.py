@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from tasks.common.device import configure
+from tasks.common.device import PREDICTION_PRECISION, configure
 from tasks.common.encoders import load_tokenizer
 from tasks.finetune import operational
-from tasks.finetune.training import PREDICTION_PRECISION, Run, train_and_test
+from tasks.finetune.training import Run, train_and_test
 
 SELECTED = "selected"  # the folder under data/finetune/<task>/
 SELECTED_BASELINE = "selected_baseline"  # the TF-IDF baseline, when it is the best run on dev (skops, never pickle)

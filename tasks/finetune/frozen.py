@@ -34,7 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from tasks.common.device import place
+from tasks.common.device import fp32_predictions, place
 from tasks.finetune.model import save_model
 
 #: Logit of a label no train document carries: its probability underflows to exactly 0 in float64 and float32.
@@ -101,9 +101,8 @@ def choose_probe(job, features: dict[str, np.ndarray]) -> tuple[dict, dict]:
 @torch.inference_mode()
 def pooled_features(model, job, exs: list[dict], device: torch.device) -> np.ndarray:
     """``(len(exs), hidden)`` float32 pooled vectors of ``exs`` in input order, from ``model.features`` in fp32
-    (eval mode, no autocast, TF32 off on CUDA: ``training.fp32_predictions``); batches of ``batch_size``
+    (eval mode, no autocast, TF32 off on CUDA: ``tasks.common.device.fp32_predictions``); batches of ``batch_size``
     length-sorted docs (padding is masked, so it cannot change a vector)."""
-    from tasks.finetune.training import fp32_predictions  # training imports this module
 
     model.eval()
     out = np.zeros((len(exs), model.head.in_features), dtype=np.float32)

@@ -7,7 +7,7 @@ depend on where it ran. A run trains on ``Run.device`` (the scheduler in ``sweep
 move with ``tasks.common.device.place`` and training steps run under its bf16 ``autocast`` on CUDA, and on the
 CPU when ``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``). Every evaluated prediction (dev after each
 epoch, test once) is computed in fp32 on every device (``PREDICTION_PRECISION``: no autocast, and TF32 off on
-CUDA for the pass, ``fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32 on
+CUDA for the pass, ``tasks.common.device.fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32 on
 the CPU), so an exported model's labels are the evaluated ones and the scores reported are those of the fp32
 weights a user loads. The training
 loop reads no scalar from the device inside an epoch (the losses are summed on the device and read once per
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,15 +25,12 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks.common.device import autocast, place
+from tasks.common.device import PREDICTION_PRECISION, autocast, fp32_predictions, place
 from tasks.finetune import frozen
 from tasks.finetune.model import build_model, optimizer_for, save_model
 
 #: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
 TRAINED_ENCODERS = ("reference", "adapted")
-#: The precision of every evaluated (dev and test) prediction, on every device: the rule that makes the export's
-#: re-scoring (fp32 on the CPU, ``tasks.export``) reproduce the evaluated labels (README, "Exported models").
-PREDICTION_PRECISION = "fp32 (no autocast; TF32 off on CUDA)"
 
 
 @dataclass(frozen=True)
@@ -206,21 +201,3 @@ def predict(model, job, exs: list[dict], device: torch.device) -> list:
             for i, pred in zip(idx, job.task.decode(logits.float().cpu(), batch_exs), strict=True):
                 out[i] = pred
     return out
-
-
-@contextmanager
-def fp32_predictions(device: torch.device) -> Iterator[None]:
-    """IEEE fp32 forward passes on ``device`` (``PREDICTION_PRECISION``): no autocast is entered, and on CUDA the
-    TF32 matrix products that ``tasks.common.device.configure`` turns on for training are off until the block
-    ends (then restored). bf16 (8 mantissa bits) or TF32 (10) logits differ from the CPU's fp32 ones by about
-    1e-2 relative, enough to flip a near-tied label among thousands of NER words; fp32 on two devices differs
-    only in summation order (about 1e-6)."""
-    if device.type != "cuda":
-        yield
-        return
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
