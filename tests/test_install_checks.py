@@ -149,8 +149,8 @@ def test_make_install_runs_the_checks_and_leaves_the_index_to_pip():
     torch_line = recipe.index('"torch==2.13.0"')
     assert torch_line < recipe.index("scripts/check_gpu_host.py") < recipe.index("-e '.[dev]'")
     assert "PIP_INDEX_URL" not in recipe and "index" + "-url" not in recipe and "PIP_CONFIG_FILE" not in recipe
-    given = install_recipe(TORCH_INDEX_URL="https://example.invalid/simple")
-    assert given.count('PIP_INDEX_URL="https://example.invalid/simple"') == 1  # the one line that installs torch
+    given = install_recipe(TORCH_INDEX_URL="file:///srv/wheels/simple")
+    assert given.count('PIP_INDEX_URL="file:///srv/wheels/simple"') == 1  # the one line that installs torch
 
 
 # `make install` for real, in a scratch copy (Makefile, pyproject.toml, scripts/check_gpu_host.py) with a fake
@@ -185,7 +185,7 @@ if "torch==2.13.0" in argv and ("--force-reinstall" in argv or state["version"] 
         label, cuda = ("cu118", "11.8") if index.endswith("/cu118") else ("cpu", None)
     json.dump({{"version": "2.13.0" + ("+" + label if label else ""), "cuda": cuda}}, open(state_file, "w"))
 """
-CUDA_118_INDEX = "https://example.invalid/whl/cu118"
+CUDA_118_INDEX = "file:///srv/wheels/whl/cu118"
 
 
 @pytest.fixture
@@ -260,7 +260,7 @@ def test_the_advice_for_a_driver_too_old_for_the_cuda_build_works(scratch, host)
 @pytest.mark.parametrize(("gpus", "before", "index", "installs", "after"), [
     (1, ("2.13.0+cpu", None), None, [(True, None)], ("2.13.0", "13.0")),  # GPU host, CPU-only torch: the default wheel
     (1, ("2.13.0", "13.0"), None, [(False, None)], ("2.13.0", "13.0")),  # a CUDA build that sees the GPU: kept
-    (0, ("2.13.0", "13.0"), "https://example.invalid/whl/cpu", [(True, "https://example.invalid/whl/cpu")],
+    (0, ("2.13.0", "13.0"), "file:///srv/wheels/whl/cpu", [(True, "file:///srv/wheels/whl/cpu")],
      ("2.13.0+cpu", None)),  # the index asked for, on a host without a GPU too
     (0, ("2.13.0+cpu", None), None, [(False, None)], ("2.13.0+cpu", None)),  # no GPU, no index: pip keeps what it has
 ])

@@ -124,20 +124,33 @@ def test_the_runner_prints_a_damaged_shard_in_one_line_and_leaves_no_outputs(ing
     assert not (root / "data" / "dedup").exists()
 
 
-@pytest.mark.parametrize("damage", [corrupt, truncate])
-def test_tokenize_names_a_damaged_leakage_output(tmp_path, damage):
+def tokenize_workspace(tmp_path: Path):
+    """``Paths`` of a small tokenize workspace: its inputs written and its tokenizer trained."""
     from test_incremental_tokenize import pretrain, train_tokenizer, write_inputs
+
+    paths = write_inputs(tmp_path, pretrain(8))
+    train_tokenizer(paths)
+    return paths
+
+
+def tokenize_fails_on(paths, path: Path, damage) -> DamagedFile:
+    """The error ``tokenize.run`` raises once ``damage`` has been done to ``path`` (it must raise ``DamagedFile``)."""
     from test_tokenize import tokenize_params
 
     from tasks import tokenize
 
-    paths = write_inputs(tmp_path, pretrain(8))
-    train_tokenizer(paths)
-    path = paths.data / "leakage" / "news.parquet"
     damage(path)
     with pytest.raises(DamagedFile) as caught:
         tokenize.run(tokenize_params(), paths, NullLog())
-    assert_one_line_naming(caught.value, path, "cannot be read", "rerun `dvc repro --single-item leakage`")
+    return caught.value
+
+
+@pytest.mark.parametrize("damage", [corrupt, truncate])
+def test_tokenize_names_a_damaged_leakage_output(tmp_path, damage):
+    paths = tokenize_workspace(tmp_path)
+    path = paths.data / "leakage" / "news.parquet"
+    err = tokenize_fails_on(paths, path, damage)
+    assert_one_line_naming(err, path, "cannot be read", "rerun `dvc repro --single-item leakage`")
 
 
 def test_a_damaged_jsonl_line_names_the_file(tmp_path):
@@ -171,18 +184,10 @@ def test_a_folder_named_like_a_stage_outside_data_is_a_users_source(source):
 
 
 def test_tokenize_names_a_truncated_tokenizer_json(tmp_path):
-    from test_incremental_tokenize import pretrain, train_tokenizer, write_inputs
-    from test_tokenize import tokenize_params
-
-    from tasks import tokenize
-
-    paths = write_inputs(tmp_path, pretrain(8))
-    train_tokenizer(paths)
+    paths = tokenize_workspace(tmp_path)
     path = paths.models / "tokenizer" / "tokenizer.json"
-    truncate(path)
-    with pytest.raises(DamagedFile) as caught:
-        tokenize.run(tokenize_params(), paths, NullLog())
-    assert_one_line_naming(caught.value, path, "cannot be read", "rerun `dvc repro --single-item tokenizer`")
+    err = tokenize_fails_on(paths, path, truncate)
+    assert_one_line_naming(err, path, "cannot be read", "rerun `dvc repro --single-item tokenizer`")
 
 
 def tiny_masked_lm():
@@ -328,10 +333,7 @@ def test_dedup_past_the_file_size_limit_names_the_file(ingested):
 
 
 def test_tokenize_past_the_file_size_limit_names_the_file(tmp_path):
-    from test_incremental_tokenize import pretrain, train_tokenizer, write_inputs
-
-    paths = write_inputs(tmp_path, pretrain(8))
-    train_tokenizer(paths)
+    tokenize_workspace(tmp_path)
     body = f"""    from test_tokenize import tokenize_params
     from test_tokenizer import make_paths
     from tasks import tokenize
