@@ -107,11 +107,11 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"
 
 # The peers (datatrove, text-dedup) get their own environments under benchmarks/.peers; then every benchmark
-# runs, and one table of all results is printed and written into the README.
+# runs, and one table of all results is printed and written into docs/benchmarks.md.
 bench: install
 	PYTHON=$(PYTHON) bash benchmarks/peers/setup.sh
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b; done
-	$(BIN)/python benchmarks/_table.py --readme
+	$(BIN)/python benchmarks/_table.py --docs
 
 # MLflow 3.17 opens an experiment on its GenAI pages unless the link asks for the training view: open this one.
 mlflow-ui: install
