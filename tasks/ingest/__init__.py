@@ -7,8 +7,9 @@ Writes ``data/ingest/<source>/part-<position>.parquet``, one shard per input uni
 reason, where, detail``). Every source is read completely before anything is written, and the output folder is
 swapped in by rename, so bad input never leaves a half-written output.
 
-Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``). The metrics and
-log lines are ``tasks/ingest/report.py``.
+Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``), and at least one
+document out (a source of none raises ``SourceError`` naming it and its drop counts, before anything is written).
+The metrics and log lines are ``tasks/ingest/report.py``.
 
 Incremental (``ingest.incremental``, ``tasks/ingest/cache.py``): each file (a builtin or ``hf_disk`` source as
 a whole) is read only when ``<data>/ingest_cache`` holds no entry for its content, spec and code; the steps
@@ -108,10 +109,11 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     check_declared_deps(cfg.sources, paths.stage_data("ingest"), Path.cwd())
     cache = UnitCache(paths.stage_data("ingest_cache"), cfg.incremental, ROW_SCHEMA)
     results = [ingest_source(spec, cache) for spec in cfg.sources]
-    write_outputs(paths.stage_data("ingest"), results, cache)
-    cache.prune()
     for result in results:
         log_drops(result, log)
+    check_every_source_yields(cfg.sources, results)
+    write_outputs(paths.stage_data("ingest"), results, cache)
+    cache.prune()
     if cache.unusable:
         log.info(f"ingest: {len(cache.unusable)} cache entr(ies) or shard(s) damaged or not matching their key, "
                  f"read or written again, "
@@ -344,6 +346,35 @@ def check_identity(result: SourceResult) -> None:
     docs_in, docs_out, dropped = result.counts["docs_in"], result.rows.num_rows, len(result.dropped)
     if docs_in != docs_out + dropped:
         raise RuntimeError(f"{result.name}: docs_in {docs_in} != docs_out {docs_out} + dropped {dropped}")
+
+
+def check_every_source_yields(specs: list, results: list[SourceResult]) -> None:
+    """Raise ``SourceError`` (one line) naming every source that yields no document, with its counts and its first
+    drop: a source of 0 documents is a mistake (a ``text_field`` its records lack, a folder of empty files), never a
+    silent gap in the corpus. Nothing has been written when it raises."""
+    empty = [(spec, result) for spec, result in zip(specs, results) if not result.rows.num_rows]
+    if not empty:
+        return
+    said = "; ".join(zero_documents(spec, result) for spec, result in empty)
+    raise SourceError(f"ingest.sources: {len(empty)} source(s) yield 0 documents: {said}; fix the source's fields or "
+                      "files, or remove it from ingest.sources")
+
+
+def zero_documents(spec, result: SourceResult) -> str:
+    """``'<name>' (<kind>[ <path>]): <n> in, dropped {reason: n}[, first: <where> (<reason>: <detail>)]``."""
+    where = f" {spec.path}" if hasattr(spec, "path") else ""
+    reasons = dict(sorted(Counter(entry["reason"] for entry in result.dropped).items()))
+    said = f"{spec.name!r} ({spec.kind}{where}): {result.counts['docs_in']} in, dropped {reasons}"
+    if not result.dropped:
+        return said
+    first = result.dropped[0]
+    detail = first["detail"] or MISSING_FIELD.get(first["reason"], "").format(
+        field=getattr(spec, "text_field", None) or getattr(spec, "tokens_field", None))
+    return f"{said}, first: {first['where']} ({first['reason']}{': ' + detail if detail else ''})"
+
+
+#: What a drop reason without a detail means, said for a source whose documents all were dropped for it.
+MISSING_FIELD = {"missing_text": "no value in field {field!r}", "empty": "the text is empty after whitespace normalization"}
 
 
 def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) -> None:
