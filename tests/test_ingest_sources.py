@@ -49,6 +49,7 @@ def made_sources(raw: Path) -> tuple[list[dict], dict[str, str]]:
     for k in range(4):
         (raw / "empty" / f"{k}.txt").write_text(" \n\n \t\n")
     Dataset.from_dict({"body": ["p", "q", "r"]}).save_to_disk(str(raw / "hf"))
+    (raw / "notes.conll").write_text("# newdoc id = d1\n\n# text = nothing\n")
     sources = [
         {"name": "good", "kind": "jsonl", "role": "task", "path": str(raw / "good.jsonl"), "text_field": "body",
          "label_field": "y"},
@@ -58,10 +59,11 @@ def made_sources(raw: Path) -> tuple[list[dict], dict[str, str]]:
          "text_field": "text"},
         {"name": "empty", "kind": "text", "role": "pretrain", "path": str(raw / "empty")},
         {"name": "hf", "kind": "hf_disk", "role": "pretrain", "path": str(raw / "hf"), "text_field": "text"},
+        {"name": "notes", "kind": "conll", "role": "pretrain", "path": str(raw / "notes.conll"), "tag_column": 1},
     ]
     counts = {"typo": "8 in, dropped {'missing_text': 8}", "blank": "3 in, dropped {'empty': 3}",
               "cols": "2 in, dropped {'missing_text': 2}", "empty": "4 in, dropped {'empty': 4}",
-              "hf": "3 in, dropped {'missing_text': 3}"}
+              "hf": "3 in, dropped {'missing_text': 3}", "notes": "0 in, dropped {}"}
     return sources, counts
 
 
@@ -72,7 +74,7 @@ def test_sources_of_no_document_stop_ingest_naming_each_in_one_line(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     line = done.stderr.strip().splitlines()[-1]
     assert "Traceback" not in done.stderr
-    assert line.startswith("clozeline: ingest: ingest.sources: 5 source(s) yield 0 documents: "), line
+    assert line.startswith("clozeline: ingest: ingest.sources: 6 source(s) yield 0 documents: "), line
     for spec in sources[1:]:
         assert f"{spec['name']!r} ({spec['kind']} {spec['path']}): {counts[spec['name']]}" in line, spec["name"]
     assert f"first: {sources[1]['path']}:1 (missing_text: no value in field 'text')" in line
