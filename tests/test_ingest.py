@@ -421,3 +421,12 @@ def test_normalize_text_equals_the_three_regex_rule_on_every_kind_of_whitespace(
     # by hand: CRLF -> LF, lines " a<NBSP><TAB> b ", "", "", " c<LINE SEPARATOR>d " -> "a b", "", "", "c d",
     # then one blank line at most; NFC changed nothing, whitespace did
     assert normalize_text(" a\u00a0\t b \r\n\r\n\r\n c\u2028d ") == ("a b\n\nc d", False, True)
+
+
+def test_malformed_jsonl_message_reads_as_one_phrase(tmp_path):
+    # json's own message for an unterminated string ends in 'starting at'; the column follows after a colon,
+    # as in json's str(err), not 'starting at at column 11'
+    bad = write_lines(tmp_path / "in" / "bad.jsonl", ['{"text": "c}'])
+    with pytest.raises(SourceError) as err:
+        run_ingest(tmp_path, jsonl_source(bad, name="bad"))
+    assert str(err.value) == f"{bad}:1: malformed JSON (Unterminated string starting at: column 10)"

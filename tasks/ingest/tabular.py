@@ -173,7 +173,7 @@ def read_jsonl(spec: JsonlSource, files: list[tuple[Path, str]], types: ColumnTy
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise SourceError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+                raise SourceError(f"{where}: malformed JSON ({err.msg}: column {err.colno})") from None
             if not isinstance(row, dict):
                 raise SourceError(f"{where}: expected a JSON object, got {_json_type(row)}")
             types.check_row(row, where)
