@@ -29,9 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Run as a script, Python puts benchmarks/ first on sys.path, where benchmarks/tokenize.py would shadow the
-# standard library's tokenize module; import from the repo root instead.
-sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
+if __name__ == "__main__":  # run as a script, benchmarks/ leads sys.path and benchmarks/tokenize.py would shadow
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]  # the standard library's
+if str(REPO) not in sys.path:  # imported as `_table` with benchmarks/ on sys.path (tests/test_gpu_check.py)
+    sys.path.append(str(REPO))
 
 from tasks.common.imports import closure_fingerprint  # noqa: E402
 
@@ -47,8 +48,8 @@ STATUS = HEADER.index("status")
 
 def load_rows(results: Path = RESULTS, files: Iterable[Path] | None = None, allow_smoke: bool = False) -> list[dict]:
     """Every results file's ``rows`` (files in pipeline order, or ``files``), each with its ``provenance`` (the row's
-    own, else its file's, else ``None``). Raises ``ValueError`` naming a file without rows, or a smoke run's file
-    unless ``allow_smoke`` (tiny figures must not pass for measured ones)."""
+    own, else its file's, else ``None``). Raises ``ValueError`` naming a file without rows, or a smoke run's file in
+    ``benchmarks/results`` unless ``allow_smoke`` (tiny figures must not pass for measured ones)."""
     key = lambda p: (ORDER.index(p.stem) if p.stem in ORDER else len(ORDER), p.stem)  # noqa: E731
     rows = []
     for path in sorted(files or results.glob("*.json"), key=key):
@@ -56,7 +57,7 @@ def load_rows(results: Path = RESULTS, files: Iterable[Path] | None = None, allo
         if not isinstance(data.get("rows"), list):
             raise ValueError(f"{path}: no 'rows' list (rerun the benchmark: make bench)")
         recorded = data.get("provenance")
-        if recorded and recorded.get("smoke") and not allow_smoke:
+        if recorded and recorded.get("smoke") and path.resolve().parent == RESULTS.resolve() and not allow_smoke:
             raise ValueError(f"{path}: a --smoke run's results (tiny sizes); rerun the benchmark without --smoke")
         rows += [{**row, "provenance": row.get("provenance", recorded)} for row in data["rows"]]
     return rows

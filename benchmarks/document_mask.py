@@ -5,6 +5,9 @@ unmasked SDPA path, the SDPA document mask and FlexAttention's block mask (CUDA'
 within each round, ``--rounds`` times; medians of per-step wall and process-CPU seconds.
 
     .venv/bin/python benchmarks/document_mask.py          # writes benchmarks/results/document_mask.json
+    .venv/bin/python benchmarks/document_mask.py --smoke  # every variant at 64-token blocks, one step, seconds
+
+Rows: train tokens/s, the median over the rounds with its spread, ratio of medians (``benchmarks/_provenance.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "document_mask.json"
+SMOKE_DOCS = 150
+#: The code measured: the pretrain stage's attention masks, model and training step.
+MEASURED = ("tasks.pretrain.attention", "tasks.pretrain.trainer", "tasks.pretrain.init")
+
 
 def cpu_model() -> str:
     text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace") if Path("/proc/cpuinfo").exists() else ""
@@ -32,18 +42,19 @@ def cpu_model() -> str:
 
 
 def summary_rows(cases: list[dict]) -> list[dict]:
-    """The README table's rows (``benchmarks/_table.py``): per block length, train tokens/s with the document mask
-    against the unmasked loop; information only (no goal: the mask buys exact per-document attention, not speed)."""
+    """The docs table's rows (``benchmarks/_table.py``): per block length, train tokens/s with the document mask
+    against the unmasked loop (medians of the rounds, ratio of medians); information only (no goal: the mask buys
+    exact per-document attention, not speed)."""
     rows = []
     for case in cases:
         tokens = case["batch_blocks"] * case["seq_len_tokens"]
-        ours, unmasked = (tokens / case["train_step_seconds"][k] for k in ("document_mask", "unmasked"))
+        ours, unmasked = ([tokens / s for s in case["rounds"]["train_step_seconds"][k]]
+                          for k in ("document_mask", "unmasked"))  # fmt: skip
         rows.append({
-            "benchmark": "document_mask", "unit": "train tokens/s", "ours": ours, "best_peer": "no mask",
+            "benchmark": "document_mask", "unit": "train tokens/s", "best_peer": "no mask",
             "case": f"tiny ModernBERT, {case['batch_blocks']} x {case['seq_len_tokens']}-token blocks "
                     f"({case['documents_per_block_mean']:.1f} documents a block), CPU, 1 thread",
-            "best_peer_value": unmasked, "ratio_vs_best_peer": ours / unmasked, "limit": None,
-            "fraction_of_limit": None, "goal": None, "meets_goal": None,
+            **ratio_fields(ours, unmasked), "limit": None, "fraction_of_limit": None, "goal": None, "meets_goal": None,
         })  # fmt: skip
     return rows
 
@@ -53,10 +64,13 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "document_mask.json"))
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
+    out = out_path(args, RESULTS)
+    if args.smoke:
+        args.seq_len, args.batch, args.steps, args.rounds = [64], 2, 1, 1
 
     import torch
     from transformers import AutoTokenizer
@@ -77,7 +91,8 @@ def main() -> None:
     for seq_len in args.seq_len:
         with tempfile.TemporaryDirectory(prefix="bench-docmask-") as tmp:
             data = Path(tmp)
-            build_data(data, vocab_size=8000, seq_len=seq_len)
+            build_data(data, vocab_size=1000 if args.smoke else 8000, seq_len=seq_len,
+                       max_docs=SMOKE_DOCS if args.smoke else None)
             tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
             train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
             vocab = MaskingVocab.from_tokenizer(tok)
@@ -129,8 +144,7 @@ def main() -> None:
                       "training steps and forward passes, with and without the per-document mask",
               "cpu": cpu_model(), "torch_threads": args.threads, "torch": torch.__version__,
               "steps": args.steps, "rounds_n": args.rounds, "cases": cases, "rows": summary_rows(cases)}  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    write_results(out, result, MEASURED, args.smoke)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Corpus: the real BBC News articles (2,225 files of the packaged ``corpus4classif
 replaced). Tokenizer: the packaged MiniLM WordPiece (uncased, 30,522 tokens), a fast tokenizer. One core for
 the tokenizer itself: ``TOKENIZERS_PARALLELISM=false`` (set here, before ``tokenizers`` is imported).
 
-Measured in the same run, on the same texts, ``BATCH`` documents per tokenizer call (best of ``--repeats``
-rounds, each calling every method once; all times listed):
+Measured in the same run, on the same texts, ``BATCH`` documents per tokenizer call (``--repeats`` alternated
+rounds, each calling every method once; every figure is the median over the rounds, its spread and the best-of-N
+ratio beside it; all times listed):
 - ``limit``: the bare Rust tokenizer alone, ``encode_batch_fast(batch, add_special_tokens=False)`` and the
   ids of each encoding, nothing else: the most the stage could reach on one core. (``hf_wrapper``, for
   information: the same ids through ``tok(batch, add_special_tokens=False)``.)
@@ -30,7 +31,8 @@ Goal: stage at num_proc 1 >= 70% of ``limit`` and >= 1.5x ``run_mlm``. The num_p
 information: its limit is twice the one-core limit (perfect scaling), its peer ``run_mlm`` with 2 workers.
 ``ceiling_ratio_vs_run_mlm`` (limit / run_mlm) bounds what any one-core method could gain on the recipe.
 Run: ``.venv/bin/python benchmarks/tokenize.py`` (4-8 minutes on 2 shared cores); writes
-``benchmarks/results/tokenize.json``.
+``benchmarks/results/tokenize.json`` with its provenance (``benchmarks/_provenance.py``). ``--smoke``: every method
+on the first ``SMOKE_DOCS`` documents, one round, results to ``--out`` or a temporary folder.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the limit is one core; num_proc 2 adds processes, not threads
 
 import argparse  # noqa: E402
-import json  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 from itertools import chain  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -56,6 +58,7 @@ sys.path.insert(0, str(REPO))
 
 from datasets import Dataset  # noqa: E402
 
+from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, write_results  # noqa: E402
 from tasks.common.encoders import load_tokenizer, reference_model_dir  # noqa: E402
 from tasks.tokenize import pretrain as stage  # noqa: E402
 
@@ -63,6 +66,10 @@ SEQ = 128
 BATCH = 1000  # params.yaml tokenize.map_batch_size_docs, and datasets.map's default batch_size
 GOAL = ">= 1.5x run_mlm, >= 70% of raw tokenizer"
 GOAL_RATIO, GOAL_FRACTION = 1.5, 0.7
+RESULTS = REPO / "benchmarks" / "results" / "tokenize.json"
+SMOKE_DOCS = 60
+#: The code measured: the stage's pretraining path and the tokenizer loading it uses.
+MEASURED = ("tasks.tokenize.pretrain", "tasks.common.encoders")
 
 
 def bbc_texts() -> list[str]:
@@ -210,25 +217,27 @@ def check(outputs: dict, tok) -> dict:
     }
 
 
-def row(case: str, ours: float, peer: float, limit: float, has_goal: bool = True) -> dict:
-    """One results row (tokens/s); a row without a goal (information) has ``goal`` and ``meets_goal`` null."""
-    ratio, fraction = ours / peer, ours / limit
+def row(case: str, ours: list[float], peer: list[float], limit: float, has_goal: bool = True) -> dict:
+    """One results row from the rounds' tokens/s (medians, spread, ratio of medians); a row without a goal
+    (information) has ``goal`` and ``meets_goal`` null."""
+    figures = ratio_fields(ours, peer)
+    ratio, fraction = figures["ratio_vs_best_peer"], figures["ours"] / limit
     return {
-        "benchmark": "tokenize", "case": case, "unit": "tokens/s", "ours": ours,
-        "best_peer": "HF run_mlm recipe", "best_peer_value": peer, "ratio_vs_best_peer": ratio,
+        "benchmark": "tokenize", "case": case, "unit": "tokens/s", "best_peer": "HF run_mlm recipe", **figures,
         "limit": limit, "fraction_of_limit": fraction, "goal": GOAL if has_goal else None,
         "meets_goal": bool(ratio >= GOAL_RATIO and fraction >= GOAL_FRACTION) if has_goal else None,
     }
 
 
 def report(seconds: dict, counts: dict, docs: int) -> dict:
-    """The results file's body: tokens/s from the best time of each method, rows, ratios, settings."""
-    rate = {name: counts["doc_tokens"] / min(times) for name, times in seconds.items()}
+    """The results file's body: tokens/s of every round of each method, rows from their medians, settings."""
+    rates = {name: [counts["doc_tokens"] / s for s in times] for name, times in seconds.items()}
+    rate = {name: statistics.median(values) for name, values in rates.items()}
     rows = [
-        row(f"BBC News, {docs:,} docs, num_proc 1", rate["stage_num_proc_1"], rate["run_mlm_num_proc_1"],
+        row(f"BBC News, {docs:,} docs, num_proc 1", rates["stage_num_proc_1"], rates["run_mlm_num_proc_1"],
             rate["limit"]),
-        row(f"BBC News, {docs:,} docs, num_proc 2 (information)", rate["stage_num_proc_2"],
-            rate["run_mlm_num_proc_2"], 2 * rate["limit"], has_goal=False),
+        row(f"BBC News, {docs:,} docs, num_proc 2 (information)", rates["stage_num_proc_2"],
+            rates["run_mlm_num_proc_2"], 2 * rate["limit"], has_goal=False),
     ]
     return {
         "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
@@ -244,23 +253,21 @@ def report(seconds: dict, counts: dict, docs: int) -> dict:
         "batch_size_docs": BATCH,
         "tokens_per_s_counts": "document subword tokens, no special tokens",
         "cpu_count": os.cpu_count(),
-        "machine_note": "shared cores; best of repeats, all listed; ratios from the same run",
+        "machine_note": "shared cores; medians of alternated rounds, all listed; ratios from the same run",
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "tokenize.json")
+    parser.add_argument("--repeats", type=int, help="alternated rounds (default 5; --smoke: 1)")
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
+    out = out_path(args, RESULTS)
     tok = load_tokenizer(reference_model_dir())
-    texts = bbc_texts()
-    outputs, seconds = interleaved(methods(tok, texts), args.repeats)
+    texts = bbc_texts()[: SMOKE_DOCS if args.smoke else None]
+    outputs, seconds = interleaved(methods(tok, texts), args.repeats or min_runs(1, args.smoke))
     counts = check(outputs, tok)
-    body = report(seconds, counts, len(texts))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(json.dumps(body["rows"], indent=1))
+    write_results(out, report(seconds, counts, len(texts)), MEASURED, args.smoke)
 
 
 if __name__ == "__main__":

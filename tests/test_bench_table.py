@@ -101,11 +101,13 @@ def test_the_median_spread_and_best_of_n_are_shown_labelled(tmp_path):
                           "1.31× (best of N: 1.10×)"]  # fmt: skip
 
 
-def test_a_smoke_runs_results_are_refused_in_the_table(tmp_path):
+def test_a_smoke_runs_results_are_refused_in_the_results_folder(tmp_path, monkeypatch):
     path = _results(tmp_path, "0" * 64)
     body = json.loads(path.read_text())
     body["provenance"]["smoke"] = True
     path.write_text(json.dumps(body))
+    assert len(_table.load_rows(tmp_path)) == 1  # elsewhere (a smoke run's --out, the GPU check's dry run): read
+    monkeypatch.setattr(_table, "RESULTS", tmp_path)
     with pytest.raises(ValueError, match="dedup.json: a --smoke run"):
         _table.load_rows(tmp_path)
 
