@@ -132,7 +132,7 @@ class NullLog:
         return None
 
     def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
-                         move_alias: bool) -> dict | None:  # fmt: skip
+                         move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
         """Register ``model_uri`` as a new version of ``name`` (here: nothing; None)."""
         return None
 
@@ -274,25 +274,28 @@ class MlflowLog(NullLog):
                 "signature": signature}
 
     def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
-                         move_alias: bool) -> dict | None:  # fmt: skip
+                         move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
         """Register ``model_uri`` as a new version of the registered model ``name`` (created if absent), set
-        ``tags`` on that version (sanitized), and point ``alias`` at it when ``move_alias``. Returns
-        ``{name, version, alias, alias_moved, alias_version}`` (the version the alias names afterwards, None
-        when it names none)."""
+        ``tags`` on that version (sanitized), point ``evaluated_alias`` at it always (every registered version
+        was evaluated: ``models:/<name>@<evaluated_alias>`` loads the latest), and ``alias`` only when
+        ``move_alias`` (the gate passed). Returns ``{name, version, alias, alias_moved, alias_version,
+        evaluated_alias}`` (``alias_version``: the version ``alias`` names afterwards, None when it names none,
+        as on a store where no gate has passed yet)."""
         import mlflow
         from mlflow.exceptions import MlflowException
 
         version = mlflow.register_model(model_uri, name, await_registration_for=0)
         for key, value in tags.items():
             self._client.set_model_version_tag(name, version.version, sanitize_key(key), sanitize_value(value))
+        self._client.set_registered_model_alias(name, evaluated_alias, version.version)
         if move_alias:
             self._client.set_registered_model_alias(name, alias, version.version)
         try:
             current = self._client.get_model_version_by_alias(name, alias).version
-        except MlflowException:
+        except MlflowException:  # the alias names no version: no gate has passed in this store
             current = None
         return {"name": name, "version": int(version.version), "alias": alias, "alias_moved": move_alias,
-                "alias_version": int(current) if current is not None else None}
+                "alias_version": int(current) if current is not None else None, "evaluated_alias": evaluated_alias}
 
     @contextmanager
     def child(self, name: str) -> Iterator[MlflowLog]:

@@ -132,9 +132,9 @@ class SidecarLog(NullLog):
         return self.in_process().transformers_model(pipeline, name, run_id, input_example, pip_requirements)
 
     def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
-                         move_alias: bool) -> dict | None:  # fmt: skip
+                         move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
         """``MlflowLog.register_version``, in this process."""
-        return self.in_process().register_version(model_uri, name, tags, alias, move_alias)
+        return self.in_process().register_version(model_uri, name, tags, alias, move_alias, evaluated_alias)
 
     @contextmanager
     def child(self, name: str) -> Iterator[NullLog]:

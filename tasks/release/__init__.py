@@ -50,7 +50,8 @@ def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
             "git_commit": commit, "gate": gate["reason"], "export_agrees": export["agrees"],
             "run": export["run"], "seed": export["seed"], "folder": dest.as_posix()}  # fmt: skip
     model_uri = (export.get("mlflow") or {}).get("model_uri")
-    registered = log.register_version(model_uri, name, tags, cfg.alias, gate["passed"]) if model_uri else None
+    registered = (log.register_version(model_uri, name, tags, cfg.alias, gate["passed"], cfg.evaluated_alias)
+                  if model_uri else None)  # fmt: skip
     log.info(f"release {item}: {dest} ({gate['reason']}); registry: {registered or 'not registered (no MLflow model)'}")
     return {"task": item, "folder": dest.as_posix(), "run": export["run"], "seed": export["seed"], "gate": gate,
             "verdicts": {c["id"]: c["verdict"] for c in claims}, "data_md5": data_md5, "git_commit": commit,
