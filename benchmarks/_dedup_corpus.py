@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 from scipy import sparse
 
 from tasks.common import textnorm
+from tasks.common.shards import read_source, source_files
 
 SPREAD, BASE = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's odd multipliers
 NATURAL_FLOOR = 0.5  # rows this similar get their groups' cross pairs computed
@@ -44,11 +44,15 @@ class Corpus:
 
 
 def read_rows(ingest_dir: Path) -> list[str]:
-    """Texts of every ``*.parquet`` in ``ingest_dir``, files sorted by name."""
+    """Texts of every source in ``ingest_dir`` as the dedup stage reads them (``shards.source_files``: a
+    ``<source>.parquet`` or a folder of ``part-*.parquet`` shards; sources sorted by name, shards in row
+    order). Raises ``ValueError`` naming the folder when it holds no row: a benchmark of 0 documents
+    measures nothing."""
     texts: list[str] = []
-    for path in sorted(ingest_dir.glob("*.parquet")):
-        with pq.ParquetFile(path) as parquet:
-            texts += parquet.read(columns=["text"]).column(0).to_pylist()
+    for files in source_files(ingest_dir).values():
+        texts += read_source(files).column("text").to_pylist()
+    if not texts:
+        raise ValueError(f"{ingest_dir}: no ingest rows (no <source>.parquet or <source>/part-*.parquet)")
     return texts
 
 
