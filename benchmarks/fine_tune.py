@@ -23,8 +23,10 @@ steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on
 Counted alike: train tokens = non-pad tokens (``[CLS]``/``[SEP]`` included) of the docs in the timed steps (ours:
 the lengths of the timed examples; HF: the attention-mask sums of the timed batches); eval docs = docs predicted.
 Each variant runs in a fresh subprocess, alternately, ``--rounds`` times; the speedups are ratios of the medians
-(robust on a shared machine), also per CPU second of the worker process; ``ratio_vs_best_peer`` divides by the
-faster Trainer. ``limit``: the throughput if every
+(robust on a shared machine), also per CPU second of the worker process; ``ratio_vs_best_peer`` divides our
+median by the faster Trainer's (spreads and best-of-N beside it). ``--smoke``: one step of each variant, one round,
+the workers called in this process (no fresh subprocess: the imports once); the results carry their provenance
+(``benchmarks/_provenance.py``). ``limit``: the throughput if every
 FLOP ran at this machine's float32 matmul FLOP/s on the same thread count (measured in the same run).
 
 The rows are information (``goal`` None): the CPU speed goal (1.5x the faster Trainer) is retired (issue 57).
@@ -33,7 +35,7 @@ step is matmul time, which no training loop removes. The fine-tuning speed goal 
 (``benchmarks/fine_tune_sweep.py``: >= 2x one HF Trainer run per configuration).
 
     .venv/bin/python benchmarks/fine_tune.py            # writes benchmarks/results/fine_tune.json
-    .venv/bin/python benchmarks/fine_tune.py --rounds 1 --steps 4 --eval-docs 16 --out /tmp/ft.json  # smoke
+    .venv/bin/python benchmarks/fine_tune.py --smoke --out /tmp/ft.json   # every variant, 1 step, in seconds
     .venv/bin/python benchmarks/fine_tune.py --devices cuda --out /tmp/ft_gpu.json  # GPU only (information)
 """
 
@@ -59,6 +61,11 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
 from benchmarks._fine_tune_loops import cpu_precision, measure_hf_trainer, measure_ours  # noqa: E402
+from benchmarks._provenance import add_smoke, out_path, provenance, ratio_fields, write_results  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "fine_tune.json"
+#: The code measured: the finetune stage (its job, training loop and predict), its imports followed.
+MEASURED = ("tasks.finetune",)
 
 #: No speed goal (information rows): on the CPU the loop already runs at 1.0-1.1x Trainer on the same model, batch,
 #: length and precision and the rest is matmul time, so no loop could reach the old 1.5x; the fine-tuning goal is
@@ -130,6 +137,8 @@ def spawn(variant: str, data: Path, args: argparse.Namespace, device: str) -> di
     # both variants alike: idle OpenMP threads sleep (spinning ones collapse throughput on a shared machine)
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    if args.smoke:  # the same worker, in this process: a smoke run pays the imports once
+        return worker(argparse.Namespace(**{**vars(args), "variant": variant, "data": str(data), "device": device}))
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
@@ -186,12 +195,11 @@ def summary_rows(cmp: dict, flops: dict, limit: dict, args: argparse.Namespace, 
         ("train_tokens", "train tokens/s", args.steps * tcfg.batch_size, flops["train_flops_per_token"]),
         ("eval_docs", "eval docs/s", args.eval_docs, flops["eval_flops_per_token"] * flops["eval_mean_tokens_per_doc"]),
     ):  # fmt: skip
-        best = cmp[f"best_peer_{name}_per_s"]
-        ours, peer, ceiling = cmp[f"ours_{name}_per_s"], cmp[f"{best}_{name}_per_s"], limit["flops_per_s"] / per_unit
-        rows.append({"benchmark": "fine_tune", "case": case.format(docs), "unit": unit, "ours": ours,
-                     "best_peer": PEER_NAMES[best] if device == "cpu" else "HF Trainer (bf16=True)",
-                     "best_peer_value": peer, "ratio_vs_best_peer": ours / peer, "limit": ceiling,
-                     "fraction_of_limit": ours / ceiling,
+        best, ceiling = cmp[f"best_peer_{name}_per_s"], limit["flops_per_s"] / per_unit
+        figures = ratio_fields(*([r[f"{name}_per_s"] for r in cmp["runs"][v]] for v in ("ours", best)))
+        rows.append({"benchmark": "fine_tune", "case": case.format(docs), "unit": unit,
+                     "best_peer": PEER_NAMES[best] if device == "cpu" else "HF Trainer (bf16=True)", **figures,
+                     "limit": ceiling, "fraction_of_limit": figures["ours"] / ceiling,
                      "goal": GOAL, "meets_goal": None})  # fmt: skip
     return rows
 
@@ -221,9 +229,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps (x 8 train docs)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed optimizer steps first")
     parser.add_argument("--eval-docs", type=int, default=200, help="docs predicted in the timed evaluation")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating ours / HF Trainer worker pairs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fine_tune.json"))
+    parser.add_argument("--rounds", type=int, default=5, help="alternating ours / HF Trainer worker pairs")
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.warmup, args.eval_docs, args.rounds = 1, 1, 16, 1
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be >= 1")
     if args.worker:
@@ -231,6 +241,7 @@ def main() -> None:
         return
     import torch
 
+    out = out_path(args, RESULTS)
     tcfg, threads = recipe()
     devices = [d for d in args.devices.split(",") if d == "cpu" or (d == "cuda" and torch.cuda.is_available())]
     if not devices:
@@ -253,9 +264,9 @@ def main() -> None:
     }  # fmt: skip
     if "cuda" not in measured:
         result["cuda"] = {"skipped": "not asked (--devices)" if "cuda" not in args.devices else "no CUDA device"}
-    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    keys = ("case", "unit", "ours", "best_peer", "ratio_vs_best_peer")
-    print(json.dumps([{k: r[k] for k in keys} for r in rows], indent=1))
+    for row in measured.get("cuda", {}).get("rows", []):  # the file's provenance names the CPU; these ran on the GPU
+        row["provenance"] = provenance(MEASURED, "cuda", args.smoke)
+    write_results(out, result, MEASURED, args.smoke)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ Trainer run per configuration", on the CPU information (no goal). The case names
 and sizes. Without ``--device`` and without a GPU (``make bench`` on a CPU machine) it is skipped.
 
     .venv/bin/python benchmarks/fine_tune_sweep.py --device cuda     # gpu profile, 160 docs: fine_tune_gpu.json
-    .venv/bin/python benchmarks/fine_tune_sweep.py --device cpu --tiny --out /tmp/sweep.json    # smoke, ~30 s
+    .venv/bin/python benchmarks/fine_tune_sweep.py --smoke --out /tmp/sweep.json    # --tiny on the cpu, ~30 s
+
+Each side is measured once (a sweep is many runs; its wall time is the figure): the row has no spread. The results
+carry their provenance (``benchmarks/_provenance.py``).
 """
 
 from __future__ import annotations
@@ -54,10 +57,14 @@ import platform  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
+
 TASK = "cls"  # the params.yaml task whose recipe (finetune.recipes.cls) the sweep runs
 GOAL_RATIO = 2.0
 GOAL = f">= {GOAL_RATIO:g}x one HF Trainer run per configuration"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fine_tune_gpu.json"
+#: The code measured: the finetune stage (its sweep, runner and training loop), its imports followed.
+MEASURED = ("tasks.finetune",)
 #: ``--tiny``: a run of seconds per side (a random arm and a frozen probe arm on the pretrain preset's model, one
 #: reported seed, a one-entry grid, 16 docs, 1 epoch, one run at once): tests and ``gpu_check.sh --dry-run``.
 TINY = {"arms": "random/full/mean-pool,pretrained/frozen/mean-pool", "seeds": 1, "grid": "1", "train_docs": 16,
@@ -219,6 +226,7 @@ def main() -> None:
                         help="default: cuda when torch sees a GPU; without one the benchmark is skipped (make bench)")
     parser.add_argument("--tiny", action="store_true", help="the smoke size (flags given win): " + " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in TINY.items()))  # fmt: skip
+    add_smoke(parser, DEFAULT_OUT)
     parser.add_argument("--profile", help="apply profiles/<name>.yaml to params.yaml first (default: gpu on cuda, "
                                           "none on the cpu; none: params.yaml as it is)")  # fmt: skip
     parser.add_argument("--arms", help="comma-separated arms (default: finetune.recipes.cls.configs)")
@@ -229,9 +237,9 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, help="default: the recipe's max_epochs")
     parser.add_argument("--workers", type=int, help="CPU: runs at once (default: finetune.workers)")
     parser.add_argument("--runs-per-gpu", type=int, help="CUDA: runs at once (default: finetune.runs_per_gpu)")
-    parser.add_argument("--out", help=f"results JSON (default on cuda: {DEFAULT_OUT.relative_to(ROOT)}; on the "
-                                      "cpu: fine_tune_sweep_cpu.json in the temp folder)")  # fmt: skip
     args = parser.parse_args()
+    if args.smoke:  # --tiny's sizes, on the CPU unless --device says otherwise
+        args.tiny, args.device = True, args.device or "cpu"
     for key, value in TINY.items() if args.tiny else ():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -294,9 +302,9 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         "rows": [row],
     }  # fmt: skip
+    # on the CPU, information: by default never over the GPU's results
     default = DEFAULT_OUT if device.type == "cuda" else Path(tempfile.gettempdir()) / "fine_tune_sweep_cpu.json"
-    out = Path(args.out) if args.out else default
-    out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    out = write_results(out_path(args, default), result, MEASURED, args.smoke, device=str(device))
     print(f"ours {ours_s:.1f} s, HF Trainer {peer_s:.1f} s over {len(runs)} runs each: {peer_s / ours_s:.2f}x -> {out}")
     print(json.dumps({k: row[k] for k in ("case", "unit", "ours", "best_peer_value", "ratio_vs_best_peer", "goal",
                                           "meets_goal")}, indent=1))  # fmt: skip

@@ -134,8 +134,8 @@ trap summary EXIT
 
 if [ "$DRY" = 1 ]; then
   DEVICE=cpu
-  PRETRAIN=(--quick)
-  FINE_TUNE=(--tiny)
+  PRETRAIN=(--smoke)
+  FINE_TUNE=(--smoke)
   PROFILE_RUN=(--dry-run)
 else
   "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' \

@@ -25,10 +25,14 @@ process's own ``VmHWM`` (it includes the corpus it loaded: ``rss_after_load_mb``
 Flagged sets are compared: ours with the baseline (must be equal) and with each datatrove run, where the
 differences are counted by cause (eval docs shorter than 13 words, which datatrove cannot use; the rest
 with examples and a count of those whose text holds "_", a word character to ``\\w+`` and punctuation to
-datatrove, so the same text has a different number of words). Best of N repeats (``REPEATS``). Writes
-``benchmarks/results/leakage.json``. Run: ``.venv/bin/python benchmarks/leakage.py`` (about 7-9 minutes on 2
-cores; ``--scales 1`` for a quick look). The peer environment comes from ``benchmarks/peers/setup.sh``
-(``CLOZELINE_PEERS`` overrides its folder); a datatrove run that fails is listed under ``skipped`` with why.
+datatrove, so the same text has a different number of words). The tools alternate, round after round
+(``min_runs``: 5 rounds at 1x and 4x, 3 at 16x); each figure is the median over the rounds (CPU seconds), with its
+spread, and ``ratio_vs_best_peer`` is the ratio of medians (best-of-N beside it). Writes
+``benchmarks/results/leakage.json`` with its provenance (``benchmarks/_provenance.py``). Run:
+``.venv/bin/python benchmarks/leakage.py`` (about 15-20 minutes on 2 cores; ``--scales 1`` for a quick look;
+``--smoke``: every tool once on ``SMOKE_TRAIN`` train and ``SMOKE_EVAL`` eval docs, in seconds). The peer
+environment comes from ``benchmarks/peers/setup.sh`` (``CLOZELINE_PEERS`` overrides its folder); a datatrove run
+that fails, or whose environment is missing, is listed under ``skipped`` with why.
 """
 
 from __future__ import annotations
@@ -43,15 +47,20 @@ sys.path[0] = str(ROOT)
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+
+from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, write_results  # noqa: E402
 
 START = time.perf_counter()
 RESULTS = ROOT / "benchmarks" / "results" / "leakage.json"
 PEERS = Path(os.environ.get("CLOZELINE_PEERS", ROOT / "benchmarks" / ".peers"))
 SCALES = (1, 4, 16)
-REPEATS = {1: 3, 4: 1, 16: 1}  # best of N per scale (datatrove with spaCy: once)
+SMOKE_TRAIN, SMOKE_EVAL = 300, 60
+#: The code measured: the leakage stage's n-gram audit and the word split it runs on.
+MEASURED = ("tasks.leakage", "tasks.common.textnorm")
 BASELINE_MAX_SCALE = 4
 SPACY_MAX_SCALE = 1
 PERTURB_EVERY = 40
@@ -181,13 +190,28 @@ def run_part(tool: str, corpus_file: Path, work: Path) -> dict:
     return result
 
 
-def best_of(tool: str, corpus_file: Path, work: Path, repeats: int) -> dict:
-    runs = [run_part(tool, corpus_file, work) for _ in range(repeats)]
-    best = min(runs, key=lambda r: r["cpu_seconds"]["total"])
-    best["all_cpu_seconds"] = [r["cpu_seconds"]["total"] for r in runs]
-    best["all_seconds"] = [r["seconds"]["total"] for r in runs]
-    best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
-    return best
+def alternated(tools: list[str], corpus_file: Path, work: Path, rounds: int) -> tuple[dict, dict]:
+    """Every tool once per round, ``rounds`` rounds, in turn. Returns ``(runs, skipped)``: per tool its last run's
+    output with ``all_cpu_seconds`` / ``all_seconds`` (every round) and the largest ``peak_rss_mb``; per datatrove
+    tool whose run failed, why (its environment broken: its rows are skipped). Raises ``RuntimeError`` when one of
+    ours fails."""
+    done: dict[str, list[dict]] = {tool: [] for tool in tools}
+    skipped: dict[str, str] = {}
+    for _ in range(rounds):
+        for tool in [t for t in tools if t not in skipped]:
+            try:
+                done[tool].append(run_part(tool, corpus_file, work))
+            except RuntimeError as err:
+                if not tool.startswith("datatrove"):
+                    raise
+                skipped[tool] = str(err)[-500:]
+    runs = {}
+    for tool, outs in done.items():
+        if tool not in skipped:
+            runs[tool] = outs[-1] | {"all_cpu_seconds": [r["cpu_seconds"]["total"] for r in outs],
+                                     "all_seconds": [r["seconds"]["total"] for r in outs],
+                                     "peak_rss_mb": max(r["peak_rss_mb"] for r in outs)}  # fmt: skip
+    return runs, skipped
 
 
 # ------------------------------------------------------------------------------------------- comparisons
@@ -226,55 +250,50 @@ def compare(ours: dict, peer: dict, corpus: dict, limit: int = 3) -> dict:
     }
 
 
-def row(scale: int, n_train: int, n_eval: int, ours: float, peers: dict[str, float], same: bool) -> dict:
-    best_peer = max(peers, key=peers.get)
-    ratio = ours / peers[best_peer]
+def row(scale: int, n_train: int, n_eval: int, ours: list[float], peers: dict[str, list[float]], same: bool) -> dict:
+    """The docs table's row from every round's train docs per CPU second: medians, the fastest peer by median,
+    the ratio of medians."""
+    best_peer = max(peers, key=lambda tool: statistics.median(peers[tool])) if peers else None
+    figures = ratio_fields(ours, peers.get(best_peer))
+    ratio = figures["ratio_vs_best_peer"]
     return {"benchmark": "leakage", "case": f"{scale}x: {n_train:,} train / {n_eval:,} eval docs",
-            "unit": "train docs/s", "ours": ours, "best_peer": best_peer, "best_peer_value": peers[best_peer],
-            "ratio_vs_best_peer": ratio, "limit": None, "fraction_of_limit": None, "goal": GOAL,
-            "meets_goal": bool(ratio >= 2.0 and same)}
+            "unit": "train docs/s", "best_peer": best_peer, **figures, "limit": None, "fraction_of_limit": None,
+            "goal": GOAL, "meets_goal": bool(ratio is not None and ratio >= 2.0 and same)}
 
 
 def main() -> dict:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--part")
-    parser.add_argument("--corpus", type=Path)
-    parser.add_argument("--out", type=Path)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--scales", default=",".join(map(str, SCALES)))
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
     if args.part:
         measure_part(args.part, args.corpus, args.out)
         return {}
     from tasks.config import read_yaml
 
+    out = out_path(args, RESULTS)
     raw = read_yaml(ROOT / "params.yaml")
-    scales = [int(s) for s in args.scales.split(",")]
+    scales = [1] if args.smoke else [int(s) for s in args.scales.split(",")]
     have_peer = (PEERS / "datatrove" / "bin" / "python").exists()
     sizes, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="bench-leakage-") as tmp:
         work = Path(tmp)
         trains, evals = default_corpora(raw, work)
         base_train, eval_texts = list(trains["text"]), list(evals["text"])
+        if args.smoke:
+            base_train, eval_texts = base_train[:SMOKE_TRAIN], eval_texts[:SMOKE_EVAL]
         for scale in scales:
             corpus = {"train": replicate(base_train, scale), "eval": eval_texts}
             corpus_file = work / f"corpus-{scale}x.json"
             corpus_file.write_text(json.dumps(corpus), encoding="utf-8")
-            repeats = REPEATS.get(scale, 1)
-            tools = {"ours": repeats}
-            if scale <= BASELINE_MAX_SCALE:
-                tools["set_baseline"] = max(repeats - 1, 1)
-            if have_peer:
-                tools["datatrove_split"] = repeats
-                if scale <= SPACY_MAX_SCALE:
-                    tools["datatrove_spacy"] = 1
-            runs, skipped = {}, {}
-            for tool, n in tools.items():
-                try:
-                    runs[tool] = best_of(tool, corpus_file, work, n)
-                except RuntimeError as err:
-                    if not tool.startswith("datatrove"):
-                        raise
-                    skipped[tool] = str(err)[-500:]  # a broken peer environment: its rows are skipped, with why
+            tools = ["ours", *["set_baseline"] * (scale <= BASELINE_MAX_SCALE)]
+            tools += ["datatrove_split", *["datatrove_spacy"] * (scale <= SPACY_MAX_SCALE)] if have_peer else []
+            runs, skipped = alternated(tools, corpus_file, work, min_runs(scale, args.smoke))
+            if not have_peer:
+                skipped["datatrove"] = f"no peer environment {PEERS / 'datatrove'} (bash benchmarks/peers/setup.sh)"
+                print(f"bench leakage: datatrove skipped: {skipped['datatrove']}", flush=True)
             n_train = len(corpus["train"])
             entry = {"train_docs": n_train, "eval_docs": len(eval_texts), "tools": {}, "agreement": {},
                      "skipped": skipped}
@@ -282,8 +301,9 @@ def main() -> dict:
                 entry["tools"][tool] = {
                     "flagged_train_docs": len(r["flagged"]), "cpu_seconds": r["cpu_seconds"], "seconds": r["seconds"],
                     "all_cpu_seconds": r["all_cpu_seconds"], "all_seconds": r["all_seconds"],
-                    "docs_per_second": n_train / r["cpu_seconds"]["total"],
-                    "docs_per_wall_second": n_train / r["seconds"]["total"], "peak_rss_mb": r["peak_rss_mb"],
+                    "docs_per_second": statistics.median(n_train / c for c in r["all_cpu_seconds"]),
+                    "docs_per_wall_second": statistics.median(n_train / c for c in r["all_seconds"]),
+                    "peak_rss_mb": r["peak_rss_mb"],
                     "rss_after_load_mb": r["rss_after_load_mb"], "import_seconds": r["import_seconds"],
                     "process_seconds": r["process_seconds"], **({"settings": r["settings"]} if "settings" in r else {}),
                 }
@@ -297,9 +317,9 @@ def main() -> dict:
             if "datatrove_spacy" in runs and "datatrove_split" in runs:
                 entry["agreement"]["datatrove_split_vs_spacy_same"] = (runs["datatrove_split"]["flagged"]
                                                                         == runs["datatrove_spacy"]["flagged"])
-            rates = {t: v["docs_per_second"] for t, v in entry["tools"].items() if not t.startswith("ours")}
+            rates = {t: [n_train / c for c in r["all_cpu_seconds"]] for t, r in runs.items()}
             same = all(a["same"] or a.get("explained", False) for a in entry["agreement"].values() if isinstance(a, dict))
-            rows.append(row(scale, n_train, len(eval_texts), entry["tools"]["ours"]["docs_per_second"], rates, same))
+            rows.append(row(scale, n_train, len(eval_texts), rates.pop("ours"), rates, same))
             sizes[f"{scale}x"] = entry
             print(json.dumps(rows[-1]), flush=True)
     result = {
@@ -310,8 +330,7 @@ def main() -> dict:
         "growth_vs_1x": growth(sizes),
         "peers_available": have_peer,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_results(out, result, MEASURED, args.smoke)
     return result
 
 
@@ -333,6 +352,4 @@ def growth(sizes: dict) -> dict:
 
 
 if __name__ == "__main__":
-    summary = main()
-    if summary:
-        print(json.dumps(summary["rows"], indent=2))
+    main()

@@ -18,9 +18,13 @@ CPU float32 1024^3 matmuls on torch's threads; CUDA bf16 8192^3 GEMMs, and the G
   ``cuda``, ``cuda:N``. CPU: the ``tiny`` preset, 32 x 128-token blocks, float32 (compile off, as the stage's
   default). CUDA: the gpu profile's shape: ``base`` preset, 64 x 512-token blocks, 30,522-token vocabulary,
   mlm_probability 0.3, bf16, ``torch.compile``.
-- ``--quick``: tiny sizes, few steps, one round (a dry run: under a minute on a 2-core CPU).
+- ``--smoke`` (or ``--quick``): tiny sizes, few steps, one round (a dry run: under a minute on a 2-core CPU),
+  results to ``--out`` or a temporary folder; the GPU check's dry run runs it (benchmarks/gpu_check.sh).
 
-    .venv/bin/python benchmarks/pretrain.py          # writes benchmarks/results/pretrain.json; --quick: a dry run
+Rows: ours and HF Trainer are medians of the alternated rounds with their spread; the ratio of medians, best-of-N
+beside it; the results carry their provenance (``benchmarks/_provenance.py``).
+
+    .venv/bin/python benchmarks/pretrain.py          # writes benchmarks/results/pretrain.json; --smoke: a dry run
     .venv/bin/python benchmarks/pretrain.py --device cuda --out benchmarks/results/gpu_check/pretrain_gpu.json
 """
 
@@ -45,6 +49,11 @@ import time  # noqa: E402
 
 from benchmarks._device_time import PROFILE_STEPS, matmul_flops, profile_steps, sync  # noqa: E402
 from benchmarks._pretrain_data import build_data  # noqa: E402
+from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "pretrain.json"
+#: The code measured: the pretrain stage, its imports followed (HF Trainer's side is the installed transformers).
+MEASURED = ("tasks.pretrain",)
 
 TARGET_SPEEDUP = 1.3  # over HF Trainer on the CPU
 #: On CUDA (the GPU validation run): >= 2x HF Trainer and MFU >= 40% of the datasheet bf16 peak (NVIDIA's BERT
@@ -54,7 +63,7 @@ GPU_TARGET_SPEEDUP, GPU_TARGET_MFU = 2.0, 0.40
 #: and warm-up steps, rounds; ``quick``: the dry run
 SETTINGS = {
     "cpu": {"preset": "tiny", "batch": 32, "seq_len": 128, "vocab": 8000, "mlm_probability": 0.15, "steps": 12,
-            "warmup": 3, "rounds": 2, "max_docs": None},
+            "warmup": 3, "rounds": 5, "max_docs": None},
     "cuda": {"preset": "base", "batch": 64, "seq_len": 512, "vocab": 30522, "mlm_probability": 0.3, "steps": 30,
              "warmup": 5, "rounds": 1, "max_docs": None},
     "quick": {"preset": "tiny", "batch": 8, "seq_len": 64, "vocab": 2000, "mlm_probability": 0.15, "steps": 3,
@@ -280,10 +289,10 @@ def summary_rows(cmp: dict, limit: dict, device: dict, target: float) -> list[di
         case += f", {device['device_name']} ({peak})"
     else:
         case += ", CPU"
+    figures = ratio_fields(*([r["tokens_per_s"] for r in cmp["runs"][v]] for v in ("stage", "hf_trainer")))
     return [{
-        "benchmark": "pretrain", "case": case, "unit": "train tokens/s", "ours": cmp["stage_tokens_per_s"],
-        "best_peer": "HF Trainer", "best_peer_value": cmp["hf_trainer_tokens_per_s"],
-        "ratio_vs_best_peer": cmp["speedup"], "limit": tokens_limit,
+        "benchmark": "pretrain", "case": case, "unit": "train tokens/s", "best_peer": "HF Trainer", **figures,
+        "limit": tokens_limit,
         "fraction_of_limit": cmp["stage_tokens_per_s"] / tokens_limit, **goal(cmp, device, target),
     }]  # fmt: skip
 
@@ -293,7 +302,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=["stage", "hf_trainer"], help=argparse.SUPPRESS)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, few steps, one round (a dry run)")
+    parser.add_argument("--quick", dest="smoke", action="store_true", help="the same as --smoke")
     parser.add_argument("--data", help="folder from build_data (default: built in a temp dir)")
     for flag, kind in (("preset", str), ("batch", int), ("seq-len", int), ("vocab", int), ("mlm-probability", float),
                        ("steps", int), ("warmup", int), ("rounds", int)):  # fmt: skip
@@ -302,7 +311,7 @@ def main() -> None:
                         "(pretrain_profile.txt, pretrain_profile.json; untimed)")
     parser.add_argument("--document-mask", action="store_true", help="our loop with pretrain.document_mask (attention "
                         "within each document; HF Trainer stays unmasked)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pretrain.json"))
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
@@ -316,7 +325,8 @@ def main() -> None:
         device = resolve(args.device)
     except ValueError as err:  # no such device: one line, not a traceback
         parser.error(str(err))
-    opts = dict(SETTINGS["quick" if args.quick else device.type])
+    out = out_path(args, RESULTS)
+    opts = dict(SETTINGS["quick" if args.smoke else device.type])
     opts.update({k: v for k, v in vars(args).items() if k in opts and v is not None})
     opts["profile"] = args.profile and str(Path(args.profile).resolve())
     opts["document_mask"] = args.document_mask
@@ -327,7 +337,7 @@ def main() -> None:
         if not args.data:
             build_data(data, vocab_size=opts["vocab"], seq_len=opts["seq_len"], max_docs=opts["max_docs"])
         cmp = compare(data, opts, device)
-    limit = matmul_flops(device, seconds=0.5 if args.quick else 2.0)
+    limit = matmul_flops(device, seconds=0.5 if args.smoke else 2.0)
     where = describe(device)
     limit["datasheet_peak_flops_per_s"] = peak_flops(device, bf16=True) if device.type == "cuda" else None
     if limit["datasheet_peak_flops_per_s"]:
@@ -337,7 +347,7 @@ def main() -> None:
     rows = summary_rows(cmp, limit, where, TARGET_SPEEDUP)
     result = {
         "what": "train tokens/s: pretrain stage loop vs HF Trainer + DataCollatorForLanguageModeling, same device",
-        "device": where, "quick": args.quick, "limit": limit, "comparison": cmp,
+        "device": where, "quick": args.smoke, "limit": limit, "comparison": cmp,
         "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
                     "torch": torch.__version__, "cuda": torch.version.cuda},  # fmt: skip
         "target_speedup": TARGET_SPEEDUP, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
@@ -347,9 +357,8 @@ def main() -> None:
         "mfu_peak": (f"dense bf16 datasheet peak, {limit['datasheet_peak_flops_per_s'] / 1e12:,.0f} TFLOP/s"
                      if limit["datasheet_peak_flops_per_s"] else None),
     }  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in cmp.items() if k != "runs"} | {"device": where}, indent=1))
+    write_results(out, result, MEASURED, args.smoke, device=str(device))
 
 
 if __name__ == "__main__":

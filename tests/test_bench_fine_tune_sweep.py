@@ -22,7 +22,7 @@ KEYS = {"benchmark", "case", "unit", "ours", "best_peer", "best_peer_value", "ra
 @pytest.mark.slow
 def test_tiny_cpu_sweep_runs_the_same_runs_on_both_sides(tmp_path):
     out = tmp_path / "sweep.json"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "fine_tune_sweep.py"), "--device", "cpu", "--tiny", "--out", out]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "fine_tune_sweep.py"), "--smoke", "--out", out]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
