@@ -276,11 +276,9 @@ class MlflowLog(NullLog):
     def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
                          move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
         """Register ``model_uri`` as a new version of the registered model ``name`` (created if absent), set
-        ``tags`` on that version (sanitized), point ``evaluated_alias`` at it always (every registered version
-        was evaluated: ``models:/<name>@<evaluated_alias>`` loads the latest), and ``alias`` only when
-        ``move_alias`` (the gate passed). Returns ``{name, version, alias, alias_moved, alias_version,
-        evaluated_alias}`` (``alias_version``: the version ``alias`` names afterwards, None when it names none,
-        as on a store where no gate has passed yet)."""
+        ``tags`` on it (sanitized), point ``evaluated_alias`` at it always (every version registered was evaluated)
+        and ``alias`` only when ``move_alias`` (the gate passed). Returns ``{name, version, alias, alias_moved,
+        alias_version, evaluated_alias}`` (``alias_version``: the version ``alias`` names now, or None)."""
         import mlflow
         from mlflow.exceptions import MlflowException
 
@@ -292,7 +290,7 @@ class MlflowLog(NullLog):
             self._client.set_registered_model_alias(name, alias, version.version)
         try:
             current = self._client.get_model_version_by_alias(name, alias).version
-        except MlflowException:  # the alias names no version: no gate has passed in this store
+        except MlflowException:  # no gate has passed in this store yet
             current = None
         return {"name": name, "version": int(version.version), "alias": alias, "alias_moved": move_alias,
                 "alias_version": int(current) if current is not None else None, "evaluated_alias": evaluated_alias}
