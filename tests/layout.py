@@ -23,6 +23,9 @@ def closure(start: list[str]) -> set[Path]:
 TOKENIZE_COPIES = {"ner_window_tokens": "ner_max_seq_len_tokens", "ner_window_overlap_tokens": "ner_window_overlap_tokens"}
 #: Fields a section gets from another stage's key (leakage: the model whose lineage it audits) -> that key.
 OTHER_COPIES = {"pretrain_init_from": "pretrain.init_from"}
+#: Fields whose value another section's key resolves when params load (``pretrain_sources: all``: the role: pretrain
+#: sources of ``ingest.sources``) -> that key; the field's own key is read too.
+RESOLVED_BY = {"pretrain_sources": "ingest.sources"}
 
 
 def keys_read(section: str, item: str | None) -> set[str]:
@@ -36,6 +39,7 @@ def keys_read(section: str, item: str | None) -> set[str]:
     keys = {f"{section}.{name}" for name in model.model_fields if name not in copied} | {"paths"}
     keys |= {f"tokenize.{TOKENIZE_COPIES[name]}" for name in model.model_fields if name in TOKENIZE_COPIES}
     keys |= {OTHER_COPIES[name] for name in model.model_fields if name in OTHER_COPIES}
+    keys |= {RESOLVED_BY[name] for name in model.model_fields if name in RESOLVED_BY}
     if "hardware" in model.model_fields:
         keys.add("hardware")
     if "tasks" in model.model_fields:

@@ -5,6 +5,7 @@ one line naming it and its drop counts, for every file kind (a JSONL ``text_fiel
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,3 +93,115 @@ def test_the_same_sources_fixed_ingest_and_count_in_equals_out(tmp_path):
     metrics = json.loads((root / "metrics" / "ingest.json").read_text())
     assert {name: m["docs_out"] for name, m in metrics["sources"].items()} == {"good": 3, "typo": 8, "cols": 2}
     assert metrics["totals"] == {"docs_in": 13, "docs_out": 13, "dropped_total": 0}
+
+
+#: Words no other made text holds: a document of the new source is found in the blocks by its word.
+NEW_WORDS = [f"quokka{chr(97 + k)}zed" for k in range(12)]
+
+
+def corpus(raw: Path) -> list[dict]:
+    """A labelled task source (news.csv) and a folder pretraining source (base/); ``raw/new/`` is written too: one
+    file per document of the source a user adds, each holding one of ``NEW_WORDS``."""
+    import random
+
+    rng = random.Random(59)
+    filler = [f"w{k}" for k in range(300)]
+    text = lambda n: " ".join(rng.choice(filler) for _ in range(n))  # noqa: E731
+    (raw / "base").mkdir(parents=True)
+    (raw / "new").mkdir()
+    for k in range(30):
+        (raw / "base" / f"{k:02d}.txt").write_text(text(40))
+    for k, word in enumerate(NEW_WORDS):
+        (raw / "new" / f"{k:02d}.txt").write_text(f"{word} {text(40)}")  # first: a split's tail (< a block) is cut
+    rows = "".join(f"{text(12)},{'ab'[k % 2]}\n" for k in range(40))
+    (raw / "news.csv").write_text("text,label\n" + rows)
+    return [{"name": "news", "kind": "csv", "role": "task", "path": str(raw / "news.csv"), "text_field": "text",
+             "label_field": "label"},
+            {"name": "base", "kind": "text", "role": "pretrain", "path": str(raw / "base")}]
+
+
+def stage_params(root: Path, sources: list[dict], **changes):
+    """The repo's params.yaml as a user would keep it, with ``sources`` and a tiny run's sizes."""
+    from tasks.config import load_params
+
+    task = {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"}
+    return load_params(ROOT / "params.yaml", overrides={
+        "paths": {name: str(root / name) for name in ("data", "models", "metrics", "reports")},
+        "ingest.sources": sources, "tasks": {"cls": task}, "tokenizer.unk_eval_sources": ["news"],
+        "tokenizer.vocab_size_tokens": 300, "tokenize.max_seq_len_tokens": 32, "dedup.num_proc": 1,
+        "leakage.num_proc": 1, "leakage.semantic.enabled": False, "leakage.planted.max_docs": 2, **changes})
+
+
+def block_texts(root: Path) -> dict[str, str]:
+    """``{split: the decoded text of the clozeline blocks, one stream}`` of ``data/tokenize/pretrain``."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(root / "models" / "tokenizer")
+    out = {}
+    for split in ("train", "heldout"):
+        blocks = datasets.load_from_disk(str(root / "data" / "tokenize" / "pretrain" / "clozeline" / split))
+        stream = [token for block in blocks.to_dict()["input_ids"] for token in block]  # a word may span two blocks
+        out[split] = tokenizer.decode(stream, skip_special_tokens=True)
+    return out
+
+
+def test_a_pretraining_source_added_in_a_folder_reaches_the_vocabulary_and_the_blocks(tmp_path):
+    from tasks.__main__ import run_stage
+    from tasks.tracking import NullLog
+
+    root = tmp_path / "ws"
+    sources = corpus(root / "raw")
+    new = {"name": "new", "kind": "text", "role": "pretrain", "path": str(root / "raw" / "new")}
+    params = stage_params(root, [*sources, new])  # the one edit a user makes: the source
+    assert params.tokenize.pretrain_sources == params.tokenizer.pretrain_sources == ["base", "new"]
+    for stage in ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize"):
+        run_stage(stage, params, NullLog())
+    import pandas as pd
+
+    rows = pd.read_parquet(root / "data" / "leakage" / "new.parquet")
+    split_of = {word: rows.loc[rows["text"].str.contains(word), "split"].item() for word in NEW_WORDS}
+    assert set(split_of.values()) <= {"train", "heldout"} and "train" in split_of.values()
+    texts = block_texts(root)
+    for word, split in split_of.items():
+        assert word in texts[split], (word, split)  # decoded whole: the vocabulary learnt it or its pieces
+        assert word not in texts[{"train": "heldout", "heldout": "train"}[split]], word
+
+
+def test_the_default_params_name_the_same_sources_as_the_lists_they_replace():
+    from tasks.config import load_params
+
+    params = load_params(ROOT / "params.yaml")
+    # the lists params.yaml wrote before `all`: the blocks and a kept vocabulary's params stay as they were
+    assert params.tokenizer.pretrain_sources == params.tokenize.pretrain_sources == ["bbc_news_pretrain",
+                                                                                     "wikipedia_sample"]
+    assert params.source_warnings() == []
+
+
+def test_exclusion_is_by_name_and_a_source_no_stage_uses_is_an_error_naming_the_key(tmp_path):
+    from tasks.config import ParamsError
+
+    sources = corpus(tmp_path / "raw") + [{"name": "new", "kind": "text", "role": "pretrain",
+                                           "path": str(tmp_path / "raw" / "new")}]
+    kept = stage_params(tmp_path, sources, **{"tokenize.exclude_sources": ["new"]})
+    assert (kept.tokenize.pretrain_sources, kept.tokenizer.pretrain_sources) == (["base"], ["base", "new"])
+    both = "in both tokenizer.exclude_sources and tokenize.exclude_sources"
+    bad = {
+        f"ingest.sources: role: pretrain source(s) ['new'] {both}":
+            {"tokenize.exclude_sources": ["new"], "tokenizer.exclude_sources": ["new"]},
+        "tokenize.pretrain_sources: role: pretrain source(s) ['new'] neither listed nor in tokenize.exclude_sources":
+            {"tokenize.pretrain_sources": ["base"]},
+        "tokenizer.pretrain_sources: ['bbc_news_pretrain'] not in ingest.sources":
+            {"tokenizer.pretrain_sources": ["bbc_news_pretrain", "base", "new"]},
+        "tokenize.exclude_sources: 'news' is not an ingest source with role: pretrain":
+            {"tokenize.exclude_sources": ["news"]},
+        "tokenizer.unk_eval_sources: ['wnut16'] not ingest sources with role: task": {"tokenizer.unk_eval_sources":
+                                                                                      ["news", "wnut16"]},
+    }
+    for message, changes in bad.items():
+        with pytest.raises(ParamsError, match=re.escape(message)):
+            stage_params(tmp_path, sources, **changes)
+    extra = {**sources[0], "name": "unused"}  # a task source no task names: read by the leakage audit alone
+    assert stage_params(tmp_path, [*sources, extra]).source_warnings() == [
+        "ingest.sources: 'unused' (role: task) is named by no task (params.yaml tasks), tokenizer.unk_eval_sources or "
+        "pretrain_sources: only the leakage audit reads it"]

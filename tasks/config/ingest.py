@@ -22,6 +22,10 @@ Role = Literal["pretrain", "task"]
 MaxDocs = Annotated[int | None, Field(ge=1, description="keep at most this many docs (deterministic sample); null = all")]
 Include = Annotated[str, Field(min_length=1, description="glob a found file's path must match (PurePath.match)")]
 Column = Annotated[int, Field(ge=0, description="0-based column index")]
+#: The sources whose text a stage trains on: ``all`` (every source with ``role: pretrain``, in ``ingest.sources``
+#: order, less the stage's ``exclude_sources``; replaced by that list when params.yaml loads: ``resolve_pretrain``),
+#: or a list of names (a task source there lends its train split).
+PretrainSources = Literal["all"] | list[SourceName]
 
 
 class _SourceBase(StrictModel):
@@ -178,3 +182,32 @@ class IngestParams(StrictModel):
     def _unique_names(self):
         require_unique([source.name for source in self.sources], "source names")
         return self
+
+
+def resolve_pretrain(sources: list[SourceSpec], chosen: PretrainSources, excluded: list[str],
+                     section: str) -> list[str]:
+    """The names ``<section>.pretrain_sources`` stands for: with ``all`` every ``role: pretrain`` source in
+    ``sources`` order but those in ``<section>.exclude_sources``; a list as written. Raises ``ValueError`` naming
+    the key for a name that is no source, an excluded name that is not a ``role: pretrain`` source or is also
+    listed, a listed ``role: pretrain`` source neither listed nor excluded (nothing is left out silently), or no
+    source at all."""
+    roles = {source.name: source.role for source in sources}
+    pretrain = [name for name, role in roles.items() if role == "pretrain"]
+    listed = pretrain if chosen == "all" else chosen
+    unknown = [name for name in listed if name not in roles]
+    if unknown:
+        raise ValueError(f"{section}.pretrain_sources: {unknown} not in ingest.sources ({sorted(roles)})")
+    for name in excluded:
+        if roles.get(name) != "pretrain":
+            raise ValueError(f"{section}.exclude_sources: {name!r} is not an ingest source with role: pretrain "
+                             f"({pretrain})")
+        if chosen != "all" and name in chosen:
+            raise ValueError(f"{section}.exclude_sources: {name!r} is also in {section}.pretrain_sources")
+    left_out = [name for name in pretrain if name not in listed and name not in excluded]
+    if left_out:
+        raise ValueError(f"{section}.pretrain_sources: role: pretrain source(s) {left_out} neither listed nor in "
+                         f"{section}.exclude_sources (pretrain_sources: all takes every one)")
+    resolved = [name for name in listed if name not in excluded]
+    if not resolved:
+        raise ValueError(f"{section}.pretrain_sources: no source left ({section}.exclude_sources takes every one)")
+    return resolved

@@ -15,7 +15,7 @@ from tasks.config.dedup import DedupParams
 from tasks.config.export import ExportParams
 from tasks.config.finetune import FinetuneParams
 from tasks.config.hardware import HardwareParams
-from tasks.config.ingest import IngestParams
+from tasks.config.ingest import IngestParams, resolve_pretrain
 from tasks.config.leakage import LeakageParams
 from tasks.config.paths import Paths
 from tasks.config.pipeline import PipelineParams
@@ -71,6 +71,37 @@ class Params(StrictModel):
             if self.finetune.recipes[spec.recipe].ablation_config and not self.pretrain.ablations:
                 raise ValueError(f"finetune.recipes.{spec.recipe}.ablation_config needs pretrain.ablations")
         return self
+
+    @model_validator(mode="after")
+    def _every_source_used(self) -> Params:
+        """``pretrain_sources`` of the tokenizer and tokenize sections become the names they stand for
+        (``resolve_pretrain``: ``all`` is every ``role: pretrain`` source but those excluded by name); a ``role:
+        pretrain`` source both exclude, or an ``unk_eval_sources`` name that is no task source, is an error."""
+        for stage in ("tokenizer", "tokenize"):
+            cfg = getattr(self, stage)
+            names = resolve_pretrain(self.ingest.sources, cfg.pretrain_sources, cfg.exclude_sources, stage)
+            object.__setattr__(self, stage, cfg.model_copy(update={"pretrain_sources": names}))
+        used = {*self.tokenizer.pretrain_sources, *self.tokenize.pretrain_sources}
+        idle = [source.name for source in self.ingest.sources if source.role == "pretrain" and source.name not in used]
+        if idle:
+            raise ValueError(f"ingest.sources: role: pretrain source(s) {idle} in both tokenizer.exclude_sources and "
+                             "tokenize.exclude_sources: no stage uses them (remove them from ingest.sources)")
+        task_sources = sorted(source.name for source in self.ingest.sources if source.role == "task")
+        unknown = [name for name in self.tokenizer.unk_eval_sources if name not in task_sources]
+        if unknown:
+            raise ValueError(f"tokenizer.unk_eval_sources: {unknown} not ingest sources with role: task "
+                             f"({task_sources})")
+        return self
+
+    def source_warnings(self) -> list[str]:
+        """One line per ``role: task`` source that no task, ``unk_eval_sources`` or ``pretrain_sources`` names:
+        only the leakage audit reads it (its dev and test texts are cleaned out of the pretraining text), which is
+        seldom what a user who listed it meant, so the flow prints it, but it is not an error."""
+        named = {spec.source for spec in self.tasks.values()} | set(self.tokenizer.unk_eval_sources)
+        named |= {*self.tokenizer.pretrain_sources, *self.tokenize.pretrain_sources}
+        return [f"ingest.sources: {source.name!r} (role: task) is named by no task (params.yaml tasks), "
+                "tokenizer.unk_eval_sources or pretrain_sources: only the leakage audit reads it"
+                for source in self.ingest.sources if source.role == "task" and source.name not in named]
 
     @model_validator(mode="after")
     def _share_tasks(self) -> Params:

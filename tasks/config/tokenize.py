@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.ingest import PretrainSources, SourceName
 from tasks.config.tasks import Tasks
 
 
@@ -16,8 +17,12 @@ class TokenizeParams(StrictModel):
     ``tasks`` is not written under ``tokenize:``: the root model copies the validated ``tasks`` section here.
     """
 
-    pretrain_sources: list[str] = Field(min_length=1, description="sources packed into MLM blocks: role=pretrain "
-                                        "rows, or a task source's train split (train) and dev split (heldout)")
+    pretrain_sources: PretrainSources = Field(
+        "all", description="sources packed into MLM blocks: all (every role: pretrain source but exclude_sources; "
+        "the list it stands for once params.yaml loads) or names: role=pretrain rows, or a task source's train split "
+        "(train) and dev split (heldout)"
+    )
+    exclude_sources: list[SourceName] = Field(default_factory=list, description="role: pretrain sources not packed")
     tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section")
     max_seq_len_tokens: int = Field(ge=8, le=8192, description="pretraining block length, specials included")
     ner_max_seq_len_tokens: int = Field(

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel, require_unique
+from tasks.config.ingest import PretrainSources, SourceName
 
 
 class SpecialTokens(StrictModel):
@@ -32,9 +33,12 @@ class SpecialTokens(StrictModel):
 class TokenizerParams(StrictModel):
     """Params of the ``tokenizer`` stage: a WordPiece vocab trained on the pretraining train split, or loaded."""
 
-    pretrain_sources: list[str] = Field(
-        min_length=1, description="sources whose train text trains the vocab: role=pretrain rows, or a task source's train split"
+    pretrain_sources: PretrainSources = Field(
+        "all", description="sources whose train text trains the vocab: all (every role: pretrain source but "
+        "exclude_sources; the list it stands for once params.yaml loads) or names: role=pretrain rows, or a task "
+        "source's train split"
     )
+    exclude_sources: list[SourceName] = Field(default_factory=list, description="role: pretrain sources not trained on")
     unk_eval_sources: list[str] = Field(
         description="task sources whose dev split gives an [UNK] rate (only measured, never trained on)"
     )

@@ -374,7 +374,8 @@ def zero_documents(spec, result: SourceResult) -> str:
 
 
 #: What a drop reason without a detail means, said for a source whose documents all were dropped for it.
-MISSING_FIELD = {"missing_text": "no value in field {field!r}", "empty": "the text is empty after whitespace normalization"}
+MISSING_FIELD = {"missing_text": "no value in field {field!r}",
+                 "empty": "the text is empty after whitespace normalization"}
 
 
 def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) -> None:
