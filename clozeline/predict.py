@@ -16,7 +16,9 @@ things the evaluated model does are not what those classes' ``forward`` or the s
   cuts the head only;
 - token classification: words are tokenized as given (``is_split_into_words``), long sentences become
   overlapping windows, and each word takes the tag and probability at its *first* subword in the window where
-  it has the most context; a word without subwords is read as ``[UNK]``.
+  it has the most context; a word without subwords is read as ``[UNK]``. A string is split into words with
+  punctuation split off, and tags are read into entities as the evaluation reads them (seqeval, strict
+  IOB2): ``clozeline.entities``.
 
 Usage (importing this module registers the two pipeline tasks with transformers)::
 
@@ -27,8 +29,11 @@ Usage (importing this module registers the two pipeline tasks with transformers)
     classify("Shares in the chip maker rose ...")          # [{'label': 'business', 'score': 0.97}]
     classify({"text": "a premise", "text_pair": "a hypothesis"})   # a pair task
     tag = pipeline("clozeline-token-classification", model="models/export/ner")
-    tag("john visited paris")                              # [{'word': 'john', 'entity': 'B-person', ...}, ...]
-    tag(["john", "visited", "paris"], is_split_into_words=True)
+    tag("John visited Paris.")     # per word: [{'entity': 'B-person', 'score': .., 'index': 0, 'word': 'John',
+                                   #             'start': 0, 'end': 4}, ..., {'word': '.', 'start': 18, ...}]
+    tag("John visited Paris.", aggregation_strategy="simple")   # per entity: [{'entity_group': 'person',
+                                   #   'score': .., 'word': 'John', 'start': 0, 'end': 4}, ...]
+    tag(["John", "visited", "Paris", "."], is_split_into_words=True)
 
 Command line (one JSON object per line: ``{"doc_id", "text"}``, ``{"doc_id", "text", "text_pair"}`` or
 ``{"doc_id", "words"}``)::
@@ -39,9 +44,11 @@ A baseline export (``model.skops`` + ``baseline.json``: the TF-IDF + logistic-re
 when it is the best run on dev) runs through the same command line; ``clozeline.baseline.load_baseline`` loads it with skops,
 trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
-This module needs only torch and transformers (and of this package ``tasks.common.truncation``, the cut
-finetune applies, and ``tasks.common.alignment`` for the NER windows; skops for a baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe
-are inconsistent, raises ``ExportError`` with a one-line message naming the folder.
+This module needs torch, transformers, tokenizers and seqeval (and of this package ``tasks.common.truncation``,
+the cut finetune applies, ``tasks.common.alignment`` for the NER windows and ``clozeline.entities``; skops for a
+baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe are inconsistent,
+raises ``ExportError`` with a one-line message naming the folder; an empty input or an argument the pipeline
+does not take raises ``ValueError`` with one line.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ from transformers import (
 )
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from clozeline import entities
 from tasks.common import alignment
 from tasks.common.truncation import cut, cut_pair
 
@@ -73,6 +81,8 @@ RECIPE_KEY, FORMAT = "clozeline", 1
 TEXT_TASK, TOKEN_TASK = "clozeline-text-classification", "clozeline-token-classification"
 #: Task kind (params.yaml ``tasks.<name>.kind``) -> the pipeline task that runs it.
 PIPELINE_OF = {"classification": TEXT_TASK, "pair_classification": TEXT_TASK, "token_classification": TOKEN_TASK}
+#: ``aggregation_strategy`` values the tagger takes (the stock names; a word is read at its first subword).
+AGGREGATIONS = ("none", "simple", "first")
 AUTO_CLASS = {TEXT_TASK: AutoModelForSequenceClassification, TOKEN_TASK: AutoModelForTokenClassification}
 
 
@@ -150,11 +160,8 @@ def encode_document(tokenizer, inputs: str | dict, block: dict) -> dict[str, tor
 def encode_words(tokenizer, words: list[str], block: dict) -> dict[str, Any]:
     """A sentence's windows as the evaluated tagger read them: the words tokenized as given, a word without
     subwords replaced by ``[UNK]``, a word longer than a window cut to its first subwords, then overlapping
-    windows of ``window_tokens`` (``[CLS]`` and ``[SEP]`` included), padded into one batch."""
+    windows of ``window_tokens`` (``[CLS]`` and ``[SEP]`` included), padded into one batch. ``words``: at least one."""
     capacity = block["window_tokens"] - 2
-    if not words:
-        return {"input_ids": torch.zeros(0, 2, dtype=torch.long), "attention_mask": torch.zeros(0, 2, dtype=torch.long),
-                "word_ids": [], "words": []}  # fmt: skip
     enc = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
     ids, word_ids = list(enc["input_ids"]), enc.word_ids()
     missing = alignment.missing_words(word_ids, len(words))
@@ -183,7 +190,8 @@ class ClozelineTextClassificationPipeline(TextClassificationPipeline):
     """``text-classification`` with the evaluated model's cut and pooling (``clozeline`` block of config.json).
 
     Input and output as the stock pipeline: a string or ``{"text", "text_pair"}`` (or a list of them);
-    ``[{"label", "score"}]``, or every label's probability with ``top_k=None``."""
+    ``[{"label", "score"}]``, or every label's probability with ``top_k=None``. Raises ``ValueError`` for an
+    empty or all-whitespace text (either text of a pair)."""
 
     def _sanitize_parameters(self, function_to_apply=None, top_k="", **_ignored):
         # tokenizer arguments (truncation, max_length) are ignored: the cut is the recipe's
@@ -192,6 +200,9 @@ class ClozelineTextClassificationPipeline(TextClassificationPipeline):
     def preprocess(self, inputs, **_ignored) -> dict[str, torch.Tensor]:
         if isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], list) and len(inputs[0]) == 2:
             inputs = {"text": inputs[0][0], "text_pair": inputs[0][1]}
+        texts = [inputs["text"], inputs["text_pair"]] if isinstance(inputs, dict) else [inputs]
+        if any(not isinstance(t, str) or not t.strip() for t in texts):
+            raise ValueError(f"{TEXT_TASK}: empty input ({inputs!r}): there is no text to classify")
         return encode_document(self.tokenizer, inputs, recipe(self.model.config))
 
     def _forward(self, model_inputs):
@@ -199,43 +210,69 @@ class ClozelineTextClassificationPipeline(TextClassificationPipeline):
 
 
 class ClozelineTokenClassificationPipeline(TokenClassificationPipeline):
-    """``token-classification`` on words: one tag per word (the tag at its first subword in its max-context
-    window). A string is split on whitespace; a list of words with ``is_split_into_words=True`` is taken as
-    given. Returns ``[{"word", "entity", "score", "index"}]`` per word (``index`` = the word's position)."""
+    """``token-classification`` on words, one tag per word (the tag at its first subword in its max-context
+    window), read as the evaluation reads it (``clozeline.entities``: seqeval, strict IOB2).
 
-    def _sanitize_parameters(self, is_split_into_words: bool = False, delimiter=None, **_ignored):
-        return {"is_split_into_words": is_split_into_words}, {}, {}
+    Input: a string, split into words by ``clozeline.entities.split_words`` (punctuation split off, character
+    offsets kept), or a list of words with ``is_split_into_words=True`` (offsets into ``delimiter.join(words)``,
+    ``delimiter`` default ``" "``). Output, as the stock pipeline's: ``aggregation_strategy="none"`` (default)
+    one ``{entity, score, index, word, start, end}`` per word (every word, ``O`` included, unless named in
+    ``ignore_labels``); ``"simple"`` or ``"first"`` (the same here: a word is read at its first subword) one
+    ``{entity_group, score, word, start, end}`` per entity. Raises ``ValueError`` (one line) for an empty
+    input, an unknown keyword argument, or ``aggregation_strategy`` ``average``/``max`` (they pool subwords,
+    which the evaluated tagger does not)."""
+
+    def _sanitize_parameters(self, is_split_into_words: bool = False, delimiter: str | None = None,
+                             aggregation_strategy=None, ignore_labels: list[str] | None = None, **unknown):  # fmt: skip
+        if unknown:
+            raise ValueError(f"{TOKEN_TASK}: unknown keyword argument(s) {sorted(unknown)}; it takes "
+                             f"is_split_into_words, delimiter, aggregation_strategy {list(AGGREGATIONS)}, ignore_labels")
+        strategy = str(getattr(aggregation_strategy, "value", aggregation_strategy) or "none").lower()
+        if strategy not in AGGREGATIONS:
+            raise ValueError(f"{TOKEN_TASK}: aggregation_strategy {strategy!r} is not one of {list(AGGREGATIONS)} "
+                             "(the evaluated tagger reads each word at its first subword; average/max pool subwords)")
+        return ({"is_split_into_words": is_split_into_words, "delimiter": " " if delimiter is None else delimiter},
+                {}, {"aggregation_strategy": strategy, "ignore_labels": list(ignore_labels or [])})  # fmt: skip
 
     def __call__(self, inputs, **kwargs):
         result = super().__call__(inputs, **kwargs)
         one_sentence = kwargs.get("is_split_into_words") and inputs and all(isinstance(w, str) for w in inputs)
         return result[0] if one_sentence and result and isinstance(result[0], list) else result
 
-    def preprocess(self, sentence, is_split_into_words: bool = False, **_ignored):
-        # the stock pipeline is a ChunkPipeline: preprocess yields chunks; here one chunk holds all windows
-        words = list(sentence) if is_split_into_words or isinstance(sentence, list) else str(sentence).split()
-        yield {**encode_words(self.tokenizer, words, recipe(self.model.config)), "is_last": True}
+    def preprocess(self, sentence, is_split_into_words: bool = False, delimiter: str = " ", **_stock):
+        # the stock pipeline is a ChunkPipeline: preprocess yields chunks; here one chunk holds all windows.
+        # _stock: what the stock __call__ passes on (offset_mapping, tokenizer_params), unused here
+        if is_split_into_words or isinstance(sentence, list):
+            words = [str(w) for w in sentence]
+            text, offsets = delimiter.join(words), entities.joined_offsets(words, delimiter)
+        else:
+            text = str(sentence)
+            words, offsets = entities.split_words(text)
+        if not words:
+            raise ValueError(f"{TOKEN_TASK}: empty input ({sentence!r}): there is no word to tag")
+        encoded = encode_words(self.tokenizer, words, recipe(self.model.config))
+        yield {**encoded, "text": text, "offsets": offsets, "is_last": True}
 
     def _forward(self, model_inputs):
         tensors = {k: model_inputs[k] for k in ("input_ids", "attention_mask")}
-        out = logits(self.model, tensors, "token") if len(model_inputs["words"]) else None
-        return {"logits": out, "word_ids": model_inputs["word_ids"], "words": model_inputs["words"],
-                "is_last": model_inputs["is_last"]}
+        passed = {k: model_inputs[k] for k in ("word_ids", "words", "text", "offsets", "is_last")}
+        return {"logits": logits(self.model, tensors, "token"), **passed}
 
-    def postprocess(self, all_outputs, **_ignored) -> list[dict[str, Any]]:
-        all_outputs = all_outputs[0] if isinstance(all_outputs, list) else all_outputs
-        words = all_outputs["words"]
-        if not words:
-            return []
-        scores = all_outputs["logits"].float()
+    def postprocess(self, all_outputs, aggregation_strategy: str = "none", ignore_labels: list[str] | None = None,
+                    **_stock) -> list[dict[str, Any]]:  # fmt: skip
+        out = all_outputs[0] if isinstance(all_outputs, list) else all_outputs
+        scores = out["logits"].float()
         best = scores.argmax(dim=-1)
         prob = torch.softmax(scores, dim=-1).gather(-1, best.unsqueeze(-1)).squeeze(-1)
         windows = [(ids, list(zip(b.tolist(), p.tolist(), strict=True))[: len(ids)])
-                   for ids, b, p in zip(all_outputs["word_ids"], best, prob, strict=True)]  # fmt: skip
-        pairs = alignment.words_from_windows(windows, len(words))
-        names = self.model.config.id2label
-        return [{"word": word, "entity": names[label], "score": score, "index": index}
-                for index, (word, (label, score)) in enumerate(zip(words, pairs, strict=True))]  # fmt: skip
+                   for ids, b, p in zip(out["word_ids"], best, prob, strict=True)]  # fmt: skip
+        pairs = alignment.words_from_windows(windows, len(out["words"]))
+        tags = [self.model.config.id2label[label] for label, _ in pairs]
+        word_scores = [score for _, score in pairs]
+        if aggregation_strategy != "none":
+            return entities.entity_groups(out["text"], out["offsets"], tags, word_scores)
+        records = entities.word_records(out["words"], out["offsets"], tags, word_scores)
+        return [r for r in records if r["entity"] not in (ignore_labels or [])]
 
 
 PIPELINE_REGISTRY.register_pipeline(TEXT_TASK, pipeline_class=ClozelineTextClassificationPipeline,
