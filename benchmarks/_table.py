@@ -159,7 +159,7 @@ def _figure(value: float | None) -> str:
 
 
 def _ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}×"
+    return "n/a" if value is None else f"{value:.2f}×" if value >= 0.01 else f"{value:.2g}×"
 
 
 def _percent(value: float | None) -> str:

@@ -13,8 +13,10 @@ training docs (``tasks.leakage.train_rows``) against the same eval docs (``eval_
   (eval doc, training doc) pairs at thresholds 0.8 and 0.9.
 
 Docs/s is training docs per wall second (the stage runs with every core; the machine is shared, so CPU
-seconds are reported next to it). Writes ``benchmarks/results/leakage_semantic.json``. Run:
-``.venv/bin/python benchmarks/leakage_semantic.py`` (about 5-10 minutes on 2 cores).
+seconds are reported next to it). Writes ``benchmarks/results/leakage_semantic.json`` with its provenance
+(``benchmarks/_provenance.py``) and one information row: the semantic pass's docs/s against the lexical audit's
+(measured once each: a cost, not a race). Run: ``.venv/bin/python benchmarks/leakage_semantic.py`` (about 5-10
+minutes on 2 cores); ``--smoke``: every pass and precision on ``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval docs.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)  # benchmarks/tokenize.py would shadow the stdlib module
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results" / "leakage_semantic.json"
+SMOKE_TRAIN, SMOKE_EVAL, SMOKE_FP32_DOCS = 16, 8, 4
+#: The code measured: the leakage stage (its lexical detectors, semantic encoder and search), imports followed.
+MEASURED = ("tasks.leakage",)
 
 
 def corpora(from_split: bool):
@@ -104,31 +110,44 @@ def agreement(a, b, evals_a, evals_b) -> dict:
     return out
 
 
+def summary_row(out: dict, precision: str) -> dict:
+    """The docs table's row (information): the semantic pass's training docs/s against the lexical audit's."""
+    ours, lexical_rate = out["docs_per_s"][f"semantic ({precision})"], out["docs_per_s"]["lexical"]
+    return {"benchmark": "leakage_semantic", "unit": "train docs/s", "ours": ours,
+            "case": f"{out['train_docs']:,} train / {out['eval_docs']:,} eval docs, semantic pass ({precision})",
+            "best_peer": "lexical audit (same run)", "best_peer_value": lexical_rate,
+            "ratio_vs_best_peer": ours / lexical_rate, "limit": None, "fraction_of_limit": None, "goal": None,
+            "meets_goal": None}  # fmt: skip
+
+
 def main() -> dict:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from-split", action="store_true", help="read data/split instead of building it")
     parser.add_argument("--fp32-docs", type=int, default=300)
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
     from tasks.config import load_params
 
+    results = out_path(args, RESULTS)
     cfg = load_params(ROOT / "params.yaml").leakage
     train, evals = corpora(args.from_split)
     train_texts, eval_texts = [str(t) for t in train["text"]], [str(t) for t in evals["text"]]
+    if args.smoke:
+        train_texts, eval_texts, args.fp32_docs = train_texts[:SMOKE_TRAIN], eval_texts[:SMOKE_EVAL], SMOKE_FP32_DOCS
     out = {"train_docs": len(train_texts), "eval_docs": len(eval_texts)}
     out["lexical"] = lexical(train_texts, eval_texts, cfg)
     out["semantic"], _, _ = semantic_pass(train_texts, eval_texts, cfg, cfg.semantic.cpu_precision)
     sample = train_texts[: args.fp32_docs]
     n = len(train_texts)
-    out["docs_per_s"] = {"lexical": round(n / out["lexical"]["wall_s"], 1),
-                         f"semantic ({cfg.semantic.cpu_precision})": round(n / out["semantic"]["wall_s"], 1)}
+    out["docs_per_s"] = {"lexical": n / out["lexical"]["wall_s"],
+                         f"semantic ({cfg.semantic.cpu_precision})": n / out["semantic"]["wall_s"]}
     runs = {p: semantic_pass(sample, eval_texts, cfg, p) for p in ("fp32", "bf16", "int8")}
     for p, (timing, _, _) in runs.items():
         out["docs_per_s"][f"semantic {p} (first {len(sample)} docs)"] = round(len(sample) / timing["wall_s"], 1)
     out["agreement_with_fp32"] = {p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1])
                                   for p in ("bf16", "int8")}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps(out, indent=1))
+    out["rows"] = [summary_row(out, cfg.semantic.cpu_precision)]
+    write_results(results, out, MEASURED, args.smoke)
     return out
 
 
