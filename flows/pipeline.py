@@ -2,32 +2,43 @@
 
 DVC owns the graph and the cache: each task runs ``dvc repro --single-item <stage>``, so an up-to-date stage
 is skipped by DVC, and Prefect's own result caching stays off. The flow opens the parent MLflow run and
-hands its id to the stage processes through ``CLOZELINE_PARENT_RUN_ID``; at the end it publishes the claim table
-and the report's "Since the last run" section (``tasks.report.since``) as Prefect markdown artifacts.
+hands its id to the stage processes through ``CLOZELINE_PARENT_RUN_ID``; at the end it records the snapshot
+(``flows/snapshot.py``) and publishes the claim table and the report's "Since the last run" section
+(``tasks.report.since``) as Prefect markdown artifacts. A profile (``--profile NAME``: ``profiles/NAME.yaml``) is
+written into params.yaml by the flow before the stages run (``flows.profiles.write_values``: only the keys it
+changes, comments kept), so dvc.lock, git and the pipeline run's tags record it.
 
 Usage::
 
-    python -m flows.pipeline                       # run once, no Prefect server needed
-    python -m flows.pipeline serve --cron "0 3 * * *"   # scheduled deployment (needs a Prefect server)
+    python -m flows.pipeline                            # one full run of every stage, no Prefect server needed
+    python -m flows.pipeline --profile gpu              # the same with profiles/gpu.yaml written into params.yaml
+    python -m flows.pipeline serve --cron "0 3 * * *"   # a nightly deployment: needs a Prefect server
+                                                        #   (PREFECT_API_URL); applies the scheduled profile
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL
 
+from flows import profiles as profile_files
 from flows.snapshot import snapshot
 from tasks.common.provenance import git_commit, stage_names
-from tasks.config import load_params
+from tasks.config import ParamsError, load_params
 from tasks.tracking import PARENT_RUN_ENV, MlflowLog, open_run, runs_page_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,17 +146,23 @@ def publish_report(run_id: str) -> None:
 
 
 @flow(name="clozeline-pipeline", log_prints=True)
-def pipeline(stages: list[str] | None = None) -> list[str]:
-    """Run the stages of ``dvc.yaml`` in order (all when ``stages`` is None), then snapshot and publish.
+def pipeline(stages: list[str] | None = None, profiles: list[str] | None = None) -> list[str]:
+    """Write ``profiles`` (names under ``profiles/``, merged in order) into params.yaml, then run the stages of
+    ``dvc.yaml`` in order (all when ``stages`` is None), then snapshot and publish.
 
-    ``stages`` may name stages (``finetune``) or foreach items (``finetune@cls``); returns those run.
+    ``stages`` may name stages (``finetune``) or foreach items (``finetune@cls``); returns those run. Raises
+    ``ParamsError`` for a profile that does not validate or asks for a device that is not here.
     """
+    changed = apply_profiles(profiles or [])
     params = load_params(ROOT / "params.yaml")
+    for warning in params.source_warnings():
+        get_run_logger().warning("clozeline: warning: %s", warning)
     wanted = [s for s in stage_names(ROOT) if stages is None or s in stages or s.split("@")[0] in stages]
     retrying = repro_stage.with_options(retries=params.pipeline.retries,
                                         retry_delay_seconds=params.pipeline.retry_delay_seconds)
     with open_run("pipeline", root=ROOT) as run:
-        run.tags({"git_commit": git_commit(ROOT), "stages": ",".join(wanted)})
+        run.tags({"git_commit": git_commit(ROOT), "stages": ",".join(wanted), "profiles": ",".join(profiles or []),
+                  "profile_changed": json.dumps(changed, sort_keys=True)})
         for index, stage in enumerate(wanted, start=1):
             retrying(stage, f"{index}/{len(wanted)}", run.run_id)
         snapshot_step(run.run_id)
@@ -153,33 +170,128 @@ def pipeline(stages: list[str] | None = None) -> list[str]:
     return wanted
 
 
-def warn_if_splits_can_move() -> None:
+def apply_profiles(profiles: list[str]) -> dict:
+    """Write ``profiles`` into params.yaml (``flows.profiles.write_values``, after ``checked_values``: params and
+    GPUs); returns the dotted keys changed, each logged."""
+    changed = profile_files.write_values(profile_files.checked_values(profiles, ROOT / "params.yaml"),
+                                         ROOT / "params.yaml")
+    for key, value in changed.items():
+        get_run_logger().info("profile %s: params.yaml %s = %s", ",".join(profiles), key, json.dumps(value))
+    return changed
+
+
+def warn_if_splits_can_move(values: dict | None = None) -> None:
     """A schedule over a growing corpus without the split ledger can move a doc from one run's test set into the
-    next run's training set: say so before serving (the params are read again at each run)."""
-    split = load_params(ROOT / "params.yaml").split
+    next run's training set: say so before serving (params.yaml with ``values``, the profiles' values, which each
+    run writes again)."""
+    split = load_params(ROOT / "params.yaml", values).split
     if not split.ledger:
         print(f"clozeline: warning: split.ledger is false (assignment: {split.assignment}): scheduled runs over a "
-              "growing corpus can move documents between splits; apply the scheduled profile first "
-              "(make run PROFILE=scheduled, which writes split: {assignment: hash, ledger: true} to params.yaml)",
-              file=sys.stderr)
+              "growing corpus can move documents between splits (serve without --no-scheduled-profile applies "
+              "profiles/scheduled.yaml: split: {assignment: hash, ledger: true})", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """CLI: run the flow once, or ``serve --cron`` a scheduled deployment."""
-    parser = argparse.ArgumentParser(prog="python -m flows.pipeline")
-    sub = parser.add_subparsers(dest="command")
-    serve = sub.add_parser("serve", help="serve a scheduled deployment (needs PREFECT_API_URL)")
-    serve.add_argument("--cron", default="0 3 * * *", help="cron schedule, default: 03:00 daily")
-    serve.add_argument("--name", default="clozeline-nightly")
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        warn_if_splits_can_move()
-        pipeline.serve(name=args.name, cron=args.cron)
-    else:
-        pipeline()
-        print(f"clozeline: done. Claim table: {ROOT / 'reports' / 'claims.html'} (and claims.md); "
-              f"runs: `make mlflow-ui`, then {runs_page_url(ROOT)}")
+def scheduler_problem() -> str | None:
+    """Why ``serve`` could not fire on schedule, or None: Prefect schedules runs only through a server at
+    ``PREFECT_API_URL``; without one it serves on a temporary (ephemeral) server that never fires a schedule, and
+    polls forever."""
+    url = PREFECT_API_URL.value()
+    if not url:
+        return ("serve needs a Prefect server to schedule runs, and PREFECT_API_URL is not set: start one (`prefect "
+                "server start`) and `export PREFECT_API_URL=http://127.0.0.1:4200/api`, or run once without serve")
+    failure = asyncio.run(_healthcheck())
+    if failure is not None:
+        return (f"serve: the Prefect server at PREFECT_API_URL={url} does not answer ({failure}); start it, or fix "
+                "the URL")
+    return None
+
+
+async def _healthcheck() -> Exception | None:
+    async with get_client() as client:
+        return await client.api_healthcheck()
+
+
+def serve_profiles(args: argparse.Namespace) -> list[str]:
+    """The profiles a scheduled run writes: ``scheduled`` first unless ``--no-scheduled-profile``, then ``--profile``
+    in order (a later one wins a key)."""
+    return ([] if args.no_scheduled_profile else ["scheduled"]) + args.profiles + args.serve_profiles
+
+
+PROFILE_HELP = ("apply profiles/NAME.yaml ({names}): the flow writes the values it changes into params.yaml before the "
+                "stages run (as `dvc exp run -S` would, other lines and comments kept), so params.yaml, dvc.lock and "
+                "the MLflow pipeline run (tags profiles, profile_changed) record them; repeat it to merge several, a "
+                "later one winning a key")
+
+
+def paragraphs(*texts: str) -> str:
+    """``texts`` as paragraphs wrapped at 100 columns, a blank line apart (argparse's raw description)."""
+    return "\n\n".join(textwrap.fill(text, 100) for text in texts)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: no command = one full run; ``serve`` = a scheduled deployment."""
+    names = ", ".join(profile_files.names())
+    main_parser = argparse.ArgumentParser(
+        prog="python -m flows.pipeline", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=paragraphs(
+            "Run the clozeline pipeline (every dvc.yaml stage, in order, each by `dvc repro --single-item`) as a "
+            "Prefect flow, with a parent MLflow run, the snapshot step and the claim table as artifacts.",
+            "With no command: one full run now (no Prefect server needed); DVC skips the stages whose inputs did not "
+            "change."),
+        epilog=paragraphs("Examples: `python -m flows.pipeline`, `python -m flows.pipeline --profile gpu`, "
+                          "`python -m flows.pipeline serve --cron '0 3 * * *'` (see `serve --help`)."))
+    main_parser.add_argument("--profile", dest="profiles", action="append", default=[], metavar="NAME",
+                             help=PROFILE_HELP.format(names=names))
+    commands = main_parser.add_subparsers(dest="command", title="commands")
+    serve = commands.add_parser(
+        "serve", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="serve a scheduled deployment: needs a Prefect server (PREFECT_API_URL), refuses to start without one",
+        description=paragraphs(
+            "Serve a deployment that runs the whole flow on a cron schedule, each run with the parent MLflow run and "
+            "the snapshot step. Needs a Prefect server at PREFECT_API_URL (`prefect server start`): without one it "
+            "exits with one line.",
+            "Each run first writes profiles/scheduled.yaml into params.yaml (split: {assignment: hash, ledger: true}: "
+            "no document ever moves split; tokenizer.vocab_from: train_once: the first run's vocabulary is kept), "
+            "then the --profile ones; --no-scheduled-profile opts out."))
+    serve.add_argument("--cron", default="0 3 * * *", help="cron schedule (default: %(default)s, 03:00 daily)")
+    serve.add_argument("--name", default="clozeline-nightly", help="deployment name (default: %(default)s)")
+    serve.add_argument("--profile", dest="serve_profiles", action="append", default=[], metavar="NAME",
+                       help=PROFILE_HELP.format(names=names) + "; written after the scheduled profile")
+    serve.add_argument("--no-scheduled-profile", action="store_true",
+                       help="opt out of the scheduled profile: runs use params.yaml as it is, so a document can move "
+                            "between train and test from one night to the next and the vocabulary is retrained when "
+                            "the corpus changes (a warning says so when split.ledger is false)")
+    return main_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: run the flow once, or ``serve`` a scheduled deployment. Returns 2, one line printed, for a profile that
+    does not validate or asks for a device that is not here, and for ``serve`` without a server that schedules."""
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return serve_deployment(args)
+        profile_files.checked_values(args.profiles, ROOT / "params.yaml")  # before Prefect starts: one line
+    except ParamsError as err:
+        print(f"clozeline: {profile_files.one_line(str(err))}", file=sys.stderr)
+        return 2
+    pipeline(profiles=args.profiles)
+    print(f"clozeline: done. Claim table: {ROOT / 'reports' / 'claims.html'} (and claims.md); "
+          f"runs: `make mlflow-ui`, then {runs_page_url(ROOT)}")
+    return 0
+
+
+def serve_deployment(args: argparse.Namespace) -> int:
+    """Check the server and the profiles, then serve (returns only when stopped). Raises ``ParamsError``."""
+    problem = scheduler_problem()
+    if problem:
+        print(f"clozeline: {problem}", file=sys.stderr)
+        return 2
+    profiles = serve_profiles(args)
+    warn_if_splits_can_move(profile_files.checked_values(profiles, ROOT / "params.yaml"))
+    pipeline.serve(name=args.name, cron=args.cron, parameters={"profiles": profiles})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

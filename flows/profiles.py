@@ -14,6 +14,10 @@ with one line (exit 2).
     python -m flows.profiles --run gpu [--dvc D]  # checks the GPUs too, then runs `D exp run -n gpu-<time> ...`
     make run PROFILE=gpu                         # the same as --run (DVC=... picks the dvc binary)
 
+The flow applies profiles itself (``python -m flows.pipeline --profile NAME``, and ``serve``, which applies
+``scheduled`` unless told not to): ``write_values`` writes the changed keys into params.yaml, leaving every other
+line as it was, before the stages run, so dvc.lock and git record them as they record ``-S``.
+
 ``--run`` hands DVC its argument vector directly (``os.execvp``), never through a shell, so a value with spaces,
 quotes or a list stays one argument. Each value is written in the grammar DVC parses ``-S`` with (Hydra's
 override grammar): strings quoted with Hydra's escapes, lists and numbers as Hydra reads them
@@ -23,6 +27,7 @@ override grammar): strings quoted with Hydra's escapes, lists and numbers as Hyd
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -31,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from ruamel.yaml import YAML
 
 from tasks.config import ParamsError, load_params, read_yaml
 
@@ -108,12 +115,58 @@ def checked_args(name: str, params_file: Path | str = "params.yaml", gpus: bool 
     """``set_params_args``, and with ``gpus`` also the check that the device and the training processes
     ``params_file`` with the profile asks for exist here (``check_gpus``; its message names the profile when the
     profile sets ``hardware.device``). Raises ``ParamsError``."""
-    values = overrides(name)
+    values = checked_values([name], params_file, gpus)
+    return [arg for key, value in values.items() for arg in ("-S", f"{key}={override_value(value)}")]
+
+
+def checked_values(profiles: list[str], params_file: Path | str = "params.yaml", gpus: bool = True) -> dict[str, Any]:
+    """Dotted key -> value of ``profiles`` merged in order (a later one wins), after checking that ``params_file``
+    with them validates and, with ``gpus``, that the device they ask for is here (``check_gpus``). Raises
+    ``ParamsError``."""
+    values: dict[str, Any] = {}
+    for name in profiles:
+        values |= overrides(name)
     params = load_params(params_file, values)
     if gpus:
+        device_from = [name for name in profiles if "hardware.device" in overrides(name)]
         check_gpus(params.hardware.device, params.pretrain.nproc_per_node,
-                   profile=name if "hardware.device" in values else None)
-    return [arg for key, value in values.items() for arg in ("-S", f"{key}={override_value(value)}")]
+                   profile=device_from[-1] if device_from else None)
+    return values
+
+
+def round_trip_yaml() -> YAML:
+    """ruamel's round-trip YAML set to write params.yaml back as it was read (comments, flow lists, quotes, ``null``,
+    the 2/4/2 indentation, long lines): what loading and dumping the shipped file gives is the file, byte for byte."""
+    yaml = YAML()
+    yaml.width = 4096
+    yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.representer.add_representer(type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return yaml
+
+
+def write_values(values: dict[str, Any], params_file: Path | str = "params.yaml") -> dict[str, Any]:
+    """Write each dotted ``values`` key whose value differs into ``params_file`` (what ``dvc exp run -S`` does, but
+    every other line, comment and list style as it was: ``round_trip_yaml``), replacing the file by rename; returns
+    the keys changed (none: the file is not touched)."""
+    path = Path(params_file)
+    yaml = round_trip_yaml()
+    tree = yaml.load(path.read_text(encoding="utf-8"))
+    changed = {}
+    for dotted, value in values.items():
+        *parents, leaf = dotted.split(".")
+        node = tree
+        for key in parents:
+            node = node.setdefault(key, {})
+        if leaf not in node or json.dumps(node[leaf], sort_keys=True) != json.dumps(value, sort_keys=True):
+            node[leaf] = value
+            changed[dotted] = value
+    if changed:
+        tmp = path.with_name(f".{path.name}.tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            yaml.dump(tree, handle)
+        os.replace(tmp, path)
+    return changed
 
 
 def exp_run_argv(name: str, dvc: str = "dvc", params_file: Path | str = "params.yaml", gpus: bool = True) -> list[str]:
