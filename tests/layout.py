@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from tasks.common.imports import import_closure
 from tasks.config import Params, load_params
+from tasks.config.report import SETUP_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = load_params(ROOT / "params.yaml")
@@ -35,13 +36,15 @@ def keys_read(section: str, item: str | None) -> set[str]:
     ``recipes``, of which a task reads only the one its ``recipe`` names; ``hardware``, the copy of the top-level
     ``hardware`` section in the model stages; a field of ``OTHER_COPIES`` reads that other stage's key."""
     model: type[BaseModel] = Params.model_fields[section].annotation
-    copied = ("tasks", "recipes", "hardware", *TOKENIZE_COPIES, *OTHER_COPIES)
+    copied = ("tasks", "recipes", "hardware", "setup", *TOKENIZE_COPIES, *OTHER_COPIES)
     keys = {f"{section}.{name}" for name in model.model_fields if name not in copied} | {"paths"}
     keys |= {f"tokenize.{TOKENIZE_COPIES[name]}" for name in model.model_fields if name in TOKENIZE_COPIES}
     keys |= {OTHER_COPIES[name] for name in model.model_fields if name in OTHER_COPIES}
     keys |= {RESOLVED_BY[name] for name in model.model_fields if name in RESOLVED_BY}
     if "hardware" in model.model_fields:
         keys.add("hardware")
+    if "setup" in model.model_fields:  # the report's copy of what decides its claims (tasks.config.report)
+        keys |= set(SETUP_KEYS.values())
     if "tasks" in model.model_fields:
         keys.add(f"tasks.{item}" if item else "tasks")
     if "recipes" in model.model_fields and item:

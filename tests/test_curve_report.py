@@ -12,7 +12,9 @@ import pytest
 from sklearn.metrics import f1_score
 
 from tasks.common.provenance import Lock
-from tasks.report.claims import Claim, Metrics, load_claims, resolve
+from test_report import DEFAULT_CLAIMS
+
+from tasks.report.claims import Claim, Metrics, resolve
 from tasks.report.curve import learning_curve, series, sized
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import StatsConfig
@@ -155,7 +157,7 @@ def test_the_figure_draws_each_arm_and_the_best_baseline_per_size(tmp_path):
 
 
 def test_the_claims_file_holds_the_learning_curve_claims():
-    claims = {c.id: c for c in load_claims(ROOT / "reports" / "claims.yaml").claims}
+    claims = {c.id: c for c in DEFAULT_CLAIMS.claims}
     for task, small, large in (("cls", 32, 160), ("ner", 80, 400)):
         gap = claims[f"pretraining-helps-most-with-few-labels-{task}"]
         head = "mean-pool" if task == "cls" else "first"

@@ -156,7 +156,9 @@ def _release(paths, verdict: str, log, cfg_gate: dict | None = None) -> dict:
     claims = {"question": "q", "claims": [_claim("cls").model_dump()]}
     paths.reports.mkdir(parents=True, exist_ok=True)
     (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
-    report = {"claims": {"best-arm-beats-best-baseline-cls": {"verdict": verdict, "difference": 0.1,
+    report = {"gate_claims": {"cls": "best-arm-beats-best-baseline-cls"},
+              "claims": {"best-arm-beats-best-baseline-cls": {"verdict": verdict, "difference": 0.1, "task": "cls",
+                                                              "statement": _claim("cls").statement,
                                                               "difference_ci_low": 0.05, "difference_ci_high": 0.15}}}
     (paths.metrics / "report.json").write_text(json.dumps(report), encoding="utf-8")
     cfg = ReleaseParams(registered_model_prefix="clozeline-", alias="candidate", gate_claims=cfg_gate or {},

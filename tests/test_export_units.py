@@ -81,13 +81,15 @@ def test_the_alias_moves_only_when_every_gate_claim_is_supported_and_the_export_
     agree = {"agrees": True, "agreement": {"disagree": 0, "items": 5}}
     claims = [{"id": "best-arm-beats-best-baseline-cls", "verdict": "supported"}, {"id": "a", "verdict": "supported"},
               {"id": "b", "verdict": "inconclusive"}]
-    assert gate_of(cfg, "cls", claims, agree)["passed"]
-    ner = gate_of(cfg, "ner", claims, agree)
+    report = {"gate_claims": {task: f"best-arm-beats-best-baseline-{task}" for task in ("cls", "ner", "pair")}}
+    assert gate_of(cfg, "cls", claims, agree, report)["passed"]
+    ner = gate_of(cfg, "ner", claims, agree, report)
     assert not ner["passed"] and ner["reason"] == "not passed (b: inconclusive)"
-    assert gate_of(cfg, "pair", claims, agree)["reason"] == (
+    assert gate_of(cfg, "pair", claims, agree, report)["reason"] == (
         "not passed (best-arm-beats-best-baseline-pair: not in the report)")
     disagree = {"agrees": False, "agreement": {"disagree": 1, "items": 5}}
-    assert "export disagrees" in gate_of(cfg, "cls", claims, disagree)["reason"]
+    assert "export disagrees" in gate_of(cfg, "cls", claims, disagree, report)["reason"]
+    assert not gate_of(cfg, "cls", claims, agree, {})["passed"]  # a report without the generated gate claims
 
 
 def test_release_refuses_a_folder_that_is_not_the_rescored_one(tmp_path):

@@ -19,12 +19,14 @@ from tasks.common.textnorm import words
 from tasks.config.leakage import PlantedParams
 from tasks.leakage import planted, synonyms
 from tasks.leakage.filler import FillerRing
-from tasks.report.claims import Metrics, load_claims
+from test_report import DEFAULT_CLAIMS
+
+from tasks.report.claims import Metrics
 from tasks.report.evaluation import evaluate
 from tasks.report.statistics import StatsConfig
 
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
-CLAIMS = {c.id: c for c in load_claims("reports/claims.yaml").claims}
+CLAIMS = {c.id: c for c in DEFAULT_CLAIMS.claims}
 
 
 

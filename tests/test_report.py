@@ -17,12 +17,13 @@ from scipy.stats import binomtest, ttest_1samp
 
 from tasks import report
 from tasks.common.provenance import Lock
-from tasks.config import read_yaml
+from tasks.config import load_params
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import render
-from tasks.report.claims import EVIDENCE, ClaimsError, Metrics, load_claims
+from tasks.report.claims import EVIDENCE, ClaimsError, Metrics
 from tasks.report.evaluation import evaluate
+from tasks.report.standard import claim_set
 from tasks.report.statistics import (
     VERDICTS,
     Estimate,
@@ -39,6 +40,9 @@ from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIMS_YAML = REPO / "reports" / "claims.yaml"
+#: The default run's params, and its claims: the standard claims for its tasks with reports/claims.yaml applied.
+PARAMS = load_params(REPO / "params.yaml")
+DEFAULT_CLAIMS = claim_set(CLAIMS_YAML, PARAMS.report.setup)
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0, max_diverged_fraction=0.5)
 TREAT, BASE = (0.80, 0.82, 0.84), (0.70, 0.71, 0.72)
 
@@ -217,13 +221,13 @@ def workspace(tmp_path):
             {"path": "data/tokenize", "md5": "aaaa.dir"}, {"path": "tasks/finetune/__init__.py", "md5": "code"}]},
         "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]}}}
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
-    section = read_yaml(REPO / "params.yaml")["report"]
+    section = PARAMS.report.model_dump()  # with the default tasks and switches (ReportParams.setup)
     section.update(dvc_lock_file=str(tmp_path / "dvc.lock"), figure_dpi=50, max_diverged_seed_fraction=0.5)
     return ReportParams.model_validate(section), paths
 
 
 def _rows_by_id(cfg, paths):
-    claims = load_claims(paths.reports / "claims.yaml")
+    claims = claim_set(paths.reports / "claims.yaml", cfg.setup)
     lock = Lock.read(cfg.dvc_lock_file)
     return {c.id: evaluate(c, Metrics(paths.metrics), lock, STATS) for c in claims.claims}
 
@@ -239,8 +243,8 @@ def test_missing_metrics_file_gives_not_run_row(workspace):
     assert row.verdict == "not run"
     assert row.reason.startswith("not run: ") and "finetune/ner.json is missing" in row.reason
     # the missing run of an existing file names the run and what exists
-    assert rows["ours-within-5pt-of-reference"].verdict == "not run"
-    assert "reference/full/mean-pool" in rows["ours-within-5pt-of-reference"].reason
+    assert rows["ours-within-5pt-of-reference-cls"].verdict == "not run"
+    assert "reference/full/mean-pool" in rows["ours-within-5pt-of-reference-cls"].reason
 
 
 def test_claim_rows_from_contract_metrics(workspace):
@@ -267,7 +271,7 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert cls.p_value == pytest.approx(2 * stats.ttest_1samp(deltas, 0.02, alternative="greater").pvalue)
     # Cohen's d with the pooled SD: sd(TREAT) = 0.02, sd(BASE) = 0.01 -> pooled sqrt((0.0004 + 0.0001) / 2)
     assert cls.effect_size == pytest.approx(0.11 / math.sqrt(0.00025))
-    assert rows["mean-pool-beats-cls-pool"].verdict == "inconclusive"
+    assert rows["mean-pool-beats-cls-pool-cls"].verdict == "inconclusive"
     # probe: paired over the 3 words (no sentence cosines in these metrics), last layer on the sentences vs on
     # their shuffled controls: deltas 0.08, 0.04, 0.06
     probe = rows["contextual-layers-separate-senses"]
@@ -343,14 +347,19 @@ def test_intrinsic_and_behavioural_claims(workspace):
 
 
 def test_invalid_claims_file_names_the_key(tmp_path):
-    bad = yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))
+    bad = {"claims": [c.model_dump() for c in DEFAULT_CLAIMS.claims[:3]]}
     bad["claims"][1]["id"] = bad["claims"][0]["id"]
     del bad["claims"][2]["min_effect"]
+    bad["claims"][2]["id"] = "a-new-claim"
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump(bad), encoding="utf-8")
-    with pytest.raises(ClaimsError, match=r"claims\.2\.min_effect") as err:
-        load_claims(path)
-    assert "claims.yaml" in str(err.value)
+    with pytest.raises(ClaimsError, match="is written twice") as err:
+        claim_set(path, PARAMS.report.setup)
+    assert str(path) in str(err.value)
+    del bad["claims"][1]
+    path.write_text(yaml.safe_dump(bad), encoding="utf-8")
+    with pytest.raises(ClaimsError, match=r"claim 'a-new-claim' \(no standard claim .*\): min_effect: Field required"):
+        claim_set(path, PARAMS.report.setup)
 
 
 # ---------------------------------------------------------------- the stage end to end
@@ -363,7 +372,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     out = report.run(cfg, paths, NullLog())
     md = (paths.reports / "claims.md").read_text(encoding="utf-8")
     page = (paths.reports / "claims.html").read_text(encoding="utf-8")
-    claim_ids = [c["id"] for c in yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))["claims"]]
+    claim_ids = [c.id for c in DEFAULT_CLAIMS.claims]
     for claim_id in claim_ids:
         assert f"| [{claim_id}](#{claim_id}) | " in md and f'<a id="{claim_id}"></a>{claim_id}' in md
         assert f'<tr id="{claim_id}"' in page and f'<a href="#detail-{claim_id}">' in page
@@ -414,7 +423,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     groups = [line for line in table if line.startswith("| **")]
     assert [g.split()[1].strip("*") for g in groups] == list(EVIDENCE)  # one heading row per kind, in order
     assert sum(out["verdicts_by_evidence"]["behavioural"].values()) == sum(
-        c.evidence == "behavioural" for c in load_claims(paths.reports / "claims.yaml").claims)
+        c.evidence == "behavioural" for c in DEFAULT_CLAIMS.claims)
     # what dvc exp show, dvc plots show and the MLflow run description read
     assert json.loads((paths.metrics / "summary.json").read_text())["verdicts"] == out["verdicts"]
     with (paths.reports / "plots" / "forest.csv").open() as handle:
@@ -433,7 +442,7 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
 def test_run_with_no_metrics_at_all_still_lists_every_claim(workspace):
     cfg, paths = workspace
     out = report.run(cfg, paths, NullLog())
-    n_claims = len(yaml.safe_load(CLAIMS_YAML.read_text(encoding="utf-8"))["claims"])
+    n_claims = len(DEFAULT_CLAIMS.claims)
     assert out["verdicts"]["not_run"] == len(out["claims"]) == n_claims
     assert list((paths.reports / "figures").glob("*.png")) == []
 
@@ -499,6 +508,6 @@ def test_malformed_metrics_give_not_run_rows_and_no_figure(workspace):
     assert rows["pretraining-helps-cls"].verdict == "not run"
     assert "malformed metrics" in rows["pretraining-helps-cls"].reason
     assert "probe.json is not valid JSON" in rows["contextual-layers-separate-senses"].reason
-    drawn = report.draw_figures(cfg, paths, Metrics(paths.metrics), [])
+    drawn = report.draw_figures(cfg, paths, Metrics(paths.metrics), [], NullLog())
     assert drawn["cls: confusion matrix"] == "not drawn: confusion_matrix is not a square list of rows"
     assert drawn["Sense separation by layer"].startswith("not drawn: ") and isinstance(drawn["ner: span errors"], Path)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from test_report import CLAIMS_YAML, STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
+from test_report import DEFAULT_CLAIMS, STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
 
 from tasks import report
 from tasks.report.answer import answer
-from tasks.report.claims import load_claims
+from tasks.report.switches import claim_off
 from tasks.tracking import NullLog
 
 CLAIMS = {"all-mask-no-worse-than-80-10-10-cls": ("all-mask", "cls"), "all-mask-no-worse-than-80-10-10-ner":
@@ -33,7 +33,7 @@ def add_arms(folder, gaps=(1.5, 1.4)) -> None:
 
 
 def test_the_claims_compare_each_arm_with_the_main_recipe_and_are_secondary():
-    claims = {c.id: c for c in load_claims(CLAIMS_YAML).claims}
+    claims = {c.id: c for c in DEFAULT_CLAIMS.claims}
     for cid, (arm, task) in CLAIMS.items():
         claim = claims[cid]
         assert claim.family == "secondary" and claim.kind == "difference" and claim.min_effect == -0.02
@@ -43,14 +43,16 @@ def test_the_claims_compare_each_arm_with_the_main_recipe_and_are_secondary():
         assert f"pretrain/ablations.{arm}.heldout_gap_to_unigram_nats" in [p.value for p in claim.preconditions]
 
 
-def test_without_arms_they_read_not_computed_and_the_answer_ignores_them(workspace):
+def test_without_arms_they_read_off_and_the_answer_ignores_them(workspace):
     cfg, paths = workspace
     write_metrics(paths.metrics)
-    rows = _rows_by_id(cfg, paths)
-    for cid in CLAIMS:
+    rows = _rows_by_id(cfg, paths)  # from the metrics alone (no ablations section), and from the params
+    off = {claim.id: claim_off(claim, cfg.setup) for claim in DEFAULT_CLAIMS.claims}
+    for cid, (_, task) in CLAIMS.items():
         assert rows[cid].verdict == "not run"
-        assert rows[cid].reason.startswith("not run: not computed in this run: the pretraining ablation arm")
-        assert "as the gpu profile does" in rows[cid].reason
+        assert rows[cid].reason == ("not run: off (enable with `pretrain.ablations` and "
+                                    "`finetune.recipes.<recipe>.ablation_config`)")
+        assert off[cid] == f"off (enable with `pretrain.ablations` and `finetune.recipes.{task}.ablation_config`)"
     line = answer(list(rows.values()))
     assert not any(cid in line for cid in CLAIMS) and "of the 7 primary claims" in line
 
@@ -64,17 +66,20 @@ def test_with_arms_they_have_verdicts_and_render(workspace):
     assert all_mask.verdict == "supported" and round(all_mask.difference.mean, 4) == 0.01
     assert any("one pretraining seed" in note for note in all_mask.notes)
     assert rate.verdict == "not resolvable" and "the ablation arm's encoder beats the unigram" in rate.reason
-    assert rows["all-mask-no-worse-than-80-10-10-ner"].reason.startswith("not run: not computed in this run")
+    assert rows["all-mask-no-worse-than-80-10-10-ner"].reason.startswith("not run: off (enable with")
     add_arms(paths.metrics)  # the mlm-15 arm's MLM trained: its 0.11 loss is beyond the margin
     assert _rows_by_id(cfg, paths)["mask-rate-15-no-worse-than-main-rate-cls"].verdict == "contradicted"
-    report.run(cfg, paths, NullLog())
+    cls = cfg.setup.recipes["cls"].model_copy(update={"ablation_config": "pretrained/full/mean-pool"})
+    recipes = {**cfg.setup.recipes, "cls": cls}
+    setup = cfg.setup.model_copy(update={"ablations": ["all-mask", "mlm-15"], "recipes": recipes})
+    report.run(cfg.model_copy(update={"setup": setup}), paths, NullLog())  # the params the arms ran with
     md = (paths.reports / "claims.md").read_text(encoding="utf-8")
     for cid in CLAIMS:
         assert f"| [{cid}](#{cid}) | " in md
     row = next(line for line in md.splitlines() if line.startswith("| [all-mask-no-worse-than-80-10-10-cls]"))
     assert "| supported (Holm p" in row and "in the secondary family" in row
     ner = md.split('<a id="all-mask-no-worse-than-80-10-10-ner"></a>')[1].split("### ")[0]
-    assert "not computed in this run: the pretraining ablation arm 'all-mask' is off for ner" in ner
+    assert "not run: off (enable with `pretrain.ablations` and `finetune.recipes.ner.ablation_config`)" in ner
 
 
 def test_on_items_the_main_recipe_resamples_its_pretraining_seeds_and_the_arm_notes_its_one(tmp_path, monkeypatch):

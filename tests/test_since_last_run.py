@@ -209,8 +209,8 @@ def test_prefect_artifact_notes_a_section_from_an_earlier_run():
 @pytest.mark.slow
 def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(store, tmp_path):
     """The stage end to end (test_report's made metrics) in three pipeline runs: the same inputs twice (nothing
-    changes), then claims.yaml without its last claim (one dropped claim)."""
-    from test_report import CLAIMS_YAML, REPO, write_metrics
+    changes), then claims.yaml dropping the last standard claim (one dropped claim)."""
+    from test_report import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS, write_metrics
 
     from tasks import report
     from tasks.config import read_yaml
@@ -224,9 +224,8 @@ def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(st
     (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
     write_metrics(paths.metrics)
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n", encoding="utf-8")
-    section = read_yaml(REPO / "params.yaml")["report"] | {"dvc_lock_file": str(tmp_path / "dvc.lock"),
-                                                          "figure_dpi": 50, "bootstrap_resamples": 1000,
-                                                          "slice_bootstrap_resamples": 500}  # fmt: skip
+    section = PARAMS.report.model_dump() | {"dvc_lock_file": str(tmp_path / "dvc.lock"), "figure_dpi": 50,
+                                           "bootstrap_resamples": 1000, "slice_bootstrap_resamples": 500}
     cfg = ReportParams.model_validate(section)
 
     def pipeline_run() -> str:
@@ -235,7 +234,7 @@ def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(st
         return pipeline.run_id
 
     first, second = pipeline_run(), pipeline_run()
-    ids = [c["id"] for c in claims["claims"]]
+    ids = [c.id for c in DEFAULT_CLAIMS.claims]
     stored = mlflow.artifacts.load_text(f"{mlflow.get_run(second).info.artifact_uri}/{since.RECORD_FILE}")
     assert list(json.loads(stored)["claims"]) == sorted(ids)  # sort_keys
     md = (paths.reports / "claims.md").read_text(encoding="utf-8")
@@ -247,7 +246,7 @@ def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(st
     assert (paths.reports / "figures" / since_plot.FILE).exists()
     assert "since_last_run.md" in [p.name for p in report.report_files(paths)]
 
-    claims["claims"] = claims["claims"][:-1]
+    claims["drop"] = [ids[-1]]
     (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
     third = pipeline_run()
     md = (paths.reports / "since_last_run.md").read_text(encoding="utf-8")

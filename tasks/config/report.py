@@ -8,6 +8,28 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.finetune import TaskParams
+from tasks.config.tasks import Tasks
+
+
+#: Where each field of ``ReportSetup`` comes from: the params keys the report stage reads beyond its section.
+SETUP_KEYS = {"tasks": "tasks", "recipes": "finetune.recipes", "init_from": "pretrain.init_from",
+              "ablations": "pretrain.ablations", "dose_snapshots": "pretrain.dose_snapshot_fractions",
+              "semantic": "leakage.semantic.enabled", "operational": "finetune.operational.enabled"}
+
+
+class ReportSetup(StrictModel):
+    """What the report reads of the other sections, copied by the root model (``tasks/config/root.py``), never
+    written in the report section: the tasks whose claims are generated (``tasks.report.standard``) and the
+    switches that say which of their arms a run produces (``tasks.report.switches``)."""
+
+    tasks: Tasks = Field(default_factory=dict, description="the tasks section")
+    recipes: dict[str, TaskParams] = Field(default_factory=dict, description="finetune.recipes")
+    init_from: str = Field("scratch", description="pretrain.init_from: scratch, or the variant adapted exists")
+    ablations: list[str] = Field(default_factory=list, description="names of pretrain.ablations")
+    dose_snapshots: bool = Field(False, description="pretrain.dose_snapshot_fractions is not empty")
+    semantic: bool = Field(True, description="leakage.semantic.enabled")
+    operational: bool = Field(True, description="finetune.operational.enabled")
 
 
 class ReportParams(StrictModel):
@@ -40,6 +62,7 @@ class ReportParams(StrictModel):
     dvc_lock_file: Path = Field(
         description="dvc.lock read for data md5s and the params each stage ran with, relative to the repo root"
     )
+    setup: ReportSetup = Field(default_factory=ReportSetup, description="copied from the other sections")
 
     @field_validator("figure_runs")
     @classmethod

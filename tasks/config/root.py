@@ -21,7 +21,7 @@ from tasks.config.paths import Paths
 from tasks.config.pipeline import PipelineParams
 from tasks.config.pretrain import PretrainParams
 from tasks.config.probe import ProbeParams
-from tasks.config.report import ReportParams
+from tasks.config.report import ReportParams, ReportSetup
 from tasks.config.release import ReleaseParams
 from tasks.config.snapshot import SnapshotParams
 from tasks.config.split import SplitParams
@@ -115,6 +115,12 @@ class Params(StrictModel):
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
         for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
+        # the report generates each task's claims and says which arms a run produces (tasks/report/switches.py)
+        setup = ReportSetup(tasks=self.tasks, recipes=self.finetune.recipes, init_from=str(self.pretrain.init_from),
+                            ablations=[arm.name for arm in self.pretrain.ablations],
+                            dose_snapshots=bool(self.pretrain.dose_snapshot_fractions),
+                            semantic=self.leakage.semantic.enabled, operational=self.finetune.operational.enabled)
+        object.__setattr__(self, "report", self.report.model_copy(update={"setup": setup}))
         # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
         lineage = {"pretrain_init_from": self.pretrain.init_from}
         object.__setattr__(self, "leakage", self.leakage.model_copy(update=lineage))

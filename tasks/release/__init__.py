@@ -17,7 +17,6 @@ import json
 import shutil
 from pathlib import Path
 
-import yaml
 
 from tasks.common.provenance import Lock, git_commit
 from tasks.config.paths import Paths
@@ -30,7 +29,7 @@ def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
     export = read_json(paths.metrics / "export" / f"{item}.json", f"export@{item}")
     finetune = read_json(paths.metrics / "finetune" / f"{item}.json", f"finetune@{item}")
     report = read_json(paths.metrics / "report.json", "report")
-    claims = task_claims(paths.reports / "claims.yaml", report, item)
+    claims = task_claims(report, item)
     source, dest = Path(export["folder"]), paths.models / "export" / item
     check_files(source, export["files"])
     shutil.rmtree(dest, ignore_errors=True)
@@ -38,7 +37,7 @@ def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
     if export.get("baseline"):  # the TF-IDF baseline that won on dev, in skops format, re-scored likewise
         check_files(Path(export["baseline"]["folder"]), export["baseline"]["files"])
         shutil.copytree(export["baseline"]["folder"], dest / "baseline")
-    gate = gate_of(cfg, item, claims, export)
+    gate = gate_of(cfg, item, claims, export, report)
     lock = Lock.read(cfg.dvc_lock_file)
     stage = f"finetune@{item}"
     data_md5 = {path: md5 for path, md5 in lock.dep_md5s(stage).items() if path.startswith(str(paths.data))}
@@ -65,21 +64,20 @@ def read_json(path: Path, stage: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def task_claims(claims_file: Path, report: dict, task: str) -> list[dict]:
-    """The claims of ``claims_file`` about ``task`` (``task: <task>``) with their ``metrics/report.json`` entry
-    (verdict, difference and CI), in file order."""
-    if not claims_file.is_file():
-        raise FileNotFoundError(f"release: {claims_file} not found")
-    written = (yaml.safe_load(claims_file.read_text(encoding="utf-8")) or {}).get("claims") or []
-    evaluated = report.get("claims") or {}
-    return [{"id": c["id"], "statement": " ".join(str(c.get("statement", "")).split()),
-             **evaluated.get(c["id"], {"verdict": "not run"})} for c in written if c.get("task") == task]  # fmt: skip
+def task_claims(report: dict, task: str) -> list[dict]:
+    """The claims about ``task`` (``task: <task>``) with their ``metrics/report.json`` entry (statement, verdict,
+    difference and CI), in the report's order: the standard claims the report generated for the task and the
+    user's own (``tasks.report.standard``)."""
+    return [{"id": cid, **entry} for cid, entry in (report.get("claims") or {}).items() if entry.get("task") == task]
 
 
-def gate_of(cfg: ReleaseParams, task: str, claims: list[dict], export: dict) -> dict:
+def gate_of(cfg: ReleaseParams, task: str, claims: list[dict], export: dict, report: dict) -> dict:
     """Whether the alias may move: every gate claim ``supported`` and the export agreeing with the evaluation.
-    Returns ``claims`` (ids), ``verdicts``, ``passed`` and ``reason`` (one line)."""
-    ids = cfg.gate_claims.get(task) or [f"best-arm-beats-best-baseline-{task}"]
+    The gate claims are ``release.gate_claims[task]``, else the task's standard gate claim as the report
+    generated it (``gate_claims`` of ``metrics/report.json``). Returns ``claims`` (ids), ``verdicts``,
+    ``passed`` and ``reason`` (one line)."""
+    standard = (report.get("gate_claims") or {}).get(task)
+    ids = cfg.gate_claims.get(task) or ([standard] if standard else ["(no gate claim: rerun the report stage)"])
     verdicts = {c["id"]: c["verdict"] for c in claims}
     found = {i: verdicts.get(i, "not in the report") for i in ids}
     failing = [f"{i}: {v}" for i, v in found.items() if v != "supported"]

@@ -34,28 +34,35 @@ from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
 from tasks.report import figures as fig
 from tasks.report import leakage_recall, render, since, since_plot, summary
-from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, load_claims, selected_run
+from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, selected_run
 from tasks.report.curve import learning_curve
 from tasks.report.evaluation import Row, evaluate_all
 from tasks.report.evidence import evidence_tables, reliability_curves
 from tasks.report.ledger import build_ledger
 from tasks.report.slices import slice_tables
+from tasks.report.standard import claim_set, gate_claims
 from tasks.report.statistics import VERDICTS, StatsConfig
-from tasks.report.tasks_run import finetune_tasks, task_headline, task_module
+from tasks.report.switches import Off, claim_off, figure_off
+from tasks.report.tasks_run import finetune_tasks, remove_stale, task_headline, task_module
 
 
 def run(cfg: ReportParams, paths: Paths, log) -> dict:
     """Build the claim table and its figures; returns verdict counts and each claim's difference."""
-    claims = load_claims(claims_path(paths))
+    tasks = tuple(cfg.setup.tasks)
+    for stale in remove_stale(paths.metrics, tasks):
+        log.info(f"report: removed {stale}: task {stale.stem!r} is not in params.yaml tasks (a removed task's "
+                    "output, not this run's)")
+    claims = claim_set(claims_path(paths), cfg.setup)
+    off = {claim.id: why for claim in claims.claims if (why := claim_off(claim, cfg.setup))}
     predictions = paths.stage_data("finetune")
     if not predictions.is_dir():  # metrics without the finetune stage's outputs: seed-level statistics only
         log.info(f"report: {predictions} not found; fine-tuning claims get seed-level intervals only")
-    metrics = Metrics(paths.metrics, predictions=predictions if predictions.is_dir() else None)
+    metrics = Metrics(paths.metrics, predictions=predictions if predictions.is_dir() else None, tasks=tasks or None)
     lock = Lock.read(cfg.dvc_lock_file)
-    rows = evaluate_all(claims, metrics, lock, stats_config(cfg))
+    rows = evaluate_all(claims, metrics, lock, stats_config(cfg), off)
     link_stage_runs(rows, log.sibling_runs(STAGE_RUNS))
     slices = slice_tables(claims, metrics, stats_config(cfg))
-    figures = draw_figures(cfg, paths, metrics, rows)
+    figures = draw_figures(cfg, paths, metrics, rows, log)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
     tables = evidence_tables(metrics, stats_config(cfg))
     changed = since.section(rows, metrics, log, cfg.history_runs, paths.reports, cfg.figure_dpi)
@@ -69,6 +76,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     return {"verdicts": summarize(rows), "verdicts_by_evidence": by_evidence(rows),
             "family_wise_alpha": round(1 - cfg.confidence_level, 6),
             "families": {f: [r.claim.id for r in rows if r.claim.family == f] for f in FAMILIES},
+            "gate_claims": gate_claims(cfg.setup),
             "claims": {row.claim.id: row_metrics(row) for row in rows}}
 
 
@@ -95,7 +103,8 @@ def write_summaries(paths: Paths, rows: list[Row], metrics: Metrics, log) -> Non
 
 
 def claims_path(paths: Paths) -> Path:
-    """``<reports>/claims.yaml``, the hand-written claims."""
+    """``<reports>/claims.yaml``, the user's claims: added, overriding or dropping standard ones
+    (``tasks.report.standard``)."""
     return paths.reports / "claims.yaml"
 
 
@@ -126,10 +135,15 @@ def by_evidence(rows: list[Row]) -> dict[str, dict[str, int]]:
 
 def row_metrics(row: Row) -> dict:
     """Numeric summary of one row for metrics/report.json (empty difference for a ``not run`` row): the verdict,
-    the Holm family and the verdict before Holm, p-values, the difference and its CI, and the minimum detectable
-    effect (``mde``, at ``mde_power``) with the units that would make ``min_effect`` detectable."""
-    out: dict = {"verdict": row.verdict, "family": row.claim.family,
+    the Holm family, the claim's task and statement (the release stage's model card) and the verdict before
+    Holm, p-values, the difference and its CI, and the minimum detectable effect (``mde``, at ``mde_power``)
+    with the units that would make ``min_effect`` detectable."""
+    out: dict = {"verdict": row.verdict, "family": row.claim.family, "task": row.claim.task,
+                 "statement": " ".join(row.claim.statement.split()),
                  "verdict_unadjusted": row.unadjusted or row.verdict}
+    out["treatment"] = row.claim.treatment  # the release card lists the claims whose treatment is the shipped arm
+    if row.verdict in ("not resolvable", "not run"):
+        out["reason"] = row.reason  # and says why one has no verdict
     if row.power is not None:
         out.update(mde=row.power.mde, mde_power=row.power.power, min_effect_detectable=row.power.detectable)
         if not row.power.detectable and row.power.n_needed is not None:
@@ -146,8 +160,9 @@ def row_metrics(row: Row) -> dict:
 # ---------------------------------------------------------------- figures
 
 
-def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[Row]) -> dict[str, Path | str]:
-    """Draw every figure into ``<reports>/figures``; ``{title: path}`` or ``{title: "not drawn: <why>"}``."""
+def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[Row], log) -> dict[str, Path | str]:
+    """Draw every figure into ``<reports>/figures``; ``{title: path}``, ``{title: "not drawn: <why>"}`` or
+    ``{title: "off (enable with ...)"}`` (a figure of a feature the params turn off)."""
     out = paths.reports / "figures"
     for stale in out.glob("*.png"):
         stale.unlink()  # a figure whose input vanished must not survive from an older run
@@ -160,14 +175,22 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
         leakage_recall.FIGURE: lambda: leakage_recall.recall_figure(metrics, out / "leakage_recall.png", dpi),
     }
     drawn: dict[str, Path | str] = {}
+    unknown = sorted(set(cfg.figure_runs) - set(finetune_tasks(metrics)))
+    if unknown and cfg.setup.tasks:
+        log.info(f"report: report.figure_runs names {unknown}, not tasks of params.yaml: ignored")
     for task in finetune_tasks(metrics):
         try:
             jobs |= task_figures(cfg, metrics, task, out)
         except NotRun as why:  # no kind recorded: which figures apply is unknown
             drawn[f"{task}: figures"] = f"not drawn: {why}"
     for title, draw in tqdm(jobs.items(), desc="figures", unit="fig"):
+        if isinstance(draw, str):  # a figure of a feature that is off
+            drawn[title] = draw
+            continue
         try:
             drawn[title] = draw()
+        except Off as why:
+            drawn[title] = str(why)
         except NotRun as why:
             drawn[title] = f"not drawn: {why}"
         except MALFORMED as err:
@@ -179,8 +202,8 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
     """``{title: draw}`` of one task's figures: per-seed scores, the confusion matrix (classification) or span
     errors (token classification) of ``report.figure_runs[task]`` (default: the best arm on dev), reliability
     diagram, the score against pretraining steps (with ``dose_response``) and against train docs (with
-    ``learning_curve``, ``tasks.report.curve``). Raises ``NotRun`` when the
-    task's metrics record no kind."""
+    ``learning_curve``, ``tasks.report.curve``; an ``off (enable with ...)`` string when the params turn it
+    off, ``tasks.report.switches``). Raises ``NotRun`` when the task's metrics record no kind."""
     dpi, level = cfg.figure_dpi, cfg.confidence_level
     cls = task_module(metrics, task) == "cls"
 
@@ -195,10 +218,12 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
         errors[0]: lambda: errors[1](metrics, task, figure_run(), out / errors[2], dpi),
         f"{task}: reliability diagram": lambda: fig.reliability_diagram(
             reliability_curves(task, metrics), out / f"reliability_{task}.png", cfg.calibration_bins, dpi),
-        f"{task}: score against pretraining steps": lambda: fig.dose_response(
-            metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png", dpi),
-        f"{task}: score against train docs": lambda: learning_curve(
-            metrics, task, task_headline(metrics, task), level, out / f"learning_curve_{task}.png", dpi),
+        f"{task}: score against pretraining steps": figure_off(task, "dose_response", cfg.setup) or (
+            lambda: fig.dose_response(metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png",
+                                      dpi)),
+        f"{task}: score against train docs": figure_off(task, "learning_curve", cfg.setup) or (
+            lambda: learning_curve(metrics, task, task_headline(metrics, task), level,
+                                   out / f"learning_curve_{task}.png", dpi)),
     }
 
 

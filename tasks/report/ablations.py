@@ -1,13 +1,14 @@
 """Claims on the pretraining ablation arms (``pretrain.ablations``, finetune's ``ablation_config``; issue 57):
 the runs ``<variant>@ablation_<name>/<mode>/<head>`` of ``metrics/finetune/<task>.json``, listed in its
 ``ablations`` section. The arms are opt-in (the gpu profile turns them on, the cpu default has none), so a claim
-on an arm that did not run is ``not run: not computed in this run`` with the params that turn it on, never a
+on an arm that did not run is ``not run: off (enable with ...)`` naming the params that turn it on, never a
 crash; such a claim is secondary, so the answer line (primary claims) does not count it.
 """
 
 from __future__ import annotations
 
 from tasks.report.claims import NotRun
+from tasks.report.switches import Off, off
 
 #: The marker of a run fine-tuned from a pretraining ablation arm (``tasks/finetune/ablations.py``).
 MARK = "@ablation_"
@@ -15,16 +16,14 @@ MARK = "@ablation_"
 
 def ablation_notes(task: str, run_key: str, data: dict) -> tuple[str, ...]:
     """The notes of ablation run ``run_key`` in ``data`` (``metrics/finetune/<task>.json``): it rests on one
-    pretraining seed. Raises ``NotRun`` (``not computed in this run: ...``) when the run is absent: the arms are
-    off (no ``ablations`` section), or this arm is not among them."""
+    pretraining seed. Raises ``Off`` when the arms are off (no ``ablations`` section), ``NotRun`` when this arm
+    is not among them."""
     arm = run_key.split(MARK, 1)[1].split("/")[0]
     section = data.get("ablations")
     runs = (section.get("runs") or {}) if isinstance(section, dict) else {}
     if run_key not in (data.get("runs") or {}):
         if not runs:
-            raise NotRun(f"not computed in this run: the pretraining ablation arm {arm!r} is off for {task} (no "
-                         f"ablations in metrics/finetune/{task}.json; set pretrain.ablations and "
-                         "finetune.recipes.<recipe>.ablation_config, as the gpu profile does)")  # fmt: skip
+            raise Off(off("pretrain.ablations", "finetune.recipes.<recipe>.ablation_config"))  # as the gpu profile
         raise NotRun(f"not computed in this run: {run_key!r} is not among the pretraining ablation runs of {task} "
                      f"(have: {sorted(runs.values())})")  # fmt: skip
     return (f"{run_key}: fine-tuned from a pretraining ablation arm trained from one pretraining seed (the first "

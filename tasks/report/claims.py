@@ -166,11 +166,14 @@ class Metrics:
     """Lazy, cached reader of ``metrics/<name>.json``; a missing or broken file raises ``NotRun``.
 
     ``predictions`` is the finetune stage's folder (``data/finetune``); None: claims use seed-level values only.
+    ``tasks`` are the fine-tuning tasks of the run (params.yaml ``tasks``, in order); None: the tasks whose
+    ``metrics/finetune/<task>.json`` exists (a unit test's folder), ``tasks.report.tasks_run``.
     """
 
-    def __init__(self, folder: Path, predictions: Path | None = None) -> None:
+    def __init__(self, folder: Path, predictions: Path | None = None, tasks: tuple[str, ...] | None = None) -> None:
         self.folder = Path(folder)
         self.predictions = Path(predictions) if predictions is not None else None
+        self.tasks = tasks
         self._cache: dict[str, dict] = {}
 
     def get(self, name: str) -> dict:

@@ -384,9 +384,14 @@ def data_md5(claim: Claim, lock: Lock) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def evaluate_all(claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> list[Row]:
+def evaluate_all(claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig,
+                 off: dict[str, str] | None = None) -> list[Row]:
     """Evaluate every claim, in file order, then Holm-correct the verdicts within each family (family-wise
-    alpha per family)."""
-    rows = [evaluate(c, metrics, lock, cfg) for c in claims.claims]
+    alpha per family). A claim in ``off`` (id -> ``off (enable with ...)``, ``tasks.report.switches``) is a
+    ``not run`` row with that reason, its metrics not read."""
+    off = off or {}
+    rows = [Row(c, "not run", f"not run: {off[c.id]}", confounders=measure_confounders(c, metrics),
+                data_md5=data_md5(c, lock)) if c.id in off else evaluate(c, metrics, lock, cfg)
+            for c in claims.claims]  # fmt: skip
     apply_holm(rows, cfg.alpha)
     return rows

@@ -14,6 +14,7 @@ from tasks.report.export import EXPORTED, export_cost_row, export_grids
 from tasks.report.leakage_recall import SECTION as LEAKAGE_RECALL
 from tasks.report.leakage_recall import recall_grids
 from tasks.report.statistics import Estimate, StatsConfig, proportion_ci
+from tasks.report.switches import Off, off
 from tasks.report.tasks_run import finetune_tasks, task_module
 
 #: Section titles, in report order.
@@ -29,6 +30,8 @@ def evidence_tables(metrics: Metrics, cfg: StatsConfig) -> dict[str, list | str]
                          (EXPORTED, export_grids), (LEAKAGE_RECALL, recall_grids)):
         try:
             out[title] = build(metrics, cfg)
+        except Off as why:
+            out[title] = str(why)
         except (NotRun, *MALFORMED) as why:
             out[title] = f"not computed: {why}"
     return out
@@ -163,7 +166,7 @@ def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
                           *(f"batch {size}: p50 / p95 ms per doc" for size in sizes)],
                           [cpu_row(key, entry, sizes) for key, entry in cpu.items()]))  # fmt: skip
     if not grids:
-        raise NotRun("no operational measurements in metrics/finetune/<task>.json (finetune.operational.enabled)")
+        raise Off(off("finetune.operational.enabled"))  # the stage measured no task's models
     return grids
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.report.claims import Metrics, NotRun, dig
+from tasks.report.switches import Off, off
 
 #: Section title of the tables (``evidence.evidence_tables``) and of the figure.
 SECTION = "Data: leakage audit recall against edit strength"
@@ -91,7 +92,7 @@ def semantically_flagged(metrics: Metrics) -> set[str]:
     detector did not run."""
     semantic = dig(metrics.get("leakage"), ["semantic"], "metrics/leakage.json")
     if not semantic.get("enabled"):
-        raise NotRun("the semantic detector did not run (leakage.semantic.enabled: false)")
+        raise Off(off("leakage.semantic.enabled"))
     sets = dig(semantic, ["by_eval_set"], "metrics/leakage.json semantic")
     return {doc for entry in sets.values() for doc in entry.get("flagged_docs", [])}
 

@@ -15,13 +15,14 @@ import platform
 import shutil
 import subprocess
 from collections import defaultdict
+from collections.abc import Collection
 from importlib import metadata
 from pathlib import Path
 
 from tasks.common.nested import flatten
 from tasks.common.provenance import Lock, git_commit
 from tasks.report.claims import Metrics
-from tasks.report.tasks_run import finetune_tasks
+from tasks.report.tasks_run import current_stage, finetune_tasks
 
 PREPROCESSING_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
 VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "scikit-learn", "seqeval", "scipy",
@@ -30,11 +31,12 @@ VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "scikit
 
 def build_ledger(question: str, root: Path, metrics: Metrics, lock: Lock) -> dict:
     """The ledger as ``{section: text or {key: text}}``; ``root`` is the checkout whose git commit is shown."""
-    params = params_as_run(lock)
+    tasks = metrics.tasks or ()
+    params = params_as_run(lock, tasks)
     return {
         "question": question,
         "git commit": git_commit(root),
-        "data snapshot (dvc.lock outs md5)": data_snapshot(lock),
+        "data snapshot (dvc.lock outs md5)": data_snapshot(lock, tasks),
         "preprocessing hash (sha256 of the dvc.lock entries of ingest..tokenize)": preprocessing_hash(lock),
         "params as run (dvc.lock, every stage)": params,
         "pretrained model quality (metrics/pretrain.json)": pretrain_quality(metrics),
@@ -46,15 +48,16 @@ def build_ledger(question: str, root: Path, metrics: Metrics, lock: Lock) -> dic
     }
 
 
-def params_as_run(lock: Lock) -> dict[str, str]:
-    """Every params value the stages last ran with, as dotted keys (sorted), read from ``dvc.lock``.
+def params_as_run(lock: Lock, tasks: Collection[str] = ()) -> dict[str, str]:
+    """Every params value the stages last ran with, as dotted keys (sorted), read from ``dvc.lock``; the entries
+    of a foreach stage of a task not in ``tasks`` are left out (``tasks_run.current_stage``: DVC keeps them).
 
     A key that two stages recorded with different values (one stage reran after an edit, the other did
     not) lists each value with its stage, so the ledger never hides that the runs disagree.
     """
     by_key: dict[str, dict[str, str]] = defaultdict(dict)
     for stage in lock.stages:
-        if stage == "report":  # its own entry is from its previous run
+        if stage == "report" or not current_stage(stage, tasks):  # its own entry is from its previous run
             continue
         for key, value in flatten(lock.params(stage)).items():
             by_key[key][stage] = json.dumps(value) if isinstance(value, list | dict) else str(value)
@@ -83,11 +86,11 @@ def pretrain_quality(metrics: Metrics) -> dict[str, str] | str:
     return quality
 
 
-def data_snapshot(lock: Lock) -> dict[str, str]:
-    """``{"<stage>: <path>": md5}`` of every output recorded in dvc.lock, sorted, but the report stage's own:
-    this run is rewriting those, so dvc.lock still holds the previous run's md5s."""
+def data_snapshot(lock: Lock, tasks: Collection[str] = ()) -> dict[str, str]:
+    """``{"<stage>: <path>": md5}`` of every output recorded in dvc.lock, sorted, but the report stage's own
+    (this run is rewriting those, so dvc.lock still holds the previous run's md5s) and those of a removed task."""
     snapshot = {f"{stage}: {path}": md5 or "no md5" for (stage, path), md5 in lock.out_md5s().items()
-                if stage != "report"}
+                if stage != "report" and current_stage(stage, tasks)}
     return snapshot or {"dvc.lock": "not available (no stage reproduced yet)"}
 
 
