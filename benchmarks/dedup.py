@@ -1,16 +1,17 @@
 """Benchmark of the dedup stage against the peers users pick instead, and against this machine's limit.
 
-Corpora: the default ingest rows at 1x, 4x and 16x with planted near duplicates (``benchmarks/_dedup_corpus.py``:
+Corpora: the default ingest rows at 1x, 4x, 16x and 64x with planted near duplicates (``benchmarks/_dedup_corpus.py``:
 variants replacing one word in 60, or in 30, ground truth by exact Jaccard). Every tool runs on the same
 documents, each in a fresh process (``benchmarks/_measure.py``: wall time from spawn to exit, imports and I/O
-included; peak RSS of the largest process and of the process tree), in the same run:
+included; peak RSS of the largest process and of the process tree):
 
-- ``clozeline``: ``tasks.dedup.run`` end to end (Parquet in, Parquet + cluster report out) with params.yaml's
-  dedup values and ``keep_one_per: cluster`` (one kept per cluster, as the peers do);
+- ``clozeline``: ``tasks.dedup.run`` end to end (Parquet in, Parquet + cluster report + incremental index out, from
+  scratch) with params.yaml's dedup values and ``keep_one_per: cluster`` (one kept per cluster, as the peers do);
 - ``rensa``: the Rust MinHash library (``benchmarks/peers/rensa_minhash.py``, version pinned in the ``bench``
-  optional group): a pipeline built on its batch signing with the stage's own normalisation, in three
-  variants: its LSH in one process (``lsh``), the same with normalising and signing in 2 forked workers
-  (``lsh-workers``), and its deduplicator (``deduplicator``); exact Jaccard on every candidate not yet joined;
+  optional group), the pipeline its user writes: batch signing with ``RMinHash.from_token_sets``,
+  ``RMinHashLSH``, exact Jaccard of numpy hash sets, union-find; in three variants: one process with our
+  normaliser (``lsh``), 2 forked workers that return numpy arrays and their sketches (``lsh-workers``), and the same
+  with rensa's README's minimal normalisation, lowercase and ``\\w+`` (``lsh-workers-minimal``);
 - ``datatrove``: datatrove 0.10.1's MinHash pipeline (signature, buckets, cluster, filter) on its local
   executor, with a whitespace word tokenizer (its fastest) and, at 1x only, its default spaCy one, from JSONL;
 - ``text-dedup``: text-dedup 0.4.1's MinHash with its Jaccard check, from JSONL (Python 3.12 environment), up to
@@ -30,15 +31,19 @@ Scoring is independent of which row a tool keeps (``_dedup_corpus.score``): reca
 (J >= 0.8) whose two documents a tool put in one cluster, precision the share of clustered documents with a
 true near duplicate in their own cluster.
 
-Reported per tool and size: docs/s and MB/s (UTF-8 text), peak RSS, clusters, documents removed, precision and
-recall; ``ratio_vs_best_peer`` = our docs/s over the fastest peer variant's (rensa's included), and
-``fraction_of_limit`` = our docs/s over the limit's. Goals: >= 1.5x the fastest peer at every size, >= 60% of
-the limit at the largest. The machine is shared, so our stage, the limit and rensa's variants run alternated,
-``--repeats`` rounds (best of each counted, all listed) up to 4x, ``--repeats-large`` above; datatrove and
-text-dedup once. Dirty pages are written back (``os.sync``) before every measured run, so no tool pays for the
-writeback of the inputs or of the tool before it (our stage writes about 500 MB at 16x: outputs and index).
-Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16]`` (about 20 minutes on 2 cores); writes
-``benchmarks/results/dedup.json``.
+Timing: the machine is shared, so our stage, the limit and rensa's variants run in alternated rounds (A, B, C, A,
+B, C, ...), at least 5 rounds up to 4x and 3 above (``_provenance.min_runs``; ``--repeats`` sets more), each run's
+1-minute load average recorded beside it; datatrove and text-dedup run once. Dirty pages are written back
+(``os.sync``) before every run, so no tool pays for the writeback of the tool before it. Reported per tool and
+size: the median docs/s with its spread, MB/s, peak RSS, clusters, documents removed, precision and recall;
+``ratio_vs_best_peer`` = our median docs/s over the median of the peer variant with the best median (best-of-N
+beside it, labelled), ``fraction_of_limit`` = our median over the limit's (information). Goal per size: >= 1.5x
+the fastest peer by the ratio of medians, precision 1.0 and recall within 0.002 of that peer's.
+
+Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16 64]`` (about an hour on 2 cores); writes
+``benchmarks/results/dedup.json`` with its provenance (commit, code fingerprint of ``tasks.dedup``, CPU).
+``--smoke``: the whole path (ingest of 40 rows a source, the corpus, every tool, the results file and its table)
+in seconds, results to ``--out`` or a temporary folder.
 """
 
 from __future__ import annotations
@@ -63,42 +68,42 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks._measure import TimedOut, run_measured  # noqa: E402
+from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, spread, write_results  # noqa: E402
 from tasks.config import read_yaml  # noqa: E402
 from tasks.config.dedup import DedupParams  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "dedup.json"
 PEERS = REPO / "benchmarks" / ".peers"
 SEED = 20240611
-GOALS = {"ratio_vs_best_peer": 1.5, "fraction_of_limit": 0.6}
+STAGE_MODULES = ["tasks.dedup"]  # what the stage runs: its code fingerprint goes with the figures
+GOALS = {"ratio_vs_best_peer": 1.5, "precision": 1.0, "recall_below_peer": 0.002}
+GOAL_TEXT = ">= 1.5x fastest peer (ratio of medians), precision 1.0, recall within 0.002 of its"
+SMOKE_ROWS = 40  # per ingest source, wikipedia_sample left out (its dump takes 2 s to read): the path, in seconds
 # name -> (environment, runner, variant, largest scale it runs at); the variant is passed as --variant.
 # "pipeline" is this interpreter's environment (rensa comes from the bench optional group).
 # datatrove's default spaCy tokenizer makes it about 4x slower than with whitespace words, so it runs at 1x only;
 # text-dedup grows as docs**1.5 (227 s at 4x here) and passed PEER_TIMEOUT_S at 16x in every run, so it stops at 4x.
 PEER_RUNS = {
-    "rensa (LSH)": ("pipeline", "rensa_minhash.py", "lsh", 16),
-    "rensa (LSH, 2 workers)": ("pipeline", "rensa_minhash.py", "lsh-workers", 16),
-    "rensa (deduplicator)": ("pipeline", "rensa_minhash.py", "deduplicator", 16),
+    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 64),
+    "rensa (LSH, 2 workers)": ("pipeline", "rensa_minhash.py", "lsh-workers", 64),
+    "rensa (LSH, 2 workers, minimal normalisation)": ("pipeline", "rensa_minhash.py", "lsh-workers-minimal", 64),
     "datatrove (spaCy words)": ("datatrove", "datatrove_minhash.py", "spacy", 1),
     "datatrove (whitespace words)": ("datatrove", "datatrove_minhash.py", "whitespace", 16),
     "text-dedup": ("textdedup", "textdedup_minhash.py", "default", 4),
 }
 PEER_TIMEOUT_S = 600  # a peer still running then is killed and reported with this lower bound on its time
-FULL_REPEATS_UP_TO = 4  # larger scales run --repeats-large rounds
-ALTERNATED = ("clozeline", "limit")  # with the pipeline-environment peers: one round runs each of them once
 
 
 def main() -> None:
     args = _parse()
+    out = out_path(args, RESULTS)
     cfg = bench_params()
+    scales = [1] if args.smoke else args.scales
     with tempfile.TemporaryDirectory(prefix="bench-dedup-") as tmp:
-        rows = default_rows(Path(tmp))
-        sizes = [measure_scale(cfg, rows, scale, Path(tmp) / f"x{scale}",
-                               args.repeats if scale <= FULL_REPEATS_UP_TO else args.repeats_large)
-                 for scale in args.scales]  # fmt: skip
-    results = summarize(cfg, sizes)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(json.dumps(results["rows"], indent=2))
+        rows = default_rows(Path(tmp), SMOKE_ROWS if args.smoke else None)
+        sizes = [measure_scale(cfg, rows, scale, Path(tmp) / f"x{scale}", args.repeats or min_runs(scale, args.smoke),
+                               args.smoke) for scale in scales]  # fmt: skip
+    write_results(out, summarize(cfg, sizes), STAGE_MODULES, smoke=args.smoke)
 
 
 def bench_params() -> DedupParams:
@@ -106,57 +111,71 @@ def bench_params() -> DedupParams:
     return DedupParams.model_validate({**read_yaml(REPO / "params.yaml")["dedup"], "keep_one_per": "cluster"})
 
 
-def default_rows(work: Path) -> list[str]:
-    """The default ingest rows: params.yaml's ingest sources read by the ingest stage."""
+def default_rows(work: Path, max_docs: int | None = None) -> list[str]:
+    """The default ingest rows: params.yaml's ingest sources read by the ingest stage. ``max_docs``: at most that
+    many a source, wikipedia_sample left out (the smoke run's tiny corpus)."""
     from tasks import ingest
     from tasks.config import Paths
     from tasks.config.ingest import IngestParams
     from tasks.tracking import NullLog
 
-    cfg = IngestParams.model_validate(read_yaml(REPO / "params.yaml")["ingest"])
+    values = read_yaml(REPO / "params.yaml")["ingest"]
+    if max_docs is not None:
+        values["sources"] = [{**source, "max_docs": max_docs} for source in values["sources"]
+                             if source["name"] != "wikipedia_sample"]  # fmt: skip
+    cfg = IngestParams.model_validate(values)
     ingest.run(cfg, Paths(data=work / "rows", models=work, metrics=work, reports=work), NullLog())
     return corpora.read_rows(work / "rows" / "ingest")
 
 
-def measure_scale(cfg: DedupParams, rows: list[str], scale: int, work: Path, repeats: int) -> dict:
+def measure_scale(cfg: DedupParams, rows: list[str], scale: int, work: Path, repeats: int, smoke: bool) -> dict:
     """Every tool on the corpus at ``scale``: timings, memory and scores. Our stage, the limit and the peers in
-    this environment run in alternated rounds (best of ``repeats`` each), the other peers once."""
+    this environment run in ``repeats`` alternated rounds, the other peers once (and naive at 1x only)."""
     corpus = corpora.planted(rows, scale, SEED)
     write_inputs(work, corpus.texts)
     (work / "params.json").write_text(cfg.model_dump_json())  # the parts skip the (pure-Python) YAML parser
     started = time.perf_counter()
     known = corpora.truth(corpus, cfg.shingle_size_words)
     print(f"bench dedup {scale}x: {len(corpus.texts)} docs, truth in {time.perf_counter() - started:.0f} s")
-    runs: dict[str, list[dict]] = {}
-    alternated = {name: spec for name, spec in PEER_RUNS.items() if spec[0] == "pipeline" and scale <= spec[3]}
-    for _ in range(repeats):
-        runs.setdefault("clozeline", []).append(_part("stage", work))
-        runs.setdefault("limit", []).append(_part("limit", work))
-        for name, spec in alternated.items():
-            runs.setdefault(name, []).append(_peer(work, *spec[:3]))
-    tools = {name: _best(measured) for name, measured in runs.items()}
+    alternated = {"clozeline": lambda: _part("stage", work), "limit": lambda: _part("limit", work)}
+    alternated.update({name: (lambda spec=spec: _peer(work, *spec[:3])) for name, spec in PEER_RUNS.items()
+                       if spec[0] == "pipeline" and scale <= spec[3]})  # fmt: skip
+    runs: dict[str, list[dict]] = {name: [] for name in alternated}
+    for round_ in range(repeats):
+        for name, run in alternated.items():
+            load = os.getloadavg()[0]
+            runs[name].append({**run(), "load_1min_before": load})
+            print(f"  round {round_ + 1} {name}: {runs[name][-1].get('seconds', 'skipped')} s, load {load:.2f}")
+    tools = {name: _summary(measured) for name, measured in runs.items()}
     if scale == 1:
-        tools["naive"] = _part("naive", work)
-    tools.update({name: _peer(work, *spec[:3]) if scale <= spec[3] else {"skipped": f"not run above {spec[3]}x"}
+        tools["naive"] = _summary([_part("naive", work)])
+    tools.update({name: _summary([_peer(work, *spec[:3])]) if scale <= spec[3] else
+                  {"skipped": f"not run above {spec[3]}x"}
                   for name, spec in PEER_RUNS.items() if name not in alternated})  # fmt: skip
     megabytes = sum(len(text.encode("utf-8")) for text in corpus.texts) / 1e6
     for name, tool in tools.items():
-        if "seconds" in tool:
-            tool.update(docs_per_s=len(corpus.texts) / tool["seconds"], mb_per_s=megabytes / tool["seconds"])
+        if "seconds_all_runs" in tool:
+            rates = [len(corpus.texts) / seconds for seconds in tool["seconds_all_runs"]]
+            median = spread(rates)["median"]
+            tool.update(docs_per_s_all_runs=rates, docs_per_s=median, docs_per_s_spread=spread(rates),
+                        mb_per_s=megabytes * median / len(corpus.texts))
         if "clusters" in tool:
             removed = set(tool.pop("removed", []))
             tool.update(corpora.score(tool.pop("clusters"), corpus, known, cfg.threshold, removed))
         print(f"  {name}: {_brief(tool)}")
-    return {"scale": scale, "docs": len(corpus.texts), "text_mb": megabytes, "tools": tools}
+    return {"scale": scale, "docs": len(corpus.texts), "text_mb": megabytes, "smoke": smoke, "tools": tools}
 
 
-def _best(measured: list[dict]) -> dict:
-    """The fastest of several runs of one tool, every run's seconds listed; a skip if none ran."""
+def _summary(measured: list[dict]) -> dict:
+    """One tool's runs: the first run's fields (clusters and scores: every run of a tool gives the same), the
+    seconds and loads of every run, and the median seconds; a skip if none ran."""
     ran = [run for run in measured if "seconds" in run]
     if not ran:
         return measured[0]
-    best = min(ran, key=lambda run: run["seconds"])
-    return {**best, "seconds_all_runs": [run["seconds"] for run in ran]}
+    seconds = [run["seconds"] for run in ran]
+    return {**ran[0], "seconds": spread(seconds)["median"], "seconds_all_runs": seconds,
+            "load_1min_before_runs": [run.get("load_1min_before") for run in ran],
+            "peak_tree_rss_mib": max(run["peak_tree_rss_mib"] for run in ran)}  # fmt: skip
 
 
 def write_inputs(work: Path, texts: list[str]) -> None:
@@ -231,12 +250,11 @@ def _brief(tool: dict) -> str:
 
 
 def summarize(cfg: DedupParams, sizes: list[dict]) -> dict:
-    """Per-size ratios, the table rows and the headline ratios at the largest size."""
-    rows = [table_row(size, largest=k == len(sizes) - 1) for k, size in enumerate(sizes)]
-    largest = rows[-1]
+    """Per-size rows (ratios of medians), the scaling curves and every measurement."""
+    rows = [table_row(size) for size in sizes]
     return {
-        "ratio_vs_best_peer": largest["ratio_vs_best_peer"],
-        "fraction_of_limit": largest["fraction_of_limit"],
+        "ratio_vs_best_peer": rows[-1]["ratio_vs_best_peer"],
+        "fraction_of_limit": rows[-1]["fraction_of_limit"],
         "rows": rows,
         "scaling": scaling(sizes),
         "sizes": sizes,
@@ -244,12 +262,13 @@ def summarize(cfg: DedupParams, sizes: list[dict]) -> dict:
         "goals": GOALS,
         "meets_goals": all(row["meets_goal"] for row in rows),
         "seed": SEED,
-        "machine_note": "2 shared cores; every figure from the same run; wall time from spawn to exit",
+        "machine_note": "2 shared cores; every figure from the same run; wall time from spawn to exit; medians of "
+                        "alternated runs, each run's 1-minute load average beside it",
     }
 
 
 def scaling(sizes: list[dict]) -> dict:
-    """Per tool: seconds and peak tree RSS at each size, and the growth exponent of each between the smallest
+    """Per tool: median seconds and peak tree RSS at each size, and the growth exponent of each between the smallest
     and the largest size it ran at (``log(t_large / t_small) / log(docs_large / docs_small)``: 1 is linear)."""
     out = {}
     for name in sizes[0]["tools"]:
@@ -264,36 +283,37 @@ def scaling(sizes: list[dict]) -> dict:
     return out
 
 
-def table_row(size: dict, largest: bool) -> dict:
-    """One README/`make bench` table row: ours, the fastest peer, the limit, and the goal checks (the limit's
-    goal applies at the largest size only)."""
+def table_row(size: dict) -> dict:
+    """One docs-table row: our median docs/s against the peer variant with the best median (ratio of medians,
+    spreads and best-of-N beside it), the limit's median, and the goal (``GOALS``)."""
     tools = size["tools"]
     peers = {name: tool for name, tool in tools.items() if name in PEER_RUNS and "docs_per_s" in tool}
     best = max(peers, key=lambda name: peers[name]["docs_per_s"]) if peers else None
-    ours, limit = tools["clozeline"]["docs_per_s"], tools["limit"]["docs_per_s"]
-    ratio = ours / peers[best]["docs_per_s"] if best else None
-    fraction = ours / limit
-    limit_goal = fraction >= GOALS["fraction_of_limit"] or not largest
+    ours = tools["clozeline"]
+    fields = ratio_fields(ours["docs_per_s_all_runs"], peers[best]["docs_per_s_all_runs"] if best else None)
+    limit = tools["limit"]["docs_per_s"]
+    quality = best is not None and ours["precision"] >= GOALS["precision"] and \
+        ours["recall"] >= peers[best]["recall"] - GOALS["recall_below_peer"]  # fmt: skip
+    ratio = fields["ratio_vs_best_peer"]
     return {
         "benchmark": "dedup",
         "case": f"{size['scale']}x: {size['docs']:,} docs",
         "unit": "docs/s",
-        "ours": ours,
         "best_peer": best,
-        "best_peer_value": peers[best]["docs_per_s"] if best else None,
-        "ratio_vs_best_peer": ratio,
+        **fields,
         "limit": limit,
-        "fraction_of_limit": fraction,
-        "goal": ">= 1.5x fastest peer; >= 60% of limit at the largest size",
-        "meets_goal": bool(ratio is not None and ratio >= GOALS["ratio_vs_best_peer"]) and limit_goal,
+        "fraction_of_limit": fields["ours"] / limit,
+        "goal": GOAL_TEXT,
+        "meets_goal": bool(ratio is not None and ratio >= GOALS["ratio_vs_best_peer"] and quality),
     }
 
 
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16], help="corpus sizes, x default rows")
-    parser.add_argument("--repeats", type=int, default=3, help="alternated rounds up to 4x; the best of each counts")
-    parser.add_argument("--repeats-large", type=int, default=2, help="alternated rounds above 4x")
+    parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16, 64], help="corpus sizes, x default rows")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="alternated rounds per size (default: 5 up to 4x, 3 above; 1 with --smoke)")
+    add_smoke(parser, RESULTS)
     return parser.parse_args()
 
 

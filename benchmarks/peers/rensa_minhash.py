@@ -1,35 +1,38 @@
 """Runs a MinHash near-duplicate pipeline built on rensa (Rust MinHash, PyPI ``rensa``) on the documents of the
-dedup benchmark, normalised and shingled exactly as clozeline's dedup stage does.
+dedup benchmark, written as a competent rensa user would write it: rensa signs and bands, numpy carries the
+arrays, Python only glues.
 
 Run it with the pipeline's environment once the ``bench`` optional group is installed (``pip install -e
 '.[bench]'``; ``benchmarks/peers/setup.sh`` does it)::
 
     .venv/bin/python benchmarks/peers/rensa_minhash.py --input docs.parquet --workdir /tmp/r \
-        --output result.json --workers 2 --variant lsh|lsh-workers|deduplicator
+        --output result.json --workers 2 --variant lsh|lsh-workers|lsh-workers-minimal
 
-rensa is a kernel library, not a pipeline: this runner is the pipeline a user writes around it, given rensa's
-fastest paths (its README's "Batch APIs"). Every variant:
+Every variant:
 
-1. reads ``id`` and ``text`` (Parquet with pyarrow, or JSONL);
-2. normalises with ``tasks.common.textnorm.normalize_many`` (Cf removed, NFKC, casefold, whitespace collapsed;
-   clozeline's own, the fastest normaliser here) and splits words with ``textnorm.words_of_normalized``
-   (``\\w+``);
-3. builds each document's set of word 5-grams (joined by a space); a document with fewer than 5 words has none
-   and is matched by its normalised text only (as clozeline does);
-4. signs every document in one batch call (``RMinHash.from_token_sets``, 128 permutations, seed 42: rensa
-   hashes the tokens and signs in Rust);
-5. finds candidates with rensa's LSH or deduplicator (below), 16 bands x 8 rows;
-6. verifies each candidate pair by exact Jaccard of the 5-gram sets (>= 0.8), skipping pairs already in one
-   cluster, and unions verified pairs and equal normalised texts (union-find); the smallest index is kept.
+1. reads ``doc_id`` and ``text`` (Parquet with pyarrow, or JSONL ``{"id", "text"}``);
+2. normalises and splits words, per variant (below);
+3. makes each document's word 5-grams, joined by a space (a document with fewer than 5 words has none and is
+   matched by its normalised text only, as clozeline does);
+4. signs every document of a batch in one call (``RMinHash.from_token_sets``, 128 permutations, seed 42: rensa
+   hashes the tokens with its FxHash and signs in Rust);
+5. keeps each document's shingles as sorted unique 64-bit hashes (Python's string hash, which forked processes
+   share) in one flat numpy array with offsets, and its normalised text as one 64-bit hash;
+6. ``RMinHashLSH(threshold=0.8, num_perm=128, num_bands=16)`` (16 bands x 8 rows), ``insert_many`` and
+   ``query_all``;
+7. unions equal normalised texts, then verifies each document's candidates (later documents only: LSH answers
+   both orders) that are not yet in its cluster by exact Jaccard of the hash sets (>= 0.8), all of one
+   document's in one numpy binary search, and unions the verified ones (union-find; the smallest index kept).
 
-Variants (step 5):
-- ``lsh``: ``RMinHashLSH(threshold=0.8, num_perm=128, num_bands=16)``, ``insert_many`` and ``query_all``; one
-  process;
-- ``lsh-workers``: the same, with steps 2-4 in ``--workers`` forked processes (each returns its documents'
-  ``RMinHash`` objects and 64-bit shingle hashes for the Jaccard check);
-- ``deduplicator``: ``RMinHashDeduplicator(threshold=0.8, num_perm=128, use_lsh=True, num_bands=16)``:
-  ``add_pairs`` in index order (a document whose estimated Jaccard with a stored one reaches 0.8 is not
-  stored), then ``get_duplicate_sets`` gives each document's stored near duplicates, verified as above.
+Variants:
+- ``lsh``: steps 2-5 in one process; normalisation ``tasks.common.textnorm.normalize_many`` (clozeline's own:
+  Cf removed, NFKC, casefold, whitespace collapsed), words ``textnorm.words_of_normalized`` (``\\w+``);
+- ``lsh-workers``: the same normalisation, steps 2-5 sharded over ``--workers`` forked processes (contiguous
+  ranges of documents, inherited at fork, never pickled); each returns numpy arrays (shingle hashes, offsets,
+  text hashes) and its ``RMinHash`` objects (rensa's own compact pickling, about 670 bytes each): what step 6
+  needs, no Python set or list of tokens;
+- ``lsh-workers-minimal``: as ``lsh-workers`` with rensa's README's minimal normalisation: ``text.lower()`` and
+  ``re.findall(r"\\w+")`` (no NFKC, no casefold, no format-character removal).
 
 Output: as the other peer runners (benchmarks/peers/README.md): ``removed_ids``, ``clusters``, ``settings``,
 ``seconds`` (from the first line, imports included) and memory.
@@ -42,88 +45,64 @@ T0 = time.perf_counter()  # before the heavy imports: "seconds" includes importi
 import argparse  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
+from itertools import chain  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from _measure import TreeMemory, write_result  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NGRAM, NUM_PERM, BANDS, THRESHOLD, SEED = 5, 128, 16, 0.8, 42
-VARIANTS = ("lsh", "lsh-workers", "deduplicator")
+VARIANTS = ("lsh", "lsh-workers", "lsh-workers-minimal")
+SHARDS_PER_WORKER = 4  # contiguous shards, taken in turn: long and short documents sit in different parts
+WORD = re.compile(r"\w+")
+_TEXTS: list[str] = []  # inherited by the forked workers
 
 
 def main() -> None:
     args = _parse()
     mem = TreeMemory().start()
     t_imports = time.perf_counter()
-    sys.path.insert(0, str(REPO))  # tasks.common.textnorm: the stage's own normaliser
+    sys.path.insert(0, str(REPO))  # tasks.common.textnorm: the stage's own normaliser (all but -minimal)
     from importlib.metadata import version
 
-    import rensa  # noqa: F401
-
-    from tasks.common import textnorm  # noqa: F401
+    import numpy as np
+    import rensa
 
     t_work = time.perf_counter()
     ids, texts = _read(Path(args.input))
-    if args.variant == "lsh-workers" and args.workers > 1:
-        step = -(-len(texts) // args.workers)
-        shards = [texts[k : k + step] for k in range(0, len(texts), step)]
-        with multiprocessing.get_context("fork").Pool(args.workers) as pool:
-            parts = pool.starmap(_sign_shard, [(shard, True) for shard in shards])
-        normalized = [t for part in parts for t in part[0]]
-        sets = [s for part in parts for s in part[1]]
-        minhashes = [m for part in parts for m in part[2]]
-    else:
-        normalized, sets, minhashes = _sign_shard(texts)
+    minhashes, flat, offsets, text_keys = _signed(texts, args.variant, args.workers)
+    lsh = rensa.RMinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM, num_bands=BANDS)
+    lsh.insert_many(minhashes)
+    candidates = lsh.query_all(minhashes)
     clusters = UnionFind(len(texts))
-    first_of_text: dict[str, int] = {}
-    for i, text in enumerate(normalized):  # equal normalised texts (wordless ones included) are one cluster
-        clusters.union(i, first_of_text.setdefault(text, i))
-    if args.variant == "deduplicator":
-        candidates = _deduplicator_candidates(minhashes)
-    else:
-        from rensa import RMinHashLSH
-
-        lsh = RMinHashLSH(threshold=THRESHOLD, num_perm=NUM_PERM, num_bands=BANDS)
-        lsh.insert_many(minhashes)
-        candidates = lsh.query_all(minhashes)
+    _, first = np.unique(text_keys, return_inverse=True)  # equal normalised texts (wordless ones too): one cluster
+    _, first_of = np.unique(first, return_index=True)
+    for i, group in enumerate(first.tolist()):
+        clusters.union(i, int(first_of[group]))
     checked = merged = 0
-    symmetric = args.variant != "deduplicator"
     for i, found in enumerate(candidates):
-        if not sets[i]:
+        if offsets[i] == offsets[i + 1]:
             continue
-        for j in found:
-            # LSH answers both orders of a pair: take it once; the deduplicator answers stored (earlier) rows
-            if (j <= i if symmetric else j == i) or clusters.find(i) == clusters.find(j):
-                continue
-            checked += 1
-            a, b = sets[i], sets[j]
-            shared = len(a & b)
-            if shared >= THRESHOLD * (len(a) + len(b) - shared):
-                clusters.union(i, j)
-                merged += 1
+        root = clusters.find(i)
+        todo = [j for j in found if j > i and clusters.find(j) != root]
+        if not todo:
+            continue
+        checked += len(todo)
+        for j in np.asarray(todo)[_jaccards(flat, offsets, i, todo) >= THRESHOLD].tolist():
+            clusters.union(i, j)
+            merged += 1
+    roots = [clusters.find(i) for i in range(len(texts))]
     members: dict[int, list[str]] = {}
-    for i in range(len(texts)):
-        members.setdefault(clusters.find(i), []).append(ids[i])
-    removed = [ids[i] for i in range(len(texts)) if clusters.find(i) != i]
+    for i, root in enumerate(roots):
+        members.setdefault(root, []).append(ids[i])
+    removed = [ids[i] for i, root in enumerate(roots) if root != i]
     t_done = time.perf_counter()
-    memory = mem.stop()
     result = {
         "tool": f"rensa {version('rensa')}",
         "variant": args.variant,
-        "settings": {
-            "normalization": "tasks.common.textnorm.normalize_many (Cf removed, NFKC, casefold, whitespace)",
-            "words": "textnorm.words_of_normalized (\\w+)", "shingles": f"word {NGRAM}-grams joined by a space",
-            "minhash": f"rensa RMinHash.from_token_sets (R-MinHash, FxHash tokens), num_perm={NUM_PERM}, seed={SEED}",
-            "candidates": {"lsh": f"RMinHashLSH(threshold={THRESHOLD}, num_perm={NUM_PERM}, num_bands={BANDS})",
-                           "lsh-workers": f"as lsh; steps 2-4 in {args.workers} forked processes",
-                           "deduplicator": f"RMinHashDeduplicator(threshold={THRESHOLD}, num_perm={NUM_PERM}, "
-                                           f"use_lsh=True, num_bands={BANDS}): add_pairs, get_duplicate_sets"
-                           }[args.variant],
-            "jaccard_check": f"exact 5-gram Jaccard >= {THRESHOLD} on each candidate pair not yet in one cluster",
-            "clusters": "union-find over verified pairs and equal normalised texts; smallest index kept",
-            "workers": args.workers if args.variant == "lsh-workers" else 1,
-        },
+        "settings": _settings(args),
         "seconds": round(t_done - T0, 3),
         "seconds_excluding_imports": round(t_done - t_work, 3),
         "seconds_imports": round(t_work - t_imports, 3),
@@ -131,7 +110,7 @@ def main() -> None:
         "docs_per_second": round(len(texts) / (t_done - T0), 1),
         "pairs_checked": checked,
         "pairs_merged": merged,
-        **memory,
+        **mem.stop(),
         "removed_ids": removed,
         "clusters": [c for c in members.values() if len(c) >= 2],
     }
@@ -139,28 +118,87 @@ def main() -> None:
     print(json.dumps({k: v for k, v in result.items() if k not in ("removed_ids", "clusters", "settings")}))
 
 
-def _sign_shard(texts: list[str], hashed: bool = False) -> tuple[list[str], list[set], list]:
-    """Normalised texts, 5-gram sets (``hashed``: as 64-bit hashes, Python's string hash, which forked processes
-    share: cheaper to send back) and rensa signatures of ``texts``."""
+def _signed(texts: list[str], variant: str, workers: int):
+    """``(RMinHash per doc, flat sorted unique shingle hashes, (docs + 1,) offsets, (docs,) text hashes)``."""
+    import numpy as np
+
+    global _TEXTS
+    minimal = variant.endswith("-minimal")
+    if variant == "lsh" or workers < 2:
+        parts = [_shard((0, len(texts), minimal), texts)]
+    else:
+        _TEXTS = texts
+        count = workers * SHARDS_PER_WORKER
+        bounds = [(len(texts) * k // count, len(texts) * (k + 1) // count, minimal) for k in range(count)]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_shard, bounds, chunksize=1)
+    sizes = np.concatenate([part[2] for part in parts])
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.concatenate([part[1] for part in parts])
+    return [m for part in parts for m in part[0]], flat, offsets, np.concatenate([part[3] for part in parts])
+
+
+def _shard(job: tuple, texts: list[str] | None = None):
+    """Steps 2-5 for documents ``start:stop``: ``(RMinHash list, flat hashes, (docs,) sizes, (docs,) text
+    hashes)``, the hashes sorted and unique within each document."""
+    import numpy as np
     from rensa import RMinHash
 
-    from tasks.common import textnorm
+    start, stop, minimal = job
+    texts = (_TEXTS if texts is None else texts)[start:stop]
+    if minimal:
+        words = [WORD.findall(text.lower()) for text in texts]
+        keys = [" ".join(w) for w in words]
+    else:
+        from tasks.common import textnorm
 
-    normalized = textnorm.normalize_many(texts)
-    shingles = []
-    for text in normalized:
-        words = textnorm.words_of_normalized(text)
-        shingles.append(set(map(" ".join, zip(*(words[k:] for k in range(NGRAM))))))
+        keys = textnorm.normalize_many(texts)
+        words = list(map(textnorm.words_of_normalized, keys))
+    shingles = [list(map(" ".join, zip(*(w[k:] for k in range(NGRAM))))) for w in words]
     minhashes = RMinHash.from_token_sets(shingles, NUM_PERM, SEED)
-    return normalized, [set(map(hash, s)) for s in shingles] if hashed else shingles, minhashes
+    counts = np.fromiter(map(len, shingles), np.int64, count=len(shingles))
+    hashes = np.fromiter(map(hash, chain.from_iterable(shingles)), np.int64, count=int(counts.sum()))
+    ends = np.cumsum(counts)
+    for start, stop in zip((ends - counts).tolist(), ends.tolist()):
+        hashes[start:stop].sort()
+    doc = np.repeat(np.arange(len(shingles)), counts)
+    keep = np.ones(len(hashes), bool)
+    keep[1:] = (hashes[1:] != hashes[:-1]) | (doc[1:] != doc[:-1])
+    sizes = np.bincount(doc[keep], minlength=len(shingles))
+    text_keys = np.fromiter(map(hash, keys), np.int64, count=len(keys))
+    return minhashes, hashes[keep], sizes, text_keys
 
 
-def _deduplicator_candidates(minhashes: list) -> list[list[int]]:
-    from rensa import RMinHashDeduplicator
+def _jaccards(flat, offsets, i: int, others: list[int]):
+    """Exact Jaccard of document ``i``'s hash set with each of ``others``': ``(len(others),)`` float64."""
+    import numpy as np
 
-    dedup = RMinHashDeduplicator(threshold=THRESHOLD, num_perm=NUM_PERM, use_lsh=True, num_bands=BANDS, seed=SEED)
-    dedup.add_pairs([(str(i), m) for i, m in enumerate(minhashes)])
-    return [[int(key) for key in keys] for keys in dedup.get_duplicate_sets(minhashes)]
+    x = flat[offsets[i] : offsets[i + 1]]
+    pooled = np.concatenate([flat[offsets[j] : offsets[j + 1]] for j in others])
+    sizes = np.array([offsets[j + 1] - offsets[j] for j in others])
+    at = np.minimum(x.searchsorted(pooled), len(x) - 1)
+    hits = np.concatenate([[0], np.cumsum(x[at] == pooled)])
+    ends = np.cumsum(sizes)
+    shared = hits[ends] - hits[ends - sizes]
+    return shared / (len(x) + sizes - shared)
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    minimal = args.variant.endswith("-minimal")
+    return {
+        "normalization": "text.lower() (rensa README)" if minimal else
+        "tasks.common.textnorm.normalize_many (Cf removed, NFKC, casefold, whitespace)",
+        "words": "re.findall(r'\\w+')", "shingles": f"word {NGRAM}-grams joined by a space",
+        "minhash": f"rensa RMinHash.from_token_sets (R-MinHash, FxHash tokens), num_perm={NUM_PERM}, seed={SEED}",
+        "candidates": f"RMinHashLSH(threshold={THRESHOLD}, num_perm={NUM_PERM}, num_bands={BANDS}): insert_many, "
+                      "query_all",
+        "jaccard_check": f"exact 5-gram Jaccard >= {THRESHOLD} (64-bit hashes, numpy) on each candidate pair not "
+                         "yet in one cluster",
+        "clusters": "union-find over verified pairs and equal normalised texts; smallest index kept",
+        "workers": 1 if args.variant == "lsh" else args.workers,
+        "worker_results": "numpy arrays and RMinHash objects" if args.variant != "lsh" else None,
+    }
 
 
 class UnionFind:
