@@ -173,6 +173,8 @@ def pipeline(stages: list[str] | None = None, profiles: list[str] | None = None)
 def apply_profiles(profiles: list[str]) -> dict:
     """Write ``profiles`` into params.yaml (``flows.profiles.write_values``, after ``checked_values``: params and
     GPUs); returns the dotted keys changed, each logged."""
+    if not profiles:
+        return {}
     changed = profile_files.write_values(profile_files.checked_values(profiles, ROOT / "params.yaml"),
                                          ROOT / "params.yaml")
     for key, value in changed.items():
@@ -271,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve_deployment(args)
-        profile_files.checked_values(args.profiles, ROOT / "params.yaml")  # before Prefect starts: one line
+        if args.profiles:
+            profile_files.checked_values(args.profiles, ROOT / "params.yaml")  # before Prefect starts: one line
     except ParamsError as err:
         print(f"clozeline: {profile_files.one_line(str(err))}", file=sys.stderr)
         return 2
