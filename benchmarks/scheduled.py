@@ -43,6 +43,13 @@ other splits than a fresh run gives, the audit's input differs, and so does its 
     .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 5     # writes benchmarks/results/scheduled.json
     .venv/bin/python benchmarks/scheduled.py --scale 1 --nights 3 --with-leakage
     .venv/bin/python benchmarks/scheduled.py --scale 16 --nights 2 --with-tokenize --skip-scratch-night0
+    .venv/bin/python benchmarks/scheduled.py --smoke --out /tmp/scheduled.json   # 2 nights of a tiny corpus
+
+``--smoke``: the data stages over 2 nights of ``SMOKE_DOCS`` documents a source (``SMOKE_NEW_FRACTION`` new on
+night 1), night 0 in the incremental copy only (``--skip-scratch-night0``): every process and comparison of a
+night, in seconds; results to ``--out`` or a temporary folder. Each night is measured once (a night is a
+state; rerunning it is another night), so the rows carry no spread. The results carry their provenance
+(``benchmarks/_provenance.py``).
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
 from benchmarks._scheduled_compare import DOWNSTREAM, STAGES, compare_night, uncompared_night  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "scheduled.json"
@@ -71,6 +79,10 @@ SEED = 20240611
 GOAL_FRACTION = 0.15  # issue 35: incremental <= 15% of a from-scratch run's time at 16x
 GOAL_SCALE = 16
 KEPT_VOCAB = Path("data") / "tokenizer_vocab"  # tokenizer.vocab_from: train_once (the scheduled profile)
+SMOKE_DOCS, SMOKE_NEW_FRACTION = 60, 0.3  # 60: every split of a task source non-empty
+#: The code measured: the stages run, their imports followed (the runner included).
+MEASURED = ("tasks.__main__", "tasks.ingest", "tasks.dedup", "tasks.split", "tasks.leakage", "tasks.tokenizer",
+            "tasks.tokenize")  # fmt: skip
 
 
 def night_of(own_id: str, nights: int, new_fraction: float, seed: int = SEED) -> int:
@@ -92,9 +104,9 @@ def batches(records: list[dict], nights: int, new_fraction: float, seed: int = S
     return out
 
 
-def default_records(work: Path, scale: int) -> dict[str, list[dict]]:
-    """{source: jsonl records} of params.yaml's ingest sources read by the ingest stage, with ``scale - 1``
-    planted variants of each document (id ``<own id>~<copy>``)."""
+def default_records(work: Path, scale: int, limit: int | None = None) -> dict[str, list[dict]]:
+    """{source: jsonl records} of params.yaml's ingest sources read by the ingest stage (the first ``limit`` rows
+    of each, or all), with ``scale - 1`` planted variants of each document (id ``<own id>~<copy>``)."""
     import numpy as np
 
     from benchmarks._dedup_corpus import STEPS, _variant
@@ -108,7 +120,7 @@ def default_records(work: Path, scale: int) -> dict[str, list[dict]]:
     ingest.run(cfg, Paths(data=work, models=work, metrics=work, reports=work), NullLog())
     out = {}
     for spec in cfg.sources:
-        rows = read_named(work / "ingest", spec.name).to_pylist()
+        rows = read_named(work / "ingest", spec.name).to_pylist()[:limit]
         vocabulary = sorted({w for row in rows[:500] for w in row["text"].split()})
         records = []
         for copy in range(scale):
@@ -300,25 +312,28 @@ def main() -> None:
                         "leakage, which this implies; the kept vocabulary of the scheduled profile)")
     parser.add_argument("--skip-scratch-night0", action="store_true", help="night 0 runs the incremental copy "
                         "only: its comparison is given up, its time is in no ratio (for 16x with leakage)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    add_smoke(parser, RESULTS)
     args = parser.parse_args()
+    if args.smoke:
+        args.nights, args.new_fraction, args.skip_scratch_night0 = 2, SMOKE_NEW_FRACTION, True
+    out = out_path(args, RESULTS)
     night_of("probe", args.nights, args.new_fraction)  # bad sizes fail before the corpus is built
     from tasks.config import read_yaml
 
     roles = {spec["name"]: spec["role"] for spec in read_yaml(REPO / "params.yaml")["ingest"]["sources"]}
     with tempfile.TemporaryDirectory(prefix="bench-scheduled-") as tmp:
-        records = default_records(Path(tmp) / "corpus", args.scale)
+        records = default_records(Path(tmp) / "corpus", args.scale, SMOKE_DOCS if args.smoke else None)
         stages = STAGES + DOWNSTREAM[: 3 if args.with_tokenize else 1 if args.with_leakage else 0]
         nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction, stages,
                             scratch_night0=not args.skip_scratch_night0)
     run = summarize(nights, args.scale, sum(map(len, records.values())), args)
-    runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else {}
+    runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.exists() else {}
     name = str(args.scale) + ("+leakage" if args.with_leakage or args.with_tokenize else "") + (
         "+tokenize" if args.with_tokenize else "")
     runs[name] = run  # other runs' figures are kept
     rows = [row for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n)) for row in runs[name]["rows"]]
-    args.out.write_text(json.dumps({"rows": rows, "runs": runs}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(json.dumps(run["rows"], indent=2))
+    # the provenance is this run's: the runs kept from earlier runs of the file lose theirs (rerun them to refresh)
+    write_results(out, {"rows": rows, "runs": runs}, MEASURED, args.smoke)
 
 
 if __name__ == "__main__":
