@@ -177,7 +177,9 @@ def test_release_writes_the_export_with_its_model_card(exported):
     for needed in ("pipeline_tag: text-classification", "import clozeline.predict", "## How it was chosen",
                    "best-arm-beats-best-baseline-cls", "| supported | 0.1000 [0.0500, 0.1500] |", "95% t CI",
                    "re-scored from raw text", "## Data and code", "data md5", "git commit", "## Params",
-                   "## Intended use and limits"):
+                   "## Intended use and limits", "- **Base model**: `clozeline's own encoder` (pretrained from scratch",
+                   "**Licence of the base model**: `none declared`", "train documents of source `news`",
+                   "## Baselines on the same test set", "`models:/clozeline-cls@evaluated`"):
         assert needed in card, needed
     assert out["gate"]["passed"] and out["registered"] is None  # NullLog: nothing registered
 

@@ -5,7 +5,8 @@ a standard Hugging Face model, re-scored exactly as exported.
    seed) into ``data/export/<task>/model/``: ``<Arch>ForSequenceClassification`` or
    ``<Arch>ForTokenClassification`` weights in safetensors, ``id2label``/``label2id``, the tokenizer, and the
    evaluated behaviour (mean pooling, head + tail cut, first-subword word tags) in config.json's ``clozeline``
-   block, which ``clozeline.predict`` applies with the standard Auto classes and a registered pipeline.
+   block, which ``clozeline.predict`` applies with the standard Auto classes and a registered pipeline. What
+   the encoder started from (name, licence, origin: ``base_model``) goes into the metrics for the model card.
 2. ``rescore`` runs that folder in a fresh process, as a user would (``python -m clozeline.predict``), on the
    raw test text of the docs the run scored, and compares item by item with the run's test predictions
    (``data/finetune/<task>/<run>/seed<k>.test.jsonl``): the same label, every probability within
@@ -35,7 +36,7 @@ from clozeline.entities import strict_tags
 from clozeline.predict import ExportError, load
 from tasks.config.export import ExportParams
 from tasks.config.paths import Paths
-from tasks.export import convert, rescore
+from tasks.export import base_model, convert, rescore
 
 MIB = 2**20
 #: How ``rescore`` computes the export's predictions (``clozeline.predict``: the CPU, no autocast).
@@ -86,6 +87,8 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
     baseline = paths.stage_data("finetune") / item / BASELINE
     if baseline.is_dir():  # the TF-IDF baseline won on dev: shipped too, in skops format, and re-scored the same way
         metrics["baseline"] = export_baseline(baseline, out, inputs, labels, cfg, spec.kind, paths.stage_data("finetune") / item)
+    metrics["base_model"] = base(record["variant"], paths.models, pipe.model.config)
+    metrics["train_cap_param"] = f"finetune.recipes.{spec.recipe}.max_train_docs"
     metrics["mlflow"] = log_model(cfg, log, pipe, finetune, record["run"], raw[0], item)
     log.info(summary(metrics))
     return metrics
@@ -108,6 +111,14 @@ def export_baseline(source: Path, out: Path, inputs: Path, labels: list[str], cf
             "agreement": agreement, "evaluated": rescore.scores(kind, gold, [r["pred"] for r in evaluated], labels),
             "rescored": rescore.scores(kind, gold, [by_id.get(r["doc_id"], "") for r in evaluated], labels),
             "operational": rescore.timing(rescored, info, None, None, size), "files": digests(folder)}
+
+
+def base(variant: str, models: Path, config) -> dict:
+    """``base_model.describe`` of the arm's variant, with the exported encoder's ``architecture``
+    (``model_type``, ``layers``, ``hidden``, ``vocabulary``) from its config."""
+    return {**base_model.describe(variant, models),
+            "architecture": {"model_type": config.model_type, "layers": config.num_hidden_layers,
+                             "hidden": config.hidden_size, "vocabulary": config.vocab_size}}  # fmt: skip
 
 
 def read_finetune(folder: Path, item: str) -> dict:

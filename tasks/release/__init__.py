@@ -1,10 +1,12 @@
 """Stage ``release`` (DVC foreach item: a task of ``params.tasks``), after the report: the export a user takes.
 
 ``<models>/export/<task>/`` is the export stage's re-scored folder, byte for byte (each file checked against the
-sha256 the export stage recorded), plus its model card ``README.md`` (``card``): data md5s, params, the
-verdicts of the task's claims, the test figures with CIs, intended use and limits. The export the export stage
-logged with MLflow's ``transformers`` flavour is registered as a new version of ``<prefix><task>``, tagged with
-those verdicts, the data md5s and the git commit; the alias (``release.alias``) moves to it only when every gate
+sha256 the export stage recorded), plus its model card ``README.md`` (``card``, ``facts``): the base model, its
+licence and size and the train data used, the baselines that beat it on its test set (both scores, also in the
+gate's reason), data md5s, params, the verdicts of the claims about this arm, the test figures with CIs,
+intended use and limits. The export the export stage logged with MLflow's ``transformers`` flavour is registered
+as a new version of ``<prefix><task>``, tagged with those verdicts, the data md5s and the git commit;
+``release.evaluated_alias`` moves to every such version, and the alias (``release.alias``) only when every gate
 claim (``release.gate_claims``, default ``best-arm-beats-best-baseline-<task>``) is ``supported`` and the export
 agrees with the evaluated predictions. The report runs before this stage because the verdicts are its output,
 and after the export stage because a disagreeing export gates the claims themselves.
@@ -22,6 +24,7 @@ from tasks.common.provenance import Lock, git_commit
 from tasks.config.paths import Paths
 from tasks.config.release import ReleaseParams
 from tasks.release.card import card
+from tasks.release.facts import baseline_sentence, beating_baselines
 
 
 def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
@@ -38,13 +41,14 @@ def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
         check_files(Path(export["baseline"]["folder"]), export["baseline"]["files"])
         shutil.copytree(export["baseline"]["folder"], dest / "baseline")
     gate = gate_of(cfg, item, claims, export, report)
+    gate = noting_baselines(gate, beating_baselines(export, finetune), export)
     lock = Lock.read(cfg.dvc_lock_file)
     stage = f"finetune@{item}"
     data_md5 = {path: md5 for path, md5 in lock.dep_md5s(stage).items() if path.startswith(str(paths.data))}
     commit = git_commit(Path.cwd())
     name = f"{cfg.registered_model_prefix}{item}"
     (dest / "README.md").write_text(card(item, export, finetune, claims, gate, data_md5, commit, lock.params(stage),
-                                         name), encoding="utf-8")  # fmt: skip
+                                         name, (cfg.evaluated_alias, cfg.alias)), encoding="utf-8")  # fmt: skip
     tags = {**{f"verdict.{c['id']}": c["verdict"] for c in claims}, **{f"data_md5.{p}": m for p, m in data_md5.items()},
             "git_commit": commit, "gate": gate["reason"], "export_agrees": export["agrees"],
             "run": export["run"], "seed": export["seed"], "folder": dest.as_posix()}  # fmt: skip
@@ -87,6 +91,13 @@ def gate_of(cfg: ReleaseParams, task: str, claims: list[dict], export: dict, rep
     reason = (f"passed ({', '.join(f'{i}: supported' for i in ids)})" if not failing
               else f"not passed ({'; '.join(failing)})")  # fmt: skip
     return {"claims": ids, "verdicts": found, "passed": not failing, "reason": reason}
+
+
+def noting_baselines(gate: dict, beaten: list[dict], export: dict) -> dict:
+    """``gate`` with ``beaten_by`` (the baselines that score above the shipped model on its test set) and each
+    named in its reason, both scores given. A note, not a condition: the gate claims decide the alias."""
+    notes = "".join(f"; note: {baseline_sentence(b, export)}" for b in beaten)
+    return {**gate, "beaten_by": beaten, "reason": gate["reason"] + notes}
 
 
 def check_files(folder: Path, expected: dict[str, str]) -> None:

@@ -4,16 +4,18 @@ with, and its intended use and limits. Built from the metrics files only, so it 
 
 from __future__ import annotations
 
-import json
-
 import yaml
+
+from tasks.release import facts
 
 PIPELINE_TAG = {"token_classification": "token-classification"}
 
 
 def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict, data_md5: dict[str, str],
-         commit: str, params: dict, registered_name: str) -> str:  # fmt: skip
-    """The Markdown model card of task ``task``'s export (Hugging Face card front matter first)."""
+         commit: str, params: dict, registered_name: str, aliases: tuple[str, str]) -> str:  # fmt: skip
+    """The Markdown model card of task ``task``'s export (Hugging Face card front matter first). ``gate`` is
+    ``gate_of``'s with ``beaten_by`` (``facts.beating_baselines``); ``aliases``: (every evaluated version's
+    registry alias, the gated one)."""
     run, seed, name = export["run"], export["seed"], export["metric"]
     arm = finetune["runs"][run]
     stats = arm.get(name) or {}
@@ -27,6 +29,7 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
              f"# {registered_name}: {run}, seed {seed}", "",
              f"The `{task}` model of a clozeline pipeline run ({kind}, source `{finetune.get('source')}`): "
              f"labels {', '.join(f'`{label}`' for label in finetune['labels'])}.", "",
+             "## What was shipped", "", *facts.base_lines(export), facts.data_line(export, finetune), "",
              "## How to run it as it was evaluated", "",
              "Weights, `id2label`/`label2id` and the tokenizer load with the standard classes "
              f"(`{'AutoModelForTokenClassification' if kind == 'token_classification' else 'AutoModelForSequenceClassification'}`, "
@@ -37,7 +40,8 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
              "does **not** reproduce it (another pooling or head, the head-only cut, subword tags).", "",
              "## How it was chosen (on dev; test never chose)", "",
              f"- arm `{run}`: the best mean dev score over seeds of the arms (`selection.best_arm`);",
-             f"- seed {seed}: {export['seed_rule']}; dev scores {json.dumps(export['dev'])}; model {export['model']};"]
+             f"- seed {seed}: {export['seed_rule']}; dev scores by seed "
+             f"{', '.join(f'{k}: {fmt(v)}' for k, v in export['dev'].items())}; model {export['model']};"]
     if export.get("dev_winner_is_baseline"):
         lines.append(f"- on dev a baseline scored higher: `{export['dev_winner']}` {export['dev_winner_score']:.4f} "
                      f"against this arm's {export['arm_dev_score']:.4f}. No encoder beat it on dev; this encoder is "
@@ -57,15 +61,27 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
               f"| items where the export disagrees with the evaluation | {agreement['disagree']} of {agreement['items']} "
               f"(max probability gap {agreement['max_abs_probability_difference']:.2g}, tolerance "
               f"{agreement['probability_tolerance']:g}) |", *cost_rows(export.get("operational") or {}), "",
+              "## Baselines on the same test set", "", *baseline_lines(gate["beaten_by"], export), "",
               "## Claims about this model (reports/claims.md)", ""]
-    lines += claim_rows(claims)
-    lines += ["", f"Registry alias gate: {gate['reason']}.", "", "## Data and code", "",
+    lines += claims_section(claims, export, finetune)
+    lines += ["", f"Registry: every evaluated version gets the alias `{aliases[0]}` "
+              f"(`models:/{registered_name}@{aliases[0]}`); the alias `{aliases[1]}` moves only when the gate "
+              f"passes. Gate: {gate['reason']}.", "", "## Data and code", "",
               *(f"- `{path}`: md5 `{md5}`" for path, md5 in sorted(data_md5.items())),
               *([] if data_md5 else ["- data md5: not recorded (no dvc.lock entry for the finetune stage)"]),
               f"- git commit: `{commit}`", "", "## Params (as the finetune stage ran, from dvc.lock)", "",
               "```yaml", yaml.safe_dump(params or {"not recorded": True}, sort_keys=True).strip(), "```", "",
-              "## Intended use and limits", "", *limits(task, export, finetune), ""]
+              "## Intended use and limits", "", *facts.limits(export, finetune, gate["beaten_by"]), ""]
     return "\n".join(lines)
+
+
+def baseline_lines(beaten: list[dict], export: dict) -> list[str]:
+    """Each baseline of the run that scores above this model on its test set, with both scores; or a line
+    saying none does."""
+    if not beaten:
+        return [f"No baseline of this run scores above this model's {export['metric']} "
+                f"({fmt(export['rescored'][export['metric']])}) on its test set."]
+    return [f"- {facts.baseline_sentence(b, export)}." for b in beaten]
 
 
 def fmt(value) -> str:
@@ -83,7 +99,9 @@ def recipe_words(block: dict) -> str:
 
 
 def usage(task: str, kind: str) -> list[str]:
-    call = {"token_classification": 'tag("john visited paris")  # one {word, entity, score, index} per word',
+    call = {"token_classification": 'tag("John visited Paris.", aggregation_strategy="simple")  # [{entity_group, '
+                                   'score, word, start, end}]; default: per word {entity, score, index, word, '
+                                   'start, end}',
             "pair_classification": 'model({"text": "a premise", "text_pair": "a hypothesis"})'}
     return ["import clozeline.predict  # registers the pipeline", "from transformers import pipeline", "",
             f'{"tag" if kind == "token_classification" else "model"} = pipeline("{task}", model="<this folder>")',
@@ -100,26 +118,28 @@ def cost_rows(entry: dict) -> list[str]:
             f"| parameters, size on disk | {entry.get('parameters'):,}, {entry.get('size_on_disk_mib', 0):.1f} MiB |"]
 
 
-def claim_rows(claims: list[dict]) -> list[str]:
+def claims_section(claims: list[dict], export: dict, finetune: dict) -> list[str]:
+    """The table of the claims about this arm, and a line on the task's other claims."""
+    split = facts.about_this_arm(claims, export, finetune)
+    if split is None:
+        return [*claim_rows(claims, export["run"]), "", "metrics/report.json does not record which arm each claim "
+                "is about (a report of an older version): every claim of the task is listed; rerun the report."]
+    mine, others = split
+    more = (["", f"The task's {len(others)} other claims are about other arms (such as clozeline's own pretrained "
+             "encoder); they are in reports/claims.md."] if others else [])  # fmt: skip
+    return claim_rows(mine, export["run"]) + more
+
+
+def claim_rows(claims: list[dict], run: str) -> list[str]:
+    """The claims whose treatment is this arm: statement, verdict (with its reason when not resolvable), the
+    difference and its CI."""
     if not claims:
-        return ["No claim of the report concerns this task."]
+        return [f"No claim of the report has `{run}` (this arm) as its treatment."]
     rows = ["| claim | verdict | difference [CI] |", "| --- | --- | --- |"]
     for claim in claims:
         diff = claim.get("difference")
         ci = (f" [{claim['difference_ci_low']:.4f}, {claim['difference_ci_high']:.4f}]"
               if "difference_ci_low" in claim else "")  # fmt: skip
-        rows.append(f"| `{claim['id']}`: {claim['statement']} | {claim['verdict']} | "
+        rows.append(f"| `{claim['id']}`: {claim.get('statement', '')} | {facts.verdict_words(claim)} | "
                     f"{fmt(diff)}{ci if diff is not None else ''} |")
     return rows
-
-
-def limits(task: str, export: dict, finetune: dict) -> list[str]:
-    docs = finetune.get("docs") or {}
-    return ["- Intended for research on this pipeline's data: the task's labels and the source's domain and "
-            "language; scores outside that distribution are unmeasured.",
-            f"- Trained on a capped sample of the train split ({json.dumps(docs)}); one seed of the arm, chosen "
-            "on dev: the arm's seed spread is in the CI above.",
-            "- The test figures hold for the test split of this run only; leakage, duplicates and truncation are "
-            "measured in the claim table's confounders.",
-            "- Probabilities are softmax outputs; see the report's calibration table before reading them as "
-            "frequencies."]
