@@ -226,7 +226,8 @@ class ClozelineTokenClassificationPipeline(TokenClassificationPipeline):
                              aggregation_strategy=None, ignore_labels: list[str] | None = None, **unknown):  # fmt: skip
         if unknown:
             raise ValueError(f"{TOKEN_TASK}: unknown keyword argument(s) {sorted(unknown)}; it takes "
-                             f"is_split_into_words, delimiter, aggregation_strategy {list(AGGREGATIONS)}, ignore_labels")
+                             "is_split_into_words, delimiter, aggregation_strategy "
+                             f"{list(AGGREGATIONS)}, ignore_labels")
         strategy = str(getattr(aggregation_strategy, "value", aggregation_strategy) or "none").lower()
         if strategy not in AGGREGATIONS:
             raise ValueError(f"{TOKEN_TASK}: aggregation_strategy {strategy!r} is not one of {list(AGGREGATIONS)} "
