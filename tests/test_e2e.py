@@ -19,7 +19,8 @@ import yaml
 
 from tasks.common.imports import PACKAGES
 from tasks.common.provenance import Lock, stage_names
-from tasks.config import read_yaml
+from tasks.config import load_params, read_yaml
+from tasks.report.standard import claim_set
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,11 +120,10 @@ def test_every_stage_wrote_metrics_and_the_claim_table_is_complete(pipeline_run)
     expected = [f"{name.replace('@', '/')}.json" for name in stage_names(repo) if name != "report"]  # finetune/cls.json
     missing = [name for name in expected if not (repo / "metrics" / name).exists()]
     assert not missing, missing
-    claims = read_yaml(repo / "reports" / "claims.yaml")["claims"]
     table_md = (repo / "reports" / "claims.md").read_text()
     html = (repo / "reports" / "claims.html").read_text()
-    for claim in claims:
-        assert claim["id"] in table_md and claim["id"] in html, claim["id"]
+    for claim in run_claims(repo):
+        assert claim.id in table_md and claim.id in html, claim.id
     log = first.stdout + first.stderr
     names = stage_names(repo)
     for position, stage in enumerate(names, start=1):
@@ -150,6 +150,11 @@ def test_mlflow_has_a_parent_run_with_one_child_per_stage(pipeline_run):
 DATA_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
 #: The data stages' ``persist`` outputs that only make the next run incremental (dvc.yaml).
 PERSISTED_CACHES = ("ingest_cache", "dedup_index", "leakage_cache", "leakage_embeddings", "tokenize_cache")
+
+
+def run_claims(repo: Path) -> list:
+    """The claims of the run: the standard claims for its params' tasks with its reports/claims.yaml applied."""
+    return claim_set(repo / "reports" / "claims.yaml", load_params(repo / "params.yaml").report.setup).claims
 
 
 def dvc(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -346,7 +351,7 @@ def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlf
     assert page.returncode == 0, page.stderr[-2000:]
     expected = ", ".join(f"{counts[v.replace(' ', '_')]} {v}" for v in VERDICTS)  # in the table's order
     assert f"Verdicts. {expected} (of {sum(counts.values())} claims)" in _text(page.stdout)
-    assert page.stdout.count("<details>") == len(read_yaml(repo / "reports" / "claims.yaml")["claims"])
+    assert page.stdout.count("<details>") == len(run_claims(repo))
     # the link users are given opens the runs table on the training view, with the DVC snapshot as datasets
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # as make mlflow-ui: the repo's own store
     url = runs_page_url(repo, mlflow_server)
