@@ -101,7 +101,7 @@ FAMILIES = ("primary", "secondary")
 class Claim(StrictModel):
     """One hand-written claim; ``treatment``/``baseline`` follow the reference grammar of this module."""
 
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # a task name (tasks.config.tasks.TaskName) may be in it
     statement: str = Field(min_length=1)
     evidence: Literal[EVIDENCE] = Field(description="the kind of evidence the claim gives (EVIDENCE)")
     kind: Literal["difference", "upper_bound"]
