@@ -1,5 +1,6 @@
-"""The claims of ``reports/claims.yaml`` and the metrics files they point at: loading, validation and the
-reference grammar that turns a claim's ``treatment`` / ``baseline`` into the values of one arm.
+"""The claims of a run (``tasks.report.standard``: generated, then ``reports/claims.yaml`` applied) and the
+metrics files they point at: validation and the reference grammar that turns a claim's ``treatment`` /
+``baseline`` into the values of one arm.
 
 Reference grammar (``treatment`` / ``baseline`` of a claim):
 
@@ -40,14 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from tasks.config.base import StrictModel
 
 
 class ClaimsError(ValueError):
-    """``reports/claims.yaml`` is missing or invalid (the message names the file and key)."""
+    """``reports/claims.yaml`` is missing or invalid, or an edit in it does not fit the generated claims (the
+    message names the file and the claim)."""
 
 
 class NotRun(Exception):
@@ -58,7 +59,7 @@ class NotRun(Exception):
 MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError)
 
 
-# ---------------------------------------------------------------- claims.yaml
+# ---------------------------------------------------------------- claims
 
 
 class Precondition(StrictModel):
@@ -129,7 +130,7 @@ class Claim(StrictModel):
 
 
 class ClaimsFile(StrictModel):
-    """The whole of ``reports/claims.yaml``: the experiment's question and its claims (unique ids)."""
+    """The claims of a run: the experiment's question and its claims (unique ids)."""
 
     question: str = Field(min_length=1)
     claims: list[Claim] = Field(min_length=1)
@@ -142,21 +143,6 @@ class ClaimsFile(StrictModel):
         if dupes:
             raise ValueError(f"duplicate claim ids: {dupes}")
         return claims
-
-
-def load_claims(path: Path) -> ClaimsFile:
-    """Parse and validate ``claims.yaml``; raises ``ClaimsError`` naming the file and the dotted key."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        return ClaimsFile.model_validate(raw)
-    except FileNotFoundError as err:
-        raise ClaimsError(f"{path}: file not found") from err
-    except yaml.YAMLError as err:
-        raise ClaimsError(f"{path}: invalid YAML: {err}") from err
-    except ValidationError as err:
-        lines = [f"{path}: {err.error_count()} invalid value(s)"]
-        lines += [f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
-        raise ClaimsError("\n".join(lines)) from None
 
 
 # ---------------------------------------------------------------- metrics files
