@@ -11,6 +11,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertForToken
 
 from clozeline import entities
 from clozeline.predict import RECIPE_KEY, TOKEN_TASK, load, predict_records
+from tasks.export.rescore import compare
 
 NER_LABELS = ["O", "B-person", "I-person", "B-sportsteam", "I-sportsteam"]
 CLS_LABELS = ["business", "sports"]
@@ -120,3 +121,10 @@ def test_the_classifier_refuses_an_empty_text(tmp_path):
     for empty in ("", "  ", {"text": "Saka scored", "text_pair": ""}):
         with pytest.raises(ValueError, match="empty input"):
             classify(empty)
+
+
+def test_the_export_check_reads_evaluated_tags_as_the_pipeline_reports_them():
+    evaluated = [{"doc_id": "s", "pred": ["I-sportsteam", "O", "B-person"], "probs": [0.6, 0.9, 0.8]}]
+    strict = [{"doc_id": "s", "pred": ["O", "O", "B-person"], "probs": [0.6, 0.9, 0.8]}]
+    assert compare(evaluated, strict, NER_LABELS, 1e-4)["disagree"] == 0
+    assert compare(evaluated, evaluated, NER_LABELS, 1e-4)["label_mismatches"] == 1  # raw tags are not the report

@@ -32,7 +32,6 @@ import json
 import shutil
 from pathlib import Path
 
-from clozeline.entities import strict_tags
 from clozeline.predict import ExportError, load
 from tasks.config.export import ExportParams
 from tasks.config.paths import Paths
@@ -58,8 +57,6 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
     if list(record["labels"]) != labels:
         raise ValueError(f"export: {selected}: labels {record['labels']} are not metrics/finetune/{item}.json's {labels}")
     evaluated = rescore.read_jsonl(paths.stage_data("finetune") / item / record["predictions"])
-    if spec.kind == "token_classification":  # the export tags words as the evaluation reads them: strict IOB2,
-        evaluated = [{**r, "pred": strict_tags(r["pred"])} for r in evaluated]  # same entities, same scores
     inputs = out / "test_inputs.jsonl"
     raw = rescore.raw_inputs(paths.data, spec.source, spec.kind, [r["doc_id"] for r in evaluated])
     inputs.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in raw), encoding="utf-8")

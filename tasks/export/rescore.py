@@ -22,6 +22,7 @@ from seqeval.scheme import IOB2
 from sklearn.metrics import accuracy_score, f1_score
 
 import clozeline
+from clozeline.entities import strict_tags
 from tasks.common.parquet import read_clean_source
 
 MS_PER_S = 1000
@@ -81,8 +82,15 @@ def as_task_order(record: dict, labels: list[str]) -> list[float] | None:
     return probs
 
 
+def as_read(pred):
+    """An evaluated prediction as the export reports it: a label unchanged; a tagger's word tags as the
+    evaluation reads them (``clozeline.entities.strict_tags``: an ``I-X`` that starts no entity in strict IOB2
+    is ``O``; the same entities, so the same scores)."""
+    return strict_tags(pred) if isinstance(pred, list) else pred
+
+
 def compare(evaluated: list[dict], rescored: list[dict], labels: list[str], tolerance: float) -> dict:
-    """Item by item: the same label (or tag per word), and every probability within ``tolerance``.
+    """Item by item: the same label (or tag per word, ``as_read``), and every probability within ``tolerance``.
 
     Returns ``items``, ``disagree`` (items failing either), ``label_mismatches``, ``probability_mismatches``,
     ``missing`` (evaluated items the export did not score), ``max_abs_probability_difference`` and
@@ -94,7 +102,7 @@ def compare(evaluated: list[dict], rescored: list[dict], labels: list[str], tole
         if mine is None:
             missing.append(item["doc_id"])
             continue
-        if mine["pred"] != item["pred"]:
+        if mine["pred"] != as_read(item["pred"]):
             label_bad.append(item["doc_id"])
         probs = as_task_order(mine, labels)
         if probs is None or len(probs) != len(item["probs"]):
