@@ -73,6 +73,9 @@ def claim(treatment: str, baseline: str = "finetune/cls/best-baseline", items: s
     ("finetune/gone/best-arm", ["tasks.gone"]),
     ("leakage/semantic/review/false_discovery_rate", None),  # leakage.semantic.enabled: true by default
     ("probe/pretrained/layer/last", None),
+    ("probe/unigram/pairs/all", None),
+    ("probe/adapted/shuffled/last", ["probe.variants"]),
+    ("probe/reference/pairs/agreement_attractor", ["probe.pair_variants"]),  # the MiniLM has no MLM head
 ])
 def test_a_reference_the_params_do_not_produce_names_the_key_that_does(treatment, keys):
     expected = None if keys is None else "off (enable with " + " and ".join(f"`{k}`" for k in keys) + ")"

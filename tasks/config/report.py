@@ -15,7 +15,8 @@ from tasks.config.tasks import Tasks
 #: Where each field of ``ReportSetup`` comes from: the params keys the report stage reads beyond its section.
 SETUP_KEYS = {"tasks": "tasks", "recipes": "finetune.recipes", "init_from": "pretrain.init_from",
               "ablations": "pretrain.ablations", "dose_snapshots": "pretrain.dose_snapshot_fractions",
-              "semantic": "leakage.semantic.enabled", "operational": "finetune.operational.enabled"}
+              "semantic": "leakage.semantic.enabled", "operational": "finetune.operational.enabled",
+              "probe_variants": "probe.variants", "pair_variants": "probe.pair_variants"}
 
 
 class ReportSetup(StrictModel):
@@ -30,6 +31,8 @@ class ReportSetup(StrictModel):
     dose_snapshots: bool = Field(False, description="pretrain.dose_snapshot_fractions is not empty")
     semantic: bool = Field(True, description="leakage.semantic.enabled")
     operational: bool = Field(True, description="finetune.operational.enabled")
+    probe_variants: list[str] = Field(default_factory=list, description="probe.variants (the sense probe)")
+    pair_variants: list[str] = Field(default_factory=list, description="probe.pair_variants (the minimal pairs)")
 
 
 class ReportParams(StrictModel):

@@ -119,7 +119,8 @@ class Params(StrictModel):
         setup = ReportSetup(tasks=self.tasks, recipes=self.finetune.recipes, init_from=str(self.pretrain.init_from),
                             ablations=[arm.name for arm in self.pretrain.ablations],
                             dose_snapshots=bool(self.pretrain.dose_snapshot_fractions),
-                            semantic=self.leakage.semantic.enabled, operational=self.finetune.operational.enabled)
+                            semantic=self.leakage.semantic.enabled, operational=self.finetune.operational.enabled,
+                            probe_variants=list(self.probe.variants), pair_variants=list(self.probe.pair_variants))
         object.__setattr__(self, "report", self.report.model_copy(update={"setup": setup}))
         # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
         lineage = {"pretrain_init_from": self.pretrain.init_from}

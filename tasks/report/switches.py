@@ -7,7 +7,9 @@ is not in ``tasks``, when its run key is not among its recipe's ``configs`` or `
 is ``adapted`` and ``pretrain.init_from`` is ``scratch``, when it names a learning-curve size or config the
 recipe does not run (``train_sizes``, ``curve_configs``), or a pretraining ablation arm that is not trained
 (``pretrain.ablations``, ``ablation_config``). The semantic detector's references and ``items:
-semantically_clean`` are off with ``leakage.semantic.enabled: false``.
+semantically_clean`` are off with ``leakage.semantic.enabled: false``; a probe reference
+(``probe/<variant>/layer|shuffled|pairs/...``) when its variant is not in ``probe.variants`` (the sense probe) or
+``probe.pair_variants`` (the minimal pairs).
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ def reference_off(ref: str, setup: ReportSetup) -> str | None:
     stage, *rest = ref.split("/")
     if stage == "leakage" and rest[:1] == ["semantic"] and not setup.semantic:
         return off("leakage.semantic.enabled")
+    if stage == "probe" and len(rest) == 3:
+        pairs = rest[1] == "pairs"
+        if rest[0] not in (setup.pair_variants if pairs else setup.probe_variants):
+            return off("probe.pair_variants" if pairs else "probe.variants")
+        return None
     if stage != "finetune" or len(rest) < 2:
         return None
     task, key = rest[0], "/".join(rest[1:])
