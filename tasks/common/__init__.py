@@ -19,4 +19,5 @@
   stage to rerun) and a write out of room (``writing``: the path being written; what was written removed);
 - ``stamped``: cache tables stamped with the fingerprint of what decides their contents (the incremental
   dedup, leakage and tokenize stages).
+- ``mlflow_ui``: which MLflow UI a link to a run opens (report's run links; ``make mlflow-ui``).
 """

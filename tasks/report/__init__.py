@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tasks.common.mlflow_ui import links_ui_url
 from tasks.common.provenance import Lock
 from tasks.config.paths import Paths
 from tasks.config.report import ReportParams
@@ -232,7 +233,8 @@ def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[st
     """Write ``claims.md`` (figures linked relative to it) and ``claims.html`` (figures embedded)."""
     paths.reports.mkdir(parents=True, exist_ok=True)
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
-    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices, tables)
+    ui = links_ui_url(cfg.mlflow_ui_url)  # a tracking server's own UI, else where `make mlflow-ui` serves
+    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, ui, slices, tables)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
-    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, cfg.mlflow_ui_url, slices, tables)
+    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, ui, slices, tables)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")
