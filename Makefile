@@ -25,7 +25,8 @@ export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install install-ray run test test-gpucheck test-fast bench mlflow-ui prefect-server clean
+.PHONY: install install-ray run test test-gpucheck test-fast bench mlflow-ui exp-show plots plots-template \
+	prefect-server clean
 
 install: $(STAMP)
 
@@ -113,10 +114,29 @@ bench: install
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b; done
 	$(BIN)/python benchmarks/_table.py --docs
 
-# MLflow 3.17 opens an experiment on its GenAI pages unless the link asks for the training view: open this one.
+# MLflow's UI on 127.0.0.1 over the store the stages log to (MLFLOW_TRACKING_URI, else sqlite mlruns.db), on PORT
+# (default: the port of report.mlflow_ui_url, where the claim table's run links point). It prints the link to the
+# runs on the training view first: MLflow 3.17 opens an experiment on its GenAI pages unless the link asks.
+PORT ?=
 mlflow-ui: install
-	@MLFLOW_TRACKING_URI=sqlite:///mlruns.db $(BIN)/python -c "from tasks.tracking import runs_page_url; print('clozeline runs (training view):', runs_page_url('.'))"
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///mlruns.db --host 127.0.0.1 --workers 1
+	$(BIN)/python scripts/mlflow_ui.py $(if $(PORT),--port "$(PORT)")
+
+# `dvc exp show` cut to the claim and verdict counts and each task's headline test scores, in a table that fits
+# the terminal (scripts/exp_show.py); ARGS passes dvc exp show's own options: ARGS=-A, ARGS='-n 5', ARGS='--rev x'.
+ARGS ?=
+exp-show: install
+	$(BIN)/python scripts/exp_show.py $(ARGS)
+
+# dvc_plots/index.html: the run's plots (reports/plots, committed), drawn offline with the page .dvc/config names
+# (.dvc/plots_offline.html); REV=<commit or experiment> compares this run with that one (dvc plots diff REV).
+REV ?=
+plots: install
+	$(BIN)/dvc plots $(if $(REV),diff "$(REV)",show)
+
+# Rewrite .dvc/plots_offline.html, with Vega, Vega-Lite and vega-embed from the pinned vl-convert-python inline
+# (after changing that pin); tests/test_review_tools.py checks that the committed page came from the pinned one.
+plots-template: install
+	$(BIN)/python scripts/plots_template.py
 
 prefect-server: install
 	$(BIN)/prefect server start --host 127.0.0.1

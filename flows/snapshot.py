@@ -53,7 +53,7 @@ def _dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 
 def _git_commit(root: Path) -> None:
-    paths = [p for p in (DVC_LOCK, "params.yaml", "metrics") if (root / p).exists()]
+    paths = [p for p in (DVC_LOCK, "params.yaml", "metrics", "reports/plots") if (root / p).exists()]
     subprocess.run(["git", "add", "--", *paths], cwd=root, check=True)
     staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=root)
     if staged.returncode != 0:

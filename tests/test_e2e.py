@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -203,24 +204,25 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def mlflow_server(pipeline_run, tmp_path_factory):
-    """``mlflow server`` on 127.0.0.1 over the run's sqlite store, as ``make mlflow-ui`` starts it."""
+    """MLflow's UI over the run's sqlite store, started as a user starts it: ``make mlflow-ui PORT=<free port>`` in
+    the run's checkout (this checkout's .venv; ``-o`` keeps a stale install stamp from reinstalling)."""
     repo, env, _ = pipeline_run
     log = tmp_path_factory.mktemp("mlflow-server") / "server.log"
     port = _free_port()
-    cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-           f"sqlite:///{repo / 'mlruns.db'}", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=repo, env=env | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, stdout=out,
-                                stderr=subprocess.STDOUT)
+    venv = ROOT / ".venv"
+    cmd = ["make", "-s", "-C", str(repo), f"VENV={venv}", "-o", f"{venv}/.installed", "mlflow-ui", f"PORT={port}"]
+    with log.open("w") as out:  # its own session: make, then the script that execs mlflow ui, stop together
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while not _answers(url + "/health"):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
+        assert f"clozeline runs (training view): {url}/#/experiments/" in log.read_text()
         yield url
     finally:
-        proc.terminate()
+        os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
 
 
@@ -310,13 +312,13 @@ def test_dvc_exp_show_lists_the_curated_metrics_and_dvc_plots_draws_the_report_p
     assert plots.returncode == 0, plots.stderr
     specs = {name: body[0] for name, body in json.loads(plots.stdout)["data"].items()}
     assert {"Pretraining loss curve", "Fine-tuning: per-seed test scores",
-            "Forest plot: every claim's difference with its CI"} <= set(specs)
+            "Forest plot: the difference of each claim, with its CI"} <= set(specs)
     for name, spec in specs.items():  # an empty cell would be drawn as 0
         assert all(row.get("dvc_inferred_y_value", "x") != "" for row in spec["content"]["data"]["values"]), name
     seeds = specs["Fine-tuning: per-seed test scores"]["content"]
     assert seeds["encoding"]["x"]["type"] == "nominal"  # arms are categories
     assert {row["task"] for row in seeds["data"]["values"]} == {"cls", "ner"}  # both tasks in one plot
-    forest = specs["Forest plot: every claim's difference with its CI"]["content"]
+    forest = specs["Forest plot: the difference of each claim, with its CI"]["content"]
     assert "<DVC_METRIC" not in json.dumps(forest)  # the template's anchors are all filled
     claims = {row["claim"] for row in forest["data"]["values"]}
     assert claims == {k for k, v in report["claims"].items() if "difference_ci_low" in v}
