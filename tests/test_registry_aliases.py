@@ -24,7 +24,7 @@ class Constant(mlflow.pyfunc.PythonModel):
 
 def _register(log, answer: str, gate_passed: bool) -> dict:
     with mlflow.start_run(run_id=log.run_id):
-        info = mlflow.pyfunc.log_model(name="model", python_model=Constant(answer))
+        info = mlflow.pyfunc.log_model(name="model", python_model=Constant(answer), pip_requirements=["mlflow"])
     return log.register_version(info.model_uri, "clozeline-cls", {"gate": str(gate_passed)}, "candidate",
                                 gate_passed, "evaluated")  # fmt: skip
 
