@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
 
-# Offline and quiet: no library may reach a hub or send analytics (see README "Offline").
+# Offline and quiet: no library may reach a hub or send analytics (see docs/offline.md).
 export HF_HUB_OFFLINE=1
 export HF_DATASETS_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1

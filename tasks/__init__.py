@@ -1,1 +1,1 @@
-"""clozeline stages: `python -m tasks <stage>` runs one (see tasks/CONTRACTS.md and the README Layout section)."""
+"""clozeline stages: `python -m tasks <stage>` runs one (see tasks/CONTRACTS.md and docs/layout.md)."""

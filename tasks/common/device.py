@@ -121,7 +121,7 @@ def autocast(device: torch.device, bf16: bool = True, cpu: bool = False) -> Abst
 
 
 #: The precision of every evaluated (dev and test) prediction, on every device: the rule that makes the export's
-#: re-scoring (fp32 on the CPU, ``tasks.export``) reproduce the evaluated labels (README, "Exported models").
+#: re-scoring (fp32 on the CPU, ``tasks.export``) reproduce the evaluated labels (docs/shipped-models.md).
 PREDICTION_PRECISION = "fp32 (no autocast; TF32 off on CUDA)"
 
 
