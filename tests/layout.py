@@ -44,7 +44,7 @@ def keys_read(section: str, item: str | None) -> set[str]:
     if "hardware" in model.model_fields:
         keys.add("hardware")
     if "setup" in model.model_fields:  # the report's copy of what decides its claims (tasks.config.report)
-        keys |= set(SETUP_KEYS.values())
+        keys |= {key for keys_of_field in SETUP_KEYS.values() for key in keys_of_field}
     if "tasks" in model.model_fields:
         keys.add(f"tasks.{item}" if item else "tasks")
     if "recipes" in model.model_fields and item:

@@ -1,6 +1,7 @@
 """The report is of this run's tasks (issue 59 items 3 and 5): a removed task's metrics files are deleted, its
-dvc.lock entries leave the ledger, and an arm, figure or table the params turn off reads ``off (enable with
-`<key>`)`` naming the key (tasks/report/switches.py), for every kind of reference of the claim grammar."""
+dvc.lock entries leave the ledger, an arm, figure or table the params turn off reads ``off (enable with
+`<key>`)`` naming the key (tasks/report/switches.py), for every kind of reference of the claim grammar, and a
+task source only the leakage audit reads is a warning at the top of the claim table (item 2)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tasks import report
 from tasks.common.provenance import Lock
 from tasks.config import load_params
+from tasks.config.paths import Paths
 from tasks.report.claims import Claim, Metrics
 from tasks.report.ledger import data_snapshot, params_as_run
 from tasks.report.switches import claim_off, figure_off
 from tasks.report.tasks_run import finetune_tasks, remove_stale
+from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUP = load_params(ROOT / "params.yaml").report.setup  # cls (recipe cls) and ner (recipe ner), the defaults
@@ -96,3 +100,22 @@ def test_switches_of_the_semantic_detector_figures_and_a_bare_section():
     assert figure_off("ner", "learning_curve", no_curve) == "off (enable with `finetune.recipes.ner.train_sizes`)"
     bare = SETUP.model_copy(update={"tasks": {}})  # a report section validated alone knows no params
     assert claim_off(claim("finetune/cls/adapted/full/mean-pool"), bare) is None
+
+
+def test_a_source_only_the_audit_reads_is_a_warning_at_the_top_of_the_claim_table(tmp_path):
+    sources = load_params(ROOT / "params.yaml").model_dump(mode="json")["ingest"]["sources"]
+    extra = {"name": "extra_news", "kind": "builtin", "corpus": "bbc_news", "role": "task", "max_docs": None}
+    setup = load_params(ROOT / "params.yaml", overrides={"ingest.sources": [*sources, extra]}).report.setup
+    assert len(setup.warnings) == 1 and "'extra_news' (role: task) is named by no task" in setup.warnings[0]
+    assert SETUP.warnings == []  # the default sources are all read
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
+                         reports=tmp_path / "reports")
+    paths.reports.mkdir(parents=True)
+    (paths.reports / "claims.yaml").write_text("claims: []\n")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    cfg = load_params(ROOT / "params.yaml").report.model_copy(update={
+        "setup": setup, "dvc_lock_file": tmp_path / "dvc.lock", "figure_dpi": 50, "history_runs": 1})
+    report.run(cfg, paths, NullLog())
+    md = (paths.reports / "claims.md").read_text(encoding="utf-8").splitlines()
+    assert md[:3] == ["# clozeline claim table", "", f"> **Warning.** {setup.warnings[0]}"]
+    assert f"<b>Warning.</b> {setup.warnings[0]}".replace("'", "&#x27;") in (paths.reports / "claims.html").read_text()

@@ -13,10 +13,12 @@ from tasks.config.tasks import Tasks
 
 
 #: Where each field of ``ReportSetup`` comes from: the params keys the report stage reads beyond its section.
-SETUP_KEYS = {"tasks": "tasks", "recipes": "finetune.recipes", "init_from": "pretrain.init_from",
-              "ablations": "pretrain.ablations", "dose_snapshots": "pretrain.dose_snapshot_fractions",
-              "semantic": "leakage.semantic.enabled", "operational": "finetune.operational.enabled",
-              "probe_variants": "probe.variants", "pair_variants": "probe.pair_variants"}
+SETUP_KEYS = {"tasks": ("tasks",), "recipes": ("finetune.recipes",), "init_from": ("pretrain.init_from",),
+              "ablations": ("pretrain.ablations",), "dose_snapshots": ("pretrain.dose_snapshot_fractions",),
+              "semantic": ("leakage.semantic.enabled",), "operational": ("finetune.operational.enabled",),
+              "probe_variants": ("probe.variants",), "pair_variants": ("probe.pair_variants",),
+              "warnings": ("ingest.sources", "tokenizer.pretrain_sources", "tokenizer.exclude_sources",
+                           "tokenizer.unk_eval_sources", "tokenize.pretrain_sources", "tokenize.exclude_sources")}
 
 
 class ReportSetup(StrictModel):
@@ -33,6 +35,8 @@ class ReportSetup(StrictModel):
     operational: bool = Field(True, description="finetune.operational.enabled")
     probe_variants: list[str] = Field(default_factory=list, description="probe.variants (the sense probe)")
     pair_variants: list[str] = Field(default_factory=list, description="probe.pair_variants (the minimal pairs)")
+    warnings: list[str] = Field(default_factory=list, description="Params.source_warnings(): a task source only "
+                                "the leakage audit reads; shown at the top of the claim table")
 
 
 class ReportParams(StrictModel):

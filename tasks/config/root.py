@@ -120,7 +120,8 @@ class Params(StrictModel):
                             ablations=[arm.name for arm in self.pretrain.ablations],
                             dose_snapshots=bool(self.pretrain.dose_snapshot_fractions),
                             semantic=self.leakage.semantic.enabled, operational=self.finetune.operational.enabled,
-                            probe_variants=list(self.probe.variants), pair_variants=list(self.probe.pair_variants))
+                            probe_variants=list(self.probe.variants), pair_variants=list(self.probe.pair_variants),
+                            warnings=self.source_warnings())
         object.__setattr__(self, "report", self.report.model_copy(update={"setup": setup}))
         # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
         lineage = {"pretrain_init_from": self.pretrain.init_from}

@@ -234,7 +234,8 @@ def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[st
     paths.reports.mkdir(parents=True, exist_ok=True)
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
     ui = links_ui_url(cfg.mlflow_ui_url)  # a tracking server's own UI, else where `make mlflow-ui` serves
-    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, ui, slices, tables)
+    warned = cfg.setup.warnings  # what the flow prints too: a task source only the leakage audit reads
+    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, ui, slices, tables, warned)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
-    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, ui, slices, tables)
+    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, ui, slices, tables, warned)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")

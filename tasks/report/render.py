@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -217,16 +217,15 @@ def verdict_summary(rows: list[Row]) -> str:
 
 def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
              level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
-             tables: Mapping[str, list[Grid] | str]) -> str:
-    """The full ``claims.md``: question, claim table, "Since the last run" (``tables[SINCE]``, if given), forest
-    plot, statistics note, per-claim details, slice tables, the other ``tables``, figures, ledger.
-
-    ``figures`` maps a title to a PNG path relative to the Markdown file, or to a ``not drawn: <why>`` string.
-    """
+             tables: Mapping[str, list[Grid] | str], warnings: Sequence[str] = ()) -> str:
+    """The full ``claims.md``: ``warnings`` (the run's params, at the top), question, claim table, "Since the last
+    run" (``tables[SINCE]``, if given), forest plot, statistics note, per-claim details, slice tables, the other
+    ``tables``, figures (title -> PNG path relative to the Markdown file, or why not), ledger."""
     def figure(title: str, fig: Path | str) -> list[str]:
         return [f"### {title}", "", f"![{title}]({fig})" if isinstance(fig, Path) else f"_{fig}_", ""]
 
-    parts = ["# clozeline claim table", "", f"**Question.** {question}", "", f"**Answer.** {answer(rows)}", "",
+    parts = ["# clozeline claim table", "", *[f"> **Warning.** {w}\n" for w in warnings], f"**Question.** {question}",
+             "", f"**Answer.** {answer(rows)}", "",
              f"**Verdicts.** {verdict_summary(rows)}", "",
              "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)), "",
              claim_table_md(rows)]
@@ -372,14 +371,15 @@ def grids_html(name: str, grids: list[Grid] | str) -> str:
 
 def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
               level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
-              tables: Mapping[str, list[Grid] | str]) -> str:
-    """The full ``claims.html``, self-contained. ``figures`` maps a title to an absolute PNG path or a reason."""
+              tables: Mapping[str, list[Grid] | str], warnings: Sequence[str] = ()) -> str:
+    """The full ``claims.html``, self-contained, as ``markdown``; ``figures``: title -> absolute PNG path or why not."""
     def figure(title: str, fig: Path | str) -> list[str]:
         return [f"<h3>{_e(title)}</h3>", _img(fig, title) if isinstance(fig, Path) else f"<p><i>{_e(fig)}</i></p>"]
 
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
-             "<h1>clozeline claim table</h1>", f"<p><b>Question.</b> {_e(question)}</p>",
+             "<h1>clozeline claim table</h1>", *(f'<p class="warning"><b>Warning.</b> {_e(w)}</p>' for w in warnings),
+             f"<p><b>Question.</b> {_e(question)}</p>",
              f'<p id="answer"><b>Answer.</b> {_e(answer(rows))}</p>',
              f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
              '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows))
