@@ -30,7 +30,7 @@ datatrove, so the same text has a different number of words). The tools alternat
 spread, and ``ratio_vs_best_peer`` is the ratio of medians (best-of-N beside it). Writes
 ``benchmarks/results/leakage.json`` with its provenance (``benchmarks/_provenance.py``). Run:
 ``.venv/bin/python benchmarks/leakage.py`` (about 15-20 minutes on 2 cores; ``--scales 1`` for a quick look;
-``--smoke``: every tool once on ``SMOKE_TRAIN`` train and ``SMOKE_EVAL`` eval docs, in seconds). The peer
+``--smoke``: every tool once on ``SMOKE_DOCS`` documents a source, in seconds). The peer
 environment comes from ``benchmarks/peers/setup.sh`` (``CLOZELINE_PEERS`` overrides its folder); a datatrove run
 that fails, or whose environment is missing, is listed under ``skipped`` with why.
 """
@@ -58,7 +58,7 @@ START = time.perf_counter()
 RESULTS = ROOT / "benchmarks" / "results" / "leakage.json"
 PEERS = Path(os.environ.get("CLOZELINE_PEERS", ROOT / "benchmarks" / ".peers"))
 SCALES = (1, 4, 16)
-SMOKE_TRAIN, SMOKE_EVAL = 300, 60
+SMOKE_DOCS = 150  # a source: about 300 train / 60 eval docs
 #: The code measured: the leakage stage's n-gram audit and the word split it runs on.
 MEASURED = ("tasks.leakage", "tasks.common.textnorm")
 BASELINE_MAX_SCALE = 4
@@ -67,8 +67,9 @@ PERTURB_EVERY = 40
 GOAL = ">= 2x fastest peer, same flagged docs (or every difference explained)"
 
 
-def default_corpora(raw: dict, folder: Path):
-    """``(train frame, eval frame)`` of the default sources after ingest and split (no dedup)."""
+def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
+    """``(train frame, eval frame)`` of the default sources after ingest and split (no dedup); ``max_docs``: at
+    most that many documents a source (ingest's own ``max_docs``: a smoke run's size)."""
     import pandas as pd
 
     from tasks import ingest, leakage, split
@@ -79,7 +80,8 @@ def default_corpora(raw: dict, folder: Path):
     from tasks.tracking import NullLog
 
     paths = Paths(data=folder / "data", models=folder / "m", metrics=folder / "x", reports=folder / "r")
-    ingest.run(IngestParams(**raw["ingest"]), paths, NullLog())
+    sources = [{**spec, "max_docs": max_docs or spec.get("max_docs")} for spec in raw["ingest"]["sources"]]
+    ingest.run(IngestParams(**{**raw["ingest"], "sources": sources}), paths, NullLog())
     dedup_dir = paths.stage_data("dedup")
     dedup_dir.mkdir(parents=True)
     for name, files in source_files(paths.stage_data("ingest")).items():
@@ -280,10 +282,8 @@ def main() -> dict:
     sizes, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="bench-leakage-") as tmp:
         work = Path(tmp)
-        trains, evals = default_corpora(raw, work)
+        trains, evals = default_corpora(raw, work, SMOKE_DOCS if args.smoke else None)
         base_train, eval_texts = list(trains["text"]), list(evals["text"])
-        if args.smoke:
-            base_train, eval_texts = base_train[:SMOKE_TRAIN], eval_texts[:SMOKE_EVAL]
         for scale in scales:
             corpus = {"train": replicate(base_train, scale), "eval": eval_texts}
             corpus_file = work / f"corpus-{scale}x.json"

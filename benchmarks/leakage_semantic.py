@@ -36,13 +36,13 @@ import numpy as np  # noqa: E402
 from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "leakage_semantic.json"
-SMOKE_TRAIN, SMOKE_EVAL, SMOKE_FP32_DOCS = 16, 8, 4
+SMOKE_SOURCE_DOCS, SMOKE_TRAIN, SMOKE_EVAL, SMOKE_FP32_DOCS = 40, 16, 8, 4
 #: The code measured: the leakage stage (its lexical detectors, semantic encoder and search), imports followed.
 MEASURED = ("tasks.leakage",)
 
 
-def corpora(from_split: bool):
-    """``(train frame, eval frame)``."""
+def corpora(from_split: bool, max_docs: int | None = None):
+    """``(train frame, eval frame)``; ``max_docs`` a source when built (``leakage.default_corpora``)."""
     import pandas as pd
 
     from tasks import leakage
@@ -55,7 +55,7 @@ def corpora(from_split: bool):
     from benchmarks.leakage import default_corpora
 
     with tempfile.TemporaryDirectory() as tmp:
-        return default_corpora(read_yaml(ROOT / "params.yaml"), Path(tmp))
+        return default_corpora(read_yaml(ROOT / "params.yaml"), Path(tmp), max_docs)
 
 
 def clock():
@@ -130,7 +130,7 @@ def main() -> dict:
 
     results = out_path(args, RESULTS)
     cfg = load_params(ROOT / "params.yaml").leakage
-    train, evals = corpora(args.from_split)
+    train, evals = corpora(args.from_split, SMOKE_SOURCE_DOCS if args.smoke else None)
     train_texts, eval_texts = [str(t) for t in train["text"]], [str(t) for t in evals["text"]]
     if args.smoke:
         train_texts, eval_texts, args.fp32_docs = train_texts[:SMOKE_TRAIN], eval_texts[:SMOKE_EVAL], SMOKE_FP32_DOCS

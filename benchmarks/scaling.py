@@ -85,7 +85,7 @@ def main() -> None:
     limit = SMOKE_ROWS if args.smoke else None
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
         work = Path(tmp)
-        rows = default_ingest_rows(raw, work / "base")[:limit]
+        rows = default_ingest_rows(raw, work / "base", limit and limit // 4)[:limit]
         for scale in args.dedup_scales:
             source = work / f"dedup-{scale}x" / "data" / "ingest"
             docs = write_dedup_corpus(rows, scale, source)
@@ -93,7 +93,7 @@ def main() -> None:
         if args.leakage_scales:
             from benchmarks.leakage import default_corpora
 
-            trains, evals = default_corpora(raw, work / "leakage-base")
+            trains, evals = default_corpora(raw, work / "leakage-base", SMOKE_TRAIN if args.smoke else None)
             for scale in args.leakage_scales:
                 source = work / f"leakage-{scale}x" / "data" / "split"
                 if args.smoke:
@@ -129,14 +129,17 @@ def alternated(stage: str, scale: int, docs: int, source: Path, engines: list[st
             for runs in done.values()]  # fmt: skip
 
 
-def default_ingest_rows(raw: dict, work: Path) -> list[str]:
-    """The default ingest rows' texts (params.yaml's sources read by the ingest stage)."""
+def default_ingest_rows(raw: dict, work: Path, max_docs: int | None = None) -> list[str]:
+    """The default ingest rows' texts (params.yaml's sources read by the ingest stage; at most ``max_docs`` a
+    source)."""
     from tasks import ingest
     from tasks.config import Paths
     from tasks.config.ingest import IngestParams
     from tasks.tracking import NullLog
 
-    ingest.run(IngestParams(**raw["ingest"]), Paths(data=work, models=work, metrics=work, reports=work), NullLog())
+    sources = [{**spec, "max_docs": max_docs or spec.get("max_docs")} for spec in raw["ingest"]["sources"]]
+    cfg = IngestParams(**{**raw["ingest"], "sources": sources})
+    ingest.run(cfg, Paths(data=work, models=work, metrics=work, reports=work), NullLog())
     return corpora.read_rows(work / "ingest")
 
 
