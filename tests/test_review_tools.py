@@ -48,7 +48,7 @@ def test_run_links_open_a_tracking_server_itself_else_the_configured_ui(monkeypa
     assert links_ui_url("http://127.0.0.1:5000/", uri="file:///tmp/mlruns") == "http://127.0.0.1:5000"
 
 
-def test_make_mlflow_ui_takes_the_port_and_serves_mlflow_tracking_uri(tmp_path):
+def test_make_mlflow_ui_takes_the_port_and_serves_mlflow_tracking_uri(tmp_path, capsys):
     assert make("-n", "mlflow-ui", "PORT=5001").stdout.rstrip().endswith('scripts/mlflow_ui.py --port "5001"')
     store = tmp_path / "elsewhere.db"
     env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
@@ -60,9 +60,8 @@ def test_make_mlflow_ui_takes_the_port_and_serves_mlflow_tracking_uri(tmp_path):
     assert "point at port 5000 (report.mlflow_ui_url)" in note  # params.yaml's links: the user is told
     assert command.split()[1:] == ["ui", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
                                    "--port", "5001", "--workers", "1"]
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "mlflow_ui.py"), "--port", "70000"], env=env,
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and bad.stderr == "make mlflow-ui: PORT=70000: a port is 1-65535\n"
+    assert load_script("mlflow_ui").main(["--port", "70000"]) == 2
+    assert capsys.readouterr().err == "make mlflow-ui: PORT=70000: a port is 1-65535\n"
 
 
 def test_mlflow_lock_and_journal_files_are_ignored():
