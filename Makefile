@@ -25,16 +25,17 @@ export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install install-ray run test test-gpucheck test-fast bench mlflow-ui exp-show plots plots-template \
+.PHONY: install install-ray run test test-gpucheck test-fast bench bench-smoke mlflow-ui exp-show plots plots-template \
 	prefect-server clean
 
 install: $(STAMP)
 
-# The optional group for dedup.engine / leakage.engine: ray; the tests install it to check both engines agree.
+# The optional group for dedup.engine / leakage.engine: ray; the tests install it to check both engines agree. And
+# the group bench (rensa, the dedup benchmark's in-environment peer): the tests run every benchmark's --smoke.
 install-ray: $(RAY_STAMP)
 
 $(RAY_STAMP): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,ray,bench]' 2>&1 | { grep -v "is ignored: it is neither" || true; }
 	touch $(RAY_STAMP)
 
 # torch first and pinned, from the package index pip's own configuration names (pip.conf, PIP_INDEX_URL), or
@@ -113,6 +114,13 @@ bench: install
 	PYTHON=$(PYTHON) bash benchmarks/peers/setup.sh
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b; done
 	$(BIN)/python benchmarks/_table.py --docs
+
+# Every benchmark's --smoke (tests/test_benchmarks_smoke.py) with the peers' own environments built first, so the
+# datatrove and text-dedup peers run too; `make test` runs the smokes without them (their runs would take it past
+# its minute for the smokes) and each smoke says which peer it skipped.
+bench-smoke: install-ray
+	PYTHON=$(PYTHON) bash benchmarks/peers/setup.sh
+	$(BIN)/python -m pytest tests/test_benchmarks_smoke.py --durations=12
 
 # MLflow's UI on 127.0.0.1 over the store the stages log to (MLFLOW_TRACKING_URI, else sqlite mlruns.db), on PORT
 # (default: the port of report.mlflow_ui_url, where the claim table's run links point). It prints the link to the
