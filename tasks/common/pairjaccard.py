@@ -26,24 +26,31 @@ from tasks.common import compiled, minhash
 CHUNK_PAIRS = 16_384  # pairs per kernel call: threads take chunks in turn, so a chunk of long sets never idles one
 
 
-def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, threads: int = 1) -> np.ndarray:
+def jaccards(
+    sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, threads: int = 1,
+    packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """``minhash.jaccard(sets[left[k]], sets[right[k]])`` for every ``k``: ``(pairs,)`` float64.
 
     ``sets``: sorted unique uint64 arrays (one per row); ``left``, ``right``: ``(pairs,)`` row indices. The sets
-    that the pairs name are copied once into one flat array (a set named by many pairs is copied once), and the
-    pairs are split into chunks of ``CHUNK_PAIRS`` merged on ``threads`` threads. Raises ``ValueError`` when
-    ``left`` and ``right`` are not 1-d arrays of one length, ``IndexError`` for a row outside ``sets`` and
-    ``TypeError`` for a named set that is not uint64 (the compiled merge checks no bounds, and a mixed
-    concatenation would round other sets' hashes through float64).
+    that the pairs name are copied once into one flat array (a set named by many pairs is copied once), unless
+    ``packed`` gives every set already there: ``(flat uint64, (rows,) starts, (rows,) sizes)`` with ``sets[r] ==
+    flat[starts[r]:][:sizes[r]]``; the pairs are split into chunks of ``CHUNK_PAIRS`` merged on ``threads``
+    threads. Raises ``ValueError`` when ``left`` and ``right`` are not 1-d arrays of one length, ``IndexError``
+    for a row outside ``sets`` and ``TypeError`` for a named set that is not uint64 (the compiled merge checks
+    no bounds, and a mixed concatenation would round other sets' hashes through float64).
     """
     left, right = np.asarray(left, np.int64), np.asarray(right, np.int64)
     if left.ndim != 1 or left.shape != right.shape:
         raise ValueError(f"left {left.shape} and right {right.shape} must be 1-d arrays of one length")
     if not len(left):
         return np.zeros(0)
+    low, high = min(left.min(), right.min()), max(left.max(), right.max())
+    if low < 0 or high >= len(sets):
+        raise IndexError(f"pair row {low if low < 0 else high} is outside the {len(sets)} sets")
+    if packed is not None and packed[0].dtype == np.uint64 and compiled.worth_compiling(len(left)):
+        return _merged(*packed, left, right, threads)
     rows, at = np.unique(np.concatenate([left, right]), return_inverse=True)
-    if rows[0] < 0 or rows[-1] >= len(sets):
-        raise IndexError(f"pair row {rows[0] if rows[0] < 0 else rows[-1]} is outside the {len(sets)} sets")
     chosen = [sets[row] for row in rows.tolist()]
     wrong = next((row for row, s in zip(rows.tolist(), chosen) if len(s) and s.dtype != np.uint64), None)
     if wrong is not None:
@@ -52,10 +59,13 @@ def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, thread
         return _by_search(sets, left, right)
     sizes = np.fromiter(map(len, chosen), np.int64, count=len(chosen))
     flat = np.concatenate([np.zeros(0, np.uint64)] + chosen, dtype=np.uint64, casting="unsafe")  # empties only
-    starts = np.cumsum(sizes) - sizes
-    left_at, right_at = at[: len(left)], at[len(left) :]
-    shared = np.empty(len(left), np.int64)
-    chunks = [slice(k, k + CHUNK_PAIRS) for k in range(0, len(left), CHUNK_PAIRS)]
+    return _merged(flat, np.cumsum(sizes) - sizes, sizes, at[: len(left)], at[len(left) :], threads)
+
+
+def _merged(flat, starts, sizes, left_at: np.ndarray, right_at: np.ndarray, threads: int) -> np.ndarray:
+    """The Jaccards of the sets ``left_at[k]`` and ``right_at[k]`` of ``flat`` by the compiled merge."""
+    shared = np.empty(len(left_at), np.int64)
+    chunks = [slice(k, k + CHUNK_PAIRS) for k in range(0, len(left_at), CHUNK_PAIRS)]
     kernel = compiled.jit(_intersection_sizes)  # loaded before the threads start
 
     def merge(chunk: slice) -> None:
@@ -68,7 +78,7 @@ def jaccards(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, thread
         for chunk in chunks:
             merge(chunk)
     union = sizes[left_at] + sizes[right_at] - shared
-    return np.divide(shared, union, out=np.zeros(len(left)), where=union > 0)
+    return np.divide(shared, union, out=np.zeros(len(left_at)), where=union > 0)
 
 
 def _by_search(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray) -> np.ndarray:

@@ -57,7 +57,7 @@ from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.dedup import DedupParams
-from tasks.dedup import policy
+from tasks.dedup import policy, signing
 from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.corpus import Corpus, read_corpus
 from tasks.dedup.near import _progress, merge_near
@@ -131,6 +131,9 @@ class DocSignatures:
 
     known_pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted pair keys
     known_jaccards: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (len(known_pairs),) float64
+    # (flat uint64, (docs,) starts, (docs,) sizes): every ``shingles[i]`` is ``flat[starts[i]:][:sizes[i]]``;
+    # set when they were signed in one pass, so the Jaccards read them without copying them together first
+    packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def jaccards(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
         """Exact Jaccard (``minhash.jaccard``) of rows ``left[k]`` and ``right[k]``: ``(pairs,)`` float64.
@@ -162,7 +165,7 @@ class DocSignatures:
         return rows[first], rows[second]
 
     def _compute(self, left: np.ndarray, right: np.ndarray, num_proc: int) -> np.ndarray:
-        return pairjaccard.jaccards(self.shingles, left, right, threads=num_proc)
+        return pairjaccard.jaccards(self.shingles, left, right, threads=num_proc, packed=self.packed)
 
 
 def shared_bucket_pairs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -189,28 +192,27 @@ def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatur
 
     Shards are contiguous and results come back in order, so the output does not depend on ``num_proc``.
     The texts reach the forked workers by inheritance (each job is a row range, not a pickled list of texts),
-    and each shard comes back as a few flat arrays (``_packed``), not one array per document.
+    and each shard comes back as a few flat arrays (``_sign_packed``), not one array per document.
     """
     global _FORKED_TEXTS
     a, b = minhash.permutations(cfg.num_perm, cfg.seed)
+    sizes = _text_sizes(texts)
     jobs = [(start, stop, cfg.shingle_size_words, a, b)
-            for start, stop in balanced_shards(_text_sizes(texts), cfg.shard_size_docs, cfg.num_proc)]  # fmt: skip
+            for start, stop in balanced_shards(sizes, cfg.shard_size_docs, cfg.num_proc)]  # fmt: skip
     parts = []
+    signing.prepare(int(sizes.sum()))  # before the fork: the workers inherit the compiled kernels
     _FORKED_TEXTS = texts
     try:
         with _progress(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
             for part in _map(_sign_range, jobs, cfg.num_proc):
-                parts.append(_unpacked(part))
+                parts.append(part)
                 bar.update(len(part[0]))
     finally:
         _FORKED_TEXTS = []
-    return DocSignatures(
-        text_hash=[h for part in parts for h in part.text_hash],
-        n_words=np.concatenate([np.zeros(0, np.int64)] + [part.n_words for part in parts]),
-        n_chars=np.concatenate([np.zeros(0, np.int64)] + [part.n_chars for part in parts]),
-        signature=np.concatenate([np.zeros((0, cfg.num_perm), np.uint32)] + [part.signature for part in parts]),
-        shingles=[s for part in parts for s in part.shingles],
-    )
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cfg.num_perm), np.uint32),
+             np.zeros(0, np.uint64), np.zeros(0, np.int64))  # fmt: skip
+    joined = [np.concatenate([none] + [part[k + 1] for part in parts]) for k, none in enumerate(empty)]
+    return _unpacked(([h for part in parts for h in part[0]], *joined))
 
 
 def balanced_shards(sizes: np.ndarray, max_docs: int, num_proc: int) -> list[tuple[int, int]]:
@@ -246,20 +248,17 @@ _FORKED_TEXTS: list[str] | pa.Array = []  # read by forked signing workers: inhe
 
 def _sign_range(job: tuple) -> tuple:
     start, stop, n, a, b = job
-    return _packed(_sign_shard((_FORKED_TEXTS[start:stop], n, a, b)))
-
-
-def _packed(part: DocSignatures) -> tuple:
-    """A shard's results as a few arrays (cheap to pickle back from a worker): the shingle sets flattened."""
-    sizes = np.fromiter(map(len, part.shingles), np.int64, count=len(part.shingles))
-    flat = np.concatenate([np.zeros(0, np.uint64)] + part.shingles)
-    return part.text_hash, part.n_words, part.n_chars, part.signature, flat, sizes
+    return _sign_packed(_FORKED_TEXTS[start:stop], n, a, b)
 
 
 def _unpacked(packed: tuple) -> DocSignatures:
+    """``_sign_packed``'s arrays as ``DocSignatures``: each document's shingle set a view of the one flat array,
+    which the Jaccards use whole (``DocSignatures.packed``)."""
     text_hash, n_words, n_chars, signature, flat, sizes = packed
-    shingles = np.split(flat, np.cumsum(sizes)[:-1]) if len(sizes) else []
-    return DocSignatures(text_hash, n_words, n_chars, signature, shingles)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    shingles = [flat[start:stop] for start, stop in zip(starts.tolist(), ends.tolist())]
+    return DocSignatures(text_hash, n_words, n_chars, signature, shingles, packed=(flat, starts, sizes))
 
 
 def sign_on_ray(paths: Paths, corpus: Corpus, cfg: DedupParams) -> DocSignatures:
@@ -283,17 +282,22 @@ _PIECES = minhash.PieceHashes()  # per process: a forked worker fills its own co
 
 
 def _sign_shard(job: tuple) -> DocSignatures:
-    texts, n, a, b = job
+    return _unpacked(_sign_packed(*job))
+
+
+def _sign_packed(texts: list[str] | pa.Array, n: int, a: np.ndarray, b: np.ndarray) -> tuple:
+    """A shard's results as a few arrays (cheap to pickle back from a worker): md5s, word and character counts,
+    signatures, and the shingle sets flattened (``signing.shingle_sets``)."""
     normalized = textnorm.normalize_many(texts)
     if len(_PIECES) > PIECE_CACHE_MAX:
         _PIECES.clear()
         _PIECES.words.clear()
     values, doc = minhash.word_hash_stream(normalized, _PIECES.words, _PIECES)
-    shingles = [minhash.sorted_unique(windows) for windows in minhash.shingle_windows(values, doc, len(texts), n)]
+    flat, sizes = signing.shingle_sets(values, doc, len(normalized), n)
     hashes = [hashlib.md5(text.encode("utf-8")).hexdigest() for text in normalized]
-    n_words = np.bincount(doc, minlength=len(texts)).astype(np.int64)
-    n_chars = np.fromiter(map(len, normalized), dtype=np.int64, count=len(texts))
-    return DocSignatures(hashes, n_words, n_chars, minhash.signatures(shingles, a, b), shingles)
+    n_words = np.bincount(doc, minlength=len(normalized)).astype(np.int64)
+    n_chars = np.fromiter(map(len, normalized), dtype=np.int64, count=len(normalized))
+    return hashes, n_words, n_chars, signing.signatures(flat, sizes, a, b), flat, sizes
 
 
 # ---------------------------------------------------------------------------------------------- clustering

@@ -184,7 +184,9 @@ def joined(first: DocSignatures, second: DocSignatures) -> DocSignatures:
     """The rows of ``first`` then those of ``second``."""
     names = ("n_words", "n_chars", "signature")
     stacked = (np.concatenate([getattr(first, name), getattr(second, name)]) for name in names)
-    return DocSignatures(first.text_hash + second.text_hash, *stacked, first.shingles + second.shingles)
+    packed = second.packed if not first.text_hash else None  # one flat array only when nothing came before
+    return DocSignatures(first.text_hash + second.text_hash, *stacked, first.shingles + second.shingles,
+                         packed=packed)  # fmt: skip
 
 
 def assemble(raw: list[str], rows: np.ndarray, values: DocSignatures) -> IndexedSignatures:
@@ -197,6 +199,7 @@ def assemble(raw: list[str], rows: np.ndarray, values: DocSignatures) -> Indexed
         text_hash=text_hash, n_words=values.n_words[rows], n_chars=values.n_chars[rows],
         signature=values.signature[rows], shingles=[values.shingles[k] for k in picked],
         raw_md5=raw, texts=texts, text_id=np.asarray(text_id, np.int64),
+        packed=None if values.packed is None else (values.packed[0], values.packed[1][rows], values.packed[2][rows]),
     )  # fmt: skip
 
 
