@@ -211,8 +211,10 @@ def mlflow_server(pipeline_run, tmp_path_factory):
     port = _free_port()
     venv = ROOT / ".venv"
     cmd = ["make", "-s", "-C", str(repo), f"VENV={venv}", "-o", f"{venv}/.installed", "mlflow-ui", f"PORT={port}"]
+    user_env = {k: v for k, v in env.items() if not k.startswith(("MAKE", "MFLAGS"))}  # not a sub-make of make test
     with log.open("w") as out:  # its own session: make, then the script that execs mlflow ui, stop together
-        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=repo, env=user_env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

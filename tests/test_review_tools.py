@@ -34,6 +34,8 @@ def load_script(name: str):
 
 
 def make(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``make <args>`` in ``cwd`` as a user types it (not as a sub-make of ``make test``: no MAKEFLAGS)."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith(("MAKE", "MFLAGS"))}
     return subprocess.run([*MAKE, "-C", str(cwd), *args], env=env, capture_output=True, text=True, timeout=300)
 
 
