@@ -67,7 +67,7 @@ def table(text: str) -> Table:
     out.add_column("pretrain\ngap to\nunigram\n(nats)", justify="right", no_wrap=True)
     for row in rows:
         created = row["Created"][5:16].replace("T", " ") or "-"  # MM-DD HH:MM
-        out.add_row(row["Experiment"] or row["rev"], created, row["claims"] or "-", verdicts(row),
+        out.add_row(row["Experiment"] or row["rev"], created, row.get("claims") or "-", verdicts(row),
                     *(number(row[c]) for c in scores), number(row.get(GAP, ""), 2))
     return out
 
