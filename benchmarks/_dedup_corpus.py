@@ -78,33 +78,74 @@ def _variant(text: str, step: int, rng: np.random.Generator, vocabulary: list[st
 
 @dataclass
 class Truth:
-    """Exact Jaccard of the candidate pairs (``(low id, high id) -> J``) of one corpus."""
+    """Exact Jaccard of the candidate pairs of one corpus: ``pairs`` ``(k, 2)`` int64, low id first, and their
+    ``values`` ``(k,)`` float64 (arrays: at 64x there are tens of millions)."""
 
-    jaccard: dict[tuple[int, int], float]
+    pairs: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, jaccard: dict[tuple[int, int], float]) -> Truth:
+        """From ``{(low id, high id): J}``."""
+        return cls(np.array(list(jaccard), np.int64).reshape(-1, 2), np.array(list(jaccard.values()), np.float64))
+
+    @property
+    def jaccard(self) -> dict[tuple[int, int], float]:
+        """``{(low id, high id): J}`` (for small corpora)."""
+        return {(int(a), int(b)): float(v) for (a, b), v in zip(self.pairs, self.values)}
 
     def duplicates_of(self, threshold: float) -> dict[int, set[int]]:
         """doc -> the docs it is a near duplicate of (J >= threshold)."""
         partners: dict[int, set[int]] = {}
-        for (a, b), value in self.jaccard.items():
-            if value >= threshold:
-                partners.setdefault(a, set()).add(b)
-                partners.setdefault(b, set()).add(a)
+        for a, b in self.pairs[self.values >= threshold].tolist():
+            partners.setdefault(a, set()).add(b)
+            partners.setdefault(b, set()).add(a)
         return partners
 
 
 def truth(corpus: Corpus, n: int) -> Truth:
-    """Exact Jaccard of every within-group pair and of the cross-group pairs of similar rows."""
+    """Exact Jaccard of every pair within a family: the planted groups of rows joined when the rows have the same
+    normalized text or a Jaccard of at least ``NATURAL_FLOOR`` (so every within-group pair and every cross pair of
+    similar rows, and the pairs of rows joined through a third), one sparse incidence product per family."""
     normalized = [textnorm.normalize(text) for text in corpus.texts]
     vocabulary: dict[str, int] = {}
     sets = [_shingle_set([vocabulary.setdefault(w, len(vocabulary)) for w in textnorm.words_of_normalized(text)], n)
             for text in normalized]  # fmt: skip
+    text_id = np.unique(np.array(normalized, dtype=object), return_inverse=True)[1] if normalized else np.zeros(0)
+    family = list(range(corpus.rows))  # union-find over rows, root = the smallest row
+    for d, e in _similar_rows(sets[: corpus.rows], NATURAL_FLOOR) + _same_text_rows(normalized[: corpus.rows]):
+        family[max(_root(family, d), _root(family, e))] = min(_root(family, d), _root(family, e))
     members: dict[int, list[int]] = {}
     for doc in range(len(corpus.texts)):
-        members.setdefault(corpus.group(doc), []).append(doc)
-    pairs = {(a, b) for group in members.values() for x, a in enumerate(group) for b in group[x + 1 :]}
-    for d, e in _similar_rows(sets[: corpus.rows], NATURAL_FLOOR) + _same_text_rows(normalized[: corpus.rows]):
-        pairs |= {(min(a, b), max(a, b)) for a in members[d] for b in members[e]}
-    return Truth({(a, b): _jaccard(sets[a], sets[b], normalized[a] == normalized[b]) for a, b in sorted(pairs)})
+        members.setdefault(_root(family, corpus.group(doc)), []).append(doc)
+    found = [_family_jaccards(docs, sets, text_id) for docs in members.values() if len(docs) > 1]
+    pairs = np.concatenate([np.zeros((0, 2), np.int64)] + [f[0] for f in found])
+    values = np.concatenate([np.zeros(0)] + [f[1] for f in found])
+    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    return Truth(pairs[order], values[order])
+
+
+def _root(parent: list[int], x: int) -> int:
+    while parent[x] != x:
+        x = parent[x]
+    return x
+
+
+def _family_jaccards(docs: list[int], sets: list[np.ndarray], text_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of ``docs`` (ascending) and its exact Jaccard (1.0 for the same normalized text; 0.0 for two
+    sets without a shingle), from the overlap counts of one sparse incidence product."""
+    sizes = np.array([len(sets[d]) for d in docs])
+    ids, column = np.unique(np.concatenate([np.zeros(0, np.uint64)] + [sets[d] for d in docs]), return_inverse=True)
+    incidence = sparse.csr_matrix((np.ones(len(column), np.int32), (np.repeat(np.arange(len(docs)), sizes), column)),
+                                  shape=(len(docs), len(ids)))  # fmt: skip
+    overlap = (incidence @ incidence.T).toarray()
+    first, second = np.triu_indices(len(docs), 1)
+    shared = overlap[first, second].astype(np.int64)
+    union = sizes[first] + sizes[second] - shared
+    values = np.divide(shared, union, out=np.zeros(len(shared)), where=union > 0)
+    chosen = np.asarray(docs, np.int64)
+    values[text_id[chosen[first]] == text_id[chosen[second]]] = 1.0
+    return np.stack([chosen[first], chosen[second]], axis=1), values
 
 
 def _same_text_rows(normalized: list[str]) -> list[tuple[int, int]]:
@@ -125,14 +166,6 @@ def _shingle_set(word_ids: list[int], n: int) -> np.ndarray:
     for k in range(n):
         key = key * BASE + ids[k : len(ids) - n + 1 + k]
     return np.unique(key)
-
-
-def _jaccard(x: np.ndarray, y: np.ndarray, same_text: bool) -> float:
-    if same_text:
-        return 1.0
-    shared = len(np.intersect1d(x, y, assume_unique=True))
-    union = len(x) + len(y) - shared
-    return shared / union if union else 0.0
 
 
 def _similar_rows(sets: list[np.ndarray], floor: float) -> list[tuple[int, int]]:
@@ -160,22 +193,24 @@ def score(
       cluster (a clustered document without one was merged wrongly: a false positive, or a chain through one).
     ``docs_removed`` (where given) is reported, not scored: which row a tool keeps is its own rule.
     """
-    partners = known.duplicates_of(threshold)
-    cluster_of = {doc: k for k, members in enumerate(clusters) for doc in members}
-    wanted = [pair for pair, value in known.jaccard.items() if value >= threshold]
-    together = [a in cluster_of and cluster_of.get(b) == cluster_of[a] for a, b in wanted]
-    planted = [found for (a, b), found in zip(wanted, together) if b >= corpus.rows]
+    cluster_of = np.full(len(corpus.texts), -1, np.int64)
+    for k, members in enumerate(clusters):
+        cluster_of[members] = k
+    wanted = known.pairs[known.values >= threshold]
+    together = (cluster_of[wanted[:, 0]] >= 0) & (cluster_of[wanted[:, 0]] == cluster_of[wanted[:, 1]])
+    planted = wanted[:, 1] >= corpus.rows
+    grounded = np.zeros(len(corpus.texts), bool)
+    grounded[wanted[together].ravel()] = True
     members = [doc for cluster in clusters for doc in cluster]
-    grounded = sum(any(cluster_of.get(p) == cluster_of[doc] for p in partners.get(doc, ())) for doc in members)
     out = {
         "clusters": len(clusters),
         "docs_in_clusters": len(members),
-        "precision": grounded / len(members) if members else 1.0,
-        "recall": sum(together) / len(wanted) if wanted else 1.0,
-        "recall_planted": sum(planted) / len(planted) if planted else 1.0,
-        "pairs_found": sum(together),
+        "precision": float(grounded[members].sum() / len(members)) if members else 1.0,
+        "recall": float(together.mean()) if len(wanted) else 1.0,
+        "recall_planted": float(together[planted].mean()) if planted.any() else 1.0,
+        "pairs_found": int(together.sum()),
         "true_pairs": len(wanted),
-        "true_planted_pairs": len(planted),
+        "true_planted_pairs": int(planted.sum()),
     }
     if removed is not None:
         out["docs_removed"] = len(removed)

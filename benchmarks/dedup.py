@@ -84,7 +84,7 @@ SMOKE_ROWS = 40  # per ingest source, wikipedia_sample left out (its dump takes 
 # datatrove's default spaCy tokenizer makes it about 4x slower than with whitespace words, so it runs at 1x only;
 # text-dedup grows as docs**1.5 (227 s at 4x here) and passed PEER_TIMEOUT_S at 16x in every run, so it stops at 4x.
 PEER_RUNS = {
-    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 64),
+    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 16),  # slower than 2 workers at 1x-16x
     "rensa (LSH, 2 workers)": ("pipeline", "rensa_minhash.py", "lsh-workers", 64),
     "rensa (LSH, 2 workers, minimal normalisation)": ("pipeline", "rensa_minhash.py", "lsh-workers-minimal", 64),
     "datatrove (spaCy words)": ("datatrove", "datatrove_minhash.py", "spacy", 1),

@@ -25,7 +25,7 @@ def test_truth_is_the_exact_shingle_jaccard_within_groups_and_of_similar_rows():
 
 def test_score_counts_clusters_found_whichever_row_is_kept():
     corpus = corpora.Corpus([TEN, "a b c", TEN, "a b c d"], rows=2)  # doc 2 copies row 0
-    truth = corpora.Truth({(0, 2): 1.0, (1, 3): 0.5, (0, 1): 0.0})
+    truth = corpora.Truth.of({(0, 2): 1.0, (1, 3): 0.5, (0, 1): 0.0})
     want = {"clusters": 1, "docs_in_clusters": 2, "precision": 1.0, "recall": 1.0, "recall_planted": 1.0,
             "pairs_found": 1, "true_pairs": 1, "true_planted_pairs": 1}  # fmt: skip
     assert corpora.score([[0, 2]], corpus, truth, 0.8) == want
