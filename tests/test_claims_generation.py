@@ -5,6 +5,8 @@ bad edit is one error naming the file and the claim."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,17 @@ def test_a_bad_edit_is_one_error_naming_the_file_and_the_claim(tmp_path, content
     with pytest.raises(ClaimsError) as err:
         claim_set(path, SETUP)
     assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+
+
+def test_show_claims_prints_the_runs_claims_before_any_run(tmp_path):
+    path = write(tmp_path / "claims.yaml", {"claims": [{"id": "pretraining-helps-ner", "min_effect": 0.03}]})
+    shown = subprocess.run([sys.executable, str(ROOT / "scripts" / "show_claims.py"), str(ROOT / "params.yaml"),
+                            str(path)], capture_output=True, text=True, check=True)
+    claims = yaml.safe_load(shown.stdout)["claims"]
+    assert [c["id"] for c in claims] == DEFAULT_IDS
+    assert claims[2]["min_effect"] == 0.03 and claims[2]["treatment"] == "finetune/ner/pretrained/full/first"
+    bad = write(tmp_path / "bad.yaml", {"drop": ["nope"]})
+    failed = subprocess.run([sys.executable, str(ROOT / "scripts" / "show_claims.py"), str(ROOT / "params.yaml"),
+                             str(bad)], capture_output=True, text=True)
+    assert failed.returncode == 1 and failed.stderr.startswith(f"error: {bad}: drop: 'nope'")
+    assert len(failed.stderr.strip().splitlines()) == 1

@@ -13,6 +13,9 @@ headline metric and learning-curve sizes. ``reports/claims.yaml`` holds only wha
 
 Regeneration never touches the file, so an edit survives a change of tasks; an override or drop of an id that
 is no longer generated is an error naming it (``ClaimsError``), never silently ignored.
+
+``scripts/show_claims.py`` prints the claims a report would evaluate, as YAML, before any run: what to read
+before writing an override.
 """
 
 from __future__ import annotations
@@ -150,3 +153,4 @@ def fill(node, values: dict):
     if isinstance(node, dict):
         return {key: fill(value, values) for key, value in node.items()}
     return node
+
