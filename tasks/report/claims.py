@@ -10,9 +10,10 @@ Reference grammar (``treatment`` / ``baseline`` of a claim):
   (``tasks.report.items``) when the predictions folder is known, so the claim table resamples seeds and test
   items; ``finetune/<task>/best-arm`` and ``finetune/<task>/best-baseline`` name the run the finetune stage
   chose on dev (``selection``). ``<variant>@ablation_<name>/<mode>/<head>`` is the run fine-tuned from the
-  pretraining ablation arm ``name`` (``pretrain.ablations``, ``ablation_config``): one pretraining seed; when it is
-  absent because the arms are off, the claim is ``not run`` with ``not computed in this run`` and why. ``claim.items`` (``all``, ``clean``, ``overlapping``) restricts both arms to
-  the test items without / with text shared with the train split.
+  pretraining ablation arm ``name`` (``pretrain.ablations``, ``ablation_config``): one pretraining seed; when
+  the arms are off, the claim is ``not run: off (enable with ...)`` (``tasks.report.switches``).
+  ``claim.items`` (``all``, ``clean``, ``overlapping``) restricts both arms to the test items without / with
+  text shared with the train split.
 - ``probe/<variant>/layer/<k|last>``: ``claim.metric`` (``separation`` or ``knn_accuracy``) at layer ``k``
   of ``metrics/probe.json`` -> ``models[<variant>]``, one value per probe word (``per_word``);
   ``probe/<variant>/shuffled/<k|last>``: the same on the shuffled-context control (``shuffled_control``).
