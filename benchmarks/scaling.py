@@ -21,8 +21,8 @@ after round (``min_runs``: 5 rounds up to 4x, 3 above), each round on a fresh co
 earlier round); docs/s is the median over the rounds, with its spread. Writes ``benchmarks/results/scaling.json``
 (its ``rows``: the Ray engine's docs/s beside the local engine's, ratio of medians, no goal) with its provenance
 (``benchmarks/_provenance.py``). ``--smoke``: both stages, one round, on ``SMOKE_ROWS`` rows (leakage:
-``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows), on the local engine only unless ``--engines`` names ray: a Ray start-up
-costs about 20 s a run, over the smoke's budget (tests/test_ray_engines.py runs both stages on Ray in
+``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows), on the local engine only unless ``--engines`` names ray:
+a Ray start-up costs about 20 s a run, over the smoke's budget (tests/test_ray_engines.py runs both stages on Ray in
 ``make test``); its results and a copy of docs/scaling.md with the new tables go to ``--out``'s folder
 (docs/scaling.md untouched).
 

@@ -47,7 +47,7 @@ other splits than a fresh run gives, the audit's input differs, and so does its 
 
 ``--smoke``: the data stages over 2 nights of ``SMOKE_DOCS`` documents a source (``SMOKE_NEW_FRACTION`` new on
 night 1), night 0 in the incremental copy only (``--skip-scratch-night0``): every process and comparison of a
-night, in seconds; results to ``--out`` or a temporary folder. Each night is measured once (a night is a
+night, in seconds (night 0's start-up, in no row, is not probed); results to ``--out`` or a temporary folder. Each night is measured once (a night is a
 state; rerunning it is another night), so the rows carry no spread. The results carry their provenance
 (``benchmarks/_provenance.py``).
 """
@@ -190,10 +190,12 @@ def run_stage(root: Path, stage: str) -> float:
 
 
 def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int, new_fraction: float,
-               stages: tuple[str, ...] = STAGES, scratch_night0: bool = True) -> list[dict]:  # fmt: skip
+               stages: tuple[str, ...] = STAGES, scratch_night0: bool = True,
+               probe_night0: bool = True) -> list[dict]:  # fmt: skip
     """Every night: the new files into both copies, the stages alternated, the comparison. Without
     ``scratch_night0`` the from-scratch copy skips night 0 (``uncompared_night``): its time is in no ratio, and
-    at 16x with leakage it costs half an hour."""
+    at 16x with leakage it costs half an hour; without ``probe_night0`` neither is night 0's start-up probed (in
+    no row either)."""
     sources = source_specs(records, roles)
     inc = make_workspace(work / "inc", sources, incremental=True)
     scratch = make_workspace(work / "scratch", sources, incremental=False)
@@ -218,7 +220,8 @@ def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str]
             order = [("incremental", inc), ("from_scratch", scratch)][:: 1 if night % 2 == 0 else -1]
             for arm, root in order if compared else order[:1]:
                 seconds[arm][stage] = round(run_stage(root, stage), 2)
-        seconds["startup"] = {stage: round(startup_seconds(inc, stage), 2) for stage in stages}
+        probed = stages if night or probe_night0 else ()  # night 0's start-up is in no row
+        seconds["startup"] = {stage: round(startup_seconds(inc, stage), 2) for stage in probed}
         checked = compare_night(inc, scratch, previous, stages) if compared else uncompared_night(inc)
         previous = checked.pop("manifest")
         new_docs = sum(len(batch[night]) for batch in arrivals.values())
@@ -325,7 +328,7 @@ def main() -> None:
         records = default_records(Path(tmp) / "corpus", args.scale, SMOKE_DOCS if args.smoke else None)
         stages = STAGES + DOWNSTREAM[: 3 if args.with_tokenize else 1 if args.with_leakage else 0]
         nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction, stages,
-                            scratch_night0=not args.skip_scratch_night0)
+                            scratch_night0=not args.skip_scratch_night0, probe_night0=not args.smoke)
     run = summarize(nights, args.scale, sum(map(len, records.values())), args)
     runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.exists() else {}
     name = str(args.scale) + ("+leakage" if args.with_leakage or args.with_tokenize else "") + (

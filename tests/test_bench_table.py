@@ -37,8 +37,8 @@ def test_markdown_row_formatting():
            "best_peer_value": 480.0, "ratio_vs_best_peer": 2345.6 / 480, "limit": None, "fraction_of_limit": None,
            "goal": ">= 2x", "meets_goal": True}  # fmt: skip
     line = _table.markdown([row]).splitlines()[2]
-    assert line == ("| `dedup` | 1x | 2,346 docs/s | text-dedup: 480 | 4.89× | n/a | n/a | >= 2x: met | unknown | unknown"
-                    " | **unknown provenance** |")
+    assert line == ("| `dedup` | 1x | 2,346 docs/s | text-dedup: 480 | 4.89× | n/a | n/a | >= 2x: met | unknown"
+                    " | unknown | **unknown provenance** |")
 
 
 def test_a_row_without_a_goal_reads_as_information():

@@ -32,9 +32,10 @@ HERE = ("scheduled", "scaling", "document_mask", "leakage_semantic", "gpu_recipe
 ELSEWHERE = {"pretrain": "benchmarks/gpu_check.sh", "fine_tune_sweep": "benchmarks/gpu_check.sh"}
 AT_ONCE = 3
 TIMEOUT_S = 400
-ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-       "TRANSFORMERS_VERBOSITY": "error", "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+       "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "DVC_NO_ANALYTICS": "1",
+       "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
 
 
 def _smoke(name: str, out: Path) -> subprocess.CompletedProcess:

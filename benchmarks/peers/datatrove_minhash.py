@@ -9,6 +9,9 @@ Follows datatrove's ``examples/minhash_deduplication.py`` (four executors chaine
 ``LocalPipelineExecutor`` instead of Slurm. Variants differ only in the word tokenizer:
 ``spacy``: datatrove's default for ``language="en"`` (spaCy ``blank("en")``); ``whitespace``: ``str.split()`` on
 the already simplified text (datatrove accepts a ``WordTokenizer`` instance as ``language``), datatrove "at its best".
+The executors start their pools with ``fork`` (``--start-method``; datatrove's default is ``forkserver``, whose
+workers import datatrove and spaCy again in each of the four executors): on Linux a user who knows the executor
+picks it (same clusters; about 2-5 s less a run on BBC News, 4 of 4 alternated pairs).
 See benchmarks/peers/README.md for every setting and the output format.
 """
 
@@ -73,16 +76,18 @@ def main() -> None:
         pipeline=[reader(), MinhashDedupSignature(output_folder=str(work / "signatures"), config=config,
                                                   language=language)],
         tasks=shards, workers=args.workers, logging_dir=str(work / "logs/signatures"),
+        start_method=args.start_method,
     )  # fmt: skip
     stage2 = LocalPipelineExecutor(
         pipeline=[MinhashDedupBuckets(input_folder=str(work / "signatures"), output_folder=str(work / "buckets"),
                                       config=config)],
         tasks=config.num_buckets, workers=args.workers, logging_dir=str(work / "logs/buckets"), depends=stage1,
+        start_method=args.start_method,
     )  # fmt: skip
     stage3 = LocalPipelineExecutor(
         pipeline=[MinhashDedupCluster(input_folder=str(work / "buckets"), output_folder=str(work / "remove_ids"),
                                       config=config, save_cluster_id=True)],
-        tasks=1, logging_dir=str(work / "logs/clusters"), depends=stage2,
+        tasks=1, logging_dir=str(work / "logs/clusters"), depends=stage2, start_method=args.start_method,
     )  # fmt: skip
     stage4 = LocalPipelineExecutor(
         pipeline=[
@@ -92,6 +97,7 @@ def main() -> None:
             JsonlWriter(str(work / "output"), compression=None),
         ],
         tasks=shards, workers=args.workers, logging_dir=str(work / "logs/filter"), depends=stage3,
+        start_method=args.start_method,
     )  # fmt: skip
     stage4.run()
     t_done = time.perf_counter()
@@ -133,7 +139,7 @@ def main() -> None:
             "every other member removed",
             "workers": args.workers,
             "tasks": {"signature": shards, "buckets": config.num_buckets, "cluster": 1, "filter": shards},
-            "executor": "LocalPipelineExecutor, start_method forkserver (default)",
+            "executor": f"LocalPipelineExecutor, start_method {args.start_method}",
             "input_shards": f"input split into {shards} contiguous JSONL shards (one per signature/filter task; "
             "JsonlReader shards by file)",
         },
@@ -198,6 +204,8 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--variant", choices=VARIANTS, default="spacy")
     parser.add_argument("--keep-workdir", action="store_true", help="keep datatrove's intermediate files")
+    parser.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default="fork",
+                        help="the executors' process start method (datatrove's default: forkserver)")
     return parser.parse_args()
 
 
