@@ -197,6 +197,10 @@ def test_exclusion_is_by_name_and_a_source_no_stage_uses_is_an_error_naming_the_
             {"tokenize.exclude_sources": ["news"]},
         "tokenizer.unk_eval_sources: ['wnut16'] not ingest sources with role: task": {"tokenizer.unk_eval_sources":
                                                                                       ["news", "wnut16"]},
+        # a name twice would read its rows twice (read_pretraining_rows): doubled text in the vocab and blocks
+        "tokenize.pretrain_sources must be unique; repeated: ['base']": {"tokenize.pretrain_sources":
+                                                                         ["base", "new", "base"]},
+        "tokenizer.exclude_sources must be unique; repeated: ['new']": {"tokenizer.exclude_sources": ["new", "new"]},
     }
     for message, changes in bad.items():
         with pytest.raises(ParamsError, match=re.escape(message)):

@@ -188,12 +188,13 @@ def resolve_pretrain(sources: list[SourceSpec], chosen: PretrainSources, exclude
                      section: str) -> list[str]:
     """The names ``<section>.pretrain_sources`` stands for: with ``all`` every ``role: pretrain`` source in
     ``sources`` order but those in ``<section>.exclude_sources``; a list as written. Raises ``ValueError`` naming
-    the key for a name that is no source, an excluded name that is not a ``role: pretrain`` source or is also
-    listed, a listed ``role: pretrain`` source neither listed nor excluded (nothing is left out silently), or no
-    source at all."""
+    the key for a name given twice (its rows would be read twice) or that is no source, an excluded name that is not
+    a ``role: pretrain`` source or is also listed, a listed ``role: pretrain`` source neither listed nor excluded
+    (nothing is left out silently), or no source at all."""
     roles = {source.name: source.role for source in sources}
     pretrain = [name for name, role in roles.items() if role == "pretrain"]
-    listed = pretrain if chosen == "all" else chosen
+    listed = pretrain if chosen == "all" else require_unique(chosen, f"{section}.pretrain_sources")
+    require_unique(excluded, f"{section}.exclude_sources")
     unknown = [name for name in listed if name not in roles]
     if unknown:
         raise ValueError(f"{section}.pretrain_sources: {unknown} not in ingest.sources ({sorted(roles)})")
