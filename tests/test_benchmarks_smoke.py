@@ -78,6 +78,9 @@ def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
     assert recorded["code_fingerprint"] == closure_fingerprint(recorded["code_modules"])
     assert recorded["cpu"]["model"] and recorded["gpu"] is None
     rows = _table.load_rows(files=[out])
+    if name == "leakage" and not (REPO / "benchmarks" / ".peers" / "datatrove" / "bin" / "python").exists():
+        assert "datatrove skipped: no peer environment" in done.stdout  # a peer not run is said, not silent
+        assert "datatrove" in body["scales"]["1x"]["skipped"]
     if name == "scaling":  # its rows are Ray beside local; the smoke runs the local engine (Ray: test_ray_engines)
         assert {run["stage"] for run in body["runs"]} == {"dedup", "leakage"} and "engine ray skipped" in done.stdout
         assert (out.parent / "scaling.md").read_text().count("| dedup | local |") == 1
