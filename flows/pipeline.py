@@ -33,6 +33,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.schedules import CronSchedule
 from prefect.settings import PREFECT_API_URL
 
 from flows import profiles as profile_files
@@ -225,6 +226,18 @@ PROFILE_HELP = ("apply profiles/NAME.yaml ({names}): the flow writes the values 
                 "later one winning a key")
 
 
+def cron_schedule(text: str) -> str:
+    """``text`` if Prefect's ``CronSchedule`` (what ``Flow.serve`` builds) takes it; else ``ArgumentTypeError``, so a
+    bad ``--cron`` is argparse's one-line error before the server check, not a traceback from ``serve``."""
+    try:
+        CronSchedule(cron=text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a cron schedule: {text!r} (5 fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *'; "
+            "or @daily, @hourly ...)") from None
+    return text
+
+
 def paragraphs(*texts: str) -> str:
     """``texts`` as paragraphs wrapped at 100 columns, a blank line apart (argparse's raw description)."""
     return "\n\n".join(textwrap.fill(text, 100) for text in texts)
@@ -255,7 +268,8 @@ def parser() -> argparse.ArgumentParser:
             "Each run first writes profiles/scheduled.yaml into params.yaml (split: {assignment: hash, ledger: true}: "
             "no document ever moves split; tokenizer.vocab_from: train_once: the first run's vocabulary is kept), "
             "then the --profile ones; --no-scheduled-profile opts out."))
-    serve.add_argument("--cron", default="0 3 * * *", help="cron schedule (default: %(default)s, 03:00 daily)")
+    serve.add_argument("--cron", default="0 3 * * *", type=cron_schedule,
+                       help="cron schedule (default: %(default)s, 03:00 daily)")
     serve.add_argument("--name", default="clozeline-nightly", help="deployment name (default: %(default)s)")
     serve.add_argument("--profile", dest="serve_profiles", action="append", default=[], metavar="NAME",
                        help=PROFILE_HELP.format(names=names) + "; written after the scheduled profile")

@@ -103,3 +103,14 @@ def test_a_profile_is_written_into_params_yaml_changing_only_its_keys(tmp_path):
 def test_a_profile_that_does_not_fit_stops_the_run_with_one_line(capsys):
     assert flow_module.main(["--profile", "nosuch"]) == 2
     assert capsys.readouterr().err.startswith("clozeline: profile 'nosuch': no profiles/nosuch.yaml")
+
+
+def test_a_cron_that_does_not_parse_stops_serve_before_the_server_check(capsys):
+    # it was a pydantic traceback from Flow.serve, after the server check passed
+    for cron in ("61 3 * * *", "not a cron", "0 3 * *"):
+        with pytest.raises(SystemExit) as done:
+            flow_module.main(["serve", "--cron", cron])
+        assert done.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"python -m flows.pipeline serve: error: argument --cron: not a cron schedule: {cron!r} (5 fields: minute "
+            "hour day-of-month month day-of-week, e.g. '0 3 * * *'; or @daily, @hourly ...)")
