@@ -47,8 +47,10 @@ def torch_one_thread():
 #: set-up and 110 s of byte-for-byte rerun, the task-kind flows, the DDP runs, the scheduled flow). ``make test``
 #: runs two files at once (``-n 2 --dist loadfile --no-loadscope-reorder``) in collection order, so these go
 #: first: started last, one of them alone would set the suite's wall time. (``make test`` runs the Ray engine
-#: tests beside, in a process of their own.) The GPU check's dry run goes first: it is one subprocess for minutes.
-LONGEST_FIRST = ("test_gpu_check.py", "test_e2e.py", "test_tasks.py", "test_pretrain_ddp.py", "test_flow.py")
+#: tests beside, in a process of their own.) The GPU check's dry run goes first: it is one subprocess for
+#: minutes; then every benchmark's smoke (its subprocesses, a few at a time).
+LONGEST_FIRST = ("test_gpu_check.py", "test_benchmarks_smoke.py", "test_e2e.py", "test_tasks.py",
+                 "test_pretrain_ddp.py", "test_flow.py")
 
 
 def pytest_collection_modifyitems(config, items):
