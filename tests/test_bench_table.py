@@ -30,6 +30,12 @@ def test_every_results_file_has_the_headline_ratios():
             assert abs(row["ratio_vs_best_peer"] - row["ours"] / row["best_peer_value"]) < 1e-9 * row["ours"]
         if row["fraction_of_limit"] is not None:
             assert abs(row["fraction_of_limit"] - row["ours"] / row["limit"]) < 1e-9 * row["ours"]
+        if row.get("ours_spread"):  # medians of alternated runs: the figures are the spreads' medians
+            assert row["ours"] == row["ours_spread"]["median"] and row["ours_spread"]["n"] >= 1
+            if row.get("peer_spread"):
+                assert row["best_peer_value"] == row["peer_spread"]["median"]
+                best = row["ours_spread"]["max"] / row["peer_spread"]["max"]
+                assert abs(row["ratio_best_of_n"] - best) < 1e-9 * best
 
 
 def test_markdown_row_formatting():
