@@ -219,8 +219,8 @@ class ClozelineTokenClassificationPipeline(TokenClassificationPipeline):
     one ``{entity, score, index, word, start, end}`` per word (every word, ``O`` included, unless named in
     ``ignore_labels``); ``"simple"`` or ``"first"`` (the same here: a word is read at its first subword) one
     ``{entity_group, score, word, start, end}`` per entity. Raises ``ValueError`` (one line) for an empty
-    input, an unknown keyword argument, or ``aggregation_strategy`` ``average``/``max`` (they pool subwords,
-    which the evaluated tagger does not)."""
+    input, an unknown keyword argument, ``aggregation_strategy`` ``average``/``max`` (they pool subwords,
+    which the evaluated tagger does not), or a string with ``is_split_into_words=True``."""
 
     def _sanitize_parameters(self, is_split_into_words: bool = False, delimiter: str | None = None,
                              aggregation_strategy=None, ignore_labels: list[str] | None = None, **unknown):  # fmt: skip
@@ -243,6 +243,9 @@ class ClozelineTokenClassificationPipeline(TokenClassificationPipeline):
     def preprocess(self, sentence, is_split_into_words: bool = False, delimiter: str = " ", **_stock):
         # the stock pipeline is a ChunkPipeline: preprocess yields chunks; here one chunk holds all windows.
         # _stock: what the stock __call__ passes on (offset_mapping, tokenizer_params), unused here
+        if is_split_into_words and isinstance(sentence, str):  # the stock pipeline refuses it too
+            raise ValueError(f"{TOKEN_TASK}: is_split_into_words=True takes a list of words, got a string "
+                             f"({sentence[:60]!r}); pass the string without it to have it split")
         if is_split_into_words or isinstance(sentence, list):
             words = [str(w) for w in sentence]
             text, offsets = delimiter.join(words), entities.joined_offsets(words, delimiter)

@@ -110,6 +110,13 @@ def test_an_unknown_argument_is_named(tagger):
         tagger["B-person"](TEXT, grouped_entities=True)
 
 
+def test_a_string_given_as_split_words_is_an_error_not_a_word_per_character(tagger):
+    # as the stock pipeline: it was tagged character by character, the spaces as [UNK] words
+    with pytest.raises(ValueError, match=rf"^{TOKEN_TASK}: is_split_into_words=True takes a list of words, got a "
+                                         r"string \('Saka scored'\)"):
+        tagger["B-person"]("Saka scored", is_split_into_words=True)
+
+
 def test_the_command_line_records_keep_one_tag_per_word(tagger):
     found = predict_records(tagger["I-sportsteam"], [{"doc_id": "s", "words": ["Saka", "scored", "."]}])
     assert found[0]["pred"] == ["O", "O", "O"] and len(found[0]["probs"]) == 3
