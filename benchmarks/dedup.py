@@ -84,7 +84,7 @@ SMOKE_ROWS = 40  # per ingest source, wikipedia_sample left out (its dump takes 
 # datatrove's default spaCy tokenizer makes it about 4x slower than with whitespace words, so it runs at 1x only;
 # text-dedup grows as docs**1.5 (227 s at 4x here) and passed PEER_TIMEOUT_S at 16x in every run, so it stops at 4x.
 PEER_RUNS = {
-    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 16),  # slower than 2 workers at 1x-16x
+    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 64),
     "rensa (LSH, 2 workers)": ("pipeline", "rensa_minhash.py", "lsh-workers", 64),
     "rensa (LSH, 2 workers, minimal normalisation)": ("pipeline", "rensa_minhash.py", "lsh-workers-minimal", 64),
     "datatrove (spaCy words)": ("datatrove", "datatrove_minhash.py", "spacy", 1),
@@ -201,7 +201,19 @@ def _part(name: str, work: Path) -> dict:
     out = json.loads((work / f"{name}.json").read_text())
     if name == "limit":
         measured["wall_seconds"] = measured["seconds"]
-    return {**measured, **out}
+    return {**measured, **out, **(stage_clusters(work) if name == "stage" else {})}
+
+
+def stage_clusters(work: Path) -> dict:
+    """The stage's duplicate clusters (``cluster_id`` shared by two or more rows) and the rows it marks
+    ``is_duplicate``, as integer document ids, from ``<work>/data/dedup/bench.parquet``."""
+    table = pq.read_table(work / "data" / "dedup" / "bench.parquet", columns=["doc_id", "cluster_id", "is_duplicate"])
+    ids = [int(doc_id) for doc_id in table.column("doc_id").to_pylist()]
+    members: dict[str, list[int]] = {}
+    for doc_id, cluster in zip(ids, table.column("cluster_id").to_pylist()):
+        members.setdefault(cluster, []).append(doc_id)
+    removed = [doc_id for doc_id, flag in zip(ids, table.column("is_duplicate").to_pylist()) if flag]
+    return {"removed": removed, "clusters": [docs for docs in members.values() if len(docs) > 1]}
 
 
 def _peer(work: Path, environment: str, runner: str, variant: str) -> dict:
@@ -225,9 +237,10 @@ def _peer(work: Path, environment: str, runner: str, variant: str) -> dict:
     except RuntimeError as err:
         return {"skipped": f"failed: {err}"}
     result = json.loads(output.read_text())
+    result["runner_seconds"] = result.pop("seconds", None)  # the runner's own clock: no interpreter start, no output
     removed = [int(doc_id) for doc_id in result.pop("removed_ids")]
     clusters = [[int(doc_id) for doc_id in cluster] for cluster in result.pop("clusters")]
-    return {**measured, **result, "removed": removed, "clusters": clusters}
+    return {**measured, **result, "removed": removed, "clusters": clusters}  # seconds: spawn to exit, as ours
 
 
 def _missing_module(runner: str) -> str | None:

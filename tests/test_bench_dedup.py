@@ -70,5 +70,20 @@ def test_every_stage_round_starts_without_the_incremental_index(tmp_path, monkey
     (tmp_path / "stage.json").write_text('{"clusters": [], "removed": []}')
     index_at_spawn = []
     monkeypatch.setattr(bench, "run_measured", lambda command, **kw: index_at_spawn.append(index.exists()) or {})
+    monkeypatch.setattr(bench, "stage_clusters", lambda work: {})
     bench._part("stage", tmp_path)
     assert index_at_spawn == [False]
+
+
+def test_stage_clusters_are_read_from_its_outputs_after_the_measured_run(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks import dedup as bench
+
+    (tmp_path / "data" / "dedup").mkdir(parents=True)
+    rows = {"doc_id": ["0000000", "0000001", "0000002", "0000003", "0000004"],
+            "cluster_id": ["0000001", "0000001", "0000002", "0000001", "0000004"],
+            "is_duplicate": [True, False, False, True, False]}  # fmt: skip
+    pq.write_table(pa.table(rows), tmp_path / "data" / "dedup" / "bench.parquet")
+    assert bench.stage_clusters(tmp_path) == {"removed": [0, 3], "clusters": [[0, 1, 3]]}

@@ -377,7 +377,10 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
 def test_report_lines_are_json_dumps_of_the_whole_record_with_its_pairs():
     """The report formats its pair lists straight to text; the line must equal ``json.dumps`` of the full record
     (sort_keys, ensure_ascii=False), for awkward ids and for values repr writes in exponent form or as 1.0."""
-    from tasks.dedup.outputs import _JsonStrings, _pairs_json, _record_line
+    from tasks.dedup.outputs import _JsonStrings, _pair_texts, _record_line
+
+    def _pairs_json(pairs, values, quoted):  # as the report joins one cluster's pair texts
+        return "[" + ", ".join(_pair_texts(pairs, values, quoted)) + "]"
 
     ids = ['a"b', "c\\d", "é\u2028x", "plain", "tab\there"]
     pairs, values = [(0, 1), (2, 3), (4, 0), (3, 1)], [1e-06, 1.0, 0.123457, 5e-05]

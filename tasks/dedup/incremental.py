@@ -146,7 +146,8 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, 
     [], why a full recompute, nothing)``."""
     if not cfg.incremental:
         return None, [], "dedup.incremental: false", segments.Stored()
-    table, reason, _ = read_stamped(folder / ENTRIES, fingerprint(cfg))
+    path = folder / ENTRIES  # no file: no fingerprint to compare (hashing the code files costs ~0.2 s)
+    table, reason, _ = read_stamped(path, fingerprint(cfg) if path.is_file() else {})
     if table is not None and not set(ENTRY_COLUMNS) <= set(table.column_names):
         table, reason = None, f"{folder / ENTRIES}: columns missing (an older index)"
     if table is None:
@@ -234,14 +235,15 @@ def saving(folder: Path, docs: DocSignatures, cfg: DedupParams, log) -> Iterator
         log.info("dedup: engine ray: full recompute; the index is left empty (the next local run signs all)")
         log.tags({"dedup.mode": "full", "dedup.reason": "engine: ray"})
         docs = assemble([], np.zeros(0, np.int64), empty(cfg.num_perm))
+    stamped: dict[str, dict] = {}  # the fingerprint, hashed once by the entries job (in the writer thread)
     with swapped_in(folder) as tmp:
-        yield functools.partial(_save_entries, tmp, folder, docs, cfg)
-        write_cache(stamp(jaccards_table(docs), fingerprint(cfg)), tmp / JACCARDS)
+        yield functools.partial(_save_entries, tmp, folder, docs, cfg, stamped)
+        write_cache(stamp(jaccards_table(docs), stamped.get("value") or fingerprint(cfg)), tmp / JACCARDS)
 
 
-def _save_entries(tmp: Path, folder: Path, docs: IndexedSignatures, cfg: DedupParams) -> None:
+def _save_entries(tmp: Path, folder: Path, docs: IndexedSignatures, cfg: DedupParams, kept: dict) -> None:
     rows = np.asarray(entry_rows(docs), np.int64)
-    stamped = fingerprint(cfg)  # hashes the code files: once
+    stamped = kept["value"] = fingerprint(cfg)  # hashes the code files: once a run
 
     def values(picked: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         signatures = np.ascontiguousarray(docs.signature[rows[picked]], np.uint32).reshape(len(picked), cfg.num_perm)
