@@ -326,32 +326,38 @@ def check_labels(model, folder: Path, labels: list[str] | None) -> None:
 
 
 def predict_records(pipe, records: list[dict]) -> list[dict]:
-    """One output per input record: ``doc_id``, ``pred`` (a label, or a tag per word), ``probs`` (a
-    classifier: every label's probability in id order; a tagger: the predicted tag's probability per word) and
-    ``seconds`` (wall time of the pipeline call for this record: tokenization, forward, decoding)."""
+    """One output per record: ``doc_id``, ``pred`` (a label, or a tag per word), ``probs`` (a classifier: every
+    label's probability in id order; a tagger: its tag's probability per word, and the ``words`` with their
+    ``offsets``), ``seconds`` (this record's pipeline call: tokenization, forward, decoding). Raises ``ValueError``
+    naming the record's position (from 1) and ``doc_id``."""
     out = []
-    names = [pipe.model.config.id2label[i] for i in range(len(pipe.model.config.id2label))]
-    for record in records:
-        start = time.perf_counter()
-        if "words" in record:
-            tags = pipe(list(record["words"]), is_split_into_words=True)
-            seconds = time.perf_counter() - start
-            out.append({"doc_id": record["doc_id"], "pred": [t["entity"] for t in tags],
-                        "probs": [t["score"] for t in tags], "seconds": seconds})  # fmt: skip
-            continue
-        inputs = {"text": record["text"], "text_pair": record["text_pair"]} if "text_pair" in record else record["text"]
-        ranked = pipe(inputs, top_k=None)  # every label, most probable first
-        seconds = time.perf_counter() - start
-        out.append({"doc_id": record["doc_id"], "pred": ranked[0]["label"],
-                    "probs": {name: next(s["score"] for s in ranked if s["label"] == name) for name in names},
-                    "seconds": seconds})  # fmt: skip
+    for position, record in enumerate(records, start=1):
+        try:
+            out.append(predict_record(pipe, record))
+        except ValueError as err:
+            raise ValueError(f"record {position} (doc_id {record.get('doc_id')!r}): {err}") from err
     return out
+
+
+def predict_record(pipe, record: dict) -> dict:
+    """One record's output (``predict_records``)."""
+    start, split = time.perf_counter(), "words" in record
+    if split or isinstance(pipe, ClozelineTokenClassificationPipeline):
+        tags = pipe(list(record["words"]), is_split_into_words=True) if split else pipe(record["text"])
+        return {"doc_id": record["doc_id"], "pred": [t["entity"] for t in tags], "probs": [t["score"] for t in tags],
+                "seconds": time.perf_counter() - start, "words": [t["word"] for t in tags],
+                "offsets": [[t["start"], t["end"]] for t in tags]}  # fmt: skip
+    inputs = {"text": record["text"], "text_pair": record["text_pair"]} if "text_pair" in record else record["text"]
+    ranked = pipe(inputs, top_k=None)  # every label, most probable first
+    seconds, probs = time.perf_counter() - start, {s["label"]: s["score"] for s in ranked}
+    return {"doc_id": record["doc_id"], "pred": ranked[0]["label"], "seconds": seconds,
+            "probs": {name: probs[name] for _, name in sorted(pipe.model.config.id2label.items())}}
 
 
 def batch_seconds(pipe, records: list[dict], batch_size: int) -> float | None:
     """Wall time of classifying every record at ``batch_size`` documents per forward pass (padded; ``None`` for
     a tagger, whose windows are batched per sentence)."""
-    if not records or "words" in records[0]:
+    if not records or isinstance(pipe, ClozelineTokenClassificationPipeline):
         return None
     inputs = [{"text": r["text"], "text_pair": r["text_pair"]} if "text_pair" in r else r["text"] for r in records]
     start = time.perf_counter()
@@ -377,12 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     baseline = (args.folder / BASELINE_FILE).is_file()
     try:
         pipe = load_baseline(args.folder, labels) if baseline else load(args.folder, labels)
-    except ExportError as err:
-        print(f"clozeline.predict: {err}", file=sys.stderr)
+        loaded = time.perf_counter() - started
+        records = [json.loads(line) for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
+        outputs = predict_baseline(*pipe, records, args.folder) if baseline else predict_records(pipe, records)
+    except ValueError as err:  # an ExportError names the folder; a record (or a line not JSON) is in --input
+        print(f"clozeline.predict: {'' if isinstance(err, ExportError) else f'{args.input}: '}{err}", file=sys.stderr)
         return 1
-    loaded = time.perf_counter() - started
-    records = [json.loads(line) for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
-    outputs = predict_baseline(*pipe, records, args.folder) if baseline else predict_records(pipe, records)
     batched = {} if baseline or not args.batch_size else {str(args.batch_size): batch_seconds(pipe, records, args.batch_size)}
     timing = {"load_seconds": loaded, "threads": torch.get_num_threads(), "batch": batched}
     lines = [json.dumps(o, ensure_ascii=False) for o in outputs] + [json.dumps({"timing": timing})]

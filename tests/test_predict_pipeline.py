@@ -5,12 +5,14 @@ reads tags (seqeval, strict IOB2), and an empty input or an argument the pipelin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification, BertTokenizerFast
 
 from clozeline import entities
-from clozeline.predict import RECIPE_KEY, TOKEN_TASK, load, predict_records
+from clozeline.predict import RECIPE_KEY, TOKEN_TASK, load, main, predict_records
 from tasks.export.rescore import compare
 
 NER_LABELS = ["O", "B-person", "I-person", "B-sportsteam", "I-sportsteam"]
@@ -120,6 +122,20 @@ def test_a_string_given_as_split_words_is_an_error_not_a_word_per_character(tagg
 def test_the_command_line_records_keep_one_tag_per_word(tagger):
     found = predict_records(tagger["I-sportsteam"], [{"doc_id": "s", "words": ["Saka", "scored", "."]}])
     assert found[0]["pred"] == ["O", "O", "O"] and len(found[0]["probs"]) == 3
+
+
+def test_the_command_line_tags_a_text_record_word_by_word_and_names_a_bad_record(tagger, tmp_path, capsys):
+    # a text record for a tagger was a traceback (top_k, an argument the tagger refuses)
+    folder, lines = tagger["B-person"].model.name_or_path, tmp_path / "in.jsonl"
+    lines.write_text('{"doc_id": "t", "text": "Saka scored."}\n', encoding="utf-8")
+    assert main([folder, "--input", str(lines), "--output", str(tmp_path / "out.jsonl")]) == 0
+    found = json.loads((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert (found["pred"], found["words"], found["offsets"]) == (
+        ["B-person"] * 3, ["Saka", "scored", "."], [[0, 4], [5, 11], [11, 12]])  # by hand
+    lines.write_text('{"doc_id": "t", "text": "Saka"}\n{"doc_id": "e", "text": " "}\n', encoding="utf-8")
+    assert main([folder, "--input", str(lines), "--output", str(tmp_path / "out.jsonl")]) == 1
+    assert capsys.readouterr().err == (f"clozeline.predict: {lines}: record 2 (doc_id 'e'): {TOKEN_TASK}: empty input "
+                                       "(' '): there is no word to tag\n")
 
 
 def test_the_classifier_refuses_an_empty_text(tmp_path):
