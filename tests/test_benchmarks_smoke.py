@@ -16,12 +16,14 @@ import json
 import os
 import subprocess
 import sys
+from argparse import Namespace
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from benchmarks import _table
+from benchmarks._provenance import RESULTS, out_path
 from tasks.common.imports import closure_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,11 +93,7 @@ def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
     assert all(line.endswith("| current |") for line in table.splitlines()[2:])
 
 
-def test_a_smoke_run_never_writes_over_the_measured_results(tmp_path):
-    from argparse import Namespace
-
-    from benchmarks._provenance import RESULTS, out_path
-
+def test_a_smoke_run_never_writes_over_the_measured_results():
     with pytest.raises(SystemExit, match="--smoke writes no results into benchmarks/results"):
         out_path(Namespace(smoke=True, out=RESULTS / "tokenize.json"), RESULTS / "tokenize.json")
     assert out_path(Namespace(smoke=False, out=None), RESULTS / "tokenize.json") == RESULTS / "tokenize.json"
