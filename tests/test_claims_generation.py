@@ -112,8 +112,15 @@ def test_an_override_a_claim_and_a_drop_survive_regeneration(tmp_path):
     ({"claims": [{"id": "pretraining-helps-cls", "min_effect": "big"}]},
      "claim 'pretraining-helps-cls' (a standard claim, overridden): min_effect: Input should be a valid number"),
     ({"claims": [{"id": "pretraining-helps-clss", "min_effect": 0.1}]},
-     "claim 'pretraining-helps-clss' (no standard claim of this run's tasks: a new claim needs every field): "),
+     "claim 'pretraining-helps-clss' (no standard claim of this run's tasks, did you mean 'pretraining-helps-cls'? "
+     "A new claim needs every field): "),
     ({"drop": ["pretraining-helps-topics"]}, "drop: 'pretraining-helps-topics' is not a standard claim"),
+    ({"drop": ["pretraining-helps-nerr"]}, "drop: 'pretraining-helps-nerr' is not a standard claim of this run's "
+                                           "tasks (did you mean 'pretraining-helps-ner'? have: ["),
+    # both were "is not a standard claim of this run's tasks", which they are
+    ({"claims": [{"id": "pretraining-helps-cls", "min_effect": 0.1}], "drop": ["pretraining-helps-cls"]},
+     "drop: 'pretraining-helps-cls' is also overridden in claims: keep one of the two"),
+    ({"drop": ["pretraining-helps-ner", "pretraining-helps-ner"]}, "drop: 'pretraining-helps-ner' is listed twice"),
     ({"claims": [{"id": "a"}, {"id": "a"}]}, "claim 'a' is written twice"),
     ({"claim": []}, "expected a mapping of question, claims, drop, got ['claim']"),
 ])

@@ -20,6 +20,7 @@ before writing an override.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import yaml
@@ -50,13 +51,17 @@ def claim_set(path: Path, setup: ReportSetup) -> ClaimsFile:
             raise ClaimsError(f"{path}: claim {cid!r} is written twice")
         overridden.add(cid)
         merged[cid] = {**merged.get(cid, {}), **entry}
+    standard_ids = sorted(claim["id"] for claim in standard["claims"])
     for cid in user["drop"]:
-        if cid not in merged or cid in overridden:
-            raise ClaimsError(f"{path}: drop: {cid!r} is not a standard claim of this run's tasks (have: "
-                              f"{sorted(c['id'] for c in standard['claims'])})")
+        if cid in overridden:
+            raise ClaimsError(f"{path}: drop: {cid!r} is also overridden in claims: keep one of the two")
+        if user["drop"].count(cid) > 1:
+            raise ClaimsError(f"{path}: drop: {cid!r} is listed twice")
+        if cid not in merged:
+            raise ClaimsError(f"{path}: drop: {cid!r} is not a standard claim of this run's tasks ("
+                              f"{did_you_mean(cid, standard_ids)}have: {standard_ids})")
         del merged[cid]
-    standard_ids = {claim["id"] for claim in standard["claims"]}
-    claims = [validated(claim, path, claim["id"] in standard_ids) for claim in merged.values()]
+    claims = [validated(claim, path, standard_ids) for claim in merged.values()]
     if not claims:
         raise ClaimsError(f"{path}: no claims (every standard claim dropped and none written)")
     return ClaimsFile(question=user["question"] or standard["question"], claims=claims)
@@ -81,16 +86,23 @@ def read_user(path: Path) -> dict:
     return {"question": raw.get("question"), "claims": claims, "drop": drop}
 
 
-def validated(raw: dict, path: Path, standard: bool) -> Claim:
-    """One merged claim as a ``Claim``; raises ``ClaimsError`` naming where it came from and each bad field."""
+def validated(raw: dict, path: Path, standard_ids: list[str]) -> Claim:
+    """One merged claim as a ``Claim``; raises ``ClaimsError`` naming where it came from and each bad field (and,
+    for a new claim, the standard id it may have meant to override)."""
     try:
         return Claim.model_validate(raw)
     except ValidationError as err:
-        where = f"{path}: claim {raw['id']!r}" + (" (a standard claim, overridden)" if standard else
-                                                   " (no standard claim of this run's tasks: a new claim needs "
-                                                   "every field)")
+        cid, hint = raw["id"], did_you_mean(raw["id"], standard_ids)
+        new = f" (no standard claim of this run's tasks{f', {hint}A' if hint else ': a'} new claim needs every field)"
+        where = f"{path}: claim {cid!r}" + (" (a standard claim, overridden)" if cid in standard_ids else new)
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
         raise ClaimsError(f"{where}: {fields}") from None
+
+
+def did_you_mean(cid: str, ids: list[str]) -> str:
+    """``"did you mean '<id>'? "`` for the id of ``ids`` closest to a mistyped ``cid`` (difflib), else ``""``."""
+    close = difflib.get_close_matches(cid, ids, n=1, cutoff=0.85)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def standard_claims(setup: ReportSetup) -> dict:
