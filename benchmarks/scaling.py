@@ -52,7 +52,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks._measure import run_measured  # noqa: E402
-from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, write_results  # noqa: E402
+from benchmarks._provenance import add_smoke, min_runs, out_path, provenance, ratio_fields, write_results  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "scaling.json"
 DOC = REPO / "docs" / "scaling.md"
@@ -89,7 +89,8 @@ def main() -> None:
         for scale in args.dedup_scales:
             source = work / f"dedup-{scale}x" / "data" / "ingest"
             docs = write_dedup_corpus(rows, scale, source)
-            results["runs"] += alternated("dedup", scale, docs, source, args.engines, min_runs(scale, args.smoke))
+            results["runs"] += alternated("dedup", scale, docs, source, args.engines, min_runs(scale, args.smoke),
+                                          args.smoke)
         if args.leakage_scales:
             from benchmarks.leakage import default_corpora
 
@@ -99,7 +100,8 @@ def main() -> None:
                 if args.smoke:
                     trains, evals = trains[:SMOKE_TRAIN], evals[:SMOKE_EVAL]
                 docs = write_leakage_corpus(trains, evals, scale, source)
-                results["runs"] += alternated("leakage", scale, docs, source, args.engines, min_runs(scale, args.smoke))
+                results["runs"] += alternated("leakage", scale, docs, source, args.engines,
+                                              min_runs(scale, args.smoke), args.smoke)
     if args.keep:  # a rerun replaces the earlier run of the same stage, engine and scale
         latest = {(r["stage"], r["engine"], r["scale"]): r for r in results["runs"]}
         results["runs"] = sorted(latest.values(), key=lambda r: (r["stage"], r["scale"], r["engine"]))
@@ -109,7 +111,8 @@ def main() -> None:
     write_doc(results, out.parent / DOC.name if args.smoke else DOC)
 
 
-def alternated(stage: str, scale: int, docs: int, source: Path, engines: list[str], rounds: int) -> list[dict]:
+def alternated(stage: str, scale: int, docs: int, source: Path, engines: list[str], rounds: int,
+               smoke: bool = False) -> list[dict]:  # fmt: skip
     """``rounds`` rounds of every engine in turn, each on a fresh hard-linked copy of ``source`` (the stage's input
     folder); per engine one record: the last round's figures, ``docs_per_s`` the median over the rounds with
     ``docs_per_s_runs`` (every round), peaks the largest."""
@@ -120,7 +123,8 @@ def alternated(stage: str, scale: int, docs: int, source: Path, engines: list[st
             shutil.copytree(source, stage_dir / "data" / source.name, copy_function=os.link)
             done[engine].append(measure(stage, engine, scale, docs, stage_dir))
             shutil.rmtree(stage_dir / "data")
-    return [runs[-1] | {"docs_per_s_runs": [r["docs_per_s"] for r in runs],
+    measured = provenance(MEASURED, smoke=smoke)  # per run: --keep mixes runs of several invocations in one file
+    return [runs[-1] | {"provenance": measured, "docs_per_s_runs": [r["docs_per_s"] for r in runs],
                         "docs_per_s": statistics.median(r["docs_per_s"] for r in runs),
                         "docs_per_s_per_core": statistics.median(r["docs_per_s_per_core"] for r in runs),
                         "seconds": statistics.median(r["seconds"] for r in runs),
@@ -233,6 +237,7 @@ def table_rows(runs: list[dict]) -> list[dict]:
             "benchmark": "scaling", "case": f"{run['stage']} {run['scale']}x: {run['docs']:,} docs, engine: ray",
             "unit": "docs/s", "best_peer": "engine: local" if local else None, **ratio_fields(*rates),
             "limit": None, "fraction_of_limit": None, "goal": None, "meets_goal": None,
+            "provenance": run.get("provenance"),  # null for a run from before provenance
         })  # fmt: skip
     return out
 

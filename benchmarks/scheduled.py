@@ -47,9 +47,10 @@ other splits than a fresh run gives, the audit's input differs, and so does its 
 
 ``--smoke``: the data stages over 2 nights of ``SMOKE_DOCS`` documents a source (``SMOKE_NEW_FRACTION`` new on
 night 1), night 0 in the incremental copy only (``--skip-scratch-night0``): every process and comparison of a
-night, in seconds (night 0's start-up, in no row, is not probed); results to ``--out`` or a temporary folder. Each night is measured once (a night is a
-state; rerunning it is another night), so the rows carry no spread. The results carry their provenance
-(``benchmarks/_provenance.py``).
+night, in seconds (night 0's start-up, in no row, is not probed); results to ``--out`` or a temporary folder.
+Each night is measured once (a night is a state; rerunning it is another night), so the rows carry no spread.
+Each run kept in the results file carries the provenance of the invocation that measured it
+(``benchmarks/_provenance.py``), and so do its rows.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
+from benchmarks._provenance import add_smoke, out_path, provenance, write_results  # noqa: E402
 from benchmarks._scheduled_compare import DOWNSTREAM, STAGES, compare_night, uncompared_night  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "scheduled.json"
@@ -333,10 +334,15 @@ def main() -> None:
     runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.exists() else {}
     name = str(args.scale) + ("+leakage" if args.with_leakage or args.with_tokenize else "") + (
         "+tokenize" if args.with_tokenize else "")
-    runs[name] = run  # other runs' figures are kept
-    rows = [row for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n)) for row in runs[name]["rows"]]
-    # the provenance is this run's: the runs kept from earlier runs of the file lose theirs (rerun them to refresh)
-    write_results(out, {"rows": rows, "runs": runs}, MEASURED, args.smoke)
+    runs[name] = run | {"provenance": provenance(MEASURED, smoke=args.smoke)}  # other runs' figures are kept
+    write_results(out, {"rows": merged_rows(runs), "runs": runs}, MEASURED, args.smoke)
+
+
+def merged_rows(runs: dict[str, dict]) -> list[dict]:
+    """Every kept run's rows, by scale then name, each with the provenance of the run that measured it (null for
+    a run from before provenance: the table says "unknown provenance", not this invocation's commit)."""
+    return [row | {"provenance": runs[name].get("provenance")}
+            for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n)) for row in runs[name]["rows"]]
 
 
 if __name__ == "__main__":

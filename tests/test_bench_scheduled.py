@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from benchmarks import _table
 from benchmarks._scheduled_compare import moved_docs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,3 +208,15 @@ def test_summary_rows_sum_the_arrival_nights_and_count_leakage_differences(sched
     assert (moved["ours"], moved["meets_goal"]) == (1, False)  # the differing leakage file
     assert run["not_run"] == "tokenizer, tokenize"
     assert run["command"].endswith("--with-leakage")
+
+
+def test_kept_runs_keep_their_own_provenance(scheduled):
+    row = {"benchmark": "scheduled", "case": "c", "unit": "s", "ours": 1.0, "best_peer": None, "best_peer_value": None,
+           "ratio_vs_best_peer": None, "limit": None, "fraction_of_limit": None, "goal": None,
+           "meets_goal": None}  # fmt: skip
+    fresh = scheduled.provenance(scheduled.MEASURED)
+    runs = {"16": {"rows": [row | {"case": "old"}]}, "1": {"rows": [row | {"case": "new"}], "provenance": fresh}}
+    merged = scheduled.merged_rows(runs)
+    assert [(r["case"], r["provenance"]) for r in merged] == [("new", fresh), ("old", None)]
+    lines = _table.markdown(merged).splitlines()[2:]
+    assert lines[0].endswith("| current |") and lines[1].endswith("| unknown | unknown | **unknown provenance** |")
