@@ -273,10 +273,10 @@ class ClozelineTokenClassificationPipeline(TokenClassificationPipeline):
         pairs = alignment.words_from_windows(windows, len(out["words"]))
         tags = [self.model.config.id2label[label] for label, _ in pairs]
         word_scores = [score for _, score in pairs]
-        if aggregation_strategy != "none":
-            return entities.entity_groups(out["text"], out["offsets"], tags, word_scores)
-        records = entities.word_records(out["words"], out["offsets"], tags, word_scores)
-        return [r for r in records if r["entity"] not in (ignore_labels or [])]
+        grouped = aggregation_strategy != "none"
+        found = (entities.entity_groups(out["text"], out["offsets"], tags, word_scores) if grouped
+                 else entities.word_records(out["words"], out["offsets"], tags, word_scores))  # fmt: skip
+        return [r for r in found if r.get("entity_group", r.get("entity")) not in (ignore_labels or [])]  # as stock
 
 
 PIPELINE_REGISTRY.register_pipeline(TEXT_TASK, pipeline_class=ClozelineTextClassificationPipeline,

@@ -67,6 +67,9 @@ def test_entity_groups_carry_type_score_text_and_character_offsets(tagger):
         ("person", "Saka", 8, 12), ("person", ".", 12, 13)]  # fmt: skip
     assert len(groups) == 10 and all(TEXT[g["start"] : g["end"]] == g["word"] for g in groups)
     assert tagger["B-person"](TEXT, aggregation_strategy="first") == groups  # words are read at their first subword
+    # as the stock pipeline: ignore_labels drops groups of those types too (it was ignored when grouping)
+    assert tagger["B-person"](TEXT, aggregation_strategy="simple", ignore_labels=["person"]) == []
+    assert tagger["B-person"](TEXT, aggregation_strategy="simple", ignore_labels=["sportsteam"]) == groups
 
 
 def test_an_i_tag_that_opens_an_entity_is_read_as_the_strict_evaluation_reads_it(tagger):
