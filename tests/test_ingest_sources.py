@@ -201,6 +201,9 @@ def test_exclusion_is_by_name_and_a_source_no_stage_uses_is_an_error_naming_the_
         "tokenize.pretrain_sources must be unique; repeated: ['base']": {"tokenize.pretrain_sources":
                                                                          ["base", "new", "base"]},
         "tokenizer.exclude_sources must be unique; repeated: ['new']": {"tokenizer.exclude_sources": ["new", "new"]},
+        # was "no source left (tokenizer.exclude_sources takes every one)", with nothing excluded
+        "tokenizer.pretrain_sources: all, but ingest.sources has no role: pretrain source: add one, or list the task "
+        "sources whose train split to use": {"ingest.sources": sources[:1]},
     }
     for message, changes in bad.items():
         with pytest.raises(ParamsError, match=re.escape(message)):

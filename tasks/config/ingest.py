@@ -190,9 +190,12 @@ def resolve_pretrain(sources: list[SourceSpec], chosen: PretrainSources, exclude
     ``sources`` order but those in ``<section>.exclude_sources``; a list as written. Raises ``ValueError`` naming
     the key for a name given twice (its rows would be read twice) or that is no source, an excluded name that is not
     a ``role: pretrain`` source or is also listed, a listed ``role: pretrain`` source neither listed nor excluded
-    (nothing is left out silently), or no source at all."""
+    (nothing is left out silently), ``all`` with no ``role: pretrain`` source, or no source at all."""
     roles = {source.name: source.role for source in sources}
     pretrain = [name for name, role in roles.items() if role == "pretrain"]
+    if chosen == "all" and not pretrain:
+        raise ValueError(f"{section}.pretrain_sources: all, but ingest.sources has no role: pretrain source: add one, "
+                         "or list the task sources whose train split to use")
     listed = pretrain if chosen == "all" else require_unique(chosen, f"{section}.pretrain_sources")
     require_unique(excluded, f"{section}.exclude_sources")
     unknown = [name for name in listed if name not in roles]
