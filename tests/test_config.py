@@ -68,3 +68,12 @@ def test_dose_response_without_pretraining_snapshots_fails_at_load_time():
         load_params(ROOT / "params.yaml", overrides={"finetune.recipes.cls.dose_response": "pretrained/full/cls-pool"})
     both = {"finetune.recipes.cls.dose_response": "pretrained/full/cls-pool", "pretrain.dose_snapshot_fractions": [0.0, 0.5]}
     assert load_params(ROOT / "params.yaml", overrides=both).finetune.recipes["cls"].dose_response == "pretrained/full/cls-pool"
+
+
+@pytest.mark.parametrize("name", ["pretrain", "claims", "verdicts", "max_seq_len_tokens"])
+def test_a_task_name_another_output_uses_fails_at_load_time(name):
+    # tokenize wrote task 'pretrain' into data/tokenize/pretrain/clozeline over the MLM blocks, and its metrics
+    # over tokenize.json's pretrain key; summary.json holds claims, verdicts and pretrain beside the tasks
+    task = {"kind": "classification", "source": "bbc_news", "metric": "macro_f1", "recipe": "cls"}
+    with pytest.raises(ParamsError, match=rf"task name {name!r} is reserved \("):
+        load_params(ROOT / "params.yaml", overrides={"tasks": {name: task}})

@@ -11,13 +11,26 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from tasks.config.base import StrictModel
 
 TaskKind = Literal["classification", "token_classification", "pair_classification"]
+#: Names a task cannot take: another output already has them where a task's name goes (``data/tokenize/<name>``,
+#: a key of ``metrics/tokenize.json`` or ``metrics/summary.json``), so the task would overwrite it silently.
+RESERVED = {"pretrain": "data/tokenize/pretrain/ holds the MLM blocks; tokenize.json and summary.json its metrics",
+            "max_seq_len_tokens": "a key of metrics/tokenize.json", "claims": "a key of metrics/summary.json",
+            "verdicts": "a key of metrics/summary.json"}
+
+
+def _not_reserved(name: str) -> str:
+    if name in RESERVED:
+        raise ValueError(f"task name {name!r} is reserved ({RESERVED[name]}): choose another")
+    return name
+
+
 #: A task name becomes a DVC stage item, a folder and a file name (``metrics/finetune/<name>.json``).
-TaskName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
+TaskName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64), AfterValidator(_not_reserved)]
 
 #: Headline test metrics a task may report, per kind (without the ``test_`` prefix of the metrics files).
 METRICS: dict[str, tuple[str, ...]] = {
