@@ -77,3 +77,12 @@ def test_a_task_name_another_output_uses_fails_at_load_time(name):
     task = {"kind": "classification", "source": "bbc_news", "metric": "macro_f1", "recipe": "cls"}
     with pytest.raises(ParamsError, match=rf"task name {name!r} is reserved \("):
         load_params(ROOT / "params.yaml", overrides={"tasks": {name: task}})
+
+
+@pytest.mark.parametrize("name", ["table", "lineage"])
+def test_a_source_name_another_output_uses_fails_at_load_time(name):
+    # the leakage stage writes data/leakage/<source>.parquet beside its own table.parquet and lineage.parquet
+    source = {"name": name, "kind": "builtin", "corpus": "wikipedia_sample", "role": "pretrain"}
+    sources = load_params(ROOT / "params.yaml").model_dump(mode="json")["ingest"]["sources"] + [source]
+    with pytest.raises(ParamsError, match=rf"source name {name!r} is reserved \(data/leakage/{name}.parquet"):
+        load_params(ROOT / "params.yaml", overrides={"ingest.sources": sources})

@@ -12,12 +12,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from tasks.config.base import StrictModel, require_unique
 
+#: Names a source cannot take: the leakage stage writes ``data/leakage/<source>.parquet`` beside these files of
+#: its own, which the source's rows would overwrite (or be overwritten by) silently.
+RESERVED = {"table": "data/leakage/table.parquet is the audit's match table",
+            "lineage": "data/leakage/lineage.parquet is the lineage audit's match table"}
+
+
+def _not_reserved(name: str) -> str:
+    if name in RESERVED:
+        raise ValueError(f"source name {name!r} is reserved ({RESERVED[name]}): choose another")
+    return name
+
+
 #: A source name becomes a folder name (``data/ingest/<name>/``) and the prefix of every ``doc_id``.
-SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64),
+                      AfterValidator(_not_reserved)]
 Role = Literal["pretrain", "task"]
 MaxDocs = Annotated[int | None, Field(ge=1, description="keep at most this many docs (deterministic sample); null = all")]
 Include = Annotated[str, Field(min_length=1, description="glob a found file's path must match (PurePath.match)")]
