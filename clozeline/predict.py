@@ -304,7 +304,8 @@ def load(folder: str | Path, labels: list[str] | None = None):
     except ExportError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
-        raise ExportError(f"{folder}: does not load as a clozeline export: {' '.join(str(err).split())[:300]}") from err
+        why = " ".join(str(err).split())[:300] if folder.is_dir() else "no such folder"  # not the hub's repo-id rule
+        raise ExportError(f"{folder}: does not load as a clozeline export: {why}") from err
     check_labels(model, folder, labels)
     return pipeline(task, model=model, tokenizer=tokenizer)
 
@@ -374,8 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     parser.add_argument("--batch-size", type=int, help="also time a pass at this many documents per batch")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     started = time.perf_counter()
     labels = json.loads(args.labels.read_text(encoding="utf-8")) if args.labels else None
     from clozeline.baseline import BASELINE_FILE, load_baseline, predict_baseline
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded = time.perf_counter() - started
         records = [json.loads(line) for line in args.input.read_text(encoding="utf-8").splitlines() if line.strip()]
         outputs = predict_baseline(*pipe, records, args.folder) if baseline else predict_records(pipe, records)
-    except ValueError as err:  # an ExportError names the folder; a record (or a line not JSON) is in --input
+    except (ValueError, FileNotFoundError) as err:  # an ExportError names the folder; the others are --input's
         print(f"clozeline.predict: {'' if isinstance(err, ExportError) else f'{args.input}: '}{err}", file=sys.stderr)
         return 1
     batched = {} if baseline or not args.batch_size else {str(args.batch_size): batch_seconds(pipe, records, args.batch_size)}

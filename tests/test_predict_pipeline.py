@@ -12,7 +12,7 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification, BertTokenizerFast
 
 from clozeline import entities
-from clozeline.predict import RECIPE_KEY, TOKEN_TASK, load, main, predict_records
+from clozeline.predict import RECIPE_KEY, TOKEN_TASK, ExportError, load, main, predict_records
 from tasks.export.rescore import compare
 
 NER_LABELS = ["O", "B-person", "I-person", "B-sportsteam", "I-sportsteam"]
@@ -139,6 +139,16 @@ def test_the_command_line_tags_a_text_record_word_by_word_and_names_a_bad_record
     assert main([folder, "--input", str(lines), "--output", str(tmp_path / "out.jsonl")]) == 1
     assert capsys.readouterr().err == (f"clozeline.predict: {lines}: record 2 (doc_id 'e'): {TOKEN_TASK}: empty input "
                                        "(' '): there is no word to tag\n")
+
+
+def test_a_folder_or_input_that_is_not_there_is_one_line_naming_it(tagger, tmp_path, capsys):
+    # a mistyped folder read "Repo id must be in the form 'repo_name' ...", the hub's rule for a model id
+    with pytest.raises(ExportError, match=r": does not load as a clozeline export: no such folder$"):
+        load(tmp_path / "nope")
+    folder, missing = tagger["B-person"].model.name_or_path, tmp_path / "in.jsonl"
+    assert main([folder, "--input", str(missing), "--output", str(tmp_path / "out.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"clozeline.predict: {missing}: ") and err.count("\n") == 1, err
 
 
 def test_the_classifier_refuses_an_empty_text(tmp_path):
