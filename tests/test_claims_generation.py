@@ -89,6 +89,14 @@ def test_each_task_gets_its_kinds_set_under_its_own_name():
     assert claim_set(ROOT / "reports" / "claims.yaml", setup).claims  # all valid, the upper-case task name too
 
 
+def test_two_tasks_whose_claims_share_an_id_are_an_error_naming_both():
+    # tasks news and news-clean both gave best-arm-beats-best-baseline-news-clean: one claim was silently lost
+    spec = {"kind": "classification", "source": "bbc_news", "metric": "macro_f1", "recipe": "cls"}
+    with pytest.raises(ClaimsError, match=r"^params.yaml tasks: 'news-clean' and 'news' both give the standard claim "
+                                          r"'best-arm-beats-best-baseline-news-clean': rename one$"):
+        standard_claims(with_tasks({"news": spec, "news-clean": spec}))
+
+
 def test_an_override_a_claim_and_a_drop_survive_regeneration(tmp_path):
     mine = {"id": "ours", "statement": "s", "evidence": "extrinsic", "kind": "difference", "task": "cls",
             "data_slice": "bbc_news/test", "metric": "test_macro_f1", "treatment": "finetune/cls/best-arm",

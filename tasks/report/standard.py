@@ -107,13 +107,19 @@ def did_you_mean(cid: str, ids: list[str]) -> str:
 
 def standard_claims(setup: ReportSetup) -> dict:
     """``{question, claims}``: the templates of ``standard_claims.yaml`` filled in for ``setup.tasks``, in
-    template order (a template for a task kind gives one claim per task of that kind, in params order)."""
+    template order (a template for a task kind gives one claim per task of that kind, in params order). Raises
+    ``ClaimsError`` when two tasks' claims come out with one id."""
     raw = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
     common = {"eval_sources": " and ".join(dict.fromkeys(spec.source for spec in setup.tasks.values())) or "none"}
-    claims = []
+    claims, seen = [], {}
     for template in raw["claims"]:
         body = {key: value for key, value in template.items() if key not in ("for", "gate")}
-        claims += [fill(body, common | values) for values in expansions(template["for"], setup)]
+        for claim in [fill(body, common | values) for values in expansions(template["for"], setup)]:
+            if claim["id"] in seen:  # task names with dashes: news and news-clean give ...-news-clean twice
+                raise ClaimsError(f"params.yaml tasks: {seen[claim['id']]!r} and {claim['task']!r} both give the "
+                                  f"standard claim {claim['id']!r}: rename one")
+            seen[claim["id"]] = claim["task"]
+            claims.append(claim)
     return {"question": raw["question"], "claims": claims}
 
 
