@@ -72,6 +72,12 @@ def claim(treatment: str, baseline: str = "finetune/cls/best-baseline", items: s
     ("finetune/cls/best-arm@n64", ["finetune.recipes.cls.train_sizes"]),
     ("finetune/cls/reference@n32/full/mean-pool", ["finetune.recipes.cls.curve_configs"]),
     ("finetune/cls/pretrained@n32/full/mean-pool - random@n8/full/mean-pool", ["finetune.recipes.cls.train_sizes"]),
+    # a recipe without a curve: the generated few-labels claim's size is <train_sizes> (it read "has no key
+    # 'runs.pretrained@n<train_sizes>/full/first'" when the recipe runs pretrained and random)
+    ("finetune/cls/pretrained@n<train_sizes>/full/mean-pool - random@n<train_sizes>/full/mean-pool",
+     ["finetune.recipes.cls.train_sizes"]),
+    ("finetune/cls/best-arm@n<train_sizes>", ["finetune.recipes.cls.train_sizes"]),
+    ("finetune/cls/baseline/tfidf-lr/clozeline-cut@n<train_sizes>", ["finetune.recipes.cls.train_sizes"]),
     ("finetune/ner/pretrained@ablation_all-mask/full/first", ["pretrain.ablations",
                                                               "finetune.recipes.ner.ablation_config"]),
     ("finetune/gone/best-arm", ["tasks.gone"]),

@@ -19,8 +19,9 @@ import re
 from tasks.config.report import ReportSetup
 from tasks.report.claims import SELECTED, Claim, NotRun
 
-#: ``<variant>[@n<size>|@ablation_<name>]`` of a run key.
-VARIANT = re.compile(r"^(?P<variant>[a-z]+)(?:@n(?P<size>\d+)|@ablation_(?P<ablation>[A-Za-z0-9_-]+))?$")
+#: ``<variant>[@n<size>|@ablation_<name>]`` of a run key; ``<train_sizes>`` is the size of a generated claim for a
+#: recipe without a learning curve (``tasks.report.standard.task_values``).
+VARIANT = re.compile(r"^(?P<variant>[a-z]+)(?:@n(?P<size>\d+|<train_sizes>)|@ablation_(?P<ablation>[A-Za-z0-9_-]+))?$")
 
 
 class Off(NotRun):
@@ -74,14 +75,14 @@ def run_off(task: str, key: str, setup: ReportSetup) -> str | None:
     head, *tail = key.split("/")
     selected, _, size = head.partition("@n")
     if selected in SELECTED:
-        return size_off(int(size), recipe, at) if size.isdigit() else None
+        return size_off(size, recipe, at) if size else None
     if head == "baseline":
         if len(tail) != 2:
             return None  # malformed: the reference grammar says so when the claim is evaluated
         if tail[0] not in recipe.baselines:
             return off(f"{at}.baselines")
         size = tail[1].partition("@n")[2]
-        return size_off(int(size), recipe, at) if size.isdigit() else None
+        return size_off(size, recipe, at) if size else None
     match = VARIANT.match(head)
     if not match or len(tail) != 2:
         return None  # malformed: the reference grammar says so when the claim is evaluated
@@ -91,17 +92,18 @@ def run_off(task: str, key: str, setup: ReportSetup) -> str | None:
     if plain not in {spec.key for spec in recipe.configs}:
         return off(f"{at}.configs")
     if match["size"]:
-        return size_off(int(match["size"]), recipe, at) or (
+        return size_off(match["size"], recipe, at) or (
             None if plain in {spec.key for spec in recipe.curve_configs} else off(f"{at}.curve_configs"))
     if match["ablation"] and (match["ablation"] not in setup.ablations or recipe.ablation_config != plain):
         return off("pretrain.ablations", f"{at}.ablation_config")
     return None
 
 
-def size_off(size: int, recipe, at: str) -> str | None:
-    """Why the learning-curve size ``size`` does not run (``train_sizes``; ``max_train_docs`` is the curve's
-    last point when the curve runs), or None."""
-    if size in recipe.train_sizes or (recipe.train_sizes and size == recipe.max_train_docs):
+def size_off(size: str, recipe, at: str) -> str | None:
+    """Why the learning-curve size ``size`` (digits, or ``<train_sizes>``: none) does not run (``train_sizes``;
+    ``max_train_docs`` is the curve's last point when the curve runs), or None."""
+    runs = [*recipe.train_sizes, recipe.max_train_docs] if recipe.train_sizes else []
+    if size.isdigit() and int(size) in runs:
         return None
     return off(f"{at}.train_sizes")
 
