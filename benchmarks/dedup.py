@@ -84,7 +84,7 @@ SMOKE_ROWS = 40  # per ingest source, wikipedia_sample left out (its dump takes 
 # datatrove's default spaCy tokenizer makes it about 4x slower than with whitespace words, so it runs at 1x only;
 # text-dedup grows as docs**1.5 (227 s at 4x here) and passed PEER_TIMEOUT_S at 16x in every run, so it stops at 4x.
 PEER_RUNS = {
-    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 64),
+    "rensa (LSH, 1 process)": ("pipeline", "rensa_minhash.py", "lsh", 16),  # 7.7 GB at 16x: ~30 GB at 64x
     "rensa (LSH, 2 workers)": ("pipeline", "rensa_minhash.py", "lsh-workers", 64),
     "rensa (LSH, 2 workers, minimal normalisation)": ("pipeline", "rensa_minhash.py", "lsh-workers-minimal", 64),
     "datatrove (spaCy words)": ("datatrove", "datatrove_minhash.py", "spacy", 1),
@@ -143,13 +143,13 @@ def measure_scale(cfg: DedupParams, rows: list[str], scale: int, work: Path, rep
     runs: dict[str, list[dict]] = {name: [] for name in alternated}
     for round_ in range(repeats):
         for name, run in alternated.items():
-            load = os.getloadavg()[0]
-            runs[name].append({**run(), "load_1min_before": load})
-            print(f"  round {round_ + 1} {name}: {runs[name][-1].get('seconds', 'skipped')} s, load {load:.2f}")
+            runs[name].append(_loaded(run))
+            print(f"  round {round_ + 1} {name}: {runs[name][-1].get('seconds', 'skipped')} s, "
+                  f"load {runs[name][-1]['load_1min_before']:.2f}")
     tools = {name: _summary(measured) for name, measured in runs.items()}
     if scale == 1:
-        tools["naive"] = _summary([_part("naive", work)])
-    tools.update({name: _summary([_peer(work, *spec[:3])]) if scale <= spec[3] else
+        tools["naive"] = _summary([_loaded(lambda: _part("naive", work))])
+    tools.update({name: _summary([_loaded(lambda spec=spec: _peer(work, *spec[:3]))]) if scale <= spec[3] else
                   {"skipped": f"not run above {spec[3]}x"}
                   for name, spec in PEER_RUNS.items() if name not in alternated})  # fmt: skip
     megabytes = sum(len(text.encode("utf-8")) for text in corpus.texts) / 1e6
@@ -164,6 +164,12 @@ def measure_scale(cfg: DedupParams, rows: list[str], scale: int, work: Path, rep
             tool.update(corpora.score(tool.pop("clusters"), corpus, known, cfg.threshold, removed))
         print(f"  {name}: {_brief(tool)}")
     return {"scale": scale, "docs": len(corpus.texts), "text_mb": megabytes, "smoke": smoke, "tools": tools}
+
+
+def _loaded(run) -> dict:
+    """``run()``'s measurement with the 1-minute load average just before it (the machine is shared)."""
+    load = os.getloadavg()[0]
+    return {**run(), "load_1min_before": load}
 
 
 def _summary(measured: list[dict]) -> dict:
