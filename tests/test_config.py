@@ -86,3 +86,10 @@ def test_a_source_name_another_output_uses_fails_at_load_time(name):
     sources = load_params(ROOT / "params.yaml").model_dump(mode="json")["ingest"]["sources"] + [source]
     with pytest.raises(ParamsError, match=rf"source name {name!r} is reserved \(data/leakage/{name}.parquet"):
         load_params(ROOT / "params.yaml", overrides={"ingest.sources": sources})
+
+
+@pytest.mark.parametrize(("key", "alias"), [("release.evaluated_alias", "latest"), ("release.alias", "V2")])
+def test_a_registry_alias_mlflow_reserves_fails_at_load_time(key, alias):
+    # MLflow refuses them when the release stage sets the alias, at the end of a run
+    with pytest.raises(ParamsError, match=rf"{alias!r} is reserved by the MLflow registry"):
+        load_params(ROOT / "params.yaml", overrides={key: alias})

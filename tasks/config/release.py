@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -27,6 +28,10 @@ class ReleaseParams(StrictModel):
 
     @model_validator(mode="after")
     def _two_aliases(self) -> ReleaseParams:
+        for alias in (self.alias, self.evaluated_alias):
+            if re.fullmatch(r"latest|v\d+", alias, re.IGNORECASE):
+                raise ValueError(f"release: alias {alias!r} is reserved by the MLflow registry (latest, v<number>), "
+                                 "which would refuse it when the release stage sets it")
         if self.alias == self.evaluated_alias:
             raise ValueError(f"release.alias and release.evaluated_alias are both {self.alias!r}: the gated alias "
                              "would then name every version")
