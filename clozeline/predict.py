@@ -44,8 +44,8 @@ A baseline export (``model.skops`` + ``baseline.json``: the TF-IDF + logistic-re
 when it is the best run on dev) runs through the same command line; ``clozeline.baseline.load_baseline`` loads it with skops,
 trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
-This module needs torch, transformers, tokenizers and seqeval (and of this package ``tasks.common.truncation``,
-the cut finetune applies, ``tasks.common.alignment`` for the NER windows and ``clozeline.entities``; skops for a
+This module needs torch, transformers, tokenizers and seqeval (and of this package ``clozeline.encoding``, the
+input cut and NER windows finetune applies, ``tasks.common.alignment`` and ``clozeline.entities``; skops for a
 baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe are inconsistent,
 raises ``ExportError`` with a one-line message naming the folder; an empty input or an argument the pipeline
 does not take raises ``ValueError`` with one line.
@@ -73,8 +73,8 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from clozeline import entities
+from clozeline.encoding import encode_document, encode_words
 from tasks.common import alignment
-from tasks.common.truncation import cut, cut_pair
 
 #: The config.json key of the recipe, and the format version this module reads.
 RECIPE_KEY, FORMAT = "clozeline", 1
@@ -139,50 +139,6 @@ def logits(model, inputs: dict[str, torch.Tensor], pooling: str) -> torch.Tensor
     return head_layer(model)(hidden)
 
 
-# ---------------------------------------------------------------- cutting the input as in training
-
-
-def encode_document(tokenizer, inputs: str | dict, block: dict) -> dict[str, torch.Tensor]:
-    """One document (a string) or pair (``{"text", "text_pair"}``) as the evaluated model read it: tokenized
-    whole with its specials, then cut (``cut`` / ``cut_pair``); tensors of shape (1, length)."""
-    if isinstance(inputs, dict):
-        enc = tokenizer(inputs["text"], inputs["text_pair"], add_special_tokens=True, return_token_type_ids=True,
-                        verbose=False)  # fmt: skip
-        ids, types = cut_pair(list(enc["input_ids"]), list(enc["token_type_ids"]), block["max_seq_len_tokens"])
-        extra = {"token_type_ids": torch.tensor([types])}
-    else:
-        ids = cut(list(tokenizer(inputs, add_special_tokens=True, verbose=False)["input_ids"]),
-                  block["max_seq_len_tokens"], block["truncation"], block["head_tokens"])  # fmt: skip
-        extra = {}
-    return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **extra}
-
-
-def encode_words(tokenizer, words: list[str], block: dict) -> dict[str, Any]:
-    """A sentence's windows as the evaluated tagger read them: the words tokenized as given, a word without
-    subwords replaced by ``[UNK]``, a word longer than a window cut to its first subwords, then overlapping
-    windows of ``window_tokens`` (``[CLS]`` and ``[SEP]`` included), padded into one batch. ``words``: at least one."""
-    capacity = block["window_tokens"] - 2
-    enc = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
-    ids, word_ids = list(enc["input_ids"]), enc.word_ids()
-    missing = alignment.missing_words(word_ids, len(words))
-    if missing:
-        fixed = [tokenizer.unk_token if i in missing else word for i, word in enumerate(words)]
-        enc = tokenizer(fixed, is_split_into_words=True, add_special_tokens=False)
-        ids, word_ids = list(enc["input_ids"]), enc.word_ids()
-    ids, word_ids, _ = alignment.cap_word_subwords(ids, list(word_ids), capacity)
-    counts = [0] * len(words)
-    for word in word_ids:
-        counts[word] += 1
-    windows = alignment.plan_windows(counts, capacity, block["window_overlap_tokens"])
-    pieces = alignment.window_encodings(ids, word_ids, windows, tokenizer.cls_token_id, tokenizer.sep_token_id)
-    width = max(len(p[0]) for p in pieces)
-    input_ids = torch.full((len(pieces), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(pieces), width), dtype=torch.long)
-    for row, (window_ids, _) in enumerate(pieces):
-        input_ids[row, : len(window_ids)], mask[row, : len(window_ids)] = torch.tensor(window_ids), 1
-    return {"input_ids": input_ids, "attention_mask": mask, "word_ids": [p[1] for p in pieces], "words": list(words)}
-
-
 # ---------------------------------------------------------------- the pipelines
 
 
@@ -190,18 +146,25 @@ class ClozelineTextClassificationPipeline(TextClassificationPipeline):
     """``text-classification`` with the evaluated model's cut and pooling (``clozeline`` block of config.json).
 
     Input and output as the stock pipeline: a string or ``{"text", "text_pair"}`` (or a list of them);
-    ``[{"label", "score"}]``, or every label's probability with ``top_k=None``. Raises ``ValueError`` for an
-    empty or all-whitespace text (either text of a pair)."""
+    ``[{"label", "score"}]``, or every label's probability with ``top_k=None``. Raises ``ValueError`` (one line) for an
+    empty or all-whitespace text (either text of a pair), an input of another type, or an unknown keyword
+    argument (``truncation`` is taken and changes nothing: the recipe's cut always applies)."""
 
-    def _sanitize_parameters(self, function_to_apply=None, top_k="", **_ignored):
-        # tokenizer arguments (truncation, max_length) are ignored: the cut is the recipe's
+    def _sanitize_parameters(self, function_to_apply=None, top_k="", truncation=None, **unknown):
+        # truncation is taken as the stock pipeline takes it, and changes nothing: the recipe's cut always applies
+        if unknown:
+            raise ValueError(f"{TEXT_TASK}: unknown keyword argument(s) {sorted(unknown)}; it takes function_to_apply, "
+                             "top_k and truncation (the evaluated model's cut always applies)")
         return super()._sanitize_parameters(function_to_apply=function_to_apply, top_k=top_k)
 
     def preprocess(self, inputs, **_ignored) -> dict[str, torch.Tensor]:
         if isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], list) and len(inputs[0]) == 2:
             inputs = {"text": inputs[0][0], "text_pair": inputs[0][1]}
-        texts = [inputs["text"], inputs["text_pair"]] if isinstance(inputs, dict) else [inputs]
-        if any(not isinstance(t, str) or not t.strip() for t in texts):
+        texts = [inputs.get("text"), inputs.get("text_pair")] if isinstance(inputs, dict) else [inputs]
+        if any(not isinstance(t, str) for t in texts):
+            raise ValueError(f"{TEXT_TASK}: takes a string or {{'text', 'text_pair'}} (or a list of them), "
+                             f"got {inputs!r:.80}")
+        if any(not t.strip() for t in texts):
             raise ValueError(f"{TEXT_TASK}: empty input ({inputs!r}): there is no text to classify")
         return encode_document(self.tokenizer, inputs, recipe(self.model.config))
 

@@ -164,3 +164,13 @@ def test_the_export_check_reads_evaluated_tags_as_the_pipeline_reports_them():
     strict = [{"doc_id": "s", "pred": ["O", "O", "B-person"], "probs": [0.6, 0.9, 0.8]}]
     assert compare(evaluated, strict, NER_LABELS, 1e-4)["disagree"] == 0
     assert compare(evaluated, evaluated, NER_LABELS, 1e-4)["label_mismatches"] == 1  # raw tags are not the report
+
+
+def test_the_classifier_refuses_an_unknown_argument_and_an_input_of_another_type(tmp_path):
+    # classify(text, topk=2) answered one label, ignoring the mistyped top_k; a nested list read "empty input"
+    classify = _export(tmp_path / "cls", BertForSequenceClassification, CLS_LABELS, "sports", CLASSIFIER)
+    with pytest.raises(ValueError, match=r"unknown keyword argument\(s\) \['topk'\]"):
+        classify("Saka scored", topk=2)
+    assert len(classify("Saka scored", top_k=None, truncation=True)) == len(CLS_LABELS)
+    with pytest.raises(ValueError, match="takes a string or"):
+        classify([["Saka scored", "a pair"], ["as a list", "of lists"]])
