@@ -86,7 +86,8 @@ def test_the_alias_moves_only_when_every_gate_claim_is_supported_and_the_export_
     ner = gate_of(cfg, "ner", claims, agree, report)
     assert not ner["passed"] and ner["reason"] == "not passed (b: inconclusive)"
     assert gate_of(cfg, "pair", claims, agree, report)["reason"] == (
-        "not passed (best-arm-beats-best-baseline-pair: not in the report)")
+        "not passed (best-arm-beats-best-baseline-pair: not in the report (dropped in reports/claims.yaml? the gate "
+        "reads it: keep it there, or name another claim in release.gate_claims.pair))")
     disagree = {"agrees": False, "agreement": {"disagree": 1, "items": 5}}
     assert "export disagrees" in gate_of(cfg, "cls", claims, disagree, report)["reason"]
     assert not gate_of(cfg, "cls", claims, agree, {})["passed"]  # a report without the generated gate claims

@@ -83,7 +83,9 @@ def gate_of(cfg: ReleaseParams, task: str, claims: list[dict], export: dict, rep
     standard = (report.get("gate_claims") or {}).get(task)
     ids = cfg.gate_claims.get(task) or ([standard] if standard else ["(no gate claim: rerun the report stage)"])
     verdicts = {c["id"]: c["verdict"] for c in claims}
-    found = {i: verdicts.get(i, "not in the report") for i in ids}
+    absent = (f"not in the report (dropped in reports/claims.yaml? the gate reads it: keep it there, or name "
+              f"another claim in release.gate_claims.{task})")
+    found = {i: verdicts.get(i, absent) for i in ids}
     failing = [f"{i}: {v}" for i, v in found.items() if v != "supported"]
     if not export["agrees"]:
         failing.append(f"export disagrees with the evaluation ({export['agreement']['disagree']} of "
