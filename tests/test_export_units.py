@@ -1,4 +1,4 @@
-"""Fast checks of the export pieces: ``clozeline.predict`` cuts a document exactly as the finetune stage does,
+"""Fast checks of the export pieces: ``clozeline.encoding`` (the predict pipelines' input) cuts a document exactly as the finetune stage does,
 the item-by-item comparison, the report's gate, the release's alias gate and its file check."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from clozeline import predict
+from clozeline import encoding
 from tasks.config.release import ReleaseParams
 from tasks.export.rescore import compare
 from tasks.finetune import cls as finetune_cls
@@ -24,7 +24,7 @@ def test_the_entry_point_cuts_documents_as_finetune_does(truncation):
         ids = [101, *(rng.randrange(1000, 2000) for _ in range(rng.randrange(0, 40))), 102]
         max_len = rng.randrange(8, 30)
         head = rng.randrange(0, max_len - 2)
-        assert predict.cut(ids, max_len, truncation, head) == finetune_cls.cut(ids, max_len, truncation, head)
+        assert encoding.cut(ids, max_len, truncation, head) == finetune_cls.cut(ids, max_len, truncation, head)
 
 
 def test_the_entry_point_cuts_pairs_longest_first_as_finetune_does():
@@ -34,7 +34,7 @@ def test_the_entry_point_cuts_pairs_longest_first_as_finetune_does():
         ids = [101, *range(1000, 1000 + a), 102, *range(2000, 2000 + b), 102]
         types = [0] * (a + 2) + [1] * (b + 1)
         max_len = rng.randrange(5, 45)
-        assert predict.cut_pair(ids, types, max_len) == finetune_cls.cut_pair(ids, types, max_len)
+        assert encoding.cut_pair(ids, types, max_len) == finetune_cls.cut_pair(ids, types, max_len)
 
 
 def test_compare_counts_labels_probabilities_and_missing_items():
