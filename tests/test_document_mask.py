@@ -97,7 +97,7 @@ def test_the_stage_builds_a_document_masked_model_when_asked():
     from tasks.pretrain.init import Start, initial_model
 
     class Tokenizer:  # what initial_model reads of a tokenizer
-        sep_token_id, pad_token_id = SEP, 0
+        cls_token_id, sep_token_id, pad_token_id = 2, SEP, 0
 
         def __len__(self) -> int:
             return VOCAB

@@ -84,7 +84,8 @@ def initial_model(cfg: PretrainParams, start: Start, block_len: int) -> PreTrain
     the model is not a ModernBERT.
     """
     if start.folder is None:
-        model = build_model(cfg, len(start.tokenizer), block_len, start.tokenizer.pad_token_id)
+        tok = start.tokenizer
+        model = build_model(cfg, len(tok), block_len, tok.pad_token_id, tok.cls_token_id, tok.sep_token_id)
     else:
         dropout = dropout_keys(AutoConfig.from_pretrained(start.folder).model_type, cfg.dropout_prob)
         model = AutoModelForMaskedLM.from_pretrained(
@@ -105,9 +106,12 @@ def dropout_keys(model_type: str, p: float) -> dict[str, float]:
     return {"hidden_dropout_prob": p, "attention_probs_dropout_prob": p}
 
 
-def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int) -> PreTrainedModel:
+def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int,
+                cls_token_id: int | None = None, sep_token_id: int | None = None) -> PreTrainedModel:
     """A freshly initialised masked LM of preset ``cfg.size`` and ``cfg.architecture`` (an HF model class, so
-    ``save_pretrained`` / ``AutoModel`` work downstream); input and output embeddings are tied.
+    ``save_pretrained`` / ``AutoModel`` work downstream); input and output embeddings are tied. Its config names
+    the tokenizer's ``[CLS]`` / ``[SEP]`` ids as cls/bos and sep/eos (None: unset; ModernBERT's own defaults are ids
+    of its 50k vocabulary, outside ours, which transformers warns about at every load).
 
     Raises ``ValueError`` if blocks are longer than ``max_position_embeddings``.
     """
@@ -121,6 +125,10 @@ def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_
         num_attention_heads=preset.num_attention_heads,
         intermediate_size=preset.intermediate_size,
         pad_token_id=pad_token_id,
+        cls_token_id=cls_token_id,
+        bos_token_id=cls_token_id,
+        sep_token_id=sep_token_id,
+        eos_token_id=sep_token_id,
         tie_word_embeddings=True,
         attn_implementation="sdpa",  # torch's fused attention; packed blocks pass no mask (its fastest kernel)
     )
