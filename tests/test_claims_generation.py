@@ -168,3 +168,12 @@ def test_every_claim_on_our_pretrained_encoder_carries_the_pretraining_gap_preco
     lacking = [c["id"] for c in claims if not any(p["value"] == "pretrain/heldout_gap_to_unigram_nats"
                                                   and p["at_least"] == 1.0 for p in c.get("preconditions", []))]
     assert lacking == []
+
+
+def test_the_standard_question_names_the_kinds_of_this_runs_tasks():
+    # a classification-only run kept asking about "classification and NER" (reports/claims.yaml held the text)
+    default = claim_set(ROOT / "reports" / "claims.yaml", SETUP).question
+    assert "help downstream classification and NER, and which" in default  # the text written for the defaults
+    only_cls = with_tasks({"topics": {**SETUP.tasks["cls"].model_dump(), "source": "bbc_news"}})
+    question = standard_claims(only_cls)["question"]
+    assert "help downstream classification, and which" in question and "NER" not in question

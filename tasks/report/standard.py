@@ -35,6 +35,9 @@ TEMPLATE = Path(__file__).with_name("standard_claims.yaml")
 METRIC_WORDS = {"macro_f1": "macro-F1", "accuracy": "accuracy", "entity_f1": "entity F1",
                 "entity_precision": "entity precision", "entity_recall": "entity recall"}
 USER_KEYS = ("question", "claims", "drop")
+#: A task kind in the standard question's words (``{task_kinds}``).
+KIND_WORDS = {"classification": "classification", "pair_classification": "pair classification",
+              "token_classification": "NER"}
 
 
 def claim_set(path: Path, setup: ReportSetup) -> ClaimsFile:
@@ -120,7 +123,8 @@ def standard_claims(setup: ReportSetup) -> dict:
                                   f"standard claim {claim['id']!r}: rename one")
             seen[claim["id"]] = claim["task"]
             claims.append(claim)
-    return {"question": raw["question"], "claims": claims}
+    kinds = " and ".join(dict.fromkeys(KIND_WORDS[spec.kind] for spec in setup.tasks.values())) or "tasks"
+    return {"question": raw["question"].format(task_kinds=kinds), "claims": claims}
 
 
 def gate_claims(setup: ReportSetup) -> dict[str, str]:
