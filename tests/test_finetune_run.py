@@ -13,6 +13,7 @@ from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, 
 
 from tasks.common import encoders
 from tasks.config import Paths
+from tasks.finetune import log_caps
 from tasks.config.finetune import FinetuneParams
 from tasks.finetune import model as finetune_model
 from tasks.finetune import run
@@ -248,3 +249,14 @@ def test_two_worker_processes_give_the_same_numbers_as_one(workspace):
               NullLog(), "cls")
     assert _no_timing(two) == _no_timing(one)
     assert {p: p.read_bytes() for p in sorted((paths.data / "finetune" / "cls").rglob("*.jsonl"))} == files
+
+
+def test_a_recipe_cap_that_samples_a_split_is_one_info_line_naming_its_key():
+    # a user's 240 train docs were cut to 160 per seed and the finetune log did not say so (R2's review)
+    lines = []
+    log = type("Log", (), {"info": lambda self, message: lines.append(message)})()
+    counts = {"train": {"docs_available": 240, "docs_kept": 160, "docs_dropped_by_cap": 80},
+              "dev": {"docs_available": 30, "docs_kept": 30, "docs_dropped_by_cap": 0}}
+    log_caps(log, "topics", "cls", counts)
+    assert lines == ["finetune[topics]: train keeps 160 of 240 docs (a seeded sample: "
+                     "finetune.recipes.cls.max_train_docs; null keeps every doc)"]

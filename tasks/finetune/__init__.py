@@ -70,6 +70,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     toks = sorted(set(tok_of.values()))
     data = {tok: load_task_data(paths.stage_data("tokenize") / item / tok, cfg.data_seed, tcfg) for tok in toks}
     labels, draw = same_labels(data, item), Draw(tcfg.max_train_docs, cfg.data_seed)
+    log_caps(log, item, spec.recipe, data[toks[0]]["counts"])
     jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw)
             for arm in tcfg.configs]  # fmt: skip
     dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models, draw)
@@ -182,6 +183,15 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
     with reading(labels_file):
         labels = json.loads(labels_file.read_text(encoding="utf-8"))
     return {"rows": rows, "all_rows": all_rows, "labels": labels, "counts": counts}
+
+
+def log_caps(log, item: str, recipe: str, counts: dict) -> None:
+    """One INFO line per split the recipe's ``max_<split>_docs`` cuts (a user's larger task set is sampled,
+    not read whole), naming the key that sets it."""
+    for split, count in counts.items():
+        if count["docs_dropped_by_cap"]:
+            log.info(f"finetune[{item}]: {split} keeps {count['docs_kept']} of {count['docs_available']} docs "
+                     f"(a seeded sample: finetune.recipes.{recipe}.max_{split}_docs; null keeps every doc)")
 
 
 def same_labels(data: dict, item: str) -> list[str]:
