@@ -89,8 +89,7 @@ def numeric_leaves(tree: Mapping[str, Any]) -> dict[str, float]:
 
 
 class NullLog:
-    """A RunLog that records nothing beyond Python logging. ``run_id``, ``run_name`` and ``experiment_id`` are
-    ``None``."""
+    """A RunLog that records nothing beyond Python logging; ``run_id``, ``run_name``, ``experiment_id``: None."""
 
     run_id: str | None = None
     run_name: str | None = None
@@ -140,7 +139,7 @@ class NullLog:
         """The RunLog of the pipeline run this run belongs to: its parent, or itself without one (here: self)."""
         return self
 
-    def tagged_records(self, tag: str, artifact_file: str, limit: int) -> list[dict] | None:
+    def tagged_records(self, tags: Mapping[str, str], artifact_file: str, limit: int) -> list[dict] | None:
         """Earlier runs' JSON records (see ``MlflowLog.tagged_records``; here: None, no history is tracked)."""
         return None
 
@@ -238,14 +237,15 @@ class MlflowLog(NullLog):
         parent = run.data.tags.get("mlflow.parentRunId")
         return MlflowLog(parent, None, run.info.experiment_id) if parent else self
 
-    def tagged_records(self, tag: str, artifact_file: str, limit: int) -> list[dict]:
-        """The JSON artifact ``artifact_file`` of the ``limit`` latest other runs tagged ``<tag>=true`` in this log's
-        experiment, newest first: ``{run_id, start_ms (UTC, ms since the epoch), git_commit (its tag, "" if none),
-        record}``; a run whose file is missing or not JSON is skipped."""
+    def tagged_records(self, tags: Mapping[str, str], artifact_file: str, limit: int) -> list[dict]:
+        """The JSON artifact ``artifact_file`` of the ``limit`` latest other runs with every tag of ``tags`` (values
+        without quotes) in this log's experiment, newest first: ``{run_id, start_ms (UTC, ms since the epoch),
+        git_commit (its tag, "" if none), record}``; a run whose file is missing or not JSON is skipped."""
         import mlflow
         from mlflow.exceptions import MlflowException
 
-        found = self._client.search_runs([self.experiment_id], f"tags.{tag} = 'true'", max_results=limit + 1,
+        where = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
+        found = self._client.search_runs([self.experiment_id], where, max_results=limit + 1,
                                          order_by=["attributes.start_time DESC"])  # + 1: this run, on a retry
         out = []
         for run in (r for r in found if r.info.run_id != self.run_id):

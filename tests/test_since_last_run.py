@@ -69,7 +69,12 @@ def write_metrics(folder: Path, data: tuple[int, ...]) -> Metrics:
     return Metrics(folder)
 
 
-def night(tmp: Path, rows: list[Row], data: tuple[int, ...] | None, history_runs: int = 30):
+#: The task names of the made runs, and the tags a report searches its history by.
+TASKS = ("cls", "ner")
+SAME_TASKS = {since.RECORD_TAG: "true", since.TASKS_TAG: "cls,ner"}
+
+
+def night(tmp: Path, rows: list[Row], data: tuple[int, ...] | None, history_runs: int = 30, tasks=TASKS):
     """One pipeline run with a report child; returns (pipeline run id, Since, since_last_run.md text)."""
     reports = tmp / "reports"
     reports.mkdir(parents=True, exist_ok=True)
@@ -77,7 +82,7 @@ def night(tmp: Path, rows: list[Row], data: tuple[int, ...] | None, history_runs
     with open_run("pipeline") as pipeline:
         pipeline.tags({"git_commit": "0123456789abcdef0123"})
         with pipeline.child("report") as report:
-            result = since.section(rows, metrics, report, history_runs, reports, 50)
+            result = since.section(rows, metrics, report, history_runs, reports, 50, tasks)
             since.store(report.pipeline(), result)
     return pipeline.run_id, result, (reports / since.SECTION_FILE).read_text(encoding="utf-8")
 
@@ -140,12 +145,12 @@ def test_runs_without_a_readable_record_are_skipped(store, tmp_path):
     with open_run("pipeline") as idle:  # the report did not rerun: no record, no tag
         idle.tags({"git_commit": "idle"})
     with open_run("pipeline") as lost:  # tagged, but the record is gone
-        lost.tags({since.RECORD_TAG: "true"})
+        lost.tags(SAME_TASKS)
     with open_run("pipeline") as broken:  # tagged, but the record is not JSON
-        broken.tags({since.RECORD_TAG: "true"})
+        broken.tags(SAME_TASKS)
         broken.text("{not json", since.RECORD_FILE)
     with open_run("pipeline") as odd:  # JSON, but its claims are not {id: {verdict: str}}
-        odd.tags({since.RECORD_TAG: "true"})
+        odd.tags(SAME_TASKS)
         odd.text(json.dumps({"claims": {"a": "supported"}}), since.RECORD_FILE)
     _, result, _ = night(tmp_path / "n2", rows_of(NIGHT2), DATA2)
     assert result.changes.previous.run_id == first
@@ -160,9 +165,9 @@ def test_a_third_run_compares_with_the_second_and_the_trend_has_every_run(store,
     assert (result.changes.flipped, result.changes.moved) == ([("b", "inconclusive", "supported")], [])
     assert all(row[3] == "+0" for row in grid(result, "Data: docs per stage counter"))
     assert tags_of(run_id)["verdicts_flipped"] == "b"
-    past = since.history(mlflow_log(run_id), 30)
+    past = since.history(mlflow_log(run_id), 30, TASKS)
     assert [p.claims["b"]["verdict"] for p in past] == ["inconclusive", "inconclusive"]  # newest first
-    assert len(since.history(mlflow_log(run_id), 1)) == 1
+    assert len(since.history(mlflow_log(run_id), 1, TASKS)) == 1
     runs = [(p.started, p.claims) for p in reversed(past)] + [(past[0].started, result.record["claims"])]
     points = since_plot.series(runs)
     assert list(points) == ["a", "b", "c", "new", "old"]
@@ -178,7 +183,7 @@ def mlflow_log(run_id: str):
 
 def test_without_tracking_nothing_is_compared_or_stored(tmp_path):
     (tmp_path / "reports").mkdir()
-    result = since.section(rows_of(NIGHT1), Metrics(tmp_path), NullLog(), 30, tmp_path / "reports", 50)
+    result = since.section(rows_of(NIGHT1), Metrics(tmp_path), NullLog(), 30, tmp_path / "reports", 50, TASKS)
     assert grid(result, "Compared with") == [["not tracked", "not compared: the report ran without MLflow "
                                               "tracking, so it has no run history"]]
     since.store(NullLog().pipeline(), result)  # a no-op, no error
@@ -286,3 +291,14 @@ def test_the_pipeline_run_publishes_the_section_as_a_prefect_markdown_artifact(s
     assert latest["since-last-run"] == text and latest["claim-table"] == "# clozeline claim table\n"
     logged = [a.path for a in mlflow.MlflowClient().list_artifacts(run.run_id, "report")]
     assert f"report/{since.SECTION_FILE}" in logged
+
+
+def test_a_run_of_other_tasks_is_not_compared_and_names_none_of_them(store, tmp_path):
+    # a user who replaced the default tasks saw the old run's cls/ner claims listed as dropped, and its
+    # bbc_news/wnut16 counters, in "Since the last run" (the report must be of this run's tasks only)
+    night(tmp_path / "n1", rows_of(NIGHT1), DATA1)
+    run_id, result, text = night(tmp_path / "n2", rows_of(NIGHT2), DATA2, tasks=("shop_ner",))
+    assert result.changes is None and "dropped" not in text
+    assert tags_of(run_id)[since.TASKS_TAG] == "shop_ner" and result.record["tasks"] == ["shop_ner"]
+    _, again, _ = night(tmp_path / "n3", rows_of(NIGHT2), DATA2, tasks=("shop_ner",))
+    assert again.changes.previous.run_id == run_id  # the new study's own history

@@ -122,9 +122,9 @@ class SidecarLog(NullLog):
         """``MlflowLog.pipeline``, in this process."""
         return self.in_process().pipeline()
 
-    def tagged_records(self, tag: str, artifact_file: str, limit: int) -> list[dict] | None:
+    def tagged_records(self, tags: Mapping[str, str], artifact_file: str, limit: int) -> list[dict] | None:
         """``MlflowLog.tagged_records``, in this process."""
-        return self.in_process().tagged_records(tag, artifact_file, limit)
+        return self.in_process().tagged_records(tags, artifact_file, limit)
 
     def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
                            pip_requirements: list[str]) -> dict | None:  # fmt: skip

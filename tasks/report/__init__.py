@@ -66,7 +66,7 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     figures = draw_figures(cfg, paths, metrics, rows, log)
     ledger = build_ledger(claims.question, Path(cfg.dvc_lock_file).resolve().parent, metrics, lock)
     tables = evidence_tables(metrics, stats_config(cfg))
-    changed = since.section(rows, metrics, log, cfg.history_runs, paths.reports, cfg.figure_dpi)
+    changed = since.section(rows, metrics, log, cfg.history_runs, paths.reports, cfg.figure_dpi, tasks)
     figures[since_plot.TITLE] = changed.figure
     write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables | {render.SINCE: changed.grids})
     write_summaries(paths, rows, metrics, log)

@@ -2,11 +2,13 @@
 
 Each report stores a *claims record* on its pipeline run (the flow's parent MLflow run; the report's own run
 when the stage ran outside the flow, e.g. a bare ``dvc repro``): the JSON artifact ``claims/claims.json`` =
-``{"format": 1, "claims": {id: {verdict, difference, ci_low, ci_high, n}}, "data": {counter: docs}}`` (a
-difference without a CI has ``null`` bounds; a ``not run`` claim has only its verdict) and the tag
-``claims_recorded=true``. ``history`` reads the latest ``report.history_runs`` records back
-(``tracking.MlflowLog.tagged_records``), newest first; a run without a record (the report stage did not rerun
-in it) or with one that is unreadable is skipped. ``compare`` sets this run against the newest record:
+``{"format": 1, "claims": {id: {verdict, difference, ci_low, ci_high, n}}, "data": {counter: docs},
+"tasks": [names]}`` (a difference without a CI has ``null`` bounds; a ``not run`` claim has only its verdict)
+and the tags ``claims_recorded=true`` and ``claims_tasks=<the run's task names, sorted, comma-separated>``.
+``history`` reads the latest ``report.history_runs`` records of runs *of the same tasks* back
+(``tracking.MlflowLog.tagged_records``), newest first: a study whose tasks were replaced starts a history of its
+own, so its report names no removed task; a run without a record (the report stage did not rerun in it) or with
+one that is unreadable is skipped. ``compare`` sets this run against the newest record:
 
 - verdicts that flipped (``before -> now``, any change of verdict, ``not run`` included);
 - differences outside the earlier CI: this run's point difference lies outside the previous run's CI of the
@@ -38,6 +40,7 @@ from tasks.report.render import SINCE, Grid, grids_md
 
 RECORD_FILE = "claims/claims.json"  # the artifact, on the pipeline run
 RECORD_TAG = "claims_recorded"  # =true on a run that holds a record: what the next report searches for
+TASKS_TAG = "claims_tasks"  # the run's task names: a report compares only with runs of the same tasks
 RECORD_FORMAT = 1
 SECTION_FILE = "since_last_run.md"  # under the reports folder
 
@@ -79,13 +82,14 @@ class Since(NamedTuple):
     figure: Path | str
 
 
-def section(rows: list[Row], metrics: Metrics, log, history_runs: int, reports: Path, dpi: int) -> Since:
-    """Compare this run's claims with the latest earlier record of ``log``'s pipeline run's experiment, draw
-    the trend figure into ``<reports>/figures`` and write ``<reports>/since_last_run.md``. ``store`` records
-    this run afterwards, once the report is written."""
-    current = record(rows, metrics)
+def section(rows: list[Row], metrics: Metrics, log, history_runs: int, reports: Path, dpi: int,
+            tasks: tuple[str, ...]) -> Since:  # fmt: skip
+    """Compare this run's claims with the latest earlier record of ``log``'s pipeline run's experiment whose
+    run had the same ``tasks`` (params.yaml's task names), draw the trend figure into ``<reports>/figures`` and
+    write ``<reports>/since_last_run.md``. ``store`` records this run afterwards, once the report is written."""
+    current = record(rows, metrics, tasks)
     pipeline_log = log.pipeline()
-    past = history(pipeline_log, history_runs)
+    past = history(pipeline_log, history_runs, tasks)
     changes = compare(current, past[0]) if past else None
     grids = section_grids(current, past, changes, pipeline_log.run_id)
     log.info(f"report: since the last run: {summary(past, changes)}")
@@ -140,16 +144,22 @@ def _dict(value) -> dict:
     return value if isinstance(value, dict) else {}  # a metrics file of another shape counts nothing
 
 
-def record(rows: list[Row], metrics: Metrics) -> dict:
-    """This run's claims record (the module docstring gives its shape)."""
+def record(rows: list[Row], metrics: Metrics, tasks: tuple[str, ...]) -> dict:
+    """This run's claims record (the module docstring gives its shape; ``tasks`` sorted)."""
     return {"format": RECORD_FORMAT, "claims": {row.claim.id: claim_record(row) for row in rows},
-            "data": data_sizes(metrics)}
+            "data": data_sizes(metrics), "tasks": sorted(tasks)}
 
 
-def history(log, limit: int) -> list[PastRun] | None:
-    """The ``limit`` latest earlier records, newest first, from ``log`` (a pipeline run's RunLog): None
-    without tracking; a record whose ``claims`` is not ``{id: {verdict: str, ...}}`` is skipped."""
-    found = log.tagged_records(RECORD_TAG, RECORD_FILE, limit)
+def tasks_tag(tasks) -> str:
+    """The ``claims_tasks`` tag value: the task names, sorted, comma-separated (names are ``[A-Za-z0-9_-]``)."""
+    return ",".join(sorted(tasks))
+
+
+def history(log, limit: int, tasks: tuple[str, ...]) -> list[PastRun] | None:
+    """The ``limit`` latest earlier records of runs of the same ``tasks``, newest first, from ``log`` (a
+    pipeline run's RunLog): None without tracking; a record whose ``claims`` is not ``{id: {verdict: str, ...}}``
+    is skipped."""
+    found = log.tagged_records({RECORD_TAG: "true", TASKS_TAG: tasks_tag(tasks)}, RECORD_FILE, limit)
     if found is None:
         return None
     out = []
@@ -243,7 +253,8 @@ def tags(changes: Changes | None) -> dict[str, str]:
 
 
 def store(pipeline_log, since: Since) -> None:
-    """Attach this run's record to the pipeline run and tag it (``tags`` and ``claims_recorded=true``), so the
-    next report finds it; ``pipeline_log`` is ``log.pipeline()`` of the report's RunLog."""
+    """Attach this run's record to the pipeline run and tag it (``tags``, ``claims_recorded=true`` and
+    ``claims_tasks``), so the next report of the same tasks finds it; ``pipeline_log`` is ``log.pipeline()`` of
+    the report's RunLog."""
     pipeline_log.text(json.dumps(since.record, indent=2, sort_keys=True) + "\n", RECORD_FILE)
-    pipeline_log.tags(tags(since.changes) | {RECORD_TAG: "true"})
+    pipeline_log.tags(tags(since.changes) | {RECORD_TAG: "true", TASKS_TAG: tasks_tag(since.record["tasks"])})
