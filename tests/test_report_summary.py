@@ -4,7 +4,9 @@ import csv
 import json
 
 from tasks.report import summary
-from tasks.report.claims import Metrics
+from tasks.report.claims import Claim, Metrics
+from tasks.report.evaluation import Row
+from tasks.report.statistics import Estimate
 
 
 def _arm(per_seed, seeds=(13, 21)):
@@ -67,3 +69,25 @@ def test_loss_curves_keep_only_the_steps_each_series_has(tmp_path):
     assert (tmp_path / "plots" / "pretrain_heldout.csv").read_text() == "step,eval_loss\n6,8.9\n10,8.7\n"
     assert (tmp_path / "plots" / "pretrain_train.csv").read_text() == (
         "step,train_loss,unigram_ce\n5,9.0,7.0\n10,8.5,7.0\n15,8.0,7.0\n")
+
+
+def _row(cid: str) -> Row:
+    claim = Claim.model_validate({
+        "id": cid, "statement": "s", "evidence": "extrinsic", "kind": "difference", "task": "news",
+        "data_slice": "news/test", "metric": "test_macro_f1", "treatment": "finetune/news/pretrained/full/cls",
+        "baseline": "finetune/news/baseline/majority/labels", "ablation": "the encoder", "min_effect": 0.0,
+        "known_confounders": []})  # fmt: skip
+    return Row(claim, "inconclusive", "made", difference=Estimate(0.01, -0.02, 0.04, 3, "made"))
+
+
+def test_the_run_description_fits_mlflow_and_says_how_many_claims_it_leaves_out():
+    # MLflow cut a description of 34 claims at 8,000 characters mid-line (tests/test_e2e.py saw it)
+    rows = [_row(f"claim-{i:03d}-" + "x" * 60) for i in range(120)]
+    text = summary.summary_md(rows)
+    line = len(text.splitlines()[4]) + 1  # every claim line has the same length here
+    shown = [ln for ln in text.splitlines() if ln.startswith("| claim-")]
+    assert len(text) <= summary.NOTE_CHARS < len(text) + line and len(shown) < 120
+    assert f"| ... and {120 - len(shown)} more claims | | in `report/claims.html` |" in text
+    assert text.endswith("`report/claims.html`.\n")
+    few = summary.summary_md(rows[:3])
+    assert "more claims" not in few and len([ln for ln in few.splitlines() if ln.startswith("| claim-")]) == 3

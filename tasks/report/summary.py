@@ -120,12 +120,25 @@ def _write_csv(path: Path, header: list[str], rows: list[dict]) -> Path:
     return path
 
 
+#: MLflow keeps at most 8,000 characters of a tag (``MAX_TAG_VAL_LENGTH``), the run description included, and cuts
+#: a longer one mid-line: the summary stays within it.
+NOTE_CHARS = 8000
+
+
 def summary_md(rows: list[Row]) -> str:
-    """The run description: the verdict counts, then one line per claim (difference [CI] and verdict), in the
-    claim table's order (grouped by kind of evidence)."""
-    lines = [f"**clozeline claim table**: {verdict_summary(rows)}", "", "| claim | difference [CI] | verdict |",
-             "|---|---|---|"]
-    lines += [f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |"
+    """The run description, at most ``NOTE_CHARS`` characters: the verdict counts, then one line per claim
+    (difference [CI] and verdict) in the claim table's order (grouped by kind of evidence); when they do not all
+    fit, the first ones and a line saying how many more the claim table holds."""
+    head = [f"**clozeline claim table**: {verdict_summary(rows)}", "", "| claim | difference [CI] | verdict |",
+            "|---|---|---|"]
+    claims = [f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |"
               for _, group in by_evidence(rows) for r in group]  # the claim table's order
-    return "\n".join(lines + ["", "The full table, with arms, confounders and provenance: the run's artifact "
-                                  "`report/claims.html`."]) + "\n"
+    tail = ["", "The full table, with arms, confounders and provenance: the run's artifact `report/claims.html`."]
+    kept = len(claims)
+    while True:
+        left = len(claims) - kept
+        more = [f"| ... and {left} more claims | | in `report/claims.html` |"] if left else []
+        text = "\n".join(head + claims[:kept] + more + tail) + "\n"
+        if len(text) <= NOTE_CHARS or kept == 0:
+            return text
+        kept -= 1
