@@ -136,6 +136,7 @@ def test_without_dev_scores_the_gate_says_it_was_not_checked(tmp_path):
     metrics = write_workspace(tmp_path)  # selection has no dev scores
     row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), FLOOR)
     assert row.verdict == "supported" and any(n.startswith("floor gate not checked") for n in row.notes)
+    assert not any("KeyError" in n for n in row.notes), row.notes  # the key named in words, no exception class
 
 
 def test_optimiser_steps_per_run_from_epochs_docs_and_the_batch_size_as_run(tmp_path):

@@ -58,6 +58,9 @@ def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg)
         selection = metrics.get(f"finetune/{claim.task}")["selection"]
         floors = {k: floor_of(selection, cfg.floor_baseline, k) for k in keys}
         dev = {k: float(selection["dev"][k]) for k in keys}
+    except KeyError as err:  # an arm the dev selection did not score (learning-curve, further-seed arms) or none
+        missing = "dev scores" if err.args[0] == "dev" else f"dev score for {err.args[0]!r}"
+        return [], [f"floor gate not checked: metrics/finetune/{claim.task}.json selection has no {missing}"]
     except (NotRun, *MALFORMED) as err:
         return [], [f"floor gate not checked: no dev scores of the arms and baselines ({type(err).__name__}: {err})"]
     bar = {k: f"floor: {floors[k][0]} dev {floors[k][1]:.4f} + margin {cfg.floor_margin:g}" for k in keys}
