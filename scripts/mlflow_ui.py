@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import yaml
-
 from tasks.common.mlflow_ui import links_ui_url
+from tasks.config import load_params
 from tasks.tracking import runs_page_url, tracking_uri
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,12 +33,11 @@ HOST = "127.0.0.1"
 
 
 def links_port(params: Path) -> int:
-    """The port of ``report.mlflow_ui_url`` in ``params`` (80 / 443 when the URL names none).
+    """The port of ``report.mlflow_ui_url`` in ``params`` (80 / 443 when the URL names none), read through
+    ``tasks.config.load_params`` like every other reader of params.yaml.
 
-    Raises ``ValueError`` naming the key when the section or the key is missing or the port is not a number."""
-    url = ((yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("report") or {}).get("mlflow_ui_url")
-    if not url:
-        raise ValueError(f"{params}: report.mlflow_ui_url is not set")
+    Raises ``ValueError`` (``ParamsError``) naming the key when params do not validate or the port is not a number."""
+    url = load_params(params).report.mlflow_ui_url
     parts = urlsplit(url)
     try:
         return parts.port or (443 if parts.scheme == "https" else 80)
