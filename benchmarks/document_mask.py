@@ -22,23 +22,17 @@ sys.path.insert(0, str(ROOT))
 import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
-import re  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results  # noqa: E402
+from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results
+from benchmarks._provenance import cpu as cpu_info  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "document_mask.json"
 SMOKE_DOCS = 150
 #: The code measured: the pretrain stage (its attention masks, model, training step), its imports followed.
 MEASURED = ("tasks.pretrain",)
-
-
-def cpu_model() -> str:
-    text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace") if Path("/proc/cpuinfo").exists() else ""
-    found = re.search(r"model name\s*:\s*(.+)", text)
-    return found.group(1).strip() if found else platform.processor() or "cpu"
 
 
 def summary_rows(cases: list[dict]) -> list[dict]:
@@ -142,7 +136,8 @@ def main() -> None:
             print(json.dumps({k: v for k, v in cases[-1].items() if k != "rounds"}), flush=True)
     result = {"what": "pretrain.document_mask on the CPU: tiny ModernBERT (2 x 128, 2 heads of 64), fp32, eager, "
                       "training steps and forward passes, with and without the per-document mask",
-              "cpu": cpu_model(), "torch_threads": args.threads, "torch": torch.__version__,
+              "cpu": cpu_info()["model"] or platform.processor() or "cpu", "torch_threads": args.threads,
+              "torch": torch.__version__,
               "steps": args.steps, "rounds_n": args.rounds, "cases": cases, "rows": summary_rows(cases)}  # fmt: skip
     write_results(out, result, MEASURED, args.smoke)
 

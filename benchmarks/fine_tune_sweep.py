@@ -57,7 +57,7 @@ import platform  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
+from benchmarks._provenance import add_smoke, cpu, out_path, write_results  # noqa: E402
 
 TASK = "cls"  # the params.yaml task whose recipe (finetune.recipes.cls) the sweep runs
 GOAL_RATIO = 2.0
@@ -99,10 +99,7 @@ def device_name(device) -> str:
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-             if line.startswith("model name")] if cpuinfo.exists() else []  # fmt: skip
-    return f"{names[0] if names else platform.processor() or 'CPU'} ({os.cpu_count()} cores)"
+    return f"{cpu()['model'] or platform.processor() or 'CPU'} ({os.cpu_count()} cores)"
 
 
 def build_pretrained(models: Path, pretrain_cfg, max_len: int) -> Path:

@@ -42,7 +42,7 @@ import platform  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E402
+from benchmarks._provenance import add_smoke, cpu, out_path, write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "gpu_recipe_curve.json"
 SMOKE_DOCS = 150
@@ -55,13 +55,6 @@ LR_ANCHOR = (2.0e-3, 2048)  # the cpu profile's tuned lr and its tokens a step (
 def non_embedding_params(layers: int, hidden: int, ffn: int) -> int:
     """ModernBERT encoder layers + MLM head dense, without token embeddings and decoder bias (the rule's N)."""
     return layers * (4 * hidden**2 + 3 * hidden * ffn + 2 * hidden) + hidden**2 + 2 * hidden
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def table_rows(result: dict) -> list[dict]:
@@ -154,7 +147,7 @@ def main() -> None:
     last = [e["heldout_loss"] for e in evals[-4:]]
     result = {
         "command": " ".join([".venv/bin/python", "benchmarks/gpu_recipe_curve.py", *sys.argv[1:]]),
-        "cpu_model": cpu_model(),
+        "cpu_model": cpu()["model"] or platform.processor(),
         "torch_threads": args.threads,
         "quick": args.quick,
         "profile": {"layers": shape.num_hidden_layers, "hidden": shape.hidden_size, "non_embedding_params": n_full,
