@@ -16,54 +16,8 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
     """The Markdown model card of task ``task``'s export (Hugging Face card front matter first). ``gate`` is
     ``gate_of``'s with ``beaten_by`` (``facts.beating_baselines``); ``aliases``: (every evaluated version's
     registry alias, the gated one)."""
-    run, seed, name = export["run"], export["seed"], export["metric"]
-    arm = finetune["runs"][run]
-    stats = arm.get(name) or {}
-    kind = export["kind"]
-    tag = PIPELINE_TAG.get(kind, "text-classification")
-    front = {"library_name": "transformers", "pipeline_tag": tag, "tags": ["clozeline", task],
-             "model-index": [{"name": registered_name, "results": [{"task": {"type": tag}, "metrics": [
-                 {"type": name, "value": round(export["rescored"][name], 6), "name": f"{name} (re-scored export)"}]}]}]}
-    agreement = export["agreement"]
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
-             f"# {registered_name}: {run}, seed {seed}", "",
-             f"The `{task}` model of a clozeline pipeline run ({kind}, source `{finetune.get('source')}`): "
-             f"labels {', '.join(f'`{label}`' for label in finetune['labels'])}.", "",
-             "## What was shipped", "", *facts.base_lines(export), facts.data_line(export, finetune), "",
-             "## How to run it as it was evaluated", "",
-             "Weights, `id2label`/`label2id` and the tokenizer load with the standard classes "
-             f"(`{'AutoModelForTokenClassification' if kind == 'token_classification' else 'AutoModelForSequenceClassification'}`, "
-             "`AutoTokenizer`, safetensors). What the evaluated model does beyond them is in `config.json` under "
-             f"`clozeline`: {recipe_words(export['recipe'])}. `clozeline.predict` applies it:", "",
-             "```python", *usage(export["pipeline_task"], kind), "```", "",
-             "`transformers.pipeline(\"text-classification\" | \"token-classification\", model=<this folder>)` alone "
-             "does **not** reproduce it (another pooling or head, the head-only cut, subword tags).", "",
-             "## How it was chosen (on dev; test never chose)", "",
-             f"- arm `{run}`: the best mean dev score over seeds of the arms (`selection.best_arm`);",
-             f"- seed {seed}: {export['seed_rule']}; dev scores by seed "
-             f"{', '.join(f'{k}: {fmt(v)}' for k, v in export['dev'].items())}; model {export['model']};"]
-    if export.get("dev_winner_is_baseline"):
-        lines.append(f"- on dev a baseline scored higher: `{export['dev_winner']}` {export['dev_winner_score']:.4f} "
-                     f"against this arm's {export['arm_dev_score']:.4f}. No encoder beat it on dev; this encoder is "
-                     "shipped because the claims are about it, and the alias gate below says whether to use it.")
-    if export.get("baseline"):
-        base = export["baseline"]
-        lines.append(f"- that baseline is shipped too, in `baseline/` (scikit-learn in skops format, no pickle; "
-                     f"`clozeline.baseline.load_baseline`): {name} {fmt(base['rescored'].get(name))} re-scored, "
-                     f"{base['agreement']['disagree']} of {base['agreement']['items']} items disagreeing with its "
-                     "evaluation.")
-    lines += ["", f"## Test figures ({agreement['items']} test items)", "",
-              "| what | value |", "| --- | --- |",
-              f"| {name} of the arm, mean over {stats.get('n', '?')} seeds [95% t CI] | {fmt(stats.get('mean'))} "
-              f"[{fmt(stats.get('ci95_low'))}, {fmt(stats.get('ci95_high'))}] |",
-              f"| {name} of seed {seed}, as evaluated | {fmt(export['evaluated'][name])} |",
-              f"| {name} of this export, re-scored from raw text in a fresh process | {fmt(export['rescored'][name])} |",
-              f"| items where the export disagrees with the evaluation | {agreement['disagree']} of {agreement['items']} "
-              f"(max probability gap {agreement['max_abs_probability_difference']:.2g}, tolerance "
-              f"{agreement['probability_tolerance']:g}) |", *cost_rows(export.get("operational") or {}), "",
-              "## Baselines on the same test set", "", *baseline_lines(gate["beaten_by"], export), "",
-              "## Claims about this model (reports/claims.md)", ""]
-    lines += claims_section(claims, export, finetune)
+    lines = [*intro_lines(task, export, finetune, registered_name), *chosen_lines(export),
+             *figure_lines(export, finetune, gate["beaten_by"]), *claims_section(claims, export, finetune)]
     lines += ["", f"Registry: every evaluated version gets the alias `{aliases[0]}` "
               f"(`models:/{registered_name}@{aliases[0]}`); the alias `{aliases[1]}` moves only when the gate "
               f"passes. Gate: {gate['reason']}.", "", "## Data and code", "",
@@ -73,6 +27,65 @@ def card(task: str, export: dict, finetune: dict, claims: list[dict], gate: dict
               "```yaml", yaml.safe_dump(params or {"not recorded": True}, sort_keys=True).strip(), "```", "",
               "## Intended use and limits", "", *facts.limits(export, finetune, gate["beaten_by"]), ""]
     return "\n".join(lines)
+
+
+def intro_lines(task: str, export: dict, finetune: dict, registered_name: str) -> list[str]:
+    """The front matter, the title, what was shipped and how to run it as it was evaluated."""
+    name, kind = export["metric"], export["kind"]
+    tag = PIPELINE_TAG.get(kind, "text-classification")
+    front = {"library_name": "transformers", "pipeline_tag": tag, "tags": ["clozeline", task],
+             "model-index": [{"name": registered_name, "results": [{"task": {"type": tag}, "metrics": [
+                 {"type": name, "value": round(export["rescored"][name], 6), "name": f"{name} (re-scored export)"}]}]}]}
+    auto = "AutoModelForTokenClassification" if kind == "token_classification" else "AutoModelForSequenceClassification"
+    return ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
+            f"# {registered_name}: {export['run']}, seed {export['seed']}", "",
+            f"The `{task}` model of a clozeline pipeline run ({kind}, source `{finetune.get('source')}`): "
+            f"labels {', '.join(f'`{label}`' for label in finetune['labels'])}.", "",
+            "## What was shipped", "", *facts.base_lines(export), facts.data_line(export, finetune), "",
+            "## How to run it as it was evaluated", "",
+            f"Weights, `id2label`/`label2id` and the tokenizer load with the standard classes (`{auto}`, "
+            "`AutoTokenizer`, safetensors). What the evaluated model does beyond them is in `config.json` under "
+            f"`clozeline`: {recipe_words(export['recipe'])}. `clozeline.predict` applies it:", "",
+            "```python", *usage(export["pipeline_task"], kind), "```", "",
+            "`transformers.pipeline(\"text-classification\" | \"token-classification\", model=<this folder>)` alone "
+            "does **not** reproduce it (another pooling or head, the head-only cut, subword tags).", ""]
+
+
+def chosen_lines(export: dict) -> list[str]:
+    """How the arm and the seed were chosen on dev, and a baseline that won on dev (and is shipped too)."""
+    lines = ["## How it was chosen (on dev; test never chose)", "",
+             f"- arm `{export['run']}`: the best mean dev score over seeds of the arms (`selection.best_arm`);",
+             f"- seed {export['seed']}: {export['seed_rule']}; dev scores by seed "
+             f"{', '.join(f'{k}: {fmt(v)}' for k, v in export['dev'].items())}; model {export['model']};"]
+    if export.get("dev_winner_is_baseline"):
+        lines.append(f"- on dev a baseline scored higher: `{export['dev_winner']}` {export['dev_winner_score']:.4f} "
+                     f"against this arm's {export['arm_dev_score']:.4f}. No encoder beat it on dev; this encoder is "
+                     "shipped because the claims are about it, and the alias gate below says whether to use it.")
+    if export.get("baseline"):
+        base, name = export["baseline"], export["metric"]
+        lines.append(f"- that baseline is shipped too, in `baseline/` (scikit-learn in skops format, no pickle; "
+                     f"`clozeline.baseline.load_baseline`): {name} {fmt(base['rescored'].get(name))} re-scored, "
+                     f"{base['agreement']['disagree']} of {base['agreement']['items']} items disagreeing with its "
+                     "evaluation.")
+    return lines
+
+
+def figure_lines(export: dict, finetune: dict, beaten: list[dict]) -> list[str]:
+    """The test figures (the arm over seeds, the evaluated seed, the re-scored export, their agreement, the
+    cost), the baselines that beat the model, and the claims section's heading."""
+    name, seed, agreement = export["metric"], export["seed"], export["agreement"]
+    stats = finetune["runs"][export["run"]].get(name) or {}
+    return ["", f"## Test figures ({agreement['items']} test items)", "",
+            "| what | value |", "| --- | --- |",
+            f"| {name} of the arm, mean over {stats.get('n', '?')} seeds [95% t CI] | {fmt(stats.get('mean'))} "
+            f"[{fmt(stats.get('ci95_low'))}, {fmt(stats.get('ci95_high'))}] |",
+            f"| {name} of seed {seed}, as evaluated | {fmt(export['evaluated'][name])} |",
+            f"| {name} of this export, re-scored from raw text in a fresh process | {fmt(export['rescored'][name])} |",
+            f"| items where the export disagrees with the evaluation | {agreement['disagree']} of {agreement['items']} "
+            f"(max probability gap {agreement['max_abs_probability_difference']:.2g}, tolerance "
+            f"{agreement['probability_tolerance']:g}) |", *cost_rows(export.get("operational") or {}), "",
+            "## Baselines on the same test set", "", *baseline_lines(beaten, export), "",
+            "## Claims about this model (reports/claims.md)", ""]
 
 
 def baseline_lines(beaten: list[dict], export: dict) -> list[str]:
