@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-import yaml
+from huggingface_hub.repocard import metadata_load
 
 from tasks.common.encoders import pretrained_dir, pretraining_record, reference_model_dir, tokenization
 
@@ -59,7 +59,7 @@ def hf_folder(folder: Path) -> dict:
     its ``config.json`` (``_name_or_path``) and the installed distribution holding it, if any."""
     card = folder / "README.md"
     text = card.read_text(encoding="utf-8") if card.is_file() else ""
-    front = front_matter(text)
+    front = front_matter(card) if text else {}
     hub = HUB_ID.search(text)
     heading = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), None)
     config = folder / "config.json"
@@ -73,11 +73,13 @@ def hf_folder(folder: Path) -> dict:
             "package": package_of(folder)}  # fmt: skip
 
 
-def front_matter(text: str) -> dict:
-    """The YAML front matter (between the first two ``---`` lines) of a Markdown card; ``{}`` without one."""
-    parts = text.split("\n---", 1) if text.startswith("---") else []
-    loaded = yaml.safe_load(parts[0][3:]) if len(parts) == 2 else None
-    return loaded if isinstance(loaded, dict) else {}
+def front_matter(card: Path) -> dict:
+    """The YAML front matter of a Hugging Face model card (``huggingface_hub``'s ``metadata_load``); ``{}``
+    without one, or with one that is not a mapping."""
+    try:
+        return metadata_load(card) or {}
+    except ValueError:  # metadata_load's "repo card metadata block should be a dict"
+        return {}
 
 
 def package_of(folder: Path) -> dict | None:
