@@ -28,7 +28,7 @@ from tasks import dedup  # noqa: E402
 from tasks.common import minhash, textnorm  # noqa: E402
 from tasks.common.unionfind import UnionFind  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
-from tasks.config.dedup import DedupParams  # noqa: E402
+from tasks.config.corpus.dedup import DedupParams  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402
 
 

@@ -70,7 +70,7 @@ from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks._measure import TimedOut, run_measured  # noqa: E402
 from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, spread, write_results  # noqa: E402
 from tasks.config import read_yaml  # noqa: E402
-from tasks.config.dedup import DedupParams  # noqa: E402
+from tasks.config.corpus.dedup import DedupParams  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "dedup.json"
 PEERS = REPO / "benchmarks" / ".peers"
@@ -116,7 +116,7 @@ def default_rows(work: Path, max_docs: int | None = None) -> list[str]:
     many a source, wikipedia_sample left out (the smoke run's tiny corpus)."""
     from tasks import ingest
     from tasks.config import Paths
-    from tasks.config.ingest import IngestParams
+    from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
 
     values = read_yaml(REPO / "params.yaml")["ingest"]

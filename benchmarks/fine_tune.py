@@ -98,7 +98,7 @@ def bbc_rows(out: Path, train_docs: int, eval_docs: int) -> None:
 def recipe():
     """``(TaskParams of finetune.recipes.cls, finetune.torch_threads)`` from params.yaml, unchanged."""
     from tasks.config import read_yaml
-    from tasks.config.finetune import TaskParams
+    from tasks.config.model.finetune import TaskParams
 
     raw = read_yaml(ROOT / "params.yaml")["finetune"]
     return TaskParams.model_validate(raw["recipes"]["cls"]), int(raw["torch_threads"])
@@ -106,7 +106,7 @@ def recipe():
 
 def bench_job(data: Path, tcfg):
     """A real ``tasks.finetune.Job`` of the arm (``make_job``: the stage's ``cls.examples`` cut); dev = test = eval."""
-    from tasks.config.finetune import RunSpec
+    from tasks.config.model.finetune import RunSpec
     from tasks.finetune import make_job
 
     rows = json.loads(data.read_text())

@@ -76,8 +76,8 @@ def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
     from tasks import ingest, leakage, split
     from tasks.common.shards import read_source, source_files
     from tasks.config import Paths
-    from tasks.config.ingest import IngestParams
-    from tasks.config.split import SplitParams
+    from tasks.config.corpus.ingest import IngestParams
+    from tasks.config.corpus.split import SplitParams
     from tasks.tracking import NullLog
 
     paths = Paths(data=folder / "data", models=folder / "m", metrics=folder / "x", reports=folder / "r")
@@ -158,7 +158,7 @@ def part_set_baseline(corpus: dict, cfg) -> dict:
 
 def measure_part(name: str, corpus_file: Path, out: Path) -> None:
     from tasks.config import read_yaml
-    from tasks.config.leakage import LeakageParams
+    from tasks.config.corpus.leakage import LeakageParams
 
     cfg = LeakageParams(**read_yaml(ROOT / "params.yaml")["leakage"])
     if name.startswith("ours"):

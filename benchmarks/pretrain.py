@@ -77,7 +77,7 @@ def stage_config(preset: str, batch: int, mlm_probability: float, device: str):
     """The real ``pretrain`` params section with size/batch/masking/device overridden (no eval, no checkpoints);
     on CUDA bf16 autocast and ``torch.compile``, as the gpu profile sets them."""
     from tasks.config import read_yaml
-    from tasks.config.pretrain import PretrainParams
+    from tasks.config.model.pretrain import PretrainParams
 
     raw = read_yaml(ROOT / "params.yaml")["pretrain"]
     cuda = device.startswith("cuda")

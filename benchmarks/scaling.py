@@ -138,7 +138,7 @@ def default_ingest_rows(raw: dict, work: Path, max_docs: int | None = None) -> l
     source)."""
     from tasks import ingest
     from tasks.config import Paths
-    from tasks.config.ingest import IngestParams
+    from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
 
     sources = [{**spec, "max_docs": max_docs or spec.get("max_docs")} for spec in raw["ingest"]["sources"]]

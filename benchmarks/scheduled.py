@@ -114,7 +114,7 @@ def default_records(work: Path, scale: int, limit: int | None = None) -> dict[st
     from tasks import ingest
     from tasks.common.shards import read_named
     from tasks.config import Paths, read_yaml
-    from tasks.config.ingest import IngestParams
+    from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
 
     cfg = IngestParams.model_validate({**read_yaml(REPO / "params.yaml")["ingest"], "incremental": False})

@@ -189,14 +189,14 @@ def shell_command(argv: list[str]) -> str:
 def check_gpus(device: str, nproc_per_node: int | str, profile: str | None = None) -> None:
     """Raise ``ParamsError`` (one line) when ``hardware.device`` cannot be used here, or ``pretrain.nproc_per_node``
     asks for more training processes than the GPUs torch sees (or for ``gpu`` without one): the checks the
-    pretrain stage's rank setup makes, made before DVC starts (``tasks.config.pretrain.processes_per_node``).
+    pretrain stage's rank setup makes, made before DVC starts (``tasks.config.model.pretrain.processes_per_node``).
 
     With ``profile`` (the profile that sets ``hardware.device``), a device torch cannot give is said as that
     profile's request, with what to do instead (``profile_device_error``); without it, in ``resolve``'s words."""
     import torch  # only when a profile is applied, never when params load
 
     from tasks.common.device import resolve
-    from tasks.config.pretrain import processes_per_node
+    from tasks.config.model.pretrain import processes_per_node
 
     try:
         found = resolve(device)

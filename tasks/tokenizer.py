@@ -21,7 +21,7 @@ from tasks.common.deps import require_declared
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.common.parquet import read_clean_source, read_pretraining_rows
 from tasks.config import Paths
-from tasks.config.tokenizer import SpecialTokens, TokenizerParams
+from tasks.config.corpus.tokenizer import SpecialTokens, TokenizerParams
 
 #: Columns of the DESIGN row contract that this stage and ``tokenize`` read.
 CONTINUATION_PREFIX = "##"

@@ -13,8 +13,8 @@ from finetune_fixtures import OTHER, SPORT, TECH, TASKS, save_tiny_bert, tiny_pa
 from transformers import BertTokenizerFast
 
 from tasks.config import Paths
-from tasks.config.export import ExportParams
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.export import ExportParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import run as finetune_run
 from tasks.tracking import NullLog
 

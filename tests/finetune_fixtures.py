@@ -13,7 +13,7 @@ from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 from tasks.common import alignment
 from tasks.common.encoders import write_pretraining_record
 from tasks.config import Paths
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 
 SPORT = "goal match team ball score win football coach".split()
 TECH = "chip code data phone software network server laptop".split()

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from tasks.common.imports import import_closure
 from tasks.config import Params, load_params
-from tasks.config.report import SETUP_KEYS
+from tasks.config.model.report import SETUP_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = load_params(ROOT / "params.yaml")
@@ -43,7 +43,7 @@ def keys_read(section: str, item: str | None) -> set[str]:
     keys |= {RESOLVED_BY[name] for name in model.model_fields if name in RESOLVED_BY}
     if "hardware" in model.model_fields:
         keys.add("hardware")
-    if "setup" in model.model_fields:  # the report's copy of what decides its claims (tasks.config.report)
+    if "setup" in model.model_fields:  # the report's copy of what decides its claims (tasks.config.model.report)
         keys |= {key for keys_of_field in SETUP_KEYS.values() for key in keys_of_field}
     if "tasks" in model.model_fields:
         keys.add(f"tasks.{item}" if item else "tasks")

@@ -17,8 +17,8 @@ import pandas as pd
 from tasks.common.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
-from tasks.config.pretrain import PretrainParams
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.model.pretrain import PretrainParams
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize.pretrain import pack_pretrain
 from tasks.tracking import NullLog
 
@@ -106,7 +106,7 @@ def worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str 
         sys.path.insert(0, {str(ROOT)!r})
         import torch
         from tasks.config.paths import Paths
-        from tasks.config.pretrain import PretrainParams
+        from tasks.config.model.pretrain import PretrainParams
         from tasks.tracking import NullLog
         import tasks.pretrain as P
         cfg = PretrainParams.model_validate_json({cfg.model_dump_json()!r})

@@ -11,7 +11,7 @@ import datasets
 import pytest
 from transformers import BertTokenizerFast
 
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import baselines, load_task_data, run_baseline, select_best
 from tasks.finetune.baselines_tfidf import arm_inputs
 from tasks.finetune.draw import Draw

@@ -207,10 +207,10 @@ def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
 
-    from tasks.config.dedup import DedupParams
-    from tasks.config.leakage import LeakageParams, SemanticParams
+    from tasks.config.corpus.dedup import DedupParams
+    from tasks.config.corpus.leakage import LeakageParams, SemanticParams
     from tasks.config.root import load_params
-    from tasks.config.tokenize import TokenizeParams
+    from tasks.config.corpus.tokenize import TokenizeParams
     from tasks.dedup import incremental as dedup_incremental
     from tasks.leakage import embedding_store, plant_cache
     from tasks.leakage import incremental as leakage_incremental
@@ -336,7 +336,7 @@ def test_the_tokenize_keys_follow_the_tokenizers_version(monkeypatch):
 def test_the_ingest_unit_key_of_parquet_and_hf_disk_follows_their_parser(tmp_path, monkeypatch):
     """Review finding C: a Parquet unit is parsed by ``pyarrow``, an ``hf_disk`` source by ``datasets`` (on
     ``pyarrow``): another version of either changes their unit keys; a JSON Lines or CSV unit keeps its key."""
-    from tasks.config.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
+    from tasks.config.corpus.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
     from tasks.ingest import cache as ingest_cache
 
     specs = {"parquet": ParquetSource(kind="parquet", name="pq", role="pretrain", path="x", text_field="text"),

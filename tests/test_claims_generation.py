@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tasks.config import load_params
-from tasks.config.report import ReportSetup
+from tasks.config.model.report import ReportSetup
 from tasks.config.tasks import TaskSpec
 from tasks.report.claims import ClaimsError
 from tasks.report.standard import claim_set, gate_claims, standard_claims

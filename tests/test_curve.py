@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tasks.common import encoders
 from tasks.config import Paths
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import curve, run
 from tasks.tracking import NullLog
 

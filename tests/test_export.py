@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoMod
 from clozeline.predict import ExportError, load
 from tasks import export
 from tasks.common.provenance import Lock
-from tasks.config.release import ReleaseParams
+from tasks.config.model.release import ReleaseParams
 from tasks.export import rescore
 from tasks.release import run as release_run
 from tasks.report.claims import Claim, Metrics

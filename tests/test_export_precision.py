@@ -20,7 +20,7 @@ from clozeline.predict import load, predict_records
 from tasks import export
 from tasks.common import device as device_module
 from tasks.config import Paths
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.export import rescore
 from tasks.finetune import run as finetune_run
 from tasks.finetune import training

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from clozeline import encoding
-from tasks.config.release import ReleaseParams
+from tasks.config.model.release import ReleaseParams
 from tasks.export.rescore import compare
 from tasks.finetune import cls as finetune_cls
 from tasks.release import check_files, gate_of

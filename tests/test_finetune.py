@@ -13,7 +13,7 @@ from seqeval.metrics import f1_score as seqeval_f1
 from transformers import BertTokenizerFast
 
 from tasks.common.stats import summarize
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import cls as finetune_cls
 from tasks.finetune import kept_doc_ids
 from tasks.finetune import ner as finetune_ner

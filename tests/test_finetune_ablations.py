@@ -63,7 +63,7 @@ def test_off_runs_nothing_and_on_without_models_names_the_param(tmp_path):
 
 
 def test_an_ablation_run_enters_selection_for_the_floor_gate_with_its_configs_comparator():
-    from tasks.config.finetune import RunSpec
+    from tasks.config.model.finetune import RunSpec
     from tasks.finetune.ablations import in_selection
 
     spec, key = RunSpec.model_validate("pretrained/full/mean-pool"), "pretrained@ablation_all-mask/full/mean-pool"

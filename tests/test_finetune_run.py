@@ -13,7 +13,7 @@ from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, 
 
 from tasks.common import encoders
 from tasks.config import Paths
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import log_caps
 from tasks.finetune import model as finetune_model
 from tasks.finetune import run

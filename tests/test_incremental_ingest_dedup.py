@@ -22,8 +22,8 @@ import pytest
 from tasks import dedup, ingest
 from tasks.common.shards import read_named
 from tasks.config import Paths, read_yaml
-from tasks.config.dedup import DedupParams
-from tasks.config.ingest import IngestParams
+from tasks.config.corpus.dedup import DedupParams
+from tasks.config.corpus.ingest import IngestParams
 from tasks.ingest.records import SourceError
 from tasks.tracking import NullLog
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from tasks import ingest
 from tasks.common.shards import read_named
 from tasks.config import Paths, read_yaml
-from tasks.config.ingest import IngestParams
+from tasks.config.corpus.ingest import IngestParams
 from tasks.ingest.records import SourceError
 from tasks.tracking import NullLog
 

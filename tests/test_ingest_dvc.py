@@ -12,7 +12,7 @@ import yaml
 
 from tasks import ingest
 from tasks.config import Paths
-from tasks.config.ingest import IngestParams
+from tasks.config.corpus.ingest import IngestParams
 from tasks.ingest.deps import check_declared_deps
 from tasks.tracking import NullLog
 
@@ -26,7 +26,7 @@ sys.path.insert(0, {str(WORKTREE)!r})
 import yaml
 from tasks import ingest
 from tasks.config import Paths
-from tasks.config.ingest import IngestParams
+from tasks.config.corpus.ingest import IngestParams
 from tasks.tracking import NullLog
 cfg = IngestParams.model_validate(yaml.safe_load(Path("sources.yaml").read_text()))
 ingest.run(cfg, Paths(data="data", models="models", metrics="metrics", reports="reports"), NullLog())

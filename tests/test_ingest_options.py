@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from tasks import ingest
 from tasks.common.shards import read_named
 from tasks.config import Paths
-from tasks.config.ingest import IngestParams
+from tasks.config.corpus.ingest import IngestParams
 from tasks.ingest.records import SourceError, match_files
 from tasks.tracking import NullLog
 

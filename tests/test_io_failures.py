@@ -20,8 +20,8 @@ from test_incremental_ingest_dedup import DEDUP, outputs, paths_of, run_both, wo
 import tasks.__main__ as stage_main
 from tasks import dedup, ingest
 from tasks.common.ioerrors import DamagedFile, NoRoom, producing_stage, reading, writing
-from tasks.config.dedup import DedupParams
-from tasks.config.ingest import IngestParams
+from tasks.config.corpus.dedup import DedupParams
+from tasks.config.corpus.ingest import IngestParams
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,7 +307,7 @@ def test_ingest_cache_past_the_file_size_limit_names_the_entry(tmp_path):
     write_file(raw, "part0.jsonl", [words(random.Random(1), 60) for _ in range(40)])
     body = f"""    from test_incremental_ingest_dedup import paths_of
     from tasks import ingest
-    from tasks.config.ingest import IngestParams
+    from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
     spec = {{"name": "docs", "kind": "jsonl", "role": "task", "path": {str(raw)!r}, "text_field": "text"}}
     ingest.run(IngestParams(sources=[spec]), paths_of(Path({str(root)!r})), NullLog())"""
@@ -323,7 +323,7 @@ def test_dedup_past_the_file_size_limit_names_the_file(ingested):
     shutil.rmtree(root / "data" / "dedup_index")
     body = f"""    from test_incremental_ingest_dedup import DEDUP, paths_of
     from tasks import dedup
-    from tasks.config.dedup import DedupParams
+    from tasks.config.corpus.dedup import DedupParams
     from tasks.tracking import NullLog
     dedup.run(DedupParams.model_validate({{**DEDUP, "num_proc": 1}}), paths_of(Path({str(root)!r})), NullLog())"""
     found = run_limited(body, 4_000)

@@ -13,7 +13,7 @@ from reference import word_ngrams
 from tasks import leakage
 from tasks.common.textnorm import words
 from tasks.config import Paths, read_yaml
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import detectors, shingles
 from tasks.tracking import NullLog
 

@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 
 from tasks.common import encoders
 from tasks.config import Paths
-from tasks.config.finetune import FinetuneParams, RunSpec
+from tasks.config.model.finetune import FinetuneParams, RunSpec
 from tasks.finetune import operational, run
 from tasks.finetune.model import build_model, load_model, save_model
 from tasks.tracking import NullLog

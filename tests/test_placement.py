@@ -34,7 +34,7 @@ from tasks.common import encoders
 from tasks.common.device import autocast, place
 from tasks.common.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.export import convert
 from tasks.finetune import cls, ner, operational
 from tasks.finetune.model import build_model, save_model

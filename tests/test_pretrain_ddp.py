@@ -18,7 +18,7 @@ from pretrain_fixtures import ROOT, build_corpus, clone, make_cfg, subprocess_en
 from safetensors.torch import load_file
 
 from tasks.config import read_yaml
-from tasks.config.pretrain import PretrainParams
+from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
 
 pytestmark = pytest.mark.slow

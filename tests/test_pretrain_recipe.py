@@ -110,7 +110,7 @@ def _run_in(code: Path, cfg, paths) -> dict:
         logging.basicConfig(level=logging.INFO)
         sys.path.insert(0, {str(code)!r})
         from tasks.config.paths import Paths
-        from tasks.config.pretrain import PretrainParams
+        from tasks.config.model.pretrain import PretrainParams
         from tasks.tracking import NullLog
         import tasks.pretrain as P
         cfg = PretrainParams.model_validate_json({cfg.model_dump_json()!r})

@@ -23,7 +23,7 @@ from tasks import probe
 from tasks.common.encoders import load_masked_lm, load_tokenizer, model_dir, write_pretraining_record
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
-from tasks.config.probe import ProbeParams
+from tasks.config.model.probe import ProbeParams
 from tasks.probe import pairs
 from tasks.probe import scores as probe_scores
 from tasks.tracking import NullLog

@@ -1,7 +1,7 @@
 """What a profile turns into once it runs: every value a pretraining rank resolves (device, processes per node,
 world size, its GPU, the process group, the steps and peak lr of that world), ``pretrain.nproc_per_node: gpu``
 included, on 1 and on 8 faked GPUs (``torch.cuda.is_available`` / ``device_count`` patched, nothing else); ``gpu``
-resolved by one function (``tasks.config.pretrain.processes_per_node``) that agrees with torchrun's own count; and
+resolved by one function (``tasks.config.model.pretrain.processes_per_node``) that agrees with torchrun's own count; and
 the ``-S`` values of ``flows.profiles`` reaching params.yaml unchanged through DVC's own parser, strings with spaces
 and quotes included. The profiles themselves: tests/test_profiles.py; `make run PROFILE=...`:
 tests/test_make_run.py."""
@@ -81,7 +81,7 @@ def test_every_value_a_rank_sees_resolves_on_1_and_8_gpus(name, gpus, fake_gpus,
 
 
 def test_nproc_per_node_gpu_is_the_gpus_torch_sees_and_more_is_one_line():
-    from tasks.config.pretrain import processes_per_node
+    from tasks.config.model.pretrain import processes_per_node
 
     assert [processes_per_node("gpu", n) for n in (1, 8)] == [1, 8]
     assert processes_per_node(4, 0) == 4  # not on CUDA: CPU processes (gloo), any number

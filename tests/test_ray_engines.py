@@ -16,7 +16,7 @@ from test_dedup import write_source
 
 from tasks import dedup, ingest, leakage, split
 from tasks.config import Paths, load_params
-from tasks.config.dedup import SourcePolicy
+from tasks.config.corpus.dedup import SourcePolicy
 from tasks.tracking import NullLog
 
 pytest.importorskip("ray.data", reason="engine: ray needs the optional group: pip install -e '.[ray]'")

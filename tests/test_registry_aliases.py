@@ -8,7 +8,7 @@ import mlflow
 import pytest
 from mlflow.exceptions import MlflowException
 
-from tasks.config.release import ReleaseParams
+from tasks.config.model.release import ReleaseParams
 from tasks.tracking import open_run
 
 

@@ -19,7 +19,7 @@ from tasks import report
 from tasks.common.provenance import Lock
 from tasks.config import load_params
 from tasks.config.paths import Paths
-from tasks.config.report import ReportParams
+from tasks.config.model.report import ReportParams
 from tasks.report import render
 from tasks.report.claims import EVIDENCE, ClaimsError, Metrics
 from tasks.report.evaluation import evaluate

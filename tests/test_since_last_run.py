@@ -220,7 +220,7 @@ def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(st
     from tasks import report
     from tasks.config import read_yaml
     from tasks.config.paths import Paths
-    from tasks.config.report import ReportParams
+    from tasks.config.model.report import ReportParams
 
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
                   reports=tmp_path / "reports")  # fmt: skip

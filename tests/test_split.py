@@ -9,7 +9,7 @@ import pytest
 
 from tasks import split
 from tasks.config import Paths, read_yaml
-from tasks.config.split import SplitParams
+from tasks.config.corpus.split import SplitParams
 from tasks.tracking import NullLog
 
 

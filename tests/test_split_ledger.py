@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from tasks import split
 from tasks.config import Paths, read_yaml
-from tasks.config.split import SplitParams
+from tasks.config.corpus.split import SplitParams
 from tasks.split import ledger
 from tasks.tracking import NullLog
 

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from tasks import tokenizer as stage
 from tasks.common.encoders import reference_model_dir, tokenizer_dir
 from tasks.config import Paths
-from tasks.config.tokenizer import TokenizerParams
+from tasks.config.corpus.tokenizer import TokenizerParams
 from tasks.tracking import NullLog
 
 SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common.stamped import one_line, swapped_in
-from tasks.config.tokenizer import TokenizerParams
+from tasks.config.corpus.tokenizer import TokenizerParams
 
 VOCAB, TRAINED = "vocab.txt", "trained.json"
 

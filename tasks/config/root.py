@@ -11,23 +11,23 @@ from pydantic import ValidationError, model_validator
 
 from tasks.config.base import StrictModel
 from tasks.config.cluster import RayParams
-from tasks.config.dedup import DedupParams
-from tasks.config.export import ExportParams
-from tasks.config.finetune import FinetuneParams
+from tasks.config.corpus.dedup import DedupParams
+from tasks.config.model.export import ExportParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.config.hardware import HardwareParams
-from tasks.config.ingest import IngestParams, resolve_pretrain
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.ingest import IngestParams, resolve_pretrain
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.config.paths import Paths
 from tasks.config.pipeline import PipelineParams
-from tasks.config.pretrain import PretrainParams
-from tasks.config.probe import ProbeParams
-from tasks.config.report import ReportParams, ReportSetup
-from tasks.config.release import ReleaseParams
+from tasks.config.model.pretrain import PretrainParams
+from tasks.config.model.probe import ProbeParams
+from tasks.config.model.report import ReportParams, ReportSetup
+from tasks.config.model.release import ReleaseParams
 from tasks.config.snapshot import SnapshotParams
-from tasks.config.split import SplitParams
+from tasks.config.corpus.split import SplitParams
 from tasks.config.tasks import Tasks
-from tasks.config.tokenize import TokenizeParams
-from tasks.config.tokenizer import TokenizerParams
+from tasks.config.corpus.tokenize import TokenizeParams
+from tasks.config.corpus.tokenizer import TokenizerParams
 from tasks.config.yamlfile import ParamsError, read_yaml
 
 

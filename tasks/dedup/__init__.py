@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 from tasks.common import minhash, pairjaccard, textnorm
 from tasks.common.unionfind import UnionFind
 from tasks.config import Paths
-from tasks.config.dedup import DedupParams
+from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import policy, signing
 from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.corpus import Corpus, read_corpus

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from tasks.config.dedup import DedupParams
+    from tasks.config.corpus.dedup import DedupParams
     from tasks.dedup import Corpus, DocSignatures
     from tasks.dedup.outputs import RowLabels
 

@@ -63,7 +63,7 @@ from tasks.common import minhash
 from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in, write_cache
 from tasks.common.textnorm import arrow_strings
-from tasks.config.dedup import DedupParams
+from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
 
 ENTRIES, JACCARDS = segments.ENTRIES, "jaccards.parquet"

@@ -10,7 +10,7 @@ import numpy as np
 from tasks.common.unionfind import UnionFind, UnionTimes, joining_pairs
 
 if TYPE_CHECKING:
-    from tasks.config.dedup import DedupParams
+    from tasks.config.corpus.dedup import DedupParams
     from tasks.dedup import DocSignatures
 
 

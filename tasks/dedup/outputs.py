@@ -25,7 +25,7 @@ from tasks.common.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
 
 if TYPE_CHECKING:
-    from tasks.config.dedup import DedupParams, DedupPolicy
+    from tasks.config.corpus.dedup import DedupParams, DedupPolicy
     from tasks.dedup import Corpus, DocSignatures
     from tasks.dedup.conflicts import Conflicts, Resolution
 

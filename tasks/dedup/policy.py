@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.config.dedup import DedupParams, DedupPolicy
+from tasks.config.corpus.dedup import DedupParams, DedupPolicy
 
 
 def resolve(cfg: DedupParams, sources: list[str]) -> dict[str, DedupPolicy]:

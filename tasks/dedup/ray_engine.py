@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.common import minhash, raycluster
-from tasks.config.dedup import DedupParams
+from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, _sign_shard, band_shape
 
 PAIR_BLOCK = 20_000  # pairs per Jaccard task at most: a Ray task's share, kept small enough to balance

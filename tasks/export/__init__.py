@@ -33,7 +33,7 @@ import shutil
 from pathlib import Path
 
 from clozeline.predict import ExportError, load
-from tasks.config.export import ExportParams
+from tasks.config.model.export import ExportParams
 from tasks.config.paths import Paths
 from tasks.export import base_model, convert, rescore
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.common.encoders import ablation_dirs, pretrained_dir
-from tasks.config.finetune import RunSpec, TaskParams
+from tasks.config.model.finetune import RunSpec, TaskParams
 
 #: The marker of an ablation arm's run key: ``<variant>@ablation_<name>/<mode>/<head>``.
 MARK = "@ablation_"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from tasks.config.finetune import FinetuneParams, TaskParams
+from tasks.config.model.finetune import FinetuneParams, TaskParams
 from tasks.finetune import baselines, operational
 from tasks.finetune.baselines_tfidf import arm_inputs
 from tasks.finetune.draw import Draw, drawn_doc_ids

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.config.finetune import FinetuneParams, RunSpec, TaskParams
+from tasks.config.model.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune.baselines import Row
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.common.encoders import pretraining_seed_dirs
-from tasks.config.finetune import RunSpec, TaskParams
+from tasks.config.model.finetune import RunSpec, TaskParams
 
 #: Variants whose encoder is the pretrain stage's model.
 OURS = ("pretrained", "adapted")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tasks.common.stats import summarize
-from tasks.config.finetune import FinetuneParams
+from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import cls as cls_task
 from tasks.finetune import ner as ner_task
 

@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from tasks.common.shards import linked_or_copied, write_manifest
 from tasks.common.stamped import swapped_in
-from tasks.config.ingest import (
+from tasks.config.corpus.ingest import (
     BuiltinSource,
     ConllSource,
     CsvSource,
@@ -127,7 +127,7 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
 
 
 def read_source(spec, result: SourceResult) -> Iterator[Record]:
-    """All records of one source (a model from ``tasks.config.ingest``), in a deterministic order, read whole
+    """All records of one source (a model from ``tasks.config.corpus.ingest``), in a deterministic order, read whole
     (what ``source_outcomes`` falls back on to raise a from-scratch run's error); the paths its file search
     skipped go to ``result.skipped_paths``."""
     if isinstance(spec, BuiltinSource):

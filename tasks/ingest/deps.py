@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.common.deps import require_declared
-from tasks.config.ingest import BuiltinSource
+from tasks.config.corpus.ingest import BuiltinSource
 from tasks.ingest.records import fixed_root
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.config.ingest import ConllSource, TextSource
+from tasks.config.corpus.ingest import ConllSource, TextSource
 from tasks.ingest.records import Record, SourceError, bad_byte, read_text_file, split_lines, text_record
 
 _IOB2_TAG = re.compile(r"^(O|[BI]-\S+)$")

@@ -63,7 +63,7 @@ from tasks.common.confusables import fold_words
 from tasks.common.lineage import NO_LINEAGE
 from tasks.common.parquet import read_source_frames
 from tasks.common.textnorm import words
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import lineage, planted, residual
 from tasks.leakage.detectors import (
     Side,

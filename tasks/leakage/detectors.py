@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from tasks.common import minhash, pairjaccard
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import shingles, substitution
 from tasks.leakage.shingles import filter_table, key_hits, sharing_windows
 

@@ -74,7 +74,7 @@ from tasks.common import confusables
 from tasks.common.imports import closure_fingerprint
 from tasks.common.shards import linked_or_copied
 from tasks.common.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally
 
 TEXTS, MATCHES, EVALS, GRAMS = "texts.parquet", "matches.parquet", "evals.parquet", "grams.parquet"

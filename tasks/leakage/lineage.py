@@ -28,7 +28,7 @@ import pandas as pd
 from tasks.common import lineage, minhash
 from tasks.common.deps import require_declared
 from tasks.common.ioerrors import reading
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.detectors import Side, detect, make_side
 
 #: Columns of ``data/leakage/lineage.parquet``: one row per (lineage file, trained doc, eval doc, method).

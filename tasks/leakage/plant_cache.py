@@ -31,7 +31,7 @@ import pyarrow as pa
 from tasks.common import confusables
 from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import read_stamped, replace_cache, stamp
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import planted
 from tasks.leakage.detectors import Side
 

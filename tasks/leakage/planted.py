@@ -52,7 +52,7 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from tasks.common import minhash
 from tasks.common.textnorm import words
-from tasks.config.leakage import LeakageParams, PlantedParams
+from tasks.config.corpus.leakage import LeakageParams, PlantedParams
 from tasks.leakage.detectors import Side, detect, make_side
 from tasks.leakage.filler import FillerRing
 

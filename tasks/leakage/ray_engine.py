@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.common import minhash, raycluster
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import TrainingScan, residual, tokenize
 from tasks.leakage.detectors import Side, detect, make_side
 

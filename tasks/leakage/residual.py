@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 from tqdm import tqdm
 
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 
 SEP = "\x1f"  # joins an n-gram's words: a control character, never inside a word (``\\w`` runs, folded)
 

@@ -60,7 +60,7 @@ import numpy as np
 
 from tasks.common import confusables, minhash
 from tasks.common.textnorm import remove_format_characters
-from tasks.config.leakage import SemanticParams
+from tasks.config.corpus.leakage import SemanticParams
 from tasks.leakage.semantic_search import aligned, ann_search, exact_search, products
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import embedding_store, semantic
 from tasks.leakage.planted import Plant, clopper_pearson
 from tasks.leakage.semantic import METHOD, Windows

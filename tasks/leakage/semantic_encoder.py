@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from tasks.config.leakage import SemanticParams
+from tasks.config.corpus.leakage import SemanticParams
 from tasks.leakage import embedding_store
 from tasks.leakage.semantic import Windows, normalize_text, window_bounds
 

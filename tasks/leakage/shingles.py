@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tasks.common import minhash
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 
 
 def filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.common import minhash
-from tasks.config.leakage import LeakageParams
+from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.shingles import filter_table, key_hits
 
 METHOD = "ngram_substituted"

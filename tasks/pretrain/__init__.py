@@ -35,7 +35,7 @@ from transformers import pipeline
 
 from tasks.common.encoders import ABLATIONS, SEEDS, SNAPSHOTS, pretrained_dir, write_pretraining_record
 from tasks.config import Paths
-from tasks.config.pretrain import PretrainParams
+from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
 from tasks.pretrain.blocks import blocks_dir, load_blocks
 from tasks.pretrain.hardware import Dist, setup_distributed

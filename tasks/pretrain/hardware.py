@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from tasks.common.device import configure, resolve
 from tasks.config.hardware import HardwareParams
-from tasks.config.pretrain import processes_per_node
+from tasks.config.model.pretrain import processes_per_node
 
 
 @dataclass(frozen=True)

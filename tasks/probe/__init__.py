@@ -44,7 +44,7 @@ from tasks.common.deps import require_declared
 from tasks.common.device import autocast, configure, describe, place, resolve
 from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
-from tasks.config.probe import ProbeParams
+from tasks.config.model.probe import ProbeParams
 from tasks.probe.control import shuffled
 from tasks.probe.outputs import CONDITIONS, log_curves, plot_separation, target_rows, write_cosines
 from tasks.probe.outputs import write_layer_table, write_tsv

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tasks.common.provenance import Lock, git_commit
 from tasks.config.paths import Paths
-from tasks.config.release import ReleaseParams
+from tasks.config.model.release import ReleaseParams
 from tasks.release.card import card
 from tasks.release.facts import baseline_sentence, beating_baselines
 

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from tasks.common.mlflow_ui import links_ui_url
 from tasks.common.provenance import Lock
 from tasks.config.paths import Paths
-from tasks.config.report import ReportParams
+from tasks.config.model.report import ReportParams
 from tasks.report import figures as fig
 from tasks.report import leakage_recall, render, since, since_plot, summary
 from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, selected_run

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from tasks.config.report import ReportSetup
+from tasks.config.model.report import ReportSetup
 from tasks.config.tasks import MODULE, TaskSpec
 from tasks.report.claims import Claim, ClaimsError, ClaimsFile
 

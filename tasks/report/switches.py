@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from tasks.config.report import ReportSetup
+from tasks.config.model.report import ReportSetup
 from tasks.report.claims import SELECTED, Claim, NotRun
 
 #: ``<variant>[@n<size>|@ablation_<name>]`` of a run key; ``<train_sizes>`` is the size of a generated claim for a

@@ -58,7 +58,7 @@ from tasks.common.ioerrors import reading
 from tasks.common.shards import check_manifest
 from tasks.common.stamped import write_tables
 from tasks.common.unionfind import UnionFind
-from tasks.config.split import TASK_SPLITS, SplitParams
+from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
 from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, holds_ledger_history, ledger_metrics,
                                 ledger_path, read_ledger, replace_ledger, write_dropped)

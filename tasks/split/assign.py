@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from tasks.config.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
+from tasks.config.corpus.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
 
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}

@@ -32,7 +32,7 @@ from pathlib import Path
 from tasks.common.encoders import load_tokenizer, reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.tasks import TaskSpec
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize.cache import TokenCache
 from tasks.tokenize.cls import build_cls, read_cls_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows

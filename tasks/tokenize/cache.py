@@ -44,7 +44,7 @@ from tokenizers import Tokenizer
 
 from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 
 IDS = "ids.parquet"

@@ -20,8 +20,8 @@ import pyarrow as pa
 from tasks.common.parquet import read_clean_source
 from tasks.common.textnorm import words
 from tasks.config import Paths
-from tasks.config.split import TASK_SPLITS
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.corpus.split import TASK_SPLITS
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize.tables import length_stats, save_table, write_labels
 
 

@@ -13,8 +13,8 @@ from tqdm import tqdm
 from tasks.common import alignment
 from tasks.common.parquet import read_clean_source
 from tasks.config import Paths
-from tasks.config.split import TASK_SPLITS
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.corpus.split import TASK_SPLITS
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize.tables import length_stats, save_table, write_labels
 
 

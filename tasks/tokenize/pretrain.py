@@ -15,8 +15,8 @@ from tokenizers import Tokenizer
 
 from tasks.common.parquet import read_pretraining_rows
 from tasks.config import Paths
-from tasks.config.split import PRETRAIN_SPLITS
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.corpus.split import PRETRAIN_SPLITS
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize.tables import length_stats, save_table
 
 

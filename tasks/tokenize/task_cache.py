@@ -42,7 +42,7 @@ import transformers
 
 from tasks.common.imports import closure_fingerprint
 from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
-from tasks.config.tokenize import TokenizeParams
+from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import cache, cls, ner
 from tasks.tokenize.pretrain import plain_encoder
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
-from tasks.config.ingest import PretrainSources, SourceName
+from tasks.config.corpus.ingest import PretrainSources, SourceName
 from tasks.config.tasks import Tasks
 
 

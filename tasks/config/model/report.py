@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from tasks.config.base import StrictModel
-from tasks.config.finetune import TaskParams
+from tasks.config.model.finetune import TaskParams
 from tasks.config.tasks import Tasks
 
 

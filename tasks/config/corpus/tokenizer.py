@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel, require_unique
-from tasks.config.ingest import PretrainSources, SourceName
+from tasks.config.corpus.ingest import PretrainSources, SourceName
 
 
 class SpecialTokens(StrictModel):
