@@ -92,18 +92,18 @@ run: install
 # waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
 # test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the longest files first
 # (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The GPU check's dry run (about
-# 4 min of one core: every step of benchmarks/gpu_check.sh at tiny sizes, tests/test_gpu_check.py) is among them,
+# 4 min of one core: every step of benchmarks/gpu_check.sh at tiny sizes, tests/benchmarks/test_gpu_check.py) is among them,
 # first; `make test-gpucheck` runs it alone.
 test: install-ray
-	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
-	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/test_ray_engines.py -n 2 --dist loadfile \
+	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/common/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
+	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/common/test_ray_engines.py -n 2 --dist loadfile \
 	  --no-loadscope-reorder --durations=15 || status=$$?; \
-	ray_status=0; wait $$ray_pid || ray_status=$$?; echo "== tests/test_ray_engines.py (run beside the rest)"; \
+	ray_status=0; wait $$ray_pid || ray_status=$$?; echo "== tests/common/test_ray_engines.py (run beside the rest)"; \
 	cat "$$ray_log"; rm -f "$$ray_log"; \
 	if [ "$$status" -ne 0 ]; then exit "$$status"; fi; exit "$$ray_status"
 
 test-gpucheck: install
-	$(BIN)/python -m pytest tests/test_gpu_check.py --durations=5
+	$(BIN)/python -m pytest tests/benchmarks/test_gpu_check.py --durations=5
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not gpu and not slow"
@@ -115,12 +115,12 @@ bench: install
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b; done
 	$(BIN)/python benchmarks/_table.py --docs
 
-# Every benchmark's --smoke (tests/test_benchmarks_smoke.py) with the peers' own environments built first, so the
+# Every benchmark's --smoke (tests/benchmarks/test_benchmarks_smoke.py) with the peers' own environments built first, so the
 # datatrove and text-dedup peers run too; `make test` runs the smokes without them (their runs would take it past
 # its minute for the smokes) and each smoke says which peer it skipped.
 bench-smoke: install-ray
 	PYTHON=$(PYTHON) bash benchmarks/peers/setup.sh
-	$(BIN)/python -m pytest tests/test_benchmarks_smoke.py --durations=12
+	$(BIN)/python -m pytest tests/benchmarks/test_benchmarks_smoke.py --durations=12
 
 # MLflow's UI on 127.0.0.1 over the store the stages log to (MLFLOW_TRACKING_URI, else sqlite mlruns.db), on PORT
 # (default: the port of report.mlflow_ui_url, where the claim table's run links point). It prints the link to the
@@ -142,7 +142,7 @@ plots: install
 	$(BIN)/dvc plots $(if $(REV),diff "$(REV)",show)
 
 # Rewrite .dvc/plots_offline.html, with Vega, Vega-Lite and vega-embed from the pinned vl-convert-python inline
-# (after changing that pin); tests/test_review_tools.py checks that the committed page came from the pinned one.
+# (after changing that pin); tests/common/test_review_tools.py checks that the committed page came from the pinned one.
 plots-template: install
 	$(BIN)/python scripts/plots_template.py
 

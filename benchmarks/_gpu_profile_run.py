@@ -38,7 +38,7 @@ from tasks.common.provenance import stage_names  # noqa: E402
 from tasks.config import read_yaml  # noqa: E402
 
 #: Tiny sizes on either device (the check's budget holds minutes, not an experiment): a few hundred documents
-#: (the end-to-end test's), the tiny preset for a few dozen steps, one pretraining seed (tests/test_multiseed.py
+#: (the end-to-end test's), the tiny preset for a few dozen steps, one pretraining seed (tests/pretrain/test_multiseed.py
 #: covers further seeds), 2 fine-tuning seeds and one learning rate of the arms a reader needs (pretrained and its
 #: random-init control), and the semantic pass on: it is the stage a GPU user's first run reaches first.
 TINY = {
@@ -86,7 +86,7 @@ DRY = {
     "tokenize.num_proc": 1,
     "finetune.workers": 2,
 }
-MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}  # as tests/test_e2e.py
+MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}  # as tests/project/test_e2e.py
 
 
 def copy_checkout(dest: Path) -> Path:

@@ -3,7 +3,7 @@ medians over alternated runs.
 
 Smoke (``add_smoke``, ``out_path``): ``--smoke`` runs a script's whole path (its corpus build, every tool and variant
 it measures, its results file, the docs table made from that file) at a tiny size, in seconds, so that a layout change
-that breaks a benchmark fails ``make test`` (tests/test_benchmarks_smoke.py). Its results go to ``--out`` or, without
+that breaks a benchmark fails ``make test`` (tests/benchmarks/test_benchmarks_smoke.py). Its results go to ``--out`` or, without
 one, to a temporary folder: never over ``benchmarks/results/*.json`` (``out_path`` refuses that). A smoke results
 file says ``"smoke": true`` in its provenance, and ``benchmarks/_table.py`` refuses one found in the results folder.
 Smoke measures once per tool (``min_runs``): its figures mean nothing, only that every path ran.

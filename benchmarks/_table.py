@@ -11,7 +11,7 @@ row may carry its own ``provenance``. Each row shows the commit and the machine 
 has changed since, ``unknown provenance`` for a file written before provenance was recorded.
 
 The page's table sits between ``BEGIN``/``END`` markers and is replaced whole, so it is never typed by hand
-(tests/test_bench_table.py checks it matches the files). Its status column is as of the time it was written (the
+(tests/benchmarks/test_bench_table.py checks it matches the files). Its status column is as of the time it was written (the
 line above the table says when); ``benchmarks/_table.py`` alone prints it as of now.
 
     .venv/bin/python benchmarks/_table.py          # print the table, status as of now
@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":  # run as a script, benchmarks/ leads sys.path and benchmarks/tokenize.py would shadow
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]  # the standard library's
-if str(REPO) not in sys.path:  # imported as `_table` with benchmarks/ on sys.path (tests/test_gpu_check.py)
+if str(REPO) not in sys.path:  # imported as `_table` with benchmarks/ on sys.path (tests/benchmarks/test_gpu_check.py)
     sys.path.append(str(REPO))
 
 from tasks.common.imports import closure_fingerprint  # noqa: E402

@@ -22,7 +22,7 @@ earlier round); docs/s is the median over the rounds, with its spread. Writes ``
 (its ``rows``: the Ray engine's docs/s beside the local engine's, ratio of medians, no goal) with its provenance
 (``benchmarks/_provenance.py``). ``--smoke``: both stages, one round, on ``SMOKE_ROWS`` rows (leakage:
 ``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows), on the local engine only unless ``--engines`` names ray:
-a Ray start-up costs about 20 s a run, over the smoke's budget (tests/test_ray_engines.py runs both stages on Ray in
+a Ray start-up costs about 20 s a run, over the smoke's budget (tests/common/test_ray_engines.py runs both stages on Ray in
 ``make test``); its results and a copy of docs/scaling.md with the new tables go to ``--out``'s folder
 (docs/scaling.md untouched).
 
@@ -302,7 +302,7 @@ def _parse() -> argparse.Namespace:
     if args.smoke:
         args.dedup_scales, args.leakage_scales = [1], [1]
         if not args.engines:
-            print("scaling --smoke: engine ray skipped (about 20 s of start-up a run; tests/test_ray_engines.py runs "
+            print("scaling --smoke: engine ray skipped (about 20 s of start-up a run; tests/common/test_ray_engines.py runs "
                   "both stages on Ray; --engines local ray includes it)", flush=True)  # fmt: skip
     args.engines = args.engines or (["local"] if args.smoke else ["local", "ray"])
     return args

@@ -23,7 +23,7 @@ things so that the stage's host-side bookkeeping still runs and everything left 
   ``Placement.leaks``, which the tests assert empty.
 
 transformers' SDPA mask builder reads ``padding_mask.all()`` on the host to skip an all-ones mask; here it
-keeps the mask (what it does for any padded batch), as tests/test_placement.py always did; and fused AdamW,
+keeps the mask (what it does for any padded batch), as tests/project/test_placement.py always did; and fused AdamW,
 which checks its parameters' device against a list (CUDA and the CPU among them), accepts ``meta`` (whose
 fused kernel exists); and ``safetensors.torch.load_file`` (which ``load_model`` calls) asked for ``meta`` reads
 on the CPU and moves the tensors there (safetensors refuses the meta device; a GPU read lands on the GPU), and

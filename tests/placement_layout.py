@@ -1,5 +1,5 @@
 """Where ``tasks/`` (and ``clozeline/``, the export's entry point) builds or loads a torch module, found with
-``ast``: the call sites that tests/test_placement_layout.py checks each have a placement test.
+``ast``: the call sites that tests/project/test_placement_layout.py checks each have a placement test.
 
 A site is a call, inside a function, of
 

@@ -17,7 +17,7 @@ out) and a writer can use each naturally in ordinary sentences; every kept and s
 reason in SENSES.md, up to the first ``count`` kept. ``python tests/probe_draw.py [count]`` prints the order.
 
 It lives under tests/ (first committed as tasks/probe/draw.py): the probe stage never runs it, and
-tests/test_probe_draw.py checks SENSES.md's table against it.
+tests/probe/test_probe_draw.py checks SENSES.md's table against it.
 """
 
 from __future__ import annotations

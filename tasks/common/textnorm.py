@@ -9,7 +9,7 @@ it is invisible, yet it would split the word it sits in, so two copies differing
 would share no shingle there. The set is every code point of category Cf in the ``unicodedata`` tables of
 the running Python (its Unicode version: ``unicodedata.unidata_version``), built once at import. No NFKC or
 casefold output contains a Cf character that its input lacked (checked over all code points in
-tests/test_dedup_textnorm.py), so removing them before NFKC suffices.
+tests/common/test_dedup_textnorm.py), so removing them before NFKC suffices.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``shingle_sets`` gives every document's sorted unique word ``n``-gram hashes one after another (``flat`` plus
 ``sizes``), ``signatures`` their MinHash signatures. The values equal ``minhash.shingle_windows`` +
-``minhash.sorted_unique`` and ``minhash.signatures`` bit for bit (tests/test_dedup_signing.py): the same rolling
+``minhash.sorted_unique`` and ``minhash.signatures`` bit for bit (tests/dedup/test_dedup_signing.py): the same rolling
 hash, the same affine32 arithmetic (fold to 32 bits, MurmurHash3's fmix32, ``a * h + b mod 2**32``, minimum).
 
 Run compiled (numba, ``tasks/common/compiled.py``) when numba is loaded in the process: the stage loads it with the

@@ -7,7 +7,7 @@ per distinct window the last run used: ``key`` (16 bytes: the md5 of the window'
 specials excluded) and ``vector`` (the unit vector, float32), sorted by key, with the fingerprint below in its
 metadata. A vector depends on its window alone: ``Encoder.embed`` runs every batch at a fixed shape
 (``batch_size`` rows, filler rows added; the width is ``batch_width`` of the window's own length), so a
-window gets the same bits in whichever batch it lands (tests/test_leakage_embedding_store.py checks this on
+window gets the same bits in whichever batch it lands (tests/leakage/test_leakage_embedding_store.py checks this on
 the packaged encoder). That is why a run that takes vectors from the store gives outputs and metrics equal
 to a from-scratch run's byte for byte.
 

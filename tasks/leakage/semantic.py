@@ -14,7 +14,7 @@ with ``cpu_precision: auto``, on a CPU that multiplies bf16 in hardware (AVX512-
 this project's machine, cosine to the fp32 embedding >= 0.9999), else in fp32. ``int8`` (dynamic int8 Linear
 layers) is about as fast as bf16 there but agrees with fp32 only to a cosine of 0.92-0.95 on BBC windows, which
 moves scores by more than the gap between a paraphrase and a same-topic article (measured in
-``benchmarks/leakage_semantic.py`` and tests/test_leakage_semantic.py).
+``benchmarks/leakage_semantic.py`` and tests/leakage/test_leakage_semantic.py).
 
 **Text and windows.** Texts are normalised as the lexical detectors' are where the encoder cares: format
 characters (Cf) removed, NFKC, non-ASCII look-alike letters folded to their UTS #39 prototypes

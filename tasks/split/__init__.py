@@ -24,7 +24,7 @@ Stability, honestly. No scheme can both meet document targets exactly and never 
 added (groups A, B of 1 doc split 50/50; add C of 2 docs: exact 2/2 needs A and B together). What ``fill``
 guarantees: the order never depends on other groups; when a new group lands in train and the rounded
 targets are unchanged, no existing group moves; otherwise the change is local to the split boundaries it
-touches (measured in tests/test_split.py). ``assignment: hash`` places each component alone: it goes to the
+touches (measured in tests/split/test_split.py). ``assignment: hash`` places each component alone: it goes to the
 split whose cumulative-fraction interval contains ``key / 2**64``, so adding groups never moves another one,
 and fractions hold only in expectation. In hash mode a component is named after its smallest *group* label
 (cluster labels only for groupless rows), so a doc added to a group does not rename, hence re-key, the group;

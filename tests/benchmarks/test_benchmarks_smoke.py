@@ -1,0 +1,101 @@
+"""Every benchmark script runs its whole path at a tiny size (``--smoke``) through its command line, so a layout change
+that breaks a benchmark fails the tests (issue 61): corpus build, every tool and variant it measures (peers whose
+own environment is absent, ``benchmarks/peers/setup.sh``, are skipped and said so), its results file with the
+provenance of the code it measured, and the docs table made from that file.
+
+The scripts run as subprocesses, a few at a time (most of a smoke run is process start-up and imports, which
+overlap well), all started by the first test; each test waits for its own. ``pretrain.py`` and
+``fine_tune_sweep.py`` are not run twice: the GPU check's dry run (tests/benchmarks/test_gpu_check.py, ``gpu_check.sh
+--dry-run``) runs both with ``--smoke``, and tests/benchmarks/test_bench_fine_tune_sweep.py the sweep's smoke again with its
+own checks; here it is checked that they still do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from argparse import Namespace
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from benchmarks import _table
+from benchmarks._provenance import RESULTS, out_path
+from tasks.common.imports import closure_fingerprint
+
+REPO = Path(__file__).resolve().parents[2]
+#: run here, longest first (so the pool ends sooner)
+HERE = ("scheduled", "scaling", "document_mask", "leakage_semantic", "gpu_recipe_curve", "fine_tune", "dedup",
+        "leakage", "tokenize")  # fmt: skip
+#: run by another test, with ``--smoke``: where
+ELSEWHERE = {"pretrain": "benchmarks/gpu_check.sh", "fine_tune_sweep": "benchmarks/gpu_check.sh"}
+AT_ONCE = 3
+TIMEOUT_S = 400
+ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+       "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "DVC_NO_ANALYTICS": "1",
+       "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+
+
+def _smoke(name: str, out: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(REPO / "benchmarks" / f"{name}.py"), "--smoke", "--out", str(out)]
+    return subprocess.run(command, cwd=REPO, env={**os.environ, **ENV}, capture_output=True, text=True,
+                          timeout=TIMEOUT_S, check=False)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smokes(tmp_path_factory) -> dict[str, tuple[Path, Future]]:
+    """Every script of ``HERE`` started with ``--smoke``, ``AT_ONCE`` at a time: ``{name: (results path, future)}``."""
+    folder = tmp_path_factory.mktemp("smoke")
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        yield {name: (folder / name / f"{name}.json", pool.submit(_smoke, name, folder / name / f"{name}.json"))
+               for name in HERE}  # fmt: skip
+
+
+def test_every_benchmark_script_has_a_smoke_run_in_the_tests():
+    scripts = {path.stem for path in (REPO / "benchmarks").glob("[!_]*.py")}
+    assert scripts == set(HERE) | set(ELSEWHERE), "a new benchmark needs --smoke and a place in HERE"
+
+
+@pytest.mark.parametrize("name", sorted(ELSEWHERE))
+def test_the_gpu_checks_dry_run_runs_the_other_scripts_smoke(name):
+    script = (REPO / ELSEWHERE[name]).read_text(encoding="utf-8")
+    dry = script.split('if [ "$DRY" = 1 ]; then\n  DEVICE=cpu', 1)[1].split("else", 1)[0]
+    flags = {"pretrain": "PRETRAIN", "fine_tune_sweep": "FINE_TUNE"}[name]
+    assert f"{flags}=(--smoke)" in dry and f"benchmarks/{name}.py" in script
+
+
+@pytest.mark.parametrize("name", HERE)
+def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
+    out, future = smokes[name]
+    done = future.result()
+    assert done.returncode == 0, f"{name} --smoke failed:\n{(done.stdout + done.stderr)[-4000:]}"
+    body = json.loads(out.read_text(encoding="utf-8"))
+    recorded = body["provenance"]
+    ancestor = ["git", "merge-base", "--is-ancestor", recorded["commit"], "HEAD"]  # HEAD itself, or one since
+    assert recorded["smoke"] is True and subprocess.run(ancestor, cwd=REPO, check=False).returncode == 0
+    assert recorded["code_fingerprint"] == closure_fingerprint(recorded["code_modules"])
+    assert recorded["cpu"]["model"] and recorded["gpu"] is None
+    rows = _table.load_rows(files=[out])
+    if name == "leakage" and not (REPO / "benchmarks" / ".peers" / "datatrove" / "bin" / "python").exists():
+        assert "datatrove skipped: no peer environment" in done.stdout  # a peer not run is said, not silent
+        assert "datatrove" in body["scales"]["1x"]["skipped"]
+    if name == "scaling":  # its rows are Ray beside local; the smoke runs the local engine (Ray: test_ray_engines)
+        assert {run["stage"] for run in body["runs"]} == {"dedup", "leakage"} and "engine ray skipped" in done.stdout
+        assert (out.parent / "scaling.md").read_text().count("| dedup | local |") == 1
+        return
+    assert rows and all(row["benchmark"] == name for row in rows)
+    table = _table.markdown(rows)
+    assert table.splitlines()[2] in done.stdout  # the script printed the docs table of its results
+    assert all(line.endswith("| current |") for line in table.splitlines()[2:])
+
+
+def test_a_smoke_run_never_writes_over_the_measured_results():
+    with pytest.raises(SystemExit, match="--smoke writes no results into benchmarks/results"):
+        out_path(Namespace(smoke=True, out=RESULTS / "tokenize.json"), RESULTS / "tokenize.json")
+    assert out_path(Namespace(smoke=False, out=None), RESULTS / "tokenize.json") == RESULTS / "tokenize.json"
+    made = out_path(Namespace(smoke=True, out=None), RESULTS / "tokenize.json")
+    assert made.name == "tokenize.json" and RESULTS not in made.parents

@@ -1,0 +1,156 @@
+"""``engine: ray`` for dedup and leakage gives the bytes of ``engine: local``, on a local Ray instance with 2 CPUs
+(2 workers), on made data with planted duplicates and leaks and on a 500-document slice of the default corpus.
+
+Blocks are made small (``dedup.shard_size_docs``, ``leakage.batch_docs``) so that every Ray step (the signing
+map, the band-key shuffle, the Jaccard tasks, the detector batches) spans several blocks and both workers.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_dedup import write_source
+
+from tasks import dedup, ingest, leakage, split
+from tasks.config import Paths, load_params
+from tasks.config.corpus.dedup import SourcePolicy
+from tasks.tracking import NullLog
+
+pytest.importorskip("ray.data", reason="engine: ray needs the optional group: pip install -e '.[ray]'")
+# A lost Ray task hangs its driver for good: fail the test (the thread method ends the worker, which xdist
+# replaces) well before CI's limit, with every thread's stack in the output.
+pytestmark = pytest.mark.timeout(600, method="thread")
+
+ROOT = Path(__file__).resolve().parents[2]
+SLICE = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 170, "wikipedia_sample": 30}  # 500 docs
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray instance with 2 CPUs for the module, started by the stages' own ``raycluster.connect``."""
+    import ray
+
+    yield
+    ray.shutdown()
+
+
+def stage_params(**changes):
+    """The repo's params with the ray section set to 2 CPUs and ``changes`` (``stage: {key: value}``) applied."""
+    params = load_params(ROOT / "params.yaml")
+    ray = params.ray.model_copy(update={"num_cpus": 2, "object_store_mib": 512})
+    sections = {name: getattr(params, name).model_copy(update={"ray": ray, **changes.get(name, {})})
+                for name in ("dedup", "leakage")}  # fmt: skip
+    # the semantic detector runs in the driver with either engine (tests/leakage/test_leakage_semantic.py): off here
+    off = sections["leakage"].semantic.model_copy(update={"enabled": False})
+    sections["leakage"] = sections["leakage"].model_copy(update={"semantic": off})
+    return params, sections
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def run_both_engines(base: Path, stage, cfg, out: str) -> tuple[dict, dict, dict, dict]:
+    """``stage.run`` with ``engine: local`` then ``engine: ray`` on the same input; returns (bytes, metrics) each."""
+    paths = Paths(data=base / "data", models=base / "models", metrics=base / "m", reports=base / "r")
+    results = []
+    for engine in ("local", "ray"):
+        metrics = stage.run(cfg.model_copy(update={"engine": engine}), paths, NullLog())
+        results += [folder_bytes(paths.stage_data(out)), metrics]
+        shutil.rmtree(paths.stage_data(out))
+    return tuple(results)
+
+
+def made_corpus(base: Path) -> None:
+    """Two task sources and a pretraining source: exact copies, one-word edits, a copy across sources, a task
+    source whose exact merges are off (identical texts left to LSH), and eval docs pasted into pretraining text."""
+    rng = np.random.default_rng(7)
+    vocab = [f"w{k}" for k in range(400)]
+
+    def doc(n: int = 60) -> str:
+        return " ".join(rng.choice(vocab, size=n))
+
+    def edited(text: str) -> str:
+        tokens = text.split()
+        tokens[len(tokens) // 2] = "edited"
+        return " ".join(tokens)
+
+    news = [doc() for _ in range(60)]
+    news += [news[3], edited(news[5]), edited(news[8]), news[8], "too short"]
+    tweets = [doc(12) for _ in range(40)] + [news[10], news[10]]
+    pretrain = [doc(150) for _ in range(50)]
+    pretrain += [doc(40) + " " + news[k] + " " + doc(40) for k in range(0, 60, 7)] + [edited(news[20])]
+    write_source(base, "news", news, labels=[f"c{k % 3}" for k in range(len(news))])
+    write_source(base, "tweets", tweets, labels=[f"t{k % 2}" for k in range(len(tweets))])
+    write_source(base, "web", pretrain, role="pretrain")
+
+
+def check_dedup_then_leakage(base: Path, sections: dict, split_cfg) -> None:
+    local_bytes, local_metrics, ray_bytes, ray_metrics = run_both_engines(base, dedup, sections["dedup"], "dedup")
+    assert ray_bytes == local_bytes and ray_metrics == local_metrics
+    assert local_metrics["all"]["docs_removed"] > 0
+    paths = Paths(data=base / "data", models=base / "models", metrics=base / "m", reports=base / "r")
+    dedup.run(sections["dedup"], paths, NullLog())
+    split.run(split_cfg, paths, NullLog())
+    local_bytes, local_metrics, ray_bytes, ray_metrics = run_both_engines(base, leakage, sections["leakage"], "leakage")
+    assert ray_bytes == local_bytes and ray_metrics == local_metrics
+    assert sum(local_metrics["pairs_by_method"].values()) > 0
+
+
+@pytest.mark.slow
+def test_starting_ray_keeps_the_sigterm_handler_and_the_dashboard_off(ray_instance):
+    import signal
+    import socket
+
+    from tasks.common import raycluster
+
+    def handler(signum, frame):
+        raise RuntimeError("the stage runner's handler")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        ray = raycluster.connect(stage_params()[1]["dedup"].ray)
+        assert signal.getsignal(signal.SIGTERM) is handler
+        assert raycluster.cpus(ray) == 2
+        with socket.socket() as probe:  # include_dashboard: false -> nothing listens on its port
+            assert probe.connect_ex(("127.0.0.1", stage_params()[1]["dedup"].ray.dashboard_port)) != 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.slow
+def test_ray_engines_match_local_on_made_data(tmp_path, ray_instance):
+    made_corpus(tmp_path)
+    planted = load_params(ROOT / "params.yaml").leakage.planted.model_copy(update={"max_docs": 3})
+    policy = SourcePolicy(exact=False)
+    params, sections = stage_params(
+        dedup={"shard_size_docs": 25, "source_policy": {"tweets": policy}},
+        leakage={"batch_docs": 30, "planted": planted},
+    )
+    check_dedup_then_leakage(tmp_path, sections, params.split)
+
+
+@pytest.mark.slow
+def test_the_ray_dedup_refuses_an_edge_list_that_would_not_fit_on_the_driver(tmp_path, ray_instance, monkeypatch):
+    from tasks.dedup import ray_engine
+
+    made_corpus(tmp_path)
+    _, sections = stage_params(dedup={"engine": "ray", "shard_size_docs": 50})
+    monkeypatch.setattr(ray_engine, "DRIVER_BYTES_PER_PAIR", 2**60)
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
+    with pytest.raises(MemoryError, match="candidate pairs need about"):
+        dedup.run(sections["dedup"], paths, NullLog())
+
+
+@pytest.mark.slow
+def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_path, ray_instance):
+    params, sections = stage_params(dedup={"shard_size_docs": 120}, leakage={"batch_docs": 100})
+    sources = [spec.model_copy(update={"max_docs": SLICE[spec.name]}) for spec in params.ingest.sources]
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
+    metrics = ingest.run(params.ingest.model_copy(update={"sources": sources}), paths, NullLog())
+    assert metrics["totals"]["docs_out"] == 500
+    check_dedup_then_leakage(tmp_path, sections, params.split)
+

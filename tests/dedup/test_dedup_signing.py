@@ -1,0 +1,57 @@
+"""dedup's flat shingle sets and signatures (tasks/dedup/signing.py), compiled and numpy, against the MinHash kit's
+per-document functions (tasks/common/minhash.py, themselves checked against datasketch in tests/common/test_minhash.py)."""
+
+import numpy as np
+import pytest
+
+from tasks.common import minhash
+from tasks.dedup import signing
+
+
+def _docs():
+    """Word hashes of 6 documents: ordinary, repeated shingles, 4 words (no 5-gram), empty, 5 words, long."""
+    rng = np.random.default_rng(7)
+    vocab = rng.integers(0, 2**64, 40, dtype=np.uint64)
+    lengths = [30, 12, 4, 0, 5, 400]
+    words = [vocab[rng.integers(0, 40 if n != 12 else 3, n)] for n in lengths]  # doc 1: 3 words, many repeats
+    values = np.concatenate(words)
+    doc = np.repeat(np.arange(len(lengths)), lengths)
+    return values, doc, words
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_flat_sets_and_signatures_equal_the_per_document_kit(monkeypatch, compiled):
+    monkeypatch.setattr(signing, "_compiled", lambda: compiled)
+    values, doc, words = _docs()
+    flat, sizes = signing.shingle_sets(values, doc, len(words), 5)
+    want = [np.unique(minhash.rolling_hashes(w, 5)) for w in words]
+    assert sizes.tolist() == [len(w) for w in want] and sizes[2] == sizes[3] == 0 and sizes[4] == 1
+    assert flat.dtype == np.uint64 and np.array_equal(flat, np.concatenate(want))
+    a, b = minhash.permutations(128, 1)
+    signed = signing.signatures(flat, sizes, a, b)
+    assert signed.dtype == np.uint32 and np.array_equal(signed, minhash.signatures(want, a, b))
+    assert (signed[2] == minhash.EMPTY).all() and (signed[3] == minhash.EMPTY).all()
+
+
+def test_small_texts_keep_numba_unloaded_and_large_ones_load_the_kernels(monkeypatch):
+    loaded = []
+    monkeypatch.setattr(signing.compiled, "jit", lambda func: loaded.append(func.__name__) or (lambda *a: 0))
+    signing.prepare(signing.COMPILE_MIN_BYTES - 1)
+    assert loaded == []
+    signing.prepare(signing.COMPILE_MIN_BYTES)
+    assert sorted(loaded) == ["_doc_shingles", "_sign"]
+
+
+def test_jaccards_of_packed_sets_equal_those_of_the_set_list(monkeypatch):
+    from tasks.common import pairjaccard
+
+    monkeypatch.setattr(pairjaccard.compiled, "worth_compiling", lambda items: True)
+    values, doc, words = _docs()
+    flat, sizes = signing.shingle_sets(values, doc, len(words), 5)
+    starts = np.cumsum(sizes) - sizes
+    sets = [flat[s : s + n] for s, n in zip(starts, sizes)]
+    left, right = np.array([0, 0, 1, 2, 5, 3]), np.array([5, 1, 4, 3, 0, 3])
+    packed = pairjaccard.jaccards(sets, left, right, packed=(flat, starts, sizes))
+    assert packed.tolist() == [minhash.jaccard(sets[i], sets[j]) for i, j in zip(left, right)]
+    with pytest.raises(IndexError):
+        pairjaccard.jaccards(sets, np.array([0]), np.array([6]), packed=(flat, starts, sizes))
