@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from tasks.common import textnorm
-from tasks.common.shards import read_source, source_files
+from tasks.common.matching import textnorm
+from tasks.common.files.shards import read_source, source_files
 
 SPREAD, BASE = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's odd multipliers
 NATURAL_FLOOR = 0.5  # rows this similar get their groups' cross pairs computed

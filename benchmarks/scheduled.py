@@ -112,7 +112,7 @@ def default_records(work: Path, scale: int, limit: int | None = None) -> dict[st
 
     from benchmarks._dedup_corpus import STEPS, _variant
     from tasks import ingest
-    from tasks.common.shards import read_named
+    from tasks.common.files.shards import read_named
     from tasks.config import Paths, read_yaml
     from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog

@@ -63,7 +63,7 @@ sys.path.insert(0, str(REPO))
 from datasets import Dataset  # noqa: E402
 
 from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, write_results  # noqa: E402
-from tasks.common.encoders import load_tokenizer, reference_model_dir  # noqa: E402
+from tasks.common.models.encoders import load_tokenizer, reference_model_dir  # noqa: E402
 from tasks.tokenize import pretrain as stage  # noqa: E402
 
 SEQ = 128

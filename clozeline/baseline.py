@@ -55,7 +55,7 @@ def predict_baseline(model, record: dict, records: list[dict], folder: str | Pat
 
 def _cut_reader(record: dict, folder: str | Path | None):
     """None for a full-text baseline; else a function ``item -> text``: the item encoded by the tokenizer in
-    ``folder`` (a pair as a pair), cut as the arms cut it (``tasks.common.truncation``) and decoded without
+    ``folder`` (a pair as a pair), cut as the arms cut it (``tasks.common.models.truncation``) and decoded without
     special tokens, as ``tasks.finetune.baselines_tfidf.arm_inputs`` built the baseline's train text. Raises
     ``ExportError`` when the cut needs a folder and none is given."""
     cut_cfg = record.get("cut")
@@ -65,7 +65,7 @@ def _cut_reader(record: dict, folder: str | Path | None):
         raise ExportError("baseline.json has a cut: predict_baseline needs the export folder (its tokenizer)")
     from transformers import AutoTokenizer
 
-    from tasks.common.truncation import cut, cut_pair
+    from tasks.common.models.truncation import cut, cut_pair
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     size = cut_cfg["max_seq_len_tokens"]

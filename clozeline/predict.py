@@ -45,7 +45,7 @@ when it is the best run on dev) runs through the same command line; ``clozeline.
 trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
 This module needs torch, transformers, tokenizers and seqeval (and of this package ``clozeline.encoding``, the
-input cut and NER windows finetune applies, ``tasks.common.alignment`` and ``clozeline.entities``; skops for a
+input cut and NER windows finetune applies, ``tasks.common.models.alignment`` and ``clozeline.entities``; skops for a
 baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe are inconsistent,
 raises ``ExportError`` with a one-line message naming the folder; an empty input or an argument the pipeline
 does not take raises ``ValueError`` with one line.
@@ -74,7 +74,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from clozeline import entities
 from clozeline.encoding import encode_document, encode_words
-from tasks.common import alignment
+from tasks.common.models import alignment
 
 #: The config.json key of the recipe, and the format version this module reads.
 RECIPE_KEY, FORMAT = "clozeline", 1

@@ -195,7 +195,7 @@ def check_gpus(device: str, nproc_per_node: int | str, profile: str | None = Non
     profile's request, with what to do instead (``profile_device_error``); without it, in ``resolve``'s words."""
     import torch  # only when a profile is applied, never when params load
 
-    from tasks.common.device import resolve
+    from tasks.common.runtime.device import resolve
     from tasks.config.model.pretrain import processes_per_node
 
     try:
@@ -216,7 +216,7 @@ def profile_device_error(profile: str, device: str) -> str:
     driver too old for its CUDA), reinstall (``CUDA_INSTALL_HINT``: ``make install``'s checks then say the rest)."""
     import torch
 
-    from tasks.common.device import CUDA_INSTALL_HINT, gpus_on_host
+    from tasks.common.runtime.device import CUDA_INSTALL_HINT, gpus_on_host
 
     host = gpus_on_host()
     build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"

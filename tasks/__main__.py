@@ -31,7 +31,7 @@ from tasks.tracking import DataInput, NullLog, RunKilled
 #: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
 DATA_ERRORS = (ValueError, FileNotFoundError)
 #: errno of a write that ran out of room (a full disk, a file size limit, a quota): one line too. Shared writers name
-#: the file (``tasks/common/ioerrors.py``, whose ``NoRoom`` is a ValueError); any other names the stage's outputs.
+#: the file (``tasks/common/files/ioerrors.py``, whose ``NoRoom`` is a ValueError); any other names the stage's outputs.
 NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 #: The same, raised without an errno by writers outside Python's I/O: tokenizers' and safetensors' Rust writers
 #: (``Exception`` / ``SafetensorError``: "... File too large (os error 27)"), found by their words.

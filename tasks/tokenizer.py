@@ -16,10 +16,10 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tasks.common import vocab_ledger
+from tasks.common.models import vocab_ledger
 from tasks.common.deps import require_declared
-from tasks.common.encoders import reference_model_dir, tokenizer_dir
-from tasks.common.parquet import read_clean_source, read_pretraining_rows
+from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
+from tasks.common.files.parquet import read_clean_source, read_pretraining_rows
 from tasks.config import Paths
 from tasks.config.corpus.tokenizer import SpecialTokens, TokenizerParams
 
@@ -55,7 +55,7 @@ def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
 
 def kept_vocabulary(cfg: TokenizerParams, folder: Path, train_texts: list[str], log) -> dict:
     """``{"vocab": {token: id} or None, "train_docs": docs it was trained on}``: with ``train_once`` the kept
-    vocabulary (``tasks/common/vocab_ledger.py``), trained on ``train_texts`` and kept when there is none to use; with
+    vocabulary (``tasks/common/models/vocab_ledger.py``), trained on ``train_texts`` and kept when there is none to use; with
     the other modes no vocabulary (``train_docs``: this run's when training), and the folder is left as it is."""
     if cfg.vocab_from != "train_once":
         folder.mkdir(parents=True, exist_ok=True)  # a DVC output: it must exist; a kept vocabulary is not erased

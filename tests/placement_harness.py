@@ -5,7 +5,7 @@ device that is not the CPU: an op that mixes a host tensor with a meta one raise
 not on the expected device cpu" (what CUDA raises for a tensor left on the host). ``on_meta`` adds three
 things so that the stage's host-side bookkeeping still runs and everything left behind is seen:
 
-- every ``resolve`` of ``tasks.common.device`` (and each module that imported it by name) answers ``meta``;
+- every ``resolve`` of ``tasks.common.runtime.device`` (and each module that imported it by name) answers ``meta``;
 - ``HostReads``, a ``TorchFunctionMode``, answers the device -> host reads of a meta tensor (``.item()``,
   ``.tolist()``, ``.cpu()``, ``.numpy()``, ``.to("cpu")``, ``bool()``, ``float()``, ``int()``) with zeros of its
   shape and dtype, as a GPU would answer them with numbers; nothing else is changed, so mixing devices still
@@ -47,7 +47,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tasks.common import device as dev
+from tasks.common.runtime import device as dev
 
 META = torch.device("meta")
 _REAL_RESOLVE = dev.resolve

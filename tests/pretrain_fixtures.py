@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common.encoders import load_tokenizer, reference_model_dir
+from tasks.common.models.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.model.pretrain import PretrainParams

@@ -18,7 +18,7 @@ What runs, all datatrove's own code (``datatrove.pipeline.decont``):
 Settings: ``NGramsDecontConfig(n_grams=13, find_query_ngrams=False, find_overlap_ngrams=False)``,
 ``HashConfig()`` (xxhash, 64 bits), ``TextNormConfig(lowercase=True, norm_whitespace=True,
 remove_punctuation=True, norm_unicode_diacritics=False, norm_numbers=False, norm_weekdays=False,
-norm_monthnames=False)``: numbers and diacritics are kept because ``tasks.common.textnorm`` keeps them.
+norm_monthnames=False)``: numbers and diacritics are kept because ``tasks.common.matching.textnorm`` keeps them.
 Tokenizer: ``spacy`` = its English default (``load_word_tokenizer("en")``: a blank spaCy English pipeline
 with a sentencizer); ``split`` = a ``WordTokenizer`` subclass (its documented hook for custom tokenizers)
 splitting the simplified text on whitespace, which after ``simplify_text`` turned punctuation into spaces

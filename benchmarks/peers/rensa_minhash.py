@@ -25,7 +25,7 @@ Every variant:
    document's in one numpy binary search, and unions the verified ones (union-find; the smallest index kept).
 
 Variants:
-- ``lsh``: steps 2-5 in one process; normalisation ``tasks.common.textnorm.normalize_many`` (clozeline's own:
+- ``lsh``: steps 2-5 in one process; normalisation ``tasks.common.matching.textnorm.normalize_many`` (clozeline's own:
   Cf removed, NFKC, casefold, whitespace collapsed), words ``textnorm.words_of_normalized`` (``\\w+``);
 - ``lsh-workers``: the same normalisation, steps 2-5 sharded over ``--workers`` forked processes (contiguous
   ranges of documents, inherited at fork, never pickled); each returns numpy arrays (shingle hashes, offsets,
@@ -64,7 +64,7 @@ def main() -> None:
     args = _parse()
     mem = TreeMemory().start()
     t_imports = time.perf_counter()
-    sys.path.insert(0, str(REPO))  # tasks.common.textnorm: the stage's own normaliser (all but -minimal)
+    sys.path.insert(0, str(REPO))  # tasks.common.matching.textnorm: the stage's own normaliser (all but -minimal)
     from importlib.metadata import version
 
     import numpy as np
@@ -151,7 +151,7 @@ def _shard(job: tuple, texts: list[str] | None = None):
         words = [WORD.findall(text.lower()) for text in texts]
         keys = [" ".join(w) for w in words]
     else:
-        from tasks.common import textnorm
+        from tasks.common.matching import textnorm
 
         keys = textnorm.normalize_many(texts)
         words = list(map(textnorm.words_of_normalized, keys))
@@ -188,7 +188,7 @@ def _settings(args: argparse.Namespace) -> dict:
     minimal = args.variant.endswith("-minimal")
     return {
         "normalization": "text.lower() (rensa README)" if minimal else
-        "tasks.common.textnorm.normalize_many (Cf removed, NFKC, casefold, whitespace)",
+        "tasks.common.matching.textnorm.normalize_many (Cf removed, NFKC, casefold, whitespace)",
         "words": "re.findall(r'\\w+')", "shingles": f"word {NGRAM}-grams joined by a space",
         "minhash": f"rensa RMinHash.from_token_sets (R-MinHash, FxHash tokens), num_perm={NUM_PERM}, seed={SEED}",
         "candidates": f"RMinHashLSH(threshold={THRESHOLD}, num_perm={NUM_PERM}, num_bands={BANDS}): insert_many, "

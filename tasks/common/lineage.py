@@ -22,7 +22,7 @@ import hashlib
 import json
 from pathlib import Path
 
-#: The record file in a model folder (the same name as ``tasks.common.encoders.PRETRAINING_RECORD``).
+#: The record file in a model folder (the same name as ``tasks.common.models.encoders.PRETRAINING_RECORD``).
 RECORD = "pretraining.json"
 #: ``pretrain.init_from`` values that start from no earlier run of ours.
 NO_LINEAGE = ("scratch", "reference")

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-#: Initial weights of an encoder (``tasks.common.encoders``): ours from scratch, ours re-initialised, the
+#: Initial weights of an encoder (``tasks.common.models.encoders``): ours from scratch, ours re-initialised, the
 #: packaged MiniLM, or an encoder our pretrain stage continued (``pretrain.init_from`` not ``scratch``).
 Variant = Literal["pretrained", "random", "reference", "adapted"]
 

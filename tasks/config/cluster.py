@@ -1,4 +1,4 @@
-"""The ``ray:`` section of params.yaml: where ``engine: ray`` stages run (``tasks/common/raycluster.py``).
+"""The ``ray:`` section of params.yaml: where ``engine: ray`` stages run (``tasks/common/runtime/raycluster.py``).
 
 It changes where the work runs, never what it computes (the Ray engines are byte-identical to ``local``), so
 no stage lists it among its DVC params.

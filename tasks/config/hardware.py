@@ -15,7 +15,7 @@ DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?)$"
 
 
 class HardwareParams(StrictModel):
-    """Where the model stages run (``tasks/common/device.py``)."""
+    """Where the model stages run (``tasks/common/runtime/device.py``)."""
 
     device: str = Field(
         "auto", pattern=DEVICE_PATTERN,

@@ -1,14 +1,14 @@
 """dedup stage: exact and MinHash near-duplicate clusters over all sources at once.
 
-Reads ``<data>/ingest/<source>/`` (a shard per input file; ``tasks.common.shards``), writes
+Reads ``<data>/ingest/<source>/`` (a shard per input file; ``tasks.common.files.shards``), writes
 ``<data>/dedup/<source>.parquet`` (every row, plus ``cluster_id`` and ``is_duplicate``) and
 ``<data>/dedup/clusters.jsonl`` (one line per cluster of two or more).
 
 Method (text-dedup / datatrove style, with verification):
-1. Normalize (``tasks.common.textnorm``: Unicode format characters (Cf) removed, NFKC, casefold, whitespace
+1. Normalize (``tasks.common.matching.textnorm``: Unicode format characters (Cf) removed, NFKC, casefold, whitespace
    collapsed). Rows with the same normalized text are exact duplicates (md5 of the normalized text).
 2. One representative per exact group gets a MinHash signature over its word ``n``-gram shingles (Broder 1997)
-   from the MinHash kit the leakage audit shares (``tasks.common.minhash``: datasketch's ``affine32`` values,
+   from the MinHash kit the leakage audit shares (``tasks.common.matching.minhash``: datasketch's ``affine32`` values,
    computed with numpy in forked worker processes, which inherit the texts as Arrow arrays; format characters
    are removed in Arrow; a shard's words are cut by one ``bytes.translate`` and Arrow's whitespace split, and
    only words a worker has not seen yet are hashed in Python, pieces holding a non-ASCII character split by the
@@ -17,7 +17,7 @@ Method (text-dedup / datatrove style, with verification):
 3. One LSH banding over all sources (bands and rows from datasketch's optimiser) proposes candidate pairs;
    each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so every merge is a
    true near duplicate; no Jaccard is computed for a candidate whose rows are already joined, and the others
-   are merged in compiled code on ``num_proc`` threads (``tasks/common/pairjaccard.py``). The sets are
+   are merged in compiled code on ``num_proc`` threads (``tasks/common/matching/pairjaccard.py``). The sets are
    held as sorted 64-bit shingle hashes (two distinct shingles collide with probability ~2**-64). Clusters
    are the connected components (union-find), so a chain A~B~C joins A and C
    even when J(A, C) is below the threshold; ``clusters.jsonl`` shows the chain. Signatures and Jaccards of texts
@@ -53,8 +53,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common import minhash, pairjaccard, textnorm
-from tasks.common.unionfind import UnionFind
+from tasks.common.matching import minhash, pairjaccard, textnorm
+from tasks.common.matching.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import policy, signing

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.shards import check_manifest, read_source, source_files
+from tasks.common.files.shards import check_manifest, read_source, source_files
 from tasks.dedup.outputs import ROLE_RANK
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
@@ -23,7 +23,7 @@ class Corpus:
     Arrow arrays (``text_chunks``; ``texts()`` joins them) and leaves ``text`` empty; neither is filled when the
     corpus was read without texts (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
 
-    files: dict[str, list[Path]]  # source -> its ingest files in row order (``tasks.common.shards``)
+    files: dict[str, list[Path]]  # source -> its ingest files in row order (``tasks.common.files.shards``)
     doc_id: list[str]
     source: list[str]
     role: list[str]

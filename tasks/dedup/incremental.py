@@ -59,10 +59,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common import minhash
+from tasks.common.matching import minhash
 from tasks.common.imports import closure_fingerprint
-from tasks.common.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in, write_cache
-from tasks.common.textnorm import arrow_strings
+from tasks.common.files.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in, write_cache
+from tasks.common.matching.textnorm import arrow_strings
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
 

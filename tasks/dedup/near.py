@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.common.unionfind import UnionFind, UnionTimes, joining_pairs
+from tasks.common.matching.unionfind import UnionFind, UnionTimes, joining_pairs
 
 if TYPE_CHECKING:
     from tasks.config.corpus.dedup import DedupParams

@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.common import minhash
-from tasks.common.ioerrors import writing
-from tasks.common.shards import read_source, write_manifest
-from tasks.common.textnorm import arrow_strings
+from tasks.common.matching import minhash
+from tasks.common.files.ioerrors import writing
+from tasks.common.files.shards import read_source, write_manifest
+from tasks.common.matching.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
 
 if TYPE_CHECKING:

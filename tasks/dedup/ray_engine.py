@@ -30,7 +30,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common import minhash, raycluster
+from tasks.common.matching import minhash
+
+from tasks.common.runtime import raycluster
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import Corpus, DocSignatures, _sign_shard, band_shape
 

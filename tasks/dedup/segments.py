@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.common.shards import file_crc32, linked_or_copied
-from tasks.common.stamped import one_line
+from tasks.common.files.shards import file_crc32, linked_or_copied
+from tasks.common.files.stamped import one_line
 
 SHAPES = "segments"  # the stamp key: {tag: [signature rows, shingles, CRC-32 of each file]}
 ENTRIES = "entries.parquet"

@@ -5,7 +5,7 @@
 ``minhash.sorted_unique`` and ``minhash.signatures`` bit for bit (tests/dedup/test_dedup_signing.py): the same rolling
 hash, the same affine32 arithmetic (fold to 32 bits, MurmurHash3's fmix32, ``a * h + b mod 2**32``, minimum).
 
-Run compiled (numba, ``tasks/common/compiled.py``) when numba is loaded in the process: the stage loads it with the
+Run compiled (numba, ``tasks/common/matching/compiled.py``) when numba is loaded in the process: the stage loads it with the
 kernels before forking its signing workers (``prepare``) when the texts are long enough to repay the ~0.7 s, so
 the workers inherit the machine code instead of each loading it. The numpy signing permutes blocks of shingles
 into ``(num_perm, shingles)`` temporaries (about 0.15 us per shingle and permutation); the compiled loop keeps one
@@ -18,7 +18,9 @@ import sys
 
 import numpy as np
 
-from tasks.common import compiled, minhash
+from tasks.common.matching import minhash
+
+from tasks.common.matching import compiled
 
 COMPILE_MIN_BYTES = 40_000_000  # text bytes: ~4x the default corpus, where numpy signing costs ~1 s on 2 workers
 _LOW = np.uint64(0xFFFFFFFF)

@@ -13,7 +13,7 @@ a standard Hugging Face model, re-scored exactly as exported.
    ``export.probability_tolerance``. The report makes the task's claims ``not resolvable`` when any item
    disagrees. The per-document timing from raw text is the deployment row of the inference-cost table.
    The rule that makes the labels equal on every device: the finetune stage computes every evaluated (dev and
-   test) prediction in fp32 (no autocast, TF32 off on CUDA: ``tasks.common.device.fp32_predictions``),
+   test) prediction in fp32 (no autocast, TF32 off on CUDA: ``tasks.common.runtime.device.fp32_predictions``),
    whatever precision its training steps ran in, and the export re-scores in fp32 on the CPU; the metrics
    record both (``evaluated_precision``, ``rescored_precision``). bf16 or TF32 predictions would differ from
    the export's by about 1e-2 relative in the logits, enough to flip near-tied labels among thousands of items.

@@ -2,7 +2,7 @@
 that ship with it (the base model's own card and config, the installed package's metadata), never typed in here.
 
 The variant of the arm (``selected.json`` ``variant``) says which: ``reference`` is the packaged MiniLM
-(``tasks.common.encoders.reference_model_dir``); ``adapted`` is that model (or the Hugging Face folder
+(``tasks.common.models.encoders.reference_model_dir``); ``adapted`` is that model (or the Hugging Face folder
 ``pretrain.init_from`` names) continued by the pretrain stage; ``pretrained`` is clozeline's own encoder,
 pretrained from scratch; ``random`` has no pretraining at all.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from huggingface_hub.repocard import metadata_load
 
-from tasks.common.encoders import pretrained_dir, pretraining_record, reference_model_dir, tokenization
+from tasks.common.models.encoders import pretrained_dir, pretraining_record, reference_model_dir, tokenization
 
 #: Where a Hugging Face card names its own hub id: its usage snippet's ``from_pretrained('<id>')`` call.
 HUB_ID = re.compile(r"""(?:from_pretrained|SentenceTransformer)\(\s*['"]([\w.-]+/[\w.-]+)['"]""")

@@ -23,7 +23,7 @@ from sklearn.metrics import accuracy_score, f1_score
 
 import clozeline
 from clozeline.entities import strict_tags
-from tasks.common.parquet import read_clean_source
+from tasks.common.files.parquet import read_clean_source
 
 MS_PER_S = 1000
 

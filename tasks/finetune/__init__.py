@@ -43,9 +43,9 @@ from types import ModuleType
 
 import datasets
 
-from tasks.common.device import PREDICTION_PRECISION, cpu_bf16, resolve
-from tasks.common.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
-from tasks.common.ioerrors import reading
+from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
+from tasks.common.models.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
+from tasks.common.files.ioerrors import reading
 from tasks.config.model.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import ablations, baselines, curve, export, operational, pretrain_seeds
 from tasks.finetune.baseline_runs import run_baseline

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.common.encoders import ablation_dirs, pretrained_dir
+from tasks.common.models.encoders import ablation_dirs, pretrained_dir
 from tasks.config.model.finetune import RunSpec, TaskParams
 
 #: The marker of an ablation arm's run key: ``<variant>@ablation_<name>/<mode>/<head>``.

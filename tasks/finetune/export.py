@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from tasks.common.device import PREDICTION_PRECISION, configure
-from tasks.common.encoders import load_tokenizer
+from tasks.common.runtime.device import PREDICTION_PRECISION, configure
+from tasks.common.models.encoders import load_tokenizer
 from tasks.finetune import operational
 from tasks.finetune.training import Run, train_and_test
 

@@ -1,4 +1,4 @@
-"""Encoders with a small head for fine-tuning: two modes, three poolings (variants: ``tasks.common.encoders``).
+"""Encoders with a small head for fine-tuning: two modes, three poolings (variants: ``tasks.common.models.encoders``).
 
 The encoder is a Hugging Face ``AutoModel`` (BERT without its MLM head or pooler); the head is dropout and
 one linear layer on a pooled vector (classification: ``[CLS]`` or masked mean) or on every token (NER), as
@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel
 
-from tasks.common.encoders import encoder_from_folder, load_encoder
-from tasks.common.ioerrors import reading, reading_folder
-from tasks.common.optim import decay_groups
+from tasks.common.models.encoders import encoder_from_folder, load_encoder
+from tasks.common.files.ioerrors import reading, reading_folder
+from tasks.common.models.optim import decay_groups
 
 POOLING = {"cls-pool": "cls", "mean-pool": "mean", "first": "token", "all": "token"}
 #: Files ``save_model`` writes next to the encoder's ``config.json`` and ``model.safetensors``.
@@ -119,7 +119,7 @@ def load_model(folder: Path) -> EncoderWithHead:
 
 def optimizer_for(model: EncoderWithHead, lr_encoder: float, lr_head: float, weight_decay: float):
     """AdamW over the trainable parameters: encoder and head learning rates apart, no decay on biases or
-    LayerNorm weights (``tasks.common.optim``). A frozen encoder contributes no parameters. ``fused``: one
+    LayerNorm weights (``tasks.common.models.optim``). A frozen encoder contributes no parameters. ``fused``: one
     kernel for all tensors, 5x faster than the per-tensor loop on CPU (0.03 s vs 0.15 s a step for MiniLM's 22M)."""
     groups = decay_groups(model.encoder, weight_decay, lr=lr_encoder)
     groups += decay_groups(model.head, weight_decay, lr=lr_head)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
-from tasks.common.device import autocast, describe, peak_memory_mib, place
+from tasks.common.runtime.device import autocast, describe, peak_memory_mib, place
 from tasks.finetune.model import load_model
 
 SCRATCH = ".operational"  # under the task's out dir; removed before the stage returns

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.common.encoders import pretraining_seed_dirs
+from tasks.common.models.encoders import pretraining_seed_dirs
 from tasks.config.model.finetune import RunSpec, TaskParams
 
 #: Variants whose encoder is the pretrain stage's model.

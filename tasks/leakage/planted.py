@@ -15,7 +15,7 @@ and the detectors' minimum lengths then show as misses). Variants, on the eval d
 - ``format``: ``verbatim``; ``rewrapped`` (``line_words`` tokens per line); ``unicode`` (look-alike spaces
   U+00A0, U+2009, U+202F in turn, and ZWSP, ZWJ or a soft hyphen inside every ``format_every``-th token); ``homoglyphs`` (every Latin a e o p c x written with its Cyrillic look-alike
   а е о р с х, which NFKC does not fold: the detectors fold them with the UTS #39 skeleton,
-  ``tasks.common.confusables``);
+  ``tasks.common.matching.confusables``);
 - ``replaced``: every k-th token swapped for a filler token that holds a different word, k in
   ``replace_every`` (20, 12, 8, 5, 3 by default);
 - ``synonyms``: every k-th content word (alphabetic, 3+ letters, not an English stop word, with a WordNet
@@ -50,8 +50,8 @@ import pandas as pd
 from scipy.stats import binomtest
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from tasks.common import minhash
-from tasks.common.textnorm import words
+from tasks.common.matching import minhash
+from tasks.common.matching.textnorm import words
 from tasks.config.corpus.leakage import LeakageParams, PlantedParams
 from tasks.leakage.detectors import Side, detect, make_side
 from tasks.leakage.filler import FillerRing

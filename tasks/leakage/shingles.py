@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tasks.common import minhash
+from tasks.common.matching import minhash
 from tasks.config.corpus.leakage import LeakageParams
 
 

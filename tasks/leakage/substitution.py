@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.common import minhash
+from tasks.common.matching import minhash
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.shingles import filter_table, key_hits
 

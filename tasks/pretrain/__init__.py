@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from transformers import pipeline
 
-from tasks.common.encoders import ABLATIONS, SEEDS, SNAPSHOTS, pretrained_dir, write_pretraining_record
+from tasks.common.models.encoders import ABLATIONS, SEEDS, SNAPSHOTS, pretrained_dir, write_pretraining_record
 from tasks.config import Paths
 from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain import checkpoint

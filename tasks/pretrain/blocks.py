@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from datasets import load_from_disk
 
-from tasks.common.ioerrors import reading
+from tasks.common.files.ioerrors import reading
 
 
 def blocks_dir(data: Path, tokenization: str, split: str) -> Path:

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from tasks.common.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
-from tasks.common.ioerrors import reading
+from tasks.common.models.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
+from tasks.common.files.ioerrors import reading
 
 PREFIX = STEP_PREFIX
 

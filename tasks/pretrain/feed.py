@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tasks.common.device import place
+from tasks.common.runtime.device import place
 from tasks.pretrain.mlm import IGNORE_INDEX, MaskingVocab, mask_tokens, masked_positions
 
 
@@ -44,7 +44,7 @@ class MicroBatch:
         return int(self.targets.shape[0])
 
     def to(self, device: torch.device) -> MicroBatch:
-        """This batch on ``device`` (``tasks.common.device.place``: pinned, non_blocking to CUDA); ``rows`` stay."""
+        """This batch on ``device`` (``tasks.common.runtime.device.place``: pinned, non_blocking to CUDA); ``rows`` stay."""
         moved = place({"input_ids": self.input_ids, "attention_mask": self.attention_mask,
                        "positions": self.positions, "targets": self.targets}, device)  # fmt: skip
         return MicroBatch(**moved, rows=self.rows)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from tasks.common.device import configure, resolve
+from tasks.common.runtime.device import configure, resolve
 from tasks.config.hardware import HardwareParams
 from tasks.config.model.pretrain import processes_per_node
 
@@ -97,7 +97,7 @@ def setup_distributed(hw: HardwareParams, nproc_per_node: int | str = 1) -> Dist
 
     Raises ``ValueError`` (one line) when ``pretrain.nproc_per_node`` (a number, or ``gpu``: one process per GPU
     torch sees, ``processes_per_node``) asks for more GPUs than torch sees or for ``gpu`` without one, or when
-    the device cannot be used (``tasks.common.device.resolve``).
+    the device cannot be used (``tasks.common.runtime.device.resolve``).
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))

@@ -34,7 +34,7 @@ from transformers import (
 )
 
 from tasks.common.deps import require_declared
-from tasks.common.encoders import load_tokenizer, pretrained_dir, reference_model_dir, tokenizer_dir
+from tasks.common.models.encoders import load_tokenizer, pretrained_dir, reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain.attention import with_document_mask

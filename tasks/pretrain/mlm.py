@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tasks.common.encoders import mlm_head
+from tasks.common.models.encoders import mlm_head
 
 IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch cross_entropy's ignore_index)
 

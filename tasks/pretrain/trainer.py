@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from tasks.common.device import autocast, peak_memory_mib
-from tasks.common.optim import decay_groups
+from tasks.common.runtime.device import autocast, peak_memory_mib
+from tasks.common.models.optim import decay_groups
 from tasks.pretrain import checkpoint
 from tasks.pretrain.feed import MicroBatch, Prefetcher, masked_batch, needs_attention_mask
 from tasks.pretrain.fingerprint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json

@@ -41,8 +41,8 @@ import torch
 from tqdm import tqdm
 
 from tasks.common.deps import require_declared
-from tasks.common.device import autocast, configure, describe, place, resolve
-from tasks.common.encoders import load_encoder, load_tokenizer, model_dir
+from tasks.common.runtime.device import autocast, configure, describe, place, resolve
+from tasks.common.models.encoders import load_encoder, load_tokenizer, model_dir
 from tasks.config.paths import Paths
 from tasks.config.model.probe import ProbeParams
 from tasks.probe.control import shuffled
@@ -191,7 +191,7 @@ def probe_set_summary(rows: Sequence[ProbeSentence], path: Path) -> dict:
 
 
 def load_variant(variant: str, models: Path, seed: int, device: torch.device) -> tuple[torch.nn.Module, object]:
-    """The encoder (eval mode, on ``device``) and fast tokenizer of one variant (``tasks.common.encoders``).
+    """The encoder (eval mode, on ``device``) and fast tokenizer of one variant (``tasks.common.models.encoders``).
 
     ``random`` is the pretrained config initialised from ``seed`` on the host (the same weights on every
     device) and read with our tokenizer. Raises ``FileNotFoundError`` when the model folder is missing.

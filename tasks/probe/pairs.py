@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from tasks.common.device import autocast, place
-from tasks.common.encoders import load_masked_lm, load_tokenizer, mlm_head, model_dir, pretrained_dir, tokenization
-from tasks.common.ioerrors import reading
+from tasks.common.runtime.device import autocast, place
+from tasks.common.models.encoders import load_masked_lm, load_tokenizer, mlm_head, model_dir, pretrained_dir, tokenization
+from tasks.common.files.ioerrors import reading
 from tasks.config.paths import Paths
 
 REQUIRED_KEYS = ("phenomenon", "good", "bad")
@@ -211,7 +211,7 @@ def pseudo_log_likelihoods(model: torch.nn.Module, input_ids: Sequence[Sequence[
 
 
 def mlm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """The encoder (``model.base_model``) and MLM head (``tasks.common.encoders.mlm_head``) of an HF masked LM.
+    """The encoder (``model.base_model``) and MLM head (``tasks.common.models.encoders.mlm_head``) of an HF masked LM.
     Raises ``TypeError`` for a model without an MLM head."""
     return model.base_model, mlm_head(model)
 

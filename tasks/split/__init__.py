@@ -54,10 +54,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tasks.common.ioerrors import reading
-from tasks.common.shards import check_manifest
-from tasks.common.stamped import write_tables
-from tasks.common.unionfind import UnionFind
+from tasks.common.files.ioerrors import reading
+from tasks.common.files.shards import check_manifest
+from tasks.common.files.stamped import write_tables
+from tasks.common.matching.unionfind import UnionFind
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
 from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, holds_ledger_history, ledger_metrics,

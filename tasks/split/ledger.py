@@ -44,8 +44,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.common.stamped import one_line, read_table, write_cache
-from tasks.common.unionfind import UnionFind
+from tasks.common.files.stamped import one_line, read_table, write_cache
+from tasks.common.matching.unionfind import UnionFind
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, row_labels
 
 LEDGER_COLUMNS = ["doc_id", "role", "split"]

@@ -43,7 +43,7 @@ import tokenizers
 from tokenizers import Tokenizer
 
 from tasks.common.imports import closure_fingerprint
-from tasks.common.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
+from tasks.common.files.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
 from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common.parquet import read_clean_source
-from tasks.common.textnorm import words
+from tasks.common.files.parquet import read_clean_source
+from tasks.common.matching.textnorm import words
 from tasks.config import Paths
 from tasks.config.corpus.split import TASK_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams

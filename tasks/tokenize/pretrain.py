@@ -13,7 +13,7 @@ from datasets import Dataset
 from datasets.fingerprint import generate_random_fingerprint
 from tokenizers import Tokenizer
 
-from tasks.common.parquet import read_pretraining_rows
+from tasks.common.files.parquet import read_pretraining_rows
 from tasks.config import Paths
 from tasks.config.corpus.split import PRETRAIN_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams

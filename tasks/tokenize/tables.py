@@ -13,7 +13,7 @@ import pyarrow as pa
 from datasets import Dataset
 from datasets.table import InMemoryTable
 
-from tasks.common.ioerrors import reading, writing
+from tasks.common.files.ioerrors import reading, writing
 
 
 def length_stats(n_tokens: np.ndarray) -> dict:

@@ -1,10 +1,10 @@
-"""tasks/common/compiled.py: when a loop runs compiled, and compiling where numba cannot cache."""
+"""tasks/common/matching/compiled.py: when a loop runs compiled, and compiling where numba cannot cache."""
 
 import sys
 
 import numpy as np
 
-from tasks.common import compiled
+from tasks.common.matching import compiled
 
 
 def _sum_of_squares(values):

@@ -9,7 +9,7 @@ import unicodedata
 
 from test_dedup_policy import make_cfg, run_stage, text, write_rows
 
-from tasks.common import textnorm
+from tasks.common.matching import textnorm
 
 # from different blocks: Latin-1 (soft hyphen), Arabic (letter mark), Mongolian (vowel separator), General
 # Punctuation (LRM, RLM, isolates LRI/RLI/PDI, word joiner), Arabic Presentation Forms-B (BOM), Kaithi

@@ -1,4 +1,4 @@
-"""``tasks.common.gcpause.paused_gc``: the collector is off inside, back to its state after, even on errors."""
+"""``tasks.common.runtime.gcpause.paused_gc``: the collector is off inside, back to its state after, even on errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from tasks.common.gcpause import freeze, frozen_survivors, paused_gc
+from tasks.common.runtime.gcpause import freeze, frozen_survivors, paused_gc
 
 
 def test_the_collector_is_paused_inside_and_restored_after_even_when_the_block_raises():

@@ -1,5 +1,5 @@
 """I/O failures in one line, naming the path (issue 62 item 2): a damaged or truncated Parquet / JSONL file read
-anywhere names the file and the stage to rerun (``tasks/common/ioerrors.py``); a write past the disk's room or
+anywhere names the file and the stage to rerun (``tasks/common/files/ioerrors.py``); a write past the disk's room or
 the file size limit (``RLIMIT_FSIZE``, set in a subprocess with ``SIGXFSZ`` ignored so the write gets ``EFBIG``)
 names the path being written; neither leaves a partial file. For ingest's cache, dedup and tokenize.
 """
@@ -19,7 +19,7 @@ from test_incremental_ingest_dedup import DEDUP, outputs, paths_of, run_both, wo
 
 import tasks.__main__ as stage_main
 from tasks import dedup, ingest
-from tasks.common.ioerrors import DamagedFile, NoRoom, producing_stage, reading, writing
+from tasks.common.files.ioerrors import DamagedFile, NoRoom, producing_stage, reading, writing
 from tasks.config.corpus.dedup import DedupParams
 from tasks.config.corpus.ingest import IngestParams
 from tasks.tracking import NullLog
@@ -198,7 +198,7 @@ def tiny_masked_lm():
 
 
 def test_a_truncated_model_names_its_weights_and_the_stage_that_writes_them(tmp_path):
-    from tasks.common import encoders
+    from tasks.common.models import encoders
 
     folder = tmp_path / "models" / "pretrained"
     tiny_masked_lm().save_pretrained(folder)
@@ -265,7 +265,7 @@ LIMITED = """
 import sys
 import glob; sys.path[:0] = [{tests!r}] + sorted(glob.glob({tests!r} + "/*/"))
 from pathlib import Path
-from tasks.common.ioerrors import NoRoom
+from tasks.common.files.ioerrors import NoRoom
 try:
 {body}
 except NoRoom as err:

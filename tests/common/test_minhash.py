@@ -1,4 +1,4 @@
-"""The shared MinHash kit (tasks/common/minhash.py) against datasketch and against hand-computed values."""
+"""The shared MinHash kit (tasks/common/matching/minhash.py) against datasketch and against hand-computed values."""
 
 import re
 import sys
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from tasks.common import minhash, textnorm
+from tasks.common.matching import minhash, textnorm
 
 
 def test_rolling_hash_is_the_polynomial_mod_2_64():

@@ -1,10 +1,12 @@
-"""Exact Jaccard of many pairs (tasks/common/pairjaccard.py): both of its paths against the one-pair
+"""Exact Jaccard of many pairs (tasks/common/matching/pairjaccard.py): both of its paths against the one-pair
 ``minhash.jaccard`` and against values counted by hand."""
 
 import numpy as np
 import pytest
 
-from tasks.common import compiled, minhash, pairjaccard
+from tasks.common.matching import minhash, pairjaccard
+
+from tasks.common.matching import compiled
 
 
 def _random_sets(rng, count: int, universe: int, most: int) -> list[np.ndarray]:

@@ -105,7 +105,7 @@ def test_starting_ray_keeps_the_sigterm_handler_and_the_dashboard_off(ray_instan
     import signal
     import socket
 
-    from tasks.common import raycluster
+    from tasks.common.runtime import raycluster
 
     def handler(signum, frame):
         raise RuntimeError("the stage runner's handler")

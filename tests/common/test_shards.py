@@ -1,4 +1,4 @@
-"""tasks.common.shards: how readers list and read a stage's per-source output, one file or a folder of shards."""
+"""tasks.common.files.shards: how readers list and read a stage's per-source output, one file or a folder of shards."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.common.shards import file_crc32, linked_or_copied, read_named, read_source, source_files
+from tasks.common.files.shards import file_crc32, linked_or_copied, read_named, read_source, source_files
 
 
 def write(path, ids):

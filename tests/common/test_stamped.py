@@ -1,4 +1,4 @@
-"""tasks/common/stamped.py: Parquet files written side by side are the files a serial write gives; a persisted
+"""tasks/common/files/stamped.py: Parquet files written side by side are the files a serial write gives; a persisted
 table's damaged page is caught by its checksum."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.common.stamped import read_stamped, stamp, write_cache, write_tables
+from tasks.common.files.stamped import read_stamped, stamp, write_cache, write_tables
 
 
 def test_files_written_on_threads_have_the_bytes_of_serial_writes(tmp_path):

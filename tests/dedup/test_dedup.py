@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from reference import word_ngrams
 
 from tasks import dedup
-from tasks.common import textnorm
-from tasks.common.shards import read_named
+from tasks.common.matching import textnorm
+from tasks.common.files.shards import read_named
 from tasks.config import Paths, read_yaml
 from tasks.config.corpus.dedup import DedupParams
 from tasks.tracking import NullLog

@@ -1,10 +1,10 @@
 """dedup's flat shingle sets and signatures (tasks/dedup/signing.py), compiled and numpy, against the MinHash kit's
-per-document functions (tasks/common/minhash.py, themselves checked against datasketch in tests/common/test_minhash.py)."""
+per-document functions (tasks/common/matching/minhash.py, themselves checked against datasketch in tests/common/test_minhash.py)."""
 
 import numpy as np
 import pytest
 
-from tasks.common import minhash
+from tasks.common.matching import minhash
 from tasks.dedup import signing
 
 
@@ -43,7 +43,7 @@ def test_small_texts_keep_numba_unloaded_and_large_ones_load_the_kernels(monkeyp
 
 
 def test_jaccards_of_packed_sets_equal_those_of_the_set_list(monkeypatch):
-    from tasks.common import pairjaccard
+    from tasks.common.matching import pairjaccard
 
     monkeypatch.setattr(pairjaccard.compiled, "worth_compiling", lambda items: True)
     values, doc, words = _docs()

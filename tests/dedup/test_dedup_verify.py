@@ -9,7 +9,7 @@ import pytest
 from test_dedup import make_cfg
 
 from tasks.dedup import near
-from tasks.common.unionfind import UnionFind
+from tasks.common.matching.unionfind import UnionFind
 
 
 class Docs:
@@ -74,7 +74,7 @@ def test_random_candidates_decide_as_the_sequential_rule(seed):
 
 
 def test_shared_bucket_pairs_by_hand_and_against_the_general_band_join():
-    from tasks.common import minhash
+    from tasks.common.matching import minhash
     from tasks.dedup import shared_bucket_pairs
 
     # band 0 buckets {0, 2, 3} and {1}; band 1 buckets {1, 3}, {0}, {2}: pairs (0,2) (0,3) (2,3) and (1,3)

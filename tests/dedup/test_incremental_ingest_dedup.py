@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks import dedup, ingest
-from tasks.common.shards import read_named
+from tasks.common.files.shards import read_named
 from tasks.config import Paths, read_yaml
 from tasks.config.corpus.dedup import DedupParams
 from tasks.config.corpus.ingest import IngestParams
@@ -286,7 +286,7 @@ def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_
 
 
 def test_stored_jaccards_stamped_with_another_fingerprint_are_not_used(tmp_path, corpus):
-    from tasks.common.stamped import stamp
+    from tasks.common.files.stamped import stamp
 
     raw, rng, _ = corpus
     path = tmp_path / "inc" / "data" / "dedup_index" / "jaccards.parquet"

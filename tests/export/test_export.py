@@ -214,7 +214,7 @@ def test_registry_versions_carry_verdicts_and_the_alias_follows_the_gate(exporte
 
 
 def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(exported, tmp_path):
-    from tasks.common.encoders import load_tokenizer
+    from tasks.common.models.encoders import load_tokenizer
     from tasks.finetune import baselines, load_task_data, run_baseline
     from tasks.finetune.draw import Draw
     from tasks.finetune.export import keep_baseline

@@ -18,7 +18,7 @@ from finetune_fixtures import save_tiny_bert, write_task_data
 
 from clozeline.predict import load, predict_records
 from tasks import export
-from tasks.common import device as device_module
+from tasks.common.runtime import device as device_module
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
 from tasks.export import rescore

@@ -7,7 +7,7 @@ import pytest
 import torch
 from finetune_fixtures import save_tiny_bert
 
-from tasks.common.device import cpu_bf16, native_cpu_bf16
+from tasks.common.runtime.device import cpu_bf16, native_cpu_bf16
 from tasks.finetune import cls
 from tasks.finetune.model import build_model
 from tasks.finetune.training import train_step

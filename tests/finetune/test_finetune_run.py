@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, write_task_data
 
-from tasks.common import encoders
+from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import log_caps

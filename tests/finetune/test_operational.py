@@ -11,7 +11,7 @@ import torch
 from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from safetensors.torch import save_file
 
-from tasks.common import encoders
+from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams, RunSpec
 from tasks.finetune import operational, run

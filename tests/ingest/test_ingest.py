@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from tasks import ingest
-from tasks.common.shards import read_named
+from tasks.common.files.shards import read_named
 from tasks.config import Paths, read_yaml
 from tasks.config.corpus.ingest import IngestParams
 from tasks.ingest.records import SourceError

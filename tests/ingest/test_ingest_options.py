@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from tasks import ingest
-from tasks.common.shards import read_named
+from tasks.common.files.shards import read_named
 from tasks.config import Paths
 from tasks.config.corpus.ingest import IngestParams
 from tasks.ingest.records import SourceError, match_files

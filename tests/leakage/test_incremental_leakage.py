@@ -20,7 +20,7 @@ from test_incremental_ingest_dedup import RecordingLog
 from test_leakage import PARAGRAPH, SHORT, filler, frame, params, rewrap
 
 from tasks import leakage
-from tasks.common import minhash
+from tasks.common.matching import minhash
 from tasks.config import Paths
 
 TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train doc quoting the dev doc
@@ -238,7 +238,7 @@ def test_the_lexical_cache_rewrite_keeps_the_planted_cache_and_a_stage_rerun_sca
 @pytest.mark.parametrize("methods", [pa.array(["ngram"]), pa.array([None], pa.list_(pa.string())),
                                      pa.array([["ngram", None]], pa.list_(pa.string()))])  # fmt: skip
 def test_a_plant_cache_of_another_column_type_or_with_nulls_is_not_used(tmp_path, methods):
-    from tasks.common.stamped import stamp, write_cache
+    from tasks.common.files.stamped import stamp, write_cache
     from tasks.leakage import plant_cache
 
     evals, side, plants = plants_of()

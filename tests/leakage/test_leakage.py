@@ -11,7 +11,7 @@ import pytest
 from reference import word_ngrams
 
 from tasks import leakage
-from tasks.common.textnorm import words
+from tasks.common.matching.textnorm import words
 from tasks.config import Paths, read_yaml
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import detectors, shingles

@@ -15,7 +15,7 @@ import pandas as pd
 
 from tasks import leakage
 from tasks.common.provenance import Lock
-from tasks.common.textnorm import words
+from tasks.common.matching.textnorm import words
 from tasks.config.corpus.leakage import PlantedParams
 from tasks.leakage import planted, synonyms
 from tasks.leakage.filler import FillerRing

@@ -9,7 +9,7 @@ from test_incremental_leakage import night, outputs, run
 from test_leakage import PARAGRAPH, filler, frame, params
 
 from tasks import leakage
-from tasks.common import minhash
+from tasks.common.matching import minhash
 from tasks.leakage import forked
 
 

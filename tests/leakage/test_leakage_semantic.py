@@ -14,7 +14,7 @@ import pytest
 from test_leakage import PARAGRAPH, filler, frame, params, run_leakage
 
 from tasks import leakage
-from tasks.common import confusables
+from tasks.common.matching import confusables
 from tasks.leakage import semantic, semantic_audit, semantic_encoder
 from tasks.tracking import NullLog
 
@@ -53,7 +53,7 @@ def tiny_encoder(tmp_path_factory):
     import torch
     from transformers import BertConfig, BertModel
 
-    from tasks.common.encoders import reference_model_dir
+    from tasks.common.models.encoders import reference_model_dir
 
     folder = tmp_path_factory.mktemp("tiny-encoder")
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
@@ -312,7 +312,7 @@ def test_minilm_finds_a_hand_written_paraphrase_the_13_gram_detector_misses():
     )
     from reference import word_ngrams
 
-    from tasks.common.textnorm import words
+    from tasks.common.matching.textnorm import words
 
     assert not word_ngrams(words(paraphrase), 13) & word_ngrams(words(PARAGRAPH), 13)
     cfg = params().semantic.model_copy(update={"enabled": True})
@@ -326,7 +326,7 @@ def test_minilm_finds_a_hand_written_paraphrase_the_13_gram_detector_misses():
 @pytest.mark.slow
 def test_minilm_pooling_matches_sentence_transformers():
     st = pytest.importorskip("sentence_transformers")
-    from tasks.common.encoders import reference_model_dir
+    from tasks.common.models.encoders import reference_model_dir
 
     texts = ["The reservoir fell to its lowest level.", PARAGRAPH]
     cfg = params().semantic.model_copy(update={"enabled": True, "cpu_precision": "fp32", "window_tokens": 256})

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from test_leakage import PARAGRAPH, filler, frame, methods_for, params, run_leakage
 
-from tasks.common.textnorm import words
+from tasks.common.matching.textnorm import words
 from tasks.leakage import detectors, substitution
 
 # PARAGRAPH with every 3rd content word (alphabetic, 3+ letters, not an English stop word) replaced by a word of

@@ -2,7 +2,7 @@
 autocast, its dropout, its ``hardware.deterministic``, the stage's ``Trainer._step`` and the benchmark's own
 ``measure_stage``), every SDPA call meets the conditions of CUDA's flash kernel (``tasks.pretrain.attention``).
 
-On the CPU, bf16 autocast stands in for CUDA's (``tasks.common.device.autocast`` with ``cpu=True``): what reaches
+On the CPU, bf16 autocast stands in for CUDA's (``tasks.common.runtime.device.autocast`` with ``cpu=True``): what reaches
 SDPA is the same dtype, layout, mask and flags; the GPU half (SDPA's own reasons, the kernels a profile shows) is
 ``tests/pretrain/test_gpu.py::test_the_compiled_training_step_runs_flash_not_the_math_path``.
 """
@@ -14,7 +14,7 @@ import torch
 from pretrain_fixtures import ROOT, bench_module, make_cfg
 
 import tasks.pretrain.trainer as trainer_module
-from tasks.common.device import autocast, configure
+from tasks.common.runtime.device import autocast, configure
 from tasks.config import read_yaml
 from tasks.pretrain import attention
 from tasks.pretrain.attention import Operand, SdpaCall, flash_blockers

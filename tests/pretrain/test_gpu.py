@@ -24,7 +24,7 @@ from pretrain_fixtures import build_corpus, clone, make_cfg, subprocess_env, wor
 from test_pretrain_compile import Compiles  # tests/ is on sys.path (rootdir import)
 from transformers import BertTokenizerFast
 
-from tasks.common.device import resolve
+from tasks.common.runtime.device import resolve
 from tasks.config import Paths
 from tasks.config.hardware import HardwareParams
 from tasks.pretrain.hardware import setup_distributed

@@ -10,7 +10,7 @@ from pretrain_fixtures import build_corpus, clone, kill_at_first_checkpoint, mak
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
-from tasks.common.encoders import pretrained_dir, pretraining_record, pretraining_seed_dirs
+from tasks.common.models.encoders import pretrained_dir, pretraining_record, pretraining_seed_dirs
 from tasks.pretrain import checkpoint, run
 from tasks.tracking import NullLog
 

@@ -10,7 +10,7 @@ from pretrain_fixtures import ROOT, build_corpus, clone, make_cfg
 from pydantic import ValidationError
 from safetensors.torch import load_file
 
-from tasks.common.encoders import ablation_dirs, pretrained_dir, pretraining_record
+from tasks.common.models.encoders import ablation_dirs, pretrained_dir, pretraining_record
 from tasks.config import ParamsError, load_params
 from tasks.pretrain import run
 from tasks.tracking import NullLog

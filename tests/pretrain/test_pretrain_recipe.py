@@ -16,7 +16,7 @@ from pretrain_fixtures import ROOT, SEQ_LEN, add_reference_blocks, build_corpus,
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from tasks.common.encoders import model_dir, reference_model_dir, tokenization
+from tasks.common.models.encoders import model_dir, reference_model_dir, tokenization
 from tasks.pretrain import run
 from tasks.pretrain.blocks import blocks_dir, load_blocks, stratified_rows
 from tasks.pretrain.hardware import Dist, gpu_peak, peak_flops
@@ -99,7 +99,7 @@ def test_metrics_report_the_unigram_gap_and_every_source(corpus, tmp_path):
 
 def test_code_closure_covers_the_training_code_only():
     files = {p.relative_to(ROOT).as_posix() for p in pretrain_code_files()}
-    assert {"tasks/pretrain/mlm.py", "tasks/pretrain/trainer.py", "tasks/common/optim.py"} <= files
+    assert {"tasks/pretrain/mlm.py", "tasks/pretrain/trainer.py", "tasks/common/models/optim.py"} <= files
     assert not any(f.startswith(("tasks/config/", "tasks/finetune/", "tasks/report/")) for f in files)
 
 

@@ -14,7 +14,7 @@ import torch
 from scipy.stats import binomtest
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-from tasks.common.encoders import reference_model_dir
+from tasks.common.models.encoders import reference_model_dir
 from tasks.probe import pairs
 
 REPO = Path(__file__).resolve().parents[2]

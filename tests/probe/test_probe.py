@@ -20,7 +20,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processor
 from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 
 from tasks import probe
-from tasks.common.encoders import load_masked_lm, load_tokenizer, model_dir, write_pretraining_record
+from tasks.common.models.encoders import load_masked_lm, load_tokenizer, model_dir, write_pretraining_record
 from tasks.config import read_yaml
 from tasks.config.paths import Paths
 from tasks.config.model.probe import ProbeParams

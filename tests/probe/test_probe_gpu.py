@@ -12,7 +12,7 @@ import torch
 from transformers import AutoTokenizer
 
 from tasks import probe
-from tasks.common.encoders import load_encoder, reference_model_dir
+from tasks.common.models.encoders import load_encoder, reference_model_dir
 from tasks.probe import pairs
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # tests/ is on sys.path (rootdir import)
 

@@ -19,7 +19,7 @@ import transformers.masking_utils
 from transformers import AutoTokenizer, BertConfig, BertModel, ModernBertConfig, ModernBertModel
 
 from tasks import probe
-from tasks.common.encoders import reference_model_dir
+from tasks.common.models.encoders import reference_model_dir
 from tasks.probe import pairs
 from tasks.tracking import NullLog
 from placement_harness import HostTensorGuard, on_meta

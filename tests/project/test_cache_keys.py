@@ -38,25 +38,25 @@ CACHES = {
     "ingest": (["tasks.ingest"], ["tasks/ingest/text.py", "tasks/ingest/tabular.py", "tasks/ingest/builtin.py",
                                   "tasks/ingest/records.py", "tasks/ingest/cache.py"],
                "UnitCache(Path(scratch), True, pa.schema([('text', pa.string())])).code"),
-    "dedup_index": (["tasks.dedup.incremental"], ["tasks/dedup/__init__.py", "tasks/common/minhash.py",
-                                                  "tasks/common/textnorm.py", "tasks/common/pairjaccard.py"],
+    "dedup_index": (["tasks.dedup.incremental"], ["tasks/dedup/__init__.py", "tasks/common/matching/minhash.py",
+                                                  "tasks/common/matching/textnorm.py", "tasks/common/matching/pairjaccard.py"],
                     "dedup_incremental.fingerprint(P.dedup)"),
     "leakage_lexical": (["tasks.leakage.incremental"],
-                        ["tasks/leakage/shingles.py", "tasks/common/pairjaccard.py", "tasks/leakage/detectors.py",
-                         "tasks/leakage/substitution.py", "tasks/leakage/residual.py", "tasks/common/confusables.py"],
+                        ["tasks/leakage/shingles.py", "tasks/common/matching/pairjaccard.py", "tasks/leakage/detectors.py",
+                         "tasks/leakage/substitution.py", "tasks/leakage/residual.py", "tasks/common/matching/confusables.py"],
                         "leakage_incremental.fingerprint(P.leakage)"),
     "leakage_planted": (["tasks.leakage.plant_cache"],
-                        ["tasks/leakage/planted.py", "tasks/leakage/shingles.py", "tasks/common/pairjaccard.py"],
+                        ["tasks/leakage/planted.py", "tasks/leakage/shingles.py", "tasks/common/matching/pairjaccard.py"],
                         "plant_cache.fingerprint(P.leakage)"),
     "leakage_embeddings": (["tasks.leakage.embedding_store", "tasks.leakage.semantic_encoder"],
                            ["tasks/leakage/semantic.py", "tasks/leakage/semantic_encoder.py",
-                            "tasks/common/encoders.py", "tasks/common/device.py"],
+                            "tasks/common/models/encoders.py", "tasks/common/runtime/device.py"],
                            "embedding_store.layouts_key(embedding_store.fingerprint(fake_encoder), "
                            "P.leakage.semantic)"),
     "tokenize_ids": (["tasks.tokenize.cache"], ["tasks/tokenize/pretrain.py"],
                      "tokenize_cache.fingerprint(word_level, P.tokenize)"),
     "tokenize_tasks": (["tasks.tokenize.task_cache", "tasks.tokenize.cls", "tasks.tokenize.ner"],
-                       ["tasks/tokenize/cls.py", "tasks/tokenize/ner.py", "tasks/common/alignment.py"],
+                       ["tasks/tokenize/cls.py", "tasks/tokenize/ner.py", "tasks/common/models/alignment.py"],
                        "task_cache.fingerprint(wrapped, P.tokenize)"),
 }
 
@@ -163,7 +163,7 @@ def test_replay_a_reverted_bug_in_shingles_is_not_served_from_the_leakage_cache(
     """Issue 62's replay: a run with a bug in ``shingles.py`` fills the cache; after the revert, the next run
     (a new process, as ``dvc repro`` is) finds the code key changed, audits in full, and writes what a run from an
     empty cache writes, byte for byte."""
-    tests = str(REPO / "tests")
+    tests = os.pathsep.join([str(REPO / "tests" / "leakage"), str(REPO / "tests" / "dedup"), str(REPO / "tests")])
     script = textwrap.dedent(
         """
         import json, sys
@@ -257,7 +257,7 @@ def test_the_leakage_keys_follow_the_confusables_table_and_the_unicode_data(tmp_
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
 
-    from tasks.common import confusables, textnorm
+    from tasks.common.matching import confusables, textnorm
     from tasks.common.imports import closure_fingerprint
     from tasks.config.root import load_params
     from tasks.dedup import incremental as dedup_incremental

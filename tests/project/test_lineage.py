@@ -18,8 +18,8 @@ from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.
 
 from tasks import leakage
 from tasks.common import lineage as common_lineage
-from tasks.common import minhash
-from tasks.common.encoders import write_pretraining_record
+from tasks.common.matching import minhash
+from tasks.common.models.encoders import write_pretraining_record
 from tasks.common.provenance import Lock
 from tasks.config import Paths, load_params
 from tasks.leakage import eval_rows, tokenize

@@ -29,10 +29,10 @@ from transformers import masking_utils
 
 from clozeline import predict
 from tasks import finetune, pretrain
-from tasks.common import device as dev
-from tasks.common import encoders
-from tasks.common.device import autocast, place
-from tasks.common.encoders import load_tokenizer, reference_model_dir
+from tasks.common.runtime import device as dev
+from tasks.common.models import encoders
+from tasks.common.runtime.device import autocast, place
+from tasks.common.models.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.export import convert

@@ -30,10 +30,10 @@ CARD = ["test_release_card_usage_runs_on_a_device"]
 COVERED = {
     "tasks/leakage/semantic_encoder.py::Encoder.__init__": LEAKAGE,
     "tasks/leakage/semantic_audit.py::audit": LEAKAGE,
-    "tasks/common/encoders.py::encoder_from_folder": FINETUNE + PROBE,
-    "tasks/common/encoders.py::_seeded_init": PROBE,  # the random variant (encoder and masked LM)
-    "tasks/common/encoders.py::load_encoder": FINETUNE + PROBE,
-    "tasks/common/encoders.py::load_masked_lm": PROBE,
+    "tasks/common/models/encoders.py::encoder_from_folder": FINETUNE + PROBE,
+    "tasks/common/models/encoders.py::_seeded_init": PROBE,  # the random variant (encoder and masked LM)
+    "tasks/common/models/encoders.py::load_encoder": FINETUNE + PROBE,
+    "tasks/common/models/encoders.py::load_masked_lm": PROBE,
     "tasks/finetune/model.py::build_model": FINETUNE + ["test_a_fine_tuning_step_runs_entirely_on_the_models_device"],
     "tasks/finetune/model.py::load_model": OPERATIONAL,
     "tasks/finetune/training.py::train_and_test": FINETUNE,

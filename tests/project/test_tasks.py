@@ -22,8 +22,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from tasks.__main__ import run_stage
-from tasks.common.encoders import reference_model_dir
-from tasks.common.shards import read_named
+from tasks.common.models.encoders import reference_model_dir
+from tasks.common.files.shards import read_named
 from tasks.config import load_params
 from tasks.tracking import NullLog
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tasks.common.encoders import reference_model_dir
+from tasks.common.models.encoders import reference_model_dir
 from tasks.export.base_model import describe, hf_folder
 from tasks.release import noting_baselines
 from tasks.release.card import card

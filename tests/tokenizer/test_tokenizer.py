@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from transformers import AutoTokenizer
 
 from tasks import tokenizer as stage
-from tasks.common.encoders import reference_model_dir, tokenizer_dir
+from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.corpus.tokenizer import TokenizerParams
 from tasks.tracking import NullLog

@@ -1,7 +1,7 @@
 """The ``dedup:`` section of params.yaml.
 
 The LSH shape (bands, rows) is derived from ``threshold``, ``num_perm`` and the two weights by the dedup stage
-(``tasks.common.minhash.lsh_bands_rows``, datasketch's optimiser). Every candidate is verified by exact
+(``tasks.common.matching.minhash.lsh_bands_rows``, datasketch's optimiser). Every candidate is verified by exact
 Jaccard, so false positives cost only time; that is why the false-negative weight is set high in
 params.yaml (recall matters, precision is guaranteed).
 

@@ -44,7 +44,7 @@ class TokenizerParams(StrictModel):
     )
     vocab_from: Literal["train", "train_once", "reference", "file"] = Field(
         description="train: WordPiece on the pretrain train split; train_once: trained on the first run, kept "
-        "in data/tokenizer_vocab for later runs (scheduled runs, tasks/common/vocab_ledger.py); reference: "
+        "in data/tokenizer_vocab for later runs (scheduled runs, tasks/common/models/vocab_ledger.py); reference: "
         "packaged MiniLM vocab.txt; file: the vocab.txt at vocab_file"
     )
     vocab_file: Path | None = Field(description="a BERT vocab.txt; required iff vocab_from == file")

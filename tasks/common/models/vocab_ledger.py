@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tasks.common.stamped import one_line, swapped_in
+from tasks.common.files.stamped import one_line, swapped_in
 from tasks.config.corpus.tokenizer import TokenizerParams
 
 VOCAB, TRAINED = "vocab.txt", "trained.json"

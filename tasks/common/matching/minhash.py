@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.textnorm import arrow_strings, words_of_normalized
+from tasks.common.matching.textnorm import arrow_strings, words_of_normalized
 
 MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
 EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles

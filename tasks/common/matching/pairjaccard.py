@@ -1,14 +1,14 @@
 """Exact Jaccard of many pairs of sorted shingle sets at once, with a compiled merge (numba).
 
 Dedup verifies every LSH candidate it cannot skip by an exact Jaccard on the two documents' shingle sets
-(sorted unique uint64 hashes, ``tasks.common.minhash``). At 16x the benchmark corpus that is about 830,000 pairs
+(sorted unique uint64 hashes, ``tasks.common.matching.minhash``). At 16x the benchmark corpus that is about 830,000 pairs
 of sets of a few hundred hashes each. A numpy binary search per document costs about 5 us of CPU per pair, most
 of it per-call overhead; the linear merge of two sorted arrays (the intersection step of set-similarity joins,
 e.g. Bayardo, Ma & Srikant 2007, "Scaling up all pairs similarity search") compiled by numba costs about 2 us,
 and releases the GIL, so ``threads`` threads share one copy of the sets (no forked workers, nothing pickled).
 Loading numba costs about 0.7 s once per process, as much as 60,000 pairs by numpy (about 12 us each): a smaller
 call in a process without numba takes numpy's search per document (``minhash.jaccards_with``) instead
-(``tasks/common/compiled.py``).
+(``tasks/common/matching/compiled.py``).
 
 The values equal ``minhash.jaccard`` of each pair bit for bit: the same integer counts, divided as float64
 (``int64 / int64`` below 2**53 is exact, so numpy's true division is Python's correctly rounded ``int / int``);
@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tasks.common import compiled, minhash
+from tasks.common.matching import minhash
+
+from tasks.common.matching import compiled
 
 CHUNK_PAIRS = 16_384  # pairs per kernel call: threads take chunks in turn, so a chunk of long sets never idles one
 

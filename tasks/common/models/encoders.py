@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tasks.common.ioerrors import reading_folder
+from tasks.common.files.ioerrors import reading_folder
 from tasks.config.paths import Paths
 
 if TYPE_CHECKING:  # torch and transformers are imported where used: the path helpers serve stages that load no

@@ -3,7 +3,7 @@
 Path halving, union by a caller-given priority: the member with the lowest priority is always the root, so
 the name of a set does not depend on the order in which pairs were merged (determinism). ``UnionTimes``
 answers, for many pairs at once, whether they were connected at a given point of a sequence of unions.
-``joining_pairs`` finds which of a long sequence of pairs join two sets (compiled: ``tasks/common/compiled.py``).
+``joining_pairs`` finds which of a long sequence of pairs join two sets (compiled: ``tasks/common/matching/compiled.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.common import compiled
+from tasks.common.matching import compiled
 
 
 class UnionFind:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from tasks.common.ioerrors import reading, writing
-from tasks.common.stamped import read_table
+from tasks.common.files.ioerrors import reading, writing
+from tasks.common.files.stamped import read_table
 
 SUFFIX = ".parquet"
 #: What a stage wrote to a folder of sources: ``{"files": {source: [paths relative to the folder]}}``.

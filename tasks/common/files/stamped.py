@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.common.ioerrors import DamagedFile, reading, writing
+from tasks.common.files.ioerrors import DamagedFile, reading, writing
 
 FINGERPRINT_KEY = b"clozeline.fingerprint"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common.ioerrors import reading
+from tasks.common.files.ioerrors import reading
 
 #: Columns every row of the leakage stage's cleaned corpora has (the tokenizer and tokenize contract).
 CLEAN_COLUMNS = ("doc_id", "role", "text", "is_duplicate", "split")
