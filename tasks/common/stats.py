@@ -1,8 +1,10 @@
-"""Student-t intervals: the one implementation every stage and the claim table use.
+"""Student-t intervals and exact binomial intervals: the one implementation every stage and the claim table use.
 
 A mean of a few i.i.d. measurements (seeds, probe words) gets the two-sided interval
 ``mean +- t_{(1+level)/2, n-1} * s / sqrt(n)`` with ``s`` the sample standard deviation (ddof=1) and the
 quantile from ``scipy.stats.t`` (Student 1908; any statistics text, e.g. Wasserman, *All of Statistics*, 6.3).
+A proportion ``found / n`` (a detector's recall, a share of true flags) gets the exact Clopper-Pearson interval
+(Clopper and Pearson 1934), from ``scipy.stats.binomtest``.
 """
 
 from __future__ import annotations
@@ -51,3 +53,13 @@ def summarize(values: Sequence[float], seeds: Sequence[int], level: float,
     if bounds is not None:
         low, high = max(low, bounds[0]), min(high, bounds[1])
     return {**out, "mean": mean, "std": std, "ci95_low": low, "ci95_high": high}
+
+
+def clopper_pearson(found: int, n: int, level: float = 0.95) -> tuple[float | None, float | None]:
+    """Exact (Clopper-Pearson) two-sided interval ``(low, high)`` of the proportion ``found / n`` at coverage
+    ``level``, each end rounded to 1e-6 and within [0, 1]; ``(None, None)`` when ``n == 0`` (no trials, no
+    proportion). Raises ``ValueError`` (from ``scipy.stats.binomtest``) when ``found`` is not in ``[0, n]``."""
+    if n == 0:
+        return None, None
+    ci = stats.binomtest(found, n).proportion_ci(confidence_level=level, method="exact")
+    return round(float(ci.low), 6), round(float(ci.high), 6)

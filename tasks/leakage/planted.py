@@ -47,11 +47,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from tasks.common.matching import minhash
 from tasks.common.matching.textnorm import words
+from tasks.common.stats import clopper_pearson
 from tasks.config.corpus.leakage import LeakageParams, PlantedParams
 from tasks.leakage.detectors import Side, detect, make_side
 from tasks.leakage.filler import FillerRing
@@ -290,14 +290,6 @@ def found_by(plants: list[Plant], evals: Side, cfg: LeakageParams, tokenize) -> 
     for i, j, method, _, _ in detect(side, evals, cfg, owner=np.array([p.eval_index for p in plants], np.int64)):
         methods.setdefault((i, j), set()).add(method)
     return [methods.get((i, p.eval_index), set()) for i, p in enumerate(plants)]
-
-
-def clopper_pearson(found: int, n: int, level: float = 0.95) -> tuple[float | None, float | None]:
-    """Exact (Clopper-Pearson) interval of ``found / n`` (``scipy.stats.binomtest``); ``None``s when n = 0."""
-    if n == 0:
-        return None, None
-    ci = binomtest(found, n).proportion_ci(confidence_level=level, method="exact")
-    return round(float(ci.low), 6), round(float(ci.high), 6)
 
 
 def recall_entry(hits: list[bool]) -> dict:

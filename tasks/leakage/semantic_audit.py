@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tasks.common.stats import clopper_pearson
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import embedding_store, semantic
-from tasks.leakage.planted import Plant, clopper_pearson
+from tasks.leakage.planted import Plant
 from tasks.leakage.semantic import METHOD, Windows
 from tasks.leakage.semantic_encoder import Encoder
 
