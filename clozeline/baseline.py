@@ -8,7 +8,8 @@ import json
 import time
 from pathlib import Path
 
-from clozeline.predict import ExportError
+from clozeline.errors import ExportError
+from tasks.common.models.truncation import cut, cut_pair
 
 BASELINE_FILE, BASELINE_RECORD = "model.skops", "baseline.json"
 #: The only types a baseline file may hold: scikit-learn, NumPy, SciPy and builtins (skops refuses the rest).
@@ -64,8 +65,6 @@ def _cut_reader(record: dict, folder: str | Path | None):
     if folder is None:
         raise ExportError("baseline.json has a cut: predict_baseline needs the export folder (its tokenizer)")
     from transformers import AutoTokenizer
-
-    from tasks.common.models.truncation import cut, cut_pair
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     size = cut_cfg["max_seq_len_tokens"]

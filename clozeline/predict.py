@@ -73,7 +73,9 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from clozeline import entities
+from clozeline.baseline import BASELINE_FILE, load_baseline, predict_baseline
 from clozeline.encoding import encode_document, encode_words
+from clozeline.errors import ExportError
 from tasks.common.models import alignment
 
 #: The config.json key of the recipe, and the format version this module reads.
@@ -84,10 +86,6 @@ PIPELINE_OF = {"classification": TEXT_TASK, "pair_classification": TEXT_TASK, "t
 #: ``aggregation_strategy`` values the tagger takes (the stock names; a word is read at its first subword).
 AGGREGATIONS = ("none", "simple", "first")
 AUTO_CLASS = {TEXT_TASK: AutoModelForSequenceClassification, TOKEN_TASK: AutoModelForTokenClassification}
-
-
-class ExportError(ValueError):
-    """An export folder that does not load or is inconsistent; the message is one line naming the folder."""
 
 
 # ---------------------------------------------------------------- the recipe and the model's head
@@ -341,8 +339,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads or torch.get_num_threads())
     started = time.perf_counter()
     labels = json.loads(args.labels.read_text(encoding="utf-8")) if args.labels else None
-    from clozeline.baseline import BASELINE_FILE, load_baseline, predict_baseline
-
     baseline = (args.folder / BASELINE_FILE).is_file()
     try:
         pipe = load_baseline(args.folder, labels) if baseline else load(args.folder, labels)
