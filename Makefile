@@ -1,4 +1,5 @@
-# clozeline: `make run` runs the pipeline, `make test` runs the test suite. Both create .venv if missing.
+# clozeline: `make run` runs the pipeline, `make test` runs `make lint` (ruff check, ruff format --check, mypy), then
+# the test suite. All three create .venv if missing.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3.11
@@ -25,8 +26,8 @@ export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install install-ray run test test-gpucheck test-fast bench bench-smoke mlflow-ui exp-show plots plots-template \
-	prefect-server clean
+.PHONY: install install-ray run lint test test-gpucheck test-fast bench bench-smoke mlflow-ui exp-show plots \
+	plots-template prefect-server clean
 
 install: $(STAMP)
 
@@ -87,6 +88,15 @@ run: install
 	  $(BIN)/python -m flows.pipeline; \
 	fi
 
+# Lint, format and types, in seconds (config: pyproject.toml [tool.ruff], [tool.mypy]); `make test` runs it first, so a
+# finding fails it before the suite's minutes. ruff format --check changes nothing: `ruff format .` and
+# `ruff check --fix .` (safe fixes only) rewrite the files. mypy checks tasks/config, tasks/common, tasks/__main__.py
+# and each stage's entry point; its cache (.mypy_cache) makes a second run take about a second.
+lint: install
+	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/mypy
+
 # The Ray engine tests in a fresh process of their own (once, run late in a long-lived xdist worker, a Ray Data
 # read hung with its task lost; in a fresh process it never has), beside the rest: they spend most of their minute
 # waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
@@ -94,7 +104,7 @@ run: install
 # (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The GPU check's dry run (about
 # 4 min of one core: every step of benchmarks/gpu_check.sh at tiny sizes, tests/benchmarks/test_gpu_check.py) is among them,
 # first; `make test-gpucheck` runs it alone.
-test: install-ray
+test: install-ray lint
 	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/common/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
 	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/common/test_ray_engines.py -n 2 --dist loadfile \
 	  --no-loadscope-reorder --durations=15 || status=$$?; \
