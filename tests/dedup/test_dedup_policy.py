@@ -3,67 +3,14 @@ every expected value worked out by hand from the small inputs built here."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from dedup_fixtures import make_cfg, text, write_rows
 
-from tasks import dedup
-from tasks.config import Paths, read_yaml
-from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import policy
 from tasks.dedup.conflicts import entity_count
-from tasks.tracking import NullLog
-
-RAW = read_yaml(Path(__file__).resolve().parents[2] / "params.yaml")["dedup"]
-SCHEMA = pa.schema(
-    [("doc_id", pa.string()), ("source", pa.string()), ("role", pa.string()), ("text", pa.string()),
-     ("label", pa.string()), ("group", pa.string()), ("tokens", pa.list_(pa.string())),
-     ("tags", pa.list_(pa.string())), ("meta", pa.string())]
-)  # fmt: skip
-
-
-def make_cfg(**overrides) -> DedupParams:
-    return DedupParams.model_validate({**RAW, "num_proc": 1, **overrides})
-
-
-def write_rows(tmp_path: Path, name: str, rows: list[dict], role: str = "task") -> list[str]:
-    """An ingest file; each row gives ``text`` or ``tokens`` (+ ``tags``), optionally ``label``/``group``."""
-    ids = [f"{name}:{i:03d}" for i in range(len(rows))]
-    records = []
-    for doc_id, row in zip(ids, rows):
-        text = row.get("text") or " ".join(row["tokens"])
-        records.append(dict(doc_id=doc_id, source=name, role=role, text=text, label=row.get("label"),
-                            group=row.get("group", doc_id), tokens=row.get("tokens"), tags=row.get("tags"),
-                            meta="{}"))  # fmt: skip
-    folder = tmp_path / "data" / "ingest"
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(records, schema=SCHEMA), folder / f"{name}.parquet")
-    return ids
-
-
-def run_stage(tmp_path: Path, cfg: DedupParams):
-    """(metrics, {doc_id: is_duplicate}, {cluster_id: record})."""
-    paths = Paths(data=tmp_path / "data", models=tmp_path / "mo", metrics=tmp_path / "me", reports=tmp_path / "r")
-    metrics = dedup.run(cfg, paths, NullLog())
-    out = tmp_path / "data" / "dedup"
-    duplicate = {}
-    for path in sorted(out.glob("*.parquet")):
-        table = pq.read_table(path).to_pydict()
-        duplicate.update(zip(table["doc_id"], table["is_duplicate"]))
-    records = [json.loads(line) for line in (out / "clusters.jsonl").read_text("utf-8").splitlines()]
-    return metrics, duplicate, {r["cluster_id"]: r for r in records}
-
-
-def text(prefix: str, n: int, replace: dict[int, str] | None = None) -> str:
-    """``n`` distinct fixed-width words ``<prefix>000 ...``; ``replace`` swaps word positions for others."""
-    tokens = [f"{prefix}{i:03d}" for i in range(n)]
-    for position, word in (replace or {}).items():
-        tokens[position] = word
-    return " ".join(tokens)
 
 
 # ------------------------------------------------------------------------------------------- entity count
@@ -90,9 +37,9 @@ NER_ROWS = [
 ]  # fmt: skip
 
 
-def test_exact_min_words_protects_short_ner_boilerplate_and_its_entities(tmp_path):
+def test_exact_min_words_protects_short_ner_boilerplate_and_its_entities(tmp_path, run_dedup):
     ids = write_rows(tmp_path, "ner", NER_ROWS)
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg())
+    metrics, duplicate, _ = run_dedup(tmp_path, make_cfg()).flags()
     # default policy: the two copies of the 3-word sentence and the copy of the 9-word one are removed,
     # with 1 + 1 + 3 entities; entities in the source: 3 x 1 + 2 x 3 = 9.
     counts = metrics["sources"]["ner"]
@@ -100,7 +47,7 @@ def test_exact_min_words_protects_short_ner_boilerplate_and_its_entities(tmp_pat
     assert (counts["entities_in"], counts["entities_removed"], counts["labelled_docs_removed"]) == (9, 5, 3)
     assert counts["exact_protected_docs"] == 0
 
-    metrics, duplicate, _ = run_stage(tmp_path, make_cfg(source_policy={"ner": {"exact_min_words": 4}}))
+    metrics, duplicate, _ = run_dedup(tmp_path, make_cfg(source_policy={"ner": {"exact_min_words": 4}})).flags()
     counts = metrics["sources"]["ner"]
     assert [duplicate[d] for d in ids] == [False, False, False, False, True]
     assert (counts["entities_in"], counts["entities_removed"], counts["labelled_docs_removed"]) == (9, 3, 1)
@@ -119,10 +66,10 @@ def policy_corpus(tmp_path: Path) -> dict[str, list[str]]:
     }
 
 
-def test_exact_off_and_near_off_per_source_and_pairs_need_both_policies(tmp_path):
+def test_exact_off_and_near_off_per_source_and_pairs_need_both_policies(tmp_path, run_dedup):
     ids = policy_corpus(tmp_path)
     cfg = make_cfg(source_policy={"nonear": {"near": False}, "noexact": {"exact": False}})
-    metrics, duplicate, records = run_stage(tmp_path, cfg)
+    metrics, duplicate, records = run_dedup(tmp_path, cfg).flags()
     # nonear: its second U is an exact copy; open's near copy of U stays (nonear allows no near merge).
     # W: exact copy across nonear and open (both allow exact); nonear:002 < open:001 is kept.
     # T: noexact allows no exact merge, and identical texts are never near-merged: all three copies stay.
@@ -139,11 +86,11 @@ def test_exact_off_and_near_off_per_source_and_pairs_need_both_policies(tmp_path
     # but open's U copy and W (nonear's rows have near off)
     assert (metrics["lsh"]["identical_text_pairs"], metrics["lsh"]["merged_pairs"]) == (3, 0)
     # the same corpus under the default policy: U copy (exact), U near copy, W copy, two T copies removed
-    metrics, _, _ = run_stage(tmp_path, make_cfg())
+    metrics, _, _ = run_dedup(tmp_path, make_cfg()).flags()
     assert (metrics["all"]["exact_duplicates"], metrics["all"]["near_duplicates"]) == (4, 1)
 
 
-def test_source_policy_overrides_the_default_key_by_key_and_unknown_sources_fail(tmp_path):
+def test_source_policy_overrides_the_default_key_by_key_and_unknown_sources_fail(tmp_path, run_dedup):
     cfg = make_cfg(default_policy={"exact": True, "near": True, "exact_min_words": 4},
                    source_policy={"ner": {"near": False}})  # fmt: skip
     resolved = policy.resolve(cfg, ["ner", "news"])
@@ -151,13 +98,13 @@ def test_source_policy_overrides_the_default_key_by_key_and_unknown_sources_fail
     assert resolved["news"].model_dump() == {"exact": True, "near": True, "exact_min_words": 4}
     write_rows(tmp_path, "ner", NER_ROWS)
     with pytest.raises(ValueError, match=r"dedup\.source_policy\.nre: no ingest source of that name"):
-        run_stage(tmp_path, make_cfg(source_policy={"nre": {"exact": False}}))
+        run_dedup(tmp_path, make_cfg(source_policy={"nre": {"exact": False}}))
 
 
 # ----------------------------------------------------------------------------------------- largest cluster
 
 
-def test_largest_component_of_a_chain_whose_ends_are_not_similar(tmp_path, caplog):
+def test_largest_component_of_a_chain_whose_ends_are_not_similar(tmp_path, caplog, run_dedup):
     # 100 fixed-width words, 96 shingles each. B = A with its last 6 words changed: 90 shared shingles,
     # J = 90 / 102 = 0.882. C = B with its first 6 changed: J(B, C) = 0.882, but J(A, C) = 84 / 108 = 0.778.
     a = text("w", 100)
@@ -167,7 +114,7 @@ def test_largest_component_of_a_chain_whose_ends_are_not_similar(tmp_path, caplo
                                         {"text": text("p", 20)}, {"text": text("p", 20)}])  # fmt: skip
     second = write_rows(tmp_path, "s2", [{"text": c, "group": "g2"}])
     with caplog.at_level(logging.WARNING, logger="clozeline.dedup"):
-        metrics, _, records = run_stage(tmp_path, make_cfg(warn_component_docs=2))
+        metrics, _, records = run_dedup(tmp_path, make_cfg(warn_component_docs=2)).flags()
     chain = records[first[0]]
     assert chain["edges"] == [[first[0], first[1], round(90 / 102, 6)], [first[1], second[0], round(90 / 102, 6)]]
     assert [first[0], second[0], round(84 / 108, 6)] in chain["pairs"]
@@ -176,5 +123,5 @@ def test_largest_component_of_a_chain_whose_ends_are_not_similar(tmp_path, caplo
     assert f"cluster {first[0]} chains 3 docs from 2 source(s) and 2 group(s)" in warning.message
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="clozeline.dedup"):
-        run_stage(tmp_path, make_cfg(warn_component_docs=3))
+        run_dedup(tmp_path, make_cfg(warn_component_docs=3))
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_dedup import make_cfg
+from dedup_fixtures import make_cfg
 
 from tasks.dedup import near
 from tasks.common.matching.unionfind import UnionFind
