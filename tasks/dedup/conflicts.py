@@ -46,8 +46,9 @@ import numpy as np
 
 if TYPE_CHECKING:
     from tasks.config.corpus.dedup import DedupParams
-    from tasks.dedup import Corpus, DocSignatures
-    from tasks.dedup.outputs import RowLabels
+    from tasks.dedup.corpus import Corpus
+    from tasks.dedup.labels import RowLabels
+    from tasks.dedup.signatures import DocSignatures
 
 KEEPING_RULES = ("majority", "most_entities")  # rules that keep a task row; the others drop the keep unit
 RULES = (*KEEPING_RULES, "tie", "no_common_winner", "drop_all")  # every conflict_rule, in metrics order

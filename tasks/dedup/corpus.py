@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.common.files.shards import check_manifest, read_source, source_files
-from tasks.dedup.outputs import ROLE_RANK
 
+ROLE_RANK = {"task": 0, "pretrain": 1}  # the roles a row may have, in keep order (task rows are kept first)
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
 OPTIONAL_COLUMNS = ("tags", "group")  # read when present: the row contract has them, older test files may not
 

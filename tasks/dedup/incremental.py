@@ -59,12 +59,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.common.matching import minhash
-from tasks.common.imports import closure_fingerprint
 from tasks.common.files.stamped import FINGERPRINT_KEY, read_stamped, stamp, swapped_in, write_cache
+from tasks.common.imports import closure_fingerprint
+from tasks.common.matching import minhash
 from tasks.common.matching.textnorm import arrow_strings
 from tasks.config.corpus.dedup import DedupParams
-from tasks.dedup import Corpus, DocSignatures, segments, sign_documents
+from tasks.dedup import segments
+from tasks.dedup.corpus import Corpus
+from tasks.dedup.signatures import DocSignatures, sign_documents
 
 ENTRIES, JACCARDS = segments.ENTRIES, "jaccards.parquet"
 ENTRY_COLUMNS = ("raw_md5", "text_hash", "n_words", "n_chars", *segments.COLUMNS)

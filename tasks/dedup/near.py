@@ -6,19 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tqdm import tqdm
 
 from tasks.common.matching.unionfind import UnionFind, UnionTimes, joining_pairs
 
 if TYPE_CHECKING:
     from tasks.config.corpus.dedup import DedupParams
-    from tasks.dedup import DocSignatures
-
-
-def _progress(*args, **kwargs):
-    from tqdm import tqdm  # imported when used: the stage's start-up is part of its cost
-
-    return tqdm(*args, **kwargs)
-
+    from tasks.dedup.signatures import DocSignatures
 
 
 def merge_near(
@@ -100,7 +94,7 @@ def _merge_in_order(left, right, similarity, order: np.ndarray, clusters: UnionF
     edges: list[tuple[int, int, float]] = []
     joins = order[joining_pairs(roots, left[order], right[order])]
     merges = zip(joins.tolist(), left[joins].tolist(), right[joins].tolist(), similarity[joins].tolist())
-    for t, i, j, value in _progress(merges, total=len(joins), desc="dedup: lsh merges", unit="merge"):
+    for t, i, j, value in tqdm(merges, total=len(joins), desc="dedup: lsh merges", unit="merge"):
         clusters.union(i, j)
         times.union(i, j, t)
         edges.append((i, j, value))

@@ -27,14 +27,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.common.matching import minhash
-
 from tasks.common.runtime import raycluster
 from tasks.config.corpus.dedup import DedupParams
-from tasks.dedup import Corpus, DocSignatures, _sign_shard, band_shape
+from tasks.dedup.corpus import Corpus
+from tasks.dedup.signatures import DocSignatures, band_shape, sign_shard
 
 PAIR_BLOCK = 20_000  # pairs per Jaccard task at most: a Ray task's share, kept small enough to balance
 META_COLUMNS = ("doc_id", "text_hash", "n_words", "n_chars")
@@ -67,8 +68,8 @@ def sign_documents(files: list[Path], corpus: Corpus, cfg: DedupParams) -> DocSi
 
 
 def _sign_batch(batch: pa.Table, n: int, perms, bands_rows) -> pa.Table:
-    """One Ray Data batch: ``_sign_shard``'s results with each doc's ``doc_id``, band keys and shingle set."""
-    part = _sign_shard((batch.column("text").to_pylist(), n, *perms))
+    """One Ray Data batch: ``sign_shard``'s results with each doc's ``doc_id``, band keys and shingle set."""
+    part = sign_shard((batch.column("text").to_pylist(), n, *perms))
     keys = minhash.band_keys(part.signature, *bands_rows)
     return pa.table({
         "doc_id": batch.column("doc_id"), "text_hash": pa.array(part.text_hash, pa.string()),
@@ -162,8 +163,6 @@ class RaySignatures(DocSignatures):
 def _check_driver_fits(pairs: int) -> None:
     """Raise ``MemoryError`` before the candidate pairs come to the driver if they would not fit in its free memory
     (``DRIVER_BYTES_PER_PAIR`` each: an upper bound, since a pair found in several bands is counted once per band)."""
-    import psutil
-
     need, free = pairs * DRIVER_BYTES_PER_PAIR, psutil.virtual_memory().available
     if need > free:
         raise MemoryError(f"dedup (ray): up to {pairs:,} candidate pairs need about {need / 2**30:.1f} GiB on the "

@@ -18,9 +18,7 @@ import sys
 
 import numpy as np
 
-from tasks.common.matching import minhash
-
-from tasks.common.matching import compiled
+from tasks.common.matching import compiled, minhash
 
 COMPILE_MIN_BYTES = 40_000_000  # text bytes: ~4x the default corpus, where numpy signing costs ~1 s on 2 workers
 _LOW = np.uint64(0xFFFFFFFF)
