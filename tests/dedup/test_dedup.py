@@ -18,6 +18,7 @@ from reference import word_ngrams
 from tasks import dedup
 from tasks.common.files.shards import read_named
 from tasks.common.matching import textnorm
+from tasks.dedup import signatures
 from tasks.tracking import NullLog
 
 
@@ -176,7 +177,9 @@ def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tm
 
 def test_longest_text_is_kept_then_smallest_doc_id():
     corpus = dedup.Corpus({}, ["z", "a", "m"], ["s"] * 3, ["task"] * 3, ["x", "x", "xy"], [None] * 3)
-    docs = dedup.DocSignatures(["h"] * 3, np.array([1, 1, 1]), np.array([1, 1, 2]), np.zeros((3, 2), np.uint32), [])
+    docs = signatures.DocSignatures(
+        ["h"] * 3, np.array([1, 1, 1]), np.array([1, 1, 2]), np.zeros((3, 2), np.uint32), []
+    )
     assert dedup.keep_rank(corpus, docs).tolist() == [2, 1, 0]
 
 
@@ -205,7 +208,7 @@ def test_same_input_and_seed_give_identical_outputs_for_any_process_count(tmp_pa
     ([], 2000, 2, []),
 ])  # fmt: skip
 def test_balanced_shards_split_the_text_bytes_evenly_within_the_row_cap(sizes, max_docs, num_proc, want):
-    assert dedup.balanced_shards(np.asarray(sizes, np.int64), max_docs, num_proc) == want
+    assert signatures.balanced_shards(np.asarray(sizes, np.int64), max_docs, num_proc) == want
 
 
 # ---------------------------------------------------------------------------------- signatures and params

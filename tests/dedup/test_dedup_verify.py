@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dedup_fixtures import make_cfg
 
-from tasks.dedup import near
+from dedup_fixtures import make_cfg
+from tasks.common.matching import minhash
 from tasks.common.matching.unionfind import UnionFind
+from tasks.dedup import near
+from tasks.dedup.signatures import shared_bucket_pairs
 
 
 class Docs:
@@ -74,9 +76,6 @@ def test_random_candidates_decide_as_the_sequential_rule(seed):
 
 
 def test_shared_bucket_pairs_by_hand_and_against_the_general_band_join():
-    from tasks.common.matching import minhash
-    from tasks.dedup import shared_bucket_pairs
-
     # band 0 buckets {0, 2, 3} and {1}; band 1 buckets {1, 3}, {0}, {2}: pairs (0,2) (0,3) (2,3) and (1,3)
     keys = np.array([[5, 1], [6, 2], [5, 3], [5, 2]], np.uint64)
     first, second = shared_bucket_pairs(keys)

@@ -19,80 +19,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks import dedup, ingest
+from ingest_dedup_fixtures import (
+    assert_equals_from_scratch,
+    every_file,
+    last_word_changed,
+    outputs,
+    paths_of,
+    run_both,
+    words,
+    write_file,
+)
+from stage_helpers import RecordingLog
+from tasks import ingest
 from tasks.common.files.shards import read_named
-from tasks.config import Paths, read_yaml
-from tasks.config.corpus.dedup import DedupParams
 from tasks.config.corpus.ingest import IngestParams
+from tasks.dedup.signatures import DocSignatures
 from tasks.ingest.records import SourceError
-from tasks.tracking import NullLog
-
-REPO = Path(__file__).resolve().parents[2]
-DEDUP = read_yaml(REPO / "params.yaml")["dedup"]
-VOCAB = [f"w{k}" for k in range(500)]
-
-
-class RecordingLog(NullLog):
-    """A NullLog that keeps what the stages send to MLflow (metrics and tags)."""
-
-    def __init__(self) -> None:
-        self.logged: dict = {}
-
-    def metrics(self, values, step=None) -> None:
-        self.logged.update(values)
-
-    def tags(self, values) -> None:
-        self.logged.update(values)
-
-
-def words(rng: random.Random, n: int = 60) -> str:
-    return " ".join(rng.choice(VOCAB) for _ in range(n))
-
-
-def last_word_changed(text: str) -> str:
-    """A near duplicate: 55 of the 60 shingles of a 60-word text shared, Jaccard 55/60 ~ 0.92 (threshold 0.8)."""
-    return " ".join(text.split()[:-1] + ["changed"])
-
-
-def write_file(raw: Path, name: str, texts: list[str], labels: list | None = None) -> None:
-    labels = labels or ["a"] * len(texts)
-    rows = [{"text": text, "label": label} for text, label in zip(texts, labels)]
-    (raw / name).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-
-
-def paths_of(root: Path) -> Paths:
-    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports")
-
-
-def run_both(root: Path, raw: Path, ingest_incremental: bool = True, **dedup_changes) -> tuple[dict, dict]:
-    """Ingest then dedup over the jsonl folder ``raw`` into ``root``; returns ({stage: metrics}, {stage: logged})."""
-    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(raw), "text_field": "text",
-            "label_field": "label"}  # fmt: skip
-    cfg = DedupParams.model_validate({**DEDUP, "num_proc": 1, **dedup_changes})
-    logs = {"ingest": RecordingLog(), "dedup": RecordingLog()}
-    metrics = {"ingest": ingest.run(IngestParams(sources=[spec], incremental=ingest_incremental), paths_of(root),
-                                    logs["ingest"])}  # fmt: skip
-    metrics["dedup"] = dedup.run(cfg, paths_of(root), logs["dedup"])
-    return metrics, {stage: log.logged for stage, log in logs.items()}
-
-
-def outputs(root: Path) -> dict[str, bytes]:
-    """Every file the two stages write for later stages (not the persisted cache and index)."""
-    files = sorted((root / "data" / "ingest").rglob("*")) + sorted((root / "data" / "dedup").rglob("*"))
-    return {p.relative_to(root / "data").as_posix(): p.read_bytes() for p in files if p.is_file()}
-
-
-def every_file(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "data").rglob("*")) if p.is_file()}
-
-
-def assert_equals_from_scratch(tmp_path: Path, raw: Path, after: dict, **dedup_changes) -> None:
-    """The incremental run's outputs and metrics equal a from-scratch run's on the same raw folder."""
-    shutil.rmtree(tmp_path / "full", ignore_errors=True)  # from scratch: no cache, no index
-    scratch, scratch_logged = run_both(tmp_path / "full", raw, **dedup_changes)
-    assert scratch_logged["dedup"]["dedup.mode"] == "full"
-    assert outputs(tmp_path / "inc") == outputs(tmp_path / "full")
-    assert after == scratch
 
 
 @pytest.fixture()
@@ -127,13 +69,13 @@ def test_a_batch_of_new_files_is_read_and_signed_alone_and_gives_the_from_scratc
     write_file(raw, "part3.jsonl", new_a)
     write_file(raw, "part4.jsonl", new_b)
     computed = []
-    real = dedup.DocSignatures._compute
+    real = DocSignatures._compute
 
     def counted(docs, left, right, num_proc):
         computed.extend(zip(left.tolist(), right.tolist()))
         return real(docs, left, right, num_proc)
 
-    monkeypatch.setattr(dedup.DocSignatures, "_compute", counted)
+    monkeypatch.setattr(DocSignatures, "_compute", counted)
     after, logged = run_both(tmp_path / "inc", raw)
     old_md5 = {hashlib.md5(text.encode()).hexdigest() for text in old_texts}
     docs_md5 = ingest_texts_md5(tmp_path / "inc")
