@@ -38,7 +38,7 @@ CACHES = {
     "ingest": (["tasks.ingest"], ["tasks/ingest/text.py", "tasks/ingest/tabular.py", "tasks/ingest/builtin.py",
                                   "tasks/ingest/records.py", "tasks/ingest/cache.py"],
                "UnitCache(Path(scratch), True, pa.schema([('text', pa.string())])).code"),
-    "dedup_index": (["tasks.dedup.incremental"], ["tasks/dedup/__init__.py", "tasks/common/matching/minhash.py",
+    "dedup_index": (["tasks.dedup.incremental"], ["tasks/dedup/signatures.py", "tasks/common/matching/minhash.py",
                                                   "tasks/common/matching/textnorm.py", "tasks/common/matching/pairjaccard.py"],
                     "dedup_incremental.fingerprint(P.dedup)"),
     "leakage_lexical": (["tasks.leakage.incremental"],
