@@ -21,12 +21,16 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
 from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled
+
+if TYPE_CHECKING:
+    from tasks.config.root import Params
 
 #: What the stages raise for bad input, with a message naming the file, line or key (see tasks/CONTRACTS.md).
 DATA_ERRORS = (ValueError, FileNotFoundError)
@@ -35,16 +39,23 @@ DATA_ERRORS = (ValueError, FileNotFoundError)
 NO_ROOM = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 #: The same, raised without an errno by writers outside Python's I/O: tokenizers' and safetensors' Rust writers
 #: (``Exception`` / ``SafetensorError``: "... File too large (os error 27)"), found by their words.
-NO_ROOM_WORDS = {errno.EFBIG: ("File too large", "os error 27)"),
-                 errno.ENOSPC: ("No space left on device", "os error 28)"),
-                 errno.EDQUOT: ("Disk quota exceeded", "os error 122)")}
+NO_ROOM_WORDS = {
+    errno.EFBIG: ("File too large", "os error 27)"),
+    errno.ENOSPC: ("No space left on device", "os error 28)"),
+    errno.EDQUOT: ("Disk quota exceeded", "os error 122)"),
+}
 #: torch.save's zip writer failing: a ``RuntimeError`` that names neither errno nor reason ("unexpected pos 704 vs
 #: 598" past a file size limit); out of room is its likely cause, said with a question mark.
 TORCH_WRITE_FAILED = ("PytorchStreamWriter failed writing", "inline_container.cc")
 TRACEBACK_ARTIFACT = "traceback.txt"
 #: What a stage uses its input data for: MLflow's dataset context. A stage not listed prepares data.
-DATA_CONTEXT = {"tokenizer": "training", "pretrain": "training", "finetune": "training",
-                "probe": "evaluation", "report": "evaluation"}
+DATA_CONTEXT = {
+    "tokenizer": "training",
+    "pretrain": "training",
+    "finetune": "training",
+    "probe": "evaluation",
+    "report": "evaluation",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,15 +86,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except DATA_ERRORS as err:  # bad input: one line naming the file, line or key; the traceback is in MLflow
         clear_outputs(root, run_name)
-        print(f"clozeline: {run_name}: {one_line(err)} (traceback: MLflow run {run_name!r}, artifact "
-              f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
+        print(
+            f"clozeline: {run_name}: {one_line(err)} (traceback: MLflow run {run_name!r}, artifact "
+            f"{TRACEBACK_ARTIFACT})",
+            file=sys.stderr,
+        )
         return 1
     except Exception as err:
         clear_outputs(root, run_name)  # a failed stage leaves nothing a later stage could take for its result
         if room_errno(err) is None:
             raise
-        print(f"clozeline: {run_name}: {no_room(err, root, run_name)} (traceback: MLflow run {run_name!r}, artifact "
-              f"{TRACEBACK_ARTIFACT})", file=sys.stderr)
+        print(
+            f"clozeline: {run_name}: {no_room(err, root, run_name)} (traceback: MLflow run {run_name!r}, artifact "
+            f"{TRACEBACK_ARTIFACT})",
+            file=sys.stderr,
+        )
         return 1
     except BaseException:
         clear_outputs(root, run_name)  # a failed stage leaves nothing a later stage could take for its result
@@ -91,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tracked_run(root: Path, params, stage: str, item: str | None) -> None:
+def tracked_run(root: Path, params: Params, stage: str, item: str | None) -> None:
     """Run ``stage`` inside its MLflow run: params, provenance tags and dataset inputs, then the stage, then
     ``metrics/<stage>.json`` and the same metrics logged."""
     run_name = f"{stage}@{item}" if item else stage
@@ -132,10 +149,14 @@ def no_room(err: BaseException, root: Path, dvc_stage: str) -> str:
     where = getattr(err, "filename", None) or ", ".join(declared_outs(root, dvc_stage)) or "its outputs"
     number = room_errno(err)
     if not number:  # torch.save: its writer failed without saying why
-        return (f"{where}: cannot be written: a write failed ({one_line(err)}); out of room? (free space on its file "
-                "system or raise the file size limit, then rerun)")
-    return (f"{where}: cannot be written: {os.strerror(number)} (free space on its file system or raise the file "
-            "size limit, then rerun)")
+        return (
+            f"{where}: cannot be written: a write failed ({one_line(err)}); out of room? (free space on its file "
+            "system or raise the file size limit, then rerun)"
+        )
+    return (
+        f"{where}: cannot be written: {os.strerror(number)} (free space on its file system or raise the file "
+        "size limit, then rerun)"
+    )
 
 
 def one_line(err: BaseException) -> str:
@@ -156,7 +177,7 @@ def clear_outputs(root: Path, dvc_stage: str) -> None:
             target.unlink()
 
 
-def run_stage(stage: str, params, log, item: str | None = None) -> dict[str, Any]:
+def run_stage(stage: str, params: Params, log: NullLog, item: str | None = None) -> dict[str, Any]:
     """Import ``tasks.<stage>`` and call its ``run(cfg, paths, log[, item])``; returns its metrics."""
     module = importlib.import_module(f"tasks.{stage}")
     cfg = params.section(stage)
@@ -189,15 +210,18 @@ def input_datasets(root: Path, dvc_stage: str, md5s: dict[str, str], models: Pat
     are not datasets; a dep without a known md5 is left out, as in the tags.
     """
     context = DATA_CONTEXT.get(dvc_stage.partition("@")[0], "preprocessing")
-    return [DataInput(path, md5, context, commit) for path, md5 in md5s.items()
-            if not _is_code(root / path) and not (root / path).resolve().is_relative_to(models.resolve())]
+    return [
+        DataInput(path, md5, context, commit)
+        for path, md5 in md5s.items()
+        if not _is_code(root / path) and not (root / path).resolve().is_relative_to(models.resolve())
+    ]
 
 
 def _is_code(path: Path) -> bool:
     return path.suffix == ".py" or (path / "__init__.py").is_file()
 
 
-def _raise_killed(signum, frame) -> None:
+def _raise_killed(signum: int, frame: FrameType | None) -> None:
     raise RunKilled(f"signal {signum}")
 
 
@@ -208,9 +232,11 @@ def _parse(argv: list[str] | None, root: Path) -> argparse.Namespace:
     except FileNotFoundError as err:
         parser.error(str(err))
     parser.add_argument("stage", choices=stage_modules(names))
-    parser.add_argument("item", nargs="?", default=None, help="foreach item: the task name of finetune (params.yaml tasks)")
+    parser.add_argument(
+        "item", nargs="?", default=None, help="foreach item: the task name of finetune (params.yaml tasks)"
+    )
     args = parser.parse_args(argv)
-    items = [name.partition("@")[2] for name in names if name.startswith(f"{args.stage}@")]
+    items: list[str | None] = [name.partition("@")[2] for name in names if name.startswith(f"{args.stage}@")]
     if (args.item or None) not in (items or [None]):
         wanted = f"one item of {items}" if items else "no item"
         parser.error(f"stage {args.stage!r} takes {wanted}")

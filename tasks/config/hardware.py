@@ -18,11 +18,13 @@ class HardwareParams(StrictModel):
     """Where the model stages run (``tasks/common/runtime/device.py``)."""
 
     device: str = Field(
-        "auto", pattern=DEVICE_PATTERN,
+        "auto",
+        pattern=DEVICE_PATTERN,
         description="auto (CUDA when torch sees a GPU, else CPU) | cpu | cuda (under torchrun: this rank's GPU) | "
         "cuda:N (one GPU); a GPU with a CPU-only torch build is an error, never a silent CPU run",
     )
     deterministic: bool = Field(
-        False, description="torch.use_deterministic_algorithms(True): on CUDA, deterministic kernels where they "
+        False,
+        description="torch.use_deterministic_algorithms(True): on CUDA, deterministic kernels where they "
         "exist and an error where they do not (slower); CPU runs are deterministic either way",
     )

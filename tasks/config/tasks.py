@@ -18,9 +18,12 @@ from tasks.config.base import StrictModel
 TaskKind = Literal["classification", "token_classification", "pair_classification"]
 #: Names a task cannot take: another output already has them where a task's name goes (``data/tokenize/<name>``,
 #: a key of ``metrics/tokenize.json`` or ``metrics/summary.json``), so the task would overwrite it silently.
-RESERVED = {"pretrain": "data/tokenize/pretrain/ holds the MLM blocks; tokenize.json and summary.json its metrics",
-            "max_seq_len_tokens": "a key of metrics/tokenize.json", "claims": "a key of metrics/summary.json",
-            "verdicts": "a key of metrics/summary.json"}
+RESERVED = {
+    "pretrain": "data/tokenize/pretrain/ holds the MLM blocks; tokenize.json and summary.json its metrics",
+    "max_seq_len_tokens": "a key of metrics/tokenize.json",
+    "claims": "a key of metrics/summary.json",
+    "verdicts": "a key of metrics/summary.json",
+}
 
 
 def _not_reserved(name: str) -> str:

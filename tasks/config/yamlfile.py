@@ -28,7 +28,7 @@ _FLOAT_RE = re.compile(
 
 #: libyaml's parser when PyYAML was built with it: about 10x faster than the pure-Python one, and every stage
 #: process reads params.yaml, dvc.yaml and dvc.lock at start-up (about 1 s of each stage's start in pure Python).
-SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Yaml12FloatLoader(SafeLoader):

@@ -83,8 +83,9 @@ class DedupParams(StrictModel):
     )
     ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
     incremental: bool = Field(
-        True, description="sign only texts not in <data>/dedup_index and reuse its exact Jaccards (the outputs "
-        "equal a from-scratch run; engine ray always signs all); false signs every document again"
+        True,
+        description="sign only texts not in <data>/dedup_index and reuse its exact Jaccards (the outputs "
+        "equal a from-scratch run; engine ray always signs all); false signs every document again",
     )
 
     @field_validator("conflict_policy", mode="before")

@@ -10,7 +10,7 @@ Required: ``name``, ``kind``, ``role``, ``path`` (file kinds), ``corpus`` (built
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -18,8 +18,10 @@ from tasks.config.base import StrictModel, require_unique
 
 #: Names a source cannot take: the leakage stage writes ``data/leakage/<source>.parquet`` beside these files of
 #: its own, which the source's rows would overwrite (or be overwritten by) silently.
-RESERVED = {"table": "data/leakage/table.parquet is the audit's match table",
-            "lineage": "data/leakage/lineage.parquet is the lineage audit's match table"}
+RESERVED = {
+    "table": "data/leakage/table.parquet is the audit's match table",
+    "lineage": "data/leakage/lineage.parquet is the lineage audit's match table",
+}
 
 
 def _not_reserved(name: str) -> str:
@@ -29,10 +31,13 @@ def _not_reserved(name: str) -> str:
 
 
 #: A source name becomes a folder name (``data/ingest/<name>/``) and the prefix of every ``doc_id``.
-SourceName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64),
-                      AfterValidator(_not_reserved)]
+SourceName = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64), AfterValidator(_not_reserved)
+]
 Role = Literal["pretrain", "task"]
-MaxDocs = Annotated[int | None, Field(ge=1, description="keep at most this many docs (deterministic sample); null = all")]
+MaxDocs = Annotated[
+    int | None, Field(ge=1, description="keep at most this many docs (deterministic sample); null = all")
+]
 Include = Annotated[str, Field(min_length=1, description="glob a found file's path must match (PurePath.match)")]
 Column = Annotated[int, Field(ge=0, description="0-based column index")]
 #: The sources whose text a stage trains on: ``all`` (every source with ``role: pretrain``, in ``ingest.sources``
@@ -72,8 +77,9 @@ class _RecordFields(StrictModel):
     group_field: str | None = Field(None, description="records sharing a group never straddle splits")
     id_field: str | None = Field(None, description="the source's own unique id; None = file + line/row number")
     text_pair_field: str | None = Field(
-        None, description="second text of a pair (pair_classification tasks): the row's text is the pair, a blank "
-        "line apart, so dedup and leakage match both texts; meta.text_pair keeps [text, text_pair]"
+        None,
+        description="second text of a pair (pair_classification tasks): the row's text is the pair, a blank "
+        "line apart, so dedup and leakage match both texts; meta.text_pair keeps [text, text_pair]",
     )
     missing_label: Literal["error", "drop"] = Field(
         "error", description="a record whose label is null, empty or NaN: raise naming file and line, or drop it"
@@ -85,9 +91,11 @@ class _TokenFields(_RecordFields):
     tags_field: str | None = Field(None, description="list[str] of IOB2 tags, one per word")
 
     @model_validator(mode="after")
-    def _fields_make_sense(self):
+    def _fields_make_sense(self) -> Self:
         if (self.text_field is None) == (self.tokens_field is None):
-            raise ValueError("set exactly one of text_field and tokens_field (token data: text = words joined by a space)")
+            raise ValueError(
+                "set exactly one of text_field and tokens_field (token data: text = words joined by a space)"
+            )
         if (self.tokens_field is None) != (self.tags_field is None):
             raise ValueError("tokens_field and tags_field go together: set both or neither")
         if self.text_pair_field is not None and self.text_field is None:
@@ -135,7 +143,7 @@ class TextSource(_FilesSource):
     label_from_parent_dir: bool = Field(False, description="label = name of the folder holding the file")
 
     @model_validator(mode="after")
-    def _separator_with_records(self):
+    def _separator_with_records(self) -> Self:
         if (self.unit == "record") != (self.record_separator is not None):
             raise ValueError("record_separator goes with unit: record, and unit: record needs it")
         if self.record_separator is not None and self.record_separator != self.record_separator.strip():
@@ -161,13 +169,13 @@ class ConllSource(_FilesSource):
 
     @model_validator(mode="before")
     @classmethod
-    def _column_replaces_default_comment(cls, data):
+    def _column_replaces_default_comment(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("group_column") is not None and "group_comment" not in data:
             return data | {"group_comment": None}  # the ``newdoc id`` default gives way to a chosen column
         return data
 
     @model_validator(mode="after")
-    def _distinct_columns(self):
+    def _distinct_columns(self) -> Self:
         columns = [c for c in (self.token_column, self.tag_column, self.group_column) if c is not None]
         if len(set(columns)) != len(columns):
             raise ValueError("token_column, tag_column and group_column must differ")
@@ -183,22 +191,25 @@ SourceSpec = Annotated[
 
 
 class IngestParams(StrictModel):
-    """Params of the ``ingest`` stage: the list of sources, each written to ``data/ingest/<name>/`` (a shard per input file)."""
+    """Params of the ``ingest`` stage: the list of sources, each written to ``data/ingest/<name>/`` (a shard per
+    input file)."""
 
     sources: list[SourceSpec] = Field(min_length=1)
     incremental: bool = Field(
-        True, description="read only files new or changed since the last run (cache in <data>/ingest_cache; the "
-        "outputs equal a from-scratch run); false reads every file again"
+        True,
+        description="read only files new or changed since the last run (cache in <data>/ingest_cache; the "
+        "outputs equal a from-scratch run); false reads every file again",
     )
 
     @model_validator(mode="after")
-    def _unique_names(self):
+    def _unique_names(self) -> Self:
         require_unique([source.name for source in self.sources], "source names")
         return self
 
 
-def resolve_pretrain(sources: list[SourceSpec], chosen: PretrainSources, excluded: list[str],
-                     section: str) -> list[str]:
+def resolve_pretrain(
+    sources: list[SourceSpec], chosen: PretrainSources, excluded: list[str], section: str
+) -> list[str]:
     """The names ``<section>.pretrain_sources`` stands for: with ``all`` every ``role: pretrain`` source in
     ``sources`` order but those in ``<section>.exclude_sources``; a list as written. Raises ``ValueError`` naming
     the key for a name given twice (its rows would be read twice) or that is no source, an excluded name that is not
@@ -207,8 +218,10 @@ def resolve_pretrain(sources: list[SourceSpec], chosen: PretrainSources, exclude
     roles = {source.name: source.role for source in sources}
     pretrain = [name for name, role in roles.items() if role == "pretrain"]
     if chosen == "all" and not pretrain:
-        raise ValueError(f"{section}.pretrain_sources: all, but ingest.sources has no role: pretrain source: add one, "
-                         "or list the task sources whose train split to use")
+        raise ValueError(
+            f"{section}.pretrain_sources: all, but ingest.sources has no role: pretrain source: add one, "
+            "or list the task sources whose train split to use"
+        )
     listed = pretrain if chosen == "all" else require_unique(chosen, f"{section}.pretrain_sources")
     require_unique(excluded, f"{section}.exclude_sources")
     unknown = [name for name in listed if name not in roles]
@@ -216,14 +229,17 @@ def resolve_pretrain(sources: list[SourceSpec], chosen: PretrainSources, exclude
         raise ValueError(f"{section}.pretrain_sources: {unknown} not in ingest.sources ({sorted(roles)})")
     for name in excluded:
         if roles.get(name) != "pretrain":
-            raise ValueError(f"{section}.exclude_sources: {name!r} is not an ingest source with role: pretrain "
-                             f"({pretrain})")
+            raise ValueError(
+                f"{section}.exclude_sources: {name!r} is not an ingest source with role: pretrain ({pretrain})"
+            )
         if chosen != "all" and name in chosen:
             raise ValueError(f"{section}.exclude_sources: {name!r} is also in {section}.pretrain_sources")
     left_out = [name for name in pretrain if name not in listed and name not in excluded]
     if left_out:
-        raise ValueError(f"{section}.pretrain_sources: role: pretrain source(s) {left_out} neither listed nor in "
-                         f"{section}.exclude_sources (pretrain_sources: all takes every one)")
+        raise ValueError(
+            f"{section}.pretrain_sources: role: pretrain source(s) {left_out} neither listed nor in "
+            f"{section}.exclude_sources (pretrain_sources: all takes every one)"
+        )
     resolved = [name for name in listed if name not in excluded]
     if not resolved:
         raise ValueError(f"{section}.pretrain_sources: no source left ({section}.exclude_sources takes every one)")

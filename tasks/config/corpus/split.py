@@ -51,6 +51,8 @@ class SplitParams(StrictModel):
         if self.ledger and (self.assignment, self.mode) != ("hash", "grouped"):
             # fill and temporal place a group by looking at every other group, so a from-scratch run over the
             # union can disagree with the ledger anywhere; hash places each component on its own
-            raise ValueError(f"split.ledger: true needs split.assignment: hash and split.mode: grouped, got "
-                             f"assignment {self.assignment!r}, mode {self.mode!r}")
+            raise ValueError(
+                f"split.ledger: true needs split.assignment: hash and split.mode: grouped, got "
+                f"assignment {self.assignment!r}, mode {self.mode!r}"
+            )
         return self

@@ -18,19 +18,23 @@ class TokenizeParams(StrictModel):
     """
 
     pretrain_sources: PretrainSources = Field(
-        "all", description="sources packed into MLM blocks: all (every role: pretrain source but exclude_sources; "
+        "all",
+        description="sources packed into MLM blocks: all (every role: pretrain source but exclude_sources; "
         "the list it stands for once params.yaml loads) or names: role=pretrain rows, or a task source's train split "
-        "(train) and dev split (heldout)"
+        "(train) and dev split (heldout)",
     )
     exclude_sources: list[SourceName] = Field(default_factory=list, description="role: pretrain sources not packed")
     tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section")
     max_seq_len_tokens: int = Field(ge=8, le=8192, description="pretraining block length, specials included")
     ner_max_seq_len_tokens: int = Field(
-        ge=8, le=8192, description="token_classification window length, specials included (a long sentence becomes "
-        "overlapping windows; a word longer than a window alone is cut to its first subwords)"
+        ge=8,
+        le=8192,
+        description="token_classification window length, specials included (a long sentence becomes "
+        "overlapping windows; a word longer than a window alone is cut to its first subwords)",
     )
-    num_proc: int = Field(ge=1, description="pretraining tokenization processes (1 = in-process; more: "
-                          "datasets.map workers)")
+    num_proc: int = Field(
+        ge=1, description="pretraining tokenization processes (1 = in-process; more: datasets.map workers)"
+    )
     map_batch_size_docs: int = Field(ge=1, description="documents per tokenizer batch call (and datasets.map batch)")
     ner_window_overlap_tokens: int = Field(
         ge=0, description="subword tokens of left context repeated when a long sentence is split into windows"
@@ -39,8 +43,9 @@ class TokenizeParams(StrictModel):
         description="I-X after O or after B-Y/I-Y: repair (becomes B-X), drop the sentence, or raise"
     )
     incremental: bool = Field(
-        True, description="encode only pretraining texts without ids in <data>/tokenize_cache (the outputs equal a "
-        "from-scratch run; a changed tokenizer re-encodes all); false encodes every text again"
+        True,
+        description="encode only pretraining texts without ids in <data>/tokenize_cache (the outputs equal a "
+        "from-scratch run; a changed tokenizer re-encodes all); false encodes every text again",
     )
 
     @model_validator(mode="after")

@@ -34,9 +34,10 @@ class TokenizerParams(StrictModel):
     """Params of the ``tokenizer`` stage: a WordPiece vocab trained on the pretraining train split, or loaded."""
 
     pretrain_sources: PretrainSources = Field(
-        "all", description="sources whose train text trains the vocab: all (every role: pretrain source but "
+        "all",
+        description="sources whose train text trains the vocab: all (every role: pretrain source but "
         "exclude_sources; the list it stands for once params.yaml loads) or names: role=pretrain rows, or a task "
-        "source's train split"
+        "source's train split",
     )
     exclude_sources: list[SourceName] = Field(default_factory=list, description="role: pretrain sources not trained on")
     unk_eval_sources: list[str] = Field(

@@ -7,7 +7,7 @@ read from the trained tokenizer, never from here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,7 +24,7 @@ class ModelPreset(StrictModel):
     intermediate_size: int = Field(ge=8, description="feed-forward width")
 
     @model_validator(mode="after")
-    def _heads_divide_hidden(self):
+    def _heads_divide_hidden(self) -> Self:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
@@ -47,12 +47,14 @@ class AblationArm(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _masking_keys_only(cls, raw):
+    def _masking_keys_only(cls, raw: Any) -> Any:
         if isinstance(raw, dict):
             other = [k for k in raw if k not in ("name", *ABLATION_KEYS)]
             if other:
-                raise ValueError(f"{raw.get('name', '?')}: {other[0]!r} cannot be changed by an ablation arm "
-                                 f"(only {', '.join(ABLATION_KEYS)})")
+                raise ValueError(
+                    f"{raw.get('name', '?')}: {other[0]!r} cannot be changed by an ablation arm "
+                    f"(only {', '.join(ABLATION_KEYS)})"
+                )
         return raw
 
     def changes(self) -> dict[str, float]:
@@ -86,7 +88,8 @@ class PretrainParams(StrictModel):
     )
     dropout_prob: float = Field(ge=0.0, lt=1.0, description="hidden + attention dropout (Cramming uses 0)")
     document_mask: bool = Field(
-        False, description="attention stays within each document of a packed block (tasks/pretrain/attention.py: "
+        False,
+        description="attention stays within each document of a packed block (tasks/pretrain/attention.py: "
         "FlexAttention block masks on CUDA, an SDPA mask on the CPU); ModernBERT only, dropout_prob 0 (FlexAttention "
         "has no dropout); false: every token attends to the whole block (SDPA's flash kernel on CUDA)",
     )
@@ -97,24 +100,31 @@ class PretrainParams(StrictModel):
     )
     whole_word_mask: bool = Field(description="select whole words (a token plus its '##' pieces)")
     mask_token_fraction: float = Field(
-        ge=0.0, le=1.0, description="of the selected tokens, the share replaced by [MASK] (BERT: 0.8; 1.0 with "
-        "random_token_fraction 0 = all-[MASK], Wettig et al. 2023); training masks only, the held-out masks stay 80/10/10"
+        ge=0.0,
+        le=1.0,
+        description="of the selected tokens, the share replaced by [MASK] (BERT: 0.8; 1.0 with "
+        "random_token_fraction 0 = all-[MASK], Wettig et al. 2023); training masks only, the held-out masks stay "
+        "80/10/10",
     )
     random_token_fraction: float = Field(
-        ge=0.0, le=1.0, description="of the selected tokens, the share replaced by a random token (BERT: 0.1); the "
-        "rest (1 - mask_token_fraction - random_token_fraction) keep their token"
+        ge=0.0,
+        le=1.0,
+        description="of the selected tokens, the share replaced by a random token (BERT: 0.1); the "
+        "rest (1 - mask_token_fraction - random_token_fraction) keep their token",
     )
 
     batch_size_blocks: int = Field(ge=1, description="blocks per micro-batch per process")
     grad_accum_steps: int = Field(ge=1, description="micro-batches per optimizer step")
     max_steps: int | None = Field(ge=1, description="optimizer steps; null = derived from train_tokens")
     train_tokens: int | None = Field(
-        ge=1, description="token budget (tokens seen in training, all ranks): steps = train_tokens / tokens per "
-        "step, capped at max_epochs of the corpus given; null = max_steps"
+        ge=1,
+        description="token budget (tokens seen in training, all ranks): steps = train_tokens / tokens per "
+        "step, capped at max_epochs of the corpus given; null = max_steps",
     )
     max_epochs: float | None = Field(
-        gt=0.0, description="with train_tokens: at most this many passes over the train blocks (a budget sized "
-        "for a large corpus never turns into thousands of epochs of a small one); null = no cap"
+        gt=0.0,
+        description="with train_tokens: at most this many passes over the train blocks (a budget sized "
+        "for a large corpus never turns into thousands of epochs of a small one); null = no cap",
     )
     budget_minutes: float | None = Field(
         gt=0.0,
@@ -123,9 +133,10 @@ class PretrainParams(StrictModel):
     )
     lr: float = Field(gt=0.0, description="peak learning rate (at lr_reference_tokens_per_step with lr_scaling)")
     lr_scaling: Literal["none", "sqrt", "linear"] = Field(
-        "none", description="rescale lr at run time to the global batch (world x batch_size_blocks x grad_accum_steps "
+        "none",
+        description="rescale lr at run time to the global batch (world x batch_size_blocks x grad_accum_steps "
         "x block length tokens a step): peak lr = lr x (tokens a step / lr_reference_tokens_per_step)^k, k = 1/2 for "
-        "sqrt (Adam: Malladi et al. 2022), 1 for linear (SGD: Goyal et al. 2017); none: lr as given"
+        "sqrt (Adam: Malladi et al. 2022), 1 for linear (SGD: Goyal et al. 2017); none: lr as given",
     )
     lr_reference_tokens_per_step: int | None = Field(
         None, ge=1, description="global tokens a step at which lr is given; set exactly when lr_scaling is not none"
@@ -160,9 +171,10 @@ class PretrainParams(StrictModel):
         "snapshots/step_<N>/) for finetune's dose_response; [] = none"
     )
     ablations: list[AblationArm] = Field(
-        default_factory=list, description="masking ablation arms, each the main recipe with some of "
+        default_factory=list,
+        description="masking ablation arms, each the main recipe with some of "
         f"{', '.join(ABLATION_KEYS)} changed, trained after it from the first seed (same steps, model and data; "
-        "no snapshots) into models/pretrained/ablations/<name>/, for finetune's ablation_config; [] = none"
+        "no snapshots) into models/pretrained/ablations/<name>/, for finetune's ablation_config; [] = none",
     )
     fill_mask: list[str] = Field(min_length=1, description="sentences with one [MASK] for the final top-k check")
     fill_mask_top_k: int = Field(ge=1)
@@ -183,7 +195,7 @@ class PretrainParams(StrictModel):
     @field_validator("nproc_per_node")
     @classmethod
     def _positive_processes(cls, value: int | str) -> int | str:
-        if value != "gpu" and value < 1:
+        if isinstance(value, int) and value < 1:  # else "gpu", the one string the type allows
             raise ValueError(f"nproc_per_node must be >= 1 or gpu, got {value}")
         return value
 
@@ -195,36 +207,48 @@ class PretrainParams(StrictModel):
         raise ValueError(f"{value!r} is neither scratch, reference nor an HF model folder (no config.json in it)")
 
     @model_validator(mode="after")
-    def _consistent(self):
+    def _consistent(self) -> Self:
         if self.size not in self.presets:
             raise ValueError(f"size {self.size!r} is not one of presets {sorted(self.presets)}")
         if self.mask_token_fraction + self.random_token_fraction > 1.0 + 1e-9:
-            raise ValueError(f"mask_token_fraction {self.mask_token_fraction} + random_token_fraction "
-                             f"{self.random_token_fraction} exceed 1 (they are shares of the selected tokens)")
+            raise ValueError(
+                f"mask_token_fraction {self.mask_token_fraction} + random_token_fraction "
+                f"{self.random_token_fraction} exceed 1 (they are shares of the selected tokens)"
+            )
         if not 0.0 < self.adam_betas[0] < 1.0 or not 0.0 < self.adam_betas[1] < 1.0:
             raise ValueError(f"adam_betas {self.adam_betas} must both lie in (0, 1)")
         if (self.lr_scaling == "none") != (self.lr_reference_tokens_per_step is None):
-            raise ValueError(f"lr_reference_tokens_per_step ({self.lr_reference_tokens_per_step}) is the batch lr is "
-                             f"given at: set it with lr_scaling sqrt or linear, null with none (lr_scaling is "
-                             f"{self.lr_scaling})")  # fmt: skip
+            raise ValueError(
+                f"lr_reference_tokens_per_step ({self.lr_reference_tokens_per_step}) is the batch lr is "
+                f"given at: set it with lr_scaling sqrt or linear, null with none (lr_scaling is "
+                f"{self.lr_scaling})"
+            )
         if (self.max_steps is None) == (self.train_tokens is None):
             raise ValueError(f"set exactly one of max_steps ({self.max_steps}) and train_tokens ({self.train_tokens})")
         if self.dose_snapshot_fractions and self.max_steps is None:
-            raise ValueError("dose_snapshot_fractions are fractions of max_steps: they need max_steps, not train_tokens")
+            raise ValueError(
+                "dose_snapshot_fractions are fractions of max_steps: they need max_steps, not train_tokens"
+            )
         if any(not 0.0 <= f < 1.0 for f in self.dose_snapshot_fractions):
             raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} must lie in [0, 1)")
         steps = [round(f * (self.max_steps or 0)) for f in self.dose_snapshot_fractions]
         if len(set(steps)) < len(steps):
-            raise ValueError(f"dose_snapshot_fractions {self.dose_snapshot_fractions} fall on the same step twice "
-                             f"at max_steps {self.max_steps} (steps {steps})")  # fmt: skip
+            raise ValueError(
+                f"dose_snapshot_fractions {self.dose_snapshot_fractions} fall on the same step twice "
+                f"at max_steps {self.max_steps} (steps {steps})"
+            )
         if self.dose_snapshot_fractions and self.budget_minutes is not None:
             raise ValueError("dose_snapshot_fractions are fractions of max_steps: they need budget_minutes: null")
         if self.nnodes > 1 and self.rdzv_endpoint.endswith(":0"):
-            raise ValueError(f"nnodes {self.nnodes} needs an rdzv_endpoint host:port every node can reach, "
-                             f"not {self.rdzv_endpoint!r} (port 0 is a free port on one machine)")  # fmt: skip
+            raise ValueError(
+                f"nnodes {self.nnodes} needs an rdzv_endpoint host:port every node can reach, "
+                f"not {self.rdzv_endpoint!r} (port 0 is a free port on one machine)"
+            )
         if self.document_mask and (self.architecture != "modernbert" or self.dropout_prob > 0):
-            raise ValueError(f"document_mask needs architecture modernbert and dropout_prob 0 (FlexAttention has no "
-                             f"dropout), not {self.architecture} with dropout_prob {self.dropout_prob}")  # fmt: skip
+            raise ValueError(
+                f"document_mask needs architecture modernbert and dropout_prob 0 (FlexAttention has no "
+                f"dropout), not {self.architecture} with dropout_prob {self.dropout_prob}"
+            )
         self._check_ablations()
         for sentence in self.fill_mask:
             if sentence.count("[MASK]") != 1:
@@ -236,12 +260,16 @@ class PretrainParams(StrictModel):
         for arm in self.ablations:
             changes = arm.changes()
             if not changes or all(getattr(self, key) == value for key, value in changes.items()):
-                raise ValueError(f"ablations {arm.name}: changes nothing of the main recipe ({changes or 'no key'}); "
-                                 f"set one of {', '.join(ABLATION_KEYS)} to another value")
+                raise ValueError(
+                    f"ablations {arm.name}: changes nothing of the main recipe ({changes or 'no key'}); "
+                    f"set one of {', '.join(ABLATION_KEYS)} to another value"
+                )
             merged = self.ablation(arm.name)
             if merged.mask_token_fraction + merged.random_token_fraction > 1.0 + 1e-9:
-                raise ValueError(f"ablations {arm.name}: mask_token_fraction {merged.mask_token_fraction} + "
-                                 f"random_token_fraction {merged.random_token_fraction} exceed 1")
+                raise ValueError(
+                    f"ablations {arm.name}: mask_token_fraction {merged.mask_token_fraction} + "
+                    f"random_token_fraction {merged.random_token_fraction} exceed 1"
+                )
 
     def ablation(self, name: str) -> PretrainParams:
         """The recipe of ablation arm ``name``: this one with its keys changed, no arms and no dose snapshots."""
@@ -264,12 +292,16 @@ def processes_per_node(setting: int | str, gpus: int) -> int:
     Raises ``ValueError`` (one line) for ``gpu`` without a GPU, or for more processes than GPUs."""
     if setting == "gpu":
         if gpus < 1:
-            raise ValueError("pretrain.nproc_per_node: gpu (one process per GPU), but torch sees no GPU: "
-                             "set a number of processes, or run on a host with a GPU")
+            raise ValueError(
+                "pretrain.nproc_per_node: gpu (one process per GPU), but torch sees no GPU: "
+                "set a number of processes, or run on a host with a GPU"
+            )
         return gpus
     if not isinstance(setting, int) or isinstance(setting, bool) or setting < 1:
         raise ValueError(f"pretrain.nproc_per_node: expected a number >= 1 or gpu, got {setting!r}")
     if gpus and setting > gpus:
-        raise ValueError(f"pretrain.nproc_per_node: {setting} processes per node, but torch sees {gpus} GPU(s): "
-                         "set it to at most that (or gpu)")
+        raise ValueError(
+            f"pretrain.nproc_per_node: {setting} processes per node, but torch sees {gpus} GPU(s): "
+            "set it to at most that (or gpu)"
+        )
     return setting

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from tasks.config.base import StrictModel, Variant, require_unique
 from tasks.config.hardware import HardwareParams
@@ -27,8 +27,11 @@ class ProbeParams(StrictModel):
     min_sentences_per_sense: int = Field(
         ge=2, description="fewer sentences in any sense is an error (leave-one-out 1-NN needs at least 2)"
     )
-    shuffle_seed: int = Field(ge=0, description="seed of the shuffled-context control: each sentence's context "
-                              "words are permuted by sha256(seed:line) (tasks/probe/control.py)")
+    shuffle_seed: int = Field(
+        ge=0,
+        description="seed of the shuffled-context control: each sentence's context "
+        "words are permuted by sha256(seed:line) (tasks/probe/control.py)",
+    )
 
     pairs_file: Path = Field(
         description="JSONL minimal-pair set, one object per line with keys phenomenon, good (the acceptable "
@@ -46,5 +49,5 @@ class ProbeParams(StrictModel):
 
     @field_validator("variants", "pair_variants")
     @classmethod
-    def _unique(cls, value: list[str], info) -> list[str]:
-        return require_unique(value, info.field_name)
+    def _unique(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return require_unique(value, str(info.field_name))  # a field validator always has its field name
