@@ -44,8 +44,8 @@ def measure_ours(job, device, warmup: int, steps: int, eval_docs: int, profile: 
     import torch
     from transformers import get_linear_schedule_with_warmup
 
-    from tasks.finetune import training
-    from tasks.finetune.model import build_model, optimizer_for
+    from tasks.finetune.arms import training
+    from tasks.finetune.arms.model import build_model, optimizer_for
 
     tcfg, bs = job.tcfg, job.tcfg.batch_size
     fields = {f.name for f in dataclasses.fields(training.Run)}
@@ -141,8 +141,8 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
     from transformers import DataCollatorWithPadding, TrainerCallback, TrainingArguments
 
     from tasks.common.models.encoders import load_tokenizer
-    from tasks.finetune import training
-    from tasks.finetune.model import build_model
+    from tasks.finetune.arms import training
+    from tasks.finetune.arms.model import build_model
 
     tcfg, bs = job.tcfg, job.tcfg.batch_size
     model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
@@ -204,8 +204,8 @@ def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
     from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArguments
 
     from tasks.common.models.encoders import load_tokenizer
-    from tasks.finetune import training
-    from tasks.finetune.model import build_model
+    from tasks.finetune.arms import training
+    from tasks.finetune.arms.model import build_model
 
     started = _clock(device)[0]
     job = job.for_seed(seed)

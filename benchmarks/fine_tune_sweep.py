@@ -7,11 +7,11 @@ Trainer script does not: several runs at once per GPU (``finetune.runs_per_gpu``
 cached frozen features (a frozen cls arm is a logistic-regression probe on features computed once) and early
 stopping on dev.
 
-- ours: ``tasks.finetune.sweep.sweep_and_train`` with the stage's ``Runner`` and ``slots`` (as ``tasks.finetune.run``
-  builds them), on jobs made by the stage's ``make_job`` (its ``cls.examples`` cut, its per-seed ``Draw`` of the
-  train docs); wall time from the call to its last result (worker start-up included). The sweep decides the
-  runs: every arm's grid with ``sweep_seed`` (one run for a probe), widenings at the grid's edge
-  (``lr_grid_widen``), then each seed at the chosen multiplier.
+- ours: ``tasks.finetune.arms.sweep.sweep_and_train`` with the stage's ``Runner`` and ``slots`` (as
+  ``tasks.finetune.run`` builds them), on jobs made by the stage's ``make_job`` (its ``cls.examples`` cut, its
+  per-seed ``Draw`` of the train docs); wall time from the call to its last result (worker start-up included).
+  The sweep decides the runs: every arm's grid with ``sweep_seed`` (one run for a probe), widenings at the grid's
+  edge (``lr_grid_widen``), then each seed at the chosen multiplier.
 - HF Trainer: exactly that set of (arm, LR multiplier, seed) runs, each a fresh ``Trainer`` on a fresh model
   (``_fine_tune_loops.hf_trainer_run``: same model construction, train docs, dev and test docs, batch size,
   epochs, LRs, warmup/decay, clipping, precision; batches grouped by length and dev/test sorted by length, as
@@ -144,7 +144,7 @@ def warm_up(jobs: list, device) -> None:
     and a batch run, so neither side pays this process's start-up."""
     import torch
 
-    from tasks.finetune.model import build_model
+    from tasks.finetune.arms.model import build_model
 
     for job in jobs:
         spec = job.spec
@@ -160,7 +160,7 @@ def warm_up(jobs: list, device) -> None:
 def run_ours(jobs: list, params, seeds: list[int], device, workers: int | None, runs_per_gpu: int | None):
     """The stage's sweep (``sweep_and_train`` with its ``Runner``); returns (wall seconds, results, runner)."""
     from tasks.common.runtime.device import cpu_bf16
-    from tasks.finetune.sweep import Runner, slots, sweep_and_train
+    from tasks.finetune.arms.sweep import Runner, slots, sweep_and_train
 
     fcfg, tcfg = params.finetune, params.finetune.task(TASK)
     where = slots(device.type, device, workers or fcfg.workers, runs_per_gpu or fcfg.runs_per_gpu)

@@ -40,7 +40,7 @@ from tasks.export import base_model, convert, rescore
 MIB = 2**20
 #: How ``rescore`` computes the export's predictions (``clozeline.predict``: the CPU, no autocast).
 RESCORED_PRECISION = "fp32 on the CPU"
-BASELINE = "selected_baseline"  # data/finetune/<task>/: the TF-IDF baseline when it won on dev (tasks/finetune/export.py)
+BASELINE = "selected_baseline"  # data/finetune/<task>/: the TF-IDF baseline best on dev (tasks/finetune/selected.py)
 
 
 def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:

@@ -22,7 +22,7 @@ from clozeline.predict import FORMAT, RECIPE_KEY, head_layer
 from tasks.common.models.encoders import encoder_from_folder
 from tasks.common.files.ioerrors import reading, reading_folder
 
-#: The finetune stage's kept model (``tasks/finetune/export.py``): its folder and files.
+#: The finetune stage's kept model (``tasks/finetune/selected.py``): its folder and files.
 SELECTED, HEAD_WEIGHTS, HEAD_CONFIG, RECORD = "selected", "head.safetensors", "head.json", "selected.json"
 
 

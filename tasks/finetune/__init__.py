@@ -1,35 +1,44 @@
 """Stage ``finetune`` (DVC foreach item: a task of ``params.tasks``): fine-tune encoders over seeds, fit
 baselines, compare.
 
-A task's kind picks its code: ``cls`` (classification, and pair classification on ``[CLS] a [SEP] b [SEP]``)
-or ``ner`` (token classification). Every configuration (arm) ``variant/mode/head`` of its recipe
-(``params.finetune.recipes[tasks.<task>.recipe].configs``) picks its own learning
-rate on dev from ``lr_grid`` with ``sweep_seed`` (``sweep``), then trains once per seed on the same docs with the
-same budget; each run selects its epoch on dev (early stopping) and scores test once (``training``). Each seed
-draws its own training subset (``draw``: ``max_train_docs`` docs by a hash rank salted with ``data_seed`` and the
-seed; dev and test are one sample for every seed), so the seed level of the report's bootstrap carries the
-draw's variance. The comparator baselines (``baselines``: majority, TF-IDF + logistic regression, word
-memorisation) are fitted once per seed on that seed's train docs and the arms' input (deterministic given the
-subset: seed ``k`` of an arm pairs with the baseline fitted on seed ``k``'s docs), choose their setting on the
-arms' dev docs, and score the same test docs; each also has one reference row ``baseline/<name>/all-data`` (every
-train doc, full text) that is never chosen as the best baseline. With several pretraining seeds, the arms on our
-pretrained encoder also run from each further seed's model (``pretrain_seeds``: the ``pretraining_seeds`` section);
-with ``ablation_config``, that arm also runs from each pretraining ablation arm's model (``ablations``).
-With ``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer train docs (``curve``: the
-``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t
-interval over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the
-sweep; ``selection`` names the best arm and the best baseline on dev. ``operational``
-(``params.finetune.operational``) measures each arm's model, as its first reported seed saved it, and tfidf-lr
-after all training: latency per document at each batch size of ``timed_batches``, peak memory, parameters and
-size on disk. Test predictions go to
-``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``, cls also
-``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability of
-its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each
-test doc's slices (``n_words, train_overlap``).
-MLflow: one child run per arm and baseline under the stage run, with one nested run per seed.
-On CUDA the baselines (TF-IDF, memorisation, majority: CPU work) are fitted while the GPU sweep trains
-(``sweep.alongside``), their tfidf-lr timing waiting until training ends; on the CPU they follow the sweep as
-before, since the workers already hold the cores (``workers`` x ``torch_threads``).
+A task's kind picks its code: ``cls`` (classification, and pair classification on ``[CLS] a [SEP] b [SEP]``) or
+``ner`` (token classification). Every configuration (arm) ``variant/mode/head`` of its recipe
+(``params.finetune.recipes[tasks.<task>.recipe].configs``) picks its own learning rate on dev from ``lr_grid`` with
+``sweep_seed`` (``arms/sweep``), then trains once per seed on the same docs with the same budget; each run selects
+its epoch on dev (early stopping) and scores test once (``arms/training``). Each seed draws its own training subset
+(``draw``: ``max_train_docs`` docs by a hash rank salted with ``data_seed`` and the seed; dev and test are one
+sample for every seed), so the seed level of the report's bootstrap carries the draw's variance. The comparator
+baselines (``baselines/``: majority, TF-IDF + logistic regression, word memorisation) are fitted once per seed on
+that seed's train docs and the arms' input (deterministic given the subset: seed ``k`` of an arm pairs with the
+baseline fitted on seed ``k``'s docs), choose their setting on the arms' dev docs, and score the same test docs;
+each also has one reference row ``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as
+the best baseline. With several pretraining seeds, the arms on our pretrained encoder also run from each further
+seed's model (``reruns/from_pretraining_seeds``: the ``pretraining_seeds`` section); with ``ablation_config``, that
+arm also runs from each pretraining ablation arm's model (``reruns/from_ablations``). With ``train_sizes``, the
+``curve_configs`` arms and the comparators also run on fewer train docs (``reruns/at_train_sizes``: the
+``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t interval
+over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep;
+``selection`` names the best arm and the best baseline on dev. ``arms/operational``
+(``params.finetune.operational``) measures each arm's model, as its first reported seed saved it, and tfidf-lr after
+all training: latency per document at each batch size of ``timed_batches``, peak memory, parameters and size on
+disk. Test predictions go to ``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``,
+cls also ``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability
+of its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each test
+doc's slices (``n_words, train_overlap``).
+MLflow: one child run per arm and baseline under the stage run, with one nested run per seed. On CUDA the baselines
+(TF-IDF, memorisation, majority: CPU work) are fitted while the GPU sweep trains (``arms/sweep.alongside``), their
+tfidf-lr timing waiting until training ends; on the CPU they follow the sweep as before, since the workers already
+hold the cores (``workers`` x ``torch_threads``).
+
+This module holds ``run`` and the jobs (``Job``, ``make_job``), the run records and ``select_best``; beside it:
+
+- ``cls``, ``ner``: the two task kinds (examples, batches, predictions, scores);
+- ``draw``: which docs a run sees (the seeded hash samples behind ``max_*_docs`` and ``train_sizes``);
+- ``records``: prediction files and the per-configuration metrics entry;
+- ``selected``: the arm and seed chosen on dev (or the tfidf-lr baseline) kept for the export stage;
+- ``arms/``: fine-tuning the arms (model, one training run, the frozen probe, the LR sweep, operational timing);
+- ``baselines/``: the comparator and reference baselines (majority, tfidf-lr, memorise) and their runs;
+- ``reruns/``: the arms run again at fewer train docs, from further pretraining seeds, from the ablation arms.
 """
 
 from __future__ import annotations
@@ -47,11 +56,14 @@ from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
 from tasks.common.models.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.files.ioerrors import reading
 from tasks.config.model.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune import ablations, baselines, curve, export, operational, pretrain_seeds
-from tasks.finetune.baseline_runs import run_baseline
+from tasks.finetune import selected
+from tasks.finetune.arms import operational
+from tasks.finetune.arms.sweep import Runner, alongside, log_job, slots, sweep_and_train
+from tasks.finetune.baselines import fitting
+from tasks.finetune.baselines.runs import run_baseline
 from tasks.finetune.draw import Draw, kept_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
-from tasks.finetune.sweep import Runner, alongside, log_job, slots, sweep_and_train
+from tasks.finetune.reruns import at_train_sizes, from_ablations, from_pretraining_seeds
 
 SPLITS = ("train", "dev", "test")
 
@@ -76,13 +88,13 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models, draw)
             if tcfg.dose_response else {})  # fmt: skip
     full_docs, curve_jobs = data[toks[0]]["counts"]["train"]["docs_kept"], []  # the curve ends at the full size
-    for point in curve.points(tcfg, full_docs, item):
+    for point in at_train_sizes.points(tcfg, full_docs, item):
         curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, data[tok_of[point.spec.variant]]["rows"],
                                    labels, paths.models, Draw(point.size, cfg.data_seed), key=point.key))  # fmt: skip
-    further = pretrain_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
+    further = from_pretraining_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
     seed_jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw,
                           folder=folder, key=key) for arm, folder, key in further]  # fmt: skip
-    masking = ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
+    masking = from_ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
     seed_jobs += [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models,
                            draw, folder=folder, key=key) for arm, folder, key in masking]  # fmt: skip
     timed_arms = jobs + list(dose.values())  # curve, further-seed and ablation arms are scored, not timed
@@ -97,17 +109,17 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
              f"predictions {PREDICTION_PRECISION})")
     any_tok = data[toks[0]]
     folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
-    planned = baselines.plan(tcfg.baselines, toks)
+    planned = fitting.plan(tcfg.baselines, toks)
     overlap = device.type == "cuda"  # CPU work beside the GPU's; on the CPU it would take the workers' cores
 
     def fit_baselines() -> dict[str, tuple]:
         """``{row key: run_baseline's (entry, timed, kept fit)}``; with ``overlap`` the tfidf-lr timing is a
         callable, run after the sweep (timed on an idle host, not beside the GPU workers)."""
         out = {}
-        for size, row in [(None, row) for row in planned] + curve.baseline_rows(planned, tcfg):
+        for size, row in [(None, row) for row in planned] + at_train_sizes.baseline_rows(planned, tcfg):
             tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
             source = data[row.tok or toks[0]]  # a curve row: fewer train docs per seed, scored but not timed
-            row_cfg, row_draw = (cfg, draw) if size is None else (curve.untimed(cfg), Draw(size, cfg.data_seed))
+            row_cfg, row_draw = (cfg, draw) if size is None else (at_train_sizes.untimed(cfg), Draw(size, cfg.data_seed))
             with log.child(f"{item}/{row.key}") as child:
                 out[row.key] = run_baseline(item, spec.module, row, source, tokenizer, labels, tcfg, row_cfg, out_dir,
                                             child, row_draw, defer_timing=overlap)  # fmt: skip
@@ -128,19 +140,19 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
         measured |= {key: timed} if timed else {}
     comparators = {row.key: row.tok for row in planned if not row.reference}
     selection = select_best(runs, {j.key: tok_of[j.spec.variant] for j in jobs}, comparators, spec.module)
-    selection = ablations.in_selection(selection, masking, runs, f"dev_best_{TASKS[spec.module].SELECT_METRIC}")
-    best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (export.py)
-    kept = export.keep_selected(best, results[best.key], selection, cfg, out_dir, runner, log)
-    kept |= export.keep_baseline(selection, fitted, labels, out_dir)  # when a baseline won on dev
+    selection = from_ablations.in_selection(selection, masking, runs, f"dev_best_{TASKS[spec.module].SELECT_METRIC}")
+    best = next(job for job in jobs if job.key == selection["best_arm"])  # the export stage's model (selected.py)
+    kept = selected.keep_selected(best, results[best.key], selection, cfg, out_dir, runner, log)
+    kept |= selected.keep_baseline(selection, fitted, labels, out_dir)  # when a baseline won on dev
     operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
     extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
-    extra |= {"pretraining_seeds": pretrain_seeds.summary(further)} if further else {}
-    extra |= {"ablations": ablations.summary(masking)} if masking else {}
+    extra |= {"pretraining_seeds": from_pretraining_seeds.summary(further)} if further else {}
+    extra |= {"ablations": from_ablations.summary(masking)} if masking else {}
     if tcfg.train_sizes:
-        extra["learning_curve"] = curve.summary(tcfg, full_docs, runs, tok_of, comparators,
+        extra["learning_curve"] = at_train_sizes.summary(tcfg, full_docs, runs, tok_of, comparators,
                                                 lambda r, a, c: select_best(r, a, c, spec.module), item)  # fmt: skip
     extra |= {"train_precision": precision, "prediction_precision": PREDICTION_PRECISION}  # dev and test predictions
     return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
@@ -282,7 +294,7 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, 
 def write_test_items(path: Path, rows: list[dict]) -> Path:
     """``test_items.jsonl``: per test doc ``{doc_id, n_words, train_overlap}``, the slices the report cuts."""
     lines = []
-    for row in baselines.documents(rows):
+    for row in fitting.documents(rows):
         n_words = int(row["n_words"]) if "n_words" in row else len(row["words"])
         lines.append(json.dumps({"doc_id": row["doc_id"], "n_words": n_words,
                                  "train_overlap": bool(row["train_overlap"])}))  # fmt: skip

@@ -215,9 +215,11 @@ def test_registry_versions_carry_verdicts_and_the_alias_follows_the_gate(exporte
 
 def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(exported, tmp_path):
     from tasks.common.models.encoders import load_tokenizer
-    from tasks.finetune import baselines, load_task_data, run_baseline
+    from tasks.finetune import load_task_data
+    from tasks.finetune.baselines import fitting
+    from tasks.finetune.baselines.runs import run_baseline
     from tasks.finetune.draw import Draw
-    from tasks.finetune.export import keep_baseline
+    from tasks.finetune.selected import keep_baseline
 
     paths, _ = exported
     root = tmp_path / "ws"
@@ -226,7 +228,7 @@ def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(ex
     cfg = finetune_params(SEEDS)
     tcfg = cfg.task("cls")
     data = load_task_data(copy.data / "tokenize" / "cls" / "clozeline", cfg.data_seed, tcfg)
-    row = next(r for r in baselines.plan(["tfidf-lr"], ["clozeline"]) if not r.reference)  # reads the arms' cut
+    row = next(r for r in fitting.plan(["tfidf-lr"], ["clozeline"]) if not r.reference)  # reads the arms' cut
     out = copy.data / "finetune" / "cls"
     _, _, kept = run_baseline("cls", "cls", row, data, load_tokenizer(copy.models / "pretrained"), data["labels"], tcfg,
                               cfg, out, NullLog(), Draw(tcfg.max_train_docs, cfg.data_seed))  # fmt: skip

@@ -3,7 +3,7 @@ ran in. The rule: every evaluated (dev, test) prediction is computed in fp32 (no
 precision the export re-scores in (fp32 on the CPU).
 
 CUDA's bf16 autocast is on for every forward pass a stage opens; on this CPU test it is stood in for by making
-``autocast`` in ``tasks.finetune.training`` bf16 always (CPU autocast is the same mechanism), with the training
+``autocast`` in ``tasks.finetune.arms.training`` bf16 always (CPU autocast is the same mechanism), with the training
 steps under bf16 (``cpu_train_precision: bf16``). Before the rule, ``predict`` ran under that autocast, the
 evaluated predictions were bf16 ones and the export (fp32) disagreed with them."""
 
@@ -23,7 +23,7 @@ from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
 from tasks.export import rescore
 from tasks.finetune import run as finetune_run
-from tasks.finetune import training
+from tasks.finetune.arms import training
 from tasks.report.claims import Metrics
 from tasks.report.export import export_grids
 from tasks.report.ledger import model_precision

@@ -12,8 +12,10 @@ import pytest
 from transformers import BertTokenizerFast
 
 from tasks.config.model.finetune import FinetuneParams
-from tasks.finetune import baselines, load_task_data, run_baseline, select_best
-from tasks.finetune.baselines_tfidf import arm_inputs
+from tasks.finetune import load_task_data, select_best
+from tasks.finetune.baselines import fitting
+from tasks.finetune.baselines.runs import run_baseline
+from tasks.finetune.baselines.tfidf import arm_inputs
 from tasks.finetune.draw import Draw
 from tasks.tracking import NullLog
 
@@ -61,7 +63,7 @@ def task_data(tmp_path):
 def _fit(task_data, tmp_path, name: str, reference: bool, cfg: FinetuneParams, tok: str | None = None, seed: int = 1):
     tcfg = cfg.task("cls")
     data = load_task_data(task_data, cfg.data_seed, tcfg)
-    row = baselines.Row(name, "baseline/x/y", reference, tok)
+    row = fitting.Row(name, "baseline/x/y", reference, tok)
     draw = Draw(tcfg.max_train_docs, cfg.data_seed)
     entry, _, kept = run_baseline("cls", "cls", row, data, TOKENIZER, LABELS, tcfg, cfg, tmp_path / "out", NullLog(),
                                   draw)  # fmt: skip

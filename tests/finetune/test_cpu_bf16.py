@@ -9,8 +9,8 @@ from finetune_fixtures import save_tiny_bert
 
 from tasks.common.runtime.device import cpu_bf16, native_cpu_bf16
 from tasks.finetune import cls
-from tasks.finetune.model import build_model
-from tasks.finetune.training import train_step
+from tasks.finetune.arms.model import build_model
+from tasks.finetune.arms.training import train_step
 
 CPU = torch.device("cpu")
 
@@ -62,7 +62,7 @@ def test_a_cpu_training_step_multiplies_in_bf16_only_when_asked(tmp_path, flag, 
 def test_bf16_training_changes_the_weights_but_predictions_stay_fp32(tmp_path):
     """The same seed and batch give other weights in bf16 (the option does something), while the dev/test
     predictions of a bf16-trained model run in fp32: ``predict`` takes no precision argument on the CPU."""
-    from tasks.finetune.training import predict
+    from tasks.finetune.arms.training import predict
 
     folder = save_tiny_bert(tmp_path / "m")
     batch = cls.collate([{"input_ids": [2, 9, 10, 3], "label": 0}, {"input_ids": [2, 11, 3], "label": 1}], 0)

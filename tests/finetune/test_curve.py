@@ -1,5 +1,5 @@
-"""The learning curve of the finetune stage (tasks/finetune/curve.py): nested train sizes, the curve runs on
-tiny fixtures, and the validation of train_sizes / curve_configs."""
+"""The learning curve of the finetune stage (tasks/finetune/reruns/at_train_sizes.py): nested train sizes, the
+curve runs on tiny fixtures, and the validation of train_sizes / curve_configs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
-from tasks.finetune import curve, run
+from tasks.finetune import run
+from tasks.finetune.reruns import at_train_sizes
 from tasks.tracking import NullLog
 
 N_DOCS = {"train": 12, "dev": 6, "test": 5}
@@ -46,8 +47,8 @@ def smallest_hash(ids: list[str], n: int, salt: str) -> set[str]:
 def test_a_size_not_below_the_kept_docs_fails_before_training():
     tcfg = _params(train_sizes=[4, 12], max_train_docs=None).recipes["cls"]
     with pytest.raises(ValueError, match=r"train_sizes \[12\] of task cls must be below the 12 train docs"):
-        curve.points(tcfg, 12, "cls")
-    assert [p.key for p in curve.points(tcfg, 13, "cls")] == [
+        at_train_sizes.points(tcfg, 12, "cls")
+    assert [p.key for p in at_train_sizes.points(tcfg, 13, "cls")] == [
         "pretrained@n4/full/mean-pool", "reference@n4/full/mean-pool",
         "pretrained@n12/full/mean-pool", "reference@n12/full/mean-pool"]
 

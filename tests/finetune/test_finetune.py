@@ -17,8 +17,8 @@ from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import cls as finetune_cls
 from tasks.finetune import kept_doc_ids
 from tasks.finetune import ner as finetune_ner
-from tasks.finetune.model import build_model, masked_mean, optimizer_for
-from tasks.finetune.training import length_grouped_batches
+from tasks.finetune.arms.model import build_model, masked_mean, optimizer_for
+from tasks.finetune.arms.training import length_grouped_batches
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from test_finetune_run import N_DOCS, RecordingLog
 
 from tasks.config import Paths
 from tasks.finetune import run
-from tasks.finetune.ablations import ablation_key
+from tasks.finetune.reruns.from_ablations import ablation_key
 from tasks.tracking import NullLog
 
 
@@ -64,7 +64,7 @@ def test_off_runs_nothing_and_on_without_models_names_the_param(tmp_path):
 
 def test_an_ablation_run_enters_selection_for_the_floor_gate_with_its_configs_comparator():
     from tasks.config.model.finetune import RunSpec
-    from tasks.finetune.ablations import in_selection
+    from tasks.finetune.reruns.from_ablations import in_selection
 
     spec, key = RunSpec.model_validate("pretrained/full/mean-pool"), "pretrained@ablation_all-mask/full/mean-pool"
     selection = {"dev": {spec.key: 0.7, "baseline/tfidf-lr/clozeline-cut": 0.6}, "best_arm": spec.key,

@@ -10,7 +10,7 @@ import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from tasks.finetune import baselines
+from tasks.finetune.baselines import fitting
 from tasks.finetune import ner as finetune_ner
 
 LABELS = ["sport", "tech"]
@@ -36,7 +36,7 @@ CLS_ROWS = {
 
 
 def test_majority_predicts_the_most_frequent_train_label_with_the_train_frequencies():
-    fit = baselines.fit_predict("majority", CLS_ROWS, LABELS, _tcfg())
+    fit = fitting.fit_predict("majority", CLS_ROWS, LABELS, _tcfg())
     assert [r["pred"] for r in fit["test"]] == ["sport"] * 3  # 3 sport vs 2 tech train docs
     assert [r["probs"] for r in fit["test"]] == [[3 / 5, 2 / 5]] * 3
     assert [r["gold"] for r in fit["test"]] == ["sport", "tech", "tech"]
@@ -44,7 +44,7 @@ def test_majority_predicts_the_most_frequent_train_label_with_the_train_frequenc
 
 
 def test_tfidf_lr_matches_sklearn_fitted_by_hand_with_the_dev_chosen_c():
-    fit = baselines.fit_predict("tfidf-lr", CLS_ROWS, LABELS, _tcfg([0.01, 100.0]))
+    fit = fitting.fit_predict("tfidf-lr", CLS_ROWS, LABELS, _tcfg([0.01, 100.0]))
     vec = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2)
     x = vec.fit_transform([r["text"] for r in CLS_ROWS["train"]])
     # C=0.01 shrinks every weight to ~0: both dev docs get the majority label (dev macro-F1 1/3); C=100 gets both
@@ -62,7 +62,7 @@ def test_tfidf_lr_chooses_character_ngrams_on_dev_when_dev_words_are_unseen_in_t
     rows = {"train": _cls("tr", [("goals matches teams", 0), ("matches balls goals", 0), ("teams goals wins", 0),
                                  ("chips codes databases", 1), ("codes servers databases", 1)]),
             "dev": _cls("dv", [("goal team", 0), ("code database", 1)]), "test": CLS_ROWS["test"]}
-    fit = baselines.fit_predict("tfidf-lr", rows, LABELS, _tcfg([1.0], {"word": (1, 1), "char_wb": (3, 4)}))
+    fit = fitting.fit_predict("tfidf-lr", rows, LABELS, _tcfg([1.0], {"word": (1, 1), "char_wb": (3, 4)}))
     # no dev word is a train word: every dev doc is the zero vector, so word n-grams give both dev docs one
     # label (macro-F1 (2/3 + 0) / 2 = 1/3); character n-grams of "goal", "team", "code", "database" are in train
     grid = fit["setting"]["dev_macro_f1_grid"]
@@ -79,20 +79,20 @@ def test_tfidf_lr_chooses_character_ngrams_on_dev_when_dev_words_are_unseen_in_t
 def test_tfidf_lr_gives_a_label_absent_from_train_probability_zero():
     labels = ["politics", *LABELS]  # id 0 never occurs in train
     rows = {split: [{**r, "label": r["label"] + 1} for r in CLS_ROWS[split]] for split in CLS_ROWS}
-    fit = baselines.fit_predict("tfidf-lr", rows, labels, _tcfg([100.0]))
+    fit = fitting.fit_predict("tfidf-lr", rows, labels, _tcfg([100.0]))
     assert all(r["probs"][0] == 0.0 and sum(r["probs"]) == pytest.approx(1.0) for r in fit["test"])
-    two_labels = baselines.fit_predict("tfidf-lr", CLS_ROWS, LABELS, _tcfg([100.0]))["test"]
+    two_labels = fitting.fit_predict("tfidf-lr", CLS_ROWS, LABELS, _tcfg([100.0]))["test"]
     np.testing.assert_allclose([r["probs"][1:] for r in fit["test"]], [r["probs"] for r in two_labels], atol=1e-12)
 
 
 def test_tfidf_lr_reads_the_texts_it_is_given_and_one_label_in_train_is_an_error():
     texts = {"train": ["goal", "goal x", "goal y", "chip", "chip z"], "dev": ["goal", "chip"], "test": ["chip"] * 3}
-    fit = baselines.fit_predict("tfidf-lr", CLS_ROWS, LABELS, _tcfg([100.0], {"word": (1, 1)}), texts)
+    fit = fitting.fit_predict("tfidf-lr", CLS_ROWS, LABELS, _tcfg([100.0], {"word": (1, 1)}), texts)
     assert fit["setting"]["vocabulary"] == 2  # goal, chip: x, y, z occur once (min_df=2)
     assert [r["pred"] for r in fit["test"]] == ["tech"] * 3  # "chip" everywhere, whatever the rows' text says
     one = {**CLS_ROWS, "train": [r for r in CLS_ROWS["train"] if r["label"] == 0]}
     with pytest.raises(ValueError, match="baseline tfidf-lr: the train docs hold 1 label"):
-        baselines.fit_predict("tfidf-lr", one, LABELS, _tcfg())
+        fitting.fit_predict("tfidf-lr", one, LABELS, _tcfg())
 
 
 def _ner(split: str, sentences: list[tuple[list[str], list[str]]]) -> list[dict]:
@@ -111,7 +111,7 @@ def test_memorise_tags_each_word_with_its_most_frequent_train_tag_and_scores_wit
         + [{"doc_id": "te0", "window_index": 1, "words": ["paris", "john", "hilton", "x"],
             "word_tags": ["B-LOC", "B-PER", "O", "O"]}],
     }
-    fit = baselines.fit_predict("memorise", rows, [], _tcfg(cases=["lowercased"]))
+    fit = fitting.fit_predict("memorise", rows, [], _tcfg(cases=["lowercased"]))
     # paris: B-LOC twice, B-PER once -> B-LOC; john -> B-PER; hilton -> I-PER, which continues the PER chunk of
     # "john", so it stays I-PER; x unseen -> O
     assert [r["pred"] for r in fit["test"]] == [["B-LOC", "B-PER", "I-PER", "O"]]
@@ -127,7 +127,7 @@ def test_memorise_repairs_an_orphan_inside_tag_as_conlleval_reads_it():
     rows = {"train": _ner("tr", [(["a", "b"], ["B-ORG", "I-ORG"])]), "dev": _ner("dv", [(["b"], ["O"])]),
             "test": _ner("te", [(["b", "c"], ["O", "O"])])}
     for case in CASES:  # the repair is the same under every lookup, never a choice
-        fit = baselines.fit_predict("memorise", rows, [], _tcfg(cases=[case]))
+        fit = fitting.fit_predict("memorise", rows, [], _tcfg(cases=[case]))
         assert fit["test"][0]["pred"] == ["B-ORG", "O"]  # "b" alone is I-ORG after O -> B-ORG
         # "b" keeps the probability of I-ORG (1 of 1); "c" unseen: no hapax (a, b) is O
         assert fit["test"][0]["probs"] == [1.0, 0.0]
@@ -136,7 +136,7 @@ def test_memorise_repairs_an_orphan_inside_tag_as_conlleval_reads_it():
 def test_memorise_unseen_words_take_the_o_share_of_all_words_when_no_word_was_seen_once():
     rows = {"train": _ner("tr", [(["a", "b", "a", "b"], ["B-ORG", "O", "B-ORG", "O"])]),
             "dev": _ner("dv", [(["a"], ["O"])]), "test": _ner("te", [(["z"], ["O"])])}
-    assert baselines.fit_predict("memorise", rows, [], _tcfg())["test"][0]["probs"] == [0.5]
+    assert fitting.fit_predict("memorise", rows, [], _tcfg())["test"][0]["probs"] == [0.5]
 
 
 # "Apple" is an ORG when capitalised, "apple" a fruit (O); "Paris" is seen only capitalised
@@ -147,7 +147,7 @@ MEMO_TRAIN = _ner("tr", [(["Apple", "sells", "apple", "pie"], ["B-ORG", "O", "O"
 
 def _memorise_on(dev: list[tuple[list[str], list[str]]]) -> dict:
     rows = {"train": MEMO_TRAIN, "dev": _ner("dv", dev), "test": _ner("te", [(["Apple", "PARIS"], ["B-ORG", "B-LOC"])])}
-    return baselines.fit_predict("memorise", rows, [], _tcfg(cases=CASES))
+    return fitting.fit_predict("memorise", rows, [], _tcfg(cases=CASES))
 
 
 def test_memorise_chooses_the_lookup_with_the_best_dev_entity_f1():
@@ -173,21 +173,21 @@ def test_memorise_ties_on_dev_go_to_the_earlier_lookup_of_the_params():
 
 def test_memorise_an_unknown_lookup_is_an_error_naming_the_key():
     with pytest.raises(ValueError, match="baseline_memorise_cases"):
-        baselines.fit_predict("memorise", {"train": MEMO_TRAIN, "dev": [], "test": []}, [], _tcfg(cases=["title"]))
+        fitting.fit_predict("memorise", {"train": MEMO_TRAIN, "dev": [], "test": []}, [], _tcfg(cases=["title"]))
 
 
 def test_unknown_baseline_is_an_error():
     with pytest.raises(ValueError, match="unknown baseline 'bm25'"):
-        baselines.fit_predict("bm25", CLS_ROWS, LABELS, _tcfg())
+        fitting.fit_predict("bm25", CLS_ROWS, LABELS, _tcfg())
     with pytest.raises(ValueError, match="unknown baseline 'bm25'"):
-        baselines.plan(["bm25"], ["clozeline"])
+        fitting.plan(["bm25"], ["clozeline"])
 
 
 def test_plan_gives_one_tfidf_comparator_per_tokenization_and_one_reference_row_per_baseline():
-    rows = baselines.plan(["majority", "tfidf-lr"], ["reference", "clozeline"])
+    rows = fitting.plan(["majority", "tfidf-lr"], ["reference", "clozeline"])
     assert [(r.key, r.reference, r.tok) for r in rows] == [
         ("baseline/majority/labels", False, None), ("baseline/majority/all-data", True, None),
         ("baseline/tfidf-lr/clozeline-cut", False, "clozeline"), ("baseline/tfidf-lr/reference-cut", False, "reference"),
         ("baseline/tfidf-lr/all-data", True, None)]  # fmt: skip
-    assert [r.key for r in baselines.plan(["memorise"], ["clozeline"])] == ["baseline/memorise/words",
+    assert [r.key for r in fitting.plan(["memorise"], ["clozeline"])] == ["baseline/memorise/words",
                                                                             "baseline/memorise/all-data"]

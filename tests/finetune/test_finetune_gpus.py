@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tasks.finetune import sweep
-from tasks.finetune.training import Run
+from tasks.finetune.arms import sweep
+from tasks.finetune.arms.training import Run
 
 GPUS, RUNS_PER_GPU = 8, 2
 

@@ -15,7 +15,7 @@ from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import log_caps
-from tasks.finetune import model as finetune_model
+from tasks.finetune.arms import model as finetune_model
 from tasks.finetune import run
 from tasks.tracking import NullLog
 
@@ -168,7 +168,7 @@ from pathlib import Path
 from finetune_fixtures import tiny_params
 from tasks.config import Paths
 from tasks.finetune import run
-from tasks.finetune.model import build_model
+from tasks.finetune.arms.model import build_model
 from tasks.tracking import NullLog
 root = Path({root!r})
 paths = Paths(data=root / "replay", models=root / "models", metrics=root / "m", reports=root / "r")

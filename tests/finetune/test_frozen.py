@@ -1,4 +1,4 @@
-"""finetune frozen cls arms: the logistic-regression probe (tasks/finetune/frozen.py), its C choice on dev, its
+"""finetune frozen cls arms: the logistic-regression probe (tasks/finetune/arms/frozen.py), its C choice on dev, its
 convergence check, the head it folds into the saved model, and what a seed still varies."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from tasks.finetune import cls as cls_task
-from tasks.finetune import frozen, load_task_data, make_job
-from tasks.finetune.model import build_model, load_model
-from tasks.finetune.training import Run, predict, train_and_test
+from tasks.finetune import load_task_data, make_job
+from tasks.finetune.arms import frozen
+from tasks.finetune.arms.model import build_model, load_model
+from tasks.finetune.arms.training import Run, predict, train_and_test
 
 N_DOCS = {"train": 12, "dev": 6, "test": 5}
 

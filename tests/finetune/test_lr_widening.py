@@ -1,5 +1,5 @@
 """The learning-rate sweep widens its grid past an edge the dev score prefers (``finetune.recipes.*.lr_grid_widen``),
-so an arm's learning rate is chosen inside the range tried: ``tasks.finetune.sweep`` with the training run replaced
+so an arm's learning rate is chosen inside the range tried: ``tasks.finetune.arms.sweep`` with the training run replaced
 by a dev score that is a known function of the multiplier."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.finetune import sweep
+from tasks.finetune.arms import sweep
 
 
 def fake_job(tmp_path, key: str, widen: int, mode: str = "full"):

@@ -14,8 +14,9 @@ from safetensors.torch import save_file
 from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams, RunSpec
-from tasks.finetune import operational, run
-from tasks.finetune.model import build_model, load_model, save_model
+from tasks.finetune import run
+from tasks.finetune.arms import operational
+from tasks.finetune.arms.model import build_model, load_model, save_model
 from tasks.tracking import NullLog
 
 N_DOCS = {"train": 8, "dev": 4, "test": 5}

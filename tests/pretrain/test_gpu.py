@@ -335,8 +335,8 @@ def test_finetune_on_cuda_matches_the_cpu_run(ft_workspace, item, metric):
 
 def test_inference_cost_is_timed_on_cuda(tmp_path):
     from tasks.finetune import cls as cls_task
-    from tasks.finetune import operational
-    from tasks.finetune.model import build_model, save_model
+    from tasks.finetune.arms import operational
+    from tasks.finetune.arms.model import build_model, save_model
 
     folder = save_tiny_bert(tmp_path / "bert", hidden=32, seed=0)
     saved = save_model(build_model("random", folder, "mean-pool", 2, "full", 0.1, seed=0), tmp_path / "saved")

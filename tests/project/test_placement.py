@@ -36,10 +36,11 @@ from tasks.common.models.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.export import convert
-from tasks.finetune import cls, ner, operational
-from tasks.finetune.model import build_model, save_model
-from tasks.finetune.training import train_step
-from tasks.leakage import semantic_encoder
+from tasks.finetune import cls, ner
+from tasks.finetune.arms import operational
+from tasks.finetune.arms.model import build_model, save_model
+from tasks.finetune.arms.training import train_step
+from tasks.leakage.semantic import encoder as semantic_encoder
 from tasks.pretrain import checkpoint
 from tasks.pretrain.feed import masked_batch
 from tasks.pretrain.hardware import Dist

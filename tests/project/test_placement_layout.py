@@ -28,17 +28,18 @@ CARD = ["test_release_card_usage_runs_on_a_device"]
 
 #: ``<file>::<function>`` of each site -> the placement tests that run it on a device that is not the CPU.
 COVERED = {
-    "tasks/leakage/semantic_encoder.py::Encoder.__init__": LEAKAGE,
-    "tasks/leakage/semantic_audit.py::audit": LEAKAGE,
+    "tasks/leakage/semantic/encoder.py::Encoder.__init__": LEAKAGE,
+    "tasks/leakage/semantic/audit.py::audit": LEAKAGE,
     "tasks/common/models/encoders.py::encoder_from_folder": FINETUNE + PROBE,
     "tasks/common/models/encoders.py::_seeded_init": PROBE,  # the random variant (encoder and masked LM)
     "tasks/common/models/encoders.py::load_encoder": FINETUNE + PROBE,
     "tasks/common/models/encoders.py::load_masked_lm": PROBE,
-    "tasks/finetune/model.py::build_model": FINETUNE + ["test_a_fine_tuning_step_runs_entirely_on_the_models_device"],
-    "tasks/finetune/model.py::load_model": OPERATIONAL,
-    "tasks/finetune/training.py::train_and_test": FINETUNE,
-    "tasks/finetune/training.py::train": FINETUNE,  # the best epoch's state loaded back into the model
-    "tasks/finetune/operational.py::measure_saved": OPERATIONAL,
+    "tasks/finetune/arms/model.py::build_model":
+        FINETUNE + ["test_a_fine_tuning_step_runs_entirely_on_the_models_device"],
+    "tasks/finetune/arms/model.py::load_model": OPERATIONAL,
+    "tasks/finetune/arms/training.py::train_and_test": FINETUNE,
+    "tasks/finetune/arms/training.py::train": FINETUNE,  # the best epoch's state loaded back into the model
+    "tasks/finetune/arms/operational.py::measure_saved": OPERATIONAL,
     "tasks/pretrain/init.py::build_model": PRETRAIN
     + ["test_a_pretraining_step_and_an_evaluation_batch_run_entirely_on_the_models_device"],
     "tasks/pretrain/init.py::initial_model": PRETRAIN,

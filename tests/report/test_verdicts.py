@@ -166,7 +166,7 @@ def test_optimiser_steps_per_run_from_epochs_docs_and_the_batch_size_as_run(tmp_
         "dev was still improving); 8 optimiser steps per run (2 per epoch = ceil(9 train docs / batch size 8))")
     assert "CI excludes pretraining variance (1 pretraining seed; pretrain.seeds)" in row.notes
     assert any(n.startswith("each seed draws its own training subset") for n in row.notes)
-    # a frozen probe (tasks/finetune/frozen.py) reports its lbfgs iterations at the chosen C instead
+    # a frozen probe (tasks/finetune/arms/frozen.py) reports its lbfgs iterations at the chosen C instead
     probe = {"chosen_c": 0.1, "n_iter_by_c": {"0.01": 12, "0.1": 40, "1": 90}}
     data["runs"][CONTROL]["details"]["per_seed"] = {"1": {"epochs_run": 0, "best_epoch": 0, "probe": probe}}
     path.write_text(json.dumps(data))

@@ -14,7 +14,7 @@ Mode = Literal["full", "frozen"]
 
 #: Heads allowed per task module (``TaskSpec.module``): the pooling of a classifier, the label scheme of a tagger.
 HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
-#: Baselines per task module (``tasks/finetune/baselines.py``): no encoder, fitted on the arms' train docs and
+#: Baselines per task module (``tasks/finetune/baselines/fitting.py``): no encoder, fitted on the arms' train docs and
 #: input. A pair's bag of words is that of both texts.
 BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
 #: How each kind may cut a sequence longer than ``max_seq_len_tokens``.
@@ -125,7 +125,7 @@ class TaskParams(StrictModel):
     train_sizes: list[PositiveInt] = Field(
         default_factory=list, description="learning curve: train doc counts, each below the train docs the full-size "
         "runs keep, at which curve_configs and the comparator baselines run again (the same seeds, dev and test "
-        "docs; tasks/finetune/curve.py); [] = no curve"
+        "docs; tasks/finetune/reruns/at_train_sizes.py); [] = no curve"
     )
     curve_configs: list[RunSpec] = Field(
         default_factory=list, description="learning curve: entries of configs run at every size of train_sizes"
@@ -185,7 +185,7 @@ class TaskParams(StrictModel):
 
 
 class OperationalParams(StrictModel):
-    """How the finetune stage measures each fine-tuned model after training (``tasks/finetune/operational.py``):
+    """How the finetune stage measures each fine-tuned model after training (``tasks/finetune/arms/operational.py``):
     latency per document, peak memory, parameter count and size on disk."""
 
     enabled: bool = Field(description="measure every arm's model (its first reported seed) and tfidf-lr; false = skip")

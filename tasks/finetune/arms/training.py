@@ -26,8 +26,8 @@ from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from tasks.common.runtime.device import PREDICTION_PRECISION, autocast, fp32_predictions, place
-from tasks.finetune import frozen
-from tasks.finetune.model import build_model, optimizer_for, save_model
+from tasks.finetune.arms import frozen
+from tasks.finetune.arms.model import build_model, optimizer_for, save_model
 
 #: Variants whose encoder is fully trained (MiniLM, or MiniLM continued): the BERT fine-tuning LR applies.
 TRAINED_ENCODERS = ("reference", "adapted")

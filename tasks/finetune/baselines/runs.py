@@ -1,5 +1,5 @@
 """The baseline rows of the finetune stage run: each comparator fitted once per seed on that seed's draw of the
-arms' train docs, each reference once on every doc (``baselines`` fits; this module feeds it and records it)."""
+arms' train docs, each reference once on every doc (``fitting`` fits; this module feeds it and records it)."""
 
 from __future__ import annotations
 
@@ -8,26 +8,27 @@ from functools import partial
 from pathlib import Path
 
 from tasks.config.model.finetune import FinetuneParams, TaskParams
-from tasks.finetune import baselines, operational
-from tasks.finetune.baselines_tfidf import arm_inputs
+from tasks.finetune.arms import operational
+from tasks.finetune.baselines import fitting
+from tasks.finetune.baselines.tfidf import arm_inputs
 from tasks.finetune.draw import Draw, drawn_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
 
 
-def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokenizer, labels: list[str],
+def run_baseline(item: str, module: str, row: fitting.Row, data: dict, tokenizer, labels: list[str],
                  tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw,
                  defer_timing: bool = False) -> tuple[dict, dict | Callable[[], dict] | None, dict | None]:  # fmt: skip
-    """Fit baseline ``row`` (``baselines.plan``) and write its test predictions; returns its ``metrics.runs``
+    """Fit baseline ``row`` (``fitting.plan``) and write its test predictions; returns its ``metrics.runs``
     entry, its operational numbers (``operational.measure_tfidf`` of its first seed's fit: a tfidf-lr comparator
-    with ``operational.enabled``; else None) and, for tfidf-lr, what ``export.keep_baseline`` ships (the fit of
+    with ``operational.enabled``; else None) and, for tfidf-lr, what ``selected.keep_baseline`` ships (the fit of
     its best seed on dev, ties the earlier seed, with ``seed``; else None).
 
     A comparator is fitted once per seed of ``cfg.seeds``, on that seed's draw of the train docs (``draw``, the
     arms' rule), into ``<key>/seed<k>.test.jsonl``: it is deterministic given its docs, so its seeds differ by
     the draw alone, and seed ``k`` pairs with seed ``k`` of every arm in the report. A reference row is one run,
-    seed ``baselines.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
+    seed ``fitting.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
     ``baseline`` (name), ``role`` (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per
-    seed, what it chose on dev, ``baselines.fit_predict``); MLflow: one nested run per seed. With
+    seed, what it chose on dev, ``fitting.fit_predict``); MLflow: one nested run per seed. With
     ``defer_timing`` the operational numbers come back as a callable that measures and logs them when called
     (the stage calls it after all training, when the fits ran beside the GPU sweep).
     """
@@ -38,7 +39,7 @@ def run_baseline(item: str, module: str, row: baselines.Row, data: dict, tokeniz
               "role": _role(row)}  # fmt: skip
     log.params(common)
     timed, kept, results = None, None, []
-    for seed in [baselines.SEED] if row.reference else cfg.seeds:
+    for seed in [fitting.SEED] if row.reference else cfg.seeds:
         seed_rows, seed_texts = (rows, texts) if row.reference else drawn_input(rows, texts, draw, seed)
         fit, result = fit_seed(item, task, row, seed, seed_rows, seed_texts, labels, tcfg, out_dir, log, common)
         results.append(result)
@@ -64,12 +65,12 @@ def time_tfidf(key: str, fitted: tuple, texts: list[str], cfg: FinetuneParams, o
     return timed
 
 
-def fit_seed(item: str, task, row: baselines.Row, seed: int, rows: dict, texts: dict | None, labels: list[str],
+def fit_seed(item: str, task, row: fitting.Row, seed: int, rows: dict, texts: dict | None, labels: list[str],
              tcfg: TaskParams, out_dir: Path, log, common: dict) -> tuple[dict, dict]:  # fmt: skip
     """Fit ``row`` on one seed's ``rows`` (and ``texts``) and score it with ``task`` (``tasks.finetune.cls`` or
-    ``ner``), write ``<key>/seed<seed>.test.jsonl`` and log a nested run; returns ``baselines.fit_predict``'s fit
+    ``ner``), write ``<key>/seed<seed>.test.jsonl`` and log a nested run; returns ``fitting.fit_predict``'s fit
     and the seed's result (what ``records.aggregate`` reads)."""
-    fit = baselines.fit_predict(row.name, rows, labels, tcfg, texts)
+    fit = fitting.fit_predict(row.name, rows, labels, tcfg, texts)
     dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
     path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
     flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
@@ -79,7 +80,7 @@ def fit_seed(item: str, task, row: baselines.Row, seed: int, rows: dict, texts: 
         child.artifact(path, "predictions")
     return fit, {"seed": seed, "test": task.headline(test), "details": task.details(test), "diverged": False,
                  f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "setting": fit["setting"],
-                 "train_docs": len(rows["train"]), "dev_docs": len(baselines.documents(rows["dev"]))}
+                 "train_docs": len(rows["train"]), "dev_docs": len(fitting.documents(rows["dev"]))}
 
 
 def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[dict, dict | None]:
@@ -90,17 +91,17 @@ def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[
     return cut, texts and {**texts, "train": [texts["train"][i] for i in pick]}
 
 
-def _role(row: baselines.Row) -> str:
+def _role(row: fitting.Row) -> str:
     return "reference" if row.reference else "comparator"
 
 
-def baseline_input(row: baselines.Row, data: dict, tokenizer, tcfg: TaskParams) -> tuple[dict, dict | None, str]:
+def baseline_input(row: fitting.Row, data: dict, tokenizer, tcfg: TaskParams) -> tuple[dict, dict | None, str]:
     """``(rows per split, texts per split or None, description)`` that baseline ``row`` reads.
 
     Test is always the arms' kept test docs. A comparator's train rows are every train doc, which
     ``run_baseline`` cuts to each seed's draw, and it chooses on the arms' kept dev docs (``load_task_data``'s
     ``rows``); a reference trains and chooses on every doc of both (``all_rows``). A
-    tfidf-lr comparator reads the arms' cut (``baselines_tfidf.arm_inputs`` with ``tokenizer``), its cls rows
+    tfidf-lr comparator reads the arms' cut (``tfidf.arm_inputs`` with ``tokenizer``), its cls rows
     carrying each doc's ``seen_fraction``; every other row reads the full text (texts None).
     """
     pool = data["all_rows"] if row.reference else data["rows"]

@@ -35,7 +35,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from tasks.common.runtime.device import fp32_predictions, place
-from tasks.finetune.model import save_model
+from tasks.finetune.arms.model import save_model
 
 #: Logit of a label no train document carries: its probability underflows to exactly 0 in float64 and float32.
 ABSENT_LOGIT = -1.0e4

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tasks.config.model.finetune import FinetuneParams, RunSpec, TaskParams
-from tasks.finetune.baselines import Row
+from tasks.finetune.baselines.fitting import Row
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def points(tcfg: TaskParams, kept: int, item: str) -> list[Point]:
 
 
 def baseline_rows(planned: list[Row], tcfg: TaskParams) -> list[tuple[int, Row]]:
-    """``(size, row)`` of every comparator of ``planned`` (``baselines.plan``) at every size of
+    """``(size, row)`` of every comparator of ``planned`` (``fitting.plan``) at every size of
     ``train_sizes``, keyed ``<comparator key>@n<docs>``; reference rows are not repeated."""
     return [(n, Row(row.name, f"{row.key}@{size_key(n)}", False, row.tok))
             for n in sorted(tcfg.train_sizes) for row in planned if not row.reference]  # fmt: skip

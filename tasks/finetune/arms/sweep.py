@@ -37,8 +37,8 @@ import torch
 from tqdm import tqdm
 
 from tasks.common.runtime.device import configure
-from tasks.finetune.operational import seed_folder
-from tasks.finetune.training import Run, is_probe, train_and_test
+from tasks.finetune.arms.operational import seed_folder
+from tasks.finetune.arms.training import Run, is_probe, train_and_test
 
 T, U = TypeVar("T"), TypeVar("U")
 

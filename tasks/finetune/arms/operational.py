@@ -35,7 +35,7 @@ import torch
 from safetensors.numpy import save_file
 
 from tasks.common.runtime.device import autocast, describe, peak_memory_mib, place
-from tasks.finetune.model import load_model
+from tasks.finetune.arms.model import load_model
 
 SCRATCH = ".operational"  # under the task's out dir; removed before the stage returns
 MIB = 2**20

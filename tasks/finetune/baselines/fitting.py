@@ -16,8 +16,8 @@ deterministic, so each is one run (seed ``0``).
 
 - ``majority`` (cls): the most frequent train label for every doc (a tie: the smaller label id); its
   predicted distribution is the train docs' class frequencies.
-- ``tfidf-lr`` (cls): ``baselines_tfidf`` (analyzer x C chosen on dev macro-F1).
-- ``memorise`` (ner): ``baselines_memorise`` (cased / lowercased / cased with lowercase back-off, chosen on dev
+- ``tfidf-lr`` (cls): ``tfidf`` (analyzer x C chosen on dev macro-F1).
+- ``memorise`` (ner): ``memorise`` (cased / lowercased / cased with lowercase back-off, chosen on dev
   entity F1).
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tasks.finetune import ner as ner_task
-from tasks.finetune.baselines_memorise import memorise
-from tasks.finetune.baselines_tfidf import tfidf_lr
+from tasks.finetune.baselines.memorise import memorise
+from tasks.finetune.baselines.tfidf import tfidf_lr
 
 #: baseline -> the ``<input>`` of its comparator's run key ``baseline/<name>/<input>`` (``{tok}``: tokenization).
 INPUTS = {"majority": "labels", "tfidf-lr": "{tok}-cut", "memorise": "words"}

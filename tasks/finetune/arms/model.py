@@ -4,7 +4,7 @@ The encoder is a Hugging Face ``AutoModel`` (BERT without its MLM head or pooler
 one linear layer on a pooled vector (classification: ``[CLS]`` or masked mean) or on every token (NER), as
 in BERT's fine-tuning recipe (Devlin et al., 2019, sec. 4). In ``frozen`` mode only the head changes, the
 feature-based setting of the same paper (sec. 5.3): a classification arm's head is the converged
-logistic-regression probe of ``tasks/finetune/frozen.py``, a NER arm's trains with AdamW (``training``).
+logistic-regression probe of ``tasks/finetune/arms/frozen.py``, a NER arm's trains with AdamW (``training``).
 """
 
 from __future__ import annotations

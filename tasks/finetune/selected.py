@@ -28,8 +28,8 @@ import torch
 
 from tasks.common.runtime.device import PREDICTION_PRECISION, configure
 from tasks.common.models.encoders import load_tokenizer
-from tasks.finetune import operational
-from tasks.finetune.training import Run, train_and_test
+from tasks.finetune.arms import operational
+from tasks.finetune.arms.training import Run, train_and_test
 
 SELECTED = "selected"  # the folder under data/finetune/<task>/
 SELECTED_BASELINE = "selected_baseline"  # the TF-IDF baseline, when it is the best run on dev (skops, never pickle)

@@ -1,0 +1,7 @@
+"""The finetune stage's baselines: what an encoder must beat before its number means anything.
+
+- ``fitting``: which rows run (a comparator and a reference per baseline), fitting one (majority here), records;
+- ``tfidf``: TF-IDF + logistic regression (cls), and the arms' input it reads;
+- ``memorise``: each word's most frequent train tag (ner);
+- ``runs``: each row fitted once per seed on that seed's draw, its predictions written and its entry recorded.
+"""
