@@ -42,10 +42,14 @@ def write_source(tmp_path: Path, name: str, texts: list[str], role: str = "task"
     """An ingest file of ``texts`` (no group, tokens or tags); returns the doc_ids."""
     ids = [f"{name}:{i:03d}" for i in range(len(texts))]
     labels = labels or [None] * len(texts)
-    _write(tmp_path, name, [
-        dict(doc_id=d, source=name, role=role, text=t, label=lab, group=None, tokens=None, tags=None, meta="{}")
-        for d, t, lab in zip(ids, texts, labels)
-    ])
+    _write(
+        tmp_path,
+        name,
+        [
+            dict(doc_id=d, source=name, role=role, text=t, label=lab, group=None, tokens=None, tags=None, meta="{}")
+            for d, t, lab in zip(ids, texts, labels)
+        ],
+    )
     return ids
 
 
@@ -53,12 +57,24 @@ def write_rows(tmp_path: Path, name: str, rows: list[dict], role: str = "task") 
     """An ingest file; each row gives ``text`` or ``tokens`` (+ ``tags``), optionally ``label``/``group`` (default:
     its doc_id); returns the doc_ids."""
     ids = [f"{name}:{i:03d}" for i in range(len(rows))]
-    _write(tmp_path, name, [
-        dict(doc_id=doc_id, source=name, role=role, text=row.get("text") or " ".join(row["tokens"]),
-             label=row.get("label"), group=row.get("group", doc_id), tokens=row.get("tokens"), tags=row.get("tags"),
-             meta="{}")
-        for doc_id, row in zip(ids, rows)
-    ])
+    _write(
+        tmp_path,
+        name,
+        [
+            dict(
+                doc_id=doc_id,
+                source=name,
+                role=role,
+                text=row.get("text") or " ".join(row["tokens"]),
+                label=row.get("label"),
+                group=row.get("group", doc_id),
+                tokens=row.get("tokens"),
+                tags=row.get("tags"),
+                meta="{}",
+            )
+            for doc_id, row in zip(ids, rows)
+        ],
+    )
     return ids
 
 
@@ -80,8 +96,11 @@ class DedupRun(NamedTuple):
 
     def flags(self) -> tuple[dict, dict[str, bool], dict[str, dict]]:
         """``metrics, {doc_id: is_duplicate}, {cluster_id: record}``."""
-        return (self.metrics, {doc: dup for doc, (_, dup) in self.rows.items()},
-                {r["cluster_id"]: r for r in self.records})
+        return (
+            self.metrics,
+            {doc: dup for doc, (_, dup) in self.rows.items()},
+            {r["cluster_id"]: r for r in self.records},
+        )
 
 
 def run_dedup(tmp_path: Path, cfg: DedupParams | None = None) -> DedupRun:

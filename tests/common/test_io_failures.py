@@ -15,14 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_incremental_ingest_dedup import DEDUP, outputs, paths_of, run_both, words, write_file
 
 import tasks.__main__ as stage_main
+from ingest_dedup_fixtures import DEDUP, outputs, paths_of, run_both, words, write_file
+from split_fixtures import params as split_params
 from tasks import dedup, ingest
 from tasks.common.files.ioerrors import DamagedFile, NoRoom, producing_stage, reading, writing
 from tasks.config.corpus.dedup import DedupParams
 from tasks.config.corpus.ingest import IngestParams
 from tasks.tracking import NullLog
+from tokenize_fixtures import pretrain, tokenize_params, train_tokenizer, write_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
@@ -126,8 +128,6 @@ def test_the_runner_prints_a_damaged_shard_in_one_line_and_leaves_no_outputs(ing
 
 def tokenize_workspace(tmp_path: Path):
     """``Paths`` of a small tokenize workspace: its inputs written and its tokenizer trained."""
-    from test_incremental_tokenize import pretrain, train_tokenizer, write_inputs
-
     paths = write_inputs(tmp_path, pretrain(8))
     train_tokenizer(paths)
     return paths
@@ -135,8 +135,6 @@ def tokenize_workspace(tmp_path: Path):
 
 def tokenize_fails_on(paths, path: Path, damage) -> DamagedFile:
     """The error ``tokenize.run`` raises once ``damage`` has been done to ``path`` (it must raise ``DamagedFile``)."""
-    from test_tokenize import tokenize_params
-
     from tasks import tokenize
 
     damage(path)
@@ -247,8 +245,6 @@ def test_dedup_names_a_deleted_ingest_shard_instead_of_reading_fewer_docs(ingest
 
 
 def test_split_names_a_deleted_dedup_output(ingested):
-    from test_split import params as split_params
-
     from tasks import split
 
     root, _ = ingested
@@ -263,7 +259,7 @@ def test_split_names_a_deleted_dedup_output(ingested):
 
 LIMITED = """
 import sys
-import glob; sys.path[:0] = [{tests!r}] + sorted(glob.glob({tests!r} + "/*/"))
+sys.path.insert(0, {tests!r})
 from pathlib import Path
 from tasks.common.files.ioerrors import NoRoom
 try:
@@ -305,7 +301,7 @@ def test_ingest_cache_past_the_file_size_limit_names_the_entry(tmp_path):
     raw, root = tmp_path / "raw", tmp_path / "root"
     raw.mkdir()
     write_file(raw, "part0.jsonl", [words(random.Random(1), 60) for _ in range(40)])
-    body = f"""    from test_incremental_ingest_dedup import paths_of
+    body = f"""    from ingest_dedup_fixtures import paths_of
     from tasks import ingest
     from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
@@ -321,7 +317,7 @@ def test_dedup_past_the_file_size_limit_names_the_file(ingested):
     root, _ = ingested
     shutil.rmtree(root / "data" / "dedup")
     shutil.rmtree(root / "data" / "dedup_index")
-    body = f"""    from test_incremental_ingest_dedup import DEDUP, paths_of
+    body = f"""    from ingest_dedup_fixtures import DEDUP, paths_of
     from tasks import dedup
     from tasks.config.corpus.dedup import DedupParams
     from tasks.tracking import NullLog
@@ -334,8 +330,8 @@ def test_dedup_past_the_file_size_limit_names_the_file(ingested):
 
 def test_tokenize_past_the_file_size_limit_names_the_file(tmp_path):
     tokenize_workspace(tmp_path)
-    body = f"""    from test_tokenize import tokenize_params
-    from test_tokenizer import make_paths
+    body = f"""    from tokenize_fixtures import tokenize_params
+    from tokenizer_fixtures import make_paths
     from tasks import tokenize
     from tasks.tracking import NullLog
     tokenize.run(tokenize_params(), make_paths(Path({str(tmp_path)!r})), NullLog())"""
@@ -400,13 +396,11 @@ def test_ingest_names_a_truncated_parquet_source_and_says_to_replace_it(tmp_path
 def test_the_runner_names_a_write_out_of_room_that_the_tokenizers_writer_raises(tmp_path):
     """tokenizers' Rust ``save_pretrained`` past the file size limit raises a bare ``Exception`` ("File too large
     (os error 27)"), no errno: the runner knows it by its words and names the stage's declared outputs."""
-    from test_incremental_tokenize import pretrain, write_inputs
-
     write_inputs(tmp_path, pretrain(8))  # the inputs, outside the limit; the tokenizer.json written is ~5 kB
     body = f"""
     import tasks.__main__ as runner
-    from test_incremental_tokenize import train_tokenizer
-    from test_tokenizer import make_paths
+    from tokenize_fixtures import train_tokenizer
+    from tokenizer_fixtures import make_paths
     try:
         train_tokenizer(make_paths(Path({str(tmp_path)!r})))
     except Exception as err:

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_incremental_ingest_dedup import RecordingLog
+from stage_helpers import RecordingLog
 from test_leakage import PARAGRAPH, SHORT, filler, frame, params, rewrap
 
 from tasks import leakage

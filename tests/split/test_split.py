@@ -7,15 +7,10 @@ import json
 import pandas as pd
 import pytest
 
+from split_fixtures import params
 from tasks import split
-from tasks.config import Paths, read_yaml
-from tasks.config.corpus.split import SplitParams
+from tasks.config import Paths
 from tasks.tracking import NullLog
-
-
-def params(**changes) -> SplitParams:
-    """The repo's ``split:`` params with ``changes`` applied (so tests exercise the shipped defaults)."""
-    return SplitParams(**{**read_yaml("params.yaml")["split"], **changes})
 
 
 def rows_of(source, role, groups, labels=None, clusters=None, metas=None) -> pd.DataFrame:

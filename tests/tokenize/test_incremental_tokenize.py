@@ -14,12 +14,10 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_tokenize import news_rows, tokenize_params, tweet_rows, write_leak_table
-from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
 
 from tasks import tokenize as stage
-from tasks import tokenizer as tokenizer_stage
 from tasks.tracking import NullLog
+from tokenize_fixtures import news_rows, pretrain, tokenize_params, train_tokenizer, tweet_rows, write_inputs
 
 
 class RecordingLog(NullLog):
@@ -34,34 +32,6 @@ class RecordingLog(NullLog):
 
     def tags(self, values) -> None:
         self.logged.update(values)
-
-
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
-
-
-def pretrain(n_train: int, removed: tuple[int, ...] = ()) -> list[dict]:
-    """``n_train`` distinct train docs (sentence k plus a word pair naming k) and two heldout docs."""
-    rows = [{"doc_id": f"pre:{k:03d}", "role": "pretrain", "split": "train",
-             "text": f"{TRAIN_SENTENCES[k % 4]} {WORDS[k % 12]} {WORDS[k // 12]}"}
-            for k in range(n_train) if k not in removed]  # fmt: skip
-    rows += [{"doc_id": f"pre:h{k}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[k]}
-             for k in (0, 1)]
-    return rows
-
-
-def write_inputs(root, rows: list[dict], news: list[dict] | None = None, tweets: list[dict] | None = None):
-    """The leakage outputs tokenize reads (the task sources default to ``test_tokenize``'s); returns the root's
-    paths."""
-    paths = make_paths(root)
-    write_source(paths, "pre", rows)
-    write_source(paths, "news", news_rows() if news is None else news)
-    write_source(paths, "tweets", tweet_rows() if tweets is None else tweets)
-    write_leak_table(paths, [("n:1", "n:4", "news", "task_train")])
-    return paths
-
-
-def train_tokenizer(paths, **changes) -> None:
-    tokenizer_stage.run(tokenizer_params(pretrain_sources=["pre"], unk_eval_sources=[], **changes), paths, NullLog())
 
 
 def run(paths, **changes) -> dict:

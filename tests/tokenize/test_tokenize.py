@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from datasets import load_from_disk
 from pydantic import ValidationError
-from test_tokenizer import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
 from transformers import AutoTokenizer
 
 from tasks import tokenize as stage
@@ -17,29 +16,11 @@ from tasks import tokenizer as tokenizer_stage
 from tasks.common.models import alignment
 from tasks.common.models.alignment import IGNORE
 from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
-from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize.ner import encode_words, ner_windows
 from tasks.tokenize.pretrain import block_sources, plain_encoder, tokenize_docs
 from tasks.tracking import NullLog
-
-SEQ = 16
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike".split()
-
-
-def tokenize_params(**changes) -> TokenizeParams:
-    values = {
-        "pretrain_sources": ["pre"],
-        "tasks": {"cls": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
-                  "ner": {"kind": "token_classification", "source": "tweets", "metric": "entity_f1", "recipe": "ner"}},
-        "max_seq_len_tokens": SEQ,
-        "ner_max_seq_len_tokens": SEQ,
-        "num_proc": 1,
-        "map_batch_size_docs": 7,
-        "ner_window_overlap_tokens": 4,
-        "ner_invalid_iob2": "repair",
-    }
-    values.update(changes)
-    return TokenizeParams.model_validate(values)
+from tokenize_fixtures import SEQ, WORDS, news_rows, tokenize_params, tweet_rows, write_leak_table
+from tokenizer_fixtures import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
 
 
 def pretrain_rows(n_train: int = 30) -> list[dict]:
@@ -49,31 +30,6 @@ def pretrain_rows(n_train: int = 30) -> list[dict]:
              for i in range(4)]
     rows.append({"doc_id": "pre:dup", "role": "pretrain", "split": "train", "text": "dup " * 50, "is_duplicate": True})
     return rows
-
-
-def news_rows() -> list[dict]:
-    long_text = " ".join(["the harbour"] * 20)  # 40 words: truncated at SEQ
-    return [
-        {"doc_id": "n:1", "role": "task", "split": "train", "text": "ships and grain", "label": "sport"},
-        {"doc_id": "n:2", "role": "task", "split": "train", "text": long_text, "label": "business"},
-        {"doc_id": "n:3", "role": "task", "split": "dev", "text": "the market", "label": "sport"},
-        {"doc_id": "n:4", "role": "task", "split": "test", "text": "salt and fish", "label": "tech"},
-    ]
-
-
-def tweet_rows() -> list[dict]:
-    long_words = [WORDS[i % len(WORDS)] for i in range(40)]
-    long_tags = ["O"] * 40
-    long_tags[33:35] = ["B-LOC", "I-LOC"]
-    return [
-        {"doc_id": "t:1", "role": "task", "split": "train", "tokens": ["Paris", "\u200b", "France"],
-         "tags": ["B-LOC", "O", "B-LOC"]},
-        {"doc_id": "t:2", "role": "task", "split": "train", "tokens": ["the", "harbour", "opened"],
-         "tags": ["O", "I-ORG", "I-ORG"]},  # invalid: I-ORG after O
-        {"doc_id": "t:3", "role": "task", "split": "dev", "tokens": long_words, "tags": long_tags},
-        {"doc_id": "t:4", "role": "task", "split": "test", "tokens": ["grain"], "tags": ["B-PER"]},
-        {"doc_id": "t:5", "role": "task", "split": "test", "tokens": ["salt"], "tags": ["O"], "is_duplicate": True},
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +43,6 @@ def built(tmp_path_factory):
                              ("t:2", "t:4", "tweets", "task_train")])
     tokenizer_stage.run(tokenizer_params(pretrain_sources=["pre"], unk_eval_sources=[]), paths, NullLog())
     return paths, stage.run(tokenize_params(), paths, NullLog())
-
-
-def write_leak_table(paths, pairs: list[tuple[str, str, str, str]]) -> None:
-    """``data/leakage/table.parquet`` with (train_doc, eval_doc, eval_source, check) pairs (other columns unused)."""
-    frame = pd.DataFrame(pairs, columns=["train_doc", "eval_doc", "eval_source", "check"])
-    frame.to_parquet(paths.data / "leakage" / "table.parquet", index=False)
 
 
 def our_tok(paths):
