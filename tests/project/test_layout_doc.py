@@ -18,7 +18,8 @@ def test_docs_layout_is_what_the_script_writes_from_the_docstrings():
 
 def test_a_module_is_described_by_its_packages_contents_line_else_by_its_first_sentence(tmp_path):
     files = {
-        "pkg/__init__.py": '"""A package. Its contents:\n\n- ``a``: reads the input;\n- ``sub/``: the parts\n  of it.\n"""',
+        "pkg/__init__.py": '"""A package. Its contents:\n\n- ``a``: reads the input;\n- ``sub/``: the parts\n'
+        + '  of it.\n"""',
         "pkg/a.py": '"""Not this line."""\n',
         "pkg/b.py": '"""B writes (in ``out/``. really) the output. Then more."""\n',
         "pkg/sub/__init__.py": '"""Not this either."""\n',
