@@ -62,7 +62,7 @@ from tasks.common.matching import minhash
 
 from tasks.common.runtime import gcpause
 from tasks.common.matching.confusables import fold_words
-from tasks.common.lineage import NO_LINEAGE
+from tasks.common.pretraining_texts import NO_LINEAGE
 from tasks.common.files.parquet import read_source_frames
 from tasks.common.matching.textnorm import words
 from tasks.config.corpus.leakage import LeakageParams

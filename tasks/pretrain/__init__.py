@@ -4,7 +4,7 @@ continued from an existing encoder (``pretrain.init_from``, see ``init.py``).
 Reads ``data/tokenize/pretrain/<tok>/{train,heldout}`` and ``models/tokenizer/`` (or the initial model's
 folder); writes ``models/pretrained/`` (``save_pretrained`` of the masked LM + tokenizer + ``pretraining.json``
 naming the variant: ``pretrained`` from scratch, ``adapted`` continued, and the model's lineage: the md5 of each
-``data/leakage/<source>.parquet`` its blocks came from and the ancestry of ``init_from``, ``lineage.py``),
+``data/leakage/<source>.parquet`` its blocks came from and the ancestry of ``init_from``, ``lineage_fields.py``),
 ``models/checkpoints/pretrain/`` and
 ``metrics/pretrain_curve.tsv``. Those are the first seed's of ``pretrain.seeds``; each further seed trains the same
 recipe from its own initialisation, data order and masks into ``models/pretrained/seeds/<seed>/`` (checkpoints in
@@ -40,7 +40,7 @@ from tasks.pretrain import checkpoint
 from tasks.pretrain.blocks import blocks_dir, load_blocks
 from tasks.pretrain.hardware import Dist, setup_distributed
 from tasks.pretrain.init import Start, initial_model, resolve_start
-from tasks.pretrain.lineage import record_fields
+from tasks.pretrain.lineage_fields import record_fields
 from tasks.pretrain.mlm import MaskingVocab
 from tasks.pretrain.trainer import Trainer, count_params
 

@@ -17,7 +17,7 @@ import pytest
 from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 from tasks import leakage
-from tasks.common import lineage as common_lineage
+from tasks.common import pretraining_texts as common_lineage
 from tasks.common.matching import minhash
 from tasks.common.models.encoders import write_pretraining_record
 from tasks.common.provenance import Lock
@@ -25,7 +25,7 @@ from tasks.config import Paths, load_params
 from tasks.leakage import eval_rows, tokenize
 from tasks.leakage import lineage as leakage_lineage
 from tasks.leakage.detectors import make_side
-from tasks.pretrain.lineage import record_fields
+from tasks.pretrain.lineage_fields import record_fields
 from tasks.report.evaluation import evaluate
 from tasks.tracking import NullLog
 

@@ -113,7 +113,7 @@ def tokenization(variant: str, models: Path) -> str:
 
 def pretraining_record(folder: Path) -> dict[str, str]:
     """``<folder>/pretraining.json``: ``variant``, ``init_from`` and ``tokenization`` of a pretrain output (and
-    the lineage fields ``data``, ``lineage``: ``tasks.common.lineage``).
+    the lineage fields ``data``, ``lineage``: ``tasks.common.pretraining_texts``).
 
     Raises ``FileNotFoundError`` naming the file when it is missing (a folder from before the record existed).
     """
@@ -126,8 +126,8 @@ def pretraining_record(folder: Path) -> dict[str, str]:
 def write_pretraining_record(folder: Path, variant: str, init_from: str, tokenization: str,
                              lineage: dict | None = None) -> None:
     """Write ``<folder>/pretraining.json`` (see ``pretraining_record``); ``lineage`` adds the lineage fields
-    ``data`` and ``lineage`` (``tasks.common.lineage``; pretrain always passes them, so a record without them
-    is one whose lineage is unknown)."""
+    ``data`` and ``lineage`` (``tasks.common.pretraining_texts``; pretrain always passes them, so a record
+    without them is one whose lineage is unknown)."""
     record = {"variant": variant, "init_from": init_from, "tokenization": tokenization, **(lineage or {})}
     (Path(folder) / PRETRAINING_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
