@@ -57,7 +57,7 @@ def predict_baseline(model, record: dict, records: list[dict], folder: str | Pat
 def _cut_reader(record: dict, folder: str | Path | None):
     """None for a full-text baseline; else a function ``item -> text``: the item encoded by the tokenizer in
     ``folder`` (a pair as a pair), cut as the arms cut it (``tasks.common.models.truncation``) and decoded without
-    special tokens, as ``tasks.finetune.baselines_tfidf.arm_inputs`` built the baseline's train text. Raises
+    special tokens, as ``tasks.finetune.baselines.tfidf.arm_inputs`` built the baseline's train text. Raises
     ``ExportError`` when the cut needs a folder and none is given."""
     cut_cfg = record.get("cut")
     if not cut_cfg:
