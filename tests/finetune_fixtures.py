@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
@@ -14,6 +15,7 @@ from tasks.common.models import alignment
 from tasks.common.models.encoders import write_pretraining_record
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
+from tasks.tracking import NullLog
 
 SPORT = "goal match team ball score win football coach".split()
 TECH = "chip code data phone software network server laptop".split()
@@ -124,3 +126,25 @@ def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int]
 #: The fixtures' two tasks, as params.yaml's ``tasks`` section names them.
 TASKS = {"cls": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
          "ner": {"kind": "token_classification", "source": "tweets", "metric": "entity_f1", "recipe": "ner"}}
+
+
+#: Docs per split of the tests' small tasks (``write_task_data``).
+N_DOCS = {"train": 12, "dev": 6, "test": 5}
+
+
+class NestedRecordingLog(NullLog):
+    """A RunLog that records its nested runs, params and artifacts (what MLflow would receive)."""
+
+    def __init__(self, name: str = "stage") -> None:
+        self.name, self.run_id, self.children, self.artifacts, self.logged = name, f"id-{name}", [], [], {}
+
+    def params(self, values):
+        self.logged.update(values)
+
+    def artifact(self, path, folder=None):
+        self.artifacts.append((Path(path), folder))
+
+    @contextmanager
+    def child(self, name):
+        self.children.append(NestedRecordingLog(name))
+        yield self.children[-1]

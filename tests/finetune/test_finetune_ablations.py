@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
-from test_finetune_run import N_DOCS, RecordingLog
 
+from finetune_fixtures import N_DOCS, NestedRecordingLog, save_tiny_bert, tiny_params, write_task_data
 from tasks.config import Paths
 from tasks.finetune import run
 from tasks.finetune.reruns.from_ablations import ablation_key
@@ -32,7 +31,7 @@ def test_the_config_runs_from_every_arm_with_the_same_seeds(tmp_path):
     paths = workspace(tmp_path, ("all-mask", "mlm-15"))
     params = with_ablation_config(tiny_params(["pretrained/full/mean-pool", "random/full/mean-pool"],
                                               ["pretrained/full/first"], [3, 4]), "pretrained/full/mean-pool")
-    log = RecordingLog()
+    log = NestedRecordingLog()
     metrics = run(params, paths, log, "cls")
     main, spec = "pretrained/full/mean-pool", params.recipes["cls"].configs[0]
     keys = {name: ablation_key(spec, name) for name in ("all-mask", "mlm-15")}

@@ -5,22 +5,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, write_task_data
 
+from finetune_fixtures import (
+    N_DOCS,
+    NestedRecordingLog,
+    save_tiny_bert,
+    tiny_params,
+    two_model_workspace,
+    write_task_data,
+)
 from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
-from tasks.finetune import log_caps
+from tasks.finetune import log_caps, run
 from tasks.finetune.arms import model as finetune_model
-from tasks.finetune import run
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[2]
-N_DOCS = {"train": 12, "dev": 6, "test": 5}
 STAT_KEYS = {"per_seed", "seeds", "mean", "std", "ci95_low", "ci95_high", "n"}
 
 
@@ -30,24 +34,6 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("ft_ws")
     paths, reference = two_model_workspace(root, N_DOCS)
     return root, paths, reference
-
-
-class RecordingLog(NullLog):
-    """A RunLog that records its nested runs, params and artifacts (what MLflow would receive)."""
-
-    def __init__(self, name: str = "stage") -> None:
-        self.name, self.run_id, self.children, self.artifacts, self.logged = name, f"id-{name}", [], [], {}
-
-    def params(self, values):
-        self.logged.update(values)
-
-    def artifact(self, path, folder=None):
-        self.artifacts.append((Path(path), folder))
-
-    @contextmanager
-    def child(self, name):
-        self.children.append(RecordingLog(name))
-        yield self.children[-1]
 
 
 def _no_timing(metrics: dict) -> dict:
@@ -63,7 +49,7 @@ def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
     monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)
     configs = ["pretrained/full/cls-pool", "random/full/cls-pool", "pretrained/frozen/mean-pool",
                "reference/full/cls-pool"]
-    log = RecordingLog()
+    log = NestedRecordingLog()
     metrics = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], max_train_docs=10), paths, log, "cls")
     assert sorted(metrics["runs"]) == sorted(configs)
     # MLflow layout: one parent run per configuration, one nested run per seed holding its predictions
@@ -116,7 +102,7 @@ def test_dose_response_fine_tunes_the_config_from_every_snapshot(tmp_path):
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     params = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3, 4],
                          cls_dose_response="pretrained/full/mean-pool")
-    log = RecordingLog()
+    log = NestedRecordingLog()
     metrics = run(params, paths, log, "cls")
     keys = ["pretrained/full/mean-pool", "pretrained@step_00000000/full/mean-pool",
             "pretrained@step_00000007/full/mean-pool"]
@@ -201,7 +187,7 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
     base = tiny_params(["pretrained/full/mean-pool", "pretrained/frozen/mean-pool"], ["pretrained/full/first"],
                        [3, 4], lr_grid=(0.1, 1.0, 10.0)).model_dump()
     base["recipes"]["cls"]["baselines"] = ["majority", "tfidf-lr"]
-    metrics = run(FinetuneParams.model_validate(base), paths, RecordingLog(), "cls")
+    metrics = run(FinetuneParams.model_validate(base), paths, NestedRecordingLog(), "cls")
     for key in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool"):
         entry = metrics["runs"][key]
         sweep = entry["lr_sweep"]

@@ -77,8 +77,7 @@ def test_a_sigkill_during_a_further_seed_resumes_to_the_uninterrupted_weights(co
 
 
 def test_finetune_runs_our_arms_once_per_further_pretraining_seed(tmp_path):
-    from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
-    from test_finetune_run import N_DOCS, RecordingLog
+    from finetune_fixtures import N_DOCS, NestedRecordingLog, save_tiny_bert, tiny_params, write_task_data
 
     from tasks.config import Paths
     from tasks.finetune import run as finetune
@@ -88,7 +87,7 @@ def test_finetune_runs_our_arms_once_per_further_pretraining_seed(tmp_path):
     write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     params = tiny_params(["pretrained/full/mean-pool", "random/full/mean-pool"], ["pretrained/full/first"], [3, 4])
-    log = RecordingLog()
+    log = NestedRecordingLog()
     metrics = finetune(params, paths, log, "cls")
     key = "pretrained@pretrain_seed21/full/mean-pool"
     # our pretrained arm runs again from seed 21's model; random init does not depend on pretraining
