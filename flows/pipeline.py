@@ -4,7 +4,7 @@ DVC owns the graph and the cache: each task runs ``dvc repro --single-item <stag
 is skipped by DVC, and Prefect's own result caching stays off. The flow opens the parent MLflow run and
 hands its id to the stage processes through ``CLOZELINE_PARENT_RUN_ID``; at the end it records the snapshot
 (``flows/snapshot.py``) and publishes the claim table and the report's "Since the last run" section
-(``tasks.report.since``) as Prefect markdown artifacts. A profile (``--profile NAME``: ``profiles/NAME.yaml``) is
+(``tasks.report.render.since``) as Prefect markdown artifacts. A profile (``--profile NAME``: ``profiles/NAME.yaml``) is
 written into params.yaml by the flow before the stages run (``flows.profiles.write_values``: only the keys it
 changes, comments kept), so dvc.lock, git and the pipeline run's tags record it.
 
@@ -106,7 +106,7 @@ def snapshot_step(run_id: str) -> dict[str, str]:
     return tags
 
 
-#: The report's "Since the last run" section (``tasks.report.since``), also this run's second Prefect artifact.
+#: The report's "Since the last run" section (``tasks.report.render.since``), also this run's second Prefect artifact.
 SINCE_FILE = "since_last_run.md"
 #: The report files the pipeline run carries as artifacts (under ``report/``), besides every figure.
 REPORT_ARTIFACTS = ("claims.md", "claims.html", "claims.yaml", "summary.md", SINCE_FILE)

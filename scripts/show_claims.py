@@ -1,7 +1,7 @@
 """Print the claims a report would evaluate, before any run: the standard claims generated for the tasks of the
-params file (tasks/report/standard_claims.yaml) with reports/claims.yaml's additions, overrides and drops
-applied (tasks/report/standard.py), as YAML. Read it before writing an override: an entry of claims.yaml with a
-claim's id replaces the fields it gives.
+params file (tasks/report/claims/standard_claims.yaml) with reports/claims.yaml's additions, overrides and
+drops applied (tasks/report/claims/standard.py), as YAML. Read it before writing an override: an entry of
+claims.yaml with a claim's id replaces the fields it gives.
 
     .venv/bin/python scripts/show_claims.py [params.yaml] [reports/claims.yaml]
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tasks.config import load_params
-from tasks.report.standard import claim_set
+from tasks.report.claims.standard import claim_set
 
 
 def main(argv: list[str] | None = None) -> int:

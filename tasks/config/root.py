@@ -115,7 +115,7 @@ class Params(StrictModel):
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
         for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
-        # the report generates each task's claims and says which arms a run produces (tasks/report/switches.py)
+        # the report generates each task's claims and says which arms a run produces (tasks/report/claims/switches.py)
         setup = ReportSetup(tasks=self.tasks, recipes=self.finetune.recipes, init_from=str(self.pretrain.init_from),
                             ablations=[arm.name for arm in self.pretrain.ablations],
                             dose_snapshots=bool(self.pretrain.dose_snapshot_fractions),

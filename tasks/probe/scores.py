@@ -78,7 +78,7 @@ def word_cosines(vectors: np.ndarray, rows: Sequence[ProbeSentence]) -> dict[str
     ``vectors``: ``(n_layers + 1, n_sentences, hidden)`` aligned with ``rows``; a word's sentences are taken in
     file order and the triangle is ``cosine_matrix(...)[numpy.triu_indices(n, 1)]`` (row-major, i < j), what
     ``sense_scores`` averages. The report recomputes a word's separation from these after resampling its
-    sentences (``tasks/report/probe_bootstrap.py``)."""
+    sentences (``tasks/report/stats/probe_bootstrap.py``)."""
     out = {}
     for word in words_of(rows):
         index = [i for i, row in enumerate(rows) if row.word == word]

@@ -71,7 +71,7 @@ def read_json(path: Path, stage: str) -> dict:
 def task_claims(report: dict, task: str) -> list[dict]:
     """The claims about ``task`` (``task: <task>``) with their ``metrics/report.json`` entry (statement, verdict,
     difference and CI), in the report's order: the standard claims the report generated for the task and the
-    user's own (``tasks.report.standard``)."""
+    user's own (``tasks.report.claims.standard``)."""
     return [{"id": cid, **entry} for cid, entry in (report.get("claims") or {}).items() if entry.get("task") == task]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 #: A baseline's name (``runs[<key>].baseline``) in words.
 BASELINE_WORDS = {"tfidf-lr": "TF-IDF + logistic regression", "majority": "the majority label",
                   "memorise": "each train word's most frequent tag"}
-#: ``finetune/<task>/<name>`` -> the key of ``selection`` naming the run (tasks/report/claims.py's grammar).
+#: ``finetune/<task>/<name>`` -> the key of ``selection`` naming the run (tasks/report/claims/grammar.py's grammar).
 SELECTED = {"best-arm": "best_arm", "best-baseline": "best_baseline"}
 NOT_RECORDED = "not recorded (rerun the export stage: it records what the encoder started from)"
 

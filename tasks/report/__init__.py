@@ -3,23 +3,24 @@
 Reads the hand-written claims (``reports/claims.yaml``), the ``metrics/*.json`` of dedup, leakage, tokenize,
 pretrain, finetune and probe, ``metrics/pretrain_curve.tsv`` and ``dvc.lock``; writes ``reports/claims.md``, a
 self-contained ``reports/claims.html``, ``reports/figures/*.png`` and, for the places users look first
-(``tasks.report.summary``), ``metrics/summary.json``, ``reports/plots/*.csv`` and ``reports/summary.md``. Each
-claim becomes one row, grouped by kind of evidence (intrinsic, extrinsic, behavioural, operational, data):
-arms and difference with CIs and the verdict, then measured confounders, MLflow runs and data md5s in its
-details; a claim whose inputs are missing becomes a ``not run: <why>`` row. Under the table, "Since the last
-run" compares the claims with the previous run's, read back from MLflow (``tasks.report.since``; also written to
-``reports/since_last_run.md``, and the pipeline run is tagged ``verdict_flipped``): unlike the rest, it depends
-on the MLflow history, which DVC does not see.
+(``tasks.report.render.summary``), ``metrics/summary.json``, ``reports/plots/*.csv`` and
+``reports/summary.md``. Each claim becomes one row, grouped by kind of evidence (intrinsic, extrinsic,
+behavioural, operational, data): arms and difference with CIs and the verdict, then measured confounders, MLflow
+runs and data md5s in its details; a claim whose inputs are missing becomes a ``not run: <why>`` row. Under the
+table, "Since the last run" compares the claims with the previous run's, read back from MLflow
+(``tasks.report.render.since``; also written to ``reports/since_last_run.md``, and the pipeline run is tagged
+``verdict_flipped``): unlike the rest, it depends on the MLflow history, which DVC does not see.
 
-The parts, one module each in this package: ``claims`` (claims.yaml and the reference grammar), ``items``
-(the finetune predictions read back as per-item counts), ``bootstrap`` (hierarchical bootstrap, Holm, TOST,
-Cohen's d), ``calibration`` (ECE, Brier score and their hierarchical bootstrap), ``statistics`` (estimates
-and verdicts), ``power`` (minimum detectable effects), ``floor`` (the floor gate, optimiser steps),
-``confounders``, ``evaluation`` (one row per claim, Holm within each family), ``answer`` (the report's lead
-sentence), ``slices`` (per-slice
-and per-label tables), ``evidence`` (the minimal-pair and operational tables), ``ledger`` (the experiment
-ledger, built from the params ``dvc.lock`` recorded for each stage), ``since`` and ``since_plot`` (the changes
-since the last run and the claims' trend figure), ``figures`` and ``render`` (Markdown and HTML).
+The stage's entry is ``run`` (here); its parts, one folder each, import downwards only (render -> tables ->
+claims -> stats):
+
+- ``claims/``: the claims of the run (standard and ``reports/claims.yaml``), the reference grammar, the arms,
+  the gates and the evaluation, one row per claim;
+- ``stats/``: the statistics library (bootstrap, tests and verdicts, power, calibration), which knows nothing
+  about claims;
+- ``tables/``: the tables beside the claim rows (slices, minimal pairs, calibration, cost, exported models,
+  leakage recall, the experiment ledger);
+- ``render/``: ``claims.md``, ``claims.html``, the figures, the summaries and "Since the last run".
 """
 
 from __future__ import annotations
@@ -29,22 +30,23 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from tasks.common.mlflow_ui import links_ui_url
 from tasks.common.provenance import Lock
-from tasks.config.paths import Paths
 from tasks.config.model.report import ReportParams
-from tasks.report import figures as fig
-from tasks.report import leakage_recall, render, since, since_plot, summary
-from tasks.report.claims import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, selected_run
-from tasks.report.curve import learning_curve
-from tasks.report.evaluation import Row, evaluate_all
-from tasks.report.evidence import evidence_tables, reliability_curves
-from tasks.report.ledger import build_ledger
-from tasks.report.slices import slice_tables
-from tasks.report.standard import claim_set, gate_claims
-from tasks.report.statistics import VERDICTS, StatsConfig
-from tasks.report.switches import Off, claim_off, figure_off
-from tasks.report.tasks_run import finetune_tasks, remove_stale, task_headline, task_module
+from tasks.config.paths import Paths
+from tasks.report.claims.evaluation import Row, evaluate_all
+from tasks.report.claims.grammar import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, selected_run
+from tasks.report.claims.standard import claim_set, gate_claims
+from tasks.report.claims.switches import Off, claim_off, figure_off
+from tasks.report.claims.tasks_run import finetune_tasks, remove_stale, task_headline, task_module
+from tasks.report.render import figures as fig
+from tasks.report.render import pages as render
+from tasks.report.render import since, since_plot, summary
+from tasks.report.render.curve_figure import learning_curve
+from tasks.report.stats.estimates import VERDICTS, StatsConfig
+from tasks.report.tables.evidence import evidence_tables, reliability_curves
+from tasks.report.tables.ledger import build_ledger
+from tasks.report.tables.slices import slice_tables
+from tasks.tracking.ui import links_ui_url
 
 
 def run(cfg: ReportParams, paths: Paths, log) -> dict:
@@ -105,7 +107,7 @@ def write_summaries(paths: Paths, rows: list[Row], metrics: Metrics, log) -> Non
 
 def claims_path(paths: Paths) -> Path:
     """``<reports>/claims.yaml``, the user's claims: added, overriding or dropping standard ones
-    (``tasks.report.standard``)."""
+    (``tasks.report.claims.standard``)."""
     return paths.reports / "claims.yaml"
 
 
@@ -130,7 +132,7 @@ def summarize(rows: list[Row]) -> dict[str, int]:
 
 
 def by_evidence(rows: list[Row]) -> dict[str, dict[str, int]]:
-    """``summarize`` per kind of evidence (``claims.EVIDENCE``; a kind without claims has all zeros)."""
+    """``summarize`` per kind of evidence (``grammar.EVIDENCE``; a kind without claims has all zeros)."""
     return {kind: summarize([r for r in rows if r.claim.evidence == kind]) for kind in EVIDENCE}
 
 
@@ -173,7 +175,7 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
         "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
                                                          out / "pretrain_loss.png", dpi),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
-        leakage_recall.FIGURE: lambda: leakage_recall.recall_figure(metrics, out / "leakage_recall.png", dpi),
+        fig.RECALL_FIGURE: lambda: fig.recall_figure(metrics, out / "leakage_recall.png", dpi),
     }
     drawn: dict[str, Path | str] = {}
     unknown = sorted(set(cfg.figure_runs) - set(finetune_tasks(metrics)))
@@ -203,8 +205,8 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
     """``{title: draw}`` of one task's figures: per-seed scores, the confusion matrix (classification) or span
     errors (token classification) of ``report.figure_runs[task]`` (default: the best arm on dev), reliability
     diagram, the score against pretraining steps (with ``dose_response``) and against train docs (with
-    ``learning_curve``, ``tasks.report.curve``; an ``off (enable with ...)`` string when the params turn it
-    off, ``tasks.report.switches``). Raises ``NotRun`` when the task's metrics record no kind."""
+    ``learning_curve``, ``render.curve_figure``; an ``off (enable with ...)`` string when the params turn it
+    off, ``tasks.report.claims.switches``). Raises ``NotRun`` when the task's metrics record no kind."""
     dpi, level = cfg.figure_dpi, cfg.confidence_level
     cls = task_module(metrics, task) == "cls"
 

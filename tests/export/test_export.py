@@ -19,9 +19,9 @@ from tasks.common.provenance import Lock
 from tasks.config.model.release import ReleaseParams
 from tasks.export import rescore
 from tasks.release import run as release_run
-from tasks.report.claims import Claim, Metrics
-from tasks.report.evaluation import evaluate
-from tasks.report.statistics import StatsConfig
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.stats.estimates import StatsConfig
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.slow  # the module fixture fine-tunes three tiny tasks and spawns a process per export

@@ -24,9 +24,9 @@ from tasks.config.model.finetune import FinetuneParams
 from tasks.export import rescore
 from tasks.finetune import run as finetune_run
 from tasks.finetune.arms import training
-from tasks.report.claims import Metrics
-from tasks.report.export import export_grids
-from tasks.report.ledger import model_precision
+from tasks.report.claims.grammar import Metrics
+from tasks.report.tables.exported_models import export_grids
+from tasks.report.tables.ledger import model_precision
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.slow  # fine-tunes two tiny tasks and spawns a process per export

@@ -13,8 +13,8 @@ from tasks.config.model.release import ReleaseParams
 from tasks.export.rescore import compare
 from tasks.finetune import cls as finetune_cls
 from tasks.release import check_files, gate_of
-from tasks.report.claims import Claim, Metrics
-from tasks.report.export import export_gates
+from tasks.report.claims.gates import export_gates
+from tasks.report.claims.grammar import Claim, Metrics
 
 
 @pytest.mark.parametrize("truncation", ["head", "head_tail"])

@@ -21,9 +21,9 @@ from tasks.leakage import planted, synonyms
 from tasks.leakage.filler import FillerRing
 from test_report import DEFAULT_CLAIMS
 
-from tasks.report.claims import Metrics
-from tasks.report.evaluation import evaluate
-from tasks.report.statistics import StatsConfig
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.claims.grammar import Metrics
+from tasks.report.stats.estimates import StatsConfig
 
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
 CLAIMS = {c.id: c for c in DEFAULT_CLAIMS.claims}

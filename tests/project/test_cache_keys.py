@@ -7,8 +7,8 @@ computes each cache's key through the cache's own function, then appends a comme
 
 - every file of the cache's closure changes the key (and every project file that computing the key imports is
   in that closure: no import the closure misses);
-- every other file of the package (``tasks/report/render.py``, another stage's code, the params' models, whose
-  values the caches key by value) leaves it alone.
+- every other file of the package (``tasks/report/render/pages.py``, another stage's code, the params' models,
+  whose values the caches key by value) leaves it alone.
 
 Each cache's params key is its params section (sub-model) less the params declared to change no stored result
 (``NOT_IN_KEY``, as tokenize's ``NOT_ENCODING``): a param added later keys the cache by default.
@@ -156,7 +156,7 @@ def test_every_file_of_a_cache_closure_changes_its_key_and_no_other_file_does(ca
     assert not any(f.startswith("tasks/config/") for f in inside)  # params are keyed by value
     assert sorted(f for f in inside if not changed[f]) == [], f"{cache}: files of its closure that leave the key"
     assert sorted(f for f in out["outside"] if changed[f]) == [], f"{cache}: files outside that change the key"
-    assert "tasks/report/render.py" in out["outside"]
+    assert "tasks/report/render/pages.py" in out["outside"]
 
 
 def test_replay_a_reverted_bug_in_shingles_is_not_served_from_the_leakage_cache(package, tmp_path):

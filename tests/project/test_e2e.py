@@ -21,7 +21,7 @@ import yaml
 from tasks.common.imports import PACKAGES
 from tasks.common.provenance import Lock, stage_names
 from tasks.config import load_params, read_yaml
-from tasks.report.standard import claim_set
+from tasks.report.claims.standard import claim_set
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -345,7 +345,7 @@ def _text(dom: str) -> str:
 @pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium not installed (/usr/bin/chromium)")
 def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlflow_server, tmp_path, monkeypatch):
-    from tasks.report.statistics import VERDICTS
+    from tasks.report.stats.estimates import VERDICTS
     from tasks.tracking import runs_page_url
 
     repo, _, _ = pipeline_run

@@ -26,7 +26,7 @@ from tasks.leakage import eval_rows, tokenize
 from tasks.leakage import lineage as leakage_lineage
 from tasks.leakage.detectors import make_side
 from tasks.pretrain.lineage_fields import record_fields
-from tasks.report.evaluation import evaluate
+from tasks.report.claims.evaluation import evaluate
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,8 +239,8 @@ def test_an_init_from_folder_outside_the_leakage_deps_stops_the_dvc_stage(tmp_pa
 
 
 def test_the_eval_leakage_confounder_counts_the_lineage_flags_of_the_claims_slice(tmp_path):
-    from tasks.report.claims import Metrics
-    from tasks.report.confounders import measure_confounders
+    from tasks.report.claims.confounders import measure_confounders
+    from tasks.report.claims.grammar import Metrics
 
     entry = {"docs": 4, "rate_before": 0.25, "rate_after": 0.0}
     lineage = {"status": "known", "action": "flag",

@@ -1,4 +1,4 @@
-"""tasks.report.bootstrap: metrics from counts, the paired hierarchical bootstrap and the tests built on it.
+"""tasks.report.stats.bootstrap: metrics from counts, the paired hierarchical bootstrap and the tests built on it.
 
 Every expected value is derived independently: by hand, from sklearn, or from the analytic variance of the
 bootstrap on a case whose structure is known.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
-from tasks.report import bootstrap as bs
+from tasks.report.stats import bootstrap as bs
 
 
 def _additive_arm(seed_effects: np.ndarray, item_effects: np.ndarray) -> np.ndarray:

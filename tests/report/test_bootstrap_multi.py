@@ -1,10 +1,10 @@
-"""The Multi-Bootstrap level of tasks/report/bootstrap.py: pretraining seeds drawn first (Sellam et al. 2022),
+"""The Multi-Bootstrap level of tasks/report/stats/bootstrap.py: pretraining seeds drawn first (Sellam et al. 2022),
 then fine-tuning seeds within them, then test items; paired across arms that share pretraining seeds."""
 
 import numpy as np
 import pytest
 
-from tasks.report import bootstrap as bs
+from tasks.report.stats import bootstrap as bs
 
 N = 400
 

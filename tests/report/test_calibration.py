@@ -1,4 +1,4 @@
-"""tasks.report.calibration: equal-mass ECE, Brier, span confidences, the prediction files read back, the
+"""tasks.report.stats.calibration: equal-mass ECE, Brier, span confidences, the prediction files read back, the
 paired hierarchical bootstrap, and the reliability diagram. Expected values are derived by hand or with
 scikit-learn; the vectorised bootstrap kernel is checked against the plain ECE of the repeated sample."""
 
@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import brier_score_loss
 
-from tasks.report import bootstrap as bs
-from tasks.report import calibration as cal
-from tasks.report import figures
-from tasks.report.claims import NotRun
+from tasks.report.claims.arms.calibration_arms import load_calibration
+from tasks.report.claims.grammar import NotRun
+from tasks.report.render import figures
+from tasks.report.stats import bootstrap as bs
+from tasks.report.stats import calibration as cal
 
 # --- ECE, reliability, Brier ---------------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ def test_load_calibration_reads_cls_and_ner_files_in_doc_id_order(tmp_path):
     _write(tmp_path, "cls", "a/full/cls-pool", 1, [
         {"doc_id": "d2", "gold": "y", "pred": "x", "probs": [0.7, 0.3]},
         {"doc_id": "d1", "gold": "y", "pred": "y", "probs": [0.2, 0.8]}])
-    arm = cal.load_calibration(tmp_path, "cls", "a/full/cls-pool", [1], ["x", "y"], "cls")
+    arm = load_calibration(tmp_path, "cls", "a/full/cls-pool", [1], ["x", "y"], "cls")
     units = arm.per_seed[0]
     assert arm.doc_ids == ("d1", "d2") and arm.seeds == (1,)
     assert units.confidence.tolist() == [0.8, 0.7] and units.correct.tolist() == [True, False]
@@ -123,7 +124,7 @@ def test_load_calibration_reads_cls_and_ner_files_in_doc_id_order(tmp_path):
     _write(tmp_path, "ner", "b/full/first", 0, [
         {"doc_id": "s1", "gold": ["B-PER", "O"], "pred": ["B-PER", "B-LOC"], "probs": [0.9, 0.6]},
         {"doc_id": "s0", "gold": ["O"], "pred": ["O"], "probs": [0.99]}])
-    units = cal.load_calibration(tmp_path, "ner", "b/full/first", [0], [], "ner").per_seed[0]
+    units = load_calibration(tmp_path, "ner", "b/full/first", [0], [], "ner").per_seed[0]
     # s0 has no span; s1 (item 1) has PER 0 (right) and LOC 1 (spurious)
     assert units.item.tolist() == [1, 1] and units.confidence == pytest.approx([0.9, 0.6])
     assert units.correct.tolist() == [True, False] and units.brier == pytest.approx([0.01, 0.36])
@@ -132,15 +133,15 @@ def test_load_calibration_reads_cls_and_ner_files_in_doc_id_order(tmp_path):
 def test_load_calibration_names_the_file_without_probs_or_with_other_docs(tmp_path):
     path = _write(tmp_path, "cls", "k", 0, [{"doc_id": "d1", "gold": "x", "pred": "x"}])
     with pytest.raises(ValueError, match=rf"{path}: doc 'd1' has no 'probs' \(rerun the finetune stage\)"):
-        cal.load_calibration(tmp_path, "cls", "k", [0], ["x", "y"], "cls")
+        load_calibration(tmp_path, "cls", "k", [0], ["x", "y"], "cls")
     _write(tmp_path, "cls", "k", 0, [{"doc_id": "d1", "gold": "x", "pred": "x", "probs": [1.0, 0.0]}])
     other = _write(tmp_path, "cls", "k", 1, [{"doc_id": "d9", "gold": "x", "pred": "x", "probs": [1.0, 0.0]}])
     with pytest.raises(ValueError, match=f"{other}: other test docs"):
-        cal.load_calibration(tmp_path, "cls", "k", [0, 1], ["x", "y"], "cls")
+        load_calibration(tmp_path, "cls", "k", [0, 1], ["x", "y"], "cls")
     with pytest.raises(ValueError, match="3 probs"):
-        cal.load_calibration(tmp_path, "cls", "k", [0], ["x", "y", "z"], "cls")
+        load_calibration(tmp_path, "cls", "k", [0], ["x", "y", "z"], "cls")
     with pytest.raises(NotRun, match="missing"):
-        cal.load_calibration(tmp_path, "cls", "k", [7], ["x", "y"], "cls")
+        load_calibration(tmp_path, "cls", "k", [7], ["x", "y"], "cls")
 
 
 # --- bootstrap -----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The standard claims generated for the tasks of params.yaml, and reports/claims.yaml applied on top
-(tasks/report/standard.py; issue 59 item 4): the default tasks get the claim set they were written with, a
+(tasks/report/claims/standard.py; issue 59 item 4): the default tasks get the claim set they were written with, a
 new task gets its kind's set under its own name, a user's override, claim and drop survive regeneration, and a
 bad edit is one error naming the file and the claim."""
 
@@ -16,8 +16,8 @@ import yaml
 from tasks.config import load_params
 from tasks.config.model.report import ReportSetup
 from tasks.config.tasks import TaskSpec
-from tasks.report.claims import ClaimsError
-from tasks.report.standard import claim_set, gate_claims, standard_claims
+from tasks.report.claims.grammar import ClaimsError
+from tasks.report.claims.standard import claim_set, gate_claims, standard_claims
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = load_params(ROOT / "params.yaml").report.setup

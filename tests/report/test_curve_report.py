@@ -1,6 +1,7 @@
-"""The learning curve in the report (tasks/report/curve.py: best-arm@n<docs>, gap references): the interaction claim
-"(pretrained - random) at few docs exceeds (pretrained - random) at many" on made data with a planted effect,
-the per-size best-arm vs best-baseline claim, and the figure."""
+"""The learning curve in the report (tasks/report/claims/curve_claims.py: best-arm@n<docs>, gap references;
+tasks/report/render/curve_figure.py: the figure): the interaction claim "(pretrained - random) at few docs exceeds
+(pretrained - random) at many" on made data with a planted effect, the per-size best-arm vs best-baseline claim,
+and the figure."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import pytest
 from sklearn.metrics import f1_score
 
 from tasks.common.provenance import Lock
+from tasks.report.claims.arms.resolve import resolve
+from tasks.report.claims.curve_claims import sized
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.render.curve_figure import learning_curve, series
+from tasks.report.stats.estimates import StatsConfig
 from test_report import DEFAULT_CLAIMS
-
-from tasks.report.claims import Claim, Metrics, resolve
-from tasks.report.curve import learning_curve, series, sized
-from tasks.report.evaluation import evaluate
-from tasks.report.statistics import StatsConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS = ["a", "b"]

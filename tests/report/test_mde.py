@@ -1,4 +1,4 @@
-"""The minimum detectable effect (tasks/report/power.py): Bloom's formula by hand, the bootstrap SE against the
+"""The minimum detectable effect (tasks/report/stats/power.py): Bloom's formula by hand, the bootstrap SE against the
 analytic one, a planted effect at the MDE found about 80% of the time, and the MDE of evaluated claims."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
-from test_report_items import ARMS, GOLD, STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 from tasks.common.provenance import Lock
-from tasks.report import bootstrap as bs
-from tasks.report.evaluation import evaluate
-from tasks.report.power import Power, describe, minimum_detectable_effect, underpowered
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.stats import bootstrap as bs
+from tasks.report.stats.power import Power, describe, minimum_detectable_effect, underpowered
+from test_report_items import ARMS, GOLD, STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 
 def test_bloom_multiplier_by_hand():
@@ -85,8 +85,8 @@ def test_an_item_level_claim_reports_the_mde_of_its_bootstrap(tmp_path):
 
 
 def test_a_seed_level_claim_uses_the_paired_t_se_and_df():
-    from tasks.report.claims import Sample
-    from tasks.report.evaluation import _estimate
+    from tasks.report.claims.evaluation import _estimate
+    from tasks.report.claims.grammar import Sample
 
     t, b = (0.80, 0.82, 0.84), (0.70, 0.71, 0.72)  # deltas 0.10, 0.11, 0.12: sd 0.01
     sample = lambda v: Sample(v, ("1", "2", "3"), "seed", "x")  # noqa: E731
@@ -106,7 +106,7 @@ def _exact_power(n: int, rate: float, bound: float) -> float:
 
 @pytest.mark.parametrize("n", [300, 1000])
 def test_a_rate_bound_claim_is_supported_80_percent_of_the_time_at_its_mde(n):
-    from tasks.report.power import bound_power
+    from tasks.report.stats.power import bound_power
 
     p = bound_power(0.02, 0.05, n, "planted docs", 0.05, 0.8)
     # the exact binomial sum, not the normal formula: Clopper-Pearson is a little conservative
@@ -116,7 +116,7 @@ def test_a_rate_bound_claim_is_supported_80_percent_of_the_time_at_its_mde(n):
 
 
 def test_a_bound_claim_states_its_gap_and_what_more_units_would_do():
-    from tasks.report.power import bound_power
+    from tasks.report.stats.power import bound_power
 
     short = bound_power(0.04, 0.05, 300, "planted docs", 0.05, 0.8)  # gap 0.01 < MDE ~0.031
     assert underpowered(short) == f"underpowered: MDE {short.mde:.4f} > gap to the bound 0.0100"
@@ -131,9 +131,9 @@ def test_a_bound_claim_states_its_gap_and_what_more_units_would_do():
 
 
 def test_an_upper_bound_claim_row_carries_its_mde():
-    from tasks.report.answer import verdict_cell
-    from tasks.report.claims import Sample
-    from tasks.report.evaluation import _estimate
+    from tasks.report.claims.evaluation import _estimate
+    from tasks.report.claims.grammar import Sample
+    from tasks.report.render.answer import verdict_cell
 
     bound_claim = claim("a/b/c", "d/e/f", min_effect=0.05).model_copy(update={"kind": "upper_bound"})
     miss = Sample((12 / 300,), ("fragment_20",), "planted docs", "x", proportion=(12, 300))

@@ -1,5 +1,5 @@
 """A claim on our pretrained encoder with runs from two pretraining seeds: the report stacks them and its
-bootstrap draws pretraining seeds first (tasks/report/pretrain_seeds.py, bootstrap.run_draws)."""
+bootstrap draws pretraining seeds first (tasks/report/claims/arms/nested_seeds.py, bootstrap.run_draws)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 from sklearn.metrics import f1_score
-from test_report_items import ARMS, GOLD, LABELS, STATS, _preds, claim, write_workspace
 
 from tasks.common.provenance import Lock
-from tasks.report.evaluation import evaluate
-from tasks.report.pretrain_seeds import ONE_SEED
+from tasks.report.claims.arms.nested_seeds import ONE_SEED
+from tasks.report.claims.evaluation import evaluate
+from test_report_items import ARMS, GOLD, LABELS, STATS, _preds, claim, write_workspace
 
 OURS, FURTHER = "pretrained/full/mean-pool", "pretrained@pretrain_seed21/full/mean-pool"
 SEED21 = {1: _preds(9, 0), 2: _preds(10, 4), 3: _preds(9, 9)}  # a much weaker pretraining run

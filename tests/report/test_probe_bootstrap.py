@@ -1,4 +1,4 @@
-"""The nested bootstrap of the sense claims (tasks/report/probe_bootstrap.py) on hand-made cosines, and a
+"""The nested bootstrap of the sense claims (tasks/report/stats/probe_bootstrap.py) on hand-made cosines, and a
 sense claim read from metrics files through the claim table's evaluation."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tasks.common.provenance import Lock
-from tasks.report import probe_bootstrap as pb
-from tasks.report.claims import Claim, Metrics
-from tasks.report.evaluation import evaluate
-from tasks.report.statistics import StatsConfig
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.stats import probe_bootstrap as pb
+from tasks.report.stats.estimates import StatsConfig
 
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=2000, seed=0)
 # word "a": senses x x y y; pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3) in the row-major upper triangle

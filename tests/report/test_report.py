@@ -18,13 +18,13 @@ from scipy.stats import binomtest, ttest_1samp
 from tasks import report
 from tasks.common.provenance import Lock
 from tasks.config import load_params
-from tasks.config.paths import Paths
 from tasks.config.model.report import ReportParams
-from tasks.report import render
-from tasks.report.claims import EVIDENCE, ClaimsError, Metrics
-from tasks.report.evaluation import evaluate
-from tasks.report.standard import claim_set
-from tasks.report.statistics import (
+from tasks.config.paths import Paths
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.claims.grammar import EVIDENCE, ClaimsError, Metrics
+from tasks.report.claims.standard import claim_set
+from tasks.report.render import pages as render
+from tasks.report.stats.estimates import (
     VERDICTS,
     Estimate,
     StatsConfig,
@@ -480,7 +480,7 @@ def test_html_opens_in_headless_chromium(workspace, tmp_path):
 
 
 def test_curve_reader_skips_empty_and_nan_cells_and_span_bars_keep_severity_order(tmp_path):
-    from tasks.report import figures
+    from tasks.report.render import figures
 
     curve = tmp_path / "pretrain_curve.tsv"
     curve.write_text("step\ttrain_loss\tlr\teval_loss\n0\t9.0\t0.0\t9.1\n5\t8.0\t1e-3\t\n10\tnan\t5e-4\t7.0\n")

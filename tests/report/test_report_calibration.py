@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tasks.common.provenance import Lock
-from tasks.report.claims import Claim, Metrics
-from tasks.report.evaluation import evaluate
-from tasks.report.evidence import calibration_grids, cost_grids, reliability_curves
-from tasks.report.ledger import operational_cost
-from tasks.report.statistics import StatsConfig
+from tasks.report.claims.evaluation import evaluate
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.stats.estimates import StatsConfig
+from tasks.report.tables.evidence import calibration_grids, cost_grids, reliability_curves
+from tasks.report.tables.ledger import operational_cost
 
 LABELS = ["a", "b"]
 N = 200

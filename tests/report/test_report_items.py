@@ -11,10 +11,10 @@ import pytest
 from sklearn.metrics import f1_score
 
 from tasks.common.provenance import Lock
-from tasks.report.claims import Claim, ClaimsFile, Metrics
-from tasks.report.evaluation import Row, apply_holm, evaluate
-from tasks.report.slices import slice_tables
-from tasks.report.statistics import Estimate, StatsConfig, Tests, difference_verdict
+from tasks.report.claims.evaluation import Row, apply_holm, evaluate
+from tasks.report.claims.grammar import Claim, ClaimsFile, Metrics
+from tasks.report.stats.estimates import Estimate, StatsConfig, Tests, difference_verdict
+from tasks.report.tables.slices import slice_tables
 
 LABELS = ["a", "b"]
 GOLD = ["a", "b"] * 10  # 20 test docs
@@ -154,8 +154,8 @@ def test_slice_tables_score_every_named_arm_and_baseline_per_slice_and_class(tmp
 
 
 def test_slice_macro_f1_averages_over_the_classes_present_in_the_slice():
-    from tasks.report.bootstrap import class_counts, macro_f1_from_counts
-    from tasks.report.slices import present_classes
+    from tasks.report.stats.bootstrap import class_counts, macro_f1_from_counts
+    from tasks.report.tables.slices import present_classes
 
     # 3 classes; the slice has gold a and b only, and one doc wrongly predicted as c
     gold, pred = np.array([0, 0, 1, 1]), np.array([0, 2, 1, 1])

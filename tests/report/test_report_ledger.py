@@ -2,8 +2,8 @@
 
 import json
 
-from tasks.report.claims import Metrics
-from tasks.report.ledger import hardware, model_precision
+from tasks.report.claims.grammar import Metrics
+from tasks.report.tables.ledger import hardware, model_precision
 
 
 def _write(folder, name, data):

@@ -3,10 +3,10 @@
 import csv
 import json
 
-from tasks.report import summary
-from tasks.report.claims import Claim, Metrics
-from tasks.report.evaluation import Row
-from tasks.report.statistics import Estimate
+from tasks.report.claims.evaluation import Row
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.render import summary
+from tasks.report.stats.estimates import Estimate
 
 
 def _arm(per_seed, seeds=(13, 21)):

@@ -1,6 +1,6 @@
 """The report is of this run's tasks (issue 59 items 3 and 5): a removed task's metrics files are deleted, its
 dvc.lock entries leave the ledger, an arm, figure or table the params turn off reads ``off (enable with
-`<key>`)`` naming the key (tasks/report/switches.py), for every kind of reference of the claim grammar, and a
+`<key>`)`` naming the key (tasks/report/claims/switches.py), for every kind of reference of the claim grammar, and a
 task source only the leakage audit reads is a warning at the top of the claim table (item 2)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from tasks import report
 from tasks.common.provenance import Lock
 from tasks.config import load_params
 from tasks.config.paths import Paths
-from tasks.report.claims import Claim, Metrics
-from tasks.report.ledger import data_snapshot, params_as_run
-from tasks.report.switches import claim_off, figure_off
-from tasks.report.tasks_run import finetune_tasks, remove_stale
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.claims.switches import claim_off, figure_off
+from tasks.report.claims.tasks_run import finetune_tasks, remove_stale
+from tasks.report.tables.ledger import data_snapshot, params_as_run
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,11 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tasks.report import render, since, since_plot
-from tasks.report.claims import Claim, Metrics
-from tasks.report.evaluation import Row
-from tasks.report.statistics import Estimate
+from tasks.report.claims.evaluation import Row
+from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.render import pages as render
+from tasks.report.render import since, since_plot
+from tasks.report.stats.estimates import Estimate
 from tasks.tracking import NullLog, open_run
 
 NAN = float("nan")
@@ -215,12 +216,11 @@ def test_prefect_artifact_notes_a_section_from_an_earlier_run():
 def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(store, tmp_path):
     """The stage end to end (test_report's made metrics) in three pipeline runs: the same inputs twice (nothing
     changes), then claims.yaml dropping the last standard claim (one dropped claim)."""
-    from test_report import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS, write_metrics
-
     from tasks import report
     from tasks.config import read_yaml
-    from tasks.config.paths import Paths
     from tasks.config.model.report import ReportParams
+    from tasks.config.paths import Paths
+    from test_report import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS, write_metrics
 
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
                   reports=tmp_path / "reports")  # fmt: skip

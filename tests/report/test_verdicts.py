@@ -8,16 +8,16 @@ import json
 from dataclasses import replace
 
 import pytest
-from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 from tasks import report
 from tasks.common.provenance import Lock
-from tasks.report.answer import answer, verdict_cell, without_parentheses
-from tasks.report.claims import Metrics
-from tasks.report.evaluation import Row, apply_holm, evaluate
-from tasks.report.floor import run_steps
-from tasks.report.power import Power
-from tasks.report.statistics import Estimate, Tests, difference_verdict
+from tasks.report.claims.evaluation import Row, apply_holm, evaluate
+from tasks.report.claims.gates import run_steps
+from tasks.report.claims.grammar import Metrics
+from tasks.report.render.answer import answer, verdict_cell, without_parentheses
+from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
+from tasks.report.stats.power import Power
+from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 FLOOR = replace(STATS, floor_margin=0.01, floor_baseline="best")
 ARM, CONTROL = "pretrained/full/mean-pool", "random/full/mean-pool"
@@ -192,8 +192,8 @@ def test_the_report_leads_with_the_primary_familys_answer():
 
 def test_an_undefined_best_baseline_estimate_is_shown_as_missing_not_raised(monkeypatch):
     # e2e: a NER memoriser seed whose draw predicts no entity span has no calibration unit (ValueError)
-    from tasks.report import evaluation
-    from tasks.report.claims import Sample
+    from tasks.report.claims import evaluation
+    from tasks.report.claims.grammar import Sample
 
     sample = Sample((0.5,), ("13",), "seed", "x", run_key="baseline/memorise/words")
     monkeypatch.setattr(evaluation, "arm", lambda ref, claim, metrics: sample)

@@ -23,8 +23,8 @@ SETUP_KEYS = {"tasks": ("tasks",), "recipes": ("finetune.recipes",), "init_from"
 
 class ReportSetup(StrictModel):
     """What the report reads of the other sections, copied by the root model (``tasks/config/root.py``), never
-    written in the report section: the tasks whose claims are generated (``tasks.report.standard``) and the
-    switches that say which of their arms a run produces (``tasks.report.switches``)."""
+    written in the report section: the tasks whose claims are generated (``tasks.report.claims.standard``) and
+    the switches that say which of their arms a run produces (``tasks.report.claims.switches``)."""
 
     tasks: Tasks = Field(default_factory=dict, description="the tasks section")
     recipes: dict[str, TaskParams] = Field(default_factory=dict, description="finetune.recipes")

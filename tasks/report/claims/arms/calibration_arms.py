@@ -1,0 +1,105 @@
+"""The calibration arm of a finetune run: its per-seed calibration units read from the prediction files
+(``load_calibration``, the units of ``tasks.report.stats.calibration``), and its ECE and Brier score as report
+``Estimate`` s (``calibration_estimates``), for the calibration claims and the calibration table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tasks.report.claims.arms.items import read_predictions
+from tasks.report.claims.grammar import Metrics, NotRun, dig
+from tasks.report.claims.tasks_run import task_module
+from tasks.report.stats.calibration import (
+    ArmCalibration,
+    SeedUnits,
+    brier_terms,
+    cls_confidence,
+    estimates,
+    span_confidences,
+)
+from tasks.report.stats.estimates import Estimate, StatsConfig
+
+#: Claim metrics that are calibration statistics (lower is better) -> ``calibration.Statistic``.
+CALIBRATION_METRICS = {"test_ece": "ece", "test_brier": "brier"}
+
+
+def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration:
+    """The calibration units of one finetune run (every seed it ran), from the prediction files; raises
+    ``NotRun`` when the predictions folder, the run or its ``probs`` are missing."""
+    if metrics.predictions is None:
+        raise NotRun("no predictions folder (data/finetune): calibration needs the test predictions")
+    where = f"metrics/finetune/{task}.json"
+    finetune = metrics.get(f"finetune/{task}")
+    seeds = sorted(int(s) for s in dig(finetune, ["runs", run_key, "details", "per_seed"], where))
+    try:
+        return load_calibration(metrics.predictions, task, run_key, seeds, finetune.get("labels") or [],
+                                task_module(metrics, task))
+    except ValueError as err:
+        raise NotRun(str(err)) from None
+
+
+def calibration_estimates(arms: list[ArmCalibration], statistic: str, cfg: StatsConfig,
+                          resamples: int) -> tuple[list[Estimate], np.ndarray]:  # fmt: skip
+    """``calibration.estimates`` as report ``Estimate`` s (n = test items), with the bootstrap replicates
+    ``(resamples, n_arms)``: the Brier score with its percentile interval, ECE bias-corrected with the basic
+    interval."""
+    found, reps = estimates(arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed),
+                            cfg.level)  # fmt: skip
+    method = (f"{'bias-corrected, basic' if statistic == 'ece' else 'percentile'} hierarchical bootstrap over "
+              f"seeds and {len(arms[0].doc_ids)} test items ({resamples} resamples)")  # fmt: skip
+    return [Estimate(f.point, f.low, f.high, len(arms[0].doc_ids), method) for f in found], reps
+
+
+def load_calibration(folder: Path, task: str, run_key: str, seeds: Sequence[int],
+                     labels: Sequence[str], module: str) -> ArmCalibration:  # fmt: skip
+    """Calibration units of run ``run_key`` per seed, from ``<folder>/<task>/<run_key>/seed<k>.test.jsonl``.
+
+    ``labels`` are the cls class names in ``labels.json`` order (ignored for ner). Raises ``NotRun`` naming a
+    missing file (``items.read_predictions``) and a one-line ValueError naming the file when a record has no
+    ``probs`` (predictions from before they were written), ``probs`` of the wrong length, an unknown label,
+    no record at all, or seeds that predicted other test docs.
+    """
+    if module not in ("cls", "ner"):
+        raise ValueError(f"calibration: task {task!r} has unknown kind module {module!r} (expected 'cls' or 'ner')")
+    paths = [Path(folder) / task / run_key / f"seed{seed}.test.jsonl" for seed in seeds]
+    records = [read_predictions(path) for path in paths]
+    if not records[0]:
+        raise ValueError(f"{paths[0]}: no test predictions")
+    doc_ids = tuple(r["doc_id"] for r in records[0])
+    per_seed = []
+    for path, recs in zip(paths, records, strict=True):
+        if tuple(r["doc_id"] for r in recs) != doc_ids:
+            raise ValueError(f"{path}: other test docs than {paths[0]}")
+        missing = next((r["doc_id"] for r in recs if "probs" not in r), None)
+        if missing is not None:
+            raise ValueError(f"{path}: doc {missing!r} has no 'probs' (rerun the finetune stage)")
+        per_seed.append(_cls_units(recs, list(labels), path) if module == "cls" else _ner_units(recs, path))
+    return ArmCalibration(f"{folder}/{task}/{run_key}", task, doc_ids, tuple(seeds), tuple(per_seed))
+
+
+def _cls_units(recs: list[dict], labels: list[str], path: Path) -> SeedUnits:
+    index = {name: i for i, name in enumerate(labels)}
+    bad = next((r["doc_id"] for r in recs if len(r["probs"]) != len(labels) or r["gold"] not in index), None)
+    if bad is not None:
+        raise ValueError(f"{path}: doc {bad!r} needs a gold label in {labels} and {len(labels)} probs")
+    probs, gold = np.array([r["probs"] for r in recs], dtype=float), np.array([index[r["gold"]] for r in recs])
+    confidence, correct = cls_confidence(probs, gold)
+    return SeedUnits(np.arange(len(recs)), confidence, correct, brier_terms(probs, gold))
+
+
+def _ner_units(recs: list[dict], path: Path) -> SeedUnits:
+    items, confidence, correct = [], [], []
+    for i, r in enumerate(recs):
+        try:
+            conf, hit = span_confidences(r["gold"], r["pred"], r["probs"])
+        except ValueError as err:
+            raise ValueError(f"{path}: doc {r['doc_id']!r}: {err}") from None
+        items.append(np.full(conf.size, i))
+        confidence.append(conf)
+        correct.append(hit)
+    conf, hit = np.concatenate(confidence), np.concatenate(correct)
+    return SeedUnits(np.concatenate(items).astype(np.intp), conf, hit, (conf - hit) ** 2)

@@ -1,0 +1,11 @@
+"""What the report writes, from the claim rows (``tasks.report.claims``) and the tables (``tasks.report.tables``):
+
+- ``pages``: ``claims.md`` and the self-contained ``claims.html`` (the claim table, details, sections);
+- ``answer``: the report's lead sentence and the verdict cells;
+- ``figures``: the figures (loss curve, dose response, seeds, confusion, spans, sense separation, forest,
+  reliability, leakage recall), PNG with pinned metadata;
+- ``curve_figure``: the learning-curve figure of a finetune task;
+- ``since``: "Since the last run", the claims compared with the previous run's, read back from MLflow;
+- ``since_plot``: the claims' trend figure over earlier runs;
+- ``summary``: ``metrics/summary.json``, the plot data under ``reports/plots`` and ``reports/summary.md``.
+"""

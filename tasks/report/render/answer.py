@@ -1,0 +1,67 @@
+"""What the report says first: the answer to its own question from the primary family of claims, and each
+claim's verdict cell (the verdict, why it is inconclusive when it was underpowered, the Holm-adjusted p-value
+and the verdict before Holm when Holm demoted it)."""
+
+from __future__ import annotations
+
+from tasks.report.claims.evaluation import Row
+from tasks.report.stats.power import underpowered
+
+#: How each verdict reads in the lead sentence.
+PHRASES = {"supported": "supported", "equivalent": "equivalent (no difference beyond min_effect)",
+           "ruled out": "ruled out (an effect of min_effect excluded)", "contradicted": "contradicted",
+           "inconclusive": "inconclusive", "not resolvable": "not resolvable", "not run": "not run"}
+
+
+def verdict_cell(row: Row) -> str:
+    """``supported (Holm p 0.004 in the primary family)``; ``inconclusive (underpowered: MDE 0.0600 > min_effect
+    0.02; Holm p 0.3 in the secondary family)``; ``inconclusive (Holm p 0.08 in the secondary family; unadjusted:
+    supported)``; a ``not resolvable`` row gives its reason."""
+    if row.verdict == "not resolvable":
+        return row.reason
+    parts = []
+    why = underpowered(row.power) if row.verdict == "inconclusive" else ""
+    if why:
+        parts.append(why)
+    if row.p_adjusted is not None:
+        parts.append(f"Holm p {row.p_adjusted:.2g} in the {row.claim.family} family")
+    if row.unadjusted and row.unadjusted != row.verdict:
+        parts.append(f"unadjusted: {row.unadjusted}")
+    return row.verdict + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def without_parentheses(text: str) -> str:
+    """``text`` without its parenthesized asides (nested ones too), for the one-sentence answer: ``pretrained/full/
+    first at floor (dev 0.09; floor: x (y))`` -> ``pretrained/full/first at floor``."""
+    out, depth = [], 0
+    for char in text:
+        depth += char == "("
+        if depth == 0:
+            out.append(char)
+        depth -= char == ")" and depth > 0
+    return " ".join("".join(out).split()).replace(" ;", ";").replace(" ,", ",")
+
+
+def _clause(row: Row) -> str:
+    """``pretraining-helps-cls is supported (difference 0.0410 [0.0120, 0.0700])`` or with the reason."""
+    text = f"{row.claim.id} is {PHRASES[row.verdict]}"
+    if row.verdict in ("not resolvable", "not run"):
+        return f"{text} ({without_parentheses(row.reason.split(': ', 1)[-1])})"
+    diff = row.difference
+    if diff is not None and diff.has_ci:
+        text += (f" (difference {diff.mean:+.4f} [{diff.low:.4f}, {diff.high:.4f}] against min_effect "
+                 f"{row.claim.min_effect:g})")
+    why = underpowered(row.power) if row.verdict == "inconclusive" else ""
+    return text + (f", {why}" if why else "")
+
+
+def answer(rows: list[Row]) -> str:
+    """One sentence answering the question from the primary family (Holm within it): each primary claim's
+    verdict and difference, in file order; says so when no claim is primary."""
+    primary = [r for r in rows if r.claim.family == "primary"]
+    if not primary:
+        return "No claim is declared primary (claims.yaml family: primary), so the report gives no one-line answer."
+    supported = sum(r.verdict == "supported" for r in primary)
+    head = (f"{supported} of the {len(primary)} primary claims (Holm within the family) "
+            f"{'is' if supported == 1 else 'are'} supported: ")
+    return head + "; ".join(_clause(r) for r in primary) + "."

@@ -1,0 +1,14 @@
+"""The statistics of the claim table, a library that knows nothing about claims (numbers in, numbers out):
+
+- ``bootstrap``: the hierarchical bootstrap over seeds and test items, percentile intervals, p-values, Holm,
+  TOST, Cohen's d;
+- ``estimates``: an ``Estimate`` with its interval, the tests behind it (t, Welch, binomial, two proportions)
+  and the verdict of a difference or a bound;
+- ``power``: minimum detectable effects and the sample size a claim would need;
+- ``probe_bootstrap``: the nested bootstrap of a sense-probe claim (words, then sentences);
+- ``calibration``: ECE, the Brier score, reliability curves and their hierarchical bootstrap.
+
+The Student-t interval (``t_interval``, behind ``estimates.mean_ci``) and the rounded Clopper-Pearson interval of
+the stages' metrics (``clopper_pearson``) are the project's shared ones, in ``tasks.common.stats``;
+``estimates.proportion_ci`` is the unrounded Clopper-Pearson interval of a claim's arm.
+"""
