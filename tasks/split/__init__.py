@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,15 +60,25 @@ from tasks.common.files.shards import check_manifest
 from tasks.common.files.stamped import write_tables
 from tasks.common.matching.unionfind import UnionFind
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
+from tasks.config.paths import Paths
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
-from tasks.split.ledger import (apply_ledger, empty_ledger, extend_ledger, holds_ledger_history, ledger_metrics,
-                                ledger_path, read_ledger, replace_ledger, write_dropped)
+from tasks.split.ledger import (
+    apply_ledger,
+    empty_ledger,
+    extend_ledger,
+    holds_ledger_history,
+    ledger_metrics,
+    ledger_path,
+    read_ledger,
+    replace_ledger,
+    write_dropped,
+)
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 __all__ = ["SplitLeakError", "run"]
 
 
-def run(cfg: SplitParams, paths, log) -> dict:
+def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     """Split every source under ``<data>/dedup``, write ``<data>/split`` and the ledger; returns the metrics dict.
 
     Raises ``FileNotFoundError`` when there is no input, ``ValueError`` for a bad row or ledger (file and doc_id
@@ -97,11 +108,16 @@ def run(cfg: SplitParams, paths, log) -> dict:
         moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path, cfg.ledger)
     else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
         ledger, moved = None, None
-    log.info(f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(dropped)} dropped "
-             f"(bridges_splits), {len(bridged)} bridged component(s)")
+    log.info(
+        f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(dropped)} dropped "
+        f"(bridges_splits), {len(bridged)} bridged component(s)"
+    )
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
-    return metrics | ledger_metrics(cfg.ledger, previous, rows, kept, ledger, bridged, exempt) | {
-        "moved_since_previous": moved}
+    return (
+        metrics
+        | ledger_metrics(cfg.ledger, previous, rows, kept, ledger, bridged, exempt)
+        | {"moved_since_previous": moved}
+    )
 
 
 def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str:
@@ -143,8 +159,7 @@ def working_rows(tables: dict[str, pa.Table]) -> pd.DataFrame:
     """Every source's rows one after another (index = position), ``REQUIRED_COLUMNS`` only, strings as Python
     objects. Without the text and token columns a row filter copies little (pyarrow ``take`` of the texts was
     ~7 s per run at 100k docs), and object strings are iterated ~20x faster than pandas' Arrow-backed ``str``."""
-    rows = pd.concat([table.select(list(REQUIRED_COLUMNS)).to_pandas() for table in tables.values()],
-                     ignore_index=True)  # fmt: skip
+    rows = pd.concat([table.select(list(REQUIRED_COLUMNS)).to_pandas() for table in tables.values()], ignore_index=True)
     return rows.astype({column: object for column in REQUIRED_COLUMNS if column != "is_duplicate"})
 
 
@@ -163,8 +178,9 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> list[str]:
     The name is the smallest label, with ``groups_first`` the smallest group label (hash mode: a new doc's
     cluster id does not rename its group).
     """
-    uf = UnionFind(priority=(lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first
-                   else (lambda node: node))
+    uf = UnionFind(
+        priority=(lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first else (lambda node: node)
+    )
     nodes = []
     for cluster_node, *group_node in map(row_labels, rows["role"], rows["source"], rows["group"], rows["cluster_id"]):
         uf.find(cluster_node)
@@ -208,7 +224,8 @@ def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
                 raise ValueError(
                     f"source {source}: split {split!r} is empty ({len(kept)} kept docs in "
                     f"{kept['component'].nunique()} groups, split.task_fractions={cfg.task_fractions}): add "
-                    "documents or give the source a larger share")
+                    "documents or give the source a larger share"
+                )
 
 
 def write_outputs(tables: dict[str, pa.Table], rows: pd.DataFrame, out_dir: Path) -> None:
@@ -231,8 +248,9 @@ def write_outputs(tables: dict[str, pa.Table], rows: pd.DataFrame, out_dir: Path
     manifest.to_csv(out_dir / "manifest.tsv", sep="\t", index=False, lineterminator="\n")
 
 
-def split_metrics(rows: pd.DataFrame, kept: pd.DataFrame, dropped: pd.DataFrame, straddling: int,
-                  cross_role: int) -> dict:
+def split_metrics(
+    rows: pd.DataFrame, kept: pd.DataFrame, dropped: pd.DataFrame, straddling: int, cross_role: int
+) -> dict:
     """Per source: docs in, docs dropped by reason, and per split docs, kept docs, groups, labels and achieved
     document fractions (of the docs out)."""
     sources = {}

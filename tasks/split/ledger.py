@@ -74,8 +74,10 @@ def read_ledger(path: Path) -> pd.DataFrame | None:
     try:
         frame = read_table(path).to_pandas()
     except (OSError, ValueError, KeyError, TypeError) as err:  # Arrow's errors are OSError or ValueError
-        raise ValueError(f"{path}: the split ledger cannot be read ({one_line(err)}); restore it from DVC or a "
-                         "backup: recomputing it could move documents between splits") from err
+        raise ValueError(
+            f"{path}: the split ledger cannot be read ({one_line(err)}); restore it from DVC or a "
+            "backup: recomputing it could move documents between splits"
+        ) from err
     missing = [c for c in LEDGER_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}")
@@ -87,8 +89,10 @@ def read_ledger(path: Path) -> pd.DataFrame | None:
         valid |= (frame["role"] == role) & frame["split"].isin(splits)
     if not valid.all():
         i = (~valid).idxmax()
-        raise ValueError(f"{path}: doc {frame['doc_id'][i]!r} has split {frame['split'][i]!r}, "
-                         f"not a split of role {frame['role'][i]!r}")
+        raise ValueError(
+            f"{path}: doc {frame['doc_id'][i]!r} has split {frame['split'][i]!r}, "
+            f"not a split of role {frame['role'][i]!r}"
+        )
     return frame[LEDGER_COLUMNS].astype(object)
 
 
@@ -112,11 +116,17 @@ def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tupl
     out = rows.assign(scratch=rows["split"])
     out["split"] = ledger_split.where(known, joined.where(joined.notna(), rows["split"]))
     drop = reach.map(len) > 1
-    dropped = pd.DataFrame({
-        "source": rows["source"][drop], "doc_id": rows["doc_id"][drop], "reason": BRIDGES,
-        "detail": [f"it links groups/clusters already in {' and '.join(reach[i])} (component {name!r})"
-                   for i, name in zip(rows.index[drop], rows["component"][drop])],
-    })
+    dropped = pd.DataFrame(
+        {
+            "source": rows["source"][drop],
+            "doc_id": rows["doc_id"][drop],
+            "reason": BRIDGES,
+            "detail": [
+                f"it links groups/clusters already in {' and '.join(reach[i])} (component {name!r})"
+                for i, name in zip(rows.index[drop], rows["component"][drop])
+            ],
+        }
+    )
     return out[~drop], dropped.sort_values("doc_id", ignore_index=True), bridged
 
 
@@ -169,8 +179,10 @@ def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:
     changed = ledger_role.notna() & (ledger_role != rows["role"])
     if changed.any():
         i = changed.idxmax()
-        raise ValueError(f"{path}: doc {rows['doc_id'][i]!r} is {ledger_role[i]} in the ledger but "
-                         f"{rows['role'][i]} now (a ledger split is a split of its role)")
+        raise ValueError(
+            f"{path}: doc {rows['doc_id'][i]!r} is {ledger_role[i]} in the ledger but "
+            f"{rows['role'][i]} now (a ledger split is a split of its role)"
+        )
 
 
 def extend_ledger(previous: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
@@ -191,8 +203,9 @@ def holds_ledger_history(path: Path) -> bool:
     return metadata.get(ENABLED_KEY) == b"true"
 
 
-def replace_ledger(ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest: Path, path: Path,
-                   enabled: bool) -> int | None:  # fmt: skip
+def replace_ledger(
+    ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest: Path, path: Path, enabled: bool
+) -> int | None:
     """Write ``ledger`` to ``path`` once the docs moved since ``previous`` are checked to be 0; returns that
     count (None without a previous ledger). The new ledger is written beside the old one and checked there first:
     the runner does not clear a ``persist`` output after a failure, so a ledger that moved a doc must never
@@ -204,8 +217,10 @@ def replace_ledger(ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest
     moved = None if previous is None else moved_since(previous, manifest, staged)
     if moved:
         staged.unlink()
-        raise SplitLeakError(f"{moved} doc(s) of {path} changed split in {manifest.parent} or the new ledger; "
-                             "the ledger is left as it was")
+        raise SplitLeakError(
+            f"{moved} doc(s) of {path} changed split in {manifest.parent} or the new ledger; "
+            "the ledger is left as it was"
+        )
     staged.replace(path)
     return moved
 
@@ -229,8 +244,15 @@ def moved_since(previous: pd.DataFrame, manifest: Path, ledger: Path) -> int:
     return len(moved)
 
 
-def ledger_metrics(enabled: bool, previous: pd.DataFrame | None, rows: pd.DataFrame, kept: pd.DataFrame,
-                   ledger: pd.DataFrame | None, bridged: list[str], exempt: list[str]) -> dict:
+def ledger_metrics(
+    enabled: bool,
+    previous: pd.DataFrame | None,
+    rows: pd.DataFrame,
+    kept: pd.DataFrame,
+    ledger: pd.DataFrame | None,
+    bridged: list[str],
+    exempt: list[str],
+) -> dict:
     """The ledger's part of ``metrics/split.json`` (counts of docs; examples: up to 5 names). ``ledger`` None: a
     ledger-off run left the history of ledger runs unread and unchanged, and its counts are null."""
     seen = (empty_ledger() if previous is None else previous)["doc_id"]
