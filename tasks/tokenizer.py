@@ -11,15 +11,16 @@ recipe): BertNormalizer, BertPreTokenizer, ``##`` continuation prefix, ``[CLS] $
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tasks.common.models import vocab_ledger
 from tasks.common.deps import require_declared
-from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
 from tasks.common.files.parquet import read_clean_source, read_pretraining_rows
+from tasks.common.models import vocab_ledger
+from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
 from tasks.config import Paths
 from tasks.config.corpus.tokenizer import SpecialTokens, TokenizerParams
 
@@ -27,7 +28,7 @@ from tasks.config.corpus.tokenizer import SpecialTokens, TokenizerParams
 CONTINUATION_PREFIX = "##"
 
 
-def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
+def run(cfg: TokenizerParams, paths: Paths, log: Any) -> dict:
     """Build the tokenizer, save it to ``<models>/tokenizer``, and return its metrics.
 
     Raises ``ValueError`` first when ``vocab_file`` is not a dvc.yaml dep of the stage (``require_declared``).
@@ -53,10 +54,11 @@ def run(cfg: TokenizerParams, paths: Paths, log) -> dict:
     return metrics
 
 
-def kept_vocabulary(cfg: TokenizerParams, folder: Path, train_texts: list[str], log) -> dict:
+def kept_vocabulary(cfg: TokenizerParams, folder: Path, train_texts: list[str], log: Any) -> dict:
     """``{"vocab": {token: id} or None, "train_docs": docs it was trained on}``: with ``train_once`` the kept
-    vocabulary (``tasks/common/models/vocab_ledger.py``), trained on ``train_texts`` and kept when there is none to use; with
-    the other modes no vocabulary (``train_docs``: this run's when training), and the folder is left as it is."""
+    vocabulary (``tasks/common/models/vocab_ledger.py``), trained on ``train_texts`` and kept when there is none to
+    use; with the other modes no vocabulary (``train_docs``: this run's when training), and the folder is left as it
+    is."""
     if cfg.vocab_from != "train_once":
         folder.mkdir(parents=True, exist_ok=True)  # a DVC output: it must exist; a kept vocabulary is not erased
         return {"vocab": None, "train_docs": len(train_texts) if cfg.vocab_from == "train" else None}
@@ -93,8 +95,8 @@ def build_backend(cfg: TokenizerParams, train_texts: list[str], kept: dict[str, 
         backend = Tokenizer(models.WordPiece(vocab, unk_token=cfg.special_tokens.unk))
         backend.add_special_tokens(cfg.special_tokens.in_order())
     else:
-        vocab = reference_model_dir() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file
-        backend = Tokenizer(models.WordPiece.from_file(str(vocab), unk_token=cfg.special_tokens.unk))
+        vocab_file = reference_model_dir() / "vocab.txt" if cfg.vocab_from == "reference" else cfg.vocab_file
+        backend = Tokenizer(models.WordPiece.from_file(str(vocab_file), unk_token=cfg.special_tokens.unk))
     return with_bert_pipeline(backend, cfg)
 
 
@@ -163,7 +165,7 @@ def wrap_fast(backend: Tokenizer, specials: SpecialTokens) -> PreTrainedTokenize
     return PreTrainedTokenizerFast(tokenizer_object=backend, **named)
 
 
-def text_stats(tok: PreTrainedTokenizerFast, texts: list[str]) -> dict[str, float]:
+def text_stats(tok: PreTrainedTokenizerFast, texts: list[str]) -> dict[str, float | None]:
     """[UNK] rate (fraction of subword tokens) and fertility (subwords per pre-tokenized word) over ``texts``.
 
     Words are the tokenizer's own pre-tokens (BertPreTokenizer: whitespace and punctuation splits).

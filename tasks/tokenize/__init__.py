@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from tasks.common.models.encoders import load_tokenizer, reference_model_dir, tokenizer_dir
 from tasks.config import Paths
-from tasks.config.tasks import TaskSpec
 from tasks.config.corpus.tokenize import TokenizeParams
+from tasks.config.tasks import TaskSpec
 from tasks.tokenize.cache import TokenCache
 from tasks.tokenize.cls import build_cls, read_cls_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows
@@ -41,7 +42,7 @@ from tasks.tokenize.tables import train_overlap_ids
 from tasks.tokenize.task_cache import TaskCache
 
 
-def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
+def run(cfg: TokenizeParams, paths: Paths, log: Any) -> dict:
     """Write every tokenized dataset under ``<data>/tokenize`` and return the metrics (per task and tokenizer;
     a token_classification task's IOB2 input report under ``<task>_input``)."""
     out = Path(paths.data) / "tokenize"
@@ -68,15 +69,19 @@ def run(cfg: TokenizeParams, paths: Paths, log) -> dict:
     return metrics
 
 
-def tokenize_task(cfg: TokenizeParams, paths: Paths, task: str, spec: TaskSpec, tokenizers: dict, out: Path,
-                  caches: dict) -> dict:  # fmt: skip
+def tokenize_task(
+    cfg: TokenizeParams, paths: Paths, task: str, spec: TaskSpec, tokenizers: dict, out: Path, caches: dict
+) -> dict:
     """Metrics ``{task: {tokenizer: ...}}`` (token tasks also ``<task>_input``) after writing ``out/<tokenizer>``;
     ``caches``: per tokenizer, its ``TaskCache``."""
     overlap = train_overlap_ids(paths.data, spec.source)
     if spec.module == "cls":
         rows = read_cls_rows(paths, spec.source, pair=spec.kind == "pair_classification")
-        return {task: {name: build_cls(cfg, tok, rows, overlap, out / name, caches[name])
-                       for name, tok in tokenizers.items()}}
+        return {
+            task: {
+                name: build_cls(cfg, tok, rows, overlap, out / name, caches[name]) for name, tok in tokenizers.items()
+            }
+        }
     rows, report = read_ner_rows(paths, spec.source, cfg.ner_invalid_iob2)
     built = {name: build_ner(cfg, tok, rows, overlap, out / name, caches[name]) for name, tok in tokenizers.items()}
     return {task: built, f"{task}_input": report}

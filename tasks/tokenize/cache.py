@@ -42,8 +42,8 @@ import pyarrow as pa
 import tokenizers
 from tokenizers import Tokenizer
 
-from tasks.common.imports import closure_fingerprint
 from tasks.common.files.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
+from tasks.common.imports import closure_fingerprint
 from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import pretrain
 
@@ -69,8 +69,9 @@ class TokenCache:
         per text), encoding only the distinct texts without stored ids."""
         digests = [hashlib.md5(text.encode("utf-8")).hexdigest() for text in texts]
         todo = {d: t for d, t in zip(digests, texts) if d not in self.stored and d not in self.used}
-        ids, lengths = pretrain.tokenize_docs(list(todo.values()), self.encoder, self.cfg.map_batch_size_docs,
-                                              self.cfg.num_proc)  # fmt: skip
+        ids, lengths = pretrain.tokenize_docs(
+            list(todo.values()), self.encoder, self.cfg.map_batch_size_docs, self.cfg.num_proc
+        )
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
         fresh = {d: ids[lo:hi].astype(np.int32) for d, lo, hi in zip(todo, bounds, bounds[1:])}
         self.used.update(fresh)
@@ -84,8 +85,11 @@ class TokenCache:
 
     def log_to(self, name: str, log) -> None:
         """The path taken, why and the texts encoded: a log line, MLflow tags and metrics."""
-        reason = self.reason if self.mode == "full" else f"{len(self.used) - self.texts_encoded} of {len(self.used)} " \
-            "distinct texts found in the cache"
+        reason = (
+            self.reason
+            if self.mode == "full"
+            else f"{len(self.used) - self.texts_encoded} of {len(self.used)} distinct texts found in the cache"
+        )
         log.info(f"tokenize: {name}: {self.mode} ({reason}): {self.texts_encoded} texts encoded")
         log.tags({f"tokenize.{name}.mode": self.mode, f"tokenize.{name}.reason": reason})
         log.metrics({"incremental": {name: {"texts_encoded": self.texts_encoded, "full": int(self.mode == "full")}}})

@@ -46,8 +46,9 @@ def text_pair(meta: str, doc_id: str, where: str) -> list[str]:
     """``[a, b]`` from a row's meta JSON; raises ``ValueError`` naming the doc when it holds no pair."""
     pair = json.loads(meta or "{}").get("text_pair")
     if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) and x for x in pair)):
-        raise ValueError(f"{where}: doc_id {doc_id!r} has no text pair (meta.text_pair; a pair task's source "
-                         "needs text_pair_field)")
+        raise ValueError(
+            f"{where}: doc_id {doc_id!r} has no text pair (meta.text_pair; a pair task's source needs text_pair_field)"
+        )
     return pair
 
 
@@ -97,8 +98,11 @@ def encode(tok, part: pd.DataFrame, cache=None) -> dict[str, list[list[int]]]:
     ``tasks.tokenize.task_cache.TaskCache`` for ``tok``) encodes only the rows it holds no encoding for."""
     pair = "text_pair" in part
     inputs = [["pair", *p] for p in part["text_pair"]] if pair else [["text", t] for t in part["text"]]
-    rows = encode_inputs(tok, inputs) if cache is None else cache.encodings(
-        inputs, lambda todo: encode_inputs(tok, [inputs[p] for p in todo]))
+    rows = (
+        encode_inputs(tok, inputs)
+        if cache is None
+        else cache.encodings(inputs, lambda todo: encode_inputs(tok, [inputs[p] for p in todo]))
+    )
     return {"input_ids": [r[0] for r in rows], **({"token_type_ids": [r[1] for r in rows]} if pair else {})}
 
 
@@ -108,10 +112,16 @@ def encode_inputs(tok, inputs: list[list[str]]) -> list[tuple[list[int], list[in
     if not inputs:
         return []
     if inputs[0][0] == "text":
-        return [(ids, None, 0) for ids in tok([x[1] for x in inputs], add_special_tokens=True,
-                                              verbose=False)["input_ids"]]  # fmt: skip
-    encoded = tok([x[1] for x in inputs], [x[2] for x in inputs], add_special_tokens=True,
-                  return_token_type_ids=True, verbose=False)  # fmt: skip
+        return [
+            (ids, None, 0) for ids in tok([x[1] for x in inputs], add_special_tokens=True, verbose=False)["input_ids"]
+        ]
+    encoded = tok(
+        [x[1] for x in inputs],
+        [x[2] for x in inputs],
+        add_special_tokens=True,
+        return_token_type_ids=True,
+        verbose=False,
+    )
     return [(ids, types, 0) for ids, types in zip(encoded["input_ids"], encoded["token_type_ids"])]
 
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm import tqdm
 
-from tasks.common.models import alignment
 from tasks.common.files.parquet import read_clean_source
+from tasks.common.models import alignment
 from tasks.config import Paths
 from tasks.config.corpus.split import TASK_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams
@@ -103,8 +103,9 @@ NER_SCHEMA = pa.schema(
 )
 
 
-def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str, int],
-                cache=None) -> tuple[dict, dict]:  # fmt: skip
+def ner_windows(
+    cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str, int], cache=None
+) -> tuple[dict, dict]:
     """Column lists (one entry per window) for ``NER_SCHEMA`` and the split's alignment metrics (``cache``:
     see ``encode_words``)."""
     columns: dict[str, list] = {name: [] for name in NER_SCHEMA.names if name != "train_overlap"}
@@ -150,14 +151,20 @@ def ner_windows(cfg: TokenizeParams, tok, part: pd.DataFrame, label2id: dict[str
     return columns, stats
 
 
-def encode_words(tok, sentences: list[list[str]], doc_ids: list[str],
-                 cache=None) -> tuple[list[tuple[list[int], list[int]]], int]:  # fmt: skip
+def encode_words(
+    tok, sentences: list[list[str]], doc_ids: list[str], cache=None
+) -> tuple[list[tuple[list[int], list[int]]], int]:
     """Special-free ``(ids, word_ids)`` per sentence, tokenized with ``is_split_into_words=True``, and the number
     of words replaced by ``unk_token`` (``encode_sentences``). ``cache`` (a ``tasks.tokenize.task_cache.TaskCache``
     for ``tok``) encodes only the sentences it holds no encoding for."""
     inputs = [["words", list(words)] for words in sentences]
-    rows = encode_sentences(tok, sentences, doc_ids) if cache is None else cache.encodings(
-        inputs, lambda todo: encode_sentences(tok, [sentences[p] for p in todo], [doc_ids[p] for p in todo]))
+    rows = (
+        encode_sentences(tok, sentences, doc_ids)
+        if cache is None
+        else cache.encodings(
+            inputs, lambda todo: encode_sentences(tok, [sentences[p] for p in todo], [doc_ids[p] for p in todo])
+        )
+    )
     return [(ids, word_ids) for ids, word_ids, _ in rows], sum(replaced for *_, replaced in rows)
 
 
@@ -182,8 +189,10 @@ def encode_sentences(tok, sentences: list[list[str]], doc_ids: list[str]) -> lis
             ids, word_ids = enc["input_ids"], enc.word_ids()
             still = alignment.missing_words(word_ids, len(words))
             if still:
-                raise ValueError(f"doc_id {doc_ids[i]!r}: word {words[still[0]]!r} (word {still[0]}) still has no "
-                                 "subword after [UNK] replacement")
+                raise ValueError(
+                    f"doc_id {doc_ids[i]!r}: word {words[still[0]]!r} (word {still[0]}) still has no "
+                    "subword after [UNK] replacement"
+                )
         out.append((list(ids), list(word_ids), len(missing)))
     return out
 

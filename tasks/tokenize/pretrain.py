@@ -37,8 +37,11 @@ def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log, 
     for split in PRETRAIN_SPLITS:
         part = rows.loc[rows["split"] == split, ["doc_id", "text", "source"]]
         texts = part["text"].tolist()
-        ids, lengths = cache.encode(texts) if cache is not None else tokenize_docs(
-            texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
+        ids, lengths = (
+            cache.encode(texts)
+            if cache is not None
+            else tokenize_docs(texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
+        )
         stream = join_with_sep(ids, lengths, tok.sep_token_id)
         blocks, dropped = pack_blocks(stream, cfg.max_seq_len_tokens, tok.cls_token_id, split)
         sources = block_sources(part["source"].to_numpy(), lengths, blocks.shape)

@@ -40,8 +40,8 @@ import numpy as np
 import pyarrow as pa
 import transformers
 
-from tasks.common.imports import closure_fingerprint
 from tasks.common.files.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
+from tasks.common.imports import closure_fingerprint
 from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import cache, cls, ner
 from tasks.tokenize.pretrain import plain_encoder
@@ -89,10 +89,15 @@ class TaskCache:
         """Write this run's inputs (sorted by md5) to ``tasks.parquet``, swapped in by rename."""
         keys = sorted(self.used)
         rows = [self.used[k] for k in keys]
-        table = pa.table({"md5": pa.array(keys, pa.string()), "ids": int_lists([r[0] for r in rows]),
-                          "aux": int_lists([r[1] or [] for r in rows]),
-                          "has_aux": pa.array([r[1] is not None for r in rows], pa.bool_()),
-                          "replaced": pa.array([r[2] for r in rows], pa.int32())})  # fmt: skip
+        table = pa.table(
+            {
+                "md5": pa.array(keys, pa.string()),
+                "ids": int_lists([r[0] for r in rows]),
+                "aux": int_lists([r[1] or [] for r in rows]),
+                "has_aux": pa.array([r[1] is not None for r in rows], pa.bool_()),
+                "replaced": pa.array([r[2] for r in rows], pa.int32()),
+            }
+        )
         replace_cache(stamp(table, self.fingerprint), self.path)
 
 
@@ -101,8 +106,11 @@ def fingerprint(tok, cfg: TokenizeParams) -> dict[str, str]:
     tokenizer, its ``tokenizers`` version and params, with the code replaced by the import closure of the
     modules whose encoders this cache stores (``cls``, ``ner``: the ``encode`` callbacks come from them) and of
     this module, and the ``transformers`` version."""
-    return {**cache.fingerprint(plain_encoder(tok), cfg), "transformers": transformers.__version__,
-            "code": closure_fingerprint([cls.__name__, ner.__name__, __name__])}  # fmt: skip
+    return {
+        **cache.fingerprint(plain_encoder(tok), cfg),
+        "transformers": transformers.__version__,
+        "code": closure_fingerprint([cls.__name__, ner.__name__, __name__]),
+    }
 
 
 def as_lists(row: tuple[np.ndarray, np.ndarray | None, int]) -> Encoded:
@@ -124,8 +132,11 @@ def load(path: Path, expected: dict, enabled: bool) -> tuple[dict, str]:
         keys, has_aux, replaced = (table.column(c).to_pylist() for c in ("md5", "has_aux", "replaced"))
     except (KeyError, AttributeError, pa.ArrowInvalid) as err:
         return {}, f"the cache {path} cannot be used ({type(err).__name__})"
-    if None in keys or None in has_aux or None in replaced or any(
-            h and len(a) != len(i) for i, a, h in zip(ids, aux, has_aux)):  # fmt: skip
+    if (
+        None in keys
+        or None in has_aux
+        or None in replaced
+        or any(h and len(a) != len(i) for i, a, h in zip(ids, aux, has_aux))
+    ):
         return {}, f"the cache {path} cannot be used (rows not as written)"
     return {k: (i, a if h else None, r) for k, i, a, h, r in zip(keys, ids, aux, has_aux, replaced)}, "cache found"
-
