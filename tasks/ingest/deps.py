@@ -17,6 +17,7 @@ def check_declared_deps(sources: list, out_dir: Path, root: Path) -> None:
     """Raise ``ValueError`` naming the first file source whose path is not a dep of the ingest stage in
     ``<root>/dvc.yaml`` (the path itself, or a folder above it; for a glob, its glob-free folder); checked
     only when this run writes ``out_dir``, the stage's declared output (``require_declared``)."""
-    reads = {f"ingest source {spec.name!r}": fixed_root(spec.path) for spec in sources
-             if not isinstance(spec, BuiltinSource)}  # fmt: skip
+    reads = {
+        f"ingest source {spec.name!r}": fixed_root(spec.path) for spec in sources if not isinstance(spec, BuiltinSource)
+    }
     require_declared("ingest", out_dir, reads, root)

@@ -116,8 +116,12 @@ def parse_conll(content: str, where: str, id_prefix: str, layout: ConllLayout) -
         if not is_token:
             raise SourceError(f"{where}:{line_no}: tag {columns[layout.tag_column]!r} is not IOB2 (O, B-TYPE, I-TYPE)")
         if layout.group_column is not None:
-            document = _column_group(columns[layout.group_column].strip(), document if tokens else None,
-                                     f"{where}:{line_no}", f"{where}:{start}")
+            document = _column_group(
+                columns[layout.group_column].strip(),
+                document if tokens else None,
+                f"{where}:{line_no}",
+                f"{where}:{start}",
+            )
         start = start if tokens else line_no
         tokens.append(columns[layout.token_column].strip())
         tags.append(columns[layout.tag_column].strip())
@@ -129,8 +133,10 @@ def parse_conll(content: str, where: str, id_prefix: str, layout: ConllLayout) -
 def _column_group(value: str, sentence_group: str | None, where: str, sentence_where: str) -> str:
     """The group a token's column gives, which must equal that of its sentence's first token (if any yet)."""
     if sentence_group is not None and value != sentence_group:
-        raise SourceError(f"{where}: group column value {value!r} differs from {sentence_group!r} of the "
-                          f"sentence's first token at {sentence_where}")
+        raise SourceError(
+            f"{where}: group column value {value!r} differs from {sentence_group!r} of the "
+            f"sentence's first token at {sentence_where}"
+        )
     return value
 
 
