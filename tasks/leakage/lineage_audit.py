@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common import pretraining_texts as lineage
+from tasks.common import lineage
 
 from tasks.common.matching import minhash
 from tasks.common.deps import require_declared
