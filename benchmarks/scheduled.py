@@ -27,7 +27,7 @@ its own MLflow sqlite store), the two copies alternating which goes first. Compa
 
 Start-up share: a process that does what a stage process does besides the stage's own work (import the runner
 and the stage module, load params, open and close the stage's MLflow run through the runner's tracking child
-process, ``tasks/common/tracking_sidecar.py``), timed per stage after each night's stages, summed over the
+process, ``tasks/tracking/sidecar.py``), timed per stage after each night's stages, summed over the
 arrival nights, over the incremental stage time of the same nights. With no work to overlap, the probe waits
 for the child's whole start-up, so it bounds from above what a stage pays.
 
@@ -241,7 +241,7 @@ import sys, importlib
 from pathlib import Path
 from tasks.__main__ import main
 from tasks.config import load_params
-from tasks.common.tracking_sidecar import open_sidecar_run
+from tasks.tracking.sidecar import open_sidecar_run
 stage = sys.argv[1]
 load_params(Path('params.yaml'))
 importlib.import_module('tasks.' + stage)

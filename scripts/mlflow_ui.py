@@ -8,7 +8,7 @@ runs on MLflow's model-training view first (MLflow 3.17 opens an experiment on i
 replaces itself with ``mlflow ui``.
 
 A tracking URI that is already an MLflow server (``http://`` or ``https://``) has its own UI, which the claim
-table's links open too (``tasks.common.mlflow_ui``): the script prints that server's link and starts nothing.
+table's links open too (``tasks.tracking.ui``): the script prints that server's link and starts nothing.
 
     .venv/bin/python scripts/mlflow_ui.py [--port N] [--print-only]
 
@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tasks.common.mlflow_ui import links_ui_url
 from tasks.config import load_params
-from tasks.tracking import runs_page_url, tracking_uri
+from tasks.tracking import links_ui_url, runs_page_url, tracking_uri
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"

@@ -1,7 +1,7 @@
 """``python -m tasks <stage> [item]``: run one pipeline stage as DVC calls it.
 
 Loads params, opens an MLflow run named after the stage (a child of the flow's run when the flow set
-``CLOZELINE_PARENT_RUN_ID``; held by a child process, ``tasks/common/tracking_sidecar.py``, so that MLflow's start-up
+``CLOZELINE_PARENT_RUN_ID``; held by a child process, ``tasks/tracking/sidecar.py``, so that MLflow's start-up
 overlaps the stage's work), logs the stage's flattened params, the git commit and the md5 of each input
 (tags, and its data inputs as MLflow datasets), calls ``tasks.<stage>.run``, writes
 ``metrics/<stage>[/<item>].json`` and logs the same metrics. The run ends FAILED on an exception and KILLED
@@ -25,9 +25,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
-from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled
+from tasks.tracking.sidecar import TrackingError, open_sidecar_run
 
 if TYPE_CHECKING:
     from tasks.config.root import Params

@@ -81,16 +81,16 @@ def run_dedup():
 
 @pytest.fixture()
 def tracking_runtime(monkeypatch):
-    """A private runtime folder for warm tracking servers (``tasks/common/tracking_server.py``), on; returns the
+    """A private runtime folder for warm tracking servers (``tasks/tracking/server.py``), on; returns the
     socket path. Every server on it, started by the test or by a stage, is killed after the test."""
     import psutil
 
-    from tasks.common import tracking_server
+    from tasks.tracking import connection
 
     runtime = tempfile.mkdtemp(prefix="cz-")  # short: a Unix socket's path holds at most 107 bytes
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
-    monkeypatch.setenv(tracking_server.ENABLED_ENV, "1")
-    path = tracking_server.socket_path()
+    monkeypatch.setenv(connection.ENABLED_ENV, "1")
+    path = connection.socket_path()
     yield path
     for proc in psutil.process_iter(["cmdline"]):
         if str(path) in (proc.info["cmdline"] or []):
@@ -102,12 +102,12 @@ def tracking_runtime(monkeypatch):
 def warm_server(tracking_runtime):
     """A function that starts a tracking server on ``tracking_runtime`` and returns its process once it
     listens."""
-    from tasks.common import tracking_server
+    from tasks.tracking import connection, server
 
     def start(idle_s: float = 120.0) -> subprocess.Popen:
-        env = {**os.environ, tracking_server.IDLE_ENV: str(idle_s)}
-        proc = subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_server", str(tracking_runtime)],
-                                cwd=tracking_server.PACKAGE_ROOT, env=env)  # fmt: skip
+        env = {**os.environ, server.IDLE_ENV: str(idle_s)}
+        proc = subprocess.Popen([sys.executable, "-m", "tasks.tracking.server", str(tracking_runtime)],
+                                cwd=connection.PACKAGE_ROOT, env=env)  # fmt: skip
         deadline = time.time() + 120
         while not tracking_runtime.exists():
             assert proc.poll() is None and time.time() < deadline, "the tracking server did not start"

@@ -12,5 +12,4 @@
 - ``nested``: dotted-key flattening of nested params and metrics (tracking, report);
 - ``pretraining_texts``: the lineage fields of ``pretraining.json`` (the md5 of every text file a model and its
   ancestors trained on) and finding those files again (pretrain writes them, leakage audits against them);
-- ``tracking_server``, ``tracking_sidecar``, ``mlflow_ui``: MLflow's warm server, its sidecar and UI links.
 """

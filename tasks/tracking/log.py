@@ -1,18 +1,16 @@
-"""Experiment tracking: the only module that imports MLflow.
+"""A stage's run log: ``NullLog``, a no-op stand-in (tests, dry runs), so call sites need no ``if``, and
+``MlflowLog``, which writes to MLflow; ``open_run`` starts an MLflow run and ends it as its block ended.
 
-Stages receive a ``RunLog`` and never import mlflow. ``NullLog`` is a no-op stand-in (tests, dry runs), so
-call sites need no ``if``; ``MlflowLog`` writes to MLflow. Names and values MLflow would reject are
-sanitized deterministically here, so a run never crashes because of a param value or a metric name.
+Stages receive a ``RunLog`` and never import mlflow. Keys and values are sanitized (``sanitize.py``) before
+they reach MLflow.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
 import os
-import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,22 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from tasks.common.nested import flatten
+from tasks.tracking.sanitize import numeric_leaves, sanitize_key, sanitize_value
+from tasks.tracking.store import store_lock, tracking_uri, training_experiment
 
 LOG = logging.getLogger("clozeline")
 
 #: Environment variable through which the flow hands its parent run id to stage processes. Not
 #: ``MLFLOW_RUN_ID``: MLflow would then write every stage into that one run.
 PARENT_RUN_ENV = "CLOZELINE_PARENT_RUN_ID"
-MAX_PARAM_VALUE = 6000  # MLflow's limit on a param value, characters
-MAX_KEY = 250  # MLflow's limit on a param, metric or tag key, characters
-_KEY_OK = re.compile(r"[^0-9A-Za-z_\-. /:]")
-#: The experiment tag MLflow 3 reads for an experiment's kind, and the value of a model-training experiment (the
-#: values are the UI's ``ExperimentKind`` enum; ``genai_development`` is the other common one).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-TRAINING_KIND = "custom_model_development"
-#: MLflow 3.17's UI picks GenAI or model-training pages from a per-browser switch that defaults to GenAI and
-#: overrides the experiment tag; this query parameter selects the training view in the links we print.
-TRAINING_VIEW_QUERY = "?workflowType=machine_learning"
 #: The run tag the MLflow UI renders as the run's description (Markdown).
 NOTE_TAG = "mlflow.note.content"
 DATASET_CONTEXT_TAG = "mlflow.data.context"  # MLflow's input tag for what a dataset was used for
@@ -53,39 +43,6 @@ class DataInput:
     digest: str
     context: str
     git_commit: str
-
-
-def sanitize_key(key: str) -> str:
-    """A key MLflow accepts: bad characters become ``_``, and so does every path segment a store would read as
-    a path (empty: ``labels/``, ``a//b``, a leading ``/``; ``.`` or ``..``: ``a/../b``); a changed or too-long
-    key gets an 8-hex md5 suffix.
-
-    The suffix hashes the original key, so two different keys never collide after sanitizing.
-    """
-    segments = _KEY_OK.sub("_", str(key)).split("/")
-    clean = "/".join("_" if segment in ("", ".", "..") else segment for segment in segments)
-    if clean == key and len(clean) <= MAX_KEY:
-        return clean
-    digest = hashlib.md5(str(key).encode("utf-8")).hexdigest()[:8]
-    return f"{clean[: MAX_KEY - 10]}-h{digest}"
-
-
-def sanitize_value(value: Any) -> str:
-    """A param value as a string of at most ``MAX_PARAM_VALUE`` chars (long ones end in ``...md5:<hex>``)."""
-    text = str(value)
-    if len(text) <= MAX_PARAM_VALUE:
-        return text
-    digest = hashlib.md5(text.encode("utf-8")).hexdigest()
-    return f"{text[: MAX_PARAM_VALUE - 40]}...md5:{digest}"
-
-
-def numeric_leaves(tree: Mapping[str, Any]) -> dict[str, float]:
-    """The finite int/float/bool leaves of a nested mapping, flattened with ``/`` (what MLflow can plot)."""
-    out = {}
-    for key, value in flatten(tree, sep="/").items():
-        if isinstance(value, bool | int | float) and math.isfinite(float(value)):
-            out[key] = float(value)
-    return out
 
 
 class NullLog:
@@ -156,7 +113,7 @@ class MlflowLog(NullLog):
                  inputs: Sequence[DataInput] = (), uri: str | None = None) -> None:  # fmt: skip
         import mlflow
 
-        if uri is not None:  # the store another process opened the run in (tracking_sidecar), over any earlier URI
+        if uri is not None:  # the store another process opened the run in (the sidecar's), over any earlier URI
             mlflow.set_tracking_uri(uri)
         self.run_id, self.run_name, self.experiment_id = run_id, run_name, experiment_id
         self._client = mlflow.MlflowClient()  # one client per run: per-step metrics must not rebuild it
@@ -173,8 +130,6 @@ class MlflowLog(NullLog):
 
     def metrics(self, values: Mapping[str, Any], step: int | None = None, stamp_ms: int | None = None) -> None:
         """Log the numeric leaves of ``values`` (keys joined by ``/``) at ``step``, stamped ``stamp_ms`` (now)."""
-        import time
-
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000) if stamp_ms is None else stamp_ms
@@ -301,68 +256,6 @@ class MlflowLog(NullLog):
         with open_run(name, parent_run_id=self.run_id) as log:
             log.inputs(self._inputs)
             yield log
-
-
-def tracking_uri(root: Path) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<root>/mlruns.db`` as an absolute path.
-
-    The path is absolute so ``dvc exp run --temp`` (which runs in ``.dvc/tmp/exps/...``) writes to the
-    project's database, not a throwaway copy.
-    """
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    root = Path(root).resolve()
-    parts = root.parts
-    if ".dvc" in parts:  # inside a dvc temp experiment workspace: use the main workspace
-        root = Path(*parts[: parts.index(".dvc")])
-    return f"sqlite:///{root / 'mlruns.db'}"
-
-
-@contextmanager
-def store_lock(uri: str) -> Iterator[None]:
-    """Hold ``<db>.lock`` while a ``sqlite:///<db>`` store is opened and the experiment fetched or created.
-
-    Two stages that start at once on a fresh database would otherwise both run MLflow's schema migration (one
-    dies in alembic) or both create the experiment. Other stores need no lock (a server serialises itself).
-    """
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    from filelock import FileLock
-
-    with FileLock(uri.removeprefix("sqlite:///") + ".lock", timeout=600):
-        yield
-
-
-def training_experiment(client, name: str) -> str:
-    """The id of experiment ``name``, created if absent, tagged ``mlflow.experimentKind`` =
-    ``custom_model_development`` (MLflow's kind for model training) when it has no kind yet."""
-    exp = client.get_experiment_by_name(name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(name)
-    if exp is None or EXPERIMENT_KIND_TAG not in exp.tags:
-        client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
-    return exp_id
-
-
-def training_view_url(ui_url: str, experiment_id: str | None, run_id: str | None = None) -> str:
-    """An MLflow UI page on the model-training view: an experiment's runs
-    (``<ui>/#/experiments/<id>/runs?workflowType=machine_learning``), one run of it (``.../runs/<run id>?...``),
-    or the experiments list when ``experiment_id`` is None."""
-    base = ui_url.rstrip("/")
-    if experiment_id is None:
-        return f"{base}/#/experiments{TRAINING_VIEW_QUERY}"
-    run = f"/{run_id}" if run_id else ""
-    return f"{base}/#/experiments/{experiment_id}/runs{run}{TRAINING_VIEW_QUERY}"
-
-
-def runs_page_url(root: Path, ui_url: str = "http://127.0.0.1:5000") -> str:
-    """``training_view_url`` of the ``clozeline`` experiment in the store of ``tracking_uri(root)`` (the
-    experiments list while it does not exist)."""
-    import mlflow
-
-    exp = mlflow.MlflowClient(tracking_uri(root)).get_experiment_by_name("clozeline")
-    return training_view_url(ui_url, exp.experiment_id if exp else None)
 
 
 class RunKilled(BaseException):

@@ -2,11 +2,11 @@
 
 A stage process that tracks in-process first pays for ``import mlflow`` and the sqlite store (about 2.5 s and
 1.2 s measured on 2 cores, per process), before any work. ``open_sidecar_run`` starts
-``python -m tasks.common.tracking_sidecar`` instead, which imports MLflow and opens the run while the stage already
-works, on the other core. When a warm tracking server is up (``tasks/common/tracking_server.py``: the first stage
-starts one), the child is forked from it instead, with MLflow already imported. The stage talks to the child
-through ``SidecarLog``, a RunLog that writes one JSON line per call to the child's stdin (JSON only: nothing is
-pickled):
+``python -m tasks.tracking.child`` instead (``child.py``), which imports MLflow and opens the run while the stage
+already works, on the other core. When a warm tracking server is up (``server.py``, reached through
+``connection.py``: the first stage starts one), the child is forked from it instead, with MLflow already
+imported. The stage talks to the child through ``SidecarLog``, a RunLog that writes one JSON line per call to the
+child's stdin (JSON only: nothing is pickled):
 
 - params, metrics, tags, inputs, text and note are sent without waiting; keys and values are sanitized here,
   and each metric carries the time it was logged;
@@ -42,22 +42,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tasks.common import tracking_server
 from tasks.common.nested import flatten
-from tasks.tracking import (
-    PARENT_RUN_ENV,
-    DataInput,
-    MlflowLog,
-    NullLog,
-    RunKilled,
-    numeric_leaves,
-    open_run,
-    sanitize_key,
-    sanitize_value,
-    tracking_uri,
-)
+from tasks.tracking import connection
+from tasks.tracking.log import PARENT_RUN_ENV, DataInput, MlflowLog, NullLog, RunKilled
+from tasks.tracking.sanitize import numeric_leaves, sanitize_key, sanitize_value
+from tasks.tracking.store import tracking_uri
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``python -m tasks.common.tracking_sidecar`` imports from
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``python -m tasks.tracking.child`` imports from
 
 
 class TrackingError(RuntimeError):
@@ -66,9 +57,9 @@ class TrackingError(RuntimeError):
 
 class SidecarLog(NullLog):
     """The RunLog of a run held by the tracking child process ``proc``: a cold child, or one forked by the warm
-    server (``tracking_server``); see the module docstring."""
+    server (``connection.py``); see the module docstring."""
 
-    def __init__(self, proc: subprocess.Popen | tracking_server.ForkedChild, name: str, uri: str) -> None:
+    def __init__(self, proc: subprocess.Popen | connection.ForkedChild, name: str, uri: str) -> None:
         self._proc, self.run_name, self._uri = proc, name, uri
         self._opened: dict[str, str] | None = None
         self._open_failed = False  # the child answered "open" with an error (already raised) and exited
@@ -86,7 +77,7 @@ class SidecarLog(NullLog):
         return self._ids()["experiment_id"]
 
     def params(self, values: Mapping[str, Any]) -> None:
-        """Log params; keys and values are sanitized (``tracking.sanitize_key``/``sanitize_value``)."""
+        """Log params; keys and values are sanitized (``sanitize.sanitize_key``/``sanitize_value``)."""
         self._send("params", values={sanitize_key(k): sanitize_value(v) for k, v in flatten(values).items()})
 
     def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
@@ -208,13 +199,13 @@ class SidecarLog(NullLog):
 
 @contextmanager
 def open_sidecar_run(name: str, root: Path, experiment: str = "clozeline") -> Iterator[SidecarLog]:
-    """``tracking.open_run(name, root=root)`` with the run held by a child process: MLflow's imports and the
+    """``log.open_run(name, root=root)`` with the run held by a child process: MLflow's imports and the
     store's opening overlap the block. Ends the run FINISHED, FAILED on an exception, KILLED on ``RunKilled``,
     and waits for the child. Raises ``TrackingError`` (after the block) when MLflow failed."""
     uri = tracking_uri(root)
-    proc = tracking_server.connect() or subprocess.Popen(
-        [sys.executable, "-m", "tasks.common.tracking_sidecar"], cwd=PACKAGE_ROOT, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=None if tracking_server.stderr_open() else subprocess.DEVNULL, text=True,
+    proc = connection.connect() or subprocess.Popen(
+        [sys.executable, "-m", "tasks.tracking.child"], cwd=PACKAGE_ROOT, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=None if connection.stderr_open() else subprocess.DEVNULL, text=True,
         encoding="utf-8")  # fmt: skip
     log = SidecarLog(proc, name, uri)
     log._send("open", name=name, parent=os.environ.get(PARENT_RUN_ENV) or None, experiment=experiment, uri=uri,
@@ -253,88 +244,3 @@ def _finish_quietly(log: SidecarLog, status: str) -> None:
         log.finish(status)
     except TrackingError as err:
         print(f"clozeline: {err}", file=sys.stderr)
-
-
-# ------------------------------------------------------------------------------------------ the child process
-
-#: What each call does to the child's ``MlflowLog``.
-CALLS = {
-    "params": lambda log, m: log.params(m["values"]),
-    "metrics": lambda log, m: log.metrics(m["values"], m["step"], stamp_ms=m["stamp_ms"]),
-    "tags": lambda log, m: log.tags(m["values"]),
-    "inputs": lambda log, m: log.inputs([DataInput(**d) for d in m["datasets"]]),
-    "text": lambda log, m: log.text(m["content"], m["artifact_file"]),
-    "note": lambda log, m: log.note(m["markdown"]),
-    "artifact": lambda log, m: log.artifact(m["path"], m["folder"]),
-}
-ANSWERED = {"artifact"}
-
-
-class _Ended(Exception):
-    """The stage ended the run FAILED (or died): ``open_run`` ends it FAILED."""
-
-
-def serve() -> int:
-    """A cold child: ``serve_calls`` on stdin; answers go to the original stdout, anything MLflow prints to
-    stderr. Returns the exit code."""
-    answers = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    return serve_calls((json.loads(line) for line in sys.stdin), answers)
-
-
-def serve_calls(calls: Iterator[dict], answers) -> int:
-    """The child's loop (a cold child's, or one forked by ``tracking_server``): open the run, apply each call,
-    end the run; returns the exit code (1 when MLflow failed). SIGINT and SIGTERM are ignored: the stage maps
-    them to KILLED and says so."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    opening = next(calls, None)
-    if opening is None:
-        return 0
-    os.environ["MLFLOW_TRACKING_URI"] = opening["uri"]
-    errors: list[str] = []
-    status = "FAILED"
-    try:
-        with open_run(opening["name"], opening["parent"], opening["experiment"], start_ms=opening["start_ms"]) as log:
-            _answer(answers, {"ok": {"run_id": log.run_id, "experiment_id": log.experiment_id}})
-            status = _apply(log, calls, answers, errors)
-            if status == "KILLED":
-                raise RunKilled(status)
-            if status != "FINISHED":
-                raise _Ended(status)
-    except (RunKilled, _Ended):
-        pass
-    except Exception as err:  # noqa: BLE001 - opening or ending failed: the stage hears it at its next waiting call
-        errors.append(f"{type(err).__name__}: {err}")
-    _answer(answers, {"error": errors[0]} if errors else {"ok": status})
-    return 1 if errors else 0
-
-
-def _apply(log, calls, answers, errors: list[str]) -> str:
-    """Apply calls until ``end`` (which sets ``log.end_ms``); returns its status (FAILED when stdin closes
-    first). A failed call is kept in ``errors`` (the first one is reported at the end) and the rest are still
-    applied."""
-    for call in calls:
-        if call["op"] == "end":
-            log.end_ms = call["end_ms"]
-            return call["status"]
-        try:
-            CALLS[call["op"]](log, call)
-        except Exception as err:  # noqa: BLE001 - kept and reported to the stage; the other calls still count
-            errors.append(f"{call['op']}: {type(err).__name__}: {err}")
-            print(f"clozeline: MLflow refused {errors[-1]}", file=sys.stderr)
-            if call["op"] in ANSWERED:
-                _answer(answers, {"error": errors[-1]})
-            continue
-        if call["op"] in ANSWERED:
-            _answer(answers, {"ok": None})
-    return "FAILED"
-
-
-def _answer(stream, message: dict) -> None:
-    stream.write(json.dumps(message) + "\n")
-    stream.flush()
-
-
-if __name__ == "__main__":
-    sys.exit(serve())

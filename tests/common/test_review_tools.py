@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.common.mlflow_ui import links_ui_url
+from tasks.tracking.ui import links_ui_url
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"

@@ -108,7 +108,7 @@ def workdir(tmp_path, monkeypatch):
 
 def _last_run(name: str):
     """The latest run named ``name`` in the store the environment names (stage runs are recorded by a child
-    process, tasks/common/tracking_sidecar.py, which reads MLFLOW_TRACKING_URI, not this process's MLflow state)."""
+    process, tasks/tracking/child.py, which reads MLFLOW_TRACKING_URI, not this process's MLflow state)."""
     client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     experiments = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(experiments, filter_string=f"tags.mlflow.runName = '{name}'",

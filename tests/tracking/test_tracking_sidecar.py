@@ -1,5 +1,5 @@
-"""A stage's MLflow run held by a child process (tasks/common/tracking_sidecar.py): what it records, how it ends, and
-how MLflow's failures reach the stage."""
+"""A stage's MLflow run held by a child process (tasks/tracking/sidecar.py, tasks/tracking/child.py): what it
+records, how it ends, and how MLflow's failures reach the stage."""
 
 import json
 import os
@@ -13,9 +13,9 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tasks.common.tracking_server import ENABLED_ENV
-from tasks.common.tracking_sidecar import TrackingError, open_sidecar_run
 from tasks.tracking import DataInput, RunKilled
+from tasks.tracking.connection import ENABLED_ENV
+from tasks.tracking.sidecar import TrackingError, open_sidecar_run
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The tests that hold for a child forked by the warm server as for a cold one run with both.
@@ -136,7 +136,7 @@ def test_a_stage_process_killed_outright_leaves_its_run_failed_not_running(tmp_p
     script = (
         "import os, signal, sys\n"
         "from pathlib import Path\n"
-        "from tasks.common.tracking_sidecar import open_sidecar_run\n"
+        "from tasks.tracking.sidecar import open_sidecar_run\n"
         "with open_sidecar_run('sigkilled', Path(sys.argv[1])) as log:\n"
         "    log.metrics({'step': 1.0})\n"
         "    print(log.run_id, flush=True)\n"
@@ -166,7 +166,7 @@ def test_the_child_ignores_sigterm_so_the_stage_can_end_its_run_killed(tmp_path)
 
 def test_the_wire_is_json_lines(tmp_path):
     # nothing is pickled between the two processes: every call is one JSON object per line
-    proc = subprocess.Popen([sys.executable, "-m", "tasks.common.tracking_sidecar"], cwd=ROOT, stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "tasks.tracking.child"], cwd=ROOT, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     uri = os.environ["MLFLOW_TRACKING_URI"]
     calls = [{"op": "open", "name": "wire", "parent": None, "experiment": "clozeline", "uri": uri, "start_ms": 1000},
