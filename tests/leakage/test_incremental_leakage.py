@@ -16,46 +16,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from stage_helpers import RecordingLog
-from test_leakage import PARAGRAPH, SHORT, filler, frame, params, rewrap
 
+from leakage_fixtures import PARAGRAPH, TRAIN_TEXT, filler, frame, night, outputs, params, run
+from stage_helpers import RecordingLog
 from tasks import leakage
 from tasks.common.matching import minhash
-from tasks.config import Paths
 
-TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train doc quoting the dev doc
 NEW_EVAL = " ".join(filler(300, 4).split()[100:140])  # an eval doc added later, quoted by the cached doc "held"
-
-
-def night(extra: list[tuple] = (), removed: tuple[str, ...] = (), eval_text: str = PARAGRAPH) -> list:
-    """The split frames of one night: a task source (two eval docs, two train docs) and pretraining docs."""
-    task = frame("task", "task", [("ev-par", "test", eval_text), ("ev-short", "dev", SHORT),
-                                  ("tr-1", "train", TRAIN_TEXT), ("tr-2", "train", filler(60, 13))])  # fmt: skip
-    docs = [("verbatim", "train", filler(30, 1) + " " + PARAGRAPH + " " + filler(30, 2)),
-            ("rewrapped", "train", rewrap(PARAGRAPH.upper(), 8)), ("common", "train", filler(200, 3)),
-            ("held", "heldout", filler(300, 4)), ("same-as-common", "train", filler(200, 3))]  # fmt: skip
-    pre = frame("pre", "pretrain", [d for d in docs + list(extra) if d[0] not in removed])
-    return [task, pre]
-
-
-def run(root, frames, **changes) -> tuple[dict, dict]:
-    """One leakage run over ``frames`` into ``root``; returns (metrics, what it sent to MLflow)."""
-    paths = Paths(data=root / "data", models=root / "m", metrics=root / "x", reports=root / "r")
-    folder = paths.stage_data("split")
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.parquet"):
-        old.unlink()
-    for f in frames:
-        f.to_parquet(folder / f"{f['source'].iloc[0]}.parquet", index=False)
-    log = RecordingLog()
-    metrics = leakage.run(params(**changes), paths, log)
-    return metrics, log.logged
-
-
-def outputs(root, metrics: dict) -> dict:
-    folder = root / "data" / "leakage"
-    files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-    return {**files, "metrics": json.dumps(metrics, sort_keys=True)}
 
 
 def from_scratch(tmp_path, frames) -> dict:

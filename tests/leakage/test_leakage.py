@@ -8,75 +8,18 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from reference import word_ngrams
 
+from leakage_fixtures import PARAGRAPH, SHORT, filler, frame, params, rewrap, run_leakage
+from reference import word_ngrams
 from tasks import leakage
 from tasks.common.matching.textnorm import words
-from tasks.config import Paths, read_yaml
-from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import detectors, shingles
-from tasks.tracking import NullLog
 
-PARAGRAPH = (
-    "The regional water authority said on Tuesday that the reservoir near Eldham had fallen to its lowest "
-    "level since records began in 1921, and that a hosepipe ban covering four districts would come into "
-    "force at midnight. Engineers are pumping from two boreholes while a new pipeline from the northern "
-    "catchment is finished, a project the authority now expects to complete before the autumn rains."
-)
-SHORT = "Yellow submarine docks at Portmeirion harbour"  # 6 words
 COMMON = (
     "On the other hand, at the same time, as a result of the meeting, it is said that the authority "
     "would come into the office on Tuesday. In the end, the new project is expected to be finished before "
     "the end of the year, and at the same time the water is said to be on the other hand of the river."
 )
-
-
-def params(**changes) -> LeakageParams:
-    """The repo's ``leakage:`` params with ``changes`` applied; the semantic detector off unless ``changes`` name
-    it (its own tests, tests/leakage/test_leakage_semantic.py, run it on a tiny encoder)."""
-    raw = read_yaml("params.yaml")["leakage"]
-    raw["semantic"] = {**raw["semantic"], "enabled": False}
-    return LeakageParams(**{**raw, **changes})
-
-
-def filler(n_words: int, seed: int) -> str:
-    """Unrelated text: words drawn from a made-up vocabulary disjoint from the eval texts."""
-    rng = np.random.default_rng(seed)
-    vocab = [f"zq{k}x" for k in range(3000)]
-    return " ".join(rng.choice(vocab, size=n_words))
-
-
-def rewrap(text: str, per_line: int) -> str:
-    tokens = text.split()
-    return "\n".join(" ".join(tokens[k : k + per_line]) for k in range(0, len(tokens), per_line))
-
-
-def frame(source, role, docs) -> pd.DataFrame:
-    """A split-contract frame from ``[(doc_id, split, text)]``."""
-    return pd.DataFrame(
-        {
-            "doc_id": [d for d, _, _ in docs],
-            "source": source,
-            "role": role,
-            "text": [t for _, _, t in docs],
-            "label": None,
-            "group": None,
-            "meta": "{}",
-            "cluster_id": [d for d, _, _ in docs],
-            "is_duplicate": False,
-            "split": [s for _, s, _ in docs],
-        }
-    )
-
-
-def run_leakage(tmp_path, frames, cfg=None):
-    paths = Paths(data=tmp_path / "data", models=tmp_path / "m", metrics=tmp_path / "x", reports=tmp_path / "r")
-    folder = paths.stage_data("split")
-    folder.mkdir(parents=True, exist_ok=True)
-    for f in frames:
-        f.to_parquet(folder / f"{f['source'].iloc[0]}.parquet", index=False)
-    metrics = leakage.run(cfg or params(), paths, NullLog())
-    return metrics, paths.stage_data("leakage")
 
 
 @pytest.fixture(scope="module")

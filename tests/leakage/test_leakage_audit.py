@@ -8,22 +8,20 @@ import itertools
 import json
 
 import numpy as np
-import pytest
-from test_leakage import frame, params, run_leakage
-
 import pandas as pd
+import pytest
 
+from leakage_fixtures import frame, params, run_leakage
 from tasks import leakage
-from tasks.common.provenance import Lock
 from tasks.common.matching.textnorm import words
+from tasks.common.provenance import Lock
 from tasks.config.corpus.leakage import PlantedParams
 from tasks.leakage import planted, synonyms
 from tasks.leakage.filler import FillerRing
-from test_report import DEFAULT_CLAIMS
-
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Metrics
 from tasks.report.stats.estimates import StatsConfig
+from test_report import DEFAULT_CLAIMS
 
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
 CLAIMS = {c.id: c for c in DEFAULT_CLAIMS.claims}

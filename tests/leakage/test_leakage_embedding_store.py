@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_incremental_leakage import PARAGRAPH, filler, night, outputs, run
-from test_leakage import params
-from test_leakage_semantic import semantic_params, tiny_encoder  # noqa: F401 (a fixture)
 
+from leakage_fixtures import PARAGRAPH, filler, night, outputs, params, run, semantic_params
 from tasks.leakage import embedding_store, semantic, semantic_audit, semantic_encoder
 from tasks.tracking import NullLog
 
@@ -54,7 +52,7 @@ def test_a_window_gets_the_same_bits_alone_and_among_others():
     assert all(np.array_equal(m, a) for m, a in zip(mixed, alone, strict=True))
 
 
-def test_a_later_run_embeds_only_the_windows_the_store_lacks(tiny_encoder, tmp_path):  # noqa: F811
+def test_a_later_run_embeds_only_the_windows_the_store_lacks(tiny_encoder, tmp_path):
     first = encoder(tiny_encoder)
     old_windows = first.windows(OLD)
     key = embedding_store.fingerprint(first)
@@ -71,7 +69,7 @@ def test_a_later_run_embeds_only_the_windows_the_store_lacks(tiny_encoder, tmp_p
     assert later.stats["windows_embedded"] == len(scratch.doc)  # what the metrics say: the same either way
 
 
-def test_the_store_is_ignored_when_its_fingerprint_changes_or_it_is_damaged(tiny_encoder, tmp_path):  # noqa: F811
+def test_the_store_is_ignored_when_its_fingerprint_changes_or_it_is_damaged(tiny_encoder, tmp_path):
     enc = encoder(tiny_encoder)
     enc.windows(OLD)
     embedding_store.save(tmp_path, enc.cache, embedding_store.fingerprint(enc))
@@ -95,7 +93,7 @@ def test_the_store_is_ignored_when_its_fingerprint_changes_or_it_is_damaged(tiny
     assert stored == {} and reason.startswith("the cache ") and "cannot be used" in reason
 
 
-def test_the_store_keeps_only_the_windows_of_the_last_run(tiny_encoder, tmp_path):  # noqa: F811
+def test_the_store_keeps_only_the_windows_of_the_last_run(tiny_encoder, tmp_path):
     cfg = params(semantic=semantic_params(tiny_encoder))
     enc = encoder(tiny_encoder)
     key = semantic_audit.open_store(enc, tmp_path, True, NullLog())
@@ -111,7 +109,7 @@ def test_the_store_keeps_only_the_windows_of_the_last_run(tiny_encoder, tmp_path
     assert embedding_store.load(tmp_path, key, incremental=True, dim=32)[0] == {}
 
 
-def test_leakage_with_the_store_equals_a_from_scratch_run(tiny_encoder, tmp_path):  # noqa: F811
+def test_leakage_with_the_store_equals_a_from_scratch_run(tiny_encoder, tmp_path):
     semantic_on = {"semantic": semantic_params(tiny_encoder, planted_docs=2)}
     _, logged = run(tmp_path / "inc", night(), **semantic_on)
     assert logged["leakage.semantic_store"] == "none" and logged["semantic_store"]["windows_stored"] == 0
@@ -145,7 +143,7 @@ def test_a_cuda_store_is_stamped_with_the_cublas_wheel_and_a_cpu_one_is_not(monk
         ", cuda 12.4, cudnn 90100, cublas nvidia-cublas-cu12 12.4.5.8")
 
 
-def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, tmp_path):  # noqa: F811
+def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, tmp_path):
     first = encoder(tiny_encoder)
     key = semantic_audit.open_store(first, tmp_path, True, NullLog())
     first.windows(OLD)
@@ -176,7 +174,7 @@ def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, 
     assert len(tokenized) == 1
 
 
-def test_a_planted_copy_cut_to_its_span_is_laid_out_once_across_runs(tiny_encoder, tmp_path):  # noqa: F811
+def test_a_planted_copy_cut_to_its_span_is_laid_out_once_across_runs(tiny_encoder, tmp_path):
     text = f"{filler(60, 24)} {OLD[0]} {filler(60, 25)}"
     at = text.index(OLD[0])
     spans, texts = [(at, at + len(OLD[0])), (0, -1)], [text, text]  # the copied stretch, and the whole text
@@ -192,7 +190,7 @@ def test_a_planted_copy_cut_to_its_span_is_laid_out_once_across_runs(tiny_encode
     assert np.array_equal(again.vectors, cut.vectors) and np.array_equal(again.bounds, cut.bounds)
 
 
-def test_one_prefetch_gives_the_windows_and_counts_of_separate_calls(tiny_encoder):  # noqa: F811
+def test_one_prefetch_gives_the_windows_and_counts_of_separate_calls(tiny_encoder):
     separate = encoder(tiny_encoder)
     apart = [separate.windows(OLD), separate.windows(NEW), separate.windows(OLD[:1])]
     pooled = encoder(tiny_encoder)
@@ -209,7 +207,7 @@ def test_one_prefetch_gives_the_windows_and_counts_of_separate_calls(tiny_encode
     assert pooled.store_stats == separate.store_stats and not pooled.prefetched
 
 
-def test_stale_or_damaged_layouts_are_ignored(tiny_encoder, tmp_path, monkeypatch):  # noqa: F811
+def test_stale_or_damaged_layouts_are_ignored(tiny_encoder, tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from test_incremental_leakage import night, outputs, run
-from test_leakage import PARAGRAPH, filler, frame, params
 
+from leakage_fixtures import PARAGRAPH, filler, frame, night, outputs, params, run
 from tasks import leakage
 from tasks.common.matching import minhash
 from tasks.leakage import forked

@@ -6,13 +6,12 @@ MiniLM's tokenizer; the real MiniLM runs only in the tests marked slow."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
-from test_leakage import PARAGRAPH, filler, frame, params, run_leakage
 
+from leakage_fixtures import PARAGRAPH, filler, frame, news_corpus, params, run_leakage, semantic_params
 from tasks import leakage
 from tasks.common.matching import confusables
 from tasks.leakage import semantic, semantic_audit, semantic_encoder
@@ -45,31 +44,6 @@ def test_homoglyph_copy_is_found_by_the_lexical_detectors_only_after_the_fold(tm
 
 
 # ---------------------------------------------------------------- a tiny encoder
-
-
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    """A 2-layer random BertModel (hidden 32) with MiniLM's tokenizer, saved in a temporary folder."""
-    import torch
-    from transformers import BertConfig, BertModel
-
-    from tasks.common.models.encoders import reference_model_dir
-
-    folder = tmp_path_factory.mktemp("tiny-encoder")
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (reference_model_dir() / name).exists():
-            shutil.copy(reference_model_dir() / name, folder / name)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    return folder
-
-
-def semantic_params(encoder, **changes):
-    raw = params().semantic.model_dump() | {"enabled": True, "encoder": str(encoder), "cpu_precision": "fp32",
-                                            "window_tokens": 16, "stride_tokens": 14, "planted_docs": None}
-    return raw | changes
 
 
 def encoder_for(folder, **changes):
@@ -208,17 +182,6 @@ def test_known_clean_pairs_equal_a_window_by_window_reference_with_ties_and_shar
     assert (want_partner >= 0).sum() > 20
 
 
-def news_corpus():
-    """Task ``news`` (classes x/y, 8 train, 4 dev, 4 test docs) and a pretraining source."""
-    rng = np.random.default_rng(3)
-    docs = [(f"n{k}", ["train"] * 8 + ["dev"] * 4 + ["test"] * 4, filler(int(rng.integers(20, 60)), 50 + k))
-            for k in range(16)]
-    task = frame("news", "task", [(d, s[k], t) for k, (d, s, t) in enumerate(docs)])
-    task["label"] = ["x", "y"] * 8
-    pre = frame("pre", "pretrain", [(f"p{k}", "train", filler(200, 90 + k)) for k in range(6)])
-    return task, pre
-
-
 def audit_once(tiny_encoder, task, pre, **changes):
     cfg = params(semantic=semantic_params(tiny_encoder, **changes))
     rows = pd.concat([task, pre], ignore_index=True)
@@ -311,7 +274,6 @@ def test_minilm_finds_a_hand_written_paraphrase_the_13_gram_detector_misses():
         "team finished second in the league, and that two players would leave the club in the summer window."
     )
     from reference import word_ngrams
-
     from tasks.common.matching.textnorm import words
 
     assert not word_ngrams(words(paraphrase), 13) & word_ngrams(words(PARAGRAPH), 13)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from test_leakage import PARAGRAPH, filler, frame, methods_for, params, run_leakage
 
+from leakage_fixtures import PARAGRAPH, filler, frame, params, run_leakage
 from tasks.common.matching.textnorm import words
 from tasks.leakage import detectors, substitution
+from test_leakage import methods_for
 
 # PARAGRAPH with every 3rd content word (alphabetic, 3+ letters, not an English stop word) replaced by a word of
 # about the same meaning, by hand: authority, reservoir, lowest, began, covering, force, pumping, pipeline,
