@@ -48,7 +48,7 @@ Modules:
 - ``signing``: the per-shard shingle-set and signature kernels (numpy, or compiled on a large corpus).
 - ``incremental``: the signatures and Jaccards of texts seen before, kept in ``<data>/dedup_index``.
 - ``segments``: the index's append-only segment files.
-- ``ray_engine``: the signing and LSH on Ray Data (``engine: ray``; imports Ray).
+- ``ray_engine``: the signing and LSH on Ray Data (``engine: ray``; Ray is imported when it runs).
 - ``near``: the LSH near-duplicate merge, verified by exact Jaccard in keep order.
 - ``conflicts``: label and tag conflicts in clusters and their resolution.
 - ``labels``: every row's cluster, kept row and duplicate kind.
@@ -65,7 +65,7 @@ import numpy as np
 from tasks.common.matching.unionfind import UnionFind
 from tasks.config import Paths
 from tasks.config.corpus.dedup import DedupParams
-from tasks.dedup import incremental, policy
+from tasks.dedup import incremental, policy, ray_engine
 from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.corpus import ROLE_RANK, Corpus, read_corpus
 from tasks.dedup.labels import label_rows
@@ -150,7 +150,5 @@ def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind, all
 
 
 def sign_on_ray(paths: Paths, corpus: Corpus, cfg: DedupParams) -> DocSignatures:
-    """``sign_documents`` on Ray Data (``tasks/dedup/ray_engine.py``, imported only here: Ray is optional)."""
-    from tasks.dedup import ray_engine  # it makes its Ray remote functions as it is imported: Ray is imported then
-
+    """``sign_documents`` on Ray Data (``tasks/dedup/ray_engine.py``; Ray is optional, imported there when used)."""
     return ray_engine.sign_documents([path for files in corpus.files.values() for path in files], corpus, cfg)

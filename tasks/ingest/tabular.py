@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from tasks.common.files.ioerrors import reading
 from tasks.config.corpus.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
 from tasks.ingest.records import Record, SourceError, bad_byte, read_text_file, split_lines
@@ -212,8 +214,6 @@ def read_parquet(spec: ParquetSource, files: list[tuple[Path, str]]) -> Iterator
     Raises ``SourceError`` naming both files when one column has different Arrow types in two shards, and
     ``ioerrors.DamagedFile`` naming a file that cannot be read (truncated, damaged, not Parquet).
     """
-    import pyarrow.parquet as pq
-
     check_parquet_types(files)
     for path, name in files:
         with reading(path):
@@ -225,8 +225,6 @@ def read_parquet(spec: ParquetSource, files: list[tuple[Path, str]]) -> Iterator
 def check_parquet_types(files: list[tuple[Path, str]]) -> None:
     """Raise ``SourceError`` naming both files when one column has different Arrow types in two shards (read
     from the footers only)."""
-    import pyarrow.parquet as pq
-
     types = ColumnTypes()
     for path, _ in files:
         with reading(path):

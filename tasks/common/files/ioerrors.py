@@ -16,6 +16,7 @@ Both are ``ValueError``\\ s, which the runner (``tasks/__main__.py``, ``DATA_ERR
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pickle
 import shutil
@@ -127,8 +128,6 @@ def reading_folder(folder: Path | str, recover: str | None = None) -> Iterator[N
 def damaged_in(folder: Path) -> Path | None:
     """The first ``*.json`` file in ``folder`` that is not JSON, or ``*.safetensors`` file whose header or size is
     not a safetensors file's; None when every one reads (called only after a read failed: it parses them all)."""
-    import json
-
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             json.loads(path.read_text(encoding="utf-8"))

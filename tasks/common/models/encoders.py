@@ -16,6 +16,7 @@ pooler (callers pool themselves); weights load from safetensors via ``from_pretr
 from __future__ import annotations
 
 import json
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -246,8 +247,6 @@ def mean_pool(hidden, mask):
 
 def quantize_int8(model):
     """Dynamic int8 quantisation of every ``torch.nn.Linear`` (weights int8, activations quantised per batch)."""
-    import warnings
-
     import torch
 
     with warnings.catch_warnings():

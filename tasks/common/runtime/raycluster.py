@@ -1,7 +1,8 @@
 """The one place that starts or joins Ray, for the stages with ``engine: ray`` (dedup, leakage).
 
-Ray is the optional dependency group ``.[ray]``; nothing imports this module unless a stage's ``engine`` is
-``ray``, so ``make run`` on the default params never imports Ray.
+Ray is the optional dependency group ``.[ray]``; it is imported only when a stage's ``engine`` is ``ray`` (a
+``ray_engine`` module's remote functions are made when first called), so ``make run`` on the default params never
+imports Ray.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import os
 import signal
 import threading
 from typing import Any
+
+from tqdm import tqdm
 
 from tasks.config.cluster import RayParams
 
@@ -46,17 +49,36 @@ def connect(cfg: RayParams) -> Any:
     return ray
 
 
-def remote(func):
-    """``ray.remote(func)``, importing Ray only when a ``ray_engine`` module is imported."""
-    import ray
+def remote(func: Any) -> LazyRemote:
+    """``ray.remote(func)``, made when first called: importing a ``ray_engine`` module does not import Ray."""
+    return LazyRemote(func)
 
-    return ray.remote(func)
+
+class LazyRemote:
+    """A Ray remote function made on first use (``remote`` and ``options`` as ``ray.remote(func)``'s)."""
+
+    def __init__(self, func: Any) -> None:
+        self._func, self._made = func, None
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        """``ray.remote(func).remote(*args, **kwargs)``: submit one task; returns its object ref(s)."""
+        return self._remote_function().remote(*args, **kwargs)
+
+    def options(self, **kwargs: Any) -> Any:
+        """``ray.remote(func).options(**kwargs)``."""
+        return self._remote_function().options(**kwargs)
+
+    def _remote_function(self) -> Any:
+        if self._made is None:
+            import ray
+
+            self._made = ray.remote(self._func)
+        return self._made
 
 
 def gather(refs: list, desc: str) -> list:
     """``ray.get`` of ``refs`` with a progress bar that advances as each task finishes; results in ``refs`` order."""
     import ray
-    from tqdm import tqdm
 
     results, pending = {}, list(refs)
     with tqdm(total=len(refs), desc=desc, unit="task") as bar:
