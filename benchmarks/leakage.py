@@ -1,9 +1,9 @@
 """Benchmark of the 13-gram leakage audit against peer decontamination: training docs checked per second.
 
 Corpus: the default sources after the project's own ``ingest`` and ``split`` stages (params.yaml, no dedup:
-every row its own cluster), built in a temporary folder; training docs = ``tasks.leakage.train_rows``, eval
-docs = ``tasks.leakage.eval_rows`` (1x: 6,024 train / 924 eval docs). Scales 1x, 4x, 16x replicate the
-training docs: copy ``c`` (1 .. k-1) of a doc is its text split on single spaces with every 40th piece,
+every row its own cluster), built in a temporary folder; training docs = ``tasks.leakage.outputs.train_rows``,
+eval docs = ``tasks.leakage.outputs.eval_rows`` (1x: 6,024 train / 924 eval docs). Scales 1x, 4x, 16x replicate
+the training docs: copy ``c`` (1 .. k-1) of a doc is its text split on single spaces with every 40th piece,
 starting at piece ``c mod 40``, replaced by ``zq<c>``, so no copy equals another; the eval set is fixed.
 
 Each tool runs in a fresh subprocess on the same corpus file (JSON, read before the clock starts), from
@@ -12,9 +12,9 @@ and reported). Every tool is single-threaded, and the machine is shared, so the 
 (``time.process_time``) of the timed region; its wall seconds are reported next to it. Peak RSS is that
 process's own ``VmHWM`` (it includes the corpus it loaded: ``rss_after_load_mb`` is reported next to it):
 
-- ``ours``: ``tasks.common.matching.textnorm.words`` on every text, ``tasks.leakage.make_sides`` (blake2b word
-  hashes), ``tasks.leakage.ngram_matches`` with params.yaml (``ngram_words`` 13; eval docs of
-  ``min_match_words`` (5) to 12 words use their whole length as n; every pair, score and span).
+- ``ours``: ``tasks.common.matching.textnorm.words`` on every text, ``tasks.leakage.lexical.words.make_sides``
+  (blake2b word hashes), ``tasks.leakage.lexical.detectors.ngram_matches`` with params.yaml (``ngram_words`` 13;
+  eval docs of ``min_match_words`` (5) to 12 words use their whole length as n; every pair, score and span).
 - ``set_baseline``: plain Python, the same ``words``, per training doc ``set(n-grams).isdisjoint(eval n-grams)``
   for every n-gram length in use (stopping at the first length that hits), as a plain decontamination script
   does (capped at 4x: it is the slowest).
@@ -73,11 +73,12 @@ def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
     most that many documents a source (ingest's own ``max_docs``: a smoke run's size)."""
     import pandas as pd
 
-    from tasks import ingest, leakage, split
+    from tasks import ingest, split
     from tasks.common.files.shards import read_source, source_files
     from tasks.config import Paths
     from tasks.config.corpus.ingest import IngestParams
     from tasks.config.corpus.split import SplitParams
+    from tasks.leakage.outputs import eval_rows, train_rows
     from tasks.tracking import NullLog
 
     paths = Paths(data=folder / "data", models=folder / "m", metrics=folder / "x", reports=folder / "r")
@@ -91,7 +92,7 @@ def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
         labelled.to_parquet(dedup_dir / f"{name}.parquet", index=False)
     split.run(SplitParams(**raw["split"]), paths, NullLog())
     rows = pd.concat([pd.read_parquet(f) for f in sorted(paths.stage_data("split").glob("*.parquet"))])
-    return leakage.train_rows(rows), leakage.eval_rows(rows)
+    return train_rows(rows), eval_rows(rows)
 
 
 def replicate(texts: list[str], scale: int) -> list[str]:
@@ -114,15 +115,16 @@ def rss_mb(field: str = "VmRSS") -> float:
 
 
 def part_ours(corpus: dict, cfg) -> dict:
-    from tasks import leakage
     from tasks.common.matching.textnorm import words
+    from tasks.leakage.lexical import detectors
+    from tasks.leakage.lexical.words import make_sides
 
     t0, c0 = time.perf_counter(), time.process_time()
     train_tokens, eval_tokens = [words(t) for t in corpus["train"]], [words(t) for t in corpus["eval"]]
     t1, c1 = time.perf_counter(), time.process_time()
-    trains, evals = leakage.make_sides(train_tokens, eval_tokens)
+    trains, evals = make_sides(train_tokens, eval_tokens)
     t2, c2 = time.perf_counter(), time.process_time()
-    matches = leakage.ngram_matches(trains, evals, cfg)
+    matches = detectors.ngram_matches(trains, evals, cfg.lexical)
     t3, c3 = time.perf_counter(), time.process_time()
     flagged, by_13, span = set(), set(), {}
     for i, j, _, _, text in matches:

@@ -2,11 +2,11 @@
 
 Corpus: the default sources after ``ingest`` and ``split`` (``benchmarks/leakage.py``'s ``default_corpora``,
 no dedup), or ``data/split`` when it exists (``--from-split``). Timed, in this process, on the same
-training docs (``tasks.leakage.train_rows``) against the same eval docs (``eval_rows``):
+training docs (``tasks.leakage.outputs.train_rows``) against the same eval docs (``eval_rows``):
 
-- ``lexical``: ``tasks.leakage.tokenize`` (words + UTS #39 fold), word hashes and every lexical detector
+- ``lexical``: ``tasks.leakage.lexical.words.tokenize`` (words + UTS #39 fold), word hashes and every lexical detector
   (``detectors.detect``: 13-grams, whole docs, MinHash docs and passages), as the stage runs them;
-- ``semantic``: the eval docs' and the training docs' windows embedded by ``tasks.leakage.semantic_encoder.Encoder``
+- ``semantic``: the eval docs' and the training docs' windows embedded by ``tasks.leakage.semantic.encoder.Encoder``
   (params.yaml's ``leakage.semantic``: 128-token windows every 126, ``cpu_precision``) and the exact search;
   then fp32, bf16 autocast and dynamic int8 on the first ``--fp32-docs`` training docs only, with the agreement
   of bf16 and int8 with fp32: cosine of the same windows' embeddings (min, p1, median) and the flagged
@@ -45,13 +45,13 @@ def corpora(from_split: bool, max_docs: int | None = None):
     """``(train frame, eval frame)``; ``max_docs`` a source when built (``leakage.default_corpora``)."""
     import pandas as pd
 
-    from tasks import leakage
     from tasks.config import read_yaml
+    from tasks.leakage.outputs import eval_rows, train_rows
 
     folder = ROOT / "data" / "split"
     if from_split and folder.is_dir():
         rows = pd.concat([pd.read_parquet(f) for f in sorted(folder.glob("*.parquet"))], ignore_index=True)
-        return leakage.train_rows(rows), leakage.eval_rows(rows)
+        return train_rows(rows), eval_rows(rows)
     from benchmarks.leakage import default_corpora
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,18 +68,18 @@ def since(start) -> dict:
 
 
 def lexical(train_texts: list[str], eval_texts: list[str], cfg) -> dict:
-    from tasks import leakage
-    from tasks.leakage.detectors import detect
+    from tasks.leakage.lexical.detectors import detect
+    from tasks.leakage.lexical.words import make_sides, tokenize
 
     start = clock()
-    trains, evals = leakage.make_sides([leakage.tokenize(t) for t in train_texts],
-                                       [leakage.tokenize(t) for t in eval_texts])
-    matches = detect(trains, evals, cfg)
+    trains, evals = make_sides([tokenize(t) for t in train_texts], [tokenize(t) for t in eval_texts])
+    matches = detect(trains, evals, cfg.lexical)
     return {**since(start), "pairs": len(matches)}
 
 
 def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, precision: str):
-    from tasks.leakage import semantic, semantic_encoder
+    from tasks.leakage.semantic import encoder as semantic_encoder
+    from tasks.leakage.semantic import method as semantic
 
     scfg = cfg.semantic.model_copy(update={"cpu_precision": precision, "enabled": True})
     start = clock()

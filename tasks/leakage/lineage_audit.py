@@ -3,10 +3,10 @@
 Each run audits its own corpus. A model carried over from an earlier run (``pretrain.init_from``: a folder)
 has also trained on that run's pretraining text, and on its ancestors'. If a split later moved one of those
 documents into dev or test, today's scores on it are contaminated, and today's audit cannot see it. So the
-audit reads the ``init_from`` folder's ``pretraining.json`` (``tasks.common.lineage``: the md5 of each text
+audit reads the ``init_from`` folder's ``pretraining.json`` (``tasks.common.pretraining_texts``: the md5 of each text
 file of its pretraining and of its ancestors', flattened), finds every file again by md5 (DVC cache, or the
 recorded path while its bytes still match), and runs the same lexical detectors as on today's corpus
-(``detectors.detect``: word n-grams, whole-doc equality of short texts, MinHash over docs and passages) on the
+(``lexical.detectors.detect``: word n-grams, whole-doc equality of short texts, MinHash over docs and passages) on the
 rows that were trained on. A matched eval doc is handled as today's pretraining contamination is, by
 ``pretrain_action``, except that the earlier model cannot unlearn its text: ``remove`` takes the eval doc out
 of its evaluation set (``removed.jsonl`` reason ``leakage:lineage``), ``flag`` keeps it with ``leak_flag``.
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common import lineage
-
-from tasks.common.matching import minhash
+from tasks.common import pretraining_texts as lineage
 from tasks.common.deps import require_declared
 from tasks.common.files.ioerrors import reading
+from tasks.common.matching import minhash
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage.detectors import Side, detect, make_side
+from tasks.leakage.lexical.detectors import detect
+from tasks.leakage.lexical.words import Side, make_side
 
 #: Columns of ``data/leakage/lineage.parquet``: one row per (lineage file, trained doc, eval doc, method).
 LINEAGE_COLUMNS = ["file_md5", "train_doc", "eval_doc", "method", "score", "span", "eval_source", "eval_split"]
@@ -86,7 +86,7 @@ def audit(cfg: LeakageParams, paths, eval_frame: pd.DataFrame, evals: Side,
             continue
         rows = trained_rows(where, entry)
         trains = make_side([words(t) for t in rows["text"]], minhash.WordHashes())
-        for i, j, method, score, span in detect(trains, evals, cfg):
+        for i, j, method, score, span in detect(trains, evals, cfg.lexical):
             ev = eval_frame.iloc[j]
             records.append((entry["md5"], rows["doc_id"].iloc[i], ev["doc_id"], method, round(float(score), 6), span,
                             ev["source"], ev["split"]))  # fmt: skip

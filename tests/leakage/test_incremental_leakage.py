@@ -19,8 +19,15 @@ import pytest
 
 from leakage_fixtures import PARAGRAPH, TRAIN_TEXT, filler, frame, night, outputs, params, run
 from stage_helpers import RecordingLog
-from tasks import leakage
 from tasks.common.matching import minhash
+from tasks.leakage.lexical import residual
+from tasks.leakage.lexical.words import make_side, tokenize
+from tasks.leakage.outputs import eval_rows
+from tasks.leakage.planted import cache as plant_cache
+from tasks.leakage.planted import recall
+from tasks.leakage.planted.variants import make as make_plants
+from tasks.leakage.scan import incremental
+from tasks.leakage.scan.incremental import Result, gram_rows
 
 NEW_EVAL = " ".join(filler(300, 4).split()[100:140])  # an eval doc added later, quoted by the cached doc "held"
 
@@ -122,8 +129,6 @@ def test_a_damaged_or_missing_matches_file_forces_a_full_audit(inc, tmp_path):
 def test_the_residual_n_grams_round_trip_through_the_gram_table(inc, tmp_path):
     import pyarrow as pa
 
-    from tasks.leakage import incremental, residual
-
     folder = inc / "data/leakage_cache"
     vocabulary = pq.read_table(folder / "grams.parquet").column("gram").to_pylist()
     texts = pq.read_table(folder / "texts.parquet")
@@ -143,8 +148,6 @@ def test_the_residual_n_grams_round_trip_through_the_gram_table(inc, tmp_path):
 
 
 def test_gram_rows_map_the_rows_read_onto_a_vocabulary_that_grew_before_them():
-    from tasks.leakage.incremental import Result, gram_rows
-
     old = ["b", "d", "f"]
     read = {"b", "f"}
     kept = Result([], True, read, None, (read, np.array([0, 2]), old))
@@ -157,42 +160,40 @@ def test_gram_rows_map_the_rows_read_onto_a_vocabulary_that_grew_before_them():
 def plants_of(eval_text: str = PARAGRAPH):
     """The eval rows of ``night(eval_text=...)``, their detector side and their planted copies."""
     rows = pd.concat(night(eval_text=eval_text), ignore_index=True)
-    evals = leakage.eval_rows(rows)
-    side = leakage.make_side([leakage.tokenize(t) for t in evals["text"]], minhash.WordHashes())
+    evals = eval_rows(rows)
+    side = make_side([tokenize(t) for t in evals["text"]], minhash.WordHashes())
     pre = rows[rows["role"] == "pretrain"]
-    plants, _ = leakage.planted.make(evals, list(pre["text"]), list(pre["doc_id"]), params().planted, {}.get)
+    plants, _ = make_plants(evals, list(pre["text"]), list(pre["doc_id"]), params().planted, {}.get)
     return evals, side, plants
 
 
 def test_planted_copies_seen_before_are_taken_from_the_cache_and_equal_a_fresh_scan(tmp_path):
-    from tasks.leakage import plant_cache
-
     evals, side, plants = plants_of()
-    fresh = leakage.planted.found_by(plants, side, params(), leakage.tokenize)
+    fresh = recall.found_by(plants, side, params().lexical, tokenize)
     assert any(fresh) and len(plants) > 4
     log = RecordingLog()
-    assert plant_cache.found_by(plants, evals, side, params(), leakage.tokenize, tmp_path, log) == fresh
+    assert plant_cache.found_by(plants, evals, side, params(), tokenize, tmp_path, log) == fresh
     assert log.logged["planted_cache"] == {"plants_stored": 0, "plants_scanned": len(plants)}
-    assert plant_cache.found_by(plants, evals, side, params(), leakage.tokenize, tmp_path, log) == fresh
+    assert plant_cache.found_by(plants, evals, side, params(), tokenize, tmp_path, log) == fresh
     assert log.logged["planted_cache"] == {"plants_stored": len(plants), "plants_scanned": 0}
     # one eval doc's text changes: its copies (new texts, and keyed by the new eval text) alone are scanned
     evals2, side2, plants2 = plants_of(PARAGRAPH.replace("Tuesday", "Wednesday"))
     changed = evals2["text"].tolist().index(PARAGRAPH.replace("Tuesday", "Wednesday"))
-    got = plant_cache.found_by(plants2, evals2, side2, params(), leakage.tokenize, tmp_path, log)
-    assert got == leakage.planted.found_by(plants2, side2, params(), leakage.tokenize)
+    got = plant_cache.found_by(plants2, evals2, side2, params(), tokenize, tmp_path, log)
+    assert got == recall.found_by(plants2, side2, params().lexical, tokenize)
     assert log.logged["planted_cache"]["plants_scanned"] == sum(p.eval_index == changed for p in plants2) > 0
     # the old copies against the changed eval text: keyed by both texts, they are scanned again, except those
     # whose text a new copy of that doc has too (the variants that do not hold the changed word)
-    got = plant_cache.found_by(plants, evals2, side2, params(), leakage.tokenize, tmp_path, log)
-    assert got == leakage.planted.found_by(plants, side2, params(), leakage.tokenize)
+    got = plant_cache.found_by(plants, evals2, side2, params(), tokenize, tmp_path, log)
+    assert got == recall.found_by(plants, side2, params().lexical, tokenize)
     kept = {p.text for p in plants2 if p.eval_index == changed}
     again = sum(p.eval_index == changed and p.text not in kept for p in plants)
     assert log.logged["planted_cache"]["plants_scanned"] == again > 0
     # a changed detector param, or incremental off (the file is removed), scans every copy
-    plant_cache.found_by(plants2, evals2, side2, params(passage_threshold=0.6), leakage.tokenize, tmp_path, log)
+    plant_cache.found_by(plants2, evals2, side2, params(passage_threshold=0.6), tokenize, tmp_path, log)
     assert log.logged["planted_cache"]["plants_scanned"] == len(plants2)
     assert log.logged["leakage.planted_cache_reason"] == "the cache fingerprint changed (params)"
-    plant_cache.found_by(plants2, evals2, side2, params(incremental=False), leakage.tokenize, tmp_path, log)
+    plant_cache.found_by(plants2, evals2, side2, params(incremental=False), tokenize, tmp_path, log)
     assert log.logged["planted_cache"]["plants_scanned"] == len(plants2)
     assert not (tmp_path / plant_cache.PLANTS).exists()
 
@@ -206,8 +207,6 @@ def test_the_lexical_cache_rewrite_keeps_the_planted_cache_and_a_stage_rerun_sca
                                      pa.array([["ngram", None]], pa.list_(pa.string()))])  # fmt: skip
 def test_a_plant_cache_of_another_column_type_or_with_nulls_is_not_used(tmp_path, methods):
     from tasks.common.files.stamped import stamp, write_cache
-    from tasks.leakage import plant_cache
-
     evals, side, plants = plants_of()
     key = plant_cache.plant_keys(plants[:1], evals["text"])[0]
     write_cache(stamp(pa.table({"key": pa.array([key], pa.binary(32)), "methods": methods}),
@@ -215,6 +214,6 @@ def test_a_plant_cache_of_another_column_type_or_with_nulls_is_not_used(tmp_path
     stored, reason = plant_cache.load(tmp_path, plant_cache.fingerprint(params()), True)
     assert stored == {} and "cannot be used" in reason
     log = RecordingLog()
-    got = plant_cache.found_by(plants, evals, side, params(), leakage.tokenize, tmp_path, log)
-    assert got == leakage.planted.found_by(plants, side, params(), leakage.tokenize)
+    got = plant_cache.found_by(plants, evals, side, params(), tokenize, tmp_path, log)
+    assert got == recall.found_by(plants, side, params().lexical, tokenize)
     assert log.logged["planted_cache"]["plants_scanned"] == len(plants)

@@ -11,9 +11,9 @@ import pytest
 
 from leakage_fixtures import PARAGRAPH, SHORT, filler, frame, params, rewrap, run_leakage
 from reference import word_ngrams
-from tasks import leakage
 from tasks.common.matching.textnorm import words
-from tasks.leakage import detectors, shingles
+from tasks.leakage.lexical import blocks, detectors, residual, shingles
+from tasks.leakage.lexical.words import make_sides
 
 COMMON = (
     "On the other hand, at the same time, as a result of the meeting, it is said that the authority "
@@ -128,8 +128,8 @@ def test_ngram_matcher_agrees_with_set_intersection_reference():
     vocab = [f"w{k}" for k in range(12)]  # tiny vocabulary: many chance 3-gram collisions
     evals = [list(rng.choice(vocab, size=int(rng.integers(3, 30)))) for _ in range(30)]
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
-    cfg = params(ngram_words=3, min_match_words=1, residual={"ngram_words": 2, "min_coverage": 0.1})
-    got = {(i, j) for i, j, *_ in leakage.ngram_matches(*leakage.make_sides(trains, evals), cfg)}
+    cfg = params(ngram_words=3, min_match_words=1, residual={"ngram_words": 2, "min_coverage": 0.1}).lexical
+    got = {(i, j) for i, j, *_ in detectors.ngram_matches(*make_sides(trains, evals), cfg)}
     want = {(i, j) for i, t in enumerate(trains) for j, e in enumerate(evals) if word_ngrams(t, 3) & word_ngrams(e, 3)}
     assert got == want and len(want) > 50
 
@@ -139,15 +139,15 @@ def test_a_sharded_eval_index_and_small_blocks_find_the_same_matches(monkeypatch
     vocab = [f"w{k}" for k in range(12)]
     evals = [list(rng.choice(vocab, size=int(rng.integers(3, 30)))) for _ in range(30)]
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 60)))) for _ in range(40)]
-    cfg = params(ngram_words=3, min_match_words=1, residual={"ngram_words": 2, "min_coverage": 0.1})
-    sides = leakage.make_sides(trains, evals)
-    whole = leakage.ngram_matches(*sides, cfg)
+    cfg = params(ngram_words=3, min_match_words=1, residual={"ngram_words": 2, "min_coverage": 0.1}).lexical
+    sides = make_sides(trains, evals)
+    whole = detectors.ngram_matches(*sides, cfg)
     n_ngrams = sum(max(len(e) - 2, 0) for e in evals)
     # an n-gram "costs" a quarter of the half of worker_memory_mib: 4 or more shards
     monkeypatch.setattr(detectors, "BYTES_PER_INDEX_NGRAM", (cfg.worker_memory_mib << 19) * 4 // n_ngrams + 1)
     assert len(detectors._ngram_index_shards(sides[1].hashes, cfg)) == 8  # 2**ceil(log2(4 + a bit))
-    monkeypatch.setattr(detectors, "block_words", lambda cfg: 50)  # a few docs per block
-    assert leakage.ngram_matches(*sides, cfg) == whole and len(whole) > 50
+    monkeypatch.setattr(blocks, "block_words", lambda cfg: 50)  # a few docs per block
+    assert detectors.ngram_matches(*sides, cfg) == whole and len(whole) > 50
 
 
 def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monkeypatch):
@@ -158,8 +158,9 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     for k in range(0, 60, 3):  # a third of the trains hold a stretch of an eval doc
         e = evals[k % 6]
         trains[k] = trains[k][:20] + e[: int(rng.integers(5, len(e) + 1))] + trains[k][20:]
-    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3)
-    sides = leakage.make_sides(trains, evals)
+    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3,
+                 passage_threshold=0.3).lexical
+    sides = make_sides(trains, evals)
     # by hand: a train window is signed iff one of its 3-gram shingles is some eval window's
     windows = [(i, s, e) for i, x in enumerate(trains) for s, e in detectors.passage_windows(len(x), cfg)]
     eval_windows = [(j, s, e) for j, x in enumerate(evals) for s, e in detectors.passage_windows(len(x), cfg)]
@@ -170,9 +171,9 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     short = (6, 0, 2)  # two words: no 3-gram, never signed, and the others keep their indexes
     assert detectors.sharing_windows(sides[0].hashes, [short, *windows], sides[1].hashes, eval_windows, 3) == [
         w + 1 for w in want]  # fmt: skip
-    filtered = (leakage.minhash_doc_matches(*sides, cfg), leakage.minhash_passage_matches(*sides, cfg))
+    filtered = (detectors.minhash_doc_matches(*sides, cfg), detectors.minhash_passage_matches(*sides, cfg))
     monkeypatch.setattr(detectors, "sharing_windows", lambda q, windows, *_: list(range(len(windows))))
-    assert filtered == (leakage.minhash_doc_matches(*sides, cfg), leakage.minhash_passage_matches(*sides, cfg))
+    assert filtered == (detectors.minhash_doc_matches(*sides, cfg), detectors.minhash_passage_matches(*sides, cfg))
     assert len(filtered[0]) > 3 and len(filtered[1]) > 10
 
 
@@ -188,13 +189,14 @@ def copies_of_evals() -> tuple[list, list, object]:
         copy = [w if k % 8 or p % 6 else "swapped" for p, w in enumerate(e[:30])]
         trains[k] = trains[k][:15] + copy + trains[k][15:]
     trains[1], trains[2] = ["w1", "w2", "w3"], ["w1", "w2"]  # the short eval doc whole, and a shorter doc
-    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3)
+    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3,
+                 passage_threshold=0.3).lexical
     return trains, evals, cfg
 
 
 def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_matches_are_the_same(monkeypatch):
     trains, evals, cfg = copies_of_evals()
-    sides = leakage.make_sides(trains, evals)
+    sides = make_sides(trains, evals)
     # by hand: under min_match_words (5) words, or sharing a word 3-gram (min(5, shingle_words)) with an eval doc
     grams = set().union(*(word_ngrams(e, 3) for e in evals))
     want = [i for i, t in enumerate(trains) if len(t) < 5 or word_ngrams(t, 3) & grams]
@@ -210,7 +212,7 @@ def test_only_screened_docs_meet_the_ngram_exact_and_minhash_detectors_and_the_m
 
 def test_an_owner_per_training_doc_keeps_exactly_its_pairs_of_the_full_detection():
     trains, evals, cfg = copies_of_evals()
-    sides = leakage.make_sides(trains, evals)
+    sides = make_sides(trains, evals)
     found = detectors.detect(*sides, cfg)
     owner = np.array([k % 5 if k % 4 == 0 else 5 if k == 1 else (k + 1) % 5 for k in range(len(trains))])
     owner[::20] = 5  # copies of eval doc 0 owned by another: their pairs are dropped
@@ -222,13 +224,13 @@ def test_an_owner_per_training_doc_keeps_exactly_its_pairs_of_the_full_detection
 def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(monkeypatch):
     ev = [f"e{k}" for k in range(20)]  # 8 eval 13-grams, starting at 0..7
     train = ["x", "x"] + ev[0:15] + ["y"] + ev[4:20]  # eval windows 0-2 (15 words), then 4-7 (16 words)
-    cfg = params()
-    sides = leakage.make_sides([["z"] * 30, train, ev[:12]], [ev])
-    ((i, j, method, score, span),) = leakage.ngram_matches(*sides, cfg)
+    cfg = params().lexical
+    sides = make_sides([["z"] * 30, train, ev[:12]], [ev])
+    ((i, j, method, score, span),) = detectors.ngram_matches(*sides, cfg)
     assert (i, j, method, score, span) == (1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))
-    assert leakage.ngram_matches(*sides, params(max_span_words=5))[0][4] == " ".join(ev[4:9])
-    monkeypatch.setattr(detectors, "block_words", lambda cfg: 7)  # every doc in its own block: no window lost or added
-    assert leakage.ngram_matches(*sides, cfg) == [(1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))]
+    assert detectors.ngram_matches(*sides, params(max_span_words=5).lexical)[0][4] == " ".join(ev[4:9])
+    monkeypatch.setattr(blocks, "block_words", lambda cfg: 7)  # every doc in its own block: no window lost or added
+    assert detectors.ngram_matches(*sides, cfg) == [(1, 0, "ngram", 7 / 8, " ".join(ev[4:20]))]
 
 
 def test_short_eval_texts_below_min_match_words_match_only_whole_docs(tmp_path):
@@ -290,8 +292,6 @@ def test_wordless_texts_never_match_each_other(tmp_path):
 
 
 def test_residual_scan_keeps_only_what_docs_hold_and_pools_coverage_by_hand():
-    from tasks.leakage import residual
-
     cfg = params()  # residual: 8-grams, min_coverage 0.1
     a, b = [f"a{k}" for k in range(20)], ["short", "eval", "doc"]  # A: 13 distinct 8-grams; B: none (3 words)
     corpus = [a[:12] + ["x"] * 5, b, ["pre"] + b + ["post"], ["x"] * 30, a[10:20]]
@@ -301,7 +301,7 @@ def test_residual_scan_keeps_only_what_docs_hold_and_pools_coverage_by_hand():
     assert whole == {1: tuple(b)}  # doc 2 holds B's words but is not B: no whole-doc match
     scan = residual.Scan(["d0", "d1", "d2", "d3", "d4"], hits, whole)
     frame = pd.DataFrame({"doc_id": ["A", "B"], "source": "s", "split": "test"})
-    out = residual.residual(frame, [a, b], scan, {"d1"}, cfg)
+    out = residual.residual(frame, [a, b], scan, {"d1"}, cfg.residual, cfg.max_examples)
     assert (out["contaminated_docs_before"], out["contaminated_docs"]) == (2, 1)  # B only before d1's removal
     assert out["examples"] == [{"eval_doc": "A", "coverage": round(8 / 13, 6), "contaminated": True,
                                 "train_docs": ["d0", "d4"], "shared": " ".join(a[:8])}]

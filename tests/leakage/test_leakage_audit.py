@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 
 from leakage_fixtures import frame, params, run_leakage
-from tasks import leakage
 from tasks.common.matching.textnorm import words
 from tasks.common.provenance import Lock
 from tasks.config.corpus.leakage import PlantedParams
-from tasks.leakage import planted, synonyms
-from tasks.leakage.filler import FillerRing
+from tasks.leakage.lexical.words import tokenize
+from tasks.leakage.planted import recall, synonyms
+from tasks.leakage.planted import variants as planted
+from tasks.leakage.planted.filler import FillerRing
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Metrics
 from tasks.report.stats.estimates import StatsConfig
@@ -50,7 +51,7 @@ def test_verbatim_rewrapped_unicode_and_homoglyphs():
     glyphs = planted.homoglyphs(["Paper", "boxes", "top"])
     assert glyphs == "P\u0430\u0440\u0435r b\u043e\u0445\u0435s t\u043e\u0440"  # а р е, о х е, о р
     assert words(glyphs) != ["paper", "boxes", "top"]  # NFKC leaves Cyrillic alone
-    assert leakage.tokenize(glyphs) == ["paper", "boxes", "top"]  # the UTS #39 fold of the detectors
+    assert tokenize(glyphs) == ["paper", "boxes", "top"]  # the UTS #39 fold of the detectors
 
 
 def test_in_filler_and_fragment_put_the_middle_of_the_doc_inside_filler():
@@ -142,14 +143,14 @@ def test_recall_intervals_and_the_strongest_variant_at_95_percent():
     from scipy.stats import beta
 
     # Clopper-Pearson by its beta-quantile form: [B(0.025; x, n - x + 1), B(0.975; x + 1, n - x)]
-    assert planted.recall_entry([True] * 19 + [False]) == {
+    assert recall.recall_entry([True] * 19 + [False]) == {
         "found": 19, "n": 20, "recall": 0.95, "ci_low": round(beta.ppf(0.025, 19, 2), 6), "ci_high": round(beta.ppf(0.975, 20, 1), 6)}
-    assert planted.recall_entry([]) == {"found": 0, "n": 0, "recall": None, "ci_low": None, "ci_high": None}
+    assert recall.recall_entry([]) == {"found": 0, "n": 0, "recall": None, "ci_low": None, "ci_high": None}
     assert [planted.ordinal(k) for k in (1, 2, 3, 5, 12, 22)] == ["1st", "2nd", "3rd", "5th", "12th", "22nd"]
     entries = {name: {"family": "replaced", "by_detector": {"audit": {"recall": r, "ci_low": lo}}}
                for name, r, lo in (("k20", 1.0, 0.99), ("k12", 0.97, 0.94), ("k8", 0.99, 0.96), ("k5", 0.5, 0.4))}
     # the point estimate stays >= 0.95 up to k8; the CI lower bound falls short at k12 already
-    assert planted.strongest_at(entries, 0.95) == {"replaced": {"audit": {"point": "k8", "ci": "k20"}}}
+    assert recall.strongest_at(entries, 0.95) == {"replaced": {"audit": {"point": "k8", "ci": "k20"}}}
 
 
 # ---------------------------------------------------------------- the claims on one fixture

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from leakage_fixtures import PARAGRAPH, filler, night, outputs, params, run, semantic_params
-from tasks.leakage import embedding_store, semantic, semantic_audit, semantic_encoder
+from tasks.leakage.semantic import audit as semantic_audit
+from tasks.leakage.semantic import encoder as semantic_encoder
+from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic.windows import normalize_text
 from tasks.tracking import NullLog
 
 OLD = ["the reservoir fell to its lowest level since records began in the dry summer",
@@ -156,7 +159,7 @@ def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, 
     original = later.tokenize
     later.tokenize = lambda texts: tokenized.extend(texts) or original(texts)
     both = later.windows(OLD + [""] + NEW)
-    assert tokenized == [semantic.normalize_text(t) for t in NEW]  # the kept texts (and the empty one): not cut
+    assert tokenized == [normalize_text(t) for t in NEW]  # the kept texts (and the empty one): not cut
     scratch = encoder(tiny_encoder).windows(OLD + [""] + NEW)
     assert len(OLD) not in scratch.doc.tolist() and len(OLD) + 1 in scratch.doc.tolist()  # "" has no window
     assert np.array_equal(both.vectors, scratch.vectors) and np.array_equal(both.bounds, scratch.bounds)

@@ -1,4 +1,4 @@
-"""tasks/leakage/forked.py: the lexical scan on forked processes over blocks of training rows is the
+"""tasks/leakage/scan/forked.py: the lexical scan on forked processes over blocks of training rows is the
 one-process scan, match for match, and the stage's outputs are byte-identical."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 
 from leakage_fixtures import PARAGRAPH, filler, frame, night, outputs, params, run
-from tasks import leakage
 from tasks.common.matching import minhash
-from tasks.leakage import forked
+from tasks.leakage.lexical.words import make_side, tokenize
+from tasks.leakage.scan import forked
+from tasks.leakage.scan.local import scan_in_process
 
 
 def test_blocks_are_contiguous_and_cut_at_equal_shares_of_characters(monkeypatch):
@@ -37,11 +38,11 @@ def corpus() -> tuple[pd.DataFrame, pd.DataFrame]:
 def test_forked_scan_equals_the_in_process_scan_match_for_match(monkeypatch):
     monkeypatch.setattr(forked, "MIN_ROWS_PER_PROCESS", 1)
     evals, train = corpus()
-    side = leakage.make_side([leakage.tokenize(t) for t in evals["text"]], minhash.WordHashes())
-    one = leakage.scan_in_process(train, side, params())
+    side = make_side([tokenize(t) for t in evals["text"]], minhash.WordHashes())
+    one = scan_in_process(train, side, params())
     assert len(one.matches) >= 8 and one.pretrain.hits  # the copies at both ends are found
     for num_proc in (2, 3, 7):
-        got = forked.scan_forked(train, side, params(num_proc=num_proc), leakage.scan_in_process)
+        got = forked.scan_forked(train, side, params(num_proc=num_proc), scan_in_process)
         assert got.matches == one.matches
         assert got.has_words.tolist() == one.has_words.tolist()
         assert (got.pretrain.ids, got.pretrain.hits, got.pretrain.whole) == (

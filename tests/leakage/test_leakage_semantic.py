@@ -12,9 +12,14 @@ import pandas as pd
 import pytest
 
 from leakage_fixtures import PARAGRAPH, filler, frame, news_corpus, params, run_leakage, semantic_params
-from tasks import leakage
 from tasks.common.matching import confusables
-from tasks.leakage import semantic, semantic_audit, semantic_encoder
+from tasks.leakage.lexical.words import tokenize
+from tasks.leakage.outputs import eval_rows, train_rows
+from tasks.leakage.planted.variants import make as make_plants
+from tasks.leakage.semantic import audit as semantic_audit
+from tasks.leakage.semantic import encoder as semantic_encoder
+from tasks.leakage.semantic import method as semantic
+from tasks.leakage.semantic.windows import Windows, normalize_text, window_starts
 from tasks.tracking import NullLog
 
 # ---------------------------------------------------------------- the confusables fold (UTS #39)
@@ -40,7 +45,7 @@ def test_homoglyph_copy_is_found_by_the_lexical_detectors_only_after_the_fold(tm
     table = pd.read_parquet(out / "table.parquet")
     assert set(table.loc[table["train_doc"] == "copy", "method"]) == {"ngram", "minhash_doc", "minhash_passage",
                                                                       "ngram_substituted"}
-    assert semantic.normalize_text(glyphs) == PARAGRAPH  # the semantic detector reads the folded text too
+    assert normalize_text(glyphs) == PARAGRAPH  # the semantic detector reads the folded text too
 
 
 # ---------------------------------------------------------------- a tiny encoder
@@ -52,10 +57,10 @@ def encoder_for(folder, **changes):
 
 
 def test_windows_tile_the_text_and_the_last_one_ends_at_its_end():
-    assert semantic.window_starts(0, 126, 126) == []
-    assert semantic.window_starts(10, 126, 126) == [0]
-    assert semantic.window_starts(300, 126, 126) == [0, 126, 174]
-    assert semantic.window_starts(300, 126, 63) == [0, 63, 126, 174]
+    assert window_starts(0, 126, 126) == []
+    assert window_starts(10, 126, 126) == [0]
+    assert window_starts(300, 126, 126) == [0, 126, 174]
+    assert window_starts(300, 126, 63) == [0, 63, 126, 174]
 
 
 def test_embeddings_are_mean_pooled_unit_vectors_computed_once_per_window(tiny_encoder):
@@ -89,9 +94,9 @@ def test_int8_and_bf16_encoders_agree_with_fp32(tiny_encoder):
     assert (full * int8).sum(axis=1).min() > 0.95 and (full * bf16).sum(axis=1).min() > 0.999
 
 
-def as_windows(vectors: np.ndarray, docs) -> semantic.Windows:
+def as_windows(vectors: np.ndarray, docs) -> Windows:
     """Windows of the given vectors and docs (no texts, no encoder): for the search alone."""
-    return semantic.Windows(vectors, np.asarray(docs), np.zeros((len(vectors), 2), int), [], None)
+    return Windows(vectors, np.asarray(docs), np.zeros((len(vectors), 2), int), [], None)
 
 
 def test_exact_and_hnsw_search_find_the_same_pairs():
@@ -153,7 +158,7 @@ def test_threshold_is_the_lowest_with_dev_precision_at_equal_numbers():
 def test_known_clean_pairs_are_the_nearest_same_class_doc_outside_the_cluster():
     vectors = np.eye(4, dtype=np.float32)[[0, 0, 1, 1, 2]]  # docs 0/1 identical, 2/3 identical, 4 alone
     vectors[4] = (vectors[0] + vectors[4]) / np.sqrt(2)
-    windows = semantic.Windows(vectors, np.arange(5), np.zeros((5, 2), int), [], None)
+    windows = Windows(vectors, np.arange(5), np.zeros((5, 2), int), [], None)
     best, partner = semantic.clean_pair_scores(windows, ["a", "a", "b", "b", "a"], ["c0", "c0", "c2", "c3", "c4"])
     # 0 and 1 share a dedup cluster: never each other's pair; 2 and 3 differ in cluster: they pair
     assert list(partner) == [4, 4, 3, 2, 0] and np.isclose(best[2], 1.0) and np.isclose(best[0], 1 / np.sqrt(2))
@@ -168,7 +173,7 @@ def test_known_clean_pairs_equal_a_window_by_window_reference_with_ties_and_shar
     vectors = rng.integers(-2, 3, size=(120, 6)).astype(np.float32)  # small integers: every dot product exact
     groups = [f"g{d % 3}" for d in range(40)]
     clusters = [f"c{d // 2 if d < 10 else d}" for d in range(40)]  # docs 0-9 in pairs share a cluster
-    windows = semantic.Windows(vectors, docs, np.zeros((120, 2), int), [], None)
+    windows = Windows(vectors, docs, np.zeros((120, 2), int), [], None)
     want_best, want_partner = np.full(40, -1.0), np.full(40, -1)
     for w in range(120):  # in window order: the first window and partner window reaching the best score win
         for v in range(120):
@@ -185,9 +190,9 @@ def test_known_clean_pairs_equal_a_window_by_window_reference_with_ties_and_shar
 def audit_once(tiny_encoder, task, pre, **changes):
     cfg = params(semantic=semantic_params(tiny_encoder, **changes))
     rows = pd.concat([task, pre], ignore_index=True)
-    evals, trains = leakage.eval_rows(rows), leakage.train_rows(rows)
-    tokens = [leakage.tokenize(t) for t in evals["text"]]
-    plants, _ = leakage.planted.make(evals, list(pre["text"]), list(pre["doc_id"]), cfg.planted, {}.get)
+    evals, trains = eval_rows(rows), train_rows(rows)
+    tokens = [tokenize(t) for t in evals["text"]]
+    plants, _ = make_plants(evals, list(pre["text"]), list(pre["doc_id"]), cfg.planted, {}.get)
     return semantic_audit.audit(cfg, evals, tokens, trains, set(), plants, NullLog(),
                                 encoder=semantic_encoder.Encoder(cfg.semantic, cfg.hardware))
 

@@ -1,4 +1,4 @@
-"""The substitution-tolerant n-gram detector (tasks/leakage/substitution.py): a hand-made synonym copy that the
+"""The substitution-tolerant n-gram detector (tasks/leakage/lexical/substitution.py): a hand-made synonym copy that the
 13-gram and MinHash detectors miss, and the pigeonhole search against a brute-force scan of every alignment."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pandas as pd
 
 from leakage_fixtures import PARAGRAPH, filler, frame, params, run_leakage
 from tasks.common.matching.textnorm import words
-from tasks.leakage import detectors, substitution
+from tasks.leakage.lexical import substitution
+from tasks.leakage.lexical.words import make_sides
 from test_leakage import methods_for
 
 # PARAGRAPH with every 3rd content word (alphabetic, 3+ letters, not an English stop word) replaced by a word of
@@ -42,7 +43,7 @@ def test_spun_copy_is_found_only_by_the_substitution_tolerant_ngrams(tmp_path):
 
 
 def test_the_window_rule():
-    cfg = params()  # window_words 13, max_substituted_share 0.2
+    cfg = params().lexical  # window_words 13, max_substituted_share 0.2
     # (n, k, seed length): 13 words allow 2 substitutions, so some 4-word block of the 13 is intact
     assert substitution.window_rule(40, cfg) == (13, 2, 4)
     assert substitution.window_rule(9, cfg) == (9, 1, 4)
@@ -74,9 +75,10 @@ def test_pigeonhole_search_equals_a_brute_force_scan_of_every_alignment():
     evals = [list(rng.choice(vocab, size=int(rng.integers(3, 21)))) for _ in range(12)]
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 40)))) for _ in range(25)]
     trains += [[w if (x + 1) % 4 else "other" for x, w in enumerate(e)] for e in evals[:4]]  # every 4th replaced
-    for cfg in (params(), params(substitution={"window_words": 7, "max_substituted_share": 0.3}),
-                params(worker_memory_mib=16, substitution={"window_words": 13, "max_substituted_share": 0.0})):
-        train_side, eval_side = detectors.make_sides(trains, evals)
+    for changes in ({}, {"substitution": {"window_words": 7, "max_substituted_share": 0.3}},
+                    {"worker_memory_mib": 16, "substitution": {"window_words": 13, "max_substituted_share": 0.0}}):
+        cfg = params(**changes).lexical
+        train_side, eval_side = make_sides(trains, evals)
         found = substitution.substitution_matches(train_side, eval_side, cfg)
         assert {(i, j): score for i, j, _, score, _ in found} == brute_force(trains, evals, cfg)
         for i, j, method, score, span in found:  # the span is a window of the training doc with that score
@@ -90,9 +92,9 @@ def test_seed_hash_collisions_cannot_create_a_match(monkeypatch):
     vocab = [f"w{k}" for k in range(5)]
     evals = [list(rng.choice(vocab, size=int(rng.integers(5, 16)))) for _ in range(6)]
     trains = [list(rng.choice(vocab, size=30)) for _ in range(8)] + [[f"x{k}" for k in range(30)]]
-    cfg = params()
+    cfg = params().lexical
     monkeypatch.setattr(substitution.minhash, "rolling_hashes",
                         lambda values, n: np.zeros(max(len(values) - n + 1, 0), np.uint64))
-    found = substitution.substitution_matches(*detectors.make_sides(trains, evals), cfg)
+    found = substitution.substitution_matches(*make_sides(trains, evals), cfg)
     assert {(i, j): score for i, j, _, score, _ in found} == brute_force(trains, evals, cfg)
     assert not any(i == len(trains) - 1 for i, *_ in found)  # the doc of other words matches nothing

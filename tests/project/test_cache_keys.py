@@ -13,9 +13,9 @@ computes each cache's key through the cache's own function, then appends a comme
 Each cache's params key is its params section (sub-model) less the params declared to change no stored result
 (``NOT_IN_KEY``, as tokenize's ``NOT_ENCODING``): a param added later keys the cache by default.
 
-And the replay of the issue: a bug put into ``tasks/leakage/shingles.py`` (on 1e1da4d, outside the lexical
-cache's hand-written list) after a run that cached it is not served once the bug is reverted: the next run
-audits in full (the code key changed) and its outputs equal a from-scratch run's.
+And the replay of the issue: a bug put into ``tasks/leakage/lexical/shingles.py`` (``shingles.py`` on 1e1da4d,
+outside the lexical cache's hand-written list) after a run that cached it is not served once the bug is reverted:
+the next run audits in full (the code key changed) and its outputs equal a from-scratch run's.
 """
 
 from __future__ import annotations
@@ -41,15 +41,17 @@ CACHES = {
     "dedup_index": (["tasks.dedup.incremental"], ["tasks/dedup/signatures.py", "tasks/common/matching/minhash.py",
                                                   "tasks/common/matching/textnorm.py", "tasks/common/matching/pairjaccard.py"],
                     "dedup_incremental.fingerprint(P.dedup)"),
-    "leakage_lexical": (["tasks.leakage.incremental"],
-                        ["tasks/leakage/shingles.py", "tasks/common/matching/pairjaccard.py", "tasks/leakage/detectors.py",
-                         "tasks/leakage/substitution.py", "tasks/leakage/residual.py", "tasks/common/matching/confusables.py"],
+    "leakage_lexical": (["tasks.leakage.scan.incremental"],
+                        ["tasks/leakage/lexical/shingles.py", "tasks/common/matching/pairjaccard.py",
+                         "tasks/leakage/lexical/detectors.py", "tasks/leakage/lexical/substitution.py",
+                         "tasks/leakage/lexical/residual.py", "tasks/common/matching/confusables.py"],
                         "leakage_incremental.fingerprint(P.leakage)"),
-    "leakage_planted": (["tasks.leakage.plant_cache"],
-                        ["tasks/leakage/planted.py", "tasks/leakage/shingles.py", "tasks/common/matching/pairjaccard.py"],
+    "leakage_planted": (["tasks.leakage.planted.cache"],
+                        ["tasks/leakage/planted/recall.py", "tasks/leakage/lexical/shingles.py",
+                         "tasks/common/matching/pairjaccard.py"],
                         "plant_cache.fingerprint(P.leakage)"),
-    "leakage_embeddings": (["tasks.leakage.embedding_store", "tasks.leakage.semantic_encoder"],
-                           ["tasks/leakage/semantic.py", "tasks/leakage/semantic_encoder.py",
+    "leakage_embeddings": (["tasks.leakage.semantic.store", "tasks.leakage.semantic.encoder"],
+                           ["tasks/leakage/semantic/windows.py", "tasks/leakage/semantic/encoder.py",
                             "tasks/common/models/encoders.py", "tasks/common/runtime/device.py"],
                            "embedding_store.layouts_key(embedding_store.fingerprint(fake_encoder), "
                            "P.leakage.semantic)"),
@@ -80,12 +82,12 @@ PROBE = textwrap.dedent(
     elif cache == "dedup_index":
         from tasks.dedup import incremental as dedup_incremental
     elif cache == "leakage_lexical":
-        from tasks.leakage import incremental as leakage_incremental
+        from tasks.leakage.scan import incremental as leakage_incremental
     elif cache == "leakage_planted":
-        from tasks.leakage import plant_cache
+        from tasks.leakage.planted import cache as plant_cache
     elif cache == "leakage_embeddings":
         import torch
-        from tasks.leakage import embedding_store
+        from tasks.leakage.semantic import store as embedding_store
         (Path(scratch) / "weights.bin").write_bytes(b"an encoder's files")
         fake_encoder = types.SimpleNamespace(folder=scratch, precision="fp32", device=torch.device("cpu"),
                                              deterministic=True, cfg=P.leakage.semantic)
@@ -160,10 +162,10 @@ def test_every_file_of_a_cache_closure_changes_its_key_and_no_other_file_does(ca
 
 
 def test_replay_a_reverted_bug_in_shingles_is_not_served_from_the_leakage_cache(package, tmp_path):
-    """Issue 62's replay: a run with a bug in ``shingles.py`` fills the cache; after the revert, the next run
+    """Issue 62's replay: a run with a bug in ``lexical/shingles.py`` fills the cache; after the revert, the next run
     (a new process, as ``dvc repro`` is) finds the code key changed, audits in full, and writes what a run from an
     empty cache writes, byte for byte."""
-    tests = os.pathsep.join([str(REPO / "tests" / "leakage"), str(REPO / "tests" / "dedup"), str(REPO / "tests")])
+    tests = str(REPO / "tests")  # leakage_fixtures
     script = textwrap.dedent(
         """
         import json, sys
@@ -171,7 +173,7 @@ def test_replay_a_reverted_bug_in_shingles_is_not_served_from_the_leakage_cache(
         import tasks
         root, scratch, step = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
         assert Path(tasks.__file__).resolve().is_relative_to(root), tasks.__file__
-        from test_incremental_leakage import night, outputs, run
+        from leakage_fixtures import night, outputs, run
         metrics, logged = run(scratch / step, night(), **({"incremental": False} if step == "full" else {}))
         (scratch / f"{step}.json").write_text(json.dumps({
             "mode": logged["leakage.mode"], "reason": logged["leakage.reason"],
@@ -179,7 +181,7 @@ def test_replay_a_reverted_bug_in_shingles_is_not_served_from_the_leakage_cache(
         }))
         """
     )
-    shingles = package / "tasks" / "leakage" / "shingles.py"
+    shingles = package / "tasks" / "leakage" / "lexical" / "shingles.py"
     good = shingles.read_text(encoding="utf-8")
     line = "    near = np.union1d(np.flatnonzero(lengths < cfg.min_match_words), np.asarray(sharing, dtype=np.int64))\n"
     assert good.count(line) == 1
@@ -208,12 +210,14 @@ def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not
     from tokenizers.models import WordLevel
 
     from tasks.config.corpus.dedup import DedupParams
-    from tasks.config.corpus.leakage import LeakageParams, SemanticParams
+    from tasks.config.corpus.leakage import LexicalParams, SemanticParams
     from tasks.config.root import load_params
     from tasks.config.corpus.tokenize import TokenizeParams
     from tasks.dedup import incremental as dedup_incremental
-    from tasks.leakage import embedding_store, plant_cache
-    from tasks.leakage import incremental as leakage_incremental
+    from tasks.leakage.lexical.cache_key import params_md5
+    from tasks.leakage.planted import cache as plant_cache
+    from tasks.leakage.scan import incremental as leakage_incremental
+    from tasks.leakage.semantic import store as embedding_store
     from tasks.tokenize import cache as tokenize_cache
 
     params = load_params(REPO / "params.yaml")
@@ -225,15 +229,19 @@ def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not
                                         deterministic=True, cfg=semantic)  # fmt: skip
         return embedding_store.fingerprint(encoder)
 
+    # the leakage keys read the lexical sub-model (and residual.ngram_words): the rest of the section leaves them
+    leakage_keys = lambda c: (leakage_incremental.fingerprint(c), plant_cache.fingerprint(c))  # noqa: E731
+    neutral = {"pretrain_action": "flag", "num_proc": 3, "worker_memory_mib": 64,
+               "residual": params.leakage.residual.model_copy(update={"min_coverage": 0.123})}
+    assert leakage_keys(params.leakage.model_copy(update=neutral)) == leakage_keys(params.leakage)
     keys = {  # section, its key, a change declared neutral
-        "leakage": (params.leakage, lambda c: (leakage_incremental.fingerprint(c), plant_cache.fingerprint(c)),
-                    {"pretrain_action": "flag", "num_proc": 3,
-                     "residual": params.leakage.residual.model_copy(update={"min_coverage": 0.123})}),
+        "leakage": (params.leakage.lexical, lambda c: params_md5(c, params.leakage.residual),
+                    {"worker_memory_mib": 64}),
         "dedup": (params.dedup, dedup_incremental.fingerprint, {"threshold": 0.123, "conflict_policy": "drop_all"}),
         "semantic": (params.leakage.semantic, store_key, {"min_words": 9, "stride_tokens": 7}),
         "tokenize": (params.tokenize, lambda c: tokenize_cache.fingerprint(word_level, c), {"num_proc": 3}),
     }
-    models = {"leakage": LeakageParams, "dedup": DedupParams, "semantic": SemanticParams, "tokenize": TokenizeParams}
+    models = {"leakage": LexicalParams, "dedup": DedupParams, "semantic": SemanticParams, "tokenize": TokenizeParams}
     for name, (section, key, neutral) in keys.items():
         grown_model = type(f"Grown{models[name].__name__}", (models[name],), {"__annotations__": {"knob": int},
                                                                                "knob": 0})  # fmt: skip
@@ -261,8 +269,9 @@ def test_the_leakage_keys_follow_the_confusables_table_and_the_unicode_data(tmp_
     from tasks.common.imports import closure_fingerprint
     from tasks.config.root import load_params
     from tasks.dedup import incremental as dedup_incremental
-    from tasks.leakage import embedding_store, plant_cache
-    from tasks.leakage import incremental as leakage_incremental
+    from tasks.leakage.planted import cache as plant_cache
+    from tasks.leakage.scan import incremental as leakage_incremental
+    from tasks.leakage.semantic import store as embedding_store
     from tasks.tokenize import cache as tokenize_cache
 
     params = load_params(REPO / "params.yaml")

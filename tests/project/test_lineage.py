@@ -22,9 +22,9 @@ from tasks.common.matching import minhash
 from tasks.common.models.encoders import write_pretraining_record
 from tasks.common.provenance import Lock
 from tasks.config import Paths, load_params
-from tasks.leakage import eval_rows, tokenize
-from tasks.leakage import lineage as leakage_lineage
-from tasks.leakage.detectors import make_side
+from tasks.leakage import lineage_audit as leakage_lineage
+from tasks.leakage.lexical.words import make_side, tokenize
+from tasks.leakage.outputs import eval_rows
 from tasks.pretrain.lineage_fields import record_fields
 from tasks.report.claims.evaluation import evaluate
 from tasks.tracking import NullLog

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,7 +13,7 @@ from tasks.config.hardware import HardwareParams
 
 class PlantedParams(StrictModel):
     """``leakage.planted``: planted copies of every eval doc at increasing edit strength, which measure each
-    detector's recall (``tasks/leakage/planted.py``)."""
+    detector's recall (``tasks/leakage/planted/``)."""
 
     seed: int = Field(description="salt of the sha256 hash ranks (filler docs, sentence shuffles); never a seed "
                       "used while developing the detectors")
@@ -52,7 +52,7 @@ class PlantedParams(StrictModel):
 
 
 class SemanticParams(StrictModel):
-    """``leakage.semantic``: the embedding detector (``tasks/leakage/semantic.py``)."""
+    """``leakage.semantic``: the embedding detector (``tasks/leakage/semantic/``)."""
 
     enabled: bool = Field(True, description="false: no semantic detector (and no semantically clean slice)")
     encoder: str | None = Field(
@@ -69,7 +69,7 @@ class SemanticParams(StrictModel):
     )
     batch_size: int = Field(
         ge=1, description="windows per forward pass: every batch has this many rows, as wide as its windows rounded "
-        "up to 16 tokens, so a window's vector depends on the window alone (tasks/leakage/embedding_store.py)"
+        "up to 16 tokens, so a window's vector depends on the window alone (tasks/leakage/semantic/store.py)"
     )
     cpu_precision: Literal["auto", "bf16", "int8", "fp32"] = Field(
         description="the encoder on the CPU: bf16 autocast, dynamic int8 Linear layers or fp32; auto: bf16 where "
@@ -100,7 +100,8 @@ class SemanticParams(StrictModel):
 
 
 class ResidualParams(StrictModel):
-    """``leakage.residual``: the independent detector run on the cleaned corpus (``tasks/leakage/residual.py``)."""
+    """``leakage.residual``: the independent detector run on the cleaned corpus
+    (``tasks/leakage/lexical/residual.py``)."""
 
     ngram_words: int = Field(ge=1, description="word n-gram length, n (PaLM's contamination check uses 8)")
     min_coverage: float = Field(
@@ -113,13 +114,36 @@ class ResidualParams(StrictModel):
 
 class SubstitutionParams(StrictModel):
     """``leakage.substitution``: word n-grams that match with some positions substituted
-    (``tasks/leakage/substitution.py``)."""
+    (``tasks/leakage/lexical/substitution.py``)."""
 
     window_words: int = Field(ge=2, description="words per compared window (eval texts shorter use their length)")
     max_substituted_share: float = Field(
         ge=0.0, lt=0.5, description="a window matches when at most floor(n * this) of its n words differ at the same "
         "alignment (Hamming distance of word n-grams)"
     )
+
+
+class LexicalParams(StrictModel):
+    """The lexical detectors' params (``tasks/leakage/lexical/``), read from the flat top of the ``leakage:``
+    section and its ``substitution`` block by ``LeakageParams.lexical``: params.yaml keeps its keys, a detector
+    sees only these. Field meanings are ``LeakageParams``'s; validated there."""
+
+    ngram_words: int
+    min_match_words: int
+    shingle_words: int
+    num_perm: int
+    minhash_seed: int
+    doc_threshold: float
+    passage_threshold: float
+    passage_words: int
+    passage_stride_words: int
+    max_span_words: int
+    substitution: SubstitutionParams
+    worker_memory_mib: int
+
+    #: Fields that decide where and in how many pieces a scan runs, never a result (byte-identical results at any
+    #: value): left out of the lexical caches' params key (``tasks/leakage/lexical/cache_key.py``).
+    NOT_IN_RESULTS: ClassVar[frozenset[str]] = frozenset({"worker_memory_mib"})
 
 
 class LeakageParams(StrictModel):
@@ -169,8 +193,13 @@ class LeakageParams(StrictModel):
     )
     pretrain_init_from: str = Field(
         "scratch", description="copied from pretrain.init_from: a model folder's pretraining lineage is audited "
-        "against the eval sets (tasks/leakage/lineage.py); scratch and reference have none of ours"
+        "against the eval sets (tasks/leakage/lineage_audit.py); scratch and reference have none of ours"
     )
+
+    @property
+    def lexical(self) -> LexicalParams:
+        """The lexical detectors' sub-model: the fields of ``LexicalParams``, taken from this section."""
+        return LexicalParams(**{name: getattr(self, name) for name in LexicalParams.model_fields})
 
     @model_validator(mode="after")
     def _check(self) -> LeakageParams:

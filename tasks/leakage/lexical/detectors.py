@@ -1,4 +1,4 @@
-"""The audit's detectors, shared by the real audit and the planted-recall pass (``tasks.leakage.planted``).
+"""The audit's lexical detectors, shared by the real audit and the planted-recall pass (``tasks.leakage.planted``).
 
 All work on ``tasks.common.matching.textnorm.words`` (the dedup normalization: Unicode format characters (Cf) dropped,
 NFKC, casefold, whitespace and line breaks collapsed, punctuation dropped), so re-wrapping, case changes or
@@ -23,48 +23,30 @@ least one word, since two wordless texts share nothing (``docs_without_words`` i
   ``passage_stride_words`` words on both sides, so an eval paragraph inside a long training document is
   compared with a window of about its own size. With stride s and window w the worst alignment still shares
   ``w - s/2`` words.
-- ``ngram_substituted`` (``tasks.leakage.substitution``): word n-grams equal but for at most a share of their
+- ``ngram_substituted`` (``tasks.leakage.lexical.substitution``): word n-grams equal but for at most a share of their
   positions at the same alignment (a copy with words swapped for others leaves no 13-gram).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
 
 from tasks.common.matching import minhash, pairjaccard
-from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage import shingles, substitution
-from tasks.leakage.shingles import filter_table, key_hits, sharing_windows
+from tasks.config.corpus.leakage import LexicalParams
+from tasks.leakage.lexical import blocks, shingles, substitution
+from tasks.leakage.lexical.shingles import filter_table, key_hits, sharing_windows
+from tasks.leakage.lexical.words import Side
 
-BYTES_PER_BLOCK_WORD = 100  # transient bytes per training word of a scan block (hashes, prefix, windows, masks)
 BYTES_PER_INDEX_NGRAM = 64  # eval n-gram index bytes per n-gram (key, group, doc, start, 32 filter-table bytes)
 _INVERSE = np.uint64(pow(int(minhash.MULTIPLIER), -1, 1 << 64))  # M**-1 mod 2**64
+#: The lexical detectors' methods, in the order ``detect`` lists their matches.
+DETECTORS = ("ngram", "exact", "minhash_doc", "minhash_passage", substitution.METHOD)
 
 
-@dataclass(frozen=True)
-class Side:
-    """Documents of one side, index-aligned with its frame: normalized words and their 64-bit hashes."""
-
-    tokens: list[list[str]]
-    hashes: list[np.ndarray]
-
-
-def make_sides(train_tokens: list[list[str]], eval_tokens: list[list[str]]) -> tuple[Side, Side]:
-    """Both sides with each word's 64-bit hash (``minhash.word_hashes``, one cache for both)."""
-    cache = minhash.WordHashes()
-    return make_side(train_tokens, cache), make_side(eval_tokens, cache)
-
-
-def make_side(tokens: list[list[str]], cache: minhash.WordHashes) -> Side:
-    """One side; word hashes are blake2b, so any cache gives the same values (a cache only saves time)."""
-    return Side(tokens, [minhash.word_hashes(x, cache) for x in tokens])
-
-
-def detect(trains: Side, evals: Side, cfg: LeakageParams, owner: np.ndarray | None = None) -> list[tuple]:
+def detect(trains: Side, evals: Side, cfg: LexicalParams, owner: np.ndarray | None = None) -> list[tuple]:
     """Every detector's ``(train_i, eval_j, method, score, span)`` matches, in a fixed order (detector, then
     pair). The n-gram, exact and MinHash detectors see only the docs ``shingles.screen`` lets through (the rest
     can match no eval doc for them); the substitution detector, whose seeds are 2 to 4 words, sees every doc.
@@ -86,26 +68,26 @@ def detect(trains: Side, evals: Side, cfg: LeakageParams, owner: np.ndarray | No
     return found if owner is None else [m for m in found if owner[m[0]] == m[1]]
 
 
-def ngram_matches(trains: Side, evals: Side, cfg: LeakageParams) -> list[tuple]:
+def ngram_matches(trains: Side, evals: Side, cfg: LexicalParams) -> list[tuple]:
     """GPT-3-style n-gram hits: ``(train_i, eval_j, "ngram", score, span)`` per matching pair, sorted by pair.
 
     Eval docs with ``min_match_words <= len < ngram_words`` words use their whole length as n. The eval
     n-grams are indexed in shards by hash (``_ngram_index_shards``, each at most half of
     ``cfg.worker_memory_mib``), and the training docs are scanned in blocks of whole docs sized to the other
-    half (``block_words``), each block against each shard in turn (``_hit_windows``), so memory per process
+    half (``blocks.block_words``), each block against each shard in turn (``_hit_windows``), so memory per process
     is set by the param, not by the corpus; every hash hit is confirmed word by word. Score = share of the
     eval doc's n-grams found; span = the longest run of overlapping matched windows.
     """
     shards = _ngram_index_shards(evals.hashes, cfg)
-    eval_all, _, _ = _concatenate(evals.hashes)
+    eval_all, _, _ = blocks.concatenate(evals.hashes)
     eval_offset = np.cumsum([0] + [len(x) for x in evals.hashes])[:-1]
     lengths = np.array([len(x) for x in trains.hashes], dtype=np.int64)
-    blocks = _blocks_of_docs(lengths, block_words(cfg))
-    most = max([int(lengths[a:b].sum()) for a, b in blocks] + [1])
+    block_ranges = blocks.blocks_of_docs(lengths, blocks.block_words(cfg))
+    most = max([int(lengths[a:b].sum()) for a, b in block_ranges] + [1])
     powers = (np.cumprod(np.full(most, _INVERSE)), np.cumprod(np.full(most, minhash.MULTIPLIER)))
     found = []
-    for first, stop in blocks:
-        flat, doc, pos = _concatenate(trains.hashes[first:stop])
+    for first, stop in block_ranges:
+        flat, doc, pos = blocks.concatenate(trains.hashes[first:stop])
         for index in shards:
             for i, p, j, q in _hit_windows(flat, doc, pos, lengths[first:stop], index, eval_all, eval_offset, powers):
                 found.append((i + first, p, j, q))
@@ -166,32 +148,7 @@ def _hit_windows(flat, doc, pos, doc_len, index, eval_all, eval_offset, powers):
         yield doc[start[same]], pos[start[same]], j[same], q[same]
 
 
-def _blocks_of_docs(lengths: np.ndarray, words_per_block: int) -> list[tuple[int, int]]:
-    """``(first, stop)`` doc ranges of about ``words_per_block`` words each (at least one doc per block)."""
-    ends = np.cumsum(lengths)
-    blocks, first = [], 0
-    while first < len(lengths):
-        stop = max(int(np.searchsorted(ends, ends[first] - lengths[first] + words_per_block, side="right")), first + 1)
-        blocks.append((first, stop))
-        first = stop
-    return blocks
-
-
-def _concatenate(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All docs' word hashes end to end, with the doc index and the position in its doc of every word."""
-    lengths = np.array([len(x) for x in docs], dtype=np.int64)
-    flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.uint64)
-    doc = np.repeat(np.arange(len(docs)), lengths)
-    pos = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return flat, doc, pos
-
-
-def block_words(cfg: LeakageParams) -> int:
-    """Training words per scan block: half of ``cfg.worker_memory_mib`` at ``BYTES_PER_BLOCK_WORD``."""
-    return max((cfg.worker_memory_mib << 19) // BYTES_PER_BLOCK_WORD, 1)
-
-
-def _ngram_index_shards(eval_ids: list[np.ndarray], cfg: LeakageParams) -> list[dict[int, tuple]]:
+def _ngram_index_shards(eval_ids: list[np.ndarray], cfg: LexicalParams) -> list[dict[int, tuple]]:
     """The eval n-gram index split by the top bits of the hash into ``2**b`` shards, the fewest whose
     estimated size (``BYTES_PER_INDEX_NGRAM`` per n-gram) is at most half of ``cfg.worker_memory_mib``;
     each shard is ``{length: (unique hashes, group, eval doc, start, filter)}``, one entry per n-gram length.
@@ -248,7 +205,7 @@ def exact_matches(trains: Side, evals: Side, min_words: int) -> list[tuple]:
     return out
 
 
-def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None, owner=None) -> list[tuple]:
+def minhash_doc_matches(trains: Side, evals: Side, cfg: LexicalParams, held=None, owner=None) -> list[tuple]:
     """Whole-document MinHash LSH at ``doc_threshold``, confirmed by exact shingle Jaccard (``held``, ``owner``:
     see ``lsh_pairs``)."""
     train_windows = [(i, 0, len(x)) for i, x in enumerate(trains.hashes) if len(x) >= cfg.shingle_words]
@@ -257,7 +214,7 @@ def minhash_doc_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None
     return [(train_windows[a][0], eval_windows[b][0], "minhash_doc", score, None) for a, b, score in pairs]
 
 
-def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams, held=None, owner=None) -> list[tuple]:
+def minhash_passage_matches(trains: Side, evals: Side, cfg: LexicalParams, held=None, owner=None) -> list[tuple]:
     """Passage-window MinHash LSH at ``passage_threshold``; best window pair per (train doc, eval doc)
     (``held``, ``owner``: see ``lsh_pairs``)."""
     train_windows = [(i, s, e) for i, x in enumerate(trains.hashes) for s, e in passage_windows(len(x), cfg)]
@@ -272,7 +229,7 @@ def minhash_passage_matches(trains: Side, evals: Side, cfg: LeakageParams, held=
     return [(i, j, "minhash_passage", score, span) for (i, j), (score, span) in sorted(best.items())]
 
 
-def passage_windows(n_words: int, cfg: LeakageParams) -> list[tuple[int, int]]:
+def passage_windows(n_words: int, cfg: LexicalParams) -> list[tuple[int, int]]:
     """``(start, end)`` word windows covering the text, the last one ending at its end; [] if too short."""
     if n_words < cfg.shingle_words:
         return []

@@ -2,7 +2,7 @@
 
 The audit removes what its own detectors match, so those detectors cannot judge what is left. This check is
 written separately (word n-grams as strings in Python sets; none of the rolling hashes, MinHash or code of
-``tasks.leakage.detectors``, only the shared ``textnorm.words`` normalization) and looks where the audit is
+``tasks.leakage.lexical.detectors``, only the shared ``textnorm.words`` normalization) and looks where the audit is
 brittle: word 8-grams survive a changed word every 9 words, which leaves no 13-gram intact, and coverage is
 pooled over the whole corpus, so an eval doc cut into pieces spread over several training docs still adds up.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pandas as pd
 from tqdm import tqdm
 
-from tasks.config.corpus.leakage import LeakageParams
+from tasks.config.corpus.leakage import ResidualParams
 
 SEP = "\x1f"  # joins an n-gram's words: a control character, never inside a word (``\\w`` runs, folded)
 
@@ -30,7 +30,7 @@ SEP = "\x1f"  # joins an n-gram's words: a control character, never inside a wor
 def ngrams(tokens: list[str], n: int) -> list[str]:
     """The word n-grams of ``tokens`` in text order (none when there are fewer than n words), each its words
     joined by ``SEP``: a string caches its hash, so the millions of set operations on a corpus's n-grams (and
-    the incremental cache's, ``tasks/leakage/incremental.py``) hash each n-gram once, where a tuple of words
+    the incremental cache's, ``tasks/leakage/scan/incremental.py``) hash each n-gram once, where a tuple of words
     would be hashed again at every one."""
     return list(map(SEP.join, zip(*(tokens[k:] for k in range(n)))))
 
@@ -81,11 +81,11 @@ def scan_docs(tokens: list[list[str]], targets: tuple[set, set], n: int) -> tupl
 
 
 def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], corpus: Scan, removed: set[str],
-             cfg: LeakageParams) -> dict:
+             cfg: ResidualParams, max_examples: int) -> dict:
     """The ``residual`` metrics from ``corpus`` (``scan_docs`` of every pretraining doc, with or without Ray): eval
     docs whose n-grams the pretraining corpus still holds after the action (``contaminated_docs``, ``rate``),
-    and before it (``*_before``), per eval set and with examples."""
-    n, threshold = cfg.residual.ngram_words, cfg.residual.min_coverage
+    and before it (``*_before``), per eval set and with the first ``max_examples`` examples."""
+    n, threshold = cfg.ngram_words, cfg.min_coverage
     eval_grams = [set(ngrams(t, n)) for t in eval_tokens]
     gone = {i for i, doc_id in enumerate(corpus.ids) if doc_id in removed}
     found = corpus.found(gone)
@@ -95,7 +95,7 @@ def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], corpus: Sc
     sets = list(evals_frame["source"] + "/" + evals_frame["split"])
     ranked = sorted((-c, doc_id, j) for j, (c, doc_id) in enumerate(zip(after, evals_frame["doc_id"])) if c > 0)
     examples = [{"eval_doc": doc_id, "coverage": round(-c, 6), "contaminated": -c >= threshold,
-                 **example(corpus, gone, found[0], eval_tokens[j], n)} for c, doc_id, j in ranked[: cfg.max_examples]]
+                 **example(corpus, gone, found[0], eval_tokens[j], n)} for c, doc_id, j in ranked[:max_examples]]
     return {
         "detector": f"word {n}-gram coverage >= {threshold:g}, pooled over the pretraining corpus (PaLM-style; "
                     f"eval docs under {n} words: whole-doc equality), code independent of the audit's",

@@ -1,11 +1,11 @@
-"""The screen in front of the lexical detectors (``tasks.leakage.detectors``): which training docs and windows
+"""The screen in front of the lexical detectors (``tasks.leakage.lexical.detectors``): which training docs and windows
 hold a word k-gram shingle of some eval doc.
 
 A training doc that holds none of an eval doc's k-grams shares with it no n-gram of at least k words and no
 MinHash shingle of k words (Jaccard 0, under any threshold, which is above 0), so the n-gram and MinHash
 detectors need not scan it; a night's few new eval docs share a 5-gram with about a third of the kept corpus
-(``tasks/leakage/incremental.py`` rescans it against them). One pass over the training docs' words laid end to
-end (a k-gram never reaches past its doc's end: a window's count is a difference of running sums) serves the doc
+(``tasks/leakage/scan/incremental.py`` rescans it against them). One pass over the training docs' words laid end
+to end (a k-gram never reaches past its doc's end: a window's count is a difference of running sums) serves the doc
 screen and both MinHash detectors' window screens, whose eval shingles are the same set (passages cover their
 docs). Shingles are 64-bit rolling hashes (``minhash.rolling_hashes``): a collision can only let a doc or window
 through, never hold one back. ``filter_table`` (a table of the top bits of sorted hashes) stands before every
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from tasks.common.matching import minhash
-from tasks.config.corpus.leakage import LeakageParams
+from tasks.config.corpus.leakage import LexicalParams
 
 
 def filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:
@@ -92,8 +92,8 @@ def sharing_windows(query_ids, query_windows, index_ids, index_windows, k: int) 
     return ShingleHits(query_ids, index_ids, index_windows, k, docs).held(query_windows)
 
 
-def screen(trains, evals, cfg: LeakageParams) -> tuple[np.ndarray, Callable | None]:
-    """``(near, held)`` for the ``detectors.Side`` s ``trains`` and ``evals``: ``near``, the ascending indexes of
+def screen(trains, evals, cfg: LexicalParams) -> tuple[np.ndarray, Callable | None]:
+    """``(near, held)`` for the ``words.Side`` s ``trains`` and ``evals``: ``near``, the ascending indexes of
     the training docs the n-gram, exact and MinHash detectors could match to some eval doc (those under
     ``min_match_words`` words, which ``exact`` compares whole, and those holding a word k-gram of some eval doc,
     k = min(``min_match_words``, ``shingle_words``)); ``held``, the window screen of the MinHash detectors run on

@@ -12,7 +12,7 @@ left to the other detectors (MinHash, semantic).
 **Search.** By the pigeonhole principle a window with at most k substitutions holds an exactly equal run of
 ``b = n // (k + 1)`` words (one of its k + 1 disjoint blocks). Every b-gram of every eval doc (its word
 hashes, ``minhash.rolling_hashes``) is a seed; the training docs are scanned in blocks of whole docs
-(``detectors.block_words``, as the 13-gram scan), every training b-gram equal to a seed is a candidate
+(``blocks.block_words``, as the 13-gram scan), every training b-gram equal to a seed is a candidate
 alignment, and each candidate is verified word by word (64-bit word hashes) on every window of n words that
 contains the seed and lies inside both docs. A hash collision of seeds can only add a candidate that then
 fails; it cannot create a match.
@@ -26,39 +26,38 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.common.matching import minhash
-from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage.shingles import filter_table, key_hits
+from tasks.config.corpus.leakage import LexicalParams
+from tasks.leakage.lexical import blocks
+from tasks.leakage.lexical.shingles import filter_table, key_hits
 
 METHOD = "ngram_substituted"
 #: candidate alignments verified at once (each costs about 2n gathered words of both sides)
 CHUNK = 1 << 17
 
 
-def window_rule(length: int, cfg: LeakageParams) -> tuple[int, int, int]:
+def window_rule(length: int, cfg: LexicalParams) -> tuple[int, int, int]:
     """``(n, k, b)`` for an eval doc of ``length`` words: window, substitutions allowed, seed length."""
     n = min(cfg.substitution.window_words, length)
     k = int(np.floor(n * cfg.substitution.max_substituted_share + 1e-9))
     return n, k, n // (k + 1)
 
 
-def substitution_matches(trains, evals, cfg: LeakageParams, owner=None) -> list[tuple]:
+def substitution_matches(trains, evals, cfg: LexicalParams, owner=None) -> list[tuple]:
     """``(train_i, eval_j, METHOD, score, span)`` per matching pair (best window), sorted by pair.
 
-    ``trains`` / ``evals``: ``detectors.Side``. Memory per block is set by ``worker_memory_mib`` as in the
+    ``trains`` / ``evals``: ``words.Side``. Memory per block is set by ``worker_memory_mib`` as in the
     13-gram scan; verification runs in chunks of ``CHUNK`` candidates. ``owner`` (per training doc, an eval
     doc): only its candidates with that eval doc are verified (``detectors.detect``)."""
-    from tasks.leakage.detectors import _blocks_of_docs, _concatenate, block_words
-
     index = _seed_index(evals.hashes, cfg)
     if not index:
         return []
-    eval_all, _, _ = _concatenate(evals.hashes)
+    eval_all, _, _ = blocks.concatenate(evals.hashes)
     eval_offset = np.cumsum([0] + [len(x) for x in evals.hashes])[:-1]
     eval_len = np.array([len(x) for x in evals.hashes], dtype=np.int64)
     lengths = np.array([len(x) for x in trains.hashes], dtype=np.int64)
     best: dict[tuple[int, int], tuple[float, int, int]] = {}
-    for first, stop in _blocks_of_docs(lengths, block_words(cfg)):
-        flat, doc, pos = _concatenate(trains.hashes[first:stop])
+    for first, stop in blocks.blocks_of_docs(lengths, blocks.block_words(cfg)):
+        flat, doc, pos = blocks.concatenate(trains.hashes[first:stop])
         for (n, k, b), seeds in index.items():
             t, j, q = key_hits(minhash.rolling_hashes(flat, b), b, pos, doc, lengths[first:stop], *seeds)
             if owner is not None:
@@ -78,7 +77,7 @@ def substitution_matches(trains, evals, cfg: LeakageParams, owner=None) -> list[
     return out
 
 
-def _seed_index(eval_hashes: list[np.ndarray], cfg: LeakageParams) -> dict[tuple, tuple]:
+def _seed_index(eval_hashes: list[np.ndarray], cfg: LexicalParams) -> dict[tuple, tuple]:
     """``{(n, k, b): (unique seed hashes, group, eval doc, start, filter)}``: every b-gram of every eval doc of at
     least ``min_match_words`` words, grouped by its doc's window rule; the seeds of unique hash ``u`` are rows
     ``group[u]:group[u + 1]`` of ``eval doc`` and ``start``; ``filter`` is the 13-gram index's table of the

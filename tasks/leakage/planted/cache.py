@@ -1,16 +1,16 @@
 """Which lexical methods find each planted copy, kept across runs: a night scans only the copies it has not seen.
 
-The planted-copy pass (``tasks.leakage.planted``) builds copies of every eval doc and asks the lexical detectors
-which of them match each copy to the eval doc it was built from (``planted.found_by``). That answer depends on
-two texts alone, the copy's and its eval doc's (each detector decides a pair from its two texts: the premise of
-``tasks/leakage/incremental.py`` too), and on the detector params and code. Filler comes from a consistent-hash
-ring (``tasks/leakage/filler.py``), so a night's new documents change few copies; before this cache every copy
-was scanned again every night (at 16x the default corpus, 60,000 copies: minutes).
+The planted-copy pass (``tasks.leakage.planted.variants``) builds copies of every eval doc and asks the lexical
+detectors which of them match each copy to the eval doc it was built from (``recall.found_by``). That answer
+depends on two texts alone, the copy's and its eval doc's (each detector decides a pair from its two texts: the
+premise of ``tasks/leakage/scan/incremental.py`` too), and on the detector params and code. Filler comes from a
+consistent-hash ring (``tasks/leakage/planted/filler.py``), so a night's new documents change few copies; before
+this cache every copy was scanned again every night (at 16x the default corpus, 60,000 copies: minutes).
 
 ``<data>/leakage_cache/plants.parquet`` (kept by ``incremental.save`` when it rewrites that folder): one row per
 copy of the last run, ``key`` (md5 of the copy's text, then md5 of its eval doc's text: 32 bytes) and
 ``methods`` (sorted); its metadata holds the fingerprint: the detector params the lexical cache is stamped
-with, and the code: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``planted.py``,
+with, and the code: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``planted/recall.py``,
 the detectors and what they import, computed, never listed), and ``confusables.txt`` and Python's Unicode
 data, which the detectors' folded words follow (``confusables.text_normalisation_key``); the eval set is not
 in it, as each key names its eval text. Used when ``leakage.incremental`` is true and the fingerprint matches;
@@ -28,25 +28,26 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common.matching import confusables
-from tasks.common.imports import closure_fingerprint
 from tasks.common.files.stamped import read_stamped, replace_cache, stamp
+from tasks.common.imports import closure_fingerprint
+from tasks.common.matching import confusables
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage import planted
-from tasks.leakage.detectors import Side
+from tasks.leakage.lexical.cache_key import params_md5
+from tasks.leakage.lexical.words import Side
+from tasks.leakage.planted import recall
 
 PLANTS = "plants.parquet"
 
 
 def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, tokenize, folder: Path,
              log) -> list[set[str]]:  # fmt: skip
-    """``planted.found_by(plants, evals, cfg, tokenize)``, taking each copy with a row in ``folder``'s cache
+    """``recall.found_by(plants, evals, cfg.lexical, tokenize)``, taking each copy with a row in ``folder``'s cache
     from it and scanning the others; writes the cache back (see the module docstring)."""
     stamp_key = fingerprint(cfg)
     keys = plant_keys(plants, eval_frame["text"])
     stored, reason = load(folder, stamp_key, cfg.incremental)
     todo = [i for i, k in enumerate(keys) if k not in stored]
-    scanned = planted.found_by([plants[i] for i in todo], evals, cfg, tokenize) if todo else []
+    scanned = recall.found_by([plants[i] for i in todo], evals, cfg.lexical, tokenize) if todo else []
     found = {keys[i]: methods for i, methods in zip(todo, scanned)} | {k: stored[k] for k in keys if k in stored}
     save(folder, {k: found[k] for k in keys}, stamp_key, cfg.incremental)
     log.info(f"leakage planted: {len(plants) - len(todo)} of {len(plants)} copies from the cache ({reason}); "
@@ -57,13 +58,11 @@ def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakagePa
 
 
 def fingerprint(cfg: LeakageParams) -> dict[str, str]:
-    """The detector params (``incremental.params_md5``), the code: this module's import closure (it calls
-    ``planted.found_by``, which runs the lexical detectors), ``imports.closure_fingerprint``, and what the
-    detectors' folded words follow besides the code: ``confusables.txt`` and Python's Unicode data
+    """The detector params (``cache_key.params_md5``, as the lexical cache's), the code: this module's import
+    closure (it calls ``recall.found_by``, which runs the lexical detectors), ``imports.closure_fingerprint``,
+    and what the detectors' folded words follow besides the code: ``confusables.txt`` and Python's Unicode data
     (``confusables.text_normalisation_key``)."""
-    from tasks.leakage import incremental
-
-    return {"params": incremental.params_md5(cfg), "code": closure_fingerprint([__name__]),
+    return {"params": params_md5(cfg.lexical, cfg.residual), "code": closure_fingerprint([__name__]),
             "text": confusables.text_normalisation_key()}
 
 

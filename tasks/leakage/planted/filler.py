@@ -7,7 +7,7 @@ offset its hash picks, then the next docs round the ring. So a plant depends on 
 the seed and the few filler docs after its point, not on how many filler docs there are: when a night's new
 pretraining docs join the pool (or matched ones leave it), only the plants whose stretch of the ring changed
 get other filler, about the new docs' share of them. The rest keep their text, and the semantic detector
-finds their windows in its store (``tasks/leakage/embedding_store.py``) instead of embedding them again.
+finds their windows in its store (``tasks/leakage/semantic/store.py``) instead of embedding them again.
 """
 
 from __future__ import annotations

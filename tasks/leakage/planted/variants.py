@@ -3,23 +3,23 @@ recall of each of the audit's detectors and of the audit as a whole.
 
 ``rate_after`` alone cannot show that the audit works (what it removes, its detectors no longer find). Here
 copies of eval docs, each perturbed in a way a real copy on the web could be, are scored by the audit's own detectors
-(``tasks.leakage.detectors.detect`` with the same params, and the semantic detector of
-``tasks.leakage.semantic`` at its chosen threshold) against every eval doc; a planted doc is *found* by a
-detector when that detector matches it to the eval doc it was built from. Nothing planted is written to
-``data/``: the stage's real outputs are the same bytes with or without this pass.
+(``tasks.leakage.lexical.detectors.detect`` with the same params, and the semantic detector of
+``tasks.leakage.semantic`` at its chosen threshold: ``tasks.leakage.planted.recall``) against every eval doc; a
+planted doc is *found* by a detector when that detector matches it to the eval doc it was built from. Nothing
+planted is written to ``data/``: the stage's real outputs are the same bytes with or without this pass.
 
 Every eval doc is planted once per variant (short ones too: a one-word tweet gets its copies like an article,
 and the detectors' minimum lengths then show as misses). Variants, on the eval doc's whitespace tokens
 (``str.split``), grouped in families whose strength grows along the list (``FAMILIES``):
 
 - ``format``: ``verbatim``; ``rewrapped`` (``line_words`` tokens per line); ``unicode`` (look-alike spaces
-  U+00A0, U+2009, U+202F in turn, and ZWSP, ZWJ or a soft hyphen inside every ``format_every``-th token); ``homoglyphs`` (every Latin a e o p c x written with its Cyrillic look-alike
-  а е о р с х, which NFKC does not fold: the detectors fold them with the UTS #39 skeleton,
-  ``tasks.common.matching.confusables``);
+  U+00A0, U+2009, U+202F in turn, and ZWSP, ZWJ or a soft hyphen inside every ``format_every``-th token);
+  ``homoglyphs`` (every Latin a e o p c x written with its Cyrillic look-alike а е о р с х, which NFKC does
+  not fold: the detectors fold them with the UTS #39 skeleton, ``tasks.common.matching.confusables``);
 - ``replaced``: every k-th token swapped for a filler token that holds a different word, k in
   ``replace_every`` (20, 12, 8, 5, 3 by default);
 - ``synonyms``: every k-th content word (alphabetic, 3+ letters, not an English stop word, with a WordNet
-  synonym: ``tasks.leakage.synonyms``) swapped for it, case kept, k in ``synonym_every`` (3, 2, 1 by default);
+  synonym: ``tasks.leakage.planted.synonyms``) swapped for it, case kept, k in ``synonym_every`` (3, 2, 1 by default);
 - ``shuffled``: the sentences (ending in . ! or ?) in another order (seeded per doc; never the identity);
 - ``quoted``: ``in_filler`` (``paragraph_words`` middle tokens as a paragraph between ``filler_words``
   tokens of unrelated text on each side), then ``fragment_<n>`` for n in ``fragment_words`` (30, 20, 10 by
@@ -30,7 +30,7 @@ A variant that leaves a doc's text as it was (one sentence to shuffle, no conten
 shorter than the fragment) still counts as planted; ``unchanged`` counts those, and ``words_changed_share``
 is the mean share of the eval doc's tokens a variant changed. Filler is the text of pretraining docs the
 audit did not match; each plant reads it from a point of its own on a consistent-hashing ring
-(``tasks/leakage/filler.py``), so a plant depends on its eval doc, variant and seed and on a few filler docs,
+(``tasks/leakage/planted/filler.py``), so a plant depends on its eval doc, variant and seed and on a few filler docs,
 and most plants keep their text when new docs join the pool.
 """
 
@@ -41,20 +41,15 @@ import hashlib
 import itertools
 import random
 import re
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from tasks.common.matching import minhash
 from tasks.common.matching.textnorm import words
-from tasks.common.stats import clopper_pearson
-from tasks.config.corpus.leakage import LeakageParams, PlantedParams
-from tasks.leakage.detectors import Side, detect, make_side
-from tasks.leakage.filler import FillerRing
+from tasks.config.corpus.leakage import PlantedParams
+from tasks.leakage.planted.filler import FillerRing
 
 SPACES = ("\u00a0", "\u2009", "\u202f", " ")  # the gap after token k is SPACES[k % 4]
 FORMATS = ("\u200b", "\u200d", "\u00ad")  # inserted inside every format_every-th token, in turn
@@ -94,8 +89,8 @@ def variants(cfg: PlantedParams) -> list[Variant]:
     """The variants in report order (families, then growing strength)."""
     out = [Variant("verbatim", "format", "verbatim", "verbatim"),
            Variant("rewrapped", "format", f"{cfg.line_words} words per line", "rewrapped"),
-           Variant("unicode", "format", f"look-alike spaces, a format character in every {ordinal(cfg.format_every)} word",
-                   "unicode"),
+           Variant("unicode", "format",
+                   f"look-alike spaces, a format character in every {ordinal(cfg.format_every)} word", "unicode"),
            Variant("homoglyphs", "format", "Cyrillic а е о р с х for a e o p c x", "homoglyphs")]
     out += [Variant(f"replaced_every_{k}", "replaced", f"every {ordinal(k)} word replaced", "replaced", k)
             for k in sorted(cfg.replace_every, reverse=True)]
@@ -267,7 +262,7 @@ def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator
                  unchanged=len(tokens) <= variant.arg)
 
 
-# ---------------------------------------------------------------- sampling and scoring
+# ---------------------------------------------------------------- sampling
 
 
 def hash_rank(doc_ids: list[str], salt: str) -> list[int]:
@@ -280,29 +275,6 @@ def planted_rows(eval_ids: list[str], cfg: PlantedParams) -> list[int]:
     hash rank order."""
     ranked = hash_rank(eval_ids, str(cfg.seed))
     return ranked if cfg.max_docs is None else ranked[: cfg.max_docs]
-
-
-def found_by(plants: list[Plant], evals: Side, cfg: LeakageParams, tokenize) -> list[set[str]]:
-    """For each planted doc, the lexical audit methods that match it to the eval doc it was built from
-    (``tokenize``: text -> the detectors' words)."""
-    side = make_side([tokenize(p.text) for p in plants], minhash.WordHashes())
-    methods: dict[tuple[int, int], set[str]] = {}
-    for i, j, method, _, _ in detect(side, evals, cfg, owner=np.array([p.eval_index for p in plants], np.int64)):
-        methods.setdefault((i, j), set()).add(method)
-    return [methods.get((i, p.eval_index), set()) for i, p in enumerate(plants)]
-
-
-def recall_entry(hits: list[bool]) -> dict:
-    """``found``, ``recall`` and its Clopper-Pearson 95% interval."""
-    found, n = sum(hits), len(hits)
-    low, high = clopper_pearson(found, n)
-    return {"found": found, "n": n, "recall": round(found / n, 6) if n else None, "ci_low": low, "ci_high": high}
-
-
-def counts(n: int, found: int) -> dict:
-    """``planted = found + missed``, recall and miss rate (``None`` without planted docs), rounded to 1e-6."""
-    rate = (lambda x: round(x / n, 6)) if n else (lambda x: None)
-    return {"planted": n, "found": found, "missed": n - found, "recall": rate(found), "miss_rate": rate(n - found)}
 
 
 def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[str], cfg: PlantedParams,
@@ -319,74 +291,3 @@ def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[st
                         if v.kind in FILLED else iter(()), cfg, functools.partial(swaps_of, k))
               for v in chosen for k in rows]
     return plants, [v.name for v in variants(cfg) if v not in chosen]
-
-
-def summarize(plants: list[Plant], methods: list[set[str]], eval_ids: list[str], not_planted: list[str],
-              detectors: tuple[str, ...], cfg: LeakageParams, scored=None) -> dict:
-    """The ``planted`` metrics: per variant (``variants``, in ladder order) and detector, planted copies found
-    with Clopper-Pearson 95% intervals; per family the strongest variant up to which recall stays >= 0.95
-    (``recall_95_up_to``); pooled counts.
-
-    The lexical detectors (and ``lexical``: any of them) are scored on every plant. ``scored`` (per plant, or
-    None: all) marks the plants the semantic detector scored (a sample of eval docs, for its cost): its column
-    and ``audit`` (any detector) are over those, and so are each variant's ``planted``/``found``/``missed`` and
-    the pooled counts, which are the audit's.
-    """
-    pcfg = cfg.planted
-    scored = [True] * len(plants) if scored is None else [bool(x) for x in scored]
-    lexical = tuple(d for d in detectors if d != "semantic")
-    columns = list(detectors) + ["lexical", "audit"]
-    audited = [(p, m) for p, m, s in zip(plants, methods, scored) if s]
-    out = {"seed": pcfg.seed, "eval_docs": len(eval_ids),
-           "eval_docs_planted": len({p.eval_index for p in plants}),
-           "eval_docs_audited": len({p.eval_index for p, _ in audited}), "not_planted": not_planted,
-           "detectors": columns, **counts(len(audited), sum(bool(m) for _, m in audited))}
-    out["variants"] = {}
-    for v in variants(pcfg):
-        if v.name in not_planted:
-            continue
-        mine = [(p, m, s) for p, m, s in zip(plants, methods, scored) if p.variant == v.name]
-        sample = [(p, m) for p, m, s in mine if s]
-        entry = {"family": v.family, "strength": v.strength, **counts(len(sample), sum(bool(m) for _, m in sample))}
-        entry["ci_low"], entry["ci_high"] = clopper_pearson(entry["found"], entry["planted"])
-        entry["unchanged"] = sum(p.unchanged for p, _, _ in mine)
-        entry["words_changed_share"] = round(sum(p.changed for p, _, _ in mine) / len(mine), 6) if mine else None
-        entry["by_detector"] = {d: recall_entry([d in m for _, m, _ in mine]) for d in lexical}
-        if "semantic" in detectors:
-            entry["by_detector"]["semantic"] = recall_entry(["semantic" in m for _, m in sample])
-        entry["by_detector"]["lexical"] = recall_entry([bool(m & set(lexical)) for _, m, _ in mine])
-        entry["by_detector"]["audit"] = recall_entry([bool(m) for _, m in sample])
-        entry["found_by_method"] = dict(sorted(Counter(x for _, m, _ in mine for x in m).items()))
-        out["variants"][v.name] = entry
-    out["recall_95_up_to"] = strongest_at(out["variants"], 0.95)
-    missed = [p for p, m in audited if not m]
-    out["missed_examples"] = [{"eval_doc": eval_ids[p.eval_index], "variant": p.variant}
-                              for p in missed[: cfg.max_examples]]
-    return out
-
-
-#: The lexical detectors of ``tasks.leakage.detectors.detect``, in report order.
-DETECTORS = ("ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted")
-
-
-def strongest_at(entries: dict[str, dict], level: float) -> dict[str, dict]:
-    """Per family of the ladder and per detector (``audit`` too), the strongest variant up to which recall
-    stays >= ``level`` at every step (``point``: the estimate; ``ci``: the Clopper-Pearson lower bound);
-    ``None`` when its first step already falls short."""
-    out: dict[str, dict] = {}
-    for family in FAMILIES:
-        steps = [(name, e) for name, e in entries.items() if e["family"] == family]
-        if not steps:
-            continue
-        out[family] = {}
-        for detector in steps[0][1]["by_detector"]:
-            point = ci = None
-            point_on = ci_on = True
-            for name, e in steps:
-                cell = e["by_detector"][detector]
-                point_on = point_on and cell["recall"] is not None and cell["recall"] >= level
-                ci_on = ci_on and cell["ci_low"] is not None and cell["ci_low"] >= level
-                point = name if point_on else point
-                ci = name if ci_on else ci
-            out[family][detector] = {"point": point, "ci": ci}
-    return out

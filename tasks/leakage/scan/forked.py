@@ -3,7 +3,7 @@ scanned against the whole eval side, joined into the one-process ``TrainingScan`
 
 Why the join is the one-process scan: every detector decides a (training doc, eval doc) pair from the two texts
 alone, and the residual scan of a pretraining doc depends on its words and the eval n-grams only (the premise
-``tasks/leakage/incremental.py`` and ``engine: ray`` rest on too), so the blocks' results are those rows' results.
+``tasks/leakage/scan/incremental.py`` and ``engine: ray`` rest on too), so the blocks' results are those rows' results.
 Rows are renumbered to the frame's, the residual hits to the frame's pretraining positions, and the matches put
 in the one-process order (detector, then training row, then eval doc). Blocks are balanced by characters.
 
@@ -24,8 +24,10 @@ import numpy as np
 import pandas as pd
 
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage import TrainingScan, planted, residual
-from tasks.leakage.detectors import Side
+from tasks.leakage.lexical import residual
+from tasks.leakage.lexical.detectors import DETECTORS
+from tasks.leakage.lexical.words import Side
+from tasks.leakage.scan.local import TrainingScan, scan_in_process
 
 MIN_ROWS_PER_PROCESS = 500  # below this a fork costs more than the scan it shares out
 
@@ -44,6 +46,13 @@ def blocks_of(lengths: np.ndarray, num_proc: int) -> list[tuple[int, int]]:
     cuts = np.searchsorted(ends, ends[-1] * np.arange(1, parts) / parts, side="left") + 1
     bounds = np.unique(np.clip(np.concatenate([[0], cuts, [n]]), 0, n))
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def scan_locally(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
+    """``TrainingScan`` on this machine: on ``cfg.num_proc`` forked processes over blocks of training rows
+    (``scan_forked``: the same scan), or in this process (``local.scan_in_process``) for one process or few
+    rows."""
+    return scan_forked(train_frame, evals, cfg, scan_in_process)
 
 
 def scan_forked(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, scan_rows) -> TrainingScan:
@@ -77,7 +86,7 @@ def joined(train_frame: pd.DataFrame, blocks: list[tuple[int, int]], parts: list
     """The blocks' scans as one scan of ``train_frame``: rows and pretraining positions offset to the frame's."""
     is_pretrain = train_frame["role"].to_numpy() == "pretrain"
     before = np.concatenate([[0], np.cumsum(is_pretrain)])  # pretraining rows before each row
-    order = {method: k for k, method in enumerate(planted.DETECTORS)}
+    order = {method: k for k, method in enumerate(DETECTORS)}
     matches, hits, whole = [], {}, {}
     for (start, _), part in zip(blocks, parts):
         matches += [(i + start, *rest) for i, *rest in part.matches]

@@ -17,14 +17,13 @@ text (pretraining rows and task train rows) of the last run, keyed by the md5 of
 
 Rule. **Full audit** (every training text scanned against every eval doc) when ``leakage.incremental`` is false
 (every row scanned as before this cache existed; the cache is left empty), when there is no cache (or a file of
-it cannot be read), or when its fingerprint differs: the leakage params (``params_md5``: the whole section but
-``NOT_IN_KEY``, the params shown to change no stored result, so a param added later keys the cache until it is
-shown to be one of them; today that keys ``ngram_words``, ``min_match_words``, ``shingle_words``, ``num_perm``,
-``minhash_seed``, ``doc_threshold``, ``passage_threshold``, ``passage_words``, ``passage_stride_words``,
-``max_span_words``, ``residual.ngram_words``, ``substitution.*``) and the code that computes a result:
+it cannot be read), or when its fingerprint differs: the leakage params (``cache_key.params_md5``: the lexical
+sub-model, ``LexicalParams``, but where the scan runs, plus ``residual.ngram_words``; a field added to the
+sub-model keys the cache until it is shown to change no stored result: ``tasks/leakage/lexical/cache_key.py``
+lists what that keys today) and the code that computes a result:
 ``code_fingerprint``, the sha256 of this module's import closure (``imports.closure_fingerprint``: every project
-file importing it runs, the detectors, ``shingles.py`` and ``tasks/common/matching/pairjaccard.py`` among them, computed
-from the import statements; ``tasks/config`` left out, the params being keyed by value), and what the
+file importing it runs, the detectors, ``lexical/shingles.py`` and ``tasks/common/matching/pairjaccard.py`` among
+them, computed from the import statements; ``tasks/config`` left out, the params being keyed by value), and what the
 detectors' words (``fold_words(words(text))``) follow besides the code: ``confusables.txt`` and Python's Unicode
 data (``confusables.text_normalisation_key``). **Incremental** otherwise:
 
@@ -49,9 +48,9 @@ the stage runs over the whole corpus as in a from-scratch run: the leakage table
 audit, the residual metrics.
 
 The planted-copy recall measurement keeps its own results in this folder (``plants.parquet``, carried over
-when ``save`` rewrites it: ``tasks/leakage/plant_cache.py``), per copy and eval text, so only copies not seen
+when ``save`` rewrites it: ``tasks/leakage/planted/cache.py``), per copy and eval text, so only copies not seen
 before are scanned. The semantic detector keeps its own store of window vectors
-(``tasks/leakage/embedding_store.py``); its threshold and search run every time.
+(``tasks/leakage/semantic/store.py``); its threshold and search run every time.
 
 Which path ran, why, and how many texts were audited are logged and sent to MLflow (tags ``leakage.mode``,
 ``leakage.reason``; metrics ``incremental/texts_audited``, and on the incremental path ``texts_rescanned``,
@@ -62,7 +61,6 @@ have the same bytes whichever path produced the outputs.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,24 +68,20 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tasks.common.matching import confusables
-from tasks.common.imports import closure_fingerprint
 from tasks.common.files.shards import linked_or_copied
 from tasks.common.files.stamped import int_lists, one_line, read_stamped, read_table, stamp, swapped_in, write_cache
+from tasks.common.imports import closure_fingerprint
+from tasks.common.matching import confusables
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage import TrainingScan, detectors, planted, residual, scan_locally
+from tasks.leakage.lexical import residual
+from tasks.leakage.lexical.cache_key import params_md5
+from tasks.leakage.lexical.detectors import DETECTORS
+from tasks.leakage.lexical.words import Side
+from tasks.leakage.scan.forked import scan_locally
+from tasks.leakage.scan.local import TrainingScan
 
 TEXTS, MATCHES, EVALS, GRAMS = "texts.parquet", "matches.parquet", "evals.parquet", "grams.parquet"
-PLANTS = "plants.parquet"  # tasks/leakage/plant_cache.py's file, carried over when this cache is rewritten
-#: Leakage params that change no stored result, left out of ``params_md5`` (``model_dump``'s ``exclude``): what
-#: happens to a leak (actions), the planted copies' making and the semantic detector (neither cached here), the
-#: residual coverage threshold and the examples listed (metrics only), and where and how the scan runs (its
-#: results are the same bytes: ``engine``, ``worker_memory_mib``, ``batch_docs``, ``num_proc``, ``ray``,
-#: ``hardware``), ``incremental`` itself and the lineage audit's ``pretrain_init_from``. Every other param keys.
-NOT_IN_KEY = {"pretrain_action": True, "task_train_action": True, "planted": True, "semantic": True,
-              "residual": {"min_coverage"}, "max_examples": True, "engine": True, "worker_memory_mib": True,
-              "batch_docs": True, "num_proc": True, "ray": True, "hardware": True, "incremental": True,
-              "pretrain_init_from": True}  # fmt: skip
+PLANTS = "plants.parquet"  # tasks/leakage/planted/cache.py's file, carried over when this cache is rewritten
 
 
 NO_GRAMS: frozenset = frozenset()  # shared by the many texts that hold no eval n-gram (memory per cached text)
@@ -107,7 +101,7 @@ class Result:
     read: tuple | None = None
 
 
-def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: detectors.Side, cfg: LeakageParams,
+def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams,
          folder: Path, log) -> TrainingScan:
     """``TrainingScan`` of every row of ``train_frame`` (as ``scan_locally`` gives it), scanning only what the
     cache at ``folder`` holds no result for (the rule above); writes the cache back and logs the path."""
@@ -147,7 +141,7 @@ def eval_keys_of(eval_frame: pd.DataFrame) -> list[tuple[str, str]]:
             for d, t in zip(eval_frame["doc_id"], eval_frame["text"])]  # fmt: skip
 
 
-def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: detectors.Side,
+def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: Side,
                  cfg: LeakageParams) -> None:
     """Drop from ``results`` what came from eval docs no longer in the eval sets (``gone``; an edited doc's old
     text too): their matches, and the residual n-grams and whole texts that no eval doc of this run holds."""
@@ -165,14 +159,14 @@ def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: 
 
 
 def rescan_against(results: dict[str, Result], train_frame: pd.DataFrame, digests: list[str], added: list[int],
-                   evals: detectors.Side, eval_ids: list[str], cfg: LeakageParams) -> int:
+                   evals: Side, eval_ids: list[str], cfg: LeakageParams) -> int:
     """Scan every text with a result against the eval docs ``added`` since (indexes into ``evals`` and
     ``eval_ids``), and merge; returns how many texts were scanned. Exact, since a detector decides a pair from
     its two texts alone."""
     if not added or not results:
         return 0
     texts = {d: text for d, text in zip(digests, train_frame["text"]) if d in results}
-    side = detectors.Side([evals.tokens[j] for j in added], [evals.hashes[j] for j in added])
+    side = Side([evals.tokens[j] for j in added], [evals.hashes[j] for j in added])
     for d, new in scan_texts(texts, side, [eval_ids[j] for j in added], cfg).items():
         result = results[d]
         result.matches += new.matches
@@ -186,7 +180,8 @@ def fingerprint(cfg: LeakageParams) -> dict[str, str]:
     """What every stored result depends on besides the eval docs (see the module docstring): the params, the code
     and what the detectors' words (``fold_words(words(text))``) follow besides the code, ``confusables.txt`` and
     Python's Unicode data (``confusables.text_normalisation_key``)."""
-    return {"params": params_md5(cfg), "code": code_fingerprint(), "text": confusables.text_normalisation_key()}
+    return {"params": params_md5(cfg.lexical, cfg.residual), "code": code_fingerprint(),
+            "text": confusables.text_normalisation_key()}
 
 
 def code_fingerprint() -> str:
@@ -195,13 +190,7 @@ def code_fingerprint() -> str:
     return closure_fingerprint([__name__])
 
 
-def params_md5(cfg: LeakageParams) -> str:
-    """md5 of the leakage params a stored result can depend on: the whole section but ``NOT_IN_KEY``."""
-    params = cfg.model_dump(mode="json", exclude=NOT_IN_KEY)
-    return hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest()
-
-
-def scan_texts(texts: dict[str, str], evals: detectors.Side, eval_ids: list[str], cfg: LeakageParams
+def scan_texts(texts: dict[str, str], evals: Side, eval_ids: list[str], cfg: LeakageParams
                ) -> dict[str, Result]:
     """``{md5: Result}`` of ``texts`` (``{md5: text}``), each scanned as a pretraining doc (so every text gets
     its residual scan, whatever role its rows have)."""
@@ -220,7 +209,7 @@ def assemble(train_frame: pd.DataFrame, digests: list[str], results: dict[str, R
     """The ``TrainingScan`` of ``train_frame`` from each row's text result (matches in detector order, then
     by pair, as ``detectors.detect`` lists them; the table is sorted afterwards anyway)."""
     eval_of = {doc_id: j for j, doc_id in enumerate(eval_ids)}
-    order = {method: k for k, method in enumerate(planted.DETECTORS)}
+    order = {method: k for k, method in enumerate(DETECTORS)}
     matches = [(i, eval_of[e], method, score, span) for i, d in enumerate(digests)
                for e, method, score, span in results[d].matches]  # fmt: skip
     matches.sort(key=lambda m: (order[m[2]], m[0], m[1]))
@@ -320,5 +309,5 @@ def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tu
         doc_ids, md5s = (list(c) for c in zip(*sorted(eval_keys))) if eval_keys else ([], [])
         write_cache(pa.table({"doc_id": pa.array(doc_ids, pa.string()), "md5": pa.array(md5s, pa.string())}),
                     tmp / EVALS)
-        if (folder / PLANTS).is_file():  # the planted copies' cache, rewritten later in the run by plant_cache
+        if (folder / PLANTS).is_file():  # the planted copies' cache, rewritten later in the run by planted/cache.py
             linked_or_copied(folder / PLANTS, tmp / PLANTS)

@@ -27,8 +27,10 @@ from tasks.common.matching import minhash
 
 from tasks.common.runtime import raycluster
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage import TrainingScan, residual, tokenize
-from tasks.leakage.detectors import Side, detect, make_side
+from tasks.leakage.lexical import residual
+from tasks.leakage.lexical.detectors import detect
+from tasks.leakage.lexical.words import Side, make_side, tokenize
+from tasks.leakage.scan.local import TrainingScan
 
 
 def scan_on_ray(files: list[Path], train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
@@ -86,7 +88,8 @@ def _scan_block(block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray,
     train = np.flatnonzero(row >= 0)
     rows, pretrain_position = row[train], pretrain_position[train]
     tokens = [tokenize(t) for t in block.column("text").take(pa.array(train)).to_pylist()]
-    matches = [(int(rows[i]), *rest) for i, *rest in detect(make_side(tokens, minhash.WordHashes()), evals, cfg)]
+    found = detect(make_side(tokens, minhash.WordHashes()), evals, cfg.lexical)
+    matches = [(int(rows[i]), *rest) for i, *rest in found]
     mine = np.flatnonzero(pretrain_position >= 0)
     hits, whole = residual.scan_docs([tokens[k] for k in mine], targets, cfg.residual.ngram_words)
     at = pretrain_position[mine]

@@ -6,7 +6,7 @@ windows each, over the eval text), the task train docs and the pretraining docs 
 choose the threshold on the dev plants against the known-clean pairs of the calibration half
 (``semantic.choose_threshold``); search the pretraining docs; write the review sample from the test plants and
 the other half's known-clean pairs. Returns the table rows, which plants it finds, the metrics and the
-review records. See ``tasks/leakage/semantic.py`` for the method.
+review records. See ``tasks/leakage/semantic/method.py`` for the method.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ import pandas as pd
 
 from tasks.common.stats import clopper_pearson
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage import embedding_store, semantic
-from tasks.leakage.planted import Plant
-from tasks.leakage.semantic import METHOD, Windows
-from tasks.leakage.semantic_encoder import Encoder
+from tasks.leakage.lexical.words import tokenize
+from tasks.leakage.planted.variants import Plant
+from tasks.leakage.semantic import method as semantic
+from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic.encoder import Encoder
+from tasks.leakage.semantic.method import METHOD
+from tasks.leakage.semantic.windows import Windows, normalize_text
 
 #: Words of each text kept in review.jsonl and in the leakage table's span.
 REVIEW_WORDS = 80
@@ -104,8 +107,6 @@ def texts_to_embed(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: lis
                    train_frame: pd.DataFrame, removed: set[str], plants: list[Plant]) -> Texts:  # fmt: skip
     """The ``Texts`` of the pass: all known before the first window is embedded, so ``Encoder.prefetch``
     embeds what is new in one go."""
-    from tasks.leakage import tokenize  # the detectors' words (folded)
-
     scfg = cfg.semantic
     n_words = np.array([len(w) for w in eval_words])
     attempted = n_words >= scfg.min_words
@@ -297,7 +298,7 @@ def _normalized_span(plant: Plant) -> tuple[int, int]:
     a, b = plant.span
     if b < 0:
         return (0, -1)
-    return (len(semantic.normalize_text(plant.text[:a])), len(semantic.normalize_text(plant.text[:b])))
+    return (len(normalize_text(plant.text[:a])), len(normalize_text(plant.text[:b])))
 
 
 def _quantiles(x: np.ndarray) -> dict:

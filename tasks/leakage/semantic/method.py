@@ -23,7 +23,7 @@ cut into windows of ``window_tokens`` tokens ([CLS] + ``window_tokens - 2`` word
 ``stride_tokens`` wordpieces, the last one ending at the text's end, so a paraphrased paragraph inside a long
 pretraining document meets a window of about its own size, and a long eval doc is matched window by window.
 Each distinct window is embedded once per run (a text that recurs, an eval doc and its verbatim copy, costs
-nothing more) and kept for later runs (``tasks/leakage/embedding_store.py``), at fixed batch shapes.
+nothing more) and kept for later runs (``tasks/leakage/semantic/store.py``), at fixed batch shapes.
 
 **Scores and decisions.** The score of a (pretraining doc, eval doc) pair is the highest cosine between a
 window of each. An eval doc with fewer than ``min_words`` words (``textnorm.words`` after the fold), or none,
@@ -52,75 +52,16 @@ precision on it; the highest-scoring real flags are added unlabelled, for a pers
 from __future__ import annotations
 
 import hashlib
-import unicodedata
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tasks.common.matching import confusables, minhash
-from tasks.common.matching.textnorm import remove_format_characters
+from tasks.common.matching import minhash
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage.semantic_search import aligned, ann_search, exact_search, products
-
-if TYPE_CHECKING:
-    from tasks.leakage.semantic_encoder import Encoder
+from tasks.leakage.semantic.search import aligned, ann_search, exact_search, products
+from tasks.leakage.semantic.windows import Windows
 
 #: How the detector names itself in the leakage table and the metrics.
 METHOD = "semantic"
-
-
-# ---------------------------------------------------------------- text and windows
-
-
-def normalize_text(text: str) -> str:
-    """Format characters removed, NFKC, non-ASCII look-alikes folded to their prototypes, whitespace collapsed."""
-    if text.isascii():
-        return " ".join(text.split())
-    text = unicodedata.normalize("NFKC", remove_format_characters(text))
-    return " ".join(confusables.fold_text(text).split())
-
-
-def window_starts(n_tokens: int, content: int, stride: int) -> list[int]:
-    """Starts of the windows of ``content`` tokens every ``stride`` tokens, the last one ending at the end;
-    none for an empty text, one for a text of at most ``content`` tokens."""
-    if n_tokens <= 0:
-        return []
-    last = max(n_tokens - content, 0)
-    starts = list(range(0, last + 1, stride))
-    return starts + ([] if starts[-1] == last else [last])
-
-
-def window_bounds(n_tokens: int, content: int, stride: int) -> list[tuple[int, int]]:
-    """``(start, end)`` token ranges of a text's windows (``window_starts``)."""
-    return [(s, min(s + content, n_tokens)) for s in window_starts(n_tokens, content, stride)]
-
-
-@dataclass
-class Windows:
-    """Embedded windows of some docs: ``vectors`` (n, dim) float32 unit rows, ``doc`` (n,) the doc of each,
-    ``bounds`` (n, 2) its token range; ``texts`` the docs' texts as given, and ``encoder`` the ``Encoder`` that
-    tokenizes one again for its matched text (a text whose windows were laid out by an earlier run was not)."""
-
-    vectors: np.ndarray
-    doc: np.ndarray
-    bounds: np.ndarray
-    texts: list[str]
-    encoder: Encoder
-    _located: dict = field(default_factory=dict, repr=False)
-
-    def text_of(self, w: int, max_words: int) -> str:
-        """The text of window ``w`` (its normalised text), at most ``max_words`` words."""
-        d, (s, e) = int(self.doc[w]), self.bounds[w]
-        if d not in self._located:
-            norm = normalize_text(self.texts[d])
-            self._located[d] = (norm, self.encoder.tokenize([norm])[1][0])
-        norm, off = self._located[d]
-        return " ".join(norm[int(off[s][0]) : int(off[e - 1][1])].split()[:max_words])
-
-    def of_doc(self, d: int) -> np.ndarray:
-        """Indexes of doc ``d``'s windows."""
-        return np.flatnonzero(self.doc == d)
 
 
 # ---------------------------------------------------------------- scores

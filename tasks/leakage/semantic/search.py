@@ -1,5 +1,5 @@
-"""The semantic detector's nearest-window search (``semantic.pair_scores``): exact blocked matrix products, or a
-faiss HNSW index above ``semantic.exact_max_windows`` corpus windows (see ``tasks/leakage/semantic.py``).
+"""The semantic detector's nearest-window search (``method.pair_scores``): exact blocked matrix products, or a
+faiss HNSW index above ``semantic.exact_max_windows`` corpus windows (see ``tasks/leakage/semantic/method.py``).
 
 Both return ``(best, q, i, score)``: ``best`` (n_queries,) float32, each query window's best score over what it
 searched (-inf when nothing), and the (query window, index window) pairs scoring at least ``threshold`` with

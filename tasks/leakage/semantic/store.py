@@ -19,8 +19,9 @@ its name and ``hardware.deterministic``, the CPU's kernel level (``torch.backend
 and thread count, the torch and transformers versions (on CUDA also the CUDA, cuDNN and cuBLAS ones),
 the ``semantic`` params but ``NOT_IN_KEY`` (today ``window_tokens`` and ``batch_size``, which fix the batch
 shape, hence the bits; a param added later keys the store until it is shown to change no vector) and the code:
-the sha256 of the import closure of this module and ``semantic_encoder.py`` (``imports.closure_fingerprint``:
-``semantic.py``, ``tasks/common/{encoders,device}.py`` and whatever else they import, computed, never listed).
+the sha256 of the import closure of this module and ``encoder.py`` (``imports.closure_fingerprint``:
+``windows.py``, ``tasks/common/models/encoders.py``, ``tasks/common/runtime/device.py`` and whatever else they
+import, computed, never listed).
 **From the store** otherwise: a window whose key has a row takes its vector; the others are embedded. Only the
 windows this run used are written back, so the windows of a removed document leave the store. Which path ran
 and how many windows were read or embedded go to the log and MLflow (tags ``leakage.semantic_store`` and
@@ -32,7 +33,7 @@ tokenize a text it has seen (on 16x the default corpus, tokenizing every text co
 night's run). It holds one row per distinct text (and span, for the planted copies the detector scores: only
 their windows over the copied eval text count) that the last run windowed, sorted by ``md5``:
 
-- ``md5``: 16 bytes, ``semantic_encoder.layout_key``: of the text as given (UTF-8), with the span before it if any;
+- ``md5``: 16 bytes, ``encoder.layout_key``: of the text as given (UTF-8), with the span before it if any;
 - ``n_tokens``: its wordpieces after normalisation, no specials;
 - ``first``: the first of its windows kept (0 without a span);
 - ``keys``: the kept windows' store keys in order, 16 bytes each, concatenated.
@@ -46,14 +47,17 @@ texts this run used are written back.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from tasks.common.imports import closure_fingerprint, code_sha256
 from tasks.common.files.stamped import read_stamped, stamp, swapped_in, write_cache
+from tasks.common.imports import closure_fingerprint, code_sha256
+from tasks.common.matching import confusables, textnorm
+from tasks.leakage.semantic.windows import window_starts
 
 STORE = "windows.parquet"
 LAYOUTS = "texts.parquet"
@@ -64,6 +68,8 @@ LAYOUTS = "texts.parquet"
 NOT_IN_KEY = {"enabled", "encoder", "cpu_precision", "stride_tokens", "min_words", "planted_docs", "planted_windows",
               "min_precision", "action", "review_per_label", "review_flags", "exact_max_windows", "ann_neighbours",
               "search_block_windows"}  # fmt: skip
+#: The module that embeds a window (``Encoder``), named, not imported: it imports this one.
+ENCODER_MODULE = "tasks.leakage.semantic.encoder"
 WIDTH_STEP = 16  # batch widths are multiples of 16 tokens: at most 15 pad tokens per window, and few shapes
 
 
@@ -80,12 +86,11 @@ def batch_width(n_tokens: int, window_tokens: int) -> int:
 
 
 def fingerprint(encoder) -> dict[str, str]:
-    """What a stored vector depends on (see the module docstring); ``encoder`` is a ``semantic_encoder.Encoder``."""
+    """What a stored vector depends on (see the module docstring); ``encoder`` is a ``semantic.encoder.Encoder``."""
     import torch
     import transformers
 
-    from tasks.common.runtime import device
-    from tasks.leakage import semantic_encoder
+    from tasks.common.runtime import device  # imports torch
 
     files = {p for p in Path(encoder.folder).rglob("*") if p.is_file()}
     return {
@@ -95,7 +100,7 @@ def fingerprint(encoder) -> dict[str, str]:
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} x {torch.get_num_threads()} threads",
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}" + gpu_libraries(encoder),
         "shape": json.dumps(encoder.cfg.model_dump(mode="json", exclude=NOT_IN_KEY), sort_keys=True),
-        "code": closure_fingerprint([__name__, semantic_encoder.__name__]),  # the code that embeds a window
+        "code": closure_fingerprint([__name__, ENCODER_MODULE]),  # the code that embeds a window
     }
 
 
@@ -103,8 +108,6 @@ def gpu_libraries(encoder) -> str:
     """On a CUDA device, the CUDA, cuDNN and cuBLAS versions (cuBLAS picks its GEMM kernels per release, so a
     vector's last bits can change with it while torch's version does not: the pip wheels ``nvidia-cublas-*``
     can be upgraded under one torch); empty on other devices."""
-    import importlib.metadata
-
     import torch
 
     if str(encoder.device).split(":")[0] != "cuda":
@@ -168,8 +171,6 @@ def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
     window's wordpieces, so the store needs none of these; a layout maps a text to keys, so it does."""
     import tokenizers
 
-    from tasks.common.matching import confusables, textnorm
-
     return {**store_key, "stride": str(cfg.stride_tokens),
             "text": closure_fingerprint([textnorm.__name__, confusables.__name__])
             + f", {confusables.text_normalisation_key()}, tokenizers {tokenizers.__version__}"}  # fmt: skip
@@ -196,9 +197,7 @@ def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple
 
 
 def window_count(n_tokens: int, cfg) -> int:
-    """How many windows a text of ``n_tokens`` wordpieces has (``semantic.window_starts``)."""
-    from tasks.leakage.semantic import window_starts
-
+    """How many windows a text of ``n_tokens`` wordpieces has (``windows.window_starts``)."""
     return len(window_starts(n_tokens, cfg.window_tokens - 2, cfg.stride_tokens))
 
 

@@ -1,0 +1,10 @@
+"""semantic: the embedding detector, for paraphrases no n-gram sees (each part takes ``SemanticParams``; the
+pass, ``audit``, the stage's ``LeakageParams``).
+
+- ``windows``: texts as the encoder reads them, cut into token windows; ``Windows``, embedded windows of docs;
+- ``method``: pair scores, known-clean pairs and the threshold chosen on dev (the method, in its docstring);
+- ``search``: the nearest windows above a threshold, exact (blocked products) or by a faiss HNSW index;
+- ``encoder``: the sentence encoder on its device, text to windows to unit vectors at fixed batch shapes;
+- ``store``: the window vectors and text layouts kept across runs in ``<data>/leakage_embeddings``;
+- ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample.
+"""
