@@ -22,9 +22,8 @@ from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
 from placement_harness import on_meta
 from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
 from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
-from test_leakage import params as leakage_params
-from test_leakage import run_leakage
-from test_leakage_semantic import news_corpus, semantic_params
+from leakage_fixtures import news_corpus, run_leakage, semantic_params
+from leakage_fixtures import params as leakage_params
 from transformers import masking_utils
 
 from clozeline import predict
