@@ -123,7 +123,7 @@ class Params(StrictModel):
                             probe_variants=list(self.probe.variants), pair_variants=list(self.probe.pair_variants),
                             warnings=self.source_warnings())
         object.__setattr__(self, "report", self.report.model_copy(update={"setup": setup}))
-        # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage.py)
+        # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage_audit.py)
         lineage = {"pretrain_init_from": self.pretrain.init_from}
         object.__setattr__(self, "leakage", self.leakage.model_copy(update=lineage))
         return self
