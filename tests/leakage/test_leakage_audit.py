@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from leakage_fixtures import frame, params, run_leakage
+from report_fixtures import DEFAULT_CLAIMS
 from tasks.common.matching.textnorm import words
 from tasks.common.provenance import Lock
 from tasks.config.corpus.leakage import PlantedParams
@@ -22,7 +23,6 @@ from tasks.leakage.planted.filler import FillerRing
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Metrics
 from tasks.report.stats.estimates import StatsConfig
-from test_report import DEFAULT_CLAIMS
 
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
 CLAIMS = {c.id: c for c in DEFAULT_CLAIMS.claims}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
+from report_fixtures import STATS, claim, write_workspace
 from tasks import leakage
 from tasks.common import pretraining_texts as common_lineage
 from tasks.common.matching import minhash
@@ -199,7 +199,6 @@ def test_the_stage_removes_the_leaked_eval_doc_and_counts_it(tmp_path):
 
 def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp_path, tmp_path_factory):
     from pretrain_fixtures import build_corpus, clone, make_cfg, make_paths
-
     from tasks.pretrain import run as pretrain
 
     corpus = build_corpus(tmp_path_factory)  # blocks of two sources, bbc_a and bbc_b, and no leakage output

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
+from report_fixtures import DEFAULT_CLAIMS
 from tasks.common.provenance import Lock
 from tasks.report.claims.arms.resolve import resolve
 from tasks.report.claims.curve_claims import sized
@@ -19,7 +20,6 @@ from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Claim, Metrics
 from tasks.report.render.curve_figure import learning_curve, series
 from tasks.report.stats.estimates import StatsConfig
-from test_report import DEFAULT_CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 LABELS = ["a", "b"]

@@ -10,11 +10,11 @@ import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
 
+from report_fixtures import ARMS, GOLD, STATS, claim, write_workspace
 from tasks.common.provenance import Lock
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.stats import bootstrap as bs
 from tasks.report.stats.power import Power, describe, minimum_detectable_effect, underpowered
-from test_report_items import ARMS, GOLD, STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 
 def test_bloom_multiplier_by_hand():

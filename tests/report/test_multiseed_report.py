@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
+from report_fixtures import ARMS, GOLD, LABELS, STATS, claim, preds, write_workspace
 from tasks.common.provenance import Lock
 from tasks.report.claims.arms.nested_seeds import ONE_SEED
 from tasks.report.claims.evaluation import evaluate
-from test_report_items import ARMS, GOLD, LABELS, STATS, _preds, claim, write_workspace
 
 OURS, FURTHER = "pretrained/full/mean-pool", "pretrained@pretrain_seed21/full/mean-pool"
-SEED21 = {1: _preds(9, 0), 2: _preds(10, 4), 3: _preds(9, 9)}  # a much weaker pretraining run
+SEED21 = {1: preds(9, 0), 2: preds(10, 4), 3: preds(9, 9)}  # a much weaker pretraining run
 
 
 def add_further_seed(root) -> None:

@@ -15,9 +15,9 @@ import yaml
 from scipy import stats
 from scipy.stats import binomtest, ttest_1samp
 
+from report_fixtures import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS
 from tasks import report
 from tasks.common.provenance import Lock
-from tasks.config import load_params
 from tasks.config.model.report import ReportParams
 from tasks.config.paths import Paths
 from tasks.report.claims.evaluation import evaluate
@@ -39,10 +39,6 @@ from tasks.report.stats.estimates import (
 from tasks.tracking import NullLog
 
 REPO = Path(__file__).resolve().parents[2]
-CLAIMS_YAML = REPO / "reports" / "claims.yaml"
-#: The default run's params, and its claims: the standard claims for its tasks with reports/claims.yaml applied.
-PARAMS = load_params(REPO / "params.yaml")
-DEFAULT_CLAIMS = claim_set(CLAIMS_YAML, PARAMS.report.setup)
 STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0, max_diverged_fraction=0.5)
 TREAT, BASE = (0.80, 0.82, 0.84), (0.70, 0.71, 0.72)
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
+from report_fixtures import DEFAULT_CLAIMS
 from tasks import report
 from tasks.report.claims.switches import claim_off
 from tasks.report.render.answer import answer
 from tasks.tracking import NullLog
-from test_report import DEFAULT_CLAIMS, STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
+from test_report import STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
 
 CLAIMS = {"all-mask-no-worse-than-80-10-10-cls": ("all-mask", "cls"), "all-mask-no-worse-than-80-10-10-ner":
           ("all-mask", "ner"), "mask-rate-15-no-worse-than-main-rate-cls": ("mlm-15", "cls"),
@@ -82,13 +83,13 @@ def test_with_arms_they_have_verdicts_and_render(workspace):
 
 
 def test_on_items_the_main_recipe_resamples_its_pretraining_seeds_and_the_arm_notes_its_one(tmp_path, monkeypatch):
-    import test_report_items as items
+    import report_fixtures as items
     from tasks.common.provenance import Lock
     from tasks.report.claims.evaluation import evaluate
     from test_multiseed_report import OURS, add_further_seed
 
     key = "pretrained@ablation_all-mask/full/mean-pool"
-    monkeypatch.setitem(items.ARMS, key, {1: items._preds(1, 2), 2: items._preds(2, 9), 3: items._preds(1, 15)})
+    monkeypatch.setitem(items.ARMS, key, {1: items.preds(1, 2), 2: items.preds(2, 9), 3: items.preds(1, 15)})
     metrics = items.write_workspace(tmp_path)
     add_further_seed(tmp_path)  # the main recipe's run from pretraining seed 21 too
     path = tmp_path / "metrics" / "finetune" / "cls.json"

@@ -216,11 +216,12 @@ def test_prefect_artifact_notes_a_section_from_an_earlier_run():
 def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(store, tmp_path):
     """The stage end to end (test_report's made metrics) in three pipeline runs: the same inputs twice (nothing
     changes), then claims.yaml dropping the last standard claim (one dropped claim)."""
+    from report_fixtures import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS
     from tasks import report
     from tasks.config import read_yaml
     from tasks.config.model.report import ReportParams
     from tasks.config.paths import Paths
-    from test_report import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS, write_metrics
+    from test_report import write_metrics
 
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
                   reports=tmp_path / "reports")  # fmt: skip

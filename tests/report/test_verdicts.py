@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from report_fixtures import STATS, claim, write_workspace
 from tasks import report
 from tasks.common.provenance import Lock
 from tasks.report.claims.evaluation import Row, apply_holm, evaluate
@@ -17,7 +18,6 @@ from tasks.report.claims.grammar import Metrics
 from tasks.report.render.answer import answer, verdict_cell, without_parentheses
 from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
 from tasks.report.stats.power import Power
-from test_report_items import STATS, claim, write_workspace  # tests/ is on sys.path (rootdir import)
 
 FLOOR = replace(STATS, floor_margin=0.01, floor_baseline="best")
 ARM, CONTROL = "pretrained/full/mean-pool", "random/full/mean-pool"
