@@ -39,7 +39,9 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from tasks.common.runtime import device_setting
 from tasks.config import ParamsError, load_params, read_yaml
+from tasks.config.model.pretrain import processes_per_node
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 
@@ -195,11 +197,8 @@ def check_gpus(device: str, nproc_per_node: int | str, profile: str | None = Non
     profile's request, with what to do instead (``profile_device_error``); without it, in ``resolve``'s words."""
     import torch  # only when a profile is applied, never when params load
 
-    from tasks.common.runtime.device import resolve
-    from tasks.config.model.pretrain import processes_per_node
-
     try:
-        found = resolve(device)
+        found = device_setting.resolve(device)
     except ValueError as err:
         if profile is None or torch.cuda.is_available():  # a cuda:N that is not there: resolve says it best
             raise ParamsError(str(err)) from None
@@ -216,16 +215,14 @@ def profile_device_error(profile: str, device: str) -> str:
     driver too old for its CUDA), reinstall (``CUDA_INSTALL_HINT``: ``make install``'s checks then say the rest)."""
     import torch
 
-    from tasks.common.runtime.device import CUDA_INSTALL_HINT, gpus_on_host
-
-    host = gpus_on_host()
+    host = device_setting.gpus_on_host()
     build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
     asks = f"profile {profile} asks for hardware.device: {device}"
     if not host:
         return (f"{asks}, but this machine has no GPU (torch {torch.__version__} sees none); use PROFILE=cpu, or "
                 f"plain make run, on a machine without a GPU")
     return (f"{asks}, but torch {torch.__version__} ({build}) sees none of this machine's {host} GPU(s); "
-            f"{CUDA_INSTALL_HINT}, or use PROFILE=cpu")
+            f"{device_setting.CUDA_INSTALL_HINT}, or use PROFILE=cpu")
 
 
 def one_line(message: str) -> str:

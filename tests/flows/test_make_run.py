@@ -178,7 +178,7 @@ def test_make_run_without_a_gpu_names_the_profile_and_a_cpu_run(checkout):
 
 
 def test_make_run_with_a_cpu_only_torch_on_a_gpu_host_says_how_to_reinstall_it(checkout):
-    from tasks.common.runtime.device import CUDA_INSTALL_HINT
+    from tasks.common.runtime.device_setting import CUDA_INSTALL_HINT
 
     proc, argv = make_run(checkout, "gpu", 0, host_gpus=1, torch_cuda="none")
     assert argv is None and proc.returncode == 2

@@ -106,7 +106,7 @@ def test_the_rank_setup_refuses_more_processes_than_gpus_in_one_line(fake_gpus, 
 
 def test_gpu_node_without_gpus_stops_before_dvc_with_one_line(fake_gpus, capsys, monkeypatch, tmp_path):
     fake_gpus(0)
-    monkeypatch.setattr("tasks.common.runtime.device.gpus_on_host", lambda: 0)
+    monkeypatch.setattr("tasks.common.runtime.device_setting.gpus_on_host", lambda: 0)
     assert main(["--run", "--dvc", str(tmp_path / "never-started"), "gpu-node"]) == 2
     err = capsys.readouterr().err
     assert err == ("clozeline: profile gpu-node asks for hardware.device: cuda, but this machine has no GPU (torch "
@@ -180,7 +180,7 @@ def test_print_mode_prints_one_pasteable_dvc_exp_run_command(fake_gpus, capsys, 
 
 def test_print_mode_checks_the_params_but_not_the_gpus(fake_gpus, capsys, monkeypatch, tmp_path):
     fake_gpus(0)  # a CPU login node: the command is prepared here, run on the GPU machine
-    monkeypatch.setattr("tasks.common.runtime.device.gpus_on_host", lambda: 0)
+    monkeypatch.setattr("tasks.common.runtime.device_setting.gpus_on_host", lambda: 0)
     assert main(["gpu-node"]) == 0  # before: exit 2, hardware.device: cuda: torch sees no CUDA device
     assert argv_of_pasted(capsys.readouterr().out)[4:] == set_params_args("gpu-node")
     monkeypatch.chdir(tmp_path)  # ./params.yaml with an invalid value: still one line, exit 2
@@ -206,10 +206,10 @@ def test_print_mode_checks_the_params_but_not_the_gpus(fake_gpus, capsys, monkey
 ])
 def test_run_mode_says_what_to_do_when_the_profiles_device_is_not_there(fake_gpus, capsys, monkeypatch, tmp_path,
                                                                         profile, host, cuda, expected):
-    from tasks.common.runtime.device import CUDA_INSTALL_HINT
+    from tasks.common.runtime.device_setting import CUDA_INSTALL_HINT
 
     fake_gpus(0)
-    monkeypatch.setattr("tasks.common.runtime.device.gpus_on_host", lambda: host)
+    monkeypatch.setattr("tasks.common.runtime.device_setting.gpus_on_host", lambda: host)
     monkeypatch.setattr(torch.version, "cuda", cuda)
     assert main(["--run", "--dvc", str(tmp_path / "never-started"), profile]) == 2
     err = capsys.readouterr().err  # before: "... set hardware.device: cpu or auto", a value the profile sets

@@ -275,7 +275,7 @@ def test_make_install_reinstalls_torch_when_asked_or_when_a_gpu_needs_it(scratch
 
 
 def test_the_hint_for_a_cpu_only_torch_on_a_gpu_host_reinstalls_it(scratch, host):
-    from tasks.common.runtime.device import CUDA_INSTALL_HINT
+    from tasks.common.runtime.device_setting import CUDA_INSTALL_HINT
 
     # installed (stamp current) while torch was CPU-only; now nvidia-smi lists a GPU and a stage says what to run
     set_torch(scratch, "2.13.0+cpu", None)
