@@ -19,6 +19,8 @@ Each check is a function of a root folder, and each is shown to find a violation
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -412,3 +414,48 @@ def test_a_clean_package_passes(tmp_path, check):
         },
     )
     assert check(read_tree(tmp_path)) == []
+
+
+# The tests' own house: a test module imports test modules of its own folder only (shared helpers are modules at
+# tests/ root and fixtures in conftest.py files), and what ``make test`` names exists.
+
+
+def cross_folder_test_imports(tests: Path) -> list[str]:
+    """Imports (statements, or code in strings run by subprocesses) of a test module from another folder."""
+    modules = {p.stem: p for p in tests.rglob("test_*.py") if "__pycache__" not in p.parts}
+    out = []
+    for path in sorted(tests.rglob("*.py")):
+        for match in re.finditer(r"^\s*(?:from|import) (test_\w+)", path.read_text(encoding="utf-8"), re.M):
+            other = modules.get(match.group(1))
+            if other is not None and other.parent != path.parent:
+                out.append(f"{path.relative_to(tests).as_posix()} imports {other.relative_to(tests).as_posix()}")
+    return out
+
+
+def test_no_test_module_imports_a_test_module_of_another_folder():
+    found = cross_folder_test_imports(ROOT / "tests")
+    assert not found, "move what they share to a module at tests/ root or a conftest.py fixture:" + _say(found)
+
+
+def test_a_planted_cross_folder_test_import_is_found(tmp_path):
+    plant(
+        tmp_path,
+        {
+            "a/test_one.py": "X = 1\n",
+            "a/test_two.py": "from test_one import X\n",
+            "b/test_three.py": "def f():\n    from test_one import X\n",
+        },
+    )
+    assert cross_folder_test_imports(tmp_path) == ["b/test_three.py imports a/test_one.py"]
+
+
+def test_the_files_make_test_names_exist():
+    """The Makefile's test paths and conftest's LONGEST_FIRST (base names: the files it runs first)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    paths = set(re.findall(r"tests/[\w/]+\.py", makefile))
+    assert paths and not [p for p in sorted(paths) if not (ROOT / p).is_file()]
+    names = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert set(conftest.LONGEST_FIRST) <= names, sorted(set(conftest.LONGEST_FIRST) - names)
