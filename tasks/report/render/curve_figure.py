@@ -1,6 +1,6 @@
 """The learning curve of a finetune task (``learning_curve`` of ``metrics/finetune/<task>.json``, written by
-``tasks/finetune/curve.py``): the test score of the curve arms and of the best baseline at each number of
-train docs.
+``tasks/finetune/reruns/at_train_sizes.py``): the test score of the curve arms and of the best baseline at each
+number of train docs.
 
 Whether pretraining helps is sharpest when labels are few: the figure shows the pretrained, random-init and
 reference encoders (``learning_curve.configs``) and, at each size, the comparator baseline chosen on dev at that
