@@ -35,21 +35,32 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from tasks.common.deps import require_declared
-from tasks.common.runtime.device import autocast, configure, describe, place, resolve
 from tasks.common.models.encoders import load_encoder, load_tokenizer, model_dir
-from tasks.config.paths import Paths
+from tasks.common.runtime.device import autocast, configure, describe, place, resolve
 from tasks.config.model.probe import ProbeParams
+from tasks.config.paths import Paths
 from tasks.probe.control import shuffled
-from tasks.probe.outputs import CONDITIONS, log_curves, plot_separation, target_rows, write_cosines
-from tasks.probe.outputs import write_layer_table, write_tsv
+from tasks.probe.outputs import (
+    CONDITIONS,
+    log_curves,
+    plot_separation,
+    target_rows,
+    write_cosines,
+    write_layer_table,
+    write_tsv,
+)
 from tasks.probe.pairs import run_pairs, string_fields
 from tasks.probe.scores import layer_scores, word_cosines, words_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 STATIC_BASELINE_NOTE = (
     "layer 0 is the embedding output; every probe sentence is one segment, so vectors of the same word at "
@@ -76,7 +87,7 @@ class ProbeSentence:
     end: int
 
 
-def run(cfg: ProbeParams, paths: Paths, log) -> dict:
+def run(cfg: ProbeParams, paths: Paths, log: Any) -> dict:
     """Probe every variant in ``cfg.variants`` on the probe set and on its shuffled-context control; write
     ``data/probe/`` and return the ``metrics/probe.json`` tree.
 
@@ -89,8 +100,9 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     ``ValueError`` for a bad probe file, a probe file that is not a dvc.yaml dep of the stage
     (``require_declared``) or an unusable device setting, ``FileNotFoundError`` for a missing model folder.
     """
-    require_declared("probe", paths.stage_data("probe"),
-                     {"probe.senses_file": cfg.senses_file, "probe.pairs_file": cfg.pairs_file})
+    require_declared(
+        "probe", paths.stage_data("probe"), {"probe.senses_file": cfg.senses_file, "probe.pairs_file": cfg.pairs_file}
+    )
     device = resolve(cfg.hardware.device)
     configure(device, cfg.hardware.deterministic)
     sentences = read_probe_set(cfg.senses_file, cfg.min_sentences_per_sense)
@@ -114,8 +126,16 @@ def run(cfg: ProbeParams, paths: Paths, log) -> dict:
     write_tsv(out / "targets.tsv", targets)
     write_cosines(out / COSINES_FILE, sentences, cosines)
     plot_separation(models, out / "sense_separation.png")
-    minimal_pairs = run_pairs(cfg.pairs_file, cfg.pair_variants, paths, cfg.random_init_seed, cfg.pairs_batch_size,
-                              cfg.min_pairs_per_phenomenon, device, log)  # fmt: skip
+    minimal_pairs = run_pairs(
+        cfg.pairs_file,
+        cfg.pair_variants,
+        paths,
+        cfg.random_init_seed,
+        cfg.pairs_batch_size,
+        cfg.min_pairs_per_phenomenon,
+        device,
+        log,
+    )
     log.artifact(out, "probe")
     return {
         "models": models["real"],
@@ -214,7 +234,9 @@ class Batch:
     subword_mask: torch.Tensor
 
 
-def encode(tokenizer, rows: Sequence[ProbeSentence], batch_size: int, max_seq_len_tokens: int) -> list[Batch]:
+def encode(
+    tokenizer: PreTrainedTokenizerFast, rows: Sequence[ProbeSentence], batch_size: int, max_seq_len_tokens: int
+) -> list[Batch]:
     """Tokenize ``rows`` in batches and locate each target word's subwords.
 
     The subwords are the non-special tokens whose character offsets overlap the word's span; they must lie
@@ -230,9 +252,7 @@ def encode(tokenizer, rows: Sequence[ProbeSentence], batch_size: int, max_seq_le
         lengths = enc["attention_mask"].sum(dim=1).tolist()
         for row, length in zip(chunk, lengths, strict=True):
             if length > max_seq_len_tokens:
-                raise ValueError(
-                    f"line {row.line}: {length} tokens, probe.max_seq_len_tokens is {max_seq_len_tokens}"
-                )
+                raise ValueError(f"line {row.line}: {length} tokens, probe.max_seq_len_tokens is {max_seq_len_tokens}")
         offsets = enc.pop("offset_mapping").tolist()
         targets = [word_tokens(row, offsets[i], enc.word_ids(i)) for i, row in enumerate(chunk)]
         batches.append(Batch(dict(enc), targets, *subword_index(targets)))
@@ -259,9 +279,7 @@ def word_tokens(row: ProbeSentence, offsets: list[list[int]], word_ids: list[int
     ]
     spans = [offsets[index] for index in tokens]
     if not tokens or spans[0][0] != row.start or spans[-1][1] != row.end:
-        raise ValueError(
-            f"line {row.line}: tokens at {spans} do not spell {row.word!r} at chars {row.start}-{row.end}"
-        )
+        raise ValueError(f"line {row.line}: tokens at {spans} do not spell {row.word!r} at chars {row.start}-{row.end}")
     return tokens
 
 

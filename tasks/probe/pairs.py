@@ -4,8 +4,9 @@ Each pair of ``probe.pairs_file`` (JSONL ``{phenomenon, good, bad}``) is scored 
 (Salazar et al. 2020, "Masked Language Model Scoring"): every non-special token is masked in turn and the
 log-probability the model gives the original token at the mask is summed over the sentence (nats; [CLS] and
 [SEP] are never masked; a word of several pieces is scored piece by piece, which favours multi-piece words
-whose pieces predict each other: Kauf & Ivanova 2023). A model passes a pair when ``PLL(good) > PLL(bad)``; a tie is a fail. Accuracy per
-phenomenon is the share of pairs passed (the report gives it a Clopper-Pearson interval over pairs).
+whose pieces predict each other: Kauf & Ivanova 2023). A model passes a pair when ``PLL(good) > PLL(bad)``; a tie
+is a fail. Accuracy per phenomenon is the share of pairs passed (the report gives it a Clopper-Pearson interval
+over pairs).
 
 Variants: any model with an MLM head (``pretrained`` or ``adapted``, whatever ``<models>/pretrained`` holds,
 and ``random``, the same config freshly initialised, which should sit near 50%), and ``unigram``: the sum of
@@ -30,16 +31,25 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from tasks.common.runtime.device import autocast, place
-from tasks.common.models.encoders import load_masked_lm, load_tokenizer, mlm_head, model_dir, pretrained_dir, tokenization
 from tasks.common.files.ioerrors import reading
+from tasks.common.models.encoders import (
+    load_masked_lm,
+    load_tokenizer,
+    mlm_head,
+    model_dir,
+    pretrained_dir,
+    tokenization,
+)
+from tasks.common.runtime.device import autocast, place
 from tasks.config.paths import Paths
 
 REQUIRED_KEYS = ("phenomenon", "good", "bad")
 UNIGRAM = "unigram"  # the frequency-shortcut variant (no network)
 DECIMALS = 6  # rounding of every PLL written out, so reruns are byte-identical
-METHOD = ("pseudo-log-likelihood (Salazar et al. 2020): each non-special token masked in turn, log-probabilities "
-          "of the original tokens summed (nats); a pair passes when PLL(good) > PLL(bad), ties fail")
+METHOD = (
+    "pseudo-log-likelihood (Salazar et al. 2020): each non-special token masked in turn, log-probabilities "
+    "of the original tokens summed (nats); a pair passes when PLL(good) > PLL(bad), ties fail"
+)
 
 
 @dataclass(frozen=True)
@@ -52,8 +62,16 @@ class Pair:
     line: int
 
 
-def run_pairs(pairs_file: Path, variants: Sequence[str], paths: Paths, seed: int, batch_size: int,
-              min_pairs: int, device: torch.device, log) -> dict:  # fmt: skip
+def run_pairs(
+    pairs_file: Path,
+    variants: Sequence[str],
+    paths: Paths,
+    seed: int,
+    batch_size: int,
+    min_pairs: int,
+    device: torch.device,
+    log,
+) -> dict:
     """Score every pair with every variant, the masked LMs on ``device``; write ``data/probe/pairs.tsv``;
     returns ``metrics.minimal_pairs``.
 
@@ -65,17 +83,24 @@ def run_pairs(pairs_file: Path, variants: Sequence[str], paths: Paths, seed: int
     rows, out = [], {}
     for variant in variants:
         scorer = Scorer.for_variant(variant, paths, seed, device)
-        good, bad = (scorer.score([getattr(p, side) for p in pairs], batch_size, f"pairs {variant} {side}")
-                     for side in ("good", "bad"))  # fmt: skip
+        good, bad = (
+            scorer.score([getattr(p, side) for p in pairs], batch_size, f"pairs {variant} {side}")
+            for side in ("good", "bad")
+        )
         mismatched = [len(g) != len(b) for g, b in zip(good.tokens, bad.tokens, strict=True)]
         passed = good.pll > bad.pll
         out[variant] = accuracy_table(pairs, passed, good.pll == bad.pll, mismatched)
         rows += pair_rows(variant, pairs, good, bad, passed)
         log.metrics({f"pairs/{variant}": {p: t["accuracy"] for p, t in out[variant]["per_phenomenon"].items()}})
     write_rows(paths.stage_data("probe") / "pairs.tsv", rows)
-    return {"file": str(pairs_file), "method": METHOD, "pairs": len(pairs),
-            "phenomena": dict(Counter(p.phenomenon for p in pairs)),
-            "items": [{"line": p.line, "phenomenon": p.phenomenon} for p in pairs], "variants": out}
+    return {
+        "file": str(pairs_file),
+        "method": METHOD,
+        "pairs": len(pairs),
+        "phenomena": dict(Counter(p.phenomenon for p in pairs)),
+        "items": [{"line": p.line, "phenomenon": p.phenomenon} for p in pairs],
+        "variants": out,
+    }
 
 
 # --- pair set ----------------------------------------------------------------------------------------------
@@ -91,14 +116,18 @@ def read_pairs(path: Path, min_pairs: int) -> list[Pair]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: minimal-pair set not found (probe.pairs_file)")
-    pairs = [parse_pair(text, f"{path}:{n}", n)
-             for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1) if text.strip()]
+    pairs = [
+        parse_pair(text, f"{path}:{n}", n)
+        for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if text.strip()
+    ]
     if not pairs:
         raise ValueError(f"{path}: minimal-pair set is empty")
     for phenomenon, count in sorted(Counter(p.phenomenon for p in pairs).items()):
         if count < min_pairs:
-            raise ValueError(f"{path}: phenomenon {phenomenon!r} has {count} pairs, "
-                             f"probe.min_pairs_per_phenomenon is {min_pairs}")  # fmt: skip
+            raise ValueError(
+                f"{path}: phenomenon {phenomenon!r} has {count} pairs, probe.min_pairs_per_phenomenon is {min_pairs}"
+            )
     return pairs
 
 
@@ -143,8 +172,9 @@ class Scores:
 class Scorer:
     """Scores sentences with one variant: a masked LM by PLL, or the unigram baseline by summed log-frequency."""
 
-    def __init__(self, tokenizer, model: torch.nn.Module | None, unigram: np.ndarray | None,
-                 device: torch.device) -> None:  # fmt: skip
+    def __init__(
+        self, tokenizer, model: torch.nn.Module | None, unigram: np.ndarray | None, device: torch.device
+    ) -> None:
         """``model`` (a masked LM in eval mode, or None for the unigram baseline) must already be on ``device``."""
         self.tokenizer, self.model, self.unigram, self.device = tokenizer, model, unigram, device
 
@@ -165,31 +195,48 @@ class Scorer:
     def score(self, sentences: Sequence[str], batch_size: int, desc: str) -> Scores:
         """PLL (or unigram log-likelihood) of each sentence, nats, with its content token ids."""
         enc = self.tokenizer(list(sentences), return_special_tokens_mask=True)
-        tokens = [[t for t, special in zip(ids, mask, strict=True) if not special]
-                  for ids, mask in zip(enc["input_ids"], enc["special_tokens_mask"], strict=True)]  # fmt: skip
+        tokens = [
+            [t for t, special in zip(ids, mask, strict=True) if not special]
+            for ids, mask in zip(enc["input_ids"], enc["special_tokens_mask"], strict=True)
+        ]
         if self.model is None:
             return Scores(tokens, np.array([self.unigram[t].sum() for t in tokens], dtype=np.float64))
-        pll = pseudo_log_likelihoods(self.model, enc["input_ids"], enc["special_tokens_mask"],
-                                     self.tokenizer.mask_token_id, self.tokenizer.pad_token_id, batch_size,
-                                     self.device, desc)
+        pll = pseudo_log_likelihoods(
+            self.model,
+            enc["input_ids"],
+            enc["special_tokens_mask"],
+            self.tokenizer.mask_token_id,
+            self.tokenizer.pad_token_id,
+            batch_size,
+            self.device,
+            desc,
+        )
         return Scores(tokens, pll)
 
 
-def masked_copies(input_ids: Sequence[Sequence[int]], special_mask: Sequence[Sequence[int]],
-                  mask_id: int) -> list[tuple[int, int, list[int]]]:  # fmt: skip
+def masked_copies(
+    input_ids: Sequence[Sequence[int]], special_mask: Sequence[Sequence[int]], mask_id: int
+) -> list[tuple[int, int, list[int]]]:
     """``(sentence index, masked position, ids with that position replaced by mask_id)`` for every content
     (non-special) token of every sentence, in sentence then position order."""
     copies = []
     for i, (ids, special) in enumerate(zip(input_ids, special_mask, strict=True)):
         for pos, is_special in enumerate(special):
             if not is_special:
-                copies.append((i, pos, [*ids[:pos], mask_id, *ids[pos + 1:]]))
+                copies.append((i, pos, [*ids[:pos], mask_id, *ids[pos + 1 :]]))
     return copies
 
 
-def pseudo_log_likelihoods(model: torch.nn.Module, input_ids: Sequence[Sequence[int]],
-                           special_mask: Sequence[Sequence[int]], mask_id: int, pad_id: int, batch_size: int,
-                           device: torch.device, desc: str = "pll") -> np.ndarray:  # fmt: skip
+def pseudo_log_likelihoods(
+    model: torch.nn.Module,
+    input_ids: Sequence[Sequence[int]],
+    special_mask: Sequence[Sequence[int]],
+    mask_id: int,
+    pad_id: int,
+    batch_size: int,
+    device: torch.device,
+    desc: str = "pll",
+) -> np.ndarray:
     """PLL of each sentence (Salazar et al. 2020, eq. 1): ``sum_t log P(w_t | W with w_t masked)``, nats.
 
     ``input_ids``: one id list per sentence, specials included; ``special_mask``: 1 at [CLS]/[SEP] (never
@@ -216,8 +263,9 @@ def mlm_parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]
     return model.base_model, mlm_head(model)
 
 
-def collate(chunk: Sequence[tuple[int, int, list[int]]], input_ids: Sequence[Sequence[int]],
-            pad_id: int) -> dict[str, torch.Tensor]:  # fmt: skip
+def collate(
+    chunk: Sequence[tuple[int, int, list[int]]], input_ids: Sequence[Sequence[int]], pad_id: int
+) -> dict[str, torch.Tensor]:
     """Host tensors of a chunk of ``masked_copies``: ``input_ids`` and ``attention_mask`` ``(batch, seq_len)``
     (right-padded with ``pad_id``), ``positions`` (the masked position) and ``targets`` (the original id there),
     both ``(batch,)``."""
@@ -226,14 +274,18 @@ def collate(chunk: Sequence[tuple[int, int, list[int]]], input_ids: Sequence[Seq
     attention = torch.zeros((len(chunk), width), dtype=torch.long)
     for row, (_, _, masked) in enumerate(chunk):
         ids[row, : len(masked)], attention[row, : len(masked)] = torch.tensor(masked), 1
-    return {"input_ids": ids, "attention_mask": attention,
-            "positions": torch.tensor([pos for _, pos, _ in chunk], dtype=torch.long),
-            "targets": torch.tensor([input_ids[i][pos] for i, pos, _ in chunk], dtype=torch.long)}  # fmt: skip
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "positions": torch.tensor([pos for _, pos, _ in chunk], dtype=torch.long),
+        "targets": torch.tensor([input_ids[i][pos] for i, pos, _ in chunk], dtype=torch.long),
+    }
 
 
 @torch.no_grad()
-def masked_log_probs(encoder: torch.nn.Module, head: torch.nn.Module, batch: dict[str, torch.Tensor],
-                     device: torch.device) -> torch.Tensor:  # fmt: skip
+def masked_log_probs(
+    encoder: torch.nn.Module, head: torch.nn.Module, batch: dict[str, torch.Tensor], device: torch.device
+) -> torch.Tensor:
     """``log P(target | masked copy)`` of each copy of ``batch`` (``collate``), float64 ``(batch,)`` nats, left
     on ``device`` (the caller moves it to the host).
 
@@ -257,8 +309,9 @@ def unigram_log_probs(blocks: Path, vocab_size: int) -> np.ndarray:
     Raises ``FileNotFoundError`` naming the folder when it is absent (run the tokenize stage).
     """
     if not Path(blocks).is_dir():
-        raise FileNotFoundError(f"{blocks}: pretraining blocks not found (the unigram variant counts them; "
-                                "run the tokenize stage)")  # fmt: skip
+        raise FileNotFoundError(
+            f"{blocks}: pretraining blocks not found (the unigram variant counts them; run the tokenize stage)"
+        )
     with reading(blocks):
         table = datasets.load_from_disk(str(blocks)).with_format("numpy")
     counts = np.ones(vocab_size, dtype=np.float64)
@@ -275,11 +328,16 @@ def unigram_log_probs(blocks: Path, vocab_size: int) -> np.ndarray:
 def accuracy_table(pairs: Sequence[Pair], passed: np.ndarray, ties: np.ndarray, mismatched: list[bool]) -> dict:
     """Per phenomenon and over all pairs: ``pairs, passed, ties, accuracy, length_mismatched``, plus the
     per-pair outcomes ``passed`` (0/1, aligned with ``metrics.minimal_pairs.items``) for paired claims."""
+
     def counts(index: list[int]) -> dict:
         hits = int(passed[index].sum())
-        return {"pairs": len(index), "passed": hits, "ties": int(ties[index].sum()),
-                "accuracy": round(hits / len(index), DECIMALS),
-                "length_mismatched": sum(mismatched[i] for i in index)}  # fmt: skip
+        return {
+            "pairs": len(index),
+            "passed": hits,
+            "ties": int(ties[index].sum()),
+            "accuracy": round(hits / len(index), DECIMALS),
+            "length_mismatched": sum(mismatched[i] for i in index),
+        }
 
     per = {name: counts([i for i, p in enumerate(pairs) if p.phenomenon == name]) for name in phenomena_of(pairs)}
     return {"all": counts(list(range(len(pairs)))), "per_phenomenon": per, "passed": [int(x) for x in passed]}
@@ -287,10 +345,19 @@ def accuracy_table(pairs: Sequence[Pair], passed: np.ndarray, ties: np.ndarray, 
 
 def pair_rows(variant: str, pairs: Sequence[Pair], good: Scores, bad: Scores, passed: np.ndarray) -> list[dict]:
     """One TSV row per pair and variant: token counts, both PLLs and the outcome."""
-    return [{"variant": variant, "phenomenon": p.phenomenon, "line": p.line,
-             "good_tokens": len(good.tokens[i]), "bad_tokens": len(bad.tokens[i]),
-             "pll_good": f"{good.pll[i]:.{DECIMALS}f}", "pll_bad": f"{bad.pll[i]:.{DECIMALS}f}",
-             "passed": int(passed[i])} for i, p in enumerate(pairs)]  # fmt: skip
+    return [
+        {
+            "variant": variant,
+            "phenomenon": p.phenomenon,
+            "line": p.line,
+            "good_tokens": len(good.tokens[i]),
+            "bad_tokens": len(bad.tokens[i]),
+            "pll_good": f"{good.pll[i]:.{DECIMALS}f}",
+            "pll_bad": f"{bad.pll[i]:.{DECIMALS}f}",
+            "passed": int(passed[i]),
+        }
+        for i, p in enumerate(pairs)
+    ]
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
