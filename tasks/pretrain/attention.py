@@ -104,8 +104,15 @@ def _call(source: str, q, k, v, attn_mask, dropout_p, is_causal, enable_gqa) -> 
 def _sdpa_args(args, kwargs) -> tuple:
     names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
     bound = dict(zip(names, args)) | kwargs
-    return (bound["query"], bound["key"], bound["value"], bound.get("attn_mask"), bound.get("dropout_p", 0.0),
-            bound.get("is_causal", False), bound.get("enable_gqa", False))  # fmt: skip
+    return (
+        bound["query"],
+        bound["key"],
+        bound["value"],
+        bound.get("attn_mask"),
+        bound.get("dropout_p", 0.0),
+        bound.get("is_causal", False),
+        bound.get("enable_gqa", False),
+    )
 
 
 class _PreGrad(CustomGraphPass):
@@ -117,6 +124,7 @@ class _PreGrad(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph) -> None:
         for node in graph.nodes:
             if node.op == "call_function" and node.target is SDPA:
+
                 def value(arg):
                     return arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else arg
 
@@ -150,6 +158,7 @@ class _PostGrad(_PreGrad):
 def _lineage(node: torch.fx.Node, depth: int = 6) -> str:
     """The ops that produce ``node``'s first input, ``depth`` steps up, with every tensor operand's shape and dtype
     (``add(f32[8, 2, 128, 128], bf16[8, 1, 128, 128])``: a mask added to the scores)."""
+
     def shown(arg) -> str:
         value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
         if isinstance(value, torch.Tensor):
@@ -184,9 +193,15 @@ def capture() -> Iterator[Captured]:
 
     F.scaled_dot_product_attention = spy
     try:
-        with inductor_config.patch(pre_grad_custom_pass=_PreGrad(out), post_grad_custom_pre_pass=_PostGrad(out),
-                                   fx_graph_cache=False, fx_graph_remote_cache=False), \
-                functorch_config.patch(enable_autograd_cache=False):  # fmt: skip
+        with (
+            inductor_config.patch(
+                pre_grad_custom_pass=_PreGrad(out),
+                post_grad_custom_pre_pass=_PostGrad(out),
+                fx_graph_cache=False,
+                fx_graph_remote_cache=False,
+            ),
+            functorch_config.patch(enable_autograd_cache=False),
+        ):
             yield out
     finally:
         F.scaled_dot_product_attention = real
@@ -247,8 +262,10 @@ def report(captured: Captured) -> list[str]:
                 seen.add((call.source, reason))
                 lines.append(f"{call.source}: {reason}")
     if captured.math_graphs:
-        lines.append(f"{captured.math_graphs} compiled graph(s) traced SDPA to its math path (bmm + _safe_softmax); "
-                     f"its softmax input: {captured.math_inputs[:1]}")
+        lines.append(
+            f"{captured.math_graphs} compiled graph(s) traced SDPA to its math path (bmm + _safe_softmax); "
+            f"its softmax input: {captured.math_inputs[:1]}"
+        )
     return lines
 
 
@@ -278,10 +295,7 @@ def document_mask(input_ids: torch.Tensor, sep_id: int, attention_mask: torch.Te
     """ModernBERT's per-layer-type masks that keep attention within each document: a FlexAttention ``BlockMask``
     with ``flex``, else a boolean ``(batch, 1, seq, seq)`` SDPA mask (True = attend)."""
     doc = document_ids(input_ids, sep_id, attention_mask)
-    if flex:
-        mask = _block_mask(doc)
-    else:
-        mask = (doc[:, :, None] == doc[:, None, :]).unsqueeze(1)
+    mask = _block_mask(doc) if flex else (doc[:, :, None] == doc[:, None, :]).unsqueeze(1)
     return dict.fromkeys(LAYER_TYPES, mask)
 
 

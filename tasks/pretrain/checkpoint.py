@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_model, save_model
 
-from tasks.common.models.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
 from tasks.common.files.ioerrors import reading
+from tasks.common.models.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
 
 PREFIX = STEP_PREFIX
 
@@ -61,8 +61,9 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, d
         missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False, device=str(device))
     if missing or unexpected:
         # safetensors returns the missing names as a set: sorted before slicing
-        raise RuntimeError(f"{path / 'model.safetensors'}: missing {sorted(missing)[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
+        raise RuntimeError(
+            f"{path / 'model.safetensors'}: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+        )
     with reading(path / "optimizer.pt", deleting(path)):
         state = torch.load(path / "optimizer.pt", map_location=device, weights_only=True)
     optimizer.load_state_dict(state)
@@ -78,8 +79,10 @@ def read_state(path: Path) -> dict[str, Any]:
 def deleting(path: Path) -> str:
     """How to recover from a damaged checkpoint ``path``: it persists across runs (a rerun would resume from it and
     fail the same way), so delete it; the run then resumes from an older one or starts afresh."""
-    return (f"delete {path} and rerun `dvc repro --single-item pretrain` (it then resumes from an older checkpoint, "
-            "if any, or starts afresh)")
+    return (
+        f"delete {path} and rerun `dvc repro --single-item pretrain` (it then resumes from an older checkpoint, "
+        "if any, or starts afresh)"
+    )
 
 
 def clear(folder: Path) -> None:

@@ -44,9 +44,17 @@ class MicroBatch:
         return int(self.targets.shape[0])
 
     def to(self, device: torch.device) -> MicroBatch:
-        """This batch on ``device`` (``tasks.common.runtime.device.place``: pinned, non_blocking to CUDA); ``rows`` stay."""
-        moved = place({"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                       "positions": self.positions, "targets": self.targets}, device)  # fmt: skip
+        """This batch on ``device`` (``tasks.common.runtime.device.place``: pinned, non_blocking to CUDA); ``rows``
+        stay."""
+        moved = place(
+            {
+                "input_ids": self.input_ids,
+                "attention_mask": self.attention_mask,
+                "positions": self.positions,
+                "targets": self.targets,
+            },
+            device,
+        )
         return MicroBatch(**moved, rows=self.rows)
 
 
@@ -56,15 +64,24 @@ def needs_attention_mask(*block_sets: dict[str, Any]) -> bool:
     return not all(bool(blocks["attention_mask"].all()) for blocks in block_sets)
 
 
-def masked_batch(blocks: dict[str, Any], rows: torch.Tensor, vocab: MaskingVocab, probability: float,
-                 generator: torch.Generator, whole_word: bool, with_mask: bool, pad_to: int = 0,
-                 corruption: tuple[float, float] = (0.8, 0.1)) -> MicroBatch:  # fmt: skip
+def masked_batch(
+    blocks: dict[str, Any],
+    rows: torch.Tensor,
+    vocab: MaskingVocab,
+    probability: float,
+    generator: torch.Generator,
+    whole_word: bool,
+    with_mask: bool,
+    pad_to: int = 0,
+    corruption: tuple[float, float] = (0.8, 0.1),
+) -> MicroBatch:
     """Mask ``rows`` of ``blocks`` (``mask_tokens``; ``corruption``: the shares of the selected tokens made [MASK]
     and random, BERT's 80/10/10 by default); with ``pad_to`` > len(rows), filler rows (copies of the
     first, nothing predicted on them) make the batch ``pad_to`` long, so evaluation batches have one shape."""
     input_ids = blocks["input_ids"][rows]
-    masked, labels = mask_tokens(input_ids, blocks["maskable"][rows], vocab, probability, generator, whole_word,
-                                 *corruption)  # fmt: skip
+    masked, labels = mask_tokens(
+        input_ids, blocks["maskable"][rows], vocab, probability, generator, whole_word, *corruption
+    )
     attention = blocks["attention_mask"][rows]
     filler = max(0, pad_to - len(rows))
     if filler:
@@ -89,9 +106,16 @@ class Prefetcher:
     def _build(self, step: int) -> list[MicroBatch]:
         batches = self.make(step)
         if self.device.type == "cuda":  # pinned on the feed thread: the main thread's copy is then asynchronous
-            batches = [MicroBatch(b.input_ids.pin_memory(), None if b.attention_mask is None else
-                                  b.attention_mask.pin_memory(), b.positions.pin_memory(), b.targets.pin_memory(),
-                                  b.rows) for b in batches]  # fmt: skip
+            batches = [
+                MicroBatch(
+                    b.input_ids.pin_memory(),
+                    None if b.attention_mask is None else b.attention_mask.pin_memory(),
+                    b.positions.pin_memory(),
+                    b.targets.pin_memory(),
+                    b.rows,
+                )
+                for b in batches
+            ]
         return batches
 
     def get(self, step: int) -> list[MicroBatch]:

@@ -15,9 +15,22 @@ from typing import Any
 from tasks.common.imports import ROOT, code_sha256, import_closure
 
 #: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
-NOT_IN_FINGERPRINT = {"fill_mask", "fill_mask_top_k", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
-                      "checkpoint_every_minutes", "compile", "num_threads", "nproc_per_node", "nnodes", "rdzv_endpoint",
-                      "rdzv_id", "hardware", "ablations"}  # fmt: skip  # ablations: other runs, in their own folders
+NOT_IN_FINGERPRINT = {
+    "fill_mask",
+    "fill_mask_top_k",
+    "log_every_steps",
+    "eval_every_steps",
+    "checkpoint_every_steps",
+    "checkpoint_every_minutes",
+    "compile",
+    "num_threads",
+    "nproc_per_node",
+    "nnodes",
+    "rdzv_endpoint",
+    "rdzv_id",
+    "hardware",
+    "ablations",
+}  # ablations: other runs, in their own folders
 
 
 def sha256_json(value: Any) -> str:

@@ -160,9 +160,12 @@ class Throughput:
         (first_steps, first_s), rest = self.windows[0], self.windows[1:]
         steps, seconds = (sum(w[0] for w in rest), sum(w[1] for w in rest)) if rest else (first_steps, first_s)
         rate = steps / seconds
-        return {"train_tokens_per_s": rate * self.tokens_per_step, "timed_steps": steps,
-                "warmup_steps": first_steps if rest else 0,
-                "compile_seconds": max(0.0, first_s - first_steps / rate) if rest else None}
+        return {
+            "train_tokens_per_s": rate * self.tokens_per_step,
+            "timed_steps": steps,
+            "warmup_steps": first_steps if rest else 0,
+            "compile_seconds": max(0.0, first_s - first_steps / rate) if rest else None,
+        }
 
 
 def hardware(env: Dist) -> dict[str, Any]:

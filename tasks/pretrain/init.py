@@ -106,8 +106,14 @@ def dropout_keys(model_type: str, p: float) -> dict[str, float]:
     return {"hidden_dropout_prob": p, "attention_probs_dropout_prob": p}
 
 
-def build_model(cfg: PretrainParams, vocab_size: int, block_len: int, pad_token_id: int,
-                cls_token_id: int | None = None, sep_token_id: int | None = None) -> PreTrainedModel:
+def build_model(
+    cfg: PretrainParams,
+    vocab_size: int,
+    block_len: int,
+    pad_token_id: int,
+    cls_token_id: int | None = None,
+    sep_token_id: int | None = None,
+) -> PreTrainedModel:
     """A freshly initialised masked LM of preset ``cfg.size`` and ``cfg.architecture`` (an HF model class, so
     ``save_pretrained`` / ``AutoModel`` work downstream); input and output embeddings are tied. Its config names
     the tokenizer's ``[CLS]`` / ``[SEP]`` ids as cls/bos and sep/eos (None: unset; ModernBERT's own defaults are ids

@@ -129,8 +129,13 @@ class MaskedOnlyMLM(nn.Module):
         self.mlm = mlm
         self.encode = torch.compile(mlm.base_model.forward) if compile else mlm.base_model.forward
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor,
-                targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        positions: torch.Tensor,
+        targets: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``input_ids`` (batch, seq_len), ``attention_mask`` (batch, seq_len) or None (attend everywhere),
         ``positions`` (n_masked,) flat indices into ``batch * seq_len`` and ``targets`` (n_masked,) their ids ->
         ``(mean loss, n_correct)``; ``n_correct`` (top-1 hits on the masked positions, a 0-dim tensor) is counted

@@ -41,8 +41,10 @@ def lr_rule(cfg, tokens: int) -> str:
     """How ``peak_lr`` came about, in words (metrics and MLflow params)."""
     if cfg.lr_scaling == "none":
         return f"none: lr {cfg.lr:g} as given ({tokens:,} tokens a step)"
-    return (f"{cfg.lr_scaling}: {cfg.lr:g} x ({tokens:,} / {cfg.lr_reference_tokens_per_step:,} tokens a step)"
-            f"^{LR_EXPONENTS[cfg.lr_scaling]:g} = {peak_lr(cfg, tokens):.6g}")
+    return (
+        f"{cfg.lr_scaling}: {cfg.lr:g} x ({tokens:,} / {cfg.lr_reference_tokens_per_step:,} tokens a step)"
+        f"^{LR_EXPONENTS[cfg.lr_scaling]:g} = {peak_lr(cfg, tokens):.6g}"
+    )
 
 
 def lr_record(cfg, tokens: int) -> dict:
