@@ -21,13 +21,20 @@ from tasks.common.models.encoders import pretrained_dir, pretraining_record, ref
 #: Where a Hugging Face card names its own hub id: its usage snippet's ``from_pretrained('<id>')`` call.
 HUB_ID = re.compile(r"""(?:from_pretrained|SentenceTransformer)\(\s*['"]([\w.-]+/[\w.-]+)['"]""")
 OWN = {
-    "pretrained": ("clozeline's own encoder", "pretrained from scratch by this run's pretrain stage on its "
-                   "pretraining sources (models/pretrained)"),
-    "random": ("no pretrained encoder", "the encoder config of models/pretrained, randomly initialised (the "
-               "no-pretraining control)"),
+    "pretrained": (
+        "clozeline's own encoder",
+        "pretrained from scratch by this run's pretrain stage on its pretraining sources (models/pretrained)",
+    ),
+    "random": (
+        "no pretrained encoder",
+        "the encoder config of models/pretrained, randomly initialised (the no-pretraining control)",
+    ),
 }
-NO_LICENCE = ("none declared", "weights trained by this pipeline: no licence file ships with them; the terms of "
-              "the data they were trained on apply")
+NO_LICENCE = (
+    "none declared",
+    "weights trained by this pipeline: no licence file ships with them; the terms of "
+    "the data they were trained on apply",
+)
 
 
 def describe(variant: str, models: Path) -> dict:
@@ -40,17 +47,33 @@ def describe(variant: str, models: Path) -> dict:
     except FileNotFoundError:
         tok = None
     if variant == "reference":
-        return {"variant": variant, **hf_folder(reference_model_dir()), "tokenization": tok,
-                "origin": "the packaged reference encoder, fine-tuned on this task"}  # fmt: skip
+        return {
+            "variant": variant,
+            **hf_folder(reference_model_dir()),
+            "tokenization": tok,
+            "origin": "the packaged reference encoder, fine-tuned on this task",
+        }
     if variant == "adapted":
         init = pretraining_record(pretrained_dir(models)).get("init_from", "reference")
         base = hf_folder(reference_model_dir() if init == "reference" else Path(init))
-        return {"variant": variant, **base, "tokenization": tok,
-                "origin": f"{base['name']} continued with masked-LM training by this run's pretrain stage "
-                          "(models/pretrained), then fine-tuned on this task"}  # fmt: skip
+        return {
+            "variant": variant,
+            **base,
+            "tokenization": tok,
+            "origin": f"{base['name']} continued with masked-LM training by this run's pretrain stage "
+            "(models/pretrained), then fine-tuned on this task",
+        }
     name, origin = OWN.get(variant, (variant, f"the {variant} variant of the finetune stage"))
-    return {"variant": variant, "name": name, "origin": origin, "licence": NO_LICENCE[0],
-            "licence_source": NO_LICENCE[1], "package": None, "based_on": None, "tokenization": tok}
+    return {
+        "variant": variant,
+        "name": name,
+        "origin": origin,
+        "licence": NO_LICENCE[0],
+        "licence_source": NO_LICENCE[1],
+        "package": None,
+        "based_on": None,
+        "tokenization": tok,
+    }
 
 
 def hf_folder(folder: Path) -> dict:
@@ -66,11 +89,17 @@ def hf_folder(folder: Path) -> dict:
     based_on = json.loads(config.read_text(encoding="utf-8")).get("_name_or_path") if config.is_file() else None
     where = f"{folder.parent.name}/{folder.name}/README.md"
     licence = front.get("license")
-    return {"name": hub.group(1) if hub else heading or folder.name, "based_on": based_on or None,
-            "licence": str(licence) if licence else "not stated",
-            "licence_source": (f"from `license:` in the front matter of {where}, the base model's own card" if licence
-                               else f"{where} states none: check the model's origin before use"),
-            "package": package_of(folder)}  # fmt: skip
+    return {
+        "name": hub.group(1) if hub else heading or folder.name,
+        "based_on": based_on or None,
+        "licence": str(licence) if licence else "not stated",
+        "licence_source": (
+            f"from `license:` in the front matter of {where}, the base model's own card"
+            if licence
+            else f"{where} states none: check the model's origin before use"
+        ),
+        "package": package_of(folder),
+    }
 
 
 def front_matter(card: Path) -> dict:

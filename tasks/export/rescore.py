@@ -53,14 +53,27 @@ def raw_inputs(data: Path, source: str, kind: str, doc_ids: list[str]) -> list[d
     return out
 
 
-def run_predict(folder: Path, inputs: Path, output: Path, labels: list[str], threads: int,
-                batch_size: int | None) -> tuple[list[dict], dict]:  # fmt: skip
+def run_predict(
+    folder: Path, inputs: Path, output: Path, labels: list[str], threads: int, batch_size: int | None
+) -> tuple[list[dict], dict]:
     """``python -m clozeline.predict`` on ``inputs`` in a fresh process; returns its records and its timing.
     Raises ``ValueError`` with the process's one-line error (a folder that does not load, labels that differ)."""
     labels_file = output.with_name("labels.json")
     labels_file.write_text(json.dumps(labels), encoding="utf-8")
-    cmd = [sys.executable, "-m", "clozeline.predict", str(folder), "--input", str(inputs), "--output", str(output),
-           "--labels", str(labels_file), "--threads", str(threads)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "clozeline.predict",
+        str(folder),
+        "--input",
+        str(inputs),
+        "--output",
+        str(output),
+        "--labels",
+        str(labels_file),
+        "--threads",
+        str(threads),
+    ]
     cmd += ["--batch-size", str(batch_size)] if batch_size else []
     root = Path(clozeline.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
@@ -113,20 +126,34 @@ def compare(evaluated: list[dict], rescored: list[dict], labels: list[str], tole
         if gap > tolerance:
             prob_bad.append(item["doc_id"])
     bad = sorted(set(label_bad) | set(prob_bad) | set(missing))
-    return {"items": len(evaluated), "disagree": len(bad), "label_mismatches": len(label_bad),
-            "probability_mismatches": len(prob_bad), "missing": len(missing),
-            "max_abs_probability_difference": worst, "probability_tolerance": tolerance, "examples": bad[:5]}
+    return {
+        "items": len(evaluated),
+        "disagree": len(bad),
+        "label_mismatches": len(label_bad),
+        "probability_mismatches": len(prob_bad),
+        "missing": len(missing),
+        "max_abs_probability_difference": worst,
+        "probability_tolerance": tolerance,
+        "examples": bad[:5],
+    }
 
 
 def scores(kind: str, gold: list, pred: list, labels: list[str]) -> dict[str, float]:
     """The contract's test metrics of predictions: classification ``test_accuracy``, ``test_macro_f1`` (every
     label, absent ones scoring 0); token classification entity P/R/F1 (seqeval, strict IOB2, on words)."""
     if kind != "token_classification":
-        return {"test_accuracy": float(accuracy_score(gold, pred)),
-                "test_macro_f1": float(f1_score(gold, pred, labels=labels, average="macro", zero_division=0))}
-    micro = classification_report(gold, pred, mode="strict", scheme=IOB2, output_dict=True, zero_division=0)["micro avg"]
-    return {"test_entity_f1": float(micro["f1-score"]), "test_entity_precision": float(micro["precision"]),
-            "test_entity_recall": float(micro["recall"])}
+        return {
+            "test_accuracy": float(accuracy_score(gold, pred)),
+            "test_macro_f1": float(f1_score(gold, pred, labels=labels, average="macro", zero_division=0)),
+        }
+    micro = classification_report(gold, pred, mode="strict", scheme=IOB2, output_dict=True, zero_division=0)[
+        "micro avg"
+    ]
+    return {
+        "test_entity_f1": float(micro["f1-score"]),
+        "test_entity_precision": float(micro["precision"]),
+        "test_entity_recall": float(micro["recall"]),
+    }
 
 
 def timing(records: list[dict], info: dict, batch_size: int | None, parameters: int, size_mib: float) -> dict:
@@ -134,13 +161,23 @@ def timing(records: list[dict], info: dict, batch_size: int | None, parameters: 
     p95 over every test doc, tokenization included), documents per second at ``batch_size`` (a classifier),
     load time, parameters and size on disk, on the CPU with ``threads``."""
     seconds = np.asarray([r["seconds"] for r in records], dtype=float)
-    batch = {"1": {"p50_ms_per_doc": float(np.percentile(seconds * MS_PER_S, 50)),
-                   "p95_ms_per_doc": float(np.percentile(seconds * MS_PER_S, 95)),
-                   "docs_per_s": float(len(seconds) / seconds.sum()) if seconds.sum() else None,
-                   "timed_batches": len(seconds)}}  # fmt: skip
+    batch = {
+        "1": {
+            "p50_ms_per_doc": float(np.percentile(seconds * MS_PER_S, 50)),
+            "p95_ms_per_doc": float(np.percentile(seconds * MS_PER_S, 95)),
+            "docs_per_s": float(len(seconds) / seconds.sum()) if seconds.sum() else None,
+            "timed_batches": len(seconds),
+        }
+    }
     batched = (info.get("batch") or {}).get(str(batch_size)) if batch_size else None
     if batched:
         batch[str(batch_size)] = {"docs_per_s": len(seconds) / batched, "timed_batches": -(-len(seconds) // batch_size)}
-    return {"device": "cpu", "threads": info.get("threads"), "timed_from": "raw text (tokenization included)",
-            "batch": batch, "load_seconds": info.get("load_seconds"), "parameters": parameters,
-            "size_on_disk_mib": size_mib}
+    return {
+        "device": "cpu",
+        "threads": info.get("threads"),
+        "timed_from": "raw text (tokenization included)",
+        "batch": batch,
+        "load_seconds": info.get("load_seconds"),
+        "parameters": parameters,
+        "size_on_disk_mib": size_mib,
+    }
