@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from tasks.report.claims.grammar import Metrics, NotRun, dig  # noqa: E402
-from tasks.report.render.figures import _save  # noqa: E402
+from tasks.report.render.figures import save_png  # noqa: E402
 from tasks.report.stats.estimates import Estimate, mean_ci  # noqa: E402
 
 
@@ -71,4 +71,4 @@ def learning_curve(metrics: Metrics, task: str, metric: str, level: float, out: 
     ax.set_title(f"{task}: {metric} against train docs,\nmean and {level:.0%} t-CI over seeds", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)

@@ -26,7 +26,8 @@ PNG_METADATA = {"Software": None}  # no library version in the file: stable byte
 RECALL_FIGURE = "Leakage audit: recall against edit strength"
 
 
-def _save(fig, path: Path, dpi: int) -> Path:
+def save_png(fig, path: Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` (PNG at ``dpi``, pinned metadata), close it and return ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=dpi, format="png", metadata=PNG_METADATA)
@@ -76,7 +77,7 @@ def loss_curve(curve_path: Path, out: Path, dpi: int) -> Path:
         lr_ax = ax.twinx()
         lr_ax.plot(*zip(*series["lr"]), color="grey", alpha=0.4, linewidth=1)
         lr_ax.set_ylabel("learning rate", color="grey")
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def dose_response(metrics: Metrics, task: str, metric: str, level: float, out: Path, dpi: int) -> Path:
@@ -99,7 +100,7 @@ def dose_response(metrics: Metrics, task: str, metric: str, level: float, out: P
     high = [e.high - e.mean if e.has_ci else 0.0 for e in estimates]
     ax.errorbar(xs, means, yerr=[low, high], fmt="o-", capsize=4)
     ax.set(xlabel="pretraining steps", ylabel=metric, title=f"{task}: {dose['config']} against pretraining steps")
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Path, dpi: int) -> Path:
@@ -129,7 +130,7 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
     ax.set(ylabel=metric)
     ax.set_title(f"{task}: {metric} per seed (dots),\nmean and {level:.0%} t-CI over seeds (squares)", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def confusion_matrix(metrics: Metrics, task: str, run_key: str, out: Path, dpi: int) -> Path:
@@ -153,7 +154,7 @@ def confusion_matrix(metrics: Metrics, task: str, run_key: str, out: Path, dpi: 
     ax.set(xlabel="predicted", ylabel="gold")
     ax.set_title(f"{task} confusion matrix\n{run_key}, counts summed over seeds", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046)
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def _matrix_and_labels(raw, details: dict) -> tuple[list[list[float]], list[str]]:
@@ -180,7 +181,7 @@ def span_errors(metrics: Metrics, task: str, run_key: str, out: Path, dpi: int) 
     ax.bar_label(bars, fmt="%g")
     ax.set(ylabel="entities (summed over seeds)", title=f"{task} span errors ({run_key})")
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def span_counts(raw) -> dict[str, float]:
@@ -212,7 +213,7 @@ def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend()
         ax.grid(alpha=0.3)
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def forest(rows: list, out: Path, dpi: int) -> Path:
@@ -238,7 +239,7 @@ def forest(rows: list, out: Path, dpi: int) -> Path:
                   "better); red tick: min_effect", fontsize=9)
     ax.set_title("Every claim with its CI", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 VERDICT_COLORS = {"supported": "tab:green", "equivalent": "tab:cyan", "ruled out": "tab:orange",
@@ -261,7 +262,7 @@ def reliability_diagram(curves: dict[str, tuple], out: Path, n_bins: int, dpi: i
            title=f"Reliability ({n_bins} equal-mass bins, seeds pooled)")  # fmt: skip
     ax.set_aspect("equal")
     ax.legend(loc="upper left", fontsize="small")
-    return _save(fig, out, dpi)
+    return save_png(fig, out, dpi)
 
 
 def recall_figure(metrics: Metrics, out: Path, dpi: int) -> Path:
