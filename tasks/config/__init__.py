@@ -6,6 +6,16 @@ module in this package (``tasks/config/<stage>.py``); the root model and the loa
 reader ``yamlfile.py``. The names below are imported on first use (PEP 562 ``__getattr__``): ``from
 tasks.config import Paths`` does not import every section model that ``Params`` needs (about 0.15 s of
 a process's start).
+
+- ``root``: the root model (``Params``) and the loader;
+- ``yamlfile``: the YAML reader (YAML 1.2 floats, one error type naming the file);
+- ``base``: the base model every section derives from, and the checks several sections share;
+- ``paths``, ``hardware``, ``cluster``, ``tasks``, ``pipeline``, ``snapshot``: the sections every stage or the
+  flow reads (``cluster`` is the ``ray:`` section);
+- ``corpus/``: the sections of the stages that build the corpus (ingest, dedup, split, leakage, tokenizer,
+  tokenize);
+- ``model/``: the sections of the stages that train, evaluate and ship the model (pretrain, finetune, probe,
+  export, release, report).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ a standard Hugging Face model, re-scored exactly as exported.
 
 Writes ``data/export/<task>/`` (``model/``, ``test_inputs.jsonl``, ``rescored.jsonl``); returns
 ``metrics/export/<task>.json``.
+
+Modules: ``convert`` (the kept model as a standard Hugging Face folder), ``rescore`` (the fresh-process
+re-scoring), ``base_model`` (what the exported encoder started from, for the model card).
 """
 
 from __future__ import annotations

@@ -18,6 +18,15 @@ across files (ids never repeated, jsonl / parquet column types, ``max_docs``) ru
 run, so the outputs equal a from-scratch run byte for byte. A unit's shard is kept in the cache too and
 hard-linked into the output, so a scheduled run writes only the shards of new or changed files. Files read and
 taken from the cache are logged.
+
+- ``records``: what every reader yields (``Record``) and raises (``SourceError``), and the file helpers they share;
+- ``tabular``: readers of record-shaped sources (JSON Lines, CSV, Parquet, a ``save_to_disk`` folder);
+- ``text``: readers of text-shaped sources (plain text, CoNLL IOB2);
+- ``builtin``: the corpora that ship inside registry packages, read offline;
+- ``normalize``: a record's text and words as ingest writes them;
+- ``cache``: incremental ingest, a per-unit cache so a run re-reads only new or changed files;
+- ``deps``: the check that every file source is a DVC dependency of the stage;
+- ``report``: the stage's metrics and log lines.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Resuming: the data order of epoch ``e`` is a permutation seeded by ``seed + e`` 
 micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint (each seed from
 its own) sees exactly the batches and masks of an uninterrupted one; on CPU with ``budget_minutes: null`` the final weights are
 equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs are not reproducible.
+
+Also: ``attention`` (whether SDPA's flash kernel can run), ``feed`` (the blocks each step takes, masked, prefetched),
+``schedule`` (the learning rate: its peak and shape), ``fingerprint`` (what a checkpoint's weights depend on).
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ Metrics: per source docs, groups and label counts per split and the achieved doc
 ``groups_in_multiple_splits`` counts every ``(source, group)`` and every ``cluster_id`` seen in more than one
 split of a role. It must be 0 (bridged components aside: ``straddling_exempt``); otherwise the stage raises
 ``SplitLeakError``. Every input row is in ``docs`` or ``dropped`` of its source (``docs_in``).
+
+Modules: ``assign`` (components to splits), ``ledger`` (the split ledger).
 """
 
 from __future__ import annotations

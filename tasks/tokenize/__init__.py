@@ -22,6 +22,10 @@ changed; the outputs equal a from-scratch run's byte for byte.
 
 Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near duplicate with its task's train split
 (the leakage audit's check b), for the claim table's clean vs overlapping slice.
+
+Modules: ``pretrain`` (packed MLM blocks), ``cls`` (classification and pair datasets), ``ner`` (NER windows),
+``tables`` (what the datasets share: lengths, label files, Arrow tables, the overlapping eval docs), ``cache``
+(the pretraining texts' ids kept across runs) and ``task_cache`` (the task inputs' encodings kept across runs).
 """
 
 from __future__ import annotations
