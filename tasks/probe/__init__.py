@@ -26,6 +26,9 @@ result was seen: WordNet 3.0 nouns whose sense 1 and a later sense in another le
 SemCor-tagged at least twice, in the order of ``sha256("clozeline-senses-2026-12-03:" + word)``, the first 26
 whose two senses are unrelated and usable in ordinary sentences (the rule, the walk and each skip:
 ``tasks/probe/SENSES.md``; the rule's code: ``tests/probe_draw.py``), with 8 hand-written sentences per sense.
+
+What the stage writes besides its metrics (``layers.tsv``, ``targets.tsv``, the sentence cosines, the figure):
+``outputs``.
 """
 
 from __future__ import annotations
