@@ -27,8 +27,10 @@ ENABLED_ENV = "CLOZELINE_TRACKING_SERVER"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: The files whose code a forked child runs (the tracking package's, and what it imports of the project): a change
 #: to any of them keys a new server.
-KEY_FILES = (*sorted(f"tasks/tracking/{path.name}" for path in (PACKAGE_ROOT / "tasks" / "tracking").glob("*.py")),
-             "tasks/common/nested.py")  # fmt: skip
+KEY_FILES = (
+    *sorted(f"tasks/tracking/{path.name}" for path in (PACKAGE_ROOT / "tasks" / "tracking").glob("*.py")),
+    "tasks/common/nested.py",
+)
 #: torchrun's variables stay with the stage: the server is not one of its ranks.
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 #: A Unix socket's path holds at most 107 bytes; the server binds ``<path>.<pid>`` first (pids have <= 7 digits).
@@ -150,6 +152,12 @@ def _start(path: Path, stale: bool) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
-    subprocess.Popen([sys.executable, "-m", "tasks.tracking.server", str(path)], cwd=PACKAGE_ROOT, env=env,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)  # fmt: skip
+    subprocess.Popen(
+        [sys.executable, "-m", "tasks.tracking.server", str(path)],
+        cwd=PACKAGE_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

@@ -82,13 +82,15 @@ class NullLog:
         (here: none)."""
         return {}
 
-    def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
-                           pip_requirements: list[str]) -> dict | None:  # fmt: skip
+    def transformers_model(
+        self, pipeline, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
+    ) -> dict | None:
         """Log a transformers ``pipeline`` with MLflow's ``transformers`` flavour (here: nothing; None)."""
         return None
 
-    def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
-                         move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
+    def register_version(
+        self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str, move_alias: bool, evaluated_alias: str
+    ) -> dict | None:
         """Register ``model_uri`` as a new version of ``name`` (here: nothing; None)."""
         return None
 
@@ -109,8 +111,14 @@ class NullLog:
 class MlflowLog(NullLog):
     """A RunLog bound to one active MLflow run id (and, when known, its name and experiment id)."""
 
-    def __init__(self, run_id: str, run_name: str | None = None, experiment_id: str | None = None,
-                 inputs: Sequence[DataInput] = (), uri: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_id: str,
+        run_name: str | None = None,
+        experiment_id: str | None = None,
+        inputs: Sequence[DataInput] = (),
+        uri: str | None = None,
+    ) -> None:
         import mlflow
 
         if uri is not None:  # the store another process opened the run in (the sidecar's), over any earlier URI
@@ -160,9 +168,18 @@ class MlflowLog(NullLog):
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         self._inputs += tuple(datasets)
-        entries = [DatasetInput(Dataset(name=d.path, digest=d.digest, source_type=DATASET_SOURCE_TYPE,
-                                        source=json.dumps({"path": d.path, "git_commit": d.git_commit})),
-                                tags=[InputTag(DATASET_CONTEXT_TAG, d.context)]) for d in datasets]  # fmt: skip
+        entries = [
+            DatasetInput(
+                Dataset(
+                    name=d.path,
+                    digest=d.digest,
+                    source_type=DATASET_SOURCE_TYPE,
+                    source=json.dumps({"path": d.path, "git_commit": d.git_commit}),
+                ),
+                tags=[InputTag(DATASET_CONTEXT_TAG, d.context)],
+            )
+            for d in datasets
+        ]
         if entries:
             self._client.log_inputs(self.run_id, datasets=entries)
 
@@ -181,10 +198,17 @@ class MlflowLog(NullLog):
         parent = run.data.tags.get("mlflow.parentRunId")
         if not parent:
             return {}
-        found = self._client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent}'",
-                                         order_by=["attributes.start_time ASC"], max_results=1000)  # fmt: skip
-        return {r.info.run_name: (r.info.run_name, r.info.run_id, r.info.experiment_id) for r in found
-                if r.info.run_name in names}
+        found = self._client.search_runs(
+            [run.info.experiment_id],
+            f"tags.mlflow.parentRunId = '{parent}'",
+            order_by=["attributes.start_time ASC"],
+            max_results=1000,
+        )
+        return {
+            r.info.run_name: (r.info.run_name, r.info.run_id, r.info.experiment_id)
+            for r in found
+            if r.info.run_name in names
+        }
 
     def pipeline(self) -> MlflowLog:
         """The RunLog of this run's parent (the flow's pipeline run), or this log when the run has none."""
@@ -200,20 +224,28 @@ class MlflowLog(NullLog):
         from mlflow.exceptions import MlflowException
 
         where = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
-        found = self._client.search_runs([self.experiment_id], where, max_results=limit + 1,
-                                         order_by=["attributes.start_time DESC"])  # + 1: this run, on a retry
+        found = self._client.search_runs(
+            [self.experiment_id], where, max_results=limit + 1, order_by=["attributes.start_time DESC"]
+        )  # + 1: this run, on a retry
         out = []
         for run in (r for r in found if r.info.run_id != self.run_id):
             try:
                 record = json.loads(mlflow.artifacts.load_text(f"{run.info.artifact_uri}/{artifact_file}"))
             except (OSError, ValueError, MlflowException):  # deleted, or the writer died half-way
                 continue
-            out.append({"run_id": run.info.run_id, "start_ms": run.info.start_time,
-                        "git_commit": run.data.tags.get("git_commit", ""), "record": record})
+            out.append(
+                {
+                    "run_id": run.info.run_id,
+                    "start_ms": run.info.start_time,
+                    "git_commit": run.data.tags.get("git_commit", ""),
+                    "record": record,
+                }
+            )
         return out[:limit]
 
-    def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
-                           pip_requirements: list[str]) -> dict | None:  # fmt: skip
+    def transformers_model(
+        self, pipeline, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
+    ) -> dict | None:
         """Log ``pipeline`` with MLflow's ``transformers`` flavour under run ``run_id`` (this run when None):
         the model and tokenizer saved as safetensors, ``input_example`` and the signature MLflow infers from it
         (by running the pipeline), ``pip_requirements`` as given (no inference in a subprocess). The pipeline's
@@ -221,15 +253,24 @@ class MlflowLog(NullLog):
         Returns ``{model_uri, model_id, run_id, signature}``."""
         import mlflow
 
-        info = mlflow.transformers.log_model(transformers_model=pipeline, name=sanitize_key(name),
-                                             run_id=run_id or self.run_id, input_example=input_example,
-                                             pip_requirements=pip_requirements)  # fmt: skip
+        info = mlflow.transformers.log_model(
+            transformers_model=pipeline,
+            name=sanitize_key(name),
+            run_id=run_id or self.run_id,
+            input_example=input_example,
+            pip_requirements=pip_requirements,
+        )
         signature = info.signature.to_dict() if info.signature is not None else None
-        return {"model_uri": info.model_uri, "model_id": info.model_id, "run_id": run_id or self.run_id,
-                "signature": signature}
+        return {
+            "model_uri": info.model_uri,
+            "model_id": info.model_id,
+            "run_id": run_id or self.run_id,
+            "signature": signature,
+        }
 
-    def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
-                         move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
+    def register_version(
+        self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str, move_alias: bool, evaluated_alias: str
+    ) -> dict | None:
         """Register ``model_uri`` as a new version of the registered model ``name`` (created if absent), set
         ``tags`` on it (sanitized), point ``evaluated_alias`` at it always (every version registered was evaluated)
         and ``alias`` only when ``move_alias`` (the gate passed). Returns ``{name, version, alias, alias_moved,
@@ -247,8 +288,14 @@ class MlflowLog(NullLog):
             current = self._client.get_model_version_by_alias(name, alias).version
         except MlflowException:  # no gate has passed in this store yet
             current = None
-        return {"name": name, "version": int(version.version), "alias": alias, "alias_moved": move_alias,
-                "alias_version": int(current) if current is not None else None, "evaluated_alias": evaluated_alias}
+        return {
+            "name": name,
+            "version": int(version.version),
+            "alias": alias,
+            "alias_moved": move_alias,
+            "alias_version": int(current) if current is not None else None,
+            "evaluated_alias": evaluated_alias,
+        }
 
     @contextmanager
     def child(self, name: str) -> Iterator[MlflowLog]:
@@ -263,8 +310,13 @@ class RunKilled(BaseException):
 
 
 @contextmanager
-def open_run(name: str, parent_run_id: str | None = None, experiment: str = "clozeline", root: Path | None = None,
-             start_ms: int | None = None) -> Iterator[MlflowLog]:  # fmt: skip
+def open_run(
+    name: str,
+    parent_run_id: str | None = None,
+    experiment: str = "clozeline",
+    root: Path | None = None,
+    start_ms: int | None = None,
+) -> Iterator[MlflowLog]:
     """Start an MLflow run named ``name``; end it FINISHED, FAILED on an exception, KILLED on ``RunKilled``.
 
     ``parent_run_id`` (or the ``CLOZELINE_PARENT_RUN_ID`` environment variable) makes it a child run. Its start

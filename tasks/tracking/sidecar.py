@@ -117,13 +117,15 @@ class SidecarLog(NullLog):
         """``MlflowLog.tagged_records``, in this process."""
         return self.in_process().tagged_records(tags, artifact_file, limit)
 
-    def transformers_model(self, pipeline, name: str, run_id: str | None, input_example: list,
-                           pip_requirements: list[str]) -> dict | None:  # fmt: skip
+    def transformers_model(
+        self, pipeline, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
+    ) -> dict | None:
         """``MlflowLog.transformers_model``, in this process (the pipeline object lives here)."""
         return self.in_process().transformers_model(pipeline, name, run_id, input_example, pip_requirements)
 
-    def register_version(self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str,
-                         move_alias: bool, evaluated_alias: str) -> dict | None:  # fmt: skip
+    def register_version(
+        self, model_uri: str, name: str, tags: Mapping[str, Any], alias: str, move_alias: bool, evaluated_alias: str
+    ) -> dict | None:
         """``MlflowLog.register_version``, in this process."""
         return self.in_process().register_version(model_uri, name, tags, alias, move_alias, evaluated_alias)
 
@@ -169,8 +171,9 @@ class SidecarLog(NullLog):
             self._ids()  # the child has answered "open": a store that cannot be opened fails the stage now
         if self._proc.poll() is not None:  # died: its answer to "open" holds the error, if it got that far
             self._ids()
-            raise TrackingError(f"MLflow tracking process of run {self.run_name!r} exited with code "
-                                f"{self._proc.returncode}")  # fmt: skip
+            raise TrackingError(
+                f"MLflow tracking process of run {self.run_name!r} exited with code {self._proc.returncode}"
+            )
         try:
             self._proc.stdin.write(json.dumps({"op": op, **fields}) + "\n")
             self._proc.stdin.flush()
@@ -189,8 +192,9 @@ class SidecarLog(NullLog):
         except OSError:  # a forked child that died with our calls unread resets its socket: as an ended pipe
             line = ""
         if not line:
-            raise TrackingError(f"MLflow tracking process of run {self.run_name!r} ended before it answered {op!r}"
-                                f" (its error is above)")  # fmt: skip
+            raise TrackingError(
+                f"MLflow tracking process of run {self.run_name!r} ended before it answered {op!r} (its error is above)"
+            )
         answer = json.loads(line)
         if "error" in answer:
             raise TrackingError(f"MLflow, run {self.run_name!r}, {op}: {answer['error']}")
@@ -204,12 +208,23 @@ def open_sidecar_run(name: str, root: Path, experiment: str = "clozeline") -> It
     and waits for the child. Raises ``TrackingError`` (after the block) when MLflow failed."""
     uri = tracking_uri(root)
     proc = connection.connect() or subprocess.Popen(
-        [sys.executable, "-m", "tasks.tracking.child"], cwd=PACKAGE_ROOT, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=None if connection.stderr_open() else subprocess.DEVNULL, text=True,
-        encoding="utf-8")  # fmt: skip
+        [sys.executable, "-m", "tasks.tracking.child"],
+        cwd=PACKAGE_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=None if connection.stderr_open() else subprocess.DEVNULL,
+        text=True,
+        encoding="utf-8",
+    )
     log = SidecarLog(proc, name, uri)
-    log._send("open", name=name, parent=os.environ.get(PARENT_RUN_ENV) or None, experiment=experiment, uri=uri,
-              start_ms=int(time.time() * 1000))
+    log._send(
+        "open",
+        name=name,
+        parent=os.environ.get(PARENT_RUN_ENV) or None,
+        experiment=experiment,
+        uri=uri,
+        start_ms=int(time.time() * 1000),
+    )
     try:
         yield log
         log._ids()  # the stage is done; the child may still be starting: a SIGTERM now ends the run KILLED
