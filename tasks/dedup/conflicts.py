@@ -130,7 +130,7 @@ def resolve(corpus: Corpus, cluster: list[int], conflicts: Conflicts, cfg: Dedup
     """Decide every conflicting cluster under ``cfg.conflict_policy`` (``majority`` or ``drop_all``)."""
     losers = np.zeros(len(cluster), dtype=bool)
     if cfg.conflict_policy == "drop_all":
-        return Resolution(losers, conflicts.any(), {root: "drop_all" for root in conflicts.any()})
+        return Resolution(losers, conflicts.any(), dict.fromkeys(conflicts.any(), "drop_all"))
     tied = set()
     winner = {}
     for root, votes in conflicts.votes.items():

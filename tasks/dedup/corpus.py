@@ -45,8 +45,10 @@ class Corpus:
         chunk: a ``take`` on the chunked array joins every chunk first (~0.4 s for 180 MB of text)."""
         bounds = np.cumsum([0] + [len(chunk) for chunk in self.text_chunks])
         cuts = np.searchsorted(rows, bounds)
-        parts = [chunk.take(_int64s(rows[lo:hi] - start)).cast(pa.large_string())
-                 for chunk, start, lo, hi in zip(self.text_chunks, bounds, cuts, cuts[1:])]  # fmt: skip
+        parts = [
+            chunk.take(_int64s(rows[lo:hi] - start)).cast(pa.large_string())
+            for chunk, start, lo, hi in zip(self.text_chunks, bounds, cuts, cuts[1:])
+        ]
         return pa.concat_arrays([pa.nulls(0, pa.large_string())] + parts)
 
 

@@ -74,9 +74,22 @@ WARN = logging.getLogger("clozeline.dedup")
 #: Dedup params that change no stored value (a signature, shingle set or exact Jaccard follows from a text, the
 #: shingle size, the permutations and their seed alone): which pairs are candidates and merged, what is kept and
 #: reported, and how the work is spread. Left out of ``fingerprint``; every other param keys the index.
-NOT_IN_KEY = {"threshold", "lsh_false_positive_weight", "lsh_false_negative_weight", "num_proc", "shard_size_docs",
-              "report_max_pairs_per_cluster", "keep_one_per", "default_policy", "source_policy", "conflict_policy",
-              "warn_component_docs", "engine", "ray", "incremental"}  # fmt: skip
+NOT_IN_KEY = {
+    "threshold",
+    "lsh_false_positive_weight",
+    "lsh_false_negative_weight",
+    "num_proc",
+    "shard_size_docs",
+    "report_max_pairs_per_cluster",
+    "keep_one_per",
+    "default_policy",
+    "source_policy",
+    "conflict_policy",
+    "warn_component_docs",
+    "engine",
+    "ray",
+    "incremental",
+}
 
 
 @dataclass
@@ -139,8 +152,11 @@ def raw_md5s(texts: list[str] | pa.Array) -> list[str]:
 def fingerprint(cfg: DedupParams) -> dict[str, Any]:
     """What every stored value depends on (see the module docstring)."""
     code = closure_fingerprint([__name__])  # it calls sign_documents and the Jaccards: all in its closure
-    return {**cfg.model_dump(mode="json", exclude=NOT_IN_KEY), "code": code,
-            "unicode": unicodedata.unidata_version}  # text normalization (NFKC, casefold) follows the Unicode data
+    return {
+        **cfg.model_dump(mode="json", exclude=NOT_IN_KEY),
+        "code": code,
+        "unicode": unicodedata.unidata_version,
+    }  # text normalization (NFKC, casefold) follows the Unicode data
 
 
 def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, list[str], str, segments.Stored]:
@@ -155,8 +171,9 @@ def load_entries(folder: Path, cfg: DedupParams) -> tuple[DocSignatures | None, 
     if table is None:
         return None, [], reason, segments.Stored()
     shapes = json.loads(table.schema.metadata[FINGERPRINT_KEY]).get(segments.SHAPES, {})
-    stored = segments.Stored(table.column("segment").to_pylist(),
-                             *(_int64s(table.column(c)) for c in segments.COLUMNS[1:]), shapes)  # fmt: skip
+    stored = segments.Stored(
+        table.column("segment").to_pylist(), *(_int64s(table.column(c)) for c in segments.COLUMNS[1:]), shapes
+    )
     try:
         signatures, shingles = segments.load(folder, stored, cfg.num_perm)
     except segments.UnusableIndex as err:
@@ -188,8 +205,7 @@ def joined(first: DocSignatures, second: DocSignatures) -> DocSignatures:
     names = ("n_words", "n_chars", "signature")
     stacked = (np.concatenate([getattr(first, name), getattr(second, name)]) for name in names)
     packed = second.packed if not first.text_hash else None  # one flat array only when nothing came before
-    return DocSignatures(first.text_hash + second.text_hash, *stacked, first.shingles + second.shingles,
-                         packed=packed)  # fmt: skip
+    return DocSignatures(first.text_hash + second.text_hash, *stacked, first.shingles + second.shingles, packed=packed)
 
 
 def assemble(raw: list[str], rows: np.ndarray, values: DocSignatures) -> IndexedSignatures:
@@ -199,11 +215,16 @@ def assemble(raw: list[str], rows: np.ndarray, values: DocSignatures) -> Indexed
     text_hash = [values.text_hash[k] for k in picked]
     texts, text_id = np.unique(np.asarray(text_hash, object), return_inverse=True) if raw else (np.zeros(0, object), [])
     return IndexedSignatures(
-        text_hash=text_hash, n_words=values.n_words[rows], n_chars=values.n_chars[rows],
-        signature=values.signature[rows], shingles=[values.shingles[k] for k in picked],
-        raw_md5=raw, texts=texts, text_id=np.asarray(text_id, np.int64),
+        text_hash=text_hash,
+        n_words=values.n_words[rows],
+        n_chars=values.n_chars[rows],
+        signature=values.signature[rows],
+        shingles=[values.shingles[k] for k in picked],
+        raw_md5=raw,
+        texts=texts,
+        text_id=np.asarray(text_id, np.int64),
         packed=None if values.packed is None else (values.packed[0], values.packed[1][rows], values.packed[2][rows]),
-    )  # fmt: skip
+    )
 
 
 def load_jaccards(folder: Path, docs: IndexedSignatures, cfg: DedupParams) -> tuple[np.ndarray, np.ndarray]:
@@ -213,8 +234,10 @@ def load_jaccards(folder: Path, docs: IndexedSignatures, cfg: DedupParams) -> tu
         return docs.known_pairs, docs.known_jaccards
     table, reason, _ = read_stamped(folder / JACCARDS, fingerprint(cfg))
     if table is None or not {"left", "right", "jaccard"} <= set(table.column_names):
-        WARN.warning(f"dedup: {folder / JACCARDS}: {reason if table is None else 'columns missing'}: "
-                     "its Jaccards are computed again")
+        WARN.warning(
+            f"dedup: {folder / JACCARDS}: {reason if table is None else 'columns missing'}: "
+            "its Jaccards are computed again"
+        )
         return docs.known_pairs, docs.known_jaccards
     texts = arrow_strings(docs.texts.tolist())
     # Arrow's hash lookup of each stored md5 among this corpus' texts: null (-1 here) for a text now absent
@@ -267,14 +290,16 @@ def entry_rows(docs: IndexedSignatures) -> list[int]:
 def entries_table(docs: IndexedSignatures, rows: np.ndarray, placed: dict, stamped: dict[str, Any]) -> pa.Table:
     """One row per entry (``entry_rows``), where ``segments.save`` ``placed`` its values; stamped with the
     fingerprint and the segments' shapes."""
-    table = pa.table({
-        "raw_md5": arrow_strings([docs.raw_md5[i] for i in rows.tolist()]),
-        "text_hash": arrow_strings([docs.text_hash[i] for i in rows.tolist()]),
-        "n_words": _numbers(docs.n_words[rows], pa.int64()),
-        "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
-        "segment": arrow_strings(placed["segment"]),
-        **{name: _numbers(placed[name], pa.int64()) for name in segments.COLUMNS[1:]},
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "raw_md5": arrow_strings([docs.raw_md5[i] for i in rows.tolist()]),
+            "text_hash": arrow_strings([docs.text_hash[i] for i in rows.tolist()]),
+            "n_words": _numbers(docs.n_words[rows], pa.int64()),
+            "n_chars": _numbers(docs.n_chars[rows], pa.int64()),
+            "segment": arrow_strings(placed["segment"]),
+            **{name: _numbers(placed[name], pa.int64()) for name in segments.COLUMNS[1:]},
+        }
+    )
     return stamp(table, stamped | {segments.SHAPES: placed[segments.SHAPES]})
 
 
@@ -282,11 +307,13 @@ def jaccards_table(docs: IndexedSignatures) -> pa.Table:
     """Every Jaccard the run knows, as sorted ``(left, right, jaccard)`` normalized-text md5 pairs."""
     n = max(len(docs.texts), 1)  # known_pairs is sorted: by left text, then right (texts are sorted)
     texts = arrow_strings(docs.texts.tolist())
-    return pa.table({
-        "left": texts.take(_numbers(docs.known_pairs // n, pa.int64())),
-        "right": texts.take(_numbers(docs.known_pairs % n, pa.int64())),
-        "jaccard": _numbers(np.asarray(docs.known_jaccards, np.float64), pa.float64()),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "left": texts.take(_numbers(docs.known_pairs // n, pa.int64())),
+            "right": texts.take(_numbers(docs.known_pairs % n, pa.int64())),
+            "jaccard": _numbers(np.asarray(docs.known_jaccards, np.float64), pa.float64()),
+        }
+    )
 
 
 def _indices_in(values: pa.ChunkedArray, texts: pa.Array) -> np.ndarray:

@@ -80,8 +80,12 @@ def _merge_checked(docs, left, right, identical, similarity, clusters: UnionFind
         similarity[unknown] = docs.jaccards(left[unknown], right[unknown], cfg.num_proc)
         clusters.parent = dict(start)
     rejected, identical_apart = int((apart & ~identical[others]).sum()), int((apart & identical[others]).sum())
-    counts = {"candidate_pairs": len(edges) + rejected, "merged_pairs": len(edges), "rejected_pairs": rejected,
-              "identical_text_pairs": identical_apart}  # fmt: skip
+    counts = {
+        "candidate_pairs": len(edges) + rejected,
+        "merged_pairs": len(edges),
+        "rejected_pairs": rejected,
+        "identical_text_pairs": identical_apart,
+    }
     return edges, counts
 
 

@@ -77,9 +77,16 @@ def _arrow_bools(flags: list[bool]) -> pa.Array:
     return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(bits)])
 
 
-def write_cluster_report(path: Path, corpus: Corpus, docs: DocSignatures, labels: RowLabels,
-                         edges: list[tuple[int, int, float]], conflicts: Conflicts, resolution: Resolution,
-                         cfg: DedupParams) -> list[dict]:  # fmt: skip
+def write_cluster_report(
+    path: Path,
+    corpus: Corpus,
+    docs: DocSignatures,
+    labels: RowLabels,
+    edges: list[tuple[int, int, float]],
+    conflicts: Conflicts,
+    resolution: Resolution,
+    cfg: DedupParams,
+) -> list[dict]:
     """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records, each
     without its ``pairs`` list (up to ``report_max_pairs_per_cluster`` per cluster, they are formatted straight
     to JSON text: building and encoding them as lists took ~1 s of an incremental run at 16x the default corpus).
@@ -246,14 +253,20 @@ class _Counts:
         corpus, labels = self.corpus, self.labels
         flags = {
             "source": [self.source_code[source] for source in corpus.source],
-            "exact": [kind == "exact" for kind in labels.kind], "near": [kind == "near" for kind in labels.kind],
-            "conflict": [kind == "conflict" for kind in labels.kind], "short": labels.short, "empty": labels.empty,
-            "protected": self.protected, "entities": self.entities,
+            "exact": [kind == "exact" for kind in labels.kind],
+            "near": [kind == "near" for kind in labels.kind],
+            "conflict": [kind == "conflict" for kind in labels.kind],
+            "short": labels.short,
+            "empty": labels.empty,
+            "protected": self.protected,
+            "entities": self.entities,
             "cross_role": [corpus.doc_id[root] in self.cross_role for root in labels.cluster],
             "lost_vote": labels.lost_vote,
-            "labelled": [role == "task" and (label is not None or tags is not None)
-                         for role, label, tags in zip(corpus.role, corpus.label, corpus.tags)],
-        }  # fmt: skip
+            "labelled": [
+                role == "task" and (label is not None or tags is not None)
+                for role, label, tags in zip(corpus.role, corpus.label, corpus.tags)
+            ],
+        }
         arrays = {name: np.asarray(values, np.int64) for name, values in flags.items()}
         arrays["removed"] = arrays["exact"] + arrays["near"] + arrays["conflict"]
         return arrays
@@ -268,8 +281,10 @@ class _Counts:
         at = self.per_row
         rows = np.isin(at["source"], [self.source_code[source] for source in sources if source in self.source_code])
         removed = rows & (at["removed"] > 0)
-        total = {name: int(at[name][rows].sum()) for name in ("exact", "near", "conflict", "short", "empty",
-                                                               "protected", "cross_role", "entities")}  # fmt: skip
+        total = {
+            name: int(at[name][rows].sum())
+            for name in ("exact", "near", "conflict", "short", "empty", "protected", "cross_role", "entities")
+        }
         n_rows, n_removed = int(rows.sum()), int(removed.sum())
         touching = [r for r in self.report if sources.intersection(r["sources"])]
         return {

@@ -39,8 +39,9 @@ from tasks.dedup.signatures import DocSignatures, band_shape, sign_shard
 
 PAIR_BLOCK = 20_000  # pairs per Jaccard task at most: a Ray task's share, kept small enough to balance
 META_COLUMNS = ("doc_id", "text_hash", "n_words", "n_chars")
-META_SCHEMA = pa.schema([("doc_id", pa.string()), ("text_hash", pa.string()), ("n_words", pa.int64()),
-                         ("n_chars", pa.int64())])  # fmt: skip
+META_SCHEMA = pa.schema(
+    [("doc_id", pa.string()), ("text_hash", pa.string()), ("n_words", pa.int64()), ("n_chars", pa.int64())]
+)
 # driver bytes per candidate pair: rows (16), Jaccard (8), the Jaccard memo (16), sort and merge temporaries (24)
 DRIVER_BYTES_PER_PAIR = 64
 
@@ -71,12 +72,16 @@ def _sign_batch(batch: pa.Table, n: int, perms, bands_rows) -> pa.Table:
     """One Ray Data batch: ``sign_shard``'s results with each doc's ``doc_id``, band keys and shingle set."""
     part = sign_shard((batch.column("text").to_pylist(), n, *perms))
     keys = minhash.band_keys(part.signature, *bands_rows)
-    return pa.table({
-        "doc_id": batch.column("doc_id"), "text_hash": pa.array(part.text_hash, pa.string()),
-        "n_words": pa.array(part.n_words), "n_chars": pa.array(part.n_chars),
-        "keys": pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), bands_rows[0]),
-        "shingles": _binary_column(part.shingles),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "doc_id": batch.column("doc_id"),
+            "text_hash": pa.array(part.text_hash, pa.string()),
+            "n_words": pa.array(part.n_words),
+            "n_chars": pa.array(part.n_chars),
+            "keys": pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), bands_rows[0]),
+            "shingles": _binary_column(part.shingles),
+        }
+    )
 
 
 def _binary_column(arrays: list[np.ndarray]) -> pa.Array:
@@ -112,8 +117,9 @@ class RaySignatures(DocSignatures):
         row = row.astype(np.int64)
         text_hash = np.empty(n_rows, object)
         text_hash[row] = table.column("text_hash").to_numpy(zero_copy_only=False)
-        docs = cls(text_hash.tolist(), np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64),
-                   np.zeros((0, 0), np.uint32), [])  # fmt: skip
+        docs = cls(
+            text_hash.tolist(), np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64), np.zeros((0, 0), np.uint32), []
+        )
         docs.n_words[row], docs.n_chars[row] = table.column("n_words").to_numpy(), table.column("n_chars").to_numpy()
         docs.blocks = blocks
         docs.block_rows = np.split(row, np.cumsum([m.num_rows for m in meta])[:-1]) if meta else []
@@ -165,9 +171,11 @@ def _check_driver_fits(pairs: int) -> None:
     (``DRIVER_BYTES_PER_PAIR`` each: an upper bound, since a pair found in several bands is counted once per band)."""
     need, free = pairs * DRIVER_BYTES_PER_PAIR, psutil.virtual_memory().available
     if need > free:
-        raise MemoryError(f"dedup (ray): up to {pairs:,} candidate pairs need about {need / 2**30:.1f} GiB on the "
-                          f"driver for the union-find, {free / 2**30:.1f} GiB free: run the driver on a larger "
-                          "machine, or raise dedup.threshold (fewer candidates)")
+        raise MemoryError(
+            f"dedup (ray): up to {pairs:,} candidate pairs need about {need / 2**30:.1f} GiB on the "
+            f"driver for the union-find, {free / 2**30:.1f} GiB free: run the driver on a larger "
+            "machine, or raise dedup.threshold (fewer candidates)"
+        )
 
 
 @raycluster.remote
@@ -188,8 +196,10 @@ def _partition_keys(block: pa.Table, pos: np.ndarray, parts: int):
 def _bucket_pairs(n_signed: int, *parts) -> tuple[int, np.ndarray]:
     """The reduce side: every pair ``first * n_signed + second`` (``first < second``) that shares a ``(band, key)``,
     and how many (the driver checks that they fit before it fetches them)."""
-    band, key, pos = (np.concatenate([np.zeros(0, dtype)] + [p[k] for p in parts]) for k, dtype in
-                      enumerate((np.int64, np.uint64, np.int64)))  # fmt: skip
+    band, key, pos = (
+        np.concatenate([np.zeros(0, dtype)] + [p[k] for p in parts])
+        for k, dtype in enumerate((np.int64, np.uint64, np.int64))
+    )
     order = np.lexsort((pos, key, band))
     band, key, pos = band[order], key[order], pos[order]
     new = np.ones(len(pos), bool)

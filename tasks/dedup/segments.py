@@ -61,8 +61,13 @@ def load(folder: Path, stored: Stored, num_perm: int) -> tuple[np.ndarray, list[
         values, flat = _arrays(folder, tag, stored.shapes.get(tag), num_perm)
         at = np.asarray(at)
         row, start, stop = stored.row[at], stored.start[at], stored.stop[at]
-        if len(at) and not (row.min() >= 0 and row.max() < len(values) and (0 <= start).all()
-                            and (start <= stop).all() and stop.max() <= len(flat)):  # fmt: skip
+        if len(at) and not (
+            row.min() >= 0
+            and row.max() < len(values)
+            and (start >= 0).all()
+            and (start <= stop).all()
+            and stop.max() <= len(flat)
+        ):
             raise UnusableIndex(f"{folder / ENTRIES}: an entry points outside segment {tag}")
         signature[at] = values[row]
         for k, lo, hi in zip(at.tolist(), start.tolist(), stop.tolist()):
@@ -82,8 +87,10 @@ def _arrays(folder: Path, tag: str, shape: list[int] | None, num_perm: int) -> t
         raise UnusableIndex(f"{getattr(err, 'filename', None) or folder}: {one_line(err)}") from None
     rows, total, *expected = shape or (-1, -1)
     if values.shape != (rows, num_perm) or flat.shape != (total,) or crcs != expected:
-        raise UnusableIndex(f"{folder / names[0]}: the arrays do not fit {ENTRIES} ({values.shape[0]} signatures, "
-                            f"{rows} expected, CRC-32 {crcs} against {expected})")  # fmt: skip
+        raise UnusableIndex(
+            f"{folder / names[0]}: the arrays do not fit {ENTRIES} ({values.shape[0]} signatures, "
+            f"{rows} expected, CRC-32 {crcs} against {expected})"
+        )
     return values, flat
 
 

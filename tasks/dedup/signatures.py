@@ -98,8 +98,10 @@ def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatur
     global _FORKED_TEXTS
     a, b = minhash.permutations(cfg.num_perm, cfg.seed)
     sizes = _text_sizes(texts)
-    jobs = [(start, stop, cfg.shingle_size_words, a, b)
-            for start, stop in balanced_shards(sizes, cfg.shard_size_docs, cfg.num_proc)]  # fmt: skip
+    jobs = [
+        (start, stop, cfg.shingle_size_words, a, b)
+        for start, stop in balanced_shards(sizes, cfg.shard_size_docs, cfg.num_proc)
+    ]
     parts = []
     signing.prepare(int(sizes.sum()))  # before the fork: the workers inherit the compiled kernels
     _FORKED_TEXTS = texts
@@ -110,8 +112,13 @@ def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatur
                 bar.update(len(part[0]))
     finally:
         _FORKED_TEXTS = []
-    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, cfg.num_perm), np.uint32),
-             np.zeros(0, np.uint64), np.zeros(0, np.int64))  # fmt: skip
+    empty = (
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        np.zeros((0, cfg.num_perm), np.uint32),
+        np.zeros(0, np.uint64),
+        np.zeros(0, np.int64),
+    )
     joined = [np.concatenate([none] + [part[k + 1] for part in parts]) for k, none in enumerate(empty)]
     return _unpacked(([h for part in parts for h in part[0]], *joined))
 

@@ -5,11 +5,11 @@
 ``minhash.sorted_unique`` and ``minhash.signatures`` bit for bit (tests/dedup/test_dedup_signing.py): the same rolling
 hash, the same affine32 arithmetic (fold to 32 bits, MurmurHash3's fmix32, ``a * h + b mod 2**32``, minimum).
 
-Run compiled (numba, ``tasks/common/matching/compiled.py``) when numba is loaded in the process: the stage loads it with the
-kernels before forking its signing workers (``prepare``) when the texts are long enough to repay the ~0.7 s, so
-the workers inherit the machine code instead of each loading it. The numpy signing permutes blocks of shingles
-into ``(num_perm, shingles)`` temporaries (about 0.15 us per shingle and permutation); the compiled loop keeps one
-document's signature row in registers (about 10x less). Below that size numpy runs, with the same results.
+Run compiled (numba, ``tasks/common/matching/compiled.py``) when numba is loaded in the process: the stage loads it
+with the kernels before forking its signing workers (``prepare``) when the texts are long enough to repay the
+~0.7 s, so the workers inherit the machine code instead of each loading it. The numpy signing permutes blocks of
+shingles into ``(num_perm, shingles)`` temporaries (about 0.15 us per shingle and permutation); the compiled loop
+keeps one document's signature row in registers (about 10x less). Below that size numpy runs, with the same results.
 """
 
 from __future__ import annotations
