@@ -27,7 +27,9 @@ def load_baseline(folder: str | Path, labels: list[str] | None = None):
         record = json.loads((folder / BASELINE_RECORD).read_text(encoding="utf-8"))
         types = skops.io.get_untrusted_types(file=folder / BASELINE_FILE)
     except (OSError, ValueError, KeyError) as err:
-        raise ExportError(f"{folder}: does not load as a clozeline baseline export: {' '.join(str(err).split())[:300]}") from err
+        raise ExportError(
+            f"{folder}: does not load as a clozeline baseline export: {' '.join(str(err).split())[:300]}"
+        ) from err
     unsafe = [t for t in types if not t.startswith(SAFE_PREFIXES)]
     if unsafe:
         raise ExportError(f"{folder}: {BASELINE_FILE} holds types outside scikit-learn, NumPy and SciPy: {unsafe[:3]}")

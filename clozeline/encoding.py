@@ -1,7 +1,7 @@
 """The evaluated model's input, rebuilt for one document or one sentence: the cut finetune applied
-(``tasks.common.models.truncation``) and, for a tagger, the words' overlapping windows (``tasks.common.models.alignment``).
-``clozeline.predict``'s pipelines call these in ``preprocess``; the ``block`` argument is an export's checked
-recipe (``clozeline.predict.recipe``)."""
+(``tasks.common.models.truncation``) and, for a tagger, the words' overlapping windows
+(``tasks.common.models.alignment``). ``clozeline.predict``'s pipelines call these in ``preprocess``; the ``block``
+argument is an export's checked recipe (``clozeline.predict.recipe``)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,18 @@ def encode_document(tokenizer, inputs: str | dict, block: dict) -> dict[str, tor
     """One document (a string) or pair (``{"text", "text_pair"}``) as the evaluated model read it: tokenized
     whole with its specials, then cut (``cut`` / ``cut_pair``); tensors of shape (1, length)."""
     if isinstance(inputs, dict):
-        enc = tokenizer(inputs["text"], inputs["text_pair"], add_special_tokens=True, return_token_type_ids=True,
-                        verbose=False)  # fmt: skip
+        enc = tokenizer(
+            inputs["text"], inputs["text_pair"], add_special_tokens=True, return_token_type_ids=True, verbose=False
+        )
         ids, types = cut_pair(list(enc["input_ids"]), list(enc["token_type_ids"]), block["max_seq_len_tokens"])
         extra = {"token_type_ids": torch.tensor([types])}
     else:
-        ids = cut(list(tokenizer(inputs, add_special_tokens=True, verbose=False)["input_ids"]),
-                  block["max_seq_len_tokens"], block["truncation"], block["head_tokens"])  # fmt: skip
+        ids = cut(
+            list(tokenizer(inputs, add_special_tokens=True, verbose=False)["input_ids"]),
+            block["max_seq_len_tokens"],
+            block["truncation"],
+            block["head_tokens"],
+        )
         extra = {}
     return {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **extra}
 

@@ -57,23 +57,35 @@ def strict_tags(tags: list[str]) -> list[str]:
     return fixed
 
 
-def word_records(words: list[str], offsets: list[tuple[int, int]], tags: list[str],
-                 scores: list[float]) -> list[dict[str, Any]]:  # fmt: skip
+def word_records(
+    words: list[str], offsets: list[tuple[int, int]], tags: list[str], scores: list[float]
+) -> list[dict[str, Any]]:
     """One ``{entity, score, index, word, start, end}`` per word (``aggregation_strategy="none"``): ``entity`` the
     word's tag after ``strict_tags``; ``score`` the probability the model gave the tag it predicted there."""
-    return [{"entity": tag, "score": score, "index": i, "word": word, "start": start, "end": end}
-            for i, (word, (start, end), tag, score)
-            in enumerate(zip(words, offsets, strict_tags(tags), scores, strict=True))]  # fmt: skip
+    return [
+        {"entity": tag, "score": score, "index": i, "word": word, "start": start, "end": end}
+        for i, (word, (start, end), tag, score) in enumerate(
+            zip(words, offsets, strict_tags(tags), scores, strict=True)
+        )
+    ]
 
 
-def entity_groups(text: str, offsets: list[tuple[int, int]], tags: list[str],
-                  scores: list[float]) -> list[dict[str, Any]]:  # fmt: skip
+def entity_groups(
+    text: str, offsets: list[tuple[int, int]], tags: list[str], scores: list[float]
+) -> list[dict[str, Any]]:
     """One ``{entity_group, score, word, start, end}`` per entity of ``strict_spans`` (``aggregation_strategy=
     "simple"``): its type, the mean score of its words, ``text[start:end]`` and the character offsets from its
     first word's start to its last word's end."""
     groups = []
     for kind, first, end in strict_spans(tags):
         start, stop = offsets[first][0], offsets[end - 1][1]
-        groups.append({"entity_group": kind, "score": sum(scores[first:end]) / (end - first),
-                       "word": text[start:stop], "start": start, "end": stop})  # fmt: skip
+        groups.append(
+            {
+                "entity_group": kind,
+                "score": sum(scores[first:end]) / (end - first),
+                "word": text[start:stop],
+                "start": start,
+                "end": stop,
+            }
+        )
     return groups

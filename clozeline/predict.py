@@ -41,8 +41,8 @@ Command line (one JSON object per line: ``{"doc_id", "text"}``, ``{"doc_id", "te
     python -m clozeline.predict models/export/cls --input docs.jsonl --output predictions.jsonl
 
 A baseline export (``model.skops`` + ``baseline.json``: the TF-IDF + logistic-regression baseline, exported
-when it is the best run on dev) runs through the same command line; ``clozeline.baseline.load_baseline`` loads it with skops,
-trusting scikit-learn, NumPy and SciPy types only (never pickle).
+when it is the best run on dev) runs through the same command line; ``clozeline.baseline.load_baseline`` loads it
+with skops, trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
 This module needs torch, transformers, tokenizers and seqeval (and of this package ``clozeline.encoding``, the
 input cut and NER windows finetune applies, ``tasks.common.models.alignment`` and ``clozeline.entities``; skops for a

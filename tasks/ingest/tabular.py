@@ -197,7 +197,9 @@ def read_csv(spec: CsvSource, files: list[tuple[Path, str]]) -> Iterator[Record]
             for row in reader:
                 where = f"{path}:{start}"
                 if None in row or None in row.values():
-                    raise SourceError(f"{where}: the row has a different number of fields than the header ({len(header)})")
+                    raise SourceError(
+                        f"{where}: the row has a different number of fields than the header ({len(header)})"
+                    )
                 bad = next(filter(None, map(bad_byte, row.values())), None)
                 if bad:
                     yield Record(f"{name}:{start}", where, None, drop="undecodable", detail=bad)
