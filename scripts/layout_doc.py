@@ -143,7 +143,7 @@ def lines_of(folder: Path, depth: int) -> list[str]:
     children += sorted(p for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
     for child in children:
         label = f"{child.name}/" if child.is_dir() else child.name
-        out.append(f"{'    ' * depth}- `{label}` {describe(child, doc)}")
+        out.append(f"{'    ' * depth}- `{label}`: {describe(child, doc)}")
         if child.is_dir():
             out += lines_of(child, depth + 1)
     return out
@@ -154,7 +154,7 @@ def render(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> str:
     body = []
     for package in packages:
         folder = root / package
-        body.append(f"- `{package}/` {first_sentence(docstring(folder / '__init__.py'))}")
+        body.append(f"- `{package}/`: {first_sentence(docstring(folder / '__init__.py'))}")
         body += lines_of(folder, 1)
     return HEADER + "\n" + "\n".join(body) + "\n" + FOOTER
 

@@ -30,9 +30,9 @@ def test_a_module_is_described_by_its_packages_contents_line_else_by_its_first_s
         (tmp_path / name).write_text(text, encoding="utf-8")
     body = layout_doc.render(tmp_path, ("pkg",)).split("## The code")[1].split("\n\n")[2]
     assert body.splitlines() == [
-        "- `pkg/` A package",
-        "    - `a.py` reads the input",
-        "    - `b.py` B writes (in ``out/``. really) the output",
-        "    - `sub/` the parts of it",
-        "        - `c.py` (no docstring)",
+        "- `pkg/`: A package",
+        "    - `a.py`: reads the input",
+        "    - `b.py`: B writes (in ``out/``. really) the output",
+        "    - `sub/`: the parts of it",
+        "        - `c.py`: (no docstring)",
     ]
