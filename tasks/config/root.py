@@ -12,22 +12,22 @@ from pydantic import ValidationError, model_validator
 from tasks.config.base import StrictModel
 from tasks.config.cluster import RayParams
 from tasks.config.corpus.dedup import DedupParams
-from tasks.config.model.export import ExportParams
-from tasks.config.model.finetune import FinetuneParams
-from tasks.config.hardware import HardwareParams
 from tasks.config.corpus.ingest import IngestParams, resolve_pretrain
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.config.paths import Paths
-from tasks.config.pipeline import PipelineParams
-from tasks.config.model.pretrain import PretrainParams
-from tasks.config.model.probe import ProbeParams
-from tasks.config.model.report import ReportParams, ReportSetup
-from tasks.config.model.release import ReleaseParams
-from tasks.config.snapshot import SnapshotParams
 from tasks.config.corpus.split import SplitParams
-from tasks.config.tasks import Tasks
 from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.config.corpus.tokenizer import TokenizerParams
+from tasks.config.hardware import HardwareParams
+from tasks.config.model.export import ExportParams
+from tasks.config.model.finetune import FinetuneParams
+from tasks.config.model.pretrain import PretrainParams
+from tasks.config.model.probe import ProbeParams
+from tasks.config.model.release import ReleaseParams
+from tasks.config.model.report import ReportParams, ReportSetup
+from tasks.config.paths import Paths
+from tasks.config.pipeline import PipelineParams
+from tasks.config.snapshot import SnapshotParams
+from tasks.config.tasks import Tasks
 from tasks.config.yamlfile import ParamsError, read_yaml
 
 
@@ -62,8 +62,10 @@ class Params(StrictModel):
         task_sources = {source.name for source in self.ingest.sources if source.role == "task"}
         for name, spec in self.tasks.items():
             if spec.source not in task_sources:
-                raise ValueError(f"tasks.{name}.source: {spec.source!r} is not an ingest source with role: task "
-                                 f"({sorted(task_sources)})")
+                raise ValueError(
+                    f"tasks.{name}.source: {spec.source!r} is not an ingest source with role: task "
+                    f"({sorted(task_sources)})"
+                )
         self.finetune.check_tasks(self.tasks)
         for spec in self.tasks.values():
             if self.finetune.recipes[spec.recipe].dose_response and not self.pretrain.dose_snapshot_fractions:
@@ -84,13 +86,16 @@ class Params(StrictModel):
         used = {*self.tokenizer.pretrain_sources, *self.tokenize.pretrain_sources}
         idle = [source.name for source in self.ingest.sources if source.role == "pretrain" and source.name not in used]
         if idle:
-            raise ValueError(f"ingest.sources: role: pretrain source(s) {idle} in both tokenizer.exclude_sources and "
-                             "tokenize.exclude_sources: no stage uses them (remove them from ingest.sources)")
+            raise ValueError(
+                f"ingest.sources: role: pretrain source(s) {idle} in both tokenizer.exclude_sources and "
+                "tokenize.exclude_sources: no stage uses them (remove them from ingest.sources)"
+            )
         task_sources = sorted(source.name for source in self.ingest.sources if source.role == "task")
         unknown = [name for name in self.tokenizer.unk_eval_sources if name not in task_sources]
         if unknown:
-            raise ValueError(f"tokenizer.unk_eval_sources: {unknown} not ingest sources with role: task "
-                             f"({task_sources})")
+            raise ValueError(
+                f"tokenizer.unk_eval_sources: {unknown} not ingest sources with role: task ({task_sources})"
+            )
         return self
 
     def source_warnings(self) -> list[str]:
@@ -99,29 +104,40 @@ class Params(StrictModel):
         seldom what a user who listed it meant, so the flow prints it, but it is not an error."""
         named = {spec.source for spec in self.tasks.values()} | set(self.tokenizer.unk_eval_sources)
         named |= {*self.tokenizer.pretrain_sources, *self.tokenize.pretrain_sources}
-        return [f"ingest.sources: {source.name!r} (role: task) is named by no task (params.yaml tasks), "
-                "tokenizer.unk_eval_sources or pretrain_sources: only the leakage audit reads it"
-                for source in self.ingest.sources if source.role == "task" and source.name not in named]
+        return [
+            f"ingest.sources: {source.name!r} (role: task) is named by no task (params.yaml tasks), "
+            "tokenizer.unk_eval_sources or pretrain_sources: only the leakage audit reads it"
+            for source in self.ingest.sources
+            if source.role == "task" and source.name not in named
+        ]
 
     @model_validator(mode="after")
     def _share_tasks(self) -> Params:
         # frozen models: model_copy is how a validated section gets the validated tasks
         object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
         object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
-        windows = {"ner_window_tokens": self.tokenize.ner_max_seq_len_tokens,
-                   "ner_window_overlap_tokens": self.tokenize.ner_window_overlap_tokens}
+        windows = {
+            "ner_window_tokens": self.tokenize.ner_max_seq_len_tokens,
+            "ner_window_overlap_tokens": self.tokenize.ner_window_overlap_tokens,
+        }
         object.__setattr__(self, "export", self.export.model_copy(update={"tasks": self.tasks, **windows}))
         for stage in ("dedup", "leakage"):  # the stages with engine: ray
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"ray": self.ray}))
         for stage in ("pretrain", "finetune", "probe", "leakage"):  # the model stages (leakage: its encoder)
             object.__setattr__(self, stage, getattr(self, stage).model_copy(update={"hardware": self.hardware}))
         # the report generates each task's claims and says which arms a run produces (tasks/report/claims/switches.py)
-        setup = ReportSetup(tasks=self.tasks, recipes=self.finetune.recipes, init_from=str(self.pretrain.init_from),
-                            ablations=[arm.name for arm in self.pretrain.ablations],
-                            dose_snapshots=bool(self.pretrain.dose_snapshot_fractions),
-                            semantic=self.leakage.semantic.enabled, operational=self.finetune.operational.enabled,
-                            probe_variants=list(self.probe.variants), pair_variants=list(self.probe.pair_variants),
-                            warnings=self.source_warnings())
+        setup = ReportSetup(
+            tasks=self.tasks,
+            recipes=self.finetune.recipes,
+            init_from=str(self.pretrain.init_from),
+            ablations=[arm.name for arm in self.pretrain.ablations],
+            dose_snapshots=bool(self.pretrain.dose_snapshot_fractions),
+            semantic=self.leakage.semantic.enabled,
+            operational=self.finetune.operational.enabled,
+            probe_variants=list(self.probe.variants),
+            pair_variants=list(self.probe.pair_variants),
+            warnings=self.source_warnings(),
+        )
         object.__setattr__(self, "report", self.report.model_copy(update={"setup": setup}))
         # leakage audits the lineage of the model pretraining starts from (tasks/leakage/lineage_audit.py)
         lineage = {"pretrain_init_from": self.pretrain.init_from}
@@ -130,7 +146,14 @@ class Params(StrictModel):
 
     def section(self, stage: str) -> StrictModel:
         """The params section named ``stage``; raises ``ParamsError`` for an unknown stage."""
-        if stage not in type(self).model_fields or stage in ("paths", "pipeline", "snapshot", "tasks", "ray", "hardware"):
+        if stage not in type(self).model_fields or stage in (
+            "paths",
+            "pipeline",
+            "snapshot",
+            "tasks",
+            "ray",
+            "hardware",
+        ):
             raise ParamsError(f"params.yaml has no stage section {stage!r}")
         return getattr(self, stage)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
@@ -18,9 +18,11 @@ HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("
 #: input. A pair's bag of words is that of both texts.
 BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
 #: How each kind may cut a sequence longer than ``max_seq_len_tokens``.
-TRUNCATIONS: dict[str, tuple[str, ...]] = {"classification": ("head", "head_tail"),
-                                           "pair_classification": ("longest_first",),
-                                           "token_classification": ("head",)}  # fmt: skip
+TRUNCATIONS: dict[str, tuple[str, ...]] = {
+    "classification": ("head", "head_tail"),
+    "pair_classification": ("longest_first",),
+    "token_classification": ("head",),
+}
 
 
 class RunSpec(StrictModel):
@@ -32,7 +34,7 @@ class RunSpec(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _from_string(cls, value):
+    def _from_string(cls, value: Any) -> Any:
         if isinstance(value, str):
             parts = value.split("/")
             if len(parts) != 3:
@@ -54,48 +56,58 @@ class TaskParams(StrictModel):
     max_dev_docs: int | None = Field(gt=0, description="dev docs kept for early stopping; null = all")
     max_test_docs: int | None = Field(gt=0, description="test docs kept; null = all (the honest setting)")
     max_seq_len_tokens: int | None = Field(
-        ge=8, description="cut each document to this many tokens, [CLS]/[SEP] included (classification and "
-        "pair tasks; token_classification: null, windows are sized by tokenize.ner_max_seq_len_tokens)"
+        ge=8,
+        description="cut each document to this many tokens, [CLS]/[SEP] included (classification and "
+        "pair tasks; token_classification: null, windows are sized by tokenize.ner_max_seq_len_tokens)",
     )
     truncation: Literal["head", "head_tail", "longest_first"] = Field(
         description="classification: keep the first tokens (head), or the first head_tokens and the last ones "
         "(head_tail, Sun et al. 2019); pair: longest_first (HF: drop from the end of the longer text first)"
     )
     head_tokens: int = Field(ge=0, description="cls head_tail: content tokens kept from the start of the document")
-    baselines: list[str] = Field(description="baselines fitted on the arms' train docs and input (and once more on "
-                                 "every train doc, full text: a reference row), scored on the same test")
+    baselines: list[str] = Field(
+        description="baselines fitted on the arms' train docs and input (and once more on "
+        "every train doc, full text: a reference row), scored on the same test"
+    )
     baseline_c_grid: list[float] = Field(
-        min_length=1, description="tfidf-lr: inverse L2 strengths C tried with each analyzer, the best pair on dev "
-        "macro-F1 is kept"
+        min_length=1,
+        description="tfidf-lr: inverse L2 strengths C tried with each analyzer, the best pair on dev macro-F1 is kept",
     )
     baseline_tfidf_ngrams: dict[Literal["word", "char_wb"], tuple[PositiveInt, PositiveInt]] = Field(
         min_length=1, description="tfidf-lr: analyzer -> n-gram range (min, max) tried with each C of baseline_c_grid"
     )
     baseline_memorise_cases: list[Literal["cased", "lowercased", "cased_backoff"]] = Field(
-        min_length=1, description="memorise: word lookups tried, the best on dev entity F1 is kept (cased_backoff: "
-        "the cased word, else its lowercased form)"
+        min_length=1,
+        description="memorise: word lookups tried, the best on dev entity F1 is kept (cased_backoff: "
+        "the cased word, else its lowercased form)",
     )
     lr_grid: list[float] = Field(
-        min_length=1, description="multipliers of every learning rate of an arm, tried with the first seed; the best "
-        "on dev is kept for all seeds of that arm"
+        min_length=1,
+        description="multipliers of every learning rate of an arm, tried with the first seed; the best "
+        "on dev is kept for all seeds of that arm",
     )
     lr_grid_widen: int = Field(
-        ge=0, description="times an arm's sweep may add one multiplier past the grid's edge when the edge is the "
-        "best on dev (one step of the grid's ratio at that edge); 0: the grid as given"
+        ge=0,
+        description="times an arm's sweep may add one multiplier past the grid's edge when the edge is the "
+        "best on dev (one step of the grid's ratio at that edge); 0: the grid as given",
     )
     frozen_c_grid: list[float] = Field(
-        [0.001, 0.01, 0.1, 1.0, 10.0], min_length=1, description="classification frozen arms: inverse L2 strengths "
+        [0.001, 0.01, 0.1, 1.0, 10.0],
+        min_length=1,
+        description="classification frozen arms: inverse L2 strengths "
         "C of the logistic-regression probe on standardized pooled features, the best on dev kept (tasks/finetune/"
-        "frozen.py)"
+        "frozen.py)",
     )
     frozen_max_iter: int = Field(
-        5000, gt=0, description="lbfgs iterations a frozen arm's probe may take; one that stops there has not "
-        "converged and fails the stage"
+        5000,
+        gt=0,
+        description="lbfgs iterations a frozen arm's probe may take; one that stops there has not "
+        "converged and fails the stage",
     )
     batch_size: int = Field(gt=0, description="sequences (cls docs or ner windows) per optimizer step")
     length_group_batches: int = Field(
-        gt=0, description="shuffle, then sort by length within groups of this many batches (less padding); 1 = "
-        "plain shuffle"
+        gt=0,
+        description="shuffle, then sort by length within groups of this many batches (less padding); 1 = plain shuffle",
     )
     max_epochs: int = Field(gt=0, description="upper bound on passes over the train set")
     patience_epochs: int = Field(gt=0, description="stop after this many epochs without a better dev score")
@@ -109,23 +121,26 @@ class TaskParams(StrictModel):
     max_grad_norm: float = Field(gt=0, description="gradient clipping threshold (L2 norm)")
     head_dropout: float = Field(ge=0, lt=1, description="dropout before the linear head")
     divergence_margin: float = Field(
-        ge=0, description="a run whose best dev score is <= chance + this margin is reported as diverged "
-        "(cls: dev accuracy vs majority-class rate; ner: dev entity F1 vs 0)"
+        ge=0,
+        description="a run whose best dev score is <= chance + this margin is reported as diverged "
+        "(cls: dev accuracy vs majority-class rate; ner: dev entity F1 vs 0)",
     )
     dose_response: str | None = Field(
         description="a `pretrained/...` entry of configs to fine-tune again from every pretraining snapshot "
         "(pretrain.dose_snapshot_fractions): downstream score against pretraining steps; null = off"
     )
     ablation_config: str | None = Field(
-        None, description="a `pretrained/...` (or `adapted/...`) entry of configs to fine-tune again from every "
+        None,
+        description="a `pretrained/...` (or `adapted/...`) entry of configs to fine-tune again from every "
         "pretraining ablation arm's model (pretrain.ablations: models/pretrained/ablations/<name>/), run key "
-        "<variant>@ablation_<name>/<mode>/<head>, the arm's seeds and its own learning-rate sweep; null = off"
+        "<variant>@ablation_<name>/<mode>/<head>, the arm's seeds and its own learning-rate sweep; null = off",
     )
 
     train_sizes: list[PositiveInt] = Field(
-        default_factory=list, description="learning curve: train doc counts, each below the train docs the full-size "
+        default_factory=list,
+        description="learning curve: train doc counts, each below the train docs the full-size "
         "runs keep, at which curve_configs and the comparator baselines run again (the same seeds, dev and test "
-        "docs; tasks/finetune/reruns/at_train_sizes.py); [] = no curve"
+        "docs; tasks/finetune/reruns/at_train_sizes.py); [] = no curve",
     )
     curve_configs: list[RunSpec] = Field(
         default_factory=list, description="learning curve: entries of configs run at every size of train_sizes"
@@ -157,8 +172,10 @@ class TaskParams(StrictModel):
         require_unique(self.train_sizes, "train_sizes")
         require_unique(curve, "curve_configs")
         if [k for k in curve if k not in keys] or bool(curve) != bool(self.train_sizes):
-            raise ValueError(f"curve_configs {curve} must be entries of configs {keys}, given with train_sizes "
-                             f"{self.train_sizes} (both empty: no learning curve)")
+            raise ValueError(
+                f"curve_configs {curve} must be entries of configs {keys}, given with train_sizes "
+                f"{self.train_sizes} (both empty: no learning curve)"
+            )
         if self.max_train_docs is not None and any(n >= self.max_train_docs for n in self.train_sizes):
             raise ValueError(f"train_sizes {self.train_sizes} must be below max_train_docs {self.max_train_docs}")
         return self
@@ -172,15 +189,16 @@ class TaskParams(StrictModel):
             raise ValueError(f"dose_response {self.dose_response!r} must be a pretrained/... entry of configs {keys}")
         return self
 
-
     @model_validator(mode="after")
     def _ablation_config_listed(self) -> TaskParams:
         if self.ablation_config is None:
             return self
         keys = [spec.key for spec in self.configs]
         if self.ablation_config not in keys or self.ablation_config.split("/")[0] not in ("pretrained", "adapted"):
-            raise ValueError(f"ablation_config {self.ablation_config!r} must be a pretrained/... or adapted/... "
-                             f"entry of configs {keys}")
+            raise ValueError(
+                f"ablation_config {self.ablation_config!r} must be a pretrained/... or adapted/... "
+                f"entry of configs {keys}"
+            )
         return self
 
 
@@ -189,15 +207,20 @@ class OperationalParams(StrictModel):
     latency per document, peak memory, parameter count and size on disk."""
 
     enabled: bool = Field(description="measure every arm's model (its first reported seed) and tfidf-lr; false = skip")
-    threads: int = Field(gt=0, description="torch intra-op threads of the measuring process (runs alone, after "
-                         "training)")
+    threads: int = Field(
+        gt=0, description="torch intra-op threads of the measuring process (runs alone, after training)"
+    )
     timed_batches: dict[PositiveInt, PositiveInt] = Field(
-        min_length=1, description="batch size (docs or ner windows) -> batches timed at that size, cycling through "
-        "the test examples; p50/p95 are over these batches"
+        min_length=1,
+        description="batch size (docs or ner windows) -> batches timed at that size, cycling through "
+        "the test examples; p50/p95 are over these batches",
     )
     warmup_batches: int = Field(ge=0, description="untimed batches run first at each batch size (allocator, caches)")
-    cpu_on_gpu_host: bool = Field(False, description="on a CUDA run, also time every model on the CPU (slow for "
-                                  "large models: BERT-base at 512 tokens takes tens of minutes)")
+    cpu_on_gpu_host: bool = Field(
+        False,
+        description="on a CUDA run, also time every model on the CPU (slow for "
+        "large models: BERT-base at 512 tokens takes tens of minutes)",
+    )
 
 
 class FinetuneParams(StrictModel):
@@ -208,18 +231,29 @@ class FinetuneParams(StrictModel):
     """
 
     seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
-    sweep_seed: int = Field(description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
-                            "the best of several on dev")
-    data_seed: int = Field(ge=0, description="salt of the hash samples that pick the dev/test docs kept (one sample) and "
-                                             "each seed's train docs (data_seed:seed:doc_id, tasks/finetune/draw.py)")
+    sweep_seed: int = Field(
+        description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
+        "the best of several on dev"
+    )
+    data_seed: int = Field(
+        ge=0,
+        description="salt of the hash samples that pick the dev/test docs kept (one sample) and "
+        "each seed's train docs (data_seed:seed:doc_id, tasks/finetune/draw.py)",
+    )
     confidence_level: float = Field(gt=0, lt=1, description="two-sided t-interval level over seeds, e.g. 0.95")
     torch_threads: int = Field(gt=0, description="torch intra-op threads per run (results are reproducible per value)")
     workers: int = Field(gt=0, description="CPU: runs trained at once, one process each (1 = in-process)")
-    runs_per_gpu: int = Field(1, gt=0, description="CUDA: runs trained at once on each visible GPU, one process each "
-                              "(small models leave a GPU idle between kernels: 2-4 fill it)")
+    runs_per_gpu: int = Field(
+        1,
+        gt=0,
+        description="CUDA: runs trained at once on each visible GPU, one process each "
+        "(small models leave a GPU idle between kernels: 2-4 fill it)",
+    )
     cpu_train_precision: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="CPU runs: training steps under bf16 autocast (fp32 master weights; predictions stay "
-        "fp32): auto = when the CPU has AVX512-BF16 or AMX (about 1.8x faster there), bf16 = always, fp32 = never")
+        "auto",
+        description="CPU runs: training steps under bf16 autocast (fp32 master weights; predictions stay "
+        "fp32): auto = when the CPU has AVX512-BF16 or AMX (about 1.8x faster there), bf16 = always, fp32 = never",
+    )
     operational: OperationalParams
     recipes: dict[str, TaskParams] = Field(min_length=1, description="recipe name -> arms, budget, optimisation")
     tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section (see the class docstring)")
@@ -251,14 +285,17 @@ class FinetuneParams(StrictModel):
         """Raise ``ValueError`` naming the task whose recipe is missing or does not fit its kind (``check_recipe``)."""
         for name, spec in tasks.items():
             if spec.recipe not in self.recipes:
-                raise ValueError(f"tasks.{name}.recipe: {spec.recipe!r} is not in finetune.recipes "
-                                 f"({sorted(self.recipes)})")
+                raise ValueError(
+                    f"tasks.{name}.recipe: {spec.recipe!r} is not in finetune.recipes ({sorted(self.recipes)})"
+                )
             check_recipe(name, spec, self.recipes[spec.recipe])
 
     def spec(self, task: str) -> TaskSpec:
         """The ``tasks`` entry ``task``; raises ``ValueError`` naming the known tasks for another name."""
         if task not in self.tasks:
-            raise ValueError(f"finetune: unknown task {task!r}, expected one of {sorted(self.tasks)} (params.yaml tasks)")
+            raise ValueError(
+                f"finetune: unknown task {task!r}, expected one of {sorted(self.tasks)} (params.yaml tasks)"
+            )
         return self.tasks[task]
 
     def task(self, task: str) -> TaskParams:
@@ -279,8 +316,11 @@ def check_recipe(task: str, spec: TaskSpec, recipe: TaskParams) -> None:
         raise ValueError(f"{where}: truncation {recipe.truncation!r} is not one of {TRUNCATIONS[spec.kind]}")
     token = spec.kind == "token_classification"
     if token and recipe.max_seq_len_tokens is not None:
-        raise ValueError(f"{where}: max_seq_len_tokens must be null: windows are sized by tokenize.ner_max_seq_len_tokens")
+        raise ValueError(
+            f"{where}: max_seq_len_tokens must be null: windows are sized by tokenize.ner_max_seq_len_tokens"
+        )
     if not token and recipe.max_seq_len_tokens is None:
         raise ValueError(f"{where}: max_seq_len_tokens must be set: documents are stored whole (e.g. 128, GPU: 512)")
-    if recipe.truncation == "head_tail" and recipe.head_tokens > recipe.max_seq_len_tokens - 2:
+    max_len = recipe.max_seq_len_tokens  # set here: a token task, the one kind without it, has no head_tail
+    if recipe.truncation == "head_tail" and max_len is not None and recipe.head_tokens > max_len - 2:
         raise ValueError(f"{where}: head_tokens ({recipe.head_tokens}) must be <= max_seq_len_tokens - 2")
