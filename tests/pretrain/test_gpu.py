@@ -21,7 +21,7 @@ import pytest
 import torch
 from finetune_fixtures import cls_rows, save_tiny_bert, tiny_params, write_task_data
 from pretrain_fixtures import build_corpus, clone, make_cfg, subprocess_env, worker_script
-from test_pretrain_compile import Compiles  # tests/ is on sys.path (rootdir import)
+from test_pretrain_compile import Compiles  # same folder: pytest puts it on sys.path
 from transformers import BertTokenizerFast
 
 from tasks.common.runtime.device import resolve

@@ -27,7 +27,7 @@ from tasks.config.model.probe import ProbeParams
 from tasks.probe import pairs
 from tasks.probe import scores as probe_scores
 from tasks.tracking import NullLog
-from test_probe_pll import full_logits_pll  # tests/ is on sys.path (pytest rootdir import), as for pretrain_fixtures
+from test_probe_pll import full_logits_pll  # same folder: pytest puts it on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "tasks" / "probe" / "senses.jsonl"

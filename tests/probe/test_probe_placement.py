@@ -24,7 +24,7 @@ from tasks.probe import pairs
 from tasks.tracking import NullLog
 from placement_harness import HostTensorGuard, on_meta
 from test_probe import make_cfg, make_paths, tiny_root  # noqa: F401 (tiny_root: a fixture)
-from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # tests/ is on sys.path (rootdir import)
+from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # same folder: pytest puts it on sys.path
 
 pytestmark = pytest.mark.placement
 
