@@ -14,8 +14,9 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from typing import TextIO
 
-from tasks.tracking.log import DataInput, RunKilled, open_run
+from tasks.tracking.log import DataInput, MlflowLog, RunKilled, open_run
 
 #: What each call does to the child's ``MlflowLog``.
 CALLS = {
@@ -42,7 +43,7 @@ def serve() -> int:
     return serve_calls((json.loads(line) for line in sys.stdin), answers)
 
 
-def serve_calls(calls: Iterator[dict], answers) -> int:
+def serve_calls(calls: Iterator[dict], answers: TextIO) -> int:
     """The child's loop (a cold child's, or one forked by the warm server, ``server.py``): open the run, apply
     each call, end the run; returns the exit code (1 when MLflow failed). SIGINT and SIGTERM are ignored: the
     stage maps them to KILLED and says so."""
@@ -70,7 +71,7 @@ def serve_calls(calls: Iterator[dict], answers) -> int:
     return 1 if errors else 0
 
 
-def _apply(log, calls, answers, errors: list[str]) -> str:
+def _apply(log: MlflowLog, calls: Iterator[dict], answers: TextIO, errors: list[str]) -> str:
     """Apply calls until ``end`` (which sets ``log.end_ms``); returns its status (FAILED when stdin closes
     first). A failed call is kept in ``errors`` (the first one is reported at the end) and the rest are still
     applied."""
@@ -91,7 +92,7 @@ def _apply(log, calls, answers, errors: list[str]) -> str:
     return "FAILED"
 
 
-def _answer(stream, message: dict) -> None:
+def _answer(stream: TextIO, message: dict) -> None:
     stream.write(json.dumps(message) + "\n")
     stream.flush()
 

@@ -83,7 +83,7 @@ class NullLog:
         return {}
 
     def transformers_model(
-        self, pipeline, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
+        self, pipeline: Any, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
     ) -> dict | None:
         """Log a transformers ``pipeline`` with MLflow's ``transformers`` flavour (here: nothing; None)."""
         return None
@@ -244,7 +244,7 @@ class MlflowLog(NullLog):
         return out[:limit]
 
     def transformers_model(
-        self, pipeline, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
+        self, pipeline: Any, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
     ) -> dict | None:
         """Log ``pipeline`` with MLflow's ``transformers`` flavour under run ``run_id`` (this run when None):
         the model and tokenizer saved as safetensors, ``input_example`` and the signature MLflow infers from it

@@ -33,6 +33,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 from tasks.tracking.child import serve_calls
 
@@ -100,7 +101,7 @@ def _drain(listener: socket.socket) -> None:
     listener.close()
 
 
-_LOCK = None  # the server's lock file, held open while it serves
+_LOCK: IO[str] | None = None  # the server's lock file, held open while it serves
 
 
 def _fork(conn: socket.socket, listener: socket.socket) -> None:
@@ -110,7 +111,8 @@ def _fork(conn: socket.socket, listener: socket.socket) -> None:
     code = 1
     try:
         listener.close()
-        _LOCK.close()  # a fork serving a long stage must not keep a new server from starting
+        if _LOCK is not None:  # a fork serving a long stage must not keep a new server from starting
+            _LOCK.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # MLflow may run and wait for subprocesses
         conn.setblocking(True)
         code = _child(conn)

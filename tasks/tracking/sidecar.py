@@ -40,7 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tasks.common.nested import flatten
 from tasks.tracking import connection
@@ -51,6 +51,19 @@ from tasks.tracking.store import tracking_uri
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``python -m tasks.tracking.child`` imports from
 
 
+class ChildProcess(Protocol):
+    """What ``SidecarLog`` uses of its child: a cold child's ``subprocess.Popen`` (text mode, stdin and stdout
+    pipes) or a ``connection.ForkedChild``."""
+
+    stdin: Any
+    stdout: Any
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+
 class TrackingError(RuntimeError):
     """MLflow failed to record a stage's run (the message is MLflow's, or says how the tracking process ended)."""
 
@@ -59,20 +72,20 @@ class SidecarLog(NullLog):
     """The RunLog of a run held by the tracking child process ``proc``: a cold child, or one forked by the warm
     server (``connection.py``); see the module docstring."""
 
-    def __init__(self, proc: subprocess.Popen | connection.ForkedChild, name: str, uri: str) -> None:
+    def __init__(self, proc: ChildProcess, name: str, uri: str) -> None:
         self._proc, self.run_name, self._uri = proc, name, uri
         self._opened: dict[str, str] | None = None
         self._open_failed = False  # the child answered "open" with an error (already raised) and exited
-        self._local = None
+        self._local: MlflowLog | None = None
         self._inputs: tuple[DataInput, ...] = ()
 
     @property
-    def run_id(self) -> str:
+    def run_id(self) -> str:  # type: ignore[override]  # a property here: read when the child has opened the run
         """The MLflow run id (waits until the child has opened the run)."""
         return self._ids()["run_id"]
 
     @property
-    def experiment_id(self) -> str:
+    def experiment_id(self) -> str:  # type: ignore[override]
         """The MLflow experiment id (waits until the child has opened the run)."""
         return self._ids()["experiment_id"]
 
@@ -109,7 +122,7 @@ class SidecarLog(NullLog):
         """``MlflowLog.sibling_runs``, in this process."""
         return self.in_process().sibling_runs(names)
 
-    def pipeline(self):
+    def pipeline(self) -> MlflowLog:
         """``MlflowLog.pipeline``, in this process."""
         return self.in_process().pipeline()
 
@@ -118,7 +131,7 @@ class SidecarLog(NullLog):
         return self.in_process().tagged_records(tags, artifact_file, limit)
 
     def transformers_model(
-        self, pipeline, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
+        self, pipeline: Any, name: str, run_id: str | None, input_example: list, pip_requirements: list[str]
     ) -> dict | None:
         """``MlflowLog.transformers_model``, in this process (the pipeline object lives here)."""
         return self.in_process().transformers_model(pipeline, name, run_id, input_example, pip_requirements)
@@ -166,7 +179,7 @@ class SidecarLog(NullLog):
                 raise
         return self._opened
 
-    def _send(self, op: str, **fields) -> None:
+    def _send(self, op: str, **fields: Any) -> None:
         if self._opened is None and select.select([self._proc.stdout], [], [], 0)[0]:
             self._ids()  # the child has answered "open": a store that cannot be opened fails the stage now
         if self._proc.poll() is not None:  # died: its answer to "open" holds the error, if it got that far
@@ -181,7 +194,7 @@ class SidecarLog(NullLog):
             self._ids()
             raise TrackingError(f"MLflow tracking process of run {self.run_name!r} stopped reading") from None
 
-    def _ask(self, op: str, **fields) -> Any:
+    def _ask(self, op: str, **fields: Any) -> Any:
         self._ids()  # its answer comes first
         self._send(op, **fields)
         return self._reply(op)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -46,7 +47,7 @@ def store_lock(uri: str) -> Iterator[None]:
         yield
 
 
-def training_experiment(client, name: str) -> str:
+def training_experiment(client: Any, name: str) -> str:
     """The id of experiment ``name``, created if absent, tagged ``mlflow.experimentKind`` =
     ``custom_model_development`` (MLflow's kind for model training) when it has no kind yet."""
     exp = client.get_experiment_by_name(name)
