@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from finetune_fixtures import cls_rows, save_tiny_bert, tiny_params, write_task_data
-from pretrain_fixtures import build_corpus, clone, make_cfg, subprocess_env, worker_script
+from pretrain_fixtures import clone, make_cfg, subprocess_env, worker_script
 from test_pretrain_compile import Compiles  # same folder: pytest puts it on sys.path
 from transformers import BertTokenizerFast
 
@@ -41,11 +41,6 @@ PROB_ATOL = 0.05
 SCORE_ATOL = 0.2
 MIN_AGREEMENT = 0.8  # of ner tags
 ACTIVITIES = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return build_corpus(tmp_path_factory)
 
 
 @pytest.fixture()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import build_corpus, clone, kill_at_first_checkpoint, make_cfg, worker_script
+from pretrain_fixtures import clone, kill_at_first_checkpoint, make_cfg, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
@@ -16,11 +16,6 @@ from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 STEPS = 40
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return build_corpus(tmp_path_factory)
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -1,11 +1,10 @@
 """The pretrain stage end to end on a tiny model: overfit, save/reload, kill + resume (DDP: test_pretrain_ddp.py)."""
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import TINY, build_corpus, clone, kill_at_first_checkpoint, make_cfg, worker_script
+from pretrain_fixtures import TINY, clone, kill_at_first_checkpoint, make_cfg, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -14,11 +13,6 @@ from tasks.pretrain.schedule import lr_factor
 from tasks.tracking import NullLog
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return build_corpus(tmp_path_factory)
 
 
 def test_lr_schedule_by_hand():

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import torch
 import yaml
-from pretrain_fixtures import ROOT, build_corpus, clone, make_cfg, subprocess_env, worker_script
+from pretrain_fixtures import ROOT, clone, make_cfg, subprocess_env, worker_script
 from safetensors.torch import load_file
 
 from tasks.config import read_yaml
@@ -23,11 +23,6 @@ from tasks.pretrain import checkpoint
 
 pytestmark = pytest.mark.slow
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    return build_corpus(tmp_path_factory)
 
 
 def test_two_ranks_train_on_disjoint_blocks_report_the_mean_loss_and_keep_identical_weights(corpus, tmp_path):
