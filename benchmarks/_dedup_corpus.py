@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from tasks.common.matching import textnorm
 from tasks.common.files.shards import read_source, source_files
+from tasks.common.matching import textnorm
 
 SPREAD, BASE = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)  # splitmix64's odd multipliers
 NATURAL_FLOOR = 0.5  # rows this similar get their groups' cross pairs computed
@@ -109,8 +109,10 @@ def truth(corpus: Corpus, n: int) -> Truth:
     similar rows, and the pairs of rows joined through a third), one sparse incidence product per family."""
     normalized = [textnorm.normalize(text) for text in corpus.texts]
     vocabulary: dict[str, int] = {}
-    sets = [_shingle_set([vocabulary.setdefault(w, len(vocabulary)) for w in textnorm.words_of_normalized(text)], n)
-            for text in normalized]  # fmt: skip
+    sets = [
+        _shingle_set([vocabulary.setdefault(w, len(vocabulary)) for w in textnorm.words_of_normalized(text)], n)
+        for text in normalized
+    ]
     text_id = np.unique(np.array(normalized, dtype=object), return_inverse=True)[1] if normalized else np.zeros(0)
     family = list(range(corpus.rows))  # union-find over rows, root = the smallest row
     for d, e in _similar_rows(sets[: corpus.rows], NATURAL_FLOOR) + _same_text_rows(normalized[: corpus.rows]):
@@ -136,8 +138,9 @@ def _family_jaccards(docs: list[int], sets: list[np.ndarray], text_id: np.ndarra
     sets without a shingle), from the overlap counts of one sparse incidence product."""
     sizes = np.array([len(sets[d]) for d in docs])
     ids, column = np.unique(np.concatenate([np.zeros(0, np.uint64)] + [sets[d] for d in docs]), return_inverse=True)
-    incidence = sparse.csr_matrix((np.ones(len(column), np.int32), (np.repeat(np.arange(len(docs)), sizes), column)),
-                                  shape=(len(docs), len(ids)))  # fmt: skip
+    incidence = sparse.csr_matrix(
+        (np.ones(len(column), np.int32), (np.repeat(np.arange(len(docs)), sizes), column)), shape=(len(docs), len(ids))
+    )
     overlap = (incidence @ incidence.T).toarray()
     first, second = np.triu_indices(len(docs), 1)
     shared = overlap[first, second].astype(np.int64)

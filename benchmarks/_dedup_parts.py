@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 
 import json  # noqa: E402
-import time  # noqa: E402
 import multiprocessing  # noqa: E402
+import time  # noqa: E402
 from concurrent.futures import ProcessPoolExecutor  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -85,9 +85,14 @@ def run_limit(cfg: DedupParams, work: Path) -> dict:
         start = time.perf_counter()
         minhash.signatures(shingles, a, b)
     kernel_seconds = time.perf_counter() - start
-    return {"seconds": read_seconds + normalize_seconds + kernel_seconds, "read_seconds": read_seconds,
-            "normalize_seconds": normalize_seconds, "kernel_seconds": kernel_seconds, "kernel": kernel,
-            "normalized": normalized}  # fmt: skip
+    return {
+        "seconds": read_seconds + normalize_seconds + kernel_seconds,
+        "read_seconds": read_seconds,
+        "normalize_seconds": normalize_seconds,
+        "kernel_seconds": kernel_seconds,
+        "kernel": kernel,
+        "normalized": normalized,
+    }
 
 
 _TEXTS: list[str] = []  # inherited by the forked normalizing workers

@@ -84,9 +84,14 @@ def profile_steps(run_step, device, out: Path, steps: int = PROFILE_STEPS) -> di
         kind = next((k for k, pattern in KERNEL_KINDS.items() if re.search(pattern, event.key, re.I)), "other")
         by_kind[kind] = by_kind.get(kind, 0.0) + event.self_device_time_total / 1e6
     busy_s = sum(by_kind.values()) if cuda else None
-    summary = {"steps": steps, "wall_s": wall_s, "device_kernel_s": busy_s,
-               "busy_fraction": busy_s / wall_s if cuda else None, "kernel_s_by_kind": by_kind,
-               "attention_paths": attention_paths(event.key for event in events)}  # fmt: skip
+    summary = {
+        "steps": steps,
+        "wall_s": wall_s,
+        "device_kernel_s": busy_s,
+        "busy_fraction": busy_s / wall_s if cuda else None,
+        "kernel_s_by_kind": by_kind,
+        "attention_paths": attention_paths(event.key for event in events),
+    }
     out.mkdir(parents=True, exist_ok=True)
     sort = "self_device_time_total" if cuda else "self_cpu_time_total"
     (out / "pretrain_profile.txt").write_text(events.table(sort_by=sort, row_limit=40), encoding="utf-8")

@@ -50,8 +50,9 @@ def measure_ours(job, device, warmup: int, steps: int, eval_docs: int, profile: 
     tcfg, bs = job.tcfg, job.tcfg.batch_size
     fields = {f.name for f in dataclasses.fields(training.Run)}
     run = training.Run(job, SEED, LR_SCALE, **({"device": str(device)} if "device" in fields else {}))
-    model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
-                        tcfg.head_dropout, SEED).to(device)  # fmt: skip
+    model = build_model(
+        job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode, tcfg.head_dropout, SEED
+    ).to(device)
     lr_encoder, lr_head = training.learning_rates(run)
     optimizer = optimizer_for(model, lr_encoder, lr_head, tcfg.weight_decay)
     total = warmup + steps
@@ -102,8 +103,12 @@ def trainer_dataset(exs: list[dict]):
     ``labels``."""
     from datasets import Dataset
 
-    return Dataset.from_list([{"input_ids": ex["input_ids"], "attention_mask": [1] * len(ex["input_ids"]),
-                               "labels": ex["label"]} for ex in exs])  # fmt: skip
+    return Dataset.from_list(
+        [
+            {"input_ids": ex["input_ids"], "attention_mask": [1] * len(ex["input_ids"]), "labels": ex["label"]}
+            for ex in exs
+        ]
+    )
 
 
 def by_length(exs: list[dict]) -> list[dict]:
@@ -133,8 +138,9 @@ def two_rate_trainer(lr_encoder: float, lr_head: float, weight_decay: float):
     return TwoRateTrainer
 
 
-def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, profile: str | None,
-                       bf16: bool = False) -> dict:  # fmt: skip
+def measure_hf_trainer(
+    job, device, warmup: int, steps: int, eval_docs: int, profile: str | None, bf16: bool = False
+) -> dict:
     """Train tokens/s of HF ``Trainer.train`` over its last ``steps`` optimizer steps and eval docs/s of
     ``Trainer.predict``, on the same model, docs, batch size, LRs and clipping; ``bf16``: ``bf16=True`` (autocast)
     on the CPU (on CUDA always)."""
@@ -145,8 +151,9 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
     from tasks.finetune.arms.model import build_model
 
     tcfg, bs = job.tcfg, job.tcfg.batch_size
-    model = build_model(job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode,
-                        tcfg.head_dropout, SEED)  # fmt: skip
+    model = build_model(
+        job.spec.variant, job.folder, job.spec.head, len(job.labels), job.spec.mode, tcfg.head_dropout, SEED
+    )
     lr_encoder, lr_head = training.learning_rates(training.Run(job, SEED, LR_SCALE))
 
     padding, counts, stamps = DataCollatorWithPadding(load_tokenizer(job.folder)), [], []
@@ -163,17 +170,33 @@ def measure_hf_trainer(job, device, warmup: int, steps: int, eval_docs: int, pro
     total = warmup + steps
     with tempfile.TemporaryDirectory(prefix="bench-ft-hf-") as tmp:
         args = TrainingArguments(
-            output_dir=tmp, per_device_train_batch_size=bs, per_device_eval_batch_size=bs, max_steps=total,
-            learning_rate=lr_encoder, weight_decay=tcfg.weight_decay, lr_scheduler_type="linear",
-            warmup_steps=int(tcfg.warmup_fraction * total), max_grad_norm=tcfg.max_grad_norm, seed=SEED,
-            save_strategy="no", eval_strategy="no", report_to=[], disable_tqdm=True, dataloader_num_workers=0,
+            output_dir=tmp,
+            per_device_train_batch_size=bs,
+            per_device_eval_batch_size=bs,
+            max_steps=total,
+            learning_rate=lr_encoder,
+            weight_decay=tcfg.weight_decay,
+            lr_scheduler_type="linear",
+            warmup_steps=int(tcfg.warmup_fraction * total),
+            max_grad_norm=tcfg.max_grad_norm,
+            seed=SEED,
+            save_strategy="no",
+            eval_strategy="no",
+            report_to=[],
+            disable_tqdm=True,
+            dataloader_num_workers=0,
             # batches of similar lengths, as ours (length_grouped_batches): a user who pads per batch turns it on
             train_sampling_strategy="group_by_length",
-            use_cpu=device.type == "cpu", bf16=bf16 or device.type == "cuda",  # ours runs bf16 autocast on CUDA
-        )  # fmt: skip
+            use_cpu=device.type == "cpu",
+            bf16=bf16 or device.type == "cuda",  # ours runs bf16 autocast on CUDA
+        )
         trainer = two_rate_trainer(lr_encoder, lr_head, tcfg.weight_decay)(
-            model=for_trainer(model), args=args, data_collator=collate, callbacks=[Clock()],
-            train_dataset=trainer_dataset(job.exs["train"][: steps * bs]))  # fmt: skip
+            model=for_trainer(model),
+            args=args,
+            data_collator=collate,
+            callbacks=[Clock()],
+            train_dataset=trainer_dataset(job.exs["train"][: steps * bs]),
+        )
         profiler = _profiler(profile)
         loss = trainer.train().training_loss
         evals = trainer_dataset(by_length(job.exs["test"][:eval_docs]))
@@ -219,33 +242,61 @@ def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-ft-hf-run-") as tmp:
         args = TrainingArguments(
-            output_dir=tmp, per_device_train_batch_size=bs, per_device_eval_batch_size=bs,
-            num_train_epochs=tcfg.max_epochs, learning_rate=lr_encoder, weight_decay=tcfg.weight_decay,
-            lr_scheduler_type="linear", warmup_steps=int(tcfg.warmup_fraction * total),
-            max_grad_norm=tcfg.max_grad_norm, seed=seed, save_strategy="no", eval_strategy="epoch", report_to=[],
-            disable_tqdm=True, dataloader_num_workers=0, train_sampling_strategy="group_by_length",
-            use_cpu=device.type == "cpu", bf16=bf16,
-        )  # fmt: skip
+            output_dir=tmp,
+            per_device_train_batch_size=bs,
+            per_device_eval_batch_size=bs,
+            num_train_epochs=tcfg.max_epochs,
+            learning_rate=lr_encoder,
+            weight_decay=tcfg.weight_decay,
+            lr_scheduler_type="linear",
+            warmup_steps=int(tcfg.warmup_fraction * total),
+            max_grad_norm=tcfg.max_grad_norm,
+            seed=seed,
+            save_strategy="no",
+            eval_strategy="epoch",
+            report_to=[],
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            train_sampling_strategy="group_by_length",
+            use_cpu=device.type == "cpu",
+            bf16=bf16,
+        )
         trainer = two_rate_trainer(lr_encoder, lr_head, tcfg.weight_decay)(
-            model=for_trainer(model), args=args, data_collator=DataCollatorWithPadding(load_tokenizer(job.folder)),
-            train_dataset=trainer_dataset(job.exs["train"]), eval_dataset=trainer_dataset(by_length(job.exs["dev"])),
-            compute_metrics=macro_f1)  # fmt: skip
+            model=for_trainer(model),
+            args=args,
+            data_collator=DataCollatorWithPadding(load_tokenizer(job.folder)),
+            train_dataset=trainer_dataset(job.exs["train"]),
+            eval_dataset=trainer_dataset(by_length(job.exs["dev"])),
+            compute_metrics=macro_f1,
+        )
         trainer.remove_callback(PrinterCallback)  # its per-epoch dicts on stdout; log_history keeps them
         trainer.train()
         test = trainer.predict(trainer_dataset(by_length(job.exs["test"])))
     ended = _clock(device)[0]
     dev = [row["eval_macro_f1"] for row in trainer.state.log_history if "eval_macro_f1" in row]
-    return {"arm": job.key, "seed": seed, "lr_scale": lr_scale, "seconds": ended - started,
-            "epochs_run": len(dev), "dev_best_macro_f1": max(dev, default=None),
-            "test_macro_f1": test.metrics.get("test_macro_f1")}  # fmt: skip
+    return {
+        "arm": job.key,
+        "seed": seed,
+        "lr_scale": lr_scale,
+        "seconds": ended - started,
+        "epochs_run": len(dev),
+        "dev_best_macro_f1": max(dev, default=None),
+        "test_macro_f1": test.metrics.get("test_macro_f1"),
+    }
 
 
 def _figures(tokens, steps, start, end, docs, eval_start, eval_end, loss) -> dict:
     """Throughputs from ``(wall s, process CPU s)`` clock pairs: train tokens/s and eval docs/s."""
-    return {"train_steps": steps, "train_tokens": tokens, "train_loss": float(loss),
-            "train_tokens_per_s": tokens / (end[0] - start[0]), "train_tokens_per_cpu_s": tokens / (end[1] - start[1]),
-            "eval_docs": docs, "eval_docs_per_s": docs / (eval_end[0] - eval_start[0]),
-            "eval_docs_per_cpu_s": docs / (eval_end[1] - eval_start[1])}  # fmt: skip
+    return {
+        "train_steps": steps,
+        "train_tokens": tokens,
+        "train_loss": float(loss),
+        "train_tokens_per_s": tokens / (end[0] - start[0]),
+        "train_tokens_per_cpu_s": tokens / (end[1] - start[1]),
+        "eval_docs": docs,
+        "eval_docs_per_s": docs / (eval_end[0] - eval_start[0]),
+        "eval_docs_per_cpu_s": docs / (eval_end[1] - eval_start[1]),
+    }
 
 
 def _profiler(path: str | None):

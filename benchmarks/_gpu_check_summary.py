@@ -25,7 +25,13 @@ def step_rows(times: Path) -> list[dict]:
     if times.is_file():
         for line in times.read_text(encoding="utf-8").splitlines():
             name, seconds, status = line.split("\t")
-            outcome = status if status in ("skipped", "out-of-budget") else "passed" if status == "0" else f"failed (exit {status})"
+            outcome = (
+                status
+                if status in ("skipped", "out-of-budget")
+                else "passed"
+                if status == "0"
+                else f"failed (exit {status})"
+            )
             seen[name] = {"step": name, "seconds": int(seconds), "status": outcome}
     return [seen.get(name, {"step": name, "seconds": 0, "status": "not reached"}) for name in STEPS]
 
@@ -45,8 +51,9 @@ def test_rows(junit: Path) -> list[dict]:
                 message = (found.get("message") or "").strip().splitlines()[0][:160] if found.get("message") else ""
                 break
         name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
-        rows.append({"test": name, "outcome": outcome, "seconds": round(float(case.get("time") or 0), 1),
-                     "message": message})  # fmt: skip
+        rows.append(
+            {"test": name, "outcome": outcome, "seconds": round(float(case.get("time") or 0), 1), "message": message}
+        )
     return rows
 
 
@@ -61,12 +68,22 @@ def main() -> None:
     print(f"== gpu_check summary (budget {args.budget_s} s{', dry run on the CPU' if args.dry_run else ''})")
     for row in steps:
         print(f"  {row['step']:<16} {row['seconds']:>5} s  {row['status']}")
-    print(f"== GPU tests: {len(tests)}, " + ", ".join(f"{sum(t['outcome'] == o for t in tests)} {o}"
-                                                     for o in ("passed", "failed", "error", "skipped")))  # fmt: skip
+    print(
+        f"== GPU tests: {len(tests)}, "
+        + ", ".join(f"{sum(t['outcome'] == o for t in tests)} {o}" for o in ("passed", "failed", "error", "skipped"))
+    )
     for row in tests:
-        print(f"  {row['outcome']:<8} {row['seconds']:>6} s  {row['test']}" + (f"  ({row['message']})" if row["message"] else ""))
-    summary = {"budget_s": args.budget_s, "dry_run": bool(args.dry_run), "steps": steps, "gpu_tests": tests,
-               "total_seconds": sum(row["seconds"] for row in steps)}  # fmt: skip
+        print(
+            f"  {row['outcome']:<8} {row['seconds']:>6} s  {row['test']}"
+            + (f"  ({row['message']})" if row["message"] else "")
+        )
+    summary = {
+        "budget_s": args.budget_s,
+        "dry_run": bool(args.dry_run),
+        "steps": steps,
+        "gpu_tests": tests,
+        "total_seconds": sum(row["seconds"] for row in steps),
+    }
     (out / "gpu_check.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 

@@ -1,9 +1,9 @@
 """A short run of a profile end to end (every stage, in dvc.yaml order), for ``benchmarks/gpu_check.sh``.
 
-The checkout is copied to a temporary folder (what git would clone), params.yaml there gets the profile's
-values (``flows/profiles.py``) and the tiny sizes below (the semantic pass on), and each stage runs as ``python -m tasks <stage>
-[item]`` (what dvc.yaml runs, on one process; with ``--dry-run`` all stages run in one process through the same
-entry point, because on a 2-core CPU each stage's start-up, the imports of torch, transformers and MLflow, was
+The checkout is copied to a temporary folder (what git would clone), params.yaml there gets the profile's values
+(``flows/profiles.py``) and the tiny sizes below (the semantic pass on), and each stage runs as ``python -m tasks
+<stage> [item]`` (what dvc.yaml runs, on one process; with ``--dry-run`` all stages run in one process through
+the same entry point, because on a 2-core CPU each stage's start-up, the imports of torch, transformers and MLflow, was
 about 9 s and a third of the dry run). Written to ``--out``: each stage's wall time, the held-out loss
 curve of pretraining against the unigram baseline, pretraining throughput and MFU, and whether the pretrained
 encoder beat its random-init control on the classification task (the difference of the mean test macro-F1
@@ -38,9 +38,10 @@ from tasks.common.provenance import stage_names  # noqa: E402
 from tasks.config import read_yaml  # noqa: E402
 
 #: Tiny sizes on either device (the check's budget holds minutes, not an experiment): a few hundred documents
-#: (the end-to-end test's), the tiny preset for a few dozen steps, one pretraining seed (tests/pretrain/test_multiseed.py
-#: covers further seeds), 2 fine-tuning seeds and one learning rate of the arms a reader needs (pretrained and its
-#: random-init control), and the semantic pass on: it is the stage a GPU user's first run reaches first.
+#: (the end-to-end test's), the tiny preset for a few dozen steps, one pretraining seed
+#: (tests/pretrain/test_multiseed.py covers further seeds), 2 fine-tuning seeds and one learning rate of the arms a
+#: reader needs (pretrained and its random-init control), and the semantic pass on: it is the stage a GPU user's first
+#: run reaches first.
 TINY = {
     "pretrain.seeds": [13],
     "pretrain.size": "tiny",
@@ -86,15 +87,17 @@ DRY = {
     "tokenize.num_proc": 1,
     "finetune.workers": 2,
 }
-MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}  # as tests/project/test_e2e.py
+# as tests/project/test_e2e.py
+MAX_DOCS = {"bbc_news": 150, "bbc_news_pretrain": 150, "wnut16": 200, "wikipedia_sample": 6}
 
 
 def copy_checkout(dest: Path) -> Path:
     """The files git would clone (tracked + untracked, not ignored) into ``dest``, committed there (the stages
     record the git commit); without git, every file but data, models, metrics and hidden folders."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout.split("\0")  # fmt: skip
+        listed = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.split("\0")
     except (OSError, subprocess.CalledProcessError):
         skip = ("data/", "models/", "metrics/", ".")
         listed = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file()]
@@ -138,8 +141,14 @@ def run_stages(root: Path, in_process: bool = False) -> dict[str, float]:
     for name in stage_names(root):
         stage, _, item = name.partition("@")
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "tasks", stage, *([item] if item else [])], cwd=root, env=env,
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "tasks", stage, *([item] if item else [])],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         seconds[name] = round(time.perf_counter() - started, 1)
         print(f"{name}: {seconds[name]} s (exit {done.returncode})", flush=True)
         if done.returncode:
@@ -151,8 +160,9 @@ def _run_in_one_process(root: Path, env: dict[str, str]) -> dict[str, float]:
     """The stages in one child process (this script of ``root``'s copy with ``--stages-here``), which writes
     ``stage_seconds.json``; raises ``RuntimeError`` with the output's tail when a stage fails."""
     script = root / "benchmarks" / Path(__file__).name
-    done = subprocess.run([sys.executable, str(script), "--stages-here"], cwd=root, env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), "--stages-here"], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
     print(done.stdout[-2000:], flush=True)
     if done.returncode:
         raise RuntimeError(f"a stage failed:\n{(done.stdout + done.stderr)[-4000:]}")
@@ -186,16 +196,24 @@ def pretrained_vs_random(root: Path) -> dict:
     diff = arms["pretrained"]["mean"] - arms["random"]["mean"]
     apart = (arms["pretrained"]["ci95_low"] or 0) > (arms["random"]["ci95_high"] or 1)
     out["difference"] = diff
-    out["answer"] = ("yes: the t-intervals do not overlap" if apart else
-                     "higher mean, overlapping intervals" if diff > 0 else "no: not higher")  # fmt: skip
+    out["answer"] = (
+        "yes: the t-intervals do not overlap"
+        if apart
+        else "higher mean, overlapping intervals"
+        if diff > 0
+        else "no: not higher"
+    )
     return out
 
 
 def heldout_curve(root: Path) -> list[dict]:
     """The pretraining curve's held-out rows: step, eval_loss and the unigram baseline (nats)."""
     with (root / "metrics" / "pretrain_curve.tsv").open(encoding="utf-8") as handle:
-        return [{"step": int(r["step"]), "eval_loss": float(r["eval_loss"]), "unigram_ce": float(r["unigram_ce"])}
-                for r in csv.DictReader(handle, delimiter="\t") if r["eval_loss"]]  # fmt: skip
+        return [
+            {"step": int(r["step"]), "eval_loss": float(r["eval_loss"]), "unigram_ce": float(r["unigram_ce"])}
+            for r in csv.DictReader(handle, delimiter="\t")
+            if r["eval_loss"]
+        ]
 
 
 def device_name(dry: bool) -> str:
@@ -206,7 +224,9 @@ def device_name(dry: bool) -> str:
 
     if not dry and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines() if Path("/proc/cpuinfo").is_file() else []:
+    for line in (
+        Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines() if Path("/proc/cpuinfo").is_file() else []
+    ):
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or "cpu"
@@ -215,14 +235,29 @@ def device_name(dry: bool) -> str:
 def table_rows(result: dict) -> list[dict]:
     """Rows for ``benchmarks/_table.py`` (information: no peer runs a profile end to end, so no goal): the whole
     run's wall time, and the pretrained encoder's test macro-F1 lead over its random-init control on BBC."""
-    case = (f"profile {result['profile']} end to end at tiny sizes, semantic pass on, {result['device_name']}"
-            + (" (dry run)" if result["dry_run"] else ""))  # fmt: skip
-    base = {"benchmark": "gpu_profile_run", "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None,
-            "limit": None, "fraction_of_limit": None, "goal": None, "meets_goal": None}  # fmt: skip
+    case = f"profile {result['profile']} end to end at tiny sizes, semantic pass on, {result['device_name']}" + (
+        " (dry run)" if result["dry_run"] else ""
+    )
+    base = {
+        "benchmark": "gpu_profile_run",
+        "best_peer": None,
+        "best_peer_value": None,
+        "ratio_vs_best_peer": None,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": None,
+        "meets_goal": None,
+    }
     lead = result["pretrained_beats_random_cls"]
-    return [base | {"case": case, "unit": "s wall time", "ours": result["total_seconds"]},
-            base | {"case": f"{case}: pretrained minus random-init cls test macro-F1 ({lead['answer']})",
-                    "unit": "macro-F1", "ours": lead["difference"]}]  # fmt: skip
+    return [
+        base | {"case": case, "unit": "s wall time", "ours": result["total_seconds"]},
+        base
+        | {
+            "case": f"{case}: pretrained minus random-init cls test macro-F1 ({lead['answer']})",
+            "unit": "macro-F1",
+            "ours": lead["difference"],
+        },
+    ]
 
 
 def main() -> None:
@@ -242,14 +277,34 @@ def main() -> None:
         values = write_params(root, args.profile, args.dry_run)
         seconds = run_stages(root, in_process=args.dry_run)
         pretrain = json.loads((root / "metrics" / "pretrain.json").read_text())
-        semantic = {k: json.loads((root / "metrics" / "leakage.json").read_text())["semantic"].get(k)
-                    for k in ("enabled", "device", "device_name", "precision", "windows_embedded", "eval_docs_flagged")}
-        result = {"profile": args.profile, "dry_run": args.dry_run, "params_set": values, "stage_seconds": seconds,
-                  "total_seconds": round(time.perf_counter() - started, 1), "heldout_curve": heldout_curve(root),
-                  "pretrain": {k: pretrain.get(k) for k in ("steps", "heldout_loss", "heldout_unigram_ce",
-                               "heldout_gap_to_unigram_nats", "train_tokens_per_s", "mfu", "peak_flops_per_s",
-                               "compile_seconds", "peak_memory_mib", "hardware")},
-                  "pretrained_beats_random_cls": pretrained_vs_random(root)}  # fmt: skip
+        semantic = {
+            k: json.loads((root / "metrics" / "leakage.json").read_text())["semantic"].get(k)
+            for k in ("enabled", "device", "device_name", "precision", "windows_embedded", "eval_docs_flagged")
+        }
+        result = {
+            "profile": args.profile,
+            "dry_run": args.dry_run,
+            "params_set": values,
+            "stage_seconds": seconds,
+            "total_seconds": round(time.perf_counter() - started, 1),
+            "heldout_curve": heldout_curve(root),
+            "pretrain": {
+                k: pretrain.get(k)
+                for k in (
+                    "steps",
+                    "heldout_loss",
+                    "heldout_unigram_ce",
+                    "heldout_gap_to_unigram_nats",
+                    "train_tokens_per_s",
+                    "mfu",
+                    "peak_flops_per_s",
+                    "compile_seconds",
+                    "peak_memory_mib",
+                    "hardware",
+                )
+            },
+            "pretrained_beats_random_cls": pretrained_vs_random(root),
+        }
     result["device_name"] = device_name(args.dry_run)
     result["leakage_semantic"] = semantic
     result["rows"] = table_rows(result)

@@ -29,7 +29,8 @@ def corpus_texts(max_docs: int | None = None) -> list[str]:
 
 def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 20, max_docs: int | None = None) -> None:
     """A WordPiece tokenizer in ``root/models/tokenizer`` and packed blocks in
-    ``root/data/tokenize/pretrain/clozeline/{train,heldout}`` ([CLS] + seq_len-2 tokens + [SEP]), as the real stages write."""
+    ``root/data/tokenize/pretrain/clozeline/{train,heldout}`` ([CLS] + seq_len-2 tokens + [SEP]), as the real stages
+    write."""
     from datasets import Dataset
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -41,9 +42,13 @@ def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 2
     raw.decoder = decoders.WordPiece()
     raw.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        tokenizer_object=raw,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
         mask_token="[MASK]",
-    )  # fmt: skip
+    )
     tok.save_pretrained(root / "models" / "tokenizer")
     cls_id, sep_id = tok.cls_token_id, tok.sep_token_id
     for split in ("train", "heldout"):
@@ -51,10 +56,12 @@ def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 2
         stream = [i for ids in tok(docs, add_special_tokens=False)["input_ids"] for i in ids + [sep_id]]
         body = seq_len - 2
         blocks = [[cls_id, *stream[s : s + body], sep_id] for s in range(0, len(stream) - body + 1, body)]
-        Dataset.from_dict({
-            "input_ids": blocks,
-            "attention_mask": [[1] * seq_len for _ in blocks],
-            "special_tokens_mask": [[1] + [int(i in (cls_id, sep_id)) for i in b[1:-1]] + [1] for b in blocks],
-            # two named sources (every 4th block "bbc_b"), so per-source held-out reporting has two to report
-            "source": ["bbc_b" if i % 4 == 3 else "bbc_a" for i in range(len(blocks))],
-        }).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / "clozeline" / split))  # fmt: skip
+        Dataset.from_dict(
+            {
+                "input_ids": blocks,
+                "attention_mask": [[1] * seq_len for _ in blocks],
+                "special_tokens_mask": [[1] + [int(i in (cls_id, sep_id)) for i in b[1:-1]] + [1] for b in blocks],
+                # two named sources (every 4th block "bbc_b"), so per-source held-out reporting has two to report
+                "source": ["bbc_b" if i % 4 == 3 else "bbc_a" for i in range(len(blocks))],
+            }
+        ).save_to_disk(str(root / "data" / "tokenize" / "pretrain" / "clozeline" / split))

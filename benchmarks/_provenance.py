@@ -3,10 +3,10 @@ medians over alternated runs.
 
 Smoke (``add_smoke``, ``out_path``): ``--smoke`` runs a script's whole path (its corpus build, every tool and variant
 it measures, its results file, the docs table made from that file) at a tiny size, in seconds, so that a layout change
-that breaks a benchmark fails ``make test`` (tests/benchmarks/test_benchmarks_smoke.py). Its results go to ``--out`` or, without
-one, to a temporary folder: never over ``benchmarks/results/*.json`` (``out_path`` refuses that). A smoke results
-file says ``"smoke": true`` in its provenance, and ``benchmarks/_table.py`` refuses one found in the results folder.
-Smoke measures once per tool (``min_runs``): its figures mean nothing, only that every path ran.
+that breaks a benchmark fails ``make test`` (tests/benchmarks/test_benchmarks_smoke.py). Its results go to ``--out`` or,
+without one, to a temporary folder: never over ``benchmarks/results/*.json`` (``out_path`` refuses that). A smoke
+results file says ``"smoke": true`` in its provenance, and ``benchmarks/_table.py`` refuses one found in the results
+folder. Smoke measures once per tool (``min_runs``): its figures mean nothing, only that every path ran.
 
 Provenance (``provenance``): the commit, whether the measured code differed from it, the fingerprint of the code
 measured (``tasks.common.imports.closure_fingerprint`` of the stage modules, as the caches key their results), the
@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks import _table
@@ -41,10 +41,17 @@ CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile",
 
 def add_smoke(parser: argparse.ArgumentParser, default_out: Path | None) -> None:
     """Add ``--smoke`` and ``--out`` (default ``default_out``; with ``--smoke`` a temporary file instead)."""
-    parser.add_argument("--smoke", action="store_true",
-                        help="the whole path at a tiny size, in seconds; results to --out or a temporary folder")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results JSON (default: {default_out.relative_to(ROOT) if default_out else 'none'})")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the whole path at a tiny size, in seconds; results to --out or a temporary folder",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"results JSON (default: {default_out.relative_to(ROOT) if default_out else 'none'})",
+    )
 
 
 def out_path(args: argparse.Namespace, default_out: Path) -> Path:
@@ -79,7 +86,7 @@ def provenance(stage_modules: Iterable[str], device: str = "cpu", smoke: bool = 
         "cpu": cpu(),
         "gpu": _gpu_name(device) if device.startswith("cuda") else None,
         "python": platform.python_version(),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "smoke": smoke,
     }
 
@@ -121,8 +128,10 @@ def ratio_fields(ours: list[float], peer: list[float] | None) -> dict:
     mine = spread(ours)
     theirs = spread(peer) if peer else None
     return {
-        "ours": mine["median"], "ours_spread": mine,
-        "best_peer_value": theirs["median"] if theirs else None, "peer_spread": theirs,
+        "ours": mine["median"],
+        "ours_spread": mine,
+        "best_peer_value": theirs["median"] if theirs else None,
+        "peer_spread": theirs,
         "ratio_vs_best_peer": mine["median"] / theirs["median"] if theirs else None,
         "ratio_best_of_n": mine["max"] / theirs["max"] if theirs else None,
     }

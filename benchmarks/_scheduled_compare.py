@@ -35,8 +35,11 @@ def compare_manifests(inc: dict[str, str], scratch: dict[str, str], bridges: set
     """What the counted differences do not explain, one line each (empty = equal apart from them): a doc only in
     the from-scratch manifest that is not a dropped bridge, a doc only in the incremental one, a bridge still
     kept, and more docs with another split than ``ledger_overrides`` counts."""
-    problems = [f"{d}: missing from the incremental run, not a counted bridge" for d in scratch.keys() - inc.keys()
-                if d not in bridges]  # fmt: skip
+    problems = [
+        f"{d}: missing from the incremental run, not a counted bridge"
+        for d in scratch.keys() - inc.keys()
+        if d not in bridges
+    ]
     problems += [f"{d}: only in the incremental run" for d in inc.keys() - scratch.keys()]
     problems += [f"{d}: dropped as a bridge but kept" for d in bridges & inc.keys()]
     moved = sorted(d for d in inc.keys() & scratch.keys() if inc[d] != scratch[d])
@@ -62,8 +65,7 @@ def moved_docs(previous: dict[str, str], current: dict[str, str]) -> list[str]:
     return sorted(d for d in previous.keys() & current.keys() if previous[d] != current[d])
 
 
-def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None,
-                  stages: tuple[str, ...] = STAGES) -> dict:
+def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None, stages: tuple[str, ...] = STAGES) -> dict:
     """The equality and moved checks of one night (see the module docstring)."""
     ours, theirs = output_md5s(inc), output_md5s(scratch)
     downstream = compare_downstream(inc, scratch, stages, ours == theirs)
@@ -74,15 +76,29 @@ def compare_night(inc: Path, scratch: Path, previous: dict[str, str] | None,
     manifest = read_manifest(inc / "data/split/manifest.tsv")
     unexplained = [p for p in differing if not p.startswith("data/split/")]
     if any(p.startswith("data/split/") for p in differing):
-        unexplained += compare_manifests(manifest, read_manifest(scratch / "data/split/manifest.tsv"), bridges,
-                                         split.get("ledger_overrides", 0))  # fmt: skip
-        unexplained += [p for p in differing if p.endswith(".parquet") and p.startswith("data/split/")
-                        and split_rows_differ(inc / p, scratch / p, bridges)]  # fmt: skip
+        unexplained += compare_manifests(
+            manifest, read_manifest(scratch / "data/split/manifest.tsv"), bridges, split.get("ledger_overrides", 0)
+        )
+        unexplained += [
+            p
+            for p in differing
+            if p.endswith(".parquet")
+            and p.startswith("data/split/")
+            and split_rows_differ(inc / p, scratch / p, bridges)
+        ]
     moved = moved_docs(previous, manifest) if previous is not None else []
-    return {"differing_files": differing, "unexplained": unexplained, "bridges_splits": len(bridges),
-            "ledger_overrides": split.get("ledger_overrides", 0),
-            "moved_since_previous": split.get("moved_since_previous"), "moved_by_manifests": len(moved),
-            "docs": len(manifest), "manifest": manifest, "compared": True, **downstream}  # fmt: skip
+    return {
+        "differing_files": differing,
+        "unexplained": unexplained,
+        "bridges_splits": len(bridges),
+        "ledger_overrides": split.get("ledger_overrides", 0),
+        "moved_since_previous": split.get("moved_since_previous"),
+        "moved_by_manifests": len(moved),
+        "docs": len(manifest),
+        "manifest": manifest,
+        "compared": True,
+        **downstream,
+    }
 
 
 def uncompared_night(inc: Path) -> dict:
@@ -90,9 +106,17 @@ def uncompared_night(inc: Path) -> dict:
     its counts, and no comparison (``compared: false``)."""
     split = json.loads((inc / "metrics" / "split.json").read_text(encoding="utf-8"))
     manifest = read_manifest(inc / "data/split/manifest.tsv")
-    return {"compared": False, "differing_files": [], "unexplained": [], "bridges_splits": None,
-            "ledger_overrides": split.get("ledger_overrides", 0), "moved_since_previous": None,
-            "moved_by_manifests": 0, "docs": len(manifest), "manifest": manifest}  # fmt: skip
+    return {
+        "compared": False,
+        "differing_files": [],
+        "unexplained": [],
+        "bridges_splits": None,
+        "ledger_overrides": split.get("ledger_overrides", 0),
+        "moved_since_previous": None,
+        "moved_by_manifests": 0,
+        "docs": len(manifest),
+        "manifest": manifest,
+    }
 
 
 def compare_downstream(inc: Path, scratch: Path, stages: tuple[str, ...], same_input: bool) -> dict:

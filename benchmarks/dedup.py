@@ -101,8 +101,12 @@ def main() -> None:
     scales = [1] if args.smoke else args.scales
     with tempfile.TemporaryDirectory(prefix="bench-dedup-") as tmp:
         rows = default_rows(Path(tmp), SMOKE_ROWS if args.smoke else None)
-        sizes = [measure_scale(cfg, rows, scale, Path(tmp) / f"x{scale}", args.repeats or min_runs(scale, args.smoke),
-                               args.smoke) for scale in scales]  # fmt: skip
+        sizes = [
+            measure_scale(
+                cfg, rows, scale, Path(tmp) / f"x{scale}", args.repeats or min_runs(scale, args.smoke), args.smoke
+            )
+            for scale in scales
+        ]
     write_results(out, summarize(cfg, sizes), STAGE_MODULES, smoke=args.smoke)
 
 
@@ -121,8 +125,9 @@ def default_rows(work: Path, max_docs: int | None = None) -> list[str]:
 
     values = read_yaml(REPO / "params.yaml")["ingest"]
     if max_docs is not None:
-        values["sources"] = [{**source, "max_docs": max_docs} for source in values["sources"]
-                             if source["name"] != "wikipedia_sample"]  # fmt: skip
+        values["sources"] = [
+            {**source, "max_docs": max_docs} for source in values["sources"] if source["name"] != "wikipedia_sample"
+        ]
     cfg = IngestParams.model_validate(values)
     ingest.run(cfg, Paths(data=work / "rows", models=work, metrics=work, reports=work), NullLog())
     return corpora.read_rows(work / "rows" / "ingest")
@@ -138,27 +143,44 @@ def measure_scale(cfg: DedupParams, rows: list[str], scale: int, work: Path, rep
     known = corpora.truth(corpus, cfg.shingle_size_words)
     print(f"bench dedup {scale}x: {len(corpus.texts)} docs, truth in {time.perf_counter() - started:.0f} s")
     alternated = {"clozeline": lambda: _part("stage", work), "limit": lambda: _part("limit", work)}
-    alternated.update({name: (lambda spec=spec: _peer(work, *spec[:3])) for name, spec in PEER_RUNS.items()
-                       if spec[0] == "pipeline" and scale <= spec[3]})  # fmt: skip
+    alternated.update(
+        {
+            name: (lambda spec=spec: _peer(work, *spec[:3]))
+            for name, spec in PEER_RUNS.items()
+            if spec[0] == "pipeline" and scale <= spec[3]
+        }
+    )
     runs: dict[str, list[dict]] = {name: [] for name in alternated}
     for round_ in range(repeats):
         for name, run in alternated.items():
             runs[name].append(_loaded(run))
-            print(f"  round {round_ + 1} {name}: {runs[name][-1].get('seconds', 'skipped')} s, "
-                  f"load {runs[name][-1]['load_1min_before']:.2f}")
+            print(
+                f"  round {round_ + 1} {name}: {runs[name][-1].get('seconds', 'skipped')} s, "
+                f"load {runs[name][-1]['load_1min_before']:.2f}"
+            )
     tools = {name: _summary(measured) for name, measured in runs.items()}
     if scale == 1:
         tools["naive"] = _summary([_loaded(lambda: _part("naive", work))])
-    tools.update({name: _summary([_loaded(lambda spec=spec: _peer(work, *spec[:3]))]) if scale <= spec[3] else
-                  {"skipped": f"not run above {spec[3]}x"}
-                  for name, spec in PEER_RUNS.items() if name not in alternated})  # fmt: skip
+    tools.update(
+        {
+            name: _summary([_loaded(lambda spec=spec: _peer(work, *spec[:3]))])
+            if scale <= spec[3]
+            else {"skipped": f"not run above {spec[3]}x"}
+            for name, spec in PEER_RUNS.items()
+            if name not in alternated
+        }
+    )
     megabytes = sum(len(text.encode("utf-8")) for text in corpus.texts) / 1e6
     for name, tool in tools.items():
         if "seconds_all_runs" in tool:
             rates = [len(corpus.texts) / seconds for seconds in tool["seconds_all_runs"]]
             median = spread(rates)["median"]
-            tool.update(docs_per_s_all_runs=rates, docs_per_s=median, docs_per_s_spread=spread(rates),
-                        mb_per_s=megabytes * median / len(corpus.texts))
+            tool.update(
+                docs_per_s_all_runs=rates,
+                docs_per_s=median,
+                docs_per_s_spread=spread(rates),
+                mb_per_s=megabytes * median / len(corpus.texts),
+            )
         if "clusters" in tool:
             removed = set(tool.pop("removed", []))
             tool.update(corpora.score(tool.pop("clusters"), corpus, known, cfg.threshold, removed))
@@ -179,9 +201,13 @@ def _summary(measured: list[dict]) -> dict:
     if not ran:
         return measured[0]
     seconds = [run["seconds"] for run in ran]
-    return {**ran[0], "seconds": spread(seconds)["median"], "seconds_all_runs": seconds,
-            "load_1min_before_runs": [run.get("load_1min_before") for run in ran],
-            "peak_tree_rss_mib": max(run["peak_tree_rss_mib"] for run in ran)}  # fmt: skip
+    return {
+        **ran[0],
+        "seconds": spread(seconds)["median"],
+        "seconds_all_runs": seconds,
+        "load_1min_before_runs": [run.get("load_1min_before") for run in ran],
+        "peak_tree_rss_mib": max(run["peak_tree_rss_mib"] for run in ran),
+    }
 
 
 def write_inputs(work: Path, texts: list[str]) -> None:
@@ -260,8 +286,11 @@ def _missing_module(runner: str) -> str | None:
 def _brief(tool: dict) -> str:
     if "skipped" in tool:
         return f"skipped ({tool['skipped'][:200]})"
-    quality = (f", {tool['clusters']} clusters, P {tool['precision']:.4f} R {tool['recall']:.4f}"
-               if "precision" in tool else "")  # fmt: skip
+    quality = (
+        f", {tool['clusters']} clusters, P {tool['precision']:.4f} R {tool['recall']:.4f}"
+        if "precision" in tool
+        else ""
+    )
     return f"{tool['docs_per_s']:.0f} docs/s, {tool['peak_tree_rss_mib']:.0f} MiB{quality}"
 
 
@@ -282,7 +311,7 @@ def summarize(cfg: DedupParams, sizes: list[dict]) -> dict:
         "meets_goals": all(row["meets_goal"] for row in rows),
         "seed": SEED,
         "machine_note": "2 shared cores; every figure from the same run; wall time from spawn to exit; medians of "
-                        "alternated runs, each run's 1-minute load average beside it",
+        "alternated runs, each run's 1-minute load average beside it",
     }
 
 
@@ -292,8 +321,11 @@ def scaling(sizes: list[dict]) -> dict:
     out = {}
     for name in sizes[0]["tools"]:
         ran = [(size["docs"], size["tools"][name]) for size in sizes if "seconds" in size["tools"].get(name, {})]
-        curve = {"docs": [d for d, _ in ran], "seconds": [t["seconds"] for _, t in ran],
-                 "peak_tree_rss_mib": [t["peak_tree_rss_mib"] for _, t in ran]}  # fmt: skip
+        curve = {
+            "docs": [d for d, _ in ran],
+            "seconds": [t["seconds"] for _, t in ran],
+            "peak_tree_rss_mib": [t["peak_tree_rss_mib"] for _, t in ran],
+        }
         if len(ran) > 1:
             growth = math.log(ran[-1][0] / ran[0][0])
             curve["time_exponent"] = math.log(curve["seconds"][-1] / curve["seconds"][0]) / growth
@@ -311,8 +343,11 @@ def table_row(size: dict) -> dict:
     ours = tools["clozeline"]
     fields = ratio_fields(ours["docs_per_s_all_runs"], peers[best]["docs_per_s_all_runs"] if best else None)
     limit = tools["limit"]["docs_per_s"]
-    quality = best is not None and ours["precision"] >= GOALS["precision"] and \
-        ours["recall"] >= peers[best]["recall"] - GOALS["recall_below_peer"]  # fmt: skip
+    quality = (
+        best is not None
+        and ours["precision"] >= GOALS["precision"]
+        and ours["recall"] >= peers[best]["recall"] - GOALS["recall_below_peer"]
+    )
     ratio = fields["ratio_vs_best_peer"]
     return {
         "benchmark": "dedup",
@@ -330,8 +365,12 @@ def table_row(size: dict) -> dict:
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16, 64], help="corpus sizes, x default rows")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="alternated rounds per size (default: 5 up to 4x, 3 above; 1 with --smoke)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="alternated rounds per size (default: 5 up to 4x, 3 above; 1 with --smoke)",
+    )
     add_smoke(parser, RESULTS)
     return parser.parse_args()
 

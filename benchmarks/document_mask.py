@@ -26,7 +26,7 @@ import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results
+from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results  # noqa: E402
 from benchmarks._provenance import cpu as cpu_info  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "document_mask.json"
@@ -42,14 +42,23 @@ def summary_rows(cases: list[dict]) -> list[dict]:
     rows = []
     for case in cases:
         tokens = case["batch_blocks"] * case["seq_len_tokens"]
-        ours, unmasked = ([tokens / s for s in case["rounds"]["train_step_seconds"][k]]
-                          for k in ("document_mask", "unmasked"))  # fmt: skip
-        rows.append({
-            "benchmark": "document_mask", "unit": "train tokens/s", "best_peer": "no mask",
-            "case": f"tiny ModernBERT, {case['batch_blocks']} x {case['seq_len_tokens']}-token blocks "
-                    f"({case['documents_per_block_mean']:.1f} documents a block), CPU, 1 thread",
-            **ratio_fields(ours, unmasked), "limit": None, "fraction_of_limit": None, "goal": None, "meets_goal": None,
-        })  # fmt: skip
+        ours, unmasked = (
+            [tokens / s for s in case["rounds"]["train_step_seconds"][k]] for k in ("document_mask", "unmasked")
+        )
+        rows.append(
+            {
+                "benchmark": "document_mask",
+                "unit": "train tokens/s",
+                "best_peer": "no mask",
+                "case": f"tiny ModernBERT, {case['batch_blocks']} x {case['seq_len_tokens']}-token blocks "
+                f"({case['documents_per_block_mean']:.1f} documents a block), CPU, 1 thread",
+                **ratio_fields(ours, unmasked),
+                "limit": None,
+                "fraction_of_limit": None,
+                "goal": None,
+                "meets_goal": None,
+            }
+        )
     return rows
 
 
@@ -70,7 +79,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from benchmarks._pretrain_data import build_data
-    from benchmarks.pretrain import stage_config
+    from benchmarks._pretrain_loops import stage_config
     from tasks.pretrain.attention import document_ids, document_mask, with_document_mask
     from tasks.pretrain.blocks import load_blocks
     from tasks.pretrain.hardware import Dist
@@ -85,8 +94,12 @@ def main() -> None:
     for seq_len in args.seq_len:
         with tempfile.TemporaryDirectory(prefix="bench-docmask-") as tmp:
             data = Path(tmp)
-            build_data(data, vocab_size=1000 if args.smoke else 8000, seq_len=seq_len,
-                       max_docs=SMOKE_DOCS if args.smoke else None)
+            build_data(
+                data,
+                vocab_size=1000 if args.smoke else 8000,
+                seq_len=seq_len,
+                max_docs=SMOKE_DOCS if args.smoke else None,
+            )
             tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
             train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
             vocab = MaskingVocab.from_tokenizer(tok)
@@ -99,7 +112,8 @@ def main() -> None:
                 if masked:
                     with_document_mask(model, tok.sep_token_id)
                 variants["document_mask" if masked else "unmasked"] = Trainer(
-                    cfg, model, vocab, train, train, env, NullLog(), data / "ckpt")  # fmt: skip
+                    cfg, model, vocab, train, train, env, NullLog(), data / "ckpt"
+                )
             step_s: dict[str, list[float]] = {name: [] for name in variants}
             step_cpu_s: dict[str, list[float]] = {name: [] for name in variants}
             forward_s: dict[str, list[float]] = {"unmasked": [], "document_mask": [], "flex_block_mask": []}
@@ -125,20 +139,30 @@ def main() -> None:
                         forward_s[name].append((time.perf_counter() - wall) / args.steps)
                     encoder.config._attn_implementation = "sdpa"
             med = {k: statistics.median(v) for k, v in step_s.items()}
-            cases.append({
-                "seq_len_tokens": seq_len, "batch_blocks": args.batch,
-                "documents_per_block_mean": float(docs.float().mean()), "train_step_seconds": med,
-                "train_step_cpu_seconds": {k: statistics.median(v) for k, v in step_cpu_s.items()},
-                "train_step_ratio": med["document_mask"] / med["unmasked"],
-                "forward_seconds": {k: statistics.median(v) for k, v in forward_s.items()},
-                "rounds": {"train_step_seconds": step_s, "forward_seconds": forward_s},
-            })  # fmt: skip
+            cases.append(
+                {
+                    "seq_len_tokens": seq_len,
+                    "batch_blocks": args.batch,
+                    "documents_per_block_mean": float(docs.float().mean()),
+                    "train_step_seconds": med,
+                    "train_step_cpu_seconds": {k: statistics.median(v) for k, v in step_cpu_s.items()},
+                    "train_step_ratio": med["document_mask"] / med["unmasked"],
+                    "forward_seconds": {k: statistics.median(v) for k, v in forward_s.items()},
+                    "rounds": {"train_step_seconds": step_s, "forward_seconds": forward_s},
+                }
+            )
             print(json.dumps({k: v for k, v in cases[-1].items() if k != "rounds"}), flush=True)
-    result = {"what": "pretrain.document_mask on the CPU: tiny ModernBERT (2 x 128, 2 heads of 64), fp32, eager, "
-                      "training steps and forward passes, with and without the per-document mask",
-              "cpu": cpu_info()["model"] or platform.processor() or "cpu", "torch_threads": args.threads,
-              "torch": torch.__version__,
-              "steps": args.steps, "rounds_n": args.rounds, "cases": cases, "rows": summary_rows(cases)}  # fmt: skip
+    result = {
+        "what": "pretrain.document_mask on the CPU: tiny ModernBERT (2 x 128, 2 heads of 64), fp32, eager, "
+        "training steps and forward passes, with and without the per-document mask",
+        "cpu": cpu_info()["model"] or platform.processor() or "cpu",
+        "torch_threads": args.threads,
+        "torch": torch.__version__,
+        "steps": args.steps,
+        "rounds_n": args.rounds,
+        "cases": cases,
+        "rows": summary_rows(cases),
+    }
     write_results(out, result, MEASURED, args.smoke)
 
 

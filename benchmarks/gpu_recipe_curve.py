@@ -61,13 +61,27 @@ def table_rows(result: dict) -> list[dict]:
     """The row for ``benchmarks/_table.py`` (information: a training curve has no peer and no speed goal): how far
     below the unigram baseline the reduced recipe's held-out loss ends, and whether it was still falling."""
     small = result["reduced"]
-    case = (f"gpu profile recipe at reduced size ({small['layers']} layer(s), {small['steps']:,} steps, "
-            f"{small['tokens_per_non_embedding_param']} tokens per non-embedding parameter), held-out loss below "
-            f"unigram at the end ({'still falling' if result['still_falling_at_end'] else 'flat or rising'}), "
-            f"CPU {result['cpu_model']}")
-    return [{"benchmark": "gpu_recipe_curve", "case": case, "unit": "nats", "ours": result["final_gap_to_unigram_nats"],
-             "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None, "limit": None,
-             "fraction_of_limit": None, "goal": None, "meets_goal": None}]  # fmt: skip
+    case = (
+        f"gpu profile recipe at reduced size ({small['layers']} layer(s), {small['steps']:,} steps, "
+        f"{small['tokens_per_non_embedding_param']} tokens per non-embedding parameter), held-out loss below "
+        f"unigram at the end ({'still falling' if result['still_falling_at_end'] else 'flat or rising'}), "
+        f"CPU {result['cpu_model']}"
+    )
+    return [
+        {
+            "benchmark": "gpu_recipe_curve",
+            "case": case,
+            "unit": "nats",
+            "ours": result["final_gap_to_unigram_nats"],
+            "best_peer": None,
+            "best_peer_value": None,
+            "ratio_vs_best_peer": None,
+            "limit": None,
+            "fraction_of_limit": None,
+            "goal": None,
+            "meets_goal": None,
+        }
+    ]
 
 
 def main() -> None:
@@ -129,12 +143,25 @@ def main() -> None:
     train = {k: (v[keep] if isinstance(v, torch.Tensor) else v) for k, v in every.items()}
 
     presets = {"reduced": shape.model_copy(update={"num_hidden_layers": args.layers})}
-    cfg = full.model_copy(update={
-        "presets": presets, "size": "reduced", "batch_size_blocks": batch, "lr": lr, "max_steps": steps,
-        "train_tokens": None, "max_epochs": None, "compile": False, "num_threads": args.threads,
-        "eval_every_steps": eval_every, "eval_max_blocks": None, "checkpoint_every_steps": None,
-        "checkpoint_every_minutes": None, "dose_snapshot_fractions": [], "seeds": [full.seeds[0]],
-    })  # fmt: skip
+    cfg = full.model_copy(
+        update={
+            "presets": presets,
+            "size": "reduced",
+            "batch_size_blocks": batch,
+            "lr": lr,
+            "max_steps": steps,
+            "train_tokens": None,
+            "max_epochs": None,
+            "compile": False,
+            "num_threads": args.threads,
+            "eval_every_steps": eval_every,
+            "eval_max_blocks": None,
+            "checkpoint_every_steps": None,
+            "checkpoint_every_minutes": None,
+            "dose_snapshot_fractions": [],
+            "seeds": [full.seeds[0]],
+        }
+    )
     env = setup_distributed(cfg.hardware)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, len(tok), seq_len, tok.pad_token_id)
@@ -150,16 +177,35 @@ def main() -> None:
         "cpu_model": cpu()["model"] or platform.processor(),
         "torch_threads": args.threads,
         "quick": args.quick,
-        "profile": {"layers": shape.num_hidden_layers, "hidden": shape.hidden_size, "non_embedding_params": n_full,
-                    "batch_blocks": full.batch_size_blocks, "corpus_blocks": CORPUS_BLOCKS,
-                    "steps_per_epoch": per_epoch_full, "epochs": full.max_epochs, "lr": full.lr,
-                    "tokens_per_non_embedding_param": round(full.max_epochs * per_epoch_full * full.batch_size_blocks
-                                                            * seq_len / n_full, 2)},
-        "reduced": {"layers": args.layers, "non_embedding_params": n_small, "params": count_params(model),
-                    "batch_blocks": batch, "train_blocks": n_blocks, "steps_per_epoch": n_blocks // batch,
-                    "steps": steps, "epochs": steps / (n_blocks // batch), "lr": lr, "seq_len": seq_len,
-                    "tokens_seen": tokens_seen, "tokens_per_non_embedding_param": round(tokens_seen / n_small, 2),
-                    "mlm_probability": cfg.mlm_probability, "eval_mlm_probability": cfg.eval_mlm_probability},
+        "profile": {
+            "layers": shape.num_hidden_layers,
+            "hidden": shape.hidden_size,
+            "non_embedding_params": n_full,
+            "batch_blocks": full.batch_size_blocks,
+            "corpus_blocks": CORPUS_BLOCKS,
+            "steps_per_epoch": per_epoch_full,
+            "epochs": full.max_epochs,
+            "lr": full.lr,
+            "tokens_per_non_embedding_param": round(
+                full.max_epochs * per_epoch_full * full.batch_size_blocks * seq_len / n_full, 2
+            ),
+        },
+        "reduced": {
+            "layers": args.layers,
+            "non_embedding_params": n_small,
+            "params": count_params(model),
+            "batch_blocks": batch,
+            "train_blocks": n_blocks,
+            "steps_per_epoch": n_blocks // batch,
+            "steps": steps,
+            "epochs": steps / (n_blocks // batch),
+            "lr": lr,
+            "seq_len": seq_len,
+            "tokens_seen": tokens_seen,
+            "tokens_per_non_embedding_param": round(tokens_seen / n_small, 2),
+            "mlm_probability": cfg.mlm_probability,
+            "eval_mlm_probability": cfg.eval_mlm_probability,
+        },
         "heldout_blocks": len(heldout["input_ids"]),
         "heldout_masked_tokens": summary["heldout_masked_tokens"],
         "unigram_ce": round(summary["heldout_unigram_ce"], 4),
@@ -172,8 +218,20 @@ def main() -> None:
         "data_seconds": round(data_s, 1),
     }
     result["rows"] = table_rows(result)
-    print(json.dumps({k: result[k] for k in ("unigram_ce", "final_gap_to_unigram_nats", "still_falling_at_end",
-                                             "last_evals", "train_minutes")}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "unigram_ce",
+                    "final_gap_to_unigram_nats",
+                    "still_falling_at_end",
+                    "last_evals",
+                    "train_minutes",
+                )
+            }
+        )
+    )
     write_results(out, result, MEASURED, args.smoke)
 
 

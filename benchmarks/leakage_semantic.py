@@ -89,8 +89,18 @@ def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, precision:
     corpus = enc.windows(train_texts)
     embedded = since(start)
     pairs, _ = semantic.pair_scores(evals, corpus, 0.8, scfg)
-    return ({**since(start), "load": loaded, "embedded": embedded, "windows": int(len(corpus.doc) + len(evals.doc)),
-             "tokens": enc.stats["tokens_embedded"], "pairs_at_0.8": len(pairs)}, evals, corpus)
+    return (
+        {
+            **since(start),
+            "load": loaded,
+            "embedded": embedded,
+            "windows": int(len(corpus.doc) + len(evals.doc)),
+            "tokens": enc.stats["tokens_embedded"],
+            "pairs_at_0.8": len(pairs),
+        },
+        evals,
+        corpus,
+    )
 
 
 def flagged_pairs(evals, corpus, threshold: float) -> set[tuple[int, int]]:
@@ -102,8 +112,12 @@ def flagged_pairs(evals, corpus, threshold: float) -> set[tuple[int, int]]:
 def agreement(a, b, evals_a, evals_b) -> dict:
     """Cosine between the same windows' two embeddings, and flagged-pair agreement at two thresholds."""
     same = np.concatenate([(a.vectors * b.vectors).sum(axis=1), (evals_a.vectors * evals_b.vectors).sum(axis=1)])
-    out = {"windows": int(len(same)), "cosine_min": round(float(same.min()), 5),
-           "cosine_p1": round(float(np.quantile(same, 0.01)), 5), "cosine_median": round(float(np.median(same)), 5)}
+    out = {
+        "windows": int(len(same)),
+        "cosine_min": round(float(same.min()), 5),
+        "cosine_p1": round(float(np.quantile(same, 0.01)), 5),
+        "cosine_median": round(float(np.median(same)), 5),
+    }
     for t in (0.8, 0.9):
         sa, sb = flagged_pairs(evals_a, a, t), flagged_pairs(evals_b, b, t)
         out[f"pairs_at_{t}"] = {"int8": len(sa), "fp32": len(sb), "both": len(sa & sb)}
@@ -113,11 +127,19 @@ def agreement(a, b, evals_a, evals_b) -> dict:
 def summary_row(out: dict, precision: str) -> dict:
     """The docs table's row (information): the semantic pass's training docs/s against the lexical audit's."""
     ours, lexical_rate = out["docs_per_s"][f"semantic ({precision})"], out["docs_per_s"]["lexical"]
-    return {"benchmark": "leakage_semantic", "unit": "train docs/s", "ours": ours,
-            "case": f"{out['train_docs']:,} train / {out['eval_docs']:,} eval docs, semantic pass ({precision})",
-            "best_peer": "lexical audit (same run)", "best_peer_value": lexical_rate,
-            "ratio_vs_best_peer": ours / lexical_rate, "limit": None, "fraction_of_limit": None, "goal": None,
-            "meets_goal": None}  # fmt: skip
+    return {
+        "benchmark": "leakage_semantic",
+        "unit": "train docs/s",
+        "ours": ours,
+        "case": f"{out['train_docs']:,} train / {out['eval_docs']:,} eval docs, semantic pass ({precision})",
+        "best_peer": "lexical audit (same run)",
+        "best_peer_value": lexical_rate,
+        "ratio_vs_best_peer": ours / lexical_rate,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": None,
+        "meets_goal": None,
+    }
 
 
 def main() -> dict:
@@ -139,13 +161,16 @@ def main() -> dict:
     out["semantic"], _, _ = semantic_pass(train_texts, eval_texts, cfg, cfg.semantic.cpu_precision)
     sample = train_texts[: args.fp32_docs]
     n = len(train_texts)
-    out["docs_per_s"] = {"lexical": n / out["lexical"]["wall_s"],
-                         f"semantic ({cfg.semantic.cpu_precision})": n / out["semantic"]["wall_s"]}
+    out["docs_per_s"] = {
+        "lexical": n / out["lexical"]["wall_s"],
+        f"semantic ({cfg.semantic.cpu_precision})": n / out["semantic"]["wall_s"],
+    }
     runs = {p: semantic_pass(sample, eval_texts, cfg, p) for p in ("fp32", "bf16", "int8")}
     for p, (timing, _, _) in runs.items():
         out["docs_per_s"][f"semantic {p} (first {len(sample)} docs)"] = round(len(sample) / timing["wall_s"], 1)
-    out["agreement_with_fp32"] = {p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1])
-                                  for p in ("bf16", "int8")}
+    out["agreement_with_fp32"] = {
+        p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1]) for p in ("bf16", "int8")
+    }
     out["rows"] = [summary_row(out, cfg.semantic.cpu_precision)]
     write_results(results, out, MEASURED, args.smoke)
     return out

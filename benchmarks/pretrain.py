@@ -47,10 +47,10 @@ import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
-import time  # noqa: E402
 
-from benchmarks._device_time import PROFILE_STEPS, matmul_flops, profile_steps, sync  # noqa: E402
+from benchmarks._device_time import PROFILE_STEPS, matmul_flops  # noqa: E402
 from benchmarks._pretrain_data import build_data  # noqa: E402
+from benchmarks._pretrain_loops import measure_hf_trainer, measure_stage, stage_config  # noqa: E402
 from benchmarks._provenance import add_smoke, out_path, ratio_fields, write_results  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "pretrain.json"
@@ -63,6 +63,7 @@ TARGET_SPEEDUP = 1.3  # over HF Trainer on the CPU
 GPU_TARGET_SPEEDUP, GPU_TARGET_MFU = 2.0, 0.40
 #: per device type: model preset, blocks per step, tokens per block, tokenizer vocabulary, masking rate, timed
 #: and warm-up steps, rounds; ``quick``: the dry run
+# fmt: off
 SETTINGS = {
     "cpu": {"preset": "tiny", "batch": 32, "seq_len": 128, "vocab": 8000, "mlm_probability": 0.15, "steps": 12,
             "warmup": 3, "rounds": 5, "max_docs": None},
@@ -70,128 +71,8 @@ SETTINGS = {
              "warmup": 5, "rounds": 1, "max_docs": None},
     "quick": {"preset": "tiny", "batch": 8, "seq_len": 64, "vocab": 2000, "mlm_probability": 0.15, "steps": 3,
               "warmup": 1, "rounds": 1, "max_docs": 300},
-}  # fmt: skip
-
-
-def stage_config(preset: str, batch: int, mlm_probability: float, device: str):
-    """The real ``pretrain`` params section with size/batch/masking/device overridden (no eval, no checkpoints);
-    on CUDA bf16 autocast and ``torch.compile``, as the gpu profile sets them."""
-    from tasks.config import read_yaml
-    from tasks.config.model.pretrain import PretrainParams
-
-    raw = read_yaml(ROOT / "params.yaml")["pretrain"]
-    cuda = device.startswith("cuda")
-    raw.update(size=preset, batch_size_blocks=batch, grad_accum_steps=1, max_steps=10**6, budget_minutes=None,
-               train_tokens=None, mlm_probability=mlm_probability, bf16=cuda, compile=cuda or raw["compile"],
-               checkpoint_every_steps=None, checkpoint_every_minutes=None, nproc_per_node=1,
-               hardware={"device": device, "deterministic": False})  # fmt: skip
-    return PretrainParams.model_validate(raw)
-
-
-def measure_stage(data: Path, cfg, warmup: int, steps: int, profile: Path | None = None) -> dict:
-    """The stage's loop pieces as ``Trainer._loop`` runs them: the next step's masked micro-batches built on the
-    ``Prefetcher`` thread (pinned, ``non_blocking`` copies on CUDA), the step's lr, ``Trainer._step``. Timed by
-    ``Throughput``: a window of ``warmup`` steps (compilation, autotuning), then one of ``steps``; with
-    ``profile``, ``PROFILE_STEPS`` more steps under ``torch.profiler`` (``profile_steps``), untimed."""
-    import torch
-    from transformers import AutoTokenizer
-
-    from tasks.pretrain.blocks import load_blocks
-    from tasks.pretrain.feed import Prefetcher
-    from tasks.pretrain.hardware import Throughput, setup_distributed, train_flops_per_token
-    from tasks.pretrain.attention import with_document_mask
-    from tasks.pretrain.init import build_model
-    from tasks.pretrain.mlm import MaskingVocab
-    from tasks.pretrain.trainer import Trainer
-    from tasks.tracking import NullLog
-
-    env = setup_distributed(cfg.hardware)
-    torch.manual_seed(cfg.seed)
-    tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
-    train = load_blocks(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train")
-    seq_len = train["input_ids"].shape[1]
-    model = build_model(cfg, len(tok), seq_len, tok.pad_token_id).to(env.device)
-    if cfg.document_mask:  # --document-mask: attention within each document (tasks/pretrain/attention.py)
-        with_document_mask(model, tok.sep_token_id)
-    trainer = Trainer(cfg, model, MaskingVocab.from_tokenizer(tok), train, train, env, NullLog(), data / "ckpt")
-    feed, clock = Prefetcher(trainer._micro_batches, env.device), Throughput(cfg.batch_size_blocks * seq_len)
-    sync(env.device)
-    clock.start()
-    started, first_step_s, cpu_start = time.perf_counter(), None, 0.0
-
-    def one_step() -> None:
-        for group in trainer.optimizer.param_groups:
-            group["lr"] = trainer._lr()
-        trainer._step(feed.get(trainer.state["step"]))
-        trainer.state["step"] += 1
-
-    try:
-        for i in range(warmup + steps):
-            one_step()
-            if i == 0:
-                sync(env.device)
-                first_step_s = time.perf_counter() - started
-            if i + 1 == warmup:
-                sync(env.device)
-                clock.lap(warmup)
-                cpu_start = time.process_time()
-        sync(env.device)
-        clock.lap(steps)
-        cpu_s = time.process_time() - cpu_start
-        if profile:
-            profile_steps(one_step, env.device, profile)
-    finally:
-        feed.close()
-    timed = clock.summary()
-    return {"tokens_per_s": timed["train_tokens_per_s"], "tokens_per_cpu_s": steps * clock.tokens_per_step / cpu_s,
-            "first_step_seconds": first_step_s, "compile_seconds": timed["compile_seconds"],
-            "compile": cfg.compile, "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability)}
-
-
-def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
-    """HF ``Trainer`` + ``DataCollatorForLanguageModeling``, same model, batch and precision (ModernBERT: logits
-    at the masked positions only, ``sparse_prediction``; other architectures have no such switch: full-vocabulary
-    logits): ``warmup + steps`` optimizer steps, the last ``steps`` timed (a synchronize, then the clock, at each
-    step end)."""
-    import torch
-    from datasets import load_from_disk
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
-
-    from tasks.pretrain.hardware import train_flops_per_token
-    from tasks.pretrain.init import build_model
-
-    device = torch.device(cfg.hardware.device)
-    torch.manual_seed(cfg.seed)
-    tok = AutoTokenizer.from_pretrained(data / "models" / "tokenizer")
-    train = load_from_disk(str(data / "data" / "tokenize" / "pretrain" / "clozeline" / "train"))
-    seq_len = len(train[0]["input_ids"])
-    model = build_model(cfg, len(tok), seq_len, tok.pad_token_id)
-    sparse = hasattr(model, "sparse_prediction")  # ModernBertForMaskedLM reads it in forward
-    if sparse:
-        model.sparse_prediction = model.config.sparse_prediction = True
-    stamps: list[tuple[float, float]] = []  # after 0, 1, 2, ... steps
-
-    class Clock(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            sync(device)
-            stamps.append((time.perf_counter(), time.process_time()))
-
-        on_step_end = on_train_begin
-
-    args = TrainingArguments(
-        output_dir=str(data / "hf_trainer"), per_device_train_batch_size=cfg.batch_size_blocks,
-        max_steps=warmup + steps, learning_rate=cfg.lr, save_strategy="no", report_to=[], seed=cfg.seed,
-        bf16=device.type == "cuda" and cfg.bf16, tf32=True if device.type == "cuda" else None,  # as the stage
-        use_cpu=device.type == "cpu", disable_tqdm=True,
-    )  # fmt: skip
-    collator = DataCollatorForLanguageModeling(tok, mlm_probability=cfg.mlm_probability)
-    Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[Clock()]).train()
-    tokens = steps * cfg.batch_size_blocks * seq_len
-    (wall0, cpu0), (wall1, cpu1) = stamps[warmup], stamps[warmup + steps]
-    return {"tokens_per_s": tokens / (wall1 - wall0), "tokens_per_cpu_s": tokens / (cpu1 - cpu0),
-            "first_step_seconds": stamps[1][0] - stamps[0][0], "compile_seconds": None, "compile": False,
-            "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability),
-            "sparse_prediction": sparse}
+}
+# fmt: on
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -208,11 +89,16 @@ def worker(args: argparse.Namespace) -> dict:
         timed = measure_hf_trainer(Path(args.data), cfg, args.warmup, args.steps)
     out = {"variant": args.variant, **timed}
     device = torch.device(args.device)
-    return out | describe(device) | {
-        "achieved_flops_per_s": out["tokens_per_s"] * out["flops_per_token"],
-        "peak_rss_mb": peak_rss_mb(),
-        "peak_cuda_mib": peak_memory_mib(device), "bf16": device.type == "cuda" and cfg.bf16,
-    }  # fmt: skip
+    return (
+        out
+        | describe(device)
+        | {
+            "achieved_flops_per_s": out["tokens_per_s"] * out["flops_per_token"],
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_cuda_mib": peak_memory_mib(device),
+            "bf16": device.type == "cuda" and cfg.bf16,
+        }
+    )
 
 
 def peak_rss_mb() -> float:
@@ -233,9 +119,27 @@ def spawn(variant: str, data: Path, opts: dict, device) -> dict:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[device.index] if visible else str(device.index)
         target = "cuda:0"
-    cmd = [sys.executable, __file__, "--worker", "--variant", variant, "--data", str(data), "--device", target,
-           "--preset", opts["preset"], "--batch", str(opts["batch"]), "--steps", str(opts["steps"]),
-           "--warmup", str(opts["warmup"]), "--mlm-probability", str(opts["mlm_probability"])]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--variant",
+        variant,
+        "--data",
+        str(data),
+        "--device",
+        target,
+        "--preset",
+        opts["preset"],
+        "--batch",
+        str(opts["batch"]),
+        "--steps",
+        str(opts["steps"]),
+        "--warmup",
+        str(opts["warmup"]),
+        "--mlm-probability",
+        str(opts["mlm_probability"]),
+    ]
     if opts["profile"] and variant == "stage":
         cmd += ["--profile", opts["profile"]]
     cmd += ["--document-mask"] * opts.get("document_mask", False)
@@ -256,12 +160,20 @@ def compare(data: Path, opts: dict, device) -> dict:
     cpu = {v: statistics.median(r["tokens_per_cpu_s"] for r in rs) for v, rs in runs.items()}
     flops_per_token = runs["stage"][0]["flops_per_token"]
     return {
-        "preset": opts["preset"], "batch_blocks": opts["batch"], "seq_len_tokens": opts["seq_len"],
-        "mlm_probability": opts["mlm_probability"], "steps_timed": opts["steps"], "warmup_steps": opts["warmup"],
-        "rounds": opts["rounds"], "bf16": runs["stage"][0]["bf16"], "compile": runs["stage"][0]["compile"],
+        "preset": opts["preset"],
+        "batch_blocks": opts["batch"],
+        "seq_len_tokens": opts["seq_len"],
+        "mlm_probability": opts["mlm_probability"],
+        "steps_timed": opts["steps"],
+        "warmup_steps": opts["warmup"],
+        "rounds": opts["rounds"],
+        "bf16": runs["stage"][0]["bf16"],
+        "compile": runs["stage"][0]["compile"],
         "document_mask": opts.get("document_mask", False),
-        "flops_per_token": flops_per_token, "stage_achieved_flops_per_s": med["stage"] * flops_per_token,
-        "stage_tokens_per_s": med["stage"], "hf_trainer_tokens_per_s": med["hf_trainer"],
+        "flops_per_token": flops_per_token,
+        "stage_achieved_flops_per_s": med["stage"] * flops_per_token,
+        "stage_tokens_per_s": med["stage"],
+        "hf_trainer_tokens_per_s": med["hf_trainer"],
         "speedup": med["stage"] / med["hf_trainer"],
         # tokens per second of process CPU time: less sensitive to other jobs on a shared machine
         "speedup_cpu_time": cpu["stage"] / cpu["hf_trainer"],
@@ -270,7 +182,7 @@ def compare(data: Path, opts: dict, device) -> dict:
         "peak_rss_mb": {v: max(r["peak_rss_mb"] for r in rs) for v, rs in runs.items()},
         "peak_cuda_mib": {v: max(r["peak_cuda_mib"] or 0.0 for r in rs) or None for v, rs in runs.items()},
         "runs": runs,
-    }  # fmt: skip
+    }
 
 
 def goal(cmp: dict, device: dict, target: float) -> dict:
@@ -279,30 +191,46 @@ def goal(cmp: dict, device: dict, target: float) -> dict:
     if not device["device"].startswith("cuda"):
         return {"goal": f">= {target}x HF Trainer", "meets_goal": cmp["speedup"] >= target}
     mfu = cmp.get("mfu_vs_datasheet")
-    return {"goal": f">= {GPU_TARGET_SPEEDUP:g}x HF Trainer and MFU >= {GPU_TARGET_MFU:.0%}",
-            "meets_goal": cmp["speedup"] >= GPU_TARGET_SPEEDUP and mfu is not None and mfu >= GPU_TARGET_MFU}
+    return {
+        "goal": f">= {GPU_TARGET_SPEEDUP:g}x HF Trainer and MFU >= {GPU_TARGET_MFU:.0%}",
+        "meets_goal": cmp["speedup"] >= GPU_TARGET_SPEEDUP and mfu is not None and mfu >= GPU_TARGET_MFU,
+    }
 
 
 def summary_rows(cmp: dict, limit: dict, device: dict, target: float) -> list[dict]:
     """The README/``make bench`` row (``limit``: tokens/s if every FLOP ran at the measured matmul speed); on
     CUDA the case also names the MFU against the GPU's datasheet peak."""
     tokens_limit = limit["flops_per_s"] / cmp["flops_per_token"]
-    how = [f"{cmp['preset']} preset", *["bf16"] * cmp["bf16"], *["torch.compile"] * cmp["compile"],
-           *["document mask"] * cmp.get("document_mask", False)]
+    how = [
+        f"{cmp['preset']} preset",
+        *["bf16"] * cmp["bf16"],
+        *["torch.compile"] * cmp["compile"],
+        *["document mask"] * cmp.get("document_mask", False),
+    ]
     case = ", ".join([*how, f"{cmp['batch_blocks']} x {cmp['seq_len_tokens']}-token blocks"])
     if device["device"].startswith("cuda"):
         mfu = cmp.get("mfu_vs_datasheet")
-        peak = (f"MFU {mfu:.0%} of the {limit['datasheet_peak_flops_per_s'] / 1e12:,.0f} TFLOP/s bf16 datasheet peak"
-                if mfu is not None else "datasheet peak unknown")  # fmt: skip
+        peak = (
+            f"MFU {mfu:.0%} of the {limit['datasheet_peak_flops_per_s'] / 1e12:,.0f} TFLOP/s bf16 datasheet peak"
+            if mfu is not None
+            else "datasheet peak unknown"
+        )
         case += f", {device['device_name']} ({peak})"
     else:
         case += ", CPU"
     figures = ratio_fields(*([r["tokens_per_s"] for r in cmp["runs"][v]] for v in ("stage", "hf_trainer")))
-    return [{
-        "benchmark": "pretrain", "case": case, "unit": "train tokens/s", "best_peer": "HF Trainer", **figures,
-        "limit": tokens_limit,
-        "fraction_of_limit": cmp["stage_tokens_per_s"] / tokens_limit, **goal(cmp, device, target),
-    }]  # fmt: skip
+    return [
+        {
+            "benchmark": "pretrain",
+            "case": case,
+            "unit": "train tokens/s",
+            "best_peer": "HF Trainer",
+            **figures,
+            "limit": tokens_limit,
+            "fraction_of_limit": cmp["stage_tokens_per_s"] / tokens_limit,
+            **goal(cmp, device, target),
+        }
+    ]
 
 
 def main() -> None:
@@ -312,13 +240,27 @@ def main() -> None:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default auto)")
     parser.add_argument("--quick", dest="smoke", action="store_true", help="the same as --smoke")
     parser.add_argument("--data", help="folder from build_data (default: built in a temp dir)")
-    for flag, kind in (("preset", str), ("batch", int), ("seq-len", int), ("vocab", int), ("mlm-probability", float),
-                       ("steps", int), ("warmup", int), ("rounds", int)):  # fmt: skip
+    for flag, kind in (
+        ("preset", str),
+        ("batch", int),
+        ("seq-len", int),
+        ("vocab", int),
+        ("mlm-probability", float),
+        ("steps", int),
+        ("warmup", int),
+        ("rounds", int),
+    ):
         parser.add_argument(f"--{flag}", type=kind, help="default: per device (SETTINGS), or --quick's")
-    parser.add_argument("--profile", help=f"folder: {PROFILE_STEPS} more steps of our loop under torch.profiler "
-                        "(pretrain_profile.txt, pretrain_profile.json; untimed)")
-    parser.add_argument("--document-mask", action="store_true", help="our loop with pretrain.document_mask (attention "
-                        "within each document; HF Trainer stays unmasked)")
+    parser.add_argument(
+        "--profile",
+        help=f"folder: {PROFILE_STEPS} more steps of our loop under torch.profiler "
+        "(pretrain_profile.txt, pretrain_profile.json; untimed)",
+    )
+    parser.add_argument(
+        "--document-mask",
+        action="store_true",
+        help="our loop with pretrain.document_mask (attention within each document; HF Trainer stays unmasked)",
+    )
     add_smoke(parser, RESULTS)
     args = parser.parse_args()
     if args.worker:
@@ -355,16 +297,30 @@ def main() -> None:
     rows = summary_rows(cmp, limit, where, TARGET_SPEEDUP)
     result = {
         "what": "train tokens/s: pretrain stage loop vs HF Trainer + DataCollatorForLanguageModeling, same device",
-        "device": where, "quick": args.smoke, "limit": limit, "comparison": cmp,
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
-                    "torch": torch.__version__, "cuda": torch.version.cuda},  # fmt: skip
-        "target_speedup": TARGET_SPEEDUP, "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
-        "fraction_of_limit": rows[0]["fraction_of_limit"], "rows": rows,
+        "device": where,
+        "quick": args.smoke,
+        "limit": limit,
+        "comparison": cmp,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
+        "target_speedup": TARGET_SPEEDUP,
+        "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],
+        "fraction_of_limit": rows[0]["fraction_of_limit"],
+        "rows": rows,
         # what the GPU validation run is read by: the device's name, MFU and the peak it divides by
-        "gpu_name": where["device_name"] if device.type == "cuda" else None, "mfu": cmp.get("mfu_vs_datasheet"),
-        "mfu_peak": (f"dense bf16 datasheet peak, {limit['datasheet_peak_flops_per_s'] / 1e12:,.0f} TFLOP/s"
-                     if limit["datasheet_peak_flops_per_s"] else None),
-    }  # fmt: skip
+        "gpu_name": where["device_name"] if device.type == "cuda" else None,
+        "mfu": cmp.get("mfu_vs_datasheet"),
+        "mfu_peak": (
+            f"dense bf16 datasheet peak, {limit['datasheet_peak_flops_per_s'] / 1e12:,.0f} TFLOP/s"
+            if limit["datasheet_peak_flops_per_s"]
+            else None
+        ),
+    }
     print(json.dumps({k: v for k, v in cmp.items() if k != "runs"} | {"device": where}, indent=1))
     write_results(out, result, MEASURED, args.smoke, device=str(device))
 

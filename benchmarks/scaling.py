@@ -22,8 +22,8 @@ earlier round); docs/s is the median over the rounds, with its spread. Writes ``
 (its ``rows``: the Ray engine's docs/s beside the local engine's, ratio of medians, no goal) with its provenance
 (``benchmarks/_provenance.py``). ``--smoke``: both stages, one round, on ``SMOKE_ROWS`` rows (leakage:
 ``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows), on the local engine only unless ``--engines`` names ray:
-a Ray start-up costs about 20 s a run, over the smoke's budget (tests/common/test_ray_engines.py runs both stages on Ray in
-``make test``); its results and a copy of docs/scaling.md with the new tables go to ``--out``'s folder
+a Ray start-up costs about 20 s a run, over the smoke's budget (tests/common/test_ray_engines.py runs both stages on Ray
+in ``make test``); its results and a copy of docs/scaling.md with the new tables go to ``--out``'s folder
 (docs/scaling.md untouched).
 
     .venv/bin/python benchmarks/scaling.py                                   # 1x, 16x: about 20 minutes
@@ -89,8 +89,9 @@ def main() -> None:
         for scale in args.dedup_scales:
             source = work / f"dedup-{scale}x" / "data" / "ingest"
             docs = write_dedup_corpus(rows, scale, source)
-            results["runs"] += alternated("dedup", scale, docs, source, args.engines, min_runs(scale, args.smoke),
-                                          args.smoke)
+            results["runs"] += alternated(
+                "dedup", scale, docs, source, args.engines, min_runs(scale, args.smoke), args.smoke
+            )
         if args.leakage_scales:
             from benchmarks.leakage import default_corpora
 
@@ -100,8 +101,9 @@ def main() -> None:
                 if args.smoke:
                     trains, evals = trains[:SMOKE_TRAIN], evals[:SMOKE_EVAL]
                 docs = write_leakage_corpus(trains, evals, scale, source)
-                results["runs"] += alternated("leakage", scale, docs, source, args.engines,
-                                              min_runs(scale, args.smoke), args.smoke)
+                results["runs"] += alternated(
+                    "leakage", scale, docs, source, args.engines, min_runs(scale, args.smoke), args.smoke
+                )
     if args.keep:  # a rerun replaces the earlier run of the same stage, engine and scale
         latest = {(r["stage"], r["engine"], r["scale"]): r for r in results["runs"]}
         results["runs"] = sorted(latest.values(), key=lambda r: (r["stage"], r["scale"], r["engine"]))
@@ -111,8 +113,9 @@ def main() -> None:
     write_doc(results, out.parent / DOC.name if args.smoke else DOC)
 
 
-def alternated(stage: str, scale: int, docs: int, source: Path, engines: list[str], rounds: int,
-               smoke: bool = False) -> list[dict]:  # fmt: skip
+def alternated(
+    stage: str, scale: int, docs: int, source: Path, engines: list[str], rounds: int, smoke: bool = False
+) -> list[dict]:
     """``rounds`` rounds of every engine in turn, each on a fresh hard-linked copy of ``source`` (the stage's input
     folder); per engine one record: the last round's figures, ``docs_per_s`` the median over the rounds with
     ``docs_per_s_runs`` (every round), peaks the largest."""
@@ -124,13 +127,19 @@ def alternated(stage: str, scale: int, docs: int, source: Path, engines: list[st
             done[engine].append(measure(stage, engine, scale, docs, stage_dir))
             shutil.rmtree(stage_dir / "data")
     measured = provenance(MEASURED, smoke=smoke)  # per run: --keep mixes runs of several invocations in one file
-    return [runs[-1] | {"provenance": measured, "docs_per_s_runs": [r["docs_per_s"] for r in runs],
-                        "docs_per_s": statistics.median(r["docs_per_s"] for r in runs),
-                        "docs_per_s_per_core": statistics.median(r["docs_per_s_per_core"] for r in runs),
-                        "seconds": statistics.median(r["seconds"] for r in runs),
-                        "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-                        "peak_tree_rss_mib": max(r["peak_tree_rss_mib"] for r in runs)}
-            for runs in done.values()]  # fmt: skip
+    return [
+        runs[-1]
+        | {
+            "provenance": measured,
+            "docs_per_s_runs": [r["docs_per_s"] for r in runs],
+            "docs_per_s": statistics.median(r["docs_per_s"] for r in runs),
+            "docs_per_s_per_core": statistics.median(r["docs_per_s_per_core"] for r in runs),
+            "seconds": statistics.median(r["seconds"] for r in runs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "peak_tree_rss_mib": max(r["peak_tree_rss_mib"] for r in runs),
+        }
+        for runs in done.values()
+    ]
 
 
 def default_ingest_rows(raw: dict, work: Path, max_docs: int | None = None) -> list[str]:
@@ -153,8 +162,12 @@ def write_dedup_corpus(rows: list[str], scale: int, folder: Path) -> int:
     folder.mkdir(parents=True)
     for shard in range(SHARDS):
         part = range(shard, len(texts), SHARDS)
-        table = {"doc_id": [f"{i:08d}" for i in part], "source": [f"part{shard}"] * len(part),
-                 "role": ["pretrain"] * len(part), "text": [texts[i] for i in part]}  # fmt: skip
+        table = {
+            "doc_id": [f"{i:08d}" for i in part],
+            "source": [f"part{shard}"] * len(part),
+            "role": ["pretrain"] * len(part),
+            "text": [texts[i] for i in part],
+        }
         label = pa.nulls(len(part), pa.string())
         pq.write_table(pa.table({**table, "label": label}), folder / f"part{shard}.parquet")
     return len(texts)
@@ -197,19 +210,38 @@ def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path) -> 
     measured = run_measured(command, REPO, env=env, log=stage_dir / f"{engine}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((stage_dir / f"metrics-{engine}.json").read_text())
     cores = os.cpu_count() or 1
-    run = {"stage": stage, "engine": engine, "scale": scale, "docs": docs, "cores": cores, **measured,
-           "docs_per_s": docs / measured["seconds"], "docs_per_s_per_core": docs / measured["seconds"] / cores}
+    run = {
+        "stage": stage,
+        "engine": engine,
+        "scale": scale,
+        "docs": docs,
+        "cores": cores,
+        **measured,
+        "docs_per_s": docs / measured["seconds"],
+        "docs_per_s_per_core": docs / measured["seconds"] / cores,
+    }
     if stage == "dedup":
         lsh = metrics["lsh"]
-        run.update(candidate_pairs=lsh["candidate_pairs"], merged_pairs=lsh["merged_pairs"],
-                   candidates_per_doc=lsh["candidate_pairs"] / docs, merged_per_doc=lsh["merged_pairs"] / docs,
-                   docs_removed=metrics["all"]["docs_removed"], bands=lsh["bands"], rows=lsh["rows"])
+        run.update(
+            candidate_pairs=lsh["candidate_pairs"],
+            merged_pairs=lsh["merged_pairs"],
+            candidates_per_doc=lsh["candidate_pairs"] / docs,
+            merged_per_doc=lsh["merged_pairs"] / docs,
+            docs_removed=metrics["all"]["docs_removed"],
+            bands=lsh["bands"],
+            rows=lsh["rows"],
+        )
     else:
-        run.update(matching_pairs=sum(metrics["pairs_by_method"].values()),
-                   removed=sum(s["removed"] for s in metrics["sources"].values()))
-    print(f"scaling {stage} {engine} {scale}x: {docs} docs in {measured['seconds']:.0f} s "
-          f"({run['docs_per_s']:.0f} docs/s), peak {measured['peak_rss_mib']:.0f} MiB driver, "
-          f"{measured['peak_tree_rss_mib']:.0f} MiB tree", flush=True)
+        run.update(
+            matching_pairs=sum(metrics["pairs_by_method"].values()),
+            removed=sum(s["removed"] for s in metrics["sources"].values()),
+        )
+    print(
+        f"scaling {stage} {engine} {scale}x: {docs} docs in {measured['seconds']:.0f} s "
+        f"({run['docs_per_s']:.0f} docs/s), peak {measured['peak_rss_mib']:.0f} MiB driver, "
+        f"{measured['peak_tree_rss_mib']:.0f} MiB tree",
+        flush=True,
+    )
     return run
 
 
@@ -231,14 +263,25 @@ def table_rows(runs: list[dict]) -> list[dict]:
     rounds (a run recorded before rounds: its one figure), ratio of medians (information only)."""
     out = []
     for run in (r for r in runs if r["engine"] == "ray"):
-        local = next((r for r in runs if r["engine"] == "local" and (r["stage"], r["scale"]) == (run["stage"], run["scale"])), None)  # noqa: E501
+        local = next(
+            (r for r in runs if r["engine"] == "local" and (r["stage"], r["scale"]) == (run["stage"], run["scale"])),
+            None,
+        )  # noqa: E501
         rates = [r.get("docs_per_s_runs", [r["docs_per_s"]]) if r else None for r in (run, local)]
-        out.append({
-            "benchmark": "scaling", "case": f"{run['stage']} {run['scale']}x: {run['docs']:,} docs, engine: ray",
-            "unit": "docs/s", "best_peer": "engine: local" if local else None, **ratio_fields(*rates),
-            "limit": None, "fraction_of_limit": None, "goal": None, "meets_goal": None,
-            "provenance": run.get("provenance"),  # null for a run from before provenance
-        })  # fmt: skip
+        out.append(
+            {
+                "benchmark": "scaling",
+                "case": f"{run['stage']} {run['scale']}x: {run['docs']:,} docs, engine: ray",
+                "unit": "docs/s",
+                "best_peer": "engine: local" if local else None,
+                **ratio_fields(*rates),
+                "limit": None,
+                "fraction_of_limit": None,
+                "goal": None,
+                "meets_goal": None,
+                "provenance": run.get("provenance"),  # null for a run from before provenance
+            }
+        )
     return out
 
 
@@ -254,15 +297,24 @@ def write_doc(results: dict, doc: Path = DOC) -> None:
 def tables(results: dict) -> str:
     """The measured table and the projection, as Markdown."""
     runs = sorted(results["runs"], key=lambda r: (r["stage"], r["engine"], r["scale"]))
-    out = ["| stage | engine | docs | wall s | docs/s | docs/s per core | driver peak MiB | tree peak MiB | "
-           "LSH candidates per doc |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = [
+        "| stage | engine | docs | wall s | docs/s | docs/s per core | driver peak MiB | tree peak MiB | "
+        "LSH candidates per doc |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in runs:
         lsh = f"{r['candidates_per_doc']:.3f}" if "candidates_per_doc" in r else "n/a"
-        out.append(f"| {r['stage']} | {r['engine']} | {r['docs']:,} | {r['seconds']:.0f} | {r['docs_per_s']:,.0f} | "
-                   f"{r['docs_per_s_per_core']:,.0f} | {r['peak_rss_mib']:,.0f} | {r['peak_tree_rss_mib']:,.0f} | "
-                   f"{lsh} |")
-    out += ["", "| stage (engine: ray) | docs | core-hours | hours on 2,048 cores | cost (USD) | driver RAM (GiB) | "
-            "cluster RAM (GiB) | fits a 512 GiB driver |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        out.append(
+            f"| {r['stage']} | {r['engine']} | {r['docs']:,} | {r['seconds']:.0f} | {r['docs_per_s']:,.0f} | "
+            f"{r['docs_per_s_per_core']:,.0f} | {r['peak_rss_mib']:,.0f} | {r['peak_tree_rss_mib']:,.0f} | "
+            f"{lsh} |"
+        )
+    out += [
+        "",
+        "| stage (engine: ray) | docs | core-hours | hours on 2,048 cores | cost (USD) | driver RAM (GiB) | "
+        "cluster RAM (GiB) | fits a 512 GiB driver |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for stage in ("dedup", "leakage"):
         model = cost_model([r for r in runs if r["stage"] == stage and r["engine"] == "ray"])
         for docs in (10**7, 10**8, 10**9):
@@ -270,9 +322,11 @@ def tables(results: dict) -> str:
                 continue
             core_hours = docs / model["docs_per_s_per_core"] / 3600
             driver, tree = docs * model["driver_bytes_per_doc"] / 2**30, docs * model["tree_bytes_per_doc"] / 2**30
-            out.append(f"| {stage} | 10^{len(str(docs)) - 1} | {core_hours:,.0f} | {core_hours / CLUSTER_CORES:,.1f} | "
-                       f"{core_hours * PRICE_PER_CORE_HOUR:,.0f} | {driver:,.0f} | {tree:,.0f} | "
-                       f"{'yes' if driver <= DRIVER_RAM_GIB else '**no**'} |")
+            out.append(
+                f"| {stage} | 10^{len(str(docs)) - 1} | {core_hours:,.0f} | {core_hours / CLUSTER_CORES:,.1f} | "
+                f"{core_hours * PRICE_PER_CORE_HOUR:,.0f} | {driver:,.0f} | {tree:,.0f} | "
+                f"{'yes' if driver <= DRIVER_RAM_GIB else '**no**'} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -283,8 +337,11 @@ def cost_model(runs: list[dict]) -> dict | None:
         return None
     small, large = sorted(runs, key=lambda r: r["docs"])[-2:]
     per_doc = lambda key: max((large[key] - small[key]) * 2**20 / (large["docs"] - small["docs"]), 0.0)  # noqa: E731
-    return {"docs_per_s_per_core": large["docs_per_s_per_core"], "driver_bytes_per_doc": per_doc("peak_rss_mib"),
-            "tree_bytes_per_doc": per_doc("peak_tree_rss_mib")}
+    return {
+        "docs_per_s_per_core": large["docs_per_s_per_core"],
+        "driver_bytes_per_doc": per_doc("peak_rss_mib"),
+        "tree_bytes_per_doc": per_doc("peak_tree_rss_mib"),
+    }
 
 
 def _parse() -> argparse.Namespace:
@@ -302,8 +359,11 @@ def _parse() -> argparse.Namespace:
     if args.smoke:
         args.dedup_scales, args.leakage_scales = [1], [1]
         if not args.engines:
-            print("scaling --smoke: engine ray skipped (about 20 s of start-up a run; tests/common/test_ray_engines.py runs "
-                  "both stages on Ray; --engines local ray includes it)", flush=True)  # fmt: skip
+            print(
+                "scaling --smoke: engine ray skipped (about 20 s of start-up a run; tests/common/test_ray_engines.py "
+                "runs both stages on Ray; --engines local ray includes it)",
+                flush=True,
+            )
     args.engines = args.engines or (["local"] if args.smoke else ["local", "ray"])
     return args
 

@@ -72,8 +72,11 @@ GOAL = ">= 1.5x run_mlm, >= 70% of raw tokenizer"
 GOAL_RATIO, GOAL_FRACTION = 1.5, 0.7
 RESULTS = REPO / "benchmarks" / "results" / "tokenize.json"
 SMOKE_DOCS = 60
-PEER_NAMES = {"run_mlm_num_proc_1": "HF run_mlm recipe", "run_mlm_num_proc_2": "HF run_mlm recipe",
-              "run_mlm_rust_threads": "HF run_mlm recipe, Rust threads"}  # fmt: skip
+PEER_NAMES = {
+    "run_mlm_num_proc_1": "HF run_mlm recipe",
+    "run_mlm_num_proc_2": "HF run_mlm recipe",
+    "run_mlm_rust_threads": "HF run_mlm recipe, Rust threads",
+}
 #: The code measured: the tokenize stage, its imports followed (the tokenizer loading included).
 MEASURED = ("tasks.tokenize",)
 
@@ -116,7 +119,7 @@ def run_mlm(tok, texts: list[str], num_proc: int | None) -> Dataset:
         return tok(examples["text"], return_special_tokens_mask=True)
 
     def group_texts(examples):
-        concatenated_examples = {k: list(chain(*examples[k])) for k in examples.keys()}
+        concatenated_examples = {k: list(chain(*examples[k])) for k in examples.keys()}  # noqa: SIM118 (HF's own code)
         total_length = len(concatenated_examples[list(examples.keys())[0]])
         if total_length >= SEQ:
             total_length = (total_length // SEQ) * SEQ
@@ -141,8 +144,13 @@ def run_mlm_our_format(tok, texts: list[str]) -> Dataset:
     """run_mlm's two maps changed to produce the stage's blocks (ours is the reference they must equal)."""
 
     def tokenize_function(examples):
-        return tok(examples["text"], add_special_tokens=False, return_attention_mask=False,
-                   return_token_type_ids=False, verbose=False)
+        return tok(
+            examples["text"],
+            add_special_tokens=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )
 
     def group_texts(examples):
         stream = list(chain.from_iterable(ids + [tok.sep_token_id] for ids in examples["input_ids"]))
@@ -231,8 +239,10 @@ def check(outputs: dict, tok) -> dict:
         "stage_blocks": int(blocks.shape[0]),
         "stage_dropped_tail_tokens": int(flat.size + lengths.size - blocks.shape[0] * body),
         **{f"run_mlm_num_proc_{n}_blocks": count for n, count in peer_blocks.items()},
-        **{f"run_mlm_num_proc_{n}_dropped_tokens": int(flat.size + 2 * lengths.size - count * SEQ)
-           for n, count in peer_blocks.items()},
+        **{
+            f"run_mlm_num_proc_{n}_dropped_tokens": int(flat.size + 2 * lengths.size - count * SEQ)
+            for n, count in peer_blocks.items()
+        },
     }
 
 
@@ -243,8 +253,14 @@ def row(case: str, ours: list[float], peers: dict[str, list[float]], limit: floa
     figures = ratio_fields(ours, peers[best])
     ratio, fraction = figures["ratio_vs_best_peer"], figures["ours"] / limit
     return {
-        "benchmark": "tokenize", "case": case, "unit": "tokens/s", "best_peer": PEER_NAMES[best], **figures,
-        "limit": limit, "fraction_of_limit": fraction, "goal": GOAL if has_goal else None,
+        "benchmark": "tokenize",
+        "case": case,
+        "unit": "tokens/s",
+        "best_peer": PEER_NAMES[best],
+        **figures,
+        "limit": limit,
+        "fraction_of_limit": fraction,
+        "goal": GOAL if has_goal else None,
         "meets_goal": bool(ratio >= GOAL_RATIO and fraction >= GOAL_FRACTION) if has_goal else None,
     }
 
@@ -254,11 +270,19 @@ def report(seconds: dict, counts: dict, docs: int) -> dict:
     rates = {name: [counts["doc_tokens"] / s for s in times] for name, times in seconds.items()}
     rate = {name: statistics.median(values) for name, values in rates.items()}
     rows = [
-        row(f"BBC News, {docs:,} docs, num_proc 1", rates["stage_num_proc_1"],
-            {"run_mlm_num_proc_1": rates["run_mlm_num_proc_1"]}, rate["limit"]),
-        row(f"BBC News, {docs:,} docs, num_proc 2 (information)", rates["stage_num_proc_2"],
-            {name: rates[name] for name in ("run_mlm_num_proc_2", "run_mlm_rust_threads")}, 2 * rate["limit"],
-            has_goal=False),
+        row(
+            f"BBC News, {docs:,} docs, num_proc 1",
+            rates["stage_num_proc_1"],
+            {"run_mlm_num_proc_1": rates["run_mlm_num_proc_1"]},
+            rate["limit"],
+        ),
+        row(
+            f"BBC News, {docs:,} docs, num_proc 2 (information)",
+            rates["stage_num_proc_2"],
+            {name: rates[name] for name in ("run_mlm_num_proc_2", "run_mlm_rust_threads")},
+            2 * rate["limit"],
+            has_goal=False,
+        ),
     ]
     return {
         "ratio_vs_best_peer": rows[0]["ratio_vs_best_peer"],

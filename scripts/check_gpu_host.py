@@ -81,14 +81,18 @@ def torch_problems(gpus: int) -> list[str]:
         usable = torch.cuda.is_available()
     public = torch.__version__.split("+")[0]  # the pin, without the build's local label (+cpu, +cu118)
     if torch.version.cuda is None:
-        return [f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} is a CPU-only build (the package index "
-                f"pip used has no CUDA build of it): run make install TORCH_INDEX_URL=<a package index with CUDA "
-                f"builds of torch {public}>"]
+        return [
+            f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} is a CPU-only build (the package index "
+            f"pip used has no CUDA build of it): run make install TORCH_INDEX_URL=<a package index with CUDA "
+            f"builds of torch {public}>"
+        ]
     if not usable:
-        return [f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} (CUDA {torch.version.cuda}) sees none: "
-                f"NVIDIA driver {driver_version()} is too old for CUDA {torch.version.cuda}: install a driver that "
-                f"supports CUDA {torch.version.cuda}, or run make install TORCH_INDEX_URL=<a package index with torch "
-                f"{public} built for an older CUDA>"]
+        return [
+            f"nvidia-smi lists {gpus} GPU(s) but torch {torch.__version__} (CUDA {torch.version.cuda}) sees none: "
+            f"NVIDIA driver {driver_version()} is too old for CUDA {torch.version.cuda}: install a driver that "
+            f"supports CUDA {torch.version.cuda}, or run make install TORCH_INDEX_URL=<a package index with torch "
+            f"{public} built for an older CUDA>"
+        ]
     return []
 
 
@@ -97,13 +101,17 @@ def triton_problems() -> list[str]:
     found = []
     if c_compiler() is None:
         where = f"CC={os.environ['CC']!r} is not on PATH" if os.environ.get("CC") else "no gcc or clang on PATH"
-        found.append(f"torch.compile (Triton) needs a C compiler and finds none ({where}): install one "
-                     f"(Debian/Ubuntu: apt-get install gcc) or set CC")
+        found.append(
+            f"torch.compile (Triton) needs a C compiler and finds none ({where}): install one "
+            f"(Debian/Ubuntu: apt-get install gcc) or set CC"
+        )
     include = python_include()
     if not (include / "Python.h").is_file():
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        found.append(f"torch.compile (Triton) needs the Python {version} headers and {include}/Python.h is missing: "
-                     f"install them (Debian/Ubuntu: apt-get install python{version}-dev)")
+        found.append(
+            f"torch.compile (Triton) needs the Python {version} headers and {include}/Python.h is missing: "
+            f"install them (Debian/Ubuntu: apt-get install python{version}-dev)"
+        )
     return found
 
 

@@ -24,16 +24,24 @@ from rich.console import Console
 from rich.table import Table
 
 DVC = Path(sys.executable).parent / "dvc"
-KEEP = ["^Experiment$", "^rev$", "^Created$", "^claims$", r"^verdicts\.",
-        r"^[^.]+\.(best_arm|best_baseline|pretrained_arm)_test_", r"^pretrain\.heldout_gap_to_unigram_nats$"]
+KEEP = [
+    "^Experiment$",
+    "^rev$",
+    "^Created$",
+    "^claims$",
+    r"^verdicts\.",
+    r"^[^.]+\.(best_arm|best_baseline|pretrained_arm)_test_",
+    r"^pretrain\.heldout_gap_to_unigram_nats$",
+]
 GAP = "pretrain.heldout_gap_to_unigram_nats"
 
 
 def dvc_csv(args: list[str]) -> tuple[str, str, int]:
     """``dvc exp show --csv`` keeping the columns of ``KEEP``: (stdout, stderr, exit status)."""
     keep = [flag for pattern in KEEP for flag in ("--keep", pattern)]
-    done = subprocess.run([str(DVC), "exp", "show", "--no-pager", "--csv", "--drop", ".*", *keep, *args],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(DVC), "exp", "show", "--no-pager", "--csv", "--drop", ".*", *keep, *args], capture_output=True, text=True
+    )
     return done.stdout, done.stderr, done.returncode
 
 
@@ -67,8 +75,14 @@ def table(text: str) -> Table:
     out.add_column("pretrain\ngap to\nunigram\n(nats)", justify="right", no_wrap=True)
     for row in rows:
         created = row["Created"][5:16].replace("T", " ") or "-"  # MM-DD HH:MM
-        out.add_row(row["Experiment"] or row["rev"], created, row.get("claims") or "-", verdicts(row),
-                    *(number(row[c]) for c in scores), number(row.get(GAP, ""), 2))
+        out.add_row(
+            row["Experiment"] or row["rev"],
+            created,
+            row.get("claims") or "-",
+            verdicts(row),
+            *(number(row[c]) for c in scores),
+            number(row.get(GAP, ""), 2),
+        )
     return out
 
 

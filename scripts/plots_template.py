@@ -51,8 +51,10 @@ PAGE = """<!DOCTYPE html>
 
 def provenance() -> str:
     """One line naming the bundle's source package and the library versions in it."""
-    return (f"vl-convert-python {version('vl-convert-python')}: Vega {vl_convert.get_vega_version()}, "
-            f"Vega-Lite {VEGA_LITE}, vega-embed {vl_convert.get_vega_embed_version()}")
+    return (
+        f"vl-convert-python {version('vl-convert-python')}: Vega {vl_convert.get_vega_version()}, "
+        f"Vega-Lite {VEGA_LITE}, vega-embed {vl_convert.get_vega_embed_version()}"
+    )
 
 
 def page() -> str:

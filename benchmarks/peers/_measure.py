@@ -55,7 +55,7 @@ class TreeMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def start(self) -> "TreeMemory":
+    def start(self) -> TreeMemory:
         self._thread.start()
         return self
 

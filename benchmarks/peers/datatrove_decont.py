@@ -84,8 +84,9 @@ def main() -> None:
         corpus = json.load(f)
     loaded = rss_mb()
     norm = TextNormConfig(norm_numbers=False, norm_unicode_diacritics=False)
-    config = NGramsDecontConfig(n_grams=args.ngram, find_query_ngrams=False, find_overlap_ngrams=False,
-                                norm_config=norm)
+    config = NGramsDecontConfig(
+        n_grams=args.ngram, find_query_ngrams=False, find_overlap_ngrams=False, norm_config=norm
+    )
     language = "en" if args.tokenizer == "spacy" else SplitTokenizer()
     with tempfile.TemporaryDirectory(prefix="dt-decont-") as index_dir:
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -101,15 +102,23 @@ def main() -> None:
         "flagged": flagged,
         "ngram": {str(i): train[i].metadata.get("contaminated_ngram") for i in flagged},
         "seconds": {"index": indexed - start, "filter": done - indexed, "total": done - start},
-        "cpu_seconds": {"index": cpu_indexed - cpu_start, "filter": cpu_done - cpu_indexed,
-                        "total": cpu_done - cpu_start},
+        "cpu_seconds": {
+            "index": cpu_indexed - cpu_start,
+            "filter": cpu_done - cpu_indexed,
+            "total": cpu_done - cpu_start,
+        },
         "index_hashes": n_hashes,
         "import_seconds": IMPORT_SECONDS,
         "peak_rss_mb": rss_mb("VmHWM"),
         "rss_after_load_mb": loaded,
-        "settings": {"tokenizer": args.tokenizer, "n_grams": args.ngram, "norm_config": vars(norm),
-                     "hash_config": str(config.hash_config), "find_query_ngrams": False,
-                     "find_overlap_ngrams": False},
+        "settings": {
+            "tokenizer": args.tokenizer,
+            "n_grams": args.ngram,
+            "norm_config": vars(norm),
+            "hash_config": str(config.hash_config),
+            "find_query_ngrams": False,
+            "find_overlap_ngrams": False,
+        },
     }
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(result, f)

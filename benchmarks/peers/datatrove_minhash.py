@@ -73,32 +73,56 @@ def main() -> None:
         return JsonlReader(str(work / "input"), compression=None, text_key="text", id_key="id")
 
     stage1 = LocalPipelineExecutor(
-        pipeline=[reader(), MinhashDedupSignature(output_folder=str(work / "signatures"), config=config,
-                                                  language=language)],
-        tasks=shards, workers=args.workers, logging_dir=str(work / "logs/signatures"),
+        pipeline=[
+            reader(),
+            MinhashDedupSignature(output_folder=str(work / "signatures"), config=config, language=language),
+        ],
+        tasks=shards,
+        workers=args.workers,
+        logging_dir=str(work / "logs/signatures"),
         start_method=args.start_method,
-    )  # fmt: skip
+    )
     stage2 = LocalPipelineExecutor(
-        pipeline=[MinhashDedupBuckets(input_folder=str(work / "signatures"), output_folder=str(work / "buckets"),
-                                      config=config)],
-        tasks=config.num_buckets, workers=args.workers, logging_dir=str(work / "logs/buckets"), depends=stage1,
+        pipeline=[
+            MinhashDedupBuckets(
+                input_folder=str(work / "signatures"), output_folder=str(work / "buckets"), config=config
+            )
+        ],
+        tasks=config.num_buckets,
+        workers=args.workers,
+        logging_dir=str(work / "logs/buckets"),
+        depends=stage1,
         start_method=args.start_method,
-    )  # fmt: skip
+    )
     stage3 = LocalPipelineExecutor(
-        pipeline=[MinhashDedupCluster(input_folder=str(work / "buckets"), output_folder=str(work / "remove_ids"),
-                                      config=config, save_cluster_id=True)],
-        tasks=1, logging_dir=str(work / "logs/clusters"), depends=stage2, start_method=args.start_method,
-    )  # fmt: skip
+        pipeline=[
+            MinhashDedupCluster(
+                input_folder=str(work / "buckets"),
+                output_folder=str(work / "remove_ids"),
+                config=config,
+                save_cluster_id=True,
+            )
+        ],
+        tasks=1,
+        logging_dir=str(work / "logs/clusters"),
+        depends=stage2,
+        start_method=args.start_method,
+    )
     stage4 = LocalPipelineExecutor(
         pipeline=[
             reader(),
-            MinhashDedupFilter(input_folder=str(work / "remove_ids"),
-                               exclusion_writer=JsonlWriter(str(work / "removed"), compression=None)),
+            MinhashDedupFilter(
+                input_folder=str(work / "remove_ids"),
+                exclusion_writer=JsonlWriter(str(work / "removed"), compression=None),
+            ),
             JsonlWriter(str(work / "output"), compression=None),
         ],
-        tasks=shards, workers=args.workers, logging_dir=str(work / "logs/filter"), depends=stage3,
+        tasks=shards,
+        workers=args.workers,
+        logging_dir=str(work / "logs/filter"),
+        depends=stage3,
         start_method=args.start_method,
-    )  # fmt: skip
+    )
     stage4.run()
     t_done = time.perf_counter()
 
@@ -204,8 +228,12 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--variant", choices=VARIANTS, default="spacy")
     parser.add_argument("--keep-workdir", action="store_true", help="keep datatrove's intermediate files")
-    parser.add_argument("--start-method", choices=("fork", "forkserver", "spawn"), default="fork",
-                        help="the executors' process start method (datatrove's default: forkserver)")
+    parser.add_argument(
+        "--start-method",
+        choices=("fork", "forkserver", "spawn"),
+        default="fork",
+        help="the executors' process start method (datatrove's default: forkserver)",
+    )
     return parser.parse_args()
 
 

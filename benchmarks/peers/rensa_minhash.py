@@ -187,14 +187,16 @@ def _jaccards(flat, offsets, i: int, others: list[int]):
 def _settings(args: argparse.Namespace) -> dict:
     minimal = args.variant.endswith("-minimal")
     return {
-        "normalization": "text.lower() (rensa README)" if minimal else
-        "tasks.common.matching.textnorm.normalize_many (Cf removed, NFKC, casefold, whitespace)",
-        "words": "re.findall(r'\\w+')", "shingles": f"word {NGRAM}-grams joined by a space",
+        "normalization": "text.lower() (rensa README)"
+        if minimal
+        else "tasks.common.matching.textnorm.normalize_many (Cf removed, NFKC, casefold, whitespace)",
+        "words": "re.findall(r'\\w+')",
+        "shingles": f"word {NGRAM}-grams joined by a space",
         "minhash": f"rensa RMinHash.from_token_sets (R-MinHash, FxHash tokens), num_perm={NUM_PERM}, seed={SEED}",
         "candidates": f"RMinHashLSH(threshold={THRESHOLD}, num_perm={NUM_PERM}, num_bands={BANDS}): insert_many, "
-                      "query_all",
+        "query_all",
         "jaccard_check": f"exact 5-gram Jaccard >= {THRESHOLD} (64-bit hashes, numpy) on each candidate pair not "
-                         "yet in one cluster",
+        "yet in one cluster",
         "clusters": "union-find over verified pairs and equal normalised texts; smallest index kept",
         "workers": 1 if args.variant == "lsh" else args.workers,
         "worker_results": "numpy arrays and RMinHash objects" if args.variant != "lsh" else None,

@@ -49,19 +49,46 @@ def main() -> None:
     docs = read_jsonl(args.input)
     # Config reads only a TOML file (its settings_customise_sources drops init kwargs), as the CLI does
     toml = work / "config.toml"
-    toml.write_text(_toml({
-        "input": {"input_type": "local_files", "file_type": "json",
-                  "read_arguments": {"path": "json", "data_files": str(Path(args.input).resolve()), "split": "train",
-                                     "cache_dir": str(work / "hf_cache")}},
-        "algorithm": {"algorithm_name": "minhash", "text_column": "text", "num_perm": NUM_PERM, "bands": BANDS,
-                      "rows": ROWS, "threshold": THRESHOLD, "ngram_size": NGRAM,
-                      # min_length: the default (5); also the fewest words a document needs to be kept at all
-                      "min_length": NGRAM, "hash_bits": 64, "hash_func_name": "xxh3", "seed": SEED,
-                      "check_false_positive": True, "num_proc": args.workers},
-        "output": {"output_dir": str(work / "output"), "save_clusters": True, "keep_index_column": True,
-                   "keep_cluster_column": True, "clean_cache": False},
-        "debug": {"logging_level": logging.INFO},
-    }))  # fmt: skip
+    toml.write_text(
+        _toml(
+            {
+                "input": {
+                    "input_type": "local_files",
+                    "file_type": "json",
+                    "read_arguments": {
+                        "path": "json",
+                        "data_files": str(Path(args.input).resolve()),
+                        "split": "train",
+                        "cache_dir": str(work / "hf_cache"),
+                    },
+                },
+                "algorithm": {
+                    "algorithm_name": "minhash",
+                    "text_column": "text",
+                    "num_perm": NUM_PERM,
+                    "bands": BANDS,
+                    "rows": ROWS,
+                    "threshold": THRESHOLD,
+                    "ngram_size": NGRAM,
+                    # min_length: the default (5); also the fewest words a document needs to be kept at all
+                    "min_length": NGRAM,
+                    "hash_bits": 64,
+                    "hash_func_name": "xxh3",
+                    "seed": SEED,
+                    "check_false_positive": True,
+                    "num_proc": args.workers,
+                },
+                "output": {
+                    "output_dir": str(work / "output"),
+                    "save_clusters": True,
+                    "keep_index_column": True,
+                    "keep_cluster_column": True,
+                    "clean_cache": False,
+                },
+                "debug": {"logging_level": logging.INFO},
+            }
+        )
+    )
     config = load_config_from_toml(toml)
     algo = config.algorithm
     if not isinstance(algo, MinHashAlgorithmConfig):
@@ -128,8 +155,11 @@ def main() -> None:
         "clusters": [c for c in clusters.values() if len(c) >= 2],
     }
     write_result(args.output, result)
-    print(json.dumps({k: v for k, v in result.items()
-                      if k not in ("removed_ids", "clusters", "settings", "too_short_ids")}))  # fmt: skip
+    print(
+        json.dumps(
+            {k: v for k, v in result.items() if k not in ("removed_ids", "clusters", "settings", "too_short_ids")}
+        )
+    )
 
 
 def _toml(tables: dict) -> str:
@@ -140,8 +170,10 @@ def _toml(tables: dict) -> str:
             return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
         return json.dumps(v)  # bools, ints, floats and (JSON-escaped) strings are valid TOML as JSON writes them
 
-    return "".join(f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in table.items()) + "\n"
-                   for name, table in tables.items())  # fmt: skip
+    return "".join(
+        f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in table.items()) + "\n"
+        for name, table in tables.items()
+    )
 
 
 def _parse() -> argparse.Namespace:

@@ -2,8 +2,8 @@
 
 Corpus: 200 documents of 200 random words; 20 near copies (1 word in 100 replaced: word 5-gram Jaccard about
 0.90, so each forms a duplicate pair with its original) and 20 far copies (30% of words replaced: Jaccard about
-at most about 0.14, not duplicates). A runner passes when its removed ids are exactly one document of each near pair and its
-clusters are exactly the 20 near pairs. Each runner runs in its own environment::
+at most about 0.14, not duplicates). A runner passes when its removed ids are exactly one document of each near pair and
+its clusters are exactly the 20 near pairs. Each runner runs in its own environment::
 
     python benchmarks/peers/validate.py [--datatrove-python P] [--textdedup-python P] [--corpus docs.jsonl]
 
@@ -23,8 +23,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE.parent / ".peers"
-RUNS = (("datatrove", "datatrove_minhash.py", "spacy"), ("datatrove", "datatrove_minhash.py", "whitespace"),
-        ("textdedup", "textdedup_minhash.py", "default"))  # fmt: skip
+RUNS = (
+    ("datatrove", "datatrove_minhash.py", "spacy"),
+    ("datatrove", "datatrove_minhash.py", "whitespace"),
+    ("textdedup", "textdedup_minhash.py", "default"),
+)
 
 
 def make_corpus(seed: int = 7) -> tuple[list[dict], list[tuple[str, str]], list[tuple[str, str]]]:
@@ -89,9 +92,14 @@ def main() -> None:
             corpus = Path(tmp) / "made.jsonl"
             corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
             text = {d["id"]: d["text"] for d in docs}
-            print("made corpus:", len(docs), "docs; near-pair Jaccard min",
-                  round(min(jaccard5(text[a], text[b]) for a, b in near), 3),
-                  "far-pair Jaccard max", round(max(jaccard5(text[a], text[b]) for a, b in far), 3))  # fmt: skip
+            print(
+                "made corpus:",
+                len(docs),
+                "docs; near-pair Jaccard min",
+                round(min(jaccard5(text[a], text[b]) for a, b in near), 3),
+                "far-pair Jaccard max",
+                round(max(jaccard5(text[a], text[b]) for a, b in far), 3),
+            )
         failed = False
         for env, script, variant in RUNS:
             python = pythons[env]
@@ -99,16 +107,38 @@ def main() -> None:
                 print(f"{env}: skipped, no environment at {python}")
                 continue
             result_path = out / f"{Path(script).stem}-{variant}.json"
-            cmd = [python, str(HERE / script), "--input", str(corpus), "--workdir", str(Path(tmp) / "work"),
-                   "--output", str(result_path), "--workers", str(args.workers), "--variant", variant]  # fmt: skip
+            cmd = [
+                python,
+                str(HERE / script),
+                "--input",
+                str(corpus),
+                "--workdir",
+                str(Path(tmp) / "work"),
+                "--output",
+                str(result_path),
+                "--workers",
+                str(args.workers),
+                "--variant",
+                variant,
+            ]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"{script} {variant}: FAILED (rc {proc.returncode})\n{proc.stderr[-3000:]}")
                 failed = True
                 continue
             result = json.loads(result_path.read_text())
-            summary = {k: result[k] for k in ("tool", "variant", "seconds", "seconds_excluding_imports", "docs_in",
-                                              "docs_per_second", "peak_rss_mib")}  # fmt: skip
+            summary = {
+                k: result[k]
+                for k in (
+                    "tool",
+                    "variant",
+                    "seconds",
+                    "seconds_excluding_imports",
+                    "docs_in",
+                    "docs_per_second",
+                    "peak_rss_mib",
+                )
+            }
             summary["removed"], summary["clusters"] = len(result["removed_ids"]), len(result["clusters"])
             if near is not None:
                 summary["check"] = check(result, near)
