@@ -88,8 +88,7 @@ def repro_stage(stage: str, position: str, parent_run_id: str | None) -> None:
     logger.info("stage %s: %s", position, stage)
     started = time.monotonic()
     cmd = [sys.executable, "-m", "dvc", "repro", "--single-item", stage]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dvc_env(parent_run_id), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=dvc_env(parent_run_id), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     tail = forward_output(proc.stdout, logger, stage)
     if proc.wait() != 0:
         raise RuntimeError(f"dvc repro {stage} failed (exit {proc.returncode}):\n" + "\n".join(tail))
@@ -118,8 +117,10 @@ def since_markdown(text: str, run_id: str) -> str:
     under a note saying so."""
     if run_id in text:
         return text
-    return ("_The report stage did not rerun in this pipeline run (nothing it reads changed, so no claim changed); "
-            "below is the section of the last run that reran it._\n\n" + text)
+    return (
+        "_The report stage did not rerun in this pipeline run (nothing it reads changed, so no claim changed); "
+        "below is the section of the last run that reran it._\n\n" + text
+    )
 
 
 @task(cache_policy=NO_CACHE)
@@ -139,11 +140,15 @@ def publish_report(run_id: str) -> None:
     run_log.artifact(reports / "plots", "report/plots")
     if (reports / "summary.md").exists():
         run_log.note((reports / "summary.md").read_text(encoding="utf-8"))
-    create_markdown_artifact(markdown=claims.read_text(encoding="utf-8"), key="claim-table",
-                             description="clozeline claim table")
+    create_markdown_artifact(
+        markdown=claims.read_text(encoding="utf-8"), key="claim-table", description="clozeline claim table"
+    )
     if (reports / SINCE_FILE).exists():
-        create_markdown_artifact(markdown=since_markdown((reports / SINCE_FILE).read_text(encoding="utf-8"), run_id),
-                                 key="since-last-run", description="clozeline: what changed since the last run")
+        create_markdown_artifact(
+            markdown=since_markdown((reports / SINCE_FILE).read_text(encoding="utf-8"), run_id),
+            key="since-last-run",
+            description="clozeline: what changed since the last run",
+        )
 
 
 @flow(name="clozeline-pipeline", log_prints=True)
@@ -159,11 +164,18 @@ def pipeline(stages: list[str] | None = None, profiles: list[str] | None = None)
     for warning in params.source_warnings():
         get_run_logger().warning("clozeline: warning: %s", warning)
     wanted = [s for s in stage_names(ROOT) if stages is None or s in stages or s.split("@")[0] in stages]
-    retrying = repro_stage.with_options(retries=params.pipeline.retries,
-                                        retry_delay_seconds=params.pipeline.retry_delay_seconds)
+    retrying = repro_stage.with_options(
+        retries=params.pipeline.retries, retry_delay_seconds=params.pipeline.retry_delay_seconds
+    )
     with open_run("pipeline", root=ROOT) as run:
-        run.tags({"git_commit": git_commit(ROOT), "stages": ",".join(wanted), "profiles": ",".join(profiles or []),
-                  "profile_changed": json.dumps(changed, sort_keys=True)})
+        run.tags(
+            {
+                "git_commit": git_commit(ROOT),
+                "stages": ",".join(wanted),
+                "profiles": ",".join(profiles or []),
+                "profile_changed": json.dumps(changed, sort_keys=True),
+            }
+        )
         for index, stage in enumerate(wanted, start=1):
             retrying(stage, f"{index}/{len(wanted)}", run.run_id)
         snapshot_step(run.run_id)
@@ -176,8 +188,9 @@ def apply_profiles(profiles: list[str]) -> dict:
     GPUs); returns the dotted keys changed, each logged."""
     if not profiles:
         return {}
-    changed = profile_files.write_values(profile_files.checked_values(profiles, ROOT / "params.yaml"),
-                                         ROOT / "params.yaml")
+    changed = profile_files.write_values(
+        profile_files.checked_values(profiles, ROOT / "params.yaml"), ROOT / "params.yaml"
+    )
     for key, value in changed.items():
         get_run_logger().info("profile %s: params.yaml %s = %s", ",".join(profiles), key, json.dumps(value))
     return changed
@@ -189,9 +202,12 @@ def warn_if_splits_can_move(values: dict | None = None) -> None:
     run writes again)."""
     split = load_params(ROOT / "params.yaml", values).split
     if not split.ledger:
-        print(f"clozeline: warning: split.ledger is false (assignment: {split.assignment}): scheduled runs over a "
-              "growing corpus can move documents between splits (serve without --no-scheduled-profile applies "
-              "profiles/scheduled.yaml: split: {assignment: hash, ledger: true})", file=sys.stderr)
+        print(
+            f"clozeline: warning: split.ledger is false (assignment: {split.assignment}): scheduled runs over a "
+            "growing corpus can move documents between splits (serve without --no-scheduled-profile applies "
+            "profiles/scheduled.yaml: split: {assignment: hash, ledger: true})",
+            file=sys.stderr,
+        )
 
 
 def scheduler_problem() -> str | None:
@@ -200,12 +216,15 @@ def scheduler_problem() -> str | None:
     polls forever."""
     url = PREFECT_API_URL.value()
     if not url:
-        return ("serve needs a Prefect server to schedule runs, and PREFECT_API_URL is not set: start one (`prefect "
-                "server start`) and `export PREFECT_API_URL=http://127.0.0.1:4200/api`, or run once without serve")
+        return (
+            "serve needs a Prefect server to schedule runs, and PREFECT_API_URL is not set: start one (`prefect "
+            "server start`) and `export PREFECT_API_URL=http://127.0.0.1:4200/api`, or run once without serve"
+        )
     failure = asyncio.run(_healthcheck())
     if failure is not None:
-        return (f"serve: the Prefect server at PREFECT_API_URL={url} does not answer ({failure}); start it, or fix "
-                "the URL")
+        return (
+            f"serve: the Prefect server at PREFECT_API_URL={url} does not answer ({failure}); start it, or fix the URL"
+        )
     return None
 
 
@@ -220,10 +239,12 @@ def serve_profiles(args: argparse.Namespace) -> list[str]:
     return ([] if args.no_scheduled_profile else ["scheduled"]) + args.profiles + args.serve_profiles
 
 
-PROFILE_HELP = ("apply profiles/NAME.yaml ({names}): the flow writes the values it changes into params.yaml before the "
-                "stages run (as `dvc exp run -S` would, other lines and comments kept), so params.yaml, dvc.lock and "
-                "the MLflow pipeline run (tags profiles, profile_changed) record them; repeat it to merge several, a "
-                "later one winning a key")
+PROFILE_HELP = (
+    "apply profiles/NAME.yaml ({names}): the flow writes the values it changes into params.yaml before the "
+    "stages run (as `dvc exp run -S` would, other lines and comments kept), so params.yaml, dvc.lock and "
+    "the MLflow pipeline run (tags profiles, profile_changed) record them; repeat it to merge several, a "
+    "later one winning a key"
+)
 
 
 def cron_schedule(text: str) -> str:
@@ -234,7 +255,8 @@ def cron_schedule(text: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"not a cron schedule: {text!r} (5 fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * *'; "
-            "or @daily, @hourly ...)") from None
+            "or @daily, @hourly ...)"
+        ) from None
     return text
 
 
@@ -247,19 +269,26 @@ def parser() -> argparse.ArgumentParser:
     """The command line: no command = one full run; ``serve`` = a scheduled deployment."""
     names = ", ".join(profile_files.names())
     main_parser = argparse.ArgumentParser(
-        prog="python -m flows.pipeline", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m flows.pipeline",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=paragraphs(
             "Run the clozeline pipeline (every dvc.yaml stage, in order, each by `dvc repro --single-item`) as a "
             "Prefect flow, with a parent MLflow run, the snapshot step and the claim table as artifacts.",
             "With no command: one full run now (no Prefect server needed); DVC skips the stages whose inputs did not "
-            "change."),
-        epilog=paragraphs("Examples: `python -m flows.pipeline`, `python -m flows.pipeline --profile gpu`, "
-                          "`python -m flows.pipeline serve --cron '0 3 * * *'` (see `serve --help`)."))
-    main_parser.add_argument("--profile", dest="profiles", action="append", default=[], metavar="NAME",
-                             help=PROFILE_HELP.format(names=names))
+            "change.",
+        ),
+        epilog=paragraphs(
+            "Examples: `python -m flows.pipeline`, `python -m flows.pipeline --profile gpu`, "
+            "`python -m flows.pipeline serve --cron '0 3 * * *'` (see `serve --help`)."
+        ),
+    )
+    main_parser.add_argument(
+        "--profile", dest="profiles", action="append", default=[], metavar="NAME", help=PROFILE_HELP.format(names=names)
+    )
     commands = main_parser.add_subparsers(dest="command", title="commands")
     serve = commands.add_parser(
-        "serve", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "serve",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="serve a scheduled deployment: needs a Prefect server (PREFECT_API_URL), refuses to start without one",
         description=paragraphs(
             "Serve a deployment that runs the whole flow on a cron schedule, each run with the parent MLflow run and "
@@ -267,16 +296,28 @@ def parser() -> argparse.ArgumentParser:
             "exits with one line.",
             "Each run first writes profiles/scheduled.yaml into params.yaml (split: {assignment: hash, ledger: true}: "
             "no document ever moves split; tokenizer.vocab_from: train_once: the first run's vocabulary is kept), "
-            "then the --profile ones; --no-scheduled-profile opts out."))
-    serve.add_argument("--cron", default="0 3 * * *", type=cron_schedule,
-                       help="cron schedule (default: %(default)s, 03:00 daily)")
+            "then the --profile ones; --no-scheduled-profile opts out.",
+        ),
+    )
+    serve.add_argument(
+        "--cron", default="0 3 * * *", type=cron_schedule, help="cron schedule (default: %(default)s, 03:00 daily)"
+    )
     serve.add_argument("--name", default="clozeline-nightly", help="deployment name (default: %(default)s)")
-    serve.add_argument("--profile", dest="serve_profiles", action="append", default=[], metavar="NAME",
-                       help=PROFILE_HELP.format(names=names) + "; written after the scheduled profile")
-    serve.add_argument("--no-scheduled-profile", action="store_true",
-                       help="opt out of the scheduled profile: runs use params.yaml as it is, so a document can move "
-                            "between train and test from one night to the next and the vocabulary is retrained when "
-                            "the corpus changes (a warning says so when split.ledger is false)")
+    serve.add_argument(
+        "--profile",
+        dest="serve_profiles",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=PROFILE_HELP.format(names=names) + "; written after the scheduled profile",
+    )
+    serve.add_argument(
+        "--no-scheduled-profile",
+        action="store_true",
+        help="opt out of the scheduled profile: runs use params.yaml as it is, so a document can move "
+        "between train and test from one night to the next and the vocabulary is retrained when "
+        "the corpus changes (a warning says so when split.ledger is false)",
+    )
     return main_parser
 
 
@@ -293,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clozeline: {profile_files.one_line(str(err))}", file=sys.stderr)
         return 2
     pipeline(profiles=args.profiles)
-    print(f"clozeline: done. Claim table: {ROOT / 'reports' / 'claims.html'} (and claims.md); "
-          f"runs: `make mlflow-ui`, then {runs_page_url(ROOT)}")
+    print(
+        f"clozeline: done. Claim table: {ROOT / 'reports' / 'claims.html'} (and claims.md); "
+        f"runs: `make mlflow-ui`, then {runs_page_url(ROOT)}"
+    )
     return 0
 
 

@@ -37,8 +37,13 @@ def snapshot(root: Path, cfg: SnapshotParams, log, data: Path | None = None) -> 
     if data is not None:
         commit = git_commit(root)
         under = (root / data).resolve()
-        log.inputs([DataInput(path, md5, "snapshot", commit) for (_, path), md5 in outs.items()
-                    if (root / path).resolve().is_relative_to(under)])  # fmt: skip
+        log.inputs(
+            [
+                DataInput(path, md5, "snapshot", commit)
+                for (_, path), md5 in outs.items()
+                if (root / path).resolve().is_relative_to(under)
+            ]
+        )
     if remote and cfg.push:
         log.info(f"snapshot: dvc push to remote {remote!r}")
         _dvc(root, "push")
@@ -48,8 +53,7 @@ def snapshot(root: Path, cfg: SnapshotParams, log, data: Path | None = None) -> 
 
 
 def _dvc(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
-                          check=check)
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True, check=check)
 
 
 def _git_commit(root: Path) -> None:
