@@ -34,6 +34,7 @@ import importlib.metadata
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from clozeline.predict import ExportError, load
 from tasks.config.model.export import ExportParams
@@ -46,7 +47,7 @@ RESCORED_PRECISION = "fp32 on the CPU"
 BASELINE = "selected_baseline"  # data/finetune/<task>/: the TF-IDF baseline best on dev (tasks/finetune/selected.py)
 
 
-def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
+def run(cfg: ExportParams, paths: Paths, log: Any, item: str) -> dict:
     """Export, re-score and log the model task ``item`` kept; returns the metrics of the contract."""
     spec = cfg.tasks[item]
     finetune = read_finetune(paths.metrics, item)
@@ -58,7 +59,9 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
     block = convert.build(selected, folder, spec.kind, (cfg.ner_window_tokens, cfg.ner_window_overlap_tokens))
     labels = list(finetune["labels"])
     if list(record["labels"]) != labels:
-        raise ValueError(f"export: {selected}: labels {record['labels']} are not metrics/finetune/{item}.json's {labels}")
+        raise ValueError(
+            f"export: {selected}: labels {record['labels']} are not metrics/finetune/{item}.json's {labels}"
+        )
     evaluated = rescore.read_jsonl(paths.stage_data("finetune") / item / record["predictions"])
     inputs = out / "test_inputs.jsonl"
     raw = rescore.raw_inputs(paths.data, spec.source, spec.kind, [r["doc_id"] for r in evaluated])
@@ -72,21 +75,36 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
     operational = rescore.timing(rescored, info, batch, parameters, sum(f.stat().st_size for f in weights) / MIB)
     gold = [r["gold"] for r in evaluated]
     by_id = {r["doc_id"]: r["pred"] for r in rescored}
-    metrics = {"task": item, "kind": spec.kind, "run": record["run"], "seed": record["seed"],
-               "seed_rule": record["seed_rule"], "model": record["model"], "dev": record["dev"],
-               "dev_winner": record["dev_winner"], "dev_winner_is_baseline": record["dev_winner"].startswith("baseline/"),
-               "dev_winner_score": record.get("dev_winner_score"), "arm_dev_score": record.get("arm_dev_score"),
-               "folder": folder.as_posix(), "pipeline_task": str(pipe.task), "recipe": block,
-               "metric": spec.headline, "agrees": agreement["disagree"] == 0, "agreement": agreement,
-               "evaluated_precision": record.get("prediction_precision", "not recorded"),
-               "rescored_precision": RESCORED_PRECISION,
-               "evaluated": rescore.scores(spec.kind, gold, [r["pred"] for r in evaluated], labels),
-               "rescored": rescore.scores(spec.kind, gold, [by_id.get(r["doc_id"]) or blank(r) for r in evaluated],
-                                          labels),
-               "operational": operational, "files": digests(folder)}  # fmt: skip
+    metrics = {
+        "task": item,
+        "kind": spec.kind,
+        "run": record["run"],
+        "seed": record["seed"],
+        "seed_rule": record["seed_rule"],
+        "model": record["model"],
+        "dev": record["dev"],
+        "dev_winner": record["dev_winner"],
+        "dev_winner_is_baseline": record["dev_winner"].startswith("baseline/"),
+        "dev_winner_score": record.get("dev_winner_score"),
+        "arm_dev_score": record.get("arm_dev_score"),
+        "folder": folder.as_posix(),
+        "pipeline_task": str(pipe.task),
+        "recipe": block,
+        "metric": spec.headline,
+        "agrees": agreement["disagree"] == 0,
+        "agreement": agreement,
+        "evaluated_precision": record.get("prediction_precision", "not recorded"),
+        "rescored_precision": RESCORED_PRECISION,
+        "evaluated": rescore.scores(spec.kind, gold, [r["pred"] for r in evaluated], labels),
+        "rescored": rescore.scores(spec.kind, gold, [by_id.get(r["doc_id"]) or blank(r) for r in evaluated], labels),
+        "operational": operational,
+        "files": digests(folder),
+    }
     baseline = paths.stage_data("finetune") / item / BASELINE
     if baseline.is_dir():  # the TF-IDF baseline won on dev: shipped too, in skops format, and re-scored the same way
-        metrics["baseline"] = export_baseline(baseline, out, inputs, labels, cfg, spec.kind, paths.stage_data("finetune") / item)
+        metrics["baseline"] = export_baseline(
+            baseline, out, inputs, labels, cfg, spec.kind, paths.stage_data("finetune") / item
+        )
     metrics["base_model"] = base(record["variant"], paths.models, pipe.model.config)
     metrics["train_cap_param"] = f"finetune.recipes.{spec.recipe}.max_train_docs"
     metrics["mlflow"] = log_model(cfg, log, pipe, finetune, record["run"], raw[0], item)
@@ -94,8 +112,9 @@ def run(cfg: ExportParams, paths: Paths, log, item: str) -> dict:
     return metrics
 
 
-def export_baseline(source: Path, out: Path, inputs: Path, labels: list[str], cfg: ExportParams, kind: str,
-                    predictions: Path) -> dict:  # fmt: skip
+def export_baseline(
+    source: Path, out: Path, inputs: Path, labels: list[str], cfg: ExportParams, kind: str, predictions: Path
+) -> dict:
     """Copy the kept baseline to ``<out>/baseline/``, re-score it in a fresh process on the same raw test text
     and compare with its test predictions; returns ``run``, ``folder``, ``agrees``, ``agreement``,
     ``evaluated``, ``rescored``, ``operational`` and ``files``."""
@@ -107,18 +126,30 @@ def export_baseline(source: Path, out: Path, inputs: Path, labels: list[str], cf
     agreement = rescore.compare(evaluated, rescored, labels, cfg.probability_tolerance)
     gold, by_id = [r["gold"] for r in evaluated], {r["doc_id"]: r["pred"] for r in rescored}
     size = sum(f.stat().st_size for f in folder.glob("*.skops")) / MIB
-    return {"run": record["run"], "folder": folder.as_posix(), "agrees": agreement["disagree"] == 0,
-            "agreement": agreement, "evaluated": rescore.scores(kind, gold, [r["pred"] for r in evaluated], labels),
-            "rescored": rescore.scores(kind, gold, [by_id.get(r["doc_id"], "") for r in evaluated], labels),
-            "operational": rescore.timing(rescored, info, None, None, size), "files": digests(folder)}
+    return {
+        "run": record["run"],
+        "folder": folder.as_posix(),
+        "agrees": agreement["disagree"] == 0,
+        "agreement": agreement,
+        "evaluated": rescore.scores(kind, gold, [r["pred"] for r in evaluated], labels),
+        "rescored": rescore.scores(kind, gold, [by_id.get(r["doc_id"], "") for r in evaluated], labels),
+        "operational": rescore.timing(rescored, info, None, None, size),
+        "files": digests(folder),
+    }
 
 
-def base(variant: str, models: Path, config) -> dict:
+def base(variant: str, models: Path, config: Any) -> dict:
     """``base_model.describe`` of the arm's variant, with the exported encoder's ``architecture``
     (``model_type``, ``layers``, ``hidden``, ``vocabulary``) from its config."""
-    return {**base_model.describe(variant, models),
-            "architecture": {"model_type": config.model_type, "layers": config.num_hidden_layers,
-                             "hidden": config.hidden_size, "vocabulary": config.vocab_size}}  # fmt: skip
+    return {
+        **base_model.describe(variant, models),
+        "architecture": {
+            "model_type": config.model_type,
+            "layers": config.num_hidden_layers,
+            "hidden": config.hidden_size,
+            "vocabulary": config.vocab_size,
+        },
+    }
 
 
 def read_finetune(folder: Path, item: str) -> dict:
@@ -129,7 +160,7 @@ def read_finetune(folder: Path, item: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def blank(evaluated: dict):
+def blank(evaluated: dict) -> list[str] | str:
     """What an unscored item counts as: no label (a tagger: ``O`` on every word)."""
     return ["O"] * len(evaluated["pred"]) if isinstance(evaluated["pred"], list) else ""
 
@@ -139,12 +170,15 @@ def digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-def log_model(cfg: ExportParams, log, pipe, finetune: dict, run_key: str, example: dict, item: str) -> dict | None:
+def log_model(
+    cfg: ExportParams, log: Any, pipe: Any, finetune: dict, run_key: str, example: dict, item: str
+) -> dict | None:
     """Log the export with the transformers flavour under the arm's MLflow run (the stage's own run when the
     finetune stage ran without tracking); ``{model_uri, run_id}``, or None without tracking or ``log_model``."""
     if not cfg.log_model:
         return None
     arm_run = (finetune.get("runs", {}).get(run_key) or {}).get("mlflow_run_id")
+    sample: str | dict[str, Any]
     if "words" in example:
         sample = " ".join(example["words"])
     elif "text_pair" in example:
@@ -158,10 +192,12 @@ def log_model(cfg: ExportParams, log, pipe, finetune: dict, run_key: str, exampl
 def summary(metrics: dict) -> str:
     """One progress line: the run and seed exported, the agreement and both headline metrics."""
     agreement, name = metrics["agreement"], metrics["metric"]
-    return (f"export {metrics['task']}: {metrics['run']} seed {metrics['seed']} -> {metrics['folder']}; "
-            f"{agreement['disagree']} of {agreement['items']} items disagree (max |dp| "
-            f"{agreement['max_abs_probability_difference']:.2g}); {name} evaluated "
-            f"{metrics['evaluated'][name]:.4f}, re-scored {metrics['rescored'][name]:.4f}")
+    return (
+        f"export {metrics['task']}: {metrics['run']} seed {metrics['seed']} -> {metrics['folder']}; "
+        f"{agreement['disagree']} of {agreement['items']} items disagree (max |dp| "
+        f"{agreement['max_abs_probability_difference']:.2g}); {name} evaluated "
+        f"{metrics['evaluated'][name]:.4f}, re-scored {metrics['rescored'][name]:.4f}"
+    )
 
 
 __all__ = ["run", "ExportError"]

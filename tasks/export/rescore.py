@@ -156,7 +156,7 @@ def scores(kind: str, gold: list, pred: list, labels: list[str]) -> dict[str, fl
     }
 
 
-def timing(records: list[dict], info: dict, batch_size: int | None, parameters: int, size_mib: float) -> dict:
+def timing(records: list[dict], info: dict, batch_size: int | None, parameters: int | None, size_mib: float) -> dict:
     """The deployment row of the inference-cost table: per-document latency from raw text at batch 1 (p50,
     p95 over every test doc, tokenization included), documents per second at ``batch_size`` (a classifier),
     load time, parameters and size on disk, on the CPU with ``threads``."""

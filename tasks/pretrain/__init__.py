@@ -12,14 +12,14 @@ recipe from its own initialisation, data order and masks into ``models/pretraine
 like the first so that the report resamples pretraining seeds; ``metrics/pretrain.json`` keeps the first seed's
 numbers at its top level and every seed's headline under ``seeds``. Then each masking ablation arm of
 ``pretrain.ablations`` (the same recipe with some masking keys changed) trains from the first seed into
-``models/pretrained/ablations/<name>/``, its headline under ``ablations``. One process, or several under ``torchrun`` (DDP; gloo on CPU, nccl on CUDA).
-The training loop is ``trainer.py``, masking, the masked-only loss and the unigram baseline ``mlm.py``,
-blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
+``models/pretrained/ablations/<name>/``, its headline under ``ablations``. One process, or several under ``torchrun``
+(DDP; gloo on CPU, nccl on CUDA). The training loop is ``trainer.py``, masking, the masked-only loss and the unigram
+baseline ``mlm.py``, blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
 
 Resuming: the data order of epoch ``e`` is a permutation seeded by ``seed + e`` and the mask of each
 micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint (each seed from
-its own) sees exactly the batches and masks of an uninterrupted one; on CPU with ``budget_minutes: null`` the final weights are
-equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs are not reproducible.
+its own) sees exactly the batches and masks of an uninterrupted one; on CPU with ``budget_minutes: null`` the final
+weights are equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs are not reproducible.
 
 Also: ``attention`` (whether SDPA's flash kernel can run), ``feed`` (the blocks each step takes, masked, prefetched),
 ``schedule`` (the learning rate: its peak and shape), ``fingerprint`` (what a checkpoint's weights depend on).
@@ -48,7 +48,7 @@ from tasks.pretrain.mlm import MaskingVocab
 from tasks.pretrain.trainer import Trainer, count_params
 
 
-def run(cfg: PretrainParams, paths: Paths, log) -> dict[str, Any]:
+def run(cfg: PretrainParams, paths: Paths, log: Any) -> dict[str, Any]:
     """Train, evaluate and save the MLM; returns the metrics (``metrics/pretrain.json``)."""
     env = setup_distributed(cfg.hardware, cfg.nproc_per_node)
     try:
@@ -58,13 +58,15 @@ def run(cfg: PretrainParams, paths: Paths, log) -> dict[str, Any]:
             dist.destroy_process_group()
 
 
-def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[str, Any]:
+def _train_and_save(cfg: PretrainParams, paths: Paths, log: Any, env: Dist) -> dict[str, Any]:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     start = resolve_start(cfg, paths)
-    data = {"vocab": MaskingVocab.from_tokenizer(start.tokenizer),
-            "train": load_blocks(blocks_dir(paths.data, start.tokenization, "train")),
-            "heldout": load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks)}
+    data: dict[str, Any] = {
+        "vocab": MaskingVocab.from_tokenizer(start.tokenizer),
+        "train": load_blocks(blocks_dir(paths.data, start.tokenization, "train")),
+        "heldout": load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks),
+    }
     cfg = cfg.model_copy(update={"max_steps": planned_steps(cfg, data["train"]["input_ids"].shape, env.world, log)})
     summary = _train_seed(cfg, cfg.seed, start, data, paths, log, env)
     seeds = {cfg.seed: summary}
@@ -77,7 +79,7 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log, env: Dist) -> dict[s
     return out | ({"ablations": ablations} if ablations else {})
 
 
-def _train_ablations(cfg: PretrainParams, start: Start, data: dict, paths: Paths, log, env: Dist) -> dict:
+def _train_ablations(cfg: PretrainParams, start: Start, data: dict, paths: Paths, log: Any, env: Dist) -> dict:
     """Each arm of ``pretrain.ablations``: the main recipe with the arm's masking keys, from the first seed (same
     steps, model and data; no snapshots) into ``models/pretrained/ablations/<name>/`` (checkpoints in
     ``models/checkpoints/pretrain/ablations/<name>/``, MLflow child run ``pretrain/ablation-<name>``). Returns
@@ -88,14 +90,16 @@ def _train_ablations(cfg: PretrainParams, start: Start, data: dict, paths: Paths
     out = {}
     for arm in cfg.ablations:
         with log.child(f"pretrain/ablation-{arm.name}") as child:
-            found = _train_seed(cfg.ablation(arm.name), cfg.seed, start, data, paths, child, env,
-                                sub=Path(ABLATIONS) / arm.name)  # fmt: skip
+            found = _train_seed(
+                cfg.ablation(arm.name), cfg.seed, start, data, paths, child, env, sub=Path(ABLATIONS) / arm.name
+            )
         out[arm.name] = {"changes": arm.changes(), "seed": cfg.seed, **seed_headline(found)}
     return out
 
 
-def _train_seed(cfg: PretrainParams, seed: int, start: Start, data: dict, paths: Paths, log, env: Dist,
-                sub: Path | None = None) -> dict:  # fmt: skip
+def _train_seed(
+    cfg: PretrainParams, seed: int, start: Start, data: dict, paths: Paths, log: Any, env: Dist, sub: Path | None = None
+) -> dict:
     """Train pretraining seed ``seed`` on ``data`` (``vocab``, ``train`` and ``heldout`` blocks) and save it
     (main rank): the first seed of ``pretrain.seeds`` into ``models/pretrained`` with its snapshots, the curve
     TSV and the fill-mask check; a further one into ``models/pretrained/seeds/<seed>/`` (``sub``, relative to
@@ -105,13 +109,15 @@ def _train_seed(cfg: PretrainParams, seed: int, start: Start, data: dict, paths:
     torch.manual_seed(seed)
     train, heldout = data["train"], data["heldout"]
     model = initial_model(cfg, start, train["input_ids"].shape[1]).to(env.device)
-    log.info(f"pretrain: {start.variant} seed {seed} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
-             f"{len(train['input_ids'])} train blocks ({start.tokenization} tokenizer)")  # fmt: skip
+    log.info(
+        f"pretrain: {start.variant} seed {seed} from {cfg.init_from}: {count_params(model) / 1e6:.2f}M params, "
+        f"{len(train['input_ids'])} train blocks ({start.tokenization} tokenizer)"
+    )
     ckpt = paths.models / "checkpoints" / "pretrain"
-    trainer = Trainer(cfg, model, data["vocab"], train, heldout, env, log, ckpt if first else ckpt / sub, seed)
+    trainer = Trainer(cfg, model, data["vocab"], train, heldout, env, log, ckpt if sub is None else ckpt / sub, seed)
     summary = {"variant": start.variant, "init_from": cfg.init_from, **trainer.fit()}
     if env.main:
-        out = pretrained_dir(paths.models) if first else pretrained_dir(paths.models) / sub
+        out = pretrained_dir(paths.models) if sub is None else pretrained_dir(paths.models) / sub
         model.save_pretrained(out)
         start.tokenizer.save_pretrained(out)
         fields = record_fields(paths.data, train["source_names"] + heldout["source_names"], cfg.init_from)
@@ -125,24 +131,38 @@ def _train_seed(cfg: PretrainParams, seed: int, start: Start, data: dict, paths:
 
 def seed_headline(summary: dict) -> dict:
     """One seed's entry of ``metrics/pretrain.json``'s ``seeds``: its held-out MLM numbers, steps and minutes."""
-    keys = ("heldout_loss", "heldout_perplexity", "heldout_mlm_accuracy", "heldout_gap_to_unigram_nats", "steps",
-            "resumed_from_step", "train_minutes")  # fmt: skip
+    keys = (
+        "heldout_loss",
+        "heldout_perplexity",
+        "heldout_mlm_accuracy",
+        "heldout_gap_to_unigram_nats",
+        "steps",
+        "resumed_from_step",
+        "train_minutes",
+    )
     return {key: summary[key] for key in keys}
 
 
-def planned_steps(cfg: PretrainParams, blocks: tuple[int, int], world: int, log) -> int:
+def planned_steps(cfg: PretrainParams, blocks: tuple[int, int], world: int, log: Any) -> int:
     """``max_steps``, or the steps of the token budget ``train_tokens`` on ``blocks`` = (n_blocks, seq_len) train
     blocks: budget / (world x batch_size_blocks x grad_accum_steps x seq_len tokens a step), at least 1, and at
     most ``max_epochs`` epochs (an epoch is n_blocks // blocks per step steps). Logs how it was derived."""
     if cfg.max_steps is not None:
         return cfg.max_steps
+    assert cfg.train_tokens is not None  # the params model sets exactly one of max_steps and train_tokens
     per_step = world * cfg.batch_size_blocks * cfg.grad_accum_steps
     steps = max(1, math.ceil(cfg.train_tokens / (per_step * blocks[1])))
     per_epoch = max(1, blocks[0] // per_step)
     cap = math.inf if cfg.max_epochs is None else max(1, math.floor(cfg.max_epochs * per_epoch))
-    log.info(f"pretrain: train_tokens {cfg.train_tokens:,} = {steps:,} steps of {per_step * blocks[1]:,} tokens; "
-             f"the corpus is {per_epoch:,} steps an epoch" + (f", so max_epochs {cfg.max_epochs:g} caps it at {cap:,} "
-             f"steps ({cap * per_step * blocks[1]:,} tokens)" if cap < steps else ""))  # fmt: skip
+    log.info(
+        f"pretrain: train_tokens {cfg.train_tokens:,} = {steps:,} steps of {per_step * blocks[1]:,} tokens; "
+        f"the corpus is {per_epoch:,} steps an epoch"
+        + (
+            f", so max_epochs {cfg.max_epochs:g} caps it at {cap:,} steps ({cap * per_step * blocks[1]:,} tokens)"
+            if cap < steps
+            else ""
+        )
+    )
     return int(min(steps, cap))
 
 
@@ -173,7 +193,7 @@ def write_curve(path: Path, rows: list[list[float]], unigram_ce: float) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def fill_mask(model, tokenizer, sentences: list[str], top_k: int, device: torch.device) -> dict[str, Any]:
+def fill_mask(model: Any, tokenizer: Any, sentences: list[str], top_k: int, device: torch.device) -> dict[str, Any]:
     """Top-k predictions of the final model for each sentence's ``[MASK]`` (HF fill-mask pipeline)."""
     model.eval()
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device=device, top_k=top_k)

@@ -62,8 +62,9 @@ def layer_scores(vectors: np.ndarray, rows: Sequence[ProbeSentence]) -> dict:
     model = {"layers": int(vectors.shape[0])}
     for name in SCORES:
         model[name] = rounded(np.mean([per_word[word][name] for word in per_word], axis=0))
-    model["per_word"] = {word: {name: rounded(values) for name, values in table.items()}
-                         for word, table in per_word.items()}
+    model["per_word"] = {
+        word: {name: rounded(values) for name, values in table.items()} for word, table in per_word.items()
+    }
     return model
 
 

@@ -18,16 +18,16 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-
+from typing import Any
 
 from tasks.common.provenance import Lock, git_commit
-from tasks.config.paths import Paths
 from tasks.config.model.release import ReleaseParams
+from tasks.config.paths import Paths
 from tasks.release.card import card
 from tasks.release.facts import baseline_sentence, beating_baselines
 
 
-def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
+def run(cfg: ReleaseParams, paths: Paths, log: Any, item: str) -> dict:
     """Write ``<models>/export/<item>/`` with its card and register the version; returns the metrics."""
     export = read_json(paths.metrics / "export" / f"{item}.json", f"export@{item}")
     finetune = read_json(paths.metrics / "finetune" / f"{item}.json", f"finetune@{item}")
@@ -47,18 +47,50 @@ def run(cfg: ReleaseParams, paths: Paths, log, item: str) -> dict:
     data_md5 = {path: md5 for path, md5 in lock.dep_md5s(stage).items() if path.startswith(str(paths.data))}
     commit = git_commit(Path.cwd())
     name = f"{cfg.registered_model_prefix}{item}"
-    (dest / "README.md").write_text(card(item, export, finetune, claims, gate, data_md5, commit, lock.params(stage),
-                                         name, (cfg.evaluated_alias, cfg.alias)), encoding="utf-8")  # fmt: skip
-    tags = {**{f"verdict.{c['id']}": c["verdict"] for c in claims}, **{f"data_md5.{p}": m for p, m in data_md5.items()},
-            "git_commit": commit, "gate": gate["reason"], "export_agrees": export["agrees"],
-            "run": export["run"], "seed": export["seed"], "folder": dest.as_posix()}  # fmt: skip
+    (dest / "README.md").write_text(
+        card(
+            item,
+            export,
+            finetune,
+            claims,
+            gate,
+            data_md5,
+            commit,
+            lock.params(stage),
+            name,
+            (cfg.evaluated_alias, cfg.alias),
+        ),
+        encoding="utf-8",
+    )
+    tags = {
+        **{f"verdict.{c['id']}": c["verdict"] for c in claims},
+        **{f"data_md5.{p}": m for p, m in data_md5.items()},
+        "git_commit": commit,
+        "gate": gate["reason"],
+        "export_agrees": export["agrees"],
+        "run": export["run"],
+        "seed": export["seed"],
+        "folder": dest.as_posix(),
+    }
     model_uri = (export.get("mlflow") or {}).get("model_uri")
-    registered = (log.register_version(model_uri, name, tags, cfg.alias, gate["passed"], cfg.evaluated_alias)
-                  if model_uri else None)  # fmt: skip
+    registered = (
+        log.register_version(model_uri, name, tags, cfg.alias, gate["passed"], cfg.evaluated_alias)
+        if model_uri
+        else None
+    )
     log.info(f"release {item}: {dest} ({gate['reason']}); registry: {registered or 'not registered (no MLflow model)'}")
-    return {"task": item, "folder": dest.as_posix(), "run": export["run"], "seed": export["seed"], "gate": gate,
-            "verdicts": {c["id"]: c["verdict"] for c in claims}, "data_md5": data_md5, "git_commit": commit,
-            "registered": registered, "registered_model": name}
+    return {
+        "task": item,
+        "folder": dest.as_posix(),
+        "run": export["run"],
+        "seed": export["seed"],
+        "gate": gate,
+        "verdicts": {c["id"]: c["verdict"] for c in claims},
+        "data_md5": data_md5,
+        "git_commit": commit,
+        "registered": registered,
+        "registered_model": name,
+    }
 
 
 def read_json(path: Path, stage: str) -> dict:
@@ -83,15 +115,20 @@ def gate_of(cfg: ReleaseParams, task: str, claims: list[dict], export: dict, rep
     standard = (report.get("gate_claims") or {}).get(task)
     ids = cfg.gate_claims.get(task) or ([standard] if standard else ["(no gate claim: rerun the report stage)"])
     verdicts = {c["id"]: c["verdict"] for c in claims}
-    absent = (f"not in the report (dropped in reports/claims.yaml? the gate reads it: keep it there, or name "
-              f"another claim in release.gate_claims.{task})")
+    absent = (
+        f"not in the report (dropped in reports/claims.yaml? the gate reads it: keep it there, or name "
+        f"another claim in release.gate_claims.{task})"
+    )
     found = {i: verdicts.get(i, absent) for i in ids}
     failing = [f"{i}: {v}" for i, v in found.items() if v != "supported"]
     if not export["agrees"]:
-        failing.append(f"export disagrees with the evaluation ({export['agreement']['disagree']} of "
-                       f"{export['agreement']['items']} items)")  # fmt: skip
-    reason = (f"passed ({', '.join(f'{i}: supported' for i in ids)})" if not failing
-              else f"not passed ({'; '.join(failing)})")  # fmt: skip
+        failing.append(
+            f"export disagrees with the evaluation ({export['agreement']['disagree']} of "
+            f"{export['agreement']['items']} items)"
+        )
+    reason = (
+        f"passed ({', '.join(f'{i}: supported' for i in ids)})" if not failing else f"not passed ({'; '.join(failing)})"
+    )
     return {"claims": ids, "verdicts": found, "passed": not failing, "reason": reason}
 
 

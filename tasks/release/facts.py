@@ -6,8 +6,11 @@ on the same test set, the claims whose treatment is this arm, and the limits in 
 from __future__ import annotations
 
 #: A baseline's name (``runs[<key>].baseline``) in words.
-BASELINE_WORDS = {"tfidf-lr": "TF-IDF + logistic regression", "majority": "the majority label",
-                  "memorise": "each train word's most frequent tag"}
+BASELINE_WORDS = {
+    "tfidf-lr": "TF-IDF + logistic regression",
+    "majority": "the majority label",
+    "memorise": "each train word's most frequent tag",
+}
 #: ``finetune/<task>/<name>`` -> the key of ``selection`` naming the run (tasks/report/claims/grammar.py's grammar).
 SELECTED = {"best-arm": "best_arm", "best-baseline": "best_baseline"}
 NOT_RECORDED = "not recorded (rerun the export stage: it records what the encoder started from)"
@@ -29,17 +32,23 @@ def base_lines(export: dict) -> list[str]:
         origin += f"; its config names `{base['based_on']}` as the model it was built from"
     if package:
         origin += f"; shipped in the package `{package['name']}` {package['version']}"
-    lines = [f"- **Base model**: `{base['name']}` ({origin}). The arm shipped is `{export['run']}` (variant "
-             f"`{base['variant']}`)" + ("; it is not clozeline's own pretrained encoder." if base["variant"] in
-                                          ("reference", "adapted") else ".")]  # fmt: skip
+    lines = [
+        f"- **Base model**: `{base['name']}` ({origin}). The arm shipped is `{export['run']}` (variant "
+        f"`{base['variant']}`)"
+        + ("; it is not clozeline's own pretrained encoder." if base["variant"] in ("reference", "adapted") else ".")
+    ]
     licence = f"- **Licence of the base model**: `{base['licence']}` ({base['licence_source']})"
     if package:
         licence += f"; the package that ships it is licensed `{package['licence']}` (its metadata)"
     lines.append(licence + ". This model is derived from it, and the terms of the data it was fine-tuned on apply too.")
     operational = export.get("operational") or {}
     size = f"{operational['parameters']:,} parameters" if operational.get("parameters") else "parameters not recorded"
-    shape = (f" ({arch['model_type']}, {arch['layers']} layers, hidden size {arch['hidden']}, "
-             f"{arch['vocabulary']:,}-token vocabulary)" if arch else "")  # fmt: skip
+    shape = (
+        f" ({arch['model_type']}, {arch['layers']} layers, hidden size {arch['hidden']}, "
+        f"{arch['vocabulary']:,}-token vocabulary)"
+        if arch
+        else ""
+    )
     disk = f", {operational['size_on_disk_mib']:.1f} MiB of safetensors" if operational.get("size_on_disk_mib") else ""
     lines.append(f"- **Size**: {size}{shape}{disk}.")
     return lines
@@ -52,21 +61,34 @@ def data_line(export: dict, finetune: dict) -> str:
     if not docs:
         return f"- **Train data**: {NOT_RECORDED}."
     train, dev, test, what = docs["train"], docs["dev"], docs["test"], unit(export["kind"])
-    left = (f", {train['docs_dropped_by_cap']:,} left out by `{export.get('train_cap_param', 'max_train_docs')}` "
-            "(a seeded sample, drawn per seed)" if train["docs_dropped_by_cap"] else "")  # fmt: skip
-    return (f"- **Train data**: {train['docs_kept']:,} of the {train['docs_available']:,} train {what} of source "
-            f"`{finetune.get('source')}`{left}, {cut_words(export['recipe'])}; {dev['docs_kept']:,} of "
-            f"{dev['docs_available']:,} dev {what} chose the epoch, the arm and the seed; the test figures below are "
-            f"on {test['docs_kept']:,} of {test['docs_available']:,} test {what}.")
+    left = (
+        f", {train['docs_dropped_by_cap']:,} left out by `{export.get('train_cap_param', 'max_train_docs')}` "
+        "(a seeded sample, drawn per seed)"
+        if train["docs_dropped_by_cap"]
+        else ""
+    )
+    return (
+        f"- **Train data**: {train['docs_kept']:,} of the {train['docs_available']:,} train {what} of source "
+        f"`{finetune.get('source')}`{left}, {cut_words(export['recipe'])}; {dev['docs_kept']:,} of "
+        f"{dev['docs_available']:,} dev {what} chose the epoch, the arm and the seed; the test figures below are "
+        f"on {test['docs_kept']:,} of {test['docs_available']:,} test {what}."
+    )
 
 
 def cut_words(block: dict) -> str:
     """How the inputs were cut, in words (a classifier's token cut, a tagger's windows)."""
     if block["kind"] == "token_classification":
-        return (f"each sentence read in windows of {block['window_tokens']} tokens ({block['window_overlap_tokens']} "
-                "repeated between windows)")
-    keep = (f"the first {block['head_tokens']} and the last tokens" if block["truncation"] == "head_tail"
-            else "the longer text cut first" if block["truncation"] == "longest_first" else "the first tokens")
+        return (
+            f"each sentence read in windows of {block['window_tokens']} tokens ({block['window_overlap_tokens']} "
+            "repeated between windows)"
+        )
+    keep = (
+        f"the first {block['head_tokens']} and the last tokens"
+        if block["truncation"] == "head_tail"
+        else "the longer text cut first"
+        if block["truncation"] == "longest_first"
+        else "the first tokens"
+    )
     return f"each cut to {block['max_seq_len_tokens']} tokens keeping {keep}"
 
 
@@ -79,18 +101,27 @@ def beating_baselines(export: dict, finetune: dict) -> list[dict]:
     for key, run in (finetune.get("runs") or {}).items():
         score = (run.get(metric) or {}).get("mean") if run.get("baseline") else None
         if score is not None and score > shipped:
-            found.append({"run": key, "name": BASELINE_WORDS.get(run["baseline"], run["baseline"]),
-                          "input": run.get("input", ""), "score": score, "seeds": (run.get(metric) or {}).get("n"),
-                          "shipped": shipped})  # fmt: skip
+            found.append(
+                {
+                    "run": key,
+                    "name": BASELINE_WORDS.get(run["baseline"], run["baseline"]),
+                    "input": run.get("input", ""),
+                    "score": score,
+                    "seeds": (run.get(metric) or {}).get("n"),
+                    "shipped": shipped,
+                }
+            )
     return sorted(found, key=lambda b: -b["score"])
 
 
 def baseline_sentence(beat: dict, export: dict) -> str:
     """One baseline that beats the shipped model, with both scores, in one sentence."""
     seeds = f", mean of {beat['seeds']} seeds" if beat["seeds"] and beat["seeds"] > 1 else ""
-    return (f"{beat['name']} (`{beat['run']}`: {beat['input']}) scores {export['metric']} {beat['score']:.4f}{seeds} "
-            f"against this model's {beat['shipped']:.4f} (seed {export['seed']}, re-scored) on the same "
-            f"{export['agreement']['items']:,} test {unit(export['kind'])}")
+    return (
+        f"{beat['name']} (`{beat['run']}`: {beat['input']}) scores {export['metric']} {beat['score']:.4f}{seeds} "
+        f"against this model's {beat['shipped']:.4f} (seed {export['seed']}, re-scored) on the same "
+        f"{export['agreement']['items']:,} test {unit(export['kind'])}"
+    )
 
 
 def claim_runs(ref: str, task: str, selection: dict) -> list[str]:
@@ -128,23 +159,32 @@ def limits(export: dict, finetune: dict, beaten: list[dict]) -> list[str]:
     """The intended use and the limits, as sentences."""
     what, name = unit(export["kind"]), export["metric"]
     stats = (finetune["runs"][export["run"]].get(name)) or {}
-    out = [f"- Intended for research on this pipeline's data: the {len(finetune['labels'])} labels of task "
-           f"`{export['task']}` on source `{finetune.get('source')}`, its domain and language. Scores on other "
-           "text are unmeasured."]
+    out = [
+        f"- Intended for research on this pipeline's data: the {len(finetune['labels'])} labels of task "
+        f"`{export['task']}` on source `{finetune.get('source')}`, its domain and language. Scores on other "
+        "text are unmeasured."
+    ]
     if stats.get("n"):
-        out.append(f"- This is one seed ({export['seed']}) of the arm, chosen on dev. Over its {stats['n']} seeds the "
-                   f"arm scores {name} {stats['mean']:.4f} on test (95% t CI {fmt(stats.get('ci95_low'))} to "
-                   f"{fmt(stats.get('ci95_high'))}), so a retrained copy may land anywhere in that range.")
+        out.append(
+            f"- This is one seed ({export['seed']}) of the arm, chosen on dev. Over its {stats['n']} seeds the "
+            f"arm scores {name} {stats['mean']:.4f} on test (95% t CI {fmt(stats.get('ci95_low'))} to "
+            f"{fmt(stats.get('ci95_high'))}), so a retrained copy may land anywhere in that range."
+        )
     out += truncation_limit(export, finetune)
     out.extend(f"- A simpler model does better on this test set: {baseline_sentence(b, export)}." for b in beaten)
-    out.append(f"- The test figures hold for this run's {export['agreement']['items']:,} test {what} only. Leakage, "
-               "duplicates and truncation are measured among the claim table's confounders (reports/claims.md).")
+    out.append(
+        f"- The test figures hold for this run's {export['agreement']['items']:,} test {what} only. Leakage, "
+        "duplicates and truncation are measured among the claim table's confounders (reports/claims.md)."
+    )
     if export["kind"] == "token_classification":
-        out.append("- It tags words. A string is split with punctuation as separate words (`clozeline.entities`), "
-                   "which can differ from the training corpus's own tokenization (user handles, URLs, contractions); "
-                   "entities are read in strict IOB2, as the test score read them.")
-    out.append("- Probabilities are softmax outputs; read the report's calibration table before taking them as "
-               "frequencies.")
+        out.append(
+            "- It tags words. A string is split with punctuation as separate words (`clozeline.entities`), "
+            "which can differ from the training corpus's own tokenization (user handles, URLs, contractions); "
+            "entities are read in strict IOB2, as the test score read them."
+        )
+    out.append(
+        "- Probabilities are softmax outputs; read the report's calibration table before taking them as frequencies."
+    )
     return out
 
 
@@ -157,9 +197,11 @@ def truncation_limit(export: dict, finetune: dict) -> list[str]:
     cut, whole = by_length["truncated"], by_length["not_truncated"]
     total = cut["docs"] + whole["docs"]
     rest = f"{fmt(whole['accuracy'])} on the rest" if whole["docs"] else "none was short enough to be read whole"
-    return [f"- {cut['docs']:,} of the {total:,} test documents are longer than the "
-            f"{export['recipe']['max_seq_len_tokens']}-token input and were read cut (accuracy "
-            f"{fmt(cut['accuracy'])} on them; {rest}): the model never saw the middle of a long text."]
+    return [
+        f"- {cut['docs']:,} of the {total:,} test documents are longer than the "
+        f"{export['recipe']['max_seq_len_tokens']}-token input and were read cut (accuracy "
+        f"{fmt(cut['accuracy'])} on them; {rest}): the model never saw the middle of a long text."
+    ]
 
 
 def fmt(value) -> str:
