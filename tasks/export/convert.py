@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
 from clozeline.predict import FORMAT, RECIPE_KEY, head_layer
-from tasks.common.models.encoders import encoder_from_folder
 from tasks.common.files.ioerrors import reading, reading_folder
+from tasks.common.models.encoders import encoder_from_folder
 
 #: The finetune stage's kept model (``tasks/finetune/selected.py``): its folder and files.
 SELECTED, HEAD_WEIGHTS, HEAD_CONFIG, RECORD = "selected", "head.safetensors", "head.json", "selected.json"
@@ -38,11 +38,20 @@ def read_selected(folder: Path) -> dict:
 def recipe_block(record: dict, kind: str, pooling: str, windows: tuple[int | None, int | None]) -> dict:
     """The ``clozeline`` block of config.json: the task kind, the pooling and the input cut of the evaluated
     model (the recipe's ``max_seq_len_tokens``, ``truncation``, ``head_tokens``; a tagger: tokenize's windows)."""
-    block = {"format": FORMAT, "kind": kind, "pooling": pooling, "entry_point": "clozeline.predict",
-             "run": record["run"], "seed": record["seed"]}  # fmt: skip
+    block = {
+        "format": FORMAT,
+        "kind": kind,
+        "pooling": pooling,
+        "entry_point": "clozeline.predict",
+        "run": record["run"],
+        "seed": record["seed"],
+    }
     if kind == "token_classification":
-        return block | {"label_scheme": "first subword of each word, in its max-context window",
-                        "window_tokens": windows[0], "window_overlap_tokens": windows[1]}  # fmt: skip
+        return block | {
+            "label_scheme": "first subword of each word, in its max-context window",
+            "window_tokens": windows[0],
+            "window_overlap_tokens": windows[1],
+        }
     return block | record["input"]
 
 
