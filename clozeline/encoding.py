@@ -1,7 +1,7 @@
 """The evaluated model's input, rebuilt for one document or one sentence: the cut finetune applied
 (``tasks.common.models.truncation``) and, for a tagger, the words' overlapping windows
 (``tasks.common.models.alignment``). ``clozeline.predict``'s pipelines call these in ``preprocess``; the ``block``
-argument is an export's checked recipe (``clozeline.predict.recipe``)."""
+argument is an export's checked recipe (``clozeline.recipe.recipe``)."""
 
 from __future__ import annotations
 

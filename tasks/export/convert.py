@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
-from clozeline.predict import FORMAT, RECIPE_KEY, head_layer
+from clozeline.recipe import FORMAT, RECIPE_KEY, head_layer
 from tasks.common.files.ioerrors import reading, reading_folder
 from tasks.common.models.encoders import encoder_from_folder
 

@@ -12,7 +12,8 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification, BertTokenizerFast
 
 from clozeline import entities
-from clozeline.predict import RECIPE_KEY, TOKEN_TASK, ExportError, load, main, predict_records
+from clozeline.predict import ExportError, load, main, predict_records
+from clozeline.recipe import RECIPE_KEY, TOKEN_TASK
 from tasks.export.rescore import compare
 
 NER_LABELS = ["O", "B-person", "I-person", "B-sportsteam", "I-sportsteam"]
@@ -38,16 +39,23 @@ def _export(folder, model_class, labels: list[str], always: str, block: dict):
 
 
 TAGGER = {"kind": "token_classification", "pooling": "token", "window_tokens": 8, "window_overlap_tokens": 2}
-CLASSIFIER = {"kind": "classification", "pooling": "mean", "max_seq_len_tokens": 16, "truncation": "head",
-              "head_tokens": 0}
+CLASSIFIER = {
+    "kind": "classification",
+    "pooling": "mean",
+    "max_seq_len_tokens": 16,
+    "truncation": "head",
+    "head_tokens": 0,
+}
 
 
 @pytest.fixture(scope="module")
 def tagger(tmp_path_factory):
     """Exports predicting ``B-person`` and ``I-sportsteam`` on every word."""
     root = tmp_path_factory.mktemp("tagger")
-    return {tag: _export(root / tag, BertForTokenClassification, NER_LABELS, tag, TAGGER)
-            for tag in ("B-person", "I-sportsteam")}
+    return {
+        tag: _export(root / tag, BertForTokenClassification, NER_LABELS, tag, TAGGER)
+        for tag in ("B-person", "I-sportsteam")
+    }
 
 
 def test_a_string_is_split_with_punctuation_off_and_each_word_has_its_offsets(tagger):
@@ -117,8 +125,11 @@ def test_an_unknown_argument_is_named(tagger):
 
 def test_a_string_given_as_split_words_is_an_error_not_a_word_per_character(tagger):
     # as the stock pipeline: it was tagged character by character, the spaces as [UNK] words
-    with pytest.raises(ValueError, match=rf"^{TOKEN_TASK}: is_split_into_words=True takes a list of words, got a "
-                                         r"string \('Saka scored'\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{TOKEN_TASK}: is_split_into_words=True takes a list of words, got a "
+        r"string \('Saka scored'\)",
+    ):
         tagger["B-person"]("Saka scored", is_split_into_words=True)
 
 
@@ -134,11 +145,15 @@ def test_the_command_line_tags_a_text_record_word_by_word_and_names_a_bad_record
     assert main([folder, "--input", str(lines), "--output", str(tmp_path / "out.jsonl")]) == 0
     found = json.loads((tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert (found["pred"], found["words"], found["offsets"]) == (
-        ["B-person"] * 3, ["Saka", "scored", "."], [[0, 4], [5, 11], [11, 12]])  # by hand
+        ["B-person"] * 3,
+        ["Saka", "scored", "."],
+        [[0, 4], [5, 11], [11, 12]],
+    )  # by hand
     lines.write_text('{"doc_id": "t", "text": "Saka"}\n{"doc_id": "e", "text": " "}\n', encoding="utf-8")
     assert main([folder, "--input", str(lines), "--output", str(tmp_path / "out.jsonl")]) == 1
-    assert capsys.readouterr().err == (f"clozeline.predict: {lines}: record 2 (doc_id 'e'): {TOKEN_TASK}: empty input "
-                                       "(' '): there is no word to tag\n")
+    assert capsys.readouterr().err == (
+        f"clozeline.predict: {lines}: record 2 (doc_id 'e'): {TOKEN_TASK}: empty input (' '): there is no word to tag\n"
+    )
 
 
 def test_a_folder_or_input_that_is_not_there_is_one_line_naming_it(tagger, tmp_path, capsys):
