@@ -9,8 +9,8 @@ swapped in by rename, so bad input never leaves a half-written output.
 
 Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``), and at least one
 document out (a source of none raises ``SourceError`` naming it and its drop counts, before anything is written).
-The metrics and log lines are ``tasks/ingest/report.py``; the NFC and whitespace rules of a text or a word list,
-``tasks/ingest/normalize.py``.
+The metrics and log lines are ``tasks/ingest/report.py``; a record's document row, with the NFC and whitespace
+rules of its text and words, ``tasks/ingest/normalize.py``.
 
 Incremental (``ingest.incremental``, ``tasks/ingest/cache.py``): each file (a builtin or ``hf_disk`` source as
 a whole) is read only when ``<data>/ingest_cache`` holds no entry for its content, spec and code; the steps
@@ -23,7 +23,7 @@ taken from the cache are logged.
 - ``tabular``: readers of record-shaped sources (JSON Lines, CSV, Parquet, a ``save_to_disk`` folder);
 - ``text``: readers of text-shaped sources (plain text, CoNLL IOB2);
 - ``builtin``: the corpora that ship inside registry packages, read offline;
-- ``normalize``: a record's text and words as ingest writes them;
+- ``normalize``: a record as ingest writes it: its document row, its text and words normalized;
 - ``cache``: incremental ingest, a per-unit cache so a run re-reads only new or changed files;
 - ``deps``: the check that every file source is a DVC dependency of the stage;
 - ``report``: the stage's metrics and log lines.
@@ -63,7 +63,7 @@ from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
 from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, shard_key, spec_facts
 from tasks.ingest.deps import check_declared_deps
-from tasks.ingest.normalize import normalize_text, normalize_tokens
+from tasks.ingest.normalize import outcome
 from tasks.ingest.records import Record, SourceError, match_files
 from tasks.ingest.report import log_drops, summarize
 
@@ -265,48 +265,6 @@ def check_unique_ids(name: str, ids: list[pa.ChunkedArray], places: list[pa.Chun
     for unit_ids, unit_places in zip(ids, places):
         for local_id, where in zip(unit_ids.to_pylist(), unit_places.to_pylist()):
             check_new_id(first_seen, name, local_id, where)
-
-
-def outcome(spec: SourceSpec, record: Record) -> Outcome:
-    """What ingest makes of one record (``build_row``)."""
-    reason, row, nfc_changed, whitespace_changed = build_row(spec, f"{spec.name}:{record.local_id}", record)
-    return Outcome(
-        record.local_id, record.where, reason, record.detail if reason else None, row, nfc_changed, whitespace_changed
-    )
-
-
-def build_row(spec: SourceSpec, doc_id: str, record: Record) -> tuple[str | None, dict[str, Any] | None, bool, bool]:
-    """``(drop reason, None, False, False)`` or ``(None, row, nfc_changed, whitespace_changed)``."""
-    if record.drop:
-        return record.drop, None, False, False
-    if record.text is None:
-        return "missing_text", None, False, False
-    text, nfc_changed, whitespace_changed = normalize_text(record.text)
-    meta = dict(record.meta)
-    if record.text_pair is not None:  # a pair's text is both texts, so dedup and leakage match the whole pair
-        second, nfc_pair, space_pair = normalize_text(record.text_pair)
-        meta["text_pair"] = [text, second]
-        text = f"{text}\n\n{second}" if text and second else ""  # a pair with an empty side is dropped as empty
-        nfc_changed, whitespace_changed = nfc_changed or nfc_pair, whitespace_changed or space_pair
-    if not text:
-        return "empty", None, False, False
-    if nfc_changed:
-        meta["raw_text"] = record.text  # kept only when normalization changed more than whitespace
-    tokens = normalize_tokens(record.tokens, record.where)
-    if tokens is not None:
-        text = " ".join(tokens)  # token-labelled text is its (NFC) words joined by one space
-    row = {
-        "doc_id": doc_id,
-        "source": spec.name,
-        "role": spec.role,
-        "text": text,
-        "label": record.label,
-        "group": record.group if record.group is not None else doc_id,
-        "tokens": tokens,
-        "tags": record.tags,
-        "meta": json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str),
-    }
-    return None, row, nfc_changed, whitespace_changed
 
 
 def sample(

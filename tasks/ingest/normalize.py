@@ -1,12 +1,17 @@
-"""A record's text and words as ingest writes them: Unicode NFC, whitespace normalized (``normalize_text``), and
-each word of token-labelled data checked (``normalize_tokens``)."""
+"""A record as ingest writes it: its document row (``build_row``; ``outcome``, what ingest makes of the record), its
+text in Unicode NFC with whitespace normalized (``normalize_text``) and each word of token-labelled data checked
+(``normalize_tokens``)."""
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
+from typing import Any
 
-from tasks.ingest.records import SourceError
+from tasks.config.corpus.ingest import SourceSpec
+from tasks.ingest.cache import Outcome
+from tasks.ingest.records import Record, SourceError
 
 _BLANK_LINES = re.compile(r"\n{3,}")
 
@@ -36,3 +41,45 @@ def normalize_tokens(tokens: list[str] | None, where: str) -> list[str] | None:
     if bad is not None:
         raise SourceError(f"{where}: word {bad!r} is empty or holds whitespace")
     return words
+
+
+def outcome(spec: SourceSpec, record: Record) -> Outcome:
+    """What ingest makes of one record (``build_row``)."""
+    reason, row, nfc_changed, whitespace_changed = build_row(spec, f"{spec.name}:{record.local_id}", record)
+    return Outcome(
+        record.local_id, record.where, reason, record.detail if reason else None, row, nfc_changed, whitespace_changed
+    )
+
+
+def build_row(spec: SourceSpec, doc_id: str, record: Record) -> tuple[str | None, dict[str, Any] | None, bool, bool]:
+    """``(drop reason, None, False, False)`` or ``(None, row, nfc_changed, whitespace_changed)``."""
+    if record.drop:
+        return record.drop, None, False, False
+    if record.text is None:
+        return "missing_text", None, False, False
+    text, nfc_changed, whitespace_changed = normalize_text(record.text)
+    meta = dict(record.meta)
+    if record.text_pair is not None:  # a pair's text is both texts, so dedup and leakage match the whole pair
+        second, nfc_pair, space_pair = normalize_text(record.text_pair)
+        meta["text_pair"] = [text, second]
+        text = f"{text}\n\n{second}" if text and second else ""  # a pair with an empty side is dropped as empty
+        nfc_changed, whitespace_changed = nfc_changed or nfc_pair, whitespace_changed or space_pair
+    if not text:
+        return "empty", None, False, False
+    if nfc_changed:
+        meta["raw_text"] = record.text  # kept only when normalization changed more than whitespace
+    tokens = normalize_tokens(record.tokens, record.where)
+    if tokens is not None:
+        text = " ".join(tokens)  # token-labelled text is its (NFC) words joined by one space
+    row = {
+        "doc_id": doc_id,
+        "source": spec.name,
+        "role": spec.role,
+        "text": text,
+        "label": record.label,
+        "group": record.group if record.group is not None else doc_id,
+        "tokens": tokens,
+        "tags": record.tags,
+        "meta": json.dumps(meta, sort_keys=True, ensure_ascii=False, default=str),
+    }
+    return None, row, nfc_changed, whitespace_changed

@@ -403,7 +403,7 @@ def test_normalize_text_equals_the_three_regex_rule_on_every_kind_of_whitespace(
     import random
     import re
 
-    from tasks.ingest import normalize_text
+    from tasks.ingest.normalize import normalize_text
 
     horizontal, around_newline, blank_lines = re.compile(r"[^\S\n]+"), re.compile(r" ?\n ?"), re.compile(r"\n{3,}")
 
