@@ -7,6 +7,10 @@
 - ``encoding``: the evaluated model's input rebuilt for one document or one sentence (cut, tagger windows).
 - ``entities``: words in, entities out, for the NER pipeline.
 - ``errors``: ``ExportError``, raised by an export folder that does not load.
+- ``alignment``: subword <-> word alignment and IOB2 tags (the tokenize and finetune stages use it too).
+- ``truncation``: how a document or a pair is cut to the model's length (the finetune stage uses it too, so an
+  export sees exactly the input the evaluated model saw).
 
-The pipeline itself lives in ``tasks/`` (the stages) and ``flows/`` (the Prefect flow).
+The pipeline itself lives in ``tasks/`` (the stages) and ``flows/`` (the Prefect flow); both import this package,
+which imports neither.
 """

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from clozeline.errors import ExportError
-from tasks.common.models.truncation import cut, cut_pair
+from clozeline.truncation import cut, cut_pair
 
 BASELINE_FILE, BASELINE_RECORD = "model.skops", "baseline.json"
 #: The only types a baseline file may hold: scikit-learn, NumPy, SciPy and builtins (skops refuses the rest).
@@ -58,7 +58,7 @@ def predict_baseline(model, record: dict, records: list[dict], folder: str | Pat
 
 def _cut_reader(record: dict, folder: str | Path | None):
     """None for a full-text baseline; else a function ``item -> text``: the item encoded by the tokenizer in
-    ``folder`` (a pair as a pair), cut as the arms cut it (``tasks.common.models.truncation``) and decoded without
+    ``folder`` (a pair as a pair), cut as the arms cut it (``clozeline.truncation``) and decoded without
     special tokens, as ``tasks.finetune.baselines.tfidf.arm_inputs`` built the baseline's train text. Raises
     ``ExportError`` when the cut needs a folder and none is given."""
     cut_cfg = record.get("cut")

@@ -1,6 +1,6 @@
 """The evaluated model's input, rebuilt for one document or one sentence: the cut finetune applied
-(``tasks.common.models.truncation``) and, for a tagger, the words' overlapping windows
-(``tasks.common.models.alignment``). ``clozeline.predict``'s pipelines call these in ``preprocess``; the ``block``
+(``clozeline.truncation``) and, for a tagger, the words' overlapping windows
+(``clozeline.alignment``). ``clozeline.predict``'s pipelines call these in ``preprocess``; the ``block``
 argument is an export's checked recipe (``clozeline.recipe.recipe``)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from tasks.common.models import alignment
-from tasks.common.models.truncation import cut, cut_pair
+from clozeline import alignment
+from clozeline.truncation import cut, cut_pair
 
 
 def encode_document(tokenizer, inputs: str | dict, block: dict) -> dict[str, torch.Tensor]:

@@ -19,7 +19,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from clozeline import entities
 from clozeline.encoding import encode_document, encode_words
 from clozeline.recipe import AGGREGATIONS, TEXT_TASK, TOKEN_TASK, logits, recipe
-from tasks.common.models import alignment
+from clozeline import alignment
 
 
 class ClozelineTextClassificationPipeline(TextClassificationPipeline):

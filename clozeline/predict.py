@@ -45,7 +45,7 @@ when it is the best run on dev) runs through the same command line; ``clozeline.
 with skops, trusting scikit-learn, NumPy and SciPy types only (never pickle).
 
 This module needs torch, transformers, tokenizers and seqeval (and of this package ``clozeline.encoding``, the
-input cut and NER windows finetune applies, ``tasks.common.models.alignment`` and ``clozeline.entities``; skops for a
+input cut and NER windows finetune applies, ``clozeline.alignment`` and ``clozeline.entities``; skops for a
 baseline, ``clozeline.baseline``). A folder that does not load, or whose labels or recipe are inconsistent,
 raises ``ExportError`` with a one-line message naming the folder; an empty input or an argument the pipeline
 does not take raises ``ValueError`` with one line.

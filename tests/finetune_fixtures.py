@@ -11,7 +11,7 @@ import datasets
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-from tasks.common.models import alignment
+from clozeline import alignment
 from tasks.common.models.encoders import write_pretraining_record
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
@@ -59,7 +59,7 @@ NER_SENTENCES = [
 
 
 def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
-    """Windowed sentences built with ``tasks.common.models.alignment`` exactly as the tokenize contract describes."""
+    """Windowed sentences built with ``clozeline.alignment`` exactly as the tokenize contract describes."""
     names = alignment.label_names([t for _, tags in NER_SENTENCES for t in tags])
     label2id = {n: i for i, n in enumerate(names)}
     rows = []

@@ -1,7 +1,8 @@
 """Code that several stages share, grouped by concern (a stage's own parts live in its package):
 
 - ``matching/``: near-duplicate matching of dedup and leakage (normal form, MinHash, exact Jaccard, union-find);
-- ``models/``: encoders, subword alignment, truncation, the kept vocabulary, optimiser groups;
+- ``models/``: encoders, the kept vocabulary, optimiser groups (subword alignment and truncation are the
+  shipped package's, ``clozeline``: training and serving cut and align text with the same code);
 - ``runtime/``: the device, the garbage-collector pause, the Ray cluster;
 - ``files/``: per-source Parquet, shards, one-line I/O errors, fingerprint-stamped caches;
 - ``stats``: the one Student-t interval (finetune, report);

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
 
-from tasks.common.models.truncation import cut, cut_pair
+from clozeline.truncation import cut, cut_pair
 
 SELECT_METRIC = "macro_f1"  # dev metric for early stopping
 METRIC_IMPLEMENTATIONS = {

@@ -18,7 +18,7 @@ import torch
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2, Entities
 
-from tasks.common.models.alignment import IGNORE, words_from_windows
+from clozeline.alignment import IGNORE, words_from_windows
 
 SELECT_METRIC = "entity_f1"  # dev metric for early stopping
 _SEQEVAL = "seqeval.metrics.classification_report(mode='strict', scheme=IOB2)['micro avg']"

@@ -12,7 +12,7 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
   as ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids``) with their ``text`` and ``n_tokens_full`` (finetune
   cuts them to its own length: head, head + tail, or longest first for pairs).
 - ``data/tokenize/<task>/<tok>/{train,dev,test}`` for a token_classification task: one row per window,
-  ``labels_first`` and ``labels_all`` (see ``tasks/common/models/alignment.py``); long sentences become overlapping
+  ``labels_first`` and ``labels_all`` (see ``clozeline/alignment.py``); long sentences become overlapping
   windows, so no gold word is lost (a word longer than a window alone keeps its first subwords, counted).
 
 Incremental (``tokenize.incremental``, ``tasks/tokenize/cache.py``: the rule): the pretraining texts' ids are

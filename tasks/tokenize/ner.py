@@ -11,7 +11,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from tasks.common.files.parquet import read_clean_source
-from tasks.common.models import alignment
+from clozeline import alignment
 from tasks.config import Paths
 from tasks.config.corpus.split import TASK_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams

@@ -16,7 +16,7 @@ Rule. This is the same as ``tasks/tokenize/cache.py``'s rule. Every input is enc
 - the tokenizer as it encodes, and the ``tokenizers`` version (from ``cache.fingerprint``);
 - the tokenize params that can change an id;
 - the code that encodes: the sha256 of this module's import closure (``imports.closure_fingerprint``: ``cls.py``,
-  ``ner.py``, ``tasks/common/models/alignment.py`` (which words get ``[UNK]``) and whatever else importing it runs,
+  ``ner.py``, ``clozeline/alignment.py`` (which words get ``[UNK]``) and whatever else importing it runs,
   computed, never listed);
 - the ``transformers`` version (the task inputs go through its tokenizer wrapper: templates, ``word_ids``).
 

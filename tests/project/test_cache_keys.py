@@ -58,7 +58,7 @@ CACHES = {
     "tokenize_ids": (["tasks.tokenize.cache"], ["tasks/tokenize/pretrain.py"],
                      "tokenize_cache.fingerprint(word_level, P.tokenize)"),
     "tokenize_tasks": (["tasks.tokenize.task_cache", "tasks.tokenize.cls", "tasks.tokenize.ner"],
-                       ["tasks/tokenize/cls.py", "tasks/tokenize/ner.py", "tasks/common/models/alignment.py"],
+                       ["tasks/tokenize/cls.py", "tasks/tokenize/ner.py", "clozeline/alignment.py"],
                        "task_cache.fingerprint(wrapped, P.tokenize)"),
 }
 

@@ -13,8 +13,8 @@ from transformers import AutoTokenizer
 
 from tasks import tokenize as stage
 from tasks import tokenizer as tokenizer_stage
-from tasks.common.models import alignment
-from tasks.common.models.alignment import IGNORE
+from clozeline import alignment
+from clozeline.alignment import IGNORE
 from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
 from tasks.tokenize.ner import encode_words, ner_windows
 from tasks.tokenize.pretrain import block_sources, plain_encoder, tokenize_docs

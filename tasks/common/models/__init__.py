@@ -2,8 +2,6 @@
 
 - ``encoders``: tokenizers and the pretrained / adapted / random / reference encoders (tokenizer, tokenize,
   pretrain, finetune, probe);
-- ``alignment``: subword <-> word alignment and IOB2 (tokenize, finetune);
-- ``truncation``: how a text is cut to the encoder's length;
 - ``vocab_ledger``: the kept vocabulary of scheduled runs;
 - ``optim``: AdamW parameter groups without decay on biases and LayerNorm (pretrain, finetune).
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from tasks.common.models.alignment import repair_iob2
+from clozeline.alignment import repair_iob2
 
 #: lookup -> the tables it consults, in order: ``str`` keeps the word as written, ``lower`` lowercases it.
 LOOKUPS: dict[str, tuple[str, ...]] = {"cased": ("cased",), "lowercased": ("lower",),

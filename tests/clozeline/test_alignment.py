@@ -1,4 +1,4 @@
-"""Hand-worked tests of subword <-> word alignment (tasks/common/models/alignment.py)."""
+"""Hand-worked tests of subword <-> word alignment (clozeline/alignment.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from seqeval.metrics.sequence_labeling import get_entities
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from tasks.common.models import alignment
-from tasks.common.models.alignment import IGNORE
+from clozeline import alignment
+from clozeline.alignment import IGNORE
 
 LABELS = ["O", "B-ORG", "I-ORG"]
 L2I = {name: i for i, name in enumerate(LABELS)}
