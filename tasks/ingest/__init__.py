@@ -26,7 +26,7 @@ taken from the cache are logged.
 - ``normalize``: a record as ingest writes it: its document row, its text and words normalized;
 - ``cache``: incremental ingest, a per-unit cache so a run re-reads only new or changed files;
 - ``deps``: the check that every file source is a DVC dependency of the stage;
-- ``report``: the stage's metrics and log lines.
+- ``report``: what one source produced (``SourceResult``), and the stage's metrics and log lines.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -63,30 +62,9 @@ from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
 from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, shard_key, spec_facts
 from tasks.ingest.deps import check_declared_deps
-from tasks.ingest.normalize import outcome
+from tasks.ingest.normalize import ROW_SCHEMA, no_rows, outcome
 from tasks.ingest.records import Record, SourceError, match_files
-from tasks.ingest.report import log_drops, summarize
-
-ROW_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("source", pa.string()),
-        ("role", pa.string()),
-        ("text", pa.string()),
-        ("label", pa.string()),
-        ("group", pa.string()),
-        ("tokens", pa.list_(pa.string())),
-        ("tags", pa.list_(pa.string())),
-        ("meta", pa.string()),
-    ]
-)
-ROW_STRUCT = pa.struct(list(ROW_SCHEMA))
-
-
-def no_rows() -> pa.Table:
-    """An empty ``ROW_SCHEMA`` table (``Schema.empty_table`` builds it from Python lists, which imports pandas)."""
-    return pa.Table.from_batches([], ROW_SCHEMA)
-
+from tasks.ingest.report import SourceResult, log_drops, summarize
 
 #: Readers of the kinds read file by file: ``reader(spec, [(path, name), ...])``.
 FILE_READERS: dict[type, Callable[[Any, list[tuple[Path, str]]], Iterator[Record]]] = {
@@ -98,19 +76,6 @@ FILE_READERS: dict[type, Callable[[Any, list[tuple[Path, str]]], Iterator[Record
 }
 DROPPED_FILE = "dropped.jsonl"
 DROP_COLUMNS = ("local_id", "where", "drop", "detail")  # of an outcome table, as drop_entry takes them
-
-
-@dataclass
-class SourceResult:
-    """What one source produced: its rows (input order, ``ROW_SCHEMA``), dropped entries, counters and the paths
-    its file search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
-
-    name: str
-    rows: pa.Table = field(default_factory=no_rows)
-    units: list[tuple[str, pa.Table]] = field(default_factory=list)  # (shard key, rows): ``rows`` unit by unit
-    dropped: list[dict[str, Any]] = field(default_factory=list)
-    counts: Counter = field(default_factory=Counter)
-    skipped_paths: list[tuple[str, str]] = field(default_factory=list)
 
 
 def run(cfg: IngestParams, paths: Paths, log: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""A record as ingest writes it: its document row (``build_row``; ``outcome``, what ingest makes of the record), its
-text in Unicode NFC with whitespace normalized (``normalize_text``) and each word of token-labelled data checked
-(``normalize_tokens``)."""
+"""A record as ingest writes it: the document row contract (``ROW_SCHEMA``), its row (``build_row``; ``outcome``,
+what ingest makes of the record), its text in Unicode NFC with whitespace normalized (``normalize_text``) and each
+word of token-labelled data checked (``normalize_tokens``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,31 @@ import re
 import unicodedata
 from typing import Any
 
+import pyarrow as pa
+
 from tasks.config.corpus.ingest import SourceSpec
 from tasks.ingest.cache import Outcome
 from tasks.ingest.records import Record, SourceError
+
+ROW_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("label", pa.string()),
+        ("group", pa.string()),
+        ("tokens", pa.list_(pa.string())),
+        ("tags", pa.list_(pa.string())),
+        ("meta", pa.string()),
+    ]
+)
+
+
+def no_rows() -> pa.Table:
+    """An empty ``ROW_SCHEMA`` table (``Schema.empty_table`` builds it from Python lists, which imports pandas)."""
+    return pa.Table.from_batches([], ROW_SCHEMA)
+
 
 _BLANK_LINES = re.compile(r"\n{3,}")
 

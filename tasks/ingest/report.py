@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
-if TYPE_CHECKING:
-    from tasks.ingest import SourceResult
+from tasks.ingest.normalize import no_rows
 
 SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are in dropped.jsonl)
+
+
+@dataclass
+class SourceResult:
+    """What one source produced: its rows (input order, ``ROW_SCHEMA``), dropped entries, counters and the paths
+    its file search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
+
+    name: str
+    rows: pa.Table = field(default_factory=no_rows)
+    units: list[tuple[str, pa.Table]] = field(default_factory=list)  # (shard key, rows): ``rows`` unit by unit
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+    skipped_paths: list[tuple[str, str]] = field(default_factory=list)
 
 
 def source_metrics(result: SourceResult) -> dict[str, Any]:

@@ -9,7 +9,8 @@ resolved). The checks:
   or a subfolder), the graph among a package's children is acyclic (no import that runs back up);
 - nothing inside a package imports a name from that package's ``__init__`` or an ancestor's (a sibling submodule
   through ``from pkg import submodule`` is fine);
-- no import inside a function, except the heavy optional third-party modules of ``LAZY``;
+- no import inside a function, except the heavy optional third-party modules of ``LAZY`` (and the project's
+  torch wrapper, ``LAZY_PROJECT``, in a data stage);
 - at most ``MAX_FILES`` files at one folder level under ``tasks/``;
 - every package's ``__init__`` docstring names each module (````name````) and subpackage (````name/````) it holds.
 
@@ -53,6 +54,9 @@ LAZY = frozenset(
         "prefect",
     }
 )
+#: Project modules that import torch at their top: a data stage (leakage's semantic pass) loads them only where its
+#: model path runs, as it does torch itself ("torch in a data stage", issue 60).
+LAZY_PROJECT = frozenset({"tasks.common.runtime.device"})
 MAX_FILES = 12
 
 
@@ -227,7 +231,7 @@ def function_imports(tree: Tree) -> list[str]:
         dict.fromkeys(
             f"{tree.rel(imp.importer)}:{imp.line} imports {imp.target} inside a function"
             for imp in tree.imports
-            if imp.in_function and imp.target.split(".")[0] not in LAZY
+            if imp.in_function and imp.target.split(".")[0] not in LAZY and imp.target not in LAZY_PROJECT
         )
     )
 
