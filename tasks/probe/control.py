@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the stage's package imports this module; the dataclass is only a type here
-    from tasks.probe import ProbeSentence
+if TYPE_CHECKING:
+    from tasks.probe.probe_set import ProbeSentence
 
 MAX_ATTEMPTS = 100  # redraws of an identity order; 2 distinct context words reach a non-identity by then
 

@@ -13,8 +13,9 @@ import matplotlib
 
 from tasks.probe.scores import DECIMALS, SCORES
 
-if TYPE_CHECKING:  # the stage's package imports this module; these are only types here
-    from tasks.probe import Batch, ProbeSentence
+if TYPE_CHECKING:
+    from tasks.probe.probe_set import ProbeSentence
+    from tasks.probe.vectors import Batch
 
 PLOT_COLUMNS = 4  # panels per row of the figure
 #: The two sets of sentences every variant is scored on: the probe set and its shuffled-context control.
@@ -28,10 +29,17 @@ def target_rows(variant: str, tokenizer, batches: Sequence[Batch], rows: Sequenc
     for row, (batch, i) in zip(rows, located, strict=True):
         tokens = batch.target_tokens[i]
         pieces = tokenizer.convert_ids_to_tokens(batch.inputs["input_ids"][i, tokens].tolist())
-        out.append({
-            "variant": variant, "word": row.word, "sense": row.sense, "line": row.line,
-            "first_token_position": tokens[0], "n_subwords": len(tokens), "subwords": " ".join(pieces),
-        })
+        out.append(
+            {
+                "variant": variant,
+                "word": row.word,
+                "sense": row.sense,
+                "line": row.line,
+                "first_token_position": tokens[0],
+                "n_subwords": len(tokens),
+                "subwords": " ".join(pieces),
+            }
+        )
     return out
 
 
@@ -44,8 +52,15 @@ def write_layer_table(path: Path, models: dict[str, dict[str, dict]]) -> None:
             model = models[condition][variant]
             for word, table in {"mean": model, **model["per_word"]}.items():
                 for layer in range(model["layers"]):
-                    rows.append({"variant": variant, "condition": condition, "word": word, "layer": layer,
-                                 **{name: f"{table[name][layer]:.{DECIMALS}f}" for name in SCORES}})
+                    rows.append(
+                        {
+                            "variant": variant,
+                            "condition": condition,
+                            "word": word,
+                            "layer": layer,
+                            **{name: f"{table[name][layer]:.{DECIMALS}f}" for name in SCORES},
+                        }
+                    )
     write_tsv(path, rows)
 
 
@@ -85,12 +100,19 @@ def plot_separation(models: dict[str, dict[str, dict]], path: Path) -> None:
             for condition, style in zip(CONDITIONS, ("-", "--")):
                 model = models[condition][variant]
                 values = model["separation"] if word is None else model["per_word"][word]["separation"]
-                ax.plot(range(model["layers"]), values, style, color=f"C{colour}", marker="o", markersize=3,
-                        label=f"{variant} ({condition})")
+                ax.plot(
+                    range(model["layers"]),
+                    values,
+                    style,
+                    color=f"C{colour}",
+                    marker="o",
+                    markersize=3,
+                    label=f"{variant} ({condition})",
+                )
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_title(title)
         ax.xaxis.get_major_locator().set_params(integer=True)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.axis("off")
     fig.supxlabel("layer (0 = static embeddings: differences come from position only); dashed: shuffled context")
     axes[0][0].set_ylabel("within - across sense cosine")

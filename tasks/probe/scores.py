@@ -10,16 +10,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the stage's package imports this module; the dataclass is only a type here
-    from tasks.probe import ProbeSentence
+from tasks.probe.probe_set import words_of
+
+if TYPE_CHECKING:
+    from tasks.probe.probe_set import ProbeSentence
 
 DECIMALS = 6  # rounding of every score written out, so reruns are byte-identical
 SCORES = ("within", "across", "separation", "knn_accuracy")
-
-
-def words_of(rows: Sequence[ProbeSentence]) -> list[str]:
-    """The probe words in order of first appearance."""
-    return list(dict.fromkeys(row.word for row in rows))
 
 
 def cosine_matrix(vectors: np.ndarray) -> np.ndarray:

@@ -56,8 +56,14 @@ class ConstantHead(torch.nn.Module):
 
 def tiny_mlm(vocab_size: int, seed: int = 0) -> BertForMaskedLM:
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     return BertForMaskedLM(config).eval()
 
 
@@ -65,12 +71,19 @@ def test_pll_equals_masking_one_token_at_a_time(tokenizer):
     model = tiny_mlm(len(tokenizer))
     sentences = ["The ship entered the port.", "A robin is a bird.", "Keys open doors quickly today."]
     enc = tokenizer(sentences, return_special_tokens_mask=True)
-    got = pairs.pseudo_log_likelihoods(model, enc["input_ids"], enc["special_tokens_mask"],
-                                       tokenizer.mask_token_id, tokenizer.pad_token_id, batch_size=4, device=CPU)
+    got = pairs.pseudo_log_likelihoods(
+        model,
+        enc["input_ids"],
+        enc["special_tokens_mask"],
+        tokenizer.mask_token_id,
+        tokenizer.pad_token_id,
+        batch_size=4,
+        device=CPU,
+    )
     for i, ids in enumerate(enc["input_ids"]):
         expected = 0.0
         for pos in range(1, len(ids) - 1):  # [CLS] ... [SEP]: every content token, one at a time, no padding
-            masked = torch.tensor([ids[:pos] + [tokenizer.mask_token_id] + ids[pos + 1:]])
+            masked = torch.tensor([ids[:pos] + [tokenizer.mask_token_id] + ids[pos + 1 :]])
             with torch.no_grad():
                 logits = model(input_ids=masked).logits[0, pos]
             expected += torch.log_softmax(logits.double(), dim=-1)[ids[pos]].item()
@@ -132,8 +145,9 @@ def test_shipped_set_has_every_phenomenon_and_one_word_differences():
 
 def test_unigram_log_probs_are_add_one_smoothed_counts(tmp_path):
     folder = tmp_path / "train"
-    datasets.Dataset.from_dict({"input_ids": [[0, 5, 5, 6, 1], [0, 6, 5, 1, 2]],
-                                "special_tokens_mask": [[1, 0, 0, 0, 1], [1, 0, 0, 1, 1]]}).save_to_disk(folder)
+    datasets.Dataset.from_dict(
+        {"input_ids": [[0, 5, 5, 6, 1], [0, 6, 5, 1, 2]], "special_tokens_mask": [[1, 0, 0, 0, 1], [1, 0, 0, 1, 1]]}
+    ).save_to_disk(folder)
     got = pairs.unigram_log_probs(folder, vocab_size=7)
     counts = np.array([1, 1, 1, 1, 1, 1 + 3, 1 + 2], dtype=float)  # specials are not counted
     assert got == pytest.approx(np.log(counts / counts.sum()))

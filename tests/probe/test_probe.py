@@ -22,9 +22,9 @@ from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
 from tasks import probe
 from tasks.common.models.encoders import load_masked_lm, load_tokenizer, model_dir, write_pretraining_record
 from tasks.config import read_yaml
-from tasks.config.paths import Paths
 from tasks.config.model.probe import ProbeParams
-from tasks.probe import pairs
+from tasks.config.paths import Paths
+from tasks.probe import pairs, probe_set, vectors as probe_vectors
 from tasks.probe import scores as probe_scores
 from tasks.tracking import NullLog
 from test_probe_pll import full_logits_pll  # same folder: pytest puts it on sys.path
@@ -37,11 +37,20 @@ CPU = torch.device("cpu")
 
 
 def make_cfg(senses_file: Path = SHIPPED, **changes) -> ProbeParams:
-    values = dict(senses_file=senses_file, variants=["pretrained", "random", "reference"], random_init_seed=0,
-                  batch_size_sentences=32, max_seq_len_tokens=128, min_sentences_per_sense=8, shuffle_seed=0,
-                  pairs_file=PAIRS,
-                  pair_variants=["pretrained", "random", "unigram"], pairs_batch_size=256, min_pairs_per_phenomenon=20,
-                  hardware={"device": "cpu"})  # pinned: on a GPU host auto would mean bf16 (tests/probe/test_probe_gpu.py)
+    values = dict(
+        senses_file=senses_file,
+        variants=["pretrained", "random", "reference"],
+        random_init_seed=0,
+        batch_size_sentences=32,
+        max_seq_len_tokens=128,
+        min_sentences_per_sense=8,
+        shuffle_seed=0,
+        pairs_file=PAIRS,
+        pair_variants=["pretrained", "random", "unigram"],
+        pairs_batch_size=256,
+        min_pairs_per_phenomenon=20,
+        hardware={"device": "cpu"},
+    )  # pinned: on a GPU host auto would mean bf16 (tests/probe/test_probe_gpu.py)
     return ProbeParams(**{**values, **changes})
 
 
@@ -56,12 +65,25 @@ def save_tiny_pretrained(folder: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     texts = [json.loads(line)["sentence"] for line in SHIPPED.read_text(encoding="utf-8").splitlines()]
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=400, special_tokens=SPECIALS))
-    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
-                                                   ("[CLS]", tok.token_to_id("[CLS]")))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
-    config = BertConfig(vocab_size=len(fast), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    tok.post_processor = processors.BertProcessing(
+        ("[SEP]", tok.token_to_id("[SEP]")), ("[CLS]", tok.token_to_id("[CLS]"))
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    config = BertConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(1)
     BertForMaskedLM(config).save_pretrained(folder)
     fast.save_pretrained(folder)
@@ -96,22 +118,25 @@ def full_run(tiny_root) -> dict:
 @pytest.fixture(scope="module")
 def loaded(tiny_root) -> dict:
     """Encoder and tokenizer per variant, loaded once for the module."""
-    return {variant: probe.load_variant(variant, tiny_root / "models", seed=0, device=CPU)
-            for variant in ("pretrained", "reference")}
+    return {
+        variant: probe_vectors.load_variant(variant, tiny_root / "models", seed=0, device=CPU)
+        for variant in ("pretrained", "reference")
+    }
 
 
 @pytest.mark.parametrize("variant", ["pretrained", "reference"])
 def test_layer_count_and_last_layer_is_last_hidden_state(loaded, variant):
     encoder, tokenizer = loaded[variant]
-    rows = probe.read_probe_set(SHIPPED, 8)[:5]
-    batch = probe.encode(tokenizer, rows, batch_size=5, max_seq_len_tokens=128)[0]
-    states = probe.hidden_layers(encoder, batch.inputs)
+    rows = probe_set.read_probe_set(SHIPPED, 8)[:5]
+    batch = probe_vectors.encode(tokenizer, rows, batch_size=5, max_seq_len_tokens=128)[0]
+    states = probe_vectors.hidden_layers(encoder, batch.inputs)
     assert states.shape[0] == encoder.config.num_hidden_layers + 1
     assert states.shape[0] == {"pretrained": 3, "reference": 7}[variant]
     with torch.no_grad():
         out = encoder(**batch.inputs)
-        embeddings = encoder.embeddings(input_ids=batch.inputs["input_ids"],
-                                        token_type_ids=batch.inputs.get("token_type_ids"))
+        embeddings = encoder.embeddings(
+            input_ids=batch.inputs["input_ids"], token_type_ids=batch.inputs.get("token_type_ids")
+        )
     torch.testing.assert_close(states[-1], out.last_hidden_state)
     torch.testing.assert_close(states[0], embeddings)  # layer 0 is the embedding output
     assert not encoder.training
@@ -120,28 +145,43 @@ def test_layer_count_and_last_layer_is_last_hidden_state(loaded, variant):
 def test_target_vector_is_mean_of_its_subwords_and_ignores_padding(loaded):
     encoder, tokenizer = loaded["reference"]
     text = "He caught a largemouth bass near the reeds."
-    row = probe.ProbeSentence("largemouth", "fish", text, 1, text.index("largemouth"), text.index(" bass"))
-    longer = probe.parse_row(json.dumps({"word": "bank", "sense": "river", "sentence":
-                                         "We sat for hours on the grassy bank of the slow, wide, muddy river."}),
-                             Path("x.jsonl"), 2)
-    batch = probe.encode(tokenizer, [row], batch_size=1, max_seq_len_tokens=64)[0]
+    row = probe_set.ProbeSentence("largemouth", "fish", text, 1, text.index("largemouth"), text.index(" bass"))
+    longer = probe_set.parse_row(
+        json.dumps(
+            {
+                "word": "bank",
+                "sense": "river",
+                "sentence": "We sat for hours on the grassy bank of the slow, wide, muddy river.",
+            }
+        ),
+        Path("x.jsonl"),
+        2,
+    )
+    batch = probe_vectors.encode(tokenizer, [row], batch_size=1, max_seq_len_tokens=64)[0]
     pieces = tokenizer.convert_ids_to_tokens(batch.inputs["input_ids"][0, batch.target_tokens[0]].tolist())
     assert pieces == ["large", "##mouth"]  # found by offsets, two subwords
-    states = probe.hidden_layers(encoder, batch.inputs)
+    states = probe_vectors.hidden_layers(encoder, batch.inputs)
     expected = states[:, 0, batch.target_tokens[0]].mean(dim=1).double().numpy()
-    alone = probe.target_vectors(encoder, [batch], CPU, desc="t")[:, 0]
-    padded = probe.target_vectors(encoder, probe.encode(tokenizer, [row, longer], 2, 64), CPU, desc="t")[:, 0]
+    alone = probe_vectors.target_vectors(encoder, [batch], CPU, desc="t")[:, 0]
+    padded = probe_vectors.target_vectors(
+        encoder, probe_vectors.encode(tokenizer, [row, longer], 2, 64), CPU, desc="t"
+    )[:, 0]
     np.testing.assert_allclose(alone, expected, rtol=0, atol=1e-6)
     np.testing.assert_allclose(padded, alone, rtol=0, atol=1e-4)
 
 
 def test_tokenizer_that_glues_word_to_neighbour_is_rejected():
     text = "the port."
-    row = probe.ProbeSentence("port", "harbour", text, 7, 4, 8)
+    row = probe_set.ProbeSentence("port", "harbour", text, 7, 4, 8)
     glued = [[0, 0], [0, 3], [4, 9], [0, 0]]  # one token "port." spans past the word
     with pytest.raises(ValueError, match="line 7"):
-        probe.word_tokens(row, glued, [None, 0, 1, None])
-    assert probe.word_tokens(row, [[0, 0], [0, 3], [4, 6], [6, 8], [8, 9], [0, 0]], [None, 0, 1, 1, 2, None]) == [2, 3]
+        probe_vectors.word_tokens(row, glued, [None, 0, 1, None])
+    assert probe_vectors.word_tokens(
+        row, [[0, 0], [0, 3], [4, 6], [6, 8], [8, 9], [0, 0]], [None, 0, 1, 1, 2, None]
+    ) == [
+        2,
+        3,
+    ]
 
 
 # --- scores ------------------------------------------------------------------------------------------------
@@ -179,10 +219,25 @@ def test_knn_matches_sklearn_leave_one_out():
 
 
 def test_layer_scores_average_words_equally():
-    rows = [probe.ProbeSentence(w, s, f"{w}", i, 0, len(w)) for i, (w, s) in
-            enumerate([("p", "a"), ("p", "a"), ("p", "b"), ("p", "b"), ("q", "a"), ("q", "a"), ("q", "b"), ("q", "b")])]
-    layer = np.array([[1, 0], [1, 0], [0, 1], [0, 1],  # p: within 1, across 0
-                      [1, 0], [1, 0], [1, 0], [1, 0]], dtype=float)  # q: within 1, across 1
+    rows = [
+        probe_set.ProbeSentence(w, s, f"{w}", i, 0, len(w))
+        for i, (w, s) in enumerate(
+            [("p", "a"), ("p", "a"), ("p", "b"), ("p", "b"), ("q", "a"), ("q", "a"), ("q", "b"), ("q", "b")]
+        )
+    ]
+    layer = np.array(
+        [
+            [1, 0],
+            [1, 0],
+            [0, 1],
+            [0, 1],  # p: within 1, across 0
+            [1, 0],
+            [1, 0],
+            [1, 0],
+            [1, 0],
+        ],
+        dtype=float,
+    )  # q: within 1, across 1
     model = probe.layer_scores(np.stack([layer, layer]), rows)
     assert model["layers"] == 2
     assert model["per_word"]["p"]["separation"] == [1.0, 1.0]
@@ -205,7 +260,7 @@ def test_shipped_probe_set_counts_and_single_occurrence():
         tokens = re.findall(r"[\w']+", row["sentence"].lower())
         assert tokens.count(row["word"]) == 1, row
     assert len(set(lines)) == len(lines)
-    assert len(probe.read_probe_set(SHIPPED, 8)) == len(rows)
+    assert len(probe_set.read_probe_set(SHIPPED, 8)) == len(rows)
 
 
 def test_bad_probe_files_name_the_line(tmp_path):
@@ -214,13 +269,13 @@ def test_bad_probe_files_name_the_line(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(twice) + "\n")
     with pytest.raises(ValueError, match=r"p\.jsonl:2: 'port' occurs 2 times"):
-        probe.read_probe_set(path, 2)
+        probe_set.read_probe_set(path, 2)
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "sense": "computing"}) + "\n")
     with pytest.raises(ValueError, match="sense 'computing' has 1 sentences"):
-        probe.read_probe_set(path, 2)
+        probe_set.read_probe_set(path, 2)
     path.write_text("{not json\n")
     with pytest.raises(ValueError, match=r"p\.jsonl:1: not valid JSON"):
-        probe.read_probe_set(path, 2)
+        probe_set.read_probe_set(path, 2)
 
 
 def test_params_section_loads_and_rejects_bad_values():
@@ -239,8 +294,8 @@ def test_params_section_loads_and_rejects_bad_values():
 
 @pytest.mark.slow  # the whole stage on three models, the real MiniLM included
 def test_run_writes_contract_layout(full_run, tiny_root):
-    rows = probe.read_probe_set(SHIPPED, 8)
-    words = set(probe.words_of(rows))
+    rows = probe_set.read_probe_set(SHIPPED, 8)
+    words = set(probe_set.words_of(rows))
     control = full_run["shuffled_control"]["models"]
     assert set(full_run["models"]) == set(control) == {"pretrained", "random", "reference"}
     for variant, n_layers in [("pretrained", 3), ("random", 3), ("reference", 7)]:
@@ -256,8 +311,16 @@ def test_run_writes_contract_layout(full_run, tiny_root):
     assert full_run["probe_set"]["sentences"] == len(rows) and full_run["probe_set"]["words"] == len(words) >= 30
     out = tiny_root / "data" / "probe"
     table = (out / "layers.tsv").read_text().splitlines()
-    assert table[0].split("\t") == ["variant", "condition", "word", "layer", "within", "across", "separation",
-                                     "knn_accuracy"]
+    assert table[0].split("\t") == [
+        "variant",
+        "condition",
+        "word",
+        "layer",
+        "within",
+        "across",
+        "separation",
+        "knn_accuracy",
+    ]
     assert len(table) == 1 + 2 * (3 + 3 + 7) * (1 + len(words))  # (mean + words) rows per layer and condition
     assert {line.split("\t")[1] for line in table[1:]} == {"real", "shuffled"}
     assert (out / "sense_separation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -268,7 +331,9 @@ def test_run_writes_contract_layout(full_run, tiny_root):
     n_pairs = len(PAIRS.read_text(encoding="utf-8").splitlines())
     assert pairs["pairs"] == sum(pairs["phenomena"].values()) == n_pairs
     for table in pairs["variants"].values():
-        assert table["all"]["passed"] == sum(t["passed"] for t in table["per_phenomenon"].values()) == sum(table["passed"])
+        assert (
+            table["all"]["passed"] == sum(t["passed"] for t in table["per_phenomenon"].values()) == sum(table["passed"])
+        )
     assert len((out / "pairs.tsv").read_text().splitlines()) == 1 + 3 * n_pairs
     assert full_run["hardware"]["device"] == "cpu"
 
@@ -321,5 +386,7 @@ def test_same_params_give_identical_bytes_and_keep_global_rng(tiny_root, tmp_pat
 
 
 def test_missing_pretrained_model_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"random: no config.json in .*models/pretrained \(run the pretrain stage first\)"):
+    with pytest.raises(
+        FileNotFoundError, match=r"random: no config.json in .*models/pretrained \(run the pretrain stage first\)"
+    ):
         probe.run(make_cfg(variants=["random"]), make_paths(tmp_path), NullLog())

@@ -7,18 +7,19 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_probe import SHIPPED, make_cfg, make_paths, tiny_root  # noqa: F401  (tiny_root: the module fixture)
 
 from tasks import probe
+from tasks.probe import probe_set
 from tasks.probe.control import shuffle_context, shuffled
 from tasks.tracking import NullLog
+from test_probe import SHIPPED, make_cfg, make_paths, tiny_root  # noqa: F401  (tiny_root: the module fixture)
 
 SENTENCE = "After three weeks at sea, the sailors were glad to see the lights of the port."
 
 
-def _row(sentence: str, word: str, line: int = 7) -> probe.ProbeSentence:
+def _row(sentence: str, word: str, line: int = 7) -> probe_set.ProbeSentence:
     start = sentence.index(word)
-    return probe.ProbeSentence(word, "harbour", sentence, line, start, start + len(word))
+    return probe_set.ProbeSentence(word, "harbour", sentence, line, start, start + len(word))
 
 
 def test_shuffle_keeps_the_target_piece_and_its_index_and_permutes_the_rest():
@@ -27,7 +28,7 @@ def test_shuffle_keeps_the_target_piece_and_its_index_and_permutes_the_rest():
     before, after = SENTENCE.split(), control.sentence.split()
     assert after[-1] == before[-1] == "port."  # the target's piece, punctuation and all, at its index (the last)
     assert Counter(after) == Counter(before) and after != before
-    assert control.sentence[control.start:control.end] == "port"
+    assert control.sentence[control.start : control.end] == "port"
     assert (control.word, control.sense, control.line) == ("port", "harbour", 7)
     assert shuffle_context(row, seed=0) == control  # deterministic
     assert shuffle_context(row, seed=1).sentence != control.sentence  # the seed matters
@@ -46,11 +47,11 @@ def test_shuffle_of_a_target_in_the_middle_by_hand():
 
 
 def test_every_shipped_control_holds_its_words_and_target():
-    rows = probe.read_probe_set(SHIPPED, 8)
+    rows = probe_set.read_probe_set(SHIPPED, 8)
     controls = shuffled(rows, seed=0)
     for row, control in zip(rows, controls, strict=True):
         assert Counter(control.sentence.split()) == Counter(row.sentence.split())
-        assert control.sentence[control.start:control.end] == row.sentence[row.start:row.end]
+        assert control.sentence[control.start : control.end] == row.sentence[row.start : row.end]
     assert sum(row.sentence == control.sentence for row, control in zip(rows, controls)) == 0
 
 
@@ -65,8 +66,11 @@ def _cosine_separation(triangle: list[float], senses: list[str]) -> float:
 
 
 def test_a_run_on_tiny_models_writes_the_control_and_the_cosines_behind_both(tiny_root, tmp_path):  # noqa: F811
-    lines = [line for line in SHIPPED.read_text(encoding="utf-8").splitlines()
-             if '"word": "port"' in line or '"word": "lock"' in line]
+    lines = [
+        line
+        for line in SHIPPED.read_text(encoding="utf-8").splitlines()
+        if '"word": "port"' in line or '"word": "lock"' in line
+    ]
     subset = tmp_path / "two.jsonl"
     subset.write_text("\n".join(lines) + "\n", encoding="utf-8")
     root = tmp_path / "run"
@@ -88,7 +92,8 @@ def test_a_run_on_tiny_models_writes_the_control_and_the_cosines_behind_both(tin
                 for layer, triangle in enumerate(triangles):
                     assert len(triangle) == len(senses) * (len(senses) - 1) // 2
                     assert _cosine_separation(triangle, senses) == pytest.approx(
-                        tree[variant]["per_word"][word]["separation"][layer], abs=2e-6)
+                        tree[variant]["per_word"][word]["separation"][layer], abs=2e-6
+                    )
         assert control["models"][variant]["separation"] != metrics["models"][variant]["separation"]
     rows = (root / "data" / "probe" / "layers.tsv").read_text(encoding="utf-8").splitlines()
     assert sum(line.split("\t")[1] == "shuffled" for line in rows) == 2 * 3 * 3  # variants x (mean + 2 words) x layers

@@ -19,16 +19,19 @@ def _index(tmp_path: Path, lines: list[str]) -> Path:
 
 
 def test_two_senses_takes_sense_1_and_the_first_tagged_sense_of_another_lexicographer_file(tmp_path):
-    folder = _index(tmp_path, [
-        "bank%1:17:01:: 09213565 1 25",  # sloping land, noun.object
-        "bank%1:17:00:: 09213434 3 2",   # same file: not a second sense
-        "bank%1:04:00:: 00169305 10 0",  # other file, never tagged: skipped
-        "bank%1:14:00:: 08420278 2 20",  # depository institution, noun.group: the second sense
-        "bank%2:40:00:: 02343056 1 5",   # a verb sense: ignored
-        "lone%1:17:00:: 00000001 1 9",   # one lexicographer file only
-        "rare%1:06:00:: 00000002 1 1",   # sense 1 tagged once: below MIN_TAGS
-        "rare%1:14:00:: 00000003 2 7",
-    ])
+    folder = _index(
+        tmp_path,
+        [
+            "bank%1:17:01:: 09213565 1 25",  # sloping land, noun.object
+            "bank%1:17:00:: 09213434 3 2",  # same file: not a second sense
+            "bank%1:04:00:: 00169305 10 0",  # other file, never tagged: skipped
+            "bank%1:14:00:: 08420278 2 20",  # depository institution, noun.group: the second sense
+            "bank%2:40:00:: 02343056 1 5",  # a verb sense: ignored
+            "lone%1:17:00:: 00000001 1 9",  # one lexicographer file only
+            "rare%1:06:00:: 00000002 1 1",  # sense 1 tagged once: below MIN_TAGS
+            "rare%1:14:00:: 00000003 2 7",
+        ],
+    )
     senses = probe_draw.noun_senses(folder)
     assert senses["bank"] == [(1, "17", 25), (2, "14", 20), (3, "17", 2), (10, "04", 0)]
     assert probe_draw.two_senses(senses["bank"]) == ((1, "17"), (2, "14"))

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from tasks import probe
 from tasks.common.models.encoders import load_encoder, reference_model_dir
-from tasks.probe import pairs
+from tasks.probe import pairs, probe_set, vectors as probe_vectors
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # same folder: pytest puts it on sys.path
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -32,10 +32,10 @@ def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
 def test_sense_vectors_and_scores_on_cuda_match_cpu():
     encoder = load_encoder("reference", reference_model_dir(), seed=0).eval()  # trained MiniLM: real activations
     tokenizer = AutoTokenizer.from_pretrained(reference_model_dir())
-    rows = probe.read_probe_set(SHIPPED, 8)
-    batches = probe.encode(tokenizer, rows, batch_size=32, max_seq_len_tokens=128)
-    on_cpu = probe.target_vectors(encoder, batches, CPU, desc="cpu")
-    on_cuda = probe.target_vectors(copy.deepcopy(encoder).to(CUDA), batches, CUDA, desc="cuda")
+    rows = probe_set.read_probe_set(SHIPPED, 8)
+    batches = probe_vectors.encode(tokenizer, rows, batch_size=32, max_seq_len_tokens=128)
+    on_cpu = probe_vectors.target_vectors(encoder, batches, CPU, desc="cpu")
+    on_cuda = probe_vectors.target_vectors(copy.deepcopy(encoder).to(CUDA), batches, CUDA, desc="cuda")
     assert on_cuda.dtype == np.float64 and on_cuda.shape == on_cpu.shape
     for layer in range(on_cpu.shape[0]):
         assert relative_error(on_cuda[layer], on_cpu[layer]) < BF16_REL, layer

@@ -18,11 +18,11 @@ import torch
 import transformers.masking_utils
 from transformers import AutoTokenizer, BertConfig, BertModel, ModernBertConfig, ModernBertModel
 
+from placement_harness import HostTensorGuard, on_meta
 from tasks import probe
 from tasks.common.models.encoders import reference_model_dir
-from tasks.probe import pairs
+from tasks.probe import pairs, probe_set, vectors as probe_vectors
 from tasks.tracking import NullLog
-from placement_harness import HostTensorGuard, on_meta
 from test_probe import make_cfg, make_paths, tiny_root  # noqa: F401 (tiny_root: a fixture)
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # same folder: pytest puts it on sys.path
 
@@ -54,11 +54,13 @@ def tiny_encoder(kind: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
 def test_sense_probe_batch_stays_on_the_device(kind):
     tokenizer = AutoTokenizer.from_pretrained(reference_model_dir())
     encoder = tiny_encoder(kind, len(tokenizer), tokenizer.pad_token_id)
-    batch = probe.encode(tokenizer, probe.read_probe_set(SHIPPED, 8)[:6], batch_size=6, max_seq_len_tokens=128)[0]
+    batch = probe_vectors.encode(
+        tokenizer, probe_set.read_probe_set(SHIPPED, 8)[:6], batch_size=6, max_seq_len_tokens=128
+    )[0]
     with HostTensorGuard(every=True) as guard:
-        vectors = probe.batch_vectors(encoder, batch, META)
+        found = probe_vectors.batch_vectors(encoder, batch, META)
     assert guard.leaks == []
-    assert (vectors.device, vectors.dtype, tuple(vectors.shape)) == (META, torch.float32, (3, 6, 32))
+    assert (found.device, found.dtype, tuple(found.shape)) == (META, torch.float32, (3, 6, 32))
 
 
 @pytest.mark.parametrize("kind", ["bert", "modernbert"])
@@ -88,8 +90,12 @@ def test_probe_run_keeps_every_model_and_batch_on_the_resolved_device(monkeypatc
     """``probe.run`` as DVC calls it, with ``hardware.device`` resolving to a device that is not the CPU: the
     sense probe (pretrained, random, reference) and the minimal pairs (pretrained, random; unigram has no
     model) load, move and run every model there."""
-    cfg = make_cfg(hardware={"device": "cuda"}, pair_variants=["pretrained", "random", "unigram"],
-                   batch_size_sentences=1024, pairs_batch_size=4096)  # few forwards: meta costs a forward, not a row
+    cfg = make_cfg(
+        hardware={"device": "cuda"},
+        pair_variants=["pretrained", "random", "unigram"],
+        batch_size_sentences=1024,
+        pairs_batch_size=4096,
+    )  # few forwards: meta costs a forward, not a row
     with on_meta(monkeypatch) as placement:
         metrics = probe.run(cfg, make_paths(tiny_root), NullLog())
     assert placement.resolved == ["cuda"] and placement.forwards > 0

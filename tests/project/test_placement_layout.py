@@ -47,7 +47,7 @@ COVERED = {
     "tasks/pretrain/checkpoint.py::load": RESUME,
     "tasks/pretrain/checkpoint.py::read_state": RESUME,
     "tasks/probe/__init__.py::run": PROBE,
-    "tasks/probe/__init__.py::load_variant": PROBE + ["test_sense_probe_batch_stays_on_the_device"],
+    "tasks/probe/vectors.py::load_variant": PROBE + ["test_sense_probe_batch_stays_on_the_device"],
     "tasks/probe/pairs.py::Scorer.for_variant": PROBE,
     # the export is built on the CPU and re-scored there (clozeline.predict in a fresh process, as a user runs
     # it); its tests put the loaded export on a device, as a user with a GPU does (and as the card says)
