@@ -132,10 +132,16 @@ def part_ours(corpus: dict, cfg) -> dict:
         span.setdefault(str(i), text)
         if len(eval_tokens[j]) >= cfg.ngram_words:
             by_13.add(i)
-    return {"flagged": sorted(flagged), "flagged_by_13_grams": sorted(by_13), "span": span, "pairs": len(matches),
-            "train_words": sum(map(len, train_tokens)), "eval_words": sum(map(len, eval_tokens)),
-            "seconds": {"words": t1 - t0, "word_hashes": t2 - t1, "ngram_matches": t3 - t2, "total": t3 - t0},
-            "cpu_seconds": {"words": c1 - c0, "word_hashes": c2 - c1, "ngram_matches": c3 - c2, "total": c3 - c0}}
+    return {
+        "flagged": sorted(flagged),
+        "flagged_by_13_grams": sorted(by_13),
+        "span": span,
+        "pairs": len(matches),
+        "train_words": sum(map(len, train_tokens)),
+        "eval_words": sum(map(len, eval_tokens)),
+        "seconds": {"words": t1 - t0, "word_hashes": t2 - t1, "ngram_matches": t3 - t2, "total": t3 - t0},
+        "cpu_seconds": {"words": c1 - c0, "word_hashes": c2 - c1, "ngram_matches": c3 - c2, "total": c3 - c0},
+    }
 
 
 def part_set_baseline(corpus: dict, cfg) -> dict:
@@ -154,8 +160,11 @@ def part_set_baseline(corpus: dict, cfg) -> dict:
         tokens = words(text)
         if any(not word_ngrams(tokens, n).isdisjoint(grams) for n, grams in by_length.items()):
             flagged.append(i)
-    return {"flagged": flagged, "seconds": {"total": time.perf_counter() - t0},
-            "cpu_seconds": {"total": time.process_time() - c0}}
+    return {
+        "flagged": flagged,
+        "seconds": {"total": time.perf_counter() - t0},
+        "cpu_seconds": {"total": time.process_time() - c0},
+    }
 
 
 def measure_part(name: str, corpus_file: Path, out: Path) -> None:
@@ -170,8 +179,7 @@ def measure_part(name: str, corpus_file: Path, out: Path) -> None:
     loaded = rss_mb()
     parts = {"ours": part_ours, "set_baseline": part_set_baseline}
     result = parts[name](corpus, cfg)
-    result.update(import_seconds=import_seconds, rss_after_load_mb=loaded,
-                  peak_rss_mb=rss_mb("VmHWM"))
+    result.update(import_seconds=import_seconds, rss_after_load_mb=loaded, peak_rss_mb=rss_mb("VmHWM"))
     out.write_text(json.dumps(result), encoding="utf-8")
 
 
@@ -180,11 +188,27 @@ def run_part(tool: str, corpus_file: Path, work: Path) -> dict:
     out = work / f"{tool}.json"
     if tool.startswith("datatrove"):
         python = PEERS / "datatrove" / "bin" / "python"
-        cmd = [str(python), str(ROOT / "benchmarks" / "peers" / "datatrove_decont.py"), "--corpus", str(corpus_file),
-               "--out", str(out), "--tokenizer", tool.split("_")[1]]
+        cmd = [
+            str(python),
+            str(ROOT / "benchmarks" / "peers" / "datatrove_decont.py"),
+            "--corpus",
+            str(corpus_file),
+            "--out",
+            str(out),
+            "--tokenizer",
+            tool.split("_")[1],
+        ]
     else:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--part", tool, "--corpus", str(corpus_file),
-               "--out", str(out)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--part",
+            tool,
+            "--corpus",
+            str(corpus_file),
+            "--out",
+            str(out),
+        ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -213,9 +237,11 @@ def alternated(tools: list[str], corpus_file: Path, work: Path, rounds: int) -> 
     runs = {}
     for tool, outs in done.items():
         if tool not in skipped:
-            runs[tool] = outs[-1] | {"all_cpu_seconds": [r["cpu_seconds"]["total"] for r in outs],
-                                     "all_seconds": [r["seconds"]["total"] for r in outs],
-                                     "peak_rss_mb": max(r["peak_rss_mb"] for r in outs)}  # fmt: skip
+            runs[tool] = outs[-1] | {
+                "all_cpu_seconds": [r["cpu_seconds"]["total"] for r in outs],
+                "all_seconds": [r["seconds"]["total"] for r in outs],
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in outs),
+            }
     return runs, skipped
 
 
@@ -237,14 +263,22 @@ def compare(ours: dict, peer: dict, corpus: dict, limit: int = 3) -> dict:
 
     def peer_example(i):
         gram = peer["ngram"][str(i)]
-        return {"train_doc": i, "datatrove_ngram": gram, "our_words_of_it": " ".join(words(gram)),
-                "found_in_train_text_as_our_words": " ".join(words(gram)) in " ".join(words(corpus["train"][i]))}
+        return {
+            "train_doc": i,
+            "datatrove_ngram": gram,
+            "our_words_of_it": " ".join(words(gram)),
+            "found_in_train_text_as_our_words": " ".join(words(gram)) in " ".join(words(corpus["train"][i])),
+        }
 
     return {
-        "ours": len(mine), "peer": len(theirs), "both": len(mine & theirs), "same": mine == theirs,
+        "ours": len(mine),
+        "peer": len(theirs),
+        "both": len(mine & theirs),
+        "same": mine == theirs,
         # every difference has one of the two named causes: a short eval doc matched whole, or "_" in the text
         "explained": len(short_only) + underscores(rest) == len(only_ours) and underscores(only_peer) == len(only_peer),
-        "only_ours": len(only_ours), "only_peer": len(only_peer),
+        "only_ours": len(only_ours),
+        "only_peer": len(only_peer),
         "only_ours_via_eval_docs_under_13_words": len(short_only),
         "only_ours_via_13_grams": len(rest),
         "only_ours_via_13_grams_with_underscore_in_text": underscores(rest),
@@ -261,9 +295,17 @@ def row(scale: int, n_train: int, n_eval: int, ours: list[float], peers: dict[st
     best_peer = max(peers, key=lambda tool: statistics.median(peers[tool])) if peers else None
     figures = ratio_fields(ours, peers.get(best_peer))
     ratio = figures["ratio_vs_best_peer"]
-    return {"benchmark": "leakage", "case": f"{scale}x: {n_train:,} train / {n_eval:,} eval docs",
-            "unit": "train docs/s", "best_peer": best_peer, **figures, "limit": None, "fraction_of_limit": None,
-            "goal": GOAL, "meets_goal": bool(ratio is not None and ratio >= 2.0 and same)}
+    return {
+        "benchmark": "leakage",
+        "case": f"{scale}x: {n_train:,} train / {n_eval:,} eval docs",
+        "unit": "train docs/s",
+        "best_peer": best_peer,
+        **figures,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": GOAL,
+        "meets_goal": bool(ratio is not None and ratio >= 2.0 and same),
+    }
 
 
 def main() -> dict:
@@ -298,17 +340,27 @@ def main() -> dict:
                 skipped["datatrove"] = f"no peer environment {PEERS / 'datatrove'} (bash benchmarks/peers/setup.sh)"
                 print(f"bench leakage: datatrove skipped: {skipped['datatrove']}", flush=True)
             n_train = len(corpus["train"])
-            entry = {"train_docs": n_train, "eval_docs": len(eval_texts), "tools": {}, "agreement": {},
-                     "skipped": skipped}
+            entry = {
+                "train_docs": n_train,
+                "eval_docs": len(eval_texts),
+                "tools": {},
+                "agreement": {},
+                "skipped": skipped,
+            }
             for tool, r in runs.items():
                 entry["tools"][tool] = {
-                    "flagged_train_docs": len(r["flagged"]), "cpu_seconds": r["cpu_seconds"], "seconds": r["seconds"],
-                    "all_cpu_seconds": r["all_cpu_seconds"], "all_seconds": r["all_seconds"],
+                    "flagged_train_docs": len(r["flagged"]),
+                    "cpu_seconds": r["cpu_seconds"],
+                    "seconds": r["seconds"],
+                    "all_cpu_seconds": r["all_cpu_seconds"],
+                    "all_seconds": r["all_seconds"],
                     "docs_per_second": statistics.median(n_train / c for c in r["all_cpu_seconds"]),
                     "docs_per_wall_second": statistics.median(n_train / c for c in r["all_seconds"]),
                     "peak_rss_mb": r["peak_rss_mb"],
-                    "rss_after_load_mb": r["rss_after_load_mb"], "import_seconds": r["import_seconds"],
-                    "process_seconds": r["process_seconds"], **({"settings": r["settings"]} if "settings" in r else {}),
+                    "rss_after_load_mb": r["rss_after_load_mb"],
+                    "import_seconds": r["import_seconds"],
+                    "process_seconds": r["process_seconds"],
+                    **({"settings": r["settings"]} if "settings" in r else {}),
                 }
             ours = runs["ours"]
             entry.update(train_words=ours["train_words"], eval_words=ours["eval_words"], ours_pairs=ours["pairs"])
@@ -318,10 +370,13 @@ def main() -> dict:
                 if tool in runs:
                     entry["agreement"][tool] = compare(ours, runs[tool], corpus)
             if "datatrove_spacy" in runs and "datatrove_split" in runs:
-                entry["agreement"]["datatrove_split_vs_spacy_same"] = (runs["datatrove_split"]["flagged"]
-                                                                        == runs["datatrove_spacy"]["flagged"])
+                entry["agreement"]["datatrove_split_vs_spacy_same"] = (
+                    runs["datatrove_split"]["flagged"] == runs["datatrove_spacy"]["flagged"]
+                )
             rates = {t: [n_train / c for c in r["all_cpu_seconds"]] for t, r in runs.items()}
-            same = all(a["same"] or a.get("explained", False) for a in entry["agreement"].values() if isinstance(a, dict))
+            same = all(
+                a["same"] or a.get("explained", False) for a in entry["agreement"].values() if isinstance(a, dict)
+            )
             rows.append(row(scale, n_train, len(eval_texts), rates.pop("ours"), rates, same))
             sizes[f"{scale}x"] = entry
             print(json.dumps(rows[-1]), flush=True)

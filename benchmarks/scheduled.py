@@ -82,8 +82,15 @@ GOAL_SCALE = 16
 KEPT_VOCAB = Path("data") / "tokenizer_vocab"  # tokenizer.vocab_from: train_once (the scheduled profile)
 SMOKE_DOCS, SMOKE_NEW_FRACTION = 60, 0.3  # 60: every split of a task source non-empty
 #: The code measured: the stages run, their imports followed (the runner included).
-MEASURED = ("tasks.__main__", "tasks.ingest", "tasks.dedup", "tasks.split", "tasks.leakage", "tasks.tokenizer",
-            "tasks.tokenize")  # fmt: skip
+MEASURED = (
+    "tasks.__main__",
+    "tasks.ingest",
+    "tasks.dedup",
+    "tasks.split",
+    "tasks.leakage",
+    "tasks.tokenizer",
+    "tasks.tokenize",
+)
 
 
 def night_of(own_id: str, nights: int, new_fraction: float, seed: int = SEED) -> int:
@@ -164,9 +171,13 @@ def make_workspace(dest: Path, sources: list[dict], incremental: bool) -> Path:
     dest.mkdir(parents=True)
     copy_checkout(dest)
     params = read_yaml(dest / "params.yaml")
-    values = overrides("scheduled") | {"ingest.sources": sources, "ingest.incremental": incremental,
-                                       "dedup.incremental": incremental, "leakage.incremental": incremental,
-                                       "tokenize.incremental": incremental}
+    values = overrides("scheduled") | {
+        "ingest.sources": sources,
+        "ingest.incremental": incremental,
+        "dedup.incremental": incremental,
+        "leakage.incremental": incremental,
+        "tokenize.incremental": incremental,
+    }
     for dotted, value in values.items():
         *parents, leaf = dotted.split(".")
         node = params
@@ -182,17 +193,25 @@ def run_stage(root: Path, stage: str) -> float:
     output's tail when it fails."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlruns.db'}", "PYTHONUNBUFFERED": "1"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "tasks", stage], cwd=root, env=env, capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tasks", stage], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
     seconds = time.perf_counter() - started
     if done.returncode:
         raise RuntimeError(f"{root.name}: stage {stage} failed:\n{(done.stdout + done.stderr)[-4000:]}")
     return seconds
 
 
-def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str], nights: int, new_fraction: float,
-               stages: tuple[str, ...] = STAGES, scratch_night0: bool = True,
-               probe_night0: bool = True) -> list[dict]:  # fmt: skip
+def run_nights(
+    work: Path,
+    records: dict[str, list[dict]],
+    roles: dict[str, str],
+    nights: int,
+    new_fraction: float,
+    stages: tuple[str, ...] = STAGES,
+    scratch_night0: bool = True,
+    probe_night0: bool = True,
+) -> list[dict]:
     """Every night: the new files into both copies, the stages alternated, the comparison. Without
     ``scratch_night0`` the from-scratch copy skips night 0 (``uncompared_night``): its time is in no ratio, and
     at 16x with leakage it costs half an hour; without ``probe_night0`` neither is night 0's start-up probed (in
@@ -208,7 +227,8 @@ def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str]
                 folder = root / "data" / "raw" / name
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / f"night_{night:02d}.jsonl").write_text(
-                    "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in batch[night]), encoding="utf-8")
+                    "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in batch[night]), encoding="utf-8"
+                )
         for stale in ("data", "metrics"):  # from scratch: nothing of an earlier night, the raw files aside
             for path in (scratch / stale).iterdir() if (scratch / stale).is_dir() else []:
                 if path.name != "raw":
@@ -226,13 +246,37 @@ def run_nights(work: Path, records: dict[str, list[dict]], roles: dict[str, str]
         checked = compare_night(inc, scratch, previous, stages) if compared else uncompared_night(inc)
         previous = checked.pop("manifest")
         new_docs = sum(len(batch[night]) for batch in arrivals.values())
-        out.append({"night": night, "new_docs": new_docs, "seconds": seconds, **checked,
-                    "load_average": [round(x, 2) for x in os.getloadavg()]})  # fmt: skip
-        print(json.dumps({k: out[-1][k] for k in ("night", "new_docs", "seconds", "differing_files", "unexplained",
-                          "bridges_splits", "ledger_overrides", "moved_since_previous", "moved_by_manifests",
-                          "compared", *(f"{s}_{k}" for s in DOWNSTREAM for k in ("compared", "differing_files")))
-                          if k in out[-1]}),
-              flush=True)  # fmt: skip
+        out.append(
+            {
+                "night": night,
+                "new_docs": new_docs,
+                "seconds": seconds,
+                **checked,
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            }
+        )
+        print(
+            json.dumps(
+                {
+                    k: out[-1][k]
+                    for k in (
+                        "night",
+                        "new_docs",
+                        "seconds",
+                        "differing_files",
+                        "unexplained",
+                        "bridges_splits",
+                        "ledger_overrides",
+                        "moved_since_previous",
+                        "moved_by_manifests",
+                        "compared",
+                        *(f"{s}_{k}" for s in DOWNSTREAM for k in ("compared", "differing_files")),
+                    )
+                    if k in out[-1]
+                }
+            ),
+            flush=True,
+        )
     return out
 
 
@@ -262,16 +306,24 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
     """The results file: per-night figures, and the table rows (data-stage time of the arrival nights,
     incremental over from scratch; the start-up share; documents moved and unexplained output differences)."""
     arrivals = nights[1:]  # night 0 is a first run for both copies
-    inc, full, startup = (sum(sum(n["seconds"][arm].values()) for n in arrivals)
-                          for arm in ("incremental", "from_scratch", "startup"))  # fmt: skip
+    inc, full, startup = (
+        sum(sum(n["seconds"][arm].values()) for n in arrivals) for arm in ("incremental", "from_scratch", "startup")
+    )
     moved = sum((n["moved_since_previous"] or 0) + n["moved_by_manifests"] for n in nights)
-    unexplained = sum(len(n["unexplained"]) + sum(len(n.get(f"{s}_differing_files", [])) for s in DOWNSTREAM)
-                      for n in nights)  # fmt: skip
+    unexplained = sum(
+        len(n["unexplained"]) + sum(len(n.get(f"{s}_differing_files", [])) for s in DOWNSTREAM) for n in nights
+    )
     stages = tuple(nights[0]["seconds"]["incremental"])
     nights_text = f"{len(arrivals)} night{'' if len(arrivals) == 1 else 's'}"
     case = f"{scale}x: {docs:,} docs, {nights_text} of {args.new_fraction:.0%} new"
-    row = {"benchmark": "scheduled", "best_peer": None, "best_peer_value": None, "ratio_vs_best_peer": None,
-           "limit": None, "fraction_of_limit": None}  # fmt: skip
+    row = {
+        "benchmark": "scheduled",
+        "best_peer": None,
+        "best_peer_value": None,
+        "ratio_vs_best_peer": None,
+        "limit": None,
+        "fraction_of_limit": None,
+    }
     at_goal = scale >= GOAL_SCALE
     inc, full, startup = round(inc, 2), round(full, 2), round(startup, 2)
 
@@ -279,30 +331,71 @@ def summarize(nights: list[dict], scale: int, docs: int, args: argparse.Namespac
         return round(sum(n["seconds"][arm][stage] for n in arrivals), 2)
 
     rows = [
-        {**row, "case": f"{case}: data stages ({', '.join(stages)}), incremental", "unit": "s", "ours": inc,
-         "best_peer": "from-scratch run (same run)", "best_peer_value": full, "ratio_vs_best_peer": inc / full,
-         "goal": f"<= {GOAL_FRACTION:.2f}x from scratch at {GOAL_SCALE}x" if at_goal else None,
-         "meets_goal": inc / full <= GOAL_FRACTION if at_goal else None},
-        *[{**row, "case": f"{case}: {stage} alone, incremental", "unit": "s", "ours": part(stage, "incremental"),
-           "best_peer": "from-scratch run (same run)", "best_peer_value": part(stage, "from_scratch"),
-           "ratio_vs_best_peer": part(stage, "incremental") / part(stage, "from_scratch"), "goal": None,
-           "meets_goal": None} for stage in stages if stage in DOWNSTREAM],
-        {**row, "case": f"{case}: stage start-up (imports, params, MLflow); limit = the incremental time above",
-         "unit": "s", "ours": startup, "limit": inc, "fraction_of_limit": startup / inc, "goal": None,
-         "meets_goal": None},
-        {**row, "case": f"{case}: docs moved split + output differences not counted (bridges, ledger overrides)",
-         "unit": "docs", "ours": moved + unexplained, "goal": "= 0", "meets_goal": moved + unexplained == 0},
-    ]  # fmt: skip
-    return {"rows": rows, "scale": scale, "docs": docs, "nights": nights, "startup_seconds": startup,
-            "incremental_seconds": inc, "from_scratch_seconds": full, "new_fraction": args.new_fraction,
-            "stages": list(stages), "not_run": ", ".join(s for s in DOWNSTREAM if s not in stages) or None,
-            "machine_note": f"2 shared cores, other agents' jobs running; load average at the end "
-                            f"{[round(x, 2) for x in os.getloadavg()]} (per night in nights[].load_average); "
-                            "wall time from spawn to exit of each stage process",
-            "command": f"benchmarks/scheduled.py --scale {scale} --nights {args.nights} "
-                       f"--new-fraction {args.new_fraction}" + (" --with-leakage" if "leakage" in stages else "")
-                       + (" --with-tokenize" if "tokenize" in stages else "")
-                       + (" --skip-scratch-night0" if getattr(args, "skip_scratch_night0", False) else "")}
+        {
+            **row,
+            "case": f"{case}: data stages ({', '.join(stages)}), incremental",
+            "unit": "s",
+            "ours": inc,
+            "best_peer": "from-scratch run (same run)",
+            "best_peer_value": full,
+            "ratio_vs_best_peer": inc / full,
+            "goal": f"<= {GOAL_FRACTION:.2f}x from scratch at {GOAL_SCALE}x" if at_goal else None,
+            "meets_goal": inc / full <= GOAL_FRACTION if at_goal else None,
+        },
+        *[
+            {
+                **row,
+                "case": f"{case}: {stage} alone, incremental",
+                "unit": "s",
+                "ours": part(stage, "incremental"),
+                "best_peer": "from-scratch run (same run)",
+                "best_peer_value": part(stage, "from_scratch"),
+                "ratio_vs_best_peer": part(stage, "incremental") / part(stage, "from_scratch"),
+                "goal": None,
+                "meets_goal": None,
+            }
+            for stage in stages
+            if stage in DOWNSTREAM
+        ],
+        {
+            **row,
+            "case": f"{case}: stage start-up (imports, params, MLflow); limit = the incremental time above",
+            "unit": "s",
+            "ours": startup,
+            "limit": inc,
+            "fraction_of_limit": startup / inc,
+            "goal": None,
+            "meets_goal": None,
+        },
+        {
+            **row,
+            "case": f"{case}: docs moved split + output differences not counted (bridges, ledger overrides)",
+            "unit": "docs",
+            "ours": moved + unexplained,
+            "goal": "= 0",
+            "meets_goal": moved + unexplained == 0,
+        },
+    ]
+    return {
+        "rows": rows,
+        "scale": scale,
+        "docs": docs,
+        "nights": nights,
+        "startup_seconds": startup,
+        "incremental_seconds": inc,
+        "from_scratch_seconds": full,
+        "new_fraction": args.new_fraction,
+        "stages": list(stages),
+        "not_run": ", ".join(s for s in DOWNSTREAM if s not in stages) or None,
+        "machine_note": f"2 shared cores, other agents' jobs running; load average at the end "
+        f"{[round(x, 2) for x in os.getloadavg()]} (per night in nights[].load_average); "
+        "wall time from spawn to exit of each stage process",
+        "command": f"benchmarks/scheduled.py --scale {scale} --nights {args.nights} "
+        f"--new-fraction {args.new_fraction}"
+        + (" --with-leakage" if "leakage" in stages else "")
+        + (" --with-tokenize" if "tokenize" in stages else "")
+        + (" --skip-scratch-night0" if getattr(args, "skip_scratch_night0", False) else ""),
+    }
 
 
 def main() -> None:
@@ -310,12 +403,24 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=1, help="1 = the default corpus; 16 = the issue's goal size")
     parser.add_argument("--nights", type=int, default=5)
     parser.add_argument("--new-fraction", type=float, default=0.05, help="share of the corpus arriving each night")
-    parser.add_argument("--with-leakage", action="store_true", help="run the leakage stage too (on two cores, "
-                        "minutes per from-scratch night at 1x: the semantic detector embeds the corpus)")
-    parser.add_argument("--with-tokenize", action="store_true", help="run tokenizer and tokenize too (after "
-                        "leakage, which this implies; the kept vocabulary of the scheduled profile)")
-    parser.add_argument("--skip-scratch-night0", action="store_true", help="night 0 runs the incremental copy "
-                        "only: its comparison is given up, its time is in no ratio (for 16x with leakage)")
+    parser.add_argument(
+        "--with-leakage",
+        action="store_true",
+        help="run the leakage stage too (on two cores, "
+        "minutes per from-scratch night at 1x: the semantic detector embeds the corpus)",
+    )
+    parser.add_argument(
+        "--with-tokenize",
+        action="store_true",
+        help="run tokenizer and tokenize too (after "
+        "leakage, which this implies; the kept vocabulary of the scheduled profile)",
+    )
+    parser.add_argument(
+        "--skip-scratch-night0",
+        action="store_true",
+        help="night 0 runs the incremental copy "
+        "only: its comparison is given up, its time is in no ratio (for 16x with leakage)",
+    )
     add_smoke(parser, RESULTS)
     args = parser.parse_args()
     if args.smoke:
@@ -328,12 +433,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-scheduled-") as tmp:
         records = default_records(Path(tmp) / "corpus", args.scale, SMOKE_DOCS if args.smoke else None)
         stages = STAGES + DOWNSTREAM[: 3 if args.with_tokenize else 1 if args.with_leakage else 0]
-        nights = run_nights(Path(tmp), records, roles, args.nights, args.new_fraction, stages,
-                            scratch_night0=not args.skip_scratch_night0, probe_night0=not args.smoke)
+        nights = run_nights(
+            Path(tmp),
+            records,
+            roles,
+            args.nights,
+            args.new_fraction,
+            stages,
+            scratch_night0=not args.skip_scratch_night0,
+            probe_night0=not args.smoke,
+        )
     run = summarize(nights, args.scale, sum(map(len, records.values())), args)
     runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.exists() else {}
-    name = str(args.scale) + ("+leakage" if args.with_leakage or args.with_tokenize else "") + (
-        "+tokenize" if args.with_tokenize else "")
+    name = (
+        str(args.scale)
+        + ("+leakage" if args.with_leakage or args.with_tokenize else "")
+        + ("+tokenize" if args.with_tokenize else "")
+    )
     runs[name] = run | {"provenance": provenance(MEASURED, smoke=args.smoke)}  # other runs' figures are kept
     write_results(out, {"rows": merged_rows(runs), "runs": runs}, MEASURED, args.smoke)
 
@@ -341,8 +457,11 @@ def main() -> None:
 def merged_rows(runs: dict[str, dict]) -> list[dict]:
     """Every kept run's rows, by scale then name, each with the provenance of the run that measured it (null for
     a run from before provenance: the table says "unknown provenance", not this invocation's commit)."""
-    return [row | {"provenance": runs[name].get("provenance")}
-            for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n)) for row in runs[name]["rows"]]
+    return [
+        row | {"provenance": runs[name].get("provenance")}
+        for name in sorted(runs, key=lambda n: (int(n.split("+")[0]), n))
+        for row in runs[name]["rows"]
+    ]
 
 
 if __name__ == "__main__":

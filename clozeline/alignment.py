@@ -114,7 +114,9 @@ def word_token_spans(word_ids: Sequence[int], n_words: int) -> list[tuple[int, i
     return [(start, end) for start, end in spans]
 
 
-def cap_word_subwords(ids: Sequence[int], word_ids: Sequence[int], capacity: int) -> tuple[list[int], list[int], list[int]]:
+def cap_word_subwords(
+    ids: Sequence[int], word_ids: Sequence[int], capacity: int
+) -> tuple[list[int], list[int], list[int]]:
     """``(ids, word_ids, cut_words)``: every word's subwords cut to its first ``capacity``.
 
     A word whose subwords alone exceed a window (a long URL, a hash) cannot be windowed; keeping its first

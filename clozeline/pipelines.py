@@ -16,10 +16,9 @@ from transformers import (
 )
 from transformers.pipelines import PIPELINE_REGISTRY
 
-from clozeline import entities
+from clozeline import alignment, entities
 from clozeline.encoding import encode_document, encode_words
 from clozeline.recipe import AGGREGATIONS, TEXT_TASK, TOKEN_TASK, logits, recipe
-from clozeline import alignment
 
 
 class ClozelineTextClassificationPipeline(TextClassificationPipeline):

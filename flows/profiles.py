@@ -1,4 +1,4 @@
-"""Named profiles: partial params files under ``profiles/`` (one per ``*.yaml`` there: ``names()``) that fit the
+r"""Named profiles: partial params files under ``profiles/`` (one per ``*.yaml`` there: ``names()``) that fit the
 run to a machine and a corpus (``cpu``, ``gpu``, ``gpu-large``, ``gpu-node``, ...) or to runs on a schedule
 (``scheduled``: the split ledger), applied by DVC's own experiment mechanism (``dvc exp run -S key=value``,
 which records the experiment and writes the values back into params.yaml).
@@ -131,8 +131,9 @@ def checked_values(profiles: list[str], params_file: Path | str = "params.yaml",
     params = load_params(params_file, values)
     if gpus:
         device_from = [name for name in profiles if "hardware.device" in overrides(name)]
-        check_gpus(params.hardware.device, params.pretrain.nproc_per_node,
-                   profile=device_from[-1] if device_from else None)
+        check_gpus(
+            params.hardware.device, params.pretrain.nproc_per_node, profile=device_from[-1] if device_from else None
+        )
     return values
 
 
@@ -180,11 +181,11 @@ def exp_run_argv(name: str, dvc: str = "dvc", params_file: Path | str = "params.
 
 
 def shell_command(argv: list[str]) -> str:
-    """``argv`` (``exp_run_argv``) as one shell command to paste: ``dvc exp run -n <name>`` on the first line, one
+    r"""``argv`` (``exp_run_argv``) as one shell command to paste: ``dvc exp run -n <name>`` on the first line, one
     ``-S key=value`` pair a line after it, every word quoted by ``shlex.quote``, the lines joined with `` \``
     continuations (a POSIX shell reads it back as exactly ``argv``)."""
     head, pairs = argv[:5], argv[5:]
-    lines = [shlex.join(head)] + [shlex.join(pairs[i:i + 2]) for i in range(0, len(pairs), 2)]
+    lines = [shlex.join(head)] + [shlex.join(pairs[i : i + 2]) for i in range(0, len(pairs), 2)]
     return " \\\n  ".join(lines)
 
 
@@ -219,10 +220,14 @@ def profile_device_error(profile: str, device: str) -> str:
     build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
     asks = f"profile {profile} asks for hardware.device: {device}"
     if not host:
-        return (f"{asks}, but this machine has no GPU (torch {torch.__version__} sees none); use PROFILE=cpu, or "
-                f"plain make run, on a machine without a GPU")
-    return (f"{asks}, but torch {torch.__version__} ({build}) sees none of this machine's {host} GPU(s); "
-            f"{device_setting.CUDA_INSTALL_HINT}, or use PROFILE=cpu")
+        return (
+            f"{asks}, but this machine has no GPU (torch {torch.__version__} sees none); use PROFILE=cpu, or "
+            f"plain make run, on a machine without a GPU"
+        )
+    return (
+        f"{asks}, but torch {torch.__version__} ({build}) sees none of this machine's {host} GPU(s); "
+        f"{device_setting.CUDA_INSTALL_HINT}, or use PROFILE=cpu"
+    )
 
 
 def one_line(message: str) -> str:
@@ -240,8 +245,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.profiles", description=__doc__.split("\n\n")[0])
     parser.add_argument("profile", help=f"one of {', '.join(names())}")
     parser.add_argument("--run", action="store_true", help="run dvc exp run with the profile (make run PROFILE=...)")
-    parser.add_argument("--dvc", default="dvc", help="the dvc binary --run starts or the printed command names "
-                        "(default: dvc on PATH)")
+    parser.add_argument(
+        "--dvc", default="dvc", help="the dvc binary --run starts or the printed command names (default: dvc on PATH)"
+    )
     args = parser.parse_args(argv)
     try:
         if not args.run:

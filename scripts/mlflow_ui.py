@@ -67,13 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     uri = tracking_uri(REPO)
     ui = f"http://{HOST}:{port}"
     if links_ui_url(ui, uri) != ui:
-        print(f"clozeline runs (training view, on the tracking server MLFLOW_TRACKING_URI names): "
-              f"{runs_page_url(REPO, links_ui_url(ui, uri))}")
+        print(
+            f"clozeline runs (training view, on the tracking server MLFLOW_TRACKING_URI names): "
+            f"{runs_page_url(REPO, links_ui_url(ui, uri))}"
+        )
         return 0
     print(f"clozeline runs (training view): {runs_page_url(REPO, ui)}")
     if port != default:
-        print(f"note: the run links in reports/claims.html point at port {default} (report.mlflow_ui_url); "
-              f"for links to this port: dvc exp run -S report.mlflow_ui_url={ui}")
+        print(
+            f"note: the run links in reports/claims.html point at port {default} (report.mlflow_ui_url); "
+            f"for links to this port: dvc exp run -S report.mlflow_ui_url={ui}"
+        )
     command = ui_command(uri, port)
     if args.print_only:
         print(shlex.join(command))

@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # ClaimsError, ParamsError: their message names the file and the key
         print(f"error: {err}", file=sys.stderr)
         return 1
-    body = {"question": claims.question,
-            "claims": [claim.model_dump(mode="json", exclude_defaults=True) for claim in claims.claims]}
+    body = {
+        "question": claims.question,
+        "claims": [claim.model_dump(mode="json", exclude_defaults=True) for claim in claims.claims],
+    }
     print(yaml.safe_dump(body, sort_keys=False, width=110, allow_unicode=True), end="")
     return 0
 

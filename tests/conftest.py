@@ -49,8 +49,14 @@ def torch_one_thread():
 #: first: started last, one of them alone would set the suite's wall time. (``make test`` runs the Ray engine
 #: tests beside, in a process of their own.) The GPU check's dry run goes first: it is one subprocess for
 #: minutes; then every benchmark's smoke (its subprocesses, a few at a time).
-LONGEST_FIRST = ("test_gpu_check.py", "test_benchmarks_smoke.py", "test_e2e.py", "test_tasks.py",
-                 "test_pretrain_ddp.py", "test_flow.py")
+LONGEST_FIRST = (
+    "test_gpu_check.py",
+    "test_benchmarks_smoke.py",
+    "test_e2e.py",
+    "test_tasks.py",
+    "test_pretrain_ddp.py",
+    "test_flow.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -106,8 +112,9 @@ def warm_server(tracking_runtime):
 
     def start(idle_s: float = 120.0) -> subprocess.Popen:
         env = {**os.environ, server.IDLE_ENV: str(idle_s)}
-        proc = subprocess.Popen([sys.executable, "-m", "tasks.tracking.server", str(tracking_runtime)],
-                                cwd=connection.PACKAGE_ROOT, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tasks.tracking.server", str(tracking_runtime)], cwd=connection.PACKAGE_ROOT, env=env
+        )
         deadline = time.time() + 120
         while not tracking_runtime.exists():
             assert proc.poll() is None and time.time() < deadline, "the tracking server did not start"

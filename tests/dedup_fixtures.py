@@ -17,10 +17,18 @@ from tasks.tracking import NullLog
 
 RAW = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")["dedup"]
 SCHEMA = pa.schema(
-    [("doc_id", pa.string()), ("source", pa.string()), ("role", pa.string()), ("text", pa.string()),
-     ("label", pa.string()), ("group", pa.string()), ("tokens", pa.list_(pa.string())),
-     ("tags", pa.list_(pa.string())), ("meta", pa.string())]
-)  # fmt: skip
+    [
+        ("doc_id", pa.string()),
+        ("source", pa.string()),
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("label", pa.string()),
+        ("group", pa.string()),
+        ("tokens", pa.list_(pa.string())),
+        ("tags", pa.list_(pa.string())),
+        ("meta", pa.string()),
+    ]
+)
 
 
 def make_cfg(**overrides) -> DedupParams:

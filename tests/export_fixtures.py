@@ -9,9 +9,9 @@ from pathlib import Path
 
 import datasets
 import pandas as pd
-from finetune_fixtures import OTHER, SPORT, TECH, TASKS, save_tiny_bert, tiny_params, write_task_data
 from transformers import BertTokenizerFast
 
+from finetune_fixtures import OTHER, SPORT, TASKS, TECH, save_tiny_bert, tiny_params, write_task_data
 from tasks.config import Paths
 from tasks.config.model.export import ExportParams
 from tasks.config.model.finetune import FinetuneParams
@@ -19,7 +19,10 @@ from tasks.finetune import run as finetune_run
 from tasks.tracking import NullLog
 
 SOURCES = {"cls": "news", "ner": "tweets", "pair": "pairs"}
-ALL_TASKS = {**TASKS, "pair": {"kind": "pair_classification", "source": "pairs", "metric": "macro_f1", "recipe": "pair"}}
+ALL_TASKS = {
+    **TASKS,
+    "pair": {"kind": "pair_classification", "source": "pairs", "metric": "macro_f1", "recipe": "pair"},
+}
 N_DOCS = {"train": 12, "dev": 6, "test": 6}
 WINDOW_TOKENS, WINDOW_OVERLAP = 8, 2  # finetune_fixtures.ner_rows: capacity 6, overlap 2
 
@@ -34,10 +37,20 @@ def pair_rows(tok, n_docs: int, prefix: str) -> list[dict]:
         second = ((SPORT if i % 2 else TECH) if same else (TECH if i % 2 else SPORT))[i % 5 : i % 5 + 2]
         a, b = " ".join(first), " ".join(second)
         enc = tok(a, b, return_token_type_ids=True)
-        rows.append({"doc_id": f"{prefix}{i:03d}", "text": f"{a}\n\n{b}", "n_words": len(first) + len(second),
-                     "train_overlap": False, "input_ids": enc["input_ids"], "attention_mask": [1] * len(enc["input_ids"]),
-                     "label": int(same), "n_tokens_full": len(enc["input_ids"]),
-                     "token_type_ids": enc["token_type_ids"], "text_pair": [a, b]})  # fmt: skip
+        rows.append(
+            {
+                "doc_id": f"{prefix}{i:03d}",
+                "text": f"{a}\n\n{b}",
+                "n_words": len(first) + len(second),
+                "train_overlap": False,
+                "input_ids": enc["input_ids"],
+                "attention_mask": [1] * len(enc["input_ids"]),
+                "label": int(same),
+                "n_tokens_full": len(enc["input_ids"]),
+                "token_type_ids": enc["token_type_ids"],
+                "text_pair": [a, b],
+            }
+        )
     return rows
 
 
@@ -60,9 +73,15 @@ def write_raw_test_rows(paths: Paths, model_folder: Path) -> None:
         rows = {}
         for row in table:
             words = row.get("words")
-            rows[row["doc_id"]] = {"doc_id": row["doc_id"], "role": "task", "split": "test", "is_duplicate": False,
-                                   "text": row.get("text") or " ".join(words), "tokens": words,
-                                   "meta": json.dumps({"text_pair": pairs[row["doc_id"]]} if task == "pair" else {})}
+            rows[row["doc_id"]] = {
+                "doc_id": row["doc_id"],
+                "role": "task",
+                "split": "test",
+                "is_duplicate": False,
+                "text": row.get("text") or " ".join(words),
+                "tokens": words,
+                "meta": json.dumps({"text_pair": pairs[row["doc_id"]]} if task == "pair" else {}),
+            }
         pd.DataFrame(list(rows.values())).to_parquet(paths.data / "leakage" / f"{source}.parquet")
 
 
@@ -77,9 +96,17 @@ def finetune_params(seeds: list[int], operational: bool = False) -> FinetunePara
 
 
 def export_params(log_model: bool = False, tolerance: float = 1e-4) -> ExportParams:
-    return ExportParams.model_validate({"probability_tolerance": tolerance, "threads": 1, "batch_size": 4,
-                                        "log_model": log_model, "tasks": ALL_TASKS, "ner_window_tokens": WINDOW_TOKENS,
-                                        "ner_window_overlap_tokens": WINDOW_OVERLAP})  # fmt: skip
+    return ExportParams.model_validate(
+        {
+            "probability_tolerance": tolerance,
+            "threads": 1,
+            "batch_size": 4,
+            "log_model": log_model,
+            "tasks": ALL_TASKS,
+            "ner_window_tokens": WINDOW_TOKENS,
+            "ner_window_overlap_tokens": WINDOW_OVERLAP,
+        }
+    )
 
 
 def build_workspace(root: Path, seeds: list[int]) -> Paths:

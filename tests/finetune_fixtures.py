@@ -28,8 +28,14 @@ def save_tiny_bert(folder: Path, hidden: int = 32, seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tok = BertTokenizerFast(vocab={word: i for i, word in enumerate(VOCAB)})  # transformers 5: vocab=, not vocab_file=
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=2 * hidden, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+    )
     BertForMaskedLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
     write_pretraining_record(folder, "pretrained", "scratch", "clozeline")
@@ -44,16 +50,27 @@ def cls_rows(tok, n_docs: int, prefix: str) -> list[dict]:
         label = i % 2
         words = (SPORT if label == 0 else TECH)[i % 5 : i % 5 + 3] + ["the", "city"] * (1 + 6 * (i % 3 == 0))
         ids = tok(" ".join(words))["input_ids"]
-        rows.append({"doc_id": f"{prefix}{i:03d}", "text": " ".join(words), "n_words": len(words),
-                     "train_overlap": prefix != "train-" and i % 4 == 0, "input_ids": ids,
-                     "attention_mask": [1] * len(ids), "label": label, "n_tokens_full": len(ids)})
+        rows.append(
+            {
+                "doc_id": f"{prefix}{i:03d}",
+                "text": " ".join(words),
+                "n_words": len(words),
+                "train_overlap": prefix != "train-" and i % 4 == 0,
+                "input_ids": ids,
+                "attention_mask": [1] * len(ids),
+                "label": label,
+                "n_tokens_full": len(ids),
+            }
+        )
     return rows
 
 
 NER_SENTENCES = [
     (["john", "smith", "visited", "london"], ["B-PER", "I-PER", "O", "B-LOC"]),
-    (["mary", "said", "the", "new", "footballer", "visited", "paris", "and", "smithston"],
-     ["B-PER", "O", "O", "O", "O", "O", "B-LOC", "O", "B-LOC"]),
+    (
+        ["mary", "said", "the", "new", "footballer", "visited", "paris", "and", "smithston"],
+        ["B-PER", "O", "O", "O", "O", "O", "B-LOC", "O", "B-LOC"],
+    ),
     (["the", "coach", "of", "paris", "said", "data"], ["O", "O", "O", "B-LOC", "O", "O"]),
 ]
 
@@ -71,11 +88,20 @@ def ner_rows(tok, n_docs: int, capacity: int, prefix: str) -> list[dict]:
         windows = alignment.plan_windows(per_word, capacity, overlap=2)
         pieces = alignment.window_encodings(enc["input_ids"], word_ids, windows, tok.cls_token_id, tok.sep_token_id)
         for index, (ids, w_ids) in enumerate(pieces):
-            rows.append({"doc_id": f"{prefix}{i:03d}", "window_index": index, "input_ids": ids,
-                         "attention_mask": [1] * len(ids), "word_ids": w_ids,
-                         "labels_first": alignment.align_labels(w_ids, tags, label2id, "first"),
-                         "labels_all": alignment.align_labels(w_ids, tags, label2id, "all"),
-                         "words": words, "word_tags": tags, "train_overlap": prefix != "train-" and i % 4 == 0})
+            rows.append(
+                {
+                    "doc_id": f"{prefix}{i:03d}",
+                    "window_index": index,
+                    "input_ids": ids,
+                    "attention_mask": [1] * len(ids),
+                    "word_ids": w_ids,
+                    "labels_first": alignment.align_labels(w_ids, tags, label2id, "first"),
+                    "labels_all": alignment.align_labels(w_ids, tags, label2id, "all"),
+                    "words": words,
+                    "word_tags": tags,
+                    "train_overlap": prefix != "train-" and i % 4 == 0,
+                }
+            )
     return rows, names
 
 
@@ -99,33 +125,74 @@ def two_model_workspace(root: Path, n_docs: dict[str, int]) -> tuple[Paths, Path
     reference = save_tiny_bert(root / "reference", hidden=48, seed=1)
     write_task_data(root / "data", pretrained, "clozeline", n_docs)
     write_task_data(root / "data", reference, "reference", n_docs)
-    return Paths(data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports"), reference
+    return Paths(
+        data=root / "data", models=root / "models", metrics=root / "metrics", reports=root / "reports"
+    ), reference
 
 
-def tiny_params(cls_configs: list[str], ner_configs: list[str], seeds: list[int], max_train_docs: int | None = None,
-                epochs: int = 2, cls_dose_response: str | None = None, lr_grid: tuple[float, ...] = (1.0,),
-                workers: int = 1, lr_grid_widen: int = 0, operational: bool = False) -> FinetuneParams:
+def tiny_params(
+    cls_configs: list[str],
+    ner_configs: list[str],
+    seeds: list[int],
+    max_train_docs: int | None = None,
+    epochs: int = 2,
+    cls_dose_response: str | None = None,
+    lr_grid: tuple[float, ...] = (1.0,),
+    workers: int = 1,
+    lr_grid_widen: int = 0,
+    operational: bool = False,
+) -> FinetuneParams:
     """Params for a seconds-long run on the fixtures (no baselines: the tests that want them add them); the
     operational measurement only with ``operational`` (3 batches of 1 doc and 2 of 4 docs, after 1 warm-up)."""
-    task = {"max_train_docs": max_train_docs, "max_dev_docs": None, "max_test_docs": None,
-            "batch_size": 4, "length_group_batches": 2,
-            "max_epochs": epochs, "patience_epochs": 1, "lr_encoder": 1e-3, "lr_encoder_reference": 1e-4, "lr_head": 1e-2, "weight_decay": 0.01,
-            "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,
-            "dose_response": None, "baselines": [], "baseline_c_grid": [1.0],
-            "baseline_tfidf_ngrams": {"word": [1, 2], "char_wb": [2, 4]}, "baseline_memorise_cases": ["cased", "lowercased"], "lr_grid": list(lr_grid), "lr_grid_widen": lr_grid_widen,
-            "truncation": "head", "head_tokens": 0}
-    return FinetuneParams.model_validate({
-        "seeds": seeds, "sweep_seed": 99, "data_seed": 0, "confidence_level": 0.95, "torch_threads": 1, "workers": workers,
-        "operational": {"enabled": operational, "threads": 1, "timed_batches": {1: 3, 4: 2}, "warmup_batches": 1},
-        "recipes": {"cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
-                    "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None}},
-        "tasks": TASKS,
-    })
+    task = {
+        "max_train_docs": max_train_docs,
+        "max_dev_docs": None,
+        "max_test_docs": None,
+        "batch_size": 4,
+        "length_group_batches": 2,
+        "max_epochs": epochs,
+        "patience_epochs": 1,
+        "lr_encoder": 1e-3,
+        "lr_encoder_reference": 1e-4,
+        "lr_head": 1e-2,
+        "weight_decay": 0.01,
+        "warmup_fraction": 0.1,
+        "max_grad_norm": 1.0,
+        "head_dropout": 0.1,
+        "divergence_margin": 0.0,
+        "dose_response": None,
+        "baselines": [],
+        "baseline_c_grid": [1.0],
+        "baseline_tfidf_ngrams": {"word": [1, 2], "char_wb": [2, 4]},
+        "baseline_memorise_cases": ["cased", "lowercased"],
+        "lr_grid": list(lr_grid),
+        "lr_grid_widen": lr_grid_widen,
+        "truncation": "head",
+        "head_tokens": 0,
+    }
+    return FinetuneParams.model_validate(
+        {
+            "seeds": seeds,
+            "sweep_seed": 99,
+            "data_seed": 0,
+            "confidence_level": 0.95,
+            "torch_threads": 1,
+            "workers": workers,
+            "operational": {"enabled": operational, "threads": 1, "timed_batches": {1: 3, 4: 2}, "warmup_batches": 1},
+            "recipes": {
+                "cls": {**task, "configs": cls_configs, "max_seq_len_tokens": 10, "dose_response": cls_dose_response},
+                "ner": {**task, "configs": ner_configs, "max_seq_len_tokens": None},
+            },
+            "tasks": TASKS,
+        }
+    )
 
 
 #: The fixtures' two tasks, as params.yaml's ``tasks`` section names them.
-TASKS = {"cls": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
-         "ner": {"kind": "token_classification", "source": "tweets", "metric": "entity_f1", "recipe": "ner"}}
+TASKS = {
+    "cls": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
+    "ner": {"kind": "token_classification", "source": "tweets", "metric": "entity_f1", "recipe": "ner"},
+}
 
 
 #: Docs per split of the tests' small tasks (``write_task_data``).

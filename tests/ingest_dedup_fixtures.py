@@ -40,12 +40,21 @@ def paths_of(root: Path) -> Paths:
 
 def run_both(root: Path, raw: Path, ingest_incremental: bool = True, **dedup_changes) -> tuple[dict, dict]:
     """Ingest then dedup over the jsonl folder ``raw`` into ``root``; returns ({stage: metrics}, {stage: logged})."""
-    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(raw), "text_field": "text",
-            "label_field": "label"}  # fmt: skip
+    spec = {
+        "name": "docs",
+        "kind": "jsonl",
+        "role": "task",
+        "path": str(raw),
+        "text_field": "text",
+        "label_field": "label",
+    }
     cfg = DedupParams.model_validate({**DEDUP, "num_proc": 1, **dedup_changes})
     logs = {"ingest": RecordingLog(), "dedup": RecordingLog()}
-    metrics = {"ingest": ingest.run(IngestParams(sources=[spec], incremental=ingest_incremental), paths_of(root),
-                                    logs["ingest"])}  # fmt: skip
+    metrics = {
+        "ingest": ingest.run(
+            IngestParams(sources=[spec], incremental=ingest_incremental), paths_of(root), logs["ingest"]
+        )
+    }
     metrics["dedup"] = dedup.run(cfg, paths_of(root), logs["dedup"])
     return metrics, {stage: log.logged for stage, log in logs.items()}
 

@@ -21,7 +21,10 @@ def closure(start: list[str]) -> set[Path]:
 
 
 #: Fields a section gets from tokenize's (export: the NER windows the tagger was trained on) -> tokenize's key.
-TOKENIZE_COPIES = {"ner_window_tokens": "ner_max_seq_len_tokens", "ner_window_overlap_tokens": "ner_window_overlap_tokens"}
+TOKENIZE_COPIES = {
+    "ner_window_tokens": "ner_max_seq_len_tokens",
+    "ner_window_overlap_tokens": "ner_window_overlap_tokens",
+}
 #: Fields a section gets from another stage's key (leakage: the model whose lineage it audits) -> that key.
 OTHER_COPIES = {"pretrain_init_from": "pretrain.init_from"}
 #: Fields whose value another section's key resolves when params load (``pretrain_sources: all``: the role: pretrain

@@ -77,11 +77,23 @@ TRAIN_TEXT = filler(40, 11) + " " + SHORT + " " + filler(40, 12)  # a task train
 
 def night(extra: list[tuple] = (), removed: tuple[str, ...] = (), eval_text: str = PARAGRAPH) -> list:
     """The split frames of one night: a task source (two eval docs, two train docs) and pretraining docs."""
-    task = frame("task", "task", [("ev-par", "test", eval_text), ("ev-short", "dev", SHORT),
-                                  ("tr-1", "train", TRAIN_TEXT), ("tr-2", "train", filler(60, 13))])  # fmt: skip
-    docs = [("verbatim", "train", filler(30, 1) + " " + PARAGRAPH + " " + filler(30, 2)),
-            ("rewrapped", "train", rewrap(PARAGRAPH.upper(), 8)), ("common", "train", filler(200, 3)),
-            ("held", "heldout", filler(300, 4)), ("same-as-common", "train", filler(200, 3))]  # fmt: skip
+    task = frame(
+        "task",
+        "task",
+        [
+            ("ev-par", "test", eval_text),
+            ("ev-short", "dev", SHORT),
+            ("tr-1", "train", TRAIN_TEXT),
+            ("tr-2", "train", filler(60, 13)),
+        ],
+    )
+    docs = [
+        ("verbatim", "train", filler(30, 1) + " " + PARAGRAPH + " " + filler(30, 2)),
+        ("rewrapped", "train", rewrap(PARAGRAPH.upper(), 8)),
+        ("common", "train", filler(200, 3)),
+        ("held", "heldout", filler(300, 4)),
+        ("same-as-common", "train", filler(200, 3)),
+    ]
     pre = frame("pre", "pretrain", [d for d in docs + list(extra) if d[0] not in removed])
     return [task, pre]
 

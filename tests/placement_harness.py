@@ -98,8 +98,9 @@ class HostReads(TorchFunctionMode):
 
 
 #: The transfers (``place``, ``.to(device)``, ``dst.copy_(src)``): a host operand of these is legal on CUDA.
-MOVES = frozenset({"aten._to_copy.default", "aten.copy_.default", "aten._copy_from.default",
-                   "aten._copy_from_and_resize.default"})  # fmt: skip
+MOVES = frozenset(
+    {"aten._to_copy.default", "aten.copy_.default", "aten._copy_from.default", "aten._copy_from_and_resize.default"}
+)
 
 
 def _host(t: object) -> bool:
@@ -146,8 +147,10 @@ class HostTensorGuard(TorchDispatchMode):
             tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             if any(t.is_meta for t in tensors) and any(_host(t) for t in tensors):
                 host = [tuple(t.shape) for t in tensors if _host(t)]
-                leak = (f"{func} at {_caller()}: computes with a meta tensor and host tensor(s) {host[:3]} "
-                        "(CUDA refuses or syncs: place() them on the device)")  # fmt: skip
+                leak = (
+                    f"{func} at {_caller()}: computes with a meta tensor and host tensor(s) {host[:3]} "
+                    "(CUDA refuses or syncs: place() them on the device)"
+                )
                 self.leaks.append(leak)
                 if self.raising:
                     raise RuntimeError(f"placement: {leak}")
@@ -169,8 +172,11 @@ class Placement:
 
 def _check_module(placement: Placement, module: torch.nn.Module, args) -> None:
     placement.forwards += 1
-    off = [name for name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
-           if t is not None and t.device.type != "meta"]  # fmt: skip
+    off = [
+        name
+        for name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False))
+        if t is not None and t.device.type != "meta"
+    ]
     host = [tuple(a.shape) for a in pytree.tree_leaves(args) if _host(a)]
     if off or host:
         placement.leaks.append(f"{type(module).__name__}: weights on the host {off[:3]}, host inputs {host[:3]}")
@@ -224,9 +230,11 @@ def on_meta(monkeypatch):
     fused = optimizer._get_fused_kernels_supported_devices
     monkeypatch.setattr(optimizer, "_get_fused_kernels_supported_devices", lambda: [*fused(), "meta"])
     handle = torch.nn.modules.module.register_module_forward_pre_hook(
-        lambda module, args: _check_module(placement, module, args))
+        lambda module, args: _check_module(placement, module, args)
+    )
     kwargs_handle = torch.nn.modules.module.register_module_forward_hook(
-        lambda module, args, kwargs, out: _check_kwargs(placement, module, kwargs), with_kwargs=True)
+        lambda module, args, kwargs, out: _check_kwargs(placement, module, kwargs), with_kwargs=True
+    )
     swap = torch.__future__.get_swap_module_params_on_conversion()
     torch.__future__.set_swap_module_params_on_conversion(True)
     try:
@@ -239,4 +247,4 @@ def on_meta(monkeypatch):
         kwargs_handle.remove()
         for name, module in list(sys.modules.items()):  # imported inside the body: took the patched name with it
             if name.startswith("tasks") and getattr(getattr(module, "resolve", None), "placement_harness", False):
-                setattr(module, "resolve", _REAL_RESOLVE)
+                module.resolve = _REAL_RESOLVE

@@ -16,9 +16,9 @@ import pandas as pd
 
 from tasks.common.models.encoders import load_tokenizer, reference_model_dir
 from tasks.config import read_yaml
-from tasks.config.paths import Paths
-from tasks.config.model.pretrain import PretrainParams
 from tasks.config.corpus.tokenize import TokenizeParams
+from tasks.config.model.pretrain import PretrainParams
+from tasks.config.paths import Paths
 from tasks.tokenize.pretrain import pack_pretrain
 from tasks.tracking import NullLog
 
@@ -85,12 +85,14 @@ def add_reference_blocks(corpus: Path, max_docs: int = 40) -> None:
     from benchmarks._pretrain_data import corpus_texts
 
     texts = corpus_texts(max_docs)
-    rows = pd.DataFrame({
-        "doc_id": [f"bbc:{i:04d}" for i in range(len(texts))],
-        "text": texts,
-        "source": ["bbc_a" if i % 2 else "bbc_b" for i in range(len(texts))],
-        "split": ["heldout" if i % 5 == 0 else "train" for i in range(len(texts))],
-    })  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "doc_id": [f"bbc:{i:04d}" for i in range(len(texts))],
+            "text": texts,
+            "source": ["bbc_a" if i % 2 else "bbc_b" for i in range(len(texts))],
+            "split": ["heldout" if i % 5 == 0 else "train" for i in range(len(texts))],
+        }
+    )
     raw = read_yaml(ROOT / "params.yaml")["tokenize"]
     tcfg = TokenizeParams.model_validate({**raw, "max_seq_len_tokens": SEQ_LEN, "ner_window_overlap_tokens": 8})
     out = corpus / "data" / "tokenize" / "pretrain" / "reference"
@@ -101,7 +103,8 @@ def worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str 
     """A script that runs ``tasks.pretrain.run(cfg, paths)`` in a fresh process (or under torchrun), after the
     Python statements ``extra`` (patches that record what a rank does)."""
     script = tmp_path / "worker.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         import torch
@@ -113,7 +116,8 @@ def worker_script(tmp_path: Path, cfg: PretrainParams, paths: Paths, extra: str 
         paths = Paths.model_validate_json({paths.model_dump_json()!r})
         {extra}
         P.run(cfg, paths, NullLog())
-    """))
+    """)
+    )
     return script
 
 

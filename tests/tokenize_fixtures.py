@@ -77,9 +77,16 @@ def write_leak_table(paths, pairs: list[tuple[str, str, str, str]]) -> None:
 
 def pretrain(n_train: int, removed: tuple[int, ...] = ()) -> list[dict]:
     """``n_train`` distinct train docs (sentence k plus a word pair naming k) and two heldout docs."""
-    rows = [{"doc_id": f"pre:{k:03d}", "role": "pretrain", "split": "train",
-             "text": f"{TRAIN_SENTENCES[k % 4]} {PAIR_WORDS[k % 12]} {PAIR_WORDS[k // 12]}"}
-            for k in range(n_train) if k not in removed]  # fmt: skip
+    rows = [
+        {
+            "doc_id": f"pre:{k:03d}",
+            "role": "pretrain",
+            "split": "train",
+            "text": f"{TRAIN_SENTENCES[k % 4]} {PAIR_WORDS[k % 12]} {PAIR_WORDS[k // 12]}",
+        }
+        for k in range(n_train)
+        if k not in removed
+    ]
     rows += [
         {"doc_id": f"pre:h{k}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[k]} for k in (0, 1)
     ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import hashlib
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 #: The repository root (the folder holding ``tasks/``).
@@ -30,7 +30,7 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def imported_modules(path: Path, root: Path = ROOT) -> frozenset[str]:
     """Project modules that ``path`` imports (absolute and relative), with their parent packages."""
     package = path.relative_to(root).with_suffix("").parts[:-1]  # a/b.py and a/b/__init__.py: a and a.b

@@ -230,10 +230,19 @@ def dvc_md5(root: Path, path: str) -> str:
     fs, full = LocalFileSystem(), Path(root).resolve() / path
     before = {file: _stat_key(file) for file in ([full] if full.is_file() else full.rglob("*")) if file.is_file()}
     with tempfile.TemporaryDirectory() as scratch:
-        _, _, obj = build(LocalHashFileDB(fs, scratch), str(full), fs, "md5", dry_run=True,
-                          ignore=DvcIgnoreFilter(fs, str(Path(root).resolve())))
-    hashed = [(full.joinpath(*key), info.value) for key, _, info in obj] if isinstance(obj, Tree) else [
-        (full, obj.hash_info.value)]
+        _, _, obj = build(
+            LocalHashFileDB(fs, scratch),
+            str(full),
+            fs,
+            "md5",
+            dry_run=True,
+            ignore=DvcIgnoreFilter(fs, str(Path(root).resolve())),
+        )
+    hashed = (
+        [(full.joinpath(*key), info.value) for key, _, info in obj]
+        if isinstance(obj, Tree)
+        else [(full, obj.hash_info.value)]
+    )
     for file, md5 in hashed:
         if file in before and before[file] == _stat_key(file):  # unchanged while DVC read it
             _HASHED[before[file]] = md5

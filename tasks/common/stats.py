@@ -32,8 +32,9 @@ def t_interval(values: Sequence[float], level: float) -> tuple[float, float, flo
     return mean, std, mean - half, mean + half
 
 
-def summarize(values: Sequence[float], seeds: Sequence[int], level: float,
-              bounds: tuple[float, float] | None = None) -> dict:
+def summarize(
+    values: Sequence[float], seeds: Sequence[int], level: float, bounds: tuple[float, float] | None = None
+) -> dict:
     """``{per_seed, seeds, mean, std, ci95_low, ci95_high, n}`` for one metric measured once per seed.
 
     The interval is ``t_interval``, clipped to ``bounds`` (e.g. ``(0, 1)`` for an F1: with 2 seeds a t-interval

@@ -52,9 +52,16 @@ from types import ModuleType
 
 import datasets
 
-from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
-from tasks.common.models.encoders import load_tokenizer, model_dir, pad_token_id, pretrained_dir, snapshot_dirs, tokenization
 from tasks.common.files.ioerrors import reading
+from tasks.common.models.encoders import (
+    load_tokenizer,
+    model_dir,
+    pad_token_id,
+    pretrained_dir,
+    snapshot_dirs,
+    tokenization,
+)
+from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
 from tasks.config.model.finetune import FinetuneParams, RunSpec, TaskParams
 from tasks.finetune import selected
 from tasks.finetune.arms import operational
@@ -83,30 +90,78 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     data = {tok: load_task_data(paths.stage_data("tokenize") / item / tok, cfg.data_seed, tcfg) for tok in toks}
     labels, draw = same_labels(data, item), Draw(tcfg.max_train_docs, cfg.data_seed)
     log_caps(log, item, spec.recipe, data[toks[0]]["counts"])
-    jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw)
-            for arm in tcfg.configs]  # fmt: skip
-    dose = (dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models, draw)
-            if tcfg.dose_response else {})  # fmt: skip
+    jobs = [
+        make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw)
+        for arm in tcfg.configs
+    ]
+    dose = (
+        dose_jobs(item, spec.module, tcfg, data[tok_of["pretrained"]]["rows"], labels, paths.models, draw)
+        if tcfg.dose_response
+        else {}
+    )
     full_docs, curve_jobs = data[toks[0]]["counts"]["train"]["docs_kept"], []  # the curve ends at the full size
     for point in at_train_sizes.points(tcfg, full_docs, item):
-        curve_jobs.append(make_job(item, spec.module, point.spec, tcfg, data[tok_of[point.spec.variant]]["rows"],
-                                   labels, paths.models, Draw(point.size, cfg.data_seed), key=point.key))  # fmt: skip
+        curve_jobs.append(
+            make_job(
+                item,
+                spec.module,
+                point.spec,
+                tcfg,
+                data[tok_of[point.spec.variant]]["rows"],
+                labels,
+                paths.models,
+                Draw(point.size, cfg.data_seed),
+                key=point.key,
+            )
+        )
     further = from_pretraining_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
-    seed_jobs = [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models, draw,
-                          folder=folder, key=key) for arm, folder, key in further]  # fmt: skip
+    seed_jobs = [
+        make_job(
+            item,
+            spec.module,
+            arm,
+            tcfg,
+            data[tok_of[arm.variant]]["rows"],
+            labels,
+            paths.models,
+            draw,
+            folder=folder,
+            key=key,
+        )
+        for arm, folder, key in further
+    ]
     masking = from_ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
-    seed_jobs += [make_job(item, spec.module, arm, tcfg, data[tok_of[arm.variant]]["rows"], labels, paths.models,
-                           draw, folder=folder, key=key) for arm, folder, key in masking]  # fmt: skip
+    seed_jobs += [
+        make_job(
+            item,
+            spec.module,
+            arm,
+            tcfg,
+            data[tok_of[arm.variant]]["rows"],
+            labels,
+            paths.models,
+            draw,
+            folder=folder,
+            key=key,
+        )
+        for arm, folder, key in masking
+    ]
     timed_arms = jobs + list(dose.values())  # curve, further-seed and ablation arms are scored, not timed
     arms = timed_arms + curve_jobs + seed_jobs
     measure = cfg.operational.enabled
     save_to = {job.key: operational.folder_for(out_dir, job.key) for job in timed_arms} if measure else {}
     device = resolve(cfg.hardware.device)
-    runner = Runner(cfg.torch_threads, slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
-                    cfg.hardware.deterministic, device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision))  # fmt: skip
+    runner = Runner(
+        cfg.torch_threads,
+        slots(cfg.hardware.device, device, cfg.workers, cfg.runs_per_gpu),
+        cfg.hardware.deterministic,
+        device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision),
+    )
     precision = "bf16 autocast" if runner.cpu_bf16 or device.type == "cuda" else "fp32"
-    log.info(f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision}, "
-             f"predictions {PREDICTION_PRECISION})")
+    log.info(
+        f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision}, "
+        f"predictions {PREDICTION_PRECISION})"
+    )
     any_tok = data[toks[0]]
     folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
     planned = fitting.plan(tcfg.baselines, toks)
@@ -119,10 +174,24 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
         for size, row in [(None, row) for row in planned] + at_train_sizes.baseline_rows(planned, tcfg):
             tokenizer = load_tokenizer(folders[row.tok]) if row.tok else None  # the tokenizer of the arms it matches
             source = data[row.tok or toks[0]]  # a curve row: fewer train docs per seed, scored but not timed
-            row_cfg, row_draw = (cfg, draw) if size is None else (at_train_sizes.untimed(cfg), Draw(size, cfg.data_seed))
+            row_cfg, row_draw = (
+                (cfg, draw) if size is None else (at_train_sizes.untimed(cfg), Draw(size, cfg.data_seed))
+            )
             with log.child(f"{item}/{row.key}") as child:
-                out[row.key] = run_baseline(item, spec.module, row, source, tokenizer, labels, tcfg, row_cfg, out_dir,
-                                            child, row_draw, defer_timing=overlap)  # fmt: skip
+                out[row.key] = run_baseline(
+                    item,
+                    spec.module,
+                    row,
+                    source,
+                    tokenizer,
+                    labels,
+                    tcfg,
+                    row_cfg,
+                    out_dir,
+                    child,
+                    row_draw,
+                    defer_timing=overlap,
+                )
         return out
 
     def sweep() -> dict[str, dict]:
@@ -152,13 +221,24 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     extra |= {"pretraining_seeds": from_pretraining_seeds.summary(further)} if further else {}
     extra |= {"ablations": from_ablations.summary(masking)} if masking else {}
     if tcfg.train_sizes:
-        extra["learning_curve"] = at_train_sizes.summary(tcfg, full_docs, runs, tok_of, comparators,
-                                                lambda r, a, c: select_best(r, a, c, spec.module), item)  # fmt: skip
+        extra["learning_curve"] = at_train_sizes.summary(
+            tcfg, full_docs, runs, tok_of, comparators, lambda r, a, c: select_best(r, a, c, spec.module), item
+        )
     extra |= {"train_precision": precision, "prediction_precision": PREDICTION_PRECISION}  # dev and test predictions
-    return {"task": item, "kind": spec.kind, "source": spec.source, "metric": spec.headline, "labels": labels,
-            "docs": {tok: data[tok]["counts"] for tok in toks}, "runs": runs,
-            "selection": selection, "export": kept, **extra, "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,
-            "elapsed_minutes": round((time.perf_counter() - started) / 60, 2)}
+    return {
+        "task": item,
+        "kind": spec.kind,
+        "source": spec.source,
+        "metric": spec.headline,
+        "labels": labels,
+        "docs": {tok: data[tok]["counts"] for tok in toks},
+        "runs": runs,
+        "selection": selection,
+        "export": kept,
+        **extra,
+        "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,
+        "elapsed_minutes": round((time.perf_counter() - started) / 60, 2),
+    }
 
 
 def fresh_dir(folder: Path) -> Path:
@@ -190,8 +270,11 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
         keep = kept_doc_ids([r["doc_id"] for r in table], caps[split], data_seed)  # train: the count per seed
         rows[split], all_rows[split] = table if split == "train" else [r for r in table if r["doc_id"] in keep], table
         available = len({r["doc_id"] for r in table})
-        counts[split] = {"docs_available": available, "docs_kept": len(keep),
-                         "docs_dropped_by_cap": available - len(keep)}
+        counts[split] = {
+            "docs_available": available,
+            "docs_kept": len(keep),
+            "docs_dropped_by_cap": available - len(keep),
+        }
     with reading(labels_file):
         labels = json.loads(labels_file.read_text(encoding="utf-8"))
     return {"rows": rows, "all_rows": all_rows, "labels": labels, "counts": counts}
@@ -202,8 +285,10 @@ def log_caps(log, item: str, recipe: str, counts: dict) -> None:
     not read whole), naming the key that sets it."""
     for split, count in counts.items():
         if count["docs_dropped_by_cap"]:
-            log.info(f"finetune[{item}]: {split} keeps {count['docs_kept']} of {count['docs_available']} docs "
-                     f"(a seeded sample: finetune.recipes.{recipe}.max_{split}_docs; null keeps every doc)")
+            log.info(
+                f"finetune[{item}]: {split} keeps {count['docs_kept']} of {count['docs_available']} docs "
+                f"(a seeded sample: finetune.recipes.{recipe}.max_{split}_docs; null keeps every doc)"
+            )
 
 
 def same_labels(data: dict, item: str) -> list[str]:
@@ -243,8 +328,18 @@ class Job:
         return TASKS[self.module]
 
 
-def make_job(item: str, module: str, spec: RunSpec, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
-             draw: Draw | None = None, folder: Path | None = None, key: str | None = None) -> Job:  # fmt: skip
+def make_job(
+    item: str,
+    module: str,
+    spec: RunSpec,
+    tcfg: TaskParams,
+    rows: dict,
+    labels: list[str],
+    models: Path,
+    draw: Draw | None = None,
+    folder: Path | None = None,
+    key: str | None = None,
+) -> Job:
     """Examples for ``spec`` (its tokenization, its label scheme) and its model folder (default: the
     variant's) and pad id; ``draw`` cuts each seed's train docs from ``rows["train"]`` (None: every seed trains
     on all of them); ``key`` names the run (default ``spec.key``)."""
@@ -253,8 +348,9 @@ def make_job(item: str, module: str, spec: RunSpec, tcfg: TaskParams, rows: dict
     return Job(item, module, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key, draw)
 
 
-def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path,
-              draw: Draw) -> dict[int, Job]:  # fmt: skip
+def dose_jobs(
+    item: str, module: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path, draw: Draw
+) -> dict[int, Job]:
     """``{pretraining step: job}``: the ``dose_response`` config from each snapshot in
     ``<models>/pretrained/snapshots/step_<N>``, run key ``pretrained@step_<N>/<mode>/<head>``.
 
@@ -263,8 +359,10 @@ def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list
     spec = next(s for s in tcfg.configs if s.key == tcfg.dose_response)
     folders = snapshot_dirs(models)
     if not folders:
-        raise FileNotFoundError(f"finetune.recipes.*.dose_response of task {item}: no snapshots in {pretrained_dir(models)}/snapshots "
-                                "(set pretrain.dose_snapshot_fractions)")  # fmt: skip
+        raise FileNotFoundError(
+            f"finetune.recipes.*.dose_response of task {item}: no snapshots in {pretrained_dir(models)}/snapshots "
+            "(set pretrain.dose_snapshot_fractions)"
+        )
     jobs = {}
     for folder in folders:
         step = int(folder.name.removeprefix("step_"))
@@ -276,15 +374,21 @@ def dose_jobs(item: str, module: str, tcfg: TaskParams, rows: dict, labels: list
 def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, measured: dict | None) -> dict:
     """Write each seed's test predictions, log the arm (``sweep.log_job``) and its ``measured`` operational
     numbers (``operational/...`` metrics; None: not measured); returns its ``metrics.runs`` entry."""
-    predictions = {res["seed"]: write_predictions(out_dir / job.key / f"seed{res['seed']}.test.jsonl",
-                                                  res["test_records"]) for res in result["seeds"]}  # fmt: skip
+    predictions = {
+        res["seed"]: write_predictions(out_dir / job.key / f"seed{res['seed']}.test.jsonl", res["test_records"])
+        for res in result["seeds"]
+    }
     log_job(log, job, result, cfg.seeds, predictions)
     if measured is not None:
         log.metrics({"operational": measured})
     entry = aggregate(job.task, result["seeds"], cfg, log)
     select = f"dev_best_{job.task.SELECT_METRIC}"
-    entry["lr_sweep"] = {"seed": cfg.sweep_seed, "chosen_scale": result["scale"], "metric": select,
-                         "dev": {f"{scale:g}": res[select] for scale, res in result["sweep"].items()}}  # fmt: skip
+    entry["lr_sweep"] = {
+        "seed": cfg.sweep_seed,
+        "chosen_scale": result["scale"],
+        "metric": select,
+        "dev": {f"{scale:g}": res[select] for scale, res in result["sweep"].items()},
+    }
     seen = [r["seen_fraction"] for r in result["seeds"][0]["test_records"] if "seen_fraction" in r]
     if seen:  # cls: the share of each test doc's tokens the model saw (the same cut for every seed)
         entry["test_seen_fraction_mean"] = sum(seen) / len(seen)
@@ -296,8 +400,9 @@ def write_test_items(path: Path, rows: list[dict]) -> Path:
     lines = []
     for row in fitting.documents(rows):
         n_words = int(row["n_words"]) if "n_words" in row else len(row["words"])
-        lines.append(json.dumps({"doc_id": row["doc_id"], "n_words": n_words,
-                                 "train_overlap": bool(row["train_overlap"])}))  # fmt: skip
+        lines.append(
+            json.dumps({"doc_id": row["doc_id"], "n_words": n_words, "train_overlap": bool(row["train_overlap"])})
+        )
     path.write_text("".join(line + "\n" for line in sorted(lines)), encoding="utf-8")
     return path
 
@@ -319,11 +424,15 @@ def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | N
         return sum(s[metric] for s in per_seed) / len(per_seed)
 
     scores = {key: dev_mean(key) for key in [*arms, *comparators]}
-    out = {"metric": f"mean over seeds of {metric}", "dev": scores,
-           "baseline_rule": "best comparator on dev among those reading the best arm's docs and input"}
+    out = {
+        "metric": f"mean over seeds of {metric}",
+        "dev": scores,
+        "baseline_rule": "best comparator on dev among those reading the best arm's docs and input",
+    }
     if arms:
         out["best_arm"] = max(arms, key=lambda k: (scores[k], k))
     if comparators:
+
         def best_reading(tok: str | None) -> str:
             same = [k for k, t in comparators.items() if t is None or t == tok] or list(comparators)
             return max(same, key=lambda k: (scores[k], k))

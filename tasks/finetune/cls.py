@@ -74,8 +74,14 @@ def records(exs: list[dict], predicted: list[tuple[int, list[float]]], label_nam
     """Prediction records ``{doc_id, gold, pred, probs, truncated, seen_fraction}`` in example order: label
     names, and ``probs`` the predicted distribution in ``label_names`` order (``decode``'s pairs)."""
     return [
-        {"doc_id": ex["doc_id"], "gold": label_names[ex["label"]], "pred": label_names[p], "probs": probs,
-         "truncated": ex["truncated"], "seen_fraction": ex["seen_fraction"]}
+        {
+            "doc_id": ex["doc_id"],
+            "gold": label_names[ex["label"]],
+            "pred": label_names[p],
+            "probs": probs,
+            "truncated": ex["truncated"],
+            "seen_fraction": ex["seen_fraction"],
+        }
         for ex, (p, probs) in zip(exs, predicted, strict=True)
     ]
 
@@ -100,8 +106,10 @@ def score(recs: list[dict], label_names: list[str]) -> dict:
         "accuracy": float(accuracy_score(gold, pred)),
         "macro_f1": float(f1_score(gold, pred, labels=label_names, average="macro", zero_division=0)),
         "per_class_f1": {name: float(v) for name, v in zip(label_names, per_class, strict=True)},
-        "confusion_matrix": {"labels": label_names,
-                             "matrix": confusion_matrix(gold, pred, labels=label_names).tolist()},
+        "confusion_matrix": {
+            "labels": label_names,
+            "matrix": confusion_matrix(gold, pred, labels=label_names).tolist(),
+        },
         "accuracy_by_length": _by_length(recs),
     }
 
@@ -130,8 +138,10 @@ def pool_details(per_seed: list[dict]) -> dict:
     first = per_seed[0]
     matrices = np.array([d["confusion_matrix"]["matrix"] for d in per_seed])
     buckets = {
-        b: {"docs": first["accuracy_by_length"][b]["docs"],
-            "accuracy": _mean_or_none([d["accuracy_by_length"][b]["accuracy"] for d in per_seed])}
+        b: {
+            "docs": first["accuracy_by_length"][b]["docs"],
+            "accuracy": _mean_or_none([d["accuracy_by_length"][b]["accuracy"] for d in per_seed]),
+        }
         for b in first["accuracy_by_length"]
     }
     return {

@@ -40,8 +40,16 @@ def examples(rows: list[dict], tcfg, head: str) -> list[dict]:
         ids, word_ids, labels = list(row["input_ids"]), list(row["word_ids"]), list(row[f"labels_{head}"])
         if not len(ids) == len(word_ids) == len(labels) or len(row["words"]) != len(row["word_tags"]):
             raise ValueError(f"ner doc {row['doc_id']!r} window {row['window_index']}: list lengths disagree")
-        out.append({"doc_id": row["doc_id"], "window_index": int(row["window_index"]), "input_ids": ids,
-                    "word_ids": word_ids, "labels": labels, "word_tags": list(row["word_tags"])})
+        out.append(
+            {
+                "doc_id": row["doc_id"],
+                "window_index": int(row["window_index"]),
+                "input_ids": ids,
+                "word_ids": word_ids,
+                "labels": labels,
+                "word_tags": list(row["word_tags"]),
+            }
+        )
     return out
 
 
@@ -85,8 +93,14 @@ def records(exs: list[dict], predicted: list[list[tuple[int, float]]], label_nam
         if any(p[3] != gold for p in parts):
             raise ValueError(f"ner doc {doc_id!r}: windows disagree on the gold word tags")
         pairs = words_from_windows([(p[1], p[2]) for p in parts], len(gold))
-        out.append({"doc_id": doc_id, "gold": gold, "pred": [label_names[i] for i, _ in pairs],
-                    "probs": [prob for _, prob in pairs]})
+        out.append(
+            {
+                "doc_id": doc_id,
+                "gold": gold,
+                "pred": [label_names[i] for i, _ in pairs],
+                "probs": [prob for _, prob in pairs],
+            }
+        )
     return out
 
 

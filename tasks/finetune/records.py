@@ -38,6 +38,11 @@ def aggregate(task, seeds: list[dict], cfg: FinetuneParams, log) -> dict:
     hidden = ("seed", "test", "test_records")
     per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
     pooled = task.pool_details([s["details"] for s in seeds])
-    return {**metrics, "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]], "mlflow_run_id": log.run_id,
-            "mlflow_run_name": log.run_name, "mlflow_experiment_id": log.experiment_id,
-            "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed}}
+    return {
+        **metrics,
+        "diverged_seeds": [s["seed"] for s in seeds if s["diverged"]],
+        "mlflow_run_id": log.run_id,
+        "mlflow_run_name": log.run_name,
+        "mlflow_experiment_id": log.experiment_id,
+        "details": {**pooled, "pooled_over_seeds": len(seeds), "per_seed": per_seed},
+    }

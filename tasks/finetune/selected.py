@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from tasks.common.runtime.device import PREDICTION_PRECISION, configure
 from tasks.common.models.encoders import load_tokenizer
+from tasks.common.runtime.device import PREDICTION_PRECISION, configure
 from tasks.finetune.arms import operational
 from tasks.finetune.arms.training import Run, train_and_test
 
@@ -62,8 +62,12 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
     dest = out_dir / SELECTED
     shutil.rmtree(dest, ignore_errors=True)
     saved = saved_model(out_dir, job.key, seed, cfg.seeds)
-    entry: dict = {"run": job.key, "seed": seed, "dev": dev,
-                   "seed_rule": f"best dev_best_{job.task.SELECT_METRIC} of the arm's seeds (ties: the earlier seed)"}
+    entry: dict = {
+        "run": job.key,
+        "seed": seed,
+        "dev": dev,
+        "seed_rule": f"best dev_best_{job.task.SELECT_METRIC} of the arm's seeds (ties: the earlier seed)",
+    }
     if all((saved / name).is_file() for name in MODEL_FILES):
         shutil.copytree(saved, dest)
         entry["model"] = "saved"
@@ -74,23 +78,39 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
         configure(torch.device(device), cfg.hardware.deterministic)
         if device.startswith("cuda"):
             torch.cuda.set_device(torch.device(device))  # pinned host memory on that GPU (``place``)
-        train_and_test(Run(job, seed, result["scale"], save_to=dest, device=device, cpu_bf16=runner.cpu_bf16),
-                       show_progress=False)
+        train_and_test(
+            Run(job, seed, result["scale"], save_to=dest, device=device, cpu_bf16=runner.cpu_bf16), show_progress=False
+        )
         entry["model"] = "retrained"
-        log.info(f"finetune[{job.item}]: retrained {job.key} seed {seed} for the export "
-                 f"({time.perf_counter() - started:.1f} s)")
+        log.info(
+            f"finetune[{job.item}]: retrained {job.key} seed {seed} for the export "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
     load_tokenizer(job.folder).save_pretrained(dest)
     scores = selection.get("dev") or {}
     winner = max(scores, key=lambda k: (scores[k], k == job.key)) if scores else job.key
     entry["dev_winner"] = winner
     tcfg = job.tcfg
-    record = {**entry, "task": job.item, "module": job.module, "labels": list(job.labels),
-              "variant": job.spec.variant, "mode": job.spec.mode, "head": job.spec.head,
-              "lr_scale": result["scale"], "metric": f"dev_best_{job.task.SELECT_METRIC}",
-              "input": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
-                        "head_tokens": tcfg.head_tokens},
-              "predictions": f"{job.key}/seed{seed}.test.jsonl", "prediction_precision": PREDICTION_PRECISION,
-              "dev_winner_score": scores.get(winner), "arm_dev_score": scores.get(job.key)}  # fmt: skip
+    record = {
+        **entry,
+        "task": job.item,
+        "module": job.module,
+        "labels": list(job.labels),
+        "variant": job.spec.variant,
+        "mode": job.spec.mode,
+        "head": job.spec.head,
+        "lr_scale": result["scale"],
+        "metric": f"dev_best_{job.task.SELECT_METRIC}",
+        "input": {
+            "max_seq_len_tokens": tcfg.max_seq_len_tokens,
+            "truncation": tcfg.truncation,
+            "head_tokens": tcfg.head_tokens,
+        },
+        "predictions": f"{job.key}/seed{seed}.test.jsonl",
+        "prediction_precision": PREDICTION_PRECISION,
+        "dev_winner_score": scores.get(winner),
+        "arm_dev_score": scores.get(job.key),
+    }
     (dest / SELECTED_RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return entry
 
@@ -122,8 +142,15 @@ def keep_baseline(selection: dict, fitted: dict, labels: list[str], out_dir: Pat
     if kept["cut"] is not None:
         kept["tokenizer"].save_pretrained(dest)
     setting = {k: v for k, v in kept["setting"].items() if k != "dev_macro_f1_grid"}
-    record = {"run": key, "labels": list(labels), "classes": [int(c) for c in model.classes_], "setting": setting,
-              "input": kept["input"], "cut": kept["cut"], "predictions": f"{key}/seed{kept['seed']}.test.jsonl",
-              "seed": kept["seed"]}
+    record = {
+        "run": key,
+        "labels": list(labels),
+        "classes": [int(c) for c in model.classes_],
+        "setting": setting,
+        "input": kept["input"],
+        "cut": kept["cut"],
+        "predictions": f"{key}/seed{kept['seed']}.test.jsonl",
+        "seed": kept["seed"],
+    }
     (dest / "baseline.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return {"baseline": key}

@@ -64,8 +64,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common.pretraining_texts import NO_LINEAGE
 from tasks.common.matching import minhash
+from tasks.common.pretraining_texts import NO_LINEAGE
 from tasks.common.runtime import gcpause
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage import lineage_audit
@@ -114,8 +114,9 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
     gcpause.freeze()
     table = audit_table(scanned.matches, train_frame, eval_frame)
     lexical_removed = removed_docs(table, cfg)
-    plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg,
-                                                      paths.stage_data("leakage_cache"), log)  # fmt: skip
+    plants, not_planted, lexical_found = plant_copies(
+        eval_frame, evals, train_frame, scanned, table, cfg, paths.stage_data("leakage_cache"), log
+    )
     found = [set(m) for m in lexical_found]
     detectors = DETECTORS
     review: list[dict] = []
@@ -123,8 +124,16 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
     scored = None
     paths.stage_data("leakage_embeddings").mkdir(parents=True, exist_ok=True)  # a DVC output, semantic or not
     if cfg.semantic.enabled:
-        result = semantic_audit.audit(cfg, eval_frame, evals.tokens, train_frame, set(lexical_removed), plants, log,
-                                      store=paths.stage_data("leakage_embeddings"))
+        result = semantic_audit.audit(
+            cfg,
+            eval_frame,
+            evals.tokens,
+            train_frame,
+            set(lexical_removed),
+            plants,
+            log,
+            store=paths.stage_data("leakage_embeddings"),
+        )
         table = pd.concat([table, pd.DataFrame.from_records(result.rows, columns=TABLE_COLUMNS)], ignore_index=True)
         table = table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
         for m, hit in zip(found, result.found):
@@ -134,8 +143,10 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
         review, semantic_metrics, scored = result.review, {"enabled": True, **result.metrics}, result.scored
     cache = None if cfg.pretrain_init_from in NO_LINEAGE else lineage_audit.dvc_cache(Path.cwd())  # dvc: 0.5 s
     across = lineage_audit.audit(cfg, paths, eval_frame, evals, tokenize, cache)
-    log.info(f"leakage: lineage of {cfg.pretrain_init_from}: {across.metrics['status']}, "
-             f"{len(across.metrics['files_checked'])} files checked, {len(across.pairs)} matching pairs")
+    log.info(
+        f"leakage: lineage of {cfg.pretrain_init_from}: {across.metrics['status']}, "
+        f"{len(across.metrics['files_checked'])} files checked, {len(across.pairs)} matching pairs"
+    )
     removed = removed_docs(table, cfg) | across.removed
     out_dir = paths.stage_data("leakage")
     write_outputs(frames, table, removed, out_dir, review, across.marked)
@@ -143,17 +154,20 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
     log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
     metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens], across.marked)
     metrics["lineage"] = across.metrics
-    metrics["planted"] = recall.summarize(plants, found, list(eval_frame["doc_id"]), not_planted, detectors,
-                                          cfg.planted, cfg.max_examples, scored)
-    metrics["residual"] = residual.residual(eval_frame, evals.tokens, scanned.pretrain, set(removed), cfg.residual,
-                                            cfg.max_examples)
+    metrics["planted"] = recall.summarize(
+        plants, found, list(eval_frame["doc_id"]), not_planted, detectors, cfg.planted, cfg.max_examples, scored
+    )
+    metrics["residual"] = residual.residual(
+        eval_frame, evals.tokens, scanned.pretrain, set(removed), cfg.residual, cfg.max_examples
+    )
     metrics["semantic"] = semantic_metrics
     log.info(f"leakage: planted recall {metrics['planted']['recall']}, residual rate {metrics['residual']['rate']}")
     return metrics
 
 
-def scan_training(paths, train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams,
-                  log) -> TrainingScan:
+def scan_training(
+    paths, train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, log
+) -> TrainingScan:
     """The ``TrainingScan`` of every training row: on this machine through the per-text cache
     (``scan.incremental``), or on Ray Data (``engine: ray``: ``scan.ray_engine``; Ray, an optional dependency, is
     imported only then)."""
@@ -163,8 +177,16 @@ def scan_training(paths, train_frame: pd.DataFrame, eval_frame: pd.DataFrame, ev
     return ray_engine.scan_on_ray(files, train_frame, evals, cfg)
 
 
-def plant_copies(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFrame, scanned: TrainingScan,
-                 table: pd.DataFrame, cfg: LeakageParams, cache: Path, log) -> tuple[list, list[str], list[set[str]]]:
+def plant_copies(
+    eval_frame: pd.DataFrame,
+    evals: Side,
+    train_frame: pd.DataFrame,
+    scanned: TrainingScan,
+    table: pd.DataFrame,
+    cfg: LeakageParams,
+    cache: Path,
+    log,
+) -> tuple[list, list[str], list[set[str]]]:
     """The planted copies of every eval doc (``tasks.leakage.planted``), the variants not planted, and the
     lexical methods that find each copy (copies seen by an earlier run from ``cache``: ``planted.cache``).
 
@@ -175,8 +197,7 @@ def plant_copies(eval_frame: pd.DataFrame, evals: Side, train_frame: pd.DataFram
     unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & scanned.has_words[pretrain.index]
     filler = pretrain[unrelated]
     wordnet = synonyms.load(cfg.planted.wordnet_dir)
-    plants, not_planted = make_plants(eval_frame, list(filler["text"]), list(filler["doc_id"]), cfg.planted,
-                                      wordnet.of)
+    plants, not_planted = make_plants(eval_frame, list(filler["text"]), list(filler["doc_id"]), cfg.planted, wordnet.of)
     if not plants:
         return plants, not_planted, []
     return plants, not_planted, plant_cache.found_by(plants, eval_frame, evals, cfg, tokenize, cache, log)

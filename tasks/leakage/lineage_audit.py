@@ -64,8 +64,14 @@ def dvc_cache(root: Path) -> Path | None:
         return None
 
 
-def audit(cfg: LeakageParams, paths, eval_frame: pd.DataFrame, evals: Side,
-          words: Callable[[str], list[str]], cache: Path | None) -> LineageAudit:
+def audit(
+    cfg: LeakageParams,
+    paths,
+    eval_frame: pd.DataFrame,
+    evals: Side,
+    words: Callable[[str], list[str]],
+    cache: Path | None,
+) -> LineageAudit:
     """Audit ``eval_frame`` (kept task dev/test rows; ``evals`` their side) against the lineage of
     ``cfg.pretrain_init_from``, with ``words`` (the audit's tokenizer) and DVC cache folder ``cache``.
 
@@ -80,24 +86,37 @@ def audit(cfg: LeakageParams, paths, eval_frame: pd.DataFrame, evals: Side,
     for entry in record["data"]:
         where = lineage.resolve(entry, cache)
         if where is None:
-            unresolved.append(f"{entry['path']}: no md5 recorded (not there when that model was pretrained)"
-                              if entry["md5"] is None else
-                              f"{entry['path']} (md5 {entry['md5']}): neither in the DVC cache nor at its path")
+            unresolved.append(
+                f"{entry['path']}: no md5 recorded (not there when that model was pretrained)"
+                if entry["md5"] is None
+                else f"{entry['path']} (md5 {entry['md5']}): neither in the DVC cache nor at its path"
+            )
             continue
         rows = trained_rows(where, entry)
         trains = make_side([words(t) for t in rows["text"]], minhash.WordHashes())
         for i, j, method, score, span in detect(trains, evals, cfg.lexical):
             ev = eval_frame.iloc[j]
-            records.append((entry["md5"], rows["doc_id"].iloc[i], ev["doc_id"], method, round(float(score), 6), span,
-                            ev["source"], ev["split"]))  # fmt: skip
+            records.append(
+                (
+                    entry["md5"],
+                    rows["doc_id"].iloc[i],
+                    ev["doc_id"],
+                    method,
+                    round(float(score), 6),
+                    span,
+                    ev["source"],
+                    ev["split"],
+                )
+            )
         files.append({**entry, "found": "cache" if where != Path(entry["path"]) else "path", "docs": len(rows)})
     pairs = pd.DataFrame.from_records(records, columns=LINEAGE_COLUMNS)
     pairs = pairs.sort_values(["eval_doc", "file_md5", "train_doc", "method"], ignore_index=True)
     removed, marked = actions(pairs, cfg.pretrain_action)
     unknown = record["unknown"] + unresolved
     status = "none" if init_from in lineage.NO_LINEAGE else "unknown" if unknown else "known"
-    metrics = lineage_metrics(status, init_from, unknown, files, len(unresolved), pairs, eval_frame,
-                              cfg.pretrain_action)
+    metrics = lineage_metrics(
+        status, init_from, unknown, files, len(unresolved), pairs, eval_frame, cfg.pretrain_action
+    )
     return LineageAudit(pairs, removed, marked, metrics)
 
 
@@ -121,14 +140,26 @@ def actions(pairs: pd.DataFrame, action: str) -> tuple[dict[str, dict], set[str]
         return {}, set(pairs["eval_doc"])
     removed = {}
     for doc_id, part in pairs.groupby("eval_doc", sort=True):
-        removed[doc_id] = {"doc_id": doc_id, "source": part["eval_source"].iloc[0], "reason": "leakage:lineage",
-                           "methods": sorted(set(part["method"])),
-                           "lineage_docs": sorted(set(part["file_md5"] + ":" + part["train_doc"]))}  # fmt: skip
+        removed[doc_id] = {
+            "doc_id": doc_id,
+            "source": part["eval_source"].iloc[0],
+            "reason": "leakage:lineage",
+            "methods": sorted(set(part["method"])),
+            "lineage_docs": sorted(set(part["file_md5"] + ":" + part["train_doc"])),
+        }
     return removed, set()
 
 
-def lineage_metrics(status: str, init_from: str, unknown: list[str], files: list[dict], unresolved: int,
-                    pairs: pd.DataFrame, eval_frame: pd.DataFrame, action: str) -> dict:
+def lineage_metrics(
+    status: str,
+    init_from: str,
+    unknown: list[str],
+    files: list[dict],
+    unresolved: int,
+    pairs: pd.DataFrame,
+    eval_frame: pd.DataFrame,
+    action: str,
+) -> dict:
     """The ``lineage`` section: ``status`` (none | known | unknown) and why unknown, ``init_from``, the files
     checked (path, md5, split, found in ``cache`` or at its ``path``, trained docs) and how many were found
     nowhere (``files_unresolved``), ``action``, and per eval set ``<source>/<split>`` its ``docs``, the
@@ -136,8 +167,20 @@ def lineage_metrics(status: str, init_from: str, unknown: list[str], files: list
     eval_sets = {}
     for (source, split), part in eval_frame.groupby(["source", "split"], sort=True):
         hit = sorted(set(part["doc_id"]) & set(pairs["eval_doc"]))
-        eval_sets[f"{source}/{split}"] = {"docs": len(part), "flagged": len(hit),
-                                          "rate": round(len(hit) / len(part), 6), "flagged_docs": hit}  # fmt: skip
+        eval_sets[f"{source}/{split}"] = {
+            "docs": len(part),
+            "flagged": len(hit),
+            "rate": round(len(hit) / len(part), 6),
+            "flagged_docs": hit,
+        }
     methods = {m: int(n) for m, n in pairs["method"].value_counts().sort_index().items()}
-    return {"status": status, "init_from": init_from, "unknown": unknown, "files_checked": files,
-            "files_unresolved": unresolved, "action": action, "eval_sets": eval_sets, "pairs_by_method": methods}
+    return {
+        "status": status,
+        "init_from": init_from,
+        "unknown": unknown,
+        "files_checked": files,
+        "files_unresolved": unresolved,
+        "action": action,
+        "eval_sets": eval_sets,
+        "pairs_by_method": methods,
+    }

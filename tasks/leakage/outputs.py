@@ -20,7 +20,15 @@ from tasks.config.corpus.leakage import LeakageParams
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 EVAL_SPLITS = ("dev", "test")
 TABLE_COLUMNS = [
-    "train_doc", "eval_doc", "method", "score", "span", "train_source", "eval_source", "eval_split", "check"
+    "train_doc",
+    "eval_doc",
+    "method",
+    "score",
+    "span",
+    "train_source",
+    "eval_source",
+    "eval_split",
+    "check",
 ]
 
 
@@ -56,12 +64,19 @@ def audit_table(matches: list[tuple], trains: pd.DataFrame, evals: pd.DataFrame)
 
     pretrain = train("role") == "pretrain"
     allowed = pretrain | (train("source") == ev("source"))  # (b) compares a task's train split with its own dev/test
-    table = pd.DataFrame({
-        "train_doc": train("doc_id"), "eval_doc": ev("doc_id"), "method": method,
-        "score": [round(float(s), 6) for s in score], "span": span, "train_source": train("source"),
-        "eval_source": ev("source"), "eval_split": ev("split"),
-        "check": np.where(pretrain, "pretrain", "task_train").astype(object),
-    })[allowed]  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "train_doc": train("doc_id"),
+            "eval_doc": ev("doc_id"),
+            "method": method,
+            "score": [round(float(s), 6) for s in score],
+            "span": span,
+            "train_source": train("source"),
+            "eval_source": ev("source"),
+            "eval_split": ev("split"),
+            "check": np.where(pretrain, "pretrain", "task_train").astype(object),
+        }
+    )[allowed]
     return table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
 
 
@@ -87,13 +102,24 @@ def removed_docs(table: pd.DataFrame, cfg: LeakageParams) -> dict[str, dict]:
             reason = "leakage:semantic"
         else:
             continue
-        removed[doc_id] = {"doc_id": doc_id, "source": doc["source"], "reason": reason,
-                           "eval_docs": sorted(doc["eval_docs"]), "methods": sorted(doc["methods"])}
+        removed[doc_id] = {
+            "doc_id": doc_id,
+            "source": doc["source"],
+            "reason": reason,
+            "eval_docs": sorted(doc["eval_docs"]),
+            "methods": sorted(doc["methods"]),
+        }
     return removed
 
 
-def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed: dict, out_dir: Path,
-                  review: list[dict] | None = None, marked: set[str] = frozenset()) -> None:
+def write_outputs(
+    frames: dict[str, pd.DataFrame],
+    table: pd.DataFrame,
+    removed: dict,
+    out_dir: Path,
+    review: list[dict] | None = None,
+    marked: set[str] = frozenset(),
+) -> None:
     """Cleaned ``<source>.parquet`` (+ ``leak_flag``: a matched training doc, or an eval doc in ``marked``,
     found in the pretraining lineage and kept), ``removed.jsonl``, ``table.parquet`` and ``review.jsonl`` (the
     semantic detector's review sample; empty without it)."""
@@ -109,8 +135,14 @@ def write_outputs(frames: dict[str, pd.DataFrame], table: pd.DataFrame, removed:
     (out_dir / "review.jsonl").write_text("".join(lines), encoding="utf-8")
 
 
-def leakage_metrics(rows: pd.DataFrame, evals: pd.DataFrame, table: pd.DataFrame, removed: dict,
-                    wordless: list[bool], marked: set[str] = frozenset()) -> dict:
+def leakage_metrics(
+    rows: pd.DataFrame,
+    evals: pd.DataFrame,
+    table: pd.DataFrame,
+    removed: dict,
+    wordless: list[bool],
+    marked: set[str] = frozenset(),
+) -> dict:
     """Contamination rates per eval set before/after the action, and row accounting per source (``removed``
     also holds the eval docs the lineage audit removed; ``marked`` the ones it flagged and kept).
 

@@ -17,14 +17,15 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from tasks.common.runtime.device import autocast, peak_memory_mib
 from tasks.common.models.optim import decay_groups
+from tasks.common.runtime.device import autocast, peak_memory_mib
 from tasks.pretrain import checkpoint
 from tasks.pretrain.feed import MicroBatch, Prefetcher, masked_batch, needs_attention_mask
 from tasks.pretrain.fingerprint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json
 from tasks.pretrain.hardware import Dist, Throughput, gather_ints, hardware, peak_flops, train_flops_per_token
 from tasks.pretrain.mlm import MaskedOnlyMLM, unigram_log_probs
 from tasks.pretrain.schedule import lr_factor, lr_record, tokens_per_step
+
 
 def count_params(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied weights counted once)."""
@@ -54,9 +55,16 @@ class Trainer:
     """The training loop of pretraining seed ``seed`` (None: ``cfg.seed``, the first): data order, masking, AdamW
     steps, evaluation, checkpoints and metric logging."""
 
-    def __init__(self, cfg, model, vocab, train, heldout, env: Dist, log, ckpt_dir: Path, seed: int | None = None) -> None:
+    def __init__(
+        self, cfg, model, vocab, train, heldout, env: Dist, log, ckpt_dir: Path, seed: int | None = None
+    ) -> None:
         self.cfg, self.model, self.vocab, self.env, self.log = cfg, model, vocab, env, log
-        self.train, self.heldout, self.ckpt_dir, self.seed = train, heldout, ckpt_dir, cfg.seed if seed is None else seed
+        self.train, self.heldout, self.ckpt_dir, self.seed = (
+            train,
+            heldout,
+            ckpt_dir,
+            cfg.seed if seed is None else seed,
+        )
         ids = train["input_ids"].numpy()  # hashed once: every checkpoint's fingerprint needs it
         self.data_sha256 = sha256_json([list(ids.shape), hashlib.sha256(ids.tobytes()).hexdigest()])
         if env.world > 1:  # before DDP, whose own check of the model shapes says less
@@ -68,8 +76,13 @@ class Trainer:
         self.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
         self.lr = lr_record(cfg, tokens_per_step(cfg, env.world, self.seq_len))  # rescaled to the global batch
         # fused: one kernel for all tensors, on CPU too (5x faster than the per-tensor loop in finetune)
-        self.optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=self.lr["lr_effective"],
-                                           betas=cfg.adam_betas, eps=cfg.adam_eps, fused=True)
+        self.optimizer = torch.optim.AdamW(
+            decay_groups(model, cfg.weight_decay),
+            lr=self.lr["lr_effective"],
+            betas=cfg.adam_betas,
+            eps=cfg.adam_eps,
+            fused=True,
+        )
         self.unigram = unigram_log_probs(train["input_ids"], train["maskable"], vocab).float()
         self.unigram_argmax = int(self.unigram.argmax())
         if self.global_batch > len(train["input_ids"]):
@@ -152,8 +165,10 @@ class Trainer:
         every = gather_ints(self.env, int(sha256_json(self._fingerprint())[:15], 16))  # 60 bits: fits int64
         differ = [rank for rank, theirs in enumerate(every) if theirs != every[0]]
         if differ:
-            raise ValueError(f"pretrain: ranks {differ} have other params.yaml pretrain values, train blocks or code "
-                             "than rank 0: start every node from the same checkout and data")  # fmt: skip
+            raise ValueError(
+                f"pretrain: ranks {differ} have other params.yaml pretrain values, train blocks or code "
+                "than rank 0: start every node from the same checkout and data"
+            )
 
     def _resume(self) -> int:
         path = checkpoint.latest(self.ckpt_dir)
@@ -182,8 +197,10 @@ class Trainer:
         older checkpoint from a stale copy of the checkpoint folder)."""
         steps = gather_ints(self.env, self.state["step"])
         if len(set(steps)) > 1:
-            raise RuntimeError(f"pretrain: ranks resumed at different steps {steps}: every rank must read the "
-                               "checkpoint rank 0 wrote (share models/checkpoints/pretrain)")
+            raise RuntimeError(
+                f"pretrain: ranks resumed at different steps {steps}: every rank must read the "
+                "checkpoint rank 0 wrote (share models/checkpoints/pretrain)"
+            )
 
     def _checkpoint(self) -> None:
         if not self.env.main:
@@ -298,9 +315,18 @@ class Trainer:
         for micro, rows in enumerate(self._rows(step)):
             seed = ((self.seed * 1_000_003 + step) * 1009 + micro) * 1031 + self.env.rank
             generator = torch.Generator().manual_seed(seed)
-            out.append(masked_batch(self.train, rows, self.vocab, cfg.mlm_probability, generator,
-                                    cfg.whole_word_mask, self.with_mask,
-                                    corruption=(cfg.mask_token_fraction, cfg.random_token_fraction)))  # fmt: skip
+            out.append(
+                masked_batch(
+                    self.train,
+                    rows,
+                    self.vocab,
+                    cfg.mlm_probability,
+                    generator,
+                    cfg.whole_word_mask,
+                    self.with_mask,
+                    corruption=(cfg.mask_token_fraction, cfg.random_token_fraction),
+                )
+            )
         return out
 
     def _step(self, batches: list[MicroBatch]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -353,13 +379,22 @@ class Trainer:
         """``EVAL_SUMS`` of one held-out batch (``blocks`` left 0: the caller counts them). The batch is padded
         to ``batch_size_blocks`` with filler rows that predict nothing, so a compiled encoder sees one shape."""
         # a fixed evaluation rate: held-out losses of runs with other training mlm_probability stay comparable
-        batch = masked_batch(self.heldout, rows, self.vocab, self.cfg.eval_mlm_probability, generator,
-                             self.cfg.whole_word_mask, self.with_mask, pad_to=self.cfg.batch_size_blocks)  # fmt: skip
+        batch = masked_batch(
+            self.heldout,
+            rows,
+            self.vocab,
+            self.cfg.eval_mlm_probability,
+            generator,
+            self.cfg.whole_word_mask,
+            self.with_mask,
+            pad_to=self.cfg.batch_size_blocks,
+        )
         on_device = batch.to(self.env.device)
         with autocast(self.env.device, self.cfg.bf16):
             # the unwrapped module: DDP's forward is a collective, and ranks may hold unequal shares
-            loss, n_correct = self.inner(on_device.input_ids, on_device.attention_mask, on_device.positions,
-                                         on_device.targets)  # fmt: skip
+            loss, n_correct = self.inner(
+                on_device.input_ids, on_device.attention_mask, on_device.positions, on_device.targets
+            )
         unigram_nll = -float(self.unigram[batch.targets].sum())
         unigram_hits = int((batch.targets == self.unigram_argmax).sum())
         n = batch.n_masked

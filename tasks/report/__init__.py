@@ -53,8 +53,10 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
     """Build the claim table and its figures; returns verdict counts and each claim's difference."""
     tasks = tuple(cfg.setup.tasks)
     for stale in remove_stale(paths.metrics, tasks):
-        log.info(f"report: removed {stale}: task {stale.stem!r} is not in params.yaml tasks (a removed task's "
-                    "output, not this run's)")
+        log.info(
+            f"report: removed {stale}: task {stale.stem!r} is not in params.yaml tasks (a removed task's "
+            "output, not this run's)"
+        )
     claims = claim_set(claims_path(paths), cfg.setup)
     off = {claim.id: why for claim in claims.claims if (why := claim_off(claim, cfg.setup))}
     predictions = paths.stage_data("finetune")
@@ -76,11 +78,14 @@ def run(cfg: ReportParams, paths: Paths, log) -> dict:
         log.artifact(path, "report")
     since.store(log.pipeline(), changed)  # last: a report that failed must not become the next run's baseline
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
-    return {"verdicts": summarize(rows), "verdicts_by_evidence": by_evidence(rows),
-            "family_wise_alpha": round(1 - cfg.confidence_level, 6),
-            "families": {f: [r.claim.id for r in rows if r.claim.family == f] for f in FAMILIES},
-            "gate_claims": gate_claims(cfg.setup),
-            "claims": {row.claim.id: row_metrics(row) for row in rows}}
+    return {
+        "verdicts": summarize(rows),
+        "verdicts_by_evidence": by_evidence(rows),
+        "family_wise_alpha": round(1 - cfg.confidence_level, 6),
+        "families": {f: [r.claim.id for r in rows if r.claim.family == f] for f in FAMILIES},
+        "gate_claims": gate_claims(cfg.setup),
+        "claims": {row.claim.id: row_metrics(row) for row in rows},
+    }
 
 
 #: The stages whose claims (``<stage>/...`` references) rest on the stage's one run, not on per-arm runs.
@@ -121,9 +126,18 @@ def report_files(paths: Paths) -> list[Path]:
 
 def stats_config(cfg: ReportParams) -> StatsConfig:
     """The statistics settings of the params section."""
-    return StatsConfig(cfg.confidence_level, cfg.paired_method, cfg.bootstrap_resamples, cfg.bootstrap_seed,
-                       cfg.max_diverged_seed_fraction, cfg.slice_bootstrap_resamples, cfg.calibration_bins,
-                       cfg.mde_power, cfg.floor_margin, cfg.floor_baseline)
+    return StatsConfig(
+        cfg.confidence_level,
+        cfg.paired_method,
+        cfg.bootstrap_resamples,
+        cfg.bootstrap_seed,
+        cfg.max_diverged_seed_fraction,
+        cfg.slice_bootstrap_resamples,
+        cfg.calibration_bins,
+        cfg.mde_power,
+        cfg.floor_margin,
+        cfg.floor_baseline,
+    )
 
 
 def summarize(rows: list[Row]) -> dict[str, int]:
@@ -141,9 +155,13 @@ def row_metrics(row: Row) -> dict:
     the Holm family, the claim's task and statement (the release stage's model card) and the verdict before
     Holm, p-values, the difference and its CI, and the minimum detectable effect (``mde``, at ``mde_power``)
     with the units that would make ``min_effect`` detectable."""
-    out: dict = {"verdict": row.verdict, "family": row.claim.family, "task": row.claim.task,
-                 "statement": " ".join(row.claim.statement.split()),
-                 "verdict_unadjusted": row.unadjusted or row.verdict}
+    out: dict = {
+        "verdict": row.verdict,
+        "family": row.claim.family,
+        "task": row.claim.task,
+        "statement": " ".join(row.claim.statement.split()),
+        "verdict_unadjusted": row.unadjusted or row.verdict,
+    }
     out["treatment"] = row.claim.treatment  # the release card lists the claims whose treatment is the shipped arm
     if row.verdict in ("not resolvable", "not run"):
         out["reason"] = row.reason  # and says why one has no verdict
@@ -172,8 +190,9 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
     dpi = cfg.figure_dpi
     jobs = {
         render.FOREST: lambda: fig.forest(rows, out / "forest.png", dpi),
-        "Pretraining loss curve": lambda: fig.loss_curve(paths.metrics / "pretrain_curve.tsv",
-                                                         out / "pretrain_loss.png", dpi),
+        "Pretraining loss curve": lambda: fig.loss_curve(
+            paths.metrics / "pretrain_curve.tsv", out / "pretrain_loss.png", dpi
+        ),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
         fig.RECALL_FIGURE: lambda: fig.recall_figure(metrics, out / "leakage_recall.png", dpi),
     }
@@ -213,25 +232,42 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
     def figure_run() -> str:
         return cfg.figure_runs.get(task) or selected_run(task, "best-arm", metrics)
 
-    errors = ((f"{task}: confusion matrix", fig.confusion_matrix, f"{task}_confusion.png") if cls else
-              (f"{task}: span errors", fig.span_errors, f"{task}_span_errors.png"))  # fmt: skip
+    errors = (
+        (f"{task}: confusion matrix", fig.confusion_matrix, f"{task}_confusion.png")
+        if cls
+        else (f"{task}: span errors", fig.span_errors, f"{task}_span_errors.png")
+    )
     return {
-        f"{task}: per-seed scores": lambda: fig.seed_points(metrics, task, task_headline(metrics, task), level,
-                                                            out / f"seeds_{task}.png", dpi),
+        f"{task}: per-seed scores": lambda: fig.seed_points(
+            metrics, task, task_headline(metrics, task), level, out / f"seeds_{task}.png", dpi
+        ),
         errors[0]: lambda: errors[1](metrics, task, figure_run(), out / errors[2], dpi),
         f"{task}: reliability diagram": lambda: fig.reliability_diagram(
-            reliability_curves(task, metrics), out / f"reliability_{task}.png", cfg.calibration_bins, dpi),
-        f"{task}: score against pretraining steps": figure_off(task, "dose_response", cfg.setup) or (
-            lambda: fig.dose_response(metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png",
-                                      dpi)),
-        f"{task}: score against train docs": figure_off(task, "learning_curve", cfg.setup) or (
-            lambda: learning_curve(metrics, task, task_headline(metrics, task), level,
-                                   out / f"learning_curve_{task}.png", dpi)),
+            reliability_curves(task, metrics), out / f"reliability_{task}.png", cfg.calibration_bins, dpi
+        ),
+        f"{task}: score against pretraining steps": figure_off(task, "dose_response", cfg.setup)
+        or (
+            lambda: fig.dose_response(metrics, task, task_headline(metrics, task), level, out / f"dose_{task}.png", dpi)
+        ),
+        f"{task}: score against train docs": figure_off(task, "learning_curve", cfg.setup)
+        or (
+            lambda: learning_curve(
+                metrics, task, task_headline(metrics, task), level, out / f"learning_curve_{task}.png", dpi
+            )
+        ),
     }
 
 
-def write_reports(paths: Paths, question: str, rows: list[Row], figures: dict[str, Path | str],
-                  ledger: dict, cfg: ReportParams, slices: dict, tables: dict) -> None:
+def write_reports(
+    paths: Paths,
+    question: str,
+    rows: list[Row],
+    figures: dict[str, Path | str],
+    ledger: dict,
+    cfg: ReportParams,
+    slices: dict,
+    tables: dict,
+) -> None:
     """Write ``claims.md`` (figures linked relative to it) and ``claims.html`` (figures embedded)."""
     paths.reports.mkdir(parents=True, exist_ok=True)
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}

@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm import tqdm
 
-from tasks.common.files.parquet import read_clean_source
 from clozeline import alignment
+from tasks.common.files.parquet import read_clean_source
 from tasks.config import Paths
 from tasks.config.corpus.split import TASK_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams

@@ -26,8 +26,16 @@ def test_truth_is_the_exact_shingle_jaccard_within_groups_and_of_similar_rows():
 def test_score_counts_clusters_found_whichever_row_is_kept():
     corpus = corpora.Corpus([TEN, "a b c", TEN, "a b c d"], rows=2)  # doc 2 copies row 0
     truth = corpora.Truth.of({(0, 2): 1.0, (1, 3): 0.5, (0, 1): 0.0})
-    want = {"clusters": 1, "docs_in_clusters": 2, "precision": 1.0, "recall": 1.0, "recall_planted": 1.0,
-            "pairs_found": 1, "true_pairs": 1, "true_planted_pairs": 1}  # fmt: skip
+    want = {
+        "clusters": 1,
+        "docs_in_clusters": 2,
+        "precision": 1.0,
+        "recall": 1.0,
+        "recall_planted": 1.0,
+        "pairs_found": 1,
+        "true_pairs": 1,
+        "true_planted_pairs": 1,
+    }
     assert corpora.score([[0, 2]], corpus, truth, 0.8) == want
     # keeping the other copy changes what is removed, not the score
     assert corpora.score([[2, 0]], corpus, truth, 0.8, removed={0}) == {**want, "docs_removed": 1}
@@ -52,8 +60,10 @@ def test_variants_replace_one_word_in_every_step():
 def test_run_measured_sees_a_child_peak_and_kills_one_past_its_limit(tmp_path):
     # 300 MiB touched by a grandchild: the tree's largest process is at least that (the parent's own size does
     # not leak in through fork + exec)
-    grow = "import subprocess, sys; subprocess.run([sys.executable, '-c', " \
-           "'import time; b = bytearray(300 * 2**20); time.sleep(0.5)'], check=True)"  # fmt: skip
+    grow = (
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+        "'import time; b = bytearray(300 * 2**20); time.sleep(0.5)'], check=True)"
+    )
     measured = run_measured([sys.executable, "-c", grow], cwd=tmp_path)
     assert 300 <= measured["peak_rss_mib"] < 400 and measured["peak_tree_rss_mib"] >= 300
     with pytest.raises(TimedOut):
@@ -82,8 +92,10 @@ def test_stage_clusters_are_read_from_its_outputs_after_the_measured_run(tmp_pat
     from benchmarks import dedup as bench
 
     (tmp_path / "data" / "dedup").mkdir(parents=True)
-    rows = {"doc_id": ["0000000", "0000001", "0000002", "0000003", "0000004"],
-            "cluster_id": ["0000001", "0000001", "0000002", "0000001", "0000004"],
-            "is_duplicate": [True, False, False, True, False]}  # fmt: skip
+    rows = {
+        "doc_id": ["0000000", "0000001", "0000002", "0000003", "0000004"],
+        "cluster_id": ["0000001", "0000001", "0000002", "0000001", "0000004"],
+        "is_duplicate": [True, False, False, True, False],
+    }
     pq.write_table(pa.table(rows), tmp_path / "data" / "dedup" / "bench.parquet")
     assert bench.stage_clusters(tmp_path) == {"removed": [0, 3], "clusters": [[0, 1, 3]]}

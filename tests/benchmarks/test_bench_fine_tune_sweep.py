@@ -15,8 +15,19 @@ import pytest
 from benchmarks._table import markdown
 
 REPO = Path(__file__).resolve().parents[2]
-KEYS = {"benchmark", "case", "unit", "ours", "best_peer", "best_peer_value", "ratio_vs_best_peer", "limit",
-        "fraction_of_limit", "goal", "meets_goal"}  # fmt: skip
+KEYS = {
+    "benchmark",
+    "case",
+    "unit",
+    "ours",
+    "best_peer",
+    "best_peer_value",
+    "ratio_vs_best_peer",
+    "limit",
+    "fraction_of_limit",
+    "goal",
+    "meets_goal",
+}
 
 
 @pytest.mark.slow

@@ -62,8 +62,9 @@ def test_night_boundaries_by_hand(scheduled, monkeypatch):
     assert {k: scheduled.night_of(k, 5, 0.05) for k in draws} == {"a": 0, "b": 0, "c": 1, "d": 1, "e": 2, "f": 4}
 
 
-def write_outputs(root: Path, manifest: dict[str, str], dropped: list[str], split_metrics: dict,
-                  texts: dict[str, str] | None = None) -> None:
+def write_outputs(
+    root: Path, manifest: dict[str, str], dropped: list[str], split_metrics: dict, texts: dict[str, str] | None = None
+) -> None:
     """The files compare_night reads: data/{ingest,dedup,split} (the split rows also as docs.parquet, text
     ``texts[doc]`` or ``t-<doc>``), metrics/{ingest,dedup,split}.json."""
     for stage in ("ingest", "dedup", "split"):
@@ -77,11 +78,22 @@ def write_outputs(root: Path, manifest: dict[str, str], dropped: list[str], spli
     lines = "".join(f"{doc}\t{split}\n" for doc, split in sorted(manifest.items()))
     (root / "data/split/manifest.tsv").write_text("doc_id\tsplit\n" + lines)
     docs = sorted(manifest)
-    pq.write_table(pa.table({"doc_id": docs, "text": [(texts or {}).get(d, f"t-{d}") for d in docs],
-                             "split": [manifest[d] for d in docs]}), root / "data/split/docs.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table(
+            {
+                "doc_id": docs,
+                "text": [(texts or {}).get(d, f"t-{d}") for d in docs],
+                "split": [manifest[d] for d in docs],
+            }
+        ),
+        root / "data/split/docs.parquet",
+    )
     (root / "data/split/dropped.jsonl").write_text(
-        "".join(json.dumps({"source": "docs", "doc_id": d, "reason": "bridges_splits", "detail": ""}) + "\n"
-                for d in dropped))  # fmt: skip
+        "".join(
+            json.dumps({"source": "docs", "doc_id": d, "reason": "bridges_splits", "detail": ""}) + "\n"
+            for d in dropped
+        )
+    )
 
 
 MANIFEST = {"a": "train", "b": "test", "c": "dev", "n": "train"}
@@ -111,8 +123,10 @@ def test_a_counted_bridge_explains_its_difference_and_an_uncounted_one_does_not(
     assert (got["unexplained"], got["bridges_splits"]) == ([], 1)
     write_outputs(tmp_path / "inc", inc, [], {"moved_since_previous": 0, "ledger_overrides": 0})
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
-    assert got["unexplained"] == ["n: missing from the incremental run, not a counted bridge",
-                                  "data/split/docs.parquet"]  # fmt: skip
+    assert got["unexplained"] == [
+        "n: missing from the incremental run, not a counted bridge",
+        "data/split/docs.parquet",
+    ]
 
 
 def test_a_differing_output_or_split_fails(scheduled, tmp_path):
@@ -120,7 +134,8 @@ def test_a_differing_output_or_split_fails(scheduled, tmp_path):
         write_outputs(tmp_path / arm, MANIFEST, [], {"moved_since_previous": 0, "ledger_overrides": 0})
     (tmp_path / "inc/data/dedup/docs.parquet").write_bytes(b"other dedup rows")
     assert scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"] == [
-        "data/dedup/docs.parquet"]  # fmt: skip
+        "data/dedup/docs.parquet"
+    ]
     (tmp_path / "inc/data/dedup/docs.parquet").write_bytes(b"dedup rows")
     write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 0})
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)
@@ -128,8 +143,13 @@ def test_a_differing_output_or_split_fails(scheduled, tmp_path):
     write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 1})
     assert scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"] == []
     # a split row whose text differs is not explained by the counted override of its split
-    write_outputs(tmp_path / "inc", {**MANIFEST, "c": "test"}, [], {"moved_since_previous": 0, "ledger_overrides": 1},
-                  texts={"a": "edited"})  # fmt: skip
+    write_outputs(
+        tmp_path / "inc",
+        {**MANIFEST, "c": "test"},
+        [],
+        {"moved_since_previous": 0, "ledger_overrides": 1},
+        texts={"a": "edited"},
+    )
     got = scheduled.compare_night(tmp_path / "inc", tmp_path / "scratch", None)["unexplained"]
     assert got == ["data/split/docs.parquet"]
 
@@ -190,14 +210,20 @@ def test_a_doc_that_moved_since_the_previous_night_is_found_in_the_manifests(sch
 
 def test_summary_rows_sum_the_arrival_nights_and_count_leakage_differences(scheduled):
     def night(k, inc, full, leak_diff=()):
-        return {"night": k, "seconds": {"incremental": inc, "from_scratch": full,
-                                        "startup": {s: 1.0 for s in inc}},
-                "moved_since_previous": 0, "moved_by_manifests": 0, "unexplained": [],
-                "leakage_differing_files": list(leak_diff)}  # fmt: skip
+        return {
+            "night": k,
+            "seconds": {"incremental": inc, "from_scratch": full, "startup": dict.fromkeys(inc, 1.0)},
+            "moved_since_previous": 0,
+            "moved_by_manifests": 0,
+            "unexplained": [],
+            "leakage_differing_files": list(leak_diff),
+        }
 
-    nights = [night(0, {"split": 9.0, "leakage": 90.0}, {"split": 9.0, "leakage": 90.0}),  # a first run: not summed
-              night(1, {"split": 2.0, "leakage": 10.0}, {"split": 4.0, "leakage": 80.0}),
-              night(2, {"split": 3.0, "leakage": 12.0}, {"split": 5.0, "leakage": 84.0}, ["metrics/leakage.json"])]
+    nights = [
+        night(0, {"split": 9.0, "leakage": 90.0}, {"split": 9.0, "leakage": 90.0}),  # a first run: not summed
+        night(1, {"split": 2.0, "leakage": 10.0}, {"split": 4.0, "leakage": 80.0}),
+        night(2, {"split": 3.0, "leakage": 12.0}, {"split": 5.0, "leakage": 84.0}, ["metrics/leakage.json"]),
+    ]
     args = argparse.Namespace(nights=3, new_fraction=0.05)
     run = scheduled.summarize(nights, 1, 100, args)
     total, leakage, startup, moved = run["rows"]
@@ -211,9 +237,19 @@ def test_summary_rows_sum_the_arrival_nights_and_count_leakage_differences(sched
 
 
 def test_kept_runs_keep_their_own_provenance(scheduled):
-    row = {"benchmark": "scheduled", "case": "c", "unit": "s", "ours": 1.0, "best_peer": None, "best_peer_value": None,
-           "ratio_vs_best_peer": None, "limit": None, "fraction_of_limit": None, "goal": None,
-           "meets_goal": None}  # fmt: skip
+    row = {
+        "benchmark": "scheduled",
+        "case": "c",
+        "unit": "s",
+        "ours": 1.0,
+        "best_peer": None,
+        "best_peer_value": None,
+        "ratio_vs_best_peer": None,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": None,
+        "meets_goal": None,
+    }
     fresh = scheduled.provenance(scheduled.MEASURED)
     runs = {"16": {"rows": [row | {"case": "old"}]}, "1": {"rows": [row | {"case": "new"}], "provenance": fresh}}
     merged = scheduled.merged_rows(runs)

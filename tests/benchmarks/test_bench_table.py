@@ -9,8 +9,19 @@ import pytest
 from benchmarks import _provenance, _table
 from tasks.common.imports import closure_fingerprint
 
-KEYS = {"benchmark", "case", "unit", "ours", "best_peer", "best_peer_value", "ratio_vs_best_peer", "limit",
-        "fraction_of_limit", "goal", "meets_goal"}  # fmt: skip
+KEYS = {
+    "benchmark",
+    "case",
+    "unit",
+    "ours",
+    "best_peer",
+    "best_peer_value",
+    "ratio_vs_best_peer",
+    "limit",
+    "fraction_of_limit",
+    "goal",
+    "meets_goal",
+}
 OPTIONAL = {"ours_spread", "peer_spread", "ratio_best_of_n", "provenance"}
 
 
@@ -22,8 +33,17 @@ def test_docs_table_is_the_one_generated_from_the_results_files():
 
 def test_every_results_file_has_the_headline_ratios():
     rows = _table.load_rows()
-    assert {row["benchmark"] for row in rows} == {"dedup", "leakage", "tokenize", "pretrain", "fine_tune", "scaling",
-                                                "scheduled", "document_mask", "gpu_recipe_curve"}
+    assert {row["benchmark"] for row in rows} == {
+        "dedup",
+        "leakage",
+        "tokenize",
+        "pretrain",
+        "fine_tune",
+        "scaling",
+        "scheduled",
+        "document_mask",
+        "gpu_recipe_curve",
+    }
     for row in rows:
         assert KEYS <= set(row) <= KEYS | OPTIONAL, set(row) ^ KEYS
         if row["ratio_vs_best_peer"] is not None:  # the ratio is the two figures' quotient, not a typed number
@@ -39,18 +59,40 @@ def test_every_results_file_has_the_headline_ratios():
 
 
 def test_markdown_row_formatting():
-    row = {"benchmark": "dedup", "case": "1x", "unit": "docs/s", "ours": 2345.6, "best_peer": "text-dedup",
-           "best_peer_value": 480.0, "ratio_vs_best_peer": 2345.6 / 480, "limit": None, "fraction_of_limit": None,
-           "goal": ">= 2x", "meets_goal": True}  # fmt: skip
+    row = {
+        "benchmark": "dedup",
+        "case": "1x",
+        "unit": "docs/s",
+        "ours": 2345.6,
+        "best_peer": "text-dedup",
+        "best_peer_value": 480.0,
+        "ratio_vs_best_peer": 2345.6 / 480,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": ">= 2x",
+        "meets_goal": True,
+    }
     line = _table.markdown([row]).splitlines()[2]
-    assert line == ("| `dedup` | 1x | 2,346 docs/s | text-dedup: 480 | 4.89× | n/a | n/a | >= 2x: met | unknown"
-                    " | unknown | **unknown provenance** |")
+    assert line == (
+        "| `dedup` | 1x | 2,346 docs/s | text-dedup: 480 | 4.89× | n/a | n/a | >= 2x: met | unknown"
+        " | unknown | **unknown provenance** |"
+    )
 
 
 def test_a_row_without_a_goal_reads_as_information():
-    row = {"benchmark": "tokenize", "case": "num_proc 2", "unit": "tokens/s", "ours": 500000.0,
-           "best_peer": "HF run_mlm recipe", "best_peer_value": 250000.0, "ratio_vs_best_peer": 2.0,
-           "limit": 800000.0, "fraction_of_limit": 0.625, "goal": None, "meets_goal": None}  # fmt: skip
+    row = {
+        "benchmark": "tokenize",
+        "case": "num_proc 2",
+        "unit": "tokens/s",
+        "ours": 500000.0,
+        "best_peer": "HF run_mlm recipe",
+        "best_peer_value": 250000.0,
+        "ratio_vs_best_peer": 2.0,
+        "limit": 800000.0,
+        "fraction_of_limit": 0.625,
+        "goal": None,
+        "meets_goal": None,
+    }
     line = _table.markdown([row]).splitlines()[2]
     assert line.endswith("| 2.00× | 800,000 | 62% | none (information) | unknown | unknown | **unknown provenance** |")
 
@@ -66,8 +108,11 @@ def test_leakage_differences_count_as_explained_only_when_every_one_has_a_named_
     finally:
         sys.path[:] = saved
     train = ["a short tweet", "the long text with an_underscore in it", "plain words only here", "x"]
-    ours = {"flagged": [0, 1, 3], "flagged_by_13_grams": [1, 3], "span": {"0": "a short tweet", "1": "an_underscore",
-            "3": "x"}}  # fmt: skip
+    ours = {
+        "flagged": [0, 1, 3],
+        "flagged_by_13_grams": [1, 3],
+        "span": {"0": "a short tweet", "1": "an_underscore", "3": "x"},
+    }
     peer = {"flagged": [2, 3], "ngram": {"2": "plain words only here", "3": "x"}}
     # only ours: 0 (short eval doc, not via 13-grams) and 1 (13-grams, "_" in the text); only the peer: 2 (no "_")
     got = leakage.compare(ours, peer, {"train": train})
@@ -77,12 +122,29 @@ def test_leakage_differences_count_as_explained_only_when_every_one_has_a_named_
 
 
 def _results(folder, fingerprint, **extra):
-    row = {"benchmark": "dedup", "case": "1x", "unit": "docs/s", "ours": 4907.0, "best_peer": "rensa",
-           "best_peer_value": 3755.0, "ratio_vs_best_peer": 4907 / 3755, "limit": None, "fraction_of_limit": None,
-           "goal": None, "meets_goal": None, **extra}  # fmt: skip
-    recorded = {"commit": "0123456789abcdef", "code_dirty": False, "code_modules": ["tasks.dedup"],
-                "code_fingerprint": fingerprint, "gpu": None, "smoke": False,
-                "cpu": {"model": "Intel(R) Xeon(R) Platinum 8480+", "flags": ["avx2", "amx_bf16"]}}  # fmt: skip
+    row = {
+        "benchmark": "dedup",
+        "case": "1x",
+        "unit": "docs/s",
+        "ours": 4907.0,
+        "best_peer": "rensa",
+        "best_peer_value": 3755.0,
+        "ratio_vs_best_peer": 4907 / 3755,
+        "limit": None,
+        "fraction_of_limit": None,
+        "goal": None,
+        "meets_goal": None,
+        **extra,
+    }
+    recorded = {
+        "commit": "0123456789abcdef",
+        "code_dirty": False,
+        "code_modules": ["tasks.dedup"],
+        "code_fingerprint": fingerprint,
+        "gpu": None,
+        "smoke": False,
+        "cpu": {"model": "Intel(R) Xeon(R) Platinum 8480+", "flags": ["avx2", "amx_bf16"]},
+    }
     path = folder / "dedup.json"
     path.write_text(json.dumps({"rows": [row], "provenance": recorded}), encoding="utf-8")
     return path
@@ -103,8 +165,11 @@ def test_the_median_spread_and_best_of_n_are_shown_labelled(tmp_path):
     _results(tmp_path, closure_fingerprint(["tasks.dedup"]), **ratio)
     [line] = _table.markdown(_table.load_rows(tmp_path)).splitlines()[2:]
     cells = line.split(" | ")
-    assert cells[2:5] == ["4,907 docs/s (4,100–5,342, median of 3)", "rensa: 3,755 (3,000–4,863, median of 3)",
-                          "1.31× (best of N: 1.10×)"]  # fmt: skip
+    assert cells[2:5] == [
+        "4,907 docs/s (4,100–5,342, median of 3)",
+        "rensa: 3,755 (3,000–4,863, median of 3)",
+        "1.31× (best of N: 1.10×)",
+    ]
 
 
 def test_a_smoke_runs_results_are_refused_in_the_results_folder(tmp_path, monkeypatch):
@@ -120,8 +185,10 @@ def test_a_smoke_runs_results_are_refused_in_the_results_folder(tmp_path, monkey
 
 def test_provenance_records_the_code_and_the_cpu_flags(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f amx_tile amx_bf16\n\n"
-                       "processor\t: 1\nmodel name\t: other\n")  # fmt: skip
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 avx512f amx_tile amx_bf16\n\n"
+        "processor\t: 1\nmodel name\t: other\n"
+    )
     assert _provenance.cpu(cpuinfo) == {"model": "Some CPU", "flags": ["avx2", "avx512f", "amx_tile", "amx_bf16"]}
     got = _provenance.provenance(["tasks.dedup"], smoke=True)
     assert got["code_fingerprint"] == closure_fingerprint(["tasks.dedup"]) and got["smoke"] is True

@@ -28,22 +28,40 @@ from tasks.common.imports import closure_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 #: run here, longest first (so the pool ends sooner)
-HERE = ("scheduled", "scaling", "document_mask", "leakage_semantic", "gpu_recipe_curve", "fine_tune", "dedup",
-        "leakage", "tokenize")  # fmt: skip
+HERE = (
+    "scheduled",
+    "scaling",
+    "document_mask",
+    "leakage_semantic",
+    "gpu_recipe_curve",
+    "fine_tune",
+    "dedup",
+    "leakage",
+    "tokenize",
+)
 #: run by another test, with ``--smoke``: where
 ELSEWHERE = {"pretrain": "benchmarks/gpu_check.sh", "fine_tune_sweep": "benchmarks/gpu_check.sh"}
 AT_ONCE = 3
 TIMEOUT_S = 400
-ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false", "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-       "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error", "DVC_NO_ANALYTICS": "1",
-       "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "DVC_NO_ANALYTICS": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
 
 
 def _smoke(name: str, out: Path) -> subprocess.CompletedProcess:
     command = [sys.executable, str(REPO / "benchmarks" / f"{name}.py"), "--smoke", "--out", str(out)]
-    return subprocess.run(command, cwd=REPO, env={**os.environ, **ENV}, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, check=False)  # fmt: skip
+    return subprocess.run(
+        command, cwd=REPO, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +69,10 @@ def smokes(tmp_path_factory) -> dict[str, tuple[Path, Future]]:
     """Every script of ``HERE`` started with ``--smoke``, ``AT_ONCE`` at a time: ``{name: (results path, future)}``."""
     folder = tmp_path_factory.mktemp("smoke")
     with ThreadPoolExecutor(AT_ONCE) as pool:
-        yield {name: (folder / name / f"{name}.json", pool.submit(_smoke, name, folder / name / f"{name}.json"))
-               for name in HERE}  # fmt: skip
+        yield {
+            name: (folder / name / f"{name}.json", pool.submit(_smoke, name, folder / name / f"{name}.json"))
+            for name in HERE
+        }
 
 
 def test_every_benchmark_script_has_a_smoke_run_in_the_tests():

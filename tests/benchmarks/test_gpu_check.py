@@ -25,8 +25,9 @@ STEPS = ["machine", "gpu_tests", "pretrain_bench", "fine_tune_bench", "gpu_profi
 def run_check(tmp_path: Path, *args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
     env = {**os.environ, "OUT": str(tmp_path)}
     env.pop("RESULTS", None)
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow
@@ -48,8 +49,11 @@ def test_gpu_check_dry_run_runs_every_step_on_cpu(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     results = tmp_path / "results"
-    assert sorted(p.name for p in results.glob("*.json")) == ["fine_tune_gpu.json", "gpu_profile_run.json",
-                                                             "pretrain_gpu.json"]  # fmt: skip
+    assert sorted(p.name for p in results.glob("*.json")) == [
+        "fine_tune_gpu.json",
+        "gpu_profile_run.json",
+        "pretrain_gpu.json",
+    ]
     rows = load_rows(results)
     assert {r["benchmark"] for r in rows} == {"pretrain", "fine_tune", "gpu_profile_run"}
     assert markdown(rows).count("\n") == len(rows) + 1
@@ -58,8 +62,15 @@ def test_gpu_check_dry_run_runs_every_step_on_cpu(tmp_path):
     run = json.loads((results / "gpu_profile_run.json").read_text())
     assert run["profile"] == "gpu" and run["dry_run"] and run["params_set"]["pretrain.size"] == "tiny"
     assert run["leakage_semantic"]["enabled"] and run["leakage_semantic"]["windows_embedded"] > 0
-    assert set(run["stage_seconds"]) >= {"ingest", "leakage", "pretrain", "finetune@cls", "finetune@ner", "probe",
-                                         "report"}  # fmt: skip
+    assert set(run["stage_seconds"]) >= {
+        "ingest",
+        "leakage",
+        "pretrain",
+        "finetune@cls",
+        "finetune@ner",
+        "probe",
+        "report",
+    }
     curve = run["heldout_curve"]
     assert len(curve) >= 2 and curve[-1]["eval_loss"] < curve[0]["eval_loss"]  # it trained
     assert run["pretrained_beats_random_cls"]["answer"]
@@ -73,8 +84,13 @@ def test_a_step_that_would_overrun_the_budget_is_skipped_and_the_summary_still_w
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     assert summary["budget_s"] == 20
     statuses = {s["step"]: s["status"] for s in summary["steps"]}
-    assert statuses == {"machine": "passed", "gpu_tests": "skipped", "pretrain_bench": "skipped",
-                        "fine_tune_bench": "skipped", "gpu_profile_run": "skipped"}  # fmt: skip
+    assert statuses == {
+        "machine": "passed",
+        "gpu_tests": "skipped",
+        "pretrain_bench": "skipped",
+        "fine_tune_bench": "skipped",
+        "gpu_profile_run": "skipped",
+    }
     assert "== gpu_tests: skipped: it takes about 40 s" in done.stdout
     assert not (tmp_path / "results" / "pretrain_gpu.json").exists()
 
@@ -82,8 +98,9 @@ def test_a_step_that_would_overrun_the_budget_is_skipped_and_the_summary_still_w
 def test_what_an_earlier_run_left_in_out_is_not_reported_as_this_runs(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "pretrain_gpu.json").write_text('{"rows": []}')
-    (tmp_path / "gpu_tests.xml").write_text('<testsuites><testsuite><testcase classname="tests.test_gpu" name="t"/>'
-                                            "</testsuite></testsuites>")  # fmt: skip
+    (tmp_path / "gpu_tests.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_gpu" name="t"/></testsuite></testsuites>'
+    )
     done = run_check(tmp_path, "--dry-run", "--budget-s", "20", timeout=120)
     assert done.returncode == 3, (done.stdout + done.stderr)[-4000:]
     assert json.loads((tmp_path / "gpu_check.json").read_text())["gpu_tests"] == []
@@ -93,8 +110,14 @@ def test_what_an_earlier_run_left_in_out_is_not_reported_as_this_runs(tmp_path):
 
 def test_a_relative_out_is_taken_from_where_the_script_was_started(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "RESULTS")} | {"OUT": "check-out"}
-    done = subprocess.run(["bash", str(SCRIPT), "--dry-run", "--budget-s", "20"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--budget-s", "20"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3, (done.stdout + done.stderr)[-4000:]
     assert (tmp_path / "check-out" / "gpu_check.json").is_file()
 

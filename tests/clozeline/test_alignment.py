@@ -23,8 +23,14 @@ def toy_tok() -> PreTrainedTokenizerFast:
     backend.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
     )
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
-                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 def encode(tok, words):
@@ -46,7 +52,14 @@ def test_specials_and_pad_are_ignored(toy_tok):
     enc = toy_tok(["newyork", "timesco"], is_split_into_words=True, padding="max_length", max_length=9)
     word_ids = enc.word_ids()
     assert toy_tok.convert_ids_to_tokens(enc["input_ids"])[:7] == [
-        "[CLS]", "new", "##york", "times", "##co", "[SEP]", "[PAD]"]
+        "[CLS]",
+        "new",
+        "##york",
+        "times",
+        "##co",
+        "[SEP]",
+        "[PAD]",
+    ]
     for scheme in ("first", "all"):
         labels = alignment.align_labels(word_ids, ["B-ORG", "I-ORG"], L2I, scheme)
         assert labels[0] == labels[5] == labels[6] == labels[7] == labels[8] == IGNORE

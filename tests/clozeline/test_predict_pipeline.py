@@ -24,9 +24,16 @@ TEXT = "We love Saka. Saka scored in Cupertino, twice"
 
 def _export(folder, model_class, labels: list[str], always: str, block: dict):
     """A 1-layer BERT export whose head predicts ``always`` on every input (zero weights, one-hot bias)."""
-    config = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64, id2label=dict(enumerate(labels)),
-                        label2id={name: i for i, name in enumerate(labels)})  # fmt: skip
+    config = BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        id2label=dict(enumerate(labels)),
+        label2id={name: i for i, name in enumerate(labels)},
+    )
     setattr(config, RECIPE_KEY, {"format": 1, **block})
     torch.manual_seed(0)
     model = model_class(config)
@@ -63,8 +70,17 @@ def test_a_string_is_split_with_punctuation_off_and_each_word_has_its_offsets(ta
     # by hand: We(0,2) love(3,7) Saka(8,12) .(12,13) Saka(14,18) scored(19,25) in(26,28) Cupertino(29,38) ,(38,39)
     # twice(40,45)
     assert [(w["word"], w["start"], w["end"]) for w in found] == [
-        ("We", 0, 2), ("love", 3, 7), ("Saka", 8, 12), (".", 12, 13), ("Saka", 14, 18), ("scored", 19, 25),
-        ("in", 26, 28), ("Cupertino", 29, 38), (",", 38, 39), ("twice", 40, 45)]  # fmt: skip
+        ("We", 0, 2),
+        ("love", 3, 7),
+        ("Saka", 8, 12),
+        (".", 12, 13),
+        ("Saka", 14, 18),
+        ("scored", 19, 25),
+        ("in", 26, 28),
+        ("Cupertino", 29, 38),
+        (",", 38, 39),
+        ("twice", 40, 45),
+    ]
     assert [w["index"] for w in found] == list(range(10)) and {w["entity"] for w in found} == {"B-person"}
     assert all(0 < w["score"] < 1 for w in found)
 
@@ -72,7 +88,9 @@ def test_a_string_is_split_with_punctuation_off_and_each_word_has_its_offsets(ta
 def test_entity_groups_carry_type_score_text_and_character_offsets(tagger):
     groups = tagger["B-person"](TEXT, aggregation_strategy="simple")
     assert [(g["entity_group"], g["word"], g["start"], g["end"]) for g in groups][2:4] == [
-        ("person", "Saka", 8, 12), ("person", ".", 12, 13)]  # fmt: skip
+        ("person", "Saka", 8, 12),
+        ("person", ".", 12, 13),
+    ]
     assert len(groups) == 10 and all(TEXT[g["start"] : g["end"]] == g["word"] for g in groups)
     assert tagger["B-person"](TEXT, aggregation_strategy="first") == groups  # words are read at their first subword
     # as the stock pipeline: ignore_labels drops groups of those types too (it was ignored when grouping)
@@ -100,18 +118,30 @@ def test_strict_reading_of_mixed_tags_by_hand():
     assert entities.strict_tags(tags) == ["O", "B-person", "I-person", "O", "O", "B-person", "O", "O"]
     words, offsets = entities.split_words("Arsenal Bukayo Saka, and Saka. Arsenal FC")
     assert words == ["Arsenal", "Bukayo", "Saka", ",", "and", "Saka", ".", "Arsenal", "FC"]
-    groups = entities.entity_groups("Arsenal Bukayo Saka, and Saka. Arsenal FC", offsets,
-                                    ["I-sportsteam", "B-person", "I-person", "O", "O", "B-person", "O", "O", "O"],
-                                    [0.5, 0.9, 0.7, 0.9, 0.9, 0.6, 0.9, 0.9, 0.9])  # fmt: skip
+    groups = entities.entity_groups(
+        "Arsenal Bukayo Saka, and Saka. Arsenal FC",
+        offsets,
+        ["I-sportsteam", "B-person", "I-person", "O", "O", "B-person", "O", "O", "O"],
+        [0.5, 0.9, 0.7, 0.9, 0.9, 0.6, 0.9, 0.9, 0.9],
+    )
     assert [(g["entity_group"], g["word"], g["start"], g["end"]) for g in groups] == [
-        ("person", "Bukayo Saka", 8, 19), ("person", "Saka", 25, 29)]  # fmt: skip
+        ("person", "Bukayo Saka", 8, 19),
+        ("person", "Saka", 25, 29),
+    ]
     assert [g["score"] for g in groups] == pytest.approx([0.8, 0.6])
 
 
-@pytest.mark.parametrize("call", [lambda t: t(""), lambda t: t("   \n"), lambda t: t([], is_split_into_words=True),
-                                  lambda t: t(TEXT, aggregation_strategy="average"),
-                                  lambda t: t(TEXT, aggregation_strategy="max"),
-                                  lambda t: t(TEXT, grouped_entities=True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t(""),
+        lambda t: t("   \n"),
+        lambda t: t([], is_split_into_words=True),
+        lambda t: t(TEXT, aggregation_strategy="average"),
+        lambda t: t(TEXT, aggregation_strategy="max"),
+        lambda t: t(TEXT, grouped_entities=True),
+    ],
+)
 def test_empty_input_and_arguments_it_does_not_take_are_one_line_errors(tagger, call):
     with pytest.raises(ValueError) as err:
         call(tagger["B-person"])

@@ -8,14 +8,27 @@ import sys
 import unicodedata
 
 from dedup_fixtures import make_cfg, text, write_rows
-
 from tasks.common.matching import textnorm
 
 # from different blocks: Latin-1 (soft hyphen), Arabic (letter mark), Mongolian (vowel separator), General
 # Punctuation (LRM, RLM, isolates LRI/RLI/PDI, word joiner), Arabic Presentation Forms-B (BOM), Kaithi
 # (number sign), Musical Symbols (begin beam), Tags (language tag, tag letter a)
-FORMAT = ["\u00ad", "\u061c", "\u180e", "\u200e", "\u200f", "\u2066", "\u2067", "\u2069", "\u2060", "\ufeff",
-          "\U000110bd", "\U0001d173", "\U000e0001", "\U000e0061"]  # fmt: skip
+FORMAT = [
+    "\u00ad",
+    "\u061c",
+    "\u180e",
+    "\u200e",
+    "\u200f",
+    "\u2066",
+    "\u2067",
+    "\u2069",
+    "\u2060",
+    "\ufeff",
+    "\U000110bd",
+    "\U0001d173",
+    "\U000e0001",
+    "\U000e0061",
+]
 
 
 def sprinkle(plain: str) -> str:
@@ -41,8 +54,17 @@ def test_many_texts_normalize_as_one_at_a_time():
     # ASCII and not; Cf inside words; NBSP, ligature, U+2000 and U+2028 (NFKC or str.split spaces), the file
     # separator U+001C (a str.split space that NFKC keeps), ß and dotted I (casefold), a non-BMP letter, a
     # combining mark, empty and all-space texts
-    texts = ["", "   ", "\t\nA  B\r\n", "\u00a0x\u00a0y", "\ufb01ne \u2000 a\u2028b\x1cc", "Stra\u00dfe \u0130stanbul",
-             "\U0001d400 \u0301a", "\u3000x\u3000", sprinkle("Soft-hyphenated Wörter and isolates")]  # fmt: skip
+    texts = [
+        "",
+        "   ",
+        "\t\nA  B\r\n",
+        "\u00a0x\u00a0y",
+        "\ufb01ne \u2000 a\u2028b\x1cc",
+        "Stra\u00dfe \u0130stanbul",
+        "\U0001d400 \u0301a",
+        "\u3000x\u3000",
+        sprinkle("Soft-hyphenated Wörter and isolates"),
+    ]
     assert textnorm.normalize_many(texts) == [textnorm.normalize(t) for t in texts]
     assert textnorm.normalize_many(texts)[4] == "fine a b c" and textnorm.normalize_many(texts)[5] == "strasse i̇stanbul"
 
@@ -67,8 +89,11 @@ def test_copies_differing_only_by_format_characters_are_exact_duplicates(tmp_pat
 def test_wordless_texts_are_not_near_duplicates_and_empty_ones_never_merge(tmp_path, run_dedup):
     # "!!!" twice: the same characters, an exact copy; "???" has no words either but other characters;
     # two texts of format characters only normalize to "" and stay apart (empty_docs)
-    ids = write_rows(tmp_path, "src", [{"text": "!!!"}, {"text": "!!!"}, {"text": "???"},
-                                       {"text": "\u200e\u2066"}, {"text": "\ufeff"}])  # fmt: skip
+    ids = write_rows(
+        tmp_path,
+        "src",
+        [{"text": "!!!"}, {"text": "!!!"}, {"text": "???"}, {"text": "\u200e\u2066"}, {"text": "\ufeff"}],
+    )
     metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     assert [duplicate[d] for d in ids] == [False, True, False, False, False]
     counts = metrics["sources"]["src"]

@@ -104,8 +104,14 @@ def test_a_damaged_ingest_cache_entry_is_read_again_and_named_in_the_log(ingeste
         def info(self, message) -> None:
             said.append(message)
 
-    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(raw), "text_field": "text",
-            "label_field": "label"}  # fmt: skip
+    spec = {
+        "name": "docs",
+        "kind": "jsonl",
+        "role": "task",
+        "path": str(raw),
+        "text_field": "text",
+        "label_field": "label",
+    }
     ingest.run(IngestParams(sources=[spec]), paths_of(root), Log())
     assert any(str(entries[0]) in line and "damaged" in line for line in said), said
     dedup.run(dedup_cfg(), paths_of(root), NullLog())
@@ -191,8 +197,9 @@ def test_tokenize_names_a_truncated_tokenizer_json(tmp_path):
 def tiny_masked_lm():
     from transformers import BertConfig, BertForMaskedLM
 
-    return BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                      intermediate_size=16))  # fmt: skip
+    return BertForMaskedLM(
+        BertConfig(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    )
 
 
 def test_a_truncated_model_names_its_weights_and_the_stage_that_writes_them(tmp_path):
@@ -283,8 +290,9 @@ def run_limited(body: str, limit_bytes: int) -> dict:
 
     code = "import json\n" + LIMITED.format(tests=str(TESTS), body=body)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, preexec_fn=limit, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, preexec_fn=limit, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 3, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -364,8 +372,9 @@ def test_the_runner_names_the_outputs_of_a_write_out_of_room_that_names_no_file(
     monkeypatch.setattr(stage_main, "run_stage", full_disk)
     assert stage_main.main(["dedup"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("clozeline: dedup: data/dedup, data/dedup_index, metrics/dedup.json: cannot be written: "
-                              "No space left on device"), err
+    assert err[-1].startswith(
+        "clozeline: dedup: data/dedup, data/dedup_index, metrics/dedup.json: cannot be written: No space left on device"
+    ), err
     assert not any("Traceback" in line for line in err)
     assert not (tmp_path / "data" / "dedup").exists()
 
@@ -410,15 +419,23 @@ def test_the_runner_names_a_write_out_of_room_that_the_tokenizers_writer_raises(
         sys.exit(3)"""
     found = run_limited(body, 4000)
     assert found["type"] == "Exception" and found["errno"] == 27, found
-    assert found["message"] == ("models/tokenizer, data/tokenizer_vocab, metrics/tokenizer.json: cannot be written: "
-                                "File too large (free space on its file system or raise the file size limit, then "
-                                "rerun)"), found
+    assert found["message"] == (
+        "models/tokenizer, data/tokenizer_vocab, metrics/tokenizer.json: cannot be written: "
+        "File too large (free space on its file system or raise the file size limit, then "
+        "rerun)"
+    ), found
 
 
-@pytest.mark.parametrize("raised, says", [
-    (Exception("Error while serializing: I/O error: No space left on device (os error 28)"), "No space left on device"),
-    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"), "a write failed"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raised, says",
+    [
+        (
+            Exception("Error while serializing: I/O error: No space left on device (os error 28)"),
+            "No space left on device",
+        ),
+        (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"), "a write failed"),
+    ],
+)
 def test_the_runner_prints_a_writer_out_of_room_without_errno_in_one_line(tmp_path, monkeypatch, capsys, raised, says):
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copyfile(ROOT / name, tmp_path / name)

@@ -45,7 +45,14 @@ def test_permutations_are_datasketchs(num_perm, seed):
 
 def test_word_hash_stream_and_windows_equal_one_document_at_a_time():
     # pieces holding 0, 1 and 2 words ("--", "it's"), a word with "_", digits, non-ASCII, empty documents
-    texts = ["the cat sat on the mat , it's here -- 42 times", "", "x", "snake_case déjà vu a-b-c", "", "the cat sat on"]
+    texts = [
+        "the cat sat on the mat , it's here -- 42 times",
+        "",
+        "x",
+        "snake_case déjà vu a-b-c",
+        "",
+        "the cat sat on",
+    ]
     cache = minhash.WordHashes()
     values, doc = minhash.word_hash_stream(texts, cache)
     words = [textnorm.words_of_normalized(t) for t in texts]
@@ -97,17 +104,27 @@ def test_signature_agreement_estimates_jaccard():
 
 @pytest.mark.parametrize(
     ("threshold", "num_perm", "weights"),
-    [(0.3, 64, (0.5, 0.5)), (0.5, 64, (0.5, 0.5)), (0.8, 64, (0.05, 0.95)), (0.8, 128, (0.05, 0.95)),
-     (0.9, 256, (0.5, 0.5)), (0.15, 32, (0.9, 0.1)), (0.0, 16, (0.5, 0.5)), (0.95, 256, (0.3, 0.7))],
-)  # fmt: skip
+    [
+        (0.3, 64, (0.5, 0.5)),
+        (0.5, 64, (0.5, 0.5)),
+        (0.8, 64, (0.05, 0.95)),
+        (0.8, 128, (0.05, 0.95)),
+        (0.9, 256, (0.5, 0.5)),
+        (0.15, 32, (0.9, 0.1)),
+        (0.0, 16, (0.5, 0.5)),
+        (0.95, 256, (0.3, 0.7)),
+    ],
+)
 def test_bands_and_rows_are_datasketchs(threshold, num_perm, weights):
     lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
     assert minhash.lsh_bands_rows(threshold, num_perm, weights) == (lsh.b, lsh.r)
     assert minhash.p_candidate(threshold, lsh.b, lsh.r) == pytest.approx(1 - (1 - threshold**lsh.r) ** lsh.b)
 
 
-@pytest.mark.parametrize(("threshold", "num_perm", "weights"), [(0.99, 128, (0.5, 0.5)), (1.5, 64, (0.5, 0.5)),
-                                                                (0.5, 1, (0.5, 0.5)), (0.5, 64, (0.6, 0.6))])  # fmt: skip
+@pytest.mark.parametrize(
+    ("threshold", "num_perm", "weights"),
+    [(0.99, 128, (0.5, 0.5)), (1.5, 64, (0.5, 0.5)), (0.5, 1, (0.5, 0.5)), (0.5, 64, (0.6, 0.6))],
+)
 def test_band_rule_raises_where_datasketch_raises(threshold, num_perm, weights):
     with pytest.raises(ValueError) as theirs:
         MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
@@ -118,8 +135,10 @@ def test_band_rule_raises_where_datasketch_raises(threshold, num_perm, weights):
 def test_candidate_pairs_equal_datasketch_lsh_queries():
     rng = np.random.default_rng(2)
     base = rng.integers(0, 2**63, size=80, dtype=np.uint64)
-    docs = [np.unique(np.where(rng.random(80) < p, rng.integers(0, 2**63, size=80, dtype=np.uint64), base))
-            for p in np.linspace(0.0, 0.9, 40)]  # from near copies to unrelated sets
+    docs = [
+        np.unique(np.where(rng.random(80) < p, rng.integers(0, 2**63, size=80, dtype=np.uint64), base))
+        for p in np.linspace(0.0, 0.9, 40)
+    ]  # from near copies to unrelated sets
     a, b = minhash.permutations(64, 3)
     sigs = minhash.signatures(docs, a, b)
     bands, rows = minhash.lsh_bands_rows(0.5, 64)

@@ -4,9 +4,7 @@
 import numpy as np
 import pytest
 
-from tasks.common.matching import minhash, pairjaccard
-
-from tasks.common.matching import compiled
+from tasks.common.matching import compiled, minhash, pairjaccard
 
 
 def _random_sets(rng, count: int, universe: int, most: int) -> list[np.ndarray]:

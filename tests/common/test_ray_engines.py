@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dedup_fixtures import write_source
 
+from dedup_fixtures import write_source
 from tasks import dedup, ingest, leakage, split
 from tasks.config import Paths, load_params
 from tasks.config.corpus.dedup import SourcePolicy
@@ -41,8 +41,10 @@ def stage_params(**changes):
     """The repo's params with the ray section set to 2 CPUs and ``changes`` (``stage: {key: value}``) applied."""
     params = load_params(ROOT / "params.yaml")
     ray = params.ray.model_copy(update={"num_cpus": 2, "object_store_mib": 512})
-    sections = {name: getattr(params, name).model_copy(update={"ray": ray, **changes.get(name, {})})
-                for name in ("dedup", "leakage")}  # fmt: skip
+    sections = {
+        name: getattr(params, name).model_copy(update={"ray": ray, **changes.get(name, {})})
+        for name in ("dedup", "leakage")
+    }
     # the semantic detector runs in the driver with either engine (tests/leakage/test_leakage_semantic.py): off here
     off = sections["leakage"].semantic.model_copy(update={"enabled": False})
     sections["leakage"] = sections["leakage"].model_copy(update={"semantic": off})
@@ -153,4 +155,3 @@ def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_pa
     metrics = ingest.run(params.ingest.model_copy(update={"sources": sources}), paths, NullLog())
     assert metrics["totals"]["docs_out"] == 500
     check_dedup_then_leakage(tmp_path, sections, params.split)
-

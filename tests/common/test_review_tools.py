@@ -54,14 +54,28 @@ def test_make_mlflow_ui_takes_the_port_and_serves_mlflow_tracking_uri(tmp_path, 
     assert make("-n", "mlflow-ui", "PORT=5001").stdout.rstrip().endswith('scripts/mlflow_ui.py --port "5001"')
     store = tmp_path / "elsewhere.db"
     env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{store}"}
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mlflow_ui.py"), "--port", "5001", "--print-only"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "mlflow_ui.py"), "--port", "5001", "--print-only"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     link, note, command = done.stdout.splitlines()
     assert link == "clozeline runs (training view): http://127.0.0.1:5001/#/experiments?workflowType=machine_learning"
     assert "point at port 5000 (report.mlflow_ui_url)" in note  # params.yaml's links: the user is told
-    assert command.split()[1:] == ["ui", "--backend-store-uri", f"sqlite:///{store}", "--host", "127.0.0.1",
-                                   "--port", "5001", "--workers", "1"]
+    assert command.split()[1:] == [
+        "ui",
+        "--backend-store-uri",
+        f"sqlite:///{store}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "5001",
+        "--workers",
+        "1",
+    ]
     assert load_script("mlflow_ui").main(["--port", "70000"]) == 2
     assert capsys.readouterr().err == "make mlflow-ui: PORT=70000: a port is 1-65535\n"
 
@@ -83,8 +97,9 @@ def _commit(repo: Path, message: str) -> None:
 
 def _specs(page: str) -> dict[str, dict]:
     """The Vega-Lite spec of each plot DVC put on its page, by div id."""
-    found = re.findall(r'<div id = "([^"]+)">\s*<script type = "text/javascript">\s*var spec = (\{.*?\});\s*vegaEmbed',
-                       page, re.S)
+    found = re.findall(
+        r'<div id = "([^"]+)">\s*<script type = "text/javascript">\s*var spec = (\{.*?\});\s*vegaEmbed', page, re.S
+    )
     return {div: json.loads(spec) for div, spec in found}
 
 
@@ -108,15 +123,31 @@ def test_make_plots_rev_diffs_two_commits_on_a_page_that_draws_offline(tmp_path)
     assert not REMOTE_SCRIPT.findall(page) and "vega-embed" in page and "window.vegaEmbed=" in page
     specs = _specs(page)
     assert len(specs) == 3
-    points = [v for v in specs["Fine-tuning__per-seed_test_scores"]["data"]["values"]
-              if v["arm"] == arm and str(v["seed"]) == seed]
+    points = [
+        v
+        for v in specs["Fine-tuning__per-seed_test_scores"]["data"]["values"]
+        if v["arm"] == arm and str(v["seed"]) == seed
+    ]
     assert sorted((p["rev"], float(p["score"])) for p in points) == [("HEAD~1", float(before)), ("workspace", 0.123)]
     if CHROMIUM.exists():  # the page draws every plot with the network unreachable (a proxy that refuses)
-        dom = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                              "--disable-background-networking", "--proxy-server=127.0.0.1:9",
-                              f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=10000", "--dump-dom",
-                              (repo / "dvc_plots" / "index.html").as_uri()],
-                             capture_output=True, text=True, timeout=120).stdout
+        dom = subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--proxy-server=127.0.0.1:9",
+                f"--user-data-dir={tmp_path / 'chromium'}",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                (repo / "dvc_plots" / "index.html").as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
         drawn = re.split(r'<div id\s*=\s*"', dom)[1:]
         assert len(drawn) == 3 and all('class="marks"' in part for part in drawn), [p[:60] for p in drawn]
 

@@ -12,15 +12,19 @@ from tasks.common.files.stamped import read_stamped, stamp, write_cache, write_t
 
 
 def test_files_written_on_threads_have_the_bytes_of_serial_writes(tmp_path):
-    tables = [pa.table({"doc_id": [f"s{k}:{i}" for i in range(n)], "text": ["x" * (i % 97) for i in range(n)]})
-              for k, n in enumerate((0, 5, 20_000, 3_000))]  # fmt: skip
+    tables = [
+        pa.table({"doc_id": [f"s{k}:{i}" for i in range(n)], "text": ["x" * (i % 97) for i in range(n)]})
+        for k, n in enumerate((0, 5, 20_000, 3_000))
+    ]
     (tmp_path / "serial").mkdir()
     (tmp_path / "threads").mkdir()
     for k, table in enumerate(tables):
         pq.write_table(table, tmp_path / "serial" / f"{k}.parquet", compression="zstd")
     write_tables(((t, tmp_path / "threads" / f"{k}.parquet") for k, t in enumerate(tables)), compression="zstd")
     for k in range(len(tables)):
-        assert (tmp_path / "threads" / f"{k}.parquet").read_bytes() == (tmp_path / "serial" / f"{k}.parquet").read_bytes()
+        assert (tmp_path / "threads" / f"{k}.parquet").read_bytes() == (
+            tmp_path / "serial" / f"{k}.parquet"
+        ).read_bytes()
 
 
 def test_a_failed_write_raises(tmp_path):

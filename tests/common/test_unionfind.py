@@ -50,8 +50,7 @@ def _joins_one_by_one(n: int, pairs: list[tuple[int, int]], skip: list[bool]) ->
 
 
 def test_joining_pairs_by_hand_in_python_and_compiled(monkeypatch):
-    from tasks.common.matching import unionfind
-    from tasks.common.matching import compiled
+    from tasks.common.matching import compiled, unionfind
 
     # nodes 0..4 with {3, 4} already one set: (0,1) joins, (1,0) not, (2,3) joins, (0,2) joins, (4,1) not
     # (4 reaches 1 through 3-2-0), (1,3) skipped
@@ -65,8 +64,7 @@ def test_joining_pairs_by_hand_in_python_and_compiled(monkeypatch):
 
 @pytest.mark.parametrize("worth", [False, True])
 def test_joining_pairs_equal_the_sequential_rule(worth, monkeypatch):
-    from tasks.common.matching import unionfind
-    from tasks.common.matching import compiled
+    from tasks.common.matching import compiled, unionfind
 
     monkeypatch.setattr(compiled, "worth_compiling", lambda items: worth)
     rng = np.random.default_rng(4)
@@ -79,8 +77,7 @@ def test_joining_pairs_equal_the_sequential_rule(worth, monkeypatch):
 
 @pytest.mark.parametrize("worth", [False, True])
 def test_joining_pairs_refuses_bad_arguments_on_both_paths(worth, monkeypatch):
-    from tasks.common.matching import unionfind
-    from tasks.common.matching import compiled
+    from tasks.common.matching import compiled, unionfind
 
     monkeypatch.setattr(compiled, "worth_compiling", lambda items: worth)
     with pytest.raises(IndexError, match="node 5 is outside the 3 nodes"):

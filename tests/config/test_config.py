@@ -66,8 +66,14 @@ def test_require_unique_names_every_repeated_value():
 def test_dose_response_without_pretraining_snapshots_fails_at_load_time():
     with pytest.raises(ParamsError, match="finetune.recipes.cls.dose_response needs pretrain.dose_snapshot_fractions"):
         load_params(ROOT / "params.yaml", overrides={"finetune.recipes.cls.dose_response": "pretrained/full/cls-pool"})
-    both = {"finetune.recipes.cls.dose_response": "pretrained/full/cls-pool", "pretrain.dose_snapshot_fractions": [0.0, 0.5]}
-    assert load_params(ROOT / "params.yaml", overrides=both).finetune.recipes["cls"].dose_response == "pretrained/full/cls-pool"
+    both = {
+        "finetune.recipes.cls.dose_response": "pretrained/full/cls-pool",
+        "pretrain.dose_snapshot_fractions": [0.0, 0.5],
+    }
+    assert (
+        load_params(ROOT / "params.yaml", overrides=both).finetune.recipes["cls"].dose_response
+        == "pretrained/full/cls-pool"
+    )
 
 
 @pytest.mark.parametrize("name", ["pretrain", "claims", "verdicts", "max_seq_len_tokens"])

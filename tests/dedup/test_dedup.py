@@ -141,9 +141,13 @@ def test_keep_one_per_role_keeps_the_best_row_of_each_role_in_a_shared_cluster(t
     assert [rows[d] for d in task_ids] == [(task_ids[0], False), (task_ids[0], True)]
     assert [rows[d] for d in pre_ids] == [(task_ids[0], False), (task_ids[0], True), (pre_ids[2], False)]
     assert metrics["sources"]["a_task"] | {"docs_in": 0} == metrics["sources"]["a_task"] | {
-        "docs_in": 0, "docs_kept": 1, "docs_removed": 1, "exact_duplicates": 1, "near_duplicates": 0,
+        "docs_in": 0,
+        "docs_kept": 1,
+        "docs_removed": 1,
+        "exact_duplicates": 1,
+        "near_duplicates": 0,
         "cross_role_docs": 2,
-    }  # fmt: skip
+    }
     pre = metrics["sources"]["b_pre"]
     assert (pre["docs_kept"], pre["exact_duplicates"], pre["near_duplicates"], pre["cross_role_docs"]) == (2, 0, 1, 2)
     assert pre["fraction_removed"] == pytest.approx(1 / 3)
@@ -151,9 +155,11 @@ def test_keep_one_per_role_keeps_the_best_row_of_each_role_in_a_shared_cluster(t
     (record,) = records
     assert record["kept"] == {"task": task_ids[0], "pretrain": pre_ids[0]} and record["roles"] == ["task", "pretrain"]
     assert [(m["doc_id"], m["role"], m["kind"]) for m in record["members"]] == [
-        (task_ids[0], "task", "kept"), (pre_ids[0], "pretrain", "kept"),
-        (task_ids[1], "task", "exact"), (pre_ids[1], "pretrain", "near"),
-    ]  # fmt: skip
+        (task_ids[0], "task", "kept"),
+        (pre_ids[0], "pretrain", "kept"),
+        (task_ids[1], "task", "exact"),
+        (pre_ids[1], "pretrain", "near"),
+    ]
 
 
 def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tmp_path, run_dedup):
@@ -166,9 +172,14 @@ def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tm
     assert metrics["sources"]["b_pre"]["exact_duplicates"] == 1 and metrics["sources"]["a_task"]["docs_removed"] == 0
     (record,) = records
     assert record["members"][2] == {
-        "doc_id": pre_ids[1], "source": "b_pre", "role": "pretrain", "kind": "exact", "exact_of": pre_ids[0],
-        "label": None, "tags_digest": None,
-    }  # fmt: skip
+        "doc_id": pre_ids[1],
+        "source": "b_pre",
+        "role": "pretrain",
+        "kind": "exact",
+        "exact_of": pre_ids[0],
+        "label": None,
+        "tags_digest": None,
+    }
     assert record["pairs"] == [[task_id, pre_ids[0], 1.0]]  # one text, but the first copy in each role
     # the same data under keep_one_per: cluster loses both pretrain copies
     _, rows, _ = run_dedup(tmp_path, make_cfg(keep_one_per="cluster"))
@@ -199,14 +210,17 @@ def test_same_input_and_seed_give_identical_outputs_for_any_process_count(tmp_pa
     assert first[0]["sources"]["s"]["exact_duplicates"] == 120  # every text appears twice
 
 
-@pytest.mark.parametrize(("sizes", "max_docs", "num_proc", "want"), [
-    ([1] * 8, 2000, 2, [(0, 4), (4, 8)]),  # one range per worker, equal rows when the texts are equal
-    ([30, 10, 10, 10], 2000, 2, [(0, 1), (1, 4)]),  # equal bytes, not equal rows: 30 | 10 + 10 + 10
-    ([1] * 7, 3, 2, [(0, 2), (2, 4), (4, 6), (6, 7)]),  # ceil(7 / 3) = 3 ranges, rounded up to 4
-    ([100, 1, 1, 1, 1, 1], 2, 2, [(0, 1), (1, 2), (2, 4), (4, 6)]),  # 5 small rows cut again to <= 2 rows
-    ([5], 2000, 2, [(0, 1)]),
-    ([], 2000, 2, []),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("sizes", "max_docs", "num_proc", "want"),
+    [
+        ([1] * 8, 2000, 2, [(0, 4), (4, 8)]),  # one range per worker, equal rows when the texts are equal
+        ([30, 10, 10, 10], 2000, 2, [(0, 1), (1, 4)]),  # equal bytes, not equal rows: 30 | 10 + 10 + 10
+        ([1] * 7, 3, 2, [(0, 2), (2, 4), (4, 6), (6, 7)]),  # ceil(7 / 3) = 3 ranges, rounded up to 4
+        ([100, 1, 1, 1, 1, 1], 2, 2, [(0, 1), (1, 2), (2, 4), (4, 6)]),  # 5 small rows cut again to <= 2 rows
+        ([5], 2000, 2, [(0, 1)]),
+        ([], 2000, 2, []),
+    ],
+)
 def test_balanced_shards_split_the_text_bytes_evenly_within_the_row_cap(sizes, max_docs, num_proc, want):
     assert signatures.balanced_shards(np.asarray(sizes, np.int64), max_docs, num_proc) == want
 
@@ -344,13 +358,29 @@ def test_report_lines_are_json_dumps_of_the_whole_record_with_its_pairs():
 
     ids = ['a"b', "c\\d", "é\u2028x", "plain", "tab\there"]
     pairs, values = [(0, 1), (2, 3), (4, 0), (3, 1)], [1e-06, 1.0, 0.123457, 5e-05]
-    record = {"cluster_id": ids[0], "conflict_rule": None, "edges": [[ids[0], ids[1], 0.9]], "kept": {"task": ids[0]},
-              "members": [{"doc_id": i} for i in ids], "pairs_truncated": False, "roles": ["task"], "size": 5}
-    want = json.dumps(record | {"pairs": [[ids[i], ids[j], v] for (i, j), v in zip(pairs, values)]},
-                      sort_keys=True, ensure_ascii=False) + "\n"  # fmt: skip
+    record = {
+        "cluster_id": ids[0],
+        "conflict_rule": None,
+        "edges": [[ids[0], ids[1], 0.9]],
+        "kept": {"task": ids[0]},
+        "members": [{"doc_id": i} for i in ids],
+        "pairs_truncated": False,
+        "roles": ["task"],
+        "size": 5,
+    }
+    want = (
+        json.dumps(
+            record | {"pairs": [[ids[i], ids[j], v] for (i, j), v in zip(pairs, values)]},
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
     assert _record_line(record, _pairs_json(pairs, values, _JsonStrings(ids))) == want
-    assert _record_line(record, _pairs_json([], [], _JsonStrings(ids))) == json.dumps(
-        record | {"pairs": []}, sort_keys=True, ensure_ascii=False) + "\n"
+    assert (
+        _record_line(record, _pairs_json([], [], _JsonStrings(ids)))
+        == json.dumps(record | {"pairs": []}, sort_keys=True, ensure_ascii=False) + "\n"
+    )
 
 
 def test_texts_at_gathers_rows_across_chunks_as_a_chunked_take_does():

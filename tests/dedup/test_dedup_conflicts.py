@@ -10,8 +10,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from dedup_fixtures import make_cfg, text, write_rows
 
+from dedup_fixtures import make_cfg, text, write_rows
 from tasks.config import ParamsError, load_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,10 +23,19 @@ def majority_corpus(tmp_path: Path) -> tuple[list[str], list[str]]:
     J(X+, X) = 16 / 17 shingles = 0.94: one cluster. Pretrain: X+ and Y labelled business (pretraining rows never
     vote: Y's cluster has no conflict)."""
     x, y = text("x", 20), text("y", 20)
-    task = write_rows(tmp_path, "cls", [{"text": text("x", 21), "label": "politics"}, {"text": x, "label": "sport"},
-                                        {"text": x, "label": "sport"}, {"text": y, "label": "tech"}])  # fmt: skip
-    pre = write_rows(tmp_path, "pre", [{"text": text("x", 21), "label": "business"}, {"text": y, "label": "business"}],
-                     "pretrain")
+    task = write_rows(
+        tmp_path,
+        "cls",
+        [
+            {"text": text("x", 21), "label": "politics"},
+            {"text": x, "label": "sport"},
+            {"text": x, "label": "sport"},
+            {"text": y, "label": "tech"},
+        ],
+    )
+    pre = write_rows(
+        tmp_path, "pre", [{"text": text("x", 21), "label": "business"}, {"text": y, "label": "business"}], "pretrain"
+    )
     return task, pre
 
 
@@ -39,14 +48,20 @@ def test_label_conflict_keeps_the_majority_label_not_the_first_row_in_keep_order
     record = records[task[0]]  # cluster_id: the first row in keep order before the vote
     assert record["kept"] == {"task": task[1], "pretrain": pre[0]}
     assert [(m["doc_id"], m["kind"]) for m in record["members"]] == [
-        (task[1], "kept"), (pre[0], "kept"), (task[0], "near"), (task[2], "exact")
-    ]  # fmt: skip
+        (task[1], "kept"),
+        (pre[0], "kept"),
+        (task[0], "near"),
+        (task[2], "exact"),
+    ]
     assert (record["label_conflict"], record["label_conflict_exact"], record["tags_conflict"]) == (True, False, False)
     assert (record["label_votes"], record["conflict_rule"]) == ({"politics": 1, "sport": 2}, "majority")
     assert (records[task[3]]["label_votes"], records[task[3]]["conflict_rule"]) == ({}, None)
     cls = metrics["sources"]["cls"]
-    assert (cls["label_conflict_clusters"], cls["label_conflict_clusters_exact"], cls["label_conflict_clusters_near"]) \
-        == (1, 0, 1)  # fmt: skip
+    assert (
+        cls["label_conflict_clusters"],
+        cls["label_conflict_clusters_exact"],
+        cls["label_conflict_clusters_near"],
+    ) == (1, 0, 1)
     assert (cls["near_duplicates"], cls["exact_duplicates"], cls["conflict_dropped"]) == (1, 1, 0)
     assert cls["lost_vote_docs"] == 1
     assert cls["docs_in"] == cls["docs_kept"] + cls["docs_removed"] == 2 + 2
@@ -82,8 +97,10 @@ def test_a_plurality_wins_and_a_tie_drops_the_keep_unit(tmp_path, run_dedup):
     assert (w["kept"], w["label_votes"], w["conflict_rule"]) == ({"pretrain": pre[0]}, {"a": 1, "b": 1}, "tie")
     # members: the unit's first rows in keep order first (dropped or not), then by role and doc_id
     assert [(m["doc_id"], m["kind"]) for m in w["members"]] == [
-        (task[4], "conflict"), (pre[0], "kept"), (task[5], "conflict")
-    ]  # fmt: skip
+        (task[4], "conflict"),
+        (pre[0], "kept"),
+        (task[5], "conflict"),
+    ]
     cls = metrics["sources"]["cls"]
     assert (cls["exact_duplicates"], cls["conflict_dropped"], cls["docs_removed"], cls["docs_kept"]) == (3, 2, 5, 1)
     assert (cls["label_conflict_clusters_exact"], cls["label_conflict_clusters_near"]) == (2, 0)
@@ -104,23 +121,30 @@ def test_a_plurality_wins_and_a_tie_drops_the_keep_unit(tmp_path, run_dedup):
 
 def test_a_tags_conflict_keeps_the_copy_with_the_most_entities_and_a_tie_drops(tmp_path, run_dedup):
     paris, rome = ["Paris", "is", "nice"], ["Rome", "is", "far"]
-    ids = write_rows(tmp_path, "ner", [
-        {"tokens": paris, "tags": ["O", "O", "O"]},  # the entity missed, and first in keep order (doc_id)
-        {"tokens": paris, "tags": ["B-LOC", "O", "O"]},
-        {"tokens": [w.upper() for w in paris], "tags": ["B-LOC", "O", "O"]},  # same normalized text
-        {"tokens": rome, "tags": ["B-LOC", "O", "O"]},
-        {"tokens": rome, "tags": ["B-PER", "O", "O"]},  # one entity each, of another type: a tie
-    ])  # fmt: skip
+    ids = write_rows(
+        tmp_path,
+        "ner",
+        [
+            {"tokens": paris, "tags": ["O", "O", "O"]},  # the entity missed, and first in keep order (doc_id)
+            {"tokens": paris, "tags": ["B-LOC", "O", "O"]},
+            {"tokens": [w.upper() for w in paris], "tags": ["B-LOC", "O", "O"]},  # same normalized text
+            {"tokens": rome, "tags": ["B-LOC", "O", "O"]},
+            {"tokens": rome, "tags": ["B-PER", "O", "O"]},  # one entity each, of another type: a tie
+        ],
+    )
     metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     assert [duplicate[d] for d in ids] == [True, False, True, True, True]
-    digest = {tags: hashlib.md5(json.dumps(list(tags)).encode()).hexdigest()[:16]
-              for tags in (("B-LOC", "O", "O"), ("O", "O", "O"))}  # fmt: skip
+    digest = {
+        tags: hashlib.md5(json.dumps(list(tags)).encode()).hexdigest()[:16]
+        for tags in (("B-LOC", "O", "O"), ("O", "O", "O"))
+    }
     record = records[ids[0]]
     assert (record["kept"], record["conflict_rule"], record["label_votes"]) == ({"task": ids[1]}, "most_entities", {})
     assert [(m["doc_id"], m["kind"], m["tags_digest"]) for m in record["members"]] == [
-        (ids[1], "kept", digest[("B-LOC", "O", "O")]), (ids[0], "exact", digest[("O", "O", "O")]),
+        (ids[1], "kept", digest[("B-LOC", "O", "O")]),
+        (ids[0], "exact", digest[("O", "O", "O")]),
         (ids[2], "exact", digest[("B-LOC", "O", "O")]),
-    ]  # fmt: skip
+    ]
     assert (records[ids[3]]["kept"], records[ids[3]]["conflict_rule"]) == ({}, "tie")
     counts = metrics["sources"]["ner"]
     # entities: Paris 0 + 1 + 1, Rome 1 + 1 = 4; removed: ner:000 (0), ner:002 (1) and both Rome rows (2)
@@ -137,11 +161,15 @@ def test_a_tags_conflict_keeps_the_copy_with_the_most_entities_and_a_tie_drops(t
 
 def test_rows_with_labels_and_tags_whose_votes_pick_different_rows_are_dropped(tmp_path, run_dedup):
     anna = ["Anna", "is", "here"]
-    ids = write_rows(tmp_path, "both", [
-        {"tokens": anna, "label": "A", "tags": ["O", "O", "O"]},
-        {"tokens": anna, "label": "A", "tags": ["O", "O", "O"]},
-        {"tokens": anna, "label": "B", "tags": ["B-PER", "O", "O"]},
-    ])  # fmt: skip
+    ids = write_rows(
+        tmp_path,
+        "both",
+        [
+            {"tokens": anna, "label": "A", "tags": ["O", "O", "O"]},
+            {"tokens": anna, "label": "A", "tags": ["O", "O", "O"]},
+            {"tokens": anna, "label": "B", "tags": ["B-PER", "O", "O"]},
+        ],
+    )
     metrics, duplicate, records = run_dedup(tmp_path, make_cfg()).flags()
     # label vote: A (rows 0, 1); entity vote: row 2 (1 entity against 0): no row wins both
     assert [duplicate[d] for d in ids] == [True, True, True]

@@ -7,11 +7,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from dedup_fixtures import make_cfg, text, write_rows
 
+from dedup_fixtures import make_cfg, text, write_rows
 from tasks.dedup import policy
 from tasks.dedup.conflicts import entity_count
-
 
 # ------------------------------------------------------------------------------------------- entity count
 
@@ -30,11 +29,15 @@ NER_ROWS = [
     {"tokens": ["Thanks", "John", "Smith"], "tags": ["O", "B-PER", "I-PER"]},  # boilerplate, 1 entity, 3 words
     {"tokens": ["Thanks", "John", "Smith"], "tags": ["O", "B-PER", "I-PER"]},
     {"tokens": ["thanks", "john", "smith"], "tags": ["O", "B-PER", "I-PER"]},
-    {"tokens": "Alice Brown flew from Paris to Berlin on Monday".split(),
-     "tags": ["B-PER", "I-PER", "O", "O", "B-LOC", "O", "B-LOC", "O", "O"]},  # 3 entities, 9 words
-    {"tokens": "Alice Brown flew from Paris to Berlin on Monday".split(),
-     "tags": ["B-PER", "I-PER", "O", "O", "B-LOC", "O", "B-LOC", "O", "O"]},
-]  # fmt: skip
+    {
+        "tokens": "Alice Brown flew from Paris to Berlin on Monday".split(),
+        "tags": ["B-PER", "I-PER", "O", "O", "B-LOC", "O", "B-LOC", "O", "O"],
+    },  # 3 entities, 9 words
+    {
+        "tokens": "Alice Brown flew from Paris to Berlin on Monday".split(),
+        "tags": ["B-PER", "I-PER", "O", "O", "B-LOC", "O", "B-LOC", "O", "O"],
+    },
+]
 
 
 def test_exact_min_words_protects_short_ner_boilerplate_and_its_entities(tmp_path, run_dedup):
@@ -77,8 +80,9 @@ def test_exact_off_and_near_off_per_source_and_pairs_need_both_policies(tmp_path
     assert [duplicate[d] for d in ids["noexact"]] == [False, False]
     assert [duplicate[d] for d in ids["open"]] == [False, True, False]
     assert [(m["doc_id"], m["kind"]) for m in records[ids["nonear"][2]]["members"]] == [
-        (ids["nonear"][2], "kept"), (ids["open"][1], "exact")
-    ]  # fmt: skip
+        (ids["nonear"][2], "kept"),
+        (ids["open"][1], "exact"),
+    ]
     assert metrics["sources"]["noexact"]["exact_protected_docs"] == 2
     assert metrics["sources"]["noexact"]["policy"] == {"exact": False, "near": True, "exact_min_words": 0}
     assert (metrics["all"]["exact_duplicates"], metrics["all"]["near_duplicates"]) == (2, 0)
@@ -91,8 +95,9 @@ def test_exact_off_and_near_off_per_source_and_pairs_need_both_policies(tmp_path
 
 
 def test_source_policy_overrides_the_default_key_by_key_and_unknown_sources_fail(tmp_path, run_dedup):
-    cfg = make_cfg(default_policy={"exact": True, "near": True, "exact_min_words": 4},
-                   source_policy={"ner": {"near": False}})  # fmt: skip
+    cfg = make_cfg(
+        default_policy={"exact": True, "near": True, "exact_min_words": 4}, source_policy={"ner": {"near": False}}
+    )
     resolved = policy.resolve(cfg, ["ner", "news"])
     assert resolved["ner"].model_dump() == {"exact": True, "near": False, "exact_min_words": 4}
     assert resolved["news"].model_dump() == {"exact": True, "near": True, "exact_min_words": 4}
@@ -110,8 +115,11 @@ def test_largest_component_of_a_chain_whose_ends_are_not_similar(tmp_path, caplo
     a = text("w", 100)
     b = text("w", 100, {k: f"x{k:03d}" for k in range(94, 100)})
     c = text("w", 100, {**{k: f"x{k:03d}" for k in range(94, 100)}, **{k: f"y{k:03d}" for k in range(6)}})
-    first = write_rows(tmp_path, "s1", [{"text": a, "group": "g1"}, {"text": b, "group": "g1"},
-                                        {"text": text("p", 20)}, {"text": text("p", 20)}])  # fmt: skip
+    first = write_rows(
+        tmp_path,
+        "s1",
+        [{"text": a, "group": "g1"}, {"text": b, "group": "g1"}, {"text": text("p", 20)}, {"text": text("p", 20)}],
+    )
     second = write_rows(tmp_path, "s2", [{"text": c, "group": "g2"}])
     with caplog.at_level(logging.WARNING, logger="clozeline.dedup"):
         metrics, _, records = run_dedup(tmp_path, make_cfg(warn_component_docs=2)).flags()

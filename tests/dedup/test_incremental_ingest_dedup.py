@@ -60,8 +60,7 @@ def ingest_texts_md5(root: Path) -> list[str]:
     return [hashlib.md5(text.encode()).hexdigest() for text in texts]
 
 
-def test_a_batch_of_new_files_is_read_and_signed_alone_and_gives_the_from_scratch_bytes(tmp_path, corpus,
-                                                                                         monkeypatch):
+def test_a_batch_of_new_files_is_read_and_signed_alone_and_gives_the_from_scratch_bytes(tmp_path, corpus, monkeypatch):
     raw, rng, files = corpus
     old_texts = {text for texts in files for text in texts}
     new_a = [words(rng) for _ in range(5)] + [last_word_changed(files[1][4])]
@@ -117,10 +116,11 @@ def test_a_longer_copy_arriving_becomes_the_kept_row_as_from_scratch(tmp_path, c
     records = [json.loads(line) for line in first.read_text().splitlines()]
     longer = next(r for r in records if r["size"] == 2 and r["cluster_id"] == "docs:part3.jsonl:1")
     assert longer["kept"] == {"task": "docs:part3.jsonl:1"}  # the longer new row, not the indexed one
-    assert {m["doc_id"]: m["kind"] for m in longer["members"]} == {"docs:part3.jsonl:1": "kept",
-                                                                    "docs:part1.jsonl:3": "near"}  # fmt: skip
+    assert {m["doc_id"]: m["kind"] for m in longer["members"]} == {
+        "docs:part3.jsonl:1": "kept",
+        "docs:part1.jsonl:3": "near",
+    }
     assert_equals_from_scratch(tmp_path, raw, after)
-
 
 
 def segment_inodes(root: Path) -> dict[str, int]:
@@ -151,6 +151,7 @@ def test_each_night_appends_one_segment_and_a_shrunk_segment_is_rewritten(tmp_pa
     assert len(rewritten) == 3 and not set(first) & set(rewritten)  # its 10 live texts moved to a new segment
     _, logged = run_both(tmp_path / "inc", raw)  # and read back from there
     assert logged["dedup"]["dedup.mode"] == "incremental" and logged["dedup"]["incremental"]["docs_signed"] == 0
+
 
 def test_nothing_new_reads_and_signs_nothing_and_rewrites_the_same_bytes(tmp_path, corpus):
     raw, _, _ = corpus
@@ -204,9 +205,20 @@ def damage(index: Path, how: str, other: Path) -> None:
         pq.write_table(stripped, index / "entries.parquet")
 
 
-@pytest.mark.parametrize("how", ["truncate signatures", "empty signatures", "truncate shingles",
-                                 "truncate entries.parquet", "entries of another index", "arrays of another index",
-                                 "signatures changed in place", "an entry outside its segment", "no fingerprint"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "truncate signatures",
+        "empty signatures",
+        "truncate shingles",
+        "truncate entries.parquet",
+        "entries of another index",
+        "arrays of another index",
+        "signatures changed in place",
+        "an entry outside its segment",
+        "no fingerprint",
+    ],
+)
 def test_a_damaged_or_mixed_index_is_recomputed_in_full_and_says_which_file(tmp_path, corpus, how):
     raw, rng, _ = corpus
     other = tmp_path / "other"
@@ -255,14 +267,18 @@ def test_a_damaged_or_swapped_ingest_entry_is_read_again_and_named(tmp_path, cor
         entries[1].write_bytes(first)
     after, logged = run_both(tmp_path / "inc", raw)
     damaged = 2 if how == "two entries swapped" else 1
-    assert logged["ingest"]["incremental"] == {"units_read": damaged, "units_cached": 3 - damaged,
-                                                 "shards_written": 0}  # the shards are whole
+    assert logged["ingest"]["incremental"] == {
+        "units_read": damaged,
+        "units_cached": 3 - damaged,
+        "shards_written": 0,
+    }  # the shards are whole
     assert_equals_from_scratch(tmp_path, raw, after)
 
 
-
-@pytest.mark.parametrize("how", ["truncated", "removed", "fewer rows", "another unit's shard of as many rows",
-                                 "edited through the output's link"])
+@pytest.mark.parametrize(
+    "how",
+    ["truncated", "removed", "fewer rows", "another unit's shard of as many rows", "edited through the output's link"],
+)
 def test_a_damaged_or_missing_cached_shard_is_written_again(tmp_path, corpus, how):
     raw, _, _ = corpus
     outputs_dir = tmp_path / "inc" / "data" / "ingest" / "docs"
@@ -279,8 +295,7 @@ def test_a_damaged_or_missing_cached_shard_is_written_again(tmp_path, corpus, ho
         shutil.copy(shards[2], shards[1])
     else:  # same rows, another label, written into the same inode
         table = pq.read_table(outputs_dir / "part-00001.parquet")
-        relabelled = table.set_column(table.schema.get_field_index("label"), "label",
-                                      pa.array(["b"] * table.num_rows))  # fmt: skip
+        relabelled = table.set_column(table.schema.get_field_index("label"), "label", pa.array(["b"] * table.num_rows))
         with open(outputs_dir / "part-00001.parquet", "r+b") as handle:
             handle.truncate(0)
             pq.write_table(relabelled, handle)
@@ -294,6 +309,7 @@ def read_named_first_rows(tmp_path: Path) -> Path:
     path = tmp_path / "one_row.parquet"
     pq.write_table(read_named(tmp_path / "inc" / "data" / "ingest", "docs").slice(0, 1), path)
     return path
+
 
 def test_a_type_clash_with_a_cached_file_raises_the_from_scratch_error(tmp_path, corpus):
     raw, rng, _ = corpus
@@ -313,9 +329,11 @@ def test_a_builtin_source_is_cached_whole_and_read_again_only_when_asked(tmp_pat
         log = RecordingLog()
         metrics = ingest.run(IngestParams(sources=[spec], incremental=incremental), paths_of(tmp_path), log)
         runs.append((log.logged["incremental"], metrics, every_file(tmp_path)))
-    assert [counts for counts, _, _ in runs] == [{"units_read": 1, "units_cached": 0, "shards_written": 1},
-                                                 {"units_read": 0, "units_cached": 1, "shards_written": 0},
-                                                 {"units_read": 1, "units_cached": 0, "shards_written": 1}]  # fmt: skip
+    assert [counts for counts, _, _ in runs] == [
+        {"units_read": 1, "units_cached": 0, "shards_written": 1},
+        {"units_read": 0, "units_cached": 1, "shards_written": 0},
+        {"units_read": 1, "units_cached": 0, "shards_written": 1},
+    ]
     assert runs[0][1]["totals"]["docs_out"] == 2394  # WNUT-16's sentences (tests/ingest/test_ingest.py counts them too)
     assert runs[0][1:] == runs[1][1:] == runs[2][1:]
 
@@ -327,10 +345,20 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
     raw.mkdir()
     rng = random.Random(7)
     write_file(raw, "a.jsonl", [words(rng), "   ", words(rng)])  # line 2 is blank once normalized: "empty"
-    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(raw), "text_field": "text",
-            "label_field": "label", "max_docs": 3}  # fmt: skip
-    run = lambda root, incremental: ingest.run(IngestParams(sources=[spec], incremental=incremental),  # noqa: E731
-                                               paths_of(root), RecordingLog())  # fmt: skip
+    spec = {
+        "name": "docs",
+        "kind": "jsonl",
+        "role": "task",
+        "path": str(raw),
+        "text_field": "text",
+        "label_field": "label",
+        "max_docs": 3,
+    }
+    run = lambda root, incremental: ingest.run(
+        IngestParams(sources=[spec], incremental=incremental),  # noqa: E731
+        paths_of(root),
+        RecordingLog(),
+    )
     run(tmp_path / "inc", True)
     stale = tmp_path / "inc" / "data" / "ingest_cache" / "docs" / "0123.parquet"
     stale.write_bytes(b"old format")
@@ -346,8 +374,11 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
         assert rows == [f"docs:{own}" for own in out]
     inc, full = (outputs(tmp_path / root) for root in ("inc", "full"))
     assert inc == full and [name for name in inc if name.startswith("ingest/")] == [
-        "ingest/docs/part-00000.parquet", "ingest/docs/part-00001.parquet", "ingest/dropped.jsonl",
-        "ingest/manifest.json"]
+        "ingest/docs/part-00000.parquet",
+        "ingest/docs/part-00001.parquet",
+        "ingest/dropped.jsonl",
+        "ingest/manifest.json",
+    ]
     assert not stale.exists() and all(p.suffix in (".arrow", ".parquet", ".crc") for p in stale.parent.iterdir())
 
 

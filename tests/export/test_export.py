@@ -10,10 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from export_fixtures import SOURCES, build_workspace, export_params, finetune_params
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from clozeline.predict import ExportError, load
+from export_fixtures import SOURCES, build_workspace, export_params, finetune_params
 from tasks import export
 from tasks.common.provenance import Lock
 from tasks.config.model.release import ReleaseParams
@@ -53,7 +53,8 @@ def test_the_export_rescores_exactly_as_trained(exported, task):
     assert found["rescored"] == found["evaluated"]
     seed_index = finetune["runs"][found["run"]][found["metric"]]["seeds"].index(found["seed"])
     assert found["evaluated"][found["metric"]] == pytest.approx(
-        finetune["runs"][found["run"]][found["metric"]]["per_seed"][seed_index])
+        finetune["runs"][found["run"]][found["metric"]]["per_seed"][seed_index]
+    )
     assert found["operational"]["batch"]["1"]["timed_batches"] == found["agreement"]["items"]
 
 
@@ -72,10 +73,20 @@ def test_standard_classes_load_the_folder_with_every_weight_and_no_pickle(export
 
 
 def _claim(task: str) -> Claim:
-    return Claim(id=f"best-arm-beats-best-baseline-{task}", statement="s", evidence="extrinsic", kind="difference",
-                 task=task, data_slice=f"{task}/test", metric="test_macro_f1", treatment=f"finetune/{task}/best-arm",
-                 baseline=f"finetune/{task}/best-baseline", ablation="the encoder", min_effect=0.0,
-                 known_confounders=[])  # fmt: skip
+    return Claim(
+        id=f"best-arm-beats-best-baseline-{task}",
+        statement="s",
+        evidence="extrinsic",
+        kind="difference",
+        task=task,
+        data_slice=f"{task}/test",
+        metric="test_macro_f1",
+        treatment=f"finetune/{task}/best-arm",
+        baseline=f"finetune/{task}/best-baseline",
+        ablation="the encoder",
+        min_effect=0.0,
+        known_confounders=[],
+    )
 
 
 def _verdict(paths, task: str, export_metrics: dict, tmp_path: Path):
@@ -130,8 +141,13 @@ def test_a_wrong_truncation_makes_the_tasks_claims_not_resolvable(exported, tmp_
         config["clozeline"] |= {"truncation": "head_tail", "head_tokens": 2}
 
     broken = _rescore_broken(paths, metrics, "cls", tmp_path, tail)
-    long_docs = sum(1 for r in rescore.read_jsonl(paths.data / "finetune" / "cls" / metrics["cls"]["run"]
-                                                  / f"seed{metrics['cls']['seed']}.test.jsonl") if r["seen_fraction"] < 1)
+    long_docs = sum(
+        1
+        for r in rescore.read_jsonl(
+            paths.data / "finetune" / "cls" / metrics["cls"]["run"] / f"seed{metrics['cls']['seed']}.test.jsonl"
+        )
+        if r["seen_fraction"] < 1
+    )
     assert 0 < broken["agreement"]["disagree"] <= long_docs
     row = _verdict(paths, "cls", broken, tmp_path)
     k, n = broken["agreement"]["disagree"], broken["agreement"]["items"]
@@ -156,13 +172,26 @@ def _release(paths, verdict: str, log, cfg_gate: dict | None = None) -> dict:
     claims = {"question": "q", "claims": [_claim("cls").model_dump()]}
     paths.reports.mkdir(parents=True, exist_ok=True)
     (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
-    report = {"gate_claims": {"cls": "best-arm-beats-best-baseline-cls"},
-              "claims": {"best-arm-beats-best-baseline-cls": {"verdict": verdict, "difference": 0.1, "task": "cls",
-                                                              "statement": _claim("cls").statement,
-                                                              "difference_ci_low": 0.05, "difference_ci_high": 0.15}}}
+    report = {
+        "gate_claims": {"cls": "best-arm-beats-best-baseline-cls"},
+        "claims": {
+            "best-arm-beats-best-baseline-cls": {
+                "verdict": verdict,
+                "difference": 0.1,
+                "task": "cls",
+                "statement": _claim("cls").statement,
+                "difference_ci_low": 0.05,
+                "difference_ci_high": 0.15,
+            }
+        },
+    }
     (paths.metrics / "report.json").write_text(json.dumps(report), encoding="utf-8")
-    cfg = ReleaseParams(registered_model_prefix="clozeline-", alias="candidate", gate_claims=cfg_gate or {},
-                        dvc_lock_file=paths.metrics / "no-dvc.lock")
+    cfg = ReleaseParams(
+        registered_model_prefix="clozeline-",
+        alias="candidate",
+        gate_claims=cfg_gate or {},
+        dvc_lock_file=paths.metrics / "no-dvc.lock",
+    )
     return release_run(cfg, paths, log, "cls")
 
 
@@ -174,12 +203,25 @@ def test_release_writes_the_export_with_its_model_card(exported):
     assert {p.name for p in folder.iterdir()} == set(metrics["cls"]["files"]) | {"README.md"} | shipped_baseline
     card = (folder / "README.md").read_text()
     assert ("in skops format" in card) == bool(shipped_baseline)
-    for needed in ("pipeline_tag: text-classification", "import clozeline.predict", "## How it was chosen",
-                   "best-arm-beats-best-baseline-cls", "| supported | 0.1000 [0.0500, 0.1500] |", "95% t CI",
-                   "re-scored from raw text", "## Data and code", "data md5", "git commit", "## Params",
-                   "## Intended use and limits", "- **Base model**: `clozeline's own encoder` (pretrained from scratch",
-                   "**Licence of the base model**: `none declared`", "train documents of source `news`",
-                   "## Baselines on the same test set", "`models:/clozeline-cls@evaluated`"):
+    for needed in (
+        "pipeline_tag: text-classification",
+        "import clozeline.predict",
+        "## How it was chosen",
+        "best-arm-beats-best-baseline-cls",
+        "| supported | 0.1000 [0.0500, 0.1500] |",
+        "95% t CI",
+        "re-scored from raw text",
+        "## Data and code",
+        "data md5",
+        "git commit",
+        "## Params",
+        "## Intended use and limits",
+        "- **Base model**: `clozeline's own encoder` (pretrained from scratch",
+        "**Licence of the base model**: `none declared`",
+        "train documents of source `news`",
+        "## Baselines on the same test set",
+        "`models:/clozeline-cls@evaluated`",
+    ):
         assert needed in card, needed
     assert out["gate"]["passed"] and out["registered"] is None  # NullLog: nothing registered
 
@@ -230,12 +272,25 @@ def test_a_baseline_that_wins_on_dev_ships_in_skops_format_and_rescores_equal(ex
     data = load_task_data(copy.data / "tokenize" / "cls" / "clozeline", cfg.data_seed, tcfg)
     row = next(r for r in fitting.plan(["tfidf-lr"], ["clozeline"]) if not r.reference)  # reads the arms' cut
     out = copy.data / "finetune" / "cls"
-    _, _, kept = run_baseline("cls", "cls", row, data, load_tokenizer(copy.models / "pretrained"), data["labels"], tcfg,
-                              cfg, out, NullLog(), Draw(tcfg.max_train_docs, cfg.data_seed))  # fmt: skip
+    _, _, kept = run_baseline(
+        "cls",
+        "cls",
+        row,
+        data,
+        load_tokenizer(copy.models / "pretrained"),
+        data["labels"],
+        tcfg,
+        cfg,
+        out,
+        NullLog(),
+        Draw(tcfg.max_train_docs, cfg.data_seed),
+    )
     won = {"dev": {row.key: 1.0, "pretrained/full/mean-pool": 0.5}}
     assert keep_baseline(won, {row.key: kept}, data["labels"], out) == {"baseline": row.key}
     found = export.run(export_params(), copy, NullLog(), "cls")["baseline"]
     assert found["agrees"] and found["rescored"] == found["evaluated"], found["agreement"]
     assert {"model.skops", "baseline.json", "tokenizer.json"} <= {p.name for p in Path(found["folder"]).iterdir()}
-    assert keep_baseline({"dev": {row.key: 0.5, "pretrained/full/mean-pool": 0.9}}, {row.key: kept}, data["labels"],
-                         out) == {}  # fmt: skip
+    assert (
+        keep_baseline({"dev": {row.key: 0.5, "pretrained/full/mean-pool": 0.9}}, {row.key: kept}, data["labels"], out)
+        == {}
+    )

@@ -13,10 +13,10 @@ import json
 
 import pytest
 import torch
-from export_fixtures import N_DOCS, SOURCES, export_params, finetune_params, write_pair_data, write_raw_test_rows
-from finetune_fixtures import save_tiny_bert, write_task_data
 
 from clozeline.predict import load, predict_records
+from export_fixtures import N_DOCS, export_params, finetune_params, write_pair_data, write_raw_test_rows
+from finetune_fixtures import save_tiny_bert, write_task_data
 from tasks import export
 from tasks.common.runtime import device as device_module
 from tasks.config import Paths

@@ -38,14 +38,25 @@ def test_the_entry_point_cuts_pairs_longest_first_as_finetune_does():
 
 
 def test_compare_counts_labels_probabilities_and_missing_items():
-    evaluated = [{"doc_id": "a", "pred": "x", "probs": [0.9, 0.1]}, {"doc_id": "b", "pred": "y", "probs": [0.2, 0.8]},
-                 {"doc_id": "c", "pred": "x", "probs": [0.6, 0.4]}, {"doc_id": "d", "pred": "x", "probs": [0.7, 0.3]}]
-    rescored = [{"doc_id": "a", "pred": "x", "probs": {"x": 0.90000004, "y": 0.09999996}},
-                {"doc_id": "b", "pred": "x", "probs": {"x": 0.2, "y": 0.8}},
-                {"doc_id": "c", "pred": "x", "probs": {"x": 0.61, "y": 0.39}}]
+    evaluated = [
+        {"doc_id": "a", "pred": "x", "probs": [0.9, 0.1]},
+        {"doc_id": "b", "pred": "y", "probs": [0.2, 0.8]},
+        {"doc_id": "c", "pred": "x", "probs": [0.6, 0.4]},
+        {"doc_id": "d", "pred": "x", "probs": [0.7, 0.3]},
+    ]
+    rescored = [
+        {"doc_id": "a", "pred": "x", "probs": {"x": 0.90000004, "y": 0.09999996}},
+        {"doc_id": "b", "pred": "x", "probs": {"x": 0.2, "y": 0.8}},
+        {"doc_id": "c", "pred": "x", "probs": {"x": 0.61, "y": 0.39}},
+    ]
     found = compare(evaluated, rescored, ["x", "y"], 1e-4)
-    assert (found["items"], found["disagree"], found["label_mismatches"], found["probability_mismatches"],
-            found["missing"]) == (4, 3, 1, 1, 1)
+    assert (
+        found["items"],
+        found["disagree"],
+        found["label_mismatches"],
+        found["probability_mismatches"],
+        found["missing"],
+    ) == (4, 3, 1, 1, 1)
     assert found["examples"] == ["b", "c", "d"] and found["max_abs_probability_difference"] == pytest.approx(0.01)
 
 
@@ -58,36 +69,60 @@ def test_compare_reads_tags_per_word():
 
 
 def _claim(treatment: str) -> Claim:
-    return Claim(id="c", statement="s", evidence="extrinsic", kind="difference", task="cls", data_slice="t",
-                 metric="test_macro_f1", treatment=treatment, baseline="finetune/cls/best-baseline",
-                 ablation="a", min_effect=0.0, known_confounders=[])  # fmt: skip
+    return Claim(
+        id="c",
+        statement="s",
+        evidence="extrinsic",
+        kind="difference",
+        task="cls",
+        data_slice="t",
+        metric="test_macro_f1",
+        treatment=treatment,
+        baseline="finetune/cls/best-baseline",
+        ablation="a",
+        min_effect=0.0,
+        known_confounders=[],
+    )
 
 
 def test_the_report_gates_a_tasks_finetune_claims_on_its_export(tmp_path):
     (tmp_path / "export").mkdir()
     metrics = Metrics(tmp_path)
     assert export_gates(_claim("finetune/cls/best-arm"), metrics) == []  # no export: no gate
-    (tmp_path / "export" / "cls.json").write_text(json.dumps({"agrees": False, "agreement": {"disagree": 2, "items": 9}}))
+    (tmp_path / "export" / "cls.json").write_text(
+        json.dumps({"agrees": False, "agreement": {"disagree": 2, "items": 9}})
+    )
     metrics = Metrics(tmp_path)
     assert export_gates(_claim("finetune/cls/best-arm"), metrics) == [
-        "exported model disagrees with the evaluated one (2 of 9 items)"]
-    (tmp_path / "export" / "cls.json").write_text(json.dumps({"agrees": True, "agreement": {"disagree": 0, "items": 9}}))
+        "exported model disagrees with the evaluated one (2 of 9 items)"
+    ]
+    (tmp_path / "export" / "cls.json").write_text(
+        json.dumps({"agrees": True, "agreement": {"disagree": 0, "items": 9}})
+    )
     assert export_gates(_claim("finetune/cls/best-arm"), Metrics(tmp_path)) == []
 
 
 def test_the_alias_moves_only_when_every_gate_claim_is_supported_and_the_export_agrees():
-    cfg = ReleaseParams(registered_model_prefix="clozeline-", alias="candidate", gate_claims={"ner": ["a", "b"]},
-                        dvc_lock_file="dvc.lock")
+    cfg = ReleaseParams(
+        registered_model_prefix="clozeline-",
+        alias="candidate",
+        gate_claims={"ner": ["a", "b"]},
+        dvc_lock_file="dvc.lock",
+    )
     agree = {"agrees": True, "agreement": {"disagree": 0, "items": 5}}
-    claims = [{"id": "best-arm-beats-best-baseline-cls", "verdict": "supported"}, {"id": "a", "verdict": "supported"},
-              {"id": "b", "verdict": "inconclusive"}]
+    claims = [
+        {"id": "best-arm-beats-best-baseline-cls", "verdict": "supported"},
+        {"id": "a", "verdict": "supported"},
+        {"id": "b", "verdict": "inconclusive"},
+    ]
     report = {"gate_claims": {task: f"best-arm-beats-best-baseline-{task}" for task in ("cls", "ner", "pair")}}
     assert gate_of(cfg, "cls", claims, agree, report)["passed"]
     ner = gate_of(cfg, "ner", claims, agree, report)
     assert not ner["passed"] and ner["reason"] == "not passed (b: inconclusive)"
     assert gate_of(cfg, "pair", claims, agree, report)["reason"] == (
         "not passed (best-arm-beats-best-baseline-pair: not in the report (dropped in reports/claims.yaml? the gate "
-        "reads it: keep it there, or name another claim in release.gate_claims.pair))")
+        "reads it: keep it there, or name another claim in release.gate_claims.pair))"
+    )
     disagree = {"agrees": False, "agreement": {"disagree": 1, "items": 5}}
     assert "export disagrees" in gate_of(cfg, "cls", claims, disagree, report)["reason"]
     assert not gate_of(cfg, "cls", claims, agree, {})["passed"]  # a report without the generated gate claims

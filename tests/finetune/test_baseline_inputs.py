@@ -20,14 +20,21 @@ from tasks.finetune.draw import Draw
 from tasks.tracking import NullLog
 
 WORDS = "goal match team ball chip code data server the city".split()
-TOKENIZER = BertTokenizerFast(vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])})
+TOKENIZER = BertTokenizerFast(
+    vocab={w: i for i, w in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
+)
 LABELS = ["sport", "tech"]
 # sha256("0:2:<doc_id>") ranks tr5, tr4, tr2 first and sha256("0:4:<doc_id>") tr1, tr4, tr0 (checked by hand with
 # hashlib): with max_train_docs 3, seed 2 draws the three tech docs and seed 4 two sport docs and a tech one, while
 # all six docs tie 3-3 (majority: sport, the smaller label id); sha256("0:<doc_id>") keeps dv3, dv2 of dev
-TRAIN = [("goal match the team ball goal city", 0), ("ball goal the match team city goal", 0),
-         ("chip code the data server city code", 1), ("team ball the goal match city ball", 0),
-         ("code data the server chip city data", 1), ("server chip the code data city chip", 1)]
+TRAIN = [
+    ("goal match the team ball goal city", 0),
+    ("ball goal the match team city goal", 0),
+    ("chip code the data server city code", 1),
+    ("team ball the goal match city ball", 0),
+    ("code data the server chip city data", 1),
+    ("server chip the code data city chip", 1),
+]
 DEV = [("goal team", 0), ("ball match", 0), ("chip data", 1), ("code server", 1)]
 TEST = [("goal ball the team match city goal", 0), ("data chip the server code city data", 1)]
 
@@ -35,10 +42,17 @@ TEST = [("goal ball the team match city goal", 0), ("data chip the server code c
 def _params(max_train_docs: int | None, max_seq_len: int, seeds=(1,)) -> FinetuneParams:
     from finetune_fixtures import tiny_params
 
-    raw = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], list(seeds), max_train_docs).model_dump()
-    raw["recipes"]["cls"] |= {"max_dev_docs": 2, "max_seq_len_tokens": max_seq_len, "truncation": "head_tail",
-                              "head_tokens": 2, "baseline_c_grid": [100.0],
-                              "baseline_tfidf_ngrams": {"word": [1, 1], "char_wb": [2, 3]}}  # fmt: skip
+    raw = tiny_params(
+        ["pretrained/full/mean-pool"], ["pretrained/full/first"], list(seeds), max_train_docs
+    ).model_dump()
+    raw["recipes"]["cls"] |= {
+        "max_dev_docs": 2,
+        "max_seq_len_tokens": max_seq_len,
+        "truncation": "head_tail",
+        "head_tokens": 2,
+        "baseline_c_grid": [100.0],
+        "baseline_tfidf_ngrams": {"word": [1, 1], "char_wb": [2, 3]},
+    }
     return FinetuneParams.model_validate(raw)
 
 
@@ -46,8 +60,18 @@ def _rows(prefix: str, items: list[tuple[str, int]]) -> list[dict]:
     out = []
     for i, (text, label) in enumerate(items):
         ids = TOKENIZER(text)["input_ids"]
-        out.append({"doc_id": f"{prefix}{i}", "text": text, "n_words": len(text.split()), "train_overlap": False,
-                    "input_ids": ids, "attention_mask": [1] * len(ids), "label": label, "n_tokens_full": len(ids)})
+        out.append(
+            {
+                "doc_id": f"{prefix}{i}",
+                "text": text,
+                "n_words": len(text.split()),
+                "train_overlap": False,
+                "input_ids": ids,
+                "attention_mask": [1] * len(ids),
+                "label": label,
+                "n_tokens_full": len(ids),
+            }
+        )
     return out
 
 
@@ -65,8 +89,9 @@ def _fit(task_data, tmp_path, name: str, reference: bool, cfg: FinetuneParams, t
     data = load_task_data(task_data, cfg.data_seed, tcfg)
     row = fitting.Row(name, "baseline/x/y", reference, tok)
     draw = Draw(tcfg.max_train_docs, cfg.data_seed)
-    entry, _, kept = run_baseline("cls", "cls", row, data, TOKENIZER, LABELS, tcfg, cfg, tmp_path / "out", NullLog(),
-                                  draw)  # fmt: skip
+    entry, _, kept = run_baseline(
+        "cls", "cls", row, data, TOKENIZER, LABELS, tcfg, cfg, tmp_path / "out", NullLog(), draw
+    )
     out = tmp_path / "out" / "baseline/x/y"
     preds = [json.loads(x) for x in (out / f"seed{0 if reference else seed}.test.jsonl").read_text().splitlines()]
     return entry, kept, preds
@@ -128,22 +153,36 @@ def test_the_same_params_give_the_same_prediction_bytes(task_data, tmp_path):
 
 
 def _runs(scores: dict[str, float]) -> dict:
-    return {k: {"details": {"per_seed": {"0": {"dev_best_macro_f1": v}}}, "setting": {"k": k}} for k, v in scores.items()}
+    return {
+        k: {"details": {"per_seed": {"0": {"dev_best_macro_f1": v}}}, "setting": {"k": k}} for k, v in scores.items()
+    }
 
 
 def test_the_best_baseline_reads_the_best_arms_input_and_reference_rows_are_never_chosen():
-    runs = _runs({"pretrained/full/mean-pool": 0.8, "reference/full/mean-pool": 0.9, "baseline/majority/labels": 0.3,
-                  "baseline/tfidf-lr/clozeline-cut": 0.85, "baseline/tfidf-lr/reference-cut": 0.7,
-                  "baseline/tfidf-lr/all-data": 0.99})  # fmt: skip
+    runs = _runs(
+        {
+            "pretrained/full/mean-pool": 0.8,
+            "reference/full/mean-pool": 0.9,
+            "baseline/majority/labels": 0.3,
+            "baseline/tfidf-lr/clozeline-cut": 0.85,
+            "baseline/tfidf-lr/reference-cut": 0.7,
+            "baseline/tfidf-lr/all-data": 0.99,
+        }
+    )
     arms = {"pretrained/full/mean-pool": "clozeline", "reference/full/mean-pool": "reference"}
-    comparators = {"baseline/majority/labels": None, "baseline/tfidf-lr/clozeline-cut": "clozeline",
-                   "baseline/tfidf-lr/reference-cut": "reference"}  # fmt: skip
+    comparators = {
+        "baseline/majority/labels": None,
+        "baseline/tfidf-lr/clozeline-cut": "clozeline",
+        "baseline/tfidf-lr/reference-cut": "reference",
+    }
     sel = select_best(runs, arms, comparators, "cls")
     # the reference arm wins; the clozeline cut scores higher on dev but is not the input that arm reads
     assert sel["best_arm"] == "reference/full/mean-pool" and sel["best_baseline"] == "baseline/tfidf-lr/reference-cut"
     assert "baseline/tfidf-lr/all-data" not in sel["dev"] and set(sel["baselines"]) == set(comparators)
     # each arm's floor comparator reads that arm's input: the clozeline cut for ours, whatever the best arm read
-    assert sel["comparator_of"] == {"pretrained/full/mean-pool": "baseline/tfidf-lr/clozeline-cut",
-                                    "reference/full/mean-pool": "baseline/tfidf-lr/reference-cut"}
+    assert sel["comparator_of"] == {
+        "pretrained/full/mean-pool": "baseline/tfidf-lr/clozeline-cut",
+        "reference/full/mean-pool": "baseline/tfidf-lr/reference-cut",
+    }
     runs["reference/full/mean-pool"]["details"]["per_seed"]["0"]["dev_best_macro_f1"] = 0.1
     assert select_best(runs, arms, comparators, "cls")["best_baseline"] == "baseline/tfidf-lr/clozeline-cut"

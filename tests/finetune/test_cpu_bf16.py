@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from finetune_fixtures import save_tiny_bert
 
+from finetune_fixtures import save_tiny_bert
 from tasks.common.runtime.device import cpu_bf16, native_cpu_bf16
 from tasks.finetune import cls
 from tasks.finetune.arms.model import build_model
@@ -15,12 +15,15 @@ from tasks.finetune.arms.training import train_step
 CPU = torch.device("cpu")
 
 
-@pytest.mark.parametrize(("flags", "native"), [
-    ("fpu sse avx2 avx512f avx512bw avx512vl", False),  # AVX-512 alone: oneDNN would emulate bf16
-    ("fpu avx512f avx512_bf16 avx512_vnni", True),       # Cooper Lake, Zen 4
-    ("fpu avx512f amx_tile amx_bf16 amx_int8", True),    # Sapphire Rapids
-    ("fpu avx512f avx512_bf16x", False),                 # not the flag itself
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "native"),
+    [
+        ("fpu sse avx2 avx512f avx512bw avx512vl", False),  # AVX-512 alone: oneDNN would emulate bf16
+        ("fpu avx512f avx512_bf16 avx512_vnni", True),  # Cooper Lake, Zen 4
+        ("fpu avx512f amx_tile amx_bf16 amx_int8", True),  # Sapphire Rapids
+        ("fpu avx512f avx512_bf16x", False),  # not the flag itself
+    ],
+)
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")

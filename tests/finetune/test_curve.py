@@ -6,13 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 from contextlib import contextmanager
-from pathlib import Path
 
 import datasets
 import pytest
-from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, write_task_data
 from pydantic import ValidationError
 
+from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace, write_task_data
 from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams
@@ -49,16 +48,22 @@ def test_a_size_not_below_the_kept_docs_fails_before_training():
     with pytest.raises(ValueError, match=r"train_sizes \[12\] of task cls must be below the 12 train docs"):
         at_train_sizes.points(tcfg, 12, "cls")
     assert [p.key for p in at_train_sizes.points(tcfg, 13, "cls")] == [
-        "pretrained@n4/full/mean-pool", "reference@n4/full/mean-pool",
-        "pretrained@n12/full/mean-pool", "reference@n12/full/mean-pool"]
+        "pretrained@n4/full/mean-pool",
+        "reference@n4/full/mean-pool",
+        "pretrained@n12/full/mean-pool",
+        "reference@n12/full/mean-pool",
+    ]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"train_sizes": [4], "curve_configs": ["random/full/mean-pool"]}, "must be entries of configs"),
-    ({"train_sizes": [], "curve_configs": CURVE}, "given with train_sizes"),
-    ({"train_sizes": [4, 4]}, "train_sizes must be unique"),
-    ({"train_sizes": [10], "max_train_docs": 10}, r"must be below max_train_docs 10"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"train_sizes": [4], "curve_configs": ["random/full/mean-pool"]}, "must be entries of configs"),
+        ({"train_sizes": [], "curve_configs": CURVE}, "given with train_sizes"),
+        ({"train_sizes": [4, 4]}, "train_sizes must be unique"),
+        ({"train_sizes": [10], "max_train_docs": 10}, r"must be below max_train_docs 10"),
+    ],
+)
 def test_curve_params_are_checked(change, message):
     with pytest.raises(ValidationError, match=message):
         _params(**change)
@@ -66,10 +71,14 @@ def test_curve_params_are_checked(change, message):
 
 def _params(train_sizes=(4,), curve_configs=tuple(CURVE), max_train_docs=10, baselines=()) -> FinetuneParams:
     configs = ["pretrained/full/mean-pool", "pretrained/full/cls-pool", "reference/full/mean-pool"]
-    base = tiny_params(configs, ["pretrained/full/first"], [3, 4], max_train_docs=max_train_docs,
-                       lr_grid=(1.0, 3.0)).model_dump()
-    base["recipes"]["cls"] |= {"train_sizes": list(train_sizes), "curve_configs": list(curve_configs),
-                               "baselines": list(baselines)}
+    base = tiny_params(
+        configs, ["pretrained/full/first"], [3, 4], max_train_docs=max_train_docs, lr_grid=(1.0, 3.0)
+    ).model_dump()
+    base["recipes"]["cls"] |= {
+        "train_sizes": list(train_sizes),
+        "curve_configs": list(curve_configs),
+        "baselines": list(baselines),
+    }
     return FinetuneParams.model_validate(base)
 
 
@@ -88,8 +97,10 @@ def test_the_curve_runs_its_arms_and_comparators_on_the_nested_docs(curve_run):
     metrics, paths, log = curve_run
     runs, lc = metrics["runs"], metrics["learning_curve"]
     assert lc["sizes"] == [4, 10] and lc["configs"] == CURVE
-    assert lc["runs"]["n4"] == {"pretrained/full/mean-pool": "pretrained@n4/full/mean-pool",
-                                "reference/full/mean-pool": "reference@n4/full/mean-pool"}
+    assert lc["runs"]["n4"] == {
+        "pretrained/full/mean-pool": "pretrained@n4/full/mean-pool",
+        "reference/full/mean-pool": "reference@n4/full/mean-pool",
+    }
     assert lc["runs"]["n10"] == {k: k for k in CURVE}  # the largest point is the full-size runs
     assert "pretrained@n4/full/cls-pool" not in runs  # only curve_configs run again
     comparators = ["baseline/majority/labels", "baseline/tfidf-lr/clozeline-cut", "baseline/tfidf-lr/reference-cut"]
@@ -99,12 +110,16 @@ def test_the_curve_runs_its_arms_and_comparators_on_the_nested_docs(curve_run):
     seed_params = {s.name: s.logged for c in log.children for s in c.children}
     for key in lc["runs"]["n4"].values():
         assert params[f"cls/{key}"]["dev_examples"] == N_DOCS["dev"]
-        assert seed_params[f"cls/{key}/seed3"]["train_examples"] == seed_params[f"cls/{key}/seed4"]["train_examples"] == 4
+        assert (
+            seed_params[f"cls/{key}/seed3"]["train_examples"] == seed_params[f"cls/{key}/seed4"]["train_examples"] == 4
+        )
         assert runs[key]["test_macro_f1"]["seeds"] == [3, 4]  # the same seeds
         assert set(runs[key]["lr_sweep"]["dev"]) == {"1", "3"}  # its own sweep at its size
     for key in lc["baselines"]["n4"].values():
         assert sorted(runs[key]["details"]["per_seed"]) == ["3", "4"]  # one fit per seed's draw
-        assert all(s["train_docs"] == 4 and s["dev_docs"] == N_DOCS["dev"] for s in runs[key]["details"]["per_seed"].values())
+        assert all(
+            s["train_docs"] == 4 and s["dev_docs"] == N_DOCS["dev"] for s in runs[key]["details"]["per_seed"].values()
+        )
     # seed k's 4 train docs: the 4 of smallest sha256("0:<k>:<doc_id>"); label = index % 2 (0 sport, 1 tech);
     # majority picks the more frequent (a tie: sport); 3 of the 5 test docs are sport
     expected = {}
@@ -144,8 +159,11 @@ def test_a_ner_curve_keeps_every_window_of_its_sentences(tmp_path):
     write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     base = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first", "random/full/first"], [3]).model_dump()
-    base["recipes"]["ner"] |= {"train_sizes": [4], "curve_configs": ["pretrained/full/first", "random/full/first"],
-                               "baselines": ["memorise"]}
+    base["recipes"]["ner"] |= {
+        "train_sizes": [4],
+        "curve_configs": ["pretrained/full/first", "random/full/first"],
+        "baselines": ["memorise"],
+    }
     log = Recorder()
     metrics = run(FinetuneParams.model_validate(base), paths, log, "ner")
     train = datasets.load_from_disk(str(tmp_path / "data" / "tokenize" / "ner" / "clozeline" / "train")).to_list()
@@ -156,5 +174,6 @@ def test_a_ner_curve_keeps_every_window_of_its_sentences(tmp_path):
     assert params["ner/pretrained@n4/full/first/seed3"]["train_examples"] == windows
     lc = metrics["learning_curve"]
     assert lc["sizes"] == [4, N_DOCS["train"]] and lc["baselines"]["n4"] == {
-        "baseline/memorise/words": "baseline/memorise/words@n4"}
+        "baseline/memorise/words": "baseline/memorise/words@n4"
+    }
     assert lc["selection"]["n4"]["best_baseline"] == "baseline/memorise/words@n4"

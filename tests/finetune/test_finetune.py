@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from finetune_fixtures import NER_SENTENCES, ner_rows, save_tiny_bert, tiny_params
 from seqeval.metrics import f1_score as seqeval_f1
 from transformers import BertTokenizerFast
 
+from finetune_fixtures import NER_SENTENCES, ner_rows, save_tiny_bert, tiny_params
 from tasks.common.stats import summarize
 from tasks.config.model.finetune import FinetuneParams
 from tasks.finetune import cls as finetune_cls
@@ -89,8 +89,14 @@ def test_seqeval_strict_scores_an_entity_starting_with_I_as_a_miss():
     gold, pred = [["B-LOC", "I-LOC"]], [["I-LOC", "I-LOC"]]
     scores = finetune_ner.score([{"doc_id": "d", "gold": gold[0], "pred": pred[0]}], ["O", "B-LOC", "I-LOC"])
     assert scores["entity_f1"] == 0.0 and scores["entity_recall"] == 0.0
-    assert scores["span_errors"] == {"exact": 0, "type": 0, "boundary": 0, "boundary_and_type": 0, "missed": 1,
-                                     "spurious": 0}
+    assert scores["span_errors"] == {
+        "exact": 0,
+        "type": 0,
+        "boundary": 0,
+        "boundary_and_type": 0,
+        "missed": 1,
+        "spurious": 0,
+    }
     assert seqeval_f1(gold, pred) == 1.0  # the lenient default (conlleval) mode would have counted a hit
 
 
@@ -99,8 +105,14 @@ def test_span_error_table_by_hand():
     pred = [["B-PER", "I-PER", "O", "B-ORG", "O", "B-ORG", "I-ORG", "O", "B-PER", "O", "O", "B-LOC"]]
     # PER 0-2 exact; LOC 3 -> ORG 3 type; ORG 5 -> ORG 5-7 boundary; LOC 7-9 -> PER 8 boundary_and_type;
     # PER 10 missed; LOC 11 spurious
-    assert finetune_ner.span_errors(gold, pred) == {"exact": 1, "type": 1, "boundary": 1, "boundary_and_type": 1,
-                                                     "missed": 1, "spurious": 1}
+    assert finetune_ner.span_errors(gold, pred) == {
+        "exact": 1,
+        "type": 1,
+        "boundary": 1,
+        "boundary_and_type": 1,
+        "missed": 1,
+        "spurious": 1,
+    }
 
 
 def test_entity_f1_is_computed_on_words_not_subwords(tiny_bert):
@@ -129,23 +141,29 @@ def test_entity_f1_is_computed_on_words_not_subwords(tiny_bert):
 
 
 def test_cls_scores_by_hand():
-    recs = [{"doc_id": str(i), "gold": g, "pred": p, "truncated": t} for i, (g, p, t) in enumerate(
-        [("a", "a", True), ("a", "b", True), ("b", "b", False), ("c", "b", False)])]
+    recs = [
+        {"doc_id": str(i), "gold": g, "pred": p, "truncated": t}
+        for i, (g, p, t) in enumerate([("a", "a", True), ("a", "b", True), ("b", "b", False), ("c", "b", False)])
+    ]
     s = finetune_cls.score(recs, ["a", "b", "c"])
     # F1: a = 2*1*0.5/1.5 = 2/3; b = 2*(1/3)*1/(4/3) = 1/2; c = 0
     assert s["accuracy"] == 0.5
     assert s["per_class_f1"] == pytest.approx({"a": 2 / 3, "b": 0.5, "c": 0.0})
     assert s["macro_f1"] == pytest.approx((2 / 3 + 0.5) / 3)
     assert s["confusion_matrix"]["matrix"] == [[1, 1, 0], [0, 1, 0], [0, 1, 0]]
-    assert s["accuracy_by_length"] == {"truncated": {"docs": 2, "accuracy": 0.5},
-                                       "not_truncated": {"docs": 2, "accuracy": 0.5}}
+    assert s["accuracy_by_length"] == {
+        "truncated": {"docs": 2, "accuracy": 0.5},
+        "not_truncated": {"docs": 2, "accuracy": 0.5},
+    }
 
 
 def test_cls_examples_cut_head_or_head_tail_keep_specials_and_measure_what_was_seen():
     row = {"doc_id": "x", "input_ids": [2, 10, 11, 12, 13, 14, 15, 3], "label": 1, "n_tokens_full": 8}
+
     def cut(max_len, truncation, head_tokens=0):
         tcfg = SimpleNamespace(max_seq_len_tokens=max_len, truncation=truncation, head_tokens=head_tokens)
         return finetune_cls.examples([row], tcfg, "cls-pool")[0]
+
     # 6 content tokens; a 5-token limit keeps 3 of them
     head = cut(5, "head")
     assert head["input_ids"] == [2, 10, 11, 12, 3] and head["truncated"] is True
@@ -182,12 +200,18 @@ def test_doc_sample_is_a_hash_rank_stable_under_supersets():
     assert kept_doc_ids(ids, None, 0) == set(ids)
 
 
-@pytest.mark.parametrize(("configs", "match"), [
-    (["pretrained/full"], "variant/mode/head"),
-    (["pretrained/full/first"], "head 'first'"),
-    (["pretrained/full/cls-pool", "pretrained/full/cls-pool"], r"recipes.cls.configs must be unique; repeated: \[.pretrained/full/cls-pool.\]"),
-    (["bert/full/cls-pool"], "variant"),
-])
+@pytest.mark.parametrize(
+    ("configs", "match"),
+    [
+        (["pretrained/full"], "variant/mode/head"),
+        (["pretrained/full/first"], "head 'first'"),
+        (
+            ["pretrained/full/cls-pool", "pretrained/full/cls-pool"],
+            r"recipes.cls.configs must be unique; repeated: \[.pretrained/full/cls-pool.\]",
+        ),
+        (["bert/full/cls-pool"], "variant"),
+    ],
+)
 def test_bad_configs_fail_at_load_time(configs, match):
     good = tiny_params(["pretrained/full/cls-pool"], ["pretrained/full/first"], [1]).model_dump(mode="json")
     good["recipes"]["cls"]["configs"] = configs
@@ -198,12 +222,17 @@ def test_bad_configs_fail_at_load_time(configs, match):
 def test_predictions_file_is_sorted_jsonl_with_probs_rounded_to_6_decimals(tmp_path):
     from tasks.finetune import write_predictions
 
-    path = write_predictions(tmp_path / "p.jsonl", [
-        {"doc_id": "b", "gold": "x", "pred": "y", "probs": [0.1234564, 0.8765436], "truncated": True},
-        {"doc_id": "a", "gold": "x", "pred": "x", "probs": [2 / 3, 1 / 3], "truncated": False}])
+    path = write_predictions(
+        tmp_path / "p.jsonl",
+        [
+            {"doc_id": "b", "gold": "x", "pred": "y", "probs": [0.1234564, 0.8765436], "truncated": True},
+            {"doc_id": "a", "gold": "x", "pred": "x", "probs": [2 / 3, 1 / 3], "truncated": False},
+        ],
+    )
     assert [json.loads(line) for line in path.read_text().splitlines()] == [
         {"doc_id": "a", "gold": "x", "pred": "x", "probs": [0.666667, 0.333333]},
-        {"doc_id": "b", "gold": "x", "pred": "y", "probs": [0.123456, 0.876544]}]
+        {"doc_id": "b", "gold": "x", "pred": "y", "probs": [0.123456, 0.876544]},
+    ]
 
 
 def test_cls_probs_are_the_softmax_of_the_logits_and_their_argmax_is_pred():
@@ -219,13 +248,20 @@ def test_cls_probs_are_the_softmax_of_the_logits_and_their_argmax_is_pred():
 
 def test_ner_word_prob_is_the_max_softmax_at_its_first_subword_in_its_max_context_window():
     # 3 labels; window 0 holds words 0-2, window 1 words 1-3 (-1: [CLS]/[SEP]); word 1 has two subwords
-    w0 = {"doc_id": "s", "window_index": 0, "input_ids": [0] * 6, "word_ids": [-1, 0, 1, 1, 2, -1],
-          "word_tags": ["O", "O", "O", "O"]}
+    w0 = {
+        "doc_id": "s",
+        "window_index": 0,
+        "input_ids": [0] * 6,
+        "word_ids": [-1, 0, 1, 1, 2, -1],
+        "word_tags": ["O", "O", "O", "O"],
+    }
     w1 = {**w0, "window_index": 1, "input_ids": [0] * 5, "word_ids": [-1, 1, 2, 3, -1]}
-    logits = torch.tensor([
-        [[0, 0, 0], [3.0, 1, 0], [0, 2.0, 0], [0, 0, 9.0], [0, 0, 1.0], [0, 0, 0]],
-        [[0, 0, 0], [5.0, 0, 0], [0, 0, 4.0], [1.0, 2.0, 0], [0, 0, 0], [7, 7, 7]],  # last position: padding
-    ])
+    logits = torch.tensor(
+        [
+            [[0, 0, 0], [3.0, 1, 0], [0, 2.0, 0], [0, 0, 9.0], [0, 0, 1.0], [0, 0, 0]],
+            [[0, 0, 0], [5.0, 0, 0], [0, 0, 4.0], [1.0, 2.0, 0], [0, 0, 0], [7, 7, 7]],  # last position: padding
+        ]
+    )
     recs = finetune_ner.records([w0, w1], finetune_ner.decode(logits, [w0, w1]), ["O", "B-X", "I-X"])
 
     def top(row):  # (argmax, max softmax) of one position, by hand
@@ -234,8 +270,12 @@ def test_ner_word_prob_is_the_max_softmax_at_its_first_subword_in_its_max_contex
 
     # max context = min(left, right) context in subwords: word 1 scores 1 in window 0 (0 in window 1), word 2
     # scores 0 in window 0 and 1 in window 1; words 0 and 3 are in one window each
-    picks = [top(logits[0, 1].tolist()), top(logits[0, 2].tolist()), top(logits[1, 2].tolist()),
-             top(logits[1, 3].tolist())]
+    picks = [
+        top(logits[0, 1].tolist()),
+        top(logits[0, 2].tolist()),
+        top(logits[1, 2].tolist()),
+        top(logits[1, 3].tolist()),
+    ]
     assert recs[0]["pred"] == [["O", "B-X", "I-X"][k] for k, _ in picks] == ["O", "B-X", "I-X", "B-X"]
     assert recs[0]["probs"] == pytest.approx([p for _, p in picks], abs=1e-6)
     assert recs[0]["probs"][1] != pytest.approx(top(logits[0, 3].tolist())[1])  # not the word's second subword

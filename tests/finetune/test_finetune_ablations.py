@@ -29,14 +29,18 @@ def workspace(root: Path, arms: tuple[str, ...]) -> Paths:
 
 def test_the_config_runs_from_every_arm_with_the_same_seeds(tmp_path):
     paths = workspace(tmp_path, ("all-mask", "mlm-15"))
-    params = with_ablation_config(tiny_params(["pretrained/full/mean-pool", "random/full/mean-pool"],
-                                              ["pretrained/full/first"], [3, 4]), "pretrained/full/mean-pool")
+    params = with_ablation_config(
+        tiny_params(["pretrained/full/mean-pool", "random/full/mean-pool"], ["pretrained/full/first"], [3, 4]),
+        "pretrained/full/mean-pool",
+    )
     log = NestedRecordingLog()
     metrics = run(params, paths, log, "cls")
     main, spec = "pretrained/full/mean-pool", params.recipes["cls"].configs[0]
     keys = {name: ablation_key(spec, name) for name in ("all-mask", "mlm-15")}
-    assert keys == {"all-mask": "pretrained@ablation_all-mask/full/mean-pool",
-                    "mlm-15": "pretrained@ablation_mlm-15/full/mean-pool"}
+    assert keys == {
+        "all-mask": "pretrained@ablation_all-mask/full/mean-pool",
+        "mlm-15": "pretrained@ablation_mlm-15/full/mean-pool",
+    }
     assert metrics["ablations"]["config"] == main and metrics["ablations"]["runs"] == keys
     assert sorted(metrics["runs"]) == sorted([main, "random/full/mean-pool", *keys.values()])
     folders = {c.name: Path(c.logged["model_dir"]) for c in log.children}  # each run loaded its arm's weights
@@ -66,8 +70,11 @@ def test_an_ablation_run_enters_selection_for_the_floor_gate_with_its_configs_co
     from tasks.finetune.reruns.from_ablations import in_selection
 
     spec, key = RunSpec.model_validate("pretrained/full/mean-pool"), "pretrained@ablation_all-mask/full/mean-pool"
-    selection = {"dev": {spec.key: 0.7, "baseline/tfidf-lr/clozeline-cut": 0.6}, "best_arm": spec.key,
-                 "comparator_of": {spec.key: "baseline/tfidf-lr/clozeline-cut"}}
+    selection = {
+        "dev": {spec.key: 0.7, "baseline/tfidf-lr/clozeline-cut": 0.6},
+        "best_arm": spec.key,
+        "comparator_of": {spec.key: "baseline/tfidf-lr/clozeline-cut"},
+    }
     runs = {key: {"details": {"per_seed": {"3": {"dev_best_macro_f1": 0.5}, "4": {"dev_best_macro_f1": 0.7}}}}}
     out = in_selection(selection, [(spec, Path("all-mask"), key)], runs, "dev_best_macro_f1")
     assert out["dev"][key] == 0.6 and out["best_arm"] == spec.key

@@ -10,8 +10,8 @@ import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 
-from tasks.finetune.baselines import fitting
 from tasks.finetune import ner as finetune_ner
+from tasks.finetune.baselines import fitting
 
 LABELS = ["sport", "tech"]
 CASES = ["cased", "lowercased", "cased_backoff"]
@@ -19,8 +19,11 @@ CASES = ["cased", "lowercased", "cased_backoff"]
 
 def _tcfg(c_grid=(1.0,), ngrams=None, cases=("lowercased",)) -> SimpleNamespace:
     """The recipe fields the baselines read (``TaskParams``)."""
-    return SimpleNamespace(baseline_c_grid=list(c_grid), baseline_tfidf_ngrams=ngrams or {"word": (1, 2)},
-                           baseline_memorise_cases=list(cases))  # fmt: skip
+    return SimpleNamespace(
+        baseline_c_grid=list(c_grid),
+        baseline_tfidf_ngrams=ngrams or {"word": (1, 2)},
+        baseline_memorise_cases=list(cases),
+    )
 
 
 def _cls(split: str, texts_labels: list[tuple[str, int]]) -> list[dict]:
@@ -28,8 +31,16 @@ def _cls(split: str, texts_labels: list[tuple[str, int]]) -> list[dict]:
 
 
 CLS_ROWS = {
-    "train": _cls("tr", [("goal match team", 0), ("match ball goal", 0), ("team goal win", 0),
-                         ("chip code data", 1), ("code server data", 1)]),
+    "train": _cls(
+        "tr",
+        [
+            ("goal match team", 0),
+            ("match ball goal", 0),
+            ("team goal win", 0),
+            ("chip code data", 1),
+            ("code server data", 1),
+        ],
+    ),
     "dev": _cls("dv", [("goal team", 0), ("code data", 1)]),
     "test": _cls("te", [("ball match", 0), ("server chip", 1), ("goal code", 1)]),
 }
@@ -59,9 +70,20 @@ def test_tfidf_lr_matches_sklearn_fitted_by_hand_with_the_dev_chosen_c():
 
 
 def test_tfidf_lr_chooses_character_ngrams_on_dev_when_dev_words_are_unseen_in_train():
-    rows = {"train": _cls("tr", [("goals matches teams", 0), ("matches balls goals", 0), ("teams goals wins", 0),
-                                 ("chips codes databases", 1), ("codes servers databases", 1)]),
-            "dev": _cls("dv", [("goal team", 0), ("code database", 1)]), "test": CLS_ROWS["test"]}
+    rows = {
+        "train": _cls(
+            "tr",
+            [
+                ("goals matches teams", 0),
+                ("matches balls goals", 0),
+                ("teams goals wins", 0),
+                ("chips codes databases", 1),
+                ("codes servers databases", 1),
+            ],
+        ),
+        "dev": _cls("dv", [("goal team", 0), ("code database", 1)]),
+        "test": CLS_ROWS["test"],
+    }
     fit = fitting.fit_predict("tfidf-lr", rows, LABELS, _tcfg([1.0], {"word": (1, 1), "char_wb": (3, 4)}))
     # no dev word is a train word: every dev doc is the zero vector, so word n-grams give both dev docs one
     # label (macro-F1 (2/3 + 0) / 2 = 1/3); character n-grams of "goal", "team", "code", "database" are in train
@@ -69,8 +91,9 @@ def test_tfidf_lr_chooses_character_ngrams_on_dev_when_dev_words_are_unseen_in_t
     assert grid["word C=1"] == pytest.approx(1 / 3) and grid["char_wb C=1"] == 1.0
     assert (fit["setting"]["analyzer"], fit["setting"]["ngram_range"]) == ("char_wb", [3, 4])
     vec = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 4), sublinear_tf=True, min_df=2)
-    model = LogisticRegression(C=1.0, max_iter=2000).fit(vec.fit_transform([r["text"] for r in rows["train"]]),
-                                                         [r["label"] for r in rows["train"]])  # fmt: skip
+    model = LogisticRegression(C=1.0, max_iter=2000).fit(
+        vec.fit_transform([r["text"] for r in rows["train"]]), [r["label"] for r in rows["train"]]
+    )
     proba = model.predict_proba(vec.transform([r["text"] for r in rows["test"]]))
     np.testing.assert_allclose([r["probs"] for r in fit["test"]], proba, rtol=0, atol=1e-12)
     assert fit["setting"]["vocabulary"] == len(vec.vocabulary_)
@@ -96,20 +119,32 @@ def test_tfidf_lr_reads_the_texts_it_is_given_and_one_label_in_train_is_an_error
 
 
 def _ner(split: str, sentences: list[tuple[list[str], list[str]]]) -> list[dict]:
-    return [{"doc_id": f"{split}{i}", "window_index": 0, "words": w, "word_tags": t}
-            for i, (w, t) in enumerate(sentences)]
+    return [
+        {"doc_id": f"{split}{i}", "window_index": 0, "words": w, "word_tags": t} for i, (w, t) in enumerate(sentences)
+    ]
 
 
 def test_memorise_tags_each_word_with_its_most_frequent_train_tag_and_scores_with_seqeval():
     rows = {
-        "train": _ner("tr", [(["John", "visited", "Paris"], ["B-PER", "O", "B-LOC"]),
-                             (["paris", "hilton"], ["B-PER", "I-PER"]),
-                             (["Paris", "is", "big"], ["B-LOC", "O", "O"])]),
+        "train": _ner(
+            "tr",
+            [
+                (["John", "visited", "Paris"], ["B-PER", "O", "B-LOC"]),
+                (["paris", "hilton"], ["B-PER", "I-PER"]),
+                (["Paris", "is", "big"], ["B-LOC", "O", "O"]),
+            ],
+        ),
         "dev": _ner("dv", [(["john"], ["B-PER"])]),
         # a second window of a sentence is ignored: only window 0 carries the sentence once
         "test": _ner("te", [(["paris", "john", "hilton", "x"], ["B-LOC", "B-PER", "O", "O"])])
-        + [{"doc_id": "te0", "window_index": 1, "words": ["paris", "john", "hilton", "x"],
-            "word_tags": ["B-LOC", "B-PER", "O", "O"]}],
+        + [
+            {
+                "doc_id": "te0",
+                "window_index": 1,
+                "words": ["paris", "john", "hilton", "x"],
+                "word_tags": ["B-LOC", "B-PER", "O", "O"],
+            }
+        ],
     }
     fit = fitting.fit_predict("memorise", rows, [], _tcfg(cases=["lowercased"]))
     # paris: B-LOC twice, B-PER once -> B-LOC; john -> B-PER; hilton -> I-PER, which continues the PER chunk of
@@ -124,8 +159,11 @@ def test_memorise_tags_each_word_with_its_most_frequent_train_tag_and_scores_wit
 
 
 def test_memorise_repairs_an_orphan_inside_tag_as_conlleval_reads_it():
-    rows = {"train": _ner("tr", [(["a", "b"], ["B-ORG", "I-ORG"])]), "dev": _ner("dv", [(["b"], ["O"])]),
-            "test": _ner("te", [(["b", "c"], ["O", "O"])])}
+    rows = {
+        "train": _ner("tr", [(["a", "b"], ["B-ORG", "I-ORG"])]),
+        "dev": _ner("dv", [(["b"], ["O"])]),
+        "test": _ner("te", [(["b", "c"], ["O", "O"])]),
+    }
     for case in CASES:  # the repair is the same under every lookup, never a choice
         fit = fitting.fit_predict("memorise", rows, [], _tcfg(cases=[case]))
         assert fit["test"][0]["pred"] == ["B-ORG", "O"]  # "b" alone is I-ORG after O -> B-ORG
@@ -134,15 +172,23 @@ def test_memorise_repairs_an_orphan_inside_tag_as_conlleval_reads_it():
 
 
 def test_memorise_unseen_words_take_the_o_share_of_all_words_when_no_word_was_seen_once():
-    rows = {"train": _ner("tr", [(["a", "b", "a", "b"], ["B-ORG", "O", "B-ORG", "O"])]),
-            "dev": _ner("dv", [(["a"], ["O"])]), "test": _ner("te", [(["z"], ["O"])])}
+    rows = {
+        "train": _ner("tr", [(["a", "b", "a", "b"], ["B-ORG", "O", "B-ORG", "O"])]),
+        "dev": _ner("dv", [(["a"], ["O"])]),
+        "test": _ner("te", [(["z"], ["O"])]),
+    }
     assert fitting.fit_predict("memorise", rows, [], _tcfg())["test"][0]["probs"] == [0.5]
 
 
 # "Apple" is an ORG when capitalised, "apple" a fruit (O); "Paris" is seen only capitalised
-MEMO_TRAIN = _ner("tr", [(["Apple", "sells", "apple", "pie"], ["B-ORG", "O", "O", "O"]),
-                         (["Apple", "in", "Paris"], ["B-ORG", "O", "B-LOC"]),
-                         (["an", "apple", "or", "apple"], ["O", "O", "O", "O"])])
+MEMO_TRAIN = _ner(
+    "tr",
+    [
+        (["Apple", "sells", "apple", "pie"], ["B-ORG", "O", "O", "O"]),
+        (["Apple", "in", "Paris"], ["B-ORG", "O", "B-LOC"]),
+        (["an", "apple", "or", "apple"], ["O", "O", "O", "O"]),
+    ],
+)
 
 
 def _memorise_on(dev: list[tuple[list[str], list[str]]]) -> dict:
@@ -154,8 +200,11 @@ def test_memorise_chooses_the_lookup_with_the_best_dev_entity_f1():
     # dev "Apple ... paris" (gold ORG, LOC): cased finds Apple (ORG) but not paris (O): P 1, R 1/2; lowercased
     # reads apple as O (3 O vs 2 ORG in train) but finds paris (LOC): P 1, R 1/2; cased_backoff finds both
     fit = _memorise_on([(["Apple", "visits", "paris"], ["B-ORG", "O", "B-LOC"])])
-    assert fit["setting"]["dev_entity_f1"] == {"cased": pytest.approx(2 / 3), "lowercased": pytest.approx(2 / 3),
-                                               "cased_backoff": 1.0}  # fmt: skip
+    assert fit["setting"]["dev_entity_f1"] == {
+        "cased": pytest.approx(2 / 3),
+        "lowercased": pytest.approx(2 / 3),
+        "cased_backoff": 1.0,
+    }
     assert fit["setting"]["case"] == "cased_backoff"
     # test under cased_backoff: Apple cased (ORG, 2 of 2); PARIS unseen cased, "paris" lowercased (LOC, 1 of 1)
     assert fit["test"][0]["pred"] == ["B-ORG", "B-LOC"] and fit["test"][0]["probs"] == [1.0, 1.0]
@@ -186,8 +235,13 @@ def test_unknown_baseline_is_an_error():
 def test_plan_gives_one_tfidf_comparator_per_tokenization_and_one_reference_row_per_baseline():
     rows = fitting.plan(["majority", "tfidf-lr"], ["reference", "clozeline"])
     assert [(r.key, r.reference, r.tok) for r in rows] == [
-        ("baseline/majority/labels", False, None), ("baseline/majority/all-data", True, None),
-        ("baseline/tfidf-lr/clozeline-cut", False, "clozeline"), ("baseline/tfidf-lr/reference-cut", False, "reference"),
-        ("baseline/tfidf-lr/all-data", True, None)]  # fmt: skip
-    assert [r.key for r in fitting.plan(["memorise"], ["clozeline"])] == ["baseline/memorise/words",
-                                                                            "baseline/memorise/all-data"]
+        ("baseline/majority/labels", False, None),
+        ("baseline/majority/all-data", True, None),
+        ("baseline/tfidf-lr/clozeline-cut", False, "clozeline"),
+        ("baseline/tfidf-lr/reference-cut", False, "reference"),
+        ("baseline/tfidf-lr/all-data", True, None),
+    ]
+    assert [r.key for r in fitting.plan(["memorise"], ["clozeline"])] == [
+        "baseline/memorise/words",
+        "baseline/memorise/all-data",
+    ]

@@ -34,8 +34,12 @@ class RecordingPool:
         for _ in range(max_workers):  # each worker starts with the parent's environment
             CURRENT.clear()
             initializer(*initargs)
-            self.workers.append({"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                                 "current_device": CURRENT.get("device")})
+            self.workers.append(
+                {
+                    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "current_device": CURRENT.get("device"),
+                }
+            )
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             os.environ.update({} if parent is None else {"CUDA_VISIBLE_DEVICES": parent})
         RecordingPool.created.append(self)
@@ -158,7 +162,6 @@ def test_the_stage_fits_its_baselines_during_the_sweep_on_cuda(tmp_path, monkeyp
     import tasks.finetune as stage
     from export_fixtures import N_DOCS, finetune_params
     from finetune_fixtures import save_tiny_bert, write_task_data
-
     from tasks.config import Paths
     from tasks.tracking import NullLog
 
@@ -185,4 +188,6 @@ def test_the_stage_fits_its_baselines_during_the_sweep_on_cuda(tmp_path, monkeyp
     monkeypatch.setattr(stage, "run_baseline", baseline_started)
     gpu = stage.run(cfg, paths, NullLog(), "cls")
     assert fitting.is_set() and list(gpu["runs"]) == list(cpu["runs"])
-    assert {k: v["test_macro_f1"] for k, v in gpu["runs"].items()} == {k: v["test_macro_f1"] for k, v in cpu["runs"].items()}
+    assert {k: v["test_macro_f1"] for k, v in gpu["runs"].items()} == {
+        k: v["test_macro_f1"] for k, v in cpu["runs"].items()
+    }

@@ -47,8 +47,12 @@ def _no_timing(metrics: dict) -> dict:
 def test_cls_run_follows_the_metrics_contract(workspace, monkeypatch):
     root, paths, reference = workspace
     monkeypatch.setattr(encoders, "reference_model_dir", lambda: reference)
-    configs = ["pretrained/full/cls-pool", "random/full/cls-pool", "pretrained/frozen/mean-pool",
-               "reference/full/cls-pool"]
+    configs = [
+        "pretrained/full/cls-pool",
+        "random/full/cls-pool",
+        "pretrained/frozen/mean-pool",
+        "reference/full/cls-pool",
+    ]
     log = NestedRecordingLog()
     metrics = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], max_train_docs=10), paths, log, "cls")
     assert sorted(metrics["runs"]) == sorted(configs)
@@ -100,25 +104,33 @@ def test_dose_response_fine_tunes_the_config_from_every_snapshot(tmp_path):
         save_tiny_bert(pretrained / "snapshots" / f"step_{step:08d}", hidden=32, seed=seed)
     write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
-    params = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3, 4],
-                         cls_dose_response="pretrained/full/mean-pool")
+    params = tiny_params(
+        ["pretrained/full/mean-pool"], ["pretrained/full/first"], [3, 4], cls_dose_response="pretrained/full/mean-pool"
+    )
     log = NestedRecordingLog()
     metrics = run(params, paths, log, "cls")
-    keys = ["pretrained/full/mean-pool", "pretrained@step_00000000/full/mean-pool",
-            "pretrained@step_00000007/full/mean-pool"]
+    keys = [
+        "pretrained/full/mean-pool",
+        "pretrained@step_00000000/full/mean-pool",
+        "pretrained@step_00000007/full/mean-pool",
+    ]
     assert sorted(metrics["runs"]) == sorted(keys)
     assert metrics["dose_response"] == {"config": keys[0], "runs": {0: keys[1], 7: keys[2]}}
     folders = {c.name: Path(c.logged["model_dir"]) for c in log.children}  # each run loaded its own weights
-    assert folders == {f"cls/{keys[0]}": pretrained, f"cls/{keys[1]}": pretrained / "snapshots" / "step_00000000",
-                       f"cls/{keys[2]}": pretrained / "snapshots" / "step_00000007"}
+    assert folders == {
+        f"cls/{keys[0]}": pretrained,
+        f"cls/{keys[1]}": pretrained / "snapshots" / "step_00000000",
+        f"cls/{keys[2]}": pretrained / "snapshots" / "step_00000007",
+    }
     for key in keys:
         assert (paths.data / "finetune" / "cls" / key / "seed3.test.jsonl").is_file()
 
 
 def test_dose_response_without_snapshots_names_the_param(workspace):
     _, paths, _ = workspace
-    params = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3],
-                         cls_dose_response="pretrained/full/mean-pool")
+    params = tiny_params(
+        ["pretrained/full/mean-pool"], ["pretrained/full/first"], [3], cls_dose_response="pretrained/full/mean-pool"
+    )
     with pytest.raises(FileNotFoundError, match="dose_snapshot_fractions"):
         run(params, paths, NullLog(), "cls")
 
@@ -137,12 +149,15 @@ def test_ner_run_scores_words_and_flags_divergence(workspace, monkeypatch):
         assert entry["diverged_seeds"] == [5, 6]
         spans = entry["details"]["span_errors"]
         for seed in ("5", "6"):
-            rows = [json.loads(x) for x in
-                    (paths.data / "finetune" / "ner" / key / f"seed{seed}.test.jsonl").read_text().splitlines()]
+            rows = [
+                json.loads(x)
+                for x in (paths.data / "finetune" / "ner" / key / f"seed{seed}.test.jsonl").read_text().splitlines()
+            ]
             assert len(rows) == N_DOCS["test"] and all(len(r["gold"]) == len(r["pred"]) for r in rows)
             # a tag's probability is the max of a softmax over the 5 labels (O, B/I-LOC, B/I-PER): >= 1/5
-            assert all(len(r["probs"]) == len(r["pred"]) and all(0.2 - 1e-6 <= q <= 1 for q in r["probs"])
-                       for r in rows)
+            assert all(
+                len(r["probs"]) == len(r["pred"]) and all(0.2 - 1e-6 <= q <= 1 for q in r["probs"]) for r in rows
+            )
         n_gold = 2 * sum(len([t for t in r["gold"] if t.startswith("B-")]) for r in rows)
         assert sum(spans[k] for k in ("exact", "type", "boundary", "boundary_and_type", "missed")) == n_gold
 
@@ -184,8 +199,12 @@ def test_same_seed_reproduces_exactly_in_a_fresh_process(workspace):
 
 def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs(workspace):
     _, paths, _ = workspace
-    base = tiny_params(["pretrained/full/mean-pool", "pretrained/frozen/mean-pool"], ["pretrained/full/first"],
-                       [3, 4], lr_grid=(0.1, 1.0, 10.0)).model_dump()
+    base = tiny_params(
+        ["pretrained/full/mean-pool", "pretrained/frozen/mean-pool"],
+        ["pretrained/full/first"],
+        [3, 4],
+        lr_grid=(0.1, 1.0, 10.0),
+    ).model_dump()
     base["recipes"]["cls"]["baselines"] = ["majority", "tfidf-lr"]
     metrics = run(FinetuneParams.model_validate(base), paths, NestedRecordingLog(), "cls")
     for key in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool"):
@@ -216,8 +235,9 @@ def test_each_arm_picks_its_own_lr_on_dev_and_baselines_score_the_same_test_docs
     assert metrics["runs"]["baseline/majority/labels"]["test_accuracy"]["per_seed"] == [3 / 5, 3 / 5]
     sel = metrics["selection"]
     assert sel["best_arm"] in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool")
-    assert sel["dev"][sel["best_arm"]] == max(sel["dev"][k] for k in ("pretrained/full/mean-pool",
-                                                                      "pretrained/frozen/mean-pool"))
+    assert sel["dev"][sel["best_arm"]] == max(
+        sel["dev"][k] for k in ("pretrained/full/mean-pool", "pretrained/frozen/mean-pool")
+    )
     assert sel["best_baseline"] == max(comparators, key=lambda k: (sel["dev"][k], k))
     assert "baseline/tfidf-lr/all-data" not in sel["dev"]  # a reference row is never chosen
     assert sel["baselines"]["baseline/tfidf-lr/clozeline-cut"]["3"]["analyzer"] in ("word", "char_wb")
@@ -231,8 +251,9 @@ def test_two_worker_processes_give_the_same_numbers_as_one(workspace):
     configs = ["pretrained/full/mean-pool", "random/full/cls-pool"]
     one = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], lr_grid=(0.5, 1.0)), paths, NullLog(), "cls")
     files = {p: p.read_bytes() for p in sorted((paths.data / "finetune" / "cls").rglob("*.jsonl"))}
-    two = run(tiny_params(configs, ["pretrained/full/first"], [3, 4], lr_grid=(0.5, 1.0), workers=2), paths,
-              NullLog(), "cls")
+    two = run(
+        tiny_params(configs, ["pretrained/full/first"], [3, 4], lr_grid=(0.5, 1.0), workers=2), paths, NullLog(), "cls"
+    )
     assert _no_timing(two) == _no_timing(one)
     assert {p: p.read_bytes() for p in sorted((paths.data / "finetune" / "cls").rglob("*.jsonl"))} == files
 
@@ -241,8 +262,12 @@ def test_a_recipe_cap_that_samples_a_split_is_one_info_line_naming_its_key():
     # a user's 240 train docs were cut to 160 per seed and the finetune log did not say so (R2's review)
     lines = []
     log = type("Log", (), {"info": lambda self, message: lines.append(message)})()
-    counts = {"train": {"docs_available": 240, "docs_kept": 160, "docs_dropped_by_cap": 80},
-              "dev": {"docs_available": 30, "docs_kept": 30, "docs_dropped_by_cap": 0}}
+    counts = {
+        "train": {"docs_available": 240, "docs_kept": 160, "docs_dropped_by_cap": 80},
+        "dev": {"docs_available": 30, "docs_kept": 30, "docs_dropped_by_cap": 0},
+    }
     log_caps(log, "topics", "cls", counts)
-    assert lines == ["finetune[topics]: train keeps 160 of 240 docs (a seeded sample: "
-                     "finetune.recipes.cls.max_train_docs; null keeps every doc)"]
+    assert lines == [
+        "finetune[topics]: train keeps 160 of 240 docs (a seeded sample: "
+        "finetune.recipes.cls.max_train_docs; null keeps every doc)"
+    ]

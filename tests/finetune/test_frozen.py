@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
+from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from tasks.finetune import cls as cls_task
 from tasks.finetune import load_task_data, make_job
 from tasks.finetune.arms import frozen
@@ -38,14 +38,23 @@ def test_the_folded_head_gives_the_probes_probabilities_in_label_order():
 
 def one_feature_job(grid: list[float], max_iter: int = 5000, train_labels=(0, 0, 0, 1)) -> tuple:
     """Train: x = -1 three times (sport), +1 once (tech); dev: x = -1 (sport), +1 (tech). Returns (job, features)."""
+
     def docs(prefix: str, labels) -> list[dict]:
-        return [{"doc_id": f"{prefix}{i}", "label": label, "truncated": False, "seen_fraction": 1.0}
-                for i, label in enumerate(labels)]  # fmt: skip
+        return [
+            {"doc_id": f"{prefix}{i}", "label": label, "truncated": False, "seen_fraction": 1.0}
+            for i, label in enumerate(labels)
+        ]
 
     tcfg = SimpleNamespace(frozen_c_grid=grid, frozen_max_iter=max_iter)
-    job = SimpleNamespace(item="cls", key="pretrained/frozen/mean-pool", tcfg=tcfg, task=cls_task,
-                          labels=["sport", "tech"], exs={"train": docs("t", train_labels), "dev": docs("d", (0, 1))},
-                          spec=SimpleNamespace(variant="pretrained"))  # fmt: skip
+    job = SimpleNamespace(
+        item="cls",
+        key="pretrained/frozen/mean-pool",
+        tcfg=tcfg,
+        task=cls_task,
+        labels=["sport", "tech"],
+        exs={"train": docs("t", train_labels), "dev": docs("d", (0, 1))},
+        spec=SimpleNamespace(variant="pretrained"),
+    )
     features = {"train": np.array([[-1.0], [-1.0], [-1.0], [1.0]]), "dev": np.array([[-1.0], [1.0]])}
     return job, features
 
@@ -81,19 +90,25 @@ def tiny_jobs(tmp_path_factory):
     configs = ["pretrained/frozen/mean-pool", "random/frozen/cls-pool"]
     tcfg = tiny_params(configs, ["pretrained/full/first"], [3, 4]).task("cls")
     data = load_task_data(root / "data" / "tokenize" / "cls" / "clozeline", 0, tcfg)
-    return root, {spec.key: make_job("cls", "cls", spec, tcfg, data["rows"], data["labels"], root / "models")
-                  for spec in tcfg.configs}  # fmt: skip
+    return root, {
+        spec.key: make_job("cls", "cls", spec, tcfg, data["rows"], data["labels"], root / "models")
+        for spec in tcfg.configs
+    }
 
 
 def test_a_frozen_cls_run_is_the_probe_and_its_saved_model_predicts_what_it_reported(tiny_jobs):
     root, jobs = tiny_jobs
     job = jobs["pretrained/frozen/mean-pool"]
-    runs = {seed: train_and_test(Run(job, seed, 3.0, save_to=root / f"saved{seed}"), show_progress=False)
-            for seed in (3, 4)}  # fmt: skip
+    runs = {
+        seed: train_and_test(Run(job, seed, 3.0, save_to=root / f"saved{seed}"), show_progress=False) for seed in (3, 4)
+    }
     first = runs[3]
     assert (first["lr_encoder"], first["lr_head"], first["history"], first["epochs_run"]) == (None, None, [], 0)
     assert first["lr_scale"] == 3.0 and first["probe"]["c_grid"] == [0.001, 0.01, 0.1, 1.0, 10.0]
-    assert first["probe"]["seed_varies"].startswith("the train docs drawn") and "nothing else" in first["probe"]["seed_varies"]
+    assert (
+        first["probe"]["seed_varies"].startswith("the train docs drawn")
+        and "nothing else" in first["probe"]["seed_varies"]
+    )
     assert max(first["probe"]["n_iter_by_c"].values()) < first["probe"]["max_iter"]
     assert first["dev_best_macro_f1"] == max(first["probe"]["dev_by_c"].values())
     assert first["diverged"] == (first["dev_divergence_score"] <= first["dev_chance"])
@@ -113,6 +128,13 @@ def test_a_random_frozen_encoder_still_draws_its_weights_from_the_seed(tiny_jobs
     job = jobs["random/frozen/cls-pool"]
     result = train_and_test(Run(job, 3, 1.0), show_progress=False)
     assert result["probe"]["seed_varies"].startswith("the random encoder's weights and the train docs drawn")
-    vectors = [frozen.pooled_features(build_model("random", job.folder, "cls-pool", 2, "frozen", 0.1, seed), job,
-                                      job.exs["dev"], torch.device("cpu")) for seed in (3, 4)]  # fmt: skip
+    vectors = [
+        frozen.pooled_features(
+            build_model("random", job.folder, "cls-pool", 2, "frozen", 0.1, seed),
+            job,
+            job.exs["dev"],
+            torch.device("cpu"),
+        )
+        for seed in (3, 4)
+    ]
     assert vectors[0].shape == (N_DOCS["dev"], 32) and not np.allclose(vectors[0], vectors[1])

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 import datasets
 import pytest
 import torch
-from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from safetensors.torch import save_file
 
+from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from tasks.common.models import encoders
 from tasks.config import Paths
 from tasks.config.model.finetune import FinetuneParams, RunSpec
@@ -61,8 +61,12 @@ def test_a_saved_model_loads_back_with_the_same_weights_and_outputs(tmp_path):
     folder = save_tiny_bert(tmp_path / "bert", hidden=32, seed=0)
     model = build_model("random", folder, "mean-pool", 3, "full", 0.1, seed=4).eval()
     loaded = load_model(save_model(model, tmp_path / "saved"))
-    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == ["config.json", "head.json", "head.safetensors",
-                                                                      "model.safetensors"]  # fmt: skip
+    assert sorted(p.name for p in (tmp_path / "saved").iterdir()) == [
+        "config.json",
+        "head.json",
+        "head.safetensors",
+        "model.safetensors",
+    ]
     assert loaded.state_dict().keys() == model.state_dict().keys()
     assert all(torch.equal(v, loaded.state_dict()[k]) for k, v in model.state_dict().items())
     ids, mask = torch.tensor([[2, 7, 9, 3, 0]]), torch.tensor([[1, 1, 1, 1, 0]])
@@ -124,11 +128,14 @@ def test_disabled_measurement_saves_nothing_and_reports_nothing(tmp_path):
     pretrained = save_tiny_bert(tmp_path / "models" / "pretrained", hidden=32, seed=0)
     write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
-    metrics = run(tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3], epochs=1), paths,
-                  NullLog(), "cls")  # fmt: skip
+    metrics = run(
+        tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], [3], epochs=1), paths, NullLog(), "cls"
+    )
     assert "operational" not in metrics
     # the arm's predictions, the model kept for the export stage (trained again: nothing was saved) and the items
-    assert sorted(p.name for p in (paths.data / "finetune" / "cls").iterdir()) == ["pretrained", "selected",
-                                                                                     "test_items.jsonl"]  # fmt: skip
+    assert sorted(p.name for p in (paths.data / "finetune" / "cls").iterdir()) == [
+        "pretrained",
+        "selected",
+        "test_items.jsonl",
+    ]
     assert metrics["export"]["model"] == "retrained"
-

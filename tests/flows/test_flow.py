@@ -14,8 +14,21 @@ def test_stage_names_follow_dvc_yaml_and_expand_foreach():
     from tasks.common.provenance import stage_names
 
     assert stage_names(ROOT) == [
-        "ingest", "dedup", "split", "leakage", "tokenizer", "tokenize", "pretrain",
-        "finetune@cls", "finetune@ner", "probe", "export@cls", "export@ner", "report", "release@cls", "release@ner",
+        "ingest",
+        "dedup",
+        "split",
+        "leakage",
+        "tokenizer",
+        "tokenize",
+        "pretrain",
+        "finetune@cls",
+        "finetune@ner",
+        "probe",
+        "export@cls",
+        "export@ner",
+        "report",
+        "release@cls",
+        "release@ner",
     ]
 
 
@@ -64,8 +77,7 @@ def test_cron_deployment_runs_the_flow_once(tmp_path):
 
     async def scenario():
         runner = Runner(name="test-runner")
-        deployment_id = await runner.aadd_flow(pipeline, name="nightly", cron="0 3 * * *",
-                                               parameters={"stages": []})
+        deployment_id = await runner.aadd_flow(pipeline, name="nightly", cron="0 3 * * *", parameters={"stages": []})
         async with get_client() as client:
             deployment = await client.read_deployment(deployment_id)
             run = await run_deployment(f"{pipeline.name}/nightly", timeout=0)
@@ -80,8 +92,9 @@ def test_cron_deployment_runs_the_flow_once(tmp_path):
 
 
 @pytest.mark.parametrize("profile_applied", [False, True])
-def test_serve_warns_when_the_scheduled_params_can_move_documents_between_splits(tmp_path, monkeypatch, capsys,
-                                                                                  profile_applied):
+def test_serve_warns_when_the_scheduled_params_can_move_documents_between_splits(
+    tmp_path, monkeypatch, capsys, profile_applied
+):
     import yaml
 
     from flows import pipeline

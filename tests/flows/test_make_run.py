@@ -59,10 +59,18 @@ pretrain:
     - '"it''s" the [MASK], isn''t it'
     - "a  b [MASK] c\\d"
 """
-FILL_MASK = ['He said "the [MASK] is here"', '"it\'s" the [MASK], isn\'t it', "a  b [MASK] c\\d"]
-QUOTED_ARGV = ["-S", 'split.assignment="hash"', "-S", "split.ledger=true", "-S", 'tokenizer.vocab_from="train_once"',
-               "-S", r"""pretrain.fill_mask=['He said "the [MASK] is here"', "\"it's\" the [MASK], isn't it", """
-               r""""a  b [MASK] c\d"]"""]
+FILL_MASK = ['He said "the [MASK] is here"', "\"it's\" the [MASK], isn't it", "a  b [MASK] c\\d"]
+QUOTED_ARGV = [
+    "-S",
+    'split.assignment="hash"',
+    "-S",
+    "split.ledger=true",
+    "-S",
+    'tokenizer.vocab_from="train_once"',
+    "-S",
+    r"""pretrain.fill_mask=['He said "the [MASK] is here"', "\"it's\" the [MASK], isn't it", """
+    r""""a  b [MASK] c\d"]""",
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,21 +96,40 @@ def checkout(tmp_path_factory) -> Path:
     return work
 
 
-def make_run(checkout: Path, profile: str, gpus: int, host_gpus: int | None = None,
-             torch_cuda: str | None = None) -> tuple[subprocess.CompletedProcess, list[str] | None]:
+def make_run(
+    checkout: Path, profile: str, gpus: int, host_gpus: int | None = None, torch_cuda: str | None = None
+) -> tuple[subprocess.CompletedProcess, list[str] | None]:
     """``make run PROFILE=<profile>`` in ``checkout`` with ``gpus`` faked GPUs torch sees, ``host_gpus`` (default:
     ``gpus``) listed by nvidia-smi, and with ``torch_cuda`` torch's CUDA build faked (``"none"``: CPU-only);
     returns the process and the argv the stub dvc received (None if it was not started)."""
     record = checkout / "fake" / f"argv-{profile}-{gpus}.json"
     record.unlink(missing_ok=True)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("MAKE", "MFLAGS"))}
-    env |= {"PYTHONPATH": str(checkout / "fake"), "CLOZELINE_FAKE_GPUS": str(gpus), "DVC_STUB_ARGV": str(record),
-            "CLOZELINE_HOST_GPUS": str(gpus if host_gpus is None else host_gpus),
-            "PATH": f"{checkout / 'fake'}:{env['PATH']}"}
+    env |= {
+        "PYTHONPATH": str(checkout / "fake"),
+        "CLOZELINE_FAKE_GPUS": str(gpus),
+        "DVC_STUB_ARGV": str(record),
+        "CLOZELINE_HOST_GPUS": str(gpus if host_gpus is None else host_gpus),
+        "PATH": f"{checkout / 'fake'}:{env['PATH']}",
+    }
     if torch_cuda is not None:
         env["CLOZELINE_FAKE_TORCH_CUDA"] = torch_cuda
-    proc = subprocess.run(["make", "-C", str(checkout), "-o", ".venv/.installed", "run", f"PROFILE={profile}",
-                           f"DVC={checkout / 'fake' / 'dvc'}"], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            "make",
+            "-C",
+            str(checkout),
+            "-o",
+            ".venv/.installed",
+            "run",
+            f"PROFILE={profile}",
+            f"DVC={checkout / 'fake' / 'dvc'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
 
 
@@ -140,8 +167,14 @@ def test_make_run_hands_dvc_exp_run_one_argument_per_value(checkout, tmp_path, p
     values = overrides(profile)
     assert [arg.split("=", 1)[0] for arg in sets[1::2]] == list(values)  # one argument per key, in order
     if profile == "scheduled":
-        assert sets == ["-S", 'split.assignment="hash"', "-S", "split.ledger=true",
-                        "-S", 'tokenizer.vocab_from="train_once"']
+        assert sets == [
+            "-S",
+            'split.assignment="hash"',
+            "-S",
+            "split.ledger=true",
+            "-S",
+            'tokenizer.vocab_from="train_once"',
+        ]
     else:
         assert 'hardware.device="cuda"' in sets
         seeds = values["pretrain.seeds"]
@@ -173,8 +206,10 @@ def test_make_run_without_a_gpu_names_the_profile_and_a_cpu_run(checkout):
     assert argv is None and proc.returncode == 2
     ours = [line for line in proc.stderr.splitlines() if not line.startswith("make")]
     # before: "...; set hardware.device: cpu or auto", a value the profile itself sets
-    assert ours == ["clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch "
-                    f"{torch_version()} sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU"]
+    assert ours == [
+        "clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch "
+        f"{torch_version()} sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU"
+    ]
 
 
 def test_make_run_with_a_cpu_only_torch_on_a_gpu_host_says_how_to_reinstall_it(checkout):

@@ -109,26 +109,46 @@ def test_gpu_node_without_gpus_stops_before_dvc_with_one_line(fake_gpus, capsys,
     monkeypatch.setattr("tasks.common.runtime.device_setting.gpus_on_host", lambda: 0)
     assert main(["--run", "--dvc", str(tmp_path / "never-started"), "gpu-node"]) == 2
     err = capsys.readouterr().err
-    assert err == ("clozeline: profile gpu-node asks for hardware.device: cuda, but this machine has no GPU (torch "
-                   f"{torch.__version__} sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU\n")
+    assert err == (
+        "clozeline: profile gpu-node asks for hardware.device: cuda, but this machine has no GPU (torch "
+        f"{torch.__version__} sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU\n"
+    )
     with pytest.raises(ParamsError, match="nproc_per_node: gpu"):
         flows.profiles.check_gpus("cpu", "gpu")  # a CPU run cannot start one process per GPU
 
 
 def test_an_invalid_profile_is_one_line_with_every_bad_key(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # make run reads ./params.yaml: here one with two invalid values
-    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text(encoding="utf-8")
-                                          .replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n", 1)
-                                          .replace("  nproc_per_node: 1", "  nproc_per_node: 0", 1), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(
+        (ROOT / "params.yaml")
+        .read_text(encoding="utf-8")
+        .replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n", 1)
+        .replace("  nproc_per_node: 1", "  nproc_per_node: 0", 1),
+        encoding="utf-8",
+    )
     assert main(["--run", "--dvc", str(tmp_path / "never-started"), "scheduled"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tokenizer.bogus" in err and "pretrain.nproc_per_node" in err, err
 
 
 #: Strings DVC's `-S` parser (Hydra's override grammar, then OmegaConf) must hand back unchanged.
-AWKWARD = ['He said "the [MASK] is here"', "it's the [MASK]", "\"it's\" the [MASK], isn't it", "a  b [MASK] c\\d",
-           "[MASK] café ü", "tab\tthen [MASK]", "two\nlines [MASK]", "[MASK] ends in a backslash\\", "[MASK] \\'x",
-           '[MASK] \\"y', "[MASK] ${not.an.interpolation}", "[MASK] \\${x}", "[MASK] = x, y", "21 [MASK]", "[MASK]"]
+AWKWARD = [
+    'He said "the [MASK] is here"',
+    "it's the [MASK]",
+    "\"it's\" the [MASK], isn't it",
+    "a  b [MASK] c\\d",
+    "[MASK] café ü",
+    "tab\tthen [MASK]",
+    "two\nlines [MASK]",
+    "[MASK] ends in a backslash\\",
+    "[MASK] \\'x",
+    '[MASK] \\"y',
+    "[MASK] ${not.an.interpolation}",
+    "[MASK] \\${x}",
+    "[MASK] = x, y",
+    "21 [MASK]",
+    "[MASK]",
+]
 
 
 def test_profile_values_reach_params_yaml_through_dvcs_own_parser_unchanged(tmp_path, monkeypatch):
@@ -137,8 +157,9 @@ def test_profile_values_reach_params_yaml_through_dvcs_own_parser_unchanged(tmp_
     profiles = tmp_path / "profiles"
     shutil.copytree(PROFILES, profiles)
     # JSON is YAML: a flow sequence of double-quoted strings
-    (profiles / "awkward.yaml").write_text(f"extends: scheduled\npretrain: {{fill_mask: {json.dumps(AWKWARD)}}}\n",
-                                           encoding="utf-8")
+    (profiles / "awkward.yaml").write_text(
+        f"extends: scheduled\npretrain: {{fill_mask: {json.dumps(AWKWARD)}}}\n", encoding="utf-8"
+    )
     monkeypatch.setattr(flows.profiles, "PROFILES", profiles)
     for name in names():
         args = set_params_args(name, ROOT / "params.yaml")
@@ -156,8 +177,9 @@ def argv_of_pasted(command: str) -> list[str]:
     import sys
 
     echo = f"{shlex.quote(sys.executable)} -c 'import json, sys; print(json.dumps(sys.argv[1:]))'"
-    proc = subprocess.run(["bash", "-c", f'dvc() {{ {echo} "$@"; }}\n{command}'], capture_output=True, text=True,
-                          timeout=60, check=True)
+    proc = subprocess.run(
+        ["bash", "-c", f'dvc() {{ {echo} "$@"; }}\n{command}'], capture_output=True, text=True, timeout=60, check=True
+    )
     return json.loads(proc.stdout)
 
 
@@ -165,8 +187,9 @@ def test_print_mode_prints_one_pasteable_dvc_exp_run_command(fake_gpus, capsys, 
     fake_gpus(1)
     profiles = tmp_path / "profiles"
     shutil.copytree(PROFILES, profiles)  # with awkward strings: quotes, newlines, a backslash at the end, ${...}
-    (profiles / "awkward.yaml").write_text(f"extends: gpu\npretrain: {{fill_mask: {json.dumps(AWKWARD)}}}\n",
-                                           encoding="utf-8")
+    (profiles / "awkward.yaml").write_text(
+        f"extends: gpu\npretrain: {{fill_mask: {json.dumps(AWKWARD)}}}\n", encoding="utf-8"
+    )
     monkeypatch.setattr(flows.profiles, "PROFILES", profiles)
     for name in ("gpu", "awkward"):
         assert main([name]) == 0
@@ -184,28 +207,54 @@ def test_print_mode_checks_the_params_but_not_the_gpus(fake_gpus, capsys, monkey
     assert main(["gpu-node"]) == 0  # before: exit 2, hardware.device: cuda: torch sees no CUDA device
     assert argv_of_pasted(capsys.readouterr().out)[4:] == set_params_args("gpu-node")
     monkeypatch.chdir(tmp_path)  # ./params.yaml with an invalid value: still one line, exit 2
-    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text(encoding="utf-8")
-                                          .replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n", 1), encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(
+        (ROOT / "params.yaml").read_text(encoding="utf-8").replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n", 1),
+        encoding="utf-8",
+    )
     assert main(["gpu"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "tokenizer.bogus" in captured.err
 
 
-@pytest.mark.parametrize(("profile", "host", "cuda", "expected"), [
-    # a GPU profile on a machine without a GPU: the profile asked for it, so another profile is the fix
-    ("gpu", 0, None, "clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch {v} "
-                     "sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU"),
-    # a GPU the torch cannot use (CPU-only build; a driver too old for the build's CUDA): reinstall, whatever the stamp
-    ("gpu", 2, None, "clozeline: profile gpu asks for hardware.device: cuda, but torch {v} (a CPU-only build) sees "
-                     "none of this machine's 2 GPU(s); {hint}, or use PROFILE=cpu"),
-    ("gpu-large", 1, "13.0", "clozeline: profile gpu-large asks for hardware.device: cuda, but torch {v} (built for "
-                             "CUDA 13.0) sees none of this machine's 1 GPU(s); {hint}, or use PROFILE=cpu"),
-    # a profile that does not set hardware.device: params.yaml's auto, in the stage's own words
-    ("scheduled", 2, None, "clozeline: hardware.device: auto: this machine has 2 GPU(s) but torch {v} is a CPU-only "
-                           "build; {hint}, or set hardware.device: cpu"),
-])
-def test_run_mode_says_what_to_do_when_the_profiles_device_is_not_there(fake_gpus, capsys, monkeypatch, tmp_path,
-                                                                        profile, host, cuda, expected):
+@pytest.mark.parametrize(
+    ("profile", "host", "cuda", "expected"),
+    [
+        # a GPU profile on a machine without a GPU: the profile asked for it, so another profile is the fix
+        (
+            "gpu",
+            0,
+            None,
+            "clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch {v} "
+            "sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU",
+        ),
+        # a GPU the torch cannot use (CPU-only build; a driver too old for the build's CUDA): reinstall, whatever the stamp
+        (
+            "gpu",
+            2,
+            None,
+            "clozeline: profile gpu asks for hardware.device: cuda, but torch {v} (a CPU-only build) sees "
+            "none of this machine's 2 GPU(s); {hint}, or use PROFILE=cpu",
+        ),
+        (
+            "gpu-large",
+            1,
+            "13.0",
+            "clozeline: profile gpu-large asks for hardware.device: cuda, but torch {v} (built for "
+            "CUDA 13.0) sees none of this machine's 1 GPU(s); {hint}, or use PROFILE=cpu",
+        ),
+        # a profile that does not set hardware.device: params.yaml's auto, in the stage's own words
+        (
+            "scheduled",
+            2,
+            None,
+            "clozeline: hardware.device: auto: this machine has 2 GPU(s) but torch {v} is a CPU-only "
+            "build; {hint}, or set hardware.device: cpu",
+        ),
+    ],
+)
+def test_run_mode_says_what_to_do_when_the_profiles_device_is_not_there(
+    fake_gpus, capsys, monkeypatch, tmp_path, profile, host, cuda, expected
+):
     from tasks.common.runtime.device_setting import CUDA_INSTALL_HINT
 
     fake_gpus(0)

@@ -5,10 +5,10 @@ params.yaml as committed, and a budget never becomes thousands of epochs."""
 from __future__ import annotations
 
 import pytest
-from pretrain_fixtures import make_cfg
 
-from tasks.config import ParamsError, load_params, read_yaml
 from flows.profiles import PROFILES, flatten, main, names, overrides, set_params_args
+from pretrain_fixtures import make_cfg
+from tasks.config import ParamsError, load_params, read_yaml
 from tasks.pretrain import planned_steps
 from tasks.tracking import NullLog
 
@@ -44,20 +44,25 @@ def test_gpu_node_extends_gpu_large_with_a_process_per_gpu_and_the_lr_of_its_glo
     # gpu-large's lr at its reference batch, rescaled at run time (lr_scaling: sqrt) to the global batch of the GPUs
     # found; an eval interval for 1 to 8 GPUs (tests/flows/test_profiles_sizing.py checks the rule)
     assert overrides("gpu-node") == overrides("gpu-large") | {
-        "pretrain.nproc_per_node": "gpu", "pretrain.grad_accum_steps": 1, "pretrain.eval_every_steps": 500}
+        "pretrain.nproc_per_node": "gpu",
+        "pretrain.grad_accum_steps": 1,
+        "pretrain.eval_every_steps": 500,
+    }
     large = overrides("gpu-large")
     assert (large["pretrain.lr_scaling"], large["pretrain.lr_reference_tokens_per_step"]) == ("sqrt", 131_072)
 
 
 def test_set_params_args_are_dvc_exp_run_arguments():
     args = set_params_args("gpu")
-    assert args[0] == "-S" and "pretrain.size=\"tiny3\"" in args and "pretrain.max_steps=null" in args
+    assert args[0] == "-S" and 'pretrain.size="tiny3"' in args and "pretrain.max_steps=null" in args
 
 
 def test_an_unknown_profile_or_a_bad_value_is_one_line(tmp_path, capsys):
     assert main(["nope"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
-    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text().replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n"))
+    (tmp_path / "params.yaml").write_text(
+        (ROOT / "params.yaml").read_text().replace("tokenizer:\n", "tokenizer:\n  bogus: 1\n")
+    )
     with pytest.raises(ParamsError, match="tokenizer.bogus"):
         set_params_args("gpu", tmp_path / "params.yaml")
 

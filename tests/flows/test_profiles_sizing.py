@@ -52,8 +52,16 @@ def sizing(name: str, world: int | None = None) -> dict:
     per_step = world * cfg.batch_size_blocks * cfg.grad_accum_steps * seq_len
     shape = cfg.preset
     n = non_embedding_params(shape.num_hidden_layers, shape.hidden_size, shape.intermediate_size)
-    return {"cfg": cfg, "unique": unique, "steps": steps, "per_step": per_step, "n": n, "lr": peak_lr(cfg, per_step),
-            "epochs": steps * per_step / seq_len / blocks, "max_epochs": written(name, r"epochs E <= (\d+)")}
+    return {
+        "cfg": cfg,
+        "unique": unique,
+        "steps": steps,
+        "per_step": per_step,
+        "n": n,
+        "lr": peak_lr(cfg, per_step),
+        "epochs": steps * per_step / seq_len / blocks,
+        "max_epochs": written(name, r"epochs E <= (\d+)"),
+    }
 
 
 @pytest.mark.parametrize("name", ["gpu", "gpu-large", "gpu-node"])
@@ -85,9 +93,10 @@ def test_the_numbers_the_gpu_large_rule_states():
     assert effective_tokens(s["unique"], s["epochs"]) / s["n"] == pytest.approx(20.5, abs=0.05)
 
 
-@pytest.mark.parametrize(("gpus", "steps", "lr", "evaluations"),
-                         [(1, 73_243, 2.5e-4, 146), (2, 36_622, 3.54e-4, 73), (4, 18_311, 5.0e-4, 36),
-                          (8, 9_156, 7.07e-4, 18)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("gpus", "steps", "lr", "evaluations"),
+    [(1, 73_243, 2.5e-4, 146), (2, 36_622, 3.54e-4, 73), (4, 18_311, 5.0e-4, 36), (8, 9_156, 7.07e-4, 18)],
+)
 def test_the_gpu_node_table_is_what_the_stage_resolves_on_each_gpu_count(gpus, steps, lr, evaluations):
     s = sizing("gpu-node", gpus)
     assert s["per_step"] == gpus * 32_768
@@ -95,8 +104,11 @@ def test_the_gpu_node_table_is_what_the_stage_resolves_on_each_gpu_count(gpus, s
     assert s["lr"] == pytest.approx(lr, rel=0.002)  # the table's lr, to its digits
     assert s["lr"] == pytest.approx(1.0e-3 * math.sqrt(s["per_step"] / 524_288), rel=1e-12)  # Cramming's anchor
     assert (steps - 1) // s["cfg"].eval_every_steps == evaluations >= 10
-    row = re.search(rf"^  #   {gpus} +{gpus * 32_768:,} +{steps:,} +([\d.e-]+) +{evaluations}\b",
-                    (PROFILES / "gpu-node.yaml").read_text(), re.M)  # fmt: skip
+    row = re.search(
+        rf"^  #   {gpus} +{gpus * 32_768:,} +{steps:,} +([\d.e-]+) +{evaluations}\b",
+        (PROFILES / "gpu-node.yaml").read_text(),
+        re.M,
+    )
     assert row and float(row.group(1)) == lr
 
 

@@ -23,15 +23,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | env
-    return subprocess.run([sys.executable, "-m", "flows.pipeline", *args], cwd=ROOT, env=environ,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "flows.pipeline", *args],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_serve_without_a_server_exits_at_once_with_one_line():
     done = cli("serve", "--cron", "0 3 * * *")  # what the user types, PREFECT_API_URL unset
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stderr.startswith("clozeline: serve needs a Prefect server to schedule runs, and PREFECT_API_URL is "
-                                  "not set") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert (
+        done.stderr.startswith(
+            "clozeline: serve needs a Prefect server to schedule runs, and PREFECT_API_URL is not set"
+        )
+        and len(done.stderr.strip().splitlines()) == 1
+    ), done.stderr
 
 
 def test_serve_with_a_server_that_does_not_answer_exits_with_one_line(capsys):
@@ -40,8 +50,10 @@ def test_serve_with_a_server_that_does_not_answer_exits_with_one_line(capsys):
     with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):  # port 9: nothing listens
         assert flow_module.main(["serve"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("clozeline: serve: the Prefect server at PREFECT_API_URL=http://127.0.0.1:9/api does not "
-                          "answer") and len(err.strip().splitlines()) == 1, err
+    assert (
+        err.startswith("clozeline: serve: the Prefect server at PREFECT_API_URL=http://127.0.0.1:9/api does not answer")
+        and len(err.strip().splitlines()) == 1
+    ), err
 
 
 def helped(capsys, *argv: str) -> str:
@@ -56,8 +68,12 @@ def test_help_describes_the_commands_and_every_option(capsys):
     assert "With no command: one full run now" in text and "--profile NAME apply profiles/NAME.yaml" in text
     assert "serve serve a scheduled deployment: needs a Prefect server" in text
     serve = helped(capsys, "serve")
-    for option in ("--cron CRON cron schedule", "--name NAME deployment name", "--profile NAME apply",
-                   "--no-scheduled-profile opt out of the scheduled profile"):
+    for option in (
+        "--cron CRON cron schedule",
+        "--name NAME deployment name",
+        "--profile NAME apply",
+        "--no-scheduled-profile opt out of the scheduled profile",
+    ):
         assert option in serve, option
 
 
@@ -75,7 +91,10 @@ def served(monkeypatch, tmp_path, *argv: str) -> dict:
 
 def test_serve_runs_the_flow_with_the_scheduled_profile_unless_opted_out(monkeypatch, tmp_path, capsys):
     assert served(monkeypatch, tmp_path, "--cron", "5 4 * * *") == {
-        "name": "clozeline-nightly", "cron": "5 4 * * *", "parameters": {"profiles": ["scheduled"]}}
+        "name": "clozeline-nightly",
+        "cron": "5 4 * * *",
+        "parameters": {"profiles": ["scheduled"]},
+    }
     assert "split.ledger is false" not in capsys.readouterr().err  # the default params with the profile: kept
     opted_out = served(monkeypatch, tmp_path, "--no-scheduled-profile", "--profile", "cpu")
     assert opted_out["parameters"] == {"profiles": ["cpu"]}
@@ -87,8 +106,11 @@ def test_a_profile_is_written_into_params_yaml_changing_only_its_keys(tmp_path):
     shutil.copyfile(ROOT / "params.yaml", params)
     before = params.read_text(encoding="utf-8").splitlines()
     values = profiles.checked_values(["scheduled"], params)
-    assert profiles.write_values(values, params) == {"split.assignment": "hash", "split.ledger": True,
-                                                     "tokenizer.vocab_from": "train_once"}
+    assert profiles.write_values(values, params) == {
+        "split.assignment": "hash",
+        "split.ledger": True,
+        "tokenizer.vocab_from": "train_once",
+    }
     after = params.read_text(encoding="utf-8").splitlines()
     changed = [(old, new) for old, new in zip(before, after) if old != new]
     assert len(after) == len(before) and len(changed) == 3  # every other line, comment and list style kept
@@ -113,4 +135,5 @@ def test_a_cron_that_does_not_parse_stops_serve_before_the_server_check(capsys):
         assert done.value.code == 2
         assert capsys.readouterr().err.strip().splitlines()[-1] == (
             f"python -m flows.pipeline serve: error: argument --cron: not a cron schedule: {cron!r} (5 fields: minute "
-            "hour day-of-month month day-of-week, e.g. '0 3 * * *'; or @daily, @hourly ...)")
+            "hour day-of-month month day-of-week, e.g. '0 3 * * *'; or @daily, @hourly ...)"
+        )

@@ -37,8 +37,10 @@ def test_snapshot_tags_and_finds_the_default_remote(tmp_path):
     assert log.tagged == {"dvc.remote": "none"}
     _dvc(repo, "remote", "add", "-d", "local", str(tmp_path / "store"))
     assert default_remote(repo) == "local"
-    (repo / "dvc.lock").write_text("schema: '2.0'\nstages:\n  a:\n    outs:\n    - path: data/a\n      md5: aa.dir\n"
-                                   "  b:\n    outs:\n    - path: models/b\n      md5: bb.dir\n")
+    (repo / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  a:\n    outs:\n    - path: data/a\n      md5: aa.dir\n"
+        "  b:\n    outs:\n    - path: models/b\n      md5: bb.dir\n"
+    )
     snapshot(repo, SnapshotParams(push=False, git_commit=False), log, Path("data"))
     assert log.tagged == {"dvc.remote": "local", "dvc.out.a:data/a": "aa.dir", "dvc.out.b:models/b": "bb.dir"}
     # the data outputs, not the models, are the run's dataset inputs (the MLflow UI's Dataset column)

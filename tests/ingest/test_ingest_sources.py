@@ -33,8 +33,9 @@ def workspace(root: Path, sources: list[dict]) -> Path:
 
 
 def ingest(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tasks", "ingest"], cwd=root, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "tasks", "ingest"], cwd=root, capture_output=True, text=True, timeout=300
+    )
 
 
 def made_sources(raw: Path) -> tuple[list[dict], dict[str, str]]:
@@ -53,19 +54,35 @@ def made_sources(raw: Path) -> tuple[list[dict], dict[str, str]]:
     Dataset.from_dict({"body": ["p", "q", "r"]}).save_to_disk(str(raw / "hf"))
     (raw / "notes.conll").write_text("# newdoc id = d1\n\n# text = nothing\n")
     sources = [
-        {"name": "good", "kind": "jsonl", "role": "task", "path": str(raw / "good.jsonl"), "text_field": "body",
-         "label_field": "y"},
+        {
+            "name": "good",
+            "kind": "jsonl",
+            "role": "task",
+            "path": str(raw / "good.jsonl"),
+            "text_field": "body",
+            "label_field": "y",
+        },
         {"name": "typo", "kind": "jsonl", "role": "pretrain", "path": str(raw / "typo.jsonl"), "text_field": "text"},
         {"name": "blank", "kind": "csv", "role": "pretrain", "path": str(raw / "blank.csv"), "text_field": "text"},
-        {"name": "cols", "kind": "parquet", "role": "pretrain", "path": str(raw / "cols.parquet"),
-         "text_field": "text"},
+        {
+            "name": "cols",
+            "kind": "parquet",
+            "role": "pretrain",
+            "path": str(raw / "cols.parquet"),
+            "text_field": "text",
+        },
         {"name": "empty", "kind": "text", "role": "pretrain", "path": str(raw / "empty")},
         {"name": "hf", "kind": "hf_disk", "role": "pretrain", "path": str(raw / "hf"), "text_field": "text"},
         {"name": "notes", "kind": "conll", "role": "pretrain", "path": str(raw / "notes.conll"), "tag_column": 1},
     ]
-    counts = {"typo": "8 in, dropped {'missing_text': 8}", "blank": "3 in, dropped {'empty': 3}",
-              "cols": "2 in, dropped {'missing_text': 2}", "empty": "4 in, dropped {'empty': 4}",
-              "hf": "3 in, dropped {'missing_text': 3}", "notes": "0 in, dropped {}"}
+    counts = {
+        "typo": "8 in, dropped {'missing_text': 8}",
+        "blank": "3 in, dropped {'empty': 3}",
+        "cols": "2 in, dropped {'missing_text': 2}",
+        "empty": "4 in, dropped {'empty': 4}",
+        "hf": "3 in, dropped {'missing_text': 3}",
+        "notes": "0 in, dropped {}",
+    }
     return sources, counts
 
 
@@ -115,9 +132,17 @@ def corpus(raw: Path) -> list[dict]:
         (raw / "new" / f"{k:02d}.txt").write_text(f"{word} {text(40)}")  # first: a split's tail (< a block) is cut
     rows = "".join(f"{text(12)},{'ab'[k % 2]}\n" for k in range(40))
     (raw / "news.csv").write_text("text,label\n" + rows)
-    return [{"name": "news", "kind": "csv", "role": "task", "path": str(raw / "news.csv"), "text_field": "text",
-             "label_field": "label"},
-            {"name": "base", "kind": "text", "role": "pretrain", "path": str(raw / "base")}]
+    return [
+        {
+            "name": "news",
+            "kind": "csv",
+            "role": "task",
+            "path": str(raw / "news.csv"),
+            "text_field": "text",
+            "label_field": "label",
+        },
+        {"name": "base", "kind": "text", "role": "pretrain", "path": str(raw / "base")},
+    ]
 
 
 def stage_params(root: Path, sources: list[dict], **changes):
@@ -125,11 +150,22 @@ def stage_params(root: Path, sources: list[dict], **changes):
     from tasks.config import load_params
 
     task = {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"}
-    return load_params(ROOT / "params.yaml", overrides={
-        "paths": {name: str(root / name) for name in ("data", "models", "metrics", "reports")},
-        "ingest.sources": sources, "tasks": {"cls": task}, "tokenizer.unk_eval_sources": ["news"],
-        "tokenizer.vocab_size_tokens": 300, "tokenize.max_seq_len_tokens": 32, "dedup.num_proc": 1,
-        "leakage.num_proc": 1, "leakage.semantic.enabled": False, "leakage.planted.max_docs": 2, **changes})
+    return load_params(
+        ROOT / "params.yaml",
+        overrides={
+            "paths": {name: str(root / name) for name in ("data", "models", "metrics", "reports")},
+            "ingest.sources": sources,
+            "tasks": {"cls": task},
+            "tokenizer.unk_eval_sources": ["news"],
+            "tokenizer.vocab_size_tokens": 300,
+            "tokenize.max_seq_len_tokens": 32,
+            "dedup.num_proc": 1,
+            "leakage.num_proc": 1,
+            "leakage.semantic.enabled": False,
+            "leakage.planted.max_docs": 2,
+            **changes,
+        },
+    )
 
 
 def block_texts(root: Path) -> dict[str, str]:
@@ -173,33 +209,44 @@ def test_the_default_params_name_the_same_sources_as_the_lists_they_replace():
 
     params = load_params(ROOT / "params.yaml")
     # the lists params.yaml wrote before `all`: the blocks and a kept vocabulary's params stay as they were
-    assert params.tokenizer.pretrain_sources == params.tokenize.pretrain_sources == ["bbc_news_pretrain",
-                                                                                     "wikipedia_sample"]
+    assert (
+        params.tokenizer.pretrain_sources
+        == params.tokenize.pretrain_sources
+        == ["bbc_news_pretrain", "wikipedia_sample"]
+    )
     assert params.source_warnings() == []
 
 
 def test_exclusion_is_by_name_and_a_source_no_stage_uses_is_an_error_naming_the_key(tmp_path):
     from tasks.config import ParamsError
 
-    sources = corpus(tmp_path / "raw") + [{"name": "new", "kind": "text", "role": "pretrain",
-                                           "path": str(tmp_path / "raw" / "new")}]
+    sources = corpus(tmp_path / "raw") + [
+        {"name": "new", "kind": "text", "role": "pretrain", "path": str(tmp_path / "raw" / "new")}
+    ]
     kept = stage_params(tmp_path, sources, **{"tokenize.exclude_sources": ["new"]})
     assert (kept.tokenize.pretrain_sources, kept.tokenizer.pretrain_sources) == (["base"], ["base", "new"])
     both = "in both tokenizer.exclude_sources and tokenize.exclude_sources"
     bad = {
-        f"ingest.sources: role: pretrain source(s) ['new'] {both}":
-            {"tokenize.exclude_sources": ["new"], "tokenizer.exclude_sources": ["new"]},
-        "tokenize.pretrain_sources: role: pretrain source(s) ['new'] neither listed nor in tokenize.exclude_sources":
-            {"tokenize.pretrain_sources": ["base"]},
-        "tokenizer.pretrain_sources: ['bbc_news_pretrain'] not in ingest.sources":
-            {"tokenizer.pretrain_sources": ["bbc_news_pretrain", "base", "new"]},
-        "tokenize.exclude_sources: 'news' is not an ingest source with role: pretrain":
-            {"tokenize.exclude_sources": ["news"]},
-        "tokenizer.unk_eval_sources: ['wnut16'] not ingest sources with role: task": {"tokenizer.unk_eval_sources":
-                                                                                      ["news", "wnut16"]},
+        f"ingest.sources: role: pretrain source(s) ['new'] {both}": {
+            "tokenize.exclude_sources": ["new"],
+            "tokenizer.exclude_sources": ["new"],
+        },
+        "tokenize.pretrain_sources: role: pretrain source(s) ['new'] neither listed nor in tokenize.exclude_sources": {
+            "tokenize.pretrain_sources": ["base"]
+        },
+        "tokenizer.pretrain_sources: ['bbc_news_pretrain'] not in ingest.sources": {
+            "tokenizer.pretrain_sources": ["bbc_news_pretrain", "base", "new"]
+        },
+        "tokenize.exclude_sources: 'news' is not an ingest source with role: pretrain": {
+            "tokenize.exclude_sources": ["news"]
+        },
+        "tokenizer.unk_eval_sources: ['wnut16'] not ingest sources with role: task": {
+            "tokenizer.unk_eval_sources": ["news", "wnut16"]
+        },
         # a name twice would read its rows twice (read_pretraining_rows): doubled text in the vocab and blocks
-        "tokenize.pretrain_sources must be unique; repeated: ['base']": {"tokenize.pretrain_sources":
-                                                                         ["base", "new", "base"]},
+        "tokenize.pretrain_sources must be unique; repeated: ['base']": {
+            "tokenize.pretrain_sources": ["base", "new", "base"]
+        },
         "tokenizer.exclude_sources must be unique; repeated: ['new']": {"tokenizer.exclude_sources": ["new", "new"]},
         # was "no source left (tokenizer.exclude_sources takes every one)", with nothing excluded
         "tokenizer.pretrain_sources: all, but ingest.sources has no role: pretrain source: add one, or list the task "
@@ -211,4 +258,5 @@ def test_exclusion_is_by_name_and_a_source_no_stage_uses_is_an_error_naming_the_
     extra = {**sources[0], "name": "unused"}  # a task source no task names: read by the leakage audit alone
     assert stage_params(tmp_path, [*sources, extra]).source_warnings() == [
         "ingest.sources: 'unused' (role: task) is named by no task (params.yaml tasks), tokenizer.unk_eval_sources or "
-        "pretrain_sources: only the leakage audit reads it"]
+        "pretrain_sources: only the leakage audit reads it"
+    ]

@@ -47,15 +47,22 @@ def inc(tmp_path):
 
 
 def test_new_docs_alone_are_audited_and_outputs_equal_a_from_scratch_run(inc, tmp_path):
-    new = [("new-copy", "train", PARAGRAPH + " " + filler(20, 5)),  # leaks: removed
-           ("new-clean", "heldout", filler(100, 6)),
-           ("tr-1-copy", "train", TRAIN_TEXT),  # a task train text, now pretraining: cached, and removed
-           ("common-again", "train", filler(200, 3))]  # fmt: skip
+    new = [
+        ("new-copy", "train", PARAGRAPH + " " + filler(20, 5)),  # leaks: removed
+        ("new-clean", "heldout", filler(100, 6)),
+        ("tr-1-copy", "train", TRAIN_TEXT),  # a task train text, now pretraining: cached, and removed
+        ("common-again", "train", filler(200, 3)),
+    ]
     frames = night(new)
     metrics, logged = run(inc, frames)
     assert logged["leakage.mode"] == "incremental"
-    assert logged["incremental"] == {"texts_audited": 2, "full": 0, "texts_rescanned": 0, "eval_docs_added": 0,
-                                     "eval_docs_removed": 0}  # new-copy and new-clean; the eval sets as they were
+    assert logged["incremental"] == {
+        "texts_audited": 2,
+        "full": 0,
+        "texts_rescanned": 0,
+        "eval_docs_added": 0,
+        "eval_docs_removed": 0,
+    }  # new-copy and new-clean; the eval sets as they were
     assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
     removed = [json.loads(line)["doc_id"] for line in (inc / "data/leakage/removed.jsonl").read_text().splitlines()]
     assert removed == ["new-copy", "rewrapped", "tr-1-copy", "verbatim"]
@@ -66,22 +73,38 @@ def test_an_edited_eval_doc_is_forgotten_and_its_new_text_scanned_against_every_
     frames = night(eval_text=PARAGRAPH.replace("Tuesday", "Wednesday"))
     metrics, logged = run(inc, frames)
     assert logged["leakage.mode"] == "incremental"
-    assert logged["incremental"] == {"texts_audited": 0, "full": 0, "texts_rescanned": 6, "eval_docs_added": 1,
-                                     "eval_docs_removed": 1}  # ev-par's new text in, its old text out
+    assert logged["incremental"] == {
+        "texts_audited": 0,
+        "full": 0,
+        "texts_rescanned": 6,
+        "eval_docs_added": 1,
+        "eval_docs_removed": 1,
+    }  # ev-par's new text in, its old text out
     assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
 
 
 def test_eval_docs_added_and_removed_with_new_training_docs_equal_a_from_scratch_run(inc, tmp_path):
     """A night where the eval sets gain a doc (quoted by a cached pretraining doc and by a new one) and lose one
     (whose matches and residual n-grams must leave the cache), while training docs arrive and leave."""
-    frames = night([("quotes-new-eval", "train", filler(25, 7) + " " + NEW_EVAL + " " + filler(25, 8)),
-                    ("tr-copy", "train", TRAIN_TEXT)], removed=("common",))  # fmt: skip
+    frames = night(
+        [
+            ("quotes-new-eval", "train", filler(25, 7) + " " + NEW_EVAL + " " + filler(25, 8)),
+            ("tr-copy", "train", TRAIN_TEXT),
+        ],
+        removed=("common",),
+    )
     task = frames[0]
-    frames[0] = pd.concat([task[task["doc_id"] != "ev-short"], frame("task", "task", [("ev-new", "test", NEW_EVAL)])],
-                          ignore_index=True)
+    frames[0] = pd.concat(
+        [task[task["doc_id"] != "ev-short"], frame("task", "task", [("ev-new", "test", NEW_EVAL)])], ignore_index=True
+    )
     metrics, logged = run(inc, frames)
-    assert logged["incremental"] == {"texts_audited": 1, "full": 0, "texts_rescanned": 6, "eval_docs_added": 1,
-                                     "eval_docs_removed": 1}  # common's text is same-as-common's: all 6 still present
+    assert logged["incremental"] == {
+        "texts_audited": 1,
+        "full": 0,
+        "texts_rescanned": 6,
+        "eval_docs_added": 1,
+        "eval_docs_removed": 1,
+    }  # common's text is same-as-common's: all 6 still present
     assert outputs(inc, metrics) == from_scratch(tmp_path, frames)
     table = pd.read_parquet(inc / "data/leakage/table.parquet")
     assert set(table["eval_doc"]) == {"ev-par", "ev-new"}
@@ -92,7 +115,8 @@ def test_eval_docs_added_and_removed_with_new_training_docs_equal_a_from_scratch
     run(tmp_path / "fresh", frames)  # no cache yet: every text scanned, the cache written from fresh results
     for name in ("texts.parquet", "grams.parquet", "matches.parquet"):  # the rows mapped from the old cache's
         assert pq.read_table(inc / "data/leakage_cache" / name).equals(
-            pq.read_table(tmp_path / "fresh/data/leakage_cache" / name))
+            pq.read_table(tmp_path / "fresh/data/leakage_cache" / name)
+        )
 
 
 def test_changed_detector_param_forces_a_full_audit_and_another_does_not(inc):
@@ -137,8 +161,11 @@ def test_the_residual_n_grams_round_trip_through_the_gram_table(inc, tmp_path):
     held = [sorted(vocabulary[k] for k in rows) for rows in texts.column("grams").to_pylist()]
     loaded = incremental.text_results(texts, vocabulary)
     assert [sorted(r.grams) for r in loaded.values()] == held
-    bad = texts.set_column(texts.schema.get_field_index("grams"), "grams",
-                           pa.array([[len(vocabulary)]] * texts.num_rows, pa.list_(pa.int32())))
+    bad = texts.set_column(
+        texts.schema.get_field_index("grams"),
+        "grams",
+        pa.array([[len(vocabulary)]] * texts.num_rows, pa.list_(pa.int32())),
+    )
     pq.write_table(bad.replace_schema_metadata(texts.schema.metadata), folder / "texts.parquet")
     logged = run(inc, night())[1]  # a row number past the gram table: a full audit, not a wrong n-gram
     assert logged["leakage.mode"] == "full" and "texts.parquet cannot be used" in logged["leakage.reason"]
@@ -203,14 +230,19 @@ def test_the_lexical_cache_rewrite_keeps_the_planted_cache_and_a_stage_rerun_sca
     assert run(inc, night())[1]["planted_cache"]["plants_scanned"] == 0
 
 
-@pytest.mark.parametrize("methods", [pa.array(["ngram"]), pa.array([None], pa.list_(pa.string())),
-                                     pa.array([["ngram", None]], pa.list_(pa.string()))])  # fmt: skip
+@pytest.mark.parametrize(
+    "methods",
+    [pa.array(["ngram"]), pa.array([None], pa.list_(pa.string())), pa.array([["ngram", None]], pa.list_(pa.string()))],
+)
 def test_a_plant_cache_of_another_column_type_or_with_nulls_is_not_used(tmp_path, methods):
     from tasks.common.files.stamped import stamp, write_cache
+
     evals, side, plants = plants_of()
     key = plant_cache.plant_keys(plants[:1], evals["text"])[0]
-    write_cache(stamp(pa.table({"key": pa.array([key], pa.binary(32)), "methods": methods}),
-                      plant_cache.fingerprint(params())), tmp_path / plant_cache.PLANTS)  # fmt: skip
+    write_cache(
+        stamp(pa.table({"key": pa.array([key], pa.binary(32)), "methods": methods}), plant_cache.fingerprint(params())),
+        tmp_path / plant_cache.PLANTS,
+    )
     stored, reason = plant_cache.load(tmp_path, plant_cache.fingerprint(params()), True)
     assert stored == {} and "cannot be used" in reason
     log = RecordingLog()

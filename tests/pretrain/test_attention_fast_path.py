@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pretrain_fixtures import ROOT, bench_module, make_cfg
 
 import tasks.pretrain.trainer as trainer_module
+from pretrain_fixtures import ROOT, bench_module, make_cfg
 from tasks.common.runtime.device import autocast, configure
 from tasks.config import read_yaml
 from tasks.pretrain import attention
@@ -63,15 +63,24 @@ def blocks(n: int) -> dict:
     ids = torch.randint(5, VOCAB, (n, SEQ), generator=generator)
     ids[:, 0], ids[:, -1] = 2, 3
     attention_mask = torch.ones_like(ids)
-    return {"input_ids": ids, "attention_mask": attention_mask, "maskable": ids > 4,
-            "source_id": torch.zeros(n, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
+    return {
+        "input_ids": ids,
+        "attention_mask": attention_mask,
+        "maskable": ids > 4,
+        "source_id": torch.zeros(n, dtype=torch.long),
+        "source_names": ["s"],
+    }
 
 
 def one_training_step(cfg, tmp_path) -> attention.Captured:
     """One ``Trainer._step`` of ``cfg`` (after ``configure``, as ``setup_distributed`` does), captured."""
     configure(torch.device("cpu"), cfg.hardware.deterministic)
-    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, VOCAB),
-                         continuation=torch.zeros(VOCAB, dtype=torch.bool))  # fmt: skip
+    vocab = MaskingVocab(
+        mask_token_id=4,
+        special_ids=torch.arange(5),
+        random_ids=torch.arange(5, VOCAB),
+        continuation=torch.zeros(VOCAB, dtype=torch.bool),
+    )
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB, SEQ, 0)
     trainer = Trainer(cfg, model, vocab, blocks(8), blocks(4), Dist(0, 1, torch.device("cpu")), NullLog(), tmp_path)
@@ -136,7 +145,7 @@ def test_the_hf_trainer_arm_passes_sdpa_no_mask():
 
 
 def call(shape=(2, 4, 16, 64), stride=None, dtype=torch.bfloat16, **kwargs) -> SdpaCall:
-    stride = stride or tuple(int(torch.tensor(shape[i + 1:]).prod()) for i in range(len(shape)))
+    stride = stride or tuple(int(torch.tensor(shape[i + 1 :]).prod()) for i in range(len(shape)))
     operand = Operand(shape, stride, dtype)
     args = {"has_mask": False, "dropout_p": 0.0, "is_causal": False} | kwargs
     return SdpaCall("eager", operand, operand, operand, **args)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pretrain_fixtures import make_cfg
 from pydantic import ValidationError
 
+from pretrain_fixtures import make_cfg
 from tasks.pretrain.attention import capture, document_ids, document_mask, with_document_mask
 from tasks.pretrain.hardware import Dist
 from tasks.pretrain.init import build_model
@@ -69,11 +69,20 @@ def test_the_flex_block_mask_and_the_sdpa_mask_agree():
 
 def test_a_training_step_with_document_masks(tmp_path):
     cfg = make_cfg(architecture="modernbert", max_position_embeddings=SEQ, document_mask=True, batch_size_blocks=2)
-    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, VOCAB),
-                         continuation=torch.zeros(VOCAB, dtype=torch.bool))  # fmt: skip
+    vocab = MaskingVocab(
+        mask_token_id=4,
+        special_ids=torch.arange(5),
+        random_ids=torch.arange(5, VOCAB),
+        continuation=torch.zeros(VOCAB, dtype=torch.bool),
+    )
     ids = torch.cat([packed(2), packed(3)])
-    blocks = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": ids > 4,
-              "source_id": torch.zeros(4, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
+    blocks = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "maskable": ids > 4,
+        "source_id": torch.zeros(4, dtype=torch.long),
+        "source_names": ["s"],
+    }
     trainer = Trainer(cfg, model(), vocab, blocks, blocks, Dist(0, 1, torch.device("cpu")), NullLog(), tmp_path)
     with capture() as captured:
         loss, grad_norm = trainer._step(trainer._micro_batches(0))

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from finetune_fixtures import cls_rows, save_tiny_bert, tiny_params, write_task_data
-from pretrain_fixtures import clone, make_cfg, subprocess_env, worker_script
-from test_pretrain_compile import Compiles  # same folder: pytest puts it on sys.path
 from transformers import BertTokenizerFast
 
+from finetune_fixtures import cls_rows, save_tiny_bert, tiny_params, write_task_data
+from pretrain_fixtures import clone, make_cfg, subprocess_env, worker_script
 from tasks.common.runtime.device import resolve
 from tasks.config import Paths
 from tasks.config.hardware import HardwareParams
 from tasks.pretrain.hardware import setup_distributed
 from tasks.tracking import NullLog
+from test_pretrain_compile import Compiles  # same folder: pytest puts it on sys.path
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -52,8 +52,9 @@ def no_torchrun_env(monkeypatch):
 # ----------------------------------------------------------------------------------------------- pretraining
 
 
-def test_pretraining_bf16_compiled_on_cuda_compiles_once_per_mode_and_learns(corpus, tmp_path, monkeypatch,
-                                                                             no_torchrun_env):  # fmt: skip
+def test_pretraining_bf16_compiled_on_cuda_compiles_once_per_mode_and_learns(
+    corpus, tmp_path, monkeypatch, no_torchrun_env
+):
     from torch._inductor.compile_fx import compile_fx
 
     import tasks.pretrain as stage
@@ -70,8 +71,18 @@ def test_pretraining_bf16_compiled_on_cuda_compiles_once_per_mode_and_learns(cor
         return fill_mask(*args, **kwargs)
 
     monkeypatch.setattr(stage, "fill_mask", counted_fill_mask)
-    cfg = make_cfg(compile=True, bf16=True, max_steps=20, batch_size_blocks=8, eval_every_steps=10, eval_max_blocks=11,
-                   log_every_steps=5, checkpoint_every_steps=None, lr=3e-3, hardware={"device": "cuda"})  # fmt: skip
+    cfg = make_cfg(
+        compile=True,
+        bf16=True,
+        max_steps=20,
+        batch_size_blocks=8,
+        eval_every_steps=10,
+        eval_max_blocks=11,
+        log_every_steps=5,
+        checkpoint_every_steps=None,
+        lr=3e-3,
+        hardware={"device": "cuda"},
+    )
     log = LossLog()
     try:
         metrics = stage.run(cfg, clone(corpus, tmp_path / "run"), log)
@@ -104,8 +115,9 @@ def test_packed_blocks_run_the_flash_kernel_under_bf16_and_compile():
     from tasks.pretrain.mlm import MaskedOnlyMLM
 
     preset = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256}
-    cfg = make_cfg(presets={"micro": preset}, max_position_embeddings=128, compile=True, bf16=True,
-                   hardware={"device": "cuda"})  # fmt: skip
+    cfg = make_cfg(
+        presets={"micro": preset}, max_position_embeddings=128, compile=True, bf16=True, hardware={"device": "cuda"}
+    )
     torch._dynamo.reset()
     net = MaskedOnlyMLM(build_model(cfg, 1000, 128, 0).cuda(), compile=True).train()
     ids = torch.randint(5, 1000, (8, 128), device="cuda")
@@ -143,14 +155,29 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
 
     profile = read_yaml(Path(__file__).resolve().parents[2] / "profiles" / "gpu.yaml")
     preset = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256}
-    cfg = make_cfg(presets={"micro": preset}, max_position_embeddings=128, compile=True, bf16=True, batch_size_blocks=8,
-                   hardware={**profile.get("hardware", {}), "device": "cuda"})  # fmt: skip
+    cfg = make_cfg(
+        presets={"micro": preset},
+        max_position_embeddings=128,
+        compile=True,
+        bf16=True,
+        batch_size_blocks=8,
+        hardware={**profile.get("hardware", {}), "device": "cuda"},
+    )
     env = setup_distributed(cfg.hardware)
-    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, 1000),
-                         continuation=torch.zeros(1000, dtype=torch.bool))  # fmt: skip
+    vocab = MaskingVocab(
+        mask_token_id=4,
+        special_ids=torch.arange(5),
+        random_ids=torch.arange(5, 1000),
+        continuation=torch.zeros(1000, dtype=torch.bool),
+    )
     ids = torch.randint(5, 1000, (16, 128))
-    train = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": ids > 4,
-             "source_id": torch.zeros(16, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
+    train = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "maskable": ids > 4,
+        "source_id": torch.zeros(16, dtype=torch.long),
+        "source_names": ["s"],
+    }
     torch._dynamo.reset()
     trainer = Trainer(cfg, build_model(cfg, 1000, 128, 0).to(env.device), vocab, train, train, env, NullLog(), tmp_path)
     try:
@@ -158,8 +185,10 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
             trainer._step([b.to(env.device) for b in trainer._micro_batches(0)])
         refused = []
         for call in set(captured.calls):
-            q, k, v = (torch.empty_strided(o.shape, o.stride, dtype=o.dtype, device=env.device, requires_grad=True)
-                       for o in (call.query, call.key, call.value))  # fmt: skip
+            q, k, v = (
+                torch.empty_strided(o.shape, o.stride, dtype=o.dtype, device=env.device, requires_grad=True)
+                for o in (call.query, call.key, call.value)
+            )
             shape = (q.shape[0], 1, q.shape[2], k.shape[2])
             mask = torch.ones(shape, dtype=torch.bool, device=env.device) if call.has_mask else None
             params = SDPAParams(q, k, v, mask, call.dropout_p, call.is_causal, call.enable_gqa)
@@ -175,8 +204,10 @@ def test_the_compiled_training_step_runs_flash_not_the_math_path(tmp_path, no_to
         torch.use_deterministic_algorithms(False)
         torch._dynamo.reset()
     ours = attention.report(captured)
-    print(f"SDPA paths {paths}; compiled graphs {captured.graph_paths}; our checker {ours}; SDPA refused {refused}; "
-          f"math-path softmax inputs {captured.math_inputs}; notes {attention.setting_notes()}")  # fmt: skip
+    print(
+        f"SDPA paths {paths}; compiled graphs {captured.graph_paths}; our checker {ours}; SDPA refused {refused}; "
+        f"math-path softmax inputs {captured.math_inputs}; notes {attention.setting_notes()}"
+    )
     assert not refused and not ours, f"flash refused: SDPA {refused}; ours {ours}"
     assert paths and "math" not in paths, f"attention ran on {paths or 'no SDPA kernel'}; graphs {captured.graph_paths}"
 
@@ -192,15 +223,31 @@ def test_document_masked_training_runs_flex_attention_on_cuda(tmp_path, no_torch
 
     sep, seq = 3, 256
     preset = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256}
-    cfg = make_cfg(presets={"micro": preset}, max_position_embeddings=seq, compile=True, bf16=True, batch_size_blocks=8,
-                   document_mask=True, hardware={"device": "cuda"})  # fmt: skip
+    cfg = make_cfg(
+        presets={"micro": preset},
+        max_position_embeddings=seq,
+        compile=True,
+        bf16=True,
+        batch_size_blocks=8,
+        document_mask=True,
+        hardware={"device": "cuda"},
+    )
     env = setup_distributed(cfg.hardware)
     ids = torch.randint(5, 1000, (16, seq))
     ids[:, 0], ids[:, 100], ids[:, 180] = 2, sep, sep
-    train = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "maskable": ids > 4,
-             "source_id": torch.zeros(16, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
-    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, 1000),
-                         continuation=torch.zeros(1000, dtype=torch.bool))  # fmt: skip
+    train = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "maskable": ids > 4,
+        "source_id": torch.zeros(16, dtype=torch.long),
+        "source_names": ["s"],
+    }
+    vocab = MaskingVocab(
+        mask_token_id=4,
+        special_ids=torch.arange(5),
+        random_ids=torch.arange(5, 1000),
+        continuation=torch.zeros(1000, dtype=torch.bool),
+    )
     torch._dynamo.reset()
     model = with_document_mask(build_model(cfg, 1000, seq, 0).to(env.device), sep)
     trainer = Trainer(cfg, model, vocab, train, train, env, NullLog(), tmp_path)
@@ -218,8 +265,10 @@ def test_document_masked_training_runs_flex_attention_on_cuda(tmp_path, no_torch
             before, after = (model.base_model(input_ids=b).last_hidden_state for b in (block, other))
     finally:
         torch._dynamo.reset()
-    print(f"document-masked step: loss {float(loss):.3f}; SDPA paths {attention_paths(names)}; "
-          f"flex kernels {sorted(n for n in names if 'flex' in n.lower())[:3]}")  # fmt: skip
+    print(
+        f"document-masked step: loss {float(loss):.3f}; SDPA paths {attention_paths(names)}; "
+        f"flex kernels {sorted(n for n in names if 'flex' in n.lower())[:3]}"
+    )
     assert torch.isfinite(loss) and "math" not in attention_paths(names)
     assert "aten::bmm" not in names  # the math path's products (the encoder has no other batched matmul)
     assert torch.equal(before[:, :101], after[:, :101]) and torch.equal(before[:, 181:], after[:, 181:])
@@ -239,8 +288,15 @@ class LossLog(NullLog):
 def test_two_rank_nccl_pretraining_keeps_identical_weights(corpus, tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 GPUs, torch sees {torch.cuda.device_count()}")
-    cfg = make_cfg(max_steps=6, batch_size_blocks=8, nproc_per_node=2, log_every_steps=3, eval_every_steps=3,
-                   checkpoint_every_steps=None, hardware={"device": "cuda"})  # fmt: skip
+    cfg = make_cfg(
+        max_steps=6,
+        batch_size_blocks=8,
+        nproc_per_node=2,
+        log_every_steps=3,
+        eval_every_steps=3,
+        checkpoint_every_steps=None,
+        hardware={"device": "cuda"},
+    )
     paths = clone(corpus, tmp_path / "ddp")
     out = tmp_path / "ranks"
     out.mkdir()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pretrain_fixtures import SEQ_LEN, build_corpus, clone, make_cfg
 
+from pretrain_fixtures import SEQ_LEN, build_corpus, clone, make_cfg
 from tasks.pretrain.schedule import lr_factor, lr_rule, peak_lr, tokens_per_step
 from tasks.tracking import NullLog
 
@@ -17,8 +17,9 @@ pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def test_the_peak_lr_of_each_rule_by_hand():
-    cfg = make_cfg(lr=5e-4, lr_scaling="sqrt", lr_reference_tokens_per_step=131_072, batch_size_blocks=64,
-                   grad_accum_steps=4)  # fmt: skip
+    cfg = make_cfg(
+        lr=5e-4, lr_scaling="sqrt", lr_reference_tokens_per_step=131_072, batch_size_blocks=64, grad_accum_steps=4
+    )
     assert tokens_per_step(cfg, 1, 512) == 131_072  # 64 blocks x 4 micro-batches x 512 tokens
     assert tokens_per_step(cfg, 8, 512) == 1_048_576
     assert peak_lr(cfg, 131_072) == 5e-4  # at the reference batch: lr as written, exactly
@@ -84,9 +85,17 @@ def test_the_stage_on_a_faked_world_of_4_trains_at_the_scaled_lr(tmp_path_factor
 
     paths = clone(build_corpus(tmp_path_factory), tmp_path / "run")
     per_rank = 8 * SEQ_LEN  # TINY: 8 blocks of 32 tokens a process and step
-    cfg = make_cfg(lr=1e-3, lr_scaling="sqrt", lr_reference_tokens_per_step=per_rank, max_steps=None,
-                   train_tokens=10 * four_ranks * per_rank, max_epochs=None, warmup_fraction=0.2, log_every_steps=1,
-                   checkpoint_every_steps=None)  # fmt: skip
+    cfg = make_cfg(
+        lr=1e-3,
+        lr_scaling="sqrt",
+        lr_reference_tokens_per_step=per_rank,
+        max_steps=None,
+        train_tokens=10 * four_ranks * per_rank,
+        max_epochs=None,
+        warmup_fraction=0.2,
+        log_every_steps=1,
+        checkpoint_every_steps=None,
+    )
     log = ParamsLog()
     metrics = run(cfg, paths, log)
     assert metrics["hardware"]["world_size"] == 4
@@ -95,11 +104,15 @@ def test_the_stage_on_a_faked_world_of_4_trains_at_the_scaled_lr(tmp_path_factor
     assert metrics["lr_effective"] == pytest.approx(2e-3, rel=1e-12)  # 1e-3 x sqrt(1,024 / 256)
     assert metrics["lr_rule"] == "sqrt: 0.001 x (1,024 / 256 tokens a step)^0.5 = 0.002"
     assert {k: log.logged[k] for k in ("lr_effective", "lr_rule", "tokens_per_step")} == {
-        k: metrics[k] for k in ("lr_effective", "lr_rule", "tokens_per_step")}
+        k: metrics[k] for k in ("lr_effective", "lr_rule", "tokens_per_step")
+    }
     # every step's lr (the curve's, read back from the optimizer): the scaled peak under the schedule, warmup
     # 0.2 of the 10 steps planned for this world (2 steps), each step read at its midpoint
-    curve = {int(row[0]): float(row[2]) for row in (r.split("\t") for r in
-             (paths.metrics / "pretrain_curve.tsv").read_text().splitlines()[1:]) if row[1]}  # fmt: skip
+    curve = {
+        int(row[0]): float(row[2])
+        for row in (r.split("\t") for r in (paths.metrics / "pretrain_curve.tsv").read_text().splitlines()[1:])
+        if row[1]
+    }
     expected = {step: 2e-3 * lr_factor((step - 0.5) / 10, 0.2, "linear") for step in range(1, 11)}
     assert curve == pytest.approx(expected, rel=1e-5)  # the TSV keeps 6 significant digits
     assert curve[2] == pytest.approx(2e-3 * 0.75, rel=1e-5)  # the last warmup step: 1.5 of 2 steps

@@ -4,11 +4,11 @@ the held-out masks stay 80/10/10 (so held-out losses of the two strategies are s
 
 import pytest
 import torch
-from pretrain_fixtures import make_cfg
-from test_mlm import MASK, make_blocks, make_vocab
 
+from pretrain_fixtures import make_cfg
 from tasks.pretrain.feed import masked_batch
 from tasks.pretrain.mlm import IGNORE_INDEX, mask_tokens
+from test_mlm import MASK, make_blocks, make_vocab
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -27,7 +27,9 @@ def test_all_mask_corrupts_the_same_selection_with_mask_only():
 @pytest.mark.parametrize(("mask", "random"), [(0.5, 0.3), (0.0, 0.0)])
 def test_the_shares_of_the_selected_tokens(mask, random):
     ids, maskable = make_blocks(2000, 512)
-    masked, labels = mask_tokens(ids, maskable, make_vocab(), 0.3, torch.Generator().manual_seed(6), False, mask, random)
+    masked, labels = mask_tokens(
+        ids, maskable, make_vocab(), 0.3, torch.Generator().manual_seed(6), False, mask, random
+    )
     selected = labels != IGNORE_INDEX
     n = int(selected.sum())
     as_mask = int((masked[selected] == MASK).sum()) / n
@@ -46,8 +48,9 @@ def test_training_masks_follow_the_params_and_held_out_masks_stay_bert():
     ids, maskable = make_blocks(64, 128)
     blocks = {"input_ids": ids, "maskable": maskable, "attention_mask": torch.ones_like(ids)}
     rows = torch.arange(64)
-    train = masked_batch(blocks, rows, make_vocab(), 0.3, torch.Generator().manual_seed(2), False, True,
-                         corruption=(1.0, 0.0))  # fmt: skip
+    train = masked_batch(
+        blocks, rows, make_vocab(), 0.3, torch.Generator().manual_seed(2), False, True, corruption=(1.0, 0.0)
+    )
     held = masked_batch(blocks, rows, make_vocab(), 0.3, torch.Generator().manual_seed(2), False, True)
     flat = train.input_ids.flatten()
     assert bool((flat[train.positions] == MASK).all())
@@ -61,10 +64,19 @@ def test_the_trainer_passes_the_params_to_its_training_masks(tmp_path):
     from tasks.tracking import NullLog
 
     ids, maskable = make_blocks(32, 32)
-    blocks = {"input_ids": ids, "maskable": maskable, "attention_mask": torch.ones_like(ids),
-              "source_id": torch.zeros(32, dtype=torch.long), "source_names": ["a"]}  # fmt: skip
-    cfg = make_cfg(mask_token_fraction=1.0, random_token_fraction=0.0, mlm_probability=0.3,
-                   hardware={"device": "cpu", "deterministic": False})  # fmt: skip
+    blocks = {
+        "input_ids": ids,
+        "maskable": maskable,
+        "attention_mask": torch.ones_like(ids),
+        "source_id": torch.zeros(32, dtype=torch.long),
+        "source_names": ["a"],
+    }
+    cfg = make_cfg(
+        mask_token_fraction=1.0,
+        random_token_fraction=0.0,
+        mlm_probability=0.3,
+        hardware={"device": "cpu", "deterministic": False},
+    )
     model = build_model(cfg, 1000, 32, 0)
     trainer = Trainer(cfg, model, make_vocab(), blocks, blocks, setup_distributed(cfg.hardware), NullLog(), tmp_path)
     for batch in trainer._micro_batches(0):

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import clone, kill_at_first_checkpoint, make_cfg, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
+from pretrain_fixtures import clone, kill_at_first_checkpoint, make_cfg, worker_script
 from tasks.common.models.encoders import pretrained_dir, pretraining_record, pretraining_seed_dirs
 from tasks.pretrain import checkpoint, run
 from tasks.tracking import NullLog
@@ -50,8 +50,12 @@ def test_the_first_seed_is_models_pretrained_as_alone_and_a_further_seed_its_own
     assert AutoModelForMaskedLM.from_pretrained(further).config.hidden_size == 32  # a model folder finetune loads
     assert list(metrics["seeds"]) == ["13", "21"]
     assert metrics["seeds"]["13"]["heldout_loss"] == metrics["heldout_loss"]  # the top level is the first seed
-    assert metrics["seeds"]["21"]["heldout_loss"] != metrics["heldout_loss"] and metrics["seeds"]["21"]["steps"] == STEPS
-    final = load_file(checkpoint.latest(both.models / "checkpoints" / "pretrain" / "seeds" / "21") / "model.safetensors")
+    assert (
+        metrics["seeds"]["21"]["heldout_loss"] != metrics["heldout_loss"] and metrics["seeds"]["21"]["steps"] == STEPS
+    )
+    final = load_file(
+        checkpoint.latest(both.models / "checkpoints" / "pretrain" / "seeds" / "21") / "model.safetensors"
+    )
     saved = weights(further)  # the checkpoint and save_pretrained each keep another name of the tied embeddings
     assert len(final.keys() & saved.keys()) >= len(final) - 1
     assert all(torch.equal(final[k], saved[k]) for k in final.keys() & saved.keys())
@@ -73,7 +77,6 @@ def test_a_sigkill_during_a_further_seed_resumes_to_the_uninterrupted_weights(co
 
 def test_finetune_runs_our_arms_once_per_further_pretraining_seed(tmp_path):
     from finetune_fixtures import N_DOCS, NestedRecordingLog, save_tiny_bert, tiny_params, write_task_data
-
     from tasks.config import Paths
     from tasks.finetune import run as finetune
 

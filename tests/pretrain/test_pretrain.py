@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
-from pretrain_fixtures import TINY, clone, kill_at_first_checkpoint, make_cfg, worker_script
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+from pretrain_fixtures import TINY, clone, kill_at_first_checkpoint, make_cfg, worker_script
 from tasks.pretrain import checkpoint, run
 from tasks.pretrain.schedule import lr_factor
 from tasks.tracking import NullLog
@@ -61,8 +61,9 @@ def test_overfit_save_and_reload(corpus, tmp_path):
     wider = {"micro": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}}
     # BERT: its learned absolute positions make a fixed block memorisable (rotary ModernBERT has no absolute
     # position to key on: 4.0 nats after 200 steps, measured), and memorising is what checks the loop here
-    cfg = make_cfg(presets=wider, max_steps=200, lr=3e-3, warmup_fraction=0.05, checkpoint_every_steps=100,
-                   architecture="bert")
+    cfg = make_cfg(
+        presets=wider, max_steps=200, lr=3e-3, warmup_fraction=0.05, checkpoint_every_steps=100, architecture="bert"
+    )
 
     metrics = run(cfg, paths, NullLog())
 

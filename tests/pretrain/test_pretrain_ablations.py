@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from pretrain_fixtures import ROOT, build_corpus, clone, make_cfg
 from pydantic import ValidationError
 from safetensors.torch import load_file
 
+from pretrain_fixtures import ROOT, build_corpus, clone, make_cfg
 from tasks.common.models.encoders import ablation_dirs, pretrained_dir, pretraining_record
 from tasks.config import ParamsError, load_params
 from tasks.pretrain import run
@@ -46,10 +46,14 @@ def test_the_finetune_side_needs_an_entry_of_our_encoder_and_the_arms():
     with pytest.raises(ParamsError, match="finetune.recipes.cls.ablation_config needs pretrain.ablations"):
         load_params(ROOT / "params.yaml", {"finetune.recipes.cls.ablation_config": "pretrained/full/mean-pool"})
     with pytest.raises(ParamsError, match="ablation_config 'random/full/mean-pool' must be a pretrained"):
-        load_params(ROOT / "params.yaml", {"finetune.recipes.cls.ablation_config": "random/full/mean-pool",
-                                           "pretrain.ablations": [ALL_MASK]})  # fmt: skip
-    params = load_params(ROOT / "params.yaml", {"finetune.recipes.cls.ablation_config": "pretrained/full/mean-pool",
-                                                "pretrain.ablations": [ALL_MASK]})  # fmt: skip
+        load_params(
+            ROOT / "params.yaml",
+            {"finetune.recipes.cls.ablation_config": "random/full/mean-pool", "pretrain.ablations": [ALL_MASK]},
+        )
+    params = load_params(
+        ROOT / "params.yaml",
+        {"finetune.recipes.cls.ablation_config": "pretrained/full/mean-pool", "pretrain.ablations": [ALL_MASK]},
+    )
     assert params.finetune.recipes["cls"].ablation_config == "pretrained/full/mean-pool"
     assert params.pretrain.ablations[0].changes() == {"mask_token_fraction": 1.0, "random_token_fraction": 0.0}
 
@@ -60,10 +64,14 @@ def test_the_cpu_default_has_no_arms_and_the_gpu_profile_the_two_of_issue_57():
     assert load_params(ROOT / "params.yaml").pretrain.ablations == []
     gpu = load_params(ROOT / "params.yaml", overrides("gpu"))
     assert {a.name: a.changes() for a in gpu.pretrain.ablations} == {
-        "all-mask": {"mask_token_fraction": 1.0, "random_token_fraction": 0.0}, "mlm-15": {"mlm_probability": 0.15}}
+        "all-mask": {"mask_token_fraction": 1.0, "random_token_fraction": 0.0},
+        "mlm-15": {"mlm_probability": 0.15},
+    }
     assert gpu.pretrain.mlm_probability == 0.3 and gpu.pretrain.seeds == [13, 21, 42]
     assert {t: r.ablation_config for t, r in gpu.finetune.recipes.items()} == {
-        "cls": "pretrained/full/mean-pool", "ner": "pretrained/full/first"}
+        "cls": "pretrained/full/mean-pool",
+        "ner": "pretrained/full/first",
+    }
     assert load_params(ROOT / "params.yaml", overrides("gpu-large")).pretrain.ablations == []  # 1.9 h an arm there
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch._dynamo
-from pretrain_fixtures import build_corpus, clone, make_cfg
 
 import tasks.pretrain as stage
+from pretrain_fixtures import build_corpus, clone, make_cfg
 from tasks.pretrain import mlm
 from tasks.pretrain.blocks import blocks_dir, load_blocks
 from tasks.pretrain.trainer import Trainer
@@ -75,12 +75,21 @@ def compiles(monkeypatch):
     torch._dynamo.reset()
 
 
-def test_compiled_pretraining_compiles_once_per_mode_and_fill_mask_runs_uncompiled(tmp_path_factory, tmp_path,
-                                                                                   compiles, monkeypatch):  # fmt: skip
+def test_compiled_pretraining_compiles_once_per_mode_and_fill_mask_runs_uncompiled(
+    tmp_path_factory, tmp_path, compiles, monkeypatch
+):
     corpus = build_corpus(tmp_path_factory)
     paths = clone(corpus, tmp_path / "run")
-    cfg = make_cfg(compile=True, max_steps=20, batch_size_blocks=BATCH, eval_every_steps=6, eval_max_blocks=HELDOUT,
-                   log_every_steps=5, checkpoint_every_steps=None, hardware={"device": "cpu"})  # fmt: skip
+    cfg = make_cfg(
+        compile=True,
+        max_steps=20,
+        batch_size_blocks=BATCH,
+        eval_every_steps=6,
+        eval_max_blocks=HELDOUT,
+        log_every_steps=5,
+        checkpoint_every_steps=None,
+        hardware={"device": "cpu"},
+    )
     heldout = load_blocks(blocks_dir(paths.data, "clozeline", "heldout"), HELDOUT)
     per_source = torch.bincount(heldout["source_id"]).tolist()
     assert all(n % BATCH for n in per_source), per_source  # every source's last eval batch is ragged

@@ -14,9 +14,9 @@ import psutil
 import pytest
 import torch
 import yaml
-from pretrain_fixtures import ROOT, clone, make_cfg, subprocess_env, worker_script
 from safetensors.torch import load_file
 
+from pretrain_fixtures import ROOT, clone, make_cfg, subprocess_env, worker_script
 from tasks.config import read_yaml
 from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
@@ -26,8 +26,14 @@ TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 
 def test_two_ranks_train_on_disjoint_blocks_report_the_mean_loss_and_keep_identical_weights(corpus, tmp_path):
-    cfg = make_cfg(max_steps=3, grad_accum_steps=2, batch_size_blocks=4, log_every_steps=1, eval_every_steps=2,
-                   checkpoint_every_steps=2)  # fmt: skip
+    cfg = make_cfg(
+        max_steps=3,
+        grad_accum_steps=2,
+        batch_size_blocks=4,
+        log_every_steps=1,
+        eval_every_steps=2,
+        checkpoint_every_steps=2,
+    )
     paths = clone(corpus, tmp_path / "ddp")
     out = tmp_path / "ranks"
     out.mkdir()
@@ -77,7 +83,7 @@ def test_two_ranks_train_on_disjoint_blocks_report_the_mean_loss_and_keep_identi
 
 #: Test-only ``sitecustomize``: every rank lists each write it makes under the workspace (Python audit events:
 #: open for writing, mkdir, rename, remove, rmtree), and dumps the list at exit.
-AUDIT = '''
+AUDIT = """
 import atexit, os, sys
 ROOT = os.path.abspath(os.environ["AUDIT_WORKSPACE"])
 WRITES = []
@@ -97,7 +103,7 @@ def _dump():
         out.write("\\n".join(WRITES))
 sys.addaudithook(_hook)
 atexit.register(_dump)
-'''
+"""
 
 
 def dvc_pretrain_command(cfg: PretrainParams) -> str:
@@ -125,10 +131,21 @@ def workspace(corpus: Path, dest: Path, cfg: PretrainParams) -> Path:
 
 def launch(cfg: PretrainParams, root: Path, audit: Path) -> subprocess.Popen:
     (audit / "sitecustomize.py").write_text(AUDIT, encoding="utf-8")
-    env = subprocess_env(PYTHONPATH=f"{audit}:{ROOT}", AUDIT_WORKSPACE=str(root), AUDIT_OUT=str(audit / "writes"),
-                         PYTHONDONTWRITEBYTECODE="1", PATH=f"{TORCHRUN.parent}:{subprocess_env()['PATH']}")  # fmt: skip
-    return subprocess.Popen(["bash", "-c", dvc_pretrain_command(cfg)], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    env = subprocess_env(
+        PYTHONPATH=f"{audit}:{ROOT}",
+        AUDIT_WORKSPACE=str(root),
+        AUDIT_OUT=str(audit / "writes"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PATH=f"{TORCHRUN.parent}:{subprocess_env()['PATH']}",
+    )
+    return subprocess.Popen(
+        ["bash", "-c", dvc_pretrain_command(cfg)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
@@ -147,8 +164,15 @@ def kill_rank_once_checkpointed(proc: subprocess.Popen, ckpt_dir: Path, rank: in
 
 
 def test_the_dvc_command_on_two_ranks_sigkill_of_one_rank_then_restart_loses_and_repeats_no_step(corpus, tmp_path):
-    cfg = make_cfg(nproc_per_node=2, max_steps=200, grad_accum_steps=1, batch_size_blocks=4, log_every_steps=1,
-                   eval_every_steps=50, checkpoint_every_steps=5)  # fmt: skip
+    cfg = make_cfg(
+        nproc_per_node=2,
+        max_steps=200,
+        grad_accum_steps=1,
+        batch_size_blocks=4,
+        log_every_steps=1,
+        eval_every_steps=50,
+        checkpoint_every_steps=5,
+    )
     assert "--rdzv-backend c10d" in dvc_pretrain_command(cfg) and "--nnodes 1" in dvc_pretrain_command(cfg)
 
     reference = workspace(corpus, tmp_path / "uninterrupted", cfg)

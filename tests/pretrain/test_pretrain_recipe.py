@@ -12,17 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pretrain_fixtures import ROOT, SEQ_LEN, add_reference_blocks, build_corpus, clone, make_cfg
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+from pretrain_fixtures import ROOT, SEQ_LEN, add_reference_blocks, build_corpus, clone, make_cfg
 from tasks.common.models.encoders import model_dir, reference_model_dir, tokenization
 from tasks.pretrain import run
 from tasks.pretrain.blocks import blocks_dir, load_blocks, stratified_rows
+from tasks.pretrain.fingerprint import pretrain_code_files
 from tasks.pretrain.hardware import Dist, gpu_peak, peak_flops
 from tasks.pretrain.init import initial_model, resolve_start
 from tasks.pretrain.mlm import MaskingVocab, unigram_log_probs
-from tasks.pretrain.fingerprint import pretrain_code_files
 from tasks.pretrain.trainer import Trainer
 from tasks.tracking import NullLog
 
@@ -67,8 +67,12 @@ def test_first_and_last_step_run_at_a_positive_lr(corpus, tmp_path):
 
 
 def test_unigram_baseline_by_hand():
-    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, 8),
-                         continuation=torch.zeros(8, dtype=torch.bool))  # fmt: skip
+    vocab = MaskingVocab(
+        mask_token_id=4,
+        special_ids=torch.arange(5),
+        random_ids=torch.arange(5, 8),
+        continuation=torch.zeros(8, dtype=torch.bool),
+    )
     ids = torch.tensor([[2, 5, 5, 6, 3]])
     maskable = torch.tensor([[False, True, True, True, False]])
     logp = unigram_log_probs(ids, maskable, vocab)
@@ -92,7 +96,9 @@ def test_metrics_report_the_unigram_gap_and_every_source(corpus, tmp_path):
     assert n == metrics["heldout_masked_tokens"] > 0
     pooled = sum(s["loss"] * s["masked_tokens"] for s in by_source.values()) / n
     assert pooled == pytest.approx(metrics["heldout_loss"])
-    assert metrics["heldout_gap_to_unigram_nats"] == pytest.approx(metrics["heldout_unigram_ce"] - metrics["heldout_loss"])
+    assert metrics["heldout_gap_to_unigram_nats"] == pytest.approx(
+        metrics["heldout_unigram_ce"] - metrics["heldout_loss"]
+    )
     assert 0 < metrics["heldout_unigram_ce"] < math.log(400)  # better than uniform over the 400-token vocab
     assert metrics["variant"] == "pretrained" and metrics["mfu"] is None  # CPU: MFU unknown, not a guess
 
@@ -119,7 +125,9 @@ def _run_in(code: Path, cfg, paths) -> dict:
         print("METRICS", json.dumps({{"steps": m["steps"], "resumed_from_step": m["resumed_from_step"]}}))
     """)
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, cwd=code)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, cwd=code
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("METRICS"))
     return {**json.loads(line.split(" ", 1)[1]), "log": done.stderr}
@@ -162,7 +170,9 @@ def test_init_from_reference_starts_from_the_packaged_minilm_weights(corpus, tmp
 @pytest.mark.slow
 def test_adapted_variant_saves_and_reloads(corpus, tmp_path):
     paths = clone(corpus, tmp_path)
-    metrics = run(make_cfg(init_from="reference", max_steps=2, batch_size_blocks=4, eval_max_blocks=4), paths, NullLog())
+    metrics = run(
+        make_cfg(init_from="reference", max_steps=2, batch_size_blocks=4, eval_max_blocks=4), paths, NullLog()
+    )
     assert metrics["variant"] == "adapted" and metrics["steps"] == 2
     assert metrics["heldout_loss"] < metrics["heldout_loss_initial"]  # a fresh head learns fast
     folder = paths.models / "pretrained"

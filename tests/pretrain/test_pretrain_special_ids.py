@@ -6,10 +6,10 @@ transformers warned "cls_token_id must be None or an integer within the vocabula
 from __future__ import annotations
 
 import pytest
-from pretrain_fixtures import make_cfg
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from pretrain_fixtures import make_cfg
 from tasks.pretrain.init import Start, initial_model
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -20,8 +20,14 @@ def tokenizer(words: int) -> PreTrainedTokenizerFast:
     vocab = {tok: i for i, tok in enumerate(SPECIALS + [f"w{i}" for i in range(words)])}
     raw = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 @pytest.mark.parametrize("architecture", ["modernbert", "bert", "roberta-prelayernorm"])

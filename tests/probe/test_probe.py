@@ -24,8 +24,9 @@ from tasks.common.models.encoders import load_masked_lm, load_tokenizer, model_d
 from tasks.config import read_yaml
 from tasks.config.model.probe import ProbeParams
 from tasks.config.paths import Paths
-from tasks.probe import pairs, probe_set, vectors as probe_vectors
+from tasks.probe import pairs, probe_set
 from tasks.probe import scores as probe_scores
+from tasks.probe import vectors as probe_vectors
 from tasks.tracking import NullLog
 from test_probe_pll import full_logits_pll  # same folder: pytest puts it on sys.path
 
@@ -351,8 +352,9 @@ def test_pairs_tsv_equals_full_forward_pll(full_run, tiny_root):
         model, tok = load_masked_lm(variant, folder, seed=0).eval(), load_tokenizer(folder)
         for side in ("good", "bad"):
             enc = tok([getattr(p, side) for p in prs], return_special_tokens_mask=True)
-            pll = full_logits_pll(model, enc["input_ids"], enc["special_tokens_mask"], tok.mask_token_id,
-                                  tok.pad_token_id, batch_size=256)  # fmt: skip
+            pll = full_logits_pll(
+                model, enc["input_ids"], enc["special_tokens_mask"], tok.mask_token_id, tok.pad_token_id, batch_size=256
+            )
             written = [float(r[f"pll_{side}"]) for r in rows if r["variant"] == variant]
             assert written == pytest.approx([round(x, 6) for x in pll], rel=1e-5, abs=2e-6)
 

@@ -13,7 +13,8 @@ from transformers import AutoTokenizer
 
 from tasks import probe
 from tasks.common.models.encoders import load_encoder, reference_model_dir
-from tasks.probe import pairs, probe_set, vectors as probe_vectors
+from tasks.probe import pairs, probe_set
+from tasks.probe import vectors as probe_vectors
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # same folder: pytest puts it on sys.path
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -21,7 +21,8 @@ from transformers import AutoTokenizer, BertConfig, BertModel, ModernBertConfig,
 from placement_harness import HostTensorGuard, on_meta
 from tasks import probe
 from tasks.common.models.encoders import reference_model_dir
-from tasks.probe import pairs, probe_set, vectors as probe_vectors
+from tasks.probe import pairs, probe_set
+from tasks.probe import vectors as probe_vectors
 from tasks.tracking import NullLog
 from test_probe import make_cfg, make_paths, tiny_root  # noqa: F401 (tiny_root: a fixture)
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # same folder: pytest puts it on sys.path
@@ -41,8 +42,14 @@ def mask_without_host_sync(monkeypatch):
 
 def tiny_encoder(kind: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
     """A 2-layer random bare encoder of ``kind`` (eval mode) on ``meta``."""
-    shape = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+    shape = dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     if kind == "bert":
         model = BertModel(BertConfig(**shape), add_pooling_layer=False)
     else:

@@ -26,8 +26,14 @@ SHAPE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attentio
 
 
 @torch.no_grad()
-def full_logits_pll(model: torch.nn.Module, input_ids: Sequence[Sequence[int]], special_mask: Sequence[Sequence[int]],
-                    mask_id: int, pad_id: int, batch_size: int) -> np.ndarray:  # fmt: skip
+def full_logits_pll(
+    model: torch.nn.Module,
+    input_ids: Sequence[Sequence[int]],
+    special_mask: Sequence[Sequence[int]],
+    mask_id: int,
+    pad_id: int,
+    batch_size: int,
+) -> np.ndarray:
     """PLL per sentence, float64 ``(n_sentences,)`` nats, as the stage computed it before masked-only scoring:
     ``model(...).logits`` ``(batch, seq_len, vocab)`` of right-padded masked copies, one position kept per copy."""
     copies = pairs.masked_copies(input_ids, special_mask, mask_id)
@@ -53,10 +59,18 @@ def tiny_masked_lm(kind: str, seed: int = 0) -> torch.nn.Module:
     if kind == "bert":
         return BertForMaskedLM(BertConfig(max_position_embeddings=64, **SHAPE)).eval()
     if kind == "roberta-prelayernorm":  # positions start after pad_token_id
-        return RobertaPreLayerNormForMaskedLM(RobertaPreLayerNormConfig(max_position_embeddings=70, pad_token_id=PAD,
-                                                                        **SHAPE)).eval()  # fmt: skip
-    config = ModernBertConfig(max_position_embeddings=64, pad_token_id=PAD, bos_token_id=CLS, eos_token_id=SEP,
-                              cls_token_id=CLS, sep_token_id=SEP, **SHAPE)  # fmt: skip
+        return RobertaPreLayerNormForMaskedLM(
+            RobertaPreLayerNormConfig(max_position_embeddings=70, pad_token_id=PAD, **SHAPE)
+        ).eval()
+    config = ModernBertConfig(
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+        bos_token_id=CLS,
+        eos_token_id=SEP,
+        cls_token_id=CLS,
+        sep_token_id=SEP,
+        **SHAPE,
+    )
     return ModernBertForMaskedLM(config).eval()
 
 

@@ -35,31 +35,68 @@ REPO = Path(__file__).resolve().parents[2]
 #: Per cache: the modules whose import closure keys it, the files that closure must hold (those the issue found
 #: missing from hand-written lists, and the functions each cache stores), and the expression computing its key.
 CACHES = {
-    "ingest": (["tasks.ingest"], ["tasks/ingest/text.py", "tasks/ingest/tabular.py", "tasks/ingest/builtin.py",
-                                  "tasks/ingest/records.py", "tasks/ingest/cache.py"],
-               "UnitCache(Path(scratch), True, pa.schema([('text', pa.string())])).code"),
-    "dedup_index": (["tasks.dedup.incremental"], ["tasks/dedup/signatures.py", "tasks/common/matching/minhash.py",
-                                                  "tasks/common/matching/textnorm.py", "tasks/common/matching/pairjaccard.py"],
-                    "dedup_incremental.fingerprint(P.dedup)"),
-    "leakage_lexical": (["tasks.leakage.scan.incremental"],
-                        ["tasks/leakage/lexical/shingles.py", "tasks/common/matching/pairjaccard.py",
-                         "tasks/leakage/lexical/detectors.py", "tasks/leakage/lexical/substitution.py",
-                         "tasks/leakage/lexical/residual.py", "tasks/common/matching/confusables.py"],
-                        "leakage_incremental.fingerprint(P.leakage)"),
-    "leakage_planted": (["tasks.leakage.planted.cache"],
-                        ["tasks/leakage/planted/recall.py", "tasks/leakage/lexical/shingles.py",
-                         "tasks/common/matching/pairjaccard.py"],
-                        "plant_cache.fingerprint(P.leakage)"),
-    "leakage_embeddings": (["tasks.leakage.semantic.store", "tasks.leakage.semantic.encoder"],
-                           ["tasks/leakage/semantic/windows.py", "tasks/leakage/semantic/encoder.py",
-                            "tasks/common/models/encoders.py", "tasks/common/runtime/device.py"],
-                           "embedding_store.layouts_key(embedding_store.fingerprint(fake_encoder), "
-                           "P.leakage.semantic)"),
-    "tokenize_ids": (["tasks.tokenize.cache"], ["tasks/tokenize/pretrain.py"],
-                     "tokenize_cache.fingerprint(word_level, P.tokenize)"),
-    "tokenize_tasks": (["tasks.tokenize.task_cache", "tasks.tokenize.cls", "tasks.tokenize.ner"],
-                       ["tasks/tokenize/cls.py", "tasks/tokenize/ner.py", "clozeline/alignment.py"],
-                       "task_cache.fingerprint(wrapped, P.tokenize)"),
+    "ingest": (
+        ["tasks.ingest"],
+        [
+            "tasks/ingest/text.py",
+            "tasks/ingest/tabular.py",
+            "tasks/ingest/builtin.py",
+            "tasks/ingest/records.py",
+            "tasks/ingest/cache.py",
+        ],
+        "UnitCache(Path(scratch), True, pa.schema([('text', pa.string())])).code",
+    ),
+    "dedup_index": (
+        ["tasks.dedup.incremental"],
+        [
+            "tasks/dedup/signatures.py",
+            "tasks/common/matching/minhash.py",
+            "tasks/common/matching/textnorm.py",
+            "tasks/common/matching/pairjaccard.py",
+        ],
+        "dedup_incremental.fingerprint(P.dedup)",
+    ),
+    "leakage_lexical": (
+        ["tasks.leakage.scan.incremental"],
+        [
+            "tasks/leakage/lexical/shingles.py",
+            "tasks/common/matching/pairjaccard.py",
+            "tasks/leakage/lexical/detectors.py",
+            "tasks/leakage/lexical/substitution.py",
+            "tasks/leakage/lexical/residual.py",
+            "tasks/common/matching/confusables.py",
+        ],
+        "leakage_incremental.fingerprint(P.leakage)",
+    ),
+    "leakage_planted": (
+        ["tasks.leakage.planted.cache"],
+        [
+            "tasks/leakage/planted/recall.py",
+            "tasks/leakage/lexical/shingles.py",
+            "tasks/common/matching/pairjaccard.py",
+        ],
+        "plant_cache.fingerprint(P.leakage)",
+    ),
+    "leakage_embeddings": (
+        ["tasks.leakage.semantic.store", "tasks.leakage.semantic.encoder"],
+        [
+            "tasks/leakage/semantic/windows.py",
+            "tasks/leakage/semantic/encoder.py",
+            "tasks/common/models/encoders.py",
+            "tasks/common/runtime/device.py",
+        ],
+        "embedding_store.layouts_key(embedding_store.fingerprint(fake_encoder), P.leakage.semantic)",
+    ),
+    "tokenize_ids": (
+        ["tasks.tokenize.cache"],
+        ["tasks/tokenize/pretrain.py"],
+        "tokenize_cache.fingerprint(word_level, P.tokenize)",
+    ),
+    "tokenize_tasks": (
+        ["tasks.tokenize.task_cache", "tasks.tokenize.cls", "tasks.tokenize.ner"],
+        ["tasks/tokenize/cls.py", "tasks/tokenize/ner.py", "clozeline/alignment.py"],
+        "task_cache.fingerprint(wrapped, P.tokenize)",
+    ),
 }
 
 #: Run in the copy: prints ``{"inside": [...], "outside": [...], "loaded": [...], "changed": {file: bool}}``.
@@ -134,10 +171,15 @@ def copy_package(dest: Path) -> Path:
 
 
 def run_in(root: Path, script: str, *args: str, extra_path: tuple[str, ...] = ()) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *extra_path]), "HF_HUB_OFFLINE": "1",
-           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", script, *args], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), *extra_path]),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout
 
@@ -150,8 +192,11 @@ def package(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("cache", sorted(CACHES))
 def test_every_file_of_a_cache_closure_changes_its_key_and_no_other_file_does(cache, package, tmp_path):
     modules, required, _ = CACHES[cache]
-    out = json.loads(run_in(package, PROBE, str(package), str(REPO), cache, str(tmp_path), json.dumps(CACHES[cache]))
-                     .splitlines()[-1])  # fmt: skip
+    out = json.loads(
+        run_in(package, PROBE, str(package), str(REPO), cache, str(tmp_path), json.dumps(CACHES[cache])).splitlines()[
+            -1
+        ]
+    )
     inside, changed = set(out["inside"]), out["changed"]
     assert set(required) <= inside, f"{cache}: its closure misses {sorted(set(required) - inside)}"
     assert set(out["loaded"]) <= inside, f"{cache}: imported but not keyed: {sorted(set(out['loaded']) - inside)}"
@@ -211,8 +256,8 @@ def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not
 
     from tasks.config.corpus.dedup import DedupParams
     from tasks.config.corpus.leakage import LexicalParams, SemanticParams
-    from tasks.config.root import load_params
     from tasks.config.corpus.tokenize import TokenizeParams
+    from tasks.config.root import load_params
     from tasks.dedup import incremental as dedup_incremental
     from tasks.leakage.lexical.cache_key import params_md5
     from tasks.leakage.planted import cache as plant_cache
@@ -225,26 +270,35 @@ def test_a_param_added_later_keys_each_cache_and_a_declared_neutral_one_does_not
     word_level = Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
 
     def store_key(semantic):
-        encoder = types.SimpleNamespace(folder=tmp_path, precision="fp32", device=torch.device("cpu"),
-                                        deterministic=True, cfg=semantic)  # fmt: skip
+        encoder = types.SimpleNamespace(
+            folder=tmp_path, precision="fp32", device=torch.device("cpu"), deterministic=True, cfg=semantic
+        )
         return embedding_store.fingerprint(encoder)
 
     # the leakage keys read the lexical sub-model (and residual.ngram_words): the rest of the section leaves them
     leakage_keys = lambda c: (leakage_incremental.fingerprint(c), plant_cache.fingerprint(c))  # noqa: E731
-    neutral = {"pretrain_action": "flag", "num_proc": 3, "worker_memory_mib": 64,
-               "residual": params.leakage.residual.model_copy(update={"min_coverage": 0.123})}
+    neutral = {
+        "pretrain_action": "flag",
+        "num_proc": 3,
+        "worker_memory_mib": 64,
+        "residual": params.leakage.residual.model_copy(update={"min_coverage": 0.123}),
+    }
     assert leakage_keys(params.leakage.model_copy(update=neutral)) == leakage_keys(params.leakage)
     keys = {  # section, its key, a change declared neutral
-        "leakage": (params.leakage.lexical, lambda c: params_md5(c, params.leakage.residual),
-                    {"worker_memory_mib": 64}),
+        "leakage": (
+            params.leakage.lexical,
+            lambda c: params_md5(c, params.leakage.residual),
+            {"worker_memory_mib": 64},
+        ),
         "dedup": (params.dedup, dedup_incremental.fingerprint, {"threshold": 0.123, "conflict_policy": "drop_all"}),
         "semantic": (params.leakage.semantic, store_key, {"min_words": 9, "stride_tokens": 7}),
         "tokenize": (params.tokenize, lambda c: tokenize_cache.fingerprint(word_level, c), {"num_proc": 3}),
     }
     models = {"leakage": LexicalParams, "dedup": DedupParams, "semantic": SemanticParams, "tokenize": TokenizeParams}
     for name, (section, key, neutral) in keys.items():
-        grown_model = type(f"Grown{models[name].__name__}", (models[name],), {"__annotations__": {"knob": int},
-                                                                               "knob": 0})  # fmt: skip
+        grown_model = type(
+            f"Grown{models[name].__name__}", (models[name],), {"__annotations__": {"knob": int}, "knob": 0}
+        )
         grown = grown_model(**section.model_dump())
         assert key(grown.model_copy(update={"knob": 1})) != key(grown), f"{name}: a new param does not key it"
         assert key(section.model_copy(update=neutral)) == key(section), f"{name}: {sorted(neutral)} key it"
@@ -265,8 +319,8 @@ def test_the_leakage_keys_follow_the_confusables_table_and_the_unicode_data(tmp_
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
 
-    from tasks.common.matching import confusables, textnorm
     from tasks.common.imports import closure_fingerprint
+    from tasks.common.matching import confusables, textnorm
     from tasks.config.root import load_params
     from tasks.dedup import incremental as dedup_incremental
     from tasks.leakage.planted import cache as plant_cache
@@ -276,24 +330,27 @@ def test_the_leakage_keys_follow_the_confusables_table_and_the_unicode_data(tmp_
 
     params = load_params(REPO / "params.yaml")
     (tmp_path / "weights.bin").write_bytes(b"an encoder's files")
-    encoder = types.SimpleNamespace(folder=tmp_path, precision="fp32", device=torch.device("cpu"),
-                                    deterministic=True, cfg=params.leakage.semantic)  # fmt: skip
+    encoder = types.SimpleNamespace(
+        folder=tmp_path, precision="fp32", device=torch.device("cpu"), deterministic=True, cfg=params.leakage.semantic
+    )
     word_level = Tokenizer(WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
 
     def keys():
-        return {"lexical": leakage_incremental.fingerprint(params.leakage),
-                "planted": plant_cache.fingerprint(params.leakage),
-                "dedup": dedup_incremental.fingerprint(params.dedup),
-                "tokenize": tokenize_cache.fingerprint(word_level, params.tokenize),
-                "layouts": embedding_store.layouts_key(embedding_store.fingerprint(encoder),
-                                                       params.leakage.semantic)}  # fmt: skip
+        return {
+            "lexical": leakage_incremental.fingerprint(params.leakage),
+            "planted": plant_cache.fingerprint(params.leakage),
+            "dedup": dedup_incremental.fingerprint(params.dedup),
+            "tokenize": tokenize_cache.fingerprint(word_level, params.tokenize),
+            "layouts": embedding_store.layouts_key(embedding_store.fingerprint(encoder), params.leakage.semantic),
+        }
 
     before = keys()
     table = confusables.table_path()
     assert before["layouts"]["text"] == (  # the store's key as it was written before the shared helper: unchanged
         closure_fingerprint([textnorm.__name__, confusables.__name__])
         + f", confusables.txt {hashlib.sha256(table.read_bytes()).hexdigest()}"
-        + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}")
+        + f", unicode {unicodedata.unidata_version}, tokenizers {tokenizers.__version__}"
+    )
     assert keys() == before  # nothing changed: the same keys
     cut = tmp_path / "confusables.txt"
     rows = table.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -348,17 +405,21 @@ def test_the_ingest_unit_key_of_parquet_and_hf_disk_follows_their_parser(tmp_pat
     from tasks.config.corpus.ingest import CsvSource, HfDiskSource, JsonlSource, ParquetSource
     from tasks.ingest import cache as ingest_cache
 
-    specs = {"parquet": ParquetSource(kind="parquet", name="pq", role="pretrain", path="x", text_field="text"),
-             "hf_disk": HfDiskSource(kind="hf_disk", name="hf", role="pretrain", path="x", text_field="text"),
-             "jsonl": JsonlSource(kind="jsonl", name="js", role="pretrain", path="x", text_field="text"),
-             "csv": CsvSource(kind="csv", name="cs", role="pretrain", path="x", text_field="text")}
+    specs = {
+        "parquet": ParquetSource(kind="parquet", name="pq", role="pretrain", path="x", text_field="text"),
+        "hf_disk": HfDiskSource(kind="hf_disk", name="hf", role="pretrain", path="x", text_field="text"),
+        "jsonl": JsonlSource(kind="jsonl", name="js", role="pretrain", path="x", text_field="text"),
+        "csv": CsvSource(kind="csv", name="cs", role="pretrain", path="x", text_field="text"),
+    }
     real = ingest_cache.version
 
     def keys():
         schema = ingest_cache.pa.schema([("text", ingest_cache.pa.string())])
         unit_cache = ingest_cache.UnitCache(tmp_path / "cache", False, schema)
-        return {kind: unit_cache.through(spec.name, ingest_cache.spec_facts(spec), lambda: ([], {}))[2]
-                for kind, spec in specs.items()}
+        return {
+            kind: unit_cache.through(spec.name, ingest_cache.spec_facts(spec), lambda: ([], {}))[2]
+            for kind, spec in specs.items()
+        }
 
     before = keys()
     assert keys() == before

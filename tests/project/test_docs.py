@@ -78,16 +78,25 @@ def test_every_relative_link_resolves(page):
 
 
 def test_readme_links_every_docs_page():
-    linked = {Path(t.partition("#")[0]).name for t in markdown_links((REPO / "README.md").read_text())
-              if t.startswith("docs/")}
+    linked = {
+        Path(t.partition("#")[0]).name
+        for t in markdown_links((REPO / "README.md").read_text())
+        if t.startswith("docs/")
+    }
     pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
     assert pages - linked == set(), "a docs page the README's table does not list"
 
 
 def test_mkdocs_builds_strict_and_offline(tmp_path):
     env = {**os.environ, "NO_COLOR": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     pages = sorted((tmp_path / "site").glob("*.html"))
     assert {p.stem for p in pages} >= {p.stem for p in DOCS.glob("*.md")}

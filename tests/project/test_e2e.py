@@ -30,8 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 #: cost).
 TINY = {
     "tokenizer.vocab_size_tokens": 1500,
-    "pretrain.presets.tiny": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
-                              "intermediate_size": 128},
+    "pretrain.presets.tiny": {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "intermediate_size": 128,
+    },
     "pretrain.batch_size_blocks": 8,
     "pretrain.max_steps": 12,
     "pretrain.eval_every_steps": 6,
@@ -77,8 +81,9 @@ def tiny_params(source: Path) -> dict:
 
 def copy_worktree(dest: Path) -> Path:
     """Copy the files git would clone (tracked + untracked, not ignored) into ``dest`` and commit them."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split("\0")
     for rel in filter(None, listed):
         if (ROOT / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +105,9 @@ def flow_env(tmp_path: Path) -> dict[str, str]:
 
 
 def run_flow(repo: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flows.pipeline"], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=1200)  # two test files run at once (make test -n 2)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.pipeline"], cwd=repo, env=env, capture_output=True, text=True, timeout=1200
+    )  # two test files run at once (make test -n 2)
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +165,9 @@ def run_claims(repo: Path) -> list:
 
 
 def dvc(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dvc", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def data_md5s(repo: Path) -> dict[str, str]:
@@ -213,8 +220,9 @@ def mlflow_server(pipeline_run, tmp_path_factory):
     cmd = ["make", "-s", "-C", str(repo), f"VENV={venv}", "-o", f"{venv}/.installed", "mlflow-ui", f"PORT={port}"]
     user_env = {k: v for k, v in env.items() if not k.startswith(("MAKE", "MFLAGS"))}  # not a sub-make of make test
     with log.open("w") as out:  # its own session: make, then the script that execs mlflow ui, stop together
-        proc = subprocess.Popen(cmd, cwd=repo, env=user_env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=repo, env=user_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -264,8 +272,9 @@ def _is_data(path: str) -> bool:
 
 
 @pytest.mark.slow
-def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params_and_the_report(pipeline_run,
-                                                                                               mlflow_server):
+def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params_and_the_report(
+    pipeline_run, mlflow_server
+):
     repo, _, _ = pipeline_run
     client, exp, pipeline, stages, below = _pipeline_runs(mlflow_server)
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -287,7 +296,12 @@ def test_mlflow_server_shows_a_training_experiment_with_dvc_datasets_seed_params
         if variant == "baseline":  # <task>/baseline/<name>/<input>/seed<k>: a comparator fitted on seed k's draw
             variant, mode = mode, "baseline"
         assert {k: run.data.params[k] for k in ("task", "variant", "mode", "head", "seed")} == {
-            "task": task, "variant": variant.split("@")[0], "mode": mode, "head": head, "seed": seed[len("seed"):]}
+            "task": task,
+            "variant": variant.split("@")[0],
+            "mode": mode,
+            "head": head,
+            "seed": seed[len("seed") :],
+        }
         assert {d.dataset.name for d in run.inputs.dataset_inputs} == {f"data/tokenize/{task}"}
     # the pipeline run: the claim table, its figures and plot data as artifacts, its summary as the description
     report = {a.path for a in client.list_artifacts(pipeline.info.run_id, "report")}
@@ -313,8 +327,11 @@ def test_dvc_exp_show_lists_the_curated_metrics_and_dvc_plots_draws_the_report_p
     plots = dvc(repo, env, "plots", "show", "--json")
     assert plots.returncode == 0, plots.stderr
     specs = {name: body[0] for name, body in json.loads(plots.stdout)["data"].items()}
-    assert {"Pretraining loss curve", "Fine-tuning: per-seed test scores",
-            "Forest plot: the difference of each claim, with its CI"} <= set(specs)
+    assert {
+        "Pretraining loss curve",
+        "Fine-tuning: per-seed test scores",
+        "Forest plot: the difference of each claim, with its CI",
+    } <= set(specs)
     for name, spec in specs.items():  # an empty cell would be drawn as 0
         assert all(row.get("dvc_inferred_y_value", "x") != "" for row in spec["content"]["data"]["values"]), name
     seeds = specs["Fine-tuning: per-seed test scores"]["content"]
@@ -330,9 +347,18 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-             "--virtual-time-budget=20000", "--window-size=1400,900"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--virtual-time-budget=20000",
+        "--window-size=1400,900",
+    ]
     return subprocess.run([str(CHROMIUM), *flags, *args], capture_output=True, text=True, timeout=180)
 
 

@@ -43,8 +43,10 @@ def project_copy(dest: Path, extra_tokenizer_deps: tuple[str, ...] = (), **param
 
 
 def expected(key: str, path: Path, stage: str, repo: Path) -> str:
-    return (f"{key}: {path} is not under any dep of the {stage} stage in {repo / 'dvc.yaml'}; add it (or a folder "
-            f"above it) to stages.{stage}.deps so a change reruns {stage}")
+    return (
+        f"{key}: {path} is not under any dep of the {stage} stage in {repo / 'dvc.yaml'}; add it (or a folder "
+        f"above it) to stages.{stage}.deps so a change reruns {stage}"
+    )
 
 
 def test_the_default_probe_sets_are_deps_of_the_probe_stage():
@@ -108,13 +110,18 @@ def test_an_edited_vocab_file_listed_in_the_deps_makes_dvc_rerun_the_tokenizer(t
     """With the file among the stage's deps (what the error asks for), cutting the vocabulary makes ``dvc
     status`` report the tokenizer stage: the failure the check exists for (a 30,522-line file cut to 3,000 and
     nothing to do) cannot happen."""
-    repo = project_copy(tmp_path / "repo", ("vocab",), tokenizer__vocab_from="file",
-                        tokenizer__vocab_file="vocab/vocab.txt")  # fmt: skip
+    repo = project_copy(
+        tmp_path / "repo", ("vocab",), tokenizer__vocab_from="file", tokenizer__vocab_file="vocab/vocab.txt"
+    )
     shutil.copytree(ROOT / "tasks", repo / "tasks", ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "vocab").mkdir()
     (repo / "vocab" / "vocab.txt").write_text("".join(f"w{i}\n" for i in range(300)))
-    for out in ("data/leakage/x", "models/tokenizer/tokenizer.json", "metrics/tokenizer.json",
-                "data/tokenizer_vocab/vocab.txt"):
+    for out in (
+        "data/leakage/x",
+        "models/tokenizer/tokenizer.json",
+        "metrics/tokenizer.json",
+        "data/tokenizer_vocab/vocab.txt",
+    ):
         (repo / out).parent.mkdir(parents=True, exist_ok=True)
         (repo / out).write_text("{}")
     dvc(repo, "init", "--no-scm", "-q")

@@ -67,17 +67,22 @@ def host(tmp_path_factory) -> Path:
     return root
 
 
-def check(host: Path, gpus: int = 1, cuda: str = "13.0", available: bool = True, gcc: bool = True,
-          headers: bool = True) -> subprocess.CompletedProcess:
+def check(
+    host: Path, gpus: int = 1, cuda: str = "13.0", available: bool = True, gcc: bool = True, headers: bool = True
+) -> subprocess.CompletedProcess:
     """scripts/check_gpu_host.py on a faked host: ``gpus`` listed by nvidia-smi, torch built for ``cuda`` (or
     "none"), ``available`` GPUs for it, a gcc on PATH or none, Python.h or not."""
     if not gcc:
         shutil.copy(host / "bin" / "nvidia-smi", host / "empty" / "nvidia-smi")
-    env = {"PATH": str(host / ("bin" if gcc else "empty")), "PYTHONPATH": str(host / "py"), "FAKE_GPUS": str(gpus),
-           "FAKE_TORCH_CUDA": cuda, "FAKE_CUDA_AVAILABLE": "1" if available else "0",
-           "FAKE_PY_INCLUDE": str(host / ("include" if headers else "empty"))}
-    return subprocess.run([sys.executable, "-B", str(SCRIPT)], env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        "PATH": str(host / ("bin" if gcc else "empty")),
+        "PYTHONPATH": str(host / "py"),
+        "FAKE_GPUS": str(gpus),
+        "FAKE_TORCH_CUDA": cuda,
+        "FAKE_CUDA_AVAILABLE": "1" if available else "0",
+        "FAKE_PY_INCLUDE": str(host / ("include" if headers else "empty")),
+    }
+    return subprocess.run([sys.executable, "-B", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
 
 
 def lines(proc: subprocess.CompletedProcess) -> list[str]:
@@ -97,9 +102,11 @@ def test_a_ready_gpu_host_passes_silently(host):
 def test_a_driver_too_old_for_the_cuda_build_is_one_line(host):
     proc = check(host, available=False)
     assert proc.returncode == 1
-    assert lines(proc) == ["make install: nvidia-smi lists 1 GPU(s) but torch 2.13.0 (CUDA 13.0) sees none: NVIDIA "
-                           "driver 470.82.01 is too old for CUDA 13.0: install a driver that supports CUDA 13.0, or run "
-                           "make install TORCH_INDEX_URL=<a package index with torch 2.13.0 built for an older CUDA>"]
+    assert lines(proc) == [
+        "make install: nvidia-smi lists 1 GPU(s) but torch 2.13.0 (CUDA 13.0) sees none: NVIDIA "
+        "driver 470.82.01 is too old for CUDA 13.0: install a driver that supports CUDA 13.0, or run "
+        "make install TORCH_INDEX_URL=<a package index with torch 2.13.0 built for an older CUDA>"
+    ]
 
 
 def test_a_cpu_only_torch_on_a_gpu_host_is_one_line(host):
@@ -113,8 +120,10 @@ def test_a_cpu_only_torch_on_a_gpu_host_is_one_line(host):
 def test_no_c_compiler_is_one_line_saying_what_to_install(host):
     proc = check(host, gcc=False)
     assert proc.returncode == 1
-    assert lines(proc) == ["make install: torch.compile (Triton) needs a C compiler and finds none (no gcc or clang "
-                           "on PATH): install one (Debian/Ubuntu: apt-get install gcc) or set CC"]
+    assert lines(proc) == [
+        "make install: torch.compile (Triton) needs a C compiler and finds none (no gcc or clang "
+        "on PATH): install one (Debian/Ubuntu: apt-get install gcc) or set CC"
+    ]
 
 
 def test_no_python_headers_is_one_line_saying_what_to_install(host):
@@ -138,8 +147,13 @@ def install_recipe(**variables: str) -> str:
     """The commands `make install` would run to build .venv/.installed (`make -n`, nothing runs)."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_INDEX_URL" and not k.startswith(("MAKE", "MFLAGS"))}
     args = [f"{key}={value}" for key, value in variables.items()]
-    proc = subprocess.run(["make", "-C", str(ROOT), "-n", "-W", "pyproject.toml", ".venv/.installed", *args],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["make", "-C", str(ROOT), "-n", "-W", "pyproject.toml", ".venv/.installed", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -217,17 +231,26 @@ def torch_state(work: Path) -> dict:
     return json.loads((work / "torch-state.json").read_text())
 
 
-def make(work: Path, host: Path, *args: str, gpus: int = 1, driver_cuda: str = "12.2",
-         shell: str | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def make(
+    work: Path, host: Path, *args: str, gpus: int = 1, driver_cuda: str = "12.2", shell: str | None = None
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """``make <args>`` (or the shell command ``shell``) in ``work`` on a host whose nvidia-smi lists ``gpus`` GPUs
     with a driver for CUDA ``driver_cuda``; returns the process and the pip calls it made."""
     log = work / "pip-log.jsonl"
     log.unlink(missing_ok=True)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TORCH_INDEX_URL", "PIP_INDEX_URL") and not k.startswith(("MAKE", "MFLAGS"))}
-    env |= {"PATH": f"{host / 'bin'}:{env['PATH']}", "FAKE_GPUS": str(gpus), "FAKE_DRIVER_CUDA": driver_cuda,
-            "FAKE_TORCH_STATE": str(work / "torch-state.json"), "FAKE_PIP_LOG": str(log),
-            "FAKE_PY_INCLUDE": str(host / "include")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TORCH_INDEX_URL", "PIP_INDEX_URL") and not k.startswith(("MAKE", "MFLAGS"))
+    }
+    env |= {
+        "PATH": f"{host / 'bin'}:{env['PATH']}",
+        "FAKE_GPUS": str(gpus),
+        "FAKE_DRIVER_CUDA": driver_cuda,
+        "FAKE_TORCH_STATE": str(work / "torch-state.json"),
+        "FAKE_PIP_LOG": str(log),
+        "FAKE_PY_INCLUDE": str(host / "include"),
+    }
     command = ["bash", "-c", shell] if shell else ["make", *args]
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=120)
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -257,18 +280,40 @@ def test_the_advice_for_a_driver_too_old_for_the_cuda_build_works(scratch, host)
     assert (scratch / ".venv" / ".installed").exists()
 
 
-@pytest.mark.parametrize(("gpus", "before", "index", "installs", "after"), [
-    (1, ("2.13.0+cpu", None), None, [(True, None)], ("2.13.0", "13.0")),  # GPU host, CPU-only torch: the default wheel
-    (1, ("2.13.0", "13.0"), None, [(False, None)], ("2.13.0", "13.0")),  # a CUDA build that sees the GPU: kept
-    (0, ("2.13.0", "13.0"), "file:///srv/wheels/whl/cpu", [(True, "file:///srv/wheels/whl/cpu")],
-     ("2.13.0+cpu", None)),  # the index asked for, on a host without a GPU too
-    (0, ("2.13.0+cpu", None), None, [(False, None)], ("2.13.0+cpu", None)),  # no GPU, no index: pip keeps what it has
-])
-def test_make_install_reinstalls_torch_when_asked_or_when_a_gpu_needs_it(scratch, host, gpus, before, index,
-                                                                         installs, after):
+@pytest.mark.parametrize(
+    ("gpus", "before", "index", "installs", "after"),
+    [
+        (
+            1,
+            ("2.13.0+cpu", None),
+            None,
+            [(True, None)],
+            ("2.13.0", "13.0"),
+        ),  # GPU host, CPU-only torch: the default wheel
+        (1, ("2.13.0", "13.0"), None, [(False, None)], ("2.13.0", "13.0")),  # a CUDA build that sees the GPU: kept
+        (
+            0,
+            ("2.13.0", "13.0"),
+            "file:///srv/wheels/whl/cpu",
+            [(True, "file:///srv/wheels/whl/cpu")],
+            ("2.13.0+cpu", None),
+        ),  # the index asked for, on a host without a GPU too
+        (
+            0,
+            ("2.13.0+cpu", None),
+            None,
+            [(False, None)],
+            ("2.13.0+cpu", None),
+        ),  # no GPU, no index: pip keeps what it has
+    ],
+)
+def test_make_install_reinstalls_torch_when_asked_or_when_a_gpu_needs_it(
+    scratch, host, gpus, before, index, installs, after
+):
     set_torch(scratch, *before)
-    proc, calls = make(scratch, host, "install", *([f"TORCH_INDEX_URL={index}"] if index else []), gpus=gpus,
-                       driver_cuda="13.0")
+    proc, calls = make(
+        scratch, host, "install", *([f"TORCH_INDEX_URL={index}"] if index else []), gpus=gpus, driver_cuda="13.0"
+    )
     assert proc.returncode == 0, proc.stderr
     assert torch_installs(calls) == installs
     assert torch_state(scratch) == {"version": after[0], "cuda": after[1]}
@@ -307,14 +352,23 @@ def test_pip_install_e_keeps_a_local_label_build_of_the_pinned_torch():
 
 
 #: Package-index hosts and the pip options that name an index (each written so that it does not match itself).
-INDEX_PATTERNS = [r"pypi\.(org|python\.org|nvidia\.com|ngc\.nvidia\.com)", r"python[h]osted", r"download\.pytorch",
-                  r"pytorch\.org/whl", r"anaconda\.(org|com)", r"index[-]url", r"find[-]links", r"extra[-]index"]
+INDEX_PATTERNS = [
+    r"pypi\.(org|python\.org|nvidia\.com|ngc\.nvidia\.com)",
+    r"python[h]osted",
+    r"download\.pytorch",
+    r"pytorch\.org/whl",
+    r"anaconda\.(org|com)",
+    r"index[-]url",
+    r"find[-]links",
+    r"extra[-]index",
+]
 
 
 def test_no_package_index_host_is_named_in_the_repository():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     pattern = "|".join(INDEX_PATTERNS)
-    proc = subprocess.run(["git", "-C", str(ROOT), "grep", "-nIiE", "--untracked", pattern], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "grep", "-nIiE", "--untracked", pattern], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 1, proc.stdout  # 1: no match

@@ -10,11 +10,11 @@ graph's edges, checked by DVC itself; here only that each one resolves.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 
 import pytest
-from layout import ROOT, closure, keys_read
 
+from layout import ROOT, closure, keys_read
 from tasks.common.provenance import declared_deps, declared_params, foreach_items, read_dvc_yaml, read_params
 
 DVC = read_dvc_yaml(ROOT)
@@ -26,17 +26,18 @@ STAGES = [
 CODE = ("tasks/", "flows/", "clozeline")
 
 
-@lru_cache(maxsize=None)
+@cache
 def imported_files(module: str) -> frozenset[str]:
     """Repo-relative files of every project module ``python -m tasks <module>`` imports."""
     return frozenset(p.relative_to(ROOT).as_posix() for p in closure(["tasks.__main__", f"tasks.{module}"]))
 
 
-@lru_cache(maxsize=None)
+@cache
 def code_deps(stage: str) -> tuple[str, ...]:
     """The stage's deps that are project code: ``.py`` files and folders under tasks/ or flows/."""
-    return tuple(d for d in declared_deps(ROOT, stage)
-                 if d.startswith(CODE) and (d.endswith(".py") or (ROOT / d).is_dir()))
+    return tuple(
+        d for d in declared_deps(ROOT, stage) if d.startswith(CODE) and (d.endswith(".py") or (ROOT / d).is_dir())
+    )
 
 
 def covered(path: str, deps: tuple[str, ...]) -> bool:
@@ -65,8 +66,9 @@ def test_params_list_covers_every_key_the_stage_reads(stage, module, item):
     listed = declared_params(ROOT, stage)
     reads = keys_read(module, item)
     unlisted = sorted(k for k in reads if not covered_key(k, listed))
-    unread = sorted(p for p in listed if not any(k == p or k.startswith(p + ".") or p.startswith(k + ".")
-                                                 for k in reads))  # fmt: skip
+    unread = sorted(
+        p for p in listed if not any(k == p or k.startswith(p + ".") or p.startswith(k + ".") for k in reads)
+    )
     assert not unlisted, f"dvc.yaml stage {stage!r} reads params it does not list: {unlisted}"
     assert not unread, f"dvc.yaml stage {stage!r} lists params outside its config model or item: {unread}"
 
@@ -84,8 +86,11 @@ def test_every_dep_resolves(stage):
 def test_only_stages_and_the_runner_sit_at_the_top_of_tasks():
     stages = {module for _, module, _ in STAGES}
     runner = {"__init__", "__main__", "tracking", "config", "common", "CONTRACTS"}
-    top = {p.stem if p.is_file() else p.name for p in (ROOT / "tasks").iterdir()
-           if p.name != "__pycache__" and not p.name.startswith(".")}
+    top = {
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "tasks").iterdir()
+        if p.name != "__pycache__" and not p.name.startswith(".")
+    }
     assert top - runner == stages
 
 
@@ -103,8 +108,11 @@ def test_a_module_two_stages_import_is_shared_code():
 
 
 def test_no_source_file_is_over_400_lines():
-    long = {p.relative_to(ROOT).as_posix(): n for folder in ("tasks", "flows", "benchmarks", "clozeline")
-            for p in (ROOT / folder).rglob("*.py")
-            if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)  # benchmarks/.peers: venvs
-            and (n := p.read_text(encoding="utf-8").count("\n")) > 400}
+    long = {
+        p.relative_to(ROOT).as_posix(): n
+        for folder in ("tasks", "flows", "benchmarks", "clozeline")
+        for p in (ROOT / folder).rglob("*.py")
+        if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)  # benchmarks/.peers: venvs
+        and (n := p.read_text(encoding="utf-8").count("\n")) > 400
+    }
     assert not long, f"split these by responsibility: {long}"

@@ -32,24 +32,36 @@ from tasks.tracking import NullLog
 ROOT = Path(__file__).resolve().parents[2]
 
 # today's evaluation docs (task source "news"): distinct words, so no two of them share a 13-gram
-TEST_LEAKED = ("the harbour council voted on tuesday to close the old ferry pier after engineers found cracks "
-               "in three of its oak pylons")  # 22 words
-TEST_CLEAN = ("a late frost in april cut the apricot harvest of the valley growers by nearly half according "
-              "to the cooperative")  # 20 words
-DEV_DOC = ("marathon organisers moved the start line two kilometres north so runners avoid the tram works on "
-           "the main bridge")  # 20 words
-UNRELATED = ("volcanic soils hold water well which is why vineyards climb the slopes above the lake every "
-             "summer since roman times")
+TEST_LEAKED = (
+    "the harbour council voted on tuesday to close the old ferry pier after engineers found cracks "
+    "in three of its oak pylons"
+)  # 22 words
+TEST_CLEAN = (
+    "a late frost in april cut the apricot harvest of the valley growers by nearly half according "
+    "to the cooperative"
+)  # 20 words
+DEV_DOC = (
+    "marathon organisers moved the start line two kilometres north so runners avoid the tram works on "
+    "the main bridge"
+)  # 20 words
+UNRELATED = (
+    "volcanic soils hold water well which is why vineyards climb the slopes above the lake every "
+    "summer since roman times"
+)
 
 
 def today(tmp_path: Path) -> tuple[pd.DataFrame, object]:
     """Today's kept task dev/test rows (``eval_rows``) and their detector side."""
-    rows = pd.DataFrame({
-        "doc_id": ["news/t1", "news/t2", "news/d1", "news/tr1"],
-        "source": ["news"] * 4, "role": ["task"] * 4,
-        "text": [TEST_LEAKED, TEST_CLEAN, DEV_DOC, UNRELATED],
-        "split": ["test", "test", "dev", "train"], "is_duplicate": [False] * 4,
-    })
+    rows = pd.DataFrame(
+        {
+            "doc_id": ["news/t1", "news/t2", "news/d1", "news/tr1"],
+            "source": ["news"] * 4,
+            "role": ["task"] * 4,
+            "text": [TEST_LEAKED, TEST_CLEAN, DEV_DOC, UNRELATED],
+            "split": ["test", "test", "dev", "train"],
+            "is_duplicate": [False] * 4,
+        }
+    )
     evals = eval_rows(rows)
     return evals, make_side([tokenize(t) for t in evals["text"]], minhash.WordHashes())
 
@@ -85,12 +97,15 @@ def run_audit(tmp_path: Path, init_from: Path, cache: Path | None = None):
 
 
 def test_an_earlier_run_whose_pretraining_held_todays_test_doc_is_caught(tmp_path):
-    earlier = write_text_file(tmp_path / "night1" / "data" / "leakage" / "corpus.parquet", [
-        ("corpus/a", TEST_LEAKED, "train", False),  # trained on: today's test doc t1
-        ("corpus/b", UNRELATED, "train", False),
-        ("corpus/c", DEV_DOC, "heldout", False),  # only evaluated then: not a leak
-        ("corpus/d", TEST_CLEAN, "train", True),  # a duplicate: tokenize packed its kept copy, not this row
-    ])
+    earlier = write_text_file(
+        tmp_path / "night1" / "data" / "leakage" / "corpus.parquet",
+        [
+            ("corpus/a", TEST_LEAKED, "train", False),  # trained on: today's test doc t1
+            ("corpus/b", UNRELATED, "train", False),
+            ("corpus/c", DEV_DOC, "heldout", False),  # only evaluated then: not a leak
+            ("corpus/d", TEST_CLEAN, "train", True),  # a duplicate: tokenize packed its kept copy, not this row
+        ],
+    )
     md5 = common_lineage.file_md5(earlier)
     entry = {"path": earlier.as_posix(), "md5": md5, "split": "train"}
     fields = {"data": [entry], "lineage": common_lineage.inherited("scratch")}
@@ -113,9 +128,13 @@ def test_an_earlier_run_whose_pretraining_held_todays_test_doc_is_caught(tmp_pat
     assert m["action"] == "remove" and result.marked == set()
     assert result.removed["news/t1"]["reason"] == "leakage:lineage"
     assert result.removed["news/t1"]["lineage_docs"] == [f"{md5}:corpus/a"]
-    flagged = leakage_lineage.audit(leakage_cfg(model, "flag"),
-                                    Paths(data=tmp_path, models=tmp_path, metrics=tmp_path, reports=tmp_path),
-                                    *today(tmp_path), tokenize, None)
+    flagged = leakage_lineage.audit(
+        leakage_cfg(model, "flag"),
+        Paths(data=tmp_path, models=tmp_path, metrics=tmp_path, reports=tmp_path),
+        *today(tmp_path),
+        tokenize,
+        None,
+    )
     assert flagged.removed == {} and flagged.marked == {"news/t1"}
 
 
@@ -124,8 +143,9 @@ def test_a_lineage_two_generations_deep_is_audited_from_the_dvc_cache(tmp_path):
     g_file = write_text_file(tmp_path / "n1" / "leakage" / "wiki.parquet", [("wiki/1", DEV_DOC, "train", False)])
     grandparent = model_folder(tmp_path / "n1_model", record_fields(tmp_path / "n1", ["wiki"], "scratch"))
     write_text_file(tmp_path / "n2" / "leakage" / "web.parquet", [("web/1", UNRELATED, "train", False)])
-    parent = model_folder(tmp_path / "n2_model", record_fields(tmp_path / "n2", ["web"], str(grandparent)),
-                          str(grandparent))
+    parent = model_folder(
+        tmp_path / "n2_model", record_fields(tmp_path / "n2", ["web"], str(grandparent)), str(grandparent)
+    )
     g_entry = {"path": g_file.as_posix(), "md5": common_lineage.file_md5(g_file), "split": "train"}
     record = json.loads((parent / "pretraining.json").read_text())
     assert record["lineage"] == {"status": "known", "data": [g_entry], "unknown": []}
@@ -139,7 +159,9 @@ def test_a_lineage_two_generations_deep_is_audited_from_the_dvc_cache(tmp_path):
     m = run_audit(tmp_path, parent, cache).metrics
     assert m["status"] == "known"
     assert [(f["path"], f["found"]) for f in m["files_checked"]] == [
-        (g_file.as_posix(), "cache"), ((tmp_path / "n2" / "leakage" / "web.parquet").as_posix(), "path")]
+        (g_file.as_posix(), "cache"),
+        ((tmp_path / "n2" / "leakage" / "web.parquet").as_posix(), "path"),
+    ]
     assert m["eval_sets"]["news/dev"]["flagged_docs"] == ["news/d1"]
     assert m["eval_sets"]["news/test"]["flagged"] == 0
 
@@ -153,8 +175,9 @@ def test_an_md5_found_nowhere_makes_the_lineage_unknown_and_refuses_pretrained_c
     # a folder without pretraining.json (a hub model) is unknown too, and so is every model continued from it
     hub = model_folder(tmp_path / "hub", None)
     assert run_audit(tmp_path, hub).metrics["status"] == "unknown"
-    assert common_lineage.inherited(str(hub))["unknown"] == [f"{hub / 'pretraining.json'}: missing (a model of "
-                                                              "unknown pretraining)"]
+    assert common_lineage.inherited(str(hub))["unknown"] == [
+        f"{hub / 'pretraining.json'}: missing (a model of unknown pretraining)"
+    ]
 
     metrics = write_workspace(tmp_path / "ws")
     (tmp_path / "ws" / "metrics" / "leakage.json").write_text(json.dumps({"lineage": m}))
@@ -167,9 +190,13 @@ def test_an_md5_found_nowhere_makes_the_lineage_unknown_and_refuses_pretrained_c
 
 @pytest.mark.parametrize("init_from", ["scratch", "reference"])
 def test_scratch_and_the_packaged_reference_have_no_lineage_of_ours(tmp_path, init_from):
-    m = leakage_lineage.audit(load_params(ROOT / "params.yaml", overrides={"pretrain.init_from": init_from}).leakage,
-                              Paths(data=tmp_path, models=tmp_path, metrics=tmp_path, reports=tmp_path),
-                              *today(tmp_path), tokenize, None).metrics
+    m = leakage_lineage.audit(
+        load_params(ROOT / "params.yaml", overrides={"pretrain.init_from": init_from}).leakage,
+        Paths(data=tmp_path, models=tmp_path, metrics=tmp_path, reports=tmp_path),
+        *today(tmp_path),
+        tokenize,
+        None,
+    ).metrics
     assert (m["status"], m["files_checked"], m["eval_sets"]["news/test"]["flagged"]) == ("none", [], 0)
 
 
@@ -183,8 +210,9 @@ def test_the_stage_removes_the_leaked_eval_doc_and_counts_it(tmp_path):
     (paths.stage_data("split")).mkdir(parents=True)
     split_rows.to_parquet(paths.stage_data("split") / "news.parquet", index=False)
     pretrain.assign(source="web", role="pretrain").to_parquet(paths.stage_data("split") / "web.parquet", index=False)
-    cfg = leakage_cfg(model).model_copy(update={"semantic": leakage_cfg(model).semantic.model_copy(
-        update={"enabled": False})})
+    cfg = leakage_cfg(model).model_copy(
+        update={"semantic": leakage_cfg(model).semantic.model_copy(update={"enabled": False})}
+    )
 
     metrics = leakage.run(cfg, paths, NullLog())
 
@@ -206,8 +234,10 @@ def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp
     pretrain(make_cfg(max_steps=2), make_paths(corpus), NullLog())  # params.yaml's architecture: ModernBERT
     first = json.loads((corpus / "models" / "pretrained" / "pretraining.json").read_text())
     missing = (corpus / "data" / "leakage" / "bbc_b.parquet").as_posix()
-    assert first["data"] == [{"path": text.as_posix(), "md5": common_lineage.file_md5(text), "split": "train"},
-                             {"path": missing, "md5": None, "split": "train"}]  # bbc_b's text was never there
+    assert first["data"] == [
+        {"path": text.as_posix(), "md5": common_lineage.file_md5(text), "split": "train"},
+        {"path": missing, "md5": None, "split": "train"},
+    ]  # bbc_b's text was never there
     assert first["lineage"] == {"status": "none", "data": [], "unknown": []}
 
     night1 = shutil.copytree(corpus / "models" / "pretrained", tmp_path / "night1")
@@ -219,13 +249,19 @@ def test_pretrain_records_its_text_files_and_a_continued_model_inherits_them(tmp
     assert second["lineage"] == {"status": "known", "data": first["data"], "unknown": []}
     # today's audit of a model continued from night 2: bbc_a's bytes are found (one md5 under two paths: checked
     # once), bbc_b has no md5 to look for, under either night's path
-    m = run_audit(tmp_path, model_folder(tmp_path / "night3", {"data": [], "lineage": common_lineage.inherited(
-        str(tmp_path / "night2" / "models" / "pretrained"))})).metrics
+    m = run_audit(
+        tmp_path,
+        model_folder(
+            tmp_path / "night3",
+            {"data": [], "lineage": common_lineage.inherited(str(tmp_path / "night2" / "models" / "pretrained"))},
+        ),
+    ).metrics
     assert m["status"] == "unknown" and m["files_unresolved"] == 2
     assert [f["path"] for f in m["files_checked"]] == [night2_text]
     night2_missing = (tmp_path / "night2" / "data" / "leakage" / "bbc_b.parquet").as_posix()
-    assert m["unknown"] == [f"{p}: no md5 recorded (not there when that model was pretrained)"
-                            for p in (missing, night2_missing)]
+    assert m["unknown"] == [
+        f"{p}: no md5 recorded (not there when that model was pretrained)" for p in (missing, night2_missing)
+    ]
     assert m["eval_sets"]["news/dev"]["flagged_docs"] == ["news/d1"]
 
 
@@ -242,11 +278,16 @@ def test_the_eval_leakage_confounder_counts_the_lineage_flags_of_the_claims_slic
     from tasks.report.claims.grammar import Metrics
 
     entry = {"docs": 4, "rate_before": 0.25, "rate_after": 0.0}
-    lineage = {"status": "known", "action": "flag",
-               "eval_sets": {"bbc_news/test": {"docs": 4, "flagged": 1, "rate": 0.25, "flagged_docs": ["x"]}}}
+    lineage = {
+        "status": "known",
+        "action": "flag",
+        "eval_sets": {"bbc_news/test": {"docs": 4, "flagged": 1, "rate": 0.25, "flagged_docs": ["x"]}},
+    }
     (tmp_path / "leakage.json").write_text(json.dumps({"eval_sets": {"bbc_news/test": entry}, "lineage": lineage}))
     c = claim("pretrained/full/mean-pool", "random/full/mean-pool").model_copy(
-        update={"known_confounders": ["eval_leakage"]})  # data_slice bbc_news/test
+        update={"known_confounders": ["eval_leakage"]}
+    )  # data_slice bbc_news/test
     assert measure_confounders(c, Metrics(tmp_path)) == [
         "eval_leakage: 25.00% of 4 eval docs found in the pretraining corpus before the audit, 0.00% after; in the "
-        "init_from model's pretraining lineage (flagged, kept) 1 of 4"]
+        "init_from model's pretraining lineage (flagged, kept) 1 of 4"
+    ]

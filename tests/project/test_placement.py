@@ -18,20 +18,20 @@ import pytest
 import safetensors.torch
 import torch
 from datasets import load_from_disk
-from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
-from placement_harness import on_meta
-from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
-from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
-from leakage_fixtures import news_corpus, run_leakage, semantic_params
-from leakage_fixtures import params as leakage_params
 from transformers import masking_utils
 
 from clozeline import predict
+from finetune_fixtures import save_tiny_bert, tiny_params, two_model_workspace
+from leakage_fixtures import news_corpus, run_leakage, semantic_params
+from leakage_fixtures import params as leakage_params
+from placement_harness import on_meta
+from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
+from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
 from tasks import finetune, pretrain
-from tasks.common.runtime import device as dev
 from tasks.common.models import encoders
-from tasks.common.runtime.device import autocast, place
 from tasks.common.models.encoders import load_tokenizer, reference_model_dir
+from tasks.common.runtime import device as dev
+from tasks.common.runtime.device import autocast, place
 from tasks.config import read_yaml
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.export import convert
@@ -66,12 +66,17 @@ def cls_batch() -> dict:
 
 
 def ner_batch() -> dict:
-    exs = [{"input_ids": [2, 9, 10, 3], "labels": [-100, 1, 0, -100]}, {"input_ids": [2, 11, 3], "labels": [-100, 2, -100]}]
+    exs = [
+        {"input_ids": [2, 9, 10, 3], "labels": [-100, 1, 0, -100]},
+        {"input_ids": [2, 11, 3], "labels": [-100, 2, -100]},
+    ]
     return ner.collate(exs, pad_id=0)
 
 
-@pytest.mark.parametrize(("head", "n_labels", "make_batch"), [("mean-pool", 2, cls_batch), ("cls-pool", 2, cls_batch),
-                                                              ("first", 3, ner_batch)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("head", "n_labels", "make_batch"),
+    [("mean-pool", 2, cls_batch), ("cls-pool", 2, cls_batch), ("first", 3, ner_batch)],
+)
 def test_a_fine_tuning_step_runs_entirely_on_the_models_device(tmp_path, keep_every_mask, head, n_labels, make_batch):
     model = build_model("pretrained", save_tiny_bert(tmp_path / "m"), head, n_labels, "full", 0.1, 0).to(META)
     loss = train_step(model, place(make_batch(), META), META)
@@ -93,17 +98,27 @@ def blocks(n: int, with_padding: bool = False) -> dict:
     if with_padding:
         ids[0, -4:], attention[0, -4:] = 0, 0
     maskable = (attention == 1) & (ids > 4)
-    return {"input_ids": ids, "attention_mask": attention, "maskable": maskable,
-            "source_id": torch.zeros(n, dtype=torch.long), "source_names": ["s"]}  # fmt: skip
+    return {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "maskable": maskable,
+        "source_id": torch.zeros(n, dtype=torch.long),
+        "source_names": ["s"],
+    }
 
 
 @pytest.mark.parametrize("architecture", ["modernbert", "bert"])
 @pytest.mark.parametrize("with_padding", [False, True])
-def test_a_pretraining_step_and_an_evaluation_batch_run_entirely_on_the_models_device(tmp_path, keep_every_mask, architecture,
-                                                                                    with_padding):  # fmt: skip
+def test_a_pretraining_step_and_an_evaluation_batch_run_entirely_on_the_models_device(
+    tmp_path, keep_every_mask, architecture, with_padding
+):
     cfg = make_cfg(architecture=architecture, max_position_embeddings=SEQ, batch_size_blocks=4)
-    vocab = MaskingVocab(mask_token_id=4, special_ids=torch.arange(5), random_ids=torch.arange(5, VOCAB),
-                         continuation=torch.zeros(VOCAB, dtype=torch.bool))  # fmt: skip
+    vocab = MaskingVocab(
+        mask_token_id=4,
+        special_ids=torch.arange(5),
+        random_ids=torch.arange(5, VOCAB),
+        continuation=torch.zeros(VOCAB, dtype=torch.bool),
+    )
     model = build_mlm(cfg, VOCAB, SEQ, 0)
     train, heldout = blocks(12, with_padding), blocks(6)
     trainer = Trainer(cfg, model, vocab, train, heldout, Dist(0, 1, torch.device("cpu")), NullLog(), tmp_path)
@@ -265,8 +280,14 @@ def tiny_minilm(tmp_path_factory):
         if (reference_model_dir() / name).exists():
             shutil.copy(reference_model_dir() / name, folder / name)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)  # fmt: skip
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+    )
     BertModel(config, add_pooling_layer=False).save_pretrained(folder)
     return folder
 
@@ -275,8 +296,14 @@ def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tin
     """The stage's Encoder resolves hardware.device itself (auto -> CUDA on a GPU box), loads the encoder and
     embeds windows; 1e1da4d left the model on the CPU (place() passed it through) and crashed on CUDA."""
     raw = read_yaml("params.yaml")["leakage"]
-    raw["semantic"] = {**raw["semantic"], "enabled": True, "encoder": str(tiny_minilm), "window_tokens": 16,
-                       "stride_tokens": 14, "batch_size": 4}  # fmt: skip
+    raw["semantic"] = {
+        **raw["semantic"],
+        "enabled": True,
+        "encoder": str(tiny_minilm),
+        "window_tokens": 16,
+        "stride_tokens": 14,
+        "batch_size": 4,
+    }
     cfg = LeakageParams(**{**raw, "hardware": {"device": "cuda"}})
     texts = ["the ship entered the harbour at dawn and the crew went ashore for supplies", "a short one", ""]
     with on_meta(monkeypatch) as placement:
@@ -313,12 +340,16 @@ def on_cuda(cfg):
     return cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update={"device": "cuda"})})
 
 
-@pytest.mark.parametrize(("item", "configs"), [
-    ("cls", ["pretrained/full/cls-pool", "pretrained/frozen/mean-pool", "reference/full/mean-pool"]),
-    ("ner", ["pretrained/full/first", "pretrained/frozen/first"]),
-])  # fmt: skip
-def test_finetune_run_trains_predicts_and_pools_features_on_the_resolved_device(monkeypatch, finetune_workspace,
-                                                                                 item, configs):  # fmt: skip
+@pytest.mark.parametrize(
+    ("item", "configs"),
+    [
+        ("cls", ["pretrained/full/cls-pool", "pretrained/frozen/mean-pool", "reference/full/mean-pool"]),
+        ("ner", ["pretrained/full/first", "pretrained/frozen/first"]),
+    ],
+)
+def test_finetune_run_trains_predicts_and_pools_features_on_the_resolved_device(
+    monkeypatch, finetune_workspace, item, configs
+):
     """``finetune.run`` as DVC calls it, every arm kind on a device that is not the CPU: full fine-tuning (train
     steps, dev and test predictions, the selected model's retrain), a frozen encoder (cls: pooled features for
     the probe; ner: the head trained on it) and the reference encoder."""
@@ -363,14 +394,26 @@ def pretrain_corpus(tmp_path_factory):
 
 
 def pretrain_cfg(**changes):
-    return make_cfg(**{"max_steps": 4, "eval_every_steps": 2, "checkpoint_every_steps": 2, "log_every_steps": 1,
-                       "batch_size_blocks": 4, "eval_max_blocks": 4, **changes})  # fmt: skip
+    return make_cfg(
+        **{
+            "max_steps": 4,
+            "eval_every_steps": 2,
+            "checkpoint_every_steps": 2,
+            "log_every_steps": 1,
+            "batch_size_blocks": 4,
+            "eval_max_blocks": 4,
+            **changes,
+        }
+    )
 
 
-@pytest.mark.parametrize(("init_from", "architecture"), [("scratch", "modernbert"), ("scratch", "roberta-prelayernorm"),
-                                                         ("reference", "modernbert")])  # fmt: skip
-def test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device(monkeypatch, pretrain_corpus, tmp_path,
-                                                                              init_from, architecture):  # fmt: skip
+@pytest.mark.parametrize(
+    ("init_from", "architecture"),
+    [("scratch", "modernbert"), ("scratch", "roberta-prelayernorm"), ("reference", "modernbert")],
+)
+def test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device(
+    monkeypatch, pretrain_corpus, tmp_path, init_from, architecture
+):
     """``pretrain.run`` as DVC calls it (``setup_distributed`` resolves ``hardware.device``): train steps, the
     held-out evaluations, checkpoints and the fill-mask check, from a fresh model and from the packaged MiniLM
     (``init_from: reference``, loaded with ``from_pretrained``)."""
@@ -412,8 +455,14 @@ def test_a_stage_that_leaves_its_model_on_the_host_is_caught(monkeypatch, finetu
     params = tiny_params(["pretrained/full/cls-pool"], ["pretrained/full/first"], [3], operational=True)
     rows = load_from_disk(str(paths.data / "tokenize" / "cls" / "clozeline" / "test")).to_list()
     with on_meta(monkeypatch) as placement, pytest.raises(RuntimeError, match="meta"):
-        operational.measure_saved(folder, cls.collate, cls.examples(rows, params.task("cls"), "first"), 0,
-                                  params.operational, str(dev.resolve("cuda")))  # fmt: skip
+        operational.measure_saved(
+            folder,
+            cls.collate,
+            cls.examples(rows, params.task("cls"), "first"),
+            0,
+            params.operational,
+            str(dev.resolve("cuda")),
+        )
     assert placement.leaks and "weights on the host" in placement.leaks[0]
 
 
@@ -428,20 +477,30 @@ def exports(finetune_workspace, tmp_path_factory):
     root, out = tmp_path_factory.mktemp("exports"), {}
     for item, kind, head in (("cls", "classification", "mean-pool"), ("ner", "token_classification", "first")):
         labels = json.loads((paths.data / "tokenize" / item / "clozeline" / "labels.json").read_text())
-        selected = save_model(build_model("pretrained", paths.models / "pretrained", head, len(labels), "full", 0.1, 0),
-                              root / item / "selected")  # fmt: skip
+        selected = save_model(
+            build_model("pretrained", paths.models / "pretrained", head, len(labels), "full", 0.1, 0),
+            root / item / "selected",
+        )
         load_tokenizer(paths.models / "pretrained").save_pretrained(selected)
-        record = {"run": f"pretrained/full/{head}", "seed": 0, "labels": labels,
-                  "input": {"max_seq_len_tokens": 10, "truncation": "head", "head_tokens": 0}}  # fmt: skip
+        record = {
+            "run": f"pretrained/full/{head}",
+            "seed": 0,
+            "labels": labels,
+            "input": {"max_seq_len_tokens": 10, "truncation": "head", "head_tokens": 0},
+        }
         (selected / "selected.json").write_text(json.dumps(record))
         convert.build(selected, root / item / "model", kind, (16, 4))
         out[kind] = (root / item / "model", labels)
     return out
 
 
-RAW = {"classification": [{"doc_id": "a", "text": "the match ended in a draw"}, {"doc_id": "b", "text": "chips"}],
-       "token_classification": [{"doc_id": "a", "words": "john visited paris in the spring of that year".split()},
-                                {"doc_id": "b", "words": ["ok"]}]}  # fmt: skip
+RAW = {
+    "classification": [{"doc_id": "a", "text": "the match ended in a draw"}, {"doc_id": "b", "text": "chips"}],
+    "token_classification": [
+        {"doc_id": "a", "words": "john visited paris in the spring of that year".split()},
+        {"doc_id": "b", "words": ["ok"]},
+    ],
+}
 
 
 @pytest.mark.parametrize("kind", ["classification", "token_classification"])

@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from placement_layout import sites
 
 pytestmark = pytest.mark.placement
@@ -16,8 +17,10 @@ pytestmark = pytest.mark.placement
 TESTS = Path(__file__).resolve().parents[1]
 PLACEMENT_FILES = ("project/test_placement.py", "probe/test_probe_placement.py")
 
-LEAKAGE = ["test_leakage_semantic_encoder_embeds_on_the_resolved_device",
-           "test_leakage_run_audits_semantically_on_the_resolved_device"]
+LEAKAGE = [
+    "test_leakage_semantic_encoder_embeds_on_the_resolved_device",
+    "test_leakage_run_audits_semantically_on_the_resolved_device",
+]
 FINETUNE = ["test_finetune_run_trains_predicts_and_pools_features_on_the_resolved_device"]
 OPERATIONAL = ["test_finetune_inference_cost_is_timed_on_the_resolved_device"]
 PRETRAIN = ["test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device"]
@@ -34,8 +37,8 @@ COVERED = {
     "tasks/common/models/encoders.py::_seeded_init": PROBE,  # the random variant (encoder and masked LM)
     "tasks/common/models/encoders.py::load_encoder": FINETUNE + PROBE,
     "tasks/common/models/encoders.py::load_masked_lm": PROBE,
-    "tasks/finetune/arms/model.py::build_model":
-        FINETUNE + ["test_a_fine_tuning_step_runs_entirely_on_the_models_device"],
+    "tasks/finetune/arms/model.py::build_model": FINETUNE
+    + ["test_a_fine_tuning_step_runs_entirely_on_the_models_device"],
     "tasks/finetune/arms/model.py::load_model": OPERATIONAL,
     "tasks/finetune/arms/training.py::train_and_test": FINETUNE,
     "tasks/finetune/arms/training.py::train": FINETUNE,  # the best epoch's state loaded back into the model
@@ -67,9 +70,11 @@ def placement_tests() -> set[str]:
 def test_every_module_built_or_loaded_in_tasks_has_a_placement_test():
     found = sites()
     missing = {key: lines for key, lines in found.items() if key not in COVERED}
-    assert not missing, ("call sites that build or load a torch module without a placement test (run them with "
-                         "tests/placement_harness.on_meta and list them in COVERED): "
-                         + "; ".join(f"{key} at {', '.join(lines)}" for key, lines in sorted(missing.items())))
+    assert not missing, (
+        "call sites that build or load a torch module without a placement test (run them with "
+        "tests/placement_harness.on_meta and list them in COVERED): "
+        + "; ".join(f"{key} at {', '.join(lines)}" for key, lines in sorted(missing.items()))
+    )
     stale = sorted(set(COVERED) - set(found))
     assert not stale, f"COVERED names sites that no longer build or load a module: {stale}"
 
@@ -85,7 +90,8 @@ def test_the_scan_finds_a_new_call_site(tmp_path, monkeypatch):
 
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "newstage.py").write_text(
-        "from transformers import AutoModel\n\n\ndef embed(folder):\n    return AutoModel.from_pretrained(folder)\n")
+        "from transformers import AutoModel\n\n\ndef embed(folder):\n    return AutoModel.from_pretrained(folder)\n"
+    )
     monkeypatch.setattr(placement_layout, "ROOT", tmp_path)
     monkeypatch.setattr(placement_layout, "SCANNED", ("tasks",))
     assert placement_layout.sites() == {"tasks/newstage.py::embed": ["tasks/newstage.py:5"]}
@@ -98,7 +104,8 @@ def test_a_safetensors_header_read_into_numpy_is_not_a_site_but_one_into_torch_i
     (tmp_path / "tasks" / "check.py").write_text(
         "from safetensors import safe_open\n\n\ndef header(path):\n    return safe_open(path, 'np')\n\n\n"
         "def named(path):\n    return safe_open(path, framework='np')\n\n\n"
-        "def weights(path):\n    return safe_open(path, framework='pt')\n")  # fmt: skip
+        "def weights(path):\n    return safe_open(path, framework='pt')\n"
+    )
     monkeypatch.setattr(placement_layout, "ROOT", tmp_path)
     monkeypatch.setattr(placement_layout, "SCANNED", ("tasks",))
     assert placement_layout.sites() == {"tasks/check.py::weights": ["tasks/check.py:13"]}

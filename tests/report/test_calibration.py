@@ -80,8 +80,7 @@ def test_brier_matches_sklearn_and_a_hand_value():
     # 3 classes by hand: (0.3^2 + 0.2^2 + 0.1^2) = 0.14 and (0.1^2 + 0.7^2 + 0.6^2) = 0.86 -> mean 0.5
     probs, gold = [[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]], [0, 1]
     assert cal.brier(probs, gold) == pytest.approx(0.5)
-    assert cal.brier(probs, gold) == pytest.approx(brier_score_loss(gold, probs, labels=[0, 1, 2],
-                                                                    scale_by_half=False))
+    assert cal.brier(probs, gold) == pytest.approx(brier_score_loss(gold, probs, labels=[0, 1, 2], scale_by_half=False))
 
 
 def test_cls_confidence_is_the_top_probability_and_correct_its_argmax():
@@ -113,17 +112,31 @@ def _write(folder, task, key, seed, rows):
 
 
 def test_load_calibration_reads_cls_and_ner_files_in_doc_id_order(tmp_path):
-    _write(tmp_path, "cls", "a/full/cls-pool", 1, [
-        {"doc_id": "d2", "gold": "y", "pred": "x", "probs": [0.7, 0.3]},
-        {"doc_id": "d1", "gold": "y", "pred": "y", "probs": [0.2, 0.8]}])
+    _write(
+        tmp_path,
+        "cls",
+        "a/full/cls-pool",
+        1,
+        [
+            {"doc_id": "d2", "gold": "y", "pred": "x", "probs": [0.7, 0.3]},
+            {"doc_id": "d1", "gold": "y", "pred": "y", "probs": [0.2, 0.8]},
+        ],
+    )
     arm = load_calibration(tmp_path, "cls", "a/full/cls-pool", [1], ["x", "y"], "cls")
     units = arm.per_seed[0]
     assert arm.doc_ids == ("d1", "d2") and arm.seeds == (1,)
     assert units.confidence.tolist() == [0.8, 0.7] and units.correct.tolist() == [True, False]
     assert units.brier == pytest.approx([0.2**2 + 0.2**2, 0.7**2 + 0.7**2])
-    _write(tmp_path, "ner", "b/full/first", 0, [
-        {"doc_id": "s1", "gold": ["B-PER", "O"], "pred": ["B-PER", "B-LOC"], "probs": [0.9, 0.6]},
-        {"doc_id": "s0", "gold": ["O"], "pred": ["O"], "probs": [0.99]}])
+    _write(
+        tmp_path,
+        "ner",
+        "b/full/first",
+        0,
+        [
+            {"doc_id": "s1", "gold": ["B-PER", "O"], "pred": ["B-PER", "B-LOC"], "probs": [0.9, 0.6]},
+            {"doc_id": "s0", "gold": ["O"], "pred": ["O"], "probs": [0.99]},
+        ],
+    )
     units = load_calibration(tmp_path, "ner", "b/full/first", [0], [], "ner").per_seed[0]
     # s0 has no span; s1 (item 1) has PER 0 (right) and LOC 1 (spurious)
     assert units.item.tolist() == [1, 1] and units.confidence == pytest.approx([0.9, 0.6])
@@ -158,8 +171,10 @@ def test_the_vectorised_bootstrap_ece_is_the_ece_of_the_repeated_sample():
         n_bins = 15 if trial % 2 else int(rng.integers(1, 8))
         order = np.argsort(conf, kind="stable")
         got = cal._weighted_ece(conf[order], correct[order].astype(float), weights[:, order], n_bins)
-        expected = [0.0] + [cal.ece(np.repeat(conf, w.astype(int)), np.repeat(correct, w.astype(int)), n_bins)
-                            if w.sum() else 0.0 for w in weights[1:]]
+        expected = [0.0] + [
+            cal.ece(np.repeat(conf, w.astype(int)), np.repeat(correct, w.astype(int)), n_bins) if w.sum() else 0.0
+            for w in weights[1:]
+        ]
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
 

@@ -45,22 +45,35 @@ def write_curve(root: Path, wrong: dict[str, int]) -> Metrics:
         values = []
         for seed in seeds:
             pred = _preds(n_wrong, seed)
-            lines = [json.dumps({"doc_id": f"d{i:02d}", "gold": g, "pred": p}) for i, (g, p) in
-                     enumerate(zip(GOLD, pred, strict=True))]  # fmt: skip
+            lines = [
+                json.dumps({"doc_id": f"d{i:02d}", "gold": g, "pred": p})
+                for i, (g, p) in enumerate(zip(GOLD, pred, strict=True))
+            ]
             (folder / f"seed{seed}.test.jsonl").write_text("\n".join(lines) + "\n")
             values.append(float(f1_score(GOLD, pred, labels=LABELS, average="macro")))
         runs[key] = {"test_macro_f1": {"per_seed": values, "seeds": seeds}, "diverged_seeds": []}
     arms = ["pretrained/full/mean-pool", "random/full/mean-pool"]
-    curve = {"sizes": [8, 40], "configs": arms,
-             "runs": {"n8": {a: a.replace("/full", "@n8/full", 1) for a in arms}, "n40": {a: a for a in arms}},
-             "selection": {"n8": {"best_arm": "pretrained@n8/full/mean-pool",
-                                  "best_baseline": "baseline/tfidf-lr/clozeline-cut@n8"},
-                           "n40": {"best_arm": "pretrained/full/mean-pool",
-                                   "best_baseline": "baseline/tfidf-lr/clozeline-cut"}}}
-    metrics = {"kind": "classification", "metric": "test_macro_f1", "labels": LABELS, "runs": runs,
-               "selection": {"best_arm": "pretrained/full/mean-pool", "dev": {},
-                             "best_baseline": "baseline/tfidf-lr/clozeline-cut"},
-               "learning_curve": curve}
+    curve = {
+        "sizes": [8, 40],
+        "configs": arms,
+        "runs": {"n8": {a: a.replace("/full", "@n8/full", 1) for a in arms}, "n40": {a: a for a in arms}},
+        "selection": {
+            "n8": {"best_arm": "pretrained@n8/full/mean-pool", "best_baseline": "baseline/tfidf-lr/clozeline-cut@n8"},
+            "n40": {"best_arm": "pretrained/full/mean-pool", "best_baseline": "baseline/tfidf-lr/clozeline-cut"},
+        },
+    }
+    metrics = {
+        "kind": "classification",
+        "metric": "test_macro_f1",
+        "labels": LABELS,
+        "runs": runs,
+        "selection": {
+            "best_arm": "pretrained/full/mean-pool",
+            "dev": {},
+            "best_baseline": "baseline/tfidf-lr/clozeline-cut",
+        },
+        "learning_curve": curve,
+    }
     (root / "metrics" / "finetune").mkdir(parents=True, exist_ok=True)
     (root / "metrics" / "finetune" / "cls.json").write_text(json.dumps(metrics))
     items = [json.dumps({"doc_id": f"d{i:02d}", "n_words": 10, "train_overlap": False}) for i in range(len(GOLD))]
@@ -70,20 +83,34 @@ def write_curve(root: Path, wrong: dict[str, int]) -> Metrics:
 
 def interaction(min_effect: float = 0.0) -> Claim:
     """(pretrained - random) at 8 docs against (pretrained - random) at 40, in the gap grammar of claims.yaml."""
-    return Claim(id="gap", statement="s", evidence="extrinsic", kind="difference", task="cls", data_slice="t",
-                 metric="test_macro_f1", ablation="x",
-                 treatment="finetune/cls/pretrained@n8/full/mean-pool - random@n8/full/mean-pool",
-                 baseline="finetune/cls/pretrained/full/mean-pool - random/full/mean-pool",
-                 min_effect=min_effect, known_confounders=[])
+    return Claim(
+        id="gap",
+        statement="s",
+        evidence="extrinsic",
+        kind="difference",
+        task="cls",
+        data_slice="t",
+        metric="test_macro_f1",
+        ablation="x",
+        treatment="finetune/cls/pretrained@n8/full/mean-pool - random@n8/full/mean-pool",
+        baseline="finetune/cls/pretrained/full/mean-pool - random/full/mean-pool",
+        min_effect=min_effect,
+        known_confounders=[],
+    )
 
 
 def _f1(n_wrong: int) -> float:
     return float(np.mean([f1_score(GOLD, _preds(n_wrong, s), average="macro") for s in SEEDS]))
 
 
-PLANTED = {"pretrained@n8/full/mean-pool": 6, "random@n8/full/mean-pool": 24,  # a gap of 18 docs at 8
-           "pretrained/full/mean-pool": 3, "random/full/mean-pool": 6,  # 3 docs at 40
-           "baseline/tfidf-lr/clozeline-cut@n8": 24, "baseline/tfidf-lr/clozeline-cut": 4}
+PLANTED = {
+    "pretrained@n8/full/mean-pool": 6,
+    "random@n8/full/mean-pool": 24,  # a gap of 18 docs at 8
+    "pretrained/full/mean-pool": 3,
+    "random/full/mean-pool": 6,  # 3 docs at 40
+    "baseline/tfidf-lr/clozeline-cut@n8": 24,
+    "baseline/tfidf-lr/clozeline-cut": 4,
+}
 
 
 def test_a_planted_larger_gap_at_few_docs_is_supported(tmp_path):
@@ -113,8 +140,12 @@ def test_equal_gaps_are_not_supported_and_a_reversed_gap_is_contradicted(tmp_pat
     row = evaluate(interaction(), write_curve(tmp_path / "eq", equal), Lock({}), STATS)
     assert abs(row.difference.mean) < 0.01 and row.difference.low < 0 < row.difference.high
     assert row.verdict != "supported"
-    reversed_gap = {**PLANTED, "pretrained@n8/full/mean-pool": 20, "random@n8/full/mean-pool": 20,
-                    "random/full/mean-pool": 18}  # no gap at 8 docs, 15 at 40
+    reversed_gap = {
+        **PLANTED,
+        "pretrained@n8/full/mean-pool": 20,
+        "random@n8/full/mean-pool": 20,
+        "random/full/mean-pool": 18,
+    }  # no gap at 8 docs, 15 at 40
     row = evaluate(interaction(), write_curve(tmp_path / "rev", reversed_gap), Lock({}), STATS)
     assert row.difference.high < 0 and row.verdict == "contradicted"
 
@@ -135,10 +166,22 @@ def test_best_arm_at_a_size_resolves_through_the_learning_curve(tmp_path):
     assert sized("finetune/cls/best-baseline@n8", metrics) == "finetune/cls/baseline/tfidf-lr/clozeline-cut@n8"
     assert sized("finetune/cls/best-arm", metrics) == "finetune/cls/best-arm"  # the full-size selection, unchanged
     assert resolve(sized("finetune/cls/best-arm@n40", metrics), "test_macro_f1", metrics).run_key == (
-        "pretrained/full/mean-pool")
-    claim = Claim(id="b", statement="s", evidence="extrinsic", kind="difference", task="cls", data_slice="t",
-                  metric="test_macro_f1", treatment="finetune/cls/best-arm@n8", ablation="x", min_effect=0.02,
-                  baseline="finetune/cls/best-baseline@n8", known_confounders=[])
+        "pretrained/full/mean-pool"
+    )
+    claim = Claim(
+        id="b",
+        statement="s",
+        evidence="extrinsic",
+        kind="difference",
+        task="cls",
+        data_slice="t",
+        metric="test_macro_f1",
+        treatment="finetune/cls/best-arm@n8",
+        ablation="x",
+        min_effect=0.02,
+        baseline="finetune/cls/best-baseline@n8",
+        known_confounders=[],
+    )
     row = evaluate(claim, metrics, Lock({}), STATS)
     assert row.difference.mean == pytest.approx(_f1(6) - f1_score(GOLD, _preds(24, 0), average="macro"))
     assert row.verdict == "supported"
@@ -168,5 +211,7 @@ def test_the_claims_file_holds_the_learning_curve_claims():
         assert gap.baseline == f"finetune/{task}/pretrained/full/{head} - random/full/{head}"
         for size in (small, large):
             best = claims[f"best-arm-beats-best-baseline-at-{size}-docs-{task}"]
-            assert (best.treatment, best.baseline) == (f"finetune/{task}/best-arm@n{size}",
-                                                       f"finetune/{task}/best-baseline@n{size}")
+            assert (best.treatment, best.baseline) == (
+                f"finetune/{task}/best-arm@n{size}",
+                f"finetune/{task}/best-baseline@n{size}",
+            )

@@ -49,8 +49,9 @@ def _arms(rng: np.random.Generator, n: int, p_treat: float, p_base: float) -> li
 def _detected(rng: np.random.Generator, n: int, effect: float, seed: int, alpha: float) -> bool:
     """Plant ``effect`` (accuracies 0.5 +- effect / 2, so each arm's variance stays ~0.25) on ``n`` fresh items;
     detected = the two-sided ``1 - alpha`` percentile CI of the hierarchical bootstrap excludes 0 above."""
-    reps = bs.hierarchical_bootstrap(_arms(rng, n, 0.5 + effect / 2, 0.5 - effect / 2), bs.accuracy_from_counts,
-                                     300, seed, shared_seeds=True)
+    reps = bs.hierarchical_bootstrap(
+        _arms(rng, n, 0.5 + effect / 2, 0.5 - effect / 2), bs.accuracy_from_counts, 300, seed, shared_seeds=True
+    )
     return bs.percentile_ci(reps[:, 0] - reps[:, 1], 1 - alpha)[0] > 0
 
 
@@ -72,15 +73,18 @@ def test_a_planted_effect_at_the_mde_is_detected_about_80_percent_of_the_time():
 
 def test_an_item_level_claim_reports_the_mde_of_its_bootstrap(tmp_path):
     metrics = write_workspace(tmp_path)
-    row = evaluate(claim("pretrained/full/mean-pool", "random/full/mean-pool", min_effect=0.3), metrics, Lock({}),
-                   STATS)
+    row = evaluate(
+        claim("pretrained/full/mean-pool", "random/full/mean-pool", min_effect=0.3), metrics, Lock({}), STATS
+    )
     # the same bootstrap as the CI: the 95% percentile interval's half-width is ~1.96 SE for a near-normal spread
     half_width = (row.difference.high - row.difference.low) / 2
     assert row.power.se == pytest.approx(half_width / stats.norm.ppf(0.975), rel=0.15)
     assert row.power.mde == pytest.approx(row.power.se * (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)))
     assert row.power.n == 20 and row.power.unit == "test items"
-    deltas = [f1_score(GOLD, t, average="macro") - f1_score(GOLD, b, average="macro")
-              for t, b in zip(ARMS["pretrained/full/mean-pool"].values(), ARMS["random/full/mean-pool"].values())]
+    deltas = [
+        f1_score(GOLD, t, average="macro") - f1_score(GOLD, b, average="macro")
+        for t, b in zip(ARMS["pretrained/full/mean-pool"].values(), ARMS["random/full/mean-pool"].values())
+    ]
     assert row.difference.mean == pytest.approx(np.mean(deltas))
 
 
@@ -141,7 +145,9 @@ def test_an_upper_bound_claim_row_carries_its_mde():
     # 12/300 = 0.04: the Clopper-Pearson upper end (about 0.069) is above 0.05, and the gap 0.01 is below the MDE
     assert row.verdict == "inconclusive" and row.power.unit == "planted docs" and row.power.n == 300
     assert row.power.mde == pytest.approx(bound_power_mde(300))
-    assert verdict_cell(row).startswith(f"inconclusive (underpowered: MDE {row.power.mde:.4f} > gap to the bound 0.0100")
+    assert verdict_cell(row).startswith(
+        f"inconclusive (underpowered: MDE {row.power.mde:.4f} > gap to the bound 0.0100"
+    )
 
 
 def bound_power_mde(n: int) -> float:

@@ -51,6 +51,7 @@ def test_a_second_pretraining_seed_widens_the_ci_and_the_point_is_the_mean_of_ev
 
 
 def test_a_claim_without_our_encoder_has_no_pretraining_note(tmp_path):
-    row = evaluate(claim("random/full/mean-pool", "baseline/tfidf-lr/full-text"), write_workspace(tmp_path),
-                   Lock({}), STATS)  # fmt: skip
+    row = evaluate(
+        claim("random/full/mean-pool", "baseline/tfidf-lr/full-text"), write_workspace(tmp_path), Lock({}), STATS
+    )
     assert not any("pretraining" in n for n in row.notes)

@@ -22,8 +22,12 @@ B = ("u", "u", "v", "v"), [0.5, 0.1, 0.1, 0.1, 0.1, 0.3]  # within 0.4, across 0
 
 
 def _arm(*words, label="arm") -> pb.SenseCosines:
-    return pb.SenseCosines(tuple(f"w{i}" for i in range(len(words))), tuple(w[0] for w in words),
-                           tuple(np.asarray(w[1], dtype=float) for w in words), label)
+    return pb.SenseCosines(
+        tuple(f"w{i}" for i in range(len(words))),
+        tuple(w[0] for w in words),
+        tuple(np.asarray(w[1], dtype=float) for w in words),
+        label,
+    )
 
 
 def _constant(n_per_sense: int, within: float, across: float) -> tuple[tuple[str, ...], list[float]]:
@@ -83,8 +87,10 @@ def test_sentences_add_variance_and_the_arms_share_the_draws():
 
 def test_sense_estimate_of_a_planted_difference():
     base = _arm(A, B, A, B, label="base")
-    lifted = [(labels, [c + (0.2 if labels[i] == labels[j] else 0.0) for c, (i, j) in
-                        zip(cos, zip(*np.triu_indices(4, 1)))]) for labels, cos in (A, B, A, B)]
+    lifted = [
+        (labels, [c + (0.2 if labels[i] == labels[j] else 0.0) for c, (i, j) in zip(cos, zip(*np.triu_indices(4, 1)))])
+        for labels, cos in (A, B, A, B)
+    ]
     fields = pb.sense_estimate(_claim(0.05), _arm(*lifted, label="treat"), base, STATS)
     assert fields["difference"].mean == pytest.approx(0.2)  # every within pair +0.2
     assert fields["verdict"] == "supported" and fields["items"] == "4 words x 4-4 sentences"
@@ -92,9 +98,20 @@ def test_sense_estimate_of_a_planted_difference():
 
 
 def _claim(min_effect: float, baseline: str = "probe/reference/shuffled/last") -> Claim:
-    return Claim(id="senses", statement="s", evidence="behavioural", kind="difference", task="probe",
-                 data_slice="senses.jsonl", metric="separation", treatment="probe/reference/layer/last",
-                 baseline=baseline, ablation="word order", min_effect=min_effect, known_confounders=[])
+    return Claim(
+        id="senses",
+        statement="s",
+        evidence="behavioural",
+        kind="difference",
+        task="probe",
+        data_slice="senses.jsonl",
+        metric="separation",
+        treatment="probe/reference/layer/last",
+        baseline=baseline,
+        ablation="word order",
+        min_effect=min_effect,
+        known_confounders=[],
+    )
 
 
 def _probe_metrics(tmp_path, with_cosines: bool = True) -> Metrics:
@@ -102,16 +119,27 @@ def _probe_metrics(tmp_path, with_cosines: bool = True) -> Metrics:
     sentences separate the senses of word a (A) and word b (B), their shuffled controls do not (0.5 flat)."""
     words = {"a": {"lines": [1, 2, 3, 4], "senses": list(A[0])}, "b": {"lines": [5, 6, 7, 8], "senses": list(B[0])}}
     flat = [0.5] * 6
-    cosines = {"reference": {"real": {"a": [flat, A[1]], "b": [flat, B[1]]},
-                             "shuffled": {"a": [flat, flat], "b": [flat, flat]}}}
+    cosines = {
+        "reference": {
+            "real": {"a": [flat, A[1]], "b": [flat, B[1]]},
+            "shuffled": {"a": [flat, flat], "b": [flat, flat]},
+        }
+    }
     path = tmp_path / "data" / "probe" / "sentence_cosines.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"words": words, "variants": cosines}), encoding="utf-8")
+
     def model(a, b):
-        return {"layers": 2, "separation": [0.0, (a + b) / 2], "per_word": {"a": {"separation": [0.0, a]},
-                                                                         "b": {"separation": [0.0, b]}}}
-    probe = {"models": {"reference": model(0.65, 0.3)}, "shuffled_control": {"seed": 0, "models": {
-        "reference": model(0.0, 0.0)}}}
+        return {
+            "layers": 2,
+            "separation": [0.0, (a + b) / 2],
+            "per_word": {"a": {"separation": [0.0, a]}, "b": {"separation": [0.0, b]}},
+        }
+
+    probe = {
+        "models": {"reference": model(0.65, 0.3)},
+        "shuffled_control": {"seed": 0, "models": {"reference": model(0.0, 0.0)}},
+    }
     if with_cosines:
         probe["sentence_cosines"] = path.as_posix()
     (tmp_path / "metrics").mkdir()

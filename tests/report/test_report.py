@@ -118,8 +118,15 @@ def test_paired_bootstrap_is_seeded_and_brackets_the_mean():
 
 def _summary(values, seeds=(0, 1, 2)):
     mean = float(np.mean(values))
-    return {"per_seed": list(values), "seeds": list(seeds), "mean": mean, "std": float(np.std(values, ddof=1)),
-            "ci95_low": 0.0, "ci95_high": 1.0, "n": len(values)}
+    return {
+        "per_seed": list(values),
+        "seeds": list(seeds),
+        "mean": mean,
+        "std": float(np.std(values, ddof=1)),
+        "ci95_low": 0.0,
+        "ci95_high": 1.0,
+        "n": len(values),
+    }
 
 
 def _run(metric_values: dict, run_id: str, diverged=(), details=None):
@@ -130,8 +137,13 @@ def _run(metric_values: dict, run_id: str, diverged=(), details=None):
 
 def _leak(docs, pretrain, task_train):
     """One eval set of metrics/leakage.json: headline rates = pretraining side, task_train_rate_* = task side."""
-    return {"docs": docs, "rate_before": pretrain[0], "rate_after": pretrain[1],
-            "task_train_rate_before": task_train[0], "task_train_rate_after": task_train[1]}
+    return {
+        "docs": docs,
+        "rate_before": pretrain[0],
+        "rate_after": pretrain[1],
+        "task_train_rate_before": task_train[0],
+        "task_train_rate_after": task_train[1],
+    }
 
 
 def _pairs(passed: dict[str, int], n: int = 40) -> dict:
@@ -141,60 +153,151 @@ def _pairs(passed: dict[str, int], n: int = 40) -> dict:
     variants = {}
     for variant, k in passed.items():
         outcome = [1] * k + [0] * (n - k)
-        per = {ph: {"pairs": n // 2, "passed": sum(o for o, it in zip(outcome, items) if it["phenomenon"] == ph),
-                    "ties": 0, "length_mismatched": 0} for ph in ("agreement_attractor", "negation")}
+        per = {
+            ph: {
+                "pairs": n // 2,
+                "passed": sum(o for o, it in zip(outcome, items) if it["phenomenon"] == ph),
+                "ties": 0,
+                "length_mismatched": 0,
+            }
+            for ph in ("agreement_attractor", "negation")
+        }
         for table in per.values():
             table["accuracy"] = table["passed"] / table["pairs"]
-        variants[variant] = {"all": {"pairs": n, "passed": k, "ties": 0, "accuracy": k / n, "length_mismatched": 0},
-                             "per_phenomenon": per, "passed": outcome}
-    return {"file": "pairs.jsonl", "method": "PLL", "pairs": n, "items": items, "variants": variants,
-            "phenomena": {"agreement_attractor": n // 2, "negation": n // 2}}
+        variants[variant] = {
+            "all": {"pairs": n, "passed": k, "ties": 0, "accuracy": k / n, "length_mismatched": 0},
+            "per_phenomenon": per,
+            "passed": outcome,
+        }
+    return {
+        "file": "pairs.jsonl",
+        "method": "PLL",
+        "pairs": n,
+        "items": items,
+        "variants": variants,
+        "phenomena": {"agreement_attractor": n // 2, "negation": n // 2},
+    }
 
 
 def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
     """Hand-made metrics files following tasks/CONTRACTS.md."""
     files = {
-        "finetune/cls": {"kind": "classification", "metric": "test_macro_f1", "runs": {
-            "pretrained/full/mean-pool": _run({"test_macro_f1": TREAT, "test_accuracy": TREAT}, "run-pf", details={
-                "confusion_matrix": {"labels": ["biz", "sport"], "matrix": [[40, 2], [3, 55]]},
-                "accuracy_by_length": {"truncated": {"docs": 25, "accuracy": 0.8},
-                                       "not_truncated": {"docs": 75, "accuracy": 0.9}}}),
-            "random/full/mean-pool": _run({"test_macro_f1": BASE, "test_accuracy": BASE}, "run-rf", diverged=[2]),
-            "pretrained/frozen/mean-pool": _run({"test_macro_f1": (0.70, 0.75, 0.80)}, "run-pz"),
-            "pretrained/full/cls-pool": _run({"test_macro_f1": (0.83, 0.80, 0.85)}, "run-pfm"),
-        }},
-        "finetune/ner": {"kind": "token_classification", "metric": "test_entity_f1", "runs": {
-            "pretrained/full/first": _run({"test_entity_f1": (0.30, 0.32, 0.31)}, "run-nf", details={
-                "span_errors": {"boundary": 30, "boundary_and_type": 4, "exact": 120, "missed": 80, "spurious": 25,
-                                "type": 12}}),
-            "random/full/first": _run({"test_entity_f1": (0.10, 0.12, 0.11)}, "run-nr"),
-        }},
-        "probe": {"models": {"pretrained": {
-            "layers": 3, "separation": [0.01, 0.05, 0.08], "within": [0.9, 0.8, 0.7], "across": [0.89, 0.75, 0.62],
-            "knn_accuracy": [0.5, 0.7, 0.8],
-            "per_word": {"bank": {"separation": [0.00, 0.06, 0.09]}, "bass": {"separation": [0.02, 0.05, 0.07]},
-                         "port": {"separation": [0.01, 0.04, 0.08]}}}},
-                  "shuffled_control": {"seed": 0, "models": {"pretrained": {  # the context words shuffled
-                      "layers": 3, "separation": [0.01, 0.03, 0.02],
-                      "per_word": {"bank": {"separation": [0.00, 0.02, 0.01]}, "bass": {"separation": [0.02, 0.04, 0.03]},
-                                   "port": {"separation": [0.01, 0.03, 0.02]}}}}},
-                  "static_baseline": {"layer": 0, "note": "only position embeddings differ"},
-                  "minimal_pairs": _pairs({"pretrained": 34, "random": 20, "unigram": 22})},
-        "leakage": {"eval_sets": {  # flagged task-train overlaps still count after the audit
-            "bbc_news/test": _leak(400, pretrain=(0.25, 0.0), task_train=(0.05, 0.05)),
-            "bbc_news/dev": _leak(200, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
-            "wnut16/test": _leak(300, pretrain=(0.0, 0.0), task_train=(0.01, 0.01))},
-            "planted": {"planted": 200, "found": 200, "missed": 0,
-                        "variants": {v: {"planted": 40, "found": 40, "missed": 0} for v in (
-                            "verbatim", "rewrapped", "in_filler", "replaced_every_20", "unicode")}},
-            "residual": {"detector": "pooled 8-gram coverage >= 0.1", "eval_docs": 900, "contaminated_docs": 0,
-                         "contaminated_docs_before": 140}},
-        "dedup": {"sources": {"bbc_news": {"docs_in": 2224, "exact_duplicates": 98, "near_duplicates": 12,
-                                           "clusters": 2110, "fraction_removed": 0.0495}}},
+        "finetune/cls": {
+            "kind": "classification",
+            "metric": "test_macro_f1",
+            "runs": {
+                "pretrained/full/mean-pool": _run(
+                    {"test_macro_f1": TREAT, "test_accuracy": TREAT},
+                    "run-pf",
+                    details={
+                        "confusion_matrix": {"labels": ["biz", "sport"], "matrix": [[40, 2], [3, 55]]},
+                        "accuracy_by_length": {
+                            "truncated": {"docs": 25, "accuracy": 0.8},
+                            "not_truncated": {"docs": 75, "accuracy": 0.9},
+                        },
+                    },
+                ),
+                "random/full/mean-pool": _run({"test_macro_f1": BASE, "test_accuracy": BASE}, "run-rf", diverged=[2]),
+                "pretrained/frozen/mean-pool": _run({"test_macro_f1": (0.70, 0.75, 0.80)}, "run-pz"),
+                "pretrained/full/cls-pool": _run({"test_macro_f1": (0.83, 0.80, 0.85)}, "run-pfm"),
+            },
+        },
+        "finetune/ner": {
+            "kind": "token_classification",
+            "metric": "test_entity_f1",
+            "runs": {
+                "pretrained/full/first": _run(
+                    {"test_entity_f1": (0.30, 0.32, 0.31)},
+                    "run-nf",
+                    details={
+                        "span_errors": {
+                            "boundary": 30,
+                            "boundary_and_type": 4,
+                            "exact": 120,
+                            "missed": 80,
+                            "spurious": 25,
+                            "type": 12,
+                        }
+                    },
+                ),
+                "random/full/first": _run({"test_entity_f1": (0.10, 0.12, 0.11)}, "run-nr"),
+            },
+        },
+        "probe": {
+            "models": {
+                "pretrained": {
+                    "layers": 3,
+                    "separation": [0.01, 0.05, 0.08],
+                    "within": [0.9, 0.8, 0.7],
+                    "across": [0.89, 0.75, 0.62],
+                    "knn_accuracy": [0.5, 0.7, 0.8],
+                    "per_word": {
+                        "bank": {"separation": [0.00, 0.06, 0.09]},
+                        "bass": {"separation": [0.02, 0.05, 0.07]},
+                        "port": {"separation": [0.01, 0.04, 0.08]},
+                    },
+                }
+            },
+            "shuffled_control": {
+                "seed": 0,
+                "models": {
+                    "pretrained": {  # the context words shuffled
+                        "layers": 3,
+                        "separation": [0.01, 0.03, 0.02],
+                        "per_word": {
+                            "bank": {"separation": [0.00, 0.02, 0.01]},
+                            "bass": {"separation": [0.02, 0.04, 0.03]},
+                            "port": {"separation": [0.01, 0.03, 0.02]},
+                        },
+                    }
+                },
+            },
+            "static_baseline": {"layer": 0, "note": "only position embeddings differ"},
+            "minimal_pairs": _pairs({"pretrained": 34, "random": 20, "unigram": 22}),
+        },
+        "leakage": {
+            "eval_sets": {  # flagged task-train overlaps still count after the audit
+                "bbc_news/test": _leak(400, pretrain=(0.25, 0.0), task_train=(0.05, 0.05)),
+                "bbc_news/dev": _leak(200, pretrain=(0.2, 0.0), task_train=(0.0, 0.0)),
+                "wnut16/test": _leak(300, pretrain=(0.0, 0.0), task_train=(0.01, 0.01)),
+            },
+            "planted": {
+                "planted": 200,
+                "found": 200,
+                "missed": 0,
+                "variants": {
+                    v: {"planted": 40, "found": 40, "missed": 0}
+                    for v in ("verbatim", "rewrapped", "in_filler", "replaced_every_20", "unicode")
+                },
+            },
+            "residual": {
+                "detector": "pooled 8-gram coverage >= 0.1",
+                "eval_docs": 900,
+                "contaminated_docs": 0,
+                "contaminated_docs_before": 140,
+            },
+        },
+        "dedup": {
+            "sources": {
+                "bbc_news": {
+                    "docs_in": 2224,
+                    "exact_duplicates": 98,
+                    "near_duplicates": 12,
+                    "clusters": 2110,
+                    "fraction_removed": 0.0495,
+                }
+            }
+        },
         "tokenize": {"cls": {"clozeline": {"truncation_rate": 0.125}, "reference": {"truncation_rate": 0.3}}},
-        "pretrain": {"heldout_loss": 5.1, "heldout_unigram_ce": 6.7, "heldout_gap_to_unigram_nats": 1.6,
-                     "heldout_mlm_accuracy": 0.3, "heldout_unigram_accuracy": 0.05, "heldout_masked_tokens": 1000,
-                     "hardware": {"device": "cpu", "count": 2}},
+        "pretrain": {
+            "heldout_loss": 5.1,
+            "heldout_unigram_ce": 6.7,
+            "heldout_gap_to_unigram_nats": 1.6,
+            "heldout_mlm_accuracy": 0.3,
+            "heldout_unigram_accuracy": 0.05,
+            "heldout_masked_tokens": 1000,
+            "hardware": {"device": "cpu", "count": 2},
+        },
     }
     folder.mkdir(parents=True, exist_ok=True)
     for name, body in files.items():
@@ -208,14 +311,24 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
 
 @pytest.fixture()
 def workspace(tmp_path):
-    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
-                  reports=tmp_path / "reports")
+    paths = Paths(
+        data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics", reports=tmp_path / "reports"
+    )
     paths.reports.mkdir(parents=True)
     shutil.copy(CLAIMS_YAML, paths.reports / "claims.yaml")
-    lock = {"schema": "2.0", "stages": {
-        "finetune@cls": {"cmd": "python -m tasks finetune cls", "deps": [
-            {"path": "data/tokenize", "md5": "aaaa.dir"}, {"path": "tasks/finetune/__init__.py", "md5": "code"}]},
-        "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]}}}
+    lock = {
+        "schema": "2.0",
+        "stages": {
+            "finetune@cls": {
+                "cmd": "python -m tasks finetune cls",
+                "deps": [
+                    {"path": "data/tokenize", "md5": "aaaa.dir"},
+                    {"path": "tasks/finetune/__init__.py", "md5": "code"},
+                ],
+            },
+            "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]},
+        },
+    }
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
     section = PARAMS.report.model_dump()  # with the default tasks and switches (ReportParams.setup)
     section.update(dvc_lock_file=str(tmp_path / "dvc.lock"), figure_dpi=50, max_diverged_seed_fraction=0.5)
@@ -256,9 +369,14 @@ def test_claim_rows_from_contract_metrics(workspace):
     assert cls.runs == [("cls/pretrained/full/mean-pool", "run-pf", ""), ("cls/random/full/mean-pool", "run-rf", "")]
     assert cls.data_md5 == {"data/tokenize": "aaaa.dir"}
     confounders = "\n".join(cls.confounders)
-    assert ("25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after; "
-            "task-train overlap (flagged, kept) 5.00% -> 5.00%") in confounders
-    assert "pretrained/full/mean-pool test docs cut at fine-tuning 25.00%, accuracy cut 0.8000 vs whole 0.9000" in confounders
+    assert (
+        "25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after; "
+        "task-train overlap (flagged, kept) 5.00% -> 5.00%"
+    ) in confounders
+    assert (
+        "pretrained/full/mean-pool test docs cut at fine-tuning 25.00%, accuracy cut 0.8000 vs whole 0.9000"
+        in confounders
+    )
     assert "4.95% of 2224 docs removed (98 exact, 12 near)" in confounders
     assert "clozeline 12.50%" in confounders and "random/full/mean-pool: 1" in confounders
     assert any("diverged seeds 2" in n for n in cls.notes)
@@ -273,7 +391,9 @@ def test_claim_rows_from_contract_metrics(workspace):
     probe = rows["contextual-layers-separate-senses"]
     assert probe.pairing.startswith("paired by word") and probe.difference.n == 3
     assert probe.difference.mean == pytest.approx(0.06)
-    assert probe.verdict == "supported" and "baseline: pretrained layer 2 of 0..2, shuffled-context control" in probe.notes
+    assert (
+        probe.verdict == "supported" and "baseline: pretrained layer 2 of 0..2, shuffled-context control" in probe.notes
+    )
     assert rows["reference-contextual-layers-separate-senses"].verdict == "not run"
     # residual leakage: 0 of 900 eval docs after; Clopper-Pearson upper 1 - 0.025^(1/900) < 0.01
     leak = rows["no-eval-leakage-after-audit"]
@@ -295,8 +415,10 @@ def test_a_failed_precondition_gives_not_resolvable_never_contradicted(workspace
     rows = _rows_by_id(cfg, paths)
     row = rows["pretraining-helps-cls"]
     assert row.verdict == "not resolvable"
-    assert row.reason == ("not resolvable: the pretrained encoder beats the unigram baseline by at least 1 nat on "
-                          "the held-out masks (pretrain/heldout_gap_to_unigram_nats >= 1), measured 0.31")
+    assert row.reason == (
+        "not resolvable: the pretrained encoder beats the unigram baseline by at least 1 nat on "
+        "the held-out masks (pretrain/heldout_gap_to_unigram_nats >= 1), measured 0.31"
+    )
     assert row.difference is not None  # the arms are still shown, only the verdict is withheld
     assert rows["no-eval-leakage-after-audit"].verdict == "supported"  # no precondition: unaffected
 
@@ -319,7 +441,8 @@ def test_intrinsic_and_behavioural_claims(workspace):
     heldout = rows["pretrained-mlm-predicts-heldout-masks"]
     assert heldout.verdict == "supported" and heldout.difference.mean == pytest.approx(0.25)
     assert (heldout.treatment.low, heldout.treatment.high) == pytest.approx(
-        tuple(binomtest(300, 1000).proportion_ci(0.95, method="exact")))
+        tuple(binomtest(300, 1000).proportion_ci(0.95, method="exact"))
+    )
     pairs = rows["pretrained-mlm-prefers-acceptable-minimal-pairs"]
     ci = binomtest(34, 40).proportion_ci(0.95, method="exact")
     assert (pairs.treatment.mean, pairs.treatment.low, pairs.treatment.high) == pytest.approx((0.85, ci.low, ci.high))
@@ -333,7 +456,8 @@ def test_intrinsic_and_behavioural_claims(workspace):
     report.link_stage_runs([pairs, heldout], {"probe": ("probe", "run-probe", "7")})
     assert pairs.runs == [("probe", "run-probe", "7")] and heldout.runs == []  # no pretrain run among the siblings
     assert render.run_links(pairs, "http://h:1") == [
-        render.Link("probe", "http://h:1/#/experiments/7/runs/run-probe?workflowType=machine_learning")]
+        render.Link("probe", "http://h:1/#/experiments/7/runs/run-probe?workflowType=machine_learning")
+    ]
 
     probe = json.loads((paths.metrics / "probe.json").read_text())
     probe["minimal_pairs"] = _pairs({"pretrained": 34, "random": 36, "unigram": 22})  # a length-biased set
@@ -375,20 +499,22 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert md.count("not run: ") >= 2 and "not drawn: " in md
     assert "- **pretrained model quality (metrics/pretrain.json)**:\n  - heldout_loss: 5.1" in md
     verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
-    counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| "))
-               for v in VERDICTS}
-    assert verdicts == ["**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items())
-                        + f" (of {len(claim_ids)} claims)"]
+    counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| ")) for v in VERDICTS}
+    assert verdicts == [
+        "**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items()) + f" (of {len(claim_ids)} claims)"
+    ]
     cls_row = next(line for line in md.splitlines() if line.startswith("| [pretraining-helps-cls]"))
     # the headline row: claim, arms with CIs, difference with CI (min_effect, units), verdict with Holm's p;
     # the t intervals over 3 seeds are those of test_claim_rows_from_contract_metrics. Holm runs within the primary
     # family: 4 tested claims here (ner-first-beats-all-subwords is not run), two-sided p: pretraining-helps-ner 0
     # (constant deltas), pretraining-helps-cls 2 * ttest_1samp([.10, .11, .12], .02) = 0.00409, full-beats-frozen
     # 0.102, mean-pool-beats-cls-pool 1; the cls claim is second smallest: 3 * 0.00409 = 0.0123
-    assert cls_row == ("| [pretraining-helps-cls](#pretraining-helps-cls) "
-                       "| treatment 0.8200 [0.7703, 0.8697]<br>baseline 0.7100 [0.6852, 0.7348] "
-                       "| 0.1100 [0.0852, 0.1348]<br>min_effect 0.02<br>n=3 "
-                       "| supported (Holm p 0.012 in the primary family) |")
+    assert cls_row == (
+        "| [pretraining-helps-cls](#pretraining-helps-cls) "
+        "| treatment 0.8200 [0.7703, 0.8697]<br>baseline 0.7100 [0.6852, 0.7348] "
+        "| 0.1100 [0.0852, 0.1348]<br>min_effect 0.02<br>n=3 "
+        "| supported (Holm p 0.012 in the primary family) |"
+    )
     details = md.split('<a id="pretraining-helps-cls"></a>')[1].split("### ")[0]
     assert "supported: CI lower bound 0.0852 > min_effect 0.02" in details
     # confounders and provenance are folded; run links are named by run, not by id
@@ -399,7 +525,9 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert listed >= 2
     assert "[cls/pretrained/full/mean-pool](http://127.0.0.1:5000/#/runs/run-pf)" in folded
     assert "data/tokenize: aaaa.dir" in folded and folded.rstrip().endswith("</details>")
-    assert "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in folded
+    assert (
+        "eval_leakage: 25.00% of 400 eval docs found in the pretraining corpus before the audit, 0.00% after" in folded
+    )
     assert '<a href="http://127.0.0.1:5000/#/runs/run-rf">cls/random/full/mean-pool</a>' in page
     assert ">run-rf<" not in page and "run-rf:" not in page
     # the forest plot sits between the headline table and the details
@@ -408,10 +536,20 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert sum(out["verdicts"].values()) == len(claim_ids)
     figures = sorted(p.name for p in (paths.reports / "figures").glob("*.png"))
     assert figures == ["cls_confusion.png", "forest.png", "pretrain_loss.png", "seeds_cls.png", "sense_separation.png"]
-    assert page.count("data:image/png;base64,") == 5 and "src=\"figures/" not in page
+    assert page.count("data:image/png;base64,") == 5 and 'src="figures/' not in page
     assert "![Pretraining loss curve](figures/pretrain_loss.png)" in md
-    for key in ("question", "git commit", "data snapshot", "preprocessing hash", "seeds", "hardware",
-                "library versions", "metric implementations", "ingest: data/ingest: bbbb.dir", "transformers"):
+    for key in (
+        "question",
+        "git commit",
+        "data snapshot",
+        "preprocessing hash",
+        "seeds",
+        "hardware",
+        "library versions",
+        "metric implementations",
+        "ingest: data/ingest: bbbb.dir",
+        "transformers",
+    ):
         assert key in md
     assert [p.name for p in report.report_files(paths)][:2] == ["claims.md", "claims.html"]
     table = [line for line in md[: md.index(f"## {render.SINCE}")].splitlines() if line.startswith("|")]
@@ -419,7 +557,8 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     groups = [line for line in table if line.startswith("| **")]
     assert [g.split()[1].strip("*") for g in groups] == list(EVIDENCE)  # one heading row per kind, in order
     assert sum(out["verdicts_by_evidence"]["behavioural"].values()) == sum(
-        c.evidence == "behavioural" for c in DEFAULT_CLAIMS.claims)
+        c.evidence == "behavioural" for c in DEFAULT_CLAIMS.claims
+    )
     # what dvc exp show, dvc plots show and the MLflow run description read
     assert json.loads((paths.metrics / "summary.json").read_text())["verdicts"] == out["verdicts"]
     with (paths.reports / "plots" / "forest.csv").open() as handle:
@@ -455,18 +594,33 @@ def test_html_opens_in_headless_chromium(workspace, tmp_path):
     report.run(cfg, paths, NullLog())
     assert len(list((paths.reports / "figures").glob("*.png"))) == 7
     page = (paths.reports / "claims.html").resolve()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run",
-             f"--user-data-dir={tmp_path / 'chromium-profile'}", "--enable-logging=stderr", "--v=0"]
-    dom = subprocess.run([str(CHROMIUM), *flags, "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
+    dom = subprocess.run(
+        [str(CHROMIUM), *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert '<table id="claims">' in dom.stdout and 'id="pretraining-helps-cls"' in dom.stdout
     console_errors = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
     assert console_errors == []
     shot = tmp_path / "claims.png"
-    subprocess.run([str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1400,900", page.as_uri()],
-                   capture_output=True, text=True, timeout=120, check=True)
+    subprocess.run(
+        [str(CHROMIUM), *flags, f"--screenshot={shot}", "--window-size=1400,900", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     # the table's header row is grey (#eee) and a supported row green (#d4f4d4): both must be on screen
     from matplotlib import image
 
@@ -481,8 +635,12 @@ def test_curve_reader_skips_empty_and_nan_cells_and_span_bars_keep_severity_orde
     curve = tmp_path / "pretrain_curve.tsv"
     curve.write_text("step\ttrain_loss\tlr\teval_loss\n0\t9.0\t0.0\t9.1\n5\t8.0\t1e-3\t\n10\tnan\t5e-4\t7.0\n")
     series = figures.read_curve(curve)
-    assert series == {"train_loss": [(0.0, 9.0), (5.0, 8.0)], "eval_loss": [(0.0, 9.1), (10.0, 7.0)],
-                      "lr": [(0.0, 0.0), (5.0, 1e-3), (10.0, 5e-4)], "unigram_ce": []}
+    assert series == {
+        "train_loss": [(0.0, 9.0), (5.0, 8.0)],
+        "eval_loss": [(0.0, 9.1), (10.0, 7.0)],
+        "lr": [(0.0, 0.0), (5.0, 1e-3), (10.0, 5e-4)],
+        "unigram_ce": [],
+    }
     raw = {"spurious": 1, "exact": 5, "zeta": 2, "missed": 3, "boundary": 4, "type": 0, "note": "x"}
     assert list(figures.span_counts(raw)) == ["exact", "boundary", "type", "missed", "spurious", "zeta"]
     write_metrics(tmp_path / "metrics")

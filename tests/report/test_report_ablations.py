@@ -13,9 +13,12 @@ from tasks.report.render.answer import answer
 from tasks.tracking import NullLog
 from test_report import STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
 
-CLAIMS = {"all-mask-no-worse-than-80-10-10-cls": ("all-mask", "cls"), "all-mask-no-worse-than-80-10-10-ner":
-          ("all-mask", "ner"), "mask-rate-15-no-worse-than-main-rate-cls": ("mlm-15", "cls"),
-          "mask-rate-15-no-worse-than-main-rate-ner": ("mlm-15", "ner")}  # fmt: skip
+CLAIMS = {
+    "all-mask-no-worse-than-80-10-10-cls": ("all-mask", "cls"),
+    "all-mask-no-worse-than-80-10-10-ner": ("all-mask", "ner"),
+    "mask-rate-15-no-worse-than-main-rate-cls": ("mlm-15", "cls"),
+    "mask-rate-15-no-worse-than-main-rate-ner": ("mlm-15", "ner"),
+}
 
 
 def add_arms(folder, gaps=(1.5, 1.4)) -> None:
@@ -50,8 +53,9 @@ def test_without_arms_they_read_off_and_the_answer_ignores_them(workspace):
     off = {claim.id: claim_off(claim, cfg.setup) for claim in DEFAULT_CLAIMS.claims}
     for cid, (_, task) in CLAIMS.items():
         assert rows[cid].verdict == "not run"
-        assert rows[cid].reason == ("not run: off (enable with `pretrain.ablations` and "
-                                    "`finetune.recipes.<recipe>.ablation_config`)")
+        assert rows[cid].reason == (
+            "not run: off (enable with `pretrain.ablations` and `finetune.recipes.<recipe>.ablation_config`)"
+        )
         assert off[cid] == f"off (enable with `pretrain.ablations` and `finetune.recipes.{task}.ablation_config`)"
     line = answer(list(rows.values()))
     assert not any(cid in line for cid in CLAIMS) and "of the 7 primary claims" in line

@@ -17,8 +17,15 @@ from tasks.report.tables.ledger import operational_cost
 
 LABELS = ["a", "b"]
 N = 200
-STATS = StatsConfig(level=0.95, paired_method="t", resamples=2000, seed=0, max_diverged_fraction=0.2,
-                    slice_resamples=500, calibration_bins=15)
+STATS = StatsConfig(
+    level=0.95,
+    paired_method="t",
+    resamples=2000,
+    seed=0,
+    max_diverged_fraction=0.2,
+    slice_resamples=500,
+    calibration_bins=15,
+)
 CALIBRATED, OVERCONFIDENT = "pretrained/full/mean-pool", "baseline/tfidf-lr/full-text"
 
 
@@ -43,8 +50,9 @@ def overconfident_records() -> list[dict]:
     for i in range(N):
         gold = LABELS[i % 2]
         pred = gold if i % 5 < 3 else LABELS[1 - i % 2]
-        out.append({"doc_id": f"d{i:03d}", "gold": gold, "pred": pred,
-                    "probs": [0.99, 0.01] if pred == "a" else [0.01, 0.99]})
+        out.append(
+            {"doc_id": f"d{i:03d}", "gold": gold, "pred": pred, "probs": [0.99, 0.01] if pred == "a" else [0.01, 0.99]}
+        )
     return out
 
 
@@ -56,25 +64,55 @@ def write_workspace(root: Path) -> Metrics:
         folder.mkdir(parents=True)
         for seed, recs in seeds.items():
             (folder / f"seed{seed}.test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-        runs[key] = {"test_macro_f1": {"per_seed": [0.7] * len(seeds), "seeds": list(seeds)},
-                     "diverged_seeds": [], "details": {"per_seed": {str(s): {} for s in seeds}}}
-    operational = {CALIBRATED: {"device": "cpu", "threads": 2, "seq_len_tokens": 128, "mean_tokens_per_doc": 120.0,
-                                "batch": {"1": {"p50_ms_per_doc": 4.0, "p95_ms_per_doc": 6.5, "docs_per_s": 230.0},
-                                          "32": {"p50_ms_per_doc": 1.5, "p95_ms_per_doc": 1.9, "docs_per_s": 650.0}},
-                                "peak_rss_mib": 450.0, "rss_increase_mib": 70.0, "parameters": 1_350_000,
-                                "size_on_disk_mib": 5.2}}
-    metrics = {"kind": "classification", "metric": "test_macro_f1", "labels": LABELS, "runs": runs,
-               "operational": operational,
-               "selection": {"best_arm": CALIBRATED, "best_baseline": OVERCONFIDENT}}
+        runs[key] = {
+            "test_macro_f1": {"per_seed": [0.7] * len(seeds), "seeds": list(seeds)},
+            "diverged_seeds": [],
+            "details": {"per_seed": {str(s): {} for s in seeds}},
+        }
+    operational = {
+        CALIBRATED: {
+            "device": "cpu",
+            "threads": 2,
+            "seq_len_tokens": 128,
+            "mean_tokens_per_doc": 120.0,
+            "batch": {
+                "1": {"p50_ms_per_doc": 4.0, "p95_ms_per_doc": 6.5, "docs_per_s": 230.0},
+                "32": {"p50_ms_per_doc": 1.5, "p95_ms_per_doc": 1.9, "docs_per_s": 650.0},
+            },
+            "peak_rss_mib": 450.0,
+            "rss_increase_mib": 70.0,
+            "parameters": 1_350_000,
+            "size_on_disk_mib": 5.2,
+        }
+    }
+    metrics = {
+        "kind": "classification",
+        "metric": "test_macro_f1",
+        "labels": LABELS,
+        "runs": runs,
+        "operational": operational,
+        "selection": {"best_arm": CALIBRATED, "best_baseline": OVERCONFIDENT},
+    }
     (root / "metrics" / "finetune").mkdir(parents=True)
     (root / "metrics" / "finetune/cls.json").write_text(json.dumps(metrics))
     return Metrics(root / "metrics", predictions=root / "data" / "finetune")
 
 
 def claim(treatment: str, baseline: str, metric: str = "test_ece") -> Claim:
-    return Claim(id="cal", statement="s", evidence="operational", kind="difference", task="cls", data_slice="t",
-                 metric=metric, treatment=f"finetune/cls/{treatment}", baseline=f"finetune/cls/{baseline}",
-                 ablation="x", min_effect=-0.05, known_confounders=[])
+    return Claim(
+        id="cal",
+        statement="s",
+        evidence="operational",
+        kind="difference",
+        task="cls",
+        data_slice="t",
+        metric=metric,
+        treatment=f"finetune/cls/{treatment}",
+        baseline=f"finetune/cls/{baseline}",
+        ablation="x",
+        min_effect=-0.05,
+        known_confounders=[],
+    )
 
 
 def test_a_calibrated_arm_is_no_worse_than_an_overconfident_one_and_not_the_reverse(tmp_path):
@@ -100,15 +138,29 @@ def test_brier_claim_uses_the_plug_in_score(tmp_path):
 
 def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     metrics = write_workspace(tmp_path)
-    (title, header, body), = calibration_grids(metrics, STATS)
+    ((title, header, body),) = calibration_grids(metrics, STATS)
     assert title.startswith("cls: calibration") and [r[0] for r in body] == [OVERCONFIDENT, CALIBRATED]
     assert body[0][2] == "0.3900" and body[0][4] == "1 seed x 200 test docs (200 predictions)"
     assert body[1][4] == "3 seeds x 200 test docs (600 predictions)"
-    (_, cost_header, cost_body), = cost_grids(metrics, STATS)
+    ((_, cost_header, cost_body),) = cost_grids(metrics, STATS)
     assert cost_header[3:5] == ["batch 1: p50 / p95 ms per doc", "batch 32: p50 / p95 ms per doc"]
-    assert cost_body == [[CALIBRATED, "cpu, 2 threads", "token ids: 120 (128)", "4 / 6.5", "1.5 / 1.9", "650.0", "450 (+70)",
-                          "1,350,000", "5.20"]]
-    assert operational_cost(metrics) == {f"cls {CALIBRATED}": (
-        "cpu, 2 threads: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; 5.20 MiB on disk")}
+    assert cost_body == [
+        [
+            CALIBRATED,
+            "cpu, 2 threads",
+            "token ids: 120 (128)",
+            "4 / 6.5",
+            "1.5 / 1.9",
+            "650.0",
+            "450 (+70)",
+            "1,350,000",
+            "5.20",
+        ]
+    ]
+    assert operational_cost(metrics) == {
+        f"cls {CALIBRATED}": (
+            "cpu, 2 threads: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; 5.20 MiB on disk"
+        )
+    }
     curves = reliability_curves("cls", metrics)
     assert set(curves) == {CALIBRATED, OVERCONFIDENT} and len(curves[CALIBRATED][0]) == 3 * N

@@ -39,8 +39,9 @@ def test_the_clean_slice_scores_only_items_without_train_overlap(tmp_path):
     metrics = write_workspace(tmp_path)
     row = evaluate(claim("pretrained/full/mean-pool", "random/full/mean-pool", items="clean"), metrics, Lock({}), STATS)
     clean = slice(4, 20)  # d00..d03 overlap the train split
-    expected = np.mean([f1_score(GOLD[clean], p[clean], average="macro")
-                        for p in ARMS["pretrained/full/mean-pool"].values()])
+    expected = np.mean(
+        [f1_score(GOLD[clean], p[clean], average="macro") for p in ARMS["pretrained/full/mean-pool"].values()]
+    )
     assert row.treatment.mean == pytest.approx(expected) and row.difference.n == 16
 
 
@@ -62,10 +63,13 @@ def test_tost_gives_equivalent_for_a_tight_null_and_not_for_a_wide_one():
     rng = np.random.default_rng(0)
     for spread, expected in ((0.005, "equivalent"), (0.05, "inconclusive")):
         deltas = rng.normal(0.0, spread, 4000)
-        tests = Tests(lambda m, d=deltas: float((1 + (d <= m).sum()) / (d.size + 1)),
-                      lambda m, d=deltas: float((1 + (d >= m).sum()) / (d.size + 1)),
-                      lambda m, d=deltas: max(float((1 + (d <= -m).sum()) / (d.size + 1)),
-                                              float((1 + (d >= m).sum()) / (d.size + 1))))
+        tests = Tests(
+            lambda m, d=deltas: float((1 + (d <= m).sum()) / (d.size + 1)),
+            lambda m, d=deltas: float((1 + (d >= m).sum()) / (d.size + 1)),
+            lambda m, d=deltas: max(
+                float((1 + (d <= -m).sum()) / (d.size + 1)), float((1 + (d >= m).sum()) / (d.size + 1))
+            ),
+        )
         low, high = np.quantile(deltas, [0.025, 0.975])
         est = Estimate(float(deltas.mean()), float(low), float(high), 100, "x")
         assert difference_verdict(est, 0.02, tests, 0.05)[0] == expected
@@ -82,8 +86,12 @@ def test_holm_downgrades_a_decisive_verdict_that_does_not_survive_the_family():
     assert [r.verdict for r in rows] == ["supported", "contradicted", "supported"]
     assert [r.p_adjusted for r in rows] == pytest.approx([0.03, 0.04, 0.04])
     # p 0.03 at rank 2 of 3 -> 0.06 > 0.05: that verdict, and every later one (step-down), becomes inconclusive
-    rows = [_row("a", "supported", 0.01), _row("b", "supported", 0.03), _row("c", "equivalent", 0.04),
-            _row("d", "inconclusive", 0.9)]
+    rows = [
+        _row("a", "supported", 0.01),
+        _row("b", "supported", 0.03),
+        _row("c", "equivalent", 0.04),
+        _row("d", "inconclusive", 0.9),
+    ]
     apply_holm(rows, 0.05)
     assert [r.verdict for r in rows] == ["supported", "inconclusive", "inconclusive", "inconclusive"]
     assert "supported before Holm" in rows[1].reason and rows[0].p_adjusted == pytest.approx(0.04)
@@ -112,5 +120,6 @@ def test_slice_macro_f1_averages_over_the_classes_present_in_the_slice():
     counts = class_counts(gold, pred, 3)[None]
     expected = f1_score(gold, pred, labels=[0, 1], average="macro")  # sklearn over the present classes
     assert macro_f1_from_counts(present_classes(counts, "cls").sum(axis=1))[0] == pytest.approx(expected)
-    assert macro_f1_from_counts(counts.sum(axis=1))[0] == pytest.approx(f1_score(gold, pred, average="macro",
-                                                                               labels=[0, 1, 2]))
+    assert macro_f1_from_counts(counts.sum(axis=1))[0] == pytest.approx(
+        f1_score(gold, pred, average="macro", labels=[0, 1, 2])
+    )

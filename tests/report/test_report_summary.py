@@ -15,28 +15,53 @@ def _arm(per_seed, seeds=(13, 21)):
 
 def _metrics(folder):
     folder.mkdir()
-    runs = {"pretrained/full/mean-pool": _arm((0.76, 0.80)), "pretrained/frozen/mean-pool": _arm((0.50, 0.60)),
-            "reference/full/mean-pool": _arm((0.86, 0.90)), "baseline/tfidf-lr/full-text": _arm((0.93,), (0,))}
+    runs = {
+        "pretrained/full/mean-pool": _arm((0.76, 0.80)),
+        "pretrained/frozen/mean-pool": _arm((0.50, 0.60)),
+        "reference/full/mean-pool": _arm((0.86, 0.90)),
+        "baseline/tfidf-lr/full-text": _arm((0.93,), (0,)),
+    }
     # dev scores: the frozen arm is worse on dev, so the best pretrained arm is the full one
-    dev = {"pretrained/full/mean-pool": 0.80, "pretrained/frozen/mean-pool": 0.61, "reference/full/mean-pool": 0.9,
-           "baseline/tfidf-lr/full-text": 0.95}
-    cls = {"kind": "classification", "metric": "test_macro_f1", "runs": runs, "selection": {"best_arm": "reference/full/mean-pool",
-                                       "best_baseline": "baseline/tfidf-lr/full-text", "dev": dev}}
+    dev = {
+        "pretrained/full/mean-pool": 0.80,
+        "pretrained/frozen/mean-pool": 0.61,
+        "reference/full/mean-pool": 0.9,
+        "baseline/tfidf-lr/full-text": 0.95,
+    }
+    cls = {
+        "kind": "classification",
+        "metric": "test_macro_f1",
+        "runs": runs,
+        "selection": {
+            "best_arm": "reference/full/mean-pool",
+            "best_baseline": "baseline/tfidf-lr/full-text",
+            "dev": dev,
+        },
+    }
     (folder / "finetune").mkdir()
     (folder / "finetune/cls.json").write_text(json.dumps(cls))
-    (folder / "pretrain.json").write_text(json.dumps({"heldout_perplexity": 102.5, "heldout_mlm_accuracy": None,
-                                                      "heldout_gap_to_unigram_nats": 2.4}))
+    (folder / "pretrain.json").write_text(
+        json.dumps({"heldout_perplexity": 102.5, "heldout_mlm_accuracy": None, "heldout_gap_to_unigram_nats": 2.4})
+    )
     return Metrics(folder)
 
 
 def test_summary_holds_the_dev_selected_arms_the_best_pretrained_arm_and_the_pretraining_gap(tmp_path):
     verdicts = {"supported": 2, "inconclusive": 1}
     got = summary.summary_metrics([], verdicts, _metrics(tmp_path / "metrics"))
-    assert got == {"verdicts": verdicts, "claims": 0,
-                   "cls": {"best_arm": "reference/full/mean-pool", "best_arm_test_macro_f1": 0.88,
-                           "best_baseline": "baseline/tfidf-lr/full-text", "best_baseline_test_macro_f1": 0.93,
-                           "pretrained_arm": "pretrained/full/mean-pool", "pretrained_arm_test_macro_f1": 0.78},
-                   "pretrain": {"heldout_perplexity": 102.5, "heldout_gap_to_unigram_nats": 2.4}}
+    assert got == {
+        "verdicts": verdicts,
+        "claims": 0,
+        "cls": {
+            "best_arm": "reference/full/mean-pool",
+            "best_arm_test_macro_f1": 0.88,
+            "best_baseline": "baseline/tfidf-lr/full-text",
+            "best_baseline_test_macro_f1": 0.93,
+            "pretrained_arm": "pretrained/full/mean-pool",
+            "pretrained_arm_test_macro_f1": 0.78,
+        },
+        "pretrain": {"heldout_perplexity": 102.5, "heldout_gap_to_unigram_nats": 2.4},
+    }
     # no finetune/ner.json: no ner columns (not zeros); a null metric is left out too
 
 
@@ -51,10 +76,17 @@ def test_plot_data_has_one_line_per_arm_and_seed_and_drops_stale_files(tmp_path)
     with (plots / "seeds.csv").open() as handle:
         lines = list(csv.DictReader(handle))
     assert len(lines) == 2 + 2 + 2 + 1
-    assert lines[0] == {"arm": "cls baseline/tfidf-lr/full-text", "seed": "0", "score": "0.93", "task": "cls",
-                        "metric": "test_macro_f1"}
-    assert {(r["arm"], r["seed"], float(r["score"])) for r in lines if r["arm"].startswith("cls pretrained/full")} \
-        == {("cls pretrained/full/mean-pool", "13", 0.76), ("cls pretrained/full/mean-pool", "21", 0.80)}
+    assert lines[0] == {
+        "arm": "cls baseline/tfidf-lr/full-text",
+        "seed": "0",
+        "score": "0.93",
+        "task": "cls",
+        "metric": "test_macro_f1",
+    }
+    assert {(r["arm"], r["seed"], float(r["score"])) for r in lines if r["arm"].startswith("cls pretrained/full")} == {
+        ("cls pretrained/full/mean-pool", "13", 0.76),
+        ("cls pretrained/full/mean-pool", "21", 0.80),
+    }
 
 
 def test_loss_curves_keep_only_the_steps_each_series_has(tmp_path):
@@ -62,21 +94,34 @@ def test_loss_curves_keep_only_the_steps_each_series_has(tmp_path):
     # as the trainer writes it: an eval step that is not a logging step has no train_loss (step 6)
     (tmp_path / "metrics" / "pretrain_curve.tsv").write_text(
         "step\ttrain_loss\tlr\teval_loss\tunigram_ce\n5\t9.0\t1e-4\t\t7.0\n6\t\t1e-4\t8.9\t7.0\n"
-        "10\t8.5\t2e-4\t8.7\t7.0\n15\t8.0\t3e-4\tnan\t7.0\n")
+        "10\t8.5\t2e-4\t8.7\t7.0\n15\t8.0\t3e-4\tnan\t7.0\n"
+    )
     written = summary.write_plot_data(tmp_path / "plots", [], metrics)
     assert {"pretrain_train.csv", "pretrain_heldout.csv"} <= {p.name for p in written}
     # an empty cell would be drawn as a loss of 0 by DVC's line template: each file holds only its own steps
     assert (tmp_path / "plots" / "pretrain_heldout.csv").read_text() == "step,eval_loss\n6,8.9\n10,8.7\n"
     assert (tmp_path / "plots" / "pretrain_train.csv").read_text() == (
-        "step,train_loss,unigram_ce\n5,9.0,7.0\n10,8.5,7.0\n15,8.0,7.0\n")
+        "step,train_loss,unigram_ce\n5,9.0,7.0\n10,8.5,7.0\n15,8.0,7.0\n"
+    )
 
 
 def _row(cid: str) -> Row:
-    claim = Claim.model_validate({
-        "id": cid, "statement": "s", "evidence": "extrinsic", "kind": "difference", "task": "news",
-        "data_slice": "news/test", "metric": "test_macro_f1", "treatment": "finetune/news/pretrained/full/cls",
-        "baseline": "finetune/news/baseline/majority/labels", "ablation": "the encoder", "min_effect": 0.0,
-        "known_confounders": []})  # fmt: skip
+    claim = Claim.model_validate(
+        {
+            "id": cid,
+            "statement": "s",
+            "evidence": "extrinsic",
+            "kind": "difference",
+            "task": "news",
+            "data_slice": "news/test",
+            "metric": "test_macro_f1",
+            "treatment": "finetune/news/pretrained/full/cls",
+            "baseline": "finetune/news/baseline/majority/labels",
+            "ablation": "the encoder",
+            "min_effect": 0.0,
+            "known_confounders": [],
+        }
+    )
     return Row(claim, "inconclusive", "made", difference=Estimate(0.01, -0.02, 0.04, 3, "made"))
 
 

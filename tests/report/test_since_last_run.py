@@ -23,12 +23,20 @@ from tasks.tracking import NullLog, open_run
 NAN = float("nan")
 
 #: Night 1 and night 2: claim id -> (verdict, difference, CI low, CI high).
-NIGHT1 = {"a": ("supported", 0.05, 0.01, 0.09), "b": ("inconclusive", 0.02, -0.01, 0.05),
-          "c": ("supported", 0.10, 0.06, 0.14), "old": ("inconclusive", 0.00, -0.02, 0.02)}  # fmt: skip
+NIGHT1 = {
+    "a": ("supported", 0.05, 0.01, 0.09),
+    "b": ("inconclusive", 0.02, -0.01, 0.05),
+    "c": ("supported", 0.10, 0.06, 0.14),
+    "old": ("inconclusive", 0.00, -0.02, 0.02),
+}
 # a: flips supported -> inconclusive, 0.04 inside [0.01, 0.09]; b: same verdict, 0.08 outside [-0.01, 0.05];
 # c: 0.11 inside [0.06, 0.14], same verdict; new: only tonight; old: dropped
-NIGHT2 = {"a": ("inconclusive", 0.04, -0.01, 0.09), "b": ("inconclusive", 0.08, 0.03, 0.13),
-          "c": ("supported", 0.11, 0.07, 0.15), "new": ("supported", 0.20, 0.10, 0.30)}  # fmt: skip
+NIGHT2 = {
+    "a": ("inconclusive", 0.04, -0.01, 0.09),
+    "b": ("inconclusive", 0.08, 0.03, 0.13),
+    "c": ("supported", 0.11, 0.07, 0.15),
+    "new": ("supported", 0.20, 0.10, 0.30),
+}
 #: (ingest docs in, out; dedup in, kept; split train, dev, test of source "news")
 DATA1 = (100, 98, 98, 90, 70, 10, 10)
 DATA2 = (105, 103, 103, 94, 73, 11, 10)
@@ -46,11 +54,22 @@ def store(tmp_path, monkeypatch):
 
 
 def made_row(cid: str, verdict: str, diff: float | None, low: float = NAN, high: float = NAN) -> Row:
-    claim = Claim.model_validate({
-        "id": cid, "statement": "s", "evidence": "extrinsic", "kind": "difference", "task": "news",
-        "data_slice": "news/test", "metric": "test_macro_f1", "treatment": "finetune/news/pretrained/full/cls",
-        "baseline": "finetune/news/baseline/majority/labels", "ablation": "the encoder", "min_effect": 0.0,
-        "known_confounders": []})  # fmt: skip
+    claim = Claim.model_validate(
+        {
+            "id": cid,
+            "statement": "s",
+            "evidence": "extrinsic",
+            "kind": "difference",
+            "task": "news",
+            "data_slice": "news/test",
+            "metric": "test_macro_f1",
+            "treatment": "finetune/news/pretrained/full/cls",
+            "baseline": "finetune/news/baseline/majority/labels",
+            "ablation": "the encoder",
+            "min_effect": 0.0,
+            "known_confounders": [],
+        }
+    )
     difference = Estimate(diff, low, high, 3, "made") if diff is not None else None
     return Row(claim, verdict, "made", difference=difference)
 
@@ -62,9 +81,11 @@ def rows_of(night: dict) -> list[Row]:
 def write_metrics(folder: Path, data: tuple[int, ...]) -> Metrics:
     ing_in, ing_out, dd_in, dd_kept, train, dev, test = data
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"ingest": {"totals": {"docs_in": ing_in, "docs_out": ing_out, "dropped_total": ing_in - ing_out}},
-             "dedup": {"all": {"docs_in": dd_in, "docs_kept": dd_kept, "fraction_removed": 0.1}},
-             "split": {"sources": {"news": {"docs_kept": {"train": train, "dev": dev, "test": test}}}}}
+    files = {
+        "ingest": {"totals": {"docs_in": ing_in, "docs_out": ing_out, "dropped_total": ing_in - ing_out}},
+        "dedup": {"all": {"docs_in": dd_in, "docs_kept": dd_kept, "fraction_removed": 0.1}},
+        "split": {"sources": {"news": {"docs_kept": {"train": train, "dev": dev, "test": test}}}},
+    }
     for name, body in files.items():
         (folder / f"{name}.json").write_text(json.dumps(body), encoding="utf-8")
     return Metrics(folder)
@@ -108,10 +129,22 @@ def test_first_run_says_so_and_records_its_claims(store, tmp_path):
     assert tags["claims_recorded"] == "true"
     text = mlflow.artifacts.load_text(f"{mlflow.get_run(run_id).info.artifact_uri}/{since.RECORD_FILE}")
     stored = json.loads(text)
-    assert stored["claims"]["a"] == {"verdict": "supported", "difference": 0.05, "ci_low": 0.01, "ci_high": 0.09,
-                                     "n": 3}
-    assert stored["data"] == {"ingest/docs_in": 100, "ingest/docs_out": 98, "dedup/docs_in": 98, "dedup/docs_kept": 90,
-                              "split/news/dev": 10, "split/news/test": 10, "split/news/train": 70}
+    assert stored["claims"]["a"] == {
+        "verdict": "supported",
+        "difference": 0.05,
+        "ci_low": 0.01,
+        "ci_high": 0.09,
+        "n": 3,
+    }
+    assert stored["data"] == {
+        "ingest/docs_in": 100,
+        "ingest/docs_out": 98,
+        "dedup/docs_in": 98,
+        "dedup/docs_kept": 90,
+        "split/news/dev": 10,
+        "split/news/test": 10,
+        "split/news/train": 70,
+    }
 
 
 def test_second_run_lists_flips_moves_new_dropped_and_data_and_tags_the_pipeline_run(store, tmp_path):
@@ -122,22 +155,29 @@ def test_second_run_lists_flips_moves_new_dropped_and_data_and_tags_the_pipeline
     assert changes.flipped == [("a", "supported", "inconclusive")]
     assert changes.moved == ["b"]
     assert (changes.new, changes.dropped) == (["new"], ["old"])
-    assert grid(result, "Compared with") == [[second, first, changes.previous.started.strftime("%Y-%m-%d %H:%M:%S"),
-                                              "0123456789ab", "1", "1", "1", "1"]]
-    assert grid(result, "Differences outside the earlier CI") == [["b", "0.0200 [-0.0100, 0.0500]",
-                                                                   "0.0800 [0.0300, 0.1300]"]]
+    assert grid(result, "Compared with") == [
+        [second, first, changes.previous.started.strftime("%Y-%m-%d %H:%M:%S"), "0123456789ab", "1", "1", "1", "1"]
+    ]
+    assert grid(result, "Differences outside the earlier CI") == [
+        ["b", "0.0200 [-0.0100, 0.0500]", "0.0800 [0.0300, 0.1300]"]
+    ]
     assert grid(result, "Dropped claims") == [["old", "inconclusive", "0.0000 [-0.0200, 0.0200]"]]
     assert grid(result, "Data: docs per stage counter") == [
-        ["dedup/docs_in", "98", "103", "+5"], ["dedup/docs_kept", "90", "94", "+4"],
-        ["ingest/docs_in", "100", "105", "+5"], ["ingest/docs_out", "98", "103", "+5"],
-        ["split/news/dev", "10", "11", "+1"], ["split/news/test", "10", "10", "+0"],
-        ["split/news/train", "70", "73", "+3"]]
+        ["dedup/docs_in", "98", "103", "+5"],
+        ["dedup/docs_kept", "90", "94", "+4"],
+        ["ingest/docs_in", "100", "105", "+5"],
+        ["ingest/docs_out", "98", "103", "+5"],
+        ["split/news/dev", "10", "11", "+1"],
+        ["split/news/test", "10", "10", "+0"],
+        ["split/news/train", "70", "73", "+3"],
+    ]
     assert "| a | supported | inconclusive |" in md and "| new | supported | 0.2000 [0.1000, 0.3000] |" in md
     tags = tags_of(second)
     assert (tags["verdict_flipped"], tags["verdicts_flipped"], tags["claims_compared_with"]) == ("true", "a", first)
     assert isinstance(result.figure, Path) and result.figure.read_bytes()[:4] == b"\x89PNG"
-    found = mlflow.search_runs(filter_string="tags.verdict_flipped = 'true'", output_format="list",
-                               search_all_experiments=True)
+    found = mlflow.search_runs(
+        filter_string="tags.verdict_flipped = 'true'", output_format="list", search_all_experiments=True
+    )
     assert [r.info.run_id for r in found] == [second]  # the runs table's filter
 
 
@@ -185,8 +225,9 @@ def mlflow_log(run_id: str):
 def test_without_tracking_nothing_is_compared_or_stored(tmp_path):
     (tmp_path / "reports").mkdir()
     result = since.section(rows_of(NIGHT1), Metrics(tmp_path), NullLog(), 30, tmp_path / "reports", 50, TASKS)
-    assert grid(result, "Compared with") == [["not tracked", "not compared: the report ran without MLflow "
-                                              "tracking, so it has no run history"]]
+    assert grid(result, "Compared with") == [
+        ["not tracked", "not compared: the report ran without MLflow tracking, so it has no run history"]
+    ]
     since.store(NullLog().pipeline(), result)  # a no-op, no error
     assert result.record["data"] == {}  # no metrics files: no counters
 
@@ -223,15 +264,20 @@ def test_the_report_stage_under_a_pipeline_run_compares_with_the_previous_one(st
     from tasks.config.paths import Paths
     from test_report import write_metrics
 
-    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics",
-                  reports=tmp_path / "reports")  # fmt: skip
+    paths = Paths(
+        data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics", reports=tmp_path / "reports"
+    )
     paths.reports.mkdir(parents=True)
     claims = read_yaml(CLAIMS_YAML)
     (paths.reports / "claims.yaml").write_text(json.dumps(claims), encoding="utf-8")
     write_metrics(paths.metrics)
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n", encoding="utf-8")
-    section = PARAMS.report.model_dump() | {"dvc_lock_file": str(tmp_path / "dvc.lock"), "figure_dpi": 50,
-                                           "bootstrap_resamples": 1000, "slice_bootstrap_resamples": 500}
+    section = PARAMS.report.model_dump() | {
+        "dvc_lock_file": str(tmp_path / "dvc.lock"),
+        "figure_dpi": 50,
+        "bootstrap_resamples": 1000,
+        "slice_bootstrap_resamples": 500,
+    }
     cfg = ReportParams.model_validate(section)
 
     def pipeline_run() -> str:

@@ -70,7 +70,9 @@ def test_groups_sharing_a_cluster_land_on_the_same_side(tmp_path):
     clusters = [f"c{i}" for i in range(40)]
     clusters[7] = clusters[31] = "shared"  # groups g7 and g31 hold near-duplicates
     for seed in range(12):
-        _, out, _ = run_split(tmp_path / str(seed), [rows_of("t", "task", groups, clusters=clusters)], params(seed=seed))
+        _, out, _ = run_split(
+            tmp_path / str(seed), [rows_of("t", "task", groups, clusters=clusters)], params(seed=seed)
+        )
         sides = set(out.loc[out["group"].isin(["g7", "g31"]), "split"])
         assert len(sides) == 1
 
@@ -226,11 +228,21 @@ def test_meta_value_equals_parsing_the_whole_meta_for_escaped_and_unescaped_keys
     from tasks.split.assign import meta_value
 
     rng = random.Random(7)
-    metas = ["", "{}", '{"split": "dev"}', '{"\\u0073plit": "test"}', '{"x": "a\\nb", "split": "train"}',
-             '{"splitter": 1}', '{"x": "split"}', '{"raw_text": "say \\"split\\""}']  # fmt: skip
+    metas = [
+        "",
+        "{}",
+        '{"split": "dev"}',
+        '{"\\u0073plit": "test"}',
+        '{"x": "a\\nb", "split": "train"}',
+        '{"splitter": 1}',
+        '{"x": "split"}',
+        '{"raw_text": "say \\"split\\""}',
+    ]
     for _ in range(300):
-        meta = {rng.choice(["split", "spl", "x", "sp\u00e9it"]): rng.choice(["dev", "a\\b", "\n", "split"])
-                for _ in range(rng.randint(0, 3))}  # fmt: skip
+        meta = {
+            rng.choice(["split", "spl", "x", "sp\u00e9it"]): rng.choice(["dev", "a\\b", "\n", "split"])
+            for _ in range(rng.randint(0, 3))
+        }
         metas.append(json.dumps(meta, ensure_ascii=rng.random() < 0.5))
     for meta in metas:
         assert meta_value(meta, "split") == json.loads(meta or "{}").get("split"), meta

@@ -26,13 +26,21 @@ def params(**changes) -> SplitParams:
 
 def frame(docs: list[dict]) -> pd.DataFrame:
     """A dedup-contract frame of one source from ``{doc_id, source, role, group, cluster_id}`` dicts."""
-    return pd.DataFrame({
-        "doc_id": [d["doc_id"] for d in docs], "source": [d["source"] for d in docs],
-        "role": [d["role"] for d in docs], "text": [f"text of {d['doc_id']}" for d in docs],
-        "label": [None] * len(docs), "group": [d["group"] for d in docs], "tokens": [None] * len(docs),
-        "tags": [None] * len(docs), "meta": ["{}"] * len(docs), "cluster_id": [d["cluster_id"] for d in docs],
-        "is_duplicate": [False] * len(docs),
-    })
+    return pd.DataFrame(
+        {
+            "doc_id": [d["doc_id"] for d in docs],
+            "source": [d["source"] for d in docs],
+            "role": [d["role"] for d in docs],
+            "text": [f"text of {d['doc_id']}" for d in docs],
+            "label": [None] * len(docs),
+            "group": [d["group"] for d in docs],
+            "tokens": [None] * len(docs),
+            "tags": [None] * len(docs),
+            "meta": ["{}"] * len(docs),
+            "cluster_id": [d["cluster_id"] for d in docs],
+            "is_duplicate": [False] * len(docs),
+        }
+    )
 
 
 def run_night(root, docs: list[dict], cfg: SplitParams):
@@ -69,8 +77,13 @@ class Corpus:
 
     def add(self, source: str, role: str, group: str | None, cluster: str | None = None) -> str:
         doc_id = f"{source}{self.rng.getrandbits(40):010x}"
-        self.docs[doc_id] = {"doc_id": doc_id, "source": source, "role": role, "group": group,
-                             "cluster_id": cluster or doc_id}
+        self.docs[doc_id] = {
+            "doc_id": doc_id,
+            "source": source,
+            "role": role,
+            "group": group,
+            "cluster_id": cluster or doc_id,
+        }
         return doc_id
 
     def groups(self) -> list[str]:
@@ -189,8 +202,10 @@ def test_incremental_equals_from_scratch_on_the_union_except_the_counted_bridges
 def first_night_with_a_bridge(tmp_path) -> tuple[list[dict], dict[str, str], str, str]:
     """300 docs in 100 groups split once; then a new doc t900 in the group of a train doc ``a`` and the cluster
     of a test doc ``b`` (appended to the docs, not yet run). Returns the docs, the first night's splits, a, b."""
-    docs = [{"doc_id": f"t{i:03d}", "source": "t", "role": "task", "group": f"g{i % 100:02d}",
-             "cluster_id": f"t{i:03d}"} for i in range(300)]
+    docs = [
+        {"doc_id": f"t{i:03d}", "source": "t", "role": "task", "group": f"g{i % 100:02d}", "cluster_id": f"t{i:03d}"}
+        for i in range(300)
+    ]
     _, before, _ = run_night(tmp_path, docs, params())
     a = next(k for k, s in sorted(before.items()) if s == "train")
     b = next(k for k, s in sorted(before.items()) if s == "test")
@@ -203,8 +218,10 @@ def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_
     # N = t900 shares a's group and b's cluster; M = t901 is a plain new doc of a fresh group
     docs.append({"doc_id": "t901", "source": "t", "role": "task", "group": "fresh", "cluster_id": "t901"})
     metrics, after, dropped = run_night(tmp_path, docs, params())
-    assert dropped == [{"source": "t", "doc_id": "t900", "reason": "bridges_splits",
-                        "detail": dropped[0]["detail"]}] and "test and train" in dropped[0]["detail"]
+    assert (
+        dropped == [{"source": "t", "doc_id": "t900", "reason": "bridges_splits", "detail": dropped[0]["detail"]}]
+        and "test and train" in dropped[0]["detail"]
+    )
     assert "t900" not in after and {k: after[k] for k in before} == before and "t901" in after
     src = metrics["sources"]["t"]
     assert src["docs_in"] == 302 == sum(src["docs"].values()) + sum(src["dropped"].values())
@@ -215,10 +232,12 @@ def test_a_bridge_doc_is_dropped_and_counted_and_a_cluster_chain_is_exempt_from_
     # group joins train; two new docs that reach train and test together through a cluster only they carry (one
     # in a's group, one in b's) are both dropped
     group_of = {d["doc_id"]: d["group"] for d in docs}
-    docs += [{"doc_id": "t902", "source": "t", "role": "task", "group": group_of[b], "cluster_id": "t902"},
-             {"doc_id": "t903", "source": "t", "role": "task", "group": group_of[a], "cluster_id": "t903"},
-             {"doc_id": "t904", "source": "t", "role": "task", "group": group_of[a], "cluster_id": "c-new"},
-             {"doc_id": "t905", "source": "t", "role": "task", "group": group_of[b], "cluster_id": "c-new"}]
+    docs += [
+        {"doc_id": "t902", "source": "t", "role": "task", "group": group_of[b], "cluster_id": "t902"},
+        {"doc_id": "t903", "source": "t", "role": "task", "group": group_of[a], "cluster_id": "t903"},
+        {"doc_id": "t904", "source": "t", "role": "task", "group": group_of[a], "cluster_id": "c-new"},
+        {"doc_id": "t905", "source": "t", "role": "task", "group": group_of[b], "cluster_id": "c-new"},
+    ]
     metrics, after, dropped = run_night(tmp_path, docs, params())
     assert [d["doc_id"] for d in dropped] == ["t900", "t904", "t905"]
     assert "test and train" in dropped[1]["detail"] and "test and train" in dropped[2]["detail"]
@@ -322,9 +341,10 @@ def reached_by_search(rows: pd.DataFrame, ledger_split: pd.Series) -> list[tuple
     """The reached splits of each row by a breadth-first search over a doc/label graph: from a new doc, a label
     some ledger doc carries adds those docs' splits and stops the walk; any other label leads to every new doc
     carrying it, and on to their labels."""
-    labels = [[f"{r}|cluster|{c}"] + ([f"{r}|group|{s}|{g}"] if not (g is None or isinstance(g, float) and g != g)
-                                      else [])
-              for r, s, g, c in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"])]  # fmt: skip
+    labels = [
+        [f"{r}|cluster|{c}"] + ([f"{r}|group|{s}|{g}"] if not (g is None or isinstance(g, float) and g != g) else [])
+        for r, s, g, c in zip(rows["role"], rows["source"], rows["group"], rows["cluster_id"])
+    ]
     new = [not isinstance(split, str) for split in ledger_split]
     out = []
     for start in range(len(rows)):
@@ -353,15 +373,22 @@ def reached_by_search(rows: pd.DataFrame, ledger_split: pd.Series) -> list[tuple
 def test_reached_splits_equals_a_breadth_first_search_over_random_rows(seed):
     rng = random.Random(seed)
     n = rng.randint(1, 40)
-    rows = pd.DataFrame({
-        "role": [rng.choice(["task", "pretrain"]) for _ in range(n)],
-        "source": [rng.choice(["a", "b"]) for _ in range(n)],
-        "group": [rng.choice([None, float("nan"), pd.NA, "g1", "g2", "g3", "g4"]) for _ in range(n)],
-        "cluster_id": [rng.choice([None, *(f"c{k}" for k in range(8))]) for _ in range(n)],
-    }, index=range(100, 100 + n), dtype=object)
+    rows = pd.DataFrame(
+        {
+            "role": [rng.choice(["task", "pretrain"]) for _ in range(n)],
+            "source": [rng.choice(["a", "b"]) for _ in range(n)],
+            "group": [rng.choice([None, float("nan"), pd.NA, "g1", "g2", "g3", "g4"]) for _ in range(n)],
+            "cluster_id": [rng.choice([None, *(f"c{k}" for k in range(8))]) for _ in range(n)],
+        },
+        index=range(100, 100 + n),
+        dtype=object,
+    )
     splits = {"task": ["train", "dev", "test"], "pretrain": ["train", "eval"]}
-    ledger_split = pd.Series([rng.choice(splits[r]) if rng.random() < 0.6 else float("nan") for r in rows["role"]],
-                             index=rows.index, dtype=object)  # fmt: skip
+    ledger_split = pd.Series(
+        [rng.choice(splits[r]) if rng.random() < 0.6 else float("nan") for r in rows["role"]],
+        index=rows.index,
+        dtype=object,
+    )
     got = ledger.reached_splits(rows, ledger_split)
     assert list(got.index) == list(rows.index)
     assert list(got) == reached_by_search(rows, ledger_split)

@@ -82,8 +82,9 @@ def test_new_and_edited_task_rows_alone_are_encoded(inc, tmp_path):
     news[2] = {**news[2], "text": "the market fell"}  # edited: a new input
     news.append({"doc_id": "n:5", "role": "task", "split": "test", "text": "grain ships sail", "label": "tech"})
     tweets = tweet_rows()
-    tweets.append({"doc_id": "t:6", "role": "task", "split": "dev", "tokens": ["Lima", "harbour"],
-                   "tags": ["B-LOC", "O"]})
+    tweets.append(
+        {"doc_id": "t:6", "role": "task", "split": "dev", "tokens": ["Lima", "harbour"], "tags": ["B-LOC", "O"]}
+    )
     tweets.append({"doc_id": "t:7", "role": "task", "split": "test", "tokens": ["grain"], "tags": ["O"]})  # as t:4
     tweets[0] = {**tweets[0], "split": "dev"}  # moved rows keep their encoding (the U+200B word: replaced, cached)
     write_inputs(tmp_path / "inc", pretrain(20), news=news, tweets=tweets)
@@ -117,8 +118,11 @@ def test_changed_tokenizer_re_encodes_everything(inc, tmp_path):
     assert logged["tokenize.clozeline.mode"] == "full"
     assert logged["tokenize.clozeline.reason"].startswith("the tokenizer changed")
     assert logged["incremental"]["clozeline"] == {"texts_encoded": 28, "full": 1, "task_inputs_encoded": 8}
-    assert logged["incremental"]["reference"] == {"texts_encoded": 6, "full": 0,  # the packaged one is unchanged
-                                                  "task_inputs_encoded": 0}
+    assert logged["incremental"]["reference"] == {
+        "texts_encoded": 6,
+        "full": 0,  # the packaged one is unchanged
+        "task_inputs_encoded": 0,
+    }
     assert outputs(inc) == from_scratch(tmp_path, rows, inc)
 
 
@@ -131,8 +135,9 @@ def test_incremental_false_encodes_everything(inc):
 def test_a_task_cache_not_as_written_encodes_every_input(inc):
     path = inc.data / "tokenize_cache" / "clozeline" / "tasks.parquet"
     table = pq.read_table(path)
-    nulls = table.set_column(table.schema.get_field_index("replaced"), "replaced",
-                             pa.array([None] * table.num_rows, pa.int32()))  # fmt: skip
+    nulls = table.set_column(
+        table.schema.get_field_index("replaced"), "replaced", pa.array([None] * table.num_rows, pa.int32())
+    )
     pq.write_table(nulls.replace_schema_metadata(table.schema.metadata), path)
     logged = run(inc)["incremental"]
     assert logged["clozeline"]["task_inputs_encoded"] == 8 and logged["reference"]["task_inputs_encoded"] == 0

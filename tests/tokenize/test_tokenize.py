@@ -11,10 +11,10 @@ from datasets import load_from_disk
 from pydantic import ValidationError
 from transformers import AutoTokenizer
 
-from tasks import tokenize as stage
-from tasks import tokenizer as tokenizer_stage
 from clozeline import alignment
 from clozeline.alignment import IGNORE
+from tasks import tokenize as stage
+from tasks import tokenizer as tokenizer_stage
 from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
 from tasks.tokenize.ner import encode_words, ner_windows
 from tasks.tokenize.pretrain import block_sources, plain_encoder, tokenize_docs
@@ -24,10 +24,13 @@ from tokenizer_fixtures import TRAIN_SENTENCES, make_paths, tokenizer_params, wr
 
 
 def pretrain_rows(n_train: int = 30) -> list[dict]:
-    rows = [{"doc_id": f"pre:{i:03d}", "role": "pretrain", "split": "train", "text": TRAIN_SENTENCES[i % 4]}
-            for i in range(n_train)]
-    rows += [{"doc_id": f"pre:h{i}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[i]}
-             for i in range(4)]
+    rows = [
+        {"doc_id": f"pre:{i:03d}", "role": "pretrain", "split": "train", "text": TRAIN_SENTENCES[i % 4]}
+        for i in range(n_train)
+    ]
+    rows += [
+        {"doc_id": f"pre:h{i}", "role": "pretrain", "split": "heldout", "text": TRAIN_SENTENCES[i]} for i in range(4)
+    ]
     rows.append({"doc_id": "pre:dup", "role": "pretrain", "split": "train", "text": "dup " * 50, "is_duplicate": True})
     return rows
 
@@ -39,8 +42,14 @@ def built(tmp_path_factory):
     write_source(paths, "pre", pretrain_rows())
     write_source(paths, "news", news_rows())
     write_source(paths, "tweets", tweet_rows())
-    write_leak_table(paths, [("n:1", "n:4", "news", "task_train"), ("pre:001", "n:3", "news", "pretrain"),
-                             ("t:2", "t:4", "tweets", "task_train")])
+    write_leak_table(
+        paths,
+        [
+            ("n:1", "n:4", "news", "task_train"),
+            ("pre:001", "n:3", "news", "pretrain"),
+            ("t:2", "t:4", "tweets", "task_train"),
+        ],
+    )
     tokenizer_stage.run(tokenizer_params(pretrain_sources=["pre"], unk_eval_sources=[]), paths, NullLog())
     return paths, stage.run(tokenize_params(), paths, NullLog())
 
@@ -98,11 +107,14 @@ def test_tokenize_docs_gives_the_wrapper_ids_untruncated_and_unpadded(num_proc):
 
 def test_too_short_corpus_is_a_clear_error(tmp_path):
     paths = make_paths(tmp_path)
-    rows = [{"doc_id": "p:1", "role": "pretrain", "split": "train", "text": "ships"},
-            {"doc_id": "p:2", "role": "pretrain", "split": "heldout", "text": "salt"}]
+    rows = [
+        {"doc_id": "p:1", "role": "pretrain", "split": "train", "text": "ships"},
+        {"doc_id": "p:2", "role": "pretrain", "split": "heldout", "text": "salt"},
+    ]
     write_source(paths, "pre", rows)
-    tokenizer_stage.run(tokenizer_params(vocab_from="reference", pretrain_sources=["pre"], unk_eval_sources=[]),
-                        paths, NullLog())
+    tokenizer_stage.run(
+        tokenizer_params(vocab_from="reference", pretrain_sources=["pre"], unk_eval_sources=[]), paths, NullLog()
+    )
     with pytest.raises(ValueError, match="fewer than one block"):
         stage.run(tokenize_params(), paths, NullLog())
 
@@ -111,8 +123,7 @@ def test_too_short_corpus_is_a_clear_error(tmp_path):
 def test_cls_docs_are_stored_whole_with_text_and_train_overlap_and_lengths_counted(built, tok_name):
     paths, metrics = built
     folder = paths.data / "tokenize" / "cls" / tok_name
-    tok = our_tok(paths) if tok_name == "clozeline" else AutoTokenizer.from_pretrained(
-        reference_model_dir())
+    tok = our_tok(paths) if tok_name == "clozeline" else AutoTokenizer.from_pretrained(reference_model_dir())
     assert json.loads((folder / "labels.json").read_text()) == ["business", "sport", "tech"]
     train = load_from_disk(str(folder / "train"))
     texts = [r["text"] for r in news_rows() if r["split"] == "train"]
@@ -159,8 +170,9 @@ def test_ner_invalid_iob2_is_counted_and_repaired(built):
     assert metrics["ner_input"]["invalid_iob2_tags"] == 1
     assert metrics["ner_input"]["invalid_iob2_sentences_repaired"] == 1
     assert metrics["ner_input"]["sentences_in"] == 4  # the duplicate is excluded before counting
-    row = next(r for r in load_from_disk(str(paths.data / "tokenize" / "ner" / "clozeline" / "train"))
-               if r["doc_id"] == "t:2")
+    row = next(
+        r for r in load_from_disk(str(paths.data / "tokenize" / "ner" / "clozeline" / "train")) if r["doc_id"] == "t:2"
+    )
     assert row["word_tags"] == ["O", "B-ORG", "I-ORG"]
 
 
@@ -197,7 +209,7 @@ def test_200_word_sentence_entity_at_word_180_gets_a_prediction():
     words = [WORDS[i % len(WORDS)] for i in range(200)]
     tags = ["O"] * 200
     tags[180] = "B-PER"
-    (ids, word_ids), = encode_words(tok, [words], ["tweets:0"])[0]
+    ((ids, word_ids),) = encode_words(tok, [words], ["tweets:0"])[0]
     windows = alignment.plan_windows(np.bincount(word_ids).tolist(), capacity=128 - 2, overlap=32)
     assert len(windows) >= 2
     encodings = alignment.window_encodings(ids, word_ids, windows, tok.cls_token_id, tok.sep_token_id)
@@ -254,12 +266,16 @@ def test_metrics_report_lengths_and_label_distribution(built):
 
 @pytest.mark.parametrize(
     "changes, key",
-    [({"ner_window_overlap_tokens": SEQ - 2}, "ner_window_overlap_tokens"),
-     ({"ner_invalid_iob2": "ignore"}, "ner_invalid_iob2"),
-     ({"max_seq_len_tokens": 4}, "max_seq_len_tokens"),
-     ({"ner_max_seq_len_tokens": 4}, "ner_max_seq_len_tokens"),
-     ({"tasks": {"cls": {"kind": "classification", "source": "news", "metric": "entity_f1", "recipe": "cls"}}},
-      "metric 'entity_f1' is not one of")],
+    [
+        ({"ner_window_overlap_tokens": SEQ - 2}, "ner_window_overlap_tokens"),
+        ({"ner_invalid_iob2": "ignore"}, "ner_invalid_iob2"),
+        ({"max_seq_len_tokens": 4}, "max_seq_len_tokens"),
+        ({"ner_max_seq_len_tokens": 4}, "ner_max_seq_len_tokens"),
+        (
+            {"tasks": {"cls": {"kind": "classification", "source": "news", "metric": "entity_f1", "recipe": "cls"}}},
+            "metric 'entity_f1' is not one of",
+        ),
+    ],
 )
 def test_bad_params_fail_at_load_time(changes, key):
     with pytest.raises(ValidationError, match=key):
@@ -270,8 +286,12 @@ def test_train_overlap_ignores_pairs_whose_train_doc_the_audit_removed(tmp_path)
     from tasks.tokenize.tables import train_overlap_ids
 
     (tmp_path / "leakage").mkdir()
-    pairs = [("tr:1", "ev:1", "news", "task_train"), ("tr:2", "ev:2", "news", "task_train"),
-             ("pre:1", "ev:3", "news", "pretrain"), ("tr:9", "ev:9", "other", "task_train")]
+    pairs = [
+        ("tr:1", "ev:1", "news", "task_train"),
+        ("tr:2", "ev:2", "news", "task_train"),
+        ("pre:1", "ev:3", "news", "pretrain"),
+        ("tr:9", "ev:9", "other", "task_train"),
+    ]
     frame = pd.DataFrame(pairs, columns=["train_doc", "eval_doc", "eval_source", "check"])
     frame.to_parquet(tmp_path / "leakage" / "table.parquet", index=False)
     assert train_overlap_ids(tmp_path, "news") == {"ev:1", "ev:2"}

@@ -21,8 +21,15 @@ def pretrain_rows() -> list[dict]:
         for i in range(40)
     ]
     rows.append({"doc_id": "pre:held", "role": "pretrain", "split": "heldout", "text": "heldoutonlyword " * 30})
-    rows.append({"doc_id": "pre:dup", "role": "pretrain", "split": "train", "text": "duplicateonlyword " * 30,
-                 "is_duplicate": True})
+    rows.append(
+        {
+            "doc_id": "pre:dup",
+            "role": "pretrain",
+            "split": "train",
+            "text": "duplicateonlyword " * 30,
+            "is_duplicate": True,
+        }
+    )
     return rows
 
 
@@ -56,7 +63,13 @@ def test_saved_folder_loads_with_auto_tokenizer_and_specials_first(corpus):
     metrics = stage.run(tokenizer_params(), corpus, NullLog())
     tok = AutoTokenizer.from_pretrained(tokenizer_dir(corpus))
     assert tok.is_fast
-    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [0, 1, 2, 3, 4]
+    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
     ids = tok("The Harbour")["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == ["[CLS]", "the", "harbour", "[SEP]"]
     assert metrics["vocab_size"] == len(tok) <= 300
@@ -157,8 +170,10 @@ def test_train_once_keeps_the_first_runs_vocabulary_as_the_corpus_grows(corpus):
     # the same vocabulary as a plain train run on the same text, byte for byte
     stage.run(tokenizer_params(vocab_from="train"), corpus, NullLog())
     assert tokenizer_json(corpus) == trained_json
-    grown = pretrain_rows() + [{"doc_id": f"pre:new{i}", "role": "pretrain", "split": "train",
-                                "text": "zanzibar cloves and vanilla pods " * 5} for i in range(20)]  # fmt: skip
+    grown = pretrain_rows() + [
+        {"doc_id": f"pre:new{i}", "role": "pretrain", "split": "train", "text": "zanzibar cloves and vanilla pods " * 5}
+        for i in range(20)
+    ]
     write_source(corpus, "pre", grown)
     retrained = stage.run(tokenizer_params(vocab_from="train"), corpus, NullLog())
     assert tokenizer_json(corpus) != trained_json and retrained["train_docs"] == 60  # train moves with the data
@@ -175,8 +190,15 @@ def test_train_once_keeps_the_first_runs_vocabulary_as_the_corpus_grows(corpus):
 def test_a_kept_vocabulary_that_cannot_be_used_is_trained_again_and_says_why(corpus, how):
     stage.run(tokenizer_params(vocab_from="train_once"), corpus, NullLog())
     folder = corpus.data / "tokenizer_vocab"
-    changes, reason = {}, {"other params": "other tokenizer params", "truncated vocab": "sha256",
-                           "damaged record": "trained.json", "removed": "no kept vocabulary"}[how]  # fmt: skip
+    changes, reason = (
+        {},
+        {
+            "other params": "other tokenizer params",
+            "truncated vocab": "sha256",
+            "damaged record": "trained.json",
+            "removed": "no kept vocabulary",
+        }[how],
+    )
     if how == "other params":
         changes = {"vocab_size_tokens": 250}
     elif how == "truncated vocab":

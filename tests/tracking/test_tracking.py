@@ -75,10 +75,9 @@ def _status(run_id: str) -> str:
 
 
 def test_run_ends_failed_on_exception():
-    with pytest.raises(ValueError):
-        with open_run("boom") as log:
-            run_id = log.run_id
-            raise ValueError("inside a stage")
+    with pytest.raises(ValueError), open_run("boom") as log:
+        run_id = log.run_id
+        raise ValueError("inside a stage")
     assert _status(run_id) == "FAILED"
 
 
@@ -111,8 +110,9 @@ def _last_run(name: str):
     process, tasks/tracking/child.py, which reads MLFLOW_TRACKING_URI, not this process's MLflow state)."""
     client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     experiments = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(experiments, filter_string=f"tags.mlflow.runName = '{name}'",
-                              order_by=["attributes.start_time DESC"])[0]
+    return client.search_runs(
+        experiments, filter_string=f"tags.mlflow.runName = '{name}'", order_by=["attributes.start_time DESC"]
+    )[0]
 
 
 def test_stage_runner_writes_metrics_and_logs_them(workdir, monkeypatch):
@@ -156,21 +156,27 @@ def test_runkilled_is_not_an_exception_subclass():
 def test_input_md5_tags_take_upstream_outputs_from_dvc_lock(tmp_path):
     (tmp_path / "dvc.yaml").write_text(
         "stages:\n  dedup:\n    cmd: x\n    deps: [tasks/dedup/__init__.py, data/ingest]\n"
-        "  finetune:\n    foreach: [cls]\n    do:\n      cmd: y\n      deps: [\"data/tokenize/${item}\", models/pretrained]\n")
+        '  finetune:\n    foreach: [cls]\n    do:\n      cmd: y\n      deps: ["data/tokenize/${item}", models/pretrained]\n'
+    )
     (tmp_path / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  ingest:\n    outs:\n    - path: data/ingest\n      md5: aaa.dir\n"
         "  dedup:\n    deps:\n    - path: tasks/dedup/__init__.py\n      md5: bbb\n    - path: data/ingest\n      md5: old.dir\n"
-        "  tokenize:\n    outs:\n    - path: data/tokenize/cls\n      md5: ccc.dir\n")
-    assert stage_main.input_md5_tags(input_md5s(tmp_path, "dedup")) == {"dvc.dep.tasks/dedup/__init__.py": "bbb",
-                                                             "dvc.dep.data/ingest": "aaa.dir"}
+        "  tokenize:\n    outs:\n    - path: data/tokenize/cls\n      md5: ccc.dir\n"
+    )
+    assert stage_main.input_md5_tags(input_md5s(tmp_path, "dedup")) == {
+        "dvc.dep.tasks/dedup/__init__.py": "bbb",
+        "dvc.dep.data/ingest": "aaa.dir",
+    }
     assert stage_main.input_md5_tags(input_md5s(tmp_path, "finetune@cls")) == {"dvc.dep.data/tokenize/cls": "ccc.dir"}
 
 
 def test_stage_items_are_checked_against_dvc_yaml(workdir, capsys):
-    for argv, message in ((["finetune"], "stage 'finetune' takes one item of ['cls', 'ner']"),
-                          (["finetune", "pos"], "stage 'finetune' takes one item of ['cls', 'ner']"),
-                          (["dedup", "cls"], "stage 'dedup' takes no item"),
-                          (["nope"], "invalid choice: 'nope'")):
+    for argv, message in (
+        (["finetune"], "stage 'finetune' takes one item of ['cls', 'ner']"),
+        (["finetune", "pos"], "stage 'finetune' takes one item of ['cls', 'ner']"),
+        (["dedup", "cls"], "stage 'dedup' takes no item"),
+        (["nope"], "invalid choice: 'nope'"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             stage_main.main(argv)
         assert exit_.value.code == 2 and message in capsys.readouterr().err
@@ -220,8 +226,11 @@ def test_sibling_runs_are_the_other_children_of_the_parent_latest_first():
 
 def test_training_view_links():
     assert training_view_url("http://127.0.0.1:5000/", "7") == (
-        "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning")
-    assert training_view_url("http://h:1", "7", "r1") == "http://h:1/#/experiments/7/runs/r1?workflowType=machine_learning"
+        "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
+    )
+    assert (
+        training_view_url("http://h:1", "7", "r1") == "http://h:1/#/experiments/7/runs/r1?workflowType=machine_learning"
+    )
     assert training_view_url("http://h:1", None) == "http://h:1/#/experiments?workflowType=machine_learning"
 
 
@@ -261,8 +270,9 @@ def test_two_runs_opened_at_once_on_a_fresh_sqlite_file_are_both_recorded(tmp_pa
     for proc in procs:
         proc.join(timeout=120)
     assert [proc.exitcode for proc in procs] == [0, 0]
-    runs = mlflow.MlflowClient(uri).search_runs([mlflow.MlflowClient(uri).get_experiment_by_name("clozeline")
-                                                 .experiment_id])
+    runs = mlflow.MlflowClient(uri).search_runs(
+        [mlflow.MlflowClient(uri).get_experiment_by_name("clozeline").experiment_id]
+    )
     assert sorted((r.info.run_name, r.info.status) for r in runs) == [("stage-a", "FINISHED"), ("stage-b", "FINISHED")]
 
 
@@ -310,8 +320,10 @@ def test_a_data_error_is_one_line_naming_the_file_and_the_traceback_goes_to_mlfl
     monkeypatch.setattr(stage_main, "run_stage", bad_input)
     assert stage_main.main(["dedup"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == ("clozeline: dedup: data/ingest/news.parquet: row 3 has a null text "
-                       "(traceback: MLflow run 'dedup', artifact traceback.txt)")
+    assert err[-1] == (
+        "clozeline: dedup: data/ingest/news.parquet: row 3 has a null text "
+        "(traceback: MLflow run 'dedup', artifact traceback.txt)"
+    )
     assert not any("Traceback" in line for line in err)
     run = _last_run("dedup")
     assert run.info.status == "FAILED"

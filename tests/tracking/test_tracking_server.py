@@ -107,9 +107,14 @@ print(type(log._proc).__name__, log.run_id, flush=True)
 def test_a_stage_with_stderr_closed_gets_a_cold_child_that_records_its_run(tmp_path, warm_server):
     # with fd 2 closed, the stage's socket would take fd 2 and be passed to the fork as its own stderr
     warm_server()
-    done = subprocess.run(["bash", "-c", 'exec 2>&-; exec "$0" -c "$1" "$2"', sys.executable, STAGE_WITHOUT_STDERR,
-                           str(tmp_path)], cwd=connection.PACKAGE_ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", 'exec 2>&-; exec "$0" -c "$1" "$2"', sys.executable, STAGE_WITHOUT_STDERR, str(tmp_path)],
+        cwd=connection.PACKAGE_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout
     kind, run_id = done.stdout.split()
     assert kind == "Popen" and _status_and_metrics(run_id) == ("FINISHED", {"night": 4.0})

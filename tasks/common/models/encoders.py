@@ -100,7 +100,7 @@ def model_dir(variant: str, models: Path) -> Path:
     if variant != "random" and made != variant:
         hint = "scratch" if variant == "pretrained" else "reference (or an HF folder)"
         raise ValueError(f"{variant}: {folder} holds the {made!r} variant (its pretraining.json); rerun the "
-                         f"pretrain stage with pretrain.init_from: {hint}")  # fmt: skip
+                         f"pretrain stage with pretrain.init_from: {hint}")
     return folder
 
 
@@ -191,7 +191,7 @@ def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     if info["missing_keys"]:
         raise ValueError(f"{variant}: {folder} has no trained masked-LM head (missing {len(info['missing_keys'])} "
                          f"weights, e.g. {sorted(info['missing_keys'])[0]}); only models with an MLM head score "
-                         "minimal pairs")  # fmt: skip
+                         "minimal pairs")
     return model
 
 

@@ -50,8 +50,10 @@ def place(tensors, device: torch.device):
     if tensors is None:
         return None
     if isinstance(tensors, torch.nn.Module):
-        raise TypeError(f"place: got a {type(tensors).__name__} (a torch.nn.Module); move a model with "
-                        "model.to(device), place() moves batches")
+        raise TypeError(
+            f"place: got a {type(tensors).__name__} (a torch.nn.Module); move a model with "
+            "model.to(device), place() moves batches"
+        )
     if isinstance(tensors, Mapping):
         return {key: place(value, device) for key, value in tensors.items()}
     if not isinstance(tensors, torch.Tensor):
@@ -65,8 +67,9 @@ def autocast(device: torch.device, bf16: bool = True, cpu: bool = False) -> Abst
     """bf16 autocast (matrix products in bf16, weights and reductions in fp32) on CUDA, and on the CPU when
     ``cpu`` is set (``cpu_bf16``); a no-op elsewhere."""
     on = device.type == "cuda" or (cpu and device.type == "cpu")
-    return torch.autocast(device_type="cuda" if device.type == "cuda" else "cpu", dtype=torch.bfloat16,
-                          enabled=bf16 and on)  # fmt: skip
+    return torch.autocast(
+        device_type="cuda" if device.type == "cuda" else "cpu", dtype=torch.bfloat16, enabled=bf16 and on
+    )
 
 
 #: The precision of every evaluated (dev and test) prediction, on every device: the rule that makes the export's

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 #: How to get a CUDA build of the pinned torch on a host with a GPU: ``make install`` reinstalls torch there when it
 #: is not a CUDA build, but only when its stamp is out of date, hence the ``rm`` (a plain ``make install`` after a
 #: CPU-only install has nothing to do).
-CUDA_INSTALL_HINT = ("run `rm -f .venv/.installed && make install` on this host (with a GPU in nvidia-smi it installs "
-                     "the CUDA build of torch and checks what the GPU needs)")
+CUDA_INSTALL_HINT = (
+    "run `rm -f .venv/.installed && make install` on this host (with a GPU in nvidia-smi it installs "
+    "the CUDA build of torch and checks what the GPU needs)"
+)
 
 
 def gpus_on_host() -> int:
@@ -56,17 +58,25 @@ def resolve(setting: str, local_rank: int | None = None) -> torch.device:
     if not torch.cuda.is_available():
         host = gpus_on_host()
         if host and torch.version.cuda is None:
-            raise ValueError(f"hardware.device: {setting}: this machine has {host} GPU(s) but torch "
-                             f"{torch.__version__} is a CPU-only build; {CUDA_INSTALL_HINT}, or set hardware.device: cpu")
+            raise ValueError(
+                f"hardware.device: {setting}: this machine has {host} GPU(s) but torch "
+                f"{torch.__version__} is a CPU-only build; {CUDA_INSTALL_HINT}, or set hardware.device: cpu"
+            )
         if setting == "auto":
             return torch.device("cpu")
-        raise ValueError(f"hardware.device: {setting}: torch sees no CUDA device (torch {torch.__version__}, "
-                         f"{host} GPU(s) on the host); set hardware.device: cpu or auto")
+        raise ValueError(
+            f"hardware.device: {setting}: torch sees no CUDA device (torch {torch.__version__}, "
+            f"{host} GPU(s) on the host); set hardware.device: cpu or auto"
+        )
     count = torch.cuda.device_count()
     index = int(setting.split(":")[1]) if ":" in setting else (local_rank or 0)
     if ":" in setting and local_rank is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError(f"hardware.device: {setting} names one GPU but torchrun started several ranks; use cuda or auto")
+        raise ValueError(
+            f"hardware.device: {setting} names one GPU but torchrun started several ranks; use cuda or auto"
+        )
     if index >= count:
-        raise ValueError(f"hardware.device: {setting}: GPU {index} asked for, but torch sees {count} "
-                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        raise ValueError(
+            f"hardware.device: {setting}: GPU {index} asked for, but torch sees {count} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+        )
     return torch.device("cuda", index)

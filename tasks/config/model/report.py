@@ -11,14 +11,26 @@ from tasks.config.base import StrictModel
 from tasks.config.model.finetune import TaskParams
 from tasks.config.tasks import Tasks
 
-
 #: Where each field of ``ReportSetup`` comes from: the params keys the report stage reads beyond its section.
-SETUP_KEYS = {"tasks": ("tasks",), "recipes": ("finetune.recipes",), "init_from": ("pretrain.init_from",),
-              "ablations": ("pretrain.ablations",), "dose_snapshots": ("pretrain.dose_snapshot_fractions",),
-              "semantic": ("leakage.semantic.enabled",), "operational": ("finetune.operational.enabled",),
-              "probe_variants": ("probe.variants",), "pair_variants": ("probe.pair_variants",),
-              "warnings": ("ingest.sources", "tokenizer.pretrain_sources", "tokenizer.exclude_sources",
-                           "tokenizer.unk_eval_sources", "tokenize.pretrain_sources", "tokenize.exclude_sources")}
+SETUP_KEYS = {
+    "tasks": ("tasks",),
+    "recipes": ("finetune.recipes",),
+    "init_from": ("pretrain.init_from",),
+    "ablations": ("pretrain.ablations",),
+    "dose_snapshots": ("pretrain.dose_snapshot_fractions",),
+    "semantic": ("leakage.semantic.enabled",),
+    "operational": ("finetune.operational.enabled",),
+    "probe_variants": ("probe.variants",),
+    "pair_variants": ("probe.pair_variants",),
+    "warnings": (
+        "ingest.sources",
+        "tokenizer.pretrain_sources",
+        "tokenizer.exclude_sources",
+        "tokenizer.unk_eval_sources",
+        "tokenize.pretrain_sources",
+        "tokenize.exclude_sources",
+    ),
+}
 
 
 class ReportSetup(StrictModel):
@@ -35,8 +47,11 @@ class ReportSetup(StrictModel):
     operational: bool = Field(True, description="finetune.operational.enabled")
     probe_variants: list[str] = Field(default_factory=list, description="probe.variants (the sense probe)")
     pair_variants: list[str] = Field(default_factory=list, description="probe.pair_variants (the minimal pairs)")
-    warnings: list[str] = Field(default_factory=list, description="Params.source_warnings(): a task source only "
-                                "the leakage audit reads; shown at the top of the claim table")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Params.source_warnings(): a task source only "
+        "the leakage audit reads; shown at the top of the claim table",
+    )
 
 
 class ReportParams(StrictModel):
@@ -59,13 +74,18 @@ class ReportParams(StrictModel):
     )
     floor_margin: float = Field(ge=0, lt=1, description="dev-score margin over the floor baseline (metric units)")
     figure_runs: dict[str, str] = Field(
-        default_factory=dict, description="task name -> run key (<variant>/<mode>/<head>) whose confusion matrix or "
-        "span errors are drawn; a task not listed draws its best arm on dev"
+        default_factory=dict,
+        description="task name -> run key (<variant>/<mode>/<head>) whose confusion matrix or "
+        "span errors are drawn; a task not listed draws its best arm on dev",
     )
     mlflow_ui_url: str = Field(pattern=r"^https?://", description="MLflow UI base URL the run-id links point at")
     figure_dpi: int = Field(ge=50, le=600, description="resolution of the PNG figures, dots per inch")
-    history_runs: int = Field(ge=1, le=1000, description="earlier runs' claims read back from MLflow for the "
-                              "'Since the last run' section and the claims' trend figure (the latest first)")
+    history_runs: int = Field(
+        ge=1,
+        le=1000,
+        description="earlier runs' claims read back from MLflow for the "
+        "'Since the last run' section and the claims' trend figure (the latest first)",
+    )
     dvc_lock_file: Path = Field(
         description="dvc.lock read for data md5s and the params each stage ran with, relative to the repo root"
     )

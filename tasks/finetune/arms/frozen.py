@@ -41,9 +41,11 @@ from tasks.finetune.arms.model import save_model
 ABSENT_LOGIT = -1.0e4
 #: Variants whose frozen encoder the seed draws (the others are read from a folder).
 SEEDED_ENCODERS = ("random",)
-SEED_VARIES = {True: "the random encoder's weights and the train docs drawn (when max_train_docs cuts the split)",
-               False: "the train docs drawn (when max_train_docs cuts the split); nothing else: the encoder is read "
-                      "from its folder and the probe is deterministic"}
+SEED_VARIES = {
+    True: "the random encoder's weights and the train docs drawn (when max_train_docs cuts the split)",
+    False: "the train docs drawn (when max_train_docs cuts the split); nothing else: the encoder is read "
+    "from its folder and the probe is deterministic",
+}
 
 
 def probe_and_test(model, run) -> dict:
@@ -68,13 +70,28 @@ def probe_and_test(model, run) -> dict:
     test_records, test = score_split(job, "test", (weight, bias), features["test"])
     select, chance = job.task.SELECT_METRIC, job.task.chance(job.exs["dev"])
     divergence = job.task.divergence_score(dev)
-    probe["facts"] |= {"features_seconds": round(features_seconds, 2),
-                       "fit_seconds": round(time.perf_counter() - started - features_seconds, 2)}
-    result = {"seed": run.seed, "test": job.task.headline(test), "details": job.task.details(test),
-              "lr_scale": run.lr_scale, "lr_encoder": None, "lr_head": None, "best_epoch": 0, "epochs_run": 0,
-              f"dev_best_{select}": dev[select], "dev_chance": chance, "dev_divergence_score": divergence,
-              "diverged": divergence <= chance + job.tcfg.divergence_margin, "history": [], "probe": probe["facts"],
-              "train_seconds": round(time.perf_counter() - started, 1), "test_records": test_records}  # fmt: skip
+    probe["facts"] |= {
+        "features_seconds": round(features_seconds, 2),
+        "fit_seconds": round(time.perf_counter() - started - features_seconds, 2),
+    }
+    result = {
+        "seed": run.seed,
+        "test": job.task.headline(test),
+        "details": job.task.details(test),
+        "lr_scale": run.lr_scale,
+        "lr_encoder": None,
+        "lr_head": None,
+        "best_epoch": 0,
+        "epochs_run": 0,
+        f"dev_best_{select}": dev[select],
+        "dev_chance": chance,
+        "dev_divergence_score": divergence,
+        "diverged": divergence <= chance + job.tcfg.divergence_margin,
+        "history": [],
+        "probe": probe["facts"],
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "test_records": test_records,
+    }
     if run.save_to is not None:
         save_model(model, run.save_to)
     return result
@@ -91,10 +108,15 @@ def choose_probe(job, features: dict[str, np.ndarray]) -> tuple[dict, dict]:
     heads = {c: folded_head(fits[c], scaler, len(job.labels)) for c in grid}
     dev = {c: score_split(job, "dev", heads[c], features["dev"])[1] for c in grid}
     chosen = max(grid, key=lambda c: (dev[c][select], -grid.index(c)))
-    facts = {"c_grid": list(grid), "dev_by_c": {f"{c:g}": dev[c][select] for c in grid},
-             "train_loss_by_c": {f"{c:g}": train_loss(fits[c], scaler, features["train"], gold) for c in grid},
-             "n_iter_by_c": {f"{c:g}": int(fits[c].n_iter_[0]) for c in grid}, "max_iter": job.tcfg.frozen_max_iter,
-             "chosen_c": chosen, "seed_varies": SEED_VARIES[job.spec.variant in SEEDED_ENCODERS]}  # fmt: skip
+    facts = {
+        "c_grid": list(grid),
+        "dev_by_c": {f"{c:g}": dev[c][select] for c in grid},
+        "train_loss_by_c": {f"{c:g}": train_loss(fits[c], scaler, features["train"], gold) for c in grid},
+        "n_iter_by_c": {f"{c:g}": int(fits[c].n_iter_[0]) for c in grid},
+        "max_iter": job.tcfg.frozen_max_iter,
+        "chosen_c": chosen,
+        "seed_varies": SEED_VARIES[job.spec.variant in SEEDED_ENCODERS],
+    }
     return {"head": heads[chosen], "facts": facts}, dev[chosen]
 
 
@@ -128,9 +150,11 @@ def fit_probe(x: np.ndarray, y: np.ndarray, c: float, job) -> LogisticRegression
         warnings.simplefilter("ignore", ConvergenceWarning)  # checked below, with the key named
         probe.fit(x, y)
     if probe.n_iter_[0] >= job.tcfg.frozen_max_iter:
-        raise ValueError(f"{where}: the logistic regression at C={c:g} did not converge in frozen_max_iter="
-                         f"{job.tcfg.frozen_max_iter} lbfgs iterations (finetune.recipes.<recipe>.frozen_max_iter: "
-                         "raise it, or drop that C from frozen_c_grid)")  # fmt: skip
+        raise ValueError(
+            f"{where}: the logistic regression at C={c:g} did not converge in frozen_max_iter="
+            f"{job.tcfg.frozen_max_iter} lbfgs iterations (finetune.recipes.<recipe>.frozen_max_iter: "
+            "raise it, or drop that C from frozen_c_grid)"
+        )
     return probe
 
 

@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import PreTrainedModel
 
-from tasks.common.models.encoders import encoder_from_folder, load_encoder
 from tasks.common.files.ioerrors import reading, reading_folder
+from tasks.common.models.encoders import encoder_from_folder, load_encoder
 from tasks.common.models.optim import decay_groups
 
 POOLING = {"cls-pool": "cls", "mean-pool": "mean", "first": "token", "all": "token"}
@@ -60,8 +60,9 @@ class EncoderWithHead(nn.Module):
             self.encoder.eval()
         return self
 
-    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def features(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Pooled vectors (batch, dim), or token vectors (batch, seq_len, dim) for ``token`` pooling.
 
         ``token_type_ids`` (a pair's segments) reach only encoders with segment embeddings (BERT's two); ModernBERT
@@ -77,8 +78,9 @@ class EncoderWithHead(nn.Module):
             return masked_mean(hidden, attention_mask)
         return hidden
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.head(self.dropout(self.features(input_ids, attention_mask, token_type_ids)))
 
 

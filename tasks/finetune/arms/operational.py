@@ -72,8 +72,9 @@ def measure_arms(jobs: list, out_dir: Path, ocfg, device: torch.device, log) -> 
     with ProcessPoolExecutor(1, mp_context=context, max_tasks_per_child=1) as pool:
         for job in jobs:
             folder = folder_for(out_dir, job.key)
-            out[job.key] = pool.submit(measure_saved, folder, job.task.collate, job.exs["test"], job.pad_id,
-                                       ocfg, str(device)).result()  # fmt: skip
+            out[job.key] = pool.submit(
+                measure_saved, folder, job.task.collate, job.exs["test"], job.pad_id, ocfg, str(device)
+            ).result()
             log.info(summary(job.key, out[job.key]))
     return out
 
@@ -98,22 +99,34 @@ def measure_saved(folder: Path, collate: Callable, exs: list[dict], pad_id: int,
     before = memory_mib("VmRSS")
     model = load_model(folder)
     target = torch.device(device)
-    extra = {"cpu": {"batch": time_on(model, collate, exs, pad_id, ocfg, torch.device("cpu"))}} \
-        if target.type == "cuda" and ocfg.cpu_on_gpu_host else {}  # fmt: skip
+    extra = (
+        {"cpu": {"batch": time_on(model, collate, exs, pad_id, ocfg, torch.device("cpu"))}}
+        if target.type == "cuda" and ocfg.cpu_on_gpu_host
+        else {}
+    )
     batches = time_on(model.to(target), collate, exs, pad_id, ocfg, target)
     peak = memory_mib("VmHWM")
     lengths = [len(ex["input_ids"]) for ex in exs]
-    entry = {**describe(target), "threads": torch.get_num_threads(), "seq_len_tokens": max(lengths),
-             "mean_tokens_per_doc": sum(lengths) / len(lengths), "batch": batches, "rss_before_mib": before,
-             "peak_rss_mib": peak, "rss_increase_mib": peak - before, "peak_allocated_mib": peak_memory_mib(target),
-             "parameters": sum(p.numel() for p in model.parameters()),
-             "size_on_disk_mib": sum(f.stat().st_size for f in folder.glob("*.safetensors")) / MIB}  # fmt: skip
+    entry = {
+        **describe(target),
+        "threads": torch.get_num_threads(),
+        "seq_len_tokens": max(lengths),
+        "mean_tokens_per_doc": sum(lengths) / len(lengths),
+        "batch": batches,
+        "rss_before_mib": before,
+        "peak_rss_mib": peak,
+        "rss_increase_mib": peak - before,
+        "peak_allocated_mib": peak_memory_mib(target),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "size_on_disk_mib": sum(f.stat().st_size for f in folder.glob("*.safetensors")) / MIB,
+    }
     return entry | extra | {"seconds": time.perf_counter() - started}
 
 
 def time_on(model, collate: Callable, exs: list[dict], pad_id: int, ocfg, device: torch.device) -> dict:
     """``latencies`` of ``model`` (already on ``device``) on ``exs``: each batch collated, placed on ``device``,
     run under ``autocast`` (bf16 on CUDA) and, on CUDA, synchronized, so a timing covers the work."""
+
     def infer(batch: list[dict]) -> None:
         tensors = place(collate(batch, pad_id), device)
         with autocast(device):
@@ -145,16 +158,26 @@ def measure_tfidf(vectorizer, classifier, texts: list[str], ocfg, folder: Path) 
     weights, vocabulary = folder / "weights.safetensors", folder / "vocabulary.json"
     save_file({"coef": classifier.coef_, "intercept": classifier.intercept_, "idf": vectorizer.idf_}, weights)
     vocabulary.write_text(json.dumps({t: int(i) for t, i in vectorizer.vocabulary_.items()}), encoding="utf-8")
-    return {"device": "cpu", "threads": None, "seq_len_tokens": None, "batch": batches, "peak_rss_mib": None,
-            "rss_increase_mib": None, "parameters": int(classifier.coef_.size + classifier.intercept_.size),
-            "size_on_disk_mib": weights.stat().st_size / MIB, "vocabulary_mib": vocabulary.stat().st_size / MIB,
-            "vocabulary": len(vectorizer.vocabulary_), "seconds": time.perf_counter() - started}  # fmt: skip
+    return {
+        "device": "cpu",
+        "threads": None,
+        "seq_len_tokens": None,
+        "batch": batches,
+        "peak_rss_mib": None,
+        "rss_increase_mib": None,
+        "parameters": int(classifier.coef_.size + classifier.intercept_.size),
+        "size_on_disk_mib": weights.stat().st_size / MIB,
+        "vocabulary_mib": vocabulary.stat().st_size / MIB,
+        "vocabulary": len(vectorizer.vocabulary_),
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def latencies(infer: Callable[[list], object], items: list, ocfg) -> dict[str, dict]:
     """``{"<batch size>": timings(...)}`` for every batch size of ``ocfg.timed_batches``."""
-    return {str(size): timings(infer, items, size, count, ocfg.warmup_batches)
-            for size, count in ocfg.timed_batches.items()}  # fmt: skip
+    return {
+        str(size): timings(infer, items, size, count, ocfg.warmup_batches) for size, count in ocfg.timed_batches.items()
+    }
 
 
 def timings(infer: Callable[[list], object], items: list, size: int, count: int, warmup: int) -> dict:
@@ -172,8 +195,12 @@ def timings(infer: Callable[[list], object], items: list, size: int, count: int,
         infer(batch)
         seconds.append(time.perf_counter() - start)
     p50, p95 = np.percentile(np.array(seconds) * MS_PER_S / size, [50, 95])
-    return {"p50_ms_per_doc": float(p50), "p95_ms_per_doc": float(p95), "docs_per_s": size * count / sum(seconds),
-            "timed_batches": count}  # fmt: skip
+    return {
+        "p50_ms_per_doc": float(p50),
+        "p95_ms_per_doc": float(p95),
+        "docs_per_s": size * count / sum(seconds),
+        "timed_batches": count,
+    }
 
 
 def cycled(items: list, size: int, count: int) -> list[list]:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import heapq
 import multiprocessing
 import os
-from collections.abc import Callable
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import replace
 from itertools import count
@@ -43,8 +43,9 @@ from tasks.finetune.arms.training import Run, is_probe, train_and_test
 T, U = TypeVar("T"), TypeVar("U")
 
 
-def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], runner: Runner,
-                    save_to: dict[str, Path]) -> dict[str, dict]:  # fmt: skip
+def sweep_and_train(
+    jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], runner: Runner, save_to: dict[str, Path]
+) -> dict[str, dict]:
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
     ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed`` (and its own draw of the
@@ -73,10 +74,19 @@ def sweep_and_train(jobs: list, seeds: list[int], sweep_seed: int, grid: list[fl
         return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, seeds)) for seed in seeds]
 
     with runner:
-        runner.run_all([Run(job, sweep_seed, scale) for job in jobs for scale in state[job.key]["grid"]], follow,
-                       total=sum(len(entry["grid"]) + len(seeds) for entry in state.values()))  # fmt: skip
-    return {key: {"sweep": {scale: entry["sweep"][scale] for scale in entry["grid"]}, "scale": entry["scale"],
-                  "seeds": [entry["seeds"][seed] for seed in seeds]} for key, entry in state.items()}  # fmt: skip
+        runner.run_all(
+            [Run(job, sweep_seed, scale) for job in jobs for scale in state[job.key]["grid"]],
+            follow,
+            total=sum(len(entry["grid"]) + len(seeds) for entry in state.values()),
+        )
+    return {
+        key: {
+            "sweep": {scale: entry["sweep"][scale] for scale in entry["grid"]},
+            "scale": entry["scale"],
+            "seeds": [entry["seeds"][seed] for seed in seeds],
+        }
+        for key, entry in state.items()
+    }
 
 
 def alongside(train: Callable[[], T], other: Callable[[], U]) -> tuple[T, U]:
@@ -117,6 +127,7 @@ def expected_cost(job) -> int:
 
 def best_scale(results: dict[float, dict], grid: list[float]) -> float:
     """The multiplier whose run scored best on dev (``dev_best_<metric>``); the earlier grid entry wins a tie."""
+
     def dev(scale: float) -> float:
         return next(v for k, v in results[scale].items() if k.startswith("dev_best_"))
 
@@ -164,9 +175,15 @@ class Runner:
         if self.workers > 1:
             context = multiprocessing.get_context("spawn")
             gpus = {slot: visible_gpu(slot) for slot in self.slots}  # from this process's view, before any pool
-            self.pools = {slot: ProcessPoolExecutor(n, mp_context=context, initializer=_init_worker,
-                                                    initargs=(self.threads, slot, self.deterministic, gpus[slot]))
-                          for slot, n in Counter(self.slots).items()}  # fmt: skip
+            self.pools = {
+                slot: ProcessPoolExecutor(
+                    n,
+                    mp_context=context,
+                    initializer=_init_worker,
+                    initargs=(self.threads, slot, self.deterministic, gpus[slot]),
+                )
+                for slot, n in Counter(self.slots).items()
+            }
         else:
             _init_worker(self.threads, self.slots[0], self.deterministic)
         return self
@@ -242,17 +259,36 @@ def log_job(log, job, result: dict, seeds: list[int], predictions: dict) -> None
     file (``{seed: path}``) and the arm's ``task``, ``variant``, ``mode``, ``head`` besides its ``seed`` as
     params, so MLflow's Group by and parallel-coordinates views compare seeds and arms directly."""
     spec = job.spec
-    log.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
-                "model_dir": job.folder, "seeds": seeds, "lr_scale": result["scale"],
-                **{f"{s}_examples": len(e) for s, e in job.exs.items() if s != "train"}})  # train: per seed
+    log.params(
+        {
+            "task": job.item,
+            "variant": spec.variant,
+            "mode": spec.mode,
+            "head": spec.head,
+            "model_dir": job.folder,
+            "seeds": seeds,
+            "lr_scale": result["scale"],
+            **{f"{s}_examples": len(e) for s, e in job.exs.items() if s != "train"},
+        }
+    )  # train: per seed
     for index, (scale, res) in enumerate(result["sweep"].items()):
         dev = {f"lr_sweep_{k}": v for k, v in res.items() if k.startswith("dev_best_")}
         log.metrics(dev | {"lr_sweep_scale": scale}, step=index)
     for res in result["seeds"]:
         with log.child(f"{job.item}/{job.key}/seed{res['seed']}") as child:
-            child.params({"task": job.item, "variant": spec.variant, "mode": spec.mode, "head": spec.head,
-                          "seed": res["seed"], "lr_scale": res["lr_scale"], "lr_encoder": res["lr_encoder"],
-                          "lr_head": res["lr_head"], "train_examples": len(job.for_seed(res["seed"]).exs["train"])})
+            child.params(
+                {
+                    "task": job.item,
+                    "variant": spec.variant,
+                    "mode": spec.mode,
+                    "head": spec.head,
+                    "seed": res["seed"],
+                    "lr_scale": res["lr_scale"],
+                    "lr_encoder": res["lr_encoder"],
+                    "lr_head": res["lr_head"],
+                    "train_examples": len(job.for_seed(res["seed"]).exs["train"]),
+                }
+            )
             for row in res["history"]:
                 child.metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
             child.metrics(res["test"] | {"train_seconds": res["train_seconds"]})  # the run opens after training

@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from tasks.common.runtime.device import PREDICTION_PRECISION, autocast, fp32_predictions, place
+from tasks.common.runtime.device import autocast, fp32_predictions, place
 from tasks.finetune.arms import frozen
 from tasks.finetune.arms.model import build_model, optimizer_for, save_model
 
@@ -65,15 +65,22 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     """
     run = replace(run, job=run.job.for_seed(run.seed))
     job, spec = run.job, run.job.spec
-    model = build_model(spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout,
-                        run.seed).to(run.device)  # fmt: skip
+    model = build_model(
+        spec.variant, job.folder, spec.head, len(job.labels), spec.mode, job.tcfg.head_dropout, run.seed
+    ).to(run.device)
     if is_probe(job):
         return frozen.probe_and_test(model, run)
     started = time.perf_counter()
     fit = train(model, run, show_progress)
     test_recs, scores = evaluate(model, job, "test", torch.device(run.device))
-    result = {"seed": run.seed, "test": job.task.headline(scores), "details": job.task.details(scores), **fit,
-              "train_seconds": round(time.perf_counter() - started, 1), "test_records": test_recs}
+    result = {
+        "seed": run.seed,
+        "test": job.task.headline(scores),
+        "details": job.task.details(scores),
+        **fit,
+        "train_seconds": round(time.perf_counter() - started, 1),
+        "test_records": test_recs,
+    }
     if run.save_to is not None:
         save_model(model, run.save_to)
     return result
@@ -107,22 +114,36 @@ def train(model, run: Run, show_progress: bool) -> dict:
     device = torch.device(run.device)
     for epoch in range(1, tcfg.max_epochs + 1):
         desc = f"{job.key} seed {run.seed} lr x{run.lr_scale:g} epoch {epoch}"
-        loss = train_epoch(model, job, optimizer, schedule, generator, device, desc if show_progress else None,
-                           run.cpu_bf16)
+        loss = train_epoch(
+            model, job, optimizer, schedule, generator, device, desc if show_progress else None, run.cpu_bf16
+        )
         _, dev = evaluate(model, job, "dev", device)
         history.append({"epoch": epoch, "train_loss": loss, f"dev_{select}": dev[select]})
         finite = math.isfinite(loss)
         if dev[select] > best["score"]:
-            best = {"score": dev[select], "epoch": epoch, "divergence_score": task.divergence_score(dev),
-                    "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+            best = {
+                "score": dev[select],
+                "epoch": epoch,
+                "divergence_score": task.divergence_score(dev),
+                "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            }
         if not finite or epoch - best["epoch"] >= tcfg.patience_epochs:
             break
     model.load_state_dict(best["state"])
     chance = task.chance(job.exs["dev"])
     diverged = not finite or best["divergence_score"] <= chance + tcfg.divergence_margin
-    return {"lr_scale": run.lr_scale, "lr_encoder": lr_encoder, "lr_head": lr_head, "best_epoch": best["epoch"],
-            "epochs_run": epoch, f"dev_best_{select}": best["score"], "dev_chance": chance,
-            "dev_divergence_score": best["divergence_score"], "diverged": diverged, "history": history}
+    return {
+        "lr_scale": run.lr_scale,
+        "lr_encoder": lr_encoder,
+        "lr_head": lr_head,
+        "best_epoch": best["epoch"],
+        "epochs_run": epoch,
+        f"dev_best_{select}": best["score"],
+        "dev_chance": chance,
+        "dev_divergence_score": best["divergence_score"],
+        "diverged": diverged,
+        "history": history,
+    }
 
 
 def evaluate(model, job, split: str, device: torch.device) -> tuple[list[dict], dict]:
@@ -131,8 +152,9 @@ def evaluate(model, job, split: str, device: torch.device) -> tuple[list[dict], 
     return recs, job.task.score(recs, job.labels)
 
 
-def train_epoch(model, job, optimizer, schedule, generator, device: torch.device, desc: str | None,
-                cpu_bf16: bool = False) -> float:
+def train_epoch(
+    model, job, optimizer, schedule, generator, device: torch.device, desc: str | None, cpu_bf16: bool = False
+) -> float:
     """One shuffled pass (order from ``generator``); returns the mean training loss (nan if it blew up).
 
     The losses stay on ``device`` until the epoch ends (one host sync per epoch, not per step). A non-finite
@@ -142,8 +164,9 @@ def train_epoch(model, job, optimizer, schedule, generator, device: torch.device
     """
     model.train()
     exs, tcfg = job.exs["train"], job.tcfg
-    batches = length_grouped_batches([len(ex["input_ids"]) for ex in exs], tcfg.batch_size,
-                                     tcfg.length_group_batches, generator)
+    batches = length_grouped_batches(
+        [len(ex["input_ids"]) for ex in exs], tcfg.batch_size, tcfg.length_group_batches, generator
+    )
     total = torch.zeros((), dtype=torch.float64, device=device)
     for batch_idx in tqdm(batches, desc=desc, leave=False, mininterval=5, disable=desc is None):
         batch = place(job.task.collate([exs[i] for i in batch_idx], job.pad_id), device)
@@ -163,7 +186,9 @@ def train_step(model, batch: dict[str, torch.Tensor], device: torch.device, cpu_
     model.zero_grad(set_to_none=True)
     with autocast(device, cpu=cpu_bf16):
         logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, -2), batch["labels"].flatten(), ignore_index=-100)
+    loss = torch.nn.functional.cross_entropy(
+        logits.float().flatten(0, -2), batch["labels"].flatten(), ignore_index=-100
+    )
     loss.backward()
     return loss
 

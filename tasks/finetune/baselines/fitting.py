@@ -98,9 +98,17 @@ def records(docs: list[dict], preds: list[tuple], labels: list[str]) -> list[dic
     if docs and "word_tags" in docs[0]:
         recs = [{"doc_id": d["doc_id"], "gold": list(d["word_tags"]), "pred": p, "probs": q} for d, (p, q) in pairs]
     else:
-        recs = [{"doc_id": d["doc_id"], "gold": labels[int(d["label"])], "pred": labels[p], "probs": q,
-                 "truncated": d.get("seen_fraction", 1.0) < 1, "seen_fraction": d.get("seen_fraction", 1.0)}
-                for d, (p, q) in pairs]  # fmt: skip
+        recs = [
+            {
+                "doc_id": d["doc_id"],
+                "gold": labels[int(d["label"])],
+                "pred": labels[p],
+                "probs": q,
+                "truncated": d.get("seen_fraction", 1.0) < 1,
+                "seen_fraction": d.get("seen_fraction", 1.0),
+            }
+            for d, (p, q) in pairs
+        ]
     return sorted(recs, key=lambda r: r["doc_id"])
 
 
@@ -116,7 +124,8 @@ def _majority(rows: dict[str, list[dict]], labels: list[str]) -> dict:
     top = int(np.argmax(counts))  # a tie goes to the smaller label id (argmax returns the first maximum)
     frequencies = (counts / counts.sum()).tolist()
     return {split: [(top, frequencies)] * len(rows[split]) for split in ("dev", "test")} | {
-        "setting": {"label": labels[top]}}
+        "setting": {"label": labels[top]}
+    }
 
 
 def _entity_f1(gold: list[list[str]], pred: list[list[str]]) -> float:

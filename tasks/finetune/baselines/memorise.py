@@ -26,8 +26,11 @@ from collections import Counter, defaultdict
 from clozeline.alignment import repair_iob2
 
 #: lookup -> the tables it consults, in order: ``str`` keeps the word as written, ``lower`` lowercases it.
-LOOKUPS: dict[str, tuple[str, ...]] = {"cased": ("cased",), "lowercased": ("lower",),
-                                       "cased_backoff": ("cased", "lower")}  # fmt: skip
+LOOKUPS: dict[str, tuple[str, ...]] = {
+    "cased": ("cased",),
+    "lowercased": ("lower",),
+    "cased_backoff": ("cased", "lower"),
+}
 FOLD = {"cased": lambda w: w, "lower": str.lower}
 
 
@@ -68,8 +71,10 @@ def _table(train: list[dict], fold) -> dict:
 def _tag(words: list[str], tables: dict, order: tuple[str, ...]) -> tuple[list[str], list[float]]:
     pairs = []
     for word in words:
-        found = next((tables[f]["lexicon"][FOLD[f](word)] for f in order if FOLD[f](word) in tables[f]["lexicon"]),
-                     tables[order[-1]]["unseen"])  # fmt: skip
+        found = next(
+            (tables[f]["lexicon"][FOLD[f](word)] for f in order if FOLD[f](word) in tables[f]["lexicon"]),
+            tables[order[-1]]["unseen"],
+        )
         pairs.append(found)
     # the repair changes a tag, not how often the word had it: each word keeps its probability
     return repair_iob2([tag for tag, _ in pairs]), [prob for _, prob in pairs]

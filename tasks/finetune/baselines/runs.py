@@ -15,9 +15,20 @@ from tasks.finetune.draw import Draw, drawn_doc_ids
 from tasks.finetune.records import TASKS, aggregate, write_predictions
 
 
-def run_baseline(item: str, module: str, row: fitting.Row, data: dict, tokenizer, labels: list[str],
-                 tcfg: TaskParams, cfg: FinetuneParams, out_dir: Path, log, draw: Draw,
-                 defer_timing: bool = False) -> tuple[dict, dict | Callable[[], dict] | None, dict | None]:  # fmt: skip
+def run_baseline(
+    item: str,
+    module: str,
+    row: fitting.Row,
+    data: dict,
+    tokenizer,
+    labels: list[str],
+    tcfg: TaskParams,
+    cfg: FinetuneParams,
+    out_dir: Path,
+    log,
+    draw: Draw,
+    defer_timing: bool = False,
+) -> tuple[dict, dict | Callable[[], dict] | None, dict | None]:
     """Fit baseline ``row`` (``fitting.plan``) and write its test predictions; returns its ``metrics.runs``
     entry, its operational numbers (``operational.measure_tfidf`` of its first seed's fit: a tfidf-lr comparator
     with ``operational.enabled``; else None) and, for tfidf-lr, what ``selected.keep_baseline`` ships (the fit of
@@ -35,8 +46,14 @@ def run_baseline(item: str, module: str, row: fitting.Row, data: dict, tokenizer
     task, select = TASKS[module], f"dev_best_{TASKS[module].SELECT_METRIC}"
     rows, texts, described = baseline_input(row, data, tokenizer, tcfg)
     _, variant, head = row.key.split("/")  # the arm params of a seed run, so MLflow groups baselines with them
-    common = {"task": item, "baseline": row.name, "variant": variant, "mode": "baseline", "head": head,
-              "role": _role(row)}  # fmt: skip
+    common = {
+        "task": item,
+        "baseline": row.name,
+        "variant": variant,
+        "mode": "baseline",
+        "head": head,
+        "role": _role(row),
+    }
     log.params(common)
     timed, kept, results = None, None, []
     for seed in [fitting.SEED] if row.reference else cfg.seeds:
@@ -44,10 +61,21 @@ def run_baseline(item: str, module: str, row: fitting.Row, data: dict, tokenizer
         fit, result = fit_seed(item, task, row, seed, seed_rows, seed_texts, labels, tcfg, out_dir, log, common)
         results.append(result)
         if "fitted" in fit and (kept is None or result[select] > kept["dev"]):
-            kept = {"fitted": fit["fitted"], "setting": fit["setting"], "input": described, "tokenizer": tokenizer,
-                    "seed": seed, "dev": result[select],
-                    "cut": {"max_seq_len_tokens": tcfg.max_seq_len_tokens, "truncation": tcfg.truncation,
-                            "head_tokens": tcfg.head_tokens} if row.tok else None}  # fmt: skip
+            kept = {
+                "fitted": fit["fitted"],
+                "setting": fit["setting"],
+                "input": described,
+                "tokenizer": tokenizer,
+                "seed": seed,
+                "dev": result[select],
+                "cut": {
+                    "max_seq_len_tokens": tcfg.max_seq_len_tokens,
+                    "truncation": tcfg.truncation,
+                    "head_tokens": tcfg.head_tokens,
+                }
+                if row.tok
+                else None,
+            }
         if "fitted" in fit and timed is None and cfg.operational.enabled and not row.reference:
             timed = partial(time_tfidf, row.key, fit["fitted"], seed_texts["test"], cfg, out_dir, log)
             timed = timed if defer_timing else timed()
@@ -65,8 +93,19 @@ def time_tfidf(key: str, fitted: tuple, texts: list[str], cfg: FinetuneParams, o
     return timed
 
 
-def fit_seed(item: str, task, row: fitting.Row, seed: int, rows: dict, texts: dict | None, labels: list[str],
-             tcfg: TaskParams, out_dir: Path, log, common: dict) -> tuple[dict, dict]:  # fmt: skip
+def fit_seed(
+    item: str,
+    task,
+    row: fitting.Row,
+    seed: int,
+    rows: dict,
+    texts: dict | None,
+    labels: list[str],
+    tcfg: TaskParams,
+    out_dir: Path,
+    log,
+    common: dict,
+) -> tuple[dict, dict]:
     """Fit ``row`` on one seed's ``rows`` (and ``texts``) and score it with ``task`` (``tasks.finetune.cls`` or
     ``ner``), write ``<key>/seed<seed>.test.jsonl`` and log a nested run; returns ``fitting.fit_predict``'s fit
     and the seed's result (what ``records.aggregate`` reads)."""
@@ -78,9 +117,16 @@ def fit_seed(item: str, task, row: fitting.Row, seed: int, rows: dict, texts: di
         child.params(common | {"seed": seed, "train_docs": len(rows["train"]), **flat})
         child.metrics(task.headline(test))
         child.artifact(path, "predictions")
-    return fit, {"seed": seed, "test": task.headline(test), "details": task.details(test), "diverged": False,
-                 f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC], "setting": fit["setting"],
-                 "train_docs": len(rows["train"]), "dev_docs": len(fitting.documents(rows["dev"]))}
+    return fit, {
+        "seed": seed,
+        "test": task.headline(test),
+        "details": task.details(test),
+        "diverged": False,
+        f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC],
+        "setting": fit["setting"],
+        "train_docs": len(rows["train"]),
+        "dev_docs": len(fitting.documents(rows["dev"])),
+    }
 
 
 def drawn_input(rows: dict, texts: dict | None, draw: Draw, seed: int) -> tuple[dict, dict | None]:

@@ -42,8 +42,9 @@ def arm_inputs(rows: list[dict], tokenizer, tcfg) -> tuple[list[str], list[float
     return texts, [ex["seen_fraction"] for ex in cut]
 
 
-def tfidf_lr(texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels: int, ngrams: dict,
-             c_grid: list[float]) -> dict:  # fmt: skip
+def tfidf_lr(
+    texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels: int, ngrams: dict, c_grid: list[float]
+) -> dict:
     """Fit on ``texts["train"]``/``labels["train"]``, choose (analyzer, C) on dev macro-F1, predict dev and test.
 
     ``ngrams``: analyzer -> (min n, max n); ``c_grid``: inverse L2 strengths. Returns ``{"dev"|"test": [(label
@@ -57,8 +58,9 @@ def tfidf_lr(texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels
         return _grid(texts, labels, n_labels, ngrams, c_grid)
 
 
-def _grid(texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels: int, ngrams: dict,
-          c_grid: list[float]) -> dict:  # fmt: skip
+def _grid(
+    texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels: int, ngrams: dict, c_grid: list[float]
+) -> dict:
     best, grid = None, {}
     for analyzer, (low, high) in ngrams.items():
         vectorizer = TfidfVectorizer(analyzer=analyzer, ngram_range=(low, high), sublinear_tf=True, min_df=2)
@@ -66,14 +68,27 @@ def _grid(texts: dict[str, list[str]], labels: dict[str, list[int]], n_labels: i
         x_dev = vectorizer.transform(texts["dev"])
         for c in c_grid:
             model = LogisticRegression(C=c, max_iter=2000).fit(x_train, labels["train"])
-            score = float(f1_score(labels["dev"], model.predict(x_dev).tolist(), labels=range(n_labels),
-                                   average="macro", zero_division=0))  # fmt: skip
+            score = float(
+                f1_score(
+                    labels["dev"],
+                    model.predict(x_dev).tolist(),
+                    labels=range(n_labels),
+                    average="macro",
+                    zero_division=0,
+                )
+            )
             grid[f"{analyzer} C={c:g}"] = score
             if best is None or score > best[0]:
                 best = (score, analyzer, (low, high), c, vectorizer, model)
     score, analyzer, ngram_range, c, vectorizer, model = best
-    setting = {"analyzer": analyzer, "ngram_range": list(ngram_range), "C": c, "dev_macro_f1": score,
-               "vocabulary": len(vectorizer.vocabulary_), "dev_macro_f1_grid": grid}  # fmt: skip
+    setting = {
+        "analyzer": analyzer,
+        "ngram_range": list(ngram_range),
+        "C": c,
+        "dev_macro_f1": score,
+        "vocabulary": len(vectorizer.vocabulary_),
+        "dev_macro_f1_grid": grid,
+    }
     preds = {split: with_probs(model, vectorizer.transform(texts[split]), n_labels) for split in ("dev", "test")}
     return preds | {"setting": setting, "fitted": (vectorizer, model)}
 

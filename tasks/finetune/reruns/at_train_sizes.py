@@ -41,8 +41,10 @@ def sizes(tcfg: TaskParams, kept: int, item: str) -> list[int]:
     """
     above = [n for n in tcfg.train_sizes if n >= kept]
     if above:
-        raise ValueError(f"finetune: train_sizes {above} of task {item} must be below the {kept} train docs the "
-                         "full-size runs keep (max_train_docs, or the split's docs when it is null)")
+        raise ValueError(
+            f"finetune: train_sizes {above} of task {item} must be below the {kept} train docs the "
+            "full-size runs keep (max_train_docs, or the split's docs when it is null)"
+        )
     return sorted(tcfg.train_sizes) + [kept]
 
 
@@ -65,8 +67,12 @@ def points(tcfg: TaskParams, kept: int, item: str) -> list[Point]:
 def baseline_rows(planned: list[Row], tcfg: TaskParams) -> list[tuple[int, Row]]:
     """``(size, row)`` of every comparator of ``planned`` (``fitting.plan``) at every size of
     ``train_sizes``, keyed ``<comparator key>@n<docs>``; reference rows are not repeated."""
-    return [(n, Row(row.name, f"{row.key}@{size_key(n)}", False, row.tok))
-            for n in sorted(tcfg.train_sizes) for row in planned if not row.reference]  # fmt: skip
+    return [
+        (n, Row(row.name, f"{row.key}@{size_key(n)}", False, row.tok))
+        for n in sorted(tcfg.train_sizes)
+        for row in planned
+        if not row.reference
+    ]
 
 
 def untimed(cfg: FinetuneParams) -> FinetuneParams:
@@ -74,8 +80,15 @@ def untimed(cfg: FinetuneParams) -> FinetuneParams:
     return cfg.model_copy(update={"operational": cfg.operational.model_copy(update={"enabled": False})})
 
 
-def summary(tcfg: TaskParams, kept: int, runs: dict, arm_toks: dict[str, str], comparators: dict[str, str | None],
-            select, item: str) -> dict:  # fmt: skip
+def summary(
+    tcfg: TaskParams,
+    kept: int,
+    runs: dict,
+    arm_toks: dict[str, str],
+    comparators: dict[str, str | None],
+    select,
+    item: str,
+) -> dict:
     """The ``learning_curve`` section of ``metrics/finetune/<task>.json``.
 
     ``kept``: the full-size train docs; ``runs``: the stage's run entries (curve runs included); ``arm_toks``:
@@ -84,15 +97,24 @@ def summary(tcfg: TaskParams, kept: int, runs: dict, arm_toks: dict[str, str], c
     ``baselines`` (comparator -> run key) and ``selection`` (``select_best`` among that size's arms and
     comparators: the best arm on dev, the best comparator reading its input, every dev score).
     """
-    out = {"sizes": sizes(tcfg, kept, item), "configs": [spec.key for spec in tcfg.curve_configs],
-           "lr": "each arm sweeps lr_grid on dev at its own size", "runs": {}, "baselines": {}, "selection": {}}
+    out = {
+        "sizes": sizes(tcfg, kept, item),
+        "configs": [spec.key for spec in tcfg.curve_configs],
+        "lr": "each arm sweeps lr_grid on dev at its own size",
+        "runs": {},
+        "baselines": {},
+        "selection": {},
+    }
     for n in out["sizes"]:
         at = size_key(n)
         full = n == kept  # the full-size runs are the curve's largest point
         arms = {spec.key: spec.key if full else arm_key(spec, n) for spec in tcfg.curve_configs}
         bases = {key: key if full else f"{key}@{at}" for key in comparators}
         out["runs"][at], out["baselines"][at] = arms, bases
-        chosen = select(runs, {arms[s.key]: arm_toks[s.variant] for s in tcfg.curve_configs},
-                        {bases[k]: tok for k, tok in comparators.items()})  # fmt: skip
+        chosen = select(
+            runs,
+            {arms[s.key]: arm_toks[s.variant] for s in tcfg.curve_configs},
+            {bases[k]: tok for k, tok in comparators.items()},
+        )
         out["selection"][at] = {k: chosen[k] for k in ("best_arm", "best_baseline", "dev", "metric") if k in chosen}
     return out

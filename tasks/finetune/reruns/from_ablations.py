@@ -34,28 +34,37 @@ def arms(tcfg: TaskParams, models: Path, item: str) -> list[tuple[RunSpec, Path,
     spec = next(s for s in tcfg.configs if s.key == tcfg.ablation_config)
     folders = ablation_dirs(models)
     if not folders:
-        raise FileNotFoundError(f"finetune.recipes.*.ablation_config of task {item}: no ablation models in "
-                                f"{pretrained_dir(models)}/ablations (set pretrain.ablations)")  # fmt: skip
+        raise FileNotFoundError(
+            f"finetune.recipes.*.ablation_config of task {item}: no ablation models in "
+            f"{pretrained_dir(models)}/ablations (set pretrain.ablations)"
+        )
     return [(spec, folder, ablation_key(spec, folder.name)) for folder in folders]
 
 
 def summary(points: list[tuple[RunSpec, Path, str]]) -> dict:
     """The ``ablations`` section of ``metrics/finetune/<task>.json``: ``config`` (the main recipe's run, the
     claims' baseline) and ``runs`` ``{"<arm name>": run key}``."""
-    return {"config": points[0][0].key, "runs": {folder.name: key for _, folder, key in points},
-            "rule": "ablation_config fine-tuned from each pretrain.ablations model (the first pretraining seed), "
-            "with the same seeds, draws, dev and test docs and its own learning-rate sweep"}
+    return {
+        "config": points[0][0].key,
+        "runs": {folder.name: key for _, folder, key in points},
+        "rule": "ablation_config fine-tuned from each pretrain.ablations model (the first pretraining seed), "
+        "with the same seeds, draws, dev and test docs and its own learning-rate sweep",
+    }
 
 
 def in_selection(selection: dict, points: list[tuple[RunSpec, Path, str]], runs: dict, metric: str) -> dict:
     """``selection`` with each ablation run's mean dev ``metric`` (``dev_best_<SELECT_METRIC>``) in ``dev`` and its
     config's comparator in ``comparator_of``, so the report's floor gate reads them as it reads the config's;
     never chosen (``best_arm`` stays among ``configs``)."""
-    dev = {key: sum(s[metric] for s in runs[key]["details"]["per_seed"].values())
-           / len(runs[key]["details"]["per_seed"]) for _, _, key in points}  # fmt: skip
+    dev = {
+        key: sum(s[metric] for s in runs[key]["details"]["per_seed"].values()) / len(runs[key]["details"]["per_seed"])
+        for _, _, key in points
+    }
     out = {**selection, "dev": {**selection["dev"], **dev}}
     comparators = selection.get("comparator_of")
     if comparators is not None:
-        out["comparator_of"] = {**comparators, **{key: comparators[spec.key] for spec, _, key in points
-                                                   if spec.key in comparators}}  # fmt: skip
+        out["comparator_of"] = {
+            **comparators,
+            **{key: comparators[spec.key] for spec, _, key in points if spec.key in comparators},
+        }
     return out

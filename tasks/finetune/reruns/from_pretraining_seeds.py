@@ -29,8 +29,12 @@ def seed_key(spec: RunSpec, seed: str) -> str:
 def arms(tcfg: TaskParams, models: Path) -> list[tuple[RunSpec, Path, str]]:
     """``(spec, model folder, run key)`` of every arm of ``tcfg.configs`` on our encoder, once per further
     pretraining seed (``pretraining_seed_dirs``), in seed then config order; empty with one pretraining seed."""
-    return [(spec, folder, seed_key(spec, folder.name)) for folder in pretraining_seed_dirs(models)
-            for spec in tcfg.configs if spec.variant in OURS]  # fmt: skip
+    return [
+        (spec, folder, seed_key(spec, folder.name))
+        for folder in pretraining_seed_dirs(models)
+        for spec in tcfg.configs
+        if spec.variant in OURS
+    ]
 
 
 def summary(points: list[tuple[RunSpec, Path, str]]) -> dict:
@@ -39,5 +43,8 @@ def summary(points: list[tuple[RunSpec, Path, str]]) -> dict:
     runs: dict[str, dict[str, str]] = {}
     for spec, folder, key in points:
         runs.setdefault(spec.key, {})[folder.name] = key
-    return {"runs": runs, "rule": "each arm on our pretrained encoder, once per further pretraining seed "
-            "(pretrain.seeds but the first); the first seed's run is the config key itself"}
+    return {
+        "runs": runs,
+        "rule": "each arm on our pretrained encoder, once per further pretraining seed "
+        "(pretrain.seeds but the first); the first seed's run is the config key itself",
+    }

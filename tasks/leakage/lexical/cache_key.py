@@ -23,6 +23,8 @@ RESIDUAL_NOT_IN_KEY = frozenset({"min_coverage"})
 
 def params_md5(lexical: LexicalParams, residual: ResidualParams) -> str:
     """md5 (hex) of the params a stored lexical or residual result can depend on (see the module docstring)."""
-    params = {**lexical.model_dump(mode="json", exclude=set(LexicalParams.NOT_IN_RESULTS)),
-              "residual": residual.model_dump(mode="json", exclude=set(RESIDUAL_NOT_IN_KEY))}
+    params = {
+        **lexical.model_dump(mode="json", exclude=set(LexicalParams.NOT_IN_RESULTS)),
+        "residual": residual.model_dump(mode="json", exclude=set(RESIDUAL_NOT_IN_KEY)),
+    }
     return hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest()

@@ -63,8 +63,9 @@ def detect(trains: Side, evals: Side, cfg: LexicalParams, owner: np.ndarray | No
         + minhash_doc_matches(part, evals, cfg, held, part_owner)
         + minhash_passage_matches(part, evals, cfg, held, part_owner)
     )
-    found = [(int(near[i]), *rest) for i, *rest in lexical] + substitution.substitution_matches(trains, evals, cfg,
-                                                                                                owner)  # fmt: skip
+    found = [(int(near[i]), *rest) for i, *rest in lexical] + substitution.substitution_matches(
+        trains, evals, cfg, owner
+    )
     return found if owner is None else [m for m in found if owner[m[0]] == m[1]]
 
 
@@ -220,8 +221,7 @@ def minhash_passage_matches(trains: Side, evals: Side, cfg: LexicalParams, held=
     train_windows = [(i, s, e) for i, x in enumerate(trains.hashes) for s, e in passage_windows(len(x), cfg)]
     eval_windows = [(j, s, e) for j, x in enumerate(evals.hashes) for s, e in passage_windows(len(x), cfg)]
     best: dict[tuple[int, int], tuple[float, str]] = {}
-    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg, held,
-                      owner)
+    pairs = lsh_pairs(trains.hashes, train_windows, evals.hashes, eval_windows, cfg.passage_threshold, cfg, held, owner)
     for a, b, score in pairs:
         (i, start, end), j = train_windows[a], eval_windows[b][0]
         if score > best.get((i, j), (-1.0, ""))[0]:
@@ -239,8 +239,9 @@ def passage_windows(n_words: int, cfg: LexicalParams) -> list[tuple[int, int]]:
     return [(s, min(s + cfg.passage_words, n_words)) for s in starts]
 
 
-def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: float, cfg, held=None,
-              owner=None) -> list[tuple]:  # fmt: skip
+def lsh_pairs(
+    query_ids, query_windows, index_ids, index_windows, threshold: float, cfg, held=None, owner=None
+) -> list[tuple]:
     """``(query window, indexed window, Jaccard)`` for LSH candidates with exact Jaccard >= ``threshold``.
 
     Windows are ``(doc, start, end)`` word ranges of the ``*_ids`` docs. Bands and rows follow datasketch's
@@ -254,12 +255,17 @@ def lsh_pairs(query_ids, query_windows, index_ids, index_windows, threshold: flo
     try:
         bands, rows = minhash.lsh_bands_rows(threshold, cfg.num_perm)
     except ValueError as err:
-        raise ValueError(f"leakage: MinHash threshold {threshold} (leakage.doc_threshold / passage_threshold) with "
-                         f"leakage.num_perm={cfg.num_perm}: datasketch finds no LSH shape ({err}); a threshold this "
-                         "high needs more num_perm (0.99: 512)") from None
-    kept = np.asarray(held(query_windows) if held is not None else
-                      sharing_windows(query_ids, query_windows, index_ids, index_windows, cfg.shingle_words),
-                      dtype=np.int64)  # fmt: skip
+        raise ValueError(
+            f"leakage: MinHash threshold {threshold} (leakage.doc_threshold / passage_threshold) with "
+            f"leakage.num_perm={cfg.num_perm}: datasketch finds no LSH shape ({err}); a threshold this "
+            "high needs more num_perm (0.99: 512)"
+        ) from None
+    kept = np.asarray(
+        held(query_windows)
+        if held is not None
+        else sharing_windows(query_ids, query_windows, index_ids, index_windows, cfg.shingle_words),
+        dtype=np.int64,
+    )
     query_windows = [query_windows[w] for w in kept.tolist()]
     perms = minhash.permutations(cfg.num_perm, cfg.minhash_seed)
     query_keys = minhash.band_keys(signatures(query_ids, query_windows, cfg.shingle_words, perms), bands, rows)

@@ -47,8 +47,10 @@ class Scan:
 
     def found(self, skip: set[int]) -> tuple[set, set]:
         """The eval n-grams the docs not in ``skip`` hold, and the word tuples of those of them in ``whole``."""
-        return (set().union(*(h for i, h in self.hits.items() if i not in skip)),
-                {w for i, w in self.whole.items() if i not in skip})
+        return (
+            set().union(*(h for i, h in self.hits.items() if i not in skip)),
+            {w for i, w in self.whole.items() if i not in skip},
+        )
 
     def sharing(self, skip: set[int], grams: set, tokens: list[str]) -> list[str]:
         """The three docs not in ``skip`` that share the most of ``grams`` (or, without n-grams, all of
@@ -62,8 +64,7 @@ class Scan:
 
 def eval_targets(eval_tokens: list[list[str]], n: int) -> tuple[set, set]:
     """What a scan looks for: every eval n-gram, and the word tuples of the eval docs with words but no n-gram."""
-    return (set().union(*(ngrams(t, n) for t in eval_tokens)),
-            {tuple(t) for t in eval_tokens if 0 < len(t) < n})
+    return (set().union(*(ngrams(t, n) for t in eval_tokens)), {tuple(t) for t in eval_tokens if 0 < len(t) < n})
 
 
 def scan_docs(tokens: list[list[str]], targets: tuple[set, set], n: int) -> tuple[dict, dict]:
@@ -80,8 +81,14 @@ def scan_docs(tokens: list[list[str]], targets: tuple[set, set], n: int) -> tupl
     return hits, whole
 
 
-def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], corpus: Scan, removed: set[str],
-             cfg: ResidualParams, max_examples: int) -> dict:
+def residual(
+    evals_frame: pd.DataFrame,
+    eval_tokens: list[list[str]],
+    corpus: Scan,
+    removed: set[str],
+    cfg: ResidualParams,
+    max_examples: int,
+) -> dict:
     """The ``residual`` metrics from ``corpus`` (``scan_docs`` of every pretraining doc, with or without Ray): eval
     docs whose n-grams the pretraining corpus still holds after the action (``contaminated_docs``, ``rate``),
     and before it (``*_before``), per eval set and with the first ``max_examples`` examples."""
@@ -94,18 +101,29 @@ def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], corpus: Sc
     dirty = [c >= threshold for c in after]
     sets = list(evals_frame["source"] + "/" + evals_frame["split"])
     ranked = sorted((-c, doc_id, j) for j, (c, doc_id) in enumerate(zip(after, evals_frame["doc_id"])) if c > 0)
-    examples = [{"eval_doc": doc_id, "coverage": round(-c, 6), "contaminated": -c >= threshold,
-                 **example(corpus, gone, found[0], eval_tokens[j], n)} for c, doc_id, j in ranked[:max_examples]]
+    examples = [
+        {
+            "eval_doc": doc_id,
+            "coverage": round(-c, 6),
+            "contaminated": -c >= threshold,
+            **example(corpus, gone, found[0], eval_tokens[j], n),
+        }
+        for c, doc_id, j in ranked[:max_examples]
+    ]
     return {
         "detector": f"word {n}-gram coverage >= {threshold:g}, pooled over the pretraining corpus (PaLM-style; "
-                    f"eval docs under {n} words: whole-doc equality), code independent of the audit's",
+        f"eval docs under {n} words: whole-doc equality), code independent of the audit's",
         "eval_docs": len(eval_tokens),
         "eval_docs_under_ngram_words": sum(not g for g in eval_grams),
         **_counts(dirty, ""),
         **_counts([c >= threshold for c in before], "_before"),
-        "by_eval_set": {name: {"eval_docs": sets.count(name),
-                               "contaminated_docs": sum(d and s == name for d, s in zip(dirty, sets))}
-                        for name in sorted(set(sets))},
+        "by_eval_set": {
+            name: {
+                "eval_docs": sets.count(name),
+                "contaminated_docs": sum(d and s == name for d, s in zip(dirty, sets)),
+            }
+            for name in sorted(set(sets))
+        },
         "examples": examples,
     }
 
@@ -113,8 +131,10 @@ def residual(evals_frame: pd.DataFrame, eval_tokens: list[list[str]], corpus: Sc
 def coverage(eval_grams: list[set], eval_tokens: list[list[str]], grams: set, whole_docs: set) -> list[float]:
     """Per eval doc, the share of its distinct n-grams in ``grams``; for an eval doc without n-grams, 1.0 when
     it has words and is one of ``whole_docs`` (word tuples), else 0.0."""
-    return [len(g & grams) / len(g) if g else float(bool(t) and tuple(t) in whole_docs)
-            for g, t in zip(eval_grams, eval_tokens)]
+    return [
+        len(g & grams) / len(g) if g else float(bool(t) and tuple(t) in whole_docs)
+        for g, t in zip(eval_grams, eval_tokens)
+    ]
 
 
 def example(corpus: Scan, gone: set[int], found: set, tokens: list[str], n: int) -> dict:

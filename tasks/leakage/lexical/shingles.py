@@ -34,9 +34,18 @@ def filter_table(keys: np.ndarray) -> tuple[np.uint64, np.ndarray]:
     return np.uint64(64 - width), table
 
 
-def key_hits(h: np.ndarray, length: int, pos: np.ndarray, doc: np.ndarray, doc_len: np.ndarray,
-             keys: np.ndarray, group: np.ndarray, docs: np.ndarray, starts: np.ndarray,
-             key_filter: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def key_hits(
+    h: np.ndarray,
+    length: int,
+    pos: np.ndarray,
+    doc: np.ndarray,
+    doc_len: np.ndarray,
+    keys: np.ndarray,
+    group: np.ndarray,
+    docs: np.ndarray,
+    starts: np.ndarray,
+    key_filter: tuple,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(flat position, eval doc, eval start)`` of every ``length``-word window inside one training doc whose
     hash (``h[p]``: the window starting at flat position p; ``pos``, ``doc``, ``doc_len`` place it) equals an
     eval key. ``keys`` are sorted unique hashes, key ``u``'s entries rows ``group[u]:group[u + 1]`` of ``docs``
@@ -55,8 +64,14 @@ class ShingleHits:
     """For the ``docs`` of ``query_ids`` (all by default), which word k-grams are k-gram shingles of some
     ``index_windows`` (``(doc, start, end)`` word ranges of ``index_ids``); ``held`` answers per query window."""
 
-    def __init__(self, query_ids: list[np.ndarray], index_ids: list[np.ndarray], index_windows, k: int,
-                 docs: np.ndarray | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        query_ids: list[np.ndarray],
+        index_ids: list[np.ndarray],
+        index_windows,
+        k: int,
+        docs: np.ndarray | None = None,
+    ) -> None:
         shingles = [minhash.rolling_hashes(index_ids[doc][start:end], k) for doc, start, end in index_windows]
         others = np.unique(np.concatenate(shingles)) if shingles else np.zeros(0, np.uint64)
         docs = np.arange(len(query_ids)) if docs is None else docs
@@ -106,6 +121,7 @@ def screen(trains, evals, cfg: LexicalParams) -> tuple[np.ndarray, Callable | No
     near = np.union1d(np.flatnonzero(lengths < cfg.min_match_words), np.asarray(sharing, dtype=np.int64))
     if k != cfg.shingle_words:
         return near, None
+
     def held(windows) -> list[int]:  # the subset's windows, their docs renumbered to the laid-out ones
         windows = np.asarray(windows, dtype=np.int64).reshape(-1, 3)
         return hits.held(np.column_stack([near[windows[:, 0]], windows[:, 1:]]))

@@ -65,8 +65,9 @@ def substitution_matches(trains, evals, cfg: LexicalParams, owner=None) -> list[
                 t, j, q = t[wanted], j[wanted], q[wanted]
             for c in range(0, len(t), CHUNK):
                 sl = slice(c, c + CHUNK)
-                for ti, ej, matched, at in _verify(flat, doc, pos, lengths[first:stop], t[sl], j[sl], q[sl], n, k,
-                                                   b, eval_all, eval_offset, eval_len):
+                for ti, ej, matched, at in _verify(
+                    flat, doc, pos, lengths[first:stop], t[sl], j[sl], q[sl], n, k, b, eval_all, eval_offset, eval_len
+                ):
                     key, score = (int(ti) + first, int(ej)), matched / n
                     if score > best.get(key, (-1.0,))[0]:
                         best[key] = (score, int(at), n)

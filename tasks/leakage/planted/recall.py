@@ -43,8 +43,16 @@ def counts(n: int, found: int) -> dict:
     return {"planted": n, "found": found, "missed": n - found, "recall": rate(found), "miss_rate": rate(n - found)}
 
 
-def summarize(plants: list[Plant], methods: list[set[str]], eval_ids: list[str], not_planted: list[str],
-              detectors: tuple[str, ...], cfg: PlantedParams, max_examples: int, scored=None) -> dict:
+def summarize(
+    plants: list[Plant],
+    methods: list[set[str]],
+    eval_ids: list[str],
+    not_planted: list[str],
+    detectors: tuple[str, ...],
+    cfg: PlantedParams,
+    max_examples: int,
+    scored=None,
+) -> dict:
     """The ``planted`` metrics: per variant (``variants``, in ladder order) and detector, planted copies found
     with Clopper-Pearson 95% intervals; per family the strongest variant up to which recall stays >= 0.95
     (``recall_95_up_to``); pooled counts; the first ``max_examples`` missed copies.
@@ -58,10 +66,15 @@ def summarize(plants: list[Plant], methods: list[set[str]], eval_ids: list[str],
     lexical = tuple(d for d in detectors if d != "semantic")
     columns = list(detectors) + ["lexical", "audit"]
     audited = [(p, m) for p, m, s in zip(plants, methods, scored) if s]
-    out = {"seed": cfg.seed, "eval_docs": len(eval_ids),
-           "eval_docs_planted": len({p.eval_index for p in plants}),
-           "eval_docs_audited": len({p.eval_index for p, _ in audited}), "not_planted": not_planted,
-           "detectors": columns, **counts(len(audited), sum(bool(m) for _, m in audited))}
+    out = {
+        "seed": cfg.seed,
+        "eval_docs": len(eval_ids),
+        "eval_docs_planted": len({p.eval_index for p in plants}),
+        "eval_docs_audited": len({p.eval_index for p, _ in audited}),
+        "not_planted": not_planted,
+        "detectors": columns,
+        **counts(len(audited), sum(bool(m) for _, m in audited)),
+    }
     out["variants"] = {}
     for v in variants(cfg):
         if v.name in not_planted:
@@ -81,8 +94,7 @@ def summarize(plants: list[Plant], methods: list[set[str]], eval_ids: list[str],
         out["variants"][v.name] = entry
     out["recall_95_up_to"] = strongest_at(out["variants"], 0.95)
     missed = [p for p, m in audited if not m]
-    out["missed_examples"] = [{"eval_doc": eval_ids[p.eval_index], "variant": p.variant}
-                              for p in missed[:max_examples]]
+    out["missed_examples"] = [{"eval_doc": eval_ids[p.eval_index], "variant": p.variant} for p in missed[:max_examples]]
     return out
 
 

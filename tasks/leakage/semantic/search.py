@@ -53,8 +53,10 @@ def ann_search(queries: np.ndarray, index: np.ndarray, neighbours: int, threshol
     try:
         import faiss
     except ImportError:
-        raise ImportError(f"leakage.semantic: {len(index)} corpus windows exceed exact_max_windows; the HNSW "
-                          "index needs faiss: pip install -e '.[ann]'") from None
+        raise ImportError(
+            f"leakage.semantic: {len(index)} corpus windows exceed exact_max_windows; the HNSW "
+            "index needs faiss: pip install -e '.[ann]'"
+        ) from None
     hnsw = faiss.IndexHNSWFlat(index.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
     hnsw.hnsw.efSearch = max(64, 2 * neighbours)
     hnsw.add(np.ascontiguousarray(index, dtype=np.float32))

@@ -65,9 +65,22 @@ LAYOUTS = "texts.parquet"
 #: where the detector runs and what it does with a match (``enabled``, thresholds, planted copies, review, search),
 #: the encoder's folder and ``cpu_precision`` (its files and the precision it resolves to are keyed instead) and
 #: ``stride_tokens`` (where windows start: the layouts' key has it; a window's vector does not depend on it).
-NOT_IN_KEY = {"enabled", "encoder", "cpu_precision", "stride_tokens", "min_words", "planted_docs", "planted_windows",
-              "min_precision", "action", "review_per_label", "review_flags", "exact_max_windows", "ann_neighbours",
-              "search_block_windows"}  # fmt: skip
+NOT_IN_KEY = {
+    "enabled",
+    "encoder",
+    "cpu_precision",
+    "stride_tokens",
+    "min_words",
+    "planted_docs",
+    "planted_windows",
+    "min_precision",
+    "action",
+    "review_per_label",
+    "review_flags",
+    "exact_max_windows",
+    "ann_neighbours",
+    "search_block_windows",
+}
 #: The module that embeds a window (``Encoder``), named, not imported: it imports this one.
 ENCODER_MODULE = "tasks.leakage.semantic.encoder"
 WIDTH_STEP = 16  # batch widths are multiples of 16 tokens: at most 15 pad tokens per window, and few shapes
@@ -112,10 +125,15 @@ def gpu_libraries(encoder) -> str:
 
     if str(encoder.device).split(":")[0] != "cuda":
         return ""
-    cublas = sorted(f"{d.metadata['Name']} {d.version}" for d in importlib.metadata.distributions()
-                    if (d.metadata["Name"] or "").lower().startswith("nvidia-cublas"))  # fmt: skip
-    return (f", cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}, "
-            f"cublas {' + '.join(cublas) or 'as built into torch'}")
+    cublas = sorted(
+        f"{d.metadata['Name']} {d.version}"
+        for d in importlib.metadata.distributions()
+        if (d.metadata["Name"] or "").lower().startswith("nvidia-cublas")
+    )
+    return (
+        f", cuda {torch.version.cuda}, cudnn {torch.backends.cudnn.version()}, "
+        f"cublas {' + '.join(cublas) or 'as built into torch'}"
+    )
 
 
 def json_line(d: dict) -> str:
@@ -147,15 +165,24 @@ def load(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[dic
     return dict(zip(keys, flat)), "store found"
 
 
-def save(folder: Path, vectors: dict[bytes, np.ndarray], key: dict, layouts: dict | None = None,
-         layouts_fingerprint: dict | None = None) -> None:  # fmt: skip
+def save(
+    folder: Path,
+    vectors: dict[bytes, np.ndarray],
+    key: dict,
+    layouts: dict | None = None,
+    layouts_fingerprint: dict | None = None,
+) -> None:
     """Write ``vectors`` (sorted by key) as the store, and ``layouts`` (``save_layouts``) beside it when given,
     swapped in together by rename."""
     keys = sorted(vectors)
     dim = len(vectors[keys[0]]) if keys else 0
     flat = np.stack([vectors[k] for k in keys]).astype(np.float32).ravel() if keys else np.zeros(0, np.float32)
-    table = pa.table({"key": pa.array(keys, pa.binary(16)),
-                      "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), max(dim, 1))})
+    table = pa.table(
+        {
+            "key": pa.array(keys, pa.binary(16)),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), max(dim, 1)),
+        }
+    )
     with swapped_in(folder) as tmp:
         write_cache(stamp(table, key), tmp / STORE, packed=False)  # 277 MB plain against 256 zstd at 16x
         if layouts is not None:
@@ -171,9 +198,12 @@ def layouts_key(store_key: dict[str, str], cfg) -> dict[str, str]:
     window's wordpieces, so the store needs none of these; a layout maps a text to keys, so it does."""
     import tokenizers
 
-    return {**store_key, "stride": str(cfg.stride_tokens),
-            "text": closure_fingerprint([textnorm.__name__, confusables.__name__])
-            + f", {confusables.text_normalisation_key()}, tokenizers {tokenizers.__version__}"}  # fmt: skip
+    return {
+        **store_key,
+        "stride": str(cfg.stride_tokens),
+        "text": closure_fingerprint([textnorm.__name__, confusables.__name__])
+        + f", {confusables.text_normalisation_key()}, tokenizers {tokenizers.__version__}",
+    }
 
 
 def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple[int, tuple[bytes, ...], int]]:
@@ -188,12 +218,18 @@ def load_layouts(folder: Path, expected: dict, encoder_cfg) -> dict[bytes, tuple
     except KeyError:
         return {}
     windows = [window_count(n, encoder_cfg) if isinstance(n, int) and n >= 0 else -1 for n in counts]
-    if (len(set(digests)) != len(digests) or None in digests or None in keys or None in firsts
-            or any(len(k) % 16 or not 0 <= f <= f + len(k) // 16 <= w
-                   for k, f, w in zip(keys, firsts, windows))):  # fmt: skip
+    if (
+        len(set(digests)) != len(digests)
+        or None in digests
+        or None in keys
+        or None in firsts
+        or any(len(k) % 16 or not 0 <= f <= f + len(k) // 16 <= w for k, f, w in zip(keys, firsts, windows))
+    ):
         return {}
-    return {d: (n, tuple(blob[i : i + 16] for i in range(0, len(blob), 16)), f)
-            for d, n, f, blob in zip(digests, counts, firsts, keys)}  # fmt: skip
+    return {
+        d: (n, tuple(blob[i : i + 16] for i in range(0, len(blob), 16)), f)
+        for d, n, f, blob in zip(digests, counts, firsts, keys)
+    }
 
 
 def window_count(n_tokens: int, cfg) -> int:
@@ -204,8 +240,12 @@ def window_count(n_tokens: int, cfg) -> int:
 def save_layouts(folder: Path, layouts: dict[bytes, tuple[int, tuple[bytes, ...], int]], key: dict) -> None:
     """Write ``layouts`` (sorted by layout key) as ``texts.parquet``; call inside the store's ``swapped_in``."""
     digests = sorted(layouts)
-    table = pa.table({"md5": pa.array(digests, pa.binary(16)),
-                      "n_tokens": pa.array([layouts[d][0] for d in digests], pa.int32()),
-                      "first": pa.array([layouts[d][2] for d in digests], pa.int32()),
-                      "keys": pa.array([b"".join(layouts[d][1]) for d in digests], pa.binary())})
+    table = pa.table(
+        {
+            "md5": pa.array(digests, pa.binary(16)),
+            "n_tokens": pa.array([layouts[d][0] for d in digests], pa.int32()),
+            "first": pa.array([layouts[d][2] for d in digests], pa.int32()),
+            "keys": pa.array([b"".join(layouts[d][1]) for d in digests], pa.binary()),
+        }
+    )
     write_cache(stamp(table, key), folder / LAYOUTS)

@@ -29,17 +29,23 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
             return f"eval_leakage: not measured (no eval set {claim.data_slice!r} in metrics/leakage.json)"
         task_train = ""
         if "task_train_rate_before" in entry:
-            task_train = (f"; task-train overlap (flagged, kept) {_pct(entry['task_train_rate_before'])} -> "
-                          f"{_pct(entry.get('task_train_rate_after'))}")
-        return (f"eval_leakage: {_pct(entry.get('rate_before'))} of {entry.get('docs')} eval docs found in the "
-                f"pretraining corpus before the audit, {_pct(entry.get('rate_after'))} after{task_train}"
-                f"{_lineage(claim, metrics)}")
+            task_train = (
+                f"; task-train overlap (flagged, kept) {_pct(entry['task_train_rate_before'])} -> "
+                f"{_pct(entry.get('task_train_rate_after'))}"
+            )
+        return (
+            f"eval_leakage: {_pct(entry.get('rate_before'))} of {entry.get('docs')} eval docs found in the "
+            f"pretraining corpus before the audit, {_pct(entry.get('rate_after'))} after{task_train}"
+            f"{_lineage(claim, metrics)}"
+        )
     if name == "duplicate_rate":
         entry = (metrics.optional("dedup") or {}).get("sources", {}).get(source)
         if entry is None:
             return f"duplicate_rate: not measured (no source {source!r} in metrics/dedup.json)"
-        return (f"duplicate_rate: {_pct(entry.get('fraction_removed'))} of {entry.get('docs_in')} docs removed "
-                f"({entry.get('exact_duplicates')} exact, {entry.get('near_duplicates')} near)")
+        return (
+            f"duplicate_rate: {_pct(entry.get('fraction_removed'))} of {entry.get('docs_in')} docs removed "
+            f"({entry.get('exact_duplicates')} exact, {entry.get('near_duplicates')} near)"
+        )
     if name == "truncation_rate":
         return _truncation(claim, metrics)
     if name == "diverged_seeds":
@@ -65,8 +71,10 @@ def _truncation(claim: Claim, metrics: Metrics) -> str:
         rate = tok.get(claim.task, {}).get(tok_name, {}).get("truncation_rate")
         parts.append(f"{tok_name} {_pct(rate)}" if rate is not None else f"{tok_name} not measured")
     parts += [_finetune_truncation(ref, metrics) for ref in dict.fromkeys((claim.treatment, claim.baseline))]
-    return (f"truncation_rate ({claim.task}; docs longer than tokenize.max_seq_len_tokens, then the cut at "
-            "fine-tuning): " + ", ".join(p for p in parts if p))
+    return (
+        f"truncation_rate ({claim.task}; docs longer than tokenize.max_seq_len_tokens, then the cut at "
+        "fine-tuning): " + ", ".join(p for p in parts if p)
+    )
 
 
 def _finetune_truncation(ref: str, metrics: Metrics) -> str:
@@ -85,8 +93,10 @@ def _finetune_truncation(ref: str, metrics: Metrics) -> str:
     share = _pct(cut.get("docs", 0) / total) if total else "n/a"
     seen = run.get("test_seen_fraction_mean")
     seen_text = f", tokens seen per doc {_pct(seen)} on average" if seen is not None else ""
-    return (f"{key} test docs cut at fine-tuning {share}{seen_text}, accuracy cut {_num(cut.get('accuracy'))}"
-            f" vs whole {_num(whole.get('accuracy'))}")
+    return (
+        f"{key} test docs cut at fine-tuning {share}{seen_text}, accuracy cut {_num(cut.get('accuracy'))}"
+        f" vs whole {_num(whole.get('accuracy'))}"
+    )
 
 
 def _num(value) -> str:

@@ -66,8 +66,9 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
     if any(item.doc_ids != items[0].doc_ids for item in items):
         raise NotRun(f"the gap claim's runs scored different test items ({', '.join(a.run_key for a in arms)})")
     function, shared = metric_function(claim.metric), all(fine_seeds(item) == fine_seeds(items[0]) for item in items)
-    reps = bs.hierarchical_bootstrap([item.headline for item in items], function, cfg.resamples, cfg.seed, shared,
-                                     [item.pretrain for item in items])  # pretraining seeds first, where several
+    reps = bs.hierarchical_bootstrap(
+        [item.headline for item in items], function, cfg.resamples, cfg.seed, shared, [item.pretrain for item in items]
+    )  # pretraining seeds first, where several
     points = [bs.point_estimate(item.headline, function) for item in items]
     first, second = reps[:, 0] - reps[:, 1], reps[:, 2] - reps[:, 3]
     n, method = len(items[0].doc_ids), f"hierarchical bootstrap ({cfg.resamples} resamples)"
@@ -75,16 +76,25 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
     b_est = Estimate(points[2] - points[3], *bs.percentile_ci(second, cfg.level, (-1.0, 1.0)), n, method)
     deltas = first - second
     diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, (-2.0, 2.0)), n, method)
-    tests = Tests(lambda m: bs.p_value(deltas, m, "greater"), lambda m: bs.p_value(deltas, m, "less"),
-                  lambda m: bs.tost_p_value(deltas, abs(m)))
+    tests = Tests(
+        lambda m: bs.p_value(deltas, m, "greater"),
+        lambda m: bs.p_value(deltas, m, "less"),
+        lambda m: bs.tost_p_value(deltas, abs(m)),
+    )
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     keys = [a.run_key for a in arms]
     seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per run"
-    return {"verdict": verdict, "reason": reason, "treatment": t_est, "baseline": b_est, "difference": diff,
-            "p_value": p, "power": power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect,
-                                            cfg.alpha, cfg.power),
-            "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
-                       f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
-            "items": f"{n} test items ({claim.items}) x {len(fine_seeds(items[0]))} seeds",
-            "difference_label": "treatment gap - baseline gap",
-            "notes": [f"baseline gap: {note}" for sample in arms[2:] for note in sample.notes]}  # e.g. diverged seeds
+    return {
+        "verdict": verdict,
+        "reason": reason,
+        "treatment": t_est,
+        "baseline": b_est,
+        "difference": diff,
+        "p_value": p,
+        "power": power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power),
+        "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
+        f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
+        "items": f"{n} test items ({claim.items}) x {len(fine_seeds(items[0]))} seeds",
+        "difference_label": "treatment gap - baseline gap",
+        "notes": [f"baseline gap: {note}" for sample in arms[2:] for note in sample.notes],
+    }  # e.g. diverged seeds

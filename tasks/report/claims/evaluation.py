@@ -90,16 +90,20 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     md5s = data_md5(claim, lock)
     try:
         treat, base, *gap = (arm(ref, claim, metrics) for ref in claim_refs(claim, metrics))  # curve_claims
-        row = Row(claim, **gap_estimate(claim, [treat, base, *gap], cfg)) if gap else _estimate(
-            claim, treat, base, cfg)
+        row = Row(claim, **gap_estimate(claim, [treat, base, *gap], cfg)) if gap else _estimate(claim, treat, base, cfg)
     except NotRun as why:
         return Row(claim, "not run", f"not run: {why}", confounders=confounders, data_md5=md5s)
     except MALFORMED as err:
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
     floor_failed, floor_notes = floor_gate(claim, treat, base, metrics, cfg)
-    failed = (failed_preconditions(claim, metrics) + diverged_gates(treat, base, cfg) + floor_failed
-              + export_gates(claim, metrics) + lineage_gate(claim, treat, base, metrics))
+    failed = (
+        failed_preconditions(claim, metrics)
+        + diverged_gates(treat, base, cfg)
+        + floor_failed
+        + export_gates(claim, metrics)
+        + lineage_gate(claim, treat, base, metrics)
+    )
     if failed:
         row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
     row.confounders, row.data_md5, row.unadjusted = confounders, md5s, row.verdict
@@ -128,7 +132,9 @@ def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
     sample = resolve(ref, claim.metric, metrics)
     if ref.startswith("finetune/"):
         task = ref.split("/")[1]  # an arm on our encoder also brings its runs from the further pretraining seeds
-        return with_pretraining_seeds(with_items(sample, task, claim.metric, metrics, claim.items), task, claim, metrics)
+        return with_pretraining_seeds(
+            with_items(sample, task, claim.metric, metrics, claim.items), task, claim, metrics
+        )
     return sample
 
 
@@ -151,16 +157,20 @@ def diverged_gates(treat: Sample, base: Sample, cfg: StatsConfig) -> list[str]:
     out = []
     for side, sample in (("treatment", treat), ("baseline", base)):
         if sample.diverged and len(sample.diverged) / len(sample.units) > cfg.max_diverged_fraction:
-            out.append(f"{side} {sample.run_key}: {len(sample.diverged)} of {len(sample.units)} seeds diverged "
-                       f"(dev score at chance; at most {cfg.max_diverged_fraction:.0%} allowed)")  # fmt: skip
+            out.append(
+                f"{side} {sample.run_key}: {len(sample.diverged)} of {len(sample.units)} seeds diverged "
+                f"(dev score at chance; at most {cfg.max_diverged_fraction:.0%} allowed)"
+            )
     return out
 
 
 def few_seeds_notes(treat: Sample, base: Sample) -> list[str]:
     """A trained arm with fewer than 3 seeds cannot estimate seed variance: its interval is not informative."""
-    return [f"{side}: only {len(s.units)} seed(s); the seed part of its interval is not informative"
-            for side, s in (("treatment", treat), ("baseline", base))
-            if s.unit_name == "seed" and len(s.units) < 3 and not s.run_key.startswith("baseline/")]  # fmt: skip
+    return [
+        f"{side}: only {len(s.units)} seed(s); the seed part of its interval is not informative"
+        for side, s in (("treatment", treat), ("baseline", base))
+        if s.unit_name == "seed" and len(s.units) < 3 and not s.run_key.startswith("baseline/")
+    ]
 
 
 def draw_notes(claim: Claim) -> list[str]:
@@ -168,8 +178,10 @@ def draw_notes(claim: Claim) -> list[str]:
     seed level of its CI carries the variance of that draw."""
     if not claim.treatment.startswith("finetune/"):
         return []
-    return ["each seed draws its own training subset (finetune.data_seed with the seed; a comparator baseline is "
-            "fitted on each seed's draw): the seed level of the CI carries the draw's variance"]
+    return [
+        "each seed draws its own training subset (finetune.data_seed with the seed; a comparator baseline is "
+        "fitted on each seed's draw): the seed level of the CI carries the draw's variance"
+    ]
 
 
 def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str, Estimate | None]:
@@ -196,14 +208,17 @@ def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
     return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples, sample.items.pretrain)
 
 
-def counts_estimate(counts: np.ndarray, function, cfg: StatsConfig, resamples: int,
-                    pretrain: tuple[str, ...] | None = None) -> Estimate:  # fmt: skip
+def counts_estimate(
+    counts: np.ndarray, function, cfg: StatsConfig, resamples: int, pretrain: tuple[str, ...] | None = None
+) -> Estimate:
     """Point estimate (mean over runs) and percentile CI, clipped to [0, 1], of ``function`` on one arm's
     ``counts`` (n_runs, n_items, K) from ``resamples`` draws of the hierarchical bootstrap (``pretrain``: the
     pretraining seed of each run, drawn first; None: one pretraining seed)."""
     reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, True, [pretrain])[:, 0]
     low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
-    runs = f"{len(set(pretrain))} pretraining x {counts.shape[0] // len(set(pretrain))}" if pretrain else counts.shape[0]
+    runs = (
+        f"{len(set(pretrain))} pretraining x {counts.shape[0] // len(set(pretrain))}" if pretrain else counts.shape[0]
+    )
     method = f"hierarchical bootstrap over {runs} seed(s) and {counts.shape[1]} test items"
     return Estimate(bs.point_estimate(counts, function), low, high, counts.shape[1], method)
 
@@ -214,8 +229,17 @@ def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Ro
         diff = Estimate(t_est.mean - b_est.mean, math.nan, math.nan, t_est.n, "point difference")
         tests = binomial_tests(*treat.proportion) if treat.proportion else t_tests(np.asarray(treat.values))
         verdict, reason, p = bound_verdict(t_est, claim.min_effect, tests)
-        return Row(claim, verdict, reason, t_est, b_est, diff, pairing="treatment CI against the bound", p_value=p,
-                   power=_bound_power(treat, t_est, claim.min_effect, cfg))
+        return Row(
+            claim,
+            verdict,
+            reason,
+            t_est,
+            b_est,
+            diff,
+            pairing="treatment CI against the bound",
+            p_value=p,
+            power=_bound_power(treat, t_est, claim.min_effect, cfg),
+        )
     if claim.metric in CALIBRATION_METRICS:
         return _calibration_estimate(claim, treat, base, cfg)
     if isinstance(treat.items, SenseCosines) and isinstance(base.items, SenseCosines):  # words, then sentences
@@ -280,15 +304,31 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
     gains = reps[:, 1] - reps[:, 0]
     low, high = bs.percentile_ci(gains, cfg.level, (-1.0, 1.0) if statistic == "ece" else (-2.0, 2.0))
     diff = Estimate(b_est.mean - t_est.mean, low, high, t_est.n, t_est.method)
-    tests = Tests(lambda m: bs.p_value(gains, m, "greater"), lambda m: bs.p_value(gains, m, "less"),
-                  lambda m: bs.tost_p_value(gains, abs(m)))
+    tests = Tests(
+        lambda m: bs.p_value(gains, m, "greater"),
+        lambda m: bs.p_value(gains, m, "less"),
+        lambda m: bs.tost_p_value(gains, abs(m)),
+    )
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     seeds = f"{len(treat.items.seeds)} vs {len(base.items.seeds)} seeds"
     power = power_of(float(np.std(gains, ddof=1)), t_est.n, "test items", claim.min_effect, cfg.alpha, cfg.power)
-    pairing = (f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
-               f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins")
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power,
-               items=f"{t_est.n} test items x {seeds}", difference_label="baseline - treatment (lower is better)")
+    pairing = (
+        f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
+        f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins"
+    )
+    return Row(
+        claim,
+        verdict,
+        reason,
+        t_est,
+        b_est,
+        diff,
+        pairing=pairing,
+        p_value=p,
+        power=power,
+        items=f"{t_est.n} test items x {seeds}",
+        difference_label="baseline - treatment (lower is better)",
+    )
 
 
 def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
@@ -296,13 +336,23 @@ def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig)
     interval of their difference and z-tests against ``min_effect``."""
     (e1, n1), (e2, n2) = treat.proportion, base.proportion
     diff = two_proportion_ci((e1, e2), (n1, n2), cfg.level)
-    verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)),
-                                            cfg.alpha)  # fmt: skip
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)), cfg.alpha)
     t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # Clopper-Pearson
-    power = power_of(se_from_ci(diff.low, diff.high, cfg.alpha), min(n1, n2), treat.unit_name, claim.min_effect,
-                     cfg.alpha, cfg.power)
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=f"two rates ({diff.method})", p_value=p,
-               items=f"{n1} vs {n2} {treat.unit_name}", power=power)
+    power = power_of(
+        se_from_ci(diff.low, diff.high, cfg.alpha), min(n1, n2), treat.unit_name, claim.min_effect, cfg.alpha, cfg.power
+    )
+    return Row(
+        claim,
+        verdict,
+        reason,
+        t_est,
+        b_est,
+        diff,
+        pairing=f"two rates ({diff.method})",
+        p_value=p,
+        items=f"{n1} vs {n2} {treat.unit_name}",
+        power=power,
+    )
 
 
 def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
@@ -314,22 +364,45 @@ def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
     if t_items.doc_ids != b_items.doc_ids:
         raise NotRun(f"{treat.run_key} and {base.run_key} scored different test items")
     function, shared = metric_function(claim.metric), fine_seeds(t_items) == fine_seeds(b_items)
-    reps = bs.hierarchical_bootstrap([t_items.headline, b_items.headline], function, cfg.resamples, cfg.seed, shared,
-                                     [t_items.pretrain, b_items.pretrain])  # fmt: skip
+    reps = bs.hierarchical_bootstrap(
+        [t_items.headline, b_items.headline],
+        function,
+        cfg.resamples,
+        cfg.seed,
+        shared,
+        [t_items.pretrain, b_items.pretrain],
+    )
     n, deltas = len(t_items.doc_ids), reps[:, 0] - reps[:, 1]
     method = f"hierarchical bootstrap ({cfg.resamples} resamples)"
-    t_est, b_est = (Estimate(bs.point_estimate(x.headline, function), *bs.percentile_ci(r, cfg.level, UNIT_RANGE),
-                             n, method) for x, r in ((t_items, reps[:, 0]), (b_items, reps[:, 1])))  # fmt: skip
+    t_est, b_est = (
+        Estimate(bs.point_estimate(x.headline, function), *bs.percentile_ci(r, cfg.level, UNIT_RANGE), n, method)
+        for x, r in ((t_items, reps[:, 0]), (b_items, reps[:, 1]))
+    )
     diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, DIFF_RANGE), n, method)
-    tests = Tests(lambda m: bs.p_value(deltas, m, "greater"), lambda m: bs.p_value(deltas, m, "less"),
-                  lambda m: bs.tost_p_value(deltas, abs(m)))
+    tests = Tests(
+        lambda m: bs.p_value(deltas, m, "greater"),
+        lambda m: bs.p_value(deltas, m, "less"),
+        lambda m: bs.tost_p_value(deltas, abs(m)),
+    )
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     power = power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power)
     seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per arm"
-    pairing = (f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
-               f"({describe(t_items)} vs {describe(b_items)}); {method}")
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power,
-               items=f"{n} test items ({claim.items}) x {describe(t_items)} vs {describe(b_items)} seeds")
+    pairing = (
+        f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
+        f"({describe(t_items)} vs {describe(b_items)}); {method}"
+    )
+    return Row(
+        claim,
+        verdict,
+        reason,
+        t_est,
+        b_est,
+        diff,
+        pairing=pairing,
+        p_value=p,
+        power=power,
+        items=f"{n} test items ({claim.items}) x {describe(t_items)} vs {describe(b_items)} seeds",
+    )
 
 
 def _arm_estimate(sample: Sample, level: float) -> Estimate:
@@ -353,15 +426,20 @@ def apply_holm(rows: list[Row], alpha: float) -> None:
     (``grammar.FAMILIES``: the primary claims, then the secondary ones), in place; a decisive verdict that does
     not survive the correction becomes ``inconclusive``, with the reason, and ``row.unadjusted`` keeps it."""
     for family in FAMILIES:
-        tested = {row.claim.id: (row.verdict, row.p_value) for row in rows
-                  if row.p_value is not None and row.claim.family == family}  # fmt: skip
+        tested = {
+            row.claim.id: (row.verdict, row.p_value)
+            for row in rows
+            if row.p_value is not None and row.claim.family == family
+        }
         adjusted = holm_verdicts(tested, alpha)
         for row in (r for r in rows if r.claim.id in adjusted):
             verdict, row.p_adjusted = adjusted[row.claim.id]
             row.unadjusted = row.verdict
             if verdict != row.verdict:
-                row.reason = (f"{row.verdict} before Holm ({row.reason}), but the Holm-adjusted p "
-                              f"{row.p_adjusted:.3g} > {alpha:g} within the {family} family ({len(tested)} tests)")
+                row.reason = (
+                    f"{row.verdict} before Holm ({row.reason}), but the Holm-adjusted p "
+                    f"{row.p_adjusted:.3g} > {alpha:g} within the {family} family ({len(tested)} tests)"
+                )
                 row.verdict = verdict
 
 
@@ -384,14 +462,24 @@ def data_md5(claim: Claim, lock: Lock) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def evaluate_all(claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig,
-                 off: dict[str, str] | None = None) -> list[Row]:
+def evaluate_all(
+    claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig, off: dict[str, str] | None = None
+) -> list[Row]:
     """Evaluate every claim, in file order, then Holm-correct the verdicts within each family (family-wise
     alpha per family). A claim in ``off`` (id -> ``off (enable with ...)``, ``tasks.report.claims.switches``) is a
     ``not run`` row with that reason, its metrics not read."""
     off = off or {}
-    rows = [Row(c, "not run", f"not run: {off[c.id]}", confounders=measure_confounders(c, metrics),
-                data_md5=data_md5(c, lock)) if c.id in off else evaluate(c, metrics, lock, cfg)
-            for c in claims.claims]  # fmt: skip
+    rows = [
+        Row(
+            c,
+            "not run",
+            f"not run: {off[c.id]}",
+            confounders=measure_confounders(c, metrics),
+            data_md5=data_md5(c, lock),
+        )
+        if c.id in off
+        else evaluate(c, metrics, lock, cfg)
+        for c in claims.claims
+    ]
     apply_holm(rows, cfg.alpha)
     return rows

@@ -73,8 +73,14 @@ def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg)
     at_floor = {k: dev[k] <= floors[k][1] + cfg.floor_margin for k in keys}
     t, b = keys
     failed = [f"{t} at floor (dev {dev[t]:.4f}; {bar[t]})"] if at_floor[t] else []
-    notes = [f"baseline {b} at floor (dev {dev[b]:.4f}; {bar[b]}): the treatment is compared with an arm that does "
-             "not beat that baseline on dev"] if at_floor[b] else []
+    notes = (
+        [
+            f"baseline {b} at floor (dev {dev[b]:.4f}; {bar[b]}): the treatment is compared with an arm that does "
+            "not beat that baseline on dev"
+        ]
+        if at_floor[b]
+        else []
+    )
     return failed, notes
 
 
@@ -98,8 +104,10 @@ def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
     probes = [s["probe"] for s in per_seed.values() if s.get("probe")]
     if probes:  # a frozen classification arm: a logistic-regression probe, no gradient steps
         iters = sorted({int(p["n_iter_by_c"][f"{float(p['chosen_c']):g}"]) for p in probes})
-        return (f"{run_key}: no optimiser steps: a logistic-regression probe on the frozen features (lbfgs, "
-                f"{'-'.join(map(str, sorted({iters[0], iters[-1]})))} iterations at the C chosen on dev)")
+        return (
+            f"{run_key}: no optimiser steps: a logistic-regression probe on the frozen features (lbfgs, "
+            f"{'-'.join(map(str, sorted({iters[0], iters[-1]})))} iterations at the C chosen on dev)"
+        )
     epochs = sorted({int(s["epochs_run"]) for s in per_seed.values()})
     best = sorted({int(s["best_epoch"]) for s in per_seed.values()})
     sized = re.search(r"@n(\d+)/", run_key)  # a curve run (tasks/finetune/reruns/at_train_sizes.py): its own docs
@@ -107,16 +115,20 @@ def run_steps(task: str, run_key: str, metrics: Metrics, lock: Lock) -> str:
     size = batch_size(lock, task)
     span = f"{epochs[0]}-{epochs[-1]}" if len(epochs) > 1 else f"{epochs[0]}"
     last = sum(int(s["best_epoch"]) == int(s["epochs_run"]) for s in per_seed.values())
-    text = (f"{run_key}: {span} epochs run per seed (best epoch {', '.join(map(str, best))}; the last epoch run in "
-            f"{last} of {len(per_seed)} seeds{': dev was still improving' if last else ''})")
+    text = (
+        f"{run_key}: {span} epochs run per seed (best epoch {', '.join(map(str, best))}; the last epoch run in "
+        f"{last} of {len(per_seed)} seeds{': dev was still improving' if last else ''})"
+    )
     if size is None or len(kept) != 1:
         return text + "; steps not derivable (batch size or train docs not recorded)"
     docs = kept.pop()
     per_epoch = math.ceil(docs / size)
     steps = "-".join(str(e * per_epoch) for e in sorted({epochs[0], epochs[-1]}))
     ner = data.get("kind") == "token_classification"  # a batch holds windows; a sentence is one window or more
-    return (f"{text}; {steps} optimiser steps per run ({per_epoch} per epoch = ceil({docs} train docs / batch "
-            f"size {size}){'; a lower bound: a long sentence is more than one window' if ner else ''})")
+    return (
+        f"{text}; {steps} optimiser steps per run ({per_epoch} per epoch = ceil({docs} train docs / batch "
+        f"size {size}){'; a lower bound: a long sentence is more than one window' if ner else ''})"
+    )
 
 
 def training_steps(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, lock: Lock) -> list[str]:
@@ -171,6 +183,8 @@ def export_gates(claim: Claim, metrics: Metrics) -> list[str]:
             continue
         agreement = export.get("agreement") or {}
         if not export.get("agrees", False):
-            gates.append(f"exported model disagrees with the evaluated one ({agreement.get('disagree', '?')} of "
-                         f"{agreement.get('items', '?')} items)")  # fmt: skip
+            gates.append(
+                f"exported model disagrees with the evaluated one ({agreement.get('disagree', '?')} of "
+                f"{agreement.get('items', '?')} items)"
+            )
     return gates

@@ -115,12 +115,15 @@ class Claim(StrictModel):
     ablation: str = Field(description="the component removed in the baseline")
     min_effect: float = Field(description="difference: smallest effect that counts; upper_bound: the bound")
     known_confounders: list[str]
-    preconditions: list[Precondition] = Field(default_factory=list, description="checked before the verdict; "
-                                              "a failed one makes it `not resolvable`")
+    preconditions: list[Precondition] = Field(
+        default_factory=list, description="checked before the verdict; a failed one makes it `not resolvable`"
+    )
     family: Literal[FAMILIES] = Field(default="secondary", description="the Holm family (FAMILIES)")
     items: Literal["all", "clean", "overlapping", "semantically_clean"] = Field(
-        default="all", description="finetune claims: the test items scored (clean: no text shared with train; "
-        "semantically_clean: no semantic match in the pretraining corpus)")
+        default="all",
+        description="finetune claims: the test items scored (clean: no text shared with train; "
+        "semantically_clean: no semantic match in the pretraining corpus)",
+    )
 
     @field_validator("treatment", "baseline")
     @classmethod

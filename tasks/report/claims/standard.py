@@ -32,12 +32,20 @@ from tasks.report.claims.grammar import Claim, ClaimsError, ClaimsFile
 
 TEMPLATE = Path(__file__).with_name("standard_claims.yaml")
 #: A headline metric in words (``tasks.<name>.metric``).
-METRIC_WORDS = {"macro_f1": "macro-F1", "accuracy": "accuracy", "entity_f1": "entity F1",
-                "entity_precision": "entity precision", "entity_recall": "entity recall"}
+METRIC_WORDS = {
+    "macro_f1": "macro-F1",
+    "accuracy": "accuracy",
+    "entity_f1": "entity F1",
+    "entity_precision": "entity precision",
+    "entity_recall": "entity recall",
+}
 USER_KEYS = ("question", "claims", "drop")
 #: A task kind in the standard question's words (``{task_kinds}``).
-KIND_WORDS = {"classification": "classification", "pair_classification": "pair classification",
-              "token_classification": "NER"}
+KIND_WORDS = {
+    "classification": "classification",
+    "pair_classification": "pair classification",
+    "token_classification": "NER",
+}
 
 
 def claim_set(path: Path, setup: ReportSetup) -> ClaimsFile:
@@ -61,8 +69,10 @@ def claim_set(path: Path, setup: ReportSetup) -> ClaimsFile:
         if user["drop"].count(cid) > 1:
             raise ClaimsError(f"{path}: drop: {cid!r} is listed twice")
         if cid not in merged:
-            raise ClaimsError(f"{path}: drop: {cid!r} is not a standard claim of this run's tasks ("
-                              f"{did_you_mean(cid, standard_ids)}have: {standard_ids})")
+            raise ClaimsError(
+                f"{path}: drop: {cid!r} is not a standard claim of this run's tasks ("
+                f"{did_you_mean(cid, standard_ids)}have: {standard_ids})"
+            )
         del merged[cid]
     claims = [validated(claim, path, standard_ids) for claim in merged.values()]
     if not claims:
@@ -119,8 +129,10 @@ def standard_claims(setup: ReportSetup) -> dict:
         body = {key: value for key, value in template.items() if key not in ("for", "gate")}
         for claim in [fill(body, common | values) for values in expansions(template["for"], setup)]:
             if claim["id"] in seen:  # task names with dashes: news and news-clean give ...-news-clean twice
-                raise ClaimsError(f"params.yaml tasks: {seen[claim['id']]!r} and {claim['task']!r} both give the "
-                                  f"standard claim {claim['id']!r}: rename one")
+                raise ClaimsError(
+                    f"params.yaml tasks: {seen[claim['id']]!r} and {claim['task']!r} both give the "
+                    f"standard claim {claim['id']!r}: rename one"
+                )
             seen[claim["id"]] = claim["task"]
             claims.append(claim)
     kinds = " and ".join(dict.fromkeys(KIND_WORDS[spec.kind] for spec in setup.tasks.values())) or "tasks"
@@ -160,10 +172,15 @@ def task_values(name: str, spec: TaskSpec, setup: ReportSetup) -> dict:
     """The placeholders of one task: name, source, headline metric, its words, unit and learning-curve sizes
     (a task without a curve gets ``n_small`` ``<train_sizes>``: its curve claims read ``off``)."""
     recipe = setup.recipes[spec.recipe]
-    return {"task": name, "source": spec.source, "metric": spec.headline, "metric_words": METRIC_WORDS[spec.metric],
-            "unit": "sentences" if MODULE[spec.kind] == "ner" else "docs",
-            "n_small": min(recipe.train_sizes) if recipe.train_sizes else "<train_sizes>",
-            "n_full": recipe.max_train_docs or "all the"}
+    return {
+        "task": name,
+        "source": spec.source,
+        "metric": spec.headline,
+        "metric_words": METRIC_WORDS[spec.metric],
+        "unit": "sentences" if MODULE[spec.kind] == "ner" else "docs",
+        "n_small": min(recipe.train_sizes) if recipe.train_sizes else "<train_sizes>",
+        "n_full": recipe.max_train_docs or "all the",
+    }
 
 
 def fill(node, values: dict):
@@ -175,4 +192,3 @@ def fill(node, values: dict):
     if isinstance(node, dict):
         return {key: fill(value, values) for key, value in node.items()}
     return node
-

@@ -93,7 +93,8 @@ def run_off(task: str, key: str, setup: ReportSetup) -> str | None:
         return off(f"{at}.configs")
     if match["size"]:
         return size_off(match["size"], recipe, at) or (
-            None if plain in {spec.key for spec in recipe.curve_configs} else off(f"{at}.curve_configs"))
+            None if plain in {spec.key for spec in recipe.curve_configs} else off(f"{at}.curve_configs")
+        )
     if match["ablation"] and (match["ablation"] not in setup.ablations or recipe.ablation_config != plain):
         return off("pretrain.ablations", f"{at}.ablation_config")
     return None

@@ -39,8 +39,9 @@ def remove_stale(folder: Path, tasks: Collection[str]) -> list[Path]:
     would otherwise read as this run's. Nothing is deleted without tasks. Returns the deleted paths."""
     if not tasks:
         return []
-    stale = [path for stage in FOREACH_STAGES for path in sorted((folder / stage).glob("*.json"))
-             if path.stem not in tasks]
+    stale = [
+        path for stage in FOREACH_STAGES for path in sorted((folder / stage).glob("*.json")) if path.stem not in tasks
+    ]
     for path in stale:
         path.unlink()
     return stale

@@ -8,9 +8,15 @@ from tasks.report.claims.evaluation import Row
 from tasks.report.stats.power import underpowered
 
 #: How each verdict reads in the lead sentence.
-PHRASES = {"supported": "supported", "equivalent": "equivalent (no difference beyond min_effect)",
-           "ruled out": "ruled out (an effect of min_effect excluded)", "contradicted": "contradicted",
-           "inconclusive": "inconclusive", "not resolvable": "not resolvable", "not run": "not run"}
+PHRASES = {
+    "supported": "supported",
+    "equivalent": "equivalent (no difference beyond min_effect)",
+    "ruled out": "ruled out (an effect of min_effect excluded)",
+    "contradicted": "contradicted",
+    "inconclusive": "inconclusive",
+    "not resolvable": "not resolvable",
+    "not run": "not run",
+}
 
 
 def verdict_cell(row: Row) -> str:
@@ -49,8 +55,10 @@ def _clause(row: Row) -> str:
         return f"{text} ({without_parentheses(row.reason.split(': ', 1)[-1])})"
     diff = row.difference
     if diff is not None and diff.has_ci:
-        text += (f" (difference {diff.mean:+.4f} [{diff.low:.4f}, {diff.high:.4f}] against min_effect "
-                 f"{row.claim.min_effect:g})")
+        text += (
+            f" (difference {diff.mean:+.4f} [{diff.low:.4f}, {diff.high:.4f}] against min_effect "
+            f"{row.claim.min_effect:g})"
+        )
     why = underpowered(row.power) if row.verdict == "inconclusive" else ""
     return text + (f", {why}" if why else "")
 
@@ -62,6 +70,8 @@ def answer(rows: list[Row]) -> str:
     if not primary:
         return "No claim is declared primary (claims.yaml family: primary), so the report gives no one-line answer."
     supported = sum(r.verdict == "supported" for r in primary)
-    head = (f"{supported} of the {len(primary)} primary claims (Holm within the family) "
-            f"{'is' if supported == 1 else 'are'} supported: ")
+    head = (
+        f"{supported} of the {len(primary)} primary claims (Holm within the family) "
+        f"{'is' if supported == 1 else 'are'} supported: "
+    )
     return head + "; ".join(_clause(r) for r in primary) + "."

@@ -117,14 +117,26 @@ def seed_points(metrics: Metrics, task: str, metric: str, level: float, out: Pat
         est = mean_ci(tuple(values), level)
         ax.scatter([x] * len(values), values, s=18, alpha=0.6, color="tab:blue", zorder=3)
         if est.has_ci:
-            ax.errorbar([x + 0.15], [est.mean], yerr=[[est.mean - est.low], [est.high - est.mean]],
-                        fmt="s", color="black", capsize=4, zorder=4)
+            ax.errorbar(
+                [x + 0.15],
+                [est.mean],
+                yerr=[[est.mean - est.low], [est.high - est.mean]],
+                fmt="s",
+                color="black",
+                capsize=4,
+                zorder=4,
+            )
         else:
             ax.plot([x + 0.15], [est.mean], "s", color="black")
     best = (metrics.get(f"finetune/{task}").get("selection") or {}).get("best_baseline")
     if best in runs and metric in runs[best]:
-        ax.axhline(runs[best][metric]["mean"], color="tab:red", linestyle="--", linewidth=1,
-                   label=f"best baseline on dev: {best}")
+        ax.axhline(
+            runs[best][metric]["mean"],
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label=f"best baseline on dev: {best}",
+        )
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xticks(range(len(keys)), keys, rotation=30, ha="right", fontsize=8)
     ax.set(ylabel=metric)
@@ -141,14 +153,21 @@ def confusion_matrix(metrics: Metrics, task: str, run_key: str, out: Path, dpi: 
     """
     where = f"metrics/finetune/{task}.json"
     details = dig(metrics.get(f"finetune/{task}"), ["runs", run_key, "details"], where)
-    matrix, labels = _matrix_and_labels(dig(details, ["confusion_matrix"], f"{where} runs[{run_key!r}].details"),
-                                        details)
+    matrix, labels = _matrix_and_labels(
+        dig(details, ["confusion_matrix"], f"{where} runs[{run_key!r}].details"), details
+    )
     fig, ax = plt.subplots(figsize=(max(5.5, 1.0 * len(labels) + 2), max(5.0, 1.0 * len(labels) + 1.5)))
     image = ax.imshow(matrix, cmap="Blues")
     for i, row in enumerate(matrix):
         for j, count in enumerate(row):
-            ax.text(j, i, f"{count:g}", ha="center", va="center",
-                    color="white" if count > max(map(max, matrix)) / 2 else "black")
+            ax.text(
+                j,
+                i,
+                f"{count:g}",
+                ha="center",
+                va="center",
+                color="white" if count > max(map(max, matrix)) / 2 else "black",
+            )
     ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     ax.set_yticks(range(len(labels)), labels)
     ax.set(xlabel="predicted", ylabel="gold")
@@ -202,8 +221,10 @@ def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for colour, variant in enumerate(sorted(models)):
         for ax, key in zip(axes, ("separation", "knn_accuracy")):
-            for scores, style, label in ((models[variant], "o-", variant),
-                                         (control.get(variant, {}), "x--", f"{variant}, shuffled context")):
+            for scores, style, label in (
+                (models[variant], "o-", variant),
+                (control.get(variant, {}), "x--", f"{variant}, shuffled context"),
+            ):
                 values = scores.get(key) or []
                 if values:
                     ax.plot(range(len(values)), values, style, color=f"C{colour}", label=label, markersize=4)
@@ -232,18 +253,29 @@ def forest(rows: list, out: Path, dpi: int) -> Path:
         ax.plot([est.mean], [y], "o", color=color, markersize=5)
         ax.plot([row.claim.min_effect], [y], "|", color="tab:red", markersize=14, markeredgewidth=2)
     ax.axvline(0.0, color="grey", linewidth=0.8)
-    labels = [f"{r.claim.id} ({r.verdict})" + ("" if r.difference_label == "treatment - baseline" else " *")
-              for r in reversed(shown)]
+    labels = [
+        f"{r.claim.id} ({r.verdict})" + ("" if r.difference_label == "treatment - baseline" else " *")
+        for r in reversed(shown)
+    ]
     ax.set_yticks(range(len(shown)), labels, fontsize=8)
-    ax.set_xlabel("treatment - baseline (upper_bound: the treatment's rate)\n*: baseline - treatment (lower is "
-                  "better); red tick: min_effect", fontsize=9)
+    ax.set_xlabel(
+        "treatment - baseline (upper_bound: the treatment's rate)\n*: baseline - treatment (lower is "
+        "better); red tick: min_effect",
+        fontsize=9,
+    )
     ax.set_title("Every claim with its CI", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return save_png(fig, out, dpi)
 
 
-VERDICT_COLORS = {"supported": "tab:green", "equivalent": "tab:cyan", "ruled out": "tab:orange",
-                  "inconclusive": "goldenrod", "contradicted": "tab:red", "not resolvable": "tab:purple"}
+VERDICT_COLORS = {
+    "supported": "tab:green",
+    "equivalent": "tab:cyan",
+    "ruled out": "tab:orange",
+    "inconclusive": "goldenrod",
+    "contradicted": "tab:red",
+    "not resolvable": "tab:purple",
+}
 
 
 def reliability_diagram(curves: dict[str, tuple], out: Path, n_bins: int, dpi: int) -> Path:
@@ -258,8 +290,13 @@ def reliability_diagram(curves: dict[str, tuple], out: Path, n_bins: int, dpi: i
     for name, (confidence, correct) in curves.items():
         mean_conf, accuracy, _ = reliability(confidence, correct, n_bins)
         ax.plot(mean_conf, accuracy, "o-", markersize=3, label=name)
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean confidence in bin", ylabel="accuracy in bin",
-           title=f"Reliability ({n_bins} equal-mass bins, seeds pooled)")  # fmt: skip
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel="mean confidence in bin",
+        ylabel="accuracy in bin",
+        title=f"Reliability ({n_bins} equal-mass bins, seeds pooled)",
+    )
     ax.set_aspect("equal")
     ax.legend(loc="upper left", fontsize="small")
     return save_png(fig, out, dpi)
@@ -274,21 +311,29 @@ def recall_figure(metrics: Metrics, out: Path, dpi: int) -> Path:
         raise NotRun("metrics/leakage.json planted has no per-detector recall")
     families: dict[str, list[str]] = {}
     for name, v in variants.items():
-        families.setdefault(v["family"] if v["family"] in ("replaced", "synonyms", "quoted") else "format and order",
-                            []).append(name)
+        families.setdefault(
+            v["family"] if v["family"] in ("replaced", "synonyms", "quoted") else "format and order", []
+        ).append(name)
     fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.8), sharey=True, squeeze=False)
     for ax, (family, names) in zip(axes[0], families.items()):
         x = list(range(len(names)))
         for d in planted["detectors"]:
             cells = [variants[n]["by_detector"][d] for n in names]
             y = [c["recall"] if c["recall"] is not None else float("nan") for c in cells]
-            err = [[max(r - (c["ci_low"] or r), 0) for r, c in zip(y, cells)],
-                   [max((c["ci_high"] or r) - r, 0) for r, c in zip(y, cells)]]
+            err = [
+                [max(r - (c["ci_low"] or r), 0) for r, c in zip(y, cells)],
+                [max((c["ci_high"] or r) - r, 0) for r, c in zip(y, cells)],
+            ]
             style = {"linewidth": 2.5, "color": "black"} if d == "audit" else {"linewidth": 1.2}
             ax.errorbar(x, y, yerr=err, marker="o", markersize=3, capsize=2, label=LABELS.get(d, d), **style)
         ax.axhline(0.95, color="grey", linestyle=":", linewidth=1)
-        ax.set_xticks(x, [n.replace("_every_", " /").replace("fragment_", "quote ") for n in names], rotation=40,
-                      ha="right", fontsize=8)
+        ax.set_xticks(
+            x,
+            [n.replace("_every_", " /").replace("fragment_", "quote ") for n in names],
+            rotation=40,
+            ha="right",
+            fontsize=8,
+        )
         ax.set_title(family)
         ax.set_ylim(-0.02, 1.02)
     axes[0][0].set_ylabel("recall on planted copies")

@@ -109,12 +109,21 @@ Items = list[tuple[str, str | list[str] | list[Link]]]
 def detail_items(row: Row) -> Items:
     """The per-claim details shown open: statement, references, statistics and notes."""
     c = row.claim
-    effect = f"{row.effect_size:.3g}" if row.effect_size is not None else (
-        f"not computed (the CI resamples two levels, {row.items}; a d over the upper level alone would not match "
-        "it)" if row.items else "not defined (no spread over units)")
-    p_values = (f"{row.p_value:.3g} (two-sided; TOST for equivalent); Holm-adjusted {row.p_adjusted:.3g}"
-                if row.p_adjusted is not None
-                else "none (no test: see the verdict)")
+    effect = (
+        f"{row.effect_size:.3g}"
+        if row.effect_size is not None
+        else (
+            f"not computed (the CI resamples two levels, {row.items}; a d over the upper level alone would not match "
+            "it)"
+            if row.items
+            else "not defined (no spread over units)"
+        )
+    )
+    p_values = (
+        f"{row.p_value:.3g} (two-sided; TOST for equivalent); Holm-adjusted {row.p_adjusted:.3g}"
+        if row.p_adjusted is not None
+        else "none (no test: see the verdict)"
+    )
     return [
         ("statement", c.statement),
         ("evidence / kind / task / metric", f"{c.evidence} / {c.kind} / {c.task} / {c.metric}"),
@@ -122,10 +131,16 @@ def detail_items(row: Row) -> Items:
         ("data slice", f"{c.data_slice}; items: {c.items}; " + (row.items or "see the units below")),
         ("treatment", f"{c.treatment}: {fmt_estimate(row.treatment)}"),
         ("baseline", f"{c.baseline}: {fmt_estimate(row.baseline)}"),
-        ("best baseline (chosen on dev)", f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline)}"
-         if row.best_baseline else "none (not a fine-tuning claim, or no baseline was fitted)"),
-        ("difference", f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the units of "
-                       f"the CI {effect}"),
+        (
+            "best baseline (chosen on dev)",
+            f"{row.best_baseline_key}: {fmt_estimate(row.best_baseline)}"
+            if row.best_baseline
+            else "none (not a fine-tuning claim, or no baseline was fitted)",
+        ),
+        (
+            "difference",
+            f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the units of the CI {effect}",
+        ),
         ("minimum detectable effect", describe(row.power)),
         ("ablation (removed in the baseline)", c.ablation),
         ("verdict", row.reason if row.reason.startswith(row.verdict) else f"{row.verdict}: {row.reason}"),
@@ -147,8 +162,10 @@ def folded_items(row: Row, mlflow_ui_url: str) -> Items:
 
 def folded_summary(row: Row) -> str:
     """The one line shown for the folded details: ``confounders (3) and provenance (2 runs, 4 data md5s)``."""
-    return (f"confounders ({len(row.confounders)}) and provenance ({len(row.runs)} MLflow runs, "
-            f"{len(row.data_md5)} data md5s)")
+    return (
+        f"confounders ({len(row.confounders)}) and provenance ({len(row.runs)} MLflow runs, "
+        f"{len(row.data_md5)} data md5s)"
+    )
 
 
 # ---------------------------------------------------------------- markdown
@@ -203,32 +220,58 @@ def _md_items(items) -> list[str]:
 
 def claim_details_md(row: Row, mlflow_ui_url: str) -> list[str]:
     """One claim's details: the open list, then confounders and provenance in a ``<details>`` block."""
-    return [f'### <a id="{row.claim.id}"></a>{row.claim.id}', "", *_md_items(detail_items(row)), "",
-            f"<details><summary>{html.escape(folded_summary(row))}</summary>", "",
-            *_md_items(folded_items(row, mlflow_ui_url)), "", "</details>", ""]
+    return [
+        f'### <a id="{row.claim.id}"></a>{row.claim.id}',
+        "",
+        *_md_items(detail_items(row)),
+        "",
+        f"<details><summary>{html.escape(folded_summary(row))}</summary>",
+        "",
+        *_md_items(folded_items(row, mlflow_ui_url)),
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def verdict_summary(rows: list[Row]) -> str:
     """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims)"``: the table in one line."""
-    counts = {verdict: sum(row.verdict == verdict for row in rows)
-              for verdict in VERDICTS}
+    counts = {verdict: sum(row.verdict == verdict for row in rows) for verdict in VERDICTS}
     return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(rows)} claims)"
 
 
-def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-             level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
-             tables: Mapping[str, list[Grid] | str], warnings: Sequence[str] = ()) -> str:
+def markdown(
+    question: str,
+    rows: list[Row],
+    figures: Mapping[str, Path | str],
+    ledger: Mapping[str, object],
+    level: float,
+    mlflow_ui_url: str,
+    slices: Mapping[str, SliceTable | str],
+    tables: Mapping[str, list[Grid] | str],
+    warnings: Sequence[str] = (),
+) -> str:
     """The full ``claims.md``: ``warnings`` (the run's params, at the top), question, claim table, "Since the last
     run" (``tables[SINCE]``, if given), forest plot, statistics note, per-claim details, slice tables, the other
     ``tables``, figures (title -> PNG path relative to the Markdown file, or why not), ledger."""
+
     def figure(title: str, fig: Path | str) -> list[str]:
         return [f"### {title}", "", f"![{title}]({fig})" if isinstance(fig, Path) else f"_{fig}_", ""]
 
-    parts = ["# clozeline claim table", "", *[f"> **Warning.** {w}\n" for w in warnings], f"**Question.** {question}",
-             "", f"**Answer.** {answer(rows)}", "",
-             f"**Verdicts.** {verdict_summary(rows)}", "",
-             "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)), "",
-             claim_table_md(rows)]
+    parts = [
+        "# clozeline claim table",
+        "",
+        *[f"> **Warning.** {w}\n" for w in warnings],
+        f"**Question.** {question}",
+        "",
+        f"**Answer.** {answer(rows)}",
+        "",
+        f"**Verdicts.** {verdict_summary(rows)}",
+        "",
+        "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)),
+        "",
+        claim_table_md(rows),
+    ]
     parts += [f"## {SINCE}", "", *grids_md(SINCE, tables[SINCE])] if SINCE in tables else []
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])
@@ -248,6 +291,7 @@ def markdown(question: str, rows: list[Row], figures: Mapping[str, Path | str], 
 def slice_grids(table: SliceTable) -> list[Grid]:
     """``(title, header, rows of cells)`` of a task's two slice grids: the headline metric by item slice, and
     the per-label F1."""
+
     def grid(columns: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
         header = ["arm"] + [f"{c} (n={table.sizes[c]})" for c in columns]
         body = [[arm] + [fmt_estimate(cells[c], False) for c in columns] for arm, cells in table.rows.items()]
@@ -255,8 +299,10 @@ def slice_grids(table: SliceTable) -> list[Grid]:
 
     kind = "class" if table.module == "cls" else "entity type (n = gold entities)"
     over = " (macro over the classes present in each slice)" if table.module == "cls" else ""
-    return [(f"{table.task}: {table.metric} by test slice{over}", *grid(table.columns)),
-            (f"{table.task}: F1 per {kind}", *grid(table.label_columns))]
+    return [
+        (f"{table.task}: {table.metric} by test slice{over}", *grid(table.columns)),
+        (f"{table.task}: F1 per {kind}", *grid(table.label_columns)),
+    ]
 
 
 def grids_md(name: str, grids: list[Grid] | str) -> list[str]:
@@ -311,8 +357,10 @@ def claim_table_html(rows: list[Row]) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in TABLE_HEADER)
     body = []
     for kind, group in by_evidence(rows):
-        body.append(f'<tr class="evidence" id="evidence-{kind}"><th colspan="{len(TABLE_HEADER)}">'
-                    f"{_e(group_title(kind, group))}</th></tr>")  # fmt: skip
+        body.append(
+            f'<tr class="evidence" id="evidence-{kind}"><th colspan="{len(TABLE_HEADER)}">'
+            f"{_e(group_title(kind, group))}</th></tr>"
+        )
         for row in group:
             claim, arms, difference, verdict = table_cells(row)
             cells = f'<td><a href="#detail-{_e(row.claim.id)}">{_e(claim)}</a></td>'
@@ -340,10 +388,14 @@ def _html_items(items) -> str:
 def claim_details_html(row: Row, mlflow_ui_url: str) -> str:
     """One claim's details (``<section class="claim" id="detail-<id>">``): the open list, then confounders and
     provenance folded into a ``<details>`` element."""
-    folded = (f"<details><summary>{_e(folded_summary(row))}</summary>"
-              f"{_html_items(folded_items(row, mlflow_ui_url))}</details>")
-    return (f'<section class="claim" id="detail-{_e(row.claim.id)}"><h3>{_e(row.claim.id)}</h3>'
-            f"{_html_items(detail_items(row))}{folded}</section>")
+    folded = (
+        f"<details><summary>{_e(folded_summary(row))}</summary>"
+        f"{_html_items(folded_items(row, mlflow_ui_url))}</details>"
+    )
+    return (
+        f'<section class="claim" id="detail-{_e(row.claim.id)}"><h3>{_e(row.claim.id)}</h3>'
+        f"{_html_items(detail_items(row))}{folded}</section>"
+    )
 
 
 def _img(path: Path, title: str) -> str:
@@ -364,26 +416,40 @@ def grids_html(name: str, grids: list[Grid] | str) -> str:
     for title, header, body in grids:
         head = "".join(f"<th>{_e(h)}</th>" for h in header)
         rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body)
-        out.append(f'<h3>{_e(title)}</h3><table class="slices"><thead><tr>{head}</tr></thead>'
-                   f"<tbody>{rows}</tbody></table>")
+        out.append(
+            f'<h3>{_e(title)}</h3><table class="slices"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        )
     return "".join(out)
 
 
-def html_page(question: str, rows: list[Row], figures: Mapping[str, Path | str], ledger: Mapping[str, object],
-              level: float, mlflow_ui_url: str, slices: Mapping[str, SliceTable | str],
-              tables: Mapping[str, list[Grid] | str], warnings: Sequence[str] = ()) -> str:
+def html_page(
+    question: str,
+    rows: list[Row],
+    figures: Mapping[str, Path | str],
+    ledger: Mapping[str, object],
+    level: float,
+    mlflow_ui_url: str,
+    slices: Mapping[str, SliceTable | str],
+    tables: Mapping[str, list[Grid] | str],
+    warnings: Sequence[str] = (),
+) -> str:
     """The full ``claims.html``, self-contained, as ``markdown``; ``figures``: title -> absolute PNG path or why not."""
+
     def figure(title: str, fig: Path | str) -> list[str]:
         return [f"<h3>{_e(title)}</h3>", _img(fig, title) if isinstance(fig, Path) else f"<p><i>{_e(fig)}</i></p>"]
 
-    parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-             "<title>clozeline claim table</title>", f"<style>{CSS}</style></head><body>",
-             "<h1>clozeline claim table</h1>", *(f'<p class="warning"><b>Warning.</b> {_e(w)}</p>' for w in warnings),
-             f"<p><b>Question.</b> {_e(question)}</p>",
-             f'<p id="answer"><b>Answer.</b> {_e(answer(rows))}</p>',
-             f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
-             '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows))
-             + "</ul>", claim_table_html(rows)]
+    parts = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        "<title>clozeline claim table</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>clozeline claim table</h1>",
+        *(f'<p class="warning"><b>Warning.</b> {_e(w)}</p>' for w in warnings),
+        f"<p><b>Question.</b> {_e(question)}</p>",
+        f'<p id="answer"><b>Answer.</b> {_e(answer(rows))}</p>',
+        f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
+        '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows)) + "</ul>",
+        claim_table_html(rows),
+    ]
     parts += [f'<h2 id="since">{SINCE}</h2>', grids_html(SINCE, tables[SINCE])] if SINCE in tables else []
     if FOREST in figures:
         parts += figure(FOREST, figures[FOREST])

@@ -82,8 +82,9 @@ class Since(NamedTuple):
     figure: Path | str
 
 
-def section(rows: list[Row], metrics: Metrics, log, history_runs: int, reports: Path, dpi: int,
-            tasks: tuple[str, ...]) -> Since:  # fmt: skip
+def section(
+    rows: list[Row], metrics: Metrics, log, history_runs: int, reports: Path, dpi: int, tasks: tuple[str, ...]
+) -> Since:
     """Compare this run's claims with the latest earlier record of ``log``'s pipeline run's experiment whose
     run had the same ``tasks`` (params.yaml's task names), draw the trend figure into ``<reports>/figures`` and
     write ``<reports>/since_last_run.md``. ``store`` records this run afterwards, once the report is written."""
@@ -107,9 +108,11 @@ def summary(past: list[PastRun] | None, changes: Changes | None) -> str:
     """The comparison in one line, for the stage's log."""
     if changes is None:
         return "not compared (no MLflow tracking)" if past is None else "first run"
-    return (f"run {changes.previous.run_id}: {len(changes.flipped)} verdicts flipped "
-            f"{[cid for cid, _, _ in changes.flipped]}, {len(changes.moved)} differences outside the earlier CI, "
-            f"{len(changes.new)} new and {len(changes.dropped)} dropped claims")
+    return (
+        f"run {changes.previous.run_id}: {len(changes.flipped)} verdicts flipped "
+        f"{[cid for cid, _, _ in changes.flipped]}, {len(changes.moved)} differences outside the earlier CI, "
+        f"{len(changes.new)} new and {len(changes.dropped)} dropped claims"
+    )
 
 
 def claim_record(row: Row) -> dict:
@@ -146,8 +149,12 @@ def _dict(value) -> dict:
 
 def record(rows: list[Row], metrics: Metrics, tasks: tuple[str, ...]) -> dict:
     """This run's claims record (the module docstring gives its shape; ``tasks`` sorted)."""
-    return {"format": RECORD_FORMAT, "claims": {row.claim.id: claim_record(row) for row in rows},
-            "data": data_sizes(metrics), "tasks": sorted(tasks)}
+    return {
+        "format": RECORD_FORMAT,
+        "claims": {row.claim.id: claim_record(row) for row in rows},
+        "data": data_sizes(metrics),
+        "tasks": sorted(tasks),
+    }
 
 
 def tasks_tag(tasks) -> str:
@@ -166,8 +173,9 @@ def history(log, limit: int, tasks: tuple[str, ...]) -> list[PastRun] | None:
     for entry in found:
         body = entry["record"] if isinstance(entry["record"], dict) else {}
         claims, data = body.get("claims"), body.get("data")
-        if not isinstance(claims, dict) or not all(isinstance(c, dict) and isinstance(c.get("verdict"), str)
-                                                   for c in claims.values()):  # fmt: skip
+        if not isinstance(claims, dict) or not all(
+            isinstance(c, dict) and isinstance(c.get("verdict"), str) for c in claims.values()
+        ):
             continue
         started = datetime.fromtimestamp(entry["start_ms"] / 1000, UTC)
         data = {k: v for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
@@ -185,12 +193,20 @@ def compare(current: dict, previous: PastRun) -> Changes:
     """This run's record against ``previous`` (claims in this run's order, counters sorted)."""
     now, before = current["claims"], previous.claims
     both = [cid for cid in now if cid in before]
-    flipped = [(cid, before[cid]["verdict"], now[cid]["verdict"]) for cid in both
-               if before[cid]["verdict"] != now[cid]["verdict"]]  # fmt: skip
+    flipped = [
+        (cid, before[cid]["verdict"], now[cid]["verdict"])
+        for cid in both
+        if before[cid]["verdict"] != now[cid]["verdict"]
+    ]
     counters = sorted(set(current["data"]) | set(previous.data))
-    return Changes(previous, flipped, [cid for cid in both if outside(before[cid], now[cid])],
-                   [cid for cid in now if cid not in before], [cid for cid in before if cid not in now],
-                   [(k, previous.data.get(k), current["data"].get(k)) for k in counters])  # fmt: skip
+    return Changes(
+        previous,
+        flipped,
+        [cid for cid in both if outside(before[cid], now[cid])],
+        [cid for cid in now if cid not in before],
+        [cid for cid in before if cid not in now],
+        [(k, previous.data.get(k), current["data"].get(k)) for k in counters],
+    )
 
 
 def fmt_difference(claim: dict) -> str:
@@ -206,34 +222,80 @@ def _change(before: int | None, now: int | None) -> str:
     return f"{now - before:+d}" if before is not None and now is not None else "-"
 
 
-def section_grids(current: dict, past: list[PastRun] | None, changes: Changes | None,
-                  run_id: str | None) -> list[Grid]:
+def section_grids(current: dict, past: list[PastRun] | None, changes: Changes | None, run_id: str | None) -> list[Grid]:
     """The section's tables: what was compared (or why nothing was), then each non-empty list of changes."""
     this = run_id or "not tracked"
     if past is None:
-        return [("Compared with", ["this run", "previous run"],
-                 [[this, "not compared: the report ran without MLflow tracking, so it has no run history"]])]
+        return [
+            (
+                "Compared with",
+                ["this run", "previous run"],
+                [[this, "not compared: the report ran without MLflow tracking, so it has no run history"]],
+            )
+        ]
     if changes is None:
-        return [("Compared with", ["this run", "previous run"],
-                 [[this, "none: first run (no earlier run of this MLflow experiment recorded its claims)"]])]
+        return [
+            (
+                "Compared with",
+                ["this run", "previous run"],
+                [[this, "none: first run (no earlier run of this MLflow experiment recorded its claims)"]],
+            )
+        ]
     prev = changes.previous
-    head = ["this run", "previous run", "started (UTC)", "git commit", "verdicts flipped",
-            "differences outside the earlier CI", "new claims", "dropped claims"]
-    grids: list[Grid] = [("Compared with", head, [[this, prev.run_id, prev.started.strftime("%Y-%m-%d %H:%M:%S"),
-                                                    prev.git_commit[:12] or "-", str(len(changes.flipped)),
-                                                    str(len(changes.moved)), str(len(changes.new)),
-                                                    str(len(changes.dropped))]])]  # fmt: skip
+    head = [
+        "this run",
+        "previous run",
+        "started (UTC)",
+        "git commit",
+        "verdicts flipped",
+        "differences outside the earlier CI",
+        "new claims",
+        "dropped claims",
+    ]
+    grids: list[Grid] = [
+        (
+            "Compared with",
+            head,
+            [
+                [
+                    this,
+                    prev.run_id,
+                    prev.started.strftime("%Y-%m-%d %H:%M:%S"),
+                    prev.git_commit[:12] or "-",
+                    str(len(changes.flipped)),
+                    str(len(changes.moved)),
+                    str(len(changes.new)),
+                    str(len(changes.dropped)),
+                ]
+            ],
+        )
+    ]
     now, before = current["claims"], prev.claims
     tables: list[Grid] = [
         ("Verdicts that flipped", ["claim", "before", "now"], [list(flip) for flip in changes.flipped]),
-        ("Differences outside the earlier CI", ["claim", "before [CI]", "now [CI]"],
-         [[cid, fmt_difference(before[cid]), fmt_difference(now[cid])] for cid in changes.moved]),
-        ("New claims", ["claim", "verdict", "difference [CI]"],
-         [[cid, now[cid]["verdict"], fmt_difference(now[cid])] for cid in changes.new]),
-        ("Dropped claims", ["claim", "last verdict", "difference [CI]"],
-         [[cid, before[cid]["verdict"], fmt_difference(before[cid])] for cid in changes.dropped]),
-        ("Data: docs per stage counter", ["counter", "before", "now", "added"],
-         [[k, "-" if b is None else str(b), "-" if n is None else str(n), _change(b, n)] for k, b, n in changes.data]),
+        (
+            "Differences outside the earlier CI",
+            ["claim", "before [CI]", "now [CI]"],
+            [[cid, fmt_difference(before[cid]), fmt_difference(now[cid])] for cid in changes.moved],
+        ),
+        (
+            "New claims",
+            ["claim", "verdict", "difference [CI]"],
+            [[cid, now[cid]["verdict"], fmt_difference(now[cid])] for cid in changes.new],
+        ),
+        (
+            "Dropped claims",
+            ["claim", "last verdict", "difference [CI]"],
+            [[cid, before[cid]["verdict"], fmt_difference(before[cid])] for cid in changes.dropped],
+        ),
+        (
+            "Data: docs per stage counter",
+            ["counter", "before", "now", "added"],
+            [
+                [k, "-" if b is None else str(b), "-" if n is None else str(n), _change(b, n)]
+                for k, b, n in changes.data
+            ],
+        ),
     ]
     return grids + [table for table in tables if table[2]]
 
@@ -248,8 +310,11 @@ def tags(changes: Changes | None) -> dict[str, str]:
     """The pipeline run's tags: ``verdict_flipped`` (``true``/``false``), ``verdicts_flipped`` (the claim ids,
     comma-separated, empty when none) and ``claims_compared_with`` (the previous run's id, or ``none``)."""
     flipped = [cid for cid, _, _ in changes.flipped] if changes else []
-    return {"verdict_flipped": str(bool(flipped)).lower(), "verdicts_flipped": ",".join(flipped),
-            "claims_compared_with": changes.previous.run_id if changes else "none"}
+    return {
+        "verdict_flipped": str(bool(flipped)).lower(),
+        "verdicts_flipped": ",".join(flipped),
+        "claims_compared_with": changes.previous.run_id if changes else "none",
+    }
 
 
 def store(pipeline_log, since: Since) -> None:

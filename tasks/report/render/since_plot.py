@@ -27,8 +27,13 @@ TITLE = "Claims across runs: difference and CI by run date"
 FILE = "claims_trend.png"
 COLUMNS = 4  # panels per row
 MAX_TICK_LABELS = 8  # more runs than this: every k-th tick is labelled
-VERDICT_COLOURS = {"supported": "tab:green", "equivalent": "tab:blue", "ruled out": "tab:brown",
-                   "inconclusive": "tab:orange", "contradicted": "tab:red"}  # fmt: skip
+VERDICT_COLOURS = {
+    "supported": "tab:green",
+    "equivalent": "tab:blue",
+    "ruled out": "tab:brown",
+    "inconclusive": "tab:orange",
+    "contradicted": "tab:red",
+}
 OTHER_COLOUR = "0.55"  # not run, not resolvable
 
 
@@ -36,8 +41,12 @@ def series(runs: list[tuple[datetime, dict]]) -> dict[str, list[tuple[int, dict]
     """``{claim id: [(run index, claim record)]}`` over ``runs`` (``(start, {id: record})``, oldest first) for
     every claim with a difference in at least one run; only the runs where it has one, sorted by claim id."""
     ids = sorted({cid for _, claims in runs for cid, rec in claims.items() if rec.get("difference") is not None})
-    return {cid: [(i, claims[cid]) for i, (_, claims) in enumerate(runs)
-                  if claims.get(cid, {}).get("difference") is not None] for cid in ids}  # fmt: skip
+    return {
+        cid: [
+            (i, claims[cid]) for i, (_, claims) in enumerate(runs) if claims.get(cid, {}).get("difference") is not None
+        ]
+        for cid in ids
+    }
 
 
 def draw(past, current: dict, now: datetime, out: Path, dpi: int) -> Path:
@@ -54,13 +63,12 @@ def draw(past, current: dict, now: datetime, out: Path, dpi: int) -> Path:
     cols = min(COLUMNS, len(panels))
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.4 * rows), squeeze=False)
     step = math.ceil(len(runs) / MAX_TICK_LABELS)
-    labels = [t.strftime("%m-%d %H:%M") if i % step == 0 or i == len(runs) - 1 else ""
-              for i, (t, _) in enumerate(runs)]  # fmt: skip
+    labels = [t.strftime("%m-%d %H:%M") if i % step == 0 or i == len(runs) - 1 else "" for i, (t, _) in enumerate(runs)]
     for ax, (cid, points) in zip(axes.flat, panels.items(), strict=False):
         _panel(ax, cid, points)
         ax.set_xticks(range(len(runs)), labels, rotation=60, fontsize=6)
         ax.set_xlim(-0.5, len(runs) - 0.5)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     handles = [Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLOURS.items()]
     handles.append(Line2D([], [], marker="o", ls="", color=OTHER_COLOUR, label="not run / not resolvable"))
@@ -79,8 +87,9 @@ def _panel(ax, cid: str, points: list[tuple[int, dict]]) -> None:
     for i, rec in points:
         value, low, high = rec["difference"], rec.get("ci_low"), rec.get("ci_high")
         err = [[max(0.0, value - low)], [max(0.0, high - value)]] if low is not None and high is not None else None
-        ax.errorbar([i], [value], yerr=err, fmt="o", ms=4, capsize=2,
-                    color=VERDICT_COLOURS.get(rec["verdict"], OTHER_COLOUR))  # fmt: skip
+        ax.errorbar(
+            [i], [value], yerr=err, fmt="o", ms=4, capsize=2, color=VERDICT_COLOURS.get(rec["verdict"], OTHER_COLOUR)
+        )
     ax.axhline(0.0, color="0.3", lw=0.6, ls=":")
     ax.set_title(cid, fontsize=7)
     ax.tick_params(axis="y", labelsize=6)

@@ -48,8 +48,11 @@ def task_summary(task: str, metrics: Metrics) -> dict:
     dev = selection.get("dev") or {}
     ours = max((key for key in dev if key.startswith("pretrained/")), key=dev.get, default=None)
     out = {}
-    for role, key in (("best_arm", selection.get("best_arm")), ("best_baseline", selection.get("best_baseline")),
-                      ("pretrained_arm", ours)):
+    for role, key in (
+        ("best_arm", selection.get("best_arm")),
+        ("best_baseline", selection.get("best_baseline")),
+        ("pretrained_arm", ours),
+    ):
         value = (runs.get(key) or {}).get(metric, {}).get("mean") if key else None
         if isinstance(value, int | float):
             out |= {role: key, f"{role}_{metric}": value}
@@ -71,9 +74,17 @@ def write_plot_data(folder: Path, rows: list[Row], metrics: Metrics) -> list[Pat
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.csv"):
         stale.unlink()  # a task that vanished must not leave its plot data behind
-    forest = [{"claim": r.claim.id, "difference": r.difference.mean, "ci_low": r.difference.low,
-               "ci_high": r.difference.high, "verdict": r.verdict}
-              for r in rows if r.difference is not None and r.difference.has_ci]  # fmt: skip
+    forest = [
+        {
+            "claim": r.claim.id,
+            "difference": r.difference.mean,
+            "ci_low": r.difference.low,
+            "ci_high": r.difference.high,
+            "verdict": r.verdict,
+        }
+        for r in rows
+        if r.difference is not None and r.difference.has_ci
+    ]
     written = [_write_csv(folder / "forest.csv", ["claim", "difference", "ci_low", "ci_high", "verdict"], forest)]
     curve = loss_curves(metrics.folder / "pretrain_curve.tsv")
     for name, (header, points) in curve.items():
@@ -93,11 +104,16 @@ def loss_curves(curve: Path) -> dict[str, tuple[list[str], list[dict]]]:
     except (NotRun, *MALFORMED):
         return {}
     unigram = dict(series["unigram_ce"])
-    train = [{"step": int(step), "train_loss": loss, "unigram_ce": unigram[step]}
-             for step, loss in series["train_loss"] if step in unigram]  # fmt: skip
+    train = [
+        {"step": int(step), "train_loss": loss, "unigram_ce": unigram[step]}
+        for step, loss in series["train_loss"]
+        if step in unigram
+    ]
     heldout = [{"step": int(step), "eval_loss": loss} for step, loss in series["eval_loss"]]
-    return {"pretrain_train.csv": (["step", "train_loss", "unigram_ce"], train),
-            "pretrain_heldout.csv": (["step", "eval_loss"], heldout)}
+    return {
+        "pretrain_train.csv": (["step", "train_loss", "unigram_ce"], train),
+        "pretrain_heldout.csv": (["step", "eval_loss"], heldout),
+    }
 
 
 def seed_scores(task: str, metrics: Metrics) -> list[dict]:
@@ -107,8 +123,10 @@ def seed_scores(task: str, metrics: Metrics) -> list[dict]:
     metric, out = data.get("metric"), []
     for arm, run in sorted((data.get("runs") or {}).items()):
         entry = run.get(metric) or {}
-        out += [{"arm": f"{task} {arm}", "seed": seed, "score": value, "task": task, "metric": metric}
-                for seed, value in zip(entry.get("seeds") or [], entry.get("per_seed") or [], strict=False)]
+        out += [
+            {"arm": f"{task} {arm}", "seed": seed, "score": value, "task": task, "metric": metric}
+            for seed, value in zip(entry.get("seeds") or [], entry.get("per_seed") or [], strict=False)
+        ]
     return out
 
 
@@ -129,10 +147,17 @@ def summary_md(rows: list[Row]) -> str:
     """The run description, at most ``NOTE_CHARS`` characters: the verdict counts, then one line per claim
     (difference [CI] and verdict) in the claim table's order (grouped by kind of evidence); when they do not all
     fit, the first ones and a line saying how many more the claim table holds."""
-    head = [f"**clozeline claim table**: {verdict_summary(rows)}", "", "| claim | difference [CI] | verdict |",
-            "|---|---|---|"]
-    claims = [f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |"
-              for _, group in by_evidence(rows) for r in group]  # the claim table's order
+    head = [
+        f"**clozeline claim table**: {verdict_summary(rows)}",
+        "",
+        "| claim | difference [CI] | verdict |",
+        "|---|---|---|",
+    ]
+    claims = [
+        f"| {r.claim.id} | {fmt_estimate(r.difference, False)} | {verdict_text(r)} |"
+        for _, group in by_evidence(rows)
+        for r in group
+    ]  # the claim table's order
     tail = ["", "The full table, with arms, confounders and provenance: the run's artifact `report/claims.html`."]
     kept = len(claims)
     while True:

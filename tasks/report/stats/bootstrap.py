@@ -140,7 +140,9 @@ def _check_arms(arms: Sequence[np.ndarray], shared_seeds: bool, fine: Sequence[i
         if a.shape[2] != out[0].shape[2]:
             raise ValueError(f"K (counts per item) differ: arm 0 has {out[0].shape[2]}, arm {j} has {a.shape[2]}")
         if shared_seeds and n_fine[j] != n_fine[0]:
-            raise ValueError(f"shared_seeds needs equal seed counts: arm 0 has {n_fine[0]} seeds, arm {j} has {n_fine[j]}")
+            raise ValueError(
+                f"shared_seeds needs equal seed counts: arm 0 has {n_fine[0]} seeds, arm {j} has {n_fine[j]}"
+            )
     return out
 
 
@@ -157,8 +159,13 @@ def pretrain_layout(n_runs: int, labels: Sequence[str] | None) -> tuple[tuple[st
     return seeds, fine
 
 
-def run_draws(n_runs: Sequence[int], pretrain: Sequence[Sequence[str] | None], resamples: int,
-              rng: np.random.Generator, shared: bool) -> list[np.ndarray]:  # fmt: skip
+def run_draws(
+    n_runs: Sequence[int],
+    pretrain: Sequence[Sequence[str] | None],
+    resamples: int,
+    rng: np.random.Generator,
+    shared: bool,
+) -> list[np.ndarray]:
     """Per arm, the drawn run indices ``(resamples, n_draws)`` of the Multi-Bootstrap (Sellam et al. 2022): its
     pretraining seeds with replacement (one draw for every arm with the same pretraining seeds), then within each
     drawn pretraining seed its fine-tuning seeds with replacement (``seed_draws``: jointly when ``shared``). An
@@ -168,10 +175,13 @@ def run_draws(n_runs: Sequence[int], pretrain: Sequence[Sequence[str] | None], r
     widest = max(len(seeds) for seeds, _ in layouts)
     if widest == 1:
         return seed_draws(n_runs, resamples, rng, shared)
-    fine = [f.reshape(resamples, widest, -1) for f in seed_draws([f for _, f in layouts], resamples * widest, rng,
-                                                                  shared)]  # fmt: skip
-    top = {seeds: rng.integers(0, len(seeds), size=(resamples, len(seeds))) for seeds in dict.fromkeys(
-        seeds for seeds, _ in layouts if len(seeds) > 1)}  # fmt: skip
+    fine = [
+        f.reshape(resamples, widest, -1) for f in seed_draws([f for _, f in layouts], resamples * widest, rng, shared)
+    ]
+    top = {
+        seeds: rng.integers(0, len(seeds), size=(resamples, len(seeds)))
+        for seeds in dict.fromkeys(seeds for seeds, _ in layouts if len(seeds) > 1)
+    }
     out = []
     for (seeds, n_fine), draw in zip(layouts, fine):
         drawn = top.get(seeds, np.zeros((resamples, 1), dtype=np.intp))
@@ -193,7 +203,11 @@ def seed_draws(n_seeds: Sequence[int], resamples: int, rng: np.random.Generator,
 
 
 def hierarchical_bootstrap(
-    arms: Sequence[np.ndarray], metric: Metric, resamples: int, seed: int, shared_seeds: bool,
+    arms: Sequence[np.ndarray],
+    metric: Metric,
+    resamples: int,
+    seed: int,
+    shared_seeds: bool,
     pretrain: Sequence[Sequence[str] | None] | None = None,
 ) -> np.ndarray:
     """Paired two-stage bootstrap replicates of ``metric``, shape ``(resamples, len(arms))``; three-stage with

@@ -135,8 +135,9 @@ def cls_confidence(probs, gold) -> tuple[np.ndarray, np.ndarray]:
     return p.max(axis=1), p.argmax(axis=1) == np.asarray(gold)
 
 
-def span_confidences(gold_tags: Sequence[str], pred_tags: Sequence[str],
-                     word_probs: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def span_confidences(
+    gold_tags: Sequence[str], pred_tags: Sequence[str], word_probs: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray]:
     """``(confidence, correct)`` ``(k,)`` per predicted entity span of one sentence, in order of start.
 
     Spans are seqeval's strict IOB2 entities (an ``I-X`` that starts a chunk is no span); a span's confidence
@@ -148,8 +149,10 @@ def span_confidences(gold_tags: Sequence[str], pred_tags: Sequence[str],
     gold = {(e.tag, e.start, e.end) for e in Entities([list(gold_tags)], IOB2, False).entities[0]}
     pred = Entities([list(pred_tags)], IOB2, False).entities[0]
     probs = np.asarray(word_probs, dtype=float)
-    return (np.array([np.prod(probs[e.start : e.end]) for e in pred], dtype=float),
-            np.array([(e.tag, e.start, e.end) in gold for e in pred], dtype=bool))  # fmt: skip
+    return (
+        np.array([np.prod(probs[e.start : e.end]) for e in pred], dtype=float),
+        np.array([(e.tag, e.start, e.end) in gold for e in pred], dtype=bool),
+    )
 
 
 @dataclass(frozen=True)
@@ -182,8 +185,10 @@ class ArmCalibration:
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """``(confidence, correct)`` of every seed's units together (what a reliability diagram draws)."""
-        return (np.concatenate([u.confidence for u in self.per_seed]),
-                np.concatenate([u.correct for u in self.per_seed]))  # fmt: skip
+        return (
+            np.concatenate([u.confidence for u in self.per_seed]),
+            np.concatenate([u.correct for u in self.per_seed]),
+        )
 
 
 def _seed_value(units: SeedUnits, statistic: Statistic, n_bins: int) -> float:
@@ -248,8 +253,9 @@ def _weighted_value(units: SeedUnits, weights: np.ndarray, statistic: Statistic,
     return np.divide(weights @ units.brier, total, out=np.zeros(total.shape), where=total > 0)
 
 
-def replicates(arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int, resamples: int,
-               rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+def replicates(
+    arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     """Paired hierarchical bootstrap replicates ``(resamples, len(arms))`` of an arm's ECE or Brier score.
 
     Replicate ``b`` draws the arms' seeds with replacement (``bootstrap.seed_draws``: jointly when every arm
@@ -290,8 +296,14 @@ class Interval(NamedTuple):
     high: float
 
 
-def estimates(arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int, resamples: int,
-              rng: np.random.Generator, level: float) -> tuple[list[Interval], np.ndarray]:  # fmt: skip
+def estimates(
+    arms: Sequence[ArmCalibration],
+    statistic: Statistic,
+    n_bins: int,
+    resamples: int,
+    rng: np.random.Generator,
+    level: float,
+) -> tuple[list[Interval], np.ndarray]:
     """Each arm's ECE (``n_bins`` equal-mass bins) or Brier score with its ``level`` interval, and the
     replicates ``(resamples, n_arms)``, all from one paired hierarchical bootstrap (``replicates``).
 

@@ -37,11 +37,17 @@ from scipy import stats
 from tasks.common.stats import t_interval
 from tasks.report.stats.bootstrap import holm
 
-Verdict = Literal["supported", "equivalent", "ruled out", "contradicted", "inconclusive", "not resolvable",
-                  "not run"]
+Verdict = Literal["supported", "equivalent", "ruled out", "contradicted", "inconclusive", "not resolvable", "not run"]
 #: Every verdict, in the order the summaries list them.
-VERDICTS: tuple[Verdict, ...] = ("supported", "equivalent", "ruled out", "inconclusive", "contradicted",
-                                 "not resolvable", "not run")
+VERDICTS: tuple[Verdict, ...] = (
+    "supported",
+    "equivalent",
+    "ruled out",
+    "inconclusive",
+    "contradicted",
+    "not resolvable",
+    "not run",
+)
 #: The verdicts that reject a null hypothesis, so Holm's correction can demote them to ``inconclusive``.
 DECISIVE: tuple[Verdict, ...] = ("supported", "contradicted", "equivalent", "ruled out")
 
@@ -82,12 +88,16 @@ class Tests:
 
 def _from_one_sided(one: Callable[[float, str], float]) -> Tests:
     """``Tests`` from ``one(null, "greater" | "less")``; TOST is the larger p of the two shifted one-sided tests."""
-    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
-                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+    return Tests(
+        lambda m: one(m, "greater"),
+        lambda m: one(m, "less"),
+        lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")),
+    )
 
 
 def t_tests(deltas: np.ndarray) -> Tests:
     """``Tests`` of the mean of paired differences ``deltas`` (one-sample t, ``scipy.stats.ttest_1samp``)."""
+
     def one(null: float, side: str) -> float:
         if float(np.ptp(deltas)) == 0.0:  # no spread: the test is decided by the sign alone
             gap = float(deltas[0]) - null
@@ -109,6 +119,7 @@ def welch_tests(treatment: tuple[float, ...], baseline: tuple[float, ...]) -> Te
 
 def binomial_tests(events: int, trials: int) -> Tests:
     """``Tests`` of a rate ``events/trials`` against a bound (exact binomial, ``scipy.stats.binomtest``)."""
+
     def one(bound: float, side: str) -> float:
         return float(stats.binomtest(events, trials, min(max(bound, 0.0), 1.0), alternative=side).pvalue)
 
@@ -127,8 +138,11 @@ def two_proportion_tests(events: tuple[int, int], trials: tuple[int, int]) -> Te
         z = (p1 - p2 - margin) / se
         return float(stats.norm.sf(z) if side == "greater" else stats.norm.cdf(z))
 
-    return Tests(lambda m: one(m, "greater"), lambda m: one(m, "less"),
-                 lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")))
+    return Tests(
+        lambda m: one(m, "greater"),
+        lambda m: one(m, "less"),
+        lambda m: max(one(-abs(m), "greater"), one(abs(m), "less")),
+    )
 
 
 def untestable() -> Tests:
@@ -196,8 +210,9 @@ def welch_ci(treatment: tuple[float, ...], baseline: tuple[float, ...], level: f
     return Estimate(diff, float(ci.low), float(ci.high), n, "Welch t (unpaired)")
 
 
-def paired_ci(treatment: tuple[float, ...], baseline: tuple[float, ...], level: float, method: str,
-              resamples: int, seed: int) -> Estimate:
+def paired_ci(
+    treatment: tuple[float, ...], baseline: tuple[float, ...], level: float, method: str, resamples: int, seed: int
+) -> Estimate:
     """CI of the mean paired difference ``treatment[i] - baseline[i]``.
 
     ``method="t"``: paired t (``scipy.stats.ttest_rel``). ``method="bootstrap"``: percentile bootstrap of
@@ -216,8 +231,14 @@ def paired_ci(treatment: tuple[float, ...], baseline: tuple[float, ...], level: 
     if method == "t":
         ci = stats.ttest_rel(treatment, baseline).confidence_interval(confidence_level=level)
         return Estimate(diff, float(ci.low), float(ci.high), n, "paired t")
-    res = stats.bootstrap((deltas,), np.mean, confidence_level=level, n_resamples=resamples,
-                          method="percentile", rng=np.random.default_rng(seed))
+    res = stats.bootstrap(
+        (deltas,),
+        np.mean,
+        confidence_level=level,
+        n_resamples=resamples,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     ci = res.confidence_interval
     return Estimate(diff, float(ci.low), float(ci.high), n, f"paired percentile bootstrap ({resamples} resamples)")
 
@@ -240,16 +261,22 @@ def difference_verdict(diff: Estimate, min_effect: float, tests: Tests, alpha: f
         return "inconclusive", "no CI for the difference", 1.0
     floor = min(0.0, min_effect)
     if diff.low > min_effect:
-        return ("supported", f"CI lower bound {diff.low:.4f} > min_effect {min_effect:g}",
-                two_sided(tests.greater(min_effect)))
+        return (
+            "supported",
+            f"CI lower bound {diff.low:.4f} > min_effect {min_effect:g}",
+            two_sided(tests.greater(min_effect)),
+        )
     if diff.high < floor:
         return "contradicted", f"CI upper bound {diff.high:.4f} < {floor:g}", two_sided(tests.less(floor))
     p_equivalent = tests.tost(min_effect) if min_effect > 0 else 1.0
     if p_equivalent <= alpha:
         return "equivalent", f"TOST p {p_equivalent:.3g} <= {alpha:g}: within +-{min_effect:g}", p_equivalent
     if diff.high < min_effect:  # min_effect > 0 here: the upper bound is in [0, min_effect)
-        return ("ruled out", f"CI upper bound {diff.high:.4f} < min_effect {min_effect:g}: an effect that large "
-                "is excluded", two_sided(tests.less(min_effect)))
+        return (
+            "ruled out",
+            f"CI upper bound {diff.high:.4f} < min_effect {min_effect:g}: an effect that large is excluded",
+            two_sided(tests.less(min_effect)),
+        )
     p_supported = two_sided(tests.greater(min_effect))
     return "inconclusive", f"CI [{diff.low:.4f}, {diff.high:.4f}] contains min_effect {min_effect:g}", p_supported
 
@@ -264,8 +291,11 @@ def bound_verdict(value: Estimate, bound: float, tests: Tests) -> tuple[Verdict,
         return "supported", f"CI upper bound {value.high:.4f} <= {bound:g}", two_sided(tests.less(bound))
     if value.low > bound:
         return "contradicted", f"CI lower bound {value.low:.4f} > {bound:g}", two_sided(tests.greater(bound))
-    return ("inconclusive", f"CI [{value.low:.4f}, {value.high:.4f}] contains the bound {bound:g}",
-            two_sided(tests.less(bound)))
+    return (
+        "inconclusive",
+        f"CI [{value.low:.4f}, {value.high:.4f}] contains the bound {bound:g}",
+        two_sided(tests.less(bound)),
+    )
 
 
 def holm_verdicts(verdicts: dict[str, tuple[Verdict, float]], alpha: float) -> dict[str, tuple[Verdict, float]]:

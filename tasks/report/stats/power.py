@@ -88,16 +88,18 @@ def minimum_detectable_effect(se: float, alpha: float, power: float, df: float |
     return multiplier(alpha, power, df) * se
 
 
-def power_of(se: float, n: int, unit: str, min_effect: float, alpha: float, power: float,
-             df: float | None = None) -> Power | None:
+def power_of(
+    se: float, n: int, unit: str, min_effect: float, alpha: float, power: float, df: float | None = None
+) -> Power | None:
     """The ``Power`` of a difference with standard error ``se`` over ``n`` ``unit``; None without a finite SE."""
     if not (math.isfinite(se) and se >= 0) or n < 1:
         return None
     return Power(minimum_detectable_effect(se, alpha, power, df), se, alpha, power, n, unit, min_effect, df)
 
 
-def bound_power(point: float, bound: float, n: int, unit: str, alpha: float, power: float,
-                sd: float | None = None) -> Power | None:
+def bound_power(
+    point: float, bound: float, n: int, unit: str, alpha: float, power: float, sd: float | None = None
+) -> Power | None:
     """The ``Power`` of an ``upper_bound`` claim: a rate ``point`` over ``n`` trials (``sd`` None), or a mean of
     ``n`` units with standard deviation ``sd`` (t quantiles, ``n - 1`` df). ``mde`` is ``inf`` when even a true
     rate of 0 would leave the CI above the bound at ``power``. None without a usable SE."""
@@ -105,15 +107,18 @@ def bound_power(point: float, bound: float, n: int, unit: str, alpha: float, pow
         if n < 2 or not (math.isfinite(sd) and sd > 0):
             return None
         se = sd / math.sqrt(n)
-        return Power(minimum_detectable_effect(se, alpha, power, n - 1), se, alpha, power, n, unit,
-                     bound - point, n - 1, bound)
+        return Power(
+            minimum_detectable_effect(se, alpha, power, n - 1), se, alpha, power, n, unit, bound - point, n - 1, bound
+        )
     if n < 1 or not 0 < bound < 1:
         return None
     z_alpha, z_power = stats.norm.ppf(1 - alpha / 2), stats.norm.ppf(power)
     se = math.sqrt(bound * (1 - bound) / n)
+
     def shortfall(delta: float) -> float:
         rate = bound - delta
         return delta - z_alpha * se - z_power * math.sqrt(rate * (1 - rate) / n)
+
     mde = optimize.brentq(shortfall, 0.0, bound) if shortfall(bound) > 0 else math.inf
     return Power(float(mde), se, alpha, power, n, unit, bound - point, None, bound)
 
@@ -139,32 +144,43 @@ def describe(p: Power | None) -> str:
     if p.bound is not None:
         return describe_bound(p)
     q = f"t({p.df:.3g})" if p.df is not None else "normal"
-    text = (f"{p.mde:.4f} at {p.power:.0%} power, two-sided alpha {p.alpha:g} ({q} quantiles; SE {p.se:.4f} over "
-            f"{p.n} {p.unit}; Bloom 1995)")
+    text = (
+        f"{p.mde:.4f} at {p.power:.0%} power, two-sided alpha {p.alpha:g} ({q} quantiles; SE {p.se:.4f} over "
+        f"{p.n} {p.unit}; Bloom 1995)"
+    )
     if p.min_effect == 0:
         return text + "; min_effect 0: any effect counts"
     if p.detectable:
         return text + f"; min_effect {abs(p.min_effect):g} was detectable"
-    return (text + f"; min_effect {abs(p.min_effect):g} was not detectable: about {p.n_needed} {p.unit} would "
-            "make it so (SE scaled by 1/sqrt(n); " + SCALES.get(p.unit, "only this unit scaled") + ")")
+    return (
+        text + f"; min_effect {abs(p.min_effect):g} was not detectable: about {p.n_needed} {p.unit} would "
+        "make it so (SE scaled by 1/sqrt(n); " + SCALES.get(p.unit, "only this unit scaled") + ")"
+    )
 
 
 #: What scaling each kind of unit assumes.
-SCALES = {"test items": "items only: seed variance does not shrink with more items, add seeds if it dominates",
-          "seeds": "seeds only, the same test items"}
+SCALES = {
+    "test items": "items only: seed variance does not shrink with more items, add seeds if it dominates",
+    "seeds": "seeds only, the same test items",
+}
 
 
 def describe_bound(p: Power) -> str:
     """The details line of an ``upper_bound`` claim's MDE: how far below the bound the true value must lie."""
     if not math.isfinite(p.mde):
-        return (f"not reachable: with {p.n} {p.unit} even a true value of 0 leaves the CI above {p.bound:g} at "
-                f"{p.power:.0%} power")
-    text = (f"{p.mde:.4f} below the bound {p.bound:g} at {p.power:.0%} power, two-sided alpha {p.alpha:g} (SE "
-            f"{p.se:.4f} over {p.n} {p.unit}): supported that often when the true value is at most "
-            f"{p.bound - p.mde:.4f}")
+        return (
+            f"not reachable: with {p.n} {p.unit} even a true value of 0 leaves the CI above {p.bound:g} at "
+            f"{p.power:.0%} power"
+        )
+    text = (
+        f"{p.mde:.4f} below the bound {p.bound:g} at {p.power:.0%} power, two-sided alpha {p.alpha:g} (SE "
+        f"{p.se:.4f} over {p.n} {p.unit}): supported that often when the true value is at most "
+        f"{p.bound - p.mde:.4f}"
+    )
     if p.gap == 0:
         return text + "; the point estimate is at or above the bound, so more units cannot support it"
     if p.detectable:
         return text + f"; the observed gap {p.gap:.4f} was detectable"
-    return text + (f"; the observed gap {p.gap:.4f} was not: about {p.n_needed} {p.unit} would make it so "
-                   "(SE scaled by 1/sqrt(n))")
+    return text + (
+        f"; the observed gap {p.gap:.4f} was not: about {p.n_needed} {p.unit} would make it so (SE scaled by 1/sqrt(n))"
+    )

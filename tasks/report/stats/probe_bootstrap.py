@@ -75,8 +75,10 @@ def read_sense_cosines(path: Path, variant: str, condition: str, layer: int) -> 
     triangles = tuple(np.asarray(arm[w][layer], dtype=float) for w in words)
     for word, labels, triangle in zip(words, senses, triangles, strict=True):
         if triangle.shape != (len(labels) * (len(labels) - 1) // 2,):
-            raise ValueError(f"{path}: {variant}/{condition} word {word!r} layer {layer}: {triangle.size} cosines "
-                             f"for {len(labels)} sentences")
+            raise ValueError(
+                f"{path}: {variant}/{condition} word {word!r} layer {layer}: {triangle.size} cosines "
+                f"for {len(labels)} sentences"
+            )
     return SenseCosines(words, senses, triangles, f"{variant}/{condition}/layer {layer}")
 
 
@@ -148,18 +150,31 @@ def sense_estimate(claim, treat: SenseCosines, base: SenseCosines, cfg: StatsCon
     reps, dropped = nested_bootstrap([treat, base], cfg.resamples, cfg.seed)
     points = [point_separation(arm) for arm in (treat, base)]
     n, sizes = len(treat.words), sorted(len(labels) for labels in treat.senses)
-    method = (f"nested bootstrap: {n} words, then sentences within each word's senses ({cfg.resamples} "
-              f"resamples{f', {dropped} dropped: no within-sense pair' if dropped else ''})")
-    t_est, b_est = (Estimate(p, *bs.percentile_ci(reps[:, j], cfg.level, SEPARATION_RANGE), n, method)
-                    for j, p in enumerate(points))
+    method = (
+        f"nested bootstrap: {n} words, then sentences within each word's senses ({cfg.resamples} "
+        f"resamples{f', {dropped} dropped: no within-sense pair' if dropped else ''})"
+    )
+    t_est, b_est = (
+        Estimate(p, *bs.percentile_ci(reps[:, j], cfg.level, SEPARATION_RANGE), n, method) for j, p in enumerate(points)
+    )
     deltas = reps[:, 0] - reps[:, 1]
     diff = Estimate(points[0] - points[1], *bs.percentile_ci(deltas, cfg.level, DIFFERENCE_RANGE), n, method)
-    tests = Tests(lambda m: bs.p_value(deltas, m, "greater"), lambda m: bs.p_value(deltas, m, "less"),
-                  lambda m: bs.tost_p_value(deltas, abs(m)))
+    tests = Tests(
+        lambda m: bs.p_value(deltas, m, "greater"),
+        lambda m: bs.p_value(deltas, m, "less"),
+        lambda m: bs.tost_p_value(deltas, abs(m)),
+    )
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     spread = float(np.std(deltas, ddof=1)) if deltas.size > 1 else math.nan
-    return {"verdict": verdict, "reason": reason, "treatment": t_est, "baseline": b_est, "difference": diff,
-            "p_value": p, "power": power_of(spread, n, "probe words", claim.min_effect, cfg.alpha, cfg.power),
-            "pairing": f"paired by word and sentence: {treat.label} vs {base.label}, the same words and the same "
-                       f"sentences drawn for both arms; {method}",
-            "items": f"{n} words x {sizes[0]}-{sizes[-1]} sentences"}
+    return {
+        "verdict": verdict,
+        "reason": reason,
+        "treatment": t_est,
+        "baseline": b_est,
+        "difference": diff,
+        "p_value": p,
+        "power": power_of(spread, n, "probe words", claim.min_effect, cfg.alpha, cfg.power),
+        "pairing": f"paired by word and sentence: {treat.label} vs {base.label}, the same words and the same "
+        f"sentences drawn for both arms; {method}",
+        "items": f"{n} words x {sizes[0]}-{sizes[-1]} sentences",
+    }

@@ -23,8 +23,13 @@ PAIRS, CALIBRATION, COST = "Behavioural: minimal pairs", "Operational: calibrati
 def evidence_tables(metrics: Metrics, cfg: StatsConfig) -> dict[str, list | str]:
     """``{section title: grids or why not}`` for every section of this module."""
     out: dict[str, list | str] = {}
-    for title, build in ((PAIRS, pair_grids), (CALIBRATION, calibration_grids), (COST, cost_grids),
-                         (EXPORTED, export_grids), (LEAKAGE_RECALL, recall_grids)):
+    for title, build in (
+        (PAIRS, pair_grids),
+        (CALIBRATION, calibration_grids),
+        (COST, cost_grids),
+        (EXPORTED, export_grids),
+        (LEAKAGE_RECALL, recall_grids),
+    ):
         try:
             out[title] = build(metrics, cfg)
         except Off as why:
@@ -48,9 +53,14 @@ def pair_grids(metrics: Metrics, cfg: StatsConfig) -> list:
         label = f"{name} ({cells[0]['pairs']})"
         body.append([label] + [accuracy_cell(c, level) for c in cells])
         lengths.append([label] + [str(c["length_mismatched"]) for c in cells])
-    return [(f"Pairs passed, PLL(good) > PLL(bad): {pairs['method']}", header, body),
-            ("Pairs with unequal token counts (a summed score favours the shorter sentence)",
-             ["phenomenon (pairs)", *variants], lengths)]
+    return [
+        (f"Pairs passed, PLL(good) > PLL(bad): {pairs['method']}", header, body),
+        (
+            "Pairs with unequal token counts (a summed score favours the shorter sentence)",
+            ["phenomenon (pairs)", *variants],
+            lengths,
+        ),
+    ]
 
 
 def accuracy_cell(counts: dict, level: float) -> str:
@@ -71,8 +81,13 @@ def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
         finetune, cls = metrics.get(f"finetune/{task}"), task_module(metrics, task) == "cls"
         unit = "docs" if cls else "predicted entity spans"
         brier = "multi-class, 0-2" if cls else "binary, per span, 0-1"
-        header = ["run", f"bias-corrected ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} basic CI]",
-                  "ECE (plug-in)", f"Brier ({brier}) [{cfg.level:.0%} CI]", f"seeds, {unit}"]  # fmt: skip
+        header = [
+            "run",
+            f"bias-corrected ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} basic CI]",
+            "ECE (plug-in)",
+            f"Brier ({brier}) [{cfg.level:.0%} CI]",
+            f"seeds, {unit}",
+        ]
         body = [calibration_row(task, key, metrics, cfg) for key in sorted(finetune.get("runs", {}))]
         grids.append((f"{task}: calibration of the test predictions ({unit})", header, body))
     if not grids:
@@ -91,10 +106,13 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
     units = sum(u.confidence.size for u in arm.per_seed)
     cls = task_module(metrics, task) == "cls"
     per_seed = f"{len(arm.doc_ids)} test docs" if cls else f"{units / len(arm.seeds):.0f} spans per seed"
-    return [run_key, f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
-            f"{point_estimate(arm, 'ece', cfg.calibration_bins):.4f}",
-            f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
-            f"{len(arm.seeds)} seed{'s' if len(arm.seeds) != 1 else ''} x {per_seed} ({units} predictions)"]
+    return [
+        run_key,
+        f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
+        f"{point_estimate(arm, 'ece', cfg.calibration_bins):.4f}",
+        f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
+        f"{len(arm.seeds)} seed{'s' if len(arm.seeds) != 1 else ''} x {per_seed} ({units} predictions)",
+    ]
 
 
 def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
@@ -114,6 +132,7 @@ def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:
 
 # --- inference cost ----------------------------------------------------------------------------------------
 
+
 def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
     """Per task, the latency at each measured batch size, memory, parameter count and size of every measured
     run (``operational`` in metrics/finetune/<task>.json), on the device the stage ran on (a GPU: bf16 autocast),
@@ -124,17 +143,33 @@ def cost_grids(metrics: Metrics, cfg: StatsConfig) -> list:
         if not measured:
             continue
         sizes = sorted({size for entry in measured.values() for size in entry.get("batch") or {}}, key=int)
-        header = ["run", "device, threads", "timed from: tokens per doc, mean (max)",
-                  *(f"batch {size}: p50 / p95 ms per doc" for size in sizes), f"batch {sizes[-1]}: docs/s",
-                  "peak RSS MiB (+ over start)", "parameters", "size on disk MiB"]  # fmt: skip
+        header = [
+            "run",
+            "device, threads",
+            "timed from: tokens per doc, mean (max)",
+            *(f"batch {size}: p50 / p95 ms per doc" for size in sizes),
+            f"batch {sizes[-1]}: docs/s",
+            "peak RSS MiB (+ over start)",
+            "parameters",
+            "size on disk MiB",
+        ]
         deployed = [row] if (row := export_cost_row(task, metrics, sizes)) else []  # the export, from raw text
-        grids.append((f"{task}: inference cost on this machine, measured in the run", header,
-                       [cost_row(key, entry, sizes) for key, entry in measured.items()] + deployed))  # fmt: skip
+        grids.append(
+            (
+                f"{task}: inference cost on this machine, measured in the run",
+                header,
+                [cost_row(key, entry, sizes) for key, entry in measured.items()] + deployed,
+            )
+        )
         cpu = {key: entry["cpu"] for key, entry in measured.items() if entry.get("cpu")}
         if cpu:
-            grids.append((f"{task}: inference cost on the CPU of the GPU host", ["run",
-                          *(f"batch {size}: p50 / p95 ms per doc" for size in sizes)],
-                          [cpu_row(key, entry, sizes) for key, entry in cpu.items()]))  # fmt: skip
+            grids.append(
+                (
+                    f"{task}: inference cost on the CPU of the GPU host",
+                    ["run", *(f"batch {size}: p50 / p95 ms per doc" for size in sizes)],
+                    [cpu_row(key, entry, sizes) for key, entry in cpu.items()],
+                )
+            )
     if not grids:
         raise Off(off("finetune.operational.enabled"))  # the stage measured no task's models
     return grids
@@ -151,12 +186,18 @@ def cost_row(key: str, entry: dict, sizes: list[str]) -> list[str]:
     largest = batch.get(sizes[-1])
     peak, grew = entry.get("peak_rss_mib"), entry.get("rss_increase_mib")
     tokens = entry.get("mean_tokens_per_doc")
-    return [key, f"{entry.get('device')}, {entry.get('threads') or '-'} threads",
-            f"token ids: {tokens:.0f} ({entry.get('seq_len_tokens')})" if tokens is not None
-            else "raw full text (vectorizing timed)",
-            *(latency_cell(batch.get(size)) for size in sizes), f"{largest['docs_per_s']:.1f}" if largest else "-",
-            _memory_cell(peak, grew, entry.get("peak_allocated_mib")), f"{entry.get('parameters'):,}",
-            f"{entry.get('size_on_disk_mib', float('nan')):.2f}"]  # fmt: skip
+    return [
+        key,
+        f"{entry.get('device')}, {entry.get('threads') or '-'} threads",
+        f"token ids: {tokens:.0f} ({entry.get('seq_len_tokens')})"
+        if tokens is not None
+        else "raw full text (vectorizing timed)",
+        *(latency_cell(batch.get(size)) for size in sizes),
+        f"{largest['docs_per_s']:.1f}" if largest else "-",
+        _memory_cell(peak, grew, entry.get("peak_allocated_mib")),
+        f"{entry.get('parameters'):,}",
+        f"{entry.get('size_on_disk_mib', float('nan')):.2f}",
+    ]
 
 
 def _memory_cell(peak: float | None, grew: float | None, gpu: float | None) -> str:

@@ -16,8 +16,18 @@ def export_grids(metrics: Metrics, cfg) -> list:
     """One row per task with an export: the run and seed shipped, the headline test metric the run evaluated
     and the one re-scored from the export (same test items), the items that disagree, the largest probability
     gap, the precision both sets of predictions were computed in and where the export lies."""
-    header = ["task", "exported run (chosen on dev)", "metric", "evaluated (that seed)", "re-scored as exported",
-              "items disagreeing", "largest probability gap", "predictions computed in", "folder", "dev winner"]  # fmt: skip
+    header = [
+        "task",
+        "exported run (chosen on dev)",
+        "metric",
+        "evaluated (that seed)",
+        "re-scored as exported",
+        "items disagreeing",
+        "largest probability gap",
+        "predictions computed in",
+        "folder",
+        "dev winner",
+    ]
     body = []
     for task in finetune_tasks(metrics):
         export = metrics.optional(f"export/{task}")
@@ -27,13 +37,21 @@ def export_grids(metrics: Metrics, cfg) -> list:
         winner = export.get("dev_winner", "")
         if export.get("dev_winner_is_baseline"):
             winner += f" ({export.get('dev_winner_score', 0):.4f} > {export.get('arm_dev_score', 0):.4f} on dev)"
-        body.append([task, f"{export['run']} seed {export['seed']} ({export.get('model', '')})", name,
-                     f"{export['evaluated'][name]:.4f}", f"{export['rescored'][name]:.4f}",
-                     f"{agreement['disagree']} of {agreement['items']}",
-                     f"{agreement['max_abs_probability_difference']:.2g} (tolerance "
-                     f"{agreement['probability_tolerance']:g})",
-                     f"evaluated: {export.get('evaluated_precision', 'not recorded')}; re-scored: "
-                     f"{export.get('rescored_precision', 'not recorded')}", export["folder"], winner])  # fmt: skip
+        body.append(
+            [
+                task,
+                f"{export['run']} seed {export['seed']} ({export.get('model', '')})",
+                name,
+                f"{export['evaluated'][name]:.4f}",
+                f"{export['rescored'][name]:.4f}",
+                f"{agreement['disagree']} of {agreement['items']}",
+                f"{agreement['max_abs_probability_difference']:.2g} (tolerance {agreement['probability_tolerance']:g})",
+                f"evaluated: {export.get('evaluated_precision', 'not recorded')}; re-scored: "
+                f"{export.get('rescored_precision', 'not recorded')}",
+                export["folder"],
+                winner,
+            ]
+        )
     if not body:
         raise NotRun("no metrics/export/<task>.json (export stage not run)")
     return [("The model each task ships, re-scored in a fresh process from the raw test text", header, body)]
@@ -55,7 +73,13 @@ def export_cost_row(task: str, metrics: Metrics, sizes: list[str]) -> list[str] 
         return f"{timing['docs_per_s']:.1f} docs/s" if timing.get("docs_per_s") else "-"
 
     largest = batch.get(sizes[-1]) or {}
-    return [f"export: {export['run']} seed {export['seed']} (deployed row)", f"{entry.get('device')}, "
-            f"{entry.get('threads')} threads", entry.get("timed_from", "raw text"), *(cell(size) for size in sizes),
-            f"{largest['docs_per_s']:.1f}" if largest.get("docs_per_s") else "-", "-",
-            f"{entry.get('parameters'):,}", f"{entry.get('size_on_disk_mib', float('nan')):.2f}"]  # fmt: skip
+    return [
+        f"export: {export['run']} seed {export['seed']} (deployed row)",
+        f"{entry.get('device')}, {entry.get('threads')} threads",
+        entry.get("timed_from", "raw text"),
+        *(cell(size) for size in sizes),
+        f"{largest['docs_per_s']:.1f}" if largest.get("docs_per_s") else "-",
+        "-",
+        f"{entry.get('parameters'):,}",
+        f"{entry.get('size_on_disk_mib', float('nan')):.2f}",
+    ]

@@ -25,8 +25,19 @@ from tasks.report.claims.grammar import Metrics
 from tasks.report.claims.tasks_run import current_stage, finetune_tasks
 
 PREPROCESSING_STAGES = ("ingest", "dedup", "split", "leakage", "tokenizer", "tokenize")
-VERSIONED_PACKAGES = ("torch", "transformers", "datasets", "tokenizers", "scikit-learn", "seqeval", "scipy",
-                      "matplotlib", "dvc", "mlflow", "prefect")
+VERSIONED_PACKAGES = (
+    "torch",
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "scikit-learn",
+    "seqeval",
+    "scipy",
+    "matplotlib",
+    "dvc",
+    "mlflow",
+    "prefect",
+)
 
 
 def build_ledger(question: str, root: Path, metrics: Metrics, lock: Lock) -> dict:
@@ -75,9 +86,19 @@ def pretrain_quality(metrics: Metrics) -> dict[str, str] | str:
     pre = metrics.optional("pretrain")
     if not pre:
         return "not available (metrics/pretrain.json missing)"
-    keys = ("variant", "init_from", "heldout_loss_initial", "heldout_loss", "heldout_unigram_ce",
-            "heldout_gap_to_unigram_nats", "heldout_perplexity", "heldout_mlm_accuracy", "heldout_unigram_accuracy",
-            "steps", "train_minutes")  # fmt: skip
+    keys = (
+        "variant",
+        "init_from",
+        "heldout_loss_initial",
+        "heldout_loss",
+        "heldout_unigram_ce",
+        "heldout_gap_to_unigram_nats",
+        "heldout_perplexity",
+        "heldout_mlm_accuracy",
+        "heldout_unigram_accuracy",
+        "steps",
+        "train_minutes",
+    )
     quality = {key: str(pre[key]) for key in keys if key in pre}
     for source, scores in sorted((pre.get("heldout_by_source") or {}).items()):
         quality[f"held-out loss: {source}"] = f"{scores['loss']:.3f} (unigram {scores['unigram_ce']:.3f})"
@@ -89,8 +110,11 @@ def pretrain_quality(metrics: Metrics) -> dict[str, str] | str:
 def data_snapshot(lock: Lock, tasks: Collection[str] = ()) -> dict[str, str]:
     """``{"<stage>: <path>": md5}`` of every output recorded in dvc.lock, sorted, but the report stage's own
     (this run is rewriting those, so dvc.lock still holds the previous run's md5s) and those of a removed task."""
-    snapshot = {f"{stage}: {path}": md5 or "no md5" for (stage, path), md5 in lock.out_md5s().items()
-                if stage != "report" and current_stage(stage, tasks)}
+    snapshot = {
+        f"{stage}: {path}": md5 or "no md5"
+        for (stage, path), md5 in lock.out_md5s().items()
+        if stage != "report" and current_stage(stage, tasks)
+    }
     return snapshot or {"dvc.lock": "not available (no stage reproduced yet)"}
 
 
@@ -112,8 +136,16 @@ def seeds(metrics: Metrics, config: dict[str, str]) -> dict[str, str]:
     out = {k: v for k, v in config.items() if "seed" in k.split(".")[-1]}
     for task in finetune_tasks(metrics):
         runs = (metrics.optional(f"finetune/{task}") or {}).get("runs", {})
-        ran = sorted({str(s) for run in runs.values() if isinstance(run, dict)
-                      for entry in run.values() if isinstance(entry, dict) for s in entry.get("seeds") or []})
+        ran = sorted(
+            {
+                str(s)
+                for run in runs.values()
+                if isinstance(run, dict)
+                for entry in run.values()
+                if isinstance(entry, dict)
+                for s in entry.get("seeds") or []
+            }
+        )
         out[f"finetune {task} seeds run"] = ", ".join(ran) if ran else "not run"
     return out
 
@@ -125,21 +157,27 @@ def operational_cost(metrics: Metrics) -> dict[str, str]:
     for task in finetune_tasks(metrics):
         measured = (metrics.optional(f"finetune/{task}") or {}).get("operational") or {}
         for key, entry in sorted(measured.items()):
-            batches = ", ".join(f"batch {size} p50 {t['p50_ms_per_doc']:.3g} ms/doc"
-                                for size, t in (entry.get("batch") or {}).items())  # fmt: skip
+            batches = ", ".join(
+                f"batch {size} p50 {t['p50_ms_per_doc']:.3g} ms/doc" for size, t in (entry.get("batch") or {}).items()
+            )
             peak = entry.get("peak_rss_mib")
             memory = f"peak RSS {peak:.0f} MiB" if peak is not None else "memory not measured"
             threads = f", {entry['threads']} threads" if entry.get("threads") else ""
-            out[f"{task} {key}"] = (f"{entry.get('device')}{threads}: {batches}; {memory}; {entry.get('parameters'):,} "
-                                    f"parameters; {entry.get('size_on_disk_mib', float('nan')):.2f} MiB on disk")
+            out[f"{task} {key}"] = (
+                f"{entry.get('device')}{threads}: {batches}; {memory}; {entry.get('parameters'):,} "
+                f"parameters; {entry.get('size_on_disk_mib', float('nan')):.2f} MiB on disk"
+            )
     return out or {"finetune": "not measured (finetune.operational.enabled, or no finetune metrics)"}
 
 
 def hardware(metrics: Metrics) -> dict[str, str]:
     """Hardware recorded by pretrain (``metrics/pretrain.json`` -> ``hardware``) and that of this machine."""
     recorded = (metrics.optional("pretrain") or {}).get("hardware")
-    out = {f"pretrain: {k}": str(v) for k, v in sorted(recorded.items())} if isinstance(recorded, dict) else {
-        "pretrain": "no hardware recorded in metrics/pretrain.json"}
+    out = (
+        {f"pretrain: {k}": str(v) for k, v in sorted(recorded.items())}
+        if isinstance(recorded, dict)
+        else {"pretrain": "no hardware recorded in metrics/pretrain.json"}
+    )
     out |= model_precision(metrics)
     out["report machine: CPU"] = f"{cpu_name()} ({os.cpu_count()} logical cores)"
     out["report machine: GPU"] = ", ".join(gpu_names()) or "none"

@@ -69,8 +69,10 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     """The slice table of one task over the arms ``keys``; raises ``NotRun`` when there is nothing to slice."""
     if not keys or metrics.predictions is None:
         raise NotRun(f"no {task} arms with predictions")
-    arms = {key: with_items(resolve(f"finetune/{task}/{key}", metric, metrics), task, metric, metrics, "all").items
-            for key in keys}  # fmt: skip
+    arms = {
+        key: with_items(resolve(f"finetune/{task}/{key}", metric, metrics), task, metric, metrics, "all").items
+        for key in keys
+    }
     first = next(iter(arms.values()))
     for key, items in arms.items():
         if items.doc_ids != first.doc_ids:
@@ -79,8 +81,10 @@ def task_table(task: str, metric: str, keys: list[str], metrics: Metrics, cfg: S
     labels = gold_labels(first)
     rows = {}
     for key, items in arms.items():
-        cells = {name: cell(present_classes(items.subset(mask).headline, items.module), metric_function(metric), cfg)
-                 for name, mask in masks.items()}  # fmt: skip
+        cells = {
+            name: cell(present_classes(items.subset(mask).headline, items.module), metric_function(metric), cfg)
+            for name, mask in masks.items()
+        }
         for label in labels:
             counts, function = items.label_metric(label)
             cells[label] = cell(counts, function, cfg)
@@ -101,8 +105,9 @@ def semantic_matches(metrics: Metrics) -> set[str] | None:
 SEMANTICALLY_CLEAN = "semantically clean"
 
 
-def item_masks(doc_ids: tuple[str, ...], test_items: dict[str, dict],
-               semantic: set[str] | None = None) -> dict[str, np.ndarray]:
+def item_masks(
+    doc_ids: tuple[str, ...], test_items: dict[str, dict], semantic: set[str] | None = None
+) -> dict[str, np.ndarray]:
     """Boolean masks over the test items: all, clean, overlapping, semantically clean (when ``semantic``, the
     semantically matched doc ids, is given), and length terciles by words per doc."""
     missing = [d for d in doc_ids if d not in test_items]
@@ -112,9 +117,15 @@ def item_masks(doc_ids: tuple[str, ...], test_items: dict[str, dict],
     words = np.array([int(test_items[d]["n_words"]) for d in doc_ids])
     low, high = (int(v) for v in np.quantile(words, [1 / 3, 2 / 3]))
     semantic_clean = {} if semantic is None else {SEMANTICALLY_CLEAN: np.array([d not in semantic for d in doc_ids])}
-    return {"all": np.ones(len(doc_ids), dtype=bool), "clean": ~overlap, "overlapping": overlap, **semantic_clean,
-            f"<= {low} words": words <= low, f"{low + 1}-{high} words": (words > low) & (words <= high),
-            f"> {high} words": words > high}  # fmt: skip
+    return {
+        "all": np.ones(len(doc_ids), dtype=bool),
+        "clean": ~overlap,
+        "overlapping": overlap,
+        **semantic_clean,
+        f"<= {low} words": words <= low,
+        f"{low + 1}-{high} words": (words > low) & (words <= high),
+        f"> {high} words": words > high,
+    }
 
 
 def gold_labels(items: Items) -> list[str]:

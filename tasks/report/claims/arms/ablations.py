@@ -24,7 +24,11 @@ def ablation_notes(task: str, run_key: str, data: dict) -> tuple[str, ...]:
     if run_key not in (data.get("runs") or {}):
         if not runs:
             raise Off(off("pretrain.ablations", "finetune.recipes.<recipe>.ablation_config"))  # as the gpu profile
-        raise NotRun(f"not computed in this run: {run_key!r} is not among the pretraining ablation runs of {task} "
-                     f"(have: {sorted(runs.values())})")  # fmt: skip
-    return (f"{run_key}: fine-tuned from a pretraining ablation arm trained from one pretraining seed (the first "
-            "of pretrain.seeds): the arm's own pretraining-seed variance is not in the CI",)
+        raise NotRun(
+            f"not computed in this run: {run_key!r} is not among the pretraining ablation runs of {task} "
+            f"(have: {sorted(runs.values())})"
+        )
+    return (
+        f"{run_key}: fine-tuned from a pretraining ablation arm trained from one pretraining seed (the first "
+        "of pretrain.seeds): the arm's own pretraining-seed variance is not in the CI",
+    )

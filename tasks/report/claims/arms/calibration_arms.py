@@ -36,26 +36,32 @@ def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration
     finetune = metrics.get(f"finetune/{task}")
     seeds = sorted(int(s) for s in dig(finetune, ["runs", run_key, "details", "per_seed"], where))
     try:
-        return load_calibration(metrics.predictions, task, run_key, seeds, finetune.get("labels") or [],
-                                task_module(metrics, task))
+        return load_calibration(
+            metrics.predictions, task, run_key, seeds, finetune.get("labels") or [], task_module(metrics, task)
+        )
     except ValueError as err:
         raise NotRun(str(err)) from None
 
 
-def calibration_estimates(arms: list[ArmCalibration], statistic: str, cfg: StatsConfig,
-                          resamples: int) -> tuple[list[Estimate], np.ndarray]:  # fmt: skip
+def calibration_estimates(
+    arms: list[ArmCalibration], statistic: str, cfg: StatsConfig, resamples: int
+) -> tuple[list[Estimate], np.ndarray]:
     """``calibration.estimates`` as report ``Estimate`` s (n = test items), with the bootstrap replicates
     ``(resamples, n_arms)``: the Brier score with its percentile interval, ECE bias-corrected with the basic
     interval."""
-    found, reps = estimates(arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed),
-                            cfg.level)  # fmt: skip
-    method = (f"{'bias-corrected, basic' if statistic == 'ece' else 'percentile'} hierarchical bootstrap over "
-              f"seeds and {len(arms[0].doc_ids)} test items ({resamples} resamples)")  # fmt: skip
+    found, reps = estimates(
+        arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed), cfg.level
+    )
+    method = (
+        f"{'bias-corrected, basic' if statistic == 'ece' else 'percentile'} hierarchical bootstrap over "
+        f"seeds and {len(arms[0].doc_ids)} test items ({resamples} resamples)"
+    )
     return [Estimate(f.point, f.low, f.high, len(arms[0].doc_ids), method) for f in found], reps
 
 
-def load_calibration(folder: Path, task: str, run_key: str, seeds: Sequence[int],
-                     labels: Sequence[str], module: str) -> ArmCalibration:  # fmt: skip
+def load_calibration(
+    folder: Path, task: str, run_key: str, seeds: Sequence[int], labels: Sequence[str], module: str
+) -> ArmCalibration:
     """Calibration units of run ``run_key`` per seed, from ``<folder>/<task>/<run_key>/seed<k>.test.jsonl``.
 
     ``labels`` are the cls class names in ``labels.json`` order (ignored for ner). Raises ``NotRun`` naming a

@@ -139,8 +139,10 @@ def check_against_metrics(items: Items, metric: str, per_seed: dict[int, float],
     for seed, counts in zip(items.seeds, items.headline, strict=True):
         recomputed = float(function(counts.sum(axis=0)))
         if abs(recomputed - per_seed[seed]) > 1e-9:
-            raise NotRun(f"{where}: seed {seed} {metric} from the predictions is {recomputed:.6f}, the metrics "
-                         f"say {per_seed[seed]:.6f} (stale predictions?)")  # fmt: skip
+            raise NotRun(
+                f"{where}: seed {seed} {metric} from the predictions is {recomputed:.6f}, the metrics "
+                f"say {per_seed[seed]:.6f} (stale predictions?)"
+            )
 
 
 def read_test_items(folder: Path, task: str) -> dict[str, dict]:
@@ -163,10 +165,15 @@ def with_items(sample: Sample, task: str, metric: str, metrics: Metrics, item_sl
     if metrics.predictions is None:
         return sample
     labels = list(metrics.get(f"finetune/{task}").get("labels") or [])
-    items = load_items(metrics.predictions, task, sample.run_key, [int(u) for u in sample.units], labels,
-                       task_module(metrics, task))
-    check_against_metrics(items, metric, dict(zip(items.seeds, sample.values, strict=True)),
-                          f"{metrics.predictions}/{task}/{sample.run_key}")  # fmt: skip
+    items = load_items(
+        metrics.predictions, task, sample.run_key, [int(u) for u in sample.units], labels, task_module(metrics, task)
+    )
+    check_against_metrics(
+        items,
+        metric,
+        dict(zip(items.seeds, sample.values, strict=True)),
+        f"{metrics.predictions}/{task}/{sample.run_key}",
+    )
     if item_slice == "semantically_clean":
         matched = semantically_flagged(metrics)
         keep = np.array([d not in matched for d in items.doc_ids])

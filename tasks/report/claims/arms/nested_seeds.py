@@ -42,18 +42,27 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
         return sample
     parts, labels, notes = [sample.items], [FIRST] * len(sample.items.seeds), list(sample.notes)
     for seed, key in sorted(further.items(), key=lambda kv: int(kv[0])):
-        run = with_items(resolve(f"finetune/{task}/{key}", claim.metric, metrics), task, claim.metric, metrics,
-                         claim.items)  # fmt: skip
+        run = with_items(
+            resolve(f"finetune/{task}/{key}", claim.metric, metrics), task, claim.metric, metrics, claim.items
+        )
         other, notes = run.items, notes + list(run.notes)
         if other is None or other.seeds != sample.items.seeds or other.doc_ids != sample.items.doc_ids:
-            raise NotRun(f"{task}/{key} (pretraining seed {seed}) has other fine-tuning seeds or test items than "
-                         f"{sample.run_key}")  # fmt: skip
+            raise NotRun(
+                f"{task}/{key} (pretraining seed {seed}) has other fine-tuning seeds or test items than "
+                f"{sample.run_key}"
+            )
         parts.append(other)
         labels += [seed] * len(other.seeds)
     same = all(p.labels == parts[0].labels for p in parts)
     counts = np.concatenate([p.counts if same else p.headline for p in parts])
-    items = Items(sample.items.module, counts, sample.items.doc_ids, sum((p.seeds for p in parts), ()),
-                  sample.items.labels if same else (), tuple(labels))  # fmt: skip
+    items = Items(
+        sample.items.module,
+        counts,
+        sample.items.doc_ids,
+        sum((p.seeds for p in parts), ()),
+        sample.items.labels if same else (),
+        tuple(labels),
+    )
     return replace(sample, items=items, notes=tuple(notes))
 
 
@@ -85,5 +94,11 @@ def notes(claim: Claim, treat: Sample, base: Sample) -> list[str]:
     if not uses_ours(claim, treat, base):
         return []
     n = max(pretraining_seeds(s.items if isinstance(s.items, Items) else None) for s in (treat, base))
-    return [ONE_SEED] if n == 1 else [f"pretraining seeds resampled at the top of the bootstrap ({n} pretraining "
-                                      "seeds, then fine-tuning seeds within each; pretrain.seeds)"]
+    return (
+        [ONE_SEED]
+        if n == 1
+        else [
+            f"pretraining seeds resampled at the top of the bootstrap ({n} pretraining "
+            "seeds, then fine-tuning seeds within each; pretrain.seeds)"
+        ]
+    )

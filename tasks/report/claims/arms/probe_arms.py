@@ -29,12 +29,16 @@ def probe_sample(variant: str, condition: str, layer: str, metric: str, metrics:
     per_word = model.get("per_word") or {}
     words = sorted(w for w in per_word if isinstance(per_word[w], dict) and metric in per_word[w])
     if len(words) < 2:
-        return Sample((float(pooled[index]),), ("pooled",), "word", WHERE,
-                      notes=notes + ("no per-word values: single pooled value, no CI",))
+        return Sample(
+            (float(pooled[index]),),
+            ("pooled",),
+            "word",
+            WHERE,
+            notes=notes + ("no per-word values: single pooled value, no CI",),
+        )
     values = tuple(float(per_word[w][metric][index]) for w in words)
     items, how = probe_items(probe, variant, "real" if condition == "layer" else "shuffled", index, metric)
-    return Sample(values, tuple(words), "word", WHERE, notes=notes + (how, f"words: {', '.join(words)}"),
-                  items=items)
+    return Sample(values, tuple(words), "word", WHERE, notes=notes + (how, f"words: {', '.join(words)}"), items=items)
 
 
 def probe_items(probe: dict, variant: str, condition: str, layer: int, metric: str) -> tuple[SenseCosines | None, str]:

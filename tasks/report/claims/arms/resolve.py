@@ -51,8 +51,16 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
     run_id = run.get("mlflow_run_id")
     name = str(run.get("mlflow_run_name") or f"{task}/{run_key}")  # the finetune stage's naming
     mlflow_run = (name, str(run_id), str(run.get("mlflow_experiment_id") or ""))
-    return Sample(tuple(values), tuple(str(s) for s in seeds), "seed", where,
-                  runs=(mlflow_run,) if run_id else (), notes=notes, diverged=diverged, run_key=run_key)
+    return Sample(
+        tuple(values),
+        tuple(str(s) for s in seeds),
+        "seed",
+        where,
+        runs=(mlflow_run,) if run_id else (),
+        notes=notes,
+        diverged=diverged,
+        run_key=run_key,
+    )
 
 
 #: ``pretrain/heldout/<model>`` -> the masked-token accuracy key of metrics/pretrain.json
@@ -90,8 +98,9 @@ def _pairs_sample(variant: str, phenomenon: str, metrics: Metrics) -> Sample:
     table = dig(pairs, ["variants", variant, "all" if phenomenon == "all" else "per_phenomenon"], where)
     mismatched = (table if phenomenon == "all" else table.get(phenomenon, {})).get("length_mismatched", 0)
     notes = (f"{variant}: {hits} of {len(index)} {phenomenon} pairs passed; {mismatched} with unequal token counts",)
-    return Sample(values, tuple(str(items[i]["line"]) for i in index), "pair", where, notes=notes,
-                  proportion=(hits, len(index)))
+    return Sample(
+        values, tuple(str(items[i]["line"]) for i in index), "pair", where, notes=notes, proportion=(hits, len(index))
+    )
 
 
 def _leakage_sample(eval_set: str, check: list[str], key: str, metrics: Metrics) -> Sample:
@@ -128,8 +137,9 @@ def _audit_check_sample(section: str, part: str, key: str, metrics: Metrics) -> 
     """A ``planted``, ``residual`` or ``semantic`` reference of the grammar above, as a proportion."""
     where = f"metrics/leakage.json {section}"
     if key not in AUDIT_CHECKS[section] or part != {"residual": "all", "semantic": "review"}.get(section, part):
-        raise NotRun(f"malformed reference leakage/{section}/{part}/{key} "
-                     "(see the grammar in tasks/report/claims/grammar.py)")
+        raise NotRun(
+            f"malformed reference leakage/{section}/{part}/{key} (see the grammar in tasks/report/claims/grammar.py)"
+        )
     events_key, trials_key = AUDIT_CHECKS[section][key]
     if part == "all" or section == "semantic":
         parts = [dig(metrics.get("leakage"), [section] + (["review"] if section == "semantic" else []), where)]
