@@ -29,9 +29,9 @@ from tasks.common.runtime.device_setting import resolve as resolve  # the stages
 
 
 def configure(device: torch.device, deterministic: bool) -> None:
-    """Process-wide settings for a process that computes on ``device``'s type: TF32 matmuls and cuDNN convolutions on CUDA, and with
-    ``deterministic`` ``torch.use_deterministic_algorithms(True)`` (cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG``
-    for that, set here before the first cuBLAS call)."""
+    """Process-wide settings for a process that computes on ``device``'s type: TF32 matmuls and cuDNN convolutions on
+    CUDA, and with ``deterministic`` ``torch.use_deterministic_algorithms(True)`` (cuBLAS needs
+    ``CUBLAS_WORKSPACE_CONFIG`` for that, set here before the first cuBLAS call)."""
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -79,10 +79,10 @@ PREDICTION_PRECISION = "fp32 (no autocast; TF32 off on CUDA)"
 
 @contextmanager
 def fp32_predictions(device: torch.device) -> Iterator[None]:
-    """IEEE fp32 forward passes on ``device`` (``PREDICTION_PRECISION``): no autocast is entered, and on CUDA the
-    TF32 matrix products that ``configure`` turns on for training are off until the block ends (then restored). bf16 (8 mantissa bits) or TF32 (10) logits differ from the CPU's fp32 ones by about
-    1e-2 relative, enough to flip a near-tied label among thousands of NER words; fp32 on two devices differs
-    only in summation order (about 1e-6)."""
+    """IEEE fp32 forward passes on ``device`` (``PREDICTION_PRECISION``): no autocast is entered, and on CUDA the TF32
+    matrix products that ``configure`` turns on for training are off until the block ends (then restored). bf16 (8
+    mantissa bits) or TF32 (10) logits differ from the CPU's fp32 ones by about 1e-2 relative, enough to flip a
+    near-tied label among thousands of NER words; fp32 on two devices differs only in summation order (about 1e-6)."""
     if device.type != "cuda":
         yield
         return
