@@ -1,12 +1,12 @@
 """What the finetune stage hands to the export stage: the model of the arm and seed chosen on dev, kept.
 
-The arm is ``selection.best_arm`` (the best mean dev score over seeds, what the claims' ``best-arm`` names); its
-seed is the one with the best dev score of that arm (``dev_best_<SELECT_METRIC>``; a tie goes to the earlier
-seed of ``finetune.seeds``). Test never chooses. The model is the one that seed's run saved for the operational
-measurement when that seed is the first reported one (``operational.folder_for``; ``saved_model`` also finds a
-model saved for another seed); otherwise the run is trained again in this process: ``training.train_and_test`` is a pure function of its ``Run``, so the same job, seed,
-learning-rate multiplier and thread count give the same weights and the same test predictions on the CPU (the
-export stage checks the predictions, which is how a difference would show).
+The arm is ``selection.best_arm`` (the best mean dev score over seeds, what the claims' ``best-arm`` names); its seed is
+the one with the best dev score of that arm (``dev_best_<SELECT_METRIC>``; a tie goes to the earlier seed of
+``finetune.seeds``). Test never chooses. The model is the one that seed's run saved for the operational measurement when
+that seed is the first reported one (``operational.folder_for``; ``saved_model`` also finds a model saved for another
+seed); otherwise the run is trained again in this process: ``training.train_and_test`` is a pure function of its
+``Run``, so the same job, seed, learning-rate multiplier and thread count give the same weights and the same test
+predictions on the CPU (the export stage checks the predictions, which is how a difference would show).
 
 ``data/finetune/<task>/selected/`` then holds the model as ``model.save_model`` writes it (the encoder's
 ``config.json`` + ``model.safetensors``, ``head.safetensors``, ``head.json``), the tokenizer of the arm's variant
@@ -116,14 +116,14 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
 
 
 def keep_baseline(selection: dict, fitted: dict, labels: list[str], out_dir: Path) -> dict:
-    """When the best run on dev of arms and comparator baselines together is a ``tfidf-lr`` row, write its fitted
-    model (``fitted[key]``: ``run_baseline``'s kept fit, that of its best seed on dev, not fitted again) to
-    ``<out_dir>/selected_baseline/``: ``model.skops`` (a scikit-learn ``Pipeline`` of the vectorizer and the
-    classifier, skops format: no pickle) and ``baseline.json`` (run key, seed, label names, the classifier's label
-    ids, its chosen setting, its input, that seed's predictions file, and ``cut``: the arms' cut it reads, applied by ``clozeline.baseline`` with the tokenizer
-    saved beside it; null for the full text). Returns ``{"baseline": <run key>}``, or ``{}`` when no tfidf-lr
-    row won on dev (another baseline that wins is not exported: ``majority`` is a constant, ``memorise`` a word
-    list)."""
+    """When the best run on dev of arms and comparator baselines together is a ``tfidf-lr`` row, write its fitted model
+    (``fitted[key]``: ``run_baseline``'s kept fit, that of its best seed on dev, not fitted again) to
+    ``<out_dir>/selected_baseline/``: ``model.skops`` (a scikit-learn ``Pipeline`` of the vectorizer and the classifier,
+    skops format: no pickle) and ``baseline.json`` (run key, seed, label names, the classifier's label ids, its chosen
+    setting, its input, that seed's predictions file, and ``cut``: the arms' cut it reads, applied by
+    ``clozeline.baseline`` with the tokenizer saved beside it; null for the full text). Returns ``{"baseline": <run
+    key>}``, or ``{}`` when no tfidf-lr row won on dev (another baseline that wins is not exported: ``majority`` is a
+    constant, ``memorise`` a word list)."""
     import skops.io
     from sklearn.pipeline import Pipeline
 

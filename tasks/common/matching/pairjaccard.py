@@ -1,14 +1,13 @@
 """Exact Jaccard of many pairs of sorted shingle sets at once, with a compiled merge (numba).
 
-Dedup verifies every LSH candidate it cannot skip by an exact Jaccard on the two documents' shingle sets
-(sorted unique uint64 hashes, ``tasks.common.matching.minhash``). At 16x the benchmark corpus that is about 830,000 pairs
-of sets of a few hundred hashes each. A numpy binary search per document costs about 5 us of CPU per pair, most
-of it per-call overhead; the linear merge of two sorted arrays (the intersection step of set-similarity joins,
-e.g. Bayardo, Ma & Srikant 2007, "Scaling up all pairs similarity search") compiled by numba costs about 2 us,
-and releases the GIL, so ``threads`` threads share one copy of the sets (no forked workers, nothing pickled).
-Loading numba costs about 0.7 s once per process, as much as 60,000 pairs by numpy (about 12 us each): a smaller
-call in a process without numba takes numpy's search per document (``minhash.jaccards_with``) instead
-(``tasks/common/matching/compiled.py``).
+Dedup verifies every LSH candidate it cannot skip by an exact Jaccard on the two documents' shingle sets (sorted unique
+uint64 hashes, ``tasks.common.matching.minhash``). At 16x the benchmark corpus that is about 830,000 pairs of sets of a
+few hundred hashes each. A numpy binary search per document costs about 5 us of CPU per pair, most of it per-call
+overhead; the linear merge of two sorted arrays (the intersection step of set-similarity joins, e.g. Bayardo, Ma &
+Srikant 2007, "Scaling up all pairs similarity search") compiled by numba costs about 2 us, and releases the GIL, so
+``threads`` threads share one copy of the sets (no forked workers, nothing pickled). Loading numba costs about 0.7 s
+once per process, as much as 60,000 pairs by numpy (about 12 us each): a smaller call in a process without numba takes
+numpy's search per document (``minhash.jaccards_with``) instead (``tasks/common/matching/compiled.py``).
 
 The values equal ``minhash.jaccard`` of each pair bit for bit: the same integer counts, divided as float64
 (``int64 / int64`` below 2**53 is exact, so numpy's true division is Python's correctly rounded ``int / int``);
@@ -65,7 +64,9 @@ def jaccards(
     return _merged(flat, np.cumsum(sizes) - sizes, sizes, at[: len(left)], at[len(left) :], threads)
 
 
-def _merged(flat, starts, sizes, left_at: np.ndarray, right_at: np.ndarray, threads: int) -> np.ndarray:
+def _merged(
+    flat: np.ndarray, starts: np.ndarray, sizes: np.ndarray, left_at: np.ndarray, right_at: np.ndarray, threads: int
+) -> np.ndarray:
     """The Jaccards of the sets ``left_at[k]`` and ``right_at[k]`` of ``flat`` by the compiled merge."""
     shared = np.empty(len(left_at), np.int64)
     chunks = [slice(k, k + CHUNK_PAIRS) for k in range(0, len(left_at), CHUNK_PAIRS)]
@@ -94,7 +95,9 @@ def _by_search(sets: list[np.ndarray], left: np.ndarray, right: np.ndarray) -> n
     return out
 
 
-def _intersection_sizes(flat, starts, sizes, left, right):
+def _intersection_sizes(
+    flat: np.ndarray, starts: np.ndarray, sizes: np.ndarray, left: np.ndarray, right: np.ndarray
+) -> np.ndarray:
     """``|A ∩ B|`` for sets ``A = flat[starts[l]:][:sizes[l]]`` and ``B`` the same of ``r``, per pair ``(l, r)``
     of ``left``/``right``: one linear merge of the two sorted arrays per pair. ``(pairs,)`` int64."""
     out = np.empty(len(left), np.int64)

@@ -1,32 +1,34 @@
 """Union-find (disjoint sets) shared by dedup (clusters of rows) and split (groups merged with clusters).
 
-Path halving, union by a caller-given priority: the member with the lowest priority is always the root, so
-the name of a set does not depend on the order in which pairs were merged (determinism). ``UnionTimes``
-answers, for many pairs at once, whether they were connected at a given point of a sequence of unions.
-``joining_pairs`` finds which of a long sequence of pairs join two sets (compiled: ``tasks/common/matching/compiled.py``).
+Path halving, union by a caller-given priority: the member with the lowest priority is always the root, so the name of a
+set does not depend on the order in which pairs were merged (determinism). ``UnionTimes`` answers, for many pairs at
+once, whether they were connected at a given point of a sequence of unions. ``joining_pairs`` finds which of a long
+sequence of pairs join two sets (compiled: ``tasks/common/matching/compiled.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any
+from collections.abc import Callable, Hashable, MutableSequence, Sequence
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from tasks.common.matching import compiled
 
+Node = TypeVar("Node", bound=Hashable)
 
-class UnionFind:
+
+class UnionFind(Generic[Node]):
     """Disjoint sets over hashable nodes, added on first sight; each set's root is its lowest-priority node.
 
     ``priority`` maps a node to a sortable value (default: the node itself, so the smallest label wins).
     """
 
-    def __init__(self, priority: Callable[[Hashable], Any] = lambda node: node) -> None:
+    def __init__(self, priority: Callable[[Node], Any] = lambda node: node) -> None:
         self.priority = priority
-        self.parent: dict[Hashable, Hashable] = {}
+        self.parent: dict[Node, Node] = {}
 
-    def find(self, node: Hashable) -> Hashable:
+    def find(self, node: Node) -> Node:
         """The root of ``node``'s set (``node`` is added as a singleton when new)."""
         parent = self.parent
         up = parent.setdefault(node, node)
@@ -35,7 +37,7 @@ class UnionFind:
             node, up = up, parent[up]
         return node
 
-    def union(self, a: Hashable, b: Hashable) -> None:
+    def union(self, a: Node, b: Node) -> None:
         """Merge the sets of ``a`` and ``b``; the root of lower priority stays root."""
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
@@ -119,7 +121,13 @@ def joining_pairs(roots: list[int], left: np.ndarray, right: np.ndarray, skip: n
     return np.flatnonzero(out)
 
 
-def _joins(parent, left, right, skip, out) -> None:
+def _joins(
+    parent: MutableSequence[int] | np.ndarray,
+    left: Sequence[int] | np.ndarray,
+    right: Sequence[int] | np.ndarray,
+    skip: Sequence[bool] | np.ndarray,
+    out: np.ndarray,
+) -> None:
     """``joining_pairs``' loop over a forest ``parent`` (path halving; a joining pair puts ``left``'s root under
     ``right``'s): sets ``out[k]`` for each joining pair. Plain Python that numba compiles unchanged."""
     for k in range(len(left)):

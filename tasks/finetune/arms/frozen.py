@@ -2,9 +2,9 @@
 features (the linear probe of probing papers: Alain & Bengio 2016; Hewitt & Liang 2019 choose its L2 strength on
 dev), not a linear head trained with AdamW for a few epochs.
 
-1. Features: the arm's pooling (``cls-pool``: the ``[CLS]`` vector, ``mean-pool``: the masked mean) of the
-   frozen encoder, once per split, in fp32 (no autocast and no TF32, also on CUDA and with ``cpu_bf16``) with
-   the model on ``Run.device`` (``tasks.common.runtime.device.place``), then moved to the CPU: ``(docs, hidden)`` float32.
+1. Features: the arm's pooling (``cls-pool``: the ``[CLS]`` vector, ``mean-pool``: the masked mean) of the frozen
+   encoder, once per split, in fp32 (no autocast and no TF32, also on CUDA and with ``cpu_bf16``) with the model on
+   ``Run.device`` (``tasks.common.runtime.device.place``), then moved to the CPU: ``(docs, hidden)`` float32.
 2. Probe: the train features standardized with their own mean and standard deviation (scikit-learn
    ``StandardScaler``), then ``LogisticRegression(solver="lbfgs", C=c, max_iter=frozen_max_iter)`` (L2, the
    intercept unpenalized; softmax over the labels, a sigmoid for two) for every ``c`` of ``frozen_c_grid``.
@@ -122,8 +122,8 @@ def choose_probe(job, features: dict[str, np.ndarray]) -> tuple[dict, dict]:
 
 @torch.inference_mode()
 def pooled_features(model, job, exs: list[dict], device: torch.device) -> np.ndarray:
-    """``(len(exs), hidden)`` float32 pooled vectors of ``exs`` in input order, from ``model.features`` in fp32
-    (eval mode, no autocast, TF32 off on CUDA: ``tasks.common.runtime.device.fp32_predictions``); batches of ``batch_size``
+    """``(len(exs), hidden)`` float32 pooled vectors of ``exs`` in input order, from ``model.features`` in fp32 (eval
+    mode, no autocast, TF32 off on CUDA: ``tasks.common.runtime.device.fp32_predictions``); batches of ``batch_size``
     length-sorted docs (padding is masked, so it cannot change a vector)."""
 
     model.eval()

@@ -1,12 +1,12 @@
 """Running many fine-tuning runs: the per-arm learning-rate sweep on dev, worker processes, MLflow logging.
 
 Every arm (job) first trains with ``sweep_seed`` once per multiplier of ``lr_grid`` (a frozen cls arm, a
-logistic-regression probe without a learning rate, once); the multiplier with the best
-dev score (``SELECT_METRIC``, ties to the smaller multiplier) is the arm's own, and every seed of ``seeds`` trains
-with it. A choice at the edge of the grid widens it by one step past that edge (``widened``), up to
-``lr_grid_widen`` times, so an arm's LR is chosen inside the range tried, not clipped by it. No arm borrows another arm's learning rate, test never enters the choice, and no reported run is the
-best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm (``lr_sweep`` in
-metrics; on the arm's MLflow run, one step per tried rate).
+logistic-regression probe without a learning rate, once); the multiplier with the best dev score (``SELECT_METRIC``,
+ties to the smaller multiplier) is the arm's own, and every seed of ``seeds`` trains with it. A choice at the edge of
+the grid widens it by one step past that edge (``widened``), up to ``lr_grid_widen`` times, so an arm's LR is chosen
+inside the range tried, not clipped by it. No arm borrows another arm's learning rate, test never enters the choice, and
+no reported run is the best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm
+(``lr_sweep`` in metrics; on the arm's MLflow run, one step per tried rate).
 
 Runs go to worker processes (``spawn``: a fresh interpreter, no forked OpenMP state, no inherited CUDA
 context), each with ``torch_threads`` threads; every run is seeded on its own, so results do not depend on the

@@ -1,17 +1,16 @@
 """One fine-tuning run: a seeded model, AdamW with warmup and linear decay, early stopping on dev, one test pass.
 
-``train_and_test`` is a pure function of its ``Run`` (job, seed, learning-rate multiplier): it logs nothing and
-returns everything (per-epoch history, test records and scores), so runs can go to worker processes and the
-parent logs them to MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not
-depend on where it ran. A run trains on ``Run.device`` (the scheduler in ``sweep`` picks it): models and batches
-move with ``tasks.common.runtime.device.place`` and training steps run under its bf16 ``autocast`` on CUDA, and on the
-CPU when ``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``). Every evaluated prediction (dev after each
-epoch, test once) is computed in fp32 on every device (``PREDICTION_PRECISION``: no autocast, and TF32 off on
-CUDA for the pass, ``tasks.common.runtime.device.fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32 on
-the CPU), so an exported model's labels are the evaluated ones and the scores reported are those of the fp32
-weights a user loads. The training
-loop reads no scalar from the device inside an epoch (the losses are summed on the device and read once per
-epoch), so the host queues the next step's kernels while the GPU runs this one.
+``train_and_test`` is a pure function of its ``Run`` (job, seed, learning-rate multiplier): it logs nothing and returns
+everything (per-epoch history, test records and scores), so runs can go to worker processes and the parent logs them to
+MLflow in a fixed order. Torch threads are set per process, so a run's numbers do not depend on where it ran. A run
+trains on ``Run.device`` (the scheduler in ``sweep`` picks it): models and batches move with
+``tasks.common.runtime.device.place`` and training steps run under its bf16 ``autocast`` on CUDA, and on the CPU when
+``Run.cpu_bf16`` is set (``finetune.cpu_train_precision``). Every evaluated prediction (dev after each epoch, test once)
+is computed in fp32 on every device (``PREDICTION_PRECISION``: no autocast, and TF32 off on CUDA for the pass,
+``tasks.common.runtime.device.fp32_predictions``), the precision the export stage re-scores the shipped model in (fp32
+on the CPU), so an exported model's labels are the evaluated ones and the scores reported are those of the fp32 weights
+a user loads. The training loop reads no scalar from the device inside an epoch (the losses are summed on the device and
+read once per epoch), so the host queues the next step's kernels while the GPU runs this one.
 """
 
 from __future__ import annotations

@@ -154,7 +154,11 @@ def pretrain_layout(n_runs: int, labels: Sequence[str] | None) -> tuple[tuple[st
         return ("",), n_runs
     seeds = tuple(dict.fromkeys(labels))
     fine = n_runs // len(seeds)
-    if len(labels) != n_runs or len(seeds) * fine != n_runs or any(l != seeds[i // fine] for i, l in enumerate(labels)):
+    if (
+        len(labels) != n_runs
+        or len(seeds) * fine != n_runs
+        or any(label != seeds[i // fine] for i, label in enumerate(labels))
+    ):
         raise ValueError(f"pretraining seeds per run must be grouped, each with the same runs: {list(labels)}")
     return seeds, fine
 

@@ -13,13 +13,13 @@ A predictor is calibrated when, among the units it predicts with confidence ``c`
   (type, start, end) is a gold span. A missed gold span is no unit: this is the calibration of what was
   predicted.
 
-ECE uses equal-mass (adaptive) bins: the units sorted by confidence and cut into ``n_bins`` bins of equal
-size (Nixon et al. 2019, "Measuring Calibration in Deep Learning"), of the binned ECE of Naeini et al. 2015
-and Guo et al. 2017, except that tied confidences always share a bin: split by unit order, the docs of one
-constant-confidence predictor (the majority baseline) would fall into bins by doc id, and since doc ids group
-the classes, its ECE would measure that order (0.35 on BBC News) instead of ``|accuracy - confidence|``. The Brier score is Brier 1950
-("Verification of forecasts expressed in terms of probability"), summed over classes. Both are per-seed
-numbers; an arm's value is their mean over seeds.
+ECE uses equal-mass (adaptive) bins: the units sorted by confidence and cut into ``n_bins`` bins of equal size (Nixon et
+al. 2019, "Measuring Calibration in Deep Learning"), of the binned ECE of Naeini et al. 2015 and Guo et al. 2017, except
+that tied confidences always share a bin: split by unit order, the docs of one constant-confidence predictor (the
+majority baseline) would fall into bins by doc id, and since doc ids group the classes, its ECE would measure that order
+(0.35 on BBC News) instead of ``|accuracy - confidence|``. The Brier score is Brier 1950 ("Verification of forecasts
+expressed in terms of probability"), summed over classes. Both are per-seed numbers; an arm's value is their mean over
+seeds.
 
 The bootstrap is that of ``tasks.report.stats.bootstrap`` (Davison & Hinkley 1997, sec. 3.8): seeds with
 replacement, then test items (docs for cls, sentences for ner, each carrying its 0+ spans) with replacement,

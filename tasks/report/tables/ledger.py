@@ -187,8 +187,8 @@ def hardware(metrics: Metrics) -> dict[str, str]:
 
 def model_precision(metrics: Metrics) -> dict[str, str]:
     """The numeric precision each model stage ran in, as its metrics recorded it: fine-tuning steps per task
-    (``train_precision``), every evaluated prediction per task (``prediction_precision``: what the claims'
-    predictions were computed in, and the export re-scores in) and the semantic leakage encoder. On a CPU it follows the machine
+    (``train_precision``), every evaluated prediction per task (``prediction_precision``: what the claims' predictions
+    were computed in, and the export re-scores in) and the semantic leakage encoder. On a CPU it follows the machine
     (``cpu_train_precision: auto`` is bf16 autocast only with AVX512-BF16/AMX), so the same params and seeds give
     slightly different scores on another CPU family; this line says which one a reader's numbers come from."""
     out = {}

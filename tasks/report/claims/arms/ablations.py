@@ -18,7 +18,6 @@ def ablation_notes(task: str, run_key: str, data: dict) -> tuple[str, ...]:
     """The notes of ablation run ``run_key`` in ``data`` (``metrics/finetune/<task>.json``): it rests on one
     pretraining seed. Raises ``Off`` when the arms are off (no ``ablations`` section), ``NotRun`` when this arm
     is not among them."""
-    arm = run_key.split(MARK, 1)[1].split("/")[0]
     section = data.get("ablations")
     runs = (section.get("runs") or {}) if isinstance(section, dict) else {}
     if run_key not in (data.get("runs") or {}):
