@@ -6,5 +6,7 @@ pass, ``audit``, the stage's ``LeakageParams``).
 - ``search``: the nearest windows above a threshold, exact (blocked products) or by a faiss HNSW index;
 - ``encoder``: the sentence encoder on its device, text to windows to unit vectors at fixed batch shapes;
 - ``store``: the window vectors and text layouts kept across runs in ``<data>/leakage_embeddings``;
+- ``texts``: what the pass embeds: the eval docs long enough, the sampled plants, the task train and kept corpus docs;
+- ``review``: the review sample of review.jsonl (planted, known-clean and real flags) and its precision;
 - ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample.
 """

@@ -11,7 +11,6 @@ review records. See ``tasks/leakage/semantic/method.py`` for the method.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,18 +18,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.common.stats import clopper_pearson
 from tasks.config.corpus.leakage import LeakageParams
-from tasks.leakage.lexical.words import tokenize
 from tasks.leakage.planted.variants import Plant
 from tasks.leakage.semantic import method as semantic
 from tasks.leakage.semantic import store as embedding_store
 from tasks.leakage.semantic.encoder import Encoder
 from tasks.leakage.semantic.method import METHOD
-from tasks.leakage.semantic.windows import Windows, normalize_text
-
-#: Words of each text kept in review.jsonl and in the leakage table's span.
-REVIEW_WORDS = 80
+from tasks.leakage.semantic.review import review_sample
+from tasks.leakage.semantic.texts import Texts, texts_to_embed
+from tasks.leakage.semantic.windows import Windows
 
 
 @dataclass(frozen=True)
@@ -110,65 +106,6 @@ def audit(
         close_store(enc, store, kept, cfg.incremental, log)
     found = side.plant_on & (side.plant_score >= cal.threshold)
     return SemanticResult(scan.rows, found, texts.scored, metrics, review)
-
-
-@dataclass
-class Texts:
-    """What the pass embeds, in order: the eval docs long enough (``evals``, "" for the others; ``n_words``,
-    ``attempted``), the planted copies of the sampled docs (``plants``, "" for the others, and ``plant_spans``;
-    ``sampled`` per eval doc, ``scored`` per plant), the kept task train docs (``task_train``, and ``train``:
-    "" for the short ones) and the pretraining docs kept after the lexical action (``corpus_frame``,
-    ``corpus``)."""
-
-    evals: list[str]
-    n_words: np.ndarray
-    attempted: np.ndarray
-    sampled: np.ndarray
-    scored: np.ndarray
-    plants: list[str]
-    plant_spans: list[tuple[int, int]]
-    task_train: pd.DataFrame
-    train: list[str]
-    corpus_frame: pd.DataFrame
-    corpus: list[str]
-
-
-def texts_to_embed(
-    cfg: LeakageParams,
-    eval_frame: pd.DataFrame,
-    eval_words: list[list[str]],
-    train_frame: pd.DataFrame,
-    removed: set[str],
-    plants: list[Plant],
-) -> Texts:
-    """The ``Texts`` of the pass: all known before the first window is embedded, so ``Encoder.prefetch``
-    embeds what is new in one go."""
-    scfg = cfg.semantic
-    n_words = np.array([len(w) for w in eval_words])
-    attempted = n_words >= scfg.min_words
-    sampled = np.zeros(len(eval_frame), dtype=bool)
-    sampled[planted_sample(list(eval_frame["doc_id"]), cfg)] = True
-    scored = np.array([bool(sampled[p.eval_index]) for p in plants], dtype=bool)
-    plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
-    task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
-    task_train = task_train.reset_index(drop=True)
-    corpus = train_frame[(train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed))]
-    corpus = corpus.reset_index(drop=True)
-    spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
-    train = [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]]
-    return Texts(
-        [str(t) if a else "" for t, a in zip(eval_frame["text"], attempted)],
-        n_words,
-        attempted,
-        sampled,
-        scored,
-        plant_texts,
-        spans,
-        task_train,
-        train,
-        corpus,
-        [str(t) for t in corpus["text"]],
-    )
 
 
 @dataclass
@@ -381,134 +318,7 @@ def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -
     log.metrics({"semantic_store": dict(enc.store_stats)})
 
 
-def planted_sample(eval_ids: list[str], cfg: LeakageParams) -> list[int]:
-    """The eval rows whose planted copies the semantic detector scores: the first ``semantic.planted_docs`` by
-    the planting seed's hash rank (all when null)."""
-    ranked = sorted(
-        range(len(eval_ids)),
-        key=lambda k: hashlib.sha256(f"{cfg.planted.seed}:semantic:{eval_ids[k]}".encode()).hexdigest(),
-    )
-    return ranked if cfg.semantic.planted_docs is None else ranked[: cfg.semantic.planted_docs]
-
-
-def _normalized_span(plant: Plant) -> tuple[int, int]:
-    """``plant.span`` mapped onto its normalised text (lengths of the normalised prefixes)."""
-    a, b = plant.span
-    if b < 0:
-        return (0, -1)
-    return (len(normalize_text(plant.text[:a])), len(normalize_text(plant.text[:b])))
-
-
 def _quantiles(x: np.ndarray) -> dict:
     if len(x) == 0:
         return {}
     return {f"p{q}": round(float(np.quantile(x, q / 100)), 4) for q in (50, 90, 99, 100)}
-
-
-def best_pair(a: Windows, da: int, b: Windows, db: int) -> tuple[float, int, int]:
-    """``(score, window of a, window of b)`` of the best-scoring window pair of docs ``da`` and ``db``."""
-    wa, wb = a.of_doc(da), b.of_doc(db)
-    if len(wa) == 0 or len(wb) == 0:
-        return -1.0, -1, -1
-    scores = a.vectors[wa] @ b.vectors[wb].T
-    r, c = np.unravel_index(int(scores.argmax()), scores.shape)
-    return float(scores[r, c]), int(wa[r]), int(wb[c])
-
-
-def _rank(keys: list[str], salt: str) -> list[int]:
-    return sorted(range(len(keys)), key=lambda k: hashlib.sha256(f"{salt}:{keys[k]}".encode()).hexdigest())
-
-
-def review_sample(
-    cfg,
-    threshold,
-    plants,
-    plant_score,
-    test_plants,
-    planted,
-    evals,
-    eval_frame,
-    task_train,
-    train_windows,
-    clean_score,
-    partner,
-    review_half,
-    pairs,
-    corpus,
-    corpus_windows,
-):
-    """The review records and their metrics: ``review_per_label`` planted test copies (label ``planted``) and
-    known-clean pairs of the review half (label ``known_clean``), each with its score and whether it is
-    flagged, then the ``review_flags`` highest-scoring real flags (label ``null``). Precision = planted among
-    the flagged labelled records, with its Clopper-Pearson interval."""
-    scfg, words = cfg.semantic, REVIEW_WORDS
-    eval_ids = list(eval_frame["doc_id"])
-    candidates = np.flatnonzero(test_plants)
-    keys = [f"{eval_ids[plants[p].eval_index]}:{plants[p].variant}" for p in candidates]
-    records = []
-    for k in _rank(keys, f"{cfg.planted.seed}:review")[: scfg.review_per_label]:
-        p = int(candidates[k])
-        score, pw, ew = best_pair(planted, p, evals, plants[p].eval_index)
-        records.append(
-            {
-                "label": "planted",
-                "score": round(score, 6),
-                "flagged": bool(score >= threshold),
-                "variant": plants[p].variant,
-                "doc": eval_ids[plants[p].eval_index],
-                "other_doc": f"planted:{plants[p].variant}",
-                "text": evals.text_of(ew, words),
-                "other_text": planted.text_of(pw, words),
-            }
-        )
-    anchors = np.flatnonzero(review_half)
-    train_ids = list(task_train["doc_id"])
-    for k in _rank([train_ids[a] for a in anchors], f"{cfg.planted.seed}:review-clean")[: scfg.review_per_label]:
-        a = int(anchors[k])
-        score, wa, wb = best_pair(train_windows, a, train_windows, int(partner[a]))
-        records.append(
-            {
-                "label": "known_clean",
-                "score": round(score, 6),
-                "flagged": bool(score >= threshold),
-                "variant": None,
-                "doc": train_ids[a],
-                "other_doc": train_ids[int(partner[a])],
-                "text": train_windows.text_of(wa, words),
-                "other_text": train_windows.text_of(wb, words),
-            }
-        )
-    labelled = list(records)
-    top = sorted(pairs.items(), key=lambda item: (-item[1][0], item[0]))[: scfg.review_flags]
-    for (c, e), (score, cw, ew) in top:
-        records.append(
-            {
-                "label": None,
-                "score": round(score, 6),
-                "flagged": True,
-                "variant": None,
-                "doc": eval_ids[e],
-                "other_doc": corpus["doc_id"].iloc[c],
-                "text": evals.text_of(ew, words),
-                "other_text": corpus_windows.text_of(cw, words),
-            }
-        )
-    flagged = [r for r in labelled if r["flagged"]]
-    true = sum(r["label"] == "planted" for r in flagged)
-    low, high = clopper_pearson(true, len(flagged))
-    planted_n = sum(r["label"] == "planted" for r in labelled)
-    metrics = {
-        "file": "review.jsonl",
-        "planted": planted_n,
-        "known_clean": len(labelled) - planted_n,
-        "flagged": len(flagged),
-        "flagged_planted": true,
-        "flagged_known_clean": len(flagged) - true,
-        "precision": round(true / len(flagged), 6) if flagged else None,
-        "precision_ci_low": low,
-        "precision_ci_high": high,
-        "false_discovery_rate": round(1 - true / len(flagged), 6) if flagged else None,
-        "recall": round(true / planted_n, 6) if planted_n else None,
-        "unlabelled_real_flags": len(records) - len(labelled),
-    }
-    return records, metrics
