@@ -86,7 +86,8 @@ def write_raw_test_rows(paths: Paths, model_folder: Path) -> None:
 
 
 def finetune_params(seeds: list[int], operational: bool = False) -> FinetuneParams:
-    """``tiny_params`` with the majority and TF-IDF baselines for the classifiers and a pair recipe (``longest_first``)."""
+    """``tiny_params`` with the majority and TF-IDF baselines for the classifiers and a pair recipe
+    (``longest_first``)."""
     base = tiny_params(["pretrained/full/mean-pool"], ["pretrained/full/first"], seeds, operational=operational)
     raw = base.model_dump(mode="json")
     raw["recipes"]["cls"]["baselines"] = ["majority", "tfidf-lr"]

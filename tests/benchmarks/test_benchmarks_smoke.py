@@ -3,11 +3,11 @@ that breaks a benchmark fails the tests (issue 61): corpus build, every tool and
 own environment is absent, ``benchmarks/peers/setup.sh``, are skipped and said so), its results file with the
 provenance of the code it measured, and the docs table made from that file.
 
-The scripts run as subprocesses, a few at a time (most of a smoke run is process start-up and imports, which
-overlap well), all started by the first test; each test waits for its own. ``pretrain.py`` and
-``fine_tune_sweep.py`` are not run twice: the GPU check's dry run (tests/benchmarks/test_gpu_check.py, ``gpu_check.sh
---dry-run``) runs both with ``--smoke``, and tests/benchmarks/test_bench_fine_tune_sweep.py the sweep's smoke again with its
-own checks; here it is checked that they still do.
+The scripts run as subprocesses, a few at a time (most of a smoke run is process start-up and imports, which overlap
+well), all started by the first test; each test waits for its own. ``pretrain.py`` and ``fine_tune_sweep.py`` are not
+run twice: the GPU check's dry run (tests/benchmarks/test_gpu_check.py, ``gpu_check.sh --dry-run``) runs both with
+``--smoke``, and tests/benchmarks/test_bench_fine_tune_sweep.py the sweep's smoke again with its own checks; here it is
+checked that they still do.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """dedup's flat shingle sets and signatures (tasks/dedup/signing.py), compiled and numpy, against the MinHash kit's
-per-document functions (tasks/common/matching/minhash.py, themselves checked against datasketch in tests/common/test_minhash.py)."""
+per-document functions (tasks/common/matching/minhash.py, themselves checked against datasketch in
+tests/common/test_minhash.py)."""
 
 import numpy as np
 import pytest

@@ -354,11 +354,10 @@ def test_cached_units_keep_their_drops_and_max_docs_samples_over_all_of_them(tmp
         "label_field": "label",
         "max_docs": 3,
     }
-    run = lambda root, incremental: ingest.run(
-        IngestParams(sources=[spec], incremental=incremental),  # noqa: E731
-        paths_of(root),
-        RecordingLog(),
-    )
+
+    def run(root, incremental):
+        return ingest.run(IngestParams(sources=[spec], incremental=incremental), paths_of(root), RecordingLog())
+
     run(tmp_path / "inc", True)
     stale = tmp_path / "inc" / "data" / "ingest_cache" / "docs" / "0123.parquet"
     stale.write_bytes(b"old format")

@@ -1,5 +1,5 @@
-"""Fast checks of the export pieces: ``clozeline.encoding`` (the predict pipelines' input) cuts a document
-exactly as the finetune stage does, the item-by-item comparison, the report's gate, the release's alias gate and its file check."""
+"""Fast checks of the export pieces: ``clozeline.encoding`` (the predict pipelines' input) cuts a document exactly as
+the finetune stage does, the item-by-item comparison, the report's gate, the release's alias gate and its file check."""
 
 from __future__ import annotations
 

@@ -4,11 +4,11 @@ argument vector it receives (DVC=...) and a faked GPU count (a `sitecustomize.py
 a fake `nvidia-smi` on PATH lists the GPUs the host has). Nothing else is faked: the recipe,
 `python -m flows.profiles`, params.yaml and the profiles are the repository's.
 
-The run happens in a scratch copy of the checkout (flows/ and profiles/ copied, so a test profile can be added;
-the Makefile, params.yaml, tasks/ and .venv linked), with `make -o .venv/.installed`, so that `install` never
-reinstalls however new pyproject.toml is. Each vector is also read by DVC's own command-line parser (no stage
-targets) and applied with its `-S` parser (`dvc.utils.hydra.apply_overrides`) to a copy of params.yaml, which
-must then validate to exactly the values the profile asks for. About 3 s a profile (one Python start that imports torch)."""
+The run happens in a scratch copy of the checkout (flows/ and profiles/ copied, so a test profile can be added; the
+Makefile, params.yaml, tasks/ and .venv linked), with `make -o .venv/.installed`, so that `install` never reinstalls
+however new pyproject.toml is. Each vector is also read by DVC's own command-line parser (no stage targets) and applied
+with its `-S` parser (`dvc.utils.hydra.apply_overrides`) to a copy of params.yaml, which must then validate to exactly
+the values the profile asks for. About 3 s a profile (one Python start that imports torch)."""
 
 from __future__ import annotations
 

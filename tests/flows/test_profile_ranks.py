@@ -227,7 +227,8 @@ def test_print_mode_checks_the_params_but_not_the_gpus(fake_gpus, capsys, monkey
             "clozeline: profile gpu asks for hardware.device: cuda, but this machine has no GPU (torch {v} "
             "sees none); use PROFILE=cpu, or plain make run, on a machine without a GPU",
         ),
-        # a GPU the torch cannot use (CPU-only build; a driver too old for the build's CUDA): reinstall, whatever the stamp
+        # a GPU the torch cannot use (CPU-only build; a driver too old for the build's CUDA):
+        # reinstall, whatever the stamp
         (
             "gpu",
             2,

@@ -1,7 +1,6 @@
-"""Incremental leakage (issue 35 items 1-2): a run after new training docs arrive audits only their texts, a
-changed eval set is audited for its added docs alone, a removed doc leaves the outputs, and every output (files and metrics)
-equals a from-scratch run with ``leakage.incremental: false`` (the scan as it was before the cache) byte for
-byte.
+"""Incremental leakage (issue 35 items 1-2): a run after new training docs arrive audits only their texts, a changed
+eval set is audited for its added docs alone, a removed doc leaves the outputs, and every output (files and metrics)
+equals a from-scratch run with ``leakage.incremental: false`` (the scan as it was before the cache) byte for byte.
 
 Each test keeps two roots: ``inc`` is run before and after the change (the second run is the incremental one),
 ``full`` only after it, with the cache off.

@@ -87,7 +87,7 @@ def test_pigeonhole_search_equals_a_brute_force_scan_of_every_alignment():
         train_side, eval_side = make_sides(trains, evals)
         found = substitution.substitution_matches(train_side, eval_side, cfg)
         assert {(i, j): score for i, j, _, score, _ in found} == brute_force(trains, evals, cfg)
-        for i, j, method, score, span in found:  # the span is a window of the training doc with that score
+        for i, _j, method, _score, span in found:  # the span is a window of the training doc with that score
             assert method == "ngram_substituted" and " ".join(trains[i]).find(span) >= 0
 
 

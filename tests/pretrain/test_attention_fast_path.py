@@ -2,9 +2,9 @@
 autocast, its dropout, its ``hardware.deterministic``, the stage's ``Trainer._step`` and the benchmark's own
 ``measure_stage``), every SDPA call meets the conditions of CUDA's flash kernel (``tasks.pretrain.attention``).
 
-On the CPU, bf16 autocast stands in for CUDA's (``tasks.common.runtime.device.autocast`` with ``cpu=True``): what reaches
-SDPA is the same dtype, layout, mask and flags; the GPU half (SDPA's own reasons, the kernels a profile shows) is
-``tests/pretrain/test_gpu.py::test_the_compiled_training_step_runs_flash_not_the_math_path``.
+On the CPU, bf16 autocast stands in for CUDA's (``tasks.common.runtime.device.autocast`` with ``cpu=True``): what
+reaches SDPA is the same dtype, layout, mask and flags; the GPU half (SDPA's own reasons, the kernels a profile shows)
+is ``tests/pretrain/test_gpu.py::test_the_compiled_training_step_runs_flash_not_the_math_path``.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def dvc_pretrain_command(cfg: PretrainParams) -> str:
     """The pretrain stage's ``cmd`` from dvc.yaml with its ``${pretrain.*}`` values filled in."""
     cmd = read_yaml(ROOT / "dvc.yaml")["stages"]["pretrain"]["cmd"]
     for key, value in cfg.model_dump(mode="json").items():
-        cmd = cmd.replace("${pretrain.%s}" % key, str(value))
+        cmd = cmd.replace(f"${{pretrain.{key}}}", str(value))
     assert "${" not in cmd, cmd
     return cmd
 
