@@ -34,8 +34,11 @@ def run(cfg: TokenizerParams, paths: Paths, log: Any) -> dict:
     Raises ``ValueError`` first when ``vocab_file`` is not a dvc.yaml dep of the stage (``require_declared``).
     """
     if cfg.vocab_from == "file":
+        assert cfg.vocab_file is not None  # TokenizerParams requires it with vocab_from: file
         require_declared("tokenizer", tokenizer_dir(paths), {"tokenizer.vocab_file": cfg.vocab_file})
-    corpus = pretrain_texts(paths, cfg.pretrain_sources)
+    sources = cfg.pretrain_sources
+    assert isinstance(sources, list)  # "all" becomes the names it stands for when params.yaml loads (resolve_pretrain)
+    corpus = pretrain_texts(paths, sources)
     log.info(f"tokenizer: {len(corpus['train'])} train docs, {len(corpus['heldout'])} heldout docs")
     kept = kept_vocabulary(cfg, paths.stage_data("tokenizer_vocab"), corpus["train"], log)
     backend = build_backend(cfg, corpus["train"], kept["vocab"])

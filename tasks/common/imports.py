@@ -34,7 +34,7 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
 def imported_modules(path: Path, root: Path = ROOT) -> frozenset[str]:
     """Project modules that ``path`` imports (absolute and relative), with their parent packages."""
     package = path.relative_to(root).with_suffix("").parts[:-1]  # a/b.py and a/b/__init__.py: a and a.b
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
@@ -45,7 +45,7 @@ def imported_modules(path: Path, root: Path = ROOT) -> frozenset[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
-    out = set()
+    out: set[str] = set()
     for name in names:
         parts = name.split(".")
         if parts[0] in PACKAGES:

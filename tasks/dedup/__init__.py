@@ -81,7 +81,7 @@ from tasks.dedup.outputs import (
 from tasks.dedup.signatures import DocSignatures, band_shape
 
 
-def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
+def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     """Cluster exact and near duplicates of every ingest source; write the dedup outputs; return metrics.
 
     Raises ``FileNotFoundError`` if ``<data>/ingest`` is missing and ``ValueError`` naming the file for a
@@ -95,7 +95,7 @@ def run(cfg: DedupParams, paths: Paths, log) -> dict[str, Any]:
     docs = incremental.sign(corpus, cfg, index, log) if cfg.engine == "local" else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
-    clusters = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
+    clusters: UnionFind[int] = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
     exact_rep = merge_exact(docs.text_hash, rank, clusters, allowed.exact)
     bands, rows = band_shape(cfg)
     edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows), allowed.near)

@@ -180,7 +180,7 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> list[str]:
     The name is the smallest label, with ``groups_first`` the smallest group label (hash mode: a new doc's
     cluster id does not rename its group).
     """
-    uf = UnionFind(
+    uf: UnionFind[str] = UnionFind(
         priority=(lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first else (lambda node: node)
     )
     nodes = []

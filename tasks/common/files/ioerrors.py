@@ -21,7 +21,7 @@ import os
 import pickle
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,7 +47,8 @@ class DamagedFile(ValueError):
         self.path = Path(path)
         super().__init__(f"{path}: cannot be read (damaged or truncated? {one_line(err)}); {recover or recovery(path)}")
 
-    def __reduce__(self):  # from a worker process: the message as it was
+    # from a worker process: the message as it was
+    def __reduce__(self) -> tuple[Callable[[str, Path], DamagedFile], tuple[str, Path]]:
         return _damaged_file, (str(self), self.path)
 
 

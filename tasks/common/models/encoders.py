@@ -19,7 +19,7 @@ import json
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tasks.common.files.ioerrors import reading_folder
 from tasks.config.paths import Paths
@@ -27,7 +27,7 @@ from tasks.config.paths import Paths
 if TYPE_CHECKING:  # torch and transformers are imported where used: the path helpers serve stages that load no
     # model (tokenizer and tokenize read the folders; at 1x a stage's imports are much of its time)
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 #: HF model types whose base model takes ``add_pooling_layer``.
 POOLER_MODEL_TYPES = ("bert", "roberta", "roberta-prelayernorm")
@@ -147,7 +147,13 @@ def load_encoder(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     return _seeded_init(AutoModel, folder, seed, pooled=False)
 
 
-def _seeded_init(auto_class, folder: Path, seed: int, pooled: bool = True) -> PreTrainedModel:
+class FromConfig(Protocol):
+    """A Hugging Face auto class (``AutoModel``, ``AutoModelForMaskedLM``): builds an untrained model of a config."""
+
+    def from_config(self, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel: ...
+
+
+def _seeded_init(auto_class: FromConfig, folder: Path, seed: int, pooled: bool = True) -> PreTrainedModel:
     """``auto_class.from_config`` of the config at ``folder``, initialised from torch seed ``seed`` inside a
     forked RNG (the caller's random state is untouched; the same seed always gives the same weights).
     ``pooled=False`` leaves out a BERT-family pooler."""
@@ -170,7 +176,7 @@ def encoder_from_folder(folder: Path) -> PreTrainedModel:
         return AutoModel.from_pretrained(folder, use_safetensors=True, **_no_pooler(config))
 
 
-def _no_pooler(config) -> dict:
+def _no_pooler(config: PretrainedConfig) -> dict[str, bool]:
     # BERT-family base models build a pooler unless told not to (callers pool themselves); ModernBERT has none
     return {"add_pooling_layer": False} if config.model_type in POOLER_MODEL_TYPES else {}
 
@@ -235,7 +241,7 @@ def mlm_head(model: torch.nn.Module) -> torch.nn.Module:
 # ---------------------------------------------------------------- sentence embeddings (leakage's semantic detector)
 
 
-def mean_pool(hidden, mask):
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """sentence-transformers' mean pooling of ``hidden`` (batch, seq_len, dim) over ``mask`` (batch, seq_len),
     then L2 normalisation: (batch, dim)."""
     import torch
@@ -245,7 +251,7 @@ def mean_pool(hidden, mask):
     return torch.nn.functional.normalize(summed, p=2, dim=1)
 
 
-def quantize_int8(model):
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
     """Dynamic int8 quantisation of every ``torch.nn.Linear`` (weights int8, activations quantised per batch)."""
     import torch
 

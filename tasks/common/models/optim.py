@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 
-def decay_groups(module: nn.Module, weight_decay: float, **group) -> list[dict]:
+def decay_groups(module: nn.Module, weight_decay: float, **group: Any) -> list[dict]:
     """Two AdamW groups of ``module``'s trainable parameters: matrices decay by ``weight_decay``; biases and
     LayerNorm weights (every parameter with fewer than 2 dimensions) do not, as in BERT's ``optimization.py``
     and HF ``Trainer``. ``group`` adds keys (e.g. ``lr``) to both; empty groups are left out.

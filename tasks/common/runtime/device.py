@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def configure(device: torch.device, deterministic: bool) -> None:
         torch.use_deterministic_algorithms(True)
 
 
-def place(tensors, device: torch.device):
+def place(tensors: Any, device: torch.device) -> Any:
     """``tensors`` (a tensor, a mapping of them, or None) on ``device``; other values pass through, except a
     ``torch.nn.Module``: a ``TypeError`` (move a model with ``model.to(device)``; passing it through would leave
     it on the CPU while its inputs go to the device).
