@@ -33,8 +33,9 @@ from tqdm import tqdm
 from tasks.common.provenance import Lock
 from tasks.config.model.report import ReportParams
 from tasks.config.paths import Paths
-from tasks.report.claims.evaluation import Row, evaluate_all
+from tasks.report.claims.evaluation import evaluate_all
 from tasks.report.claims.grammar import EVIDENCE, FAMILIES, MALFORMED, Metrics, NotRun, selected_run
+from tasks.report.claims.row import Row
 from tasks.report.claims.standard import claim_set, gate_claims
 from tasks.report.claims.switches import Off, claim_off, figure_off
 from tasks.report.claims.tasks_run import finetune_tasks, remove_stale, task_headline, task_module

@@ -89,12 +89,12 @@ def test_an_item_level_claim_reports_the_mde_of_its_bootstrap(tmp_path):
 
 
 def test_a_seed_level_claim_uses_the_paired_t_se_and_df():
-    from tasks.report.claims.evaluation import _estimate
+    from tasks.report.claims.estimation import estimate_claim
     from tasks.report.claims.grammar import Sample
 
     t, b = (0.80, 0.82, 0.84), (0.70, 0.71, 0.72)  # deltas 0.10, 0.11, 0.12: sd 0.01
     sample = lambda v: Sample(v, ("1", "2", "3"), "seed", "x")  # noqa: E731
-    row = _estimate(claim("a/b/c", "d/e/f", min_effect=0.2), sample(t), sample(b), STATS)
+    row = estimate_claim(claim("a/b/c", "d/e/f", min_effect=0.2), sample(t), sample(b), STATS)
     se = 0.01 / math.sqrt(3)
     assert row.power.se == pytest.approx(se) and row.power.df == 2 and row.power.unit == "seeds"
     assert row.power.mde == pytest.approx(se * (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)))
@@ -135,13 +135,13 @@ def test_a_bound_claim_states_its_gap_and_what_more_units_would_do():
 
 
 def test_an_upper_bound_claim_row_carries_its_mde():
-    from tasks.report.claims.evaluation import _estimate
+    from tasks.report.claims.estimation import estimate_claim
     from tasks.report.claims.grammar import Sample
     from tasks.report.render.answer import verdict_cell
 
     bound_claim = claim("a/b/c", "d/e/f", min_effect=0.05).model_copy(update={"kind": "upper_bound"})
     miss = Sample((12 / 300,), ("fragment_20",), "planted docs", "x", proportion=(12, 300))
-    row = _estimate(bound_claim, miss, miss, STATS)
+    row = estimate_claim(bound_claim, miss, miss, STATS)
     # 12/300 = 0.04: the Clopper-Pearson upper end (about 0.069) is above 0.05, and the gap 0.01 is below the MDE
     assert row.verdict == "inconclusive" and row.power.unit == "planted docs" and row.power.n == 300
     assert row.power.mde == pytest.approx(bound_power_mde(300))

@@ -9,8 +9,9 @@ from sklearn.metrics import f1_score
 
 from report_fixtures import ARMS, GOLD, LABELS, STATS, claim, write_workspace
 from tasks.common.provenance import Lock
-from tasks.report.claims.evaluation import Row, apply_holm, evaluate
+from tasks.report.claims.evaluation import apply_holm, evaluate
 from tasks.report.claims.grammar import ClaimsFile, Metrics
+from tasks.report.claims.row import Row
 from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
 from tasks.report.tables.slices import slice_tables
 

@@ -3,8 +3,8 @@
 import csv
 import json
 
-from tasks.report.claims.evaluation import Row
 from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.claims.row import Row
 from tasks.report.render import summary
 from tasks.report.stats.estimates import Estimate
 

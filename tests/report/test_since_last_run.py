@@ -13,8 +13,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tasks.report.claims.evaluation import Row
 from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.claims.row import Row
 from tasks.report.render import pages as render
 from tasks.report.render import since, since_plot
 from tasks.report.stats.estimates import Estimate

@@ -12,9 +12,10 @@ import pytest
 from report_fixtures import STATS, claim, write_workspace
 from tasks import report
 from tasks.common.provenance import Lock
-from tasks.report.claims.evaluation import Row, apply_holm, evaluate
+from tasks.report.claims.evaluation import apply_holm, evaluate
 from tasks.report.claims.gates import run_steps
 from tasks.report.claims.grammar import Metrics
+from tasks.report.claims.row import Row
 from tasks.report.render.answer import answer, verdict_cell, without_parentheses
 from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
 from tasks.report.stats.power import Power

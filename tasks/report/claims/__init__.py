@@ -13,5 +13,7 @@ them, and one row per claim with its verdict (the statistics they use are ``task
 - ``curve_claims``: the learning curve's references (``best-arm@n<docs>``, gaps) and the gap estimate;
 - ``gates``: the floor, lineage and export gates and the optimiser steps of a finetune claim;
 - ``confounders``: the measured confounders of a claim's arms;
-- ``evaluation``: one ``Row`` per claim (estimates, verdict, power), Holm within each family.
+- ``row``: ``Row``, one evaluated claim as the tables and figures show it;
+- ``estimation``: a claim's arms and difference estimated from its samples, the verdict's tests and the MDE;
+- ``evaluation``: one ``Row`` per claim (arms resolved, estimated, gated, noted), Holm within each family.
 """

@@ -50,7 +50,7 @@ def sized(ref: str, metrics: Metrics) -> str:
 
 
 def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
-    """The ``Row`` fields (``tasks.report.claims.evaluation.Row``: verdict, reason, the two gaps, their difference,
+    """The ``Row`` fields (``tasks.report.claims.row.Row``: verdict, reason, the two gaps, their difference,
     tests, power) of a gap claim: ``(T1 - T2) - (B1 - B2)`` for ``arms`` = [T1, T2, B1, B2] (``claim_refs``),
     each a finetune sample with test items.
 

@@ -5,83 +5,23 @@ the reason; it never disappears from the table.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from dataclasses import replace
 
 from tasks.common.provenance import Lock
-from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, arm_calibration, calibration_estimates
-from tasks.report.claims.arms.items import metric_function, with_items
-from tasks.report.claims.arms.nested_seeds import describe, fine_seeds, with_pretraining_seeds
+from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, arm_calibration
+from tasks.report.claims.arms.items import with_items
 from tasks.report.claims.arms.nested_seeds import notes as pretraining_seed_notes
+from tasks.report.claims.arms.nested_seeds import with_pretraining_seeds
 from tasks.report.claims.arms.resolve import resolve
 from tasks.report.claims.confounders import measure_confounders
 from tasks.report.claims.curve_claims import claim_refs, gap_estimate
+from tasks.report.claims.estimation import arm_estimate, estimate_claim
 from tasks.report.claims.gates import export_gates, floor_gate, lineage_gate, training_steps
 from tasks.report.claims.grammar import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample
+from tasks.report.claims.row import Row
 from tasks.report.claims.tasks_run import task_headline
 from tasks.report.stats import bootstrap as bs
-from tasks.report.stats.estimates import (
-    Estimate,
-    StatsConfig,
-    Tests,
-    Verdict,
-    binomial_tests,
-    bound_verdict,
-    difference_verdict,
-    holm_verdicts,
-    mean_ci,
-    paired_ci,
-    proportion_ci,
-    t_tests,
-    two_proportion_ci,
-    two_proportion_tests,
-    untestable,
-    welch_ci,
-    welch_tests,
-)
-from tasks.report.stats.power import Power, bound_power, power_of, se_from_ci
-from tasks.report.stats.probe_bootstrap import SenseCosines, sense_estimate
-
-#: The range of a metric or of a difference of two, to which every interval is clipped.
-UNIT_RANGE, DIFF_RANGE = (0.0, 1.0), (-1.0, 1.0)
-
-
-@dataclass
-class Row:
-    """One evaluated claim: what the tables and figures show. ``verdict == "not run"`` leaves stats empty.
-
-    ``p_value`` is the p-value of the verdict's test and ``p_adjusted`` its Holm adjustment within the claim's
-    family (``claim.family``); ``unadjusted`` the verdict before Holm; ``best_baseline`` is the task's best
-    baseline on dev (finetune claims), ``effect_size`` Cohen's d over the units the difference's CI rests on
-    (seeds or probe words; None when the CI resamples test items), ``power`` the MDE of the difference
-    (``tasks.report.stats.power``), ``steps`` the optimiser steps of each fine-tuned arm, ``difference_label`` what
-    the difference subtracts (a calibration claim: baseline - treatment, as lower is better), ``items`` how
-    many test items and seeds the numbers rest on.
-    """
-
-    claim: Claim
-    verdict: Verdict
-    reason: str
-    treatment: Estimate | None = None
-    baseline: Estimate | None = None
-    difference: Estimate | None = None
-    pairing: str = ""
-    confounders: list[str] = field(default_factory=list)
-    runs: list[tuple[str, str, str]] = field(default_factory=list)  # (name, id, experiment id) of MLflow runs
-    data_md5: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    best_baseline: Estimate | None = None
-    best_baseline_key: str = ""
-    effect_size: float | None = None
-    p_value: float | None = None
-    p_adjusted: float | None = None
-    items: str = ""
-    difference_label: str = "treatment - baseline"
-    unadjusted: Verdict | None = None
-    power: Power | None = None
-    steps: list[str] = field(default_factory=list)
+from tasks.report.stats.estimates import Estimate, StatsConfig, holm_verdicts
 
 
 def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Row:
@@ -90,7 +30,11 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     md5s = data_md5(claim, lock)
     try:
         treat, base, *gap = (arm(ref, claim, metrics) for ref in claim_refs(claim, metrics))  # curve_claims
-        row = Row(claim, **gap_estimate(claim, [treat, base, *gap], cfg)) if gap else _estimate(claim, treat, base, cfg)
+        row = (
+            Row(claim, **gap_estimate(claim, [treat, base, *gap], cfg))
+            if gap
+            else estimate_claim(claim, treat, base, cfg)
+        )
     except NotRun as why:
         return Row(claim, "not run", f"not run: {why}", confounders=confounders, data_md5=md5s)
     except MALFORMED as err:
@@ -196,229 +140,6 @@ def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str
         return sample.run_key, arm_estimate(sample, claim.metric, cfg)
     except (NotRun, *MALFORMED):
         return sample.run_key, None
-
-
-def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
-    """One arm's estimate: the hierarchical bootstrap over its seeds and test items when it has items,
-    else the t-interval over its units (or Clopper-Pearson for a rate)."""
-    if sample.items is None:
-        return _arm_estimate(sample, cfg.level)
-    if metric in CALIBRATION_METRICS:
-        return calibration_estimates([sample.items], CALIBRATION_METRICS[metric], cfg, cfg.resamples)[0][0]
-    return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples, sample.items.pretrain)
-
-
-def counts_estimate(
-    counts: np.ndarray, function, cfg: StatsConfig, resamples: int, pretrain: tuple[str, ...] | None = None
-) -> Estimate:
-    """Point estimate (mean over runs) and percentile CI, clipped to [0, 1], of ``function`` on one arm's
-    ``counts`` (n_runs, n_items, K) from ``resamples`` draws of the hierarchical bootstrap (``pretrain``: the
-    pretraining seed of each run, drawn first; None: one pretraining seed)."""
-    reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, True, [pretrain])[:, 0]
-    low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
-    runs = (
-        f"{len(set(pretrain))} pretraining x {counts.shape[0] // len(set(pretrain))}" if pretrain else counts.shape[0]
-    )
-    method = f"hierarchical bootstrap over {runs} seed(s) and {counts.shape[1]} test items"
-    return Estimate(bs.point_estimate(counts, function), low, high, counts.shape[1], method)
-
-
-def _estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
-    if claim.kind == "upper_bound":
-        t_est, b_est = (_arm_estimate(s, cfg.level) for s in (treat, base))
-        diff = Estimate(t_est.mean - b_est.mean, math.nan, math.nan, t_est.n, "point difference")
-        tests = binomial_tests(*treat.proportion) if treat.proportion else t_tests(np.asarray(treat.values))
-        verdict, reason, p = bound_verdict(t_est, claim.min_effect, tests)
-        return Row(
-            claim,
-            verdict,
-            reason,
-            t_est,
-            b_est,
-            diff,
-            pairing="treatment CI against the bound",
-            p_value=p,
-            power=_bound_power(treat, t_est, claim.min_effect, cfg),
-        )
-    if claim.metric in CALIBRATION_METRICS:
-        return _calibration_estimate(claim, treat, base, cfg)
-    if isinstance(treat.items, SenseCosines) and isinstance(base.items, SenseCosines):  # words, then sentences
-        return Row(claim, **sense_estimate(claim, treat.items, base.items, cfg))
-    if treat.items is not None and base.items is not None:
-        return _item_estimate(claim, treat, base, cfg)
-    if treat.proportion and base.proportion and len(treat.units) == len(base.units) == 1:
-        return _rates_estimate(claim, treat, base, cfg)
-    t_vals, b_vals, paired = align(treat, base)
-    t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # a rate: Clopper-Pearson
-    if paired:
-        diff = paired_ci(t_vals, b_vals, cfg.level, cfg.paired_method, cfg.resamples, cfg.seed)
-        pairing = f"paired by {treat.unit_name} ({diff.method})"
-        tests = t_tests(np.asarray(t_vals) - np.asarray(b_vals)) if diff.has_ci else untestable()
-    else:
-        diff = welch_ci(t_vals, b_vals, cfg.level)
-        pairing = f"unpaired ({diff.method})"
-        tests = welch_tests(t_vals, b_vals) if diff.has_ci else untestable()
-    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
-    se, df = unit_se(t_vals, b_vals, paired)
-    power = power_of(se, diff.n, f"{treat.unit_name}s", claim.min_effect, cfg.alpha, cfg.power, df)
-    return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power)
-
-
-def _bound_power(treat: Sample, t_est: Estimate, bound: float, cfg: StatsConfig) -> Power | None:
-    """The MDE of an ``upper_bound`` claim: over the rate's trials, or the SD of its units (``power.bound_power``)."""
-    units = treat.unit_name if treat.unit_name.endswith("s") else treat.unit_name + "s"
-    if treat.proportion:
-        return bound_power(t_est.mean, bound, treat.proportion[1], units, cfg.alpha, cfg.power)
-    sd = float(np.std(treat.values, ddof=1)) if len(treat.values) > 1 else math.nan
-    return bound_power(t_est.mean, bound, len(treat.values), units, cfg.alpha, cfg.power, sd)
-
-
-def unit_se(treatment: tuple[float, ...], baseline: tuple[float, ...], paired: bool) -> tuple[float, float | None]:
-    """``(SE, df)`` of the difference of means over units, as its t interval has it: paired, ``sd(deltas) /
-    sqrt(n)`` on ``n - 1`` df; unpaired, Welch's ``sqrt(s1^2/n1 + s2^2/n2)`` on Welch-Satterthwaite df (Welch
-    1947). ``(nan, None)`` when a side has fewer than 2 units or the SE is 0 (no spread: no power to speak of)."""
-    t, b = np.asarray(treatment, dtype=float), np.asarray(baseline, dtype=float)
-    if paired and t.size >= 2:
-        se = float(np.std(t - b, ddof=1) / math.sqrt(t.size))
-        return (se, t.size - 1.0) if se > 0 else (math.nan, None)
-    if t.size < 2 or b.size < 2:
-        return math.nan, None
-    v1, v2 = np.var(t, ddof=1) / t.size, np.var(b, ddof=1) / b.size
-    if v1 + v2 == 0:
-        return math.nan, None
-    df = (v1 + v2) ** 2 / (v1**2 / (t.size - 1) + v2**2 / (b.size - 1))
-    return float(math.sqrt(v1 + v2)), float(df)
-
-
-def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
-    """ECE or Brier score of each arm from its own bootstrap (``arm_estimate``, as the calibration table and the
-    best-baseline cell show it), and their difference from one paired hierarchical bootstrap
-    (``calibration_arms.calibration_estimates``). Lower is better calibrated, so the difference is
-    ``baseline - treatment``: positive favours the treatment, as in every other claim, and a negative
-    ``min_effect`` is a non-inferiority margin."""
-    if treat.items is None or base.items is None:
-        raise NotRun(f"{claim.metric} needs finetune references with test predictions")
-    statistic = CALIBRATION_METRICS[claim.metric]
-    t_est, b_est = arm_estimate(treat, claim.metric, cfg), arm_estimate(base, claim.metric, cfg)
-    _, reps = calibration_estimates([treat.items, base.items], statistic, cfg, cfg.resamples)
-    gains = reps[:, 1] - reps[:, 0]
-    low, high = bs.percentile_ci(gains, cfg.level, (-1.0, 1.0) if statistic == "ece" else (-2.0, 2.0))
-    diff = Estimate(b_est.mean - t_est.mean, low, high, t_est.n, t_est.method)
-    tests = Tests(
-        lambda m: bs.p_value(gains, m, "greater"),
-        lambda m: bs.p_value(gains, m, "less"),
-        lambda m: bs.tost_p_value(gains, abs(m)),
-    )
-    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
-    seeds = f"{len(treat.items.seeds)} vs {len(base.items.seeds)} seeds"
-    power = power_of(float(np.std(gains, ddof=1)), t_est.n, "test items", claim.min_effect, cfg.alpha, cfg.power)
-    pairing = (
-        f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
-        f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins"
-    )
-    return Row(
-        claim,
-        verdict,
-        reason,
-        t_est,
-        b_est,
-        diff,
-        pairing=pairing,
-        p_value=p,
-        power=power,
-        items=f"{t_est.n} test items x {seeds}",
-        difference_label="baseline - treatment (lower is better)",
-    )
-
-
-def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
-    """Two single rates (e.g. masked-token accuracy of the MLM and of the unigram baseline): Newcombe's
-    interval of their difference and z-tests against ``min_effect``."""
-    (e1, n1), (e2, n2) = treat.proportion, base.proportion
-    diff = two_proportion_ci((e1, e2), (n1, n2), cfg.level)
-    verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)), cfg.alpha)
-    t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # Clopper-Pearson
-    power = power_of(
-        se_from_ci(diff.low, diff.high, cfg.alpha), min(n1, n2), treat.unit_name, claim.min_effect, cfg.alpha, cfg.power
-    )
-    return Row(
-        claim,
-        verdict,
-        reason,
-        t_est,
-        b_est,
-        diff,
-        pairing=f"two rates ({diff.method})",
-        p_value=p,
-        items=f"{n1} vs {n2} {treat.unit_name}",
-        power=power,
-    )
-
-
-def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
-    """Both arms from one paired hierarchical bootstrap: pretraining seeds resampled when an arm has runs from
-    several (jointly for arms that share them), then fine-tuning seeds (jointly when both arms ran the same seeds:
-    each seed drew its own training subset), then test items, with the same item draw for both arms
-    (``bootstrap.hierarchical_bootstrap``; the Multi-Bootstrap of Sellam et al. 2022)."""
-    t_items, b_items = treat.items, base.items
-    if t_items.doc_ids != b_items.doc_ids:
-        raise NotRun(f"{treat.run_key} and {base.run_key} scored different test items")
-    function, shared = metric_function(claim.metric), fine_seeds(t_items) == fine_seeds(b_items)
-    reps = bs.hierarchical_bootstrap(
-        [t_items.headline, b_items.headline],
-        function,
-        cfg.resamples,
-        cfg.seed,
-        shared,
-        [t_items.pretrain, b_items.pretrain],
-    )
-    n, deltas = len(t_items.doc_ids), reps[:, 0] - reps[:, 1]
-    method = f"hierarchical bootstrap ({cfg.resamples} resamples)"
-    t_est, b_est = (
-        Estimate(bs.point_estimate(x.headline, function), *bs.percentile_ci(r, cfg.level, UNIT_RANGE), n, method)
-        for x, r in ((t_items, reps[:, 0]), (b_items, reps[:, 1]))
-    )
-    diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, DIFF_RANGE), n, method)
-    tests = Tests(
-        lambda m: bs.p_value(deltas, m, "greater"),
-        lambda m: bs.p_value(deltas, m, "less"),
-        lambda m: bs.tost_p_value(deltas, abs(m)),
-    )
-    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
-    power = power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power)
-    seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per arm"
-    pairing = (
-        f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
-        f"({describe(t_items)} vs {describe(b_items)}); {method}"
-    )
-    return Row(
-        claim,
-        verdict,
-        reason,
-        t_est,
-        b_est,
-        diff,
-        pairing=pairing,
-        p_value=p,
-        power=power,
-        items=f"{n} test items ({claim.items}) x {describe(t_items)} vs {describe(b_items)} seeds",
-    )
-
-
-def _arm_estimate(sample: Sample, level: float) -> Estimate:
-    if sample.proportion is not None:
-        return proportion_ci(*sample.proportion, level)
-    return mean_ci(sample.values, level)
-
-
-def align(treat: Sample, base: Sample) -> tuple[tuple[float, ...], tuple[float, ...], bool]:
-    """Values of both arms, ordered by shared unit when the arms are paired (same unit kind and unit set)."""
-    same = treat.unit_name == base.unit_name and sorted(treat.units) == sorted(base.units)
-    if not same or len(treat.units) < 2 or len(set(treat.units)) != len(treat.units):
-        return treat.values, base.values, False
-    order = sorted(treat.units)
-    t_map, b_map = dict(zip(treat.units, treat.values)), dict(zip(base.units, base.values))
-    return tuple(t_map[u] for u in order), tuple(b_map[u] for u in order), True
 
 
 def apply_holm(rows: list[Row], alpha: float) -> None:

@@ -4,7 +4,7 @@ and the verdict before Holm when Holm demoted it)."""
 
 from __future__ import annotations
 
-from tasks.report.claims.evaluation import Row
+from tasks.report.claims.row import Row
 from tasks.report.stats.power import underpowered
 
 #: How each verdict reads in the lead sentence.

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from tasks.report.claims.evaluation import Row
 from tasks.report.claims.grammar import EVIDENCE
+from tasks.report.claims.row import Row
 from tasks.report.render.answer import answer, verdict_cell
 from tasks.report.stats.estimates import VERDICTS, Estimate
 from tasks.report.stats.power import describe

@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from tasks.report.claims.evaluation import Row
 from tasks.report.claims.grammar import Metrics, NotRun
+from tasks.report.claims.row import Row
 from tasks.report.render import since_plot
 from tasks.report.render.pages import SINCE, Grid, grids_md
 

@@ -18,8 +18,8 @@ import csv
 import json
 from pathlib import Path
 
-from tasks.report.claims.evaluation import Row
 from tasks.report.claims.grammar import MALFORMED, Metrics, NotRun
+from tasks.report.claims.row import Row
 from tasks.report.claims.tasks_run import finetune_tasks
 from tasks.report.render.figures import read_curve
 from tasks.report.render.pages import by_evidence, fmt_estimate, verdict_summary, verdict_text

@@ -144,7 +144,7 @@ def nested_bootstrap(arms: list[SenseCosines], resamples: int, seed: int) -> tup
 
 
 def sense_estimate(claim, treat: SenseCosines, base: SenseCosines, cfg: StatsConfig) -> dict:
-    """The ``Row`` fields (``tasks.report.claims.evaluation.Row``) of a sense claim: both arms and their difference
+    """The ``Row`` fields (``tasks.report.claims.row.Row``) of a sense claim: both arms and their difference
     from one paired nested bootstrap (``nested_bootstrap``, ``cfg.resamples`` replicates), the verdict against
     ``claim.min_effect``, and the MDE over probe words."""
     reps, dropped = nested_bootstrap([treat, base], cfg.resamples, cfg.seed)

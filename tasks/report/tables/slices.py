@@ -18,7 +18,7 @@ import numpy as np
 
 from tasks.report.claims.arms.items import Items, metric_function, read_test_items, semantically_flagged, with_items
 from tasks.report.claims.arms.resolve import resolve
-from tasks.report.claims.evaluation import counts_estimate
+from tasks.report.claims.estimation import counts_estimate
 from tasks.report.claims.grammar import MALFORMED, ClaimsFile, Metrics, NotRun, finetune_run
 from tasks.report.claims.tasks_run import finetune_tasks, task_headline
 from tasks.report.stats.estimates import Estimate, StatsConfig
