@@ -46,7 +46,8 @@ TINY = {
     "finetune.recipes.ner.lr_grid": [1.0, 3.0],
     "finetune.recipes.cls.train_sizes": [16],  # the learning curve: 16 docs, then the 48 of the full-size runs
     "finetune.recipes.ner.train_sizes": [16],
-    "finetune.recipes.cls.lr_grid_widen": 0,  # tests/finetune/test_lr_widening.py widens; the suite has no time for it here
+    # tests/finetune/test_lr_widening.py widens; the suite has no time for it here
+    "finetune.recipes.cls.lr_grid_widen": 0,
     "finetune.recipes.ner.lr_grid_widen": 0,
     "finetune.recipes.cls.max_train_docs": 48,
     "finetune.recipes.cls.max_dev_docs": 24,

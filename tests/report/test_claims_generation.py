@@ -173,8 +173,8 @@ def test_an_override_a_claim_and_a_drop_survive_regeneration(tmp_path):
         ),
         (
             {"claims": [{"id": "pretraining-helps-clss", "min_effect": 0.1}]},
-            "claim 'pretraining-helps-clss' (no standard claim of this run's tasks, did you mean 'pretraining-helps-cls'? "
-            "A new claim needs every field): ",
+            "claim 'pretraining-helps-clss' (no standard claim of this run's tasks, "
+            "did you mean 'pretraining-helps-cls'? A new claim needs every field): ",
         ),
         ({"drop": ["pretraining-helps-topics"]}, "drop: 'pretraining-helps-topics' is not a standard claim"),
         (

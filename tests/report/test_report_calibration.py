@@ -159,7 +159,8 @@ def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     ]
     assert operational_cost(metrics) == {
         f"cls {CALIBRATED}": (
-            "cpu, 2 threads: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; 5.20 MiB on disk"
+            "cpu, 2 threads: batch 1 p50 4 ms/doc, batch 32 p50 1.5 ms/doc; peak RSS 450 MiB; 1,350,000 parameters; "
+            "5.20 MiB on disk"
         )
     }
     curves = reliability_curves("cls", metrics)

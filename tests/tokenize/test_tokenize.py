@@ -190,7 +190,7 @@ def test_ner_invalid_iob2_drop_and_error_policies(built):
 def test_long_sentence_windows_recover_every_word(built, tok_name):
     paths, metrics = built
     names = json.loads((paths.data / "tokenize" / "ner" / tok_name / "labels.json").read_text())
-    rows = [r for r in load_from_disk(str(paths.data / "tokenize" / "ner" / tok_name / "dev"))]
+    rows = list(load_from_disk(str(paths.data / "tokenize" / "ner" / tok_name / "dev")))
     assert len(rows) > 1 and [r["window_index"] for r in rows] == list(range(len(rows)))
     for row in rows:
         assert len(row["input_ids"]) <= SEQ

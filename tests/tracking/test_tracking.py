@@ -156,11 +156,13 @@ def test_runkilled_is_not_an_exception_subclass():
 def test_input_md5_tags_take_upstream_outputs_from_dvc_lock(tmp_path):
     (tmp_path / "dvc.yaml").write_text(
         "stages:\n  dedup:\n    cmd: x\n    deps: [tasks/dedup/__init__.py, data/ingest]\n"
-        '  finetune:\n    foreach: [cls]\n    do:\n      cmd: y\n      deps: ["data/tokenize/${item}", models/pretrained]\n'
+        "  finetune:\n    foreach: [cls]\n    do:\n      cmd: y\n"
+        '      deps: ["data/tokenize/${item}", models/pretrained]\n'
     )
     (tmp_path / "dvc.lock").write_text(
         "schema: '2.0'\nstages:\n  ingest:\n    outs:\n    - path: data/ingest\n      md5: aaa.dir\n"
-        "  dedup:\n    deps:\n    - path: tasks/dedup/__init__.py\n      md5: bbb\n    - path: data/ingest\n      md5: old.dir\n"
+        "  dedup:\n    deps:\n    - path: tasks/dedup/__init__.py\n      md5: bbb\n"
+        "    - path: data/ingest\n      md5: old.dir\n"
         "  tokenize:\n    outs:\n    - path: data/tokenize/cls\n      md5: ccc.dir\n"
     )
     assert stage_main.input_md5_tags(input_md5s(tmp_path, "dedup")) == {
