@@ -61,6 +61,7 @@ Modules and subpackages:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -68,6 +69,7 @@ from tasks.common.matching import minhash
 from tasks.common.pretraining_texts import NO_LINEAGE
 from tasks.common.runtime import gcpause
 from tasks.config.corpus.leakage import LeakageParams
+from tasks.config.paths import Paths
 from tasks.leakage import lineage_audit
 from tasks.leakage.lexical import residual
 from tasks.leakage.lexical.detectors import DETECTORS
@@ -92,7 +94,7 @@ from tasks.leakage.semantic import audit as semantic_audit
 __all__ = ["audit", "plant_copies", "run"]
 
 
-def run(cfg: LeakageParams, paths, log) -> dict:
+def run(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     """Audit ``<data>/split`` and write ``<data>/leakage``; returns the metrics dict (with ``planted``,
     ``residual`` and ``semantic``). Raises ``FileNotFoundError`` without input and ``ValueError`` naming a file
     with missing columns. The lexical scan's millions of n-gram tuples are kept out of the cyclic collector's
@@ -102,7 +104,7 @@ def run(cfg: LeakageParams, paths, log) -> dict:
         return audit(cfg, paths, log)
 
 
-def audit(cfg: LeakageParams, paths, log) -> dict:
+def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     """The stage (``run``), collector state aside."""
     frames = read_sources(paths.stage_data("split"))
     rows = pd.concat(list(frames.values()), ignore_index=True)
@@ -118,7 +120,7 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
         eval_frame, evals, train_frame, scanned, table, cfg, paths.stage_data("leakage_cache"), log
     )
     found = [set(m) for m in lexical_found]
-    detectors = DETECTORS
+    detectors: tuple[str, ...] = DETECTORS
     review: list[dict] = []
     semantic_metrics = {"enabled": False}
     scored = None
@@ -166,7 +168,7 @@ def audit(cfg: LeakageParams, paths, log) -> dict:
 
 
 def scan_training(
-    paths, train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, log
+    paths: Paths, train_frame: pd.DataFrame, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, log: Any
 ) -> TrainingScan:
     """The ``TrainingScan`` of every training row: on this machine through the per-text cache
     (``scan.incremental``), or on Ray Data (``engine: ray``: ``scan.ray_engine``; Ray, an optional dependency, is
@@ -185,7 +187,7 @@ def plant_copies(
     table: pd.DataFrame,
     cfg: LeakageParams,
     cache: Path,
-    log,
+    log: Any,
 ) -> tuple[list, list[str], list[set[str]]]:
     """The planted copies of every eval doc (``tasks.leakage.planted``), the variants not planted, and the
     lexical methods that find each copy (copies seen by an earlier run from ``cache``: ``planted.cache``).
