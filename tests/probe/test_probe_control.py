@@ -12,7 +12,7 @@ from tasks import probe
 from tasks.probe import probe_set
 from tasks.probe.control import shuffle_context, shuffled
 from tasks.tracking import NullLog
-from test_probe import SHIPPED, make_cfg, make_paths, tiny_root  # noqa: F401  (tiny_root: the module fixture)
+from test_probe import SHIPPED, make_cfg, make_paths
 
 SENTENCE = "After three weeks at sea, the sailors were glad to see the lights of the port."
 
@@ -65,7 +65,7 @@ def _cosine_separation(triangle: list[float], senses: list[str]) -> float:
     return float(np.mean(within) - np.mean(across))
 
 
-def test_a_run_on_tiny_models_writes_the_control_and_the_cosines_behind_both(tiny_root, tmp_path):  # noqa: F811
+def test_a_run_on_tiny_models_writes_the_control_and_the_cosines_behind_both(tiny_root, tmp_path):
     lines = [
         line
         for line in SHIPPED.read_text(encoding="utf-8").splitlines()

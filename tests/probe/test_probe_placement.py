@@ -24,7 +24,7 @@ from tasks.common.models.encoders import reference_model_dir
 from tasks.probe import pairs, probe_set
 from tasks.probe import vectors as probe_vectors
 from tasks.tracking import NullLog
-from test_probe import make_cfg, make_paths, tiny_root  # noqa: F401 (tiny_root: a fixture)
+from test_probe import make_cfg, make_paths
 from test_probe_pll import MASK, PAD, random_sentences, tiny_masked_lm  # same folder: pytest puts it on sys.path
 
 pytestmark = pytest.mark.placement
