@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -50,7 +51,7 @@ from tasks.report.tables.slices import slice_tables
 from tasks.tracking.ui import links_ui_url
 
 
-def run(cfg: ReportParams, paths: Paths, log) -> dict:
+def run(cfg: ReportParams, paths: Paths, log: Any) -> dict:
     """Build the claim table and its figures; returns verdict counts and each claim's difference."""
     tasks = tuple(cfg.setup.tasks)
     for stale in remove_stale(paths.metrics, tasks):
@@ -101,7 +102,7 @@ def link_stage_runs(rows: list[Row], runs: dict[str, tuple[str, str, str]]) -> N
         row.runs = sorted(set(row.runs) | {runs[stage] for stage in named if stage in runs})
 
 
-def write_summaries(paths: Paths, rows: list[Row], metrics: Metrics, log) -> None:
+def write_summaries(paths: Paths, rows: list[Row], metrics: Metrics, log: Any) -> None:
     """The curated ``metrics/summary.json`` (``dvc exp show``), the plot data under ``<reports>/plots``
     (``dvc plots show``) and ``<reports>/summary.md``, also set as this run's MLflow description."""
     summary.write_summary(paths.metrics / summary.SUMMARY_FILE, summary.summary_metrics(rows, summarize(rows), metrics))
@@ -182,7 +183,7 @@ def row_metrics(row: Row) -> dict:
 # ---------------------------------------------------------------- figures
 
 
-def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[Row], log) -> dict[str, Path | str]:
+def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[Row], log: Any) -> dict[str, Path | str]:
     """Draw every figure into ``<reports>/figures``; ``{title: path}``, ``{title: "not drawn: <why>"}`` or
     ``{title: "off (enable with ...)"}`` (a figure of a feature the params turn off)."""
     out = paths.reports / "figures"
