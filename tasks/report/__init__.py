@@ -40,9 +40,9 @@ from tasks.report.claims.row import Row
 from tasks.report.claims.standard import claim_set, gate_claims
 from tasks.report.claims.switches import Off, claim_off, figure_off
 from tasks.report.claims.tasks_run import finetune_tasks, remove_stale, task_headline, task_module
+from tasks.report.render import claims_html, since, since_plot, summary
 from tasks.report.render import figures as fig
 from tasks.report.render import pages as render
-from tasks.report.render import since, since_plot, summary
 from tasks.report.render.curve_figure import learning_curve
 from tasks.report.stats.estimates import VERDICTS, StatsConfig
 from tasks.report.tables.evidence import evidence_tables, reliability_curves
@@ -277,5 +277,5 @@ def write_reports(
     warned = cfg.setup.warnings  # what the flow prints too: a task source only the leakage audit reads
     md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, ui, slices, tables, warned)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
-    page = render.html_page(question, rows, figures, ledger, cfg.confidence_level, ui, slices, tables, warned)
+    page = claims_html.html_page(question, rows, figures, ledger, cfg.confidence_level, ui, slices, tables, warned)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")

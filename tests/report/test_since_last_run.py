@@ -15,8 +15,8 @@ import pytest
 
 from tasks.report.claims.grammar import Claim, Metrics
 from tasks.report.claims.row import Row
+from tasks.report.render import claims_html, since, since_plot
 from tasks.report.render import pages as render
-from tasks.report.render import since, since_plot
 from tasks.report.stats.estimates import Estimate
 from tasks.tracking import NullLog, open_run
 
@@ -239,7 +239,7 @@ def test_the_section_sits_under_the_claim_table_in_md_and_html(tmp_path):
     md = render.markdown("q?", rows, {}, {}, 0.95, "http://h:1", {}, tables)
     assert md.index("## Since the last run") < md.index("## Claims in detail") < md.index("## Minimal pairs")
     assert md.count("## Since the last run") == 1 and "| a | supported | inconclusive |" in md
-    page = render.html_page("q?", rows, {}, {}, 0.95, "http://h:1", {}, tables)
+    page = claims_html.html_page("q?", rows, {}, {}, 0.95, "http://h:1", {}, tables)
     assert page.index('<h2 id="since">Since the last run</h2>') < page.index("<h2>Claims in detail</h2>")
     assert "<td>a</td><td>supported</td><td>inconclusive</td>" in page
 

@@ -1,6 +1,7 @@
 """What the report writes, from the claim rows (``tasks.report.claims``) and the tables (``tasks.report.tables``):
 
-- ``pages``: ``claims.md`` and the self-contained ``claims.html`` (the claim table, details, sections);
+- ``pages``: the claim page (the claim table, details, sections) and ``claims.md``, its Markdown;
+- ``claims_html``: the same page as the self-contained ``claims.html``;
 - ``answer``: the report's lead sentence and the verdict cells;
 - ``figures``: the figures (loss curve, dose response, seeds, confusion, spans, sense separation, forest,
   reliability, leakage recall), PNG with pinned metadata;
