@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,11 +14,9 @@ import yaml
 from scipy import stats
 from scipy.stats import binomtest, ttest_1samp
 
-from report_fixtures import CLAIMS_YAML, DEFAULT_CLAIMS, PARAMS
+from report_fixtures import DEFAULT_CLAIMS, PARAMS
 from tasks import report
 from tasks.common.provenance import Lock
-from tasks.config.model.report import ReportParams
-from tasks.config.paths import Paths
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import EVIDENCE, ClaimsError, Metrics
 from tasks.report.claims.standard import claim_set
@@ -307,32 +304,6 @@ def write_metrics(folder: Path, skip: tuple[str, ...] = ()) -> None:
     if "pretrain" not in skip:
         rows = ["step\ttrain_loss\tlr\teval_loss", "0\t9.0\t0.0\t9.1", "10\t7.5\t0.001\t", "20\t6.0\t0.0005\t6.4"]
         (folder / "pretrain_curve.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-
-
-@pytest.fixture()
-def workspace(tmp_path):
-    paths = Paths(
-        data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "metrics", reports=tmp_path / "reports"
-    )
-    paths.reports.mkdir(parents=True)
-    shutil.copy(CLAIMS_YAML, paths.reports / "claims.yaml")
-    lock = {
-        "schema": "2.0",
-        "stages": {
-            "finetune@cls": {
-                "cmd": "python -m tasks finetune cls",
-                "deps": [
-                    {"path": "data/tokenize", "md5": "aaaa.dir"},
-                    {"path": "tasks/finetune/__init__.py", "md5": "code"},
-                ],
-            },
-            "ingest": {"cmd": "python -m tasks ingest", "outs": [{"path": "data/ingest", "md5": "bbbb.dir"}]},
-        },
-    }
-    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
-    section = PARAMS.report.model_dump()  # with the default tasks and switches (ReportParams.setup)
-    section.update(dvc_lock_file=str(tmp_path / "dvc.lock"), figure_dpi=50, max_diverged_seed_fraction=0.5)
-    return ReportParams.model_validate(section), paths
 
 
 def _rows_by_id(cfg, paths):

@@ -11,7 +11,7 @@ from tasks import report
 from tasks.report.claims.switches import claim_off
 from tasks.report.render.answer import answer
 from tasks.tracking import NullLog
-from test_report import STATS, TREAT, _rows_by_id, _run, workspace, write_metrics  # noqa: F401
+from test_report import TREAT, _rows_by_id, _run, write_metrics
 
 CLAIMS = {
     "all-mask-no-worse-than-80-10-10-cls": ("all-mask", "cls"),
