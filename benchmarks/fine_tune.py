@@ -8,7 +8,7 @@ params.yaml (``finetune.recipes.cls``: 128 tokens, head_tail, batch 8), ``finetu
 the training steps' precision of ``finetune.cpu_train_precision`` (``auto``: bf16 autocast on a CPU with AVX512-BF16 or
 AMX).
 
-- ours: a real ``tasks.finetune.Job`` (``make_job``) and ``Run``; the optimizer and schedule built as
+- ours: a real ``tasks.finetune.jobs.Job`` (``make_job``) and ``Run``; the optimizer and schedule built as
   ``training.train`` builds them (``learning_rates``, ``optimizer_for``: fused AdamW, encoder and head LRs
   apart); ``training.train_epoch`` over ``--warmup`` batches, then a timed ``train_epoch`` of ``--steps``
   optimizer steps; evaluation: a timed ``training.predict`` over the eval docs (after one untimed batch; fp32
@@ -109,9 +109,10 @@ def recipe():
 
 
 def bench_job(data: Path, tcfg):
-    """A real ``tasks.finetune.Job`` of the arm (``make_job``: the stage's ``cls.examples`` cut); dev = test = eval."""
+    """A real ``tasks.finetune.jobs.Job`` of the arm (``make_job``: the stage's ``cls.examples`` cut); dev = test =
+    eval."""
     from tasks.config.model.finetune import RunSpec
-    from tasks.finetune import make_job
+    from tasks.finetune.jobs import make_job
 
     rows = json.loads(data.read_text())
     splits = {"train": rows["train"], "dev": rows["eval"], "test": rows["eval"]}

@@ -135,8 +135,8 @@ def make_jobs(work: Path, params, train_docs: int, eval_docs: int) -> list:
     """The stage's jobs of the recipe's arms on BBC rows (a train pool of 2 x ``train_docs``, each seed drawing
     ``train_docs``; ``eval_docs`` dev and as many test docs)."""
     from benchmarks.fine_tune import bbc_rows
-    from tasks.finetune import make_job
     from tasks.finetune.draw import Draw
+    from tasks.finetune.jobs import make_job
 
     fcfg, tcfg = params.finetune, params.finetune.task(TASK)
     models = work / "models"

@@ -30,10 +30,11 @@ MLflow: one child run per arm and baseline under the stage run, with one nested 
 tfidf-lr timing waiting until training ends; on the CPU they follow the sweep as before, since the workers already
 hold the cores (``workers`` x ``torch_threads``).
 
-This module holds ``run`` and the jobs (``Job``, ``make_job``), the run records and ``select_best``; beside it:
+This module holds ``run``, the task data it reads, the run records and ``select_best``; beside it:
 
 - ``cls``, ``ner``: the two task kinds (examples, batches, predictions, scores);
 - ``draw``: which docs a run sees (the seeded hash samples behind ``max_*_docs`` and ``train_sizes``);
+- ``jobs``: ``Job``, what every seed of one arm shares, made from the task's rows (``make_job``, ``dose_jobs``);
 - ``records``: prediction files and the per-configuration metrics entry;
 - ``selected``: the arm and seed chosen on dev (or the tfidf-lr baseline) kept for the export stage;
 - ``arms/``: fine-tuning the arms (model, one training run, the frozen probe, the LR sweep, operational timing);
@@ -46,9 +47,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 
 import datasets
 
@@ -56,23 +55,19 @@ from tasks.common.files.ioerrors import reading
 from tasks.common.models.encoders import (
     load_tokenizer,
     model_dir,
-    pad_token_id,
-    pretrained_dir,
-    snapshot_dirs,
     tokenization,
 )
 from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
-from tasks.config.model.finetune import FinetuneParams, RunSpec, TaskParams
+from tasks.config.model.finetune import FinetuneParams, TaskParams
 from tasks.finetune import selected
 from tasks.finetune.arms import operational
 from tasks.finetune.arms.sweep import Runner, alongside, log_job, slots, sweep_and_train
 from tasks.finetune.baselines import fitting
 from tasks.finetune.baselines.runs import run_baseline
 from tasks.finetune.draw import Draw, kept_doc_ids
+from tasks.finetune.jobs import SPLITS, Job, dose_jobs, make_job
 from tasks.finetune.records import TASKS, aggregate, write_predictions
 from tasks.finetune.reruns import at_train_sizes, from_ablations, from_pretraining_seeds
-
-SPLITS = ("train", "dev", "test")
 
 
 def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
@@ -298,77 +293,6 @@ def same_labels(data: dict, item: str) -> list[str]:
     if any(v != first for v in names.values()):
         raise ValueError(f"finetune[{item}]: labels.json differs between tokenizations: {names}")
     return first
-
-
-@dataclass(frozen=True)
-class Job:
-    """What every seed of one configuration shares: task, its kind's module, spec, params, examples, model folder;
-    ``draw`` picks each seed's train examples from ``exs["train"]`` (``for_seed``; None: all of them)."""
-
-    item: str  # the task name
-    module: str  # TaskSpec.module: cls | ner
-    spec: RunSpec
-    tcfg: TaskParams
-    exs: dict[str, list[dict]]  # split -> examples
-    labels: list[str]
-    folder: Path
-    pad_id: int
-    key: str  # the run's name in metrics and MLflow: spec.key, or pretrained@step_<N>/... for a snapshot
-    draw: Draw | None = None
-
-    def for_seed(self, seed: int) -> Job:
-        """The job a run of ``seed`` trains: ``exs["train"]`` cut to the seed's draw (``draw.Draw.keep``)."""
-        if self.draw is None:
-            return self
-        return replace(self, exs={**self.exs, "train": self.draw.keep(self.exs["train"], seed)}, draw=None)
-
-    @property
-    def task(self) -> ModuleType:
-        """``tasks.finetune.cls`` or ``tasks.finetune.ner`` (a property: modules do not pickle to workers)."""
-        return TASKS[self.module]
-
-
-def make_job(
-    item: str,
-    module: str,
-    spec: RunSpec,
-    tcfg: TaskParams,
-    rows: dict,
-    labels: list[str],
-    models: Path,
-    draw: Draw | None = None,
-    folder: Path | None = None,
-    key: str | None = None,
-) -> Job:
-    """Examples for ``spec`` (its tokenization, its label scheme) and its model folder (default: the
-    variant's) and pad id; ``draw`` cuts each seed's train docs from ``rows["train"]`` (None: every seed trains
-    on all of them); ``key`` names the run (default ``spec.key``)."""
-    folder = folder or model_dir(spec.variant, models)
-    exs = {split: TASKS[module].examples(rows[split], tcfg, spec.head) for split in SPLITS}
-    return Job(item, module, spec, tcfg, exs, labels, folder, pad_token_id(folder), key or spec.key, draw)
-
-
-def dose_jobs(
-    item: str, module: str, tcfg: TaskParams, rows: dict, labels: list[str], models: Path, draw: Draw
-) -> dict[int, Job]:
-    """``{pretraining step: job}``: the ``dose_response`` config from each snapshot in
-    ``<models>/pretrained/snapshots/step_<N>``, run key ``pretrained@step_<N>/<mode>/<head>``.
-
-    Raises ``FileNotFoundError`` when pretrain saved no snapshots.
-    """
-    spec = next(s for s in tcfg.configs if s.key == tcfg.dose_response)
-    folders = snapshot_dirs(models)
-    if not folders:
-        raise FileNotFoundError(
-            f"finetune.recipes.*.dose_response of task {item}: no snapshots in {pretrained_dir(models)}/snapshots "
-            "(set pretrain.dose_snapshot_fractions)"
-        )
-    jobs = {}
-    for folder in folders:
-        step = int(folder.name.removeprefix("step_"))
-        key = f"{spec.variant}@{folder.name}/{spec.mode}/{spec.head}"
-        jobs[step] = make_job(item, module, spec, tcfg, rows, labels, models, draw, folder=folder, key=key)
-    return jobs
 
 
 def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, measured: dict | None) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from tasks.finetune import Job
 from tasks.finetune.draw import Draw, drawn_doc_ids, kept_doc_ids
+from tasks.finetune.jobs import Job
 
 IDS = [f"train-{i:03d}" for i in range(40)]
 ROWS = [{"doc_id": d, "window": w} for d in IDS for w in (0, 1)]  # two windows a doc, as a long ner sentence

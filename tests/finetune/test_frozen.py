@@ -13,10 +13,11 @@ from sklearn.preprocessing import StandardScaler
 
 from finetune_fixtures import save_tiny_bert, tiny_params, write_task_data
 from tasks.finetune import cls as cls_task
-from tasks.finetune import load_task_data, make_job
+from tasks.finetune import load_task_data
 from tasks.finetune.arms import frozen
 from tasks.finetune.arms.model import build_model, load_model
 from tasks.finetune.arms.training import Run, predict, train_and_test
+from tasks.finetune.jobs import make_job
 
 N_DOCS = {"train": 12, "dev": 6, "test": 5}
 

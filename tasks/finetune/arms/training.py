@@ -34,7 +34,7 @@ TRAINED_ENCODERS = ("reference", "adapted")
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: a job (``tasks.finetune.Job``), its seed and the multiplier of its learning rates;
+    """One training run: a job (``tasks.finetune.jobs.Job``), its seed and the multiplier of its learning rates;
     ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement;
     ``device``: where it trains (``cpu``, ``cuda:N``; ``meta`` in the placement tests); ``cpu_bf16``: training
     steps on the CPU under bf16 autocast (``tasks.common.runtime.device.cpu_bf16``)."""
