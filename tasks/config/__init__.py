@@ -2,16 +2,20 @@
 
 Every value a run depends on lives in ``params.yaml``; the pydantic models here forbid unknown keys, so a
 typo fails at load time instead of silently falling back to a default. Each stage's section has its own
-module in this package (``tasks/config/<stage>.py``); the root model and the loader are ``root.py``, the YAML
-reader ``yamlfile.py``. The names below are imported on first use (PEP 562 ``__getattr__``): ``from
-tasks.config import Paths`` does not import every section model that ``Params`` needs (about 0.15 s of
-a process's start).
+module in this package (``tasks/config/corpus/<stage>.py`` or ``tasks/config/model/<stage>.py``); the root
+model and the loader are ``root.py``, the YAML reader ``yamlfile.py``. The names below are imported on first
+use (PEP 562 ``__getattr__``): ``from tasks.config import Paths`` does not import every section model that
+``Params`` needs (about 0.15 s of a process's start).
 
 - ``root``: the root model (``Params``) and the loader;
 - ``yamlfile``: the YAML reader (YAML 1.2 floats, one error type naming the file);
 - ``base``: the base model every section derives from, and the checks several sections share;
-- ``paths``, ``hardware``, ``cluster``, ``tasks``, ``pipeline``, ``snapshot``: the sections every stage or the
-  flow reads (``cluster`` is the ``ray:`` section);
+- ``paths``: the ``paths:`` section, where stages read and write (every stage reads it);
+- ``hardware``: the ``hardware:`` section, the device of the model stages (pretrain, finetune, probe);
+- ``cluster``: the ``ray:`` section, where ``engine: ray`` stages run;
+- ``tasks``: the ``tasks:`` section, the fine-tuning tasks by name (their kind, source and headline metric);
+- ``pipeline``: the ``pipeline:`` section, the retries of the flow's stage tasks;
+- ``snapshot``: the ``snapshot:`` section, what the flow's final snapshot step does;
 - ``corpus/``: the sections of the stages that build the corpus (ingest, dedup, split, leakage, tokenizer,
   tokenize);
 - ``model/``: the sections of the stages that train, evaluate and ship the model (pretrain, finetune, probe,

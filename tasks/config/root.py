@@ -1,6 +1,7 @@
-"""The root params model and its loader: ``Params`` holds one section per stage (``tasks/config/<stage>.py``),
-``load_params`` reads and validates ``params.yaml``. Imported on first use of these names (``tasks/config``'s
-``__getattr__``): a stage module that needs only its own section does not import every section's model."""
+"""The root params model and its loader: ``Params`` holds one section per stage
+(``tasks/config/{corpus,model}/<stage>.py``), ``load_params`` reads and validates ``params.yaml``. Imported on
+first use of these names (``tasks/config``'s ``__getattr__``): a stage module that needs only its own section
+does not import every section's model."""
 
 from __future__ import annotations
 
