@@ -78,17 +78,16 @@ def lexical(train_texts: list[str], eval_texts: list[str], cfg) -> dict:
 
 
 def semantic_pass(train_texts: list[str], eval_texts: list[str], cfg, precision: str):
-    from tasks.leakage.semantic import encoder as semantic_encoder
-    from tasks.leakage.semantic import method as semantic
+    from tasks.leakage.semantic import encoder, method
 
     scfg = cfg.semantic.model_copy(update={"cpu_precision": precision, "enabled": True})
     start = clock()
-    enc = semantic_encoder.Encoder(scfg, cfg.hardware)
+    enc = encoder.Encoder(scfg, cfg.hardware)
     loaded = since(start)
     evals = enc.windows(eval_texts)
     corpus = enc.windows(train_texts)
     embedded = since(start)
-    pairs, _ = semantic.pair_scores(evals, corpus, 0.8, scfg)
+    pairs, _ = method.pair_scores(evals, corpus, 0.8, scfg)
     return (
         {
             **since(start),

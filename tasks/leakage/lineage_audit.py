@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.common import pretraining_texts as lineage
+from tasks.common import pretraining_texts
 from tasks.common.deps import require_declared
 from tasks.common.files.ioerrors import reading
 from tasks.common.matching import minhash
@@ -79,12 +79,12 @@ def audit(
     only when this run is the DVC stage, ``require_declared``), or when a lineage file lacks a contract column.
     """
     init_from = cfg.pretrain_init_from
-    if init_from not in lineage.NO_LINEAGE:
+    if init_from not in pretraining_texts.NO_LINEAGE:
         require_declared("leakage", paths.stage_data("leakage"), {"pretrain.init_from": init_from})
-    record = lineage.inherited(init_from)
+    record = pretraining_texts.inherited(init_from)
     unresolved, files, records = [], [], []
     for entry in record["data"]:
-        where = lineage.resolve(entry, cache)
+        where = pretraining_texts.resolve(entry, cache)
         if where is None:
             unresolved.append(
                 f"{entry['path']}: no md5 recorded (not there when that model was pretrained)"
@@ -113,7 +113,7 @@ def audit(
     pairs = pairs.sort_values(["eval_doc", "file_md5", "train_doc", "method"], ignore_index=True)
     removed, marked = actions(pairs, cfg.pretrain_action)
     unknown = record["unknown"] + unresolved
-    status = "none" if init_from in lineage.NO_LINEAGE else "unknown" if unknown else "known"
+    status = "none" if init_from in pretraining_texts.NO_LINEAGE else "unknown" if unknown else "known"
     metrics = lineage_metrics(
         status, init_from, unknown, files, len(unresolved), pairs, eval_frame, cfg.pretrain_action
     )

@@ -40,9 +40,8 @@ from tasks.report.claims.row import Row
 from tasks.report.claims.standard import claim_set, gate_claims
 from tasks.report.claims.switches import Off, claim_off, figure_off
 from tasks.report.claims.tasks_run import finetune_tasks, remove_stale, task_headline, task_module
-from tasks.report.render import claims_html, since, since_plot, summary
+from tasks.report.render import claims_html, pages, since, since_plot, summary
 from tasks.report.render import figures as fig
-from tasks.report.render import pages as render
 from tasks.report.render.curve_figure import learning_curve
 from tasks.report.stats.estimates import VERDICTS, StatsConfig
 from tasks.report.tables.evidence import evidence_tables, reliability_curves
@@ -74,7 +73,7 @@ def run(cfg: ReportParams, paths: Paths, log: Any) -> dict:
     tables = evidence_tables(metrics, stats_config(cfg))
     changed = since.section(rows, metrics, log, cfg.history_runs, paths.reports, cfg.figure_dpi, tasks)
     figures[since_plot.TITLE] = changed.figure
-    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables | {render.SINCE: changed.grids})
+    write_reports(paths, claims.question, rows, figures, ledger, cfg, slices, tables | {pages.SINCE: changed.grids})
     write_summaries(paths, rows, metrics, log)
     for path in report_files(paths):
         log.artifact(path, "report")
@@ -191,7 +190,7 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
         stale.unlink()  # a figure whose input vanished must not survive from an older run
     dpi = cfg.figure_dpi
     jobs = {
-        render.FOREST: lambda: fig.forest(rows, out / "forest.png", dpi),
+        pages.FOREST: lambda: fig.forest(rows, out / "forest.png", dpi),
         "Pretraining loss curve": lambda: fig.loss_curve(
             paths.metrics / "pretrain_curve.tsv", out / "pretrain_loss.png", dpi
         ),
@@ -275,7 +274,7 @@ def write_reports(
     relative = {t: Path(os.path.relpath(f, paths.reports)) if isinstance(f, Path) else f for t, f in figures.items()}
     ui = links_ui_url(cfg.mlflow_ui_url)  # a tracking server's own UI, else where `make mlflow-ui` serves
     warned = cfg.setup.warnings  # what the flow prints too: a task source only the leakage audit reads
-    md = render.markdown(question, rows, relative, ledger, cfg.confidence_level, ui, slices, tables, warned)
+    md = pages.markdown(question, rows, relative, ledger, cfg.confidence_level, ui, slices, tables, warned)
     (paths.reports / "claims.md").write_text(md, encoding="utf-8")
     page = claims_html.html_page(question, rows, figures, ledger, cfg.confidence_level, ui, slices, tables, warned)
     (paths.reports / "claims.html").write_text(page, encoding="utf-8")

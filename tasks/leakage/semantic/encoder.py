@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from tasks.common.models import encoders
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic import store
 from tasks.leakage.semantic.windows import Windows, normalize_text, window_bounds
 
 
@@ -85,8 +85,8 @@ class Encoder:
         self.model = model.to(self.device) if not self.quantized else model  # a module moves itself: place() refuses it
         self.cls, self.sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         self.pad = self.tokenizer.pad_token_id or 0
-        self.cache: dict[bytes, np.ndarray] = {}  # every window of this run, by embedding_store.key_of
-        self.stored: dict[bytes, np.ndarray] = {}  # the kept vectors of earlier runs (embedding_store.load)
+        self.cache: dict[bytes, np.ndarray] = {}  # every window of this run, by store.key_of
+        self.stored: dict[bytes, np.ndarray] = {}  # the kept vectors of earlier runs (store.load)
         self.layouts: dict[bytes, tuple] = {}  # per layout_key, (n_tokens, window keys, first) of the last run
         self.layouts_used: dict[bytes, tuple] = {}  # the same for the texts of this run (written back)
         self.prefetched: dict[bytes, np.ndarray] = {}  # embedded by prefetch, not yet taken by embed_keys
@@ -142,7 +142,7 @@ class Encoder:
             if d in tokenized:
                 tokens, off = tokenized[d]
                 first, picked = spanned(window_bounds(len(tokens), content, stride), off, spans[d])
-                window_keys = [embedding_store.key_of(tokens[s:e]) for s, e in picked]
+                window_keys = [store.key_of(tokens[s:e]) for s, e in picked]
                 pieces.update(zip(window_keys, (tokens[s:e] for s, e in picked)))
                 self.layouts_used[text_key] = (len(tokens), tuple(window_keys), first)
             else:
@@ -188,11 +188,11 @@ class Encoder:
     def embed(self, pieces: list[np.ndarray]) -> np.ndarray:
         """Unit vectors ``(len(pieces), dim)`` float32 of [CLS] + piece + [SEP] for each of ``pieces`` (wordpiece
         ids, no specials): ``embed_keys``."""
-        keys = [embedding_store.key_of(p) for p in pieces]
+        keys = [store.key_of(p) for p in pieces]
         return self.embed_keys(keys, [len(p) for p in pieces], dict(zip(keys, pieces)))
 
     def embed_keys(self, keys: list[bytes], lengths: list[int], pieces: dict[bytes, np.ndarray]) -> np.ndarray:
-        """Unit vectors ``(len(keys), dim)`` float32 of windows given by store key (``embedding_store.key_of``)
+        """Unit vectors ``(len(keys), dim)`` float32 of windows given by store key (``store.key_of``)
         and length (wordpieces, no specials); ``pieces`` holds the ids of each window not at hand. A distinct
         window is embedded once per run, and not at all when ``self.stored`` (the kept vectors,
         ``tasks/leakage/semantic/store.py``) has it; its vector is the same bits either way."""
@@ -212,7 +212,7 @@ class Encoder:
 
     def compute(self, todo: dict[bytes, np.ndarray], into: dict[bytes, np.ndarray]) -> None:
         """Embed ``todo`` (``{key: piece}``) into ``into`` at fixed batch shapes: ``batch_size`` rows (the
-        last batch of a width filled with [CLS][SEP] rows) of ``embedding_store.batch_width`` tokens, so that no
+        last batch of a width filled with [CLS][SEP] rows) of ``store.batch_width`` tokens, so that no
         vector depends on the other rows of its batch (a padded or reshaped GEMM can round differently)."""
         import torch
 
@@ -221,7 +221,7 @@ class Encoder:
         start, size = time.perf_counter(), self.cfg.batch_size
         by_width: dict[int, list[bytes]] = {}
         for k in sorted(todo):
-            by_width.setdefault(embedding_store.batch_width(len(todo[k]), self.cfg.window_tokens), []).append(k)
+            by_width.setdefault(store.batch_width(len(todo[k]), self.cfg.window_tokens), []).append(k)
         batches = [(w, keys[b : b + size]) for w, keys in sorted(by_width.items()) for b in range(0, len(keys), size)]
         with torch.inference_mode():
             for width, batch in tqdm(
