@@ -32,7 +32,8 @@ hold the cores (``workers`` x ``torch_threads``).
 
 This module holds ``run``, the task data it reads, the run records and ``select_best``; beside it:
 
-- ``cls``, ``ner``: the two task kinds (examples, batches, predictions, scores);
+- ``cls``: the classification kind, single docs and pairs (examples, batches, predictions, scores);
+- ``ner``: the token-classification kind, word-level IOB2 (examples, batches, predictions, scores);
 - ``draw``: which docs a run sees (the seeded hash samples behind ``max_*_docs`` and ``train_sizes``);
 - ``jobs``: ``Job``, what every seed of one arm shares, made from the task's rows (``make_job``, ``dose_jobs``);
 - ``records``: prediction files and the per-configuration metrics entry;
@@ -48,6 +49,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import datasets
 
@@ -59,6 +61,7 @@ from tasks.common.models.encoders import (
 )
 from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
 from tasks.config.model.finetune import FinetuneParams, TaskParams
+from tasks.config.paths import Paths
 from tasks.finetune import selected
 from tasks.finetune.arms import operational
 from tasks.finetune.arms.sweep import Runner, alongside, log_job, slots, sweep_and_train
@@ -70,7 +73,7 @@ from tasks.finetune.records import TASKS, aggregate, write_predictions
 from tasks.finetune.reruns import at_train_sizes, from_ablations, from_pretraining_seeds
 
 
-def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
+def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
     """Fine-tune every configuration of task ``item`` over ``cfg.seeds`` and fit its baselines; returns the
     metrics of the contract.
 
@@ -80,7 +83,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     started = time.perf_counter()
     spec, tcfg = cfg.spec(item), cfg.task(item)
     out_dir = fresh_dir(paths.stage_data("finetune") / item)
-    tok_of = {arm.variant: tokenization(arm.variant, paths.models) for arm in tcfg.configs}
+    tok_of: dict[str, str] = {arm.variant: tokenization(arm.variant, paths.models) for arm in tcfg.configs}
     toks = sorted(set(tok_of.values()))
     data = {tok: load_task_data(paths.stage_data("tokenize") / item / tok, cfg.data_seed, tcfg) for tok in toks}
     labels, draw = same_labels(data, item), Draw(tcfg.max_train_docs, cfg.data_seed)
@@ -211,7 +214,7 @@ def run(cfg: FinetuneParams, paths, log, item: str) -> dict:
     operational.remove_scratch(out_dir)
     write_test_items(out_dir / "test_items.jsonl", any_tok["rows"]["test"])
     steps = {step: job.key for step, job in dose.items()}
-    extra = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
+    extra: dict[str, Any] = {"dose_response": {"config": tcfg.dose_response, "runs": steps}} if dose else {}
     extra |= {"operational": measured} if cfg.operational.enabled else {}
     extra |= {"pretraining_seeds": from_pretraining_seeds.summary(further)} if further else {}
     extra |= {"ablations": from_ablations.summary(masking)} if masking else {}
@@ -275,7 +278,7 @@ def load_task_data(folder: Path, data_seed: int, tcfg: TaskParams) -> dict:
     return {"rows": rows, "all_rows": all_rows, "labels": labels, "counts": counts}
 
 
-def log_caps(log, item: str, recipe: str, counts: dict) -> None:
+def log_caps(log: Any, item: str, recipe: str, counts: dict) -> None:
     """One INFO line per split the recipe's ``max_<split>_docs`` cuts (a user's larger task set is sampled,
     not read whole), naming the key that sets it."""
     for split, count in counts.items():
@@ -295,7 +298,7 @@ def same_labels(data: dict, item: str) -> list[str]:
     return first
 
 
-def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log, measured: dict | None) -> dict:
+def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log: Any, measured: dict | None) -> dict:
     """Write each seed's test predictions, log the arm (``sweep.log_job``) and its ``measured`` operational
     numbers (``operational/...`` metrics; None: not measured); returns its ``metrics.runs`` entry."""
     predictions = {
@@ -348,7 +351,7 @@ def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | N
         return sum(s[metric] for s in per_seed) / len(per_seed)
 
     scores = {key: dev_mean(key) for key in [*arms, *comparators]}
-    out = {
+    out: dict[str, Any] = {
         "metric": f"mean over seeds of {metric}",
         "dev": scores,
         "baseline_rule": "best comparator on dev among those reading the best arm's docs and input",
@@ -361,7 +364,7 @@ def select_best(runs: dict, arms: dict[str, str], comparators: dict[str, str | N
             same = [k for k, t in comparators.items() if t is None or t == tok] or list(comparators)
             return max(same, key=lambda k: (scores[k], k))
 
-        out["best_baseline"] = best_reading(arms.get(out.get("best_arm")))
+        out["best_baseline"] = best_reading(arms[out["best_arm"]] if arms else None)  # no arms: no best arm, None
         out["comparator_of"] = {arm: best_reading(tok) for arm, tok in arms.items()}
         out["baselines"] = {k: runs[k]["setting"] for k in comparators}  # what each comparator chose on dev
     return out

@@ -13,8 +13,9 @@ like the first so that the report resamples pretraining seeds; ``metrics/pretrai
 numbers at its top level and every seed's headline under ``seeds``. Then each masking ablation arm of
 ``pretrain.ablations`` (the same recipe with some masking keys changed) trains from the first seed into
 ``models/pretrained/ablations/<name>/``, its headline under ``ablations``. One process, or several under ``torchrun``
-(DDP; gloo on CPU, nccl on CUDA). The training loop is ``trainer.py``, masking, the masked-only loss and the unigram
-baseline ``mlm.py``, blocks ``blocks.py``, checkpoint files ``checkpoint.py``, devices and MFU ``hardware.py``.
+(DDP; gloo on CPU, nccl on CUDA). The training loop is ``trainer.py``, its held-out evaluation ``heldout.py``,
+masking, the masked-only loss and the unigram baseline ``mlm.py``, blocks ``blocks.py``, checkpoint files and the
+fingerprint that decides whether one resumes ``checkpoint.py``, devices and MFU ``hardware.py``.
 
 Resuming: the data order of epoch ``e`` is a permutation seeded by ``seed + e`` and the mask of each
 micro-batch is seeded by ``(seed, step, micro-batch, rank)``, so a run resumed from a checkpoint (each seed from
@@ -22,7 +23,7 @@ its own) sees exactly the batches and masks of an uninterrupted one; on CPU with
 weights are equal. With ``budget_minutes`` set, the schedule follows the wall clock and runs are not reproducible.
 
 Also: ``attention`` (whether SDPA's flash kernel can run), ``feed`` (the blocks each step takes, masked, prefetched),
-``schedule`` (the learning rate: its peak and shape), ``fingerprint`` (what a checkpoint's weights depend on).
+``schedule`` (the learning rate: its peak and shape).
 """
 
 from __future__ import annotations

@@ -4,12 +4,19 @@ A checkpoint is a folder ``step_<NNNNNNNN>/`` holding ``model.safetensors`` (tie
 ``safetensors.torch.save_model``), ``optimizer.pt`` (AdamW state dict) and ``trainer_state.pt`` (step, data
 position, schedule clock, RNG states, the loss curve so far and a fingerprint of the run). It is written to a
 temporary folder and renamed into place, so a process killed mid-write leaves the previous checkpoint intact.
+
+The fingerprint is what a checkpoint's weights depend on: params (by value), the train blocks and the code. A
+checkpoint resumes only when all of them match (``Trainer._fingerprint``), so an edit to the masking or the loop
+never resumes a checkpoint the old code wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +24,7 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from tasks.common.files.ioerrors import reading
+from tasks.common.imports import ROOT, code_sha256, import_closure
 from tasks.common.models.encoders import SNAPSHOTS, STEP_PREFIX, step_folders
 
 PREFIX = STEP_PREFIX
@@ -106,3 +114,39 @@ def _complete(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+
+
+#: Params that do not change the trained weights: a checkpoint made under other values is still resumed.
+NOT_IN_FINGERPRINT = {
+    "fill_mask",
+    "fill_mask_top_k",
+    "log_every_steps",
+    "eval_every_steps",
+    "checkpoint_every_steps",
+    "checkpoint_every_minutes",
+    "compile",
+    "num_threads",
+    "nproc_per_node",
+    "nnodes",
+    "rdzv_endpoint",
+    "rdzv_id",
+    "hardware",
+    "ablations",
+}  # ablations: other runs, in their own folders
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def pretrain_code_files() -> set[Path]:
+    """The code that makes the weights: every project file ``tasks.pretrain`` imports, transitively
+    (``tasks.common.imports``), except ``tasks/config`` (params enter the fingerprint by value)."""
+    config = ROOT / "tasks" / "config"
+    return {f for f in import_closure(["tasks.pretrain"]) if config not in f.parents}
+
+
+@lru_cache(maxsize=1)
+def pretrain_code_sha256() -> str:
+    """sha256 of ``pretrain_code_files``."""
+    return code_sha256(pretrain_code_files())

@@ -1,7 +1,8 @@
 """The MLM training loop of ``pretrain``: data order, masking, AdamW steps, held-out evaluation, checkpoints,
 throughput and MFU, and metric logging. The process group and hardware peaks are ``tasks.pretrain.hardware``;
-masking and the masked-only loss ``tasks.pretrain.mlm``; checkpoint files ``tasks.pretrain.checkpoint``; the
-learning rate's warm-up, decay and scaling to the global batch ``tasks.pretrain.schedule``.
+masking and the masked-only loss ``tasks.pretrain.mlm``; the held-out evaluation ``tasks.pretrain.heldout``;
+checkpoint files and fingerprints ``tasks.pretrain.checkpoint``; the learning rate's warm-up, decay and scaling to
+the global batch ``tasks.pretrain.schedule``.
 """
 
 from __future__ import annotations
@@ -20,35 +21,17 @@ from tqdm import tqdm
 from tasks.common.models.optim import decay_groups
 from tasks.common.runtime.device import autocast, peak_memory_mib
 from tasks.pretrain import checkpoint
+from tasks.pretrain.checkpoint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json
 from tasks.pretrain.feed import MicroBatch, Prefetcher, masked_batch, needs_attention_mask
-from tasks.pretrain.fingerprint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json
 from tasks.pretrain.hardware import Dist, Throughput, gather_ints, hardware, peak_flops, train_flops_per_token
-from tasks.pretrain.mlm import MaskedOnlyMLM, unigram_log_probs
+from tasks.pretrain.heldout import HeldoutEval
+from tasks.pretrain.mlm import MaskedOnlyMLM
 from tasks.pretrain.schedule import lr_factor, lr_record, tokens_per_step
 
 
 def count_params(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied weights counted once)."""
     return sum(p.numel() for p in model.parameters())
-
-
-#: Columns of the held-out sums that ``Trainer.evaluate`` adds up per source (and over ranks).
-EVAL_SUMS = ("loss_sum", "masked_tokens", "correct", "unigram_nll_sum", "unigram_correct", "blocks")
-
-
-def eval_summary(sums: torch.Tensor) -> dict[str, float]:
-    """Means from one row of ``EVAL_SUMS``: loss and unigram cross-entropy (nats per masked token),
-    accuracies, and the counts they rest on."""
-    loss_sum, n, correct, unigram_nll, unigram_correct, blocks = sums.tolist()
-    n_safe = max(n, 1.0)
-    return {
-        "loss": loss_sum / n_safe,
-        "accuracy": correct / n_safe,
-        "unigram_ce": unigram_nll / n_safe,
-        "unigram_accuracy": unigram_correct / n_safe,
-        "masked_tokens": int(n),
-        "blocks": int(blocks),
-    }
 
 
 class Trainer:
@@ -83,8 +66,7 @@ class Trainer:
             eps=cfg.adam_eps,
             fused=True,
         )
-        self.unigram = unigram_log_probs(train["input_ids"], train["maskable"], vocab).float()
-        self.unigram_argmax = int(self.unigram.argmax())
+        self.heldout_eval = HeldoutEval(cfg, self.inner, vocab, train, heldout, env, self.seed, self.with_mask)
         if self.global_batch > len(train["input_ids"]):
             raise ValueError(f"a step needs {self.global_batch} blocks but train has {len(train['input_ids'])}")
         self.flops_per_token = train_flops_per_token(model, self.seq_len, cfg.mlm_probability)
@@ -348,57 +330,10 @@ class Trainer:
     def _maybe_no_sync(self, sync: bool):
         return nullcontext() if sync else self.net.no_sync()
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
-        """Held-out masked-token loss (nats) and accuracy, with the unigram baseline on the same masks, overall
-        and per source; this rank's share of the blocks, summed over ranks.
-
-        The masks come from a generator seeded by ``(seed, rank)`` alone, so every evaluation (initial,
-        periodic, final) scores the same masked positions. Keys: ``loss``, ``accuracy``, ``unigram_ce``,
-        ``unigram_accuracy``, ``masked_tokens``, ``blocks`` and ``by_source`` (the same per source name).
-        """
-        self.inner.eval()
-        generator = torch.Generator().manual_seed(self.seed * 7919 + self.env.rank)
-        mine = torch.arange(self.env.rank, len(self.heldout["input_ids"]), self.env.world)
-        names = self.heldout["source_names"]
-        totals = torch.zeros(len(names), len(EVAL_SUMS), dtype=torch.float64)
-        for source in range(len(names)):
-            rows = mine[self.heldout["source_id"][mine] == source]
-            totals[source, EVAL_SUMS.index("blocks")] = len(rows)
-            for batch in rows.split(self.cfg.batch_size_blocks):
-                totals[source] += self._eval_sums(batch, generator)
-        if self.env.world > 1:
-            totals = totals.to(self.env.device)  # nccl reduces CUDA tensors only
-            dist.all_reduce(totals)
-        self.inner.train()
-        totals = totals.cpu()
-        by_source = {name: eval_summary(row) for name, row in zip(names, totals) if row[1] > 0}
-        return {**eval_summary(totals.sum(dim=0)), "by_source": by_source}
-
-    def _eval_sums(self, rows: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """``EVAL_SUMS`` of one held-out batch (``blocks`` left 0: the caller counts them). The batch is padded
-        to ``batch_size_blocks`` with filler rows that predict nothing, so a compiled encoder sees one shape."""
-        # a fixed evaluation rate: held-out losses of runs with other training mlm_probability stay comparable
-        batch = masked_batch(
-            self.heldout,
-            rows,
-            self.vocab,
-            self.cfg.eval_mlm_probability,
-            generator,
-            self.cfg.whole_word_mask,
-            self.with_mask,
-            pad_to=self.cfg.batch_size_blocks,
-        )
-        on_device = batch.to(self.env.device)
-        with autocast(self.env.device, self.cfg.bf16):
-            # the unwrapped module: DDP's forward is a collective, and ranks may hold unequal shares
-            loss, n_correct = self.inner(
-                on_device.input_ids, on_device.attention_mask, on_device.positions, on_device.targets
-            )
-        unigram_nll = -float(self.unigram[batch.targets].sum())
-        unigram_hits = int((batch.targets == self.unigram_argmax).sum())
-        n = batch.n_masked
-        return torch.tensor([float(loss) * n, n, int(n_correct), unigram_nll, unigram_hits, 0], dtype=torch.float64)
+        """The held-out loss and accuracy now, with the unigram baseline, overall and per source
+        (``heldout.HeldoutEval.evaluate``)."""
+        return self.heldout_eval.evaluate()
 
     def _mean_over_ranks(self, value: float) -> float:
         """``value`` averaged over the ranks (a collective, at the same step on every rank): DDP averages the

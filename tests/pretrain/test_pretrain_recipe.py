@@ -19,7 +19,7 @@ from pretrain_fixtures import ROOT, SEQ_LEN, add_reference_blocks, build_corpus,
 from tasks.common.models.encoders import model_dir, reference_model_dir, tokenization
 from tasks.pretrain import run
 from tasks.pretrain.blocks import blocks_dir, load_blocks, stratified_rows
-from tasks.pretrain.fingerprint import pretrain_code_files
+from tasks.pretrain.checkpoint import pretrain_code_files
 from tasks.pretrain.hardware import Dist, gpu_peak, peak_flops
 from tasks.pretrain.init import initial_model, resolve_start
 from tasks.pretrain.mlm import MaskingVocab, unigram_log_probs
