@@ -147,7 +147,7 @@ else
 fi
 # Only the files that mark tests gpu are collected (importing every test module took 28 s on 2 cores); on the
 # CPU their tests skip, so the dry run checks the collection and the summary, not the kernels.
-gpu_files=$(grep -lE 'mark\.gpu\b' tests/test_*.py | tr '\n' ' ')
+gpu_files=$(grep -lE 'mark\.gpu\b' tests/*/test_*.py | tr '\n' ' ')
 
 step machine bash -c "nvidia-smi || echo 'no nvidia-smi'; '$PY' -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"gpus\", torch.cuda.device_count())'"
 # shellcheck disable=SC2086  # gpu_files is a list of paths without spaces

@@ -6,7 +6,7 @@ Dev and test are one sample for the whole stage: the ``max_dev_docs``/``max_test
 Train is drawn per seed: a run of seed ``s`` (a reported seed or the sweep seed) trains on the ``n`` docs of
 smallest ``sha256(f"{data_seed}:{s}:{doc_id}")`` of the task's whole train split (``drawn_doc_ids``), ``n``
 being ``max_train_docs`` or a ``train_sizes`` point. So the draw of the training subset is resampled with the
-seeds: the seed level of the report's hierarchical bootstrap (``tasks/report/bootstrap.py``) carries its
+seeds: the seed level of the report's hierarchical bootstrap (``tasks/report/stats/bootstrap.py``) carries its
 variance besides that of the initialisation and the data order. For one seed the draw is the same for every
 arm, tokenization and comparator baseline (a baseline fitted on seed ``s``'s subset is what seed ``s`` of an
 arm is paired with), and nested across sizes: the ``n`` docs of a smaller size are among those of a larger one.

@@ -1,6 +1,6 @@
 """The review tools a user opens after a run, through the commands they type: ``make mlflow-ui`` (the run's
 tracking store, any port, 127.0.0.1), ``make plots REV=...`` (``dvc plots diff`` between two commits, on a page
-that draws offline) and ``make exp-show``. ``make mlflow-ui``'s server itself is started by tests/test_e2e.py's
+that draws offline) and ``make exp-show``. ``make mlflow-ui``'s server itself is started by tests/project/test_e2e.py's
 ``mlflow_server`` fixture, over a real run's store."""
 
 from __future__ import annotations

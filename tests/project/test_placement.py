@@ -175,7 +175,8 @@ def test_a_module_left_on_the_host_is_caught(monkeypatch):
         device = dev.resolve("cuda")
         model(place(torch.tensor([[1, 2, 3]]), device))  # meta itself lets a host weight through here
     assert device == META and placement.leaks[0] == "Embedding: weights on the host ['weight'], host inputs []"
-    assert len(placement.leaks) == 2 and placement.leaks[1].startswith("aten.embedding.default at tests/test_placement")
+    assert len(placement.leaks) == 2
+    assert placement.leaks[1].startswith("aten.embedding.default at project/test_placement")
 
 
 def test_a_host_read_of_a_device_tensor_is_answered_and_a_host_operand_still_raises(monkeypatch):
@@ -183,7 +184,7 @@ def test_a_host_read_of_a_device_tensor_is_answered_and_a_host_operand_still_rai
         x = torch.ones(3, 2, device=META)
         answers = (x.sum().item(), x.tolist(), x.cpu().numpy().shape, float(x.max()))
         assert answers == (0.0, [[0.0] * 2] * 3, (3, 2), 0.0)
-        with pytest.raises(RuntimeError, match=r"placement: aten\.mul\.Tensor at tests/test_placement\.py:\d+"):
+        with pytest.raises(RuntimeError, match=r"placement: aten\.mul\.Tensor at project/test_placement\.py:\d+"):
             x * torch.ones(3, 2)  # meta's own check would raise too ("is not on the expected device cpu")
     assert placement.reads.reads == 4
 
@@ -208,7 +209,7 @@ def test_a_gather_with_a_host_index_is_caught(monkeypatch):
         model = LogProbOfTarget().to(dev.resolve("cuda"))
         assert model(**place(batch, META)).device == META  # placed: no leak
         assert placement.leaks == []
-        with pytest.raises(RuntimeError, match=r"placement: aten\.gather\.default at tests/test_placement\.py:\d+"):
+        with pytest.raises(RuntimeError, match=r"placement: aten\.gather\.default at project/test_placement\.py:\d+"):
             model(**{**place(batch, META), "targets": batch["targets"]})
     assert len(placement.leaks) == 1 and "host tensor(s) [(3, 1)]" in placement.leaks[0]
 

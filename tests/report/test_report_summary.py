@@ -126,7 +126,7 @@ def _row(cid: str) -> Row:
 
 
 def test_the_run_description_fits_mlflow_and_says_how_many_claims_it_leaves_out():
-    # MLflow cut a description of 34 claims at 8,000 characters mid-line (tests/test_e2e.py saw it)
+    # MLflow cut a description of 34 claims at 8,000 characters mid-line (tests/project/test_e2e.py saw it)
     rows = [_row(f"claim-{i:03d}-" + "x" * 60) for i in range(120)]
     text = summary.summary_md(rows)
     line = len(text.splitlines()[4]) + 1  # every claim line has the same length here

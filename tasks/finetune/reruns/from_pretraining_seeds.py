@@ -4,7 +4,7 @@ Each arm of ``configs`` whose variant is our pretrained encoder (``pretrained``,
 another model) runs again from each further pretraining seed's model (``models/pretrained/seeds/<seed>/``, the
 seeds of ``pretrain.seeds`` but the first), with the same fine-tuning seeds, the same per-seed training subsets
 (``draw``), dev and test docs and its own learning-rate sweep, so that the report resamples pretraining seeds
-at the top of its bootstrap (the Multi-Bootstrap of Sellam et al. 2022, ``tasks/report/bootstrap.py``). Run key
+at the top of its bootstrap (the Multi-Bootstrap of Sellam et al. 2022, ``tasks/report/stats/bootstrap.py``). Run key
 ``<variant>@pretrain_seed<seed>/<mode>/<head>``; the first pretraining seed's runs keep their keys. The learning
 curve, the dose-response runs, the operational timing, ``selection`` and the export use the first pretraining seed
 only. Nothing runs again when pretrain trained one seed, and the metrics then have no ``pretraining_seeds``.

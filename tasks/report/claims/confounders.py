@@ -55,7 +55,7 @@ def _measure(name: str, claim: Claim, metrics: Metrics) -> str:
 
 def _lineage(claim: Claim, metrics: Metrics) -> str:
     """The eval docs of the claim's slice found in what the ``pretrain.init_from`` model's lineage trained on
-    (``tasks/leakage/lineage.py``): removed from the set, or kept flagged (then they are in the scores)."""
+    (``tasks/leakage/lineage_audit.py``): removed from the set, or kept flagged (then they are in the scores)."""
     lineage = (metrics.optional("leakage") or {}).get("lineage") or {}
     entry = (lineage.get("eval_sets") or {}).get(claim.data_slice)
     if not entry or not entry.get("flagged"):

@@ -155,7 +155,7 @@ UNKNOWN_LINEAGE = "unknown pretraining lineage"
 
 def lineage_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics) -> list[str]:
     """``[UNKNOWN_LINEAGE]`` when ``metrics/leakage.json`` says the lineage of the model pretraining started from
-    is ``unknown`` (``tasks/leakage/lineage.py``) and the claim scores our pretrained encoder (a ``pretrained``
+    is ``unknown`` (``tasks/leakage/lineage_audit.py``) and the claim scores our pretrained encoder (a ``pretrained``
     or ``adapted`` arm, or ``pretrain/heldout/mlm``) on evaluation text that lineage may have trained on:
     finetune and pretrain claims. Probe claims read the hand-written probe sets, not the corpus: not gated."""
     if not claim.treatment.startswith(("finetune/", "pretrain/")):
