@@ -81,6 +81,8 @@ class Tests:
     ``greater(null)`` tests H0 "value <= null", ``less(null)`` H0 "value >= null", ``tost(margin)`` the two
     one-sided tests of equivalence within +-margin (Schuirmann 1987). Each returns a p-value in [0, 1]."""
 
+    __test__ = False  # not a pytest test class: test modules import it, and pytest would try to collect it
+
     greater: Callable[[float], float]
     less: Callable[[float], float]
     tost: Callable[[float], float]
