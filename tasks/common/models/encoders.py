@@ -99,8 +99,10 @@ def model_dir(variant: str, models: Path) -> Path:
     made = pretraining_record(folder)["variant"]
     if variant != "random" and made != variant:
         hint = "scratch" if variant == "pretrained" else "reference (or an HF folder)"
-        raise ValueError(f"{variant}: {folder} holds the {made!r} variant (its pretraining.json); rerun the "
-                         f"pretrain stage with pretrain.init_from: {hint}")
+        raise ValueError(
+            f"{variant}: {folder} holds the {made!r} variant (its pretraining.json); rerun the "
+            f"pretrain stage with pretrain.init_from: {hint}"
+        )
     return folder
 
 
@@ -124,8 +126,9 @@ def pretraining_record(folder: Path) -> dict[str, str]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def write_pretraining_record(folder: Path, variant: str, init_from: str, tokenization: str,
-                             lineage: dict | None = None) -> None:
+def write_pretraining_record(
+    folder: Path, variant: str, init_from: str, tokenization: str, lineage: dict | None = None
+) -> None:
     """Write ``<folder>/pretraining.json`` (see ``pretraining_record``); ``lineage`` adds the lineage fields
     ``data`` and ``lineage`` (``tasks.common.pretraining_texts``; pretrain always passes them, so a record
     without them is one whose lineage is unknown)."""
@@ -195,9 +198,11 @@ def load_masked_lm(variant: str, folder: Path, seed: int) -> PreTrainedModel:
     with reading_folder(folder):  # a damaged weights or config file: one line naming it and the stage to rerun
         model, info = AutoModelForMaskedLM.from_pretrained(folder, use_safetensors=True, output_loading_info=True)
     if info["missing_keys"]:
-        raise ValueError(f"{variant}: {folder} has no trained masked-LM head (missing {len(info['missing_keys'])} "
-                         f"weights, e.g. {sorted(info['missing_keys'])[0]}); only models with an MLM head score "
-                         "minimal pairs")
+        raise ValueError(
+            f"{variant}: {folder} has no trained masked-LM head (missing {len(info['missing_keys'])} "
+            f"weights, e.g. {sorted(info['missing_keys'])[0]}); only models with an MLM head score "
+            "minimal pairs"
+        )
     return model
 
 

@@ -34,9 +34,18 @@ VOCAB, TRAINED = "vocab.txt", "trained.json"
 
 def training_params(cfg: TokenizerParams) -> dict[str, Any]:
     """The params a trained vocabulary depends on: a kept one made under others is trained again."""
-    return cfg.model_dump(mode="json", include={"pretrain_sources", "vocab_size_tokens", "min_frequency",
-                                                "limit_alphabet_chars", "lowercase", "strip_accents",
-                                                "special_tokens"})
+    return cfg.model_dump(
+        mode="json",
+        include={
+            "pretrain_sources",
+            "vocab_size_tokens",
+            "min_frequency",
+            "limit_alphabet_chars",
+            "lowercase",
+            "strip_accents",
+            "special_tokens",
+        },
+    )
 
 
 def load(folder: Path, cfg: TokenizerParams) -> tuple[dict[str, int] | None, str, dict[str, Any]]:
@@ -68,8 +77,12 @@ def save(folder: Path, vocab: dict[str, int], cfg: TokenizerParams, train_docs: 
     if sorted(vocab.values()) != list(range(len(vocab))):
         raise ValueError(f"tokenizer: the trained vocabulary's ids are not 0..{len(vocab) - 1}: cannot keep it")
     text = "".join(f"{token}\n" for token, _ in sorted(vocab.items(), key=lambda kv: kv[1])).encode("utf-8")
-    trained = {"params": training_params(cfg), "vocab_size": len(vocab), "train_docs": train_docs,
-               "sha256": hashlib.sha256(text).hexdigest()}
+    trained = {
+        "params": training_params(cfg),
+        "vocab_size": len(vocab),
+        "train_docs": train_docs,
+        "sha256": hashlib.sha256(text).hexdigest(),
+    }
     with swapped_in(folder) as tmp:
         (tmp / VOCAB).write_bytes(text)
         (tmp / TRAINED).write_text(json.dumps(trained, sort_keys=True, indent=1) + "\n", encoding="utf-8")
