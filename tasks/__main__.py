@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from tasks.common.files.ioerrors import one_line
 from tasks.common.provenance import declared_outs, git_commit, input_md5s, stage_modules, stage_names
 from tasks.config import ParamsError, load_params
 from tasks.tracking import DataInput, NullLog, RunKilled
@@ -157,11 +158,6 @@ def no_room(err: BaseException, root: Path, dvc_stage: str) -> str:
         f"{where}: cannot be written: {os.strerror(number)} (free space on its file system or raise the file "
         "size limit, then rerun)"
     )
-
-
-def one_line(err: BaseException) -> str:
-    """The error's message on one line (an empty message gives the exception's type)."""
-    return " ".join(str(err).split()) or type(err).__name__
 
 
 def clear_outputs(root: Path, dvc_stage: str) -> None:

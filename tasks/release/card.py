@@ -7,6 +7,7 @@ from __future__ import annotations
 import yaml
 
 from tasks.release import facts
+from tasks.release.facts import fmt
 
 PIPELINE_TAG = {"token_classification": "token-classification"}
 
@@ -180,10 +181,6 @@ def baseline_lines(beaten: list[dict], export: dict) -> list[str]:
             f"({fmt(export['rescored'][export['metric']])}) on its test set."
         ]
     return [f"- {facts.baseline_sentence(b, export)}." for b in beaten]
-
-
-def fmt(value) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) else "n/a"
 
 
 def recipe_words(block: dict) -> str:

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from tasks.report.claims.arms.ablations import ablation_notes
+from tasks.report.claims.arms.ablations import MARK, ablation_notes
 from tasks.report.claims.arms.probe_arms import probe_sample
 from tasks.report.claims.grammar import SELECTED, Metrics, NotRun, Sample, dig, selected_run
 
@@ -37,7 +37,7 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
     name = f"finetune/{task}"
     where = f"metrics/{name}.json"
     ablation = ()
-    if "@ablation_" in run_key:  # a run from a pretraining ablation arm
+    if MARK in run_key:  # a run from a pretraining ablation arm
         ablation = ablation_notes(task, run_key, metrics.get(name))  # NotRun "not computed" when the arms are off
     run = dig(metrics.get(name), ["runs", run_key], where)
     entry = dig(run, [metric], f"{where} runs[{run_key!r}]")
