@@ -6,6 +6,8 @@ parent package's docstring (the package's table of contents), else the first sen
 ``tests/project/test_house.py`` checks that every package's docstring names each module, and
 ``tests/project/test_layout_doc.py`` that docs/layout.md is what this script writes.
 
+An entry that starts with several names (``a``, ``b``: ...) is refused: each module gets its own line.
+
 Usage: ``python scripts/layout_doc.py [--check]``; ``--check`` exits 1 (writing nothing) when the page differs.
 """
 
@@ -119,12 +121,29 @@ def entries(doc: str) -> list[str]:
     return [item for item in items if item]
 
 
+#: The names a table-of-contents entry starts with, up to its colon (``a``, ``b/`` and ``c``: ...).
+LEAD = re.compile(r"^(``[^`]+``[,/ ]*(and )?)+:")
+
+
+def shared_entries(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """``<package>/__init__.py: <entry>`` for each table-of-contents entry that starts with several names: each
+    module gets its own line (docs/layout.md would repeat the one text for every name)."""
+    out = []
+    for package in packages:
+        for init in sorted((root / package).rglob("__init__.py")):
+            for item in entries(docstring(init)):
+                lead = LEAD.match(item)
+                if lead and len(re.findall(r"``[^`]+``", lead.group(0))) > 1:
+                    out.append(f"{init.relative_to(root).as_posix()}: {item}")
+    return out
+
+
 def toc_line(parent_doc: str, name: str) -> str | None:
     """What the parent's table of contents says of ``name`` (a module's stem or a package's ``name/``): the text
     after the names the entry starts with, else the whole entry."""
     for item in entries(parent_doc):
         if f"``{name}``" in item or f"``{name}.py``" in item:
-            text = re.sub(r"^(``[^`]+``[,/ ]*(and )?)+:\s*", "", item)
+            text = LEAD.sub("", item).lstrip()
             return text.rstrip(";.")
     return None
 
@@ -160,6 +179,10 @@ def render(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> str:
 
 
 def main(argv: list[str]) -> int:
+    shared = shared_entries()
+    if shared:
+        print("one module per contents line, please:\n" + "\n".join(shared))
+        return 1
     text = render()
     if "--check" in argv:
         if PAGE.read_text(encoding="utf-8") != text:

@@ -36,3 +36,13 @@ def test_a_module_is_described_by_its_packages_contents_line_else_by_its_first_s
         "    - `sub/`: the parts of it",
         "        - `c.py`: (no docstring)",
     ]
+
+
+def test_every_contents_line_names_one_module():
+    assert layout_doc.shared_entries() == []
+
+
+def test_a_planted_contents_line_that_names_two_modules_is_found(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text('"""A.\n\n- ``a``, ``b``: two at once;\n- ``c``: one.\n"""\n')
+    assert layout_doc.shared_entries(tmp_path, ("pkg",)) == ["pkg/__init__.py: ``a``, ``b``: two at once;"]
