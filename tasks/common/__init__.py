@@ -5,7 +5,8 @@
   shipped package's, ``clozeline``: training and serving cut and align text with the same code);
 - ``runtime/``: the device, the garbage-collector pause, the Ray cluster;
 - ``files/``: per-source Parquet, shards, one-line I/O errors, fingerprint-stamped caches;
-- ``stats``: the one Student-t interval (finetune, report);
+- ``stats``: the one Student-t interval (finetune, report) and the exact binomial (Clopper-Pearson) interval
+  (leakage's planted recall and review precision);
 - ``imports``: a module's project imports, transitively, and their sha256 (pretrain's checkpoint fingerprint,
   the layout tests);
 - ``provenance``: git commit, ``dvc.yaml`` and ``dvc.lock`` (the runner, report, the flow);

@@ -1,5 +1,6 @@
-"""semantic: the embedding detector, for paraphrases no n-gram sees (each part takes ``SemanticParams``; the
-pass, ``audit``, the stage's ``LeakageParams``).
+"""semantic: the embedding detector, for paraphrases no n-gram sees (``encoder``, ``method`` and ``store`` take
+``SemanticParams``; ``texts``, which also reads the plants' seed, and the pass, ``audit``, the stage's
+``LeakageParams``).
 
 - ``windows``: texts as the encoder reads them, cut into token windows; ``Windows``, embedded windows of docs;
 - ``method``: pair scores, known-clean pairs and the threshold chosen on dev (the method, in its docstring);
