@@ -152,7 +152,7 @@ plots: install
 	$(BIN)/dvc plots $(if $(REV),diff "$(REV)",show)
 
 # Rewrite .dvc/plots_offline.html, with Vega, Vega-Lite and vega-embed from the pinned vl-convert-python inline
-# (after changing that pin); tests/common/test_review_tools.py checks that the committed page came from the pinned one.
+# (after changing that pin); tests/tracking/test_review_tools.py checks that the committed page came from the pinned one.
 plots-template: install
 	$(BIN)/python scripts/plots_template.py
 

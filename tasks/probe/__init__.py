@@ -25,7 +25,7 @@ The shipped probe set (``tasks/probe/senses.jsonl``) holds 6 hand-picked words a
 result was seen: WordNet 3.0 nouns whose sense 1 and a later sense in another lexicographer file are each
 SemCor-tagged at least twice, in the order of ``sha256("clozeline-senses-2026-12-03:" + word)``, the first 26
 whose two senses are unrelated and usable in ordinary sentences (the rule, the walk and each skip:
-``tasks/probe/SENSES.md``; the rule's code: ``tests/probe_draw.py``), with 8 hand-written sentences per sense.
+``tasks/probe/SENSES.md``; the rule's code: ``tests/probe/probe_draw.py``), with 8 hand-written sentences per sense.
 
 Its modules:
 

@@ -1,4 +1,4 @@
-"""The drawn probe words: the rule of tests/probe_draw.py on a hand-made index, and SENSES.md's table (rank,
+"""The drawn probe words: the rule of tests/probe/probe_draw.py on a hand-made index, and SENSES.md's table (rank,
 word) against the rule run on WordNet 3.0, so the words of senses.jsonl are the ones the rule ranked."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("tasks", "clozeline")
 LOADERS = {"from_pretrained", "from_config", "load_file", "load_model", "load_state_dict", "safe_open"}
 MODEL_CLASS = re.compile(r"^[A-Z]\w*(Model|ForMaskedLM|ForSequenceClassification|ForTokenClassification|WithHead)$")

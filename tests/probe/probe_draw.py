@@ -14,7 +14,7 @@ different semantic fields. Candidates are ordered by ``sha256(SALT + word)`` (he
 owes nothing to frequency, spelling or anyone's taste. A person then walks that order and keeps a word when its
 two senses are unrelated (homonyms, not one sense extended from the other: ``chicken`` the bird and its meat is
 out) and a writer can use each naturally in ordinary sentences; every kept and skipped word is listed with its
-reason in SENSES.md, up to the first ``count`` kept. ``python tests/probe_draw.py [count]`` prints the order.
+reason in SENSES.md, up to the first ``count`` kept. ``python tests/probe/probe_draw.py [count]`` prints the order.
 
 It lives under tests/ (first committed as tasks/probe/draw.py): the probe stage never runs it, and
 tests/probe/test_probe_draw.py checks SENSES.md's table against it.
