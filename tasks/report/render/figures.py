@@ -240,7 +240,7 @@ def sense_separation(metrics: Metrics, out: Path, dpi: int) -> Path:
 def forest(rows: list, out: Path, dpi: int) -> Path:
     """Forest plot of every claim: the difference (an upper_bound claim: the treatment) with its CI as a bar,
     the claim's ``min_effect`` as a red tick, zero as a grey line, coloured by verdict. ``rows`` are
-    ``evaluation.Row``; raises ``NotRun`` when no claim has an estimate."""
+    ``claims.row.Row``; raises ``NotRun`` when no claim has an estimate."""
     shown = [r for r in rows if (r.treatment if r.claim.kind == "upper_bound" else r.difference) is not None]
     if not shown:
         raise NotRun("no claim has an estimate")
