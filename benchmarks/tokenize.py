@@ -10,7 +10,7 @@ ratio beside it; all times listed):
 - ``limit``: the bare Rust tokenizer alone, ``encode_batch_fast(batch, add_special_tokens=False)`` and the
   ids of each encoding, nothing else: the most the stage could reach on one core. (``hf_wrapper``, for
   information: the same ids through ``tok(batch, add_special_tokens=False)``.)
-- ``stage``: the stage's own code, ``tasks.tokenize.pretrain``: ``plain_encoder``, ``tokenize_docs``,
+- ``stage``: the stage's own code, ``tasks.tokenize.mlm_blocks``: ``plain_encoder``, ``tokenize_docs``,
   ``join_with_sep``, ``pack_blocks`` (blocks in memory; writing them to disk is not timed), at ``num_proc``
   1 (the default) and 2.
 - ``run_mlm``: transformers' ``examples/pytorch/language-modeling/run_mlm.py`` without ``--line_by_line``:
@@ -64,7 +64,7 @@ from datasets import Dataset  # noqa: E402
 
 from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, write_results  # noqa: E402
 from tasks.common.models.encoders import load_tokenizer, reference_model_dir  # noqa: E402
-from tasks.tokenize import pretrain as stage  # noqa: E402
+from tasks.tokenize import mlm_blocks as stage  # noqa: E402
 
 SEQ = 128
 BATCH = 1000  # params.yaml tokenize.map_batch_size_docs, and datasets.map's default batch_size

@@ -19,7 +19,7 @@ from tasks.config import read_yaml
 from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.config.model.pretrain import PretrainParams
 from tasks.config.paths import Paths
-from tasks.tokenize.pretrain import pack_pretrain
+from tasks.tokenize.mlm_blocks import pack_pretrain
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ swapped in by rename, so bad input never leaves a half-written output.
 
 Per source: ``docs_in == docs_out + dropped`` (checked here; a mismatch raises ``RuntimeError``), and at least one
 document out (a source of none raises ``SourceError`` naming it and its drop counts, before anything is written).
-The metrics and log lines are ``tasks/ingest/report.py``; a record's document row, with the NFC and whitespace
+The metrics and log lines are ``tasks/ingest/metrics.py``; a record's document row, with the NFC and whitespace
 rules of its text and words, ``tasks/ingest/normalize.py``.
 
 Incremental (``ingest.incremental``, ``tasks/ingest/cache.py``): each file (a builtin or ``hf_disk`` source as
@@ -26,7 +26,7 @@ taken from the cache are logged.
 - ``normalize``: a record as ingest writes it: its document row, its text and words normalized;
 - ``cache``: incremental ingest, a per-unit cache so a run re-reads only new or changed files;
 - ``deps``: the check that every file source is a DVC dependency of the stage;
-- ``report``: what one source produced (``SourceResult``), and the stage's metrics and log lines.
+- ``metrics``: what one source produced (``SourceResult``), and the stage's metrics and log lines.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ from tasks.ingest import tabular, text
 from tasks.ingest.builtin import BUILTINS
 from tasks.ingest.cache import Outcome, UnitCache, builtin_facts, file_facts, folder_facts, shard_key, spec_facts
 from tasks.ingest.deps import check_declared_deps
+from tasks.ingest.metrics import SourceResult, log_drops, summarize
 from tasks.ingest.normalize import ROW_SCHEMA, no_rows, outcome
 from tasks.ingest.records import Record, SourceError, match_files
-from tasks.ingest.report import SourceResult, log_drops, summarize
 
 #: Readers of the kinds read file by file: ``reader(spec, [(path, name), ...])``.
 FILE_READERS: dict[type, Callable[[Any, list[tuple[Path, str]]], Iterator[Record]]] = {

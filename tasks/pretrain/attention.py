@@ -271,7 +271,7 @@ def report(captured: Captured) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ document masking
 #
-# A packed block holds several documents: ``[CLS] doc_a [SEP] doc_b [SEP] doc_c...`` (tasks/tokenize/pretrain.py:
+# A packed block holds several documents: ``[CLS] doc_a [SEP] doc_b [SEP] doc_c...`` (tasks/tokenize/mlm_blocks.py:
 # each document owns its tokens and the [SEP] after them; the block's [CLS] belongs to its first document). With
 # ``pretrain.document_mask`` a token attends only to tokens of its own document. On CUDA the mask is a FlexAttention
 # ``BlockMask`` (``torch.nn.attention.flex_attention``: blocks of 128 x 128 positions that lie across documents are

@@ -23,9 +23,14 @@ changed; the outputs equal a from-scratch run's byte for byte.
 Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near duplicate with its task's train split
 (the leakage audit's check b), for the claim table's clean vs overlapping slice.
 
-Modules: ``pretrain`` (packed MLM blocks), ``cls`` (classification and pair datasets), ``ner`` (NER windows),
-``tables`` (what the datasets share: lengths, label files, Arrow tables, the overlapping eval docs), ``cache``
-(the pretraining texts' ids kept across runs) and ``task_cache`` (the task inputs' encodings kept across runs).
+Modules:
+
+- ``mlm_blocks``: the packed MLM blocks of the pretraining text;
+- ``cls``: classification and pair datasets;
+- ``ner``: NER windows;
+- ``tables``: what the datasets share (lengths, label files, Arrow tables, the overlapping eval docs);
+- ``cache``: the pretraining texts' ids kept across runs;
+- ``task_cache``: the task inputs' encodings kept across runs.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.config.tasks import TaskSpec
 from tasks.tokenize.cache import TokenCache
 from tasks.tokenize.cls import build_cls, read_cls_rows
+from tasks.tokenize.mlm_blocks import pack_pretrain, plain_encoder, read_pretrain_rows
 from tasks.tokenize.ner import build_ner, read_ner_rows
-from tasks.tokenize.pretrain import pack_pretrain, plain_encoder, read_pretrain_rows
 from tasks.tokenize.tables import train_overlap_ids
 from tasks.tokenize.task_cache import TaskCache
 

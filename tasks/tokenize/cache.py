@@ -4,14 +4,14 @@ it has not seen, and its outputs equal a from-scratch run's byte for byte.
 The cache, ``<data>/tokenize_cache/<tok>/ids.parquet`` (a DVC output with ``persist: true``; ``<tok>`` is
 ``clozeline`` or ``reference``), holds one row per distinct pretraining text of the last run, sorted by ``md5``
 (of the text, UTF-8), with ``ids``: its subword ids without special tokens (list<int32>, what
-``pretrain.encode_texts`` returns for it). The Parquet metadata holds the fingerprint below.
+``mlm_blocks.encode_texts`` returns for it). The Parquet metadata holds the fingerprint below.
 
 Rule. **Full re-encode** (every text encoded, no stored ids used) when ``tokenize.incremental`` is false, when
 there is no cache, or when its fingerprint differs: the md5 of the tokenizer as it encodes (its serialized
 ``tokenizer.json`` with truncation and padding off, and ``split_special_tokens``: a change of any tokenizer file
 that matters shows there), the tokenize params (all but ``incremental``, ``num_proc`` and
 ``map_batch_size_docs``, which change no id) and the code that encodes: the sha256 of this module's import
-closure (``imports.closure_fingerprint``: ``pretrain.py`` and whatever importing it runs, computed, never
+closure (``imports.closure_fingerprint``: ``mlm_blocks.py`` and whatever importing it runs, computed, never
 listed), and the ``tokenizers`` version (the normalizers and pre-tokenizers, their Unicode tables included, are
 built into it; the serialized tokenizer names only its format, ``"version": "1.0"``). The tokenizer stage
 retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so after new data
@@ -45,7 +45,7 @@ from tokenizers import Tokenizer
 from tasks.common.files.stamped import int_lists, int_rows, read_stamped, replace_cache, stamp
 from tasks.common.imports import closure_fingerprint
 from tasks.config.corpus.tokenize import TokenizeParams
-from tasks.tokenize import pretrain
+from tasks.tokenize import mlm_blocks
 
 IDS = "ids.parquet"
 NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs"}  # params that change no id
@@ -65,11 +65,11 @@ class TokenCache:
         self.texts_encoded = 0
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, lengths)`` as ``pretrain.tokenize_docs`` returns them (int64; all ids in text order, tokens
+        """``(ids, lengths)`` as ``mlm_blocks.tokenize_docs`` returns them (int64; all ids in text order, tokens
         per text), encoding only the distinct texts without stored ids."""
         digests = [hashlib.md5(text.encode("utf-8")).hexdigest() for text in texts]
         todo = {d: t for d, t in zip(digests, texts) if d not in self.stored and d not in self.used}
-        ids, lengths = pretrain.tokenize_docs(
+        ids, lengths = mlm_blocks.tokenize_docs(
             list(todo.values()), self.encoder, self.cfg.map_batch_size_docs, self.cfg.num_proc
         )
         bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
@@ -108,7 +108,7 @@ def fingerprint(encoder: Tokenizer, cfg: TokenizeParams) -> dict[str, str]:
     return {
         "tokenizer": hashlib.md5(serialized.encode("utf-8")).hexdigest(),
         "params": hashlib.md5(json.dumps(params, sort_keys=True).encode("utf-8")).hexdigest(),
-        "code": closure_fingerprint([__name__]),  # it calls pretrain.tokenize_docs: in its closure
+        "code": closure_fingerprint([__name__]),  # it calls mlm_blocks.tokenize_docs: in its closure
         "tokenizers": tokenizers.__version__,  # its normalizers' Unicode tables: to_str() names only format 1.0
     }
 

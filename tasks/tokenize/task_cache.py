@@ -44,7 +44,7 @@ from tasks.common.files.stamped import int_lists, int_rows, read_stamped, replac
 from tasks.common.imports import closure_fingerprint
 from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import cache, cls, ner
-from tasks.tokenize.pretrain import plain_encoder
+from tasks.tokenize.mlm_blocks import plain_encoder
 
 TASKS = "tasks.parquet"
 

@@ -89,7 +89,7 @@ CACHES = {
     ),
     "tokenize_ids": (
         ["tasks.tokenize.cache"],
-        ["tasks/tokenize/pretrain.py"],
+        ["tasks/tokenize/mlm_blocks.py"],
         "tokenize_cache.fingerprint(word_level, P.tokenize)",
     ),
     "tokenize_tasks": (

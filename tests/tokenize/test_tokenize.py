@@ -16,8 +16,8 @@ from clozeline.alignment import IGNORE
 from tasks import tokenize as stage
 from tasks import tokenizer as tokenizer_stage
 from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
+from tasks.tokenize.mlm_blocks import block_sources, plain_encoder, tokenize_docs
 from tasks.tokenize.ner import encode_words, ner_windows
-from tasks.tokenize.pretrain import block_sources, plain_encoder, tokenize_docs
 from tasks.tracking import NullLog
 from tokenize_fixtures import SEQ, WORDS, news_rows, tokenize_params, tweet_rows, write_leak_table
 from tokenizer_fixtures import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
