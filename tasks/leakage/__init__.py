@@ -134,7 +134,7 @@ def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
             set(lexical_removed),
             plants,
             log,
-            store=paths.stage_data("leakage_embeddings"),
+            store_folder=paths.stage_data("leakage_embeddings"),
         )
         table = pd.concat([table, pd.DataFrame.from_records(result.rows, columns=TABLE_COLUMNS)], ignore_index=True)
         table = table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)

@@ -4,7 +4,7 @@ Order (``audit``): embed, in one go (``Encoder.prefetch``), the eval docs that a
 (``semantic.min_words``), the planted copies of the ``planted_docs`` sampled eval docs (``planted_windows``
 windows each, over the eval text), the task train docs and the pretraining docs kept after the lexical action;
 choose the threshold on the dev plants against the known-clean pairs of the calibration half
-(``semantic.choose_threshold``); search the pretraining docs; write the review sample from the test plants and
+(``method.choose_threshold``); search the pretraining docs; write the review sample from the test plants and
 the other half's known-clean pairs. Returns the table rows, which plants it finds, the metrics and the
 review records. See ``tasks/leakage/semantic/method.py`` for the method.
 """
@@ -20,8 +20,7 @@ import pandas as pd
 
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.planted.variants import Plant
-from tasks.leakage.semantic import method as semantic
-from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic import method, store
 from tasks.leakage.semantic.encoder import Encoder
 from tasks.leakage.semantic.method import METHOD
 from tasks.leakage.semantic.review import review_sample
@@ -51,13 +50,13 @@ def audit(
     plants: list[Plant],
     log,
     encoder: Encoder | None = None,
-    store: Path | None = None,
+    store_folder: Path | None = None,
 ) -> SemanticResult:
     """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``.
-    ``store``: the folder of the kept window vectors (``embedding_store``), read first and written back."""
+    ``store_folder``: the folder of the kept window vectors (``store``), read first and written back."""
     clock = {"start": time.perf_counter()}
     enc = encoder or Encoder(cfg.semantic, cfg.hardware)
-    kept = open_store(enc, store, cfg.incremental, log) if store is not None else None
+    kept = open_store(enc, store_folder, cfg.incremental, log) if store_folder is not None else None
     texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants)
     layouts = [
         enc.layout(texts.evals),
@@ -103,7 +102,7 @@ def audit(
         }
     )
     if kept is not None:
-        close_store(enc, store, kept, cfg.incremental, log)
+        close_store(enc, store_folder, kept, cfg.incremental, log)
     found = side.plant_on & (side.plant_score >= cal.threshold)
     return SemanticResult(scan.rows, found, texts.scored, metrics, review)
 
@@ -137,7 +136,7 @@ def embed_evals_and_plants(
         plant_on=scored & np.array([attempted[p.eval_index] for p in plants], dtype=bool),
         plant_split=np.array([splits[p.eval_index] for p in plants], dtype=object),
         planted=planted,
-        plant_score=semantic.plant_scores(planted, [p.eval_index for p in plants], evals),
+        plant_score=method.plant_scores(planted, [p.eval_index for p in plants], evals),
     )
 
 
@@ -162,19 +161,17 @@ class Calibration:
 def calibrate(enc: Encoder, cfg: LeakageParams, texts: Texts, side: EvalSide, layout, log) -> Calibration:
     """The kept task train docs' windows (``layout``: theirs), each doc paired with its nearest same-class doc
     of another cluster (known clean), and the threshold chosen on the dev plants against the calibration half's
-    clean pairs (``semantic.choose_threshold``)."""
+    clean pairs (``method.choose_threshold``)."""
     scfg, task_train = cfg.semantic, texts.task_train
     train_windows = enc.embedded(layout)
     labels = task_train["label"] if "label" in task_train else pd.Series([None] * len(task_train))
     groups = [f"{s}/{'' if pd.isna(y) else y}" for s, y in zip(task_train["source"], labels)]
     clusters = list(task_train["cluster_id"]) if "cluster_id" in task_train else list(task_train["doc_id"])
-    clean_score, partner = semantic.clean_pair_scores(train_windows, groups, clusters)
-    calibration = semantic.half(list(task_train["doc_id"]), f"{cfg.planted.seed}:clean")
+    clean_score, partner = method.clean_pair_scores(train_windows, groups, clusters)
+    calibration = method.half(list(task_train["doc_id"]), f"{cfg.planted.seed}:clean")
     valid = partner >= 0
     dev_plants = side.plant_on & (side.plant_split == "dev")
-    choice = semantic.choose_threshold(
-        side.plant_score[dev_plants], clean_score[calibration & valid], scfg.min_precision
-    )
+    choice = method.choose_threshold(side.plant_score[dev_plants], clean_score[calibration & valid], scfg.min_precision)
     log.info(
         f"leakage semantic: threshold {choice['threshold']} ({choice['rule']}; dev recall "
         f"{choice['dev_recall']}, dev false flag rate {choice['dev_false_flag_rate']})"
@@ -202,7 +199,7 @@ def scan_corpus(
     ``threshold``."""
     corpus = texts.corpus_frame
     corpus_windows = enc.embedded(layout)
-    pairs, best = semantic.pair_scores(evals, corpus_windows, threshold, cfg.semantic)
+    pairs, best = method.pair_scores(evals, corpus_windows, threshold, cfg.semantic)
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
         ev = eval_frame.iloc[e]
@@ -287,11 +284,9 @@ def semantic_metrics(
 
 def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
-    key = embedding_store.fingerprint(enc)
-    enc.stored, reason = embedding_store.load(folder, key, incremental, enc.model.config.hidden_size)
-    enc.layouts = (
-        embedding_store.load_layouts(folder, embedding_store.layouts_key(key, enc.cfg), enc.cfg) if enc.stored else {}
-    )
+    key = store.fingerprint(enc)
+    enc.stored, reason = store.load(folder, key, incremental, enc.model.config.hidden_size)
+    enc.layouts = store.load_layouts(folder, store.layouts_key(key, enc.cfg), enc.cfg) if enc.stored else {}
     mode = "stored" if enc.stored else "none"
     log.info(
         f"leakage semantic: {len(enc.stored)} window vectors and {len(enc.layouts)} text layouts kept from the "
@@ -304,12 +299,12 @@ def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
 def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -> None:
     """Write this run's window vectors and text layouts back (none when ``incremental`` is false) and log the
     store's share."""
-    embedding_store.save(
+    store.save(
         folder,
         enc.cache if incremental else {},
         key,
         enc.layouts_used if incremental else {},
-        embedding_store.layouts_key(key, enc.cfg),
+        store.layouts_key(key, enc.cfg),
     )
     log.info(
         f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
