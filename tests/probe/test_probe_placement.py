@@ -40,7 +40,7 @@ def mask_without_host_sync(monkeypatch):
     monkeypatch.setattr(transformers.masking_utils, "_ignore_bidirectional_mask_sdpa", lambda *args, **kw: False)
 
 
-def tiny_encoder(kind: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
+def tiny_probe_encoder(kind: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
     """A 2-layer random bare encoder of ``kind`` (eval mode) on ``meta``."""
     shape = dict(
         vocab_size=vocab_size,
@@ -60,7 +60,7 @@ def tiny_encoder(kind: str, vocab_size: int, pad_id: int) -> torch.nn.Module:
 @pytest.mark.parametrize("kind", ["bert", "modernbert"])
 def test_sense_probe_batch_stays_on_the_device(kind):
     tokenizer = AutoTokenizer.from_pretrained(reference_model_dir())
-    encoder = tiny_encoder(kind, len(tokenizer), tokenizer.pad_token_id)
+    encoder = tiny_probe_encoder(kind, len(tokenizer), tokenizer.pad_token_id)
     batch = probe_vectors.encode(
         tokenizer, probe_set.read_probe_set(SHIPPED, 8)[:6], batch_size=6, max_seq_len_tokens=128
     )[0]

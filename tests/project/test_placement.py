@@ -12,7 +12,6 @@ sync, once per forward of a padded batch; meta tensors cannot be read), so these
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import safetensors.torch
@@ -29,7 +28,7 @@ from pretrain_fixtures import SEQ_LEN as PRETRAIN_SEQ
 from pretrain_fixtures import add_reference_blocks, bench_module, clone, make_cfg
 from tasks import finetune, pretrain
 from tasks.common.models import encoders
-from tasks.common.models.encoders import load_tokenizer, reference_model_dir
+from tasks.common.models.encoders import load_tokenizer
 from tasks.common.runtime import device as dev
 from tasks.common.runtime.device import autocast, place
 from tasks.config import read_yaml
@@ -271,36 +270,14 @@ def test_a_host_tensor_passed_by_keyword_is_caught(monkeypatch):
 # ---------------------------------------------------------------- leakage: the semantic encoder
 
 
-@pytest.fixture(scope="module")
-def tiny_minilm(tmp_path_factory):
-    """A 2-layer random BertModel (hidden 32) with MiniLM's tokenizer, saved in a temporary folder."""
-    from transformers import BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny-minilm")
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (reference_model_dir() / name).exists():
-            shutil.copy(reference_model_dir() / name, folder / name)
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=512,
-    )
-    BertModel(config, add_pooling_layer=False).save_pretrained(folder)
-    return folder
-
-
-def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tiny_minilm):
+def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tiny_encoder):
     """The stage's Encoder resolves hardware.device itself (auto -> CUDA on a GPU box), loads the encoder and
     embeds windows; 1e1da4d left the model on the CPU (place() passed it through) and crashed on CUDA."""
     raw = read_yaml("params.yaml")["leakage"]
     raw["semantic"] = {
         **raw["semantic"],
         "enabled": True,
-        "encoder": str(tiny_minilm),
+        "encoder": str(tiny_encoder),
         "window_tokens": 16,
         "stride_tokens": 14,
         "batch_size": 4,
@@ -316,11 +293,11 @@ def test_leakage_semantic_encoder_embeds_on_the_resolved_device(monkeypatch, tin
     assert windows.vectors.shape[1] == 32 and len(windows.vectors) == encoder.stats["windows_embedded"] > 0
 
 
-def test_leakage_run_audits_semantically_on_the_resolved_device(monkeypatch, tiny_minilm, tmp_path):
+def test_leakage_run_audits_semantically_on_the_resolved_device(monkeypatch, tiny_encoder, tmp_path):
     """``leakage.run`` as DVC calls it, the semantic detector on: the audit builds its Encoder from
     ``hardware.device`` and embeds the eval docs, planted copies and corpus there."""
     task, pre = news_corpus()
-    cfg = leakage_params(semantic=semantic_params(tiny_minilm), hardware={"device": "cuda"})
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder), hardware={"device": "cuda"})
     with on_meta(monkeypatch) as placement:
         metrics, _ = run_leakage(tmp_path, [task, pre], cfg)
     assert placement.resolved == ["cuda"] and placement.forwards > 0
