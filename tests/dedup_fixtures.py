@@ -13,22 +13,10 @@ import pyarrow.parquet as pq
 from tasks import dedup
 from tasks.config import Paths, read_yaml
 from tasks.config.corpus.dedup import DedupParams
+from tasks.ingest.normalize import ROW_SCHEMA  # the document row contract dedup reads
 from tasks.tracking import NullLog
 
 RAW = read_yaml(Path(__file__).resolve().parents[1] / "params.yaml")["dedup"]
-SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("source", pa.string()),
-        ("role", pa.string()),
-        ("text", pa.string()),
-        ("label", pa.string()),
-        ("group", pa.string()),
-        ("tokens", pa.list_(pa.string())),
-        ("tags", pa.list_(pa.string())),
-        ("meta", pa.string()),
-    ]
-)
 
 
 def make_cfg(**overrides) -> DedupParams:
@@ -43,7 +31,7 @@ def make_paths(tmp_path: Path) -> Paths:
 def _write(tmp_path: Path, name: str, records: list[dict]) -> None:
     folder = tmp_path / "data" / "ingest"
     folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(records, schema=SCHEMA), folder / f"{name}.parquet")
+    pq.write_table(pa.Table.from_pylist(records, schema=ROW_SCHEMA), folder / f"{name}.parquet")
 
 
 def write_source(tmp_path: Path, name: str, texts: list[str], role: str = "task", labels=None) -> list[str]:

@@ -113,6 +113,7 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
             )
         )
     further = from_pretraining_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
+    masking = from_ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
     seed_jobs = [
         make_job(
             item,
@@ -126,23 +127,7 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
             folder=folder,
             key=key,
         )
-        for arm, folder, key in further
-    ]
-    masking = from_ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
-    seed_jobs += [
-        make_job(
-            item,
-            spec.module,
-            arm,
-            tcfg,
-            data[tok_of[arm.variant]]["rows"],
-            labels,
-            paths.models,
-            draw,
-            folder=folder,
-            key=key,
-        )
-        for arm, folder, key in masking
+        for arm, folder, key in [*further, *masking]
     ]
     timed_arms = jobs + list(dose.values())  # curve, further-seed and ablation arms are scored, not timed
     arms = timed_arms + curve_jobs + seed_jobs
