@@ -37,9 +37,10 @@ This module holds ``run``, the task data it reads, the run records and ``select_
 - ``draw``: which docs a run sees (the seeded hash samples behind ``max_*_docs`` and ``train_sizes``);
 - ``jobs``: ``Job``, what every seed of one arm shares, made from the task's rows (``make_job``, ``dose_jobs``);
 - ``records``: prediction files and the per-configuration metrics entry;
+- ``temperature``: temperature scaling of every run's probabilities, fitted on dev (the test files' ``probs_scaled``);
 - ``selected``: the arm and seed chosen on dev (or the tfidf-lr baseline) kept for the export stage;
 - ``arms/``: fine-tuning the arms (model, one training run, the frozen probe, the LR sweep, operational timing);
-- ``baselines/``: the comparator and reference baselines (majority, tfidf-lr, memorise) and their runs;
+- ``baselines/``: the comparator and reference baselines (majority, tfidf-lr, memorise, crf) and their runs;
 - ``reruns/``: the arms run again at fewer train docs, from further pretraining seeds, from the ablation arms.
 """
 

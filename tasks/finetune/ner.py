@@ -4,7 +4,8 @@ Rows follow the tokenize contract (one per window: ``doc_id, window_index, input
 labels_first, labels_all, words, word_tags``). The model predicts one label per subword; ``alignment.
 words_from_windows`` keeps each word's prediction at its first subword in its max-context window, so every
 head (label scheme ``first`` or ``all``) is scored on the same words; each word also keeps the softmax
-probability of its predicted tag at that subword (``probs``, what the report's calibration reads). Scores:
+probability of its predicted tag at that subword (``probs``, what the report's calibration reads) and, in memory
+only, its softmax distribution over the tags (``tag_probs``, what ``tasks.finetune.temperature`` fits on dev). Scores:
 seqeval in strict IOB2 mode (an ``I-X`` that starts a chunk is no entity), entity-level precision/recall/F1,
 per-type F1, and a span-error table in the spirit of MUC/SemEval-2013 partial matching (exact, type,
 boundary, missed, spurious).
@@ -65,23 +66,28 @@ def collate(batch: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def decode(logits: torch.Tensor, batch: list[dict]) -> list[list[tuple[int, float]]]:
-    """Per window, per subword ``(predicted label id, its softmax probability)`` from logits (batch, seq_len,
-    n_labels), cut to each window's length. The id is the argmax of the logits; the probability is read at
-    that id, so the pair always comes from one position."""
+def decode(logits: torch.Tensor, batch: list[dict]) -> list[list[tuple[int, float, list[float]]]]:
+    """Per window, per subword ``(predicted label id, its softmax probability, the softmax distribution)`` from
+    logits (batch, seq_len, n_labels), cut to each window's length. The id is the argmax of the logits; the
+    probability is read at that id, so the triple always comes from one position."""
     best = logits.argmax(dim=-1)
-    prob = torch.softmax(logits.float(), dim=-1).gather(-1, best.unsqueeze(-1)).squeeze(-1)
-    pairs = [list(zip(ids, ps, strict=True)) for ids, ps in zip(best.tolist(), prob.tolist(), strict=True)]
-    return [row[: len(ex["input_ids"])] for row, ex in zip(pairs, batch, strict=True)]
+    dist = torch.softmax(logits.float(), dim=-1)
+    prob = dist.gather(-1, best.unsqueeze(-1)).squeeze(-1)
+    triples = [
+        list(zip(ids, ps, ds, strict=True))
+        for ids, ps, ds in zip(best.tolist(), prob.tolist(), dist.tolist(), strict=True)
+    ]
+    return [row[: len(ex["input_ids"])] for row, ex in zip(triples, batch, strict=True)]
 
 
-def records(exs: list[dict], predicted: list[list[tuple[int, float]]], label_names: list[str]) -> list[dict]:
-    """One record per sentence ``{doc_id, gold, pred, probs}``: gold and predicted IOB2 tags per word, and per
-    word the probability of its predicted tag (``decode``'s pairs).
+def records(exs: list[dict], predicted: list[list[tuple]], label_names: list[str]) -> list[dict]:
+    """One record per sentence ``{doc_id, gold, pred, probs, tag_probs}``: gold and predicted IOB2 tags per word,
+    per word the probability of its predicted tag and its distribution over ``label_names`` (``decode``'s
+    triples; ``tag_probs`` is absent when ``predicted`` holds (id, probability) pairs).
 
-    Windows of a sentence are merged by ``alignment.words_from_windows``, which carries each word's (tag,
-    probability) pair from its first subword in its max-context window. Raises ``ValueError`` when the
-    windows of a sentence carry different gold tags.
+    Windows of a sentence are merged by ``alignment.words_from_windows``, which carries each word's triple
+    from its first subword in its max-context window. Raises ``ValueError`` when the windows of a sentence
+    carry different gold tags.
     """
     windows: dict[str, list] = defaultdict(list)
     for ex, pred in zip(exs, predicted, strict=True):
@@ -93,14 +99,13 @@ def records(exs: list[dict], predicted: list[list[tuple[int, float]]], label_nam
         if any(p[3] != gold for p in parts):
             raise ValueError(f"ner doc {doc_id!r}: windows disagree on the gold word tags")
         pairs = words_from_windows([(p[1], p[2]) for p in parts], len(gold))
-        out.append(
-            {
-                "doc_id": doc_id,
-                "gold": gold,
-                "pred": [label_names[i] for i, _ in pairs],
-                "probs": [prob for _, prob in pairs],
-            }
-        )
+        rec = {
+            "doc_id": doc_id,
+            "gold": gold,
+            "pred": [label_names[p[0]] for p in pairs],
+            "probs": [p[1] for p in pairs],
+        }
+        out.append(rec | ({"tag_probs": [p[2] for p in pairs]} if pairs and len(pairs[0]) > 2 else {}))
     return out
 
 

@@ -14,12 +14,14 @@ TASKS = {"cls": cls_task, "ner": ner_task}  # TaskSpec.module -> the code of tha
 
 
 def write_predictions(path: Path, recs: list[dict]) -> Path:
-    """JSONL of ``{doc_id, gold, pred, probs}`` (cls also ``seen_fraction``) sorted by ``doc_id`` (stable
-    bytes for DVC). ``probs`` (cls: the distribution over labels; ner: per word, its tag's probability) is
-    rounded to 6 decimals: far below any calibration difference, and it keeps the files short."""
+    """JSONL of ``{doc_id, gold, pred, probs, probs_scaled}`` (cls also ``seen_fraction``) sorted by ``doc_id``
+    (stable bytes for DVC). ``probs`` (cls: the distribution over labels; ner: per word, its tag's probability)
+    and ``probs_scaled`` (the same after temperature scaling on dev, ``tasks.finetune.temperature``) are
+    rounded to 6 decimals: far below any calibration difference, and it keeps the files short. A ner record's
+    ``tag_probs`` (per word, a distribution) is not written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    keys = ("doc_id", "gold", "pred", "probs", "seen_fraction")
-    rounded = ({**r, "probs": [round(p, 6) for p in r["probs"]]} if "probs" in r else r for r in recs)
+    keys = ("doc_id", "gold", "pred", "probs", "probs_scaled", "seen_fraction")
+    rounded = ({**r, **{k: [round(p, 6) for p in r[k]] for k in ("probs", "probs_scaled") if k in r}} for r in recs)
     lines = [json.dumps({k: r[k] for k in keys if k in r}, ensure_ascii=False) for r in rounded]
     path.write_text("".join(line + "\n" for line in sorted(lines)), encoding="utf-8")
     return path
@@ -35,7 +37,7 @@ def aggregate(task, seeds: list[dict], cfg: FinetuneParams, log) -> dict:
         name: summarize([s["test"][name] for s in seeds], seed_ids, cfg.confidence_level, bounds=(0.0, 1.0))
         for name in seeds[0]["test"]
     }
-    hidden = ("seed", "test", "test_records")
+    hidden = ("seed", "test", "test_records")  # a seed's ``temperature`` facts stay, under per_seed
     per_seed = {str(s["seed"]): {k: v for k, v in s.items() if k not in hidden} for s in seeds}
     pooled = task.pool_details([s["details"] for s in seeds])
     return {

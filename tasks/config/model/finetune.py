@@ -16,7 +16,7 @@ Mode = Literal["full", "frozen"]
 HEADS: dict[str, tuple[str, ...]] = {"cls": ("cls-pool", "mean-pool"), "ner": ("first", "all")}
 #: Baselines per task module (``tasks/finetune/baselines/fitting.py``): no encoder, fitted on the arms' train docs and
 #: input. A pair's bag of words is that of both texts.
-BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise",)}
+BASELINES: dict[str, tuple[str, ...]] = {"cls": ("majority", "tfidf-lr"), "ner": ("memorise", "crf")}
 #: How each kind may cut a sequence longer than ``max_seq_len_tokens``.
 TRUNCATIONS: dict[str, tuple[str, ...]] = {
     "classification": ("head", "head_tail"),
@@ -81,6 +81,15 @@ class TaskParams(StrictModel):
         description="memorise: word lookups tried, the best on dev entity F1 is kept (cased_backoff: "
         "the cased word, else its lowercased form)",
     )
+    baseline_crf_c1_grid: list[float] = Field(
+        default=[0.05, 0.25],
+        min_length=1,
+        description="crf: L1 penalties c1 tried with each c2, the best pair on dev entity F1 is kept (0: none)",
+    )
+    baseline_crf_c2_grid: list[float] = Field(
+        default=[0.05], min_length=1, description="crf: L2 penalties c2 tried with each c1 (0: none)"
+    )
+    baseline_crf_max_iterations: PositiveInt = Field(default=100, description="crf: L-BFGS iterations at most")
     lr_grid: list[float] = Field(
         min_length=1,
         description="multipliers of every learning rate of an arm, tried with the first seed; the best "
@@ -160,6 +169,13 @@ class TaskParams(StrictModel):
             if low > high:
                 raise ValueError(f"{analyzer}: n-gram range ({low}, {high}) must have min <= max")
         return value
+
+    @field_validator("baseline_crf_c1_grid", "baseline_crf_c2_grid")
+    @classmethod
+    def _penalties(cls, value: list[float]) -> list[float]:
+        if any(v < 0 for v in value):
+            raise ValueError(f"every penalty must be >= 0, got {value}")
+        return require_unique(value, "grid")
 
     @field_validator("baseline_memorise_cases")
     @classmethod

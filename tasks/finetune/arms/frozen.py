@@ -35,6 +35,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from tasks.common.runtime.device import fp32_predictions, place
+from tasks.finetune import temperature
 from tasks.finetune.arms.model import save_model
 
 #: Logit of a label no train document carries: its probability underflows to exactly 0 in float64 and float32.
@@ -53,6 +54,7 @@ def probe_and_test(model, run) -> dict:
     ``run.device``), fold it into ``model.head``, score dev and test; save the model to ``run.save_to`` when set.
 
     Returns what ``training.train_and_test`` returns (``seed``, ``test``, ``details``, ``test_records``,
+    ``temperature``,
     ``dev_best_<metric>``, ``dev_chance``, ``dev_divergence_score``, ``diverged``, ...) plus ``probe``: ``c_grid``,
     ``dev_by_c``, ``train_loss_by_c`` (mean cross-entropy on train, nats), ``n_iter_by_c``, ``max_iter``,
     ``chosen_c``, ``features_seconds``, ``fit_seconds``, ``seed_varies``. Raises ``ValueError`` when a fit does
@@ -68,6 +70,8 @@ def probe_and_test(model, run) -> dict:
         model.head.weight.copy_(torch.from_numpy(weight).float())
         model.head.bias.copy_(torch.from_numpy(bias).float())
     test_records, test = score_split(job, "test", (weight, bias), features["test"])
+    dev_records, _ = score_split(job, "dev", (weight, bias), features["dev"])
+    scaling = temperature.scale_records(dev_records, test_records, job.labels)
     select, chance = job.task.SELECT_METRIC, job.task.chance(job.exs["dev"])
     divergence = job.task.divergence_score(dev)
     probe["facts"] |= {
@@ -90,6 +94,7 @@ def probe_and_test(model, run) -> dict:
         "history": [],
         "probe": probe["facts"],
         "train_seconds": round(time.perf_counter() - started, 1),
+        "temperature": scaling,
         "test_records": test_records,
     }
     if run.save_to is not None:

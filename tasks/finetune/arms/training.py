@@ -25,6 +25,7 @@ from tqdm import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from tasks.common.runtime.device import autocast, fp32_predictions, place
+from tasks.finetune import temperature
 from tasks.finetune.arms import frozen
 from tasks.finetune.arms.model import build_model, optimizer_for, save_model
 
@@ -59,7 +60,8 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     (``frozen.probe_and_test``: same keys, no learning rates, ``probe`` added).
 
     Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
-    ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` and the facts of ``train``.
+    ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` (with ``probs_scaled``),
+    ``temperature`` (``temperature.scale_records`` of the best epoch's dev records) and the facts of ``train``.
     The run trains on its seed's draw of the train docs (``Job.for_seed``: each seed draws its own subset).
     """
     run = replace(run, job=run.job.for_seed(run.seed))
@@ -72,12 +74,14 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     started = time.perf_counter()
     fit = train(model, run, show_progress)
     test_recs, scores = evaluate(model, job, "test", torch.device(run.device))
+    scaling = temperature.scale_records(fit.pop("dev_records"), test_recs, job.labels)
     result = {
         "seed": run.seed,
         "test": job.task.headline(scores),
         "details": job.task.details(scores),
         **fit,
         "train_seconds": round(time.perf_counter() - started, 1),
+        "temperature": scaling,
         "test_records": test_recs,
     }
     if run.save_to is not None:
@@ -98,8 +102,8 @@ def train(model, run: Run, show_progress: bool) -> dict:
     (early stopping with ``patience_epochs``). Restores the best epoch's weights into ``model``.
 
     A non-finite training loss stops the run. Returns ``best_epoch``, ``epochs_run``, the best dev score,
-    ``dev_chance``, ``diverged`` (non-finite loss, or best dev score <= chance + divergence_margin), the LRs
-    and the per-epoch ``history``.
+    ``dev_chance``, ``diverged`` (non-finite loss, or best dev score <= chance + divergence_margin), the LRs,
+    the per-epoch ``history`` and ``dev_records`` (the best epoch's dev predictions, for temperature scaling).
     """
     job = run.job
     tcfg, task, select = job.tcfg, job.task, job.task.SELECT_METRIC
@@ -108,7 +112,7 @@ def train(model, run: Run, show_progress: bool) -> dict:
     optimizer = optimizer_for(model, lr_encoder, lr_head, tcfg.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, int(tcfg.warmup_fraction * total_steps), total_steps)
     generator = torch.Generator().manual_seed(run.seed)
-    best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf}
+    best = {"score": -math.inf, "epoch": 0, "state": None, "divergence_score": -math.inf, "records": []}
     finite, epoch, history = True, 0, []
     device = torch.device(run.device)
     for epoch in range(1, tcfg.max_epochs + 1):
@@ -116,7 +120,7 @@ def train(model, run: Run, show_progress: bool) -> dict:
         loss = train_epoch(
             model, job, optimizer, schedule, generator, device, desc if show_progress else None, run.cpu_bf16
         )
-        _, dev = evaluate(model, job, "dev", device)
+        dev_recs, dev = evaluate(model, job, "dev", device)
         history.append({"epoch": epoch, "train_loss": loss, f"dev_{select}": dev[select]})
         finite = math.isfinite(loss)
         if dev[select] > best["score"]:
@@ -124,6 +128,7 @@ def train(model, run: Run, show_progress: bool) -> dict:
                 "score": dev[select],
                 "epoch": epoch,
                 "divergence_score": task.divergence_score(dev),
+                "records": dev_recs,
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }
         if not finite or epoch - best["epoch"] >= tcfg.patience_epochs:
@@ -142,6 +147,7 @@ def train(model, run: Run, show_progress: bool) -> dict:
         "dev_divergence_score": best["divergence_score"],
         "diverged": diverged,
         "history": history,
+        "dev_records": best["records"],
     }
 
 

@@ -3,5 +3,6 @@
 - ``fitting``: which rows run (a comparator and a reference per baseline), fitting one (majority here), records;
 - ``tfidf``: TF-IDF + logistic regression (cls), and the arms' input it reads;
 - ``memorise``: each word's most frequent train tag (ner);
+- ``crf``: a linear-chain CRF on hand-made word features (ner);
 - ``runs``: each row fitted once per seed on that seed's draw, its predictions written and its entry recorded.
 """

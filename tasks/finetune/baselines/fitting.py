@@ -19,6 +19,7 @@ deterministic, so each is one run (seed ``0``).
 - ``tfidf-lr`` (cls): ``tfidf`` (analyzer x C chosen on dev macro-F1).
 - ``memorise`` (ner): ``memorise`` (cased / lowercased / cased with lowercase back-off, chosen on dev
   entity F1).
+- ``crf`` (ner): ``crf`` (a linear-chain CRF on word features, c1 x c2 chosen on dev entity F1).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tasks.finetune import ner as ner_task
+from tasks.finetune.baselines.crf import crf
 from tasks.finetune.baselines.memorise import memorise
 from tasks.finetune.baselines.tfidf import tfidf_lr
 
 #: baseline -> the ``<input>`` of its comparator's run key ``baseline/<name>/<input>`` (``{tok}``: tokenization).
-INPUTS = {"majority": "labels", "tfidf-lr": "{tok}-cut", "memorise": "words"}
+INPUTS = {"majority": "labels", "tfidf-lr": "{tok}-cut", "memorise": "words", "crf": "words"}
 REFERENCE_INPUT = "all-data"  # the reference row's ``<input>``: every train doc, full text
 SEED = 0
 
@@ -66,11 +68,13 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], tcfg,
 
     ``rows`` are the tokenize rows of each split (cls: ``doc_id, text, label``; ner: one row per window with
     ``doc_id, words, word_tags``); ``tcfg`` the recipe (``baseline_c_grid``, ``baseline_tfidf_ngrams``,
-    ``baseline_memorise_cases``); ``texts`` (tfidf-lr) the text read per split, one string per row (default: each
-    row's full ``text``). Returns ``{"dev": records, "test": records, "setting": {...}}`` with the prediction
-    records of the task module (cls: ``doc_id, gold, pred, probs, truncated, seen_fraction``; ner: ``doc_id,
-    gold, pred, probs``: word tags and per-word probabilities per sentence); ``tfidf-lr`` also returns
-    ``fitted``: ``(vectorizer, classifier)``. Raises ``ValueError`` for another name.
+    ``baseline_memorise_cases``, ``baseline_crf_c1_grid``, ``baseline_crf_c2_grid``,
+    ``baseline_crf_max_iterations``); ``texts`` (tfidf-lr) the text read per split, one string per row (default:
+    each row's full ``text``). Returns ``{"dev": records, "test": records, "setting": {...}}`` with the
+    prediction records of the task module (cls: ``doc_id, gold, pred, probs, truncated, seen_fraction``; ner:
+    ``doc_id, gold, pred, probs, tag_probs``: word tags, per-word probabilities and per-word distributions over
+    ``labels`` per sentence); ``tfidf-lr`` also returns ``fitted``: ``(vectorizer, classifier)``. Raises
+    ``ValueError`` for another name.
     """
     if name == "majority":
         preds = _majority(rows, labels)
@@ -80,7 +84,11 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], tcfg,
         preds = tfidf_lr(texts, ids, len(labels), tcfg.baseline_tfidf_ngrams, tcfg.baseline_c_grid)
     elif name == "memorise":
         sentences = {split: documents(rows[split]) for split in ("dev", "test")}
-        preds = memorise(documents(rows["train"]), sentences, tcfg.baseline_memorise_cases, _entity_f1)
+        preds = memorise(documents(rows["train"]), sentences, tcfg.baseline_memorise_cases, _entity_f1, labels)
+    elif name == "crf":
+        sentences = {split: documents(rows[split]) for split in ("dev", "test")}
+        grid = {"c1": tcfg.baseline_crf_c1_grid, "c2": tcfg.baseline_crf_c2_grid}
+        preds = crf(documents(rows["train"]), sentences, grid, labels, _entity_f1, tcfg.baseline_crf_max_iterations)
     else:
         raise ValueError(f"unknown baseline {name!r}, expected one of {sorted(INPUTS)}")
     out = {split: records(documents(rows[split]), preds[split], labels) for split in ("dev", "test")}
@@ -90,13 +98,17 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], tcfg,
 def records(docs: list[dict], preds: list[tuple], labels: list[str]) -> list[dict]:
     """Prediction records in the task module's format, sorted by doc_id (as ``ner.records`` sorts them).
 
-    ``preds`` holds per doc ``(pred, probs)``: cls (label id, distribution over label ids), ner (word tags,
-    probability of each word's tag). A cls doc's ``truncated``/``seen_fraction`` are taken from the doc's
-    ``seen_fraction`` key when the caller set one (the arms' cut), else the full text (1.0).
+    ``preds`` holds per doc ``(pred, probs)``: cls (label id, distribution over label ids); ner ``(pred, probs,
+    tag_probs)`` (word tags, probability of each word's tag, each word's distribution over ``labels``). A cls
+    doc's ``truncated``/``seen_fraction`` are taken from the doc's ``seen_fraction`` key when the caller set one
+    (the arms' cut), else the full text (1.0).
     """
     pairs = zip(docs, preds, strict=True)
     if docs and "word_tags" in docs[0]:
-        recs = [{"doc_id": d["doc_id"], "gold": list(d["word_tags"]), "pred": p, "probs": q} for d, (p, q) in pairs]
+        recs = [
+            {"doc_id": d["doc_id"], "gold": list(d["word_tags"]), "pred": p, "probs": q, "tag_probs": dists}
+            for d, (p, q, dists) in pairs
+        ]
     else:
         recs = [
             {

@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from tasks.config.model.finetune import FinetuneParams, TaskParams
+from tasks.finetune import temperature
 from tasks.finetune.arms import operational
 from tasks.finetune.baselines import fitting
 from tasks.finetune.baselines.tfidf import arm_inputs
@@ -108,8 +109,10 @@ def fit_seed(
 ) -> tuple[dict, dict]:
     """Fit ``row`` on one seed's ``rows`` (and ``texts``) and score it with ``task`` (``tasks.finetune.cls`` or
     ``ner``), write ``<key>/seed<seed>.test.jsonl`` and log a nested run; returns ``fitting.fit_predict``'s fit
-    and the seed's result (what ``records.aggregate`` reads)."""
+    and the seed's result (what ``records.aggregate`` reads), with ``temperature`` (the test predictions scaled by
+    a temperature fitted on the dev ones, ``temperature.scale_records``)."""
     fit = fitting.fit_predict(row.name, rows, labels, tcfg, texts)
+    scaling = temperature.scale_records(fit["dev"], fit["test"], labels)
     dev, test = task.score(fit["dev"], labels), task.score(fit["test"], labels)
     path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
     flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
@@ -124,6 +127,7 @@ def fit_seed(
         "diverged": False,
         f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC],
         "setting": fit["setting"],
+        "temperature": scaling,
         "train_docs": len(rows["train"]),
         "dev_docs": len(fitting.documents(rows["dev"])),
     }
