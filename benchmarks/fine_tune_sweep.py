@@ -189,7 +189,7 @@ def run_ours(jobs: list, params, seeds: list[int], device, workers: int | None, 
         flush=True,
     )
     started = time.perf_counter()
-    results = sweep_and_train(jobs, seeds, fcfg.sweep_seed, tcfg.lr_grid, runner, {})
+    results = sweep_and_train(jobs, {job.key: seeds for job in jobs}, fcfg.sweep_seed, tcfg.lr_grid, runner, {})
     seconds = time.perf_counter() - started
     print(f"[ours] done in {seconds:.1f} s", flush=True)
     return seconds, results, runner

@@ -1,30 +1,31 @@
 """Stage ``finetune`` (DVC foreach item: a task of ``params.tasks``): fine-tune encoders over seeds, fit
 baselines, compare.
 
-A task's kind picks its code: ``cls`` (classification, and pair classification on ``[CLS] a [SEP] b [SEP]``) or
-``ner`` (token classification). Every configuration (arm) ``variant/mode/head`` of its recipe
+A task's kind picks its code: ``cls`` (classification, and pair classification on ``[CLS] a [SEP] b [SEP]``) or ``ner``
+(token classification). Every configuration (arm) ``variant/mode/head`` of its recipe
 (``params.finetune.recipes[tasks.<task>.recipe].configs``) picks its own learning rate on dev from ``lr_grid`` with
-``sweep_seed`` (``arms/sweep``), then trains once per seed on the same docs with the same budget; each run selects
-its epoch on dev (early stopping) and scores test once (``arms/training``). Each seed draws its own training subset
-(``draw``: ``max_train_docs`` docs by a hash rank salted with ``data_seed`` and the seed; dev and test are one
-sample for every seed), so the seed level of the report's bootstrap carries the draw's variance. The comparator
-baselines (``baselines/``: majority, TF-IDF + logistic regression, word memorisation) are fitted once per seed on
-that seed's train docs and the arms' input (deterministic given the subset: seed ``k`` of an arm pairs with the
-baseline fitted on seed ``k``'s docs), choose their setting on the arms' dev docs, and score the same test docs;
-each also has one reference row ``baseline/<name>/all-data`` (every train doc, full text) that is never chosen as
-the best baseline. With several pretraining seeds, the arms on our pretrained encoder also run from each further
-seed's model (``reruns/from_pretraining_seeds``: the ``pretraining_seeds`` section); with ``ablation_config``, that
-arm also runs from each pretraining ablation arm's model (``reruns/from_ablations``). With ``train_sizes``, the
-``curve_configs`` arms and the comparators also run on fewer train docs (``reruns/at_train_sizes``: the
-``learning_curve`` section; never the exported model). Per arm the stage reports mean, std and a Student-t interval
-over seeds, the per-seed values, the seeds whose dev score stayed at chance (``diverged_seeds``) and the sweep;
-``selection`` names the best arm and the best baseline on dev. ``arms/operational``
-(``params.finetune.operational``) measures each arm's model, as its first reported seed saved it, and tfidf-lr after
-all training: latency per document at each batch size of ``timed_batches``, peak memory, parameters and size on
-disk. Test predictions go to ``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``,
-cls also ``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability
-of its predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each test
-doc's slices (``n_words, train_overlap``).
+``sweep_seed`` (``arms/sweep``), then trains once per seed on the same docs with the same budget (every seed of
+``seeds`` for the tiny arms and the baselines; the first ``variant_seed_counts[variant]`` for a costly variant, the
+reference MiniLM); each run selects its epoch on dev (early stopping) and scores test once (``arms/training``). Each
+seed draws its own training subset (``draw``: ``max_train_docs`` docs by a hash rank salted with ``data_seed`` and the
+seed; dev and test are one sample for every seed), so the seed level of the report's bootstrap carries the draw's
+variance. The comparator baselines (``baselines/``: majority, TF-IDF + logistic regression, word memorisation) are
+fitted once per seed on that seed's train docs and the arms' input (deterministic given the subset: seed ``k`` of an arm
+pairs with the baseline fitted on seed ``k``'s docs), choose their setting on the arms' dev docs, and score the same
+test docs; each also has one reference row ``baseline/<name>/all-data`` (every train doc, full text) that is never
+chosen as the best baseline. With several pretraining seeds, the arms on our pretrained encoder, at full size and on the
+learning curve, also run from each further seed's model (``reruns/from_pretraining_seeds``: the ``pretraining_seeds``
+section); with ``ablation_config``, that arm also runs from each pretraining ablation arm's model
+(``reruns/from_ablations``). With ``train_sizes``, the ``curve_configs`` arms and the comparators also run on fewer
+train docs (``reruns/at_train_sizes``: the ``learning_curve`` section; never the exported model). Per arm the stage
+reports mean, std and a Student-t interval over seeds, the per-seed values, the seeds whose dev score stayed at chance
+(``diverged_seeds``) and the sweep; ``selection`` names the best arm and the best baseline on dev. ``arms/operational``
+(``params.finetune.operational``) measures each arm's model, as its first reported seed saved it, and tfidf-lr after all
+training: latency per document at each batch size of ``timed_batches``, peak memory, parameters and size on disk. Test
+predictions go to ``data/finetune/<task>/<run key>/seed<k>.test.jsonl`` (``doc_id, gold, pred, probs``, cls also
+``seen_fraction``; ``probs``: cls the predicted distribution in label order, ner per word the probability of its
+predicted tag, for the report's calibration), and ``data/finetune/<task>/test_items.jsonl`` holds each test doc's slices
+(``n_words, train_overlap``).
 MLflow: one child run per arm and baseline under the stage run, with one nested run per seed. On CUDA the baselines
 (TF-IDF, memorisation, majority: CPU work) are fitted while the GPU sweep trains (``arms/sweep.alongside``), their
 tfidf-lr timing waiting until training ends; on the CPU they follow the sweep as before, since the workers already
@@ -39,6 +40,7 @@ This module holds ``run``, the task data it reads, the run records and ``select_
 - ``records``: prediction files and the per-configuration metrics entry;
 - ``temperature``: temperature scaling of every run's probabilities, fitted on dev (the test files' ``probs_scaled``);
 - ``selected``: the arm and seed chosen on dev (or the tfidf-lr baseline) kept for the export stage;
+- ``cost``: runs and train minutes by group of arms (the metrics' ``cost`` section, one log line);
 - ``arms/``: fine-tuning the arms (model, one training run, the frozen probe, the LR sweep, operational timing);
 - ``baselines/``: the comparator and reference baselines (majority, tfidf-lr, memorise, crf) and their runs;
 - ``reruns/``: the arms run again at fewer train docs, from further pretraining seeds, from the ablation arms.
@@ -63,7 +65,7 @@ from tasks.common.models.encoders import (
 from tasks.common.runtime.device import PREDICTION_PRECISION, cpu_bf16, resolve
 from tasks.config.model.finetune import FinetuneParams, TaskParams
 from tasks.config.paths import Paths
-from tasks.finetune import selected
+from tasks.finetune import cost, selected
 from tasks.finetune.arms import operational
 from tasks.finetune.arms.sweep import Runner, alongside, log_job, slots, sweep_and_train
 from tasks.finetune.baselines import fitting
@@ -99,7 +101,8 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
         else {}
     )
     full_docs, curve_jobs = data[toks[0]]["counts"]["train"]["docs_kept"], []  # the curve ends at the full size
-    for point in at_train_sizes.points(tcfg, full_docs, item):
+    curve = at_train_sizes.points(tcfg, full_docs, item)
+    for point in curve:
         curve_jobs.append(
             make_job(
                 item,
@@ -113,8 +116,9 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
                 key=point.key,
             )
         )
-    further = from_pretraining_seeds.arms(tcfg, paths.models)  # our arms from each further pretraining seed
+    further = from_pretraining_seeds.arms(tcfg, paths.models, curve)  # our arms (and curve) from each further seed
     masking = from_ablations.arms(tcfg, paths.models, item)  # ablation_config from each pretraining ablation arm
+    reruns = [(r.spec, r.folder, r.key, draw if r.size is None else Draw(r.size, cfg.data_seed)) for r in further]
     seed_jobs = [
         make_job(
             item,
@@ -124,11 +128,11 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
             data[tok_of[arm.variant]]["rows"],
             labels,
             paths.models,
-            draw,
+            arm_draw,
             folder=folder,
             key=key,
         )
-        for arm, folder, key in [*further, *masking]
+        for arm, folder, key, arm_draw in [*reruns, *[(*m, draw) for m in masking]]
     ]
     timed_arms = jobs + list(dose.values())  # curve, further-seed and ablation arms are scored, not timed
     arms = timed_arms + curve_jobs + seed_jobs
@@ -142,9 +146,10 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
         device.type == "cpu" and cpu_bf16(cfg.cpu_train_precision),
     )
     precision = "bf16 autocast" if runner.cpu_bf16 or device.type == "cuda" else "fp32"
+    seeds = {job.key: cfg.seeds_for(job.spec.variant) for job in arms}  # the reference MiniLM: its first seeds
     log.info(
         f"finetune[{item}]: {len(arms)} arms on {device} ({runner.workers} at once; train steps {precision}, "
-        f"predictions {PREDICTION_PRECISION})"
+        f"predictions {PREDICTION_PRECISION}); seeds per arm: {seed_counts(arms, seeds)}"
     )
     any_tok = data[toks[0]]
     folders = {tok_of[arm.variant]: model_dir(arm.variant, paths.models) for arm in reversed(tcfg.configs)}
@@ -179,10 +184,12 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
         return out
 
     def sweep() -> dict[str, dict]:
-        return sweep_and_train(arms, cfg.seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
+        return sweep_and_train(arms, seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
 
     results, fits = alongside(sweep, fit_baselines) if overlap else (sweep(), None)
     measured = operational.measure_arms(timed_arms, out_dir, cfg.operational, device, log) if save_to else {}
+    spent = cost.section(results)
+    log.info(cost.log_line(item, spent))
     runs, fitted = {}, {}
     for job in arms:
         with log.child(f"{item}/{job.key}") as parent:
@@ -209,6 +216,7 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
             tcfg, full_docs, runs, tok_of, comparators, lambda r, a, c: select_best(r, a, c, spec.module), item
         )
     extra |= {"train_precision": precision, "prediction_precision": PREDICTION_PRECISION}  # dev and test predictions
+    extra["cost"] = {"seeds": {variant: len(cfg.seeds_for(variant)) for variant in tok_of}, "groups": spent}
     return {
         "task": item,
         "kind": spec.kind,
@@ -223,6 +231,14 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
         "metric_implementations": TASKS[spec.module].METRIC_IMPLEMENTATIONS,
         "elapsed_minutes": round((time.perf_counter() - started) / 60, 2),
     }
+
+
+def seed_counts(jobs: list[Job], seeds: dict[str, list[int]]) -> str:
+    """``"20 (9 arms), 5 (2 arms)"``: how many arms report each number of seeds (``FinetuneParams.seeds_for``)."""
+    by_count: dict[int, int] = {}
+    for job in jobs:
+        by_count[len(seeds[job.key])] = by_count.get(len(seeds[job.key]), 0) + 1
+    return ", ".join(f"{n} ({k} arm{'s' if k != 1 else ''})" for n, k in sorted(by_count.items(), reverse=True))
 
 
 def fresh_dir(folder: Path) -> Path:
@@ -291,7 +307,7 @@ def record_job(job: Job, result: dict, cfg: FinetuneParams, out_dir: Path, log: 
         res["seed"]: write_predictions(out_dir / job.key / f"seed{res['seed']}.test.jsonl", res["test_records"])
         for res in result["seeds"]
     }
-    log_job(log, job, result, cfg.seeds, predictions)
+    log_job(log, job, result, cfg.seeds_for(job.spec.variant), predictions)
     if measured is not None:
         log.metrics({"operational": measured})
     entry = aggregate(job.task, result["seeds"], cfg, log)

@@ -1,12 +1,12 @@
 """What the finetune stage hands to the export stage: the model of the arm and seed chosen on dev, kept.
 
 The arm is ``selection.best_arm`` (the best mean dev score over seeds, what the claims' ``best-arm`` names); its seed is
-the one with the best dev score of that arm (``dev_best_<SELECT_METRIC>``; a tie goes to the earlier seed of
-``finetune.seeds``). Test never chooses. The model is the one that seed's run saved for the operational measurement when
-that seed is the first reported one (``operational.folder_for``; ``saved_model`` also finds a model saved for another
-seed); otherwise the run is trained again in this process: ``training.train_and_test`` is a pure function of its
-``Run``, so the same job, seed, learning-rate multiplier and thread count give the same weights and the same test
-predictions on the CPU (the export stage checks the predictions, which is how a difference would show).
+the one with the best dev score of that arm (``dev_best_<SELECT_METRIC>``; a tie goes to the earlier seed of the arm's
+seeds, ``FinetuneParams.seeds_for``). Test never chooses. The model is the one that seed's run saved for the operational
+measurement when that seed is the first reported one (``operational.folder_for``; ``saved_model`` also finds a model
+saved for another seed); otherwise the run is trained again in this process: ``training.train_and_test`` is a pure
+function of its ``Run``, so the same job, seed, learning-rate multiplier and thread count give the same weights and the
+same test predictions on the CPU (the export stage checks the predictions, which is how a difference would show).
 
 ``data/finetune/<task>/selected/`` then holds the model as ``model.save_model`` writes it (the encoder's
 ``config.json`` + ``model.safetensors``, ``head.safetensors``, ``head.json``), the tokenizer of the arm's variant
@@ -58,10 +58,11 @@ def keep_selected(job, result: dict, selection: dict, cfg, out_dir: Path, runner
 
     ``result`` is ``sweep.sweep_and_train``'s entry of the arm, ``selection`` the stage's ``select_best``,
     ``runner`` the stage's ``sweep.Runner`` (its first device slot and CPU precision are the retrain's)."""
-    seed, dev = chosen_seed(result, cfg.seeds, job.task.SELECT_METRIC)
+    seeds = cfg.seeds_for(job.spec.variant)  # the arm's own seeds (the reference MiniLM: the first ones)
+    seed, dev = chosen_seed(result, seeds, job.task.SELECT_METRIC)
     dest = out_dir / SELECTED
     shutil.rmtree(dest, ignore_errors=True)
-    saved = saved_model(out_dir, job.key, seed, cfg.seeds)
+    saved = saved_model(out_dir, job.key, seed, seeds)
     entry: dict = {
         "run": job.key,
         "seed": seed,

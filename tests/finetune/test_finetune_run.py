@@ -38,6 +38,8 @@ def workspace(tmp_path_factory):
 
 def _no_timing(metrics: dict) -> dict:
     metrics.pop("elapsed_minutes")
+    for group in metrics["cost"]["groups"].values():
+        group.pop("train_minutes")
     for entry in metrics["runs"].values():
         for seed in entry["details"]["per_seed"].values():
             seed.pop("train_seconds")

@@ -78,22 +78,50 @@ def test_a_sigkill_during_a_further_seed_resumes_to_the_uninterrupted_weights(co
 def test_finetune_runs_our_arms_once_per_further_pretraining_seed(tmp_path):
     from finetune_fixtures import N_DOCS, NestedRecordingLog, save_tiny_bert, tiny_params, write_task_data
     from tasks.config import Paths
+    from tasks.config.model.finetune import FinetuneParams
     from tasks.finetune import run as finetune
 
     pretrained = save_tiny_bert(tmp_path / "models" / "pretrained", hidden=32, seed=0)
     further = save_tiny_bert(pretrained / "seeds" / "21", hidden=32, seed=1)  # another pretraining seed's weights
     write_task_data(tmp_path / "data", pretrained, "clozeline", N_DOCS)
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
-    params = tiny_params(["pretrained/full/mean-pool", "random/full/mean-pool"], ["pretrained/full/first"], [3, 4])
+    raw = tiny_params(["pretrained/full/mean-pool", "random/full/mean-pool"], ["pretrained/full/first"], [3, 4])
+    raw = raw.model_dump(mode="json")
+    raw["recipes"]["cls"] |= {
+        "train_sizes": [4],
+        "curve_configs": ["pretrained/full/mean-pool", "random/full/mean-pool"],
+    }
     log = NestedRecordingLog()
-    metrics = finetune(params, paths, log, "cls")
-    key = "pretrained@pretrain_seed21/full/mean-pool"
-    # our pretrained arm runs again from seed 21's model; random init does not depend on pretraining
-    assert sorted(metrics["runs"]) == sorted(["pretrained/full/mean-pool", "random/full/mean-pool", key])
-    assert metrics["pretraining_seeds"]["runs"] == {"pretrained/full/mean-pool": {"21": key}}
+    metrics = finetune(FinetuneParams.model_validate(raw), paths, log, "cls")
+    key, curve = "pretrained@pretrain_seed21/full/mean-pool", "pretrained@pretrain_seed21@n4/full/mean-pool"
+    # our pretrained arm runs again from seed 21's model, at full size and at the curve's 4 docs (the few-labels
+    # claims read that run); random init does not depend on pretraining
+    assert sorted(metrics["runs"]) == sorted(
+        [
+            "pretrained/full/mean-pool",
+            "random/full/mean-pool",
+            "pretrained@n4/full/mean-pool",
+            "random@n4/full/mean-pool",
+            key,
+            curve,
+        ]
+    )
+    assert metrics["pretraining_seeds"]["runs"] == {
+        "pretrained/full/mean-pool": {"21": key},
+        "pretrained@n4/full/mean-pool": {"21": curve},
+    }
     folders = {c.name: Path(c.logged["model_dir"]) for c in log.children}
-    assert folders[f"cls/{key}"] == further and folders["cls/pretrained/full/mean-pool"] == pretrained
-    assert metrics["runs"][key]["test_macro_f1"]["seeds"] == [3, 4]  # the same fine-tuning seeds
-    for seed in (3, 4):
-        assert (paths.data / "finetune" / "cls" / key / f"seed{seed}.test.jsonl").is_file()
-    assert key not in metrics["selection"]["dev"]  # the first pretraining seed's arms are the candidates
+    assert folders[f"cls/{key}"] == folders[f"cls/{curve}"] == further
+    assert folders["cls/pretrained/full/mean-pool"] == pretrained
+    train = {s.name: s.logged["train_examples"] for c in log.children for s in c.children}
+    assert train[f"cls/{curve}/seed3"] == train["cls/pretrained@n4/full/mean-pool/seed3"] == 4  # the curve's draw
+    assert train[f"cls/{key}/seed3"] == train["cls/pretrained/full/mean-pool/seed3"] == N_DOCS["train"]
+    for rerun in (key, curve):
+        assert metrics["runs"][rerun]["test_macro_f1"]["seeds"] == [3, 4]  # the same fine-tuning seeds
+        for seed in (3, 4):
+            assert (paths.data / "finetune" / "cls" / rerun / f"seed{seed}.test.jsonl").is_file()
+        assert rerun not in metrics["selection"]["dev"]  # the first pretraining seed's arms are the candidates
+    assert curve not in str(metrics["learning_curve"])  # the curve's selection reads the first seed's runs
+    groups = metrics["cost"]["groups"]  # sweep (lr_grid [1.0]: one run) + 2 seeds per arm
+    assert groups["pretraining_seeds"]["arms"] == 2 and groups["pretraining_seeds"]["runs"] == 6
+    assert groups["learning_curve"]["runs"] == 6 and groups["pretrained"]["runs"] == groups["random"]["runs"] == 3

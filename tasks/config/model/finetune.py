@@ -246,7 +246,18 @@ class FinetuneParams(StrictModel):
     validating both, so the stage sees the kind and source of the task it runs.
     """
 
-    seeds: list[int] = Field(min_length=1, description="one run per seed; >= 2 seeds for a confidence interval")
+    seeds: list[int] = Field(
+        min_length=1,
+        description="fine-tuning seeds: one run per seed of every arm (each draws its own train docs) and one fit "
+        "of every comparator baseline; >= 2 for a confidence interval. An arm whose variant is in "
+        "variant_seed_counts runs only the first seeds (seeds_for)",
+    )
+    variant_seed_counts: dict[Variant, PositiveInt] = Field(
+        default_factory=dict,
+        description="variant -> how many of the first seeds its arms run (a costly encoder: reference = the "
+        "packaged MiniLM, ~20x a tiny run); a variant not listed runs every seed. A prefix of seeds, so its "
+        "seed k still trains on seed k's draw of the train docs, as every other arm and baseline does",
+    )
     sweep_seed: int = Field(
         description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
         "the best of several on dev"
@@ -285,6 +296,21 @@ class FinetuneParams(StrictModel):
         if self.sweep_seed in self.seeds:
             raise ValueError(f"sweep_seed {self.sweep_seed} must not be one of seeds {self.seeds}")
         return self
+
+    @model_validator(mode="after")
+    def _seed_counts_within_seeds(self) -> FinetuneParams:
+        over = {v: n for v, n in self.variant_seed_counts.items() if n > len(self.seeds)}
+        if over:
+            raise ValueError(
+                f"variant_seed_counts {over} must not exceed the {len(self.seeds)} seeds of finetune.seeds"
+            )
+        return self
+
+    def seeds_for(self, variant: str) -> list[int]:
+        """The fine-tuning seeds an arm of ``variant`` runs: the first ``variant_seed_counts[variant]`` of
+        ``seeds``, or all of them for a variant not listed (a prefix, so seed ``k`` keeps its train draw)."""
+        counts = {str(name): count for name, count in self.variant_seed_counts.items()}
+        return self.seeds[: counts.get(variant, len(self.seeds))]
 
     @model_validator(mode="after")
     def _unique_configs(self) -> FinetuneParams:

@@ -2,11 +2,11 @@
 
 Every arm (job) first trains with ``sweep_seed`` once per multiplier of ``lr_grid`` (a frozen cls arm, a
 logistic-regression probe without a learning rate, once); the multiplier with the best dev score (``SELECT_METRIC``,
-ties to the smaller multiplier) is the arm's own, and every seed of ``seeds`` trains with it. A choice at the edge of
-the grid widens it by one step past that edge (``widened``), up to ``lr_grid_widen`` times, so an arm's LR is chosen
-inside the range tried, not clipped by it. No arm borrows another arm's learning rate, test never enters the choice, and
-no reported run is the best of several on dev (the sweep seed is not a reported seed). The sweep is logged per arm
-(``lr_sweep`` in metrics; on the arm's MLflow run, one step per tried rate).
+ties to the smaller multiplier) is the arm's own, and every seed of the arm's ``seeds`` trains with it. A choice at the
+edge of the grid widens it by one step past that edge (``widened``), up to ``lr_grid_widen`` times, so an arm's LR is
+chosen inside the range tried, not clipped by it. No arm borrows another arm's learning rate, test never enters the
+choice, and no reported run is the best of several on dev (the sweep seed is not a reported seed). The sweep is logged
+per arm (``lr_sweep`` in metrics; on the arm's MLflow run, one step per tried rate).
 
 Runs go to worker processes (``spawn``: a fresh interpreter, no forked OpenMP state, no inherited CUDA
 context), each with ``torch_threads`` threads; every run is seeded on its own, so results do not depend on the
@@ -44,15 +44,21 @@ T, U = TypeVar("T"), TypeVar("U")
 
 
 def sweep_and_train(
-    jobs: list, seeds: list[int], sweep_seed: int, grid: list[float], runner: Runner, save_to: dict[str, Path]
+    jobs: list,
+    seeds: dict[str, list[int]],
+    sweep_seed: int,
+    grid: list[float],
+    runner: Runner,
+    save_to: dict[str, Path],
 ) -> dict[str, dict]:
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
-    ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed`` (and its own draw of the
-    train docs, ``Job.for_seed``). An arm's seeds start as
+    ``seeds``: job key -> the seeds it reports (``FinetuneParams.seeds_for``: the reference MiniLM may run fewer
+    than the tiny arms). ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed`` (and
+    its own draw of the train docs, ``Job.for_seed``). An arm's seeds start as
     soon as its own sweep is done, and the costliest arms go first (``expected_cost``), so no worker idles while
     one long arm finishes. Every reported run of an arm whose key is in ``save_to`` saves its model:
-    ``seeds[0]``'s there, the others' beside it (``operational.seed_folder``).
+    its first seed's there, the others' beside it (``operational.seed_folder``).
     """
     state = {job.key: {"sweep": {}, "seeds": {}, "grid": arm_grid(job, grid), "widened": 0} for job in jobs}
 
@@ -70,20 +76,20 @@ def sweep_and_train(
             entry["grid"] = sorted([*entry["grid"], wider])
             entry["widened"] += 1
             return [Run(run.job, sweep_seed, wider)]
-        folder = save_to.get(run.job.key)
-        return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, seeds)) for seed in seeds]
+        folder, own = save_to.get(run.job.key), seeds[run.job.key]
+        return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, own)) for seed in own]
 
     with runner:
         runner.run_all(
             [Run(job, sweep_seed, scale) for job in jobs for scale in state[job.key]["grid"]],
             follow,
-            total=sum(len(entry["grid"]) + len(seeds) for entry in state.values()),
+            total=sum(len(entry["grid"]) + len(seeds[key]) for key, entry in state.items()),
         )
     return {
         key: {
             "sweep": {scale: entry["sweep"][scale] for scale in entry["grid"]},
             "scale": entry["scale"],
-            "seeds": [entry["seeds"][seed] for seed in seeds],
+            "seeds": [entry["seeds"][seed] for seed in seeds[key]],
         }
         for key, entry in state.items()
     }
