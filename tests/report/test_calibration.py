@@ -185,7 +185,9 @@ def _cls_arm(name: str, seeds: tuple[int, ...], over: float, n: int = 220) -> ca
         rng = np.random.default_rng(100 + s)
         c = rng.uniform(0.3, 0.7, n)
         conf, correct = c + over, rng.random(n) < c
-        per_seed.append(cal.SeedUnits(np.arange(n), conf, correct, (conf - correct) ** 2))
+        per_seed.append(
+            cal.SeedUnits(np.arange(n), conf, correct, (conf - correct) ** 2, cal.nll_binary_terms(conf, correct))
+        )
     return cal.ArmCalibration(name, "cls", tuple(f"d{i:03d}" for i in range(n)), seeds, tuple(per_seed))
 
 
@@ -232,7 +234,9 @@ def test_a_difference_pairs_items_and_separates_an_over_confident_arm():
 
 
 def test_a_ner_seed_without_a_predicted_span_is_named():
-    empty = cal.SeedUnits(np.array([], dtype=np.intp), np.array([]), np.array([], dtype=bool), np.array([]))
+    empty = cal.SeedUnits(
+        np.array([], dtype=np.intp), np.array([]), np.array([], dtype=bool), np.array([]), np.array([])
+    )
     arm = cal.ArmCalibration("data/finetune/ner/k", "ner", ("s0",), (4,), (empty,))
     with pytest.raises(ValueError, match="ner/k: seed 4 has no calibration unit"):
         cal.estimates([arm], "ece", 15, 10, np.random.default_rng(0), 0.95)

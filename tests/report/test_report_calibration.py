@@ -1,16 +1,21 @@
 """Calibration claims and tables of the report: a calibrated arm against an over-confident one, both directions,
-the Brier score by hand, the calibration and cost tables, and the reliability diagrams."""
+the Brier score by hand, Brier and NLL against sklearn, a claim on the temperature-scaled Brier score with ECE, NLL
+and T beside it, the calibration and cost tables, and the reliability diagrams."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from sklearn.metrics import brier_score_loss, log_loss
 
 from tasks.common.provenance import Lock
+from tasks.report.claims.arms.calibration_arms import arm_calibration
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Claim, Metrics
+from tasks.report.stats.calibration import nll_binary_terms, point_estimate
 from tasks.report.stats.estimates import StatsConfig
 from tasks.report.tables.evidence import calibration_grids, cost_grids, reliability_curves
 from tasks.report.tables.ledger import operational_cost
@@ -140,8 +145,8 @@ def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     metrics = write_workspace(tmp_path)
     ((title, header, body),) = calibration_grids(metrics, STATS)
     assert title.startswith("cls: calibration") and [r[0] for r in body] == [OVERCONFIDENT, CALIBRATED]
-    assert body[0][2] == "0.3900" and body[0][4] == "1 seed x 200 test docs (200 predictions)"
-    assert body[1][4] == "3 seeds x 200 test docs (600 predictions)"
+    assert body[0][2] == "0.3900" and body[0][6] == "1 seed x 200 test docs (200 predictions)"
+    assert body[1][6] == "3 seeds x 200 test docs (600 predictions)"
     ((_, cost_header, cost_body),) = cost_grids(metrics, STATS)
     assert cost_header[3:5] == ["batch 1: p50 / p95 ms per doc", "batch 32: p50 / p95 ms per doc"]
     assert cost_body == [
@@ -165,3 +170,69 @@ def test_calibration_and_cost_tables_and_reliability_curves(tmp_path):
     }
     curves = reliability_curves("cls", metrics)
     assert set(curves) == {CALIBRATED, OVERCONFIDENT} and len(curves[CALIBRATED][0]) == 3 * N
+
+
+def scaled_workspace(root: Path, scaled: bool = True) -> Metrics:
+    """``write_workspace`` with ``probs_scaled`` and each seed's ``temperature``: the calibrated arm keeps its
+    probabilities (T = 1), the over-confident one is scaled down to confidence 0.6 on every doc (60% right)."""
+    metrics = write_workspace(root)
+    for key, temperature in ((CALIBRATED, 1.0), (OVERCONFIDENT, 7.8)):
+        for path in (root / "data" / "finetune" / "cls" / key).glob("seed*.test.jsonl"):
+            recs = [json.loads(line) for line in path.read_text().splitlines()]
+            for r in recs:
+                top = r["probs"].index(max(r["probs"]))
+                r["probs_scaled"] = r["probs"] if key == CALIBRATED else [0.6 if i == top else 0.4 for i in range(2)]
+                if not scaled:
+                    del r["probs_scaled"]
+            path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        finetune = json.loads((root / "metrics/finetune/cls.json").read_text())
+        for facts in finetune["runs"][key]["details"]["per_seed"].values():
+            facts["temperature"] = {"temperature": temperature}
+        (root / "metrics/finetune/cls.json").write_text(json.dumps(finetune))
+    return metrics
+
+
+def test_brier_and_nll_of_the_prediction_files_are_sklearns(tmp_path):
+    metrics = write_workspace(tmp_path)
+    arm = arm_calibration("cls", OVERCONFIDENT, metrics)
+    recs = overconfident_records()
+    gold = [LABELS.index(r["gold"]) for r in recs]
+    probs = [r["probs"] for r in recs]
+    # two classes: the multi-class Brier score is twice sklearn's binary one (of the probability of label "b")
+    binary = brier_score_loss(gold, [p[1] for p in probs])
+    assert point_estimate(arm, "brier", 15) == pytest.approx(2 * binary, rel=1e-12)
+    assert point_estimate(arm, "nll", 15) == pytest.approx(log_loss(gold, probs), rel=1e-12)
+    # a span is a binary forecast: its NLL is sklearn's log loss of (confidence, correct)
+    conf, hit = np.array([0.9, 0.6, 0.3, 0.99]), np.array([True, False, True, True])
+    assert nll_binary_terms(conf, hit).mean() == pytest.approx(log_loss(hit, conf), rel=1e-12)
+
+
+def test_a_claim_on_the_scaled_brier_score_reads_probs_scaled_and_notes_ece_nll_and_t(tmp_path):
+    metrics = scaled_workspace(tmp_path)
+    row = evaluate(claim(CALIBRATED, OVERCONFIDENT, "test_brier_scaled"), metrics, Lock({}), STATS)
+    # scaled over-confident arm: confidence 0.6, 60% right: Brier 0.6 * 2 * 0.4**2 + 0.4 * 2 * 0.6**2 = 0.48
+    assert row.baseline.mean == pytest.approx(0.48)
+    raw = evaluate(claim(CALIBRATED, OVERCONFIDENT, "test_brier"), metrics, Lock({}), STATS)
+    assert row.treatment.mean == pytest.approx(raw.treatment.mean)  # T = 1 changes nothing
+    baseline_note = next(n for n in row.notes if n.startswith("baseline calibration"))
+    assert "mean T over 1 seeds 7.800" in baseline_note and "Brier 0.7842 -> 0.4800" in baseline_note
+    nll_after = -(0.6 * np.log(0.6) + 0.4 * np.log(0.4))
+    assert "ECE 0.3900 -> 0.0000; " in baseline_note and f"NLL {-(0.6 * np.log(0.99) + 0.4 * np.log(0.01)):.4f}" in (
+        baseline_note
+    )
+    assert f"-> {nll_after:.4f}; the verdict reads test_brier_scaled" in baseline_note
+
+
+def test_a_scaled_claim_without_probs_scaled_is_not_run_with_the_reason(tmp_path):
+    metrics = scaled_workspace(tmp_path, scaled=False)
+    row = evaluate(claim(CALIBRATED, OVERCONFIDENT, "test_nll_scaled"), metrics, Lock({}), STATS)
+    assert row.verdict == "not run" and "no probs_scaled" in row.reason and "rerun the finetune stage" in row.reason
+
+
+def test_the_calibration_table_gives_nll_and_the_scaled_scores_with_t(tmp_path):
+    metrics = scaled_workspace(tmp_path)
+    ((_, header, body),) = calibration_grids(metrics, STATS)
+    assert header[4:6] == ["NLL (nats)", "after temperature scaling on dev: ECE / Brier / NLL (plug-in), mean T"]
+    over = next(r for r in body if r[0] == OVERCONFIDENT)
+    assert over[4] == f"{-(0.6 * np.log(0.99) + 0.4 * np.log(0.01)):.4f}"
+    assert over[5] == f"0.0000 / 0.4800 / {-(0.6 * np.log(0.6) + 0.4 * np.log(0.4)):.4f}, T 7.800"

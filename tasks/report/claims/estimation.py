@@ -9,12 +9,13 @@ import math
 
 import numpy as np
 
-from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, calibration_estimates
+from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, beside_notes, calibration_estimates
 from tasks.report.claims.arms.items import metric_function
 from tasks.report.claims.arms.nested_seeds import describe, fine_seeds
 from tasks.report.claims.grammar import Claim, NotRun, Sample
 from tasks.report.claims.row import Row
 from tasks.report.stats import bootstrap as bs
+from tasks.report.stats.calibration import difference_range
 from tasks.report.stats.estimates import (
     Estimate,
     StatsConfig,
@@ -145,7 +146,7 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
     t_est, b_est = arm_estimate(treat, claim.metric, cfg), arm_estimate(base, claim.metric, cfg)
     _, reps = calibration_estimates([treat.items, base.items], statistic, cfg, cfg.resamples)
     gains = reps[:, 1] - reps[:, 0]
-    low, high = bs.percentile_ci(gains, cfg.level, (-1.0, 1.0) if statistic == "ece" else (-2.0, 2.0))
+    low, high = bs.percentile_ci(gains, cfg.level, difference_range(statistic))
     diff = Estimate(b_est.mean - t_est.mean, low, high, t_est.n, t_est.method)
     tests = Tests(
         lambda m: bs.p_value(gains, m, "greater"),
@@ -171,6 +172,7 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
         power=power,
         items=f"{t_est.n} test items x {seeds}",
         difference_label="baseline - treatment (lower is better)",
+        notes=beside_notes(claim.metric, {"treatment": treat.items, "baseline": base.items}, cfg.calibration_bins),
     )
 
 

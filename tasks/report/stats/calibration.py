@@ -1,6 +1,13 @@
-"""Calibration of the fine-tuned arms: expected calibration error (ECE), Brier score, the reliability curve
-(drawn by ``figures.reliability_diagram``) and a paired hierarchical bootstrap of ECE and Brier, of the finetune
-stage's prediction files (``probs``, read by ``tasks.report.claims.arms.calibration_arms``).
+"""Calibration of the fine-tuned arms: expected calibration error (ECE), Brier score, negative log-likelihood
+(NLL), the reliability curve (drawn by ``figures.reliability_diagram``) and a paired hierarchical bootstrap of each,
+of the finetune stage's prediction files (``probs``, and ``probs_scaled`` after temperature scaling on dev, read by
+``tasks.report.claims.arms.calibration_arms``).
+
+Brier and NLL are strictly proper scoring rules (Gneiting & Raftery 2007): their expectation is lowest for the true
+distribution, so, unlike ECE, they cannot be improved by a predictor that is calibrated but uninformative (the
+majority baseline has ECE near 0). The claims read a proper score after temperature scaling (Guo et al. 2017;
+``tasks.finetune.temperature``: one ``T`` per run and seed fitted on dev), with ECE beside it. A statistic named
+``<name>_scaled`` is ``<name>`` of the temperature-scaled probabilities.
 
 A predictor is calibrated when, among the units it predicts with confidence ``c``, a share ``c`` is right
 (Guo et al. 2017, "On Calibration of Modern Neural Networks"). The units:
@@ -12,6 +19,9 @@ A predictor is calibrated when, among the units it predicts with confidence ``c`
   e.g. Jagannatha & Yu 2020, "Calibrating Structured Output Predictors for NER"), correct = the same
   (type, start, end) is a gold span. A missed gold span is no unit: this is the calibration of what was
   predicted.
+
+NLL (nats per unit) is ``-log p_gold`` of a doc and ``-log c`` / ``-log(1 - c)`` of a correct / wrong span, each
+probability clipped to ``[EPS, 1 - EPS]`` as ``sklearn.metrics.log_loss`` clips.
 
 ECE uses equal-mass (adaptive) bins: the units sorted by confidence and cut into ``n_bins`` bins of equal size (Nixon et
 al. 2019, "Measuring Calibration in Deep Learning"), of the binned ECE of Naeini et al. 2015 and Guo et al. 2017, except
@@ -42,7 +52,11 @@ from seqeval.scheme import IOB2, Entities
 
 from tasks.report.stats import bootstrap as bs
 
-Statistic = Literal["ece", "brier"]
+Statistic = Literal["ece", "brier", "nll", "ece_scaled", "brier_scaled", "nll_scaled"]
+#: The range of each base statistic (``base``), to which estimates are clipped.
+RANGES = {"ece": (0.0, 1.0), "brier": (0.0, 2.0), "nll": (0.0, 40.0)}
+#: Probabilities are clipped to [EPS, 1 - EPS] before a log (float64 machine epsilon, sklearn's ``log_loss``).
+EPS = float(np.finfo(float).eps)
 #: Working-memory cap of one chunk of resamples (as ``bootstrap.hierarchical_bootstrap``).
 _CHUNK_BYTES = 200 * 2**20
 
@@ -128,6 +142,35 @@ def brier_binary(confidence, correct) -> float:
     return float(np.mean((conf - hit) ** 2))
 
 
+def nll_terms(probs, gold) -> np.ndarray:
+    """Per item ``-log p_gold`` ``(n,)`` (nats; ``p`` clipped to ``[EPS, 1 - EPS]``); ValueError as ``brier_terms``."""
+    n = brier_terms(probs, gold).size  # the shape and label checks
+    p = np.clip(np.asarray(probs, dtype=float)[np.arange(n), np.asarray(gold)], EPS, 1 - EPS)
+    return -np.log(p)
+
+
+def nll_binary_terms(confidence, correct) -> np.ndarray:
+    """Per unit ``-log c`` if correct else ``-log(1 - c)`` ``(n,)`` (nats; ``c`` clipped to ``[EPS, 1 - EPS]``),
+    the NLL of a span's confidence as a binary forecast. Raises ValueError as ``ece``."""
+    conf, hit = _check(confidence, correct)
+    conf = np.clip(conf, EPS, 1 - EPS)
+    return -(hit * np.log(conf) + (1 - hit) * np.log(1 - conf))
+
+
+def base(statistic: str) -> str:
+    """The statistic without its ``_scaled`` suffix (``ece``, ``brier``, ``nll``); ValueError on another name."""
+    name = statistic.removesuffix("_scaled")
+    if name not in RANGES:
+        raise ValueError(f"statistic must be one of {sorted(RANGES)} (or <name>_scaled), got {statistic!r}")
+    return name
+
+
+def difference_range(statistic: str) -> tuple[float, float]:
+    """The range of a difference of two arms' ``statistic``: ``(-high, high)`` of its ``RANGES``."""
+    high = RANGES[base(statistic)][1]
+    return -high, high
+
+
 def cls_confidence(probs, gold) -> tuple[np.ndarray, np.ndarray]:
     """``(confidence, correct)`` ``(n,)`` of classification: the top probability of each distribution in
     ``probs`` ``(n, C)``, and whether its argmax (the first on a tie) is ``gold`` ``(n,)``."""
@@ -158,30 +201,48 @@ def span_confidences(
 @dataclass(frozen=True)
 class SeedUnits:
     """The calibration units of one seed (docs for cls, predicted spans for ner), each ``(U,)``: ``item`` the
-    index of its test item in the arm's ``doc_ids``, ``confidence``, ``correct`` and ``brier`` (its Brier term:
-    multi-class for a doc, binary for a span)."""
+    index of its test item in the arm's ``doc_ids``, ``confidence``, ``correct``, ``brier`` and ``nll`` (its Brier
+    and NLL terms: multi-class for a doc, binary for a span)."""
 
     item: np.ndarray
     confidence: np.ndarray
     correct: np.ndarray
     brier: np.ndarray
+    nll: np.ndarray
 
     def by_confidence(self) -> SeedUnits:
         """The same units sorted by confidence (stable: ties keep unit order)."""
         order = np.argsort(self.confidence, kind="stable")
-        return SeedUnits(self.item[order], self.confidence[order], self.correct[order], self.brier[order])
+        return SeedUnits(*(getattr(self, f)[order] for f in ("item", "confidence", "correct", "brier", "nll")))
+
+    def terms(self, statistic: str) -> np.ndarray:
+        """The per-unit terms ``(U,)`` whose mean is the Brier score or the NLL (``statistic``'s base)."""
+        return self.brier if base(statistic) == "brier" else self.nll
 
 
 @dataclass(frozen=True)
 class ArmCalibration:
     """One arm's calibration data: ``name`` (its prediction folder), ``task``, the test items ``doc_ids``
-    (sorted, the same order in every arm and seed), ``seeds`` and per seed its ``SeedUnits``."""
+    (sorted, the same order in every arm and seed), ``seeds`` and per seed its ``SeedUnits``; ``scaled``: per
+    seed the units of the temperature-scaled probabilities (None: the prediction files have no ``probs_scaled``),
+    ``temperatures``: per seed its ``T`` (None: not recorded)."""
 
     name: str
     task: str
     doc_ids: tuple[str, ...]
     seeds: tuple[int, ...]
     per_seed: tuple[SeedUnits, ...]
+    scaled: tuple[SeedUnits, ...] | None = None
+    temperatures: tuple[float, ...] | None = None
+
+    def units(self, statistic: str) -> tuple[SeedUnits, ...]:
+        """The per-seed units ``statistic`` reads: the scaled ones for ``<name>_scaled``. Raises ValueError
+        naming the arm when those were not written."""
+        if not statistic.endswith("_scaled"):
+            return self.per_seed
+        if self.scaled is None:
+            raise ValueError(f"{self.name}: no probs_scaled in the predictions (rerun the finetune stage)")
+        return self.scaled
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray]:
         """``(confidence, correct)`` of every seed's units together (what a reliability diagram draws)."""
@@ -192,20 +253,20 @@ class ArmCalibration:
 
 
 def _seed_value(units: SeedUnits, statistic: Statistic, n_bins: int) -> float:
-    if statistic == "ece":
+    if base(statistic) == "ece":
         return ece(units.confidence, units.correct, n_bins)
-    if statistic == "brier":
-        return float(units.brier.mean())
-    raise ValueError(f"statistic must be 'ece' or 'brier', got {statistic!r}")
+    return float(units.terms(statistic).mean())
 
 
 def point_estimate(arm: ArmCalibration, statistic: Statistic, n_bins: int) -> float:
-    """Mean over the arm's seeds of the per-seed ECE or Brier score on the whole test set.
+    """Mean over the arm's seeds of the per-seed ECE, Brier score or NLL (``statistic``, scaled or not) on the
+    whole test set.
 
-    Raises ValueError naming the arm and seed when a seed has no unit (a NER seed that predicted no span).
+    Raises ValueError naming the arm and seed when a seed has no unit (a NER seed that predicted no span), and
+    as ``ArmCalibration.units`` and ``base``.
     """
     values = []
-    for seed, units in zip(arm.seeds, arm.per_seed, strict=True):
+    for seed, units in zip(arm.seeds, arm.units(statistic), strict=True):
         if units.confidence.size == 0:
             raise ValueError(f"{arm.name}: seed {seed} has no calibration unit (no predicted entity span)")
         values.append(_seed_value(units, statistic, n_bins))
@@ -247,16 +308,16 @@ def _weighted_ece(confidence: np.ndarray, correct: np.ndarray, weights: np.ndarr
 
 def _weighted_value(units: SeedUnits, weights: np.ndarray, statistic: Statistic, n_bins: int) -> np.ndarray:
     """The statistic ``(R,)`` of one seed's units (sorted by confidence) under unit weights ``(R, U)``."""
-    if statistic == "ece":
+    if base(statistic) == "ece":
         return _weighted_ece(units.confidence, units.correct.astype(float), weights, n_bins)
     total = weights.sum(axis=1)
-    return np.divide(weights @ units.brier, total, out=np.zeros(total.shape), where=total > 0)
+    return np.divide(weights @ units.terms(statistic), total, out=np.zeros(total.shape), where=total > 0)
 
 
 def replicates(
     arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int, resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Paired hierarchical bootstrap replicates ``(resamples, len(arms))`` of an arm's ECE or Brier score.
+    """Paired hierarchical bootstrap replicates ``(resamples, len(arms))`` of an arm's ECE, Brier score or NLL.
 
     Replicate ``b`` draws the arms' seeds with replacement (``bootstrap.seed_draws``: jointly when every arm
     ran the same seeds, else per arm; a one-seed arm repeats its seed), then ``n_items`` test items with
@@ -275,7 +336,7 @@ def replicates(
     n_items = len(arms[0].doc_ids)
     shared = all(a.seeds == arms[0].seeds for a in arms)
     seed_idx = bs.seed_draws([len(a.seeds) for a in arms], resamples, rng, shared)
-    sorted_units = [[u.by_confidence() for u in a.per_seed] for a in arms]
+    sorted_units = [[u.by_confidence() for u in a.units(statistic)] for a in arms]
     widest = max(u.item.size for units in sorted_units for u in units)
     chunk = max(1, _CHUNK_BYTES // (8 * (n_items + 10 * widest)))  # about ten (rows, units) arrays at once
     out = np.empty((resamples, len(arms)))
@@ -304,23 +365,25 @@ def estimates(
     rng: np.random.Generator,
     level: float,
 ) -> tuple[list[Interval], np.ndarray]:
-    """Each arm's ECE (``n_bins`` equal-mass bins) or Brier score with its ``level`` interval, and the
-    replicates ``(resamples, n_arms)``, all from one paired hierarchical bootstrap (``replicates``).
+    """Each arm's ECE (``n_bins`` equal-mass bins), Brier score or NLL (scaled or not) with its ``level``
+    interval, and the replicates ``(resamples, n_arms)``, all from one paired hierarchical bootstrap
+    (``replicates``).
 
-    Brier: the mean over seeds, with the percentile interval (Efron & Tibshirani 1993, sec. 13.3). ECE: binned
+    Brier and NLL: the mean over seeds, with the percentile interval (Efron & Tibshirani 1993, sec. 13.3). ECE: binned
     ECE is biased upward on a few hundred units and a resample adds to the bias (the module docstring), so the
     point is the bootstrap bias-corrected ``2 * ECE - mean(replicates)`` and the interval the basic (reflected)
     one, ``2 * ECE - quantiles`` (Davison & Hinkley 1997, sec. 2.4 and 5.2); the returned replicates are
     reflected too, so differences and p-values taken from them are bias-corrected alike. Clipped to the
-    statistic's range ([0, 1] for ECE, [0, 2] for Brier). Raises ValueError as ``replicates``.
+    statistic's range (``RANGES``: [0, 1] for ECE, [0, 2] for Brier). Raises ValueError as ``replicates``.
     """
     reps = replicates(arms, statistic, n_bins, resamples, rng)
     points = np.array([point_estimate(arm, statistic, n_bins) for arm in arms])
-    if statistic == "ece":
+    ece_like = base(statistic) == "ece"
+    if ece_like:
         reps = 2 * points - reps
-    bounds = (0.0, 1.0) if statistic == "ece" else (0.0, 2.0)
+    bounds = RANGES[base(statistic)]
     out = []
     for j in range(len(arms)):
-        point = float(np.clip(reps[:, j].mean(), *bounds)) if statistic == "ece" else float(points[j])
+        point = float(np.clip(reps[:, j].mean(), *bounds)) if ece_like else float(points[j])
         out.append(Interval(point, *bs.percentile_ci(reps[:, j], level, bounds)))
     return out, reps

@@ -75,7 +75,8 @@ def accuracy_cell(counts: dict, level: float) -> str:
 
 def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
     """Per task, every arm and baseline with prediction files: ECE (bias-corrected, basic bootstrap CI),
-    the plug-in ECE, the Brier score (percentile CI) and the units (docs or predicted spans) pooled over seeds."""
+    the plug-in ECE, the Brier score (percentile CI), the NLL, the same three (plug-in) after temperature scaling
+    on dev with the mean ``T`` over seeds, and the units (docs or predicted spans) pooled over seeds."""
     grids = []
     for task in finetune_tasks(metrics):
         finetune, cls = metrics.get(f"finetune/{task}"), task_module(metrics, task) == "cls"
@@ -86,6 +87,8 @@ def calibration_grids(metrics: Metrics, cfg: StatsConfig) -> list:
             f"bias-corrected ECE, {cfg.calibration_bins} equal-mass bins [{cfg.level:.0%} basic CI]",
             "ECE (plug-in)",
             f"Brier ({brier}) [{cfg.level:.0%} CI]",
+            "NLL (nats)",
+            "after temperature scaling on dev: ECE / Brier / NLL (plug-in), mean T",
             f"seeds, {unit}",
         ]
         body = [calibration_row(task, key, metrics, cfg) for key in sorted(finetune.get("runs", {}))]
@@ -102,7 +105,7 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
         (ece_est,), _ = calibration_estimates([arm], "ece", cfg, cfg.resamples)  # as the claims compute arms
         (brier_est,), _ = calibration_estimates([arm], "brier", cfg, cfg.resamples)
     except (NotRun, ValueError) as why:
-        return [run_key, f"not computed: {why}", "-", "-", "-"]
+        return [run_key, f"not computed: {why}", "-", "-", "-", "-", "-"]
     units = sum(u.confidence.size for u in arm.per_seed)
     cls = task_module(metrics, task) == "cls"
     per_seed = f"{len(arm.doc_ids)} test docs" if cls else f"{units / len(arm.seeds):.0f} spans per seed"
@@ -111,8 +114,19 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
         f"{ece_est.mean:.4f} [{ece_est.low:.4f}, {ece_est.high:.4f}]",
         f"{point_estimate(arm, 'ece', cfg.calibration_bins):.4f}",
         f"{brier_est.mean:.4f} [{brier_est.low:.4f}, {brier_est.high:.4f}]",
+        f"{point_estimate(arm, 'nll', cfg.calibration_bins):.4f}",
+        scaled_cell(arm, cfg.calibration_bins),
         f"{len(arm.seeds)} seed{'s' if len(arm.seeds) != 1 else ''} x {per_seed} ({units} predictions)",
     ]
+
+
+def scaled_cell(arm, n_bins: int) -> str:
+    """``ECE / Brier / NLL, T <mean>`` of the temperature-scaled probabilities (plug-in), or why not."""
+    if arm.scaled is None:
+        return "not computed: no probs_scaled (rerun the finetune stage)"
+    values = " / ".join(f"{point_estimate(arm, f'{name}_scaled', n_bins):.4f}" for name in ("ece", "brier", "nll"))
+    mean_t = f"{sum(arm.temperatures) / len(arm.temperatures):.3f}" if arm.temperatures else "n/a"
+    return f"{values}, T {mean_t}"
 
 
 def reliability_curves(task: str, metrics: Metrics) -> dict[str, tuple]:

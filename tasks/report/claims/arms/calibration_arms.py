@@ -1,11 +1,14 @@
 """The calibration arm of a finetune run: its per-seed calibration units read from the prediction files
-(``load_calibration``, the units of ``tasks.report.stats.calibration``), and its ECE and Brier score as report
-``Estimate`` s (``calibration_estimates``), for the calibration claims and the calibration table.
+(``load_calibration``, the units of ``tasks.report.stats.calibration``, before and after temperature scaling on
+dev), its ECE, Brier score and NLL as report ``Estimate`` s (``calibration_estimates``), for the calibration claims
+and the calibration table, and the point values a calibration claim reports beside its proper score
+(``beside_notes``: ECE, Brier, NLL before and after scaling, and ``T``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +22,24 @@ from tasks.report.stats.calibration import (
     brier_terms,
     cls_confidence,
     estimates,
+    nll_binary_terms,
+    nll_terms,
+    point_estimate,
     span_confidences,
 )
 from tasks.report.stats.estimates import Estimate, StatsConfig
 
-#: Claim metrics that are calibration statistics (lower is better) -> ``calibration.Statistic``.
-CALIBRATION_METRICS = {"test_ece": "ece", "test_brier": "brier"}
+#: Claim metrics that are calibration statistics (lower is better) -> ``calibration.Statistic``; ``_scaled``: of
+#: the probabilities after temperature scaling on dev (``tasks.finetune.temperature``).
+CALIBRATION_METRICS = {
+    f"test_{name}{scaled}": f"{name}{scaled}" for scaled in ("", "_scaled") for name in ("ece", "brier", "nll")
+}
+#: How a calibration metric reads in a sentence.
+METRIC_WORDS = {
+    "ece": "expected calibration error",
+    "brier": "Brier score",
+    "nll": "negative log-likelihood (nats)",
+}
 
 
 def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration:
@@ -34,26 +49,34 @@ def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration
         raise NotRun("no predictions folder (data/finetune): calibration needs the test predictions")
     where = f"metrics/finetune/{task}.json"
     finetune = metrics.get(f"finetune/{task}")
-    seeds = sorted(int(s) for s in dig(finetune, ["runs", run_key, "details", "per_seed"], where))
+    per_seed = dig(finetune, ["runs", run_key, "details", "per_seed"], where)
+    seeds = sorted(int(s) for s in per_seed)
     try:
-        return load_calibration(
+        arm = load_calibration(
             metrics.predictions, task, run_key, seeds, finetune.get("labels") or [], task_module(metrics, task)
         )
     except ValueError as err:
         raise NotRun(str(err)) from None
+    found = [(per_seed[str(s)].get("temperature") or {}).get("temperature") for s in seeds]
+    return replace(arm, temperatures=tuple(found)) if None not in found else arm
 
 
 def calibration_estimates(
     arms: list[ArmCalibration], statistic: str, cfg: StatsConfig, resamples: int
 ) -> tuple[list[Estimate], np.ndarray]:
     """``calibration.estimates`` as report ``Estimate`` s (n = test items), with the bootstrap replicates
-    ``(resamples, n_arms)``: the Brier score with its percentile interval, ECE bias-corrected with the basic
-    interval."""
-    found, reps = estimates(
-        arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed), cfg.level
-    )
+    ``(resamples, n_arms)``: the Brier score and NLL with their percentile interval, ECE bias-corrected with the
+    basic interval (each scaled or not). Raises ``NotRun`` when a scaled statistic's ``probs_scaled`` are missing."""
+    try:
+        found, reps = estimates(
+            arms, statistic, cfg.calibration_bins, resamples, np.random.default_rng(cfg.seed), cfg.level
+        )
+    except ValueError as err:
+        if "probs_scaled" not in str(err):
+            raise
+        raise NotRun(str(err)) from None
     method = (
-        f"{'bias-corrected, basic' if statistic == 'ece' else 'percentile'} hierarchical bootstrap over "
+        f"{'bias-corrected, basic' if statistic.startswith('ece') else 'percentile'} hierarchical bootstrap over "
         f"seeds and {len(arms[0].doc_ids)} test items ({resamples} resamples)"
     )
     return [Estimate(f.point, f.low, f.high, len(arms[0].doc_ids), method) for f in found], reps
@@ -64,10 +87,11 @@ def load_calibration(
 ) -> ArmCalibration:
     """Calibration units of run ``run_key`` per seed, from ``<folder>/<task>/<run_key>/seed<k>.test.jsonl``.
 
-    ``labels`` are the cls class names in ``labels.json`` order (ignored for ner). Raises ``NotRun`` naming a
-    missing file (``items.read_predictions``) and a one-line ValueError naming the file when a record has no
-    ``probs`` (predictions from before they were written), ``probs`` of the wrong length, an unknown label,
-    no record at all, or seeds that predicted other test docs.
+    ``labels`` are the cls class names in ``labels.json`` order (ignored for ner). The units of ``probs_scaled``
+    (the temperature-scaled probabilities) are the arm's ``scaled`` when every record of every seed has them.
+    Raises ``NotRun`` naming a missing file (``items.read_predictions``) and a one-line ValueError naming the
+    file when a record has no ``probs`` (predictions from before they were written), ``probs`` of the wrong
+    length, an unknown label, no record at all, or seeds that predicted other test docs.
     """
     if module not in ("cls", "ner"):
         raise ValueError(f"calibration: task {task!r} has unknown kind module {module!r} (expected 'cls' or 'ner')")
@@ -83,8 +107,47 @@ def load_calibration(
         missing = next((r["doc_id"] for r in recs if "probs" not in r), None)
         if missing is not None:
             raise ValueError(f"{path}: doc {missing!r} has no 'probs' (rerun the finetune stage)")
-        per_seed.append(_cls_units(recs, list(labels), path) if module == "cls" else _ner_units(recs, path))
-    return ArmCalibration(f"{folder}/{task}/{run_key}", task, doc_ids, tuple(seeds), tuple(per_seed))
+        per_seed.append(_units(recs, list(labels), path, module, "probs"))
+    has_scaled = all("probs_scaled" in r for recs in records for r in recs)
+    scaled = (
+        tuple(
+            _units(recs, list(labels), path, module, "probs_scaled") for path, recs in zip(paths, records, strict=True)
+        )
+        if has_scaled
+        else None
+    )
+    return ArmCalibration(f"{folder}/{task}/{run_key}", task, doc_ids, tuple(seeds), tuple(per_seed), scaled)
+
+
+def _units(recs: list[dict], labels: list[str], path: Path, module: str, field: str) -> SeedUnits:
+    """One seed's units of the probabilities in ``field`` (``probs`` or ``probs_scaled``)."""
+    recs = recs if field == "probs" else [{**r, "probs": r[field]} for r in recs]
+    return _cls_units(recs, labels, path) if module == "cls" else _ner_units(recs, path)
+
+
+def beside_notes(claim_metric: str, arms: dict[str, ArmCalibration], n_bins: int) -> list[str]:
+    """One note per arm (``arms``: side -> its calibration) with the point values a calibration claim shows beside
+    the score it reads (``claim_metric``): ECE, Brier and NLL before and after temperature scaling and the mean
+    ``T`` over seeds; a value that cannot be computed (no ``probs_scaled``) reads ``n/a``."""
+    out = []
+    for side, arm in arms.items():
+        cells = []
+        for name in ("ece", "brier", "nll"):
+            values = [_point(arm, f"{name}{scaled}", n_bins) for scaled in ("", "_scaled")]
+            cells.append(f"{name.upper() if name != 'brier' else 'Brier'} {values[0]} -> {values[1]}")
+        temperature = f"{np.mean(arm.temperatures):.3f}" if arm.temperatures else "n/a"
+        out.append(
+            f"{side} calibration before -> after temperature scaling on dev (mean T over {len(arm.seeds)} seeds "
+            f"{temperature}): {'; '.join(cells)}; the verdict reads {claim_metric}"
+        )
+    return out
+
+
+def _point(arm: ArmCalibration, statistic: str, n_bins: int) -> str:
+    try:
+        return f"{point_estimate(arm, statistic, n_bins):.4f}"
+    except ValueError:
+        return "n/a"
 
 
 def _cls_units(recs: list[dict], labels: list[str], path: Path) -> SeedUnits:
@@ -94,7 +157,7 @@ def _cls_units(recs: list[dict], labels: list[str], path: Path) -> SeedUnits:
         raise ValueError(f"{path}: doc {bad!r} needs a gold label in {labels} and {len(labels)} probs")
     probs, gold = np.array([r["probs"] for r in recs], dtype=float), np.array([index[r["gold"]] for r in recs])
     confidence, correct = cls_confidence(probs, gold)
-    return SeedUnits(np.arange(len(recs)), confidence, correct, brier_terms(probs, gold))
+    return SeedUnits(np.arange(len(recs)), confidence, correct, brier_terms(probs, gold), nll_terms(probs, gold))
 
 
 def _ner_units(recs: list[dict], path: Path) -> SeedUnits:
@@ -108,4 +171,5 @@ def _ner_units(recs: list[dict], path: Path) -> SeedUnits:
         confidence.append(conf)
         correct.append(hit)
     conf, hit = np.concatenate(confidence), np.concatenate(correct)
-    return SeedUnits(np.concatenate(items).astype(np.intp), conf, hit, (conf - hit) ** 2)
+    nll = nll_binary_terms(conf, hit) if conf.size else np.zeros(0)
+    return SeedUnits(np.concatenate(items).astype(np.intp), conf, hit, (conf - hit) ** 2, nll)
