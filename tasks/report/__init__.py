@@ -44,6 +44,7 @@ from tasks.report.render import claims_html, pages, since, since_plot, summary
 from tasks.report.render import figures as fig
 from tasks.report.render.curve_figure import learning_curve
 from tasks.report.stats.estimates import VERDICTS, StatsConfig
+from tasks.report.stats.power import Power, tost_reach
 from tasks.report.tables.evidence import evidence_tables, reliability_curves
 from tasks.report.tables.ledger import build_ledger
 from tasks.report.tables.slices import slice_tables
@@ -154,8 +155,7 @@ def by_evidence(rows: list[Row]) -> dict[str, dict[str, int]]:
 def row_metrics(row: Row) -> dict:
     """Numeric summary of one row for metrics/report.json (empty difference for a ``not run`` row): the verdict,
     the Holm family, the claim's task and statement (the release stage's model card) and the verdict before
-    Holm, p-values, the difference and its CI, and the minimum detectable effect (``mde``, at ``mde_power``)
-    with the units that would make ``min_effect`` detectable."""
+    Holm, p-values, the difference and its CI, and what the design could detect (``power_metrics``)."""
     out: dict = {
         "verdict": row.verdict,
         "family": row.claim.family,
@@ -167,15 +167,35 @@ def row_metrics(row: Row) -> dict:
     if row.verdict in ("not resolvable", "not run"):
         out["reason"] = row.reason  # and says why one has no verdict
     if row.power is not None:
-        out.update(mde=row.power.mde, mde_power=row.power.power, min_effect_detectable=row.power.detectable)
-        if not row.power.detectable and row.power.n_needed is not None:
-            out.update(n_needed=row.power.n_needed, n_needed_unit=row.power.unit)
+        out.update(power_metrics(row.power))
     if row.p_adjusted is not None:
         out.update(p_value=row.p_value, p_holm=row.p_adjusted)
     if row.difference is not None:
         out.update(difference=row.difference.mean, n=row.difference.n)
         if row.difference.has_ci:
             out.update(difference_ci_low=row.difference.low, difference_ci_high=row.difference.high)
+    return out
+
+
+def power_metrics(p: Power) -> dict:
+    """The design of one claim (``tasks.report.stats.power``): ``mde`` (the difference detected against the
+    margin with ``mde_power`` at Holm's first-step ``mde_alpha``), ``mde_reach`` (``mde - min_effect``),
+    ``gap_detectable`` (the observed ``|difference - min_effect|`` is within reach), and when not, ``n_needed``
+    ``n_needed_unit`` and, with variance components, ``decide_with`` (``[{seeds, items}]``) and ``decide_note``;
+    with components, ``variance_components`` ``{pretraining_seed, seed, item}`` (metric units squared) and
+    ``variance_shares`` (fractions summing to 1); ``tost_note`` where equivalence is unreachable at the SE."""
+    out: dict = {"mde": p.mde, "mde_power": p.power, "mde_alpha": p.alpha, "gap_detectable": p.detectable}
+    if p.bound is None:
+        out["mde_reach"] = p.reach
+    if not p.detectable and p.n_needed is not None:
+        out.update(n_needed=p.n_needed, n_needed_unit=p.unit)
+        designs, note = p.design()
+        if note:
+            out.update(decide_with=designs, decide_note=note)
+    if p.parts is not None:
+        out.update(variance_components=p.parts.as_dict(), variance_shares=p.parts.shares())
+    if note := tost_reach(p):
+        out["tost_note"] = note
     return out
 
 

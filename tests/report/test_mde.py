@@ -14,7 +14,8 @@ from report_fixtures import ARMS, GOLD, STATS, claim, write_workspace
 from tasks.common.provenance import Lock
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.stats import bootstrap as bs
-from tasks.report.stats.power import Power, describe, minimum_detectable_effect, underpowered
+from tasks.report.stats.components import Components
+from tasks.report.stats.power import Power, describe, minimum_detectable_effect, power_of, underpowered
 
 
 def test_bloom_multiplier_by_hand():
@@ -26,13 +27,47 @@ def test_bloom_multiplier_by_hand():
         minimum_detectable_effect(-1.0, 0.05, 0.8)
 
 
-def test_units_needed_scale_with_the_square_of_mde_over_min_effect():
-    p = Power(mde=0.06, se=0.06 / 2.8, alpha=0.05, power=0.8, n=200, unit="test items", min_effect=0.02)
-    assert not p.detectable and p.n_needed == 1800  # 200 * (0.06 / 0.02)^2
-    assert underpowered(p) == "underpowered: MDE 0.0600 > min_effect 0.02"
-    assert "about 1800 test items would make it so" in describe(p)
-    ok = Power(mde=0.01, se=0.01 / 2.8, alpha=0.05, power=0.8, n=50, unit="seeds", min_effect=-0.05)
-    assert ok.detectable and underpowered(ok) == "" and "min_effect 0.05 was detectable" in describe(ok)
+def test_the_mde_is_measured_from_the_margin_at_holms_first_step():
+    # SE 0.01, min_effect 0.02, two-sided alpha 0.05 / 7 (7 claims in the family): reach = (z_{1 - 0.05/14} + z_0.8)
+    # x 0.01 = (2.690 + 0.842) x 0.01; the MDE is min_effect + reach
+    p = power_of(0.01, 200, "test items", 0.02, 0.05 / 7, 0.8, difference=0.04)
+    reach = (stats.norm.ppf(1 - 0.05 / 14) + stats.norm.ppf(0.8)) * 0.01
+    assert p.reach == pytest.approx(reach) and p.mde == pytest.approx(0.02 + reach)
+    # observed 0.04: |0.04 - 0.02| = 0.02 < reach 0.0353: not decided with power; 200 x (0.0353 / 0.02)^2 items
+    assert not p.detectable and p.n_needed == math.ceil(200 * (reach / 0.02) ** 2)
+    assert underpowered(p) == f"underpowered: reach {reach:.4f} > |difference - min_effect| 0.0200"
+    # above the margin, detectable exactly when the MDE is at most the observed difference (no claim with an MDE
+    # below its difference is underpowered: issue 58's 0.062 < 0.068)
+    for observed in (0.05, 0.055, 0.06, 0.07):
+        q = power_of(0.01, 200, "test items", 0.02, 0.05 / 7, 0.8, difference=observed)
+        assert q.detectable == (q.mde <= observed) and (underpowered(q) == "") == q.detectable
+
+
+def test_what_would_decide_it_is_a_design_over_seeds_and_items():
+    # V_seed 0.0004 at 5 seeds, V_item 0.0002 at 200 items; gap 0.04; normal quantiles (df None) at alpha 0.05
+    parts = Components(0.0, 0.0004, 0.0002, (), 5, 200)
+    p = Power(
+        0.02 + 2.8 * math.sqrt(0.0006), math.sqrt(0.0006), 0.05, 0.8, 200, "test items", 0.02, None, None, 0.06, parts
+    )
+    mult = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    designs, note = p.design()
+    # the smallest items for each number of seeds: mult^2 (0.0004 x 5 / s + 0.0002 / f) <= 0.04^2
+    expected = []
+    for s in (5, 10, 20, 40, 80):
+        f = next((f for f in (1, 2, 4, 8) if mult**2 * (0.0004 * 5 / s + 0.0002 / f) <= 0.0016), None)
+        if f is not None:
+            expected.append({"seeds": s, "items": 200 * f})
+    assert designs == expected and expected[0] == {"seeds": 20, "items": 400}  # 7.85 x (0.0001 + 0.0001) <= 0.0016
+    # the seed part alone (mult x 0.02 = 0.056 > 0.04): no number of items at 5 seeds
+    assert note.startswith("no number of test items at 5 seeds")
+    # a pretraining part beyond the gap: only more pretraining seeds
+    worse = Power(
+        1.0, 0.1, 0.05, 0.8, 200, "test items", 0.02, None, None, 0.06, Components(0.01, 0.0, 0.0, (), 5, 200)
+    )
+    assert worse.design() == (
+        [],
+        "no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds it",
+    )
 
 
 def _arms(rng: np.random.Generator, n: int, p_treat: float, p_base: float) -> list[np.ndarray]:
@@ -71,21 +106,24 @@ def test_a_planted_effect_at_the_mde_is_detected_about_80_percent_of_the_time():
     assert 0.17 <= half <= 0.41  # 0.29 +- 3.2 SDs (sqrt(0.29 * 0.71 / 150) = 0.037)
 
 
-def test_an_item_level_claim_reports_the_mde_of_its_bootstrap(tmp_path):
+def test_an_item_level_claim_reports_the_mde_of_its_t_interval(tmp_path):
     metrics = write_workspace(tmp_path)
     row = evaluate(
         claim("pretrained/full/mean-pool", "random/full/mean-pool", min_effect=0.3), metrics, Lock({}), STATS
     )
-    # the same bootstrap as the CI: the 95% percentile interval's half-width is ~1.96 SE for a near-normal spread
+    # the same SE and df as the CI: half-width = t(df) x SE, MDE = min_effect + (t_0.975 + t_0.8)(df) x SE
+    p, parts = row.power, row.power.parts
     half_width = (row.difference.high - row.difference.low) / 2
-    assert row.power.se == pytest.approx(half_width / stats.norm.ppf(0.975), rel=0.15)
-    assert row.power.mde == pytest.approx(row.power.se * (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)))
-    assert row.power.n == 20 and row.power.unit == "test items"
+    assert p.se == pytest.approx(math.sqrt(parts.total)) and p.df == pytest.approx(parts.df)
+    assert half_width == pytest.approx(stats.t.ppf(0.975, p.df) * p.se)
+    assert p.mde == pytest.approx(0.3 + p.se * (stats.t.ppf(0.975, p.df) + stats.t.ppf(0.8, p.df)))
+    assert p.n == 20 and p.unit == "test items"
     deltas = [
         f1_score(GOLD, t, average="macro") - f1_score(GOLD, b, average="macro")
         for t, b in zip(ARMS["pretrained/full/mean-pool"].values(), ARMS["random/full/mean-pool"].values())
     ]
     assert row.difference.mean == pytest.approx(np.mean(deltas))
+    assert parts.seed == pytest.approx(np.var(deltas, ddof=1) / 3)  # the same 3 seeds: paired
 
 
 def test_a_seed_level_claim_uses_the_paired_t_se_and_df():
@@ -97,8 +135,8 @@ def test_a_seed_level_claim_uses_the_paired_t_se_and_df():
     row = estimate_claim(claim("a/b/c", "d/e/f", min_effect=0.2), sample(t), sample(b), STATS)
     se = 0.01 / math.sqrt(3)
     assert row.power.se == pytest.approx(se) and row.power.df == 2 and row.power.unit == "seeds"
-    assert row.power.mde == pytest.approx(se * (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)))
-    assert row.power.detectable  # 0.0310 <= 0.2
+    assert row.power.mde == pytest.approx(0.2 + se * (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)))
+    assert row.power.detectable  # reach 0.0310 <= |0.11 - 0.2|
 
 
 def _exact_power(n: int, rate: float, bound: float) -> float:

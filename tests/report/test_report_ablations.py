@@ -35,11 +35,11 @@ def add_arms(folder, gaps=(1.5, 1.4)) -> None:
     (folder / "pretrain.json").write_text(json.dumps(pretrain))
 
 
-def test_the_claims_compare_each_arm_with_the_main_recipe_and_are_secondary():
+def test_the_claims_compare_each_arm_with_the_main_recipe_and_are_findings():
     claims = {c.id: c for c in DEFAULT_CLAIMS.claims}
     for cid, (arm, task) in CLAIMS.items():
         claim = claims[cid]
-        assert claim.family == "secondary" and claim.kind == "difference" and claim.min_effect == -0.02
+        assert claim.family == "findings" and claim.kind == "difference" and claim.min_effect == -0.02
         head = "full/mean-pool" if task == "cls" else "full/first"
         assert claim.treatment == f"finetune/{task}/pretrained@ablation_{arm}/{head}"
         assert claim.baseline == f"finetune/{task}/pretrained/{head}"  # the main recipe, all pretraining seeds
@@ -81,7 +81,7 @@ def test_with_arms_they_have_verdicts_and_render(workspace):
     for cid in CLAIMS:
         assert f"| [{cid}](#{cid}) | " in md
     row = next(line for line in md.splitlines() if line.startswith("| [all-mask-no-worse-than-80-10-10-cls]"))
-    assert "| supported (Holm p" in row and "in the secondary family" in row
+    assert "| supported (Holm p" in row and "in the findings family" in row
     ner = md.split('<a id="all-mask-no-worse-than-80-10-10-ner"></a>')[1].split("### ")[0]
     assert "not run: off (enable with `pretrain.ablations` and `finetune.recipes.ner.ablation_config`)" in ner
 

@@ -26,14 +26,14 @@ def test_item_level_claim_pairs_test_items_and_seeds_and_shows_the_best_baseline
     assert row.difference.mean == pytest.approx(t_mean - b_mean) and row.difference.n == 20
     assert row.difference.low < row.difference.mean < row.difference.high <= 1.0
     assert row.verdict == "supported" and "paired by test item (20 all items" in row.pairing
-    assert "the same seeds, resampled jointly" in row.pairing and row.items == "20 test items (all) x 3 vs 3 seeds"
+    assert "the same seeds, paired" in row.pairing and row.items == "20 test items (all) x 3 vs 3 seeds"
     assert row.best_baseline_key == "baseline/tfidf-lr/full-text"
     tfidf = ARMS["baseline/tfidf-lr/full-text"][0]
     assert row.best_baseline.mean == pytest.approx(f1_score(GOLD, tfidf, average="macro"))
     assert 0.0 <= row.best_baseline.low <= row.best_baseline.high <= 1.0
     # against the one-seed baseline the seeds are resampled per arm
     vs_base = evaluate(claim("best-arm", "best-baseline"), metrics, Lock({}), STATS)
-    assert "seeds resampled per arm (3 vs 1)" in vs_base.pairing
+    assert "seeds per arm (3 vs 1)" in vs_base.pairing
 
 
 def test_the_clean_slice_scores_only_items_without_train_overlap(tmp_path):

@@ -7,18 +7,20 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
+from sklearn.metrics import f1_score
 
-from report_fixtures import STATS, claim, write_workspace
+from report_fixtures import ARMS, GOLD, STATS, claim, write_workspace
 from tasks import report
 from tasks.common.provenance import Lock
 from tasks.report.claims.evaluation import apply_holm, evaluate
-from tasks.report.claims.gates import run_steps
+from tasks.report.claims.gates import floor_key, run_steps
 from tasks.report.claims.grammar import Metrics
 from tasks.report.claims.row import Row
 from tasks.report.render.answer import answer, verdict_cell, without_parentheses
 from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
-from tasks.report.stats.power import Power
+from tasks.report.stats.power import power_of
 
 FLOOR = replace(STATS, floor_margin=0.01, floor_baseline="best")
 ARM, CONTROL = "pretrained/full/mean-pool", "random/full/mean-pool"
@@ -48,35 +50,50 @@ def test_holm_runs_within_each_family_and_keeps_the_unadjusted_verdict():
     rows = [
         _row("a", "primary", "supported", 0.01),
         _row("b", "primary", "supported", 0.04),
-        _row("c", "secondary", "supported", 0.03),
-        _row("d", "secondary", "ruled out", 0.04),
-        _row("e", "secondary", "inconclusive", 0.5),
+        _row("c", "findings", "supported", 0.03),
+        _row("d", "findings", "ruled out", 0.04),
+        _row("e", "findings", "inconclusive", 0.5),
     ]
     apply_holm(rows, 0.05)
     # primary, m = 2: a 2 x 0.01 = 0.02, b max(0.02, 1 x 0.04) = 0.04: both kept (pooled over all five claims,
     # b would be max(0.05, 4 x 0.03, ...) > 0.05 and demoted)
-    # secondary, m = 3: c 3 x 0.03 = 0.09, d max(0.09, 2 x 0.04) = 0.09, e 0.5: c and d demoted
+    # findings, m = 3: c 3 x 0.03 = 0.09, d max(0.09, 2 x 0.04) = 0.09, e 0.5: c and d demoted
     assert [r.p_adjusted for r in rows] == pytest.approx([0.02, 0.04, 0.09, 0.09, 0.5])
     assert [r.verdict for r in rows] == ["supported", "supported", "inconclusive", "inconclusive", "inconclusive"]
     assert [r.unadjusted for r in rows] == ["supported", "supported", "supported", "ruled out", "inconclusive"]
-    assert "within the secondary family (3 tests)" in rows[2].reason
-    assert verdict_cell(rows[2]) == "inconclusive (Holm p 0.09 in the secondary family; unadjusted: supported)"
+    assert "within the findings family (m = 3 claims declared)" in rows[2].reason
+    assert verdict_cell(rows[2]) == "inconclusive (Holm p 0.09 in the findings family; unadjusted: supported)"
     assert verdict_cell(rows[0]) == "supported (Holm p 0.02 in the primary family)"
     metrics = report.row_metrics(rows[3])
-    assert metrics["family"] == "secondary" and metrics["verdict_unadjusted"] == "ruled out"
+    assert metrics["family"] == "findings" and metrics["verdict_unadjusted"] == "ruled out"
     assert metrics["verdict"] == "inconclusive" and metrics["p_holm"] == pytest.approx(0.09)
     assert report.summarize(rows)["ruled_out"] == 0 and report.summarize(rows)["inconclusive"] == 3
+
+
+def test_holms_m_is_the_familys_declared_size_not_the_claims_that_got_a_p_value():
+    # 7 primary claims declared, 2 tested (the others not resolvable): m = 7, not 2
+    rows = [_row("a", "primary", "supported", 0.005), _row("b", "primary", "supported", 0.009)]
+    rows += [_row(f"n{i}", "primary", "not resolvable", 1.0) for i in range(5)]
+    for row in rows[2:]:
+        row.p_value = None
+    apply_holm(rows, 0.05)
+    # a: 7 x 0.005 = 0.035 <= 0.05 kept; b: max(0.035, 6 x 0.009 = 0.054) > 0.05 demoted (with m = 2 it was 0.018)
+    assert [rows[0].p_adjusted, rows[1].p_adjusted] == pytest.approx([0.035, 0.054])
+    assert rows[0].verdict == "supported" and rows[1].verdict == "inconclusive"
+    assert "(m = 7 claims declared)" in rows[1].reason
 
 
 def test_an_underpowered_inconclusive_verdict_says_so():
     row = _row("a", "primary", "inconclusive", 0.3)
     row.p_adjusted = 0.3
-    row.power = Power(mde=0.06, se=0.0214, alpha=0.05, power=0.8, n=200, unit="test items", min_effect=0.02)
+    # min_effect 0.02, SE 0.01 at alpha 0.05 / 7: reach (z_{1 - 0.05/14} + z_0.8) x 0.01 = 0.0353; observed 0.04
+    row.power = power_of(0.01, 200, "test items", 0.02, 0.05 / 7, 0.8, difference=0.04)
     assert verdict_cell(row) == (
-        "inconclusive (underpowered: MDE 0.0600 > min_effect 0.02; Holm p 0.3 in the primary family)"
+        "inconclusive (underpowered: reach 0.0353 > |difference - min_effect| 0.0200; Holm p 0.3 in the primary family)"
     )
     out = report.row_metrics(row)
-    assert out["mde"] == 0.06 and out["min_effect_detectable"] is False and out["n_needed"] == 1800
+    assert out["mde"] == pytest.approx(0.0553, abs=5e-5) and out["mde_alpha"] == pytest.approx(0.05 / 7)
+    assert out["gap_detectable"] is False and out["n_needed"] == 624  # ceil(200 x (0.03532 / 0.02)^2)
     # a supported verdict does not call itself underpowered, even with a large MDE
     row.verdict = "supported"
     assert verdict_cell(row) == "supported (Holm p 0.3 in the primary family)"
@@ -94,67 +111,73 @@ def _set_dev(root, dev: dict, selection: dict | None = None, **extra) -> None:
 DEV = {ARM: 0.80, CONTROL: 0.60, "baseline/tfidf-lr/full-text": 0.85, "baseline/majority/labels": 0.30}
 
 
-def test_a_treatment_arm_at_the_best_baselines_dev_score_is_not_resolvable(tmp_path):
-    metrics = write_workspace(tmp_path)  # read lazily: the dev scores set next are what it reads
+def _macro(key: str) -> float:
+    """Mean over seeds of sklearn's macro-F1 of an arm of the fixture on its 20 test docs."""
+    return float(np.mean([f1_score(GOLD, p, average="macro") for p in ARMS[key].values()]))
+
+
+def test_the_floor_gate_compares_each_arm_with_its_floor_on_test_with_a_ci(tmp_path):
+    metrics = write_workspace(tmp_path)  # dev scores say nothing now: the gate reads the test items
     _set_dev(tmp_path, DEV)
     row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), FLOOR)
-    assert row.verdict == "not resolvable" and row.p_value is None
-    assert row.reason == (
-        "not resolvable: pretrained/full/mean-pool at floor (dev 0.8000; floor: "
-        "baseline/tfidf-lr/full-text dev 0.8500 + margin 0.01)"
-    )
-    assert verdict_cell(row) == row.reason and row.difference is not None  # the arms are still shown
-    assert any("baseline random/full/mean-pool at floor (dev 0.6000" in n for n in row.notes)
+    assert row.verdict == "supported"  # the arms are compared with TF-IDF on test, not at a dev point
+    tfidf = "baseline/tfidf-lr/full-text"
+    notes = {n.split(" on test")[0]: n for n in row.notes if n.startswith("floor: ")}
+    gap = _macro(CONTROL) - _macro(tfidf)  # sklearn, by hand: -0.1503
+    assert f"{gap:+.4f}" == "-0.1503" and f"= {gap:+.4f} [" in notes[f"floor: {CONTROL} near its floor"]
+    assert f"{_macro(ARM) - _macro(tfidf):+.4f} [" in notes[f"floor: {ARM} near its floor"]
+    assert "test items, not used for selection" in notes[f"floor: {ARM} near its floor"]
     # the claim against the best baseline itself tests that floor on test: not gated
-    assert evaluate(claim("best-arm", "best-baseline"), metrics, Lock({}), FLOOR).verdict != "not resolvable"
-
-
-def test_each_arm_is_gated_by_the_comparator_that_read_its_own_input(tmp_path):
-    metrics = write_workspace(tmp_path)
-    # the treatment read the clozeline cut, whose TF-IDF scored 0.79 on dev; the MiniLM cut's TF-IDF 0.85
-    # (the best arm's, so best_baseline) must not gate it, and the control's own comparator 0.65 is above it
-    cuts = {"baseline/tfidf-lr/clozeline-cut": 0.79, "baseline/tfidf-lr/reference-cut": 0.85}
-    _set_dev(
-        tmp_path,
-        {ARM: 0.80, CONTROL: 0.60, **cuts},
-        {
-            "best_baseline": "baseline/tfidf-lr/reference-cut",
-            "comparator_of": {ARM: "baseline/tfidf-lr/clozeline-cut", CONTROL: "baseline/tfidf-lr/clozeline-cut"},
-        },
+    assert not any(
+        n.startswith("floor") for n in evaluate(claim("best-arm", "best-baseline"), metrics, Lock({}), FLOOR).notes
     )
-    row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), replace(FLOOR, floor_margin=0.0))
-    assert row.verdict != "not resolvable"  # 0.80 > 0.79 + 0: above its own floor, below the other cut's
+
+
+def test_a_decisive_verdict_stands_and_the_gate_adds_its_scope(tmp_path):
+    metrics = write_workspace(tmp_path)
+    # margin 0.5: both arms' CIs against TF-IDF lie below it: both at floor
+    wide = replace(FLOOR, floor_margin=0.5)
+    row = evaluate(claim(CONTROL, ARM), metrics, Lock({}), wide)  # random - pretrained: CI far below 0
+    assert row.verdict == "contradicted" and row.p_value is not None
     assert any(
-        n.startswith(
-            "baseline random/full/mean-pool at floor (dev 0.6000; floor: baseline/tfidf-lr/clozeline-cut dev 0.7900"
-        )
+        n.startswith(f"scope: {CONTROL} at floor on test") and n.endswith("holds for encoders at this scale")
         for n in row.notes
     )
-    without = {ARM: 0.80, CONTROL: 0.60, **cuts}  # an older metrics file: best_baseline for every arm
-    _set_dev(tmp_path, without, {"best_baseline": "baseline/tfidf-lr/reference-cut", "comparator_of": {}})
-    metrics = Metrics(tmp_path / "metrics", predictions=tmp_path / "data" / "finetune")
-    assert evaluate(claim(ARM, CONTROL), metrics, Lock({}), replace(FLOOR, floor_margin=0.0)).reason.startswith(
-        "not resolvable: pretrained/full/mean-pool at floor (dev 0.8000; floor: baseline/tfidf-lr/reference-cut"
-    )
+    # an undecided claim whose treatment is at floor: not resolvable, with the CI that says so
+    undecided = evaluate(claim(ARM, CONTROL, min_effect=row.difference.mean * -1), metrics, Lock({}), wide)
+    assert undecided.verdict == "not resolvable" and undecided.p_value is None
+    assert undecided.reason.startswith(f"not resolvable: {ARM} at floor on test ({ARM} - baseline/tfidf-lr/full-text")
+    assert undecided.difference is not None  # the arms are still shown
 
 
-def test_the_weakest_baseline_floor_and_its_margin(tmp_path):
-    metrics = write_workspace(tmp_path)
-    _set_dev(tmp_path, DEV)
-    weakest = replace(FLOOR, floor_baseline="weakest")  # majority 0.30 + 0.01
-    assert evaluate(claim(ARM, CONTROL), metrics, Lock({}), weakest).verdict == "supported"
-    _set_dev(tmp_path, {**DEV, ARM: 0.31})  # exactly floor + margin: at the floor
-    metrics = Metrics(tmp_path / "metrics", predictions=tmp_path / "data" / "finetune")
-    row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), weakest)
-    assert row.reason.startswith(
-        "not resolvable: pretrained/full/mean-pool at floor (dev 0.3100; floor: "
-        "baseline/majority/labels dev 0.3000 + margin 0.01)"
-    )
+def test_the_floor_of_a_learning_curve_arm_is_its_comparator_at_its_size():
+    finetune = {
+        "selection": {
+            "best_baseline": "baseline/tfidf-lr/reference-cut",
+            "comparator_of": {ARM: "baseline/tfidf-lr/clozeline-cut"},
+            "dev": {"baseline/tfidf-lr/clozeline-cut": 0.8, "baseline/majority/labels": 0.1},
+        },
+        "learning_curve": {
+            "selection": {
+                "n32": {
+                    "best_baseline": "baseline/tfidf-lr/reference-cut@n32",
+                    "dev": {"baseline/tfidf-lr/clozeline-cut@n32": 0.4, "baseline/majority/labels@n32": 0.07},
+                }
+            }
+        },
+    }
+    assert floor_key(finetune, "pretrained@n32/full/mean-pool", "best") == "baseline/tfidf-lr/clozeline-cut@n32"
+    assert floor_key(finetune, "random@n32/full/mean-pool", "best") == "baseline/tfidf-lr/reference-cut@n32"
+    assert floor_key(finetune, "pretrained@n32/full/mean-pool", "weakest") == "baseline/majority/labels@n32"
+    assert floor_key(finetune, "pretrained@ablation_mlm-15/full/mean-pool", "best") == "baseline/tfidf-lr/clozeline-cut"
+    assert floor_key(finetune, ARM, "weakest") == "baseline/majority/labels"
+    with pytest.raises(KeyError):
+        floor_key(finetune, "pretrained@n80/full/mean-pool", "best")  # a size the curve did not run
 
 
-def test_without_dev_scores_the_gate_says_it_was_not_checked(tmp_path):
-    metrics = write_workspace(tmp_path)  # selection has no dev scores
-    row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), FLOOR)
+def test_without_a_floor_baseline_the_gate_says_it_was_not_checked(tmp_path):
+    metrics = write_workspace(tmp_path)  # selection has no dev scores: no weakest baseline to name
+    row = evaluate(claim(ARM, CONTROL), metrics, Lock({}), replace(FLOOR, floor_baseline="weakest"))
     assert row.verdict == "supported" and any(n.startswith("floor gate not checked") for n in row.notes)
     assert not any("KeyError" in n for n in row.notes), row.notes  # the key named in words, no exception class
 

@@ -12,14 +12,12 @@ before ``tasks.report.claims.arms.resolve``:
 
 from __future__ import annotations
 
-import numpy as np
-
 from tasks.report.claims.arms.items import metric_function
 from tasks.report.claims.arms.nested_seeds import fine_seeds
+from tasks.report.claims.estimation import contrast
 from tasks.report.claims.grammar import Claim, Metrics, NotRun, Sample, dig
 from tasks.report.stats import bootstrap as bs
-from tasks.report.stats.estimates import Estimate, StatsConfig, Tests, difference_verdict
-from tasks.report.stats.power import power_of
+from tasks.report.stats.estimates import Estimate, StatsConfig, difference_verdict
 
 GAP = " - "  # separates the two runs of a gap reference
 
@@ -57,8 +55,9 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
     One paired hierarchical bootstrap (``bootstrap.hierarchical_bootstrap``) of the four runs: the same item
     weights for all four (they score the same test docs), the same seed draw for all four when they ran the same
     seeds (else per run). ``treatment``/``baseline`` of the result are ``T1 - T2`` and ``B1 - B2`` with their
-    percentile intervals; ``difference`` their difference, tested against ``claim.min_effect`` like any
-    difference claim. Raises ``NotRun`` when a run has no test predictions or the runs scored different docs.
+    percentile intervals; ``difference`` their difference, with the t interval on Satterthwaite's df over its
+    variance components (``estimation.contrast``), tested against ``claim.min_effect`` like any difference claim.
+    Raises ``NotRun`` when a run has no test predictions or the runs scored different docs.
     """
     items = [sample.items for sample in arms]
     if len(arms) != 4 or any(item is None for item in items):
@@ -74,13 +73,7 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
     n, method = len(items[0].doc_ids), f"hierarchical bootstrap ({cfg.resamples} resamples)"
     t_est = Estimate(points[0] - points[1], *bs.percentile_ci(first, cfg.level, (-1.0, 1.0)), n, method)
     b_est = Estimate(points[2] - points[3], *bs.percentile_ci(second, cfg.level, (-1.0, 1.0)), n, method)
-    deltas = first - second
-    diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, (-2.0, 2.0)), n, method)
-    tests = Tests(
-        lambda m: bs.p_value(deltas, m, "greater"),
-        lambda m: bs.p_value(deltas, m, "less"),
-        lambda m: bs.tost_p_value(deltas, abs(m)),
-    )
+    diff, tests, power = contrast(claim, items, (1.0, -1.0, -1.0, 1.0), t_est.mean - b_est.mean, cfg)
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     keys = [a.run_key for a in arms]
     seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per run"
@@ -91,9 +84,9 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
         "baseline": b_est,
         "difference": diff,
         "p_value": p,
-        "power": power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power),
+        "power": power,
         "pairing": f"({keys[0]} - {keys[1]}) - ({keys[2]} - {keys[3]}), paired by test item ({n} "
-        f"{claim.items} items, the same draw for all four runs), {seeds}; {method}",
+        f"{claim.items} items), {seeds}; gaps: {method}; difference: {diff.method}",
         "items": f"{n} test items ({claim.items}) x {len(fine_seeds(items[0]))} seeds",
         "difference_label": "treatment gap - baseline gap",
         "notes": [f"baseline gap: {note}" for sample in arms[2:] for note in sample.notes],

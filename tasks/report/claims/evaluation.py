@@ -5,6 +5,7 @@ the reason; it never disappears from the table.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from tasks.common.provenance import Lock
@@ -16,31 +17,33 @@ from tasks.report.claims.arms.resolve import resolve
 from tasks.report.claims.confounders import measure_confounders
 from tasks.report.claims.curve_claims import claim_refs, gap_estimate
 from tasks.report.claims.estimation import arm_estimate, estimate_claim
-from tasks.report.claims.gates import export_gates, floor_gate, lineage_gate, training_steps
+from tasks.report.claims.gates import PRETRAINED, export_gates, floor_gate, lineage_gate, training_steps
 from tasks.report.claims.grammar import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample
 from tasks.report.claims.row import Row
 from tasks.report.claims.tasks_run import task_headline
 from tasks.report.stats import bootstrap as bs
-from tasks.report.stats.estimates import Estimate, StatsConfig, holm_verdicts
+from tasks.report.stats.estimates import DECISIVE, Estimate, StatsConfig, holm_verdicts
+from tasks.report.stats.power import tost_reach
 
 
-def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Row:
-    """Evaluate one claim; a missing input yields a ``not run`` row (never an exception)."""
+def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loaded: dict | None = None) -> Row:
+    """Evaluate one claim; a missing input yields a ``not run`` row (never an exception). ``loaded`` caches the
+    arms the floor gate reads across claims (``(ref, metric, items)`` -> sample)."""
     confounders = measure_confounders(claim, metrics)
     md5s = data_md5(claim, lock)
     try:
-        treat, base, *gap = (arm(ref, claim, metrics) for ref in claim_refs(claim, metrics))  # curve_claims
-        row = (
-            Row(claim, **gap_estimate(claim, [treat, base, *gap], cfg))
-            if gap
-            else estimate_claim(claim, treat, base, cfg)
-        )
+        samples = [arm(ref, claim, metrics) for ref in claim_refs(claim, metrics)]  # curve_claims
+        treat, base, *gap = samples
+        row = Row(claim, **gap_estimate(claim, samples, cfg)) if gap else estimate_claim(claim, treat, base, cfg)
     except NotRun as why:
         return Row(claim, "not run", f"not run: {why}", confounders=confounders, data_md5=md5s)
     except MALFORMED as err:
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
-    floor_failed, floor_notes = floor_gate(claim, treat, base, metrics, cfg)
+    floor_failed, floor_notes = floor_gate(claim, samples, metrics, cfg, cached_arm(metrics, loaded))
+    if row.verdict in DECISIVE:  # the claim's own CI decided it: the gate scopes the verdict, never hides it
+        scope = [f"scope: {why}: the verdict holds for encoders at this scale" for why in floor_failed]
+        floor_notes, floor_failed = scope + floor_notes, []
     failed = (
         failed_preconditions(claim, metrics)
         + diverged_gates(treat, base, cfg)
@@ -54,7 +57,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     row.runs = sorted(set(treat.runs) | set(base.runs))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
     row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_seed_notes(claim, treat, base)
-    row.notes += draw_notes(claim)
+    row.notes += draw_notes(claim) + ([] if row.verdict in DECISIVE else [n for n in [tost_reach(row.power)] if n])
     row.steps = training_steps(claim, treat, base, metrics, lock)
     # Cohen's d over the units the CI rests on; an item-level CI (test items x seeds) has no seed-only d
     same_units = claim.kind == "difference" and treat.items is None and base.items is None
@@ -62,6 +65,19 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig) -> Ro
     if claim.treatment.startswith("finetune/") and claim.kind == "difference":
         row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
     return row
+
+
+def cached_arm(metrics: Metrics, loaded: dict | None):
+    """``load(ref, claim)`` for the floor gate: ``arm``, memoised in ``loaded`` by reference, metric and items."""
+    memo = {} if loaded is None else loaded
+
+    def load(ref: str, claim: Claim) -> Sample:
+        key = (ref, claim.metric, claim.items)
+        if key not in memo:
+            memo[key] = arm(ref, claim, metrics)
+        return memo[key]
+
+    return load
 
 
 def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
@@ -144,24 +160,52 @@ def best_baseline(claim: Claim, metrics: Metrics, cfg: StatsConfig) -> tuple[str
 
 def apply_holm(rows: list[Row], alpha: float) -> None:
     """Holm-adjust the p-values of the rows that have one (``estimates.holm_verdicts``) within each family
-    (``grammar.FAMILIES``: the primary claims, then the secondary ones), in place; a decisive verdict that does
-    not survive the correction becomes ``inconclusive``, with the reason, and ``row.unadjusted`` keeps it."""
+    (``grammar.FAMILIES``), in place, with ``m`` the family's declared size: every claim of the family counts,
+    also one that is ``not resolvable`` or ``not run``, so ``m`` is fixed before the data. A decisive verdict
+    that does not survive the correction becomes ``inconclusive``, with the reason; ``row.unadjusted`` keeps it."""
     for family in FAMILIES:
+        size = sum(row.claim.family == family for row in rows)
         tested = {
             row.claim.id: (row.verdict, row.p_value)
             for row in rows
             if row.p_value is not None and row.claim.family == family
         }
-        adjusted = holm_verdicts(tested, alpha)
+        adjusted = holm_verdicts(tested, alpha, size)
         for row in (r for r in rows if r.claim.id in adjusted):
             verdict, row.p_adjusted = adjusted[row.claim.id]
             row.unadjusted = row.verdict
             if verdict != row.verdict:
                 row.reason = (
                     f"{row.verdict} before Holm ({row.reason}), but the Holm-adjusted p "
-                    f"{row.p_adjusted:.3g} > {alpha:g} within the {family} family ({len(tested)} tests)"
+                    f"{row.p_adjusted:.3g} > {alpha:g} within the {family} family (m = {size} claims declared)"
                 )
                 row.verdict = verdict
+
+
+def failed_integrity(rows: list[Row]) -> list[Row]:
+    """The integrity checks (family ``integrity``) that did not pass: every verdict but ``supported``."""
+    return [r for r in rows if r.claim.family == "integrity" and r.verdict != "supported"]
+
+
+def affects(check: Claim, claim: Claim) -> bool:
+    """Whether a failed integrity check undermines ``claim``: a leakage check every claim scored on the eval sets
+    (finetune, pretrain), the MLM sanity check every claim on our pretrained encoder, a probe control every probe
+    claim."""
+    refs = (claim.treatment, claim.baseline)
+    source = check.treatment.split("/")[0]
+    if source == "leakage":
+        return any(ref.startswith(("finetune/", "pretrain/")) for ref in refs)
+    if source == "pretrain":
+        return any(part.split("@")[0] in PRETRAINED for ref in refs for part in ref.split("/"))
+    return source == "probe" and any(ref.startswith("probe/") for ref in refs)
+
+
+def integrity_notes(rows: list[Row]) -> None:
+    """Name each failed integrity check on the primary and findings claims it affects (``affects``), in place."""
+    for check in failed_integrity(rows):
+        for row in rows:
+            if row.claim.family != "integrity" and affects(check.claim, row.claim):
+                row.notes.append(f"integrity check {check.claim.id} is {check.verdict}: this claim rests on it")
 
 
 # ---------------------------------------------------------------- provenance
@@ -186,10 +230,13 @@ def data_md5(claim: Claim, lock: Lock) -> dict[str, str]:
 def evaluate_all(
     claims: ClaimsFile, metrics: Metrics, lock: Lock, cfg: StatsConfig, off: dict[str, str] | None = None
 ) -> list[Row]:
-    """Evaluate every claim, in file order, then Holm-correct the verdicts within each family (family-wise
-    alpha per family). A claim in ``off`` (id -> ``off (enable with ...)``, ``tasks.report.claims.switches``) is a
-    ``not run`` row with that reason, its metrics not read."""
+    """Evaluate every claim, in file order (its MDE at Holm's first step in its family, ``alpha / m``), then
+    Holm-correct the verdicts within each family (family-wise alpha per family) and name the failed integrity
+    checks on the claims they affect. A claim in ``off`` (id -> ``off (enable with ...)``,
+    ``tasks.report.claims.switches``) is a ``not run`` row with that reason, its metrics not read."""
     off = off or {}
+    sizes = Counter(c.family for c in claims.claims)
+    loaded: dict = {}
     rows = [
         Row(
             c,
@@ -199,8 +246,9 @@ def evaluate_all(
             data_md5=data_md5(c, lock),
         )
         if c.id in off
-        else evaluate(c, metrics, lock, cfg)
+        else evaluate(c, metrics, lock, replace(cfg, family_size=sizes[c.family]), loaded)
         for c in claims.claims
     ]
     apply_holm(rows, cfg.alpha)
+    integrity_notes(rows)
     return rows

@@ -1,16 +1,19 @@
-"""The gates on a fine-tuning claim: whether the treatment beat a floor on dev, how many optimiser steps each run
-took, whether the model's pretraining lineage is known, and whether the exported model agrees with the evaluated one.
+"""The gates on a fine-tuning claim: whether an arm is above a fitted baseline's floor on test, how many optimiser
+steps each run took, whether the model's pretraining lineage is known, and whether the exported model agrees with
+the evaluated one.
 
-The floor gate: a trained treatment arm whose mean dev score (``selection.dev`` of
-``metrics/finetune/<task>.json``, the score the finetune stage chose arms by) does not exceed a baseline's dev
-score by more than ``floor_margin`` does no better than a fitted baseline already does, so a claim about it
-between two arms says nothing about the question: the claim is ``not resolvable: <arm> at floor (dev <score>; ...)``.
-The baseline is the best one on dev among the comparators that read the arm's own docs and input
-(``selection.comparator_of``: TF-IDF on the arm's tokenizer's cut, not the MiniLM's; ``floor_baseline: best``; a
-metrics file without it: ``selection.best_baseline``) or the weakest one on dev (``weakest``: the majority class
-for classification, word memorisation for NER). A claim whose
-baseline is itself a fitted baseline (``baseline/...``) is not gated: it tests that floor on test. A
-baseline arm at the floor is noted, not gated (the treatment may rightly beat a control below the floor).
+The floor gate compares each trained arm a claim reads with its floor baseline, with a CI, on the test items (the
+dev set chose the learning rate, the epoch and the baselines' settings, so it is not used again): the difference
+``arm - floor`` from the same statistics as a claim's (the t interval over seed and item variance components,
+``estimation.contrast``). An arm is ``at floor`` when that CI's upper end is at most ``floor_margin``: it does no
+better than a fitted baseline already does. The floor is the comparator chosen on dev that reads the arm's own
+docs and input (``selection.comparator_of``: TF-IDF on the arm's tokenizer's cut; a learning-curve arm's at its
+size, ``learning_curve.selection.n<docs>``; ``floor_baseline: best``; a metrics file without it:
+``best_baseline``) or the weakest baseline on dev (``weakest``). The gate scopes, never hides: when the claim's
+own CI is decisive, its verdict stands and the gate adds its scope as a note ("both arms at floor: holds for
+encoders at this scale"); otherwise a claim whose treatment arm (for a gap claim, either pretrained arm) is at
+floor is ``not resolvable: <arm> at floor on test (...)``, and any other arm at floor is noted. A claim with a
+fitted baseline as an arm (``baseline/...``) tests that floor itself: not gated.
 
 The lineage gate: a claim scoring our pretrained encoder when the model pretraining continued has an unknown
 pretraining lineage (``metrics/leakage.json`` ``lineage.status``) has no evaluation set known to be clean:
@@ -27,61 +30,113 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from tasks.common.nested import flatten
 from tasks.common.provenance import Lock
+from tasks.report.claims.arms.items import metric_function
+from tasks.report.claims.estimation import contrast
 from tasks.report.claims.grammar import MALFORMED, Claim, Metrics, NotRun, Sample
+from tasks.report.stats import bootstrap as bs
+from tasks.report.stats.estimates import Estimate
 
 #: The run keys of fitted baselines in metrics/finetune/<task>.json.
 BASELINE_PREFIX = "baseline/"
 
 
-def floor_of(selection: dict, which: str, arm: str = "") -> tuple[str, float]:
-    """``(baseline key, dev score)`` of ``arm``'s floor: the best comparator on dev reading the arm's input
-    (``best``) or the weakest baseline of ``selection.dev`` (``weakest``). Raises ``KeyError`` when the
-    selection has no baseline."""
-    dev = selection["dev"]
+def floor_of(selection: dict, which: str, arm: str = "") -> str:
+    """The key of ``arm``'s floor baseline: the comparator chosen on dev reading the arm's input (``best``:
+    ``comparator_of``, else ``best_baseline``) or the weakest baseline of ``selection.dev`` (``weakest``). Raises
+    ``KeyError`` when the selection has neither."""
     if which == "best":
-        key = (selection.get("comparator_of") or {}).get(arm) or selection["best_baseline"]
-        return key, float(dev[key])
+        return (selection.get("comparator_of") or {}).get(arm) or selection["best_baseline"]
     if which != "weakest":
         raise ValueError(f"floor_baseline must be 'best' or 'weakest', got {which!r}")
-    scores = {k: float(v) for k, v in dev.items() if k.startswith(BASELINE_PREFIX)}
-    key = min(scores, key=lambda k: (scores[k], k))
-    return key, scores[key]
+    scores = {k: float(v) for k, v in selection["dev"].items() if k.startswith(BASELINE_PREFIX)}
+    return min(scores, key=lambda k: (scores[k], k))
 
 
-def floor_gate(claim: Claim, treat: Sample, base: Sample, metrics: Metrics, cfg) -> tuple[list[str], list[str]]:
-    """``(failed, notes)``: ``failed`` holds ``<arm> at floor (dev <score>; ...)`` when the trained treatment's
-    dev score is at most the floor plus ``cfg.floor_margin``; ``notes`` says when the baseline arm is, or
-    why the gate was not checked. Only ``difference`` claims between two trained finetune arms are gated."""
-    keys = (treat.run_key, base.run_key)
+def floor_key(finetune: dict, run_key: str, which: str) -> str:
+    """The run key of ``run_key``'s floor baseline (``floor_of``): a learning-curve arm (``<variant>@n<docs>/...``)
+    by its size's selection, the comparator of its full-size arm at that size where it ran; a further-seed or
+    ablation arm by its main arm's. Raises ``KeyError`` naming what the selection lacks."""
+    main = re.sub(r"@[^/]*", "", run_key)
+    sized = re.search(r"@n(\d+)/", run_key)
+    if not sized:
+        return floor_of(finetune["selection"], which, main)
+    at = finetune["learning_curve"]["selection"][f"n{sized.group(1)}"]
+    comparator = ((finetune["selection"].get("comparator_of") or {}).get(main) or "") + f"@n{sized.group(1)}"
+    mapped = {"comparator_of": {run_key: comparator}} if comparator in (at.get("dev") or {}) else {}
+    return floor_of({**at, **mapped}, which, run_key)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One arm against its floor baseline on test: ``difference`` ``arm - floor`` with its CI."""
+
+    arm: str
+    floor: str
+    difference: Estimate
+    margin: float
+
+    @property
+    def at_floor(self) -> bool:
+        """The CI's upper end is at most the margin: no better than the fitted baseline."""
+        return self.difference.high <= self.margin
+
+    def text(self) -> str:
+        """``<arm> at floor on test (<arm> - <floor> = d [lo, hi], upper end <= margin m; ...)`` or above it."""
+        d = self.difference
+        where = "at floor" if self.at_floor else ("above its floor" if d.low > self.margin else "near its floor")
+        return (
+            f"{self.arm} {where} on test ({self.arm} - {self.floor} = {d.mean:+.4f} [{d.low:.4f}, {d.high:.4f}] "
+            f"against margin {self.margin:g}; test items, not used for selection)"
+        )
+
+
+def floor_gate(
+    claim: Claim, samples: list[Sample], metrics: Metrics, cfg, load: Callable
+) -> tuple[list[str], list[str]]:
+    """``(failed, notes)`` of the floor gate (module docstring) on a claim's arms ``samples`` (treatment,
+    baseline; a gap claim: T1, T2, B1, B2). ``load(ref, claim)`` gives an arm's sample with its test items;
+    ``failed`` holds the gated arms at floor, ``notes`` the other arms' standing and why the gate was not checked.
+    ``evaluate`` turns ``failed`` into a scope note when the claim's own verdict is decisive."""
+    keys = [s.run_key for s in samples]
     if claim.kind != "difference" or not claim.treatment.startswith("finetune/") or not all(keys):
         return [], []
     if any(k.startswith(BASELINE_PREFIX) for k in keys):
         return [], []
+    gated = {keys[0], keys[2]} if len(keys) == 4 else {keys[0]}
     try:
-        selection = metrics.get(f"finetune/{claim.task}")["selection"]
-        floors = {k: floor_of(selection, cfg.floor_baseline, k) for k in keys}
-        dev = {k: float(selection["dev"][k]) for k in keys}
-    except KeyError as err:  # an arm the dev selection did not score (learning-curve, further-seed arms) or none
-        missing = "dev scores" if err.args[0] == "dev" else f"dev score for {err.args[0]!r}"
-        return [], [f"floor gate not checked: metrics/finetune/{claim.task}.json selection has no {missing}"]
-    except (NotRun, *MALFORMED) as err:
-        return [], [f"floor gate not checked: no dev scores of the arms and baselines ({type(err).__name__}: {err})"]
-    bar = {k: f"floor: {floors[k][0]} dev {floors[k][1]:.4f} + margin {cfg.floor_margin:g}" for k in keys}
-    at_floor = {k: dev[k] <= floors[k][1] + cfg.floor_margin for k in keys}
-    t, b = keys
-    failed = [f"{t} at floor (dev {dev[t]:.4f}; {bar[t]})"] if at_floor[t] else []
-    notes = (
-        [
-            f"baseline {b} at floor (dev {dev[b]:.4f}; {bar[b]}): the treatment is compared with an arm that does "
-            "not beat that baseline on dev"
+        finetune = metrics.get(f"finetune/{claim.task}")
+        headline = claim.model_copy(update={"metric": finetune.get("metric") or claim.metric})
+        floors = [
+            arm_floor(headline, s, floor_key(finetune, s.run_key, cfg.floor_baseline), cfg, load) for s in samples
         ]
-        if at_floor[b]
-        else []
-    )
+    except KeyError as err:
+        return [], [f"floor gate not checked: metrics/finetune/{claim.task}.json selection has no {err.args[0]!r}"]
+    except (NotRun, *MALFORMED) as err:
+        return [], [f"floor gate not checked: {type(err).__name__}: {err}"]
+    failed = [f.text() for f in floors if f.at_floor and f.arm in gated]
+    notes = [f"floor: {f.text()}" for f in floors if not (f.at_floor and f.arm in gated)]
     return failed, notes
+
+
+def arm_floor(claim: Claim, sample: Sample, floor: str, cfg, load: Callable) -> Floor:
+    """``Floor`` of one arm: ``arm - floor`` on the claim's test items (the headline metric); raises ``NotRun``
+    without test predictions."""
+    mine, base = load(f"finetune/{claim.task}/{sample.run_key}", claim), load(f"finetune/{claim.task}/{floor}", claim)
+    if mine.items is None or base.items is None:
+        raise NotRun("no test predictions to compare the arms with their floor")
+    if mine.items.doc_ids != base.items.doc_ids:
+        raise NotRun(f"{sample.run_key} and its floor {floor} scored different test items")
+    point = bs.point_estimate(mine.items.headline, metric_function(claim.metric))
+    point -= bs.point_estimate(base.items.headline, metric_function(claim.metric))
+    diff, _, _ = contrast(
+        claim, [mine.items, base.items], (1.0, -1.0), point, replace(cfg, resamples=cfg.slice_resamples)
+    )
+    return Floor(sample.run_key, floor, diff, cfg.floor_margin)
 
 
 def batch_size(lock: Lock, task: str) -> int | None:

@@ -4,7 +4,10 @@
   TOST, Cohen's d;
 - ``estimates``: an ``Estimate`` with its interval, the tests behind it (t, Welch, binomial, two proportions)
   and the verdict of a difference or a bound;
-- ``power``: minimum detectable effects and the sample size a claim would need;
+- ``power``: minimum detectable differences against a claim's margin at Holm's alpha, and the design (seeds x
+  test items) that would decide it;
+- ``components``: the seed, item and pretraining-seed variance components of a contrast of arms, and its t
+  interval on Satterthwaite's degrees of freedom;
 - ``probe_bootstrap``: the nested bootstrap of a sense-probe claim (words, then sentences);
 - ``calibration``: ECE, the Brier score, reliability curves and their hierarchical bootstrap.
 

@@ -314,21 +314,25 @@ def p_value(
     return (1 + hits) / (d.size + 1)
 
 
-def holm(p_values: Mapping[str, float]) -> dict[str, float]:
+def holm(p_values: Mapping[str, float], m: int | None = None) -> dict[str, float]:
     """Holm-Bonferroni step-down adjusted p-values (Holm 1979), same keys as ``p_values``.
 
-    With the ``m`` p-values sorted ascending, ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting
+    With the p-values sorted ascending, ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting
     where ``adj <= alpha`` controls the family-wise error rate at ``alpha`` and equals the step-down rule
-    (reject ``p_(j) <= alpha / (m - j + 1)`` until the first failure). Ties keep the mapping's order (it does
-    not change the values). Raises ValueError on a p-value outside ``[0, 1]``.
+    (reject ``p_(j) <= alpha / (m - j + 1)`` until the first failure). ``m`` is the family's declared size (default
+    the number of p-values given): a declared hypothesis without a p-value (not tested) counts as one never
+    rejected, so ``m`` does not shrink with the data. Ties keep the mapping's order (it does not change the
+    values). Raises ValueError on a p-value outside ``[0, 1]`` or ``m`` below the number of p-values.
     """
     keys = list(p_values)
     p = np.array([p_values[key] for key in keys], dtype=float)
     if not np.all((p >= 0) & (p <= 1)):
         raise ValueError(f"p-values must lie in [0, 1], got {dict(p_values)}")
     order = np.argsort(p, kind="stable")
-    m = p.size
-    adjusted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * p[order]))
+    m = p.size if m is None else m
+    if m < p.size:
+        raise ValueError(f"family size m = {m} is below the {p.size} p-values given")
+    adjusted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(p.size)) * p[order]))
     return {keys[i]: float(a) for i, a in zip(order, adjusted)}
 
 

@@ -15,7 +15,7 @@ put the difference within +-``min_effect`` at ``alpha`` (a tight null result; on
 ``ruled out`` when a positive claim (``min_effect > 0``) is not equivalent but its CI's upper bound is
 below ``min_effect`` (an effect as large as claimed is excluded, a smaller one is not); ``inconclusive``
 otherwise. Each verdict carries the p-value of its test, and the report applies Holm's
-step-down correction within each declared family of claims (``holm_verdicts``; primary, then secondary): a
+step-down correction within each declared family of claims (``holm_verdicts``; primary, findings, integrity): a
 decisive verdict whose adjusted p-value exceeds ``alpha = 1 - level`` becomes ``inconclusive``. An ``upper_bound`` claim
 (``treatment`` must stay at or below ``min_effect``, e.g. a leakage rate) is ``supported`` when the
 treatment's CI upper bound is <= ``min_effect``, ``contradicted`` when its lower bound is above it.
@@ -56,7 +56,8 @@ DECISIVE: tuple[Verdict, ...] = ("supported", "contradicted", "equivalent", "rul
 class StatsConfig:
     """The statistics settings from the ``report`` params section (``alpha`` = 1 - ``level``, family-wise):
     ``power`` of the minimum detectable effects, and the floor gate (``floor_baseline`` ``best`` | ``weakest``
-    baseline on dev, plus ``floor_margin``) of ``tasks.report.claims.gates``."""
+    baseline, plus ``floor_margin``) of ``tasks.report.claims.gates``; ``family_size`` is the declared size ``m``
+    of the Holm family of the claim being evaluated (set per claim by ``evaluation.evaluate_all``)."""
 
     level: float
     paired_method: str
@@ -68,11 +69,17 @@ class StatsConfig:
     power: float = 0.8
     floor_margin: float = 0.0
     floor_baseline: str = "best"
+    family_size: int = 1
 
     @property
     def alpha(self) -> float:
         """The family-wise error rate of the report's verdicts (Holm), ``1 - level``."""
         return 1.0 - self.level
+
+    @property
+    def first_step_alpha(self) -> float:
+        """Holm's first step in a family of ``family_size`` claims, ``alpha / m``: the MDEs are computed at it."""
+        return self.alpha / self.family_size
 
 
 @dataclass(frozen=True)
@@ -300,11 +307,14 @@ def bound_verdict(value: Estimate, bound: float, tests: Tests) -> tuple[Verdict,
     )
 
 
-def holm_verdicts(verdicts: dict[str, tuple[Verdict, float]], alpha: float) -> dict[str, tuple[Verdict, float]]:
+def holm_verdicts(
+    verdicts: dict[str, tuple[Verdict, float]], alpha: float, m: int | None = None
+) -> dict[str, tuple[Verdict, float]]:
     """``{claim id: (verdict, Holm-adjusted p)}``: a decisive verdict (``DECISIVE``) whose adjusted p-value
     exceeds ``alpha`` becomes ``inconclusive`` (family-wise error <= alpha over the claims given, Holm 1979:
-    call it once per family). Input: each claim's verdict and the p-value of its test."""
-    adjusted = holm({cid: p for cid, (_, p) in verdicts.items()}) if verdicts else {}
+    call it once per family). Input: each claim's verdict and the p-value of its test; ``m`` the family's declared
+    size (default: the claims given; ``bootstrap.holm``)."""
+    adjusted = holm({cid: p for cid, (_, p) in verdicts.items()}, m) if verdicts else {}
     out = {}
     for cid, (verdict, _) in verdicts.items():
         out[cid] = ("inconclusive" if verdict in DECISIVE and adjusted[cid] > alpha else verdict, adjusted[cid])

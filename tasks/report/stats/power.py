@@ -1,19 +1,29 @@
-"""What each claim could detect: the minimum detectable effect (MDE) of a difference claim and the sample that
-would make its ``min_effect`` detectable.
+"""What each claim could detect: the difference its design detects against the claim's margin, at Holm's alpha, and
+the design (seeds x test items) that would decide it.
 
-The MDE is the true difference that the verdict's test finds (the two-sided ``level`` CI excludes 0 on the
-right side) with probability ``power``, by the normal approximation (Bloom 1995, "Minimum detectable effects:
-a simple way to report the statistical power of experimental designs", Evaluation Review 19(5), eq. 1)::
+The verdict ``supported`` tests H0 ``difference <= min_effect`` with a two-sided CI, and Holm's first step tests
+the family's smallest p-value at ``alpha / m`` (``m``: the family's declared size). So the minimum detectable
+difference (MDE) is the true difference that the test finds with probability ``power``, by the normal
+approximation of Bloom (1995, "Minimum detectable effects: a simple way to report the statistical power of
+experimental designs", Evaluation Review 19(5), eq. 1), moved to the margin::
 
-    MDE = (q(1 - alpha / 2) + q(power)) * SE
+    MDE = min_effect + (q(1 - alpha / (2 m)) + q(power)) * SE
 
-``alpha = 1 - level`` is the CI's two-sided level (the test each verdict reads before Holm), ``q`` the
-standard normal quantile, or Student's t with ``df`` degrees of freedom when the difference's CI is a t
-interval (paired t over seeds or probe words, Welch). ``SE`` is the standard error of the difference from the
-same resampling as its CI: the standard deviation of the hierarchical bootstrap replicates (seeds, then test
-items; the Multi-Bootstrap of Sellam et al. 2022 is the reference design), the t interval's SE, or for two
-rates the Newcombe interval's half-width over ``q(1 - alpha / 2)``. Holm's correction makes a family's
-first test stricter still (``alpha / m``), so the MDE here is a lower bound on what the family can detect.
+``q`` is the standard normal quantile, or Student's t with ``df`` degrees of freedom when the CI is a t interval
+(paired t over seeds or words, Welch, or Satterthwaite's df of the variance components,
+``tasks.report.stats.components``). ``SE`` is the standard error of the difference from the same computation as
+its CI. The claim is decided, with ``power``, when its true difference lies at least ``reach = MDE - min_effect``
+from the margin; so it is ``underpowered`` when its observed ``|difference - min_effect|`` (``gap``) is below the
+reach. Holm's later steps are less strict (``alpha / (m - 1)``, ...), so this is what the family's first test
+can detect.
+
+What would decide it: with variance components (``Components``: pretraining seed, seed, item), the SE of a design
+with ``s`` fine-tuning seeds and ``n`` test items is ``sqrt(V_p + V_s s0 / s + V_i n0 / n)`` (``s0``, ``n0``
+the present ones; pretraining seeds held), and ``design`` lists the smallest ``(s, n)`` of the grid
+``SEED_GRID x ITEM_FACTORS`` that bring the reach to the gap (quantiles at the present df, so it errs high).
+When the seed part at the present seeds alone exceeds the gap no number of items decides it; when the
+pretraining part alone does, only more pretraining seeds can. Without components, ``n_needed = n * (reach /
+gap)^2`` units of the kind the SE was resampled over.
 
 An ``upper_bound`` claim ("the value is at most ``bound``") is supported when its CI's upper end lies at or
 below the bound. Its MDE is the distance below the bound at which the true value makes that happen with
@@ -22,12 +32,6 @@ Rates and Proportions", eq. 2.5), ``MDE = q(1 - alpha/2) * sqrt(b(1 - b)/n) + q(
 ``p = b - MDE`` solved numerically; for a mean over units, ``(t(1 - alpha/2) + t(power)) * sd / sqrt(n)``. The
 claim's own gap is the bound minus its point estimate: an inconclusive bound claim whose gap is below the MDE
 was underpowered, and one whose point estimate is at or above the bound cannot be supported by more units.
-
-More units shrink the SE as ``1 / sqrt(n)``, so ``min_effect`` becomes detectable with
-``n_needed = n * (MDE / |min_effect|)^2`` units of the kind the SE was resampled over (test items for a
-fine-tuning claim; seeds, probe words, pairs or masked tokens otherwise). Scaling test items assumes the
-item part of the variance dominates: with few seeds, seed variance does not shrink with more items. For a t
-interval the multiplier is kept at the present df, so ``n_needed`` errs high (more units, more df).
 """
 
 from __future__ import annotations
@@ -37,13 +41,19 @@ from dataclasses import dataclass
 
 from scipy import optimize, stats
 
+from tasks.report.stats.components import Components
+
+#: Fine-tuning seeds and multiples of the present test items that ``Power.design`` tries.
+SEED_GRID = (5, 10, 20, 40, 80)
+ITEM_FACTORS = (1, 2, 4, 8)
+
 
 @dataclass(frozen=True)
 class Power:
-    """A difference claim's MDE (in the metric's units) at ``power`` and two-sided ``alpha``, its ``se``, and
-    ``n`` units of kind ``unit`` (``test items``, ``seeds``...) behind it; ``n_needed`` units would make
-    ``|min_effect|`` detectable (None when ``min_effect`` is 0). For an ``upper_bound`` claim ``bound`` is set
-    and ``min_effect`` is the gap ``bound - point estimate`` (module docstring)."""
+    """A claim's MDE (metric units) at ``power`` and two-sided ``alpha`` (already Holm's ``alpha / m``), its
+    ``se`` (with ``df``; None: normal) and ``n`` units of kind ``unit`` behind it; ``difference`` the observed one
+    (nan: unknown) and ``parts`` its variance components. For an ``upper_bound`` claim ``bound`` is set, ``mde`` is
+    the distance below the bound and ``min_effect`` the gap ``bound - point estimate`` (module docstring)."""
 
     mde: float
     se: float
@@ -54,47 +64,91 @@ class Power:
     min_effect: float
     df: float | None = None
     bound: float | None = None
+    difference: float = math.nan
+    parts: Components | None = None
+    m: int = 1
+
+    @property
+    def reach(self) -> float:
+        """How far from the margin a true difference must lie to be decided with ``power``: ``MDE - min_effect``
+        (a bound claim: its MDE)."""
+        return self.mde if self.bound is not None else self.mde - self.min_effect
 
     @property
     def gap(self) -> float:
-        """The effect the design must detect: ``|min_effect|``, or a bound claim's positive gap (else 0)."""
-        return max(self.min_effect, 0.0) if self.bound is not None else abs(self.min_effect)
+        """The distance the design must resolve: ``|difference - min_effect|`` (0 when the difference is unknown),
+        or a bound claim's positive gap to the bound."""
+        if self.bound is not None:
+            return max(self.min_effect, 0.0)
+        return abs(self.difference - self.min_effect) if math.isfinite(self.difference) else 0.0
 
     @property
     def detectable(self) -> bool:
-        """Whether the gap is at least the MDE (a true effect that large is found with ``power``)."""
-        return self.gap != 0 and self.mde <= self.gap
+        """Whether the observed gap is at least the reach (a true difference that far is decided with power)."""
+        return self.gap > 0 and self.reach <= self.gap
 
     @property
     def n_needed(self) -> int | None:
-        """Units that bring the MDE down to the gap: ``ceil(n * (MDE / gap)^2)``; None for a zero gap."""
-        if self.gap == 0 or not math.isfinite(self.mde):
+        """Units that bring the reach down to the gap, ``ceil(n * (reach / gap)^2)``; None for a zero gap."""
+        if self.gap == 0 or not math.isfinite(self.reach):
             return None
-        return max(self.n, math.ceil(self.n * (self.mde / self.gap) ** 2 - 1e-9))
+        return max(self.n, math.ceil(self.n * (self.reach / self.gap) ** 2 - 1e-9))
+
+    def design(self) -> tuple[list[dict[str, int]], str]:
+        """``(designs, note)``: the smallest ``{seeds, items}`` of the grid that decide the gap (one per number of
+        seeds, fewest seeds first), and a sentence; empty designs with a note when none can (module docstring)."""
+        p, gap = self.parts, self.gap
+        if p is None or gap == 0 or self.detectable:
+            return [], ""
+        mult = multiplier(self.alpha, self.power, self.df)
+        if mult * math.sqrt(p.pretraining_seed) >= gap:
+            return [], "no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds it"
+        out = []
+        for s in sorted({p.n_seeds, *(g for g in SEED_GRID if g > p.n_seeds)}):
+            for f in ITEM_FACTORS:
+                var = p.pretraining_seed + p.seed * p.n_seeds / s + p.item / f
+                if mult * math.sqrt(var) <= gap:
+                    out.append({"seeds": s, "items": p.n_items * f})
+                    break
+        seeds_alone = mult * math.sqrt(p.pretraining_seed + p.seed) >= gap
+        note = f"no number of test items at {p.n_seeds} seeds (the seed part alone exceeds it); " if seeds_alone else ""
+        if not out:
+            return [], note + f"no design up to {SEED_GRID[-1]} seeds x {ITEM_FACTORS[-1] * p.n_items} items"
+        return out, note + "decided by " + ", ".join(f"{d['seeds']} seeds x {d['items']} items" for d in out)
 
 
 def multiplier(alpha: float, power: float, df: float | None = None) -> float:
     """``q(1 - alpha / 2) + q(power)``: normal quantiles, or Student's t with ``df`` degrees of freedom."""
     if not (0 < alpha < 1 and 0 < power < 1):
         raise ValueError(f"alpha and power must lie in (0, 1), got {alpha}, {power}")
-    dist = stats.norm if df is None else stats.t(df)
+    dist = stats.norm if df is None or not math.isfinite(df) else stats.t(df)
     return float(dist.ppf(1 - alpha / 2) + dist.ppf(power))
 
 
 def minimum_detectable_effect(se: float, alpha: float, power: float, df: float | None = None) -> float:
-    """Bloom's MDE ``(q(1 - alpha / 2) + q(power)) * se`` (module docstring); ``se >= 0``."""
+    """Bloom's ``(q(1 - alpha / 2) + q(power)) * se`` (module docstring: the reach from the margin); ``se >= 0``."""
     if not se >= 0:
         raise ValueError(f"standard error must be >= 0, got {se}")
     return multiplier(alpha, power, df) * se
 
 
 def power_of(
-    se: float, n: int, unit: str, min_effect: float, alpha: float, power: float, df: float | None = None
+    se: float,
+    n: int,
+    unit: str,
+    min_effect: float,
+    alpha: float,
+    power: float,
+    df: float | None = None,
+    difference: float = math.nan,
+    parts: Components | None = None,
 ) -> Power | None:
-    """The ``Power`` of a difference with standard error ``se`` over ``n`` ``unit``; None without a finite SE."""
+    """The ``Power`` of a difference with standard error ``se`` over ``n`` ``unit`` (``alpha``: the first Holm
+    step's, ``alpha / m``): ``MDE = min_effect + reach``; None without a finite SE."""
     if not (math.isfinite(se) and se >= 0) or n < 1:
         return None
-    return Power(minimum_detectable_effect(se, alpha, power, df), se, alpha, power, n, unit, min_effect, df)
+    reach = minimum_detectable_effect(se, alpha, power, df)
+    return Power(min_effect + reach, se, alpha, power, n, unit, min_effect, df, None, difference, parts)
 
 
 def bound_power(
@@ -129,40 +183,54 @@ def se_from_ci(low: float, high: float, alpha: float) -> float:
 
 
 def underpowered(p: Power | None) -> str:
-    """``underpowered: MDE 0.0600 > min_effect 0.02`` when ``min_effect`` was not detectable, else ``""``."""
+    """``underpowered: reach 0.0600 > |difference - min_effect| 0.0400`` when the observed gap was not
+    detectable (the caller asks only for an undecided verdict), else ``""``."""
     if p is None or p.gap == 0 or p.detectable:
         return ""
     if p.bound is not None:
         return f"underpowered: MDE {p.mde:.4f} > gap to the bound {p.gap:.4f}"
-    return f"underpowered: MDE {p.mde:.4f} > min_effect {abs(p.min_effect):g}"
+    return f"underpowered: reach {p.reach:.4f} > |difference - min_effect| {p.gap:.4f}"
 
 
 def describe(p: Power | None) -> str:
-    """The details line: the MDE, its formula's inputs, and the units that would make min_effect detectable."""
+    """The details line: the MDE against the margin, its formula's inputs, and the design that would decide it."""
     if p is None:
         return "not computed (no standard error of the difference: no CI)"
     if p.bound is not None:
         return describe_bound(p)
-    q = f"t({p.df:.3g})" if p.df is not None else "normal"
+    q = f"t({p.df:.3g})" if p.df is not None and math.isfinite(p.df) else "normal"
     text = (
-        f"{p.mde:.4f} at {p.power:.0%} power, two-sided alpha {p.alpha:g} ({q} quantiles; SE {p.se:.4f} over "
-        f"{p.n} {p.unit}; Bloom 1995)"
+        f"{p.mde:.4f} = min_effect {p.min_effect:g} + {p.reach:.4f} at {p.power:.0%} power, two-sided alpha "
+        f"{p.alpha:.3g} (Holm's first step, alpha / {p.m}; {q} quantiles; SE {p.se:.4f} over {p.n} {p.unit}; Bloom "
+        "1995)"
     )
-    if p.min_effect == 0:
-        return text + "; min_effect 0: any effect counts"
+    if p.gap == 0:
+        return text
     if p.detectable:
-        return text + f"; min_effect {abs(p.min_effect):g} was detectable"
-    return (
-        text + f"; min_effect {abs(p.min_effect):g} was not detectable: about {p.n_needed} {p.unit} would "
-        "make it so (SE scaled by 1/sqrt(n); " + SCALES.get(p.unit, "only this unit scaled") + ")"
+        return text + f"; the observed |difference - min_effect| {p.gap:.4f} is within reach"
+    designs, note = p.design()
+    if note:
+        return text + f"; |difference - min_effect| {p.gap:.4f} is not within reach: {note}"
+    return text + (
+        f"; |difference - min_effect| {p.gap:.4f} is not within reach: about {p.n_needed} {p.unit} would make it so "
+        "(SE scaled by 1/sqrt(n), only this unit)"
     )
 
 
-#: What scaling each kind of unit assumes.
-SCALES = {
-    "test items": "items only: seed variance does not shrink with more items, add seeds if it dominates",
-    "seeds": "seeds only, the same test items",
-}
+def tost_reach(p: Power | None) -> str:
+    """For a positive margin: ``""`` when equivalence within +-``min_effect`` is reachable at this SE, else a note
+    with numbers: TOST at ``alpha`` finds a true difference of 0 equivalent with ``power`` only when
+    ``(q(1 - alpha) + q((1 + power) / 2)) * SE <= min_effect`` (Schuirmann 1987; Chow & Liu 2008, sec. 5.3)."""
+    if p is None or p.bound is not None or p.min_effect <= 0:
+        return ""
+    dist = stats.norm if p.df is None or not math.isfinite(p.df) else stats.t(p.df)
+    need = float(dist.ppf(1 - p.alpha) + dist.ppf((1 + p.power) / 2)) * p.se
+    if need <= p.min_effect:
+        return ""
+    return (
+        f"equivalent is unreachable at this SE: within +-{p.min_effect:g} needs SE <= "
+        f"{p.se * p.min_effect / need:.4f} (it is {p.se:.4f}), or a margin of at least {need:.4f}"
+    )
 
 
 def describe_bound(p: Power) -> str:

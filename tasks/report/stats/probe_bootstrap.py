@@ -173,7 +173,9 @@ def sense_estimate(claim, treat: SenseCosines, base: SenseCosines, cfg: StatsCon
         "baseline": b_est,
         "difference": diff,
         "p_value": p,
-        "power": power_of(spread, n, "probe words", claim.min_effect, cfg.alpha, cfg.power),
+        "power": power_of(
+            spread, n, "probe words", claim.min_effect, cfg.first_step_alpha, cfg.power, difference=diff.mean
+        ),
         "pairing": f"paired by word and sentence: {treat.label} vs {base.label}, the same words and the same "
         f"sentences drawn for both arms; {method}",
         "items": f"{n} words x {sizes[0]}-{sizes[-1]} sentences",

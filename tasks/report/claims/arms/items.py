@@ -47,11 +47,13 @@ class Items:
     seeds: tuple[int, ...]
     labels: tuple[str, ...]
     pretrain: tuple[str, ...] | None = None  # None: one pretraining seed
+    clusters: np.ndarray | None = None  # (n_items,) group of each item, resampled together; None: each its own
 
     def subset(self, keep: np.ndarray) -> Items:
         """The same arm on the items where ``keep`` (n_items,) is true."""
         ids = tuple(d for d, k in zip(self.doc_ids, keep, strict=True) if k)
-        return Items(self.module, self.counts[:, keep], ids, self.seeds, self.labels, self.pretrain)
+        clusters = None if self.clusters is None else self.clusters[keep]
+        return Items(self.module, self.counts[:, keep], ids, self.seeds, self.labels, self.pretrain, clusters)
 
     @property
     def headline(self) -> np.ndarray:

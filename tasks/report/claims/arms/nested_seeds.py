@@ -62,6 +62,7 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
         sum((p.seeds for p in parts), ()),
         sample.items.labels if same else (),
         tuple(labels),
+        sample.items.clusters,
     )
     return replace(sample, items=items, notes=tuple(notes))
 

@@ -1,0 +1,91 @@
+"""Variance components and the Satterthwaite t interval (tasks/report/stats/components.py) against hand computations:
+the nested ANOVA of a 2 x 3 design, the issue-58 example, the seed and item parts of a synthetic design with known
+structure, cluster resampling, and the t tests (scipy.stats.t)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tasks.report.stats import bootstrap as bs
+from tasks.report.stats import components as vc
+
+
+def test_nested_anova_by_hand():
+    # rows (pretraining seeds) means 2 and 6; SS within = 2 + 14 = 16 on 2 x 2 df: MS_w = 4;
+    # MS_b = 3 x var([2, 6]) = 24; sigma_f^2 = 4, sigma_p^2 = (24 - 4) / 3 = 20 / 3
+    pretraining, seed, terms = vc.nested_anova(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]]))
+    assert seed == pytest.approx(4 / 6)  # sigma_f^2 / (n_p n_f)
+    assert pretraining == pytest.approx((20 / 3) / 2)  # sigma_p^2 / n_p
+    assert terms == (pytest.approx((4.0, 1.0)),)  # MS_b / (n_p n_f) on n_p - 1 df
+    # one pretraining seed: var / n over n - 1 df; no pretraining part
+    assert vc.nested_anova(np.array([[1.0, 2.0, 3.0, 6.0]])) == (0.0, pytest.approx(14 / 3 / 4), ((14 / 3 / 4, 3.0),))
+
+
+def test_the_issue_example_seed_se_0040_item_se_0025():
+    # pretraining-helps-most-with-few-labels-cls: 5 seeds (4 df), ~203 test items; the issue's t interval
+    # on Satterthwaite's df: [-0.027, 0.190] (the SEs are given to 3 decimals, so to about 0.002)
+    parts = vc.Components(0.0, 0.040**2, 0.025**2, ((0.040**2, 4.0), (0.025**2, 202.0)), 5, 203)
+    df = (0.040**2 + 0.025**2) ** 2 / (0.040**4 / 4 + 0.025**4 / 202)
+    assert parts.df == pytest.approx(df) and 7.5 < df < 8
+    low, high = vc.t_interval(0.0815, parts, 0.95, (-2.0, 2.0))
+    half = stats.t.ppf(0.975, df) * math.sqrt(0.040**2 + 0.025**2)
+    assert (low, high) == pytest.approx((0.0815 - half, 0.0815 + half))
+    assert low == pytest.approx(-0.027, abs=0.002) and high == pytest.approx(0.190, abs=0.002)
+    assert parts.shares() == pytest.approx(
+        {"pretraining_seed": 0.0, "seed": 0.0016 / 0.002225, "item": 0.000625 / 0.002225}
+    )
+
+
+def _arm(rng: np.random.Generator, gold: np.ndarray, accuracy: np.ndarray) -> np.ndarray:
+    """Counts (runs, items, 6) of a 2-class classifier, run r right on each item with probability accuracy[r]."""
+    runs = []
+    for p in accuracy:
+        right = rng.random(gold.size) < p
+        runs.append(bs.class_counts(gold, np.where(right, gold, 1 - gold), 2))
+    return np.stack(runs)
+
+
+def test_seed_and_item_parts_of_a_synthetic_design():
+    rng = np.random.default_rng(7)
+    gold = rng.integers(0, 2, 400)
+    treat, base = _arm(rng, gold, np.array([0.9, 0.8, 0.85, 0.7])), _arm(rng, gold, np.array([0.6, 0.65, 0.5, 0.6]))
+    parts = vc.components([treat, base], [(1, 4), (1, 4)], bs.accuracy_from_counts, (1.0, -1.0), True, 4000, 0)
+    # seed part, paired: var of the per-seed differences (whole test set) over 4 seeds
+    per_seed = bs.accuracy_from_counts(treat.sum(axis=1)) - bs.accuracy_from_counts(base.sum(axis=1))
+    assert parts.seed == pytest.approx(np.var(per_seed, ddof=1) / 4) and parts.pretraining_seed == 0.0
+    # item part: the contrast is the mean over items of c_i = mean over runs of (right_t - right_b), so its
+    # bootstrap variance is var(c) / n
+    right = lambda arm: arm[..., :2].sum(axis=-1)  # noqa: E731  tp of either class: 1 when right
+    c = (right(treat) - right(base)).mean(axis=0)
+    assert parts.item == pytest.approx(np.var(c) / c.size, rel=0.1)
+    assert parts.n_items == 400 and parts.n_seeds == 4
+    assert parts.df == pytest.approx(parts.total**2 / (parts.seed**2 / 3 + parts.item**2 / 399))
+    # unpaired (other seeds): each arm's own seed variance, weighted by w^2 = 1
+    unpaired = vc.components([treat, base], [(1, 4), (1, 4)], bs.accuracy_from_counts, (1.0, -1.0), False, 500, 0)
+    by_arm = [np.var(bs.accuracy_from_counts(a.sum(axis=1)), ddof=1) / 4 for a in (treat, base)]
+    assert unpaired.seed == pytest.approx(sum(by_arm)) and len(unpaired.terms) == 3
+
+
+def test_items_of_one_cluster_are_resampled_together():
+    rng = np.random.default_rng(3)
+    gold = np.repeat(rng.integers(0, 2, 150), 2)  # every item twice: 150 clusters of 2 identical items
+    treat = _arm(rng, gold[::2], np.array([0.8, 0.7])).repeat(2, axis=1)
+    base = _arm(rng, gold[::2], np.array([0.6, 0.6])).repeat(2, axis=1)
+    args = ([treat, base], [(1, 2), (1, 2)], bs.accuracy_from_counts, (1.0, -1.0), True, 3000, 1)
+    alone, together = vc.components(*args), vc.components(*args, clusters=np.arange(300) // 2)
+    # 300 items as if independent: var(c) / 300; 150 clusters: var(c) / 150, twice as much, on 149 df
+    assert together.item / alone.item == pytest.approx(2.0, rel=0.15)
+    assert together.n_items == 150 and together.terms[-1][1] == 149.0
+
+
+def test_t_tests_against_scipy():
+    parts = vc.Components(0.0, 0.0004, 0.0005, ((0.0004, 4.0), (0.0005, 199.0)), 5, 200)
+    t = (0.05 - 0.02) / math.sqrt(0.0009)
+    assert vc.t_p_value(0.05, parts, 0.02, "greater") == pytest.approx(stats.t.sf(t, parts.df))
+    assert vc.t_p_value(0.05, parts, 0.02, "less") == pytest.approx(stats.t.cdf(t, parts.df))
+    none = vc.Components(0.0, 0.0, 0.0, (), 1, 1)
+    assert vc.t_p_value(0.05, none, 0.02, "greater") == 0.0 and vc.t_interval(0.05, none, 0.95, (-1, 1)) == (0.05, 0.05)
