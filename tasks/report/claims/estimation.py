@@ -10,11 +10,12 @@ import math
 import numpy as np
 
 from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, beside_notes, calibration_estimates
-from tasks.report.claims.arms.items import metric_function
-from tasks.report.claims.arms.nested_seeds import describe, fine_seeds
+from tasks.report.claims.arms.items import Items, metric_function
+from tasks.report.claims.arms.nested_seeds import describe, fine_seeds, pretraining_seeds
 from tasks.report.claims.grammar import Claim, NotRun, Sample
 from tasks.report.claims.row import Row
 from tasks.report.stats import bootstrap as bs
+from tasks.report.stats import components as vc
 from tasks.report.stats.calibration import difference_range
 from tasks.report.stats.estimates import (
     Estimate,
@@ -104,7 +105,9 @@ def estimate_claim(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
         tests = welch_tests(t_vals, b_vals) if diff.has_ci else untestable()
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     se, df = unit_se(t_vals, b_vals, paired)
-    power = power_of(se, diff.n, f"{treat.unit_name}s", claim.min_effect, cfg.alpha, cfg.power, df)
+    power = power_of(
+        se, diff.n, f"{treat.unit_name}s", claim.min_effect, cfg.first_step_alpha, cfg.power, df, diff.mean
+    )
     return Row(claim, verdict, reason, t_est, b_est, diff, pairing=pairing, p_value=p, power=power)
 
 
@@ -112,9 +115,9 @@ def _bound_power(treat: Sample, t_est: Estimate, bound: float, cfg: StatsConfig)
     """The MDE of an ``upper_bound`` claim: over the rate's trials, or the SD of its units (``power.bound_power``)."""
     units = treat.unit_name if treat.unit_name.endswith("s") else treat.unit_name + "s"
     if treat.proportion:
-        return bound_power(t_est.mean, bound, treat.proportion[1], units, cfg.alpha, cfg.power)
+        return bound_power(t_est.mean, bound, treat.proportion[1], units, cfg.first_step_alpha, cfg.power)
     sd = float(np.std(treat.values, ddof=1)) if len(treat.values) > 1 else math.nan
-    return bound_power(t_est.mean, bound, len(treat.values), units, cfg.alpha, cfg.power, sd)
+    return bound_power(t_est.mean, bound, len(treat.values), units, cfg.first_step_alpha, cfg.power, sd)
 
 
 def unit_se(treatment: tuple[float, ...], baseline: tuple[float, ...], paired: bool) -> tuple[float, float | None]:
@@ -155,7 +158,15 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
     )
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
     seeds = f"{len(treat.items.seeds)} vs {len(base.items.seeds)} seeds"
-    power = power_of(float(np.std(gains, ddof=1)), t_est.n, "test items", claim.min_effect, cfg.alpha, cfg.power)
+    power = power_of(
+        float(np.std(gains, ddof=1)),
+        t_est.n,
+        "test items",
+        claim.min_effect,
+        cfg.first_step_alpha,
+        cfg.power,
+        difference=diff.mean,
+    )
     pairing = (
         f"difference = baseline {claim.metric} - treatment {claim.metric} (lower is better calibrated); "
         f"paired by test item, {seeds}; {t_est.method}; {cfg.calibration_bins} equal-mass bins"
@@ -183,8 +194,9 @@ def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig)
     diff = two_proportion_ci((e1, e2), (n1, n2), cfg.level)
     verdict, reason, p = difference_verdict(diff, claim.min_effect, two_proportion_tests((e1, e2), (n1, n2)), cfg.alpha)
     t_est, b_est = _arm_estimate(treat, cfg.level), _arm_estimate(base, cfg.level)  # Clopper-Pearson
+    se = se_from_ci(diff.low, diff.high, cfg.alpha)
     power = power_of(
-        se_from_ci(diff.low, diff.high, cfg.alpha), min(n1, n2), treat.unit_name, claim.min_effect, cfg.alpha, cfg.power
+        se, min(n1, n2), treat.unit_name, claim.min_effect, cfg.first_step_alpha, cfg.power, difference=diff.mean
     )
     return Row(
         claim,
@@ -200,11 +212,41 @@ def _rates_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig)
     )
 
 
+def contrast(
+    claim: Claim, items: list[Items], weights: tuple[float, ...], deltas_point: float, cfg: StatsConfig
+) -> tuple[Estimate, Tests, Power | None]:
+    """The difference ``sum_j weights[j] * arm_j`` of finetune arms with test items: its CI a t interval on
+    Satterthwaite's df over the variance components (pretraining seed, seed, item;
+    ``tasks.report.stats.components``), its t tests against the margin, and its ``Power`` with the components."""
+    function = metric_function(claim.metric)
+    shared = all(fine_seeds(x) == fine_seeds(items[0]) for x in items)
+    layouts = [(pretraining_seeds(x), len(fine_seeds(x))) for x in items]
+    parts = vc.components(
+        [x.headline for x in items], layouts, function, weights, shared, cfg.resamples, cfg.seed, items[0].clusters
+    )
+    width = float(sum(abs(w) for w in weights)) / 2  # a difference of two metrics in [0, 1] lies in [-1, 1]
+    n = len(items[0].doc_ids)
+    method = f"t on Satterthwaite df {parts.df:.3g} over the variance components (seed, item, pretraining seed)"
+    diff = Estimate(deltas_point, *vc.t_interval(deltas_point, parts, cfg.level, (-width, width)), n, method)
+    tests = Tests(
+        lambda m: vc.t_p_value(deltas_point, parts, m, "greater"),
+        lambda m: vc.t_p_value(deltas_point, parts, m, "less"),
+        lambda m: max(
+            vc.t_p_value(deltas_point, parts, -abs(m), "greater"), vc.t_p_value(deltas_point, parts, abs(m), "less")
+        ),
+    )
+    power = power_of(
+        parts.se, n, "test items", claim.min_effect, cfg.first_step_alpha, cfg.power, parts.df, deltas_point, parts
+    )
+    return diff, tests, power
+
+
 def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) -> Row:
     """Both arms from one paired hierarchical bootstrap: pretraining seeds resampled when an arm has runs from
     several (jointly for arms that share them), then fine-tuning seeds (jointly when both arms ran the same seeds:
     each seed drew its own training subset), then test items, with the same item draw for both arms
-    (``bootstrap.hierarchical_bootstrap``; the Multi-Bootstrap of Sellam et al. 2022)."""
+    (``bootstrap.hierarchical_bootstrap``; the Multi-Bootstrap of Sellam et al. 2022). The difference's CI is the
+    t interval of ``contrast`` (a percentile bootstrap over 5 seeds understates the seed part)."""
     t_items, b_items = treat.items, base.items
     if t_items.doc_ids != b_items.doc_ids:
         raise NotRun(f"{treat.run_key} and {base.run_key} scored different test items")
@@ -217,24 +259,18 @@ def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
         shared,
         [t_items.pretrain, b_items.pretrain],
     )
-    n, deltas = len(t_items.doc_ids), reps[:, 0] - reps[:, 1]
+    n = len(t_items.doc_ids)
     method = f"hierarchical bootstrap ({cfg.resamples} resamples)"
     t_est, b_est = (
         Estimate(bs.point_estimate(x.headline, function), *bs.percentile_ci(r, cfg.level, UNIT_RANGE), n, method)
         for x, r in ((t_items, reps[:, 0]), (b_items, reps[:, 1]))
     )
-    diff = Estimate(t_est.mean - b_est.mean, *bs.percentile_ci(deltas, cfg.level, DIFF_RANGE), n, method)
-    tests = Tests(
-        lambda m: bs.p_value(deltas, m, "greater"),
-        lambda m: bs.p_value(deltas, m, "less"),
-        lambda m: bs.tost_p_value(deltas, abs(m)),
-    )
+    diff, tests, power = contrast(claim, [t_items, b_items], (1.0, -1.0), t_est.mean - b_est.mean, cfg)
     verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
-    power = power_of(float(np.std(deltas, ddof=1)), n, "test items", claim.min_effect, cfg.alpha, cfg.power)
-    seeds = "the same seeds, resampled jointly" if shared else "seeds resampled per arm"
+    seeds = "the same seeds, paired" if shared else "seeds per arm"
     pairing = (
-        f"paired by test item ({n} {claim.items} items, the same draw for both arms), {seeds} "
-        f"({describe(t_items)} vs {describe(b_items)}); {method}"
+        f"paired by test item ({n} {claim.items} items), {seeds} ({describe(t_items)} vs {describe(b_items)}); "
+        f"arms: {method}; difference: {diff.method}"
     )
     return Row(
         claim,
