@@ -43,6 +43,7 @@ from tasks.report.claims.tasks_run import finetune_tasks, remove_stale, task_hea
 from tasks.report.render import claims_html, pages, since, since_plot, summary
 from tasks.report.render import figures as fig
 from tasks.report.render.curve_figure import learning_curve
+from tasks.report.render.reviewer_figures import VARIANCE_TITLE, evp_figure, evp_title, variance_figure
 from tasks.report.stats.estimates import VERDICTS, StatsConfig
 from tasks.report.stats.power import Power, tost_reach
 from tasks.report.tables.evidence import evidence_tables, reliability_curves
@@ -170,6 +171,8 @@ def row_metrics(row: Row) -> dict:
         out.update(power_metrics(row.power))
     if row.p_adjusted is not None:
         out.update(p_value=row.p_value, p_holm=row.p_adjusted)
+    if row.comparison is not None:  # probability of improvement and ASO (claims.arms.seed_scores)
+        out.update(row.comparison.metrics())
     if row.difference is not None:
         out.update(difference=row.difference.mean, n=row.difference.n)
         if row.difference.has_ci:
@@ -216,6 +219,9 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
         ),
         "Sense separation by layer": lambda: fig.sense_separation(metrics, out / "sense_separation.png", dpi),
         fig.RECALL_FIGURE: lambda: fig.recall_figure(metrics, out / "leakage_recall.png", dpi),
+        VARIANCE_TITLE: lambda: variance_figure(
+            rows, {row.claim.id: row_metrics(row) for row in rows}, out / "variance_breakdown.png", dpi
+        ),
     }
     drawn: dict[str, Path | str] = {}
     unknown = sorted(set(cfg.figure_runs) - set(finetune_tasks(metrics)))
@@ -242,7 +248,8 @@ def draw_figures(cfg: ReportParams, paths: Paths, metrics: Metrics, rows: list[R
 
 
 def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> dict:
-    """``{title: draw}`` of one task's figures: per-seed scores, the confusion matrix (classification) or span
+    """``{title: draw}`` of one task's figures: per-seed scores, expected validation performance against tuning
+    budget (``render.reviewer_figures``), the confusion matrix (classification) or span
     errors (token classification) of ``report.figure_runs[task]`` (default: the best arm on dev), reliability
     diagram, the score against pretraining steps (with ``dose_response``) and against train docs (with
     ``learning_curve``, ``render.curve_figure``; an ``off (enable with ...)`` string when the params turn it
@@ -262,6 +269,7 @@ def task_figures(cfg: ReportParams, metrics: Metrics, task: str, out: Path) -> d
         f"{task}: per-seed scores": lambda: fig.seed_points(
             metrics, task, task_headline(metrics, task), level, out / f"seeds_{task}.png", dpi
         ),
+        evp_title(task): lambda: evp_figure(metrics, task, out / f"evp_{task}.png", dpi),
         errors[0]: lambda: errors[1](metrics, task, figure_run(), out / errors[2], dpi),
         f"{task}: reliability diagram": lambda: fig.reliability_diagram(
             reliability_curves(task, metrics), out / f"reliability_{task}.png", cfg.calibration_bins, dpi

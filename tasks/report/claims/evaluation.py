@@ -14,6 +14,7 @@ from tasks.report.claims.arms.items import with_items
 from tasks.report.claims.arms.nested_seeds import notes as pretraining_seed_notes
 from tasks.report.claims.arms.nested_seeds import with_pretraining_seeds
 from tasks.report.claims.arms.resolve import resolve
+from tasks.report.claims.arms.seed_scores import compare_runs
 from tasks.report.claims.confounders import measure_confounders
 from tasks.report.claims.curve_claims import claim_refs, gap_estimate
 from tasks.report.claims.estimation import arm_estimate, estimate_claim
@@ -59,6 +60,8 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
     row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_seed_notes(claim, treat, base)
     row.notes += draw_notes(claim) + ([] if row.verdict in DECISIVE else [n for n in [tost_reach(row.power)] if n])
     row.steps = training_steps(claim, treat, base, metrics, lock)
+    row.comparison, comparison_notes = compare_runs(claim, [treat, base, *gap], cfg)  # PoI and ASO
+    row.notes += comparison_notes
     # Cohen's d over the units the CI rests on; an item-level CI (test items x seeds) has no seed-only d
     same_units = claim.kind == "difference" and treat.items is None and base.items is None
     row.effect_size = bs.cohens_d(treat.values, base.values) if same_units else None

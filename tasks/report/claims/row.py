@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tasks.report.claims.arms.seed_scores import SeedComparison
 from tasks.report.claims.grammar import Claim
 from tasks.report.stats.estimates import Estimate, Verdict
 from tasks.report.stats.power import Power
@@ -21,7 +22,8 @@ class Row:
     (seeds or probe words; None when the CI resamples test items), ``power`` the MDE of the difference
     (``tasks.report.stats.power``), ``steps`` the optimiser steps of each fine-tuned arm, ``difference_label`` what
     the difference subtracts (a calibration claim: baseline - treatment, as lower is better), ``items`` how
-    many test items and seeds the numbers rest on.
+    many test items and seeds the numbers rest on, ``comparison`` the probability of improvement and ASO of the
+    arms' per-run scores (a fine-tuning difference claim, ``tasks.report.claims.arms.seed_scores``).
     """
 
     claim: Claim
@@ -45,3 +47,4 @@ class Row:
     unadjusted: Verdict | None = None
     power: Power | None = None
     steps: list[str] = field(default_factory=list)
+    comparison: SeedComparison | None = None

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from tasks.report.claims.arms.seed_scores import READING
 from tasks.report.claims.grammar import EVIDENCE
 from tasks.report.claims.row import Row
 from tasks.report.render.answer import answer, verdict_cell
@@ -143,6 +144,15 @@ def detail_items(row: Row) -> Items:
             f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the units of the CI {effect}",
         ),
         ("minimum detectable effect", describe(row.power)),
+        (
+            "probability of improvement and ASO (per-run scores)",
+            (
+                f"{row.comparison.describe()}. Reading: {READING}"
+                if row.comparison
+                else "not computed (not a difference of fine-tuning arms, or a calibration claim)"
+            )
+            + "; tuning budgets and variance shares: see Figures",
+        ),
         ("ablation (removed in the baseline)", c.ablation),
         ("verdict", row.reason if row.reason.startswith(row.verdict) else f"{row.verdict}: {row.reason}"),
         ("statistics", row.pairing or "-"),

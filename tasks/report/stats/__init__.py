@@ -9,7 +9,13 @@
 - ``components``: the seed, item and pretraining-seed variance components of a contrast of arms, and its t
   interval on Satterthwaite's degrees of freedom;
 - ``probe_bootstrap``: the nested bootstrap of a sense-probe claim (words, then sentences);
-- ``calibration``: ECE, the Brier score, reliability curves and their hierarchical bootstrap.
+- ``calibration``: ECE, the Brier score, reliability curves and their hierarchical bootstrap;
+- ``improvement``: the probability of improvement P(X > Y) over per-run scores and its stratified bootstrap CI
+  (Agarwal et al. 2021, rliable);
+- ``aso``: Almost Stochastic Order's eps_min over per-run scores (del Barrio et al. 2018; Dror et al. 2019; deepsig's
+  algorithm, Ulmer et al. 2022);
+- ``evp``: expected validation performance, the expected best dev score of n configurations of a tuning grid
+  (Dodge et al. 2019).
 
 The Student-t interval (``t_interval``, behind ``estimates.mean_ci``) and the rounded Clopper-Pearson interval of
 the stages' metrics (``clopper_pearson``) are the project's shared ones, in ``tasks.common.stats``;

@@ -6,5 +6,6 @@
 - ``items``: the finetune predictions read back as per-item counts, the test-item slices (clean, overlapping,
   semantically clean);
 - ``nested_seeds``: a finetune arm nested by pretraining seed (the Multi-Bootstrap's top level), and its notes;
-- ``calibration_arms``: a run's calibration units from its prediction files, and its ECE and Brier estimates.
+- ``calibration_arms``: a run's calibration units from its prediction files, and its ECE and Brier estimates;
+- ``seed_scores``: a fine-tuning claim's per-run scores, and its probability of improvement and ASO on them.
 """
