@@ -102,3 +102,16 @@ def test_variance_figure_draws_the_shares_and_says_not_available(tmp_path):
     for none in (rows[1:], rows[2:]):  # no claim with shares; no difference claim
         with pytest.raises(NotRun, match="has variance_shares"):
             variance_figure(none, entries, tmp_path / "none.png", 50)
+
+
+def test_a_slice_claim_scores_its_items_and_needs_the_predictions(tmp_path):
+    metrics = write_workspace(tmp_path)  # test_items.jsonl: d00-d03 overlap train, so "clean" is d04-d19
+    row = evaluate(claim(PRETRAINED, RANDOM, items="clean"), metrics, Lock({}), STATS)
+
+    def clean(key: str) -> np.ndarray:
+        return np.array([f1_score(GOLD[4:], p[4:], labels=LABELS, average="macro") for p in ARMS[key].values()])
+
+    assert row.comparison.probability == probability_of_improvement(clean(PRETRAINED), clean(RANDOM))
+    seed_level = Metrics(tmp_path / "metrics")  # no prediction files: per-seed values of every test item only
+    row = evaluate(claim(PRETRAINED, RANDOM, items="clean"), seed_level, Lock({}), STATS)
+    assert row.comparison is None and any("the clean items need the prediction files" in n for n in row.notes)

@@ -5,7 +5,8 @@ its interval (``tasks.report.stats.improvement``, Agarwal et al. 2021) and Almos
 A ``difference`` claim whose two sides are fine-tuning arms gets them. A side's scores are one value per run (a
 fine-tuning seed; with several pretraining seeds, every pretraining seed x fine-tuning seed run): the claim's
 metric of the run's summed per-item counts on the claim's items (``tasks.report.claims.arms.items``), or the
-run's metric from ``metrics/finetune/<task>.json`` when the arm has no test items. A gap claim's side ``A - B``
+run's metric from ``metrics/finetune/<task>.json`` when the arm has no test items (a claim on a slice of the
+items, ``clean`` say, then gets none: those values score every test item). A gap claim's side ``A - B``
 scores ``A``'s run minus ``B``'s run of the same seeds. Both statistics ignore which runs share a seed: they
 compare the two distributions of scores (rliable's stratified bootstrap draws each arm's runs on its own). A
 calibration claim (lower is better, from prediction files of another shape) and a side without per-run scores get
@@ -76,6 +77,8 @@ def compare_runs(claim: Claim, samples: list[Sample], cfg: StatsConfig) -> tuple
         return None, []
     if not all(ref.startswith("finetune/") for ref in (claim.treatment, claim.baseline)):
         return None, []
+    if claim.items != "all" and any(not isinstance(sample.items, Items) for sample in samples):
+        return None, [f"no probability of improvement or ASO: the {claim.items} items need the prediction files"]
     half = len(samples) // 2
     sides = [side_scores(samples[:half], claim.metric), side_scores(samples[half:], claim.metric)]
     if any(side is None for side in sides):
