@@ -58,7 +58,7 @@ def test_without_arms_they_read_off_and_the_answer_ignores_them(workspace):
         )
         assert off[cid] == f"off (enable with `pretrain.ablations` and `finetune.recipes.{task}.ablation_config`)"
     line = answer(list(rows.values()))
-    assert not any(cid in line for cid in CLAIMS) and "of the 7 primary claims" in line
+    assert not any(cid in line for cid in CLAIMS) and "of the 7 primary claims (Holm within the family, m = 7)" in line
 
 
 def test_with_arms_they_have_verdicts_and_render(workspace):

@@ -18,7 +18,7 @@ from tasks.report.claims.evaluation import apply_holm, evaluate
 from tasks.report.claims.gates import floor_key, run_steps
 from tasks.report.claims.grammar import Metrics
 from tasks.report.claims.row import Row
-from tasks.report.render.answer import answer, verdict_cell, without_parentheses
+from tasks.report.render.answer import answer, integrity_line, verdict_cell, without_parentheses
 from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
 from tasks.report.stats.power import power_of
 
@@ -223,17 +223,26 @@ def test_optimiser_steps_per_run_from_epochs_docs_and_the_batch_size_as_run(tmp_
     )
 
 
-def test_the_report_leads_with_the_primary_familys_answer():
-    a = _row("pretraining-helps-cls", "primary", "supported", 0.01)
-    a.difference = Estimate(0.05, 0.02, 0.08, 200, "x")
+def test_the_report_leads_with_the_primary_familys_decided_verdicts_then_findings_then_integrity():
     b = _row("pretraining-helps-ner", "primary", "not resolvable", 1.0)
     b.reason = "not resolvable: pretrained/full/first at floor (dev 0.0913; floor: x)"
-    c = _row("best-arm-beats-best-baseline-cls", "secondary", "supported", 0.01)
-    assert answer([a, b, c]) == (
-        "1 of the 2 primary claims (Holm within the family) is supported: pretraining-helps-cls is supported "
-        "(difference +0.0500 [0.0200, 0.0800] against min_effect 0.02); pretraining-helps-ner is not resolvable "
-        "(pretrained/full/first at floor)."
+    a = _row("pretraining-helps-cls", "primary", "supported", 0.01)
+    a.difference = Estimate(0.05, 0.02, 0.08, 200, "x")
+    c = _row("best-arm-beats-best-baseline-cls", "findings", "supported", 0.01)
+    d = _row("ours-within-5pt-of-reference-cls", "findings", "contradicted", 0.01)
+    e = _row("f", "findings", "inconclusive", 0.5)
+    checks = [_row("leak", "integrity", "supported", 0.01), _row("mlm", "integrity", "inconclusive", 0.2)]
+    checks[1].reason = "CI [0.1, 0.3] contains min_effect 0.2"
+    assert answer([b, a, c, d, e, *checks]) == (
+        "1 of the 2 primary claims (Holm within the family, m = 2) is decided, 1 supported: pretraining-helps-cls "
+        "is supported (difference +0.0500 [0.0200, 0.0800] against min_effect 0.02); pretraining-helps-ner is not "
+        "resolvable (pretrained/full/first at floor). Findings: 2 of 3 decided (1 supported, 1 contradicted)."
     )
+    assert integrity_line([a, *checks]) == (
+        "Integrity checks (preconditions of the run, not findings): 1 of 2 passed; NOT PASSED: mlm is inconclusive "
+        "(CI [0.1, 0.3] contains min_effect 0.2). The claims resting on them say so in their notes."
+    )
+    assert integrity_line(checks[:1]) == "Integrity checks (preconditions of the run, not findings): all 1 passed."
     assert answer([c]).startswith("No claim is declared primary")
     assert (
         without_parentheses(

@@ -1,10 +1,12 @@
-"""What the report says first: the answer to its own question from the primary family of claims, and each
-claim's verdict cell (the verdict, why it is inconclusive when it was underpowered, the Holm-adjusted p-value
-and the verdict before Holm when Holm demoted it)."""
+"""What the report says first: the answer to its own question from the primary family of claims (decided verdicts
+first), the findings in one sentence, the integrity checks on a line of their own, and each claim's verdict cell
+(the verdict, why it is inconclusive when it was underpowered, the Holm-adjusted p-value and the verdict before
+Holm when Holm demoted it)."""
 
 from __future__ import annotations
 
 from tasks.report.claims.row import Row
+from tasks.report.stats.estimates import DECISIVE
 from tasks.report.stats.power import underpowered
 
 #: How each verdict reads in the lead sentence.
@@ -64,14 +66,45 @@ def _clause(row: Row) -> str:
 
 
 def answer(rows: list[Row]) -> str:
-    """One sentence answering the question from the primary family (Holm within it): each primary claim's
-    verdict and difference, in file order; says so when no claim is primary."""
+    """The lead: the primary family's decided verdicts with their differences first, then its undecided claims,
+    then one sentence on the findings (counts per verdict); integrity checks are left out (``integrity_line``).
+    Says so when no claim is primary."""
     primary = [r for r in rows if r.claim.family == "primary"]
     if not primary:
         return "No claim is declared primary (claims.yaml family: primary), so the report gives no one-line answer."
+    decided = [r for r in primary if r.verdict in DECISIVE]
     supported = sum(r.verdict == "supported" for r in primary)
     head = (
-        f"{supported} of the {len(primary)} primary claims (Holm within the family) "
-        f"{'is' if supported == 1 else 'are'} supported: "
+        f"{len(decided)} of the {len(primary)} primary claims (Holm within the family, m = {len(primary)}) "
+        f"{'is' if len(decided) == 1 else 'are'} decided, {supported} supported: "
     )
-    return head + "; ".join(_clause(r) for r in primary) + "."
+    ordered = decided + [r for r in primary if r.verdict not in DECISIVE]
+    return head + "; ".join(_clause(r) for r in ordered) + ". " + findings_sentence(rows)
+
+
+def findings_sentence(rows: list[Row]) -> str:
+    """``Findings: 3 of 12 decided (2 supported, 1 contradicted), 9 not.`` over the ``findings`` family."""
+    findings = [r for r in rows if r.claim.family == "findings"]
+    if not findings:
+        return "No findings beyond the primary claims."
+    decided = [r for r in findings if r.verdict in DECISIVE]
+    counts = ", ".join(
+        f"{sum(r.verdict == v for r in decided)} {v}" for v in DECISIVE if any(r.verdict == v for r in decided)
+    )
+    return f"Findings: {len(decided)} of {len(findings)} decided" + (f" ({counts})." if counts else ".")
+
+
+def integrity_line(rows: list[Row]) -> str:
+    """The integrity checks and positive controls (family ``integrity``), on a line of their own: preconditions of
+    the run, not findings. ``all 7 passed``, or each one that did not pass with its verdict and reason."""
+    checks = [r for r in rows if r.claim.family == "integrity"]
+    if not checks:
+        return "No integrity checks declared."
+    failed = [r for r in checks if r.verdict != "supported"]
+    if not failed:
+        return f"Integrity checks (preconditions of the run, not findings): all {len(checks)} passed."
+    listed = "; ".join(f"{r.claim.id} is {r.verdict} ({without_parentheses(r.reason)})" for r in failed)
+    return (
+        f"Integrity checks (preconditions of the run, not findings): {len(checks) - len(failed)} of {len(checks)} "
+        f"passed; NOT PASSED: {listed}. The claims resting on them say so in their notes."
+    )

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tasks.report.claims.row import Row
-from tasks.report.render.answer import answer
+from tasks.report.render.answer import answer, integrity_line
 from tasks.report.render.pages import (
     FOREST,
     SINCE,
@@ -141,6 +141,7 @@ def html_page(
         *(f'<p class="warning"><b>Warning.</b> {_e(w)}</p>' for w in warnings),
         f"<p><b>Question.</b> {_e(question)}</p>",
         f'<p id="answer"><b>Answer.</b> {_e(answer(rows))}</p>',
+        f'<p id="integrity"><b>Integrity.</b> {_e(integrity_line(rows))}</p>',
         f"<p><b>Verdicts.</b> {_e(verdict_summary(rows))}</p>",
         '<ul id="by-evidence">' + "".join(f"<li>{_e(group_title(k, g))}</li>" for k, g in by_evidence(rows)) + "</ul>",
         claim_table_html(rows),

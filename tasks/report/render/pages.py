@@ -12,9 +12,9 @@ from typing import NamedTuple
 from tasks.report.claims.arms.seed_scores import READING
 from tasks.report.claims.grammar import EVIDENCE
 from tasks.report.claims.row import Row
-from tasks.report.render.answer import answer, verdict_cell
+from tasks.report.render.answer import answer, integrity_line, verdict_cell
 from tasks.report.stats.estimates import VERDICTS, Estimate
-from tasks.report.stats.power import describe
+from tasks.report.stats.power import describe, describe_components
 from tasks.report.tables.slices import SliceTable
 from tasks.tracking import training_view_url
 
@@ -33,23 +33,30 @@ STATS_NOTE = (
     "best baseline (chosen on dev) from its own. Sense-probe claims: a paired nested bootstrap that resamples "
     "probe words, then sentences within each sense of each drawn word, the same draws for both arms; other probe "
     "claims: Student-t over probe words or pairs (paired t, or a percentile bootstrap if params say so); rates: "
-    "Clopper-Pearson. Verdict: supported when the CI's lower bound exceeds "
+    "Clopper-Pearson. The difference of fine-tuning arms: a t interval on Satterthwaite's degrees of freedom over "
+    "its variance components (pretraining seed, fine-tuning seed, test item; the details list them), as a "
+    "percentile bootstrap over a few seeds understates the seed part. Verdict: supported when the CI's lower "
+    "bound exceeds "
     "min_effect; contradicted when its upper bound is below min(0, min_effect); equivalent when two one-sided "
     "tests put the difference within +-min_effect; ruled out when, for a positive min_effect, the CI's upper bound "
     "is below min_effect; inconclusive otherwise. An upper_bound claim compares the "
     "treatment's CI with min_effect as the bound. Every decisive verdict must also survive Holm's step-down "
-    "correction within its family (primary: the claims the question names; secondary: the rest) at family-wise "
+    "correction within its family, declared before the data (primary: the claims the question names; findings: "
+    "the rest; integrity: checks and positive controls, preconditions of the run, outside the headline; m counts "
+    "every claim of the family, tested or not) at family-wise "
     "alpha = {alpha:.2g} per family (two-sided p-values, as the CIs are; TOST for equivalent), or it reads "
     "inconclusive, with the unadjusted verdict beside it. MDE: the true difference found with the power "
-    "report.mde_power sets (the details give it) at that alpha before Holm, (z + z) x the SE of the difference "
-    "from the same "
-    "resampling (Bloom 1995); an inconclusive claim whose min_effect is below its MDE says underpowered. An "
+    "report.mde_power sets, against the claim's margin at Holm's first step (alpha / m): min_effect + (q + q) x "
+    "the SE of the difference (Bloom 1995); an inconclusive claim whose |difference - min_effect| is below that "
+    "reach says underpowered, and its details name the seeds x test items that would decide it. An "
     "upper_bound claim's MDE is how far below the bound the true value must lie to be supported with that power "
     "(one-sample binomial design for a rate); underpowered there means its point estimate's gap to the bound is "
     "below it. "
     "`not run: <why>`: an input is missing. `not resolvable: <why>`: a precondition failed (e.g. the pretrained "
-    "encoder did not beat the unigram baseline, too many seeds diverged, or the treatment arm's dev score did not "
-    "beat the floor baseline's by report.floor_margin: `<arm> at floor`), so the arms say nothing about the claim."
+    "encoder did not beat the unigram baseline, too many seeds diverged, or the claim is undecided and its "
+    "treatment arm's CI against its floor baseline on test lies at or below report.floor_margin: `<arm> at "
+    "floor`), so the arms say nothing about the claim. A decided claim keeps its verdict; the floor gate adds its "
+    "scope to its notes."
 )
 
 
@@ -144,6 +151,7 @@ def detail_items(row: Row) -> Items:
             f"{row.difference_label}: {fmt_estimate(row.difference)}; Cohen's d over the units of the CI {effect}",
         ),
         ("minimum detectable effect", describe(row.power)),
+        ("variance components", describe_components(row.power) or "not computed (not a contrast of fine-tuning arms)"),
         (
             "probability of improvement and ASO (per-run scores)",
             (
@@ -276,6 +284,8 @@ def markdown(
         f"**Question.** {question}",
         "",
         f"**Answer.** {answer(rows)}",
+        "",
+        f"**Integrity.** {integrity_line(rows)}",
         "",
         f"**Verdicts.** {verdict_summary(rows)}",
         "",

@@ -21,6 +21,7 @@ from pathlib import Path
 from tasks.report.claims.grammar import MALFORMED, Metrics, NotRun
 from tasks.report.claims.row import Row
 from tasks.report.claims.tasks_run import finetune_tasks
+from tasks.report.render.answer import answer, integrity_line
 from tasks.report.render.figures import read_curve
 from tasks.report.render.pages import by_evidence, fmt_estimate, verdict_summary, verdict_text
 
@@ -144,11 +145,16 @@ NOTE_CHARS = 8000
 
 
 def summary_md(rows: list[Row]) -> str:
-    """The run description, at most ``NOTE_CHARS`` characters: the verdict counts, then one line per claim
+    """The run description, at most ``NOTE_CHARS`` characters: the answer (the primary family's decided verdicts
+    first, then the findings), the integrity checks on a line of their own, the verdict counts, then one line per claim
     (difference [CI] and verdict) in the claim table's order (grouped by kind of evidence); when they do not all
     fit, the first ones and a line saying how many more the claim table holds."""
     head = [
-        f"**clozeline claim table**: {verdict_summary(rows)}",
+        f"**clozeline claim table**: {answer(rows)}",
+        "",
+        f"**Integrity.** {integrity_line(rows)}",
+        "",
+        f"**Verdicts.** {verdict_summary(rows)}",
         "",
         "| claim | difference [CI] | verdict |",
         "|---|---|---|",

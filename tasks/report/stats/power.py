@@ -217,6 +217,16 @@ def describe(p: Power | None) -> str:
     )
 
 
+def describe_components(p: Power | None) -> str:
+    """The details line of the variance components: each level's contribution to the variance of the difference
+    (metric units squared) and share, with the SE and Satterthwaite's df; ``""`` without components."""
+    if p is None or p.parts is None:
+        return ""
+    shares = p.parts.shares()
+    levels = ", ".join(f"{k.replace('_', ' ')} {v:.2e} ({shares[k]:.0%})" for k, v in p.parts.as_dict().items())
+    return f"{levels}; SE {p.parts.se:.4f} on Satterthwaite df {p.parts.df:.3g}"
+
+
 def tost_reach(p: Power | None) -> str:
     """For a positive margin: ``""`` when equivalence within +-``min_effect`` is reachable at this SE, else a note
     with numbers: TOST at ``alpha`` finds a true difference of 0 equivalent with ``power`` only when
