@@ -14,8 +14,9 @@ from sklearn.metrics import f1_score
 from report_fixtures import ARMS, GOLD, LABELS, STATS, claim, write_workspace
 from tasks.common.provenance import Lock
 from tasks.report import row_metrics
+from tasks.report.claims.arms.seed_scores import compare_runs
 from tasks.report.claims.evaluation import evaluate
-from tasks.report.claims.grammar import Metrics, NotRun
+from tasks.report.claims.grammar import Metrics, NotRun, Sample
 from tasks.report.claims.row import Row
 from tasks.report.render.reviewer_figures import tuning_scores, validation_curves, variance_figure, variance_rows
 from tasks.report.stats.evp import expected_max_curve
@@ -50,6 +51,12 @@ def test_a_gap_claim_compares_run_by_run_gaps(tmp_path):
     row = evaluate(claim(gap, f"{RANDOM} - {PRETRAINED}"), metrics, Lock({}), STATS)
     gaps = f1s(PRETRAINED) - f1s(RANDOM)
     assert row.comparison.probability == probability_of_improvement(gaps, -gaps) == 1.0
+
+
+def test_a_run_without_a_finite_score_gives_a_note_not_an_error():
+    sample = Sample((0.5, float("nan")), ("1", "2"), "seed", "finetune/cls/x")
+    comparison, notes = compare_runs(claim(PRETRAINED, RANDOM), [sample, sample], STATS)
+    assert comparison is None and "non-empty finite 1-D" in notes[0]
 
 
 def test_a_claim_outside_finetune_or_on_calibration_gets_none(tmp_path):

@@ -72,7 +72,7 @@ class SeedComparison:
 def compare_runs(claim: Claim, samples: list[Sample], cfg: StatsConfig) -> tuple[SeedComparison | None, list[str]]:
     """``(comparison, notes)`` of a claim from its resolved sides ``samples`` (``[treatment, baseline]``, or a gap
     claim's ``[T1, T2, B1, B2]``): ``(None, [])`` for a claim that gets none (module docstring), ``(None, [why])``
-    when its runs do not line up."""
+    when its runs do not line up or a run has no finite score."""
     if claim.kind != "difference" or claim.metric in CALIBRATION_METRICS:
         return None, []
     if not all(ref.startswith("finetune/") for ref in (claim.treatment, claim.baseline)):
@@ -84,16 +84,13 @@ def compare_runs(claim: Claim, samples: list[Sample], cfg: StatsConfig) -> tuple
     if any(side is None for side in sides):
         return None, ["no probability of improvement or ASO: a gap side's runs have different seeds"]
     (treat, treat_runs), (base, base_runs) = sides  # type: ignore[misc]
-    probability, low, high = improvement_ci(treat, base, cfg.level, cfg.resamples, cfg.seed)
-    return SeedComparison(
-        probability,
-        low,
-        high,
-        epsilon_min(treat, base, cfg.level, cfg.resamples, cfg.seed),
-        {"treatment": treat_runs, "baseline": base_runs},
-        cfg.resamples,
-        cfg.seed,
-    ), []
+    try:
+        probability, low, high = improvement_ci(treat, base, cfg.level, cfg.resamples, cfg.seed)
+        epsilon = epsilon_min(treat, base, cfg.level, cfg.resamples, cfg.seed)
+    except ValueError as err:  # a run without a finite score: the claim's own statistics say more
+        return None, [f"no probability of improvement or ASO: {err}"]
+    runs = {"treatment": treat_runs, "baseline": base_runs}
+    return SeedComparison(probability, low, high, epsilon, runs, cfg.resamples, cfg.seed), []
 
 
 def side_scores(samples: list[Sample], metric: str) -> tuple[np.ndarray, tuple[str, ...]] | None:
