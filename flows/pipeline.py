@@ -205,7 +205,7 @@ def warn_if_splits_can_move(values: dict | None = None) -> None:
         print(
             f"clozeline: warning: split.ledger is false (assignment: {split.assignment}): scheduled runs over a "
             "growing corpus can move documents between splits (serve without --no-scheduled-profile applies "
-            "profiles/scheduled.yaml: split: {assignment: hash, ledger: true})",
+            "profiles/scheduled.yaml: split: {assignment: hash, ledger: true, task_sizing: fractions})",
             file=sys.stderr,
         )
 
@@ -294,9 +294,9 @@ def parser() -> argparse.ArgumentParser:
             "Serve a deployment that runs the whole flow on a cron schedule, each run with the parent MLflow run and "
             "the snapshot step. Needs a Prefect server at PREFECT_API_URL (`prefect server start`): without one it "
             "exits with one line.",
-            "Each run first writes profiles/scheduled.yaml into params.yaml (split: {assignment: hash, ledger: true}: "
-            "no document ever moves split; tokenizer.vocab_from: train_once: the first run's vocabulary is kept), "
-            "then the --profile ones; --no-scheduled-profile opts out.",
+            "Each run first writes profiles/scheduled.yaml into params.yaml (split: {assignment: hash, ledger: true, "
+            "task_sizing: fractions}: no document ever moves split; tokenizer.vocab_from: train_once: the first "
+            "run's vocabulary is kept), then the --profile ones; --no-scheduled-profile opts out.",
         ),
     )
     serve.add_argument(

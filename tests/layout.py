@@ -25,8 +25,9 @@ TOKENIZE_COPIES = {
     "ner_window_tokens": "ner_max_seq_len_tokens",
     "ner_window_overlap_tokens": "ner_window_overlap_tokens",
 }
-#: Fields a section gets from another stage's key (leakage: the model whose lineage it audits) -> that key.
-OTHER_COPIES = {"pretrain_init_from": "pretrain.init_from"}
+#: Fields a section gets from another stage's key (leakage: the model whose lineage it audits; split: each task's
+#: recipe's max_train_docs, which size its train pool) -> that key.
+OTHER_COPIES = {"pretrain_init_from": "pretrain.init_from", "max_train_docs": "finetune.recipes"}
 #: Fields whose value another section's key resolves when params load (``pretrain_sources: all``: the role: pretrain
 #: sources of ``ingest.sources``) -> that key; the field's own key is read too.
 RESOLVED_BY = {"pretrain_sources": "ingest.sources"}

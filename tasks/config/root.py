@@ -34,9 +34,10 @@ from tasks.config.yamlfile import ParamsError, read_yaml
 
 class Params(StrictModel):
     """The whole of ``params.yaml``: ``paths``, the fine-tuning ``tasks``, and one section per stage (section
-    name = stage name). ``tasks`` is copied into the tokenize, finetune and export sections, the stages that read
-    it (export also gets tokenize's NER window lengths); ``hardware`` into the model stages' (pretrain, finetune,
-    probe, and leakage for its semantic detector); ``ray`` into dedup's and leakage's; ``pretrain.init_from`` into
+    name = stage name). ``tasks`` is copied into the split, tokenize, finetune and export sections, the stages that
+    read it (export also gets tokenize's NER window lengths; split each task's ``max_train_docs``, which size its
+    train pool); ``hardware`` into the model stages' (pretrain, finetune, probe, and leakage for its semantic
+    detector); ``ray`` into dedup's and leakage's; ``pretrain.init_from`` into
     leakage's ``pretrain_init_from`` (the lineage it audits)."""
 
     paths: Paths
@@ -117,6 +118,10 @@ class Params(StrictModel):
         # frozen models: model_copy is how a validated section gets the validated tasks
         object.__setattr__(self, "tokenize", self.tokenize.model_copy(update={"tasks": self.tasks}))
         object.__setattr__(self, "finetune", self.finetune.model_copy(update={"tasks": self.tasks}))
+        # split sizes each task source's train pool from its tasks' recipes (split.task_sizing: study)
+        caps = {name: self.finetune.recipes[spec.recipe].max_train_docs for name, spec in self.tasks.items()}
+        object.__setattr__(self, "split", self.split.model_copy(update={"tasks": self.tasks, "max_train_docs": caps}))
+        self.split.check_max_docs({source.name: source.max_docs for source in self.ingest.sources})
         windows = {
             "ner_window_tokens": self.tokenize.ner_max_seq_len_tokens,
             "ner_window_overlap_tokens": self.tokenize.ner_window_overlap_tokens,

@@ -1,6 +1,6 @@
 """split: assign every row a split by group, so no author, template or near-duplicate cluster straddles two.
 
-Reads ``data/dedup/<source>.parquet`` and writes ``data/split/<source>.parquet`` (+ ``split``),
+Reads ``data/dedup/<source>.parquet`` and writes ``data/split/<source>.parquet`` (+ ``split``, ``split_group``),
 ``data/split/manifest.tsv`` (``doc_id<TAB>split``, sorted by doc_id), ``data/split/dropped.jsonl`` (docs the
 ledger drops, empty otherwise) and ``data/split_ledger/ledger.parquet`` (``ledger.py``).
 
@@ -10,7 +10,17 @@ cluster therefore split it the same way. Across roles the split names differ (tr
 train/heldout) and nothing is coupled on purpose: with BBC in both roles, every ``bbc_news`` dev/test
 document has a twin in ``bbc_news_pretrain``. Forcing those twins into the pretraining ``heldout`` slice
 would make that slice ~20 % of BBC instead of 2 % and would hide the contamination the ``leakage`` stage
-exists to measure and remove; so cross-role clusters are only counted here (``cross_role_clusters``).
+exists to measure and remove; so cross-role clusters are only counted here (``cross_role_clusters``). Every
+output row carries its component's name in ``split_group`` (an opaque key, equal for exactly the rows that were
+assigned together): test documents that share one share a group or a near-duplicate cluster, so the report
+resamples them together.
+
+Sizes (``split.task_sizing``, ``targets.py``). ``study``, the default: a task source that tasks read gets a train
+split of ``ceil(train_pool_factor x`` the largest ``max_train_docs`` of their recipes) kept documents (the pool
+every fine-tuning seed draws its training docs from), dev keeps its ``task_fractions.dev`` share, and every other
+document is test; a source that ships its own split keeps its dev and test and moves the shipped train documents
+the pool does not take to test. ``fractions``: ``task_fractions`` as given. Pretraining sources always use
+``pretrain_fractions``.
 
 Assignment (``assignment: fill``, the default). Each component gets the key ``blake2b(seed, name)`` where
 ``name`` is the smallest node label in the component, a pure function of the seed and the group itself.
@@ -18,7 +28,9 @@ Within each stratum (source, and label when ``stratify_by_label``), components a
 placed by first-fit into the first evaluation split (dev, test / heldout) whose document target
 ``round(fraction * docs)`` they still fit; everything else is train. Hence evaluation splits never overshoot,
 small groups fill the gaps, and fractions are met in documents: groups ``[0,0,0,0,0,1,1,1,2,4]`` at 80/10/10
-give exactly 8/1/1 docs for every seed (only the 1-doc groups 2 and 4 fit a 1-doc target).
+give exactly 8/1/1 docs for every seed (only the 1-doc groups 2 and 4 fit a 1-doc target). Under ``study``
+sizing dev and test are filled so first, then the stratum's share of the train pool (in kept documents), and
+test takes the rest: the pool is met exactly too where small groups can fill it.
 
 Stability, honestly. No scheme can both meet document targets exactly and never move a group when one is
 added (groups A, B of 1 doc split 50/50; add C of 2 docs: exact 2/2 needs A and B together). What ``fill``
@@ -37,12 +49,15 @@ Temporal mode: components are ordered by their earliest date (``meta[date_meta_k
 key) and filled in order, oldest to train, newest to the last split. A source whose rows all carry
 ``meta[own_split_meta_key]`` keeps that split; the stage verifies it (and any group linked to it).
 
-Metrics: per source docs, groups and label counts per split and the achieved document fractions;
+Metrics: per source docs, groups and label counts per split and the achieved document fractions; per task
+(``task_counts.py``) its source's kept docs per split, train pool and (token classification) gold entities;
 ``groups_in_multiple_splits`` counts every ``(source, group)`` and every ``cluster_id`` seen in more than one
 split of a role. It must be 0 (bridged components aside: ``straddling_exempt``); otherwise the stage raises
 ``SplitLeakError``. Every input row is in ``docs`` or ``dropped`` of its source (``docs_in``).
 
-Modules: ``assign`` (components to splits), ``ledger`` (the split ledger).
+Modules: ``assign`` (components to splits), ``targets`` (what each split of a stratum may hold: fractions or
+the study's train pool), ``task_counts`` (docs and gold entities per task, shipped train moved to test),
+``ledger`` (the split ledger).
 """
 
 from __future__ import annotations
@@ -75,6 +90,7 @@ from tasks.split.ledger import (
     replace_ledger,
     write_dropped,
 )
+from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 __all__ = ["SplitLeakError", "run"]
@@ -115,10 +131,14 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         f"(bridges_splits), {len(bridged)} bridged component(s)"
     )
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
+    tasks, moved_to_test = task_metrics(kept, entity_counts(tables), cfg), shipped_train_to_test(kept, cfg)
+    for line in study_lines(tasks, moved_to_test, cfg):
+        log.info(line)
     return (
         metrics
         | ledger_metrics(cfg.ledger, previous, rows, kept, ledger, bridged, exempt)
-        | {"moved_since_previous": moved}
+        | {"moved_since_previous": moved, "task_sizing": cfg.task_sizing, "train_pool_factor": cfg.train_pool_factor}
+        | {"tasks": tasks, "shipped_train_to_test": moved_to_test}
     )
 
 
@@ -216,34 +236,45 @@ def cross_role_clusters(rows: pd.DataFrame) -> int:
 
 def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
     """Raise ``ValueError`` naming the source and the split when a task source has no kept (non-duplicate)
-    document in a split that ``split.task_fractions`` gives a share: fine-tuning needs train, dev and test,
-    and an empty one would only fail stages later."""
-    tasks = rows[rows["role"] == "task"]
+    document in a split that ``split.task_fractions`` gives a share (a pooled source under ``study`` sizing:
+    train, test, and dev when its fraction is not 0): fine-tuning needs train, dev and test, and an empty one
+    would only fail stages later."""
+    tasks, pools = rows[rows["role"] == "task"], cfg.train_pools()
     for source, part in tasks.groupby("source", sort=True):
         kept = part[~part["is_duplicate"].astype(bool)]
         for split in TASK_SPLITS:
-            if cfg.task_fractions.get(split, 0.0) > 0 and not (kept["split"] == split).any():
+            needed = cfg.task_fractions.get(split, 0.0) > 0 or (source in pools and split != "dev")
+            if needed and not (kept["split"] == split).any():
+                sizing = (
+                    f"study sizing: a train pool of {pools[source]} docs, split.train_pool_factor "
+                    f"{cfg.train_pool_factor} x max_train_docs; lower either or set split.task_sizing: fractions"
+                    if source in pools
+                    else f"split.task_fractions={cfg.task_fractions}: give the source a larger share"
+                )
                 raise ValueError(
                     f"source {source}: split {split!r} is empty ({len(kept)} kept docs in "
-                    f"{kept['component'].nunique()} groups, split.task_fractions={cfg.task_fractions}): add "
-                    "documents or give the source a larger share"
+                    f"{kept['component'].nunique()} groups, {sizing}), or add documents"
                 )
 
 
 def write_outputs(tables: dict[str, pa.Table], rows: pd.DataFrame, out_dir: Path) -> None:
-    """``<source>.parquet`` (input row order + ``split``, rows not in ``rows`` left out) and ``manifest.tsv``
+    """``<source>.parquet`` (input row order + ``split`` and ``split_group``, the row's ``component``; rows not in
+    ``rows`` left out) and ``manifest.tsv``
     sorted by doc_id. ``rows``' index is the row's position in ``tables`` one after another (``working_rows``),
     so a source's kept rows are found by position, not by looking doc_ids up."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    split = np.full(sum(table.num_rows for table in tables.values()), None, dtype=object)
+    total = sum(table.num_rows for table in tables.values())
+    split, group = np.full(total, None, dtype=object), np.full(total, None, dtype=object)
     split[rows.index.to_numpy()] = rows["split"].to_numpy()
+    group[rows.index.to_numpy()] = rows["component"].to_numpy()
     parts, start = [], 0
     for source, table in tables.items():
-        own = split[start : start + table.num_rows]
+        own, own_group = split[start : start + table.num_rows], group[start : start + table.num_rows]
         start += table.num_rows
         kept = pd.notna(own)
         part = table if kept.all() else table.filter(pa.array(kept))
         part = part.append_column("split", pa.array(own[kept].tolist(), pa.string()))
+        part = part.append_column("split_group", pa.array(own_group[kept].tolist(), pa.string()))
         parts.append((part, out_dir / f"{source}.parquet"))
     write_tables(parts)
     manifest = rows[["doc_id", "split"]].sort_values("doc_id")

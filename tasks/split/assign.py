@@ -1,5 +1,6 @@
 """Assignment of components to splits: the from-scratch rule (fill, hash or temporal; see ``tasks/split``'s
-docstring), a pure function of the rows of this run and the params. The ledger (``ledger.py``) overlays it."""
+docstring), a pure function of the rows of this run and the params. The ledger (``ledger.py``) overlays it; the
+study sizing (``study.py``) gives a task source's train split a pool target instead of a fraction."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config.corpus.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
+from tasks.split.targets import StratumPlan, plan_stratum, stratum_pools
 
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
@@ -50,8 +52,18 @@ def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[s
     fixed = own_splits(rows, cfg.own_split_meta_key, splits)
     components = component_table(rows, cfg, role)
     chosen: dict[str, str] = fixed_components(rows, fixed)
-    for _, members in components.groupby("stratum", sort=True):
-        chosen.update(fill_stratum(members, chosen, fractions, splits, cfg))
+    pools = cfg.train_pools() if role == "task" else {}
+    # study: a pooled source's shipped train is only a candidate for its pool; what the pool does not take is test
+    shipped_train = {
+        name for name, split in chosen.items() if split == "train" and components.at[name, "source"] in pools
+    }
+    for name in shipped_train:
+        del chosen[name]
+    targets = stratum_pools(components, chosen, pools)
+    for stratum, members in components.groupby("stratum", sort=True):
+        pooled = members["source"].iloc[0] in pools  # a pooled stratum without candidates has a pool of 0
+        plan = plan_stratum(members, fractions, splits, targets.get(stratum, 0) if pooled else None, shipped_train)
+        chosen.update(fill_stratum(members, chosen, plan, cfg))
     return rows["component"].map(chosen)
 
 
@@ -103,8 +115,10 @@ def fixed_components(rows: pd.DataFrame, fixed: pd.Series) -> dict[str, str]:
 
 
 def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataFrame:
-    """One row per component: ``docs``, ``key``, ``stratum`` (source[/label]) and ``date`` (temporal mode)."""
+    """One row per component: ``docs``, ``kept`` (non-duplicate docs), ``key``, ``stratum`` (source[/label]) and
+    ``date`` (temporal mode)."""
     table = rows.groupby("component", sort=True)["doc_id"].size().to_frame("docs")
+    table["kept"] = (~rows["is_duplicate"].astype(bool)).groupby(rows["component"], sort=True).sum().astype(int)
     # pandas gives the names an Arrow-backed string index, which is iterated and isin-tested ~10x slower
     table.index = table.index.astype(object)
     table["source"] = most_common_by(rows["component"], rows["source"]).reindex(table.index)
@@ -145,49 +159,49 @@ def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
     return pd.Series(dates, index=rows.index).groupby(rows["component"], sort=True).min()
 
 
-def doc_targets(total_docs: int, fractions: dict[str, float], splits: tuple[str, ...]) -> dict[str, int]:
-    """Documents per split: ``round(fraction * total)`` (half up) for evaluation splits, the rest to train."""
-    targets = {s: math.floor(fractions[s] * total_docs + 0.5) for s in splits if s != "train"}
-    targets["train"] = total_docs - sum(targets.values())
-    return targets
-
-
-def fill_stratum(
-    members: pd.DataFrame, chosen: dict[str, str], fractions: dict[str, float], splits: tuple[str, ...], cfg
-) -> dict[str, str]:
+def fill_stratum(members: pd.DataFrame, chosen: dict[str, str], plan: StratumPlan, cfg) -> dict[str, str]:
     """Assign the free components of one stratum; fixed ones count toward their split's target."""
-    targets = doc_targets(int(members["docs"].sum()), fractions, splits)
     counts = Counter()
-    for name, docs in zip(members.index, members["docs"]):
+    for name, docs, kept in zip(members.index, members["docs"], members["kept"]):
         if name in chosen:
-            counts[chosen[name]] += docs
+            counts[chosen[name]] += kept if plan.units.get(chosen[name]) == "kept" else docs
     free = members[~members.index.isin(list(chosen))]
     if cfg.mode == "temporal":
-        return fill_in_order(free.sort_values(["date", "key"]), targets, counts, splits)
+        return fill_in_order(free.sort_values(["date", "key"]), plan, counts)
     if cfg.assignment == "hash":
-        return hash_buckets(free, fractions, splits)
-    return first_fit(free.sort_values("key"), targets, counts, splits)
+        return hash_buckets(free, plan.fractions, plan.splits)
+    return first_fit(free.sort_values("key"), plan, counts)
 
 
-def first_fit(ordered: pd.DataFrame, targets: dict, counts: Counter, splits: tuple[str, ...]) -> dict[str, str]:
-    """Key order; each component to the first evaluation split it fits (docs <= target), else train."""
-    eval_splits = [s for s in splits if s != "train"]
+def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter) -> dict[str, str]:
+    """Key order; each component to the first bounded split it fits (its size in the split's unit <= what is
+    left of the target), else the rest split (fractions: eval splits bounded, train the rest; study: dev, test
+    and the train pool bounded, test the rest). A shipped-train component may only go to train or the rest."""
     out = {}
-    for name, docs in zip(ordered.index, ordered["docs"]):
-        split = next((s for s in eval_splits if counts[s] + docs <= targets[s]), "train")
-        counts[split] += docs
+    for name, docs, kept in zip(ordered.index, ordered["docs"], ordered["kept"]):
+        size = {"docs": docs, "kept": kept}
+        fits = (s for s in plan.allowed(name) if counts[s] + size[plan.units[s]] <= plan.targets[s])
+        split = next(fits, plan.rest)
+        counts[split] += size[plan.units[split]]
         out[name] = split
     return out
 
 
-def fill_in_order(ordered: pd.DataFrame, targets: dict, counts: Counter, splits: tuple[str, ...]) -> dict[str, str]:
-    """Temporal fill: splits in params order (train first); move on once the next component overshoots."""
-    out, current = {}, 0
-    for name, docs in zip(ordered.index, ordered["docs"]):
-        while current < len(splits) - 1 and counts[splits[current]] + docs > targets[splits[current]]:
+def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter) -> dict[str, str]:
+    """Temporal fill: splits in params order (train first); move on once the next component overshoots. A
+    shipped-train component past the train pool goes to the last split."""
+    splits, out, current = plan.splits, {}, 0
+    for name, docs, kept in zip(ordered.index, ordered["docs"], ordered["kept"]):
+        size = {"docs": docs, "kept": kept}
+        while (
+            current < len(splits) - 1
+            and counts[splits[current]] + size[plan.units[splits[current]]] > plan.targets[splits[current]]
+        ):
             current += 1
-        counts[splits[current]] += docs
-        out[name] = splits[current]
+        shipped_past_pool = name in plan.shipped_train and splits[current] != "train"
+        split = splits[-1] if shipped_past_pool else splits[current]
+        counts[split] += size[plan.units[split]]
+        out[name] = split
     return out
 
 

@@ -100,7 +100,9 @@ def test_serve_warns_when_the_scheduled_params_can_move_documents_between_splits
     from flows import pipeline
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["split"].update(assignment="hash", ledger=True) if profile_applied else params["split"].update(ledger=False)
+    params["split"].update(assignment="hash", ledger=True, task_sizing="fractions") if profile_applied else params[
+        "split"
+    ].update(ledger=False)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setattr(pipeline, "ROOT", tmp_path)
     pipeline.warn_if_splits_can_move()

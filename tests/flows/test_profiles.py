@@ -21,7 +21,7 @@ def test_there_is_one_profile_per_machine_shape_and_one_for_scheduled_runs():
 
 def test_the_scheduled_profile_validates_and_keeps_splits_with_the_ledger():
     params = load_params(ROOT / "params.yaml", overrides("scheduled"))
-    assert (params.split.assignment, params.split.ledger) == ("hash", True)
+    assert (params.split.assignment, params.split.ledger, params.split.task_sizing) == ("hash", True, "fractions")
     assert params.tokenizer.vocab_from == "train_once"  # tokenize's cache and init_from stay valid night to night
 
 

@@ -109,11 +109,12 @@ def test_a_profile_is_written_into_params_yaml_changing_only_its_keys(tmp_path):
     assert profiles.write_values(values, params) == {
         "split.assignment": "hash",
         "split.ledger": True,
+        "split.task_sizing": "fractions",
         "tokenizer.vocab_from": "train_once",
     }
     after = params.read_text(encoding="utf-8").splitlines()
     changed = [(old, new) for old, new in zip(before, after) if old != new]
-    assert len(after) == len(before) and len(changed) == 3  # every other line, comment and list style kept
+    assert len(after) == len(before) and len(changed) == 4  # every other line, comment and list style kept
     for old, new in changed:  # the value replaced, its comment where it was
         assert old.split("#")[1:] == new.split("#")[1:] and old.split(":")[0] == new.split(":")[0]
     assert load_params(params) == load_params(ROOT / "params.yaml", values)

@@ -7,43 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from split_fixtures import params
+from split_fixtures import params, rows_of, run_split
 from tasks import split
-from tasks.config import Paths
-from tasks.tracking import NullLog
-
-
-def rows_of(source, role, groups, labels=None, clusters=None, metas=None) -> pd.DataFrame:
-    """A dedup-contract frame: one row per entry of ``groups``; cluster = own doc id unless given."""
-    n = len(groups)
-    ids = [f"{source}-{i:04d}" for i in range(n)]
-    return pd.DataFrame(
-        {
-            "doc_id": ids,
-            "source": source,
-            "role": role,
-            "text": [f"text {i}" for i in range(n)],
-            "label": labels if labels is not None else [None] * n,
-            "group": [None if g is None else str(g) for g in groups],
-            "tokens": [None] * n,
-            "tags": [None] * n,
-            "meta": [json.dumps(m) for m in (metas or [{}] * n)],
-            "cluster_id": clusters if clusters is not None else ids,
-            "is_duplicate": [False] * n,
-        }
-    )
-
-
-def run_split(tmp_path, frames, cfg=None):
-    paths = Paths(data=tmp_path / "data", models=tmp_path / "m", metrics=tmp_path / "x", reports=tmp_path / "r")
-    folder = paths.stage_data("dedup")
-    folder.mkdir(parents=True, exist_ok=True)
-    for frame in frames:
-        frame.to_parquet(folder / f"{frame['source'].iloc[0]}.parquet", index=False)
-    metrics = split.run(cfg or params(stratify_by_label=False), paths, NullLog())
-    out = pd.concat([pd.read_parquet(p) for p in sorted(paths.stage_data("split").glob("*.parquet"))])
-    return metrics, out, paths.stage_data("split") / "manifest.tsv"
-
 
 HAND = [0, 0, 0, 0, 0, 1, 1, 1, 2, 4]
 
@@ -97,7 +62,7 @@ def test_same_seed_reproduces_manifest_byte_for_byte(tmp_path):
 
 def test_adding_a_group_does_not_move_existing_ones_in_hash_mode(tmp_path):
     base = [i % 97 for i in range(400)]
-    cfg = params(assignment="hash")
+    cfg = params(assignment="hash", task_sizing="fractions")
     _, before, _ = run_split(tmp_path / "a", [rows_of("t", "task", base)], cfg)
     _, after, _ = run_split(tmp_path / "b", [rows_of("t", "task", base + ["new"] * 3)], cfg)
     merged = before.merge(after, on="doc_id", suffixes=("_before", "_after"))
@@ -214,10 +179,11 @@ def test_dropped_rows_leave_the_source_file_by_position(tmp_path):
 
     frames = {"s": rows_of("s", "task", ["g1", "g2", "g3"]), "t": rows_of("t", "task", ["h1", "h2"])}
     tables = {name: pa.Table.from_pandas(frame, preserve_index=False) for name, frame in frames.items()}
-    rows = split.working_rows(tables).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"])
+    rows = split.working_rows(tables).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"], component=["a", "b", "c"])
     split.write_outputs(tables, rows, tmp_path)
     s, t = pd.read_parquet(tmp_path / "s.parquet"), pd.read_parquet(tmp_path / "t.parquet")
     assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
+    assert list(s["split_group"]) == ["a", "b"] and list(t["split_group"]) == ["c"]
     assert list(t["doc_id"]) == ["t-0001"] and list(t["split"]) == ["test"]
     assert (tmp_path / "manifest.tsv").read_text() == "doc_id\tsplit\ns-0000\ttrain\ns-0002\tdev\nt-0001\ttest\n"
 

@@ -20,7 +20,7 @@ from tasks.tracking import NullLog
 
 def params(**changes) -> SplitParams:
     """The repo's ``split:`` params in ledger mode (hash), with ``changes`` applied."""
-    base = {"assignment": "hash", "ledger": True, "stratify_by_label": False}
+    base = {"assignment": "hash", "ledger": True, "stratify_by_label": False, "task_sizing": "fractions"}
     return SplitParams(**{**read_yaml("params.yaml")["split"], **base, **changes})
 
 

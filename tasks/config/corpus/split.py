@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from tasks.config.base import StrictModel
+from tasks.config.tasks import Tasks
 
 TASK_SPLITS = ("train", "dev", "test")
 PRETRAIN_SPLITS = ("train", "heldout")
@@ -22,6 +24,14 @@ class SplitParams(StrictModel):
     assignment: Literal["fill", "hash"] = Field(
         description="fill: doc-count-aware first-fit (exact fractions); hash: pure hash buckets (never moves a group)"
     )
+    task_sizing: Literal["study", "fractions"] = Field(
+        description="study: a task source's train split is a pool of train_pool_factor x the largest max_train_docs "
+        "of the tasks reading it, dev its task_fractions.dev share, test every other document; fractions: "
+        "task_fractions as given (tasks/split/study.py)"
+    )
+    train_pool_factor: float = Field(
+        ge=1.0, description="study: train pool / the largest finetune.recipes.<recipe>.max_train_docs (>= 1)"
+    )
     task_fractions: dict[str, float] = Field(description="fraction of documents per split of task sources")
     pretrain_fractions: dict[str, float] = Field(description="fraction of documents per split of pretrain sources")
     stratify_by_label: bool = Field(description="meet the fractions within each label of a task source")
@@ -32,6 +42,11 @@ class SplitParams(StrictModel):
     ledger: bool = Field(
         description="keep every doc's first split forever: read and extend <data>/split_ledger/ledger.parquet "
         "(needs assignment hash, mode grouped)"
+    )
+    tasks: Tasks = Field(default_factory=dict, description="copied from the tasks section (task -> its source)")
+    max_train_docs: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="copied from finetune.recipes: task -> its recipe's max_train_docs (None: every train doc)",
     )
 
     @model_validator(mode="after")
@@ -55,4 +70,53 @@ class SplitParams(StrictModel):
                 f"split.ledger: true needs split.assignment: hash and split.mode: grouped, got "
                 f"assignment {self.assignment!r}, mode {self.mode!r}"
             )
+        if self.task_sizing == "study" and self.assignment != "fill":
+            # a pool is a document count; hash buckets meet fractions only in expectation
+            raise ValueError(
+                "split.task_sizing: study needs split.assignment: fill (hash buckets place each group by fraction "
+                f"alone), got {self.assignment!r}; use task_sizing: fractions with hash or the ledger"
+            )
         return self
+
+    def train_pools(self) -> dict[str, int]:
+        """``{source: docs}``: the train pool of every task source a task reads whose recipes cap their train docs
+        (study mode; ``{}`` under fractions). ``ceil(train_pool_factor x max)`` over the ``max_train_docs`` of the
+        tasks reading the source, in kept (non-duplicate) documents: what a fine-tuning run can draw. A source one
+        of whose tasks trains on every train doc (``max_train_docs: null``) keeps ``task_fractions`` (absent)."""
+        if self.task_sizing != "study":
+            return {}
+        caps: dict[str, list[int]] = {}
+        uncapped: set[str] = set()
+        for name, spec in sorted(self.tasks.items()):
+            cap = self.max_train_docs.get(name)
+            if cap is None:
+                uncapped.add(spec.source)
+            else:
+                caps.setdefault(spec.source, []).append(cap)
+        return {
+            source: math.ceil(self.train_pool_factor * max(values))
+            for source, values in caps.items()
+            if source not in uncapped
+        }
+
+    def check_max_docs(self, max_docs: dict[str, int | None]) -> None:
+        """Raise ``ValueError`` naming ``split.train_pool_factor`` when a source's train pool does not fit in its
+        ingest ``max_docs`` (``{source: max_docs}``) beside its dev and test shares (test at least 1 doc): a cap
+        known before the run (dedup can only lower the count; the stage checks that test is not empty)."""
+        for source, pool in self.train_pools().items():
+            cap = max_docs.get(source)
+            if cap is None:
+                continue
+            dev, test = (math.floor(self.task_fractions[s] * cap + 0.5) for s in ("dev", "test"))
+            if pool + dev + max(test, 1) > cap:
+                readers = [
+                    f"{name} (max_train_docs {self.max_train_docs.get(name)})"
+                    for name, spec in sorted(self.tasks.items())
+                    if spec.source == source
+                ]
+                raise ValueError(
+                    f"split.train_pool_factor: the train pool of {source} ({pool} docs = {self.train_pool_factor} x "
+                    f"the largest max_train_docs of task(s) {', '.join(readers)}) does not fit in its ingest "
+                    f"max_docs {cap} beside its dev ({dev}) and test ({max(test, 1)}) docs: lower the factor or "
+                    "max_train_docs, raise max_docs, or set split.task_sizing: fractions"
+                )
