@@ -95,7 +95,7 @@ def evp_figure(metrics: Metrics, task: str, out: Path, dpi: int) -> Path:
     if not scores:
         raise NotRun(f"metrics/finetune/{task}.json records no tuning grid (lr_sweep, a baseline's dev_ scores)")
     curves = validation_curves(scores)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     for key, curve in curves.items():
         n = np.arange(1, curve.size + 1)
         grid = max(sweep.size for sweep in scores[key])
@@ -104,7 +104,7 @@ def evp_figure(metrics: Metrics, task: str, out: Path, dpi: int) -> Path:
     ax.set(xlabel="configurations drawn from the grid (tuning budget n)", ylabel="expected best dev score")
     ax.set_title(f"{task}: expected best dev score of n configurations\n(Dodge et al. 2019, eq. 1)", fontsize=10)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes, off the curves
     ax.grid(alpha=0.3)
     return save_png(fig, out, dpi)
 
@@ -131,7 +131,7 @@ def variance_figure(rows: list[Row], entries: Mapping[str, Mapping], out: Path, 
     bars = variance_rows(rows, entries)
     if not any(shares for _, shares in bars):
         raise NotRun("no difference claim outside the integrity checks has variance_shares")
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(bars) + 1.6))
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(bars) + 2.0))
     y = np.arange(len(bars))
     left = np.zeros(len(bars))
     for level, colour in LEVELS.items():
@@ -145,5 +145,5 @@ def variance_figure(rows: list[Row], entries: Mapping[str, Mapping], out: Path, 
     ax.invert_yaxis()
     ax.set(xlim=(0, 1), xlabel="share of the variance of the claim's difference")
     ax.set_title("Variance of each difference: pretraining seed, fine-tuning seed, test items", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right", ncols=3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3, frameon=False)  # off the bars
     return save_png(fig, out, dpi)
