@@ -1,6 +1,6 @@
 """Assignment of components to splits: the from-scratch rule (fill, hash or temporal; see ``tasks/split``'s
 docstring), a pure function of the rows of this run and the params. The ledger (``ledger.py``) overlays it; the
-study sizing (``study.py``) gives a task source's train split a pool target instead of a fraction."""
+study sizing (``targets.py``) gives a task source's train split a pool target instead of a fraction."""
 
 from __future__ import annotations
 

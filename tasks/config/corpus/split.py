@@ -25,9 +25,9 @@ class SplitParams(StrictModel):
         description="fill: doc-count-aware first-fit (exact fractions); hash: pure hash buckets (never moves a group)"
     )
     task_sizing: Literal["study", "fractions"] = Field(
-        description="study: a task source's train split is a pool of train_pool_factor x the largest max_train_docs "
-        "of the tasks reading it, dev its task_fractions.dev share, test every other document; fractions: "
-        "task_fractions as given (tasks/split/study.py)"
+        description="study: dev and test get their task_fractions shares, a task source's train split is a pool of "
+        "train_pool_factor x the largest max_train_docs of the tasks reading it, and test every other document; "
+        "fractions: task_fractions as given (tasks/split/targets.py)"
     )
     train_pool_factor: float = Field(
         ge=1.0, description="study: train pool / the largest finetune.recipes.<recipe>.max_train_docs (>= 1)"
