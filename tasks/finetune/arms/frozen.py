@@ -94,6 +94,7 @@ def probe_and_test(model, run) -> dict:
         "history": [],
         "probe": probe["facts"],
         "train_seconds": round(time.perf_counter() - started, 1),
+        "train_docs": len(job.exs["train"]),
         "temperature": scaling,
         "test_records": test_records,
     }

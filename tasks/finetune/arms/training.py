@@ -61,7 +61,8 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
 
     Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
     ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` (with ``probs_scaled``),
-    ``temperature`` (``temperature.scale_records`` of the best epoch's dev records) and the facts of ``train``.
+    ``temperature`` (``temperature.scale_records`` of the best epoch's dev records), ``train_docs`` (its seed's
+    draw: docs, or sentences for ner) and the facts of ``train``.
     The run trains on its seed's draw of the train docs (``Job.for_seed``: each seed draws its own subset).
     """
     run = replace(run, job=run.job.for_seed(run.seed))
@@ -81,12 +82,18 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
         "details": job.task.details(scores),
         **fit,
         "train_seconds": round(time.perf_counter() - started, 1),
+        "train_docs": train_docs(job),
         "temperature": scaling,
         "test_records": test_recs,
     }
     if run.save_to is not None:
         save_model(model, run.save_to)
     return result
+
+
+def train_docs(job) -> int:
+    """The train docs (cls) or sentences (ner: distinct ``doc_id`` of the windows) a run of ``job`` trains on."""
+    return len({ex["doc_id"] for ex in job.exs["train"]})
 
 
 def learning_rates(run: Run) -> tuple[float, float]:

@@ -35,6 +35,13 @@ from tasks.finetune.baselines.tfidf import tfidf_lr
 
 #: baseline -> the ``<input>`` of its comparator's run key ``baseline/<name>/<input>`` (``{tok}``: tokenization).
 INPUTS = {"majority": "labels", "tfidf-lr": "{tok}-cut", "memorise": "words", "crf": "words"}
+#: baseline -> its model in words (the metrics entry's ``described_as``, read by the report and the model card).
+WORDS = {
+    "majority": "the majority label",
+    "tfidf-lr": "TF-IDF + logistic regression",
+    "memorise": "each train word's most frequent tag",
+    "crf": "a linear-chain CRF on word features",
+}
 REFERENCE_INPUT = "all-data"  # the reference row's ``<input>``: every train doc, full text
 SEED = 0
 

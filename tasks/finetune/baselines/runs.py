@@ -39,8 +39,9 @@ def run_baseline(
     arms' rule), into ``<key>/seed<k>.test.jsonl``: it is deterministic given its docs, so its seeds differ by
     the draw alone, and seed ``k`` pairs with seed ``k`` of every arm in the report. A reference row is one run,
     seed ``fitting.SEED``, on every train doc (``draw`` unused). Rows: ``baseline_input``. The entry adds
-    ``baseline`` (name), ``role`` (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per
-    seed, what it chose on dev, ``fitting.fit_predict``); MLflow: one nested run per seed. With
+    ``baseline`` (name), ``described_as`` (its model in words, ``fitting.WORDS``), ``role``
+    (``comparator``/``reference``), ``input`` (what it read) and ``setting`` (per seed, what it chose on dev,
+    ``fitting.fit_predict``); MLflow: one nested run per seed. With
     ``defer_timing`` the operational numbers come back as a callable that measures and logs them when called
     (the stage calls it after all training, when the fits ran beside the GPU sweep).
     """
@@ -82,7 +83,8 @@ def run_baseline(
             timed = timed if defer_timing else timed()
     entry = aggregate(task, results, cfg, log)
     setting = {str(s["seed"]): s["setting"] for s in results}
-    return entry | {"baseline": row.name, "role": _role(row), "input": described, "setting": setting}, timed, kept
+    words = {"baseline": row.name, "described_as": fitting.WORDS[row.name], "role": _role(row), "input": described}
+    return entry | words | {"setting": setting}, timed, kept
 
 
 def time_tfidf(key: str, fitted: tuple, texts: list[str], cfg: FinetuneParams, out_dir: Path, log) -> dict:
@@ -117,7 +119,7 @@ def fit_seed(
     path = write_predictions(out_dir / row.key / f"seed{seed}.test.jsonl", fit["test"])
     flat = {k: v for k, v in fit["setting"].items() if not isinstance(v, dict)}
     with log.child(f"{item}/{row.key}/seed{seed}") as child:
-        child.params(common | {"seed": seed, "train_docs": len(rows["train"]), **flat})
+        child.params(common | {"seed": seed, "train_docs": len(fitting.documents(rows["train"])), **flat})
         child.metrics(task.headline(test))
         child.artifact(path, "predictions")
     return fit, {
@@ -128,7 +130,7 @@ def fit_seed(
         f"dev_best_{task.SELECT_METRIC}": dev[task.SELECT_METRIC],
         "setting": fit["setting"],
         "temperature": scaling,
-        "train_docs": len(rows["train"]),
+        "train_docs": len(fitting.documents(rows["train"])),  # ner: sentences, not windows
         "dev_docs": len(fitting.documents(rows["dev"])),
     }
 

@@ -21,6 +21,7 @@ from tasks.report.claims.estimation import arm_estimate, estimate_claim
 from tasks.report.claims.gates import PRETRAINED, export_gates, floor_gate, lineage_gate, training_steps
 from tasks.report.claims.grammar import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample
 from tasks.report.claims.row import Row
+from tasks.report.claims.statements import baselines_above, resolved
 from tasks.report.claims.tasks_run import task_headline
 from tasks.report.stats import bootstrap as bs
 from tasks.report.stats.estimates import DECISIVE, Estimate, StatsConfig, holm_verdicts
@@ -60,6 +61,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
     row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_seed_notes(claim, treat, base)
     row.notes += draw_notes(claim) + ([] if row.verdict in DECISIVE else [n for n in [tost_reach(row.power)] if n])
     row.steps = training_steps(claim, treat, base, metrics, lock)
+    row.claim = claim.model_copy(update={"statement": resolved(claim, treat, base, metrics)})  # what was computed
     row.comparison, comparison_notes = compare_runs(claim, [treat, base, *gap], cfg)  # PoI and ASO
     row.notes += comparison_notes
     # Cohen's d over the units the CI rests on; an item-level CI (test items x seeds) has no seed-only d
@@ -67,6 +69,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
     row.effect_size = bs.cohens_d(treat.values, base.values) if same_units else None
     if claim.treatment.startswith("finetune/") and claim.kind == "difference":
         row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
+        row.notes += baselines_above(claim, treat, metrics, arm, lambda c, t, b: estimate_claim(c, t, b, cfg))
     return row
 
 
