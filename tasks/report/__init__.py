@@ -83,6 +83,7 @@ def run(cfg: ReportParams, paths: Paths, log: Any) -> dict:
     log.info(f"report: {len(rows)} claims, {summarize(rows)}")
     return {
         "verdicts": summarize(rows),
+        "integrity_checks": integrity_checks(rows),
         "verdicts_by_evidence": by_evidence(rows),
         "family_wise_alpha": round(1 - cfg.confidence_level, 6),
         "families": {f: [r.claim.id for r in rows if r.claim.family == f] for f in FAMILIES},
@@ -144,13 +145,27 @@ def stats_config(cfg: ReportParams) -> StatsConfig:
 
 
 def summarize(rows: list[Row]) -> dict[str, int]:
-    """Number of claims per verdict (every verdict listed, zeros included)."""
+    """Number of claims per verdict (every verdict listed, zeros included), the integrity checks left out: they
+    are preconditions of the run, not findings (``integrity_checks``)."""
+    return count_verdicts([r for r in rows if r.claim.family != "integrity"])
+
+
+def count_verdicts(rows: list[Row]) -> dict[str, int]:
+    """Number of ``rows`` per verdict (every verdict listed, zeros included; ``_`` for spaces)."""
     return {v.replace(" ", "_"): sum(r.verdict == v for r in rows) for v in VERDICTS}
 
 
+def integrity_checks(rows: list[Row]) -> dict:
+    """report.json ``integrity_checks``: ``{passed, of, not_passed: {id: verdict}}`` of the ``integrity`` family."""
+    checks = [r for r in rows if r.claim.family == "integrity"]
+    failed = {r.claim.id: r.verdict for r in checks if r.verdict != "supported"}
+    return {"passed": len(checks) - len(failed), "of": len(checks), "not_passed": failed}
+
+
 def by_evidence(rows: list[Row]) -> dict[str, dict[str, int]]:
-    """``summarize`` per kind of evidence (``grammar.EVIDENCE``; a kind without claims has all zeros)."""
-    return {kind: summarize([r for r in rows if r.claim.evidence == kind]) for kind in EVIDENCE}
+    """``count_verdicts`` per kind of evidence (``grammar.EVIDENCE``; a kind without claims has all zeros), every
+    claim counted, the integrity checks too."""
+    return {kind: count_verdicts([r for r in rows if r.claim.evidence == kind]) for kind in EVIDENCE}
 
 
 def row_metrics(row: Row) -> dict:

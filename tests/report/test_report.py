@@ -470,10 +470,14 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert md.count("not run: ") >= 2 and "not drawn: " in md
     assert "- **pretrained model quality (metrics/pretrain.json)**:\n  - heldout_loss: 5.1" in md
     verdicts = [line for line in md.splitlines() if line.startswith("**Verdicts.** ")]
-    counted = {v: sum(f"| {v}" in line for line in md.splitlines() if line.startswith("| ")) for v in VERDICTS}
+    # the headline counts leave the integrity checks out (a line of their own)
+    integrity = {c.id for c in DEFAULT_CLAIMS.claims if c.family == "integrity"}
+    table = [line for line in md.splitlines() if line.startswith("| [") and line[3:].split("]")[0] not in integrity]
+    counted = {v: sum(f"| {v}" in line for line in table) for v in VERDICTS}
     assert verdicts == [
-        "**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items()) + f" (of {len(claim_ids)} claims)"
+        "**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items()) + f" (of {len(claim_ids) - 7} claims)"
     ]
+    assert len(integrity) == 7 and out["integrity_checks"]["of"] == 7 and "**Integrity.** Integrity checks" in md
     cls_row = next(line for line in md.splitlines() if line.startswith("| [pretraining-helps-cls]"))
     # the headline row: claim, arms with CIs, difference with CI (min_effect, units), verdict with Holm's p;
     # the t intervals over 3 seeds are those of test_claim_rows_from_contract_metrics. Holm runs within the primary
@@ -503,8 +507,10 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     assert ">run-rf<" not in page and "run-rf:" not in page
     # the forest plot sits between the headline table and the details
     assert md.index("![Forest plot") < md.index("## Claims in detail") and "## Slices" in md
-    assert out["verdicts"]["not_run"] == sum(r["verdict"] == "not run" for r in out["claims"].values())
-    assert sum(out["verdicts"].values()) == len(claim_ids)
+    assert out["verdicts"]["not_run"] == sum(
+        r["verdict"] == "not run" and r["family"] != "integrity" for r in out["claims"].values()
+    )
+    assert sum(out["verdicts"].values()) + out["integrity_checks"]["of"] == len(claim_ids)
     figures = sorted(p.name for p in (paths.reports / "figures").glob("*.png"))
     assert figures == ["cls_confusion.png", "forest.png", "pretrain_loss.png", "seeds_cls.png", "sense_separation.png"]
     assert page.count("data:image/png;base64,") == 5 and 'src="figures/' not in page
@@ -549,7 +555,7 @@ def test_run_with_no_metrics_at_all_still_lists_every_claim(workspace):
     cfg, paths = workspace
     out = report.run(cfg, paths, NullLog())
     n_claims = len(DEFAULT_CLAIMS.claims)
-    assert out["verdicts"]["not_run"] == len(out["claims"]) == n_claims
+    assert out["verdicts"]["not_run"] + out["integrity_checks"]["of"] == len(out["claims"]) == n_claims
     assert list((paths.reports / "figures").glob("*.png")) == []
 
 

@@ -254,9 +254,11 @@ def claim_details_md(row: Row, mlflow_ui_url: str) -> list[str]:
 
 
 def verdict_summary(rows: list[Row]) -> str:
-    """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims)"``: the table in one line."""
-    counts = {verdict: sum(row.verdict == verdict for row in rows) for verdict in VERDICTS}
-    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(rows)} claims)"
+    """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims)"``: the table in one line, the
+    integrity checks left out (preconditions of the run, on their own line: ``answer.integrity_line``)."""
+    counted = [row for row in rows if row.claim.family != "integrity"]
+    counts = {verdict: sum(row.verdict == verdict for row in counted) for verdict in VERDICTS}
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(counted)} claims)"
 
 
 def markdown(
