@@ -189,7 +189,8 @@ def run_ours(jobs: list, params, seeds: list[int], device, workers: int | None, 
         flush=True,
     )
     started = time.perf_counter()
-    results = sweep_and_train(jobs, {job.key: seeds for job in jobs}, fcfg.sweep_seed, tcfg.lr_grid, runner, {})
+    grids = {job.key: fcfg.lr_grid_for(job.spec.variant, tcfg.lr_grid) for job in jobs}
+    results = sweep_and_train(jobs, {job.key: seeds for job in jobs}, fcfg.sweep_seed, grids, runner, {})
     seconds = time.perf_counter() - started
     print(f"[ours] done in {seconds:.1f} s", flush=True)
     return seconds, results, runner

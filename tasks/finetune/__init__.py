@@ -184,7 +184,8 @@ def run(cfg: FinetuneParams, paths: Paths, log: Any, item: str) -> dict:
         return out
 
     def sweep() -> dict[str, dict]:
-        return sweep_and_train(arms, seeds, cfg.sweep_seed, tcfg.lr_grid, runner, save_to)
+        grids = {job.key: cfg.lr_grid_for(job.spec.variant, tcfg.lr_grid) for job in arms}
+        return sweep_and_train(arms, seeds, cfg.sweep_seed, grids, runner, save_to)
 
     results, fits = alongside(sweep, fit_baselines) if overlap else (sweep(), None)
     measured = operational.measure_arms(timed_arms, out_dir, cfg.operational, device, log) if save_to else {}

@@ -80,6 +80,7 @@ def _params(train_sizes=(4,), curve_configs=tuple(CURVE), max_train_docs=10, bas
         "baselines": list(baselines),
     }
     base["variant_seed_counts"] = {"reference": 1}  # the costly MiniLM: the first seed only, as the default's first 5
+    base["variant_lr_grids"] = {"reference": [3.0]}  # and one multiplier, as the default's MiniLM
     return FinetuneParams.model_validate(base)
 
 
@@ -114,7 +115,8 @@ def test_the_curve_runs_its_arms_and_comparators_on_the_nested_docs(curve_run):
         assert params[f"cls/{key}"]["dev_examples"] == N_DOCS["dev"] and params[f"cls/{key}"]["seeds"] == seeds
         assert [seed_params[f"cls/{key}/seed{s}"]["train_examples"] for s in seeds] == [4] * len(seeds)
         assert runs[key]["test_macro_f1"]["seeds"] == seeds  # the same seeds (a prefix: seed 3 shares its draw)
-        assert set(runs[key]["lr_sweep"]["dev"]) == {"1", "3"}  # its own sweep at its size
+        grid = {"3"} if key.startswith("reference") else {"1", "3"}  # variant_lr_grids, else the recipe's lr_grid
+        assert set(runs[key]["lr_sweep"]["dev"]) == grid  # its own sweep at its size
     assert metrics["cost"]["seeds"] == {"pretrained": 2, "reference": 1}
     assert metrics["runs"]["reference/full/mean-pool"]["test_macro_f1"]["seeds"] == [3]
     for key in lc["baselines"]["n4"].values():

@@ -28,7 +28,7 @@ def run_sweep(monkeypatch, tmp_path, dev_of_scale, grid, widen, mode="full"):
 
     monkeypatch.setattr(sweep, "train_and_test", fake_train)
     job = fake_job(tmp_path, "pretrained/full/mean-pool", widen, mode)
-    out = sweep.sweep_and_train([job], {job.key: [13, 21]}, 7, grid, sweep.Runner(1, ["cpu"]), {})
+    out = sweep.sweep_and_train([job], {job.key: [13, 21]}, 7, {job.key: grid}, sweep.Runner(1, ["cpu"]), {})
     return out[job.key], trained
 
 

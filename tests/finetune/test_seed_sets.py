@@ -21,13 +21,21 @@ def test_the_default_runs_20_seeds_for_tiny_arms_5_for_the_minilm_and_3_pretrain
     for variant in ("pretrained", "random", "adapted"):
         assert ft.seeds_for(variant) == ft.seeds
     assert len(params.pretrain.seeds) >= 3
+    grid = params.finetune.task("cls").lr_grid
+    assert ft.lr_grid_for("reference", grid) == [3.0] and ft.lr_grid_for("pretrained", grid) == grid
+
+
+@pytest.mark.parametrize("grid", [[], [0.0], [3.0, 3.0]])
+def test_a_bad_variant_lr_grid_names_the_key(grid):
+    with pytest.raises(ParamsError, match=r"finetune\.variant_lr_grids"):
+        load_params(ROOT / "params.yaml", overrides={"finetune.variant_lr_grids": {"reference": grid}})
 
 
 @pytest.mark.parametrize(
     ("counts", "message"),
     [
         ({"reference": 3}, None),
-        ({"reference": 4}, r"finetune.*variant_seed_counts \{'reference': 4\} must not exceed the 3 seeds"),
+        ({"reference": 4}, None),  # at most 4: every one of the 3 (a user's shorter seeds list keeps working)
         ({"reference": 0}, r"finetune\.variant_seed_counts\.reference"),
         ({"minilm": 2}, r"finetune\.variant_seed_counts\.minilm"),
     ],

@@ -89,3 +89,26 @@ def test_t_tests_against_scipy():
     assert vc.t_p_value(0.05, parts, 0.02, "less") == pytest.approx(stats.t.cdf(t, parts.df))
     none = vc.Components(0.0, 0.0, 0.0, (), 1, 1)
     assert vc.t_p_value(0.05, none, 0.02, "greater") == 0.0 and vc.t_interval(0.05, none, 0.95, (-1, 1)) == (0.05, 0.05)
+
+
+def test_a_claim_resamples_the_split_groups_of_its_test_items(tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from report_fixtures import STATS, claim, write_workspace
+    from tasks.common.provenance import Lock
+    from tasks.report.claims.evaluation import evaluate
+
+    metrics = write_workspace(tmp_path)
+    path = tmp_path / "metrics" / "finetune" / "cls.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"source": "news"}))
+    (tmp_path / "data" / "split").mkdir()
+    ids = [f"d{i:02d}" for i in range(20)]  # d00 and d01 share a group, and so on: 10 groups; one doc unlisted
+    table = pa.table({"doc_id": ids[:-1], "split_group": [f"g{i // 2}" for i in range(19)]})
+    pq.write_table(table, tmp_path / "data" / "split" / "news.parquet")
+    row = evaluate(claim("pretrained/full/mean-pool", "random/full/mean-pool"), metrics, Lock({}), STATS)
+    parts = row.power.parts
+    assert parts.n_items == 11 and parts.terms[-1][1] == 10.0  # 9 pairs, g9 = d18 alone, d19 its own: 11 clusters
+    assert "11 clusters of test items" in row.difference.method

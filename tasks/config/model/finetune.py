@@ -254,9 +254,14 @@ class FinetuneParams(StrictModel):
     )
     variant_seed_counts: dict[Variant, PositiveInt] = Field(
         default_factory=dict,
-        description="variant -> how many of the first seeds its arms run (a costly encoder: reference = the "
-        "packaged MiniLM, ~20x a tiny run); a variant not listed runs every seed. A prefix of seeds, so its "
+        description="variant -> its arms run at most this many of the first seeds (a costly encoder: reference = "
+        "the packaged MiniLM, ~20x a tiny run); a variant not listed runs every seed. A prefix of seeds, so its "
         "seed k still trains on seed k's draw of the train docs, as every other arm and baseline does",
+    )
+    variant_lr_grids: dict[Variant, list[float]] = Field(
+        default_factory=dict,
+        description="variant -> the lr_grid multipliers its arms try instead of their recipe's lr_grid (a costly "
+        "encoder: one entry = one sweep run and no widening); a variant not listed sweeps the recipe's lr_grid",
     )
     sweep_seed: int = Field(
         description="seed of the learning-rate sweep runs; not in seeds, so no reported run is "
@@ -297,18 +302,25 @@ class FinetuneParams(StrictModel):
             raise ValueError(f"sweep_seed {self.sweep_seed} must not be one of seeds {self.seeds}")
         return self
 
-    @model_validator(mode="after")
-    def _seed_counts_within_seeds(self) -> FinetuneParams:
-        over = {v: n for v, n in self.variant_seed_counts.items() if n > len(self.seeds)}
-        if over:
-            raise ValueError(
-                f"variant_seed_counts {over} must not exceed the {len(self.seeds)} seeds of finetune.seeds"
-            )
-        return self
+    @field_validator("variant_lr_grids")
+    @classmethod
+    def _lr_grids_positive(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
+        for variant, grid in value.items():
+            if not grid or any(v <= 0 for v in grid):
+                raise ValueError(f"{variant}: a grid of multipliers > 0, at least one, got {grid}")
+            require_unique(grid, f"variant_lr_grids.{variant}")
+        return value
+
+    def lr_grid_for(self, variant: str, recipe_grid: list[float]) -> list[float]:
+        """The learning-rate multipliers an arm of ``variant`` sweeps: ``variant_lr_grids[variant]``, else the
+        recipe's ``lr_grid`` (``recipe_grid``)."""
+        grids = {str(name): grid for name, grid in self.variant_lr_grids.items()}
+        return grids.get(variant, recipe_grid)
 
     def seeds_for(self, variant: str) -> list[int]:
         """The fine-tuning seeds an arm of ``variant`` runs: the first ``variant_seed_counts[variant]`` of
-        ``seeds``, or all of them for a variant not listed (a prefix, so seed ``k`` keeps its train draw)."""
+        ``seeds`` (all of them when there are fewer), or all of them for a variant not listed (a prefix, so seed
+        ``k`` keeps its train draw)."""
         counts = {str(name): count for name, count in self.variant_seed_counts.items()}
         return self.seeds[: counts.get(variant, len(self.seeds))]
 

@@ -47,20 +47,21 @@ def sweep_and_train(
     jobs: list,
     seeds: dict[str, list[int]],
     sweep_seed: int,
-    grid: list[float],
+    grids: dict[str, list[float]],
     runner: Runner,
     save_to: dict[str, Path],
 ) -> dict[str, dict]:
     """``{job.key: {"sweep": {scale: result}, "scale": chosen, "seeds": [result per seed]}}`` for every job.
 
     ``seeds``: job key -> the seeds it reports (``FinetuneParams.seeds_for``: the reference MiniLM may run fewer
-    than the tiny arms). ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed`` (and
-    its own draw of the train docs, ``Job.for_seed``). An arm's seeds start as
-    soon as its own sweep is done, and the costliest arms go first (``expected_cost``), so no worker idles while
-    one long arm finishes. Every reported run of an arm whose key is in ``save_to`` saves its model:
-    its first seed's there, the others' beside it (``operational.seed_folder``).
+    than the tiny arms); ``grids``: job key -> the multipliers it sweeps (``FinetuneParams.lr_grid_for``).
+    ``result`` is ``training.train_and_test``'s dict; the sweep runs use ``sweep_seed`` (and its own draw of the
+    train docs, ``Job.for_seed``). An arm's seeds start as soon as its own sweep is done, and the costliest arms go
+    first (``expected_cost``), so no worker idles while one long arm finishes. Every reported run of an arm whose
+    key is in ``save_to`` saves its model: its first seed's there, the others' beside it
+    (``operational.seed_folder``).
     """
-    state = {job.key: {"sweep": {}, "seeds": {}, "grid": arm_grid(job, grid), "widened": 0} for job in jobs}
+    state = {job.key: {"sweep": {}, "seeds": {}, "grid": arm_grid(job, grids[job.key]), "widened": 0} for job in jobs}
 
     def follow(run: Run, result: dict) -> list[Run]:
         entry = state[run.job.key]

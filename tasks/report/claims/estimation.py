@@ -226,7 +226,8 @@ def contrast(
     )
     width = float(sum(abs(w) for w in weights)) / 2  # a difference of two metrics in [0, 1] lies in [-1, 1]
     n = len(items[0].doc_ids)
-    method = f"t on Satterthwaite df {parts.df:.3g} over the variance components (seed, item, pretraining seed)"
+    units = f"{parts.n_items} clusters of test items" if items[0].clusters is not None else "test items"
+    method = f"t on Satterthwaite df {parts.df:.3g} over the variance components (seed, {units}, pretraining seed)"
     diff = Estimate(deltas_point, *vc.t_interval(deltas_point, parts, cfg.level, (-width, width)), n, method)
     tests = Tests(
         lambda m: vc.t_p_value(deltas_point, parts, m, "greater"),

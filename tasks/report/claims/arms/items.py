@@ -6,17 +6,20 @@ An arm ``finetune/<task>/<run key>`` has one ``data/finetune/<task>/<run key>/se
 seqeval's strict IOB2 entities, as the finetune stage scores them), so the claim table can resample test
 items. Every seed's metric recomputed from its counts must equal the value in ``metrics/finetune/<task>.json``
 (to 1e-9): predictions that disagree with the metrics make the claim ``not run``, never a silent number.
-``data/finetune/<task>/test_items.jsonl`` gives each item's slices (``n_words``, ``train_overlap``).
+``data/finetune/<task>/test_items.jsonl`` gives each item's slices (``n_words``, ``train_overlap``), and
+``data/split/<source>.parquet`` each item's resampling cluster (``split_group``: items that share a same-story
+group or a dedup cluster are resampled together, ``with_clusters``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from seqeval.scheme import IOB2, Entities
 
 from tasks.report.claims.grammar import Metrics, NotRun, Sample, dig
@@ -190,7 +193,28 @@ def with_items(sample: Sample, task: str, metric: str, metrics: Metrics, item_sl
         items = items.subset(keep)
     function = metric_function(metric)
     values = tuple(float(function(c.sum(axis=0))) for c in items.headline)
-    return replace(sample, values=values, items=items)
+    return replace(sample, values=values, items=with_clusters(items, metrics, task))
+
+
+def with_clusters(items: Items, metrics: Metrics, task: str) -> Items:
+    """``items`` with the resampling cluster of each test item: its ``split_group`` in
+    ``<data>/split/<source>.parquet`` (the split stage's union of a doc's same-story group and its dedup cluster;
+    tasks/CONTRACTS.md, split), as int labels; an item the file does not list is its own cluster. Unchanged when
+    the file or the task's ``source`` is absent (each item its own cluster)."""
+    source = metrics.get(f"finetune/{task}").get("source")
+    path = Path(metrics.predictions).parent / "split" / f"{source}.parquet"
+    groups = split_groups(path, path.stat().st_mtime_ns) if source and path.exists() else {}
+    if not groups:
+        return items
+    names = [groups.get(doc, f"item:{doc}") for doc in items.doc_ids]
+    return replace(items, clusters=np.unique(names, return_inverse=True)[1])
+
+
+@cache
+def split_groups(path: Path, mtime_ns: int) -> dict[str, str]:
+    """``{doc_id: split_group}`` of one split-stage parquet file (read once per version: ``mtime_ns`` keys it)."""
+    table = pq.read_table(path, columns=["doc_id", "split_group"])
+    return dict(zip(table.column("doc_id").to_pylist(), table.column("split_group").to_pylist(), strict=True))
 
 
 def semantically_flagged(metrics: Metrics) -> set[str]:
