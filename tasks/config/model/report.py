@@ -68,11 +68,15 @@ class ReportParams(StrictModel):
     )
     bootstrap_seed: int = Field(ge=0, description="seed of the bootstrap's numpy Generator")
     calibration_bins: int = Field(ge=1, description="equal-mass bins of the expected calibration error (ECE)")
-    mde_power: float = Field(gt=0, lt=1, description="power of each claim's minimum detectable effect (Bloom 1995)")
+    mde_power: float = Field(gt=0, lt=1, description="power of each claim's MDE against its margin (Bloom 1995)")
     floor_baseline: Literal["best", "weakest"] = Field(
-        description="the floor a trained treatment arm must beat on dev: the best or the weakest baseline on dev"
+        description="the floor each trained arm is compared with on test: the best comparator on dev, or the weakest"
     )
-    floor_margin: float = Field(ge=0, lt=1, description="dev-score margin over the floor baseline (metric units)")
+    floor_margin: float = Field(
+        ge=0,
+        lt=1,
+        description="an arm whose CI of (arm - floor) on test lies at or below it is at floor (metric units)",
+    )
     figure_runs: dict[str, str] = Field(
         default_factory=dict,
         description="task name -> run key (<variant>/<mode>/<head>) whose confusion matrix or "
