@@ -41,7 +41,7 @@ def run(cfg: ReleaseParams, paths: Paths, log: Any, item: str) -> dict:
         check_files(Path(export["baseline"]["folder"]), export["baseline"]["files"])
         shutil.copytree(export["baseline"]["folder"], dest / "baseline")
     gate = gate_of(cfg, item, claims, export, report)
-    gate = noting_baselines(gate, beating_baselines(export, finetune), export)
+    gate = noting_baselines(gate, beating_baselines(export, finetune, claims), export)
     lock = Lock.read(cfg.dvc_lock_file)
     stage = f"finetune@{item}"
     data_md5 = {path: md5 for path, md5 in lock.dep_md5s(stage).items() if path.startswith(str(paths.data))}

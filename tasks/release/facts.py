@@ -5,12 +5,6 @@ on the same test set, the claims whose treatment is this arm, and the limits in 
 
 from __future__ import annotations
 
-#: A baseline's name (``runs[<key>].baseline``) in words.
-BASELINE_WORDS = {
-    "tfidf-lr": "TF-IDF + logistic regression",
-    "majority": "the majority label",
-    "memorise": "each train word's most frequent tag",
-}
 #: ``finetune/<task>/<name>`` -> the key of ``selection`` naming the run (tasks/report/claims/grammar.py's grammar).
 SELECTED = {"best-arm": "best_arm", "best-baseline": "best_baseline"}
 NOT_RECORDED = "not recorded (rerun the export stage: it records what the encoder started from)"
@@ -92,11 +86,16 @@ def cut_words(block: dict) -> str:
     return f"each cut to {block['max_seq_len_tokens']} tokens keeping {keep}"
 
 
-def beating_baselines(export: dict, finetune: dict) -> list[dict]:
-    """The baselines of the run whose test score (mean over their seeds) is above the shipped model's re-scored
-    one, on the same test items: ``{run, name, input, score, seeds, shipped}``, best first."""
+def beating_baselines(export: dict, finetune: dict, claims: list[dict] | None = None) -> list[dict]:
+    """The baselines of the run (every comparator and all-data reference, ``runs[<key>].baseline`` set) whose
+    test score (mean over their seeds) is above the shipped model's re-scored one, on the same test items:
+    ``{run, name, input, score, seeds, shipped, arm_difference}``, best first. ``name`` is the finetune
+    stage's ``described_as`` (the baseline's name for older metrics); ``arm_difference`` the report's paired
+    estimate of (the shipped arm over all its seeds - this baseline) with its interval, from the ``claims``'
+    ``baselines_above`` (``metrics/report.json``; None when the report has none for this baseline)."""
     metric = export["metric"]
     shipped = export["rescored"][metric]
+    intervals = {b["run"]: b for c in claims or [] for b in c.get("baselines_above") or []}
     found = []
     for key, run in (finetune.get("runs") or {}).items():
         score = (run.get(metric) or {}).get("mean") if run.get("baseline") else None
@@ -104,23 +103,38 @@ def beating_baselines(export: dict, finetune: dict) -> list[dict]:
             found.append(
                 {
                     "run": key,
-                    "name": BASELINE_WORDS.get(run["baseline"], run["baseline"]),
+                    "name": run.get("described_as") or run["baseline"],
                     "input": run.get("input", ""),
                     "score": score,
                     "seeds": (run.get(metric) or {}).get("n"),
                     "shipped": shipped,
+                    "arm_difference": _interval(intervals.get(key)),
                 }
             )
     return sorted(found, key=lambda b: -b["score"])
 
 
+def _interval(found: dict | None) -> dict | None:
+    """``{difference, ci_low, ci_high, arm}`` of a report ``baselines_above`` record, or None without one."""
+    if not found or found.get("difference") is None:
+        return None
+    return {k: found[k] for k in ("difference", "ci_low", "ci_high")} | {"arm": found["best_arm"]}
+
+
 def baseline_sentence(beat: dict, export: dict) -> str:
     """One baseline that beats the shipped model, with both scores, in one sentence."""
     seeds = f", mean of {beat['seeds']} seeds" if beat["seeds"] and beat["seeds"] > 1 else ""
+    diff = beat.get("arm_difference")
+    paired = (
+        f"; the claim table puts the arm over all its seeds minus this baseline at {diff['difference']:+.3f} "
+        f"[{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}] (paired by test item)"
+        if diff
+        else ""
+    )
     return (
         f"{beat['name']} (`{beat['run']}`: {beat['input']}) scores {export['metric']} {beat['score']:.4f}{seeds} "
         f"against this model's {beat['shipped']:.4f} (seed {export['seed']}, re-scored) on the same "
-        f"{export['agreement']['items']:,} test {unit(export['kind'])}"
+        f"{export['agreement']['items']:,} test {unit(export['kind'])}{paired}"
     )
 
 

@@ -13,7 +13,7 @@ from tasks.common.models.encoders import reference_model_dir
 from tasks.export.base_model import describe, hf_folder
 from tasks.release import noting_baselines
 from tasks.release.card import card
-from tasks.release.facts import beating_baselines
+from tasks.release.facts import baseline_sentence, beating_baselines
 
 RUN = "reference/full/mean-pool"
 
@@ -173,3 +173,21 @@ def test_a_model_folder_names_its_licence_and_hub_id_from_its_own_card(tmp_path)
     assert found["licence_source"].startswith("from `license:` in the front matter of somepkg/model/README.md")
     (folder / "README.md").write_text("# tiny\n")
     assert (hf_folder(folder)["name"], hf_folder(folder)["licence"]) == ("tiny", "not stated")
+
+
+def test_the_reports_paired_interval_and_the_baselines_words_go_into_the_note():
+    export, finetune = _metrics()
+    finetune["runs"]["baseline/tfidf-lr/all-data"]["described_as"] = "TF-IDF + logistic regression"
+    above = {"run": "baseline/tfidf-lr/all-data", "best_arm": RUN, "difference": -0.045}
+    claims = [CLAIMS[0] | {"baselines_above": [above | {"ci_low": -0.082, "ci_high": -0.011}]}]
+    (beaten,) = beating_baselines(export, finetune, claims)
+    assert beaten["arm_difference"] == {"difference": -0.045, "ci_low": -0.082, "ci_high": -0.011, "arm": RUN}
+    sentence = baseline_sentence(beaten, export)
+    assert sentence.startswith("TF-IDF + logistic regression (`baseline/tfidf-lr/all-data`: every train doc")
+    assert sentence.endswith(
+        "; the claim table puts the arm over all its seeds minus this baseline at -0.045 [-0.082, -0.011] "
+        "(paired by test item)"
+    )
+    # no interval in the report (an older report.json, or it could not be computed): the sentence stops at the scores
+    (bare,) = beating_baselines(export, finetune, [CLAIMS[0] | {"baselines_above": [above | {"difference": None}]}])
+    assert bare["arm_difference"] is None and baseline_sentence(bare, export).endswith("on the same 203 test documents")

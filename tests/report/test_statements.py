@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 from tasks.report.claims.grammar import Claim, Metrics, NotRun, Sample
-from tasks.report.claims.statements import baselines_above, resolved
+from tasks.report.claims.statements import above_note, baselines_above, resolved
 
 ARM, CRF, MEMO, REF = "pretrained/full/first", "baseline/crf/words", "baseline/memorise/words", "baseline/crf/all-data"
 
@@ -79,7 +79,9 @@ def test_every_baseline_above_the_best_arm_is_noted_with_both_means_and_the_inte
     def estimate(claim, treat, base):
         return SimpleNamespace(difference=SimpleNamespace(mean=-0.05, low=-0.081, high=-0.012))
 
-    notes = baselines_above(_claim(), _sample(ARM), metrics, arm, estimate)
+    found = baselines_above(_claim(), _sample(ARM), metrics, arm, estimate)
+    assert [(f["run"], f["mean"], f["best_arm_mean"], f["ci_low"]) for f in found] == [(REF, 0.35, 0.30, -0.081)]
+    notes = [above_note(f, "test_entity_f1") for f in found]
     assert asked == [(f"finetune/ner/{REF}", f"finetune/ner/{REF}")]  # only the reference scores above 0.30
     assert notes == [
         "a baseline scores above the best arm (the shipped one) on this test set: `baseline/crf/all-data` (a "
@@ -90,6 +92,6 @@ def test_every_baseline_above_the_best_arm_is_noted_with_both_means_and_the_inte
     def missing(claim, treat, base):
         raise NotRun("no predictions")
 
-    assert notes[0].split("; best arm")[0] in baselines_above(_claim(), _sample(ARM), metrics, arm, missing)[0]
-    assert "not computed (no predictions)" in baselines_above(_claim(), _sample(ARM), metrics, arm, missing)[0]
+    unknown = above_note(baselines_above(_claim(), _sample(ARM), metrics, arm, missing)[0], "test_entity_f1")
+    assert unknown == notes[0].split("; best arm")[0] + "; best arm - baseline not computed (no predictions)"
     assert baselines_above(_claim().model_copy(update={"items": "clean"}), _sample(ARM), metrics, arm, estimate) == []

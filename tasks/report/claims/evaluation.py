@@ -21,7 +21,7 @@ from tasks.report.claims.estimation import arm_estimate, estimate_claim
 from tasks.report.claims.gates import PRETRAINED, export_gates, floor_gate, lineage_gate, training_steps
 from tasks.report.claims.grammar import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample
 from tasks.report.claims.row import Row
-from tasks.report.claims.statements import baselines_above, resolved
+from tasks.report.claims.statements import above_note, baselines_above, resolved
 from tasks.report.claims.tasks_run import task_headline
 from tasks.report.stats import bootstrap as bs
 from tasks.report.stats.estimates import DECISIVE, Estimate, StatsConfig, holm_verdicts
@@ -69,7 +69,8 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
     row.effect_size = bs.cohens_d(treat.values, base.values) if same_units else None
     if claim.treatment.startswith("finetune/") and claim.kind == "difference":
         row.best_baseline_key, row.best_baseline = best_baseline(claim, metrics, cfg)
-        row.notes += baselines_above(claim, treat, metrics, arm, lambda c, t, b: estimate_claim(c, t, b, cfg))
+        row.baselines_above = baselines_above(claim, treat, metrics, arm, lambda c, t, b: estimate_claim(c, t, b, cfg))
+        row.notes += [above_note(found, claim.metric) for found in row.baselines_above]
     return row
 
 

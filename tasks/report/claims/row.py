@@ -23,7 +23,8 @@ class Row:
     (``tasks.report.stats.power``), ``steps`` the optimiser steps of each fine-tuned arm, ``difference_label`` what
     the difference subtracts (a calibration claim: baseline - treatment, as lower is better), ``items`` how
     many test items and seeds the numbers rest on, ``comparison`` the probability of improvement and ASO of the
-    arms' per-run scores (a fine-tuning difference claim, ``tasks.report.claims.arms.seed_scores``).
+    arms' per-run scores (a fine-tuning difference claim, ``tasks.report.claims.arms.seed_scores``),
+    ``baselines_above`` the baselines scoring above the best arm (``tasks.report.claims.statements``).
     """
 
     claim: Claim
@@ -48,3 +49,4 @@ class Row:
     power: Power | None = None
     steps: list[str] = field(default_factory=list)
     comparison: SeedComparison | None = None
+    baselines_above: list[dict] = field(default_factory=list)

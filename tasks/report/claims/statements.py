@@ -61,32 +61,44 @@ def _data(run: dict, sample: Sample, unit: str) -> str:
     return f"{seeds} seed{plural}, {size} train {unit}{' each' if seeds > 1 else ''}"
 
 
-def baselines_above(claim: Claim, treat: Sample, metrics: Metrics, arm, estimate) -> list[str]:
-    """One note per baseline run of the task (comparator or all-data reference, ``runs[<key>].baseline`` set)
-    whose mean test score is above the treatment's, for a claim whose treatment is the best arm (the shipped
-    one) on the task's headline metric: both means and the difference (treatment - baseline) with its interval,
-    from ``estimate(claim_on_that_baseline, treat, baseline_sample).difference`` (paired by test item as the
-    claim). ``arm(ref, claim, metrics)`` resolves a reference (``evaluation.arm``). Empty for other claims and
-    for a claim on a subset of the test items (``items``)."""
+def baselines_above(claim: Claim, treat: Sample, metrics: Metrics, arm, estimate) -> list[dict]:
+    """Every baseline run of the task (comparator or all-data reference, ``runs[<key>].baseline`` set) whose mean
+    test score is above the treatment's, for a claim whose treatment is the best arm (the shipped one) on all
+    test items: ``{run, described_as, input, mean, best_arm, best_arm_mean, difference, ci_low, ci_high}``, the
+    difference (best arm - baseline) and its interval from ``estimate(claim_on_that_baseline, treat,
+    baseline_sample).difference`` (paired by test item as the claim; None, with ``why``, when it cannot be
+    computed). ``arm(ref, claim, metrics)`` resolves a reference (``evaluation.arm``). Empty for other claims."""
     if not claim.treatment.endswith("/best-arm") or claim.kind != "difference" or claim.items != "all":
         return []
     task = claim.treatment.split("/")[1]
     runs = metrics.get(f"finetune/{task}").get("runs") or {}
-    shipped = (runs.get(treat.run_key) or {}).get(claim.metric) or {}
+    shipped = ((runs.get(treat.run_key) or {}).get(claim.metric) or {}).get("mean")
     out = []
     for key, run in sorted(runs.items()):
         mean = (run.get(claim.metric) or {}).get("mean")
-        if not run.get("baseline") or mean is None or shipped.get("mean") is None or mean <= shipped["mean"]:
+        if not run.get("baseline") or mean is None or shipped is None or mean <= shipped:
             continue
+        found = {"run": key, "described_as": run.get("described_as") or run["baseline"], "input": run.get("input", "")}
+        found |= {"mean": mean, "best_arm": treat.run_key, "best_arm_mean": shipped}
         other = claim.model_copy(update={"baseline": f"finetune/{task}/{key}"})
         try:
             diff = estimate(other, treat, arm(other.baseline, other, metrics)).difference
-            interval = f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]"
+            found |= {"difference": diff.mean, "ci_low": diff.low, "ci_high": diff.high}
         except (NotRun, *MALFORMED) as why:
-            interval = f"not computed ({why})"
-        out.append(
-            f"a baseline scores above the best arm (the shipped one) on this test set: `{key}` "
-            f"({run.get('described_as') or run['baseline']}; {run.get('input', '')}) {claim.metric} {mean:.4f} "
-            f"against `{treat.run_key}` {shipped['mean']:.4f}; best arm - baseline {interval}"
-        )
+            found |= {"difference": None, "ci_low": None, "ci_high": None, "why": str(why)}
+        out.append(found)
     return out
+
+
+def above_note(found: dict, metric: str) -> str:
+    """One ``baselines_above`` record as a note of the claim."""
+    interval = (
+        f"{found['difference']:+.3f} [{found['ci_low']:+.3f}, {found['ci_high']:+.3f}]"
+        if found["difference"] is not None
+        else f"not computed ({found['why']})"
+    )
+    return (
+        f"a baseline scores above the best arm (the shipped one) on this test set: `{found['run']}` "
+        f"({found['described_as']}; {found['input']}) {metric} {found['mean']:.4f} against `{found['best_arm']}` "
+        f"{found['best_arm_mean']:.4f}; best arm - baseline {interval}"
+    )
