@@ -188,7 +188,7 @@ def row_metrics(row: Row) -> dict:
         out.update(p_value=row.p_value, p_holm=row.p_adjusted)
     if row.comparison is not None:  # probability of improvement and ASO (claims.arms.seed_scores)
         out.update(row.comparison.metrics())
-    if row.baselines_above:  # the release gate and model card give their intervals (claims.statements)
+    if row.baselines_above:  # the release gate and model card give their intervals (claims.arms.statements)
         out["baselines_above"] = row.baselines_above
     if row.difference is not None:
         out.update(difference=row.difference.mean, n=row.difference.n)

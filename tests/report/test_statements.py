@@ -1,4 +1,4 @@
-"""Statements from values (tasks/report/claims/statements.py): a fine-tuning claim names the runs, comparator,
+"""Statements from values (tasks/report/claims/arms/statements.py): a fine-tuning claim names the runs, comparator,
 seeds and train size the verdict read, and the notes name every baseline above the best arm with the interval."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from tasks.report.claims.arms.statements import above_note, baselines_above, resolved
 from tasks.report.claims.grammar import Claim, Metrics, NotRun, Sample
-from tasks.report.claims.statements import above_note, baselines_above, resolved
 
 ARM, CRF, MEMO, REF = "pretrained/full/first", "baseline/crf/words", "baseline/memorise/words", "baseline/crf/all-data"
 

@@ -15,6 +15,5 @@ them, and one row per claim with its verdict (the statistics they use are ``task
 - ``confounders``: the measured confounders of a claim's arms;
 - ``row``: ``Row``, one evaluated claim as the tables and figures show it;
 - ``estimation``: a claim's arms and difference estimated from its samples, the verdict's tests and the MDE;
-- ``evaluation``: one ``Row`` per claim (arms resolved, estimated, gated, noted), Holm within each family;
-- ``statements``: a fine-tuning claim's statement with what was computed (arms, comparator, seeds, train size).
+- ``evaluation``: one ``Row`` per claim (arms resolved, estimated, gated, noted), Holm within each family.
 """

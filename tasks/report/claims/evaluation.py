@@ -14,6 +14,7 @@ from tasks.report.claims.arms.items import with_items
 from tasks.report.claims.arms.nested_seeds import notes as pretraining_seed_notes
 from tasks.report.claims.arms.nested_seeds import with_pretraining_seeds
 from tasks.report.claims.arms.resolve import resolve
+from tasks.report.claims.arms.statements import above_note, baselines_above, resolved
 from tasks.report.claims.arms.seed_scores import compare_runs
 from tasks.report.claims.confounders import measure_confounders
 from tasks.report.claims.curve_claims import claim_refs, gap_estimate
@@ -21,7 +22,6 @@ from tasks.report.claims.estimation import arm_estimate, estimate_claim
 from tasks.report.claims.gates import PRETRAINED, export_gates, floor_gate, lineage_gate, training_steps
 from tasks.report.claims.grammar import FAMILIES, MALFORMED, Claim, ClaimsFile, Metrics, NotRun, Sample
 from tasks.report.claims.row import Row
-from tasks.report.claims.statements import above_note, baselines_above, resolved
 from tasks.report.claims.tasks_run import task_headline
 from tasks.report.stats import bootstrap as bs
 from tasks.report.stats.estimates import DECISIVE, Estimate, StatsConfig, holm_verdicts

@@ -24,7 +24,7 @@ class Row:
     the difference subtracts (a calibration claim: baseline - treatment, as lower is better), ``items`` how
     many test items and seeds the numbers rest on, ``comparison`` the probability of improvement and ASO of the
     arms' per-run scores (a fine-tuning difference claim, ``tasks.report.claims.arms.seed_scores``),
-    ``baselines_above`` the baselines scoring above the best arm (``tasks.report.claims.statements``).
+    ``baselines_above`` the baselines scoring above the best arm (``tasks.report.claims.arms.statements``).
     """
 
     claim: Claim

@@ -6,6 +6,9 @@
 - ``items``: the finetune predictions read back as per-item counts, the test-item slices (clean, overlapping,
   semantically clean);
 - ``nested_seeds``: a finetune arm nested by pretraining seed (the Multi-Bootstrap's top level), and its notes;
-- ``calibration_arms``: a run's calibration units from its prediction files, and its ECE and Brier estimates;
-- ``seed_scores``: a fine-tuning claim's per-run scores, and its probability of improvement and ASO on them.
+- ``calibration_arms``: a run's calibration units from its prediction files, and its ECE, Brier and NLL estimates
+  (raw and temperature-scaled);
+- ``seed_scores``: a fine-tuning claim's per-run scores, and its probability of improvement and ASO on them;
+- ``statements``: the resolved arms in words, a fine-tuning claim's statement with what was computed (arms,
+  comparator, seeds, train size) and the baselines above the best arm.
 """
