@@ -46,6 +46,7 @@ TINY = {
     "finetune.variant_seed_counts": {"reference": 1},  # the MiniLM on fewer seeds than the tiny arms, as the default
     "finetune.recipes.cls.lr_grid": [1.0, 3.0],
     "finetune.recipes.ner.lr_grid": [1.0, 3.0],
+    "finetune.recipes.ner.baseline_crf_c1_grid": [0.1],  # one CRF fit per seed and size (the default tries 2)
     "finetune.recipes.cls.train_sizes": [16],  # the learning curve: 16 docs, then the 48 of the full-size runs
     "finetune.recipes.ner.train_sizes": [16],
     # tests/finetune/test_lr_widening.py widens; the suite has no time for it here

@@ -34,12 +34,6 @@ from tasks.report.stats.estimates import Estimate, StatsConfig
 CALIBRATION_METRICS = {
     f"test_{name}{scaled}": f"{name}{scaled}" for scaled in ("", "_scaled") for name in ("ece", "brier", "nll")
 }
-#: How a calibration metric reads in a sentence.
-METRIC_WORDS = {
-    "ece": "expected calibration error",
-    "brier": "Brier score",
-    "nll": "negative log-likelihood (nats)",
-}
 
 
 def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration:
