@@ -8,8 +8,9 @@ timing, the schedule's tail), and ``metrics/pretrain.json``'s train minutes per 
 - runs: per arm, its sweep runs (as measured, widening included; a ``variant_lr_grids`` entry: its size) + its
   seeds (``finetune.seeds_for``), again for each further pretraining seed on every arm and curve arm of our encoder
   (``reruns/from_pretraining_seeds``); ``finetune.workers`` runs at a time;
-- test items: each run predicts every test item once, at the seconds per item of ``PER_ITEM_SECONDS`` (measured:
-  one thread, fp32, AVX2 kernels, best of two passes; tiny 2x128 and MiniLM-L6 at 128 tokens);
+- test items: each seed run predicts every test item once (a sweep run none), at the seconds per item of
+  ``PER_ITEM_SECONDS`` (measured: one thread, fp32, AVX2 kernels, best of two passes; tiny 2x128 and MiniLM-L6 at
+  128 tokens);
 - baselines: ``BASELINE_SECONDS`` per comparator fit per seed (tfidf-lr's 6-configuration grid on 160 docs with one
   thread; memorise and crf on 400 sentences), one fit per seed and size;
 - pretraining: ``len(pretrain.seeds)`` x ``max_steps`` at the measured seconds per step.
@@ -85,8 +86,10 @@ def finetune_minutes(task: str, params, before: dict, items: int) -> tuple[float
         seconds, sweep, _ = before["arms"][key]
         grid = params.finetune.lr_grid_for(variant, recipe.lr_grid)
         sweep = sweep if grid == recipe.lr_grid else len(grid)  # a variant's own grid: its size (1: no widening)
-        per_run = seconds + (items - before["items"]) * PER_ITEM_SECONDS[task][size(variant)]
-        total += copies * per_run * (sweep + len(params.finetune.seeds_for(variant)))
+        per_item = PER_ITEM_SECONDS[task][size(variant)]
+        per_run = seconds + (items - before["items"]) * per_item  # a seed run: its one test pass on the new items
+        per_sweep_run = seconds - before["items"] * per_item  # a sweep run skips the test pass (Run.score_test)
+        total += copies * (per_run * len(params.finetune.seeds_for(variant)) + per_sweep_run * sweep)
     seeds_before = max(n for _, _, n in before["arms"].values())  # the measured baselines' seeds are in ``fixed``
     fits = len(recipe.baselines) * (1 + len(recipe.train_sizes)) * (len(params.finetune.seeds) - seeds_before)
     baselines = fits * statistics.mean(BASELINE_SECONDS[b] for b in recipe.baselines)

@@ -23,6 +23,7 @@ def run_sweep(monkeypatch, tmp_path, dev_of_scale, grid, widen, mode="full"):
     trained = []
 
     def fake_train(run, show_progress=True):
+        assert run.score_test == (run.seed != 7)  # a sweep run (seed 7) skips its test pass
         trained.append((run.seed, run.lr_scale))
         return {"seed": run.seed, "lr_scale": run.lr_scale, "dev_best_macro_f1": dev_of_scale(run.lr_scale)}
 

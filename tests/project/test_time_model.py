@@ -49,8 +49,9 @@ def test_finetune_minutes_count_runs_seeds_grids_pretraining_seeds_and_test_item
     )
     before = time_model.measured("cls", tmp_path)
     assert before["items"] == 100 and before["arms"]["pretrained/full/mean-pool"] == (5, 2, 2)
-    # 200 more test items: +0.32 s a tiny run, +4 s a MiniLM run. pretrained: (2 sweep + 4 seeds) x 5.32 s, twice
-    # (the further pretraining seed reruns it); reference: (1 sweep: its own grid + 2 seeds) x 104 s; over 2 workers,
-    # + the 90 s not a run + majority fitted for the 2 seeds more than measured (2 x 0.05 s)
-    expected = ((2 * 6 * 5.32 + 3 * 104) / 2 + 90 + 2 * 0.05) / 60
+    # 300 test items, 200 more: a seed run +0.32 s (tiny) / +4 s (MiniLM); a sweep run skips its test pass, -0.16 s /
+    # -2 s (100 items). pretrained: 4 seeds x 5.32 s + 2 sweep x 4.84 s, twice (the further pretraining seed reruns
+    # it); reference: 2 seeds x 104 s + 1 sweep (its own grid) x 98 s; over 2 workers, + the 90 s not a run +
+    # majority fitted for the 2 seeds more than measured (2 x 0.05 s)
+    expected = ((2 * (4 * 5.32 + 2 * 4.84) + 2 * 104 + 98) / 2 + 90 + 2 * 0.05) / 60
     assert time_model.finetune_minutes("cls", params, before, 300) == (5.0, pytest.approx(expected))

@@ -76,13 +76,13 @@ def sweep_and_train(
         if wider is not None:
             entry["grid"] = sorted([*entry["grid"], wider])
             entry["widened"] += 1
-            return [Run(run.job, sweep_seed, wider)]
+            return [Run(run.job, sweep_seed, wider, score_test=False)]
         folder, own = save_to.get(run.job.key), seeds[run.job.key]
         return [Run(run.job, seed, entry["scale"], folder and seed_folder(folder, seed, own)) for seed in own]
 
     with runner:
         runner.run_all(
-            [Run(job, sweep_seed, scale) for job in jobs for scale in state[job.key]["grid"]],
+            [Run(job, sweep_seed, scale, score_test=False) for job in jobs for scale in state[job.key]["grid"]],
             follow,
             total=sum(len(entry["grid"]) + len(seeds[key]) for key, entry in state.items()),
         )

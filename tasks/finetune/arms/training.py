@@ -38,7 +38,8 @@ class Run:
     """One training run: a job (``tasks.finetune.jobs.Job``), its seed and the multiplier of its learning rates;
     ``save_to``: a folder to save the trained model in (``model.save_model``), for the operational measurement;
     ``device``: where it trains (``cpu``, ``cuda:N``; ``meta`` in the placement tests); ``cpu_bf16``: training
-    steps on the CPU under bf16 autocast (``tasks.common.runtime.device.cpu_bf16``)."""
+    steps on the CPU under bf16 autocast (``tasks.common.runtime.device.cpu_bf16``); ``score_test``: false for a
+    learning-rate sweep run, whose dev score alone is read (``sweep.best_scale``), so it skips the test pass."""
 
     job: object
     seed: int
@@ -46,6 +47,7 @@ class Run:
     save_to: Path | None = None
     device: str = "cpu"
     cpu_bf16: bool = False
+    score_test: bool = True
 
 
 def is_probe(job) -> bool:
@@ -62,8 +64,9 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
     Returns ``seed``, ``lr_scale``, ``lr_encoder``, ``lr_head``, ``test`` (headline metrics), ``details``,
     ``history`` (per epoch: ``epoch, train_loss, dev_<metric>``), ``test_records`` (with ``probs_scaled``),
     ``temperature`` (``temperature.scale_records`` of the best epoch's dev records), ``train_docs`` (its seed's
-    draw: docs, or sentences for ner) and the facts of ``train``.
-    The run trains on its seed's draw of the train docs (``Job.for_seed``: each seed draws its own subset).
+    draw: docs, or sentences for ner) and the facts of ``train``. A sweep run (``score_test`` false) returns
+    ``seed``, the facts of ``train``, ``train_seconds`` and ``train_docs`` only. The run trains on its seed's draw of
+    the train docs (``Job.for_seed``: each seed draws its own subset).
     """
     run = replace(run, job=run.job.for_seed(run.seed))
     job, spec = run.job, run.job.spec
@@ -74,6 +77,10 @@ def train_and_test(run: Run, show_progress: bool = True) -> dict:
         return frozen.probe_and_test(model, run)
     started = time.perf_counter()
     fit = train(model, run, show_progress)
+    if not run.score_test:  # a sweep run: its training facts and dev scores, no test pass (nor temperature)
+        fit.pop("dev_records")
+        seconds = round(time.perf_counter() - started, 1)
+        return {"seed": run.seed, **fit, "train_seconds": seconds, "train_docs": train_docs(job)}
     test_recs, scores = evaluate(model, job, "test", torch.device(run.device))
     scaling = temperature.scale_records(fit.pop("dev_records"), test_recs, job.labels)
     result = {
