@@ -97,7 +97,7 @@ class Trainer:
             self.state["heldout_loss_initial"] = self.evaluate()["loss"]
             self._snapshot_if_due(0)
         self._loop()
-        final = self.evaluate()
+        final = self.evaluate(per_block=True)
         self._record(self.state["step"], float("nan"), self._step_lr(), final["loss"])
         self._checkpoint()
         metrics = {
@@ -110,6 +110,7 @@ class Trainer:
             "heldout_gap_to_unigram_nats": final["unigram_ce"] - final["loss"],
             "heldout_masked_tokens": final["masked_tokens"],
             "heldout_by_source": final["by_source"],
+            "heldout_per_block": final["per_block"],  # {masked, correct, unigram_correct} per block: the report's units
             "steps": self.state["step"],
             "resumed_from_step": resumed_from,
             **self.throughput.summary(),
@@ -330,10 +331,10 @@ class Trainer:
     def _maybe_no_sync(self, sync: bool):
         return nullcontext() if sync else self.net.no_sync()
 
-    def evaluate(self) -> dict[str, Any]:
-        """The held-out loss and accuracy now, with the unigram baseline, overall and per source
-        (``heldout.HeldoutEval.evaluate``)."""
-        return self.heldout_eval.evaluate()
+    def evaluate(self, per_block: bool = False) -> dict[str, Any]:
+        """The held-out loss and accuracy now, with the unigram baseline, overall and per source, and with
+        ``per_block`` each block's counts (``heldout.HeldoutEval.evaluate``)."""
+        return self.heldout_eval.evaluate(per_block)
 
     def _mean_over_ranks(self, value: float) -> float:
         """``value`` averaged over the ranks (a collective, at the same step on every rank): DDP averages the

@@ -97,9 +97,9 @@ def test_compiled_pretraining_compiles_once_per_mode_and_fill_mask_runs_uncompil
     evaluations, at = [], {}
     evaluate, fit, fill_mask = Trainer.evaluate, Trainer.fit, stage.fill_mask
 
-    def counted_evaluate(self):
+    def counted_evaluate(self, *args, **kwargs):
         evaluations.append(self.state["step"])
-        return evaluate(self)
+        return evaluate(self, *args, **kwargs)
 
     def counted_fit(self):
         out = fit(self)

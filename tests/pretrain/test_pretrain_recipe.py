@@ -94,6 +94,11 @@ def test_metrics_report_the_unigram_gap_and_every_source(corpus, tmp_path):
     assert sum(s["blocks"] for s in by_source.values()) == metrics["heldout_blocks"] == 8
     n = sum(s["masked_tokens"] for s in by_source.values())
     assert n == metrics["heldout_masked_tokens"] > 0
+    # one count per held-out block, summing to the totals (the report resamples these blocks)
+    blocks = metrics["heldout_per_block"]
+    assert len(blocks["masked"]) == len(blocks["correct"]) == len(blocks["unigram_correct"]) == 8
+    assert sum(blocks["masked"]) == n and sum(blocks["correct"]) == round(metrics["heldout_mlm_accuracy"] * n)
+    assert sum(blocks["unigram_correct"]) == round(metrics["heldout_unigram_accuracy"] * n)
     pooled = sum(s["loss"] * s["masked_tokens"] for s in by_source.values()) / n
     assert pooled == pytest.approx(metrics["heldout_loss"])
     assert metrics["heldout_gap_to_unigram_nats"] == pytest.approx(

@@ -112,3 +112,39 @@ def test_a_claim_resamples_the_split_groups_of_its_test_items(tmp_path):
     parts = row.power.parts
     assert parts.n_items == 11 and parts.terms[-1][1] == 10.0  # 9 pairs, g9 = d18 alone, d19 its own: 11 clusters
     assert "11 clusters of test items" in row.difference.method
+
+
+def test_the_ratio_estimator_over_blocks_by_hand():
+    # blocks of 10, 20, 30 masks; hits 5, 12, 21 vs 3, 8, 9: d = 2, 4, 12, D = 18 / 60 = 0.3; residuals d - 0.3 m =
+    # -1, -2, 3 (sum of squares 14); var = 3 / 2 x 14 / 60^2; t(2 df)
+    estimate, low, high, se = vc.ratio_difference(
+        [np.array([5, 12, 21]), np.array([3, 8, 9])], np.array([10, 20, 30]), 0.95
+    )
+    assert estimate == pytest.approx(0.3) and se == pytest.approx(math.sqrt(1.5 * 14) / 60)
+    half = stats.t.ppf(0.975, 2) * se
+    assert (low, high) == pytest.approx((0.3 - half, 0.3 + half))
+    with pytest.raises(ValueError):
+        vc.ratio_difference([np.array([1])], np.array([3]), 0.95)
+
+
+def test_the_heldout_mlm_claim_resamples_blocks_not_tokens(tmp_path):
+    import json
+
+    from report_fixtures import DEFAULT_CLAIMS, STATS
+    from tasks.report.claims.arms.resolve import resolve
+    from tasks.report.claims.estimation import estimate_claim
+    from tasks.report.claims.grammar import Metrics
+
+    blocks = {"masked": [10, 20, 30, 40], "correct": [6, 13, 21, 30], "unigram_correct": [1, 3, 3, 6]}
+    pretrain = {"heldout_mlm_accuracy": 70 / 100, "heldout_unigram_accuracy": 13 / 100, "heldout_masked_tokens": 100}
+    (tmp_path / "pretrain.json").write_text(json.dumps(pretrain | {"heldout_per_block": blocks}))
+    metrics = Metrics(tmp_path)
+    claim = next(c for c in DEFAULT_CLAIMS.claims if c.id == "pretrained-mlm-predicts-heldout-masks")
+    row = estimate_claim(
+        claim, *(resolve(ref, claim.metric, metrics) for ref in (claim.treatment, claim.baseline)), STATS
+    )
+    d, m = np.array([5, 10, 18, 24]), np.array(blocks["masked"])
+    se = math.sqrt(4 / 3 * np.sum((d - 0.57 * m) ** 2)) / 100  # D = 57 / 100
+    assert row.difference.mean == pytest.approx(0.57) and row.power.se == pytest.approx(se)
+    assert row.difference.low == pytest.approx(0.57 - stats.t.ppf(0.975, 3) * se)
+    assert "4 held-out blocks" in row.difference.method and row.treatment.mean == pytest.approx(0.7)

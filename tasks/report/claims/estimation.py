@@ -12,6 +12,7 @@ import numpy as np
 from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, beside_notes, calibration_estimates
 from tasks.report.claims.arms.items import Items, metric_function
 from tasks.report.claims.arms.nested_seeds import describe, fine_seeds, pretraining_seeds
+from tasks.report.claims.arms.resolve import BlockHits
 from tasks.report.claims.grammar import Claim, NotRun, Sample
 from tasks.report.claims.row import Row
 from tasks.report.stats import bootstrap as bs
@@ -89,6 +90,8 @@ def estimate_claim(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
         return _calibration_estimate(claim, treat, base, cfg)
     if isinstance(treat.items, SenseCosines) and isinstance(base.items, SenseCosines):  # words, then sentences
         return Row(claim, **sense_estimate(claim, treat.items, base.items, cfg))
+    if isinstance(treat.items, BlockHits) and isinstance(base.items, BlockHits):
+        return _blocks_estimate(claim, treat.items, base.items, cfg)
     if treat.items is not None and base.items is not None:
         return _item_estimate(claim, treat, base, cfg)
     if treat.proportion and base.proportion and len(treat.units) == len(base.units) == 1:
@@ -184,6 +187,41 @@ def _calibration_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsC
         items=f"{t_est.n} test items x {seeds}",
         difference_label="baseline - treatment (lower is better)",
         notes=beside_notes(claim.metric, {"treatment": treat.items, "baseline": base.items}, cfg.calibration_bins),
+    )
+
+
+def _blocks_estimate(claim: Claim, treat: BlockHits, base: BlockHits, cfg: StatsConfig) -> Row:
+    """Two models' accuracy on the same held-out masks, resampled by block, not by token (the tokens of one block
+    share its text): each arm's accuracy and their difference by the ratio estimator over blocks, with t intervals
+    on ``blocks - 1`` df (``components.ratio_difference``)."""
+    if treat.masked != base.masked:
+        raise NotRun("the two held-out arms scored different masks (their per-block masked counts differ)")
+    masked, n = np.asarray(treat.masked), len(treat.masked)
+    method = f"ratio estimator over {n} held-out blocks (t, {n - 1} df)"
+    (t_mean, t_low, t_high, _), (b_mean, b_low, b_high, _) = (
+        vc.ratio_difference([np.asarray(x.hits)], masked, cfg.level) for x in (treat, base)
+    )
+    point, low, high, se = vc.ratio_difference([np.asarray(treat.hits), np.asarray(base.hits)], masked, cfg.level)
+    diff = Estimate(point, max(low, -1.0), min(high, 1.0), n, method)
+    parts = vc.Components(0.0, 0.0, se**2, ((se**2, n - 1.0),), 1, n)
+    tests = Tests(
+        lambda m: vc.t_p_value(point, parts, m, "greater"),
+        lambda m: vc.t_p_value(point, parts, m, "less"),
+        lambda m: max(vc.t_p_value(point, parts, -abs(m), "greater"), vc.t_p_value(point, parts, abs(m), "less")),
+    )
+    verdict, reason, p = difference_verdict(diff, claim.min_effect, tests, cfg.alpha)
+    power = power_of(se, n, "held-out blocks", claim.min_effect, cfg.first_step_alpha, cfg.power, n - 1.0, point)
+    return Row(
+        claim,
+        verdict,
+        reason,
+        Estimate(t_mean, max(t_low, 0.0), min(t_high, 1.0), n, method),
+        Estimate(b_mean, max(b_low, 0.0), min(b_high, 1.0), n, method),
+        diff,
+        pairing=f"paired by masked token, resampled by held-out block ({int(masked.sum())} masks); {method}",
+        p_value=p,
+        items=f"{int(masked.sum())} masked tokens in {n} held-out blocks",
+        power=power,
     )
 
 

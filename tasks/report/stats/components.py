@@ -195,3 +195,20 @@ def t_p_value(estimate: float, parts: Components, null: float, alternative: str)
         return 0.0 if (gap > 0 if alternative == "greater" else gap < 0) else 1.0
     t = gap / parts.se
     return float(stats.t.sf(t, parts.df) if alternative == "greater" else stats.t.cdf(t, parts.df))
+
+
+def ratio_difference(hits: Sequence[np.ndarray], masked: np.ndarray, level: float) -> tuple[float, float, float, float]:
+    """``(estimate, low, high, se)`` of ``sum(hits[0] - hits[1]) / sum(masked)`` (or ``sum(hits[0]) / sum(masked)``
+    with one array) over clusters (e.g. held-out blocks: ``masked`` tokens each, ``hits`` of one or two models on
+    the same masks). The ratio estimator's linearised variance (Cochran 1977, "Sampling Techniques", eq. 6.9):
+    ``n / (n - 1) * sum(e_b^2) / sum(masked)^2`` with ``e_b = d_b - estimate * masked_b``, and a t interval on
+    ``n - 1`` df. Raises ValueError with fewer than 2 clusters or no masked token."""
+    m = np.asarray(masked, dtype=float)
+    d = np.asarray(hits[0], dtype=float) - (np.asarray(hits[1], dtype=float) if len(hits) > 1 else 0.0)
+    if m.size < 2 or m.sum() <= 0:
+        raise ValueError(f"a ratio over clusters needs >= 2 clusters and masked tokens, got {m.size}, {m.sum()}")
+    estimate = float(d.sum() / m.sum())
+    residuals = d - estimate * m
+    se = math.sqrt(m.size / (m.size - 1) * float(np.sum(residuals**2))) / float(m.sum())
+    half = float(stats.t.ppf((1 + level) / 2, m.size - 1)) * se
+    return estimate, estimate - half, estimate + half, se

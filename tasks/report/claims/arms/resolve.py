@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tasks.report.claims.arms.ablations import MARK, ablation_notes
 from tasks.report.claims.arms.probe_arms import probe_sample
 from tasks.report.claims.grammar import SELECTED, Metrics, NotRun, Sample, dig, selected_run
@@ -67,9 +69,19 @@ def _finetune_sample(task: str, run_key: str, metric: str, metrics: Metrics) -> 
 HELDOUT = {"mlm": "heldout_mlm_accuracy", "unigram": "heldout_unigram_accuracy"}
 
 
+@dataclass(frozen=True)
+class BlockHits:
+    """One model's hits on the held-out masks, per held-out block (``metrics/pretrain.json`` ``heldout_per_block``):
+    the blocks are the resampling units of a held-out claim, not the tokens."""
+
+    masked: tuple[int, ...]
+    hits: tuple[int, ...]
+
+
 def _heldout_sample(model: str, metrics: Metrics) -> Sample:
     """Masked-token accuracy on the held-out masks of the pretrained MLM or of the unigram baseline (the same
-    masks), as a rate over the masked tokens."""
+    masks), as a rate over the masked tokens, with its hits per held-out block as ``items`` (``BlockHits``) when
+    the pretrain stage recorded them."""
     where = "metrics/pretrain.json"
     if model not in HELDOUT:
         raise NotRun(f"malformed reference pretrain/heldout/{model} (have: {sorted(HELDOUT)})")
@@ -80,7 +92,14 @@ def _heldout_sample(model: str, metrics: Metrics) -> Sample:
         raise NotRun(f"{where}: 0 held-out masked tokens")
     hits = round(accuracy * tokens)
     note = f"{model}: {hits} of {tokens} held-out masked tokens predicted ({pretrain.get('heldout_blocks')} blocks)"
-    return Sample((hits / tokens,), ("heldout",), "masked tokens", where, notes=(note,), proportion=(hits, tokens))
+    blocks = pretrain.get("heldout_per_block")
+    items = None
+    if blocks:
+        column = {"mlm": "correct", "unigram": "unigram_correct"}[model]
+        items = BlockHits(tuple(int(v) for v in blocks["masked"]), tuple(int(v) for v in blocks[column]))
+    return Sample(
+        (hits / tokens,), ("heldout",), "masked tokens", where, notes=(note,), proportion=(hits, tokens), items=items
+    )
 
 
 def _pairs_sample(variant: str, phenomenon: str, metrics: Metrics) -> Sample:
