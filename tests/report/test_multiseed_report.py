@@ -55,3 +55,38 @@ def test_a_claim_without_our_encoder_has_no_pretraining_note(tmp_path):
         claim("random/full/mean-pool", "baseline/tfidf-lr/full-text"), write_workspace(tmp_path), Lock({}), STATS
     )
     assert not any("pretraining" in n for n in row.notes)
+
+
+def test_the_few_labels_gap_claim_resamples_pretraining_seeds_of_its_curve_run_too(tmp_path):
+    # finetune reruns the curve arm on our encoder from each further pretraining seed and lists it under the curve
+    # run's key (tasks/finetune/reruns/from_pretraining_seeds.py), so both gaps of the claim carry that variance
+    metrics = write_workspace(tmp_path)
+    path = tmp_path / "metrics" / "finetune" / "cls.json"
+    data = json.loads(path.read_text())
+    curve, curve21 = "pretrained@n4/full/mean-pool", "pretrained@pretrain_seed21@n4/full/mean-pool"
+    runs = {
+        curve: {1: preds(3, 0), 2: preds(4, 3), 3: preds(3, 7)},
+        "random@n4/full/mean-pool": {1: preds(9, 0), 2: preds(9, 5), 3: preds(8, 11)},
+        FURTHER: SEED21,
+        curve21: {1: preds(5, 1), 2: preds(4, 4), 3: preds(6, 8)},
+    }
+    for key, seeds in runs.items():
+        folder = tmp_path / "data" / "finetune" / "cls" / key
+        folder.mkdir(parents=True)
+        for seed, pred in seeds.items():
+            lines = [
+                json.dumps({"doc_id": f"d{i:02d}", "gold": g, "pred": p}) for i, (g, p) in enumerate(zip(GOLD, pred))
+            ]
+            (folder / f"seed{seed}.test.jsonl").write_text("\n".join(lines) + "\n")
+        values = [float(f1_score(GOLD, p, labels=LABELS, average="macro")) for p in seeds.values()]
+        data["runs"][key] = {"test_macro_f1": {"per_seed": values, "seeds": list(seeds)}, "diverged_seeds": []}
+    data["pretraining_seeds"] = {"runs": {OURS: {"21": FURTHER}, curve: {"21": curve21}}}
+    path.write_text(json.dumps(data))
+    gap = claim(f"{curve} - random@n4/full/mean-pool", f"{OURS} - random/full/mean-pool")
+    row = evaluate(gap, metrics, Lock({}), STATS)
+    mean = {k: np.mean([f1_score(GOLD, p, average="macro") for p in v.values()]) for k, v in runs.items()}
+    ours = np.mean([f1_score(GOLD, p, average="macro") for p in [*ARMS[OURS].values(), *SEED21.values()]])
+    random = np.mean([f1_score(GOLD, p, average="macro") for p in ARMS["random/full/mean-pool"].values()])
+    assert row.treatment.mean == pytest.approx((mean[curve] + mean[curve21]) / 2 - mean["random@n4/full/mean-pool"])
+    assert row.baseline.mean == pytest.approx(ours - random)  # the mean of both pretraining seeds' runs
+    assert any(n.startswith("pretraining seeds resampled at the top of the bootstrap (2") for n in row.notes)
