@@ -84,6 +84,7 @@ def cached_arm(metrics: Metrics, loaded: dict | None):
             memo[key] = arm(ref, claim, metrics)
         return memo[key]
 
+    load.memo = memo  # type: ignore[attr-defined]  # the floor gate memoises its comparisons here too
     return load
 
 

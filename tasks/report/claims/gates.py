@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tasks.common.nested import flatten
 from tasks.common.provenance import Lock
@@ -123,6 +123,16 @@ def floor_gate(
     return failed, notes
 
 
+def floor_of_arm(claim: Claim, sample: Sample, floor: str, cfg, load: Callable) -> Floor:
+    """``arm_floor``, computed once per arm, floor, metric and item slice (memoised in ``load.memo``, the dict of
+    ``evaluation.cached_arm``): many claims read the same arms."""
+    memo = getattr(load, "memo", {})
+    key = ("floor", sample.run_key, floor, claim.metric, claim.items)
+    if key not in memo:
+        memo[key] = arm_floor(claim, sample, floor, cfg, load)
+    return memo[key]
+
+
 def arm_floor(claim: Claim, sample: Sample, floor: str, cfg, load: Callable) -> Floor:
     """``Floor`` of one arm: ``arm - floor`` on the claim's test items (the headline metric); raises ``NotRun``
     without test predictions."""
@@ -133,9 +143,7 @@ def arm_floor(claim: Claim, sample: Sample, floor: str, cfg, load: Callable) -> 
         raise NotRun(f"{sample.run_key} and its floor {floor} scored different test items")
     point = bs.point_estimate(mine.items.headline, metric_function(claim.metric))
     point -= bs.point_estimate(base.items.headline, metric_function(claim.metric))
-    diff, _, _ = contrast(
-        claim, [mine.items, base.items], (1.0, -1.0), point, replace(cfg, resamples=cfg.slice_resamples)
-    )
+    diff, _, _ = contrast(claim, [mine.items, base.items], (1.0, -1.0), point, cfg)
     return Floor(sample.run_key, floor, diff, cfg.floor_margin)
 
 
