@@ -115,7 +115,8 @@ def floor_gate(
             arm_floor(headline, s, floor_key(finetune, s.run_key, cfg.floor_baseline), cfg, load) for s in samples
         ]
     except KeyError as err:
-        return [], [f"floor gate not checked: metrics/finetune/{claim.task}.json selection has no {err.args[0]!r}"]
+        where = f"metrics/finetune/{claim.task}.json"
+        return [], [f"floor gate not checked: {where} has no {err.args[0]!r} (to name each arm's floor baseline)"]
     except (NotRun, *MALFORMED) as err:
         return [], [f"floor gate not checked: {type(err).__name__}: {err}"]
     failed = [f.text() for f in floors if f.at_floor and f.arm in gated]

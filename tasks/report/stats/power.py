@@ -66,7 +66,6 @@ class Power:
     bound: float | None = None
     difference: float = math.nan
     parts: Components | None = None
-    m: int = 1
 
     @property
     def reach(self) -> float:
@@ -201,8 +200,8 @@ def describe(p: Power | None) -> str:
     q = f"t({p.df:.3g})" if p.df is not None and math.isfinite(p.df) else "normal"
     text = (
         f"{p.mde:.4f} = min_effect {p.min_effect:g} + {p.reach:.4f} at {p.power:.0%} power, two-sided alpha "
-        f"{p.alpha:.3g} (Holm's first step, alpha / {p.m}; {q} quantiles; SE {p.se:.4f} over {p.n} {p.unit}; Bloom "
-        "1995)"
+        f"{p.alpha:.3g} (Holm's first step: alpha / m, m the family's declared size; {q} quantiles; SE {p.se:.4f} "
+        f"over {p.n} {p.unit}; Bloom 1995)"
     )
     if p.gap == 0:
         return text
