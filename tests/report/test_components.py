@@ -148,3 +148,16 @@ def test_the_heldout_mlm_claim_resamples_blocks_not_tokens(tmp_path):
     assert row.difference.mean == pytest.approx(0.57) and row.power.se == pytest.approx(se)
     assert row.difference.low == pytest.approx(0.57 - stats.t.ppf(0.975, 3) * se)
     assert "4 held-out blocks" in row.difference.method and row.treatment.mean == pytest.approx(0.7)
+
+
+def test_the_hierarchical_bootstrap_draws_clusters_whole():
+    rng = np.random.default_rng(5)
+    gold = rng.integers(0, 2, 200)
+    arm = _arm(rng, gold, np.array([0.7, 0.7])).repeat(2, axis=1)  # every item twice: 200 clusters of 2
+    alone = bs.hierarchical_bootstrap([arm], bs.accuracy_from_counts, 3000, 0, True)[:, 0]
+    together = bs.hierarchical_bootstrap([arm], bs.accuracy_from_counts, 3000, 0, True, clusters=np.arange(400) // 2)
+    # as if 400 independent items vs the 200 there are: the variance doubles
+    assert np.var(together[:, 0]) / np.var(alone) == pytest.approx(2.0, rel=0.15)
+    # without clusters the stream is the one it always was: each item its own cluster gives the same replicates
+    same = bs.hierarchical_bootstrap([arm], bs.accuracy_from_counts, 300, 0, True, clusters=np.arange(400))
+    assert np.array_equal(same, bs.hierarchical_bootstrap([arm], bs.accuracy_from_counts, 300, 0, True))

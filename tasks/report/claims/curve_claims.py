@@ -66,8 +66,14 @@ def gap_estimate(claim: Claim, arms: list[Sample], cfg: StatsConfig) -> dict:
         raise NotRun(f"the gap claim's runs scored different test items ({', '.join(a.run_key for a in arms)})")
     function, shared = metric_function(claim.metric), all(fine_seeds(item) == fine_seeds(items[0]) for item in items)
     reps = bs.hierarchical_bootstrap(
-        [item.headline for item in items], function, cfg.resamples, cfg.seed, shared, [item.pretrain for item in items]
-    )  # pretraining seeds first, where several
+        [item.headline for item in items],
+        function,
+        cfg.resamples,
+        cfg.seed,
+        shared,
+        [item.pretrain for item in items],
+        items[0].clusters,
+    )  # pretraining seeds first, where several; clusters of items drawn whole
     points = [bs.point_estimate(item.headline, function) for item in items]
     first, second = reps[:, 0] - reps[:, 1], reps[:, 2] - reps[:, 3]
     n, method = len(items[0].doc_ids), f"hierarchical bootstrap ({cfg.resamples} resamples)"

@@ -49,16 +49,23 @@ def arm_estimate(sample: Sample, metric: str, cfg: StatsConfig) -> Estimate:
         return _arm_estimate(sample, cfg.level)
     if metric in CALIBRATION_METRICS:
         return calibration_estimates([sample.items], CALIBRATION_METRICS[metric], cfg, cfg.resamples)[0][0]
-    return counts_estimate(sample.items.headline, metric_function(metric), cfg, cfg.resamples, sample.items.pretrain)
+    items = sample.items
+    return counts_estimate(items.headline, metric_function(metric), cfg, cfg.resamples, items.pretrain, items.clusters)
 
 
 def counts_estimate(
-    counts: np.ndarray, function, cfg: StatsConfig, resamples: int, pretrain: tuple[str, ...] | None = None
+    counts: np.ndarray,
+    function,
+    cfg: StatsConfig,
+    resamples: int,
+    pretrain: tuple[str, ...] | None = None,
+    clusters: np.ndarray | None = None,
 ) -> Estimate:
     """Point estimate (mean over runs) and percentile CI, clipped to [0, 1], of ``function`` on one arm's
     ``counts`` (n_runs, n_items, K) from ``resamples`` draws of the hierarchical bootstrap (``pretrain``: the
-    pretraining seed of each run, drawn first; None: one pretraining seed)."""
-    reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, True, [pretrain])[:, 0]
+    pretraining seed of each run, drawn first; None: one pretraining seed; ``clusters``: the items' clusters,
+    drawn whole)."""
+    reps = bs.hierarchical_bootstrap([counts], function, resamples, cfg.seed, True, [pretrain], clusters)[:, 0]
     low, high = bs.percentile_ci(reps, cfg.level, UNIT_RANGE)
     runs = (
         f"{len(set(pretrain))} pretraining x {counts.shape[0] // len(set(pretrain))}" if pretrain else counts.shape[0]
@@ -306,6 +313,7 @@ def _item_estimate(claim: Claim, treat: Sample, base: Sample, cfg: StatsConfig) 
         cfg.seed,
         shared,
         [t_items.pretrain, b_items.pretrain],
+        t_items.clusters,
     )
     n = len(t_items.doc_ids)
     method = f"hierarchical bootstrap ({cfg.resamples} resamples)"

@@ -213,6 +213,7 @@ def hierarchical_bootstrap(
     seed: int,
     shared_seeds: bool,
     pretrain: Sequence[Sequence[str] | None] | None = None,
+    clusters: np.ndarray | None = None,
 ) -> np.ndarray:
     """Paired two-stage bootstrap replicates of ``metric``, shape ``(resamples, len(arms))``; three-stage with
     ``pretrain``.
@@ -233,6 +234,9 @@ def hierarchical_bootstrap(
     each (``run_draws``); an arm's value is the mean over its drawn runs. ``shared_seeds`` then compares the
     fine-tuning seeds per pretraining seed.
 
+    ``clusters`` (``(n_items,)`` labels, e.g. a same-story group or a dedup cluster) draws clusters instead of items
+    (Davison & Hinkley 1997, sec. 3.8): each item weighs its cluster's draw count, the same for every arm.
+
     Raises ValueError when ``resamples < 1``, the arms differ in ``n_items`` or ``K``, an arm has 0 items or
     0 seeds or negative counts, ``shared_seeds`` is set with unequal seed counts, or ``metric`` returns a
     wrong shape.
@@ -244,6 +248,8 @@ def hierarchical_bootstrap(
     arms = _check_arms(arms, shared_seeds, fine)
     n_items, k = arms[0].shape[1:]
     rng = np.random.default_rng(seed)
+    labels = np.arange(n_items) if clusters is None else np.unique(clusters, return_inverse=True)[1]
+    units = int(labels.max()) + 1
     # Seed draws first, item weights after, chunk by chunk: the stream, hence the result, is chunk-independent.
     seed_idx = run_draws([a.shape[0] for a in arms], pretrain, resamples, rng, shared_seeds)
     # items-major (n_items, n_seeds * K) so one BLAS matmul sums the weighted counts of every seed at once
@@ -253,7 +259,7 @@ def hierarchical_bootstrap(
     out = np.empty((resamples, len(arms)))
     for start in range(0, resamples, chunk):
         stop = min(start + chunk, resamples)
-        weights = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=stop - start).astype(float)
+        weights = rng.multinomial(units, np.full(units, 1.0 / units), size=stop - start).astype(float)[:, labels]
         for j, (a, f) in enumerate(zip(arms, flat)):
             values = np.asarray(metric((weights @ f).reshape(stop - start, a.shape[0], k)))
             if values.shape != (stop - start, a.shape[0]):
