@@ -8,9 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from tasks.finetune import ner as finetune_ner
+from tasks.finetune import select_best
 from tasks.finetune.baselines import crf, fitting
 
 LABELS = ["B-LOC", "B-PER", "I-PER", "O"]
+ARM, MEMO, CRF = "pretrained/full/first", "baseline/memorise/words", "baseline/crf/words"
 # people are title-case words after "met"; places after "in"
 TRAIN = [
     (["I", "met", "John", "Smith", "in", "Paris"], ["O", "O", "B-PER", "I-PER", "O", "B-LOC"]),
@@ -82,3 +84,14 @@ def test_crf_is_deterministic_and_a_baseline_of_ner_with_a_comparator_and_a_refe
 def test_crf_without_train_sentences_is_an_error():
     with pytest.raises(ValueError, match="baseline crf: no train sentence"):
         fitting.fit_predict("crf", {**ROWS, "train": []}, LABELS, _tcfg())
+
+
+def test_the_crf_is_the_best_baseline_and_the_floor_when_it_wins_on_dev():
+    def run(dev: float) -> dict:
+        return {"details": {"per_seed": {"13": {"dev_best_entity_f1": dev}}}, "setting": {}}
+
+    runs = {ARM: run(0.4), MEMO: run(0.2), CRF: run(0.3)}
+    chosen = select_best(runs, {ARM: "clozeline"}, {MEMO: None, CRF: None}, "ner")
+    assert chosen["best_baseline"] == CRF and chosen["comparator_of"] == {ARM: CRF}
+    runs[MEMO] = run(0.35)  # memorise better on dev: it is the comparator again
+    assert select_best(runs, {ARM: "clozeline"}, {MEMO: None, CRF: None}, "ner")["best_baseline"] == MEMO
