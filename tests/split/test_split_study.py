@@ -164,3 +164,14 @@ def test_same_params_give_byte_identical_outputs(tmp_path):
         folder = tmp_path / run / "data" / "split"
         outputs.append({p.name: p.read_bytes() for p in sorted(folder.iterdir())})
     assert outputs[0] == outputs[1] and "t.parquet" in outputs[0]
+
+
+def test_the_pool_of_a_source_two_tasks_read_is_sized_by_the_larger_cap_and_null_keeps_fractions():
+    spec = {"kind": "classification", "source": "s", "metric": "macro_f1", "recipe": "r"}
+    cfg = params(task_sizing="study", tasks={"a": spec, "b": spec}, max_train_docs={"a": 100, "b": 160})
+    assert cfg.train_pools() == {"s": 240}  # ceil(1.5 x max(100, 160))
+    assert (
+        params(task_sizing="study", tasks={"a": spec, "b": spec}, max_train_docs={"a": 100, "b": None}).train_pools()
+        == {}
+    )
+    assert params(task_sizing="fractions", tasks={"a": spec}, max_train_docs={"a": 100}).train_pools() == {}
