@@ -62,11 +62,13 @@ def test_what_would_decide_it_is_a_design_over_seeds_and_items():
     assert note.startswith("no number of test items at 5 seeds")
     # a pretraining part beyond the gap: only more pretraining seeds
     worse = Power(
-        1.0, 0.1, 0.05, 0.8, 200, "test items", 0.02, None, None, 0.06, Components(0.01, 0.0, 0.0, (), 5, 200)
+        1.0, 0.1, 0.05, 0.8, 200, "test items", 0.02, None, None, 0.06, Components(0.01, 0.0, 0.0, (), 5, 200, 3)
     )
+    # 3 pretraining seeds: more than 3 x 2.8016^2 x 0.01 / 0.04^2 = 147.2 of them
     assert worse.design() == (
         [],
-        "no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds it",
+        "no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds it (more than 148 "
+        "pretraining seeds, from 3)",
     )
 
 

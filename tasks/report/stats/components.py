@@ -49,6 +49,7 @@ class Components:
     terms: tuple[tuple[float, float], ...]
     n_seeds: int  # fine-tuning seeds per pretraining seed of the contrast (the fewest over its arms)
     n_items: int  # test items (or clusters) the item part resamples
+    n_pretraining: int = 1  # pretraining seeds of the contrast (the most over its arms)
 
     @property
     def total(self) -> float:
@@ -174,6 +175,7 @@ def components(
         terms + ((item, units - 1.0),) if units > 1 else terms,
         min(n_f for _, n_f in layouts),
         units,
+        max(n_p for n_p, _ in layouts),
     )
 
 

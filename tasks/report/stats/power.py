@@ -22,8 +22,8 @@ with ``s`` fine-tuning seeds and ``n`` test items is ``sqrt(V_p + V_s s0 / s + V
 the present ones; pretraining seeds held), and ``design`` lists the smallest ``(s, n)`` of the grid
 ``SEED_GRID x ITEM_FACTORS`` that bring the reach to the gap (quantiles at the present df, so it errs high).
 When the seed part at the present seeds alone exceeds the gap no number of items decides it; when the
-pretraining part alone does, only more pretraining seeds can. Without components, ``n_needed = n * (reach /
-gap)^2`` units of the kind the SE was resampled over.
+pretraining part alone does, only more pretraining seeds can: more than ``n_p q^2 V_p / gap^2`` of them.
+Without components, ``n_needed = n * (reach / gap)^2`` units of the kind the SE was resampled over.
 
 An ``upper_bound`` claim ("the value is at most ``bound``") is supported when its CI's upper end lies at or
 below the bound. Its MDE is the distance below the bound at which the true value makes that happen with
@@ -101,7 +101,11 @@ class Power:
             return [], ""
         mult = multiplier(self.alpha, self.power, self.df)
         if mult * math.sqrt(p.pretraining_seed) >= gap:
-            return [], "no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds it"
+            more = math.ceil(p.n_pretraining * mult**2 * p.pretraining_seed / gap**2)
+            return [], (
+                "no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds it (more than "
+                f"{more} pretraining seeds, from {p.n_pretraining})"
+            )
         out = []
         for s in sorted({p.n_seeds, *(g for g in SEED_GRID if g > p.n_seeds)}):
             for f in ITEM_FACTORS:
