@@ -2,7 +2,7 @@
 
 Reads ``data/dedup/<source>.parquet`` and writes ``data/split/<source>.parquet`` (+ ``split``, ``split_group``),
 ``data/split/manifest.tsv`` (``doc_id<TAB>split``, sorted by doc_id), ``data/split/dropped.jsonl`` (docs the
-ledger drops, empty otherwise) and ``data/split_ledger/ledger.parquet`` (``ledger.py``).
+ledger drops or a test cap leaves out, empty otherwise) and ``data/split_ledger/ledger.parquet`` (``ledger.py``).
 
 Groups. A row's unit of assignment is its *component*: union-find over the row's ``(source, group)`` and its
 dedup ``cluster_id``, across every source of the same role. Two task sources that share a near-duplicate
@@ -53,7 +53,8 @@ Metrics: per source docs, groups and label counts per split and the achieved doc
 (``task_counts.py``) its source's kept docs per split, train pool and (token classification) gold entities;
 ``groups_in_multiple_splits`` counts every ``(source, group)`` and every ``cluster_id`` seen in more than one
 split of a role. It must be 0 (bridged components aside: ``straddling_exempt``); otherwise the stage raises
-``SplitLeakError``. Every input row is in ``docs`` or ``dropped`` of its source (``docs_in``).
+``SplitLeakError``. Every input row is in ``docs`` or ``dropped`` of its source (``docs_in``): dropped are the
+ledger's ``bridges_splits`` and, under a test cap (``split.max_test_docs``), ``beyond_max_test_docs``.
 
 Modules: ``assign`` (components to splits), ``targets`` (what each split of a stratum may hold: fractions or
 the study's train pool), ``task_counts`` (docs and gold entities per task, shipped train moved to test),
@@ -90,9 +91,11 @@ from tasks.split.ledger import (
     replace_ledger,
     write_dropped,
 )
+from tasks.split.targets import LEFT_OUT
 from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
+LEFT_OUT_REASON = "beyond_max_test_docs"
 __all__ = ["SplitLeakError", "run"]
 
 
@@ -108,11 +111,16 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     check_unique_ids(rows)
     rows["component"] = merge_groups(rows, groups_first=cfg.assignment == "hash")
     rows["split"] = assign_splits(rows, cfg)
+    placed, left_out = leave_out(rows, cfg)
     path = ledger_path(paths)
     previous = read_ledger(path) if cfg.ledger else None
     log.info(ledger_note(cfg.ledger, previous, path))
     base = empty_ledger() if previous is None else previous
-    kept, dropped, bridged = apply_ledger(rows, base, path)
+    kept, dropped, bridged = apply_ledger(placed, base, path)
+    if len(left_out):
+        dropped = pd.concat([left_out, dropped] if len(dropped) else [left_out]).sort_values(
+            "doc_id", ignore_index=True
+        )
     in_bridge = kept["component"].isin(bridged)
     straddling, exempt = count_straddling(kept[~in_bridge]), count_straddling(kept[in_bridge])
     if straddling:
@@ -127,8 +135,8 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
         ledger, moved = None, None
     log.info(
-        f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(dropped)} dropped "
-        f"(bridges_splits), {len(bridged)} bridged component(s)"
+        f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(placed) - len(kept)} dropped "
+        f"(bridges_splits), {len(left_out)} left out ({LEFT_OUT_REASON}), {len(bridged)} bridged component(s)"
     )
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
     tasks, moved_to_test = task_metrics(kept, entity_counts(tables), cfg), shipped_train_to_test(kept, cfg)
@@ -136,10 +144,22 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         log.info(line)
     return (
         metrics
-        | ledger_metrics(cfg.ledger, previous, rows, kept, ledger, bridged, exempt)
+        | ledger_metrics(cfg.ledger, previous, placed, kept, ledger, bridged, exempt)
         | {"moved_since_previous": moved, "task_sizing": cfg.task_sizing, "train_pool_factor": cfg.train_pool_factor}
         | {"tasks": tasks, "shipped_train_to_test": moved_to_test}
     )
+
+
+def leave_out(rows: pd.DataFrame, cfg: SplitParams) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows the assignment placed, and those it left out past a test cap (``split.max_test_docs``) as dropped
+    rows (``source, doc_id, reason, detail``)."""
+    out = (rows["split"] == LEFT_OUT).to_numpy()
+    caps = cfg.test_caps()
+    detail = [f"test of {source} is capped at {caps.get(source)} kept docs" for source in rows["source"][out]]
+    left = pd.DataFrame(
+        {"source": rows["source"][out], "doc_id": rows["doc_id"][out], "reason": LEFT_OUT_REASON, "detail": detail}
+    )
+    return rows[~out], left
 
 
 def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config.corpus.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
-from tasks.split.targets import StratumPlan, plan_stratum, stratum_pools
+from tasks.split.targets import LEFT_OUT, StratumPlan, plan_stratum, stratum_shares
 
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
@@ -59,10 +59,12 @@ def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[s
     }
     for name in shipped_train:
         del chosen[name]
-    targets = stratum_pools(components, chosen, pools)
+    targets = stratum_shares(components, chosen, pools)
+    caps = stratum_shares(components, {}, cfg.test_caps() if role == "task" else {})
     for stratum, members in components.groupby("stratum", sort=True):
         pooled = members["source"].iloc[0] in pools  # a pooled stratum without candidates has a pool of 0
-        plan = plan_stratum(members, fractions, splits, targets.get(stratum, 0) if pooled else None, shipped_train)
+        pool = targets.get(stratum, 0) if pooled else None
+        plan = plan_stratum(members, fractions, splits, pool, shipped_train, caps.get(stratum))
         chosen.update(fill_stratum(members, chosen, plan, cfg))
     return rows["component"].map(chosen)
 
@@ -160,36 +162,48 @@ def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
 
 
 def fill_stratum(members: pd.DataFrame, chosen: dict[str, str], plan: StratumPlan, cfg) -> dict[str, str]:
-    """Assign the free components of one stratum; fixed ones count toward their split's target."""
-    counts = Counter()
+    """Assign the free components of one stratum; fixed ones count toward their split's target (``counts``, in
+    the split's unit) and toward a test cap (``kept_in``: kept docs per split)."""
+    counts, kept_in = Counter(), Counter()
     for name, docs, kept in zip(members.index, members["docs"], members["kept"]):
         if name in chosen:
             counts[chosen[name]] += kept if plan.units.get(chosen[name]) == "kept" else docs
+            kept_in[chosen[name]] += kept
     free = members[~members.index.isin(list(chosen))]
     if cfg.mode == "temporal":
-        return fill_in_order(free.sort_values(["date", "key"]), plan, counts)
+        return fill_in_order(free.sort_values(["date", "key"]), plan, counts, kept_in)
     if cfg.assignment == "hash":
         return hash_buckets(free, plan.fractions, plan.splits)
-    return first_fit(free.sort_values("key"), plan, counts)
+    return first_fit(free.sort_values("key"), plan, counts, kept_in)
 
 
-def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter) -> dict[str, str]:
+def rest_within_cap(kept: int, plan: StratumPlan, kept_in: Counter) -> str:
+    """The rest split, or ``LEFT_OUT`` when ``kept`` more docs would take its kept docs (``kept_in``) past the
+    plan's ``rest_cap``."""
+    if plan.rest_cap is not None and kept_in[plan.rest] + kept > plan.rest_cap:
+        return LEFT_OUT
+    return plan.rest
+
+
+def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[str, str]:
     """Key order; each component to the first bounded split it fits (its size in the split's unit <= what is
     left of the target), else the rest split (fractions: eval splits bounded, train the rest; study: dev, test
-    and the train pool bounded, test the rest). A shipped-train component may only go to train or the rest."""
+    and the train pool bounded, test the rest within its cap). A shipped-train component may only go to train or
+    the rest."""
     out = {}
     for name, docs, kept in zip(ordered.index, ordered["docs"], ordered["kept"]):
         size = {"docs": docs, "kept": kept}
         fits = (s for s in plan.allowed(name) if counts[s] + size[plan.units[s]] <= plan.targets[s])
-        split = next(fits, plan.rest)
-        counts[split] += size[plan.units[split]]
+        split = next(fits, None) or rest_within_cap(kept, plan, kept_in)  # a bounded fit is never capped
+        counts[split] += size[plan.units.get(split, "docs")]
+        kept_in[split] += kept
         out[name] = split
     return out
 
 
-def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter) -> dict[str, str]:
+def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[str, str]:
     """Temporal fill: splits in params order (train first); move on once the next component overshoots. A
-    shipped-train component past the train pool goes to the last split."""
+    shipped-train component past the train pool goes to the last split (within its cap: the newest are left out)."""
     splits, out, current = plan.splits, {}, 0
     for name, docs, kept in zip(ordered.index, ordered["docs"], ordered["kept"]):
         size = {"docs": docs, "kept": kept}
@@ -200,7 +214,9 @@ def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter) -> 
             current += 1
         shipped_past_pool = name in plan.shipped_train and splits[current] != "train"
         split = splits[-1] if shipped_past_pool else splits[current]
-        counts[split] += size[plan.units[split]]
+        split = rest_within_cap(kept, plan, kept_in) if split == plan.rest else split
+        counts[split] += size[plan.units.get(split, "docs")]
+        kept_in[split] += kept
         out[name] = split
     return out
 

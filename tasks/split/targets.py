@@ -25,6 +25,12 @@ stratum name), so the pool's label mix is the source's and the per-stratum targe
 A source that ships its own split (``own_split_meta_key``): its dev and test stay; its shipped train is the
 candidate pool, first-fit in key order, and what the pool does not take moves to test (counted per source in
 ``metrics/split.json``: ``shipped_train_to_test``).
+
+A test cap (``split.max_test_docs``: ``{source: kept docs}``, none by default): test still gets its fraction share,
+then takes the rest in key order only while its kept documents stay within the cap (shared over label strata like
+the pool); the components past it are ``LEFT_OUT`` of the task source (dropped, reason ``beyond_max_test_docs``).
+Where the corpus is in both roles (BBC by default), their pretraining twins are then no eval twins, so the leakage
+stage keeps them as pretraining text.
 """
 
 from __future__ import annotations
@@ -34,13 +40,17 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+#: The split of a component past its stratum's test cap: left out of the task source (``split.max_test_docs``).
+LEFT_OUT = "left_out"
+
 
 @dataclass(frozen=True)
 class StratumPlan:
     """How one stratum is filled: ``targets`` per bounded split in its ``units`` (``docs``: every row, ``kept``:
     non-duplicate rows), the ``bounded`` splits in first-fit order, the ``rest`` split that takes what fits none,
     the role's ``splits`` in params order (temporal fill), its ``fractions`` (hash buckets) and the components
-    that ship a train split (``shipped_train``: they may go to train or the rest only)."""
+    that ship a train split (``shipped_train``: they may go to train or the rest only); ``rest_cap``: the kept
+    docs the rest split may hold in all (``split.max_test_docs``' share; None: no cap), past which ``LEFT_OUT``."""
 
     targets: dict[str, int]
     units: dict[str, str]
@@ -49,6 +59,7 @@ class StratumPlan:
     splits: tuple[str, ...]
     fractions: dict[str, float]
     shipped_train: frozenset[str]
+    rest_cap: int | None = None
 
     def allowed(self, name: str) -> tuple[str, ...]:
         """The bounded splits component ``name`` may fill, in first-fit order (a shipped-train one: train only)."""
@@ -63,11 +74,17 @@ def doc_targets(total_docs: int, fractions: dict[str, float], splits: tuple[str,
 
 
 def plan_stratum(
-    members: pd.DataFrame, fractions: dict[str, float], splits: tuple[str, ...], pool: int | None, shipped: set
+    members: pd.DataFrame,
+    fractions: dict[str, float],
+    splits: tuple[str, ...],
+    pool: int | None,
+    shipped: set,
+    cap: int | None = None,
 ) -> StratumPlan:
     """The plan of one stratum (``members``: its component rows, ``docs`` and ``kept``). ``pool`` None: the
     fractions (evaluation splits bounded, train the rest); else the study plan: dev and test first by their
-    fractions, as under fractions, then train by ``pool`` kept docs, and test takes the rest."""
+    fractions, as under fractions, then train by ``pool`` kept docs, and test takes the rest (up to ``cap`` kept
+    docs in all, when given)."""
     targets = doc_targets(int(members["docs"].sum()), fractions, splits)
     units = dict.fromkeys(splits, "docs")
     evaluation = tuple(s for s in splits if s != "train")
@@ -75,17 +92,18 @@ def plan_stratum(
         return StratumPlan(targets, units, evaluation, "train", splits, fractions, frozenset())
     targets["train"], units["train"] = pool, "kept"
     mine = frozenset(shipped & set(members.index))
-    return StratumPlan(targets, units, ("dev", "test", "train"), "test", splits, fractions, mine)
+    return StratumPlan(targets, units, ("dev", "test", "train"), "test", splits, fractions, mine, cap)
 
 
-def stratum_pools(components: pd.DataFrame, chosen: dict[str, str], pools: dict[str, int]) -> dict[str, int]:
-    """``{stratum: pool share}`` for the strata of every pooled source (``pools``: ``{source: kept docs}``); the
-    shares of a source sum to its pool. ``components``: ``source``, ``stratum`` and ``kept`` per component;
-    components in ``chosen`` (fixed by a shipped dev or test split) are not candidates and are not counted."""
-    free = components[~components.index.isin(list(chosen)) & components["source"].isin(list(pools))]
+def stratum_shares(components: pd.DataFrame, excluded: dict[str, str], totals: dict[str, int]) -> dict[str, int]:
+    """``{stratum: share}`` of each source's total (``totals``: ``{source: kept docs}``, a train pool or a test
+    cap) over its strata in proportion to their kept docs; the shares of a source sum to its total.
+    ``components``: ``source``, ``stratum`` and ``kept`` per component; those in ``excluded`` (a pool's
+    components fixed by a shipped dev or test split, which cannot join it) are not counted."""
+    counted = components[~components.index.isin(list(excluded)) & components["source"].isin(list(totals))]
     shares: dict[str, int] = {}
-    for source, part in free.groupby("source", sort=True):
-        shares |= apportion(pools[source], part.groupby("stratum", sort=True)["kept"].sum().to_dict())
+    for source, part in counted.groupby("source", sort=True):
+        shares |= apportion(totals[source], part.groupby("stratum", sort=True)["kept"].sum().to_dict())
     return shares
 
 

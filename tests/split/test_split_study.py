@@ -3,6 +3,8 @@ gold entities, validation and determinism. Expected counts are derived by hand i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -175,3 +177,40 @@ def test_the_pool_of_a_source_two_tasks_read_is_sized_by_the_larger_cap_and_null
         == {}
     )
     assert params(task_sizing="fractions", tasks={"a": spec}, max_train_docs={"a": 100}).train_pools() == {}
+
+
+def test_a_test_cap_leaves_whole_components_out_as_dropped_and_counts_every_row(tmp_path):
+    groups = [*range(90), *["big"] * 5, *["pair"] * 2, 97, 98, 99]  # 100 docs, 95 components
+    cfg = study_params({"t": 20}, max_test_docs={"t": 40})
+    metrics, out, _ = run_split(tmp_path, [rows_of("t", "task", groups)], cfg)
+    counts = metrics["sources"]["t"]
+    # dev round(0.1 x 100) = 10, test's share 10, pool 30; test then takes the rest up to 40 kept docs: 20 left out
+    assert counts["docs"]["dev"] == 10 and counts["docs"]["train"] == 30
+    # one-doc groups fill the cap exactly: 40 test, 20 left out, and every row counted (100 = 80 out + 20 dropped)
+    assert counts["docs"]["test"] == 40 and counts["dropped"] == {"beyond_max_test_docs": 20}
+    assert counts["docs_in"] == sum(counts["docs"].values()) + 20 == 100
+    assert metrics["tasks"]["t"]["docs"]["test"] == 40
+    dropped = [json.loads(line) for line in (tmp_path / "data" / "split" / "dropped.jsonl").read_text().splitlines()]
+    assert {d["reason"] for d in dropped} == {"beyond_max_test_docs"}
+    left = {d["doc_id"] for d in dropped}
+    for group in ("big", "pair"):  # a component is left out whole or not at all
+        ids = {f"t-{i:04d}" for i, g in enumerate(groups) if g == group}
+        assert ids <= left or not ids & left
+    assert not left & set(out["doc_id"])
+
+
+def test_a_test_cap_is_at_least_one_doc_of_a_pooled_source():
+    with pytest.raises(ValidationError, match=r"max_test_docs must be >= 1"):
+        params(max_test_docs={"t": 0})
+    with pytest.raises(ParamsError, match=r"split\.max_test_docs\.nope: nope has no train pool"):
+        load_params("params.yaml", {"split.max_test_docs": {"nope": 10}})
+
+
+def test_a_cap_below_the_fraction_share_keeps_the_share(tmp_path):
+    metrics, _, _ = run_split(
+        tmp_path, [rows_of("t", "task", SINGLES)], study_params({"t": 20}, max_test_docs={"t": 3})
+    )
+    # dev 10, test's fraction share 10 (the fractions' test docs stay test, though the cap is 3), pool 30; the other
+    # 50 are left out
+    assert metrics["sources"]["t"]["docs"] == {"train": 30, "dev": 10, "test": 10}
+    assert metrics["sources"]["t"]["dropped"] == {"beyond_max_test_docs": 50}

@@ -32,6 +32,11 @@ class SplitParams(StrictModel):
     train_pool_factor: float = Field(
         ge=1.0, description="study: train pool / the largest finetune.recipes.<recipe>.max_train_docs (>= 1)"
     )
+    max_test_docs: dict[str, int] = Field(
+        default_factory=dict,
+        description="study: source -> most kept test docs; past it, whole components (key order) are left out of "
+        "the task source (dropped: beyond_max_test_docs), so their twins in the other role stay pretraining text",
+    )
     task_fractions: dict[str, float] = Field(description="fraction of documents per split of task sources")
     pretrain_fractions: dict[str, float] = Field(description="fraction of documents per split of pretrain sources")
     stratify_by_label: bool = Field(description="meet the fractions within each label of a task source")
@@ -70,6 +75,9 @@ class SplitParams(StrictModel):
                 f"split.ledger: true needs split.assignment: hash and split.mode: grouped, got "
                 f"assignment {self.assignment!r}, mode {self.mode!r}"
             )
+        bad_caps = {source: cap for source, cap in self.max_test_docs.items() if cap < 1}
+        if bad_caps:
+            raise ValueError(f"split.max_test_docs must be >= 1 docs per source, got {bad_caps}")
         if self.task_sizing == "study" and self.assignment != "fill":
             # a pool is a document count; hash buckets meet fractions only in expectation
             raise ValueError(
@@ -99,10 +107,21 @@ class SplitParams(StrictModel):
             if source not in uncapped
         }
 
+    def test_caps(self) -> dict[str, int]:
+        """``{source: kept test docs at most}`` of ``max_test_docs`` (pooled sources only; ``{}`` under fractions)."""
+        pools = self.train_pools()
+        return {source: cap for source, cap in sorted(self.max_test_docs.items()) if source in pools}
+
     def check_max_docs(self, max_docs: dict[str, int | None]) -> None:
         """Raise ``ValueError`` naming ``split.train_pool_factor`` when a source's train pool does not fit in its
         ingest ``max_docs`` (``{source: max_docs}``) beside its dev and test shares (test at least 1 doc): a cap
-        known before the run (dedup can only lower the count; the stage checks that test is not empty)."""
+        known before the run (dedup can only lower the count; the stage checks that test is not empty). Also raises
+        one naming ``split.max_test_docs.<source>`` for a source without a train pool (nothing to cap)."""
+        for source in sorted(set(self.max_test_docs) - set(self.train_pools())):
+            raise ValueError(
+                f"split.max_test_docs.{source}: {source} has no train pool (it needs split.task_sizing: study and "
+                "a task reading it whose recipe caps max_train_docs), so its test split is not capped"
+            )
         for source, pool in self.train_pools().items():
             cap = max_docs.get(source)
             if cap is None:
