@@ -60,9 +60,7 @@ def test_aso_equals_deepsig():
     for x, y in cases + [(np.array([0.5, 0.6, 0.7]), np.array([0.5, 0.6, 0.7]))]:  # equal samples: 0.5 +- nothing
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deepsig warns on a zero Wasserstein distance
-            theirs = deepsig.aso(
-                x, y, confidence_level=0.95, num_bootstrap_iterations=50, seed=11, show_progress=False
-            )
+            theirs = deepsig.aso(x, y, confidence_level=0.95, num_bootstrap_iterations=50, seed=11, show_progress=False)
         assert epsilon_min(x, y, 0.95, 50, 11) == pytest.approx(theirs, abs=1e-12)
 
 

@@ -14,8 +14,8 @@ from tasks.report.claims.arms.items import with_items
 from tasks.report.claims.arms.nested_seeds import notes as pretraining_seed_notes
 from tasks.report.claims.arms.nested_seeds import with_pretraining_seeds
 from tasks.report.claims.arms.resolve import resolve
-from tasks.report.claims.arms.statements import above_note, baselines_above, resolved
 from tasks.report.claims.arms.seed_scores import compare_runs
+from tasks.report.claims.arms.statements import above_note, baselines_above, resolved
 from tasks.report.claims.confounders import measure_confounders
 from tasks.report.claims.curve_claims import claim_refs, gap_estimate
 from tasks.report.claims.estimation import arm_estimate, estimate_claim
