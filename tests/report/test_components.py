@@ -1,6 +1,7 @@
 """Variance components and the Satterthwaite t interval (tasks/report/stats/components.py) against hand computations:
-the nested ANOVA of a 2 x 3 design, the issue-58 example, the seed and item parts of a synthetic design with known
-structure, cluster resampling, and the t tests (scipy.stats.t)."""
+the crossed ANOVA of a 2 x 3 design, its unbiasedness for crossed and nested seeds (simulated), the issue-58
+example, the seed and item parts of a synthetic design with known structure, cluster resampling, and the t tests
+(scipy.stats.t)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,35 @@ from tasks.report.stats import bootstrap as bs
 from tasks.report.stats import components as vc
 
 
-def test_nested_anova_by_hand():
-    # rows (pretraining seeds) means 2 and 6; SS within = 2 + 14 = 16 on 2 x 2 df: MS_w = 4;
-    # MS_b = 3 x var([2, 6]) = 24; sigma_f^2 = 4, sigma_p^2 = (24 - 4) / 3 = 20 / 3
-    pretraining, seed, terms = vc.nested_anova(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]]))
-    assert seed == pytest.approx(4 / 6)  # sigma_f^2 / (n_p n_f)
-    assert pretraining == pytest.approx((20 / 3) / 2)  # sigma_p^2 / n_p
-    assert terms == (pytest.approx((4.0, 1.0)),)  # MS_b / (n_p n_f) on n_p - 1 df
+def test_crossed_anova_by_hand():
+    # rows (pretraining seeds) means 2, 6; columns (fine-tuning seeds) means 2.5, 3.5, 6; grand mean 4.
+    # MS_p = 3 x var([2, 6]) = 24 (1 df); MS_f = 2 x var([2.5, 3.5, 6]) = 6.5 (2 df); residuals
+    # y - row - col + 4 = [[.5, .5, -1], [-.5, -.5, 1]]: MS_pf = 3 / 2 = 1.5 (2 df). Var of the mean:
+    # s_p^2 / 2 + s_f^2 / 3 + s_pf^2 / 6 = (MS_p + MS_f - MS_pf) / 6 = 29 / 6
+    pretraining, seed, terms = vc.crossed_anova(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 9.0]]))
+    assert seed == pytest.approx(6.5 / 6)  # MS_f / (n_p n_f): s_f^2 / n_f + s_pf^2 / (n_p n_f)
+    assert pretraining == pytest.approx((24 - 1.5) / 6)  # s_p^2 / n_p
+    assert terms == (pytest.approx((4.0, 1.0)), pytest.approx((-0.25, 2.0)), pytest.approx((6.5 / 6, 2.0)))
+    parts = vc.Components(pretraining, seed, 0.0, terms, 3, 1, 2)
+    assert parts.total == pytest.approx(29 / 6)
+    assert parts.df == pytest.approx((29 / 6) ** 2 / (4.0**2 / 1 + 0.25**2 / 2 + (6.5 / 6) ** 2 / 2))
     # one pretraining seed: var / n over n - 1 df; no pretraining part
-    assert vc.nested_anova(np.array([[1.0, 2.0, 3.0, 6.0]])) == (0.0, pytest.approx(14 / 3 / 4), ((14 / 3 / 4, 3.0),))
+    assert vc.crossed_anova(np.array([[1.0, 2.0, 3.0, 6.0]])) == (0.0, pytest.approx(14 / 3 / 4), ((14 / 3 / 4, 3.0),))
+
+
+@pytest.mark.parametrize("crossed", [True, False])
+def test_the_seed_parts_are_unbiased_for_crossed_and_nested_seeds(crossed):
+    # D[p, f] = a_p + b_f + e_pf (3 x 20; s_a 1, s_b 2, s_e 1.5): fine-tuning seed f shares its draw under every
+    # pretraining seed, so Var(mean) = 1 / 3 + 4 / 20 + 2.25 / 60. Nested (b_pf fresh per row, sd sqrt(4 + 2.25)):
+    # Var(mean) = 1 / 3 + 6.25 / 60. The one-way nested ANOVA gave 0.37 for the crossed case (drops 4 / 20).
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(0, 1.0, (4000, 3, 1)), rng.normal(0, 2.0, (4000, 1, 20))
+    d = a + b + rng.normal(0, 1.5, (4000, 3, 20)) if crossed else a + rng.normal(0, 6.25**0.5, (4000, 3, 20))
+    truth = 1 / 3 + (4 / 20 + 2.25 / 60 if crossed else 6.25 / 60)
+    estimates = [sum(vc.crossed_anova(x)[:2]) for x in d]
+    assert np.var(d.mean(axis=(1, 2))) == pytest.approx(truth, rel=0.06)  # the simulation itself
+    # unbiased but for the truncation at MS_p <= MS_pf (2 df), which only adds
+    assert truth * 0.97 < np.mean(estimates) < truth * 1.15
 
 
 def test_the_issue_example_seed_se_0040_item_se_0025():

@@ -5,22 +5,28 @@ each arm the mean over its runs (pretraining seed x fine-tuning seed) of a metri
 (``tasks.report.stats.bootstrap``). Its variance has three parts, each a contribution to the variance of the
 estimate in the metric's units squared (0 where a level has one unit):
 
-- ``pretraining_seed`` and ``seed``: from the run values on the whole test set, a one-way nested ANOVA of the
-  per-run contrast ``D[p, f]`` (pretraining seed ``p``, fine-tuning seed ``f``; Searle, Casella & McCulloch 1992,
-  "Variance Components", sec. 3.6): ``MS_w`` (df ``n_p (n_f - 1)``) and ``MS_b`` (df ``n_p - 1``) give
-  ``seed = MS_w / (n_p n_f)`` and ``pretraining_seed = max(0, MS_b - MS_w) / (n_p n_f)``; when the arms ran
-  the same fine-tuning seeds the contrast is taken per run (paired), else each arm's parts are summed with
-  ``w_j^2``. The fine-tuning seeds are treated as nested in pretraining seeds, as the Multi-Bootstrap draws them
-  (``bootstrap.run_draws``);
+- ``pretraining_seed`` and ``seed``: from the run values on the whole test set, a two-way crossed random-effects
+  ANOVA without replication of the per-run contrast ``D[p, f]`` (pretraining seed ``p``, fine-tuning seed ``f``;
+  Searle, Casella & McCulloch 1992, "Variance Components", ch. 4). The design is crossed, not nested: fine-tuning
+  seed ``f`` trains on the same drawn subset, in the same order, under every pretraining seed
+  (``tasks/finetune/draw.py``, ``tasks/finetune/reruns/from_pretraining_seeds.py``), so its effect is shared by
+  the rows. ``MS_p`` (df ``n_p - 1``, rows), ``MS_f`` (df ``n_f - 1``, columns) and ``MS_pf`` (df
+  ``(n_p - 1)(n_f - 1)``) give ``seed = MS_f / (n_p n_f)`` (the seed effect over ``n_f`` plus the interaction
+  over ``n_p n_f``) and ``pretraining_seed = max(0, MS_p - MS_pf) / (n_p n_f)``: their sum is unbiased for the
+  variance of the mean, ``s_p^2 / n_p + s_f^2 / n_f + s_pf^2 / (n_p n_f)``, and stays so when the seeds are in
+  fact nested (``s_f = 0``). A one-way nested ANOVA (``MS_between / (n_p n_f)``) would drop ``s_f^2 / n_f``, the
+  largest part when the train draw dominates. When the arms ran the same fine-tuning seeds the contrast is taken
+  per run (paired), else each arm's parts are summed with ``w_j^2``;
 - ``item``: the variance of the contrast over ``resamples`` bootstrap draws of the test items (or of their
   clusters: items that share a dedup cluster or a same-story group move together), every run kept (Efron &
   Tibshirani 1993, ch. 6), df ``n_items - 1`` (clusters - 1).
 
 The interval is ``estimate +- t(df, 1 - alpha / 2) * sqrt(V)``, ``V`` the sum of the parts, ``df`` by
 Satterthwaite (1946, "An approximate distribution of estimates of variance components", Biometrics Bulletin
-2(6)): ``V^2 / sum_k (V_k^2 / df_k)`` over the mean-square terms (``pretraining_seed + seed = MS_b / (n_p n_f)``
-is one term when ``MS_b > MS_w``). With 5 seeds the seed term has 4 df, so the t quantile is about 2.8, where a
-percentile bootstrap over the same 5 seeds acts as if it were 1.96 and understates the seed part.
+2(6)): ``V^2 / sum_k (V_k^2 / df_k)`` over the mean-square terms ``c_k MS_k`` (``- MS_pf / (n_p n_f)`` one of
+them when ``MS_p > MS_pf``: a negative coefficient enters squared, which lowers df). With 5 seeds the seed term
+has 4 df, so the t quantile is about 2.8, where a percentile bootstrap over the same 5 seeds acts as if it were
+1.96 and understates the seed part.
 """
 
 from __future__ import annotations
@@ -63,8 +69,8 @@ class Components:
 
     @property
     def df(self) -> float:
-        """Satterthwaite's degrees of freedom of ``V`` (inf when every term is 0)."""
-        live = [(v, d) for v, d in self.terms if v > 0]
+        """Satterthwaite's degrees of freedom of ``V`` (inf when every term is 0; a negative term counts squared)."""
+        live = [(v, d) for v, d in self.terms if v != 0]
         if not live:
             return math.inf
         return self.total**2 / sum(v**2 / d for v, d in live)
@@ -79,23 +85,27 @@ class Components:
         return {k: (v / total if total > 0 else 0.0) for k, v in self.as_dict().items()}
 
 
-def nested_anova(values: np.ndarray) -> tuple[float, float, tuple[tuple[float, float], ...]]:
-    """``(pretraining_seed, seed, terms)`` of the mean of ``values`` ``(n_p, n_f)`` (module docstring)."""
+def crossed_anova(values: np.ndarray) -> tuple[float, float, tuple[tuple[float, float], ...]]:
+    """``(pretraining_seed, seed, terms)`` of the mean of ``values`` ``(n_p, n_f)``, fine-tuning seeds crossed with
+    pretraining seeds (module docstring); ``terms`` the ``(c_k MS_k, df_k)`` whose sum is the variance."""
     n_p, n_f = values.shape
     if n_p * n_f < 2:
         return 0.0, 0.0, ()
     if n_f == 1:
         part = float(np.var(values[:, 0], ddof=1)) / n_p
         return part, 0.0, ((part, n_p - 1.0),)
-    ms_within = float(np.sum((values - values.mean(axis=1, keepdims=True)) ** 2)) / (n_p * (n_f - 1))
-    seed = ms_within / (n_p * n_f)
+    rows, cols = values.mean(axis=1), values.mean(axis=0)
+    seed = float(np.var(cols, ddof=1)) / n_f  # MS_f / (n_p n_f), MS_f = n_p var(column means)
     if n_p == 1:
         return 0.0, seed, ((seed, n_f - 1.0),)
-    ms_between = n_f * float(np.var(values.mean(axis=1), ddof=1))
-    if ms_between <= ms_within:
-        return 0.0, seed, ((seed, n_p * (n_f - 1.0)),)
-    both = ms_between / (n_p * n_f)
-    return both - seed, seed, ((both, n_p - 1.0),)
+    ms_rows = n_f * float(np.var(rows, ddof=1))
+    residuals = values - rows[:, None] - cols[None, :] + values.mean()
+    ms_interaction = float(np.sum(residuals**2)) / ((n_p - 1) * (n_f - 1))
+    if ms_rows <= ms_interaction:
+        return 0.0, seed, ((seed, n_f - 1.0),)
+    n = n_p * n_f
+    terms = ((ms_rows / n, n_p - 1.0), (-ms_interaction / n, (n_p - 1.0) * (n_f - 1.0)), (seed, n_f - 1.0))
+    return (ms_rows - ms_interaction) / n, seed, terms
 
 
 def run_values(counts: np.ndarray, metric: Callable, layout: tuple[int, int]) -> np.ndarray:
@@ -111,11 +121,11 @@ def seed_parts(
     widest = max(v.shape[0] for v in values)
     if shared and all(v.shape[0] in (1, widest) for v in values):
         contrast = sum(w * np.broadcast_to(v, (widest, v.shape[1])) for w, v in zip(weights, values, strict=True))
-        return nested_anova(np.asarray(contrast))
+        return crossed_anova(np.asarray(contrast))
     pretraining = seed = 0.0
     terms: tuple[tuple[float, float], ...] = ()
     for w, v in zip(weights, values, strict=True):
-        p, s, t = nested_anova(v)
+        p, s, t = crossed_anova(v)
         pretraining, seed = pretraining + w**2 * p, seed + w**2 * s
         terms += tuple((w**2 * var, df) for var, df in t)
     return pretraining, seed, terms
