@@ -14,6 +14,7 @@ from sklearn.metrics import f1_score
 from report_fixtures import ARMS, GOLD, STATS, claim, write_workspace
 from tasks import report
 from tasks.common.provenance import Lock
+from tasks.report.claims import gates
 from tasks.report.claims.evaluation import apply_holm, evaluate
 from tasks.report.claims.gates import floor_key, run_steps
 from tasks.report.claims.grammar import Metrics
@@ -131,6 +132,20 @@ def test_the_floor_gate_compares_each_arm_with_its_floor_on_test_with_a_ci(tmp_p
     assert not any(
         n.startswith("floor") for n in evaluate(claim("best-arm", "best-baseline"), metrics, Lock({}), FLOOR).notes
     )
+
+
+def test_the_floor_gate_compares_an_arm_with_its_floor_once_per_report(tmp_path, monkeypatch):
+    metrics = write_workspace(tmp_path)
+    _set_dev(tmp_path, DEV)
+    calls = []
+    real = gates.arm_floor
+    monkeypatch.setattr(gates, "arm_floor", lambda *a: calls.append(a[1].run_key) or real(*a))
+    loaded: dict = {}
+    first = evaluate(claim(ARM, CONTROL), metrics, Lock({}), FLOOR, loaded)
+    again = evaluate(claim(ARM, CONTROL, cid="again"), metrics, Lock({}), FLOOR, loaded)
+    # two claims on the same two arms: each arm against its floor computed once (the memo), the same notes
+    assert sorted(calls) == sorted([ARM, CONTROL])
+    assert [n for n in first.notes if n.startswith("floor")] == [n for n in again.notes if n.startswith("floor")]
 
 
 def test_a_decisive_verdict_stands_and_the_gate_adds_its_scope(tmp_path):

@@ -112,7 +112,7 @@ def floor_gate(
         finetune = metrics.get(f"finetune/{claim.task}")
         headline = claim.model_copy(update={"metric": finetune.get("metric") or claim.metric})
         floors = [
-            arm_floor(headline, s, floor_key(finetune, s.run_key, cfg.floor_baseline), cfg, load) for s in samples
+            floor_of_arm(headline, s, floor_key(finetune, s.run_key, cfg.floor_baseline), cfg, load) for s in samples
         ]
     except KeyError as err:
         where = f"metrics/finetune/{claim.task}.json"
