@@ -89,6 +89,9 @@ def test_seed_and_item_parts_of_a_synthetic_design():
     unpaired = vc.components([treat, base], [(1, 4), (1, 4)], bs.accuracy_from_counts, (1.0, -1.0), False, 500, 0)
     by_arm = [np.var(bs.accuracy_from_counts(a.sum(axis=1)), ddof=1) / 4 for a in (treat, base)]
     assert unpaired.seed == pytest.approx(sum(by_arm)) and len(unpaired.terms) == 3
+    assert [n for _, n in unpaired.seed_by_count] == [4, 4]
+    assert [v for v, _ in unpaired.seed_by_count] == pytest.approx(by_arm)
+    assert parts.seed_by_count == ((parts.seed, 4),)  # paired: one part
 
 
 def test_items_of_one_cluster_are_resampled_together():

@@ -72,6 +72,20 @@ def test_what_would_decide_it_is_a_design_over_seeds_and_items():
     )
 
 
+def test_a_design_gives_more_seeds_only_to_the_arm_that_has_fewer():
+    # a 5-seed MiniLM (seed part 0.0004) against a 20-seed arm (0.0001), other seeds: at s seeds the MiniLM part is
+    # 0.0004 x 5 / s and the 20-seed arm's stays 0.0001 until s > 20 (0.0001 x 20 / s)
+    parts = Components(0.0, 0.0005, 0.0002, (), 5, 200, 1, ((0.0004, 5), (0.0001, 20)))
+    assert [parts.seed_at(s) for s in (5, 10, 20, 40)] == pytest.approx([0.0005, 0.0003, 0.0002, 0.0001])
+    p = Power(0.1, math.sqrt(0.0007), 0.05, 0.8, 200, "test items", 0.02, None, None, 0.06, parts)
+    mult = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)  # 2.8016: mult^2 x var <= 0.04^2 needs var <= 0.000204
+    # 10 seeds: 0.0003 + 0.0002 / 8 > 0.000204; 20: 0.0002 + 0.0002 / 8 too; 40: 0.0001 + 0.0002 / 1 > 0.000204,
+    # 0.0001 + 0.0002 / 2 = 0.0002 <= 0.000204: 400 items; 80: 0.00005 + 0.0002 / 2 too
+    assert 0.0002 * mult**2 <= 0.0016 < 0.000225 * mult**2
+    assert p.design()[0] == [{"seeds": 40, "items": 400}, {"seeds": 80, "items": 400}]
+    # (scaling both arms by 5 / s, as if both had 5 seeds, said 20 seeds x 800 items: 0.000125 + 0.00005)
+
+
 def _arms(rng: np.random.Generator, n: int, p_treat: float, p_base: float) -> list[np.ndarray]:
     """Two one-seed arms of a binary classifier on ``n`` items (layout of ``bootstrap.class_counts``): each item
     right with probability ``p``, independently per arm."""

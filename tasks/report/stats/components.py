@@ -56,6 +56,10 @@ class Components:
     n_seeds: int  # fine-tuning seeds per pretraining seed of the contrast (the fewest over its arms)
     n_items: int  # test items (or clusters) the item part resamples
     n_pretraining: int = 1  # pretraining seeds of the contrast (the most over its arms)
+    #: ``seed`` split by the fine-tuning seeds each part rests on, ``((variance, n_f), ...)``: one part when the
+    #: arms ran the same seeds, one per arm otherwise (e.g. a 5-seed MiniLM against a 20-seed arm); empty: all of
+    #: ``seed`` on ``n_seeds``.
+    seed_by_count: tuple[tuple[float, int], ...] = ()
 
     @property
     def total(self) -> float:
@@ -74,6 +78,12 @@ class Components:
         if not live:
             return math.inf
         return self.total**2 / sum(v**2 / d for v, d in live)
+
+    def seed_at(self, seeds: int) -> float:
+        """The seed part with ``seeds`` fine-tuning seeds for every arm that has fewer (an arm with more keeps
+        its own): each part ``v`` on ``n_f`` seeds becomes ``v n_f / max(n_f, seeds)``."""
+        parts = self.seed_by_count or ((self.seed, self.n_seeds),)
+        return sum(v * n / max(n, seeds) for v, n in parts)
 
     def as_dict(self) -> dict[str, float]:
         """``{pretraining_seed, seed, item}``: report.json ``variance_components``."""
@@ -115,20 +125,23 @@ def run_values(counts: np.ndarray, metric: Callable, layout: tuple[int, int]) ->
 
 def seed_parts(
     values: Sequence[np.ndarray], weights: Sequence[float], shared: bool
-) -> tuple[float, float, tuple[tuple[float, float], ...]]:
-    """The seed levels of the contrast: paired per run when ``shared`` and the layouts broadcast (one pretraining
-    seed or the same number), else each arm's own parts weighted by ``w^2``."""
+) -> tuple[float, tuple[tuple[float, int], ...], tuple[tuple[float, float], ...]]:
+    """``(pretraining_seed, seed_by_count, terms)`` of the contrast (``Components``): paired per run when ``shared``
+    and the layouts broadcast (one pretraining seed or the same number), else each arm's own parts weighted by
+    ``w^2``."""
     widest = max(v.shape[0] for v in values)
     if shared and all(v.shape[0] in (1, widest) for v in values):
         contrast = sum(w * np.broadcast_to(v, (widest, v.shape[1])) for w, v in zip(weights, values, strict=True))
-        return crossed_anova(np.asarray(contrast))
-    pretraining = seed = 0.0
+        paired = crossed_anova(np.asarray(contrast))
+        return paired[0], ((paired[1], values[0].shape[1]),), paired[2]
+    pretraining = 0.0
+    by_count: tuple[tuple[float, int], ...] = ()
     terms: tuple[tuple[float, float], ...] = ()
     for w, v in zip(weights, values, strict=True):
         p, s, t = crossed_anova(v)
-        pretraining, seed = pretraining + w**2 * p, seed + w**2 * s
+        pretraining, by_count = pretraining + w**2 * p, by_count + ((w**2 * s, v.shape[1]),)
         terms += tuple((w**2 * var, df) for var, df in t)
-    return pretraining, seed, terms
+    return pretraining, by_count, terms
 
 
 def item_variance(
@@ -176,16 +189,17 @@ def components(
         if np.shape(a)[0] != n_p * n_f:
             raise ValueError(f"layout {n_p} x {n_f} does not match {np.shape(a)[0]} runs")
     values = [run_values(a, metric, lay) for a, lay in zip(arms, layouts, strict=True)]
-    pretraining, seed_part, terms = seed_parts(values, weights, shared)
+    pretraining, by_count, terms = seed_parts(values, weights, shared)
     item, units = item_variance(arms, metric, weights, resamples, seed, clusters)
     return Components(
         pretraining,
-        seed_part,
+        sum(v for v, _ in by_count),
         item,
         terms + ((item, units - 1.0),) if units > 1 else terms,
         min(n_f for _, n_f in layouts),
         units,
         max(n_p for n_p, _ in layouts),
+        by_count,
     )
 
 

@@ -19,7 +19,9 @@ can detect.
 
 What would decide it: with variance components (``Components``: pretraining seed, seed, item), the SE of a design
 with ``s`` fine-tuning seeds and ``n`` test items is ``sqrt(V_p + V_s s0 / s + V_i n0 / n)`` (``s0``, ``n0``
-the present ones; pretraining seeds held), and ``design`` lists the smallest ``(s, n)`` of the grid
+the present ones; pretraining seeds held; arms with their own seeds, e.g. a 5-seed MiniLM against a 20-seed arm,
+scale each arm's seed part by its own ``s0``, and an arm that already has ``s`` or more keeps it:
+``Components.seed_at``), and ``design`` lists the smallest ``(s, n)`` of the grid
 ``SEED_GRID x ITEM_FACTORS`` that bring the reach to the gap (quantiles at the present df, so it errs high).
 When the seed part at the present seeds alone exceeds the gap no number of items decides it; when the
 pretraining part alone does, only more pretraining seeds can: more than ``n_p q^2 V_p / gap^2`` of them.
@@ -109,7 +111,7 @@ class Power:
         out = []
         for s in sorted({p.n_seeds, *(g for g in SEED_GRID if g > p.n_seeds)}):
             for f in ITEM_FACTORS:
-                var = p.pretraining_seed + p.seed * p.n_seeds / s + p.item / f
+                var = p.pretraining_seed + p.seed_at(s) + p.item / f
                 if mult * math.sqrt(var) <= gap:
                     out.append({"seeds": s, "items": p.n_items * f})
                     break
