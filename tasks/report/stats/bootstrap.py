@@ -171,16 +171,21 @@ def run_draws(
     shared: bool,
 ) -> list[np.ndarray]:
     """Per arm, the drawn run indices ``(resamples, n_draws)`` of the Multi-Bootstrap (Sellam et al. 2022): its
-    pretraining seeds with replacement (one draw for every arm with the same pretraining seeds), then within each
-    drawn pretraining seed its fine-tuning seeds with replacement (``seed_draws``: jointly when ``shared``). An
-    arm with one pretraining seed (random init, a baseline) draws its fine-tuning seeds alone; with one
-    pretraining seed everywhere this is ``seed_draws`` itself, the same stream."""
+    pretraining seeds with replacement (one draw for every arm with the same pretraining seeds) and its fine-tuning
+    seeds with replacement (``seed_draws``: jointly when ``shared``), the same fine-tuning seeds under every drawn
+    pretraining seed: the design is crossed, fine-tuning seed ``f`` trains on the same draw under every pretraining
+    seed (``tasks/finetune/draw.py``), so rows and columns are drawn independently (the pigeonhole bootstrap of
+    a crossed design, Owen 2007, "The pigeonhole bootstrap", Ann. Appl. Stat. 1(2); conservative by the
+    interaction). Drawing the fine-tuning seeds afresh within each pretraining seed would treat them as nested
+    and drop the shared seed effect. An arm with one pretraining seed (random init, a baseline) draws its
+    fine-tuning seeds alone; with one pretraining seed everywhere this is ``seed_draws`` itself, the same stream."""
     layouts = [pretrain_layout(n, labels) for n, labels in zip(n_runs, pretrain)]
     widest = max(len(seeds) for seeds, _ in layouts)
     if widest == 1:
         return seed_draws(n_runs, resamples, rng, shared)
     fine = [
-        f.reshape(resamples, widest, -1) for f in seed_draws([f for _, f in layouts], resamples * widest, rng, shared)
+        np.broadcast_to(f[:, None, :], (resamples, widest, f.shape[1]))
+        for f in seed_draws([f for _, f in layouts], resamples, rng, shared)
     ]
     top = {
         seeds: rng.integers(0, len(seeds), size=(resamples, len(seeds)))
@@ -228,11 +233,11 @@ def hierarchical_bootstrap(
     first stage and items, crossed with seeds, as the second. ``numpy.random.default_rng(seed)`` makes it
     deterministic; the replicates do not depend on how the resamples are chunked to bound memory.
 
-    ``pretrain`` (per arm, the pretraining seed of each of its runs, pretraining-seed-major, or None for an arm
-    with one) adds the top stage of the Multi-Bootstrap (Sellam et al. 2022, ICLR, "The MultiBERTs"): pretraining
-    seeds drawn with replacement, jointly for arms with the same pretraining seeds, then fine-tuning seeds within
-    each (``run_draws``); an arm's value is the mean over its drawn runs. ``shared_seeds`` then compares the
-    fine-tuning seeds per pretraining seed.
+    ``pretrain`` (per arm, the pretraining seed of each of its runs, pretraining-seed-major, or None for an arm with
+    one) adds the top stage of the Multi-Bootstrap (Sellam et al. 2022, ICLR, "The MultiBERTs"): pretraining seeds drawn
+    with replacement, jointly for arms with the same pretraining seeds, then fine-tuning seeds, the same ones under
+    every drawn pretraining seed (crossed: ``run_draws``); an arm's value is the mean over its drawn runs.
+    ``shared_seeds`` then compares the fine-tuning seeds per pretraining seed.
 
     ``clusters`` (``(n_items,)`` labels, e.g. a same-story group or a dedup cluster) draws clusters instead of items
     (Davison & Hinkley 1997, sec. 3.8): each item weighs its cluster's draw count, the same for every arm.

@@ -3,11 +3,11 @@
 With several ``pretrain.seeds``, finetune runs every arm on our encoder (``pretrained``, ``adapted``) again from
 each further seed's model and lists those runs in ``metrics/finetune/<task>.json`` ``pretraining_seeds``
 (``tasks/finetune/reruns/from_pretraining_seeds.py``). ``with_pretraining_seeds`` stacks their test items under the
-arm's own, pretraining-seed-major, and names each run's pretraining seed in ``Items.pretrain``, so the claim's
-bootstrap draws pretraining seeds first, then fine-tuning seeds within them, then test items (the Multi-Bootstrap of
-Sellam et al. 2022, ``bootstrap.hierarchical_bootstrap``), and the point estimate is the mean over every run. An arm
-that does not depend on pretraining (random init, a baseline, the reference MiniLM) has one. ``notes`` says, for a
-claim on our encoder, whether its CI carries pretraining variance.
+arm's own, pretraining-seed-major, and names each run's pretraining seed in ``Items.pretrain``, so the claim's bootstrap
+draws pretraining seeds first, then fine-tuning seeds (crossed with them: the same ones under every pretraining seed),
+then test items (the Multi-Bootstrap of Sellam et al. 2022, ``bootstrap.hierarchical_bootstrap``), and the point
+estimate is the mean over every run. An arm that does not depend on pretraining (random init, a baseline, the reference
+MiniLM) has one. ``notes`` says, for a claim on our encoder, whether its CI carries pretraining variance.
 """
 
 from __future__ import annotations
@@ -100,6 +100,6 @@ def notes(claim: Claim, treat: Sample, base: Sample) -> list[str]:
         if n == 1
         else [
             f"pretraining seeds resampled at the top of the bootstrap ({n} pretraining "
-            "seeds, then fine-tuning seeds within each; pretrain.seeds)"
+            "seeds, then fine-tuning seeds, crossed with them; pretrain.seeds)"
         ]
     )
