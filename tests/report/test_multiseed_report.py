@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from scipy import stats
 from sklearn.metrics import f1_score
 
 from report_fixtures import ARMS, GOLD, LABELS, STATS, claim, preds, write_workspace
@@ -90,3 +91,13 @@ def test_the_few_labels_gap_claim_resamples_pretraining_seeds_of_its_curve_run_t
     assert row.treatment.mean == pytest.approx((mean[curve] + mean[curve21]) / 2 - mean["random@n4/full/mean-pool"])
     assert row.baseline.mean == pytest.approx(ours - random)  # the mean of both pretraining seeds' runs
     assert any(n.startswith("pretraining seeds resampled at the top of the bootstrap (2") for n in row.notes)
+    # the probability of improvement over run-by-run gaps: the random-init run of seed s against each pretraining
+    # seed's run of seed s (it was missing: the sides' run labels differ), by hand with sklearn and scipy
+    f1 = {k: [f1_score(GOLD, p, average="macro") for p in v.values()] for k, v in runs.items()}
+    ours_runs = [f1_score(GOLD, p, average="macro") for p in [*ARMS[OURS].values(), *SEED21.values()]]
+    base_runs = [f1_score(GOLD, p, average="macro") for p in ARMS["random/full/mean-pool"].values()]
+    treat_gaps = np.subtract(f1[curve] + f1[curve21], f1["random@n4/full/mean-pool"] * 2)
+    base_gaps = np.subtract(ours_runs, base_runs * 2)
+    u = stats.mannwhitneyu(treat_gaps, base_gaps).statistic / (treat_gaps.size * base_gaps.size)
+    assert row.comparison is not None and row.comparison.probability == pytest.approx(u)
+    assert len(row.comparison.runs["treatment"]) == len(row.comparison.runs["baseline"]) == 6

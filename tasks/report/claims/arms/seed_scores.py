@@ -7,7 +7,8 @@ fine-tuning seed; with several pretraining seeds, every pretraining seed x fine-
 metric of the run's summed per-item counts on the claim's items (``tasks.report.claims.arms.items``), or the
 run's metric from ``metrics/finetune/<task>.json`` when the arm has no test items (a claim on a slice of the
 items, ``clean`` say, then gets none: those values score every test item). A gap claim's side ``A - B``
-scores ``A``'s run minus ``B``'s run of the same seeds. Both statistics ignore which runs share a seed: they
+scores ``A``'s run minus ``B``'s run of the same seeds (a random-init ``B``, of one pretraining seed, against
+each pretraining seed's run of ``A`` with that fine-tuning seed). Both statistics ignore which runs share a seed: they
 compare the two distributions of scores (rliable's stratified bootstrap draws each arm's runs on its own). A
 calibration claim (lower is better, from prediction files of another shape) and a side without per-run scores get
 none; a claim that could have them but whose runs do not line up gets a note saying why.
@@ -95,11 +96,31 @@ def compare_runs(claim: Claim, samples: list[Sample], cfg: StatsConfig) -> tuple
 
 def side_scores(samples: list[Sample], metric: str) -> tuple[np.ndarray, tuple[str, ...]] | None:
     """One side's per-run scores of ``metric`` and run labels: an arm's (``[arm]``), or a gap's ``A - B`` run by
-    run (``[A, B]``); None when the gap's runs have different labels."""
+    run (``[A, B]``), an arm of one pretraining seed (random init) paired by fine-tuning seed with each pretraining
+    seed's run of the other (as ``components.seed_parts`` pairs them); None when the runs do not line up."""
     scored = [run_scores(sample, metric) for sample in samples]
-    if any(labels != scored[0][1] for _, labels in scored):
+    if len(scored) == 1:
+        return scored[0]
+    (a, a_labels), (b, b_labels) = scored
+    if a_labels == b_labels:
+        return a - b, a_labels
+    if "/" in "".join(a_labels) and "/" not in "".join(b_labels):
+        return _broadcast(a, a_labels, b, b_labels, 1.0)
+    if "/" in "".join(b_labels) and "/" not in "".join(a_labels):
+        return _broadcast(b, b_labels, a, a_labels, -1.0)
+    return None
+
+
+def _broadcast(
+    many: np.ndarray, labels: tuple[str, ...], one: np.ndarray, seeds: tuple[str, ...], sign: float
+) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """``sign * (many - one)`` run by run, ``one``'s run of fine-tuning seed ``s`` against each ``<p>/<s>`` of
+    ``many``; None unless every fine-tuning seed of ``many`` has exactly one run in ``one``."""
+    by_seed = dict(zip(seeds, one, strict=True))
+    fine = [label.rsplit("/", 1)[1] for label in labels]
+    if len(by_seed) != len(seeds) or set(fine) != set(by_seed):
         return None
-    return (scored[0][0] - scored[1][0] if len(scored) == 2 else scored[0][0]), scored[0][1]
+    return sign * (many - np.array([by_seed[f] for f in fine])), labels
 
 
 def run_scores(sample: Sample, metric: str) -> tuple[np.ndarray, tuple[str, ...]]:
