@@ -115,6 +115,8 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     path = ledger_path(paths)
     previous = read_ledger(path) if cfg.ledger else None
     log.info(ledger_note(cfg.ledger, previous, path))
+    for source, why in cfg.unused_test_caps().items():
+        log.info(f"split: warning: split.max_test_docs.{source} caps nothing: {why}")
     base = empty_ledger() if previous is None else previous
     kept, dropped, bridged = apply_ledger(placed, base, path)
     if len(left_out):

@@ -202,8 +202,18 @@ def test_a_test_cap_leaves_whole_components_out_as_dropped_and_counts_every_row(
 def test_a_test_cap_is_at_least_one_doc_of_a_pooled_source():
     with pytest.raises(ValidationError, match=r"max_test_docs must be >= 1"):
         params(max_test_docs={"t": 0})
-    with pytest.raises(ParamsError, match=r"split\.max_test_docs\.nope: nope has no train pool"):
-        load_params("params.yaml", {"split.max_test_docs": {"nope": 10}})
+    named = load_params("params.yaml", {"split.max_test_docs": {"nope": 10, "bbc_news": 1000}})
+    assert named.split.test_caps() == {"bbc_news": 1000}
+    assert named.split.unused_test_caps() == {"nope": "no task reads it"}
+
+
+def test_a_test_cap_on_a_source_without_a_pool_leaves_its_fraction_share():
+    # fractions sizing (the scheduled profile) and max_train_docs: null (the GPU profiles) have no pool to cap around
+    fractions = load_params("params.yaml", {"split.task_sizing": "fractions", "split.assignment": "hash"})
+    assert fractions.split.max_test_docs == {"bbc_news": 1000} and fractions.split.test_caps() == {}
+    assert fractions.split.unused_test_caps() == {"bbc_news": "it has no train pool (study sizing only)"}
+    uncapped = load_params("params.yaml", {"finetune.recipes.cls.max_train_docs": None})
+    assert "bbc_news" not in uncapped.split.train_pools() and uncapped.split.test_caps() == {}
 
 
 def test_a_cap_below_the_fraction_share_keeps_the_share(tmp_path):

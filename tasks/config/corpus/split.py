@@ -112,16 +112,24 @@ class SplitParams(StrictModel):
         pools = self.train_pools()
         return {source: cap for source, cap in sorted(self.max_test_docs.items()) if source in pools}
 
+    def unused_test_caps(self) -> dict[str, str]:
+        """``{source: why}`` for each ``max_test_docs`` entry that caps nothing: a source no task reads (a user's own
+        sources beside the default's ``bbc_news`` cap), or one without a train pool (``fractions`` sizing, or a
+        recipe with ``max_train_docs: null``, as the GPU and scheduled profiles set), which keeps its
+        ``task_fractions`` test share. The split stage logs each; none is an error, so the default cap does not
+        break a run on other data."""
+        task_sources = {spec.source for spec in self.tasks.values()}
+        pools = self.train_pools()
+        return {
+            source: "no task reads it" if source not in task_sources else "it has no train pool (study sizing only)"
+            for source in sorted(self.max_test_docs)
+            if source not in pools
+        }
+
     def check_max_docs(self, max_docs: dict[str, int | None]) -> None:
         """Raise ``ValueError`` naming ``split.train_pool_factor`` when a source's train pool does not fit in its
         ingest ``max_docs`` (``{source: max_docs}``) beside its dev and test shares (test at least 1 doc): a cap
-        known before the run (dedup can only lower the count; the stage checks that test is not empty). Also raises
-        one naming ``split.max_test_docs.<source>`` for a source without a train pool (nothing to cap)."""
-        for source in sorted(set(self.max_test_docs) - set(self.train_pools())):
-            raise ValueError(
-                f"split.max_test_docs.{source}: {source} has no train pool (it needs split.task_sizing: study and "
-                "a task reading it whose recipe caps max_train_docs), so its test split is not capped"
-            )
+        known before the run (dedup can only lower the count; the stage checks that test is not empty)."""
         for source, pool in self.train_pools().items():
             cap = max_docs.get(source)
             if cap is None:
