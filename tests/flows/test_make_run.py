@@ -66,6 +66,8 @@ QUOTED_ARGV = [
     "-S",
     "split.ledger=true",
     "-S",
+    'split.task_sizing="fractions"',
+    "-S",
     'tokenizer.vocab_from="train_once"',
     "-S",
     r"""pretrain.fill_mask=['He said "the [MASK] is here"', "\"it's\" the [MASK], isn't it", """
@@ -172,6 +174,8 @@ def test_make_run_hands_dvc_exp_run_one_argument_per_value(checkout, tmp_path, p
             'split.assignment="hash"',
             "-S",
             "split.ledger=true",
+            "-S",
+            'split.task_sizing="fractions"',
             "-S",
             'tokenizer.vocab_from="train_once"',
         ]
