@@ -216,6 +216,35 @@ def test_bootstrap_brier_spread_is_the_standard_error_of_a_mean_over_items():
     assert reps.mean() == pytest.approx(terms.mean(), abs=4 * terms.std() / np.sqrt(terms.size) / np.sqrt(20_000))
 
 
+def test_bootstrap_brier_and_nll_are_the_means_over_the_repeated_units_of_each_draw():
+    # ner-like units: several spans per sentence, sentences without a span; each replicate's value must be the
+    # plain mean of the terms of the units of the drawn items, each repeated as often as its item was drawn
+    rng = np.random.default_rng(5)
+    n_items, seeds = 30, (0, 1)
+    per_seed = []
+    for _ in seeds:
+        item = np.sort(rng.integers(0, n_items, size=45))
+        conf = rng.uniform(0.2, 0.99, item.size)
+        hit = rng.random(item.size) < conf
+        per_seed.append(cal.SeedUnits(item, conf, hit, (conf - hit) ** 2, cal.nll_binary_terms(conf, hit)))
+    arm = cal.ArmCalibration("ner", "ner", tuple(f"s{i:02d}" for i in range(n_items)), seeds, tuple(per_seed))
+    for statistic in ("brier", "nll"):
+        got = cal.replicates([arm], statistic, 15, 50, np.random.default_rng(9))[:, 0]
+        again = np.random.default_rng(9)  # replay the draws: the seed indices first, then the item counts
+        seed_idx = bs.seed_draws([len(seeds)], 50, again, True)[0]
+        draws = again.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=50)
+        expected = []
+        for r in range(50):
+            values = []
+            for s in seed_idx[r]:
+                units = per_seed[s]
+                repeat = draws[r, units.item]
+                terms = np.repeat(units.terms(statistic), repeat)
+                values.append(terms.mean() if terms.size else 0.0)
+            expected.append(np.mean(values))
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
 def test_a_difference_of_an_arm_with_itself_is_exactly_zero():
     arm = _cls_arm("a", (1, 2, 3), over=0.05)
     (first, second), reps = cal.estimates([arm, arm], "ece", 15, 500, np.random.default_rng(0), 0.95)

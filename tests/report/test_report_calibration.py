@@ -12,7 +12,7 @@ import pytest
 from sklearn.metrics import brier_score_loss, log_loss
 
 from tasks.common.provenance import Lock
-from tasks.report.claims.arms.calibration_arms import arm_calibration
+from tasks.report.claims.arms.calibration_arms import arm_calibration, calibration_estimates
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Claim, Metrics
 from tasks.report.stats.calibration import nll_binary_terms, point_estimate
@@ -126,8 +126,12 @@ def test_a_calibrated_arm_is_no_worse_than_an_overconfident_one_and_not_the_reve
     assert row.baseline.mean == pytest.approx(0.39, abs=0.02)  # bias-corrected; the plug-in is exactly 0.39
     assert row.treatment.mean < 0.1 and row.treatment.low <= row.treatment.mean <= row.treatment.high
     assert row.difference.mean == pytest.approx(row.baseline.mean - row.treatment.mean)
-    table = {r[0]: r[1] for r in calibration_grids(metrics, STATS)[0][2]}  # the same arm estimates as the table
-    assert table[OVERCONFIDENT].startswith(f"{row.baseline.mean:.4f} [{row.baseline.low:.4f}, {row.baseline.high:.4f}]")
+    # the table's cell is the same estimate at the slice tables' resamples (the claim's: STATS.resamples)
+    table = {r[0]: r[1] for r in calibration_grids(metrics, STATS)[0][2]}
+    arm = arm_calibration("cls", OVERCONFIDENT, metrics)
+    (cell,), _ = calibration_estimates([arm], "ece", STATS, STATS.slice_resamples)
+    assert table[OVERCONFIDENT].startswith(f"{cell.mean:.4f} [{cell.low:.4f}, {cell.high:.4f}]")
+    assert cell.mean == pytest.approx(row.baseline.mean, abs=0.005)
     assert row.verdict == "supported" and "lower is better calibrated" in row.pairing
     assert row.effect_size is None  # per-seed values are macro-F1, not ECE
     reverse = evaluate(claim(OVERCONFIDENT, CALIBRATED), metrics, Lock({}), STATS)

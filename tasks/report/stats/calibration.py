@@ -306,14 +306,6 @@ def _weighted_ece(confidence: np.ndarray, correct: np.ndarray, weights: np.ndarr
     return np.divide(per_bin, total, out=np.zeros(total.shape), where=total > 0)
 
 
-def _weighted_value(units: SeedUnits, weights: np.ndarray, statistic: Statistic, n_bins: int) -> np.ndarray:
-    """The statistic ``(R,)`` of one seed's units (sorted by confidence) under unit weights ``(R, U)``."""
-    if base(statistic) == "ece":
-        return _weighted_ece(units.confidence, units.correct.astype(float), weights, n_bins)
-    total = weights.sum(axis=1)
-    return np.divide(weights @ units.terms(statistic), total, out=np.zeros(total.shape), where=total > 0)
-
-
 def replicates(
     arms: Sequence[ArmCalibration], statistic: Statistic, n_bins: int, resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -344,9 +336,26 @@ def replicates(
         stop = min(start + chunk, resamples)
         draws = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=stop - start).astype(float)
         for j, units in enumerate(sorted_units):
-            values = np.stack([_weighted_value(u, draws[:, u.item], statistic, n_bins) for u in units], axis=1)
+            values = _seed_values(units, draws, statistic, n_bins)
             out[start:stop, j] = np.take_along_axis(values, seed_idx[j][start:stop], axis=1).mean(axis=1)
     return out
+
+
+def _seed_values(units: Sequence[SeedUnits], draws: np.ndarray, statistic: Statistic, n_bins: int) -> np.ndarray:
+    """The statistic ``(R, S)`` of each seed's units under the item draws ``(R, n_items)`` (counts per item).
+
+    Brier and NLL are means of per-unit terms, so a seed's value is ``draws @ item_terms / draws @ item_units``
+    with its terms and units summed per item first: one matrix product for all seeds. ECE is not additive and
+    takes one pass per seed (``_weighted_ece``)."""
+    if base(statistic) == "ece":
+        return np.stack(
+            [_weighted_ece(u.confidence, u.correct.astype(float), draws[:, u.item], n_bins) for u in units], 1
+        )
+    n_items = draws.shape[1]
+    terms = np.stack([np.bincount(u.item, weights=u.terms(statistic), minlength=n_items) for u in units], axis=1)
+    counts = np.stack([np.bincount(u.item, minlength=n_items) for u in units], axis=1).astype(float)
+    total = draws @ counts
+    return np.divide(draws @ terms, total, out=np.zeros(total.shape), where=total > 0)
 
 
 class Interval(NamedTuple):

@@ -102,8 +102,9 @@ def calibration_row(task: str, run_key: str, metrics: Metrics, cfg: StatsConfig)
     """One run's cells of the calibration table, or why they are missing."""
     try:
         arm = arm_calibration(task, run_key, metrics)
-        (ece_est,), _ = calibration_estimates([arm], "ece", cfg, cfg.resamples)  # as the claims compute arms
-        (brier_est,), _ = calibration_estimates([arm], "brier", cfg, cfg.resamples)
+        # a descriptive cell, as the slice tables: their resamples (the claims keep cfg.resamples)
+        (ece_est,), _ = calibration_estimates([arm], "ece", cfg, cfg.slice_resamples)
+        (brier_est,), _ = calibration_estimates([arm], "brier", cfg, cfg.slice_resamples)
     except (NotRun, ValueError) as why:
         return [run_key, f"not computed: {why}", "-", "-", "-", "-", "-"]
     units = sum(u.confidence.size for u in arm.per_seed)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from tasks.report.claims.arms.items import read_predictions
+from tasks.report.claims.arms.items import file_versions, read_predictions
 from tasks.report.claims.grammar import Metrics, NotRun, dig
 from tasks.report.claims.tasks_run import task_module
 from tasks.report.stats.calibration import (
@@ -90,6 +91,20 @@ def load_calibration(
     if module not in ("cls", "ner"):
         raise ValueError(f"calibration: task {task!r} has unknown kind module {module!r} (expected 'cls' or 'ner')")
     paths = [Path(folder) / task / run_key / f"seed{seed}.test.jsonl" for seed in seeds]
+    return _calibration(file_versions(paths), f"{folder}/{task}/{run_key}", task, tuple(seeds), tuple(labels), module)
+
+
+@lru_cache(maxsize=512)
+def _calibration(
+    files: tuple[tuple[str, int, int], ...],
+    name: str,
+    task: str,
+    seeds: tuple[int, ...],
+    labels: tuple[str, ...],
+    module: str,
+) -> ArmCalibration:
+    """``load_calibration``, read once per version of the files (``items.file_versions``)."""
+    paths = [Path(path) for path, _, _ in files]
     records = [read_predictions(path) for path in paths]
     if not records[0]:
         raise ValueError(f"{paths[0]}: no test predictions")
@@ -110,7 +125,7 @@ def load_calibration(
         if has_scaled
         else None
     )
-    return ArmCalibration(f"{folder}/{task}/{run_key}", task, doc_ids, tuple(seeds), tuple(per_seed), scaled)
+    return ArmCalibration(name, task, doc_ids, seeds, tuple(per_seed), scaled)
 
 
 def _units(recs: list[dict], labels: list[str], path: Path, module: str, field: str) -> SeedUnits:

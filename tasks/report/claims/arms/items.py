@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -82,20 +82,41 @@ def load_items(folder: Path, task: str, run_key: str, seeds: list[int], labels: 
     """Counts of run ``run_key`` for every seed, from ``<folder>/<task>/<run_key>/seed<k>.test.jsonl``.
 
     ``module`` is the task's kind (``cls`` | ``ner``, ``Metrics.task_module``). ``labels`` are the cls class
-    names (ignored for ner, whose types come from the gold and predicted tags).
+    names (ignored for ner, whose types come from the gold and predicted tags). Read once per version of the
+    files (``file_versions`` keys the memo): claims, gates and tables read the same arm many times.
     Raises ``NotRun`` naming the file when one is missing, and when seeds disagree on the test doc ids.
     """
-    records = [read_predictions(Path(folder) / task / run_key / f"seed{seed}.test.jsonl") for seed in seeds]
+    paths = [Path(folder) / task / run_key / f"seed{seed}.test.jsonl" for seed in seeds]
+    return _counted_items(file_versions(paths), tuple(seeds), tuple(labels), module, f"{folder}/{task}/{run_key}")
+
+
+def file_versions(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    """``(path, mtime_ns, size)`` of each prediction file, the key of a memo of what was read from them; raises
+    ``NotRun`` naming a missing file."""
+    out = []
+    for path in paths:
+        if not path.exists():
+            raise NotRun(f"{path} is missing (rerun the finetune stage)")
+        stat = path.stat()
+        out.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(out)
+
+
+@lru_cache(maxsize=512)
+def _counted_items(
+    files: tuple[tuple[str, int, int], ...], seeds: tuple[int, ...], labels: tuple[str, ...], module: str, where: str
+) -> Items:
+    records = [read_predictions(Path(path)) for path, _, _ in files]
     doc_ids = tuple(r["doc_id"] for r in records[0])
     for seed, recs in zip(seeds, records, strict=True):
         if tuple(r["doc_id"] for r in recs) != doc_ids:
-            raise NotRun(f"{folder}/{task}/{run_key}: seed {seed} predicted other test docs than seed {seeds[0]}")
+            raise NotRun(f"{where}: seed {seed} predicted other test docs than seed {seeds[0]}")
     if module == "cls":
-        counts = np.stack([cls_counts(recs, labels) for recs in records])
-        return Items(module, counts, doc_ids, tuple(seeds), tuple(labels))
+        counts = np.stack([cls_counts(recs, list(labels)) for recs in records])
+        return Items(module, counts, doc_ids, seeds, labels)
     types = tuple(sorted({e[3] for recs in records for e in _entities(recs, "gold") | _entities(recs, "pred")}))
     counts = np.stack([ner_counts(recs, types) for recs in records])
-    return Items(module, counts, doc_ids, tuple(seeds), types)
+    return Items(module, counts, doc_ids, seeds, types)
 
 
 def read_predictions(path: Path) -> list[dict]:
