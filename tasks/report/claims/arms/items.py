@@ -114,8 +114,9 @@ def _counted_items(
     if module == "cls":
         counts = np.stack([cls_counts(recs, list(labels)) for recs in records])
         return Items(module, counts, doc_ids, seeds, labels)
-    types = tuple(sorted({e[3] for recs in records for e in _entities(recs, "gold") | _entities(recs, "pred")}))
-    counts = np.stack([ner_counts(recs, types) for recs in records])
+    entities = [(_entities(recs, "gold"), _entities(recs, "pred")) for recs in records]
+    types = tuple(sorted({e[3] for gold, pred in entities for e in gold | pred}))
+    counts = np.stack([ner_counts(len(recs), *found, types) for recs, found in zip(records, entities, strict=True)])
     return Items(module, counts, doc_ids, seeds, types)
 
 
@@ -138,19 +139,23 @@ def cls_counts(recs: list[dict], labels: list[str]) -> np.ndarray:
     return bs.class_counts(gold, pred, len(labels))
 
 
-def _entities(recs: list[dict], side: str) -> set[tuple[int, int, int, str]]:
+#: An entity ``(sentence, start, end, type)``.
+Entity = tuple[int, int, int, str]
+
+
+def _entities(recs: list[dict], side: str) -> set[Entity]:
     """Strict IOB2 entities ``(sentence, start, end, type)`` of the ``gold`` or ``pred`` tags (seqeval)."""
     found = Entities([r[side] for r in recs], IOB2, False).entities
     return {(i, e.start, e.end, e.tag) for i, sent in enumerate(found) for e in sent}
 
 
-def ner_counts(recs: list[dict], types: tuple[str, ...]) -> np.ndarray:
-    """(n_items, 3 + 3T): micro ``[tp, n_pred, n_gold]`` per sentence, then the same per entity type.
+def ner_counts(n_items: int, gold: set[Entity], pred: set[Entity], types: tuple[str, ...]) -> np.ndarray:
+    """(n_items, 3 + 3T): micro ``[tp, n_pred, n_gold]`` per sentence, then the same per entity type, of the
+    ``gold`` and ``pred`` entities of ``n_items`` sentences (``_entities``).
 
     An entity is a true positive when a predicted entity has the same sentence, span and type (seqeval strict).
     """
-    gold, pred = _entities(recs, "gold"), _entities(recs, "pred")
-    out = np.zeros((len(recs), 3 * (1 + len(types))), dtype=np.int64)
+    out = np.zeros((n_items, 3 * (1 + len(types))), dtype=np.int64)
     column = {t: 3 * (1 + i) for i, t in enumerate(types)}
     for offset, entities in ((0, gold & pred), (1, pred), (2, gold)):
         for sent, _, _, tag in entities:
