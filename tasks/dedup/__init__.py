@@ -12,7 +12,8 @@ Method (text-dedup / datatrove style, with verification):
    computed with numpy in forked worker processes, which inherit the texts as Arrow arrays; format characters
    are removed in Arrow; a shard's words are cut by one ``bytes.translate`` and Arrow's whitespace split, and
    only words a worker has not seen yet are hashed in Python, pieces holding a non-ASCII character split by the
-   regex; shards hold equal shares of the text bytes, a multiple of ``num_proc`` of them). Documents with
+   regex; on a large corpus one compiled pass over each shard's UTF-8 bytes does it instead, ``kernels/scan.py``,
+   with the same values; shards hold equal shares of the text bytes, a multiple of ``num_proc`` of them). Documents with
    fewer than ``n`` words have no shingle: they are matched exactly only ("short docs").
 3. One LSH banding over all sources (bands and rows from datasketch's optimiser) proposes candidate pairs;
    each is merged only if its exact Jaccard on the shingle sets reaches the threshold, so every merge is a
@@ -46,6 +47,7 @@ Modules:
 - ``policy``: which rows may be merged, per source.
 - ``signatures``: per-document hashes, counts, MinHash signatures and shingle sets, signed in forked workers.
 - ``signing``: the per-shard shingle-set and signature kernels (numpy, or compiled on a large corpus).
+- ``kernels/``: the compiled shard scan: normalized texts, word hashes and shingle sets from UTF-8 bytes.
 - ``incremental``: the signatures and Jaccards of texts seen before, kept in ``<data>/dedup_index``.
 - ``segments``: the index's append-only segment files.
 - ``ray_engine``: the signing and LSH on Ray Data (``engine: ray``; Ray is imported when it runs).

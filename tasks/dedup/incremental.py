@@ -50,6 +50,7 @@ import json
 import logging
 import unicodedata
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,7 @@ from tasks.common.imports import closure_fingerprint
 from tasks.common.matching import minhash
 from tasks.common.matching.textnorm import arrow_strings
 from tasks.config.corpus.dedup import DedupParams
-from tasks.dedup import segments
+from tasks.dedup import segments, signing
 from tasks.dedup.corpus import Corpus
 from tasks.dedup.signatures import DocSignatures, sign_documents
 
@@ -114,15 +115,21 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     """Signatures of every row of ``corpus``: from the index at ``folder`` where the rule above allows, else
     signed (``sign_documents``); logs the path taken to ``log`` (info, MLflow tags and metrics)."""
     texts = pa.chunked_array(corpus.text_chunks, pa.string()) if corpus.text_chunks else corpus.text
-    raw = [digest for chunk in texts.chunks for digest in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
-    entries, keys, reason, stored = load_entries(folder, cfg)
-    mode = "incremental" if entries is not None else "full"
-    entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
-    entry_of = {key: k for k, key in enumerate(keys)}
-    found = sum(digest in entry_of for digest in raw)
-    todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
-    # only the texts to sign are gathered (concatenating every text cost ~0.7 s at 100k docs)
-    picked = corpus.texts_at(np.asarray(todo, np.int64)) if corpus.text_chunks else [texts[i] for i in todo]
+    with ThreadPoolExecutor(1) as loader:
+        # with no index every text is signed: the compiled kernels load (~1 s) while the md5s and the gather run
+        every = not cfg.incremental or not (folder / ENTRIES).is_file()
+        loading = loader.submit(signing.prepare, _text_bytes(corpus)) if every and corpus.text_chunks else None
+        raw = [d for chunk in texts.chunks for d in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
+        entries, keys, reason, stored = load_entries(folder, cfg)
+        mode = "incremental" if entries is not None else "full"
+        entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
+        entry_of = {key: k for k, key in enumerate(keys)}
+        found = sum(digest in entry_of for digest in raw)
+        todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
+        # only the texts to sign are gathered (concatenating every text cost ~0.7 s at 100k docs)
+        picked = corpus.texts_at(np.asarray(todo, np.int64)) if corpus.text_chunks else [texts[i] for i in todo]
+        if loading is not None:
+            loading.result()
     fresh = sign_documents(picked, cfg)
     entry_of.update({raw[i]: len(keys) + k for k, i in enumerate(todo)})
     rows = np.fromiter(map(entry_of.__getitem__, raw), np.int64, count=len(raw))
@@ -135,6 +142,11 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     log.tags({"dedup.mode": mode, "dedup.reason": reason})
     log.metrics({"incremental": {"docs_signed": len(todo), "full": int(mode == "full")}})
     return docs
+
+
+def _text_bytes(corpus: Corpus) -> int:
+    """The UTF-8 bytes of every text of ``corpus`` (read from its Arrow chunks)."""
+    return sum(int(pc.sum(pc.binary_length(chunk)).as_py() or 0) for chunk in corpus.text_chunks)
 
 
 def raw_md5s(texts: list[str] | pa.Array) -> list[str]:

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from tasks.common.matching import minhash, pairjaccard, textnorm
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import signing
+from tasks.dedup.kernels import scan
 
 
 @dataclass
@@ -189,7 +190,12 @@ def sign_shard(job: tuple) -> DocSignatures:
 
 def _sign_packed(texts: list[str] | pa.Array, n: int, a: np.ndarray, b: np.ndarray) -> tuple:
     """A shard's results as a few arrays (cheap to pickle back from a worker): md5s, word and character counts,
-    signatures, and the shingle sets flattened (``signing.shingle_sets``)."""
+    signatures, and the shingle sets flattened (``signing.shingle_sets``); compiled, from the texts' bytes
+    (``kernels/scan.py``: the same values), when ``signing.compiled_now``."""
+    if signing.compiled_now():
+        arrow = texts if isinstance(texts, pa.Array) else textnorm.arrow_strings(texts)
+        hashes, n_words, n_chars, flat, sizes = scan.shard_values(arrow, n)
+        return hashes, n_words, n_chars, signing.signatures(flat, sizes, a, b), flat, sizes
     normalized = textnorm.normalize_many(texts)
     if len(_PIECES) > PIECE_CACHE_MAX:
         _PIECES.clear()

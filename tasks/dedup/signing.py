@@ -10,6 +10,8 @@ with the kernels before forking its signing workers (``prepare``) when the texts
 ~0.7 s, so the workers inherit the machine code instead of each loading it. The numpy signing permutes blocks of
 shingles into ``(num_perm, shingles)`` temporaries (about 0.15 us per shingle and permutation); the compiled loop
 keeps one document's signature row in registers (about 10x less). Below that size numpy runs, with the same results.
+``prepare`` also loads the compiled shard scan (``kernels/scan.py``), which the workers then run instead of the
+normalization, word hashing and ``shingle_sets`` (``signatures._sign_packed``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import numpy as np
 
 from tasks.common.matching import compiled, minhash
+from tasks.dedup.kernels import scan
 
 COMPILE_MIN_BYTES = 40_000_000  # text bytes: ~4x the default corpus, where numpy signing costs ~1 s on 2 workers
 _LOW = np.uint64(0xFFFFFFFF)
@@ -35,9 +38,12 @@ def prepare(text_bytes: int) -> None:
     a, b = minhash.permutations(2, 1)
     compiled.jit(_doc_shingles)(flat, np.zeros(2, np.int64), 5, flat.copy(), np.zeros(1, np.int64))
     compiled.jit(_sign)(flat, sizes, a.astype(np.uint64), b.astype(np.uint64), np.zeros((1, 2), np.uint32))
+    scan.prepare()
 
 
-def _compiled() -> bool:
+def compiled_now() -> bool:
+    """Whether this process runs the compiled kernels (numba is loaded: ``prepare`` loaded it, or an earlier
+    loop of the process did)."""
     return "numba" in sys.modules
 
 
@@ -48,7 +54,7 @@ def shingle_sets(values: np.ndarray, doc: np.ndarray, n_docs: int, n: int) -> tu
     ``values`` ``(words,)`` uint64 word hashes, documents one after another; ``doc`` ``(words,)`` int64 the
     document of each word (non-decreasing)."""
     sizes = np.zeros(n_docs, np.int64)
-    if _compiled():
+    if compiled_now():
         bounds = np.searchsorted(doc, np.arange(n_docs + 1)).astype(np.int64)
         out = np.empty(max(len(values) - n + 1, 0), np.uint64)
         total = compiled.jit(_doc_shingles)(np.ascontiguousarray(values, np.uint64), bounds, n, out, sizes)
@@ -62,7 +68,7 @@ def shingle_sets(values: np.ndarray, doc: np.ndarray, n_docs: int, n: int) -> tu
 def signatures(flat: np.ndarray, sizes: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """MinHash signatures ``(docs, num_perm)`` uint32 of the shingle sets ``flat``/``sizes`` (``shingle_sets``);
     a document without shingles keeps ``minhash.EMPTY`` everywhere."""
-    if not _compiled():
+    if not compiled_now():
         return minhash.signatures(np.split(flat, np.cumsum(sizes)[:-1]) if len(sizes) else [], a, b)
     out = np.full((len(sizes), len(a)), minhash.EMPTY, dtype=np.uint32)
     compiled.jit(_sign)(flat, sizes, a.astype(np.uint64), b.astype(np.uint64), out)

@@ -22,7 +22,7 @@ def _docs():
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_flat_sets_and_signatures_equal_the_per_document_kit(monkeypatch, compiled):
-    monkeypatch.setattr(signing, "_compiled", lambda: compiled)
+    monkeypatch.setattr(signing, "compiled_now", lambda: compiled)
     values, doc, words = _docs()
     flat, sizes = signing.shingle_sets(values, doc, len(words), 5)
     want = [np.unique(minhash.rolling_hashes(w, 5)) for w in words]
@@ -37,10 +37,11 @@ def test_flat_sets_and_signatures_equal_the_per_document_kit(monkeypatch, compil
 def test_small_texts_keep_numba_unloaded_and_large_ones_load_the_kernels(monkeypatch):
     loaded = []
     monkeypatch.setattr(signing.compiled, "jit", lambda func: loaded.append(func.__name__) or (lambda *a: 0))
+    monkeypatch.setattr(signing.scan, "prepare", lambda: loaded.append("scan"))
     signing.prepare(signing.COMPILE_MIN_BYTES - 1)
     assert loaded == []
     signing.prepare(signing.COMPILE_MIN_BYTES)
-    assert sorted(loaded) == ["_doc_shingles", "_sign"]
+    assert sorted(loaded) == ["_doc_shingles", "_sign", "scan"]
 
 
 def test_jaccards_of_packed_sets_equal_those_of_the_set_list(monkeypatch):
