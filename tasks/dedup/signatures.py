@@ -6,6 +6,7 @@ The per-shard kernels are ``signing.py``; the Ray engine signs with ``sign_shard
 from __future__ import annotations
 
 import hashlib
+import mmap
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -94,34 +95,68 @@ def sign_documents(texts: list[str] | pa.Array, cfg: DedupParams) -> DocSignatur
 
     Shards are contiguous and results come back in order, so the output does not depend on ``num_proc``.
     The texts reach the forked workers by inheritance (each job is a row range, not a pickled list of texts),
-    and each shard comes back as a few flat arrays (``_sign_packed``), not one array per document.
+    and each worker writes its shard's signatures and shingle sets into arrays it shares with this process
+    (``_Shared``: an anonymous shared mapping, nothing pickled back but the md5s and counts); a shard's sets
+    get a slot of ``_room`` values, and the sets lie slot after slot, with gaps (``DocSignatures.packed``).
     """
-    global _FORKED_TEXTS
+    global _FORKED_TEXTS, _SHARED
     a, b = minhash.permutations(cfg.num_perm, cfg.seed)
     sizes = _text_sizes(texts)
+    ranges = balanced_shards(sizes, cfg.shard_size_docs, cfg.num_proc)
+    room = np.array([_room(sizes[start:stop]) for start, stop in ranges], np.int64)
+    slots = (np.cumsum(room) - room).tolist()
     jobs = [
-        (start, stop, cfg.shingle_size_words, a, b)
-        for start, stop in balanced_shards(sizes, cfg.shard_size_docs, cfg.num_proc)
+        (start, stop, cfg.shingle_size_words, a, b, slot, int(r)) for (start, stop), slot, r in zip(ranges, slots, room)
     ]
-    parts = []
     signing.prepare(int(sizes.sum()))  # before the fork: the workers inherit the compiled kernels
-    _FORKED_TEXTS = texts
+    _FORKED_TEXTS, _SHARED = texts, _Shared(len(texts), cfg.num_perm, int(room.sum()))
+    parts = []
     try:
         with tqdm(total=len(texts), desc="dedup: minhash", unit="doc") as bar:
             for part in _map(_sign_range, jobs, cfg.num_proc):
                 parts.append(part)
                 bar.update(len(part[0]))
+        return _gathered(parts, slots, _SHARED)
     finally:
-        _FORKED_TEXTS = []
-    empty = (
-        np.zeros(0, np.int64),
-        np.zeros(0, np.int64),
-        np.zeros((0, cfg.num_perm), np.uint32),
-        np.zeros(0, np.uint64),
-        np.zeros(0, np.int64),
-    )
-    joined = [np.concatenate([none] + [part[k + 1] for part in parts]) for k, none in enumerate(empty)]
-    return _unpacked(([h for part in parts for h in part[0]], *joined))
+        _FORKED_TEXTS, _SHARED = [], None
+
+
+def _room(sizes: np.ndarray) -> int:
+    """Shingle values a shard of texts of ``sizes`` UTF-8 bytes has room for: a word and a blank take 2 bytes, so
+    ``bytes // 2 + 1`` per text (NFKC can lengthen a text: a shard past its room sends its sets back instead)."""
+    return int(sizes.sum()) // 2 + len(sizes)
+
+
+class _Shared:
+    """The arrays the signing workers write into: ``signature`` ``(docs, num_perm)`` uint32 and ``flat`` ``(room,)``
+    uint64, over anonymous shared mappings (``mmap``), so a forked worker's writes are this process's arrays;
+    pages never written take no memory."""
+
+    def __init__(self, docs: int, num_perm: int, room: int) -> None:
+        self.signature = _shared_array(docs * num_perm, np.uint32).reshape(docs, num_perm)
+        self.flat = _shared_array(room, np.uint64)
+
+
+def _shared_array(count: int, dtype: type) -> np.ndarray:
+    return np.frombuffer(mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1)), dtype, count=count)
+
+
+def _gathered(parts: list[tuple], slots: list[int], shared: _Shared) -> DocSignatures:
+    """The shards' results (``_sign_range``) as one ``DocSignatures`` over the shared arrays; when a shard sent
+    its sets back, every shard's sets are copied into one flat array instead."""
+    sizes = np.concatenate([np.zeros(0, np.int64)] + [part[3] for part in parts])
+    placed = [(slot, part[3]) if part[4] is None else (None, part[4]) for slot, part in zip(slots, parts)]
+    if all(slot is not None for slot, _ in placed):
+        flat = shared.flat
+        starts = np.concatenate([np.zeros(0, np.int64)] + [slot + np.cumsum(n) - n for slot, n in placed])
+    else:
+        sets = [shared.flat[slot : slot + int(n.sum())] if slot is not None else n for slot, n in placed]
+        flat = np.concatenate([np.zeros(0, np.uint64)] + sets)
+        starts = np.cumsum(sizes) - sizes
+    shingles = [flat[start:stop] for start, stop in zip(starts.tolist(), (starts + sizes).tolist())]
+    text_hash = [digest for part in parts for digest in part[0]]
+    n_words, n_chars = (np.concatenate([np.zeros(0, np.int64)] + [part[k] for part in parts]) for k in (1, 2))
+    return DocSignatures(text_hash, n_words, n_chars, shared.signature, shingles, packed=(flat, starts, sizes))
 
 
 def balanced_shards(sizes: np.ndarray, max_docs: int, num_proc: int) -> list[tuple[int, int]]:
@@ -153,11 +188,19 @@ def _text_sizes(texts: list[str] | pa.Array) -> np.ndarray:
 
 
 _FORKED_TEXTS: list[str] | pa.Array = []  # read by forked signing workers: inherited at fork, never pickled
+_SHARED: _Shared | None = None  # written by them: inherited at fork (shared pages)
 
 
 def _sign_range(job: tuple) -> tuple:
-    start, stop, n, a, b = job
-    return _sign_packed(_FORKED_TEXTS[start:stop], n, a, b)
+    """Sign rows ``start:stop`` into ``_SHARED``; returns ``(md5s, words, characters, set sizes, None)``, or the
+    flat sets last when they outgrew the shard's room."""
+    start, stop, n, a, b, slot, room = job
+    hashes, n_words, n_chars, signature, flat, sizes = _sign_packed(_FORKED_TEXTS[start:stop], n, a, b)
+    _SHARED.signature[start:stop] = signature
+    if len(flat) > room:
+        return hashes, n_words, n_chars, sizes, flat
+    _SHARED.flat[slot : slot + len(flat)] = flat
+    return hashes, n_words, n_chars, sizes, None
 
 
 def _unpacked(packed: tuple) -> DocSignatures:

@@ -5,8 +5,9 @@ tests/common/test_minhash.py)."""
 import numpy as np
 import pytest
 
+from dedup_fixtures import make_cfg
 from tasks.common.matching import minhash
-from tasks.dedup import signing
+from tasks.dedup import signatures, signing
 
 
 def _docs():
@@ -57,3 +58,15 @@ def test_jaccards_of_packed_sets_equal_those_of_the_set_list(monkeypatch):
     assert packed.tolist() == [minhash.jaccard(sets[i], sets[j]) for i, j in zip(left, right)]
     with pytest.raises(IndexError):
         pairjaccard.jaccards(sets, np.array([0]), np.array([6]), packed=(flat, starts, sizes))
+
+
+def test_sets_written_in_place_or_sent_back_give_the_same_signatures(monkeypatch):
+    texts = [f"doc {i} " + " ".join(f"w{(i * 7 + k) % 23}" for k in range(5 + 9 * i)) for i in range(12)] + ["", "a b"]
+    cfg = make_cfg(shard_size_docs=4)
+    in_place = signatures.sign_documents(texts, cfg)
+    assert in_place.packed[0] is not None and len(in_place.packed[0]) > int(in_place.packed[2].sum())  # gaps
+    monkeypatch.setattr(signatures, "_room", lambda sizes: 0)  # no shard fits: every one sends its sets back
+    sent = signatures.sign_documents(texts, cfg)
+    assert sent.text_hash == in_place.text_hash and np.array_equal(sent.signature, in_place.signature)
+    assert [s.tolist() for s in sent.shingles] == [s.tolist() for s in in_place.shingles]
+    assert np.array_equal(sent.packed[2], in_place.packed[2]) and len(sent.packed[0]) == int(sent.packed[2].sum())
