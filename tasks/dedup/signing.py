@@ -7,11 +7,11 @@ hash, the same affine32 arithmetic (fold to 32 bits, MurmurHash3's fmix32, ``a *
 
 Run compiled (numba, ``tasks/common/matching/compiled.py``) when numba is loaded in the process: the stage loads it
 with the kernels before forking its signing workers (``prepare``) when the texts are long enough to repay the
-~0.7 s, so the workers inherit the machine code instead of each loading it. The numpy signing permutes blocks of
+~1 s, so the workers inherit the machine code instead of each loading it. The numpy signing permutes blocks of
 shingles into ``(num_perm, shingles)`` temporaries (about 0.15 us per shingle and permutation); the compiled loop
-keeps one document's signature row in registers (about 10x less). Below that size numpy runs, with the same results.
-``prepare`` also loads the compiled shard scan (``kernels/scan.py``), which the workers then run instead of the
-normalization, word hashing and ``shingle_sets`` (``signatures._sign_packed``).
+keeps one document's signature row in registers (about 10x less). Compiled, the workers also take the shard's
+normalized texts, words and ``shingle_sets`` from one scan of its UTF-8 bytes (``kernels/scan.py``,
+``signatures._sign_packed``). Below that size numpy runs, with the same results.
 """
 
 from __future__ import annotations
@@ -30,13 +30,12 @@ _M1, _M2 = np.uint64(0x85EBCA6B), np.uint64(0xC2B2AE35)
 
 
 def prepare(text_bytes: int) -> None:
-    """Load numba and both kernels in this process when ``text_bytes`` repay it (``COMPILE_MIN_BYTES``); a
-    process forked after this runs them compiled."""
+    """Load numba, the signature kernel and the shard scan in this process when ``text_bytes`` repay it
+    (``COMPILE_MIN_BYTES``); a process forked after this runs them compiled."""
     if text_bytes < COMPILE_MIN_BYTES:
         return
     flat, sizes = np.zeros(1, np.uint64), np.ones(1, np.int64)
     a, b = minhash.permutations(2, 1)
-    compiled.jit(_doc_shingles)(flat, np.zeros(2, np.int64), 5, flat.copy(), np.zeros(1, np.int64))
     compiled.jit(_sign)(flat, sizes, a.astype(np.uint64), b.astype(np.uint64), np.zeros((1, 2), np.uint32))
     scan.prepare()
 
@@ -49,19 +48,14 @@ def compiled_now() -> bool:
 
 def shingle_sets(values: np.ndarray, doc: np.ndarray, n_docs: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Each document's sorted unique ``n``-gram hashes (``minhash.rolling_hashes`` of its words; a window across
-    two documents dropped), one document after another: ``(flat (total,) uint64, sizes (n_docs,) int64)``.
+    two documents dropped), one document after another: ``(flat (total,) uint64, sizes (n_docs,) int64)``, in
+    numpy (compiled, ``kernels/scan.py`` computes them from the texts).
 
     ``values`` ``(words,)`` uint64 word hashes, documents one after another; ``doc`` ``(words,)`` int64 the
     document of each word (non-decreasing)."""
-    sizes = np.zeros(n_docs, np.int64)
-    if compiled_now():
-        bounds = np.searchsorted(doc, np.arange(n_docs + 1)).astype(np.int64)
-        out = np.empty(max(len(values) - n + 1, 0), np.uint64)
-        total = compiled.jit(_doc_shingles)(np.ascontiguousarray(values, np.uint64), bounds, n, out, sizes)
-        return out[:total], sizes
     windows = minhash.shingle_windows(values, doc, n_docs, n)
     sets = [minhash.sorted_unique(w) for w in windows]
-    sizes[:] = np.fromiter(map(len, sets), np.int64, count=n_docs)
+    sizes = np.fromiter(map(len, sets), np.int64, count=n_docs)
     return np.concatenate([np.zeros(0, np.uint64)] + sets), sizes
 
 
@@ -73,31 +67,6 @@ def signatures(flat: np.ndarray, sizes: np.ndarray, a: np.ndarray, b: np.ndarray
     out = np.full((len(sizes), len(a)), minhash.EMPTY, dtype=np.uint32)
     compiled.jit(_sign)(flat, sizes, a.astype(np.uint64), b.astype(np.uint64), out)
     return out
-
-
-def _doc_shingles(values, bounds, n, out, sizes):
-    """Document ``d``'s words are ``values[bounds[d]:bounds[d + 1]]``: its ``n``-gram hashes (the polynomial of
-    ``minhash.rolling_hashes``), sorted, distinct ones appended to ``out``; fills ``sizes``, returns the total.
-    Numba compiles it."""
-    k = 0
-    for d in range(len(bounds) - 1):
-        count = bounds[d + 1] - bounds[d] - n + 1
-        if count <= 0:
-            continue
-        run = np.empty(count, np.uint64)
-        for i in range(count):
-            h = np.uint64(0)
-            for j in range(bounds[d] + i, bounds[d] + i + n):
-                h = h * minhash.MULTIPLIER + values[j]
-            run[i] = h
-        run.sort()
-        start = k
-        for i in range(count):
-            if i == 0 or run[i] != run[i - 1]:
-                out[k] = run[i]
-                k += 1
-        sizes[d] = k - start
-    return k
 
 
 def _sign(flat, sizes, a, b, out):
