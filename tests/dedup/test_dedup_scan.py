@@ -11,7 +11,7 @@ import pytest
 
 from tasks.common.matching import minhash, textnorm
 from tasks.dedup import signatures, signing
-from tasks.dedup.kernels import scan
+from tasks.dedup.kernels import fold, scan
 
 TEXTS = [
     "Hello,  World! \t foo_bar x\r\nNEXT\x0bline\x0cform\x1cfile\x1dgroup\x1erec\x1funit  end ",
@@ -76,3 +76,41 @@ def test_word_characters_are_the_word_class_of_re():
     want = np.zeros(len(every), np.uint8)
     want[[m.start() for m in re.finditer(r"\w", every)]] = 1
     assert np.array_equal(table, want)
+
+
+def test_every_fold_table_entry_normalizes_as_textnorm_does_in_context():
+    start, length, pool = fold.fold_table()
+    entries = np.flatnonzero(length)
+    assert len(entries) > 40_000 and not length[:128].any() and not length[0xD800:0xE000].any()
+    for cp in entries.tolist():
+        char, folded = chr(cp), pool[start[cp] : start[cp] + length[cp]].tobytes().decode("utf-8")
+        text = f"Ab{char}x {char}{char}\u00e9{char}Z"
+        want = " ".join(f"ab{folded}x {folded}{folded}\u00e9{folded}z".split())
+        assert textnorm.normalize(text) == want, hex(cp)
+
+
+def test_random_texts_fold_as_textnorm_normalizes():
+    rng = np.random.default_rng(11)
+    alphabet = list("aZ_9 .\t\n\x1c") + ["\u00e9", "\u00df", "\u00a0", "\u2026", "\u00bd", "\uff21", "\u3000"]
+    alphabet += [
+        "\u0301",
+        "\u200b",
+        "\u1161",
+        "\u11a8",
+        "\uac00",
+        "\u0b3e",
+        "\u0b47",
+        "\ufb01",
+        "\U0001f642",
+        "\U0001d400",
+    ]
+    alphabet += ["\u03a3", "\u0130", "\u2028", "\x85", "\u1e9e", "\u3099", "\u304b", "\u212b", "\u0041\u030a"]
+    texts = ["".join(rng.choice(alphabet, int(rng.integers(0, 30)))) for _ in range(3000)]
+    tabled = alphabet[:9] + ["\u00e9", "\u00df", "\u00a0", "\u2026", "\u00bd", "\uff21", "\u3000", "\uac00", "\ufb01"]
+    tabled += ["\U0001f642", "\u03a3", "\u0130", "\u1e9e", "\u304b", "\u212b"]  # texts folded in the kernel
+    texts += ["".join(rng.choice(tabled, int(rng.integers(0, 30)))) for _ in range(3000)]
+    _, length, _ = fold.fold_table()
+    assert all(ord(c) < 128 or length[ord(c)] for c in tabled)
+    data, offsets = fold.normalized_bytes(textnorm.arrow_strings(texts))
+    got = [data[a:b].tobytes().decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    assert got == textnorm.normalize_many(texts)

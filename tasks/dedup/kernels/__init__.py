@@ -2,5 +2,6 @@
 
 Modules:
 
+- ``fold``: the texts' ``textnorm.normalize`` as UTF-8 bytes, by a per-code-point table where it gives the same.
 - ``scan``: a shard's normalized texts, word hashes and shingle sets from its UTF-8 bytes.
 """

@@ -1,13 +1,11 @@
-"""dedup's compiled shard scan: normalized texts, word hashes and shingle sets of one shard in two compiled passes
-over UTF-8 bytes, without a Python string per word (``shard_values``; ``tasks/dedup/signing.py`` runs it).
+"""dedup's compiled shard scan: normalized texts, word hashes and shingle sets of one shard from its UTF-8 bytes,
+without a Python string per word (``shard_values``; ``tasks/dedup/signing.py`` runs it).
 
 The values equal the numpy path's (``textnorm.normalize_many``, ``minhash.word_hash_stream``,
 ``signing.shingle_sets``) bit for bit (tests/dedup/test_dedup_scan.py):
 
-- normalization: an ASCII text (every byte below 128) is lowercased and its whitespace runs (what ``str.split``
-  splits ASCII on: ``\\t \\n \\v \\f \\r``, ``\\x1c``-``\\x1f`` and space) collapsed to one space, stripped, in
-  ``_fold_ascii``: what ``textnorm.normalize`` does to an ASCII text. Other texts are ``textnorm.normalize_many``'s
-  (format characters, NFKC and casefold follow Python's Unicode tables), encoded, and copied into the same buffer;
+- normalization: ``fold.py`` (a per-code-point table in numba where it equals ``textnorm.normalize``, Python's
+  ``textnorm.normalize_many`` elsewhere);
 - words: the ``\\w+`` runs of Python's ``re`` (a code point is a word character when ``str.isalnum()`` or ``_``,
   ``word_characters``: one byte per code point), found by decoding the UTF-8 bytes;
 - a word's hash is ``blake2b(word, digest_size=8)`` read little-endian (``minhash.WordHashes``), computed in the
@@ -27,7 +25,8 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from tasks.common.matching import compiled, minhash, textnorm
+from tasks.common.matching import minhash, textnorm
+from tasks.dedup.kernels import fold
 
 TABLE_SLOTS = 1 << 18  # probe slots (a power of two, 8 MiB); at most half hold a word, so probes stay short
 KEY_BYTES = 1 << 22  # the remembered words' bytes; the table is emptied when either is full (refilling is cheap)
@@ -68,8 +67,6 @@ _MIX = np.array(  # the v indices (a, b, c, d) of the eight G calls of a round: 
     np.int64,
 )
 _R = tuple(np.uint64(k) for k in (1, 8, 16, 24, 32, 40, 48, 63))
-_SPACES = np.zeros(128, np.uint8)
-_SPACES[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = 1  # ASCII whitespace of str.split
 
 
 def word_characters() -> np.ndarray:
@@ -98,7 +95,8 @@ _WORD_CHARACTERS: list[np.ndarray] = []  # made by ``prepare`` before the fork, 
 
 
 def prepare() -> None:
-    """Load the kernels and the word-character table in this process (a process forked later inherits them)."""
+    """Load the kernels, the word-character and fold tables in this process (a process forked later inherits
+    them)."""
     shard_values(textnorm.arrow_strings(["A b\u00e9", ""]), 1)
 
 
@@ -108,87 +106,19 @@ def shard_values(texts: pa.Array, n: int) -> tuple[list[str], np.ndarray, np.nda
     if not _TABLE:
         _WORD_CHARACTERS[:] = _WORD_CHARACTERS or [word_characters()]
         _TABLE.append(WordTable())
-    data, offsets = normalized_bytes(texts)
+    data, offsets = fold.normalized_bytes(texts)
     view = memoryview(data)
     hashes = [hashlib.md5(view[a:b]).hexdigest() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
     longest = int(np.diff(offsets).max()) if len(texts) else 0
     scratch = np.empty((2, longest // 2 + 1), np.uint64)  # a document's words and windows (a word, then a blank)
     out = np.empty(max(len(data) // 2 + 1, 1), np.uint64)
     counts = np.zeros((3, len(texts)), np.int64)  # words, characters, set size
-    total = _compiled(_scan)(data, offsets, _WORD_CHARACTERS[0], n, *_TABLE[0].arrays(), scratch, out, counts)
+    kernel = fold.compiled_with(_scan, _HELPERS, globals())
+    total = kernel(data, offsets, _WORD_CHARACTERS[0], n, *_TABLE[0].arrays(), scratch, out, counts)
     return hashes, counts[0], counts[1], out[:total].copy(), counts[2]
 
 
 _HELPERS = ("_round", "_blake2b", "_word_hash", "_append_shingles")  # what ``_scan`` calls, callees first
-
-
-def _compiled(kernel):
-    """``kernel`` compiled (``compiled.jit``) after each of ``_HELPERS`` is bound to its compiled self: numba
-    compiles a call to a module global that it finds compiled, and cannot type a plain function."""
-    for name in _HELPERS:
-        if not hasattr(globals()[name], "py_func"):  # a numba dispatcher keeps the function it compiles
-            globals()[name] = compiled.jit(globals()[name])
-    return compiled.jit(kernel)
-
-
-def normalized_bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``(UTF-8 bytes (total,) uint8, offsets (docs + 1,) int64)`` of every text's ``textnorm.normalize``, one
-    after another: ASCII texts folded by ``_fold_ascii``, the others by ``textnorm.normalize_many``."""
-    texts = texts.cast(pa.large_string())
-    raw, offsets = _buffers(texts)
-    ascii_text = np.zeros(len(texts), np.bool_)
-    others = np.flatnonzero(~compiled.jit(_ascii_texts)(raw, offsets, ascii_text))
-    picked = texts.take(pa.Array.from_buffers(pa.int64(), len(others), [None, pa.py_buffer(others)]))
-    other_data, other_offsets = _buffers(textnorm.arrow_strings(textnorm.normalize_many(picked)))
-    out = np.empty(len(raw) + len(other_data), np.uint8)
-    out_offsets = np.zeros(len(texts) + 1, np.int64)
-    compiled.jit(_fold_ascii)(raw, offsets, ascii_text, other_data, other_offsets, out, out_offsets)
-    return out[: out_offsets[-1]], out_offsets
-
-
-def _buffers(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """A ``large_string`` array's bytes (uint8) and its ``(len + 1,)`` int64 offsets into them."""
-    _, offsets, data = texts.buffers()
-    offsets = np.frombuffer(offsets, np.int64, count=len(texts) + 1, offset=texts.offset * 8)
-    return np.frombuffer(data or b"", np.uint8), offsets
-
-
-def _ascii_texts(raw, offsets, out):
-    """``out[d]`` = whether text ``d`` (``raw[offsets[d]:offsets[d + 1]]``) is ASCII; returns ``out``."""
-    for d in range(len(offsets) - 1):
-        ascii_text = True
-        for k in range(offsets[d], offsets[d + 1]):
-            if raw[k] >= 128:
-                ascii_text = False
-                break
-        out[d] = ascii_text
-    return out
-
-
-def _fold_ascii(raw, offsets, ascii_text, other_data, other_offsets, out, out_offsets):
-    """Every text into ``out`` in order, its end in ``out_offsets[d + 1]``: an ASCII one lowercased with its
-    whitespace runs collapsed (``_SPACES``) and stripped, the others' ``other_data`` (in order) copied."""
-    k, other = 0, 0
-    for d in range(len(offsets) - 1):
-        if ascii_text[d]:
-            blank = False
-            for i in range(offsets[d], offsets[d + 1]):
-                c = raw[i]
-                if _SPACES[c]:
-                    blank = k > out_offsets[d]
-                    continue
-                if blank:
-                    out[k] = 32
-                    k += 1
-                    blank = False
-                out[k] = c + 32 if 65 <= c <= 90 else c
-                k += 1
-        else:
-            for i in range(other_offsets[other], other_offsets[other + 1]):
-                out[k] = other_data[i]
-                k += 1
-            other += 1
-        out_offsets[d + 1] = k
 
 
 def _scan(data, offsets, word, n, slots, keys, used, scratch, out, counts):
