@@ -349,15 +349,15 @@ def test_real_bbc_finds_the_98_byte_identical_duplicates_in_each_role(tmp_path, 
 
 
 def test_report_lines_are_json_dumps_of_the_whole_record_with_its_pairs():
-    """The report formats its pair lists straight to text; the line must equal ``json.dumps`` of the full record
-    (sort_keys, ensure_ascii=False), for awkward ids and for values repr writes in exponent form or as 1.0."""
-    from tasks.dedup.outputs import _JsonStrings, _pair_texts, _record_line
-
-    def _pairs_json(pairs, values, quoted):  # as the report joins one cluster's pair texts
-        return "[" + ", ".join(_pair_texts(pairs, values, quoted)) + "]"
+    """The report formats its pair lists straight to text (Arrow, every cluster at once); each line must equal
+    ``json.dumps`` of the full record (sort_keys, ensure_ascii=False), for awkward ids and for values repr writes
+    in exponent form, as 1.0 or 0.0, or in plain digits."""
+    from tasks.dedup.outputs import _JsonStrings, _pairs_json, _record_line
 
     ids = ['a"b', "c\\d", "é\u2028x", "plain", "tab\there"]
-    pairs, values = [(0, 1), (2, 3), (4, 0), (3, 1)], [1e-06, 1.0, 0.123457, 5e-05]
+    pairs = [(0, 1), (2, 3), (4, 0), (3, 1), (1, 2), (0, 4), (2, 0), (4, 3)]
+    values = [1e-06, 1.0, 0.123457, 5e-05, 0.0, 0.873016, 0.0001, 0.666667]
+    counts = [3, 0, 5]  # three clusters' pairs, one after another
     record = {
         "cluster_id": ids[0],
         "conflict_rule": None,
@@ -368,19 +368,17 @@ def test_report_lines_are_json_dumps_of_the_whole_record_with_its_pairs():
         "roles": ["task"],
         "size": 5,
     }
-    want = (
-        json.dumps(
-            record | {"pairs": [[ids[i], ids[j], v] for (i, j), v in zip(pairs, values)]},
-            sort_keys=True,
-            ensure_ascii=False,
-        )
-        + "\n"
-    )
-    assert _record_line(record, _pairs_json(pairs, values, _JsonStrings(ids))) == want
-    assert (
-        _record_line(record, _pairs_json([], [], _JsonStrings(ids)))
-        == json.dumps(record | {"pairs": []}, sort_keys=True, ensure_ascii=False) + "\n"
-    )
+    texts = _pairs_json(pairs, values, _JsonStrings(ids), counts)
+    starts = [0, 3, 3, 8]
+    for k, text in enumerate(texts):
+        shown = [
+            [ids[i], ids[j], v]
+            for (i, j), v in zip(pairs[starts[k] : starts[k + 1]], values[starts[k] : starts[k + 1]])
+        ]
+        want = json.dumps(record | {"pairs": shown}, sort_keys=True, ensure_ascii=False) + "\n"
+        assert _record_line(record, text) == want
+    assert len(texts) == 3 and _pairs_json([], [], _JsonStrings(ids), [0, 0]) == ["[]", "[]"]
+    assert _pairs_json([], [], _JsonStrings(ids), []) == []
 
 
 def test_texts_at_gathers_rows_across_chunks_as_a_chunked_take_does():
