@@ -158,11 +158,14 @@ def test_a_decisive_verdict_stands_and_the_gate_adds_its_scope(tmp_path):
         n.startswith(f"scope: {CONTROL} at floor on test") and n.endswith("holds for encoders at this scale")
         for n in row.notes
     )
-    # an undecided claim whose treatment is at floor: not resolvable, with the CI that says so
+    # an undecided claim whose treatment is at floor keeps its verdict: the gate scopes it, with the CI that says so
     undecided = evaluate(claim(ARM, CONTROL, min_effect=row.difference.mean * -1), metrics, Lock({}), wide)
-    assert undecided.verdict == "not resolvable" and undecided.p_value is None
-    assert undecided.reason.startswith(f"not resolvable: {ARM} at floor on test ({ARM} - baseline/tfidf-lr/full-text")
-    assert undecided.difference is not None  # the arms are still shown
+    assert undecided.verdict == "inconclusive" and undecided.p_value is not None
+    scope = [n for n in undecided.notes if n.startswith(f"scope: {ARM} at floor on test ({ARM} - baseline/tfidf-lr/")]
+    assert len(scope) == 1 and scope[0].endswith(
+        "undecided, and about an encoder that does no better than a fitted baseline here"
+    )
+    assert undecided.difference is not None
 
 
 def test_the_floor_of_a_learning_curve_arm_is_its_comparator_at_its_size():

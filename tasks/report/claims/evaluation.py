@@ -42,14 +42,11 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
     except MALFORMED as err:
         why = f"not run: malformed metrics for {claim.treatment} / {claim.baseline}: {type(err).__name__}: {err}"
         return Row(claim, "not run", why, confounders=confounders, data_md5=md5s)
-    floor_failed, floor_notes = floor_gate(claim, samples, metrics, cfg, cached_arm(metrics, loaded))
-    if row.verdict in DECISIVE:  # the claim's own CI decided it: the gate scopes the verdict, never hides it
-        scope = [f"scope: {why}: the verdict holds for encoders at this scale" for why in floor_failed]
-        floor_notes, floor_failed = scope + floor_notes, []
+    at_floor, floor_notes = floor_gate(claim, samples, metrics, cfg, cached_arm(metrics, loaded))
+    floor_notes = floor_scope(at_floor, row.verdict in DECISIVE) + floor_notes  # it scopes, never hides
     failed = (
         failed_preconditions(claim, metrics)
         + diverged_gates(treat, base, cfg)
-        + floor_failed
         + export_gates(claim, metrics)
         + lineage_gate(claim, treat, base, metrics)
     )
@@ -72,6 +69,17 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
         row.baselines_above = baselines_above(claim, treat, metrics, arm, lambda c, t, b: estimate_claim(c, t, b, cfg))
         row.notes += [above_note(found, claim.metric) for found in row.baselines_above]
     return row
+
+
+def floor_scope(at_floor: list[str], decided: bool) -> list[str]:
+    """The scope notes of the floor gate (``gates.floor_gate``'s arms at floor): the verdict, decided or not, stands;
+    the note says what it covers (an encoder that does no better than a fitted baseline)."""
+    tail = (
+        "the verdict holds for encoders at this scale"
+        if decided
+        else "undecided, and about an encoder that does no better than a fitted baseline here"
+    )
+    return [f"scope: {why}: {tail}" for why in at_floor]
 
 
 def cached_arm(metrics: Metrics, loaded: dict | None):

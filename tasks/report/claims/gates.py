@@ -11,9 +11,11 @@ docs and input (``selection.comparator_of``: TF-IDF on the arm's tokenizer's cut
 size, ``learning_curve.selection.n<docs>``; ``floor_baseline: best``; a metrics file without it:
 ``best_baseline``) or the weakest baseline on dev (``weakest``). The gate scopes, never hides: when the claim's
 own CI is decisive, its verdict stands and the gate adds its scope as a note ("both arms at floor: holds for
-encoders at this scale"); otherwise a claim whose treatment arm (for a gap claim, either pretrained arm) is at
-floor is ``not resolvable: <arm> at floor on test (...)``, and any other arm at floor is noted. A claim with a
-fitted baseline as an arm (``baseline/...``) tests that floor itself: not gated.
+encoders at this scale"); an undecided claim whose treatment arm (for a gap claim, either pretrained arm) is at
+floor keeps its verdict too, with the scope note that says so (a gate that turned it into ``not resolvable`` read
+as a verdict the data did not give, and treated decided and undecided claims on the same arm differently); any
+other arm's standing is a ``floor:`` note. A claim with a fitted baseline as an arm (``baseline/...``) tests that
+floor itself: not gated.
 
 The lineage gate: a claim scoring our pretrained encoder when the model pretraining continued has an unknown
 pretraining lineage (``metrics/leakage.json`` ``lineage.status``) has no evaluation set known to be clean:
@@ -101,7 +103,7 @@ def floor_gate(
     """``(failed, notes)`` of the floor gate (module docstring) on a claim's arms ``samples`` (treatment,
     baseline; a gap claim: T1, T2, B1, B2). ``load(ref, claim)`` gives an arm's sample with its test items;
     ``failed`` holds the gated arms at floor, ``notes`` the other arms' standing and why the gate was not checked.
-    ``evaluate`` turns ``failed`` into a scope note when the claim's own verdict is decisive."""
+    ``evaluation.floor_scope`` turns ``failed`` into scope notes; the verdict stands."""
     keys = [s.run_key for s in samples]
     if claim.kind != "difference" or not claim.treatment.startswith("finetune/") or not all(keys):
         return [], []
