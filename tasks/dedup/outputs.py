@@ -209,7 +209,7 @@ def _pairs_json(
             digits, _arrow_bools(odd), arrow_strings(list(map(json.dumps, floats[odd].tolist())))
         )
     firsts, seconds = ids.take(_arrow_indices(at[: len(left)])), ids.take(_arrow_indices(at[len(left) :]))
-    opening, comma, closing, nothing = (pa.scalar(text, pa.large_string()) for text in ("[", ", ", "]", ""))
+    opening, comma, closing, nothing = arrow_strings(["[", ", ", "]", ""])  # scalars (pa.scalar imports pandas)
     texts = pc.binary_join_element_wise(opening, firsts, comma, seconds, comma, digits, closing, nothing)
     offsets = np.zeros(len(counts) + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
