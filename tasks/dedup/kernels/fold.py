@@ -9,11 +9,11 @@ alone equals normalizing it in any text: it is not Cf; its NFKD starts with a st
 no reordering reaches across it) that is not the second character of any canonical composition (nothing before
 it composes with it: the canonical pairs of ``unicodedata.decomposition``, and the Hangul vowel and trailing
 jamo, which compose algorithmically); and its result holds no whitespace but is all whitespace or none. The
-following code point is a starter of the same kind or ASCII, so nothing in it composes backwards either. Casefolding is per code point (``str.casefold`` has no
-context). Entries cover the Basic Multilingual Plane and the emoji blocks (``U+1F000``-``U+1FAFF``). Any other text
-(a combining mark, a Cf character, a rarer plane) is ``textnorm.normalize_many``'s, encoded. Equality with
-``textnorm.normalize`` is tested on the table's every entry in context and on random texts
-(tests/dedup/test_dedup_scan.py).
+following code point is a starter of the same kind or ASCII, so nothing in it composes backwards either.
+Casefolding is per code point (``str.casefold`` has no context). Entries cover the Basic Multilingual Plane and the
+emoji blocks (``U+1F000``-``U+1FAFF``). Any other text (a combining mark, a Cf character, a rarer plane) is
+``textnorm.normalize_many``'s, encoded. Equality with ``textnorm.normalize`` is tested on the table's every entry in
+context and on random texts (tests/dedup/test_dedup_scan.py).
 """
 
 from __future__ import annotations

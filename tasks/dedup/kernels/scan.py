@@ -148,8 +148,18 @@ def _scan(data, offsets, word, n, slots, keys, used, scratch, out, counts):
                     begin, key = pos, _FNV_OFFSET
                 for i in range(pos, pos + step):
                     key = (key ^ np.uint64(data[i])) * _FNV_PRIME
-            elif begin >= 0:
-                scratch[0, words] = _word_hash(data, begin, pos, key, slots, keys, used)
+            elif begin >= 0:  # a word ends: its hash from its first slot when it sits there, else _word_hash
+                slot, size = np.int64(key) & (len(slots) - 1), pos - begin
+                hit = slots[slot, 0] == key and slots[slot, 3] == size
+                at = np.int64(slots[slot, 2])
+                for i in range(size if hit else 0):
+                    if keys[at + i] != data[begin + i]:
+                        hit = False
+                        break
+                if hit:  # here, not in the call: most words are, and the call cost a third of the scan
+                    scratch[0, words] = slots[slot, 1]
+                else:
+                    scratch[0, words] = _word_hash(data, begin, pos, key, slots, keys, used)
                 words += 1
                 begin = -1
             pos += step
