@@ -19,7 +19,8 @@ from tasks.report.claims.evaluation import apply_holm, evaluate
 from tasks.report.claims.gates import floor_key, run_steps
 from tasks.report.claims.grammar import Metrics
 from tasks.report.claims.row import Row
-from tasks.report.render.answer import answer, integrity_line, verdict_cell, without_parentheses
+from tasks.report.render.answer import answer, deciding_design, integrity_line, verdict_cell, without_parentheses
+from tasks.report.stats.components import Components
 from tasks.report.stats.estimates import Estimate, Tests, difference_verdict
 from tasks.report.stats.power import power_of
 
@@ -166,6 +167,28 @@ def test_a_decisive_verdict_stands_and_the_gate_adds_its_scope(tmp_path):
         "undecided, and about an encoder that does no better than a fitted baseline here"
     )
     assert undecided.difference is not None
+    # the lead sentence keeps the undecided primary claim's verdict and names its scope
+    undecided.claim = undecided.claim.model_copy(update={"family": "primary"})
+    lead = answer([undecided])
+    assert f"is inconclusive (difference {undecided.difference.mean:+.4f}" in lead
+    assert lead.endswith(f", scope: {ARM} at floor on test. No findings beyond the primary claims.")
+
+
+def test_the_lead_sentence_says_what_would_decide_an_undecided_claim():
+    # pretraining-seed part 0.0004 (SE 0.02) against the gap 0.05 - 0.02 = 0.03 at alpha 0.05 / 7, power 0.8:
+    # multiplier z(1 - 0.05 / 14) + z(0.8) = 2.6901 + 0.8416 = 3.5317 and 3.5317 x 0.02 = 0.0706 >= 0.03, so no
+    # fine-tuning seeds or items decide it; pretraining seeds: ceil(3 x 3.5317^2 x 0.0004 / 0.03^2) = ceil(16.63) = 17
+    parts = Components(0.0004, 0.0001, 0.0001, (), n_seeds=20, n_items=1000, n_pretraining=3)
+    row = _row("pretraining-helps-cls", "primary", "inconclusive", 0.3)
+    row.difference = Estimate(0.05, -0.01, 0.11, 1000, "x")
+    row.power = power_of(0.0006**0.5, 1000, "test items", 0.02, 0.05 / 7, 0.8, difference=0.05, parts=parts)
+    assert deciding_design(row) == (
+        "what would decide it: no number of fine-tuning seeds or test items: the pretraining-seed part alone exceeds "
+        "it (more than 17 pretraining seeds, from 3)"
+    )
+    assert f", {deciding_design(row)}. " in answer([row])
+    row.power = power_of(0.0006**0.5, 1000, "test items", 0.02, 0.05 / 7, 0.8, difference=0.5, parts=parts)
+    assert deciding_design(row) == ""  # a gap within reach needs no other design
 
 
 def test_the_floor_of_a_learning_curve_arm_is_its_comparator_at_its_size():

@@ -61,8 +61,28 @@ def _clause(row: Row) -> str:
             f" (difference {diff.mean:+.4f} [{diff.low:.4f}, {diff.high:.4f}] against min_effect "
             f"{row.claim.min_effect:g})"
         )
-    why = underpowered(row.power) if row.verdict == "inconclusive" else ""
-    return text + (f", {why}" if why else "")
+    asides = [underpowered(row.power), deciding_design(row)] if row.verdict == "inconclusive" else []
+    asides += [f"scope: {scope}" for scope in floor_scopes(row)]
+    return text + "".join(f", {aside}" for aside in asides if aside)
+
+
+def deciding_design(row: Row) -> str:
+    """``what would decide it: <design>`` of an undecided claim (``Power.design``'s note: seeds x items, or why no
+    design in reach does), or ``""`` when its gap is detectable or it has no power analysis."""
+    p = row.power
+    if p is None or p.detectable or p.n_needed is None:
+        return ""
+    _, note = p.design()
+    return f"what would decide it: {note}" if note else ""
+
+
+def floor_scopes(row: Row) -> list[str]:
+    """The floor gate's scope notes of a claim, short: ``pretrained/full/mean-pool at floor on test``."""
+    return [
+        without_parentheses(n.removeprefix("scope: ")).split(":")[0].strip()
+        for n in row.notes
+        if n.startswith("scope: ")
+    ]
 
 
 def answer(rows: list[Row]) -> str:
