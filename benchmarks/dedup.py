@@ -40,7 +40,7 @@ size: the median docs/s with its spread, MB/s, peak RSS, clusters, documents rem
 beside it, labelled), ``fraction_of_limit`` = our median over the limit's (information). Goal per size: >= 1.5x
 the fastest peer by the ratio of medians, precision 1.0 and recall within 0.002 of that peer's.
 
-Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16 64]`` (about an hour on 2 cores); writes
+Run: ``.venv/bin/python benchmarks/dedup.py [--scales 1 4 16 64] [--note TEXT]`` (about an hour on 2 cores); writes
 ``benchmarks/results/dedup.json`` with its provenance (commit, code fingerprint of ``tasks.dedup``, CPU).
 ``--smoke``: the whole path (ingest of 40 rows a source, the corpus, every tool, the results file and its table)
 in seconds, results to ``--out`` or a temporary folder.
@@ -107,7 +107,10 @@ def main() -> None:
             )
             for scale in scales
         ]
-    write_results(out, summarize(cfg, sizes), STAGE_MODULES, smoke=args.smoke)
+    body = summarize(cfg, sizes)
+    if args.note:
+        body["run_note"] = args.note
+    write_results(out, body, STAGE_MODULES, smoke=args.smoke)
 
 
 def bench_params() -> DedupParams:
@@ -370,6 +373,11 @@ def _parse() -> argparse.Namespace:
         type=int,
         default=None,
         help="alternated rounds per size (default: 5 up to 4x, 3 above; 1 with --smoke)",
+    )
+    parser.add_argument(
+        "--note",
+        default=None,
+        help="a line kept in the results as run_note (e.g. that the machine was busy: each run's load is recorded)",
     )
     add_smoke(parser, RESULTS)
     return parser.parse_args()
