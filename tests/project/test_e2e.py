@@ -389,7 +389,7 @@ def test_claim_table_and_mlflow_runs_page_in_headless_chromium(pipeline_run, mlf
     page = _chromium(tmp_path, "--dump-dom", claims.as_uri())
     assert page.returncode == 0, page.stderr[-2000:]
     expected = ", ".join(f"{counts[v.replace(' ', '_')]} {v}" for v in VERDICTS)  # in the table's order
-    assert f"Verdicts. {expected} (of {sum(counts.values())} claims)" in _text(page.stdout)
+    assert f"Verdicts. {expected} (of {sum(counts.values())} claims;" in _text(page.stdout)
     assert page.stdout.count("<details>") == len(run_claims(repo))
     # the link users are given opens the runs table on the training view, with the DVC snapshot as datasets
     monkeypatch.delenv("MLFLOW_TRACKING_URI")  # as make mlflow-ui: the repo's own store

@@ -475,7 +475,9 @@ def test_run_writes_md_html_figures_with_every_claim(workspace):
     table = [line for line in md.splitlines() if line.startswith("| [") and line[3:].split("]")[0] not in integrity]
     counted = {v: sum(f"| {v}" in line for line in table) for v in VERDICTS}
     assert verdicts == [
-        "**Verdicts.** " + ", ".join(f"{n} {v}" for v, n in counted.items()) + f" (of {len(claim_ids) - 7} claims)"
+        "**Verdicts.** "
+        + ", ".join(f"{n} {v}" for v, n in counted.items())
+        + f" (of {len(claim_ids) - 7} claims; the 7 integrity checks are on their own line)"
     ]
     assert len(integrity) == 7 and out["integrity_checks"]["of"] == 7 and "**Integrity.** Integrity checks" in md
     cls_row = next(line for line in md.splitlines() if line.startswith("| [pretraining-helps-cls]"))

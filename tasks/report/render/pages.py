@@ -254,11 +254,14 @@ def claim_details_md(row: Row, mlflow_ui_url: str) -> list[str]:
 
 
 def verdict_summary(rows: list[Row]) -> str:
-    """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims)"``: the table in one line, the
-    integrity checks left out (preconditions of the run, on their own line: ``answer.integrity_line``)."""
+    """``"2 supported, 6 inconclusive, 1 contradicted, 0 not run (of 9 claims; the 7 integrity checks are on their own
+    line)"``: the table in one line, the integrity checks left out (preconditions of the run, on their own line:
+    ``answer.integrity_line``)."""
     counted = [row for row in rows if row.claim.family != "integrity"]
     counts = {verdict: sum(row.verdict == verdict for row in counted) for verdict in VERDICTS}
-    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(counted)} claims)"
+    checks = len(rows) - len(counted)
+    apart = f"; the {checks} integrity checks are on their own line" if checks else ""
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) + f" (of {len(counted)} claims{apart})"
 
 
 def markdown(
@@ -291,7 +294,8 @@ def markdown(
         "",
         f"**Verdicts.** {verdict_summary(rows)}",
         "",
-        "**By kind of evidence.** " + "; ".join(group_title(k, g) for k, g in by_evidence(rows)),
+        "**By kind of evidence** (every claim, the integrity checks included). "
+        + "; ".join(group_title(k, g) for k, g in by_evidence(rows)),
         "",
         claim_table_md(rows),
     ]
