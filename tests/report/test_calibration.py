@@ -245,6 +245,25 @@ def test_bootstrap_brier_and_nll_are_the_means_over_the_repeated_units_of_each_d
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
+def test_pretraining_seeds_are_drawn_at_the_top_of_the_calibration_bootstrap():
+    # two pretraining seeds, 5 fine-tuning seeds each; every unit of pretraining seed "first" has Brier term 0.1 and
+    # of seed "21" 0.3, so only the pretraining-seed draw moves a replicate: 2 draws with replacement give 0.1, 0.2
+    # or 0.3 with probability 1/4, 1/2, 1/4 (a flat draw of 10 runs would almost never give 0.1)
+    n, fine = 40, (1, 2, 3, 4, 5)
+    units = [
+        cal.SeedUnits(np.arange(n), np.full(n, 0.7), np.ones(n, bool), np.full(n, term), np.full(n, 0.5))
+        for term in [0.1] * 5 + [0.3] * 5
+    ]
+    arm = cal.ArmCalibration(
+        "pooled", "cls", tuple(f"d{i}" for i in range(n)), fine * 2, tuple(units), pretrain=("first",) * 5 + ("21",) * 5
+    )
+    reps = cal.replicates([arm], "brier", 15, 4000, np.random.default_rng(4))[:, 0]
+    assert set(np.round(reps, 9)) <= {0.1, 0.2, 0.3}
+    assert np.mean(np.isclose(reps, 0.1)) == pytest.approx(0.25, abs=0.03)
+    assert np.mean(np.isclose(reps, 0.2)) == pytest.approx(0.5, abs=0.03)
+    assert cal.point_estimate(arm, "brier", 15) == pytest.approx(0.2)
+
+
 def test_a_difference_of_an_arm_with_itself_is_exactly_zero():
     arm = _cls_arm("a", (1, 2, 3), over=0.05)
     (first, second), reps = cal.estimates([arm, arm], "ece", 15, 500, np.random.default_rng(0), 0.95)

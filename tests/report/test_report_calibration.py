@@ -12,7 +12,7 @@ import pytest
 from sklearn.metrics import brier_score_loss, log_loss
 
 from tasks.common.provenance import Lock
-from tasks.report.claims.arms.calibration_arms import arm_calibration, calibration_estimates
+from tasks.report.claims.arms.calibration_arms import arm_calibration, calibration_estimates, pooled_calibration
 from tasks.report.claims.evaluation import evaluate
 from tasks.report.claims.grammar import Claim, Metrics
 from tasks.report.stats.calibration import nll_binary_terms, point_estimate
@@ -240,3 +240,28 @@ def test_the_calibration_table_gives_nll_and_the_scaled_scores_with_t(tmp_path):
     over = next(r for r in body if r[0] == OVERCONFIDENT)
     assert over[4] == f"{-(0.6 * np.log(0.99) + 0.4 * np.log(0.01)):.4f}"
     assert over[5] == f"0.0000 / 0.4800 / {-(0.6 * np.log(0.6) + 0.4 * np.log(0.4)):.4f}, T 7.800"
+
+
+def test_a_calibration_claim_on_our_encoder_pools_its_pretraining_seeds(tmp_path):
+    metrics = write_workspace(tmp_path)
+    # a further pretraining seed's run of the calibrated arm: over-confident, so the pooled Brier is the mean of both
+    further = CALIBRATED.replace("pretrained/", "pretrained@pretrain_seed21/")
+    folder = tmp_path / "data" / "finetune" / "cls" / further
+    folder.mkdir(parents=True)
+    for seed in (1, 2, 3):
+        (folder / f"seed{seed}.test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in overconfident_records()))
+    path = tmp_path / "metrics" / "finetune" / "cls.json"
+    data = json.loads(path.read_text())
+    data["runs"][further] = data["runs"][CALIBRATED]
+    data["pretraining_seeds"] = {"runs": {CALIBRATED: {"21": further}}}
+    path.write_text(json.dumps(data))
+    metrics = Metrics(tmp_path / "metrics", predictions=tmp_path / "data" / "finetune")
+    pooled = pooled_calibration("cls", CALIBRATED, metrics)
+    assert pooled.seeds == (1, 2, 3, 1, 2, 3) and pooled.pretrain == ("first",) * 3 + ("21",) * 3
+    own, other = point_estimate(arm_calibration("cls", CALIBRATED, metrics), "brier", 15), 0.7842
+    assert point_estimate(pooled, "brier", 15) == pytest.approx((own + other) / 2)
+    row = evaluate(claim(CALIBRATED, OVERCONFIDENT, "test_brier"), metrics, Lock({}), STATS)
+    assert row.treatment.mean == pytest.approx((own + other) / 2)
+    assert any(
+        n.startswith("pretraining seeds resampled at the top of the bootstrap (2 pretraining") for n in row.notes
+    )

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import replace
 
 from tasks.common.provenance import Lock
-from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, arm_calibration
+from tasks.report.claims.arms.calibration_arms import CALIBRATION_METRICS, pooled_calibration
 from tasks.report.claims.arms.items import with_items
 from tasks.report.claims.arms.nested_seeds import notes as pretraining_seed_notes
 from tasks.report.claims.arms.nested_seeds import with_pretraining_seeds
@@ -104,7 +104,7 @@ def arm(ref: str, claim: Claim, metrics: Metrics) -> Sample:
     if claim.metric in CALIBRATION_METRICS and ref.startswith("finetune/"):
         task = ref.split("/")[1]
         sample = resolve(ref, task_headline(metrics, task), metrics)
-        return replace(sample, items=arm_calibration(task, sample.run_key, metrics))
+        return replace(sample, items=pooled_calibration(task, sample.run_key, metrics))
     sample = resolve(ref, claim.metric, metrics)
     if ref.startswith("finetune/"):
         task = ref.split("/")[1]  # an arm on our encoder also brings its runs from the further pretraining seeds

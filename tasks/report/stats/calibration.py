@@ -234,6 +234,9 @@ class ArmCalibration:
     per_seed: tuple[SeedUnits, ...]
     scaled: tuple[SeedUnits, ...] | None = None
     temperatures: tuple[float, ...] | None = None
+    #: the pretraining seed of each entry of ``seeds`` (pretraining-seed-major, the same fine-tuning seeds under
+    #: each; ``bootstrap.pretrain_layout``), None: one pretraining seed
+    pretrain: tuple[str, ...] | None = None
 
     def units(self, statistic: str) -> tuple[SeedUnits, ...]:
         """The per-seed units ``statistic`` reads: the scaled ones for ``<name>_scaled``. Raises ValueError
@@ -250,6 +253,11 @@ class ArmCalibration:
             np.concatenate([u.confidence for u in self.per_seed]),
             np.concatenate([u.correct for u in self.per_seed]),
         )
+
+
+def fine_seeds(arm: ArmCalibration) -> tuple[int, ...]:
+    """The fine-tuning seeds run under each pretraining seed of ``arm``."""
+    return arm.seeds[: len(arm.seeds) // len(set(arm.pretrain or [""]))]
 
 
 def _seed_value(units: SeedUnits, statistic: Statistic, n_bins: int) -> float:
@@ -311,8 +319,9 @@ def replicates(
 ) -> np.ndarray:
     """Paired hierarchical bootstrap replicates ``(resamples, len(arms))`` of an arm's ECE, Brier score or NLL.
 
-    Replicate ``b`` draws the arms' seeds with replacement (``bootstrap.seed_draws``: jointly when every arm
-    ran the same seeds, else per arm; a one-seed arm repeats its seed), then ``n_items`` test items with
+    Replicate ``b`` draws the arms' runs with replacement (``bootstrap.run_draws``: pretraining seeds, then the
+    fine-tuning seeds crossed with them, jointly when every arm ran the same fine-tuning seeds, else per arm; a
+    one-seed arm repeats its seed), then ``n_items`` test items with
     replacement, the same draw for every arm and seed; each unit (doc, or span of a drawn sentence) counts as
     often as its item was drawn. An arm's value is the mean over its drawn seeds of the statistic of each
     seed's resampled units. Seeds are drawn before the items, chunk by chunk, so the result does not depend on
@@ -326,8 +335,8 @@ def replicates(
     for arm in arms:
         point_estimate(arm, statistic, n_bins)  # the per-seed checks: every seed has a unit, statistic known
     n_items = len(arms[0].doc_ids)
-    shared = all(a.seeds == arms[0].seeds for a in arms)
-    seed_idx = bs.seed_draws([len(a.seeds) for a in arms], resamples, rng, shared)
+    shared = len({fine_seeds(a) for a in arms}) == 1
+    seed_idx = bs.run_draws([len(a.seeds) for a in arms], [a.pretrain for a in arms], resamples, rng, shared)
     sorted_units = [[u.by_confidence() for u in a.units(statistic)] for a in arms]
     widest = max(u.item.size for units in sorted_units for u in units)
     chunk = max(1, _CHUNK_BYTES // (8 * (n_items + 10 * widest)))  # about ten (rows, units) arrays at once

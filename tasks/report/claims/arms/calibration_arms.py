@@ -1,8 +1,9 @@
 """The calibration arm of a finetune run: its per-seed calibration units read from the prediction files
 (``load_calibration``, the units of ``tasks.report.stats.calibration``, before and after temperature scaling on
-dev), its ECE, Brier score and NLL as report ``Estimate`` s (``calibration_estimates``), for the calibration claims
-and the calibration table, and the point values a calibration claim reports beside its proper score
-(``beside_notes``: ECE, Brier, NLL before and after scaling, and ``T``).
+dev; ``pooled_calibration``: with its runs from the further pretraining seeds), its ECE, Brier score and NLL as
+report ``Estimate`` s (``calibration_estimates``), for the calibration claims and the calibration table, and the
+point values a calibration claim reports beside its proper score (``beside_notes``: ECE, Brier, NLL before and
+after scaling, and ``T``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,36 @@ def arm_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration
         raise NotRun(str(err)) from None
     found = [(per_seed[str(s)].get("temperature") or {}).get("temperature") for s in seeds]
     return replace(arm, temperatures=tuple(found)) if None not in found else arm
+
+
+def pooled_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibration:
+    """``arm_calibration`` of ``run_key`` with its runs from the further pretraining seeds (``metrics/finetune/
+    <task>.json`` ``pretraining_seeds.runs``) stacked after its own, pretraining-seed-major, each run named by its
+    pretraining seed in ``pretrain``, as ``nested_seeds.with_pretraining_seeds`` stacks an arm's test items: the
+    calibration claims then resample pretraining seeds too. Unchanged without further seeds. Raises ``NotRun`` as
+    ``arm_calibration``, and when a further run has other fine-tuning seeds or test items."""
+    arm = arm_calibration(task, run_key, metrics)
+    further = ((metrics.get(f"finetune/{task}").get("pretraining_seeds") or {}).get("runs") or {}).get(run_key)
+    if not further:
+        return arm
+    runs = [arm] + [
+        arm_calibration(task, key, metrics) for _, key in sorted(further.items(), key=lambda kv: int(kv[0]))
+    ]
+    if any(r.seeds != arm.seeds or r.doc_ids != arm.doc_ids for r in runs):
+        raise NotRun(
+            f"{task}: the runs of {run_key} from its pretraining seeds differ in fine-tuning seeds or test items"
+        )
+    labels = ["first", *sorted(further, key=int)]
+    scaled = None if any(r.scaled is None for r in runs) else tuple(u for r in runs for u in r.scaled)
+    temperatures = None if any(r.temperatures is None for r in runs) else tuple(t for r in runs for t in r.temperatures)
+    return replace(
+        arm,
+        seeds=tuple(s for r in runs for s in r.seeds),
+        per_seed=tuple(u for r in runs for u in r.per_seed),
+        scaled=scaled,
+        temperatures=temperatures,
+        pretrain=tuple(label for label in labels for _ in arm.seeds),
+    )
 
 
 def calibration_estimates(

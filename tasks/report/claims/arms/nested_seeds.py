@@ -19,6 +19,7 @@ import numpy as np
 from tasks.report.claims.arms.items import Items, with_items
 from tasks.report.claims.arms.resolve import resolve
 from tasks.report.claims.grammar import Claim, Metrics, NotRun, Sample
+from tasks.report.stats.calibration import ArmCalibration
 
 #: Variants whose encoder is the pretrain stage's model.
 OURS = ("pretrained", "adapted")
@@ -67,8 +68,8 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
     return replace(sample, items=items, notes=tuple(notes))
 
 
-def pretraining_seeds(items: Items | None) -> int:
-    """How many pretraining seeds ``items`` rests on (1 when it names none)."""
+def pretraining_seeds(items: Items | ArmCalibration | None) -> int:
+    """How many pretraining seeds ``items`` (test items, or a calibration arm) rests on (1 when it names none)."""
     return 1 if items is None or items.pretrain is None else len(set(items.pretrain))
 
 
@@ -94,7 +95,7 @@ def notes(claim: Claim, treat: Sample, base: Sample) -> list[str]:
     """A claim on our encoder: ``ONE_SEED`` when its CI rests on one pretraining seed, else how many it resamples."""
     if not uses_ours(claim, treat, base):
         return []
-    n = max(pretraining_seeds(s.items if isinstance(s.items, Items) else None) for s in (treat, base))
+    n = max(pretraining_seeds(s.items if hasattr(s.items, "pretrain") else None) for s in (treat, base))
     return (
         [ONE_SEED]
         if n == 1
