@@ -234,9 +234,7 @@ class ArmCalibration:
     per_seed: tuple[SeedUnits, ...]
     scaled: tuple[SeedUnits, ...] | None = None
     temperatures: tuple[float, ...] | None = None
-    #: the pretraining seed of each entry of ``seeds`` (pretraining-seed-major, the same fine-tuning seeds under
-    #: each; ``bootstrap.pretrain_layout``), None: one pretraining seed
-    pretrain: tuple[str, ...] | None = None
+    pretrain: tuple[str, ...] | None = None  # per entry of seeds, pretraining-seed-major (bootstrap.pretrain_layout)
 
     def units(self, statistic: str) -> tuple[SeedUnits, ...]:
         """The per-seed units ``statistic`` reads: the scaled ones for ``<name>_scaled``. Raises ValueError
@@ -253,11 +251,6 @@ class ArmCalibration:
             np.concatenate([u.confidence for u in self.per_seed]),
             np.concatenate([u.correct for u in self.per_seed]),
         )
-
-
-def fine_seeds(arm: ArmCalibration) -> tuple[int, ...]:
-    """The fine-tuning seeds run under each pretraining seed of ``arm``."""
-    return arm.seeds[: len(arm.seeds) // len(set(arm.pretrain or [""]))]
 
 
 def _seed_value(units: SeedUnits, statistic: Statistic, n_bins: int) -> float:
@@ -335,7 +328,7 @@ def replicates(
     for arm in arms:
         point_estimate(arm, statistic, n_bins)  # the per-seed checks: every seed has a unit, statistic known
     n_items = len(arms[0].doc_ids)
-    shared = len({fine_seeds(a) for a in arms}) == 1
+    shared = len({a.seeds[: len(a.seeds) // len(set(a.pretrain or [""]))] for a in arms}) == 1  # same fine seeds
     seed_idx = bs.run_draws([len(a.seeds) for a in arms], [a.pretrain for a in arms], resamples, rng, shared)
     sorted_units = [[u.by_confidence() for u in a.units(statistic)] for a in arms]
     widest = max(u.item.size for units in sorted_units for u in units)
