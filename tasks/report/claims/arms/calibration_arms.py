@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tasks.report.claims.arms.items import file_versions, read_predictions
+from tasks.report.claims.arms.nested_seeds import FIRST, further_runs
 from tasks.report.claims.grammar import Metrics, NotRun, dig
 from tasks.report.claims.tasks_run import task_module
 from tasks.report.stats.calibration import (
@@ -63,18 +64,15 @@ def pooled_calibration(task: str, run_key: str, metrics: Metrics) -> ArmCalibrat
     pretraining seed in ``pretrain``, as ``nested_seeds.with_pretraining_seeds`` stacks an arm's test items: the
     calibration claims then resample pretraining seeds too. Unchanged without further seeds. Raises ``NotRun`` as
     ``arm_calibration``, and when a further run has other fine-tuning seeds or test items."""
-    arm = arm_calibration(task, run_key, metrics)
-    further = ((metrics.get(f"finetune/{task}").get("pretraining_seeds") or {}).get("runs") or {}).get(run_key)
+    arm, further = arm_calibration(task, run_key, metrics), further_runs(task, run_key, metrics)
     if not further:
         return arm
-    runs = [arm] + [
-        arm_calibration(task, key, metrics) for _, key in sorted(further.items(), key=lambda kv: int(kv[0]))
-    ]
+    runs = [arm] + [arm_calibration(task, key, metrics) for _, key in further]
     if any(r.seeds != arm.seeds or r.doc_ids != arm.doc_ids for r in runs):
         raise NotRun(
             f"{task}: the runs of {run_key} from its pretraining seeds differ in fine-tuning seeds or test items"
         )
-    labels = ["first", *sorted(further, key=int)]
+    labels = [FIRST, *(seed for seed, _ in further)]
     scaled = None if any(r.scaled is None for r in runs) else tuple(u for r in runs for u in r.scaled)
     temperatures = None if any(r.temperatures is None for r in runs) else tuple(t for r in runs for t in r.temperatures)
     return replace(

@@ -38,11 +38,11 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
     """
     if sample.items is None:
         return sample
-    further = ((metrics.get(f"finetune/{task}").get("pretraining_seeds") or {}).get("runs") or {}).get(sample.run_key)
+    further = further_runs(task, sample.run_key, metrics)
     if not further:
         return sample
     parts, labels, notes = [sample.items], [FIRST] * len(sample.items.seeds), list(sample.notes)
-    for seed, key in sorted(further.items(), key=lambda kv: int(kv[0])):
+    for seed, key in further:
         run = with_items(
             resolve(f"finetune/{task}/{key}", claim.metric, metrics), task, claim.metric, metrics, claim.items
         )
@@ -66,6 +66,13 @@ def with_pretraining_seeds(sample: Sample, task: str, claim: Claim, metrics: Met
         sample.items.clusters,
     )
     return replace(sample, items=items, notes=tuple(notes))
+
+
+def further_runs(task: str, run_key: str, metrics: Metrics) -> list[tuple[str, str]]:
+    """``[(pretraining seed, run key)]`` of ``run_key``'s runs from the further pretraining seeds, by seed
+    (``metrics/finetune/<task>.json`` ``pretraining_seeds.runs``); empty when it has none."""
+    runs = ((metrics.get(f"finetune/{task}").get("pretraining_seeds") or {}).get("runs") or {}).get(run_key) or {}
+    return sorted(runs.items(), key=lambda kv: int(kv[0]))
 
 
 def pretraining_seeds(items: Items | ArmCalibration | None) -> int:
