@@ -52,7 +52,7 @@ def evaluate(claim: Claim, metrics: Metrics, lock: Lock, cfg: StatsConfig, loade
     )
     if failed:
         row.verdict, row.reason, row.p_value = "not resolvable", "not resolvable: " + "; ".join(failed), None
-    row.confounders, row.data_md5, row.unadjusted = confounders, md5s, row.verdict
+    row.confounders, row.data_md5, row.unadjusted, row.at_floor = confounders, md5s, row.verdict, at_floor
     row.runs = sorted(set(treat.runs) | set(base.runs))
     row.notes += [f"treatment: {n}" for n in treat.notes] + [f"baseline: {n}" for n in base.notes]
     row.notes += few_seeds_notes(treat, base) + floor_notes + pretraining_seed_notes(claim, treat, base)

@@ -24,7 +24,8 @@ class Row:
     the difference subtracts (a calibration claim: baseline - treatment, as lower is better), ``items`` how
     many test items and seeds the numbers rest on, ``comparison`` the probability of improvement and ASO of the
     arms' per-run scores (a fine-tuning difference claim, ``tasks.report.claims.arms.seed_scores``),
-    ``baselines_above`` the baselines scoring above the best arm (``tasks.report.claims.arms.statements``).
+    ``baselines_above`` the baselines scoring above the best arm (``tasks.report.claims.arms.statements``),
+    ``at_floor`` the floor gate's arms at floor on test (``gates.Floor.text``), which the notes scope the verdict by.
     """
 
     claim: Claim
@@ -50,3 +51,4 @@ class Row:
     steps: list[str] = field(default_factory=list)
     comparison: SeedComparison | None = None
     baselines_above: list[dict] = field(default_factory=list)
+    at_floor: list[str] = field(default_factory=list)

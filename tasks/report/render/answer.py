@@ -77,12 +77,8 @@ def deciding_design(row: Row) -> str:
 
 
 def floor_scopes(row: Row) -> list[str]:
-    """The floor gate's scope notes of a claim, short: ``pretrained/full/mean-pool at floor on test``."""
-    return [
-        without_parentheses(n.removeprefix("scope: ")).split(":")[0].strip()
-        for n in row.notes
-        if n.startswith("scope: ")
-    ]
+    """The floor gate's arms at floor, short: ``pretrained/full/mean-pool at floor on test``."""
+    return [without_parentheses(arm) for arm in row.at_floor]
 
 
 def answer(rows: list[Row]) -> str:
