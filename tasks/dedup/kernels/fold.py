@@ -87,7 +87,7 @@ def normalized_bytes(texts: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     texts = texts.cast(pa.large_string())
     raw, offsets = _buffers(texts)
     sizes = np.zeros(len(texts), np.int64)
-    kernel = compiled_with(_fold, ("_fold_text",), globals())
+    kernel = compiled_with(_fold, ("utf8_code", "_fold_text"), globals())
     none, at = np.zeros(0, np.uint8), np.zeros(1, np.int64)
     kernel(raw, offsets, *_TABLE[0], sizes >= 0, none, at, sizes, none, at, False)
     foldable = sizes >= 0
@@ -125,6 +125,18 @@ def _fold(raw, offsets, start, length, pool, foldable, other_data, other_offsets
             other += 1
 
 
+def utf8_code(data, pos):
+    """``(code point, bytes)`` of the multi-byte UTF-8 sequence starting at ``data[pos]`` (a lead byte >= 0xC0 of
+    valid UTF-8, as Arrow strings hold). Numba compiles it into the kernels that call it."""
+    c = data[pos]
+    if c < 0xE0:
+        return np.int64(((c & 0x1F) << 6) | (data[pos + 1] & 0x3F)), 2
+    if c < 0xF0:
+        return np.int64(((c & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F)), 3
+    code = ((c & 0x07) << 18) | ((data[pos + 1] & 0x3F) << 12) | ((data[pos + 2] & 0x3F) << 6)
+    return np.int64(code | (data[pos + 3] & 0x3F)), 4
+
+
 def _fold_text(raw, lo, hi, start, length, pool, out, k, write):
     """``raw[lo:hi]`` folded (see the module docstring), written to ``out`` from ``k`` when ``write``; returns
     the end, or -1 at a code point without an entry."""
@@ -136,13 +148,7 @@ def _fold_text(raw, lo, hi, start, length, pool, out, k, write):
                 blank, pos = k > begin, pos + 1
                 continue
         else:
-            if c < 0xE0:
-                code, step = ((c & 0x1F) << 6) | (raw[pos + 1] & 0x3F), 2
-            elif c < 0xF0:
-                code, step = ((c & 0x0F) << 12) | ((raw[pos + 1] & 0x3F) << 6) | (raw[pos + 2] & 0x3F), 3
-            else:
-                code = ((c & 0x07) << 18) | ((raw[pos + 1] & 0x3F) << 12) | ((raw[pos + 2] & 0x3F) << 6)
-                code, step = code | (raw[pos + 3] & 0x3F), 4
+            code, step = utf8_code(raw, pos)
             if code >= len(length) or length[code] == 0:
                 return -1
             at, size = start[code], length[code]

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from tasks.common.matching import minhash, textnorm
 from tasks.dedup.kernels import fold
+from tasks.dedup.kernels.fold import utf8_code
 
 TABLE_SLOTS = 1 << 18  # probe slots (a power of two, 8 MiB); at most half hold a word, so probes stay short
 KEY_BYTES = 1 << 22  # the remembered words' bytes; the table is emptied when either is full (refilling is cheap)
@@ -118,7 +119,7 @@ def shard_values(texts: pa.Array, n: int) -> tuple[list[str], np.ndarray, np.nda
     return hashes, counts[0], counts[1], out[:total].copy(), counts[2]
 
 
-_HELPERS = ("_round", "_blake2b", "_word_hash", "_append_shingles")  # what ``_scan`` calls, callees first
+_HELPERS = ("utf8_code", "_round", "_blake2b", "_word_hash", "_append_shingles")  # what ``_scan`` calls, callees first
 
 
 def _scan(data, offsets, word, n, slots, keys, used, scratch, out, counts):
@@ -134,13 +135,8 @@ def _scan(data, offsets, word, n, slots, keys, used, scratch, out, counts):
                 c = data[pos]
                 if c < 0x80:
                     code = np.int64(c)
-                elif c < 0xE0:
-                    code, step = ((c & 0x1F) << 6) | (data[pos + 1] & 0x3F), 2
-                elif c < 0xF0:
-                    code, step = ((c & 0x0F) << 12) | ((data[pos + 1] & 0x3F) << 6) | (data[pos + 2] & 0x3F), 3
                 else:
-                    code = ((c & 0x07) << 18) | ((data[pos + 1] & 0x3F) << 12) | ((data[pos + 2] & 0x3F) << 6)
-                    code, step = code | (data[pos + 3] & 0x3F), 4
+                    code, step = utf8_code(data, pos)
                 inside = word[code] != 0
                 chars += 1
             if inside:
