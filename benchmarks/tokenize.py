@@ -11,7 +11,7 @@ ratio beside it; all times listed):
   ids of each encoding, nothing else: the most the stage could reach on one core. (``hf_wrapper``, for
   information: the same ids through ``tok(batch, add_special_tokens=False)``.)
 - ``stage``: the stage's own code, ``tasks.tokenize.mlm_blocks``: ``plain_encoder``, ``tokenize_docs``,
-  ``join_with_sep``, ``pack_blocks`` (blocks in memory; writing them to disk is not timed), at ``num_proc``
+  ``join_with_sep``, ``cut_blocks`` (blocks in memory; writing them to disk is not timed), at ``num_proc``
   1 (the default) and 2.
 - ``run_mlm``: transformers' ``examples/pytorch/language-modeling/run_mlm.py`` without ``--line_by_line``:
   ``Dataset.map(tokenize_function, batched=True)`` (``tokenizer(texts, return_special_tokens_mask=True)``)
@@ -109,7 +109,7 @@ def stage_path(tok, texts: list[str], num_proc: int) -> tuple[np.ndarray, np.nda
     encoder = stage.plain_encoder(tok)
     ids, lengths = stage.tokenize_docs(texts, encoder, BATCH, num_proc)
     stream = stage.join_with_sep(ids, lengths, tok.sep_token_id)
-    return stage.pack_blocks(stream, SEQ, tok.cls_token_id, "train")[0], lengths
+    return stage.cut_blocks(stream, SEQ, tok.cls_token_id), lengths
 
 
 def run_mlm(tok, texts: list[str], num_proc: int | None) -> Dataset:

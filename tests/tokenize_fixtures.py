@@ -27,6 +27,7 @@ def tokenize_params(**changes) -> TokenizeParams:
         "ner_max_seq_len_tokens": SEQ,
         "num_proc": 1,
         "map_batch_size_docs": 7,
+        "shard_blocks": 3,  # several shards per split: the streaming writer is what runs
         "ner_window_overlap_tokens": 4,
         "ner_invalid_iob2": "repair",
     }

@@ -7,7 +7,8 @@ MiniLM tokenizer; writes (``datasets.save_to_disk``, contract in ``tasks/CONTRAC
   of exactly ``max_seq_len`` tokens, with the ``source`` of each. Documents are joined as ``doc [SEP] doc
   [SEP] ...`` and cut every ``max_seq_len - 1`` tokens; each block starts with [CLS] (the "full-sentences"
   packing of RoBERTa, Liu et al. 2019, with BERT's [CLS]). One tail shorter than a block is dropped and
-  reported.
+  reported. Packed as the documents are encoded and written in shards of ``shard_blocks`` blocks
+  (``data-<i>-of-<n>.arrow``), so the stage never holds more than one shard's blocks.
 - ``data/tokenize/<task>/<tok>/{train,dev,test}`` for a classification or pair task: whole documents (a pair
   as ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids``) with their ``text`` and ``n_tokens_full`` (finetune
   cuts them to its own length: head, head + tail, or longest first for pairs).
@@ -26,6 +27,7 @@ Task rows carry ``train_overlap``: the eval doc shares a 13-gram or a near dupli
 Modules:
 
 - ``mlm_blocks``: the packed MLM blocks of the pretraining text;
+- ``shards``: the blocks' folder, written shard by shard;
 - ``cls``: classification and pair datasets;
 - ``ner``: NER windows;
 - ``tables``: what the datasets share (lengths, label files, Arrow tables, the overlapping eval docs);

@@ -9,12 +9,12 @@ The cache, ``<data>/tokenize_cache/<tok>/ids.parquet`` (a DVC output with ``pers
 Rule. **Full re-encode** (every text encoded, no stored ids used) when ``tokenize.incremental`` is false, when
 there is no cache, or when its fingerprint differs: the md5 of the tokenizer as it encodes (its serialized
 ``tokenizer.json`` with truncation and padding off, and ``split_special_tokens``: a change of any tokenizer file
-that matters shows there), the tokenize params (all but ``incremental``, ``num_proc`` and
-``map_batch_size_docs``, which change no id) and the code that encodes: the sha256 of this module's import
-closure (``imports.closure_fingerprint``: ``mlm_blocks.py`` and whatever importing it runs, computed, never
-listed), and the ``tokenizers`` version (the normalizers and pre-tokenizers, their Unicode tables included, are
-built into it; the serialized tokenizer names only its format, ``"version": "1.0"``). The tokenizer stage
-retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so after new data
+that matters shows there), the tokenize params (all but ``incremental``, ``num_proc``,
+``map_batch_size_docs`` and ``shard_blocks``, which change no id) and the code that encodes: the sha256 of this
+module's import closure (``imports.closure_fingerprint``: ``mlm_blocks.py`` and whatever importing it runs,
+computed, never listed), and the ``tokenizers`` version (the normalizers and pre-tokenizers, their Unicode
+tables included, are built into it; the serialized tokenizer names only its format, ``"version": "1.0"``). The
+tokenizer stage retrains ``clozeline``'s vocabulary whenever the leakage outputs change, so after new data
 the ``clozeline`` cache is usually stale and re-encoded in full (logged with the reason); it is
 kept when the tokenizer comes out the same (``tokenizer.vocab_from: train_once``, ``file`` or ``reference``, or a
 retraining that gives the same vocabulary). The packaged ``reference`` tokenizer never changes, so its cache serves
@@ -48,7 +48,7 @@ from tasks.config.corpus.tokenize import TokenizeParams
 from tasks.tokenize import mlm_blocks
 
 IDS = "ids.parquet"
-NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs"}  # params that change no id
+NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs", "shard_blocks"}  # params that change no id
 
 
 class TokenCache:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from itertools import chain
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from tasks.common.files.parquet import read_pretraining_rows
 from tasks.config import Paths
 from tasks.config.corpus.split import PRETRAIN_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams
-from tasks.tokenize.tables import length_stats, save_table
+from tasks.tokenize.shards import ShardWriter
+from tasks.tokenize.tables import length_stats
 
 
 def read_pretrain_rows(cfg: TokenizeParams, paths: Paths) -> pd.DataFrame:
@@ -34,30 +34,55 @@ def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log, 
     ``tok``) encodes only the texts it holds no ids for; None encodes every text (test fixtures)."""
     metrics = {}
     encoder = plain_encoder(tok)
+
+    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if cache is not None:
+            return cache.encode(texts)
+        return tokenize_docs(texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
+
     for split in PRETRAIN_SPLITS:
-        part = rows.loc[rows["split"] == split, ["doc_id", "text", "source"]]
-        texts = part["text"].tolist()
-        ids, lengths = (
-            cache.encode(texts)
-            if cache is not None
-            else tokenize_docs(texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
+        part = rows.loc[rows["split"] == split, ["text", "source"]]
+        metrics[split] = pack_split(part, cfg, tok, encode, out / split)
+        log.info(
+            f"tokenize: {out.name} pretrain/{split}: {metrics[split]['blocks']} blocks, "
+            f"{metrics[split]['dropped_tail_tokens']} tail tokens dropped"
         )
-        stream = join_with_sep(ids, lengths, tok.sep_token_id)
-        blocks, dropped = pack_blocks(stream, cfg.max_seq_len_tokens, tok.cls_token_id, split)
-        sources = block_sources(part["source"].to_numpy(), lengths, blocks.shape)
-        save_blocks(blocks, np.asarray(tok.all_special_ids), out / split, sources)
-        metrics[split] = {
-            "docs": len(part),
-            "empty_docs": int(np.sum(lengths == 0)),
-            "tokens": int(stream.size),
-            "blocks": int(blocks.shape[0]),
-            "dropped_tail_tokens": dropped,
-            "dropped_tail_fraction": dropped / stream.size,
-            "blocks_by_source": dict(sorted(Counter(sources.tolist()).items())),
-            **length_stats(lengths),
-        }
-        log.info(f"tokenize: {out.name} pretrain/{split}: {blocks.shape[0]} blocks, {dropped} tail tokens dropped")
     return metrics
+
+
+def pack_split(part: pd.DataFrame, cfg: TokenizeParams, tok, encode, path: Path) -> dict:
+    """Encode ``part``'s texts (columns ``text``, ``source``) with ``encode`` in chunks of ``map_batch_size_docs *
+    num_proc`` documents, pack them as they come and write the blocks to ``path`` in shards of
+    ``cfg.shard_blocks`` (``shards.ShardWriter``): at most a chunk's ids and a shard's blocks are held, besides
+    the tokens per document (for the length statistics). Returns the split's metrics. Raises ``ValueError``
+    when the split is shorter than one block (an empty dataset would fail much later)."""
+    packer = Packer(cfg.max_seq_len_tokens, tok.cls_token_id, tok.sep_token_id)
+    writer = ShardWriter(path, cfg.shard_blocks, np.asarray(tok.all_special_ids))
+    chunk = cfg.map_batch_size_docs * cfg.num_proc
+    all_lengths = []
+    for start in range(0, len(part), chunk):
+        piece = part.iloc[start : start + chunk]
+        ids, lengths = encode(piece["text"].tolist())
+        writer.add(*packer.add(ids, lengths, piece["source"].to_numpy()))
+        all_lengths.append(lengths.astype(np.int64))
+    writer.close()
+    if writer.blocks == 0:
+        raise ValueError(
+            f"tokenize: pretrain split {path.name!r} has {packer.tokens} tokens, fewer than one block of "
+            f"{packer.body} (+[CLS]); add pretraining text or lower tokenize.max_seq_len_tokens"
+        )
+    lengths = np.concatenate([np.zeros(0, np.int64), *all_lengths])
+    dropped = int(packer.rest.size)
+    return {
+        "docs": len(part),
+        "empty_docs": int(np.sum(lengths == 0)),
+        "tokens": packer.tokens,
+        "blocks": writer.blocks,
+        "dropped_tail_tokens": dropped,
+        "dropped_tail_fraction": dropped / packer.tokens,
+        "blocks_by_source": dict(sorted(writer.by_source.items())),
+        **length_stats(lengths),
+    }
 
 
 def plain_encoder(tok) -> Tokenizer:
@@ -135,53 +160,40 @@ def join_with_sep(ids: np.ndarray, lengths: np.ndarray, sep_id: int) -> np.ndarr
     return np.insert(ids, np.cumsum(lengths), sep_id)
 
 
-def pack_blocks(stream: np.ndarray, max_seq_len: int, cls_id: int, split: str) -> tuple[np.ndarray, int]:
-    """Cut ``stream`` into blocks of ``max_seq_len - 1`` tokens and prepend [CLS] to each.
+class Packer:
+    """Packs a token stream that arrives in pieces: ``doc_0 [SEP] doc_1 [SEP] ...`` cut every ``max_seq_len - 1``
+    tokens, [CLS] before each block. The tokens past the last full block wait in ``rest`` (and their sources
+    in ``rest_sources``) for the next piece; after the last piece ``rest`` is the dropped tail. The blocks
+    equal those of cutting the whole stream at once. ``tokens``: the stream's length so far."""
 
-    Returns ``(blocks, dropped_tail_tokens)`` with ``blocks`` of shape ``(n_blocks, max_seq_len)``. Raises
-    ``ValueError`` when the stream is shorter than one block (an empty dataset would fail much later).
-    """
+    def __init__(self, max_seq_len: int, cls_id: int, sep_id: int) -> None:
+        self.body, self.cls_id, self.sep_id = max_seq_len - 1, cls_id, sep_id
+        self.rest = np.zeros(0, dtype=np.int64)
+        self.rest_sources = np.zeros(0, dtype=object)
+        self.tokens = 0
+
+    def add(self, ids: np.ndarray, lengths: np.ndarray, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The blocks completed by the next documents: ``ids`` (their tokens concatenated), ``lengths`` (tokens
+        per document) and ``sources`` (per document). Returns ``(blocks, block_sources)`` of shapes ``(n,
+        max_seq_len)`` (int64) and ``(n,)``: the source of a block is that of its first body token (after
+        [CLS]); each document owns its tokens and the [SEP] after them, so a block straddling two documents is
+        named after the first, and only one block per source boundary is mixed."""
+        new = join_with_sep(np.asarray(ids, dtype=np.int64), lengths, self.sep_id)
+        self.tokens += int(new.size)
+        stream = np.concatenate([self.rest, new])
+        token_sources = np.concatenate([self.rest_sources, np.repeat(np.asarray(sources, dtype=object), lengths + 1)])
+        blocks = cut_blocks(stream, self.body + 1, self.cls_id)
+        cut = blocks.shape[0] * self.body
+        self.rest, self.rest_sources = stream[cut:], token_sources[cut:]
+        return blocks, token_sources[: cut : self.body].astype(str)
+
+
+def cut_blocks(stream: np.ndarray, max_seq_len: int, cls_id: int) -> np.ndarray:
+    """The full blocks of ``stream``: cut every ``max_seq_len - 1`` tokens, [CLS] prepended; shape ``(stream.size
+    // (max_seq_len - 1), max_seq_len)``, int64 (the tail shorter than a block is left out)."""
     body = max_seq_len - 1
     n_blocks = stream.size // body
-    if n_blocks == 0:
-        raise ValueError(
-            f"tokenize: pretrain split {split!r} has {stream.size} tokens, fewer than one block of "
-            f"{body} (+[CLS]); add pretraining text or lower tokenize.max_seq_len_tokens"
-        )
     blocks = np.empty((n_blocks, max_seq_len), dtype=np.int64)
     blocks[:, 0] = cls_id
     blocks[:, 1:] = stream[: n_blocks * body].reshape(n_blocks, body)
-    return blocks, int(stream.size - n_blocks * body)
-
-
-def block_sources(doc_sources: np.ndarray, lengths: np.ndarray, blocks_shape: tuple[int, int]) -> np.ndarray:
-    """The source of each packed block: that of its first body token (after [CLS]); shape ``(n_blocks,)``.
-
-    ``doc_sources`` and ``lengths`` are per document, in stream order; each document owns its tokens and the
-    [SEP] after them. A block that straddles two documents is named after the first, so only one block per
-    source boundary is mixed.
-    """
-    n_blocks, seq_len = blocks_shape
-    token_source = np.repeat(np.arange(len(doc_sources)), lengths + 1)
-    starts = np.arange(n_blocks) * (seq_len - 1)
-    return np.asarray(doc_sources, dtype=object)[token_source[starts]].astype(str)
-
-
-def save_blocks(blocks: np.ndarray, special_ids: np.ndarray, path: Path, sources: np.ndarray) -> None:
-    """Save blocks with ``input_ids``, ``attention_mask`` (all 1), ``special_tokens_mask`` and ``source`` (the
-    ingest source name of the block, see ``block_sources``) columns."""
-    n_blocks, seq_len = blocks.shape
-    offsets = pa.array(np.arange(0, (n_blocks + 1) * seq_len, seq_len, dtype=np.int32))
-
-    def column(values: np.ndarray, dtype: pa.DataType) -> pa.ListArray:
-        return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=dtype))
-
-    table = pa.table(
-        {
-            "input_ids": column(blocks, pa.int32()),
-            "attention_mask": column(np.ones_like(blocks), pa.int8()),
-            "special_tokens_mask": column(np.isin(blocks, special_ids).astype(np.int8), pa.int8()),
-            "source": pa.array(sources, type=pa.string()),
-        }
-    )
-    save_table(table, path)
+    return blocks

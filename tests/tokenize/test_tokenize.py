@@ -16,8 +16,9 @@ from clozeline.alignment import IGNORE
 from tasks import tokenize as stage
 from tasks import tokenizer as tokenizer_stage
 from tasks.common.models.encoders import reference_model_dir, tokenizer_dir
-from tasks.tokenize.mlm_blocks import block_sources, plain_encoder, tokenize_docs
+from tasks.tokenize.mlm_blocks import Packer, plain_encoder, tokenize_docs
 from tasks.tokenize.ner import encode_words, ner_windows
+from tasks.tokenize.shards import ShardWriter
 from tasks.tracking import NullLog
 from tokenize_fixtures import SEQ, WORDS, news_rows, tokenize_params, tweet_rows, write_leak_table
 from tokenizer_fixtures import TRAIN_SENTENCES, make_paths, tokenizer_params, write_source
@@ -87,10 +88,33 @@ def test_packed_blocks_are_exactly_max_seq_len_and_reproduce_the_stream(built):
     assert ref_ids.shape[1] == SEQ and ref_ids.max() >= len(tok)  # ids beyond our vocab: MiniLM's
 
 
-def test_block_sources_name_each_block_after_its_first_body_token():
-    # docs of 3, 2 and 4 tokens, each followed by [SEP]: stream positions 0-3 a, 4-6 b, 7-11 c; body 3 per block
-    sources = block_sources(np.array(["a", "b", "c"]), np.array([3, 2, 4]), (4, 4))
-    assert sources.tolist() == ["a", "a", "b", "c"]  # blocks start at stream positions 0, 3, 6, 9
+def test_packer_names_each_block_after_its_first_body_token_across_pieces():
+    # docs of 3, 2 and 4 tokens, each followed by [SEP] (9): stream positions 0-3 a, 4-6 b, 7-11 c; body 3 per
+    # block. Fed one document at a time, the blocks are those of the whole stream cut at once.
+    packer, blocks, sources = Packer(4, 90, 99), [], []
+    for doc, source in ([1, 2, 3], "a"), ([4, 5], "b"), ([6, 7, 8, 9], "c"):
+        got, named = packer.add(np.array(doc), np.array([len(doc)]), np.array([source]))
+        blocks += got.tolist()
+        sources += named.tolist()
+    assert sources == ["a", "a", "b", "c"]  # blocks start at stream positions 0, 3, 6, 9
+    assert blocks == [[90, 1, 2, 3], [90, 99, 4, 5], [90, 99, 6, 7], [90, 8, 9, 99]]
+    assert packer.rest.size == 0 and packer.tokens == 12
+
+
+def test_shard_writer_holds_one_shard_at_most_and_reads_back_as_one_dataset(tmp_path):
+    blocks = np.arange(7 * 4).reshape(7, 4)
+    sources = np.array(list("aabbbcc"))
+    writer = ShardWriter(tmp_path / "split", 3, np.array([0, 5]))
+    for lo, hi in ((0, 2), (2, 7)):  # pieces of 2 and 5 blocks: shards of 3, 3, 1
+        writer.add(blocks[lo:hi], sources[lo:hi])
+    writer.close()
+    assert writer.most_held == 3 and writer.blocks == 7 and writer.by_source == {"a": 2, "b": 3, "c": 2}
+    assert sorted(p.name for p in (tmp_path / "split").glob("*.arrow")) == [
+        f"data-0000{i}-of-00003.arrow" for i in range(3)
+    ]
+    data = load_from_disk(str(tmp_path / "split"))
+    assert np.asarray(data["input_ids"]).tolist() == blocks.tolist() and data["source"] == sources.tolist()
+    assert np.asarray(data["special_tokens_mask"]).tolist() == np.isin(blocks, [0, 5]).astype(int).tolist()
 
 
 @pytest.mark.parametrize("num_proc", [1, 2])
@@ -270,6 +294,7 @@ def test_metrics_report_lengths_and_label_distribution(built):
         ({"ner_window_overlap_tokens": SEQ - 2}, "ner_window_overlap_tokens"),
         ({"ner_invalid_iob2": "ignore"}, "ner_invalid_iob2"),
         ({"max_seq_len_tokens": 4}, "max_seq_len_tokens"),
+        ({"shard_blocks": 0}, "shard_blocks"),
         ({"ner_max_seq_len_tokens": 4}, "ner_max_seq_len_tokens"),
         (
             {"tasks": {"cls": {"kind": "classification", "source": "news", "metric": "entity_f1", "recipe": "cls"}}},

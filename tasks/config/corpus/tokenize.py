@@ -36,6 +36,12 @@ class TokenizeParams(StrictModel):
         ge=1, description="pretraining tokenization processes (1 = in-process; more: datasets.map workers)"
     )
     map_batch_size_docs: int = Field(ge=1, description="documents per tokenizer batch call (and datasets.map batch)")
+    shard_blocks: int = Field(
+        50_000,
+        ge=1,
+        description="packed MLM blocks per shard file: tokenize holds at most one shard's blocks (its peak memory "
+        "follows this, not the corpus); pretraining memory-maps the shards",
+    )
     ner_window_overlap_tokens: int = Field(
         ge=0, description="subword tokens of left context repeated when a long sentence is split into windows"
     )
