@@ -36,8 +36,13 @@ ROWS = {
 }
 
 
-def _tcfg(c1=(0.0, 0.1), c2=(0.01,)) -> SimpleNamespace:
-    return SimpleNamespace(baseline_crf_c1_grid=list(c1), baseline_crf_c2_grid=list(c2), baseline_crf_max_iterations=50)
+def _tcfg(c1=(0.0, 0.1), c2=(0.01,), widen=0) -> SimpleNamespace:
+    return SimpleNamespace(
+        baseline_crf_c1_grid=list(c1),
+        baseline_crf_c2_grid=list(c2),
+        baseline_crf_max_iterations=50,
+        baseline_grid_widen=widen,
+    )
 
 
 def test_word_features_have_shape_case_affixes_neighbours_and_sentence_ends():
@@ -68,6 +73,17 @@ def test_crf_tags_iob2_from_context_chooses_c1_c2_on_dev_and_gives_marginals():
     first_best = next(k for k, v in setting["dev_entity_f1"].items() if v == best)
     assert first_best == f"c1={setting['c1']:g} c2={setting['c2']:g}"
     assert setting["features"] > 0 and setting["fit_seconds"] >= 0
+
+
+def test_the_crf_records_each_penalty_widened_and_what_it_tried():
+    setting = fitting.fit_predict("crf", ROWS, LABELS, _tcfg(c1=(0.01, 0.1), c2=(0.01,), widen=1))["setting"]
+    low, high = list(setting["dev_entity_f1"].values())[:2]  # c1 = 0.01 then 0.1, c2 = 0.01
+    # either is an edge of a 2-value grid: the better (a tie: 0.01, tried first) widens one step of 10 past it
+    extra = 0.001 if low >= high else 1.0
+    assert list(setting["dev_entity_f1"]) == ["c1=0.01 c2=0.01", "c1=0.1 c2=0.01", f"c1={extra:g} c2=0.01"]
+    assert setting["widening"]["c1"]["tried"] == sorted([0.01, 0.1, extra])
+    assert setting["widening"]["c1"]["widenings"] == 1
+    assert setting["widening"]["c2"] == {"tried": [0.01], "widenings": 0, "at_edge": False, "bound_hit": False}
 
 
 def test_crf_is_deterministic_and_a_baseline_of_ner_with_a_comparator_and_a_reference_row():

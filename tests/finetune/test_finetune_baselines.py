@@ -17,10 +17,11 @@ LABELS = ["sport", "tech"]
 CASES = ["cased", "lowercased", "cased_backoff"]
 
 
-def _tcfg(c_grid=(1.0,), ngrams=None, cases=("lowercased",)) -> SimpleNamespace:
-    """The recipe fields the baselines read (``TaskParams``)."""
+def _tcfg(c_grid=(1.0,), ngrams=None, cases=("lowercased",), widen=0) -> SimpleNamespace:
+    """The recipe fields the baselines read (``TaskParams``; ``widen``: ``baseline_grid_widen``)."""
     return SimpleNamespace(
         baseline_c_grid=list(c_grid),
+        baseline_grid_widen=widen,
         baseline_tfidf_ngrams=ngrams or {"word": (1, 2)},
         baseline_memorise_cases=list(cases),
     )
@@ -67,6 +68,22 @@ def test_tfidf_lr_matches_sklearn_fitted_by_hand_with_the_dev_chosen_c():
     proba = model.predict_proba(vec.transform([r["text"] for r in CLS_ROWS["test"]]))
     np.testing.assert_allclose([r["probs"] for r in fit["test"]], proba, rtol=0, atol=1e-12)
     assert all(r["seen_fraction"] == 1.0 and r["truncated"] is False for r in fit["test"])
+
+
+def test_tfidf_lr_records_the_cs_tried_and_the_product_grid():
+    # dev macro-F1 is 1/3 at C = 0.01 and 1 at C = 100 (test_tfidf_lr_matches_sklearn_fitted_by_hand_...): 100 is
+    # the top, so one step of the grid's ratio (10^4) past it, 10^6, is tried with each analyzer and cannot beat 1
+    tcfg = _tcfg([0.01, 100.0], {"word": (1, 2), "char_wb": (2, 3)}, widen=1)
+    setting = fitting.fit_predict("tfidf-lr", CLS_ROWS, LABELS, tcfg)["setting"]
+    assert list(setting["dev_macro_f1_grid"]) == [
+        f"{a} C={c}" for a in ("word", "char_wb") for c in ("0.01", "100")
+    ] + ["word C=1e+06", "char_wb C=1e+06"]
+    assert setting["C"] == 100.0 and setting["widening"]["C"] == {
+        "tried": [0.01, 100.0, 1e6],
+        "widenings": 1,
+        "at_edge": False,
+        "bound_hit": False,
+    }
 
 
 def test_tfidf_lr_chooses_character_ngrams_on_dev_when_dev_words_are_unseen_in_train():

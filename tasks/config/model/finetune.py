@@ -90,6 +90,12 @@ class TaskParams(StrictModel):
         default=[0.05], min_length=1, description="crf: L2 penalties c2 tried with each c1 (0: none)"
     )
     baseline_crf_max_iterations: PositiveInt = Field(default=100, description="crf: L-BFGS iterations at most")
+    baseline_grid_widen: int = Field(
+        default=2,
+        ge=0,
+        description="times tfidf-lr's C grid and each of the crf's c1/c2 grids may add one value past the grid's "
+        "edge when the edge is the best on dev (one step of the grid's ratio at that edge); 0: the grids as given",
+    )
     lr_grid: list[float] = Field(
         min_length=1,
         description="multipliers of every learning rate of an arm, tried with the first seed; the best "

@@ -13,9 +13,11 @@ title-case and upper-case; ``BOS``/``EOS`` at the sentence's ends.
 
 Every (c1, c2) of ``TaskParams.baseline_crf_c1_grid`` x ``baseline_crf_c2_grid`` is fitted on train; the pair
 with the best dev entity F1 (seqeval strict IOB2, the scorer of every row) is kept (a tie: the earlier pair in
-grid order). Tags are the Viterbi path, as CRFsuite predicts them, scored strictly like every ner row (an ``I-X``
-that starts a chunk is no entity). A word's probability is the marginal probability of its Viterbi tag
-(``predict_marginals``, forward-backward), and ``tag_probs`` its marginal distribution over the task's labels:
+grid order). A best c1 or c2 at its grid's top or bottom widens that grid one step of its ratio past the edge
+(``grid``; not past a penalty of 0, which has no ratio), up to ``baseline_grid_widen`` times per penalty. Tags are
+the Viterbi path, as CRFsuite predicts them, scored strictly like every ner row (an ``I-X`` that starts a chunk is
+no entity). A word's probability is the marginal probability of its Viterbi tag (``predict_marginals``,
+forward-backward), and ``tag_probs`` its marginal distribution over the task's labels:
 what the report's calibration reads and temperature scaling rescales.
 """
 
@@ -25,6 +27,8 @@ import re
 import time
 
 import sklearn_crfsuite
+
+from tasks.finetune.baselines import grid
 
 #: Runs of one character class collapse to one symbol in a word's shape: Apple -> Xx, 2024 -> d, U.S. -> X.X.
 _SHAPE = [(re.compile(r"[A-Z]+"), "X"), (re.compile(r"[a-z]+"), "x"), (re.compile(r"[0-9]+"), "d")]
@@ -70,16 +74,24 @@ def sentence_features(words: list[str]) -> list[dict[str, object]]:
 
 
 def crf(
-    train: list[dict], evaluated: dict[str, list[dict]], grid: dict, labels: list[str], score, max_iterations: int
+    train: list[dict],
+    evaluated: dict[str, list[dict]],
+    penalties: dict,
+    labels: list[str],
+    score,
+    max_iterations: int,
+    widen: int,
 ) -> dict:
-    """Fit a CRF per (c1, c2) of ``grid`` (``{"c1": [...], "c2": [...]}``) on ``train``, keep the best on
-    ``evaluated["dev"]``, predict every split of ``evaluated``.
+    """Fit a CRF per (c1, c2) of ``penalties`` (``{"c1": [...], "c2": [...]}``, each widened past a dev-best edge
+    up to ``widen`` times, ``grid.search``) on ``train``, keep the best on ``evaluated["dev"]``, predict every
+    split of ``evaluated``.
 
     ``train`` and ``evaluated[split]`` hold one dict per sentence with ``words`` and ``word_tags`` (IOB2);
     ``labels`` the task's tag names (the order of ``tag_probs``); ``score(gold, pred) -> float`` the dev entity F1;
     ``max_iterations`` L-BFGS's cap. Returns ``{split: [(tags, probabilities, tag distributions) per
-    sentence]}`` and ``setting``: ``c1``, ``c2``, ``dev_entity_f1`` per ``"c1=<c1> c2=<c2>"``, ``features``
-    (of the kept model) and ``fit_seconds`` (its fit). Raises ``ValueError`` when train has no sentence.
+    sentence]}`` and ``setting``: ``c1``, ``c2``, ``dev_entity_f1`` per ``"c1=<c1> c2=<c2>"`` (in the order
+    tried), ``features`` (of the kept model), ``fit_seconds`` (its fit) and ``widening`` (``Search.widening`` of
+    c1 and c2). Raises ``ValueError`` when train has no sentence.
     """
     if not train:
         raise ValueError("baseline crf: no train sentence")
@@ -87,27 +99,26 @@ def crf(
     y_train = [list(s["word_tags"]) for s in train]
     x = {split: [sentence_features(s["words"]) for s in sents] for split, sents in evaluated.items()}
     dev_gold = [list(s["word_tags"]) for s in evaluated["dev"]]
-    tried, best = {}, None
-    for c1 in grid["c1"]:
-        for c2 in grid["c2"]:
-            started = time.perf_counter()
-            model = sklearn_crfsuite.CRF(
-                algorithm="lbfgs", c1=c1, c2=c2, max_iterations=max_iterations, all_possible_transitions=True
-            )
-            model.fit(x_train, y_train)
-            seconds = time.perf_counter() - started
-            name = f"c1={c1:g} c2={c2:g}"
-            tried[name] = score(dev_gold, [list(tags) for tags in model.predict(x["dev"])])
-            if best is None or tried[name] > tried[best[0]]:
-                best = (name, c1, c2, model, seconds)
-    name, c1, c2, model, seconds = best
+
+    def fit(setting: dict) -> tuple[float, tuple]:
+        started = time.perf_counter()
+        model = sklearn_crfsuite.CRF(
+            algorithm="lbfgs", max_iterations=max_iterations, all_possible_transitions=True, **setting
+        )
+        model.fit(x_train, y_train)
+        seconds = time.perf_counter() - started
+        return score(dev_gold, [list(tags) for tags in model.predict(x["dev"])]), (model, seconds)
+
+    found = grid.search({"c1": list(penalties["c1"]), "c2": list(penalties["c2"])}, ["c1", "c2"], widen, fit)
+    (c1, c2), (model, seconds) = found.best, found.kept
     out = {split: _predict(model, feats, labels) for split, feats in x.items()}
     setting = {
         "c1": c1,
         "c2": c2,
-        "dev_entity_f1": tried,
+        "dev_entity_f1": {f"c1={a:g} c2={b:g}": f1 for (a, b), f1 in found.scores.items()},
         "features": len(model.state_features_),
         "fit_seconds": round(seconds, 3),
+        "widening": found.widening(["c1", "c2"]),
     }
     return out | {"setting": setting}
 

@@ -16,10 +16,11 @@ deterministic, so each is one run (seed ``0``).
 
 - ``majority`` (cls): the most frequent train label for every doc (a tie: the smaller label id); its
   predicted distribution is the train docs' class frequencies.
-- ``tfidf-lr`` (cls): ``tfidf`` (analyzer x C chosen on dev macro-F1).
+- ``tfidf-lr`` (cls): ``tfidf`` (analyzer x C chosen on dev macro-F1, C widened past a winning edge: ``grid``).
 - ``memorise`` (ner): ``memorise`` (cased / lowercased / cased with lowercase back-off, chosen on dev
   entity F1).
-- ``crf`` (ner): ``crf`` (a linear-chain CRF on word features, c1 x c2 chosen on dev entity F1).
+- ``crf`` (ner): ``crf`` (a linear-chain CRF on word features, c1 x c2 chosen on dev entity F1, each widened past a
+  winning edge: ``grid``).
 """
 
 from __future__ import annotations
@@ -76,26 +77,29 @@ def fit_predict(name: str, rows: dict[str, list[dict]], labels: list[str], tcfg,
     ``rows`` are the tokenize rows of each split (cls: ``doc_id, text, label``; ner: one row per window with
     ``doc_id, words, word_tags``); ``tcfg`` the recipe (``baseline_c_grid``, ``baseline_tfidf_ngrams``,
     ``baseline_memorise_cases``, ``baseline_crf_c1_grid``, ``baseline_crf_c2_grid``,
-    ``baseline_crf_max_iterations``); ``texts`` (tfidf-lr) the text read per split, one string per row (default:
-    each row's full ``text``). Returns ``{"dev": records, "test": records, "setting": {...}}`` with the
-    prediction records of the task module (cls: ``doc_id, gold, pred, probs, truncated, seen_fraction``; ner:
-    ``doc_id, gold, pred, probs, tag_probs``: word tags, per-word probabilities and per-word distributions over
-    ``labels`` per sentence); ``tfidf-lr`` also returns ``fitted``: ``(vectorizer, classifier)``. Raises
-    ``ValueError`` for another name.
+    ``baseline_crf_max_iterations``, ``baseline_grid_widen``); ``texts`` (tfidf-lr) the text read per split, one
+    string per row (default: each row's full ``text``). Returns ``{"dev": records, "test": records, "setting":
+    {...}}`` with the prediction records of the task module (cls: ``doc_id, gold, pred, probs, truncated,
+    seen_fraction``; ner: ``doc_id, gold, pred, probs, tag_probs``: word tags, per-word probabilities and per-word
+    distributions over ``labels`` per sentence); ``tfidf-lr`` also returns ``fitted``: ``(vectorizer,
+    classifier)``. Raises ``ValueError`` for another name.
     """
     if name == "majority":
         preds = _majority(rows, labels)
     elif name == "tfidf-lr":
         texts = texts or {split: [r["text"] for r in rows[split]] for split in rows}
         ids = {split: [int(r["label"]) for r in rows[split]] for split in ("train", "dev")}
-        preds = tfidf_lr(texts, ids, len(labels), tcfg.baseline_tfidf_ngrams, tcfg.baseline_c_grid)
+        preds = tfidf_lr(
+            texts, ids, len(labels), tcfg.baseline_tfidf_ngrams, tcfg.baseline_c_grid, tcfg.baseline_grid_widen
+        )
     elif name == "memorise":
         sentences = {split: documents(rows[split]) for split in ("dev", "test")}
         preds = memorise(documents(rows["train"]), sentences, tcfg.baseline_memorise_cases, _entity_f1, labels)
     elif name == "crf":
         sentences = {split: documents(rows[split]) for split in ("dev", "test")}
-        grid = {"c1": tcfg.baseline_crf_c1_grid, "c2": tcfg.baseline_crf_c2_grid}
-        preds = crf(documents(rows["train"]), sentences, grid, labels, _entity_f1, tcfg.baseline_crf_max_iterations)
+        penalties = {"c1": tcfg.baseline_crf_c1_grid, "c2": tcfg.baseline_crf_c2_grid}
+        iterations, widen = tcfg.baseline_crf_max_iterations, tcfg.baseline_grid_widen
+        preds = crf(documents(rows["train"]), sentences, penalties, labels, _entity_f1, iterations, widen)
     else:
         raise ValueError(f"unknown baseline {name!r}, expected one of {sorted(INPUTS)}")
     out = {split: records(documents(rows[split]), preds[split], labels) for split in ("dev", "test")}
