@@ -36,7 +36,7 @@ eval docs are also checked, with the same lexical detectors, against the text th
 trained on (the files its ``pretraining.json`` records by md5); a matched eval doc is removed from its set or
 flagged (``pretrain_action``), and a lineage that cannot be established is ``status: unknown`` (``lineage``).
 
-Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent),
+Writes ``data/leakage/<source>.parquet`` (split columns + ``leak_flag``; removed rows absent; ``cleaned``),
 ``data/leakage/removed.jsonl`` (one line per removed row, with its reason), ``data/leakage/table.parquet``
 (train_doc, eval_doc, method, score, span, plus sources, eval split and check; method ``semantic`` for the
 semantic detector's pairs), ``data/leakage/lineage.parquet`` (the lineage audit's pairs) and
@@ -50,7 +50,8 @@ lexically matching pretraining doc, before and after the action, plus
 
 Modules and subpackages:
 
-- ``outputs``: the split rows read (eval and training rows), the leakage table, removals, cleaned shards, metrics;
+- ``outputs``: the split rows read (eval and training rows), the leakage table, removals, metrics;
+- ``cleaned``: the cleaned shards, streamed from the split shards (by Ray tasks with ``engine: ray``);
 - ``lineage_audit``: the eval docs against the texts the ``init_from`` model and its ancestors trained on;
 - ``lexical/``: the word-based detectors (``LexicalParams``), the residual check and the lexical caches' key;
 - ``scan/``: one pass of the lexical detectors over the training docs: in process, forked, on Ray, or cached;
@@ -71,6 +72,7 @@ from tasks.common.runtime import gcpause
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.config.paths import Paths
 from tasks.leakage import lineage_audit
+from tasks.leakage.cleaned import clean_shard
 from tasks.leakage.lexical import residual
 from tasks.leakage.lexical.detectors import DETECTORS
 from tasks.leakage.lexical.words import Side, make_side, tokenize
@@ -151,7 +153,8 @@ def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     )
     removed = removed_docs(table, cfg) | across.removed
     out_dir = paths.stage_data("leakage")
-    write_outputs(frames, table, removed, out_dir, review, across.marked)
+    write_outputs(table, removed, out_dir, review)
+    write_shards(paths.stage_data("split"), out_dir, set(removed), set(table["train_doc"]) | across.marked, cfg)
     across.pairs.to_parquet(out_dir / "lineage.parquet", index=False)
     log.info(f"leakage: {len(table)} matching pairs, {len(removed)} docs removed -> {out_dir}")
     metrics = leakage_metrics(rows, eval_frame, table, removed, [not t for t in evals.tokens], across.marked)
@@ -177,6 +180,18 @@ def scan_training(
         return incremental.scan(train_frame, eval_frame, evals, cfg, paths.stage_data("leakage_cache"), log)
     files = sorted(paths.stage_data("split").glob("*.parquet"))
     return ray_engine.scan_on_ray(files, train_frame, evals, cfg)
+
+
+def write_shards(split_dir: Path, out_dir: Path, removed: set[str], flagged: set[str], cfg: LeakageParams) -> None:
+    """The cleaned ``<source>.parquet`` of every split shard (``tasks.leakage.cleaned``: ``removed`` doc ids
+    dropped, ``leak_flag`` on the ``flagged`` ones), in this process or, with ``engine: ray``, one Ray task per
+    shard (``scan.ray_engine.clean_on_ray``); the same bytes either way."""
+    files = sorted(split_dir.glob("*.parquet"))
+    if cfg.engine == "ray":
+        ray_engine.clean_on_ray(files, out_dir, removed, flagged, cfg)
+        return
+    for file in files:
+        clean_shard(file, out_dir / file.name, removed, flagged)
 
 
 def plant_copies(

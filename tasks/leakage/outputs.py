@@ -1,9 +1,10 @@
 """The stage's inputs and outputs: the split rows it reads (eval rows, training rows), the leakage table, the
-removal records, the cleaned shards and the contamination metrics.
+removal records and the contamination metrics.
 
-Reads ``data/split/<source>.parquet`` (``REQUIRED_COLUMNS``). Writes ``data/leakage/<source>.parquet`` (split
-columns + ``leak_flag``; removed rows absent), ``removed.jsonl``, ``table.parquet`` (``TABLE_COLUMNS``) and
-``review.jsonl``; ``leakage_metrics`` gives the rates per eval set and the row accounting per source.
+Reads the columns it uses of ``data/split/<source>.parquet`` (``REQUIRED_COLUMNS``, and ``USED_COLUMNS`` where
+a shard has them). Writes ``removed.jsonl``, ``table.parquet`` (``TABLE_COLUMNS``) and ``review.jsonl``
+(``tasks.leakage.cleaned`` writes the cleaned ``data/leakage/<source>.parquet`` from the split shards);
+``leakage_metrics`` gives the rates per eval set and the row accounting per source.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
-from tasks.common.files.parquet import read_source_frames
+from tasks.common.files.ioerrors import reading
 from tasks.config.corpus.leakage import LeakageParams
 
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
+#: Read where a shard has them: the semantic pass's task-train labels and dedup clusters (``semantic.audit``).
+USED_COLUMNS = ("label", "cluster_id")
 EVAL_SPLITS = ("dev", "test")
 TABLE_COLUMNS = [
     "train_doc",
@@ -33,8 +37,26 @@ TABLE_COLUMNS = [
 
 
 def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
-    """``{source: frame}`` for every ``<folder>/*.parquet`` (sorted); checks the split columns."""
-    return read_source_frames(folder, REQUIRED_COLUMNS, producer="split")
+    """``{source: frame}`` for every ``<folder>/*.parquet`` (sorted), with only the columns the audit reads (the
+    split shards' other columns, token lists among them, go to the cleaned shards without passing through here).
+
+    Raises ``FileNotFoundError`` without a shard and ``ValueError`` naming a shard that lacks a required column
+    or cannot be read (``ioerrors.DamagedFile``).
+    """
+    files = sorted(Path(folder).glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the split stage first)")
+    frames = {}
+    for file in files:
+        with reading(file):
+            names = pq.read_schema(file).names
+            missing = [c for c in REQUIRED_COLUMNS if c not in names]
+            if missing:
+                raise ValueError(f"{file}: missing column(s) {missing}")
+            frames[file.stem] = pd.read_parquet(
+                file, columns=[c for c in names if c in REQUIRED_COLUMNS + USED_COLUMNS]
+            )
+    return frames
 
 
 def eval_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -112,22 +134,10 @@ def removed_docs(table: pd.DataFrame, cfg: LeakageParams) -> dict[str, dict]:
     return removed
 
 
-def write_outputs(
-    frames: dict[str, pd.DataFrame],
-    table: pd.DataFrame,
-    removed: dict,
-    out_dir: Path,
-    review: list[dict] | None = None,
-    marked: set[str] = frozenset(),
-) -> None:
-    """Cleaned ``<source>.parquet`` (+ ``leak_flag``: a matched training doc, or an eval doc in ``marked``,
-    found in the pretraining lineage and kept), ``removed.jsonl``, ``table.parquet`` and ``review.jsonl`` (the
-    semantic detector's review sample; empty without it)."""
+def write_outputs(table: pd.DataFrame, removed: dict, out_dir: Path, review: list[dict] | None = None) -> None:
+    """``removed.jsonl``, ``table.parquet`` and ``review.jsonl`` (the semantic detector's review sample; empty
+    without it) in ``out_dir`` (made if missing)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    matched = set(table["train_doc"]) | set(marked)
-    for source, frame in frames.items():
-        kept = frame[~frame["doc_id"].isin(list(removed))]
-        kept.assign(leak_flag=kept["doc_id"].isin(list(matched))).to_parquet(out_dir / f"{source}.parquet", index=False)
     lines = [json.dumps(removed[d], sort_keys=True) + "\n" for d in sorted(removed)]
     (out_dir / "removed.jsonl").write_text("".join(lines), encoding="utf-8")
     table.to_parquet(out_dir / "table.parquet", index=False)

@@ -102,7 +102,7 @@ def test_filler_comes_from_the_doc_after_the_plant_on_the_ring():
     import hashlib
 
     ring = FillerRing(["a1 a2 a3", "b1 b2", "   "], ["a", "b", "blank"], seed=7)
-    assert len(ring.tokens) == 2  # the blank doc holds no token: left out
+    assert len(ring.texts) == 2  # the blank doc holds no token: left out
     point = {d: hashlib.sha256(f"7:filler:{d}".encode()).hexdigest() for d in ("a", "b")}
     docs = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2"]}
     for salt in ("x", "y", "z", "w"):
@@ -114,6 +114,26 @@ def test_filler_comes_from_the_doc_after_the_plant_on_the_ring():
         want = docs[first][offset:] + docs[other] + docs[first][:offset]
         assert list(itertools.islice(ring.stream(salt), 10)) == (want * 2)[:10]
     assert not FillerRing([" "], ["e"], 7) and list(FillerRing([], [], 7).stream("x")) == []
+
+
+def test_the_ring_splits_its_docs_lazily_into_the_tokens_a_token_list_ring_gave():
+    """Reference: the ring as it was (every doc's ``str.split()`` list kept, docs without a token left out), on
+    docs blank in Unicode whitespace that ``str.isspace`` and ``str.split`` both know (NBSP, em space, U+001C)."""
+    import hashlib
+
+    blanks = ["", " ", "\u00a0", "\u2003\n", "\x1c\t"]
+    texts = [f"d{d}_a \u00a0d{d}_b\u2003d{d}_c" if d % 3 else blanks[d % 5] for d in range(40)]
+    ids = [f"doc{d}" for d in range(40)]
+    placed = sorted((hashlib.sha256(f"5:filler:{d}".encode()).hexdigest(), t.split()) for t, d in zip(texts, ids))
+    points, tokens = [p for p, w in placed if w], [w for _, w in placed if w]
+    ring = FillerRing(texts, ids, 5)
+    assert ring.points == points and [t.split() for t in ring.texts] == tokens
+    for salt in ("p", "q", "r"):
+        h = hashlib.sha256(salt.encode()).hexdigest()
+        first = next((k for k, p in enumerate(points) if p >= h), 0)
+        offset = int(h, 16) % len(tokens[first])
+        want = tokens[first][offset:] + sum(tokens[first + 1 :] + tokens[:first], []) + tokens[first][:offset]
+        assert list(itertools.islice(ring.stream(salt), 2 * len(want))) == want * 2
 
 
 def test_new_filler_docs_change_few_plants():

@@ -19,28 +19,31 @@ from collections.abc import Iterator
 
 
 class FillerRing:
-    """The whitespace tokens of filler docs (``texts``, their ``doc_ids``) in ring order; docs without a token
-    are left out. ``seed`` places the docs."""
+    """The filler docs (``texts``, their ``doc_ids``) in ring order; docs without a whitespace token are left
+    out. ``seed`` places the docs. The ring keeps the texts (shared with the caller's list) and splits a doc into
+    tokens only when a stream reaches it: a plant reads a few hundred tokens, so holding every filler doc's token
+    list (a Python ``str`` per word, about 60 bytes) cost the driver more than the texts themselves."""
 
     def __init__(self, texts: list[str], doc_ids: list[str], seed: int) -> None:
         placed = sorted(
-            (hashlib.sha256(f"{seed}:filler:{d}".encode()).hexdigest(), t.split())
-            for t, d in zip(texts, doc_ids, strict=True)
+            (hashlib.sha256(f"{seed}:filler:{d}".encode()).hexdigest(), t) for t, d in zip(texts, doc_ids, strict=True)
         )
-        self.points = [point for point, tokens in placed if tokens]
-        self.tokens = [tokens for _, tokens in placed if tokens]
+        # t.split() is empty exactly when t is empty or all whitespace (str.split and str.isspace: Py_UNICODE_ISSPACE)
+        self.points = [point for point, t in placed if t and not t.isspace()]
+        self.texts = [t for _, t in placed if t and not t.isspace()]
 
     def __bool__(self) -> bool:
-        return bool(self.tokens)
+        return bool(self.texts)
 
     def stream(self, salt: str) -> Iterator[str]:
         """Tokens forever from the doc at or after ``sha256(salt)`` on the ring (an offset into it from the same
         hash), then the following docs, round the ring; empty without filler tokens."""
-        if not self.tokens:
+        if not self.texts:
             return iter(())
         point = hashlib.sha256(salt.encode()).hexdigest()
-        first = bisect.bisect_left(self.points, point) % len(self.tokens)
-        offset = int(point, 16) % len(self.tokens[first])
-        n, doc = len(self.tokens), self.tokens[first]
-        following = itertools.chain.from_iterable(self.tokens[(first + k) % n] for k in range(1, n))
+        n = len(self.texts)
+        first = bisect.bisect_left(self.points, point) % n
+        doc = self.texts[first].split()
+        offset = int(point, 16) % len(doc)
+        following = itertools.chain.from_iterable(self.texts[(first + k) % n].split() for k in range(1, n))
         return itertools.cycle(itertools.chain(doc[offset:], following, doc[:offset]))  # lazy: O(1) per plant

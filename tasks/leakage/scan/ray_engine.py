@@ -12,6 +12,11 @@ and returns the detectors' matches, which rows have words, and the sparse residu
 rows. The eval side (words
 and hashes of the eval docs, small) is put in the object store once. The driver never takes the training
 docs' words; it checks that every training row was scanned exactly once.
+
+The cleaned shards are written by Ray tasks too (``clean_on_ray``): once the audit knows which docs go and
+which are flagged, one task per split shard streams it into ``<data>/leakage/<source>.parquet``
+(``tasks.leakage.cleaned``); the driver sends only the two id sets. (The tasks that scan a block cannot write
+its rows: which rows go depends on every block's matches, the semantic pass and the lineage audit.)
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import pyarrow.compute as pc
 from tasks.common.matching import minhash
 from tasks.common.runtime import raycluster
 from tasks.config.corpus.leakage import LeakageParams
+from tasks.leakage.cleaned import clean_shard
 from tasks.leakage.lexical import residual
 from tasks.leakage.lexical.detectors import detect
 from tasks.leakage.lexical.words import Side, make_side, tokenize
@@ -50,6 +56,16 @@ def scan_on_ray(files: list[Path], train_frame: pd.DataFrame, evals: Side, cfg: 
     pending = [_scan_block.remote(block, r, p, *shared, cfg) for block, r, p in zip(blocks, rows, positions)]
     parts = raycluster.gather(pending, "leakage (ray)")
     return _merged(parts, len(train_frame), list(train_frame["doc_id"].iloc[np.flatnonzero(roles == "pretrain")]))
+
+
+def clean_on_ray(files: list[Path], out_dir: Path, removed: set[str], flagged: set[str], cfg: LeakageParams) -> int:
+    """``tasks.leakage.cleaned.clean_shard`` of each split shard in ``files``, one Ray task each, into
+    ``out_dir`` (a folder every node sees, as the split shards are); the id sets go through the object store
+    once. Returns the rows written."""
+    ray = raycluster.connect(cfg.ray)
+    ids = [ray.put(sorted(x)) for x in (removed, flagged)]
+    pending = [_clean_shard.remote(str(f), str(out_dir / f.name), *ids) for f in files]
+    return sum(raycluster.gather(pending, "leakage outputs (ray)"))
 
 
 def _training_rows(ray, blocks: list, doc_ids: pa.Array) -> list[np.ndarray]:
@@ -97,3 +113,8 @@ def _scan_block(
     at = pretrain_position[mine]
     has_words = np.array([bool(t) for t in tokens], bool)
     return rows, has_words, matches, {int(at[k]): h for k, h in hits.items()}, {int(at[k]): w for k, w in whole.items()}
+
+
+@raycluster.remote
+def _clean_shard(split_file: str, out_file: str, removed: list[str], flagged: list[str]) -> int:
+    return clean_shard(Path(split_file), Path(out_file), removed, flagged)
