@@ -26,7 +26,7 @@ export HF_DATASETS_DISABLE_PROGRESS_BARS=1
 export OMP_WAIT_POLICY=PASSIVE
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install install-ray run lint test test-gpucheck test-fast bench bench-smoke mlflow-ui exp-show plots \
+.PHONY: install install-ray run lint test test-pipeline test-gpucheck test-fast bench bench-smoke mlflow-ui exp-show plots \
 	plots-template prefect-server clean
 
 install: $(STAMP)
@@ -101,16 +101,20 @@ lint: install
 # read hung with its task lost; in a fresh process it never has), beside the rest: they spend most of their minute
 # waiting for Ray to start, so they run at the same time, their output printed after. The rest: two workers, a
 # test file each at a time (--dist loadfile keeps a file's module fixtures in one process), the longest files first
-# (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The GPU check's dry run (about
-# 4 min of one core: every step of benchmarks/gpu_check.sh at tiny sizes, tests/benchmarks/test_gpu_check.py) is among them,
-# first; `make test-gpucheck` runs it alone.
+# (tests/conftest.py LONGEST_FIRST; --no-loadscope-reorder keeps that order). The tests marked `pipeline` (whole
+# pipelines on tiny params: tests/project/test_e2e.py and test_tasks.py, the GPU check's dry run of
+# benchmarks/gpu_check.sh, torchrun on 2 ranks) take about 20 minutes of CPU between them: `make test-pipeline` runs
+# them, and CI (.ci/run) runs both targets; `make test-gpucheck` runs the dry run alone.
 test: install-ray lint
 	ray_log=$$(mktemp); $(BIN)/python -m pytest -m "not gpu" tests/common/test_ray_engines.py > "$$ray_log" 2>&1 & ray_pid=$$!; \
-	status=0; $(BIN)/python -m pytest -m "not gpu" --ignore=tests/common/test_ray_engines.py -n 2 --dist loadfile \
-	  --no-loadscope-reorder --durations=15 || status=$$?; \
+	status=0; $(BIN)/python -m pytest -m "not gpu and not pipeline" --ignore=tests/common/test_ray_engines.py -n 2 \
+	  --dist loadfile --no-loadscope-reorder --durations=15 || status=$$?; \
 	ray_status=0; wait $$ray_pid || ray_status=$$?; echo "== tests/common/test_ray_engines.py (run beside the rest)"; \
 	cat "$$ray_log"; rm -f "$$ray_log"; \
 	if [ "$$status" -ne 0 ]; then exit "$$status"; fi; exit "$$ray_status"
+
+test-pipeline: install
+	$(BIN)/python -m pytest -m "pipeline and not gpu" -n 2 --dist loadfile --no-loadscope-reorder --durations=10
 
 test-gpucheck: install
 	$(BIN)/python -m pytest tests/benchmarks/test_gpu_check.py --durations=5

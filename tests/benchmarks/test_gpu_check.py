@@ -31,6 +31,7 @@ def run_check(tmp_path: Path, *args: str, timeout: int = 1500) -> subprocess.Com
 
 
 @pytest.mark.slow
+@pytest.mark.pipeline  # make test-pipeline (and CI), not make test: about 8 minutes of one core
 def test_gpu_check_dry_run_runs_every_step_on_cpu(tmp_path):
     done = run_check(tmp_path, "--dry-run")
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]

@@ -21,7 +21,7 @@ from tasks.config import read_yaml
 from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.pipeline]  # torchrun with 2 ranks: make test-pipeline (and CI)
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 
 

@@ -24,6 +24,7 @@ from tasks.config import load_params, read_yaml
 from tasks.report.claims.standard import claim_set
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.pipeline  # make test-pipeline (and CI), not make test
 
 #: Dotted params overrides that shrink the default run to a few hundred documents, a 2-layer model, a few
 #: optimizer steps, 2 seeds and a 2-point LR sweep (the same code paths as the default run, at a fraction of the

@@ -28,7 +28,7 @@ from tasks.config import load_params
 from tasks.tracking import NullLog
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.pipeline]  # whole pipelines on tiny params: make test-pipeline (and CI)
 TOPICS = {"sport": "match goal team coach season league striker", "tech": "chip software phone network code data"}
 FILLER = "the a of and to in on for with at by from about after before over under".split()
 RECIPE = {  # seconds per run: two seeds of the MiniLM, one epoch, no sweep beyond one learning rate
