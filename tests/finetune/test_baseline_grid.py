@@ -95,10 +95,12 @@ def test_a_widened_value_is_fitted_with_every_value_of_the_other_axes_so_the_gri
     assert found.widened == {"kind": 0, "c1": 1, "c2": 1}
 
 
-def test_a_tie_keeps_the_point_tried_first():
+def test_a_tie_keeps_the_point_tried_first_and_an_empty_axis_is_an_error():
     found = grid.search({"C": [1.0, 10.0]}, ["C"], 3, lambda setting: (0.5, setting["C"]))
     # 1 ties 10 and is kept, at the bottom: 0.1 is tried, ties too, and 1 is now inside
     assert list(found.scores) == [(1.0,), (10.0,), (0.1,)] and found.kept == 1.0
+    with pytest.raises(ValueError, match="every axis needs a value"):
+        grid.search({"C": []}, ["C"], 3, lambda setting: (0.5, None))
 
 
 def test_a_negative_bound_is_an_error_naming_the_key():
