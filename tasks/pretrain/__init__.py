@@ -41,7 +41,7 @@ from tasks.common.models.encoders import ABLATIONS, SEEDS, SNAPSHOTS, pretrained
 from tasks.config import Paths
 from tasks.config.model.pretrain import PretrainParams
 from tasks.pretrain import checkpoint
-from tasks.pretrain.blocks import blocks_dir, load_blocks
+from tasks.pretrain.blocks import blocks_dir, load_blocks, open_blocks
 from tasks.pretrain.hardware import Dist, setup_distributed
 from tasks.pretrain.init import Start, initial_model, resolve_start
 from tasks.pretrain.lineage_fields import record_fields
@@ -65,7 +65,7 @@ def _train_and_save(cfg: PretrainParams, paths: Paths, log: Any, env: Dist) -> d
     start = resolve_start(cfg, paths)
     data: dict[str, Any] = {
         "vocab": MaskingVocab.from_tokenizer(start.tokenizer),
-        "train": load_blocks(blocks_dir(paths.data, start.tokenization, "train")),
+        "train": open_blocks(blocks_dir(paths.data, start.tokenization, "train")),
         "heldout": load_blocks(blocks_dir(paths.data, start.tokenization, "heldout"), cfg.eval_max_blocks),
     }
     cfg = cfg.model_copy(update={"max_steps": planned_steps(cfg, data["train"]["input_ids"].shape, env.world, log)})

@@ -6,6 +6,10 @@ micro-batch ``m`` of rank ``r`` is drawn from a generator seeded by ``(seed, ste
 sees exactly the batches and masks of an uninterrupted one, and the next step's batch can be built while the
 device runs this one (``Prefetcher``: one host thread, pinned memory, ``non_blocking`` copies).
 
+The train blocks are memory-mapped (``blocks.open_blocks``: ``BlockRows`` over the tokenize stage's Arrow
+shards), so a rank reads from disk only the rows of its own micro-batches (``masked_batch`` indexes them), and
+its memory does not grow with the corpus; only the epoch's permutation (8 bytes a block) does.
+
 Masking stays on the host (``mlm.mask_tokens``, bit-identical to the CPU runs before the feed existed); what it
 gives the device besides the ids is the flat index of every masked position and its target, so the model
 gathers the masked rows with ``index_select`` and never needs the host to count them (a boolean index inside

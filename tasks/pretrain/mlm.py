@@ -17,6 +17,8 @@ from torch import nn
 
 from tasks.common.models.encoders import mlm_head
 
+COUNT_ROWS = 4096  # blocks counted per pass of unigram_log_probs
+
 IGNORE_INDEX = -100  # label of a position that is not predicted (PyTorch cross_entropy's ignore_index)
 
 
@@ -105,11 +107,17 @@ def unigram_log_probs(input_ids: torch.Tensor, maskable: torch.Tensor, vocab: Ma
     """Log-probabilities ``(vocab_size,)`` of the unigram (token-frequency) baseline: add-one smoothed counts of
     the maskable tokens of ``input_ids`` (``(n_blocks, seq_len)``) over the non-special ids; special ids (never
     a target) get ``-inf``.
+    ``input_ids`` and ``maskable`` are tensors or ``blocks.BlockRows`` (memory-mapped), counted ``COUNT_ROWS``
+    blocks at a time.
 
     Its cross-entropy on masked positions is what a model that ignores context scores (the first plateau of
     MLM training); its argmax is the frequency baseline's answer at every mask.
     """
-    counts = torch.bincount(input_ids[maskable], minlength=len(vocab.continuation)).double() + 1.0
+    counts = torch.zeros(len(vocab.continuation), dtype=torch.long)
+    for lo in range(0, len(input_ids), COUNT_ROWS):  # a chunk at a time: memory-mapped blocks stay on disk
+        part = torch.bincount(input_ids[lo : lo + COUNT_ROWS][maskable[lo : lo + COUNT_ROWS]], minlength=len(counts))
+        counts = F.pad(counts, (0, len(part) - len(counts))) + part
+    counts = counts.double() + 1.0
     counts[vocab.special_ids] = 0.0
     return (counts / counts.sum()).log()
 

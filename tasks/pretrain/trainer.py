@@ -7,7 +7,6 @@ the global batch ``tasks.pretrain.schedule``.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from contextlib import nullcontext
@@ -21,6 +20,7 @@ from tqdm import tqdm
 from tasks.common.models.optim import decay_groups
 from tasks.common.runtime.device import autocast, peak_memory_mib
 from tasks.pretrain import checkpoint
+from tasks.pretrain.blocks import blocks_sha256
 from tasks.pretrain.checkpoint import NOT_IN_FINGERPRINT, pretrain_code_sha256, sha256_json
 from tasks.pretrain.feed import MicroBatch, Prefetcher, masked_batch, needs_attention_mask
 from tasks.pretrain.hardware import Dist, Throughput, gather_ints, hardware, peak_flops, train_flops_per_token
@@ -48,8 +48,8 @@ class Trainer:
             ckpt_dir,
             cfg.seed if seed is None else seed,
         )
-        ids = train["input_ids"].numpy()  # hashed once: every checkpoint's fingerprint needs it
-        self.data_sha256 = sha256_json([list(ids.shape), hashlib.sha256(ids.tobytes()).hexdigest()])
+        ids = train["input_ids"]  # hashed once, a chunk at a time: every checkpoint's fingerprint needs it
+        self.data_sha256 = sha256_json([list(ids.shape), blocks_sha256(ids)])
         if env.world > 1:  # before DDP, whose own check of the model shapes says less
             self._same_run_on_every_rank()
         self.inner = MaskedOnlyMLM(model, compile=cfg.compile)
