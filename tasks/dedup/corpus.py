@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tasks.common.files.shards import check_manifest, read_source, source_files
 
@@ -108,3 +109,22 @@ def _checked_columns(path: Path, table: pa.Table) -> dict[str, list]:
     if unknown:
         raise ValueError(f"{path}: unknown role(s) {unknown}; expected one of {sorted(ROLE_RANK)}")
     return columns
+
+
+def text_bytes_stored(ingest_dir: Path) -> int:
+    """The uncompressed bytes of the ``text`` column of every ingest file under ``ingest_dir``, from the Parquet
+    footers alone (the texts' UTF-8 bytes plus 4 a text, page headers and any min/max statistics: an estimate for
+    ``signing.preload``'s threshold); 0 for a missing folder, file or column, and for a
+    file that is not Parquet, which ``read_corpus`` then reports."""
+    total = 0
+    for files in source_files(ingest_dir).values():
+        for path in files:
+            try:
+                meta = pq.ParquetFile(path).metadata
+            except (OSError, pa.ArrowException):  # read_corpus names the file and what is wrong with it
+                continue
+            names = [meta.schema.column(k).name for k in range(meta.num_columns)]
+            if "text" in names:
+                at = names.index("text")
+                total += sum(meta.row_group(g).column(at).total_uncompressed_size for g in range(meta.num_row_groups))
+    return total

@@ -50,7 +50,7 @@ import json
 import logging
 import unicodedata
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +66,7 @@ from tasks.common.matching import minhash
 from tasks.common.matching.textnorm import arrow_strings
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import segments, signing
-from tasks.dedup.corpus import Corpus
+from tasks.dedup.corpus import Corpus, text_bytes_stored
 from tasks.dedup.signatures import DocSignatures, sign_documents
 
 ENTRIES, JACCARDS = segments.ENTRIES, "jaccards.parquet"
@@ -111,25 +111,31 @@ class IndexedSignatures(DocSignatures):
         return np.minimum(a, b) * len(self.texts) + np.maximum(a, b)
 
 
-def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatures:
+def preload(ingest_dir: Path, cfg: DedupParams, folder: Path) -> Future | None:
+    """Start loading the compiled kernels (``signing.preload``) when this run will sign every text (the local
+    engine with no usable index at ``folder``) and the ingest files' texts are long enough; call it before
+    reading them and give the result to ``sign``."""
+    if cfg.engine != "local" or (cfg.incremental and (folder / ENTRIES).is_file()):
+        return None
+    return signing.preload(text_bytes_stored(ingest_dir))
+
+
+def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log, loading: Future | None = None) -> IndexedSignatures:
     """Signatures of every row of ``corpus``: from the index at ``folder`` where the rule above allows, else
-    signed (``sign_documents``); logs the path taken to ``log`` (info, MLflow tags and metrics)."""
+    signed (``sign_documents``, after ``loading``, the kernels' ``preload``, is done); logs the path taken to
+    ``log`` (info, MLflow tags and metrics)."""
     texts = pa.chunked_array(corpus.text_chunks, pa.string()) if corpus.text_chunks else corpus.text
-    with ThreadPoolExecutor(1) as loader:
-        # with no index every text is signed: the compiled kernels load (~1 s) while the md5s and the gather run
-        every = not cfg.incremental or not (folder / ENTRIES).is_file()
-        loading = loader.submit(signing.prepare, _text_bytes(corpus)) if every and corpus.text_chunks else None
-        raw = [d for chunk in texts.chunks for d in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
-        entries, keys, reason, stored = load_entries(folder, cfg)
-        mode = "incremental" if entries is not None else "full"
-        entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
-        entry_of = {key: k for k, key in enumerate(keys)}
-        found = sum(digest in entry_of for digest in raw)
-        todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
-        # only the texts to sign are gathered (concatenating every text cost ~0.7 s at 100k docs)
-        picked = corpus.texts_at(np.asarray(todo, np.int64)) if corpus.text_chunks else [texts[i] for i in todo]
-        if loading is not None:
-            loading.result()
+    raw = [d for chunk in texts.chunks for d in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
+    entries, keys, reason, stored = load_entries(folder, cfg)
+    mode = "incremental" if entries is not None else "full"
+    entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
+    entry_of = {key: k for k, key in enumerate(keys)}
+    found = sum(digest in entry_of for digest in raw)
+    todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
+    # only the texts to sign are gathered (concatenating every text cost ~0.7 s at 100k docs)
+    picked = corpus.texts_at(np.asarray(todo, np.int64)) if corpus.text_chunks else [texts[i] for i in todo]
+    if loading is not None:
+        loading.result()  # before sign_documents forks its workers, which then inherit the loaded kernels
     fresh = sign_documents(picked, cfg)
     entry_of.update({raw[i]: len(keys) + k for k, i in enumerate(todo)})
     rows = np.fromiter(map(entry_of.__getitem__, raw), np.int64, count=len(raw))
@@ -142,11 +148,6 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log) -> IndexedSignatur
     log.tags({"dedup.mode": mode, "dedup.reason": reason})
     log.metrics({"incremental": {"docs_signed": len(todo), "full": int(mode == "full")}})
     return docs
-
-
-def _text_bytes(corpus: Corpus) -> int:
-    """The UTF-8 bytes of every text of ``corpus`` (read from its Arrow chunks)."""
-    return sum(int(pc.sum(pc.binary_length(chunk)).as_py() or 0) for chunk in corpus.text_chunks)
 
 
 def raw_md5s(texts: list[str] | pa.Array) -> list[str]:

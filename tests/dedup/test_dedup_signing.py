@@ -3,11 +3,14 @@ per-document functions (tasks/common/matching/minhash.py, themselves checked aga
 tests/common/test_minhash.py)."""
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dedup_fixtures import make_cfg
 from tasks.common.matching import minhash
-from tasks.dedup import signatures, signing
+from tasks.dedup import incremental, signatures, signing
+from tasks.dedup.corpus import text_bytes_stored
 
 
 def _docs():
@@ -43,6 +46,34 @@ def test_small_texts_keep_numba_unloaded_and_large_ones_load_the_kernels(monkeyp
     assert loaded == []
     signing.prepare(signing.COMPILE_MIN_BYTES)
     assert sorted(loaded) == ["_sign", "scan"]
+
+
+def test_the_stage_preloads_the_kernels_only_when_it_will_sign_every_long_text(tmp_path, monkeypatch):
+    ingest, index = tmp_path / "ingest", tmp_path / "index"
+    (ingest / "web").mkdir(parents=True)
+    texts = ["ab", "héllo", "x" * 300]  # 2 + 6 + 300 UTF-8 bytes
+    table = pa.table({"doc_id": ["1", "2", "3"], "text": texts})
+    plain = {"use_dictionary": False, "compression": "none", "write_statistics": False}  # the values alone
+    pq.write_table(table, ingest / "web" / "part-0.parquet", **plain)
+    pq.write_table(table.slice(0, 1), ingest / "news.parquet", **plain)
+    (ingest / "notes.parquet").write_text("not parquet")  # left to read_corpus to report
+    stored = text_bytes_stored(ingest)
+    # the texts' bytes (308 + 2) plus a 4-byte length each (4 values), and the two pages' headers
+    assert 310 + 4 * 4 <= stored <= 310 + 4 * 4 + 2 * 64
+    assert text_bytes_stored(tmp_path / "missing") == 0
+    loads = []
+    monkeypatch.setattr(signing, "prepare", loads.append)
+    monkeypatch.setattr(signing, "COMPILE_MIN_BYTES", stored)
+    loading = incremental.preload(ingest, make_cfg(), index)
+    assert loading is not None and loading.result() is None and loads == [stored]
+    assert incremental.preload(ingest, make_cfg(engine="ray"), index) is None  # the workers sign
+    index.mkdir()
+    (index / incremental.ENTRIES).write_bytes(b"")
+    assert incremental.preload(ingest, make_cfg(), index) is None  # an index: maybe nothing to sign
+    loading = incremental.preload(ingest, make_cfg(incremental=False), index)
+    assert loading is not None and loading.result() is None and loads == [stored, stored]
+    monkeypatch.setattr(signing, "COMPILE_MIN_BYTES", stored + 1)
+    assert incremental.preload(ingest, make_cfg(incremental=False), index) is None  # too short to repay
 
 
 def test_jaccards_of_packed_sets_equal_those_of_the_set_list(monkeypatch):
