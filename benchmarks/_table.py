@@ -139,8 +139,9 @@ def docs_table(page: Path = DOCS) -> str:
 
 
 def without_status(table: str) -> list[list[str]]:
-    """The table's cells less the status column (what a code change alters without a rerun)."""
-    return [cells[: STATUS + 1] + cells[STATUS + 2 :] for cells in (line.split(" | ") for line in table.splitlines())]
+    """The table's cells less the status column (what a code change alters without a rerun). A line split on
+    " | " gives the header's columns in order (the first keeps its leading "| ", the last its " |")."""
+    return [cells[:STATUS] + cells[STATUS + 1 :] for cells in (line.split(" | ") for line in table.splitlines())]
 
 
 def _as_of() -> str:

@@ -31,6 +31,14 @@ def test_docs_table_is_the_one_generated_from_the_results_files():
     assert _table.without_status(_table.docs_table()) == generated, "run: .venv/bin/python benchmarks/_table.py --docs"
 
 
+def test_the_status_column_alone_is_left_out_of_the_docs_comparison():
+    cells = ["| `dedup`", "1x", "5 docs/s", "peer: 4", "1.25×", "9", "55%", "goal: met", "`abc1234`", "cpu"]
+    current, stale = " | ".join(cells + ["current |"]), " | ".join(cells + ["**stale** |"])
+    assert _table.without_status(current) == _table.without_status(stale) == [cells]  # the status cell, no other
+    other = " | ".join(cells[:2] + ["6 docs/s"] + cells[3:] + ["current |"])
+    assert _table.without_status(other) != _table.without_status(current)  # a figure still counts
+
+
 def test_every_results_file_has_the_headline_ratios():
     rows = _table.load_rows()
     assert {row["benchmark"] for row in rows} == {
