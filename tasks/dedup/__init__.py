@@ -92,10 +92,10 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     """
     index = paths.stage_data("dedup_index")
     loading = incremental.preload(paths.stage_data("ingest"), cfg, index)  # the kernels load while the files are read
-    corpus = read_corpus(paths.stage_data("ingest"), with_text=cfg.engine == "local")
+    local = cfg.engine == "local"
+    corpus = read_corpus(paths.stage_data("ingest"), with_text=local)
     policies = policy.resolve(cfg, list(corpus.files))
     log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.files)} sources, engine {cfg.engine}")
-    local = cfg.engine == "local"
     docs = incremental.sign(corpus, cfg, index, log, loading) if local else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
