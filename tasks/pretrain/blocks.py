@@ -70,13 +70,20 @@ def stratified_rows(source_id: np.ndarray, max_blocks: int) -> np.ndarray:
 
 def _read(folder: Path):
     """The ``datasets`` folder, memory-mapped; errors as ``load_blocks`` says."""
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder}: no tokenized blocks (run the tokenize stage)")
+    _require(folder)
     with reading(folder):  # a damaged Arrow file: one line naming the folder and the stage that writes it
         data = load_from_disk(str(folder))
-    if "source" not in data.column_names:
-        raise ValueError(f"{folder}: no 'source' column (written by the tokenize stage; rerun it)")
+    _require(folder, data.column_names)
     return data
+
+
+def _require(folder: Path, *column_names: list[str]) -> None:
+    """Raise ``FileNotFoundError`` when ``folder`` is missing, ``ValueError`` when any of ``column_names`` (each
+    a table's columns) lacks ``source``: both name the folder and the tokenize stage."""
+    if not folder.exists():
+        raise FileNotFoundError(f"{folder}: no tokenized blocks (run the tokenize stage)")
+    if any("source" not in names for names in column_names):
+        raise ValueError(f"{folder}: no 'source' column (written by the tokenize stage; rerun it)")
 
 
 def open_blocks(folder: Path) -> dict[str, Any]:
@@ -85,8 +92,7 @@ def open_blocks(folder: Path) -> dict[str, Any]:
     memory-mapped Arrow shards (the files ``state.json`` lists, in order), whose ``rows`` index gathers just
     those rows; ``source_names`` (sorted) as in ``load_blocks``. Each shard's pages are dropped once its rows are
     indexed, so a rank's memory holds its steps' batches, not the corpus. Raises as ``load_blocks``."""
-    if not folder.exists():
-        raise FileNotFoundError(f"{folder}: no tokenized blocks (run the tokenize stage)")
+    _require(folder)
     columns: dict[str, list[np.ndarray]] = {name: [] for name in ("input_ids", "attention_mask", "special_tokens_mask")}
     files, names = [], set()
     with reading(folder):  # a damaged Arrow file: one line naming the folder and the stage that writes it
@@ -95,8 +101,7 @@ def open_blocks(folder: Path) -> dict[str, Any]:
             for entry in json.loads((folder / "state.json").read_bytes())["_data_files"]
         ]
         tables = [(mapped, pa.ipc.open_stream(pa.py_buffer(mapped)).read_all()) for mapped in shards]
-    if any("source" not in table.column_names for _, table in tables):
-        raise ValueError(f"{folder}: no 'source' column (written by the tokenize stage; rerun it)")
+    _require(folder, *(table.column_names for _, table in tables))
     for mapped, table in tables:
         for batch in table.to_batches():
             for name, views in columns.items():
