@@ -19,6 +19,7 @@ from tasks.leakage.planted.variants import make as make_plants
 from tasks.leakage.semantic import audit as semantic_audit
 from tasks.leakage.semantic import encoder as semantic_encoder
 from tasks.leakage.semantic import method as semantic
+from tasks.leakage.semantic import search
 from tasks.leakage.semantic.windows import Windows, normalize_text, window_starts
 from tasks.tracking import NullLog
 
@@ -134,13 +135,44 @@ def test_pair_scores_equal_a_pair_by_pair_reference_whatever_the_block():
             want_best[q.doc[qw]] = max(want_best[q.doc[qw]], s)
             if s >= 0.5 and (key not in want_pairs or (-s, iw, qw) < (-want_pairs[key][0], *want_pairs[key][1:])):
                 want_pairs[key] = (s, iw, qw)
-    for block in (1, 7, 64):
-        cfg = params().semantic.model_copy(update={"search_block_windows": block})
+    for block, shard in ((1, 1), (7, 20), (64, 131072)):  # shards of 1, 3 (21 windows) and 1 block(s)
+        cfg = params().semantic.model_copy(update={"search_block_windows": block, "search_shard_windows": shard})
         pairs, best = semantic.pair_scores(q, i, 0.5, cfg)  # a block's GEMM can round the last bit otherwise
         assert {k: v[1:] for k, v in pairs.items()} == {k: v[1:] for k, v in want_pairs.items()}
         assert np.allclose([v[0] for v in pairs.values()], [want_pairs[k][0] for k in pairs], atol=1e-6, rtol=0)
         assert np.allclose(best, want_best, atol=1e-6, rtol=0)
     assert want_pairs[(0, 0)][1:] == (4, 0) and want_best[4] == -1.0
+
+
+def test_merged_shard_hits_equal_a_brute_force_search_of_the_whole_index():
+    rng = np.random.default_rng(5)
+    index = rng.normal(size=(90, 8)).astype(np.float32)
+    index[60:70] = index[0:10]  # equal vectors in other shards: ties across shards
+    index /= np.linalg.norm(index, axis=1, keepdims=True)
+    queries = np.vstack([index[[2, 65]], rng.normal(size=(4, 8)).astype(np.float32)])
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    scores = queries @ index.T
+    starts = [0, 32, 64]
+    for k in (1, 5):  # faiss-like shards: each shard's k best per query, all; the merge keeps the k best overall
+        parts = []
+        for a, b in zip(starts, starts[1:] + [90]):
+            top = np.argsort(-scores[:, a:b], axis=1, kind="stable")[:, :k]
+            q = np.repeat(np.arange(len(queries)), k)
+            parts.append((scores[:, a:b].max(axis=1), q, top.ravel(), scores[:, a:b][q, top.ravel()]))
+        best, q, i, score = search.merge_shards(parts, starts, len(queries), -1.0, k)
+        want = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # stable: on a tie the lowest window
+        assert sorted(zip(q.tolist(), i.tolist())) == sorted((r, int(c)) for r in range(len(queries)) for c in want[r])
+        assert np.array_equal(score, scores[q, i]) and np.array_equal(best, scores.max(axis=1))
+        assert i[q == 0].tolist()[:2] == [2, 62][:k] and i[q == 1].tolist()[:2] == [5, 65][:k]  # a tie across shards
+    # exact shards (whole blocks): the pairs at the threshold and the best, as one search of the whole index
+    cfg = params().semantic.model_copy(update={"search_block_windows": 8, "search_shard_windows": 30})
+    assert search.plan(90, cfg) == (True, [0, 32, 64], 32)
+    best, q, i, score = search.sharded_search(queries, index, 0.3, cfg)
+    want_q, want_i = np.nonzero(scores >= 0.3)
+    assert sorted(zip(q.tolist(), i.tolist())) == sorted(zip(want_q.tolist(), want_i.tolist()))
+    whole = search.exact_search(queries, index, 8, 0.3)
+    assert np.array_equal(best, whole[0]) and sorted(zip(q, i, score)) == sorted(zip(*whole[1:]))
+    assert np.allclose(best, scores.max(axis=1), atol=1e-6, rtol=0)
 
 
 # ---------------------------------------------------------------- threshold choice

@@ -108,6 +108,12 @@ class SemanticParams(StrictModel):
     )
     ann_neighbours: int = Field(10, ge=1, description="HNSW search: nearest corpus windows per eval window")
     search_block_windows: int = Field(8192, ge=1, description="corpus windows per block of the exact search")
+    search_shard_windows: int = Field(
+        131072,
+        ge=1,
+        description="corpus windows per search shard (rounded up to whole search_block_windows blocks): each "
+        "is searched on its own and the hits merge; with engine: ray one task a shard",
+    )
 
 
 class ResidualParams(StrictModel):

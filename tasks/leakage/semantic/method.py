@@ -30,13 +30,15 @@ window of each. An eval doc with fewer than ``min_words`` words (``textnorm.word
 is not matched semantically (a one-word tweet is close to any text using the word; counted in the metrics).
 A pair is a match when its score reaches the threshold chosen by ``choose_threshold``.
 
-**Search.** Exact: the eval windows against blocks of ``search_block_windows`` corpus windows, one matrix
-product each; time and memory grow with eval windows x corpus windows (about 2 x 10^3 x 1.2 x 10^4 on the
-default data: well under a second). Exact up to ``exact_max_windows`` corpus windows (200,000 by default: at
-2,200 eval windows that is 4.4 x 10^8 dot products of 384 dims, seconds; the embedding itself, about 10^4
-windows a minute on two cores, is the real limit long before). Above it a faiss HNSW index (inner product, M=32)
-returns the ``ann_neighbours`` nearest corpus windows per eval window, which are then scored exactly; faiss is
-the optional ``ann`` extra (``pip install -e '.[ann]'``), and a corpus that needs it without faiss is an error.
+**Search.** By shards of ``search_shard_windows`` corpus windows, merged (``tasks/leakage/semantic/search.py``;
+one Ray task a shard with ``engine: ray``). Exact: the eval windows against blocks of ``search_block_windows``
+corpus windows, one matrix product each; time and memory grow with eval windows x corpus windows (about
+2 x 10^3 x 1.2 x 10^4 on the default data: well under a second). Exact up to ``exact_max_windows`` corpus
+windows (200,000 by default: at 2,200 eval windows that is 4.4 x 10^8 dot products of 384 dims, seconds; the
+embedding itself, about 10^4 windows a minute on two cores, is the real limit long before). Above it a faiss
+HNSW index (inner product, M=32) per shard returns the ``ann_neighbours`` nearest windows of the shard per eval
+window, scored exactly, and the best ``ann_neighbours`` over the shards are kept; faiss is the optional ``ann``
+extra (``pip install -e '.[ann]'``), and a corpus that needs it without faiss is an error.
 
 **Threshold and false positives.** On BBC News the nearest neighbour of an article is often another article
 about the same event. The threshold is chosen on dev data only: the scores of the planted copies of the dev
@@ -57,7 +59,7 @@ import numpy as np
 
 from tasks.common.matching import minhash
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage.semantic.search import aligned, ann_search, exact_search, products
+from tasks.leakage.semantic.search import aligned, products, sharded_search
 from tasks.leakage.semantic.windows import Windows
 
 #: How the detector names itself in the leakage table and the metrics.
@@ -67,20 +69,21 @@ METHOD = "semantic"
 # ---------------------------------------------------------------- scores
 
 
-def pair_scores(query: Windows, index: Windows, threshold: float, cfg: SemanticParams) -> tuple[dict, np.ndarray]:
+def pair_scores(
+    query: Windows, index: Windows, threshold: float, cfg: SemanticParams, search=sharded_search
+) -> tuple[dict, np.ndarray]:
     """``({(index doc, query doc): (score, index window, query window)}`` for pairs scoring ``>= threshold``,
     and the best score of every query doc over the whole index (-1 for a doc without windows)).
 
     A pair's windows are its best-scoring ones; on a tie, the lowest index window, then the lowest query window.
-    Exact below ``cfg.exact_max_windows`` index windows, else faiss HNSW (``ann_search``)."""
+    ``search(query vectors, index vectors, threshold, cfg) -> (best, q, i, score)``: ``search.sharded_search``
+    (this process) or the Ray engine's (``tasks/leakage/semantic/ray_engine.py``), which give the same: exact
+    up to ``cfg.exact_max_windows`` index windows, else faiss HNSW per shard."""
     n_docs = max(len(query.texts), int(query.doc.max()) + 1 if len(query.doc) else 0)
     best = np.full(n_docs, -1.0)
     if len(query.vectors) == 0 or len(index.vectors) == 0:
         return {}, best
-    if len(index.vectors) > cfg.exact_max_windows:
-        window_best, q, i, score = ann_search(query.vectors, index.vectors, cfg.ann_neighbours, threshold)
-    else:
-        window_best, q, i, score = exact_search(query.vectors, index.vectors, cfg.search_block_windows, threshold)
+    window_best, q, i, score = search(query.vectors, index.vectors, threshold, cfg)
     np.maximum.at(best, query.doc, window_best.astype(np.float64))
     index_doc, query_doc = index.doc[i], query.doc[q]
     order = np.lexsort((q, i, -score, query_doc, index_doc))

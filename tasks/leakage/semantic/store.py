@@ -80,6 +80,7 @@ NOT_IN_KEY = {
     "exact_max_windows",
     "ann_neighbours",
     "search_block_windows",
+    "search_shard_windows",
 }
 #: The module that embeds a window (``Encoder``), named, not imported: it imports this one.
 ENCODER_MODULE = "tasks.leakage.semantic.encoder"
