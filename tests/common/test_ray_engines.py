@@ -1,5 +1,6 @@
 """``engine: ray`` for dedup and leakage gives the bytes of ``engine: local``, on a local Ray instance with 2 CPUs
-(2 workers), on made data with planted duplicates and leaks and on a 500-document slice of the default corpus.
+(2 workers), on made data with planted duplicates and leaks and on a 500-document slice of the default corpus;
+and leakage's semantic pass (an actor pool embedding, one task a search shard) on a tiny encoder.
 
 Blocks are made small (``dedup.shard_size_docs``, ``leakage.batch_docs``) so that every Ray step (the signing
 map, the band-key shuffle, the Jaccard tasks, the detector batches) spans several blocks and both workers.
@@ -14,9 +15,12 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import write_source
+from leakage_fixtures import news_corpus, semantic_params
+from leakage_fixtures import params as leakage_params
 from tasks import dedup, ingest, leakage, split
 from tasks.config import Paths, load_params
 from tasks.config.corpus.dedup import SourcePolicy
+from tasks.leakage.semantic import ray_engine, search
 from tasks.tracking import NullLog
 
 pytest.importorskip("ray.data", reason="engine: ray needs the optional group: pip install -e '.[ray]'")
@@ -45,7 +49,7 @@ def stage_params(**changes):
         name: getattr(params, name).model_copy(update={"ray": ray, **changes.get(name, {})})
         for name in ("dedup", "leakage")
     }
-    # the semantic detector runs in the driver with either engine (tests/leakage/test_leakage_semantic.py): off here
+    # the semantic detector: off here (test_the_semantic_pass_on_ray_matches_local runs it on a tiny encoder)
     off = sections["leakage"].semantic.model_copy(update={"enabled": False})
     sections["leakage"] = sections["leakage"].model_copy(update={"semantic": off})
     return params, sections
@@ -157,3 +161,47 @@ def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_pa
     metrics = ingest.run(params.ingest.model_copy(update={"sources": sources}), paths, NullLog())
     assert metrics["totals"]["docs_out"] == 500
     check_dedup_then_leakage(tmp_path, sections, params.split)
+
+
+@pytest.mark.slow
+def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_encoder, monkeypatch):
+    """The semantic detector (tiny random encoder; exact search in at least 9 shards of 2 blocks, 32 windows): an
+    actor pool embeds, one task a shard searches; outputs, metrics and the kept window vectors (the store's bytes,
+    its fingerprint included) equal the local engine's."""
+    task, pre = news_corpus()
+    paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
+    paths.stage_data("split").mkdir(parents=True)
+    for f in (task, pre):
+        f.to_parquet(paths.stage_data("split") / f"{f['source'].iloc[0]}.parquet", index=False)
+    low = {"min_precision": 0.01, "batch_size": 8, "search_block_windows": 16, "search_shard_windows": 20}
+    ray = stage_params()[1]["leakage"].ray.model_dump()
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, **low), ray=ray, batch_docs=8)
+    calls = {"embedded": 0, "shards": []}
+    embed, merge = ray_engine.embedded_on_ray, search.merge_shards
+
+    def embedded_on_ray(ray, todo, *args):
+        calls["embedded"] += len(todo)
+        return embed(ray, todo, *args)
+
+    def merge_shards(parts, *args):
+        calls["shards"].append(len(parts))
+        return merge(parts, *args)
+
+    monkeypatch.setattr(ray_engine, "embedded_on_ray", embedded_on_ray)
+    monkeypatch.setattr(search, "merge_shards", merge_shards)
+    results = []
+    for engine in ("local", "ray"):
+        metrics = leakage.run(cfg.model_copy(update={"engine": engine}), paths, NullLog())
+        results.append(
+            (folder_bytes(paths.stage_data("leakage")), folder_bytes(paths.stage_data("leakage_embeddings")))
+        )
+        results.append(metrics)
+        for out in ("leakage", "leakage_embeddings", "leakage_cache"):
+            shutil.rmtree(paths.stage_data(out))
+    assert results[2] == results[0] and results[3] == results[1]
+    semantic = results[1]["semantic"]
+    assert semantic["pairs_flagged"] > 0 and semantic["corpus"]["search"] == "exact"
+    assert semantic["corpus"]["windows"] > 8 * 32  # more than 8 shards of 32 windows
+    # the Ray run embedded every window by the actor pool and merged the shards; the local run merged as many
+    assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 2
+    assert calls["shards"][0] == -(-semantic["corpus"]["windows"] // 32)

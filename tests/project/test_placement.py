@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pyarrow as pa
 import pytest
 import safetensors.torch
 import torch
@@ -39,6 +41,8 @@ from tasks.finetune.arms import operational
 from tasks.finetune.arms.model import build_model, save_model
 from tasks.finetune.arms.training import train_step
 from tasks.leakage.semantic import encoder as semantic_encoder
+from tasks.leakage.semantic import ray_engine
+from tasks.leakage.semantic import store as embedding_store
 from tasks.pretrain import checkpoint
 from tasks.pretrain.feed import masked_batch
 from tasks.pretrain.hardware import Dist
@@ -303,6 +307,34 @@ def test_leakage_run_audits_semantically_on_the_resolved_device(monkeypatch, tin
     assert placement.resolved == ["cuda"] and placement.forwards > 0
     assert placement.leaks == []
     assert metrics["semantic"]["device"] == "meta"
+
+
+def test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given(monkeypatch, tiny_encoder):
+    """``engine: ray`` on a cluster with GPUs: one embedding actor per GPU, its encoder on ``cuda`` (the GPU Ray
+    gives it), and the facts task (the store's fingerprint, the metrics' device) built the same way."""
+
+    class Cluster:  # what placement reads of Ray
+        @staticmethod
+        def cluster_resources():
+            return {"CPU": 8.0, "GPU": 2.0}
+
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, batch_size=4))
+    where = ray_engine.placement(Cluster, cfg.hardware, 4)
+    assert (where.actors, where.cpus, where.gpus, where.threads, where.hardware.device) == (2, 1, 1, 1, "cuda")
+    assert ray_engine.placement(Cluster, cfg.hardware.model_copy(update={"device": "cpu"}), 4).actors == 2
+    pieces = [np.arange(1000, 1000 + n) for n in (3, 9, 14)]
+    keys = [embedding_store.key_of(p) for p in pieces]
+    windows = pa.table({"key": pa.array(keys, pa.binary(16)), "tokens": pa.array(pieces, pa.list_(pa.int64()))})
+    threads = torch.get_num_threads()
+    try:
+        with on_meta(monkeypatch) as placement:
+            out = ray_engine.Embedder(cfg.semantic, where.hardware, where.threads)(windows)
+            key, described = ray_engine._encoder_facts._func(cfg.semantic, where.hardware, where.threads)
+    finally:
+        torch.set_num_threads(threads)
+    assert placement.resolved == ["cuda", "cuda"] and placement.forwards > 0 and placement.leaks == []
+    assert out.column("key").to_pylist() == keys and out.column("vector").type.list_size == 32
+    assert described["device"] == "meta" and "meta" in key["device"]
 
 
 # ---------------------------------------------------------------- finetune: the stage's run

@@ -21,6 +21,7 @@ LEAKAGE = [
     "test_leakage_semantic_encoder_embeds_on_the_resolved_device",
     "test_leakage_run_audits_semantically_on_the_resolved_device",
 ]
+RAY_ACTORS = ["test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given"]
 FINETUNE = ["test_finetune_run_trains_predicts_and_pools_features_on_the_resolved_device"]
 OPERATIONAL = ["test_finetune_inference_cost_is_timed_on_the_resolved_device"]
 PRETRAIN = ["test_pretrain_run_trains_evaluates_and_fills_masks_on_the_resolved_device"]
@@ -33,6 +34,9 @@ CARD = ["test_release_card_usage_runs_on_a_device"]
 COVERED = {
     "tasks/leakage/semantic/encoder.py::Encoder.__init__": LEAKAGE,
     "tasks/leakage/semantic/audit.py::audit": LEAKAGE,
+    "tasks/leakage/semantic/ray_engine.py::Embedder.__init__": RAY_ACTORS,
+    "tasks/leakage/semantic/ray_engine.py::_encoder": RAY_ACTORS,
+    "tasks/leakage/semantic/ray_engine.py::_encoder_facts": RAY_ACTORS,
     "tasks/common/models/encoders.py::encoder_from_folder": FINETUNE + PROBE,
     "tasks/common/models/encoders.py::_seeded_init": PROBE,  # the random variant (encoder and masked LM)
     "tasks/common/models/encoders.py::load_encoder": FINETUNE + PROBE,

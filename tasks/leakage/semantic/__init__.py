@@ -4,10 +4,13 @@
 
 - ``windows``: texts as the encoder reads them, cut into token windows; ``Windows``, embedded windows of docs;
 - ``method``: pair scores, known-clean pairs and the threshold chosen on dev (the method, in its docstring);
-- ``search``: the nearest windows above a threshold, exact (blocked products) or by a faiss HNSW index;
+- ``search``: the nearest windows above a threshold, by shards of corpus windows merged on the driver, exact
+  (blocked products) or by a faiss HNSW index;
 - ``encoder``: the sentence encoder on its device, text to windows to unit vectors at fixed batch shapes;
 - ``store``: the window vectors and text layouts kept across runs in ``<data>/leakage_embeddings``;
 - ``texts``: what the pass embeds: the eval docs long enough, the sampled plants, the task train and kept corpus docs;
 - ``review``: the review sample of review.jsonl (planted, known-clean and real flags) and its precision;
-- ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample.
+- ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample;
+- ``ray_engine``: ``engine: ray``: windows embedded by a Ray Data actor pool (a GPU each where the cluster has
+  them), the corpus searched one Ray task a shard; results equal ``engine: local``'s.
 """

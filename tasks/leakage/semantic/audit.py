@@ -23,7 +23,9 @@ from tasks.leakage.planted.variants import Plant
 from tasks.leakage.semantic import method, store
 from tasks.leakage.semantic.encoder import Encoder
 from tasks.leakage.semantic.method import METHOD
+from tasks.leakage.semantic.ray_engine import RayEncoder
 from tasks.leakage.semantic.review import review_sample
+from tasks.leakage.semantic.search import sharded_search
 from tasks.leakage.semantic.texts import Texts, texts_to_embed
 from tasks.leakage.semantic.windows import Windows
 
@@ -52,10 +54,13 @@ def audit(
     encoder: Encoder | None = None,
     store_folder: Path | None = None,
 ) -> SemanticResult:
-    """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``.
+    """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``, with
+    ``engine: ray`` to a ``RayEncoder`` (its windows embedded by a Ray actor pool, its corpus search one Ray task a
+    shard: ``tasks/leakage/semantic/ray_engine.py``).
     ``store_folder``: the folder of the kept window vectors (``store``), read first and written back."""
     clock = {"start": time.perf_counter()}
-    enc = encoder or Encoder(cfg.semantic, cfg.hardware)
+    enc = encoder or (RayEncoder(cfg.semantic, cfg.hardware, cfg.ray) if cfg.engine == "ray" else None)
+    enc = enc or Encoder(cfg.semantic, cfg.hardware)
     kept = open_store(enc, store_folder, cfg.incremental, log) if store_folder is not None else None
     texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants)
     layouts = [
@@ -199,7 +204,8 @@ def scan_corpus(
     ``threshold``."""
     corpus = texts.corpus_frame
     corpus_windows = enc.embedded(layout)
-    pairs, best = method.pair_scores(evals, corpus_windows, threshold, cfg.semantic)
+    search = enc.search if isinstance(enc, RayEncoder) else sharded_search
+    pairs, best = method.pair_scores(evals, corpus_windows, threshold, cfg.semantic, search)
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
         ev = eval_frame.iloc[e]
@@ -284,7 +290,7 @@ def semantic_metrics(
 
 def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
     """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
-    key = store.fingerprint(enc)
+    key = enc.fingerprint()
     enc.stored, reason = store.load(folder, key, incremental, enc.model.config.hidden_size)
     enc.layouts = store.load_layouts(folder, store.layouts_key(key, enc.cfg), enc.cfg) if enc.stored else {}
     mode = "stored" if enc.stored else "none"

@@ -93,6 +93,10 @@ class Encoder:
         self.stats = {"windows_embedded": 0, "tokens_embedded": 0, "windows_from_cache": 0, "embed_seconds": 0.0}
         self.store_stats = {"windows_stored": 0, "windows_computed": 0}
 
+    def fingerprint(self) -> dict[str, str]:
+        """What a vector it computes depends on: ``store.fingerprint`` of this encoder."""
+        return store.fingerprint(self)
+
     def describe(self) -> dict:
         from tasks.common.runtime import device as dev  # imports torch
 
