@@ -18,6 +18,7 @@ from dedup_fixtures import write_source
 from leakage_fixtures import news_corpus, semantic_params
 from leakage_fixtures import params as leakage_params
 from tasks import dedup, ingest, leakage, split
+from tasks.common.runtime import raycluster
 from tasks.config import Paths, load_params
 from tasks.config.corpus.dedup import SourcePolicy
 from tasks.leakage.semantic import ray_engine, search
@@ -205,3 +206,25 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     # the Ray run embedded every window by the actor pool and merged the shards; the local run merged as many
     assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 2
     assert calls["shards"][0] == -(-semantic["corpus"]["windows"] // 32)
+
+
+@pytest.mark.slow
+def test_the_sharded_search_on_ray_equals_the_local_one_exact_and_hnsw(ray_instance):
+    pytest.importorskip("faiss")
+    import torch
+
+    rng = np.random.default_rng(4)
+    index = rng.normal(size=(700, 16)).astype(np.float32)
+    index /= np.linalg.norm(index, axis=1, keepdims=True)
+    queries = index[::50] + 0.3 * rng.normal(size=(14, 16)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    ray = raycluster.connect(stage_params()[1]["leakage"].ray)
+    place = ray_engine.placement(ray, load_params(ROOT / "params.yaml").hardware, torch.get_num_threads())
+    semantic = load_params(ROOT / "params.yaml").leakage.semantic
+    for exact_max in (10**6, 100):  # exact, then faiss HNSW per shard: 3 shards of 256 windows each way
+        cfg = semantic.model_copy(
+            update={"exact_max_windows": exact_max, "search_block_windows": 64, "search_shard_windows": 200}
+        )
+        local = search.sharded_search(queries, index, 0.5, cfg)
+        on_ray = ray_engine.searched_on_ray(ray, place, queries, index, 0.5, cfg)
+        assert all(np.array_equal(a, b) for a, b in zip(local, on_ray)) and len(local[1]) > len(queries)

@@ -15,11 +15,11 @@ on a machine like the driver's it computes what a local run computes (the store'
 count). The store's fingerprint and the metrics' device come from an encoder built with the actors' resources
 (``encoder_facts``), so a store written by GPU actors is not read by a CPU run.
 
-**Search** (``RayEncoder.search``): the shards of ``search.plan`` go to one Ray task each (the eval windows put in
-the object store once, each task given its shard's corpus vectors only) running ``search.search_shard``, with the
-CPUs and threads of an embedding actor on the CPU; the driver merges their hits (``search.merge_shards``), as
-``search.sharded_search`` does in process. Ray is imported only when a ``RayEncoder`` is made
-(``tasks.common.runtime.raycluster``).
+**Search** (``searched_on_ray``, ``RayEncoder.search``): the shards of ``search.plan`` go to one Ray task each
+(the eval windows put in the object store once, each task given its shard's corpus vectors only) running
+``search.search_shard``, with the CPUs and threads of an embedding actor on the CPU; the driver merges their hits
+(``search.merge_shards``), as ``search.sharded_search`` does in process. Ray is imported only when a
+``RayEncoder`` is made (``tasks.common.runtime.raycluster``).
 """
 
 from __future__ import annotations
@@ -98,13 +98,18 @@ class RayEncoder(Encoder):
         self.stats["embed_seconds"] += time.perf_counter() - start
 
     def search(self, queries: np.ndarray, index: np.ndarray, threshold: float, cfg: SemanticParams):
-        """``search.sharded_search`` with one Ray task per shard; the driver merges the hits."""
-        exact, starts, shard = search.plan(len(index), cfg)
-        p, shared = self.place, self.ray.put(queries)
-        task = _search_shard.options(num_cpus=p.cpus)
-        pending = [task.remote(shared, index[s : s + shard], threshold, cfg, exact, p.threads) for s in starts]
-        parts = raycluster.gather(pending, "leakage semantic search (ray)")
-        return search.merge_shards(parts, starts, len(queries), threshold, None if exact else cfg.ann_neighbours)
+        """``searched_on_ray`` with this encoder's Ray and placement."""
+        return searched_on_ray(self.ray, self.place, queries, index, threshold, cfg)
+
+
+def searched_on_ray(ray, place: Placement, queries: np.ndarray, index: np.ndarray, threshold: float, cfg):
+    """``search.sharded_search`` with one Ray task per shard (``place.cpus`` CPUs, torch with ``place.threads``
+    threads); the driver merges the hits."""
+    exact, starts, shard = search.plan(len(index), cfg)
+    shared, task = ray.put(queries), _search_shard.options(num_cpus=place.cpus)
+    pending = [task.remote(shared, index[s : s + shard], threshold, cfg, exact, place.threads) for s in starts]
+    parts = raycluster.gather(pending, "leakage semantic search (ray)")
+    return search.merge_shards(parts, starts, len(queries), threshold, None if exact else cfg.ann_neighbours)
 
 
 def embedded_on_ray(ray, todo: dict[bytes, np.ndarray], cfg: SemanticParams, place: Placement) -> dict:
