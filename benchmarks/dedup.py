@@ -68,7 +68,15 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks._measure import TimedOut, run_measured  # noqa: E402
-from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, spread, write_results  # noqa: E402
+from benchmarks._provenance import (  # noqa: E402
+    add_smoke,
+    min_runs,
+    out_path,
+    ratio_fields,
+    smoke_sources,
+    spread,
+    write_results,
+)
 from tasks.config import read_yaml  # noqa: E402
 from tasks.config.corpus.dedup import DedupParams  # noqa: E402
 
@@ -78,7 +86,7 @@ SEED = 20240611
 STAGE_MODULES = ["tasks.dedup"]  # what the stage runs: its code fingerprint goes with the figures
 GOALS = {"ratio_vs_best_peer": 1.5, "precision": 1.0, "recall_below_peer": 0.002}
 GOAL_TEXT = ">= 1.5x fastest peer (ratio of medians), precision 1.0, recall within 0.002 of its"
-SMOKE_ROWS = 40  # per ingest source, wikipedia_sample left out (its dump takes 2 s to read): the path, in seconds
+SMOKE_ROWS = 40  # per ingest source (smoke_sources: wikipedia_sample left out): the path, in seconds
 # name -> (environment, runner, variant, largest scale it runs at); the variant is passed as --variant.
 # "pipeline" is this interpreter's environment (rensa comes from the bench optional group).
 # datatrove's default spaCy tokenizer makes it about 4x slower than with whitespace words, so it runs at 1x only;
@@ -127,11 +135,7 @@ def default_rows(work: Path, max_docs: int | None = None) -> list[str]:
     from tasks.tracking import NullLog
 
     values = read_yaml(REPO / "params.yaml")["ingest"]
-    if max_docs is not None:
-        values["sources"] = [
-            {**source, "max_docs": max_docs} for source in values["sources"] if source["name"] != "wikipedia_sample"
-        ]
-    cfg = IngestParams.model_validate(values)
+    cfg = IngestParams.model_validate({**values, "sources": smoke_sources(values["sources"], max_docs)})
     ingest.run(cfg, Paths(data=work / "rows", models=work, metrics=work, reports=work), NullLog())
     return corpora.read_rows(work / "rows" / "ingest")
 

@@ -266,7 +266,8 @@ def measure_device(device: str, data: Path, args: argparse.Namespace, tcfg, thre
 
     cmp = compare(data, args, device)
     torch.set_num_threads(threads)  # the limit at the workers' thread count
-    limit = matmul_flops(torch.device(device), bf16=cmp["ours_cpu_bf16"] or device != "cpu")
+    bf16 = cmp["ours_cpu_bf16"] or device != "cpu"
+    limit = matmul_flops(torch.device(device), seconds=0.5 if args.smoke else 2.0, bf16=bf16)
     flops = model_flops(bench_job(data, tcfg))
     rows = summary_rows(cmp, flops, limit, args, tcfg, threads)
     return {"compare": cmp, "limit": limit, "flops": flops, "rows": rows}

@@ -54,7 +54,14 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from benchmarks._leakage_agreement import compare  # noqa: E402
-from benchmarks._provenance import add_smoke, min_runs, out_path, ratio_fields, write_results  # noqa: E402
+from benchmarks._provenance import (  # noqa: E402
+    add_smoke,
+    min_runs,
+    out_path,
+    ratio_fields,
+    smoke_sources,
+    write_results,
+)
 
 START = time.perf_counter()
 RESULTS = ROOT / "benchmarks" / "results" / "leakage.json"
@@ -71,7 +78,7 @@ GOAL = ">= 2x fastest peer, same flagged docs (or every difference explained)"
 
 def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
     """``(train frame, eval frame)`` of the default sources after ingest and split (no dedup); ``max_docs``: at
-    most that many documents a source (ingest's own ``max_docs``: a smoke run's size)."""
+    most that many documents a source (ingest's own ``max_docs``, ``smoke_sources``: a smoke run's size)."""
     import pandas as pd
 
     from tasks import ingest, split
@@ -83,7 +90,7 @@ def default_corpora(raw: dict, folder: Path, max_docs: int | None = None):
     from tasks.tracking import NullLog
 
     paths = Paths(data=folder / "data", models=folder / "m", metrics=folder / "x", reports=folder / "r")
-    sources = [{**spec, "max_docs": max_docs or spec.get("max_docs")} for spec in raw["ingest"]["sources"]]
+    sources = smoke_sources(raw["ingest"]["sources"], max_docs)
     ingest.run(IngestParams(**{**raw["ingest"], "sources": sources}), paths, NullLog())
     dedup_dir = paths.stage_data("dedup")
     dedup_dir.mkdir(parents=True)

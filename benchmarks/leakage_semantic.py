@@ -16,7 +16,8 @@ Docs/s is training docs per wall second (the stage runs with every core; the mac
 seconds are reported next to it). Writes ``benchmarks/results/leakage_semantic.json`` with its provenance
 (``benchmarks/_provenance.py``) and one information row: the semantic pass's docs/s against the lexical audit's
 (measured once each: a cost, not a race). Run: ``.venv/bin/python benchmarks/leakage_semantic.py`` (about 5-10
-minutes on 2 cores); ``--smoke``: every pass and precision on ``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval docs.
+minutes on 2 cores); ``--smoke``: every pass and precision on ``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval docs,
+each cut to its first ``SMOKE_WORDS`` words, in batches of ``SMOKE_BATCH`` windows.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from benchmarks._provenance import add_smoke, out_path, write_results  # noqa: E
 
 RESULTS = ROOT / "benchmarks" / "results" / "leakage_semantic.json"
 SMOKE_SOURCE_DOCS, SMOKE_TRAIN, SMOKE_EVAL, SMOKE_FP32_DOCS = 40, 16, 8, 4
+SMOKE_WORDS = 60  # a smoke run's texts cut to their first 60 words: one 128-token window each
+SMOKE_BATCH = 8  # windows per forward pass in a smoke run (batches are padded to it: fixed shapes)
 #: The code measured: the leakage stage (its lexical detectors, semantic encoder and search), imports followed.
 MEASURED = ("tasks.leakage",)
 
@@ -108,8 +111,9 @@ def flagged_pairs(evals, corpus, threshold: float) -> set[tuple[int, int]]:
     return set(zip(evals.doc[q].tolist(), corpus.doc[i].tolist()))
 
 
-def agreement(a, b, evals_a, evals_b) -> dict:
-    """Cosine between the same windows' two embeddings, and flagged-pair agreement at two thresholds."""
+def agreement(a, b, evals_a, evals_b, precision: str) -> dict:
+    """Cosine between the same windows' two embeddings (``a`` at ``precision``, ``b`` fp32), and flagged-pair
+    agreement at two thresholds."""
     same = np.concatenate([(a.vectors * b.vectors).sum(axis=1), (evals_a.vectors * evals_b.vectors).sum(axis=1)])
     out = {
         "windows": int(len(same)),
@@ -119,7 +123,7 @@ def agreement(a, b, evals_a, evals_b) -> dict:
     }
     for t in (0.8, 0.9):
         sa, sb = flagged_pairs(evals_a, a, t), flagged_pairs(evals_b, b, t)
-        out[f"pairs_at_{t}"] = {"int8": len(sa), "fp32": len(sb), "both": len(sa & sb)}
+        out[f"pairs_at_{t}"] = {precision: len(sa), "fp32": len(sb), "both": len(sa & sb)}
     return out
 
 
@@ -155,6 +159,10 @@ def main() -> dict:
     train_texts, eval_texts = [str(t) for t in train["text"]], [str(t) for t in evals["text"]]
     if args.smoke:
         train_texts, eval_texts, args.fp32_docs = train_texts[:SMOKE_TRAIN], eval_texts[:SMOKE_EVAL], SMOKE_FP32_DOCS
+        cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(update={"batch_size": SMOKE_BATCH})})
+        train_texts, eval_texts = (
+            [" ".join(t.split()[:SMOKE_WORDS]) for t in texts] for texts in (train_texts, eval_texts)
+        )
     out = {"train_docs": len(train_texts), "eval_docs": len(eval_texts)}
     out["lexical"] = lexical(train_texts, eval_texts, cfg)
     out["semantic"], _, _ = semantic_pass(train_texts, eval_texts, cfg, cfg.semantic.cpu_precision)
@@ -168,7 +176,7 @@ def main() -> dict:
     for p, (timing, _, _) in runs.items():
         out["docs_per_s"][f"semantic {p} (first {len(sample)} docs)"] = round(len(sample) / timing["wall_s"], 1)
     out["agreement_with_fp32"] = {
-        p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1]) for p in ("bf16", "int8")
+        p: agreement(runs[p][2], runs["fp32"][2], runs[p][1], runs["fp32"][1], p) for p in ("bf16", "int8")
     }
     out["rows"] = [summary_row(out, cfg.semantic.cpu_precision)]
     write_results(results, out, MEASURED, args.smoke)

@@ -20,8 +20,9 @@ CPU float32 1024^3 matmuls on torch's threads; CUDA bf16 8192^3 GEMMs, and the G
   ``cuda``, ``cuda:N``. CPU: the ``tiny`` preset, 32 x 128-token blocks, float32 (compile off, as the stage's
   default). CUDA: the gpu profile's shape: ``base`` preset, 64 x 512-token blocks, 30,522-token vocabulary,
   mlm_probability 0.3, bf16, ``torch.compile``.
-- ``--smoke`` (or ``--quick``): tiny sizes, few steps, one round (a dry run: under a minute on a 2-core CPU),
-  results to ``--out`` or a temporary folder; the GPU check's dry run runs it (benchmarks/gpu_check.sh).
+- ``--smoke`` (or ``--quick``): tiny sizes, few steps, one round, both workers in this process (the imports once;
+  a dry run of ~10 s on a 2-core CPU), results to ``--out`` or a temporary folder; ``make test`` runs it
+  (tests/benchmarks/test_benchmarks_smoke.py), and so does the GPU check's dry run (benchmarks/gpu_check.sh).
 
 Rows: ours and HF Trainer are medians of the alternated rounds with their spread; the ratio of medians, best-of-N
 beside it; the results carry their provenance (``benchmarks/_provenance.py``).
@@ -112,37 +113,35 @@ def peak_rss_mb() -> float:
 
 def spawn(variant: str, data: Path, opts: dict, device) -> dict:
     """One worker in a fresh process; on CUDA it sees only ``device`` (as ``cuda:0``), so HF Trainer cannot
-    spread over other GPUs (DataParallel) and both variants run on the same one."""
+    spread over other GPUs (DataParallel) and both variants run on the same one. With ``opts["in_process"]`` (a
+    smoke run) the same worker runs in this process instead, so the imports are paid once."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "TOKENIZERS_PARALLELISM": "false"}  # idle threads sleep
     target = "cpu"
     if device.type == "cuda":
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[device.index] if visible else str(device.index)
         target = "cuda:0"
-    cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        "--variant",
-        variant,
-        "--data",
-        str(data),
-        "--device",
-        target,
-        "--preset",
-        opts["preset"],
-        "--batch",
-        str(opts["batch"]),
-        "--steps",
-        str(opts["steps"]),
-        "--warmup",
-        str(opts["warmup"]),
-        "--mlm-probability",
-        str(opts["mlm_probability"]),
-    ]
-    if opts["profile"] and variant == "stage":
-        cmd += ["--profile", opts["profile"]]
-    cmd += ["--document-mask"] * opts.get("document_mask", False)
+    given = {
+        "variant": variant,
+        "data": str(data),
+        "device": str(device) if opts.get("in_process") else target,
+        "preset": opts["preset"],
+        "batch": opts["batch"],
+        "steps": opts["steps"],
+        "warmup": opts["warmup"],
+        "mlm_probability": opts["mlm_probability"],
+        "profile": opts["profile"] if variant == "stage" else None,
+        "document_mask": opts.get("document_mask", False),
+    }
+    if opts.get("in_process"):
+        return worker(argparse.Namespace(**given))
+    cmd = [sys.executable, __file__, "--worker"]
+    for key, value in given.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            cmd.append(flag)
+        elif value not in (None, False):
+            cmd += [flag, str(value)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise RuntimeError(f"{variant} worker failed:\n{done.stderr[-3000:]}")
@@ -280,6 +279,7 @@ def main() -> None:
     opts.update({k: v for k, v in vars(args).items() if k in opts and v is not None})
     opts["profile"] = args.profile and str(Path(args.profile).resolve())
     opts["document_mask"] = args.document_mask
+    opts["in_process"] = args.smoke  # a smoke run's workers in this process: the imports once
     if opts["warmup"] < 1 or opts["steps"] < 1:
         parser.error("--warmup and --steps must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:

@@ -21,7 +21,8 @@ after round (``min_runs``: 5 rounds up to 4x, 3 above), each round on a fresh co
 earlier round); docs/s is the median over the rounds, with its spread. Writes ``benchmarks/results/scaling.json``
 (its ``rows``: the Ray engine's docs/s beside the local engine's, ratio of medians, no goal) with its provenance
 (``benchmarks/_provenance.py``). ``--smoke``: both stages, one round, on ``SMOKE_ROWS`` rows (leakage:
-``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows), on the local engine only unless ``--engines`` names ray:
+``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows, without the semantic pass, which leakage_semantic.py's smoke
+runs), on the local engine only unless ``--engines`` names ray:
 a Ray start-up costs about 20 s a run, over the smoke's budget (tests/common/test_ray_engines.py runs both stages on Ray
 in ``make test``); its results and a copy of docs/scaling.md with the new tables go to ``--out``'s folder
 (docs/scaling.md untouched).
@@ -52,7 +53,15 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks._measure import run_measured  # noqa: E402
-from benchmarks._provenance import add_smoke, min_runs, out_path, provenance, ratio_fields, write_results  # noqa: E402
+from benchmarks._provenance import (  # noqa: E402
+    add_smoke,
+    min_runs,
+    out_path,
+    provenance,
+    ratio_fields,
+    smoke_sources,
+    write_results,
+)
 
 RESULTS = REPO / "benchmarks" / "results" / "scaling.json"
 DOC = REPO / "docs" / "scaling.md"
@@ -61,7 +70,7 @@ SEED = 20240611
 SHARDS = 8
 REMIX_STEP, NEAR_STEP, NEAR_EVERY = 3, 60, 10
 TIMEOUT_S = 3600
-#: --smoke's sizes: dedup rows; leakage training and eval rows (its semantic pass embeds every training row)
+#: --smoke's sizes: dedup rows; leakage training and eval rows (the smoke's leakage runs without its semantic pass)
 SMOKE_ROWS, SMOKE_TRAIN, SMOKE_EVAL = 200, 30, 10
 #: The code measured: both stages on both engines, their imports followed.
 MEASURED = ("tasks.dedup", "tasks.leakage")
@@ -74,7 +83,7 @@ DRIVER_RAM_GIB = 512  # a large single machine for the driver
 def main() -> None:
     args = _parse()
     if args.part:
-        return run_part(args.part, args.engine, args.work)
+        return run_part(args.part, args.engine, args.work, args.smoke)
     if args.tables:
         return write_doc(json.loads(RESULTS.read_text()))
     from tasks.config import read_yaml
@@ -124,7 +133,7 @@ def alternated(
         for engine in engines:
             stage_dir = source.parents[1] / f"round{i}-{engine}"
             shutil.copytree(source, stage_dir / "data" / source.name, copy_function=os.link)
-            done[engine].append(measure(stage, engine, scale, docs, stage_dir))
+            done[engine].append(measure(stage, engine, scale, docs, stage_dir, smoke))
             shutil.rmtree(stage_dir / "data")
     measured = provenance(MEASURED, smoke=smoke)  # per run: --keep mixes runs of several invocations in one file
     return [
@@ -144,14 +153,13 @@ def alternated(
 
 def default_ingest_rows(raw: dict, work: Path, max_docs: int | None = None) -> list[str]:
     """The default ingest rows' texts (params.yaml's sources read by the ingest stage; at most ``max_docs`` a
-    source)."""
+    source, ``smoke_sources``)."""
     from tasks import ingest
     from tasks.config import Paths
     from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
 
-    sources = [{**spec, "max_docs": max_docs or spec.get("max_docs")} for spec in raw["ingest"]["sources"]]
-    cfg = IngestParams(**{**raw["ingest"], "sources": sources})
+    cfg = IngestParams(**{**raw["ingest"], "sources": smoke_sources(raw["ingest"]["sources"], max_docs)})
     ingest.run(cfg, Paths(data=work, models=work, metrics=work, reports=work), NullLog())
     return corpora.read_rows(work / "ingest")
 
@@ -203,9 +211,10 @@ def remixed(rows: list[str], scale: int, near_duplicates: bool) -> list[str]:
     return texts
 
 
-def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path) -> dict:
+def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smoke: bool = False) -> dict:
     """One stage run in a fresh process; its timings, memory and the stage metrics that size the work."""
     command = [sys.executable, __file__, "--part", stage, "--engine", engine, "--work", str(stage_dir)]
+    command += ["--smoke"] if smoke else []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     measured = run_measured(command, REPO, env=env, log=stage_dir / f"{engine}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((stage_dir / f"metrics-{engine}.json").read_text())
@@ -245,14 +254,18 @@ def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path) -> 
     return run
 
 
-def run_part(stage: str, engine: str, work: Path) -> None:
-    """In the subprocess: the stage's ``run`` on ``<work>/data``; its metrics go to ``<work>/metrics-<engine>.json``."""
+def run_part(stage: str, engine: str, work: Path, smoke: bool = False) -> None:
+    """In the subprocess: the stage's ``run`` on ``<work>/data``; its metrics go to ``<work>/metrics-<engine>.json``.
+    ``smoke``: leakage without its semantic pass (MiniLM's load is most of a tiny run; leakage_semantic.py's smoke
+    runs that pass)."""
     from tasks import dedup, leakage
     from tasks.config import Paths, load_params
     from tasks.tracking import NullLog
 
     params = load_params(REPO / "params.yaml")
     cfg = getattr(params, stage).model_copy(update={"engine": engine})
+    if smoke and stage == "leakage":
+        cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(update={"enabled": False})})
     paths = Paths(data=work / "data", models=work / "models", metrics=work / "m", reports=work / "r")
     metrics = {"dedup": dedup, "leakage": leakage}[stage].run(cfg, paths, NullLog())
     (work / f"metrics-{engine}.json").write_text(json.dumps(metrics), encoding="utf-8")
@@ -356,7 +369,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     add_smoke(parser, RESULTS)
     args = parser.parse_args()
-    if args.smoke:
+    if args.smoke and not args.part:
         args.dedup_scales, args.leakage_scales = [1], [1]
         if not args.engines:
             print(

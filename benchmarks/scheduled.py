@@ -113,17 +113,21 @@ def batches(records: list[dict], nights: int, new_fraction: float, seed: int = S
 
 def default_records(work: Path, scale: int, limit: int | None = None) -> dict[str, list[dict]]:
     """{source: jsonl records} of params.yaml's ingest sources read by the ingest stage (the first ``limit`` rows
-    of each, or all), with ``scale - 1`` planted variants of each document (id ``<own id>~<copy>``)."""
+    of each, ``smoke_sources``: wikipedia_sample left out; or all), with ``scale - 1`` planted variants of
+    each document (id ``<own id>~<copy>``)."""
     import numpy as np
 
     from benchmarks._dedup_corpus import STEPS, _variant
+    from benchmarks._provenance import smoke_sources
     from tasks import ingest
     from tasks.common.files.shards import read_named
     from tasks.config import Paths, read_yaml
     from tasks.config.corpus.ingest import IngestParams
     from tasks.tracking import NullLog
 
-    cfg = IngestParams.model_validate({**read_yaml(REPO / "params.yaml")["ingest"], "incremental": False})
+    values = read_yaml(REPO / "params.yaml")["ingest"]
+    sources = smoke_sources(values["sources"], limit)
+    cfg = IngestParams.model_validate({**values, "sources": sources, "incremental": False})
     ingest.run(cfg, Paths(data=work, models=work, metrics=work, reports=work), NullLog())
     out = {}
     for spec in cfg.sources:

@@ -4,10 +4,10 @@ own environment is absent, ``benchmarks/peers/setup.sh``, are skipped and said s
 provenance of the code it measured, and the docs table made from that file.
 
 The scripts run as subprocesses, a few at a time (most of a smoke run is process start-up and imports, which overlap
-well), all started by the first test; each test waits for its own. ``pretrain.py`` and ``fine_tune_sweep.py`` are not
-run twice: the GPU check's dry run (tests/benchmarks/test_gpu_check.py, ``gpu_check.sh --dry-run``) runs both with
-``--smoke``, and tests/benchmarks/test_bench_fine_tune_sweep.py the sweep's smoke again with its own checks; here it is
-checked that they still do.
+well), all started by the first test; each test waits for its own. ``fine_tune_sweep.py``'s smoke runs in
+tests/benchmarks/test_bench_fine_tune_sweep.py, with its own checks, not twice. The GPU check's dry run
+(tests/benchmarks/test_gpu_check.py, ``gpu_check.sh --dry-run``, in ``make test-pipeline``) runs ``pretrain.py`` and
+``fine_tune_sweep.py`` with ``--smoke`` too; here it is checked that it still does.
 """
 
 from __future__ import annotations
@@ -30,17 +30,20 @@ REPO = Path(__file__).resolve().parents[2]
 #: run here, longest first (so the pool ends sooner)
 HERE = (
     "scheduled",
-    "scaling",
-    "document_mask",
-    "leakage_semantic",
-    "gpu_recipe_curve",
     "fine_tune",
+    "leakage_semantic",
+    "document_mask",
+    "scaling",
+    "pretrain",
+    "gpu_recipe_curve",
+    "tokenize",
     "dedup",
     "leakage",
-    "tokenize",
 )
-#: run by another test, with ``--smoke``: where
-ELSEWHERE = {"pretrain": "benchmarks/gpu_check.sh", "fine_tune_sweep": "benchmarks/gpu_check.sh"}
+#: run by another test of ``make test``, with ``--smoke``
+ELSEWHERE = {"fine_tune_sweep": "tests/benchmarks/test_bench_fine_tune_sweep.py"}
+#: run with ``--smoke`` by the GPU check's dry run too (benchmarks/gpu_check.sh)
+DRY_RUN = ("pretrain", "fine_tune_sweep")
 AT_ONCE = 3
 TIMEOUT_S = 400
 ENV = {
@@ -80,9 +83,14 @@ def test_every_benchmark_script_has_a_smoke_run_in_the_tests():
     assert scripts == set(HERE) | set(ELSEWHERE), "a new benchmark needs --smoke and a place in HERE"
 
 
-@pytest.mark.parametrize("name", sorted(ELSEWHERE))
-def test_the_gpu_checks_dry_run_runs_the_other_scripts_smoke(name):
-    script = (REPO / ELSEWHERE[name]).read_text(encoding="utf-8")
+def test_the_script_run_elsewhere_runs_there_with_smoke():
+    for name, test in ELSEWHERE.items():
+        assert f'"benchmarks" / "{name}.py"), "--smoke"' in (REPO / test).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", DRY_RUN)
+def test_the_gpu_checks_dry_run_runs_the_pretraining_scripts_smoke(name):
+    script = (REPO / "benchmarks" / "gpu_check.sh").read_text(encoding="utf-8")
     dry = script.split('if [ "$DRY" = 1 ]; then\n  DEVICE=cpu', 1)[1].split("else", 1)[0]
     flags = {"pretrain": "PRETRAIN", "fine_tune_sweep": "FINE_TUNE"}[name]
     assert f"{flags}=(--smoke)" in dry and f"benchmarks/{name}.py" in script
