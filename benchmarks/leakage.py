@@ -20,15 +20,18 @@ process's own ``VmHWM`` (it includes the corpus it loaded: ``rss_after_load_mb``
   does (capped at 4x: it is the slowest).
 - ``datatrove``: datatrove 0.10.1 ``NGramsDecontIndexer`` + ``NGramsDecontFilter`` in its own environment
   (``benchmarks/peers/datatrove_decont.py``, which states every setting): 13-grams, xxhash64, its
-  ``simplify_text`` with numbers and diacritics kept; tokenizer ``split`` (whitespace, the closest to our
-  words) at every scale and its English default ``spacy`` at 1x only (about 80 s per 6k docs).
+  ``simplify_text`` with numbers and diacritics kept; three tokenizers: ``words`` (a ``WordTokenizer``
+  returning our ``\\w+`` words, punctuation and whitespace normalisation off: what a user wanting our words
+  writes, and its fastest) and ``split`` (its punctuation removal, then a whitespace split) at every scale, and
+  its English default ``spacy`` at 1x only (about 80 s per 6k docs). Every one counts as a peer: the ratio is
+  against the fastest.
 
 Flagged sets are compared: ours with the baseline (must be equal) and with each datatrove run, where the
 differences are counted by cause (eval docs shorter than 13 words, which datatrove cannot use; the rest
 with examples and a count of those whose text holds "_", a word character to ``\\w+`` and punctuation to
-datatrove, so the same text has a different number of words). The tools alternate, round after round
-(``min_runs``: 5 rounds at 1x and 4x, 3 at 16x); each figure is the median over the rounds (CPU seconds), with its
-spread, and ``ratio_vs_best_peer`` is the ratio of medians (best-of-N beside it). Writes
+datatrove's ``split`` and ``spacy``, so the same text has a different number of words). The tools alternate,
+round after round (``min_runs``: 5 rounds at 1x and 4x, 3 at 16x); each figure is the median over the rounds
+(CPU seconds), with its spread, and ``ratio_vs_best_peer`` is the ratio of medians (best-of-N beside it). Writes
 ``benchmarks/results/leakage.json`` with its provenance (``benchmarks/_provenance.py``). Run:
 ``.venv/bin/python benchmarks/leakage.py`` (about 15-20 minutes on 2 cores; ``--scales 1`` for a quick look;
 ``--smoke``: every tool once on ``SMOKE_DOCS`` documents a source, in seconds). The peer
@@ -72,6 +75,8 @@ SMOKE_DOCS = 150  # a source: about 300 train / 60 eval docs
 MEASURED = ("tasks.leakage", "tasks.common.matching.textnorm")
 BASELINE_MAX_SCALE = 4
 SPACY_MAX_SCALE = 1
+#: The datatrove runs at every scale (``datatrove_spacy`` joins them up to ``SPACY_MAX_SCALE``).
+DATATROVE_TOOLS = ("datatrove_words", "datatrove_split")
 PERTURB_EVERY = 40
 GOAL = ">= 2x fastest peer, same flagged docs (or every difference explained)"
 
@@ -192,7 +197,8 @@ def measure_part(name: str, corpus_file: Path, out: Path) -> None:
 
 
 def run_part(tool: str, corpus_file: Path, work: Path) -> dict:
-    """One fresh process; ``tool`` is ``ours``, ``set_baseline``, ``datatrove_split`` or ``datatrove_spacy``."""
+    """One fresh process; ``tool`` is ``ours``, ``set_baseline`` or ``datatrove_<tokenizer>`` (``words``,
+    ``split``, ``spacy``)."""
     out = work / f"{tool}.json"
     if tool.startswith("datatrove"):
         python = PEERS / "datatrove" / "bin" / "python"
@@ -298,7 +304,7 @@ def main() -> dict:
             corpus_file = work / f"corpus-{scale}x.json"
             corpus_file.write_text(json.dumps(corpus), encoding="utf-8")
             tools = ["ours", *["set_baseline"] * (scale <= BASELINE_MAX_SCALE)]
-            tools += ["datatrove_split", *["datatrove_spacy"] * (scale <= SPACY_MAX_SCALE)] if have_peer else []
+            tools += [*DATATROVE_TOOLS, *["datatrove_spacy"] * (scale <= SPACY_MAX_SCALE)] if have_peer else []
             runs, skipped = alternated(tools, corpus_file, work, min_runs(scale, args.smoke))
             if not have_peer:
                 skipped["datatrove"] = f"no peer environment {PEERS / 'datatrove'} (bash benchmarks/peers/setup.sh)"
@@ -330,7 +336,7 @@ def main() -> dict:
             entry.update(train_words=ours["train_words"], eval_words=ours["eval_words"], ours_pairs=ours["pairs"])
             if "set_baseline" in runs:
                 entry["agreement"]["set_baseline"] = {"same": ours["flagged"] == runs["set_baseline"]["flagged"]}
-            for tool in ("datatrove_split", "datatrove_spacy"):
+            for tool in (*DATATROVE_TOOLS, "datatrove_spacy"):
                 if tool in runs:
                     entry["agreement"][tool] = compare(ours, runs[tool], corpus)
             if "datatrove_spacy" in runs and "datatrove_split" in runs:

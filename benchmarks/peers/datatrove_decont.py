@@ -2,7 +2,7 @@
 
 Never imported by the pipeline or by ``benchmarks/leakage.py``: that script runs it in its own process, as
 ``benchmarks/.peers/datatrove/bin/python benchmarks/peers/datatrove_decont.py --corpus C.json --out R.json
---tokenizer spacy|split``. ``C.json`` is ``{"train": [text, ...], "eval": [text, ...]}``.
+--tokenizer spacy|split|words``. ``C.json`` is ``{"train": [text, ...], "eval": [text, ...]}``.
 
 What runs, all datatrove's own code (``datatrove.pipeline.decont``):
 
@@ -16,20 +16,27 @@ What runs, all datatrove's own code (``datatrove.pipeline.decont``):
   stop at the first 13-gram found in the index). A dropped doc is a flagged doc.
 
 Settings: ``NGramsDecontConfig(n_grams=13, find_query_ngrams=False, find_overlap_ngrams=False)``,
-``HashConfig()`` (xxhash, 64 bits), ``TextNormConfig(lowercase=True, norm_whitespace=True,
-remove_punctuation=True, norm_unicode_diacritics=False, norm_numbers=False, norm_weekdays=False,
-norm_monthnames=False)``: numbers and diacritics are kept because ``tasks.common.matching.textnorm`` keeps them.
-Tokenizer: ``spacy`` = its English default (``load_word_tokenizer("en")``: a blank spaCy English pipeline
-with a sentencizer); ``split`` = a ``WordTokenizer`` subclass (its documented hook for custom tokenizers)
-splitting the simplified text on whitespace, which after ``simplify_text`` turned punctuation into spaces
-is the closest it gets to our ``\\w+`` words. Writes ``{flagged, ngram, seconds, import_seconds,
-cpu_seconds, peak_rss_mb, rss_after_load_mb, settings}`` to ``--out``. The decont module imports ``regex`` (not a
-dependency of datatrove's base install), so the environment needs it too.
+``HashConfig()`` (xxhash, 64 bits), ``TextNormConfig(lowercase=True, norm_unicode_diacritics=False,
+norm_numbers=False, norm_weekdays=False, norm_monthnames=False)``: numbers and diacritics are kept because
+``tasks.common.matching.textnorm`` keeps them. Tokenizers (``benchmarks/peers/_datatrove_words.py``):
+
+- ``words``: what a user who wants our words writes: a ``WordTokenizer`` subclass (datatrove's documented hook
+  for custom tokenizers) returning the ``\\w+`` runs, with ``remove_punctuation=False, norm_whitespace=False``
+  (the pattern does both jobs). The closest to ours, and the fastest.
+- ``split``: ``remove_punctuation=True, norm_whitespace=True`` (the defaults) and a ``WordTokenizer`` subclass
+  splitting the simplified text on whitespace, where ``simplify_text`` turned its punctuation list into spaces.
+- ``spacy``: the defaults and its English default (``load_word_tokenizer("en")``: a blank spaCy English pipeline
+  with a sentencizer).
+
+Writes ``{flagged, ngram, seconds, import_seconds, cpu_seconds, peak_rss_mb, rss_after_load_mb, settings}`` to
+``--out``. The decont module imports ``regex`` (not a dependency of datatrove's base install), so the
+environment needs it too.
 
 Differences from ours that remain: ``str.lower`` (ours: NFKC, casefold, Unicode format characters removed);
-a fixed punctuation list turned into spaces (ours: ``\\w+`` runs, so "_" is a word character to us and
-punctuation to it, and a symbol outside its list, such as "£", stays in its text); no n-grams for an eval
-text under 13 words (ours: its whole length as n, from 5 words); the first hit per doc, not every pair.
+for ``split`` and ``spacy``, a fixed punctuation list turned into spaces (ours: ``\\w+`` runs, so "_" is a word
+character to us and punctuation to it, and a symbol outside its list, such as "£", stays in its text); no
+n-grams for an eval text under 13 words (ours: its whole length as n, from 5 words); the first hit per doc, not
+every pair.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import time
 START = time.perf_counter()
 
 import numpy as np  # noqa: E402
-from _datatrove_words import SplitTokenizer  # noqa: E402
+from _datatrove_words import SplitTokenizer, WordsTokenizer  # noqa: E402
 from datatrove.data import Document  # noqa: E402
 from datatrove.pipeline.decont import NGramsDecontConfig, NGramsDecontFilter, NGramsDecontIndexer  # noqa: E402
 from datatrove.utils.text import TextNormConfig  # noqa: E402
@@ -73,21 +80,27 @@ def rss_mb(field: str = "VmRSS") -> float:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
 
 
+def norm_config(tokenizer: str) -> TextNormConfig:
+    """Numbers and diacritics kept (as ours); for ``words`` punctuation and whitespace left to its ``\\w+``."""
+    raw = {"remove_punctuation": False, "norm_whitespace": False} if tokenizer == "words" else {}
+    return TextNormConfig(norm_numbers=False, norm_unicode_diacritics=False, **raw)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--tokenizer", choices=("spacy", "split"), default="spacy")
+    parser.add_argument("--tokenizer", choices=("spacy", "split", "words"), default="spacy")
     parser.add_argument("--ngram", type=int, default=13)
     args = parser.parse_args()
     with open(args.corpus, encoding="utf-8") as f:
         corpus = json.load(f)
     loaded = rss_mb()
-    norm = TextNormConfig(norm_numbers=False, norm_unicode_diacritics=False)
+    norm = norm_config(args.tokenizer)
     config = NGramsDecontConfig(
         n_grams=args.ngram, find_query_ngrams=False, find_overlap_ngrams=False, norm_config=norm
     )
-    language = "en" if args.tokenizer == "spacy" else SplitTokenizer()
+    language = {"spacy": "en", "split": SplitTokenizer(), "words": WordsTokenizer()}[args.tokenizer]
     with tempfile.TemporaryDirectory(prefix="dt-decont-") as index_dir:
         start, cpu_start = time.perf_counter(), time.process_time()
         docs = [Document(text=t, id=str(j), metadata={"query": None}) for j, t in enumerate(corpus["eval"])]
