@@ -313,15 +313,22 @@ def test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given(monkeypatch
     """``engine: ray`` on a cluster with GPUs: one embedding actor per GPU, its encoder on ``cuda`` (the GPU Ray
     gives it), and the facts task (the store's fingerprint, the metrics' device) built the same way."""
 
-    class Cluster:  # what placement reads of Ray
+    class Cluster:  # what placement reads of Ray: 2 live nodes of 4 CPUs, 1 GPU each, and a dead one
         @staticmethod
         def cluster_resources():
             return {"CPU": 8.0, "GPU": 2.0}
 
+        @staticmethod
+        def nodes():
+            return [
+                {"Alive": a, "Resources": {"CPU": c, "GPU": 1.0}} for a, c in ((True, 4.0), (True, 4.0), (False, 16.0))
+            ]
+
     cfg = leakage_params(semantic=semantic_params(tiny_encoder, batch_size=4))
     where = ray_engine.placement(Cluster, cfg.hardware, 4)
     assert (where.actors, where.cpus, where.gpus, where.threads, where.hardware.device) == (2, 1, 1, 1, "cuda")
-    assert ray_engine.placement(Cluster, cfg.hardware.model_copy(update={"device": "cpu"}), 4).actors == 2
+    on_cpus = ray_engine.placement(Cluster, cfg.hardware.model_copy(update={"device": "cpu"}), 6)
+    assert (on_cpus.actors, on_cpus.cpus, on_cpus.gpus, on_cpus.threads) == (2, 4, 0, 4)  # a node's 4 CPUs, not 6
     pieces = [np.arange(1000, 1000 + n) for n in (3, 9, 14)]
     keys = [embedding_store.key_of(p) for p in pieces]
     windows = pa.table({"key": pa.array(keys, pa.binary(16)), "tokens": pa.array(pieces, pa.list_(pa.int64()))})

@@ -10,7 +10,7 @@ filled with [CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is 
 actor or engine it lands (``tasks/leakage/semantic/store.py``). An actor takes one GPU when the cluster has GPUs
 (``ray.cluster_resources()["GPU"]``, and ``hardware.device`` is not ``cpu``), one actor per GPU (and one CPU);
 otherwise it takes
-as many CPUs as the driver's torch threads (at most the cluster's), with torch set to that many threads, so that
+as many CPUs as the driver's torch threads (at most a node's), with torch set to that many threads, so that
 on a machine like the driver's it computes what a local run computes (the store's fingerprint keys the thread
 count). The store's fingerprint and the metrics' device come from an encoder built with the actors' resources
 (``encoder_facts``), so a store written by GPU actors is not read by a CPU run.
@@ -53,12 +53,13 @@ class Placement:
 
 def placement(ray, hardware, driver_threads: int) -> Placement:
     """One actor per GPU of the cluster (``hardware.device`` not ``cpu``; one CPU and torch thread each), else
-    actors of the driver's torch threads (at most the cluster's CPUs), as many as the cluster's CPUs hold (at
-    least one)."""
+    actors of the driver's torch threads (at most the CPUs of the largest live node, where one can be placed),
+    as many as the cluster's CPUs hold (at least one)."""
     gpus = int(ray.cluster_resources().get("GPU", 0)) if hardware.device != "cpu" else 0
     if gpus:
         return Placement(gpus, 1, 1, 1, hardware.model_copy(update={"device": "cuda"}))
-    cpus = min(driver_threads, raycluster.cpus(ray))
+    largest_node = max([int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]] + [1])
+    cpus = min(driver_threads, largest_node)
     return Placement(max(raycluster.cpus(ray) // cpus, 1), cpus, 0, cpus, hardware.model_copy(update={"device": "cpu"}))
 
 
