@@ -11,7 +11,12 @@ Follows datatrove's ``examples/minhash_deduplication.py`` (four executors chaine
 the already simplified text (datatrove accepts a ``WordTokenizer`` instance as ``language``), datatrove "at its best".
 The executors start their pools with ``fork`` (``--start-method``; datatrove's default is ``forkserver``, whose
 workers import datatrove and spaCy again in each of the four executors): on Linux a user who knows the executor
-picks it (same clusters; about 2-5 s less a run on BBC News, 4 of 4 alternated pairs).
+picks it (same clusters; about 2-5 s less a run on BBC News, 4 of 4 alternated pairs). Two more settings a user
+tuning it for this corpus picks: ``TextNormConfig(norm_numbers=False, norm_unicode_diacritics=False)``, since
+clozeline keeps digits and diacritics (the same work; the per-character NFD strip costs about as much as the rest
+of ``simplify_text``), and ``SHARDS_PER_WORKER`` input shards a worker, so that no worker idles while another
+finishes a large contiguous shard (the executor hands each task to the next free worker). The input is read and
+rewritten as shards inside the clock: ``JsonlReader`` shards by file, so the tool needs them.
 See benchmarks/peers/README.md for every setting and the output format.
 """
 
@@ -29,6 +34,7 @@ from _measure import TreeMemory, read_jsonl, write_result  # noqa: E402
 
 N_GRAMS, NUM_BUCKETS, HASHES_PER_BUCKET, SEED = 5, 16, 8, 1
 VARIANTS = ("spacy", "whitespace")
+SHARDS_PER_WORKER = 4
 
 
 def main() -> None:
@@ -57,7 +63,7 @@ def main() -> None:
     if work.exists():  # datatrove skips tasks it finds completed in a logging dir: never reuse one
         shutil.rmtree(work)
     docs = read_jsonl(args.input)
-    shard_ids = _write_shards(docs, work / "input", args.workers)
+    shard_ids = _write_shards(docs, work / "input", SHARDS_PER_WORKER * args.workers)
     shards = len(shard_ids)
 
     config = MinhashConfig(
@@ -65,7 +71,7 @@ def main() -> None:
         num_buckets=NUM_BUCKETS,
         hashes_per_bucket=HASHES_PER_BUCKET,
         seed=SEED,
-        norm_config=TextNormConfig(),
+        norm_config=TextNormConfig(norm_numbers=False, norm_unicode_diacritics=False),
         hash_config=HashConfig(precision=64, hash_fc="xxhash"),
     )
 
@@ -141,9 +147,9 @@ def main() -> None:
         "variant": args.variant,
         "settings": {
             "word_tokenizer": tokenizer_desc,
-            "normalization": "datatrove simplify_text: lowercase, digit runs (with a decimal part) -> '0', "
-            "punctuation -> space, whitespace runs -> one space, NFD + drop combining marks (diacritics); "
-            "weekday/month names kept",
+            "normalization": "datatrove simplify_text: lowercase, punctuation -> space, whitespace runs -> one "
+            "space; digits, diacritics and weekday/month names kept (norm_numbers and norm_unicode_diacritics "
+            "off: clozeline keeps both)",
             "text_norm_config": vars(config.norm_config),
             "shingles": f"word {N_GRAMS}-grams joined by ' ' (a document with fewer than {N_GRAMS} words gets no "
             "signature and can never be a duplicate)",
@@ -164,8 +170,9 @@ def main() -> None:
             "workers": args.workers,
             "tasks": {"signature": shards, "buckets": config.num_buckets, "cluster": 1, "filter": shards},
             "executor": f"LocalPipelineExecutor, start_method {args.start_method}",
-            "input_shards": f"input split into {shards} contiguous JSONL shards (one per signature/filter task; "
-            "JsonlReader shards by file)",
+            "input_shards": f"input split into {shards} contiguous JSONL shards ({SHARDS_PER_WORKER} a worker, "
+            "one per signature/filter task, each handed to the next free worker; JsonlReader shards by file), "
+            "written inside the clock",
         },
         "seconds": round(t_done - T0, 3),
         "seconds_excluding_imports": round(t_done - t_work, 3),
