@@ -1,13 +1,17 @@
-"""Runs text-dedup's MinHash (with its Jaccard "check false positives" step) on a JSONL of {"id", "text"} documents.
+"""Runs text-dedup's MinHash (with its Jaccard "check false positives" step) on Parquet (``doc_id``, ``text``) or
+JSONL (``{"id", "text"}`` a line) documents.
 
 Run it with text-dedup's own environment (Python >= 3.12), never the pipeline's::
 
     benchmarks/.peers/textdedup/bin/python benchmarks/peers/textdedup_minhash.py \
-        --input docs.jsonl --workdir /tmp/td --output result.json --workers 2
+        --input docs.parquet --workdir /tmp/td --output result.json --workers 2
 
 text-dedup 0.4.1's CLI (``python -m text_dedup.minhash``) only builds a ``text_dedup.config.Config`` (from a
 ``config.toml``, through pydantic-settings' CliApp) and calls ``text_dedup.minhash.main(config)``; this runner
-builds the same Config object directly and calls the same ``main``. See benchmarks/peers/README.md.
+builds the same Config object directly and calls the same ``main``. The input is read by text-dedup itself,
+``datasets.load_dataset`` with ``file_type`` ``parquet`` (as its own ``configs/minhash.toml``, and the file the
+dedup stage reads) or ``json`` for a ``.jsonl`` file. The ids and texts the result needs are read after the
+clock stops. See benchmarks/peers/README.md.
 """
 
 import time
@@ -46,7 +50,7 @@ def main() -> None:
 
     t_work = time.perf_counter()
 
-    docs = read_jsonl(args.input)
+    file_type = "parquet" if Path(args.input).suffix == ".parquet" else "json"
     # Config reads only a TOML file (its settings_customise_sources drops init kwargs), as the CLI does
     toml = work / "config.toml"
     toml.write_text(
@@ -54,9 +58,9 @@ def main() -> None:
             {
                 "input": {
                     "input_type": "local_files",
-                    "file_type": "json",
+                    "file_type": file_type,
                     "read_arguments": {
-                        "path": "json",
+                        "path": file_type,
                         "data_files": str(Path(args.input).resolve()),
                         "split": "train",
                         "cache_dir": str(work / "hf_cache"),
@@ -96,18 +100,18 @@ def main() -> None:
     minhash.main(config)
     t_done = time.perf_counter()
 
-    # __INDEX__ is the input line number (assigned before the length filter). clusters.pickle maps every
+    ids, texts = read_docs(Path(args.input))
+    # __INDEX__ is the input row number (assigned before the length filter). clusters.pickle maps every
     # document that survived the Jaccard check to its cluster id (the smallest index among them); a document
     # is removed when its cluster id is not its own index.
     parents: dict[int, int] = pickle.loads((work / "output" / "clusters.pickle").read_bytes())
-    ids = [str(d["id"]) for d in docs]
     removed = [ids[i] for i, c in parents.items() if c != i]
     clusters: dict[int, list[str]] = {}
     for i, c in parents.items():
         clusters.setdefault(c, []).append(ids[i])
     kept_index = set(datasets.load_from_disk(str(work / "output"))[algo.internal_index_column])
-    too_short = [ids[i] for i in range(len(docs)) if not algo.get_filtering_func()(docs[i]["text"])]
-    dropped = sorted(ids[i] for i in set(range(len(docs))) - kept_index)
+    too_short = [ids[i] for i, text in enumerate(texts) if not algo.get_filtering_func()(text)]
+    dropped = sorted(ids[i] for i in set(range(len(ids))) - kept_index)
     if dropped != sorted(removed + too_short):
         raise RuntimeError("text-dedup's output and its cluster assignment disagree")
     workdir_bytes = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
@@ -141,13 +145,13 @@ def main() -> None:
             "super_merger connected components); the member with the smallest input index is kept",
             "workers": args.workers,
             "num_proc": algo.num_proc,
-            "input": "datasets.load_dataset('json') of the input file",
+            "input": f"datasets.load_dataset('{file_type}') of the input file (input file_type {file_type})",
         },
         "seconds": round(t_done - T0, 3),
         "seconds_excluding_imports": round(t_done - t_work, 3),
         "seconds_imports": round(t_work - t_imports, 3),
-        "docs_in": len(docs),
-        "docs_per_second": round(len(docs) / (t_done - T0), 1),
+        "docs_in": len(ids),
+        "docs_per_second": round(len(ids) / (t_done - T0), 1),
         **memory,
         "workdir_bytes": workdir_bytes,
         "too_short_ids": sorted(too_short),
@@ -160,6 +164,18 @@ def main() -> None:
             {k: v for k, v in result.items() if k not in ("removed_ids", "clusters", "settings", "too_short_ids")}
         )
     )
+
+
+def read_docs(path: Path) -> tuple[list[str], list[str]]:
+    """The documents' ids and texts in input order (``__INDEX__`` numbers them so): Parquet ``doc_id`` and
+    ``text`` (pyarrow, which ``datasets`` installs), or JSONL ``id`` and ``text``."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=["doc_id", "text"])
+        return [str(i) for i in table.column("doc_id").to_pylist()], table.column("text").to_pylist()
+    docs = read_jsonl(path)
+    return [str(d["id"]) for d in docs], [d["text"] for d in docs]
 
 
 def _toml(tables: dict) -> str:
@@ -178,7 +194,7 @@ def _toml(tables: dict) -> str:
 
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--input", required=True, help="JSONL, one {'id': str, 'text': str} per line")
+    parser.add_argument("--input", required=True, help="Parquet (doc_id, text) or JSONL ({'id', 'text'} a line)")
     parser.add_argument("--workdir", required=True, help="scratch folder (the runner uses DIR/textdedup)")
     parser.add_argument("--output", required=True, help="result JSON")
     parser.add_argument("--workers", type=int, default=2)
