@@ -10,6 +10,8 @@ from pathlib import Path
 from benchmarks._device_time import profile_steps, sync
 
 ROOT = Path(__file__).resolve().parents[1]
+#: HF Trainer's loader processes on CUDA (``dataloader_num_workers``), persistent across its epochs.
+DATALOADER_WORKERS = 4
 
 
 def stage_config(preset: str, batch: int, mlm_probability: float, device: str):
@@ -107,7 +109,12 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
     """HF ``Trainer`` + ``DataCollatorForLanguageModeling``, same model, batch and precision (ModernBERT: logits
     at the masked positions only, ``sparse_prediction``; other architectures have no such switch: full-vocabulary
     logits): ``warmup + steps`` optimizer steps, the last ``steps`` timed (a synchronize, then the clock, at each
-    step end)."""
+    step end). On CUDA as HF's performance guides set it up: ``torch_compile=True`` when ours compiles
+    (``cfg.compile``; it compiles in the first steps, before the clock starts at ``warmup``), and the collator
+    (padding and masking) in ``DATALOADER_WORKERS`` persistent loader processes, in parallel with the GPU as our
+    ``Prefetcher`` thread is; ``tokens_per_cpu_s`` then counts this process only, not those workers. On CPU
+    neither: no compile (ours does not) and the collator in this process (workers would take cores from the
+    step)."""
     import torch
     from datasets import load_from_disk
     from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
@@ -133,6 +140,7 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
 
         on_step_end = on_train_begin
 
+    cuda = device.type == "cuda"
     args = TrainingArguments(
         output_dir=str(data / "hf_trainer"),
         per_device_train_batch_size=cfg.batch_size_blocks,
@@ -141,10 +149,13 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
         save_strategy="no",
         report_to=[],
         seed=cfg.seed,
-        bf16=device.type == "cuda" and cfg.bf16,
-        tf32=True if device.type == "cuda" else None,  # as the stage
+        bf16=cuda and cfg.bf16,
+        tf32=True if cuda else None,  # as the stage
         use_cpu=device.type == "cpu",
         disable_tqdm=True,
+        torch_compile=cuda and cfg.compile,
+        dataloader_num_workers=DATALOADER_WORKERS if cuda else 0,
+        dataloader_persistent_workers=cuda,
     )
     collator = DataCollatorForLanguageModeling(tok, mlm_probability=cfg.mlm_probability)
     Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[Clock()]).train()
@@ -155,7 +166,8 @@ def measure_hf_trainer(data: Path, cfg, warmup: int, steps: int) -> dict:
         "tokens_per_cpu_s": tokens / (cpu1 - cpu0),
         "first_step_seconds": stamps[1][0] - stamps[0][0],
         "compile_seconds": None,
-        "compile": False,
+        "compile": args.torch_compile,
+        "dataloader_num_workers": args.dataloader_num_workers,
         "flops_per_token": train_flops_per_token(model, seq_len, cfg.mlm_probability),
         "sparse_prediction": sparse,
     }
