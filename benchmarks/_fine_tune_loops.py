@@ -213,18 +213,22 @@ def measure_hf_trainer(
 def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
     """One configuration run as a user's HF ``Trainer`` script does it: a fresh ``Trainer`` over a fresh model
     (``build_model``, as the stage builds it for this arm and seed) on seed ``seed``'s train docs
-    (``job.for_seed``), the stage's LRs times ``lr_scale`` (``training.learning_rates``), batch size, epochs
-    (``max_epochs``, no early stopping: Trainer gives none by default), linear warmup/decay over the same steps,
-    clipping and weight decay; dev scored after every epoch (``eval_strategy="epoch"``, macro-F1 in
-    ``compute_metrics``), then one ``predict`` on test. ``bf16``: Trainer's ``bf16=True`` (autocast for training
-    and evaluation). A frozen arm trains its head with AdamW (the encoder has no gradients), the Trainer way to
-    fit a head on a frozen encoder: no cached features. Returns the wall seconds from model construction to the
-    test predictions, the epochs run and the dev/test macro-F1."""
+    (``job.for_seed``), the stage's LRs times ``lr_scale`` (``training.learning_rates``), batch size, at most
+    ``max_epochs`` epochs, linear warmup/decay over the same steps, clipping and weight decay; dev scored after
+    every epoch (``eval_strategy="epoch"``, macro-F1 in ``compute_metrics``: cls's ``SELECT_METRIC``, the
+    stage's dev metric) and stopped as ours stops (``training.train``): Trainer's ``EarlyStoppingCallback`` with
+    the stage's ``patience_epochs`` (a run ends after that many epochs without a better dev macro-F1), and the
+    best epoch's weights restored (``load_best_model_at_end``, which needs a checkpoint an epoch:
+    ``save_strategy="epoch"``, ``save_total_limit=1``, ``save_only_model``, as no run is resumed), then one
+    ``predict`` on test. ``bf16``: Trainer's ``bf16=True`` (autocast for training and evaluation). A frozen arm
+    trains its head with AdamW (the encoder has no gradients), the Trainer way to fit a head on a frozen encoder:
+    no cached features. Returns the wall seconds from model construction to the test predictions (checkpoint
+    saves and the best model's reload included), the epochs run and the dev/test macro-F1."""
     import math
 
     import numpy as np
     from sklearn.metrics import f1_score
-    from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArguments
+    from transformers import DataCollatorWithPadding, EarlyStoppingCallback, PrinterCallback, TrainingArguments
 
     from tasks.common.models.encoders import load_tokenizer
     from tasks.finetune.arms import training
@@ -252,8 +256,13 @@ def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
             warmup_steps=int(tcfg.warmup_fraction * total),
             max_grad_norm=tcfg.max_grad_norm,
             seed=seed,
-            save_strategy="no",
             eval_strategy="epoch",
+            save_strategy="epoch",
+            save_total_limit=1,
+            save_only_model=True,
+            load_best_model_at_end=True,
+            metric_for_best_model="macro_f1",
+            greater_is_better=True,
             report_to=[],
             disable_tqdm=True,
             dataloader_num_workers=0,
@@ -268,6 +277,7 @@ def hf_trainer_run(job, device, seed: int, lr_scale: float, bf16: bool) -> dict:
             train_dataset=trainer_dataset(job.exs["train"]),
             eval_dataset=trainer_dataset(by_length(job.exs["dev"])),
             compute_metrics=macro_f1,
+            callbacks=[EarlyStoppingCallback(early_stopping_patience=tcfg.patience_epochs)],
         )
         trainer.remove_callback(PrinterCallback)  # its per-epoch dicts on stdout; log_history keeps them
         trainer.train()
