@@ -14,7 +14,8 @@ included; peak RSS of the largest process and of the process tree):
   with rensa's README's minimal normalisation, lowercase and ``\\w+`` (``lsh-workers-minimal``);
 - ``datatrove``: datatrove 0.10.1's MinHash pipeline (signature, buckets, cluster, filter) on its local
   executor, with a whitespace word tokenizer (its fastest) and, at 1x only, its default spaCy one, from JSONL;
-- ``text-dedup``: text-dedup 0.4.1's MinHash with its Jaccard check, from JSONL (Python 3.12 environment), up to
+- ``text-dedup``: text-dedup 0.4.1's MinHash with its Jaccard check, from the stage's Parquet file, as its own
+  config reads (Python 3.12 environment), up to
   4x (at 16x it ran past the 600 s limit in every run);
 - ``naive``: one ``datasketch.MinHash.update`` per shingle, ``MinHashLSH`` insert and query, exact Jaccard and
   union-find (1x only: about 45 docs/s);
@@ -218,7 +219,8 @@ def _summary(measured: list[dict]) -> dict:
 
 
 def write_inputs(work: Path, texts: list[str]) -> None:
-    """The same documents as an ingest-contract Parquet file (ours) and as JSONL (the peers' readers)."""
+    """The same documents as an ingest-contract Parquet file (ours, rensa's and text-dedup's) and as JSONL
+    (datatrove's reader)."""
     ids = [f"{i:07d}" for i in range(len(texts))]
     ingest = work / "data" / "ingest"
     ingest.mkdir(parents=True)
@@ -262,7 +264,8 @@ def _peer(work: Path, environment: str, runner: str, variant: str) -> dict:
         if missing:
             return {"skipped": f"{missing} is not installed here (benchmarks/peers/setup.sh installs the bench group)"}
     else:
-        python, source = PEERS / environment / "bin" / "python", work / "docs.jsonl"
+        python = PEERS / environment / "bin" / "python"
+        source = work / ("data/ingest/bench.parquet" if environment == "textdedup" else "docs.jsonl")
         if not (PEERS / environment / ".installed").exists():
             return {"skipped": f"no {environment} environment (benchmarks/peers/setup.sh builds it)"}
     scratch, output = work / f"{environment}-{variant}", work / f"{environment}-{variant}.json"

