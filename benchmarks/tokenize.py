@@ -27,12 +27,14 @@ ratio beside it; all times listed):
   same blocks as ``run_mlm`` at num_proc 1.
 - ``run_mlm_our_format``: the same two maps made to produce our blocks (tokenize without special tokens;
   group: join with [SEP], cut every ``SEQ - 1``, prepend [CLS], one batch for the whole corpus so one tail
-  is dropped). Asserted: blocks identical to the stage's. Not the recipe (one batch, one column), so reported
-  beside it (``ratio_vs_run_mlm_our_format``), not as the peer.
+  is dropped). Asserted: blocks identical to the stage's. What a user of the recipe who needs the stage's output
+  writes (one column, not four), so it is a peer of the num_proc 1 row beside the recipe verbatim, and the goal
+  reads the faster of the two (issue 61's peer review; ``ratio_vs_run_mlm_our_format`` kept).
 
 tokens/s: document subword tokens (special tokens not counted, the same figure for every method) / seconds.
-Goal: stage at num_proc 1 >= 70% of ``limit`` and >= 1.5x ``run_mlm``. The num_proc 2 row is for
-information: its limit is twice the one-core limit (perfect scaling), its peer ``run_mlm`` with 2 workers.
+Goal: stage at num_proc 1 >= 70% of ``limit`` and >= 1.5x the faster of ``run_mlm`` and ``run_mlm_our_format``.
+The num_proc 2 row is for information: its limit is twice the one-core limit (perfect scaling), its peer
+``run_mlm`` with 2 workers.
 ``ceiling_ratio_vs_run_mlm`` (limit / run_mlm) bounds what any one-core method could gain on the recipe.
 Run: ``.venv/bin/python benchmarks/tokenize.py`` (4-8 minutes on 2 shared cores); writes
 ``benchmarks/results/tokenize.json`` with its provenance (``benchmarks/_provenance.py``). ``--smoke``: every method
@@ -68,7 +70,7 @@ from tasks.tokenize import mlm_blocks as stage  # noqa: E402
 
 SEQ = 128
 BATCH = 1000  # params.yaml tokenize.map_batch_size_docs, and datasets.map's default batch_size
-GOAL = ">= 1.5x run_mlm, >= 70% of raw tokenizer"
+GOAL = ">= 1.5x the faster HF recipe (verbatim or our format), >= 70% of raw tokenizer"
 GOAL_RATIO, GOAL_FRACTION = 1.5, 0.7
 RESULTS = REPO / "benchmarks" / "results" / "tokenize.json"
 SMOKE_DOCS = 60
@@ -76,6 +78,7 @@ PEER_NAMES = {
     "run_mlm_num_proc_1": "HF run_mlm recipe",
     "run_mlm_num_proc_2": "HF run_mlm recipe",
     "run_mlm_rust_threads": "HF run_mlm recipe, Rust threads",
+    "run_mlm_our_format": "HF run_mlm's maps, made to give our blocks",
 }
 #: The code measured: the tokenize stage, its imports followed (the tokenizer loading included).
 MEASURED = ("tasks.tokenize",)
@@ -273,7 +276,7 @@ def report(seconds: dict, counts: dict, docs: int) -> dict:
         row(
             f"BBC News, {docs:,} docs, num_proc 1",
             rates["stage_num_proc_1"],
-            {"run_mlm_num_proc_1": rates["run_mlm_num_proc_1"]},
+            {name: rates[name] for name in ("run_mlm_num_proc_1", "run_mlm_our_format")},
             rate["limit"],
         ),
         row(
