@@ -44,7 +44,7 @@ HERE = (
 ELSEWHERE = {"fine_tune_sweep": "tests/benchmarks/test_bench_fine_tune_sweep.py"}
 #: run with ``--smoke`` by the GPU check's dry run too (benchmarks/gpu_check.sh)
 DRY_RUN = ("pretrain", "fine_tune_sweep")
-AT_ONCE = 3
+AT_ONCE = 2
 TIMEOUT_S = 400
 ENV = {
     "HF_HUB_OFFLINE": "1",
