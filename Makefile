@@ -134,7 +134,8 @@ bench: install
 # its minute for the smokes) and each smoke says which peer it skipped.
 bench-smoke: install-ray
 	PYTHON=$(PYTHON) bash benchmarks/peers/setup.sh
-	$(BIN)/python -m pytest tests/benchmarks/test_benchmarks_smoke.py --durations=12
+	$(BIN)/python -m pytest tests/benchmarks/test_benchmarks_smoke.py tests/benchmarks/test_bench_fine_tune_sweep.py \
+	  -n 2 --dist loadfile --durations=12
 
 # MLflow's UI on 127.0.0.1 over the store the stages log to (MLFLOW_TRACKING_URI, else sqlite mlruns.db), on PORT
 # (default: the port of report.mlflow_ui_url, where the claim table's run links point). It prints the link to the

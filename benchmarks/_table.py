@@ -189,7 +189,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", action="store_true", help="also rewrite the table in docs/benchmarks.md")
     args = parser.parse_args()
-    table = markdown(load_rows())
+    try:
+        rows = load_rows(RESULTS)
+    except ValueError as err:  # a file without rows, or a smoke run's file: one line, not a traceback
+        raise SystemExit(f"_table.py: {err}") from None
+    table = markdown(rows)
     print(table)
     if args.docs:
         rewrite_docs(table)

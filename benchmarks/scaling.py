@@ -24,8 +24,8 @@ earlier round); docs/s is the median over the rounds, with its spread. Writes ``
 ``SMOKE_TRAIN`` training and ``SMOKE_EVAL`` eval rows, without the semantic pass, which leakage_semantic.py's smoke
 runs), on the local engine only unless ``--engines`` names ray:
 a Ray start-up costs about 20 s a run, over the smoke's budget (tests/common/test_ray_engines.py runs both stages on Ray
-in ``make test``); its results and a copy of docs/scaling.md with the new tables go to ``--out``'s folder
-(docs/scaling.md untouched).
+in ``make test``); its results go to ``--out`` and a copy of docs/scaling.md with the new tables beside it, named
+after it (``<out>.md``; an ``--out`` that would name docs/scaling.md itself is refused).
 
     .venv/bin/python benchmarks/scaling.py                                   # 1x, 16x: about 20 minutes
     .venv/bin/python benchmarks/scaling.py --keep --dedup-scales 131 --leakage-scales 166   # 10^6 docs each
@@ -119,7 +119,16 @@ def main() -> None:
     results["cores"] = os.cpu_count()
     results["rows"] = table_rows(results["runs"])
     write_results(out, results, MEASURED, args.smoke)
-    write_doc(results, out.parent / DOC.name if args.smoke else DOC)
+    write_doc(results, smoke_doc(out) if args.smoke else DOC)
+
+
+def smoke_doc(out: Path) -> Path:
+    """Where a smoke run writes its copy of docs/scaling.md: beside ``out``, named after it, never over the docs'
+    page (a smoke ``--out`` in docs/ would otherwise replace its measured tables). Raises ``SystemExit``."""
+    doc = out.with_suffix(".md")
+    if doc.resolve() == DOC.resolve():
+        raise SystemExit(f"scaling.py --smoke: {doc} is the docs' page; give --out another name or folder")
+    return doc
 
 
 def alternated(

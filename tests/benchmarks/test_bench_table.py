@@ -191,6 +191,26 @@ def test_a_smoke_runs_results_are_refused_in_the_results_folder(tmp_path, monkey
         _table.load_rows(tmp_path)
 
 
+def test_the_table_command_refuses_a_smoke_file_in_one_line(tmp_path, monkeypatch, capsys):
+    path = _results(tmp_path, "0" * 64)
+    body = json.loads(path.read_text())
+    body["provenance"]["smoke"] = True
+    path.write_text(json.dumps(body))
+    monkeypatch.setattr(_table, "RESULTS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["_table.py"])
+    with pytest.raises(SystemExit, match=r"^_table.py: .*dedup.json: a --smoke run's results"):
+        _table.main()
+
+
+def test_a_smoke_run_of_scaling_never_writes_the_docs_page(tmp_path):
+    from benchmarks import scaling
+
+    assert scaling.smoke_doc(tmp_path / "scaling.json") == tmp_path / "scaling.md"
+    assert scaling.smoke_doc(scaling.DOC.with_name("scaling_smoke.json")).name == "scaling_smoke.md"
+    with pytest.raises(SystemExit, match="is the docs' page"):
+        scaling.smoke_doc(scaling.DOC.with_suffix(".json"))
+
+
 def test_provenance_records_the_code_and_the_cpu_flags(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
