@@ -278,11 +278,26 @@ def row(scale: int, n_train: int, n_eval: int, ours: list[float], peers: dict[st
     }
 
 
+def positive_scales(text: str) -> list[int]:
+    """``--scales``' value: one or more comma-separated positive integers (argparse turns the ``ValueError`` into
+    a one-line usage error)."""
+    scales = [int(part) for part in text.split(",") if part.strip()]
+    if not scales or min(scales) < 1:
+        raise ValueError(text)
+    return scales
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--corpus", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--scales", default=",".join(map(str, SCALES)))
+    parser.add_argument(
+        "--scales",
+        type=positive_scales,
+        nargs="+",
+        default=[SCALES],
+        help=f"corpus sizes, x the default rows: '1 4' or '1,4' (default {' '.join(map(str, SCALES))})",
+    )
     add_smoke(parser, RESULTS)
     args = parser.parse_args()
     if args.part:
@@ -292,7 +307,7 @@ def main() -> dict:
 
     out = out_path(args, RESULTS)
     raw = read_yaml(ROOT / "params.yaml")
-    scales = [1] if args.smoke else [int(s) for s in args.scales.split(",")]
+    scales = [1] if args.smoke else [scale for given in args.scales for scale in given]
     have_peer = (PEERS / "datatrove" / "bin" / "python").exists()
     sizes, rows = {}, []
     with tempfile.TemporaryDirectory(prefix="bench-leakage-") as tmp:
