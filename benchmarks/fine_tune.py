@@ -278,7 +278,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=list(PEER_NAMES) + ["ours"])
     parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    parser.add_argument("--device", help=argparse.SUPPRESS)  # a worker's; a user names --devices
     parser.add_argument("--devices", default="cpu,cuda", help="where to compare (cuda: skipped without a GPU)")
     parser.add_argument("--profile", help="worker only: write a cProfile of the timed train and eval parts here")
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps (x 8 train docs)")
@@ -292,8 +292,10 @@ def main() -> None:
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be >= 1")
     if args.worker:
-        print(json.dumps(worker(args)))
+        print(json.dumps(worker(argparse.Namespace(**{**vars(args), "device": args.device or "cpu"}))))
         return
+    if args.device:  # the workers' own flag: a user who types it means --devices
+        parser.error(f"--device {args.device}: this benchmark compares on --devices (e.g. --devices {args.device})")
     import torch
 
     out = out_path(args, RESULTS)
