@@ -112,8 +112,16 @@ def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
         assert "datatrove skipped: no peer environment" in done.stdout  # a peer not run is said, not silent
         assert "datatrove" in body["scales"]["1x"]["skipped"]
     if name == "scaling":  # its rows are Ray beside local; the smoke runs the local engine (Ray: test_ray_engines)
-        assert {run["stage"] for run in body["runs"]} == {"dedup", "leakage"} and "engine ray skipped" in done.stdout
+        assert {run["stage"] for run in body["runs"]} == {
+            "dedup",
+            "leakage",
+            "feed",
+        } and "engine ray skipped" in done.stdout
         assert (out.parent / "scaling.md").read_text().count("| dedup | local |") == 1
+        feed = [run for run in body["runs"] if run["stage"] == "feed"]  # two sizes 10x apart, their peak RSS recorded
+        assert [run["blocks"] for run in feed] == [2_000, 20_000]
+        assert all(run["peak_rss_mib"] >= run["imports_rss_mib"] > 0 and run["steps_per_s"] > 0 for run in feed)
+        assert [row["goal"] for row in rows if "feed peak RSS" in row["case"]] == ["<= 1.10x"]
         return
     assert rows and all(row["benchmark"] == name for row in rows)
     table = _table.markdown(rows)

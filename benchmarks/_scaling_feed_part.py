@@ -1,0 +1,66 @@
+"""The feed part of ``benchmarks/_scaling_feed.py``, run in a fresh process (``python -m
+benchmarks._scaling_feed_part FOLDER RANK WORLD STEPS OUT``): open the blocks, the trainer's start-up scans, then
+``STEPS`` steps of rank ``RANK`` of ``WORLD``; writes ``{imports_rss_mib, startup_s, steps_per_s, blocks}`` to
+``OUT`` (JSON). Its imports are the pretrain stage's (torch, the trainer), so its RSS after them is a baseline."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks._scaling_feed import MASK_ID, SPECIAL, VOCAB
+from tasks.config import load_params
+from tasks.pretrain.blocks import blocks_sha256, open_blocks
+from tasks.pretrain.feed import needs_attention_mask
+from tasks.pretrain.hardware import Dist
+from tasks.pretrain.mlm import MaskingVocab, unigram_log_probs
+from tasks.pretrain.trainer import Trainer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main(folder: Path, rank: int, world: int, steps: int, out: Path) -> None:
+    """The measured part (see the module docstring)."""
+    torch.set_num_threads(1)
+    imports_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cfg = load_params(REPO / "params.yaml").pretrain
+    special = torch.arange(VOCAB) < SPECIAL
+    vocab = MaskingVocab(
+        MASK_ID, special.nonzero().flatten(), (~special).nonzero().flatten(), torch.zeros_like(special)
+    )
+    start = time.perf_counter()
+    train = open_blocks(folder)
+    blocks_sha256(train["input_ids"])
+    unigram_log_probs(train["input_ids"], train["maskable"], vocab)
+    with_mask = needs_attention_mask(train)
+    opened = time.perf_counter()
+    feed = feed_only(cfg, vocab, train, Dist(rank, world, torch.device("cpu")), with_mask)
+    for step in range(steps):
+        feed._micro_batches(step)
+    done = time.perf_counter()
+    figures = {
+        "imports_rss_mib": imports_rss,
+        "startup_s": opened - start,
+        "steps_per_s": steps / (done - opened),
+        "blocks": len(train["input_ids"]),
+        "batch_blocks": cfg.batch_size_blocks * cfg.grad_accum_steps,
+    }
+    out.write_text(json.dumps(figures), encoding="utf-8")
+
+
+def feed_only(cfg, vocab: MaskingVocab, train: dict, env: Dist, with_mask: bool) -> Trainer:
+    """A ``Trainer`` holding only what its ``_rows`` and ``_micro_batches`` read (no model, optimizer or process
+    group, ``__init__`` not run): the feed measured is the trainer's own code."""
+    feed = Trainer.__new__(Trainer)
+    feed.cfg, feed.vocab, feed.train, feed.env, feed.with_mask, feed.seed = cfg, vocab, train, env, with_mask, cfg.seed
+    feed.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
+    return feed
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
