@@ -98,7 +98,7 @@ def main() -> None:
     limit = SMOKE_ROWS if args.smoke else None
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
         work = Path(tmp)
-        rows = default_ingest_rows(raw, work / "base", limit and limit // 4)[:limit]
+        rows = default_ingest_rows(raw, work / "base", limit and limit // 4)[:limit] if args.dedup_scales else []
         for scale in args.dedup_scales:
             source = work / f"dedup-{scale}x" / "data" / "ingest"
             docs = write_dedup_corpus(rows, scale, source)
