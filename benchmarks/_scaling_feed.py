@@ -1,7 +1,8 @@
 """Pretraining's feed at two corpus sizes 10x apart, no model: steps/s and the peak RSS of one rank's process.
 
 Blocks (``write_blocks``, before any clock starts): ``n`` packed blocks of ``tokenize.max_seq_len_tokens`` ids,
-synthetic (``[CLS]`` then ids drawn uniformly from the non-special ids of a ``VOCAB``-id vocabulary, no padding),
+synthetic (``[CLS]`` then ids drawn uniformly from the non-special ids of a ``VOCAB``-id vocabulary, no padding;
+the ids are ``_scaling_feed_part``'s),
 written by the tokenize stage's own ``tasks.tokenize.shards.ShardWriter`` in shards of ``tokenize.shard_blocks``,
 ``BUILD_CHUNK`` blocks at a time. Part (``part``, a fresh process per size and rank, run as ``python -m
 benchmarks._scaling_feed``): the stage's ``open_blocks`` (memory-mapped shards), the trainer's start-up scans of
@@ -11,7 +12,9 @@ rank's slice; ``masked_batch``) with params.yaml's pretrain values, on the host,
 rank is ``Dist(rank, world)``: the feed takes both as numbers, no torch.distributed; the ranks of one size run one
 after the other (the OS page cache of the shards is shared, a process's RSS is its own).
 
-Measured (``benchmarks/_measure.run_measured``): ``peak_rss_mib``, the process's ``VmHWM``, imports included
+``--smoke`` calls the part's ``main`` in its own process (``in_process``; the pretrain imports once), so its RSS
+figures are the benchmark process's. Measured (``benchmarks/_measure.run_measured``): ``peak_rss_mib``, the
+process's ``VmHWM``, imports included
 (``imports_rss_mib``: its RSS after the imports, before the blocks are opened); ``steps_per_s`` over the loop;
 ``startup_s``: open and scans. The goal (issue 63): each rank's peak RSS independent of the corpus size, met when
 the larger corpus's peak is at most ``RSS_GOAL`` times the smaller's.
@@ -21,22 +24,23 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks._measure import run_measured
 from benchmarks._provenance import provenance, ratio_fields
+from benchmarks._scaling_feed_part import CLS_ID, SPECIAL, VOCAB, main
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = "feed"
 #: the code measured: the feed's modules, their imports followed
 MEASURED = ("tasks.pretrain.blocks", "tasks.pretrain.feed", "tasks.pretrain.trainer", "tasks.tokenize.shards")
 TIMEOUT_S = 1800
-VOCAB = 30522  # bert-base-uncased's size; ids 0-4 special, 4 the mask id
-SPECIAL, MASK_ID, CLS_ID = 5, 4, 2
 BUILD_CHUNK = 20_000
 SEED = 20240611
 #: the goal: peak RSS at 10x the blocks at most this multiple of the smaller corpus's (independent of the size)
@@ -77,9 +81,12 @@ def measure(folder: Path, rank: int, world: int, steps: int, smoke: bool = False
     """One rank's feed on ``folder``'s blocks in a fresh process (``benchmarks/_scaling_feed_part.py``): its
     wall seconds and peak RSS (``run_measured``) with the part's own figures."""
     log, figures = folder.parent / f"rank{rank}of{world}.log", folder.parent / f"rank{rank}of{world}.json"
-    command = [sys.executable, "-m", "benchmarks._scaling_feed_part", str(folder), str(rank), str(world), str(steps)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    timing = run_measured([*command, str(figures)], REPO, env=env, log=log, timeout_s=TIMEOUT_S)
+    if smoke:  # the part in this process, as pretrain.py's smoke runs its workers: the pretrain imports once
+        timing = in_process(folder, rank, world, steps, figures)
+    else:
+        command = [sys.executable, "-m", "benchmarks._scaling_feed_part", str(folder), str(rank), str(world)]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        timing = run_measured([*command, str(steps), str(figures)], REPO, env=env, log=log, timeout_s=TIMEOUT_S)
     run = json.loads(figures.read_text()) | timing
     run |= {"stage": STAGE, "engine": f"rank {rank}/{world}", "scale": run["blocks"], "docs": run["blocks"]}
     run |= {"rank": rank, "world": world, "steps": steps, "provenance": provenance(MEASURED, smoke=smoke)}
@@ -89,6 +96,15 @@ def measure(folder: Path, rank: int, world: int, steps: int, smoke: bool = False
         flush=True,
     )
     return run
+
+
+def in_process(folder: Path, rank: int, world: int, steps: int, figures: Path) -> dict:
+    """A smoke run's part, called here (``_scaling_feed_part.main``): seconds, and this process's peak RSS as
+    both peaks (a figure of the path, not of the feed)."""
+    start = time.perf_counter()
+    main(folder, rank, world, steps, figures)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"seconds": time.perf_counter() - start, "peak_rss_mib": peak, "peak_tree_rss_mib": peak}
 
 
 def rows(runs: list[dict]) -> list[dict]:

@@ -11,21 +11,23 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-from benchmarks._scaling_feed import MASK_ID, SPECIAL, VOCAB
 from tasks.config import load_params
-from tasks.pretrain.blocks import blocks_sha256, open_blocks
-from tasks.pretrain.feed import needs_attention_mask
-from tasks.pretrain.hardware import Dist
-from tasks.pretrain.mlm import MaskingVocab, unigram_log_probs
-from tasks.pretrain.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
+VOCAB = 30522  # the synthetic blocks' vocabulary (bert-base-uncased's size); ids 0-4 special, 4 the mask id
+SPECIAL, MASK_ID, CLS_ID = 5, 4, 2
 
 
 def main(folder: Path, rank: int, world: int, steps: int, out: Path) -> None:
-    """The measured part (see the module docstring)."""
+    """The measured part (see the module docstring). The pretrain stage's modules (torch, the trainer) are imported
+    here, so that ``benchmarks._scaling_feed`` can read this module's ids without them."""
+    import torch
+
+    from tasks.pretrain.blocks import blocks_sha256, open_blocks
+    from tasks.pretrain.feed import needs_attention_mask
+    from tasks.pretrain.hardware import Dist
+    from tasks.pretrain.mlm import MaskingVocab, unigram_log_probs
+
     torch.set_num_threads(1)
     imports_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cfg = load_params(REPO / "params.yaml").pretrain
@@ -53,9 +55,12 @@ def main(folder: Path, rank: int, world: int, steps: int, out: Path) -> None:
     out.write_text(json.dumps(figures), encoding="utf-8")
 
 
-def feed_only(cfg, vocab: MaskingVocab, train: dict, env: Dist, with_mask: bool) -> Trainer:
+def feed_only(cfg, vocab, train: dict, env, with_mask: bool):
     """A ``Trainer`` holding only what its ``_rows`` and ``_micro_batches`` read (no model, optimizer or process
-    group, ``__init__`` not run): the feed measured is the trainer's own code."""
+    group, ``__init__`` not run): the feed measured is the trainer's own code. ``vocab``: a ``MaskingVocab``;
+    ``env``: a ``Dist``."""
+    from tasks.pretrain.trainer import Trainer
+
     feed = Trainer.__new__(Trainer)
     feed.cfg, feed.vocab, feed.train, feed.env, feed.with_mask, feed.seed = cfg, vocab, train, env, with_mask, cfg.seed
     feed.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
