@@ -2,15 +2,15 @@
 
 Blocks (``write_blocks``, before any clock starts): ``n`` packed blocks of ``tokenize.max_seq_len_tokens`` ids,
 synthetic (``[CLS]`` then ids drawn uniformly from the non-special ids of a ``VOCAB``-id vocabulary, no padding;
-the ids are ``_scaling_feed_part``'s),
-written by the tokenize stage's own ``tasks.tokenize.shards.ShardWriter`` in shards of ``tokenize.shard_blocks``,
-``BUILD_CHUNK`` blocks at a time. Part (``part``, a fresh process per size and rank, run as ``python -m
-benchmarks._scaling_feed``): the stage's ``open_blocks`` (memory-mapped shards), the trainer's start-up scans of
-the train blocks (``blocks_sha256``, ``unigram_log_probs``, ``needs_attention_mask``), then ``steps`` steps of
-the trainer's own ``Trainer._micro_batches`` (``Trainer._rows``: the epoch's permutation of every block and this
-rank's slice; ``masked_batch``) with params.yaml's pretrain values, on the host, without the prefetch thread. A
-rank is ``Dist(rank, world)``: the feed takes both as numbers, no torch.distributed; the ranks of one size run one
-after the other (the OS page cache of the shards is shared, a process's RSS is its own).
+the ids are ``_scaling_feed_part``'s), written by the tokenize stage's own ``tasks.tokenize.shards.ShardWriter`` in
+shards of ``tokenize.shard_blocks``, ``BUILD_CHUNK`` blocks at a time. Part (``_scaling_feed_part.main``, a fresh
+process per size and rank, run as ``python -m benchmarks._scaling_feed_part``): the stage's ``open_blocks``
+(memory-mapped shards), the trainer's start-up scans of the train blocks (``blocks_sha256``, ``unigram_log_probs``,
+``needs_attention_mask``), then ``steps`` steps of the trainer's own ``Trainer._micro_batches``
+(``Trainer._rows``: the epoch's permutation of every block and this rank's slice; ``masked_batch``) with
+params.yaml's pretrain values, on the host, without the prefetch thread. A rank is ``Dist(rank, world)``: the feed
+takes both as numbers, no torch.distributed; the ranks of one size run one after the other (the OS page cache of
+the shards is shared, a process's RSS is its own).
 
 ``--smoke`` calls the part's ``main`` in its own process (``in_process``; the pretrain imports once), so its RSS
 figures are the benchmark process's. Measured (``benchmarks/_measure.run_measured``): ``peak_rss_mib``, the

@@ -64,6 +64,7 @@ def feed_only(cfg, vocab, train: dict, env, with_mask: bool):
     feed = Trainer.__new__(Trainer)
     feed.cfg, feed.vocab, feed.train, feed.env, feed.with_mask, feed.seed = cfg, vocab, train, env, with_mask, cfg.seed
     feed.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
+    feed._kept_order = None  # the epoch order _rows keeps
     return feed
 
 

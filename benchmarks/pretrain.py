@@ -272,9 +272,9 @@ def main() -> None:
     from tasks.pretrain.hardware import peak_flops
 
     try:
-        device = resolve(args.device)
-    except ValueError as err:  # no such device: one line, not a traceback, with this command's own option
-        parser.error(f"--device {args.device}: {err}".replace("set hardware.device:", "pass --device"))
+        device = resolve(args.device, name="--device")
+    except ValueError as err:  # no such device: one line naming this command's option, not a traceback
+        parser.error(str(err))
     out = out_path(args, RESULTS)
     opts = dict(SETTINGS["quick" if args.smoke else device.type])
     opts.update({k: v for k, v in vars(args).items() if k in opts and v is not None})

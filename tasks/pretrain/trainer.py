@@ -57,6 +57,7 @@ class Trainer:
         self.with_mask = needs_attention_mask(train, heldout)
         self.seq_len = train["input_ids"].shape[1]
         self.global_batch = env.world * cfg.batch_size_blocks * cfg.grad_accum_steps
+        self._kept_order: tuple[int, torch.Tensor] | None = None  # (epoch, order): _epoch_order's
         self.lr = lr_record(cfg, tokens_per_step(cfg, env.world, self.seq_len))  # rescaled to the global batch
         # fused: one kernel for all tensors, on CPU too (5x faster than the per-tensor loop in finetune)
         self.optimizer = torch.optim.AdamW(
@@ -298,7 +299,7 @@ class Trainer:
         core, where a step reads ``global_batch`` of it (``benchmarks/scaling.py``'s feed: steps/s fell 4.5x from
         50,000 to 500,000 blocks when every step drew it, 1.2-1.4x since). A function of ``(seed, epoch)`` alone,
         so a resumed run draws the same order; kept, it adds 8 bytes a block to the process (int64)."""
-        kept = getattr(self, "_kept_order", None)  # (epoch, order); unset before the first step
+        kept = self._kept_order
         if kept is None or kept[0] != epoch:
             kept = (epoch, torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + epoch)))
             self._kept_order = kept

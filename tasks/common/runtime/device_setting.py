@@ -41,8 +41,9 @@ def gpus_on_host() -> int:
     return sum(1 for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name))
 
 
-def resolve(setting: str, local_rank: int | None = None) -> torch.device:
-    """The ``torch.device`` of ``setting`` (``auto | cpu | cuda | cuda:N``) for this process.
+def resolve(setting: str, local_rank: int | None = None, name: str = "hardware.device") -> torch.device:
+    """The ``torch.device`` of ``setting`` (``auto | cpu | cuda | cuda:N``) for this process; ``name``: where the
+    user set it (params.yaml's key, or a command's option), as the errors name it.
 
     ``local_rank`` (torchrun's ``LOCAL_RANK``) picks the GPU of a rank with ``auto``/``cuda``; ``cuda:N`` with
     several ranks is refused (each rank needs its own GPU). Raises ``ValueError`` with one line saying how to
@@ -52,31 +53,29 @@ def resolve(setting: str, local_rank: int | None = None) -> torch.device:
     import torch  # here, not at the top: a caller that only checks a setting (flows/profiles) starts without it
 
     if not re.fullmatch(DEVICE_PATTERN, setting):
-        raise ValueError(f"hardware.device: expected auto, cpu, cuda or cuda:N, got {setting!r}")
+        raise ValueError(f"{name}: expected auto, cpu, cuda or cuda:N, got {setting!r}")
     if setting == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
         host = gpus_on_host()
         if host and torch.version.cuda is None:
             raise ValueError(
-                f"hardware.device: {setting}: this machine has {host} GPU(s) but torch "
-                f"{torch.__version__} is a CPU-only build; {CUDA_INSTALL_HINT}, or set hardware.device: cpu"
+                f"{name}: {setting}: this machine has {host} GPU(s) but torch "
+                f"{torch.__version__} is a CPU-only build; {CUDA_INSTALL_HINT}, or set {name}: cpu"
             )
         if setting == "auto":
             return torch.device("cpu")
         raise ValueError(
-            f"hardware.device: {setting}: torch sees no CUDA device (torch {torch.__version__}, "
-            f"{host} GPU(s) on the host); set hardware.device: cpu or auto"
+            f"{name}: {setting}: torch sees no CUDA device (torch {torch.__version__}, "
+            f"{host} GPU(s) on the host); set {name}: cpu or auto"
         )
     count = torch.cuda.device_count()
     index = int(setting.split(":")[1]) if ":" in setting else (local_rank or 0)
     if ":" in setting and local_rank is not None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError(
-            f"hardware.device: {setting} names one GPU but torchrun started several ranks; use cuda or auto"
-        )
+        raise ValueError(f"{name}: {setting} names one GPU but torchrun started several ranks; use cuda or auto")
     if index >= count:
         raise ValueError(
-            f"hardware.device: {setting}: GPU {index} asked for, but torch sees {count} "
+            f"{name}: {setting}: GPU {index} asked for, but torch sees {count} "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
         )
     return torch.device("cuda", index)
