@@ -25,7 +25,6 @@ from tasks.leakage.semantic.encoder import Encoder
 from tasks.leakage.semantic.method import METHOD
 from tasks.leakage.semantic.ray_engine import RayEncoder
 from tasks.leakage.semantic.review import review_sample
-from tasks.leakage.semantic.search import sharded_search
 from tasks.leakage.semantic.texts import Texts, texts_to_embed
 from tasks.leakage.semantic.windows import Windows
 
@@ -59,8 +58,8 @@ def audit(
     shard: ``tasks/leakage/semantic/ray_engine.py``).
     ``store_folder``: the folder of the kept window vectors (``store``), read first and written back."""
     clock = {"start": time.perf_counter()}
-    enc = encoder or (RayEncoder(cfg.semantic, cfg.hardware, cfg.ray) if cfg.engine == "ray" else None)
-    enc = enc or Encoder(cfg.semantic, cfg.hardware)
+    ray = cfg.engine == "ray"
+    enc = encoder or (RayEncoder(cfg.semantic, cfg.hardware, cfg.ray) if ray else Encoder(cfg.semantic, cfg.hardware))
     kept = open_store(enc, store_folder, cfg.incremental, log) if store_folder is not None else None
     texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants)
     layouts = [
@@ -204,8 +203,7 @@ def scan_corpus(
     ``threshold``."""
     corpus = texts.corpus_frame
     corpus_windows = enc.embedded(layout)
-    search = enc.search if isinstance(enc, RayEncoder) else sharded_search
-    pairs, best = method.pair_scores(evals, corpus_windows, threshold, cfg.semantic, search)
+    pairs, best = method.pair_scores(evals, corpus_windows, threshold, cfg.semantic, enc.search)
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
         ev = eval_frame.iloc[e]

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from tasks.common.models import encoders
 from tasks.config.corpus.leakage import SemanticParams
 from tasks.leakage.semantic import store
+from tasks.leakage.semantic.search import sharded_search
 from tasks.leakage.semantic.windows import Windows, normalize_text, window_bounds
 
 
@@ -96,6 +97,11 @@ class Encoder:
     def fingerprint(self) -> dict[str, str]:
         """What a vector it computes depends on: ``store.fingerprint`` of this encoder."""
         return store.fingerprint(self)
+
+    def search(self, queries: np.ndarray, index: np.ndarray, threshold: float, cfg: SemanticParams):
+        """The corpus search ``method.pair_scores`` runs: ``search.sharded_search`` in this process (the Ray
+        engine's encoder runs its shards as Ray tasks)."""
+        return sharded_search(queries, index, threshold, cfg)
 
     def describe(self) -> dict:
         from tasks.common.runtime import device as dev  # imports torch

@@ -99,7 +99,7 @@ class RayEncoder(Encoder):
         self.stats["embed_seconds"] += time.perf_counter() - start
 
     def search(self, queries: np.ndarray, index: np.ndarray, threshold: float, cfg: SemanticParams):
-        """``searched_on_ray`` with this encoder's Ray and placement."""
+        """``Encoder.search`` as ``searched_on_ray``, with this encoder's Ray and placement."""
         return searched_on_ray(self.ray, self.place, queries, index, threshold, cfg)
 
 
