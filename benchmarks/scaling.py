@@ -26,7 +26,8 @@ earlier round); docs/s is the median over the rounds, with its spread. Writes ``
 runs), on the local engine only unless ``--engines`` names ray:
 a Ray start-up costs about 20 s a run, over the smoke's budget (tests/common/test_ray_engines.py runs both stages on Ray
 in ``make test``); its results go to ``--out`` and a copy of docs/scaling.md with the new tables beside it, named
-after it (``<out>.md``; an ``--out`` that would name docs/scaling.md itself is refused).
+after it (``<out>.md``; an ``--out`` that would name docs/scaling.md itself is refused). A measured run with its own
+``--out`` does the same: only a run into ``benchmarks/results/scaling.json`` rewrites docs/scaling.md.
 
 The feed (``benchmarks/_scaling_feed.py``): ``--feed-blocks`` packed blocks (default 50,000 and 500,000) in the
 tokenize stage's shard format, then per size and rank of ``--feed-ranks`` a fresh process running the trainer's
@@ -125,12 +126,13 @@ def main() -> None:
     results["cores"] = os.cpu_count()
     results["rows"] = table_rows(results["runs"])
     write_results(out, results, MEASURED, args.smoke)
-    write_doc(results, smoke_doc(out) if args.smoke else DOC)
+    write_doc(results, smoke_doc(out) if args.smoke or out.resolve() != RESULTS.resolve() else DOC)
 
 
 def smoke_doc(out: Path) -> Path:
-    """Where a smoke run writes its copy of docs/scaling.md: beside ``out``, named after it, never over the docs'
-    page (a smoke ``--out`` in docs/ would otherwise replace its measured tables). Raises ``SystemExit``."""
+    """Where a smoke run, or a run with its own ``--out``, writes its copy of docs/scaling.md: beside ``out``, named
+    after it, never over the docs' page (only the results file's own run may replace its measured tables). Raises
+    ``SystemExit``."""
     doc = out.with_suffix(".md")
     if doc.resolve() == DOC.resolve():
         raise SystemExit(f"scaling.py --smoke: {doc} is the docs' page; give --out another name or folder")
