@@ -18,6 +18,9 @@ STAGES = ("ingest", "dedup", "split", "leakage", "tokenize")
 CLUSTER_CORES = 2048  # e.g. 32 nodes x 64 cores
 PRICE_PER_CORE_HOUR = 0.05  # USD, about an on-demand x86 vCPU-hour in 2026
 DRIVER_RAM_GIB = 64  # the issue-63 driver: a common cloud machine's memory, not the largest one can rent
+# the semantic pass on a GPU node, from its FLOP count (no GPU was lent to measure windows/s): NVIDIA's H100 SXM
+# datasheet, dense bf16 (989.4 TFLOP/s), at a stated model FLOPs utilisation for a 384-wide encoder's inference
+GPU_NAME, GPU_PEAK_FLOPS, GPU_MFU, GPUS_PER_NODE = "H100 SXM", 989.4e12, 0.30, 8
 
 
 def table_rows(runs: list[dict]) -> list[dict]:
@@ -76,6 +79,8 @@ def tables(results: dict) -> str:
             f"{lsh} |"
         )
     out += ["", *projection(runs)]
+    semantic = semantic_projection(runs)
+    out += ["", *semantic] if semantic else []
     feed_runs = [r for r in results["runs"] if r["stage"] == feed.STAGE]
     out += ["", *feed.table(feed_runs)] if feed_runs else []
     return "\n".join(out) + "\n"
@@ -122,3 +127,47 @@ def cost_model(runs: list[dict]) -> dict | None:
         "driver_bytes": line("peak_rss_mib"),
         "tree_bytes": line("peak_tree_rss_mib"),
     }
+
+
+def encoder_forward_flops(config: dict, tokens: int) -> float:
+    """Forward FLOPs of one window of ``tokens`` through a BERT encoder ``config`` (config.json's keys): per token,
+    2 x the layers' matmul weights (4 h^2 attention + 2 h x ffn) plus 4 x layers x h x tokens for the attention
+    scores and their product with the values (the forward third of PaLM's 6N + 12LHQ, Chowdhery et al. 2022,
+    appendix B); embeddings, layer norms and pooling are left out (under 1%)."""
+    layers, hidden, ffn = config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]
+    weights = layers * (4 * hidden**2 + 2 * hidden * ffn)
+    return tokens * (2 * weights + 4 * layers * hidden * tokens)
+
+
+def semantic_projection(runs: list[dict]) -> list[str]:
+    """The semantic pass at 10^7-10^9 training docs on GPUs, from the largest leakage run that recorded it: its
+    corpus windows a training doc, x the packaged MiniLM's forward FLOPs a window (``encoder_forward_flops``)
+    at ``GPU_MFU`` of ``GPU_PEAK_FLOPS``; [] without such a run."""
+    measured = [r for r in runs if r["stage"] == "leakage" and r.get("semantic_corpus_windows")]
+    if not measured:
+        return []
+    import json
+
+    from tasks.common.models.encoders import reference_model_dir
+    from tasks.config import read_yaml
+
+    run = max(measured, key=lambda r: r["docs"])
+    config = json.loads((reference_model_dir() / "config.json").read_text(encoding="utf-8"))
+    tokens = read_yaml(REPO / "params.yaml")["leakage"]["semantic"]["window_tokens"]
+    flops = encoder_forward_flops(config, tokens)
+    per_doc = run["semantic_corpus_windows"] / run["docs"]
+    rate = GPU_MFU * GPU_PEAK_FLOPS / flops  # windows/s a GPU
+    out = [
+        f"| semantic pass (MiniLM, {tokens}-token windows) | docs | corpus windows | PFLOP | {GPU_NAME}-hours "
+        f"at {GPU_MFU:.0%} MFU | hours on one {GPUS_PER_NODE}-GPU node |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for docs in (10**7, 10**8, 10**9):
+        windows = docs * per_doc
+        gpu_hours = windows / rate / 3600
+        out.append(
+            f"| {per_doc:.2f} windows a training doc ({run['docs']:,} docs measured), {flops / 1e9:.2f} GFLOP a "
+            f"window | 10^{len(str(docs)) - 1} | {windows:,.0f} | {windows * flops / 1e15:,.0f} | "
+            f"{gpu_hours:,.1f} | {gpu_hours / GPUS_PER_NODE:,.2f} |"
+        )
+    return out

@@ -262,6 +262,13 @@ def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smo
             matching_pairs=sum(metrics["pairs_by_method"].values()),
             removed=sum(s["removed"] for s in metrics["sources"].values()),
         )
+        semantic = metrics.get("semantic", {})
+        if semantic.get("enabled"):  # what the GPU projection of the semantic pass scales (_scaling_tables)
+            run.update(
+                semantic_corpus_docs=semantic["corpus"]["docs"],
+                semantic_corpus_windows=semantic["corpus"]["windows"],
+                semantic_windows_embedded=semantic["windows_embedded"],
+            )
     print(
         f"scaling {stage} {engine} {scale}x: {docs} docs in {measured['seconds']:.0f} s "
         f"({run['docs_per_s']:.0f} docs/s), peak {measured['peak_rss_mib']:.0f} MiB driver, "

@@ -51,3 +51,28 @@ def test_the_ray_engine_is_projected_where_it_ran_at_two_sizes_else_the_local_on
 def test_a_stage_measured_at_one_size_is_not_projected():
     table = _scaling_tables.projection([_run("tokenize", "local", 1_000, 300.0, 300.0, 10.0)])
     assert _rows(table, "tokenize") == []
+
+
+MINILM_L6 = {"num_hidden_layers": 6, "hidden_size": 384, "intermediate_size": 1536}
+
+
+def test_minilm_forward_flops_a_window_by_hand():
+    # per layer 4 x 384^2 + 2 x 384 x 1536 = 589,824 + 1,179,648 weights; 6 layers = 10,616,832; per token
+    # 2 x that = 21,233,664 plus 4 x 6 x 384 x 128 = 1,179,648 for the scores -> 22,413,312; x 128 tokens
+    assert _scaling_tables.encoder_forward_flops(MINILM_L6, 128) == 2_868_903_936
+
+
+def test_the_semantic_pass_is_projected_from_the_largest_leakage_run_on_gpus():
+    small = _run("leakage", "ray", 1_000, 500.0, 900.0, 100.0) | {"semantic_corpus_windows": 1_000}
+    large = _run("leakage", "ray", 10_000, 500.0, 900.0, 100.0) | {"semantic_corpus_windows": 30_000}
+    table = _scaling_tables.semantic_projection([small, large])
+    head = "3.00 windows a training doc (10,000 docs measured), 2.87 GFLOP a window"
+    rows = _rows(table, head)
+    assert len(rows) == 3 and "H100 SXM-hours at 30% MFU" in table[0]
+    # 10^9 docs: 3e9 windows x 2.8689 GFLOP = 8,607 PFLOP; at 0.30 x 989.4 TFLOP/s = 296.82 TFLOP/s that is
+    # 28,996 s = 8.05 H100-hours, 1.01 hours on 8 GPUs
+    assert rows[2][1:] == ["10^9", "3,000,000,000", "8,607", "8.1", "1.01"]
+
+
+def test_no_semantic_projection_without_a_run_that_recorded_the_pass():
+    assert _scaling_tables.semantic_projection([_run("leakage", "ray", 1_000, 500.0, 900.0, 100.0)]) == []
