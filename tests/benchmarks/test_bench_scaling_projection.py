@@ -64,14 +64,23 @@ def test_minilm_forward_flops_a_window_by_hand():
 
 def test_the_semantic_pass_is_projected_from_the_largest_leakage_run_on_gpus():
     small = _run("leakage", "ray", 1_000, 500.0, 900.0, 100.0) | {"semantic_corpus_windows": 1_000}
-    large = _run("leakage", "ray", 10_000, 500.0, 900.0, 100.0) | {"semantic_corpus_windows": 30_000}
+    large = _run("leakage", "ray", 10_000, 500.0, 900.0, 100.0) | {"semantic_corpus_windows": 30_000, "cores": 2}
+    # measured on the CPU: 6,000 windows embedded in 100 s on 2 cores = 30 windows/s a core
+    large |= {"semantic_windows_embedded": 6_000, "semantic_embed_seconds": 100.0}
     table = _scaling_tables.semantic_projection([small, large])
     head = "3.00 windows a training doc (10,000 docs measured), 2.87 GFLOP a window"
     rows = _rows(table, head)
     assert len(rows) == 3 and "H100 SXM-hours at 30% MFU" in table[0]
     # 10^9 docs: 3e9 windows x 2.8689 GFLOP = 8,607 PFLOP; at 0.30 x 989.4 TFLOP/s = 296.82 TFLOP/s that is
-    # 28,996 s = 8.05 H100-hours, 1.01 hours on 8 GPUs
-    assert rows[2][1:] == ["10^9", "3,000,000,000", "8,607", "8.1", "1.01"]
+    # 28,996 s = 8.05 H100-hours, 1.01 hours on 8 GPUs; on CPUs 3e9 / 30 / 3600 = 27,778 core-hours
+    assert rows[2][1:] == ["10^9", "3,000,000,000", "8,607", "27,778", "8.1", "1.01"]
+    assert "30.0 windows/s a core (measured)" in table[0]
+
+
+def test_a_run_without_the_pass_timing_projects_gpus_only():
+    run = _run("leakage", "ray", 1_000, 500.0, 900.0, 100.0) | {"semantic_corpus_windows": 2_000, "cores": 2}
+    table = _scaling_tables.semantic_projection([run | {"semantic_windows_embedded": 2_000}])
+    assert "n/a windows/s a core" in table[0] and table[2].split("|")[5].strip() == "n/a"
 
 
 def test_no_semantic_projection_without_a_run_that_recorded_the_pass():
