@@ -89,7 +89,7 @@ def run(cfg: IngestParams, paths: Paths, log: Any) -> dict[str, Any]:
     for result in results:
         log_drops(result, log)
     check_every_source_yields(cfg.sources, results)
-    write_outputs(paths.stage_data("ingest"), results, cache)
+    write_outputs(paths.stage_data("ingest"), results)
     cache.prune()
     if cache.unusable:
         log.info(
@@ -168,7 +168,7 @@ def ingest_source(spec: SourceSpec, cache: UnitCache) -> SourceResult:
     error of a whole from-scratch read (a unit read alone can meet a different error first)."""
     try:
         result = SourceResult(spec.name)
-        return collect(spec, source_units(spec, result, cache), result)
+        return collect(spec, source_units(spec, result, cache), result, cache)
     except SourceError:
         first_seen: dict[str, str] = {}
         for record in read_source(spec, SourceResult(spec.name)):  # record by record, as a whole read meets them
@@ -185,32 +185,52 @@ def check_new_id(first_seen: dict[str, str], name: str, local_id: str, where: st
     first_seen[doc_id] = where
 
 
-def collect(spec: SourceSpec, units: Iterator[tuple[str, pa.Table]], result: SourceResult) -> SourceResult:
-    """Fill ``result``: the source's rows, unit by unit, and drops from its units' outcome tables in input order,
-    then ``max_docs``. The rows stay Arrow, and are not copied (a cached unit is memory-mapped, never turned into
-    Python dicts and back); only the drops become Python values, and the ids only when one repeats
+def collect(
+    spec: SourceSpec, units: Iterator[tuple[str, pa.Table]], result: SourceResult, cache: UnitCache
+) -> SourceResult:
+    """Fill ``result`` in two passes over the source's units. First, unit by unit: ``docs_in``, the drops from
+    each unit's outcome table in input order and the local ids; then the id check across units and ``max_docs``.
+    Then each unit's kept rows, read again memory-mapped from its cache entry, are counted and written to their
+    output shard in the cache (``finish``). So the driver holds one unit's rows at a time, and of the source only
+    its ids (Arrow strings) and drops: only the drops become Python values, and the ids only when one repeats
     (``check_unique_ids``) or ``max_docs`` samples."""
     ids: list[pa.ChunkedArray] = []
-    places: list[pa.ChunkedArray] = []
     kept_ids: list[pa.ChunkedArray] = []
-    unit_rows: list[tuple[str, pa.Table]] = []
+    keys: list[str] = []
     for key, table in tqdm(units, desc=f"ingest {spec.name}", unit="file", mininterval=2):
         result.counts["docs_in"] += table.num_rows
         ids.append(table.column("local_id"))
-        places.append(table.column("where"))
         dropped = table.filter(pc.is_valid(table.column("drop")))
         for local_id, where, drop, detail in zip(*(dropped.column(c).to_pylist() for c in DROP_COLUMNS)):
             result.dropped.append(drop_entry(spec.name, f"{spec.name}:{local_id}", drop, where, detail))
         kept = table.filter(pc.is_null(table.column("drop"))) if len(dropped) else table
         kept_ids.append(kept.column("local_id"))
-        unit_rows.append((key, document_rows(kept)))
+        keys.append(key)
         for counter, column in (("nfc_changed", "nfc_changed"), ("whitespace_normalized", "whitespace_changed")):
             result.counts[counter] += pc.sum(kept.column(column)).as_py() or 0
-    check_unique_ids(spec.name, ids, places)
-    result.units = sample(kept_ids, unit_rows, spec.max_docs, result, spec.name)
-    result.rows = pa.concat_tables([no_rows()] + [rows for _, rows in result.units])
+    check_unique_ids(spec.name, ids, [partial(cache.entry_column, spec.name, key, "where") for key in keys])
+    chosen = sample(kept_ids, spec.max_docs, result, spec.name)
+    result.shards = [finish(result, cache, key, kept) for key, kept in zip(keys, chosen)]
+    if not keys:  # still one shard
+        result.shards = [cache.shard(spec.name, shard_key("no unit", None), no_rows())]
     check_identity(result)
     return result
+
+
+def finish(result: SourceResult, cache: UnitCache, key: str, kept: np.ndarray | None) -> Path:
+    """The output shard of one unit (``cache.shard``): its kept rows (the ``kept`` positions of them, None: all),
+    from its cache entry, memory-mapped; their docs, characters, words and labels counted into ``result``."""
+    table = cache.entry(result.name, key)
+    drops = table.column("drop")
+    rows = document_rows(table.filter(pc.is_null(drops)) if drops.null_count < len(drops) else table)
+    rows = rows if kept is None else rows.take(pa.array(kept, pa.int64()))
+    result.counts["docs_out"] += rows.num_rows
+    result.counts["chars_out"] += pc.sum(pc.utf8_length(rows.column("text"))).as_py() or 0  # code points, as len()
+    result.counts["tokens_out"] += pc.sum(pc.list_value_length(rows.column("tokens"))).as_py() or 0
+    for count in pc.value_counts(rows.column("label")).to_pylist():
+        if count["values"] is not None:
+            result.labels[count["values"]] += count["counts"]
+    return cache.shard(result.name, shard_key(key, kept), rows)
 
 
 def document_rows(kept: pa.Table) -> pa.Table:
@@ -220,46 +240,40 @@ def document_rows(kept: pa.Table) -> pa.Table:
     return pa.Table.from_struct_array(kept.column("row")).cast(ROW_SCHEMA)
 
 
-def check_unique_ids(name: str, ids: list[pa.ChunkedArray], places: list[pa.ChunkedArray]) -> None:
+def check_unique_ids(name: str, ids: list[pa.ChunkedArray], places: list[Callable[[], pa.ChunkedArray]]) -> None:
     """Raise ``SourceError`` naming both places of the first local id that repeats in input order: one Arrow
-    distinct count when none does, the ids as Python strings only when one does."""
+    distinct count when none does; only when one does, the ids as Python strings and each unit's places
+    (``places``: per unit, a function that reads its ``where`` column)."""
     every = pa.chunked_array([chunk for column in ids for chunk in column.chunks], pa.string())
     if pc.count_distinct(every, mode="all").as_py() == len(every):
         return
     first_seen: dict[str, str] = {}
     for unit_ids, unit_places in zip(ids, places):
-        for local_id, where in zip(unit_ids.to_pylist(), unit_places.to_pylist()):
+        for local_id, where in zip(unit_ids.to_pylist(), unit_places().to_pylist()):
             check_new_id(first_seen, name, local_id, where)
 
 
 def sample(
-    kept_ids: list[pa.ChunkedArray],
-    units: list[tuple[str, pa.Table]],
-    max_docs: int | None,
-    result: SourceResult,
-    name: str,
-) -> list[tuple[str, pa.Table]]:
-    """Each unit's ``(shard key, rows)`` (``cache.shard_key``) with at most ``max_docs`` rows in all: those whose
-    own id (``kept_ids``: the rows' local ids, unit by unit) has the smallest md5, kept in input order.
+    kept_ids: list[pa.ChunkedArray], max_docs: int | None, result: SourceResult, name: str
+) -> list[np.ndarray | None]:
+    """Per unit, the positions among its kept rows that ``max_docs`` keeps (``(rows,)`` int64; None: all, as for
+    every unit when the source has at most ``max_docs`` rows): those whose own id (``kept_ids``: the rows' local
+    ids, unit by unit) has the smallest md5, in input order.
 
     Hashing the source's own id (not the doc_id) picks the same documents for two sources built on the
     same corpus (``bbc_news`` and ``bbc_news_pretrain``), with no RNG and independent of input order.
     Rows left out are dropped with reason ``max_docs``.
     """
-    if max_docs is None or sum(rows.num_rows for _, rows in units) <= max_docs:
-        return [(shard_key(key, None), rows) for key, rows in units]
+    if max_docs is None or sum(len(unit) for unit in kept_ids) <= max_docs:
+        return [None] * len(kept_ids)
     local_ids = [local_id for unit in kept_ids for local_id in unit.to_pylist()]
     ranked = sorted(range(len(local_ids)), key=lambda i: hashlib.md5(local_ids[i].encode("utf-8")).hexdigest())
     chosen = np.zeros(len(local_ids), bool)
     chosen[ranked[:max_docs]] = True
     for i in np.flatnonzero(~chosen).tolist():
         result.dropped.append(drop_entry(name, f"{name}:{local_ids[i]}", "max_docs", None, f"max_docs={max_docs}"))
-    sampled, start = [], 0
-    for key, rows in units:
-        kept = np.flatnonzero(chosen[start : start + rows.num_rows])
-        sampled.append((shard_key(key, kept), rows.take(pa.array(kept, pa.int64()))))
-        start += rows.num_rows
-    return sampled
+    bounds = np.cumsum([0] + [len(unit) for unit in kept_ids])
+    return [np.flatnonzero(chosen[start:stop]) for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 def drop_entry(source: str, doc_id: str, reason: str, where: str | None, detail: str | None) -> dict[str, Any]:
@@ -269,7 +283,7 @@ def drop_entry(source: str, doc_id: str, reason: str, where: str | None, detail:
 
 def check_identity(result: SourceResult) -> None:
     """Raise ``RuntimeError`` unless ``docs_in == docs_out + dropped`` for this source."""
-    docs_in, docs_out, dropped = result.counts["docs_in"], result.rows.num_rows, len(result.dropped)
+    docs_in, docs_out, dropped = result.counts["docs_in"], result.counts["docs_out"], len(result.dropped)
     if docs_in != docs_out + dropped:
         raise RuntimeError(f"{result.name}: docs_in {docs_in} != docs_out {docs_out} + dropped {dropped}")
 
@@ -278,7 +292,7 @@ def check_every_source_yields(specs: list, results: list[SourceResult]) -> None:
     """Raise ``SourceError`` (one line) naming every source that yields no document, with its counts and its first
     drop: a source of 0 documents is a mistake (a ``text_field`` its records lack, a folder of empty files), never a
     silent gap in the corpus. Nothing has been written when it raises."""
-    empty = [(spec, result) for spec, result in zip(specs, results) if not result.rows.num_rows]
+    empty = [(spec, result) for spec, result in zip(specs, results) if not result.counts["docs_out"]]
     if not empty:
         return
     said = "; ".join(zero_documents(spec, result) for spec, result in empty)
@@ -309,16 +323,14 @@ MISSING_FIELD = {
 }
 
 
-def write_outputs(out_dir: Path, results: list[SourceResult], cache: UnitCache) -> None:
-    """Write ``<source>/part-<position>.parquet`` per unit (the cache's shard, hard-linked: a shard a run before
-    wrote is not written again) and ``dropped.jsonl`` to a temporary folder, then swap it in by rename."""
+def write_outputs(out_dir: Path, results: list[SourceResult]) -> None:
+    """Link ``<source>/part-<position>.parquet`` per unit (the cache's shard, ``collect``: a shard a run before
+    wrote is not written again) and write ``dropped.jsonl`` in a temporary folder, then swap it in by rename."""
     with swapped_in(out_dir) as tmp:
         for result in results:
-            units = result.units or [(shard_key("no unit", None), no_rows())]  # still one shard
-            shards = cache.shards(result.name, units)
             (tmp / result.name).mkdir()
-            width = max(5, len(str(len(shards) - 1)))
-            for position, shard in enumerate(shards):
+            width = max(5, len(str(len(result.shards) - 1)))
+            for position, shard in enumerate(result.shards):
                 linked_or_copied(shard, tmp / result.name / f"part-{position:0{width}d}.parquet")
         write_manifest(tmp, {result.name: sorted((tmp / result.name).glob("*.parquet")) for result in results})
         with (tmp / DROPPED_FILE).open("w", encoding="utf-8") as handle:

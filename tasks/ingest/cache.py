@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from tasks.common.files.ioerrors import writing
 from tasks.common.files.shards import file_crc32
-from tasks.common.files.stamped import write_tables
+from tasks.common.files.stamped import write_table
 from tasks.common.imports import closure_fingerprint
 from tasks.common.provenance import hashed_md5
 
@@ -126,28 +126,33 @@ class UnitCache:
         self._write(path, table, facts)
         return table, facts, key
 
-    def shards(self, source: str, units: list[tuple[str, pa.Table]]) -> list[Path]:
-        """The Parquet shard of each ``(shard key, rows)`` of ``source``, in order: ``<folder>/<source>/<key>.parquet``,
-        written (zstd, one chunk, side by side) unless the cache is enabled and holds it intact (``_intact``). A
-        shard's bytes follow from its rows, so one kept from an earlier run is the file this run would write;
-        ``shard_key`` puts everything they depend on in the key."""
-        paths = [self.folder / source / f"{key}{SHARD_SUFFIX}" for key, _ in units]
-        todo = [
-            (rows, path)
-            for (key, rows), path in zip(units, paths)
-            if not (self.enabled and self._intact(path, rows.num_rows))
-        ]
-        self.used.setdefault(source, set()).update(key for key, _ in units)
-        self.shards_written += len(todo)
-        if todo:
-            paths[0].parent.mkdir(parents=True, exist_ok=True)
-            staged = [(rows.combine_chunks(), path.with_name(f".{path.name}.tmp")) for rows, path in todo]
-            write_tables(staged, compression="zstd")
-            for (rows, tmp), (_, path) in zip(staged, todo):
-                record = {"rows": rows.num_rows, "bytes": tmp.stat().st_size, "crc32": file_crc32(tmp)}
-                path.with_suffix(CHECK_SUFFIX).write_text(json.dumps(record), encoding="utf-8")
-                os.replace(tmp, path)  # by rename: a killed run never leaves half a shard under its key
-        return paths
+    def entry(self, source: str, key: str) -> pa.Table:
+        """The entry ``key`` of ``source`` this run read or wrote (``through``), memory-mapped: what ingest made of
+        the unit, read again a unit at a time."""
+        table = pa.ipc.open_file(pa.memory_map(str(self.folder / source / f"{key}{SUFFIX}"))).read_all()
+        return table.replace_schema_metadata(None)
+
+    def entry_column(self, source: str, key: str, column: str) -> pa.ChunkedArray:
+        """One column of ``entry``."""
+        return self.entry(source, key).column(column)
+
+    def shard(self, source: str, key: str, rows: pa.Table) -> Path:
+        """The Parquet shard of ``rows`` (``ROW_SCHEMA``), ``<folder>/<source>/<key>.parquet``: written (zstd, one
+        chunk) unless the cache is enabled and holds it intact (``_intact``). A shard's bytes follow from its rows,
+        so one kept from an earlier run is the file this run would write; ``shard_key`` puts everything they depend
+        on in the key."""
+        path = self.folder / source / f"{key}{SHARD_SUFFIX}"
+        self.used.setdefault(source, set()).add(key)
+        if self.enabled and self._intact(path, rows.num_rows):
+            return path
+        self.shards_written += 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        write_table(rows.combine_chunks(), tmp, compression="zstd")
+        record = {"rows": rows.num_rows, "bytes": tmp.stat().st_size, "crc32": file_crc32(tmp)}
+        path.with_suffix(CHECK_SUFFIX).write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, path)  # by rename: a killed run never leaves half a shard under its key
+        return path
 
     def _intact(self, path: Path, rows: int) -> bool:
         """Whether the shard at ``path`` is the file its record (``<key>.crc``, written with it) describes: as many

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from tasks.ingest.normalize import no_rows
 
 SHOWN_PER_REASON = 5  # dropped documents named in the log per reason (all are in dropped.jsonl)
 
 
 @dataclass
 class SourceResult:
-    """What one source produced: its rows (input order, ``ROW_SCHEMA``), dropped entries, counters and the paths
-    its file search skipped (``(path, reason)``, see ``records.FoundFiles``)."""
+    """What one source produced: its output shards (input order, ``ROW_SCHEMA``: one a unit, in the ingest cache),
+    dropped entries, counters (``docs_in``, ``docs_out``, ``chars_out``, ``tokens_out``, ``nfc_changed``,
+    ``whitespace_normalized``), the docs out per label and the paths its file search skipped (``(path, reason)``,
+    see ``records.FoundFiles``)."""
 
     name: str
-    rows: pa.Table = field(default_factory=no_rows)
-    units: list[tuple[str, pa.Table]] = field(default_factory=list)  # (shard key, rows): ``rows`` unit by unit
+    shards: list[Path] = field(default_factory=list)
+    labels: Counter = field(default_factory=Counter)
     dropped: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter = field(default_factory=Counter)
     skipped_paths: list[tuple[str, str]] = field(default_factory=list)
@@ -32,17 +30,16 @@ def source_metrics(result: SourceResult) -> dict[str, Any]:
     chars_out, labels: {label: n}, tokens_out, paths_skipped: {reason: n}`` (files and folders the file
     search passed over: not matching ``include``, a second path to one file or folder, a broken link)."""
     reasons = Counter(entry["reason"] for entry in result.dropped)
-    labels = Counter(label for label in result.rows.column("label").to_pylist() if label is not None)
     return {
         "docs_in": result.counts["docs_in"],
-        "docs_out": result.rows.num_rows,
+        "docs_out": result.counts["docs_out"],
         "dropped_total": len(result.dropped),
         "dropped": dict(sorted(reasons.items())),
         "nfc_changed": result.counts["nfc_changed"],
         "whitespace_normalized": result.counts["whitespace_normalized"],
-        "chars_out": pc.sum(pc.utf8_length(result.rows.column("text"))).as_py() or 0,  # code points, as len()
-        "tokens_out": pc.sum(pc.list_value_length(result.rows.column("tokens"))).as_py() or 0,
-        "labels": dict(sorted(labels.items())),
+        "chars_out": result.counts["chars_out"],  # code points, as len()
+        "tokens_out": result.counts["tokens_out"],
+        "labels": dict(sorted(result.labels.items())),
         "paths_skipped": dict(sorted(Counter(reason for _, reason in result.skipped_paths).items())),
     }
 
