@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import chain
 from pathlib import Path
 
@@ -12,37 +13,33 @@ from datasets import Dataset
 from datasets.fingerprint import generate_random_fingerprint
 from tokenizers import Tokenizer
 
-from tasks.common.files.parquet import read_pretraining_rows
-from tasks.config import Paths
 from tasks.config.corpus.split import PRETRAIN_SPLITS
 from tasks.config.corpus.tokenize import TokenizeParams
+from tasks.tokenize.pretrain_rows import Batch, FrameRows
 from tasks.tokenize.shards import ShardWriter
-from tasks.tokenize.tables import length_stats
+from tasks.tokenize.tables import length_stats_of_counts
 
 
-def read_pretrain_rows(cfg: TokenizeParams, paths: Paths) -> pd.DataFrame:
-    """The clean pretraining rows of ``cfg.pretrain_sources`` (role=pretrain rows, and the train/dev split of a
-    task source as train/heldout: ``parquet.read_pretraining_rows``), sorted by ``doc_id``."""
-    return read_pretraining_rows(paths.data, cfg.pretrain_sources)
-
-
-def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log, cache=None) -> dict:
-    """Tokenize ``rows`` with ``tok`` and pack each split into ``out/<split>``; returns per-split metrics.
+def pack_pretrain(rows, cfg: TokenizeParams, tok, out: Path, log, cache=None) -> dict:
+    """Tokenize the pretraining rows with ``tok`` and pack each split into ``out/<split>``; returns per-split
+    metrics. ``rows``: a ``pretrain_rows.PretrainRows`` (the stage: the leakage outputs streamed) or a frame with
+    columns ``doc_id``, ``text``, ``source``, ``split`` (test fixtures; ``pretrain_rows.FrameRows``).
 
     Both tokenizers get their blocks: ``clozeline`` for pretraining from scratch, ``reference`` for continued
     pretraining of the MiniLM (``pretrain.init_from``). ``cache`` (a ``tasks.tokenize.cache.TokenCache`` for
     ``tok``) encodes only the texts it holds no ids for; None encodes every text (test fixtures)."""
+    rows = FrameRows(rows) if isinstance(rows, pd.DataFrame) else rows
     metrics = {}
     encoder = plain_encoder(tok)
-
-    def encode(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        if cache is not None:
-            return cache.encode(texts)
-        return tokenize_docs(texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
-
+    chunk = cfg.map_batch_size_docs * cfg.num_proc
     for split in PRETRAIN_SPLITS:
-        part = rows.loc[rows["split"] == split, ["text", "source"]]
-        metrics[split] = pack_split(part, cfg, tok, encode, out / split)
+
+        def encode(batch: Batch, split: str = split) -> tuple[np.ndarray, np.ndarray]:
+            if cache is not None:
+                return cache.encode(split, batch.doc_ids, batch.texts)
+            return tokenize_docs(batch.texts, encoder, cfg.map_batch_size_docs, cfg.num_proc)
+
+        metrics[split] = pack_split(rows.batches(split, chunk), cfg, tok, encode, out / split)
         log.info(
             f"tokenize: {out.name} pretrain/{split}: {metrics[split]['blocks']} blocks, "
             f"{metrics[split]['dropped_tail_tokens']} tail tokens dropped"
@@ -50,38 +47,37 @@ def pack_pretrain(rows: pd.DataFrame, cfg: TokenizeParams, tok, out: Path, log, 
     return metrics
 
 
-def pack_split(part: pd.DataFrame, cfg: TokenizeParams, tok, encode, path: Path) -> dict:
-    """Encode ``part``'s texts (columns ``text``, ``source``) with ``encode`` in chunks of ``map_batch_size_docs *
-    num_proc`` documents, pack them as they come and write the blocks to ``path`` in shards of
-    ``cfg.shard_blocks`` (``shards.ShardWriter``): at most a chunk's ids and a shard's blocks are held, besides
-    the tokens per document (for the length statistics). Returns the split's metrics. Raises ``ValueError``
-    when the split is shorter than one block (an empty dataset would fail much later)."""
+def pack_split(batches: Iterable[Batch], cfg: TokenizeParams, tok, encode, path: Path) -> dict:
+    """Encode each of ``batches`` (``pretrain_rows.Batch``: a split's documents in order) with ``encode``, pack
+    them as they come and write the blocks to ``path`` in shards of ``cfg.shard_blocks``
+    (``shards.ShardWriter``): at most a batch's ids and a shard's blocks are held, and the number of documents
+    of each length in tokens (for the length statistics, ``tables.length_stats_of_counts``). Returns the split's
+    metrics. Raises ``ValueError`` when the split is shorter than one block (an empty dataset would fail much
+    later)."""
     packer = Packer(cfg.max_seq_len_tokens, tok.cls_token_id, tok.sep_token_id)
     writer = ShardWriter(path, cfg.shard_blocks, np.asarray(tok.all_special_ids))
-    chunk = cfg.map_batch_size_docs * cfg.num_proc
-    all_lengths = []
-    for start in range(0, len(part), chunk):
-        piece = part.iloc[start : start + chunk]
-        ids, lengths = encode(piece["text"].tolist())
-        writer.add(*packer.add(ids, lengths, piece["source"].to_numpy()))
-        all_lengths.append(lengths.astype(np.int64))
+    counts = np.zeros(0, np.int64)  # documents by their length in tokens
+    for batch in batches:
+        ids, lengths = encode(batch)
+        writer.add(*packer.add(ids, lengths, np.asarray(batch.sources, dtype=object)))
+        new = np.bincount(lengths.astype(np.int64), minlength=counts.size)
+        counts = np.pad(counts, (0, new.size - counts.size)) + new
     writer.close()
     if writer.blocks == 0:
         raise ValueError(
             f"tokenize: pretrain split {path.name!r} has {packer.tokens} tokens, fewer than one block of "
             f"{packer.body} (+[CLS]); add pretraining text or lower tokenize.max_seq_len_tokens"
         )
-    lengths = np.concatenate([np.zeros(0, np.int64), *all_lengths])
     dropped = int(packer.rest.size)
     return {
-        "docs": len(part),
-        "empty_docs": int(np.sum(lengths == 0)),
+        "docs": int(counts.sum()),
+        "empty_docs": int(counts[0]) if counts.size else 0,
         "tokens": packer.tokens,
         "blocks": writer.blocks,
         "dropped_tail_tokens": dropped,
         "dropped_tail_fraction": dropped / packer.tokens,
         "blocks_by_source": dict(sorted(writer.by_source.items())),
-        **length_stats(lengths),
+        **length_stats_of_counts(counts),
     }
 
 

@@ -26,6 +26,25 @@ def length_stats(n_tokens: np.ndarray) -> dict:
     }
 
 
+def length_stats_of_counts(counts: np.ndarray) -> dict:
+    """``length_stats`` of the lengths ``counts`` describes (``counts[k]``: the documents of ``k`` tokens),
+    without the lengths themselves: the same floats, bit for bit. The p95 is numpy's default (``linear``,
+    Hyndman and Fan's method 7) computed as ``np.percentile`` computes it, from the two order statistics around
+    its virtual index; ``tests/tokenize`` checks it against ``np.percentile``."""
+    n = int(counts.sum())
+    if n == 0:
+        return {"tokens_per_doc_mean": None, "tokens_per_doc_p95": None}
+    virtual = (n - 1) * np.true_divide(95, 100)  # numpy's virtual index for the linear method
+    below = int(np.floor(virtual))
+    gamma = np.float64(virtual - below)
+    ends = np.cumsum(counts)  # ends[k]: the documents of at most k tokens
+    low, high = (np.int64(np.searchsorted(ends, min(max(i, 0), n - 1), side="right")) for i in (below, below + 1))
+    diff = high - low
+    p95 = high - diff * (1 - gamma) if gamma >= 0.5 else low + diff * gamma  # numpy's _lerp
+    total = int(np.dot(np.arange(counts.size, dtype=np.int64), counts))
+    return {"tokens_per_doc_mean": float(np.float64(total) / n), "tokens_per_doc_p95": float(p95)}
+
+
 def write_labels(names: list[str], out: Path) -> None:
     """``<out>/labels.json``: label names in id order."""
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,170 @@
+"""The pretraining rows of ``tokenize`` read as a stream: per split, batches of documents in the order
+``parquet.read_pretraining_rows`` gives them (by ``doc_id``; equal ids in source-name order, then file order), so
+the stage holds a batch of texts, never the corpus.
+
+Which rows: those of ``<data>/leakage/<source>.parquet`` for each pretraining source with ``is_duplicate`` false;
+a ``role: task`` row lends its ``train`` split as ``train`` and its ``dev`` split as ``heldout``
+(``parquet.TASK_TO_PRETRAIN_SPLIT``), any other row keeps its ``split``.
+
+How (a k-way merge by ``doc_id``, ``heapq.merge``, stable: ties go to the earlier source): a first pass reads each
+file's ``doc_id``, ``role``, ``split`` and ``is_duplicate`` columns in batches and checks, per split, that its rows
+come in ``doc_id`` order. Such a file is merged as it is read (``READ_ROWS`` rows at a time, Parquet pages read
+``READ_BUFFER`` bytes at a time, not a row group's column whole). A file whose rows are out of order is sorted
+outside memory first: ``SORT_RUN_ROWS`` rows at a time sorted (Arrow's stable sort, UTF-8 byte order, which is
+Python's ``str`` order) and spilled as Arrow IPC streams under ``spill``, read back ``SPILL_ROWS`` rows at a time
+by the merge. Memory: a batch per open file or run, and one run while it is sorted; disk: the spilled rows.
+
+Errors as ``read_clean_source``: ``FileNotFoundError`` naming a missing file, ``ValueError`` naming one that lacks
+a contract column, ``ioerrors.DamagedFile`` naming one that cannot be read.
+"""
+
+from __future__ import annotations
+
+import heapq
+import shutil
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from operator import itemgetter
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tasks.common.files.ioerrors import reading, writing
+from tasks.common.files.parquet import CLEAN_COLUMNS, TASK_TO_PRETRAIN_SPLIT
+from tasks.config.corpus.split import PRETRAIN_SPLITS
+
+READ_ROWS = 1024  # rows a Parquet read returns
+READ_BUFFER = 1 << 20  # bytes of a column chunk read at once (0, pyarrow's default, reads the chunk whole)
+SORT_RUN_ROWS = 20_000  # rows of an out-of-order file sorted in memory at once
+SPILL_ROWS = 256  # rows a spilled run is read back by
+KEPT = ["doc_id", "text", "source"]
+#: per pretraining split, the split a role=task row must have to lend its text to it
+FROM_TASK_SPLIT = {pretrain: task for task, pretrain in TASK_TO_PRETRAIN_SPLIT.items()}
+
+
+class Batch(NamedTuple):
+    """Consecutive documents of a split: ``doc_ids``, ``texts`` and ``sources``, lists of one length."""
+
+    doc_ids: list[str]
+    texts: list[str]
+    sources: list[str]
+
+
+class PretrainRows:
+    """The pretraining rows of ``sources`` (names, resolved: ``resolve_pretrain``) under ``<data>/leakage``;
+    ``batches(split, size)`` streams a split. A context manager: leaving it removes ``spill``."""
+
+    def __init__(self, data: Path, sources: Iterable[str], spill: Path) -> None:
+        self.spill = Path(spill)
+        self.files = [checked_file(data, source) for source in sorted(sources)]
+        self.runs: dict[tuple[Path, str], list[Path]] = {}
+        for path in self.files:
+            for split in PRETRAIN_SPLITS:
+                if not in_order(path, split):
+                    self.runs[path, split] = spill_sorted(path, split, self.spill / f"{path.stem}-{split}")
+
+    def batches(self, split: str, size: int) -> Iterator[Batch]:
+        """The split's documents in order, ``size`` at a time (the last batch fewer)."""
+        streams = [
+            chain_runs(self.runs[path, split]) if (path, split) in self.runs else file_rows(path, split)
+            for path in self.files
+        ]
+        merged = heapq.merge(*streams, key=itemgetter(0))
+        while rows := list(islice(merged, size)):
+            yield Batch(*(list(column) for column in zip(*rows)))
+
+    def __enter__(self) -> PretrainRows:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.spill, ignore_errors=True)
+
+
+class FrameRows:
+    """``PretrainRows``' ``batches`` over a frame held in memory (columns ``doc_id``, ``text``, ``source``,
+    ``split``: already the pretraining rows), ordered as ``PretrainRows`` orders them (test fixtures)."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame.sort_values("doc_id", kind="stable")
+
+    def batches(self, split: str, size: int) -> Iterator[Batch]:
+        part = self.frame.loc[self.frame["split"] == split, KEPT]
+        for start in range(0, len(part), size):
+            yield Batch(*(part[c].iloc[start : start + size].tolist() for c in KEPT))
+
+
+def checked_file(data: Path, source: str) -> Path:
+    """``<data>/leakage/<source>.parquet``, its schema holding the contract columns and ``source``."""
+    path = Path(data) / "leakage" / f"{source}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (source {source!r} named in params.yaml)")
+    with reading(path):
+        names = pq.ParquetFile(path).schema_arrow.names
+    missing = [col for col in (*CLEAN_COLUMNS, "source") if col not in names]
+    if missing:
+        raise ValueError(f"{path}: missing contract columns {missing}")
+    return path
+
+
+def split_rows(path: Path, split: str, columns: list[str]) -> Iterator[pa.Table]:
+    """``columns`` of the file's rows that are pretraining text of ``split``, a ``READ_ROWS`` batch at a time."""
+    with reading(path), pq.ParquetFile(path, buffer_size=READ_BUFFER) as parquet:
+        for batch in parquet.iter_batches(READ_ROWS, columns=sorted({*columns, "role", "split", "is_duplicate"})):
+            task = pc.fill_null(pc.equal(batch["role"], "task"), False)
+            wanted = pc.if_else(task, FROM_TASK_SPLIT.get(split), split)
+            keep = pc.and_(pc.invert(pc.fill_null(batch["is_duplicate"], False)), pc.equal(batch["split"], wanted))
+            yield pa.Table.from_batches([batch]).filter(pc.fill_null(keep, False)).select(columns)
+
+
+def in_order(path: Path, split: str) -> bool:
+    """Whether the file's rows of ``split`` come in ``doc_id`` order (reads the ids, not the texts)."""
+    last = None
+    for table in split_rows(path, split, ["doc_id"]):
+        ids = table["doc_id"].to_pylist()
+        if ids and ((last is not None and ids[0] < last) or any(b < a for a, b in zip(ids, ids[1:]))):
+            return False
+        last = ids[-1] if ids else last
+    return True
+
+
+def file_rows(path: Path, split: str) -> Iterator[tuple[str, str, str]]:
+    """``(doc_id, text, source)`` of the file's rows of ``split``, in file order."""
+    for table in split_rows(path, split, KEPT):
+        yield from zip(*(table[c].to_pylist() for c in KEPT))
+
+
+def spill_sorted(path: Path, split: str, folder: Path) -> list[Path]:
+    """The file's rows of ``split`` as sorted runs of ``SORT_RUN_ROWS`` rows, one Arrow IPC stream each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    runs, held, n_held = [], [], 0
+    for table in split_rows(path, split, KEPT):
+        held.append(table)
+        n_held += table.num_rows
+        if n_held >= SORT_RUN_ROWS:
+            runs.append(write_run(pa.concat_tables(held), folder / f"run-{len(runs):05d}.arrow"))
+            held, n_held = [], 0
+    if n_held:
+        runs.append(write_run(pa.concat_tables(held), folder / f"run-{len(runs):05d}.arrow"))
+    return runs
+
+
+def write_run(table: pa.Table, path: Path) -> Path:
+    ordered = table.take(pc.sort_indices(table, sort_keys=[("doc_id", "ascending")]))
+    with writing(path), pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, ordered.schema) as writer:
+        writer.write_table(ordered, max_chunksize=SPILL_ROWS)
+    return path
+
+
+def chain_runs(runs: list[Path]) -> Iterator[tuple[str, str, str]]:
+    """The sorted runs of one file merged (stable: an earlier run first)."""
+    return heapq.merge(*(run_rows(run) for run in runs), key=itemgetter(0))
+
+
+def run_rows(path: Path) -> Iterator[tuple[str, str, str]]:
+    with reading(path), pa.OSFile(str(path)) as source:
+        for batch in pa.ipc.open_stream(source):
+            yield from zip(*(batch[c].to_pylist() for c in KEPT))
