@@ -56,9 +56,12 @@ split of a role. It must be 0 (bridged components aside: ``straddling_exempt``);
 ``SplitLeakError``. Every input row is in ``docs`` or ``dropped`` of its source (``docs_in``): dropped are the
 ledger's ``bridges_splits`` and, under a test cap (``split.max_test_docs``), ``beyond_max_test_docs``.
 
+Memory: the driver reads only the ``REQUIRED_COLUMNS`` of the corpus; the texts and token lists are streamed
+from each input file to its output, a block of rows at a time (``outputs``).
+
 Modules: ``assign`` (components to splits), ``targets`` (what each split of a stratum may hold: fractions or
 the study's train pool), ``task_counts`` (docs and gold entities per task, shipped train moved to test),
-``ledger`` (the split ledger).
+``ledger`` (the split ledger), ``outputs`` (the facts read, the output shards streamed).
 """
 
 from __future__ import annotations
@@ -70,12 +73,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from tasks.common.files.ioerrors import reading
-from tasks.common.files.shards import check_manifest
-from tasks.common.files.stamped import write_tables
 from tasks.common.matching.unionfind import UnionFind
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.config.paths import Paths
@@ -91,10 +89,10 @@ from tasks.split.ledger import (
     replace_ledger,
     write_dropped,
 )
+from tasks.split.outputs import REQUIRED_COLUMNS, read_facts, source_files, write_shards
 from tasks.split.targets import LEFT_OUT
 from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 
-REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
 LEFT_OUT_REASON = "beyond_max_test_docs"
 __all__ = ["SplitLeakError", "run"]
 
@@ -106,8 +104,8 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     named) and ``SplitLeakError`` when a group would straddle splits outside a bridged component, or a ledger doc
     moved.
     """
-    tables = read_sources(paths.stage_data("dedup"))
-    rows = working_rows(tables)
+    files = source_files(paths.stage_data("dedup"))
+    rows = working_rows(read_facts(files))
     check_unique_ids(rows)
     rows["component"] = merge_groups(rows, groups_first=cfg.assignment == "hash")
     rows["split"] = assign_splits(rows, cfg)
@@ -129,7 +127,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         raise SplitLeakError(f"{len(straddling)} group(s) in more than one split, e.g. {straddling[:5]}")
     check_task_splits_filled(kept, cfg)
     out_dir = paths.stage_data("split")
-    write_outputs(tables, kept, out_dir)
+    write_outputs(files, len(rows), kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
     if cfg.ledger or not holds_ledger_history(path):
         ledger = extend_ledger(base, kept)
@@ -137,11 +135,11 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
         ledger, moved = None, None
     log.info(
-        f"split: {len(kept)} rows from {len(tables)} source(s) -> {out_dir}; {len(placed) - len(kept)} dropped "
+        f"split: {len(kept)} rows from {len(files)} source(s) -> {out_dir}; {len(placed) - len(kept)} dropped "
         f"(bridges_splits), {len(left_out)} left out ({LEFT_OUT_REASON}), {len(bridged)} bridged component(s)"
     )
     metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
-    tasks, moved_to_test = task_metrics(kept, entity_counts(tables), cfg), shipped_train_to_test(kept, cfg)
+    tasks, moved_to_test = task_metrics(kept, entity_counts(files), cfg), shipped_train_to_test(kept, cfg)
     for line in study_lines(tasks, moved_to_test, cfg):
         log.info(line)
     return (
@@ -173,30 +171,6 @@ def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str
     if previous is None:
         return f"split: no ledger at {path}: every component gets its from-scratch split; this run starts it"
     return f"split: ledger {path} found and used: its {len(previous)} docs keep their splits"
-
-
-def read_sources(folder: Path) -> dict[str, pa.Table]:
-    """``{source: table}`` for every ``<folder>/*.parquet``, sorted by file name, as Arrow tables: the texts and
-    token lists are only written back, and turning them into pandas objects cost ~2.7 s at 100k docs. Raises
-    ``FileNotFoundError`` when there is none, ``ValueError`` naming the file for a missing column or role, or one
-    that cannot be read (``ioerrors.DamagedFile``), or naming a file dedup wrote (``<folder>/manifest.json``) that
-    is missing."""
-    check_manifest(folder, "dedup")  # a deleted <source>.parquet would be a source left out, without an error
-    files = sorted(Path(folder).glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the dedup stage first)")
-    tables = {}
-    for file in files:
-        with reading(file), pq.ParquetFile(file) as parquet:  # read_table builds a dataset: slower for one file
-            table = parquet.read()
-        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-        if missing:
-            raise ValueError(f"{file}: missing column(s) {missing}")
-        bad_role = sorted(set(pc.unique(table.column("role")).to_pylist()) - set(SPLITS_OF_ROLE))
-        if bad_role:
-            raise ValueError(f"{file}: unknown role(s) {bad_role}; expected one of {sorted(SPLITS_OF_ROLE)}")
-        tables[file.stem] = table
-    return tables
 
 
 def working_rows(tables: dict[str, pa.Table]) -> pd.DataFrame:
@@ -279,26 +253,16 @@ def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
                 )
 
 
-def write_outputs(tables: dict[str, pa.Table], rows: pd.DataFrame, out_dir: Path) -> None:
+def write_outputs(files: dict[str, Path], total: int, rows: pd.DataFrame, out_dir: Path) -> None:
     """``<source>.parquet`` (input row order + ``split`` and ``split_group``, the row's ``component``; rows not in
-    ``rows`` left out) and ``manifest.tsv``
-    sorted by doc_id. ``rows``' index is the row's position in ``tables`` one after another (``working_rows``),
-    so a source's kept rows are found by position, not by looking doc_ids up."""
+    ``rows`` left out; streamed from the input files, ``outputs.write_shards``) and ``manifest.tsv`` sorted by
+    doc_id. ``rows``' index is the row's position in ``files`` one after another (``working_rows``, ``total``
+    rows), so a source's kept rows are found by position, not by looking doc_ids up."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    total = sum(table.num_rows for table in tables.values())
     split, group = np.full(total, None, dtype=object), np.full(total, None, dtype=object)
     split[rows.index.to_numpy()] = rows["split"].to_numpy()
     group[rows.index.to_numpy()] = rows["component"].to_numpy()
-    parts, start = [], 0
-    for source, table in tables.items():
-        own, own_group = split[start : start + table.num_rows], group[start : start + table.num_rows]
-        start += table.num_rows
-        kept = pd.notna(own)
-        part = table if kept.all() else table.filter(pa.array(kept))
-        part = part.append_column("split", pa.array(own[kept].tolist(), pa.string()))
-        part = part.append_column("split_group", pa.array(own_group[kept].tolist(), pa.string()))
-        parts.append((part, out_dir / f"{source}.parquet"))
-    write_tables(parts)
+    write_shards(files, split, group, out_dir)
     manifest = rows[["doc_id", "split"]].sort_values("doc_id")
     manifest.to_csv(out_dir / "manifest.tsv", sep="\t", index=False, lineterminator="\n")
 

@@ -5,28 +5,32 @@ test. Written to ``metrics/split.json`` (``tasks``, ``shipped_train_to_test``) a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.split.assign import own_splits
+from tasks.split.outputs import read_tags
 
 
-def entity_counts(tables: dict[str, pa.Table]) -> np.ndarray:
+def entity_counts(files: dict[str, Path]) -> np.ndarray:
     """Per row, every source's rows one after another (``working_rows``' positions): the number of IOB2 ``B-``
-    tags in its ``tags`` list (0 for a row without tags, a source without a list-typed ``tags`` column)."""
+    tags in its ``tags`` list (0 for a row without tags, a source without a list-typed ``tags`` column); each
+    file's ``tags`` column read alone (``outputs.read_tags``)."""
     parts = []
-    for table in tables.values():
-        column = table.column("tags") if "tags" in table.column_names else None
-        if column is None or not pa.types.is_list(column.type) or table.num_rows == 0:
-            parts.append(np.zeros(table.num_rows, dtype=np.int64))
+    for file in files.values():
+        column = read_tags(file)
+        if column is None:
+            parts.append(np.zeros(pq.ParquetFile(file).metadata.num_rows, dtype=np.int64))
             continue
         tags = column.combine_chunks()
         begins = pc.fill_null(pc.starts_with(pc.list_flatten(tags), "B-"), False).to_numpy(zero_copy_only=False)
         parents = pc.list_parent_indices(tags).to_numpy()
-        parts.append(np.bincount(parents[begins], minlength=table.num_rows))
+        parts.append(np.bincount(parents[begins], minlength=len(tags)))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 

@@ -174,18 +174,29 @@ def test_most_common_by_breaks_ties_by_the_smallest_value_and_skips_nulls():
     assert got.to_dict() == {"a": "y", "b": "p", "d": "z"}
 
 
-def test_dropped_rows_leave_the_source_file_by_position(tmp_path):
+@pytest.mark.parametrize("block_rows", [65_536, 1])
+def test_dropped_rows_leave_the_source_file_by_position(tmp_path, monkeypatch, block_rows):
+    """Streamed in blocks of ``block_rows`` input rows (1: a block of no kept row is skipped), the same rows."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
+    from tasks.split import outputs
+
+    monkeypatch.setattr(outputs, "BLOCK_ROWS", block_rows)
     frames = {"s": rows_of("s", "task", ["g1", "g2", "g3"]), "t": rows_of("t", "task", ["h1", "h2"])}
     tables = {name: pa.Table.from_pandas(frame, preserve_index=False) for name, frame in frames.items()}
+    files = {name: tmp_path / f"in-{name}.parquet" for name in tables}
+    for name, table in tables.items():
+        pq.write_table(table, files[name])
     rows = split.working_rows(tables).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"], component=["a", "b", "c"])
-    split.write_outputs(tables, rows, tmp_path)
-    s, t = pd.read_parquet(tmp_path / "s.parquet"), pd.read_parquet(tmp_path / "t.parquet")
+    split.write_outputs(files, 5, rows, tmp_path / "out")
+    s, t = (pd.read_parquet(tmp_path / "out" / f"{name}.parquet") for name in ("s", "t"))
     assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
     assert list(s["split_group"]) == ["a", "b"] and list(t["split_group"]) == ["c"]
     assert list(t["doc_id"]) == ["t-0001"] and list(t["split"]) == ["test"]
-    assert (tmp_path / "manifest.tsv").read_text() == "doc_id\tsplit\ns-0000\ttrain\ns-0002\tdev\nt-0001\ttest\n"
+    manifest = (tmp_path / "out" / "manifest.tsv").read_text()
+    assert manifest == "doc_id\tsplit\ns-0000\ttrain\ns-0002\tdev\nt-0001\ttest\n"
+    assert pq.ParquetFile(tmp_path / "out" / "s.parquet").metadata.num_row_groups == (1 if block_rows > 1 else 2)
 
 
 def test_meta_value_equals_parsing_the_whole_meta_for_escaped_and_unescaped_keys():

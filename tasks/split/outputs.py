@@ -1,0 +1,102 @@
+"""The split stage's reads and writes of the corpus: the facts it assigns from (``read_facts``: the
+``REQUIRED_COLUMNS`` of every ``<data>/dedup/<source>.parquet``, never the texts) and the output shards
+(``write_shards``: each input shard streamed through, ``BLOCK_ROWS`` rows at a time, the kept rows with ``split``
+and ``split_group`` appended), so the driver never holds a source's texts or token lists.
+
+A source of at most ``BLOCK_ROWS`` rows is written as one table (one row group: the bytes of a whole-table
+``pq.write_table``); a larger one in a row group per block of rows that keeps any.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tasks.common.files.ioerrors import reading, writing
+from tasks.common.files.shards import check_manifest
+from tasks.split.assign import SPLITS_OF_ROLE
+
+REQUIRED_COLUMNS = ("doc_id", "source", "role", "label", "group", "meta", "cluster_id", "is_duplicate")
+#: Rows read, given their split and written at once (one row group): about 130 MB of text at 2 KB a doc.
+BLOCK_ROWS = 65_536
+
+
+def source_files(folder: Path) -> dict[str, Path]:
+    """``{source: <folder>/<source>.parquet}``, sorted by file name. Raises ``FileNotFoundError`` when there is
+    none, ``ValueError`` naming a file dedup wrote (``<folder>/manifest.json``) that is missing."""
+    check_manifest(folder, "dedup")  # a deleted <source>.parquet would be a source left out, without an error
+    files = sorted(Path(folder).glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the dedup stage first)")
+    return {file.stem: file for file in files}
+
+
+def read_facts(files: dict[str, Path]) -> dict[str, pa.Table]:
+    """``{source: table}`` of the ``REQUIRED_COLUMNS`` of each file (Arrow; texts and token lists are left on disk
+    and only streamed by ``write_shards``). Raises ``ValueError`` naming the file for a missing column or role,
+    or one that cannot be read (``ioerrors.DamagedFile``)."""
+    tables = {}
+    for source, file in files.items():
+        with reading(file), pq.ParquetFile(file) as parquet:  # read_table builds a dataset: slower for one file
+            missing = [c for c in REQUIRED_COLUMNS if c not in parquet.schema_arrow.names]
+            if missing:
+                raise ValueError(f"{file}: missing column(s) {missing}")
+            table = parquet.read(columns=list(REQUIRED_COLUMNS))
+        bad_role = sorted(set(pc.unique(table.column("role")).to_pylist()) - set(SPLITS_OF_ROLE))
+        if bad_role:
+            raise ValueError(f"{file}: unknown role(s) {bad_role}; expected one of {sorted(SPLITS_OF_ROLE)}")
+        tables[source] = table
+    return tables
+
+
+def read_tags(file: Path) -> pa.ChunkedArray | None:
+    """The ``tags`` column of ``file`` when it has a list-typed one, else None (read alone)."""
+    with reading(file), pq.ParquetFile(file) as parquet:
+        if "tags" not in parquet.schema_arrow.names or not pa.types.is_list(parquet.schema_arrow.field("tags").type):
+            return None
+        return parquet.read(columns=["tags"]).column("tags")
+
+
+def write_shards(files: dict[str, Path], split: np.ndarray, group: np.ndarray, out_dir: Path) -> None:
+    """``<out_dir>/<source>.parquet`` for each input file: its rows in order, those with a ``split`` (``(rows,)``
+    object, None: not written; over every file's rows one after another) kept, with ``split`` and ``split_group``
+    (``group``, the same shape) appended; one file per thread (Arrow encodes with the GIL released)."""
+    jobs, start = [], 0
+    for source, file in files.items():
+        with reading(file):
+            rows = pq.ParquetFile(file).metadata.num_rows
+        jobs.append((file, split[start : start + rows], group[start : start + rows], out_dir / f"{source}.parquet"))
+        start += rows
+    workers = max(1, min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1))
+    with ThreadPoolExecutor(workers) as pool:
+        for job in [pool.submit(write_shard, *job) for job in jobs]:
+            job.result()
+
+
+def write_shard(file: Path, split: np.ndarray, group: np.ndarray, out: Path) -> None:
+    """One source's output (``write_shards``), read and written ``BLOCK_ROWS`` rows at a time. Out of room:
+    ``ioerrors.NoRoom`` naming ``out``; a damaged input: ``ioerrors.DamagedFile`` naming ``file``."""
+    with reading(file), pq.ParquetFile(file) as parquet, writing(out):
+        schema = parquet.schema_arrow.append(pa.field("split", pa.string())).append(
+            pa.field("split_group", pa.string())
+        )
+        with pq.ParquetWriter(out, schema) as writer:
+            start, written = 0, False
+            for batch in parquet.iter_batches(batch_size=BLOCK_ROWS):
+                own, own_group = split[start : start + batch.num_rows], group[start : start + batch.num_rows]
+                start += batch.num_rows
+                kept = own != None  # noqa: E711 - elementwise over an object array
+                if not kept.any():
+                    continue
+                part = pa.Table.from_batches([batch if kept.all() else batch.filter(pa.array(kept))])
+                part = part.append_column("split", pa.array(own[kept].tolist(), pa.string()))
+                writer.write_table(part.append_column("split_group", pa.array(own_group[kept].tolist(), pa.string())))
+                written = True
+            if not written:  # as a whole-table write of no rows: one empty row group
+                writer.write_table(schema.empty_table())
