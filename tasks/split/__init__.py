@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tasks.common.matching.unionfind import UnionFind
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
@@ -105,7 +106,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     moved.
     """
     files = source_files(paths.stage_data("dedup"))
-    rows = working_rows(read_facts(files))
+    rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
     check_unique_ids(rows)
     rows["component"] = merge_groups(rows, groups_first=cfg.assignment == "hash")
     rows["split"] = assign_splits(rows, cfg)
@@ -173,12 +174,26 @@ def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str
     return f"split: ledger {path} found and used: its {len(previous)} docs keep their splits"
 
 
-def working_rows(tables: dict[str, pa.Table]) -> pd.DataFrame:
+def working_rows(tables: dict[str, pa.Table], meta_key: str | None = None) -> pd.DataFrame:
     """Every source's rows one after another (index = position), ``REQUIRED_COLUMNS`` only, strings as Python
     objects. Without the text and token columns a row filter copies little (pyarrow ``take`` of the texts was
-    ~7 s per run at 100k docs), and object strings are iterated ~20x faster than pandas' Arrow-backed ``str``."""
-    rows = pd.concat([table.select(list(REQUIRED_COLUMNS)).to_pandas() for table in tables.values()], ignore_index=True)
+    ~7 s per run at 100k docs), and object strings are iterated ~20x faster than pandas' Arrow-backed ``str``.
+    ``meta_key``: the only meta key read (the shipped split's; None: every meta kept, temporal mode reads the
+    dates): a meta that cannot hold it (``assign.meta_value``'s test, in Arrow) is null, not a Python string."""
+    frames = []
+    for table in tables.values():
+        if meta_key is not None:
+            table = table.set_column(table.schema.get_field_index("meta"), "meta", may_hold(table["meta"], meta_key))
+        frames.append(table.select(list(REQUIRED_COLUMNS)).to_pandas())
+    rows = pd.concat(frames, ignore_index=True)
     return rows.astype({column: object for column in REQUIRED_COLUMNS if column != "is_duplicate"})
+
+
+def may_hold(meta: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
+    """``meta`` where it holds ``key`` as text or any backslash (a JSON escape could spell it), else null: the
+    values ``assign.meta_value`` parses; it answers None for the others, as for a null."""
+    maybe = pc.or_(pc.match_substring(meta, key), pc.match_substring(meta, "\\"))
+    return pc.if_else(pc.fill_null(maybe, False), meta, pa.scalar(None, meta.type))
 
 
 def check_unique_ids(rows: pd.DataFrame) -> None:

@@ -94,8 +94,9 @@ def own_splits(rows: pd.DataFrame, key: str, splits: tuple[str, ...]) -> pd.Seri
 
 def meta_value(meta: str | None, key: str):
     """``json.loads(meta).get(key)``; a meta without a backslash (no JSON escape) that does not hold ``key`` as
-    text cannot hold it as a key, and is not parsed (most rows: ~0.3 s of json.loads at 100k docs)."""
-    if not meta or (key not in meta and "\\" not in meta):
+    text cannot hold it as a key, and is not parsed (most rows: ~0.3 s of json.loads at 100k docs). A missing meta
+    (None, or pandas' NaN: ``working_rows`` nulls those that cannot hold the key) holds no key."""
+    if not isinstance(meta, str) or (key not in meta and "\\" not in meta):
         return None
     return json.loads(meta).get(key)
 

@@ -136,9 +136,10 @@ def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
     new docs only, walked until a label some ledger doc carries (an anchor, whose ledger splits are reached).
 
     Only the labels new docs carry can be walked or reached, so ledger docs are looked at only where they carry
-    one (``isin`` over the label columns), not one by one: a night adds a few percent of the docs."""
+    one (``isin`` over the label columns), not one by one: a night adds a few percent of the docs. Without ledger
+    docs (a first run, ``split.ledger: false``) there is no anchor, so nothing is reached and no label is walked."""
     new = ledger_split.isna().to_numpy()
-    if not new.any():
+    if new.all() or not new.any():
         return pd.Series([()] * len(rows), index=rows.index, dtype=object)
     columns = label_columns(rows)
     labels = [[label for label in own if isinstance(label, str)] for own in zip(*(c[new] for c in columns))]
