@@ -64,6 +64,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tasks.common.matching import minhash
@@ -78,12 +79,11 @@ from tasks.leakage.lexical.detectors import DETECTORS
 from tasks.leakage.lexical.words import Side, make_side, tokenize
 from tasks.leakage.outputs import (
     TABLE_COLUMNS,
+    Picked,
     audit_table,
-    eval_rows,
     leakage_metrics,
-    read_sources,
+    read_split,
     removed_docs,
-    train_rows,
     write_outputs,
 )
 from tasks.leakage.planted import cache as plant_cache
@@ -108,9 +108,7 @@ def run(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
 
 def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     """The stage (``run``), collector state aside."""
-    frames = read_sources(paths.stage_data("split"))
-    rows = pd.concat(list(frames.values()), ignore_index=True)
-    eval_frame, train_frame = eval_rows(rows), train_rows(rows)
+    rows, eval_frame, train_frame = read_split(paths.stage_data("split"))  # rows: no text (the row accounting)
     evals = make_side([tokenize(x) for x in eval_frame["text"]], minhash.WordHashes())
     log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
     with gcpause.paused_gc():
@@ -208,13 +206,14 @@ def plant_copies(
     lexical methods that find each copy (copies seen by an earlier run from ``cache``: ``planted.cache``).
 
     Filler for the planted copies is the text of pretraining docs (with words) that the lexical audit matched
-    to no eval doc.
+    to no eval doc, read from ``train_frame`` when a plant reaches it (``outputs.Picked``: no copy).
     """
-    pretrain = train_frame[train_frame["role"] == "pretrain"]  # train_frame has a 0..n-1 index, as has_words
-    unrelated = ~pretrain["doc_id"].isin(set(table["train_doc"])) & scanned.has_words[pretrain.index]
-    filler = pretrain[unrelated]
+    pretrain = (train_frame["role"] == "pretrain").to_numpy()  # train_frame has a 0..n-1 index, as has_words
+    unrelated = ~train_frame["doc_id"].isin(set(table["train_doc"])).to_numpy() & scanned.has_words
+    at = np.flatnonzero(pretrain & unrelated)
     wordnet = synonyms.load(cfg.planted.wordnet_dir)
-    plants, not_planted = make_plants(eval_frame, list(filler["text"]), list(filler["doc_id"]), cfg.planted, wordnet.of)
+    texts, ids = Picked(train_frame["text"], at), Picked(train_frame["doc_id"], at)
+    plants, not_planted = make_plants(eval_frame, texts, ids, cfg.planted, wordnet.of)
     if not plants:
         return plants, not_planted, []
     return plants, not_planted, plant_cache.found_by(plants, eval_frame, evals, cfg, tokenize, cache, log)

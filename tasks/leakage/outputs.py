@@ -10,6 +10,7 @@ a shard has them). Writes ``removed.jsonl``, ``table.parquet`` (``TABLE_COLUMNS`
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 #: Read where a shard has them: the semantic pass's task-train labels and dedup clusters (``semantic.audit``).
 USED_COLUMNS = ("label", "cluster_id")
 EVAL_SPLITS = ("dev", "test")
+ITER_ROWS = 4096  # values made Python strings at once when a ``Picked`` is iterated (~8 MB of text)
 TABLE_COLUMNS = [
     "train_doc",
     "eval_doc",
@@ -43,20 +45,36 @@ def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
     Raises ``FileNotFoundError`` without a shard and ``ValueError`` naming a shard that lacks a required column
     or cannot be read (``ioerrors.DamagedFile``).
     """
+    return dict(iter_sources(folder))
+
+
+def iter_sources(folder: Path) -> Iterator[tuple[str, pd.DataFrame]]:
+    """``read_sources``, one ``(source, frame)`` at a time (the errors as it says, the missing shards' at once)."""
     files = sorted(Path(folder).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the split stage first)")
-    frames = {}
     for file in files:
         with reading(file):
             names = pq.read_schema(file).names
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise ValueError(f"{file}: missing column(s) {missing}")
-            frames[file.stem] = pd.read_parquet(
-                file, columns=[c for c in names if c in REQUIRED_COLUMNS + USED_COLUMNS]
-            )
-    return frames
+            frame = pd.read_parquet(file, columns=[c for c in names if c in REQUIRED_COLUMNS + USED_COLUMNS])
+        yield file.stem, frame
+
+
+def read_split(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(rows, eval rows, training rows)`` of ``read_sources(folder)``: every row without its ``text`` (what the
+    row accounting reads), ``eval_rows`` and ``train_rows`` of them all with it. Taken shard by shard: a row
+    filter copies a column's Arrow buffers, so filtering the concatenated frame held every text two or three
+    times at once; this holds them once, and one shard's twice. Errors as ``read_sources``."""
+    rows, evals, trains = [], [], []
+    for _, frame in iter_sources(folder):
+        evals.append(eval_rows(frame))
+        trains.append(train_rows(frame))
+        rows.append(frame.drop(columns="text"))
+        del frame
+    return tuple(pd.concat(parts, ignore_index=True) for parts in (rows, evals, trains))  # type: ignore[return-value]
 
 
 def eval_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -191,3 +209,23 @@ def leakage_metrics(
     both = pd.concat([table, semantic_pairs])
     methods = {m: int(n) for m, n in both["method"].value_counts().sort_index().items()}
     return {"eval_sets": eval_sets, "sources": sources, "pairs_by_method": methods}
+
+
+class Picked(Sequence[str]):
+    """``values[positions[i]]`` for each ``i`` of a pandas column (``values``: the training frame's Arrow-backed
+    ``text`` or ``doc_id``), read when asked: the planted filler and the semantic pass's corpus see the texts of
+    some training rows without a copy of them (a boolean row filter copies the Arrow buffers, and a list of
+    them makes each a Python string)."""
+
+    def __init__(self, values, positions: np.ndarray) -> None:
+        self.values, self.positions = values, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i):  # type: ignore[override]  # ints only: the ring reads one doc at a time
+        return self.values.iat[int(self.positions[i])]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self.positions), ITER_ROWS):  # a block of Python strings at a time
+            yield from self.values.iloc[self.positions[start : start + ITER_ROWS]].tolist()

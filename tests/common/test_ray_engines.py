@@ -137,7 +137,7 @@ def test_ray_engines_match_local_on_made_data(tmp_path, ray_instance):
     policy = SourcePolicy(exact=False)
     params, sections = stage_params(
         dedup={"shard_size_docs": 25, "source_policy": {"tweets": policy}},
-        leakage={"batch_docs": 30, "planted": planted},
+        leakage={"batch_docs": 30, "planted": planted, "incremental": False},  # no cache: Ray scans the plants too
     )
     check_dedup_then_leakage(tmp_path, sections, params.split)
 
@@ -167,8 +167,8 @@ def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_pa
 @pytest.mark.slow
 def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_encoder, monkeypatch):
     """The semantic detector (tiny random encoder; exact search in at least 9 shards of 2 blocks, 32 windows): an
-    actor pool embeds, one task a shard searches; outputs, metrics and the kept window vectors (the store's bytes,
-    its fingerprint included) equal the local engine's."""
+    actor pool embeds in runs of 128 windows, one task a shard searches (a few at a time); outputs, metrics and
+    the kept window vectors (the store's bytes, its fingerprint included) equal the local engine's."""
     task, pre = news_corpus()
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     paths.stage_data("split").mkdir(parents=True)
@@ -190,6 +190,7 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
 
     monkeypatch.setattr(ray_engine, "embedded_on_ray", embedded_on_ray)
     monkeypatch.setattr(search, "merge_shards", merge_shards)
+    monkeypatch.setattr(ray_engine, "GROUP_CALLS", 2)  # Ray Data runs of 128 windows: several runs, as at scale
     results = []
     for engine in ("local", "ray"):
         metrics = leakage.run(cfg.model_copy(update={"engine": engine}), paths, NullLog())
@@ -228,3 +229,23 @@ def test_the_sharded_search_on_ray_equals_the_local_one_exact_and_hnsw(ray_insta
         local = search.sharded_search(queries, index, 0.5, cfg)
         on_ray = ray_engine.searched_on_ray(ray, place, queries, index, 0.5, cfg)
         assert all(np.array_equal(a, b) for a, b in zip(local, on_ray)) and len(local[1]) > len(queries)
+
+
+@pytest.mark.slow
+def test_the_planted_copies_scanned_on_ray_are_found_by_the_methods_found_locally(ray_instance):
+    """``engine: ray`` scans the planted copies in a Ray task (``recall.found_by_on_ray``): the same methods per
+    copy as in process, and some copies found by several methods (the scan is not empty)."""
+    from tasks.common.matching import minhash
+    from tasks.leakage.lexical.words import make_side, tokenize
+    from tasks.leakage.outputs import eval_rows
+    from tasks.leakage.planted import recall
+    from tasks.leakage.planted.variants import make as make_plants
+
+    task, pre = news_corpus()
+    evals, cfg = eval_rows(task.assign(is_duplicate=False)), leakage_params()
+    plants, _ = make_plants(evals, list(pre["text"]), list(pre["doc_id"]), cfg.planted, {}.get)
+    side = make_side([tokenize(t) for t in evals["text"]], minhash.WordHashes())
+    local = recall.found_by(plants, side, cfg.lexical, tokenize)
+    ray_cfg = stage_params()[1]["leakage"].ray
+    assert recall.found_by_on_ray(plants, side, cfg.lexical, tokenize, ray_cfg) == local
+    assert len(plants) > 100 and sum(len(m) > 1 for m in local) > 10

@@ -23,6 +23,7 @@ never to ``metrics/leakage.json``.
 from __future__ import annotations
 
 import hashlib
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -42,13 +43,17 @@ PLANTS = "plants.parquet"
 def found_by(
     plants: list, eval_frame: pd.DataFrame, evals: Side, cfg: LeakageParams, tokenize, folder: Path, log
 ) -> list[set[str]]:
-    """``recall.found_by(plants, evals, cfg.lexical, tokenize)``, taking each copy with a row in ``folder``'s cache
-    from it and scanning the others; writes the cache back (see the module docstring)."""
+    """``recall.found_by(plants, evals, cfg.lexical, tokenize)`` (with ``engine: ray`` in a Ray task:
+    ``recall.found_by_on_ray``), taking each copy with a row in ``folder``'s cache from it and scanning the others;
+    writes the cache back (see the module docstring)."""
     stamp_key = fingerprint(cfg)
     keys = plant_keys(plants, eval_frame["text"])
     stored, reason = load(folder, stamp_key, cfg.incremental)
     todo = [i for i, k in enumerate(keys) if k not in stored]
-    scanned = recall.found_by([plants[i] for i in todo], evals, cfg.lexical, tokenize) if todo else []
+    scan = (
+        partial(recall.found_by_on_ray, ray_cfg=cfg.ray) if cfg.engine == "ray" else recall.found_by  # same result
+    )
+    scanned = scan([plants[i] for i in todo], evals, cfg.lexical, tokenize) if todo else []
     found = {keys[i]: methods for i, methods in zip(todo, scanned)} | {k: stored[k] for k in keys if k in stored}
     save(folder, {k: found[k] for k in keys}, stamp_key, cfg.incremental)
     log.info(

@@ -12,38 +12,52 @@ finds their windows in its store (``tasks/leakage/semantic/store.py``) instead o
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+
+import numpy as np
 
 
 class FillerRing:
     """The filler docs (``texts``, their ``doc_ids``) in ring order; docs without a whitespace token are left
-    out. ``seed`` places the docs. The ring keeps the texts (shared with the caller's list) and splits a doc into
-    tokens only when a stream reaches it: a plant reads a few hundred tokens, so holding every filler doc's token
-    list (a Python ``str`` per word, about 60 bytes) cost the driver more than the texts themselves."""
+    out. ``seed`` places the docs. The ring holds per doc only its point (``points``: the 32-byte sha256 digests,
+    ascending, whose order is the hex digests' order) and its position in ``texts`` (``order``); it reads a doc's
+    text from ``texts`` and splits it only when a stream reaches it. ``texts`` may be any sequence, e.g. a view
+    of a pandas column (``tasks.leakage.outputs.Picked``): a plant reads a few hundred tokens, so neither the
+    filler docs' token lists (a Python ``str`` per word, about 60 bytes) nor their texts as Python strings (the
+    text and ~50 bytes) need to be held. Raises
+    ``ValueError`` when ``texts`` and ``doc_ids`` differ in length."""
 
-    def __init__(self, texts: list[str], doc_ids: list[str], seed: int) -> None:
-        placed = sorted(
-            (hashlib.sha256(f"{seed}:filler:{d}".encode()).hexdigest(), t) for t, d in zip(texts, doc_ids, strict=True)
-        )
+    def __init__(self, texts: Sequence[str], doc_ids: Sequence[str], seed: int) -> None:
+        if len(texts) != len(doc_ids):
+            raise ValueError(f"filler: {len(texts)} texts for {len(doc_ids)} doc ids")
+        self.texts = texts
         # t.split() is empty exactly when t is empty or all whitespace (str.split and str.isspace: Py_UNICODE_ISSPACE)
-        self.points = [point for point, t in placed if t and not t.isspace()]
-        self.texts = [t for _, t in placed if t and not t.isspace()]
+        kept = np.flatnonzero([bool(t) and not t.isspace() for t in texts])
+        digests = np.array([hashlib.sha256(f"{seed}:filler:{doc_ids[k]}".encode()).digest() for k in kept], "S32")
+        ranked = np.argsort(digests, kind="stable")
+        self.points, self.order = digests[ranked], kept[ranked]
 
     def __bool__(self) -> bool:
-        return bool(self.texts)
+        return bool(len(self.order))
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def text(self, k: int) -> str:
+        """The text of the ``k``-th doc round the ring."""
+        return str(self.texts[int(self.order[k])])
 
     def stream(self, salt: str) -> Iterator[str]:
         """Tokens forever from the doc at or after ``sha256(salt)`` on the ring (an offset into it from the same
         hash), then the following docs, round the ring; empty without filler tokens."""
-        if not self.texts:
+        if not len(self.order):
             return iter(())
-        point = hashlib.sha256(salt.encode()).hexdigest()
-        n = len(self.texts)
-        first = bisect.bisect_left(self.points, point) % n
-        doc = self.texts[first].split()
-        offset = int(point, 16) % len(doc)
-        following = itertools.chain.from_iterable(self.texts[(first + k) % n].split() for k in range(1, n))
+        point = hashlib.sha256(salt.encode()).digest()
+        n = len(self.order)
+        first = int(np.searchsorted(self.points, np.bytes_(point), side="left")) % n
+        doc = self.text(first).split()
+        offset = int.from_bytes(point, "big") % len(doc)
+        following = itertools.chain.from_iterable(self.text((first + k) % n).split() for k in range(1, n))
         return itertools.cycle(itertools.chain(doc[offset:], following, doc[:offset]))  # lazy: O(1) per plant

@@ -1,7 +1,7 @@
 """The recall of each detector on the planted copies (``tasks.leakage.planted.variants``): which lexical methods
-find each copy (``found_by``), and the ``planted`` metrics: per variant and detector, copies found with
-Clopper-Pearson 95% intervals (``tasks.common.stats.clopper_pearson``), and per family the strongest variant up
-to which recall stays >= 0.95.
+find each copy (``found_by``; on a Ray worker with ``engine: ray``, ``found_by_on_ray``), and the ``planted``
+metrics: per variant and detector, copies found with Clopper-Pearson 95% intervals
+(``tasks.common.stats.clopper_pearson``), and per family the strongest variant up to which recall stays >= 0.95.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from collections import Counter
 import numpy as np
 
 from tasks.common.matching import minhash
+from tasks.common.runtime import raycluster
 from tasks.common.stats import clopper_pearson
+from tasks.config.cluster import RayParams
 from tasks.config.corpus.leakage import LexicalParams, PlantedParams
 from tasks.leakage.lexical.detectors import DETECTORS, detect
 from tasks.leakage.lexical.words import Side, make_side
 from tasks.leakage.planted.variants import FAMILIES, Plant, variants
 
-__all__ = ["DETECTORS", "counts", "found_by", "recall_entry", "strongest_at", "summarize"]
+__all__ = ["DETECTORS", "counts", "found_by", "found_by_on_ray", "recall_entry", "strongest_at", "summarize"]
 
 
 def found_by(plants: list[Plant], evals: Side, cfg: LexicalParams, tokenize) -> list[set[str]]:
@@ -28,6 +30,21 @@ def found_by(plants: list[Plant], evals: Side, cfg: LexicalParams, tokenize) -> 
     for i, j, method, _, _ in detect(side, evals, cfg, owner=np.array([p.eval_index for p in plants], np.int64)):
         methods.setdefault((i, j), set()).add(method)
     return [methods.get((i, p.eval_index), set()) for i, p in enumerate(plants)]
+
+
+def found_by_on_ray(
+    plants: list[Plant], evals: Side, cfg: LexicalParams, tokenize, ray_cfg: RayParams
+) -> list[set[str]]:
+    """``found_by`` in one Ray task (``engine: ray``): the copies' words and MinHash signatures and the detectors'
+    n-gram arrays (up to ``worker_memory_mib``), ~0.9 GB at the default eval sets, are built on a worker, not
+    on the driver; the same result. Raises ``ImportError`` without Ray."""
+    ray = raycluster.connect(ray_cfg)
+    return ray.get(_found_by.remote(plants, evals, cfg, tokenize))
+
+
+@raycluster.remote
+def _found_by(plants: list[Plant], evals: Side, cfg: LexicalParams, tokenize) -> list[set[str]]:
+    return found_by(plants, evals, cfg, tokenize)
 
 
 def recall_entry(hits: list[bool]) -> dict:

@@ -41,7 +41,7 @@ import hashlib
 import itertools
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -310,10 +310,15 @@ def planted_rows(eval_ids: list[str], cfg: PlantedParams) -> list[int]:
 
 
 def make(
-    evals_frame: pd.DataFrame, filler_texts: list[str], filler_ids: list[str], cfg: PlantedParams, synonym_of
+    evals_frame: pd.DataFrame,
+    filler_texts: Sequence[str],
+    filler_ids: Sequence[str],
+    cfg: PlantedParams,
+    synonym_of,
 ) -> tuple[list[Plant], list[str]]:
     """The plants of every eval row (``planted_rows``) and variant, and the variants not planted: without
-    unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids) the variants that need filler."""
+    unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids: lists, or ``outputs.Picked``
+    views of a frame's columns, read when a plant reaches a doc) the variants that need filler."""
     eval_ids = list(evals_frame["doc_id"])
     ring = FillerRing(filler_texts, filler_ids, cfg.seed)
     chosen = [v for v in variants(cfg) if ring or v.kind not in FILLED]

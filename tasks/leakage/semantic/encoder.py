@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from tasks.leakage.semantic import store
 from tasks.leakage.semantic.search import sharded_search
 from tasks.leakage.semantic.windows import Windows, normalize_text, window_bounds
 
+#: Texts tokenized at once by ``Encoder.layout``: the tokenizer returns Python lists (about 100 bytes a token with
+#: the offsets) until they are made arrays, so one call over every corpus text cost the driver ~50 KiB a doc.
+TOKENIZE_TEXTS = 1024
+
 
 @dataclass
 class Layout:
@@ -28,7 +33,7 @@ class Layout:
     (``bounds``) and store key (``keys``); ``pieces`` holds the wordpiece ids of the windows of the texts that
     were tokenized, by key."""
 
-    texts: list[str]
+    texts: Sequence[str]
     doc: list[int]
     bounds: list[tuple[int, int]]
     keys: list[bytes]
@@ -132,7 +137,7 @@ class Encoder:
         return self.embedded(self.layout(texts, spans, max_windows))
 
     def layout(
-        self, texts: list[str], spans: list[tuple[int, int]] | None = None, max_windows: int | None = None
+        self, texts: Sequence[str], spans: list[tuple[int, int]] | None = None, max_windows: int | None = None
     ) -> Layout:
         """Where the windows of ``texts`` lie, and their store keys; nothing embedded. ``spans``: per text a
         character range; only windows overlapping it are kept (after normalisation the range is mapped by
@@ -142,27 +147,41 @@ class Encoder:
         windows (and is not tokenized)."""
         content, stride = self.cfg.window_tokens - 2, self.cfg.stride_tokens
         spans = spans if spans is not None else [(0, -1)] * len(texts)
-        text_keys = [layout_key(t, span) for t, span in zip(texts, spans)]
-        fresh = [d for d, k in enumerate(text_keys) if texts[d] and not self.laid_out(k)]
-        tokenized = dict(zip(fresh, zip(*self.tokenize([normalize_text(texts[d]) for d in fresh]))))
-        doc, bounds, keys, pieces = [], [], [], {}
+        text_keys: list[bytes | None] = []  # None: an empty text
+        pieces: dict[bytes, np.ndarray] = {}
+        fresh: list[tuple[int, str]] = []
+        for d, (text, span) in enumerate(zip(texts, spans)):  # one pass: ``texts`` may be read from a frame
+            text_keys.append(layout_key(text, span) if text else None)
+            if text and not self.laid_out(text_keys[-1]):
+                fresh.append((d, text))
+            if fresh and (len(fresh) == TOKENIZE_TEXTS or d == len(texts) - 1):
+                self.lay_out_fresh(fresh, text_keys, spans, pieces)
+                fresh = []
+        doc, bounds, keys = [], [], []
         for d, text_key in enumerate(text_keys):
-            if not texts[d]:
+            if text_key is None:
                 continue  # no windows: most planted copies are not scored, and pass an empty text
-            if d in tokenized:
-                tokens, off = tokenized[d]
-                first, picked = spanned(window_bounds(len(tokens), content, stride), off, spans[d])
-                window_keys = [store.key_of(tokens[s:e]) for s, e in picked]
-                pieces.update(zip(window_keys, (tokens[s:e] for s, e in picked)))
-                self.layouts_used[text_key] = (len(tokens), tuple(window_keys), first)
-            else:
-                n_tokens, window_keys, first = self.layouts_used[text_key] = self.layout_of(text_key)
-                picked = window_bounds(n_tokens, content, stride)[first : first + len(window_keys)]
+            n_tokens, window_keys, first = self.layouts_used[text_key] = self.layout_of(text_key)
+            picked = window_bounds(n_tokens, content, stride)[first : first + len(window_keys)]
             for (s, e), key in list(zip(picked, window_keys))[:max_windows]:
                 doc.append(d)
                 bounds.append((s, e))
                 keys.append(key)
-        return Layout(list(texts), doc, bounds, keys, pieces)
+        return Layout(texts, doc, bounds, keys, pieces)
+
+    def lay_out_fresh(
+        self, fresh: list[tuple[int, str]], text_keys: list, spans: list[tuple[int, int]], pieces: dict
+    ) -> None:
+        """Tokenize the texts of ``fresh`` (``(index, text)`` in ``layout``'s ``texts``), enter each one's layout in
+        ``layouts_used`` and its windows' wordpiece ids in ``pieces`` (views of one array per text; the offsets are
+        dropped here)."""
+        content, stride = self.cfg.window_tokens - 2, self.cfg.stride_tokens
+        docs = [d for d, _ in fresh]
+        for d, tokens, off in zip(docs, *self.tokenize([normalize_text(t) for _, t in fresh])):
+            first, picked = spanned(window_bounds(len(tokens), content, stride), off, spans[d])
+            window_keys = [store.key_of(tokens[s:e]) for s, e in picked]
+            pieces.update(zip(window_keys, (tokens[s:e] for s, e in picked)))
+            self.layouts_used[text_keys[d]] = (len(tokens), tuple(window_keys), first)
 
     def embedded(self, layout: Layout) -> Windows:
         """The ``Windows`` of a ``layout``: its vectors from ``embed_keys``."""
@@ -175,7 +194,8 @@ class Encoder:
         ``embedded`` calls that follow: ``compute`` fills the last batch of each width with [CLS][SEP] rows, so
         one call for the eval docs, the planted copies, the task train docs and the corpus leaves at most one
         part-filled batch per width where four calls left four. Counts nothing: ``embedded`` counts each window
-        when it takes it, as if it had embedded it then (the bits are the same either way)."""
+        when it takes it, as if it had embedded it then (the bits are the same either way). The layouts' ``pieces``
+        are emptied: no window of theirs is embedded again."""
         todo = {}
         for layout in layouts:
             todo.update(
@@ -184,6 +204,8 @@ class Encoder:
                 if k not in self.cache and k not in self.stored and k not in self.prefetched
             )
         self.compute(todo, self.prefetched)
+        for layout in layouts:
+            layout.pieces.clear()  # every window is at hand now: the wordpiece ids (8 bytes a token) are not read
 
     def layout_of(self, text_key: bytes) -> tuple[int, tuple[bytes, ...], int] | None:
         """``(n_tokens, window keys, first window)`` of a text (by ``layout_key``) laid out in this run or a kept
@@ -205,7 +227,8 @@ class Encoder:
         """Unit vectors ``(len(keys), dim)`` float32 of windows given by store key (``store.key_of``)
         and length (wordpieces, no specials); ``pieces`` holds the ids of each window not at hand. A distinct
         window is embedded once per run, and not at all when ``self.stored`` (the kept vectors,
-        ``tasks/leakage/semantic/store.py``) has it; its vector is the same bits either way."""
+        ``tasks/leakage/semantic/store.py``) has it; its vector is the same bits either way. The cache then holds
+        rows of the returned matrix (read-only use: the matrix is the ``Windows``' vectors)."""
         new = {k: n for k, n in zip(keys, lengths) if k not in self.cache}
         self.stats["windows_from_cache"] += len(keys) - len(new)
         self.stats["windows_embedded"] += len(new)
@@ -218,7 +241,11 @@ class Encoder:
         self.cache.update((k, self.prefetched.pop(k)) for k in todo if k in self.prefetched)
         self.compute({k: pieces[k] for k in todo if k not in self.cache}, self.cache)
         dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
-        return np.stack([self.cache[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, dim), np.float32)
+        if not keys:
+            return np.zeros((0, dim), np.float32)
+        matrix = np.stack([self.cache[k] for k in keys]).astype(np.float32, copy=False)
+        self.cache.update(zip(keys, matrix))  # rows of the matrix: the driver holds each vector once, not twice
+        return matrix
 
     def compute(self, todo: dict[bytes, np.ndarray], into: dict[bytes, np.ndarray]) -> None:
         """Embed ``todo`` (``{key: piece}``) into ``into`` at fixed batch shapes: ``batch_size`` rows (the

@@ -3,8 +3,9 @@ one Ray task per shard; the results equal ``engine: local``'s (tests/common/test
 
 **Embedding** (``RayEncoder.compute``, the one step of ``Encoder`` that runs elsewhere: the driver still lays
 the texts out, keeps the store and scores the small sides). The windows to embed go, sorted as ``Encoder.compute``
-sorts them (by batch width, then key), into Ray Data blocks of ``BATCHES_PER_CALL`` model batches; ``map_batches``
-hands them to an actor pool (``ActorPoolStrategy``) whose actors each load the encoder once (``Embedder``) and
+sorts them (by batch width, then key), into Ray Data blocks of ``BATCHES_PER_CALL`` model batches, in runs of
+``GROUP_CALLS`` blocks (the driver puts a run's wordpiece ids in the object store); ``map_batches`` hands them
+to an actor pool (``ActorPoolStrategy``) whose actors each load the encoder once (``Embedder``) and
 run ``Encoder.compute`` on their rows: the same fixed shapes (``batch_size`` rows, the last batch of a width
 filled with [CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is the same bits in whichever batch,
 actor or engine it lands (``tasks/leakage/semantic/store.py``). An actor takes one GPU when the cluster has GPUs
@@ -16,7 +17,8 @@ count). The store's fingerprint and the metrics' device come from an encoder bui
 (``encoder_facts``), so a store written by GPU actors is not read by a CPU run.
 
 **Search** (``searched_on_ray``, ``RayEncoder.search``): the shards of ``search.plan`` go to one Ray task each
-(the eval windows put in the object store once, each task given its shard's corpus vectors only) running
+(the eval windows put in the object store once, each task given its shard's corpus vectors only, at most two
+tasks a CPU slot submitted at a time: ``in_turn``) running
 ``search.search_shard``, with the CPUs and threads of an embedding actor on the CPU; the driver merges their hits
 (``search.merge_shards``), as ``search.sharded_search`` does in process. Ray is imported only when a
 ``RayEncoder`` is made (``tasks.common.runtime.raycluster``).
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+from tqdm import tqdm
 
 from tasks.common.runtime import raycluster
 from tasks.config.cluster import RayParams
@@ -37,6 +40,10 @@ from tasks.leakage.semantic import search, store
 from tasks.leakage.semantic.encoder import Encoder
 
 BATCHES_PER_CALL = 8  # model batches per Ray Data block and actor call: few calls, and few part-filled batches
+#: Actor calls per Ray Data run of ``embedded_on_ray`` (131,072 windows at ``batch_size`` 64): the driver puts a
+#: run's wordpiece ids in the object store, so one run for every window put ~1 KiB a window there at once; a run
+#: costs the pool's start (the encoder's load) again.
+GROUP_CALLS = 256
 
 
 @dataclass(frozen=True)
@@ -108,31 +115,54 @@ def searched_on_ray(ray, place: Placement, queries: np.ndarray, index: np.ndarra
     threads); the driver merges the hits."""
     exact, starts, shard = search.plan(len(index), cfg)
     shared, task = ray.put(queries), _search_shard.options(num_cpus=place.cpus)
-    pending = [task.remote(shared, index[s : s + shard], threshold, cfg, exact, place.threads) for s in starts]
-    parts = raycluster.gather(pending, "leakage semantic search (ray)")
+
+    def submit(k: int):
+        return task.remote(shared, index[starts[k] : starts[k] + shard], threshold, cfg, exact, place.threads)
+
+    at_once = 2 * max(raycluster.cpus(ray) // place.cpus, 1)
+    parts = in_turn(ray, submit, len(starts), at_once, "leakage semantic search (ray)")
     return search.merge_shards(parts, starts, len(queries), threshold, None if exact else cfg.ann_neighbours)
 
 
+def in_turn(ray, submit, n: int, at_once: int, desc: str) -> list:
+    """The results of ``submit(k)`` (a Ray task's ref) for ``k`` in ``0 .. n - 1``, in that order, with at most
+    ``at_once`` tasks submitted and unfinished: a task's arguments (here a shard's vectors, put in the object store
+    by this process, whose memory they then count in) wait in the store only while it is near its turn."""
+    results: dict[int, object] = {}
+    pending: dict = {}
+    with tqdm(total=n, desc=desc, unit="task") as bar:
+        for k in range(n):
+            pending[submit(k)] = k
+            while len(pending) >= at_once or (k == n - 1 and pending):
+                done, _ = ray.wait(list(pending), num_returns=1)
+                results[pending.pop(done[0])] = ray.get(done[0])
+                bar.update(1)
+    return [results[k] for k in range(n)]
+
+
 def embedded_on_ray(ray, todo: dict[bytes, np.ndarray], cfg: SemanticParams, place: Placement) -> dict:
-    """``{key: vector}`` of the windows ``todo`` (``{key: wordpiece ids}``), embedded by ``Embedder`` actors."""
+    """``{key: vector}`` of the windows ``todo`` (``{key: wordpiece ids}``), embedded by ``Embedder`` actors, in
+    runs of ``GROUP_CALLS`` actor calls (the ids of one run's windows, int32, are in the object store at a time)."""
     keys = sorted(todo, key=lambda k: (store.batch_width(len(todo[k]), cfg.window_tokens), k))
-    table = pa.table(
-        {"key": pa.array(keys, pa.binary(16)), "tokens": pa.array([todo[k] for k in keys], pa.list_(pa.int64()))}
-    )
     rows = cfg.batch_size * BATCHES_PER_CALL
-    windows = ray.data.from_arrow([table.slice(s, rows) for s in range(0, len(table), rows)])
-    vectors = windows.map_batches(
-        Embedder,
-        batch_size=rows,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=place.actors),
-        fn_constructor_args=(cfg, place.hardware, place.threads),
-        num_cpus=place.cpus,
-        num_gpus=place.gpus or None,
-    )
     out: dict[bytes, np.ndarray] = {}
-    for part in vectors.iter_batches(batch_format="pyarrow", batch_size=None):
-        out.update(_key_vectors(part))
+    for start in range(0, len(keys), rows * GROUP_CALLS):
+        group = keys[start : start + rows * GROUP_CALLS]
+        table = pa.table(
+            {"key": pa.array(group, pa.binary(16)), "tokens": pa.array([todo[k] for k in group], pa.list_(pa.int32()))}
+        )
+        windows = ray.data.from_arrow([table.slice(s, rows) for s in range(0, len(table), rows)])
+        vectors = windows.map_batches(
+            Embedder,
+            batch_size=rows,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=place.actors),
+            fn_constructor_args=(cfg, place.hardware, place.threads),
+            num_cpus=place.cpus,
+            num_gpus=place.gpus or None,
+        )
+        for part in vectors.iter_batches(batch_format="pyarrow", batch_size=None):
+            out.update(_key_vectors(part))
     return out
 
 

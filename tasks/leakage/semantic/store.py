@@ -177,7 +177,9 @@ def save(
     swapped in together by rename."""
     keys = sorted(vectors)
     dim = len(vectors[keys[0]]) if keys else 0
-    flat = np.stack([vectors[k] for k in keys]).astype(np.float32).ravel() if keys else np.zeros(0, np.float32)
+    flat = (
+        np.stack([vectors[k] for k in keys]).astype(np.float32, copy=False).ravel() if keys else np.zeros(0, np.float32)
+    )
     table = pa.table(
         {
             "key": pa.array(keys, pa.binary(16)),

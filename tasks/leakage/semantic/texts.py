@@ -6,6 +6,7 @@ kept after the lexical action.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +14,7 @@ import pandas as pd
 
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.lexical.words import tokenize
+from tasks.leakage.outputs import Picked
 from tasks.leakage.planted.variants import Plant
 from tasks.leakage.semantic.windows import normalize_text
 
@@ -22,8 +24,8 @@ class Texts:
     """What the pass embeds, in order: the eval docs long enough (``evals``, "" for the others; ``n_words``,
     ``attempted``), the planted copies of the sampled docs (``plants``, "" for the others, and ``plant_spans``;
     ``sampled`` per eval doc, ``scored`` per plant), the kept task train docs (``task_train``, and ``train``:
-    "" for the short ones) and the pretraining docs kept after the lexical action (``corpus_frame``,
-    ``corpus``)."""
+    "" for the short ones) and the pretraining docs kept after the lexical action (``corpus_frame``, their rows
+    without ``text``, and ``corpus``, their texts read from the training frame when used: ``outputs.Picked``)."""
 
     evals: list[str]
     n_words: np.ndarray
@@ -35,7 +37,7 @@ class Texts:
     task_train: pd.DataFrame
     train: list[str]
     corpus_frame: pd.DataFrame
-    corpus: list[str]
+    corpus: Sequence[str]
 
 
 def texts_to_embed(
@@ -57,8 +59,8 @@ def texts_to_embed(
     plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
     task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
     task_train = task_train.reset_index(drop=True)
-    corpus = train_frame[(train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed))]
-    corpus = corpus.reset_index(drop=True)
+    at = np.flatnonzero((train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed)))
+    corpus = train_frame.iloc[at, train_frame.columns != "text"].reset_index(drop=True)  # texts: read when used
     spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
     train = [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]]
     return Texts(
@@ -72,7 +74,7 @@ def texts_to_embed(
         task_train,
         train,
         corpus,
-        [str(t) for t in corpus["text"]],
+        Picked(train_frame["text"], at),
     )
 
 

@@ -8,6 +8,7 @@ last one ending at the text's end (``window_starts``); ``Windows`` holds their v
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,7 +56,7 @@ class Windows:
     vectors: np.ndarray
     doc: np.ndarray
     bounds: np.ndarray
-    texts: list[str]
+    texts: Sequence[str]
     encoder: Tokenizes
     _located: dict = field(default_factory=dict, repr=False)
 
