@@ -63,15 +63,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pyarrow.compute as pc
 
-from tasks.common.matching.unionfind import UnionFind
+from tasks.common.matching.textnorm import arrow_strings
 from tasks.config import Paths
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import incremental, policy, ray_engine
 from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.corpus import ROLE_RANK, Corpus, read_corpus
 from tasks.dedup.labels import label_rows
-from tasks.dedup.near import merge_near
+from tasks.dedup.near import Forest, merge_near
 from tasks.dedup.outputs import (
     clear_dir,
     dedup_metrics,
@@ -99,11 +100,12 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     docs = incremental.sign(corpus, cfg, index, log, loading) if local else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
     rank = keep_rank(corpus, docs)
-    clusters: UnionFind[int] = UnionFind(priority=lambda row: rank[row])  # root = the cluster's kept row
-    exact_rep = merge_exact(docs.text_hash, rank, clusters, allowed.exact)
+    text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1].reshape(-1)  # equal: one normalized text
+    exact_rep = merge_exact(text_id, rank, allowed.exact)
+    clusters = Forest(exact_rep, rank)  # root = the cluster's kept row
     bands, rows = band_shape(cfg)
-    edges, lsh_counts = merge_near(docs, exact_rep, rank, clusters, cfg, (bands, rows), allowed.near)
-    cluster = [clusters.find(i) for i in range(len(rank))]
+    edges, lsh_counts = merge_near(docs, exact_rep, text_id, clusters, cfg, (bands, rows), allowed.near)
+    cluster = clusters.roots()
     conflicts = find_conflicts(corpus, docs, cluster)
     resolution = resolve(corpus, cluster, conflicts, cfg)
     labels = label_rows(corpus, docs, rank, cluster, cfg, exact_rep, resolution.losers)
@@ -114,7 +116,8 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     # own (one after the other, the index's entries ended ~0.9 s after the report at 16x the bench corpus); the
     # index's Jaccards are written as `saving` ends, after the report, which computes some
     with incremental.saving(index, docs, cfg, log) as save_entries, ThreadPoolExecutor(2) as writer:
-        jobs = [writer.submit(write_sources, out_dir, corpus, labels, clear=False), writer.submit(save_entries)]
+        write_each = None if local else ray_engine.write_sources  # engine ray: each source by a Ray task
+        jobs = [writer.submit(write_sources, out_dir, corpus, labels, False, write_each), writer.submit(save_entries)]
         found = (edges, conflicts, resolution)
         report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, *found, cfg)
         for job in jobs:
@@ -131,26 +134,27 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
 
 
 def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:
-    """Position of each row in the keep order (0 = kept first): task before pretrain, longer, smaller doc_id."""
-    order = sorted(
-        range(len(corpus.doc_id)),
-        key=lambda i: (ROLE_RANK[corpus.role[i]], -int(docs.n_chars[i]), corpus.doc_id[i]),
-    )
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
+    """Position of each row in the keep order (0 = kept first): task before pretrain, longer, smaller doc_id
+    (Arrow sorts strings by their UTF-8 bytes, which is Python's code point order)."""
+    n = len(corpus.doc_id)
+    by_id = np.empty(n, np.int64)
+    by_id[pc.sort_indices(arrow_strings(corpus.doc_id)).to_numpy()] = np.arange(n)
+    role = np.fromiter(map(ROLE_RANK.__getitem__, corpus.role), np.int64, count=n)
+    rank = np.empty(n, np.int64)
+    rank[np.lexsort((by_id, -np.asarray(docs.n_chars, np.int64), role))] = np.arange(n)
     return rank
 
 
-def merge_exact(text_hash: list[str], rank: np.ndarray, clusters: UnionFind, allowed: np.ndarray) -> list[int]:
-    """Union the ``allowed`` rows with equal normalized text; returns each row's exact-group representative
-    (the group's first row in rank; a row not allowed is its own)."""
-    rep_of_hash: dict[str, int] = {}
-    for i in np.argsort(rank):
-        if allowed[i]:
-            rep_of_hash.setdefault(text_hash[i], int(i))
-    exact_rep = [rep_of_hash[h] if allowed[i] else i for i, h in enumerate(text_hash)]
-    for i, rep in enumerate(exact_rep):
-        clusters.union(i, rep)
+def merge_exact(text_id: np.ndarray, rank: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Each row's exact-group representative: the first ``allowed`` row in rank of its ``text_id`` (``(rows,)``
+    int64, equal for one normalized text); a row not allowed is its own."""
+    order = np.argsort(rank)
+    picked = order[allowed[order]]  # the allowed rows, in keep order
+    ids, first = np.unique(text_id[picked], return_index=True)
+    rep_of = np.zeros(len(text_id), np.int64)
+    rep_of[ids] = picked[first]
+    exact_rep = np.arange(len(text_id), dtype=np.int64)
+    exact_rep[picked] = rep_of[text_id[picked]]
     return exact_rep
 
 

@@ -84,35 +84,38 @@ class Conflicts:
     tags: set[int]
     votes: dict[int, dict[str, int]]
     tag_groups: dict[tuple[int, str], list[int]]
+    row_tags: dict[int, list[str]]  # the tags of every task row that has them
 
     def any(self) -> set[int]:
         """Roots with either kind."""
         return self.labels | self.tags
 
 
-def find_conflicts(corpus: Corpus, docs: DocSignatures, cluster: list[int]) -> Conflicts:
+def find_conflicts(corpus: Corpus, docs: DocSignatures, cluster: np.ndarray) -> Conflicts:
     """Label and tags conflicts of every cluster (see the module docstring); ``cluster[i]`` is row ``i``'s root."""
     label_rows: dict[int, list[int]] = defaultdict(list)
     tag_rows: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for i, root in enumerate(cluster):
-        if corpus.role[i] != "task":
-            continue
+    task = [i for i, role in enumerate(corpus.role) if role == "task"]
+    row_tags = {i: tags for i, tags in zip(task, corpus.tags_at(task)) if tags is not None}
+    for i in task:
+        root = int(cluster[i])
         if corpus.label[i] is not None:
             label_rows[root].append(i)
-        if corpus.tags[i] is not None:
+        if i in row_tags:
             tag_rows[(root, docs.text_hash[i])].append(i)
     labels = {root for root, rows in label_rows.items() if len({corpus.label[i] for i in rows}) > 1}
     by_text: dict[tuple[int, str], set[str]] = defaultdict(set)
     for root in labels:
         for i in label_rows[root]:
             by_text[(root, docs.text_hash[i])].add(corpus.label[i])
-    tag_groups = {key: rows for key, rows in tag_rows.items() if len({tuple(corpus.tags[i]) for i in rows}) > 1}
+    tag_groups = {key: rows for key, rows in tag_rows.items() if len({tuple(row_tags[i]) for i in rows}) > 1}
     return Conflicts(
         labels=labels,
         labels_exact={root for (root, _), values in by_text.items() if len(values) > 1},
         tags={root for root, _ in tag_groups},
         votes={root: dict(sorted(Counter(corpus.label[i] for i in label_rows[root]).items())) for root in labels},
         tag_groups=tag_groups,
+        row_tags=row_tags,
     )
 
 
@@ -126,7 +129,7 @@ class Resolution:
     rule: dict[int, str]
 
 
-def resolve(corpus: Corpus, cluster: list[int], conflicts: Conflicts, cfg: DedupParams) -> Resolution:
+def resolve(corpus: Corpus, cluster: np.ndarray, conflicts: Conflicts, cfg: DedupParams) -> Resolution:
     """Decide every conflicting cluster under ``cfg.conflict_policy`` (``majority`` or ``drop_all``)."""
     losers = np.zeros(len(cluster), dtype=bool)
     if cfg.conflict_policy == "drop_all":
@@ -140,16 +143,17 @@ def resolve(corpus: Corpus, cluster: list[int], conflicts: Conflicts, cfg: Dedup
             tied.add(root)
         winner[root] = leaders[0]
     for (root, _), rows in conflicts.tag_groups.items():
-        entities = [entity_count(corpus.tags[i]) for i in rows]
+        entities = [entity_count(conflicts.row_tags[i]) for i in rows]
         most = max(entities)
-        if len({tuple(corpus.tags[i]) for i, n in zip(rows, entities) if n == most}) > 1:
+        if len({tuple(conflicts.row_tags[i]) for i, n in zip(rows, entities) if n == most}) > 1:
             tied.add(root)
         losers[[i for i, n in zip(rows, entities) if n < most]] = True
     has_winner = set()
-    for i, root in enumerate(cluster):
+    for i in np.flatnonzero(np.isin(cluster, list(conflicts.any()))).tolist():  # the rows of conflicting clusters
+        root = int(cluster[i])
         if root in winner and corpus.role[i] == "task" and corpus.label[i] != winner[root]:
             losers[i] = True
-        if root in conflicts.any() and corpus.role[i] == "task" and not losers[i]:
+        if corpus.role[i] == "task" and not losers[i]:
             has_winner.add(root)
     rule = {}
     for root in conflicts.any():
@@ -165,9 +169,10 @@ def resolve(corpus: Corpus, cluster: list[int], conflicts: Conflicts, cfg: Dedup
 def drop_conflicting(corpus: Corpus, labels: RowLabels, dropped: set[int], cfg: DedupParams) -> None:
     """Set the kind of every row of a dropped keep unit (``Resolution.dropped``) to ``conflict``: the cluster's
     task rows under ``keep_one_per: role``, all its rows under ``cluster``."""
-    for i, root in enumerate(labels.cluster):
-        if root in dropped and (cfg.keep_one_per == "cluster" or corpus.role[i] == "task"):
-            labels.kind[i] = "conflict"
+    hit = np.isin(labels.cluster, list(dropped))
+    if cfg.keep_one_per != "cluster":
+        hit &= np.asarray(corpus.role, object) == "task"
+    labels.kind[hit] = "conflict"
 
 
 def largest_component(corpus: Corpus, labels: RowLabels) -> dict[str, Any]:
@@ -176,14 +181,12 @@ def largest_component(corpus: Corpus, labels: RowLabels) -> dict[str, Any]:
     ``groups`` counts its distinct ``(source, group)`` pairs (a row without a group is its own), the units the
     split stage would otherwise have been free to place apart.
     """
-    members: dict[int, list[int]] = defaultdict(list)
-    for i, root in enumerate(labels.cluster):
-        members[root].append(i)
-    if not members:
+    if not len(labels.cluster):
         return {"cluster_id": None, "docs": 0, "sources": 0, "groups": 0}
-    root = min(members, key=lambda r: (-len(members[r]), corpus.doc_id[r]))
-    rows = members[root]
-    groups = {(corpus.source[i], corpus.doc_id[i] if corpus.group[i] is None else corpus.group[i]) for i in rows}
+    size = np.bincount(labels.cluster, minlength=len(labels.cluster))
+    root = min(np.flatnonzero(size == size.max()).tolist(), key=lambda r: corpus.doc_id[r])
+    rows = np.flatnonzero(labels.cluster == root).tolist()
+    groups = {(corpus.source[i], corpus.doc_id[i] if g is None else g) for i, g in zip(rows, corpus.group_at(rows))}
     return {
         "cluster_id": corpus.doc_id[root],
         "docs": len(rows),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,35 +12,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tasks.common.files.ioerrors import reading
 from tasks.common.files.shards import check_manifest, read_source, source_files
 
 ROLE_RANK = {"task": 0, "pretrain": 1}  # the roles a row may have, in keep order (task rows are kept first)
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
-OPTIONAL_COLUMNS = ("tags", "group")  # read when present: the row contract has them, older test files may not
 
 
 @dataclass
 class Corpus:
     """All rows of all sources, in file order (sources sorted by file name). ``read_corpus`` keeps the texts as
-    Arrow arrays (``text_chunks``; ``texts()`` joins them) and leaves ``text`` empty; neither is filled when the
-    corpus was read without texts (``engine: ray`` signs the texts on the workers; the driver never holds them)."""
+    Arrow arrays (``text_chunks``, ``texts_at``); they are not read at all when the corpus was read
+    without texts (``engine: ray`` signs and writes the texts on the workers; the driver never holds them).
+    ``source``, ``role`` and ``label`` hold one Python object per distinct value (a list costs 8 bytes a row);
+    ``tags`` and ``group``, read only for a few rows, stay Arrow arrays (``tags_at``, ``group_at``)."""
 
     files: dict[str, list[Path]]  # source -> its ingest files in row order (``tasks.common.files.shards``)
     doc_id: list[str]
     source: list[str]
     role: list[str]
-    text: list[str]
     label: list[str | None]
-    tags: list[list[str] | None] = field(default_factory=list)  # IOB2 tags of token rows, else None
-    group: list[str | None] = field(default_factory=list)
-    text_chunks: list[pa.Array] = field(default_factory=list)  # read_corpus: the texts as Arrow (``text`` empty)
+    tags: pa.Array = field(default_factory=lambda: pa.nulls(0, TAGS))  # (rows,) IOB2 tags of token rows, else null
+    group: pa.Array = field(default_factory=lambda: pa.nulls(0, pa.large_string()))  # (rows,) or null
+    text_chunks: list[pa.Array] = field(default_factory=list)  # read_corpus: the texts as Arrow
     tables: dict[str, pa.Table] = field(default_factory=dict)  # source -> its ingest table, when read with text
-
-    def texts(self) -> list[str] | pa.Array:
-        """Every text, as read: one Arrow ``large_string`` array (no Python string per text), else ``text``."""
-        if not self.text_chunks:
-            return self.text
-        return pa.concat_arrays([chunk.cast(pa.large_string()) for chunk in self.text_chunks])
+    rows: dict[str, int] = field(default_factory=dict)  # source -> its number of rows
 
     def texts_at(self, rows: np.ndarray) -> pa.Array:
         """The texts of ``rows`` (``(n,)`` int64, ascending) as one Arrow ``large_string`` array, gathered chunk by
@@ -52,6 +49,17 @@ class Corpus:
         ]
         return pa.concat_arrays([pa.nulls(0, pa.large_string())] + parts)
 
+    def tags_at(self, rows) -> list[list[str] | None]:
+        """The ``tags`` of ``rows`` (row indices) as Python lists (None: no tags)."""
+        return self.tags.take(_int64s(np.asarray(rows, np.int64))).to_pylist()
+
+    def group_at(self, rows) -> list[str | None]:
+        """The ``group`` of ``rows`` (row indices)."""
+        return self.group.take(_int64s(np.asarray(rows, np.int64))).to_pylist()
+
+
+TAGS = pa.large_list(pa.large_string())
+
 
 def _int64s(values: np.ndarray) -> pa.Array:
     """``values`` as an Arrow int64 array over the same bytes (``pa.array`` of numpy imports pandas)."""
@@ -61,9 +69,9 @@ def _int64s(values: np.ndarray) -> pa.Array:
 
 def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
     """Read every source in ``in_dir`` (``<source>.parquet`` or a folder of shards, ``shards.source_files``; sorted);
-    an empty folder gives an empty corpus. ``with_text``: keep
-    each table (its texts are signed, and it is written back with the labels); else only the row facts, one
-    file in memory at a time.
+    an empty folder gives an empty corpus. ``with_text``: keep each table (its texts are signed, and it is
+    written back with the labels); else only the row facts, every column but ``text`` (whose nulls are found
+    from the Parquet statistics), one file in memory at a time.
 
     Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows, and naming the
     shards ingest wrote (``<in_dir>/manifest.json``, ``shards.check_manifest``) that are missing.
@@ -71,44 +79,129 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
     if not in_dir.is_dir():
         raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
     check_manifest(in_dir, "ingest")  # a deleted shard would be read as fewer documents, without an error
-    corpus = Corpus({}, [], [], [], [], [])
-    first_file: dict[str, Path] = {}
+    corpus = Corpus({}, [], [], [], [])
+    ids, tags, groups, named = [], [], [], []
     for name, files in source_files(in_dir).items():
         path = files[0] if len(files) == 1 else in_dir / name  # what an error names
-        table = read_source(files)
-        columns = _checked_columns(path, table)
-        for doc_id in columns["doc_id"]:
-            if doc_id in first_file:
-                raise ValueError(f"{path}: doc_id {doc_id!r} already seen in {first_file[doc_id]}")
-            first_file[doc_id] = path
-        corpus.files[name] = files
-        corpus.doc_id += columns["doc_id"]
+        table = read_source(files) if with_text else _facts(files)
+        columns = _checked_columns(path, table, None if with_text else functools.partial(_first_null_text, files))
+        corpus.files[name], corpus.rows[name] = files, table.num_rows
+        ids.append(columns["doc_id"])
+        named.append(path)
         corpus.source += [name] * table.num_rows
         corpus.role += columns["role"]
         if with_text:  # the texts are held anyway: the whole table costs little more, and is not read twice
             corpus.text_chunks += table.column("text").chunks
             corpus.tables[name] = table
         corpus.label += columns["label"]
-        for name in OPTIONAL_COLUMNS:
-            values = table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
-            getattr(corpus, name).extend(values)
+        # tags and group are read when present: the row contract has them, older test files may not
+        tags.append(_optional(table, "tags", TAGS))
+        groups.append(_optional(table, "group", pa.large_string()))
+    _check_unique(ids, named)
+    corpus.doc_id = [d for chunk in ids for d in chunk.to_pylist()]
+    corpus.tags = pa.concat_arrays([pa.nulls(0, TAGS)] + tags)
+    corpus.group = pa.concat_arrays([pa.nulls(0, pa.large_string())] + groups)
     return corpus
 
 
-def _checked_columns(path: Path, table: pa.Table) -> dict[str, list]:
-    """The row facts of one ingest file as lists (all required columns but ``text``), checked."""
+def _facts(files: list[Path]) -> pa.Table:
+    """A source's columns but ``text``, shard after shard (``read_source`` without the texts). Raises
+    ``ValueError`` naming the first shard whose columns differ from the first one's."""
+    schemas = [pq.read_schema(path) for path in files]
+    for path, schema in zip(files[1:], schemas[1:]):
+        if not schema.equals(schemas[0], check_metadata=False):
+            raise ValueError(f"{path}: columns {schema.names} differ from {files[0]}'s {schemas[0].names}")
+    names = [name for name in schemas[0].names if name != "text"] if schemas else []
+    tables = []
+    for path in files:
+        with reading(path), pq.ParquetFile(path, page_checksum_verification=True) as parquet:
+            tables.append(parquet.read(columns=names))
+    if not tables:
+        return pa.Table.from_batches([], pa.schema([]))
+    table = pa.concat_tables(tables)
+    return table.append_column("text", pa.nulls(table.num_rows, pa.string())) if "text" in schemas[0].names else table
+
+
+def _first_null_text(files: list[Path]) -> int | None:
+    """The source row of the first null ``text`` in ``files`` (None: none, or no such column), from each row
+    group's null count; a row group without one is read."""
+    at = 0
+    for path in files:
+        with reading(path), pq.ParquetFile(path) as parquet:
+            meta = parquet.metadata
+            column = next((k for k in range(meta.num_columns) if meta.schema.column(k).path == "text"), None)
+            if column is None:
+                return None
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(column).statistics
+                if stats is None or not stats.has_null_count or stats.null_count:
+                    texts = parquet.read_row_group(g, columns=["text"]).column(0)
+                    if texts.null_count:
+                        return at + pc.index(pc.is_null(texts), True).as_py()
+                at += meta.row_group(g).num_rows
+    return None
+
+
+def _optional(table: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
+    """Column ``name`` as one ``kind`` array (nulls when the table has none)."""
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows, kind)
+    return pa.concat_arrays([pa.nulls(0, kind)] + [chunk.cast(kind) for chunk in table.column(name).chunks])
+
+
+def _check_unique(ids: list[pa.Array], paths: list[Path]) -> None:
+    """Raise ``ValueError`` naming the first row (in file order) whose ``doc_id`` an earlier row has, and the file
+    of that earlier row (``ids``: each source's doc_ids, read from ``paths``)."""
+    every = pa.concat_arrays([pa.nulls(0, pa.large_string())] + [chunk.cast(pa.large_string()) for chunk in ids])
+    if len(every) < 2:
+        return
+    order = pc.sort_indices(every).to_numpy()  # stable: equal ids stay in row order
+    ordered = every.take(order)
+    same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
+    if not same.any():
+        return
+    at = int(np.flatnonzero(order == order[1:][same].min())[0])  # the sorted place of the first repeated row
+    starts = np.flatnonzero(np.r_[True, ~same])
+    first = order[starts[np.searchsorted(starts, at, side="right") - 1]]  # the first row of that id
+    row = int(order[at])
+    source_of = np.searchsorted(np.cumsum([len(chunk) for chunk in ids]), [row, first], side="right")
+    doc_id = every[row].as_py()
+    raise ValueError(f"{paths[source_of[0]]}: doc_id {doc_id!r} already seen in {paths[source_of[1]]}")
+
+
+def _checked_columns(path: Path, table: pa.Table, null_text=None) -> dict:
+    """The row facts of one ingest file (``doc_id`` as Arrow; ``role`` and ``label`` as lists of one object per
+    distinct value), checked. ``null_text()``: the row of the first null text (None: none), for a table read
+    without its texts."""
     missing = [name for name in REQUIRED_COLUMNS if name not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing}; ingest rows need {list(REQUIRED_COLUMNS)}")
     for name in ("doc_id", "text", "role"):
-        if table.column(name).null_count:
-            first = pc.index(pc.is_null(table.column(name)), True).as_py()
+        first = null_text() if name == "text" and null_text else _first_null(table.column(name))
+        if first is not None:
             raise ValueError(f"{path}: row {first} has a null {name}")
-    columns = {name: table.column(name).to_pylist() for name in REQUIRED_COLUMNS if name != "text"}
+    columns = {"doc_id": table.column("doc_id").combine_chunks()}
+    columns.update({name: _shared(table.column(name)) for name in ("role", "label")})
     unknown = sorted(set(columns["role"]) - set(ROLE_RANK))
     if unknown:
         raise ValueError(f"{path}: unknown role(s) {unknown}; expected one of {sorted(ROLE_RANK)}")
     return columns
+
+
+def _first_null(column: pa.ChunkedArray) -> int | None:
+    """The row of the column's first null (None: none)."""
+    return pc.index(pc.is_null(column), True).as_py() if column.null_count else None
+
+
+def _shared(column: pa.ChunkedArray) -> list:
+    """The column's values as a list holding one Python object per distinct value (``to_pylist`` makes one a
+    row: 50 bytes or more a row for a role or a label)."""
+    if not len(column):
+        return []
+    encoded = column.combine_chunks().dictionary_encode()
+    values = np.array(encoded.dictionary.to_pylist() + [None], dtype=object)
+    codes = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy()
+    return values[codes].tolist()
 
 
 def text_bytes_stored(ingest_dir: Path) -> int:

@@ -124,8 +124,8 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log, loading: Future | 
     """Signatures of every row of ``corpus``: from the index at ``folder`` where the rule above allows, else
     signed (``sign_documents``, after ``loading``, the kernels' ``preload``, is done); logs the path taken to
     ``log`` (info, MLflow tags and metrics)."""
-    texts = pa.chunked_array(corpus.text_chunks, pa.string()) if corpus.text_chunks else corpus.text
-    raw = [d for chunk in texts.chunks for d in raw_md5s(chunk)] if corpus.text_chunks else raw_md5s(texts)
+    texts = pa.chunked_array(corpus.text_chunks, pa.string())
+    raw = [d for chunk in texts.chunks for d in raw_md5s(chunk)]
     entries, keys, reason, stored = load_entries(folder, cfg)
     mode = "incremental" if entries is not None else "full"
     entries, keys = (entries, keys) if entries is not None else (empty(cfg.num_perm), [])
@@ -133,7 +133,7 @@ def sign(corpus: Corpus, cfg: DedupParams, folder: Path, log, loading: Future | 
     found = sum(digest in entry_of for digest in raw)
     todo = sorted({digest: i for i, digest in reversed(list(enumerate(raw))) if digest not in entry_of}.values())
     # only the texts to sign are gathered (concatenating every text cost ~0.7 s at 100k docs)
-    picked = corpus.texts_at(np.asarray(todo, np.int64)) if corpus.text_chunks else [texts[i] for i in todo]
+    picked = corpus.texts_at(np.asarray(todo, np.int64))
     if loading is not None:
         loading.result()  # before sign_documents forks its workers, which then inherit the loaded kernels
     fresh = sign_documents(picked, cfg)

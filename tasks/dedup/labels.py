@@ -8,42 +8,49 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tasks.dedup.corpus import ROLE_RANK
+
 if TYPE_CHECKING:
     from tasks.config.corpus.dedup import DedupParams
     from tasks.dedup.corpus import Corpus
     from tasks.dedup.signatures import DocSignatures
 
 
+KINDS = ("unique", "kept", "exact", "near", "conflict")  # a row's kind (``RowLabels.kind``)
+DUPLICATE_KINDS = ("exact", "near", "conflict")
+
+
 @dataclass
 class RowLabels:
-    """Per-row outcome: its cluster, the kept row of its keep unit, and why it is a duplicate.
+    """Per-row outcome, ``(rows,)`` numpy arrays: its cluster, the kept row of its keep unit, and why it is a
+    duplicate.
 
     A keep unit is the cluster (``keep_one_per: cluster``) or the rows of one role in the cluster (``role``).
     """
 
-    cluster: list[int]  # row index of the cluster's first row in keep order (names the cluster_id)
-    kept: list[int]  # row index of the keep unit's kept row
-    # "unique" | "kept" | "exact" (exact copy of a better row of its unit) | "near" | "conflict" (dropped by
-    # conflict_policy: drop_all, tasks/dedup/conflicts.py)
-    kind: list[str]
-    exact_of: list[int]  # first row in keep order of the same exact group (merged as identical) in the keep unit
-    short: list[bool]  # fewer words than the shingle size: exact matching only
-    empty: list[bool]  # empty normalized text (also short)
-    lost_vote: list[bool]  # a task row that lost a conflict vote (conflicts.resolve): never its unit's kept row
+    cluster: np.ndarray  # int64 row index of the cluster's first row in keep order (names the cluster_id)
+    kept: np.ndarray  # int64 row index of the keep unit's kept row
+    # object, one of KINDS: "unique" | "kept" | "exact" (exact copy of a better row of its unit) | "near" |
+    # "conflict" (dropped by conflict_policy: drop_all, tasks/dedup/conflicts.py)
+    kind: np.ndarray
+    exact_of: np.ndarray  # int64 first row in keep order of the same exact group (merged as identical) in the unit
+    short: np.ndarray  # bool: fewer words than the shingle size: exact matching only
+    empty: np.ndarray  # bool: empty normalized text (also short)
+    lost_vote: np.ndarray  # bool: a task row that lost a conflict vote (conflicts.resolve): never its unit's kept row
 
     @property
-    def is_duplicate(self) -> list[bool]:
-        """All rows but the kept one of each keep unit, and the rows dropped for a conflict."""
-        return [kind in ("exact", "near", "conflict") for kind in self.kind]
+    def is_duplicate(self) -> np.ndarray:
+        """All rows but the kept one of each keep unit, and the rows dropped for a conflict: ``(rows,)`` bool."""
+        return np.isin(self.kind, np.array(DUPLICATE_KINDS, object))
 
 
 def label_rows(
     corpus: Corpus,
     docs: DocSignatures,
     rank: np.ndarray,
-    cluster: list[int],
+    cluster: np.ndarray,
     cfg: DedupParams,
-    exact_rep: list[int],
+    exact_rep: np.ndarray,
     lost_vote: np.ndarray,
 ) -> RowLabels:
     """Resolve every row to its cluster (``cluster[i]``: its root), the kept row of its keep unit and a duplicate
@@ -52,23 +59,25 @@ def label_rows(
 
     A row is an ``exact`` copy when a row before it in its keep unit is in its exact group (``exact_rep``, from
     ``merge_exact``), otherwise a ``near`` duplicate."""
-    unit = [(root, corpus.role[i] if cfg.keep_one_per == "role" else "") for i, root in enumerate(cluster)]
-    kept_of: dict[tuple[int, str], int] = {}
-    exact_of_group: dict[tuple[int, str, int], int] = {}
-    for i in np.lexsort((rank, lost_vote)).tolist():
-        kept_of.setdefault(unit[i], i)
-        exact_of_group.setdefault((*unit[i], exact_rep[i]), i)
-    kept = [kept_of[u] for u in unit]
-    exact_of = [exact_of_group[(*u, rep)] for u, rep in zip(unit, exact_rep)]
-    size = np.bincount(cluster, minlength=len(cluster)) if cluster else np.zeros(0, np.int64)
-    kind = []
-    for i, root in enumerate(cluster):
-        if size[root] == 1:
-            kind.append("unique")
-        elif kept[i] == i:
-            kind.append("kept")
-        else:
-            kind.append("exact" if exact_of[i] != i else "near")
-    n = cfg.shingle_size_words
-    short, empty = (docs.n_words < n).tolist(), (docs.n_chars == 0).tolist()
-    return RowLabels(cluster, kept, kind, exact_of, short, empty, lost_vote.tolist())
+    n = len(cluster)
+    cluster = np.asarray(cluster, np.int64)
+    by_role = cfg.keep_one_per == "role"
+    role = np.fromiter((ROLE_RANK[r] for r in corpus.role), np.int64, count=n) if by_role else np.zeros(n, np.int64)
+    unit = cluster * len(ROLE_RANK) + role
+    order = np.lexsort((rank, lost_vote))
+    kept = _first_in(unit, order)
+    exact_of = _first_in(unit * max(n, 1) + np.asarray(exact_rep, np.int64), order)
+    rows = np.arange(n)
+    code = np.where(exact_of != rows, 2, 3)
+    code = np.where(kept == rows, 1, code)
+    code = np.where(np.bincount(cluster, minlength=n)[cluster] == 1, 0, code)
+    kind = np.array(KINDS, object)[code]
+    short, empty = docs.n_words < cfg.shingle_size_words, docs.n_chars == 0
+    return RowLabels(cluster, kept, kind, exact_of, short, empty, np.asarray(lost_vote, bool))
+
+
+def _first_in(key: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each row's first row in ``order`` (a permutation of the rows) among the rows of its ``key``."""
+    _, inverse = np.unique(key, return_inverse=True)
+    _, first = np.unique(inverse.reshape(-1)[order], return_index=True)
+    return order[first][inverse.reshape(-1)]

@@ -38,27 +38,36 @@ WARN = logging.getLogger("clozeline.dedup")  # the RunLog has info only; warning
 # ------------------------------------------------------------------------------------------------- output
 
 
-def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool = True) -> None:
-    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``; a source
-    whose table the corpus does not hold (``engine: ray``) is read again here, one at a time. ``clear``: empty
-    ``out_dir`` first (``clear_dir``). The new columns are built from Arrow buffers (``pa.array`` on a Python list would
-    import pandas), so this runs in C++ with the GIL released: the stage runs it beside the cluster report."""
+def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool = True, write_each=None) -> None:
+    """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``
+    (``write_source``). ``clear``: empty ``out_dir`` first (``clear_dir``). ``write_each``: writes the sources
+    whose table the corpus does not hold, given ``[(files, path, cluster_id, is_duplicate)]`` (``engine: ray``:
+    a Ray task each, ``ray_engine.write_sources``); else they are read here, one at a time. Built from Arrow
+    buffers (``pa.array`` of a list imports pandas), in C++ without the GIL: the stage runs it beside the report."""
     if clear:
         clear_dir(out_dir)
-    cluster_id = arrow_strings(corpus.doc_id).take(_arrow_indices(labels.cluster)).cast(pa.string())
-    is_duplicate = _arrow_bools(labels.is_duplicate)
-    start = 0
+    cluster, is_duplicate = np.asarray(labels.cluster, np.int64), np.asarray(labels.is_duplicate, bool)
+    doc_ids, jobs, start = arrow_strings(corpus.doc_id), [], 0
     for source, files in corpus.files.items():
+        stop = start + corpus.rows[source]
+        ids = doc_ids.take(_arrow_indices(cluster[start:stop])).cast(pa.string())
+        job = (files, out_dir / f"{source}.parquet", ids, _arrow_bools(is_duplicate[start:stop]))
         table = corpus.tables.get(source)
-        if table is None:
-            table = read_source(files)
-        stop = start + table.num_rows
-        table = table.append_column("cluster_id", cluster_id.slice(start, table.num_rows))
-        table = table.append_column("is_duplicate", is_duplicate.slice(start, table.num_rows))
-        with writing(out_dir / f"{source}.parquet"):  # out of room: one line naming the file, not a traceback
-            pq.write_table(table, out_dir / f"{source}.parquet")
+        if table is None and write_each is not None:
+            jobs.append(job)
+        else:
+            write_source(read_source(files) if table is None else table, *job[1:])
         start = stop
+    if jobs:
+        write_each(jobs)
     write_manifest(out_dir, {source: [out_dir / f"{source}.parquet"] for source in corpus.files})  # split checks it
+
+
+def write_source(table: pa.Table, path: Path, cluster_id: pa.Array, is_duplicate: pa.Array) -> None:
+    """``table`` (a source's ingest rows) with its ``cluster_id`` and ``is_duplicate`` columns, written to ``path``."""
+    table = table.append_column("cluster_id", cluster_id).append_column("is_duplicate", is_duplicate)
+    with writing(path):  # out of room: one line naming the file, not a traceback
+        pq.write_table(table, path)
 
 
 def clear_dir(out_dir: Path) -> None:
@@ -68,11 +77,12 @@ def clear_dir(out_dir: Path) -> None:
     out_dir.mkdir(parents=True)
 
 
-def _arrow_indices(rows: list[int]) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(np.asarray(rows, np.int64))])
+def _arrow_indices(rows: list[int] | np.ndarray) -> pa.Array:
+    rows = np.ascontiguousarray(rows, np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
 
 
-def _arrow_bools(flags: list[bool]) -> pa.Array:
+def _arrow_bools(flags: list[bool] | np.ndarray) -> pa.Array:
     bits = np.packbits(np.asarray(flags, bool), bitorder="little")
     return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(bits)])
 
@@ -103,15 +113,15 @@ def write_cluster_report(
     (``label_votes``: label -> task rows, ``{}`` without one) and the rule that decided a conflict
     (``conflict_rule``, null without one; ``tasks/dedup/conflicts.py``).
     """
-    members: dict[int, list[int]] = defaultdict(list)
-    for i, root in enumerate(labels.cluster):
-        members[root].append(i)
+    members = cluster_members(labels.cluster)
+    rows_shown = sorted(i for rows in members.values() for i in rows)
+    digests = dict(zip(rows_shown, map(tags_digest, corpus.tags_at(rows_shown))))
     edges_of: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
     for edge in edges:
-        edges_of[labels.cluster[edge[0]]].append(edge)
+        edges_of[int(labels.cluster[edge[0]])].append(edge)
     clusters = {
         root: sorted(members[root], key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
-        for root in sorted((r for r, rows in members.items() if len(rows) > 1), key=lambda r: corpus.doc_id[r])
+        for root in sorted(members, key=lambda r: corpus.doc_id[r])
     }
     shown = {root: _shown_pairs(rows, labels, cfg.report_max_pairs_per_cluster) for root, rows in clusters.items()}
     every = [pair for pairs in shown.values() for pair in pairs]
@@ -119,7 +129,7 @@ def write_cluster_report(
     pair_lists = _pairs_json(every, _similarities(every, docs, cfg.num_proc), _JsonStrings(corpus.doc_id), counts)
     records, lines = [], []
     for (root, rows), pairs_json in zip(clusters.items(), pair_lists):
-        record = _cluster_record(root, rows, corpus, labels, len(shown[root]))
+        record = _cluster_record(root, rows, corpus, labels, len(shown[root]), digests)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
         record["label_conflict"], record["tags_conflict"] = root in conflicts.labels, root in conflicts.tags
         record["label_conflict_exact"] = root in conflicts.labels_exact
@@ -130,6 +140,16 @@ def write_cluster_report(
     with writing(path):
         path.write_text("".join(lines), "utf-8")
     return records
+
+
+def cluster_members(cluster: list[int] | np.ndarray) -> dict[int, list[int]]:
+    """``{root: its rows, ascending}`` of every cluster of two or more rows (``cluster[i]``: row ``i``'s root)."""
+    cluster = np.asarray(cluster, np.int64)
+    rows = np.flatnonzero(np.bincount(cluster, minlength=len(cluster))[cluster] > 1)
+    members: dict[int, list[int]] = defaultdict(list)
+    for i, root in zip(rows.tolist(), cluster[rows].tolist()):
+        members[root].append(i)
+    return members
 
 
 def _shown_pairs(rows: list[int], labels: RowLabels, max_pairs: int) -> list[tuple[int, int]]:
@@ -147,8 +167,8 @@ def _similarities(pairs: list[tuple[int, int]], docs: DocSignatures, num_proc: i
     return list(map(round, values.tolist(), itertools.repeat(6)))
 
 
-def _cluster_record(root, rows, corpus, labels, shown_pairs: int) -> dict[str, Any]:
-    distinct = sum(labels.exact_of[i] == i for i in rows)
+def _cluster_record(root, rows, corpus, labels, shown_pairs: int, digests: dict) -> dict[str, Any]:
+    distinct = int(sum(labels.exact_of[i] == i for i in rows))
     n_distinct_pairs = distinct * (distinct - 1) // 2
     return {
         "cluster_id": corpus.doc_id[root],
@@ -165,7 +185,7 @@ def _cluster_record(root, rows, corpus, labels, shown_pairs: int) -> dict[str, A
                 "kind": labels.kind[i],
                 "exact_of": corpus.doc_id[labels.exact_of[i]],
                 "label": corpus.label[i],
-                "tags_digest": tags_digest(corpus.tags[i]),
+                "tags_digest": digests[i],
             }
             for i in rows
         ],
@@ -249,8 +269,10 @@ def dedup_metrics(
     ``exact_min_words``). Each source also reports its resolved ``policy``.
     """
     cross_role = {r["cluster_id"] for r in report if len(r["roles"]) > 1}
-    entities = [entity_count(t) if r == "task" else 0 for t, r in zip(corpus.tags, corpus.role)]
-    counts = _Counts(corpus, labels, report, cross_role, protected, entities)
+    task = np.flatnonzero(np.asarray(corpus.role, object) == "task")
+    entities = np.zeros(len(corpus.role), np.int64)
+    entities[task] = [entity_count(tags) for tags in corpus.tags_at(task)]
+    counts = _Counts(corpus, labels, report, protected, entities)
     sources = {s: {**counts.of({s}), "policy": policies[s].model_dump()} for s in corpus.files}
     overall = counts.of(set(corpus.files))
     overall["cross_source_clusters"] = sum(len(r["sources"]) > 1 for r in report)
@@ -265,29 +287,26 @@ class _Counts:
     corpus: Corpus
     labels: RowLabels
     report: list[dict]
-    cross_role: set[str]
     protected: np.ndarray
-    entities: list[int]
+    entities: np.ndarray
 
     @functools.cached_property
     def per_row(self) -> dict[str, np.ndarray]:
         """``(rows,)`` arrays, built once for every ``of``: the row's source code and the facts it is counted by."""
         corpus, labels = self.corpus, self.labels
+        task, tagged = np.asarray(corpus.role, object) == "task", corpus.tags.is_valid().to_numpy(zero_copy_only=False)
         flags = {
             "source": [self.source_code[source] for source in corpus.source],
-            "exact": [kind == "exact" for kind in labels.kind],
-            "near": [kind == "near" for kind in labels.kind],
-            "conflict": [kind == "conflict" for kind in labels.kind],
+            "exact": labels.kind == "exact",
+            "near": labels.kind == "near",
+            "conflict": labels.kind == "conflict",
             "short": labels.short,
             "empty": labels.empty,
             "protected": self.protected,
             "entities": self.entities,
-            "cross_role": [corpus.doc_id[root] in self.cross_role for root in labels.cluster],
+            "cross_role": _cross_role(labels.cluster, task),
             "lost_vote": labels.lost_vote,
-            "labelled": [
-                role == "task" and (label is not None or tags is not None)
-                for role, label, tags in zip(corpus.role, corpus.label, corpus.tags)
-            ],
+            "labelled": task & (np.not_equal(np.asarray(corpus.label, object), None) | tagged),
         }
         arrays = {name: np.asarray(values, np.int64) for name, values in flags.items()}
         arrays["removed"] = arrays["exact"] + arrays["near"] + arrays["conflict"]
@@ -338,6 +357,12 @@ class _Counts:
             "lost_vote_docs": int((at["lost_vote"][rows] & (at["exact"] + at["near"])[rows]).sum()),
             "labelled_docs_removed": int(at["labelled"][removed].sum()),
         }
+
+
+def _cross_role(cluster: np.ndarray, task: np.ndarray) -> np.ndarray:
+    """``(rows,)`` bool: the row's cluster has rows of both roles (``task``: ``(rows,)`` bool, the task rows)."""
+    size, tasks = np.bincount(cluster, minlength=len(cluster)), np.bincount(cluster, task, minlength=len(cluster))
+    return ((tasks > 0) & (tasks < size))[cluster]
 
 
 def _takes_part(record: dict, sources: set[str], field: str) -> bool:

@@ -5,8 +5,10 @@ What runs where:
 1. **Signatures** (Ray Data): ``read_parquet`` of the ingest shards, then ``map_batches`` of the local
    engine's own shard function (normalize, shingle, md5, MinHash) plus each doc's LSH band keys. The
    blocks, shingle sets included, stay in the object store (spilled to disk by Ray when it fills).
-2. **Row facts** (driver): md5, word and character counts per row, ~60 bytes a doc, for the keep order and the
-   policies, as in ``local``.
+2. **Row facts** (driver): md5 (``S32``), word and character counts per row, ~50 bytes a doc, for the keep
+   order and the policies, as in ``local``. The ingest files' other columns but ``text`` are read on the driver
+   (``corpus.read_corpus`` without texts: doc_id, source, role, label, tags, group; a null text is found from
+   the Parquet statistics), and the labels are numpy arrays (``labels.RowLabels``).
 3. **Candidates** (Ray tasks): a hash shuffle by ``(band, key)``: each block's band keys of the signed rows
    are split into ``P`` partitions by key hash; each partition's reducer groups equal keys and emits every
    pair of its group (``left < right`` in keep order), sorted and unique, so the union over partitions is
@@ -16,10 +18,14 @@ What runs where:
 5. **Components** (driver): a union-find on the driver, not a distributed algorithm. The candidate list
    (16 bytes a pair) and its Jaccards come back, and the sequential keep-order union-find of ``local`` runs
    on them unchanged (its order is the keep rule, which a distributed connected-components pass such as
-   large-star/small-star would not reproduce). Before fetching, the driver sums the reducers' pair counts
-   and raises ``MemoryError`` if ``DRIVER_BYTES_PER_PAIR`` per pair exceeds its free memory. The row facts
-   (doc_id, role, label, tags, group; the texts never come to the driver) cost a few hundred bytes a doc;
-   docs/scaling.md has the measured candidates per doc and where a driver stops fitting.
+   large-star/small-star would not reproduce), over one int64 array of the rows (``near.Forest``). Before
+   fetching, the driver sums the reducers' pair counts and raises ``MemoryError`` if ``DRIVER_BYTES_PER_PAIR``
+   per pair exceeds its free memory. docs/scaling.md has the measured candidates per doc and where a driver
+   stops fitting.
+6. **Outputs** (Ray tasks): ``write_sources``, one task per source, reads the source's ingest files and writes
+   ``<source>.parquet`` with the ``cluster_id`` and ``is_duplicate`` columns the driver sends (no table with
+   texts is ever on the driver; the workers must see the driver's files: one machine or a shared file
+   system). ``clusters.jsonl`` and the metrics are the driver's, from the row facts.
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tasks.common.files.shards import read_source
 from tasks.common.matching import minhash
 from tasks.common.runtime import raycluster
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup.corpus import Corpus
+from tasks.dedup.outputs import write_source
 from tasks.dedup.signatures import DocSignatures, band_shape, sign_shard
 
 PAIR_BLOCK = 20_000  # pairs per Jaccard task at most: a Ray task's share, kept small enough to balance
@@ -115,11 +123,9 @@ class RaySignatures(DocSignatures):
         if len(row) != n_rows or np.isnan(row.astype(float)).any() or len(np.unique(row)) != n_rows:
             raise ValueError(f"dedup (ray): Ray Data read {len(row)} rows for the {n_rows} rows of the ingest files")
         row = row.astype(np.int64)
-        text_hash = np.empty(n_rows, object)
-        text_hash[row] = table.column("text_hash").to_numpy(zero_copy_only=False)
-        docs = cls(
-            text_hash.tolist(), np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64), np.zeros((0, 0), np.uint32), []
-        )
+        text_hash = np.empty(n_rows, "S32")  # md5 hex: 32 bytes a row, no Python string each
+        text_hash[row] = _fixed_width(table.column("text_hash"), 32)
+        docs = cls(text_hash, np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64), np.zeros((0, 0), np.uint32), [])
         docs.n_words[row], docs.n_chars[row] = table.column("n_words").to_numpy(), table.column("n_chars").to_numpy()
         docs.blocks = blocks
         docs.block_rows = np.split(row, np.cumsum([m.num_rows for m in meta])[:-1]) if meta else []
@@ -164,6 +170,31 @@ class RaySignatures(DocSignatures):
         needed, slot = np.unique(self.block_of[right], return_inverse=True)
         blocks = [self.blocks[self.block_of[left[0]]]] + [self.blocks[b] for b in needed]
         return _jaccard_task.remote(self.at[left], self.at[right], slot, *blocks)
+
+
+def write_sources(jobs: list[tuple[list[Path], Path, pa.Array, pa.Array]]) -> None:
+    """``outputs.write_source`` of each ``(ingest files, output path, cluster_id, is_duplicate)`` as a Ray task that
+    reads the source's files itself: no table with texts comes to the driver (the workers see the driver's
+    files: one machine, or a shared file system). The same bytes as ``engine: local`` writes."""
+    raycluster.gather([_write_source.remote(*job) for job in jobs], "dedup: write")
+
+
+@raycluster.remote
+def _write_source(files: list[Path], path: Path, cluster_id: pa.Array, is_duplicate: pa.Array) -> None:
+    write_source(read_source(files), path, cluster_id, is_duplicate)
+
+
+def _fixed_width(column: pa.ChunkedArray, width: int) -> np.ndarray:
+    """A ``string`` column whose every value has ``width`` bytes as a numpy ``S<width>`` array, read from the
+    chunks' data buffers (no Python object a row)."""
+    parts = [np.zeros(0, f"S{width}")]
+    for chunk in column.chunks:
+        _, offsets, data = chunk.buffers()
+        bounds = np.frombuffer(offsets, np.int32, count=len(chunk) + 1, offset=chunk.offset * 4)
+        if chunk.null_count or np.any(np.diff(bounds) != width):
+            raise ValueError(f"dedup (ray): a text_hash is not {width} characters")
+        parts.append(np.frombuffer(data, f"S{width}", count=len(chunk), offset=int(bounds[0])))
+    return np.concatenate(parts)
 
 
 def _check_driver_fits(pairs: int) -> None:

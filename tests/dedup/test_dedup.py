@@ -187,7 +187,7 @@ def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tm
 
 
 def test_longest_text_is_kept_then_smallest_doc_id():
-    corpus = dedup.Corpus({}, ["z", "a", "m"], ["s"] * 3, ["task"] * 3, ["x", "x", "xy"], [None] * 3)
+    corpus = dedup.Corpus({}, ["z", "a", "m"], ["s"] * 3, ["task"] * 3, [None] * 3)
     docs = signatures.DocSignatures(
         ["h"] * 3, np.array([1, 1, 1]), np.array([1, 1, 2]), np.zeros((3, 2), np.uint32), []
     )
@@ -385,7 +385,7 @@ def test_texts_at_gathers_rows_across_chunks_as_a_chunked_take_does():
     from tasks.dedup.corpus import Corpus
 
     chunks = [pa.array(["a", "bb"]), pa.array([], pa.string()), pa.array(["ccc", "d", "é"]), pa.array(["f"])]
-    corpus = Corpus(files={}, doc_id=[], source=[], role=[], text=[], label=[], text_chunks=chunks)
+    corpus = Corpus(files={}, doc_id=[], source=[], role=[], label=[], text_chunks=chunks)
     for rows in ([], [0], [1, 2, 5], [0, 1, 2, 3, 4, 5], [4]):
         got = corpus.texts_at(np.asarray(rows, np.int64))
         assert got.type == pa.large_string()

@@ -41,9 +41,9 @@ def sequential(left, right, identical, table, n_rows, threshold):
 
 
 def lazy(left, right, identical, table, n_rows):
-    docs, clusters = Docs(n_rows, table), UnionFind()
+    docs, clusters = Docs(n_rows, table), near.Forest(np.arange(n_rows), np.arange(n_rows))
     left, right, identical = np.array(left, np.int64), np.array(right, np.int64), np.array(identical, bool)
-    roots = [clusters.find(i) for i in range(n_rows)]
+    roots = clusters.roots()
     check = near._pairs_to_check(left, right, identical, roots)
     similarity = np.full(len(left), np.nan)
     similarity[check] = docs.jaccards(left[check], right[check], 1)
