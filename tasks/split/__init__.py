@@ -179,14 +179,19 @@ def working_rows(tables: dict[str, pa.Table], meta_key: str | None = None) -> pd
     objects. Without the text and token columns a row filter copies little (pyarrow ``take`` of the texts was
     ~7 s per run at 100k docs), and object strings are iterated ~20x faster than pandas' Arrow-backed ``str``.
     ``meta_key``: the only meta key read (the shipped split's; None: every meta kept, temporal mode reads the
-    dates): a meta that cannot hold it (``assign.meta_value``'s test, in Arrow) is null, not a Python string."""
+    dates): a meta that cannot hold it (``assign.meta_value``'s test, in Arrow) is null, not a Python string. A
+    ``group`` or ``cluster_id`` equal to the row's ``doc_id`` is that string object, not a copy of it."""
     frames = []
     for table in tables.values():
         if meta_key is not None:
             table = table.set_column(table.schema.get_field_index("meta"), "meta", may_hold(table["meta"], meta_key))
         frames.append(table.select(list(REQUIRED_COLUMNS)).to_pandas())
-    rows = pd.concat(frames, ignore_index=True)
-    return rows.astype({column: object for column in REQUIRED_COLUMNS if column != "is_duplicate"})
+    rows = pd.concat(frames, ignore_index=True).astype({c: object for c in REQUIRED_COLUMNS if c != "is_duplicate"})
+    ids = rows["doc_id"].to_numpy()
+    for column in ("group", "cluster_id"):  # a doc's own group and a singleton's cluster: its doc_id's object
+        values = rows[column].to_numpy()
+        rows[column] = np.where(values == ids, ids, values)
+    return rows
 
 
 def may_hold(meta: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
