@@ -75,7 +75,7 @@ def tables(results: dict) -> str:
         lsh = f"{r['candidates_per_doc']:.3f}" if "candidates_per_doc" in r else "n/a"
         out.append(
             f"| {r['stage']} | {r['engine']} | {r['docs']:,} | {r['seconds']:.0f} | {r['docs_per_s']:,.0f} | "
-            f"{r['docs_per_s_per_core']:,.0f} | {r['peak_rss_mib']:,.0f} | {r['peak_tree_rss_mib']:,.0f} | "
+            f"{r['docs_per_s_per_core']:,.0f} | {driver_mib(r):,.0f} | {r['peak_tree_rss_mib']:,.0f} | "
             f"{lsh} |"
         )
     out += ["", *projection(runs)]
@@ -111,22 +111,29 @@ def projection(runs: list[dict]) -> list[str]:
 
 def cost_model(runs: list[dict]) -> dict | None:
     """Per-doc costs from one stage's runs on one engine: the largest run's docs/s per core, and memory as a line
-    through the peak RSS (driver, and whole tree) of the two largest runs: ``driver_bytes(docs)`` = the largest
-    run's peak + the slope (floored at 0) x the docs beyond it. ``None`` with fewer than two sizes."""
+    through the peak RSS (the driver's own, ``driver_mib``, and the whole tree's) of the two largest runs:
+    ``driver_bytes(docs)`` = the largest run's peak + the slope (floored at 0) x the docs beyond it. ``None`` with
+    fewer than two sizes."""
     sizes = {r["docs"]: r for r in runs}
     if len(sizes) < 2:
         return None
     small, large = (sizes[d] for d in sorted(sizes)[-2:])
 
-    def line(key: str):
-        slope = max((large[key] - small[key]) * 2**20 / (large["docs"] - small["docs"]), 0.0)
-        return lambda docs: large[key] * 2**20 + slope * (docs - large["docs"])
+    def line(peak):
+        slope = max((peak(large) - peak(small)) * 2**20 / (large["docs"] - small["docs"]), 0.0)
+        return lambda docs: peak(large) * 2**20 + slope * (docs - large["docs"])
 
     return {
         "docs_per_s_per_core": large["docs_per_s_per_core"],
-        "driver_bytes": line("peak_rss_mib"),
-        "tree_bytes": line("peak_tree_rss_mib"),
+        "driver_bytes": line(driver_mib),
+        "tree_bytes": line(lambda r: r["peak_tree_rss_mib"]),
     }
+
+
+def driver_mib(run: dict) -> float:
+    """The driver's own peak RSS (``_measure``'s ``driver_peak_rss_mib``); a run recorded before it was read
+    apart has only the tree's largest process, which with Ray can be a worker."""
+    return run.get("driver_peak_rss_mib", run["peak_rss_mib"])
 
 
 def encoder_forward_flops(config: dict, tokens: int) -> float:

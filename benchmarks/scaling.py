@@ -162,6 +162,7 @@ def alternated(
             "docs_per_s_per_core": statistics.median(r["docs_per_s_per_core"] for r in runs),
             "seconds": statistics.median(r["seconds"] for r in runs),
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+            "driver_peak_rss_mib": max(r["driver_peak_rss_mib"] for r in runs),
             "peak_tree_rss_mib": max(r["peak_tree_rss_mib"] for r in runs),
         }
         for runs in done.values()
@@ -274,7 +275,7 @@ def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smo
             )
     print(
         f"scaling {stage} {engine} {scale}x: {docs} docs in {measured['seconds']:.0f} s "
-        f"({run['docs_per_s']:.0f} docs/s), peak {measured['peak_rss_mib']:.0f} MiB driver, "
+        f"({run['docs_per_s']:.0f} docs/s), peak {measured['driver_peak_rss_mib']:.0f} MiB driver, "
         f"{measured['peak_tree_rss_mib']:.0f} MiB tree",
         flush=True,
     )

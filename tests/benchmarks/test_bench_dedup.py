@@ -66,6 +66,10 @@ def test_run_measured_sees_a_child_peak_and_kills_one_past_its_limit(tmp_path):
     )
     measured = run_measured([sys.executable, "-c", grow], cwd=tmp_path)
     assert 300 <= measured["peak_rss_mib"] < 400 and measured["peak_tree_rss_mib"] >= 300
+    assert measured["driver_peak_rss_mib"] < 100  # the spawned process is a bare interpreter: not its grandchild
+    # the driver's own 300 MiB, with a small child beside it
+    own = "import subprocess, sys, time; b = bytearray(300 * 2**20); time.sleep(0.3); subprocess.run(['true'])"
+    assert 300 <= run_measured([sys.executable, "-c", own], cwd=tmp_path)["driver_peak_rss_mib"] < 400
     with pytest.raises(TimedOut):
         run_measured(["sleep", "30"], cwd=tmp_path, timeout_s=0.3)
 

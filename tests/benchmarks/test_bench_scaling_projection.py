@@ -48,6 +48,17 @@ def test_the_ray_engine_is_projected_where_it_ran_at_two_sizes_else_the_local_on
     assert "fits a 64 GiB driver" in table[0]
 
 
+def test_the_driver_is_its_own_peak_not_the_largest_worker():
+    # Ray's largest process is a worker (object-store pages); the driver stays at 300 -> 310 MiB from 1,000 to
+    # 11,000 docs: 1,048.576 bytes a doc; 10^7: 0.3027 + 9.7549 = 10.06 GiB, 10^8: 0.3027 + 97.6467 = 97.95 GiB
+    runs = [
+        _run("dedup", "ray", 1_000, 900.0, 2_000.0, 100.0) | {"driver_peak_rss_mib": 300.0},
+        _run("dedup", "ray", 11_000, 5_000.0, 9_000.0, 100.0) | {"driver_peak_rss_mib": 310.0},
+    ]
+    assert [row[6] for row in _rows(_scaling_tables.projection(runs), "dedup")][:2] == ["10.1", "97.9"]
+    assert "| dedup | ray | 11,000 | 1 | 200 | 100 | 310 | 9,000 | n/a |" in _scaling_tables.tables({"runs": runs})
+
+
 def test_a_stage_measured_at_one_size_is_not_projected():
     table = _scaling_tables.projection([_run("tokenize", "local", 1_000, 300.0, 300.0, 10.0)])
     assert _rows(table, "tokenize") == []
