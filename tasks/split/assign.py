@@ -139,13 +139,19 @@ def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataF
 
 def most_common_by(keys: pd.Series, values: pd.Series) -> pd.Series:
     """Per key, the most frequent non-null string of ``values`` (ties: the smallest), indexed by key; a key whose
-    values are all null is absent. One sort over the (key, value) counts, not a Python function per group
-    (~6 s at 100k components)."""
-    known = values.notna()
-    pairs = pd.DataFrame({"key": keys[known], "value": values[known].astype(str)})
-    counts = pairs.value_counts(sort=False).rename("n").reset_index()
-    top = counts.sort_values(["key", "n", "value"], ascending=[True, False, True]).drop_duplicates("key")
-    return top.set_index("key")["value"].astype(object)
+    values are all null is absent. Keys and values as sorted integer codes, each (key, value) pair counted by one
+    ``np.unique`` of their combined code and the winner of each key chosen by one sort: no Python function per
+    group (~6 s at 100k components), and no frame of the pairs' strings (~570 B a row at its peak)."""
+    known = values.notna().to_numpy()
+    key_codes, key_names = pd.factorize(keys[known], sort=True)
+    value_codes, value_names = pd.factorize(values[known].astype(str), sort=True)
+    width = max(len(value_names), 1)
+    pairs, counts = np.unique(key_codes.astype(np.int64) * width + value_codes, return_counts=True)
+    key, value = pairs // width, pairs % width
+    order = np.lexsort((value, -counts, key))  # by key, then the largest count, then the smallest value
+    first = order[np.r_[True, key[order][1:] != key[order][:-1]]] if len(order) else order
+    names = pd.Index(np.asarray(key_names, dtype=object)[key[first]], dtype=object, name="key")
+    return pd.Series(np.asarray(value_names, dtype=object)[value[first]], index=names, name="value", dtype=object)
 
 
 def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
