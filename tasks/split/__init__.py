@@ -74,16 +74,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy import sparse
+from scipy.sparse.csgraph import connected_components
 
-from tasks.common.matching.unionfind import UnionFind
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.config.paths import Paths
-from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits, row_labels
+from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
 from tasks.split.ledger import (
     apply_ledger,
     empty_ledger,
     extend_ledger,
     holds_ledger_history,
+    label_columns,
     ledger_metrics,
     ledger_path,
     read_ledger,
@@ -208,24 +210,35 @@ def check_unique_ids(rows: pd.DataFrame) -> None:
         raise ValueError(f"doc_id {dupes.iloc[0]!r} occurs more than once across data/dedup sources")
 
 
-def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> list[str]:
-    """Component name per row: union of ``(role, source, group)`` and ``(role, cluster_id)`` labels.
+def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> np.ndarray:
+    """Component name per row (``(rows,)`` object): union of ``(role, source, group)`` and ``(role, cluster_id)``
+    labels.
 
     Groups are source-local names (author "smith" of two sources is not one person); clusters are global
     but merged only within a role (see the module docstring). A row without a group is its cluster alone.
     The name is the smallest label, with ``groups_first`` the smallest group label (hash mode: a new doc's
-    cluster id does not rename its group).
+    cluster id does not rename its group). The labels (``ledger.label_columns``, as ``assign.row_labels`` writes
+    them) get integer codes in that order, the row's (cluster, group) pairs are the edges of a graph whose
+    connected components (scipy) are the unions, and each component is named by its smallest code: the root a
+    union-find by that priority keeps, without a Python dict of every label.
     """
-    uf: UnionFind[str] = UnionFind(
-        priority=(lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first else (lambda node: node)
+    cluster, group = label_columns(rows)
+    has_group = group.notna().to_numpy()
+    codes, names = pd.factorize(
+        np.concatenate([cluster.to_numpy(object), group.to_numpy(object)[has_group]]), sort=True
     )
-    nodes = []
-    for cluster_node, *group_node in map(row_labels, rows["role"], rows["source"], rows["group"], rows["cluster_id"]):
-        uf.find(cluster_node)
-        for node in group_node:
-            uf.union(cluster_node, node)
-        nodes.append(cluster_node)
-    return [uf.find(node) for node in nodes]
+    names = np.asarray(names, dtype=object)
+    if groups_first:  # group labels before cluster labels, each in label order
+        order = np.lexsort((np.arange(len(names)), [name.split("|", 2)[1] == "cluster" for name in names]))
+        rank = np.empty(len(names), np.int64)
+        rank[order] = np.arange(len(names))
+        codes, names = rank[codes], names[order]
+    own, linked = codes[: len(rows)], codes[len(rows) :]
+    edges = sparse.coo_matrix((np.ones(len(linked), np.int8), (own[has_group], linked)), shape=(len(names),) * 2)
+    _, component = connected_components(edges, directed=False)
+    root = np.full(component.max(initial=-1) + 1, len(names), np.int64)
+    np.minimum.at(root, component, np.arange(len(names)))
+    return names[root[component[own]]]
 
 
 def count_straddling(rows: pd.DataFrame) -> list[str]:

@@ -224,3 +224,36 @@ def test_meta_value_equals_parsing_the_whole_meta_for_escaped_and_unescaped_keys
     for meta in metas:
         assert meta_value(meta, "split") == json.loads(meta or "{}").get("split"), meta
     assert meta_value('{"\\u0073plit": "test"}', "split") == "test"  # an escaped key is still found
+
+
+@pytest.mark.parametrize("groups_first", [False, True])
+def test_merge_groups_names_each_component_as_a_union_find_by_its_priority_does(groups_first):
+    """Random rows of two roles and sources, groups (some missing: None, NaN) and clusters shared across them: the
+    component names equal a ``UnionFind`` over ``assign.row_labels`` whose root is the smallest label (hash mode:
+    the smallest group label first)."""
+    import random
+
+    from tasks.common.matching.unionfind import UnionFind
+    from tasks.split.assign import row_labels
+
+    rng = random.Random(11)
+    for _ in range(50):
+        n = rng.randint(1, 30)
+        rows = pd.DataFrame(
+            {
+                "role": [rng.choice(["task", "pretrain"]) for _ in range(n)],
+                "source": [rng.choice(["s", "t"]) for _ in range(n)],
+                "group": [rng.choice([None, float("nan"), "g1", "g2", "g3", "a"]) for _ in range(n)],
+                "cluster_id": [rng.choice(["c1", "c2", "c3", "c4", "s:0"]) for _ in range(n)],
+            },
+            dtype=object,
+        )
+        priority = (lambda node: (node.split("|", 2)[1] == "cluster", node)) if groups_first else (lambda node: node)
+        uf: UnionFind[str] = UnionFind(priority=priority)
+        nodes = []
+        for cluster, *group in map(row_labels, rows["role"], rows["source"], rows["group"], rows["cluster_id"]):
+            uf.find(cluster)
+            for node in group:
+                uf.union(cluster, node)
+            nodes.append(cluster)
+        assert list(split.merge_groups(rows, groups_first)) == [uf.find(node) for node in nodes]
