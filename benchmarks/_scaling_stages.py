@@ -15,7 +15,8 @@ by the ingest stage once, ``default_ingest``):
 
 Each run is the stage's own ``run`` (params.yaml's section, the ingest source above) in a fresh process (``python
 -m benchmarks._scaling_stages <stage> <work>``, ``benchmarks/_measure.run_measured``: wall seconds from spawn to
-exit, imports included; the driver's peak RSS, ``VmHWM``, and the tree's).
+exit, imports included; the peak RSS of the largest process, ``VmHWM``, of the driver alone, and of the tree: the
+stages run in one process, so the three agree).
 
     from benchmarks import _scaling_stages as stages
     results["runs"] += stages.measured_runs(work / "stages", [7_000, 110_000], smoke=False)
