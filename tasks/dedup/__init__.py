@@ -65,7 +65,6 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from tasks.common.matching.textnorm import arrow_strings
 from tasks.config import Paths
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import incremental, policy, ray_engine
@@ -138,7 +137,7 @@ def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:
     (Arrow sorts strings by their UTF-8 bytes, which is Python's code point order)."""
     n = len(corpus.doc_id)
     by_id = np.empty(n, np.int64)
-    by_id[pc.sort_indices(arrow_strings(corpus.doc_id)).to_numpy()] = np.arange(n)
+    by_id[pc.sort_indices(corpus.doc_id.array).to_numpy()] = np.arange(n)
     role = np.fromiter(map(ROLE_RANK.__getitem__, corpus.role), np.int64, count=n)
     rank = np.empty(n, np.int64)
     rank[np.lexsort((by_id, -np.asarray(docs.n_chars, np.int64), role))] = np.arange(n)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,25 @@ from tasks.common.files.shards import check_manifest, read_source, source_files
 
 ROLE_RANK = {"task": 0, "pretrain": 1}  # the roles a row may have, in keep order (task rows are kept first)
 REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "label")
+FACT_COLUMNS = ("doc_id", "role", "label", "tags", "group")  # what the driver reads of a row without its text
+
+
+class Strings(Sequence):
+    """A read-only sequence over an Arrow string array (``array``): item ``i`` is its Python ``str``, made when
+    read (a list of them costs ~70 bytes a row; the dedup driver reads only the ids of rows in clusters)."""
+
+    def __init__(self, array: pa.Array) -> None:
+        self.array = array
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, i):  # an int only (Sequence allows slices; nothing here asks for one)
+        return self.array[int(i)].as_py()
+
+    def __iter__(self):
+        for start in range(0, len(self.array), 65_536):
+            yield from self.array.slice(start, 65_536).to_pylist()
 
 
 @dataclass
@@ -28,7 +48,7 @@ class Corpus:
     ``tags`` and ``group``, read only for a few rows, stay Arrow arrays (``tags_at``, ``group_at``)."""
 
     files: dict[str, list[Path]]  # source -> its ingest files in row order (``tasks.common.files.shards``)
-    doc_id: list[str]
+    doc_id: Strings
     source: list[str]
     role: list[str]
     label: list[str | None]
@@ -70,8 +90,8 @@ def _int64s(values: np.ndarray) -> pa.Array:
 def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
     """Read every source in ``in_dir`` (``<source>.parquet`` or a folder of shards, ``shards.source_files``; sorted);
     an empty folder gives an empty corpus. ``with_text``: keep each table (its texts are signed, and it is
-    written back with the labels); else only the row facts, every column but ``text`` (whose nulls are found
-    from the Parquet statistics), one file in memory at a time.
+    written back with the labels); else only the row facts, ``FACT_COLUMNS`` (a null text is found from the
+    Parquet statistics), one file in memory at a time.
 
     Raises ``FileNotFoundError`` for a missing folder, ``ValueError`` naming the file for bad rows, and naming the
     shards ingest wrote (``<in_dir>/manifest.json``, ``shards.check_manifest``) that are missing.
@@ -79,7 +99,7 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
     if not in_dir.is_dir():
         raise FileNotFoundError(f"{in_dir}: ingest output folder not found (run the ingest stage first)")
     check_manifest(in_dir, "ingest")  # a deleted shard would be read as fewer documents, without an error
-    corpus = Corpus({}, [], [], [], [])
+    corpus = Corpus({}, Strings(pa.nulls(0, pa.large_string())), [], [], [])
     ids, tags, groups, named = [], [], [], []
     for name, files in source_files(in_dir).items():
         path = files[0] if len(files) == 1 else in_dir / name  # what an error names
@@ -97,21 +117,21 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
         # tags and group are read when present: the row contract has them, older test files may not
         tags.append(_optional(table, "tags", TAGS))
         groups.append(_optional(table, "group", pa.large_string()))
-    _check_unique(ids, named)
-    corpus.doc_id = [d for chunk in ids for d in chunk.to_pylist()]
+    corpus.doc_id = Strings(_check_unique(ids, named))
     corpus.tags = pa.concat_arrays([pa.nulls(0, TAGS)] + tags)
     corpus.group = pa.concat_arrays([pa.nulls(0, pa.large_string())] + groups)
     return corpus
 
 
 def _facts(files: list[Path]) -> pa.Table:
-    """A source's columns but ``text``, shard after shard (``read_source`` without the texts). Raises
+    """A source's ``FACT_COLUMNS``, shard after shard (``read_source`` without the texts, tokens and meta; the
+    other required columns stand in as nulls). Raises
     ``ValueError`` naming the first shard whose columns differ from the first one's."""
     schemas = [pq.read_schema(path) for path in files]
     for path, schema in zip(files[1:], schemas[1:]):
         if not schema.equals(schemas[0], check_metadata=False):
             raise ValueError(f"{path}: columns {schema.names} differ from {files[0]}'s {schemas[0].names}")
-    names = [name for name in schemas[0].names if name != "text"] if schemas else []
+    names = [name for name in schemas[0].names if name in FACT_COLUMNS] if schemas else []
     tables = []
     for path in files:
         with reading(path), pq.ParquetFile(path, page_checksum_verification=True) as parquet:
@@ -119,7 +139,9 @@ def _facts(files: list[Path]) -> pa.Table:
     if not tables:
         return pa.Table.from_batches([], pa.schema([]))
     table = pa.concat_tables(tables)
-    return table.append_column("text", pa.nulls(table.num_rows, pa.string())) if "text" in schemas[0].names else table
+    for name in (name for name in REQUIRED_COLUMNS if name in schemas[0].names and name not in names):
+        table = table.append_column(name, pa.nulls(table.num_rows, pa.string()))  # stands in, for the checks
+    return table
 
 
 def _first_null_text(files: list[Path]) -> int | None:
@@ -149,17 +171,18 @@ def _optional(table: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
     return pa.concat_arrays([pa.nulls(0, kind)] + [chunk.cast(kind) for chunk in table.column(name).chunks])
 
 
-def _check_unique(ids: list[pa.Array], paths: list[Path]) -> None:
-    """Raise ``ValueError`` naming the first row (in file order) whose ``doc_id`` an earlier row has, and the file
-    of that earlier row (``ids``: each source's doc_ids, read from ``paths``)."""
+def _check_unique(ids: list[pa.Array], paths: list[Path]) -> pa.Array:
+    """Every doc_id of ``ids`` (each source's, read from ``paths``) as one ``large_string`` array. Raises
+    ``ValueError`` naming the first row (in file order) whose ``doc_id`` an earlier row has, and the file of
+    that earlier row."""
     every = pa.concat_arrays([pa.nulls(0, pa.large_string())] + [chunk.cast(pa.large_string()) for chunk in ids])
     if len(every) < 2:
-        return
+        return every
     order = pc.sort_indices(every).to_numpy()  # stable: equal ids stay in row order
     ordered = every.take(order)
     same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1)).to_numpy(zero_copy_only=False)
     if not same.any():
-        return
+        return every
     at = int(np.flatnonzero(order == order[1:][same].min())[0])  # the sorted place of the first repeated row
     starts = np.flatnonzero(np.r_[True, ~same])
     first = order[starts[np.searchsorted(starts, at, side="right") - 1]]  # the first row of that id

@@ -28,7 +28,7 @@ from tasks.dedup.corpus import ROLE_RANK
 if TYPE_CHECKING:
     from tasks.config.corpus.dedup import DedupParams, DedupPolicy
     from tasks.dedup.conflicts import Conflicts, Resolution
-    from tasks.dedup.corpus import Corpus
+    from tasks.dedup.corpus import Corpus, Strings
     from tasks.dedup.labels import RowLabels
     from tasks.dedup.signatures import DocSignatures
 
@@ -47,7 +47,7 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool 
     if clear:
         clear_dir(out_dir)
     cluster, is_duplicate = np.asarray(labels.cluster, np.int64), np.asarray(labels.is_duplicate, bool)
-    doc_ids, jobs, start = arrow_strings(corpus.doc_id), [], 0
+    doc_ids, jobs, start = corpus.doc_id.array, [], 0
     for source, files in corpus.files.items():
         stop = start + corpus.rows[source]
         ids = doc_ids.take(_arrow_indices(cluster[start:stop])).cast(pa.string())
@@ -162,8 +162,7 @@ def _similarities(pairs: list[tuple[int, int]], docs: DocSignatures, num_proc: i
     is too short for a shingle)."""
     left, right = np.array(pairs, dtype=np.int64).reshape(-1, 2).T
     values = docs.jaccards(left, right, num_proc)
-    hashes = np.asarray(docs.text_hash, dtype=object)
-    values[hashes[left] == hashes[right]] = 1.0
+    values[[docs.text_hash[i] == docs.text_hash[j] for i, j in pairs]] = 1.0
     return list(map(round, values.tolist(), itertools.repeat(6)))
 
 
@@ -196,7 +195,7 @@ def _cluster_record(root, rows, corpus, labels, shown_pairs: int, digests: dict)
 class _JsonStrings(dict):
     """``doc_id`` row -> the id as a JSON string literal (``json.dumps(..., ensure_ascii=False)``), made once."""
 
-    def __init__(self, doc_id: list[str]) -> None:
+    def __init__(self, doc_id: Strings | list[str]) -> None:
         super().__init__()
         self.doc_id = doc_id
 
@@ -296,7 +295,7 @@ class _Counts:
         corpus, labels = self.corpus, self.labels
         task, tagged = np.asarray(corpus.role, object) == "task", corpus.tags.is_valid().to_numpy(zero_copy_only=False)
         flags = {
-            "source": [self.source_code[source] for source in corpus.source],
+            "source": np.fromiter(map(self.source_code.__getitem__, corpus.source), np.int32, len(corpus.source)),
             "exact": labels.kind == "exact",
             "near": labels.kind == "near",
             "conflict": labels.kind == "conflict",
@@ -308,8 +307,8 @@ class _Counts:
             "lost_vote": labels.lost_vote,
             "labelled": task & (np.not_equal(np.asarray(corpus.label, object), None) | tagged),
         }
-        arrays = {name: np.asarray(values, np.int64) for name, values in flags.items()}
-        arrays["removed"] = arrays["exact"] + arrays["near"] + arrays["conflict"]
+        arrays = {name: np.asarray(values) for name, values in flags.items()}  # bools stay 1 byte a row
+        arrays["removed"] = arrays["exact"] | arrays["near"] | arrays["conflict"]
         return arrays
 
     @functools.cached_property
@@ -354,7 +353,7 @@ class _Counts:
             ),
             "entities_in": total["entities"],
             "entities_removed": int(at["entities"][removed].sum()),
-            "lost_vote_docs": int((at["lost_vote"][rows] & (at["exact"] + at["near"])[rows]).sum()),
+            "lost_vote_docs": int((at["lost_vote"][rows] & (at["exact"] | at["near"])[rows]).sum()),
             "labelled_docs_removed": int(at["labelled"][removed].sum()),
         }
 

@@ -73,7 +73,7 @@ def sign_documents(files: list[Path], corpus: Corpus, cfg: DedupParams) -> DocSi
     )
     blocks = dataset.materialize().to_arrow_refs()
     meta = ray.get([_block_meta.remote(block) for block in blocks]) if blocks else []
-    return RaySignatures.from_blocks(blocks, meta, pa.array(corpus.doc_id, pa.string()))
+    return RaySignatures.from_blocks(blocks, meta, corpus.doc_id.array)
 
 
 def _sign_batch(batch: pa.Table, n: int, perms, bands_rows) -> pa.Table:

@@ -19,6 +19,7 @@ from tasks import dedup
 from tasks.common.files.shards import read_named
 from tasks.common.matching import textnorm
 from tasks.dedup import signatures
+from tasks.dedup.corpus import Strings
 from tasks.tracking import NullLog
 
 
@@ -187,7 +188,7 @@ def test_pretrain_copy_of_a_task_doc_is_kept_and_a_second_copy_is_a_duplicate(tm
 
 
 def test_longest_text_is_kept_then_smallest_doc_id():
-    corpus = dedup.Corpus({}, ["z", "a", "m"], ["s"] * 3, ["task"] * 3, [None] * 3)
+    corpus = dedup.Corpus({}, Strings(pa.array(["z", "a", "m"])), ["s"] * 3, ["task"] * 3, [None] * 3)
     docs = signatures.DocSignatures(
         ["h"] * 3, np.array([1, 1, 1]), np.array([1, 1, 2]), np.zeros((3, 2), np.uint32), []
     )
