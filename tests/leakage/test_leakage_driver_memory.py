@@ -61,3 +61,39 @@ def test_tokenizing_in_chunks_lays_out_the_windows_one_call_does(tiny_encoder, m
 
     whole, chunked = layout(10_000), layout(3)
     assert chunked == whole and 12 not in whole[0] and len(set(whole[0])) == 13
+
+
+def test_the_store_written_in_blocks_of_rows_reads_back_every_vector(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from tasks.leakage.semantic import store
+
+    rng = np.random.default_rng(5)
+    vectors = {bytes([k]) * 16: v / np.linalg.norm(v) for k, v in enumerate(rng.normal(size=(5, 4)).astype(np.float32))}
+    monkeypatch.setattr(store, "STORE_ROWS", 2)  # rows [k0 k1] [k2 k3] [k4]
+    key = {"precision": "fp32", "code": "c"}
+    store.save(tmp_path / "s", vectors, key)
+    assert pq.ParquetFile(tmp_path / "s" / store.STORE).metadata.num_row_groups == 3
+    loaded, reason = store.load(tmp_path / "s", key, True, 4)
+    assert reason == "store found" and list(loaded) == sorted(vectors)
+    assert all(np.array_equal(loaded[k], vectors[k]) for k in vectors)
+
+
+def test_the_calibration_scores_blocks_of_at_most_block_bytes_with_the_same_pairs(monkeypatch):
+    from tasks.leakage.semantic import method
+    from tasks.leakage.semantic.windows import Windows
+
+    rng = np.random.default_rng(4)
+    docs = np.sort(rng.integers(0, 30, size=90))
+    vectors = rng.integers(-2, 3, size=(90, 6)).astype(np.float32)  # small integers: every dot product exact
+    windows = Windows(vectors, docs, np.zeros((90, 2), int), [], None)
+    groups, clusters = [f"g{d % 2}" for d in range(30)], [f"c{d // 2}" for d in range(30)]
+    whole = method.clean_pair_scores(windows, groups, clusters)
+    seen, inner = [], method._nearest_outside_cluster
+    monkeypatch.setattr(method, "BLOCK_BYTES", 4 * 50 * 3)  # 3 rows of a 50-window group
+    monkeypatch.setattr(
+        method, "_nearest_outside_cluster", lambda v, o, c, rows: seen.append(rows) or inner(v, o, c, rows)
+    )
+    cut = method.clean_pair_scores(windows, groups, clusters)
+    assert all(rows * 4 * len(docs) <= 4 * 50 * 3 * 2 for rows in seen) and min(seen) <= 3 < 4096
+    assert np.array_equal(cut[0], whole[0]) and np.array_equal(cut[1], whole[1]) and (whole[1] >= 0).sum() > 20
