@@ -10,9 +10,11 @@ How (a k-way merge by ``doc_id``, ``heapq.merge``, stable: ties go to the earlie
 file's ``doc_id``, ``role``, ``split`` and ``is_duplicate`` columns in batches and checks, per split, that its rows
 come in ``doc_id`` order. Such a file is merged as it is read (``READ_ROWS`` rows at a time, Parquet pages read
 ``READ_BUFFER`` bytes at a time, not a row group's column whole). A file whose rows are out of order is sorted
-outside memory first: ``SORT_RUN_ROWS`` rows at a time sorted (Arrow's stable sort, UTF-8 byte order, which is
-Python's ``str`` order) and spilled as Arrow IPC streams under ``spill``, read back ``SPILL_ROWS`` rows at a time
-by the merge. Memory: a batch per open file or run, and one run while it is sorted; disk: the spilled rows.
+outside memory first: ``SORT_RUN_ROWS`` rows or ``SORT_RUN_BYTES`` at a time sorted (Arrow's stable sort, UTF-8
+byte order, which is Python's ``str`` order) and spilled as Arrow IPC streams under ``spill``, read back
+``SPILL_ROWS`` rows at a time by the merge. Memory: a batch per open file or run, one run while it is sorted,
+and the batch handed on (at most ``size`` documents and about ``BATCH_CHARS`` characters); disk: the spilled
+rows.
 
 Errors as ``read_clean_source``: ``FileNotFoundError`` naming a missing file, ``ValueError`` naming one that lacks
 a contract column, ``ioerrors.DamagedFile`` naming one that cannot be read.
@@ -23,7 +25,6 @@ from __future__ import annotations
 import heapq
 import shutil
 from collections.abc import Iterable, Iterator
-from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -39,7 +40,8 @@ from tasks.config.corpus.split import PRETRAIN_SPLITS
 
 READ_ROWS = 1024  # rows a Parquet read returns
 READ_BUFFER = 1 << 20  # bytes of a column chunk read at once (0, pyarrow's default, reads the chunk whole)
-SORT_RUN_ROWS = 20_000  # rows of an out-of-order file sorted in memory at once
+BATCH_CHARS = 4_000_000  # text characters a batch ends at, whatever its documents: its ids and tokens are ~100x
+SORT_RUN_ROWS, SORT_RUN_BYTES = 20_000, 32 << 20  # an out-of-order file is sorted in runs of whichever comes first
 SPILL_ROWS = 256  # rows a spilled run is read back by
 KEPT = ["doc_id", "text", "source"]
 #: per pretraining split, the split a role=task row must have to lend its text to it
@@ -68,13 +70,14 @@ class PretrainRows:
                     self.runs[path, split] = spill_sorted(path, split, self.spill / f"{path.stem}-{split}")
 
     def batches(self, split: str, size: int) -> Iterator[Batch]:
-        """The split's documents in order, ``size`` at a time (the last batch fewer)."""
+        """The split's documents in order, ``size`` at a time, or fewer where they reach ``BATCH_CHARS``
+        characters of text (long documents: a batch's memory follows its text, not its count)."""
         streams = [
             chain_runs(self.runs[path, split]) if (path, split) in self.runs else file_rows(path, split)
             for path in self.files
         ]
         merged = heapq.merge(*streams, key=itemgetter(0))
-        while rows := list(islice(merged, size)):
+        while rows := take(merged, size):
             yield Batch(*(list(column) for column in zip(*rows)))
 
     def __enter__(self) -> PretrainRows:
@@ -82,6 +85,17 @@ class PretrainRows:
 
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.spill, ignore_errors=True)
+
+
+def take(rows: Iterator[tuple[str, str, str]], size: int) -> list[tuple[str, str, str]]:
+    """The next rows up to ``size`` of them, or up to the one that reaches ``BATCH_CHARS`` characters of text."""
+    out, chars = [], 0
+    for row in rows:
+        out.append(row)
+        chars += len(row[1])
+        if len(out) == size or chars >= BATCH_CHARS:
+            break
+    return out
 
 
 class FrameRows:
@@ -144,7 +158,7 @@ def spill_sorted(path: Path, split: str, folder: Path) -> list[Path]:
     for table in split_rows(path, split, KEPT):
         held.append(table)
         n_held += table.num_rows
-        if n_held >= SORT_RUN_ROWS:
+        if n_held >= SORT_RUN_ROWS or sum(t.nbytes for t in held) >= SORT_RUN_BYTES:
             runs.append(write_run(pa.concat_tables(held), folder / f"run-{len(runs):05d}.arrow"))
             held, n_held = [], 0
     if n_held:

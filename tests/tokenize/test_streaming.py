@@ -29,10 +29,12 @@ def shuffled_rows(prefix: str, n: int, rng: np.random.Generator) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("sort_run_rows", [7, 10_000])  # several spilled runs a file, or one
-def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(tmp_path, monkeypatch, sort_run_rows):
+@pytest.mark.parametrize(("sort_run_rows", "batch_chars"), [(7, 10**6), (10_000, 10**6), (7, 20)])
+def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(tmp_path, monkeypatch, sort_run_rows, batch_chars):
+    """Several spilled runs a file, or one; batches of 4 documents, or cut at 20 characters (2-3 texts of 8-11)."""
     monkeypatch.setattr(pretrain_rows, "SORT_RUN_ROWS", sort_run_rows)
     monkeypatch.setattr(pretrain_rows, "READ_ROWS", 5)
+    monkeypatch.setattr(pretrain_rows, "BATCH_CHARS", batch_chars)
     rng = np.random.default_rng(3)
     paths = make_paths(tmp_path)
     write_source(paths, "a", shuffled_rows("x", 60, rng))  # shares doc ids with b: ties across sources
@@ -46,7 +48,9 @@ def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(tmp_path, monke
             (p.stem, s) for p, s in rows.runs
         }
         for split in PRETRAIN_SPLITS:
-            streamed = [r for b in rows.batches(split, 4) for r in zip(b.doc_ids, b.texts, b.sources)]
+            batches = list(rows.batches(split, 4))
+            assert {len(b.texts) for b in batches[:-1]} <= ({4} if batch_chars > 100 else {2, 3})
+            streamed = [r for b in batches for r in zip(b.doc_ids, b.texts, b.sources)]
             part = whole[whole["split"] == split]
             assert streamed == list(zip(part["doc_id"], part["text"], part["source"]))
             assert len(streamed) > 10
