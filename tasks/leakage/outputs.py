@@ -228,4 +228,10 @@ class Picked(Sequence[str]):
 
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self.positions), ITER_ROWS):  # a block of Python strings at a time
-            yield from self.values.iloc[self.positions[start : start + ITER_ROWS]].tolist()
+            block = self.positions[start : start + ITER_ROWS]
+            if len(block) and np.all(block[1:] >= block[:-1]):  # a slice, not a take: a take over Arrow chunks
+                low = int(block[0])  # concatenated every chunk (a copy of all the texts) on each call
+                values = self.values.iloc[low : int(block[-1]) + 1].tolist()
+                yield from (values[k - low] for k in block.tolist())
+            else:
+                yield from (self[start + k] for k in range(len(block)))
