@@ -59,6 +59,18 @@ def test_the_driver_is_its_own_peak_not_the_largest_worker():
     assert "| dedup | ray | 11,000 | 1 | 200 | 100 | 310 | 9,000 | n/a |" in _scaling_tables.tables({"runs": runs})
 
 
+def test_leakage_without_its_semantic_pass_is_a_stage_of_its_own():
+    lexical = [
+        _run("leakage", "ray", 1_000, 500.0, 900.0, 100.0) | {"semantic_pass": False},
+        _run("leakage", "ray", 11_000, 510.0, 900.0, 100.0) | {"semantic_pass": False},
+    ]
+    full = [_run("leakage", "ray", 1_000, 900.0, 900.0, 10.0)]  # one size: not projected
+    table = _scaling_tables.projection(lexical + full)
+    assert _rows(table, "leakage") == [] and len(_rows(table, "leakage, semantic pass off")) == 3
+    measured = _scaling_tables.tables({"runs": lexical + full})
+    assert "| leakage | ray | 1,000 |" in measured and "| leakage, semantic pass off | ray | 11,000 |" in measured
+
+
 def test_a_stage_measured_at_one_size_is_not_projected():
     table = _scaling_tables.projection([_run("tokenize", "local", 1_000, 300.0, 300.0, 10.0)])
     assert _rows(table, "tokenize") == []
