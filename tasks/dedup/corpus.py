@@ -120,6 +120,8 @@ def read_corpus(in_dir: Path, with_text: bool = True) -> Corpus:
     corpus.doc_id = Strings(_check_unique(ids, named))
     corpus.tags = pa.concat_arrays([pa.nulls(0, TAGS)] + tags)
     corpus.group = pa.concat_arrays([pa.nulls(0, pa.large_string())] + groups)
+    # else Arrow's pool (mimalloc) keeps the pages the reads freed to the end of the stage
+    pa.default_memory_pool().release_unused()
     return corpus
 
 
@@ -135,7 +137,8 @@ def _facts(files: list[Path]) -> pa.Table:
     tables = []
     for path in files:
         with reading(path), pq.ParquetFile(path, page_checksum_verification=True) as parquet:
-            tables.append(parquet.read(columns=names))
+            # one thread: pages freed by another thread's heap are not returned by release_unused
+            tables.append(parquet.read(columns=names, use_threads=False))
     if not tables:
         return pa.Table.from_batches([], pa.schema([]))
     table = pa.concat_tables(tables)

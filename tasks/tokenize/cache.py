@@ -169,7 +169,8 @@ class StoredRows:
 def stored_rows(path: Path) -> Iterator[tuple[tuple[int, str], str, np.ndarray]]:
     """``((split rank, doc_id), md5, ids)`` of each stored row, in file order (pages' CRCs verified)."""
     with pq.ParquetFile(path, page_checksum_verification=True, buffer_size=1 << 20) as parquet:
-        for batch in parquet.iter_batches(READ_ROWS, columns=list(SCHEMA.names)):
+        groups = range(parquet.num_row_groups)  # a row group at a time (see pretrain_rows.split_rows)
+        for batch in (b for g in groups for b in parquet.iter_batches(READ_ROWS, [g], list(SCHEMA.names))):
             ranks = [PRETRAIN_SPLITS.index(split) for split in batch["split"].to_pylist()]
             keys = zip(ranks, batch["doc_id"].to_pylist())
             ids = batch["ids"]  # offsets index the whole child array, also in a sliced batch

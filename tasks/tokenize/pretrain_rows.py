@@ -126,8 +126,10 @@ def checked_file(data: Path, source: str) -> Path:
 
 def split_rows(path: Path, split: str, columns: list[str]) -> Iterator[pa.Table]:
     """``columns`` of the file's rows that are pretraining text of ``split``, a ``READ_ROWS`` batch at a time."""
+    names = sorted({*columns, "role", "split", "is_duplicate"})
     with reading(path), pq.ParquetFile(path, buffer_size=READ_BUFFER) as parquet:
-        for batch in parquet.iter_batches(READ_ROWS, columns=sorted({*columns, "role", "split", "is_duplicate"})):
+        # a row group at a time: one iter_batches over a file of many row groups held more of it as it went
+        for batch in (b for g in range(parquet.num_row_groups) for b in parquet.iter_batches(READ_ROWS, [g], names)):
             task = pc.fill_null(pc.equal(batch["role"], "task"), False)
             wanted = pc.if_else(task, FROM_TASK_SPLIT.get(split), split)
             keep = pc.and_(pc.invert(pc.fill_null(batch["is_duplicate"], False)), pc.equal(batch["split"], wanted))

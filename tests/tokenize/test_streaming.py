@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from tasks.common.files.parquet import read_pretraining_rows
@@ -42,6 +43,9 @@ def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(tmp_path, monke
     write_source(paths, "t", shuffled_rows("t", 50, rng))
     in_order = sorted(shuffled_rows("y", 30, rng), key=lambda r: r["doc_id"])
     write_source(paths, "c", in_order)  # merged as read, not spilled
+    for name in ("a", "c"):  # row groups of 4 rows, read one at a time
+        path = paths.data / "leakage" / f"{name}.parquet"
+        pq.write_table(pq.read_table(path), path, row_group_size=4)
     whole = read_pretraining_rows(paths.data, ["a", "b", "c", "t"])
     with PretrainRows(paths.data, ["t", "c", "b", "a"], tmp_path / "spill") as rows:
         assert ("c", "train") not in {(p.stem, s) for p, s in rows.runs} and ("a", "train") in {
