@@ -36,17 +36,22 @@ STAGE = "tokenize"
 #: the code measured: the stage, its imports followed
 MEASURED = ("tasks.tokenize",)
 TIMEOUT_S = 3600
+#: the record's engine per run: the stage has one engine; the incremental run is a row of its own
+ENGINE = {"full": "local", "incremental": "local, incremental"}
+#: --smoke: docs a default source
+SMOKE_SOURCE_DOCS = 60
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 
-def build(base: Path, docs_list: list[int], work: Path) -> dict[int, Path]:
-    """One workspace per size of ``docs_list`` under ``work``; returns ``{docs: workspace}``."""
+def build(base: Path, docs_list: list[int], work: Path, max_docs: int | None = None) -> dict[int, Path]:
+    """One workspace per size of ``docs_list`` under ``work``; returns ``{docs: workspace}``. ``max_docs``: at most
+    that many docs a default source (a smoke run's)."""
     import pandas as pd
 
     from benchmarks.leakage import default_corpora
     from tasks.config import read_yaml
 
-    trains, evals = default_corpora(read_yaml(REPO / "params.yaml"), base)
+    trains, evals = default_corpora(read_yaml(REPO / "params.yaml"), base, max_docs)
     rows = pd.concat([trains, evals], ignore_index=True)
     return {docs: write_workspace(rows, docs, work / f"tokenize-{docs}") for docs in docs_list}
 
@@ -79,14 +84,16 @@ def write_workspace(rows, docs: int, root: Path) -> Path:
     return root
 
 
-def measure(root: Path, label: str) -> dict:
+def measure(root: Path, label: str, smoke: bool = False) -> dict:
     """One stage run on ``root`` in a fresh process: its seconds, peak RSS and docs packed."""
-    command = [sys.executable, "-m", "benchmarks._scaling_tokenize", "--part", str(root)]
+    command = [sys.executable, "-m", "benchmarks._scaling_tokenize", "--part", str(root)] + ["--smoke"] * smoke
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     measured = run_measured(command, REPO, env=env, log=root / f"{label}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((root / "metrics.json").read_text())
     docs = sum(split["docs"] for split in metrics["pretrain"]["clozeline"].values())
-    run = {"stage": STAGE, "engine": label, "docs": docs, **measured, "docs_per_s": docs / measured["seconds"]}
+    cores = os.cpu_count() or 1
+    run = {"stage": STAGE, "engine": ENGINE[label], "docs": docs, "cores": cores, **measured}
+    run |= {"docs_per_s": docs / measured["seconds"], "docs_per_s_per_core": docs / measured["seconds"] / cores}
     print(
         f"scaling tokenize {label}: {docs} docs in {measured['seconds']:.1f} s ({run['docs_per_s']:.0f} docs/s), "
         f"peak {measured['peak_rss_mib']:.0f} MiB driver, {measured['peak_tree_rss_mib']:.0f} MiB tree",
@@ -95,29 +102,32 @@ def measure(root: Path, label: str) -> dict:
     return run
 
 
-def measured_runs(work: Path, docs_list: list[int]) -> list[dict]:
+def measured_runs(work: Path, docs_list: list[int], smoke: bool = False) -> list[dict]:
     """Per size: a from-scratch run, then an incremental one (the first run's cache kept). A record has
-    ``scaling.py``'s keys: ``stage`` (``tokenize``), ``engine`` (the run: ``full`` or ``incremental``),
-    ``scale`` (the docs asked for), ``docs``, ``seconds``, ``docs_per_s``, ``peak_rss_mib``,
-    ``peak_tree_rss_mib``, ``cores`` and ``provenance``."""
+    ``scaling.py``'s keys: ``stage`` (``tokenize``), ``engine`` (``ENGINE``: ``local`` from scratch, ``local,
+    incremental`` with the cache), ``scale`` (the docs asked for), ``docs``, ``seconds``, ``docs_per_s``,
+    ``docs_per_s_per_core``, ``peak_rss_mib``, ``driver_peak_rss_mib``, ``peak_tree_rss_mib``, ``cores`` and
+    ``provenance``. ``smoke``: the default corpus cut to ``SMOKE_SOURCE_DOCS`` docs a source."""
     from benchmarks._provenance import provenance
 
     runs = []
-    for docs, root in build(work / "base", docs_list, work).items():
+    for docs, root in build(work / "base", docs_list, work, SMOKE_SOURCE_DOCS if smoke else None).items():
         for label in ("full", "incremental"):
-            runs.append(
-                measure(root, label) | {"scale": docs, "cores": os.cpu_count(), "provenance": provenance(MEASURED)}
-            )
+            runs.append(measure(root, label, smoke) | {"scale": docs, "provenance": provenance(MEASURED, smoke=smoke)})
     return runs
 
 
-def run_part(root: Path) -> None:
-    """In the subprocess: ``tasks.tokenize.run`` on ``root``; its metrics to ``<root>/metrics.json``."""
+def run_part(root: Path, smoke: bool = False) -> None:
+    """In the subprocess: ``tasks.tokenize.run`` on ``root``; its metrics to ``<root>/metrics.json``. ``smoke``:
+    only the pretraining sources the workspace holds (a smoke's corpus leaves out ``_provenance.SLOW_SOURCE``)."""
     from tasks import tokenize
     from tasks.config import Paths, load_params
     from tasks.tracking import NullLog
 
     cfg = load_params(REPO / "params.yaml").tokenize
+    if smoke:
+        held = [name for name in cfg.pretrain_sources if (root / "data" / "leakage" / f"{name}.parquet").exists()]
+        cfg = cfg.model_copy(update={"pretrain_sources": held})
     paths = Paths(data=root / "data", models=root / "models", metrics=root / "m", reports=root / "r")
     metrics = tokenize.run(cfg, paths, NullLog())
     (root / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
@@ -128,9 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs", type=int, nargs="+", default=[6_000, 60_000], help="pretraining docs a size")
     parser.add_argument("--out", type=Path, help="results JSON (default: print only)")
     parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.part:
-        return run_part(args.part)
+        return run_part(args.part, args.smoke)
     if any(n < 1 for n in args.docs):
         parser.error("--docs takes positive integers")
     with tempfile.TemporaryDirectory(prefix="bench-scaling-tokenize-") as tmp:

@@ -1,5 +1,8 @@
-"""Per-stage costs of dedup and leakage at growing sizes, on both engines, and of pretraining's feed at two corpus
-sizes 10x apart: the measurements behind docs/scaling.md (its tables: ``benchmarks/_scaling_tables.py``).
+"""Per-stage costs of every data stage at growing sizes (dedup and leakage on both engines; ingest, split and
+tokenize, which have one), and of pretraining's feed at two corpus sizes 10x apart: the measurements behind
+docs/scaling.md (its tables: ``benchmarks/_scaling_tables.py``). Ingest and split: ``benchmarks/_scaling_stages.py``
+(``--stage-sizes``); tokenize, from scratch and then incremental: ``benchmarks/_scaling_tokenize.py``
+(``--tokenize-docs``); their corpora and runs are described there.
 
 Corpora (built before any clock starts, in a temporary folder):
 
@@ -36,7 +39,8 @@ corpus size). ``--smoke``: ``SMOKE_FEED_BLOCKS``, ``SMOKE_FEED_STEPS`` steps.
 
     .venv/bin/python benchmarks/scaling.py                                   # 1x, 16x: about 20 minutes
     .venv/bin/python benchmarks/scaling.py --keep --dedup-scales --leakage-scales --feed-ranks 2   # the feed only
-    .venv/bin/python benchmarks/scaling.py --keep --dedup-scales 131 --leakage-scales 166   # 10^6 docs each
+    .venv/bin/python benchmarks/scaling.py --keep --dedup-scales 131 --leakage-scales 166 --rounds 1 \
+        --stage-sizes 1000000 --tokenize-docs --feed-blocks --engines ray                # 10^6 docs each
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks import _scaling_feed as feed  # noqa: E402
+from benchmarks import _scaling_stages as stages  # noqa: E402
+from benchmarks import _scaling_tokenize as tokenize_runs  # noqa: E402
 from benchmarks._measure import run_measured  # noqa: E402
 from benchmarks._provenance import (  # noqa: E402
     add_smoke,
@@ -81,14 +87,16 @@ TIMEOUT_S = 3600
 SMOKE_ROWS, SMOKE_TRAIN, SMOKE_EVAL = 200, 30, 10
 #: --smoke's feed: blocks at two sizes 10x apart, and steps a rank
 SMOKE_FEED_BLOCKS, SMOKE_FEED_STEPS = [2_000, 20_000], 10
-#: The code measured: both stages on both engines, their imports followed.
-MEASURED = ("tasks.dedup", "tasks.leakage")
+#: --smoke's sizes of ingest and split (docs), and of tokenize (pretraining docs)
+SMOKE_STAGE_SIZES, SMOKE_TOKENIZE_DOCS = [300], [100]
+#: The code measured: every data stage, its imports followed (each record carries its own stage's provenance).
+MEASURED = ("tasks.ingest", "tasks.dedup", "tasks.split", "tasks.leakage", "tasks.tokenize")
 
 
 def main() -> None:
     args = _parse()
     if args.part:
-        return run_part(args.part, args.engine, args.work, args.smoke)
+        return run_part(args.part, args.engine, args.work, args.smoke, args.leakage_semantic == "on")
     if args.tables:
         return write_doc(json.loads(RESULTS.read_text()))
     from tasks.config import read_yaml
@@ -104,7 +112,7 @@ def main() -> None:
             source = work / f"dedup-{scale}x" / "data" / "ingest"
             docs = write_dedup_corpus(rows, scale, source)
             results["runs"] += alternated(
-                "dedup", scale, docs, source, args.engines, min_runs(scale, args.smoke), args.smoke
+                "dedup", scale, docs, source, args.engines, args.rounds or min_runs(scale, args.smoke), args.smoke
             )
         if args.leakage_scales:
             from benchmarks.leakage import default_corpora
@@ -116,12 +124,23 @@ def main() -> None:
                     trains, evals = trains[:SMOKE_TRAIN], evals[:SMOKE_EVAL]
                 docs = write_leakage_corpus(trains, evals, scale, source)
                 results["runs"] += alternated(
-                    "leakage", scale, docs, source, args.engines, min_runs(scale, args.smoke), args.smoke
+                    "leakage",
+                    scale,
+                    docs,
+                    source,
+                    args.engines,
+                    args.rounds or min_runs(scale, args.smoke),
+                    args.smoke,
+                    args.leakage_semantic == "on",
                 )
+        if args.stage_sizes:
+            results["runs"] += stages.measured_runs(work / "stages", args.stage_sizes, args.smoke)
+        if args.tokenize_docs:
+            results["runs"] += tokenize_runs.measured_runs(work / "tokenize", args.tokenize_docs, args.smoke)
         if args.feed_blocks:
             results["runs"] += feed.measured_runs(work, args.feed_blocks, args.feed_ranks, args.feed_steps, args.smoke)
     if args.keep:  # a rerun replaces the earlier run of the same stage, engine and scale
-        latest = {(r["stage"], r["engine"], r["scale"]): r for r in results["runs"]}
+        latest = {(r["stage"], r["engine"], r["scale"], r.get("semantic_pass")): r for r in results["runs"]}
         results["runs"] = sorted(latest.values(), key=lambda r: (r["stage"], r["scale"], r["engine"]))
     results["cores"] = os.cpu_count()
     results["rows"] = table_rows(results["runs"])
@@ -140,7 +159,14 @@ def smoke_doc(out: Path) -> Path:
 
 
 def alternated(
-    stage: str, scale: int, docs: int, source: Path, engines: list[str], rounds: int, smoke: bool = False
+    stage: str,
+    scale: int,
+    docs: int,
+    source: Path,
+    engines: list[str],
+    rounds: int,
+    smoke: bool = False,
+    semantic: bool = True,
 ) -> list[dict]:
     """``rounds`` rounds of every engine in turn, each on a fresh hard-linked copy of ``source`` (the stage's input
     folder); per engine one record: the last round's figures, ``docs_per_s`` the median over the rounds with
@@ -150,7 +176,7 @@ def alternated(
         for engine in engines:
             stage_dir = source.parents[1] / f"round{i}-{engine}"
             shutil.copytree(source, stage_dir / "data" / source.name, copy_function=os.link)
-            done[engine].append(measure(stage, engine, scale, docs, stage_dir, smoke))
+            done[engine].append(measure(stage, engine, scale, docs, stage_dir, smoke, semantic))
             shutil.rmtree(stage_dir / "data")
     measured = provenance(MEASURED, smoke=smoke)  # per run: --keep mixes runs of several invocations in one file
     return [
@@ -229,10 +255,13 @@ def remixed(rows: list[str], scale: int, near_duplicates: bool) -> list[str]:
     return texts
 
 
-def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smoke: bool = False) -> dict:
+def measure(
+    stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smoke: bool = False, semantic: bool = True
+) -> dict:
     """One stage run in a fresh process; its timings, memory and the stage metrics that size the work."""
     command = [sys.executable, __file__, "--part", stage, "--engine", engine, "--work", str(stage_dir)]
     command += ["--smoke"] if smoke else []
+    command += ["--leakage-semantic", "off"] if not semantic else []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     measured = run_measured(command, REPO, env=env, log=stage_dir / f"{engine}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((stage_dir / f"metrics-{engine}.json").read_text())
@@ -260,6 +289,7 @@ def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smo
         )
     else:
         run.update(
+            semantic_pass=semantic and not smoke,
             matching_pairs=sum(metrics["pairs_by_method"].values()),
             removed=sum(s["removed"] for s in metrics["sources"].values()),
         )
@@ -282,7 +312,7 @@ def measure(stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smo
     return run
 
 
-def run_part(stage: str, engine: str, work: Path, smoke: bool = False) -> None:
+def run_part(stage: str, engine: str, work: Path, smoke: bool = False, semantic: bool = True) -> None:
     """In the subprocess: the stage's ``run`` on ``<work>/data``; its metrics go to ``<work>/metrics-<engine>.json``.
     ``smoke``: leakage without its semantic pass (MiniLM's load is most of a tiny run; leakage_semantic.py's smoke
     runs that pass)."""
@@ -291,7 +321,7 @@ def run_part(stage: str, engine: str, work: Path, smoke: bool = False) -> None:
 
     params = load_params(REPO / "params.yaml")
     cfg = getattr(params, stage).model_copy(update={"engine": engine})
-    if smoke and stage == "leakage":
+    if (smoke or not semantic) and stage == "leakage":
         cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(update={"enabled": False})})
     paths = Paths(data=work / "data", models=work / "models", metrics=work / "m", reports=work / "r")
     log = _timing_log()
@@ -322,6 +352,19 @@ def _parse() -> argparse.Namespace:
     parser.add_argument(
         "--feed-blocks", type=int, nargs="*", default=[50_000, 500_000], help="pretraining's feed: blocks a size"
     )
+    parser.add_argument(
+        "--stage-sizes", type=int, nargs="*", default=[7_000, 110_000], help="ingest and split: docs a size"
+    )
+    parser.add_argument(
+        "--tokenize-docs", type=int, nargs="*", default=[6_000, 60_000], help="tokenize: pretraining docs a size"
+    )
+    parser.add_argument("--rounds", type=int, help="dedup and leakage: rounds a size (default: 5 up to 4x, else 3)")
+    parser.add_argument(
+        "--leakage-semantic",
+        choices=["on", "off"],
+        default="on",
+        help="leakage's semantic pass (params.yaml's); off: the lexical audit alone, a row of its own",
+    )
     parser.add_argument("--feed-ranks", type=int, default=1, help="the feed's world size: each rank measured")
     parser.add_argument("--feed-steps", type=int, default=200, help="the feed's steps a rank")
     parser.add_argument("--engines", nargs="+", choices=["local", "ray"], help="default: both (--smoke: local)")
@@ -332,11 +375,16 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     add_smoke(parser, RESULTS)
     args = parser.parse_args()
-    if args.feed_ranks < 1 or any(n < 1 for n in args.feed_blocks) or args.feed_steps < 1:
-        parser.error("--feed-ranks, --feed-blocks and --feed-steps take positive integers")
+    sizes = args.feed_blocks + args.stage_sizes + args.tokenize_docs
+    if args.feed_ranks < 1 or any(n < 1 for n in sizes) or args.feed_steps < 1 or (args.rounds or 1) < 1:
+        parser.error(
+            "--feed-ranks, --feed-blocks, --feed-steps, --stage-sizes, --tokenize-docs and --rounds take "
+            "positive integers"
+        )
     if args.smoke and not args.part:
         args.dedup_scales, args.leakage_scales = [1], [1]
         args.feed_blocks, args.feed_steps = SMOKE_FEED_BLOCKS, SMOKE_FEED_STEPS
+        args.stage_sizes, args.tokenize_docs = SMOKE_STAGE_SIZES, SMOKE_TOKENIZE_DOCS
         if not args.engines:
             print(
                 "scaling --smoke: engine ray skipped (about 20 s of start-up a run; tests/common/test_ray_engines.py "
