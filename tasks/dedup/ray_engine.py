@@ -17,8 +17,9 @@ What runs where:
    reading only those two blocks' shingle sets.
 5. **Components** (driver): a union-find on the driver, not a distributed algorithm. The candidate list
    (16 bytes a pair) and its Jaccards come back, and the sequential keep-order union-find of ``local`` runs
-   on them unchanged (its order is the keep rule, which a distributed connected-components pass such as
-   large-star/small-star would not reproduce), over one int64 array of the rows (``near.Forest``). Before
+   on them unchanged (its order gives the merges ``clusters.jsonl`` lists and the counts; a distributed
+   connected-components pass would need a per-component replay of it, designed in docs/scaling.md "Beyond
+   10^9"), over one int64 array of the rows (``near.Forest``). Before
    fetching, the driver sums the reducers' pair counts and raises ``MemoryError`` if ``DRIVER_BYTES_PER_PAIR``
    per pair exceeds its free memory. docs/scaling.md has the measured candidates per doc and where a driver
    stops fitting.
