@@ -112,12 +112,14 @@ def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
         assert "datatrove skipped: no peer environment" in done.stdout  # a peer not run is said, not silent
         assert "datatrove" in body["scales"]["1x"]["skipped"]
     if name == "scaling":  # its rows are Ray beside local; the smoke runs the local engine (Ray: test_ray_engines)
-        assert {run["stage"] for run in body["runs"]} == {
-            "dedup",
-            "leakage",
-            "feed",
+        # every data stage, tokenize from scratch and incremental, leakage without its semantic pass
+        assert {(run["stage"], run["engine"]) for run in body["runs"]} == {
+            *[(stage, "local") for stage in ("ingest", "dedup", "split", "leakage", "tokenize")],
+            ("tokenize", "local, incremental"),
+            ("feed", "rank 0/1"),
         } and "engine ray skipped" in done.stdout
-        assert (out.parent / "scaling.md").read_text().count("| dedup | local |") == 1
+        measured = (out.parent / "scaling.md").read_text()
+        assert measured.count("| dedup | local |") == 1 and "| leakage, semantic pass off | local |" in measured
         feed = [run for run in body["runs"] if run["stage"] == "feed"]  # two sizes 10x apart, their peak RSS recorded
         assert [run["blocks"] for run in feed] == [2_000, 20_000]
         assert all(run["peak_rss_mib"] >= run["imports_rss_mib"] > 0 and run["steps_per_s"] > 0 for run in feed)
