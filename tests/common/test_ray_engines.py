@@ -190,7 +190,8 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
 
     monkeypatch.setattr(ray_engine, "embedded_on_ray", embedded_on_ray)
     monkeypatch.setattr(search, "merge_shards", merge_shards)
-    monkeypatch.setattr(ray_engine, "GROUP_CALLS", 2)  # Ray Data runs of 128 windows: several runs, as at scale
+    # Ray Data runs of 256 windows: several runs, as at scale (each starts an actor pool: 2 calls a run took 100 s)
+    monkeypatch.setattr(ray_engine, "GROUP_CALLS", 4)
     results = []
     for engine in ("local", "ray"):
         metrics = leakage.run(cfg.model_copy(update={"engine": engine}), paths, NullLog())
@@ -206,6 +207,7 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     assert semantic["corpus"]["windows"] > 8 * 32  # more than 8 shards of 32 windows
     # the Ray run embedded every window by the actor pool and merged the shards; the local run merged as many
     assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 2
+    assert calls["embedded"] > 4 * 8 * ray_engine.BATCHES_PER_CALL  # more than one run of 4 calls of 8 x 8 windows
     assert calls["shards"][0] == -(-semantic["corpus"]["windows"] // 32)
 
 
