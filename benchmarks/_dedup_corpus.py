@@ -67,6 +67,26 @@ def planted(rows: list[str], scale: int, seed: int) -> Corpus:
     return Corpus(texts, len(rows))
 
 
+#: benchmarks/scaling.py's remixes (``remixed``): one word in ``REMIX_STEP`` replaced, and for dedup one remix in
+#: ``NEAR_EVERY`` followed by a near duplicate of it (one word in ``NEAR_STEP`` replaced)
+REMIX_SEED, REMIX_STEP, NEAR_STEP, NEAR_EVERY = 20240611, 3, 60, 10
+
+
+def remixed(rows: list[str], scale: int, near_duplicates: bool) -> list[str]:
+    """The rows, then ``scale - 1`` remixes of each (one word in ``REMIX_STEP`` replaced by a random corpus word: no
+    5-gram survives, so each is a distinct document of the same length and vocabulary), with a near duplicate
+    after every ``NEAR_EVERY``-th remix when ``near_duplicates`` (benchmarks/scaling.py's corpora)."""
+    rng = np.random.default_rng(REMIX_SEED)
+    vocabulary = sorted({w for text in rows[:500] for w in text.split()})
+    texts = list(rows)
+    for _ in range(1, scale):
+        for k, text in enumerate(rows):
+            texts.append(_variant(text, REMIX_STEP, rng, vocabulary))
+            if near_duplicates and k % NEAR_EVERY == 0:
+                texts.append(_variant(texts[-1], NEAR_STEP, rng, vocabulary))
+    return texts
+
+
 def _variant(text: str, step: int, rng: np.random.Generator, vocabulary: list[str]) -> str:
     words = text.split()
     if not words:

@@ -3,7 +3,7 @@
 Corpus (``build``, before any clock starts): the default sources after ingest and split
 (``benchmarks.leakage.default_corpora``, no dedup), written as the leakage stage's outputs
 (``data/leakage/<source>.parquet``, ``leak_flag`` false, an empty ``table.parquet``). The pretraining rows
-(``role: pretrain``, 2,330 in the default corpus) are remixed (``benchmarks.scaling.remixed``: one word in 3
+(``role: pretrain``, 2,330 in the default corpus) are remixed (``benchmarks._dedup_corpus.remixed``: one word in 3
 replaced, new ``doc_id`` ``<id>~<copy>``) up to ``docs``; the task sources are as they are. Each source's file
 holds its rows in the remix order (the copies after the originals: not sorted by ``doc_id``). The clozeline
 tokenizer is the packaged MiniLM tokenizer copied to ``models/tokenizer`` (its training is the tokenizer stage's
@@ -60,7 +60,7 @@ def write_workspace(rows, docs: int, root: Path) -> Path:
     """The leakage outputs with the pretraining rows remixed up to ``docs``, the tokenizer and the leakage table."""
     import pandas as pd
 
-    from benchmarks.scaling import remixed
+    from benchmarks._dedup_corpus import remixed
     from tasks.common.models.encoders import reference_model_dir
 
     pre = rows[rows["role"] == "pretrain"].reset_index(drop=True)

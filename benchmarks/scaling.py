@@ -7,8 +7,8 @@ docs/scaling.md (its tables: ``benchmarks/_scaling_tables.py``). Ingest and spli
 Corpora (built before any clock starts, in a temporary folder):
 
 - dedup at scale k: the default ingest rows (6,948, with their natural copies) and k - 1 *remixes* of each: one
-  word in ``REMIX_STEP`` (3) replaced by a random corpus word, so no 5-gram survives and a remix is a distinct
-  document of the same length and vocabulary; one remix in ``NEAR_EVERY`` (10) is followed by a near duplicate
+  word in 3 replaced by a random corpus word, so no 5-gram survives and a remix is a distinct
+  document of the same length and vocabulary; one remix in 10 is followed by a near duplicate
   of it (one word in 60 replaced, 5-gram Jaccard about 0.85). A web-like rate of near duplicates, unlike
   ``benchmarks/dedup.py``'s corpus, where each row has k - 1 near copies (its LSH candidates grow as k^2).
   ``SHARDS`` Parquet files of the ingest contract (role pretrain), so Ray reads them in parallel;
@@ -59,7 +59,6 @@ REPO = Path(__file__).resolve().parents[1]
 # standard library's tokenize module; import from the repo root instead.
 sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 
-import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
@@ -79,9 +78,7 @@ from benchmarks._provenance import (  # noqa: E402
 from benchmarks._scaling_tables import DOC, table_rows, write_doc  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "scaling.json"
-SEED = 20240611
 SHARDS = 8
-REMIX_STEP, NEAR_STEP, NEAR_EVERY = 3, 60, 10
 TIMEOUT_S = 3600
 #: --smoke's sizes: dedup rows; leakage training and eval rows (the smoke's leakage runs without its semantic pass)
 SMOKE_ROWS, SMOKE_TRAIN, SMOKE_EVAL = 200, 30, 10
@@ -210,7 +207,7 @@ def default_ingest_rows(raw: dict, work: Path, max_docs: int | None = None) -> l
 
 def write_dedup_corpus(rows: list[str], scale: int, folder: Path) -> int:
     """The remixed corpus at ``scale`` as ``SHARDS`` ingest files; returns its number of docs."""
-    texts = remixed(rows, scale, near_duplicates=True)
+    texts = corpora.remixed(rows, scale, near_duplicates=True)
     folder.mkdir(parents=True)
     for shard in range(SHARDS):
         part = range(shard, len(texts), SHARDS)
@@ -232,27 +229,13 @@ def write_leakage_corpus(trains, evals, scale: int, folder: Path) -> int:
 
     copies = pd.concat([trains] * scale, ignore_index=True)
     copy = [c for c in range(scale) for _ in range(len(trains))]
-    copies["text"] = remixed(list(trains["text"]), scale, near_duplicates=False)
+    copies["text"] = corpora.remixed(list(trains["text"]), scale, near_duplicates=False)
     copies["doc_id"] = [d if c == 0 else f"{d}~{c}" for d, c in zip(copies["doc_id"], copy)]
     folder.mkdir(parents=True)
     for shard in range(SHARDS):
         copies.iloc[shard::SHARDS].to_parquet(folder / f"part{shard}.parquet", index=False)
     evals.to_parquet(folder / "eval.parquet", index=False)
     return len(copies)
-
-
-def remixed(rows: list[str], scale: int, near_duplicates: bool) -> list[str]:
-    """The rows, then ``scale - 1`` remixes of each, with a near duplicate after every ``NEAR_EVERY``-th remix
-    when ``near_duplicates`` (see the module docstring)."""
-    rng = np.random.default_rng(SEED)
-    vocabulary = sorted({w for text in rows[:500] for w in text.split()})
-    texts = list(rows)
-    for _ in range(1, scale):
-        for k, text in enumerate(rows):
-            texts.append(corpora._variant(text, REMIX_STEP, rng, vocabulary))
-            if near_duplicates and k % NEAR_EVERY == 0:
-                texts.append(corpora._variant(texts[-1], NEAR_STEP, rng, vocabulary))
-    return texts
 
 
 def measure(
