@@ -67,6 +67,12 @@ def run_measured(
     }
 
 
+def rates(docs: int, seconds: float) -> dict:
+    """A measured run's throughput fields: ``cores`` (this machine's), ``docs_per_s`` and ``docs_per_s_per_core``."""
+    cores = os.cpu_count() or 1
+    return {"cores": cores, "docs_per_s": docs / seconds, "docs_per_s_per_core": docs / seconds / cores}
+
+
 def _sample(root: int, peak: dict, stop: threading.Event) -> None:
     while not stop.wait(SAMPLE_S):
         memory = [_memory_mib(pid) for pid in _tree(root)]

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from benchmarks._measure import run_measured
+from benchmarks._measure import rates, run_measured
 from benchmarks._provenance import provenance, smoke_sources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,9 +139,14 @@ def measure(stage: str, docs: int, folder: Path, smoke: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     measured = run_measured(command, REPO, env=env, log=folder / f"{stage}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((folder / "metrics.json").read_text())
-    cores = os.cpu_count() or 1
-    run = {"stage": stage, "engine": "local", "scale": docs, "docs": docs, "cores": cores, **measured}
-    run |= {"docs_per_s": docs / measured["seconds"], "docs_per_s_per_core": docs / measured["seconds"] / cores}
+    run = {
+        "stage": stage,
+        "engine": "local",
+        "scale": docs,
+        "docs": docs,
+        **measured,
+        **rates(docs, measured["seconds"]),
+    }
     run |= {"docs_out": docs_out(stage, metrics), "provenance": provenance(MEASURED, smoke=smoke)}
     print(
         f"scaling {stage} local: {docs:,} docs in {measured['seconds']:.0f} s ({run['docs_per_s']:,.0f} docs/s), "

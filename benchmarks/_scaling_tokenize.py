@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._measure import run_measured
+from benchmarks._measure import rates, run_measured
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = "tokenize"
@@ -91,9 +91,7 @@ def measure(root: Path, label: str, smoke: bool = False) -> dict:
     measured = run_measured(command, REPO, env=env, log=root / f"{label}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((root / "metrics.json").read_text())
     docs = sum(split["docs"] for split in metrics["pretrain"]["clozeline"].values())
-    cores = os.cpu_count() or 1
-    run = {"stage": STAGE, "engine": ENGINE[label], "docs": docs, "cores": cores, **measured}
-    run |= {"docs_per_s": docs / measured["seconds"], "docs_per_s_per_core": docs / measured["seconds"] / cores}
+    run = {"stage": STAGE, "engine": ENGINE[label], "docs": docs, **measured, **rates(docs, measured["seconds"])}
     print(
         f"scaling tokenize {label}: {docs} docs in {measured['seconds']:.1f} s ({run['docs_per_s']:.0f} docs/s), "
         f"peak {measured['peak_rss_mib']:.0f} MiB driver, {measured['peak_tree_rss_mib']:.0f} MiB tree",

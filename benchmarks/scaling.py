@@ -66,7 +66,7 @@ from benchmarks import _dedup_corpus as corpora  # noqa: E402
 from benchmarks import _scaling_feed as feed  # noqa: E402
 from benchmarks import _scaling_stages as stages  # noqa: E402
 from benchmarks import _scaling_tokenize as tokenize_runs  # noqa: E402
-from benchmarks._measure import run_measured  # noqa: E402
+from benchmarks._measure import rates, run_measured  # noqa: E402
 from benchmarks._provenance import (  # noqa: E402
     add_smoke,
     min_runs,
@@ -248,16 +248,13 @@ def measure(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     measured = run_measured(command, REPO, env=env, log=stage_dir / f"{engine}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((stage_dir / f"metrics-{engine}.json").read_text())
-    cores = os.cpu_count() or 1
     run = {
         "stage": stage,
         "engine": engine,
         "scale": scale,
         "docs": docs,
-        "cores": cores,
         **measured,
-        "docs_per_s": docs / measured["seconds"],
-        "docs_per_s_per_core": docs / measured["seconds"] / cores,
+        **rates(docs, measured["seconds"]),
     }
     if stage == "dedup":
         lsh = metrics["lsh"]
