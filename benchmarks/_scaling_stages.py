@@ -150,7 +150,7 @@ def measure(stage: str, docs: int, folder: Path, smoke: bool = False) -> dict:
     run |= {"docs_out": docs_out(stage, metrics), "provenance": provenance(MEASURED, smoke=smoke)}
     print(
         f"scaling {stage} local: {docs:,} docs in {measured['seconds']:.0f} s ({run['docs_per_s']:,.0f} docs/s), "
-        f"peak {measured['peak_rss_mib']:,.0f} MiB driver, {measured['peak_tree_rss_mib']:,.0f} MiB tree",
+        f"peak {measured['driver_peak_rss_mib']:,.0f} MiB driver, {measured['peak_tree_rss_mib']:,.0f} MiB tree",
         flush=True,
     )
     return run
