@@ -167,8 +167,9 @@ def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_pa
 @pytest.mark.slow
 def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_encoder, monkeypatch):
     """The semantic detector (tiny random encoder; exact search in at least 9 shards of 2 blocks, 32 windows): an
-    actor pool embeds in runs of 128 windows, one task a shard searches (a few at a time); outputs, metrics and
-    the kept window vectors (the store's bytes, its fingerprint included) equal the local engine's."""
+    actor pool embeds in runs of 256 windows, one task a shard searches (a few at a time); outputs, metrics and
+    the kept window vectors (the store's bytes, its fingerprint included) equal the local engine's, from scratch
+    and from the kept store (no window embedded again)."""
     task, pre = news_corpus()
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     paths.stage_data("split").mkdir(parents=True)
@@ -192,21 +193,24 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     monkeypatch.setattr(search, "merge_shards", merge_shards)
     # Ray Data runs of 256 windows: several runs, as at scale (each starts an actor pool: 2 calls a run took 100 s)
     monkeypatch.setattr(ray_engine, "GROUP_CALLS", 4)
-    results = []
-    for engine in ("local", "ray"):
+    results, embedded = [], []
+    # local, ray from scratch, then ray again on the store the ray run kept (every vector read from it)
+    for engine, kept in (("local", False), ("ray", True), ("ray", False)):
         metrics = leakage.run(cfg.model_copy(update={"engine": engine}), paths, NullLog())
         results.append(
             (folder_bytes(paths.stage_data("leakage")), folder_bytes(paths.stage_data("leakage_embeddings")))
         )
         results.append(metrics)
-        for out in ("leakage", "leakage_embeddings", "leakage_cache"):
+        embedded.append(calls["embedded"])
+        for out in ("leakage", "leakage_cache") + (() if kept else ("leakage_embeddings",)):
             shutil.rmtree(paths.stage_data(out))
     assert results[2] == results[0] and results[3] == results[1]
+    assert results[4] == results[0] and results[5] == results[1] and embedded[2] == embedded[1]
     semantic = results[1]["semantic"]
     assert semantic["pairs_flagged"] > 0 and semantic["corpus"]["search"] == "exact"
     assert semantic["corpus"]["windows"] > 8 * 32  # more than 8 shards of 32 windows
     # the Ray run embedded every window by the actor pool and merged the shards; the local run merged as many
-    assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 2
+    assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 3
     assert calls["embedded"] > 4 * 8 * ray_engine.BATCHES_PER_CALL  # more than one run of 4 calls of 8 x 8 windows
     assert calls["shards"][0] == -(-semantic["corpus"]["windows"] // 32)
 

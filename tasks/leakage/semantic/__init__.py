@@ -12,5 +12,6 @@
 - ``review``: the review sample of review.jsonl (planted, known-clean and real flags) and its precision;
 - ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample;
 - ``ray_engine``: ``engine: ray``: windows embedded by a Ray Data actor pool (a GPU each where the cluster has
-  them), the corpus searched one Ray task a shard; results equal ``engine: local``'s.
+  them), the corpus searched one Ray task a shard; results equal ``engine: local``'s;
+- ``spill``: the Ray engine's vectors kept in files on the workers' side, by key bucket and by search shard.
 """

@@ -68,7 +68,7 @@ def audit(
         enc.layout(texts.train),
         enc.layout(texts.corpus),
     ]
-    enc.prefetch(layouts)
+    enc.prefetch(layouts[:3], searched=layouts[3])
     side = embed_evals_and_plants(enc, cfg, texts, eval_frame, plants, layouts[:2], log)
     clock["plants"] = time.perf_counter()
     cal = calibrate(enc, cfg, texts, side, layouts[2], log)
@@ -287,9 +287,10 @@ def semantic_metrics(
 
 
 def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
-    """Load the kept vectors into ``enc.stored``; returns the fingerprint they were checked against."""
+    """Load the kept vectors into ``enc.stored`` (``Encoder.load_store``; the Ray engine's: their keys); returns
+    the fingerprint they were checked against."""
     key = enc.fingerprint()
-    enc.stored, reason = store.load(folder, key, incremental, enc.model.config.hidden_size)
+    reason = enc.load_store(folder, key, incremental)
     enc.layouts = store.load_layouts(folder, store.layouts_key(key, enc.cfg), enc.cfg) if enc.stored else {}
     mode = "stored" if enc.stored else "none"
     log.info(
@@ -303,13 +304,7 @@ def open_store(enc: Encoder, folder: Path, incremental: bool, log) -> dict:
 def close_store(enc: Encoder, folder: Path, key: dict, incremental: bool, log) -> None:
     """Write this run's window vectors and text layouts back (none when ``incremental`` is false) and log the
     store's share."""
-    store.save(
-        folder,
-        enc.cache if incremental else {},
-        key,
-        enc.layouts_used if incremental else {},
-        store.layouts_key(key, enc.cfg),
-    )
+    enc.save_store(folder, key, incremental)
     log.info(
         f"leakage semantic: {enc.store_stats['windows_stored']} windows from the store, "
         f"{enc.store_stats['windows_computed']} embedded"

@@ -120,13 +120,13 @@ class Encoder:
         }
 
     def tokenize(self, texts: list[str]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Token ids (no special tokens) and their character offsets, per text."""
+        """Token ids (int32, no special tokens) and their character offsets, per text."""
         if not texts:
             return [], []
         out = self.tokenizer(
             texts, add_special_tokens=False, return_offsets_mapping=True, return_attention_mask=False, verbose=False
         )
-        ids = [np.asarray(x, dtype=np.int64) for x in out["input_ids"]]
+        ids = [np.asarray(x, dtype=np.int32) for x in out["input_ids"]]  # a store key's dtype; half int64's bytes
         offsets = [np.asarray(x, dtype=np.int64).reshape(-1, 2) for x in out["offset_mapping"]]
         return ids, offsets
 
@@ -189,13 +189,15 @@ class Encoder:
         bounds = np.asarray(layout.bounds, dtype=np.int64).reshape(-1, 2)
         return Windows(vectors, np.asarray(layout.doc, dtype=np.int64), bounds, layout.texts, self)
 
-    def prefetch(self, layouts: list[Layout]) -> None:
-        """Embed in one ``compute`` the windows of ``layouts`` that are neither at hand nor stored, for the
+    def prefetch(self, layouts: list[Layout], searched: Layout | None = None) -> None:
+        """Embed in one ``compute`` the windows of ``layouts`` and ``searched`` (the corpus: only the search reads
+        its vectors, which the Ray engine keeps off the driver) that are neither at hand nor stored, for the
         ``embedded`` calls that follow: ``compute`` fills the last batch of each width with [CLS][SEP] rows, so
         one call for the eval docs, the planted copies, the task train docs and the corpus leaves at most one
         part-filled batch per width where four calls left four. Counts nothing: ``embedded`` counts each window
         when it takes it, as if it had embedded it then (the bits are the same either way). The layouts' ``pieces``
         are emptied: no window of theirs is embedded again."""
+        layouts = layouts + ([searched] if searched is not None else [])
         todo = {}
         for layout in layouts:
             todo.update(
@@ -229,15 +231,8 @@ class Encoder:
         window is embedded once per run, and not at all when ``self.stored`` (the kept vectors,
         ``tasks/leakage/semantic/store.py``) has it; its vector is the same bits either way. The cache then holds
         rows of the returned matrix (read-only use: the matrix is the ``Windows``' vectors)."""
-        new = {k: n for k, n in zip(keys, lengths) if k not in self.cache}
-        self.stats["windows_from_cache"] += len(keys) - len(new)
-        self.stats["windows_embedded"] += len(new)
-        self.stats["tokens_embedded"] += sum(n + 2 for n in new.values())
-        stored = [k for k in new if k in self.stored]
-        self.cache.update((k, self.stored[k]) for k in stored)
-        self.store_stats["windows_stored"] += len(stored)
-        todo = [k for k in new if k not in self.stored]
-        self.store_stats["windows_computed"] += len(todo)
+        stored, todo = self.count(keys, lengths)
+        self.cache.update((k, self.take_stored(k)) for k in stored)
         self.cache.update((k, self.prefetched.pop(k)) for k in todo if k in self.prefetched)
         self.compute({k: pieces[k] for k in todo if k not in self.cache}, self.cache)
         dim = next(iter(self.cache.values())).shape[0] if self.cache else 0
@@ -246,6 +241,38 @@ class Encoder:
         matrix = np.stack([self.cache[k] for k in keys]).astype(np.float32, copy=False)
         self.cache.update(zip(keys, matrix))  # rows of the matrix: the driver holds each vector once, not twice
         return matrix
+
+    def count(self, keys: list[bytes], lengths: list[int]) -> tuple[list[bytes], list[bytes]]:
+        """Count the windows ``keys`` (of ``lengths`` wordpieces) as taken now (``stats``, ``store_stats``: a key
+        not in ``cache`` is embedded, once); returns the new ones ``(stored, to compute)``, each in first order."""
+        new = {k: n for k, n in zip(keys, lengths) if k not in self.cache}
+        self.stats["windows_from_cache"] += len(keys) - len(new)
+        self.stats["windows_embedded"] += len(new)
+        self.stats["tokens_embedded"] += sum(n + 2 for n in new.values())
+        stored = [k for k in new if k in self.stored]
+        self.store_stats["windows_stored"] += len(stored)
+        todo = [k for k in new if k not in self.stored]
+        self.store_stats["windows_computed"] += len(todo)
+        return stored, todo
+
+    def take_stored(self, key: bytes) -> np.ndarray:
+        """The kept vector of ``key`` (in ``stored``)."""
+        return self.stored[key]
+
+    def load_store(self, folder: Path, key: dict, incremental: bool) -> str:
+        """Read the kept vectors (``store.load``) into ``stored``; returns why none are, or ``"store found"``."""
+        self.stored, reason = store.load(folder, key, incremental, self.model.config.hidden_size)
+        return reason
+
+    def save_store(self, folder: Path, key: dict, incremental: bool) -> None:
+        """Write this run's vectors and text layouts as the store (``store.save``; empty when not ``incremental``)."""
+        store.save(
+            folder,
+            self.cache if incremental else {},
+            key,
+            self.layouts_used if incremental else {},
+            store.layouts_key(key, self.cfg),
+        )
 
     def compute(self, todo: dict[bytes, np.ndarray], into: dict[bytes, np.ndarray]) -> None:
         """Embed ``todo`` (``{key: piece}``) into ``into`` at fixed batch shapes: ``batch_size`` rows (the

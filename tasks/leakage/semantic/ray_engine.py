@@ -1,43 +1,59 @@
-"""The semantic pass with ``leakage.engine: ray``: windows embedded by a Ray Data actor pool, the corpus searched
-one Ray task per shard; the results equal ``engine: local``'s (tests/common/test_ray_engines.py).
+"""The semantic pass with ``leakage.engine: ray``: windows embedded by a Ray Data actor pool, their vectors kept
+in files on the workers' side, the corpus searched one Ray task per shard; the results and the store equal
+``engine: local``'s (tests/common/test_ray_engines.py). The driver holds window keys, the eval side's vectors
+(the eval docs, the planted copies, the task train docs) and the merged hits, never a corpus window's vector.
 
-**Embedding** (``RayEncoder.compute``, the one step of ``Encoder`` that runs elsewhere: the driver still lays
-the texts out, keeps the store and scores the small sides). The windows to embed go, sorted as ``Encoder.compute``
-sorts them (by batch width, then key), into Ray Data blocks of ``BATCHES_PER_CALL`` model batches, in runs of
-``GROUP_CALLS`` blocks (the driver puts a run's wordpiece ids in the object store); ``map_batches`` hands them
-to an actor pool (``ActorPoolStrategy``) whose actors each load the encoder once (``Embedder``) and
-run ``Encoder.compute`` on their rows: the same fixed shapes (``batch_size`` rows, the last batch of a width
-filled with [CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is the same bits in whichever batch,
-actor or engine it lands (``tasks/leakage/semantic/store.py``). An actor takes one GPU when the cluster has GPUs
-(``ray.cluster_resources()["GPU"]``, and ``hardware.device`` is not ``cpu``), one actor per GPU (and one CPU);
-otherwise it takes
-as many CPUs as the driver's torch threads (at most a node's), with torch set to that many threads, so that
-on a machine like the driver's it computes what a local run computes (the store's fingerprint keys the thread
-count). The store's fingerprint and the metrics' device come from an encoder built with the actors' resources
-(``encoder_facts``), so a store written by GPU actors is not read by a CPU run.
+**Embedding** (``RayEncoder.prefetch``; the driver still lays the texts out). The windows neither stored nor at
+hand go, in bucket order (``spill.bucket_of``) then as ``Encoder.compute`` sorts them (by batch width, then key),
+into Ray Data blocks of ``BATCHES_PER_CALL`` model batches, in runs of ``GROUP_CALLS`` blocks (the driver puts a
+run's wordpiece ids in the object store); ``map_batches`` hands them to an actor pool (``ActorPoolStrategy``)
+whose actors each load the encoder once (``Embedder``), run ``Encoder.compute`` on their rows and write the
+vectors to the spill folder by bucket (``spill.write_embedded``): the same fixed shapes (``batch_size`` rows,
+the last batch of a width filled with [CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is the
+same bits in whichever batch, actor or engine it lands (``tasks/leakage/semantic/store.py``). An actor takes
+one GPU when the cluster has GPUs (``ray.cluster_resources()["GPU"]``, and ``hardware.device`` is not ``cpu``),
+one actor per GPU (and one CPU); otherwise it takes as many CPUs as the driver's torch threads (at most a
+node's), with torch set to that many threads, so that on a machine like the driver's it computes what a local
+run computes (the store's fingerprint keys the thread count). The store's fingerprint and the metrics' device
+come from an encoder built with the actors' resources (``encoder_facts``), so a store written by GPU actors is
+not read by a CPU run.
 
-**Search** (``searched_on_ray``, ``RayEncoder.search``): the shards of ``search.plan`` go to one Ray task each
-(the eval windows put in the object store once, each task given its shard's corpus vectors only, at most two
-tasks a CPU slot submitted at a time: ``in_turn``) running
-``search.search_shard``, with the CPUs and threads of an embedding actor on the CPU; the driver merges their hits
-(``search.merge_shards``), as ``search.sharded_search`` does in process. Ray is imported only when a
-``RayEncoder`` is made (``tasks.common.runtime.raycluster``).
+**Store and routing.** The kept store is read by a task (only its keys reach the driver); its rows this run
+uses are copied to the spill folder by bucket (``spill.split_stored``). One task a bucket
+(``spill.gather_bucket``, a few at a time: ``in_turn``) sorts the bucket's vectors by key, writes them, routes
+the corpus windows' vectors to their search shards' files and returns the eval side's to the driver. The store
+is written by a task from the sorted buckets in order (``spill.write_store``, the bytes ``store.save`` writes).
+
+**Search** (``searched_routed``): the shards of ``search.plan`` go to one Ray task each (the eval windows put in
+the object store once, each task reading its own shard's vectors, ``spill.read_shard``, at most two tasks a CPU
+slot at a time) running ``search.search_shard``, with the CPUs and threads of an embedding actor on the CPU; the
+driver merges their hits (``search.merge_shards``), as ``search.sharded_search`` does in process
+(``searched_on_ray`` searches vectors the driver holds, the same way). Ray is imported only when a
+``RayEncoder`` is made (``tasks.common.runtime.raycluster``). The spill folder (``.<store folder>.spill``
+beside the store, or a temporary one) must be reachable at the same path from every node, as the data is.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from tasks.common.files.stamped import swapped_in
 from tasks.common.runtime import raycluster
 from tasks.config.cluster import RayParams
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage.semantic import search, store
-from tasks.leakage.semantic.encoder import Encoder
+from tasks.leakage.semantic import search, spill, store
+from tasks.leakage.semantic.encoder import Encoder, Layout
+from tasks.leakage.semantic.windows import Windows
 
 BATCHES_PER_CALL = 8  # model batches per Ray Data block and actor call: few calls, and few part-filled batches
 #: Actor calls per Ray Data run of ``embedded_on_ray`` (131,072 windows at ``batch_size`` 64): the driver puts a
@@ -71,8 +87,9 @@ def placement(ray, hardware, driver_threads: int) -> Placement:
 
 
 class RayEncoder(Encoder):
-    """``Encoder`` whose windows are embedded by a Ray actor pool and whose corpus search runs one Ray task per
-    shard (module docstring); ``ray_cfg`` says where Ray runs. Raises ``ImportError`` without Ray."""
+    """``Encoder`` whose windows are embedded by a Ray actor pool, whose vectors stay in a spill folder on the
+    workers' side (``tasks/leakage/semantic/spill.py``) but for the eval side's, and whose corpus search runs one
+    Ray task per shard (module docstring); ``ray_cfg`` says where Ray runs. Raises ``ImportError`` without Ray."""
 
     def __init__(self, cfg: SemanticParams, hardware, ray_cfg: RayParams) -> None:
         import torch
@@ -81,6 +98,11 @@ class RayEncoder(Encoder):
         self.ray = raycluster.connect(ray_cfg)
         self.place = placement(self.ray, hardware, torch.get_num_threads())
         self.facts: tuple[dict, dict] | None = None
+        self.store_folder: Path | None = None  # the kept store's folder (``load_store``): the spill goes beside it
+        self.spill: Path | None = None
+        self.buckets = 1
+        self.searched: Layout | None = None
+        self.routed: Routed | None = None
 
     def fingerprint(self) -> dict[str, str]:
         """The store's fingerprint of an encoder on the actors' resources (``encoder_facts``)."""
@@ -98,16 +120,131 @@ class RayEncoder(Encoder):
         return self.facts
 
     def compute(self, todo: dict[bytes, np.ndarray], into: dict[bytes, np.ndarray]) -> None:
-        """``Encoder.compute`` of ``todo`` by the actor pool (module docstring); the vectors come back to ``into``."""
+        """``Encoder.compute`` by the actor pool, the vectors read back (windows not prefetched: none in the pass)."""
         if not todo:
             return
-        start = time.perf_counter()
-        into.update(embedded_on_ray(self.ray, todo, self.cfg, self.place))
-        self.stats["embed_seconds"] += time.perf_counter() - start
+        folder = Path(tempfile.mkdtemp(prefix="clozeline-semantic-"))
+        try:
+            embedded_on_ray(self.ray, todo, self.cfg, self.place, folder, 1)
+            for f in sorted((folder / "embedded").glob("*.parquet")):
+                table = pq.read_table(f)
+                width = table.column("vector").type.list_size
+                into.update(zip(table.column("key").to_pylist(), spill.matrix_of(table.column("vector"), width)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
-    def search(self, queries: np.ndarray, index: np.ndarray, threshold: float, cfg: SemanticParams):
-        """``Encoder.search`` as ``searched_on_ray``, with this encoder's Ray and placement."""
+    def load_store(self, folder: Path, key: dict, incremental: bool) -> str:
+        """``Encoder.load_store`` on a worker (``store.load``): only the kept keys come to ``stored`` (a set)."""
+        self.store_folder = folder
+        task = _stored_keys.options(num_cpus=1)
+        blob, reason = self.ray.get(task.remote(folder, key, incremental, self.model.config.hidden_size))
+        self.stored = set(spill.split16(blob))  # type: ignore[assignment]
+        return reason
+
+    def take_stored(self, key: bytes) -> np.ndarray:
+        """A kept vector, fetched with the new ones by ``prefetch``."""
+        return self.prefetched.pop(key)
+
+    def prefetch(self, layouts: list[Layout], searched: Layout | None = None) -> None:
+        """``Encoder.prefetch`` off the driver: the new windows embedded by the actor pool into the spill folder
+        (``embedded_on_ray``), the kept ones this run uses copied there (``spill.split_stored``), then one task a
+        bucket (``spill.gather_bucket``) sorts its vectors, routes the corpus windows' to the search shards and
+        returns those of ``layouts`` (the eval docs, the plants, the task train docs) to ``prefetched``."""
+        todo: dict[bytes, np.ndarray] = {}
+        for layout in layouts + ([searched] if searched is not None else []):
+            todo.update((k, layout.pieces[k]) for k in layout.keys if k not in self.stored and k not in self.cache)
+            layout.pieces.clear()
+        side = [k for layout in layouts for k in layout.keys]
+        corpus = searched.keys if searched is not None else []
+        used, inverse = spill.unique_keys(side + corpus)
+        self.spill, self.buckets = self.new_spill(), spill.buckets(len(used))
+        if todo:
+            start = time.perf_counter()
+            embedded_on_ray(self.ray, todo, self.cfg, self.place, self.spill, self.buckets)
+            self.stats["embed_seconds"] += time.perf_counter() - start
+        del todo
+        if self.stored and self.store_folder is not None:
+            task = _split_stored.options(num_cpus=1)
+            self.ray.get(task.remote(self.store_folder / store.STORE, spill.keys_bytes(used), self.buckets, self.spill))
+        exact, starts, shard = search.plan(len(corpus), self.cfg)
+        self.searched, self.routed = searched, Routed(self.spill, len(corpus), exact, starts, shard)
+        for blob, matrix in gathered(self.ray, self.spill, self.buckets, used, inverse, len(side), shard):
+            self.prefetched.update(zip(spill.split16(blob), matrix))
+
+    def new_spill(self) -> Path:
+        """An empty spill folder beside the store (``.<store>.spill``), or a temporary one; removed with ``self``."""
+        if self.store_folder is None:
+            folder = Path(tempfile.mkdtemp(prefix="clozeline-semantic-"))
+        else:
+            folder = self.store_folder.with_name(f".{self.store_folder.name}.spill")
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        return folder
+
+    def embedded(self, layout: Layout) -> Windows:
+        """``Encoder.embedded``; for the searched layout (the corpus) the windows are counted and their vectors
+        left in the spill folder: ``Windows.vectors`` is a ``Routed``, which ``search`` reads shard by shard."""
+        if layout is not self.searched or self.routed is None:
+            return super().embedded(layout)
+        self.count(layout.keys, [e - s for s, e in layout.bounds])
+        bounds = np.asarray(layout.bounds, dtype=np.int64).reshape(-1, 2)
+        return Windows(self.routed, np.asarray(layout.doc, dtype=np.int64), bounds, layout.texts, self)  # type: ignore
+
+    def search(self, queries: np.ndarray, index, threshold: float, cfg: SemanticParams):
+        """``Encoder.search`` as ``searched_on_ray`` (``index`` vectors) or ``searched_routed`` (a ``Routed``)."""
+        if isinstance(index, Routed):
+            return searched_routed(self.ray, self.place, queries, index, threshold, cfg)
         return searched_on_ray(self.ray, self.place, queries, index, threshold, cfg)
+
+    def save_store(self, folder: Path, key: dict, incremental: bool) -> None:
+        """``Encoder.save_store``: the store written by a task from the sorted buckets (``spill.write_store``,
+        the same bytes), the layouts by the driver; the spill folder removed."""
+        if not incremental or self.spill is None:
+            super().save_store(folder, key, incremental)
+        else:
+            with swapped_in(folder) as tmp:
+                task = _write_store.options(num_cpus=1)
+                self.ray.get(task.remote(self.spill, self.buckets, tmp / store.STORE, key))
+                store.save_layouts(tmp, self.layouts_used, store.layouts_key(key, self.cfg))
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Routed:
+    """The corpus windows' vectors as the Ray engine keeps them: ``n`` windows in ``folder``'s ``route`` files
+    (``spill``), searched ``exact`` or not, in shards of ``shard`` windows from ``starts`` (``search.plan``)."""
+
+    folder: Path
+    n: int
+    exact: bool
+    starts: list[int]
+    shard: int
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def gathered(ray, folder: Path, n: int, used: np.ndarray, inverse: np.ndarray, n_side: int, shard: int) -> list:
+    """``spill.gather_bucket`` for each of the ``n`` buckets, one task each (``in_turn``): ``used`` and ``inverse``
+    from ``unique_keys`` of the side's ``n_side`` keys then the corpus windows' (the corpus window ``j`` is routed
+    to the search shard of position ``j``). Returns each bucket's side keys and vectors."""
+    owner = ((used[:, 0] >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32)  # spill.bucket_of, vectorised
+    bounds = np.searchsorted(owner, np.arange(n + 1))
+    side = np.zeros(len(used), bool)
+    side[inverse[:n_side]] = True
+    corpus = inverse[n_side:]
+    order = np.argsort(owner[corpus], kind="stable")
+    cuts = np.searchsorted(owner[corpus][order], np.arange(n + 1))
+    task = _gather_bucket.options(num_cpus=1)
+
+    def submit(b: int):
+        lo, hi, rows = bounds[b], bounds[b + 1], order[cuts[b] : cuts[b + 1]]
+        route = np.stack([corpus[rows] - lo, rows], axis=1).astype(np.int64)
+        return task.remote(folder, b, spill.keys_bytes(used[lo:hi]), side[lo:hi], route, shard)
+
+    return in_turn(ray, submit, n, 2 * raycluster.cpus(ray), "leakage semantic: buckets (ray)")
 
 
 def searched_on_ray(ray, place: Placement, queries: np.ndarray, index: np.ndarray, threshold: float, cfg):
@@ -122,6 +259,22 @@ def searched_on_ray(ray, place: Placement, queries: np.ndarray, index: np.ndarra
     at_once = 2 * max(raycluster.cpus(ray) // place.cpus, 1)
     parts = in_turn(ray, submit, len(starts), at_once, "leakage semantic search (ray)")
     return search.merge_shards(parts, starts, len(queries), threshold, None if exact else cfg.ann_neighbours)
+
+
+def searched_routed(ray, place: Placement, queries: np.ndarray, routed: Routed, threshold: float, cfg):
+    """``search.sharded_search`` of the corpus windows in ``routed``: one Ray task a shard reads its own vectors
+    (``spill.read_shard``; ``place.cpus`` CPUs, torch with ``place.threads`` threads); the driver merges the hits."""
+    shared, task = ray.put(queries), _search_routed.options(num_cpus=place.cpus)
+
+    def submit(k: int):
+        start = routed.starts[k]
+        n = min(routed.shard, routed.n - start)
+        return task.remote(shared, routed.folder, k, start, n, threshold, cfg, routed.exact, place.threads)
+
+    at_once = 2 * max(raycluster.cpus(ray) // place.cpus, 1)
+    parts = in_turn(ray, submit, len(routed.starts), at_once, "leakage semantic search (ray)")
+    neighbours = None if routed.exact else cfg.ann_neighbours
+    return search.merge_shards(parts, routed.starts, len(queries), threshold, neighbours)
 
 
 def in_turn(ray, submit, n: int, at_once: int, desc: str) -> list:
@@ -140,58 +293,52 @@ def in_turn(ray, submit, n: int, at_once: int, desc: str) -> list:
     return [results[k] for k in range(n)]
 
 
-def embedded_on_ray(ray, todo: dict[bytes, np.ndarray], cfg: SemanticParams, place: Placement) -> dict:
-    """``{key: vector}`` of the windows ``todo`` (``{key: wordpiece ids}``), embedded by ``Embedder`` actors, in
-    runs of ``GROUP_CALLS`` actor calls (the ids of one run's windows, int32, are in the object store at a time)."""
-    keys = sorted(todo, key=lambda k: (store.batch_width(len(todo[k]), cfg.window_tokens), k))
+def embedded_on_ray(ray, todo: dict[bytes, np.ndarray], cfg: SemanticParams, place: Placement, folder: Path, n: int):
+    """The windows ``todo`` (``{key: wordpiece ids}``) embedded by ``Embedder`` actors into ``folder``
+    (``spill.write_embedded``, ``n`` buckets), in runs of ``GROUP_CALLS`` actor calls (the ids of one run's
+    windows, int32, are in the object store at a time); the windows go in bucket order, then as
+    ``Encoder.compute`` sorts them (by batch width, then key), so that a call writes one or two files and a
+    bucket leaves at most one part-filled batch a width. Raises ``RuntimeError`` when a window is not written."""
+    keys = sorted(todo, key=lambda k: (spill.bucket_of(k, n), store.batch_width(len(todo[k]), cfg.window_tokens), k))
     rows = cfg.batch_size * BATCHES_PER_CALL
-    out: dict[bytes, np.ndarray] = {}
+    written = 0
     for start in range(0, len(keys), rows * GROUP_CALLS):
         group = keys[start : start + rows * GROUP_CALLS]
         table = pa.table(
             {"key": pa.array(group, pa.binary(16)), "tokens": pa.array([todo[k] for k in group], pa.list_(pa.int32()))}
         )
         windows = ray.data.from_arrow([table.slice(s, rows) for s in range(0, len(table), rows)])
-        vectors = windows.map_batches(
+        calls = windows.map_batches(
             Embedder,
             batch_size=rows,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=place.actors),
-            fn_constructor_args=(cfg, place.hardware, place.threads),
+            fn_constructor_args=(cfg, place.hardware, place.threads, folder, n),
             num_cpus=place.cpus,
             num_gpus=place.gpus or None,
         )
-        for part in vectors.iter_batches(batch_format="pyarrow", batch_size=None):
-            out.update(_key_vectors(part))
-    return out
+        for part in calls.iter_batches(batch_format="pyarrow", batch_size=None):
+            written += sum(part.column("rows").to_pylist())
+    if written != len(keys):
+        raise RuntimeError(f"leakage semantic (ray): {written} of {len(keys)} windows embedded into {folder}")
 
 
 class Embedder:
     """A pool actor: the encoder loaded once (torch with ``threads`` threads); a call embeds a table of windows
-    (``key``, ``tokens``) with ``Encoder.compute`` and returns ``key`` and ``vector`` (float32, fixed-size list)."""
+    (``key``, ``tokens``) with ``Encoder.compute``, writes the vectors into ``folder`` (``spill.write_embedded``,
+    ``n`` buckets) and returns how many (``rows``)."""
 
-    def __init__(self, cfg: SemanticParams, hardware, threads: int) -> None:
+    def __init__(self, cfg: SemanticParams, hardware, threads: int, folder: Path, n: int) -> None:
         self.encoder = _encoder(cfg, hardware, threads)
+        self.folder, self.n = folder, n
 
     def __call__(self, windows: pa.Table) -> pa.Table:
         keys = windows.column("key").to_pylist()
         tokens = windows.column("tokens").to_pylist()
         out: dict[bytes, np.ndarray] = {}
-        self.encoder.compute({k: np.asarray(t, np.int64) for k, t in zip(keys, tokens)}, out)
-        flat = np.stack([out[k] for k in keys]).astype(np.float32)
-        return pa.table(
-            {
-                "key": pa.array(keys, pa.binary(16)),
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel()), flat.shape[1]),
-            }
-        )
-
-
-def _key_vectors(part: pa.Table) -> dict[bytes, np.ndarray]:
-    keys = part.column("key").to_pylist()
-    vectors = part.column("vector").combine_chunks()
-    flat = np.asarray(vectors.flatten().to_numpy(zero_copy_only=False), np.float32)
-    return dict(zip(keys, flat.reshape(len(keys), vectors.type.list_size)))
+        self.encoder.compute({k: np.asarray(t, np.int32) for k, t in zip(keys, tokens)}, out)
+        spill.write_embedded(self.folder, keys, np.stack([out[k] for k in keys]), self.n)
+        return pa.table({"rows": pa.array([len(keys)], pa.int64())})
 
 
 def _encoder(cfg: SemanticParams, hardware, threads: int) -> Encoder:
@@ -214,3 +361,23 @@ def _search_shard(queries, shard: np.ndarray, threshold: float, cfg: SemanticPar
 
     torch.set_num_threads(threads)
     return search.search_shard(queries, shard, threshold, cfg, exact)
+
+
+@raycluster.remote
+def _search_routed(queries, folder: Path, k: int, start: int, n: int, threshold: float, cfg, exact: bool, threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+    return search.search_shard(queries, spill.read_shard(folder, k, start, n), threshold, cfg, exact)
+
+
+@raycluster.remote
+def _stored_keys(folder: Path, key: dict, incremental: bool, dim: int) -> tuple[bytes, str]:
+    """``store.load``'s keys (sorted, 16 bytes each, concatenated) and reason."""
+    vectors, reason = store.load(folder, key, incremental, dim)
+    return b"".join(sorted(vectors)), reason
+
+
+_split_stored = raycluster.remote(spill.split_stored)
+_gather_bucket = raycluster.remote(spill.gather_bucket)
+_write_store = raycluster.remote(spill.write_store)

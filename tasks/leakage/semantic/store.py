@@ -177,19 +177,33 @@ def save(
     layouts_fingerprint: dict | None = None,
 ) -> None:
     """Write ``vectors`` (sorted by key) as the store, and ``layouts`` (``save_layouts``) beside it when given,
-    swapped in together by rename. The store is written ``STORE_ROWS`` rows at a time (a row group each), as
-    ``write_cache`` writes a table (plain pages, each with its CRC): a second copy of every vector on the driver
-    cost as much as the vectors themselves."""
+    swapped in together by rename. The store is written ``STORE_ROWS`` rows at a time (``write_rows``): a second
+    copy of every vector on the driver cost as much as the vectors themselves."""
     keys = sorted(vectors)
     width = max(len(vectors[keys[0]]) if keys else 0, 1)
+    chunks = (
+        _store_rows(keys[start : start + STORE_ROWS], vectors, width) for start in range(0, len(keys), STORE_ROWS)
+    )
     with swapped_in(folder) as tmp:
-        schema = stamp(_store_rows([], vectors, width), key).schema
-        options = {"compression": "none", "use_dictionary": False, "write_page_checksum": True}
-        with pq.ParquetWriter(tmp / STORE, schema, **options) as writer:  # 277 MB plain against 256 zstd at 16x
-            for start in range(0, max(len(keys), 1), STORE_ROWS):
-                writer.write_table(_store_rows(keys[start : start + STORE_ROWS], vectors, width))
+        write_rows(tmp / STORE, chunks, key, width)
         if layouts is not None:
             save_layouts(tmp, layouts, layouts_fingerprint)
+
+
+def write_rows(path: Path, chunks, key: dict, width: int) -> None:
+    """The store file at ``path``: ``chunks`` (tables of ``key`` and ``vector``, ``width`` float32, sorted by key,
+    ``STORE_ROWS`` rows each but the last) a row group each, stamped with ``key``; without chunks one empty row
+    group. Plain pages, each with its CRC, as ``write_cache`` writes a table (277 MB plain against 256 zstd at
+    16x); the Ray engine writes it from its sorted buckets (``spill.write_store``), the same bytes."""
+    schema = stamp(_store_rows([], {}, width), key).schema
+    options = {"compression": "none", "use_dictionary": False, "write_page_checksum": True}
+    with pq.ParquetWriter(path, schema, **options) as writer:
+        wrote = False
+        for chunk in chunks:
+            writer.write_table(chunk)
+            wrote = True
+        if not wrote:
+            writer.write_table(_store_rows([], {}, width))
 
 
 def _store_rows(keys: list[bytes], vectors: dict[bytes, np.ndarray], width: int) -> pa.Table:

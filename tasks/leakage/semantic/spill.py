@@ -1,0 +1,173 @@
+"""The Ray engine's window vectors kept off the driver (``tasks/leakage/semantic/ray_engine.py``): what the
+workers write and read in a spill folder beside the store, so that no process holds every corpus vector.
+
+Windows go to *buckets* by store key (``bucket_of``: the key's first 4 bytes scaled to ``n`` ranges, so the
+buckets in order are the keys in order; about ``BUCKET_ROWS`` used windows a bucket). The spill folder holds:
+
+- ``embedded/<bucket>-<first key>.parquet``: one actor call's vectors of one bucket (``key``, ``vector``);
+- ``stored/<bucket>.parquet``: the kept store's vectors that this run uses (``split_stored``);
+- ``sorted/<bucket>.parquet``: a bucket's used vectors sorted by key (``gather_bucket``): the store's rows are
+  these, bucket after bucket (``write_store``);
+- ``route/<shard>/<bucket>.parquet``: the vectors of one search shard's corpus windows whose keys fall in one
+  bucket (``position``: the window's place among the corpus windows, ``vector``), read by the shard's search
+  task (``read_shard``).
+
+Files are plain Parquet (no compression): they live for one run. ``key`` is 16 bytes, ``vector`` float32
+(fixed-size lists), as in the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.leakage.semantic import store
+
+#: Used windows a bucket (``buckets``): a bucket's vectors, ~100 MB at 384 floats, are what one task holds.
+BUCKET_ROWS = 65_536
+
+
+def buckets(n_keys: int) -> int:
+    """How many buckets ``n_keys`` used windows go to: one per ``BUCKET_ROWS`` (at least one)."""
+    return max(-(-n_keys // BUCKET_ROWS), 1)
+
+
+def bucket_of(key: bytes, n: int) -> int:
+    """The bucket of a store key among ``n``: its first 4 bytes (big-endian) times ``n``, over 2^32."""
+    return (int.from_bytes(key[:4], "big") * n) >> 32
+
+
+def unique_keys(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``(used, inverse)``: the distinct 16-byte ``keys`` sorted, as (m, 2) uint64 (big-endian halves: their
+    order is the bytes'), and each key's row in it."""
+    if not keys:
+        return np.zeros((0, 2), np.uint64), np.zeros(0, np.int64)
+    halves = np.frombuffer(b"".join(keys), ">u8").reshape(-1, 2).astype(np.uint64)
+    used, inverse = np.unique(halves, axis=0, return_inverse=True)
+    return used, inverse.reshape(-1)
+
+
+def keys_bytes(used: np.ndarray) -> bytes:
+    """Rows of ``unique_keys``'s ``used`` as their 16-byte keys, concatenated."""
+    return used.astype(">u8").tobytes()
+
+
+def split16(blob: bytes) -> list[bytes]:
+    """16-byte keys, concatenated, as a list."""
+    return [blob[i : i + 16] for i in range(0, len(blob), 16)]
+
+
+def matrix_of(column: pa.ChunkedArray | pa.Array, width: int) -> np.ndarray:
+    """A fixed-size-list float32 column as an ``(n, width)`` array."""
+    flat = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.asarray(flat.flatten().to_numpy(zero_copy_only=False), np.float32).reshape(len(flat), width)
+
+
+def keyed(keys: list[bytes], matrix: np.ndarray) -> pa.Table:
+    """``key`` (16 bytes) and ``vector`` (the float32 rows of ``matrix``, fixed-size lists of its width)."""
+    width = max(matrix.shape[1], 1) if matrix.ndim == 2 else 1
+    flat = pa.array(np.ascontiguousarray(matrix, np.float32).ravel(), pa.float32())
+    return pa.table({"key": pa.array(keys, pa.binary(16)), "vector": pa.FixedSizeListArray.from_arrays(flat, width)})
+
+
+def write_embedded(folder: Path, keys: list[bytes], matrix: np.ndarray, n: int) -> None:
+    """One actor call's vectors (``keys`` in bucket order) as a file per bucket in ``folder/embedded``, named by
+    the bucket and its first key: a retried call writes the same file."""
+    out = folder / "embedded"
+    out.mkdir(parents=True, exist_ok=True)
+    owner = np.array([bucket_of(k, n) for k in keys], np.int64)
+    for b in np.unique(owner).tolist():
+        rows = np.flatnonzero(owner == b)
+        table = keyed([keys[r] for r in rows], matrix[rows])
+        pq.write_table(table, out / f"{b:06d}-{keys[rows[0]].hex()}.parquet", compression="none")
+
+
+def split_stored(path: Path, used: bytes, n: int, folder: Path) -> int:
+    """The rows of the kept store at ``path`` whose keys are in ``used`` (16-byte keys, concatenated), into
+    ``folder/stored/<bucket>.parquet``, a row group at a time; returns how many."""
+    wanted = {used[i : i + 16] for i in range(0, len(used), 16)}
+    out = folder / "stored"
+    out.mkdir(parents=True, exist_ok=True)
+    writers: dict[int, pq.ParquetWriter] = {}
+    count = 0
+    with pq.ParquetFile(path) as parquet:
+        for g in range(parquet.num_row_groups):
+            group = parquet.read_row_group(g, columns=["key", "vector"])
+            keys = group.column("key").to_pylist()
+            rows = [r for r, k in enumerate(keys) if k in wanted]
+            owner = np.array([bucket_of(keys[r], n) for r in rows], np.int64)
+            for b in np.unique(owner).tolist():
+                part = group.take(pa.array(np.asarray(rows)[owner == b]))
+                if b not in writers:
+                    writers[b] = pq.ParquetWriter(out / f"{b:06d}.parquet", part.schema, compression="none")
+                writers[b].write_table(part)
+            count += len(rows)
+    for writer in writers.values():
+        writer.close()
+    return count
+
+
+def gather_bucket(folder: Path, b: int, keys: bytes, side: np.ndarray, route: np.ndarray, shard: int):
+    """Bucket ``b``'s used vectors: ``keys`` (its used windows' 16-byte keys, sorted, concatenated), found in
+    ``embedded`` and ``stored``; written sorted to ``sorted/<b>.parquet`` and routed to the search shards
+    (``route``: (k, 2) int64 rows of (index into ``keys``, corpus position), a shard every ``shard`` positions).
+    Returns ``(keys, matrix)`` of the ``side`` ones (bool per key: those the driver scores itself). Raises
+    ``RuntimeError`` when a used window has no vector (a call's file missing)."""
+    files = sorted((folder / "embedded").glob(f"{b:06d}-*.parquet")) + sorted((folder / "stored").glob(f"{b:06d}.*"))
+    table = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
+    wanted = [keys[i : i + 16] for i in range(0, len(keys), 16)]
+    found = {k: r for r, k in enumerate(table.column("key").to_pylist())} if table is not None else {}
+    missing = sum(k not in found for k in wanted)
+    if missing:
+        raise RuntimeError(f"leakage semantic (ray): {missing} windows of bucket {b} have no vector in {folder}")
+    width = table.column("vector").type.list_size if table is not None else 1
+    matrix = matrix_of(table.column("vector"), width)[[found[k] for k in wanted]] if wanted else np.zeros((0, 1))
+    (folder / "sorted").mkdir(exist_ok=True)
+    pq.write_table(keyed(wanted, matrix), folder / "sorted" / f"{b:06d}.parquet", compression="none")
+    owner = route[:, 1] // shard
+    for k in np.unique(owner).tolist():
+        mine = route[owner == k]
+        (folder / "route" / f"{k:06d}").mkdir(parents=True, exist_ok=True)
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(matrix[mine[:, 0]].ravel(), pa.float32()), width)
+        part = pa.table({"position": pa.array(mine[:, 1], pa.int64()), "vector": vectors})
+        pq.write_table(part, folder / "route" / f"{k:06d}" / f"{b:06d}.parquet", compression="none")
+    picked = np.flatnonzero(side)
+    return b"".join(wanted[i] for i in picked), matrix[picked]
+
+
+def read_shard(folder: Path, k: int, start: int, n: int) -> np.ndarray:
+    """Search shard ``k``'s vectors: the ``n`` corpus windows from position ``start``, in order, ``(n, dim)``
+    float32. Raises ``RuntimeError`` when a position is missing or repeated."""
+    files = sorted((folder / "route" / f"{k:06d}").glob("*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    position = table.column("position").to_numpy()
+    order = np.argsort(position, kind="stable")
+    if not np.array_equal(position[order], np.arange(start, start + n)):
+        raise RuntimeError(f"leakage semantic (ray): search shard {k} in {folder} is not windows {start}..{start + n}")
+    return matrix_of(table.column("vector"), table.column("vector").type.list_size)[order]
+
+
+def write_store(folder: Path, n: int, path: Path, key: dict) -> None:
+    """The store at ``path`` (``store.write_rows``) from ``sorted/<bucket>.parquet`` of the ``n`` buckets, in
+    order: the keys sorted, the rows regrouped into ``store.STORE_ROWS`` a row group."""
+    files = [folder / "sorted" / f"{b:06d}.parquet" for b in range(n)]
+    widths = [pq.read_schema(f).field("vector").type.list_size for f in files if pq.read_metadata(f).num_rows]
+    store.write_rows(path, _regrouped(files, store.STORE_ROWS), key, widths[0] if widths else 1)
+
+
+def _regrouped(files: list[Path], rows: int):
+    """The rows of ``files`` in order, as tables of ``rows`` rows (the last one shorter), each one chunk."""
+    held: list[pa.Table] = []
+    count = 0
+    for f in files:
+        held.append(pq.read_table(f))
+        count += held[-1].num_rows
+        while count >= rows:
+            table = pa.concat_tables(held)
+            yield table.slice(0, rows).combine_chunks()
+            held, count = [table.slice(rows)], count - rows
+    if count:
+        yield pa.concat_tables(held).combine_chunks()
