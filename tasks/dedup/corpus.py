@@ -64,24 +64,24 @@ class Corpus:
         bounds = np.cumsum([0] + [len(chunk) for chunk in self.text_chunks])
         cuts = np.searchsorted(rows, bounds)
         parts = [
-            chunk.take(_int64s(rows[lo:hi] - start)).cast(pa.large_string())
+            chunk.take(int64s(rows[lo:hi] - start)).cast(pa.large_string())
             for chunk, start, lo, hi in zip(self.text_chunks, bounds, cuts, cuts[1:])
         ]
         return pa.concat_arrays([pa.nulls(0, pa.large_string())] + parts)
 
     def tags_at(self, rows) -> list[list[str] | None]:
         """The ``tags`` of ``rows`` (row indices) as Python lists (None: no tags)."""
-        return self.tags.take(_int64s(np.asarray(rows, np.int64))).to_pylist()
+        return self.tags.take(int64s(np.asarray(rows, np.int64))).to_pylist()
 
     def group_at(self, rows) -> list[str | None]:
         """The ``group`` of ``rows`` (row indices)."""
-        return self.group.take(_int64s(np.asarray(rows, np.int64))).to_pylist()
+        return self.group.take(int64s(np.asarray(rows, np.int64))).to_pylist()
 
 
 TAGS = pa.large_list(pa.large_string())
 
 
-def _int64s(values: np.ndarray) -> pa.Array:
+def int64s(values: np.ndarray) -> pa.Array:
     """``values`` as an Arrow int64 array over the same bytes (``pa.array`` of numpy imports pandas)."""
     values = np.ascontiguousarray(values, np.int64)
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])

@@ -72,7 +72,7 @@ def merge_near(
     """
     order = np.argsort(clusters.rank)
     eligible = order[allowed[order]]  # in keep order; the first of each exact group is signed
-    signed = eligible[np.sort(np.unique(exact_rep[eligible], return_index=True)[1])].tolist()
+    signed = eligible[np.sort(np.unique(exact_rep[eligible], return_index=True)[1])]
     left, right = docs.candidates(signed, bands_rows)
     identical = text_id[left] == text_id[right]
     roots = clusters.roots()  # the exact clusters every pass starts from

@@ -23,7 +23,7 @@ from tasks.common.files.shards import read_source, write_manifest
 from tasks.common.matching import minhash
 from tasks.common.matching.textnorm import arrow_strings
 from tasks.dedup.conflicts import RULES, entity_count, tags_digest
-from tasks.dedup.corpus import ROLE_RANK
+from tasks.dedup.corpus import ROLE_RANK, int64s
 
 if TYPE_CHECKING:
     from tasks.config.corpus.dedup import DedupParams, DedupPolicy
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from tasks.dedup.signatures import DocSignatures
 
 WARN = logging.getLogger("clozeline.dedup")  # the RunLog has info only; warnings go to Python logging
-
-
-# ------------------------------------------------------------------------------------------------- output
 
 
 def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool = True, write_each=None) -> None:
@@ -50,7 +47,7 @@ def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool 
     doc_ids, jobs, start = corpus.doc_id.array, [], 0
     for source, files in corpus.files.items():
         stop = start + corpus.rows[source]
-        ids = doc_ids.take(_arrow_indices(cluster[start:stop])).cast(pa.string())
+        ids = doc_ids.take(int64s(cluster[start:stop])).cast(pa.string())
         job = (files, out_dir / f"{source}.parquet", ids, _arrow_bools(is_duplicate[start:stop]))
         table = corpus.tables.get(source)
         if table is None and write_each is not None:
@@ -77,11 +74,6 @@ def clear_dir(out_dir: Path) -> None:
     out_dir.mkdir(parents=True)
 
 
-def _arrow_indices(rows: list[int] | np.ndarray) -> pa.Array:
-    rows = np.ascontiguousarray(rows, np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
-
-
 def _arrow_bools(flags: list[bool] | np.ndarray) -> pa.Array:
     bits = np.packbits(np.asarray(flags, bool), bitorder="little")
     return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(bits)])
@@ -97,9 +89,9 @@ def write_cluster_report(
     resolution: Resolution,
     cfg: DedupParams,
 ) -> list[dict]:
-    """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``; returns the records, each
-    without its ``pairs`` list (up to ``report_max_pairs_per_cluster`` per cluster, they are formatted straight
-    to JSON text: building and encoding them as lists took ~1 s of an incremental run at 16x the default corpus).
+    """Write one JSON line per cluster of two or more rows, sorted by ``cluster_id``, a batch at a time; returns each
+    record's ``SUMMARY`` fields (and ``members`` in a conflict): what the metrics read. ``pairs`` (up to
+    ``report_max_pairs_per_cluster``) is formatted straight to JSON text, by Arrow (``_pairs_json``).
 
     A record lists its kept row per role (``kept``: role -> doc_id; one role under ``keep_one_per: cluster``),
     its members (kept rows first, each with its role, kind and ``exact_of``, the first row of its keep unit
@@ -113,21 +105,37 @@ def write_cluster_report(
     (``label_votes``: label -> task rows, ``{}`` without one) and the rule that decided a conflict
     (``conflict_rule``, null without one; ``tasks/dedup/conflicts.py``).
     """
-    members = cluster_members(labels.cluster)
-    rows_shown = sorted(i for rows in members.values() for i in rows)
-    digests = dict(zip(rows_shown, map(tags_digest, corpus.tags_at(rows_shown))))
-    edges_of: dict[int, list[tuple[int, int, float]]] = defaultdict(list)
+    members, edges_of = cluster_members(labels.cluster), defaultdict(list)
     for edge in edges:
         edges_of[int(labels.cluster[edge[0]])].append(edge)
+    roots, records = sorted(members, key=lambda r: corpus.doc_id[r]), []
+    with writing(path), path.open("w", encoding="utf-8") as out:  # a batch of clusters at a time: less held at once
+        for start in range(0, len(roots), REPORT_BATCH):
+            batch = {root: members.pop(root) for root in roots[start : start + REPORT_BATCH]}
+            for record, line in _records(batch, corpus, docs, labels, edges_of, conflicts, resolution, cfg):
+                out.write(line)
+                summary = {key: record[key] for key in SUMMARY}
+                conflicting = record["label_conflict"] or record["tags_conflict"]  # the metrics read members only then
+                records.append((summary | {"members": record["members"]}) if conflicting else summary)
+    return records
+
+
+REPORT_BATCH = 8192  # clusters a batch: its members' dicts cost ~1.5 KB a member until written
+SUMMARY = ("cluster_id", "roles", "sources", "conflict_rule", "label_conflict", "label_conflict_exact", "tags_conflict")
+
+
+def _records(members: dict[int, list[int]], corpus, docs, labels, edges_of, conflicts, resolution, cfg):
+    """``(record, its JSON line)`` of each cluster of ``members`` (root -> rows, in ``cluster_id`` order)."""
+    rows_shown = sorted(i for rows in members.values() for i in rows)
+    digests = dict(zip(rows_shown, map(tags_digest, corpus.tags_at(rows_shown))))
     clusters = {
-        root: sorted(members[root], key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
-        for root in sorted(members, key=lambda r: corpus.doc_id[r])
+        root: sorted(rows, key=lambda i: (labels.kept[i] != i, ROLE_RANK[corpus.role[i]], corpus.doc_id[i]))
+        for root, rows in members.items()
     }
     shown = {root: _shown_pairs(rows, labels, cfg.report_max_pairs_per_cluster) for root, rows in clusters.items()}
     every = [pair for pairs in shown.values() for pair in pairs]
     counts = [len(pairs) for pairs in shown.values()]
     pair_lists = _pairs_json(every, _similarities(every, docs, cfg.num_proc), _JsonStrings(corpus.doc_id), counts)
-    records, lines = [], []
     for (root, rows), pairs_json in zip(clusters.items(), pair_lists):
         record = _cluster_record(root, rows, corpus, labels, len(shown[root]), digests)
         record["edges"] = sorted([corpus.doc_id[i], corpus.doc_id[j], round(v, 6)] for i, j, v in edges_of[root])
@@ -135,11 +143,7 @@ def write_cluster_report(
         record["label_conflict_exact"] = root in conflicts.labels_exact
         record["label_votes"] = conflicts.votes.get(root, {})
         record["conflict_rule"] = resolution.rule.get(root)
-        records.append(record)
-        lines.append(_record_line(record, pairs_json))
-    with writing(path):
-        path.write_text("".join(lines), "utf-8")
-    return records
+        yield record, _record_line(record, pairs_json)
 
 
 def cluster_members(cluster: list[int] | np.ndarray) -> dict[int, list[int]]:
@@ -227,7 +231,7 @@ def _pairs_json(
         digits = pc.replace_with_mask(
             digits, _arrow_bools(odd), arrow_strings(list(map(json.dumps, floats[odd].tolist())))
         )
-    firsts, seconds = ids.take(_arrow_indices(at[: len(left)])), ids.take(_arrow_indices(at[len(left) :]))
+    firsts, seconds = ids.take(int64s(at[: len(left)])), ids.take(int64s(at[len(left) :]))
     opening, comma, closing, nothing = arrow_strings(["[", ", ", "]", ""])  # scalars (pa.scalar imports pandas)
     texts = pc.binary_join_element_wise(opening, firsts, comma, seconds, comma, digits, closing, nothing)
     offsets = np.zeros(len(counts) + 1, np.int32)
@@ -244,9 +248,6 @@ def _record_line(record: dict[str, Any], pairs_json: str) -> str:
     before = json.dumps({k: v for k, v in record.items() if k < "pairs"}, sort_keys=True, ensure_ascii=False)
     after = json.dumps({k: v for k, v in record.items() if k > "pairs"}, sort_keys=True, ensure_ascii=False)
     return f'{before[:-1]}, "pairs": {pairs_json}, {after[1:]}\n'
-
-
-# ------------------------------------------------------------------------------------------------ metrics
 
 
 def dedup_metrics(

@@ -5,8 +5,10 @@ What runs where:
 1. **Signatures** (Ray Data): ``read_parquet`` of the ingest shards, then ``map_batches`` of the local
    engine's own shard function (normalize, shingle, md5, MinHash) plus each doc's LSH band keys. The
    blocks, shingle sets included, stay in the object store (spilled to disk by Ray when it fills).
-2. **Row facts** (driver): md5 (``S32``), word and character counts per row, ~50 bytes a doc, for the keep
-   order and the policies, as in ``local``. The ingest files' other columns but ``text`` are read on the driver
+2. **Row facts** (driver): md5 (16 raw bytes, ``S16``), word and character counts per row, 32 bytes a doc, for
+   the keep order and the policies, as in ``local``; fetched a block at a time, each block's rows the next run of
+   the ingest rows (Ray Data keeps the files' order; each block's ``doc_id`` digest is checked), so no doc_id
+   comes back. The ingest files' other columns but ``text`` are read on the driver
    (``corpus.read_corpus`` without texts: doc_id, source, role, label, tags, group; a null text is found from
    the Parquet statistics), and the labels are numpy arrays (``labels.RowLabels``).
 3. **Candidates** (Ray tasks): a hash shuffle by ``(band, key)``: each block's band keys of the signed rows
@@ -31,6 +33,7 @@ What runs where:
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +50,6 @@ from tasks.dedup.outputs import write_source
 from tasks.dedup.signatures import DocSignatures, band_shape, sign_shard
 
 PAIR_BLOCK = 20_000  # pairs per Jaccard task at most: a Ray task's share, kept small enough to balance
-META_COLUMNS = ("doc_id", "text_hash", "n_words", "n_chars")
-META_SCHEMA = pa.schema(
-    [("doc_id", pa.string()), ("text_hash", pa.string()), ("n_words", pa.int64()), ("n_chars", pa.int64())]
-)
 # driver bytes per candidate pair: rows (16), Jaccard (8), the Jaccard memo (16), sort and merge temporaries (24)
 DRIVER_BYTES_PER_PAIR = 64
 
@@ -72,19 +71,22 @@ def sign_documents(files: list[Path], corpus: Corpus, cfg: DedupParams) -> DocSi
         batch_size=cfg.shard_size_docs,
         fn_kwargs={"n": cfg.shingle_size_words, "perms": (a, b), "bands_rows": (bands, rows)},
     )
+    # the blocks in file order, so a block's rows are a run of the corpus's rows (from_blocks checks it)
+    dataset.context.execution_options.preserve_order = True
     blocks = dataset.materialize().to_arrow_refs()
-    meta = ray.get([_block_meta.remote(block) for block in blocks]) if blocks else []
-    return RaySignatures.from_blocks(blocks, meta, corpus.doc_id.array)
+    return RaySignatures.from_blocks(blocks, [_block_meta.remote(block) for block in blocks], corpus.doc_id.array)
 
 
 def _sign_batch(batch: pa.Table, n: int, perms, bands_rows) -> pa.Table:
-    """One Ray Data batch: ``sign_shard``'s results with each doc's ``doc_id``, band keys and shingle set."""
+    """One Ray Data batch: ``sign_shard``'s results (the md5s as 16 raw bytes) with each doc's ``doc_id``, band keys
+    and shingle set."""
     part = sign_shard((batch.column("text").to_pylist(), n, *perms))
     keys = minhash.band_keys(part.signature, *bands_rows)
+    digests = pa.py_buffer(bytes.fromhex("".join(part.text_hash)))
     return pa.table(
         {
             "doc_id": batch.column("doc_id"),
-            "text_hash": pa.array(part.text_hash, pa.string()),
+            "text_hash": pa.Array.from_buffers(pa.binary(16), len(part.text_hash), [None, digests]),
             "n_words": pa.array(part.n_words),
             "n_chars": pa.array(part.n_chars),
             "keys": pa.FixedSizeListArray.from_arrays(pa.array(keys.reshape(-1)), bands_rows[0]),
@@ -102,40 +104,68 @@ def _binary_column(arrays: list[np.ndarray]) -> pa.Array:
 
 
 @raycluster.remote
-def _block_meta(block: pa.Table) -> pa.Table:
-    return block.select(list(META_COLUMNS)).cast(META_SCHEMA)  # Ray may hand over large_string
+def _block_meta(block: pa.Table) -> tuple[bytes, bytes, np.ndarray, np.ndarray]:
+    """A block's row facts for the driver: its ``doc_id`` digest (``ids_digest``), the md5s (16 bytes a row, one
+    after another), ``n_words`` and ``n_chars`` (``(rows,)`` int64); ~32 bytes a row, no doc_id."""
+    hashes = block.column("text_hash").combine_chunks()
+    data = hashes.buffers()[1].to_pybytes()[16 * hashes.offset :][: 16 * len(hashes)]
+    counts = [block.column(name).to_numpy().astype(np.int64) for name in ("n_words", "n_chars")]
+    return ids_digest(block.column("doc_id")), data, *counts
+
+
+def ids_digest(ids: pa.Array | pa.ChunkedArray) -> bytes:
+    """md5 of a string column's lengths (int64) and UTF-8 bytes: equal for the same ids, whatever the Arrow string
+    type or chunks (Ray may hand over ``large_string``)."""
+    ids = ids.cast(pa.large_string())
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    if not len(ids):
+        return hashlib.md5().digest()
+    _, offsets, data = ids.buffers()
+    bounds = np.frombuffer(offsets, np.int64)[ids.offset : ids.offset + len(ids) + 1]
+    digest = hashlib.md5(np.diff(bounds).tobytes())
+    digest.update(memoryview(data)[int(bounds[0]) : int(bounds[-1])] if bounds[-1] > bounds[0] else b"")
+    return digest.digest()
 
 
 class RaySignatures(DocSignatures):
-    """``DocSignatures`` whose shingle sets live in Ray blocks: row ``r`` is row ``at[r]`` of block ``block_of[r]``."""
+    """``DocSignatures`` whose shingle sets live in Ray blocks: block ``k`` holds rows ``starts[k]:starts[k + 1]``
+    in order (Ray Data's blocks in file order, checked by ``from_blocks``)."""
 
     blocks: list
-    block_rows: list[np.ndarray]  # the global rows of each block, in block order
-    block_of: np.ndarray
-    at: np.ndarray
+    starts: np.ndarray  # (blocks + 1,) int64
 
     @classmethod
-    def from_blocks(cls, blocks: list, meta: list[pa.Table], doc_ids: pa.Array) -> RaySignatures:
-        """Row facts gathered from the blocks' ``META_COLUMNS``, indexed by global row (the position of each
-        block row's ``doc_id`` in ``doc_ids``, looked up once for all blocks)."""
+    def from_blocks(cls, blocks: list, meta: list, doc_ids: pa.Array) -> RaySignatures:
+        """The row facts of the blocks' ``_block_meta`` (refs, fetched one at a time), each block's rows the next
+        run of ``doc_ids``' rows. Raises ``ValueError`` when the blocks hold other rows, or in another order
+        (compared by ``ids_digest``), than the ingest files."""
+        import ray
+
         n_rows = len(doc_ids)
-        table = pa.concat_tables(meta) if meta else META_SCHEMA.empty_table()
-        row = pc.index_in(table.column("doc_id"), value_set=doc_ids).to_numpy(zero_copy_only=False)
-        if len(row) != n_rows or np.isnan(row.astype(float)).any() or len(np.unique(row)) != n_rows:
-            raise ValueError(f"dedup (ray): Ray Data read {len(row)} rows for the {n_rows} rows of the ingest files")
-        row = row.astype(np.int64)
-        text_hash = np.empty(n_rows, "S32")  # md5 hex: 32 bytes a row, no Python string each
-        text_hash[row] = _fixed_width(table.column("text_hash"), 32)
-        docs = cls(text_hash, np.zeros(n_rows, np.int64), np.zeros(n_rows, np.int64), np.zeros((0, 0), np.uint32), [])
-        docs.n_words[row], docs.n_chars[row] = table.column("n_words").to_numpy(), table.column("n_chars").to_numpy()
-        docs.blocks = blocks
-        docs.block_rows = np.split(row, np.cumsum([m.num_rows for m in meta])[:-1]) if meta else []
-        docs.block_of, docs.at = np.empty(n_rows, np.int64), np.empty(n_rows, np.int64)
-        docs.block_of[row] = np.repeat(np.arange(len(meta)), [m.num_rows for m in meta])
-        docs.at[row] = np.concatenate([np.zeros(0, np.int64)] + [np.arange(m.num_rows) for m in meta])
+        counts = np.empty(n_rows, np.int64), np.empty(n_rows, np.int64)
+        docs = cls(np.empty(n_rows, "S16"), *counts, np.zeros((0, 0), np.uint32), [])
+        docs.blocks, starts = blocks, [0]
+        for k, ref in enumerate(meta):
+            digest, hashes, n_words, n_chars = ray.get(ref)
+            start, stop = starts[-1], starts[-1] + len(n_words)
+            if stop > n_rows or digest != ids_digest(doc_ids.slice(start, stop - start)):
+                raise ValueError(
+                    f"dedup (ray): Ray Data's block {k} does not hold ingest rows {start}:{stop} in file order"
+                )
+            docs.text_hash[start:stop] = np.frombuffer(hashes, "S16")
+            docs.n_words[start:stop], docs.n_chars[start:stop] = n_words, n_chars
+            starts.append(stop)
+        if starts[-1] != n_rows:
+            raise ValueError(f"dedup (ray): Ray Data read {starts[-1]} rows for the {n_rows} rows of the ingest files")
+        docs.starts = np.asarray(starts, np.int64)
         return docs
 
-    def candidates(self, signed: list[int], bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    def located(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(block, row in block)`` of each of ``rows``: two ``(len(rows),)`` int64 arrays."""
+        block = np.searchsorted(self.starts, rows, side="right") - 1
+        return block, rows - self.starts[block]
+
+    def candidates(self, signed: np.ndarray, bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
         """As ``DocSignatures.candidates``, by a hash shuffle of the band keys over Ray tasks."""
         import ray
 
@@ -143,7 +173,8 @@ class RaySignatures(DocSignatures):
         position[signed] = np.arange(len(signed))
         parts = max(raycluster.cpus(ray), 1)
         split = _partition_keys.options(num_returns=parts)
-        mapped = [split.remote(block, position[rows], parts) for block, rows in zip(self.blocks, self.block_rows)]
+        bounds = zip(self.starts.tolist(), self.starts[1:].tolist())
+        mapped = [split.remote(block, position[start:stop], parts) for block, (start, stop) in zip(self.blocks, bounds)]
         mapped = [m if isinstance(m, list) else [m] for m in mapped]
         reduce = _bucket_pairs.options(num_returns=2)
         counts, reduced = zip(*[reduce.remote(len(signed), *[m[p] for m in mapped]) for p in range(parts)])
@@ -157,8 +188,9 @@ class RaySignatures(DocSignatures):
         out = np.empty(len(left))
         if not len(left):
             return out
-        order = np.argsort(self.block_of[left], kind="stable")
-        starts = np.flatnonzero(np.diff(self.block_of[left][order], prepend=-1))
+        block = self.located(left)[0]
+        order = np.argsort(block, kind="stable")
+        starts = np.flatnonzero(np.diff(block[order], prepend=-1))
         groups = np.split(order, starts[1:])
         jobs = [chunk for group in groups for chunk in np.array_split(group, -(-len(group) // PAIR_BLOCK))]
         refs = [self._jaccard_job(left[job], right[job]) for job in jobs]
@@ -168,9 +200,10 @@ class RaySignatures(DocSignatures):
 
     def _jaccard_job(self, left: np.ndarray, right: np.ndarray):
         """A Ray task for pairs whose left rows share one block, with that block and each block the right rows need."""
-        needed, slot = np.unique(self.block_of[right], return_inverse=True)
-        blocks = [self.blocks[self.block_of[left[0]]]] + [self.blocks[b] for b in needed]
-        return _jaccard_task.remote(self.at[left], self.at[right], slot, *blocks)
+        (left_block, left_at), (right_block, right_at) = self.located(left), self.located(right)
+        needed, slot = np.unique(right_block, return_inverse=True)
+        blocks = [self.blocks[left_block[0]]] + [self.blocks[b] for b in needed]
+        return _jaccard_task.remote(left_at, right_at, slot, *blocks)
 
 
 def write_sources(jobs: list[tuple[list[Path], Path, pa.Array, pa.Array]]) -> None:
@@ -183,19 +216,6 @@ def write_sources(jobs: list[tuple[list[Path], Path, pa.Array, pa.Array]]) -> No
 @raycluster.remote
 def _write_source(files: list[Path], path: Path, cluster_id: pa.Array, is_duplicate: pa.Array) -> None:
     write_source(read_source(files), path, cluster_id, is_duplicate)
-
-
-def _fixed_width(column: pa.ChunkedArray, width: int) -> np.ndarray:
-    """A ``string`` column whose every value has ``width`` bytes as a numpy ``S<width>`` array, read from the
-    chunks' data buffers (no Python object a row)."""
-    parts = [np.zeros(0, f"S{width}")]
-    for chunk in column.chunks:
-        _, offsets, data = chunk.buffers()
-        bounds = np.frombuffer(offsets, np.int32, count=len(chunk) + 1, offset=chunk.offset * 4)
-        if chunk.null_count or np.any(np.diff(bounds) != width):
-            raise ValueError(f"dedup (ray): a text_hash is not {width} characters")
-        parts.append(np.frombuffer(data, f"S{width}", count=len(chunk), offset=int(bounds[0])))
-    return np.concatenate(parts)
 
 
 def _check_driver_fits(pairs: int) -> None:

@@ -26,7 +26,8 @@ from tasks.dedup.kernels import scan
 class DocSignatures:
     """Per-document results of the worker pass; arrays have one row per document."""
 
-    text_hash: list[str]  # md5 hex of the normalized text
+    # md5 of the normalized text: hex (local; the index stores it), or (docs,) S16, its 16 bytes (engine ray)
+    text_hash: list[str] | np.ndarray
     n_words: np.ndarray  # (docs,) int64
     n_chars: np.ndarray  # (docs,) int64, length of the normalized text
     signature: np.ndarray  # (docs, num_perm) uint32; all 2**32-1 for docs with fewer words than the shingle size
@@ -59,9 +60,9 @@ class DocSignatures:
         """One int64 key per unordered pair of rows: what ``known_pairs`` holds."""
         return np.minimum(left, right) * len(self.text_hash) + np.maximum(left, right)
 
-    def candidates(self, signed: list[int], bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """LSH candidates among the ``signed`` rows: ``(left, right)`` int64 rows sharing a band key, ``left``
-        before ``right`` in ``signed``, sorted by (position of left, position of right) in ``signed``."""
+    def candidates(self, signed: np.ndarray, bands_rows: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """LSH candidates among the ``signed`` rows (``(signed,)`` int64): ``(left, right)`` int64 rows sharing a band
+        key, ``left`` before ``right`` in ``signed``, sorted by (position of left, position of right) in ``signed``."""
         keys = minhash.band_keys(self.signature[signed], *bands_rows)
         first, second = shared_bucket_pairs(keys)
         rows = np.asarray(signed, np.int64)

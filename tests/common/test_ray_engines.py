@@ -154,6 +154,28 @@ def test_the_ray_dedup_refuses_an_edge_list_that_would_not_fit_on_the_driver(tmp
         dedup.run(sections["dedup"], paths, NullLog())
 
 
+def test_the_ray_dedup_places_each_block_at_its_run_of_ingest_rows_and_refuses_another_order(ray_instance):
+    import pyarrow as pa
+    import ray
+
+    from tasks.dedup import ray_engine
+
+    raycluster.connect(stage_params()[1]["dedup"].ray)
+    ids = pa.array(["a", "bb", "c"], pa.large_string())
+
+    def meta(rows: list[int]):  # what _block_meta returns for a block holding ``rows``, with n_words = row + 1
+        words = np.array(rows, np.int64) + 1
+        return ray.put((ray_engine.ids_digest(ids.take(pa.array(rows))), bytes(16 * len(rows)), words, words))
+
+    docs = ray_engine.RaySignatures.from_blocks([None, None], [meta([0, 1]), meta([2])], ids)
+    assert docs.starts.tolist() == [0, 2, 3] and docs.n_words.tolist() == [1, 2, 3]
+    assert [a.tolist() for a in docs.located(np.array([2, 0, 1]))] == [[1, 0, 0], [0, 0, 1]]
+    with pytest.raises(ValueError, match="block 0 does not hold ingest rows 0:1 in file order"):
+        ray_engine.RaySignatures.from_blocks([None, None], [meta([2]), meta([0, 1])], ids)
+    with pytest.raises(ValueError, match="read 2 rows for the 3 rows"):
+        ray_engine.RaySignatures.from_blocks([None], [meta([0, 1])], ids)
+
+
 @pytest.mark.slow
 def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_path, ray_instance):
     params, sections = stage_params(dedup={"shard_size_docs": 120}, leakage={"batch_docs": 100})
