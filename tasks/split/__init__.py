@@ -97,6 +97,8 @@ from tasks.split.targets import LEFT_OUT
 from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 
 LEFT_OUT_REASON = "beyond_max_test_docs"
+#: the columns of few distinct values (a source's name, its role, a label)
+SHARED_COLUMNS = ("source", "role", "label")
 __all__ = ["SplitLeakError", "run"]
 
 
@@ -109,10 +111,13 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     """
     files = source_files(paths.stage_data("dedup"))
     rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
+    pa.default_memory_pool().release_unused()  # the facts' Arrow pages, not reused by Python's objects
     check_unique_ids(rows)
     rows["component"] = merge_groups(rows, groups_first=cfg.assignment == "hash")
     rows["split"] = assign_splits(rows, cfg)
+    inputs, total = docs_in(rows), len(rows)
     placed, left_out = leave_out(rows, cfg)
+    del rows  # a copy of its rows, placed or not, would be held to the end: ~90 B a row
     path = ledger_path(paths)
     previous = read_ledger(path) if cfg.ledger else None
     log.info(ledger_note(cfg.ledger, previous, path))
@@ -130,7 +135,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         raise SplitLeakError(f"{len(straddling)} group(s) in more than one split, e.g. {straddling[:5]}")
     check_task_splits_filled(kept, cfg)
     out_dir = paths.stage_data("split")
-    write_outputs(files, len(rows), kept, out_dir)
+    write_outputs(files, total, kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
     if cfg.ledger or not holds_ledger_history(path):
         ledger = extend_ledger(base, kept)
@@ -141,7 +146,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         f"split: {len(kept)} rows from {len(files)} source(s) -> {out_dir}; {len(placed) - len(kept)} dropped "
         f"(bridges_splits), {len(left_out)} left out ({LEFT_OUT_REASON}), {len(bridged)} bridged component(s)"
     )
-    metrics = split_metrics(rows, kept, dropped, len(straddling), cross_role_clusters(kept))
+    metrics = split_metrics(inputs, kept, dropped, len(straddling), cross_role_clusters(kept))
     tasks, moved_to_test = task_metrics(kept, entity_counts(files), cfg), shipped_train_to_test(kept, cfg)
     for line in study_lines(tasks, moved_to_test, cfg):
         log.info(line)
@@ -182,18 +187,28 @@ def working_rows(tables: dict[str, pa.Table], meta_key: str | None = None) -> pd
     ~7 s per run at 100k docs), and object strings are iterated ~20x faster than pandas' Arrow-backed ``str``.
     ``meta_key``: the only meta key read (the shipped split's; None: every meta kept, temporal mode reads the
     dates): a meta that cannot hold it (``assign.meta_value``'s test, in Arrow) is null, not a Python string. A
-    ``group`` or ``cluster_id`` equal to the row's ``doc_id`` is that string object, not a copy of it."""
-    frames = []
-    for table in tables.values():
-        if meta_key is not None:
-            table = table.set_column(table.schema.get_field_index("meta"), "meta", may_hold(table["meta"], meta_key))
-        frames.append(table.select(list(REQUIRED_COLUMNS)).to_pandas())
-    rows = pd.concat(frames, ignore_index=True).astype({c: object for c in REQUIRED_COLUMNS if c != "is_duplicate"})
+    ``group`` or ``cluster_id`` equal to the row's ``doc_id`` is that string object, not a copy of it, and the
+    ``SHARED_COLUMNS`` hold one string object per distinct value."""
+    rows = pd.concat([object_frame(table, meta_key) for table in tables.values()], ignore_index=True)
     ids = rows["doc_id"].to_numpy()
     for column in ("group", "cluster_id"):  # a doc's own group and a singleton's cluster: its doc_id's object
         values = rows[column].to_numpy()
-        rows[column] = np.where(values == ids, ids, values)
+        # object dtype: a column set from an object array would be Arrow-backed strings, a copy of every value
+        rows[column] = pd.Series(np.where(values == ids, ids, values), index=rows.index, dtype=object)
     return rows
+
+
+def object_frame(table: pa.Table, meta_key: str | None) -> pd.DataFrame:
+    """One source's ``REQUIRED_COLUMNS`` as object columns (``working_rows``); the ``SHARED_COLUMNS`` through an
+    Arrow dictionary, so that a value is one string object, not one a row (~60 B a row each)."""
+    if meta_key is not None:
+        table = table.set_column(table.schema.get_field_index("meta"), "meta", may_hold(table["meta"], meta_key))
+    table = table.select(list(REQUIRED_COLUMNS))
+    for column in SHARED_COLUMNS:
+        if pa.types.is_string(table.schema.field(column).type):
+            encoded = pc.dictionary_encode(table[column])
+            table = table.set_column(table.schema.get_field_index(column), column, encoded)
+    return table.to_pandas().astype({c: object for c in REQUIRED_COLUMNS if c != "is_duplicate"})
 
 
 def may_hold(meta: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
@@ -243,24 +258,55 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> np.ndarray:
 
 def count_straddling(rows: pd.DataFrame) -> list[str]:
     """Labels of raw groups and clusters found in more than one split of a role (independent re-check), sorted
-    by role and label within each kind."""
-    has_group = rows["group"].notna()
+    by role and label within each kind. A group's label is ``<source>|<group>``; labels and splits are compared as
+    integer codes (no frame of a label string a row: ~390 B a row at its peak)."""
+    has_group = rows["group"].notna().to_numpy()
+    role, split = rows["role"].to_numpy(object), rows["split"].to_numpy(object)
     checks = (
-        ("group", rows[has_group], [f"{s}|{g}" for s, g in zip(rows["source"][has_group], rows["group"][has_group])]),
-        ("cluster", rows, list(rows["cluster_id"])),
+        ("group", has_group, group_label_codes(rows["source"][has_group], rows["group"][has_group])),
+        ("cluster", np.ones(len(rows), bool), pd.factorize(rows["cluster_id"].to_numpy(object))),
     )
     straddling = []
-    for kind, part, labels in checks:
-        table = pd.DataFrame({"role": list(part["role"]), "label": labels, "split": list(part["split"])})
-        splits = table.groupby(["role", "label"], sort=False)["split"].nunique(dropna=False)
-        straddling += [f"{kind}:{role}:{label}" for role, label in sorted(splits.index[splits.to_numpy() > 1])]
+    for kind, part, (labels, names) in checks:
+        found = in_several_splits(role[part], labels, split[part])
+        straddling += [f"{kind}:{r}:{label}" for r, label in sorted((r, names[code]) for r, code in found)]
     return straddling
 
 
+def group_label_codes(source: pd.Series, group: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)``: per row the code of its label ``f"{source}|{group}"`` in ``labels`` (object), each
+    label built once per distinct (source, group) pair, not once per row."""
+    sources, source_names = pd.factorize(source.to_numpy(object), use_na_sentinel=False)
+    groups, group_names = pd.factorize(group.to_numpy(object), use_na_sentinel=False)
+    pairs, pair_values = pd.factorize(sources.astype(np.int64) * max(len(group_names), 1) + groups)
+    width = max(len(group_names), 1)
+    text = [f"{source_names[p // width]}|{group_names[p % width]}" for p in pair_values.tolist()]
+    label_of_pair, labels = pd.factorize(np.asarray(text, dtype=object))
+    return label_of_pair[pairs], np.asarray(labels, dtype=object)
+
+
+def in_several_splits(role: np.ndarray, labels: np.ndarray, split: np.ndarray) -> list[tuple]:
+    """``(role, label code)`` of each (role, label) pair whose rows lie in more than one distinct split (a null
+    split counts as one; a null role or label code, -1, is left out, as ``groupby`` leaves nulls out)."""
+    roles, role_names = pd.factorize(role)
+    splits, split_names = pd.factorize(split, use_na_sentinel=False)
+    known = (roles >= 0) & (labels >= 0)
+    width, kinds = int(labels.max(initial=0)) + 1, max(len(split_names), 1)
+    key = roles[known].astype(np.int64) * width + labels[known]
+    pairs = np.unique(key * kinds + splits[known])
+    keys, counts = np.unique(pairs // kinds, return_counts=True)
+    return [(role_names[k // width], int(k % width)) for k in keys[counts > 1].tolist()]
+
+
 def cross_role_clusters(rows: pd.DataFrame) -> int:
-    """Clusters with rows in both roles (left to the leakage stage, which removes eval twins)."""
-    roles = rows.groupby("cluster_id")["role"].nunique()
-    return int((roles > 1).sum())
+    """Clusters with rows in both roles (left to the leakage stage, which removes eval twins); a null cluster id
+    or role is left out. Clusters and roles as integer codes, each (cluster, role) pair counted once."""
+    clusters, _ = pd.factorize(rows["cluster_id"].to_numpy(object))
+    roles, role_names = pd.factorize(rows["role"].to_numpy(object))
+    known, width = (clusters >= 0) & (roles >= 0), max(len(role_names), 1)
+    pairs = np.unique(clusters[known].astype(np.int64) * width + roles[known])
+    _, counts = np.unique(pairs // width, return_counts=True)
+    return int((counts > 1).sum())
 
 
 def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
@@ -300,28 +346,35 @@ def write_outputs(files: dict[str, Path], total: int, rows: pd.DataFrame, out_di
     manifest.to_csv(out_dir / "manifest.tsv", sep="\t", index=False, lineterminator="\n")
 
 
+def docs_in(rows: pd.DataFrame) -> dict[str, tuple[int, str]]:
+    """``{source: (rows, role of its first row)}``, sorted by source: what ``split_metrics`` needs of the input."""
+    first = rows.groupby("source", sort=True)["role"].agg(["size", "first"])
+    return {source: (int(size), role) for source, size, role in zip(first.index, first["size"], first["first"])}
+
+
 def split_metrics(
-    rows: pd.DataFrame, kept: pd.DataFrame, dropped: pd.DataFrame, straddling: int, cross_role: int
+    inputs: dict[str, tuple[int, str]], kept: pd.DataFrame, dropped: pd.DataFrame, straddling: int, cross_role: int
 ) -> dict:
-    """Per source: docs in, docs dropped by reason, and per split docs, kept docs, groups, labels and achieved
-    document fractions (of the docs out)."""
+    """Per source (``inputs``: ``docs_in``): docs in, docs dropped by reason, and per split docs, kept docs,
+    groups, labels and achieved document fractions (of the docs out)."""
     sources = {}
-    for source, rows_in in rows.groupby("source", sort=True):
-        part = kept[kept["source"] == source]
-        splits = SPLITS_OF_ROLE[rows_in["role"].iloc[0]]
-        by_split = {s: part[part["split"] == s] for s in splits}
+    source_of, split_of = kept["source"].to_numpy(object), kept["split"].to_numpy(object)
+    groups, _ = pd.factorize(kept["component"])  # masks and codes: no copy of a source's or a split's rows
+    for source, (docs, role) in inputs.items():
+        part = source_of == source
+        by_split = {s: part & (split_of == s) for s in SPLITS_OF_ROLE[role]}
         sources[source] = {
-            "docs_in": len(rows_in),
+            "docs_in": docs,
             "dropped": dict(sorted(Counter(dropped.loc[dropped["source"] == source, "reason"]).items())),
-            "docs": {s: len(p) for s, p in by_split.items()},
-            "docs_kept": {s: int((~p["is_duplicate"]).sum()) for s, p in by_split.items()},
-            "groups": {s: int(p["component"].nunique()) for s, p in by_split.items()},
-            "fraction_achieved": {s: round(len(p) / max(len(part), 1), 6) for s, p in by_split.items()},
-            "labels": {s: label_counts(p) for s, p in by_split.items()},
+            "docs": {s: int(m.sum()) for s, m in by_split.items()},
+            "docs_kept": {s: int((~kept["is_duplicate"][m]).sum()) for s, m in by_split.items()},
+            "groups": {s: len(np.unique(groups[m][groups[m] >= 0])) for s, m in by_split.items()},
+            "fraction_achieved": {s: round(int(m.sum()) / max(int(part.sum()), 1), 6) for s, m in by_split.items()},
+            "labels": {s: label_counts(kept["label"][m]) for s, m in by_split.items()},
         }
     return {"sources": sources, "groups_in_multiple_splits": straddling, "cross_role_clusters": cross_role}
 
 
-def label_counts(part: pd.DataFrame) -> dict[str, int]:
-    """``{label: docs}`` of one split, sorted by label (empty for unlabelled sources)."""
-    return {str(k): int(v) for k, v in sorted(Counter(part["label"].dropna()).items())}
+def label_counts(labels: pd.Series) -> dict[str, int]:
+    """``{label: docs}`` of one split's labels, sorted by label (empty for unlabelled sources)."""
+    return {str(k): int(v) for k, v in sorted(Counter(labels.dropna()).items())}

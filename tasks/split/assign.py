@@ -17,6 +17,8 @@ from tasks.split.targets import LEFT_OUT, StratumPlan, plan_stratum, stratum_sha
 
 SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
+#: the columns a role's assignment reads (a copy of the role's rows: the others are not copied)
+ASSIGN_COLUMNS = ("doc_id", "source", "label", "meta", "is_duplicate", "component")
 
 
 def row_labels(role: str, source: str, group, cluster: str) -> list[str]:
@@ -36,7 +38,7 @@ def assign_splits(rows: pd.DataFrame, cfg: SplitParams) -> pd.Series:
     for role, splits in SPLITS_OF_ROLE.items():
         mask = rows["role"] == role
         if mask.any():
-            split[mask] = assign_role(rows[mask], cfg, role, splits)
+            split[mask] = assign_role(rows.loc[mask, list(ASSIGN_COLUMNS)], cfg, role, splits)
     return split
 
 
@@ -66,7 +68,8 @@ def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[s
         pool = targets.get(stratum, 0) if pooled else None
         plan = plan_stratum(members, fractions, splits, pool, shipped_train, caps.get(stratum))
         chosen.update(fill_stratum(members, chosen, plan, cfg))
-    return rows["component"].map(chosen)
+    # a dict lookup a row: Series.map(dict) made an index of every name (~230 B a row)
+    return pd.Series([chosen[name] for name in rows["component"]], index=rows.index, dtype=object)
 
 
 def own_splits(rows: pd.DataFrame, key: str, splits: tuple[str, ...]) -> pd.Series:
@@ -118,15 +121,16 @@ def fixed_components(rows: pd.DataFrame, fixed: pd.Series) -> dict[str, str]:
 
 
 def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataFrame:
-    """One row per component: ``docs``, ``kept`` (non-duplicate docs), ``key``, ``stratum`` (source[/label]) and
-    ``date`` (temporal mode)."""
-    table = rows.groupby("component", sort=True)["doc_id"].size().to_frame("docs")
-    table["kept"] = (~rows["is_duplicate"].astype(bool)).groupby(rows["component"], sort=True).sum().astype(int)
-    # pandas gives the names an Arrow-backed string index, which is iterated and isin-tested ~10x slower
-    table.index = table.index.astype(object)
-    table["source"] = most_common_by(rows["component"], rows["source"]).reindex(table.index)
-    table["label"] = most_common_by(rows["component"], rows["label"]).reindex(table.index)
-    table = table.astype({"source": object, "label": object}).replace({np.nan: None})
+    """One row per component, sorted by name: ``docs``, ``kept`` (non-duplicate docs), ``key``, ``stratum``
+    (source[/label]) and ``date`` (temporal mode). The names get integer codes once (one ``factorize``) and every
+    count is taken over the codes: a ``groupby`` of the names per column hashed each name again (~340 B a row)."""
+    codes, names = pd.factorize(rows["component"].to_numpy(object), sort=True)
+    # an object index: pandas would make the names an Arrow-backed string index, iterated and isin-tested ~10x slower
+    index = pd.Index(np.asarray(names, dtype=object), dtype=object, name="component")
+    kept = np.bincount(codes, weights=~rows["is_duplicate"].to_numpy(bool), minlength=len(index))
+    table = pd.DataFrame({"docs": np.bincount(codes, minlength=len(index)), "kept": kept.astype(np.int64)}, index)
+    table["source"] = most_common_by(codes, len(index), rows["source"])
+    table["label"] = most_common_by(codes, len(index), rows["label"])
     table["key"] = [group_key(cfg.seed, name) for name in table.index]
     with_label = cfg.stratify_by_label and role == "task"
     table["stratum"] = [
@@ -137,21 +141,24 @@ def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataF
     return table
 
 
-def most_common_by(keys: pd.Series, values: pd.Series) -> pd.Series:
-    """Per key, the most frequent non-null string of ``values`` (ties: the smallest), indexed by key; a key whose
-    values are all null is absent. Keys and values as sorted integer codes, each (key, value) pair counted by one
-    ``np.unique`` of their combined code and the winner of each key chosen by one sort: no Python function per
-    group (~6 s at 100k components), and no frame of the pairs' strings (~570 B a row at its peak)."""
+def most_common_by(codes: np.ndarray, size: int, values: pd.Series) -> np.ndarray:
+    """Per key code ``0 .. size - 1`` (``codes``: one a row), the most frequent non-null value of ``values`` as a
+    string (ties: the smallest), None where every value is null (``(size,)`` object). Values as sorted integer
+    codes, each (key, value) pair counted by one ``np.unique`` of their combined code and the winner of each key
+    chosen by one sort: no Python function per group (~6 s at 100k components), and no frame of the pairs'
+    strings (~570 B a row at its peak)."""
     known = values.notna().to_numpy()
-    key_codes, key_names = pd.factorize(keys[known], sort=True)
-    value_codes, value_names = pd.factorize(values[known].astype(str), sort=True)
+    value_codes, value_names = pd.factorize(values.to_numpy(object)[known])
+    # the values as strings: distinct values with one string (1 and "1") are one value
+    as_text, value_names = pd.factorize(np.asarray([str(v) for v in value_names], dtype=object), sort=True)
     width = max(len(value_names), 1)
-    pairs, counts = np.unique(key_codes.astype(np.int64) * width + value_codes, return_counts=True)
+    pairs, counts = np.unique(codes[known].astype(np.int64) * width + as_text[value_codes], return_counts=True)
     key, value = pairs // width, pairs % width
     order = np.lexsort((value, -counts, key))  # by key, then the largest count, then the smallest value
     first = order[np.r_[True, key[order][1:] != key[order][:-1]]] if len(order) else order
-    names = pd.Index(np.asarray(key_names, dtype=object)[key[first]], dtype=object, name="key")
-    return pd.Series(np.asarray(value_names, dtype=object)[value[first]], index=names, name="value", dtype=object)
+    out = np.full(size, None, dtype=object)
+    out[key[first]] = np.asarray(value_names, dtype=object)[value[first]]
+    return out
 
 
 def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:

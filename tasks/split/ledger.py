@@ -127,7 +127,8 @@ def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tupl
             ],
         }
     )
-    return out[~drop], dropped.sort_values("doc_id", ignore_index=True), bridged
+    kept = out[~drop] if drop.any() else out  # no copy of every row when none is dropped
+    return kept, dropped.sort_values("doc_id", ignore_index=True), bridged
 
 
 def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
@@ -166,13 +167,16 @@ def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
 def label_columns(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Every row's cluster label and group label (NaN without a group), as ``assign.row_labels`` writes them, out-of-
     contract values included (a null cluster id, ``pd.NA``), so both walks see the same labels."""
-    role, source = rows["role"].map(str), rows["source"].map(str)
     missing = rows["group"].isna().to_numpy()
     has_group = ~missing  # pandas' nulls but None and float NaN are groups to row_labels (pd.NA, NaT): asked there
     has_group[missing] = [len(row_labels("", "", group, "")) == 2 for group in rows["group"][missing]]
-    cluster = role + "|cluster|" + rows["cluster_id"].map(str)
-    group = (role + "|group|" + source + "|" + rows["group"].map(str)).where(has_group)
-    return cluster, group
+    # each label one f-string: a chain of Series "+" made a string a row per step (~4 strings a row at once)
+    roles = rows["role"].map(str).to_numpy(object)
+    cluster = [f"{role}|cluster|{c}" for role, c in zip(roles, map(str, rows["cluster_id"]))]
+    group = np.full(len(rows), np.nan, dtype=object)
+    sources, groups = rows["source"][has_group].map(str), rows["group"][has_group].map(str)
+    group[has_group] = [f"{r}|group|{s}|{g}" for r, s, g in zip(roles[has_group], sources, groups)]
+    return pd.Series(cluster, rows.index, dtype=object), pd.Series(group, rows.index, dtype=object)
 
 
 def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:

@@ -51,7 +51,8 @@ def read_facts(files: dict[str, Path]) -> dict[str, pa.Table]:
             missing = [c for c in REQUIRED_COLUMNS if c not in parquet.schema_arrow.names]
             if missing:
                 raise ValueError(f"{file}: missing column(s) {missing}")
-            table = parquet.read(columns=list(REQUIRED_COLUMNS))
+            # one thread: pages freed by another thread's heap are not returned by release_unused (``run``)
+            table = parquet.read(columns=list(REQUIRED_COLUMNS), use_threads=False)
         bad_role = sorted(set(pc.unique(table.column("role")).to_pylist()) - set(SPLITS_OF_ROLE))
         if bad_role:
             raise ValueError(f"{file}: unknown role(s) {bad_role}; expected one of {sorted(SPLITS_OF_ROLE)}")
