@@ -61,6 +61,7 @@ Modules and subpackages:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,7 @@ from tasks.leakage.lexical.detectors import DETECTORS
 from tasks.leakage.lexical.words import Side, make_side, tokenize
 from tasks.leakage.outputs import (
     TABLE_COLUMNS,
+    Fetched,
     Picked,
     audit_table,
     leakage_metrics,
@@ -108,7 +110,9 @@ def run(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
 
 def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     """The stage (``run``), collector state aside."""
-    rows, eval_frame, train_frame = read_split(paths.stage_data("split"))  # rows: no text (the row accounting)
+    # rows: no text (the row accounting); the training texts only where this process reads them all
+    holds_texts = cfg.engine == "local" or cfg.semantic.enabled
+    rows, eval_frame, train_frame = read_split(paths.stage_data("split"), train_text=holds_texts)
     evals = make_side([tokenize(x) for x in eval_frame["text"]], minhash.WordHashes())
     log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
     with gcpause.paused_gc():
@@ -116,9 +120,7 @@ def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     gcpause.freeze()
     table = audit_table(scanned.matches, train_frame, eval_frame)
     lexical_removed = removed_docs(table, cfg)
-    plants, not_planted, lexical_found = plant_copies(
-        eval_frame, evals, train_frame, scanned, table, cfg, paths.stage_data("leakage_cache"), log
-    )
+    plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg, paths, log)
     found = [set(m) for m in lexical_found]
     detectors: tuple[str, ...] = DETECTORS
     review: list[dict] = []
@@ -199,21 +201,33 @@ def plant_copies(
     scanned: TrainingScan,
     table: pd.DataFrame,
     cfg: LeakageParams,
-    cache: Path,
+    paths: Paths,
     log: Any,
 ) -> tuple[list, list[str], list[set[str]]]:
     """The planted copies of every eval doc (``tasks.leakage.planted``), the variants not planted, and the
-    lexical methods that find each copy (copies seen by an earlier run from ``cache``: ``planted.cache``).
+    lexical methods that find each copy (copies seen by an earlier run from ``<data>/leakage_cache``:
+    ``planted.cache``).
 
     Filler for the planted copies is the text of pretraining docs (with words) that the lexical audit matched
-    to no eval doc, read from ``train_frame`` when a plant reaches it (``outputs.Picked``: no copy).
+    to no eval doc, read from ``train_frame`` when a plant reaches it (``outputs.Picked``: no copy), or, when
+    ``train_frame`` has no texts (``engine: ray``), from the split shards by Ray tasks (``outputs.Fetched``:
+    only the texts the plants read).
     """
     pretrain = (train_frame["role"] == "pretrain").to_numpy()  # train_frame has a 0..n-1 index, as has_words
     unrelated = ~train_frame["doc_id"].isin(set(table["train_doc"])).to_numpy() & scanned.has_words
     at = np.flatnonzero(pretrain & unrelated)
     wordnet = synonyms.load(cfg.planted.wordnet_dir)
-    texts, ids = Picked(train_frame["text"], at), Picked(train_frame["doc_id"], at)
-    plants, not_planted = make_plants(eval_frame, texts, ids, cfg.planted, wordnet.of)
+    ids = Picked(train_frame["doc_id"], at)
+    if "text" in train_frame:
+        plants, not_planted = make_plants(eval_frame, Picked(train_frame["text"], at), ids, cfg.planted, wordnet.of)
+    else:
+        files = sorted(paths.stage_data("split").glob("*.parquet"))
+        texts = Fetched(ids, scanned.words[at], functools.partial(ray_engine.texts_on_ray, files, cfg=cfg))
+        plants, not_planted = texts.filled(
+            lambda: make_plants(eval_frame, texts, ids, cfg.planted, wordnet.of, texts.words > 0)
+        )
+        log.info(f"leakage: planted filler: {len(texts.texts)} of {len(texts)} filler texts read from the split shards")
     if not plants:
         return plants, not_planted, []
+    cache = paths.stage_data("leakage_cache")
     return plants, not_planted, plant_cache.found_by(plants, eval_frame, evals, cfg, tokenize, cache, log)

@@ -48,8 +48,9 @@ def read_sources(folder: Path) -> dict[str, pd.DataFrame]:
     return dict(iter_sources(folder))
 
 
-def iter_sources(folder: Path) -> Iterator[tuple[str, pd.DataFrame]]:
-    """``read_sources``, one ``(source, frame)`` at a time (the errors as it says, the missing shards' at once)."""
+def iter_sources(folder: Path, train_text: bool = True) -> Iterator[tuple[str, pd.DataFrame]]:
+    """``read_sources``, one ``(source, frame)`` at a time (the errors as it says, the missing shards' at once).
+    ``train_text`` false: a shard without eval rows (``eval_rows``) comes without its ``text`` column."""
     files = sorted(Path(folder).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"{folder}: no <source>.parquet files (run the split stage first)")
@@ -59,21 +60,30 @@ def iter_sources(folder: Path) -> Iterator[tuple[str, pd.DataFrame]]:
             missing = [c for c in REQUIRED_COLUMNS if c not in names]
             if missing:
                 raise ValueError(f"{file}: missing column(s) {missing}")
-            frame = pd.read_parquet(file, columns=[c for c in names if c in REQUIRED_COLUMNS + USED_COLUMNS])
+            columns = [c for c in names if c in REQUIRED_COLUMNS + USED_COLUMNS]
+            frame = pd.read_parquet(file, columns=columns if train_text else [c for c in columns if c != "text"])
+            if not train_text and len(eval_rows(frame)):
+                frame = pd.read_parquet(file, columns=columns)  # a task source's shard: its eval rows' texts
         yield file.stem, frame
 
 
-def read_split(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def read_split(folder: Path, train_text: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``(rows, eval rows, training rows)`` of ``read_sources(folder)``: every row without its ``text`` (what the
     row accounting reads), ``eval_rows`` and ``train_rows`` of them all with it. Taken shard by shard: a row
     filter copies a column's Arrow buffers, so filtering the concatenated frame held every text two or three
-    times at once; this holds them once, and one shard's twice. Errors as ``read_sources``."""
+    times at once; this holds them once, and one shard's twice. ``train_text`` false: the training rows without
+    their texts, which are then read only from the shards holding eval rows (the task sources', not the
+    pretraining sources'), so the process holds no training text (``engine: ray``: its workers read them).
+    Errors as ``read_sources``."""
     rows, evals, trains = [], [], []
-    for _, frame in iter_sources(folder):
-        evals.append(eval_rows(frame))
-        trains.append(train_rows(frame))
-        rows.append(frame.drop(columns="text"))
+    for _, frame in iter_sources(folder, train_text):
+        if train_text or "text" in frame:  # a shard read without its texts holds no eval row
+            evals.append(eval_rows(frame))
+        trains.append(train_rows(frame) if train_text else train_rows(frame).drop(columns="text", errors="ignore"))
+        rows.append(frame.drop(columns="text", errors="ignore"))
         del frame
+    if not evals:  # no shard holds an eval row: the eval frame is empty, with a text column as read
+        evals.append(rows[0].iloc[:0].assign(text=pd.Series([], dtype="str")))
     return tuple(pd.concat(parts, ignore_index=True) for parts in (rows, evals, trains))  # type: ignore[return-value]
 
 
@@ -235,3 +245,39 @@ class Picked(Sequence[str]):
                 yield from (values[k - low] for k in block.tolist())
             else:
                 yield from (self[start + k] for k in range(len(block)))
+
+
+class Fetched(Sequence[str]):
+    """The texts of some training rows, for a process that holds none (``engine: ray``): ``doc_ids[i]`` names row
+    ``i``, ``words[i]`` (int) counts its whitespace-separated words. A text not fetched yet reads as a stand-in of
+    as many distinct words (``"x0 x1 ..."``) and its doc id is noted; ``filled(make)`` calls ``make()`` again, after
+    fetching the texts it read stand-ins for (``fetch``: sorted doc ids -> ``{doc_id: text}``, e.g. Ray tasks
+    reading the split shards), until a call reads no stand-in: what it returns is made from the texts alone,
+    and only the texts read are held. Raises ``ValueError`` when ``fetch`` leaves out a doc it was asked for."""
+
+    def __init__(self, doc_ids: Sequence[str], words: np.ndarray, fetch) -> None:
+        self.doc_ids, self.words, self.fetch = doc_ids, words, fetch
+        self.texts: dict[str, str] = {}
+        self.missed: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __getitem__(self, i):  # type: ignore[override]  # ints only, as Picked
+        doc = self.doc_ids[i]
+        if doc in self.texts:
+            return self.texts[doc]
+        self.missed.add(doc)
+        return " ".join(f"x{k}" for k in range(int(self.words[i])))  # distinct words: filler skips an equal word
+
+    def filled(self, make):
+        """``make()`` once it reads no stand-in (see the class); each stand-in read costs one more call."""
+        while True:
+            made = make()
+            if not self.missed:
+                return made
+            wanted, self.missed = sorted(self.missed), set()
+            got = self.fetch(wanted)
+            if len(got) != len(wanted) or not all(d in got for d in wanted):
+                raise ValueError(f"leakage: the split shards hold no text for {len(set(wanted) - set(got))} doc ids")
+            self.texts.update(got)

@@ -26,15 +26,18 @@ class FillerRing:
     text from ``texts`` and splits it only when a stream reaches it. ``texts`` may be any sequence, e.g. a view
     of a pandas column (``tasks.leakage.outputs.Picked``): a plant reads a few hundred tokens, so neither the
     filler docs' token lists (a Python ``str`` per word, about 60 bytes) nor their texts as Python strings (the
-    text and ~50 bytes) need to be held. Raises
-    ``ValueError`` when ``texts`` and ``doc_ids`` differ in length."""
+    text and ~50 bytes) need to be held. ``nonblank`` (bool, one a text), when given, says which texts have a
+    whitespace token, so the ring reads none of them to build itself (``outputs.Fetched``). Raises
+    ``ValueError`` when ``texts`` and ``doc_ids`` (or ``nonblank``) differ in length."""
 
-    def __init__(self, texts: Sequence[str], doc_ids: Sequence[str], seed: int) -> None:
-        if len(texts) != len(doc_ids):
+    def __init__(
+        self, texts: Sequence[str], doc_ids: Sequence[str], seed: int, nonblank: np.ndarray | None = None
+    ) -> None:
+        if len(texts) != len(doc_ids) or (nonblank is not None and len(nonblank) != len(texts)):
             raise ValueError(f"filler: {len(texts)} texts for {len(doc_ids)} doc ids")
         self.texts = texts
         # t.split() is empty exactly when t is empty or all whitespace (str.split and str.isspace: Py_UNICODE_ISSPACE)
-        kept = np.flatnonzero([bool(t) and not t.isspace() for t in texts])
+        kept = np.flatnonzero([bool(t) and not t.isspace() for t in texts] if nonblank is None else nonblank)
         digests = np.array([hashlib.sha256(f"{seed}:filler:{doc_ids[k]}".encode()).digest() for k in kept], "S32")
         ranked = np.argsort(digests, kind="stable")
         self.points, self.order = digests[ranked], kept[ranked]

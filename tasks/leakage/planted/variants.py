@@ -44,6 +44,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
@@ -315,12 +316,14 @@ def make(
     filler_ids: Sequence[str],
     cfg: PlantedParams,
     synonym_of,
+    nonblank: np.ndarray | None = None,
 ) -> tuple[list[Plant], list[str]]:
     """The plants of every eval row (``planted_rows``) and variant, and the variants not planted: without
     unrelated pretraining text (``filler_texts``, ``filler_ids`` their doc ids: lists, or ``outputs.Picked``
-    views of a frame's columns, read when a plant reaches a doc) the variants that need filler."""
+    views of a frame's columns, read when a plant reaches a doc) the variants that need filler. ``nonblank``:
+    as ``FillerRing``'s."""
     eval_ids = list(evals_frame["doc_id"])
-    ring = FillerRing(filler_texts, filler_ids, cfg.seed)
+    ring = FillerRing(filler_texts, filler_ids, cfg.seed, nonblank)
     chosen = [v for v in variants(cfg) if ring or v.kind not in FILLED]
     texts = [str(t) for t in evals_frame["text"]]
     rows = planted_rows(eval_ids, cfg)

@@ -24,11 +24,14 @@ from tasks.leakage.lexical.words import Side, make_side, tokenize
 class TrainingScan:
     """What one pass over the training docs yields: the detectors' matches ``(train_i, eval_j, method, score,
     span)``, which training rows have words, and the residual scan of the pretraining rows (``residual.Scan``,
-    its docs numbered as the pretraining rows of ``train_frame`` in order)."""
+    its docs numbered as the pretraining rows of ``train_frame`` in order). ``words``: each row's count of
+    whitespace-separated words (``len(text.split())``), given only by the engine whose process holds no training
+    text (``engine: ray``: the planted filler reads it, ``outputs.Fetched``); else None."""
 
     matches: list[tuple]
     has_words: np.ndarray  # (len(train_frame),) bool
     pretrain: residual.Scan
+    words: np.ndarray | None = None  # (len(train_frame),) int32
 
 
 def scan_in_process(train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:

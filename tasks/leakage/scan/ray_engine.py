@@ -9,9 +9,10 @@ Ray Data reads the split shards (``read_parquet``, split into blocks of ``cfg.ba
 object store); the driver looks every block's ``doc_id``s up in its list of training rows at once (which
 fixes each row's index; dev/test rows are skipped), and one Ray task per block takes its training rows' words
 and returns the detectors' matches, which rows have words, and the sparse residual hits of its pretraining
-rows. The eval side (words
-and hashes of the eval docs, small) is put in the object store once. The driver never takes the training
-docs' words; it checks that every training row was scanned exactly once.
+rows, and how many whitespace-separated words each has. The eval side (words and hashes of the eval docs,
+small) is put in the object store once. The driver never takes the training docs' texts or words; it checks
+that every training row was scanned exactly once. The few texts it reads (the planted copies' filler) come
+from Ray tasks that read the split shards (``texts_on_ray``).
 
 The cleaned shards are written by Ray tasks too (``clean_on_ray``): once the audit knows which docs go and
 which are flagged, one task per split shard streams it into ``<data>/leakage/<source>.parquet``
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from tasks.common.matching import minhash
 from tasks.common.runtime import raycluster
@@ -36,6 +38,8 @@ from tasks.leakage.lexical import residual
 from tasks.leakage.lexical.detectors import detect
 from tasks.leakage.lexical.words import Side, make_side, tokenize
 from tasks.leakage.scan.local import TrainingScan
+
+BATCH_ROWS = 4096  # rows of a split shard a text-reading task decodes at once (~8 MB of text at 2 KB a doc)
 
 
 def scan_on_ray(files: list[Path], train_frame: pd.DataFrame, evals: Side, cfg: LeakageParams) -> TrainingScan:
@@ -68,6 +72,17 @@ def clean_on_ray(files: list[Path], out_dir: Path, removed: set[str], flagged: s
     return sum(raycluster.gather(pending, "leakage outputs (ray)"))
 
 
+def texts_on_ray(files: list[Path], doc_ids: list[str], cfg: LeakageParams) -> dict[str, str]:
+    """``{doc_id: text}`` of the rows of ``files`` (split shards) whose ``doc_id`` is in ``doc_ids``, read by one
+    Ray task a shard, a batch of rows at a time: the driver holds only the texts asked for."""
+    ray = raycluster.connect(cfg.ray)
+    wanted = ray.put(pa.array(doc_ids, pa.string()))
+    found: dict[str, str] = {}
+    for part in raycluster.gather([_texts_of.remote(str(f), wanted) for f in files], "leakage texts (ray)"):
+        found.update(part)
+    return found
+
+
 def _training_rows(ray, blocks: list, doc_ids: pa.Array) -> list[np.ndarray]:
     """Per block, the training row of each of its rows (-1 for a dev/test row), from one lookup over all blocks."""
     ids = ray.get([_doc_ids.remote(block) for block in blocks])
@@ -84,12 +99,14 @@ def _merged(parts: list[tuple], n_rows: int, pretrain_ids: list[str]) -> Trainin
             f"leakage (ray): the split shards gave {len(rows)} training rows ({len(np.unique(rows))} "
             f"distinct) for the {n_rows} training rows of data/split"
         )
-    has_words = np.zeros(n_rows, bool)
+    has_words, words = np.zeros(n_rows, bool), np.zeros(n_rows, np.int32)
     has_words[rows] = np.concatenate([np.zeros(0, bool)] + [part[1] for part in parts])
+    words[rows] = np.concatenate([np.zeros(0, np.int32)] + [part[5] for part in parts])
     matches = [m for part in parts for m in part[2]]
     hits = {i: h for part in parts for i, h in part[3].items()}
     whole = {i: w for part in parts for i, w in part[4].items()}
-    return TrainingScan(sorted(matches, key=lambda m: m[:3]), has_words, residual.Scan(pretrain_ids, hits, whole))
+    scan = residual.Scan(pretrain_ids, hits, whole)
+    return TrainingScan(sorted(matches, key=lambda m: m[:3]), has_words, scan, words)
 
 
 @raycluster.remote
@@ -101,18 +118,33 @@ def _doc_ids(block: pa.Table) -> pa.Array:
 def _scan_block(
     block: pa.Table, row: np.ndarray, pretrain_position: np.ndarray, evals: Side, targets: tuple, cfg: LeakageParams
 ) -> tuple:
-    """One block: ``(rows, has_words, matches, hits, whole)`` of its training rows, with global numbering (``row``:
-    each block row's training row or -1; ``pretrain_position``: its position among the pretraining rows or -1)."""
+    """One block: ``(rows, has_words, matches, hits, whole, words)`` of its training rows, with global numbering
+    (``row``: each block row's training row or -1; ``pretrain_position``: its position among the pretraining rows
+    or -1; ``words``: whitespace-separated words a row)."""
     train = np.flatnonzero(row >= 0)
     rows, pretrain_position = row[train], pretrain_position[train]
-    tokens = [tokenize(t) for t in block.column("text").take(pa.array(train)).to_pylist()]
+    texts = block.column("text").take(pa.array(train)).to_pylist()
+    words = np.array([len(t.split()) for t in texts], np.int32)
+    tokens = [tokenize(t) for t in texts]
+    del texts
     found = detect(make_side(tokens, minhash.WordHashes()), evals, cfg.lexical)
     matches = [(int(rows[i]), *rest) for i, *rest in found]
     mine = np.flatnonzero(pretrain_position >= 0)
     hits, whole = residual.scan_docs([tokens[k] for k in mine], targets, cfg.residual.ngram_words)
     at = pretrain_position[mine]
     has_words = np.array([bool(t) for t in tokens], bool)
-    return rows, has_words, matches, {int(at[k]): h for k, h in hits.items()}, {int(at[k]): w for k, w in whole.items()}
+    hits, whole = {int(at[k]): h for k, h in hits.items()}, {int(at[k]): w for k, w in whole.items()}
+    return rows, has_words, matches, hits, whole, words
+
+
+@raycluster.remote
+def _texts_of(split_file: str, wanted: pa.Array) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for batch in pq.ParquetFile(split_file).iter_batches(batch_size=BATCH_ROWS, columns=["doc_id", "text"]):
+        hit = pc.is_in(batch.column("doc_id").cast(pa.string()), value_set=wanted)
+        kept = batch.filter(hit)
+        found.update(zip(kept.column("doc_id").to_pylist(), kept.column("text").to_pylist()))
+    return found
 
 
 @raycluster.remote
