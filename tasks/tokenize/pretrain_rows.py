@@ -11,10 +11,13 @@ file's ``doc_id``, ``role``, ``split`` and ``is_duplicate`` columns in batches a
 come in ``doc_id`` order. Such a file is merged as it is read (``READ_ROWS`` rows at a time, Parquet pages read
 ``READ_BUFFER`` bytes at a time, not a row group's column whole). A file whose rows are out of order is sorted
 outside memory first: ``SORT_RUN_ROWS`` rows or ``SORT_RUN_BYTES`` at a time sorted (Arrow's stable sort, UTF-8
-byte order, which is Python's ``str`` order) and spilled as Arrow IPC streams under ``spill``, read back
-``SPILL_ROWS`` rows at a time by the merge. Memory: a batch per open file or run, one run while it is sorted,
-and the batch handed on (at most ``size`` documents and about ``BATCH_CHARS`` characters); disk: the spilled
-rows.
+byte order, which is Python's ``str`` order) and spilled as Arrow IPC streams under ``spill`` in record batches of
+about ``SPILL_BYTES`` (the rows a batch follow the run's bytes a row, so a run of long documents is read back a few
+rows at a time). The merge reads a batch of each run at once, so a file's runs are first merged ``MERGE_FANIN`` at
+a time into longer runs (consecutive runs: ties keep their order) until at most ``MERGE_FANIN`` remain: the runs
+grow with the corpus, the batches held do not. Memory: a batch per open file or run (at most ``MERGE_FANIN`` runs a
+file), one run while it is sorted, and the batch handed on (at most ``size`` documents and about ``BATCH_CHARS``
+characters); disk: the spilled rows, twice while runs are merged.
 
 Errors as ``read_clean_source``: ``FileNotFoundError`` naming a missing file, ``ValueError`` naming one that lacks
 a contract column, ``ioerrors.DamagedFile`` naming one that cannot be read.
@@ -42,7 +45,8 @@ READ_ROWS = 1024  # rows a Parquet read returns
 READ_BUFFER = 1 << 20  # bytes of a column chunk read at once (0, pyarrow's default, reads the chunk whole)
 BATCH_CHARS = 4_000_000  # text characters a batch ends at, whatever its documents: its ids and tokens are ~100x
 SORT_RUN_ROWS, SORT_RUN_BYTES = 20_000, 32 << 20  # an out-of-order file is sorted in runs of whichever comes first
-SPILL_ROWS = 256  # rows a spilled run is read back by
+SPILL_BYTES = 1 << 20  # bytes of a spilled record batch, about: what the merge holds of each run
+MERGE_FANIN = 16  # runs merged at once: a file's runs are merged into longer ones until this many remain
 KEPT = ["doc_id", "text", "source"]
 #: per pretraining split, the split a role=task row must have to lend its text to it
 FROM_TASK_SPLIT = {pretrain: task for task, pretrain in TASK_TO_PRETRAIN_SPLIT.items()}
@@ -127,7 +131,8 @@ def checked_file(data: Path, source: str) -> Path:
 def split_rows(path: Path, split: str, columns: list[str]) -> Iterator[pa.Table]:
     """``columns`` of the file's rows that are pretraining text of ``split``, a ``READ_ROWS`` batch at a time."""
     names = sorted({*columns, "role", "split", "is_duplicate"})
-    with reading(path), pq.ParquetFile(path, buffer_size=READ_BUFFER) as parquet:
+    # pre_buffer (pyarrow's default) would read the row group's column chunks whole before the first batch
+    with reading(path), pq.ParquetFile(path, buffer_size=READ_BUFFER, pre_buffer=False) as parquet:
         # a row group at a time: one iter_batches over a file of many row groups held more of it as it went
         for batch in (b for g in range(parquet.num_row_groups) for b in parquet.iter_batches(READ_ROWS, [g], names)):
             task = pc.fill_null(pc.equal(batch["role"], "task"), False)
@@ -165,13 +170,44 @@ def spill_sorted(path: Path, split: str, folder: Path) -> list[Path]:
             held, n_held = [], 0
     if n_held:
         runs.append(write_run(pa.concat_tables(held), folder / f"run-{len(runs):05d}.arrow"))
-    return runs
+    return merged_down(runs, folder)
 
 
 def write_run(table: pa.Table, path: Path) -> Path:
     ordered = table.take(pc.sort_indices(table, sort_keys=[("doc_id", "ascending")]))
+    chunk = max(1, SPILL_BYTES * ordered.num_rows // max(ordered.nbytes, 1))
     with writing(path), pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, ordered.schema) as writer:
-        writer.write_table(ordered, max_chunksize=SPILL_ROWS)
+        writer.write_table(ordered, max_chunksize=chunk)
+    return path
+
+
+def merged_down(runs: list[Path], folder: Path) -> list[Path]:
+    """``runs`` merged ``MERGE_FANIN`` consecutive runs at a time, pass after pass, until at most ``MERGE_FANIN``
+    remain (each merged run replaces its inputs on disk)."""
+    passes = 0
+    while len(runs) > MERGE_FANIN:
+        passes += 1
+        groups = [runs[start : start + MERGE_FANIN] for start in range(0, len(runs), MERGE_FANIN)]
+        runs = [merge_runs(group, folder / f"merge-{passes}-{i:05d}.arrow") for i, group in enumerate(groups)]
+    return runs
+
+
+def merge_runs(group: list[Path], path: Path) -> Path:
+    """One run of the rows of ``group`` (stable merge), written in record batches of about ``SPILL_BYTES``."""
+    with reading(group[0]), pa.OSFile(str(group[0])) as source:
+        schema = pa.ipc.open_stream(source).schema
+    with writing(path), pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        held, size = [], 0
+        for row in chain_runs(group):
+            held.append(row)
+            size += sum(map(len, row))
+            if size >= SPILL_BYTES:
+                writer.write_batch(pa.record_batch(list(zip(*held)), schema=schema))
+                held, size = [], 0
+        if held:
+            writer.write_batch(pa.record_batch(list(zip(*held)), schema=schema))
+    for run in group:
+        run.unlink()
     return path
 
 

@@ -30,10 +30,18 @@ def shuffled_rows(prefix: str, n: int, rng: np.random.Generator) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize(("sort_run_rows", "batch_chars"), [(7, 10**6), (10_000, 10**6), (7, 20)])
-def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(tmp_path, monkeypatch, sort_run_rows, batch_chars):
-    """Several spilled runs a file, or one; batches of 4 documents, or cut at 20 characters (2-3 texts of 8-11)."""
+@pytest.mark.parametrize(
+    ("sort_run_rows", "batch_chars", "fanin"), [(7, 10**6, 16), (10_000, 10**6, 16), (7, 20, 16), (7, 10**6, 2)]
+)
+def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(
+    tmp_path, monkeypatch, sort_run_rows, batch_chars, fanin
+):
+    """Several spilled runs a file, or one; batches of 4 documents, or cut at 20 characters (2-3 texts of 8-11);
+    runs merged 2 at a time, pass after pass, into at most 2 a file (spilled record batches of ~40 bytes: 2-3
+    rows)."""
     monkeypatch.setattr(pretrain_rows, "SORT_RUN_ROWS", sort_run_rows)
+    monkeypatch.setattr(pretrain_rows, "MERGE_FANIN", fanin)
+    monkeypatch.setattr(pretrain_rows, "SPILL_BYTES", 40 if fanin == 2 else 1 << 20)
     monkeypatch.setattr(pretrain_rows, "READ_ROWS", 5)
     monkeypatch.setattr(pretrain_rows, "BATCH_CHARS", batch_chars)
     rng = np.random.default_rng(3)
@@ -51,6 +59,13 @@ def test_streamed_rows_come_in_the_order_of_the_frame_read_whole(tmp_path, monke
         assert ("c", "train") not in {(p.stem, s) for p, s in rows.runs} and ("a", "train") in {
             (p.stem, s) for p, s in rows.runs
         }
+        names = {(p.stem, s): sorted(r.name for r in v) for (p, s), v in rows.runs.items()}
+        if sort_run_rows == 7 and fanin == 16:  # a: row groups of 4 rows, a run ends at 8 rows: its train rows in 6
+            assert names["a", "train"] == [f"run-{i:05d}.arrow" for i in range(6)]
+        elif fanin == 2:  # 6 runs -> 3 -> 2 (two passes), and b's 4 -> 2; the inputs of a merge removed
+            assert names["a", "train"] == ["merge-2-00000.arrow", "merge-2-00001.arrow"]
+            assert names["b", "train"] == ["merge-1-00000.arrow", "merge-1-00001.arrow"]
+            assert sorted(f.name for f in (tmp_path / "spill" / "a-train").iterdir()) == names["a", "train"]
         for split in PRETRAIN_SPLITS:
             batches = list(rows.batches(split, 4))
             assert {len(b.texts) for b in batches[:-1]} <= ({4} if batch_chars > 100 else {2, 3})
