@@ -7,8 +7,9 @@ packed them (``split`` in ``PRETRAIN_SPLITS`` order, then ``doc_id``: ``pretrain
 ``split``, ``doc_id``, ``md5`` (of the text, UTF-8) and ``ids``: its subword ids without special tokens
 (list<int32>, what ``mlm_blocks.encode_texts`` returns for it). The Parquet metadata holds the fingerprint below.
 Both are streamed: the stored rows are read in batches beside the documents (a merge by ``(split, doc_id)``, the
-order both come in), and this run's rows are written as they come to a hidden file renamed over the cache at
-the end, so the cache costs a batch of memory, never the corpus's ids.
+order both come in), and this run's rows are written as they come (a row group every ``WRITE_ROWS`` rows or
+``WRITE_BYTES`` of Arrow data, whichever comes first) to a hidden file renamed over the cache at the end, so the
+cache costs a row group of memory, never the corpus's ids.
 
 Rule. **Full re-encode** (every text encoded, no stored ids used) when ``tokenize.incremental`` is false, when
 there is no cache, or when its fingerprint differs: the md5 of the tokenizer as it encodes (its serialized
@@ -61,7 +62,8 @@ IDS = "ids.parquet"
 NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs", "shard_blocks"}  # params that change no id
 SCHEMA = pa.schema({"split": pa.string(), "doc_id": pa.string(), "md5": pa.string(), "ids": pa.list_(pa.int32())})
 READ_ROWS = 1024  # stored rows read at a time
-WRITE_ROWS = 8192  # rows held before they are written (a Parquet row group)
+WRITE_ROWS = 8192  # rows held before they are written (a Parquet row group) ...
+WRITE_BYTES = 32 << 20  # ... or Arrow bytes, whichever comes first (long documents: ~32 KB of ids each)
 
 
 class TokenCache:
@@ -122,9 +124,10 @@ class TokenCache:
         os.replace(self.tmp, self.path)
 
     def _write(self, rows: pa.Table | None) -> None:
-        # rows of WRITE_ROWS at least make a row group; None writes what is held
+        # rows of WRITE_ROWS or WRITE_BYTES at least make a row group; None writes what is held
         self.held += [rows] if rows is not None else []
-        if self.held and (rows is None or sum(t.num_rows for t in self.held) >= WRITE_ROWS):
+        full = sum(t.num_rows for t in self.held) >= WRITE_ROWS or sum(t.nbytes for t in self.held) >= WRITE_BYTES
+        if self.held and (rows is None or full):
             if self.writer is None:
                 self._open()
             assert self.writer is not None
@@ -168,7 +171,8 @@ class StoredRows:
 
 def stored_rows(path: Path) -> Iterator[tuple[tuple[int, str], str, np.ndarray]]:
     """``((split rank, doc_id), md5, ids)`` of each stored row, in file order (pages' CRCs verified)."""
-    with pq.ParquetFile(path, page_checksum_verification=True, buffer_size=1 << 20) as parquet:
+    # pages read 1 MiB at a time (pre_buffer, on by default, reads a row group's column chunks whole first)
+    with pq.ParquetFile(path, page_checksum_verification=True, buffer_size=1 << 20, pre_buffer=False) as parquet:
         groups = range(parquet.num_row_groups)  # a row group at a time (see pretrain_rows.split_rows)
         for batch in (b for g in groups for b in parquet.iter_batches(READ_ROWS, [g], list(SCHEMA.names))):
             ranks = [PRETRAIN_SPLITS.index(split) for split in batch["split"].to_pylist()]

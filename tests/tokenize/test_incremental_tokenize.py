@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tasks import tokenize as stage
+from tasks.tokenize import cache
 from tasks.tracking import NullLog
 from tokenize_fixtures import news_rows, pretrain, tokenize_params, train_tokenizer, tweet_rows, write_inputs
 
@@ -141,3 +142,24 @@ def test_a_task_cache_not_as_written_encodes_every_input(inc):
     pq.write_table(nulls.replace_schema_metadata(table.schema.metadata), path)
     logged = run(inc)["incremental"]
     assert logged["clozeline"]["task_inputs_encoded"] == 8 and logged["reference"]["task_inputs_encoded"] == 0
+
+
+def test_cache_row_groups_end_at_write_bytes_and_serve_the_next_run(tmp_path, monkeypatch):
+    """A row group per batch of 4 documents when each batch passes ``WRITE_BYTES`` (long documents): the rows
+    are the same, and the next run finds every text in them."""
+    monkeypatch.setattr(cache, "WRITE_BYTES", 1)
+    rows = pretrain(20)
+    paths = write_inputs(tmp_path / "inc", rows)
+    train_tokenizer(paths)
+    run(paths, map_batch_size_docs=4)
+    stored = pq.ParquetFile(paths.data / "tokenize_cache" / "clozeline" / cache.IDS)
+    sizes = [stored.metadata.row_group(g).num_rows for g in range(stored.num_row_groups)]
+    assert sizes == [4] * 5 + [2]  # 20 train documents, then the 2 heldout ones (not one group of 22)
+    monkeypatch.setattr(cache, "WRITE_BYTES", 32 << 20)
+    whole = write_inputs(tmp_path / "whole", rows)
+    shutil.copytree(paths.models / "tokenizer", whole.models / "tokenizer")
+    run(whole, map_batch_size_docs=4)
+    one = pq.ParquetFile(whole.data / "tokenize_cache" / "clozeline" / cache.IDS)
+    assert one.num_row_groups == 1 and one.read().equals(stored.read())
+    logged = run(paths, map_batch_size_docs=4)
+    assert logged["incremental"]["clozeline"]["texts_encoded"] == 0 and outputs(paths) == outputs(whole)
