@@ -84,7 +84,8 @@ class ShardWriter:
             (self.folder / "dataset_info.json").write_text(text, encoding="utf-8")
 
     def _write_shard(self) -> None:
-        blocks = np.concatenate([b for b, _ in self.held])
+        # int32, the column's type: half the bytes of the packer's int64 (a vocabulary's ids fit)
+        blocks = np.concatenate([b for b, _ in self.held], dtype=np.int32, casting="same_kind")
         sources = np.concatenate([s for _, s in self.held])
         self.held, self.n_held = [], 0
         path = self.folder / f"shard-{len(self.shards):05d}.arrow"
@@ -93,7 +94,9 @@ class ShardWriter:
             writer.write_table(block_table(blocks, sources, self.special_ids))
             writer.finalize()
             writer.close()
-        self.md5.update(path.read_bytes())
+        with open(path, "rb") as shard:  # hashed a MiB at a time, not read whole
+            for chunk in iter(lambda: shard.read(1 << 20), b""):
+                self.md5.update(chunk)
         self.shards.append(path)
         self.blocks += len(blocks)
         self.by_source.update(sources.tolist())
@@ -108,10 +111,10 @@ def block_table(blocks: np.ndarray, sources: np.ndarray, special_ids: np.ndarray
     def column(values: np.ndarray, dtype: pa.DataType) -> pa.ListArray:
         return pa.ListArray.from_arrays(offsets, pa.array(values.reshape(-1), type=dtype))
 
-    arrays = [
-        column(blocks, pa.int32()),
-        column(np.ones_like(blocks), pa.int8()),
-        column(np.isin(blocks, special_ids).astype(np.int8), pa.int8()),
+    arrays = [  # each built in its column's type (no int64 copies to cast)
+        column(blocks.astype(np.int32, copy=False), pa.int32()),
+        column(np.ones(blocks.shape, dtype=np.int8), pa.int8()),
+        column(np.isin(blocks, special_ids).view(np.int8), pa.int8()),
         pa.array(sources, type=pa.string()),
     ]
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
