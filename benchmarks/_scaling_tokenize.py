@@ -94,7 +94,7 @@ def measure(root: Path, label: str, smoke: bool = False) -> dict:
     run = {"stage": STAGE, "engine": ENGINE[label], "docs": docs, **measured, **rates(docs, measured["seconds"])}
     print(
         f"scaling tokenize {label}: {docs} docs in {measured['seconds']:.1f} s ({run['docs_per_s']:.0f} docs/s), "
-        f"peak {measured['peak_rss_mib']:.0f} MiB driver, {measured['peak_tree_rss_mib']:.0f} MiB tree",
+        f"peak {measured['driver_peak_rss_mib']:.0f} MiB driver, {measured['peak_tree_rss_mib']:.0f} MiB tree",
         flush=True,
     )
     return run
