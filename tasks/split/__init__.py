@@ -67,6 +67,7 @@ the study's train pool), ``task_counts`` (docs and gold entities per task, shipp
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -85,14 +86,15 @@ from tasks.split.ledger import (
     empty_ledger,
     extend_ledger,
     holds_ledger_history,
-    label_columns,
+    label_codes,
+    label_names,
     ledger_metrics,
     ledger_path,
     read_ledger,
     replace_ledger,
     write_dropped,
 )
-from tasks.split.outputs import REQUIRED_COLUMNS, read_facts, source_files, write_shards
+from tasks.split.outputs import REQUIRED_COLUMNS, give_back_freed_memory, read_facts, source_files, write_shards
 from tasks.split.targets import LEFT_OUT
 from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 
@@ -111,7 +113,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     """
     files = source_files(paths.stage_data("dedup"))
     rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
-    pa.default_memory_pool().release_unused()  # the facts' Arrow pages, not reused by Python's objects
+    give_back_freed_memory()  # the facts' Arrow pages, not reused by Python's objects
     check_unique_ids(rows)
     rows["component"] = merge_groups(rows, groups_first=cfg.assignment == "hash")
     rows["split"] = assign_splits(rows, cfg)
@@ -135,6 +137,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         raise SplitLeakError(f"{len(straddling)} group(s) in more than one split, e.g. {straddling[:5]}")
     check_task_splits_filled(kept, cfg)
     out_dir = paths.stage_data("split")
+    give_back_freed_memory()  # under the shard writes' own peak (blocks of texts), what the assignment freed
     write_outputs(files, total, kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
     if cfg.ledger or not holds_ledger_history(path):
@@ -181,21 +184,16 @@ def ledger_note(enabled: bool, previous: pd.DataFrame | None, path: Path) -> str
     return f"split: ledger {path} found and used: its {len(previous)} docs keep their splits"
 
 
-def working_rows(tables: dict[str, pa.Table], meta_key: str | None = None) -> pd.DataFrame:
-    """Every source's rows one after another (index = position), ``REQUIRED_COLUMNS`` only, strings as Python
+def working_rows(tables: Iterable[pa.Table], meta_key: str | None = None) -> pd.DataFrame:
+    """The rows of ``tables`` (``read_facts``: every source's row groups) one after another (index = position),
+    each table converted before the next is read, ``REQUIRED_COLUMNS`` only, strings as Python
     objects. Without the text and token columns a row filter copies little (pyarrow ``take`` of the texts was
     ~7 s per run at 100k docs), and object strings are iterated ~20x faster than pandas' Arrow-backed ``str``.
     ``meta_key``: the only meta key read (the shipped split's; None: every meta kept, temporal mode reads the
     dates): a meta that cannot hold it (``assign.meta_value``'s test, in Arrow) is null, not a Python string. A
     ``group`` or ``cluster_id`` equal to the row's ``doc_id`` is that string object, not a copy of it, and the
     ``SHARED_COLUMNS`` hold one string object per distinct value."""
-    rows = pd.concat([object_frame(table, meta_key) for table in tables.values()], ignore_index=True)
-    ids = rows["doc_id"].to_numpy()
-    for column in ("group", "cluster_id"):  # a doc's own group and a singleton's cluster: its doc_id's object
-        values = rows[column].to_numpy()
-        # object dtype: a column set from an object array would be Arrow-backed strings, a copy of every value
-        rows[column] = pd.Series(np.where(values == ids, ids, values), index=rows.index, dtype=object)
-    return rows
+    return pd.concat([object_frame(table, meta_key) for table in tables], ignore_index=True)
 
 
 def object_frame(table: pa.Table, meta_key: str | None) -> pd.DataFrame:
@@ -208,7 +206,13 @@ def object_frame(table: pa.Table, meta_key: str | None) -> pd.DataFrame:
         if pa.types.is_string(table.schema.field(column).type):
             encoded = pc.dictionary_encode(table[column])
             table = table.set_column(table.schema.get_field_index(column), column, encoded)
-    return table.to_pandas().astype({c: object for c in REQUIRED_COLUMNS if c != "is_duplicate"})
+    frame = table.to_pandas().astype({c: object for c in REQUIRED_COLUMNS if c != "is_duplicate"})
+    ids = frame["doc_id"].to_numpy()
+    for column in ("group", "cluster_id"):  # a doc's own group and a singleton's cluster: its doc_id's object
+        values = frame[column].to_numpy()
+        # object dtype: a column set from an object array would be Arrow-backed strings, a copy of every value
+        frame[column] = pd.Series(np.where(values == ids, ids, values), index=frame.index, dtype=object)
+    return frame
 
 
 def may_hold(meta: pa.ChunkedArray, key: str) -> pa.ChunkedArray:
@@ -232,28 +236,19 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> np.ndarray:
     Groups are source-local names (author "smith" of two sources is not one person); clusters are global
     but merged only within a role (see the module docstring). A row without a group is its cluster alone.
     The name is the smallest label, with ``groups_first`` the smallest group label (hash mode: a new doc's
-    cluster id does not rename its group). The labels (``ledger.label_columns``, as ``assign.row_labels`` writes
+    cluster id does not rename its group). The labels (``ledger.label_codes``, as ``assign.row_labels`` writes
     them) get integer codes in that order, the row's (cluster, group) pairs are the edges of a graph whose
     connected components (scipy) are the unions, and each component is named by its smallest code: the root a
-    union-find by that priority keeps, without a Python dict of every label.
+    union-find by that priority keeps, without a Python dict of every label; only the roots' names are built.
     """
-    cluster, group = label_columns(rows)
-    has_group = group.notna().to_numpy()
-    codes, names = pd.factorize(
-        np.concatenate([cluster.to_numpy(object), group.to_numpy(object)[has_group]]), sort=True
-    )
-    names = np.asarray(names, dtype=object)
-    if groups_first:  # group labels before cluster labels, each in label order
-        order = np.lexsort((np.arange(len(names)), [name.split("|", 2)[1] == "cluster" for name in names]))
-        rank = np.empty(len(names), np.int64)
-        rank[order] = np.arange(len(names))
-        codes, names = rank[codes], names[order]
-    own, linked = codes[: len(rows)], codes[len(rows) :]
-    edges = sparse.coo_matrix((np.ones(len(linked), np.int8), (own[has_group], linked)), shape=(len(names),) * 2)
+    own, has_group, linked, parts = label_codes(rows, groups_first)
+    size = sum(len(names) for _, _, names in parts)
+    edges = sparse.coo_matrix((np.ones(len(linked), np.int8), (own[has_group], linked)), shape=(size, size))
     _, component = connected_components(edges, directed=False)
-    root = np.full(component.max(initial=-1) + 1, len(names), np.int64)
-    np.minimum.at(root, component, np.arange(len(names)))
-    return names[root[component[own]]]
+    root = np.full(component.max(initial=-1) + 1, size, np.int64)
+    np.minimum.at(root, component, np.arange(size))
+    roots, row_root = np.unique(root[component[own]], return_inverse=True)
+    return label_names(parts, roots)[row_root]
 
 
 def count_straddling(rows: pd.DataFrame) -> list[str]:

@@ -167,9 +167,7 @@ def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
 def label_columns(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Every row's cluster label and group label (NaN without a group), as ``assign.row_labels`` writes them, out-of-
     contract values included (a null cluster id, ``pd.NA``), so both walks see the same labels."""
-    missing = rows["group"].isna().to_numpy()
-    has_group = ~missing  # pandas' nulls but None and float NaN are groups to row_labels (pd.NA, NaT): asked there
-    has_group[missing] = [len(row_labels("", "", group, "")) == 2 for group in rows["group"][missing]]
+    has_group = group_mask(rows)
     # each label one f-string: a chain of Series "+" made a string a row per step (~4 strings a row at once)
     roles = rows["role"].map(str).to_numpy(object)
     cluster = [f"{role}|cluster|{c}" for role, c in zip(roles, map(str, rows["cluster_id"]))]
@@ -177,6 +175,52 @@ def label_columns(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     sources, groups = rows["source"][has_group].map(str), rows["group"][has_group].map(str)
     group[has_group] = [f"{r}|group|{s}|{g}" for r, s, g in zip(roles[has_group], sources, groups)]
     return pd.Series(cluster, rows.index, dtype=object), pd.Series(group, rows.index, dtype=object)
+
+
+def group_mask(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, whether it has a group label (``assign.row_labels``: pandas' nulls but None and float NaN, such as
+    ``pd.NA`` and ``NaT``, are groups; asked there)."""
+    missing = rows["group"].isna().to_numpy()
+    has_group = ~missing
+    has_group[missing] = [len(row_labels("", "", group, "")) == 2 for group in rows["group"][missing]]
+    return has_group
+
+
+def label_codes(rows: pd.DataFrame, groups_first: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """The labels of ``label_columns`` as integer codes in label order (``groups_first``: group labels first, each
+    kind in label order), without a string a label: ``(cluster, has_group, group, parts)``, the cluster label's
+    code per row, ``group_mask``, the group label's code per row that has one, and per ``(role, kind)`` part its
+    prefix ``<role>|<kind>|``, first code and sorted label rests (``label_names``). A label is its part's prefix
+    and a rest (``str(cluster_id)``, ``<source>|<group>``); as a role holds no ``|``, no prefix begins another,
+    so labels sort by prefix, then rest: each part is factorized alone."""
+    has_group = group_mask(rows)
+    roles = rows["role"].map(str).to_numpy(object)
+    groups = zip(rows["source"][has_group], rows["group"][has_group])
+    rests = {
+        "cluster": (np.ones(len(rows), bool), [c if type(c) is str else str(c) for c in rows["cluster_id"]]),
+        "group": (has_group, [f"{source!s}|{group!s}" for source, group in groups]),
+    }
+    codes = {kind: np.empty(len(rest), np.int64) for kind, (_, rest) in rests.items()}
+    kinds_roles = {(kind, role) for kind, (mask, _) in rests.items() for role in set(roles[mask])}
+    parts, offset = [], 0
+    for kind, role in sorted(kinds_roles, key=lambda kr: (groups_first and kr[0] == "cluster", f"{kr[1]}|{kr[0]}|")):
+        mask, rest = rests[kind]
+        mine = roles[mask] == role
+        found, names = pd.factorize(np.asarray(rest, dtype=object)[mine], sort=True)
+        codes[kind][mine] = found + offset
+        parts.append((f"{role}|{kind}|", offset, np.asarray(names, dtype=object)))
+        offset += len(names)
+    return codes["cluster"], has_group, codes["group"], parts
+
+
+def label_names(parts: list, codes: np.ndarray) -> np.ndarray:
+    """The label string of each code (``(codes,)`` object) from ``label_codes``' parts."""
+    starts = np.array([start for _, start, _ in parts], dtype=np.int64)
+    part_of = np.searchsorted(starts, codes, side="right") - 1
+    return np.asarray(
+        [parts[p][0] + parts[p][2][code - parts[p][1]] for p, code in zip(part_of.tolist(), codes.tolist())],
+        dtype=object,
+    )
 
 
 def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:

@@ -190,7 +190,8 @@ def test_dropped_rows_leave_the_source_file_by_position(tmp_path, monkeypatch, b
     files = {name: tmp_path / f"in-{name}.parquet" for name in tables}
     for name, table in tables.items():
         pq.write_table(table, files[name])
-    rows = split.working_rows(tables).iloc[[0, 2, 4]].assign(split=["train", "dev", "test"], component=["a", "b", "c"])
+    rows = split.working_rows(tables.values()).iloc[[0, 2, 4]]
+    rows = rows.assign(split=["train", "dev", "test"], component=["a", "b", "c"])
     split.write_outputs(files, 5, rows, tmp_path / "out")
     s, t = (pd.read_parquet(tmp_path / "out" / f"{name}.parquet") for name in ("s", "t"))
     assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
