@@ -65,12 +65,13 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from tasks.common.runtime import heap
 from tasks.config import Paths
 from tasks.config.corpus.dedup import DedupParams
 from tasks.dedup import incremental, policy, ray_engine
-from tasks.dedup.conflicts import drop_conflicting, find_conflicts, largest_component, resolve
+from tasks.dedup.conflicts import Conflicts, Resolution, drop_conflicting, find_conflicts, largest_component, resolve
 from tasks.dedup.corpus import ROLE_RANK, Corpus, read_corpus
-from tasks.dedup.labels import label_rows
+from tasks.dedup.labels import RowLabels, label_rows
 from tasks.dedup.near import Forest, merge_near
 from tasks.dedup.outputs import (
     clear_dir,
@@ -90,6 +91,7 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     missing column, a null text, an unknown role or a ``doc_id`` seen twice, and for a
     ``dedup.source_policy`` entry naming no ingest source.
     """
+    heap.map_large_blocks()  # else the driver keeps the pages of the row-sized temporaries it frees
     index = paths.stage_data("dedup_index")
     loading = incremental.preload(paths.stage_data("ingest"), cfg, index)  # the kernels load while the files are read
     local = cfg.engine == "local"
@@ -98,17 +100,7 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     log.info(f"dedup: {len(corpus.doc_id)} docs from {len(corpus.files)} sources, engine {cfg.engine}")
     docs = incremental.sign(corpus, cfg, index, log, loading) if local else sign_on_ray(paths, corpus, cfg)
     allowed = policy.row_policy(policies, corpus.source, docs.n_words, docs.n_chars, cfg.shingle_size_words)
-    rank = keep_rank(corpus, docs)
-    text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1].reshape(-1)  # equal: one normalized text
-    exact_rep = merge_exact(text_id, rank, allowed.exact)
-    clusters = Forest(exact_rep, rank)  # root = the cluster's kept row
-    bands, rows = band_shape(cfg)
-    edges, lsh_counts = merge_near(docs, exact_rep, text_id, clusters, cfg, (bands, rows), allowed.near)
-    cluster = clusters.roots()
-    conflicts = find_conflicts(corpus, docs, cluster)
-    resolution = resolve(corpus, cluster, conflicts, cfg)
-    labels = label_rows(corpus, docs, rank, cluster, cfg, exact_rep, resolution.losers)
-    drop_conflicting(corpus, labels, resolution.dropped, cfg)
+    labels, found, lsh_counts = cluster_rows(corpus, docs, allowed, cfg)  # found: the merges, conflicts, votes
     out_dir = paths.stage_data("dedup")
     clear_dir(out_dir)
     # Parquet and .npy writes (GIL mostly released) while the report is built in Python, each in a thread of its
@@ -117,19 +109,44 @@ def run(cfg: DedupParams, paths: Paths, log: Any) -> dict[str, Any]:
     with incremental.saving(index, docs, cfg, log) as save_entries, ThreadPoolExecutor(2) as writer:
         write_each = None if local else ray_engine.write_sources  # engine ray: each source by a Ray task
         jobs = [writer.submit(write_sources, out_dir, corpus, labels, False, write_each), writer.submit(save_entries)]
-        found = (edges, conflicts, resolution)
         report = write_cluster_report(out_dir / "clusters.jsonl", corpus, docs, labels, *found, cfg)
         for job in jobs:
             job.result()
     metrics = dedup_metrics(corpus, labels, report, policies, allowed.exact_protected)
     metrics["largest_component"] = largest_component(corpus, labels)
-    metrics["lsh"] = {**lsh_summary(cfg.threshold, bands, rows), **lsh_counts}
-    warn_about(report, conflicts, metrics["all"]["conflict_rules"], metrics["largest_component"], cfg)
+    metrics["lsh"] = {**lsh_summary(cfg.threshold, *band_shape(cfg)), **lsh_counts}
+    warn_about(report, found[1], metrics["all"]["conflict_rules"], metrics["largest_component"], cfg)
     log.info(f"dedup: {metrics['all']['docs_removed']} of {len(corpus.doc_id)} docs marked duplicate")
     return metrics
 
 
 # ---------------------------------------------------------------------------------------------- clustering
+
+
+def cluster_rows(
+    corpus: Corpus, docs: DocSignatures, allowed: policy.RowPolicy, cfg: DedupParams
+) -> tuple[RowLabels, tuple[list, Conflicts, Resolution], dict[str, int]]:
+    """Every row's labels after the exact and near merges and the conflict vote (``labels.RowLabels``); the near
+    merges, conflicts and their resolution (what ``clusters.jsonl`` lists); the LSH counts. The keep order, the
+    exact groups and the union-find end here (~40 bytes a doc the outputs do not hold)."""
+    rank = keep_rank(corpus, docs)
+    exact_rep, cluster, edges, lsh_counts = merge_rows(docs, rank, allowed, cfg)
+    conflicts = find_conflicts(corpus, docs, cluster)
+    resolution = resolve(corpus, cluster, conflicts, cfg)
+    labels = label_rows(corpus, docs, rank, cluster, cfg, exact_rep, resolution.losers)
+    drop_conflicting(corpus, labels, resolution.dropped, cfg)
+    return labels, (edges, conflicts, resolution), lsh_counts
+
+
+def merge_rows(docs: DocSignatures, rank: np.ndarray, allowed: policy.RowPolicy, cfg: DedupParams) -> tuple:
+    """The exact and near merges (``merge_exact``, ``near.merge_near``) in keep order ``rank``: each row's exact
+    group representative and cluster root (``(rows,)`` int64 each), the near merges and the LSH counts. The text
+    ids and the union-find end here, before the labels' temporaries."""
+    text_id = np.unique(np.asarray(docs.text_hash), return_inverse=True)[1].reshape(-1)  # equal: one normalized text
+    exact_rep = merge_exact(text_id, rank, allowed.exact)
+    clusters = Forest(exact_rep, rank)  # root = the cluster's kept row
+    edges, lsh_counts = merge_near(docs, exact_rep, text_id, clusters, cfg, band_shape(cfg), allowed.near)
+    return exact_rep, clusters.roots(), edges, lsh_counts
 
 
 def keep_rank(corpus: Corpus, docs: DocSignatures) -> np.ndarray:

@@ -37,26 +37,26 @@ WARN = logging.getLogger("clozeline.dedup")  # the RunLog has info only; warning
 
 def write_sources(out_dir: Path, corpus: Corpus, labels: RowLabels, clear: bool = True, write_each=None) -> None:
     """Write ``<out_dir>/<source>.parquet``: every ingest row plus ``cluster_id`` and ``is_duplicate``
-    (``write_source``). ``clear``: empty ``out_dir`` first (``clear_dir``). ``write_each``: writes the sources
-    whose table the corpus does not hold, given ``[(files, path, cluster_id, is_duplicate)]`` (``engine: ray``:
-    a Ray task each, ``ray_engine.write_sources``); else they are read here, one at a time. Built from Arrow
-    buffers (``pa.array`` of a list imports pandas), in C++ without the GIL: the stage runs it beside the report."""
+    (``write_source``). ``clear``: empty ``out_dir`` first (``clear_dir``). ``write_each``: writes the sources,
+    given an iterator of ``(files, path, cluster_id, is_duplicate)``, each made as it is asked for (``engine:
+    ray``: a Ray task each, ``ray_engine.write_sources``); else each is written here, from the corpus's table or
+    read from its files. Built from Arrow buffers (``pa.array`` of a list imports pandas), in C++ without the
+    GIL: the stage runs it beside the report."""
     if clear:
         clear_dir(out_dir)
-    cluster, is_duplicate = np.asarray(labels.cluster, np.int64), np.asarray(labels.is_duplicate, bool)
-    doc_ids, jobs, start = corpus.doc_id.array, [], 0
-    for source, files in corpus.files.items():
-        stop = start + corpus.rows[source]
-        ids = doc_ids.take(int64s(cluster[start:stop])).cast(pa.string())
-        job = (files, out_dir / f"{source}.parquet", ids, _arrow_bools(is_duplicate[start:stop]))
-        table = corpus.tables.get(source)
-        if table is None and write_each is not None:
-            jobs.append(job)
-        else:
-            write_source(read_source(files) if table is None else table, *job[1:])
-        start = stop
-    if jobs:
+    bounds, is_duplicate = np.cumsum([0] + [corpus.rows[s] for s in corpus.files]).tolist(), labels.is_duplicate
+
+    def job(source: str, start: int, stop: int) -> tuple[list[Path], Path, pa.Array, pa.Array]:
+        ids = corpus.doc_id.array.take(int64s(labels.cluster[start:stop])).cast(pa.string())
+        return corpus.files[source], out_dir / f"{source}.parquet", ids, _arrow_bools(is_duplicate[start:stop])
+
+    jobs = (job(source, start, stop) for source, start, stop in zip(corpus.files, bounds, bounds[1:]))
+    if write_each is not None:
         write_each(jobs)
+    else:
+        for source, (files, path, ids, duplicate) in zip(corpus.files, jobs):
+            table = corpus.tables.get(source)
+            write_source(read_source(files) if table is None else table, path, ids, duplicate)
     write_manifest(out_dir, {source: [out_dir / f"{source}.parquet"] for source in corpus.files})  # split checks it
 
 

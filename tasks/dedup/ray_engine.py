@@ -34,6 +34,7 @@ What runs where:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -206,10 +207,11 @@ class RaySignatures(DocSignatures):
         return _jaccard_task.remote(left_at, right_at, slot, *blocks)
 
 
-def write_sources(jobs: list[tuple[list[Path], Path, pa.Array, pa.Array]]) -> None:
+def write_sources(jobs: Iterable[tuple[list[Path], Path, pa.Array, pa.Array]]) -> None:
     """``outputs.write_source`` of each ``(ingest files, output path, cluster_id, is_duplicate)`` as a Ray task that
     reads the source's files itself: no table with texts comes to the driver (the workers see the driver's
-    files: one machine, or a shared file system). The same bytes as ``engine: local`` writes."""
+    files: one machine, or a shared file system). The same bytes as ``engine: local`` writes. A job's arrays are
+    copied to the object store as its task is sent, and are not held here after that."""
     raycluster.gather([_write_source.remote(*job) for job in jobs], "dedup: write")
 
 
