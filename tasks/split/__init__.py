@@ -67,7 +67,7 @@ the study's train pool), ``task_counts`` (docs and gold entities per task, shipp
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,8 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
     give_back_freed_memory()  # the facts' Arrow pages, not reused by Python's objects
     check_unique_ids(rows)
-    rows["component"] = merge_groups(rows, groups_first=cfg.assignment == "hash")
+    # object: the assignment's tables and dicts are keyed by these very strings (Arrow-backed, each use made new ones)
+    rows["component"] = pd.Series(merge_groups(rows, cfg.assignment == "hash"), index=rows.index, dtype=object)
     rows["split"] = assign_splits(rows, cfg)
     inputs, total = docs_in(rows), len(rows)
     placed, left_out = leave_out(rows, cfg)
@@ -257,27 +258,34 @@ def count_straddling(rows: pd.DataFrame) -> list[str]:
     integer codes (no frame of a label string a row: ~390 B a row at its peak)."""
     has_group = rows["group"].notna().to_numpy()
     role, split = rows["role"].to_numpy(object), rows["split"].to_numpy(object)
+    clusters, cluster_names = pd.factorize(rows["cluster_id"].to_numpy(object))
     checks = (
         ("group", has_group, group_label_codes(rows["source"][has_group], rows["group"][has_group])),
-        ("cluster", np.ones(len(rows), bool), pd.factorize(rows["cluster_id"].to_numpy(object))),
+        ("cluster", np.ones(len(rows), bool), (clusters, cluster_names.__getitem__)),
     )
     straddling = []
-    for kind, part, (labels, names) in checks:
+    for kind, part, (labels, label_of) in checks:
         found = in_several_splits(role[part], labels, split[part])
-        straddling += [f"{kind}:{r}:{label}" for r, label in sorted((r, names[code]) for r, code in found)]
+        straddling += [f"{kind}:{r}:{label}" for r, label in sorted((r, label_of(code)) for r, code in found)]
     return straddling
 
 
-def group_label_codes(source: pd.Series, group: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, labels)``: per row the code of its label ``f"{source}|{group}"`` in ``labels`` (object), each
-    label built once per distinct (source, group) pair, not once per row."""
+def group_label_codes(source: pd.Series, group: pd.Series) -> tuple[np.ndarray, Callable[[int], str]]:
+    """``(codes, label)``: per row the code of its label ``f"{source}|{group}"``, and the label of a code. Codes of
+    the distinct (source, group) pairs; where every source and group is a string without ``|``, distinct pairs are
+    distinct labels and no label is built (a string a row); else the pairs' labels are built and factorized."""
     sources, source_names = pd.factorize(source.to_numpy(object), use_na_sentinel=False)
     groups, group_names = pd.factorize(group.to_numpy(object), use_na_sentinel=False)
-    pairs, pair_values = pd.factorize(sources.astype(np.int64) * max(len(group_names), 1) + groups)
     width = max(len(group_names), 1)
-    text = [f"{source_names[p // width]}|{group_names[p % width]}" for p in pair_values.tolist()]
-    label_of_pair, labels = pd.factorize(np.asarray(text, dtype=object))
-    return label_of_pair[pairs], np.asarray(labels, dtype=object)
+    pairs, pair_values = pd.factorize(sources.astype(np.int64) * width + groups)
+
+    def text(pair: int) -> str:
+        return f"{source_names[pair // width]}|{group_names[pair % width]}"
+
+    if all(type(name) is str and "|" not in name for names in (source_names, group_names) for name in names):
+        return pairs, lambda code: text(int(pair_values[code]))
+    label_of_pair, labels = pd.factorize(np.asarray([text(p) for p in pair_values.tolist()], dtype=object))
+    return label_of_pair[pairs], labels.__getitem__
 
 
 def in_several_splits(role: np.ndarray, labels: np.ndarray, split: np.ndarray) -> list[tuple]:

@@ -183,7 +183,7 @@ def fill_stratum(members: pd.DataFrame, chosen: dict[str, str], plan: StratumPla
         if name in chosen:
             counts[chosen[name]] += kept if plan.units.get(chosen[name]) == "kept" else docs
             kept_in[chosen[name]] += kept
-    free = members[~members.index.isin(list(chosen))]
+    free = members[[name not in chosen for name in members.index]]  # isin(list(chosen)) hashed every name again
     if cfg.mode == "temporal":
         return fill_in_order(free.sort_values(["date", "key"]), plan, counts, kept_in)
     if cfg.assignment == "hash":

@@ -260,3 +260,34 @@ def test_merge_groups_names_each_component_as_a_union_find_by_its_priority_does(
                 uf.union(cluster, node)
             nodes.append(cluster)
         assert list(split.merge_groups(rows, groups_first)) == [uf.find(node) for node in nodes]
+
+
+@pytest.mark.parametrize("names", [("s", "t", "g", "h"), ("s", "s|g", "g", "h")])
+def test_count_straddling_equals_a_groupby_of_the_label_strings(names):
+    """Random rows (groups missing or named so that ``<source>|<group>`` of two pairs may be one label): the
+    straddling labels equal those of a pandas groupby over the label strings and the split."""
+    import random
+
+    rng = random.Random(5)
+    for _ in range(40):
+        n = rng.randint(1, 40)
+        rows = pd.DataFrame(
+            {
+                "role": [rng.choice(["task", "pretrain"]) for _ in range(n)],
+                "source": [rng.choice(names[:2]) for _ in range(n)],
+                "group": [rng.choice([None, *names[2:], "g|h"]) for _ in range(n)],
+                "cluster_id": [rng.choice([None, "c1", "c2", "c3"]) for _ in range(n)],
+                "split": [rng.choice(["train", "dev", "test"]) for _ in range(n)],
+            },
+            dtype=object,
+        )
+        expected = []
+        with_group = rows[rows["group"].notna()]
+        for kind, part, labels in (
+            ("group", with_group, [f"{s}|{g}" for s, g in zip(with_group["source"], with_group["group"])]),
+            ("cluster", rows, list(rows["cluster_id"])),
+        ):
+            table = pd.DataFrame({"role": list(part["role"]), "label": labels, "split": list(part["split"])})
+            splits = table.groupby(["role", "label"])["split"].nunique()
+            expected += [f"{kind}:{role}:{label}" for role, label in sorted(splits.index[splits.to_numpy() > 1])]
+        assert split.count_straddling(rows) == expected
