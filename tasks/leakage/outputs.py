@@ -24,6 +24,8 @@ REQUIRED_COLUMNS = ("doc_id", "source", "role", "text", "split", "is_duplicate")
 #: Read where a shard has them: the semantic pass's task-train labels and dedup clusters (``semantic.audit``).
 USED_COLUMNS = ("label", "cluster_id")
 EVAL_SPLITS = ("dev", "test")
+ROW_COLUMNS = ("doc_id", "source")  # every row's: the row accounting (``leakage_metrics``)
+TRAIN_COLUMNS = ("doc_id", "source", "role")  # the training rows' without their texts: the table, scan and filler
 ITER_ROWS = 4096  # values made Python strings at once when a ``Picked`` is iterated (~8 MB of text)
 TABLE_COLUMNS = [
     "train_doc",
@@ -68,22 +70,24 @@ def iter_sources(folder: Path, train_text: bool = True) -> Iterator[tuple[str, p
 
 
 def read_split(folder: Path, train_text: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``(rows, eval rows, training rows)`` of ``read_sources(folder)``: every row without its ``text`` (what the
-    row accounting reads), ``eval_rows`` and ``train_rows`` of them all with it. Taken shard by shard: a row
+    """``(rows, eval rows, training rows)`` of ``read_sources(folder)``: every row's ``ROW_COLUMNS`` (what the
+    row accounting reads), ``eval_rows`` and ``train_rows`` with every column read. Taken shard by shard: a row
     filter copies a column's Arrow buffers, so filtering the concatenated frame held every text two or three
     times at once; this holds them once, and one shard's twice. ``train_text`` false: the training rows without
     their texts, which are then read only from the shards holding eval rows (the task sources', not the
-    pretraining sources'), so the process holds no training text (``engine: ray``: its workers read them).
+    pretraining sources'), so the process holds no training text (``engine: ray``: its workers read them), and
+    with only ``TRAIN_COLUMNS`` (the other columns are the semantic pass's, which reads the texts too).
     Errors as ``read_sources``."""
     rows, evals, trains = [], [], []
     for _, frame in iter_sources(folder, train_text):
         if train_text or "text" in frame:  # a shard read without its texts holds no eval row
             evals.append(eval_rows(frame))
-        trains.append(train_rows(frame) if train_text else train_rows(frame).drop(columns="text", errors="ignore"))
-        rows.append(frame.drop(columns="text", errors="ignore"))
+        blank = eval_rows(frame).iloc[:0]
+        trains.append(train_rows(frame) if train_text else train_rows(frame)[list(TRAIN_COLUMNS)])
+        rows.append(frame[list(ROW_COLUMNS)])
         del frame
     if not evals:  # no shard holds an eval row: the eval frame is empty, with a text column as read
-        evals.append(rows[0].iloc[:0].assign(text=pd.Series([], dtype="str")))
+        evals.append(blank.assign(text=pd.Series([], dtype="str")))
     return tuple(pd.concat(parts, ignore_index=True) for parts in (rows, evals, trains))  # type: ignore[return-value]
 
 

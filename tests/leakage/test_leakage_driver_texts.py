@@ -29,7 +29,8 @@ def test_read_split_without_training_texts_gives_the_same_rows_and_eval_rows(tmp
     rows, evals, trains = outputs.read_split(tmp_path, train_text=False)
     assert list(rows["doc_id"]) == ["a1", "a2", "a3", "b1", "b2"] and "text" not in rows
     assert list(evals["doc_id"]) == ["a1", "a3"] and list(evals["text"]) == ["text of a1", "text of a3"]
-    assert list(trains["doc_id"]) == ["a2", "b1", "b2"] and "text" not in trains
+    assert list(trains["doc_id"]) == ["a2", "b1", "b2"] and list(trains) == ["doc_id", "source", "role"]
+    assert list(rows) == ["doc_id", "source"] and list(rows["source"]) == ["task"] * 3 + ["pretrain"] * 2
     assert list(trains["role"]) == ["task", "pretrain", "pretrain"] and list(trains.index) == [0, 1, 2]
 
 
