@@ -131,7 +131,8 @@ def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataF
     table = pd.DataFrame({"docs": np.bincount(codes, minlength=len(index)), "kept": kept.astype(np.int64)}, index)
     table["source"] = most_common_by(codes, len(index), rows["source"])
     table["label"] = most_common_by(codes, len(index), rows["label"])
-    table["key"] = [group_key(cfg.seed, name) for name in table.index]
+    # uint64 straight from the keys: a list held a Python int a component (~40 B) before the column was made
+    table["key"] = np.fromiter((group_key(cfg.seed, name) for name in table.index), np.uint64, len(table))
     with_label = cfg.stratify_by_label and role == "task"
     table["stratum"] = [
         f"{src}/{lab}" if with_label and lab is not None else src for src, lab in zip(table["source"], table["label"])
@@ -183,7 +184,9 @@ def fill_stratum(members: pd.DataFrame, chosen: dict[str, str], plan: StratumPla
         if name in chosen:
             counts[chosen[name]] += kept if plan.units.get(chosen[name]) == "kept" else docs
             kept_in[chosen[name]] += kept
-    free = members[[name not in chosen for name in members.index]]  # isin(list(chosen)) hashed every name again
+    # isin(list(chosen)) hashed every name again; only the columns a fill reads are copied
+    columns = ["docs", "kept", "key"] + (["date"] if "date" in members else [])
+    free = members.loc[[name not in chosen for name in members.index], columns]
     if cfg.mode == "temporal":
         return fill_in_order(free.sort_values(["date", "key"]), plan, counts, kept_in)
     if cfg.assignment == "hash":
