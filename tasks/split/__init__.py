@@ -78,6 +78,7 @@ import pyarrow.compute as pc
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
+from tasks.common.runtime.heap import map_large_blocks
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.config.paths import Paths
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
@@ -111,6 +112,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     named) and ``SplitLeakError`` when a group would straddle splits outside a bridged component, or a ledger doc
     moved.
     """
+    map_large_blocks()  # row-sized numpy temporaries given back as they are freed, not kept in glibc's heap
     files = source_files(paths.stage_data("dedup"))
     rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
     give_back_freed_memory()  # the facts' Arrow pages, not reused by Python's objects
