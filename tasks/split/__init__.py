@@ -56,8 +56,10 @@ split of a role. It must be 0 (bridged components aside: ``straddling_exempt``);
 ``SplitLeakError``. Every input row is in ``docs`` or ``dropped`` of its source (``docs_in``): dropped are the
 ledger's ``bridges_splits`` and, under a test cap (``split.max_test_docs``), ``beyond_max_test_docs``.
 
-Memory: the driver reads only the ``REQUIRED_COLUMNS`` of the corpus; the texts and token lists are streamed
-from each input file to its output, a block of rows at a time (``outputs``).
+Memory: the driver reads only the ``REQUIRED_COLUMNS`` of the corpus, a row group at a time into object columns
+(one string object per distinct source, role and label); the texts and token lists are streamed from each input
+file to its output, a block of rows at a time (``outputs``). Labels, components, groups and clusters are counted
+as integer codes, not per-row strings or frames of them; freed pages are given back before the shard writes.
 
 Modules: ``assign`` (components to splits), ``targets`` (what each split of a stratum may hold: fractions or
 the study's train pool), ``task_counts`` (docs and gold entities per task, shipped train moved to test),
