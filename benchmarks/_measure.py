@@ -75,7 +75,7 @@ def rates(docs: int, seconds: float) -> dict:
 
 def _sample(root: int, peak: dict, stop: threading.Event) -> None:
     while not stop.wait(SAMPLE_S):
-        memory = [_memory_mib(pid) for pid in _tree(root)]
+        memory = [memory_mib(pid) for pid in _tree(root)]
         peak["tree"] = max(peak["tree"], sum(rss for rss, _ in memory))
         peak["process"] = max([peak["process"]] + [high for _, high in memory])
         peak["driver"] = max(peak["driver"], memory[0][1])  # _tree lists the root first
@@ -98,7 +98,7 @@ def _tree(root: int) -> list[int]:
     return tree
 
 
-def _memory_mib(pid: int) -> tuple[float, float]:
+def memory_mib(pid: int) -> tuple[float, float]:
     """``(VmRSS, VmHWM)`` of ``pid`` in MiB; zeros for a process that has gone."""
     try:
         fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
