@@ -222,6 +222,7 @@ def plant_copies(
         plants, not_planted = make_plants(eval_frame, Picked(train_frame["text"], at), ids, cfg.planted, wordnet.of)
     else:
         files = sorted(paths.stage_data("split").glob("*.parquet"))
+        assert scanned.words is not None  # a frame without texts is engine: ray's, whose scan counts the words
         texts = Fetched(ids, scanned.words[at], functools.partial(ray_engine.texts_on_ray, files, cfg=cfg))
         plants, not_planted = texts.filled(
             lambda: make_plants(eval_frame, texts, ids, cfg.planted, wordnet.of, texts.words > 0)
