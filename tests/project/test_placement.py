@@ -15,6 +15,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import safetensors.torch
 import torch
@@ -309,7 +310,7 @@ def test_leakage_run_audits_semantically_on_the_resolved_device(monkeypatch, tin
     assert metrics["semantic"]["device"] == "meta"
 
 
-def test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given(monkeypatch, tiny_encoder):
+def test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given(monkeypatch, tiny_encoder, tmp_path):
     """``engine: ray`` on a cluster with GPUs: one embedding actor per GPU, its encoder on ``cuda`` (the GPU Ray
     gives it), and the facts task (the store's fingerprint, the metrics' device) built the same way."""
 
@@ -335,12 +336,16 @@ def test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given(monkeypatch
     threads = torch.get_num_threads()
     try:
         with on_meta(monkeypatch) as placement:
-            out = ray_engine.Embedder(cfg.semantic, where.hardware, where.threads)(windows)
+            out = ray_engine.Embedder(cfg.semantic, where.hardware, where.threads, tmp_path, 1)(windows)
             key, described = ray_engine._encoder_facts._func(cfg.semantic, where.hardware, where.threads)
     finally:
         torch.set_num_threads(threads)
     assert placement.resolved == ["cuda", "cuda"] and placement.forwards > 0 and placement.leaks == []
-    assert out.column("key").to_pylist() == keys and out.column("vector").type.list_size == 32
+    # the actor writes its vectors to the spill folder (one bucket here: one file) and returns only the count
+    (written,) = (tmp_path / "embedded").glob("*.parquet")
+    vectors = pq.read_table(written)
+    assert out.column("rows").to_pylist() == [3] and vectors.column("key").to_pylist() == keys
+    assert vectors.column("vector").type.list_size == 32
     assert described["device"] == "meta" and "meta" in key["device"]
 
 
