@@ -80,7 +80,7 @@ import pyarrow.compute as pc
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
-from tasks.common.runtime.heap import map_large_blocks
+from tasks.common.runtime.heap import give_back_freed_memory, map_large_blocks
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.config.paths import Paths
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
@@ -97,7 +97,7 @@ from tasks.split.ledger import (
     replace_ledger,
     write_dropped,
 )
-from tasks.split.outputs import REQUIRED_COLUMNS, give_back_freed_memory, read_facts, source_files, write_shards
+from tasks.split.outputs import REQUIRED_COLUMNS, read_facts, source_files, write_shards
 from tasks.split.targets import LEFT_OUT
 from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 

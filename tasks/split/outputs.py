@@ -9,7 +9,6 @@ whole-table ``pq.write_table``); a larger one in a row group per block of rows t
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,7 +57,7 @@ def read_facts(files: dict[str, Path]) -> Iterator[pa.Table]:
 
 def read_group(parquet: pq.ParquetFile, row_group: int) -> pa.Table:
     """Row group ``row_group``'s ``REQUIRED_COLUMNS`` (an empty table for a file without row groups); one thread:
-    pages freed by another thread's heap are not returned by ``release_unused`` (``give_back_freed_memory``)."""
+    pages freed by another thread's heap are not returned by ``release_unused`` (``heap.give_back_freed_memory``)."""
     if parquet.metadata.num_row_groups == 0:
         return parquet.schema_arrow.empty_table().select(list(REQUIRED_COLUMNS))
     return parquet.read_row_group(row_group, columns=list(REQUIRED_COLUMNS), use_threads=False)
@@ -70,16 +69,6 @@ def checked_roles(file: Path, table: pa.Table) -> pa.Table:
     if bad_role:
         raise ValueError(f"{file}: unknown role(s) {bad_role}; expected one of {sorted(SPLITS_OF_ROLE)}")
     return table
-
-
-def give_back_freed_memory() -> None:
-    """Return the pages freed so far to the system: Arrow's pool (mimalloc) keeps them for Arrow, and glibc's heap
-    keeps the small blocks Python's objects freed (``malloc_trim``; absent elsewhere, then skipped). Either would
-    otherwise stay in the driver's resident set under the peaks that follow (~300 B a row at the shard writes)."""
-    pa.default_memory_pool().release_unused()
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 def read_tags(file: Path) -> pa.ChunkedArray | None:
