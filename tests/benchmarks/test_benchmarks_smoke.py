@@ -123,6 +123,9 @@ def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
         feed = [run for run in body["runs"] if run["stage"] == "feed"]  # two sizes 10x apart, their peak RSS recorded
         assert [run["blocks"] for run in feed] == [2_000, 20_000]
         assert all(run["peak_rss_mib"] >= run["imports_rss_mib"] > 0 and run["steps_per_s"] > 0 for run in feed)
+        # a data stage's record fingerprints its own package only, so an edit to one stage leaves the others current
+        stages = [run for run in body["runs"] if run["stage"] != "feed"]
+        assert all(run["provenance"]["code_modules"] == [f"tasks.{run['stage']}"] for run in stages)
         assert [row["goal"] for row in rows if "feed peak RSS" in row["case"]] == ["<= 1.10x"]
         return
     assert rows and all(row["benchmark"] == name for row in rows)
