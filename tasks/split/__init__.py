@@ -59,17 +59,20 @@ ledger's ``bridges_splits`` and, under a test cap (``split.max_test_docs``), ``b
 Memory: the driver reads only the ``REQUIRED_COLUMNS`` of the corpus, a row group at a time into object columns
 (one string object per distinct source, role and label); the texts and token lists are streamed from each input
 file to its output, a block of rows at a time (``outputs``). Labels, components, groups and clusters are counted
-as integer codes, not per-row strings or frames of them; freed pages are given back before the shard writes.
+as integer codes, not per-row strings or frames of them; a component is an ``int64`` code a row and its name an
+Arrow string (``components``). The shards are written last (``settle`` then ``write_shards``), when the rows'
+frames are freed and each row is two codes (``outputs.Placement``); freed pages are given back before.
 
-Modules: ``assign`` (components to splits), ``targets`` (what each split of a stratum may hold: fractions or
-the study's train pool), ``task_counts`` (docs and gold entities per task, shipped train moved to test),
-``ledger`` (the split ledger), ``outputs`` (the facts read, the output shards streamed).
+Modules: ``components`` (the unions of groups and clusters, coded), ``assign`` (components to splits),
+``targets`` (what each split of a stratum may hold: fractions or the study's train pool), ``task_counts`` (docs and
+gold entities per task, shipped train moved to test), ``ledger`` (the split ledger), ``straddle`` (the check that no
+group or cluster straddles, and the cross-role count), ``outputs`` (the facts read, the output shards streamed).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -77,27 +80,25 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import sparse
-from scipy.sparse.csgraph import connected_components
 
 from tasks.common.runtime.heap import give_back_freed_memory, map_large_blocks
 from tasks.config.corpus.split import TASK_SPLITS, SplitParams
 from tasks.config.paths import Paths
 from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
+from tasks.split.components import merge_groups
 from tasks.split.ledger import (
     apply_ledger,
     empty_ledger,
     extend_ledger,
     holds_ledger_history,
-    label_codes,
-    label_names,
     ledger_metrics,
     ledger_path,
     read_ledger,
     replace_ledger,
     write_dropped,
 )
-from tasks.split.outputs import REQUIRED_COLUMNS, read_facts, source_files, write_shards
+from tasks.split.outputs import REQUIRED_COLUMNS, Placement, read_facts, source_files, write_shards
+from tasks.split.straddle import count_straddling, cross_role_clusters
 from tasks.split.targets import LEFT_OUT
 from tasks.split.task_counts import entity_counts, shipped_train_to_test, study_lines, task_metrics
 
@@ -112,16 +113,25 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
 
     Raises ``FileNotFoundError`` when there is no input, ``ValueError`` for a bad row or ledger (file and doc_id
     named) and ``SplitLeakError`` when a group would straddle splits outside a bridged component, or a ledger doc
-    moved.
+    moved (then no shard is written).
     """
     map_large_blocks()  # row-sized numpy temporaries given back as they are freed, not kept in glibc's heap
     files = source_files(paths.stage_data("dedup"))
+    metrics, placement = settle(files, cfg, paths, log)
+    give_back_freed_memory()  # under the shard writes' own peak (blocks of texts), all the assignment freed
+    write_shards(files, placement, paths.stage_data("split"))
+    return metrics
+
+
+def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> tuple[dict, Placement]:
+    """Everything but the shards: the assignment, the ledger overlay, the checks, ``manifest.tsv``,
+    ``dropped.jsonl`` and the ledger written, and the metrics; returns them and the placement of every input row
+    (``outputs.Placement``): the rows' frames are freed on return, so the shard writes hold codes only."""
     rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
     give_back_freed_memory()  # the facts' Arrow pages, not reused by Python's objects
     check_unique_ids(rows)
-    # object: the assignment's tables and dicts are keyed by these very strings (Arrow-backed, each use made new ones)
-    rows["component"] = pd.Series(merge_groups(rows, cfg.assignment == "hash"), index=rows.index, dtype=object)
-    rows["split"] = assign_splits(rows, cfg)
+    rows["component"], names = merge_groups(rows, cfg.assignment == "hash")
+    rows["split"] = assign_splits(rows, cfg, names)
     inputs, total = docs_in(rows), len(rows)
     placed, left_out = leave_out(rows, cfg)
     del rows  # a copy of its rows, placed or not, would be held to the end: ~90 B a row
@@ -131,7 +141,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     for source, why in cfg.unused_test_caps().items():
         log.info(f"split: warning: split.max_test_docs.{source} caps nothing: {why}")
     base = empty_ledger() if previous is None else previous
-    kept, dropped, bridged = apply_ledger(placed, base, path)
+    kept, dropped, bridged = apply_ledger(placed, base, path, names)
     if len(left_out):
         dropped = pd.concat([left_out, dropped] if len(dropped) else [left_out]).sort_values(
             "doc_id", ignore_index=True
@@ -142,8 +152,7 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
         raise SplitLeakError(f"{len(straddling)} group(s) in more than one split, e.g. {straddling[:5]}")
     check_task_splits_filled(kept, cfg)
     out_dir = paths.stage_data("split")
-    give_back_freed_memory()  # under the shard writes' own peak (blocks of texts), what the assignment freed
-    write_outputs(files, total, kept, out_dir)
+    write_manifest(kept, out_dir)
     write_dropped(dropped, out_dir / "dropped.jsonl")
     if cfg.ledger or not holds_ledger_history(path):
         ledger = extend_ledger(base, kept)
@@ -158,12 +167,13 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     tasks, moved_to_test = task_metrics(kept, entity_counts(files), cfg), shipped_train_to_test(kept, cfg)
     for line in study_lines(tasks, moved_to_test, cfg):
         log.info(line)
+    bridged_names = names.take(pa.array(bridged, pa.int64())).to_pylist()  # codes sort as their names
     return (
         metrics
-        | ledger_metrics(cfg.ledger, previous, placed, kept, ledger, bridged, exempt)
+        | ledger_metrics(cfg.ledger, previous, placed, kept, ledger, bridged_names, exempt)
         | {"moved_since_previous": moved, "task_sizing": cfg.task_sizing, "train_pool_factor": cfg.train_pool_factor}
         | {"tasks": tasks, "shipped_train_to_test": moved_to_test}
-    )
+    ), placement(kept, total, names)
 
 
 def leave_out(rows: pd.DataFrame, cfg: SplitParams) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -234,88 +244,6 @@ def check_unique_ids(rows: pd.DataFrame) -> None:
         raise ValueError(f"doc_id {dupes.iloc[0]!r} occurs more than once across data/dedup sources")
 
 
-def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> np.ndarray:
-    """Component name per row (``(rows,)`` object): union of ``(role, source, group)`` and ``(role, cluster_id)``
-    labels.
-
-    Groups are source-local names (author "smith" of two sources is not one person); clusters are global
-    but merged only within a role (see the module docstring). A row without a group is its cluster alone.
-    The name is the smallest label, with ``groups_first`` the smallest group label (hash mode: a new doc's
-    cluster id does not rename its group). The labels (``ledger.label_codes``, as ``assign.row_labels`` writes
-    them) get integer codes in that order, the row's (cluster, group) pairs are the edges of a graph whose
-    connected components (scipy) are the unions, and each component is named by its smallest code: the root a
-    union-find by that priority keeps, without a Python dict of every label; only the roots' names are built.
-    """
-    own, has_group, linked, parts = label_codes(rows, groups_first)
-    size = sum(len(names) for _, _, names in parts)
-    edges = sparse.coo_matrix((np.ones(len(linked), np.int8), (own[has_group], linked)), shape=(size, size))
-    _, component = connected_components(edges, directed=False)
-    root = np.full(component.max(initial=-1) + 1, size, np.int64)
-    np.minimum.at(root, component, np.arange(size))
-    roots, row_root = np.unique(root[component[own]], return_inverse=True)
-    return label_names(parts, roots)[row_root]
-
-
-def count_straddling(rows: pd.DataFrame) -> list[str]:
-    """Labels of raw groups and clusters found in more than one split of a role (independent re-check), sorted
-    by role and label within each kind. A group's label is ``<source>|<group>``; labels and splits are compared as
-    integer codes (no frame of a label string a row: ~390 B a row at its peak)."""
-    has_group = rows["group"].notna().to_numpy()
-    role, split = rows["role"].to_numpy(object), rows["split"].to_numpy(object)
-    clusters, cluster_names = pd.factorize(rows["cluster_id"].to_numpy(object))
-    checks = (
-        ("group", has_group, group_label_codes(rows["source"][has_group], rows["group"][has_group])),
-        ("cluster", np.ones(len(rows), bool), (clusters, cluster_names.__getitem__)),
-    )
-    straddling = []
-    for kind, part, (labels, label_of) in checks:
-        found = in_several_splits(role[part], labels, split[part])
-        straddling += [f"{kind}:{r}:{label}" for r, label in sorted((r, label_of(code)) for r, code in found)]
-    return straddling
-
-
-def group_label_codes(source: pd.Series, group: pd.Series) -> tuple[np.ndarray, Callable[[int], str]]:
-    """``(codes, label)``: per row the code of its label ``f"{source}|{group}"``, and the label of a code. Codes of
-    the distinct (source, group) pairs; where every source and group is a string without ``|``, distinct pairs are
-    distinct labels and no label is built (a string a row); else the pairs' labels are built and factorized."""
-    sources, source_names = pd.factorize(source.to_numpy(object), use_na_sentinel=False)
-    groups, group_names = pd.factorize(group.to_numpy(object), use_na_sentinel=False)
-    width = max(len(group_names), 1)
-    pairs, pair_values = pd.factorize(sources.astype(np.int64) * width + groups)
-
-    def text(pair: int) -> str:
-        return f"{source_names[pair // width]}|{group_names[pair % width]}"
-
-    if all(type(name) is str and "|" not in name for names in (source_names, group_names) for name in names):
-        return pairs, lambda code: text(int(pair_values[code]))
-    label_of_pair, labels = pd.factorize(np.asarray([text(p) for p in pair_values.tolist()], dtype=object))
-    return label_of_pair[pairs], labels.__getitem__
-
-
-def in_several_splits(role: np.ndarray, labels: np.ndarray, split: np.ndarray) -> list[tuple]:
-    """``(role, label code)`` of each (role, label) pair whose rows lie in more than one distinct split (a null
-    split counts as one; a null role or label code, -1, is left out, as ``groupby`` leaves nulls out)."""
-    roles, role_names = pd.factorize(role)
-    splits, split_names = pd.factorize(split, use_na_sentinel=False)
-    known = (roles >= 0) & (labels >= 0)
-    width, kinds = int(labels.max(initial=0)) + 1, max(len(split_names), 1)
-    key = roles[known].astype(np.int64) * width + labels[known]
-    pairs = np.unique(key * kinds + splits[known])
-    keys, counts = np.unique(pairs // kinds, return_counts=True)
-    return [(role_names[k // width], int(k % width)) for k in keys[counts > 1].tolist()]
-
-
-def cross_role_clusters(rows: pd.DataFrame) -> int:
-    """Clusters with rows in both roles (left to the leakage stage, which removes eval twins); a null cluster id
-    or role is left out. Clusters and roles as integer codes, each (cluster, role) pair counted once."""
-    clusters, _ = pd.factorize(rows["cluster_id"].to_numpy(object))
-    roles, role_names = pd.factorize(rows["role"].to_numpy(object))
-    known, width = (clusters >= 0) & (roles >= 0), max(len(role_names), 1)
-    pairs = np.unique(clusters[known].astype(np.int64) * width + roles[known])
-    _, counts = np.unique(pairs // width, return_counts=True)
-    return int((counts > 1).sum())
-
-
 def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
     """Raise ``ValueError`` naming the source and the split when a task source has no kept (non-duplicate)
     document in a split that ``split.task_fractions`` gives a share (a pooled source under ``study`` sizing:
@@ -339,18 +267,22 @@ def check_task_splits_filled(rows: pd.DataFrame, cfg: SplitParams) -> None:
                 )
 
 
-def write_outputs(files: dict[str, Path], total: int, rows: pd.DataFrame, out_dir: Path) -> None:
-    """``<source>.parquet`` (input row order + ``split`` and ``split_group``, the row's ``component``; rows not in
-    ``rows`` left out; streamed from the input files, ``outputs.write_shards``) and ``manifest.tsv`` sorted by
-    doc_id. ``rows``' index is the row's position in ``files`` one after another (``working_rows``, ``total``
-    rows), so a source's kept rows are found by position, not by looking doc_ids up."""
+def write_manifest(rows: pd.DataFrame, out_dir: Path) -> None:
+    """``<out_dir>/manifest.tsv``: ``doc_id<TAB>split`` of ``rows``, sorted by doc_id."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    split, group = np.full(total, None, dtype=object), np.full(total, None, dtype=object)
-    split[rows.index.to_numpy()] = rows["split"].to_numpy()
-    group[rows.index.to_numpy()] = rows["component"].to_numpy()
-    write_shards(files, split, group, out_dir)
     manifest = rows[["doc_id", "split"]].sort_values("doc_id")
     manifest.to_csv(out_dir / "manifest.tsv", sep="\t", index=False, lineterminator="\n")
+
+
+def placement(rows: pd.DataFrame, total: int, names: pa.Array) -> Placement:
+    """Where each of the ``total`` input rows goes (``outputs.Placement``): ``rows``' index is the row's position
+    in ``files`` one after another (``working_rows``), so a source's kept rows are found by position, not by
+    looking doc_ids up; its ``split`` as a code (-1: not written, as a null split), its ``component`` (a code of
+    ``names``) as ``split_group``."""
+    codes, splits = pd.factorize(rows["split"].to_numpy(object), sort=True)
+    split, group = np.full(total, -1, np.int8), np.zeros(total, np.int64)
+    split[rows.index.to_numpy()], group[rows.index.to_numpy()] = codes, rows["component"].to_numpy(np.int64)
+    return Placement(split, pa.array(list(splits), pa.string()), group, names)
 
 
 def docs_in(rows: pd.DataFrame) -> dict[str, tuple[int, str]]:

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tasks.config.corpus.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
 from tasks.split.targets import LEFT_OUT, StratumPlan, plan_stratum, stratum_shares
@@ -19,6 +20,8 @@ SPLITS_OF_ROLE = {"task": TASK_SPLITS, "pretrain": PRETRAIN_SPLITS}
 SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev"}
 #: the columns a role's assignment reads (a copy of the role's rows: the others are not copied)
 ASSIGN_COLUMNS = ("doc_id", "source", "label", "meta", "is_duplicate", "component")
+#: component names made Python strings at once to be keyed (``component_keys``)
+KEY_CHUNK = 65_536
 
 
 def row_labels(role: str, source: str, group, cluster: str) -> list[str]:
@@ -32,13 +35,14 @@ class SplitLeakError(RuntimeError):
     """A group or near-duplicate cluster ended up in more than one split, or a ledger doc moved."""
 
 
-def assign_splits(rows: pd.DataFrame, cfg: SplitParams) -> pd.Series:
-    """The from-scratch split of every row (index aligned with ``rows``, which carry ``component``)."""
+def assign_splits(rows: pd.DataFrame, cfg: SplitParams, names: pa.Array) -> pd.Series:
+    """The from-scratch split of every row (index aligned with ``rows``, which carry ``component``: a code of
+    ``names``, ``components.merge_groups``; codes sort as their names)."""
     split = pd.Series("", index=rows.index, dtype=object)
     for role, splits in SPLITS_OF_ROLE.items():
         mask = rows["role"] == role
         if mask.any():
-            split[mask] = assign_role(rows.loc[mask, list(ASSIGN_COLUMNS)], cfg, role, splits)
+            split[mask] = assign_role(rows.loc[mask, list(ASSIGN_COLUMNS)], cfg, role, splits, names)
     return split
 
 
@@ -48,12 +52,12 @@ def group_key(seed: int, name: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[str, ...]) -> pd.Series:
-    """The split of every row of one role (index aligned with ``rows``)."""
+def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[str, ...], names: pa.Array) -> pd.Series:
+    """The split of every row of one role (index aligned with ``rows``; ``assign_splits``)."""
     fractions = cfg.task_fractions if role == "task" else cfg.pretrain_fractions
     fixed = own_splits(rows, cfg.own_split_meta_key, splits)
-    components = component_table(rows, cfg, role)
-    chosen: dict[str, str] = fixed_components(rows, fixed)
+    components = component_table(rows, cfg, role, names)
+    chosen: dict[int, str] = fixed_components(rows, fixed, names)
     pools = cfg.train_pools() if role == "task" else {}
     # study: a pooled source's shipped train is only a candidate for its pool; what the pool does not take is test
     shipped_train = {
@@ -104,35 +108,33 @@ def meta_value(meta: str | None, key: str):
     return json.loads(meta).get(key)
 
 
-def fixed_components(rows: pd.DataFrame, fixed: pd.Series) -> dict[str, str]:
-    """``{component: split}`` for components containing rows with a shipped split.
+def fixed_components(rows: pd.DataFrame, fixed: pd.Series, names: pa.Array) -> dict[int, str]:
+    """``{component code: split}`` for components containing rows with a shipped split.
 
     Raises ``SplitLeakError`` when one component holds rows of different shipped splits (the source's own
     split lets a group or near-duplicate cluster straddle).
     """
-    chosen: dict[str, str] = {}
+    chosen: dict[int, str] = {}
     known = fixed.notna()
     for component, split_values in fixed[known].groupby(rows["component"][known], sort=True):
         distinct = sorted(set(split_values))
         if len(distinct) > 1:
-            raise SplitLeakError(f"shipped split puts group {component!r} in {distinct}")
+            raise SplitLeakError(f"shipped split puts group {names[component].as_py()!r} in {distinct}")
         chosen[component] = distinct[0]
     return chosen
 
 
-def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataFrame:
-    """One row per component, sorted by name: ``docs``, ``kept`` (non-duplicate docs), ``key``, ``stratum``
-    (source[/label]) and ``date`` (temporal mode). The names get integer codes once (one ``factorize``) and every
-    count is taken over the codes: a ``groupby`` of the names per column hashed each name again (~340 B a row)."""
-    codes, names = pd.factorize(rows["component"].to_numpy(object), sort=True)
-    # an object index: pandas would make the names an Arrow-backed string index, iterated and isin-tested ~10x slower
-    index = pd.Index(np.asarray(names, dtype=object), dtype=object, name="component")
+def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str, names: pa.Array) -> pd.DataFrame:
+    """One row per component, indexed by its code (``assign_splits``), sorted by name: ``docs``, ``kept``
+    (non-duplicate docs), ``key``, ``stratum`` (source[/label]) and ``date`` (temporal mode). The role's components
+    get positions once (one ``factorize``) and every count is taken over them."""
+    codes, found = pd.factorize(rows["component"].to_numpy(np.int64), sort=True)
+    index = pd.Index(found, dtype=np.int64, name="component")
     kept = np.bincount(codes, weights=~rows["is_duplicate"].to_numpy(bool), minlength=len(index))
     table = pd.DataFrame({"docs": np.bincount(codes, minlength=len(index)), "kept": kept.astype(np.int64)}, index)
     table["source"] = most_common_by(codes, len(index), rows["source"])
     table["label"] = most_common_by(codes, len(index), rows["label"])
-    # uint64 straight from the keys: a list held a Python int a component (~40 B) before the column was made
-    table["key"] = np.fromiter((group_key(cfg.seed, name) for name in table.index), np.uint64, len(table))
+    table["key"] = component_keys(cfg.seed, names, found)
     with_label = cfg.stratify_by_label and role == "task"
     table["stratum"] = [
         f"{src}/{lab}" if with_label and lab is not None else src for src, lab in zip(table["source"], table["label"])
@@ -140,6 +142,14 @@ def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str) -> pd.DataF
     if cfg.mode == "temporal":
         table["date"] = component_dates(rows, cfg.date_meta_key)
     return table
+
+
+def component_keys(seed: int, names: pa.Array, codes: np.ndarray) -> np.ndarray:
+    """``group_key`` of the names of ``codes`` (``(codes,)`` uint64), the names made Python strings
+    ``KEY_CHUNK`` at a time (not one a component at once); uint64 straight from the keys: a list held a Python
+    int a component (~40 B) before the column was made."""
+    chunks = (names.take(pa.array(codes[i : i + KEY_CHUNK])).to_pylist() for i in range(0, len(codes), KEY_CHUNK))
+    return np.fromiter((group_key(seed, name) for chunk in chunks for name in chunk), np.uint64, len(codes))
 
 
 def most_common_by(codes: np.ndarray, size: int, values: pd.Series) -> np.ndarray:
@@ -176,7 +186,7 @@ def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
     return pd.Series(dates, index=rows.index).groupby(rows["component"], sort=True).min()
 
 
-def fill_stratum(members: pd.DataFrame, chosen: dict[str, str], plan: StratumPlan, cfg) -> dict[str, str]:
+def fill_stratum(members: pd.DataFrame, chosen: dict[int, str], plan: StratumPlan, cfg) -> dict[int, str]:
     """Assign the free components of one stratum; fixed ones count toward their split's target (``counts``, in
     the split's unit) and toward a test cap (``kept_in``: kept docs per split)."""
     counts, kept_in = Counter(), Counter()
@@ -202,7 +212,7 @@ def rest_within_cap(kept: int, plan: StratumPlan, kept_in: Counter) -> str:
     return plan.rest
 
 
-def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[str, str]:
+def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[int, str]:
     """Key order; each component to the first bounded split it fits (its size in the split's unit <= what is
     left of the target), else the rest split (fractions: eval splits bounded, train the rest; study: dev, test
     and the train pool bounded, test the rest within its cap). A shipped-train component may only go to train or
@@ -218,7 +228,7 @@ def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in
     return out
 
 
-def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[str, str]:
+def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[int, str]:
     """Temporal fill: splits in params order (train first); move on once the next component overshoots. A
     shipped-train component past the train pool goes to the last split (within its cap: the newest are left out)."""
     splits, out, current = plan.splits, {}, 0
@@ -238,7 +248,7 @@ def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kep
     return out
 
 
-def hash_buckets(free: pd.DataFrame, fractions: dict[str, float], splits: tuple[str, ...]) -> dict[str, str]:
+def hash_buckets(free: pd.DataFrame, fractions: dict[str, float], splits: tuple[str, ...]) -> dict[int, str]:
     """Pure bucket: ``key / 2**64`` against cumulative fractions (eval splits first, then train)."""
     ordered_splits = [s for s in splits if s != "train"] + ["train"]
     edges, total = [], 0.0

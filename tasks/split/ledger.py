@@ -96,12 +96,15 @@ def read_ledger(path: Path) -> pd.DataFrame | None:
     return frame[LEDGER_COLUMNS].astype(object)
 
 
-def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, pd.DataFrame, list]:
-    """Overlay ``previous`` on the from-scratch ``rows["split"]`` (rows carry ``component``).
+def apply_ledger(
+    rows: pd.DataFrame, previous: pd.DataFrame, path: Path, names: pa.Array
+) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """Overlay ``previous`` on the from-scratch ``rows["split"]`` (rows carry ``component``, a code of ``names``:
+    ``components.merge_groups``).
 
     Returns the kept rows (final ``split``, from-scratch ``scratch``), the dropped ones (``source, doc_id, reason,
-    detail``, sorted by doc_id) and the sorted names of bridged components. Raises ``ValueError`` naming ``path``
-    when a ledger doc changed role (its split would not be a split of the new role).
+    detail``, sorted by doc_id) and the sorted codes of bridged components (codes sort as their names). Raises
+    ``ValueError`` naming ``path`` when a ledger doc changed role (its split would not be a split of the new role).
     """
     recorded = previous.set_index("doc_id")
     check_roles(rows, rows["doc_id"].map(recorded["role"]), path)
@@ -123,7 +126,7 @@ def apply_ledger(rows: pd.DataFrame, previous: pd.DataFrame, path: Path) -> tupl
             "reason": BRIDGES,
             "detail": [
                 f"it links groups/clusters already in {' and '.join(reach[i])} (component {name!r})"
-                for i, name in zip(rows.index[drop], rows["component"][drop])
+                for i, name in zip(rows.index[drop], names.take(rows["component"][drop].to_numpy()).to_pylist())
             ],
         }
     )
@@ -184,43 +187,6 @@ def group_mask(rows: pd.DataFrame) -> np.ndarray:
     has_group = ~missing
     has_group[missing] = [len(row_labels("", "", group, "")) == 2 for group in rows["group"][missing]]
     return has_group
-
-
-def label_codes(rows: pd.DataFrame, groups_first: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-    """The labels of ``label_columns`` as integer codes in label order (``groups_first``: group labels first, each
-    kind in label order), without a string a label: ``(cluster, has_group, group, parts)``, the cluster label's
-    code per row, ``group_mask``, the group label's code per row that has one, and per ``(role, kind)`` part its
-    prefix ``<role>|<kind>|``, first code and sorted label rests (``label_names``). A label is its part's prefix
-    and a rest (``str(cluster_id)``, ``<source>|<group>``); as a role holds no ``|``, no prefix begins another,
-    so labels sort by prefix, then rest: each part is factorized alone."""
-    has_group = group_mask(rows)
-    roles = rows["role"].map(str).to_numpy(object)
-    groups = zip(rows["source"][has_group], rows["group"][has_group])
-    rests = {
-        "cluster": (np.ones(len(rows), bool), [c if type(c) is str else str(c) for c in rows["cluster_id"]]),
-        "group": (has_group, [f"{source!s}|{group!s}" for source, group in groups]),
-    }
-    codes = {kind: np.empty(len(rest), np.int64) for kind, (_, rest) in rests.items()}
-    kinds_roles = {(kind, role) for kind, (mask, _) in rests.items() for role in set(roles[mask])}
-    parts, offset = [], 0
-    for kind, role in sorted(kinds_roles, key=lambda kr: (groups_first and kr[0] == "cluster", f"{kr[1]}|{kr[0]}|")):
-        mask, rest = rests[kind]
-        mine = roles[mask] == role
-        found, names = pd.factorize(np.asarray(rest, dtype=object)[mine], sort=True)
-        codes[kind][mine] = found + offset
-        parts.append((f"{role}|{kind}|", offset, np.asarray(names, dtype=object)))
-        offset += len(names)
-    return codes["cluster"], has_group, codes["group"], parts
-
-
-def label_names(parts: list, codes: np.ndarray) -> np.ndarray:
-    """The label string of each code (``(codes,)`` object) from ``label_codes``' parts."""
-    starts = np.array([start for _, start, _ in parts], dtype=np.int64)
-    part_of = np.searchsorted(starts, codes, side="right") - 1
-    return np.asarray(
-        [parts[p][0] + parts[p][2][code - parts[p][1]] for p, code in zip(part_of.tolist(), codes.tolist())],
-        dtype=object,
-    )
 
 
 def check_roles(rows: pd.DataFrame, ledger_role: pd.Series, path: Path) -> None:

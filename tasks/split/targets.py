@@ -58,10 +58,10 @@ class StratumPlan:
     rest: str
     splits: tuple[str, ...]
     fractions: dict[str, float]
-    shipped_train: frozenset[str]
+    shipped_train: frozenset[int]
     rest_cap: int | None = None
 
-    def allowed(self, name: str) -> tuple[str, ...]:
+    def allowed(self, name: int) -> tuple[str, ...]:
         """The bounded splits component ``name`` may fill, in first-fit order (a shipped-train one: train only)."""
         return tuple(s for s in self.bounded if name not in self.shipped_train or s == "train")
 
@@ -95,7 +95,7 @@ def plan_stratum(
     return StratumPlan(targets, units, ("dev", "test", "train"), "test", splits, fractions, mine, cap)
 
 
-def stratum_shares(components: pd.DataFrame, excluded: dict[str, str], totals: dict[str, int]) -> dict[str, int]:
+def stratum_shares(components: pd.DataFrame, excluded: dict[int, str], totals: dict[str, int]) -> dict[str, int]:
     """``{stratum: share}`` of each source's total (``totals``: ``{source: kept docs}``, a train pool or a test
     cap) over its strata in proportion to their kept docs; the shares of a source sum to its total.
     ``components``: ``source``, ``stratum`` and ``kept`` per component; those in ``excluded`` (a pool's

@@ -191,8 +191,9 @@ def test_dropped_rows_leave_the_source_file_by_position(tmp_path, monkeypatch, b
     for name, table in tables.items():
         pq.write_table(table, files[name])
     rows = split.working_rows(tables.values()).iloc[[0, 2, 4]]
-    rows = rows.assign(split=["train", "dev", "test"], component=["a", "b", "c"])
-    split.write_outputs(files, 5, rows, tmp_path / "out")
+    rows = rows.assign(split=["train", "dev", "test"], component=[0, 1, 2])
+    split.write_manifest(rows, tmp_path / "out")
+    outputs.write_shards(files, split.placement(rows, 5, pa.array(["a", "b", "c"])), tmp_path / "out")
     s, t = (pd.read_parquet(tmp_path / "out" / f"{name}.parquet") for name in ("s", "t"))
     assert list(s["doc_id"]) == ["s-0000", "s-0002"] and list(s["split"]) == ["train", "dev"]
     assert list(s["split_group"]) == ["a", "b"] and list(t["split_group"]) == ["c"]
@@ -259,7 +260,9 @@ def test_merge_groups_names_each_component_as_a_union_find_by_its_priority_does(
             for node in group:
                 uf.union(cluster, node)
             nodes.append(cluster)
-        assert list(split.merge_groups(rows, groups_first)) == [uf.find(node) for node in nodes]
+        codes, names = split.merge_groups(rows, groups_first)
+        assert names.take(codes).to_pylist() == [uf.find(node) for node in nodes]
+        assert names.to_pylist() == sorted(set(names.to_pylist()))  # a code's order is its name's
 
 
 @pytest.mark.parametrize("names", [("s", "t", "g", "h"), ("s", "s|g", "g", "h")])

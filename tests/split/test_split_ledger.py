@@ -328,7 +328,7 @@ def test_a_ledger_that_would_move_a_doc_fails_and_the_old_ledger_is_left_as_it_w
     path = tmp_path / "data" / "split_ledger" / "ledger.parquet"
     old = path.read_bytes()
 
-    def from_scratch(rows, previous, where):  # an overlay that ignores the ledger: a and b now share a split
+    def from_scratch(rows, previous, where, names):  # an overlay that ignores the ledger: a and b now share a split
         return rows.assign(scratch=rows["split"]), pd.DataFrame(columns=["source", "doc_id", "reason", "detail"]), []
 
     monkeypatch.setattr(split, "apply_ledger", from_scratch)
