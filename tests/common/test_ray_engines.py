@@ -260,6 +260,47 @@ def test_the_sharded_search_on_ray_equals_the_local_one_exact_and_hnsw(ray_insta
 
 
 @pytest.mark.slow
+def test_the_routed_shards_search_as_the_in_process_search_exact_and_hnsw(ray_instance, tmp_path):
+    """The corpus windows' vectors as the Ray engine keeps them (written by key bucket, ``spill.write_embedded``;
+    routed to their search shards by one task a bucket, ``ray_engine.gathered``; read by each shard's task,
+    ``searched_routed``) give ``search.sharded_search``'s hits, exact and with faiss HNSW per shard (above
+    ``exact_max_windows``); a window repeated in the corpus (one key, two positions) included."""
+    pytest.importorskip("faiss")
+    import torch
+
+    from tasks.leakage.semantic import spill
+
+    rng = np.random.default_rng(5)
+    index = rng.normal(size=(700, 16)).astype(np.float32)
+    index /= np.linalg.norm(index, axis=1, keepdims=True)
+    index[650:] = index[:50]  # the same windows again: routed to two shards from one bucket's vector
+    keys = [bytes(rng.integers(0, 256, 16, dtype=np.uint8)) for _ in range(650)]
+    keys += keys[:50]
+    queries = index[::50] + 0.3 * rng.normal(size=(14, 16)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    ray = raycluster.connect(stage_params()[1]["leakage"].ray)
+    place = ray_engine.placement(ray, load_params(ROOT / "params.yaml").hardware, torch.get_num_threads())
+    semantic = load_params(ROOT / "params.yaml").leakage.semantic
+    for exact_max in (10**6, 100):
+        cfg = semantic.model_copy(
+            update={"exact_max_windows": exact_max, "search_block_windows": 64, "search_shard_windows": 200}
+        )
+        folder = tmp_path / f"spill-{exact_max}"
+        used, inverse = spill.unique_keys(keys)
+        n = 3  # buckets
+        order = np.argsort([spill.bucket_of(k, n) for k in keys[:650]], kind="stable")
+        spill.write_embedded(folder, [keys[i] for i in order], index[order], n)
+        exact, starts, shard = search.plan(len(index), cfg)
+        assert exact == (exact_max > len(index)) and len(starts) == 3
+        side = ray_engine.gathered(ray, folder, n, used, inverse, 0, shard)  # no window the driver scores itself
+        assert [(blob, len(matrix)) for blob, matrix in side] == [(b"", 0)] * n
+        routed = ray_engine.Routed(folder, len(index), exact, starts, shard)
+        local = search.sharded_search(queries, index, 0.5, cfg)
+        on_ray = ray_engine.searched_routed(ray, place, queries, routed, 0.5, cfg)
+        assert all(np.array_equal(a, b) for a, b in zip(local, on_ray)) and len(local[1]) > len(queries)
+
+
+@pytest.mark.slow
 def test_the_planted_copies_scanned_on_ray_are_found_by_the_methods_found_locally(ray_instance):
     """``engine: ray`` scans the planted copies in a Ray task (``recall.found_by_on_ray``): the same methods per
     copy as in process, and some copies found by several methods (the scan is not empty)."""

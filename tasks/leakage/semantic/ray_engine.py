@@ -134,11 +134,12 @@ class RayEncoder(Encoder):
             shutil.rmtree(folder, ignore_errors=True)
 
     def load_store(self, folder: Path, key: dict, incremental: bool) -> str:
-        """``Encoder.load_store`` on a worker (``store.load``): only the kept keys come to ``stored`` (a set)."""
+        """``Encoder.load_store`` on a worker (``spill.stored_keys``: the store read a row group at a time): only
+        the kept keys come to ``stored`` (a ``spill.KeySet``, 16 bytes a key)."""
         self.store_folder = folder
         task = _stored_keys.options(num_cpus=1)
-        blob, reason = self.ray.get(task.remote(folder, key, incremental, self.model.config.hidden_size))
-        self.stored = set(spill.split16(blob))  # type: ignore[assignment]
+        keys, reason = self.ray.get(task.remote(folder, key, incremental, self.model.config.hidden_size))
+        self.stored = spill.KeySet(keys)  # type: ignore[assignment]
         return reason
 
     def take_stored(self, key: bytes) -> np.ndarray:
@@ -371,13 +372,7 @@ def _search_routed(queries, folder: Path, k: int, start: int, n: int, threshold:
     return search.search_shard(queries, spill.read_shard(folder, k, start, n), threshold, cfg, exact)
 
 
-@raycluster.remote
-def _stored_keys(folder: Path, key: dict, incremental: bool, dim: int) -> tuple[bytes, str]:
-    """``store.load``'s keys (sorted, 16 bytes each, concatenated) and reason."""
-    vectors, reason = store.load(folder, key, incremental, dim)
-    return b"".join(sorted(vectors)), reason
-
-
+_stored_keys = raycluster.remote(spill.stored_keys)
 _split_stored = raycluster.remote(spill.split_stored)
 _gather_bucket = raycluster.remote(spill.gather_bucket)
 _write_store = raycluster.remote(spill.write_store)

@@ -13,17 +13,21 @@ buckets in order are the keys in order; about ``BUCKET_ROWS`` used windows a buc
   task (``read_shard``).
 
 Files are plain Parquet (no compression): they live for one run. ``key`` is 16 bytes, ``vector`` float32
-(fixed-size lists), as in the store.
+(fixed-size lists), as in the store. The kept store's keys reach the driver as a sorted ``S16`` array
+(``stored_keys``, read a row group at a time; ``KeySet``), not as a set of Python bytes (~80 bytes a key).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.common.files.ioerrors import DamagedFile, reading
+from tasks.common.files.stamped import FINGERPRINT_KEY, one_line
 from tasks.leakage.semantic import store
 
 #: Used windows a bucket (``buckets``): a bucket's vectors, ~100 MB at 384 floats, are what one task holds.
@@ -53,6 +57,26 @@ def unique_keys(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 def keys_bytes(used: np.ndarray) -> bytes:
     """Rows of ``unique_keys``'s ``used`` as their 16-byte keys, concatenated."""
     return used.astype(">u8").tobytes()
+
+
+class KeySet:
+    """Store keys as a sorted ``(n,)`` ``S16`` array, looked up by ``np.searchsorted``: what ``Encoder.stored``
+    is asked (``key in``, ``len``, truth). Compared in numpy only: an ``S16`` element read back as ``bytes`` loses
+    its trailing zero bytes."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __contains__(self, key: bytes) -> bool:
+        return bool(self.isin(np.array([key], "S16"))[0])
+
+    def isin(self, keys: np.ndarray) -> np.ndarray:
+        """Per key of ``keys`` (an ``S16`` array), whether it is one of these."""
+        at = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        return self.keys[at] == keys if len(self.keys) else np.zeros(len(keys), bool)
 
 
 def split16(blob: bytes) -> list[bytes]:
@@ -85,10 +109,52 @@ def write_embedded(folder: Path, keys: list[bytes], matrix: np.ndarray, n: int) 
         pq.write_table(table, out / f"{b:06d}-{keys[rows[0]].hex()}.parquet", compression="none")
 
 
+def stored_keys(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[np.ndarray, str]:
+    """``store.load``'s keys, sorted (``S16``), and its reason, the store read a row group at a time (no process
+    holds every kept vector): the same checks (``store.load``, ``stamped.read_stamped``: the fingerprint, page
+    CRCs, 16-byte distinct keys, finite unit vectors of ``dim`` floats); a store that fails one gives no keys."""
+    none = np.zeros(0, "S16")
+    if not incremental:
+        return none, "leakage.incremental: false"
+    if expected["precision"] == "int8":
+        return none, "cpu_precision int8: vectors depend on their batch, none kept"
+    path = folder / store.STORE
+    if not path.is_file():
+        return none, f"no cache in {folder}"
+    try:
+        with reading(path), pq.ParquetFile(path, page_checksum_verification=True) as parquet:
+            stamped = json.loads((parquet.schema_arrow.metadata or {})[FINGERPRINT_KEY])
+            if not isinstance(stamped, dict):
+                return none, f"the cache {path} cannot be used (its fingerprint is not a JSON object)"
+            changed = sorted(k for k in expected if stamped.get(k) != expected[k])
+            if changed:
+                return none, f"the cache fingerprint changed ({', '.join(changed)})"
+            parts = [_checked_keys(parquet.read_row_group(g), dim) for g in range(parquet.num_row_groups)]
+    except (OSError, ValueError, KeyError) as err:
+        cause = err.__cause__ if isinstance(err, DamagedFile) and err.__cause__ else err
+        return none, f"the cache {path} cannot be used ({one_line(cause)})"
+    keys = np.sort(np.concatenate(parts)) if parts and all(p is not None for p in parts) else None
+    if keys is None or bool(np.any(keys[1:] == keys[:-1])):
+        return none, f"the cache {path} cannot be used (keys or vectors not as written)"
+    return keys, "store found"
+
+
+def _checked_keys(group: pa.Table, dim: int) -> np.ndarray | None:
+    """A store row group's keys as ``S16``, or None when its keys are not 16 bytes or its vectors not finite unit
+    vectors of ``dim`` floats (``store.load``'s checks)."""
+    keys, vectors = group.column("key").combine_chunks(), group.column("vector").combine_chunks()
+    if not pa.types.is_fixed_size_list(vectors.type) or (len(keys) and vectors.type.list_size != dim):
+        return None
+    if keys.null_count or vectors.null_count or any(len(k) != 16 for k in keys.to_pylist()):
+        return None
+    norms = np.linalg.norm(matrix_of(vectors, vectors.type.list_size), axis=1)
+    return np.array(keys.to_pylist(), "S16") if np.all(np.abs(norms - 1) < 1e-3) else None
+
+
 def split_stored(path: Path, used: bytes, n: int, folder: Path) -> int:
-    """The rows of the kept store at ``path`` whose keys are in ``used`` (16-byte keys, concatenated), into
+    """The rows of the kept store at ``path`` whose keys are in ``used`` (16-byte keys, concatenated, sorted), into
     ``folder/stored/<bucket>.parquet``, a row group at a time; returns how many."""
-    wanted = {used[i : i + 16] for i in range(0, len(used), 16)}
+    wanted = KeySet(np.frombuffer(used, "S16"))
     out = folder / "stored"
     out.mkdir(parents=True, exist_ok=True)
     writers: dict[int, pq.ParquetWriter] = {}
@@ -97,7 +163,7 @@ def split_stored(path: Path, used: bytes, n: int, folder: Path) -> int:
         for g in range(parquet.num_row_groups):
             group = parquet.read_row_group(g, columns=["key", "vector"])
             keys = group.column("key").to_pylist()
-            rows = [r for r, k in enumerate(keys) if k in wanted]
+            rows = np.flatnonzero(wanted.isin(np.array(keys, "S16"))).tolist()
             owner = np.array([bucket_of(keys[r], n) for r in rows], np.int64)
             for b in np.unique(owner).tolist():
                 part = group.take(pa.array(np.asarray(rows)[owner == b]))
