@@ -18,7 +18,9 @@ have Jaccard 1 (so wordless copies count).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -76,15 +78,25 @@ def remixed(rows: list[str], scale: int, near_duplicates: bool) -> list[str]:
     """The rows, then ``scale - 1`` remixes of each (one word in ``REMIX_STEP`` replaced by a random corpus word: no
     5-gram survives, so each is a distinct document of the same length and vocabulary), with a near duplicate
     after every ``NEAR_EVERY``-th remix when ``near_duplicates`` (benchmarks/scaling.py's corpora)."""
+    texts = list(rows)
+    for copy in islice(remixes(rows, near_duplicates), scale - 1):
+        texts += copy
+    return texts
+
+
+def remixes(rows: list[str], near_duplicates: bool) -> Iterator[list[str]]:
+    """``remixed``'s copies one at a time, without end: copy ``c`` (1, 2, ...) is ``remixed(rows, c + 1, ...)``'s
+    last ``len(rows)`` texts (more with near duplicates), so a caller holds one copy, not the corpus (one random
+    stream, drawn in the same order)."""
     rng = np.random.default_rng(REMIX_SEED)
     vocabulary = sorted({w for text in rows[:500] for w in text.split()})
-    texts = list(rows)
-    for _ in range(1, scale):
+    while True:
+        copy: list[str] = []
         for k, text in enumerate(rows):
-            texts.append(_variant(text, REMIX_STEP, rng, vocabulary))
+            copy.append(_variant(text, REMIX_STEP, rng, vocabulary))
             if near_duplicates and k % NEAR_EVERY == 0:
-                texts.append(_variant(texts[-1], NEAR_STEP, rng, vocabulary))
-    return texts
+                copy.append(_variant(copy[-1], NEAR_STEP, rng, vocabulary))
+        yield copy
 
 
 def _variant(text: str, step: int, rng: np.random.Generator, vocabulary: list[str]) -> str:

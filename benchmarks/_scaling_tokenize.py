@@ -5,7 +5,12 @@ Corpus (``build``, before any clock starts): the default sources after ingest an
 (``data/leakage/<source>.parquet``, ``leak_flag`` false, an empty ``table.parquet``). The pretraining rows
 (``role: pretrain``, 2,330 in the default corpus) are remixed (``benchmarks._dedup_corpus.remixed``: one word in 3
 replaced, new ``doc_id`` ``<id>~<copy>``) up to ``docs``; the task sources are as they are. Each source's file
-holds its rows in the remix order (the copies after the originals: not sorted by ``doc_id``). The clozeline
+holds its rows in the remix order (the copies after the originals: not sorted by ``doc_id``). The corpus is
+written in parts (``write_corpus``): one copy of the 2,330 rows remixed at a time (``_dedup_corpus.remixes``, the
+random stream ``remixed`` draws, in its order), and a Parquet row group per source whenever ``PART_ROWS`` rows
+are held, so the builder holds at most ``PART_ROWS`` rows and a copy, whatever ``docs`` (at 10^6 the one-frame
+build held 14 GB and was killed). Up to ``PART_ROWS`` (200,000 docs and the smaller sizes measured before)
+a file is one row group, byte for byte the file the one-frame build wrote. The clozeline
 tokenizer is the packaged MiniLM tokenizer copied to ``models/tokenizer`` (its training is the tokenizer stage's
 cost, not this one's), so both tokenizers encode the same ids.
 
@@ -27,9 +32,15 @@ import os
 import shutil
 import sys
 import tempfile
+from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks._measure import rates, run_measured
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = "tokenize"
@@ -40,6 +51,9 @@ TIMEOUT_S = 3600
 ENGINE = {"full": "local", "incremental": "local, incremental"}
 #: --smoke: docs a default source
 SMOKE_SOURCE_DOCS = 60
+#: pretraining rows held before they are written (a row group per source): 200,000 docs, measured before the
+#: corpus was written in parts, stay one row group a file
+PART_ROWS = 262_144
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 
 
@@ -56,24 +70,15 @@ def build(base: Path, docs_list: list[int], work: Path, max_docs: int | None = N
     return {docs: write_workspace(rows, docs, work / f"tokenize-{docs}") for docs in docs_list}
 
 
-def write_workspace(rows, docs: int, root: Path) -> Path:
+def write_workspace(rows: pd.DataFrame, docs: int, root: Path) -> Path:
     """The leakage outputs with the pretraining rows remixed up to ``docs``, the tokenizer and the leakage table."""
     import pandas as pd
 
-    from benchmarks._dedup_corpus import remixed
     from tasks.common.models.encoders import reference_model_dir
 
-    pre = rows[rows["role"] == "pretrain"].reset_index(drop=True)
-    scale = math.ceil(docs / len(pre))
-    copies = pd.concat([pre] * scale, ignore_index=True)
-    copies["text"] = remixed(list(pre["text"]), scale, near_duplicates=False)
-    copies["doc_id"] = [d if i < len(pre) else f"{d}~{i // len(pre)}" for i, d in enumerate(copies["doc_id"])]
-    corpus = pd.concat([copies.iloc[:docs], rows[rows["role"] != "pretrain"]], ignore_index=True)
-    corpus["is_duplicate"], corpus["leak_flag"] = False, False
     folder = root / "data" / "leakage"
     folder.mkdir(parents=True)
-    for source, part in corpus.groupby("source", sort=True):
-        part.to_parquet(folder / f"{source}.parquet", index=False)
+    write_corpus(rows, docs, folder)
     table = pd.DataFrame({c: pd.Series([], dtype=str) for c in ("train_doc", "eval_doc", "eval_source", "check")})
     table.to_parquet(folder / "table.parquet", index=False)
     tokenizer = root / "models" / "tokenizer"
@@ -82,6 +87,55 @@ def write_workspace(rows, docs: int, root: Path) -> Path:
         if (reference_model_dir() / name).exists():
             shutil.copyfile(reference_model_dir() / name, tokenizer / name)
     return root
+
+
+def write_corpus(rows: pd.DataFrame, docs: int, folder: Path) -> None:
+    """``<folder>/<source>.parquet`` per source of ``rows``: its first ``docs`` pretraining rows and remixes (copy
+    ``c`` of a row gets the ``doc_id`` ``<id>~<c>``), copy after copy, then its other rows, ``leak_flag`` and
+    ``is_duplicate`` false. Written in parts: a copy of the pretraining rows remixed at a time, and a row group
+    for each source once ``PART_ROWS`` rows are held (the last with the task rows), so the corpus is never held;
+    up to ``PART_ROWS`` pretraining docs a file is one row group, the bytes ``DataFrame.to_parquet`` writes.
+    Types and pandas metadata per source are those of its pretraining rows and task rows together."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from benchmarks._dedup_corpus import remixes
+
+    pre = flagged(rows[rows["role"] == "pretrain"].reset_index(drop=True))
+    others = flagged(rows[rows["role"] != "pretrain"])
+    sample = pd.concat([pre.iloc[:docs], others], ignore_index=True)
+    writers = {
+        source: pq.ParquetWriter(folder / f"{source}.parquet", table_of(part).schema, compression="snappy")
+        for source, part in sample.groupby("source", sort=True)
+    }
+    held: list[pd.DataFrame] = []
+    copies = chain([list(pre["text"])], remixes(list(pre["text"]), near_duplicates=False))
+    for copy, texts in zip(range(math.ceil(docs / max(len(pre), 1))), copies):
+        part = pre.assign(text=texts, doc_id=[d if copy == 0 else f"{d}~{copy}" for d in pre["doc_id"]])
+        held.append(part.iloc[: docs - copy * len(pre)])
+        if sum(map(len, held)) >= PART_ROWS:
+            write_parts(writers, pd.concat(held, ignore_index=True))
+            held = []
+    write_parts(writers, pd.concat([*held, others], ignore_index=True))
+    for writer in writers.values():
+        writer.close()
+
+
+def flagged(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with ``is_duplicate`` and ``leak_flag`` false: leakage outputs."""
+    return frame.assign(is_duplicate=False, leak_flag=False)
+
+
+def table_of(frame: pd.DataFrame) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def write_parts(writers: dict, frame: pd.DataFrame) -> None:
+    """A row group of ``frame``'s rows of each source to its writer (none for a source without rows)."""
+    for source, part in frame.groupby("source", sort=True):
+        writers[source].write_table(table_of(part).cast(writers[source].schema))
 
 
 def measure(root: Path, label: str, smoke: bool = False) -> dict:
