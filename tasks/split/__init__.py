@@ -131,6 +131,7 @@ def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> 
     give_back_freed_memory()  # the facts' Arrow pages, not reused by Python's objects
     check_unique_ids(rows)
     rows["component"], names = merge_groups(rows, cfg.assignment == "hash")
+    give_back_freed_memory()  # the labels' encodings (~250 B a row), under the assignment's own peak
     rows["split"] = assign_splits(rows, cfg, names)
     inputs, total = docs_in(rows), len(rows)
     placed, left_out = leave_out(rows, cfg)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
+from tasks.common.runtime.heap import give_back_freed_memory
 from tasks.split.ledger import group_mask
 
 #: names of components: ``large_string`` (10^8 names of ~60 B pass the 2 GiB of ``string``'s 32-bit offsets)
@@ -41,7 +42,7 @@ def merge_groups(rows: pd.DataFrame, groups_first: bool = False) -> tuple[np.nda
     row's (cluster, group) pairs are the edges of a graph whose connected components (scipy) are the unions, and
     each component is named by its smallest code: the root a union-find by that priority keeps."""
     own, has_group, linked, parts = label_codes(rows, groups_first)
-    size = sum(len(rests) for _, _, rests in parts)
+    size = sum(len(order) for *_, order in parts)
     edges = sparse.coo_matrix((np.ones(len(linked), np.int8), (own[has_group], linked)), shape=(size, size))
     _, component = connected_components(edges, directed=False)
     root = np.full(component.max(initial=-1) + 1, size, np.int64)
@@ -55,44 +56,56 @@ def label_codes(rows: pd.DataFrame, groups_first: bool = False) -> tuple[np.ndar
     """The labels as integer codes in label order (``groups_first``: group labels first, each kind in label
     order): ``(cluster, has_group, group, parts)``, the cluster label's code per row, ``ledger.group_mask``, the
     group label's code per row that has one, and per ``(role, kind)`` part its prefix ``<role>|<kind>|``, first
-    code and sorted rests (Arrow: ``str(cluster_id)``, ``<source>|<group>``)."""
+    code and distinct rests (``sorted_codes``; Arrow: ``str(cluster_id)``, ``<source>|<group>``). A part's rests
+    are made Arrow strings alone, and the pages its encoding freed given back before the next part."""
     has_group = group_mask(rows)
-    roles = rows["role"].map(str).to_numpy(object)
-    groups = pc.binary_join_element_wise(
-        texts(rows["source"].to_numpy(object)[has_group]),
-        texts(rows["group"].to_numpy(object)[has_group]),
-        pa.scalar("|", NAME_TYPE),
-    )
-    clusters = texts(rows["cluster_id"].to_numpy(object))
-    rests = {"cluster": (np.ones(len(rows), bool), clusters), "group": (has_group, groups)}
-    codes = {kind: np.empty(len(rest), np.int64) for kind, (_, rest) in rests.items()}
+    roles = as_text(rows["role"].to_numpy(object))
+    columns = {name: rows[name].to_numpy(object) for name in ("source", "group", "cluster_id")}
+    rests = {
+        "cluster": (np.ones(len(rows), bool), lambda mine: texts(columns["cluster_id"][mine])),
+        "group": (has_group, lambda mine: group_rests(columns["source"][mine], columns["group"][mine])),
+    }
+    codes = {kind: np.empty(int(mask.sum()), np.int64) for kind, (mask, _) in rests.items()}
     kinds_roles = {(kind, role) for kind, (mask, _) in rests.items() for role in set(roles[mask])}
     parts, offset = [], 0
     for kind, role in sorted(kinds_roles, key=lambda kr: (groups_first and kr[0] == "cluster", f"{kr[1]}|{kr[0]}|")):
-        mask, rest = rests[kind]
-        mine = roles[mask] == role
-        found, names = sorted_codes(rest.filter(pa.array(mine)))
-        codes[kind][mine] = found + offset
-        parts.append((f"{role}|{kind}|", offset, names))
-        offset += len(names)
+        mask, rest_of = rests[kind]
+        mine = mask & (roles == role)
+        found, distinct, order = sorted_codes(rest_of(mine))
+        codes[kind][mine[mask]] = found + offset
+        parts.append((f"{role}|{kind}|", offset, distinct, order))
+        offset += len(order)
+        give_back_freed_memory()  # the part's rests and hash table, kept by Arrow's pool otherwise
     return codes["cluster"], has_group, codes["group"], parts
 
 
+def as_text(values: np.ndarray) -> np.ndarray:
+    """``str`` of each value (``(n,)`` object): ``values`` itself where all are ``str``, else each made ``str``
+    (``None`` is ``"None"``, as in ``assign.row_labels``)."""
+    if pd.api.types.infer_dtype(values, skipna=False) == "string":
+        return values
+    return np.asarray([v if type(v) is str else str(v) for v in values], dtype=object)
+
+
 def texts(values: np.ndarray) -> pa.Array:
-    """``str`` of each value (``(n,)`` object) as Arrow strings: the strings themselves where all are ``str`` (no
-    Python object made), else each made ``str`` first (``None`` is ``"None"``, as in ``assign.row_labels``)."""
-    if pd.api.types.infer_dtype(values, skipna=False) != "string":
-        values = np.asarray([v if type(v) is str else str(v) for v in values], dtype=object)
-    return pa.array(values, NAME_TYPE)
+    """``as_text`` of ``values`` as Arrow strings (``NAME_TYPE``): no Python object made where all are ``str``."""
+    return pa.array(as_text(values), NAME_TYPE)
 
 
-def sorted_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
-    """``(codes, names)``: the distinct ``values`` sorted, and per value the position of its own (``int64``)."""
+def group_rests(source: np.ndarray, group: np.ndarray) -> pa.Array:
+    """``<source>|<group>`` of each row, in Arrow."""
+    return pc.binary_join_element_wise(texts(source), texts(group), pa.scalar("|", NAME_TYPE))
+
+
+def sorted_codes(values: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """``(codes, distinct, order)``: the distinct ``values`` (first-seen order), ``order`` the positions that sort
+    them, and per value the sorted position of its own (``int64``). Not sorted by a copy: the names of the roots
+    alone are taken in order (``label_names``)."""
     encoded = pc.dictionary_encode(values)
     order = pc.array_sort_indices(encoded.dictionary).to_numpy()
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    return rank[encoded.indices.to_numpy(zero_copy_only=False)], encoded.dictionary.take(pa.array(order))
+    return rank[encoded.indices.to_numpy(zero_copy_only=False)], encoded.dictionary, order
 
 
 def label_names(parts: list, roots: np.ndarray) -> tuple[pa.Array, np.ndarray]:
@@ -100,9 +113,9 @@ def label_names(parts: list, roots: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     label, and per root the position of its label there. Within a part codes are in label order; the parts are
     put in prefix order (hash mode codes group parts first)."""
     chunks, ranks, done = {}, np.empty(len(roots), np.int64), 0
-    for prefix, start, rests in parts:
-        first, end = np.searchsorted(roots, [start, start + len(rests)])
-        picked = rests.take(pa.array(roots[first:end] - start))
+    for prefix, start, distinct, order in parts:
+        first, end = np.searchsorted(roots, [start, start + len(order)])
+        picked = distinct.take(pa.array(order[roots[first:end] - start]))
         chunks[prefix] = (
             first,
             end,

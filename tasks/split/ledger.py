@@ -106,6 +106,8 @@ def apply_ledger(
     detail``, sorted by doc_id) and the sorted codes of bridged components (codes sort as their names). Raises
     ``ValueError`` naming ``path`` when a ledger doc changed role (its split would not be a split of the new role).
     """
+    if previous.empty:  # no ledger doc: nothing is kept, reached or dropped (no per-row map of the doc_ids)
+        return rows.assign(scratch=rows["split"]), empty_dropped(), []
     recorded = previous.set_index("doc_id")
     check_roles(rows, rows["doc_id"].map(recorded["role"]), path)
     ledger_split = rows["doc_id"].map(recorded["split"])
@@ -132,6 +134,11 @@ def apply_ledger(
     )
     kept = out[~drop] if drop.any() else out  # no copy of every row when none is dropped
     return kept, dropped.sort_values("doc_id", ignore_index=True), bridged
+
+
+def empty_dropped() -> pd.DataFrame:
+    """No dropped row (``source, doc_id, reason, detail``), as ``apply_ledger`` builds them."""
+    return pd.DataFrame({column: pd.Series(dtype=object) for column in ("source", "doc_id", "reason", "detail")})
 
 
 def reached_splits(rows: pd.DataFrame, ledger_split: pd.Series) -> pd.Series:
