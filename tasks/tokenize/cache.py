@@ -7,9 +7,10 @@ packed them (``split`` in ``PRETRAIN_SPLITS`` order, then ``doc_id``: ``pretrain
 ``split``, ``doc_id``, ``md5`` (of the text, UTF-8) and ``ids``: its subword ids without special tokens
 (list<int32>, what ``mlm_blocks.encode_texts`` returns for it). The Parquet metadata holds the fingerprint below.
 Both are streamed: the stored rows are read in batches beside the documents (a merge by ``(split, doc_id)``, the
-order both come in), and this run's rows are written as they come (a row group every ``WRITE_ROWS`` rows or
-``WRITE_BYTES`` of Arrow data, whichever comes first) to a hidden file renamed over the cache at the end, so the
-cache costs a row group of memory, never the corpus's ids.
+order both come in; a batch is about ``READ_BYTES`` of its row group's data, so a few rows where documents are
+long), and this run's rows are written as they come (a row group every ``WRITE_ROWS`` rows or ``WRITE_BYTES`` of
+Arrow data, whichever comes first) to a hidden file renamed over the cache at the end, so the cache costs a row
+group of memory, never the corpus's ids.
 
 Rule. **Full re-encode** (every text encoded, no stored ids used) when ``tokenize.incremental`` is false, when
 there is no cache, or when its fingerprint differs: the md5 of the tokenizer as it encodes (its serialized
@@ -61,7 +62,7 @@ from tasks.tokenize import mlm_blocks
 IDS = "ids.parquet"
 NOT_ENCODING = {"incremental", "num_proc", "map_batch_size_docs", "shard_blocks"}  # params that change no id
 SCHEMA = pa.schema({"split": pa.string(), "doc_id": pa.string(), "md5": pa.string(), "ids": pa.list_(pa.int32())})
-READ_ROWS = 1024  # stored rows read at a time
+READ_BYTES = 4 << 20  # stored rows read at a time: about this many bytes of a row group's uncompressed data
 WRITE_ROWS = 8192  # rows held before they are written (a Parquet row group) ...
 WRITE_BYTES = 32 << 20  # ... or Arrow bytes, whichever comes first (long documents: ~32 KB of ids each)
 
@@ -173,13 +174,21 @@ def stored_rows(path: Path) -> Iterator[tuple[tuple[int, str], str, np.ndarray]]
     """``((split rank, doc_id), md5, ids)`` of each stored row, in file order (pages' CRCs verified)."""
     # pages read 1 MiB at a time (pre_buffer, on by default, reads a row group's column chunks whole first)
     with pq.ParquetFile(path, page_checksum_verification=True, buffer_size=1 << 20, pre_buffer=False) as parquet:
-        groups = range(parquet.num_row_groups)  # a row group at a time (see pretrain_rows.split_rows)
-        for batch in (b for g in groups for b in parquet.iter_batches(READ_ROWS, [g], list(SCHEMA.names))):
+        # a row group at a time (see pretrain_rows.split_rows), its rows batch_rows at once
+        groups = ((g, batch_rows(parquet, g)) for g in range(parquet.num_row_groups))
+        for batch in (b for g, rows in groups for b in parquet.iter_batches(rows, [g], list(SCHEMA.names))):
             ranks = [PRETRAIN_SPLITS.index(split) for split in batch["split"].to_pylist()]
             keys = zip(ranks, batch["doc_id"].to_pylist())
             ids = batch["ids"]  # offsets index the whole child array, also in a sliced batch
             flat, offsets = ids.values.to_numpy(), ids.offsets.to_numpy().tolist()
             yield from zip(keys, batch["md5"].to_pylist(), (flat[lo:hi] for lo, hi in zip(offsets, offsets[1:])))
+
+
+def batch_rows(parquet: pq.ParquetFile, group: int) -> int:
+    """Rows of row group ``group`` in about ``READ_BYTES`` of its uncompressed data (its mean row's size): a batch
+    of long documents' ids is a few rows, not a fixed count."""
+    meta = parquet.metadata.row_group(group)
+    return max(1, READ_BYTES * meta.num_rows // max(meta.total_byte_size, 1))
 
 
 def fingerprint(encoder: Tokenizer, cfg: TokenizeParams) -> dict[str, str]:

@@ -163,3 +163,23 @@ def test_cache_row_groups_end_at_write_bytes_and_serve_the_next_run(tmp_path, mo
     assert one.num_row_groups == 1 and one.read().equals(stored.read())
     logged = run(paths, map_batch_size_docs=4)
     assert logged["incremental"]["clozeline"]["texts_encoded"] == 0 and outputs(paths) == outputs(whole)
+
+
+def test_stored_rows_are_read_read_bytes_at_a_time_and_serve_the_run(inc, monkeypatch):
+    """Batches of the stored rows follow their bytes (``READ_BYTES``): a row a batch at 1 byte, every row read as
+    the file holds it, and the next run finds every text there."""
+    path = inc.data / "tokenize_cache" / "clozeline" / cache.IDS
+    with pq.ParquetFile(path) as parquet:
+        group = parquet.metadata.row_group(0)
+        assert group.num_rows == 22  # one group: 20 train documents, 2 heldout
+        monkeypatch.setattr(cache, "READ_BYTES", group.total_byte_size // 4)
+        assert cache.batch_rows(parquet, 0) == 5  # 22 rows * a quarter of the group's bytes, rounded down
+        monkeypatch.setattr(cache, "READ_BYTES", 1)
+        assert cache.batch_rows(parquet, 0) == 1
+    table = pq.read_table(path)
+    read = list(cache.stored_rows(path))
+    assert [doc for (_, doc), _, _ in read] == table.column("doc_id").to_pylist()
+    assert [list(ids) for _, _, ids in read] == table.column("ids").to_pylist()
+    before = outputs(inc)
+    logged = run(inc)["incremental"]
+    assert logged["clozeline"]["texts_encoded"] == 0 and outputs(inc) == before
