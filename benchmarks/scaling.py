@@ -14,7 +14,9 @@ Corpora (built before any clock starts, in a temporary folder):
   ``SHARDS`` Parquet files of the ingest contract (role pretrain), so Ray reads them in parallel;
 - leakage at scale k: the default sources after ingest and split (``benchmarks/leakage.default_corpora``, no
   dedup); the training rows (6,024) and k - 1 remixes of each (new ``doc_id``s, the other columns copied), the
-  924 eval rows fixed, in ``SHARDS`` files plus one of eval rows.
+  924 eval rows fixed, in ``SHARDS`` files plus one of eval rows. ``--leakage-encoder stand-in``: the semantic pass
+  with a 1-layer random encoder of MiniLM's widths (``benchmarks/_scaling_leakage.py``), rows of their own
+  (``semantic_encoder``): their driver memory is the pass's, their time is not.
 
 Each run is the stage's own ``run`` (params.yaml, ``engine`` set, Ray with every CPU of this machine) in a fresh
 subprocess (``benchmarks/_measure.run_measured``: wall seconds from spawn to exit, imports and Ray start-up
@@ -75,6 +77,7 @@ from benchmarks._provenance import (  # noqa: E402
     smoke_sources,
     write_results,
 )
+from benchmarks._scaling_leakage import write_leakage_corpus, write_stand_in  # noqa: E402
 from benchmarks._scaling_tables import DOC, table_rows, write_doc  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "scaling.json"
@@ -99,7 +102,7 @@ def stage_code(stage: str) -> tuple[str]:
 def main() -> None:
     args = _parse()
     if args.part:
-        return run_part(args.part, args.engine, args.work, args.smoke, args.leakage_semantic == "on")
+        return run_part(args.part, args.engine, args.work, args.smoke, args.leakage_semantic == "on", args.encoder)
     if args.tables:
         return write_doc(json.loads(RESULTS.read_text()))
     from tasks.config import read_yaml
@@ -121,11 +124,12 @@ def main() -> None:
             from benchmarks.leakage import default_corpora
 
             trains, evals = default_corpora(raw, work / "leakage-base", SMOKE_TRAIN if args.smoke else None)
+            stand_in = args.leakage_encoder == "stand-in" and write_stand_in(work / "stand-in-encoder")
             for scale in args.leakage_scales:
                 source = work / f"leakage-{scale}x" / "data" / "split"
                 if args.smoke:
                     trains, evals = trains[:SMOKE_TRAIN], evals[:SMOKE_EVAL]
-                docs = write_leakage_corpus(trains, evals, scale, source)
+                docs = write_leakage_corpus(trains, evals, scale, source, SHARDS)
                 results["runs"] += alternated(
                     "leakage",
                     scale,
@@ -135,6 +139,7 @@ def main() -> None:
                     args.rounds or min_runs(scale, args.smoke),
                     args.smoke,
                     args.leakage_semantic == "on",
+                    stand_in or None,
                 )
         if args.stage_sizes:
             results["runs"] += stages.measured_runs(work / "stages", args.stage_sizes, args.smoke)
@@ -143,7 +148,10 @@ def main() -> None:
         if args.feed_blocks:
             results["runs"] += feed.measured_runs(work, args.feed_blocks, args.feed_ranks, args.feed_steps, args.smoke)
     if args.keep:  # a rerun replaces the earlier run of the same stage, engine and scale
-        latest = {(r["stage"], r["engine"], r["scale"], r.get("semantic_pass")): r for r in results["runs"]}
+        latest = {
+            (r["stage"], r["engine"], r["scale"], r.get("semantic_pass"), r.get("semantic_encoder")): r
+            for r in results["runs"]
+        }
         results["runs"] = sorted(latest.values(), key=lambda r: (r["stage"], r["scale"], r["engine"]))
     results["cores"] = os.cpu_count()
     results["rows"] = table_rows(results["runs"])
@@ -170,16 +178,18 @@ def alternated(
     rounds: int,
     smoke: bool = False,
     semantic: bool = True,
+    encoder: Path | None = None,
 ) -> list[dict]:
     """``rounds`` rounds of every engine in turn, each on a fresh hard-linked copy of ``source`` (the stage's input
-    folder); per engine one record: the last round's figures, ``docs_per_s`` the median over the rounds with
+    folder), leakage's semantic pass with ``encoder`` (``--leakage-encoder stand-in``'s folder; None: params.yaml's
+    encoder); per engine one record: the last round's figures, ``docs_per_s`` the median over the rounds with
     ``docs_per_s_runs`` (every round), peaks the largest."""
     done: dict[str, list[dict]] = {engine: [] for engine in engines}
     for i in range(rounds):
         for engine in engines:
             stage_dir = source.parents[1] / f"round{i}-{engine}"
             shutil.copytree(source, stage_dir / "data" / source.name, copy_function=os.link)
-            done[engine].append(measure(stage, engine, scale, docs, stage_dir, smoke, semantic))
+            done[engine].append(measure(stage, engine, scale, docs, stage_dir, smoke, semantic, encoder))
             shutil.rmtree(stage_dir / "data")
     measured = provenance(stage_code(stage), smoke=smoke)  # per run: --keep mixes several invocations' runs
     return [
@@ -228,29 +238,22 @@ def write_dedup_corpus(rows: list[str], scale: int, folder: Path) -> int:
     return len(texts)
 
 
-def write_leakage_corpus(trains, evals, scale: int, folder: Path) -> int:
-    """The split-contract corpus: training rows replicated ``scale`` times in ``SHARDS`` files, eval rows in one;
-    returns the number of training docs."""
-    import pandas as pd
-
-    copies = pd.concat([trains] * scale, ignore_index=True)
-    copy = [c for c in range(scale) for _ in range(len(trains))]
-    copies["text"] = corpora.remixed(list(trains["text"]), scale, near_duplicates=False)
-    copies["doc_id"] = [d if c == 0 else f"{d}~{c}" for d, c in zip(copies["doc_id"], copy)]
-    folder.mkdir(parents=True)
-    for shard in range(SHARDS):
-        copies.iloc[shard::SHARDS].to_parquet(folder / f"part{shard}.parquet", index=False)
-    evals.to_parquet(folder / "eval.parquet", index=False)
-    return len(copies)
-
-
 def measure(
-    stage: str, engine: str, scale: int, docs: int, stage_dir: Path, smoke: bool = False, semantic: bool = True
+    stage: str,
+    engine: str,
+    scale: int,
+    docs: int,
+    stage_dir: Path,
+    smoke: bool = False,
+    semantic: bool = True,
+    encoder: Path | None = None,
 ) -> dict:
-    """One stage run in a fresh process; its timings, memory and the stage metrics that size the work."""
+    """One stage run in a fresh process; its timings, memory and the stage metrics that size the work. ``encoder``:
+    the stand-in's folder, recorded as ``semantic_encoder: stand-in`` (its memory is the pass's, its time is not)."""
     command = [sys.executable, __file__, "--part", stage, "--engine", engine, "--work", str(stage_dir)]
     command += ["--smoke"] if smoke else []
     command += ["--leakage-semantic", "off"] if not semantic else []
+    command += ["--encoder", str(encoder)] if encoder and semantic else []
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     measured = run_measured(command, REPO, env=env, log=stage_dir / f"{engine}.log", timeout_s=TIMEOUT_S)
     metrics = json.loads((stage_dir / f"metrics-{engine}.json").read_text())
@@ -276,6 +279,7 @@ def measure(
     else:
         run.update(
             semantic_pass=semantic and not smoke,
+            **({"semantic_encoder": "stand-in"} if encoder and semantic and not smoke else {}),
             matching_pairs=sum(metrics["pairs_by_method"].values()),
             removed=sum(s["removed"] for s in metrics["sources"].values()),
         )
@@ -298,10 +302,12 @@ def measure(
     return run
 
 
-def run_part(stage: str, engine: str, work: Path, smoke: bool = False, semantic: bool = True) -> None:
+def run_part(
+    stage: str, engine: str, work: Path, smoke: bool = False, semantic: bool = True, encoder: Path | None = None
+) -> None:
     """In the subprocess: the stage's ``run`` on ``<work>/data``; its metrics go to ``<work>/metrics-<engine>.json``.
     ``smoke``: leakage without its semantic pass (MiniLM's load is most of a tiny run; leakage_semantic.py's smoke
-    runs that pass)."""
+    runs that pass); ``encoder``: the semantic pass's encoder folder (the stand-in's), else params.yaml's."""
     from tasks import dedup, leakage
     from tasks.config import Paths, load_params
 
@@ -309,6 +315,8 @@ def run_part(stage: str, engine: str, work: Path, smoke: bool = False, semantic:
     cfg = getattr(params, stage).model_copy(update={"engine": engine})
     if (smoke or not semantic) and stage == "leakage":
         cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(update={"enabled": False})})
+    elif encoder and stage == "leakage":
+        cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(update={"encoder": str(encoder)})})
     paths = Paths(data=work / "data", models=work / "models", metrics=work / "m", reports=work / "r")
     log = _timing_log()
     metrics = {"dedup": dedup, "leakage": leakage}[stage].run(cfg, paths, log)
@@ -351,6 +359,12 @@ def _parse() -> argparse.Namespace:
         default="on",
         help="leakage's semantic pass (params.yaml's); off: the lexical audit alone, a row of its own",
     )
+    parser.add_argument(
+        "--leakage-encoder",
+        choices=["minilm", "stand-in"],
+        default="minilm",
+        help="the semantic pass's encoder; stand-in: 1 random layer (rows for memory, not time)",
+    )
     parser.add_argument("--feed-ranks", type=int, default=1, help="the feed's world size: each rank measured")
     parser.add_argument("--feed-steps", type=int, default=200, help="the feed's steps a rank")
     parser.add_argument("--engines", nargs="+", choices=["local", "ray"], help="default: both (--smoke: local)")
@@ -359,6 +373,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--part", choices=["dedup", "leakage"], help=argparse.SUPPRESS)
     parser.add_argument("--engine", choices=["local", "ray"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--encoder", type=Path, help=argparse.SUPPRESS)
     add_smoke(parser, RESULTS)
     args = parser.parse_args()
     sizes = args.feed_blocks + args.stage_sizes + args.tokenize_docs
