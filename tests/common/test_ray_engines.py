@@ -294,7 +294,7 @@ def test_the_routed_shards_search_as_the_in_process_search_exact_and_hnsw(ray_in
         assert exact == (exact_max > len(index)) and len(starts) == 3
         side = ray_engine.gathered(ray, folder, n, used, inverse, 0, shard)  # no window the driver scores itself
         assert [(blob, len(matrix)) for blob, matrix in side] == [(b"", 0)] * n
-        routed = ray_engine.Routed(folder, len(index), exact, starts, shard)
+        routed = spill.Routed(folder, len(index), exact, starts, shard)
         local = search.sharded_search(queries, index, 0.5, cfg)
         on_ray = ray_engine.searched_routed(ray, place, queries, routed, 0.5, cfg)
         assert all(np.array_equal(a, b) for a, b in zip(local, on_ray)) and len(local[1]) > len(queries)

@@ -13,5 +13,6 @@
 - ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample;
 - ``ray_engine``: ``engine: ray``: windows embedded by a Ray Data actor pool (a GPU each where the cluster has
   them), the corpus searched one Ray task a shard; results equal ``engine: local``'s;
-- ``spill``: the Ray engine's vectors kept in files on the workers' side, by key bucket and by search shard.
+- ``spill``: the Ray engine's vectors kept in files on the workers' side, by key bucket and by search shard;
+- ``corpus_layout``: the Ray engine's corpus windows laid out by Ray tasks, their ids in the spill folder.
 """

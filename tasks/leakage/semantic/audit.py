@@ -66,7 +66,7 @@ def audit(
         enc.layout(texts.evals),
         enc.layout(texts.plants, texts.plant_spans, cfg.semantic.planted_windows),
         enc.layout(texts.train),
-        enc.layout(texts.corpus),
+        enc.layout_searched(texts.corpus),
     ]
     enc.prefetch(layouts[:3], searched=layouts[3])
     side = embed_evals_and_plants(enc, cfg, texts, eval_frame, plants, layouts[:2], log)

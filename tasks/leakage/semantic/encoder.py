@@ -169,6 +169,10 @@ class Encoder:
                 keys.append(key)
         return Layout(texts, doc, bounds, keys, pieces)
 
+    def layout_searched(self, texts: Sequence[str]) -> Layout:
+        """The searched corpus's ``layout`` (the Ray engine's lays it out by Ray tasks: ``corpus_layout``)."""
+        return self.layout(texts)
+
     def lay_out_fresh(
         self, fresh: list[tuple[int, str]], text_keys: list, spans: list[tuple[int, int]], pieces: dict
     ) -> None:

@@ -3,20 +3,23 @@ in files on the workers' side, the corpus searched one Ray task per shard; the r
 ``engine: local``'s (tests/common/test_ray_engines.py). The driver holds window keys, the eval side's vectors
 (the eval docs, the planted copies, the task train docs) and the merged hits, never a corpus window's vector.
 
-**Embedding** (``RayEncoder.prefetch``; the driver still lays the texts out). The windows neither stored nor at
-hand go, in bucket order (``spill.bucket_of``) then as ``Encoder.compute`` sorts them (by batch width, then key),
-into Ray Data blocks of ``BATCHES_PER_CALL`` model batches, in runs of ``GROUP_CALLS`` blocks (the driver puts a
-run's wordpiece ids in the object store); ``map_batches`` hands them to an actor pool (``ActorPoolStrategy``)
-whose actors each load the encoder once (``Embedder``), run ``Encoder.compute`` on their rows and write the
-vectors to the spill folder by bucket (``spill.write_embedded``): the same fixed shapes (``batch_size`` rows,
-the last batch of a width filled with [CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is the
-same bits in whichever batch, actor or engine it lands (``tasks/leakage/semantic/store.py``). An actor takes
-one GPU when the cluster has GPUs (``ray.cluster_resources()["GPU"]``, and ``hardware.device`` is not ``cpu``),
-one actor per GPU (and one CPU); otherwise it takes as many CPUs as the driver's torch threads (at most a
-node's), with torch set to that many threads, so that on a machine like the driver's it computes what a local
-run computes (the store's fingerprint keys the thread count). The store's fingerprint and the metrics' device
-come from an encoder built with the actors' resources (``encoder_facts``), so a store written by GPU actors is
-not read by a CPU run.
+**Layout.** The corpus docs are laid out by Ray tasks, a block of docs each (``corpus_layout``): the driver keeps
+40 bytes a corpus window, their ids stay in the spill folder; the eval side is laid out on the driver.
+
+**Embedding** (``RayEncoder.prefetch``). The windows neither stored nor at hand (the corpus's read back from the
+spill folder a block at a time, about ``GROUP_CALLS`` actor calls' worth an ``embedded_on_ray``) go, in bucket order
+(``spill.bucket_of``) then as ``Encoder.compute`` sorts them (by batch width, then key), into Ray Data blocks of
+``BATCHES_PER_CALL`` model batches, in runs of ``GROUP_CALLS`` blocks (the driver puts a run's wordpiece ids in the
+object store); ``map_batches`` hands them to an actor pool (``ActorPoolStrategy``) whose actors each load the
+encoder once (``Embedder``), run ``Encoder.compute`` on their rows and write the vectors to the spill folder by
+bucket (``spill.write_embedded``): the same fixed shapes (``batch_size`` rows, the last batch of a width filled with
+[CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is the same bits in whichever batch, actor or
+engine it lands (``tasks/leakage/semantic/store.py``). An actor takes one GPU when the cluster has GPUs
+(``ray.cluster_resources()["GPU"]``, and ``hardware.device`` is not ``cpu``), one actor per GPU (and one CPU);
+otherwise it takes as many CPUs as the driver's torch threads (at most a node's), with torch set to that many
+threads, so that on a machine like the driver's it computes what a local run computes (the store's fingerprint keys
+the thread count). The store's fingerprint and the metrics' device come from an encoder built with the actors'
+resources (``encoder_facts``), so a store written by GPU actors is not read by a CPU run.
 
 **Store and routing.** The kept store is read by a task (only its keys reach the driver); its rows this run
 uses are copied to the spill folder by bucket (``spill.split_stored``). One task a bucket
@@ -39,7 +42,9 @@ import shutil
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +56,10 @@ from tasks.common.files.stamped import swapped_in
 from tasks.common.runtime import raycluster
 from tasks.config.cluster import RayParams
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage.semantic import search, spill, store
+from tasks.leakage.semantic import corpus_layout, search, spill, store
+from tasks.leakage.semantic.corpus_layout import CorpusLayout
 from tasks.leakage.semantic.encoder import Encoder, Layout
+from tasks.leakage.semantic.spill import Routed
 from tasks.leakage.semantic.windows import Windows
 
 BATCHES_PER_CALL = 8  # model batches per Ray Data block and actor call: few calls, and few part-filled batches
@@ -101,7 +108,8 @@ class RayEncoder(Encoder):
         self.store_folder: Path | None = None  # the kept store's folder (``load_store``): the spill goes beside it
         self.spill: Path | None = None
         self.buckets = 1
-        self.searched: Layout | None = None
+        self.searched: CorpusLayout | None = None
+        self.stored = spill.KeySet(np.zeros(0, "S16"))  # type: ignore[assignment]
         self.routed: Routed | None = None
 
     def fingerprint(self) -> dict[str, str]:
@@ -146,30 +154,47 @@ class RayEncoder(Encoder):
         """A kept vector, fetched with the new ones by ``prefetch``."""
         return self.prefetched.pop(key)
 
-    def prefetch(self, layouts: list[Layout], searched: Layout | None = None) -> None:
+    def layout_searched(self, texts: Sequence[str]) -> CorpusLayout:  # type: ignore[override]
+        """``Encoder.layout_searched`` by Ray tasks, ``corpus_layout.LAYOUT_DOCS`` docs each (``lay_out_block``,
+        at most two a CPU slot at a time): the windows' ids go to a new spill folder, their facts to the driver."""
+        self.spill, docs, cfg = self.new_spill(), iter(texts), self.cfg
+        task = _lay_out_block.options(num_cpus=1)
+
+        def submit(b: int):
+            block = list(islice(docs, corpus_layout.LAYOUT_DOCS))
+            return task.remote(self.spill, str(self.folder), cfg.window_tokens, cfg.stride_tokens, b, block)
+
+        n = -(-len(texts) // corpus_layout.LAYOUT_DOCS)
+        parts = in_turn(self.ray, submit, n, 2 * raycluster.cpus(self.ray), "leakage semantic: corpus layout (ray)")
+        return corpus_layout.joined(parts, texts, self.spill)
+
+    def prefetch(self, layouts: list[Layout], searched: CorpusLayout | None = None) -> None:  # type: ignore[override]
         """``Encoder.prefetch`` off the driver: the new windows embedded by the actor pool into the spill folder
-        (``embedded_on_ray``), the kept ones this run uses copied there (``spill.split_stored``), then one task a
-        bucket (``spill.gather_bucket``) sorts its vectors, routes the corpus windows' to the search shards and
-        returns those of ``layouts`` (the eval docs, the plants, the task train docs) to ``prefetched``."""
+        (``embedded_on_ray``; the corpus's first occurrences neither stored nor on the eval side, read back a block
+        at a time), the kept ones this run uses copied there (``spill.split_stored``), then one task a bucket
+        (``spill.gather_bucket``) sorts its vectors, routes the corpus windows' to the search shards and returns
+        those of ``layouts`` (the eval docs, the plants, the task train docs) to ``prefetched``."""
         todo: dict[bytes, np.ndarray] = {}
-        for layout in layouts + ([searched] if searched is not None else []):
+        for layout in layouts:
             todo.update((k, layout.pieces[k]) for k in layout.keys if k not in self.stored and k not in self.cache)
             layout.pieces.clear()
-        side = [k for layout in layouts for k in layout.keys]
-        corpus = searched.keys if searched is not None else []
-        used, inverse = spill.unique_keys(side + corpus)
-        self.spill, self.buckets = self.new_spill(), spill.buckets(len(used))
-        if todo:
-            start = time.perf_counter()
-            embedded_on_ray(self.ray, todo, self.cfg, self.place, self.spill, self.buckets)
-            self.stats["embed_seconds"] += time.perf_counter() - start
-        del todo
+        side = b"".join(k for layout in layouts for k in layout.keys)
+        corpus = searched.keys if searched is not None else np.zeros(0, "S16")
+        used, inverse = spill.unique_blob(side + corpus.tobytes())
+        self.spill, self.buckets = self.spill or self.new_spill(), spill.buckets(len(used))
+        known = spill.KeySet(np.sort(np.array(list(todo) + list(self.cache), "S16")))
+        _, first = np.unique(corpus, return_index=True)
+        rows = np.sort(first[~self.stored.isin(corpus[first]) & ~known.isin(corpus[first])])
+        start, size = time.perf_counter(), self.cfg.batch_size * BATCHES_PER_CALL * GROUP_CALLS
+        for run in corpus_layout.runs(todo, searched, rows, size):
+            embedded_on_ray(self.ray, run, self.cfg, self.place, self.spill, self.buckets)
+        self.stats["embed_seconds"] += time.perf_counter() - start
         if self.stored and self.store_folder is not None:
             task = _split_stored.options(num_cpus=1)
             self.ray.get(task.remote(self.store_folder / store.STORE, spill.keys_bytes(used), self.buckets, self.spill))
         exact, starts, shard = search.plan(len(corpus), self.cfg)
         self.searched, self.routed = searched, Routed(self.spill, len(corpus), exact, starts, shard)
-        for blob, matrix in gathered(self.ray, self.spill, self.buckets, used, inverse, len(side), shard):
+        for blob, matrix in gathered(self.ray, self.spill, self.buckets, used, inverse, len(side) // 16, shard):
             self.prefetched.update(zip(spill.split16(blob), matrix))
 
     def new_spill(self) -> Path:
@@ -183,14 +208,14 @@ class RayEncoder(Encoder):
         weakref.finalize(self, shutil.rmtree, folder, True)
         return folder
 
-    def embedded(self, layout: Layout) -> Windows:
-        """``Encoder.embedded``; for the searched layout (the corpus) the windows are counted and their vectors
-        left in the spill folder: ``Windows.vectors`` is a ``Routed``, which ``search`` reads shard by shard."""
-        if layout is not self.searched or self.routed is None:
-            return super().embedded(layout)
-        self.count(layout.keys, [e - s for s, e in layout.bounds])
-        bounds = np.asarray(layout.bounds, dtype=np.int64).reshape(-1, 2)
-        return Windows(self.routed, np.asarray(layout.doc, dtype=np.int64), bounds, layout.texts, self)  # type: ignore
+    def embedded(self, layout: Layout | CorpusLayout) -> Windows:  # type: ignore[override]
+        """``Encoder.embedded``; for the searched layout (the corpus) the windows are counted as ``count`` counts
+        them (over arrays) and their vectors left in the spill folder: ``Windows.vectors`` is a ``Routed``, which
+        ``search`` reads shard by shard."""
+        if not isinstance(layout, CorpusLayout) or self.routed is None:
+            return super().embedded(layout)  # type: ignore[arg-type]
+        corpus_layout.count(layout, list(self.cache), self.stored, self.stats, self.store_stats)  # type: ignore
+        return Windows(self.routed, layout.doc, layout.bounds, layout.texts, self)  # type: ignore[arg-type]
 
     def search(self, queries: np.ndarray, index, threshold: float, cfg: SemanticParams):
         """``Encoder.search`` as ``searched_on_ray`` (``index`` vectors) or ``searched_routed`` (a ``Routed``)."""
@@ -207,24 +232,10 @@ class RayEncoder(Encoder):
             with swapped_in(folder) as tmp:
                 task = _write_store.options(num_cpus=1)
                 self.ray.get(task.remote(self.spill, self.buckets, tmp / store.STORE, key))
-                store.save_layouts(tmp, self.layouts_used, store.layouts_key(key, self.cfg))
+                layouts = _write_layouts.options(num_cpus=1)  # the eval side's and the corpus blocks'
+                self.ray.get(layouts.remote(self.spill, self.layouts_used, tmp, store.layouts_key(key, self.cfg)))
         if self.spill is not None:
             shutil.rmtree(self.spill, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class Routed:
-    """The corpus windows' vectors as the Ray engine keeps them: ``n`` windows in ``folder``'s ``route`` files
-    (``spill``), searched ``exact`` or not, in shards of ``shard`` windows from ``starts`` (``search.plan``)."""
-
-    folder: Path
-    n: int
-    exact: bool
-    starts: list[int]
-    shard: int
-
-    def __len__(self) -> int:
-        return self.n
 
 
 def gathered(ray, folder: Path, n: int, used: np.ndarray, inverse: np.ndarray, n_side: int, shard: int) -> list:
@@ -376,3 +387,5 @@ _stored_keys = raycluster.remote(spill.stored_keys)
 _split_stored = raycluster.remote(spill.split_stored)
 _gather_bucket = raycluster.remote(spill.gather_bucket)
 _write_store = raycluster.remote(spill.write_store)
+_lay_out_block = raycluster.remote(corpus_layout.lay_out_block)
+_write_layouts = raycluster.remote(corpus_layout.write_layouts)

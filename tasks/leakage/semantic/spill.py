@@ -20,6 +20,7 @@ Files are plain Parquet (no compression): they live for one run. ``key`` is 16 b
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +48,14 @@ def bucket_of(key: bytes, n: int) -> int:
 def unique_keys(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     """``(used, inverse)``: the distinct 16-byte ``keys`` sorted, as (m, 2) uint64 (big-endian halves: their
     order is the bytes'), and each key's row in it."""
-    if not keys:
+    return unique_blob(b"".join(keys))
+
+
+def unique_blob(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``unique_keys`` of 16-byte keys concatenated."""
+    if not blob:
         return np.zeros((0, 2), np.uint64), np.zeros(0, np.int64)
-    halves = np.frombuffer(b"".join(keys), ">u8").reshape(-1, 2).astype(np.uint64)
+    halves = np.frombuffer(blob, ">u8").reshape(-1, 2).astype(np.uint64)
     used, inverse = np.unique(halves, axis=0, return_inverse=True)
     return used, inverse.reshape(-1)
 
@@ -237,3 +243,18 @@ def _regrouped(files: list[Path], rows: int):
             held, count = [table.slice(rows)], count - rows
     if count:
         yield pa.concat_tables(held).combine_chunks()
+
+
+@dataclass(frozen=True)
+class Routed:
+    """The corpus windows' vectors as the Ray engine keeps them: ``n`` windows in ``folder``'s ``route`` files
+    (below), searched ``exact`` or not, in shards of ``shard`` windows from ``starts`` (``search.plan``)."""
+
+    folder: Path
+    n: int
+    exact: bool
+    starts: list[int]
+    shard: int
+
+    def __len__(self) -> int:
+        return self.n

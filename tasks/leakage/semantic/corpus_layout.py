@@ -1,0 +1,164 @@
+"""The Ray engine's corpus layout (issue 63): the pretraining docs' windows laid out by Ray tasks, a block of
+``LAYOUT_DOCS`` docs each, so that the driver never holds their wordpiece ids or a Python object a window.
+
+A task (``lay_out_block``) tokenizes its docs as ``Encoder.layout`` does (``normalize_text``, the encoder's
+tokenizer without specials, ``window_bounds``, ``store.key_of``), writes into the spill folder
+
+- ``pieces/<block>.parquet``: its windows in order, ``key`` (16 bytes) and ``tokens`` (int32 wordpiece ids);
+- ``layouts/<block>.parquet``: a row per doc with windows, as ``store.save_layouts`` writes them (``md5``,
+  ``n_tokens``, ``first``: 0, ``keys``),
+
+and returns only per-doc window counts and per-window token ranges and keys, as numpy: the driver's
+``CorpusLayout`` holds 40 bytes a window (``keys`` ``S16``, ``doc`` int64, ``bounds`` 2 x int64). The embedding
+reads the windows to embed back from ``pieces`` a block at a time (``todo_of``), and the store's ``texts.parquet``
+is written by a task from the blocks' layouts and the eval side's (``write_layouts``), the bytes the driver wrote.
+A corpus doc is always tokenized here (the kept layouts spare the eval side's texts only): its windows, keys and
+layout row are the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.leakage.semantic import spill, store
+from tasks.leakage.semantic.encoder import layout_key
+from tasks.leakage.semantic.windows import normalize_text, window_bounds
+
+#: Corpus docs a layout task: its texts travel as its argument, its windows' ids to its files.
+LAYOUT_DOCS = 1024
+_TOKENIZERS: dict[str, object] = {}  # per worker process, by encoder folder: loaded once
+
+
+@dataclass
+class CorpusLayout:
+    """The corpus's windows (``Layout``'s facts as arrays): per window its doc (``doc``, (n,) int64), token range
+    (``bounds``, (n, 2) int64) and store key (``keys``, (n,) ``S16``); ``starts[b]`` the first window of block
+    ``b`` (one more entry than blocks), whose files are in ``folder``; ``texts`` the docs as given."""
+
+    texts: Sequence[str]
+    doc: np.ndarray
+    bounds: np.ndarray
+    keys: np.ndarray
+    starts: np.ndarray
+    folder: Path
+
+    def lengths(self) -> np.ndarray:
+        """Wordpieces per window (no specials), (n,) int64."""
+        return self.bounds[:, 1] - self.bounds[:, 0]
+
+
+def joined(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], texts: Sequence[str], folder: Path) -> CorpusLayout:
+    """The ``CorpusLayout`` of the blocks' results (``lay_out_block``'s, in block order)."""
+    counts = [p[0] for p in parts]
+    docs = np.arange(sum(len(c) for c in counts), dtype=np.int64)
+    per_doc = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+    starts = np.cumsum([0] + [int(c.sum()) for c in counts], dtype=np.int64)
+    bounds = np.concatenate([p[1] for p in parts]).astype(np.int64) if parts else np.zeros((0, 2), np.int64)
+    keys = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, "S16")
+    return CorpusLayout(texts, np.repeat(docs, per_doc), bounds.reshape(-1, 2), keys, starts, folder)
+
+
+def lay_out_block(folder: Path, encoder_folder: str, window_tokens: int, stride: int, b: int, texts: list[str]):
+    """Block ``b``'s ``texts`` laid out (module docstring): ``(windows per text (int64), bounds ((w, 2) int32),
+    keys ((w,) S16))``; its windows' ids and its layout rows written to ``folder``."""
+    tokenizer = _tokenizer(encoder_folder)
+    content = window_tokens - 2
+    fresh = [(d, normalize_text(t)) for d, t in enumerate(texts) if t]
+    ids = tokenizer([t for _, t in fresh], add_special_tokens=False, return_attention_mask=False, verbose=False)
+    counts = np.zeros(len(texts), np.int64)
+    bounds: list[tuple[int, int]] = []
+    keys: list[bytes] = []
+    tokens: list[np.ndarray] = []
+    layouts: dict[bytes, tuple] = {}
+    for (d, _), row in zip(fresh, ids["input_ids"] if fresh else []):
+        piece = np.asarray(row, dtype=np.int32)
+        windows = window_bounds(len(piece), content, stride)
+        mine = [store.key_of(piece[s:e]) for s, e in windows]
+        counts[d] = len(windows)
+        bounds += windows
+        keys += mine
+        tokens += [piece[s:e] for s, e in windows]
+        layouts[layout_key(texts[d], (0, -1))] = (len(piece), [b"".join(mine)], 0)
+    for name in ("pieces", "layouts"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    table = pa.table({"key": pa.array(keys, pa.binary(16)), "tokens": pa.array(tokens, pa.list_(pa.int32()))})
+    pq.write_table(table, folder / "pieces" / f"{b:06d}.parquet", compression="none")
+    pq.write_table(layout_rows(layouts), folder / "layouts" / f"{b:06d}.parquet", compression="none")
+    return counts, np.asarray(bounds, np.int32).reshape(-1, 2), np.array(keys, "S16")
+
+
+def layout_rows(layouts: dict[bytes, tuple]) -> pa.Table:
+    """``layouts`` (``{md5: (n_tokens, window keys, first)}``) as ``store.save_layouts``'s rows, sorted by md5."""
+    digests = sorted(layouts)
+    return pa.table(
+        {
+            "md5": pa.array(digests, pa.binary(16)),
+            "n_tokens": pa.array([layouts[d][0] for d in digests], pa.int32()),
+            "first": pa.array([layouts[d][2] for d in digests], pa.int32()),
+            "keys": pa.array([b"".join(layouts[d][1]) for d in digests], pa.binary()),
+        }
+    )
+
+
+def todo_of(layout: CorpusLayout, rows: np.ndarray, b: int) -> dict[bytes, np.ndarray]:
+    """``{key: wordpiece ids}`` of the corpus windows ``rows`` (sorted window indexes) of block ``b``."""
+    lo, hi = layout.starts[b], layout.starts[b + 1]
+    mine = rows[(rows >= lo) & (rows < hi)] - lo
+    if not len(mine):
+        return {}
+    table = pq.read_table(layout.folder / "pieces" / f"{b:06d}.parquet").take(pa.array(mine))
+    ids = table.column("tokens").combine_chunks()
+    flat, offsets = ids.values.to_numpy(), ids.offsets.to_numpy()
+    keys = table.column("key").to_pylist()
+    return {k: flat[offsets[i] : offsets[i + 1]].astype(np.int32) for i, k in enumerate(keys)}
+
+
+def runs(todo: dict[bytes, np.ndarray], corpus: CorpusLayout | None, rows: np.ndarray, size: int):
+    """``todo``, then the corpus windows ``rows`` (sorted window indexes, read a block at a time: ``todo_of``),
+    as dicts of at least ``size`` windows but the last."""
+    for b in range(len(corpus.starts) - 1 if corpus is not None else 0):
+        todo.update(todo_of(corpus, rows, b))  # type: ignore[arg-type]
+        if len(todo) >= size:
+            yield todo
+            todo = {}
+    if todo:
+        yield todo
+
+
+def count(layout: CorpusLayout, cached: list[bytes], stored, stats: dict, store_stats: dict) -> None:
+    """``Encoder.count`` of the corpus's windows, over arrays: those whose key is not in ``cached`` (the eval
+    side's, embedded before) are new, once each, and of those the ones in ``stored`` (a ``spill.KeySet``) come
+    from the store."""
+    distinct, first = np.unique(layout.keys, return_index=True)
+    new = ~spill.KeySet(np.sort(np.array(cached, "S16"))).isin(distinct)
+    n_new, from_store = int(new.sum()), int(stored.isin(distinct[new]).sum())
+    stats["windows_from_cache"] += len(layout.keys) - n_new
+    stats["windows_embedded"] += n_new
+    stats["tokens_embedded"] += int((layout.lengths()[first[new]] + 2).sum())
+    store_stats["windows_stored"] += from_store
+    store_stats["windows_computed"] += n_new - from_store
+
+
+def write_layouts(folder: Path, side: dict[bytes, tuple], out: Path, key: dict) -> None:
+    """``texts.parquet`` in ``out`` (``store.save_layouts``) of the eval side's layouts ``side`` and the corpus
+    blocks' (``folder/layouts``), one row per md5."""
+    merged = dict(side)
+    for f in sorted((folder / "layouts").glob("*.parquet")):
+        table = pq.read_table(f)
+        for d, n, first, blob in zip(*(table.column(c).to_pylist() for c in ("md5", "n_tokens", "first", "keys"))):
+            merged.setdefault(d, (n, [blob], first))
+    store.save_layouts(out, merged, key)
+
+
+def _tokenizer(folder: str):
+    if folder not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+
+        _TOKENIZERS[folder] = AutoTokenizer.from_pretrained(folder)
+    return _TOKENIZERS[folder]
