@@ -1,13 +1,18 @@
-"""The Ray engine's kept-store keys (``semantic.spill``): read a row group at a time, they are the keys
-``store.load`` gives, sorted, with its checks; ``KeySet`` answers membership for 16-byte keys, those ending in
-zero bytes included (an ``S16`` element read back as bytes loses them)."""
+"""The Ray engine's facts of the semantic pass: the kept-store keys (``semantic.spill``), read a row group at a
+time, are the keys ``store.load`` gives, sorted, with its checks; ``KeySet`` answers membership for 16-byte keys,
+those ending in zero bytes included (an ``S16`` element read back as bytes loses them); a corpus block laid out by
+a task (``semantic.corpus_layout``) is what ``Encoder.layout`` lays out, counted as ``Encoder.count`` counts."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 
-from tasks.leakage.semantic import spill
+from leakage_fixtures import filler, semantic_params
+from leakage_fixtures import params as leakage_params
+from tasks.leakage.semantic import corpus_layout, spill
 from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic.encoder import Encoder
 
 KEY = {"precision": "fp32", "code": "c1"}
 
@@ -61,3 +66,35 @@ def test_stored_keys_refuse_what_store_load_refuses(tmp_path, monkeypatch):
     (tmp_path / embedding_store.STORE).write_bytes(b"not parquet")
     got, reason = spill.stored_keys(tmp_path, KEY, True, 8)
     assert len(got) == 0 and reason.startswith("the cache ") and "cannot be used" in reason
+
+
+def test_a_corpus_block_laid_out_by_a_task_is_what_the_encoder_lays_out(tiny_encoder, tmp_path):
+    """``corpus_layout.lay_out_block`` (a Ray task's body, run here) against ``Encoder.layout`` of the same
+    texts: window counts, token ranges, keys, the windows' ids and the layout rows ``store.save_layouts`` writes;
+    and ``joined`` / ``count`` / ``todo_of`` over two blocks give ``Layout``'s docs and ``Encoder.count``'s."""
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
+    texts = [filler(40, 1), "", "Ｆｕｌｌ width and a ZW\u200bSP, normalised first", filler(40, 1), filler(9, 2), "x"]
+    enc = Encoder(cfg, leakage_params().hardware)
+    laid = enc.layout(texts)
+    parts = [
+        corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, b, texts[lo:hi])
+        for b, (lo, hi) in enumerate([(0, 4), (4, 6)])
+    ]
+    joined = corpus_layout.joined(parts, texts, tmp_path)
+    assert joined.doc.tolist() == laid.doc and [tuple(b) for b in joined.bounds.tolist()] == laid.bounds
+    assert joined.keys.tobytes() == b"".join(laid.keys) and joined.starts.tolist()[-1] == len(laid.keys)
+    assert parts[0][0].tolist()[1] == 0 and len(set(laid.keys)) < len(laid.keys)  # an empty text; a repeated one
+    rows = np.arange(len(laid.keys))
+    todo = {k: v for b in range(2) for k, v in corpus_layout.todo_of(joined, rows, b).items()}
+    assert {k: v.tolist() for k, v in todo.items()} == {k: v.tolist() for k, v in laid.pieces.items()}
+    layouts = pq.read_table(tmp_path / "layouts" / "000000.parquet").to_pylist()
+    layouts += pq.read_table(tmp_path / "layouts" / "000001.parquet").to_pylist()
+    expected = {d: (n, b"".join(keys), first) for d, (n, keys, first) in enc.layouts_used.items()}
+    assert {r["md5"]: (r["n_tokens"], r["keys"], r["first"]) for r in layouts} == expected
+    stats = {"windows_from_cache": 0, "windows_embedded": 0, "tokens_embedded": 0}
+    store_stats = {"windows_stored": 0, "windows_computed": 0}
+    cached, kept = laid.keys[:2], spill.KeySet(np.array(sorted(laid.keys[5:7]), "S16"))
+    corpus_layout.count(joined, cached, kept, stats, store_stats)
+    enc.cache, enc.stored = dict.fromkeys(cached), dict.fromkeys(laid.keys[5:7])  # type: ignore[assignment]
+    enc.count(laid.keys, [e - s for s, e in laid.bounds])
+    assert stats == {k: enc.stats[k] for k in stats} and store_stats == enc.store_stats
