@@ -133,6 +133,7 @@ def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> 
     rows["component"], names = merge_groups(rows, cfg.assignment == "hash")
     give_back_freed_memory()  # the labels' encodings (~250 B a row), under the assignment's own peak
     rows["split"] = assign_splits(rows, cfg, names)
+    give_back_freed_memory()  # each step's freed pages, kept by Arrow's pool and glibc, would add to the next peak
     inputs, total = docs_in(rows), len(rows)
     placed, left_out = leave_out(rows, cfg)
     del rows  # a copy of its rows, placed or not, would be held to the end: ~90 B a row
@@ -160,6 +161,7 @@ def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> 
         moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path, cfg.ledger)
     else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
         ledger, moved = None, None
+    give_back_freed_memory()
     log.info(
         f"split: {len(kept)} rows from {len(files)} source(s) -> {out_dir}; {len(placed) - len(kept)} dropped "
         f"(bridges_splits), {len(left_out)} left out ({LEFT_OUT_REASON}), {len(bridged)} bridged component(s)"

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tasks.common.runtime.heap import give_back_freed_memory
 from tasks.config.corpus.split import PRETRAIN_SPLITS, TASK_SPLITS, SplitParams
 from tasks.split.targets import LEFT_OUT, StratumPlan, plan_stratum, stratum_shares
 
@@ -55,9 +56,10 @@ def group_key(seed: int, name: str) -> int:
 def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[str, ...], names: pa.Array) -> pd.Series:
     """The split of every row of one role (index aligned with ``rows``; ``assign_splits``)."""
     fractions = cfg.task_fractions if role == "task" else cfg.pretrain_fractions
-    fixed = own_splits(rows, cfg.own_split_meta_key, splits)
-    components = component_table(rows, cfg, role, names)
-    chosen: dict[int, str] = fixed_components(rows, fixed, names)
+    shipped = own_splits(rows, cfg.own_split_meta_key, splits)
+    components, position = component_table(rows, cfg, role, names)
+    give_back_freed_memory()  # the table's counting (~250 B a row at its peak), under the fill's own peak
+    chosen: dict[int, str] = fixed_components(rows, shipped, names)
     pools = cfg.train_pools() if role == "task" else {}
     # study: a pooled source's shipped train is only a candidate for its pool; what the pool does not take is test
     shipped_train = {
@@ -67,13 +69,17 @@ def assign_role(rows: pd.DataFrame, cfg: SplitParams, role: str, splits: tuple[s
         del chosen[name]
     targets = stratum_shares(components, chosen, pools)
     caps = stratum_shares(components, {}, cfg.test_caps() if role == "task" else {})
+    # the split of each component by its position in the table: a dict of every component held ~130 B a component
+    codes, split_of = components.index.to_numpy(), np.full(len(components), None, dtype=object)
+    fixed = np.fromiter(chosen, np.int64, len(chosen))
+    split_of[np.searchsorted(codes, fixed)] = np.asarray(list(chosen.values()), dtype=object)
     for stratum, members in components.groupby("stratum", sort=True):
         pooled = members["source"].iloc[0] in pools  # a pooled stratum without candidates has a pool of 0
         pool = targets.get(stratum, 0) if pooled else None
         plan = plan_stratum(members, fractions, splits, pool, shipped_train, caps.get(stratum))
-        chosen.update(fill_stratum(members, chosen, plan, cfg))
-    # a dict lookup a row: Series.map(dict) made an index of every name (~230 B a row)
-    return pd.Series([chosen[name] for name in rows["component"]], index=rows.index, dtype=object)
+        free, filled = fill_stratum(members, chosen, plan, cfg)  # strata are disjoint: chosen holds the fixed only
+        split_of[np.searchsorted(codes, free)] = np.asarray(filled, dtype=object)  # the split's one string object
+    return pd.Series(split_of[position], index=rows.index, dtype=object)
 
 
 def own_splits(rows: pd.DataFrame, key: str, splits: tuple[str, ...]) -> pd.Series:
@@ -83,19 +89,19 @@ def own_splits(rows: pd.DataFrame, key: str, splits: tuple[str, ...]) -> pd.Seri
     rows do, or a value is not a split of the role (``validation``/``valid``/``val`` count as ``dev``).
     """
     values = pd.Series(index=rows.index, dtype=object)
-    for source, part in rows.groupby("source", sort=True):
-        shipped = [meta_value(m, key) for m in part["meta"]]
+    for source, metas in rows["meta"].groupby(rows["source"], sort=True):  # the metas alone, not a copy of the rows
+        shipped = [meta_value(m, key) for m in metas]
         present = sum(v is not None for v in shipped)
         if present == 0:
             continue
         if present < len(shipped):
-            first = part["doc_id"].iloc[[v is None for v in shipped].index(True)]
+            first = rows["doc_id"][metas.index[[v is None for v in shipped].index(True)]]
             raise ValueError(f"source {source}: meta[{key!r}] present in {present} of {len(shipped)} rows ({first})")
         mapped = [SPLIT_ALIASES.get(str(v).lower(), str(v).lower()) for v in shipped]
         bad = sorted(set(mapped) - set(splits))
         if bad:
             raise ValueError(f"source {source}: meta[{key!r}] values {bad} are not among {list(splits)}")
-        values[part.index] = mapped
+        values[metas.index] = mapped
     return values
 
 
@@ -124,24 +130,38 @@ def fixed_components(rows: pd.DataFrame, fixed: pd.Series, names: pa.Array) -> d
     return chosen
 
 
-def component_table(rows: pd.DataFrame, cfg: SplitParams, role: str, names: pa.Array) -> pd.DataFrame:
+def component_table(
+    rows: pd.DataFrame, cfg: SplitParams, role: str, names: pa.Array
+) -> tuple[pd.DataFrame, np.ndarray]:
     """One row per component, indexed by its code (``assign_splits``), sorted by name: ``docs``, ``kept``
-    (non-duplicate docs), ``key``, ``stratum`` (source[/label]) and ``date`` (temporal mode). The role's components
-    get positions once (one ``factorize``) and every count is taken over them."""
-    codes, found = pd.factorize(rows["component"].to_numpy(np.int64), sort=True)
+    (non-duplicate docs), ``key``, ``stratum`` (source[/label]) and ``date`` (temporal mode); and per row the
+    position of its component there. The role's components get positions once (``present``) and every count is
+    taken over them."""
+    codes, found = present(rows["component"].to_numpy(np.int64), len(names))
     index = pd.Index(found, dtype=np.int64, name="component")
     kept = np.bincount(codes, weights=~rows["is_duplicate"].to_numpy(bool), minlength=len(index))
     table = pd.DataFrame({"docs": np.bincount(codes, minlength=len(index)), "kept": kept.astype(np.int64)}, index)
-    table["source"] = most_common_by(codes, len(index), rows["source"])
-    table["label"] = most_common_by(codes, len(index), rows["label"])
+    # object columns: pandas 3 makes an object array of strings Arrow strings, and a Python string a component again
+    # where they are iterated (the strata: ~75 B a component)
+    table["source"] = pd.Series(most_common_by(codes, len(index), rows["source"]), index, dtype=object)
+    table["label"] = pd.Series(most_common_by(codes, len(index), rows["label"]), index, dtype=object)
     table["key"] = component_keys(cfg.seed, names, found)
     with_label = cfg.stratify_by_label and role == "task"
-    table["stratum"] = [
-        f"{src}/{lab}" if with_label and lab is not None else src for src, lab in zip(table["source"], table["label"])
-    ]
+    labelled = zip(table["source"], table["label"])
+    strata = [f"{src}/{lab}" if with_label and lab is not None else src for src, lab in labelled]
+    table["stratum"] = pd.Series(strata, index, dtype=object)
     if cfg.mode == "temporal":
         table["date"] = component_dates(rows, cfg.date_meta_key)
-    return table
+    return table, codes
+
+
+def present(codes: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(position, found)``: the distinct ``codes`` (of ``0 .. size - 1``) sorted, and per code its position
+    there (``int64``); what a sorted ``pd.factorize`` answers, by a mask of ``size``, without its hash table and
+    sort (~80 B a row)."""
+    seen = np.zeros(size, bool)
+    seen[codes] = True
+    return (np.cumsum(seen) - 1)[codes], np.flatnonzero(seen)
 
 
 def component_keys(seed: int, names: pa.Array, codes: np.ndarray) -> np.ndarray:
@@ -159,6 +179,8 @@ def most_common_by(codes: np.ndarray, size: int, values: pd.Series) -> np.ndarra
     chosen by one sort: no Python function per group (~6 s at 100k components), and no frame of the pairs'
     strings (~570 B a row at its peak)."""
     known = values.notna().to_numpy()
+    if not known.any():  # no value (a pretraining source's labels): no pair to count
+        return np.full(size, None, dtype=object)
     value_codes, value_names = pd.factorize(values.to_numpy(object)[known])
     # the values as strings: distinct values with one string (1 and "1") are one value
     as_text, value_names = pd.factorize(np.asarray([str(v) for v in value_names], dtype=object), sort=True)
@@ -186,9 +208,12 @@ def component_dates(rows: pd.DataFrame, key: str) -> pd.Series:
     return pd.Series(dates, index=rows.index).groupby(rows["component"], sort=True).min()
 
 
-def fill_stratum(members: pd.DataFrame, chosen: dict[int, str], plan: StratumPlan, cfg) -> dict[int, str]:
-    """Assign the free components of one stratum; fixed ones count toward their split's target (``counts``, in
-    the split's unit) and toward a test cap (``kept_in``: kept docs per split)."""
+def fill_stratum(
+    members: pd.DataFrame, chosen: dict[int, str], plan: StratumPlan, cfg: SplitParams
+) -> tuple[np.ndarray, list[str]]:
+    """Assign the free components of one stratum (those not in ``chosen``): their codes and splits, in one order;
+    fixed ones count toward their split's target (``counts``, in the split's unit) and toward a test cap
+    (``kept_in``: kept docs per split)."""
     counts, kept_in = Counter(), Counter()
     for name, docs, kept in zip(members.index, members["docs"], members["kept"]):
         if name in chosen:
@@ -198,10 +223,12 @@ def fill_stratum(members: pd.DataFrame, chosen: dict[int, str], plan: StratumPla
     columns = ["docs", "kept", "key"] + (["date"] if "date" in members else [])
     free = members.loc[[name not in chosen for name in members.index], columns]
     if cfg.mode == "temporal":
-        return fill_in_order(free.sort_values(["date", "key"]), plan, counts, kept_in)
+        ordered = free.sort_values(["date", "key"])
+        return ordered.index.to_numpy(), fill_in_order(ordered, plan, counts, kept_in)
     if cfg.assignment == "hash":
-        return hash_buckets(free, plan.fractions, plan.splits)
-    return first_fit(free.sort_values("key"), plan, counts, kept_in)
+        return free.index.to_numpy(), hash_buckets(free, plan.fractions, plan.splits)
+    ordered = free.sort_values("key")
+    return ordered.index.to_numpy(), first_fit(ordered, plan, counts, kept_in)
 
 
 def rest_within_cap(kept: int, plan: StratumPlan, kept_in: Counter) -> str:
@@ -212,26 +239,26 @@ def rest_within_cap(kept: int, plan: StratumPlan, kept_in: Counter) -> str:
     return plan.rest
 
 
-def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[int, str]:
+def first_fit(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> list[str]:
     """Key order; each component to the first bounded split it fits (its size in the split's unit <= what is
     left of the target), else the rest split (fractions: eval splits bounded, train the rest; study: dev, test
     and the train pool bounded, test the rest within its cap). A shipped-train component may only go to train or
     the rest."""
-    out = {}
+    out = []
     for name, docs, kept in zip(ordered.index, ordered["docs"], ordered["kept"]):
         size = {"docs": docs, "kept": kept}
         fits = (s for s in plan.allowed(name) if counts[s] + size[plan.units[s]] <= plan.targets[s])
         split = next(fits, None) or rest_within_cap(kept, plan, kept_in)  # a bounded fit is never capped
         counts[split] += size[plan.units.get(split, "docs")]
         kept_in[split] += kept
-        out[name] = split
+        out.append(split)
     return out
 
 
-def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> dict[int, str]:
+def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kept_in: Counter) -> list[str]:
     """Temporal fill: splits in params order (train first); move on once the next component overshoots. A
     shipped-train component past the train pool goes to the last split (within its cap: the newest are left out)."""
-    splits, out, current = plan.splits, {}, 0
+    splits, out, current = plan.splits, [], 0
     for name, docs, kept in zip(ordered.index, ordered["docs"], ordered["kept"]):
         size = {"docs": docs, "kept": kept}
         while (
@@ -244,19 +271,19 @@ def fill_in_order(ordered: pd.DataFrame, plan: StratumPlan, counts: Counter, kep
         split = rest_within_cap(kept, plan, kept_in) if split == plan.rest else split
         counts[split] += size[plan.units.get(split, "docs")]
         kept_in[split] += kept
-        out[name] = split
+        out.append(split)
     return out
 
 
-def hash_buckets(free: pd.DataFrame, fractions: dict[str, float], splits: tuple[str, ...]) -> dict[int, str]:
+def hash_buckets(free: pd.DataFrame, fractions: dict[str, float], splits: tuple[str, ...]) -> list[str]:
     """Pure bucket: ``key / 2**64`` against cumulative fractions (eval splits first, then train)."""
     ordered_splits = [s for s in splits if s != "train"] + ["train"]
     edges, total = [], 0.0
     for split in ordered_splits:
         total += fractions[split]
         edges.append(total)
-    out = {}
-    for name, key in zip(free.index, free["key"]):
+    out = []
+    for key in free["key"]:
         u = key / 2**64
-        out[name] = next((s for s, edge in zip(ordered_splits, edges) if u < edge), "train")
+        out.append(next((s for s, edge in zip(ordered_splits, edges) if u < edge), "train"))
     return out
