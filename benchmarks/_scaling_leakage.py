@@ -44,15 +44,21 @@ def write_stand_in(folder: Path) -> Path:
     return folder
 
 
-def write_leakage_corpus(trains, evals, scale: int, folder: Path, shards: int) -> int:
+def write_leakage_corpus(trains, evals, scale: int, folder: Path, shards: int, pretrain_only: bool = False) -> int:
     """The split-contract corpus: training rows replicated ``scale`` times in ``shards`` files, eval rows in one;
-    returns the number of training docs."""
+    returns the number of training docs. ``pretrain_only`` (the stand-in's runs): only the ``role: pretrain``
+    rows are replicated, the task train rows written once. The semantic pass embeds and holds the task train
+    docs beside the eval docs and calibrates on them (quadratic in a class's windows), and a real corpus's task
+    sets do not grow with its pretraining text; replicating them would measure the benchmark, not the pass."""
     import pandas as pd
 
-    copies = pd.concat([trains] * scale, ignore_index=True)
-    copy = [c for c in range(scale) for _ in range(len(trains))]
-    copies["text"] = corpora.remixed(list(trains["text"]), scale, near_duplicates=False)
+    grown = trains[trains["role"] == "pretrain"] if pretrain_only else trains
+    fixed = trains[trains["role"] != "pretrain"] if pretrain_only else trains.iloc[:0]
+    copies = pd.concat([grown] * scale, ignore_index=True)
+    copy = [c for c in range(scale) for _ in range(len(grown))]
+    copies["text"] = corpora.remixed(list(grown["text"]), scale, near_duplicates=False)
     copies["doc_id"] = [d if c == 0 else f"{d}~{c}" for d, c in zip(copies["doc_id"], copy)]
+    copies = pd.concat([fixed, copies], ignore_index=True) if len(fixed) else copies
     folder.mkdir(parents=True)
     for shard in range(shards):
         copies.iloc[shard::shards].to_parquet(folder / f"part{shard}.parquet", index=False)

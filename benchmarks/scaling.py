@@ -16,7 +16,7 @@ Corpora (built before any clock starts, in a temporary folder):
   dedup); the training rows (6,024) and k - 1 remixes of each (new ``doc_id``s, the other columns copied), the
   924 eval rows fixed, in ``SHARDS`` files plus one of eval rows. ``--leakage-encoder stand-in``: the semantic pass
   with a 1-layer random encoder of MiniLM's widths (``benchmarks/_scaling_leakage.py``), rows of their own
-  (``semantic_encoder``): their driver memory is the pass's, their time is not.
+  (``semantic_encoder``): their driver memory is the pass's, their time is not; only their pretraining rows grow.
 
 Each run is the stage's own ``run`` (params.yaml, ``engine`` set, Ray with every CPU of this machine) in a fresh
 subprocess (``benchmarks/_measure.run_measured``: wall seconds from spawn to exit, imports and Ray start-up
@@ -129,7 +129,7 @@ def main() -> None:
                 source = work / f"leakage-{scale}x" / "data" / "split"
                 if args.smoke:
                     trains, evals = trains[:SMOKE_TRAIN], evals[:SMOKE_EVAL]
-                docs = write_leakage_corpus(trains, evals, scale, source, SHARDS)
+                docs = write_leakage_corpus(trains, evals, scale, source, SHARDS, pretrain_only=bool(stand_in))
                 results["runs"] += alternated(
                     "leakage",
                     scale,
