@@ -103,17 +103,15 @@ def tables(results: dict) -> str:
 
 def projection(runs: list[dict]) -> list[str]:
     """Each stage's projected core-hours, cost and memory at 10^7-10^9 docs (``cost_model``), on the Ray engine
-    where it was measured at two sizes, else on the local one; a stage measured at one size is left out."""
+    where it was measured at two sizes, else on the local one, and on each other path measured at two sizes (a
+    second engine label, e.g. tokenize's ``local, incremental``); a stage measured at one size is left out."""
     out = [
         "| stage | engine | docs | core-hours | hours on 2,048 cores | cost (USD) | driver RAM (GiB) | "
         f"cluster RAM (GiB) | fits a {DRIVER_RAM_GIB} GiB driver |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for stage in STAGES:
-        by_engine = {e: [r for r in runs if stage_of(r) == stage and r["engine"] == e] for e in ("ray", "local")}
-        engine = "ray" if len(by_engine["ray"]) >= 2 else "local"
-        model = cost_model(by_engine[engine])
-        for docs in (10**7, 10**8, 10**9) if model else ():
+    for stage, engine, model in projected(runs):
+        for docs in (10**7, 10**8, 10**9):
             core_hours = docs / model["docs_per_s_per_core"] / 3600
             driver, tree = (model[key](docs) / 2**30 for key in ("driver_bytes", "tree_bytes"))
             out.append(
@@ -121,6 +119,19 @@ def projection(runs: list[dict]) -> list[str]:
                 f"{core_hours / CLUSTER_CORES:,.1f} | {core_hours * PRICE_PER_CORE_HOUR:,.0f} | {driver:,.1f} | "
                 f"{tree:,.0f} | {'yes' if driver <= DRIVER_RAM_GIB else '**no**'} |"
             )
+    return out
+
+
+def projected(runs: list[dict]) -> list[tuple[str, str, dict]]:
+    """``(stage, engine, cost_model)`` of each path ``projection`` shows, in ``STAGES`` order."""
+    out = []
+    for stage in STAGES:
+        mine = [r for r in runs if stage_of(r) == stage]
+        by_engine = {e: [r for r in mine if r["engine"] == e] for e in dict.fromkeys(r["engine"] for r in mine)}
+        main = "ray" if len(by_engine.get("ray", [])) >= 2 else "local"
+        for engine in [main, *sorted(e for e in by_engine if e not in ("ray", "local"))]:
+            model = cost_model(by_engine.get(engine, []))
+            out += [(stage, engine, model)] if model else []
     return out
 
 

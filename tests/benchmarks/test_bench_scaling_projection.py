@@ -108,3 +108,22 @@ def test_a_run_without_the_pass_timing_projects_gpus_only():
 
 def test_no_semantic_projection_without_a_run_that_recorded_the_pass():
     assert _scaling_tables.semantic_projection([_run("leakage", "ray", 1_000, 500.0, 900.0, 100.0)]) == []
+
+
+def test_a_second_path_of_a_stage_measured_at_two_sizes_is_projected_too():
+    # tokenize from scratch is flat at 800 MiB; its incremental run grows 800 -> 810 MiB from 1,000 to 11,000 docs:
+    # 1,048.576 bytes a doc beyond 810 MiB (0.7910 GiB): 10^7 0.7910 + 9.7549 = 10.55 GiB, 10^8 0.7910 + 97.6467 =
+    # 98.44 GiB, which no 64 GiB driver holds, 10^9 0.7910 + 976.5511 = 977.34 GiB
+    full = [
+        _run("tokenize", "local", 1_000, 800.0, 800.0, 100.0),
+        _run("tokenize", "local", 11_000, 800.0, 800.0, 100.0),
+    ]
+    again = [
+        _run("tokenize", "local, incremental", 1_000, 800.0, 800.0, 100.0),
+        _run("tokenize", "local, incremental", 11_000, 810.0, 810.0, 100.0),
+    ]
+    once = [_run("tokenize", "local, other", 1_000, 800.0, 800.0, 100.0)]  # one size: no line to draw
+    rows = _rows(_scaling_tables.projection(full + again + once), "tokenize")
+    assert [row[1] for row in rows] == ["local"] * 3 + ["local, incremental"] * 3
+    assert [row[6] for row in rows] == ["0.8"] * 3 + ["10.5", "98.4", "977.3"]
+    assert [row[8] for row in rows] == ["yes"] * 3 + ["yes", "**no**", "**no**"]
