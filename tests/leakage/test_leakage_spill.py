@@ -98,3 +98,19 @@ def test_a_corpus_block_laid_out_by_a_task_is_what_the_encoder_lays_out(tiny_enc
     enc.cache, enc.stored = dict.fromkeys(cached), dict.fromkeys(laid.keys[5:7])  # type: ignore[assignment]
     enc.count(laid.keys, [e - s for s, e in laid.bounds])
     assert stats == {k: enc.stats[k] for k in stats} and store_stats == enc.store_stats
+
+
+def test_a_corpus_block_of_empty_texts_lays_out_no_window(tiny_encoder, tmp_path):
+    """A block whose texts are all "" (the tokenizer raises on an empty batch): no window, empty files, and
+    ``joined`` after a block with windows still places that block's windows (the local engine's ``layout`` of
+    the same texts, ``Encoder.tokenize`` of no text, gives none either)."""
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
+    counts, bounds, keys = corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, 1, ["", ""])
+    assert counts.tolist() == [0, 0] and bounds.shape == (0, 2) and len(keys) == 0
+    assert pq.read_table(tmp_path / "pieces" / "000001.parquet").num_rows == 0
+    assert pq.read_table(tmp_path / "layouts" / "000001.parquet").num_rows == 0
+    first = corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, 0, [filler(40, 1)])
+    joined = corpus_layout.joined([first, (counts, bounds, keys)], [filler(40, 1), "", ""], tmp_path)
+    laid = Encoder(cfg, leakage_params().hardware).layout([filler(40, 1), "", ""])
+    assert joined.doc.tolist() == laid.doc and joined.starts.tolist() == [0, len(laid.keys), len(laid.keys)]
+    assert corpus_layout.todo_of(joined, np.arange(len(laid.keys)), 1) == {}

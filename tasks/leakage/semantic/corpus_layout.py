@@ -70,13 +70,15 @@ def lay_out_block(folder: Path, encoder_folder: str, window_tokens: int, stride:
     tokenizer = _tokenizer(encoder_folder)
     content = window_tokens - 2
     fresh = [(d, normalize_text(t)) for d, t in enumerate(texts) if t]
-    ids = tokenizer([t for _, t in fresh], add_special_tokens=False, return_attention_mask=False, verbose=False)
+    encode = dict(add_special_tokens=False, return_attention_mask=False, verbose=False)
+    # the tokenizer raises IndexError on an empty batch: a block of only "" has no windows
+    ids = tokenizer([t for _, t in fresh], **encode)["input_ids"] if fresh else []
     counts = np.zeros(len(texts), np.int64)
     bounds: list[tuple[int, int]] = []
     keys: list[bytes] = []
     tokens: list[np.ndarray] = []
     layouts: dict[bytes, tuple] = {}
-    for (d, _), row in zip(fresh, ids["input_ids"] if fresh else []):
+    for (d, _), row in zip(fresh, ids):
         piece = np.asarray(row, dtype=np.int32)
         windows = window_bounds(len(piece), content, stride)
         mine = [store.key_of(piece[s:e]) for s, e in windows]
