@@ -187,6 +187,9 @@ def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_pa
 
 
 @pytest.mark.slow
+# three leakage runs, several actor pools and the corpus layout tasks: 255 s alone on 2 loaded cores (2026-12-07);
+# beside `make test`'s other half the module's 600 s cut it off twice
+@pytest.mark.timeout(1200, method="thread")
 def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_encoder, monkeypatch):
     """The semantic detector (tiny random encoder; exact search in at least 9 shards of 2 blocks, 32 windows): an
     actor pool embeds in runs of 256 windows, one task a shard searches (a few at a time); outputs, metrics and
