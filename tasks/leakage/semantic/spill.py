@@ -146,15 +146,10 @@ def stored_keys(folder: Path, expected: dict, incremental: bool, dim: int) -> tu
 
 
 def _checked_keys(group: pa.Table, dim: int) -> np.ndarray | None:
-    """A store row group's keys as ``S16``, or None when its keys are not 16 bytes or its vectors not finite unit
-    vectors of ``dim`` floats (``store.load``'s checks)."""
-    keys, vectors = group.column("key").combine_chunks(), group.column("vector").combine_chunks()
-    if not pa.types.is_fixed_size_list(vectors.type) or (len(keys) and vectors.type.list_size != dim):
-        return None
-    if keys.null_count or vectors.null_count or any(len(k) != 16 for k in keys.to_pylist()):
-        return None
-    norms = np.linalg.norm(matrix_of(vectors, vectors.type.list_size), axis=1)
-    return np.array(keys.to_pylist(), "S16") if np.all(np.abs(norms - 1) < 1e-3) else None
+    """A store row group's keys as ``S16``, or None when its rows fail ``store.rows_as_written``."""
+    keys = group.column("key").to_pylist()
+    ok = store.rows_as_written(keys, group.column("vector").combine_chunks(), dim) is not None
+    return np.array(keys, "S16") if ok else None
 
 
 def split_stored(path: Path, used: bytes, n: int, folder: Path) -> int:

@@ -159,14 +159,24 @@ def load(folder: Path, expected: dict, incremental: bool, dim: int) -> tuple[dic
         vectors = table.column("vector").combine_chunks()
     except KeyError as err:
         return {}, f"the cache {folder / STORE} cannot be used ({type(err).__name__})"
-    if not pa.types.is_fixed_size_list(vectors.type) or (len(keys) and vectors.type.list_size != dim):
+    flat = rows_as_written(keys, vectors, dim)
+    if flat is None or len(set(keys)) != len(keys):
         return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
+    return dict(zip(keys, flat)), "store found"
+
+
+def rows_as_written(keys: list, vectors: pa.Array, dim: int) -> np.ndarray | None:
+    """The store rows' vectors as an ``(n, dim)`` float32 array when every key is 16 bytes and ``vectors`` are
+    finite unit vectors of ``dim`` floats (fixed-size lists), else None: the row checks of ``load`` and of
+    ``spill.stored_keys`` (which reads the store a row group at a time); distinct keys are checked by each."""
+    if not pa.types.is_fixed_size_list(vectors.type) or (len(keys) and vectors.type.list_size != dim):
+        return None
+    if vectors.null_count or any(k is None or len(k) != 16 for k in keys):
+        return None
     width = vectors.type.list_size
     flat = np.asarray(vectors.flatten().to_numpy(zero_copy_only=False), np.float32).reshape(len(keys), width)
     norms = np.linalg.norm(flat, axis=1) if len(keys) else np.ones(0)
-    if len(set(keys)) != len(keys) or any(len(k) != 16 for k in keys) or not np.all(np.abs(norms - 1) < 1e-3):
-        return {}, f"the cache {folder / STORE} cannot be used (keys or vectors not as written)"
-    return dict(zip(keys, flat)), "store found"
+    return flat if np.all(np.abs(norms - 1) < 1e-3) else None
 
 
 def save(
