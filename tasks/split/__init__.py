@@ -2,7 +2,8 @@
 
 Reads ``data/dedup/<source>.parquet`` and writes ``data/split/<source>.parquet`` (+ ``split``, ``split_group``),
 ``data/split/manifest.tsv`` (``doc_id<TAB>split``, sorted by doc_id), ``data/split/dropped.jsonl`` (docs the
-ledger drops or a test cap leaves out, empty otherwise) and ``data/split_ledger/ledger.parquet`` (``ledger.py``).
+ledger drops or a test cap leaves out, empty otherwise) and ``data/split_ledger/ledger.parquet`` (``ledger.py``),
+put in place last, after the shards.
 
 Groups. A row's unit of assignment is its *component*: union-find over the row's ``(source, group)`` and its
 dedup ``cluster_id``, across every source of the same role. Two task sources that share a near-duplicate
@@ -60,8 +61,10 @@ Memory: the driver reads only the ``REQUIRED_COLUMNS`` of the corpus, a row grou
 (one string object per distinct source, role and label); the texts and token lists are streamed from each input
 file to its output, a block of rows at a time (``outputs``). Labels, components, groups and clusters are counted
 as integer codes, not per-row strings or frames of them; a component is an ``int64`` code a row and its name an
-Arrow string (``components``). The shards are written last (``settle`` then ``write_shards``), when the rows'
-frames are freed and each row is two codes (``outputs.Placement``); freed pages are given back before.
+Arrow string (``components``). The shards are written after ``settle``, when the rows' frames are freed and each
+row is two codes (``outputs.Placement``); freed pages are given back before. Only then is the ledger that
+``settle`` staged and checked renamed into place (``ledger.commit_ledger``): a run interrupted before leaves the
+previous ledger, so its rerun reads what an uninterrupted run would have read.
 
 Modules: ``components`` (the unions of groups and clusters, coded), ``assign`` (components to splits),
 ``targets`` (what each split of a stratum may hold: fractions or the study's train pool), ``task_counts`` (docs and
@@ -88,13 +91,14 @@ from tasks.split.assign import SPLITS_OF_ROLE, SplitLeakError, assign_splits
 from tasks.split.components import merge_groups
 from tasks.split.ledger import (
     apply_ledger,
+    commit_ledger,
     empty_ledger,
     extend_ledger,
     holds_ledger_history,
     ledger_metrics,
     ledger_path,
     read_ledger,
-    replace_ledger,
+    stage_ledger,
     write_dropped,
 )
 from tasks.split.outputs import REQUIRED_COLUMNS, Placement, read_facts, source_files, write_shards
@@ -109,7 +113,9 @@ __all__ = ["SplitLeakError", "run"]
 
 
 def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
-    """Split every source under ``<data>/dedup``, write ``<data>/split`` and the ledger; returns the metrics dict.
+    """Split every source under ``<data>/dedup``, write ``<data>/split`` and then the ledger; returns the metrics
+    dict. The ledger ``settle`` staged is renamed into place only once the shards are written: a run that fails or
+    is killed before leaves the previous ledger (or none) as it was.
 
     Raises ``FileNotFoundError`` when there is no input, ``ValueError`` for a bad row or ledger (file and doc_id
     named) and ``SplitLeakError`` when a group would straddle splits outside a bridged component, or a ledger doc
@@ -117,16 +123,20 @@ def run(cfg: SplitParams, paths: Paths, log: Any) -> dict:
     """
     map_large_blocks()  # row-sized numpy temporaries given back as they are freed, not kept in glibc's heap
     files = source_files(paths.stage_data("dedup"))
-    metrics, placement = settle(files, cfg, paths, log)
+    metrics, placement, staged = settle(files, cfg, paths, log)
     give_back_freed_memory()  # under the shard writes' own peak (blocks of texts), all the assignment freed
     write_shards(files, placement, paths.stage_data("split"))
+    if staged is not None:
+        commit_ledger(staged, ledger_path(paths))
     return metrics
 
 
-def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> tuple[dict, Placement]:
-    """Everything but the shards: the assignment, the ledger overlay, the checks, ``manifest.tsv``,
-    ``dropped.jsonl`` and the ledger written, and the metrics; returns them and the placement of every input row
-    (``outputs.Placement``): the rows' frames are freed on return, so the shard writes hold codes only."""
+def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> tuple[dict, Placement, Path | None]:
+    """Everything but the shards: the assignment, the ledger overlay, the checks, ``manifest.tsv`` and
+    ``dropped.jsonl`` written, the new ledger staged beside the old one and checked (``ledger.stage_ledger``: no doc
+    moved, else ``SplitLeakError``), and the metrics. Returns them, the placement of every input row
+    (``outputs.Placement``: the rows' frames are freed on return, so the shard writes hold codes only) and the
+    staged ledger for ``run`` to put in place after the shards (None: a ledger-off run left the history as it was)."""
     rows = working_rows(read_facts(files), None if cfg.mode == "temporal" else cfg.own_split_meta_key)
     give_back_freed_memory()  # the facts' Arrow pages, not reused by Python's objects
     check_unique_ids(rows)
@@ -158,9 +168,9 @@ def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> 
     write_dropped(dropped, out_dir / "dropped.jsonl")
     if cfg.ledger or not holds_ledger_history(path):
         ledger = extend_ledger(base, kept)
-        moved = replace_ledger(ledger, previous, out_dir / "manifest.tsv", path, cfg.ledger)
+        staged, moved = stage_ledger(ledger, previous, out_dir / "manifest.tsv", path, cfg.ledger)
     else:  # a run without the ledger must not erase the history that scheduled runs keep docs in place with
-        ledger, moved = None, None
+        ledger, moved, staged = None, None, None
     give_back_freed_memory()
     log.info(
         f"split: {len(kept)} rows from {len(files)} source(s) -> {out_dir}; {len(placed) - len(kept)} dropped "
@@ -171,12 +181,13 @@ def settle(files: dict[str, Path], cfg: SplitParams, paths: Paths, log: Any) -> 
     for line in study_lines(tasks, moved_to_test, cfg):
         log.info(line)
     bridged_names = names.take(pa.array(bridged, pa.int64())).to_pylist()  # codes sort as their names
-    return (
+    metrics = (
         metrics
         | ledger_metrics(cfg.ledger, previous, placed, kept, ledger, bridged_names, exempt)
         | {"moved_since_previous": moved, "task_sizing": cfg.task_sizing, "train_pool_factor": cfg.train_pool_factor}
         | {"tasks": tasks, "shipped_train_to_test": moved_to_test}
-    ), placement(kept, total, names)
+    )
+    return metrics, placement(kept, total, names), staged
 
 
 def leave_out(rows: pd.DataFrame, cfg: SplitParams) -> tuple[pd.DataFrame, pd.DataFrame]:

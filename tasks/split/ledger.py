@@ -7,7 +7,10 @@ stays in the ledger and gets its old split back if it returns. The file's metada
 ledger on wrote it (``ENABLED_KEY``). With ``split.ledger: false`` such a ledger is neither used nor changed (a
 one-off run without it, e.g. a plain ``make run`` between scheduled runs, cannot erase their history); any other
 ledger (none, one written by a ledger-off run, or one that cannot be read) is rewritten with this run's splits
-alone, so turning the ledger on later freezes the last run's splits.
+alone, so turning the ledger on later freezes the last run's splits. A run writes it last: staged as
+``ledger.parquet.new`` and checked before the shards (``stage_ledger``), renamed into place after them
+(``commit_ledger``), so a run interrupted in between leaves the previous ledger, or none, and the next run, which
+reads only ``ledger.parquet``, gives the outputs and metrics of an uninterrupted one.
 
 Rule per component (this run's union of groups and clusters, ``merge_groups``), with the ledger on:
 
@@ -225,13 +228,15 @@ def holds_ledger_history(path: Path) -> bool:
     return metadata.get(ENABLED_KEY) == b"true"
 
 
-def replace_ledger(
+def stage_ledger(
     ledger: pd.DataFrame, previous: pd.DataFrame | None, manifest: Path, path: Path, enabled: bool
-) -> int | None:
-    """Write ``ledger`` to ``path`` once the docs moved since ``previous`` are checked to be 0; returns that
-    count (None without a previous ledger). The new ledger is written beside the old one and checked there first:
-    the runner does not clear a ``persist`` output after a failure, so a ledger that moved a doc must never
-    replace the old one (the next run would take the move for history). Raises ``SplitLeakError``."""
+) -> tuple[Path, int | None]:
+    """Write ``ledger`` beside ``path`` as ``<path>.new`` (overwriting one an interrupted run left) and check there
+    that no doc of ``previous`` moved; returns the staged file, for ``commit_ledger`` once the shards are written,
+    and the docs moved (0; None without a previous ledger). The check reads the staged file, not ``path``: the
+    runner does not clear a ``persist`` output after a failure, so a ledger that moved a doc must never replace the
+    old one (the next run would take the move for history). Raises ``SplitLeakError`` (the staged file removed,
+    ``path`` unchanged)."""
     staged = path.with_name(path.name + ".new")
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(ledger[LEDGER_COLUMNS], preserve_index=False)
@@ -243,8 +248,13 @@ def replace_ledger(
             f"{moved} doc(s) of {path} changed split in {manifest.parent} or the new ledger; "
             "the ledger is left as it was"
         )
+    return staged, moved
+
+
+def commit_ledger(staged: Path, path: Path) -> None:
+    """Rename the ``stage_ledger`` file onto ``path`` (atomic): the last step of a run, after the shards, so that a
+    run interrupted before it leaves the previous ledger (or none) for the next run to read, never its own."""
     staged.replace(path)
-    return moved
 
 
 def write_dropped(dropped: pd.DataFrame, path: Path) -> None:

@@ -1,27 +1,35 @@
-"""split ledger (split.ledger): no doc ever moves split across runs, bridges are dropped and counted, and an
-incremental sequence equals a from-scratch run over the union except for the counted bridges."""
+"""split ledger (split.ledger): no doc ever moves split across runs, bridges are dropped and counted, an
+incremental sequence equals a from-scratch run over the union except for the counted bridges, and a run killed
+before its shards are written leaves the ledger as it was (its rerun equals an uninterrupted run)."""
 
 from __future__ import annotations
 
 import json
 import random
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from pydantic import ValidationError
 
+import tasks.__main__ as stage_main
 from tasks import split
 from tasks.config import Paths, read_yaml
 from tasks.config.corpus.split import SplitParams
 from tasks.split import ledger
 from tasks.tracking import NullLog
 
+ROOT = Path(__file__).resolve().parents[2]
+#: the ``split:`` params these tests change: ledger mode (hash)
+LEDGER_MODE = {"assignment": "hash", "ledger": True, "stratify_by_label": False, "task_sizing": "fractions"}
+LEDGER = "data/split_ledger/ledger.parquet"
+
 
 def params(**changes) -> SplitParams:
     """The repo's ``split:`` params in ledger mode (hash), with ``changes`` applied."""
-    base = {"assignment": "hash", "ledger": True, "stratify_by_label": False, "task_sizing": "fractions"}
-    return SplitParams(**{**read_yaml("params.yaml")["split"], **base, **changes})
+    return SplitParams(**{**read_yaml("params.yaml")["split"], **LEDGER_MODE, **changes})
 
 
 def frame(docs: list[dict]) -> pd.DataFrame:
@@ -48,15 +56,20 @@ def run_night(root, docs: list[dict], cfg: SplitParams):
 
     Returns (metrics, ``{doc_id: split}`` of the output, dropped.jsonl records)."""
     paths = Paths(data=root / "data", models=root / "m", metrics=root / "x", reports=root / "r")
-    for stage in ("dedup", "split"):
-        shutil.rmtree(paths.stage_data(stage), ignore_errors=True)
-    paths.stage_data("dedup").mkdir(parents=True)
-    for source in sorted({d["source"] for d in docs}):
-        frame([d for d in docs if d["source"] == source]).to_parquet(paths.stage_data("dedup") / f"{source}.parquet")
+    write_dedup(paths.data, docs)
     metrics = split.run(cfg, paths, NullLog())
     out = pd.concat([pd.read_parquet(p) for p in sorted(paths.stage_data("split").glob("*.parquet"))])
     lines = (paths.stage_data("split") / "dropped.jsonl").read_text().splitlines()
     return metrics, dict(zip(out["doc_id"], out["split"])), [json.loads(line) for line in lines]
+
+
+def write_dedup(data: Path, docs: list[dict]) -> None:
+    """``<data>/dedup/<source>.parquet`` of ``docs``, ``<data>/dedup`` and ``<data>/split`` emptied first."""
+    for stage in ("dedup", "split"):
+        shutil.rmtree(data / stage, ignore_errors=True)
+    (data / "dedup").mkdir(parents=True)
+    for source in sorted({d["source"] for d in docs}):
+        frame([d for d in docs if d["source"] == source]).to_parquet(data / "dedup" / f"{source}.parquet")
 
 
 class Corpus:
@@ -335,6 +348,66 @@ def test_a_ledger_that_would_move_a_doc_fails_and_the_old_ledger_is_left_as_it_w
     with pytest.raises(split.SplitLeakError, match=r"^\d+ doc\(s\) of .*ledger\.parquet changed split"):
         run_night(tmp_path, docs, params())
     assert path.read_bytes() == old and sorted(p.name for p in path.parent.iterdir()) == ["ledger.parquet"]
+
+
+class Killed(Exception):
+    """What an interrupted run dies of while its shards are written (in place of a crash or SIGKILL)."""
+
+
+def run_stage(root: Path, docs: list[dict], monkeypatch, killed: bool = False) -> dict:
+    """``python -m tasks split`` as DVC calls it (``tasks.__main__.main``) in ``root``: the repo's dvc.yaml and
+    params.yaml, ``split:`` in ledger mode (``LEDGER_MODE``), over ``docs`` as ``data/dedup``. ``killed``: the run
+    dies in ``write_shards`` (``Killed`` raised). Returns ``metrics/split.json``."""
+    raw = read_yaml(ROOT / "params.yaml")
+    raw["split"].update(LEDGER_MODE)
+    (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    shutil.copyfile(ROOT / "dvc.yaml", root / "dvc.yaml")
+    write_dedup(root / "data", docs)
+
+    def killed_writing(*_args, **_kwargs):
+        raise Killed("killed while the shards are written")
+
+    with monkeypatch.context() as patch:
+        patch.chdir(root)
+        if killed:
+            patch.setattr(split, "write_shards", killed_writing)
+        assert stage_main.main(["split"]) == 0
+    return json.loads((root / "metrics" / "split.json").read_text(encoding="utf-8"))
+
+
+def test_a_first_run_killed_before_its_shards_leaves_no_ledger_and_its_rerun_equals_an_uninterrupted_run(
+    tmp_path, monkeypatch
+):
+    docs = Corpus(seed=3).rows()
+    (tmp_path / "killed").mkdir()
+    with pytest.raises(Killed):
+        run_stage(tmp_path / "killed", docs, monkeypatch, killed=True)
+    folder = tmp_path / "killed" / "data" / "split_ledger"
+    assert not (folder / "ledger.parquet").exists()
+    assert [p.name for p in folder.iterdir()] == ["ledger.parquet.new"]  # staged and checked, never read as a ledger
+    rerun = run_stage(tmp_path / "killed", docs, monkeypatch)
+    (tmp_path / "fresh").mkdir()
+    fresh = run_stage(tmp_path / "fresh", docs, monkeypatch)
+    assert rerun == fresh
+    assert rerun["ledger"] == {"enabled": True, "found": False, "history_left_unchanged": False}
+    assert rerun["moved_since_previous"] is None and rerun["new_docs"] == len(docs) == rerun["ledger_docs"]
+    assert [p.name for p in folder.iterdir()] == ["ledger.parquet"]  # the stale staged file overwritten, renamed
+    assert (folder / "ledger.parquet").read_bytes() == (tmp_path / "fresh" / LEDGER).read_bytes()
+
+
+def test_a_run_killed_before_its_shards_leaves_the_previous_ledger_as_it_was(tmp_path, monkeypatch):
+    docs = Corpus(seed=3).rows()
+    for root in ("killed", "fresh"):
+        (tmp_path / root).mkdir()
+        run_stage(tmp_path / root, docs[:-5], monkeypatch)
+    path = tmp_path / "killed" / LEDGER
+    before = path.read_bytes()
+    with pytest.raises(Killed):
+        run_stage(tmp_path / "killed", docs, monkeypatch, killed=True)
+    assert path.read_bytes() == before
+    rerun, night = run_stage(tmp_path / "killed", docs, monkeypatch), run_stage(tmp_path / "fresh", docs, monkeypatch)
+    assert rerun == night and rerun["ledger"]["found"] and rerun["moved_since_previous"] == 0
+    assert rerun["new_docs"] == 5 and rerun["ledger_docs"] == len(docs)
 
 
 def reached_by_search(rows: pd.DataFrame, ledger_split: pd.Series) -> list[tuple]:
