@@ -82,6 +82,7 @@ from tasks.leakage.outputs import (
     TABLE_COLUMNS,
     Fetched,
     Picked,
+    SplitShards,
     audit_table,
     leakage_metrics,
     read_split,
@@ -111,8 +112,9 @@ def run(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
 def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     """The stage (``run``), collector state aside."""
     # rows: no text (the row accounting); the training texts only where this process reads them all
-    holds_texts = cfg.engine == "local" or cfg.semantic.enabled
-    rows, eval_frame, train_frame = read_split(paths.stage_data("split"), train_text=holds_texts)
+    rows, eval_frame, train_frame = read_split(paths.stage_data("split"), train_text=cfg.engine == "local")
+    files = sorted(paths.stage_data("split").glob("*.parquet"))
+    shards = SplitShards(files, functools.partial(ray_engine.texts_on_ray, files, cfg=cfg))
     evals = make_side([tokenize(x) for x in eval_frame["text"]], minhash.WordHashes())
     log.info(f"leakage: {len(train_frame)} training docs vs {len(evals.hashes)} eval docs, engine {cfg.engine}")
     with gcpause.paused_gc():
@@ -120,7 +122,9 @@ def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
     gcpause.freeze()
     table = audit_table(scanned.matches, train_frame, eval_frame)
     lexical_removed = removed_docs(table, cfg)
-    plants, not_planted, lexical_found = plant_copies(eval_frame, evals, train_frame, scanned, table, cfg, paths, log)
+    plants, not_planted, lexical_found = plant_copies(
+        eval_frame, evals, train_frame, scanned, table, cfg, paths, shards, log
+    )
     found = [set(m) for m in lexical_found]
     detectors: tuple[str, ...] = DETECTORS
     review: list[dict] = []
@@ -137,6 +141,7 @@ def audit(cfg: LeakageParams, paths: Paths, log: Any) -> dict:
             plants,
             log,
             store_folder=paths.stage_data("leakage_embeddings"),
+            shards=shards,
         )
         table = pd.concat([table, pd.DataFrame.from_records(result.rows, columns=TABLE_COLUMNS)], ignore_index=True)
         table = table.sort_values(["eval_doc", "train_doc", "method"], ignore_index=True)
@@ -202,6 +207,7 @@ def plant_copies(
     table: pd.DataFrame,
     cfg: LeakageParams,
     paths: Paths,
+    shards: SplitShards,
     log: Any,
 ) -> tuple[list, list[str], list[set[str]]]:
     """The planted copies of every eval doc (``tasks.leakage.planted``), the variants not planted, and the
@@ -210,8 +216,8 @@ def plant_copies(
 
     Filler for the planted copies is the text of pretraining docs (with words) that the lexical audit matched
     to no eval doc, read from ``train_frame`` when a plant reaches it (``outputs.Picked``: no copy), or, when
-    ``train_frame`` has no texts (``engine: ray``), from the split shards by Ray tasks (``outputs.Fetched``:
-    only the texts the plants read).
+    ``train_frame`` has no texts (``engine: ray``), from the split shards by Ray tasks (``shards``;
+    ``outputs.Fetched``: only the texts the plants read).
     """
     pretrain = (train_frame["role"] == "pretrain").to_numpy()  # train_frame has a 0..n-1 index, as has_words
     unrelated = ~train_frame["doc_id"].isin(set(table["train_doc"])).to_numpy() & scanned.has_words
@@ -221,9 +227,8 @@ def plant_copies(
     if "text" in train_frame:
         plants, not_planted = make_plants(eval_frame, Picked(train_frame["text"], at), ids, cfg.planted, wordnet.of)
     else:
-        files = sorted(paths.stage_data("split").glob("*.parquet"))
         assert scanned.words is not None  # a frame without texts is engine: ray's, whose scan counts the words
-        texts = Fetched(ids, scanned.words[at], functools.partial(ray_engine.texts_on_ray, files, cfg=cfg))
+        texts = Fetched(ids, scanned.words[at], shards.fetch)
         plants, not_planted = texts.filled(
             lambda: make_plants(eval_frame, texts, ids, cfg.planted, wordnet.of, texts.words > 0)
         )

@@ -10,7 +10,8 @@ a shard has them). Writes ``removed.jsonl``, ``table.parquet`` (``TABLE_COLUMNS`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,28 @@ def read_split(folder: Path, train_text: bool = True) -> tuple[pd.DataFrame, pd.
     if not evals:  # no shard holds an eval row: the eval frame is empty, with a text column as read
         evals.append(blank.assign(text=pd.Series([], dtype="str")))
     return tuple(pd.concat(parts, ignore_index=True) for parts in (rows, evals, trains))  # type: ignore[return-value]
+
+
+def task_train_rows(files: list[Path]) -> pd.DataFrame:
+    """The kept task train rows (``train_rows``' task rows but the ``is_duplicate`` ones) of the split shards
+    ``files``, with every column ``iter_sources`` reads, texts included, in shard and row order: what a process
+    reading the training rows without their texts (``read_split(..., train_text=False)``) embeds of them. Read a
+    row group at a time, its texts only when it holds such a row: a pretraining shard's texts are never decoded.
+    Errors as ``read_sources``."""
+    parts = []
+    for file in files:
+        with reading(file):
+            parquet = pq.ParquetFile(file)
+            columns = [c for c in parquet.schema_arrow.names if c in REQUIRED_COLUMNS + USED_COLUMNS]
+            for group in range(parquet.metadata.num_row_groups):
+                facts = parquet.read_row_group(group, columns=["role", "split"]).to_pandas()
+                if ((facts["role"] == "task") & (facts["split"] == "train")).any():
+                    rows = parquet.read_row_group(group, columns=columns).to_pandas()
+                    kept = (rows["role"] == "task") & (rows["split"] == "train") & ~rows["is_duplicate"].astype(bool)
+                    parts.append(rows[kept])
+    if not parts:
+        return pd.DataFrame({c: pd.Series([], dtype="str") for c in REQUIRED_COLUMNS})
+    return pd.concat(parts, ignore_index=True)
 
 
 def eval_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -240,6 +263,9 @@ class Picked(Sequence[str]):
     def __getitem__(self, i):  # type: ignore[override]  # ints only: the ring reads one doc at a time
         return self.values.iat[int(self.positions[i])]
 
+    def hold(self, docs: Sequence[int]) -> None:
+        """Nothing to read: every value is at hand (``SplitCorpus.hold`` reads the texts it is asked for)."""
+
     def __iter__(self) -> Iterator[str]:
         for start in range(0, len(self.positions), ITER_ROWS):  # a block of Python strings at a time
             block = self.positions[start : start + ITER_ROWS]
@@ -249,6 +275,16 @@ class Picked(Sequence[str]):
                 yield from (values[k - low] for k in block.tolist())
             else:
                 yield from (self[start + k] for k in range(len(block)))
+
+
+@dataclass(frozen=True)
+class SplitShards:
+    """Where a process that holds no training text (``engine: ray``) reads the few it needs: the split shards
+    ``files`` (sorted) and ``fetch`` (sorted doc ids -> ``{doc_id: text}``, e.g. Ray tasks reading those shards:
+    ``scan.ray_engine.texts_on_ray``)."""
+
+    files: list[Path]
+    fetch: Callable[[list[str]], dict[str, str]]
 
 
 class Fetched(Sequence[str]):

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dedup_fixtures import write_source
@@ -21,7 +22,7 @@ from tasks import dedup, ingest, leakage, split
 from tasks.common.runtime import raycluster
 from tasks.config import Paths, load_params
 from tasks.config.corpus.dedup import SourcePolicy
-from tasks.leakage.semantic import ray_engine, search
+from tasks.leakage.semantic import corpus_layout, ray_engine, search
 from tasks.tracking import NullLog
 
 pytest.importorskip("ray.data", reason="engine: ray needs the optional group: pip install -e '.[ray]'")
@@ -194,12 +195,16 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     """The semantic detector (tiny random encoder; exact search in at least 9 shards of 2 blocks, 32 windows): an
     actor pool embeds in runs of 256 windows, one task a shard searches (a few at a time); outputs, metrics and
     the kept window vectors (the store's bytes, its fingerprint included) equal the local engine's, from scratch
-    and from the kept store (no window embedded again)."""
+    and from the kept store (no window embedded again). The corpus's layout tasks read their own row groups of the
+    pretraining shard (3, 3 and 1 rows, blocks of 2 rows), a copy of a dev doc among them removed by the lexical
+    action."""
     task, pre = news_corpus()
+    pre = pd.concat([pre, pre.iloc[:1].assign(doc_id="p-copy", text=task["text"].iloc[9])], ignore_index=True)
     paths = Paths(data=tmp_path / "data", models=tmp_path / "models", metrics=tmp_path / "m", reports=tmp_path / "r")
     paths.stage_data("split").mkdir(parents=True)
-    for f in (task, pre):
-        f.to_parquet(paths.stage_data("split") / f"{f['source'].iloc[0]}.parquet", index=False)
+    task.to_parquet(paths.stage_data("split") / "news.parquet", index=False)
+    pre.to_parquet(paths.stage_data("split") / "pre.parquet", index=False, row_group_size=3)
+    monkeypatch.setattr(corpus_layout, "LAYOUT_DOCS", 2)  # the driver numbers the blocks, the tasks follow
     low = {"min_precision": 0.01, "batch_size": 8, "search_block_windows": 16, "search_shard_windows": 20}
     ray = stage_params()[1]["leakage"].ray.model_dump()
     cfg = leakage_params(semantic=semantic_params(tiny_encoder, **low), ray=ray, batch_docs=8)
@@ -233,6 +238,7 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     assert results[4] == results[0] and results[5] == results[1] and embedded[2] == embedded[1]
     semantic = results[1]["semantic"]
     assert semantic["pairs_flagged"] > 0 and semantic["corpus"]["search"] == "exact"
+    assert results[1]["sources"]["pre"]["removed"] == 1 and semantic["corpus"]["docs"] == 6
     assert semantic["corpus"]["windows"] > 8 * 32  # more than 8 shards of 32 windows
     # the Ray run embedded every window by the actor pool and merged the shards; the local run merged as many
     assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 3

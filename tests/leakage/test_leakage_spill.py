@@ -1,15 +1,20 @@
 """The Ray engine's facts of the semantic pass: the kept-store keys (``semantic.spill``), read a row group at a
 time, are the keys ``store.load`` gives, sorted, with its checks; ``KeySet`` answers membership for 16-byte keys,
 those ending in zero bytes included (an ``S16`` element read back as bytes loses them); a corpus block laid out by
-a task (``semantic.corpus_layout``) is what ``Encoder.layout`` lays out, counted as ``Encoder.count`` counts."""
+a task (``semantic.corpus_layout``) is what ``Encoder.layout`` lays out, counted as ``Encoder.count`` counts; a
+row group's task lays out its kept pretraining rows, read by itself; the texts a driver without them reads."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from leakage_fixtures import filler, semantic_params
+from leakage_fixtures import filler, frame, semantic_params
 from leakage_fixtures import params as leakage_params
+from tasks.leakage.outputs import SplitShards, read_sources, task_train_rows, train_rows
 from tasks.leakage.semantic import corpus_layout, spill
 from tasks.leakage.semantic import store as embedding_store
 from tasks.leakage.semantic.encoder import Encoder
@@ -114,3 +119,72 @@ def test_a_corpus_block_of_empty_texts_lays_out_no_window(tiny_encoder, tmp_path
     laid = Encoder(cfg, leakage_params().hardware).layout([filler(40, 1), "", ""])
     assert joined.doc.tolist() == laid.doc and joined.starts.tolist() == [0, len(laid.keys), len(laid.keys)]
     assert corpus_layout.todo_of(joined, np.arange(len(laid.keys)), 1) == {}
+
+
+def shard_rows() -> pd.DataFrame:
+    """12 split rows in one shard: pretraining rows (one removed, one empty, one repeated) around task rows."""
+    pre = frame("mixed", "pretrain", [(f"p{k}", "train", filler(10 + 7 * k, k)) for k in range(8)])
+    pre.loc[3, "text"], pre.loc[6, "text"] = "", pre.loc[1, "text"]
+    task = frame("mixed", "task", [(f"t{k}", s, filler(12, 40 + k)) for k, s in enumerate(["train", "dev"] * 2)])
+    task.loc[2, "is_duplicate"] = True
+    return pd.concat([pre.iloc[:3], task, pre.iloc[3:]], ignore_index=True)
+
+
+def test_a_row_group_task_lays_out_the_kept_pretraining_rows_it_reads(tiny_encoder, tmp_path):
+    """``row_groups`` numbers the blocks of 2 rows of 3 row groups (5, 5, 2 rows: blocks 3 + 3 + 1), and the
+    tasks of ``lay_out_row_group`` (run here) give, joined, ``Encoder.layout`` of the pretraining texts not
+    removed, in row order, each block's files named by its number."""
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
+    rows, shard = shard_rows(), tmp_path / "mixed.parquet"
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), shard, row_group_size=5)
+    groups = corpus_layout.row_groups([shard], 2)
+    assert [(g.group, g.first_block) for g in groups] == [(0, 0), (1, 3), (2, 6)]
+    removed = ["p2", "t0"]  # a task row is never corpus, removed or not
+    out = tmp_path / "spill"
+    blocks = [
+        b
+        for g in groups
+        for b in corpus_layout.lay_out_row_group(out, str(tiny_encoder), 16, 6, g, pa.array(removed, pa.string()))
+    ]
+    corpus = [t for d, r, t in zip(rows["doc_id"], rows["role"], rows["text"]) if r == "pretrain" and d != "p2"]
+    assert len(corpus) == 7 and sum(len(b[0]) for b in blocks) == 7 and len(blocks) == 7
+    laid = Encoder(cfg, leakage_params().hardware).layout(corpus)
+    joined = corpus_layout.joined(blocks, corpus, out)
+    assert joined.doc.tolist() == laid.doc and [tuple(b) for b in joined.bounds.tolist()] == laid.bounds
+    assert joined.keys.tobytes() == b"".join(laid.keys)
+    assert sorted(f.name for f in (out / "pieces").iterdir()) == [f"{b:06d}.parquet" for b in range(7)]
+
+
+def test_the_task_train_rows_read_from_the_shards_are_the_training_frames(tmp_path):
+    """``task_train_rows`` (a row group at a time) equals the kept task rows of ``train_rows`` over the shards read
+    whole, the texts and labels included, the duplicate and the dev rows left out."""
+    rows = shard_rows()
+    rows["label"] = [None if r == "pretrain" else f"y{k % 2}" for k, r in enumerate(rows["role"])]
+    other = frame("zz", "pretrain", [(f"q{k}", "train", filler(8, 90 + k)) for k in range(3)])
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), tmp_path / "mixed.parquet", row_group_size=4)
+    other.to_parquet(tmp_path / "zz.parquet", index=False)
+    got = task_train_rows(sorted(tmp_path.glob("*.parquet")))
+    whole = train_rows(pd.concat(read_sources(tmp_path).values(), ignore_index=True))
+    want = whole[(whole["role"] == "task") & ~whole["is_duplicate"]].reset_index(drop=True)
+    assert got["doc_id"].tolist() == ["t0"] and got["label"].tolist() == ["y1"]
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)  # a column all null in one shard is object there
+
+
+def test_a_split_corpus_reads_only_the_texts_it_holds():
+    """``SplitCorpus``: a text not held raises ``KeyError``; ``hold`` asks the shards only for the docs not held
+    yet, by doc id; a doc the shards lack raises ``ValueError``."""
+    asked: list[list[str]] = []
+    texts = {"a": "first", "b": "second", "c": "third"}
+
+    def fetch(ids: list[str]) -> dict[str, str]:
+        asked.append(ids)
+        return {d: texts[d] for d in ids if d in texts}
+
+    corpus = corpus_layout.SplitCorpus(SplitShards([], fetch), [], ["c", "a", "b", "zz"])
+    with pytest.raises(KeyError, match="corpus doc a"):
+        corpus[1]
+    corpus.hold([2, 0])
+    corpus.hold([0, 1])
+    assert asked == [["b", "c"], ["a"]] and [corpus[d] for d in range(3)] == ["third", "first", "second"]
+    with pytest.raises(ValueError, match="no text for 1 doc ids"):
+        corpus.hold([3])

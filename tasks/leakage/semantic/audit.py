@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.config.corpus.leakage import LeakageParams
+from tasks.leakage.outputs import SplitShards
 from tasks.leakage.planted.variants import Plant
 from tasks.leakage.semantic import method, store
 from tasks.leakage.semantic.encoder import Encoder
@@ -52,16 +53,18 @@ def audit(
     log,
     encoder: Encoder | None = None,
     store_folder: Path | None = None,
+    shards: SplitShards | None = None,
 ) -> SemanticResult:
     """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``, with
     ``engine: ray`` to a ``RayEncoder`` (its windows embedded by a Ray actor pool, its corpus search one Ray task a
     shard: ``tasks/leakage/semantic/ray_engine.py``).
-    ``store_folder``: the folder of the kept window vectors (``store``), read first and written back."""
+    ``store_folder``: the folder of the kept window vectors (``store``), read first and written back.
+    ``shards``: where the texts of a ``train_frame`` without them are read (``texts.texts_to_embed``)."""
     clock = {"start": time.perf_counter()}
     ray = cfg.engine == "ray"
     enc = encoder or (RayEncoder(cfg.semantic, cfg.hardware, cfg.ray) if ray else Encoder(cfg.semantic, cfg.hardware))
     kept = open_store(enc, store_folder, cfg.incremental, log) if store_folder is not None else None
-    texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants)
+    texts = texts_to_embed(cfg, eval_frame, eval_words, train_frame, removed, plants, shards)
     layouts = [
         enc.layout(texts.evals),
         enc.layout(texts.plants, texts.plant_spans, cfg.semantic.planted_windows),
@@ -200,10 +203,12 @@ def scan_corpus(
     enc: Encoder, cfg: LeakageParams, texts: Texts, layout, eval_frame: pd.DataFrame, evals: Windows, threshold: float
 ) -> CorpusScan:
     """The kept pretraining docs' windows (``layout``: theirs), searched for every eval window at
-    ``threshold``."""
+    ``threshold``; the texts of the flagged docs are held (``Texts.corpus``), for the table's and the review's
+    matched spans."""
     corpus = texts.corpus_frame
     corpus_windows = enc.embedded(layout)
     pairs, best = method.pair_scores(evals, corpus_windows, threshold, cfg.semantic, enc.search)
+    texts.corpus.hold(sorted({c for c, _ in pairs}))  # the flagged docs' texts, for their matched spans
     rows = []
     for (c, e), (score, cw, _) in sorted(pairs.items()):
         ev = eval_frame.iloc[e]

@@ -1,7 +1,10 @@
-"""The Ray engine's corpus layout (issue 63): the pretraining docs' windows laid out by Ray tasks, a block of
-``LAYOUT_DOCS`` docs each, so that the driver never holds their wordpiece ids or a Python object a window.
+"""The Ray engine's corpus layout (issue 63): the pretraining docs' windows laid out by Ray tasks, so that the
+driver never holds their texts, their wordpiece ids or a Python object a window.
 
-A task (``lay_out_block``) tokenizes its docs as ``Encoder.layout`` does (``normalize_text``, the encoder's
+The corpus (``SplitCorpus``) is the pretraining rows of the split shards, in shard and row order, but the ones the
+lexical action removed. A task takes one row group of a shard (``lay_out_row_group``: ``row_groups`` plans them),
+reads its rows' texts and lays out its corpus docs a block of ``LAYOUT_DOCS`` rows at a time: a block
+(``lay_out_block``) tokenizes its docs as ``Encoder.layout`` does (``normalize_text``, the encoder's
 tokenizer without specials, ``window_bounds``, ``store.key_of``), writes into the spill folder
 
 - ``pieces/<block>.parquet``: its windows in order, ``key`` (16 bytes) and ``tokens`` (int32 wordpiece ids);
@@ -13,7 +16,8 @@ and returns only per-doc window counts and per-window token ranges and keys, as 
 reads the windows to embed back from ``pieces`` a block at a time (``todo_of``), and the store's ``texts.parquet``
 is written by a task from the blocks' layouts and the eval side's (``write_layouts``), the bytes the driver wrote.
 A corpus doc is always tokenized here (the kept layouts spare the eval side's texts only): its windows, keys and
-layout row are the same either way.
+layout row are the same either way. The driver reads a corpus text only for a flagged window's matched span
+(``SplitCorpus.hold``).
 """
 
 from __future__ import annotations
@@ -24,15 +28,50 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tasks.common.files.ioerrors import reading
+from tasks.leakage.outputs import SplitShards
 from tasks.leakage.semantic import spill, store
 from tasks.leakage.semantic.encoder import layout_key
 from tasks.leakage.semantic.windows import normalize_text, window_bounds
 
-#: Corpus docs a layout task: its texts travel as its argument, its windows' ids to its files.
+#: Split rows a layout block: the driver reads a block's windows' ids back at a time to embed the new ones.
 LAYOUT_DOCS = 1024
 _TOKENIZERS: dict[str, object] = {}  # per worker process, by encoder folder: loaded once
+
+
+class SplitCorpus(Sequence[str]):
+    """The semantic pass's corpus when the driver holds no training text (``engine: ray``): the pretraining rows
+    of ``shards.files`` (in order) whose doc id is not in ``removed`` (sorted); ``doc_ids[d]`` names doc ``d``.
+    Its windows are laid out by tasks that read the texts themselves (``lay_out_row_group``); doc ``d``'s text is
+    read here only once held (``hold``), and indexing one not held raises ``KeyError``."""
+
+    def __init__(self, shards: SplitShards, removed: list[str], doc_ids: Sequence[str]) -> None:
+        self.shards, self.removed, self.doc_ids = shards, removed, doc_ids
+        self.held: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def __getitem__(self, d):  # type: ignore[override]  # ints only, as outputs.Picked
+        if d not in self.held:
+            raise KeyError(f"leakage semantic: the text of corpus doc {self.doc_ids[d]} was not read (hold it first)")
+        return self.held[d]
+
+    def hold(self, docs: Sequence[int]) -> None:
+        """Read the texts of the corpus docs ``docs`` from the split shards (``shards.fetch``); raises
+        ``ValueError`` when the shards hold no text for one of them."""
+        wanted = {self.doc_ids[d]: d for d in docs if d not in self.held}
+        if not wanted:
+            return
+        got = self.shards.fetch(sorted(wanted))
+        if any(doc not in got for doc in wanted):
+            raise ValueError(
+                f"leakage semantic: the split shards hold no text for {len(set(wanted) - set(got))} doc ids"
+            )
+        self.held.update((d, got[doc]) for doc, d in wanted.items())
 
 
 @dataclass
@@ -62,6 +101,49 @@ def joined(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]], texts: Sequen
     bounds = np.concatenate([p[1] for p in parts]).astype(np.int64) if parts else np.zeros((0, 2), np.int64)
     keys = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, "S16")
     return CorpusLayout(texts, np.repeat(docs, per_doc), bounds.reshape(-1, 2), keys, starts, folder)
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """Row group ``group`` of the split shard ``file``, whose rows make a block each ``block_rows`` (the last one
+    fewer), numbered from ``first_block`` (a layout task's argument: the driver numbers the blocks)."""
+
+    file: str
+    group: int
+    first_block: int
+    block_rows: int
+
+
+def row_groups(files: list[Path], block_rows: int) -> list[RowGroup]:
+    """Every row group of ``files`` in order, their blocks of ``block_rows`` rows numbered on from the group
+    before. Raises ``ioerrors.DamagedFile`` naming a file that cannot be read."""
+    groups, block = [], 0
+    for file in files:
+        with reading(file):
+            meta = pq.ParquetFile(file).metadata
+        for g in range(meta.num_row_groups):
+            groups.append(RowGroup(str(file), g, block, block_rows))
+            block += -(-meta.row_group(g).num_rows // block_rows)
+    return groups
+
+
+def lay_out_row_group(
+    folder: Path, encoder_folder: str, window_tokens: int, stride: int, group: RowGroup, removed: pa.Array
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The corpus docs of one row group laid out, ``lay_out_block`` a block of its rows: its pretraining rows
+    whose ``doc_id`` is not in ``removed`` (strings), their texts read here. Returns the blocks' results in
+    order."""
+    with reading(Path(group.file)):
+        parquet = pq.ParquetFile(group.file)
+        table = parquet.read_row_group(group.group, columns=["doc_id", "role", "text"], use_threads=False)
+    parts = []
+    for k, start in enumerate(range(0, table.num_rows, group.block_rows)):
+        rows = table.slice(start, group.block_rows)
+        pretrain = pc.equal(rows.column("role").cast(pa.string()), "pretrain")
+        kept = pc.and_(pretrain, pc.invert(pc.is_in(rows.column("doc_id").cast(pa.string()), value_set=removed)))
+        texts = rows.column("text").filter(kept).to_pylist()
+        parts.append(lay_out_block(folder, encoder_folder, window_tokens, stride, group.first_block + k, texts))
+    return parts
 
 
 def lay_out_block(folder: Path, encoder_folder: str, window_tokens: int, stride: int, b: int, texts: list[str]):

@@ -3,8 +3,9 @@ in files on the workers' side, the corpus searched one Ray task per shard; the r
 ``engine: local``'s (tests/common/test_ray_engines.py). The driver holds window keys, the eval side's vectors
 (the eval docs, the planted copies, the task train docs) and the merged hits, never a corpus window's vector.
 
-**Layout.** The corpus docs are laid out by Ray tasks, a block of docs each (``corpus_layout``): the driver keeps
-40 bytes a corpus window, their ids stay in the spill folder; the eval side is laid out on the driver.
+**Layout.** The corpus docs are laid out by Ray tasks, a row group of a split shard each (``corpus_layout``),
+which read their texts: the driver keeps 40 bytes a corpus window and no corpus text, their ids stay in the spill
+folder; the eval side is laid out on the driver.
 
 **Embedding** (``RayEncoder.prefetch``). The windows neither stored nor at hand (the corpus's read back from the
 spill folder a block at a time, about ``GROUP_CALLS`` actor calls' worth an ``embedded_on_ray``) go, in bucket order
@@ -42,9 +43,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +56,7 @@ from tasks.common.runtime import raycluster
 from tasks.config.cluster import RayParams
 from tasks.config.corpus.leakage import SemanticParams
 from tasks.leakage.semantic import corpus_layout, search, spill, store
-from tasks.leakage.semantic.corpus_layout import CorpusLayout
+from tasks.leakage.semantic.corpus_layout import CorpusLayout, SplitCorpus
 from tasks.leakage.semantic.encoder import Encoder, Layout
 from tasks.leakage.semantic.spill import Routed
 from tasks.leakage.semantic.windows import Windows
@@ -154,19 +153,26 @@ class RayEncoder(Encoder):
         """A kept vector, fetched with the new ones by ``prefetch``."""
         return self.prefetched.pop(key)
 
-    def layout_searched(self, texts: Sequence[str]) -> CorpusLayout:  # type: ignore[override]
-        """``Encoder.layout_searched`` by Ray tasks, ``corpus_layout.LAYOUT_DOCS`` docs each (``lay_out_block``,
-        at most two a CPU slot at a time): the windows' ids go to a new spill folder, their facts to the driver."""
-        self.spill, docs, cfg = self.new_spill(), iter(texts), self.cfg
-        task = _lay_out_block.options(num_cpus=1)
+    def layout_searched(self, corpus: SplitCorpus) -> CorpusLayout:  # type: ignore[override]
+        """``Encoder.layout_searched`` by Ray tasks, one a row group of the split shards (``lay_out_row_group``,
+        at most two a CPU slot at a time), which read the texts: the windows' ids go to a new spill folder, their
+        facts to the driver. Raises ``ValueError`` when the tasks lay out another number of docs than ``corpus``
+        holds (a shard changed under the run)."""
+        self.spill, cfg = self.new_spill(), self.cfg
+        groups = corpus_layout.row_groups(corpus.shards.files, corpus_layout.LAYOUT_DOCS)
+        removed, task = self.ray.put(pa.array(corpus.removed, pa.string())), _lay_out_row_group.options(num_cpus=1)
 
-        def submit(b: int):
-            block = list(islice(docs, corpus_layout.LAYOUT_DOCS))
-            return task.remote(self.spill, str(self.folder), cfg.window_tokens, cfg.stride_tokens, b, block)
+        def submit(k: int):
+            return task.remote(self.spill, str(self.folder), cfg.window_tokens, cfg.stride_tokens, groups[k], removed)
 
-        n = -(-len(texts) // corpus_layout.LAYOUT_DOCS)
-        parts = in_turn(self.ray, submit, n, 2 * raycluster.cpus(self.ray), "leakage semantic: corpus layout (ray)")
-        return corpus_layout.joined(parts, texts, self.spill)
+        parts = in_turn(self.ray, submit, len(groups), 2 * raycluster.cpus(self.ray), "leakage semantic: corpus layout")
+        blocks = [block for part in parts for block in part]
+        laid = sum(len(block[0]) for block in blocks)
+        if laid != len(corpus):
+            raise ValueError(
+                f"leakage semantic (ray): the split shards gave {laid} corpus docs, the split rows {len(corpus)}"
+            )
+        return corpus_layout.joined(blocks, corpus, self.spill)
 
     def prefetch(self, layouts: list[Layout], searched: CorpusLayout | None = None) -> None:  # type: ignore[override]
         """``Encoder.prefetch`` off the driver: the new windows embedded by the actor pool into the spill folder
@@ -387,5 +393,5 @@ _stored_keys = raycluster.remote(spill.stored_keys)
 _split_stored = raycluster.remote(spill.split_stored)
 _gather_bucket = raycluster.remote(spill.gather_bucket)
 _write_store = raycluster.remote(spill.write_store)
-_lay_out_block = raycluster.remote(corpus_layout.lay_out_block)
+_lay_out_row_group = raycluster.remote(corpus_layout.lay_out_row_group)
 _write_layouts = raycluster.remote(corpus_layout.write_layouts)

@@ -6,7 +6,6 @@ kept after the lexical action.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,8 +13,9 @@ import pandas as pd
 
 from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.lexical.words import tokenize
-from tasks.leakage.outputs import Picked
+from tasks.leakage.outputs import Picked, SplitShards, task_train_rows
 from tasks.leakage.planted.variants import Plant
+from tasks.leakage.semantic.corpus_layout import SplitCorpus
 from tasks.leakage.semantic.windows import normalize_text
 
 
@@ -25,7 +25,8 @@ class Texts:
     ``attempted``), the planted copies of the sampled docs (``plants``, "" for the others, and ``plant_spans``;
     ``sampled`` per eval doc, ``scored`` per plant), the kept task train docs (``task_train``, and ``train``:
     "" for the short ones) and the pretraining docs kept after the lexical action (``corpus_frame``, their rows
-    without ``text``, and ``corpus``, their texts read from the training frame when used: ``outputs.Picked``)."""
+    without ``text``, and ``corpus``, their texts: read from the training frame when used, ``outputs.Picked``, or,
+    when it holds none, left in the split shards, ``corpus_layout.SplitCorpus``)."""
 
     evals: list[str]
     n_words: np.ndarray
@@ -37,7 +38,7 @@ class Texts:
     task_train: pd.DataFrame
     train: list[str]
     corpus_frame: pd.DataFrame
-    corpus: Sequence[str]
+    corpus: Picked | SplitCorpus
 
 
 def texts_to_embed(
@@ -47,9 +48,12 @@ def texts_to_embed(
     train_frame: pd.DataFrame,
     removed: set[str],
     plants: list[Plant],
+    shards: SplitShards | None = None,
 ) -> Texts:
     """The ``Texts`` of the pass: all known before the first window is embedded, so ``Encoder.prefetch``
-    embeds what is new in one go."""
+    embeds what is new in one go. A ``train_frame`` without texts (``engine: ray``) reads the task train rows from
+    ``shards`` (``outputs.task_train_rows``) and leaves the corpus's texts there (``SplitCorpus``); raises
+    ``ValueError`` when ``shards`` is not given then."""
     scfg = cfg.semantic
     n_words = np.array([len(w) for w in eval_words])
     attempted = n_words >= scfg.min_words
@@ -57,10 +61,9 @@ def texts_to_embed(
     sampled[planted_sample(list(eval_frame["doc_id"]), cfg)] = True
     scored = np.array([bool(sampled[p.eval_index]) for p in plants], dtype=bool)
     plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
-    task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
-    task_train = task_train.reset_index(drop=True)
     at = np.flatnonzero((train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed)))
     corpus = train_frame.iloc[at, train_frame.columns != "text"].reset_index(drop=True)  # texts: read when used
+    task_train, corpus_texts = train_and_corpus(train_frame, at, corpus, removed, shards)
     spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
     train = [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]]
     return Texts(
@@ -74,8 +77,21 @@ def texts_to_embed(
         task_train,
         train,
         corpus,
-        Picked(train_frame["text"], at),
+        corpus_texts,
     )
+
+
+def train_and_corpus(
+    train_frame: pd.DataFrame, at: np.ndarray, corpus: pd.DataFrame, removed: set[str], shards: SplitShards | None
+) -> tuple[pd.DataFrame, Picked | SplitCorpus]:
+    """The kept task train rows (texts included) and the corpus's texts (``corpus``: rows ``at`` of
+    ``train_frame``), from the training frame, or from ``shards`` when it holds no text (``texts_to_embed``)."""
+    if "text" in train_frame:
+        task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
+        return task_train.reset_index(drop=True), Picked(train_frame["text"], at)
+    if shards is None:
+        raise ValueError("leakage semantic: the training rows hold no text and no split shards were given")
+    return task_train_rows(shards.files), SplitCorpus(shards, sorted(removed), corpus["doc_id"])
 
 
 def planted_sample(eval_ids: list[str], cfg: LeakageParams) -> list[int]:
