@@ -77,7 +77,8 @@ def read_split(folder: Path, train_text: bool = True) -> tuple[pd.DataFrame, pd.
     times at once; this holds them once, and one shard's twice. ``train_text`` false: the training rows without
     their texts, which are then read only from the shards holding eval rows (the task sources', not the
     pretraining sources'), so the process holds no training text (``engine: ray``: its workers read them), and
-    with only ``TRAIN_COLUMNS`` (the other columns are the semantic pass's, which reads the texts too).
+    with only ``TRAIN_COLUMNS`` (the other columns are the semantic pass's, which reads its task train rows from
+    the shards: ``task_train_rows``).
     Errors as ``read_sources``."""
     rows, evals, trains = [], [], []
     for _, frame in iter_sources(folder, train_text):
@@ -94,24 +95,26 @@ def read_split(folder: Path, train_text: bool = True) -> tuple[pd.DataFrame, pd.
 
 def task_train_rows(files: list[Path]) -> pd.DataFrame:
     """The kept task train rows (``train_rows``' task rows but the ``is_duplicate`` ones) of the split shards
-    ``files``, with every column ``iter_sources`` reads, texts included, in shard and row order: what a process
-    reading the training rows without their texts (``read_split(..., train_text=False)``) embeds of them. Read a
-    row group at a time, its texts only when it holds such a row: a pretraining shard's texts are never decoded.
-    Errors as ``read_sources``."""
-    parts = []
+    ``files``, in shard and row order, with the columns ``read_split``'s training frame has (every column
+    ``iter_sources`` reads of any shard, in order of first sight; null where a shard lacks one), texts included:
+    what a process reading the training rows without their texts embeds of them. Read a row group at a time, its
+    texts only when it holds such a row: a pretraining shard's texts are never decoded. Errors as
+    ``read_sources``."""
+    parts, columns = [], {}
     for file in files:
         with reading(file):
             parquet = pq.ParquetFile(file)
-            columns = [c for c in parquet.schema_arrow.names if c in REQUIRED_COLUMNS + USED_COLUMNS]
+            mine = [c for c in parquet.schema_arrow.names if c in REQUIRED_COLUMNS + USED_COLUMNS]
+            columns.update(dict.fromkeys(mine))
             for group in range(parquet.metadata.num_row_groups):
                 facts = parquet.read_row_group(group, columns=["role", "split"]).to_pandas()
                 if ((facts["role"] == "task") & (facts["split"] == "train")).any():
-                    rows = parquet.read_row_group(group, columns=columns).to_pandas()
+                    rows = parquet.read_row_group(group, columns=mine).to_pandas()
                     kept = (rows["role"] == "task") & (rows["split"] == "train") & ~rows["is_duplicate"].astype(bool)
                     parts.append(rows[kept])
     if not parts:
-        return pd.DataFrame({c: pd.Series([], dtype="str") for c in REQUIRED_COLUMNS})
-    return pd.concat(parts, ignore_index=True)
+        return pd.DataFrame({c: pd.Series([], dtype="str") for c in columns})
+    return pd.concat(parts, ignore_index=True).reindex(columns=list(columns))
 
 
 def eval_rows(rows: pd.DataFrame) -> pd.DataFrame:

@@ -204,7 +204,7 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     paths.stage_data("split").mkdir(parents=True)
     task.to_parquet(paths.stage_data("split") / "news.parquet", index=False)
     pre.to_parquet(paths.stage_data("split") / "pre.parquet", index=False, row_group_size=3)
-    monkeypatch.setattr(corpus_layout, "LAYOUT_DOCS", 2)  # the driver numbers the blocks, the tasks follow
+    monkeypatch.setattr(corpus_layout, "LAYOUT_ROWS", 2)  # the driver numbers the blocks, the tasks follow
     low = {"min_precision": 0.01, "batch_size": 8, "search_block_windows": 16, "search_shard_windows": 20}
     ray = stage_params()[1]["leakage"].ray.model_dump()
     cfg = leakage_params(semantic=semantic_params(tiny_encoder, **low), ray=ray, batch_docs=8)

@@ -241,6 +241,16 @@ def audit_once(tiny_encoder, task, pre, **changes):
     )
 
 
+def test_a_task_doc_without_a_dedup_cluster_is_its_own_cluster(tiny_encoder):
+    """Null ``cluster_id``s (a hand-made shard; the engines' frames hold them as different null objects) make
+    each doc its own cluster, as the doc ids do: the same known-clean pairs and threshold, not one shared cluster
+    that leaves no pair known clean."""
+    task, pre = news_corpus()
+    own = audit_once(tiny_encoder, task.assign(cluster_id=task["doc_id"]), pre).metrics
+    null = audit_once(tiny_encoder, task.assign(cluster_id=None), pre).metrics
+    assert null == own and own["threshold_dev_clean_pairs"] > 0
+
+
 def test_the_threshold_is_chosen_on_dev_data_only(tiny_encoder):
     task, pre = news_corpus()
     first = audit_once(tiny_encoder, task, pre).metrics

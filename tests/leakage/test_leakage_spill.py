@@ -141,13 +141,19 @@ def test_a_row_group_task_lays_out_the_kept_pretraining_rows_it_reads(tiny_encod
     assert [(g.group, g.first_block) for g in groups] == [(0, 0), (1, 3), (2, 6)]
     removed = ["p2", "t0"]  # a task row is never corpus, removed or not
     out = tmp_path / "spill"
-    blocks = [
-        b
-        for g in groups
-        for b in corpus_layout.lay_out_row_group(out, str(tiny_encoder), 16, 6, g, pa.array(removed, pa.string()))
-    ]
-    corpus = [t for d, r, t in zip(rows["doc_id"], rows["role"], rows["text"]) if r == "pretrain" and d != "p2"]
+    tasks = [corpus_layout.lay_out_row_group(out, str(tiny_encoder), 16, 6, g, pa.array(removed)) for g in groups]
+    blocks = [b for laid_out, _ in tasks for b in laid_out]
+    kept = [(d, t) for d, r, t in zip(rows["doc_id"], rows["role"], rows["text"]) if r == "pretrain" and d != "p2"]
+    corpus = [t for _, t in kept]
     assert len(corpus) == 7 and sum(len(b[0]) for b in blocks) == 7 and len(blocks) == 7
+    ids = [d for d, _ in kept]  # row groups: p0 p1 [p2] t0 t1 | t2 t3 p3 p4 p5 | p6 p7
+    assert [digest for _, digest in tasks] == [corpus_layout.ids_digest(x) for x in (ids[:2], ids[2:5], ids[5:])]
+    assert corpus_layout.ids_digest(["ab", "c"]) != corpus_layout.ids_digest(["a", "bc"])
+    shards = SplitShards([shard], dict)
+    corpus_layout.check_laid_out(tasks, corpus_layout.SplitCorpus(shards, removed, pd.Series(ids)))
+    for other in (ids[1:2] + ids[:1] + ids[2:], ids + ["p9"], ids[:-1]):  # another order, one more, one fewer
+        with pytest.raises(ValueError, match="row group|corpus docs"):
+            corpus_layout.check_laid_out(tasks, corpus_layout.SplitCorpus(shards, removed, pd.Series(other)))
     laid = Encoder(cfg, leakage_params().hardware).layout(corpus)
     joined = corpus_layout.joined(blocks, corpus, out)
     assert joined.doc.tolist() == laid.doc and [tuple(b) for b in joined.bounds.tolist()] == laid.bounds
@@ -157,8 +163,9 @@ def test_a_row_group_task_lays_out_the_kept_pretraining_rows_it_reads(tiny_encod
 
 def test_the_task_train_rows_read_from_the_shards_are_the_training_frames(tmp_path):
     """``task_train_rows`` (a row group at a time) equals the kept task rows of ``train_rows`` over the shards read
-    whole, the texts and labels included, the duplicate and the dev rows left out."""
-    rows = shard_rows()
+    whole, the texts and labels included, the duplicate and the dev rows left out, with the training frame's
+    columns in its order: ``cluster_id``, which only a later pretraining shard has, null."""
+    rows = shard_rows().drop(columns="cluster_id")
     rows["label"] = [None if r == "pretrain" else f"y{k % 2}" for k, r in enumerate(rows["role"])]
     other = frame("zz", "pretrain", [(f"q{k}", "train", filler(8, 90 + k)) for k in range(3)])
     pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), tmp_path / "mixed.parquet", row_group_size=4)
@@ -166,8 +173,14 @@ def test_the_task_train_rows_read_from_the_shards_are_the_training_frames(tmp_pa
     got = task_train_rows(sorted(tmp_path.glob("*.parquet")))
     whole = train_rows(pd.concat(read_sources(tmp_path).values(), ignore_index=True))
     want = whole[(whole["role"] == "task") & ~whole["is_duplicate"]].reset_index(drop=True)
-    assert got["doc_id"].tolist() == ["t0"] and got["label"].tolist() == ["y1"]
-    pd.testing.assert_frame_equal(got, want, check_dtype=False)  # a column all null in one shard is object there
+    assert got["doc_id"].tolist() == ["t0"] and got["label"].tolist() == ["y1"] and got["cluster_id"].isna().all()
+    assert (
+        list(got.columns)
+        == list(want.columns)
+        == ["doc_id", "source", "role", "text", "label", "is_duplicate", "split", "cluster_id"]
+    )
+    # the dtypes differ where a column is null in one shard (object in the concatenation): the values do not
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
 
 
 def test_a_split_corpus_reads_only_the_texts_it_holds():

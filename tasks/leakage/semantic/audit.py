@@ -173,7 +173,8 @@ def calibrate(enc: Encoder, cfg: LeakageParams, texts: Texts, side: EvalSide, la
     train_windows = enc.embedded(layout)
     labels = task_train["label"] if "label" in task_train else pd.Series([None] * len(task_train))
     groups = [f"{s}/{'' if pd.isna(y) else y}" for s, y in zip(task_train["source"], labels)]
-    clusters = list(task_train["cluster_id"]) if "cluster_id" in task_train else list(task_train["doc_id"])
+    ids = list(task_train["doc_id"])  # a doc without a dedup cluster is its own (a null is no shared cluster)
+    clusters = [d if pd.isna(c) else c for c, d in zip(task_train.get("cluster_id", ids), ids)]
     clean_score, partner = method.clean_pair_scores(train_windows, groups, clusters)
     calibration = method.half(list(task_train["doc_id"]), f"{cfg.planted.seed}:clean")
     valid = partner >= 0

@@ -3,7 +3,7 @@ driver never holds their texts, their wordpiece ids or a Python object a window.
 
 The corpus (``SplitCorpus``) is the pretraining rows of the split shards, in shard and row order, but the ones the
 lexical action removed. A task takes one row group of a shard (``lay_out_row_group``: ``row_groups`` plans them),
-reads its rows' texts and lays out its corpus docs a block of ``LAYOUT_DOCS`` rows at a time: a block
+reads its rows' texts and lays out its corpus docs a block of ``LAYOUT_ROWS`` rows at a time: a block
 (``lay_out_block``) tokenizes its docs as ``Encoder.layout`` does (``normalize_text``, the encoder's
 tokenizer without specials, ``window_bounds``, ``store.key_of``), writes into the spill folder
 
@@ -22,6 +22,7 @@ layout row are the same either way. The driver reads a corpus text only for a fl
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from tasks.leakage.semantic.encoder import layout_key
 from tasks.leakage.semantic.windows import normalize_text, window_bounds
 
 #: Split rows a layout block: the driver reads a block's windows' ids back at a time to embed the new ones.
-LAYOUT_DOCS = 1024
+LAYOUT_ROWS = 1024
 _TOKENIZERS: dict[str, object] = {}  # per worker process, by encoder folder: loaded once
 
 
@@ -63,6 +64,7 @@ class SplitCorpus(Sequence[str]):
     def hold(self, docs: Sequence[int]) -> None:
         """Read the texts of the corpus docs ``docs`` from the split shards (``shards.fetch``); raises
         ``ValueError`` when the shards hold no text for one of them."""
+        # keyed by doc id: the lexical scan refused a doc id on two training rows (scan.ray_engine._merged)
         wanted = {self.doc_ids[d]: d for d in docs if d not in self.held}
         if not wanted:
             return
@@ -129,21 +131,51 @@ def row_groups(files: list[Path], block_rows: int) -> list[RowGroup]:
 
 def lay_out_row_group(
     folder: Path, encoder_folder: str, window_tokens: int, stride: int, group: RowGroup, removed: pa.Array
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], bytes]:
     """The corpus docs of one row group laid out, ``lay_out_block`` a block of its rows: its pretraining rows
-    whose ``doc_id`` is not in ``removed`` (strings), their texts read here. Returns the blocks' results in
-    order."""
+    whose ``doc_id`` is not in ``removed`` (strings), their texts read here (not at all where it has none).
+    Returns the blocks' results in order and ``ids_digest`` of those docs' ids (the driver checks it)."""
     with reading(Path(group.file)):
         parquet = pq.ParquetFile(group.file)
-        table = parquet.read_row_group(group.group, columns=["doc_id", "role", "text"], use_threads=False)
+        facts = parquet.read_row_group(group.group, columns=["doc_id", "role"], use_threads=False)
+        pretrain = pc.equal(facts.column("role").cast(pa.string()), "pretrain")
+        doc_ids = facts.column("doc_id").cast(pa.string())
+        kept = pc.fill_null(pc.and_(pretrain, pc.invert(pc.is_in(doc_ids, value_set=removed))), False)
+        if pc.any(kept).as_py():
+            texts = parquet.read_row_group(group.group, columns=["text"], use_threads=False).column("text")
+        else:  # a task shard's row group, or one all removed: no text decoded
+            texts = pa.chunked_array([pa.nulls(facts.num_rows, pa.string())])
     parts = []
-    for k, start in enumerate(range(0, table.num_rows, group.block_rows)):
-        rows = table.slice(start, group.block_rows)
-        pretrain = pc.equal(rows.column("role").cast(pa.string()), "pretrain")
-        kept = pc.and_(pretrain, pc.invert(pc.is_in(rows.column("doc_id").cast(pa.string()), value_set=removed)))
-        texts = rows.column("text").filter(kept).to_pylist()
-        parts.append(lay_out_block(folder, encoder_folder, window_tokens, stride, group.first_block + k, texts))
-    return parts
+    for k, start in enumerate(range(0, facts.num_rows, group.block_rows)):
+        mine = kept.slice(start, group.block_rows)
+        block = texts.slice(start, group.block_rows).filter(mine).to_pylist()
+        parts.append(lay_out_block(folder, encoder_folder, window_tokens, stride, group.first_block + k, block))
+    return parts, ids_digest(doc_ids.filter(kept).to_pylist())
+
+
+def ids_digest(doc_ids: Sequence[str]) -> bytes:
+    """md5 of ``doc_ids`` in order (each id's UTF-8 bytes, then a zero byte): a layout task's docs against the
+    driver's list of them."""
+    digest = hashlib.md5()
+    for doc in doc_ids:
+        digest.update(doc.encode() + b"\0")
+    return digest.digest()
+
+
+def check_laid_out(parts: list[tuple[list, bytes]], corpus: SplitCorpus) -> None:
+    """Raise ``ValueError`` unless the row groups' tasks (``lay_out_row_group``'s results, in order) laid out
+    ``corpus``'s docs in its order: as many, and each group's ids digest that of the driver's ids at its place
+    (a shard changed under the run, or read otherwise than ``read_split`` read it)."""
+    at = 0
+    for k, (blocks, digest) in enumerate(parts):
+        n = sum(len(block[0]) for block in blocks)
+        if at + n > len(corpus) or digest != ids_digest(list(corpus.doc_ids[at : at + n])):
+            raise ValueError(f"leakage semantic (ray): the layout of row group {k} of the split shards has other docs")
+        at += n
+    if at != len(corpus):
+        raise ValueError(
+            f"leakage semantic (ray): the split shards gave {at} corpus docs, the split rows {len(corpus)}"
+        )
 
 
 def lay_out_block(folder: Path, encoder_folder: str, window_tokens: int, stride: int, b: int, texts: list[str]):

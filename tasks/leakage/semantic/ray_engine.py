@@ -156,22 +156,18 @@ class RayEncoder(Encoder):
     def layout_searched(self, corpus: SplitCorpus) -> CorpusLayout:  # type: ignore[override]
         """``Encoder.layout_searched`` by Ray tasks, one a row group of the split shards (``lay_out_row_group``,
         at most two a CPU slot at a time), which read the texts: the windows' ids go to a new spill folder, their
-        facts to the driver. Raises ``ValueError`` when the tasks lay out another number of docs than ``corpus``
-        holds (a shard changed under the run)."""
+        facts to the driver. Raises ``ValueError`` when the tasks lay out other docs than ``corpus`` holds
+        (``corpus_layout.check_laid_out``)."""
         self.spill, cfg = self.new_spill(), self.cfg
-        groups = corpus_layout.row_groups(corpus.shards.files, corpus_layout.LAYOUT_DOCS)
+        groups = corpus_layout.row_groups(corpus.shards.files, corpus_layout.LAYOUT_ROWS)
         removed, task = self.ray.put(pa.array(corpus.removed, pa.string())), _lay_out_row_group.options(num_cpus=1)
 
         def submit(k: int):
             return task.remote(self.spill, str(self.folder), cfg.window_tokens, cfg.stride_tokens, groups[k], removed)
 
         parts = in_turn(self.ray, submit, len(groups), 2 * raycluster.cpus(self.ray), "leakage semantic: corpus layout")
-        blocks = [block for part in parts for block in part]
-        laid = sum(len(block[0]) for block in blocks)
-        if laid != len(corpus):
-            raise ValueError(
-                f"leakage semantic (ray): the split shards gave {laid} corpus docs, the split rows {len(corpus)}"
-            )
+        corpus_layout.check_laid_out(parts, corpus)
+        blocks = [block for part, _ in parts for block in part]
         return corpus_layout.joined(blocks, corpus, self.spill)
 
     def prefetch(self, layouts: list[Layout], searched: CorpusLayout | None = None) -> None:  # type: ignore[override]

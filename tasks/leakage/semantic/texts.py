@@ -51,9 +51,9 @@ def texts_to_embed(
     shards: SplitShards | None = None,
 ) -> Texts:
     """The ``Texts`` of the pass: all known before the first window is embedded, so ``Encoder.prefetch``
-    embeds what is new in one go. A ``train_frame`` without texts (``engine: ray``) reads the task train rows from
-    ``shards`` (``outputs.task_train_rows``) and leaves the corpus's texts there (``SplitCorpus``); raises
-    ``ValueError`` when ``shards`` is not given then."""
+    embeds what is new in one go. With ``engine: ray`` (a ``train_frame`` without texts) the task train rows are
+    read from ``shards`` (``outputs.task_train_rows``) and the corpus's texts left there (``SplitCorpus``); raises
+    ``ValueError`` when what the engine reads is not given (``train_and_corpus``)."""
     scfg = cfg.semantic
     n_words = np.array([len(w) for w in eval_words])
     attempted = n_words >= scfg.min_words
@@ -63,7 +63,7 @@ def texts_to_embed(
     plant_texts = [p.text if scored[k] and attempted[p.eval_index] else "" for k, p in enumerate(plants)]
     at = np.flatnonzero((train_frame["role"] == "pretrain") & ~train_frame["doc_id"].isin(list(removed)))
     corpus = train_frame.iloc[at, train_frame.columns != "text"].reset_index(drop=True)  # texts: read when used
-    task_train, corpus_texts = train_and_corpus(train_frame, at, corpus, removed, shards)
+    task_train, corpus_texts = train_and_corpus(cfg, train_frame, at, corpus, removed, shards)
     spans = [_normalized_span(p) if text else (0, -1) for p, text in zip(plants, plant_texts)]
     train = [str(t) if len(tokenize(str(t))) >= scfg.min_words else "" for t in task_train["text"]]
     return Texts(
@@ -82,15 +82,23 @@ def texts_to_embed(
 
 
 def train_and_corpus(
-    train_frame: pd.DataFrame, at: np.ndarray, corpus: pd.DataFrame, removed: set[str], shards: SplitShards | None
+    cfg: LeakageParams,
+    train_frame: pd.DataFrame,
+    at: np.ndarray,
+    corpus: pd.DataFrame,
+    removed: set[str],
+    shards: SplitShards | None,
 ) -> tuple[pd.DataFrame, Picked | SplitCorpus]:
     """The kept task train rows (texts included) and the corpus's texts (``corpus``: rows ``at`` of
-    ``train_frame``), from the training frame, or from ``shards`` when it holds no text (``texts_to_embed``)."""
-    if "text" in train_frame:
+    ``train_frame``): from the training frame with ``engine: local``, from ``shards`` with ``engine: ray``, whose
+    frame holds no text (``texts_to_embed``). Raises ``ValueError`` when what the engine reads is not given."""
+    if cfg.engine == "local":
+        if "text" not in train_frame:
+            raise ValueError("leakage semantic: engine local needs the training rows with their texts")
         task_train = train_frame[(train_frame["role"] == "task") & ~train_frame["is_duplicate"].astype(bool)]
         return task_train.reset_index(drop=True), Picked(train_frame["text"], at)
     if shards is None:
-        raise ValueError("leakage semantic: the training rows hold no text and no split shards were given")
+        raise ValueError("leakage semantic: engine ray reads the texts from the split shards, and none were given")
     return task_train_rows(shards.files), SplitCorpus(shards, sorted(removed), corpus["doc_id"])
 
 
