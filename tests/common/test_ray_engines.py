@@ -22,7 +22,8 @@ from tasks import dedup, ingest, leakage, split
 from tasks.common.runtime import raycluster
 from tasks.config import Paths, load_params
 from tasks.config.corpus.dedup import SourcePolicy
-from tasks.leakage.semantic import corpus_layout, ray_engine, search
+from tasks.leakage.semantic import search
+from tasks.leakage.semantic.cluster import corpus_layout, ray_engine
 from tasks.tracking import NullLog
 
 pytest.importorskip("ray.data", reason="engine: ray needs the optional group: pip install -e '.[ray]'")
@@ -188,12 +189,12 @@ def test_ray_engines_match_local_on_a_500_doc_slice_of_the_default_corpus(tmp_pa
 
 
 @pytest.mark.slow
-# three leakage runs, several actor pools and the corpus layout tasks: 255 s alone on 2 loaded cores (2026-12-07);
+# three leakage runs, their actor pools, layout and bucket tasks: 52 s alone on 2 cores (2026-12-07; 255 s before)
 # beside `make test`'s other half the module's 600 s cut it off twice
 @pytest.mark.timeout(1200, method="thread")
 def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_encoder, monkeypatch):
     """The semantic detector (tiny random encoder; exact search in at least 9 shards of 2 blocks, 32 windows): an
-    actor pool embeds in runs of 256 windows, one task a shard searches (a few at a time); outputs, metrics and
+    actor pool embeds (several calls of 64 windows), one task a shard searches (a few at a time); outputs, metrics and
     the kept window vectors (the store's bytes, its fingerprint included) equal the local engine's, from scratch
     and from the kept store (no window embedded again). The corpus's layout tasks read their own row groups of the
     pretraining shard (3, 3 and 1 rows, blocks of 2 rows), a copy of a dev doc among them removed by the lexical
@@ -211,9 +212,9 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     calls = {"embedded": 0, "shards": []}
     embed, merge = ray_engine.embedded_on_ray, search.merge_shards
 
-    def embedded_on_ray(ray, todo, *args):
-        calls["embedded"] += len(todo)
-        return embed(ray, todo, *args)
+    def embedded_on_ray(ray, files, expected, *args):
+        calls["embedded"] += expected
+        return embed(ray, files, expected, *args)
 
     def merge_shards(parts, *args):
         calls["shards"].append(len(parts))
@@ -221,8 +222,6 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
 
     monkeypatch.setattr(ray_engine, "embedded_on_ray", embedded_on_ray)
     monkeypatch.setattr(search, "merge_shards", merge_shards)
-    # Ray Data runs of 256 windows: several runs, as at scale (each starts an actor pool: 2 calls a run took 100 s)
-    monkeypatch.setattr(ray_engine, "GROUP_CALLS", 4)
     results, embedded = [], []
     # local, ray from scratch, then ray again on the store the ray run kept (every vector read from it)
     for engine, kept in (("local", False), ("ray", True), ("ray", False)):
@@ -242,7 +241,7 @@ def test_the_semantic_pass_on_ray_matches_local(tmp_path, ray_instance, tiny_enc
     assert semantic["corpus"]["windows"] > 8 * 32  # more than 8 shards of 32 windows
     # the Ray run embedded every window by the actor pool and merged the shards; the local run merged as many
     assert calls["embedded"] == semantic["windows_embedded"] and calls["shards"] == [calls["shards"][0]] * 3
-    assert calls["embedded"] > 4 * 8 * ray_engine.BATCHES_PER_CALL  # more than one run of 4 calls of 8 x 8 windows
+    assert calls["embedded"] > 2 * 8 * ray_engine.BATCHES_PER_CALL  # more than two calls of 8 batches of 8 windows
     assert calls["shards"][0] == -(-semantic["corpus"]["windows"] // 32)
 
 
@@ -270,14 +269,15 @@ def test_the_sharded_search_on_ray_equals_the_local_one_exact_and_hnsw(ray_insta
 
 @pytest.mark.slow
 def test_the_routed_shards_search_as_the_in_process_search_exact_and_hnsw(ray_instance, tmp_path):
-    """The corpus windows' vectors as the Ray engine keeps them (written by key bucket, ``spill.write_embedded``;
-    routed to their search shards by one task a bucket, ``ray_engine.gathered``; read by each shard's task,
-    ``searched_routed``) give ``search.sharded_search``'s hits, exact and with faiss HNSW per shard (above
-    ``exact_max_windows``); a window repeated in the corpus (one key, two positions) included."""
+    """The corpus windows' vectors as the Ray engine keeps them (planned by key bucket from two row groups' runs,
+    ``corpus_keys.plan_bucket``; written by bucket, ``spill.write_embedded``; routed to their search shards by one
+    task a bucket, ``ray_engine.gathered``; read by each shard's task, ``searched_routed``) give
+    ``search.sharded_search``'s hits, exact and with faiss HNSW per shard (above ``exact_max_windows``); a window
+    repeated in the corpus (one key, two positions, two row groups) included."""
     pytest.importorskip("faiss")
     import torch
 
-    from tasks.leakage.semantic import spill
+    from tasks.leakage.semantic.cluster import corpus_keys, spill
 
     rng = np.random.default_rng(5)
     index = rng.normal(size=(700, 16)).astype(np.float32)
@@ -295,13 +295,17 @@ def test_the_routed_shards_search_as_the_in_process_search_exact_and_hnsw(ray_in
             update={"exact_max_windows": exact_max, "search_block_windows": 64, "search_shard_windows": 200}
         )
         folder = tmp_path / f"spill-{exact_max}"
-        used, inverse = spill.unique_keys(keys)
+        tokens = [np.array([w], np.int32) for w in range(700)]  # not read here: no todo file is embedded
+        corpus_keys.write_run(folder, 0, np.array(keys[:400], "S16"), tokens[:400])
+        corpus_keys.write_run(folder, 1, np.array(keys[400:], "S16"), tokens[400:])
         n = 3  # buckets
+        for b in range(n):
+            corpus_keys.plan_bucket(folder, b, n, np.array([0, 400, 700]), b"", b"")
         order = np.argsort([spill.bucket_of(k, n) for k in keys[:650]], kind="stable")
         spill.write_embedded(folder, [keys[i] for i in order], index[order], n)
         exact, starts, shard = search.plan(len(index), cfg)
         assert exact == (exact_max > len(index)) and len(starts) == 3
-        side = ray_engine.gathered(ray, folder, n, used, inverse, 0, shard)  # no window the driver scores itself
+        side = ray_engine.gathered(ray, folder, n, shard, None)  # no window the driver scores itself
         assert [(blob, len(matrix)) for blob, matrix in side] == [(b"", 0)] * n
         routed = spill.Routed(folder, len(index), exact, starts, shard)
         local = search.sharded_search(queries, index, 0.5, cfg)

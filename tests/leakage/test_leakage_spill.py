@@ -1,7 +1,7 @@
-"""The Ray engine's facts of the semantic pass: the kept-store keys (``semantic.spill``), read a row group at a
+"""The Ray engine's facts of the semantic pass: the kept-store keys (``semantic.cluster.spill``), read a row group at a
 time, are the keys ``store.load`` gives, sorted, with its checks; ``KeySet`` answers membership for 16-byte keys,
 those ending in zero bytes included (an ``S16`` element read back as bytes loses them); a corpus block laid out by
-a task (``semantic.corpus_layout``) is what ``Encoder.layout`` lays out, counted as ``Encoder.count`` counts; a
+a task (``semantic.cluster.corpus_layout``) is what ``Encoder.layout`` lays out, counted as ``Encoder.count`` counts; a
 row group's task lays out its kept pretraining rows, read by itself; the texts a driver without them reads."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from leakage_fixtures import filler, frame, semantic_params
 from leakage_fixtures import params as leakage_params
 from tasks.leakage.outputs import SplitShards, read_sources, task_train_rows, train_rows
-from tasks.leakage.semantic import corpus_layout, spill
 from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic.cluster import corpus_keys, corpus_layout, spill
 from tasks.leakage.semantic.encoder import Encoder
 
 KEY = {"precision": "fp32", "code": "c1"}
@@ -75,8 +75,9 @@ def test_stored_keys_refuse_what_store_load_refuses(tmp_path, monkeypatch):
 
 def test_a_corpus_block_laid_out_by_a_task_is_what_the_encoder_lays_out(tiny_encoder, tmp_path):
     """``corpus_layout.lay_out_block`` (a Ray task's body, run here) against ``Encoder.layout`` of the same
-    texts: window counts, token ranges, keys, the windows' ids and the layout rows ``store.save_layouts`` writes;
-    and ``joined`` / ``count`` / ``todo_of`` over two blocks give ``Layout``'s docs and ``Encoder.count``'s."""
+    texts: window counts, keys, the windows' ids and the layout rows ``store.save_layouts`` writes; ``joined``
+    over two blocks places each doc's windows as ``Layout.doc`` does; ``CorpusWindows.text_of`` gives
+    ``Windows.text_of``'s text for every window, its token range found again from its doc's text."""
     cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
     texts = [filler(40, 1), "", "Ｆｕｌｌ width and a ZW\u200bSP, normalised first", filler(40, 1), filler(9, 2), "x"]
     enc = Encoder(cfg, leakage_params().hardware)
@@ -85,40 +86,38 @@ def test_a_corpus_block_laid_out_by_a_task_is_what_the_encoder_lays_out(tiny_enc
         corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, b, texts[lo:hi])
         for b, (lo, hi) in enumerate([(0, 4), (4, 6)])
     ]
-    joined = corpus_layout.joined(parts, texts, tmp_path)
-    assert joined.doc.tolist() == laid.doc and [tuple(b) for b in joined.bounds.tolist()] == laid.bounds
-    assert joined.keys.tobytes() == b"".join(laid.keys) and joined.starts.tolist()[-1] == len(laid.keys)
+    assert np.concatenate([p[1] for p in parts]).tobytes() == b"".join(laid.keys)
+    assert {k: t.tolist() for p in parts for k, t in zip(p[1].tolist(), p[2])} == {
+        k.rstrip(b"\0"): v.tolist() for k, v in laid.pieces.items()
+    }
+    joined = corpus_layout.joined([(p[0], b"") for p in parts], texts, tmp_path)
+    assert joined.doc_of(np.arange(joined.n)).tolist() == laid.doc and joined.n == len(laid.keys)
     assert parts[0][0].tolist()[1] == 0 and len(set(laid.keys)) < len(laid.keys)  # an empty text; a repeated one
-    rows = np.arange(len(laid.keys))
-    todo = {k: v for b in range(2) for k, v in corpus_layout.todo_of(joined, rows, b).items()}
-    assert {k: v.tolist() for k, v in todo.items()} == {k: v.tolist() for k, v in laid.pieces.items()}
     layouts = pq.read_table(tmp_path / "layouts" / "000000.parquet").to_pylist()
     layouts += pq.read_table(tmp_path / "layouts" / "000001.parquet").to_pylist()
     expected = {d: (n, b"".join(keys), first) for d, (n, keys, first) in enc.layouts_used.items()}
     assert {r["md5"]: (r["n_tokens"], r["keys"], r["first"]) for r in layouts} == expected
-    stats = {"windows_from_cache": 0, "windows_embedded": 0, "tokens_embedded": 0}
-    store_stats = {"windows_stored": 0, "windows_computed": 0}
-    cached, kept = laid.keys[:2], spill.KeySet(np.array(sorted(laid.keys[5:7]), "S16"))
-    corpus_layout.count(joined, cached, kept, stats, store_stats)
-    enc.cache, enc.stored = dict.fromkeys(cached), dict.fromkeys(laid.keys[5:7])  # type: ignore[assignment]
-    enc.count(laid.keys, [e - s for s, e in laid.bounds])
-    assert stats == {k: enc.stats[k] for k in stats} and store_stats == enc.store_stats
+    local = enc.embedded(laid)
+    windows = corpus_layout.CorpusWindows(None, joined, enc, 14, 6)
+    assert len(windows.doc) == joined.n and windows.doc[np.array([0, joined.n - 1])].tolist() == [0, 5]
+    assert [windows.text_of(w, 50) for w in range(joined.n)] == [local.text_of(w, 50) for w in range(joined.n)]
+    assert all(windows.of_doc(d).tolist() == local.of_doc(d).tolist() for d in range(len(texts)))
 
 
 def test_a_corpus_block_of_empty_texts_lays_out_no_window(tiny_encoder, tmp_path):
-    """A block whose texts are all "" (the tokenizer raises on an empty batch): no window, empty files, and
-    ``joined`` after a block with windows still places that block's windows (the local engine's ``layout`` of
+    """A block whose texts are all "" (the tokenizer raises on an empty batch): no window, an empty layout file,
+    and ``joined`` after a block with windows still places that block's docs (the local engine's ``layout`` of
     the same texts, ``Encoder.tokenize`` of no text, gives none either)."""
     cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
-    counts, bounds, keys = corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, 1, ["", ""])
-    assert counts.tolist() == [0, 0] and bounds.shape == (0, 2) and len(keys) == 0
-    assert pq.read_table(tmp_path / "pieces" / "000001.parquet").num_rows == 0
+    counts, keys, tokens = corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, 1, ["", ""])
+    assert counts.tolist() == [0, 0] and len(keys) == 0 and tokens == []
     assert pq.read_table(tmp_path / "layouts" / "000001.parquet").num_rows == 0
     first = corpus_layout.lay_out_block(tmp_path, str(tiny_encoder), 16, 6, 0, [filler(40, 1)])
-    joined = corpus_layout.joined([first, (counts, bounds, keys)], [filler(40, 1), "", ""], tmp_path)
+    joined = corpus_layout.joined([(first[0], b""), (counts, b"")], [filler(40, 1), "", ""], tmp_path)
     laid = Encoder(cfg, leakage_params().hardware).layout([filler(40, 1), "", ""])
-    assert joined.doc.tolist() == laid.doc and joined.starts.tolist() == [0, len(laid.keys), len(laid.keys)]
-    assert corpus_layout.todo_of(joined, np.arange(len(laid.keys)), 1) == {}
+    assert joined.doc_of(np.arange(joined.n)).tolist() == laid.doc
+    assert joined.doc_starts.tolist() == [0, len(laid.keys), len(laid.keys), len(laid.keys)]
+    assert joined.group_starts.tolist() == [0, len(laid.keys), len(laid.keys)]
 
 
 def shard_rows() -> pd.DataFrame:
@@ -130,35 +129,97 @@ def shard_rows() -> pd.DataFrame:
     return pd.concat([pre.iloc[:3], task, pre.iloc[3:]], ignore_index=True)
 
 
-def test_a_row_group_task_lays_out_the_kept_pretraining_rows_it_reads(tiny_encoder, tmp_path):
-    """``row_groups`` numbers the blocks of 2 rows of 3 row groups (5, 5, 2 rows: blocks 3 + 3 + 1), and the
-    tasks of ``lay_out_row_group`` (run here) give, joined, ``Encoder.layout`` of the pretraining texts not
-    removed, in row order, each block's files named by its number."""
-    cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
+def laid_out_shard(tiny_encoder, tmp_path):
+    """``shard_rows`` in 3 row groups (5, 5, 2 rows), blocks of 2 rows, laid out by ``lay_out_row_group`` into
+    ``tmp_path / "spill"`` (p2 and t0 removed): ``(row groups, their tasks' results, kept (doc id, text))``."""
     rows, shard = shard_rows(), tmp_path / "mixed.parquet"
     pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), shard, row_group_size=5)
     groups = corpus_layout.row_groups([shard], 2)
-    assert [(g.group, g.first_block) for g in groups] == [(0, 0), (1, 3), (2, 6)]
-    removed = ["p2", "t0"]  # a task row is never corpus, removed or not
     out = tmp_path / "spill"
-    tasks = [corpus_layout.lay_out_row_group(out, str(tiny_encoder), 16, 6, g, pa.array(removed)) for g in groups]
-    blocks = [b for laid_out, _ in tasks for b in laid_out]
+    removed = pa.array(["p2", "t0"])  # a task row is never corpus, removed or not
+    tasks = [corpus_layout.lay_out_row_group(out, str(tiny_encoder), 16, 6, g, removed) for g in groups]
     kept = [(d, t) for d, r, t in zip(rows["doc_id"], rows["role"], rows["text"]) if r == "pretrain" and d != "p2"]
-    corpus = [t for _, t in kept]
-    assert len(corpus) == 7 and sum(len(b[0]) for b in blocks) == 7 and len(blocks) == 7
-    ids = [d for d, _ in kept]  # row groups: p0 p1 [p2] t0 t1 | t2 t3 p3 p4 p5 | p6 p7
+    return groups, tasks, kept
+
+
+def test_a_row_group_task_lays_out_the_kept_pretraining_rows_it_reads(tiny_encoder, tmp_path):
+    """``row_groups`` numbers the groups and the blocks of 2 rows of 3 row groups (5, 5, 2 rows: blocks 3 + 3 +
+    1), and the tasks of ``lay_out_row_group`` (run here) give, joined, ``Encoder.layout`` of the pretraining texts
+    not removed, in row order: each group's run holds its windows sorted by key (their ids, their place in the
+    group), each block's layout file named by its number."""
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
+    groups, tasks, kept = laid_out_shard(tiny_encoder, tmp_path)
+    assert [(g.group, g.index, g.first_block) for g in groups] == [(0, 0, 0), (1, 1, 3), (2, 2, 6)]
+    corpus, ids = [t for _, t in kept], [d for d, _ in kept]  # row groups: p0 p1 [p2] t0 t1 | t2 t3 p3 p4 p5 | p6 p7
+    assert len(corpus) == 7 and [len(c) for c, _ in tasks] == [2, 3, 2]
     assert [digest for _, digest in tasks] == [corpus_layout.ids_digest(x) for x in (ids[:2], ids[2:5], ids[5:])]
     assert corpus_layout.ids_digest(["ab", "c"]) != corpus_layout.ids_digest(["a", "bc"])
-    shards = SplitShards([shard], dict)
+    shards = SplitShards([tmp_path / "mixed.parquet"], dict)
+    removed = ["p2", "t0"]
     corpus_layout.check_laid_out(tasks, corpus_layout.SplitCorpus(shards, removed, pd.Series(ids)))
     for other in (ids[1:2] + ids[:1] + ids[2:], ids + ["p9"], ids[:-1]):  # another order, one more, one fewer
         with pytest.raises(ValueError, match="row group|corpus docs"):
             corpus_layout.check_laid_out(tasks, corpus_layout.SplitCorpus(shards, removed, pd.Series(other)))
     laid = Encoder(cfg, leakage_params().hardware).layout(corpus)
-    joined = corpus_layout.joined(blocks, corpus, out)
-    assert joined.doc.tolist() == laid.doc and [tuple(b) for b in joined.bounds.tolist()] == laid.bounds
-    assert joined.keys.tobytes() == b"".join(laid.keys)
-    assert sorted(f.name for f in (out / "pieces").iterdir()) == [f"{b:06d}.parquet" for b in range(7)]
+    out = tmp_path / "spill"
+    joined = corpus_layout.joined(tasks, corpus, out)
+    assert joined.doc_of(np.arange(joined.n)).tolist() == laid.doc and joined.n == len(laid.keys)
+    windows = []
+    for g in range(3):
+        run = corpus_keys.read_run(out, g)
+        keys = corpus_keys.key_view(run.column("key"))
+        assert np.all(keys[:-1] <= keys[1:])
+        windows += zip(joined.group_starts[g] + run.column("local").to_numpy(), keys, run.column("tokens").to_pylist())
+    windows.sort(key=lambda w: w[0])
+    assert [w for w, _, _ in windows] == list(range(joined.n))
+    assert np.array([k for _, k, _ in windows], "S16").tobytes() == b"".join(laid.keys)  # zero tails kept
+    assert all(t == laid.pieces[laid.keys[w]].tolist() for w, _, t in windows)
+    assert sorted(f.name for f in (out / "layouts").iterdir()) == [f"{b:06d}.parquet" for b in range(7)]
+
+
+def test_the_buckets_plan_what_the_encoder_embeds_and_counts(tiny_encoder, tmp_path):
+    """``corpus_keys.plan_bucket`` over 3 buckets of the laid-out shard, with some corpus keys the eval side's
+    and some stored: the used keys are the distinct side and corpus keys, each corpus window is routed once, to
+    its own key, the ``todo`` files hold each key neither stored nor the side's once, with its ids, and the
+    summed ``BucketCounts`` count as ``Encoder.count`` counts the same windows."""
+    cfg = leakage_params(semantic=semantic_params(tiny_encoder, window_tokens=16, stride_tokens=6)).semantic
+    groups, tasks, kept = laid_out_shard(tiny_encoder, tmp_path)
+    out, corpus = tmp_path / "spill", [t for _, t in kept]
+    enc = Encoder(cfg, leakage_params().hardware)
+    laid = enc.layout(corpus)
+    distinct = sorted(set(laid.keys))
+    side = sorted(distinct[::3] + [b"\xff" * 15 + b"\0"])  # a third of them, and one key only the side has
+    stored = sorted(distinct[1::4])
+    joined = corpus_layout.joined(tasks, corpus, out)
+    n = 3
+    counts = []
+    for b in range(n):
+        mine = [k for k in side if spill.bucket_of(k, n) == b]
+        held = [k for k in stored if spill.bucket_of(k, n) == b]
+        counts.append(corpus_keys.plan_bucket(out, b, n, joined.group_starts, b"".join(mine), b"".join(held)))
+    used, route, todo = [], [], {}
+    for b in range(n):
+        plan = pq.read_table(out / "plan" / f"{b:06d}.parquet").to_pylist()
+        assert all(spill.bucket_of(r["key"], n) == b for r in plan)
+        assert [r["side"] for r in plan] == [r["key"] in side for r in plan]
+        rows = pq.read_table(out / "plan" / f"{b:06d}-route.parquet").to_pylist()
+        route += [(r["position"], plan[r["used"]]["key"]) for r in rows]
+        used += [r["key"] for r in plan]
+        todo.update((r["key"], r["tokens"]) for r in pq.read_table(out / "todo" / f"{b:06d}.parquet").to_pylist())
+    assert used == sorted(set(side) | set(distinct))
+    assert sorted(route) == list(enumerate(laid.keys))
+    new = [k for k in distinct if k not in side and k not in stored]
+    assert sorted(todo) == new and all(todo[k] == laid.pieces[k].tolist() for k in new)
+    total = sum(counts, corpus_keys.BucketCounts())
+    assert total.embed == len(new) and total.distinct == len(distinct)
+    stats = {"windows_from_cache": 0, "windows_embedded": 0, "tokens_embedded": 0}
+    store_stats = {"windows_stored": 0, "windows_computed": 0}
+    cached = side[::2]  # the side's windows embedded before the corpus: some of the side's keys
+    total.count(joined.n, spill.KeySet(np.array(cached, "S16")), stats, store_stats)
+    enc.cache, enc.stored = dict.fromkeys(cached), dict.fromkeys(stored)  # type: ignore[assignment]
+    enc.count(laid.keys, [e - s for s, e in laid.bounds])
+    assert stats == {k: enc.stats[k] for k in stats} and store_stats == enc.store_stats
+    assert store_stats["windows_stored"] > 0 and stats["windows_from_cache"] > 0
 
 
 def test_the_task_train_rows_read_from_the_shards_are_the_training_frames(tmp_path):

@@ -42,8 +42,8 @@ from tasks.finetune.arms import operational
 from tasks.finetune.arms.model import build_model, save_model
 from tasks.finetune.arms.training import train_step
 from tasks.leakage.semantic import encoder as semantic_encoder
-from tasks.leakage.semantic import ray_engine
 from tasks.leakage.semantic import store as embedding_store
+from tasks.leakage.semantic.cluster import ray_engine
 from tasks.pretrain import checkpoint
 from tasks.pretrain.feed import masked_batch
 from tasks.pretrain.hardware import Dist
@@ -336,13 +336,15 @@ def test_leakage_semantic_ray_actors_embed_on_the_gpu_they_are_given(monkeypatch
     threads = torch.get_num_threads()
     try:
         with on_meta(monkeypatch) as placement:
-            out = ray_engine.Embedder(cfg.semantic, where.hardware, where.threads, tmp_path, 1)(windows)
+            pq.write_table(windows, tmp_path / "todo.parquet")
+            files = pa.table({"file": [str(tmp_path / "todo.parquet")]})
+            out = ray_engine.Embedder(cfg.semantic, where.hardware, where.threads, tmp_path, 1)(files)
             key, described = ray_engine._encoder_facts._func(cfg.semantic, where.hardware, where.threads)
     finally:
         torch.set_num_threads(threads)
     assert placement.resolved == ["cuda", "cuda"] and placement.forwards > 0 and placement.leaks == []
     # the actor writes its vectors to the spill folder (one bucket here: one file) and returns only the count
-    (written,) = (tmp_path / "embedded").glob("*.parquet")
+    (written,) = (tmp_path / "embedded").glob("*.parquet")  # the actor read its file of windows itself
     vectors = pq.read_table(written)
     assert out.column("rows").to_pylist() == [3] and vectors.column("key").to_pylist() == keys
     assert vectors.column("vector").type.list_size == 32

@@ -34,9 +34,9 @@ CARD = ["test_release_card_usage_runs_on_a_device"]
 COVERED = {
     "tasks/leakage/semantic/encoder.py::Encoder.__init__": LEAKAGE,
     "tasks/leakage/semantic/audit.py::audit": LEAKAGE,
-    "tasks/leakage/semantic/ray_engine.py::Embedder.__init__": RAY_ACTORS,
-    "tasks/leakage/semantic/ray_engine.py::_encoder": RAY_ACTORS,
-    "tasks/leakage/semantic/ray_engine.py::_encoder_facts": RAY_ACTORS,
+    "tasks/leakage/semantic/cluster/ray_engine.py::Embedder.__init__": RAY_ACTORS,
+    "tasks/leakage/semantic/cluster/ray_engine.py::_encoder": RAY_ACTORS,
+    "tasks/leakage/semantic/cluster/ray_engine.py::_encoder_facts": RAY_ACTORS,
     "tasks/common/models/encoders.py::encoder_from_folder": FINETUNE + PROBE,
     "tasks/common/models/encoders.py::_seeded_init": PROBE,  # the random variant (encoder and masked LM)
     "tasks/common/models/encoders.py::load_encoder": FINETUNE + PROBE,

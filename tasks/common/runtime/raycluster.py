@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
@@ -87,6 +88,22 @@ def gather(refs: list, desc: str) -> list:
             results[done[0]] = ray.get(done[0])
             bar.update(1)
     return [results[ref] for ref in refs]
+
+
+def in_turn(ray: Any, submit: Callable[[int], Any], n: int, at_once: int, desc: str) -> list:
+    """The results of ``submit(k)`` (a Ray task's ref) for ``k`` in ``0 .. n - 1``, in that order, with at most
+    ``at_once`` tasks submitted and unfinished: a task's arguments (put in the object store by this process,
+    whose memory they then count in) wait in the store only while it is near its turn."""
+    results: dict[int, object] = {}
+    pending: dict = {}
+    with tqdm(total=n, desc=desc, unit="task") as bar:
+        for k in range(n):
+            pending[submit(k)] = k
+            while len(pending) >= at_once or (k == n - 1 and pending):
+                done, _ = ray.wait(list(pending), num_returns=1)
+                results[pending.pop(done[0])] = ray.get(done[0])
+                bar.update(1)
+    return [results[k] for k in range(n)]
 
 
 def cpus(ray: Any) -> int:

@@ -11,8 +11,6 @@
 - ``texts``: what the pass embeds: the eval docs long enough, the sampled plants, the task train and kept corpus docs;
 - ``review``: the review sample of review.jsonl (planted, known-clean and real flags) and its precision;
 - ``audit``: the detector's pass in the stage: threshold on dev, the corpus scan, the review sample;
-- ``ray_engine``: ``engine: ray``: windows embedded by a Ray Data actor pool (a GPU each where the cluster has
-  them), the corpus searched one Ray task a shard; results equal ``engine: local``'s;
-- ``spill``: the Ray engine's vectors kept in files on the workers' side, by key bucket and by search shard;
-- ``corpus_layout``: the Ray engine's corpus windows laid out by Ray tasks, their ids in the spill folder.
+- ``cluster/``: ``engine: ray``: the windows embedded by a Ray Data actor pool, the corpus laid out, planned by key
+  bucket and searched by Ray tasks; results equal ``engine: local``'s.
 """

@@ -22,9 +22,9 @@ from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.outputs import SplitShards
 from tasks.leakage.planted.variants import Plant
 from tasks.leakage.semantic import method, store
+from tasks.leakage.semantic.cluster.ray_engine import RayEncoder
 from tasks.leakage.semantic.encoder import Encoder
 from tasks.leakage.semantic.method import METHOD
-from tasks.leakage.semantic.ray_engine import RayEncoder
 from tasks.leakage.semantic.review import review_sample
 from tasks.leakage.semantic.texts import Texts, texts_to_embed
 from tasks.leakage.semantic.windows import Windows
@@ -57,7 +57,7 @@ def audit(
 ) -> SemanticResult:
     """The semantic pass (see the module docstring); ``encoder`` defaults to ``Encoder(cfg.semantic, ...)``, with
     ``engine: ray`` to a ``RayEncoder`` (its windows embedded by a Ray actor pool, its corpus search one Ray task a
-    shard: ``tasks/leakage/semantic/ray_engine.py``).
+    shard: ``tasks/leakage/semantic/cluster/ray_engine.py``).
     ``store_folder``: the folder of the kept window vectors (``store``), read first and written back.
     ``shards``: where the texts of a ``train_frame`` without them are read (``texts.texts_to_embed``)."""
     clock = {"start": time.perf_counter()}

@@ -79,7 +79,7 @@ def pair_scores(
 
     A pair's windows are its best-scoring ones; on a tie, the lowest index window, then the lowest query window.
     ``search(query vectors, index vectors, threshold, cfg) -> (best, q, i, score)``: ``search.sharded_search``
-    (this process) or the Ray engine's (``tasks/leakage/semantic/ray_engine.py``), which give the same: exact
+    (this process) or the Ray engine's (``tasks/leakage/semantic/cluster/ray_engine.py``), which give the same: exact
     up to ``cfg.exact_max_windows`` index windows, else faiss HNSW per shard."""
     n_docs = max(len(query.texts), int(query.doc.max()) + 1 if len(query.doc) else 0)
     best = np.full(n_docs, -1.0)

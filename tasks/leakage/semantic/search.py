@@ -1,7 +1,7 @@
 """The semantic detector's nearest-window search (``method.pair_scores``), sharded by corpus window: each shard
 of ``semantic.search_shard_windows`` corpus windows is searched on its own (``search_shard``) and the shards'
 hits merge (``merge_shards``), in this process (``sharded_search``, ``engine: local``) or one Ray task a shard
-(``tasks/leakage/semantic/ray_engine.py``), so both engines give the same pairs and no worker holds every
+(``tasks/leakage/semantic/cluster/ray_engine.py``), so both engines give the same pairs and no worker holds every
 corpus vector. A shard is searched exactly (blocked matrix products) up to ``semantic.exact_max_windows``
 corpus windows in all, else by a faiss HNSW index per shard (see ``tasks/leakage/semantic/method.py``).
 

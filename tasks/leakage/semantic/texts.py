@@ -15,7 +15,7 @@ from tasks.config.corpus.leakage import LeakageParams
 from tasks.leakage.lexical.words import tokenize
 from tasks.leakage.outputs import Picked, SplitShards, task_train_rows
 from tasks.leakage.planted.variants import Plant
-from tasks.leakage.semantic.corpus_layout import SplitCorpus
+from tasks.leakage.semantic.cluster.corpus_layout import SplitCorpus
 from tasks.leakage.semantic.windows import normalize_text
 
 

@@ -1,13 +1,13 @@
-"""The Ray engine's window vectors kept off the driver (``tasks/leakage/semantic/ray_engine.py``): what the
+"""The Ray engine's window vectors kept off the driver (``tasks/leakage/semantic/cluster/ray_engine.py``): what the
 workers write and read in a spill folder beside the store, so that no process holds every corpus vector.
 
 Windows go to *buckets* by store key (``bucket_of``: the key's first 4 bytes scaled to ``n`` ranges, so the
 buckets in order are the keys in order; about ``BUCKET_ROWS`` used windows a bucket). The spill folder holds:
 
 - ``embedded/<bucket>-<first key>.parquet``: one actor call's vectors of one bucket (``key``, ``vector``);
-- ``stored/<bucket>.parquet``: the kept store's vectors that this run uses (``split_stored``);
-- ``sorted/<bucket>.parquet``: a bucket's used vectors sorted by key (``gather_bucket``): the store's rows are
-  these, bucket after bucket (``write_store``);
+- ``runs``, ``plan``, ``todo``: the corpus windows' keys, and what a bucket uses (``corpus_keys``);
+- ``sorted/<bucket>.parquet``: a bucket's used vectors sorted by key (``gather_bucket``, from ``embedded`` and the
+  kept store's rows of the bucket): the store's rows are these, bucket after bucket (``write_store``);
 - ``route/<shard>/<bucket>.parquet``: the vectors of one search shard's corpus windows whose keys fall in one
   bucket (``position``: the window's place among the corpus windows, ``vector``), read by the shard's search
   task (``read_shard``).
@@ -43,6 +43,12 @@ def buckets(n_keys: int) -> int:
 def bucket_of(key: bytes, n: int) -> int:
     """The bucket of a store key among ``n``: its first 4 bytes (big-endian) times ``n``, over 2^32."""
     return (int.from_bytes(key[:4], "big") * n) >> 32
+
+
+def prefix_range(b: int, n: int) -> tuple[int, int]:
+    """The first-4-bytes values (big-endian) of bucket ``b``'s keys among ``n``: ``[lo, hi)`` (``bucket_of``
+    gives ``b`` exactly when ``b * 2^32 <= prefix * n < (b + 1) * 2^32``)."""
+    return -(-(b << 32) // n), -(-((b + 1) << 32) // n)
 
 
 def unique_keys(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -152,40 +158,18 @@ def _checked_keys(group: pa.Table, dim: int) -> np.ndarray | None:
     return np.array(keys, "S16") if ok else None
 
 
-def split_stored(path: Path, used: bytes, n: int, folder: Path) -> int:
-    """The rows of the kept store at ``path`` whose keys are in ``used`` (16-byte keys, concatenated, sorted), into
-    ``folder/stored/<bucket>.parquet``, a row group at a time; returns how many."""
-    wanted = KeySet(np.frombuffer(used, "S16"))
-    out = folder / "stored"
-    out.mkdir(parents=True, exist_ok=True)
-    writers: dict[int, pq.ParquetWriter] = {}
-    count = 0
-    with pq.ParquetFile(path) as parquet:
-        for g in range(parquet.num_row_groups):
-            group = parquet.read_row_group(g, columns=["key", "vector"])
-            keys = group.column("key").to_pylist()
-            rows = np.flatnonzero(wanted.isin(np.array(keys, "S16"))).tolist()
-            owner = np.array([bucket_of(keys[r], n) for r in rows], np.int64)
-            for b in np.unique(owner).tolist():
-                part = group.take(pa.array(np.asarray(rows)[owner == b]))
-                if b not in writers:
-                    writers[b] = pq.ParquetWriter(out / f"{b:06d}.parquet", part.schema, compression="none")
-                writers[b].write_table(part)
-            count += len(rows)
-    for writer in writers.values():
-        writer.close()
-    return count
-
-
-def gather_bucket(folder: Path, b: int, keys: bytes, side: np.ndarray, route: np.ndarray, shard: int):
-    """Bucket ``b``'s used vectors: ``keys`` (its used windows' 16-byte keys, sorted, concatenated), found in
-    ``embedded`` and ``stored``; written sorted to ``sorted/<b>.parquet`` and routed to the search shards
-    (``route``: (k, 2) int64 rows of (index into ``keys``, corpus position), a shard every ``shard`` positions).
-    Returns ``(keys, matrix)`` of the ``side`` ones (bool per key: those the driver scores itself). Raises
-    ``RuntimeError`` when a used window has no vector (a call's file missing)."""
-    files = sorted((folder / "embedded").glob(f"{b:06d}-*.parquet")) + sorted((folder / "stored").glob(f"{b:06d}.*"))
-    table = pa.concat_tables([pq.read_table(f) for f in files]) if files else None
-    wanted = [keys[i : i + 16] for i in range(0, len(keys), 16)]
+def gather_bucket(folder: Path, b: int, n: int, shard: int, kept: Path | None):
+    """Bucket ``b`` of ``n``'s used vectors (its keys in ``plan/<b>.parquet``, ``corpus_keys.plan_bucket``),
+    found in ``embedded`` and in the kept store at ``kept`` (its rows of the bucket's key range, read by filter);
+    written sorted to ``sorted/<b>.parquet`` and routed to the search shards (``plan/<b>-route.parquet``: a
+    shard every ``shard`` positions). Returns ``(keys, matrix)`` of the ``side`` ones (those the driver scores
+    itself). Raises ``RuntimeError`` when a used window has no vector (a call's file missing)."""
+    plan = pq.read_table(folder / "plan" / f"{b:06d}.parquet")
+    tables = [pq.read_table(f) for f in sorted((folder / "embedded").glob(f"{b:06d}-*.parquet"))]
+    if kept is not None:
+        tables.append(pq.read_table(kept, columns=["key", "vector"], filters=_key_range(b, n)))
+    table = pa.concat_tables([t.select(["key", "vector"]) for t in tables if t.num_rows]) if tables else None
+    wanted = plan.column("key").to_pylist()
     found = {k: r for r, k in enumerate(table.column("key").to_pylist())} if table is not None else {}
     missing = sum(k not in found for k in wanted)
     if missing:
@@ -194,15 +178,24 @@ def gather_bucket(folder: Path, b: int, keys: bytes, side: np.ndarray, route: np
     matrix = matrix_of(table.column("vector"), width)[[found[k] for k in wanted]] if wanted else np.zeros((0, 1))
     (folder / "sorted").mkdir(exist_ok=True)
     pq.write_table(keyed(wanted, matrix), folder / "sorted" / f"{b:06d}.parquet", compression="none")
-    owner = route[:, 1] // shard
+    route = pq.read_table(folder / "plan" / f"{b:06d}-route.parquet")
+    row, position = route.column("used").to_numpy(), route.column("position").to_numpy()
+    owner = position // shard
     for k in np.unique(owner).tolist():
-        mine = route[owner == k]
+        mine = owner == k
         (folder / "route" / f"{k:06d}").mkdir(parents=True, exist_ok=True)
-        vectors = pa.FixedSizeListArray.from_arrays(pa.array(matrix[mine[:, 0]].ravel(), pa.float32()), width)
-        part = pa.table({"position": pa.array(mine[:, 1], pa.int64()), "vector": vectors})
+        vectors = pa.FixedSizeListArray.from_arrays(pa.array(matrix[row[mine]].ravel(), pa.float32()), width)
+        part = pa.table({"position": pa.array(position[mine], pa.int64()), "vector": vectors})
         pq.write_table(part, folder / "route" / f"{k:06d}" / f"{b:06d}.parquet", compression="none")
-    picked = np.flatnonzero(side)
+    picked = np.flatnonzero(plan.column("side").to_numpy(zero_copy_only=False))
     return b"".join(wanted[i] for i in picked), matrix[picked]
+
+
+def _key_range(b: int, n: int) -> list[tuple]:
+    """A Parquet filter for bucket ``b`` of ``n``'s keys (``bucket_of``): its first-4-bytes range."""
+    lo, hi = prefix_range(b, n)
+    bound = [("key", ">=", lo.to_bytes(4, "big") + bytes(12))]
+    return bound + ([("key", "<", hi.to_bytes(4, "big") + bytes(12))] if hi < 1 << 32 else [])
 
 
 def read_shard(folder: Path, k: int, start: int, n: int) -> np.ndarray:

@@ -4,16 +4,21 @@ in files on the workers' side, the corpus searched one Ray task per shard; the r
 (the eval docs, the planted copies, the task train docs) and the merged hits, never a corpus window's vector.
 
 **Layout.** The corpus docs are laid out by Ray tasks, a row group of a split shard each (``corpus_layout``),
-which read their texts: the driver keeps 40 bytes a corpus window and no corpus text, their ids stay in the spill
-folder; the eval side is laid out on the driver.
+which read their texts and write their windows, sorted by key, to the spill folder: the driver keeps where each
+doc's windows start (8 bytes a doc) and nothing a window; the eval side is laid out on the driver.
 
-**Embedding** (``RayEncoder.prefetch``). The windows neither stored nor at hand (the corpus's read back from the
-spill folder a block at a time, about ``GROUP_CALLS`` actor calls' worth an ``embedded_on_ray``) go, in bucket order
-(``spill.bucket_of``) then as ``Encoder.compute`` sorts them (by batch width, then key), into Ray Data blocks of
-``BATCHES_PER_CALL`` model batches, in runs of ``GROUP_CALLS`` blocks (the driver puts a run's wordpiece ids in the
-object store); ``map_batches`` hands them to an actor pool (``ActorPoolStrategy``) whose actors each load the
-encoder once (``Embedder``), run ``Encoder.compute`` on their rows and write the vectors to the spill folder by
-bucket (``spill.write_embedded``): the same fixed shapes (``batch_size`` rows, the last batch of a width filled with
+**Buckets** (``RayEncoder.prefetch``). Windows go to buckets by key (``spill.bucket_of``). One task a bucket
+(``corpus_keys.plan_bucket``, a few at a time: ``raycluster.in_turn``) reads its keys from every row group's
+run, and decides which of its corpus windows are embedded (a key's first window, neither stored nor the eval
+side's), where each one's vector goes (its place among the corpus windows) and what ``Encoder.count`` counts
+(``BucketCounts``).
+
+**Embedding** (``embedded_on_ray``). The files of the windows to embed (the eval side's, written by the driver,
+and the buckets' ``todo`` files) go a file a call (``map_batches`` over their paths) to an actor pool
+(``ActorPoolStrategy``) whose actors each load the encoder once (``Embedder``), read the file
+``BATCHES_PER_CALL`` model batches at a time, run ``Encoder.compute`` on them and write the vectors to the spill
+folder by bucket
+(``spill.write_embedded``): the same fixed shapes (``batch_size`` rows, the last batch of a width filled with
 [CLS][SEP] rows, ``store.batch_width`` tokens wide), so a vector is the same bits in whichever batch, actor or
 engine it lands (``tasks/leakage/semantic/store.py``). An actor takes one GPU when the cluster has GPUs
 (``ray.cluster_resources()["GPU"]``, and ``hardware.device`` is not ``cpu``), one actor per GPU (and one CPU);
@@ -22,11 +27,11 @@ threads, so that on a machine like the driver's it computes what a local run com
 the thread count). The store's fingerprint and the metrics' device come from an encoder built with the actors'
 resources (``encoder_facts``), so a store written by GPU actors is not read by a CPU run.
 
-**Store and routing.** The kept store is read by a task (only its keys reach the driver); its rows this run
-uses are copied to the spill folder by bucket (``spill.split_stored``). One task a bucket
-(``spill.gather_bucket``, a few at a time: ``in_turn``) sorts the bucket's vectors by key, writes them, routes
-the corpus windows' vectors to their search shards' files and returns the eval side's to the driver. The store
-is written by a task from the sorted buckets in order (``spill.write_store``, the bytes ``store.save`` writes).
+**Store and routing.** The kept store is read by a task (only its keys reach the driver, 16 bytes a key). One
+task a bucket (``spill.gather_bucket``, a few at a time) takes its used vectors from the embedded files and the
+store's rows of its key range, sorts them by key, writes them, routes the corpus windows' vectors to their search
+shards' files and returns the eval side's to the driver. The store is written by a task from the sorted buckets
+in order (``spill.write_store``, the bytes ``store.save`` writes).
 
 **Search** (``searched_routed``): the shards of ``search.plan`` go to one Ray task each (the eval windows put in
 the object store once, each task reading its own shard's vectors, ``spill.read_shard``, at most two tasks a CPU
@@ -49,23 +54,20 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from tasks.common.files.stamped import swapped_in
 from tasks.common.runtime import raycluster
 from tasks.config.cluster import RayParams
 from tasks.config.corpus.leakage import SemanticParams
-from tasks.leakage.semantic import corpus_layout, search, spill, store
-from tasks.leakage.semantic.corpus_layout import CorpusLayout, SplitCorpus
+from tasks.leakage.semantic import search, store
+from tasks.leakage.semantic.cluster import corpus_keys, corpus_layout, spill
+from tasks.leakage.semantic.cluster.corpus_keys import BucketCounts
+from tasks.leakage.semantic.cluster.corpus_layout import CorpusLayout, CorpusWindows, SplitCorpus
+from tasks.leakage.semantic.cluster.spill import Routed
 from tasks.leakage.semantic.encoder import Encoder, Layout
-from tasks.leakage.semantic.spill import Routed
 from tasks.leakage.semantic.windows import Windows
 
-BATCHES_PER_CALL = 8  # model batches per Ray Data block and actor call: few calls, and few part-filled batches
-#: Actor calls per Ray Data run of ``embedded_on_ray`` (131,072 windows at ``batch_size`` 64): the driver puts a
-#: run's wordpiece ids in the object store, so one run for every window put ~1 KiB a window there at once; a run
-#: costs the pool's start (the encoder's load) again.
-GROUP_CALLS = 256
+BATCHES_PER_CALL = 8  # model batches per actor call: few calls, and few part-filled batches
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,8 @@ def placement(ray, hardware, driver_threads: int) -> Placement:
 
 class RayEncoder(Encoder):
     """``Encoder`` whose windows are embedded by a Ray actor pool, whose vectors stay in a spill folder on the
-    workers' side (``tasks/leakage/semantic/spill.py``) but for the eval side's, and whose corpus search runs one
-    Ray task per shard (module docstring); ``ray_cfg`` says where Ray runs. Raises ``ImportError`` without Ray."""
+    workers' side (``spill``) but for the eval side's, and whose corpus search runs one Ray task per shard
+    (module docstring); ``ray_cfg`` says where Ray runs. Raises ``ImportError`` without Ray."""
 
     def __init__(self, cfg: SemanticParams, hardware, ray_cfg: RayParams) -> None:
         import torch
@@ -110,6 +112,7 @@ class RayEncoder(Encoder):
         self.searched: CorpusLayout | None = None
         self.stored = spill.KeySet(np.zeros(0, "S16"))  # type: ignore[assignment]
         self.routed: Routed | None = None
+        self.counts = BucketCounts()
 
     def fingerprint(self) -> dict[str, str]:
         """The store's fingerprint of an encoder on the actors' resources (``encoder_facts``)."""
@@ -132,7 +135,8 @@ class RayEncoder(Encoder):
             return
         folder = Path(tempfile.mkdtemp(prefix="clozeline-semantic-"))
         try:
-            embedded_on_ray(self.ray, todo, self.cfg, self.place, folder, 1)
+            file = write_windows(folder / "todo" / "side.parquet", todo)
+            embedded_on_ray(self.ray, [file], len(todo), self.cfg, self.place, folder, 1)
             for f in sorted((folder / "embedded").glob("*.parquet")):
                 table = pq.read_table(f)
                 width = table.column("vector").type.list_size
@@ -155,8 +159,8 @@ class RayEncoder(Encoder):
 
     def layout_searched(self, corpus: SplitCorpus) -> CorpusLayout:  # type: ignore[override]
         """``Encoder.layout_searched`` by Ray tasks, one a row group of the split shards (``lay_out_row_group``,
-        at most two a CPU slot at a time), which read the texts: the windows' ids go to a new spill folder, their
-        facts to the driver. Raises ``ValueError`` when the tasks lay out other docs than ``corpus`` holds
+        at most two a CPU slot at a time), which read the texts: the windows go to a new spill folder, their docs'
+        window counts to the driver. Raises ``ValueError`` when the tasks lay out other docs than ``corpus`` holds
         (``corpus_layout.check_laid_out``)."""
         self.spill, cfg = self.new_spill(), self.cfg
         groups = corpus_layout.row_groups(corpus.shards.files, corpus_layout.LAYOUT_ROWS)
@@ -165,38 +169,38 @@ class RayEncoder(Encoder):
         def submit(k: int):
             return task.remote(self.spill, str(self.folder), cfg.window_tokens, cfg.stride_tokens, groups[k], removed)
 
-        parts = in_turn(self.ray, submit, len(groups), 2 * raycluster.cpus(self.ray), "leakage semantic: corpus layout")
+        parts = raycluster.in_turn(
+            self.ray, submit, len(groups), 2 * raycluster.cpus(self.ray), "leakage semantic: corpus layout"
+        )
         corpus_layout.check_laid_out(parts, corpus)
-        blocks = [block for part, _ in parts for block in part]
-        return corpus_layout.joined(blocks, corpus, self.spill)
+        return corpus_layout.joined(parts, corpus, self.spill)
 
     def prefetch(self, layouts: list[Layout], searched: CorpusLayout | None = None) -> None:  # type: ignore[override]
-        """``Encoder.prefetch`` off the driver: the new windows embedded by the actor pool into the spill folder
-        (``embedded_on_ray``; the corpus's first occurrences neither stored nor on the eval side, read back a block
-        at a time), the kept ones this run uses copied there (``spill.split_stored``), then one task a bucket
-        (``spill.gather_bucket``) sorts its vectors, routes the corpus windows' to the search shards and returns
-        those of ``layouts`` (the eval docs, the plants, the task train docs) to ``prefetched``."""
+        """``Encoder.prefetch`` off the driver: one task a bucket plans the corpus windows
+        (``corpus_keys.plan_bucket``), the new windows (the eval side's, then the corpus's first occurrences neither
+        stored nor the eval side's) are embedded by the actor pool into the spill folder (``embedded_on_ray``),
+        then one task a bucket (``spill.gather_bucket``) sorts its vectors, routes the corpus windows' to the
+        search shards and returns those of ``layouts`` (the eval docs, the plants, the task train docs) to
+        ``prefetched``."""
         todo: dict[bytes, np.ndarray] = {}
         for layout in layouts:
             todo.update((k, layout.pieces[k]) for k in layout.keys if k not in self.stored and k not in self.cache)
             layout.pieces.clear()
-        side = b"".join(k for layout in layouts for k in layout.keys)
-        corpus = searched.keys if searched is not None else np.zeros(0, "S16")
-        used, inverse = spill.unique_blob(side + corpus.tobytes())
-        self.spill, self.buckets = self.spill or self.new_spill(), spill.buckets(len(used))
-        known = spill.KeySet(np.sort(np.array(list(todo) + list(self.cache), "S16")))
-        _, first = np.unique(corpus, return_index=True)
-        rows = np.sort(first[~self.stored.isin(corpus[first]) & ~known.isin(corpus[first])])
-        start, size = time.perf_counter(), self.cfg.batch_size * BATCHES_PER_CALL * GROUP_CALLS
-        for run in corpus_layout.runs(todo, searched, rows, size):
-            embedded_on_ray(self.ray, run, self.cfg, self.place, self.spill, self.buckets)
+        side, _ = spill.unique_blob(b"".join(k for layout in layouts for k in layout.keys))
+        n_corpus = searched.n if searched is not None else 0
+        self.spill, self.buckets = self.spill or self.new_spill(), spill.buckets(len(side) + n_corpus)
+        group_starts = searched.group_starts if searched is not None else np.zeros(1, np.int64)
+        counts = planned(self.ray, self.spill, self.buckets, group_starts, side, self.stored)
+        self.counts = sum(counts, BucketCounts())
+        files = [write_windows(self.spill / "todo" / "side.parquet", todo)]
+        files += [self.spill / "todo" / f"{b:06d}.parquet" for b, c in enumerate(counts) if c.embed]
+        start = time.perf_counter()
+        embedded_on_ray(self.ray, files, len(todo) + self.counts.embed, self.cfg, self.place, self.spill, self.buckets)
         self.stats["embed_seconds"] += time.perf_counter() - start
-        if self.stored and self.store_folder is not None:
-            task = _split_stored.options(num_cpus=1)
-            self.ray.get(task.remote(self.store_folder / store.STORE, spill.keys_bytes(used), self.buckets, self.spill))
-        exact, starts, shard = search.plan(len(corpus), self.cfg)
-        self.searched, self.routed = searched, Routed(self.spill, len(corpus), exact, starts, shard)
-        for blob, matrix in gathered(self.ray, self.spill, self.buckets, used, inverse, len(side) // 16, shard):
+        exact, starts, shard = search.plan(n_corpus, self.cfg)
+        self.searched, self.routed = searched, Routed(self.spill, n_corpus, exact, starts, shard)
+        kept = self.store_folder / store.STORE if self.stored and self.store_folder is not None else None
+        for blob, matrix in gathered(self.ray, self.spill, self.buckets, shard, kept):
             self.prefetched.update(zip(spill.split16(blob), matrix))
 
     def new_spill(self) -> Path:
@@ -212,12 +216,13 @@ class RayEncoder(Encoder):
 
     def embedded(self, layout: Layout | CorpusLayout) -> Windows:  # type: ignore[override]
         """``Encoder.embedded``; for the searched layout (the corpus) the windows are counted as ``count`` counts
-        them (over arrays) and their vectors left in the spill folder: ``Windows.vectors`` is a ``Routed``, which
-        ``search`` reads shard by shard."""
+        them (from the buckets' ``BucketCounts``) and their vectors left in the spill folder: a
+        ``CorpusWindows``, whose ``vectors`` (a ``Routed``) ``search`` reads shard by shard."""
         if not isinstance(layout, CorpusLayout) or self.routed is None:
             return super().embedded(layout)  # type: ignore[arg-type]
-        corpus_layout.count(layout, list(self.cache), self.stored, self.stats, self.store_stats)  # type: ignore
-        return Windows(self.routed, layout.doc, layout.bounds, layout.texts, self)  # type: ignore[arg-type]
+        cached = spill.KeySet(np.sort(np.array(list(self.cache), "S16")))
+        self.counts.count(layout.n, cached, self.stats, self.store_stats)
+        return CorpusWindows(self.routed, layout, self, self.cfg.window_tokens - 2, self.cfg.stride_tokens)
 
     def search(self, queries: np.ndarray, index, threshold: float, cfg: SemanticParams):
         """``Encoder.search`` as ``searched_on_ray`` (``index`` vectors) or ``searched_routed`` (a ``Routed``)."""
@@ -240,25 +245,33 @@ class RayEncoder(Encoder):
             shutil.rmtree(self.spill, ignore_errors=True)
 
 
-def gathered(ray, folder: Path, n: int, used: np.ndarray, inverse: np.ndarray, n_side: int, shard: int) -> list:
-    """``spill.gather_bucket`` for each of the ``n`` buckets, one task each (``in_turn``): ``used`` and ``inverse``
-    from ``unique_keys`` of the side's ``n_side`` keys then the corpus windows' (the corpus window ``j`` is routed
-    to the search shard of position ``j``). Returns each bucket's side keys and vectors."""
-    owner = ((used[:, 0] >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32)  # spill.bucket_of, vectorised
-    bounds = np.searchsorted(owner, np.arange(n + 1))
-    side = np.zeros(len(used), bool)
-    side[inverse[:n_side]] = True
-    corpus = inverse[n_side:]
-    order = np.argsort(owner[corpus], kind="stable")
-    cuts = np.searchsorted(owner[corpus][order], np.arange(n + 1))
-    task = _gather_bucket.options(num_cpus=1)
+def planned(ray, folder: Path, n: int, group_starts: np.ndarray, side: np.ndarray, stored) -> list[BucketCounts]:
+    """``corpus_keys.plan_bucket`` for each of the ``n`` buckets, one task each (``raycluster.in_turn``): ``side``
+    the eval side's keys (``spill.unique_keys``' rows), ``stored`` the kept store's (a ``spill.KeySet``), each
+    bucket given its own."""
+    at = np.array([spill.prefix_range(b, n)[0] for b in range(n + 1)], np.uint64)
+    side_at = np.searchsorted(side[:, 0] >> np.uint64(32), at)
+    stored_at = np.searchsorted(stored.keys.view(">u4")[::4].astype(np.uint64), at)
+    starts, task = ray.put(group_starts), _plan_bucket.options(num_cpus=1)
 
     def submit(b: int):
-        lo, hi, rows = bounds[b], bounds[b + 1], order[cuts[b] : cuts[b + 1]]
-        route = np.stack([corpus[rows] - lo, rows], axis=1).astype(np.int64)
-        return task.remote(folder, b, spill.keys_bytes(used[lo:hi]), side[lo:hi], route, shard)
+        mine = spill.keys_bytes(side[side_at[b] : side_at[b + 1]])
+        return task.remote(folder, b, n, starts, mine, stored.keys[stored_at[b] : stored_at[b + 1]].tobytes())
 
-    return in_turn(ray, submit, n, 2 * raycluster.cpus(ray), "leakage semantic: buckets (ray)")
+    return raycluster.in_turn(ray, submit, n, 2 * raycluster.cpus(ray), "leakage semantic: buckets (plan)")
+
+
+def gathered(ray, folder: Path, n: int, shard: int, kept: Path | None) -> list:
+    """``spill.gather_bucket`` for each of the ``n`` buckets (planned), one task each (``raycluster.in_turn``), the kept
+    store at ``kept`` (None: none); returns each bucket's eval side keys and vectors."""
+    task = _gather_bucket.options(num_cpus=1)
+    return raycluster.in_turn(
+        ray,
+        lambda b: task.remote(folder, b, n, shard, kept),
+        n,
+        2 * raycluster.cpus(ray),
+        "leakage semantic: buckets (ray)",
+    )
 
 
 def searched_on_ray(ray, place: Placement, queries: np.ndarray, index: np.ndarray, threshold: float, cfg):
@@ -271,7 +284,7 @@ def searched_on_ray(ray, place: Placement, queries: np.ndarray, index: np.ndarra
         return task.remote(shared, index[starts[k] : starts[k] + shard], threshold, cfg, exact, place.threads)
 
     at_once = 2 * max(raycluster.cpus(ray) // place.cpus, 1)
-    parts = in_turn(ray, submit, len(starts), at_once, "leakage semantic search (ray)")
+    parts = raycluster.in_turn(ray, submit, len(starts), at_once, "leakage semantic search (ray)")
     return search.merge_shards(parts, starts, len(queries), threshold, None if exact else cfg.ann_neighbours)
 
 
@@ -286,73 +299,66 @@ def searched_routed(ray, place: Placement, queries: np.ndarray, routed: Routed, 
         return task.remote(shared, routed.folder, k, start, n, threshold, cfg, routed.exact, place.threads)
 
     at_once = 2 * max(raycluster.cpus(ray) // place.cpus, 1)
-    parts = in_turn(ray, submit, len(routed.starts), at_once, "leakage semantic search (ray)")
+    parts = raycluster.in_turn(ray, submit, len(routed.starts), at_once, "leakage semantic search (ray)")
     neighbours = None if routed.exact else cfg.ann_neighbours
     return search.merge_shards(parts, routed.starts, len(queries), threshold, neighbours)
 
 
-def in_turn(ray, submit, n: int, at_once: int, desc: str) -> list:
-    """The results of ``submit(k)`` (a Ray task's ref) for ``k`` in ``0 .. n - 1``, in that order, with at most
-    ``at_once`` tasks submitted and unfinished: a task's arguments (here a shard's vectors, put in the object store
-    by this process, whose memory they then count in) wait in the store only while it is near its turn."""
-    results: dict[int, object] = {}
-    pending: dict = {}
-    with tqdm(total=n, desc=desc, unit="task") as bar:
-        for k in range(n):
-            pending[submit(k)] = k
-            while len(pending) >= at_once or (k == n - 1 and pending):
-                done, _ = ray.wait(list(pending), num_returns=1)
-                results[pending.pop(done[0])] = ray.get(done[0])
-                bar.update(1)
-    return [results[k] for k in range(n)]
+def write_windows(path: Path, todo: dict[bytes, np.ndarray]) -> Path:
+    """``todo`` (``{key: wordpiece ids}``) as ``key`` and ``tokens`` rows at ``path``, sorted by key; returns it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = sorted(todo)
+    tokens = pa.array([todo[k] for k in keys], pa.list_(pa.int32()))
+    pq.write_table(pa.table({"key": pa.array(keys, pa.binary(16)), "tokens": tokens}), path, compression="none")
+    return path
 
 
-def embedded_on_ray(ray, todo: dict[bytes, np.ndarray], cfg: SemanticParams, place: Placement, folder: Path, n: int):
-    """The windows ``todo`` (``{key: wordpiece ids}``) embedded by ``Embedder`` actors into ``folder``
-    (``spill.write_embedded``, ``n`` buckets), in runs of ``GROUP_CALLS`` actor calls (the ids of one run's
-    windows, int32, are in the object store at a time); the windows go in bucket order, then as
-    ``Encoder.compute`` sorts them (by batch width, then key), so that a call writes one or two files and a
-    bucket leaves at most one part-filled batch a width. Raises ``RuntimeError`` when a window is not written."""
-    keys = sorted(todo, key=lambda k: (spill.bucket_of(k, n), store.batch_width(len(todo[k]), cfg.window_tokens), k))
-    rows = cfg.batch_size * BATCHES_PER_CALL
-    written = 0
-    for start in range(0, len(keys), rows * GROUP_CALLS):
-        group = keys[start : start + rows * GROUP_CALLS]
-        table = pa.table(
-            {"key": pa.array(group, pa.binary(16)), "tokens": pa.array([todo[k] for k in group], pa.list_(pa.int32()))}
-        )
-        windows = ray.data.from_arrow([table.slice(s, rows) for s in range(0, len(table), rows)])
-        calls = windows.map_batches(
-            Embedder,
-            batch_size=rows,
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=place.actors),
-            fn_constructor_args=(cfg, place.hardware, place.threads, folder, n),
-            num_cpus=place.cpus,
-            num_gpus=place.gpus or None,
-        )
-        for part in calls.iter_batches(batch_format="pyarrow", batch_size=None):
-            written += sum(part.column("rows").to_pylist())
-    if written != len(keys):
-        raise RuntimeError(f"leakage semantic (ray): {written} of {len(keys)} windows embedded into {folder}")
+def embedded_on_ray(ray, files: list[Path], expected: int, cfg: SemanticParams, place: Placement, folder: Path, n: int):
+    """The windows of ``files`` (``key``, ``tokens`` rows; ``expected`` in all) embedded by ``Embedder`` actors
+    into ``folder`` (``spill.write_embedded``, ``n`` buckets), a file a call: the driver hands out their paths,
+    and reads none (a Ray Data read task would wait for a CPU that the pool holds). Raises ``RuntimeError`` when
+    a window is not written."""
+    files = [f for f in files if pq.read_metadata(f).num_rows]
+    if not files:
+        return
+    calls = ray.data.from_items([{"file": str(f)} for f in files]).map_batches(
+        Embedder,
+        batch_size=1,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=place.actors),
+        fn_constructor_args=(cfg, place.hardware, place.threads, folder, n),
+        num_cpus=place.cpus,
+        num_gpus=place.gpus or None,
+    )
+    written = sum(sum(part.column("rows").to_pylist()) for part in calls.iter_batches(batch_format="pyarrow"))
+    if written != expected:
+        raise RuntimeError(f"leakage semantic (ray): {written} of {expected} windows embedded into {folder}")
 
 
 class Embedder:
-    """A pool actor: the encoder loaded once (torch with ``threads`` threads); a call embeds a table of windows
-    (``key``, ``tokens``) with ``Encoder.compute``, writes the vectors into ``folder`` (``spill.write_embedded``,
-    ``n`` buckets) and returns how many (``rows``)."""
+    """A pool actor: the encoder loaded once (torch with ``threads`` threads); a call embeds the windows of the
+    files it is given (``file``: paths of ``key``, ``tokens`` rows), ``BATCHES_PER_CALL`` model batches at a time,
+    with ``Encoder.compute``, writes the vectors into ``folder`` (``spill.write_embedded``, ``n`` buckets) and
+    returns how many (``rows``)."""
 
     def __init__(self, cfg: SemanticParams, hardware, threads: int, folder: Path, n: int) -> None:
         self.encoder = _encoder(cfg, hardware, threads)
-        self.folder, self.n = folder, n
+        self.folder, self.n, self.rows = folder, n, cfg.batch_size * BATCHES_PER_CALL
 
-    def __call__(self, windows: pa.Table) -> pa.Table:
+    def __call__(self, files: pa.Table) -> pa.Table:
+        count = 0
+        for file in files.column("file").to_pylist():
+            for windows in pq.ParquetFile(file).iter_batches(batch_size=self.rows):
+                count += self.embed(windows)
+        return pa.table({"rows": pa.array([count], pa.int64())})
+
+    def embed(self, windows: pa.RecordBatch) -> int:
         keys = windows.column("key").to_pylist()
         tokens = windows.column("tokens").to_pylist()
         out: dict[bytes, np.ndarray] = {}
         self.encoder.compute({k: np.asarray(t, np.int32) for k, t in zip(keys, tokens)}, out)
         spill.write_embedded(self.folder, keys, np.stack([out[k] for k in keys]), self.n)
-        return pa.table({"rows": pa.array([len(keys)], pa.int64())})
+        return len(keys)
 
 
 def _encoder(cfg: SemanticParams, hardware, threads: int) -> Encoder:
@@ -386,7 +392,7 @@ def _search_routed(queries, folder: Path, k: int, start: int, n: int, threshold:
 
 
 _stored_keys = raycluster.remote(spill.stored_keys)
-_split_stored = raycluster.remote(spill.split_stored)
+_plan_bucket = raycluster.remote(corpus_keys.plan_bucket)
 _gather_bucket = raycluster.remote(spill.gather_bucket)
 _write_store = raycluster.remote(spill.write_store)
 _lay_out_row_group = raycluster.remote(corpus_layout.lay_out_row_group)
