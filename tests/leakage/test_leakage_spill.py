@@ -210,7 +210,7 @@ def test_the_buckets_plan_what_the_encoder_embeds_and_counts(tiny_encoder, tmp_p
     assert sorted(route) == list(enumerate(laid.keys))
     new = [k for k in distinct if k not in side and k not in stored]
     assert sorted(todo) == new and all(todo[k] == laid.pieces[k].tolist() for k in new)
-    total = sum(counts, corpus_keys.BucketCounts())
+    total = corpus_keys.BucketCounts.summed(counts)
     assert total.embed == len(new) and total.distinct == len(distinct)
     stats = {"windows_from_cache": 0, "windows_embedded": 0, "tokens_embedded": 0}
     store_stats = {"windows_stored": 0, "windows_computed": 0}
@@ -262,3 +262,38 @@ def test_a_split_corpus_reads_only_the_texts_it_holds():
     assert asked == [["b", "c"], ["a"]] and [corpus[d] for d in range(3)] == ["third", "first", "second"]
     with pytest.raises(ValueError, match="no text for 1 doc ids"):
         corpus.hold([3])
+
+
+def test_a_bucket_gathers_its_kept_vectors_reading_its_row_groups_only(tmp_path, monkeypatch):
+    """``spill.gather_bucket`` over 4 buckets of a kept store of 8 row groups (sorted keys, zero tails among
+    them), each bucket using some of its keys: the eval side's vectors come back, the other row groups are skipped
+    by their statistics (``_key_range``), and ``write_store`` of the sorted buckets, one of them without a key,
+    writes the used vectors as ``store.save`` would."""
+    import pyarrow.dataset as ds
+
+    keys = sorted(set(keys_with_zero_tails(21) + [bytes([64 * k]) + bytes(15) for k in range(1, 4)]))  # 24
+    vectors = dict(zip(keys, unit_rows(len(keys), 8, 3)))
+    monkeypatch.setattr(embedding_store, "STORE_ROWS", 3)
+    embedding_store.save(tmp_path, vectors, KEY)
+    kept, folder, n = tmp_path / embedding_store.STORE, tmp_path / "spill", 4
+    groups = next(ds.dataset(kept).get_fragments()).split_by_row_group()
+    assert len(groups) == 8
+    used = [k for k in keys if spill.bucket_of(k, n) != 2][::2]  # bucket 2 uses no key
+    for b in range(n):
+        mine = np.array([k for k in used if spill.bucket_of(k, n) == b], "S16")
+        side = np.arange(len(mine)) % 2 == 0
+        corpus_keys.write_plan(folder, b, mine, side, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        blob, matrix = spill.gather_bucket(folder, b, n, 16, kept)
+        back = [mine.tobytes()[16 * i : 16 * i + 16] for i in np.flatnonzero(side)]
+        assert spill.split16(blob) == back and np.array_equal(
+            matrix.reshape(-1, 8), np.array([vectors[k] for k in back]).reshape(-1, 8)
+        )
+        read = next(ds.dataset(kept).get_fragments()).split_by_row_group(spill._key_range(b, n))
+        spans = [
+            (spill.bucket_of(keys[g], n), spill.bucket_of(keys[min(g + 2, len(keys) - 1)], n)) for g in range(0, 24, 3)
+        ]
+        assert len(read) == sum(lo <= b <= hi for lo, hi in spans) < 8  # the row groups whose key range meets b's
+    (tmp_path / "again").mkdir()
+    spill.write_store(folder, n, tmp_path / "again" / embedding_store.STORE, KEY)
+    got, _ = embedding_store.load(tmp_path / "again", KEY, True, 8)
+    assert sorted(got) == used and all(np.array_equal(got[k], vectors[k]) for k in used)

@@ -50,7 +50,7 @@ def window_bounds(n_tokens: int, content: int, stride: int) -> list[tuple[int, i
 @dataclass
 class Windows:
     """Embedded windows of some docs: ``vectors`` (n, dim) float32 unit rows (the Ray engine's corpus windows: a
-    ``ray_engine.Routed``, their vectors left in files its search tasks read), ``doc`` (n,) the doc of each,
+    ``spill.Routed``, their vectors left in files its search tasks read), ``doc`` (n,) the doc of each,
     ``bounds`` (n, 2) its token range; ``texts`` the docs' texts as given, and ``encoder`` the ``Encoder`` that
     tokenizes one again for its matched text (a text whose windows were laid out by an earlier run was not)."""
 

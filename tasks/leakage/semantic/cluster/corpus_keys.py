@@ -39,7 +39,7 @@ def write_run(folder: Path, index: int, keys: np.ndarray, tokens: list[np.ndarra
     order = np.argsort(keys, kind="stable")  # S16 compares as its bytes, zero tails included
     lengths = np.array([len(tokens[i]) for i in order], np.int64)
     values = np.concatenate([tokens[i] for i in order]) if len(order) else np.zeros(0, np.int32)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32())  # raises past 2^31 tokens
     table = pa.table(
         {
             "key": key_array(keys[order]),
@@ -88,7 +88,7 @@ class BucketCounts:
     """What ``Encoder.count`` needs of a bucket's corpus windows: ``distinct`` keys, of which those that are
     the eval side's (``shared``: ``S16`` sorted, with their first window's wordpieces and whether stored) and,
     of the others, how many are stored and the tokens of their first windows (wordpieces + 2 each); ``embed``:
-    the rows of its ``todo`` file. Summed over buckets with ``+``."""
+    the rows of its ``todo`` file. Summed over buckets by ``summed``."""
 
     distinct: int = 0
     shared: np.ndarray = field(default_factory=lambda: np.zeros(0, "S16"))
@@ -98,20 +98,24 @@ class BucketCounts:
     others_tokens: int = 0
     embed: int = 0
 
-    def __add__(self, other: BucketCounts) -> BucketCounts:
+    @staticmethod
+    def summed(parts: list[BucketCounts]) -> BucketCounts:
+        """The buckets' counts as one (their ``shared`` arrays concatenated once)."""
         return BucketCounts(
-            self.distinct + other.distinct,
-            np.concatenate([self.shared, other.shared]),
-            np.concatenate([self.shared_lengths, other.shared_lengths]),
-            np.concatenate([self.shared_stored, other.shared_stored]),
-            self.others_stored + other.others_stored,
-            self.others_tokens + other.others_tokens,
-            self.embed + other.embed,
+            sum(p.distinct for p in parts),
+            np.concatenate([np.zeros(0, "S16")] + [p.shared for p in parts]),
+            np.concatenate([np.zeros(0, np.int64)] + [p.shared_lengths for p in parts]),
+            np.concatenate([np.zeros(0, bool)] + [p.shared_stored for p in parts]),
+            sum(p.others_stored for p in parts),
+            sum(p.others_tokens for p in parts),
+            sum(p.embed for p in parts),
         )
 
     def count(self, n_windows: int, cached: KeySet, stats: dict, store_stats: dict) -> None:
-        """``Encoder.count`` of ``n_windows`` corpus windows with these keys: a distinct key not in ``cached``
-        (the eval side's windows embedded before) is new, once, and stored or computed."""
+        """``Encoder.count`` of ``n_windows`` corpus windows with these keys, counted after the eval side's
+        windows (the pass embeds the corpus last): ``cached`` is then some of the eval side's keys, so a key
+        not the eval side's is new, and one of ``shared`` is new unless in ``cached``; once each, and stored or
+        computed."""
         new = ~cached.isin(self.shared)
         n_new = self.distinct - len(self.shared) + int(new.sum())
         from_store = self.others_stored + int(self.shared_stored[new].sum())
@@ -131,7 +135,7 @@ def plan_bucket(folder: Path, b: int, n: int, group_starts: np.ndarray, side: by
     for g in range(len(group_starts) - 1):
         run = read_run(folder, g)
         r0, r1 = rows_between(key_view(run.column("key")), lo, hi)
-        parts.append(run.slice(r0, r1 - r0))
+        parts.append(run.take(pa.array(np.arange(r0, r1))))  # a copy: the run's map is released, one at a time
     keys = np.concatenate([key_view(p.column("key")) for p in parts]) if parts else np.zeros(0, "S16")
     position = np.concatenate([group_starts[g] + p.column("local").to_numpy() for g, p in enumerate(parts)] or [[]])
     distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)

@@ -37,7 +37,7 @@ from tasks.leakage.semantic.cluster import corpus_keys
 from tasks.leakage.semantic.encoder import layout_key
 from tasks.leakage.semantic.windows import Windows, normalize_text, window_bounds
 
-#: Split rows a layout block: the driver reads a block's windows' ids back at a time to embed the new ones.
+#: Split rows a layout block: a block's layout rows make one file of the store's ``texts.parquet`` parts.
 LAYOUT_ROWS = 1024
 _TOKENIZERS: dict[str, object] = {}  # per worker process, by encoder folder: loaded once
 

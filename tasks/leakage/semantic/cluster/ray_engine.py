@@ -191,7 +191,7 @@ class RayEncoder(Encoder):
         self.spill, self.buckets = self.spill or self.new_spill(), spill.buckets(len(side) + n_corpus)
         group_starts = searched.group_starts if searched is not None else np.zeros(1, np.int64)
         counts = planned(self.ray, self.spill, self.buckets, group_starts, side, self.stored)
-        self.counts = sum(counts, BucketCounts())
+        self.counts = BucketCounts.summed(counts)
         files = [write_windows(self.spill / "todo" / "side.parquet", todo)]
         files += [self.spill / "todo" / f"{b:06d}.parquet" for b, c in enumerate(counts) if c.embed]
         start = time.perf_counter()
@@ -247,11 +247,12 @@ class RayEncoder(Encoder):
 
 def planned(ray, folder: Path, n: int, group_starts: np.ndarray, side: np.ndarray, stored) -> list[BucketCounts]:
     """``corpus_keys.plan_bucket`` for each of the ``n`` buckets, one task each (``raycluster.in_turn``): ``side``
-    the eval side's keys (``spill.unique_keys``' rows), ``stored`` the kept store's (a ``spill.KeySet``), each
+    the eval side's keys (``spill.unique_blob``'s rows), ``stored`` the kept store's (a ``spill.KeySet``), each
     bucket given its own."""
     at = np.array([spill.prefix_range(b, n)[0] for b in range(n + 1)], np.uint64)
     side_at = np.searchsorted(side[:, 0] >> np.uint64(32), at)
-    stored_at = np.searchsorted(stored.keys.view(">u4")[::4].astype(np.uint64), at)
+    cuts = np.array([int(x).to_bytes(4, "big") + bytes(12) for x in at[:-1]], "S16")  # no copy of the kept keys
+    stored_at = np.append(np.searchsorted(stored.keys, cuts), len(stored.keys))
     starts, task = ray.put(group_starts), _plan_bucket.options(num_cpus=1)
 
     def submit(b: int):

@@ -2,9 +2,11 @@
 workers write and read in a spill folder beside the store, so that no process holds every corpus vector.
 
 Windows go to *buckets* by store key (``bucket_of``: the key's first 4 bytes scaled to ``n`` ranges, so the
-buckets in order are the keys in order; about ``BUCKET_ROWS`` used windows a bucket). The spill folder holds:
+buckets in order are the keys in order; at most about ``BUCKET_ROWS`` used windows a bucket). The spill folder
+holds:
 
-- ``embedded/<bucket>-<first key>.parquet``: one actor call's vectors of one bucket (``key``, ``vector``);
+- ``embedded/<bucket>-<first key>.parquet``: the vectors of one bucket from one ``BATCHES_PER_CALL`` chunk of an
+  actor call (``key``, ``vector``);
 - ``runs``, ``plan``, ``todo``: the corpus windows' keys, and what a bucket uses (``corpus_keys``);
 - ``sorted/<bucket>.parquet``: a bucket's used vectors sorted by key (``gather_bucket``, from ``embedded`` and the
   kept store's rows of the bucket): the store's rows are these, bucket after bucket (``write_store``);
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.common.files.ioerrors import DamagedFile, reading
@@ -36,7 +39,8 @@ BUCKET_ROWS = 65_536
 
 
 def buckets(n_keys: int) -> int:
-    """How many buckets ``n_keys`` used windows go to: one per ``BUCKET_ROWS`` (at least one)."""
+    """How many buckets for ``n_keys`` windows (repeats counted: at least the used keys): one per ``BUCKET_ROWS``
+    (at least one); a bucket may then have no key."""
     return max(-(-n_keys // BUCKET_ROWS), 1)
 
 
@@ -51,14 +55,9 @@ def prefix_range(b: int, n: int) -> tuple[int, int]:
     return -(-(b << 32) // n), -(-((b + 1) << 32) // n)
 
 
-def unique_keys(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """``(used, inverse)``: the distinct 16-byte ``keys`` sorted, as (m, 2) uint64 (big-endian halves: their
-    order is the bytes'), and each key's row in it."""
-    return unique_blob(b"".join(keys))
-
-
 def unique_blob(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """``unique_keys`` of 16-byte keys concatenated."""
+    """``(used, inverse)`` of 16-byte keys concatenated: the distinct keys sorted, as (m, 2) uint64 (big-endian
+    halves: their order is the bytes'), and each key's row in it."""
     if not blob:
         return np.zeros((0, 2), np.uint64), np.zeros(0, np.int64)
     halves = np.frombuffer(blob, ">u8").reshape(-1, 2).astype(np.uint64)
@@ -67,7 +66,7 @@ def unique_blob(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 
 def keys_bytes(used: np.ndarray) -> bytes:
-    """Rows of ``unique_keys``'s ``used`` as their 16-byte keys, concatenated."""
+    """Rows of ``unique_blob``'s ``used`` as their 16-byte keys, concatenated."""
     return used.astype(">u8").tobytes()
 
 
@@ -160,15 +159,18 @@ def _checked_keys(group: pa.Table, dim: int) -> np.ndarray | None:
 
 def gather_bucket(folder: Path, b: int, n: int, shard: int, kept: Path | None):
     """Bucket ``b`` of ``n``'s used vectors (its keys in ``plan/<b>.parquet``, ``corpus_keys.plan_bucket``),
-    found in ``embedded`` and in the kept store at ``kept`` (its rows of the bucket's key range, read by filter);
+    found in ``embedded`` and in the kept store at ``kept`` (those of its rows, read by a filter on the bucket's
+    key range that skips the other row groups by their statistics);
     written sorted to ``sorted/<b>.parquet`` and routed to the search shards (``plan/<b>-route.parquet``: a
     shard every ``shard`` positions). Returns ``(keys, matrix)`` of the ``side`` ones (those the driver scores
     itself). Raises ``RuntimeError`` when a used window has no vector (a call's file missing)."""
     plan = pq.read_table(folder / "plan" / f"{b:06d}.parquet")
     tables = [pq.read_table(f) for f in sorted((folder / "embedded").glob(f"{b:06d}-*.parquet"))]
     if kept is not None:
-        tables.append(pq.read_table(kept, columns=["key", "vector"], filters=_key_range(b, n)))
-    table = pa.concat_tables([t.select(["key", "vector"]) for t in tables if t.num_rows]) if tables else None
+        used = pc.field("key").isin(plan.column("key").combine_chunks())
+        tables.append(pq.read_table(kept, columns=["key", "vector"], filters=_key_range(b, n) & used))
+    tables = [t.select(["key", "vector"]) for t in tables if t.num_rows]
+    table = pa.concat_tables(tables) if tables else None
     wanted = plan.column("key").to_pylist()
     found = {k: r for r, k in enumerate(table.column("key").to_pylist())} if table is not None else {}
     missing = sum(k not in found for k in wanted)
@@ -191,11 +193,14 @@ def gather_bucket(folder: Path, b: int, n: int, shard: int, kept: Path | None):
     return b"".join(wanted[i] for i in picked), matrix[picked]
 
 
-def _key_range(b: int, n: int) -> list[tuple]:
-    """A Parquet filter for bucket ``b`` of ``n``'s keys (``bucket_of``): its first-4-bytes range."""
+def _key_range(b: int, n: int) -> pc.Expression:
+    """A filter for bucket ``b`` of ``n``'s keys (``bucket_of``): its first-4-bytes range, as 16-byte scalars
+    (against plain ``bytes`` the row groups' statistics are not used, and every row group is read)."""
     lo, hi = prefix_range(b, n)
-    bound = [("key", ">=", lo.to_bytes(4, "big") + bytes(12))]
-    return bound + ([("key", "<", hi.to_bytes(4, "big") + bytes(12))] if hi < 1 << 32 else [])
+    rows = pc.field("key") >= pa.scalar(lo.to_bytes(4, "big") + bytes(12), pa.binary(16))
+    return (
+        rows & (pc.field("key") < pa.scalar(hi.to_bytes(4, "big") + bytes(12), pa.binary(16))) if hi < 1 << 32 else rows
+    )
 
 
 def read_shard(folder: Path, k: int, start: int, n: int) -> np.ndarray:
@@ -213,8 +218,8 @@ def read_shard(folder: Path, k: int, start: int, n: int) -> np.ndarray:
 def write_store(folder: Path, n: int, path: Path, key: dict) -> None:
     """The store at ``path`` (``store.write_rows``) from ``sorted/<bucket>.parquet`` of the ``n`` buckets, in
     order: the keys sorted, the rows regrouped into ``store.STORE_ROWS`` a row group."""
-    files = [folder / "sorted" / f"{b:06d}.parquet" for b in range(n)]
-    widths = [pq.read_schema(f).field("vector").type.list_size for f in files if pq.read_metadata(f).num_rows]
+    files = [f for f in (folder / "sorted" / f"{b:06d}.parquet" for b in range(n)) if pq.read_metadata(f).num_rows]
+    widths = [pq.read_schema(f).field("vector").type.list_size for f in files]  # a bucket without keys: no width
     store.write_rows(path, _regrouped(files, store.STORE_ROWS), key, widths[0] if widths else 1)
 
 
