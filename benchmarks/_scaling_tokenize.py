@@ -46,7 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 STAGE = "tokenize"
 #: the code measured: the stage, its imports followed
 MEASURED = ("tasks.tokenize",)
-TIMEOUT_S = 3600
+#: a run's limit: 10^6 pretraining docs from scratch take about an hour on 2 cores (one tokenizer process)
+TIMEOUT_S = 4 * 3600
 #: the record's engine per run: the stage has one engine; the incremental run is a row of its own
 ENGINE = {"full": "local", "incremental": "local, incremental"}
 #: --smoke: docs a default source
