@@ -22,7 +22,9 @@ Each run is the stage's own ``run`` (params.yaml, ``engine`` set, Ray with every
 subprocess (``benchmarks/_measure.run_measured``: wall seconds from spawn to exit, imports and Ray start-up
 included; peak RSS of the driver process and of its whole tree, which holds the Ray workers, raylet and object
 store). Reported per stage, engine and size: docs/s and docs/s per core, peak RSS, and from the stage's metrics
-the LSH candidate and merged pairs per doc (dedup) and the matching pairs (leakage). The engines alternate, round
+the LSH candidate and merged pairs per doc (dedup) and the matching pairs (leakage), and its ``phases``
+(``benchmarks/_phase_log.py``: the driver's RSS at each of the stage's progress lines and its peak between
+two, so a step's own growth is told from the fixed costs of the others). The engines alternate, round
 after round (``min_runs``: 5 rounds up to 4x, 3 above), each round on a fresh copy of the input (no cache of an
 earlier round); docs/s is the median over the rounds, with its spread. Writes ``benchmarks/results/scaling.json``
 (its ``rows``: the Ray engine's docs/s beside the local engine's, ratio of medians, no goal) with its provenance
@@ -264,6 +266,7 @@ def measure(
         "docs": docs,
         **measured,
         **rates(docs, measured["seconds"]),
+        "phases": metrics["phases"],
     }
     if stage == "dedup":
         lsh = metrics["lsh"]
@@ -308,6 +311,7 @@ def run_part(
     """In the subprocess: the stage's ``run`` on ``<work>/data``; its metrics go to ``<work>/metrics-<engine>.json``.
     ``smoke``: leakage without its semantic pass (MiniLM's load is most of a tiny run; leakage_semantic.py's smoke
     runs that pass); ``encoder``: the semantic pass's encoder folder (the stand-in's), else params.yaml's."""
+    from benchmarks._phase_log import PhaseLog
     from tasks import dedup, leakage
     from tasks.config import Paths, load_params
 
@@ -318,25 +322,11 @@ def run_part(
     elif encoder and stage == "leakage":
         cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(update={"encoder": str(encoder)})})
     paths = Paths(data=work / "data", models=work / "models", metrics=work / "m", reports=work / "r")
-    log = _timing_log()
+    log = PhaseLog()
     metrics = {"dedup": dedup, "leakage": leakage}[stage].run(cfg, paths, log)
+    metrics["phases"] = log.finish()
     metrics["tracked_metrics"] = log.tracked  # timings the stage sends to MLflow only (its metrics file repeats)
     (work / f"metrics-{engine}.json").write_text(json.dumps(metrics), encoding="utf-8")
-
-
-def _timing_log():
-    """A ``NullLog`` that keeps the numbers a stage sends to MLflow (``tracked``), e.g. the semantic pass's
-    seconds, which the stage's metrics file leaves out so that it repeats byte for byte."""
-    from tasks.tracking import NullLog
-
-    class TimingLog(NullLog):
-        def __init__(self) -> None:
-            self.tracked: dict[str, float] = {}
-
-        def metrics(self, values, step=None) -> None:
-            self.tracked.update({k: v for k, v in values.items() if isinstance(v, int | float)})
-
-    return TimingLog()
 
 
 def _parse() -> argparse.Namespace:

@@ -1,0 +1,81 @@
+"""The log ``scaling.py``'s stage child passes to the stage's ``run``: the driver's memory at each progress line.
+
+A stage writes a progress line (``log.info``) as each of its steps ends, e.g. leakage's "leakage semantic: ...
+windows from the store, ... embedded" once the semantic pass's corpus windows are embedded and searched. The
+driver's peak RSS of a whole run (``_measure.run_measured``) cannot say which step set it; a line through two
+small sizes then mixes one step's growth with another's fixed costs. ``PhaseLog`` samples this process's
+resident set every ``SAMPLE_S`` seconds (``/proc/self/status``, Linux) and, at each line, records a *phase*: the
+step that the line ends, from the line before it (the first from the log's creation):
+
+- ``message``: the line;
+- ``seconds``: since the log was created;
+- ``rss_mib``: ``VmRSS`` as the line is written;
+- ``peak_rss_mib``: the largest ``VmRSS`` sampled during the phase, the two ends included (a peak shorter than
+  ``SAMPLE_S`` can be missed; ``hwm_mib`` never misses one);
+- ``hwm_mib``: ``VmHWM``, the process's own high-water mark so far.
+
+``finish()`` closes the last phase (``message`` ``"(end)"``) and stops the sampler. The numbers the stage sends
+to MLflow only (``metrics``) are kept in ``tracked``, e.g. the semantic pass's seconds, which the stage's
+metrics file leaves out so that it repeats byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from benchmarks._measure import SAMPLE_S, memory_mib
+from tasks.tracking import NullLog
+
+END = "(end)"
+
+
+class PhaseLog(NullLog):
+    """A ``NullLog`` that records ``phases`` (the module's docstring) and the stage's MLflow-only numbers."""
+
+    def __init__(self) -> None:
+        self.tracked: dict[str, float] = {}
+        self.phases: list[dict] = []
+        self._start = time.perf_counter()
+        self._peak = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def info(self, message: str) -> None:
+        super().info(message)
+        self._close_phase(message)
+
+    def metrics(self, values: Mapping[str, Any], step: int | None = None) -> None:
+        self.tracked.update({k: v for k, v in values.items() if isinstance(v, int | float)})
+
+    def finish(self) -> list[dict]:
+        """Close the last phase, stop sampling; returns ``phases``."""
+        self._close_phase(END)
+        self._stop.set()
+        self._sampler.join()
+        return self.phases
+
+    def _close_phase(self, message: str) -> None:
+        rss, hwm = memory_mib(os.getpid())
+        with self._lock:
+            peak, self._peak = max(self._peak, rss), rss  # the next phase starts at this line's RSS
+        self.phases.append(
+            {
+                "message": message,
+                "seconds": round(time.perf_counter() - self._start, 3),
+                "rss_mib": round(rss, 1),
+                "peak_rss_mib": round(peak, 1),
+                "hwm_mib": round(hwm, 1),
+            }
+        )
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            rss, _ = memory_mib(os.getpid())
+            with self._lock:
+                self._peak = max(self._peak, rss)

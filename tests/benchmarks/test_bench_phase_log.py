@@ -1,0 +1,44 @@
+"""benchmarks/_phase_log.PhaseLog: a phase's peak is the largest RSS between two progress lines, not the run's."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from benchmarks._phase_log import END, PhaseLog
+
+MIB = 2**20
+HELD_MIB = 256
+
+
+def _hold(mib: int) -> np.ndarray:
+    block = np.ones(mib * MIB // 8)  # np.ones writes every page: resident, not only reserved
+    time.sleep(0.5)  # ten samples at SAMPLE_S 0.05
+    return block
+
+
+def test_a_transient_allocation_is_the_peak_of_its_own_phase_only():
+    log = PhaseLog()
+    log.info("before")
+    block = _hold(HELD_MIB)
+    del block  # freed before the line: only the sampler can have seen it
+    log.info("allocated and freed")
+    log.info("idle")
+    phases = log.finish()
+    before, held, idle, end = phases
+    assert [p["message"] for p in phases] == ["before", "allocated and freed", "idle", END]
+    # the 256 MiB array was resident during the second phase only; numpy's free returns it to the system
+    assert held["peak_rss_mib"] >= before["rss_mib"] + 0.9 * HELD_MIB
+    assert held["rss_mib"] < before["rss_mib"] + 0.1 * HELD_MIB
+    assert idle["peak_rss_mib"] < before["rss_mib"] + 0.1 * HELD_MIB
+    # the high-water mark keeps the peak; the times increase
+    assert end["hwm_mib"] >= held["peak_rss_mib"] - 1
+    assert before["seconds"] < held["seconds"] - 0.4 < end["seconds"]
+
+
+def test_the_mlflow_only_numbers_are_kept_and_the_rest_dropped():
+    log = PhaseLog()
+    log.metrics({"semantic_seconds_total": 1.5, "nested": {"a": 1}, "windows": 3})
+    assert log.tracked == {"semantic_seconds_total": 1.5, "windows": 3}
+    assert [p["message"] for p in log.finish()] == [END]
