@@ -12,7 +12,10 @@ step that the line ends, from the line before it (the first from the log's creat
 - ``rss_mib``: ``VmRSS`` as the line is written;
 - ``peak_rss_mib``: the largest ``VmRSS`` sampled during the phase, the two ends included (a peak shorter than
   ``SAMPLE_S`` can be missed; ``hwm_mib`` never misses one);
-- ``hwm_mib``: ``VmHWM``, the process's own high-water mark so far.
+- ``hwm_mib``: ``VmHWM``, the process's own high-water mark so far;
+- ``anon_mib``, ``file_mib``, ``shmem_mib``: ``VmRSS``'s parts as the line is written (``RssAnon``: the heap and
+  anonymous maps; ``RssFile``: mapped files' pages, e.g. Arrow files read by memory map; ``RssShmem``: shared
+  memory, e.g. the pages of Ray's object store this process wrote or read), so a growth is told by its kind.
 
 ``finish()`` closes the last phase (``message`` ``"(end)"``) and stops the sampler. The numbers the stage sends
 to MLflow only (``metrics``) are kept in ``tracked``, e.g. the semantic pass's seconds, which the stage's
@@ -25,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from benchmarks._measure import SAMPLE_S, memory_mib
@@ -71,6 +75,7 @@ class PhaseLog(NullLog):
                 "rss_mib": round(rss, 1),
                 "peak_rss_mib": round(peak, 1),
                 "hwm_mib": round(hwm, 1),
+                **rss_parts_mib(),
             }
         )
 
@@ -79,3 +84,17 @@ class PhaseLog(NullLog):
             rss, _ = memory_mib(os.getpid())
             with self._lock:
                 self._peak = max(self._peak, rss)
+
+
+#: ``/proc/self/status``'s fields of ``VmRSS``'s parts, by the name a phase records them under
+RSS_PARTS = {"RssAnon": "anon_mib", "RssFile": "file_mib", "RssShmem": "shmem_mib"}
+
+
+def rss_parts_mib() -> dict[str, float]:
+    """This process's ``RSS_PARTS`` in MiB (an empty dict where ``/proc`` has none, e.g. not Linux)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {name: round(int(fields[key].split()[0]) / 1024, 1) for key, name in RSS_PARTS.items() if key in fields}
