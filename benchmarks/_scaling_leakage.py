@@ -47,9 +47,12 @@ def write_stand_in(folder: Path) -> Path:
 def write_leakage_corpus(trains, evals, scale: int, folder: Path, shards: int, pretrain_only: bool = False) -> int:
     """The split-contract corpus: training rows replicated ``scale`` times in ``shards`` files, eval rows in one;
     returns the number of training docs. ``pretrain_only`` (the stand-in's runs): only the ``role: pretrain``
-    rows are replicated, the task train rows written once. The semantic pass embeds and holds the task train
-    docs beside the eval docs and calibrates on them (quadratic in a class's windows), and a real corpus's task
-    sets do not grow with its pretraining text; replicating them would measure the benchmark, not the pass."""
+    rows are replicated, the task train rows written once, in a file of their own (``task.parquet``), as the
+    split stage writes a task source apart from a pretraining one. The semantic pass embeds and holds the task
+    train docs beside the eval docs and calibrates on them (quadratic in a class's windows), and a real corpus's
+    task sets do not grow with its pretraining text; replicating them would measure the benchmark, not the pass.
+    Nor would a task row in every shard: the pass reads the texts of a row group that holds a task train row
+    (``outputs.task_train_rows``), so each shard's pretraining texts would be decoded on the driver."""
     import pandas as pd
 
     grown = trains[trains["role"] == "pretrain"] if pretrain_only else trains
@@ -58,9 +61,10 @@ def write_leakage_corpus(trains, evals, scale: int, folder: Path, shards: int, p
     copy = [c for c in range(scale) for _ in range(len(grown))]
     copies["text"] = corpora.remixed(list(grown["text"]), scale, near_duplicates=False)
     copies["doc_id"] = [d if c == 0 else f"{d}~{c}" for d, c in zip(copies["doc_id"], copy)]
-    copies = pd.concat([fixed, copies], ignore_index=True) if len(fixed) else copies
     folder.mkdir(parents=True)
     for shard in range(shards):
         copies.iloc[shard::shards].to_parquet(folder / f"part{shard}.parquet", index=False)
+    if len(fixed):
+        fixed.to_parquet(folder / "task.parquet", index=False)
     evals.to_parquet(folder / "eval.parquet", index=False)
-    return len(copies)
+    return len(copies) + len(fixed)

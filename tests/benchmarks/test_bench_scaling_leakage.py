@@ -1,5 +1,6 @@
 """benchmarks/_scaling_leakage.write_leakage_corpus: the training rows grow k-fold, or with the stand-in encoder's
-runs only the pretraining rows do (a real corpus's task sets do not grow with its pretraining text)."""
+runs only the pretraining rows do (a real corpus's task sets do not grow with its pretraining text), the task rows in
+a file of their own."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def _corpus(tmp_path, pretrain_only: bool) -> tuple[int, pd.DataFrame, pd.DataFr
     evals = pd.DataFrame({"doc_id": ["e1"], "role": ["task"], "text": [TEXT], "source": "s"})
     folder = tmp_path / "split"
     n = write_leakage_corpus(trains, evals, 3, folder, shards=2, pretrain_only=pretrain_only)
-    parts = pd.concat([pd.read_parquet(f) for f in sorted(folder.glob("part*.parquet"))], ignore_index=True)
+    files = sorted(folder.glob("part*.parquet")) + sorted(folder.glob("task.parquet"))
+    parts = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     return n, parts, pd.read_parquet(folder / "eval.parquet")
 
 
@@ -25,6 +27,7 @@ def test_every_training_row_grows_k_fold_by_default(tmp_path):
     n, parts, evals = _corpus(tmp_path, pretrain_only=False)
     assert n == len(parts) == 9 and sorted(parts["doc_id"])[:3] == ["p1", "p1~1", "p1~2"]
     assert (parts["role"] == "task").sum() == 3 and list(evals["doc_id"]) == ["e1"]
+    assert not (tmp_path / "split" / "task.parquet").exists()  # the task rows grow with the rest, in the shards
 
 
 def test_only_the_pretraining_rows_grow_for_the_stand_in(tmp_path):
@@ -33,3 +36,8 @@ def test_only_the_pretraining_rows_grow_for_the_stand_in(tmp_path):
     assert n == len(parts) == 7 and sorted(parts["doc_id"]) == ["p1", "p1~1", "p1~2", "p2", "p2~1", "p2~2", "t1"]
     assert parts.loc[parts["doc_id"] == "p2~1", "text"].item() != TEXT  # a copy is a remix, not the text again
     assert list(evals["doc_id"]) == ["e1"]
+    # the task row in a file of its own, as the split stage writes a task source: no shard mixes the roles
+    task = pd.read_parquet(tmp_path / "split" / "task.parquet")
+    assert list(task["doc_id"]) == ["t1"]
+    for shard in sorted((tmp_path / "split").glob("part*.parquet")):
+        assert set(pd.read_parquet(shard)["role"]) == {"pretrain"}
