@@ -44,7 +44,7 @@ class PhaseLog(NullLog):
         self.tracked: dict[str, float] = {}
         self.phases: list[dict] = []
         self._start = time.perf_counter()
-        self._peak = 0.0
+        self._peak = memory_mib(os.getpid())[0]  # the first phase starts at the log's creation
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
@@ -81,9 +81,8 @@ class PhaseLog(NullLog):
 
     def _sample(self) -> None:
         while not self._stop.wait(SAMPLE_S):
-            rss, _ = memory_mib(os.getpid())
-            with self._lock:
-                self._peak = max(self._peak, rss)
+            with self._lock:  # read under the lock: a sample taken before a line belongs to the phase it ends
+                self._peak = max(self._peak, memory_mib(os.getpid())[0])
 
 
 #: ``/proc/self/status``'s fields of ``VmRSS``'s parts, by the name a phase records them under

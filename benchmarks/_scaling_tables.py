@@ -123,9 +123,17 @@ def projection(runs: list[dict]) -> list[str]:
             out.append(
                 f"| {stage} | {engine} | 10^{len(str(docs)) - 1} | {core_hours:,.0f} | "
                 f"{core_hours / CLUSTER_CORES:,.1f} | {core_hours * PRICE_PER_CORE_HOUR:,.0f} | {bound}{driver:,.1f} | "
-                f"{tree:,.0f} | {'yes' if driver <= DRIVER_RAM_GIB else '**no**'} |"
+                f"{tree:,.0f} | {fits(driver, bool(model.get('bounded')))} |"
             )
     return out
+
+
+def fits(driver_gib: float, bounded: bool) -> str:
+    """The projection's last column: ``yes`` where the driver fits ``DRIVER_RAM_GIB``; above it ``**no**`` for a
+    line, ``not shown`` for a bound (``bounded``: an upper bound above the limit says neither)."""
+    if driver_gib <= DRIVER_RAM_GIB:
+        return "yes"
+    return "not shown" if bounded else "**no**"
 
 
 def projected(runs: list[dict]) -> list[tuple[str, str, dict]]:

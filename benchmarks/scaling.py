@@ -205,6 +205,7 @@ def alternated(
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
             "driver_peak_rss_mib": max(r["driver_peak_rss_mib"] for r in runs),
             "peak_tree_rss_mib": max(r["peak_tree_rss_mib"] for r in runs),
+            "phases": max(runs, key=lambda r: r["driver_peak_rss_mib"])["phases"],  # the round whose peak is kept
         }
         for runs in done.values()
     ]
