@@ -34,7 +34,10 @@ PAGE = ROOT / "docs" / "walkthrough.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
 #: Text of the default tasks that must not reach the new run's report: their sources, files, params and
 #: sections (``recipes.ner`` is the shipped recipe the page's task uses, ``special_tokens.cls`` the [CLS] token).
-DEFAULT_TEXT = re.compile(r"bbc|wnut|BBC|WNUT|(?<!recipes\.)(?<!special_tokens\.)\b(cls|ner)\b")
+# "bbc" is also hex: not inside a digest (a data hash "69a47cabbc25..." in the report matched it)
+DEFAULT_TEXT = re.compile(
+    r"(?<![0-9a-f])bbc(?![0-9a-f])|(?<![0-9A-F])BBC(?![0-9A-F])|wnut|WNUT|(?<!recipes\.)(?<!special_tokens\.)\b(cls|ner)\b"
+)
 BRANDS, PRODUCTS = ["Acme", "Zephyr", "Nimbus", "Orbit"], [["Turbo", "Kettle"], ["Breeze", "Fan"], ["Glow", "Lamp"]]
 WORDS = "please add the to my cart does ship today order price stock for a new one".split()
 
