@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 SAMPLE_S = 0.05
@@ -100,8 +101,22 @@ def _tree(root: int) -> list[int]:
 
 def memory_mib(pid: int) -> tuple[float, float]:
     """``(VmRSS, VmHWM)`` of ``pid`` in MiB; zeros for a process that has gone."""
+    fields = status_mib(pid, ("VmRSS", "VmHWM"))
+    return (fields["VmRSS"], fields["VmHWM"]) if len(fields) == 2 else (0.0, 0.0)
+
+
+def status_mib(pid: int, keys: Iterable[str]) -> dict[str, float]:
+    """The kB counters ``keys`` of ``/proc/<pid>/status`` (``VmRSS``, ``RssAnon``, ...) in MiB, read at once;
+    those it lacks left out (all of them for a process that has gone, or off Linux)."""
     try:
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-    except (OSError, KeyError, ValueError, IndexError):
-        return 0.0, 0.0
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    out = {}
+    for key in keys:
+        try:
+            out[key] = int(fields[key].split()[0]) / 1024
+        except (KeyError, ValueError, IndexError):
+            continue
+    return out

@@ -28,13 +28,14 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import SAMPLE_S, memory_mib
+from benchmarks._measure import SAMPLE_S, memory_mib, status_mib
 from tasks.tracking import NullLog
 
 END = "(end)"
+#: ``/proc/<pid>/status``'s fields of ``VmRSS``'s parts, by the name a phase records them under
+RSS_PARTS = {"RssAnon": "anon_mib", "RssFile": "file_mib", "RssShmem": "shmem_mib"}
 
 
 class PhaseLog(NullLog):
@@ -65,7 +66,8 @@ class PhaseLog(NullLog):
         return self.phases
 
     def _close_phase(self, message: str) -> None:
-        rss, hwm = memory_mib(os.getpid())
+        status = status_mib(os.getpid(), ("VmRSS", "VmHWM", *RSS_PARTS))  # one read: the parts sum to this VmRSS
+        rss, hwm = status.get("VmRSS", 0.0), status.get("VmHWM", 0.0)
         with self._lock:
             peak, self._peak = max(self._peak, rss), rss  # the next phase starts at this line's RSS
         self.phases.append(
@@ -75,7 +77,7 @@ class PhaseLog(NullLog):
                 "rss_mib": round(rss, 1),
                 "peak_rss_mib": round(peak, 1),
                 "hwm_mib": round(hwm, 1),
-                **rss_parts_mib(),
+                **{name: round(status[key], 1) for key, name in RSS_PARTS.items() if key in status},
             }
         )
 
@@ -83,17 +85,3 @@ class PhaseLog(NullLog):
         while not self._stop.wait(SAMPLE_S):
             with self._lock:  # read under the lock: a sample taken before a line belongs to the phase it ends
                 self._peak = max(self._peak, memory_mib(os.getpid())[0])
-
-
-#: ``/proc/self/status``'s fields of ``VmRSS``'s parts, by the name a phase records them under
-RSS_PARTS = {"RssAnon": "anon_mib", "RssFile": "file_mib", "RssShmem": "shmem_mib"}
-
-
-def rss_parts_mib() -> dict[str, float]:
-    """This process's ``RSS_PARTS`` in MiB (an empty dict where ``/proc`` has none, e.g. not Linux)."""
-    try:
-        status = Path("/proc/self/status").read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {name: round(int(fields[key].split()[0]) / 1024, 1) for key, name in RSS_PARTS.items() if key in fields}

@@ -15,16 +15,13 @@ lexical part grows faster between small sizes than at 10^6 (docs/scaling.md, ite
 
 The load is the encoder's, a fixed cost, but its RSS step shrinks as the corpus grows (the allocator reuses what
 the lexical audit freed: 273 / 256 / 236 MiB at 1x / 4x / 16x), and a line through it would carry that shrinking
-on to 10^8, where it cannot go below 0. So ``growth_line`` draws its line through the work only and adds the
-largest run's load, held flat. ``bound_model`` then bounds leakage with its semantic pass at ``docs`` training
-docs by the lexical audit's own projected peak (the ``semantic pass off`` runs, measured up to 10^6 docs) plus
-that growth. It is a bound, not a point: the lexical audit's whole peak is counted, though the pass starts from
-what the audit still holds once its scans are done.
+on to 10^8, where it cannot go below 0. So ``_scaling_tables.bound_model`` draws its line through the work only
+and adds the largest run's load, held flat, to the lexical audit's own projected peak (the ``semantic pass off``
+runs, measured up to 10^6 docs). It is a bound, not a point: the lexical audit's whole peak is counted, though the
+pass starts from what the audit still holds once its scans are done.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 #: the semantic pass's progress lines begin so (tasks/leakage/semantic/audit.py)
 PASS_PREFIX = "leakage semantic:"
@@ -47,30 +44,6 @@ def pass_growth(run: dict) -> dict | None:
         "work_mib": peak - start,
         "growth_mib": peak - before,
     }
-
-
-def growth_line(runs: list[dict]) -> Callable[[float], float] | None:
-    """The pass's growth in bytes at ``docs`` training docs: the largest run's load plus a line through the two
-    largest runs' work, its slope floored at 0 (as ``_scaling_tables.cost_model``'s); ``None`` with fewer than two
-    sizes."""
-    sizes = {r["docs"]: growth for r in runs if (growth := pass_growth(r))}
-    if len(sizes) < 2:
-        return None
-    small, large = sorted(sizes)[-2:]
-    work, load = sizes[large]["work_mib"], sizes[large]["load_mib"]
-    slope = max((work - sizes[small]["work_mib"]) * 2**20 / (large - small), 0.0)
-    return lambda docs: (load + work) * 2**20 + slope * (docs - large)
-
-
-def bound_model(model: dict, runs: list[dict], lexical: dict | None) -> dict:
-    """``model`` (a ``cost_model`` of the runs with the semantic pass) with ``driver_bytes`` the lexical audit's
-    projected peak (``lexical``, the ``semantic pass off`` runs' cost model on the same engine) plus the pass's
-    ``growth_line``, and ``bounded`` true; ``model`` itself where either is missing."""
-    line = growth_line(runs)
-    if lexical is None or line is None:
-        return model
-    audit = lexical["driver_bytes"]
-    return model | {"driver_bytes": lambda docs: audit(docs) + line(docs), "bounded": True}
 
 
 def table(runs: list[dict]) -> list[str]:

@@ -4,6 +4,7 @@ stage, each stage's projection to 10^7-10^9 docs (its assumptions below, stated 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import _scaling_feed as feed
@@ -119,11 +120,12 @@ def projection(runs: list[dict]) -> list[str]:
         for docs in (10**7, 10**8, 10**9):
             core_hours = docs / model["docs_per_s_per_core"] / 3600
             driver, tree = (model[key](docs) / 2**30 for key in ("driver_bytes", "tree_bytes"))
-            bound = "≤ " if model.get("bounded") else ""
+            bounded = bool(model.get("bounded"))
+            mark = "≤ " if bounded else ""
             out.append(
                 f"| {stage} | {engine} | 10^{len(str(docs)) - 1} | {core_hours:,.0f} | "
-                f"{core_hours / CLUSTER_CORES:,.1f} | {core_hours * PRICE_PER_CORE_HOUR:,.0f} | {bound}{driver:,.1f} | "
-                f"{tree:,.0f} | {fits(driver, bool(model.get('bounded')))} |"
+                f"{core_hours / CLUSTER_CORES:,.1f} | {core_hours * PRICE_PER_CORE_HOUR:,.0f} | {mark}{driver:,.1f} | "
+                f"{tree:,.0f} | {fits(driver, bounded)} |"
             )
     return out
 
@@ -139,7 +141,7 @@ def fits(driver_gib: float, bounded: bool) -> str:
 def projected(runs: list[dict]) -> list[tuple[str, str, dict]]:
     """``(stage, engine, cost_model)`` of each path ``projection`` shows, in ``STAGES`` order. Leakage with its
     semantic pass (``SEMANTIC``): the driver bounded by the lexical audit's projection plus the pass's own growth
-    where the runs logged their phases (``_scaling_phases.bound_model``)."""
+    where the runs logged their phases (``bound_model``)."""
     out = []
     for stage in STAGES:
         mine = [r for r in runs if stage_of(r) == stage]
@@ -149,30 +151,49 @@ def projected(runs: list[dict]) -> list[tuple[str, str, dict]]:
             model = cost_model(by_engine.get(engine, []))
             if model and stage in SEMANTIC:
                 lexical = cost_model([r for r in runs if stage_of(r) == LEXICAL and r["engine"] == engine])
-                model = phases.bound_model(model, by_engine[engine], lexical)
+                model = bound_model(model, by_engine[engine], lexical)
             out += [(stage, engine, model)] if model else []
     return out
 
 
 def cost_model(runs: list[dict]) -> dict | None:
-    """Per-doc costs from one stage's runs on one engine: the largest run's docs/s per core, and memory as a line
-    through the peak RSS (the driver's own, ``driver_mib``, and the whole tree's) of the two largest runs:
+    """Per-doc costs from one stage's runs on one engine: the largest run's docs/s per core, and memory as a
+    ``line`` through the peak RSS (the driver's own, ``driver_mib``, and the whole tree's) of the two largest runs:
     ``driver_bytes(docs)`` = the largest run's peak + the slope (floored at 0) x the docs beyond it. ``None`` with
     fewer than two sizes."""
     sizes = {r["docs"]: r for r in runs}
     if len(sizes) < 2:
         return None
-    small, large = (sizes[d] for d in sorted(sizes)[-2:])
-
-    def line(peak):
-        slope = max((peak(large) - peak(small)) * 2**20 / (large["docs"] - small["docs"]), 0.0)
-        return lambda docs: peak(large) * 2**20 + slope * (docs - large["docs"])
-
     return {
-        "docs_per_s_per_core": large["docs_per_s_per_core"],
-        "driver_bytes": line(driver_mib),
-        "tree_bytes": line(lambda r: r["peak_tree_rss_mib"]),
+        "docs_per_s_per_core": sizes[max(sizes)]["docs_per_s_per_core"],
+        "driver_bytes": line({d: driver_mib(r) for d, r in sizes.items()}),
+        "tree_bytes": line({d: r["peak_tree_rss_mib"] for d, r in sizes.items()}),
     }
+
+
+def line(mib_at: dict[int, float]) -> Callable[[float], float] | None:
+    """Bytes at ``docs`` docs on a line through the two largest sizes of ``mib_at`` (``{docs: MiB}``): the
+    largest's MiB + the slope (floored at 0: memory that shrank between two sizes does not go on shrinking) x the
+    docs beyond it; ``None`` with fewer than two sizes."""
+    if len(mib_at) < 2:
+        return None
+    small, large = sorted(mib_at)[-2:]
+    slope = max((mib_at[large] - mib_at[small]) * 2**20 / (large - small), 0.0)
+    return lambda docs: mib_at[large] * 2**20 + slope * (docs - large)
+
+
+def bound_model(model: dict, runs: list[dict], lexical: dict | None) -> dict:
+    """``model`` (a ``cost_model`` of leakage runs with the semantic pass) with ``driver_bytes`` the lexical audit's
+    projected peak (``lexical``, the ``semantic pass off`` runs' cost model on the same engine) plus the pass's
+    growth (``_scaling_phases``: the largest run's encoder load, held flat, and a ``line`` through the two
+    largest runs' work above the pass's first line), and ``bounded`` true; ``model`` itself where the lexical
+    model or two runs with phases are missing."""
+    growth = {r["docs"]: g for r in runs if (g := phases.pass_growth(r))}
+    work = line({docs: g["work_mib"] for docs, g in growth.items()})
+    if lexical is None or work is None:
+        return model
+    audit, load = lexical["driver_bytes"], growth[max(growth)]["load_mib"] * 2**20
+    return model | {"driver_bytes": lambda docs: audit(docs) + load + work(docs), "bounded": True}
 
 
 def driver_mib(run: dict) -> float:
