@@ -10,8 +10,9 @@ step that the line ends, from the line before it (the first from the log's creat
 - ``message``: the line;
 - ``seconds``: since the log was created;
 - ``rss_mib``: ``VmRSS`` as the line is written;
-- ``peak_rss_mib``: the largest ``VmRSS`` sampled during the phase, the two ends included (a peak shorter than
-  ``SAMPLE_S`` can be missed; ``hwm_mib`` never misses one);
+- ``peak_rss_mib``: the largest ``VmRSS`` sampled during the phase, the two ends included, or ``VmHWM`` where
+  the high-water mark rose during the phase (a peak shorter than ``SAMPLE_S``, which the sampler can miss, then
+  still counts; a new high-water mark can only have been reached since the previous line);
 - ``hwm_mib``: ``VmHWM``, the process's own high-water mark so far;
 - ``anon_mib``, ``file_mib``, ``shmem_mib``: ``VmRSS``'s parts as the line is written (``RssAnon``: the heap and
   anonymous maps; ``RssFile``: mapped files' pages, e.g. Arrow files read by memory map; ``RssShmem``: shared
@@ -46,6 +47,7 @@ class PhaseLog(NullLog):
         self.phases: list[dict] = []
         self._start = time.perf_counter()
         self._peak = memory_mib(os.getpid())[0]  # the first phase starts at the log's creation
+        self._hwm = status_mib(os.getpid(), ("VmHWM",)).get("VmHWM", 0.0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
@@ -70,6 +72,9 @@ class PhaseLog(NullLog):
         rss, hwm = status.get("VmRSS", 0.0), status.get("VmHWM", 0.0)
         with self._lock:
             peak, self._peak = max(self._peak, rss), rss  # the next phase starts at this line's RSS
+        if hwm > self._hwm:  # a new high-water mark: reached in this phase, maybe between two samples
+            peak = max(peak, hwm)
+        self._hwm = max(self._hwm, hwm)
         self.phases.append(
             {
                 "message": message,

@@ -147,6 +147,7 @@ def measure(root: Path, label: str, smoke: bool = False) -> dict:
     metrics = json.loads((root / "metrics.json").read_text())
     docs = sum(split["docs"] for split in metrics["pretrain"]["clozeline"].values())
     run = {"stage": STAGE, "engine": ENGINE[label], "docs": docs, **measured, **rates(docs, measured["seconds"])}
+    run["phases"] = metrics["phases"]  # which step of the stage set the peak (``_phase_log``)
     print(
         f"scaling tokenize {label}: {docs} docs in {measured['seconds']:.1f} s ({run['docs_per_s']:.0f} docs/s), "
         f"peak {measured['driver_peak_rss_mib']:.0f} MiB driver, {measured['peak_tree_rss_mib']:.0f} MiB tree",
@@ -159,8 +160,8 @@ def measured_runs(work: Path, docs_list: list[int], smoke: bool = False) -> list
     """Per size: a from-scratch run, then an incremental one (the first run's cache kept). A record has
     ``scaling.py``'s keys: ``stage`` (``tokenize``), ``engine`` (``ENGINE``: ``local`` from scratch, ``local,
     incremental`` with the cache), ``scale`` (the docs asked for), ``docs``, ``seconds``, ``docs_per_s``,
-    ``docs_per_s_per_core``, ``peak_rss_mib``, ``driver_peak_rss_mib``, ``peak_tree_rss_mib``, ``cores`` and
-    ``provenance``. ``smoke``: the default corpus cut to ``SMOKE_SOURCE_DOCS`` docs a source."""
+    ``docs_per_s_per_core``, ``peak_rss_mib``, ``driver_peak_rss_mib``, ``peak_tree_rss_mib``, ``cores``,
+    ``phases`` and ``provenance``. ``smoke``: the default corpus cut to ``SMOKE_SOURCE_DOCS`` docs a source."""
     from benchmarks._provenance import provenance
 
     runs = []
@@ -171,18 +172,22 @@ def measured_runs(work: Path, docs_list: list[int], smoke: bool = False) -> list
 
 
 def run_part(root: Path, smoke: bool = False) -> None:
-    """In the subprocess: ``tasks.tokenize.run`` on ``root``; its metrics to ``<root>/metrics.json``. ``smoke``:
+    """In the subprocess: ``tasks.tokenize.run`` on ``root``; its metrics, with the ``phases`` its
+    ``_phase_log.PhaseLog`` recorded (the driver's RSS at each of its progress lines), to ``<root>/metrics.json``.
+    ``smoke``:
     only the pretraining sources the workspace holds (a smoke's corpus leaves out ``_provenance.SLOW_SOURCE``)."""
+    from benchmarks._phase_log import PhaseLog
     from tasks import tokenize
     from tasks.config import Paths, load_params
-    from tasks.tracking import NullLog
 
     cfg = load_params(REPO / "params.yaml").tokenize
     if smoke:
         held = [name for name in cfg.pretrain_sources if (root / "data" / "leakage" / f"{name}.parquet").exists()]
         cfg = cfg.model_copy(update={"pretrain_sources": held})
     paths = Paths(data=root / "data", models=root / "models", metrics=root / "m", reports=root / "r")
-    metrics = tokenize.run(cfg, paths, NullLog())
+    log = PhaseLog()
+    metrics = tokenize.run(cfg, paths, log)
+    metrics["phases"] = log.finish()
     (root / "metrics.json").write_text(json.dumps(metrics), encoding="utf-8")
 
 

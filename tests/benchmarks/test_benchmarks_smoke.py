@@ -126,6 +126,10 @@ def test_smoke_run_writes_results_with_provenance_and_the_table(name, smokes):
         # a data stage's record fingerprints its own package only, so an edit to one stage leaves the others current
         stages = [run for run in body["runs"] if run["stage"] != "feed"]
         assert all(run["provenance"]["code_modules"] == [f"tasks.{run['stage']}"] for run in stages)
+        # tokenize's runs say which of its steps set the peak: a phase a progress line of the stage, then the end
+        for run in (run for run in stages if run["stage"] == "tokenize"):
+            lines = [phase["message"] for phase in run["phases"]]
+            assert lines[-1] == "(end)" and lines[:-1] and all(line.startswith("tokenize: ") for line in lines[:-1])
         assert [row["goal"] for row in rows if "feed peak RSS" in row["case"]] == ["<= 1.10x"]
         return
     assert rows and all(row["benchmark"] == name for row in rows)
