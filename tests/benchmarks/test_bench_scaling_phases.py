@@ -125,3 +125,19 @@ def test_a_shrinking_load_does_not_hide_a_growing_work():
     runs = LEXICAL + [_load_and_work(10_000, 500.0, 800.0, 1_000.0), _load_and_work(40_000, 600.0, 850.0, 1_100.0)]
     rows = [r for r in _scaling_tables.projection(runs) if r.startswith(f"| {_scaling_tables.STAND_IN} |")]
     assert "| ≤ 21.6 |" in rows[0]
+
+
+def test_a_log_that_opens_with_the_pass_has_no_line_before_it_and_no_growth():
+    # no line before the pass's first one: its RSS before the encoder loaded is unknown, so no load is made up
+    opens_with_the_pass = [p for p in _phases() if p["message"].startswith("leakage semantic:")]
+    assert _scaling_phases.pass_growth({"phases": opens_with_the_pass}) is None
+
+
+def test_the_bound_takes_the_lexical_audit_of_its_own_engine_only():
+    # the same lexical runs on engine local only: the Ray runs with the pass have no lexical projection of their
+    # engine, so their whole peak is projected (1,000 + 40,000 / 10 = 5,000 MiB at 40,000 docs, 0.1 MiB a doc:
+    # at 10^7 5,000 + 996,000 MiB = 977.5 GiB), not a bound on local's audit
+    local = [r | {"engine": "local"} for r in LEXICAL]
+    runs = local + [_stand_in(10_000, 0.0), _stand_in(40_000, 30.0)]
+    rows = [r for r in _scaling_tables.projection(runs) if r.startswith(f"| {_scaling_tables.STAND_IN} | ray |")]
+    assert "| 977.5 |" in rows[0] and "≤" not in rows[0]

@@ -43,3 +43,31 @@ def test_the_split_input_copies_the_pretraining_rows_under_new_ids(tmp_path):
     assert web.column("cluster_id").to_pylist() == ids and not any(web.column("is_duplicate").to_pylist())
     listed = json.loads((out / "manifest.json").read_text())["files"]
     assert listed == {"task": ["task.parquet"], "web": ["web.parquet"]}
+
+
+def test_several_rounds_keep_the_phases_of_the_round_whose_peak_they_keep(tmp_path, monkeypatch):
+    # three rounds peak at 900, 1,200 and 1,000 MiB: the record's driver peak is round 1's, so are its phases
+    from benchmarks import scaling
+
+    peaks = iter([900.0, 1_200.0, 1_000.0])
+
+    def measure(stage, engine, scale, docs, stage_dir, *rest):
+        peak = next(peaks)
+        return {
+            "docs_per_s": peak / 10,
+            "docs_per_s_per_core": peak / 20,
+            "seconds": peak / 100,
+            "peak_rss_mib": peak,
+            "driver_peak_rss_mib": peak,
+            "peak_tree_rss_mib": 2 * peak,
+            "phases": [{"message": "(end)", "peak_rss_mib": peak}],
+        }
+
+    monkeypatch.setattr(scaling, "measure", measure)
+    monkeypatch.setattr(scaling, "provenance", lambda *a, **k: {"commit": "0" * 40})
+    source = tmp_path / "scale" / "data" / "split"
+    source.mkdir(parents=True)
+    [run] = scaling.alternated("leakage", 1, 10, source, ["ray"], 3)
+    assert run["driver_peak_rss_mib"] == 1_200.0 and run["phases"] == [{"message": "(end)", "peak_rss_mib": 1_200.0}]
+    # the rate is the median round's (1,000 MiB: 100 docs/s), the tree's peak the largest
+    assert run["docs_per_s"] == 100.0 and run["peak_tree_rss_mib"] == 2_400.0
