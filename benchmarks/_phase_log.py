@@ -46,8 +46,9 @@ class PhaseLog(NullLog):
         self.tracked: dict[str, float] = {}
         self.phases: list[dict] = []
         self._start = time.perf_counter()
-        self._peak = memory_mib(os.getpid())[0]  # the first phase starts at the log's creation
-        self._hwm = status_mib(os.getpid(), ("VmHWM",)).get("VmHWM", 0.0)
+        status = status_mib(os.getpid(), ("VmRSS", "VmHWM"))  # one read for both
+        self._peak = status.get("VmRSS", 0.0)  # the first phase starts at the log's creation
+        self._hwm = status.get("VmHWM", 0.0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)

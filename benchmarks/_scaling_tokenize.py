@@ -174,8 +174,8 @@ def measured_runs(work: Path, docs_list: list[int], smoke: bool = False) -> list
 def run_part(root: Path, smoke: bool = False) -> None:
     """In the subprocess: ``tasks.tokenize.run`` on ``root``; its metrics, with the ``phases`` its
     ``_phase_log.PhaseLog`` recorded (the driver's RSS at each of its progress lines), to ``<root>/metrics.json``.
-    ``smoke``:
-    only the pretraining sources the workspace holds (a smoke's corpus leaves out ``_provenance.SLOW_SOURCE``)."""
+    ``smoke``: only the pretraining sources the workspace holds (a smoke's corpus leaves out
+    ``_provenance.SLOW_SOURCE``)."""
     from benchmarks._phase_log import PhaseLog
     from tasks import tokenize
     from tasks.config import Paths, load_params
